@@ -1,0 +1,23 @@
+//! The application state shared by every handler.
+
+use std::{sync::Arc, time::Duration};
+
+use crate::{config::Settings, runner::TurnRunner, store::Store};
+
+/// What handlers need, built once at start.
+pub struct App {
+    pub settings: Settings,
+    pub store: Arc<dyn Store>,
+    pub runner: TurnRunner,
+    /// The provider names a turn may ask for in `runtime_provider`.
+    pub provider_names: Vec<String>,
+}
+
+impl App {
+    pub fn sse_keepalive(&self) -> Duration {
+        Duration::from_secs(self.settings.sse_keepalive_s)
+    }
+}
+
+/// Axum state: a cheap handle on [`App`].
+pub type AppState = Arc<App>;

@@ -1,0 +1,427 @@
+//! Typed settings: defaults, then an optional TOML file, then the environment.
+//!
+//! Every setting has one environment name (see [`ENV_SETTINGS`]) and one key
+//! in the TOML file (the field name). Secrets are never printed: `Debug`
+//! redacts them. [`Settings::validate`] runs at start and names the setting
+//! that is wrong.
+
+use std::{fmt, net::SocketAddr, path::Path, time::Duration};
+
+use serde::Deserialize;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// All settings of the service.
+#[derive(Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Address the HTTP server binds (`HARNESS_LISTEN`).
+    pub listen: SocketAddr,
+    /// `sqlite://path` (default `sqlite://./data/agent-harness.db`) or `postgres://...` (`DATABASE_URL`).
+    pub database_url: String,
+    /// Connections in the database pool (`HARNESS_DATABASE_MAX_CONNECTIONS`).
+    pub database_max_connections: u32,
+    /// Base URL of the OpenAI-compatible API (`OPENAI_BASE_URL`).
+    pub openai_base_url: String,
+    /// API key sent as a bearer token; none is sent when empty (`OPENAI_API_KEY`).
+    pub openai_api_key: Option<String>,
+    /// Model used when a turn names none (`HARNESS_MODEL`).
+    pub model: String,
+    /// System prompt of every turn (`HARNESS_SYSTEM_PROMPT`).
+    pub system_prompt: String,
+    /// Longest a provider stream may stay silent (`HARNESS_PROVIDER_IDLE_TIMEOUT_S`).
+    pub provider_idle_timeout_s: u64,
+    /// Longest time to connect to a provider (`HARNESS_PROVIDER_CONNECT_TIMEOUT_S`).
+    pub provider_connect_timeout_s: u64,
+    /// Largest provider response accepted, in bytes (`HARNESS_PROVIDER_MAX_RESPONSE_BYTES`).
+    pub provider_max_response_bytes: usize,
+    /// Absolute deadline of a turn (`HARNESS_TURN_TIMEOUT_S`).
+    pub turn_timeout_s: u64,
+    /// Maximum LLM steps of a turn (`HARNESS_MAX_STEPS`).
+    pub max_steps: u32,
+    /// Stored messages used as history when a request brings none (`HARNESS_HISTORY_MAX_MESSAGES`).
+    pub history_max_messages: u32,
+    /// Largest request body, in bytes (`HARNESS_BODY_LIMIT_BYTES`).
+    pub body_limit_bytes: usize,
+    /// Seconds between SSE keep-alive comments (`HARNESS_SSE_KEEPALIVE_S`).
+    pub sse_keepalive_s: u64,
+    /// Time running turns get to finish at shutdown (`HARNESS_SHUTDOWN_GRACE_S`).
+    pub shutdown_grace_s: u64,
+    /// Name of this replica; turns it left running are interrupted when it starts again (`HARNESS_INSTANCE_ID`).
+    pub instance_id: String,
+    /// Seconds between heartbeats of running turns (`HARNESS_HEARTBEAT_INTERVAL_S`).
+    pub heartbeat_interval_s: u64,
+    /// A running turn whose heartbeat is older than this is considered orphaned (`HARNESS_STALE_TURN_AFTER_S`).
+    pub stale_turn_after_s: u64,
+    /// Most events written in one transaction (`HARNESS_EVENT_BATCH_MAX`).
+    pub event_batch_max: usize,
+    /// Events that may wait for the writer before emitters are slowed down (`HARNESS_EVENT_QUEUE_CAPACITY`).
+    pub event_queue_capacity: usize,
+    /// `text` or `json` (`HARNESS_LOG_FORMAT`).
+    pub log_format: LogFormat,
+    /// tracing filter directives (`HARNESS_LOG`, else `RUST_LOG`).
+    pub log_filter: String,
+    /// OTLP/HTTP endpoint for traces; tracing export is off when unset (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub otlp_endpoint: Option<String>,
+    /// Record prompt and completion text on spans (`HARNESS_TELEMETRY_CAPTURE_CONTENT`).
+    pub telemetry_capture_content: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database_url: "sqlite://./data/agent-harness.db".to_owned(),
+            database_max_connections: 10,
+            openai_base_url: "https://api.openai.com/v1".to_owned(),
+            openai_api_key: None,
+            model: "gpt-4o-mini".to_owned(),
+            system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
+            provider_idle_timeout_s: 60,
+            provider_connect_timeout_s: 10,
+            provider_max_response_bytes: 8 * 1024 * 1024,
+            turn_timeout_s: 60,
+            max_steps: 6,
+            history_max_messages: 50,
+            body_limit_bytes: 1024 * 1024,
+            sse_keepalive_s: 15,
+            shutdown_grace_s: 30,
+            instance_id: default_instance_id(),
+            heartbeat_interval_s: 5,
+            stale_turn_after_s: 60,
+            event_batch_max: 512,
+            event_queue_capacity: 8192,
+            log_format: LogFormat::Text,
+            log_filter: "info".to_owned(),
+            otlp_endpoint: None,
+            telemetry_capture_content: false,
+        }
+    }
+}
+
+/// The system prompt used when none is configured.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant. Answer accurately and concisely.";
+
+fn default_instance_id() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .unwrap_or_else(|| "local".to_owned())
+}
+
+/// A setting that could not be used, named as the operator wrote it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    ReadFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid: {source}")]
+    ParseFile {
+        path: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("{name}: {reason}")]
+    Invalid { name: &'static str, reason: String },
+}
+
+fn invalid(name: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        name,
+        reason: reason.into(),
+    }
+}
+
+/// Stores a parsed value (keeps the setter table one line per setting).
+fn assign<T>(slot: &mut T, value: T) -> Result<(), ConfigError> {
+    *slot = value;
+    Ok(())
+}
+
+type Apply = fn(&mut Settings, &'static str, &str) -> Result<(), ConfigError>;
+
+fn parse<T: std::str::FromStr>(name: &'static str, raw: &str) -> Result<T, ConfigError>
+where
+    T::Err: fmt::Display,
+{
+    raw.trim()
+        .parse()
+        .map_err(|e| invalid(name, format!("cannot parse {raw:?}: {e}")))
+}
+
+fn parse_bool(name: &'static str, raw: &str) -> Result<bool, ConfigError> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(invalid(name, format!("expected true or false, got {raw:?}"))),
+    }
+}
+
+fn non_empty(raw: &str) -> Option<String> {
+    let trimmed = raw.trim();
+    (!trimmed.is_empty()).then(|| trimmed.to_owned())
+}
+
+/// Environment variables, in the order they are applied, with their setters.
+/// `RUST_LOG` comes before `HARNESS_LOG` so that the specific one wins.
+pub const ENV_SETTINGS: &[(&str, Apply)] = &[
+    ("HARNESS_LISTEN", |s, n, v| assign(&mut s.listen, parse(n, v)?)),
+    ("DATABASE_URL", |s, _, v| assign(&mut s.database_url, v.trim().to_owned())),
+    ("HARNESS_DATABASE_MAX_CONNECTIONS", |s, n, v| {
+        assign(&mut s.database_max_connections, parse(n, v)?)
+    }),
+    ("OPENAI_BASE_URL", |s, _, v| assign(&mut s.openai_base_url, v.trim().to_owned())),
+    ("OPENAI_API_KEY", |s, _, v| assign(&mut s.openai_api_key, non_empty(v))),
+    ("HARNESS_MODEL", |s, _, v| assign(&mut s.model, v.trim().to_owned())),
+    ("HARNESS_SYSTEM_PROMPT", |s, _, v| assign(&mut s.system_prompt, v.to_owned())),
+    ("HARNESS_PROVIDER_IDLE_TIMEOUT_S", |s, n, v| {
+        assign(&mut s.provider_idle_timeout_s, parse(n, v)?)
+    }),
+    ("HARNESS_PROVIDER_CONNECT_TIMEOUT_S", |s, n, v| {
+        assign(&mut s.provider_connect_timeout_s, parse(n, v)?)
+    }),
+    ("HARNESS_PROVIDER_MAX_RESPONSE_BYTES", |s, n, v| {
+        assign(&mut s.provider_max_response_bytes, parse(n, v)?)
+    }),
+    ("HARNESS_TURN_TIMEOUT_S", |s, n, v| assign(&mut s.turn_timeout_s, parse(n, v)?)),
+    ("HARNESS_MAX_STEPS", |s, n, v| assign(&mut s.max_steps, parse(n, v)?)),
+    ("HARNESS_HISTORY_MAX_MESSAGES", |s, n, v| {
+        assign(&mut s.history_max_messages, parse(n, v)?)
+    }),
+    ("HARNESS_BODY_LIMIT_BYTES", |s, n, v| assign(&mut s.body_limit_bytes, parse(n, v)?)),
+    ("HARNESS_SSE_KEEPALIVE_S", |s, n, v| assign(&mut s.sse_keepalive_s, parse(n, v)?)),
+    ("HARNESS_SHUTDOWN_GRACE_S", |s, n, v| assign(&mut s.shutdown_grace_s, parse(n, v)?)),
+    ("HARNESS_INSTANCE_ID", |s, _, v| assign(&mut s.instance_id, v.trim().to_owned())),
+    ("HARNESS_HEARTBEAT_INTERVAL_S", |s, n, v| {
+        assign(&mut s.heartbeat_interval_s, parse(n, v)?)
+    }),
+    ("HARNESS_STALE_TURN_AFTER_S", |s, n, v| assign(&mut s.stale_turn_after_s, parse(n, v)?)),
+    ("HARNESS_EVENT_BATCH_MAX", |s, n, v| assign(&mut s.event_batch_max, parse(n, v)?)),
+    ("HARNESS_EVENT_QUEUE_CAPACITY", |s, n, v| {
+        assign(&mut s.event_queue_capacity, parse(n, v)?)
+    }),
+    ("HARNESS_LOG_FORMAT", |s, n, v| {
+        s.log_format = match v.trim().to_ascii_lowercase().as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            _ => return Err(invalid(n, format!("expected text or json, got {v:?}"))),
+        };
+        Ok(())
+    }),
+    ("RUST_LOG", |s, _, v| assign(&mut s.log_filter, v.to_owned())),
+    ("HARNESS_LOG", |s, _, v| assign(&mut s.log_filter, v.to_owned())),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", |s, _, v| assign(&mut s.otlp_endpoint, non_empty(v))),
+    ("HARNESS_TELEMETRY_CAPTURE_CONTENT", |s, n, v| {
+        assign(&mut s.telemetry_capture_content, parse_bool(n, v)?)
+    }),
+];
+
+impl Settings {
+    /// Loads defaults, then `file` if given, then the process environment,
+    /// and validates the result.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_from(file, |name| std::env::var(name).ok())
+    }
+
+    /// [`Settings::load`] with an explicit environment, for tests.
+    pub fn load_from(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut settings = match file {
+            Some(path) => Self::from_toml_file(path)?,
+            None => Self::default(),
+        };
+        for (name, apply) in ENV_SETTINGS {
+            if let Some(value) = env(name) {
+                apply(&mut settings, name, &value)?;
+            }
+        }
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn from_toml_file(path: &Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+            path: shown.clone(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::ParseFile {
+            path: shown,
+            source: Box::new(source),
+        })
+    }
+
+    /// Checks every setting that has a range or a shape.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.database_url.starts_with("sqlite:")
+            || self.database_url.starts_with("postgres://")
+            || self.database_url.starts_with("postgresql://"))
+        {
+            return Err(invalid(
+                "DATABASE_URL",
+                "must start with sqlite:, postgres:// or postgresql://",
+            ));
+        }
+        if self.database_max_connections == 0 {
+            return Err(invalid("HARNESS_DATABASE_MAX_CONNECTIONS", "must be at least 1"));
+        }
+        match reqwest::Url::parse(&self.openai_base_url) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+            Ok(_) => return Err(invalid("OPENAI_BASE_URL", "must be an http or https URL")),
+            Err(e) => return Err(invalid("OPENAI_BASE_URL", format!("not a URL: {e}"))),
+        }
+        if self.model.is_empty() {
+            return Err(invalid("HARNESS_MODEL", "must not be empty"));
+        }
+        let positive: [(&'static str, u64); 8] = [
+            ("HARNESS_PROVIDER_IDLE_TIMEOUT_S", self.provider_idle_timeout_s),
+            ("HARNESS_PROVIDER_CONNECT_TIMEOUT_S", self.provider_connect_timeout_s),
+            ("HARNESS_TURN_TIMEOUT_S", self.turn_timeout_s),
+            ("HARNESS_SSE_KEEPALIVE_S", self.sse_keepalive_s),
+            ("HARNESS_HEARTBEAT_INTERVAL_S", self.heartbeat_interval_s),
+            ("HARNESS_BODY_LIMIT_BYTES", self.body_limit_bytes as u64),
+            ("HARNESS_EVENT_BATCH_MAX", self.event_batch_max as u64),
+            ("HARNESS_EVENT_QUEUE_CAPACITY", self.event_queue_capacity as u64),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(invalid(name, "must be greater than 0"));
+        }
+        if self.provider_max_response_bytes < 1024 {
+            return Err(invalid("HARNESS_PROVIDER_MAX_RESPONSE_BYTES", "must be at least 1024"));
+        }
+        if !(1..=100).contains(&self.max_steps) {
+            return Err(invalid("HARNESS_MAX_STEPS", "must be between 1 and 100"));
+        }
+        if self.stale_turn_after_s <= 2 * self.heartbeat_interval_s {
+            return Err(invalid(
+                "HARNESS_STALE_TURN_AFTER_S",
+                "must be more than twice HARNESS_HEARTBEAT_INTERVAL_S",
+            ));
+        }
+        if self.instance_id.is_empty() || self.instance_id.len() > 128 {
+            return Err(invalid("HARNESS_INSTANCE_ID", "must be 1 to 128 characters"));
+        }
+        if let Some(endpoint) = &self.otlp_endpoint
+            && reqwest::Url::parse(endpoint).is_err()
+        {
+            return Err(invalid("OTEL_EXPORTER_OTLP_ENDPOINT", "not a URL"));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
+            return Err(invalid("HARNESS_LOG", e.to_string()));
+        }
+        Ok(())
+    }
+
+    pub fn turn_timeout(&self) -> Duration {
+        Duration::from_secs(self.turn_timeout_s)
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.database_url.starts_with("postgres")
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("listen", &self.listen)
+            .field("database_url", &redact_url(&self.database_url))
+            .field("openai_base_url", &self.openai_base_url)
+            .field("openai_api_key", &self.openai_api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .field("turn_timeout_s", &self.turn_timeout_s)
+            .field("max_steps", &self.max_steps)
+            .field("instance_id", &self.instance_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Hides the password of a connection URL.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            // Setting a password only fails for URLs that cannot have one.
+            let _ = parsed.set_password(Some("<redacted>"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let map: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Settings::load_from(None, |name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_are_valid_and_local() {
+        let s = load(&[]).unwrap();
+        assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.database_url, "sqlite://./data/agent-harness.db");
+        assert_eq!(s.body_limit_bytes, 1024 * 1024);
+        assert_eq!(s.max_steps, 6);
+        assert_eq!(s.turn_timeout_s, 60);
+    }
+
+    #[test]
+    fn environment_overrides_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("harness.toml");
+        std::fs::write(&path, "model = \"from-file\"\nmax_steps = 3\n").unwrap();
+        let s = Settings::load_from(Some(&path), |name| {
+            (name == "HARNESS_MODEL").then(|| "from-env".to_owned())
+        })
+        .unwrap();
+        assert_eq!(s.model, "from-env");
+        assert_eq!(s.max_steps, 3);
+    }
+
+    #[test]
+    fn a_bad_value_names_its_setting() {
+        let err = load(&[("HARNESS_LISTEN", "not-an-address")]).unwrap_err();
+        assert!(err.to_string().starts_with("HARNESS_LISTEN:"), "{err}");
+        let err = load(&[("DATABASE_URL", "mysql://x")]).unwrap_err();
+        assert!(err.to_string().starts_with("DATABASE_URL:"), "{err}");
+        let err = load(&[("HARNESS_MAX_STEPS", "0")]).unwrap_err();
+        assert!(err.to_string().starts_with("HARNESS_MAX_STEPS:"), "{err}");
+        let err = load(&[("OPENAI_BASE_URL", "ftp://x")]).unwrap_err();
+        assert!(err.to_string().starts_with("OPENAI_BASE_URL:"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_key_in_the_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("harness.toml");
+        std::fs::write(&path, "modle = \"typo\"\n").unwrap();
+        let err = Settings::load_from(Some(&path), |_| None).unwrap_err();
+        assert!(err.to_string().contains("modle"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_hides_secrets() {
+        let s = load(&[
+            ("OPENAI_API_KEY", "sk-secret"),
+            ("DATABASE_URL", "postgres://u:hunter2@db/x"),
+        ])
+        .unwrap();
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("sk-secret") && !shown.contains("hunter2"), "{shown}");
+    }
+}

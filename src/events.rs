@@ -1,0 +1,188 @@
+//! The one vocabulary of a turn: [`TurnEvent`], and the envelope every
+//! persisted and streamed event travels in, [`StoredEvent`].
+//!
+//! A turn produces `TurnEvent`s; the event log stores them and the live
+//! fan-out and the SSE encoders consume them. The envelope's JSON is computed
+//! once, when the event is emitted, so a replay from the log is byte-for-byte
+//! what a live subscriber saw.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::harness::TurnResult;
+
+/// Everything that happens in a turn, tagged by `type` on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type")]
+pub enum TurnEvent {
+    /// The turn was accepted; the user message it answers.
+    #[serde(rename = "turn.started")]
+    TurnStarted {
+        message: String,
+        provider: String,
+        model: String,
+    },
+    /// A piece of the assistant's text, in order.
+    #[serde(rename = "message.delta")]
+    MessageDelta { step: u32, text: String },
+    /// Token counts of one provider call.
+    #[serde(rename = "usage")]
+    Usage {
+        step: u32,
+        input_tokens: u64,
+        output_tokens: u64,
+        cache_read_tokens: u64,
+        cache_creation_tokens: u64,
+    },
+    /// Terminal: the turn ended with an answer; its messages, result and
+    /// decision were committed in the same transaction as this event.
+    #[serde(rename = "turn.completed")]
+    TurnCompleted { result: TurnResult },
+    /// Terminal: the turn failed; `code` is stable, `message` is for humans.
+    #[serde(rename = "turn.failed")]
+    TurnFailed { code: String, message: String },
+    /// Terminal: `POST .../cancel` stopped the turn.
+    #[serde(rename = "turn.cancelled")]
+    TurnCancelled { reason: String },
+    /// Terminal: the process running the turn shut down or died.
+    #[serde(rename = "turn.interrupted")]
+    TurnInterrupted { reason: String },
+}
+
+impl TurnEvent {
+    /// The wire name of the event (the `type` tag and the SSE `event:` field).
+    pub fn event_type(&self) -> &'static str {
+        match self {
+            Self::TurnStarted { .. } => "turn.started",
+            Self::MessageDelta { .. } => "message.delta",
+            Self::Usage { .. } => "usage",
+            Self::TurnCompleted { .. } => "turn.completed",
+            Self::TurnFailed { .. } => "turn.failed",
+            Self::TurnCancelled { .. } => "turn.cancelled",
+            Self::TurnInterrupted { .. } => "turn.interrupted",
+        }
+    }
+
+    /// Whether this event ends its turn's stream.
+    pub fn is_terminal(&self) -> bool {
+        is_terminal_type(self.event_type())
+    }
+}
+
+/// Whether an event type ends its turn's stream.
+pub fn is_terminal_type(event_type: &str) -> bool {
+    matches!(
+        event_type,
+        "turn.completed" | "turn.failed" | "turn.cancelled" | "turn.interrupted"
+    )
+}
+
+/// One event as it is stored in the event log and sent to subscribers.
+///
+/// `payload` is the serialized [`TurnEvent`] (a JSON object with `type`);
+/// the envelope fields live beside it so that neither path reserializes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    pub session_id: String,
+    pub seq: i64,
+    pub turn_id: Uuid,
+    pub event_type: String,
+    pub payload: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl StoredEvent {
+    /// Builds the stored form of `event`.
+    pub fn new(
+        session_id: &str,
+        turn_id: Uuid,
+        seq: i64,
+        event: &TurnEvent,
+        created_at: DateTime<Utc>,
+    ) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            session_id: session_id.to_owned(),
+            seq,
+            turn_id,
+            event_type: event.event_type().to_owned(),
+            payload: serde_json::to_string(event)?,
+            created_at,
+        })
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        is_terminal_type(&self.event_type)
+    }
+
+    /// The JSON of the envelope: `seq`, `session_id`, `turn_id`, `created_at`
+    /// and then the event's own fields (including `type`), in one object.
+    pub fn envelope_json(&self) -> String {
+        // The payload is always a non-empty JSON object (serde's internally
+        // tagged enum), so splicing after its `{` yields one valid object.
+        let body = self.payload.strip_prefix('{').unwrap_or("}");
+        let session = serde_json::Value::String(self.session_id.clone());
+        format!(
+            "{{\"seq\":{},\"session_id\":{},\"turn_id\":\"{}\",\"created_at\":\"{}\",{}",
+            self.seq,
+            session,
+            self.turn_id,
+            self.created_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+            body
+        )
+    }
+}
+
+/// The envelope as documented in the OpenAPI description (the SSE `data:`
+/// and the items of `GET /sessions/{id}/events`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EventEnvelope {
+    /// Monotonic per session; also the SSE `id:`.
+    pub seq: i64,
+    pub session_id: String,
+    pub turn_id: Uuid,
+    pub created_at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub event: TurnEvent,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_json_is_one_object_with_the_event_fields() {
+        let turn_id = Uuid::now_v7();
+        let event = TurnEvent::MessageDelta {
+            step: 1,
+            text: "hi \"there\"".into(),
+        };
+        let stored = StoredEvent::new("s-1", turn_id, 7, &event, Utc::now()).unwrap();
+        let parsed: EventEnvelope = serde_json::from_str(&stored.envelope_json()).unwrap();
+        assert_eq!(parsed.seq, 7);
+        assert_eq!(parsed.session_id, "s-1");
+        assert_eq!(parsed.turn_id, turn_id);
+        assert_eq!(parsed.event, event);
+    }
+
+    #[test]
+    fn only_the_four_end_states_are_terminal() {
+        let terminal: Vec<_> = [
+            "turn.started",
+            "message.delta",
+            "usage",
+            "turn.completed",
+            "turn.failed",
+            "turn.cancelled",
+            "turn.interrupted",
+        ]
+        .into_iter()
+        .filter(|t| is_terminal_type(t))
+        .collect();
+        assert_eq!(
+            terminal,
+            ["turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted"]
+        );
+    }
+}

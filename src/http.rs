@@ -1,0 +1,129 @@
+//! The HTTP edge: routes, the OpenAPI document, middleware, error mapping.
+//!
+//! Each module exposes its own `router()`; handlers are thin and call the
+//! runner or the store. `openapi.yaml` is generated from the same routes
+//! (and a test keeps the checked-in copy equal to it).
+
+pub mod error;
+mod health;
+pub mod json;
+pub mod sessions;
+pub mod sse;
+pub mod turns;
+
+use std::sync::OnceLock;
+
+use axum::{
+    Extension, Router,
+    extract::{DefaultBodyLimit, Request},
+    http::header,
+    response::{IntoResponse, Response},
+};
+use tower_http::{
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::TraceLayer,
+};
+use utoipa::OpenApi;
+use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
+
+use crate::{
+    app::AppState,
+    events::{EventEnvelope, TurnEvent},
+    ids::{SessionId, SessionIdError},
+};
+use error::{ApiError, Problem};
+use json::BodyLimit;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "agent-harness",
+        description = "Runs one LLM agent turn per request and streams it over Server-Sent Events.",
+        license(name = "Apache-2.0")
+    ),
+    tags(
+        (name = "turns", description = "Start, follow and cancel turns"),
+        (name = "sessions", description = "Sessions, their history and event log"),
+        (name = "operations", description = "Probes and the API description"),
+    ),
+    components(schemas(Problem, TurnEvent, EventEnvelope))
+)]
+struct ApiDoc;
+
+fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(turns::router())
+        .merge(sessions::router())
+        .merge(health::router())
+        .routes(routes!(openapi_document))
+}
+
+/// The OpenAPI document of the service, as YAML.
+pub fn openapi_yaml() -> &'static str {
+    static YAML: OnceLock<String> = OnceLock::new();
+    YAML.get_or_init(|| {
+        let (_, mut api) = api_router().split_for_parts();
+        api.info.version = env!("CARGO_PKG_VERSION").to_owned();
+        api.to_yaml()
+            .unwrap_or_else(|e| format!("# cannot render the OpenAPI document: {e}\n"))
+    })
+}
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/openapi.yaml",
+    tag = "operations",
+    responses((status = 200, description = "The OpenAPI 3.1 description", content_type = "application/yaml", body = String))
+)]
+async fn openapi_document() -> Response {
+    ([(header::CONTENT_TYPE, "application/yaml")], openapi_yaml()).into_response()
+}
+
+/// The whole HTTP application.
+pub fn router(app: AppState) -> Router {
+    let body_limit = app.settings.body_limit_bytes;
+    let (routes, _) = api_router().split_for_parts();
+    routes
+        .fallback(fallback)
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(Extension(BodyLimit(body_limit)))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
+            let request_id = request
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            tracing::info_span!(
+                "http.request",
+                http.request.method = %request.method(),
+                url.path = %request.uri().path(),
+                request.id = %request_id,
+            )
+        }))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .with_state(app)
+}
+
+/// No route matched. A path with an empty session segment
+/// (`/sessions//turns`) gets the session-id error it deserves.
+async fn fallback(request: Request) -> ApiError {
+    let path = request.uri().path();
+    if let Some(rest) = path.strip_prefix("/sessions/")
+        && (rest.is_empty() || rest.starts_with('/'))
+    {
+        return ApiError::InvalidSessionId(SessionIdError::Empty);
+    }
+    ApiError::NotFound
+}
+
+pub(crate) fn parse_session_id(raw: &str) -> Result<SessionId, ApiError> {
+    SessionId::parse(raw).map_err(ApiError::InvalidSessionId)
+}
+
+pub(crate) fn parse_turn_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::InvalidTurnId)
+}

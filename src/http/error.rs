@@ -1,0 +1,234 @@
+//! The one error type of the HTTP edge, rendered as `application/problem+json`
+//! (RFC 9457) with a stable `code`.
+
+use axum::{
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::{ids::SessionIdError, store::TurnStatus};
+
+/// A problem document (RFC 9457) with this service's extensions.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    /// `urn:agent-harness:problem:<code>`.
+    #[serde(rename = "type")]
+    pub problem_type: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// Stable machine-readable code.
+    pub code: String,
+    /// The turn concerned, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<Uuid>,
+    /// The request field at fault, as a path (`history[2].role`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// Every way a request can fail. Each variant documents its status and code.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `invalid_json`: the body is not JSON.
+    #[error("request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    /// 422 `invalid_body`: JSON of the wrong shape (wrong type, unknown field).
+    #[error("{detail}")]
+    InvalidBody {
+        detail: String,
+        field: Option<String>,
+    },
+    /// 422 `message_required`: `message` missing, null or blank.
+    #[error("`message` is required and must not be empty")]
+    MessageRequired,
+    /// 422 `invalid_field`: a field with a value out of its range.
+    #[error("{detail}")]
+    InvalidField { field: String, detail: String },
+    /// 400 `invalid_session_id`.
+    #[error("invalid session id: {0}")]
+    InvalidSessionId(SessionIdError),
+    /// 400 `invalid_turn_id`: not a UUID.
+    #[error("turn id must be a UUID")]
+    InvalidTurnId,
+    /// 400 `invalid_query`.
+    #[error("{0}")]
+    InvalidQuery(String),
+    /// 400 `invalid_header`.
+    #[error("invalid {name} header: {detail}")]
+    InvalidHeader { name: &'static str, detail: String },
+    /// 415 `unsupported_media_type`.
+    #[error("request body must be application/json")]
+    UnsupportedMediaType,
+    /// 413 `payload_too_large`.
+    #[error("request body exceeds the limit of {0} bytes")]
+    PayloadTooLarge(usize),
+    /// 404 `session_not_found`.
+    #[error("session not found")]
+    SessionNotFound,
+    /// 404 `turn_not_found`.
+    #[error("turn not found in this session")]
+    TurnNotFound,
+    /// 404 `not_found`: no such route.
+    #[error("no such resource")]
+    NotFound,
+    /// 405 `method_not_allowed`.
+    #[error("method not allowed on this resource")]
+    MethodNotAllowed,
+    /// 409 `turn_already_running`.
+    #[error("the session already has a running turn {0}")]
+    TurnAlreadyRunning(Uuid),
+    /// 409 `turn_not_running`.
+    #[error("the turn is not running (status {status})")]
+    TurnNotRunning { turn_id: Uuid, status: TurnStatus },
+    /// 422 `idempotency_key_reused`.
+    #[error("the idempotency key was already used for a different request")]
+    IdempotencyKeyReused(Uuid),
+    /// 502 for provider failures, 500 otherwise; `code` is the turn's.
+    #[error("{message}")]
+    TurnFailed {
+        turn_id: Uuid,
+        code: String,
+        message: String,
+    },
+    /// 409 `turn_cancelled`.
+    #[error("the turn was cancelled")]
+    TurnCancelled(Uuid),
+    /// 503 `turn_interrupted`.
+    #[error("the turn was interrupted before it finished")]
+    TurnInterrupted(Uuid),
+    /// 503 `shutting_down`.
+    #[error("the service is shutting down")]
+    ShuttingDown,
+    /// 503 `store_unavailable`.
+    #[error("the database is unavailable")]
+    StoreUnavailable(String),
+    /// 500 `internal`.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidJson(_)
+            | Self::InvalidSessionId(_)
+            | Self::InvalidTurnId
+            | Self::InvalidQuery(_)
+            | Self::InvalidHeader { .. } => StatusCode::BAD_REQUEST,
+            Self::InvalidBody { .. }
+            | Self::MessageRequired
+            | Self::InvalidField { .. }
+            | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::SessionNotFound | Self::TurnNotFound | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::TurnAlreadyRunning(_) | Self::TurnNotRunning { .. } | Self::TurnCancelled(_) => {
+                StatusCode::CONFLICT
+            }
+            Self::TurnFailed { code, .. } if code.starts_with("provider_") => {
+                StatusCode::BAD_GATEWAY
+            }
+            Self::TurnFailed { .. } | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::TurnInterrupted(_) | Self::ShuttingDown | Self::StoreUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        }
+    }
+
+    pub fn code(&self) -> &str {
+        match self {
+            Self::InvalidJson(_) => "invalid_json",
+            Self::InvalidBody { .. } => "invalid_body",
+            Self::MessageRequired => "message_required",
+            Self::InvalidField { .. } => "invalid_field",
+            Self::InvalidSessionId(_) => "invalid_session_id",
+            Self::InvalidTurnId => "invalid_turn_id",
+            Self::InvalidQuery(_) => "invalid_query",
+            Self::InvalidHeader { .. } => "invalid_header",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::SessionNotFound => "session_not_found",
+            Self::TurnNotFound => "turn_not_found",
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::TurnAlreadyRunning(_) => "turn_already_running",
+            Self::TurnNotRunning { .. } => "turn_not_running",
+            Self::IdempotencyKeyReused(_) => "idempotency_key_reused",
+            Self::TurnFailed { code, .. } => code,
+            Self::TurnCancelled(_) => "turn_cancelled",
+            Self::TurnInterrupted(_) => "turn_interrupted",
+            Self::ShuttingDown => "shutting_down",
+            Self::StoreUnavailable(_) => "store_unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    fn turn_id(&self) -> Option<Uuid> {
+        match self {
+            Self::TurnAlreadyRunning(id)
+            | Self::IdempotencyKeyReused(id)
+            | Self::TurnCancelled(id)
+            | Self::TurnInterrupted(id)
+            | Self::TurnNotRunning { turn_id: id, .. }
+            | Self::TurnFailed { turn_id: id, .. } => Some(*id),
+            _ => None,
+        }
+    }
+
+    fn field(&self) -> Option<String> {
+        match self {
+            Self::InvalidBody { field, .. } => field.clone(),
+            Self::InvalidField { field, .. } => Some(field.clone()),
+            Self::MessageRequired => Some("message".to_owned()),
+            _ => None,
+        }
+    }
+
+    pub fn to_problem(&self) -> Problem {
+        let status = self.status();
+        let code = self.code().to_owned();
+        Problem {
+            problem_type: format!("urn:agent-harness:problem:{code}"),
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            detail: self.to_string(),
+            code,
+            turn_id: self.turn_id(),
+            field: self.field(),
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        use crate::store::StoreError;
+        match e {
+            StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_))
+            | StoreError::Unavailable(_) => Self::StoreUnavailable(e.to_string()),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match &self {
+            Self::Internal(cause) => tracing::error!(error = %cause, "internal error"),
+            Self::StoreUnavailable(cause) => tracing::warn!(error = %cause, "store unavailable"),
+            _ => {}
+        }
+        let problem = self.to_problem();
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        (
+            self.status(),
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            body,
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,70 @@
+//! Probes and the OpenAPI document.
+
+use axum::{
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::app::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+}
+
+/// Answer of the probes.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// `ok` or `unavailable`.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migrations: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draining: Option<bool>,
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
+async fn healthz() -> axum::Json<Health> {
+    axum::Json(Health {
+        status: "ok".into(),
+        database: None,
+        migrations: None,
+        draining: None,
+    })
+}
+
+/// The database answers, every migration is applied and the service is not
+/// shutting down.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses((status = 200, body = Health), (status = 503, body = Health))
+)]
+async fn readyz(State(app): State<AppState>) -> Response {
+    let readiness = app.store.readiness().await;
+    let draining = app.runner.is_draining();
+    let ready = readiness.reachable && readiness.migrations_applied && !draining;
+    let body = Health {
+        status: if ready { "ok" } else { "unavailable" }.into(),
+        database: Some(if readiness.reachable { "reachable" } else { "unreachable" }.into()),
+        migrations: Some(
+            if readiness.migrations_applied { "applied" } else { "pending" }.into(),
+        ),
+        draining: Some(draining),
+    };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body)).into_response()
+}

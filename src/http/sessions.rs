@@ -1,0 +1,195 @@
+//! `/sessions/{session_id}`, its messages and its event log.
+
+use axum::{
+    extract::{Path, Query, State},
+    http::header,
+    response::{IntoResponse, Response},
+};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
+
+use super::{error::ApiError, parse_session_id};
+use crate::{app::AppState, events::EventEnvelope, http::error::Problem, store::MessageRecord};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_session))
+        .routes(routes!(list_messages))
+        .routes(routes!(list_events))
+}
+
+/// Default and largest page size.
+const PAGE_DEFAULT: u32 = 100;
+const PAGE_MAX: u32 = 1000;
+
+/// A session and a summary of its turns.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionView {
+    pub session_id: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub turn_count: i64,
+    /// Seq of the session's newest event.
+    pub last_seq: i64,
+    pub running_turn_id: Option<Uuid>,
+}
+
+/// A session.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}",
+    tag = "sessions",
+    params(("session_id" = String, Path)),
+    responses(
+        (status = 200, body = SessionView),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn get_session(
+    State(app): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<axum::Json<SessionView>, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let session = app
+        .store
+        .get_session(session_id.as_str())
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
+    Ok(axum::Json(SessionView {
+        session_id: session.id,
+        created_at: session.created_at,
+        updated_at: session.updated_at,
+        turn_count: session.turn_count,
+        last_seq: session.last_seq,
+        running_turn_id: session.running_turn_id,
+    }))
+}
+
+/// Paging of a list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// Return items after this cursor (a message id or an event seq).
+    after: Option<i64>,
+    /// Items per page, 1-1000 (default 100).
+    limit: Option<u32>,
+}
+
+impl PageQuery {
+    fn parse(
+        query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    ) -> Result<(i64, u32), ApiError> {
+        let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+        let after = query.after.unwrap_or(0);
+        if after < 0 {
+            return Err(ApiError::InvalidQuery("`after` must not be negative".into()));
+        }
+        let limit = query.limit.unwrap_or(PAGE_DEFAULT);
+        if !(1..=PAGE_MAX).contains(&limit) {
+            return Err(ApiError::InvalidQuery(format!(
+                "`limit` must be between 1 and {PAGE_MAX}"
+            )));
+        }
+        Ok((after, limit))
+    }
+}
+
+/// A page of a session's history.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MessagePage {
+    pub messages: Vec<MessageRecord>,
+    /// Cursor for the next page; absent on the last one.
+    pub next_after: Option<i64>,
+}
+
+/// The session's history (what later turns see), oldest first.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/messages",
+    tag = "sessions",
+    params(("session_id" = String, Path), PageQuery),
+    responses(
+        (status = 200, body = MessagePage),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn list_messages(
+    State(app): State<AppState>,
+    Path(session_id): Path<String>,
+    query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::Json<MessagePage>, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let (after, limit) = PageQuery::parse(query)?;
+    app.store
+        .get_session(session_id.as_str())
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
+    let messages = app
+        .store
+        .list_messages(session_id.as_str(), after, limit)
+        .await?;
+    let next_after = (messages.len() == limit as usize)
+        .then(|| messages.last().map(|m| m.id))
+        .flatten();
+    Ok(axum::Json(MessagePage {
+        messages,
+        next_after,
+    }))
+}
+
+/// A page of a session's event log.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EventPage {
+    pub events: Vec<EventEnvelope>,
+    /// Cursor for the next page; absent on the last one.
+    pub next_after: Option<i64>,
+}
+
+/// The session's event log, in seq order.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/events",
+    tag = "sessions",
+    params(("session_id" = String, Path), PageQuery),
+    responses(
+        (status = 200, body = EventPage),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn list_events(
+    State(app): State<AppState>,
+    Path(session_id): Path<String>,
+    query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let (after, limit) = PageQuery::parse(query)?;
+    app.store
+        .get_session(session_id.as_str())
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
+    let events = app
+        .store
+        .list_events(session_id.as_str(), None, after, limit)
+        .await?;
+    // The envelopes are already JSON: splice them instead of reparsing.
+    let mut body = String::from("{\"events\":[");
+    for (i, event) in events.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&event.envelope_json());
+    }
+    body.push_str("],\"next_after\":");
+    match events.last() {
+        Some(last) if events.len() == limit as usize => body.push_str(&last.seq.to_string()),
+        _ => body.push_str("null"),
+    }
+    body.push('}');
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}

@@ -1,0 +1,477 @@
+//! `/sessions/{session_id}/turns...`: start, read, follow and cancel turns.
+
+use axum::{
+    extract::{Path, Query, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
+
+use super::{error::ApiError, json::ApiJson, parse_session_id, parse_turn_id, sse};
+use crate::{
+    app::AppState,
+    events::EventEnvelope,
+    harness::{TurnResult, WebMode},
+    http::error::Problem,
+    ids::SessionId,
+    providers::{ChatMessage, Role},
+    runner::{CancelError, CancelOutcome, StartError, TurnSpec},
+    store::{TurnRecord, TurnStatus},
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(start_turn))
+        .routes(routes!(get_turn))
+        .routes(routes!(turn_events))
+        .routes(routes!(cancel_turn))
+}
+
+/// Largest `top_k`.
+const TOP_K_MAX: u32 = 100;
+/// Longest `runtime_provider` / `runtime_model`.
+const NAME_MAX: usize = 200;
+/// Most `history` messages in a request.
+const HISTORY_MAX: usize = 1000;
+
+/// Body of `POST /sessions/{session_id}/turns`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TurnBody {
+    /// The user message (required, not blank).
+    message: Option<String>,
+    /// Number of vault facts to retrieve (1-100, default 8).
+    top_k: Option<u32>,
+    /// `off` (default) or `on`.
+    web_mode: Option<WebMode>,
+    /// Append citation lists to the answer (default false).
+    show_citations: Option<bool>,
+    /// Provider to use, by name (default: the configured one).
+    runtime_provider: Option<String>,
+    /// Model to use (default: the provider's configured model).
+    runtime_model: Option<String>,
+    /// An extra system message for an active skill.
+    skill_context: Option<String>,
+    /// History to use instead of the session's stored messages.
+    history: Option<Vec<HistoryMessage>>,
+}
+
+/// One history message of a request.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryMessage {
+    role: HistoryRole,
+    content: String,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HistoryRole {
+    System,
+    User,
+    Assistant,
+}
+
+impl TurnBody {
+    fn validate(self, provider_names: &[String]) -> Result<TurnSpec, ApiError> {
+        let message = self
+            .message
+            .filter(|m| !m.trim().is_empty())
+            .ok_or(ApiError::MessageRequired)?;
+        let top_k = self.top_k.unwrap_or(8);
+        if !(1..=TOP_K_MAX).contains(&top_k) {
+            return Err(ApiError::InvalidField {
+                field: "top_k".into(),
+                detail: format!("`top_k` must be between 1 and {TOP_K_MAX}"),
+            });
+        }
+        let name = |field: &str, value: Option<String>| -> Result<Option<String>, ApiError> {
+            match value {
+                Some(v) if v.trim().is_empty() => Ok(None),
+                Some(v) if v.len() > NAME_MAX => Err(ApiError::InvalidField {
+                    field: field.into(),
+                    detail: format!("`{field}` is longer than {NAME_MAX} characters"),
+                }),
+                other => Ok(other),
+            }
+        };
+        let runtime_provider = name("runtime_provider", self.runtime_provider)?;
+        if let Some(provider) = &runtime_provider
+            && !provider_names.iter().any(|p| p == provider)
+        {
+            return Err(ApiError::InvalidField {
+                field: "runtime_provider".into(),
+                detail: format!(
+                    "unknown provider {provider:?}; configured: {}",
+                    provider_names.join(", ")
+                ),
+            });
+        }
+        let history = match self.history {
+            Some(items) if items.len() > HISTORY_MAX => {
+                return Err(ApiError::InvalidField {
+                    field: "history".into(),
+                    detail: format!("`history` has more than {HISTORY_MAX} messages"),
+                });
+            }
+            Some(items) => Some(
+                items
+                    .into_iter()
+                    .map(|m| {
+                        let role = match m.role {
+                            HistoryRole::System => Role::System,
+                            HistoryRole::User => Role::User,
+                            HistoryRole::Assistant => Role::Assistant,
+                        };
+                        ChatMessage::new(role, m.content)
+                    })
+                    .collect(),
+            ),
+            None => None,
+        };
+        Ok(TurnSpec {
+            message,
+            top_k,
+            web_mode: self.web_mode.unwrap_or_default(),
+            show_citations: self.show_citations.unwrap_or(false),
+            runtime_provider,
+            runtime_model: name("runtime_model", self.runtime_model)?,
+            skill_context: self.skill_context.filter(|s| !s.is_empty()),
+            history,
+        })
+    }
+}
+
+/// The JSON answer of a completed turn: its ids and the `TurnResult`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TurnResponse {
+    pub session_id: String,
+    pub turn_id: Uuid,
+    pub status: TurnStatus,
+    #[serde(flatten)]
+    pub result: TurnResult,
+}
+
+/// A turn's status and, once it ended, its result or error.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TurnView {
+    pub turn_id: Uuid,
+    pub session_id: String,
+    pub status: TurnStatus,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Seq of the turn's `turn.started` event.
+    pub first_seq: i64,
+    pub result: Option<TurnResult>,
+    pub error: Option<TurnErrorView>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TurnErrorView {
+    pub code: String,
+    pub message: Option<String>,
+}
+
+impl TryFrom<TurnRecord> for TurnView {
+    type Error = ApiError;
+    fn try_from(r: TurnRecord) -> Result<Self, ApiError> {
+        let result = r
+            .result
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| ApiError::Internal(format!("stored result of {}: {e}", r.id)))?;
+        Ok(Self {
+            turn_id: r.id,
+            session_id: r.session_id,
+            status: r.status,
+            created_at: r.created_at,
+            finished_at: r.finished_at,
+            first_seq: r.first_seq,
+            result,
+            error: r.error_code.map(|code| TurnErrorView {
+                code,
+                message: r.error_message,
+            }),
+        })
+    }
+}
+
+fn wants_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(raw) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad = |detail: &str| ApiError::InvalidHeader {
+        name: "Idempotency-Key",
+        detail: detail.into(),
+    };
+    let key = raw.to_str().map_err(|_| bad("must be visible ASCII"))?;
+    if key.is_empty() || key.len() > 255 {
+        return Err(bad("must be 1 to 255 characters"));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad("must be visible ASCII without spaces"));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+/// Start a turn.
+///
+/// With `Accept: text/event-stream` the turn's events are streamed as they
+/// happen (SSE `id:` is the seq); otherwise the answer is the turn's result
+/// once it ends. The turn does not depend on this connection: a client that
+/// goes away can re-attach through `GET .../events`.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/turns",
+    tag = "turns",
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of [A-Za-z0-9._:-]"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Repeating a request with the same key returns the same turn"),
+    ),
+    request_body = TurnBody,
+    responses(
+        (status = 200, description = "The turn's result, or its event stream", content(
+            (TurnResponse = "application/json"),
+            (EventEnvelope = "text/event-stream"),
+        )),
+        (status = 400, description = "Malformed JSON, bad session id or header", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A turn is already running in this session", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over the limit", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field or reused idempotency key", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The provider failed (JSON mode)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Shutting down, or the turn was interrupted", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn start_turn(
+    State(app): State<AppState>,
+    Path(session_id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<TurnBody>,
+) -> Result<Response, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let key = idempotency_key(&headers)?;
+    let spec = body.validate(&app.provider_names)?;
+    let started = app
+        .runner
+        .start(&session_id, spec, key)
+        .await
+        .map_err(|e| match e {
+            StartError::AlreadyRunning(id) => ApiError::TurnAlreadyRunning(id),
+            StartError::IdempotencyMismatch(id) => ApiError::IdempotencyKeyReused(id),
+            StartError::ShuttingDown => ApiError::ShuttingDown,
+            StartError::Store(e) => e.into(),
+        })?;
+    let turn_id = started.turn_id;
+    let mut response = if wants_event_stream(&headers) {
+        let events = app
+            .runner
+            .subscribe(session_id.as_str().to_owned(), turn_id, 0);
+        sse::response(events, app.sse_keepalive())
+    } else {
+        let record = app
+            .runner
+            .wait_for_end(&session_id, turn_id)
+            .await?
+            .ok_or(ApiError::ShuttingDown)?;
+        finished_turn_response(record)?
+    };
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
+        headers.insert("x-turn-id", value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&format!("/sessions/{session_id}/turns/{turn_id}")) {
+        headers.insert(header::CONTENT_LOCATION, value);
+    }
+    if started.replayed {
+        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+/// The JSON answer for a turn that ended.
+fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
+    let turn_id = record.id;
+    match record.status {
+        TurnStatus::Completed => {
+            let result: TurnResult = record
+                .result
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(|e| ApiError::Internal(format!("stored result of {turn_id}: {e}")))?
+                .unwrap_or_default();
+            Ok(axum::Json(TurnResponse {
+                session_id: record.session_id,
+                turn_id,
+                status: record.status,
+                result,
+            })
+            .into_response())
+        }
+        TurnStatus::Failed => Err(ApiError::TurnFailed {
+            turn_id,
+            code: record.error_code.unwrap_or_else(|| "internal".into()),
+            message: record.error_message.unwrap_or_else(|| "the turn failed".into()),
+        }),
+        TurnStatus::Cancelled => Err(ApiError::TurnCancelled(turn_id)),
+        TurnStatus::Interrupted | TurnStatus::Running => Err(ApiError::TurnInterrupted(turn_id)),
+    }
+}
+
+/// A turn's status and result.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/turns/{turn_id}",
+    tag = "turns",
+    params(("session_id" = String, Path), ("turn_id" = Uuid, Path)),
+    responses(
+        (status = 200, body = TurnView),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn get_turn(
+    State(app): State<AppState>,
+    Path((session_id, turn_id)): Path<(String, String)>,
+) -> Result<axum::Json<TurnView>, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let turn_id = parse_turn_id(&turn_id)?;
+    let record = app
+        .store
+        .get_turn(session_id.as_str(), turn_id)
+        .await?
+        .ok_or(ApiError::TurnNotFound)?;
+    Ok(axum::Json(record.try_into()?))
+}
+
+/// Query of `GET .../events`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct AfterQuery {
+    /// Resume after this seq (`Last-Event-ID` wins when both are given).
+    after: Option<i64>,
+}
+
+/// Follow a turn's events.
+///
+/// Replays the persisted events after `Last-Event-ID` (or `?after=`), then
+/// tails live ones, with no gap and no duplicate; ends after the terminal
+/// event (`turn.completed`, `turn.failed`, `turn.cancelled`, `turn.interrupted`).
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/turns/{turn_id}/events",
+    tag = "turns",
+    params(
+        ("session_id" = String, Path),
+        ("turn_id" = Uuid, Path),
+        ("Last-Event-ID" = Option<i64>, Header, description = "The last seq received"),
+        AfterQuery,
+    ),
+    responses(
+        (status = 200, body = EventEnvelope, content_type = "text/event-stream"),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn turn_events(
+    State(app): State<AppState>,
+    Path((session_id, turn_id)): Path<(String, String)>,
+    query: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let turn_id = parse_turn_id(&turn_id)?;
+    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+    let after = match headers.get("last-event-id") {
+        Some(raw) => raw
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .filter(|v| *v >= 0)
+            .ok_or(ApiError::InvalidHeader {
+                name: "Last-Event-ID",
+                detail: "must be a non-negative integer (an event seq)".into(),
+            })?,
+        None => query.after.unwrap_or(0),
+    };
+    if after < 0 {
+        return Err(ApiError::InvalidQuery("`after` must not be negative".into()));
+    }
+    app.store
+        .get_turn(session_id.as_str(), turn_id)
+        .await?
+        .ok_or(ApiError::TurnNotFound)?;
+    let events = app
+        .runner
+        .subscribe(session_id.as_str().to_owned(), turn_id, after);
+    Ok(sse::response(events, app.sse_keepalive()))
+}
+
+/// Answer of a cancel that was handed to another replica.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CancelRequested {
+    pub turn_id: Uuid,
+    pub status: TurnStatus,
+    pub cancel_requested: bool,
+}
+
+/// Cancel a running turn.
+///
+/// `200` with the turn once it ended (normally `cancelled`); `202` when the
+/// turn runs on another replica, which stops it within a heartbeat.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/turns/{turn_id}/cancel",
+    tag = "turns",
+    params(("session_id" = String, Path), ("turn_id" = Uuid, Path)),
+    responses(
+        (status = 200, body = TurnView),
+        (status = 202, body = CancelRequested),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The turn is not running", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn cancel_turn(
+    State(app): State<AppState>,
+    Path((session_id, turn_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let session_id: SessionId = parse_session_id(&session_id)?;
+    let turn_id = parse_turn_id(&turn_id)?;
+    match app.runner.cancel(&session_id, turn_id).await {
+        Ok(CancelOutcome::Ended(record)) => {
+            Ok(axum::Json(TurnView::try_from(record)?).into_response())
+        }
+        Ok(CancelOutcome::Requested) => Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(CancelRequested {
+                turn_id,
+                status: TurnStatus::Running,
+                cancel_requested: true,
+            }),
+        )
+            .into_response()),
+        Err(CancelError::NotFound) => Err(ApiError::TurnNotFound),
+        Err(CancelError::NotRunning(status)) => Err(ApiError::TurnNotRunning { turn_id, status }),
+        Err(CancelError::Store(e)) => Err(e.into()),
+    }
+}

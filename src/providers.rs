@@ -1,0 +1,178 @@
+//! LLM providers: the [`LlmProvider`] trait, the messages and stream events
+//! it speaks, and the typed [`ProviderError`].
+//!
+//! An adapter turns its provider's wire format into [`ProviderEvent`]s:
+//! text deltas as they arrive, tool calls once their arguments are whole,
+//! usage, and the finish reason. The harness never sees a wire format.
+
+pub mod error;
+pub mod openai;
+mod sse;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+
+pub use error::{ProviderError, ProviderFailure};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::Tool => "tool",
+        }
+    }
+}
+
+/// A tool call requested by the model; `arguments` is the raw JSON text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// One message of a prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+    /// Tool calls of an assistant message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a tool message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content)
+    }
+
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content)
+    }
+
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Self {
+            tool_calls,
+            ..Self::new(Role::Assistant, content)
+        }
+    }
+
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: Some(call_id.into()),
+            ..Self::new(Role::Tool, content)
+        }
+    }
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// One generation request.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolDefinition>,
+    /// The most this call may take, headers to last byte (the turn's
+    /// remaining budget).
+    pub timeout: Duration,
+}
+
+/// Token counts reported by a provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_creation_tokens: u64,
+}
+
+impl Usage {
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    ToolCalls,
+    Length,
+    ContentFilter,
+    Other(String),
+}
+
+impl FinishReason {
+    pub fn from_wire(raw: &str) -> Self {
+        match raw {
+            "stop" | "end_turn" | "stop_sequence" => Self::Stop,
+            "tool_calls" | "tool_use" | "function_call" => Self::ToolCalls,
+            "length" | "max_tokens" => Self::Length,
+            "content_filter" | "refusal" => Self::ContentFilter,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+/// What a provider stream yields, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderEvent {
+    TextDelta(String),
+    /// A complete tool call (arguments assembled across chunks).
+    ToolCall(ToolCall),
+    Usage(Usage),
+    /// The last event of a successful stream.
+    Finished(FinishReason),
+}
+
+/// A provider's answer as a stream; ends after `Finished` or an error.
+pub type ProviderStream = BoxStream<'static, Result<ProviderEvent, ProviderError>>;
+
+/// An LLM API.
+#[async_trait]
+pub trait LlmProvider: Send + Sync + 'static {
+    /// Short provider name (`openai`, `anthropic`, `ollama`).
+    fn name(&self) -> &str;
+
+    /// The model used when a request names none.
+    fn default_model(&self) -> &str;
+
+    /// Starts a streamed generation. Errors before the first byte are
+    /// returned here; later ones arrive in the stream.
+    async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError>;
+}

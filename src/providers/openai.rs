@@ -1,0 +1,319 @@
+//! The OpenAI-compatible Chat Completions adapter (`POST {base}/chat/completions`,
+//! `stream: true`).
+//!
+//! Text deltas are passed on as they arrive; tool-call deltas are assembled
+//! by their `index` across chunks and handed over whole when the stream
+//! finishes; usage comes from the final chunk (`stream_options.include_usage`).
+
+use std::{collections::BTreeMap, time::Duration};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use reqwest::Url;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::{
+    ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
+    ProviderStream, Role, ToolCall, Usage, sse,
+};
+
+/// Settings of an OpenAI-compatible endpoint.
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// e.g. `https://api.openai.com/v1`; `/chat/completions` is appended.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub model: String,
+    pub connect_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_response_bytes: usize,
+}
+
+/// An OpenAI-compatible provider.
+#[derive(Debug, Clone)]
+pub struct OpenAiProvider {
+    client: reqwest::Client,
+    endpoint: Url,
+    api_key: Option<String>,
+    model: String,
+    idle_timeout: Duration,
+    max_response_bytes: usize,
+}
+
+impl OpenAiProvider {
+    pub fn new(config: OpenAiConfig) -> Result<Self, ProviderError> {
+        let base = config.base_url.trim_end_matches('/');
+        let endpoint = Url::parse(&format!("{base}/chat/completions"))
+            .map_err(|e| ProviderError::Protocol(format!("invalid base URL {base:?}: {e}")))?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|e| ProviderError::Network(format!("cannot build HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            endpoint,
+            api_key: config.api_key,
+            model: config.model,
+            idle_timeout: config.idle_timeout,
+            max_response_bytes: config.max_response_bytes,
+        })
+    }
+
+    /// The JSON body sent for `request`.
+    pub fn request_body(&self, request: &ChatRequest) -> Value {
+        let model = if request.model.is_empty() {
+            &self.model
+        } else {
+            &request.model
+        };
+        let mut body = json!({
+            "model": model,
+            "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
+            "stream": true,
+            "stream_options": { "include_usage": true },
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({
+                        "type": "function",
+                        "function": {
+                            "name": t.name,
+                            "description": t.description,
+                            "parameters": t.parameters,
+                        }
+                    })
+                })
+                .collect();
+        }
+        body
+    }
+}
+
+fn wire_message(message: &ChatMessage) -> Value {
+    match message.role {
+        Role::Assistant if !message.tool_calls.is_empty() => json!({
+            "role": "assistant",
+            "content": if message.content.is_empty() { Value::Null } else { Value::from(message.content.as_str()) },
+            "tool_calls": message.tool_calls.iter().map(|c| json!({
+                "id": c.id,
+                "type": "function",
+                "function": { "name": c.name, "arguments": c.arguments },
+            })).collect::<Vec<_>>(),
+        }),
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": message.tool_call_id.as_deref().unwrap_or_default(),
+            "content": message.content,
+        }),
+        role => json!({ "role": role.as_str(), "content": message.content }),
+    }
+}
+
+#[async_trait]
+impl LlmProvider for OpenAiProvider {
+    fn name(&self) -> &str {
+        "openai"
+    }
+
+    fn default_model(&self) -> &str {
+        &self.model
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
+        let deadline = Instant::now() + request.timeout;
+        let mut http = self
+            .client
+            .post(self.endpoint.clone())
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .json(&self.request_body(&request));
+        if let Some(key) = &self.api_key {
+            http = http.bearer_auth(key);
+        }
+        let response = sse::send(http, deadline).await?;
+        if !response.status().is_success() {
+            return Err(sse::error_from_response(response).await);
+        }
+        let response = sse::expect_event_stream(response).await?;
+        let events = sse::events(response, self.idle_timeout, deadline, self.max_response_bytes);
+        Ok(parse_stream(events).boxed())
+    }
+}
+
+/// One `chat.completion.chunk`, only the fields we read.
+#[derive(Debug, Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    #[serde(default)]
+    index: u32,
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ToolCallDelta {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FunctionDelta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PromptTokensDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Turns the SSE events of a chat-completions stream into provider events.
+pub(crate) fn parse_stream<S>(events: S) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
+where
+    S: futures::Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Send + 'static,
+{
+    async_stream::try_stream! {
+        let mut events = Box::pin(events);
+        let mut calls: BTreeMap<u32, PartialCall> = BTreeMap::new();
+        let mut finish: Option<FinishReason> = None;
+        let mut done = false;
+        while let Some(event) = events.next().await {
+            let event = event?;
+            let data = event.data.trim();
+            if data == "[DONE]" {
+                done = true;
+                break;
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+                ProviderError::Protocol(format!("invalid JSON in stream chunk: {e}"))
+            })?;
+            if let Some(error) = chunk.error {
+                Err(in_stream_error(&error))?;
+            }
+            for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+                if let Some(delta) = choice.delta {
+                    if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                        yield ProviderEvent::TextDelta(text);
+                    }
+                    for part in delta.tool_calls.unwrap_or_default() {
+                        let index = part.index.unwrap_or(0);
+                        let call = calls.entry(index).or_default();
+                        if let Some(id) = part.id.filter(|id| !id.is_empty()) {
+                            call.id = id;
+                        }
+                        if let Some(function) = part.function {
+                            if let Some(name) = function.name {
+                                call.name.push_str(&name);
+                            }
+                            if let Some(arguments) = function.arguments {
+                                call.arguments.push_str(&arguments);
+                            }
+                        }
+                    }
+                }
+                if let Some(reason) = choice.finish_reason {
+                    finish = Some(FinishReason::from_wire(&reason));
+                }
+            }
+            if let Some(usage) = chunk.usage {
+                yield ProviderEvent::Usage(Usage {
+                    input_tokens: usage.prompt_tokens,
+                    output_tokens: usage.completion_tokens,
+                    cache_read_tokens: usage
+                        .prompt_tokens_details
+                        .and_then(|d| d.cached_tokens)
+                        .unwrap_or(0),
+                    cache_creation_tokens: 0,
+                });
+            }
+        }
+        if !done && finish.is_none() {
+            Err(ProviderError::Protocol(
+                "the stream ended before the response was complete".into(),
+            ))?;
+        }
+        let had_calls = !calls.is_empty();
+        for (index, call) in calls {
+            if call.name.is_empty() {
+                Err(ProviderError::Protocol(format!("tool call {index} has no name")))?;
+            }
+            let id = if call.id.is_empty() { format!("call_{index}") } else { call.id };
+            let arguments = if call.arguments.trim().is_empty() { "{}".to_owned() } else { call.arguments };
+            yield ProviderEvent::ToolCall(ToolCall { id, name: call.name, arguments });
+        }
+        let reason = finish.unwrap_or(if had_calls { FinishReason::ToolCalls } else { FinishReason::Stop });
+        yield ProviderEvent::Finished(reason);
+    }
+}
+
+/// An `error` object sent inside a 200 stream.
+fn in_stream_error(error: &Value) -> ProviderError {
+    let body = error.to_string();
+    let (message, code) = sse::error_message(&json!({ "error": error }).to_string());
+    let failure = super::ProviderFailure {
+        status: 200,
+        message: message.unwrap_or_else(|| "error in stream".to_owned()),
+        body,
+    };
+    match code.as_deref() {
+        Some("rate_limit_exceeded") => ProviderError::RateLimited {
+            retry_after: None,
+            failure,
+        },
+        Some("overloaded_error" | "server_overloaded" | "overloaded") => {
+            ProviderError::Overloaded(failure)
+        }
+        Some("context_length_exceeded") => ProviderError::ContextLengthExceeded(failure),
+        _ => ProviderError::Server(failure),
+    }
+}

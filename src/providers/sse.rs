@@ -1,0 +1,196 @@
+//! HTTP plumbing shared by the adapters: sending with a deadline, turning an
+//! error answer into a [`ProviderError`], and reading a `text/event-stream`
+//! body with an idle timeout and a size limit.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
+use reqwest::{RequestBuilder, Response, header};
+use tokio::time::Instant;
+
+use super::{ProviderError, ProviderFailure};
+
+/// Sends `request`, giving up at `deadline`.
+pub(super) async fn send(
+    request: RequestBuilder,
+    deadline: Instant,
+) -> Result<Response, ProviderError> {
+    match tokio::time::timeout_at(deadline, request.send()).await {
+        Err(_) => Err(ProviderError::Timeout(
+            "no response headers before the deadline".into(),
+        )),
+        Ok(Err(e)) => Err(transport_error(&e)),
+        Ok(Ok(response)) => Ok(response),
+    }
+}
+
+/// Maps a reqwest failure to the error a caller can act on.
+pub(super) fn transport_error(e: &reqwest::Error) -> ProviderError {
+    if e.is_timeout() {
+        ProviderError::Timeout(e.to_string())
+    } else if e.is_decode() || e.is_body() && !e.is_connect() {
+        ProviderError::Protocol(format!("reading the response failed: {e}"))
+    } else {
+        // Walk the source chain: "error sending request" alone says nothing.
+        let mut detail = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(inner) = source {
+            detail.push_str(": ");
+            detail.push_str(&inner.to_string());
+            source = inner.source();
+        }
+        ProviderError::Network(detail)
+    }
+}
+
+/// Reads a non-2xx answer and classifies it. The body is read up to
+/// [`ProviderFailure::BODY_LIMIT`] bytes.
+pub(super) async fn error_from_response(response: Response) -> ProviderError {
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let body = read_prefix(response, ProviderFailure::BODY_LIMIT).await;
+    let (message, code) = error_message(&body);
+    let failure = ProviderFailure {
+        status,
+        message: message.unwrap_or_else(|| format!("HTTP {status}")),
+        body,
+    };
+    ProviderError::from_status(status, retry_after, code.as_deref(), failure)
+}
+
+/// The provider's error message and code, from the usual JSON error shapes:
+/// `{"error": {"message", "code"|"type"}}`, `{"error": "..."}`, `{"message"}`.
+pub(super) fn error_message(body: &str) -> (Option<String>, Option<String>) {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(body) else {
+        let trimmed = body.trim();
+        return ((!trimmed.is_empty()).then(|| truncate(trimmed, 300)), None);
+    };
+    let error = value.get("error").unwrap_or(&value);
+    if let Some(text) = error.as_str() {
+        return (Some(text.to_owned()), None);
+    }
+    let message = error
+        .get("message")
+        .and_then(|m| m.as_str())
+        .map(str::to_owned);
+    let code = error
+        .get("code")
+        .and_then(|c| c.as_str())
+        .or_else(|| error.get("type").and_then(|t| t.as_str()))
+        .map(str::to_owned);
+    (message, code)
+}
+
+async fn read_prefix(mut response: Response, limit: usize) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < limit {
+        match response.chunk().await {
+            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    bytes.truncate(limit);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// Refuses a 2xx answer that is not an event stream (an HTML error page
+/// from a proxy, a JSON body from a server that ignored `stream: true`).
+pub(super) async fn expect_event_stream(response: Response) -> Result<Response, ProviderError> {
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if content_type.starts_with("text/event-stream") {
+        return Ok(response);
+    }
+    let body = read_prefix(response, 200).await;
+    Err(ProviderError::Protocol(format!(
+        "expected text/event-stream, got {:?}: {}",
+        if content_type.is_empty() { "no content type" } else { &content_type },
+        truncate(body.trim(), 120)
+    )))
+}
+
+/// The SSE events of `response`, each awaited for at most `idle` and never
+/// past `deadline`; the body may not exceed `max_bytes`.
+pub(super) fn events(
+    response: Response,
+    idle: Duration,
+    deadline: Instant,
+    max_bytes: usize,
+) -> impl Stream<Item = Result<Event, ProviderError>> + Send + 'static {
+    let mut seen = 0usize;
+    let bytes = response.bytes_stream().map(move |chunk| {
+        let chunk: Bytes = chunk.map_err(|e| transport_error(&e))?;
+        seen += chunk.len();
+        if seen > max_bytes {
+            return Err(ProviderError::Protocol(format!(
+                "response exceeds {max_bytes} bytes"
+            )));
+        }
+        Ok(chunk)
+    });
+    let mut parsed = Box::pin(bytes.eventsource());
+    async_stream::stream! {
+        loop {
+            let wait_until = deadline.min(Instant::now() + idle);
+            match tokio::time::timeout_at(wait_until, parsed.next()).await {
+                Err(_) if wait_until >= deadline => {
+                    yield Err(ProviderError::Timeout("the turn's deadline passed mid-stream".into()));
+                    return;
+                }
+                Err(_) => {
+                    yield Err(ProviderError::Timeout(format!(
+                        "no data for {} s", idle.as_secs_f64()
+                    )));
+                    return;
+                }
+                Ok(None) => return,
+                Ok(Some(Ok(event))) => yield Ok(event),
+                Ok(Some(Err(EventStreamError::Transport(e)))) => {
+                    yield Err(e);
+                    return;
+                }
+                Ok(Some(Err(e))) => {
+                    yield Err(ProviderError::Protocol(format!("malformed event stream: {e}")));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_are_read_from_the_usual_shapes() {
+        let (m, c) = error_message(
+            r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+        );
+        assert_eq!(m.as_deref(), Some("Incorrect API key provided"));
+        assert_eq!(c.as_deref(), Some("invalid_api_key"));
+        let (m, _) = error_message(r#"{"error":"model not found"}"#);
+        assert_eq!(m.as_deref(), Some("model not found"));
+        let (m, c) = error_message("<html>bad gateway</html>");
+        assert_eq!(m.as_deref(), Some("<html>bad gateway</html>"));
+        assert_eq!(c, None);
+    }
+}

@@ -1,0 +1,630 @@
+//! The turn runner: starts each turn in its own tracked task with its own
+//! cancellation token, detached from the HTTP connection that asked for it;
+//! numbers its events, sends them through the event log writer to live
+//! subscribers, and commits its end.
+//!
+//! Only `POST .../cancel`, shutdown (after the grace period) or the turn's
+//! budget stop a turn; a client that goes away merely stops listening.
+
+mod heartbeat;
+pub mod live;
+mod subscribe;
+mod writer;
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::{
+    events::{StoredEvent, TurnEvent},
+    harness::{AgentHarness, EventSink, SinkError, TurnRequest, TurnResult, WebMode},
+    ids::SessionId,
+    providers::{ChatMessage, Role},
+    store::{
+        BeginTurnError, NewDecision, NewMessage, NewTurn, OrphanScope, Store, StoreError,
+        TurnFinish, TurnRecord, TurnStatus,
+    },
+};
+use live::{LiveTurn, LiveTurns};
+use writer::EventWriter;
+
+/// A validated turn request, as stored with the turn (and compared on an
+/// idempotent replay).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnSpec {
+    pub message: String,
+    pub top_k: u32,
+    pub web_mode: WebMode,
+    pub show_citations: bool,
+    pub runtime_provider: Option<String>,
+    pub runtime_model: Option<String>,
+    pub skill_context: Option<String>,
+    /// The history to use instead of the session's stored one.
+    pub history: Option<Vec<ChatMessage>>,
+}
+
+/// Settings of the runner.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    pub instance_id: String,
+    pub history_max_messages: u32,
+    pub shutdown_grace: Duration,
+    pub heartbeat_interval: Duration,
+    pub stale_turn_after: Duration,
+    /// How often a subscriber to a turn run elsewhere re-reads the log.
+    pub poll_interval: Duration,
+    pub event_queue_capacity: usize,
+    pub event_batch_max: usize,
+}
+
+/// A turn that [`TurnRunner::start`] began, or found by its idempotency key.
+#[derive(Debug, Clone)]
+pub struct StartedTurn {
+    pub turn_id: Uuid,
+    /// True when the idempotency key named an existing turn.
+    pub replayed: bool,
+}
+
+/// Why a turn did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the session already has a running turn {0}")]
+    AlreadyRunning(Uuid),
+    #[error("the idempotency key was used for a different request (turn {0})")]
+    IdempotencyMismatch(Uuid),
+    #[error("the service is shutting down")]
+    ShuttingDown,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a cancel did.
+#[derive(Debug)]
+pub enum CancelOutcome {
+    /// The turn ended; here is its record (normally `cancelled`, or
+    /// whatever it reached first).
+    Ended(TurnRecord),
+    /// The turn runs in another process; its owner will stop it.
+    Requested,
+}
+
+/// Why a cancel was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CancelError {
+    #[error("turn not found")]
+    NotFound,
+    #[error("turn is not running (status {0})")]
+    NotRunning(TurnStatus),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Runs turns; cheap to clone.
+#[derive(Clone)]
+pub struct TurnRunner {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    harness: Arc<AgentHarness>,
+    writer: EventWriter,
+    live: LiveTurns,
+    config: RunnerConfig,
+    process_id: String,
+    /// Turn tasks.
+    turns: TaskTracker,
+    /// Writer and heartbeat.
+    background: TaskTracker,
+    /// Set when shutdown begins: no new turns.
+    draining: CancellationToken,
+    /// Set when the grace period is over: running turns end `interrupted`.
+    interrupt: CancellationToken,
+    /// Stops the heartbeat and then the writer.
+    stop_background: CancellationToken,
+    /// Ends every open event stream.
+    close_streams: CancellationToken,
+}
+
+impl TurnRunner {
+    /// Builds the runner and starts its writer and heartbeat.
+    pub fn start_runner(store: Arc<dyn Store>, harness: Arc<AgentHarness>, config: RunnerConfig) -> Self {
+        let background = TaskTracker::new();
+        let stop_background = CancellationToken::new();
+        let writer_stop = CancellationToken::new();
+        let writer = EventWriter::spawn(
+            store.clone(),
+            config.event_queue_capacity,
+            config.event_batch_max,
+            &background,
+            writer_stop.clone(),
+        );
+        let runner = Self {
+            inner: Arc::new(Inner {
+                store,
+                harness,
+                writer,
+                live: LiveTurns::default(),
+                config,
+                process_id: Uuid::now_v7().to_string(),
+                turns: TaskTracker::new(),
+                background,
+                draining: CancellationToken::new(),
+                interrupt: CancellationToken::new(),
+                stop_background,
+                close_streams: CancellationToken::new(),
+            }),
+        };
+        let heartbeat_runner = runner.clone();
+        let stop = runner.inner.stop_background.clone();
+        runner.inner.background.spawn(async move {
+            heartbeat::run(heartbeat_runner, stop).await;
+            // The writer outlives the heartbeat so that late finishes commit.
+            writer_stop.cancel();
+        });
+        runner
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    pub fn harness(&self) -> &Arc<AgentHarness> {
+        &self.inner.harness
+    }
+
+    /// Turns running in this process.
+    pub fn running_turns(&self) -> usize {
+        self.inner.live.len()
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.is_cancelled()
+    }
+
+    /// Marks turns left running by a dead process as interrupted. Run at
+    /// start, before serving; the heartbeat repeats it for stale turns.
+    pub async fn recover_orphans(&self) -> Result<usize, StoreError> {
+        let mut total = 0;
+        // Bounded: each call interrupts up to a page of orphans.
+        for _ in 0..1000 {
+            let done = self.sweep_orphans().await?;
+            total += done;
+            if done == 0 {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    async fn sweep_orphans(&self) -> Result<usize, StoreError> {
+        let now = Utc::now();
+        let stale = chrono::Duration::from_std(self.inner.config.stale_turn_after)
+            .unwrap_or(chrono::Duration::MAX);
+        let scope = OrphanScope {
+            instance: self.inner.config.instance_id.clone(),
+            process: self.inner.process_id.clone(),
+            stale_before: now.checked_sub_signed(stale).unwrap_or(now),
+        };
+        let events = self
+            .inner
+            .store
+            .interrupt_orphans(&scope, "owner_lost", now)
+            .await?;
+        for event in &events {
+            tracing::warn!(turn.id = %event.turn_id, session.id = %event.session_id, "interrupted an orphaned turn");
+        }
+        Ok(events.len())
+    }
+
+    /// Begins a turn and starts it in the background.
+    pub async fn start(
+        &self,
+        session_id: &SessionId,
+        spec: TurnSpec,
+        idempotency_key: Option<String>,
+    ) -> Result<StartedTurn, StartError> {
+        if self.is_draining() {
+            return Err(StartError::ShuttingDown);
+        }
+        let inner = &self.inner;
+        let turn_id = Uuid::now_v7();
+        let now = Utc::now();
+        let (provider, model) = inner.harness.resolve_provider_model(
+            spec.runtime_provider.as_deref(),
+            spec.runtime_model.as_deref(),
+        );
+        let started = TurnEvent::TurnStarted {
+            message: spec.message.clone(),
+            provider,
+            model,
+        };
+        let encode = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+        let new_turn = NewTurn {
+            id: turn_id,
+            session_id: session_id.as_str().to_owned(),
+            request: serde_json::to_string(&spec).map_err(encode)?,
+            idempotency_key,
+            owner_instance: inner.config.instance_id.clone(),
+            owner_process: inner.process_id.clone(),
+            created_at: now,
+            started_payload: serde_json::to_string(&started).map_err(encode)?,
+        };
+        let first_seq = match inner.store.begin_turn(&new_turn).await {
+            Ok(seq) => seq,
+            Err(BeginTurnError::AlreadyRunning(running)) => {
+                return Err(StartError::AlreadyRunning(running));
+            }
+            Err(BeginTurnError::IdempotencyKeyExists(existing)) => {
+                return if existing.request == new_turn.request {
+                    Ok(StartedTurn {
+                        turn_id: existing.id,
+                        replayed: true,
+                    })
+                } else {
+                    Err(StartError::IdempotencyMismatch(existing.id))
+                };
+            }
+            Err(BeginTurnError::Store(e)) => return Err(e.into()),
+        };
+        let live = inner.live.insert(session_id.as_str(), turn_id);
+        let runner = self.clone();
+        let span = tracing::info_span!(
+            "turn",
+            otel.name = "invoke_agent",
+            gen_ai.operation.name = "invoke_agent",
+            turn.id = %turn_id,
+            session.id = %session_id,
+            turn.status = tracing::field::Empty,
+        );
+        inner
+            .turns
+            .spawn(runner.drive(live, spec, first_seq).instrument(span));
+        Ok(StartedTurn {
+            turn_id,
+            replayed: false,
+        })
+    }
+
+    /// The life of one turn, from its first event after `turn.started` to its commit.
+    async fn drive(self, live: Arc<LiveTurn>, spec: TurnSpec, first_seq: i64) {
+        let inner = &self.inner;
+        let started = tokio::time::Instant::now();
+        let sink = TurnSink {
+            writer: inner.writer.clone(),
+            live: live.clone(),
+            next_seq: Mutex::new(first_seq + 1),
+        };
+        let outcome = tokio::select! {
+            biased;
+            () = live.cancel.cancelled() => Outcome::Cancelled,
+            () = inner.interrupt.cancelled() => Outcome::Interrupted,
+            result = self.execute(&live, &spec, &sink) => match result {
+                Ok(result) => Outcome::Completed(result),
+                Err((code, message)) => Outcome::Failed { code, message },
+            },
+        };
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        tracing::Span::current().record("turn.status", outcome.status().as_str());
+        match self.finish(&live, &spec, &sink, outcome, elapsed_ms).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!("turn was ended elsewhere before it finished"),
+            Err(e) => tracing::error!(error = %e, "turn end could not be committed"),
+        }
+        live.closed.cancel();
+        inner.live.remove(live.turn_id);
+    }
+
+    /// Loads history and runs the harness.
+    async fn execute(
+        &self,
+        live: &LiveTurn,
+        spec: &TurnSpec,
+        sink: &TurnSink,
+    ) -> Result<TurnResult, (String, String)> {
+        let history = match &spec.history {
+            Some(history) => history.clone(),
+            None => self
+                .inner
+                .store
+                .recent_messages(&live.session_id, self.inner.config.history_max_messages)
+                .await
+                .map_err(|e| ("store_unavailable".to_owned(), e.to_string()))?
+                .into_iter()
+                .filter_map(|m| {
+                    let role = match m.role.as_str() {
+                        "user" => Role::User,
+                        "assistant" => Role::Assistant,
+                        "system" => Role::System,
+                        _ => return None,
+                    };
+                    Some(ChatMessage::new(role, m.content))
+                })
+                .collect(),
+        };
+        let request = TurnRequest {
+            session_id: live.session_id.clone(),
+            turn_id: live.turn_id,
+            history,
+            user_message: spec.message.clone(),
+            top_k: spec.top_k,
+            web_mode: spec.web_mode,
+            show_citations: spec.show_citations,
+            runtime_provider: spec.runtime_provider.clone(),
+            runtime_model: spec.runtime_model.clone(),
+            skill_context: spec.skill_context.clone(),
+        };
+        self.inner
+            .harness
+            .run_turn(request, sink)
+            .await
+            .map_err(|e| (e.code().to_owned(), e.to_string()))
+    }
+
+    /// Commits the turn's end with its terminal event, retrying a store
+    /// failure a few times (the turn's answer is worth it).
+    async fn finish(
+        &self,
+        live: &Arc<LiveTurn>,
+        spec: &TurnSpec,
+        sink: &TurnSink,
+        outcome: Outcome,
+        elapsed_ms: u64,
+    ) -> Result<bool, writer::FinishError> {
+        let seq = sink.take_seq().await;
+        let finish = build_finish(live, spec, outcome, seq, elapsed_ms)
+            .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
+        let mut delay = Duration::from_millis(100);
+        let mut attempt = 1;
+        loop {
+            match self.inner.writer.finish(live, finish.clone()).await {
+                Err(writer::FinishError::Store(e)) if attempt < 4 => {
+                    tracing::warn!(error = %e, attempt, "committing the turn end failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 4;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Stops a running turn.
+    pub async fn cancel(
+        &self,
+        session_id: &SessionId,
+        turn_id: Uuid,
+    ) -> Result<CancelOutcome, CancelError> {
+        let store = &self.inner.store;
+        let record = store
+            .get_turn(session_id.as_str(), turn_id)
+            .await?
+            .ok_or(CancelError::NotFound)?;
+        if record.status != TurnStatus::Running {
+            return Err(CancelError::NotRunning(record.status));
+        }
+        if let Some(live) = self.inner.live.get(turn_id) {
+            live.cancel.cancel();
+            // The turn commits its end promptly once cancelled; wait for it
+            // so the answer can carry the final status.
+            let _ = tokio::time::timeout(Duration::from_secs(5), live.closed.cancelled()).await;
+        } else if !store.request_cancel(turn_id).await? {
+            let record = store.get_turn(session_id.as_str(), turn_id).await?;
+            return Err(CancelError::NotRunning(
+                record.map_or(TurnStatus::Interrupted, |r| r.status),
+            ));
+        } else {
+            return Ok(CancelOutcome::Requested);
+        }
+        let record = store
+            .get_turn(session_id.as_str(), turn_id)
+            .await?
+            .ok_or(CancelError::NotFound)?;
+        Ok(CancelOutcome::Ended(record))
+    }
+
+    /// Waits until the turn is no longer running and returns its record.
+    pub async fn wait_for_end(
+        &self,
+        session_id: &SessionId,
+        turn_id: Uuid,
+    ) -> Result<Option<TurnRecord>, StoreError> {
+        if let Some(live) = self.inner.live.get(turn_id) {
+            tokio::select! {
+                () = live.closed.cancelled() => {}
+                () = self.inner.close_streams.cancelled() => {}
+            }
+        }
+        loop {
+            let record = self.inner.store.get_turn(session_id.as_str(), turn_id).await?;
+            match record {
+                Some(r) if r.status == TurnStatus::Running => {}
+                other => return Ok(other),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.inner.config.poll_interval) => {}
+                () = self.inner.close_streams.cancelled() => return Ok(None),
+            }
+        }
+    }
+
+    /// Shuts down: no new turns; running turns get `grace` to finish, then
+    /// end `interrupted`; the event log is flushed; open streams end.
+    pub async fn shutdown(&self, grace: Duration) {
+        let inner = &self.inner;
+        inner.draining.cancel();
+        inner.turns.close();
+        if tokio::time::timeout(grace, inner.turns.wait()).await.is_err() {
+            tracing::warn!(
+                running = inner.live.len(),
+                "grace period over; interrupting running turns"
+            );
+            inner.interrupt.cancel();
+            if tokio::time::timeout(Duration::from_secs(10), inner.turns.wait())
+                .await
+                .is_err()
+            {
+                tracing::error!("turns did not end after being interrupted");
+            }
+        }
+        inner.stop_background.cancel();
+        inner.background.close();
+        if tokio::time::timeout(Duration::from_secs(10), inner.background.wait())
+            .await
+            .is_err()
+        {
+            tracing::error!("event writer did not drain in time");
+        }
+        inner.close_streams.cancel();
+    }
+
+    /// A token cancelled when open streams must end.
+    pub fn streams_closed(&self) -> CancellationToken {
+        self.inner.close_streams.clone()
+    }
+}
+
+/// How a turn ended.
+enum Outcome {
+    Completed(TurnResult),
+    Failed { code: String, message: String },
+    Cancelled,
+    Interrupted,
+}
+
+impl Outcome {
+    fn status(&self) -> TurnStatus {
+        match self {
+            Self::Completed(_) => TurnStatus::Completed,
+            Self::Failed { .. } => TurnStatus::Failed,
+            Self::Cancelled => TurnStatus::Cancelled,
+            Self::Interrupted => TurnStatus::Interrupted,
+        }
+    }
+}
+
+fn build_finish(
+    live: &LiveTurn,
+    spec: &TurnSpec,
+    outcome: Outcome,
+    seq: i64,
+    elapsed_ms: u64,
+) -> Result<TurnFinish, serde_json::Error> {
+    let status = outcome.status();
+    let (mut result, mut error_code, mut error_message) = (None, None, None);
+    let (mut messages, mut decision) = (Vec::new(), None);
+    let event = match outcome {
+        Outcome::Completed(turn_result) => {
+            result = Some(serde_json::to_string(&turn_result)?);
+            messages = vec![
+                NewMessage {
+                    role: "user".into(),
+                    content: spec.message.clone(),
+                },
+                NewMessage {
+                    role: "assistant".into(),
+                    content: turn_result.text.clone(),
+                },
+            ];
+            let strategy = "direct_answer";
+            decision = Some(NewDecision {
+                id: Uuid::now_v7(),
+                decision_key: "support.chat.turn".into(),
+                strategy: strategy.into(),
+                record: serde_json::json!({
+                    "decision_key": "support.chat.turn",
+                    "strategy": strategy,
+                    "session_id": live.session_id,
+                    "turn_id": live.turn_id,
+                    "tools_used": [],
+                    "input_tokens": turn_result.input_tokens,
+                    "output_tokens": turn_result.output_tokens,
+                    "elapsed_ms": elapsed_ms,
+                })
+                .to_string(),
+            });
+            TurnEvent::TurnCompleted {
+                result: turn_result,
+            }
+        }
+        Outcome::Failed { code, message } => {
+            error_code = Some(code.clone());
+            error_message = Some(message.clone());
+            TurnEvent::TurnFailed { code, message }
+        }
+        Outcome::Cancelled => {
+            error_code = Some("cancelled".into());
+            TurnEvent::TurnCancelled {
+                reason: "cancel_requested".into(),
+            }
+        }
+        Outcome::Interrupted => {
+            error_code = Some("interrupted".into());
+            error_message = Some("the service shut down".into());
+            TurnEvent::TurnInterrupted {
+                reason: "shutdown".into(),
+            }
+        }
+    };
+    Ok(TurnFinish {
+        turn_id: live.turn_id,
+        session_id: live.session_id.clone(),
+        status,
+        result,
+        error_code,
+        error_message,
+        messages,
+        decision,
+        terminal: Arc::new(StoredEvent::new(
+            &live.session_id,
+            live.turn_id,
+            seq,
+            &event,
+            Utc::now(),
+        )?),
+    })
+}
+
+/// The sink of one turn: numbers events and queues them for the writer.
+struct TurnSink {
+    writer: EventWriter,
+    live: Arc<LiveTurn>,
+    /// Held while an event is numbered and queued, so queue order is seq order.
+    next_seq: Mutex<i64>,
+}
+
+impl TurnSink {
+    async fn take_seq(&self) -> i64 {
+        let mut next = self.next_seq.lock().await;
+        let seq = *next;
+        *next += 1;
+        seq
+    }
+}
+
+#[async_trait]
+impl EventSink for TurnSink {
+    async fn emit(&self, event: TurnEvent) -> Result<(), SinkError> {
+        let mut next = self.next_seq.lock().await;
+        let stored = StoredEvent::new(
+            &self.live.session_id,
+            self.live.turn_id,
+            *next,
+            &event,
+            Utc::now(),
+        )
+        .map_err(|e| SinkError(e.to_string()))?;
+        self.writer
+            .append(&self.live, Arc::new(stored))
+            .await
+            .map_err(|e| SinkError(e.to_string()))?;
+        *next += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,91 @@
+//! Turns running in this process, and their live fan-out.
+//!
+//! A [`LiveTurn`] broadcasts each event after the event log committed it.
+//! That order is what makes resuming exact: a subscriber subscribes first and
+//! reads the log second, so every event is either in what it read or in what
+//! it receives (or both, and the seq tells the duplicate).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::events::StoredEvent;
+
+/// Events a slow subscriber may fall behind before it re-reads the log.
+const BROADCAST_CAPACITY: usize = 256;
+
+/// One running turn of this process.
+#[derive(Debug)]
+pub struct LiveTurn {
+    pub session_id: String,
+    pub turn_id: Uuid,
+    sender: broadcast::Sender<Arc<StoredEvent>>,
+    /// Cancelled by `POST .../cancel`.
+    pub cancel: CancellationToken,
+    /// Cancelled once the turn's terminal event is committed and published,
+    /// or once its events can no longer be written.
+    pub closed: CancellationToken,
+}
+
+impl LiveTurn {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+        self.sender.subscribe()
+    }
+
+    /// Sends a committed event to the subscribers.
+    pub fn publish(&self, event: Arc<StoredEvent>) {
+        // No subscriber is not an error: the log has the event.
+        let _ = self.sender.send(event);
+    }
+}
+
+/// The registry of live turns, by turn id.
+#[derive(Debug, Default, Clone)]
+pub struct LiveTurns {
+    turns: Arc<Mutex<HashMap<Uuid, Arc<LiveTurn>>>>,
+}
+
+impl LiveTurns {
+    pub fn insert(&self, session_id: &str, turn_id: Uuid) -> Arc<LiveTurn> {
+        let (sender, _) = broadcast::channel(BROADCAST_CAPACITY);
+        let turn = Arc::new(LiveTurn {
+            session_id: session_id.to_owned(),
+            turn_id,
+            sender,
+            cancel: CancellationToken::new(),
+            closed: CancellationToken::new(),
+        });
+        self.lock().insert(turn_id, turn.clone());
+        turn
+    }
+
+    pub fn get(&self, turn_id: Uuid) -> Option<Arc<LiveTurn>> {
+        self.lock().get(&turn_id).cloned()
+    }
+
+    pub fn remove(&self, turn_id: Uuid) {
+        self.lock().remove(&turn_id);
+    }
+
+    pub fn ids(&self) -> Vec<Uuid> {
+        self.lock().keys().copied().collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Arc<LiveTurn>>> {
+        // The map holds no invariant a panic could break halfway.
+        self.turns.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,119 @@
+//! Reading a turn's events: replay from the log after a seq, then follow
+//! live, with no gap and no duplicate, until the terminal event.
+//!
+//! The subscriber subscribes to the live broadcast *before* reading the log.
+//! Events are broadcast only after they are committed, so each event is in
+//! the log read, in the broadcast, or both; the seq removes duplicates and a
+//! gap (a lagging receiver) sends the reader back to the log. A turn that
+//! runs in another process has no local broadcast: the log is polled.
+
+use std::sync::Arc;
+
+use futures::Stream;
+use tokio::sync::broadcast::error::RecvError;
+use uuid::Uuid;
+
+use super::TurnRunner;
+use crate::{
+    events::StoredEvent,
+    store::{StoreError, TurnStatus},
+};
+
+/// Events read from the log per query.
+const PAGE: u32 = 500;
+
+impl TurnRunner {
+    /// The events of `turn_id` with seq greater than `after`, replayed and
+    /// then followed live; the stream ends after the terminal event, or when
+    /// the service shuts down.
+    pub fn subscribe(
+        &self,
+        session_id: String,
+        turn_id: Uuid,
+        after: i64,
+    ) -> impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static {
+        let runner = self.clone();
+        async_stream::try_stream! {
+            let inner = &runner.inner;
+            let live = inner.live.get(turn_id);
+            let mut receiver = live.as_ref().map(|l| l.subscribe());
+            let mut last = after;
+            let mut idle_polls = 0u32;
+            loop {
+                // Everything committed after `last`, page by page.
+                loop {
+                    let page = inner
+                        .store
+                        .list_events(&session_id, Some(turn_id), last, PAGE)
+                        .await?;
+                    let full = page.len() == PAGE as usize;
+                    for event in page {
+                        last = event.seq;
+                        let terminal = event.is_terminal();
+                        yield Arc::new(event);
+                        if terminal {
+                            return;
+                        }
+                    }
+                    if !full {
+                        break;
+                    }
+                }
+                // Then wait for more: live when the turn runs here.
+                if let (Some(live), Some(rx)) = (live.as_ref(), receiver.as_mut()) {
+                    loop {
+                        tokio::select! {
+                            biased;
+                            () = inner.close_streams.cancelled() => return,
+                            received = rx.recv() => match received {
+                                Ok(event) if event.seq <= last => continue,
+                                Ok(event) if event.seq == last + 1 => {
+                                    last = event.seq;
+                                    let terminal = event.is_terminal();
+                                    yield event;
+                                    if terminal {
+                                        return;
+                                    }
+                                }
+                                // A gap or a lag: the log has what was missed.
+                                Ok(_) | Err(RecvError::Lagged(_)) => break,
+                                Err(RecvError::Closed) => {
+                                    receiver = None;
+                                    break;
+                                }
+                            },
+                            () = live.closed.cancelled() => {
+                                // Terminal committed (or the turn's writes
+                                // failed): finish from the log, then poll.
+                                receiver = None;
+                                break;
+                            }
+                        }
+                    }
+                    continue;
+                }
+                // Elsewhere (or no longer live here): poll the log.
+                tokio::select! {
+                    () = inner.close_streams.cancelled() => return,
+                    () = tokio::time::sleep(inner.config.poll_interval) => {}
+                }
+                idle_polls += 1;
+                // A turn that is no longer running but has no terminal event
+                // cannot produce one any more; do not wait forever.
+                if idle_polls.is_multiple_of(20) {
+                    let record = inner.store.get_turn(&session_id, turn_id).await?;
+                    if record.is_none_or(|r| r.status != TurnStatus::Running) {
+                        let tail = inner
+                            .store
+                            .list_events(&session_id, Some(turn_id), last, PAGE)
+                            .await?;
+                        for event in tail {
+                            yield Arc::new(event);
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

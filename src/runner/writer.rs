@@ -1,0 +1,223 @@
+//! The event log writer: one task, group commit.
+//!
+//! Emitters put events on a bounded queue (a full queue slows them down);
+//! the writer takes everything waiting, up to `batch_max`, writes it in one
+//! transaction, then publishes it to live subscribers. A turn's finish rides
+//! in the same queue, so it commits after every event of its turn and
+//! together with its terminal event.
+//!
+//! If a batch fails (after retries), each turn's part is written on its own,
+//! so one broken turn cannot take the others down with it.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use super::live::LiveTurn;
+use crate::{
+    events::StoredEvent,
+    store::{Store, StoreError, TurnFinish},
+};
+
+/// Attempts of a failing batch before its turns are written one by one.
+const BATCH_ATTEMPTS: u32 = 3;
+
+enum Command {
+    Append {
+        event: Arc<StoredEvent>,
+        live: Arc<LiveTurn>,
+    },
+    Finish {
+        finish: Box<TurnFinish>,
+        live: Arc<LiveTurn>,
+        ack: oneshot::Sender<Result<bool, StoreError>>,
+    },
+}
+
+impl Command {
+    fn live(&self) -> &Arc<LiveTurn> {
+        match self {
+            Self::Append { live, .. } | Self::Finish { live, .. } => live,
+        }
+    }
+}
+
+/// Why the writer could not take a command.
+#[derive(Debug, thiserror::Error)]
+#[error("the event writer has stopped")]
+pub struct WriterStopped;
+
+/// Handle to the writer task.
+#[derive(Clone)]
+pub struct EventWriter {
+    sender: mpsc::Sender<Command>,
+}
+
+impl EventWriter {
+    /// Starts the writer on `tracker`. It stops when `stop` is cancelled and
+    /// the queue is drained, or when every handle is dropped.
+    pub fn spawn(
+        store: Arc<dyn Store>,
+        capacity: usize,
+        batch_max: usize,
+        tracker: &TaskTracker,
+        stop: CancellationToken,
+    ) -> Self {
+        let (sender, receiver) = mpsc::channel(capacity);
+        tracker.spawn(run(store, receiver, batch_max, stop));
+        Self { sender }
+    }
+
+    /// Queues an event; waits while the queue is full.
+    pub async fn append(
+        &self,
+        live: &Arc<LiveTurn>,
+        event: Arc<StoredEvent>,
+    ) -> Result<(), WriterStopped> {
+        self.sender
+            .send(Command::Append {
+                event,
+                live: live.clone(),
+            })
+            .await
+            .map_err(|_| WriterStopped)
+    }
+
+    /// Queues a turn's finish and waits for its commit. `Ok(false)`: the
+    /// turn was no longer running (someone else ended it); nothing was written.
+    pub async fn finish(
+        &self,
+        live: &Arc<LiveTurn>,
+        finish: TurnFinish,
+    ) -> Result<bool, FinishError> {
+        let (ack, done) = oneshot::channel();
+        self.sender
+            .send(Command::Finish {
+                finish: Box::new(finish),
+                live: live.clone(),
+                ack,
+            })
+            .await
+            .map_err(|_| FinishError::Stopped)?;
+        match done.await {
+            Ok(result) => result.map_err(FinishError::Store),
+            Err(_) => Err(FinishError::Stopped),
+        }
+    }
+}
+
+/// Why a finish was not committed.
+#[derive(Debug, thiserror::Error)]
+pub enum FinishError {
+    #[error("the event writer has stopped")]
+    Stopped,
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+async fn run(
+    store: Arc<dyn Store>,
+    mut receiver: mpsc::Receiver<Command>,
+    batch_max: usize,
+    stop: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(batch_max);
+    loop {
+        let first = tokio::select! {
+            biased;
+            command = receiver.recv() => command,
+            () = stop.cancelled() => {
+                // Drain what is queued, then stop taking more.
+                receiver.close();
+                receiver.recv().await
+            }
+        };
+        let Some(first) = first else { break };
+        batch.push(first);
+        while batch.len() < batch_max {
+            match receiver.try_recv() {
+                Ok(command) => batch.push(command),
+                Err(_) => break,
+            }
+        }
+        commit(store.as_ref(), &mut batch).await;
+    }
+    tracing::debug!("event writer stopped");
+}
+
+/// Writes `batch` (emptying it) and publishes what was committed.
+async fn commit(store: &dyn Store, batch: &mut Vec<Command>) {
+    let mut delay = Duration::from_millis(20);
+    for attempt in 1..=BATCH_ATTEMPTS {
+        match write(store, batch).await {
+            Ok(applied) => {
+                publish(batch.drain(..), applied);
+                return;
+            }
+            Err(e) if attempt < BATCH_ATTEMPTS => {
+                tracing::warn!(error = %e, attempt, events = batch.len(), "event batch failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 4;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, events = batch.len(), "event batch failed; writing turn by turn");
+            }
+        }
+    }
+    // Isolate: each turn's commands on their own.
+    let mut rest: Vec<Command> = std::mem::take(batch);
+    while let Some(first) = rest.first() {
+        let turn_id = first.live().turn_id;
+        let (mine, others): (Vec<Command>, Vec<Command>) =
+            rest.into_iter().partition(|c| c.live().turn_id == turn_id);
+        rest = others;
+        match write(store, &mine).await {
+            Ok(applied) => publish(mine.into_iter(), applied),
+            Err(e) => fail(mine, e),
+        }
+    }
+}
+
+async fn write(store: &dyn Store, batch: &[Command]) -> Result<Vec<bool>, StoreError> {
+    let mut events = Vec::new();
+    let mut finishes = Vec::new();
+    for command in batch {
+        match command {
+            Command::Append { event, .. } => events.push(event.clone()),
+            Command::Finish { finish, .. } => finishes.push(&**finish),
+        }
+    }
+    store.write_batch(&events, &finishes).await
+}
+
+fn publish(commands: impl Iterator<Item = Command>, applied: Vec<bool>) {
+    let mut applied = applied.into_iter();
+    for command in commands {
+        match command {
+            Command::Append { event, live } => live.publish(event),
+            Command::Finish { finish, live, ack } => {
+                let done = applied.next().unwrap_or(false);
+                if done {
+                    live.publish(finish.terminal.clone());
+                }
+                live.closed.cancel();
+                // The turn task may be gone (shutdown); the commit stands.
+                let _ = ack.send(Ok(done));
+            }
+        }
+    }
+}
+
+/// A turn whose writes failed: its subscribers are told to fall back to the
+/// log, and its finish (if any) gets the error.
+fn fail(commands: Vec<Command>, error: StoreError) {
+    tracing::error!(error = %error, "events of a turn could not be written");
+    let message = error.to_string();
+    for command in commands {
+        command.live().closed.cancel();
+        if let Command::Finish { ack, .. } = command {
+            let _ = ack.send(Err(StoreError::Unavailable(message.clone())));
+        }
+    }
+}

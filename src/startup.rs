@@ -1,0 +1,196 @@
+//! Building and running the service; shared by the binary and the tests.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    app::App,
+    config::Settings,
+    harness::{AgentHarness, HarnessConfig},
+    http,
+    providers::{
+        LlmProvider, ProviderError,
+        openai::{OpenAiConfig, OpenAiProvider},
+    },
+    runner::{RunnerConfig, TurnRunner},
+    store::{self, StoreError},
+};
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("database: {0}")]
+    Store(#[from] StoreError),
+    #[error("provider: {0}")]
+    Provider(#[from] ProviderError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("server error: {0}")]
+    Serve(std::io::Error),
+}
+
+/// A built service: store migrated, orphans recovered, socket bound.
+pub struct Application {
+    listener: TcpListener,
+    port: u16,
+    app: Arc<App>,
+    shutdown: CancellationToken,
+}
+
+impl Application {
+    /// Connects the store, applies migrations, interrupts turns a previous
+    /// process left running, and binds the listener.
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let store = store::connect(&settings.database_url, settings.database_max_connections).await?;
+        store.migrate().await?;
+        let provider: Arc<dyn LlmProvider> = Arc::new(OpenAiProvider::new(OpenAiConfig {
+            base_url: settings.openai_base_url.clone(),
+            api_key: settings.openai_api_key.clone(),
+            model: settings.model.clone(),
+            connect_timeout: Duration::from_secs(settings.provider_connect_timeout_s),
+            idle_timeout: Duration::from_secs(settings.provider_idle_timeout_s),
+            max_response_bytes: settings.provider_max_response_bytes,
+        })?);
+        Self::build_with(settings, store, provider).await
+    }
+
+    /// [`Application::build`] with a given store and provider.
+    pub async fn build_with(
+        settings: Settings,
+        store: Arc<dyn store::Store>,
+        provider: Arc<dyn LlmProvider>,
+    ) -> Result<Self, StartupError> {
+        let provider_names = vec![provider.name().to_owned()];
+        let harness = Arc::new(AgentHarness::new(
+            provider,
+            HarnessConfig {
+                max_steps: settings.max_steps,
+                timeout: settings.turn_timeout(),
+                system_prompt: settings.system_prompt.clone(),
+            },
+        ));
+        let runner = TurnRunner::start_runner(
+            store.clone(),
+            harness,
+            RunnerConfig {
+                instance_id: settings.instance_id.clone(),
+                history_max_messages: settings.history_max_messages,
+                shutdown_grace: Duration::from_secs(settings.shutdown_grace_s),
+                heartbeat_interval: Duration::from_secs(settings.heartbeat_interval_s),
+                stale_turn_after: Duration::from_secs(settings.stale_turn_after_s),
+                poll_interval: Duration::from_millis(250),
+                event_queue_capacity: settings.event_queue_capacity,
+                event_batch_max: settings.event_batch_max,
+            },
+        );
+        let recovered = runner.recover_orphans().await?;
+        if recovered > 0 {
+            tracing::warn!(turns = recovered, "interrupted turns left running by a previous process");
+        }
+        let addr = settings.listen;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartupError::Bind { addr, source })?;
+        let port = listener
+            .local_addr()
+            .map_err(|source| StartupError::Bind { addr, source })?
+            .port();
+        let app = Arc::new(App {
+            settings,
+            store,
+            runner,
+            provider_names,
+        });
+        Ok(Self {
+            listener,
+            port,
+            app,
+            shutdown: CancellationToken::new(),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn app(&self) -> &Arc<App> {
+        &self.app
+    }
+
+    /// A token that, when cancelled, shuts the service down gracefully.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Serves until the shutdown token is cancelled, then stops accepting,
+    /// gives running turns the grace period, interrupts the rest, flushes
+    /// the event log and ends open streams.
+    pub async fn run_until_stopped(self) -> Result<(), StartupError> {
+        let Self {
+            listener,
+            app,
+            shutdown,
+            ..
+        } = self;
+        let router = http::router(app.clone());
+        let stop_accepting = shutdown.clone();
+        let server = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop_accepting.cancelled().await });
+        let mut server = std::pin::pin!(server.into_future());
+        tokio::select! {
+            result = &mut server => {
+                // The server stopped on its own: still end turns cleanly.
+                app.runner.shutdown(Duration::ZERO).await;
+                return result.map_err(StartupError::Serve);
+            }
+            () = shutdown.cancelled() => {}
+        }
+        tracing::info!(running = app.runner.running_turns(), "shutting down");
+        let grace = Duration::from_secs(app.settings.shutdown_grace_s);
+        let drain = app.runner.shutdown(grace);
+        // Keep serving the open connections while turns drain.
+        let (_, served) = tokio::join!(drain, async {
+            match tokio::time::timeout(grace + Duration::from_secs(30), &mut server).await {
+                Ok(result) => result,
+                Err(_) => {
+                    tracing::warn!("connections still open after shutdown; closing");
+                    Ok(())
+                }
+            }
+        });
+        served.map_err(StartupError::Serve)
+    }
+}
+
+/// Resolves on SIGTERM or ctrl-c.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,46 @@
+//! The Postgres backend, selected by a `postgres://` `DATABASE_URL`.
+
+use sqlx::{
+    Postgres, Transaction,
+    migrate::Migrator,
+    postgres::{PgPool, PgPoolOptions},
+};
+
+use super::StoreError;
+
+/// Postgres implementation of [`super::Store`].
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    pub(super) const MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .connect(url)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    /// Uses an existing pool (tests point it at a schema of their own).
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    fn writer(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn reader(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        self.pool.begin().await
+    }
+}
+
+super::sql::impl_store!(PostgresStore, Postgres, "postgres");

@@ -1,0 +1,252 @@
+//! Rows of the store, shared by both backends.
+
+use std::{fmt, str::FromStr, sync::Arc};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::StoreError;
+use crate::events::StoredEvent;
+
+/// Where a turn is in its life. Only `running` is not final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TurnStatus {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+    Interrupted,
+}
+
+impl TurnStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl fmt::Display for TurnStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TurnStatus {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "running" => Self::Running,
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
+            "interrupted" => Self::Interrupted,
+            other => return Err(StoreError::Corrupt(format!("turn status {other:?}"))),
+        })
+    }
+}
+
+/// A turn about to begin.
+#[derive(Debug, Clone)]
+pub struct NewTurn {
+    pub id: Uuid,
+    pub session_id: String,
+    /// The request as canonical JSON, compared on idempotent replays.
+    pub request: String,
+    pub idempotency_key: Option<String>,
+    pub owner_instance: String,
+    pub owner_process: String,
+    pub created_at: DateTime<Utc>,
+    /// The serialized `turn.started` event.
+    pub started_payload: String,
+}
+
+/// A history message to append when a turn completes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewMessage {
+    pub role: String,
+    pub content: String,
+}
+
+/// A decision record to store when a turn completes.
+#[derive(Debug, Clone)]
+pub struct NewDecision {
+    pub id: Uuid,
+    pub decision_key: String,
+    pub strategy: String,
+    /// The whole record as JSON.
+    pub record: String,
+}
+
+/// The end of a turn: its status, result and the writes that go with it,
+/// committed together with its terminal event.
+#[derive(Debug, Clone)]
+pub struct TurnFinish {
+    pub turn_id: Uuid,
+    pub session_id: String,
+    pub status: TurnStatus,
+    pub result: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub messages: Vec<NewMessage>,
+    pub decision: Option<NewDecision>,
+    pub terminal: Arc<StoredEvent>,
+}
+
+/// A turn as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnRecord {
+    pub id: Uuid,
+    pub session_id: String,
+    pub status: TurnStatus,
+    pub request: String,
+    pub result: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub owner_instance: String,
+    pub first_seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A session as stored, with a summary of its turns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRecord {
+    pub id: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub turn_count: i64,
+    pub last_seq: i64,
+    pub running_turn_id: Option<Uuid>,
+}
+
+/// One message of a session's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MessageRecord {
+    pub id: i64,
+    pub turn_id: Uuid,
+    pub role: String,
+    pub content: String,
+    pub created_at: DateTime<Utc>,
+}
+
+pub(super) fn parse_uuid(raw: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(raw).map_err(|_| StoreError::Corrupt(format!("uuid {raw:?}")))
+}
+
+/// Raw rows, decoded the same way from both backends.
+pub(super) mod rows {
+    use chrono::{DateTime, Utc};
+
+    #[derive(sqlx::FromRow)]
+    pub struct TurnRow {
+        pub id: String,
+        pub session_id: String,
+        pub status: String,
+        pub request: String,
+        pub result: Option<String>,
+        pub error_code: Option<String>,
+        pub error_message: Option<String>,
+        pub owner_instance: String,
+        pub first_seq: i64,
+        pub created_at: DateTime<Utc>,
+        pub finished_at: Option<DateTime<Utc>>,
+    }
+
+    #[derive(sqlx::FromRow)]
+    pub struct EventRow {
+        pub session_id: String,
+        pub seq: i64,
+        pub turn_id: String,
+        #[sqlx(rename = "type")]
+        pub event_type: String,
+        pub payload: String,
+        pub created_at: DateTime<Utc>,
+    }
+
+    #[derive(sqlx::FromRow)]
+    pub struct MessageRow {
+        pub id: i64,
+        pub turn_id: String,
+        pub role: String,
+        pub content: String,
+        pub created_at: DateTime<Utc>,
+    }
+
+    #[derive(sqlx::FromRow)]
+    pub struct SessionRow {
+        pub id: String,
+        pub created_at: DateTime<Utc>,
+        pub updated_at: DateTime<Utc>,
+        pub turn_count: i64,
+        pub last_seq: i64,
+        pub running_turn_id: Option<String>,
+    }
+}
+
+impl TryFrom<rows::TurnRow> for TurnRecord {
+    type Error = StoreError;
+    fn try_from(r: rows::TurnRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: parse_uuid(&r.id)?,
+            session_id: r.session_id,
+            status: r.status.parse()?,
+            request: r.request,
+            result: r.result,
+            error_code: r.error_code,
+            error_message: r.error_message,
+            owner_instance: r.owner_instance,
+            first_seq: r.first_seq,
+            created_at: r.created_at,
+            finished_at: r.finished_at,
+        })
+    }
+}
+
+impl TryFrom<rows::EventRow> for StoredEvent {
+    type Error = StoreError;
+    fn try_from(r: rows::EventRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            session_id: r.session_id,
+            seq: r.seq,
+            turn_id: parse_uuid(&r.turn_id)?,
+            event_type: r.event_type,
+            payload: r.payload,
+            created_at: r.created_at,
+        })
+    }
+}
+
+impl TryFrom<rows::MessageRow> for MessageRecord {
+    type Error = StoreError;
+    fn try_from(r: rows::MessageRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: r.id,
+            turn_id: parse_uuid(&r.turn_id)?,
+            role: r.role,
+            content: r.content,
+            created_at: r.created_at,
+        })
+    }
+}
+
+impl TryFrom<rows::SessionRow> for SessionRecord {
+    type Error = StoreError;
+    fn try_from(r: rows::SessionRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: r.id,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            turn_count: r.turn_count,
+            last_seq: r.last_seq,
+            running_turn_id: r.running_turn_id.as_deref().map(parse_uuid).transpose()?,
+        })
+    }
+}

@@ -1,0 +1,485 @@
+//! The SQL of the store, written once for both backends.
+//!
+//! SQLite and Postgres accept the same statements here (`$n` parameters,
+//! `ON CONFLICT`, `RETURNING`, partial indexes), so one macro generates both
+//! `Store` implementations. The alternative, a store generic over
+//! `sqlx::Database`, needs an `Encode`/`Decode`/`Executor` bound per type at
+//! every call site, which buries the SQL; two hand-written copies drift.
+//!
+//! A backend type provides `reader()` (a pool for reads), `begin_write()`
+//! (a write transaction: `BEGIN IMMEDIATE` on SQLite) and `MIGRATOR`.
+
+/// Columns of a turn, in [`super::records::rows::TurnRow`] order (a macro so
+/// that `concat!` can splice it into a literal).
+macro_rules! turn_columns {
+    () => {
+        "id, session_id, status, request, result, error_code, error_message, \
+         owner_instance, first_seq, created_at, finished_at"
+    };
+}
+pub(super) use turn_columns;
+
+/// Rows bound per multi-row `INSERT` (6 parameters each; well under both
+/// databases' parameter limits).
+pub(super) const EVENTS_PER_INSERT: usize = 256;
+
+/// Orphans interrupted per call, so one sweep is bounded.
+pub(super) const ORPHANS_PER_SWEEP: i64 = 100;
+
+macro_rules! impl_store {
+    ($store:ty, $db:ty, $backend:literal) => {
+        #[async_trait::async_trait]
+        impl $crate::store::Store for $store {
+            fn backend(&self) -> &'static str {
+                $backend
+            }
+
+            async fn migrate(&self) -> Result<(), $crate::store::StoreError> {
+                Self::MIGRATOR.run(self.writer()).await?;
+                Ok(())
+            }
+
+            async fn readiness(&self) -> $crate::store::Readiness {
+                let applied: Result<Vec<i64>, sqlx::Error> =
+                    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = TRUE")
+                        .fetch_all(self.reader())
+                        .await;
+                match applied {
+                    Ok(versions) => $crate::store::Readiness {
+                        reachable: true,
+                        migrations_applied: Self::MIGRATOR
+                            .iter()
+                            .all(|m| versions.contains(&m.version)),
+                    },
+                    // The migrations table is missing on a fresh database;
+                    // tell that apart from a database that does not answer.
+                    Err(sqlx::Error::Database(_)) => $crate::store::Readiness {
+                        reachable: sqlx::query("SELECT 1").execute(self.reader()).await.is_ok(),
+                        migrations_applied: false,
+                    },
+                    Err(_) => $crate::store::Readiness {
+                        reachable: false,
+                        migrations_applied: false,
+                    },
+                }
+            }
+
+            async fn begin_turn(
+                &self,
+                turn: &$crate::store::NewTurn,
+            ) -> Result<i64, $crate::store::BeginTurnError> {
+                use $crate::store::{BeginTurnError, StoreError};
+                let mut tx = self.begin_write().await.map_err(StoreError::from)?;
+                if let Some(conflict) = find_begin_conflict(&mut *tx, turn).await? {
+                    return Err(conflict);
+                }
+                sqlx::query(
+                    "INSERT INTO sessions (id, created_at, updated_at) VALUES ($1, $2, $2) \
+                     ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at",
+                )
+                .bind(&turn.session_id)
+                .bind(turn.created_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::from)?;
+                let seq: i64 = sqlx::query_scalar(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = $1",
+                )
+                .bind(&turn.session_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(StoreError::from)?;
+                let inserted = sqlx::query(
+                    "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
+                     owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
+                     VALUES ($1, $2, 'running', $3, $4, $5, $6, $7, $8, $7)",
+                )
+                .bind(turn.id.to_string())
+                .bind(&turn.session_id)
+                .bind(&turn.request)
+                .bind(&turn.idempotency_key)
+                .bind(&turn.owner_instance)
+                .bind(&turn.owner_process)
+                .bind(turn.created_at)
+                .bind(seq)
+                .execute(&mut *tx)
+                .await;
+                match inserted {
+                    Ok(_) => {}
+                    // A concurrent begin won the race between our check and
+                    // our insert (Postgres, READ COMMITTED): look again.
+                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                        drop(tx);
+                        let mut conn = self.writer().acquire().await.map_err(StoreError::from)?;
+                        return Err(find_begin_conflict(&mut *conn, turn).await?.unwrap_or_else(
+                            || {
+                                BeginTurnError::Store(StoreError::Corrupt(
+                                    "unique violation without a conflicting turn".into(),
+                                ))
+                            },
+                        ));
+                    }
+                    Err(e) => return Err(StoreError::from(e).into()),
+                }
+                sqlx::query(
+                    "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+                     VALUES ($1, $2, $3, 'turn.started', $4, $5)",
+                )
+                .bind(&turn.session_id)
+                .bind(seq)
+                .bind(turn.id.to_string())
+                .bind(&turn.started_payload)
+                .bind(turn.created_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::from)?;
+                tx.commit().await.map_err(StoreError::from)?;
+                Ok(seq)
+            }
+
+            async fn write_batch(
+                &self,
+                events: &[std::sync::Arc<$crate::events::StoredEvent>],
+                finishes: &[&$crate::store::TurnFinish],
+            ) -> Result<Vec<bool>, $crate::store::StoreError> {
+                let mut tx = self.begin_write().await?;
+                insert_events(&mut *tx, events.iter().map(|e| &**e)).await?;
+                let mut applied = Vec::with_capacity(finishes.len());
+                for finish in finishes {
+                    let updated = sqlx::query(
+                        "UPDATE turns SET status = $1, result = $2, error_code = $3, \
+                         error_message = $4, finished_at = $5 \
+                         WHERE id = $6 AND status = 'running'",
+                    )
+                    .bind(finish.status.as_str())
+                    .bind(&finish.result)
+                    .bind(&finish.error_code)
+                    .bind(&finish.error_message)
+                    .bind(finish.terminal.created_at)
+                    .bind(finish.turn_id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                    if updated.rows_affected() != 1 {
+                        applied.push(false);
+                        continue;
+                    }
+                    applied.push(true);
+                    let turn_id = finish.turn_id.to_string();
+                    for message in &finish.messages {
+                        sqlx::query(
+                            "INSERT INTO messages (session_id, turn_id, role, content, created_at) \
+                             VALUES ($1, $2, $3, $4, $5)",
+                        )
+                        .bind(&finish.session_id)
+                        .bind(&turn_id)
+                        .bind(&message.role)
+                        .bind(&message.content)
+                        .bind(finish.terminal.created_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    if let Some(decision) = &finish.decision {
+                        sqlx::query(
+                            "INSERT INTO decisions (id, session_id, turn_id, decision_key, \
+                             strategy, record, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                        )
+                        .bind(decision.id.to_string())
+                        .bind(&finish.session_id)
+                        .bind(&turn_id)
+                        .bind(&decision.decision_key)
+                        .bind(&decision.strategy)
+                        .bind(&decision.record)
+                        .bind(finish.terminal.created_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    sqlx::query("UPDATE sessions SET updated_at = $1 WHERE id = $2")
+                        .bind(finish.terminal.created_at)
+                        .bind(&finish.session_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    insert_events(&mut *tx, std::iter::once(&*finish.terminal)).await?;
+                }
+                tx.commit().await?;
+                Ok(applied)
+            }
+
+            async fn get_turn(
+                &self,
+                session_id: &str,
+                turn_id: uuid::Uuid,
+            ) -> Result<Option<$crate::store::TurnRecord>, $crate::store::StoreError> {
+                let sql = concat!(
+                    "SELECT ",
+                    $crate::store::sql::turn_columns!(),
+                    " FROM turns WHERE id = $1 AND session_id = $2"
+                );
+                sqlx::query_as::<_, $crate::store::records::rows::TurnRow>(sql)
+                    .bind(turn_id.to_string())
+                    .bind(session_id)
+                    .fetch_optional(self.reader())
+                    .await?
+                    .map(TryInto::try_into)
+                    .transpose()
+            }
+
+            async fn get_session(
+                &self,
+                session_id: &str,
+            ) -> Result<Option<$crate::store::SessionRecord>, $crate::store::StoreError> {
+                sqlx::query_as::<_, $crate::store::records::rows::SessionRow>(
+                    "SELECT s.id, s.created_at, s.updated_at, \
+                     (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id) AS turn_count, \
+                     (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq, \
+                     (SELECT t.id FROM turns t WHERE t.session_id = s.id AND t.status = 'running') \
+                       AS running_turn_id \
+                     FROM sessions s WHERE s.id = $1",
+                )
+                .bind(session_id)
+                .fetch_optional(self.reader())
+                .await?
+                .map(TryInto::try_into)
+                .transpose()
+            }
+
+            async fn list_messages(
+                &self,
+                session_id: &str,
+                after: i64,
+                limit: u32,
+            ) -> Result<Vec<$crate::store::MessageRecord>, $crate::store::StoreError> {
+                sqlx::query_as::<_, $crate::store::records::rows::MessageRow>(
+                    "SELECT id, turn_id, role, content, created_at FROM messages \
+                     WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+                )
+                .bind(session_id)
+                .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await?
+                .into_iter()
+                .map(TryInto::try_into)
+                .collect()
+            }
+
+            async fn recent_messages(
+                &self,
+                session_id: &str,
+                limit: u32,
+            ) -> Result<Vec<$crate::store::MessageRecord>, $crate::store::StoreError> {
+                let mut newest_first: Vec<$crate::store::MessageRecord> =
+                    sqlx::query_as::<_, $crate::store::records::rows::MessageRow>(
+                        "SELECT id, turn_id, role, content, created_at FROM messages \
+                         WHERE session_id = $1 ORDER BY id DESC LIMIT $2",
+                    )
+                    .bind(session_id)
+                    .bind(i64::from(limit))
+                    .fetch_all(self.reader())
+                    .await?
+                    .into_iter()
+                    .map(TryInto::try_into)
+                    .collect::<Result<_, _>>()?;
+                newest_first.reverse();
+                Ok(newest_first)
+            }
+
+            async fn list_events(
+                &self,
+                session_id: &str,
+                turn_id: Option<uuid::Uuid>,
+                after: i64,
+                limit: u32,
+            ) -> Result<Vec<$crate::events::StoredEvent>, $crate::store::StoreError> {
+                let rows = match turn_id {
+                    Some(turn_id) => {
+                        sqlx::query_as::<_, $crate::store::records::rows::EventRow>(
+                            "SELECT session_id, seq, turn_id, type, payload, created_at \
+                             FROM events WHERE turn_id = $1 AND session_id = $2 AND seq > $3 \
+                             ORDER BY seq LIMIT $4",
+                        )
+                        .bind(turn_id.to_string())
+                        .bind(session_id)
+                        .bind(after)
+                        .bind(i64::from(limit))
+                        .fetch_all(self.reader())
+                        .await?
+                    }
+                    None => {
+                        sqlx::query_as::<_, $crate::store::records::rows::EventRow>(
+                            "SELECT session_id, seq, turn_id, type, payload, created_at \
+                             FROM events WHERE session_id = $1 AND seq > $2 \
+                             ORDER BY seq LIMIT $3",
+                        )
+                        .bind(session_id)
+                        .bind(after)
+                        .bind(i64::from(limit))
+                        .fetch_all(self.reader())
+                        .await?
+                    }
+                };
+                rows.into_iter().map(TryInto::try_into).collect()
+            }
+
+            async fn request_cancel(
+                &self,
+                turn_id: uuid::Uuid,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let mut tx = self.begin_write().await?;
+                let done = sqlx::query(
+                    "UPDATE turns SET cancel_requested = TRUE WHERE id = $1 AND status = 'running'",
+                )
+                .bind(turn_id.to_string())
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn heartbeat(
+                &self,
+                turn_ids: &[uuid::Uuid],
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Vec<uuid::Uuid>, $crate::store::StoreError> {
+                if turn_ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut tx = self.begin_write().await?;
+                let mut cancelled = Vec::new();
+                for chunk in turn_ids.chunks($crate::store::sql::EVENTS_PER_INSERT) {
+                    let mut qb = sqlx::QueryBuilder::<$db>::new("UPDATE turns SET heartbeat_at = ");
+                    qb.push_bind(now);
+                    qb.push(" WHERE status = 'running' AND id IN (");
+                    let mut ids = qb.separated(", ");
+                    for id in chunk {
+                        ids.push_bind(id.to_string());
+                    }
+                    qb.push(") RETURNING id, cancel_requested");
+                    let rows: Vec<(String, bool)> = qb.build_query_as().fetch_all(&mut *tx).await?;
+                    for (id, cancel) in rows {
+                        if cancel {
+                            cancelled.push($crate::store::records::parse_uuid(&id)?);
+                        }
+                    }
+                }
+                tx.commit().await?;
+                Ok(cancelled)
+            }
+
+            async fn interrupt_orphans(
+                &self,
+                scope: &$crate::store::OrphanScope,
+                reason: &str,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Vec<$crate::events::StoredEvent>, $crate::store::StoreError> {
+                use $crate::events::{StoredEvent, TurnEvent};
+                let candidates: Vec<(String, String)> = sqlx::query_as(
+                    "SELECT id, session_id FROM turns WHERE status = 'running' \
+                     AND ((owner_instance = $1 AND owner_process <> $2) OR heartbeat_at < $3) \
+                     ORDER BY created_at LIMIT $4",
+                )
+                .bind(&scope.instance)
+                .bind(&scope.process)
+                .bind(scope.stale_before)
+                .bind($crate::store::sql::ORPHANS_PER_SWEEP)
+                .fetch_all(self.writer())
+                .await?;
+                let event = TurnEvent::TurnInterrupted {
+                    reason: reason.to_owned(),
+                };
+                let mut interrupted = Vec::with_capacity(candidates.len());
+                for (turn_id, session_id) in candidates {
+                    let mut tx = self.begin_write().await?;
+                    let updated = sqlx::query(
+                        "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
+                         error_message = $1, finished_at = $2 WHERE id = $3 AND status = 'running'",
+                    )
+                    .bind(reason)
+                    .bind(now)
+                    .bind(&turn_id)
+                    .execute(&mut *tx)
+                    .await?;
+                    if updated.rows_affected() != 1 {
+                        continue;
+                    }
+                    let seq: i64 = sqlx::query_scalar(
+                        "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = $1",
+                    )
+                    .bind(&session_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    let stored = StoredEvent::new(
+                        &session_id,
+                        $crate::store::records::parse_uuid(&turn_id)?,
+                        seq,
+                        &event,
+                        now,
+                    )
+                    .map_err(|e| $crate::store::StoreError::Corrupt(e.to_string()))?;
+                    insert_events(&mut *tx, std::iter::once(&stored)).await?;
+                    tx.commit().await?;
+                    interrupted.push(stored);
+                }
+                Ok(interrupted)
+            }
+        }
+
+        /// The conflict that stops `turn` from beginning, if any: an
+        /// existing turn with its idempotency key, or a running turn.
+        async fn find_begin_conflict(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            turn: &$crate::store::NewTurn,
+        ) -> Result<Option<$crate::store::BeginTurnError>, $crate::store::StoreError> {
+            use $crate::store::{BeginTurnError, records::rows::TurnRow};
+            if let Some(key) = &turn.idempotency_key {
+                let sql = concat!(
+                    "SELECT ",
+                    $crate::store::sql::turn_columns!(),
+                    " FROM turns WHERE session_id = $1 AND idempotency_key = $2"
+                );
+                let existing = sqlx::query_as::<_, TurnRow>(sql)
+                    .bind(&turn.session_id)
+                    .bind(key)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                if let Some(row) = existing {
+                    return Ok(Some(BeginTurnError::IdempotencyKeyExists(Box::new(
+                        row.try_into()?,
+                    ))));
+                }
+            }
+            let running: Option<String> =
+                sqlx::query_scalar("SELECT id FROM turns WHERE session_id = $1 AND status = 'running'")
+                    .bind(&turn.session_id)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+            running
+                .map(|id| Ok(BeginTurnError::AlreadyRunning($crate::store::records::parse_uuid(&id)?)))
+                .transpose()
+        }
+
+        /// Inserts events with multi-row `INSERT`s.
+        async fn insert_events<'e>(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            events: impl Iterator<Item = &'e $crate::events::StoredEvent>,
+        ) -> Result<(), sqlx::Error> {
+            let events: Vec<&$crate::events::StoredEvent> = events.collect();
+            for chunk in events.chunks($crate::store::sql::EVENTS_PER_INSERT) {
+                let mut qb = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) ",
+                );
+                qb.push_values(chunk, |mut row, e| {
+                    row.push_bind(e.session_id.clone())
+                        .push_bind(e.seq)
+                        .push_bind(e.turn_id.to_string())
+                        .push_bind(e.event_type.clone())
+                        .push_bind(e.payload.clone())
+                        .push_bind(e.created_at);
+                });
+                qb.build().execute(&mut *conn).await?;
+            }
+            Ok(())
+        }
+    };
+}
+
+pub(super) use impl_store;
