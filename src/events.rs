@@ -6,7 +6,7 @@
 //! once, when the event is emitted, so a replay from the log is byte-for-byte
 //! what a live subscriber saw.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -94,7 +94,9 @@ pub struct StoredEvent {
 }
 
 impl StoredEvent {
-    /// Builds the stored form of `event`.
+    /// Builds the stored form of `event`. The timestamp is cut to
+    /// microseconds, the precision both databases keep, so that a replayed
+    /// event equals the live one.
     pub fn new(
         session_id: &str,
         turn_id: Uuid,
@@ -108,7 +110,7 @@ impl StoredEvent {
             turn_id,
             event_type: event.event_type().to_owned(),
             payload: serde_json::to_string(event)?,
-            created_at,
+            created_at: created_at.trunc_subsecs(6),
         })
     }
 

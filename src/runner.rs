@@ -14,7 +14,7 @@ mod writer;
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -235,7 +235,7 @@ impl TurnRunner {
         }
         let inner = &self.inner;
         let turn_id = Uuid::now_v7();
-        let now = Utc::now();
+        let now = Utc::now().trunc_subsecs(6);
         let (provider, model) = inner.harness.resolve_provider_model(
             spec.runtime_provider.as_deref(),
             spec.runtime_model.as_deref(),

@@ -31,7 +31,7 @@ pub struct Health {
 }
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "Success", body = Health)))]
 async fn healthz() -> axum::Json<Health> {
     axum::Json(Health {
         status: "ok".into(),
@@ -47,7 +47,7 @@ async fn healthz() -> axum::Json<Health> {
     get,
     path = "/readyz",
     tag = "operations",
-    responses((status = 200, body = Health), (status = 503, body = Health))
+    responses((status = 200, description = "Success", body = Health), (status = 503, description = "Not ready", body = Health))
 )]
 async fn readyz(State(app): State<AppState>) -> Response {
     let readiness = app.store.readiness().await;

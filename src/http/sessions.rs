@@ -44,9 +44,9 @@ pub struct SessionView {
     tag = "sessions",
     params(("session_id" = String, Path)),
     responses(
-        (status = 200, body = SessionView),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Success", body = SessionView),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 async fn get_session(
@@ -71,6 +71,7 @@ async fn get_session(
 
 /// Paging of a list.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
     /// Return items after this cursor (a message id or an event seq).
@@ -113,9 +114,9 @@ pub struct MessagePage {
     tag = "sessions",
     params(("session_id" = String, Path), PageQuery),
     responses(
-        (status = 200, body = MessagePage),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Success", body = MessagePage),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 async fn list_messages(
@@ -157,9 +158,9 @@ pub struct EventPage {
     tag = "sessions",
     params(("session_id" = String, Path), PageQuery),
     responses(
-        (status = 200, body = EventPage),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Success", body = EventPage),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 async fn list_events(

@@ -344,9 +344,9 @@ fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
     tag = "turns",
     params(("session_id" = String, Path), ("turn_id" = Uuid, Path)),
     responses(
-        (status = 200, body = TurnView),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Success", body = TurnView),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 async fn get_turn(
@@ -365,6 +365,7 @@ async fn get_turn(
 
 /// Query of `GET .../events`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AfterQuery {
     /// Resume after this seq (`Last-Event-ID` wins when both are given).
@@ -387,9 +388,9 @@ pub struct AfterQuery {
         AfterQuery,
     ),
     responses(
-        (status = 200, body = EventEnvelope, content_type = "text/event-stream"),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Success", body = EventEnvelope, content_type = "text/event-stream"),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 async fn turn_events(
@@ -444,10 +445,10 @@ pub struct CancelRequested {
     tag = "turns",
     params(("session_id" = String, Path), ("turn_id" = Uuid, Path)),
     responses(
-        (status = 200, body = TurnView),
-        (status = 202, body = CancelRequested),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Success", body = TurnView),
+        (status = 202, description = "Accepted: the turn runs on another replica, which stops it within a heartbeat", body = CancelRequested),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The turn is not running", body = Problem, content_type = "application/problem+json"),
     )
 )]

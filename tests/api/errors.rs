@@ -1,0 +1,240 @@
+//! Every bad input gets a problem+json with a stable code and leaves nothing
+//! behind; every provider failure ends the turn with `turn.failed`.
+
+use serde_json::{Value, json};
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{TestApp, spawn_app, spawn_app_with, test_settings, types},
+    on_both_backends,
+    support::{Backend, TestDb},
+};
+
+async fn send_raw(app: &TestApp, path: &str, content_type: Option<&str>, body: Vec<u8>) -> (u16, String, Value) {
+    let mut request = app.client.post(app.url(path)).body(body);
+    if let Some(content_type) = content_type {
+        request = request.header("content-type", content_type);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+    (status, content_type, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Asserts the problem document and that the session was not created.
+async fn assert_problem(app: &TestApp, session: &str, got: (u16, String, Value), status: u16, code: &str) {
+    let (got_status, content_type, body) = got;
+    assert_eq!((got_status, body["code"].as_str()), (status, Some(code)), "{body}");
+    assert_eq!(content_type, "application/problem+json");
+    assert_eq!(body["status"], status);
+    assert_eq!(body["type"], format!("urn:agent-harness:problem:{code}"));
+    assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
+    if !session.is_empty() {
+        let (status, _) = app.get_json(&format!("/sessions/{session}")).await;
+        assert_eq!(status, 404, "a refused request must not create session {session}");
+    }
+    assert!(app.provider.requests().is_empty(), "the provider must not be called");
+}
+
+#[tokio::test]
+async fn bad_bodies_get_their_own_codes_and_write_nothing() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let json = Some("application/json");
+    let path = "/sessions/s-bad/turns";
+    let cases: Vec<(Option<&str>, &[u8], u16, &str)> = vec![
+        (json, b"{\"message\": ", 400, "invalid_json"),
+        (json, b"not json", 400, "invalid_json"),
+        (json, b"", 400, "invalid_json"),
+        (json, b"{}", 422, "message_required"),
+        (json, b"{\"message\": null}", 422, "message_required"),
+        (json, b"{\"message\": \"\"}", 422, "message_required"),
+        (json, b"{\"message\": \"   \"}", 422, "message_required"),
+        (json, b"{\"message\": 42}", 422, "invalid_body"),
+        (json, b"{\"message\": \"hi\", \"top_k\": \"five\"}", 422, "invalid_body"),
+        (json, b"{\"message\": \"hi\", \"web_mode\": \"sometimes\"}", 422, "invalid_body"),
+        (json, b"{\"message\": \"hi\", \"show_citations\": \"yes\"}", 422, "invalid_body"),
+        (json, b"{\"message\": \"hi\", \"history\": [{\"role\": \"robot\", \"content\": \"x\"}]}", 422, "invalid_body"),
+        (json, b"{\"mesage\": \"typo\"}", 422, "invalid_body"),
+        (json, b"[\"message\"]", 422, "invalid_body"),
+        (json, b"{\"message\": \"hi\", \"top_k\": 0}", 422, "invalid_field"),
+        (json, b"{\"message\": \"hi\", \"runtime_provider\": \"nobody\"}", 422, "invalid_field"),
+        (Some("text/plain"), b"{\"message\": \"hi\"}", 415, "unsupported_media_type"),
+        (None, b"{\"message\": \"hi\"}", 415, "unsupported_media_type"),
+    ];
+    for (content_type, body, status, code) in cases {
+        let got = send_raw(&app, path, content_type, body.to_vec()).await;
+        assert_problem(&app, "s-bad", got, status, code).await;
+    }
+    // The field at fault is named.
+    let (_, _, body) = send_raw(&app, path, json, br#"{"message": "hi", "history": [{"role": "user", "content": 7}]}"#.to_vec()).await;
+    assert_eq!(body["field"], "history[0].content");
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_gets_413() {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.body_limit_bytes = 1024;
+    let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+    let big = serde_json::to_vec(&json!({"message": "x".repeat(2000)})).unwrap();
+    let got = send_raw(&app, "/sessions/s-big/turns", Some("application/json"), big).await;
+    assert!(got.2["detail"].as_str().unwrap().contains("1024"));
+    assert_problem(&app, "s-big", got, 413, "payload_too_large").await;
+    // Just under the limit is fine.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let fits = serde_json::to_vec(&json!({"message": "x".repeat(900)})).unwrap();
+    let (status, _, _) = send_raw(&app, "/sessions/s-big/turns", Some("application/json"), fits).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn bad_session_ids_are_refused() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let long = "a".repeat(129);
+    for session in ["", "has space", "slash%2Fin", "ünï", long.as_str(), "semi;colon"] {
+        let got = send_raw(
+            &app,
+            &format!("/sessions/{session}/turns"),
+            Some("application/json"),
+            br#"{"message":"hi"}"#.to_vec(),
+        )
+        .await;
+        assert_problem(&app, "", got, 400, "invalid_session_id").await;
+    }
+    let (status, body) = app.get_json(&format!("/sessions/{long}/messages")).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("invalid_session_id")));
+    // 128 characters of the alphabet are fine.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let ok = format!("{}.:_-", "a".repeat(123));
+    let (status, _, _) = send_raw(&app, &format!("/sessions/{ok}/turns"), Some("application/json"), br#"{"message":"hi"}"#.to_vec()).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn unknown_sessions_turns_routes_and_bad_queries_are_named() {
+    let app = spawn_app(Backend::Sqlite).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let response = app.post_turn("s-known", json!({"message": "hi"})).await;
+    let turn_id = response.headers()["x-turn-id"].to_str().unwrap().to_owned();
+    let unknown_turn = uuid::Uuid::now_v7();
+    let cases = [
+        ("/sessions/nobody".to_owned(), 404, "session_not_found"),
+        ("/sessions/nobody/messages".to_owned(), 404, "session_not_found"),
+        ("/sessions/nobody/events".to_owned(), 404, "session_not_found"),
+        (format!("/sessions/s-known/turns/{unknown_turn}"), 404, "turn_not_found"),
+        (format!("/sessions/s-known/turns/{unknown_turn}/events"), 404, "turn_not_found"),
+        (format!("/sessions/other/turns/{turn_id}"), 404, "turn_not_found"),
+        ("/sessions/s-known/turns/not-a-uuid".to_owned(), 400, "invalid_turn_id"),
+        ("/sessions/s-known/events?limit=0".to_owned(), 400, "invalid_query"),
+        ("/sessions/s-known/events?limit=abc".to_owned(), 400, "invalid_query"),
+        ("/sessions/s-known/events?after=-1".to_owned(), 400, "invalid_query"),
+        ("/sessions/s-known/messages?bogus=1".to_owned(), 400, "invalid_query"),
+        ("/nowhere".to_owned(), 404, "not_found"),
+    ];
+    for (path, status, code) in cases {
+        let (got, body) = app.get_json(&path).await;
+        assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{path}: {body}");
+    }
+    let response = app
+        .client
+        .get(app.url(&format!("/sessions/s-known/turns/{turn_id}/events")))
+        .header("last-event-id", "yesterday")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(response.json::<Value>().await.unwrap()["code"], "invalid_header");
+    let (status, body) = app.post_json(&format!("/sessions/s-known/turns/{unknown_turn}/cancel")).await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("turn_not_found")));
+    let response = app.client.delete(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(response.status(), 405);
+    let response = app
+        .client
+        .post(app.url("/sessions/s-known/turns"))
+        .header("idempotency-key", "has space")
+        .json(&json!({"message": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(response.json::<Value>().await.unwrap()["code"], "invalid_header");
+}
+
+/// A provider failure ends the turn with `turn.failed` (SSE) or a 502
+/// problem (JSON), the turn is `failed`, and no history is written.
+async fn assert_provider_failure(app: &TestApp, session: &str, code: &str) {
+    let mut stream = app.post_turn_sse(session, json!({"message": "Hi"})).await;
+    assert_eq!(stream.status, 200);
+    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let events = stream.read_to_end().await;
+    let last = events.last().unwrap();
+    assert_eq!(last.event, "turn.failed", "{:?}", types(&events));
+    assert_eq!(last.json()["code"], code);
+    assert!(!last.json()["message"].as_str().unwrap().contains("sk-test-key"));
+    let turn = app.wait_turn_end(session, &turn_id).await;
+    assert_eq!(turn["status"], "failed");
+    assert_eq!(turn["error"]["code"], code);
+    let (_, messages) = app.get_json(&format!("/sessions/{session}/messages")).await;
+    assert_eq!(messages["messages"], json!([]));
+}
+
+async fn provider_failures_fail_the_turn_with_a_clear_code(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let cases = [
+        (Reply::body(401, "application/json", "openai/error_401.json"), "provider_auth_failed"),
+        (
+            Reply::body(429, "application/json", "openai/error_429.json").header("retry-after", "1"),
+            "provider_rate_limited",
+        ),
+        (
+            Reply::body(400, "application/json", "openai/error_context_length.json"),
+            "provider_context_length_exceeded",
+        ),
+        (Reply::body(502, "text/html", "openai/gateway_502.html"), "provider_server_error"),
+        (Reply::body(200, "text/html", "openai/gateway_502.html"), "provider_protocol_error"),
+        (Reply::sse("openai/invalid_chunk.sse"), "provider_protocol_error"),
+        (Reply::sse("openai/truncated.sse"), "provider_protocol_error"),
+    ];
+    for (i, (reply, code)) in cases.into_iter().enumerate() {
+        app.provider.enqueue([reply]);
+        assert_provider_failure(&app, &format!("s-fail-{i}"), code).await;
+    }
+    // The JSON mode answers 502 with the turn's code.
+    app.provider.enqueue([Reply::body(401, "application/json", "openai/error_401.json")]);
+    let response = app.post_turn("s-fail-json", json!({"message": "Hi"})).await;
+    assert_eq!(response.status(), 502);
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "provider_auth_failed");
+    assert!(problem["detail"].as_str().unwrap().contains("Incorrect API key"));
+    assert!(problem["turn_id"].is_string());
+}
+
+async fn an_unreachable_provider_fails_the_turn(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    // A port nobody listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    settings.openai_base_url = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    assert_provider_failure(&app, "s-down", "provider_unreachable").await;
+    let response = app.post_turn("s-down-json", json!({"message": "Hi"})).await;
+    assert_eq!(response.status(), 502);
+    assert_eq!(response.json::<Value>().await.unwrap()["code"], "provider_unreachable");
+}
+
+async fn a_stalled_provider_times_out_cleanly(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.provider_idle_timeout_s = 1;
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let gate = tokio_util::sync::CancellationToken::new();
+    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
+    assert_provider_failure(&app, "s-stall", "provider_timeout").await;
+}
+
+on_both_backends!(
+    provider_failures_fail_the_turn_with_a_clear_code,
+    an_unreachable_provider_fails_the_turn,
+    a_stalled_provider_times_out_cleanly,
+);

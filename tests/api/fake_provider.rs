@@ -1,0 +1,175 @@
+//! A fake OpenAI-compatible provider on a real loopback socket, replaying
+//! fixture bodies, recording every request it receives.
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::{Body, Bytes},
+    extract::State,
+    http::{HeaderMap, StatusCode},
+    response::Response,
+    routing::post,
+};
+use tokio_util::sync::CancellationToken;
+
+/// One scripted answer.
+#[derive(Clone)]
+pub struct Reply {
+    status: u16,
+    content_type: String,
+    headers: Vec<(String, String)>,
+    chunks: Vec<Bytes>,
+    /// Send this many chunks, then wait for the token before the rest.
+    hold: Option<(usize, CancellationToken)>,
+}
+
+pub fn fixture(name: &str) -> String {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+}
+
+impl Reply {
+    /// A 200 event stream from an `.sse` fixture, one chunk per event.
+    pub fn sse(name: &str) -> Self {
+        let body = fixture(name);
+        let chunks = body
+            .split_inclusive("\n\n")
+            .map(|event| Bytes::from(event.to_owned()))
+            .collect();
+        Self {
+            status: 200,
+            content_type: "text/event-stream; charset=utf-8".into(),
+            headers: Vec::new(),
+            chunks,
+            hold: None,
+        }
+    }
+
+    /// A complete body with this status and content type.
+    pub fn body(status: u16, content_type: &str, name: &str) -> Self {
+        Self {
+            status,
+            content_type: content_type.into(),
+            headers: Vec::new(),
+            chunks: vec![Bytes::from(fixture(name))],
+            hold: None,
+        }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sends `chunks` chunks, then waits until `gate` is cancelled.
+    pub fn hold_after(mut self, chunks: usize, gate: &CancellationToken) -> Self {
+        self.hold = Some((chunks, gate.clone()));
+        self
+    }
+}
+
+/// A request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub headers: HeaderMap,
+    pub body: serde_json::Value,
+}
+
+#[derive(Default)]
+struct Shared {
+    script: Mutex<VecDeque<Reply>>,
+    requests: Mutex<Vec<Recorded>>,
+}
+
+/// The running fake; stops when dropped.
+pub struct FakeProvider {
+    /// Base URL to configure as `OPENAI_BASE_URL`.
+    pub base_url: String,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+}
+
+impl FakeProvider {
+    pub async fn start() -> Self {
+        let shared = Arc::new(Shared::default());
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stopped.cancelled().await })
+                .await
+                .unwrap();
+        });
+        Self {
+            base_url,
+            shared,
+            stop,
+        }
+    }
+
+    /// Queues answers, served in order, one per request.
+    pub fn enqueue(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.shared.script.lock().unwrap().extend(replies);
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    shared.requests.lock().unwrap().push(Recorded { headers, body });
+    let Some(reply) = shared.script.lock().unwrap().pop_front() else {
+        return Response::builder()
+            .status(StatusCode::INTERNAL_SERVER_ERROR)
+            .body(Body::from("the fake provider has no scripted reply left"))
+            .unwrap();
+    };
+    let Reply {
+        status,
+        content_type,
+        headers,
+        chunks,
+        hold,
+    } = reply;
+    let stream = async_stream::stream! {
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            if let Some((after, gate)) = &hold
+                && i == *after
+            {
+                gate.cancelled().await;
+            }
+            // A tiny pause between events, as a real provider has.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            yield Ok::<_, std::convert::Infallible>(chunk);
+        }
+    };
+    let mut response = Response::builder()
+        .status(status)
+        .header("content-type", content_type);
+    for (name, value) in headers {
+        response = response.header(name, value);
+    }
+    response.body(Body::from_stream(stream)).unwrap()
+}

@@ -1,0 +1,298 @@
+//! `spawn_app` and the typed helpers the API tests use.
+
+use std::{sync::Arc, time::Duration};
+
+use agent_harness::{
+    config::Settings,
+    providers::openai::{OpenAiConfig, OpenAiProvider},
+    startup::{Application, StartupError},
+    store::Store,
+};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    fake_provider::FakeProvider,
+    support::{Backend, TestDb},
+};
+
+/// How long a test waits for anything before it fails instead of hanging.
+pub const PATIENCE: Duration = Duration::from_secs(15);
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub provider: FakeProvider,
+    pub db: TestDb,
+    shutdown: CancellationToken,
+    server: Option<JoinHandle<Result<(), StartupError>>>,
+}
+
+/// Settings of a test app: loopback, the fake provider, quick heartbeats.
+pub fn test_settings(provider: &FakeProvider) -> Settings {
+    Settings {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        openai_base_url: provider.base_url.clone(),
+        openai_api_key: Some("sk-test-key".into()),
+        model: "gpt-4o-mini".into(),
+        instance_id: "test-instance".into(),
+        shutdown_grace_s: 5,
+        ..Settings::default()
+    }
+}
+
+pub async fn spawn_app(backend: Backend) -> TestApp {
+    let provider = FakeProvider::start().await;
+    let db = TestDb::new(backend).await;
+    let settings = test_settings(&provider);
+    spawn_app_with(db, provider, settings).await
+}
+
+pub async fn spawn_app_with(db: TestDb, provider: FakeProvider, settings: Settings) -> TestApp {
+    settings.validate().expect("valid test settings");
+    let store = db.open().await;
+    let llm = Arc::new(
+        OpenAiProvider::new(OpenAiConfig {
+            base_url: settings.openai_base_url.clone(),
+            api_key: settings.openai_api_key.clone(),
+            model: settings.model.clone(),
+            connect_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(settings.provider_idle_timeout_s),
+            max_response_bytes: settings.provider_max_response_bytes,
+        })
+        .unwrap(),
+    );
+    let application = Application::build_with(settings, store.clone(), llm)
+        .await
+        .expect("build app");
+    let address = format!("http://127.0.0.1:{}", application.port());
+    let shutdown = application.shutdown_token();
+    let server = tokio::spawn(application.run_until_stopped());
+    TestApp {
+        address,
+        client: reqwest::Client::new(),
+        provider,
+        db,
+
+        shutdown,
+        server: Some(server),
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    pub async fn post_turn(&self, session: &str, body: Value) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/sessions/{session}/turns")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn post_turn_sse(&self, session: &str, body: Value) -> SseStream {
+        let response = self
+            .client
+            .post(self.url(&format!("/sessions/{session}/turns")))
+            .header("accept", "text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        SseStream::new(response).await
+    }
+
+    pub async fn turn_events(&self, session: &str, turn: &str, last_event_id: Option<i64>) -> SseStream {
+        let mut request = self
+            .client
+            .get(self.url(&format!("/sessions/{session}/turns/{turn}/events")));
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        SseStream::new(request.send().await.unwrap()).await
+    }
+
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        let response = self.client.get(self.url(path)).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post_json(&self, path: &str) -> (u16, Value) {
+        let response = self.client.post(self.url(path)).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Polls the turn until it is no longer running.
+    pub async fn wait_turn_end(&self, session: &str, turn: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let (status, body) = self.get_json(&format!("/sessions/{session}/turns/{turn}")).await;
+            assert_eq!(status, 200, "{body}");
+            if body["status"] != "running" {
+                return body;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "turn {turn} still running");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts graceful shutdown and waits for the server to stop.
+    pub async fn stop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            tokio::time::timeout(PATIENCE + Duration::from_secs(30), server)
+                .await
+                .expect("server stops")
+                .expect("server task")
+                .expect("server result");
+        }
+    }
+
+    /// The shutdown token, to stop the app while a test still reads from it.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// One SSE event as received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub event: String,
+    pub data: String,
+}
+
+impl SseEvent {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("{e}: {}", self.data))
+    }
+
+    pub fn seq(&self) -> i64 {
+        self.id.as_deref().expect("an id").parse().expect("numeric id")
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self.event.as_str(),
+            "turn.completed" | "turn.failed" | "turn.cancelled" | "turn.interrupted"
+        )
+    }
+}
+
+/// A minimal SSE reader over a reqwest response.
+pub struct SseStream {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    response: reqwest::Response,
+    buffer: String,
+    pub comments: usize,
+}
+
+impl SseStream {
+    pub async fn new(response: reqwest::Response) -> Self {
+        Self {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            response,
+            buffer: String::new(),
+            comments: 0,
+        }
+    }
+
+    /// The next event, `None` at the end of the stream.
+    pub async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let frame: String = self.buffer.drain(..end + 2).collect();
+                let mut event = SseEvent {
+                    id: None,
+                    event: "message".into(),
+                    data: String::new(),
+                };
+                let mut has_field = false;
+                for line in frame.lines() {
+                    if line.starts_with(':') {
+                        self.comments += 1;
+                        continue;
+                    }
+                    let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    has_field = true;
+                    match field {
+                        "id" => event.id = Some(value.to_owned()),
+                        "event" => event.event = value.to_owned(),
+                        "data" => {
+                            if !event.data.is_empty() {
+                                event.data.push('\n');
+                            }
+                            event.data.push_str(value);
+                        }
+                        _ => {}
+                    }
+                }
+                if has_field {
+                    return Some(event);
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(PATIENCE, self.response.chunk())
+                .await
+                .expect("the stream went silent")
+                .expect("stream error")?;
+            self.buffer.push_str(std::str::from_utf8(&chunk).expect("utf-8"));
+        }
+    }
+
+    /// Reads until the terminal event (inclusive); asserts the stream ends there.
+    pub async fn read_to_end(&mut self) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            let terminal = event.is_terminal();
+            events.push(event);
+            if terminal {
+                assert!(self.next().await.is_none(), "the stream ends after its terminal event");
+                return events;
+            }
+        }
+        panic!("stream ended without a terminal event: {events:?}");
+    }
+
+    /// Reads events until one of type `event_type` (inclusive).
+    pub async fn read_until(&mut self, event_type: &str) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            let found = event.event == event_type;
+            events.push(event);
+            if found {
+                return events;
+            }
+        }
+        panic!("no {event_type} before the end: {events:?}");
+    }
+}
+
+/// Event types of a list of events.
+pub fn types(events: &[SseEvent]) -> Vec<&str> {
+    events.iter().map(|e| e.event.as_str()).collect()
+}
+
+/// The text of the `message.delta` events, concatenated.
+pub fn streamed_text(events: &[SseEvent]) -> String {
+    events
+        .iter()
+        .filter(|e| e.event == "message.delta")
+        .map(|e| e.json()["text"].as_str().unwrap().to_owned())
+        .collect()
+}

@@ -1,0 +1,151 @@
+//! Restarts, orphaned turns and graceful shutdown.
+
+use std::{sync::Arc, time::Duration};
+
+use agent_harness::{
+    events::{StoredEvent, TurnEvent},
+    store::{NewTurn, TurnStatus},
+};
+use chrono::Utc;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{spawn_app, spawn_app_with, test_settings, types},
+    on_both_backends,
+    support::{Backend, TestDb},
+};
+
+fn left_running(session: &str, instance: &str, process: &str) -> NewTurn {
+    NewTurn {
+        id: Uuid::now_v7(),
+        session_id: session.into(),
+        request: r#"{"message":"hello?"}"#.into(),
+        idempotency_key: None,
+        owner_instance: instance.into(),
+        owner_process: process.into(),
+        created_at: Utc::now(),
+        started_payload: serde_json::to_string(&TurnEvent::TurnStarted {
+            message: "hello?".into(),
+            provider: "openai".into(),
+            model: "gpt-4o-mini".into(),
+        })
+        .unwrap(),
+    }
+}
+
+/// Writes a turn as a process that then died would have left it: running,
+/// with a started event and one delta.
+async fn crashed_turn(db: &TestDb, session: &str, instance: &str) -> Uuid {
+    let store = db.open().await;
+    let turn = left_running(session, instance, "a-process-that-died");
+    store.begin_turn(&turn).await.unwrap();
+    let delta = StoredEvent::new(
+        session,
+        turn.id,
+        2,
+        &TurnEvent::MessageDelta {
+            step: 1,
+            text: "Hel".into(),
+        },
+        Utc::now(),
+    )
+    .unwrap();
+    store.write_batch(&[Arc::new(delta)], &[]).await.unwrap();
+    turn.id
+}
+
+async fn a_restart_interrupts_turns_left_running_and_ends_their_streams(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let turn_id = crashed_turn(&db, "s-crash", "test-instance").await;
+
+    let provider = FakeProvider::start().await;
+    let settings = test_settings(&provider);
+    let app = spawn_app_with(db, provider, settings).await;
+
+    let turn = app.wait_turn_end("s-crash", &turn_id.to_string()).await;
+    assert_eq!(turn["status"], "interrupted");
+    assert_eq!(turn["error"]["code"], "interrupted");
+    let events = app.turn_events("s-crash", &turn_id.to_string(), None).await.read_to_end().await;
+    assert_eq!(types(&events), ["turn.started", "message.delta", "turn.interrupted"]);
+    assert_eq!(events[2].seq(), 3);
+    assert_eq!(events[2].json()["reason"], "owner_lost");
+    // The session takes new turns again, numbered after the old events.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let mut stream = app.post_turn_sse("s-crash", json!({"message": "again"})).await;
+    let fresh = stream.read_to_end().await;
+    assert_eq!(fresh[0].seq(), 4);
+}
+
+async fn a_follower_sees_a_turn_interrupted_when_its_owner_stops_beating(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    // Owned by another replica whose heartbeat was fresh when we started.
+    let turn_id = crashed_turn(&db, "s-stale", "another-replica").await;
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.heartbeat_interval_s = 1;
+    settings.stale_turn_after_s = 3;
+    let app = spawn_app_with(db, provider, settings).await;
+
+    let mut follower = app.turn_events("s-stale", &turn_id.to_string(), None).await;
+    let head = follower.read_until("message.delta").await;
+    assert_eq!(types(&head), ["turn.started", "message.delta"]);
+    // Still running: the other replica might be alive. Then its heartbeat
+    // goes stale, the sweep interrupts the turn, and the follower sees it.
+    let (_, turn) = app.get_json(&format!("/sessions/s-stale/turns/{turn_id}")).await;
+    assert_eq!(turn["status"], "running");
+    let rest = follower.read_to_end().await;
+    assert_eq!(types(&rest), ["turn.interrupted"]);
+}
+
+async fn shutdown_interrupts_turns_still_running_after_the_grace_period(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.shutdown_grace_s = 1;
+    let db = TestDb::new(backend).await;
+    let mut app = spawn_app_with(db, provider, settings).await;
+    let never = CancellationToken::new();
+    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
+    let mut stream = app.post_turn_sse("s-down", json!({"message": "Hi"})).await;
+    let turn_id: Uuid = stream.headers["x-turn-id"].to_str().unwrap().parse().unwrap();
+    stream.read_until("message.delta").await;
+
+    app.shutdown_token().cancel();
+    let rest = stream.read_to_end().await;
+    assert_eq!(rest.last().unwrap().event, "turn.interrupted");
+    assert_eq!(rest.last().unwrap().json()["reason"], "shutdown");
+    app.stop().await;
+
+    let record = app.db.open().await.get_turn("s-down", turn_id).await.unwrap().unwrap();
+    assert_eq!(record.status, TurnStatus::Interrupted);
+}
+
+async fn shutdown_lets_a_turn_finish_within_the_grace_period(backend: Backend) {
+    let app_backend = backend;
+    let mut app = spawn_app(app_backend).await;
+    let gate = CancellationToken::new();
+    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
+    let mut stream = app.post_turn_sse("s-grace", json!({"message": "Hi"})).await;
+    let turn_id: Uuid = stream.headers["x-turn-id"].to_str().unwrap().parse().unwrap();
+    stream.read_until("message.delta").await;
+
+    app.shutdown_token().cancel();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gate.cancel();
+    let rest = stream.read_to_end().await;
+    assert_eq!(rest.last().unwrap().event, "turn.completed");
+    app.stop().await;
+    let store = app.db.open().await;
+    let record = store.get_turn("s-grace", turn_id).await.unwrap().unwrap();
+    assert_eq!(record.status, TurnStatus::Completed);
+    assert_eq!(store.list_messages("s-grace", 0, 10).await.unwrap().len(), 2);
+}
+
+on_both_backends!(
+    a_restart_interrupts_turns_left_running_and_ends_their_streams,
+    a_follower_sees_a_turn_interrupted_when_its_owner_stops_beating,
+    shutdown_interrupts_turns_still_running_after_the_grace_period,
+    shutdown_lets_a_turn_finish_within_the_grace_period,
+);

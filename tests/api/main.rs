@@ -1,0 +1,12 @@
+//! Black-box tests: the service on 127.0.0.1:0, a fake provider speaking the
+//! OpenAI wire format over real HTTP, a real SQLite file or Postgres schema.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod errors;
+mod fake_provider;
+mod helpers;
+mod lifecycle;
+mod openapi;
+mod turns;

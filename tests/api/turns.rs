@@ -1,0 +1,310 @@
+//! Turns end to end: streamed, JSON, re-attached, cancelled, concurrent.
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    fake_provider::Reply,
+    helpers::{spawn_app, streamed_text, types},
+    on_both_backends,
+    support::Backend,
+};
+
+async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+
+    let mut stream = app.post_turn_sse("s-1", json!({"message": "Hi there"})).await;
+    assert_eq!(stream.status, 200);
+    assert!(stream.headers["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let events = stream.read_to_end().await;
+
+    let mut expected = vec!["turn.started"];
+    expected.extend(["message.delta"; 9]);
+    expected.extend(["usage", "turn.completed"]);
+    assert_eq!(types(&events), expected);
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq()).collect();
+    assert_eq!(seqs, (1..=12).collect::<Vec<_>>());
+    for event in &events {
+        let data = event.json();
+        assert_eq!(data["session_id"], "s-1");
+        assert_eq!(data["turn_id"], turn_id.as_str());
+        assert_eq!(data["seq"], event.seq());
+        assert_eq!(data["type"], event.event.as_str());
+    }
+    assert_eq!(events[0].json()["message"], "Hi there");
+    assert_eq!(streamed_text(&events), "Hello! How can I help you today?");
+    let usage = events[10].json();
+    assert_eq!((usage["input_tokens"].as_u64(), usage["output_tokens"].as_u64()), (Some(21), Some(10)));
+    let result = &events[11].json()["result"];
+    assert_eq!(result["text"], "Hello! How can I help you today?");
+    assert_eq!(result["input_tokens"], 21);
+    assert_eq!(result["output_tokens"], 10);
+
+    // Persisted: the turn, the history and the event log agree with the stream.
+    let turn = app.wait_turn_end("s-1", &turn_id).await;
+    assert_eq!(turn["status"], "completed");
+    assert_eq!(turn["result"]["text"], "Hello! How can I help you today?");
+    let (_, messages) = app.get_json("/sessions/s-1/messages").await;
+    let history: Vec<(&str, &str)> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(history, [("user", "Hi there"), ("assistant", "Hello! How can I help you today?")]);
+    let (_, log) = app.get_json("/sessions/s-1/events").await;
+    let logged: Vec<Value> = log["events"].as_array().unwrap().clone();
+    let streamed: Vec<Value> = events.iter().map(|e| e.json()).collect();
+    assert_eq!(logged, streamed);
+}
+
+async fn the_provider_gets_the_prompt_in_the_seeds_order(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
+    let first = app.post_turn("s-order", json!({"message": "first question"})).await;
+    assert_eq!(first.status(), 200);
+    let second = app
+        .post_turn(
+            "s-order",
+            json!({"message": "second question", "skill_context": "You are acting as a travel planner."}),
+        )
+        .await;
+    assert_eq!(second.status(), 200);
+
+    let requests = app.provider.requests();
+    assert_eq!(requests.len(), 2);
+    let request = &requests[1];
+    assert_eq!(request.headers["authorization"], "Bearer sk-test-key");
+    assert_eq!(request.body["model"], "gpt-4o-mini");
+    assert_eq!(request.body["stream"], true);
+    assert_eq!(request.body["stream_options"]["include_usage"], true);
+    let messages = request.body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "system", "user", "assistant", "system", "user"]);
+    let metadata = messages[1]["content"].as_str().unwrap();
+    assert!(metadata.starts_with("Runtime metadata for this chat turn (authoritative):\n- session_id: s-order\n- provider: openai\n- model: gpt-4o-mini\n- today: "), "{metadata}");
+    // The stored history of the first turn comes before the new message.
+    assert_eq!(messages[2]["content"], "first question");
+    assert_eq!(messages[3]["content"], "Hello! How can I help you today?");
+    assert_eq!(messages[4]["content"], "You are acting as a travel planner.");
+    assert_eq!(messages[5]["content"], "second question");
+}
+
+async fn history_in_the_request_replaces_the_stored_one(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
+    app.post_turn("s-h", json!({"message": "stored"})).await;
+    let response = app
+        .post_turn(
+            "s-h",
+            json!({"message": "now", "runtime_model": "gpt-4.1", "history": [
+                {"role": "user", "content": "given question"},
+                {"role": "assistant", "content": "given answer"}
+            ]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let body = &app.provider.requests()[1].body;
+    assert_eq!(body["model"], "gpt-4.1");
+    let contents: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(2)
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["given question", "given answer", "now"]);
+}
+
+async fn the_json_mode_answers_with_the_turn_result(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let response = app.post_turn("s-json", json!({"message": "Hi"})).await;
+    assert_eq!(response.status(), 200);
+    let turn_id = response.headers()["x-turn-id"].to_str().unwrap().to_owned();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["session_id"], "s-json");
+    assert_eq!(body["turn_id"], turn_id.as_str());
+    assert_eq!(body["status"], "completed");
+    assert_eq!(body["text"], "Hello! How can I help you today?");
+    assert_eq!(body["input_tokens"], 21);
+    assert_eq!(body["local_citations"], json!([]));
+    let (status, session) = app.get_json("/sessions/s-json").await;
+    assert_eq!(status, 200);
+    assert_eq!(session["turn_count"], 1);
+    assert_eq!(session["last_seq"], 12);
+    assert_eq!(session["running_turn_id"], Value::Null);
+}
+
+async fn tool_calls_assembled_from_deltas_get_an_answer_and_the_loop_goes_on(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([Reply::sse("openai/tool_call.sse"), Reply::sse("openai/after_tool.sse")]);
+    let mut stream = app.post_turn_sse("s-tool", json!({"message": "Weather in Paris?"})).await;
+    let events = stream.read_to_end().await;
+    assert_eq!(events.last().unwrap().json()["result"]["text"], "It's 18°C in Paris.");
+    let steps: Vec<u64> = events
+        .iter()
+        .filter(|e| e.event == "usage")
+        .map(|e| e.json()["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [1, 2]);
+    let result = &events.last().unwrap().json()["result"];
+    assert_eq!(result["input_tokens"], 84 + 131);
+    assert_eq!(result["cache_read_tokens"], 64);
+
+    let second = &app.provider.requests()[1].body;
+    let messages = second["messages"].as_array().unwrap();
+    let call = &messages[messages.len() - 2];
+    assert_eq!(call["role"], "assistant");
+    assert_eq!(call["tool_calls"][0]["id"], "call_Jv8nM2qLwX4pRt6YcK1sDfG9");
+    assert_eq!(call["tool_calls"][0]["function"]["name"], "get_weather");
+    assert_eq!(
+        call["tool_calls"][0]["function"]["arguments"],
+        r#"{"location":"Paris, France","unit":"celsius"}"#
+    );
+    let answer = &messages[messages.len() - 1];
+    assert_eq!(answer["role"], "tool");
+    assert_eq!(answer["tool_call_id"], "call_Jv8nM2qLwX4pRt6YcK1sDfG9");
+}
+
+async fn a_client_that_disconnects_reattaches_and_misses_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let gate = CancellationToken::new();
+    // Role chunk and three text chunks, then the provider waits.
+    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(4, &gate)]);
+
+    let mut first = app.post_turn_sse("s-re", json!({"message": "Hi"})).await;
+    let turn_id = first.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let mut seen = first.read_until("message.delta").await;
+    seen.push(first.next().await.unwrap());
+    drop(first); // the client goes away mid-turn
+
+    gate.cancel();
+    let turn = app.wait_turn_end("s-re", &turn_id).await;
+    assert_eq!(turn["status"], "completed", "the turn finished without its client");
+
+    let last_seen = seen.last().unwrap().seq();
+    let mut resumed = app.turn_events("s-re", &turn_id, Some(last_seen)).await;
+    assert_eq!(resumed.status, 200);
+    seen.extend(resumed.read_to_end().await);
+
+    let mut whole = app.turn_events("s-re", &turn_id, None).await;
+    let uninterrupted = whole.read_to_end().await;
+    assert_eq!(seen, uninterrupted);
+    assert_eq!(streamed_text(&seen), "Hello! How can I help you today?");
+}
+
+async fn a_live_subscriber_sees_the_same_events_as_a_replay(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let gate = CancellationToken::new();
+    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
+    let mut poster = app.post_turn_sse("s-live", json!({"message": "Hi"})).await;
+    let turn_id = poster.headers["x-turn-id"].to_str().unwrap().to_owned();
+    poster.read_until("message.delta").await;
+    // A second client attaches while the turn runs, from `?after=0`.
+    let response = app
+        .client
+        .get(app.url(&format!("/sessions/s-live/turns/{turn_id}/events?after=0")))
+        .send()
+        .await
+        .unwrap();
+    let mut follower = crate::helpers::SseStream::new(response).await;
+    let head = follower.read_until("message.delta").await;
+    gate.cancel();
+    let mut live = head;
+    live.extend(follower.read_to_end().await);
+    let replay = app.turn_events("s-live", &turn_id, None).await.read_to_end().await;
+    assert_eq!(live, replay);
+}
+
+async fn cancel_stops_a_running_turn_and_ends_its_stream(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let gate = CancellationToken::new(); // never opened
+    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
+    let mut stream = app.post_turn_sse("s-c", json!({"message": "Hi"})).await;
+    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    stream.read_until("message.delta").await;
+
+    let (status, body) = app.post_json(&format!("/sessions/s-c/turns/{turn_id}/cancel")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "cancelled");
+    let rest = stream.read_to_end().await;
+    assert_eq!(rest.last().unwrap().event, "turn.cancelled");
+
+    // Nothing of a cancelled turn enters the history, and the session is free.
+    let (_, messages) = app.get_json("/sessions/s-c/messages").await;
+    assert_eq!(messages["messages"], json!([]));
+    let (status, body) = app.post_json(&format!("/sessions/s-c/turns/{turn_id}/cancel")).await;
+    assert_eq!(status, 409);
+    assert_eq!(body["code"], "turn_not_running");
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    assert_eq!(app.post_turn("s-c", json!({"message": "again"})).await.status(), 200);
+}
+
+async fn a_second_turn_while_one_runs_gets_409_naming_it(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let gate = CancellationToken::new();
+    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
+    let mut stream = app.post_turn_sse("s-409", json!({"message": "Hi"})).await;
+    let running = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    stream.read_until("turn.started").await;
+
+    let response = app.post_turn("s-409", json!({"message": "me too"})).await;
+    assert_eq!(response.status(), 409);
+    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "turn_already_running");
+    assert_eq!(problem["turn_id"], running.as_str());
+    // Another session is not affected.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    assert_eq!(app.post_turn("s-other", json!({"message": "Hi"})).await.status(), 200);
+
+    gate.cancel();
+    stream.read_to_end().await;
+    let (_, session) = app.get_json("/sessions/s-409").await;
+    assert_eq!(session["turn_count"], 1, "the refused turn left no trace");
+}
+
+async fn an_idempotency_key_replays_the_same_turn(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let post = |body: Value, key: &'static str| {
+        app.client
+            .post(app.url("/sessions/s-idem/turns"))
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+    };
+    let first = post(json!({"message": "Hi"}), "k-1").await.unwrap();
+    assert_eq!(first.status(), 200);
+    let first_id = first.headers()["x-turn-id"].to_str().unwrap().to_owned();
+    let first_body: Value = first.json().await.unwrap();
+
+    let again = post(json!({"message": "Hi"}), "k-1").await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.headers()["x-turn-id"].to_str().unwrap(), first_id);
+    assert_eq!(again.json::<Value>().await.unwrap(), first_body);
+    assert_eq!(app.provider.requests().len(), 1, "the provider was called once");
+
+    let reused = post(json!({"message": "something else"}), "k-1").await.unwrap();
+    assert_eq!(reused.status(), 422);
+    let problem: Value = reused.json().await.unwrap();
+    assert_eq!(problem["code"], "idempotency_key_reused");
+    assert_eq!(problem["turn_id"], first_id.as_str());
+}
+
+on_both_backends!(
+    a_streamed_turn_delivers_its_events_in_seq_order,
+    the_provider_gets_the_prompt_in_the_seeds_order,
+    history_in_the_request_replaces_the_stored_one,
+    the_json_mode_answers_with_the_turn_result,
+    tool_calls_assembled_from_deltas_get_an_answer_and_the_loop_goes_on,
+    a_client_that_disconnects_reattaches_and_misses_nothing,
+    a_live_subscriber_sees_the_same_events_as_a_replay,
+    cancel_stops_a_running_turn_and_ends_its_stream,
+    a_second_turn_while_one_runs_gets_409_naming_it,
+    an_idempotency_key_replays_the_same_turn,
+);

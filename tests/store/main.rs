@@ -1,0 +1,364 @@
+//! The storage contract: every test runs against SQLite and Postgres.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+
+use agent_harness::{
+    events::{StoredEvent, TurnEvent},
+    store::{
+        BeginTurnError, NewDecision, NewMessage, NewTurn, OrphanScope, Store, TurnFinish,
+        TurnStatus,
+    },
+};
+use chrono::{Duration, Utc};
+use support::{Backend, TestDb};
+use uuid::Uuid;
+
+fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
+    NewTurn {
+        id: Uuid::now_v7(),
+        session_id: session.to_owned(),
+        request: r#"{"message":"hi"}"#.to_owned(),
+        idempotency_key: key.map(str::to_owned),
+        owner_instance: "instance-a".to_owned(),
+        owner_process: "process-a".to_owned(),
+        created_at: Utc::now(),
+        started_payload: serde_json::to_string(&TurnEvent::TurnStarted {
+            message: "hi".into(),
+            provider: "openai".into(),
+            model: "m".into(),
+        })
+        .unwrap(),
+    }
+}
+
+fn delta(turn: &NewTurn, seq: i64, text: &str) -> Arc<StoredEvent> {
+    Arc::new(
+        StoredEvent::new(
+            &turn.session_id,
+            turn.id,
+            seq,
+            &TurnEvent::MessageDelta {
+                step: 1,
+                text: text.into(),
+            },
+            Utc::now(),
+        )
+        .unwrap(),
+    )
+}
+
+fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
+    let result = agent_harness::harness::TurnResult {
+        text: text.into(),
+        ..Default::default()
+    };
+    TurnFinish {
+        turn_id: turn.id,
+        session_id: turn.session_id.clone(),
+        status: TurnStatus::Completed,
+        result: Some(serde_json::to_string(&result).unwrap()),
+        error_code: None,
+        error_message: None,
+        messages: vec![
+            NewMessage {
+                role: "user".into(),
+                content: "hi".into(),
+            },
+            NewMessage {
+                role: "assistant".into(),
+                content: text.into(),
+            },
+        ],
+        decision: Some(NewDecision {
+            id: Uuid::now_v7(),
+            decision_key: "support.chat.turn".into(),
+            strategy: "direct_answer".into(),
+            record: "{}".into(),
+        }),
+        terminal: Arc::new(
+            StoredEvent::new(
+                &turn.session_id,
+                turn.id,
+                seq,
+                &TurnEvent::TurnCompleted { result },
+                Utc::now(),
+            )
+            .unwrap(),
+        ),
+    }
+}
+
+async fn store(backend: Backend) -> (TestDb, Arc<dyn Store>) {
+    let db = TestDb::new(backend).await;
+    let store = db.open().await;
+    (db, store)
+}
+
+async fn begin_creates_the_session_and_numbers_after_existing_events(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let first = new_turn("s1", None);
+    assert_eq!(store.begin_turn(&first).await.unwrap(), 1);
+    store
+        .write_batch(&[delta(&first, 2, "a"), delta(&first, 3, "b")], &[&completed(&first, 4, "ab")])
+        .await
+        .unwrap();
+    let second = new_turn("s1", None);
+    assert_eq!(store.begin_turn(&second).await.unwrap(), 5);
+    let other_session = new_turn("s2", None);
+    assert_eq!(store.begin_turn(&other_session).await.unwrap(), 1);
+
+    let session = store.get_session("s1").await.unwrap().unwrap();
+    assert_eq!(session.turn_count, 2);
+    assert_eq!(session.last_seq, 5);
+    assert_eq!(session.running_turn_id, Some(second.id));
+    let turn = store.get_turn("s1", second.id).await.unwrap().unwrap();
+    assert_eq!(turn.status, TurnStatus::Running);
+    assert_eq!(turn.first_seq, 5);
+    assert!(store.get_turn("s2", second.id).await.unwrap().is_none(), "turns are per session");
+}
+
+async fn one_running_turn_per_session(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let first = new_turn("s1", None);
+    store.begin_turn(&first).await.unwrap();
+    match store.begin_turn(&new_turn("s1", None)).await {
+        Err(BeginTurnError::AlreadyRunning(id)) => assert_eq!(id, first.id),
+        other => panic!("expected AlreadyRunning, got {other:?}"),
+    }
+    // The refused turn left nothing behind.
+    let events = store.list_events("s1", None, 0, 100).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(store.get_session("s1").await.unwrap().unwrap().turn_count, 1);
+}
+
+async fn concurrent_begins_let_exactly_one_turn_run(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let attempts: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.begin_turn(&new_turn("race", None)).await })
+        })
+        .collect();
+    let mut started = 0;
+    let mut refused = 0;
+    for attempt in attempts {
+        match attempt.await.unwrap() {
+            Ok(_) => started += 1,
+            Err(BeginTurnError::AlreadyRunning(_)) => refused += 1,
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    assert_eq!((started, refused), (1, 7));
+    assert_eq!(store.list_events("race", None, 0, 100).await.unwrap().len(), 1);
+}
+
+async fn an_idempotency_key_names_its_turn(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let first = new_turn("s1", Some("key-1"));
+    store.begin_turn(&first).await.unwrap();
+    store
+        .write_batch(&[], &[&completed(&first, 2, "done")])
+        .await
+        .unwrap();
+    match store.begin_turn(&new_turn("s1", Some("key-1"))).await {
+        Err(BeginTurnError::IdempotencyKeyExists(existing)) => {
+            assert_eq!(existing.id, first.id);
+            assert_eq!(existing.status, TurnStatus::Completed);
+            assert_eq!(existing.request, first.request);
+        }
+        other => panic!("expected IdempotencyKeyExists, got {other:?}"),
+    }
+    // The same key in another session is another turn.
+    store.begin_turn(&new_turn("s2", Some("key-1"))).await.unwrap();
+}
+
+async fn a_finish_commits_messages_decision_and_terminal_event_together(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s1", None);
+    store.begin_turn(&turn).await.unwrap();
+    let applied = store
+        .write_batch(&[delta(&turn, 2, "Hel"), delta(&turn, 3, "lo")], &[&completed(&turn, 4, "Hello")])
+        .await
+        .unwrap();
+    assert_eq!(applied, vec![true]);
+    let record = store.get_turn("s1", turn.id).await.unwrap().unwrap();
+    assert_eq!(record.status, TurnStatus::Completed);
+    assert!(record.finished_at.is_some());
+    assert!(record.result.unwrap().contains("Hello"));
+    let messages = store.list_messages("s1", 0, 10).await.unwrap();
+    let roles: Vec<_> = messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+    assert_eq!(roles, [("user", "hi"), ("assistant", "Hello")]);
+    let types: Vec<_> = store
+        .list_events("s1", Some(turn.id), 0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, e.event_type))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            (1, "turn.started".to_owned()),
+            (2, "message.delta".to_owned()),
+            (3, "message.delta".to_owned()),
+            (4, "turn.completed".to_owned())
+        ]
+    );
+    // A second finish of the same turn applies nothing.
+    let again = store
+        .write_batch(&[], &[&completed(&turn, 5, "again")])
+        .await
+        .unwrap();
+    assert_eq!(again, vec![false]);
+    assert_eq!(store.list_messages("s1", 0, 10).await.unwrap().len(), 2);
+    assert_eq!(store.list_events("s1", None, 0, 10).await.unwrap().len(), 4);
+}
+
+async fn a_failed_batch_writes_nothing(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s1", None);
+    store.begin_turn(&turn).await.unwrap();
+    // seq 1 is taken by turn.started: the whole batch must roll back.
+    let result = store
+        .write_batch(&[delta(&turn, 2, "ok"), delta(&turn, 1, "dup")], &[&completed(&turn, 3, "x")])
+        .await;
+    assert!(result.is_err());
+    assert_eq!(store.list_events("s1", None, 0, 10).await.unwrap().len(), 1);
+    assert!(store.list_messages("s1", 0, 10).await.unwrap().is_empty());
+    let record = store.get_turn("s1", turn.id).await.unwrap().unwrap();
+    assert_eq!(record.status, TurnStatus::Running);
+}
+
+async fn events_and_messages_page_in_order(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let mut next_seq = 1;
+    for i in 0..3 {
+        let turn = new_turn("s1", None);
+        assert_eq!(store.begin_turn(&turn).await.unwrap(), next_seq);
+        let deltas: Vec<_> = (1..=4).map(|k| delta(&turn, next_seq + k, "x")).collect();
+        store
+            .write_batch(&deltas, &[&completed(&turn, next_seq + 5, &format!("answer {i}"))])
+            .await
+            .unwrap();
+        next_seq += 6;
+    }
+    let page = store.list_events("s1", None, 5, 4).await.unwrap();
+    assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), [6, 7, 8, 9]);
+    let all = store.list_events("s1", None, 0, 1000).await.unwrap();
+    assert_eq!(all.len(), 18);
+    let second_turn = all[6].turn_id;
+    let of_turn = store.list_events("s1", Some(second_turn), 0, 100).await.unwrap();
+    assert_eq!(of_turn.iter().map(|e| e.seq).collect::<Vec<_>>(), (7..=12).collect::<Vec<_>>());
+
+    let messages = store.list_messages("s1", 0, 100).await.unwrap();
+    assert_eq!(messages.len(), 6);
+    let after = store.list_messages("s1", messages[1].id, 2).await.unwrap();
+    assert_eq!(after, messages[2..4].to_vec());
+    let recent = store.recent_messages("s1", 3).await.unwrap();
+    let texts: Vec<_> = recent.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(texts, ["answer 1", "hi", "answer 2"]);
+}
+
+async fn stored_events_are_byte_for_byte_what_was_written(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s1", None);
+    store.begin_turn(&turn).await.unwrap();
+    let written = delta(&turn, 2, "quotes \" and unicode ✓ and \\ backslash");
+    store.write_batch(&[written.clone()], &[]).await.unwrap();
+    let read = store.list_events("s1", None, 1, 10).await.unwrap();
+    assert_eq!(read[0], *written);
+    assert_eq!(read[0].envelope_json(), written.envelope_json());
+}
+
+async fn heartbeat_reports_requested_cancellations(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let a = new_turn("s1", None);
+    let b = new_turn("s2", None);
+    store.begin_turn(&a).await.unwrap();
+    store.begin_turn(&b).await.unwrap();
+    assert!(store.request_cancel(b.id).await.unwrap());
+    let cancelled = store.heartbeat(&[a.id, b.id], Utc::now()).await.unwrap();
+    assert_eq!(cancelled, vec![b.id]);
+    store.write_batch(&[], &[&completed(&a, 2, "x")]).await.unwrap();
+    assert!(!store.request_cancel(a.id).await.unwrap(), "a finished turn cannot be cancelled");
+    assert!(store.heartbeat(&[], Utc::now()).await.unwrap().is_empty());
+}
+
+async fn orphans_are_interrupted_once_with_a_final_event(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let now = Utc::now();
+    // A previous life of this instance.
+    let mine_old = new_turn("s1", None);
+    store.begin_turn(&mine_old).await.unwrap();
+    // Another instance, heartbeat long ago.
+    let mut stale = new_turn("s2", None);
+    stale.owner_instance = "instance-b".into();
+    stale.owner_process = "process-b".into();
+    stale.created_at = now - Duration::minutes(10);
+    store.begin_turn(&stale).await.unwrap();
+    // Another instance, alive.
+    let mut alive = new_turn("s3", None);
+    alive.owner_instance = "instance-c".into();
+    alive.owner_process = "process-c".into();
+    store.begin_turn(&alive).await.unwrap();
+    // This very process.
+    let mut own = new_turn("s4", None);
+    own.owner_process = "process-new".into();
+    store.begin_turn(&own).await.unwrap();
+
+    let scope = OrphanScope {
+        instance: "instance-a".into(),
+        process: "process-new".into(),
+        stale_before: now - Duration::minutes(1),
+    };
+    let events = store.interrupt_orphans(&scope, "owner_lost", now).await.unwrap();
+    let mut interrupted: Vec<_> = events.iter().map(|e| e.turn_id).collect();
+    interrupted.sort();
+    let mut expected = vec![mine_old.id, stale.id];
+    expected.sort();
+    assert_eq!(interrupted, expected);
+    for event in &events {
+        assert_eq!(event.event_type, "turn.interrupted");
+        assert_eq!(event.seq, 2, "the next seq of its session");
+        let record = store.get_turn(&event.session_id, event.turn_id).await.unwrap().unwrap();
+        assert_eq!(record.status, TurnStatus::Interrupted);
+        assert_eq!(record.error_code.as_deref(), Some("interrupted"));
+    }
+    for live in [&alive, &own] {
+        let record = store.get_turn(&live.session_id, live.id).await.unwrap().unwrap();
+        assert_eq!(record.status, TurnStatus::Running);
+    }
+    assert!(store.interrupt_orphans(&scope, "owner_lost", now).await.unwrap().is_empty());
+    // The session is free again.
+    store.begin_turn(&new_turn("s1", None)).await.unwrap();
+}
+
+async fn readiness_reports_pending_migrations(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let fresh = db.open_unmigrated().await;
+    let before = fresh.readiness().await;
+    assert!(before.reachable);
+    assert!(!before.migrations_applied);
+    fresh.migrate().await.unwrap();
+    let after = fresh.readiness().await;
+    assert!(after.reachable && after.migrations_applied);
+    // Migrating again is a no-op.
+    fresh.migrate().await.unwrap();
+}
+
+on_both_backends!(
+    begin_creates_the_session_and_numbers_after_existing_events,
+    one_running_turn_per_session,
+    concurrent_begins_let_exactly_one_turn_run,
+    an_idempotency_key_names_its_turn,
+    a_finish_commits_messages_decision_and_terminal_event_together,
+    a_failed_batch_writes_nothing,
+    events_and_messages_page_in_order,
+    stored_events_are_byte_for_byte_what_was_written,
+    heartbeat_reports_requested_cancellations,
+    orphans_are_interrupted_once_with_a_final_event,
+    readiness_reports_pending_migrations,
+);
