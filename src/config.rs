@@ -106,7 +106,8 @@ impl Default for Settings {
 }
 
 /// The system prompt used when none is configured.
-pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant. Answer accurately and concisely.";
+pub const DEFAULT_SYSTEM_PROMPT: &str =
+    "You are a helpful assistant. Answer accurately and concisely.";
 
 fn default_instance_id() -> String {
     std::env::var("HOSTNAME")
@@ -160,7 +161,10 @@ fn parse_bool(name: &'static str, raw: &str) -> Result<bool, ConfigError> {
     match raw.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(invalid(name, format!("expected true or false, got {raw:?}"))),
+        _ => Err(invalid(
+            name,
+            format!("expected true or false, got {raw:?}"),
+        )),
     }
 }
 
@@ -172,15 +176,27 @@ fn non_empty(raw: &str) -> Option<String> {
 /// Environment variables, in the order they are applied, with their setters.
 /// `RUST_LOG` comes before `HARNESS_LOG` so that the specific one wins.
 pub const ENV_SETTINGS: &[(&str, Apply)] = &[
-    ("HARNESS_LISTEN", |s, n, v| assign(&mut s.listen, parse(n, v)?)),
-    ("DATABASE_URL", |s, _, v| assign(&mut s.database_url, v.trim().to_owned())),
+    ("HARNESS_LISTEN", |s, n, v| {
+        assign(&mut s.listen, parse(n, v)?)
+    }),
+    ("DATABASE_URL", |s, _, v| {
+        assign(&mut s.database_url, v.trim().to_owned())
+    }),
     ("HARNESS_DATABASE_MAX_CONNECTIONS", |s, n, v| {
         assign(&mut s.database_max_connections, parse(n, v)?)
     }),
-    ("OPENAI_BASE_URL", |s, _, v| assign(&mut s.openai_base_url, v.trim().to_owned())),
-    ("OPENAI_API_KEY", |s, _, v| assign(&mut s.openai_api_key, non_empty(v))),
-    ("HARNESS_MODEL", |s, _, v| assign(&mut s.model, v.trim().to_owned())),
-    ("HARNESS_SYSTEM_PROMPT", |s, _, v| assign(&mut s.system_prompt, v.to_owned())),
+    ("OPENAI_BASE_URL", |s, _, v| {
+        assign(&mut s.openai_base_url, v.trim().to_owned())
+    }),
+    ("OPENAI_API_KEY", |s, _, v| {
+        assign(&mut s.openai_api_key, non_empty(v))
+    }),
+    ("HARNESS_MODEL", |s, _, v| {
+        assign(&mut s.model, v.trim().to_owned())
+    }),
+    ("HARNESS_SYSTEM_PROMPT", |s, _, v| {
+        assign(&mut s.system_prompt, v.to_owned())
+    }),
     ("HARNESS_PROVIDER_IDLE_TIMEOUT_S", |s, n, v| {
         assign(&mut s.provider_idle_timeout_s, parse(n, v)?)
     }),
@@ -190,20 +206,36 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
     ("HARNESS_PROVIDER_MAX_RESPONSE_BYTES", |s, n, v| {
         assign(&mut s.provider_max_response_bytes, parse(n, v)?)
     }),
-    ("HARNESS_TURN_TIMEOUT_S", |s, n, v| assign(&mut s.turn_timeout_s, parse(n, v)?)),
-    ("HARNESS_MAX_STEPS", |s, n, v| assign(&mut s.max_steps, parse(n, v)?)),
+    ("HARNESS_TURN_TIMEOUT_S", |s, n, v| {
+        assign(&mut s.turn_timeout_s, parse(n, v)?)
+    }),
+    ("HARNESS_MAX_STEPS", |s, n, v| {
+        assign(&mut s.max_steps, parse(n, v)?)
+    }),
     ("HARNESS_HISTORY_MAX_MESSAGES", |s, n, v| {
         assign(&mut s.history_max_messages, parse(n, v)?)
     }),
-    ("HARNESS_BODY_LIMIT_BYTES", |s, n, v| assign(&mut s.body_limit_bytes, parse(n, v)?)),
-    ("HARNESS_SSE_KEEPALIVE_S", |s, n, v| assign(&mut s.sse_keepalive_s, parse(n, v)?)),
-    ("HARNESS_SHUTDOWN_GRACE_S", |s, n, v| assign(&mut s.shutdown_grace_s, parse(n, v)?)),
-    ("HARNESS_INSTANCE_ID", |s, _, v| assign(&mut s.instance_id, v.trim().to_owned())),
+    ("HARNESS_BODY_LIMIT_BYTES", |s, n, v| {
+        assign(&mut s.body_limit_bytes, parse(n, v)?)
+    }),
+    ("HARNESS_SSE_KEEPALIVE_S", |s, n, v| {
+        assign(&mut s.sse_keepalive_s, parse(n, v)?)
+    }),
+    ("HARNESS_SHUTDOWN_GRACE_S", |s, n, v| {
+        assign(&mut s.shutdown_grace_s, parse(n, v)?)
+    }),
+    ("HARNESS_INSTANCE_ID", |s, _, v| {
+        assign(&mut s.instance_id, v.trim().to_owned())
+    }),
     ("HARNESS_HEARTBEAT_INTERVAL_S", |s, n, v| {
         assign(&mut s.heartbeat_interval_s, parse(n, v)?)
     }),
-    ("HARNESS_STALE_TURN_AFTER_S", |s, n, v| assign(&mut s.stale_turn_after_s, parse(n, v)?)),
-    ("HARNESS_EVENT_BATCH_MAX", |s, n, v| assign(&mut s.event_batch_max, parse(n, v)?)),
+    ("HARNESS_STALE_TURN_AFTER_S", |s, n, v| {
+        assign(&mut s.stale_turn_after_s, parse(n, v)?)
+    }),
+    ("HARNESS_EVENT_BATCH_MAX", |s, n, v| {
+        assign(&mut s.event_batch_max, parse(n, v)?)
+    }),
     ("HARNESS_EVENT_QUEUE_CAPACITY", |s, n, v| {
         assign(&mut s.event_queue_capacity, parse(n, v)?)
     }),
@@ -215,9 +247,15 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
         };
         Ok(())
     }),
-    ("RUST_LOG", |s, _, v| assign(&mut s.log_filter, v.to_owned())),
-    ("HARNESS_LOG", |s, _, v| assign(&mut s.log_filter, v.to_owned())),
-    ("OTEL_EXPORTER_OTLP_ENDPOINT", |s, _, v| assign(&mut s.otlp_endpoint, non_empty(v))),
+    ("RUST_LOG", |s, _, v| {
+        assign(&mut s.log_filter, v.to_owned())
+    }),
+    ("HARNESS_LOG", |s, _, v| {
+        assign(&mut s.log_filter, v.to_owned())
+    }),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", |s, _, v| {
+        assign(&mut s.otlp_endpoint, non_empty(v))
+    }),
     ("HARNESS_TELEMETRY_CAPTURE_CONTENT", |s, n, v| {
         assign(&mut s.telemetry_capture_content, parse_bool(n, v)?)
     }),
@@ -272,7 +310,10 @@ impl Settings {
             ));
         }
         if self.database_max_connections == 0 {
-            return Err(invalid("HARNESS_DATABASE_MAX_CONNECTIONS", "must be at least 1"));
+            return Err(invalid(
+                "HARNESS_DATABASE_MAX_CONNECTIONS",
+                "must be at least 1",
+            ));
         }
         match reqwest::Url::parse(&self.openai_base_url) {
             Ok(url) if matches!(url.scheme(), "http" | "https") => {}
@@ -283,20 +324,32 @@ impl Settings {
             return Err(invalid("HARNESS_MODEL", "must not be empty"));
         }
         let positive: [(&'static str, u64); 8] = [
-            ("HARNESS_PROVIDER_IDLE_TIMEOUT_S", self.provider_idle_timeout_s),
-            ("HARNESS_PROVIDER_CONNECT_TIMEOUT_S", self.provider_connect_timeout_s),
+            (
+                "HARNESS_PROVIDER_IDLE_TIMEOUT_S",
+                self.provider_idle_timeout_s,
+            ),
+            (
+                "HARNESS_PROVIDER_CONNECT_TIMEOUT_S",
+                self.provider_connect_timeout_s,
+            ),
             ("HARNESS_TURN_TIMEOUT_S", self.turn_timeout_s),
             ("HARNESS_SSE_KEEPALIVE_S", self.sse_keepalive_s),
             ("HARNESS_HEARTBEAT_INTERVAL_S", self.heartbeat_interval_s),
             ("HARNESS_BODY_LIMIT_BYTES", self.body_limit_bytes as u64),
             ("HARNESS_EVENT_BATCH_MAX", self.event_batch_max as u64),
-            ("HARNESS_EVENT_QUEUE_CAPACITY", self.event_queue_capacity as u64),
+            (
+                "HARNESS_EVENT_QUEUE_CAPACITY",
+                self.event_queue_capacity as u64,
+            ),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(invalid(name, "must be greater than 0"));
         }
         if self.provider_max_response_bytes < 1024 {
-            return Err(invalid("HARNESS_PROVIDER_MAX_RESPONSE_BYTES", "must be at least 1024"));
+            return Err(invalid(
+                "HARNESS_PROVIDER_MAX_RESPONSE_BYTES",
+                "must be at least 1024",
+            ));
         }
         if !(1..=100).contains(&self.max_steps) {
             return Err(invalid("HARNESS_MAX_STEPS", "must be between 1 and 100"));
@@ -308,7 +361,10 @@ impl Settings {
             ));
         }
         if self.instance_id.is_empty() || self.instance_id.len() > 128 {
-            return Err(invalid("HARNESS_INSTANCE_ID", "must be 1 to 128 characters"));
+            return Err(invalid(
+                "HARNESS_INSTANCE_ID",
+                "must be 1 to 128 characters",
+            ));
         }
         if let Some(endpoint) = &self.otlp_endpoint
             && reqwest::Url::parse(endpoint).is_err()
@@ -336,7 +392,10 @@ impl fmt::Debug for Settings {
             .field("listen", &self.listen)
             .field("database_url", &redact_url(&self.database_url))
             .field("openai_base_url", &self.openai_base_url)
-            .field("openai_api_key", &self.openai_api_key.as_ref().map(|_| "<redacted>"))
+            .field(
+                "openai_api_key",
+                &self.openai_api_key.as_ref().map(|_| "<redacted>"),
+            )
             .field("model", &self.model)
             .field("turn_timeout_s", &self.turn_timeout_s)
             .field("max_steps", &self.max_steps)
@@ -422,6 +481,9 @@ mod tests {
         ])
         .unwrap();
         let shown = format!("{s:?}");
-        assert!(!shown.contains("sk-secret") && !shown.contains("hunter2"), "{shown}");
+        assert!(
+            !shown.contains("sk-secret") && !shown.contains("hunter2"),
+            "{shown}"
+        );
     }
 }

@@ -184,7 +184,12 @@ mod tests {
         .collect();
         assert_eq!(
             terminal,
-            ["turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted"]
+            [
+                "turn.completed",
+                "turn.failed",
+                "turn.cancelled",
+                "turn.interrupted"
+            ]
         );
     }
 }

@@ -91,19 +91,21 @@ pub fn router(app: AppState) -> Router {
         .layer(Extension(BodyLimit(body_limit)))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
-            let request_id = request
-                .headers()
-                .get("x-request-id")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            tracing::info_span!(
-                "http.request",
-                http.request.method = %request.method(),
-                url.path = %request.uri().path(),
-                request.id = %request_id,
-            )
-        }))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                let request_id = request
+                    .headers()
+                    .get("x-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                tracing::info_span!(
+                    "http.request",
+                    http.request.method = %request.method(),
+                    url.path = %request.uri().path(),
+                    request.id = %request_id,
+                )
+            }),
+        )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(app)
 }

@@ -65,7 +65,11 @@ mod tests {
             Err(SessionIdError::TooLong)
         );
         for bad in ["a b", "a/b", "é", "a%2F", "a\n"] {
-            assert_eq!(SessionId::parse(bad), Err(SessionIdError::BadCharacter), "{bad:?}");
+            assert_eq!(
+                SessionId::parse(bad),
+                Err(SessionIdError::BadCharacter),
+                "{bad:?}"
+            );
         }
     }
 }

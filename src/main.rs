@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use agent_harness::{config::Settings, startup, store, telemetry};
 
 #[derive(Debug, Parser)]
-#[command(name = "agent-harness", version, about = "Runs LLM agent turns over HTTP/SSE")]
+#[command(
+    name = "agent-harness",
+    version,
+    about = "Runs LLM agent turns over HTTP/SSE"
+)]
 struct Cli {
     /// TOML file with settings (the environment overrides it).
     #[arg(long, global = true, env = "HARNESS_CONFIG")]
@@ -39,7 +43,10 @@ fn main() -> ExitCode {
         print!("{}", agent_harness::http::openapi_yaml());
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("agent-harness: cannot start the async runtime: {e}");

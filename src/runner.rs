@@ -134,7 +134,11 @@ struct Inner {
 
 impl TurnRunner {
     /// Builds the runner and starts its writer and heartbeat.
-    pub fn start_runner(store: Arc<dyn Store>, harness: Arc<AgentHarness>, config: RunnerConfig) -> Self {
+    pub fn start_runner(
+        store: Arc<dyn Store>,
+        harness: Arc<AgentHarness>,
+        config: RunnerConfig,
+    ) -> Self {
         let background = TaskTracker::new();
         let stop_background = CancellationToken::new();
         let writer_stop = CancellationToken::new();
@@ -429,7 +433,8 @@ impl TurnRunner {
         Ok(CancelOutcome::Ended(record))
     }
 
-    /// Waits until the turn is no longer running and returns its record.
+    /// Waits until the turn is no longer running and returns its record;
+    /// `None` if the service shuts down first.
     pub async fn wait_for_end(
         &self,
         session_id: &SessionId,
@@ -442,14 +447,21 @@ impl TurnRunner {
             }
         }
         loop {
-            let record = self.inner.store.get_turn(session_id.as_str(), turn_id).await?;
+            let record = self
+                .inner
+                .store
+                .get_turn(session_id.as_str(), turn_id)
+                .await?;
             match record {
                 Some(r) if r.status == TurnStatus::Running => {}
                 other => return Ok(other),
             }
+            if self.inner.close_streams.is_cancelled() {
+                return Ok(None);
+            }
             tokio::select! {
                 () = tokio::time::sleep(self.inner.config.poll_interval) => {}
-                () = self.inner.close_streams.cancelled() => return Ok(None),
+                () = self.inner.close_streams.cancelled() => {}
             }
         }
     }
@@ -460,7 +472,10 @@ impl TurnRunner {
         let inner = &self.inner;
         inner.draining.cancel();
         inner.turns.close();
-        if tokio::time::timeout(grace, inner.turns.wait()).await.is_err() {
+        if tokio::time::timeout(grace, inner.turns.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 running = inner.live.len(),
                 "grace period over; interrupting running turns"

@@ -46,7 +46,8 @@ impl Application {
     /// Connects the store, applies migrations, interrupts turns a previous
     /// process left running, and binds the listener.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let store = store::connect(&settings.database_url, settings.database_max_connections).await?;
+        let store =
+            store::connect(&settings.database_url, settings.database_max_connections).await?;
         store.migrate().await?;
         let provider: Arc<dyn LlmProvider> = Arc::new(OpenAiProvider::new(OpenAiConfig {
             base_url: settings.openai_base_url.clone(),
@@ -90,7 +91,10 @@ impl Application {
         );
         let recovered = runner.recover_orphans().await?;
         if recovered > 0 {
-            tracing::warn!(turns = recovered, "interrupted turns left running by a previous process");
+            tracing::warn!(
+                turns = recovered,
+                "interrupted turns left running by a previous process"
+            );
         }
         let addr = settings.listen;
         let listener = TcpListener::bind(addr)

@@ -93,8 +93,11 @@ pub trait Store: Send + Sync + 'static {
         finishes: &[&TurnFinish],
     ) -> Result<Vec<bool>, StoreError>;
 
-    async fn get_turn(&self, session_id: &str, turn_id: Uuid)
-    -> Result<Option<TurnRecord>, StoreError>;
+    async fn get_turn(
+        &self,
+        session_id: &str,
+        turn_id: Uuid,
+    ) -> Result<Option<TurnRecord>, StoreError>;
 
     async fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError>;
 
@@ -129,8 +132,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Refreshes the heartbeat of these running turns; returns those whose
     /// cancellation was requested.
-    async fn heartbeat(&self, turn_ids: &[Uuid], now: DateTime<Utc>)
-    -> Result<Vec<Uuid>, StoreError>;
+    async fn heartbeat(
+        &self,
+        turn_ids: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Uuid>, StoreError>;
 
     /// Marks orphaned running turns `interrupted`, each with a final
     /// `turn.interrupted` event; returns those events.

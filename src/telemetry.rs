@@ -46,7 +46,8 @@ pub enum TelemetryError {
 
 /// Installs the global subscriber. Call once, at start.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
-    let filter = EnvFilter::try_new(&settings.log_filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_new(&settings.log_filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = match settings.log_format {
         LogFormat::Text => tracing_subscriber::fmt::layer().with_target(false).boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
@@ -71,7 +72,11 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
                 .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
             let provider = SdkTracerProvider::builder()
                 .with_batch_exporter(exporter)
-                .with_resource(Resource::builder().with_service_name("agent-harness").build())
+                .with_resource(
+                    Resource::builder()
+                        .with_service_name("agent-harness")
+                        .build(),
+                )
                 .build();
             let tracer = provider.tracer("agent-harness");
             (

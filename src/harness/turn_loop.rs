@@ -66,7 +66,10 @@ pub(super) async fn run(
             gen_ai.response.finish_reasons = tracing::field::Empty,
             turn.step = step,
         );
-        let output = match generate(harness, call, step, sink).instrument(span.clone()).await {
+        let output = match generate(harness, call, step, sink)
+            .instrument(span.clone())
+            .await
+        {
             Ok(output) => output,
             Err(TurnError::Provider(ProviderError::Timeout(_))) if Instant::now() >= deadline => {
                 final_text = Some(TIMEOUT_TEXT.to_owned());
@@ -83,7 +86,10 @@ pub(super) async fn run(
         }
         // No tool is registered yet: every call gets a tool message saying so,
         // so the transcript stays valid and the model can answer without it.
-        messages.push(ChatMessage::assistant(output.text, output.tool_calls.clone()));
+        messages.push(ChatMessage::assistant(
+            output.text,
+            output.tool_calls.clone(),
+        ));
         for call in &output.tool_calls {
             messages.push(ChatMessage::tool(
                 &call.id,

@@ -55,9 +55,21 @@ async fn readyz(State(app): State<AppState>) -> Response {
     let ready = readiness.reachable && readiness.migrations_applied && !draining;
     let body = Health {
         status: if ready { "ok" } else { "unavailable" }.into(),
-        database: Some(if readiness.reachable { "reachable" } else { "unreachable" }.into()),
+        database: Some(
+            if readiness.reachable {
+                "reachable"
+            } else {
+                "unreachable"
+            }
+            .into(),
+        ),
         migrations: Some(
-            if readiness.migrations_applied { "applied" } else { "pending" }.into(),
+            if readiness.migrations_applied {
+                "applied"
+            } else {
+                "pending"
+            }
+            .into(),
         ),
         draining: Some(draining),
     };

@@ -110,11 +110,20 @@ mod tests {
 
     #[test]
     fn syntax_errors_and_shape_errors_get_different_codes() {
-        assert_eq!(parse::<Body>(b"{\"message\":").unwrap_err().code(), "invalid_json");
-        assert_eq!(parse::<Body>(b"{} trailing").unwrap_err().code(), "invalid_json");
+        assert_eq!(
+            parse::<Body>(b"{\"message\":").unwrap_err().code(),
+            "invalid_json"
+        );
+        assert_eq!(
+            parse::<Body>(b"{} trailing").unwrap_err().code(),
+            "invalid_json"
+        );
         let err = parse::<Body>(br#"{"top_k":"five"}"#).unwrap_err();
         assert_eq!(err.code(), "invalid_body");
         assert_eq!(err.to_problem().field.as_deref(), Some("top_k"));
-        assert_eq!(parse::<Body>(br#"{"mesage":"x"}"#).unwrap_err().code(), "invalid_body");
+        assert_eq!(
+            parse::<Body>(br#"{"mesage":"x"}"#).unwrap_err().code(),
+            "invalid_body"
+        );
     }
 }

@@ -87,7 +87,9 @@ impl PageQuery {
         let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
         let after = query.after.unwrap_or(0);
         if after < 0 {
-            return Err(ApiError::InvalidQuery("`after` must not be negative".into()));
+            return Err(ApiError::InvalidQuery(
+                "`after` must not be negative".into(),
+            ));
         }
         let limit = query.limit.unwrap_or(PAGE_DEFAULT);
         if !(1..=PAGE_MAX).contains(&limit) {

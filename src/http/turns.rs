@@ -330,7 +330,9 @@ fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
         TurnStatus::Failed => Err(ApiError::TurnFailed {
             turn_id,
             code: record.error_code.unwrap_or_else(|| "internal".into()),
-            message: record.error_message.unwrap_or_else(|| "the turn failed".into()),
+            message: record
+                .error_message
+                .unwrap_or_else(|| "the turn failed".into()),
         }),
         TurnStatus::Cancelled => Err(ApiError::TurnCancelled(turn_id)),
         TurnStatus::Interrupted | TurnStatus::Running => Err(ApiError::TurnInterrupted(turn_id)),
@@ -415,7 +417,9 @@ async fn turn_events(
         None => query.after.unwrap_or(0),
     };
     if after < 0 {
-        return Err(ApiError::InvalidQuery("`after` must not be negative".into()));
+        return Err(ApiError::InvalidQuery(
+            "`after` must not be negative".into(),
+        ));
     }
     app.store
         .get_turn(session_id.as_str(), turn_id)

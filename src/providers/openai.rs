@@ -139,7 +139,12 @@ impl LlmProvider for OpenAiProvider {
             return Err(sse::error_from_response(response).await);
         }
         let response = sse::expect_event_stream(response).await?;
-        let events = sse::events(response, self.idle_timeout, deadline, self.max_response_bytes);
+        let events = sse::events(
+            response,
+            self.idle_timeout,
+            deadline,
+            self.max_response_bytes,
+        );
         Ok(parse_stream(events).boxed())
     }
 }
@@ -215,7 +220,9 @@ struct PartialCall {
 }
 
 /// Turns the SSE events of a chat-completions stream into provider events.
-pub(crate) fn parse_stream<S>(events: S) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
+pub(crate) fn parse_stream<S>(
+    events: S,
+) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
 where
     S: futures::Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Send + 'static,
 {

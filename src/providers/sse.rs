@@ -122,7 +122,11 @@ pub(super) async fn expect_event_stream(response: Response) -> Result<Response, 
     let body = read_prefix(response, 200).await;
     Err(ProviderError::Protocol(format!(
         "expected text/event-stream, got {:?}: {}",
-        if content_type.is_empty() { "no content type" } else { &content_type },
+        if content_type.is_empty() {
+            "no content type"
+        } else {
+            &content_type
+        },
         truncate(body.trim(), 120)
     )))
 }

@@ -39,6 +39,9 @@ impl TurnRunner {
             let mut receiver = live.as_ref().map(|l| l.subscribe());
             let mut last = after;
             let mut idle_polls = 0u32;
+            // Set when the service closes streams: read the log once more
+            // (the terminal event may just have been committed), then end.
+            let mut closing = false;
             loop {
                 // Everything committed after `last`, page by page.
                 loop {
@@ -59,12 +62,14 @@ impl TurnRunner {
                         break;
                     }
                 }
+                if closing {
+                    return;
+                }
                 // Then wait for more: live when the turn runs here.
                 if let (Some(live), Some(rx)) = (live.as_ref(), receiver.as_mut()) {
                     loop {
                         tokio::select! {
                             biased;
-                            () = inner.close_streams.cancelled() => return,
                             received = rx.recv() => match received {
                                 Ok(event) if event.seq <= last => continue,
                                 Ok(event) if event.seq == last + 1 => {
@@ -88,13 +93,20 @@ impl TurnRunner {
                                 receiver = None;
                                 break;
                             }
+                            () = inner.close_streams.cancelled() => {
+                                closing = true;
+                                break;
+                            }
                         }
                     }
                     continue;
                 }
                 // Elsewhere (or no longer live here): poll the log.
                 tokio::select! {
-                    () = inner.close_streams.cancelled() => return,
+                    () = inner.close_streams.cancelled() => {
+                        closing = true;
+                        continue;
+                    }
                     () = tokio::time::sleep(inner.config.poll_interval) => {}
                 }
                 idle_polls += 1;

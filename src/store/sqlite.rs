@@ -12,7 +12,9 @@ use std::{str::FromStr, time::Duration};
 use sqlx::{
     Sqlite, Transaction,
     migrate::Migrator,
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous},
+    sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    },
 };
 
 use super::StoreError;

@@ -10,30 +10,58 @@ use crate::{
     support::{Backend, TestDb},
 };
 
-async fn send_raw(app: &TestApp, path: &str, content_type: Option<&str>, body: Vec<u8>) -> (u16, String, Value) {
+async fn send_raw(
+    app: &TestApp,
+    path: &str,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> (u16, String, Value) {
     let mut request = app.client.post(app.url(path)).body(body);
     if let Some(content_type) = content_type {
         request = request.header("content-type", content_type);
     }
     let response = request.send().await.unwrap();
     let status = response.status().as_u16();
-    let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
-    (status, content_type, response.json().await.unwrap_or(Value::Null))
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    (
+        status,
+        content_type,
+        response.json().await.unwrap_or(Value::Null),
+    )
 }
 
 /// Asserts the problem document and that the session was not created.
-async fn assert_problem(app: &TestApp, session: &str, got: (u16, String, Value), status: u16, code: &str) {
+async fn assert_problem(
+    app: &TestApp,
+    session: &str,
+    got: (u16, String, Value),
+    status: u16,
+    code: &str,
+) {
     let (got_status, content_type, body) = got;
-    assert_eq!((got_status, body["code"].as_str()), (status, Some(code)), "{body}");
+    assert_eq!(
+        (got_status, body["code"].as_str()),
+        (status, Some(code)),
+        "{body}"
+    );
     assert_eq!(content_type, "application/problem+json");
     assert_eq!(body["status"], status);
     assert_eq!(body["type"], format!("urn:agent-harness:problem:{code}"));
     assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
     if !session.is_empty() {
         let (status, _) = app.get_json(&format!("/sessions/{session}")).await;
-        assert_eq!(status, 404, "a refused request must not create session {session}");
+        assert_eq!(
+            status, 404,
+            "a refused request must not create session {session}"
+        );
     }
-    assert!(app.provider.requests().is_empty(), "the provider must not be called");
+    assert!(
+        app.provider.requests().is_empty(),
+        "the provider must not be called"
+    );
 }
 
 #[tokio::test]
@@ -50,23 +78,69 @@ async fn bad_bodies_get_their_own_codes_and_write_nothing() {
         (json, b"{\"message\": \"\"}", 422, "message_required"),
         (json, b"{\"message\": \"   \"}", 422, "message_required"),
         (json, b"{\"message\": 42}", 422, "invalid_body"),
-        (json, b"{\"message\": \"hi\", \"top_k\": \"five\"}", 422, "invalid_body"),
-        (json, b"{\"message\": \"hi\", \"web_mode\": \"sometimes\"}", 422, "invalid_body"),
-        (json, b"{\"message\": \"hi\", \"show_citations\": \"yes\"}", 422, "invalid_body"),
-        (json, b"{\"message\": \"hi\", \"history\": [{\"role\": \"robot\", \"content\": \"x\"}]}", 422, "invalid_body"),
+        (
+            json,
+            b"{\"message\": \"hi\", \"top_k\": \"five\"}",
+            422,
+            "invalid_body",
+        ),
+        (
+            json,
+            b"{\"message\": \"hi\", \"web_mode\": \"sometimes\"}",
+            422,
+            "invalid_body",
+        ),
+        (
+            json,
+            b"{\"message\": \"hi\", \"show_citations\": \"yes\"}",
+            422,
+            "invalid_body",
+        ),
+        (
+            json,
+            b"{\"message\": \"hi\", \"history\": [{\"role\": \"robot\", \"content\": \"x\"}]}",
+            422,
+            "invalid_body",
+        ),
         (json, b"{\"mesage\": \"typo\"}", 422, "invalid_body"),
         (json, b"[\"message\"]", 422, "invalid_body"),
-        (json, b"{\"message\": \"hi\", \"top_k\": 0}", 422, "invalid_field"),
-        (json, b"{\"message\": \"hi\", \"runtime_provider\": \"nobody\"}", 422, "invalid_field"),
-        (Some("text/plain"), b"{\"message\": \"hi\"}", 415, "unsupported_media_type"),
-        (None, b"{\"message\": \"hi\"}", 415, "unsupported_media_type"),
+        (
+            json,
+            b"{\"message\": \"hi\", \"top_k\": 0}",
+            422,
+            "invalid_field",
+        ),
+        (
+            json,
+            b"{\"message\": \"hi\", \"runtime_provider\": \"nobody\"}",
+            422,
+            "invalid_field",
+        ),
+        (
+            Some("text/plain"),
+            b"{\"message\": \"hi\"}",
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            None,
+            b"{\"message\": \"hi\"}",
+            415,
+            "unsupported_media_type",
+        ),
     ];
     for (content_type, body, status, code) in cases {
         let got = send_raw(&app, path, content_type, body.to_vec()).await;
         assert_problem(&app, "s-bad", got, status, code).await;
     }
     // The field at fault is named.
-    let (_, _, body) = send_raw(&app, path, json, br#"{"message": "hi", "history": [{"role": "user", "content": 7}]}"#.to_vec()).await;
+    let (_, _, body) = send_raw(
+        &app,
+        path,
+        json,
+        br#"{"message": "hi", "history": [{"role": "user", "content": 7}]}"#.to_vec(),
+    )
+    .await;
     assert_eq!(body["field"], "history[0].content");
 }
 
@@ -83,7 +157,13 @@ async fn a_body_over_the_limit_gets_413() {
     // Just under the limit is fine.
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
     let fits = serde_json::to_vec(&json!({"message": "x".repeat(900)})).unwrap();
-    let (status, _, _) = send_raw(&app, "/sessions/s-big/turns", Some("application/json"), fits).await;
+    let (status, _, _) = send_raw(
+        &app,
+        "/sessions/s-big/turns",
+        Some("application/json"),
+        fits,
+    )
+    .await;
     assert_eq!(status, 200);
 }
 
@@ -91,7 +171,14 @@ async fn a_body_over_the_limit_gets_413() {
 async fn bad_session_ids_are_refused() {
     let app = spawn_app(Backend::Sqlite).await;
     let long = "a".repeat(129);
-    for session in ["", "has space", "slash%2Fin", "ünï", long.as_str(), "semi;colon"] {
+    for session in [
+        "",
+        "has space",
+        "slash%2Fin",
+        "ünï",
+        long.as_str(),
+        "semi;colon",
+    ] {
         let got = send_raw(
             &app,
             &format!("/sessions/{session}/turns"),
@@ -102,11 +189,20 @@ async fn bad_session_ids_are_refused() {
         assert_problem(&app, "", got, 400, "invalid_session_id").await;
     }
     let (status, body) = app.get_json(&format!("/sessions/{long}/messages")).await;
-    assert_eq!((status, body["code"].as_str()), (400, Some("invalid_session_id")));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_session_id"))
+    );
     // 128 characters of the alphabet are fine.
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
     let ok = format!("{}.:_-", "a".repeat(123));
-    let (status, _, _) = send_raw(&app, &format!("/sessions/{ok}/turns"), Some("application/json"), br#"{"message":"hi"}"#.to_vec()).await;
+    let (status, _, _) = send_raw(
+        &app,
+        &format!("/sessions/{ok}/turns"),
+        Some("application/json"),
+        br#"{"message":"hi"}"#.to_vec(),
+    )
+    .await;
     assert_eq!(status, 200);
 }
 
@@ -119,21 +215,65 @@ async fn unknown_sessions_turns_routes_and_bad_queries_are_named() {
     let unknown_turn = uuid::Uuid::now_v7();
     let cases = [
         ("/sessions/nobody".to_owned(), 404, "session_not_found"),
-        ("/sessions/nobody/messages".to_owned(), 404, "session_not_found"),
-        ("/sessions/nobody/events".to_owned(), 404, "session_not_found"),
-        (format!("/sessions/s-known/turns/{unknown_turn}"), 404, "turn_not_found"),
-        (format!("/sessions/s-known/turns/{unknown_turn}/events"), 404, "turn_not_found"),
-        (format!("/sessions/other/turns/{turn_id}"), 404, "turn_not_found"),
-        ("/sessions/s-known/turns/not-a-uuid".to_owned(), 400, "invalid_turn_id"),
-        ("/sessions/s-known/events?limit=0".to_owned(), 400, "invalid_query"),
-        ("/sessions/s-known/events?limit=abc".to_owned(), 400, "invalid_query"),
-        ("/sessions/s-known/events?after=-1".to_owned(), 400, "invalid_query"),
-        ("/sessions/s-known/messages?bogus=1".to_owned(), 400, "invalid_query"),
+        (
+            "/sessions/nobody/messages".to_owned(),
+            404,
+            "session_not_found",
+        ),
+        (
+            "/sessions/nobody/events".to_owned(),
+            404,
+            "session_not_found",
+        ),
+        (
+            format!("/sessions/s-known/turns/{unknown_turn}"),
+            404,
+            "turn_not_found",
+        ),
+        (
+            format!("/sessions/s-known/turns/{unknown_turn}/events"),
+            404,
+            "turn_not_found",
+        ),
+        (
+            format!("/sessions/other/turns/{turn_id}"),
+            404,
+            "turn_not_found",
+        ),
+        (
+            "/sessions/s-known/turns/not-a-uuid".to_owned(),
+            400,
+            "invalid_turn_id",
+        ),
+        (
+            "/sessions/s-known/events?limit=0".to_owned(),
+            400,
+            "invalid_query",
+        ),
+        (
+            "/sessions/s-known/events?limit=abc".to_owned(),
+            400,
+            "invalid_query",
+        ),
+        (
+            "/sessions/s-known/events?after=-1".to_owned(),
+            400,
+            "invalid_query",
+        ),
+        (
+            "/sessions/s-known/messages?bogus=1".to_owned(),
+            400,
+            "invalid_query",
+        ),
         ("/nowhere".to_owned(), 404, "not_found"),
     ];
     for (path, status, code) in cases {
         let (got, body) = app.get_json(&path).await;
-        assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{path}: {body}");
+        assert_eq!(
+            (got, body["code"].as_str()),
+            (status, Some(code)),
+            "{path}: {body}"
+        );
     }
     let response = app
         .client
@@ -143,9 +283,17 @@ async fn unknown_sessions_turns_routes_and_bad_queries_are_named() {
         .await
         .unwrap();
     assert_eq!(response.status(), 400);
-    assert_eq!(response.json::<Value>().await.unwrap()["code"], "invalid_header");
-    let (status, body) = app.post_json(&format!("/sessions/s-known/turns/{unknown_turn}/cancel")).await;
-    assert_eq!((status, body["code"].as_str()), (404, Some("turn_not_found")));
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["code"],
+        "invalid_header"
+    );
+    let (status, body) = app
+        .post_json(&format!("/sessions/s-known/turns/{unknown_turn}/cancel"))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("turn_not_found"))
+    );
     let response = app.client.delete(app.url("/healthz")).send().await.unwrap();
     assert_eq!(response.status(), 405);
     let response = app
@@ -157,7 +305,10 @@ async fn unknown_sessions_turns_routes_and_bad_queries_are_named() {
         .await
         .unwrap();
     assert_eq!(response.status(), 400);
-    assert_eq!(response.json::<Value>().await.unwrap()["code"], "invalid_header");
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["code"],
+        "invalid_header"
+    );
 }
 
 /// A provider failure ends the turn with `turn.failed` (SSE) or a 502
@@ -170,7 +321,12 @@ async fn assert_provider_failure(app: &TestApp, session: &str, code: &str) {
     let last = events.last().unwrap();
     assert_eq!(last.event, "turn.failed", "{:?}", types(&events));
     assert_eq!(last.json()["code"], code);
-    assert!(!last.json()["message"].as_str().unwrap().contains("sk-test-key"));
+    assert!(
+        !last.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("sk-test-key")
+    );
     let turn = app.wait_turn_end(session, &turn_id).await;
     assert_eq!(turn["status"], "failed");
     assert_eq!(turn["error"]["code"], code);
@@ -181,31 +337,56 @@ async fn assert_provider_failure(app: &TestApp, session: &str, code: &str) {
 async fn provider_failures_fail_the_turn_with_a_clear_code(backend: Backend) {
     let app = spawn_app(backend).await;
     let cases = [
-        (Reply::body(401, "application/json", "openai/error_401.json"), "provider_auth_failed"),
         (
-            Reply::body(429, "application/json", "openai/error_429.json").header("retry-after", "1"),
+            Reply::body(401, "application/json", "openai/error_401.json"),
+            "provider_auth_failed",
+        ),
+        (
+            Reply::body(429, "application/json", "openai/error_429.json")
+                .header("retry-after", "1"),
             "provider_rate_limited",
         ),
         (
             Reply::body(400, "application/json", "openai/error_context_length.json"),
             "provider_context_length_exceeded",
         ),
-        (Reply::body(502, "text/html", "openai/gateway_502.html"), "provider_server_error"),
-        (Reply::body(200, "text/html", "openai/gateway_502.html"), "provider_protocol_error"),
-        (Reply::sse("openai/invalid_chunk.sse"), "provider_protocol_error"),
-        (Reply::sse("openai/truncated.sse"), "provider_protocol_error"),
+        (
+            Reply::body(502, "text/html", "openai/gateway_502.html"),
+            "provider_server_error",
+        ),
+        (
+            Reply::body(200, "text/html", "openai/gateway_502.html"),
+            "provider_protocol_error",
+        ),
+        (
+            Reply::sse("openai/invalid_chunk.sse"),
+            "provider_protocol_error",
+        ),
+        (
+            Reply::sse("openai/truncated.sse"),
+            "provider_protocol_error",
+        ),
     ];
     for (i, (reply, code)) in cases.into_iter().enumerate() {
         app.provider.enqueue([reply]);
         assert_provider_failure(&app, &format!("s-fail-{i}"), code).await;
     }
     // The JSON mode answers 502 with the turn's code.
-    app.provider.enqueue([Reply::body(401, "application/json", "openai/error_401.json")]);
+    app.provider.enqueue([Reply::body(
+        401,
+        "application/json",
+        "openai/error_401.json",
+    )]);
     let response = app.post_turn("s-fail-json", json!({"message": "Hi"})).await;
     assert_eq!(response.status(), 502);
     let problem: Value = response.json().await.unwrap();
     assert_eq!(problem["code"], "provider_auth_failed");
-    assert!(problem["detail"].as_str().unwrap().contains("Incorrect API key"));
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Incorrect API key")
+    );
     assert!(problem["turn_id"].is_string());
 }
 
@@ -220,7 +401,10 @@ async fn an_unreachable_provider_fails_the_turn(backend: Backend) {
     assert_provider_failure(&app, "s-down", "provider_unreachable").await;
     let response = app.post_turn("s-down-json", json!({"message": "Hi"})).await;
     assert_eq!(response.status(), 502);
-    assert_eq!(response.json::<Value>().await.unwrap()["code"], "provider_unreachable");
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["code"],
+        "provider_unreachable"
+    );
 }
 
 async fn a_stalled_provider_times_out_cleanly(backend: Backend) {
@@ -229,7 +413,8 @@ async fn a_stalled_provider_times_out_cleanly(backend: Backend) {
     settings.provider_idle_timeout_s = 1;
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let gate = tokio_util::sync::CancellationToken::new();
-    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
     assert_provider_failure(&app, "s-stall", "provider_timeout").await;
 }
 

@@ -139,7 +139,11 @@ async fn chat_completions(
     body: Bytes,
 ) -> Response {
     let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-    shared.requests.lock().unwrap().push(Recorded { headers, body });
+    shared
+        .requests
+        .lock()
+        .unwrap()
+        .push(Recorded { headers, body });
     let Some(reply) = shared.script.lock().unwrap().pop_front() else {
         return Response::builder()
             .status(StatusCode::INTERNAL_SERVER_ERROR)

@@ -6,7 +6,6 @@ use agent_harness::{
     config::Settings,
     providers::openai::{OpenAiConfig, OpenAiProvider},
     startup::{Application, StartupError},
-    store::Store,
 };
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -106,7 +105,12 @@ impl TestApp {
         SseStream::new(response).await
     }
 
-    pub async fn turn_events(&self, session: &str, turn: &str, last_event_id: Option<i64>) -> SseStream {
+    pub async fn turn_events(
+        &self,
+        session: &str,
+        turn: &str,
+        last_event_id: Option<i64>,
+    ) -> SseStream {
         let mut request = self
             .client
             .get(self.url(&format!("/sessions/{session}/turns/{turn}/events")));
@@ -132,12 +136,17 @@ impl TestApp {
     pub async fn wait_turn_end(&self, session: &str, turn: &str) -> Value {
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
-            let (status, body) = self.get_json(&format!("/sessions/{session}/turns/{turn}")).await;
+            let (status, body) = self
+                .get_json(&format!("/sessions/{session}/turns/{turn}"))
+                .await;
             assert_eq!(status, 200, "{body}");
             if body["status"] != "running" {
                 return body;
             }
-            assert!(tokio::time::Instant::now() < deadline, "turn {turn} still running");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "turn {turn} still running"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -180,7 +189,11 @@ impl SseEvent {
     }
 
     pub fn seq(&self) -> i64 {
-        self.id.as_deref().expect("an id").parse().expect("numeric id")
+        self.id
+            .as_deref()
+            .expect("an id")
+            .parse()
+            .expect("numeric id")
     }
 
     pub fn is_terminal(&self) -> bool {
@@ -251,7 +264,8 @@ impl SseStream {
                 .await
                 .expect("the stream went silent")
                 .expect("stream error")?;
-            self.buffer.push_str(std::str::from_utf8(&chunk).expect("utf-8"));
+            self.buffer
+                .push_str(std::str::from_utf8(&chunk).expect("utf-8"));
         }
     }
 
@@ -262,7 +276,10 @@ impl SseStream {
             let terminal = event.is_terminal();
             events.push(event);
             if terminal {
-                assert!(self.next().await.is_none(), "the stream ends after its terminal event");
+                assert!(
+                    self.next().await.is_none(),
+                    "the stream ends after its terminal event"
+                );
                 return events;
             }
         }

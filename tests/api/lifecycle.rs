@@ -68,13 +68,22 @@ async fn a_restart_interrupts_turns_left_running_and_ends_their_streams(backend:
     let turn = app.wait_turn_end("s-crash", &turn_id.to_string()).await;
     assert_eq!(turn["status"], "interrupted");
     assert_eq!(turn["error"]["code"], "interrupted");
-    let events = app.turn_events("s-crash", &turn_id.to_string(), None).await.read_to_end().await;
-    assert_eq!(types(&events), ["turn.started", "message.delta", "turn.interrupted"]);
+    let events = app
+        .turn_events("s-crash", &turn_id.to_string(), None)
+        .await
+        .read_to_end()
+        .await;
+    assert_eq!(
+        types(&events),
+        ["turn.started", "message.delta", "turn.interrupted"]
+    );
     assert_eq!(events[2].seq(), 3);
     assert_eq!(events[2].json()["reason"], "owner_lost");
     // The session takes new turns again, numbered after the old events.
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
-    let mut stream = app.post_turn_sse("s-crash", json!({"message": "again"})).await;
+    let mut stream = app
+        .post_turn_sse("s-crash", json!({"message": "again"}))
+        .await;
     let fresh = stream.read_to_end().await;
     assert_eq!(fresh[0].seq(), 4);
 }
@@ -94,7 +103,9 @@ async fn a_follower_sees_a_turn_interrupted_when_its_owner_stops_beating(backend
     assert_eq!(types(&head), ["turn.started", "message.delta"]);
     // Still running: the other replica might be alive. Then its heartbeat
     // goes stale, the sweep interrupts the turn, and the follower sees it.
-    let (_, turn) = app.get_json(&format!("/sessions/s-stale/turns/{turn_id}")).await;
+    let (_, turn) = app
+        .get_json(&format!("/sessions/s-stale/turns/{turn_id}"))
+        .await;
     assert_eq!(turn["status"], "running");
     let rest = follower.read_to_end().await;
     assert_eq!(types(&rest), ["turn.interrupted"]);
@@ -107,9 +118,14 @@ async fn shutdown_interrupts_turns_still_running_after_the_grace_period(backend:
     let db = TestDb::new(backend).await;
     let mut app = spawn_app_with(db, provider, settings).await;
     let never = CancellationToken::new();
-    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
     let mut stream = app.post_turn_sse("s-down", json!({"message": "Hi"})).await;
-    let turn_id: Uuid = stream.headers["x-turn-id"].to_str().unwrap().parse().unwrap();
+    let turn_id: Uuid = stream.headers["x-turn-id"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     stream.read_until("message.delta").await;
 
     app.shutdown_token().cancel();
@@ -118,7 +134,14 @@ async fn shutdown_interrupts_turns_still_running_after_the_grace_period(backend:
     assert_eq!(rest.last().unwrap().json()["reason"], "shutdown");
     app.stop().await;
 
-    let record = app.db.open().await.get_turn("s-down", turn_id).await.unwrap().unwrap();
+    let record = app
+        .db
+        .open()
+        .await
+        .get_turn("s-down", turn_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.status, TurnStatus::Interrupted);
 }
 
@@ -126,9 +149,14 @@ async fn shutdown_lets_a_turn_finish_within_the_grace_period(backend: Backend) {
     let app_backend = backend;
     let mut app = spawn_app(app_backend).await;
     let gate = CancellationToken::new();
-    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
     let mut stream = app.post_turn_sse("s-grace", json!({"message": "Hi"})).await;
-    let turn_id: Uuid = stream.headers["x-turn-id"].to_str().unwrap().parse().unwrap();
+    let turn_id: Uuid = stream.headers["x-turn-id"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     stream.read_until("message.delta").await;
 
     app.shutdown_token().cancel();
@@ -140,7 +168,10 @@ async fn shutdown_lets_a_turn_finish_within_the_grace_period(backend: Backend) {
     let store = app.db.open().await;
     let record = store.get_turn("s-grace", turn_id).await.unwrap().unwrap();
     assert_eq!(record.status, TurnStatus::Completed);
-    assert_eq!(store.list_messages("s-grace", 0, 10).await.unwrap().len(), 2);
+    assert_eq!(
+        store.list_messages("s-grace", 0, 10).await.unwrap().len(),
+        2
+    );
 }
 
 on_both_backends!(

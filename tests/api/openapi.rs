@@ -15,7 +15,12 @@ async fn the_checked_in_openapi_yaml_is_what_the_service_serves() {
         "openapi.yaml is out of date; refresh it with `UPDATE_OPENAPI=1 cargo test --test api openapi`"
     );
     let app = spawn_app(Backend::Sqlite).await;
-    let response = app.client.get(app.url("/openapi.yaml")).send().await.unwrap();
+    let response = app
+        .client
+        .get(app.url("/openapi.yaml"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "application/yaml");
     assert_eq!(response.text().await.unwrap(), checked_in);

@@ -14,9 +14,16 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
     let app = spawn_app(backend).await;
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
 
-    let mut stream = app.post_turn_sse("s-1", json!({"message": "Hi there"})).await;
+    let mut stream = app
+        .post_turn_sse("s-1", json!({"message": "Hi there"}))
+        .await;
     assert_eq!(stream.status, 200);
-    assert!(stream.headers["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    assert!(
+        stream.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
     let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
     let events = stream.read_to_end().await;
 
@@ -36,7 +43,13 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
     assert_eq!(events[0].json()["message"], "Hi there");
     assert_eq!(streamed_text(&events), "Hello! How can I help you today?");
     let usage = events[10].json();
-    assert_eq!((usage["input_tokens"].as_u64(), usage["output_tokens"].as_u64()), (Some(21), Some(10)));
+    assert_eq!(
+        (
+            usage["input_tokens"].as_u64(),
+            usage["output_tokens"].as_u64()
+        ),
+        (Some(21), Some(10))
+    );
     let result = &events[11].json()["result"];
     assert_eq!(result["text"], "Hello! How can I help you today?");
     assert_eq!(result["input_tokens"], 21);
@@ -53,7 +66,13 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
         .iter()
         .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
         .collect();
-    assert_eq!(history, [("user", "Hi there"), ("assistant", "Hello! How can I help you today?")]);
+    assert_eq!(
+        history,
+        [
+            ("user", "Hi there"),
+            ("assistant", "Hello! How can I help you today?")
+        ]
+    );
     let (_, log) = app.get_json("/sessions/s-1/events").await;
     let logged: Vec<Value> = log["events"].as_array().unwrap().clone();
     let streamed: Vec<Value> = events.iter().map(|e| e.json()).collect();
@@ -62,8 +81,11 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
 
 async fn the_provider_gets_the_prompt_in_the_seeds_order(backend: Backend) {
     let app = spawn_app(backend).await;
-    app.provider.enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
-    let first = app.post_turn("s-order", json!({"message": "first question"})).await;
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
+    let first = app
+        .post_turn("s-order", json!({"message": "first question"}))
+        .await;
     assert_eq!(first.status(), 200);
     let second = app
         .post_turn(
@@ -81,20 +103,30 @@ async fn the_provider_gets_the_prompt_in_the_seeds_order(backend: Backend) {
     assert_eq!(request.body["stream"], true);
     assert_eq!(request.body["stream_options"]["include_usage"], true);
     let messages = request.body["messages"].as_array().unwrap();
-    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["system", "system", "user", "assistant", "system", "user"]);
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "system", "user", "assistant", "system", "user"]
+    );
     let metadata = messages[1]["content"].as_str().unwrap();
     assert!(metadata.starts_with("Runtime metadata for this chat turn (authoritative):\n- session_id: s-order\n- provider: openai\n- model: gpt-4o-mini\n- today: "), "{metadata}");
     // The stored history of the first turn comes before the new message.
     assert_eq!(messages[2]["content"], "first question");
     assert_eq!(messages[3]["content"], "Hello! How can I help you today?");
-    assert_eq!(messages[4]["content"], "You are acting as a travel planner.");
+    assert_eq!(
+        messages[4]["content"],
+        "You are acting as a travel planner."
+    );
     assert_eq!(messages[5]["content"], "second question");
 }
 
 async fn history_in_the_request_replaces_the_stored_one(backend: Backend) {
     let app = spawn_app(backend).await;
-    app.provider.enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
     app.post_turn("s-h", json!({"message": "stored"})).await;
     let response = app
         .post_turn(
@@ -140,10 +172,18 @@ async fn the_json_mode_answers_with_the_turn_result(backend: Backend) {
 
 async fn tool_calls_assembled_from_deltas_get_an_answer_and_the_loop_goes_on(backend: Backend) {
     let app = spawn_app(backend).await;
-    app.provider.enqueue([Reply::sse("openai/tool_call.sse"), Reply::sse("openai/after_tool.sse")]);
-    let mut stream = app.post_turn_sse("s-tool", json!({"message": "Weather in Paris?"})).await;
+    app.provider.enqueue([
+        Reply::sse("openai/tool_call.sse"),
+        Reply::sse("openai/after_tool.sse"),
+    ]);
+    let mut stream = app
+        .post_turn_sse("s-tool", json!({"message": "Weather in Paris?"}))
+        .await;
     let events = stream.read_to_end().await;
-    assert_eq!(events.last().unwrap().json()["result"]["text"], "It's 18°C in Paris.");
+    assert_eq!(
+        events.last().unwrap().json()["result"]["text"],
+        "It's 18°C in Paris."
+    );
     let steps: Vec<u64> = events
         .iter()
         .filter(|e| e.event == "usage")
@@ -173,7 +213,8 @@ async fn a_client_that_disconnects_reattaches_and_misses_nothing(backend: Backen
     let app = spawn_app(backend).await;
     let gate = CancellationToken::new();
     // Role chunk and three text chunks, then the provider waits.
-    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(4, &gate)]);
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(4, &gate)]);
 
     let mut first = app.post_turn_sse("s-re", json!({"message": "Hi"})).await;
     let turn_id = first.headers["x-turn-id"].to_str().unwrap().to_owned();
@@ -183,7 +224,10 @@ async fn a_client_that_disconnects_reattaches_and_misses_nothing(backend: Backen
 
     gate.cancel();
     let turn = app.wait_turn_end("s-re", &turn_id).await;
-    assert_eq!(turn["status"], "completed", "the turn finished without its client");
+    assert_eq!(
+        turn["status"], "completed",
+        "the turn finished without its client"
+    );
 
     let last_seen = seen.last().unwrap().seq();
     let mut resumed = app.turn_events("s-re", &turn_id, Some(last_seen)).await;
@@ -199,7 +243,8 @@ async fn a_client_that_disconnects_reattaches_and_misses_nothing(backend: Backen
 async fn a_live_subscriber_sees_the_same_events_as_a_replay(backend: Backend) {
     let app = spawn_app(backend).await;
     let gate = CancellationToken::new();
-    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
     let mut poster = app.post_turn_sse("s-live", json!({"message": "Hi"})).await;
     let turn_id = poster.headers["x-turn-id"].to_str().unwrap().to_owned();
     poster.read_until("message.delta").await;
@@ -215,19 +260,26 @@ async fn a_live_subscriber_sees_the_same_events_as_a_replay(backend: Backend) {
     gate.cancel();
     let mut live = head;
     live.extend(follower.read_to_end().await);
-    let replay = app.turn_events("s-live", &turn_id, None).await.read_to_end().await;
+    let replay = app
+        .turn_events("s-live", &turn_id, None)
+        .await
+        .read_to_end()
+        .await;
     assert_eq!(live, replay);
 }
 
 async fn cancel_stops_a_running_turn_and_ends_its_stream(backend: Backend) {
     let app = spawn_app(backend).await;
     let gate = CancellationToken::new(); // never opened
-    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
     let mut stream = app.post_turn_sse("s-c", json!({"message": "Hi"})).await;
     let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
     stream.read_until("message.delta").await;
 
-    let (status, body) = app.post_json(&format!("/sessions/s-c/turns/{turn_id}/cancel")).await;
+    let (status, body) = app
+        .post_json(&format!("/sessions/s-c/turns/{turn_id}/cancel"))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "cancelled");
     let rest = stream.read_to_end().await;
@@ -236,30 +288,46 @@ async fn cancel_stops_a_running_turn_and_ends_its_stream(backend: Backend) {
     // Nothing of a cancelled turn enters the history, and the session is free.
     let (_, messages) = app.get_json("/sessions/s-c/messages").await;
     assert_eq!(messages["messages"], json!([]));
-    let (status, body) = app.post_json(&format!("/sessions/s-c/turns/{turn_id}/cancel")).await;
+    let (status, body) = app
+        .post_json(&format!("/sessions/s-c/turns/{turn_id}/cancel"))
+        .await;
     assert_eq!(status, 409);
     assert_eq!(body["code"], "turn_not_running");
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
-    assert_eq!(app.post_turn("s-c", json!({"message": "again"})).await.status(), 200);
+    assert_eq!(
+        app.post_turn("s-c", json!({"message": "again"}))
+            .await
+            .status(),
+        200
+    );
 }
 
 async fn a_second_turn_while_one_runs_gets_409_naming_it(backend: Backend) {
     let app = spawn_app(backend).await;
     let gate = CancellationToken::new();
-    app.provider.enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
     let mut stream = app.post_turn_sse("s-409", json!({"message": "Hi"})).await;
     let running = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
     stream.read_until("turn.started").await;
 
     let response = app.post_turn("s-409", json!({"message": "me too"})).await;
     assert_eq!(response.status(), 409);
-    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
     let problem: Value = response.json().await.unwrap();
     assert_eq!(problem["code"], "turn_already_running");
     assert_eq!(problem["turn_id"], running.as_str());
     // Another session is not affected.
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
-    assert_eq!(app.post_turn("s-other", json!({"message": "Hi"})).await.status(), 200);
+    assert_eq!(
+        app.post_turn("s-other", json!({"message": "Hi"}))
+            .await
+            .status(),
+        200
+    );
 
     gate.cancel();
     stream.read_to_end().await;
@@ -287,9 +355,15 @@ async fn an_idempotency_key_replays_the_same_turn(backend: Backend) {
     assert_eq!(again.headers()["idempotent-replayed"], "true");
     assert_eq!(again.headers()["x-turn-id"].to_str().unwrap(), first_id);
     assert_eq!(again.json::<Value>().await.unwrap(), first_body);
-    assert_eq!(app.provider.requests().len(), 1, "the provider was called once");
+    assert_eq!(
+        app.provider.requests().len(),
+        1,
+        "the provider was called once"
+    );
 
-    let reused = post(json!({"message": "something else"}), "k-1").await.unwrap();
+    let reused = post(json!({"message": "something else"}), "k-1")
+        .await
+        .unwrap();
     assert_eq!(reused.status(), 422);
     let problem: Value = reused.json().await.unwrap();
     assert_eq!(problem["code"], "idempotency_key_reused");
@@ -308,3 +382,29 @@ on_both_backends!(
     a_second_turn_while_one_runs_gets_409_naming_it,
     an_idempotency_key_replays_the_same_turn,
 );
+
+#[tokio::test]
+async fn a_quiet_stream_gets_keep_alive_comments() {
+    use crate::{
+        fake_provider::FakeProvider,
+        helpers::{spawn_app_with, test_settings},
+        support::TestDb,
+    };
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.sse_keepalive_s = 1;
+    let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+    let gate = CancellationToken::new();
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
+    let mut stream = app.post_turn_sse("s-quiet", json!({"message": "Hi"})).await;
+    stream.read_until("message.delta").await;
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    gate.cancel();
+    let rest = stream.read_to_end().await;
+    assert_eq!(rest.last().unwrap().event, "turn.completed");
+    assert!(
+        stream.comments >= 1,
+        "keep-alive comments while the provider was silent"
+    );
+}

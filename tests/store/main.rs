@@ -102,7 +102,10 @@ async fn begin_creates_the_session_and_numbers_after_existing_events(backend: Ba
     let first = new_turn("s1", None);
     assert_eq!(store.begin_turn(&first).await.unwrap(), 1);
     store
-        .write_batch(&[delta(&first, 2, "a"), delta(&first, 3, "b")], &[&completed(&first, 4, "ab")])
+        .write_batch(
+            &[delta(&first, 2, "a"), delta(&first, 3, "b")],
+            &[&completed(&first, 4, "ab")],
+        )
         .await
         .unwrap();
     let second = new_turn("s1", None);
@@ -117,7 +120,10 @@ async fn begin_creates_the_session_and_numbers_after_existing_events(backend: Ba
     let turn = store.get_turn("s1", second.id).await.unwrap().unwrap();
     assert_eq!(turn.status, TurnStatus::Running);
     assert_eq!(turn.first_seq, 5);
-    assert!(store.get_turn("s2", second.id).await.unwrap().is_none(), "turns are per session");
+    assert!(
+        store.get_turn("s2", second.id).await.unwrap().is_none(),
+        "turns are per session"
+    );
 }
 
 async fn one_running_turn_per_session(backend: Backend) {
@@ -131,7 +137,10 @@ async fn one_running_turn_per_session(backend: Backend) {
     // The refused turn left nothing behind.
     let events = store.list_events("s1", None, 0, 100).await.unwrap();
     assert_eq!(events.len(), 1);
-    assert_eq!(store.get_session("s1").await.unwrap().unwrap().turn_count, 1);
+    assert_eq!(
+        store.get_session("s1").await.unwrap().unwrap().turn_count,
+        1
+    );
 }
 
 async fn concurrent_begins_let_exactly_one_turn_run(backend: Backend) {
@@ -152,7 +161,10 @@ async fn concurrent_begins_let_exactly_one_turn_run(backend: Backend) {
         }
     }
     assert_eq!((started, refused), (1, 7));
-    assert_eq!(store.list_events("race", None, 0, 100).await.unwrap().len(), 1);
+    assert_eq!(
+        store.list_events("race", None, 0, 100).await.unwrap().len(),
+        1
+    );
 }
 
 async fn an_idempotency_key_names_its_turn(backend: Backend) {
@@ -172,7 +184,10 @@ async fn an_idempotency_key_names_its_turn(backend: Backend) {
         other => panic!("expected IdempotencyKeyExists, got {other:?}"),
     }
     // The same key in another session is another turn.
-    store.begin_turn(&new_turn("s2", Some("key-1"))).await.unwrap();
+    store
+        .begin_turn(&new_turn("s2", Some("key-1")))
+        .await
+        .unwrap();
 }
 
 async fn a_finish_commits_messages_decision_and_terminal_event_together(backend: Backend) {
@@ -180,7 +195,10 @@ async fn a_finish_commits_messages_decision_and_terminal_event_together(backend:
     let turn = new_turn("s1", None);
     store.begin_turn(&turn).await.unwrap();
     let applied = store
-        .write_batch(&[delta(&turn, 2, "Hel"), delta(&turn, 3, "lo")], &[&completed(&turn, 4, "Hello")])
+        .write_batch(
+            &[delta(&turn, 2, "Hel"), delta(&turn, 3, "lo")],
+            &[&completed(&turn, 4, "Hello")],
+        )
         .await
         .unwrap();
     assert_eq!(applied, vec![true]);
@@ -189,7 +207,10 @@ async fn a_finish_commits_messages_decision_and_terminal_event_together(backend:
     assert!(record.finished_at.is_some());
     assert!(record.result.unwrap().contains("Hello"));
     let messages = store.list_messages("s1", 0, 10).await.unwrap();
-    let roles: Vec<_> = messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+    let roles: Vec<_> = messages
+        .iter()
+        .map(|m| (m.role.as_str(), m.content.as_str()))
+        .collect();
     assert_eq!(roles, [("user", "hi"), ("assistant", "Hello")]);
     let types: Vec<_> = store
         .list_events("s1", Some(turn.id), 0, 10)
@@ -223,7 +244,10 @@ async fn a_failed_batch_writes_nothing(backend: Backend) {
     store.begin_turn(&turn).await.unwrap();
     // seq 1 is taken by turn.started: the whole batch must roll back.
     let result = store
-        .write_batch(&[delta(&turn, 2, "ok"), delta(&turn, 1, "dup")], &[&completed(&turn, 3, "x")])
+        .write_batch(
+            &[delta(&turn, 2, "ok"), delta(&turn, 1, "dup")],
+            &[&completed(&turn, 3, "x")],
+        )
         .await;
     assert!(result.is_err());
     assert_eq!(store.list_events("s1", None, 0, 10).await.unwrap().len(), 1);
@@ -240,7 +264,10 @@ async fn events_and_messages_page_in_order(backend: Backend) {
         assert_eq!(store.begin_turn(&turn).await.unwrap(), next_seq);
         let deltas: Vec<_> = (1..=4).map(|k| delta(&turn, next_seq + k, "x")).collect();
         store
-            .write_batch(&deltas, &[&completed(&turn, next_seq + 5, &format!("answer {i}"))])
+            .write_batch(
+                &deltas,
+                &[&completed(&turn, next_seq + 5, &format!("answer {i}"))],
+            )
             .await
             .unwrap();
         next_seq += 6;
@@ -250,8 +277,14 @@ async fn events_and_messages_page_in_order(backend: Backend) {
     let all = store.list_events("s1", None, 0, 1000).await.unwrap();
     assert_eq!(all.len(), 18);
     let second_turn = all[6].turn_id;
-    let of_turn = store.list_events("s1", Some(second_turn), 0, 100).await.unwrap();
-    assert_eq!(of_turn.iter().map(|e| e.seq).collect::<Vec<_>>(), (7..=12).collect::<Vec<_>>());
+    let of_turn = store
+        .list_events("s1", Some(second_turn), 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        of_turn.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (7..=12).collect::<Vec<_>>()
+    );
 
     let messages = store.list_messages("s1", 0, 100).await.unwrap();
     assert_eq!(messages.len(), 6);
@@ -267,7 +300,10 @@ async fn stored_events_are_byte_for_byte_what_was_written(backend: Backend) {
     let turn = new_turn("s1", None);
     store.begin_turn(&turn).await.unwrap();
     let written = delta(&turn, 2, "quotes \" and unicode ✓ and \\ backslash");
-    store.write_batch(&[written.clone()], &[]).await.unwrap();
+    store
+        .write_batch(std::slice::from_ref(&written), &[])
+        .await
+        .unwrap();
     let read = store.list_events("s1", None, 1, 10).await.unwrap();
     assert_eq!(read[0], *written);
     assert_eq!(read[0].envelope_json(), written.envelope_json());
@@ -282,8 +318,14 @@ async fn heartbeat_reports_requested_cancellations(backend: Backend) {
     assert!(store.request_cancel(b.id).await.unwrap());
     let cancelled = store.heartbeat(&[a.id, b.id], Utc::now()).await.unwrap();
     assert_eq!(cancelled, vec![b.id]);
-    store.write_batch(&[], &[&completed(&a, 2, "x")]).await.unwrap();
-    assert!(!store.request_cancel(a.id).await.unwrap(), "a finished turn cannot be cancelled");
+    store
+        .write_batch(&[], &[&completed(&a, 2, "x")])
+        .await
+        .unwrap();
+    assert!(
+        !store.request_cancel(a.id).await.unwrap(),
+        "a finished turn cannot be cancelled"
+    );
     assert!(store.heartbeat(&[], Utc::now()).await.unwrap().is_empty());
 }
 
@@ -314,7 +356,10 @@ async fn orphans_are_interrupted_once_with_a_final_event(backend: Backend) {
         process: "process-new".into(),
         stale_before: now - Duration::minutes(1),
     };
-    let events = store.interrupt_orphans(&scope, "owner_lost", now).await.unwrap();
+    let events = store
+        .interrupt_orphans(&scope, "owner_lost", now)
+        .await
+        .unwrap();
     let mut interrupted: Vec<_> = events.iter().map(|e| e.turn_id).collect();
     interrupted.sort();
     let mut expected = vec![mine_old.id, stale.id];
@@ -323,15 +368,29 @@ async fn orphans_are_interrupted_once_with_a_final_event(backend: Backend) {
     for event in &events {
         assert_eq!(event.event_type, "turn.interrupted");
         assert_eq!(event.seq, 2, "the next seq of its session");
-        let record = store.get_turn(&event.session_id, event.turn_id).await.unwrap().unwrap();
+        let record = store
+            .get_turn(&event.session_id, event.turn_id)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(record.status, TurnStatus::Interrupted);
         assert_eq!(record.error_code.as_deref(), Some("interrupted"));
     }
     for live in [&alive, &own] {
-        let record = store.get_turn(&live.session_id, live.id).await.unwrap().unwrap();
+        let record = store
+            .get_turn(&live.session_id, live.id)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(record.status, TurnStatus::Running);
     }
-    assert!(store.interrupt_orphans(&scope, "owner_lost", now).await.unwrap().is_empty());
+    assert!(
+        store
+            .interrupt_orphans(&scope, "owner_lost", now)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // The session is free again.
     store.begin_turn(&new_turn("s1", None)).await.unwrap();
 }
