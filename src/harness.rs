@@ -3,7 +3,9 @@
 //! [`EventSink`]. It owns no I/O of its own besides the provider; where the
 //! events go (event log, live subscribers) is the runner's business.
 
+pub mod budget;
 mod prepare;
+pub mod state;
 mod turn_loop;
 
 use std::{sync::Arc, time::Duration};
