@@ -45,6 +45,34 @@ pub struct Settings {
     pub turn_timeout_s: u64,
     /// Maximum LLM steps of a turn (`HARNESS_MAX_STEPS`).
     pub max_steps: u32,
+    /// Tool calls per turn (`HARNESS_MAX_TOOL_CALLS`).
+    pub max_tool_calls: u32,
+    /// Reflections per turn (`HARNESS_MAX_REFLECTIONS`).
+    pub max_reflections: u32,
+    /// `off`, `low`, `medium` or `high` (`HARNESS_THINK_LEVEL`).
+    pub think_level: String,
+    /// Reflect on every N-th turn of a session; 0 never (`HARNESS_REFLECT_EVERY`).
+    pub reflect_every: u32,
+    /// Run disjoint read-only tool calls in parallel (`HARNESS_PARALLEL_TOOLS`).
+    pub parallel_tools: bool,
+    /// Validate tool arguments against their schema (`HARNESS_TOOL_VALIDATION`).
+    pub tool_validation: bool,
+    /// Offer only the tools most related to the message (`HARNESS_SEMANTIC_TOOL_SELECTION`).
+    pub semantic_tool_selection: bool,
+    /// Tools offered when selection is on (`HARNESS_MAX_TOOLS_PER_TURN`).
+    pub max_tools_per_turn: usize,
+    /// `all`, `read_only` or `none` (`HARNESS_TOOL_PERMISSION`).
+    pub tool_permission: String,
+    /// Summarise older messages near the context limit (`HARNESS_AUTO_COMPACT`).
+    pub auto_compact: bool,
+    /// Context window of the model, in tokens (`HARNESS_CONTEXT_WINDOW_TOKENS`).
+    pub context_window_tokens: u64,
+    /// Prompt id for provenance and judges (`HARNESS_PROMPT_ID`).
+    pub prompt_id: Option<String>,
+    /// Prompt version (`HARNESS_PROMPT_VERSION`).
+    pub prompt_version: Option<String>,
+    /// Keep message text out of decision records and logs (`HARNESS_REDACT_LOGS`).
+    pub redact_logs: bool,
     /// Stored messages used as history when a request brings none (`HARNESS_HISTORY_MAX_MESSAGES`).
     pub history_max_messages: u32,
     /// Largest request body, in bytes (`HARNESS_BODY_LIMIT_BYTES`).
@@ -88,6 +116,20 @@ impl Default for Settings {
             provider_max_response_bytes: 8 * 1024 * 1024,
             turn_timeout_s: 60,
             max_steps: 6,
+            max_tool_calls: 6,
+            max_reflections: 4,
+            think_level: "off".to_owned(),
+            reflect_every: 0,
+            parallel_tools: true,
+            tool_validation: true,
+            semantic_tool_selection: false,
+            max_tools_per_turn: 25,
+            tool_permission: "all".to_owned(),
+            auto_compact: true,
+            context_window_tokens: 128_000,
+            prompt_id: None,
+            prompt_version: None,
+            redact_logs: false,
             history_max_messages: 50,
             body_limit_bytes: 1024 * 1024,
             sse_keepalive_s: 15,
@@ -211,6 +253,48 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
     }),
     ("HARNESS_MAX_STEPS", |s, n, v| {
         assign(&mut s.max_steps, parse(n, v)?)
+    }),
+    ("HARNESS_MAX_TOOL_CALLS", |s, n, v| {
+        assign(&mut s.max_tool_calls, parse(n, v)?)
+    }),
+    ("HARNESS_MAX_REFLECTIONS", |s, n, v| {
+        assign(&mut s.max_reflections, parse(n, v)?)
+    }),
+    ("HARNESS_THINK_LEVEL", |s, _, v| {
+        assign(&mut s.think_level, v.trim().to_owned())
+    }),
+    ("HARNESS_REFLECT_EVERY", |s, n, v| {
+        assign(&mut s.reflect_every, parse(n, v)?)
+    }),
+    ("HARNESS_PARALLEL_TOOLS", |s, n, v| {
+        assign(&mut s.parallel_tools, parse_bool(n, v)?)
+    }),
+    ("HARNESS_TOOL_VALIDATION", |s, n, v| {
+        assign(&mut s.tool_validation, parse_bool(n, v)?)
+    }),
+    ("HARNESS_SEMANTIC_TOOL_SELECTION", |s, n, v| {
+        assign(&mut s.semantic_tool_selection, parse_bool(n, v)?)
+    }),
+    ("HARNESS_MAX_TOOLS_PER_TURN", |s, n, v| {
+        assign(&mut s.max_tools_per_turn, parse(n, v)?)
+    }),
+    ("HARNESS_TOOL_PERMISSION", |s, _, v| {
+        assign(&mut s.tool_permission, v.trim().to_owned())
+    }),
+    ("HARNESS_AUTO_COMPACT", |s, n, v| {
+        assign(&mut s.auto_compact, parse_bool(n, v)?)
+    }),
+    ("HARNESS_CONTEXT_WINDOW_TOKENS", |s, n, v| {
+        assign(&mut s.context_window_tokens, parse(n, v)?)
+    }),
+    ("HARNESS_PROMPT_ID", |s, _, v| {
+        assign(&mut s.prompt_id, non_empty(v))
+    }),
+    ("HARNESS_PROMPT_VERSION", |s, _, v| {
+        assign(&mut s.prompt_version, non_empty(v))
+    }),
+    ("HARNESS_REDACT_LOGS", |s, n, v| {
+        assign(&mut s.redact_logs, parse_bool(n, v)?)
     }),
     ("HARNESS_HISTORY_MAX_MESSAGES", |s, n, v| {
         assign(&mut s.history_max_messages, parse(n, v)?)
@@ -354,6 +438,28 @@ impl Settings {
         if !(1..=100).contains(&self.max_steps) {
             return Err(invalid("HARNESS_MAX_STEPS", "must be between 1 and 100"));
         }
+        self.think_level()
+            .map_err(|reason| invalid("HARNESS_THINK_LEVEL", reason))?;
+        self.tool_permission()
+            .map_err(|reason| invalid("HARNESS_TOOL_PERMISSION", reason))?;
+        if !(1..=100).contains(&self.max_tool_calls) {
+            return Err(invalid(
+                "HARNESS_MAX_TOOL_CALLS",
+                "must be between 1 and 100",
+            ));
+        }
+        if self.max_reflections > 100 {
+            return Err(invalid("HARNESS_MAX_REFLECTIONS", "must be at most 100"));
+        }
+        if self.max_tools_per_turn == 0 {
+            return Err(invalid("HARNESS_MAX_TOOLS_PER_TURN", "must be at least 1"));
+        }
+        if self.context_window_tokens < 1024 {
+            return Err(invalid(
+                "HARNESS_CONTEXT_WINDOW_TOKENS",
+                "must be at least 1024",
+            ));
+        }
         if self.stale_turn_after_s <= 2 * self.heartbeat_interval_s {
             return Err(invalid(
                 "HARNESS_STALE_TURN_AFTER_S",
@@ -375,6 +481,19 @@ impl Settings {
             return Err(invalid("HARNESS_LOG", e.to_string()));
         }
         Ok(())
+    }
+
+    pub fn think_level(&self) -> Result<crate::harness::thinking::ThinkLevel, String> {
+        self.think_level.parse()
+    }
+
+    pub fn tool_permission(&self) -> Result<crate::tools::PermissionMode, String> {
+        match self.tool_permission.trim().to_ascii_lowercase().as_str() {
+            "all" => Ok(crate::tools::PermissionMode::All),
+            "read_only" => Ok(crate::tools::PermissionMode::ReadOnly),
+            "none" => Ok(crate::tools::PermissionMode::None),
+            other => Err(format!("expected all, read_only or none, got {other:?}")),
+        }
     }
 
     pub fn turn_timeout(&self) -> Duration {

@@ -27,14 +27,79 @@ pub enum TurnEvent {
     /// A piece of the assistant's text, in order.
     #[serde(rename = "message.delta")]
     MessageDelta { step: u32, text: String },
-    /// Token counts of one provider call.
+    /// Token counts of one provider call (`step` set), or of the whole
+    /// turn (`step` absent, emitted by the finalizer when non-zero).
     #[serde(rename = "usage")]
     Usage {
-        step: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u32>,
         input_tokens: u64,
         output_tokens: u64,
         cache_read_tokens: u64,
         cache_creation_tokens: u64,
+    },
+    /// A tool call passed to the gates; `wave` numbers the waves of a step.
+    #[serde(rename = "tool.started")]
+    ToolStarted {
+        step: u32,
+        wave: u32,
+        call_id: String,
+        tool: String,
+        #[schema(value_type = Object)]
+        arguments: serde_json::Value,
+    },
+    /// A tool call ended: `completed`, `failed`, `timed_out` or `denied`
+    /// (with `reason`: `duplicate`, `blocked`, `pre_hook`, `validation`, `budget`).
+    #[serde(rename = "tool.finished")]
+    ToolFinished {
+        step: u32,
+        call_id: String,
+        tool: String,
+        status: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        latency_ms: u64,
+    },
+    /// A timed-out tool finished while the turn was still running; its
+    /// result was discarded.
+    #[serde(rename = "tool.late")]
+    ToolLate {
+        call_id: String,
+        tool: String,
+        latency_ms: u64,
+    },
+    /// A reflection step; `stub` when it could not run (budget, deadline, error).
+    #[serde(rename = "reflection")]
+    Reflection {
+        step: u32,
+        text: String,
+        stub: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Older messages were summarised to fit the context window.
+    #[serde(rename = "context.compacted")]
+    ContextCompacted {
+        step: u32,
+        removed_messages: u32,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
+    /// The sources the answer cites.
+    #[serde(rename = "citations")]
+    Citations {
+        local: Vec<String>,
+        web: Vec<std::collections::BTreeMap<String, String>>,
+    },
+    /// The turn's decision record (`support.chat.turn`).
+    #[serde(rename = "decision")]
+    Decision {
+        decision_key: String,
+        strategy: String,
+        #[schema(value_type = Object)]
+        record: serde_json::Value,
     },
     /// Terminal: the turn ended with an answer; its messages, result and
     /// decision were committed in the same transaction as this event.
@@ -58,6 +123,13 @@ impl TurnEvent {
             Self::TurnStarted { .. } => "turn.started",
             Self::MessageDelta { .. } => "message.delta",
             Self::Usage { .. } => "usage",
+            Self::ToolStarted { .. } => "tool.started",
+            Self::ToolFinished { .. } => "tool.finished",
+            Self::ToolLate { .. } => "tool.late",
+            Self::Reflection { .. } => "reflection",
+            Self::ContextCompacted { .. } => "context.compacted",
+            Self::Citations { .. } => "citations",
+            Self::Decision { .. } => "decision",
             Self::TurnCompleted { .. } => "turn.completed",
             Self::TurnFailed { .. } => "turn.failed",
             Self::TurnCancelled { .. } => "turn.cancelled",

@@ -1,26 +1,63 @@
-//! The agent turn: [`AgentHarness::run_turn`] drives the bounded loop of
-//! provider calls and reports everything as [`TurnEvent`]s to an
-//! [`EventSink`]. It owns no I/O of its own besides the provider; where the
-//! events go (event log, live subscribers) is the runner's business.
+//! The agent turn: [`AgentHarness::run_turn`] is the seeds' `run_turn`,
+//! stage 0 to 6, reporting everything as [`TurnEvent`]s to an
+//! [`EventSink`]. It does no I/O of its own besides the provider, the
+//! tools and the collaborators; where events and the turn's commit go is
+//! the runner's business.
+//!
+//! | seed | here |
+//! |---|---|
+//! | `AgentHarness` | [`AgentHarness`], built by [`AgentHarnessBuilder`], immutable |
+//! | `TurnBudget` | [`budget::TurnBudget`] |
+//! | `TurnRuntimeState` | [`state::TurnRuntimeState`] |
+//! | `TurnPreparer` | [`prepare::TurnPreparer`] |
+//! | `ToolScheduler` | [`scheduler::schedule`] |
+//! | `_exec_call_v2` (7 gates) | [`calls`] |
+//! | `BoundedToolExecutor` | [`executor::execute`] |
+//! | `ReplayControl`, `ToolArgValidator` | [`replay`], [`validation`] |
+//! | `ThinkingManager`, `ReflectionEngine` | [`thinking`] |
+//! | `ContextWarningTracker`, `ContextCompactor` | [`compaction`] |
+//! | `SemanticToolSelector` | [`selector`] |
+//! | `TurnFinalizer` | [`finalizer`] |
 
 pub mod budget;
-mod prepare;
+pub mod calls;
+pub mod compaction;
+pub mod executor;
+pub mod finalizer;
+pub mod hooks;
+pub mod prepare;
+pub mod replay;
+pub mod scheduler;
+pub mod selector;
 pub mod state;
+pub mod thinking;
 mod turn_loop;
+pub mod validation;
 
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use tokio_util::task::TaskTracker;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::{
     events::TurnEvent,
     providers::{ChatMessage, LlmProvider, ProviderError},
+    store::{NewDecision, NewMessage},
+    tools::ToolRegistry,
 };
+use budget::{BudgetLimits, TurnBudget};
+use compaction::ContextWarningTracker;
+use hooks::{
+    AgentCallbacks, ArtifactStore, CheckpointStore, CostTracker, JudgeScheduler, MemoryExtractor,
+    MemoryRetriever, NoCallbacks, ResearchLearner,
+};
+use state::TurnRuntimeState;
+use thinking::{ThinkLevel, ThinkingManager};
 
-pub use prepare::runtime_metadata;
+pub use finalizer::StepFailure;
 
 /// Text of a turn whose deadline passed before an answer.
 pub const TIMEOUT_TEXT: &str =
@@ -30,23 +67,84 @@ pub const TIMEOUT_TEXT: &str =
 pub const MAX_STEPS_TEXT: &str = "I reached the step limit for this turn before finishing. \
      Please try again or narrow the request.";
 
-/// Settings of the harness, fixed when it is built.
+/// The harness's constructor options, with the seeds' defaults.
 #[derive(Debug, Clone)]
-pub struct HarnessConfig {
-    /// Maximum LLM generation steps per turn (seeds: 6).
+pub struct HarnessOptions {
+    /// Maximum LLM steps per turn (6).
     pub max_steps: u32,
-    /// Absolute wall-clock deadline of a turn (seeds: 60 s).
+    /// Absolute deadline of a turn (60 s).
     pub timeout: Duration,
+    /// Tool calls per turn (6).
+    pub max_tool_calls: u32,
+    /// Reflections per turn (4).
+    pub max_reflections: u32,
+    /// OFF.
+    pub think_level: ThinkLevel,
+    /// 0: never; N: reflect on every N-th turn of a session.
+    pub reflect_every: u32,
+    /// Stream provider output (true: the service always streams).
+    pub stream: bool,
     /// The base system prompt.
     pub system_prompt: String,
+    pub prompt_id: Option<String>,
+    pub prompt_version: Option<String>,
+    pub prompt_tags: Vec<String>,
+    pub prompt_engine: String,
+    pub prompt_render_hash: Option<String>,
+    pub prompt_variables: Vec<String>,
+    /// Keep message text out of decision records and telemetry.
+    pub redact_logs: bool,
+    /// Global switch for parallel waves (true).
+    pub parallel_enabled: bool,
+    pub run_context_metadata: serde_json::Map<String, serde_json::Value>,
+    /// Validate tool arguments with bounded repair (true).
+    pub enable_tool_validation: bool,
+    /// Trim the offered tools to the most relevant (false).
+    pub enable_semantic_selection: bool,
+    /// Tools offered when selection is on (25).
+    pub max_tools_per_turn: usize,
+    /// Summarise older messages at the critical context level (true).
+    pub auto_compact: bool,
+    /// Store a decision record per turn (the seeds' `decision_store`).
+    pub record_decisions: bool,
 }
 
-impl Default for HarnessConfig {
+impl Default for HarnessOptions {
     fn default() -> Self {
         Self {
             max_steps: 6,
             timeout: Duration::from_secs(60),
+            max_tool_calls: 6,
+            max_reflections: 4,
+            think_level: ThinkLevel::Off,
+            reflect_every: 0,
+            stream: true,
             system_prompt: crate::config::DEFAULT_SYSTEM_PROMPT.to_owned(),
+            prompt_id: None,
+            prompt_version: None,
+            prompt_tags: Vec::new(),
+            prompt_engine: "minimal".to_owned(),
+            prompt_render_hash: None,
+            prompt_variables: Vec::new(),
+            redact_logs: false,
+            parallel_enabled: true,
+            run_context_metadata: serde_json::Map::new(),
+            enable_tool_validation: true,
+            enable_semantic_selection: false,
+            max_tools_per_turn: 25,
+            auto_compact: true,
+            record_decisions: true,
+        }
+    }
+}
+
+impl HarnessOptions {
+    pub fn budget_limits(&self) -> BudgetLimits {
+        BudgetLimits {
+            max_steps: self.max_steps,
+            max_tool_calls: self.max_tool_calls,
+            max_reflections: self.max_reflections,
+            timeout: self.timeout,
         }
     }
 }
@@ -65,14 +163,14 @@ pub enum WebMode {
 pub struct TurnRequest {
     pub session_id: String,
     pub turn_id: Uuid,
+    /// 1-based number of this turn in its session.
+    pub turn_number: u64,
     pub history: Vec<ChatMessage>,
     pub user_message: String,
     pub top_k: u32,
     pub web_mode: WebMode,
     pub show_citations: bool,
-    /// Provider name for the runtime metadata; the harness's own when `None`.
     pub runtime_provider: Option<String>,
-    /// Model to call; the provider's default when `None`.
     pub runtime_model: Option<String>,
     pub skill_context: Option<String>,
 }
@@ -82,19 +180,31 @@ pub struct TurnRequest {
 pub struct TurnResult {
     /// The final assistant response (with citations when requested).
     pub text: String,
-    /// Vault anchors cited this turn.
+    /// Local anchors cited this turn.
     pub local_citations: Vec<String>,
-    /// Web sources cited this turn.
+    /// Web sources cited this turn (`title`, `url`).
     pub web_citations: Vec<std::collections::BTreeMap<String, String>>,
     /// Paths of rendered web content.
     pub rendered_content_paths: Vec<String>,
-    /// The context pack used, if any.
+    /// The context pack used.
     #[schema(value_type = Option<Object>)]
     pub context_pack_json: Option<serde_json::Value>,
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_creation_tokens: u64,
+}
+
+/// A turn's result plus what the runner commits with `turn.completed`.
+#[derive(Debug, Clone)]
+pub struct TurnOutput {
+    pub result: TurnResult,
+    pub assistant_message_id: Uuid,
+    /// The user message and the answer, for the history.
+    pub messages: Vec<NewMessage>,
+    pub decision: Option<NewDecision>,
+    pub strategy: String,
+    pub step_failures: Vec<StepFailure>,
 }
 
 /// Why an event could not be delivered; the turn cannot go on without its log.
@@ -130,19 +240,133 @@ impl TurnError {
 }
 
 /// Runs agent turns. Built once, shared as `Arc<AgentHarness>`, never
-/// mutated: all per-turn state lives in the turn's own future.
+/// mutated: all per-turn state lives in the turn's [`TurnRuntimeState`].
 pub struct AgentHarness {
     provider: Arc<dyn LlmProvider>,
-    config: HarnessConfig,
+    tools: ToolRegistry,
+    options: HarnessOptions,
+    thinking: ThinkingManager,
+    callbacks: Arc<dyn AgentCallbacks>,
+    memory_retriever: Option<Arc<dyn MemoryRetriever>>,
+    memory_extractor: Option<Arc<dyn MemoryExtractor>>,
+    research_learner: Option<Arc<dyn ResearchLearner>>,
+    judges: Option<Arc<dyn JudgeScheduler>>,
+    checkpoint_store: Option<Arc<dyn CheckpointStore>>,
+    cost_tracker: Option<Arc<dyn CostTracker>>,
+    context_tracker: Option<ContextWarningTracker>,
+    artifacts: Option<Arc<dyn ArtifactStore>>,
+    /// Tool tasks (each bounded by its timeout and the late grace).
+    tasks: TaskTracker,
+}
+
+/// Builds an [`AgentHarness`].
+pub struct AgentHarnessBuilder {
+    harness: AgentHarness,
+}
+
+impl AgentHarnessBuilder {
+    pub fn tools(mut self, tools: ToolRegistry) -> Self {
+        self.harness.tools = tools;
+        self
+    }
+
+    pub fn options(mut self, options: HarnessOptions) -> Self {
+        self.harness.thinking = ThinkingManager {
+            level: options.think_level,
+            reflect_every: options.reflect_every,
+        };
+        self.harness.options = options;
+        self
+    }
+
+    pub fn callbacks(mut self, callbacks: Arc<dyn AgentCallbacks>) -> Self {
+        self.harness.callbacks = callbacks;
+        self
+    }
+
+    pub fn memory_retriever(mut self, retriever: Arc<dyn MemoryRetriever>) -> Self {
+        self.harness.memory_retriever = Some(retriever);
+        self
+    }
+
+    pub fn memory_extractor(mut self, extractor: Arc<dyn MemoryExtractor>) -> Self {
+        self.harness.memory_extractor = Some(extractor);
+        self
+    }
+
+    pub fn research_learner(mut self, learner: Arc<dyn ResearchLearner>) -> Self {
+        self.harness.research_learner = Some(learner);
+        self
+    }
+
+    pub fn judges(mut self, judges: Arc<dyn JudgeScheduler>) -> Self {
+        self.harness.judges = Some(judges);
+        self
+    }
+
+    pub fn checkpoint_store(mut self, store: Arc<dyn CheckpointStore>) -> Self {
+        self.harness.checkpoint_store = Some(store);
+        self
+    }
+
+    pub fn cost_tracker(mut self, tracker: Arc<dyn CostTracker>) -> Self {
+        self.harness.cost_tracker = Some(tracker);
+        self
+    }
+
+    /// Watches the context window; `None` turns compaction off.
+    pub fn context_tracker(mut self, tracker: Option<ContextWarningTracker>) -> Self {
+        self.harness.context_tracker = tracker;
+        self
+    }
+
+    pub fn artifacts(mut self, artifacts: Arc<dyn ArtifactStore>) -> Self {
+        self.harness.artifacts = Some(artifacts);
+        self
+    }
+
+    pub fn build(self) -> AgentHarness {
+        self.harness
+    }
 }
 
 impl AgentHarness {
-    pub fn new(provider: Arc<dyn LlmProvider>, config: HarnessConfig) -> Self {
-        Self { provider, config }
+    /// A builder with the seeds' defaults, no tools and no collaborators.
+    pub fn builder(provider: Arc<dyn LlmProvider>) -> AgentHarnessBuilder {
+        AgentHarnessBuilder {
+            harness: Self {
+                provider,
+                tools: ToolRegistry::default(),
+                options: HarnessOptions::default(),
+                thinking: ThinkingManager::default(),
+                callbacks: Arc::new(NoCallbacks),
+                memory_retriever: None,
+                memory_extractor: None,
+                research_learner: None,
+                judges: None,
+                checkpoint_store: None,
+                cost_tracker: None,
+                context_tracker: Some(ContextWarningTracker::new(128_000)),
+                artifacts: None,
+                tasks: TaskTracker::new(),
+            },
+        }
     }
 
-    pub fn config(&self) -> &HarnessConfig {
-        &self.config
+    pub fn options(&self) -> &HarnessOptions {
+        &self.options
+    }
+
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    pub fn provider(&self) -> &Arc<dyn LlmProvider> {
+        &self.provider
+    }
+
+    pub fn checkpoint_store(&self) -> Option<&Arc<dyn CheckpointStore>> {
+        self.checkpoint_store.as_ref()
     }
 
     /// Name of the provider and the model a turn with these overrides uses.
@@ -154,17 +378,50 @@ impl AgentHarness {
         prepare::resolve_provider_model(self.provider.as_ref(), runtime_provider, runtime_model)
     }
 
+    /// Whether `name` may run in this turn: registered, permitted by the
+    /// registry's mode, and `web_search` only with `web_mode: on`.
+    pub fn is_tool_allowed(&self, name: &str, request: &TurnRequest) -> bool {
+        self.tools.permits(name) && (name != "web_search" || request.web_mode == WebMode::On)
+    }
+
+    /// A fresh state with this harness's budget, its deadline starting now.
+    pub fn new_state(&self, session_id: &str) -> Arc<TurnRuntimeState> {
+        Arc::new(TurnRuntimeState::new(
+            session_id,
+            TurnBudget::create(self.options.budget_limits()),
+        ))
+    }
+
+    /// Waits for tool tasks still running (each is bounded).
+    pub async fn wait_for_tool_tasks(&self) {
+        self.tasks.close();
+        self.tasks.wait().await;
+        self.tasks.reopen();
+    }
+
     /// Runs one turn to its result.
     ///
     /// # Cancel safety
-    /// Dropping the future stops the turn at its next await (the provider
-    /// request is dropped with it). It writes nothing but events through
-    /// `sink`, so a dropped turn leaves only the events already emitted.
+    /// Dropping the future stops the turn at its next await; its tool tasks
+    /// are cancelled and then dropped after [`executor::LATE_GRACE`]. Only
+    /// events already emitted remain; nothing else is written.
     pub async fn run_turn(
         &self,
         request: TurnRequest,
-        sink: &dyn EventSink,
-    ) -> Result<TurnResult, TurnError> {
-        turn_loop::run(self, request, sink).await
+        sink: Arc<dyn EventSink>,
+    ) -> Result<TurnOutput, TurnError> {
+        let state = self.new_state(&request.session_id);
+        self.run_turn_with_state(request, sink, state).await
+    }
+
+    /// [`AgentHarness::run_turn`] with a state the caller keeps (to inspect
+    /// it afterwards).
+    pub async fn run_turn_with_state(
+        &self,
+        request: TurnRequest,
+        sink: Arc<dyn EventSink>,
+        state: Arc<TurnRuntimeState>,
+    ) -> Result<TurnOutput, TurnError> {
+        turn_loop::run(self, request, sink, state).await
     }
 }

@@ -28,3 +28,4 @@ pub mod runner;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
+pub mod tools;

@@ -23,12 +23,11 @@ use uuid::Uuid;
 
 use crate::{
     events::{StoredEvent, TurnEvent},
-    harness::{AgentHarness, EventSink, SinkError, TurnRequest, TurnResult, WebMode},
+    harness::{AgentHarness, EventSink, SinkError, TurnOutput, TurnRequest, WebMode},
     ids::SessionId,
     providers::{ChatMessage, Role},
     store::{
-        BeginTurnError, NewDecision, NewMessage, NewTurn, OrphanScope, Store, StoreError,
-        TurnFinish, TurnRecord, TurnStatus,
+        BeginTurnError, NewTurn, OrphanScope, Store, StoreError, TurnFinish, TurnRecord, TurnStatus,
     },
 };
 use live::{LiveTurn, LiveTurns};
@@ -300,23 +299,23 @@ impl TurnRunner {
     async fn drive(self, live: Arc<LiveTurn>, spec: TurnSpec, first_seq: i64) {
         let inner = &self.inner;
         let started = tokio::time::Instant::now();
-        let sink = TurnSink {
+        let sink = Arc::new(TurnSink {
             writer: inner.writer.clone(),
             live: live.clone(),
             next_seq: Mutex::new(first_seq + 1),
-        };
+        });
         let outcome = tokio::select! {
             biased;
             () = live.cancel.cancelled() => Outcome::Cancelled,
             () = inner.interrupt.cancelled() => Outcome::Interrupted,
-            result = self.execute(&live, &spec, &sink) => match result {
-                Ok(result) => Outcome::Completed(result),
+            result = self.execute(&live, &spec, sink.clone()) => match result {
+                Ok(output) => Outcome::Completed(Box::new(output)),
                 Err((code, message)) => Outcome::Failed { code, message },
             },
         };
-        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         tracing::Span::current().record("turn.status", outcome.status().as_str());
-        match self.finish(&live, &spec, &sink, outcome, elapsed_ms).await {
+        tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
+        match self.finish(&live, &sink, outcome).await {
             Ok(true) => {}
             Ok(false) => tracing::warn!("turn was ended elsewhere before it finished"),
             Err(e) => tracing::error!(error = %e, "turn end could not be committed"),
@@ -330,8 +329,16 @@ impl TurnRunner {
         &self,
         live: &LiveTurn,
         spec: &TurnSpec,
-        sink: &TurnSink,
-    ) -> Result<TurnResult, (String, String)> {
+        sink: Arc<TurnSink>,
+    ) -> Result<TurnOutput, (String, String)> {
+        let unavailable = |e: StoreError| ("store_unavailable".to_owned(), e.to_string());
+        let turn_number = self
+            .inner
+            .store
+            .get_session(&live.session_id)
+            .await
+            .map_err(unavailable)?
+            .map_or(1, |s| u64::try_from(s.turn_count).unwrap_or(1));
         let history = match &spec.history {
             Some(history) => history.clone(),
             None => self
@@ -339,7 +346,7 @@ impl TurnRunner {
                 .store
                 .recent_messages(&live.session_id, self.inner.config.history_max_messages)
                 .await
-                .map_err(|e| ("store_unavailable".to_owned(), e.to_string()))?
+                .map_err(unavailable)?
                 .into_iter()
                 .filter_map(|m| {
                     let role = match m.role.as_str() {
@@ -355,6 +362,7 @@ impl TurnRunner {
         let request = TurnRequest {
             session_id: live.session_id.clone(),
             turn_id: live.turn_id,
+            turn_number,
             history,
             user_message: spec.message.clone(),
             top_k: spec.top_k,
@@ -376,13 +384,11 @@ impl TurnRunner {
     async fn finish(
         &self,
         live: &Arc<LiveTurn>,
-        spec: &TurnSpec,
         sink: &TurnSink,
         outcome: Outcome,
-        elapsed_ms: u64,
     ) -> Result<bool, writer::FinishError> {
         let seq = sink.take_seq().await;
-        let finish = build_finish(live, spec, outcome, seq, elapsed_ms)
+        let finish = build_finish(live, outcome, seq)
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
         let mut delay = Duration::from_millis(100);
         let mut attempt = 1;
@@ -488,6 +494,13 @@ impl TurnRunner {
                 tracing::error!("turns did not end after being interrupted");
             }
         }
+        // Tool tasks of ended turns are bounded by their late grace.
+        if tokio::time::timeout(Duration::from_secs(10), inner.harness.wait_for_tool_tasks())
+            .await
+            .is_err()
+        {
+            tracing::warn!("tool tasks still running at shutdown");
+        }
         inner.stop_background.cancel();
         inner.background.close();
         if tokio::time::timeout(Duration::from_secs(10), inner.background.wait())
@@ -507,7 +520,7 @@ impl TurnRunner {
 
 /// How a turn ended.
 enum Outcome {
-    Completed(TurnResult),
+    Completed(Box<TurnOutput>),
     Failed { code: String, message: String },
     Cancelled,
     Interrupted,
@@ -526,46 +539,20 @@ impl Outcome {
 
 fn build_finish(
     live: &LiveTurn,
-    spec: &TurnSpec,
     outcome: Outcome,
     seq: i64,
-    elapsed_ms: u64,
 ) -> Result<TurnFinish, serde_json::Error> {
     let status = outcome.status();
     let (mut result, mut error_code, mut error_message) = (None, None, None);
     let (mut messages, mut decision) = (Vec::new(), None);
     let event = match outcome {
-        Outcome::Completed(turn_result) => {
-            result = Some(serde_json::to_string(&turn_result)?);
-            messages = vec![
-                NewMessage {
-                    role: "user".into(),
-                    content: spec.message.clone(),
-                },
-                NewMessage {
-                    role: "assistant".into(),
-                    content: turn_result.text.clone(),
-                },
-            ];
-            let strategy = "direct_answer";
-            decision = Some(NewDecision {
-                id: Uuid::now_v7(),
-                decision_key: "support.chat.turn".into(),
-                strategy: strategy.into(),
-                record: serde_json::json!({
-                    "decision_key": "support.chat.turn",
-                    "strategy": strategy,
-                    "session_id": live.session_id,
-                    "turn_id": live.turn_id,
-                    "tools_used": [],
-                    "input_tokens": turn_result.input_tokens,
-                    "output_tokens": turn_result.output_tokens,
-                    "elapsed_ms": elapsed_ms,
-                })
-                .to_string(),
-            });
+        Outcome::Completed(output) => {
+            let output = *output;
+            result = Some(serde_json::to_string(&output.result)?);
+            messages = output.messages;
+            decision = output.decision;
             TurnEvent::TurnCompleted {
-                result: turn_result,
+                result: output.result,
             }
         }
         Outcome::Failed { code, message } => {

@@ -8,15 +8,57 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     app::App,
     config::Settings,
-    harness::{AgentHarness, HarnessConfig},
+    harness::{AgentHarness, HarnessOptions, compaction::ContextWarningTracker},
     http,
     providers::{
         LlmProvider, ProviderError,
         openai::{OpenAiConfig, OpenAiProvider},
     },
     runner::{RunnerConfig, TurnRunner},
-    store::{self, StoreError},
+    store::{self, StoreError, artifacts::StoreArtifacts},
+    tools::{
+        ToolRegistry,
+        builtin::{GetContextPack, LocalSearch},
+    },
 };
+
+/// The harness of the service: the built-in tools over the store, the
+/// options from the settings (already validated).
+pub fn build_harness(
+    settings: &Settings,
+    store: Arc<dyn store::Store>,
+    provider: Arc<dyn LlmProvider>,
+) -> AgentHarness {
+    let tools = ToolRegistry::new(settings.tool_permission().unwrap_or_default())
+        .register(Arc::new(GetContextPack::new(store.clone())))
+        .register(Arc::new(LocalSearch::new(store.clone())));
+    let options = HarnessOptions {
+        max_steps: settings.max_steps,
+        timeout: settings.turn_timeout(),
+        max_tool_calls: settings.max_tool_calls,
+        max_reflections: settings.max_reflections,
+        think_level: settings.think_level().unwrap_or_default(),
+        reflect_every: settings.reflect_every,
+        system_prompt: settings.system_prompt.clone(),
+        prompt_id: settings.prompt_id.clone(),
+        prompt_version: settings.prompt_version.clone(),
+        redact_logs: settings.redact_logs,
+        parallel_enabled: settings.parallel_tools,
+        enable_tool_validation: settings.tool_validation,
+        enable_semantic_selection: settings.semantic_tool_selection,
+        max_tools_per_turn: settings.max_tools_per_turn,
+        auto_compact: settings.auto_compact,
+        ..HarnessOptions::default()
+    };
+    AgentHarness::builder(provider)
+        .tools(tools)
+        .options(options)
+        .context_tracker(Some(ContextWarningTracker::new(
+            settings.context_window_tokens,
+        )))
+        .artifacts(Arc::new(StoreArtifacts(store)))
+        .build()
+}
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -67,14 +109,7 @@ impl Application {
         provider: Arc<dyn LlmProvider>,
     ) -> Result<Self, StartupError> {
         let provider_names = vec![provider.name().to_owned()];
-        let harness = Arc::new(AgentHarness::new(
-            provider,
-            HarnessConfig {
-                max_steps: settings.max_steps,
-                timeout: settings.turn_timeout(),
-                system_prompt: settings.system_prompt.clone(),
-            },
-        ));
+        let harness = Arc::new(build_harness(&settings, store.clone(), provider));
         let runner = TurnRunner::start_runner(
             store.clone(),
             harness,

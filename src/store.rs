@@ -7,6 +7,7 @@
 //! Every method that writes runs in one transaction: a failure leaves the
 //! store as it was.
 
+pub mod artifacts;
 pub mod postgres;
 pub mod records;
 mod sql;
@@ -20,8 +21,8 @@ use uuid::Uuid;
 
 use crate::events::StoredEvent;
 pub use records::{
-    MessageRecord, NewDecision, NewMessage, NewTurn, SessionRecord, TurnFinish, TurnRecord,
-    TurnStatus,
+    ArtifactRecord, MessageRecord, NewArtifact, NewDecision, NewMessage, NewTurn, SessionRecord,
+    TurnFinish, TurnRecord, TurnStatus,
 };
 
 /// A failure of the database layer. Callers see it as an opaque 500/503.
@@ -125,6 +126,25 @@ pub trait Store: Send + Sync + 'static {
         after: i64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>, StoreError>;
+
+    /// Messages of a session containing any of `terms` (lower-case words),
+    /// newest first.
+    async fn search_messages(
+        &self,
+        session_id: &str,
+        terms: &[String],
+        limit: u32,
+    ) -> Result<Vec<MessageRecord>, StoreError>;
+
+    /// Stores a tool output too large for the prompt.
+    async fn put_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError>;
+
+    /// An artifact of a session.
+    async fn get_artifact(
+        &self,
+        session_id: &str,
+        artifact_id: &str,
+    ) -> Result<Option<ArtifactRecord>, StoreError>;
 
     /// Flags a running turn for cancellation by its owner. False when the
     /// turn is not running.

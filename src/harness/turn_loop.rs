@@ -1,19 +1,364 @@
-//! The bounded loop of a turn: step gate and deadline, a streamed provider
-//! call per step, text deltas out as events, tool calls answered, final
-//! text or the seeds' fallback texts.
+//! `run_turn`, stage by stage (seeds: `003`).
+
+use std::sync::Arc;
 
 use futures::StreamExt;
+use serde_json::{Value, json};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{
-    AgentHarness, EventSink, MAX_STEPS_TEXT, TIMEOUT_TEXT, TurnError, TurnRequest, TurnResult,
-    prepare,
+    AgentHarness, EventSink, MAX_STEPS_TEXT, TIMEOUT_TEXT, TurnError, TurnOutput, TurnRequest,
+    calls::{self, CallEnv},
+    compaction::{self, ContextLevel},
+    executor::{self, Executed},
+    finalizer::{self, FinalizeInput},
+    hooks::{MemoryContext, isolate},
+    prepare::{PrepareInput, TurnPreparer},
+    replay::ReplayControl,
+    scheduler, selector,
+    state::TurnRuntimeState,
+    thinking,
 };
 use crate::{
     events::TurnEvent,
-    providers::{ChatMessage, ChatRequest, ProviderError, ProviderEvent, ToolCall, Usage},
+    providers::{
+        ChatMessage, ChatRequest, ProviderError, ProviderEvent, ToolCall, ToolDefinition, Usage,
+    },
+    tools::ToolContext,
 };
+
+pub(super) async fn run(
+    harness: &AgentHarness,
+    request: TurnRequest,
+    sink: Arc<dyn EventSink>,
+    state: Arc<TurnRuntimeState>,
+) -> Result<TurnOutput, TurnError> {
+    let started = Instant::now();
+    // Cancels this turn's tool tasks however the turn ends, dropped included.
+    let turn_cancel = CancellationToken::new();
+    let _cancel_on_drop = turn_cancel.clone().drop_guard();
+
+    // Stage 0: turn start.
+    let _ = isolate(async {
+        harness
+            .callbacks
+            .on_turn_start(&request.session_id, request.turn_number)
+            .await;
+        Ok(())
+    })
+    .await;
+
+    // Stage 1: memory and context pack, concurrently.
+    let (memory, mut context_pack) = tokio::join!(
+        load_memory(harness, &request),
+        load_context_pack(harness, &request, &state, &sink, &turn_cancel),
+    );
+    merge_preferences(&mut context_pack, &memory.preferences);
+
+    // Stage 2 happened when `state` was made: budget and deadline.
+    // Stage 3: message assembly.
+    let system_prompt = harness
+        .thinking
+        .system_prompt(&harness.options.system_prompt);
+    let prep = TurnPreparer.prepare(
+        harness.provider.as_ref(),
+        &PrepareInput {
+            session_id: &request.session_id,
+            history: &request.history,
+            user_message: &request.user_message,
+            context_pack: &context_pack,
+            memory_context_text: &memory.text,
+            runtime_provider: request.runtime_provider.as_deref(),
+            runtime_model: request.runtime_model.as_deref(),
+            skill_context: request.skill_context.as_deref(),
+            system_prompt: &system_prompt,
+            today: chrono::Utc::now().date_naive(),
+        },
+    );
+    state.set_prompt_render_hash(&prep.prompt_render_hash);
+    let prompt_messages = prep.messages.clone();
+    let mut messages = prep.messages.clone();
+    let model = prep.resolved_model.clone();
+
+    // Stage 4b: the tools offered this turn.
+    let offered: Vec<ToolDefinition> = {
+        let allowed: Vec<_> = harness
+            .tools
+            .offered()
+            .into_iter()
+            .filter(|t| harness.is_tool_allowed(&t.spec().name, &request))
+            .collect();
+        let chosen = if harness.options.enable_semantic_selection {
+            selector::select(
+                allowed,
+                &request.user_message,
+                harness.options.max_tools_per_turn,
+            )
+        } else {
+            allowed
+        };
+        chosen.iter().map(|t| t.spec().definition()).collect()
+    };
+    let replay = ReplayControl::default();
+
+    // Stage 4: the bounded loop.
+    let final_text = loop {
+        // 4a: step gate and deadline.
+        if state.budget.is_expired() {
+            state.set_timed_out();
+            break TIMEOUT_TEXT.to_owned();
+        }
+        if !state.budget.claim_step() {
+            break MAX_STEPS_TEXT.to_owned();
+        }
+        let step = state.budget.steps_used();
+
+        // 4c: generation, streamed.
+        let call = ChatRequest {
+            model: model.clone(),
+            messages: messages.clone(),
+            tools: offered.clone(),
+            timeout: state.budget.remaining(),
+        };
+        let span = tracing::info_span!(
+            "gen_ai.chat",
+            otel.name = format!("chat {model}"),
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = %prep.resolved_provider,
+            gen_ai.request.model = %model,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            turn.step = step,
+        );
+        let output = match generate(harness, call, step, sink.as_ref())
+            .instrument(span.clone())
+            .await
+        {
+            Ok(output) => output,
+            Err(TurnError::Provider(ProviderError::Timeout(_))) if state.budget.is_expired() => {
+                state.set_timed_out();
+                break TIMEOUT_TEXT.to_owned();
+            }
+            Err(e) => return Err(e),
+        };
+        span.record("gen_ai.usage.input_tokens", output.usage.input_tokens);
+        span.record("gen_ai.usage.output_tokens", output.usage.output_tokens);
+        state.add_tokens(&output.usage);
+        if let Some(costs) = &harness.cost_tracker {
+            costs.record(
+                &request.session_id,
+                &prep.resolved_provider,
+                &model,
+                &output.usage,
+            );
+        }
+
+        // 4d: terminal check.
+        if output.tool_calls.is_empty() {
+            break output.text;
+        }
+
+        // 4e-4g: waves of tool calls through the gates.
+        messages.push(ChatMessage::assistant(
+            output.text,
+            output.tool_calls.clone(),
+        ));
+        let waves = scheduler::schedule(
+            &output.tool_calls,
+            &harness.tools,
+            harness.options.parallel_enabled,
+        );
+        let env = CallEnv {
+            harness,
+            request: &request,
+            state: &state,
+            replay: &replay,
+            sink: &sink,
+            turn_cancel: &turn_cancel,
+            step,
+        };
+        let (tool_messages, any_error) = calls::run_waves(&env, &output.tool_calls, &waves).await?;
+        messages.extend(tool_messages);
+
+        // 4h: reflection.
+        if harness
+            .thinking
+            .should_reflect(request.turn_number, any_error)
+        {
+            let reflection = thinking::reflect(
+                harness.provider.as_ref(),
+                &model,
+                &messages,
+                &state.tool_results(),
+                &state.budget,
+            )
+            .await;
+            sink.emit(TurnEvent::Reflection {
+                step,
+                text: reflection.text.clone(),
+                stub: reflection.stub,
+                reason: reflection.reason.clone(),
+            })
+            .await?;
+            if !reflection.stub {
+                messages.push(ChatMessage::system(format!(
+                    "Reflection: {}",
+                    reflection.text
+                )));
+            }
+        }
+
+        // 4i: compaction at the critical level.
+        if harness.options.auto_compact
+            && let Some(tracker) = &harness.context_tracker
+        {
+            let tokens = compaction::estimate_tokens(&messages);
+            match tracker.level(tokens) {
+                ContextLevel::Critical => {
+                    if let Some(done) = compaction::compact(
+                        harness.provider.as_ref(),
+                        &model,
+                        &mut messages,
+                        &state.budget,
+                    )
+                    .await
+                    {
+                        state.set_context_compacted();
+                        sink.emit(TurnEvent::ContextCompacted {
+                            step,
+                            removed_messages: done.removed_messages,
+                            tokens_before: done.tokens_before,
+                            tokens_after: done.tokens_after,
+                        })
+                        .await?;
+                    }
+                }
+                ContextLevel::Warning => {
+                    tracing::info!(
+                        tokens,
+                        window = tracker.window_tokens,
+                        "context window filling up"
+                    );
+                }
+                ContextLevel::Ok => {}
+            }
+        }
+    };
+    state.set_final_text(final_text.clone());
+
+    // Stage 5: the write gate closes; late tool tasks write nothing from now on.
+    state.close_writes();
+
+    // Stage 6: finalization.
+    let input = FinalizeInput {
+        session_id: request.session_id.clone(),
+        turn_id: request.turn_id,
+        user_message: request.user_message.clone(),
+        final_text,
+        context_pack,
+        context_hash: prep.context_hash.clone(),
+        prompt_messages,
+        prompt_render_hash: prep.prompt_render_hash.clone(),
+        tool_results: state.tool_results(),
+        usage: state.tokens(),
+        elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        show_citations: request.show_citations,
+        citations: state.citations(),
+        turn_number: request.turn_number,
+        timed_out: state.timed_out(),
+        context_was_compacted: state.context_was_compacted(),
+    };
+    Ok(finalizer::finalize(harness, input, sink.as_ref()).await?)
+}
+
+/// Stage 1a: episodic memory; an empty bundle when absent or failing.
+async fn load_memory(harness: &AgentHarness, request: &TurnRequest) -> MemoryContext {
+    let Some(retriever) = &harness.memory_retriever else {
+        return MemoryContext::default();
+    };
+    match isolate(retriever.retrieve_for_context(&request.session_id, &request.user_message)).await
+    {
+        Ok(memory) => memory,
+        Err(e) => {
+            tracing::warn!(error = %e, "memory retrieval failed; going on without");
+            MemoryContext::default()
+        }
+    }
+}
+
+/// Stage 1b: the `get_context_pack` tool, run directly (not a model call).
+async fn load_context_pack(
+    harness: &AgentHarness,
+    request: &TurnRequest,
+    state: &Arc<TurnRuntimeState>,
+    sink: &Arc<dyn EventSink>,
+    turn_cancel: &CancellationToken,
+) -> Value {
+    let empty = json!({ "relevant_facts": [], "preferences": [] });
+    let Some(tool) = harness.tools.get("get_context_pack").cloned() else {
+        return empty;
+    };
+    if !harness.tools.permits("get_context_pack") {
+        return empty;
+    }
+    let ctx = ToolContext {
+        session_id: request.session_id.clone(),
+        turn_id: request.turn_id,
+        call_id: "stage1-context-pack".to_owned(),
+        top_k: request.top_k,
+        web_mode: request.web_mode,
+        cancel: turn_cancel.child_token(),
+    };
+    let arguments = json!({ "query": request.user_message, "top_k": request.top_k });
+    match executor::execute(
+        &harness.tasks,
+        tool,
+        ctx,
+        arguments,
+        state.clone(),
+        sink.clone(),
+    )
+    .await
+    {
+        Executed::Completed { output, .. } => {
+            match serde_json::from_str::<Value>(&output.content) {
+                Ok(pack @ Value::Object(_)) => pack,
+                _ => empty,
+            }
+        }
+        other => {
+            tracing::warn!(outcome = ?other, "context pack failed; going on without");
+            empty
+        }
+    }
+}
+
+/// Merges memory preferences into the pack's `preferences`, deduplicated,
+/// order kept (seeds: `dict.fromkeys`).
+pub(super) fn merge_preferences(pack: &mut Value, preferences: &[String]) {
+    if preferences.is_empty() {
+        return;
+    }
+    let Value::Object(map) = pack else { return };
+    let mut merged: Vec<Value> = Vec::new();
+    let existing = map
+        .get("preferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for item in existing
+        .into_iter()
+        .chain(preferences.iter().map(|p| Value::String(p.clone())))
+    {
+        if !merged.contains(&item) {
+            merged.push(item);
+        }
+    }
+    map.insert("preferences".to_owned(), Value::Array(merged));
+}
 
 /// What one provider call produced.
 struct StepOutput {
@@ -22,101 +367,8 @@ struct StepOutput {
     usage: Usage,
 }
 
-pub(super) async fn run(
-    harness: &AgentHarness,
-    request: TurnRequest,
-    sink: &dyn EventSink,
-) -> Result<TurnResult, TurnError> {
-    let deadline = Instant::now() + harness.config.timeout;
-    let (provider_name, model) = harness.resolve_provider_model(
-        request.runtime_provider.as_deref(),
-        request.runtime_model.as_deref(),
-    );
-    let today = chrono::Utc::now().date_naive();
-    let mut messages = prepare::messages(
-        &harness.config.system_prompt,
-        &request,
-        &provider_name,
-        &model,
-        today,
-    );
-    let mut total = Usage::default();
-    let mut final_text = None;
-
-    for step in 1..=harness.config.max_steps {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            final_text = Some(TIMEOUT_TEXT.to_owned());
-            break;
-        }
-        let call = ChatRequest {
-            model: model.clone(),
-            messages: messages.clone(),
-            tools: Vec::new(),
-            timeout: remaining,
-        };
-        let span = tracing::info_span!(
-            "gen_ai.chat",
-            otel.name = format!("chat {model}"),
-            gen_ai.operation.name = "chat",
-            gen_ai.provider.name = %provider_name,
-            gen_ai.request.model = %model,
-            gen_ai.usage.input_tokens = tracing::field::Empty,
-            gen_ai.usage.output_tokens = tracing::field::Empty,
-            gen_ai.response.finish_reasons = tracing::field::Empty,
-            turn.step = step,
-        );
-        let output = match generate(harness, call, step, sink)
-            .instrument(span.clone())
-            .await
-        {
-            Ok(output) => output,
-            Err(TurnError::Provider(ProviderError::Timeout(_))) if Instant::now() >= deadline => {
-                final_text = Some(TIMEOUT_TEXT.to_owned());
-                break;
-            }
-            Err(e) => return Err(e),
-        };
-        span.record("gen_ai.usage.input_tokens", output.usage.input_tokens);
-        span.record("gen_ai.usage.output_tokens", output.usage.output_tokens);
-        add_usage(&mut total, &output.usage);
-        if output.tool_calls.is_empty() {
-            final_text = Some(output.text);
-            break;
-        }
-        // No tool is registered yet: every call gets a tool message saying so,
-        // so the transcript stays valid and the model can answer without it.
-        messages.push(ChatMessage::assistant(
-            output.text,
-            output.tool_calls.clone(),
-        ));
-        for call in &output.tool_calls {
-            messages.push(ChatMessage::tool(
-                &call.id,
-                format!("Error: tool {:?} is not available in this turn.", call.name),
-            ));
-        }
-    }
-
-    Ok(TurnResult {
-        text: final_text.unwrap_or_else(|| MAX_STEPS_TEXT.to_owned()),
-        input_tokens: total.input_tokens,
-        output_tokens: total.output_tokens,
-        cache_read_tokens: total.cache_read_tokens,
-        cache_creation_tokens: total.cache_creation_tokens,
-        ..TurnResult::default()
-    })
-}
-
-fn add_usage(total: &mut Usage, step: &Usage) {
-    total.input_tokens += step.input_tokens;
-    total.output_tokens += step.output_tokens;
-    total.cache_read_tokens += step.cache_read_tokens;
-    total.cache_creation_tokens += step.cache_creation_tokens;
-}
-
-/// One provider call, streamed: text deltas become `message.delta` events
-/// as they arrive; usage becomes one `usage` event.
+/// 4c: one provider call, streamed: text deltas become `message.delta`
+/// events as they arrive; usage becomes one `usage` event.
 async fn generate(
     harness: &AgentHarness,
     call: ChatRequest,
@@ -133,10 +385,16 @@ async fn generate(
         match event? {
             ProviderEvent::TextDelta(text) => {
                 output.text.push_str(&text);
+                harness.callbacks.on_stream_chunk(&text).await;
                 sink.emit(TurnEvent::MessageDelta { step, text }).await?;
             }
             ProviderEvent::ToolCall(call) => output.tool_calls.push(call),
-            ProviderEvent::Usage(usage) => add_usage(&mut output.usage, &usage),
+            ProviderEvent::Usage(usage) => {
+                output.usage.input_tokens += usage.input_tokens;
+                output.usage.output_tokens += usage.output_tokens;
+                output.usage.cache_read_tokens += usage.cache_read_tokens;
+                output.usage.cache_creation_tokens += usage.cache_creation_tokens;
+            }
             ProviderEvent::Finished(reason) => {
                 tracing::Span::current()
                     .record("gen_ai.response.finish_reasons", format!("{reason:?}"));
@@ -146,7 +404,7 @@ async fn generate(
     }
     if !output.usage.is_zero() {
         sink.emit(TurnEvent::Usage {
-            step,
+            step: Some(step),
             input_tokens: output.usage.input_tokens,
             output_tokens: output.usage.output_tokens,
             cache_read_tokens: output.usage.cache_read_tokens,
@@ -155,4 +413,22 @@ async fn generate(
         .await?;
     }
     Ok(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preferences_merge_without_duplicates_in_order() {
+        let mut pack = json!({"relevant_facts": [], "preferences": ["bullets", "metric"]});
+        merge_preferences(
+            &mut pack,
+            &["metric".into(), "short answers".into(), "bullets".into()],
+        );
+        assert_eq!(
+            pack["preferences"],
+            json!(["bullets", "metric", "short answers"])
+        );
+    }
 }

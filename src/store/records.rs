@@ -100,6 +100,30 @@ pub struct TurnFinish {
     pub terminal: Arc<StoredEvent>,
 }
 
+/// A tool output to keep out of the prompt.
+#[derive(Debug, Clone)]
+pub struct NewArtifact {
+    pub id: String,
+    pub session_id: String,
+    pub turn_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub content: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A stored artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
+pub struct ArtifactRecord {
+    pub id: String,
+    pub session_id: String,
+    pub turn_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub content: String,
+    pub created_at: DateTime<Utc>,
+}
+
 /// A turn as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnRecord {

@@ -320,6 +320,72 @@ macro_rules! impl_store {
                 rows.into_iter().map(TryInto::try_into).collect()
             }
 
+            async fn search_messages(
+                &self,
+                session_id: &str,
+                terms: &[String],
+                limit: u32,
+            ) -> Result<Vec<$crate::store::MessageRecord>, $crate::store::StoreError> {
+                if terms.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut qb = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT id, turn_id, role, content, created_at FROM messages WHERE session_id = ",
+                );
+                qb.push_bind(session_id.to_owned());
+                qb.push(" AND (");
+                let mut any = qb.separated(" OR ");
+                for term in terms.iter().take(16) {
+                    any.push("LOWER(content) LIKE ");
+                    any.push_bind_unseparated(format!("%{}%", term.to_lowercase()));
+                }
+                qb.push(") ORDER BY id DESC LIMIT ");
+                qb.push_bind(i64::from(limit));
+                qb.build_query_as::<$crate::store::records::rows::MessageRow>()
+                    .fetch_all(self.reader())
+                    .await?
+                    .into_iter()
+                    .map(TryInto::try_into)
+                    .collect()
+            }
+
+            async fn put_artifact(
+                &self,
+                artifact: &$crate::store::NewArtifact,
+            ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.begin_write().await?;
+                sqlx::query(
+                    "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(&artifact.id)
+                .bind(&artifact.session_id)
+                .bind(&artifact.turn_id)
+                .bind(&artifact.call_id)
+                .bind(&artifact.tool)
+                .bind(&artifact.content)
+                .bind(artifact.created_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn get_artifact(
+                &self,
+                session_id: &str,
+                artifact_id: &str,
+            ) -> Result<Option<$crate::store::ArtifactRecord>, $crate::store::StoreError> {
+                Ok(sqlx::query_as::<_, $crate::store::ArtifactRecord>(
+                    "SELECT id, session_id, turn_id, call_id, tool, content, created_at \
+                     FROM artifacts WHERE id = $1 AND session_id = $2",
+                )
+                .bind(artifact_id)
+                .bind(session_id)
+                .fetch_optional(self.reader())
+                .await?)
+            }
+
             async fn request_cancel(
                 &self,
                 turn_id: uuid::Uuid,

@@ -29,10 +29,10 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
 
     let mut expected = vec!["turn.started"];
     expected.extend(["message.delta"; 9]);
-    expected.extend(["usage", "turn.completed"]);
+    expected.extend(["usage", "usage", "decision", "turn.completed"]);
     assert_eq!(types(&events), expected);
     let seqs: Vec<i64> = events.iter().map(|e| e.seq()).collect();
-    assert_eq!(seqs, (1..=12).collect::<Vec<_>>());
+    assert_eq!(seqs, (1..=14).collect::<Vec<_>>());
     for event in &events {
         let data = event.json();
         assert_eq!(data["session_id"], "s-1");
@@ -43,6 +43,7 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
     assert_eq!(events[0].json()["message"], "Hi there");
     assert_eq!(streamed_text(&events), "Hello! How can I help you today?");
     let usage = events[10].json();
+    assert_eq!(usage["step"], 1);
     assert_eq!(
         (
             usage["input_tokens"].as_u64(),
@@ -50,7 +51,13 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
         ),
         (Some(21), Some(10))
     );
-    let result = &events[11].json()["result"];
+    let total = events[11].json();
+    assert_eq!(total.get("step"), None, "the turn's total has no step");
+    assert_eq!(total["input_tokens"], 21);
+    let decision = events[12].json();
+    assert_eq!(decision["decision_key"], "support.chat.turn");
+    assert_eq!(decision["strategy"], "direct_answer");
+    let result = &events[13].json()["result"];
     assert_eq!(result["text"], "Hello! How can I help you today?");
     assert_eq!(result["input_tokens"], 21);
     assert_eq!(result["output_tokens"], 10);
@@ -109,18 +116,39 @@ async fn the_provider_gets_the_prompt_in_the_seeds_order(backend: Backend) {
         .collect();
     assert_eq!(
         roles,
-        ["system", "system", "user", "assistant", "system", "user"]
+        [
+            "system",
+            "system",
+            "user",
+            "assistant",
+            "system",
+            "system",
+            "user"
+        ]
     );
     let metadata = messages[1]["content"].as_str().unwrap();
     assert!(metadata.starts_with("Runtime metadata for this chat turn (authoritative):\n- session_id: s-order\n- provider: openai\n- model: gpt-4o-mini\n- today: "), "{metadata}");
     // The stored history of the first turn comes before the new message.
     assert_eq!(messages[2]["content"], "first question");
     assert_eq!(messages[3]["content"], "Hello! How can I help you today?");
+    let pack = messages[4]["content"].as_str().unwrap();
+    assert!(pack.contains("<<<UNTRUSTED_CONTEXT "), "{pack}");
+    assert!(
+        pack.contains("first question"),
+        "the context pack found the earlier turn: {pack}"
+    );
     assert_eq!(
-        messages[4]["content"],
+        messages[5]["content"],
         "You are acting as a travel planner."
     );
-    assert_eq!(messages[5]["content"], "second question");
+    assert_eq!(messages[6]["content"], "second question");
+    let tools: Vec<&str> = request.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["get_context_pack", "local_search"]);
 }
 
 async fn history_in_the_request_replaces_the_stored_one(backend: Backend) {
@@ -144,7 +172,7 @@ async fn history_in_the_request_replaces_the_stored_one(backend: Backend) {
         .as_array()
         .unwrap()
         .iter()
-        .skip(2)
+        .filter(|m| m["role"] != "system")
         .map(|m| m["content"].as_str().unwrap())
         .collect();
     assert_eq!(contents, ["given question", "given answer", "now"]);
@@ -166,11 +194,11 @@ async fn the_json_mode_answers_with_the_turn_result(backend: Backend) {
     let (status, session) = app.get_json("/sessions/s-json").await;
     assert_eq!(status, 200);
     assert_eq!(session["turn_count"], 1);
-    assert_eq!(session["last_seq"], 12);
+    assert_eq!(session["last_seq"], 14);
     assert_eq!(session["running_turn_id"], Value::Null);
 }
 
-async fn tool_calls_assembled_from_deltas_get_an_answer_and_the_loop_goes_on(backend: Backend) {
+async fn an_unknown_tool_gets_an_error_result_and_the_loop_goes_on(backend: Backend) {
     let app = spawn_app(backend).await;
     app.provider.enqueue([
         Reply::sse("openai/tool_call.sse"),
@@ -187,9 +215,22 @@ async fn tool_calls_assembled_from_deltas_get_an_answer_and_the_loop_goes_on(bac
     let steps: Vec<u64> = events
         .iter()
         .filter(|e| e.event == "usage")
-        .map(|e| e.json()["step"].as_u64().unwrap())
+        .filter_map(|e| e.json()["step"].as_u64())
         .collect();
     assert_eq!(steps, [1, 2]);
+    let finished = events
+        .iter()
+        .find(|e| e.event == "tool.finished")
+        .unwrap()
+        .json();
+    assert_eq!(finished["tool"], "get_weather");
+    assert_eq!(finished["status"], "failed");
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("unknown_tool")
+    );
     let result = &events.last().unwrap().json()["result"];
     assert_eq!(result["input_tokens"], 84 + 131);
     assert_eq!(result["cache_read_tokens"], 64);
@@ -207,6 +248,12 @@ async fn tool_calls_assembled_from_deltas_get_an_answer_and_the_loop_goes_on(bac
     let answer = &messages[messages.len() - 1];
     assert_eq!(answer["role"], "tool");
     assert_eq!(answer["tool_call_id"], "call_Jv8nM2qLwX4pRt6YcK1sDfG9");
+    assert!(
+        answer["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Error (unknown_tool)")
+    );
 }
 
 async fn a_client_that_disconnects_reattaches_and_misses_nothing(backend: Backend) {
@@ -375,7 +422,7 @@ on_both_backends!(
     the_provider_gets_the_prompt_in_the_seeds_order,
     history_in_the_request_replaces_the_stored_one,
     the_json_mode_answers_with_the_turn_result,
-    tool_calls_assembled_from_deltas_get_an_answer_and_the_loop_goes_on,
+    an_unknown_tool_gets_an_error_result_and_the_loop_goes_on,
     a_client_that_disconnects_reattaches_and_misses_nothing,
     a_live_subscriber_sees_the_same_events_as_a_replay,
     cancel_stops_a_running_turn_and_ends_its_stream,

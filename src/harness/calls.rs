@@ -1,0 +1,390 @@
+//! One tool call through the seven gates, and a step's waves.
+//!
+//! | gate | on failure |
+//! |---|---|
+//! | 1. replay control | `ToolDenied(duplicate)` |
+//! | 2. blocked tool (or not permitted) | `ToolDenied(blocked)` |
+//! | 3. `on_pre_tool_use` | `ToolDenied(pre_hook)` |
+//! | 4. argument validation with bounded repair | `ToolDenied(validation)` |
+//! | (tool-call budget) | `ToolDenied(budget)` |
+//! | 5. bounded executor | `ToolFailure` / `ToolTimeout` |
+//! | 6. `on_post_tool_use` | ignored |
+//! | 7. replay record | |
+//!
+//! [`exec_call`] never fails: every call ends in a [`ToolOutcome`], and
+//! every call of a step gets exactly one tool message.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    AgentHarness, EventSink, TurnRequest,
+    executor::{self, Executed},
+    hooks::isolate,
+    replay::ReplayControl,
+    scheduler::Wave,
+    state::{ToolResultRecord, TurnRuntimeState, WebCitation},
+    validation,
+};
+use crate::{
+    events::TurnEvent,
+    providers::{ChatMessage, ToolCall},
+    tools::{Citation, ToolContext, ToolError},
+};
+
+/// Tool output longer than this goes to the artifact store (seeds:
+/// `TOOL_MESSAGE_MAX_CHARS`).
+pub const TOOL_MESSAGE_MAX_CHARS: usize = 12_000;
+
+/// Characters of an oversized output kept inline next to its reference.
+const ARTIFACT_PREVIEW_CHARS: usize = 2_000;
+
+/// Why a call was not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenyReason {
+    Duplicate,
+    Blocked,
+    PreHook,
+    Validation,
+    Budget,
+}
+
+impl DenyReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Duplicate => "duplicate",
+            Self::Blocked => "blocked",
+            Self::PreHook => "pre_hook",
+            Self::Validation => "validation",
+            Self::Budget => "budget",
+        }
+    }
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutcome {
+    Executed(Executed),
+    Denied { reason: DenyReason, message: String },
+}
+
+impl ToolOutcome {
+    fn failure(kind: &str, message: impl Into<String>, retryable: bool) -> Self {
+        Self::Executed(Executed::Failed {
+            error: ToolError::new(kind, message, retryable),
+            latency_ms: 0,
+        })
+    }
+
+    /// `completed`, `failed`, `timed_out` or `denied`.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Self::Executed(Executed::Completed { .. }) => "completed",
+            Self::Executed(Executed::Failed { .. }) => "failed",
+            Self::Executed(Executed::TimedOut { .. }) => "timed_out",
+            Self::Denied { .. } => "denied",
+        }
+    }
+
+    pub fn is_error(&self) -> bool {
+        !matches!(self, Self::Executed(Executed::Completed { .. }))
+    }
+
+    fn latency_ms(&self) -> u64 {
+        match self {
+            Self::Executed(
+                Executed::Completed { latency_ms, .. }
+                | Executed::Failed { latency_ms, .. }
+                | Executed::TimedOut { latency_ms, .. },
+            ) => *latency_ms,
+            Self::Denied { .. } => 0,
+        }
+    }
+}
+
+/// What a call needs from its turn.
+pub(super) struct CallEnv<'a> {
+    pub harness: &'a AgentHarness,
+    pub request: &'a TurnRequest,
+    pub state: &'a Arc<TurnRuntimeState>,
+    pub replay: &'a ReplayControl,
+    pub sink: &'a Arc<dyn EventSink>,
+    pub turn_cancel: &'a CancellationToken,
+    pub step: u32,
+}
+
+/// Runs one call through the gates. Never fails.
+pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome {
+    let harness = env.harness;
+    // 1. Replay control.
+    if let Some(previous) = env.replay.should_skip(&call.name, &call.arguments) {
+        return ToolOutcome::Denied {
+            reason: DenyReason::Duplicate,
+            message: format!(
+                "this exact call already ran in this turn (call {previous}); use its result above"
+            ),
+        };
+    }
+    // 2. Blocked for this turn, or not permitted here.
+    let Some(tool) = harness.tools.get(&call.name).cloned() else {
+        return ToolOutcome::failure(
+            "unknown_tool",
+            format!("there is no tool named {:?}", call.name),
+            false,
+        );
+    };
+    if env.state.is_blocked(&call.name) || !harness.is_tool_allowed(&call.name, env.request) {
+        return ToolOutcome::Denied {
+            reason: DenyReason::Blocked,
+            message: format!(
+                "the tool {:?} is not available for the rest of this turn",
+                call.name
+            ),
+        };
+    }
+    // 3. Pre-hook.
+    let allowed = isolate(async { Ok(harness.callbacks.on_pre_tool_use(call).await) }).await;
+    if allowed != Ok(true) {
+        return ToolOutcome::Denied {
+            reason: DenyReason::PreHook,
+            message: "the host refused this call".into(),
+        };
+    }
+    // 4. Argument validation, with bounded repair.
+    let arguments = if harness.options.enable_tool_validation {
+        match validation::validate(
+            env.state,
+            &call.id,
+            &tool.spec().parameters,
+            &call.arguments,
+        ) {
+            Ok(arguments) => arguments,
+            Err(message) => {
+                return ToolOutcome::Denied {
+                    reason: DenyReason::Validation,
+                    message,
+                };
+            }
+        }
+    } else {
+        serde_json::from_str(&call.arguments).unwrap_or(Value::Object(Default::default()))
+    };
+    if !env.state.budget.claim_tool_call() {
+        return ToolOutcome::Denied {
+            reason: DenyReason::Budget,
+            message: "the tool-call budget of this turn is used up; answer with what you have"
+                .into(),
+        };
+    }
+    // 5. The bounded executor.
+    let ctx = ToolContext {
+        session_id: env.request.session_id.clone(),
+        turn_id: env.request.turn_id,
+        call_id: call.id.clone(),
+        top_k: env.request.top_k,
+        web_mode: env.request.web_mode,
+        cancel: env.turn_cancel.child_token(),
+    };
+    let executed = executor::execute(
+        &harness.tasks,
+        tool,
+        ctx,
+        arguments,
+        env.state.clone(),
+        env.sink.clone(),
+    )
+    .await;
+    let outcome = ToolOutcome::Executed(executed);
+    // 6. Post-hook, best effort.
+    let status = outcome.status();
+    let _ = isolate(async {
+        harness.callbacks.on_post_tool_use(call, status).await;
+        Ok(())
+    })
+    .await;
+    // 7. Replay record.
+    if !outcome.is_error() {
+        env.replay
+            .record_completed(&call.name, &call.arguments, &call.id);
+    }
+    outcome
+}
+
+/// Runs a step's waves; returns the tool messages in call order and
+/// whether any call ended in error.
+pub(super) async fn run_waves(
+    env: &CallEnv<'_>,
+    calls: &[ToolCall],
+    waves: &[Wave],
+) -> Result<(Vec<ChatMessage>, bool), super::SinkError> {
+    let mut outcomes: Vec<Option<ToolOutcome>> = vec![None; calls.len()];
+    let mut any_error = false;
+    for (number, wave) in waves.iter().enumerate() {
+        let wave_number = u32::try_from(number + 1).unwrap_or(u32::MAX);
+        for &i in &wave.calls {
+            let call = &calls[i];
+            let arguments = serde_json::from_str(&call.arguments)
+                .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+            env.sink
+                .emit(TurnEvent::ToolStarted {
+                    step: env.step,
+                    wave: wave_number,
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    arguments,
+                })
+                .await?;
+        }
+        let results: Vec<ToolOutcome> = if wave.parallel {
+            futures::future::join_all(wave.calls.iter().map(|&i| exec_call(env, &calls[i]))).await
+        } else {
+            let mut results = Vec::with_capacity(wave.calls.len());
+            for &i in &wave.calls {
+                results.push(exec_call(env, &calls[i]).await);
+            }
+            results
+        };
+        // Reported in call order, whatever order they finished in.
+        for (&i, outcome) in wave.calls.iter().zip(results) {
+            let call = &calls[i];
+            any_error |= outcome.is_error();
+            let (reason, error) = match &outcome {
+                ToolOutcome::Denied { reason, message } => {
+                    (Some(reason.as_str().to_owned()), Some(message.clone()))
+                }
+                ToolOutcome::Executed(Executed::Failed { error, .. }) => {
+                    (None, Some(error.to_string()))
+                }
+                _ => (None, None),
+            };
+            env.sink
+                .emit(TurnEvent::ToolFinished {
+                    step: env.step,
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    status: outcome.status().to_owned(),
+                    reason,
+                    error,
+                    latency_ms: outcome.latency_ms(),
+                })
+                .await?;
+            outcomes[i] = Some(outcome);
+        }
+    }
+    let mut messages = Vec::with_capacity(calls.len());
+    for (call, outcome) in calls.iter().zip(outcomes) {
+        // A call no wave reported (cannot happen) still gets its message.
+        let outcome = outcome
+            .unwrap_or_else(|| ToolOutcome::failure("internal", "the call was not run", true));
+        let content = message_content(env, call, &outcome).await;
+        apply_outcome_to_state(env.state, call, &outcome, &content);
+        messages.push(ChatMessage::tool(&call.id, content));
+    }
+    Ok((messages, any_error))
+}
+
+/// The tool message the model sees for `outcome`.
+async fn message_content(env: &CallEnv<'_>, call: &ToolCall, outcome: &ToolOutcome) -> String {
+    match outcome {
+        ToolOutcome::Executed(Executed::Completed { output, .. }) => {
+            if output.content.chars().count() <= TOOL_MESSAGE_MAX_CHARS {
+                return output.content.clone();
+            }
+            let preview: String = output
+                .content
+                .chars()
+                .take(ARTIFACT_PREVIEW_CHARS)
+                .collect();
+            let total = output.content.chars().count();
+            let stored = match &env.harness.artifacts {
+                Some(store) => {
+                    isolate(store.put(
+                        &env.request.session_id,
+                        &env.request.turn_id.to_string(),
+                        &call.id,
+                        &call.name,
+                        &output.content,
+                    ))
+                    .await
+                }
+                None => Err(super::hooks::HookError("no artifact store".into())),
+            };
+            match stored {
+                Ok(id) => format!(
+                    "[output of {total} characters stored as artifact {id}; the first \
+                     {ARTIFACT_PREVIEW_CHARS} follow]\n{preview}"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, tool = %call.name, "oversized tool output truncated");
+                    format!(
+                        "[output of {total} characters truncated to the first \
+                         {ARTIFACT_PREVIEW_CHARS}]\n{preview}"
+                    )
+                }
+            }
+        }
+        ToolOutcome::Executed(Executed::Failed { error, .. }) => {
+            let mut text = format!("Error ({}): {}", error.kind, error.message);
+            if !error.retryable {
+                text.push_str(" This tool is blocked for the rest of this turn.");
+            }
+            text
+        }
+        ToolOutcome::Executed(Executed::TimedOut {
+            retryable,
+            latency_ms,
+        }) => {
+            let mut text = format!(
+                "Error (timeout): the tool did not finish within {} ms.",
+                latency_ms
+            );
+            if !retryable {
+                text.push_str(" This tool is blocked for the rest of this turn.");
+            }
+            text
+        }
+        ToolOutcome::Denied { reason, message } => {
+            format!("Denied ({}): {message}", reason.as_str())
+        }
+    }
+}
+
+/// Blocks tools that failed for good and collects citations.
+fn apply_outcome_to_state(
+    state: &TurnRuntimeState,
+    call: &ToolCall,
+    outcome: &ToolOutcome,
+    content: &str,
+) {
+    match outcome {
+        ToolOutcome::Executed(Executed::Failed { error, .. }) if !error.retryable => {
+            state.block_tool(&call.name);
+        }
+        ToolOutcome::Executed(Executed::TimedOut {
+            retryable: false, ..
+        }) => state.block_tool(&call.name),
+        ToolOutcome::Executed(Executed::Completed { output, .. }) => {
+            state.with_citations(|acc| {
+                for citation in &output.citations {
+                    match citation {
+                        Citation::Local { anchor } => acc.add_local(anchor),
+                        Citation::Web { title, url } => acc.add_web(WebCitation {
+                            title: title.clone(),
+                            url: url.clone(),
+                        }),
+                        Citation::Rendered { path } => acc.add_rendered(path),
+                    }
+                }
+            });
+        }
+        _ => {}
+    }
+    state.push_tool_result(ToolResultRecord {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        status: outcome.status().to_owned(),
+        content: content.to_owned(),
+    });
+}

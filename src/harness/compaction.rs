@@ -1,0 +1,192 @@
+//! `ContextWarningTracker` and `ContextCompactor`.
+//!
+//! The tracker estimates the prompt's tokens against the model's context
+//! window; at the critical threshold the compactor summarises the older
+//! middle of the conversation (keeping the leading system messages and the
+//! recent tail, never separating a tool call from its results) into one
+//! system message.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::budget::TurnBudget;
+use crate::providers::{ChatMessage, ChatRequest, LlmProvider, ProviderEvent, Role};
+
+/// Estimated tokens of a prompt: about four characters a token, plus a
+/// small overhead per message. Providers report exact counts afterwards;
+/// this only has to be close enough to act before the window overflows.
+pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
+    messages
+        .iter()
+        .map(|m| {
+            let chars = m.content.chars().count()
+                + m.tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments.chars().count())
+                    .sum::<usize>();
+            (chars as u64).div_ceil(4) + 4
+        })
+        .sum()
+}
+
+/// How full the context window is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ContextLevel {
+    Ok,
+    Warning,
+    Critical,
+}
+
+/// Watches prompt size against a context window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ContextWarningTracker {
+    pub window_tokens: u64,
+    /// Fraction of the window at which a warning is logged.
+    pub warning_ratio: f64,
+    /// Fraction at which the context is compacted.
+    pub critical_ratio: f64,
+}
+
+impl ContextWarningTracker {
+    pub fn new(window_tokens: u64) -> Self {
+        Self {
+            window_tokens,
+            warning_ratio: 0.75,
+            critical_ratio: 0.9,
+        }
+    }
+
+    pub fn level(&self, tokens: u64) -> ContextLevel {
+        let used = tokens as f64 / self.window_tokens.max(1) as f64;
+        if used >= self.critical_ratio {
+            ContextLevel::Critical
+        } else if used >= self.warning_ratio {
+            ContextLevel::Warning
+        } else {
+            ContextLevel::Ok
+        }
+    }
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compaction {
+    pub removed_messages: u32,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+}
+
+/// Recent messages always kept.
+const KEEP_TAIL: usize = 4;
+const SUMMARY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Summarises the middle of `messages` in place. `None` when there is
+/// nothing worth removing.
+pub async fn compact(
+    provider: &dyn LlmProvider,
+    model: &str,
+    messages: &mut Vec<ChatMessage>,
+    budget: &TurnBudget,
+) -> Option<Compaction> {
+    let tokens_before = estimate_tokens(messages);
+    let head = messages
+        .iter()
+        .take_while(|m| m.role == Role::System)
+        .count();
+    let mut tail_start = messages.len().saturating_sub(KEEP_TAIL).max(head);
+    // A tool result must stay with the assistant message that called it.
+    while tail_start > head && messages[tail_start].role == Role::Tool {
+        tail_start -= 1;
+    }
+    if tail_start.saturating_sub(head) < 2 {
+        return None;
+    }
+    let middle: Vec<ChatMessage> = messages[head..tail_start].to_vec();
+    let summary = match summarise(provider, model, &middle, budget).await {
+        Some(text) => text,
+        None => fallback_summary(&middle),
+    };
+    let removed = middle.len();
+    messages.splice(
+        head..tail_start,
+        [ChatMessage::system(format!(
+            "Summary of the earlier conversation (compacted to fit the context window):\n{summary}"
+        ))],
+    );
+    Some(Compaction {
+        removed_messages: u32::try_from(removed).unwrap_or(u32::MAX),
+        tokens_before,
+        tokens_after: estimate_tokens(messages),
+    })
+}
+
+async fn summarise(
+    provider: &dyn LlmProvider,
+    model: &str,
+    middle: &[ChatMessage],
+    budget: &TurnBudget,
+) -> Option<String> {
+    if budget.is_expired() {
+        return None;
+    }
+    let transcript: String = middle
+        .iter()
+        .map(|m| format!("[{}] {}\n", m.role.as_str(), m.content))
+        .collect();
+    let request = ChatRequest {
+        model: model.to_owned(),
+        messages: vec![
+            ChatMessage::system(
+                "Summarise this conversation excerpt in a few sentences. Keep facts, \
+                 decisions, tool results and open questions; drop pleasantries.",
+            ),
+            ChatMessage::user(transcript),
+        ],
+        tools: Vec::new(),
+        timeout: budget.clamp(SUMMARY_TIMEOUT),
+    };
+    let mut stream = provider.stream(request).await.ok()?;
+    let mut text = String::new();
+    while let Some(event) = stream.next().await {
+        match event.ok()? {
+            ProviderEvent::TextDelta(delta) => text.push_str(&delta),
+            ProviderEvent::Finished(_) => break,
+            _ => {}
+        }
+    }
+    (!text.trim().is_empty()).then_some(text)
+}
+
+/// A summary without the model: the first words of each message.
+fn fallback_summary(middle: &[ChatMessage]) -> String {
+    middle
+        .iter()
+        .map(|m| {
+            let words: String = m.content.chars().take(160).collect();
+            format!("- [{}] {}", m.role.as_str(), words.replace('\n', " "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_follow_the_ratios() {
+        let tracker = ContextWarningTracker::new(1000);
+        assert_eq!(tracker.level(100), ContextLevel::Ok);
+        assert_eq!(tracker.level(760), ContextLevel::Warning);
+        assert_eq!(tracker.level(900), ContextLevel::Critical);
+    }
+
+    #[test]
+    fn estimates_grow_with_content() {
+        let short = [ChatMessage::user("hi")];
+        let long = [ChatMessage::user("x".repeat(400))];
+        assert_eq!(estimate_tokens(&short), 1 + 4);
+        assert_eq!(estimate_tokens(&long), 100 + 4);
+    }
+}

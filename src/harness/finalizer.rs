@@ -1,0 +1,392 @@
+//! `TurnFinalizer`: the seeds' post-loop steps, in order, each isolated so
+//! that a failing step is logged and recorded but the result is still
+//! returned.
+//!
+//! 1. citations appended (at most 8 local and 8 web)
+//! 2. usage callback, only when a count is non-zero
+//! 3. assistant message logged (its id is the learner's source event)
+//! 4. memory extraction
+//! 5. research learner observation
+//! 6. judge scheduling
+//! 7. decision record `support.chat.turn`
+//! 8. turn end callback
+//!
+//! The messages and the decision are not written here: they are handed to
+//! the runner, which commits them in one transaction with `turn.completed`.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{
+    AgentHarness, EventSink, TurnOutput, TurnResult,
+    hooks::{HookError, JudgeRequest, isolate},
+    state::{CitationAccumulator, ToolResultRecord, WebCitation},
+};
+use crate::{
+    events::TurnEvent,
+    providers::{ChatMessage, Usage},
+    store::{NewDecision, NewMessage},
+};
+
+/// Items of each kind appended to the answer.
+pub const MAX_CITATIONS: usize = 8;
+
+/// The decision key of a turn.
+pub const DECISION_KEY: &str = "support.chat.turn";
+
+/// Appends the citation lists to `text` (seeds' `_append_citations`).
+pub fn append_citations(text: &str, local: &[String], web: &[WebCitation]) -> String {
+    let mut out = text.to_owned();
+    if !local.is_empty() {
+        out.push_str("\n\nLocal citations:");
+        for anchor in local.iter().take(MAX_CITATIONS) {
+            out.push_str("\n- ");
+            out.push_str(anchor);
+        }
+    }
+    if !web.is_empty() {
+        out.push_str("\n\nWeb citations:");
+        for citation in web.iter().take(MAX_CITATIONS) {
+            if citation.title.is_empty() {
+                out.push_str(&format!("\n- {}", citation.url));
+            } else {
+                out.push_str(&format!("\n- {}: {}", citation.title, citation.url));
+            }
+        }
+    }
+    out
+}
+
+/// The strategy of a turn from the tools it used successfully.
+pub fn classify_strategy(tools_used: &[String]) -> &'static str {
+    let used = |name: &str| tools_used.iter().any(|t| t == name);
+    if tools_used.is_empty() {
+        "direct_answer"
+    } else if used("web_search") {
+        "web_augmented"
+    } else if used("local_search") || used("get_context_pack") {
+        "retrieval_augmented"
+    } else {
+        "tool_assisted"
+    }
+}
+
+/// The prompt as flat text for judges (seeds' `_messages_to_text`).
+pub fn messages_to_text(messages: &[ChatMessage]) -> String {
+    messages
+        .iter()
+        .map(|m| format!("[{}] {}", m.role.as_str(), m.content))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// What the finalizer gets from the loop.
+pub(super) struct FinalizeInput {
+    pub session_id: String,
+    pub turn_id: Uuid,
+    pub user_message: String,
+    pub final_text: String,
+    pub context_pack: Value,
+    pub context_hash: String,
+    pub prompt_messages: Vec<ChatMessage>,
+    pub prompt_render_hash: String,
+    pub tool_results: Vec<ToolResultRecord>,
+    pub usage: Usage,
+    pub elapsed_ms: u64,
+    pub show_citations: bool,
+    pub citations: CitationAccumulator,
+    pub turn_number: u64,
+    pub timed_out: bool,
+    pub context_was_compacted: bool,
+}
+
+/// A finalizer step that failed; the turn went on.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StepFailure {
+    pub step: &'static str,
+    pub error: String,
+}
+
+pub(super) async fn finalize(
+    harness: &AgentHarness,
+    input: FinalizeInput,
+    sink: &dyn EventSink,
+) -> Result<TurnOutput, super::SinkError> {
+    let mut failures: Vec<StepFailure> = Vec::new();
+    let mut record = |step: &'static str, result: Result<(), HookError>| {
+        if let Err(e) = result {
+            tracing::warn!(step, error = %e, "finalizer step failed; the turn goes on");
+            failures.push(StepFailure {
+                step,
+                error: e.to_string(),
+            });
+        }
+    };
+
+    // 1. Citations.
+    let citations = &input.citations;
+    let text = if input.show_citations {
+        append_citations(&input.final_text, &citations.local, &citations.web)
+    } else {
+        input.final_text.clone()
+    };
+    let web: Vec<BTreeMap<String, String>> = citations
+        .web
+        .iter()
+        .map(|w| {
+            BTreeMap::from([
+                ("title".to_owned(), w.title.clone()),
+                ("url".to_owned(), w.url.clone()),
+            ])
+        })
+        .collect();
+    if !citations.local.is_empty() || !web.is_empty() {
+        sink.emit(TurnEvent::Citations {
+            local: citations.local.clone(),
+            web: web.clone(),
+        })
+        .await?;
+    }
+
+    // 2. Usage, only when something was counted.
+    let usage = input.usage;
+    if usage.input_tokens > 0 || usage.output_tokens > 0 {
+        record(
+            "usage_callback",
+            isolate(async {
+                harness
+                    .callbacks
+                    .on_usage(usage.input_tokens, usage.output_tokens)
+                    .await;
+                Ok(())
+            })
+            .await,
+        );
+        sink.emit(TurnEvent::Usage {
+            step: None,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_creation_tokens: usage.cache_creation_tokens,
+        })
+        .await?;
+    }
+
+    // 3. The assistant message (committed with the turn's end).
+    let assistant_message_id = Uuid::now_v7();
+    let messages = vec![
+        NewMessage {
+            role: "user".into(),
+            content: input.user_message.clone(),
+        },
+        NewMessage {
+            role: "assistant".into(),
+            content: text.clone(),
+        },
+    ];
+
+    // 4. Memory extraction.
+    if let Some(extractor) = &harness.memory_extractor {
+        record(
+            "memory_extraction",
+            isolate(extractor.extract_turn(
+                &input.session_id,
+                &input.user_message,
+                &text,
+                &input.tool_results,
+                &input.session_id,
+            ))
+            .await,
+        );
+    }
+
+    // 5. Research learner.
+    if let Some(learner) = &harness.research_learner {
+        let source = format!("chat_message:{assistant_message_id}");
+        record(
+            "research_learner",
+            isolate(learner.observe_turn(&input.session_id, &input.user_message, &text, &source))
+                .await,
+        );
+    }
+
+    // 6. Judges.
+    let mut judges_scheduled = 0usize;
+    if let (Some(judges), Some(prompt_id)) = (&harness.judges, harness.options.prompt_id.as_deref())
+        && !judges.judges_for(prompt_id).is_empty()
+    {
+        let facts = input.context_pack["relevant_facts"]
+            .as_array()
+            .map(|facts| {
+                facts
+                    .iter()
+                    .map(|f| {
+                        f["text"]
+                            .as_str()
+                            .map_or_else(|| f.to_string(), str::to_owned)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let request = JudgeRequest {
+            prompt_id: prompt_id.to_owned(),
+            prompt_version: harness.options.prompt_version.clone().unwrap_or_default(),
+            session_id: input.session_id.clone(),
+            turn_id: input.turn_id.to_string(),
+            user_message: input.user_message.clone(),
+            response: text.clone(),
+            facts,
+            messages_text: messages_to_text(&input.prompt_messages),
+        };
+        match isolate(judges.schedule(request)).await {
+            Ok(n) => judges_scheduled = n,
+            Err(e) => record("judge_scheduling", Err(e)),
+        }
+    }
+
+    // 7. Decision record.
+    let tools_used: Vec<String> = {
+        let mut used: Vec<String> = Vec::new();
+        for result in input
+            .tool_results
+            .iter()
+            .filter(|r| r.status == "completed")
+        {
+            if !used.contains(&result.tool) {
+                used.push(result.tool.clone());
+            }
+        }
+        used
+    };
+    let strategy = classify_strategy(&tools_used);
+    let decision_record = json!({
+        "decision_key": DECISION_KEY,
+        "session_id": input.session_id,
+        "turn_id": input.turn_id,
+        "turn_number": input.turn_number,
+        "strategy": strategy,
+        "tools_used": tools_used,
+        "tool_calls": input.tool_results.len(),
+        "context_hash": input.context_hash,
+        "prompt_id": harness.options.prompt_id,
+        "prompt_version": harness.options.prompt_version,
+        "prompt_render_hash": input.prompt_render_hash,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "elapsed_ms": input.elapsed_ms,
+        "timed_out": input.timed_out,
+        "context_was_compacted": input.context_was_compacted,
+        "judges_scheduled": judges_scheduled,
+        "finalizer_failures": failures,
+    });
+    let decision = if harness.options.record_decisions {
+        sink.emit(TurnEvent::Decision {
+            decision_key: DECISION_KEY.to_owned(),
+            strategy: strategy.to_owned(),
+            record: decision_record.clone(),
+        })
+        .await?;
+        Some(NewDecision {
+            id: Uuid::now_v7(),
+            decision_key: DECISION_KEY.to_owned(),
+            strategy: strategy.to_owned(),
+            record: decision_record.to_string(),
+        })
+    } else {
+        None
+    };
+
+    // 8. Turn end.
+    let _ = isolate(async {
+        harness.callbacks.on_turn_end(&input.session_id).await;
+        Ok(())
+    })
+    .await;
+
+    Ok(TurnOutput {
+        result: TurnResult {
+            text,
+            local_citations: citations.local.clone(),
+            web_citations: web,
+            rendered_content_paths: citations.rendered_paths.clone(),
+            context_pack_json: Some(input.context_pack),
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_creation_tokens: usage.cache_creation_tokens,
+        },
+        assistant_message_id,
+        messages,
+        decision,
+        strategy: strategy.to_owned(),
+        step_failures: failures,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn citations_use_the_seed_format_and_cap_at_eight_each() {
+        let local: Vec<String> = (1..=10).map(|i| format!("notes/{i}.md")).collect();
+        let web: Vec<WebCitation> = (1..=10)
+            .map(|i| WebCitation {
+                title: format!("Page {i}"),
+                url: format!("https://example.com/{i}"),
+            })
+            .collect();
+        let text = append_citations("Answer.", &local, &web);
+        let expected_local: String = (1..=8).map(|i| format!("\n- notes/{i}.md")).collect();
+        let expected_web: String = (1..=8)
+            .map(|i| format!("\n- Page {i}: https://example.com/{i}"))
+            .collect();
+        assert_eq!(
+            text,
+            format!("Answer.\n\nLocal citations:{expected_local}\n\nWeb citations:{expected_web}")
+        );
+        assert_eq!(append_citations("Answer.", &[], &[]), "Answer.");
+        assert_eq!(
+            append_citations("A", &["notes/project.md".into()], &[]),
+            "A\n\nLocal citations:\n- notes/project.md"
+        );
+    }
+
+    #[test]
+    fn strategy_follows_the_seed_table() {
+        let names = |n: &[&str]| n.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(classify_strategy(&[]), "direct_answer");
+        assert_eq!(classify_strategy(&names(&["web_search"])), "web_augmented");
+        assert_eq!(
+            classify_strategy(&names(&["local_search"])),
+            "retrieval_augmented"
+        );
+        assert_eq!(
+            classify_strategy(&names(&["get_context_pack"])),
+            "retrieval_augmented"
+        );
+        assert_eq!(classify_strategy(&names(&["calculator"])), "tool_assisted");
+        assert_eq!(
+            classify_strategy(&names(&["local_search", "web_search"])),
+            "web_augmented"
+        );
+        assert_eq!(
+            classify_strategy(&names(&["calculator", "local_search"])),
+            "retrieval_augmented"
+        );
+    }
+
+    #[test]
+    fn messages_flatten_to_role_blocks() {
+        let text = messages_to_text(&[
+            ChatMessage::system("You are SecondBrain..."),
+            ChatMessage::user("What are my open loops?"),
+        ]);
+        assert_eq!(
+            text,
+            "[system] You are SecondBrain...\n\n[user] What are my open loops?"
+        );
+    }
+}

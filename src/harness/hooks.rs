@@ -1,0 +1,153 @@
+//! The optional collaborators of the harness (seeds: `004`), and the
+//! callbacks a host can register.
+//!
+//! Every method may fail; the harness isolates each call so that one
+//! collaborator cannot take the turn down (a panic is caught too).
+
+use std::{fmt, panic::AssertUnwindSafe};
+
+use async_trait::async_trait;
+use futures::FutureExt;
+
+use super::state::ToolResultRecord;
+use crate::providers::{ToolCall, Usage};
+
+/// A collaborator's failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct HookError(pub String);
+
+impl HookError {
+    pub fn new(message: impl fmt::Display) -> Self {
+        Self(message.to_string())
+    }
+}
+
+/// Episodic memory for the prompt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryContext {
+    /// Formatted memory text (a system message when not empty).
+    pub text: String,
+    /// Preference and habit items, merged into the context pack.
+    pub preferences: Vec<String>,
+}
+
+#[async_trait]
+pub trait MemoryRetriever: Send + Sync {
+    async fn retrieve_for_context(
+        &self,
+        session_id: &str,
+        query: &str,
+    ) -> Result<MemoryContext, HookError>;
+}
+
+#[async_trait]
+pub trait MemoryExtractor: Send + Sync {
+    async fn extract_turn(
+        &self,
+        session_id: &str,
+        user_message: &str,
+        assistant_message: &str,
+        tool_results: &[ToolResultRecord],
+        trace_id: &str,
+    ) -> Result<(), HookError>;
+}
+
+#[async_trait]
+pub trait ResearchLearner: Send + Sync {
+    async fn observe_turn(
+        &self,
+        session_id: &str,
+        user_text: &str,
+        assistant_text: &str,
+        source_event_id: &str,
+    ) -> Result<(), HookError>;
+}
+
+/// What a judge evaluates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JudgeRequest {
+    pub prompt_id: String,
+    pub prompt_version: String,
+    pub session_id: String,
+    pub turn_id: String,
+    pub user_message: String,
+    pub response: String,
+    /// Facts of the context pack the answer could rely on.
+    pub facts: Vec<String>,
+    /// The prompt as `[role] content` blocks.
+    pub messages_text: String,
+}
+
+/// Queues LLM judges (faithfulness, relevance, ...) for a prompt's answers.
+#[async_trait]
+pub trait JudgeScheduler: Send + Sync {
+    /// Judges registered for a prompt id (none: nothing is scheduled).
+    fn judges_for(&self, prompt_id: &str) -> Vec<String>;
+    /// Queues the judges; returns how many were queued.
+    async fn schedule(&self, request: JudgeRequest) -> Result<usize, HookError>;
+}
+
+/// Snapshots of vault files before confirmed writes, for undo.
+#[async_trait]
+pub trait CheckpointStore: Send + Sync {
+    async fn snapshot(&self, session_id: &str, paths: &[String]) -> Result<String, HookError>;
+}
+
+/// Accumulates token cost per session.
+pub trait CostTracker: Send + Sync {
+    /// Records a provider call; returns its cost in USD when the model is priced.
+    fn record(&self, session_id: &str, provider: &str, model: &str, usage: &Usage) -> Option<f64>;
+}
+
+/// Host callbacks. Every method has a no-op default.
+#[async_trait]
+pub trait AgentCallbacks: Send + Sync {
+    async fn on_turn_start(&self, _session_id: &str, _turn_count: u64) {}
+    async fn on_stream_chunk(&self, _text: &str) {}
+    /// Return false to deny the call (`ToolDenied(reason = "pre_hook")`).
+    async fn on_pre_tool_use(&self, _call: &ToolCall) -> bool {
+        true
+    }
+    async fn on_post_tool_use(&self, _call: &ToolCall, _status: &str) {}
+    async fn on_usage(&self, _input_tokens: u64, _output_tokens: u64) {}
+    async fn on_turn_end(&self, _session_id: &str) {}
+}
+
+/// Callbacks that do nothing.
+#[derive(Debug, Default)]
+pub struct NoCallbacks;
+
+impl AgentCallbacks for NoCallbacks {}
+
+/// Runs `future`, turning a panic into an error: a collaborator must not
+/// take the turn down.
+pub async fn isolate<T>(
+    future: impl Future<Output = Result<T, HookError>>,
+) -> Result<T, HookError> {
+    match AssertUnwindSafe(future).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".to_owned());
+            Err(HookError(format!("panicked: {message}")))
+        }
+    }
+}
+
+/// Where tool outputs too large for the prompt are kept.
+#[async_trait]
+pub trait ArtifactStore: Send + Sync {
+    /// Stores `content`; returns the artifact id.
+    async fn put(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+        call_id: &str,
+        tool: &str,
+        content: &str,
+    ) -> Result<String, HookError>;
+}

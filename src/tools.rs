@@ -1,0 +1,246 @@
+//! Tools: the [`Tool`] trait, its [`ToolSpec`], and the [`ToolRegistry`]
+//! with its permission mode.
+//!
+//! A tool failure is a result the model sees (a stable kind, a retryable
+//! flag, a message), never a turn failure. Tools get a cancellation token
+//! and are expected to honour it; one that does not is given a short grace
+//! and then dropped, and its late result is discarded by the late-write gate.
+
+pub mod builtin;
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::{harness::WebMode, providers::ToolDefinition};
+
+/// Default per-tool timeout (seeds: `TOOL_CALL_TIMEOUT_S = 45`).
+pub const TOOL_CALL_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// What running a tool may touch; decides how calls are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EffectClass {
+    /// Reads only; may run in parallel with other reads of other resources.
+    ReadOnly,
+    /// Writes local state (the vault, files).
+    LocalWrite,
+    /// Talks to the outside world.
+    Network,
+    /// Deletes or overwrites what cannot be restored.
+    Destructive,
+}
+
+/// The static description of a tool.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments.
+    pub parameters: Value,
+    pub effect: EffectClass,
+    /// Per-call timeout; [`TOOL_CALL_TIMEOUT`] when `None`.
+    pub timeout: Option<Duration>,
+    /// Whether a timed-out call may be retried by the model (seeds default: true).
+    pub retry_on_timeout: bool,
+}
+
+impl ToolSpec {
+    pub fn new(name: &str, description: &str, parameters: Value, effect: EffectClass) -> Self {
+        Self {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            parameters,
+            effect,
+            timeout: None,
+            retry_on_timeout: true,
+        }
+    }
+
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    pub fn with_retry_on_timeout(mut self, retry: bool) -> Self {
+        self.retry_on_timeout = retry;
+        self
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(TOOL_CALL_TIMEOUT)
+    }
+
+    pub fn definition(&self) -> ToolDefinition {
+        ToolDefinition {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters: self.parameters.clone(),
+        }
+    }
+}
+
+/// What a tool call knows of its turn.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    pub session_id: String,
+    pub turn_id: Uuid,
+    pub call_id: String,
+    pub top_k: u32,
+    pub web_mode: WebMode,
+    /// Cancelled when the call timed out or the turn stopped.
+    pub cancel: CancellationToken,
+}
+
+/// A source a tool output cites.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Citation {
+    /// A local anchor (a vault path, a stored message).
+    Local { anchor: String },
+    /// A web page.
+    Web { title: String, url: String },
+    /// A rendered copy of web content.
+    Rendered { path: String },
+}
+
+/// A successful tool result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolOutput {
+    /// What the model is shown.
+    pub content: String,
+    pub citations: Vec<Citation>,
+}
+
+impl ToolOutput {
+    pub fn text(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            citations: Vec::new(),
+        }
+    }
+}
+
+/// A tool failure, shown to the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ToolError {
+    /// Stable kind (`not_found`, `invalid_input`, `unavailable`, ...).
+    pub kind: String,
+    pub message: String,
+    /// False: the tool is blocked for the rest of the turn.
+    pub retryable: bool,
+}
+
+impl ToolError {
+    pub fn new(kind: &str, message: impl Into<String>, retryable: bool) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            message: message.into(),
+            retryable,
+        }
+    }
+}
+
+/// A tool the model can call.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    fn spec(&self) -> &ToolSpec;
+
+    /// The resources a call touches, derived from its arguments. Two
+    /// read-only calls run in the same parallel wave only if their keys are
+    /// disjoint. Default: none.
+    fn resource_keys(&self, _arguments: &Value) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Runs the call. Honour `ctx.cancel`.
+    async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError>;
+}
+
+/// Which tools may run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionMode {
+    /// Every registered tool.
+    #[default]
+    All,
+    /// Only `READ_ONLY` tools; the others are neither offered nor run.
+    ReadOnly,
+    /// No tool at all.
+    None,
+}
+
+impl PermissionMode {
+    pub fn permits(self, effect: EffectClass) -> bool {
+        match self {
+            Self::All => true,
+            Self::ReadOnly => effect == EffectClass::ReadOnly,
+            Self::None => false,
+        }
+    }
+}
+
+/// The tools of a harness, in registration order.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: Vec<Arc<dyn Tool>>,
+    index: HashMap<String, usize>,
+    mode: PermissionMode,
+}
+
+impl ToolRegistry {
+    pub fn new(mode: PermissionMode) -> Self {
+        Self {
+            mode,
+            ..Self::default()
+        }
+    }
+
+    /// Adds a tool; a tool of the same name is replaced.
+    pub fn register(mut self, tool: Arc<dyn Tool>) -> Self {
+        let name = tool.spec().name.clone();
+        match self.index.get(&name) {
+            Some(&i) => self.tools[i] = tool,
+            None => {
+                self.index.insert(name, self.tools.len());
+                self.tools.push(tool);
+            }
+        }
+        self
+    }
+
+    pub fn mode(&self) -> PermissionMode {
+        self.mode
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.index.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// Whether `name` is registered and the mode lets it run.
+    pub fn permits(&self, name: &str) -> bool {
+        self.get(name)
+            .is_some_and(|t| self.mode.permits(t.spec().effect))
+    }
+
+    /// The tools the model may be offered, in registration order.
+    pub fn offered(&self) -> Vec<&Arc<dyn Tool>> {
+        self.tools
+            .iter()
+            .filter(|t| self.mode.permits(t.spec().effect))
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
