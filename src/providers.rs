@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod openai;
+pub mod scripted;
 mod sse;
 
 use std::time::Duration;

@@ -9,4 +9,5 @@ mod fake_provider;
 mod helpers;
 mod lifecycle;
 mod openapi;
+mod tool_turn;
 mod turns;

@@ -1,0 +1,82 @@
+//! A two-step tool turn over SSE, end to end.
+
+use serde_json::json;
+
+use crate::{
+    fake_provider::Reply,
+    helpers::{spawn_app, types},
+    on_both_backends,
+    support::Backend,
+};
+
+async fn a_two_step_tool_turn_streams_every_stage(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse"),
+        Reply::sse("openai/tool_call_local_search.sse"),
+        Reply::sse("openai/after_local_search.sse"),
+    ]);
+    // A first turn leaves something to find.
+    let first = app
+        .post_turn("s-tools", json!({"message": "Plan a Paris trip for me"}))
+        .await;
+    assert_eq!(first.status(), 200);
+
+    let mut stream = app
+        .post_turn_sse(
+            "s-tools",
+            json!({"message": "What did I ask before?", "show_citations": true}),
+        )
+        .await;
+    let events = stream.read_to_end().await;
+    let mut expected = vec!["turn.started", "usage", "tool.started", "tool.finished"];
+    expected.extend(["message.delta"; 8]);
+    expected.extend(["usage", "citations", "usage", "decision", "turn.completed"]);
+    assert_eq!(types(&events), expected);
+
+    let started = events[2].json();
+    assert_eq!(started["tool"], "local_search");
+    assert_eq!(started["call_id"], "call_Q3mZx7LpV2nB8cR5tK1wJd4H");
+    assert_eq!(started["arguments"], json!({"query": "Paris trip"}));
+    assert_eq!(started["wave"], 1);
+    let finished = events[3].json();
+    assert_eq!(finished["status"], "completed");
+    assert_eq!(events[12].json()["step"], 2);
+    let citations = events[13].json();
+    assert_eq!(citations["local"], json!(["messages/1"]));
+    let total = events[14].json();
+    assert_eq!(total["input_tokens"], 212 + 268);
+    let decision = events[15].json();
+    assert_eq!(decision["strategy"], "retrieval_augmented");
+    assert_eq!(decision["record"]["tools_used"], json!(["local_search"]));
+    let result = &events[16].json()["result"];
+    assert_eq!(
+        result["text"],
+        "You asked about a Paris trip before.\n\nLocal citations:\n- messages/1"
+    );
+
+    // The tool ran against the store: the model saw the earlier message.
+    let requests = app.provider.requests();
+    let messages = requests[2].body["messages"].as_array().unwrap();
+    let tool = messages.last().unwrap();
+    assert_eq!(tool["role"], "tool");
+    assert_eq!(tool["tool_call_id"], "call_Q3mZx7LpV2nB8cR5tK1wJd4H");
+    assert!(
+        tool["content"]
+            .as_str()
+            .unwrap()
+            .contains("[messages/1] (user) Plan a Paris trip for me"),
+        "{tool}"
+    );
+    // The decision is stored with the turn.
+    let (_, log) = app.get_json("/sessions/s-tools/events").await;
+    assert!(
+        log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "decision")
+    );
+}
+
+on_both_backends!(a_two_step_tool_turn_streams_every_stage);

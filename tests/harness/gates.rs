@@ -1,0 +1,250 @@
+//! Stage 4g: the gates, each denial with its reason.
+
+use std::sync::Arc;
+
+use agent_harness::{
+    harness::{HarnessOptions, WebMode, hooks::AgentCallbacks, validation::MAX_REPAIR_ATTEMPTS},
+    providers::{
+        ToolCall,
+        scripted::{call, calls, text},
+    },
+    tools::{EffectClass, PermissionMode, Tool, ToolOutput},
+};
+use async_trait::async_trait;
+use serde_json::json;
+
+use crate::helpers::{Fixed, Probe, builder, options, request, run, scripted, tool_messages};
+
+fn finished(ran: &crate::helpers::Ran) -> Vec<(String, Option<String>)> {
+    ran.sink
+        .finished()
+        .into_iter()
+        .map(|(_, status, reason)| (status, reason))
+        .collect()
+}
+
+fn denied(reason: &str) -> (String, Option<String>) {
+    ("denied".into(), Some(reason.into()))
+}
+
+fn completed() -> (String, Option<String>) {
+    ("completed".into(), None)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_repeated_identical_call_is_denied_as_duplicate() {
+    let probe = Probe::new("probe", EffectClass::ReadOnly);
+    let provider = scripted([
+        calls(vec![call("c1", "probe", json!({"key": "a", "ms": 1}))]),
+        calls(vec![call("c2", "probe", json!({"ms": 1, "key": "a"}))]),
+        calls(vec![call("c3", "probe", json!({"key": "b", "ms": 1}))]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![probe.clone() as Arc<dyn Tool>]).build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(
+        finished(&ran),
+        [completed(), denied("duplicate"), completed()]
+    );
+    assert_eq!(probe.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert!(tool_messages(&provider.requests()[2])[1].starts_with("Denied (duplicate)"));
+}
+
+#[tokio::test]
+async fn a_non_retryable_failure_blocks_the_tool_for_the_rest_of_the_turn() {
+    let provider = scripted([
+        calls(vec![call("c1", "fragile", json!({}))]),
+        calls(vec![call("c2", "fragile", json!({"again": true}))]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![Fixed::err("fragile", false)]).build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(finished(&ran), [("failed".into(), None), denied("blocked")]);
+    assert_eq!(ran.state.blocked_tools(), ["fragile"]);
+    let told = tool_messages(&provider.requests()[1]);
+    assert!(
+        told[0].contains("blocked for the rest of this turn"),
+        "{}",
+        told[0]
+    );
+}
+
+#[tokio::test]
+async fn a_retryable_failure_does_not_block() {
+    let provider = scripted([
+        calls(vec![call("c1", "flaky", json!({}))]),
+        calls(vec![call("c2", "flaky", json!({"again": true}))]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![Fixed::err("flaky", true)]).build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(
+        finished(&ran),
+        [("failed".into(), None), ("failed".into(), None)]
+    );
+    assert!(ran.state.blocked_tools().is_empty());
+}
+
+struct DenyProbe;
+
+#[async_trait]
+impl AgentCallbacks for DenyProbe {
+    async fn on_pre_tool_use(&self, call: &ToolCall) -> bool {
+        call.name != "probe"
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_pre_hook_can_deny_a_call() {
+    let probe = Probe::new("probe", EffectClass::ReadOnly);
+    let provider = scripted([
+        calls(vec![
+            call("c1", "probe", json!({"key": "a"})),
+            call("c2", "other", json!({})),
+        ]),
+        text("done"),
+    ]);
+    let harness = builder(
+        &provider,
+        vec![
+            probe.clone() as Arc<dyn Tool>,
+            Fixed::ok("other", ToolOutput::text("fine")),
+        ],
+    )
+    .callbacks(Arc::new(DenyProbe))
+    .build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(finished(&ran), [denied("pre_hook"), completed()]);
+    assert_eq!(probe.calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_arguments_are_repaired_or_denied_with_the_reason() {
+    let probe = Probe::new("probe", EffectClass::ReadOnly);
+    let provider = scripted([
+        calls(vec![
+            // Repairable: "5" for an integer, and an unknown property.
+            call("c1", "probe", json!({"key": "a", "ms": "5", "extra": 1})),
+            // Not repairable: the required key is missing.
+            call("c2", "probe", json!({"ms": "soon"})),
+        ]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![probe.clone() as Arc<dyn Tool>]).build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(finished(&ran), [completed(), denied("validation")]);
+    assert_eq!(ran.state.repair_count("c1"), 1);
+    assert!(ran.state.repair_count("c2") <= MAX_REPAIR_ATTEMPTS);
+    let told = tool_messages(&provider.requests()[1]);
+    assert_eq!(told[0], "probed a");
+    assert!(
+        told[1].starts_with("Denied (validation): invalid arguments:"),
+        "{}",
+        told[1]
+    );
+    assert!(
+        told[1].contains("\"key\" is a required property"),
+        "{}",
+        told[1]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn validation_can_be_switched_off() {
+    let probe = Probe::new("probe", EffectClass::ReadOnly);
+    let provider = scripted([
+        calls(vec![call("c1", "probe", json!({"ms": 1}))]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![probe as Arc<dyn Tool>])
+        .options(HarnessOptions {
+            enable_tool_validation: false,
+            ..options()
+        })
+        .build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(finished(&ran), [completed()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_past_the_tool_call_budget_are_denied() {
+    let probe = Probe::new("probe", EffectClass::ReadOnly);
+    let many: Vec<_> = (0..8)
+        .map(|i| {
+            call(
+                &format!("c{i}"),
+                "probe",
+                json!({"key": format!("k{i}"), "ms": 1}),
+            )
+        })
+        .collect();
+    let provider = scripted([calls(many), text("done")]);
+    let harness = builder(&provider, vec![probe.clone() as Arc<dyn Tool>]).build();
+    let ran = run(&harness, request("go")).await;
+    let statuses = finished(&ran);
+    assert_eq!(statuses[..6], vec![completed(); 6][..]);
+    assert_eq!(statuses[6..], [denied("budget"), denied("budget")]);
+    assert_eq!(probe.calls.load(std::sync::atomic::Ordering::SeqCst), 6);
+}
+
+#[tokio::test]
+async fn web_search_is_offered_and_allowed_only_with_web_mode_on() {
+    let web = || Fixed::ok("web_search", ToolOutput::text("results"));
+    let provider = scripted([
+        calls(vec![call("c1", "web_search", json!({}))]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![web()]).build();
+    let ran = run(&harness, request("go")).await;
+    assert!(provider.requests()[0].tools.is_empty());
+    assert_eq!(finished(&ran), [denied("blocked")]);
+
+    let provider = scripted([
+        calls(vec![call("c1", "web_search", json!({}))]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![web()]).build();
+    let mut req = request("go");
+    req.web_mode = WebMode::On;
+    let ran = run(&harness, req).await;
+    assert_eq!(provider.requests()[0].tools.len(), 1);
+    assert_eq!(finished(&ran), [completed()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_read_only_permission_mode_neither_offers_nor_runs_writes() {
+    let writer = Probe::new("writer", EffectClass::LocalWrite);
+    let reader = Probe::new("reader", EffectClass::ReadOnly);
+    let provider = scripted([
+        calls(vec![
+            call("c1", "writer", json!({"key": "a", "ms": 1})),
+            call("c2", "reader", json!({"key": "b", "ms": 1})),
+        ]),
+        text("done"),
+    ]);
+    let tools = agent_harness::tools::ToolRegistry::new(PermissionMode::ReadOnly)
+        .register(writer.clone())
+        .register(reader);
+    let harness = agent_harness::harness::AgentHarness::builder(provider.clone())
+        .tools(tools)
+        .build();
+    let ran = run(&harness, request("go")).await;
+    let offered: Vec<String> = provider.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(offered, ["reader"]);
+    assert_eq!(finished(&ran), [denied("blocked"), completed()]);
+    assert_eq!(writer.calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_unknown_tool_fails_without_stopping_the_turn() {
+    let provider = scripted([calls(vec![call("c1", "nope", json!({}))]), text("done")]);
+    let harness = builder(&provider, vec![]).build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(ran.text(), "done");
+    assert_eq!(finished(&ran), [("failed".into(), None)]);
+    assert!(tool_messages(&provider.requests()[1])[0].starts_with("Error (unknown_tool)"));
+}

@@ -1,0 +1,302 @@
+//! Test tools, a recording sink and shortcuts.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use agent_harness::{
+    events::TurnEvent,
+    harness::{
+        AgentHarness, AgentHarnessBuilder, EventSink, HarnessOptions, SinkError, TurnError,
+        TurnOutput, TurnRequest, WebMode, state::TurnRuntimeState,
+    },
+    providers::scripted::{Scripted, ScriptedProvider},
+    tools::{
+        EffectClass, PermissionMode, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry,
+        ToolSpec,
+    },
+};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// Records every event.
+#[derive(Default)]
+pub struct RecordingSink {
+    events: Mutex<Vec<TurnEvent>>,
+}
+
+impl RecordingSink {
+    pub fn events(&self) -> Vec<TurnEvent> {
+        self.events.lock().unwrap().clone()
+    }
+
+    pub fn types(&self) -> Vec<&'static str> {
+        self.events().iter().map(TurnEvent::event_type).collect()
+    }
+
+    /// `(tool, status, reason)` of every `tool.finished`.
+    pub fn finished(&self) -> Vec<(String, String, Option<String>)> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                TurnEvent::ToolFinished {
+                    tool,
+                    status,
+                    reason,
+                    ..
+                } => Some((tool, status, reason)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl EventSink for RecordingSink {
+    async fn emit(&self, event: TurnEvent) -> Result<(), SinkError> {
+        self.events.lock().unwrap().push(event);
+        Ok(())
+    }
+}
+
+/// A tool that sleeps `ms` (default 100, honouring cancellation), keyed by
+/// `key`, counting how many of its calls run at once.
+pub struct Probe {
+    spec: ToolSpec,
+    in_flight: AtomicUsize,
+    pub max_in_flight: AtomicUsize,
+    pub calls: AtomicUsize,
+}
+
+impl Probe {
+    pub fn new(name: &str, effect: EffectClass) -> Arc<Self> {
+        Arc::new(Self {
+            spec: ToolSpec::new(
+                name,
+                "Probe a resource by key.",
+                json!({
+                    "type": "object",
+                    "properties": {"key": {"type": "string"}, "ms": {"type": "integer", "minimum": 0}},
+                    "required": ["key"],
+                    "additionalProperties": false
+                }),
+                effect,
+            ),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            calls: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn max(&self) -> usize {
+        self.max_in_flight.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Tool for Probe {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn resource_keys(&self, arguments: &Value) -> Vec<String> {
+        arguments["key"]
+            .as_str()
+            .map(|k| vec![k.to_owned()])
+            .unwrap_or_default()
+    }
+
+    async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let ms = arguments["ms"].as_u64().unwrap_or(100);
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+            () = ctx.cancel.cancelled() => {}
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Ok(ToolOutput::text(format!(
+            "probed {}",
+            arguments["key"].as_str().unwrap_or("?")
+        )))
+    }
+}
+
+/// A tool with a fixed answer (or error, or panic).
+pub struct Fixed {
+    spec: ToolSpec,
+    answer: Result<ToolOutput, ToolError>,
+    panics: bool,
+}
+
+impl Fixed {
+    pub fn ok(name: &str, output: ToolOutput) -> Arc<Self> {
+        Arc::new(Self {
+            spec: ToolSpec::new(
+                name,
+                "A tool.",
+                json!({"type": "object"}),
+                EffectClass::ReadOnly,
+            ),
+            answer: Ok(output),
+            panics: false,
+        })
+    }
+
+    pub fn err(name: &str, retryable: bool) -> Arc<Self> {
+        Arc::new(Self {
+            spec: ToolSpec::new(
+                name,
+                "A tool.",
+                json!({"type": "object"}),
+                EffectClass::ReadOnly,
+            ),
+            answer: Err(ToolError::new("broken", "the tool broke", retryable)),
+            panics: false,
+        })
+    }
+
+    pub fn panicking(name: &str) -> Arc<Self> {
+        Arc::new(Self {
+            spec: ToolSpec::new(
+                name,
+                "A tool.",
+                json!({"type": "object"}),
+                EffectClass::ReadOnly,
+            ),
+            answer: Ok(ToolOutput::default()),
+            panics: true,
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for Fixed {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _: ToolContext, _: Value) -> Result<ToolOutput, ToolError> {
+        assert!(!self.panics, "this tool always panics");
+        self.answer.clone()
+    }
+}
+
+/// A tool that ignores cancellation and finishes after `work`, past its
+/// own 1 s timeout.
+pub struct Stubborn {
+    spec: ToolSpec,
+    work: Duration,
+    pub finished: AtomicUsize,
+}
+
+impl Stubborn {
+    pub fn new(work: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            spec: ToolSpec::new(
+                "stubborn",
+                "Slow.",
+                json!({"type": "object"}),
+                EffectClass::ReadOnly,
+            )
+            .with_timeout(Duration::from_secs(1))
+            .with_retry_on_timeout(false),
+            work,
+            finished: AtomicUsize::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for Stubborn {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _: ToolContext, _: Value) -> Result<ToolOutput, ToolError> {
+        tokio::time::sleep(self.work).await;
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        Ok(ToolOutput::text("LATE-SECRET-RESULT"))
+    }
+}
+
+pub fn registry(tools: Vec<Arc<dyn Tool>>) -> ToolRegistry {
+    tools.into_iter().fold(
+        ToolRegistry::new(PermissionMode::All),
+        ToolRegistry::register,
+    )
+}
+
+pub fn builder(provider: &Arc<ScriptedProvider>, tools: Vec<Arc<dyn Tool>>) -> AgentHarnessBuilder {
+    AgentHarness::builder(provider.clone()).tools(registry(tools))
+}
+
+pub fn scripted(script: impl IntoIterator<Item = Scripted>) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::new(script))
+}
+
+pub fn request(message: &str) -> TurnRequest {
+    TurnRequest {
+        session_id: "s-1".into(),
+        turn_id: Uuid::now_v7(),
+        turn_number: 1,
+        history: Vec::new(),
+        user_message: message.into(),
+        top_k: 8,
+        web_mode: WebMode::Off,
+        show_citations: false,
+        runtime_provider: None,
+        runtime_model: None,
+        skill_context: None,
+    }
+}
+
+pub struct Ran {
+    pub output: Result<TurnOutput, TurnError>,
+    pub sink: Arc<RecordingSink>,
+    pub state: Arc<TurnRuntimeState>,
+}
+
+impl Ran {
+    pub fn text(&self) -> &str {
+        &self
+            .output
+            .as_ref()
+            .expect("the turn completes")
+            .result
+            .text
+    }
+}
+
+pub async fn run(harness: &AgentHarness, request: TurnRequest) -> Ran {
+    let sink = Arc::new(RecordingSink::default());
+    let state = harness.new_state(&request.session_id);
+    let output = harness
+        .run_turn_with_state(request, sink.clone(), state.clone())
+        .await;
+    Ran {
+        output,
+        sink,
+        state,
+    }
+}
+
+pub fn options() -> HarnessOptions {
+    HarnessOptions::default()
+}
+
+/// Contents of the tool messages of a provider request.
+pub fn tool_messages(request: &agent_harness::providers::ChatRequest) -> Vec<String> {
+    request
+        .messages
+        .iter()
+        .filter(|m| m.role == agent_harness::providers::Role::Tool)
+        .map(|m| m.content.clone())
+        .collect()
+}

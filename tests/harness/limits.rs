@@ -1,0 +1,226 @@
+//! Error paths and limits: late tools, the deadline, max_steps, provider
+//! errors, oversized outputs.
+
+use std::{
+    sync::{Arc, Mutex, atomic::Ordering},
+    time::Duration,
+};
+
+use agent_harness::{
+    events::TurnEvent,
+    harness::{
+        HarnessOptions, MAX_STEPS_TEXT, TIMEOUT_TEXT, TurnError,
+        hooks::{ArtifactStore, HookError},
+        state::TraceStatus,
+    },
+    providers::{
+        ProviderError, ProviderFailure,
+        scripted::{Scripted, call, calls, text},
+    },
+    tools::{EffectClass, Tool, ToolOutput},
+};
+use async_trait::async_trait;
+use serde_json::json;
+
+use crate::helpers::{
+    Fixed, Probe, Stubborn, builder, options, request, run, scripted, tool_messages,
+};
+
+fn mentions_secret(events: &[TurnEvent]) -> bool {
+    events.iter().any(|e| {
+        serde_json::to_string(e)
+            .unwrap()
+            .contains("LATE-SECRET-RESULT")
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_past_its_timeout_finishes_late_and_writes_nothing() {
+    let stubborn = Stubborn::new(Duration::from_secs(3));
+    let provider = scripted([calls(vec![call("c1", "stubborn", json!({}))]), text("done")]);
+    let harness = builder(&provider, vec![stubborn.clone() as Arc<dyn Tool>]).build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(ran.text(), "done");
+    assert_eq!(
+        ran.sink.finished(),
+        [("stubborn".into(), "timed_out".into(), None)]
+    );
+    // It timed out and was not retryable: blocked.
+    assert_eq!(ran.state.blocked_tools(), ["stubborn"]);
+    assert_eq!(
+        stubborn.finished.load(Ordering::SeqCst),
+        0,
+        "still working when the turn ended"
+    );
+    let events_at_end = ran.sink.events();
+
+    // Let the tool finish after the turn ended.
+    harness.wait_for_tool_tasks().await;
+    assert_eq!(stubborn.finished.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        ran.state.trace_entry("c1").unwrap().status,
+        TraceStatus::TimedOutLate
+    );
+    assert_eq!(ran.sink.events(), events_at_end, "no event after the turn");
+    assert!(!mentions_secret(&ran.sink.events()));
+    let results = ran.state.tool_results();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].status, "timed_out");
+    assert!(
+        results
+            .iter()
+            .all(|r| !r.content.contains("LATE-SECRET-RESULT"))
+    );
+    assert!(!tool_messages(&provider.requests()[1])[0].contains("LATE-SECRET-RESULT"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_finish_during_the_turn_is_noted_without_its_result() {
+    let stubborn = Stubborn::new(Duration::from_secs(3));
+    let provider = scripted([
+        calls(vec![call("c1", "stubborn", json!({}))]),
+        // The next generation takes long enough for the tool to come back.
+        Scripted::After(Duration::from_secs(5), Box::new(text("done"))),
+    ]);
+    let harness = builder(&provider, vec![stubborn.clone() as Arc<dyn Tool>]).build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(ran.text(), "done");
+    let late: Vec<_> = ran
+        .sink
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e, TurnEvent::ToolLate { .. }))
+        .collect();
+    assert_eq!(late.len(), 1);
+    assert!(
+        matches!(&late[0], TurnEvent::ToolLate { call_id, tool, .. } if call_id == "c1" && tool == "stubborn")
+    );
+    assert!(!mentions_secret(&ran.sink.events()));
+    assert_eq!(ran.state.tool_results().len(), 1);
+    assert_eq!(
+        ran.state.trace_entry("c1").unwrap().status,
+        TraceStatus::TimedOutLate
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_mid_loop_ends_the_turn_with_the_timeout_text() {
+    let probe = Probe::new("probe", EffectClass::ReadOnly);
+    let step = |i: usize| {
+        calls(vec![call(
+            &format!("c{i}"),
+            "probe",
+            json!({"key": format!("k{i}"), "ms": 4000}),
+        )])
+    };
+    let provider = scripted([step(1), step(2), step(3), step(4)]);
+    let harness = builder(&provider, vec![probe as Arc<dyn Tool>])
+        .options(HarnessOptions {
+            timeout: Duration::from_secs(10),
+            ..options()
+        })
+        .build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(ran.text(), TIMEOUT_TEXT);
+    assert!(ran.state.timed_out());
+    // The third call was clamped to the 2 s left and timed out.
+    let statuses: Vec<String> = ran.sink.finished().into_iter().map(|f| f.1).collect();
+    assert_eq!(statuses, ["completed", "completed", "timed_out"]);
+    assert_eq!(provider.requests().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_during_generation_ends_the_turn_with_the_timeout_text() {
+    let provider = scripted([Scripted::Stall]);
+    let harness = builder(&provider, vec![])
+        .options(HarnessOptions {
+            timeout: Duration::from_secs(5),
+            ..options()
+        })
+        .build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(ran.text(), TIMEOUT_TEXT);
+    assert!(ran.state.timed_out());
+}
+
+#[tokio::test(start_paused = true)]
+async fn exhausting_max_steps_ends_with_the_fallback_text() {
+    let probe = Probe::new("probe", EffectClass::ReadOnly);
+    let provider = scripted((0..10).map(|i| {
+        calls(vec![call(
+            &format!("c{i}"),
+            "probe",
+            json!({"key": format!("k{i}"), "ms": 1}),
+        )])
+    }));
+    let harness = builder(&provider, vec![probe as Arc<dyn Tool>]).build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(ran.text(), MAX_STEPS_TEXT);
+    assert_eq!(provider.requests().len(), 6, "max_steps defaults to 6");
+    assert_eq!(ran.state.budget.steps_used(), 6);
+    assert!(!ran.state.timed_out());
+}
+
+#[tokio::test]
+async fn a_provider_error_fails_the_turn_with_its_code() {
+    let failure = ProviderFailure {
+        status: 401,
+        message: "bad key".into(),
+        body: String::new(),
+    };
+    let provider = scripted([Scripted::Fail(ProviderError::Auth(failure))]);
+    let harness = builder(&provider, vec![]).build();
+    let ran = run(&harness, request("go")).await;
+    match ran.output {
+        Err(e @ TurnError::Provider(_)) => assert_eq!(e.code(), "provider_auth_failed"),
+        other => panic!("expected a provider error, got {other:?}"),
+    }
+}
+
+#[derive(Default)]
+struct Artifacts(Mutex<Vec<(String, usize)>>);
+
+#[async_trait]
+impl ArtifactStore for Artifacts {
+    async fn put(
+        &self,
+        _: &str,
+        _: &str,
+        call_id: &str,
+        _: &str,
+        content: &str,
+    ) -> Result<String, HookError> {
+        self.0
+            .lock()
+            .unwrap()
+            .push((call_id.to_owned(), content.len()));
+        Ok("art-1".into())
+    }
+}
+
+#[tokio::test]
+async fn outputs_over_12000_characters_go_to_the_artifact_store() {
+    let big = Fixed::ok("dump", ToolOutput::text("x".repeat(13_000)));
+    let small = Fixed::ok("note", ToolOutput::text("y".repeat(12_000)));
+    let provider = scripted([
+        calls(vec![
+            call("c1", "dump", json!({})),
+            call("c2", "note", json!({})),
+        ]),
+        text("done"),
+    ]);
+    let artifacts = Arc::new(Artifacts::default());
+    let harness = builder(&provider, vec![big, small])
+        .artifacts(artifacts.clone())
+        .build();
+    run(&harness, request("go")).await;
+    assert_eq!(*artifacts.0.lock().unwrap(), [("c1".to_owned(), 13_000)]);
+    let told = tool_messages(&provider.requests()[1]);
+    assert!(
+        told[0].starts_with("[output of 13000 characters stored as artifact art-1;"),
+        "{}",
+        &told[0][..80]
+    );
+    assert_eq!(told[0].matches('x').count(), 2_000);
+    assert_eq!(told[1], "y".repeat(12_000), "12,000 characters stay inline");
+}

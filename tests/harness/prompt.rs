@@ -1,0 +1,149 @@
+//! Stage 0-3: memory and context pack, preferences merged, the seven-part
+//! message order, hashes.
+
+use std::sync::Arc;
+
+use agent_harness::{
+    events::TurnEvent,
+    harness::{
+        hooks::{HookError, MemoryContext, MemoryRetriever},
+        prepare::{
+            canonical_json, runtime_metadata, short_hash, stable_render_hash,
+            untrusted_context_block,
+        },
+        thinking::ThinkLevel,
+    },
+    providers::{ChatMessage, scripted::text},
+    tools::ToolOutput,
+};
+use async_trait::async_trait;
+use chrono::Utc;
+use serde_json::json;
+
+use crate::helpers::{Fixed, builder, options, request, run, scripted};
+
+struct Memory;
+
+#[async_trait]
+impl MemoryRetriever for Memory {
+    async fn retrieve_for_context(&self, _: &str, query: &str) -> Result<MemoryContext, HookError> {
+        assert_eq!(query, "Plan my Paris trip");
+        Ok(MemoryContext {
+            text: "User prefers bullet points.".into(),
+            preferences: vec!["bullets".into(), "metric units".into()],
+        })
+    }
+}
+
+fn render(messages: &[ChatMessage]) -> String {
+    messages
+        .iter()
+        .map(|m| format!("[{}] {}", m.role.as_str(), m.content))
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+#[tokio::test]
+async fn the_prompt_has_the_seven_parts_in_the_seeds_order() {
+    let provider = scripted([text("Here is your plan.")]);
+    let pack = Fixed::ok(
+        "get_context_pack",
+        ToolOutput::text(
+            json!({
+                "relevant_facts": [{"anchor": "notes/paris.md", "text": "Paris is in France."}],
+                "preferences": ["metric units"]
+            })
+            .to_string(),
+        ),
+    );
+    let harness = builder(&provider, vec![pack])
+        .options(agent_harness::harness::HarnessOptions {
+            system_prompt: "You are SecondBrain.".into(),
+            think_level: ThinkLevel::Low,
+            ..options()
+        })
+        .memory_retriever(Arc::new(Memory))
+        .build();
+    let mut req = request("Plan my Paris trip");
+    req.history = vec![
+        ChatMessage::user("Hello"),
+        ChatMessage::assistant("Hi!", vec![]),
+    ];
+    req.skill_context = Some("You are acting as a travel planner.".into());
+    let ran = run(&harness, req).await;
+    assert_eq!(ran.text(), "Here is your plan.");
+
+    let today = Utc::now().date_naive();
+    let merged = json!({
+        "relevant_facts": [{"anchor": "notes/paris.md", "text": "Paris is in France."}],
+        "preferences": ["metric units", "bullets"]
+    });
+    let system = "You are SecondBrain.\n\n## Thinking Instructions\n\
+                  Think briefly before answering. Prefer a direct answer.";
+    let expected = [
+        format!("[system] {system}"),
+        format!(
+            "[system] {}",
+            runtime_metadata("s-1", "scripted", "scripted-model", today)
+        ),
+        "[system] User prefers bullet points.".to_owned(),
+        "[user] Hello".to_owned(),
+        "[assistant] Hi!".to_owned(),
+        format!("[system] {}", untrusted_context_block(&merged)),
+        "[system] You are acting as a travel planner.".to_owned(),
+        "[user] Plan my Paris trip".to_owned(),
+    ]
+    .join("\n---\n");
+    assert_eq!(render(&provider.requests()[0].messages), expected);
+
+    // The hashes of the preparation reach the decision record.
+    let decision = ran
+        .sink
+        .events()
+        .into_iter()
+        .find_map(|e| match e {
+            TurnEvent::Decision { record, .. } => Some(record),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        decision["context_hash"],
+        short_hash(&canonical_json(&merged))
+    );
+    assert_eq!(decision["prompt_render_hash"], stable_render_hash(system));
+    assert_eq!(ran.state.prompt_render_hash(), stable_render_hash(system));
+    let output = ran.output.unwrap();
+    assert_eq!(output.result.context_pack_json, Some(merged));
+}
+
+#[tokio::test]
+async fn empty_memory_and_no_skill_leave_their_messages_out() {
+    let provider = scripted([text("ok")]);
+    let harness = builder(&provider, vec![]).build();
+    run(&harness, request("hi")).await;
+    let roles: Vec<&str> = provider.requests()[0]
+        .messages
+        .iter()
+        .map(|m| m.role.as_str())
+        .collect();
+    // System prompt, runtime metadata, the (empty) context pack, the message.
+    assert_eq!(roles, ["system", "system", "system", "user"]);
+    let pack = &provider.requests()[0].messages[2].content;
+    assert!(pack.contains("\"relevant_facts\": []"), "{pack}");
+}
+
+#[tokio::test]
+async fn runtime_provider_and_model_override_the_metadata_and_the_call() {
+    let provider = scripted([text("ok")]);
+    let harness = builder(&provider, vec![]).build();
+    let mut req = request("hi");
+    req.runtime_model = Some("other-model".into());
+    run(&harness, req).await;
+    let sent = &provider.requests()[0];
+    assert_eq!(sent.model, "other-model");
+    assert!(
+        sent.messages[1]
+            .content
+            .contains("- provider: scripted\n- model: other-model\n")
+    );
+}
