@@ -24,6 +24,15 @@ pub enum TurnEvent {
         provider: String,
         model: String,
     },
+    /// The prompt was rendered (only when the harness has a `prompt_id`).
+    #[serde(rename = "prompt.rendered")]
+    PromptRendered {
+        prompt_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt_version: Option<String>,
+        render_hash: String,
+        context_hash: String,
+    },
     /// A piece of the assistant's text, in order.
     #[serde(rename = "message.delta")]
     MessageDelta { step: u32, text: String },
@@ -121,6 +130,7 @@ impl TurnEvent {
     pub fn event_type(&self) -> &'static str {
         match self {
             Self::TurnStarted { .. } => "turn.started",
+            Self::PromptRendered { .. } => "prompt.rendered",
             Self::MessageDelta { .. } => "message.delta",
             Self::Usage { .. } => "usage",
             Self::ToolStarted { .. } => "tool.started",

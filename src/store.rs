@@ -21,8 +21,8 @@ use uuid::Uuid;
 
 use crate::events::StoredEvent;
 pub use records::{
-    ArtifactRecord, MessageRecord, NewArtifact, NewDecision, NewMessage, NewTurn, SessionRecord,
-    TurnFinish, TurnRecord, TurnStatus,
+    ArtifactRecord, DecisionRecord, MessageRecord, NewArtifact, NewDecision, NewMessage, NewTurn,
+    SessionRecord, TurnFinish, TurnRecord, TurnStatus,
 };
 
 /// A failure of the database layer. Callers see it as an opaque 500/503.
@@ -135,6 +135,13 @@ pub trait Store: Send + Sync + 'static {
         terms: &[String],
         limit: u32,
     ) -> Result<Vec<MessageRecord>, StoreError>;
+
+    /// The newest `limit` decision records of a session, oldest first.
+    async fn list_decisions(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> Result<Vec<DecisionRecord>, StoreError>;
 
     /// Stores a tool output too large for the prompt.
     async fn put_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError>;

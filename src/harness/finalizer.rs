@@ -73,6 +73,31 @@ pub fn classify_strategy(tools_used: &[String]) -> &'static str {
     }
 }
 
+/// Masks what should not reach logs: e-mail addresses, secrets that look
+/// like API keys, and runs of six or more digits (phone, card, account
+/// numbers).
+pub fn redact(text: &str) -> String {
+    text.split_inclusive(char::is_whitespace)
+        .map(|piece| {
+            let word = piece.trim_end();
+            let trailing = &piece[word.len()..];
+            let core = word.trim_matches(|c: char| !c.is_alphanumeric());
+            let digits = core.chars().filter(char::is_ascii_digit).count();
+            let secret = core.starts_with("sk-") || core.starts_with("sk_");
+            if (core.contains('@') && core.contains('.')) || secret || digits >= 6 {
+                format!("[redacted]{trailing}")
+            } else {
+                piece.to_owned()
+            }
+        })
+        .collect()
+}
+
+/// At most `max` characters of `text`.
+fn preview(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
 /// The prompt as flat text for judges (seeds' `_messages_to_text`).
 pub fn messages_to_text(messages: &[ChatMessage]) -> String {
     messages
@@ -279,6 +304,11 @@ pub(super) async fn finalize(
         "timed_out": input.timed_out,
         "context_was_compacted": input.context_was_compacted,
         "judges_scheduled": judges_scheduled,
+        "user_message": if harness.options.redact_logs {
+            redact(&preview(&input.user_message, 200))
+        } else {
+            preview(&input.user_message, 200)
+        },
         "finalizer_failures": failures,
     });
     let decision = if harness.options.record_decisions {
@@ -375,6 +405,14 @@ mod tests {
         assert_eq!(
             classify_strategy(&names(&["calculator", "local_search"])),
             "retrieval_augmented"
+        );
+    }
+
+    #[test]
+    fn redaction_masks_addresses_keys_and_long_numbers() {
+        assert_eq!(
+            redact("Mail bob@example.com, key sk-abc123, card 4111111111111111 or call 555-12! ok"),
+            "Mail [redacted] key [redacted] card [redacted] or call 555-12! ok"
         );
     }
 

@@ -78,6 +78,15 @@ pub(super) async fn run(
         },
     );
     state.set_prompt_render_hash(&prep.prompt_render_hash);
+    if let Some(prompt_id) = &harness.options.prompt_id {
+        sink.emit(TurnEvent::PromptRendered {
+            prompt_id: prompt_id.clone(),
+            prompt_version: harness.options.prompt_version.clone(),
+            render_hash: prep.prompt_render_hash.clone(),
+            context_hash: prep.context_hash.clone(),
+        })
+        .await?;
+    }
     let prompt_messages = prep.messages.clone();
     let mut messages = prep.messages.clone();
     let model = prep.resolved_model.clone();

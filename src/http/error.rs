@@ -72,6 +72,9 @@ pub enum ApiError {
     /// 404 `turn_not_found`.
     #[error("turn not found in this session")]
     TurnNotFound,
+    /// 404 `artifact_not_found`.
+    #[error("artifact not found in this session")]
+    ArtifactNotFound,
     /// 404 `not_found`: no such route.
     #[error("no such resource")]
     NotFound,
@@ -125,7 +128,10 @@ impl ApiError {
             | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::SessionNotFound | Self::TurnNotFound | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::SessionNotFound
+            | Self::TurnNotFound
+            | Self::ArtifactNotFound
+            | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::TurnAlreadyRunning(_) | Self::TurnNotRunning { .. } | Self::TurnCancelled(_) => {
                 StatusCode::CONFLICT
@@ -154,6 +160,7 @@ impl ApiError {
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::SessionNotFound => "session_not_found",
             Self::TurnNotFound => "turn_not_found",
+            Self::ArtifactNotFound => "artifact_not_found",
             Self::NotFound => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::TurnAlreadyRunning(_) => "turn_already_running",

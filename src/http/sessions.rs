@@ -12,13 +12,20 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{error::ApiError, parse_session_id};
-use crate::{app::AppState, events::EventEnvelope, http::error::Problem, store::MessageRecord};
+use crate::{
+    app::AppState,
+    events::EventEnvelope,
+    http::error::Problem,
+    store::{ArtifactRecord, DecisionRecord, MessageRecord},
+};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(get_session))
         .routes(routes!(list_messages))
         .routes(routes!(list_events))
+        .routes(routes!(list_decisions))
+        .routes(routes!(get_artifact))
 }
 
 /// Default and largest page size.
@@ -195,4 +202,77 @@ async fn list_events(
     }
     body.push('}');
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// Query of `GET /sessions/{session_id}/decisions`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct LimitQuery {
+    /// How many of the newest records, 1-1000 (default 100).
+    limit: Option<u32>,
+}
+
+/// A session's decision records.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DecisionList {
+    pub decisions: Vec<DecisionRecord>,
+}
+
+/// The session's newest decision records (`support.chat.turn`), oldest first.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/decisions",
+    tag = "sessions",
+    params(("session_id" = String, Path), LimitQuery),
+    responses(
+        (status = 200, description = "Success", body = DecisionList),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn list_decisions(
+    State(app): State<AppState>,
+    Path(session_id): Path<String>,
+    query: Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::Json<DecisionList>, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+    let limit = query.limit.unwrap_or(PAGE_DEFAULT);
+    if !(1..=PAGE_MAX).contains(&limit) {
+        return Err(ApiError::InvalidQuery(format!(
+            "`limit` must be between 1 and {PAGE_MAX}"
+        )));
+    }
+    app.store
+        .get_session(session_id.as_str())
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
+    let decisions = app.store.list_decisions(session_id.as_str(), limit).await?;
+    Ok(axum::Json(DecisionList { decisions }))
+}
+
+/// A tool output too large for the prompt, referenced from a tool message.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/artifacts/{artifact_id}",
+    tag = "sessions",
+    params(("session_id" = String, Path), ("artifact_id" = String, Path)),
+    responses(
+        (status = 200, description = "Success", body = ArtifactRecord),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn get_artifact(
+    State(app): State<AppState>,
+    Path((session_id, artifact_id)): Path<(String, String)>,
+) -> Result<axum::Json<ArtifactRecord>, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let artifact = app
+        .store
+        .get_artifact(session_id.as_str(), &artifact_id)
+        .await?
+        .ok_or(ApiError::ArtifactNotFound)?;
+    Ok(axum::Json(artifact))
 }

@@ -112,6 +112,18 @@ pub struct NewArtifact {
     pub created_at: DateTime<Utc>,
 }
 
+/// A stored decision record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DecisionRecord {
+    pub id: String,
+    pub turn_id: String,
+    pub decision_key: String,
+    pub strategy: String,
+    #[schema(value_type = Object)]
+    pub record: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
 /// A stored artifact.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct ArtifactRecord {
@@ -205,6 +217,16 @@ pub(super) mod rows {
     }
 
     #[derive(sqlx::FromRow)]
+    pub struct DecisionRow {
+        pub id: String,
+        pub turn_id: String,
+        pub decision_key: String,
+        pub strategy: String,
+        pub record: String,
+        pub created_at: DateTime<Utc>,
+    }
+
+    #[derive(sqlx::FromRow)]
     pub struct SessionRow {
         pub id: String,
         pub created_at: DateTime<Utc>,
@@ -256,6 +278,21 @@ impl TryFrom<rows::MessageRow> for MessageRecord {
             turn_id: parse_uuid(&r.turn_id)?,
             role: r.role,
             content: r.content,
+            created_at: r.created_at,
+        })
+    }
+}
+
+impl TryFrom<rows::DecisionRow> for DecisionRecord {
+    type Error = StoreError;
+    fn try_from(r: rows::DecisionRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            record: serde_json::from_str(&r.record)
+                .map_err(|e| StoreError::Corrupt(format!("decision {}: {e}", r.id)))?,
+            id: r.id,
+            turn_id: r.turn_id,
+            decision_key: r.decision_key,
+            strategy: r.strategy,
             created_at: r.created_at,
         })
     }

@@ -349,6 +349,27 @@ macro_rules! impl_store {
                     .collect()
             }
 
+            async fn list_decisions(
+                &self,
+                session_id: &str,
+                limit: u32,
+            ) -> Result<Vec<$crate::store::DecisionRecord>, $crate::store::StoreError> {
+                let mut newest_first: Vec<$crate::store::DecisionRecord> =
+                    sqlx::query_as::<_, $crate::store::records::rows::DecisionRow>(
+                        "SELECT id, turn_id, decision_key, strategy, record, created_at \
+                         FROM decisions WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2",
+                    )
+                    .bind(session_id)
+                    .bind(i64::from(limit))
+                    .fetch_all(self.reader())
+                    .await?
+                    .into_iter()
+                    .map(TryInto::try_into)
+                    .collect::<Result<_, _>>()?;
+                newest_first.reverse();
+                Ok(newest_first)
+            }
+
             async fn put_artifact(
                 &self,
                 artifact: &$crate::store::NewArtifact,

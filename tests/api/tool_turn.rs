@@ -80,3 +80,43 @@ async fn a_two_step_tool_turn_streams_every_stage(backend: Backend) {
 }
 
 on_both_backends!(a_two_step_tool_turn_streams_every_stage);
+
+#[tokio::test]
+async fn decisions_and_artifacts_are_served() {
+    let app = spawn_app(Backend::Sqlite).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    app.post_turn("s-dec", json!({"message": "Hi"})).await;
+    let (status, body) = app.get_json("/sessions/s-dec/decisions").await;
+    assert_eq!(status, 200, "{body}");
+    let decisions = body["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(decisions[0]["decision_key"], "support.chat.turn");
+    assert_eq!(decisions[0]["record"]["strategy"], "direct_answer");
+    let (status, body) = app.get_json("/sessions/nobody/decisions").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("session_not_found"))
+    );
+    let store = app.db.open().await;
+    store
+        .put_artifact(&agent_harness::store::NewArtifact {
+            id: "art_1".into(),
+            session_id: "s-dec".into(),
+            turn_id: "t".into(),
+            call_id: "c1".into(),
+            tool: "dump".into(),
+            content: "z".repeat(13_000),
+            created_at: chrono::Utc::now(),
+        })
+        .await
+        .unwrap();
+    let (status, body) = app.get_json("/sessions/s-dec/artifacts/art_1").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["content"].as_str().unwrap().len(), 13_000);
+    assert_eq!(body["tool"], "dump");
+    let (status, body) = app.get_json("/sessions/s-dec/artifacts/art_missing").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("artifact_not_found"))
+    );
+}

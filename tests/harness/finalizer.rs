@@ -300,3 +300,26 @@ async fn the_write_gate_is_closed_when_the_finalizer_runs() {
     assert!(!ran.state.is_accepting_writes());
     assert_eq!(ran.state.final_text(), "Answer.");
 }
+
+#[tokio::test]
+async fn redact_logs_masks_the_decision_record() {
+    for (redact, expected) in [
+        (false, "mail me at ann@example.com"),
+        (true, "mail me at [redacted]"),
+    ] {
+        let provider = scripted([text("ok")]);
+        let harness = builder(&provider, vec![])
+            .options(HarnessOptions {
+                redact_logs: redact,
+                ..options()
+            })
+            .build();
+        let output = run(&harness, request("mail me at ann@example.com"))
+            .await
+            .output
+            .unwrap();
+        let record: serde_json::Value =
+            serde_json::from_str(&output.decision.unwrap().record).unwrap();
+        assert_eq!(record["user_message"], expected);
+    }
+}

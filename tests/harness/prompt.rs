@@ -147,3 +147,77 @@ async fn runtime_provider_and_model_override_the_metadata_and_the_call() {
             .contains("- provider: scripted\n- model: other-model\n")
     );
 }
+
+#[tokio::test]
+async fn a_prompt_id_records_a_prompt_rendered_event() {
+    let provider = scripted([text("ok")]);
+    let harness = builder(&provider, vec![])
+        .options(agent_harness::harness::HarnessOptions {
+            prompt_id: Some("agent.profile.default".into()),
+            prompt_version: Some("1.0.0".into()),
+            ..options()
+        })
+        .build();
+    let ran = run(&harness, request("hi")).await;
+    let rendered: Vec<_> = ran
+        .sink
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            TurnEvent::PromptRendered {
+                prompt_id,
+                prompt_version,
+                render_hash,
+                ..
+            } => Some((prompt_id, prompt_version, render_hash)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        rendered,
+        [(
+            "agent.profile.default".to_owned(),
+            Some("1.0.0".to_owned()),
+            stable_render_hash(agent_harness::config::DEFAULT_SYSTEM_PROMPT)
+        )]
+    );
+    let provider = scripted([text("ok")]);
+    let ran = run(&builder(&provider, vec![]).build(), request("hi")).await;
+    assert!(!ran.sink.types().contains(&"prompt.rendered"));
+}
+
+#[tokio::test]
+async fn semantic_selection_offers_only_the_most_related_tools() {
+    use agent_harness::tools::Tool;
+    let mut tools: Vec<Arc<dyn Tool>> = (0..29)
+        .map(|i| Fixed::ok(&format!("filler_{i}"), ToolOutput::text("x")) as Arc<dyn Tool>)
+        .collect();
+    tools.push(Fixed::ok("weather_forecast", ToolOutput::text("sunny")));
+    let provider = scripted([text("ok"), text("ok")]);
+    let harness = builder(&provider, tools.clone())
+        .options(agent_harness::harness::HarnessOptions {
+            enable_semantic_selection: true,
+            max_tools_per_turn: 5,
+            ..options()
+        })
+        .build();
+    run(&harness, request("What is the weather forecast for Paris?")).await;
+    let offered: Vec<String> = provider.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(offered.len(), 5);
+    assert!(
+        offered.contains(&"weather_forecast".to_owned()),
+        "{offered:?}"
+    );
+    // Off by default: every tool is offered.
+    let provider = scripted([text("ok")]);
+    run(
+        &builder(&provider, tools).build(),
+        request("weather forecast"),
+    )
+    .await;
+    assert_eq!(provider.requests()[0].tools.len(), 30);
+}

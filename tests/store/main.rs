@@ -421,3 +421,80 @@ on_both_backends!(
     orphans_are_interrupted_once_with_a_final_event,
     readiness_reports_pending_migrations,
 );
+
+async fn message_search_matches_any_term_newest_first(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    for text in [
+        "Trip to Paris in May",
+        "Budget for the trip",
+        "Nothing relevant",
+    ] {
+        let turn = new_turn("s1", None);
+        let seq = store.begin_turn(&turn).await.unwrap() + 1;
+        store
+            .write_batch(&[], &[&completed(&turn, seq, text)])
+            .await
+            .unwrap();
+    }
+    let found = store
+        .search_messages("s1", &["paris".into(), "budget".into()], 10)
+        .await
+        .unwrap();
+    let texts: Vec<_> = found.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(texts, ["Budget for the trip", "Trip to Paris in May"]);
+    assert!(
+        store
+            .search_messages("s2", &["paris".into()], 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .search_messages("s1", &[], 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .search_messages("s1", &["zzz".into()], 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn artifacts_and_decisions_are_kept_per_session(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s1", None);
+    store.begin_turn(&turn).await.unwrap();
+    store
+        .write_batch(&[], &[&completed(&turn, 2, "x")])
+        .await
+        .unwrap();
+    let artifact = agent_harness::store::NewArtifact {
+        id: "art_1".into(),
+        session_id: "s1".into(),
+        turn_id: turn.id.to_string(),
+        call_id: "c1".into(),
+        tool: "dump".into(),
+        content: "y".repeat(20_000),
+        created_at: Utc::now(),
+    };
+    store.put_artifact(&artifact).await.unwrap();
+    let read = store.get_artifact("s1", "art_1").await.unwrap().unwrap();
+    assert_eq!(read.content.len(), 20_000);
+    assert_eq!(read.call_id, "c1");
+    assert!(store.get_artifact("s2", "art_1").await.unwrap().is_none());
+    let decisions = store.list_decisions("s1", 10).await.unwrap();
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(decisions[0].strategy, "direct_answer");
+    assert_eq!(decisions[0].turn_id, turn.id.to_string());
+    assert!(store.list_decisions("s2", 10).await.unwrap().is_empty());
+}
+
+on_both_backends!(
+    message_search_matches_any_term_newest_first,
+    artifacts_and_decisions_are_kept_per_session,
+);
