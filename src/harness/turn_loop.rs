@@ -394,8 +394,11 @@ async fn generate(
         match event? {
             ProviderEvent::TextDelta(text) => {
                 output.text.push_str(&text);
-                harness.callbacks.on_stream_chunk(&text).await;
-                sink.emit(TurnEvent::MessageDelta { step, text }).await?;
+                // Without streaming the text arrives once, in the result.
+                if harness.options.stream {
+                    harness.callbacks.on_stream_chunk(&text).await;
+                    sink.emit(TurnEvent::MessageDelta { step, text }).await?;
+                }
             }
             ProviderEvent::ToolCall(call) => output.tool_calls.push(call),
             ProviderEvent::Usage(usage) => {

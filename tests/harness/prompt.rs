@@ -221,3 +221,22 @@ async fn semantic_selection_offers_only_the_most_related_tools() {
     .await;
     assert_eq!(provider.requests()[0].tools.len(), 30);
 }
+
+#[tokio::test]
+async fn without_streaming_no_deltas_are_emitted_but_the_text_is_whole() {
+    let provider = scripted([text("one two three")]);
+    let harness = builder(&provider, vec![])
+        .options(agent_harness::harness::HarnessOptions {
+            stream: false,
+            prompt_tags: vec!["chat".into()],
+            ..options()
+        })
+        .build();
+    let ran = run(&harness, request("hi")).await;
+    assert!(!ran.sink.types().contains(&"message.delta"));
+    let output = ran.output.unwrap();
+    assert_eq!(output.result.text, "one two three");
+    let record: serde_json::Value = serde_json::from_str(&output.decision.unwrap().record).unwrap();
+    assert_eq!(record["prompt_tags"], json!(["chat"]));
+    assert_eq!(record["prompt_engine"], "minimal");
+}
