@@ -31,8 +31,28 @@ pub struct Settings {
     pub openai_base_url: String,
     /// API key sent as a bearer token; none is sent when empty (`OPENAI_API_KEY`).
     pub openai_api_key: Option<String>,
-    /// Model used when a turn names none (`HARNESS_MODEL`).
+    /// Model used when a turn names none and `providers` is empty (`HARNESS_MODEL`).
     pub model: String,
+    /// The provider chain, `name:model` in order of preference, e.g.
+    /// `openai:gpt-4o-mini,anthropic:claude-sonnet-4-6`; empty means
+    /// `openai:{model}` (`HARNESS_PROVIDERS`).
+    pub providers: String,
+    /// Anthropic API key (`ANTHROPIC_API_KEY`).
+    pub anthropic_api_key: Option<String>,
+    /// Anthropic base URL (`ANTHROPIC_BASE_URL`).
+    pub anthropic_base_url: String,
+    /// `max_tokens` of Anthropic answers (`HARNESS_ANTHROPIC_MAX_TOKENS`).
+    pub anthropic_max_tokens: u32,
+    /// Ollama server (`OLLAMA_HOST`).
+    pub ollama_host: String,
+    /// Tries per provider before falling over (`HARNESS_PROVIDER_MAX_ATTEMPTS`).
+    pub provider_max_attempts: u32,
+    /// First retry delay, doubled each time (`HARNESS_PROVIDER_RETRY_BASE_MS`).
+    pub provider_retry_base_ms: u64,
+    /// Longest retry delay (`HARNESS_PROVIDER_RETRY_MAX_MS`).
+    pub provider_retry_max_ms: u64,
+    /// USD per million tokens by model (`HARNESS_PRICING`, JSON; `[pricing]` in the file).
+    pub pricing: crate::providers::pricing::PricingTable,
     /// System prompt of every turn (`HARNESS_SYSTEM_PROMPT`).
     pub system_prompt: String,
     /// Longest a provider stream may stay silent (`HARNESS_PROVIDER_IDLE_TIMEOUT_S`).
@@ -110,6 +130,15 @@ impl Default for Settings {
             openai_base_url: "https://api.openai.com/v1".to_owned(),
             openai_api_key: None,
             model: "gpt-4o-mini".to_owned(),
+            providers: String::new(),
+            anthropic_api_key: None,
+            anthropic_base_url: "https://api.anthropic.com".to_owned(),
+            anthropic_max_tokens: 4096,
+            ollama_host: "http://127.0.0.1:11434".to_owned(),
+            provider_max_attempts: 3,
+            provider_retry_base_ms: 200,
+            provider_retry_max_ms: 5000,
+            pricing: Default::default(),
             system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
             provider_idle_timeout_s: 60,
             provider_connect_timeout_s: 10,
@@ -235,6 +264,35 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
     }),
     ("HARNESS_MODEL", |s, _, v| {
         assign(&mut s.model, v.trim().to_owned())
+    }),
+    ("HARNESS_PROVIDERS", |s, _, v| {
+        assign(&mut s.providers, v.trim().to_owned())
+    }),
+    ("ANTHROPIC_API_KEY", |s, _, v| {
+        assign(&mut s.anthropic_api_key, non_empty(v))
+    }),
+    ("ANTHROPIC_BASE_URL", |s, _, v| {
+        assign(&mut s.anthropic_base_url, v.trim().to_owned())
+    }),
+    ("HARNESS_ANTHROPIC_MAX_TOKENS", |s, n, v| {
+        assign(&mut s.anthropic_max_tokens, parse(n, v)?)
+    }),
+    ("OLLAMA_HOST", |s, _, v| {
+        assign(&mut s.ollama_host, v.trim().to_owned())
+    }),
+    ("HARNESS_PROVIDER_MAX_ATTEMPTS", |s, n, v| {
+        assign(&mut s.provider_max_attempts, parse(n, v)?)
+    }),
+    ("HARNESS_PROVIDER_RETRY_BASE_MS", |s, n, v| {
+        assign(&mut s.provider_retry_base_ms, parse(n, v)?)
+    }),
+    ("HARNESS_PROVIDER_RETRY_MAX_MS", |s, n, v| {
+        assign(&mut s.provider_retry_max_ms, parse(n, v)?)
+    }),
+    ("HARNESS_PRICING", |s, n, v| {
+        let table = serde_json::from_str(v)
+            .map_err(|e| invalid(n, format!("expected a JSON object of model prices: {e}")))?;
+        assign(&mut s.pricing, table)
     }),
     ("HARNESS_SYSTEM_PROMPT", |s, _, v| {
         assign(&mut s.system_prompt, v.to_owned())
@@ -407,6 +465,35 @@ impl Settings {
         if self.model.is_empty() {
             return Err(invalid("HARNESS_MODEL", "must not be empty"));
         }
+        self.provider_chain()
+            .map_err(|reason| invalid("HARNESS_PROVIDERS", reason))?;
+        if reqwest::Url::parse(&self.anthropic_base_url).is_err() {
+            return Err(invalid("ANTHROPIC_BASE_URL", "not a URL"));
+        }
+        if self.ollama_host.trim().is_empty() {
+            return Err(invalid("OLLAMA_HOST", "must not be empty"));
+        }
+        if self.anthropic_max_tokens == 0 {
+            return Err(invalid(
+                "HARNESS_ANTHROPIC_MAX_TOKENS",
+                "must be at least 1",
+            ));
+        }
+        if !(1..=10).contains(&self.provider_max_attempts) {
+            return Err(invalid(
+                "HARNESS_PROVIDER_MAX_ATTEMPTS",
+                "must be between 1 and 10",
+            ));
+        }
+        if self.provider_retry_max_ms < self.provider_retry_base_ms {
+            return Err(invalid(
+                "HARNESS_PROVIDER_RETRY_MAX_MS",
+                "must not be less than HARNESS_PROVIDER_RETRY_BASE_MS",
+            ));
+        }
+        self.pricing
+            .validate()
+            .map_err(|reason| invalid("HARNESS_PRICING", reason))?;
         let positive: [(&'static str, u64); 8] = [
             (
                 "HARNESS_PROVIDER_IDLE_TIMEOUT_S",
@@ -483,6 +570,32 @@ impl Settings {
         Ok(())
     }
 
+    /// The chain as `(provider, model)` pairs.
+    pub fn provider_chain(&self) -> Result<Vec<(String, String)>, String> {
+        if self.providers.trim().is_empty() {
+            return Ok(vec![("openai".to_owned(), self.model.clone())]);
+        }
+        self.providers
+            .split(',')
+            .map(|entry| {
+                let entry = entry.trim();
+                let (name, model) = entry
+                    .split_once(':')
+                    .ok_or_else(|| format!("{entry:?} is not provider:model"))?;
+                let (name, model) = (name.trim(), model.trim());
+                if !matches!(name, "openai" | "anthropic" | "ollama") {
+                    return Err(format!(
+                        "unknown provider {name:?} (openai, anthropic, ollama)"
+                    ));
+                }
+                if model.is_empty() {
+                    return Err(format!("{entry:?} names no model"));
+                }
+                Ok((name.to_owned(), model.to_owned()))
+            })
+            .collect()
+    }
+
     pub fn think_level(&self) -> Result<crate::harness::thinking::ThinkLevel, String> {
         self.think_level.parse()
     }
@@ -515,6 +628,11 @@ impl fmt::Debug for Settings {
                 "openai_api_key",
                 &self.openai_api_key.as_ref().map(|_| "<redacted>"),
             )
+            .field(
+                "anthropic_api_key",
+                &self.anthropic_api_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("providers", &self.provider_chain())
             .field("model", &self.model)
             .field("turn_timeout_s", &self.turn_timeout_s)
             .field("max_steps", &self.max_steps)
@@ -590,6 +708,29 @@ mod tests {
         std::fs::write(&path, "modle = \"typo\"\n").unwrap();
         let err = Settings::load_from(Some(&path), |_| None).unwrap_err();
         assert!(err.to_string().contains("modle"), "{err}");
+    }
+
+    #[test]
+    fn the_provider_chain_is_parsed_and_checked() {
+        let s = load(&[("HARNESS_MODEL", "gpt-4.1")]).unwrap();
+        assert_eq!(
+            s.provider_chain().unwrap(),
+            [("openai".to_owned(), "gpt-4.1".to_owned())]
+        );
+        let s = load(&[(
+            "HARNESS_PROVIDERS",
+            "openai:gpt-4o-mini, anthropic:claude-sonnet-4-6,ollama:llama3.2",
+        )])
+        .unwrap();
+        assert_eq!(s.provider_chain().unwrap().len(), 3);
+        for bad in ["openai", "mystery:x", "anthropic:"] {
+            let err = load(&[("HARNESS_PROVIDERS", bad)]).unwrap_err();
+            assert!(err.to_string().starts_with("HARNESS_PROVIDERS:"), "{err}");
+        }
+        let err = load(&[("HARNESS_PRICING", r#"{"m": {"input": -1, "output": 1}}"#)]).unwrap_err();
+        assert!(err.to_string().starts_with("HARNESS_PRICING:"), "{err}");
+        let s = load(&[("HARNESS_PRICING", r#"{"m": {"input": 1, "output": 2}}"#)]).unwrap();
+        assert_eq!(s.pricing.0["m"].output, 2.0);
     }
 
     #[test]

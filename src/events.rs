@@ -36,6 +36,11 @@ pub enum TurnEvent {
     /// A piece of the assistant's text, in order.
     #[serde(rename = "message.delta")]
     MessageDelta { step: u32, text: String },
+    /// The text of this step streamed so far is void: the provider failed
+    /// mid-stream and the step starts over (a retry or the next provider).
+    /// Discard every `message.delta` of `step` received before this event.
+    #[serde(rename = "message.retracted")]
+    MessageRetracted { step: u32, reason: String },
     /// Token counts of one provider call (`step` set), or of the whole
     /// turn (`step` absent, emitted by the finalizer when non-zero).
     #[serde(rename = "usage")]
@@ -46,6 +51,9 @@ pub enum TurnEvent {
         output_tokens: u64,
         cache_read_tokens: u64,
         cache_creation_tokens: u64,
+        /// USD, when the model is priced.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
     },
     /// A tool call passed to the gates; `wave` numbers the waves of a step.
     #[serde(rename = "tool.started")]
@@ -132,6 +140,7 @@ impl TurnEvent {
             Self::TurnStarted { .. } => "turn.started",
             Self::PromptRendered { .. } => "prompt.rendered",
             Self::MessageDelta { .. } => "message.delta",
+            Self::MessageRetracted { .. } => "message.retracted",
             Self::Usage { .. } => "usage",
             Self::ToolStarted { .. } => "tool.started",
             Self::ToolFinished { .. } => "tool.finished",

@@ -173,6 +173,8 @@ pub struct TurnRequest {
     pub runtime_provider: Option<String>,
     pub runtime_model: Option<String>,
     pub skill_context: Option<String>,
+    /// Cost of the session's earlier turns, for the session total.
+    pub session_cost_before: Option<f64>,
 }
 
 /// The public result of a turn (the seeds' `TurnResult`).
@@ -193,6 +195,12 @@ pub struct TurnResult {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_creation_tokens: u64,
+    /// Cost of this turn in USD, when its models are priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Cost of the whole session so far, this turn included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_cost_usd: Option<f64>,
 }
 
 /// A turn's result plus what the runner commits with `turn.completed`.

@@ -5,8 +5,12 @@
 //! text deltas as they arrive, tool calls once their arguments are whole,
 //! usage, and the finish reason. The harness never sees a wire format.
 
+pub mod anthropic;
+pub mod chain;
 pub mod error;
+pub mod ollama;
 pub mod openai;
+pub mod pricing;
 pub mod scripted;
 mod sse;
 
@@ -16,6 +20,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
+use crate::harness::thinking::ThinkLevel;
 pub use error::{ProviderError, ProviderFailure};
 
 /// Who wrote a message.
@@ -47,6 +52,15 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// A provider's reasoning that must travel back with its assistant message
+/// (Anthropic's thinking blocks, with their signature).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThinkingBlock {
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
 /// One message of a prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -55,6 +69,9 @@ pub struct ChatMessage {
     /// Tool calls of an assistant message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// Reasoning of an assistant message, sent back as the provider wants it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thinking: Vec<ThinkingBlock>,
     /// The call a tool message answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
@@ -66,6 +83,7 @@ impl ChatMessage {
             role,
             content: content.into(),
             tool_calls: Vec::new(),
+            thinking: Vec::new(),
             tool_call_id: None,
         }
     }
@@ -108,9 +126,26 @@ pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolDefinition>,
-    /// The most this call may take, headers to last byte (the turn's
-    /// remaining budget).
+    /// The most this call may take, headers to last byte, retries included
+    /// (the turn's remaining budget).
     pub timeout: Duration,
+    /// How much the model should reason (provider-specific mapping).
+    pub think_level: ThinkLevel,
+    /// The provider the turn asked for by name (a chain picks it).
+    pub provider: Option<String>,
+}
+
+impl ChatRequest {
+    pub fn new(model: &str, messages: Vec<ChatMessage>, timeout: Duration) -> Self {
+        Self {
+            model: model.to_owned(),
+            messages,
+            tools: Vec::new(),
+            timeout,
+            think_level: ThinkLevel::Off,
+            provider: None,
+        }
+    }
 }
 
 /// Token counts reported by a provider.
@@ -154,6 +189,13 @@ impl FinishReason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderEvent {
     TextDelta(String),
+    /// A complete reasoning block (not shown to the user).
+    Thinking(ThinkingBlock),
+    /// The output so far is void: a retry (or the next provider of a chain)
+    /// starts over. Text already passed on must be retracted.
+    Restart {
+        reason: String,
+    },
     /// A complete tool call (arguments assembled across chunks).
     ToolCall(ToolCall),
     Usage(Usage),
@@ -172,6 +214,12 @@ pub trait LlmProvider: Send + Sync + 'static {
 
     /// The model used when a request names none.
     fn default_model(&self) -> &str;
+
+    /// The default model of the provider named `provider`, for providers
+    /// that front several (a chain). `None`: ask [`LlmProvider::default_model`].
+    fn model_for(&self, _provider: &str) -> Option<String> {
+        None
+    }
 
     /// Starts a streamed generation. Errors before the first byte are
     /// returned here; later ones arrive in the stream.

@@ -332,13 +332,16 @@ impl TurnRunner {
         sink: Arc<TurnSink>,
     ) -> Result<TurnOutput, (String, String)> {
         let unavailable = |e: StoreError| ("store_unavailable".to_owned(), e.to_string());
-        let turn_number = self
+        let session = self
             .inner
             .store
             .get_session(&live.session_id)
             .await
-            .map_err(unavailable)?
+            .map_err(unavailable)?;
+        let turn_number = session
+            .as_ref()
             .map_or(1, |s| u64::try_from(s.turn_count).unwrap_or(1));
+        let session_cost_before = session.and_then(|s| s.cost_usd);
         let history = match &spec.history {
             Some(history) => history.clone(),
             None => self
@@ -371,6 +374,7 @@ impl TurnRunner {
             runtime_provider: spec.runtime_provider.clone(),
             runtime_model: spec.runtime_model.clone(),
             skill_context: spec.skill_context.clone(),
+            session_cost_before,
         };
         self.inner
             .harness
@@ -544,11 +548,12 @@ fn build_finish(
 ) -> Result<TurnFinish, serde_json::Error> {
     let status = outcome.status();
     let (mut result, mut error_code, mut error_message) = (None, None, None);
-    let (mut messages, mut decision) = (Vec::new(), None);
+    let (mut messages, mut decision, mut cost_usd) = (Vec::new(), None, None);
     let event = match outcome {
         Outcome::Completed(output) => {
             let output = *output;
             result = Some(serde_json::to_string(&output.result)?);
+            cost_usd = output.result.cost_usd;
             messages = output.messages;
             decision = output.decision;
             TurnEvent::TurnCompleted {
@@ -583,6 +588,7 @@ fn build_finish(
         error_message,
         messages,
         decision,
+        cost_usd,
         terminal: Arc::new(StoredEvent::new(
             &live.session_id,
             live.turn_id,

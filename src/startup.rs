@@ -12,6 +12,9 @@ use crate::{
     http,
     providers::{
         LlmProvider, ProviderError,
+        anthropic::{AnthropicConfig, AnthropicProvider},
+        chain::{ProviderChain, RetryPolicy},
+        ollama::{OllamaConfig, OllamaProvider},
         openai::{OpenAiConfig, OpenAiProvider},
     },
     runner::{RunnerConfig, TurnRunner},
@@ -21,6 +24,74 @@ use crate::{
         builtin::{GetContextPack, LocalSearch},
     },
 };
+
+/// The provider chain of the settings (already validated).
+pub fn build_provider(settings: &Settings) -> Result<Arc<dyn LlmProvider>, ProviderError> {
+    let connect_timeout = Duration::from_secs(settings.provider_connect_timeout_s);
+    let idle_timeout = Duration::from_secs(settings.provider_idle_timeout_s);
+    let max_response_bytes = settings.provider_max_response_bytes;
+    let chain = settings.provider_chain().map_err(|reason| {
+        ProviderError::BadRequest(crate::providers::ProviderFailure {
+            status: 0,
+            message: reason,
+            body: String::new(),
+        })
+    })?;
+    let mut entries: Vec<Arc<dyn LlmProvider>> = Vec::with_capacity(chain.len());
+    for (name, model) in chain {
+        let provider: Arc<dyn LlmProvider> = match name.as_str() {
+            "anthropic" => Arc::new(AnthropicProvider::new(AnthropicConfig {
+                base_url: settings.anthropic_base_url.clone(),
+                api_key: settings.anthropic_api_key.clone(),
+                model,
+                max_tokens: settings.anthropic_max_tokens,
+                connect_timeout,
+                idle_timeout,
+                max_response_bytes,
+            })?),
+            "ollama" => Arc::new(OllamaProvider::new(OllamaConfig {
+                host: settings.ollama_host.clone(),
+                model,
+                connect_timeout,
+                idle_timeout,
+                max_response_bytes,
+            })?),
+            _ => Arc::new(OpenAiProvider::new(OpenAiConfig {
+                base_url: settings.openai_base_url.clone(),
+                api_key: settings.openai_api_key.clone(),
+                model,
+                connect_timeout,
+                idle_timeout,
+                max_response_bytes,
+            })?),
+        };
+        entries.push(provider);
+    }
+    Ok(Arc::new(ProviderChain::new(
+        entries,
+        retry_policy(settings),
+    )?))
+}
+
+/// The retry policy of the settings.
+pub fn retry_policy(settings: &Settings) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: settings.provider_max_attempts,
+        base_delay: Duration::from_millis(settings.provider_retry_base_ms),
+        max_delay: Duration::from_millis(settings.provider_retry_max_ms),
+    }
+}
+
+/// The provider names a turn may ask for.
+fn provider_names(settings: &Settings) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for (name, _) in settings.provider_chain().unwrap_or_default() {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
 
 /// The harness of the service: the built-in tools over the store, the
 /// options from the settings (already validated).
@@ -57,6 +128,7 @@ pub fn build_harness(
             settings.context_window_tokens,
         )))
         .artifacts(Arc::new(StoreArtifacts(store)))
+        .cost_tracker(Arc::new(settings.pricing.clone()))
         .build()
 }
 
@@ -91,14 +163,7 @@ impl Application {
         let store =
             store::connect(&settings.database_url, settings.database_max_connections).await?;
         store.migrate().await?;
-        let provider: Arc<dyn LlmProvider> = Arc::new(OpenAiProvider::new(OpenAiConfig {
-            base_url: settings.openai_base_url.clone(),
-            api_key: settings.openai_api_key.clone(),
-            model: settings.model.clone(),
-            connect_timeout: Duration::from_secs(settings.provider_connect_timeout_s),
-            idle_timeout: Duration::from_secs(settings.provider_idle_timeout_s),
-            max_response_bytes: settings.provider_max_response_bytes,
-        })?);
+        let provider = build_provider(&settings)?;
         Self::build_with(settings, store, provider).await
     }
 
@@ -108,7 +173,7 @@ impl Application {
         store: Arc<dyn store::Store>,
         provider: Arc<dyn LlmProvider>,
     ) -> Result<Self, StartupError> {
-        let provider_names = vec![provider.name().to_owned()];
+        let provider_names = provider_names(&settings);
         let harness = Arc::new(build_harness(&settings, store.clone(), provider));
         let runner = TurnRunner::start_runner(
             store.clone(),

@@ -134,24 +134,24 @@ async fn summarise(
         .iter()
         .map(|m| format!("[{}] {}\n", m.role.as_str(), m.content))
         .collect();
-    let request = ChatRequest {
-        model: model.to_owned(),
-        messages: vec![
+    let request = ChatRequest::new(
+        model,
+        vec![
             ChatMessage::system(
                 "Summarise this conversation excerpt in a few sentences. Keep facts, \
                  decisions, tool results and open questions; drop pleasantries.",
             ),
             ChatMessage::user(transcript),
         ],
-        tools: Vec::new(),
-        timeout: budget.clamp(SUMMARY_TIMEOUT),
-    };
+        budget.clamp(SUMMARY_TIMEOUT),
+    );
     let mut stream = provider.stream(request).await.ok()?;
     let mut text = String::new();
     while let Some(event) = stream.next().await {
         match event.ok()? {
             ProviderEvent::TextDelta(delta) => text.push_str(&delta),
             ProviderEvent::Finished(_) => break,
+            ProviderEvent::Restart { .. } => text.clear(),
             _ => {}
         }
     }

@@ -119,6 +119,8 @@ pub(super) struct FinalizeInput {
     pub prompt_render_hash: String,
     pub tool_results: Vec<ToolResultRecord>,
     pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub session_cost_before: Option<f64>,
     pub elapsed_ms: u64,
     pub show_citations: bool,
     pub citations: CitationAccumulator,
@@ -195,6 +197,7 @@ pub(super) async fn finalize(
             output_tokens: usage.output_tokens,
             cache_read_tokens: usage.cache_read_tokens,
             cache_creation_tokens: usage.cache_creation_tokens,
+            cost_usd: input.cost_usd,
         })
         .await?;
     }
@@ -304,6 +307,7 @@ pub(super) async fn finalize(
         "run_context_metadata": harness.options.run_context_metadata,
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
+        "cost_usd": input.cost_usd,
         "elapsed_ms": input.elapsed_ms,
         "timed_out": input.timed_out,
         "context_was_compacted": input.context_was_compacted,
@@ -350,6 +354,11 @@ pub(super) async fn finalize(
             output_tokens: usage.output_tokens,
             cache_read_tokens: usage.cache_read_tokens,
             cache_creation_tokens: usage.cache_creation_tokens,
+            cost_usd: input.cost_usd,
+            session_cost_usd: match (input.session_cost_before, input.cost_usd) {
+                (None, None) => None,
+                (before, now) => Some(before.unwrap_or(0.0) + now.unwrap_or(0.0)),
+            },
         },
         assistant_message_id,
         messages,

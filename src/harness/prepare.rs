@@ -125,6 +125,11 @@ pub fn resolve_provider_model(
     if let (Some(p), Some(m)) = (runtime_provider, runtime_model) {
         return (p.to_owned(), m.to_owned());
     }
+    if let Some(p) = runtime_provider
+        && let Some(model) = provider.model_for(p)
+    {
+        return (p.to_owned(), runtime_model.map_or(model, str::to_owned));
+    }
     let (name, model) = match provider.default_model().split_once(':') {
         Some((name, model)) if !name.is_empty() && !model.is_empty() => (name, model),
         _ => (provider.name(), provider.default_model()),

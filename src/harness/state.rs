@@ -101,6 +101,7 @@ pub struct TurnRuntimeState {
     pub session_id: String,
     pub budget: TurnBudget,
     tokens: Mutex<Usage>,
+    cost_usd: Mutex<Option<f64>>,
     citations: Mutex<CitationAccumulator>,
     tool_trace: Mutex<HashMap<String, ToolTraceEntry>>,
     tool_results: Mutex<Vec<ToolResultRecord>>,
@@ -119,6 +120,7 @@ impl TurnRuntimeState {
             session_id: session_id.into(),
             budget,
             tokens: Mutex::default(),
+            cost_usd: Mutex::default(),
             citations: Mutex::default(),
             tool_trace: Mutex::default(),
             tool_results: Mutex::default(),
@@ -144,6 +146,19 @@ impl TurnRuntimeState {
 
     pub fn tokens(&self) -> Usage {
         *lock(&self.tokens)
+    }
+
+    /// Adds the cost of a provider call (`None`: the model is not priced).
+    pub fn add_cost(&self, cost: Option<f64>) {
+        if let Some(cost) = cost {
+            let mut total = lock(&self.cost_usd);
+            *total = Some(total.unwrap_or(0.0) + cost);
+        }
+    }
+
+    /// The turn's cost so far, if any call was priced.
+    pub fn cost_usd(&self) -> Option<f64> {
+        *lock(&self.cost_usd)
     }
 
     // Citations.

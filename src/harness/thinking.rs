@@ -127,12 +127,7 @@ pub async fn reflect(
         "Reflect briefly on the tool results so far: what worked, what failed and \
          what to do next. Do not answer the user yet.\n\nTool results:\n{summary}"
     )));
-    let request = ChatRequest {
-        model: model.to_owned(),
-        messages: prompt,
-        tools: Vec::new(),
-        timeout: budget.clamp(REFLECTION_TIMEOUT),
-    };
+    let request = ChatRequest::new(model, prompt, budget.clamp(REFLECTION_TIMEOUT));
     let mut stream = match provider.stream(request).await {
         Ok(stream) => stream,
         Err(e) => {
@@ -145,6 +140,7 @@ pub async fn reflect(
         match event {
             Ok(ProviderEvent::TextDelta(delta)) => text.push_str(&delta),
             Ok(ProviderEvent::Finished(_)) => break,
+            Ok(ProviderEvent::Restart { .. }) => text.clear(),
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "reflection failed");

@@ -24,7 +24,8 @@ use super::{
 use crate::{
     events::TurnEvent,
     providers::{
-        ChatMessage, ChatRequest, ProviderError, ProviderEvent, ToolCall, ToolDefinition, Usage,
+        ChatMessage, ChatRequest, ProviderError, ProviderEvent, ThinkingBlock, ToolCall,
+        ToolDefinition, Usage,
     },
     tools::ToolContext,
 };
@@ -126,10 +127,10 @@ pub(super) async fn run(
 
         // 4c: generation, streamed.
         let call = ChatRequest {
-            model: model.clone(),
-            messages: messages.clone(),
             tools: offered.clone(),
-            timeout: state.budget.remaining(),
+            think_level: harness.options.think_level,
+            provider: request.runtime_provider.clone(),
+            ..ChatRequest::new(&model, messages.clone(), state.budget.remaining())
         };
         let span = tracing::info_span!(
             "gen_ai.chat",
@@ -142,7 +143,13 @@ pub(super) async fn run(
             gen_ai.response.finish_reasons = tracing::field::Empty,
             turn.step = step,
         );
-        let output = match generate(harness, call, step, sink.as_ref())
+        let cost = |usage: &Usage| {
+            harness
+                .cost_tracker
+                .as_ref()
+                .and_then(|c| c.record(&request.session_id, &prep.resolved_provider, &model, usage))
+        };
+        let output = match generate(harness, call, step, sink.as_ref(), &cost)
             .instrument(span.clone())
             .await
         {
@@ -156,14 +163,7 @@ pub(super) async fn run(
         span.record("gen_ai.usage.input_tokens", output.usage.input_tokens);
         span.record("gen_ai.usage.output_tokens", output.usage.output_tokens);
         state.add_tokens(&output.usage);
-        if let Some(costs) = &harness.cost_tracker {
-            costs.record(
-                &request.session_id,
-                &prep.resolved_provider,
-                &model,
-                &output.usage,
-            );
-        }
+        state.add_cost(output.cost_usd);
 
         // 4d: terminal check.
         if output.tool_calls.is_empty() {
@@ -273,6 +273,8 @@ pub(super) async fn run(
         prompt_render_hash: prep.prompt_render_hash.clone(),
         tool_results: state.tool_results(),
         usage: state.tokens(),
+        cost_usd: state.cost_usd(),
+        session_cost_before: request.session_cost_before,
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         show_citations: request.show_citations,
         citations: state.citations(),
@@ -371,8 +373,10 @@ pub(super) fn merge_preferences(pack: &mut Value, preferences: &[String]) {
 
 /// What one provider call produced.
 struct StepOutput {
+    cost_usd: Option<f64>,
     text: String,
     tool_calls: Vec<ToolCall>,
+    thinking: Vec<ThinkingBlock>,
     usage: Usage,
 }
 
@@ -383,21 +387,38 @@ async fn generate(
     call: ChatRequest,
     step: u32,
     sink: &dyn EventSink,
+    cost: &(dyn Fn(&Usage) -> Option<f64> + Sync),
 ) -> Result<StepOutput, TurnError> {
     let mut stream = harness.provider.stream(call).await?;
     let mut output = StepOutput {
+        cost_usd: None,
         text: String::new(),
         tool_calls: Vec::new(),
+        thinking: Vec::new(),
         usage: Usage::default(),
     };
+    let mut streamed = false;
     while let Some(event) = stream.next().await {
         match event? {
+            ProviderEvent::Restart { reason } => {
+                // Usage of the failed attempt stays counted: it was billed.
+                output.text.clear();
+                output.tool_calls.clear();
+                output.thinking.clear();
+                if streamed {
+                    sink.emit(TurnEvent::MessageRetracted { step, reason })
+                        .await?;
+                    streamed = false;
+                }
+            }
+            ProviderEvent::Thinking(block) => output.thinking.push(block),
             ProviderEvent::TextDelta(text) => {
                 output.text.push_str(&text);
                 // Without streaming the text arrives once, in the result.
                 if harness.options.stream {
                     harness.callbacks.on_stream_chunk(&text).await;
                     sink.emit(TurnEvent::MessageDelta { step, text }).await?;
+                    streamed = true;
                 }
             }
             ProviderEvent::ToolCall(call) => output.tool_calls.push(call),
@@ -415,12 +436,14 @@ async fn generate(
         }
     }
     if !output.usage.is_zero() {
+        output.cost_usd = cost(&output.usage);
         sink.emit(TurnEvent::Usage {
             step: Some(step),
             input_tokens: output.usage.input_tokens,
             output_tokens: output.usage.output_tokens,
             cache_read_tokens: output.usage.cache_read_tokens,
             cache_creation_tokens: output.usage.cache_creation_tokens,
+            cost_usd: output.cost_usd,
         })
         .await?;
     }

@@ -42,6 +42,8 @@ pub struct SessionView {
     /// Seq of the session's newest event.
     pub last_seq: i64,
     pub running_turn_id: Option<Uuid>,
+    /// Sum of the priced turns' costs, USD.
+    pub cost_usd: Option<f64>,
 }
 
 /// A session.
@@ -73,6 +75,7 @@ async fn get_session(
         turn_count: session.turn_count,
         last_seq: session.last_seq,
         running_turn_id: session.running_turn_id,
+        cost_usd: session.cost_usd,
     }))
 }
 

@@ -18,6 +18,7 @@ use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
     ProviderStream, Role, ToolCall, Usage, sse,
 };
+use crate::harness::thinking::ThinkLevel;
 
 /// Settings of an OpenAI-compatible endpoint.
 #[derive(Debug, Clone)]
@@ -31,11 +32,21 @@ pub struct OpenAiConfig {
     pub max_response_bytes: usize,
 }
 
+/// How the API key is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyHeader {
+    /// `Authorization: Bearer` (OpenAI and most compatible servers).
+    Bearer,
+    /// `api-key` (Azure OpenAI).
+    ApiKey,
+}
+
 /// An OpenAI-compatible provider.
 #[derive(Debug, Clone)]
 pub struct OpenAiProvider {
     client: reqwest::Client,
     endpoint: Url,
+    key_header: KeyHeader,
     api_key: Option<String>,
     model: String,
     idle_timeout: Duration,
@@ -44,9 +55,16 @@ pub struct OpenAiProvider {
 
 impl OpenAiProvider {
     pub fn new(config: OpenAiConfig) -> Result<Self, ProviderError> {
-        let base = config.base_url.trim_end_matches('/');
-        let endpoint = Url::parse(&format!("{base}/chat/completions"))
-            .map_err(|e| ProviderError::Protocol(format!("invalid base URL {base:?}: {e}")))?;
+        let endpoint = chat_completions_url(&config.base_url)?;
+        // Azure OpenAI wants its key in `api-key`, everyone else a bearer token.
+        let key_header = if endpoint
+            .host_str()
+            .is_some_and(|h| h.ends_with(".openai.azure.com"))
+        {
+            KeyHeader::ApiKey
+        } else {
+            KeyHeader::Bearer
+        };
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .build()
@@ -54,6 +72,7 @@ impl OpenAiProvider {
         Ok(Self {
             client,
             endpoint,
+            key_header,
             api_key: config.api_key,
             model: config.model,
             idle_timeout: config.idle_timeout,
@@ -74,6 +93,17 @@ impl OpenAiProvider {
             "stream": true,
             "stream_options": { "include_usage": true },
         });
+        // Reasoning models take an effort; others are left as they are
+        // (the operator turns thinking on only for models that know it).
+        let effort = match request.think_level {
+            ThinkLevel::Off => None,
+            ThinkLevel::Low => Some("low"),
+            ThinkLevel::Medium => Some("medium"),
+            ThinkLevel::High => Some("high"),
+        };
+        if let Some(effort) = effort {
+            body["reasoning_effort"] = json!(effort);
+        }
         if !request.tools.is_empty() {
             body["tools"] = request
                 .tools
@@ -92,6 +122,16 @@ impl OpenAiProvider {
         }
         body
     }
+}
+
+/// `{base}/chat/completions`, keeping a query string of the base (Azure's
+/// `?api-version=`).
+fn chat_completions_url(base: &str) -> Result<Url, ProviderError> {
+    let mut url = Url::parse(base.trim())
+        .map_err(|e| ProviderError::Protocol(format!("invalid base URL {base:?}: {e}")))?;
+    let path = format!("{}/chat/completions", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+    Ok(url)
 }
 
 fn wire_message(message: &ChatMessage) -> Value {
@@ -132,7 +172,10 @@ impl LlmProvider for OpenAiProvider {
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&self.request_body(&request));
         if let Some(key) = &self.api_key {
-            http = http.bearer_auth(key);
+            http = match self.key_header {
+                KeyHeader::Bearer => http.bearer_auth(key),
+                KeyHeader::ApiKey => http.header("api-key", key),
+            };
         }
         let response = sse::send(http, deadline).await?;
         if !response.status().is_success() {
@@ -322,5 +365,27 @@ fn in_stream_error(error: &Value) -> ProviderError {
         }
         Some("context_length_exceeded") => ProviderError::ContextLengthExceeded(failure),
         _ => ProviderError::Server(failure),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compatible_base_urls_keep_their_path_and_query() {
+        let url = |base: &str| chat_completions_url(base).unwrap().to_string();
+        assert_eq!(
+            url("https://api.openai.com/v1"),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(
+            url("http://localhost:11434/v1/"),
+            "http://localhost:11434/v1/chat/completions"
+        );
+        assert_eq!(
+            url("https://res.openai.azure.com/openai/deployments/gpt4o?api-version=2024-10-21"),
+            "https://res.openai.azure.com/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21"
+        );
     }
 }

@@ -110,13 +110,21 @@ fn truncate(text: &str, max: usize) -> String {
 /// Refuses a 2xx answer that is not an event stream (an HTML error page
 /// from a proxy, a JSON body from a server that ignored `stream: true`).
 pub(super) async fn expect_event_stream(response: Response) -> Result<Response, ProviderError> {
+    expect_content_type(response, &["text/event-stream"]).await
+}
+
+/// Refuses a 2xx answer whose content type is none of `accepted`.
+pub(super) async fn expect_content_type(
+    response: Response,
+    accepted: &[&str],
+) -> Result<Response, ProviderError> {
     let content_type = response
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    if content_type.starts_with("text/event-stream") {
+    if accepted.iter().any(|a| content_type.starts_with(a)) {
         return Ok(response);
     }
     let body = read_prefix(response, 200).await;
@@ -131,16 +139,13 @@ pub(super) async fn expect_event_stream(response: Response) -> Result<Response, 
     )))
 }
 
-/// The SSE events of `response`, each awaited for at most `idle` and never
-/// past `deadline`; the body may not exceed `max_bytes`.
-pub(super) fn events(
+/// The body of `response` as byte chunks, refused past `max_bytes`.
+pub(crate) fn limited_bytes(
     response: Response,
-    idle: Duration,
-    deadline: Instant,
     max_bytes: usize,
-) -> impl Stream<Item = Result<Event, ProviderError>> + Send + 'static {
+) -> impl Stream<Item = Result<Bytes, ProviderError>> + Send + 'static {
     let mut seen = 0usize;
-    let bytes = response.bytes_stream().map(move |chunk| {
+    response.bytes_stream().map(move |chunk| {
         let chunk: Bytes = chunk.map_err(|e| transport_error(&e))?;
         seen += chunk.len();
         if seen > max_bytes {
@@ -149,20 +154,44 @@ pub(super) fn events(
             )));
         }
         Ok(chunk)
-    });
+    })
+}
+
+/// Waits for the next item for at most `idle`, never past `deadline`.
+async fn next_within<S: Stream + Unpin>(
+    stream: &mut S,
+    idle: Duration,
+    deadline: Instant,
+) -> Result<Option<S::Item>, ProviderError> {
+    let wait_until = deadline.min(Instant::now() + idle);
+    match tokio::time::timeout_at(wait_until, stream.next()).await {
+        Ok(item) => Ok(item),
+        Err(_) if wait_until >= deadline => Err(ProviderError::Timeout(
+            "the turn's deadline passed mid-stream".into(),
+        )),
+        Err(_) => Err(ProviderError::Timeout(format!(
+            "no data for {} s",
+            idle.as_secs_f64()
+        ))),
+    }
+}
+
+/// Server-sent events parsed from byte chunks, each awaited for at most
+/// `idle` and never past `deadline`.
+pub(crate) fn sse_events<S>(
+    bytes: S,
+    idle: Duration,
+    deadline: Instant,
+) -> impl Stream<Item = Result<Event, ProviderError>> + Send + 'static
+where
+    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+{
     let mut parsed = Box::pin(bytes.eventsource());
     async_stream::stream! {
         loop {
-            let wait_until = deadline.min(Instant::now() + idle);
-            match tokio::time::timeout_at(wait_until, parsed.next()).await {
-                Err(_) if wait_until >= deadline => {
-                    yield Err(ProviderError::Timeout("the turn's deadline passed mid-stream".into()));
-                    return;
-                }
-                Err(_) => {
-                    yield Err(ProviderError::Timeout(format!(
-                        "no data for {} s", idle.as_secs_f64()
-                    )));
+            match next_within(&mut parsed, idle, deadline).await {
+                Err(e) => {
+                    yield Err(e);
                     return;
                 }
                 Ok(None) => return,
@@ -178,6 +207,71 @@ pub(super) fn events(
             }
         }
     }
+}
+
+/// Longest NDJSON line accepted.
+const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// Newline-delimited JSON lines parsed from byte chunks (Ollama), each
+/// awaited for at most `idle` and never past `deadline`. A last line
+/// without its newline is still returned.
+pub(crate) fn ndjson_lines<S>(
+    bytes: S,
+    idle: Duration,
+    deadline: Instant,
+) -> impl Stream<Item = Result<String, ProviderError>> + Send + 'static
+where
+    S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+{
+    let mut bytes = Box::pin(bytes);
+    async_stream::stream! {
+        let mut buffer: Vec<u8> = Vec::new();
+        loop {
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                match String::from_utf8(line) {
+                    Ok(line) if line.trim().is_empty() => {}
+                    Ok(line) => yield Ok(line.trim_end().to_owned()),
+                    Err(_) => {
+                        yield Err(ProviderError::Protocol("a line is not UTF-8".into()));
+                        return;
+                    }
+                }
+            }
+            if buffer.len() > MAX_LINE_BYTES {
+                yield Err(ProviderError::Protocol("a line exceeds 1 MiB".into()));
+                return;
+            }
+            match next_within(&mut bytes, idle, deadline).await {
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+                Ok(Some(Ok(chunk))) => buffer.extend_from_slice(&chunk),
+                Ok(Some(Err(e))) => {
+                    yield Err(e);
+                    return;
+                }
+                Ok(None) => {
+                    let rest = String::from_utf8_lossy(&buffer).trim().to_owned();
+                    if !rest.is_empty() {
+                        yield Ok(rest);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The SSE events of `response` (see [`sse_events`]).
+pub(super) fn events(
+    response: Response,
+    idle: Duration,
+    deadline: Instant,
+    max_bytes: usize,
+) -> impl Stream<Item = Result<Event, ProviderError>> + Send + 'static {
+    sse_events(limited_bytes(response, max_bytes), idle, deadline)
 }
 
 #[cfg(test)]

@@ -97,6 +97,8 @@ pub struct TurnFinish {
     pub error_message: Option<String>,
     pub messages: Vec<NewMessage>,
     pub decision: Option<NewDecision>,
+    /// The turn's cost in USD, when priced.
+    pub cost_usd: Option<f64>,
     pub terminal: Arc<StoredEvent>,
 }
 
@@ -161,6 +163,8 @@ pub struct SessionRecord {
     pub turn_count: i64,
     pub last_seq: i64,
     pub running_turn_id: Option<Uuid>,
+    /// Sum of the priced turns' costs.
+    pub cost_usd: Option<f64>,
 }
 
 /// One message of a session's history.
@@ -234,6 +238,7 @@ pub(super) mod rows {
         pub turn_count: i64,
         pub last_seq: i64,
         pub running_turn_id: Option<String>,
+        pub cost_usd: Option<f64>,
     }
 }
 
@@ -308,6 +313,7 @@ impl TryFrom<rows::SessionRow> for SessionRecord {
             turn_count: r.turn_count,
             last_seq: r.last_seq,
             running_turn_id: r.running_turn_id.as_deref().map(parse_uuid).transpose()?,
+            cost_usd: r.cost_usd,
         })
     }
 }

@@ -148,7 +148,7 @@ macro_rules! impl_store {
                 for finish in finishes {
                     let updated = sqlx::query(
                         "UPDATE turns SET status = $1, result = $2, error_code = $3, \
-                         error_message = $4, finished_at = $5 \
+                         error_message = $4, finished_at = $5, cost_usd = $7 \
                          WHERE id = $6 AND status = 'running'",
                     )
                     .bind(finish.status.as_str())
@@ -157,6 +157,7 @@ macro_rules! impl_store {
                     .bind(&finish.error_message)
                     .bind(finish.terminal.created_at)
                     .bind(finish.turn_id.to_string())
+                    .bind(finish.cost_usd)
                     .execute(&mut *tx)
                     .await?;
                     if updated.rows_affected() != 1 {
@@ -232,7 +233,8 @@ macro_rules! impl_store {
                      (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id) AS turn_count, \
                      (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq, \
                      (SELECT t.id FROM turns t WHERE t.session_id = s.id AND t.status = 'running') \
-                       AS running_turn_id \
+                       AS running_turn_id, \
+                     (SELECT SUM(t.cost_usd) FROM turns t WHERE t.session_id = s.id) AS cost_usd \
                      FROM sessions s WHERE s.id = $1",
                 )
                 .bind(session_id)

@@ -1,11 +1,10 @@
 //! `spawn_app` and the typed helpers the API tests use.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use agent_harness::{
     config::Settings,
-    providers::openai::{OpenAiConfig, OpenAiProvider},
-    startup::{Application, StartupError},
+    startup::{Application, StartupError, build_provider},
 };
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -37,6 +36,11 @@ pub fn test_settings(provider: &FakeProvider) -> Settings {
         model: "gpt-4o-mini".into(),
         instance_id: "test-instance".into(),
         shutdown_grace_s: 5,
+        // One try per provider: each test scripts exactly the replies it
+        // wants; the chain tests turn retries on.
+        provider_max_attempts: 1,
+        provider_retry_base_ms: 10,
+        provider_retry_max_ms: 200,
         ..Settings::default()
     }
 }
@@ -51,17 +55,7 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 pub async fn spawn_app_with(db: TestDb, provider: FakeProvider, settings: Settings) -> TestApp {
     settings.validate().expect("valid test settings");
     let store = db.open().await;
-    let llm = Arc::new(
-        OpenAiProvider::new(OpenAiConfig {
-            base_url: settings.openai_base_url.clone(),
-            api_key: settings.openai_api_key.clone(),
-            model: settings.model.clone(),
-            connect_timeout: Duration::from_secs(2),
-            idle_timeout: Duration::from_secs(settings.provider_idle_timeout_s),
-            max_response_bytes: settings.provider_max_response_bytes,
-        })
-        .unwrap(),
-    );
+    let llm = build_provider(&settings).expect("providers");
     let application = Application::build_with(settings, store.clone(), llm)
         .await
         .expect("build app");

@@ -254,6 +254,7 @@ pub fn request(message: &str) -> TurnRequest {
         runtime_provider: None,
         runtime_model: None,
         skill_context: None,
+        session_cost_before: None,
     }
 }
 

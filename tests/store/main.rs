@@ -78,6 +78,7 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
             strategy: "direct_answer".into(),
             record: "{}".into(),
         }),
+        cost_usd: Some(0.25),
         terminal: Arc::new(
             StoredEvent::new(
                 &turn.session_id,

@@ -1,0 +1,2 @@
+-- The cost of a turn in USD, when its models are priced.
+ALTER TABLE turns ADD COLUMN cost_usd DOUBLE PRECISION;

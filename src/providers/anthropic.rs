@@ -1,0 +1,444 @@
+//! The Anthropic Messages API adapter (`POST {base}/v1/messages`,
+//! `stream: true`).
+//!
+//! System messages (wherever they are in the prompt) become the top-level
+//! `system` blocks, in order; tool results become `tool_result` blocks of a
+//! user message; consecutive messages of one role are merged, as the API
+//! wants strictly alternating turns. Think levels above OFF turn on extended
+//! thinking with a token budget; thinking blocks come back as
+//! [`ProviderEvent::Thinking`] and are sent back with their signature.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use reqwest::Url;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::{
+    ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
+    ProviderFailure, ProviderStream, Role, ThinkingBlock, ToolCall, Usage, sse,
+};
+use crate::harness::thinking::ThinkLevel;
+
+/// The API version sent in `anthropic-version`.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Settings of the Anthropic endpoint.
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    /// e.g. `https://api.anthropic.com`; `/v1/messages` is appended.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub model: String,
+    /// `max_tokens` of the answer (thinking budget comes on top).
+    pub max_tokens: u32,
+    pub connect_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_response_bytes: usize,
+}
+
+/// The Anthropic provider.
+#[derive(Debug, Clone)]
+pub struct AnthropicProvider {
+    client: reqwest::Client,
+    endpoint: Url,
+    api_key: Option<String>,
+    model: String,
+    max_tokens: u32,
+    idle_timeout: Duration,
+    max_response_bytes: usize,
+}
+
+/// Thinking budget per level.
+fn thinking_budget(level: ThinkLevel) -> Option<u32> {
+    match level {
+        ThinkLevel::Off => None,
+        ThinkLevel::Low => Some(1024),
+        ThinkLevel::Medium => Some(4096),
+        ThinkLevel::High => Some(16384),
+    }
+}
+
+impl AnthropicProvider {
+    pub fn new(config: AnthropicConfig) -> Result<Self, ProviderError> {
+        let base = config.base_url.trim_end_matches('/');
+        let base = base.strip_suffix("/v1").unwrap_or(base);
+        let endpoint = Url::parse(&format!("{base}/v1/messages"))
+            .map_err(|e| ProviderError::Protocol(format!("invalid base URL {base:?}: {e}")))?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|e| ProviderError::Network(format!("cannot build HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            endpoint,
+            api_key: config.api_key,
+            model: config.model,
+            max_tokens: config.max_tokens,
+            idle_timeout: config.idle_timeout,
+            max_response_bytes: config.max_response_bytes,
+        })
+    }
+
+    /// The JSON body sent for `request`.
+    pub fn request_body(&self, request: &ChatRequest) -> Value {
+        let model = if request.model.is_empty() {
+            &self.model
+        } else {
+            &request.model
+        };
+        let system: Vec<Value> = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::System)
+            .map(|m| json!({"type": "text", "text": m.content}))
+            .collect();
+        let mut body = json!({
+            "model": model,
+            "max_tokens": self.max_tokens,
+            "messages": wire_messages(&request.messages),
+            "stream": true,
+        });
+        if !system.is_empty() {
+            body["system"] = Value::Array(system);
+        }
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+        }
+        if let Some(budget) = thinking_budget(request.think_level) {
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+            body["max_tokens"] = json!(self.max_tokens + budget);
+        }
+        body
+    }
+}
+
+/// The conversation without system messages, with strictly alternating
+/// roles: consecutive user-side messages (user text, tool results) merge.
+fn wire_messages(messages: &[ChatMessage]) -> Vec<Value> {
+    let mut out: Vec<(String, Vec<Value>)> = Vec::new();
+    for message in messages {
+        let (role, blocks) = match message.role {
+            Role::System => continue,
+            Role::User => (
+                "user",
+                vec![json!({"type": "text", "text": message.content})],
+            ),
+            Role::Tool => (
+                "user",
+                vec![json!({
+                    "type": "tool_result",
+                    "tool_use_id": message.tool_call_id.as_deref().unwrap_or_default(),
+                    "content": message.content,
+                })],
+            ),
+            Role::Assistant => {
+                let mut blocks: Vec<Value> = message
+                    .thinking
+                    .iter()
+                    .map(|t| json!({"type": "thinking", "thinking": t.text, "signature": t.signature}))
+                    .collect();
+                if !message.content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": message.content}));
+                }
+                for call in &message.tool_calls {
+                    let input: Value = serde_json::from_str(&call.arguments)
+                        .unwrap_or_else(|_| Value::Object(Default::default()));
+                    blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+                }
+                ("assistant", blocks)
+            }
+        };
+        match out.last_mut() {
+            Some((last, existing)) if last == role => existing.extend(blocks),
+            _ => out.push((role.to_owned(), blocks)),
+        }
+    }
+    out.into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
+}
+
+#[async_trait]
+impl LlmProvider for AnthropicProvider {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    fn default_model(&self) -> &str {
+        &self.model
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
+        let deadline = Instant::now() + request.timeout;
+        let mut http = self
+            .client
+            .post(self.endpoint.clone())
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .json(&self.request_body(&request));
+        if let Some(key) = &self.api_key {
+            http = http.header("x-api-key", key);
+        }
+        let response = sse::send(http, deadline).await?;
+        if !response.status().is_success() {
+            return Err(sse::error_from_response(response).await);
+        }
+        let response = sse::expect_event_stream(response).await?;
+        let events = sse::events(
+            response,
+            self.idle_timeout,
+            deadline,
+            self.max_response_bytes,
+        );
+        Ok(parse_stream(events).boxed())
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Wire {
+    MessageStart {
+        message: WireMessage,
+    },
+    ContentBlockStart {
+        index: u32,
+        content_block: WireBlock,
+    },
+    ContentBlockDelta {
+        index: u32,
+        delta: WireDelta,
+    },
+    ContentBlockStop {
+        index: u32,
+    },
+    MessageDelta {
+        #[serde(default)]
+        delta: WireMessageDelta,
+        #[serde(default)]
+        usage: Option<WireUsage>,
+    },
+    MessageStop,
+    Ping,
+    Error {
+        error: Value,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+struct WireMessage {
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireMessageDelta {
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlock {
+    Text {
+        #[serde(default)]
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+    },
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireDelta {
+    TextDelta {
+        text: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    ThinkingDelta {
+        thinking: String,
+    },
+    SignatureDelta {
+        signature: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+/// A content block being assembled.
+enum Block {
+    Text,
+    Tool {
+        id: String,
+        name: String,
+        json: String,
+    },
+    Thinking {
+        text: String,
+        signature: Option<String>,
+    },
+    Other,
+}
+
+/// Turns the SSE events of a Messages stream into provider events.
+pub(crate) fn parse_stream<S>(
+    events: S,
+) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
+where
+    S: futures::Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Send + 'static,
+{
+    async_stream::try_stream! {
+        let mut events = Box::pin(events);
+        let mut blocks: BTreeMap<u32, Block> = BTreeMap::new();
+        let mut input = WireUsage::default();
+        let mut output_tokens = 0u64;
+        let mut stop_reason: Option<String> = None;
+        let mut stopped = false;
+        while let Some(event) = events.next().await {
+            let event = event?;
+            if event.data.trim().is_empty() {
+                continue;
+            }
+            let wire: Wire = serde_json::from_str(&event.data).map_err(|e| {
+                ProviderError::Protocol(format!("invalid JSON in stream event {:?}: {e}", event.event))
+            })?;
+            match wire {
+                Wire::MessageStart { message } => {
+                    if let Some(usage) = message.usage {
+                        input = usage;
+                        output_tokens = usage.output_tokens.unwrap_or(0);
+                    }
+                }
+                Wire::ContentBlockStart { index, content_block } => {
+                    let block = match content_block {
+                        WireBlock::Text { text } => {
+                            if !text.is_empty() {
+                                yield ProviderEvent::TextDelta(text);
+                            }
+                            Block::Text
+                        }
+                        WireBlock::ToolUse { id, name } => Block::Tool { id, name, json: String::new() },
+                        WireBlock::Thinking { thinking } => Block::Thinking { text: thinking, signature: None },
+                        WireBlock::Other => Block::Other,
+                    };
+                    blocks.insert(index, block);
+                }
+                Wire::ContentBlockDelta { index, delta } => {
+                    match (blocks.get_mut(&index), delta) {
+                        (Some(Block::Text), WireDelta::TextDelta { text }) => {
+                            if !text.is_empty() {
+                                yield ProviderEvent::TextDelta(text);
+                            }
+                        }
+                        (Some(Block::Tool { json, .. }), WireDelta::InputJsonDelta { partial_json }) => {
+                            json.push_str(&partial_json);
+                        }
+                        (Some(Block::Thinking { text, .. }), WireDelta::ThinkingDelta { thinking }) => {
+                            text.push_str(&thinking);
+                        }
+                        (Some(Block::Thinking { signature, .. }), WireDelta::SignatureDelta { signature: s }) => {
+                            signature.get_or_insert_with(String::new).push_str(&s);
+                        }
+                        (None, _) => Err(ProviderError::Protocol(format!("delta for unknown block {index}")))?,
+                        _ => {}
+                    }
+                }
+                Wire::ContentBlockStop { index } => {
+                    match blocks.remove(&index) {
+                        Some(Block::Tool { id, name, json }) => {
+                            let arguments = if json.trim().is_empty() { "{}".to_owned() } else { json };
+                            serde_json::from_str::<Value>(&arguments).map_err(|e| {
+                                ProviderError::Protocol(format!("tool input of {name} is not JSON: {e}"))
+                            })?;
+                            yield ProviderEvent::ToolCall(ToolCall { id, name, arguments });
+                        }
+                        Some(Block::Thinking { text, signature }) => {
+                            yield ProviderEvent::Thinking(ThinkingBlock { text, signature });
+                        }
+                        _ => {}
+                    }
+                }
+                Wire::MessageDelta { delta, usage } => {
+                    if let Some(reason) = delta.stop_reason {
+                        stop_reason = Some(reason);
+                    }
+                    if let Some(out) = usage.and_then(|u| u.output_tokens) {
+                        output_tokens = out;
+                    }
+                }
+                Wire::MessageStop => {
+                    stopped = true;
+                    break;
+                }
+                Wire::Ping => {}
+                Wire::Error { error } => Err(in_stream_error(&error))?,
+            }
+        }
+        if !stopped {
+            Err(ProviderError::Protocol("the stream ended before message_stop".into()))?;
+        }
+        let cache_read = input.cache_read_input_tokens.unwrap_or(0);
+        let cache_creation = input.cache_creation_input_tokens.unwrap_or(0);
+        yield ProviderEvent::Usage(Usage {
+            // All prompt tokens: Anthropic reports cached ones apart.
+            input_tokens: input.input_tokens.unwrap_or(0) + cache_read + cache_creation,
+            output_tokens,
+            cache_read_tokens: cache_read,
+            cache_creation_tokens: cache_creation,
+        });
+        yield ProviderEvent::Finished(FinishReason::from_wire(stop_reason.as_deref().unwrap_or("end_turn")));
+    }
+}
+
+/// An `error` event inside a 200 stream (`overloaded_error`, ...).
+fn in_stream_error(error: &Value) -> ProviderError {
+    let kind = error["type"].as_str().unwrap_or("error");
+    let failure = ProviderFailure {
+        status: 200,
+        message: error["message"].as_str().unwrap_or(kind).to_owned(),
+        body: error.to_string(),
+    };
+    match kind {
+        "overloaded_error" => ProviderError::Overloaded(failure),
+        "rate_limit_error" => ProviderError::RateLimited {
+            retry_after: None,
+            failure,
+        },
+        "api_error" => ProviderError::Server(failure),
+        "authentication_error" | "permission_error" => ProviderError::Auth(failure),
+        "invalid_request_error" if failure.message.contains("prompt is too long") => {
+            ProviderError::ContextLengthExceeded(failure)
+        }
+        "invalid_request_error" | "not_found_error" => ProviderError::BadRequest(failure),
+        _ => ProviderError::Server(failure),
+    }
+}

@@ -1,0 +1,238 @@
+//! The Ollama adapter (`POST {host}/api/chat`, newline-delimited JSON).
+//!
+//! Tool calls arrive whole (arguments as a JSON object); Ollama may not
+//! give them ids, so `call_{n}` is used. Usage comes from the final line's
+//! `prompt_eval_count` and `eval_count`. Think levels above OFF send
+//! `think: true` (for models that support it); the reasoning is not shown.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use reqwest::Url;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::{
+    ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
+    ProviderFailure, ProviderStream, Role, ToolCall, Usage, sse,
+};
+use crate::harness::thinking::ThinkLevel;
+
+/// Settings of an Ollama server.
+#[derive(Debug, Clone)]
+pub struct OllamaConfig {
+    /// `OLLAMA_HOST`: `http://127.0.0.1:11434`, or `host:port`.
+    pub host: String,
+    pub model: String,
+    pub connect_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_response_bytes: usize,
+}
+
+/// The Ollama provider.
+#[derive(Debug, Clone)]
+pub struct OllamaProvider {
+    client: reqwest::Client,
+    endpoint: Url,
+    model: String,
+    idle_timeout: Duration,
+    max_response_bytes: usize,
+}
+
+impl OllamaProvider {
+    pub fn new(config: OllamaConfig) -> Result<Self, ProviderError> {
+        let host = config.host.trim().trim_end_matches('/');
+        let host = if host.contains("://") {
+            host.to_owned()
+        } else {
+            format!("http://{host}")
+        };
+        let endpoint = Url::parse(&format!("{host}/api/chat"))
+            .map_err(|e| ProviderError::Protocol(format!("invalid OLLAMA_HOST {host:?}: {e}")))?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|e| ProviderError::Network(format!("cannot build HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            endpoint,
+            model: config.model,
+            idle_timeout: config.idle_timeout,
+            max_response_bytes: config.max_response_bytes,
+        })
+    }
+
+    /// The JSON body sent for `request`.
+    pub fn request_body(&self, request: &ChatRequest) -> Value {
+        let model = if request.model.is_empty() {
+            &self.model
+        } else {
+            &request.model
+        };
+        let mut body = json!({
+            "model": model,
+            "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
+            "stream": true,
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters
+                    }})
+                })
+                .collect();
+        }
+        if request.think_level != ThinkLevel::Off {
+            body["think"] = json!(true);
+        }
+        body
+    }
+}
+
+fn wire_message(message: &ChatMessage) -> Value {
+    match message.role {
+        Role::Assistant if !message.tool_calls.is_empty() => json!({
+            "role": "assistant",
+            "content": message.content,
+            "tool_calls": message.tool_calls.iter().map(|c| {
+                let arguments: Value = serde_json::from_str(&c.arguments)
+                    .unwrap_or_else(|_| Value::Object(Default::default()));
+                json!({"function": {"name": c.name, "arguments": arguments}})
+            }).collect::<Vec<_>>(),
+        }),
+        Role::Tool => json!({"role": "tool", "content": message.content}),
+        role => json!({"role": role.as_str(), "content": message.content}),
+    }
+}
+
+#[async_trait]
+impl LlmProvider for OllamaProvider {
+    fn name(&self) -> &str {
+        "ollama"
+    }
+
+    fn default_model(&self) -> &str {
+        &self.model
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
+        let deadline = Instant::now() + request.timeout;
+        let http = self
+            .client
+            .post(self.endpoint.clone())
+            .json(&self.request_body(&request));
+        let response = sse::send(http, deadline).await?;
+        if !response.status().is_success() {
+            return Err(sse::error_from_response(response).await);
+        }
+        let response =
+            sse::expect_content_type(response, &["application/x-ndjson", "application/json"])
+                .await?;
+        let lines = sse::ndjson_lines(
+            sse::limited_bytes(response, self.max_response_bytes),
+            self.idle_timeout,
+            deadline,
+        );
+        Ok(parse_stream(lines).boxed())
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Line {
+    #[serde(default)]
+    message: Option<LineMessage>,
+    #[serde(default)]
+    done: bool,
+    #[serde(default)]
+    done_reason: Option<String>,
+    #[serde(default)]
+    prompt_eval_count: Option<u64>,
+    #[serde(default)]
+    eval_count: Option<u64>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LineMessage {
+    #[serde(default)]
+    content: String,
+    #[serde(default)]
+    tool_calls: Vec<LineToolCall>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LineToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    function: LineFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct LineFunction {
+    name: String,
+    #[serde(default)]
+    arguments: Value,
+}
+
+/// Turns the NDJSON lines of `/api/chat` into provider events.
+pub(crate) fn parse_stream<S>(
+    lines: S,
+) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
+where
+    S: futures::Stream<Item = Result<String, ProviderError>> + Send + 'static,
+{
+    async_stream::try_stream! {
+        let mut lines = Box::pin(lines);
+        let mut calls = 0usize;
+        let mut done = false;
+        while let Some(line) = lines.next().await {
+            let line = line?;
+            let parsed: Line = serde_json::from_str(&line)
+                .map_err(|e| ProviderError::Protocol(format!("invalid JSON line: {e}")))?;
+            if let Some(error) = parsed.error {
+                let failure = ProviderFailure { status: 200, message: error.clone(), body: line.clone() };
+                Err(if error.contains("context") && error.contains("length") {
+                    ProviderError::ContextLengthExceeded(failure)
+                } else {
+                    ProviderError::Server(failure)
+                })?;
+            }
+            if let Some(message) = parsed.message {
+                if !message.content.is_empty() {
+                    yield ProviderEvent::TextDelta(message.content);
+                }
+                for call in message.tool_calls {
+                    let id = call.id.filter(|id| !id.is_empty()).unwrap_or_else(|| format!("call_{calls}"));
+                    calls += 1;
+                    let arguments = match call.function.arguments {
+                        Value::Null => "{}".to_owned(),
+                        Value::String(text) => text,
+                        other => other.to_string(),
+                    };
+                    yield ProviderEvent::ToolCall(ToolCall { id, name: call.function.name, arguments });
+                }
+            }
+            if parsed.done {
+                yield ProviderEvent::Usage(Usage {
+                    input_tokens: parsed.prompt_eval_count.unwrap_or(0),
+                    output_tokens: parsed.eval_count.unwrap_or(0),
+                    cache_read_tokens: 0,
+                    cache_creation_tokens: 0,
+                });
+                let reason = if calls > 0 { "tool_calls".to_owned() } else { parsed.done_reason.unwrap_or_else(|| "stop".into()) };
+                yield ProviderEvent::Finished(FinishReason::from_wire(&reason));
+                done = true;
+                break;
+            }
+        }
+        if !done {
+            Err(ProviderError::Protocol("the stream ended before its `done` line".into()))?;
+        }
+    }
+}
