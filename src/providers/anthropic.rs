@@ -354,10 +354,8 @@ where
                 }
                 Wire::ContentBlockDelta { index, delta } => {
                     match (blocks.get_mut(&index), delta) {
-                        (Some(Block::Text), WireDelta::TextDelta { text }) => {
-                            if !text.is_empty() {
-                                yield ProviderEvent::TextDelta(text);
-                            }
+                        (Some(Block::Text), WireDelta::TextDelta { text }) if !text.is_empty() => {
+                            yield ProviderEvent::TextDelta(text);
                         }
                         (Some(Block::Tool { json, .. }), WireDelta::InputJsonDelta { partial_json }) => {
                             json.push_str(&partial_json);
