@@ -1,5 +1,8 @@
-//! A fake OpenAI-compatible provider on a real loopback socket, replaying
-//! fixture bodies, recording every request it receives.
+//! A fake LLM provider on a real loopback socket: answers any POST (OpenAI's
+//! `/v1/chat/completions`, Anthropic's `/v1/messages`, Ollama's `/api/chat`)
+//! with scripted fixture bodies, and records every request it receives.
+
+#![allow(dead_code, reason = "shared by several test binaries")]
 
 use std::{
     collections::VecDeque,
@@ -36,16 +39,43 @@ pub fn fixture(name: &str) -> String {
 impl Reply {
     /// A 200 event stream from an `.sse` fixture, one chunk per event.
     pub fn sse(name: &str) -> Self {
-        let body = fixture(name);
-        let chunks = body
-            .split_inclusive("\n\n")
-            .map(|event| Bytes::from(event.to_owned()))
-            .collect();
+        Self::raw_sse(&fixture(name))
+    }
+
+    /// A 200 NDJSON stream from a fixture, one chunk per line (Ollama).
+    pub fn ndjson(name: &str) -> Self {
+        Self::raw_ndjson(&fixture(name))
+    }
+
+    /// A 200 event stream from literal text.
+    pub fn raw_sse(body: &str) -> Self {
+        Self {
+            chunks: body
+                .split_inclusive("\n\n")
+                .map(|event| Bytes::from(event.to_owned()))
+                .collect(),
+            ..Self::sse_empty()
+        }
+    }
+
+    /// A 200 NDJSON stream from literal text.
+    pub fn raw_ndjson(body: &str) -> Self {
+        Self {
+            content_type: "application/x-ndjson".into(),
+            chunks: body
+                .split_inclusive('\n')
+                .map(|line| Bytes::from(line.to_owned()))
+                .collect(),
+            ..Self::sse_empty()
+        }
+    }
+
+    fn sse_empty() -> Self {
         Self {
             status: 200,
             content_type: "text/event-stream; charset=utf-8".into(),
             headers: Vec::new(),
-            chunks,
+            chunks: Vec::new(),
             hold: None,
         }
     }
@@ -76,6 +106,7 @@ impl Reply {
 /// A request the fake received.
 #[derive(Debug, Clone)]
 pub struct Recorded {
+    pub path: String,
     pub headers: HeaderMap,
     pub body: serde_json::Value,
 }
@@ -90,6 +121,8 @@ struct Shared {
 pub struct FakeProvider {
     /// Base URL to configure as `OPENAI_BASE_URL`.
     pub base_url: String,
+    /// `http://host:port`, for `ANTHROPIC_BASE_URL` and `OLLAMA_HOST`.
+    pub root: String,
     shared: Arc<Shared>,
     stop: CancellationToken,
 }
@@ -98,10 +131,11 @@ impl FakeProvider {
     pub async fn start() -> Self {
         let shared = Arc::new(Shared::default());
         let app = Router::new()
-            .route("/v1/chat/completions", post(chat_completions))
+            .fallback(post(answer))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let root = format!("http://{}", listener.local_addr().unwrap());
+        let base_url = format!("{root}/v1");
         let stop = CancellationToken::new();
         let stopped = stop.clone();
         tokio::spawn(async move {
@@ -112,6 +146,7 @@ impl FakeProvider {
         });
         Self {
             base_url,
+            root,
             shared,
             stop,
         }
@@ -133,17 +168,18 @@ impl Drop for FakeProvider {
     }
 }
 
-async fn chat_completions(
+async fn answer(
     State(shared): State<Arc<Shared>>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-    shared
-        .requests
-        .lock()
-        .unwrap()
-        .push(Recorded { headers, body });
+    shared.requests.lock().unwrap().push(Recorded {
+        path: uri.to_string(),
+        headers,
+        body,
+    });
     let Some(reply) = shared.script.lock().unwrap().pop_front() else {
         return Response::builder()
             .status(StatusCode::INTERNAL_SERVER_ERROR)

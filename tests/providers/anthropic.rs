@@ -1,0 +1,200 @@
+//! The Anthropic Messages adapter.
+
+use std::time::Duration;
+
+use agent_harness::{
+    harness::thinking::ThinkLevel,
+    providers::{
+        ChatMessage, FinishReason, ProviderError, ProviderEvent, ThinkingBlock, ToolCall, Usage,
+        anthropic::{AnthropicConfig, AnthropicProvider},
+    },
+};
+use serde_json::json;
+
+use crate::{
+    collect, conversation,
+    fake_provider::{FakeProvider, Reply},
+    text,
+};
+
+fn provider(fake: &FakeProvider) -> AnthropicProvider {
+    AnthropicProvider::new(AnthropicConfig {
+        base_url: fake.root.clone(),
+        api_key: Some("sk-ant-test".into()),
+        model: "claude-sonnet-4-6".into(),
+        max_tokens: 4096,
+        connect_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(10),
+        max_response_bytes: 1 << 20,
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_text_stream_parses_and_the_request_is_exact() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([Reply::sse("anthropic/text.sse")]);
+    let (events, error) = collect(&provider(&fake), conversation()).await;
+    assert_eq!(error, None);
+    assert_eq!(text(&events), "Hello! How can I help you today?");
+    assert_eq!(
+        events[events.len() - 2..],
+        [
+            ProviderEvent::Usage(Usage {
+                input_tokens: 25,
+                output_tokens: 12,
+                cache_read_tokens: 0,
+                cache_creation_tokens: 0
+            }),
+            ProviderEvent::Finished(FinishReason::Stop),
+        ]
+    );
+    let sent = &fake.requests()[0];
+    assert_eq!(sent.path, "/v1/messages");
+    assert_eq!(sent.headers["x-api-key"], "sk-ant-test");
+    assert_eq!(sent.headers["anthropic-version"], "2023-06-01");
+    assert_eq!(
+        sent.body,
+        json!({
+            "model": "claude-sonnet-4-6",
+            "max_tokens": 4096,
+            "system": [
+                {"type": "text", "text": "You are helpful."},
+                {"type": "text", "text": "Context: none."}
+            ],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"location": "Paris"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "call_1", "content": "18°C, sunny"},
+                    {"type": "text", "text": "And tomorrow?"}
+                ]}
+            ],
+            "stream": true,
+            "tools": [{
+                "name": "get_weather",
+                "description": "Weather of a place.",
+                "input_schema": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
+            }]
+        })
+    );
+}
+
+#[tokio::test]
+async fn tool_use_blocks_assemble_from_input_json_deltas_with_cache_usage() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([Reply::sse("anthropic/tool_use.sse")]);
+    let (events, error) = collect(&provider(&fake), conversation()).await;
+    assert_eq!(error, None);
+    assert_eq!(
+        events,
+        [
+            ProviderEvent::TextDelta("Let me check both.".into()),
+            ProviderEvent::ToolCall(ToolCall {
+                id: "toolu_01T1x1fJ34qAmk2tNTrN7Up6".into(),
+                name: "get_weather".into(),
+                arguments: r#"{"location": "Paris, France"}"#.into(),
+            }),
+            ProviderEvent::ToolCall(ToolCall {
+                id: "toolu_01Xk9mPqRt5yVw2zAb3cDe4F".into(),
+                name: "get_time".into(),
+                arguments: r#"{"timezone":"Europe/Paris"}"#.into(),
+            }),
+            ProviderEvent::Usage(Usage {
+                input_tokens: 472 + 1200 + 300,
+                output_tokens: 89,
+                cache_read_tokens: 1200,
+                cache_creation_tokens: 300,
+            }),
+            ProviderEvent::Finished(FinishReason::ToolCalls),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn extended_thinking_is_requested_returned_and_sent_back() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([
+        Reply::sse("anthropic/thinking.sse"),
+        Reply::sse("anthropic/text.sse"),
+    ]);
+    let anthropic = provider(&fake);
+    let mut request = conversation();
+    request.think_level = ThinkLevel::Low;
+    let (events, error) = collect(&anthropic, request).await;
+    assert_eq!(error, None);
+    let block = ThinkingBlock {
+        text: "The user wants a greeting. Keep it short.".into(),
+        signature: Some("EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds".into()),
+    };
+    assert_eq!(events[0], ProviderEvent::Thinking(block.clone()));
+    assert_eq!(text(&events), "Hi!");
+    let sent = &fake.requests()[0].body;
+    assert_eq!(
+        sent["thinking"],
+        json!({"type": "enabled", "budget_tokens": 1024})
+    );
+    assert_eq!(sent["max_tokens"], 4096 + 1024);
+
+    // The next request carries the thinking block back, first.
+    let mut next = conversation();
+    next.messages.push(ChatMessage {
+        thinking: vec![block],
+        ..ChatMessage::assistant("Hi!", vec![])
+    });
+    next.messages.push(ChatMessage::user("Thanks"));
+    collect(&anthropic, next).await;
+    let messages = fake.requests()[1].body["messages"].clone();
+    assert_eq!(
+        messages[3]["content"][0],
+        json!({"type": "thinking", "thinking": "The user wants a greeting. Keep it short.", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"})
+    );
+}
+
+#[tokio::test]
+async fn errors_in_answers_and_in_streams_are_typed() {
+    let fake = FakeProvider::start().await;
+    let anthropic = provider(&fake);
+    let cases: Vec<(Reply, crate::Check)> = vec![
+        (
+            Reply::sse("anthropic/overloaded.sse"),
+            |e| matches!(e, ProviderError::Overloaded(f) if f.message == "Overloaded"),
+        ),
+        (
+            Reply::body(401, "application/json", "anthropic/error_401.json"),
+            |e| matches!(e, ProviderError::Auth(f) if f.message == "invalid x-api-key"),
+        ),
+        (
+            Reply::body(529, "application/json", "anthropic/error_529.json"),
+            |e| matches!(e, ProviderError::Overloaded(f) if f.status == 529),
+        ),
+        (
+            Reply::body(
+                400,
+                "application/json",
+                "anthropic/error_prompt_too_long.json",
+            ),
+            |e| matches!(e, ProviderError::ContextLengthExceeded(_)),
+        ),
+    ];
+    for (reply, check) in cases {
+        fake.enqueue([reply]);
+        let (events, error) = collect(&anthropic, conversation()).await;
+        let error = error.expect("an error");
+        assert!(check(&error), "{error:?}");
+        assert!(text(&events).is_empty());
+        assert!(error.code().starts_with("provider_"));
+    }
+    // Cut before message_stop: a protocol error, not a silent success.
+    let body = crate::fake_provider::fixture("anthropic/text.sse");
+    let cut = body.find("event: message_delta").unwrap();
+    fake.enqueue([Reply::raw_sse(&body[..cut])]);
+    let (events, error) = collect(&anthropic, conversation()).await;
+    assert_eq!(text(&events), "Hello! How can I help you today?");
+    assert!(
+        matches!(error, Some(ProviderError::Protocol(ref m)) if m.contains("message_stop")),
+        "{error:?}"
+    );
+}

@@ -1,0 +1,79 @@
+//! Each adapter against its provider's wire format, served over real HTTP:
+//! what we parse, and the exact request we send.
+
+#[path = "../api/fake_provider.rs"]
+mod fake_provider;
+
+mod anthropic;
+mod ollama;
+mod openai;
+
+use std::time::Duration;
+
+use agent_harness::providers::{
+    ChatMessage, ChatRequest, LlmProvider, ProviderError, ProviderEvent, ToolCall, ToolDefinition,
+};
+use futures::StreamExt;
+use serde_json::json;
+
+/// A prompt with every kind of message: two system messages, a user
+/// message, an assistant tool call, its result, and a new user message.
+pub fn conversation() -> ChatRequest {
+    let call = ToolCall {
+        id: "call_1".into(),
+        name: "get_weather".into(),
+        arguments: r#"{"location":"Paris"}"#.into(),
+    };
+    ChatRequest {
+        tools: vec![ToolDefinition {
+            name: "get_weather".into(),
+            description: "Weather of a place.".into(),
+            parameters: json!({"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}),
+        }],
+        ..ChatRequest::new(
+            "",
+            vec![
+                ChatMessage::system("You are helpful."),
+                ChatMessage::system("Context: none."),
+                ChatMessage::user("Weather in Paris?"),
+                ChatMessage::assistant("", vec![call]),
+                ChatMessage::tool("call_1", "18°C, sunny"),
+                ChatMessage::user("And tomorrow?"),
+            ],
+            Duration::from_secs(10),
+        )
+    }
+}
+
+/// A predicate on the error a case must end with.
+pub type Check = fn(&ProviderError) -> bool;
+
+/// All events of one call, or the error that ended it.
+pub async fn collect(
+    provider: &dyn LlmProvider,
+    request: ChatRequest,
+) -> (Vec<ProviderEvent>, Option<ProviderError>) {
+    let mut stream = match provider.stream(request).await {
+        Ok(stream) => stream,
+        Err(e) => return (Vec::new(), Some(e)),
+    };
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => events.push(event),
+            Err(e) => return (events, Some(e)),
+        }
+    }
+    (events, None)
+}
+
+/// The text of the deltas.
+pub fn text(events: &[ProviderEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::TextDelta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
+}
