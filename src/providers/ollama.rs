@@ -236,3 +236,30 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::sse::{ndjson_lines, testkit};
+    use proptest::prelude::*;
+
+    fn parse(body: &str, cuts: &[usize]) -> Vec<Result<ProviderEvent, ProviderError>> {
+        testkit::run(testkit::split(body, cuts), |bytes, idle, deadline| {
+            parse_stream(ndjson_lines(bytes, idle, deadline))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_of_a_stream_parses_the_same(cuts in proptest::collection::vec(0usize..100_000, 0..60)) {
+            for body in [
+                include_str!("../../tests/fixtures/ollama/text.ndjson"),
+                include_str!("../../tests/fixtures/ollama/tool_calls.ndjson"),
+            ] {
+                let whole = parse(body, &[]);
+                prop_assert!(whole.iter().all(Result::is_ok));
+                prop_assert_eq!(parse(body, &cuts), whole);
+            }
+        }
+    }
+}

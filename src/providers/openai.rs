@@ -371,6 +371,28 @@ fn in_stream_error(error: &Value) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::sse::{sse_events, testkit};
+    use proptest::prelude::*;
+
+    fn parse(body: &str, cuts: &[usize]) -> Vec<Result<ProviderEvent, ProviderError>> {
+        testkit::run(testkit::split(body, cuts), |bytes, idle, deadline| {
+            parse_stream(sse_events(bytes, idle, deadline))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_of_a_stream_parses_the_same(cuts in proptest::collection::vec(0usize..100_000, 0..60)) {
+            for body in [
+                include_str!("../../tests/fixtures/openai/after_tool.sse"),
+                include_str!("../../tests/fixtures/openai/multi_tool_interleaved.sse"),
+            ] {
+                let whole = parse(body, &[]);
+                prop_assert!(whole.iter().all(Result::is_ok));
+                prop_assert_eq!(parse(body, &cuts), whole);
+            }
+        }
+    }
 
     #[test]
     fn compatible_base_urls_keep_their_path_and_query() {

@@ -274,6 +274,63 @@ pub(super) fn events(
     sse_events(limited_bytes(response, max_bytes), idle, deadline)
 }
 
+/// Helpers for the adapters' property tests.
+#[cfg(test)]
+pub(crate) mod testkit {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use futures::{Stream, StreamExt};
+    use tokio::time::Instant;
+
+    use crate::providers::{ProviderError, ProviderEvent};
+
+    /// `body` cut at `cuts` (byte offsets, any order, may fall inside a
+    /// UTF-8 character).
+    pub fn split(body: &str, cuts: &[usize]) -> Vec<Result<Bytes, ProviderError>> {
+        let bytes = body.as_bytes();
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut chunks = Vec::new();
+        let mut start = 0;
+        for cut in cuts.into_iter().chain(std::iter::once(bytes.len())) {
+            chunks.push(Ok(Bytes::copy_from_slice(&bytes[start..cut])));
+            start = cut;
+        }
+        chunks
+    }
+
+    /// Runs a parser over the chunks and collects what it yields.
+    pub fn run<F, S>(
+        chunks: Vec<Result<Bytes, ProviderError>>,
+        parse: F,
+    ) -> Vec<Result<ProviderEvent, ProviderError>>
+    where
+        F: FnOnce(
+            futures::stream::Iter<std::vec::IntoIter<Result<Bytes, ProviderError>>>,
+            Duration,
+            Instant,
+        ) -> S,
+        S: Stream<Item = Result<ProviderEvent, ProviderError>>,
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            parse(
+                futures::stream::iter(chunks),
+                Duration::from_secs(60),
+                deadline,
+            )
+            .collect()
+            .await
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod chain;
 mod errors;
 mod fake_provider;
 mod helpers;
