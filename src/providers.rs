@@ -136,6 +136,15 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
+    /// The request's model, or `default` when it names none.
+    pub fn model_or<'a>(&'a self, default: &'a str) -> &'a str {
+        if self.model.is_empty() {
+            default
+        } else {
+            &self.model
+        }
+    }
+
     pub fn new(model: &str, messages: Vec<ChatMessage>, timeout: Duration) -> Self {
         Self {
             model: model.to_owned(),

@@ -79,6 +79,17 @@ async fn get_session(
     }))
 }
 
+/// `limit`, defaulted and checked.
+fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
+    let limit = limit.unwrap_or(PAGE_DEFAULT);
+    if !(1..=PAGE_MAX).contains(&limit) {
+        return Err(ApiError::InvalidQuery(format!(
+            "`limit` must be between 1 and {PAGE_MAX}"
+        )));
+    }
+    Ok(limit)
+}
+
 /// Paging of a list.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -101,13 +112,7 @@ impl PageQuery {
                 "`after` must not be negative".into(),
             ));
         }
-        let limit = query.limit.unwrap_or(PAGE_DEFAULT);
-        if !(1..=PAGE_MAX).contains(&limit) {
-            return Err(ApiError::InvalidQuery(format!(
-                "`limit` must be between 1 and {PAGE_MAX}"
-            )));
-        }
-        Ok((after, limit))
+        Ok((after, page_limit(query.limit)?))
     }
 }
 
@@ -241,12 +246,7 @@ async fn list_decisions(
 ) -> Result<axum::Json<DecisionList>, ApiError> {
     let session_id = parse_session_id(&session_id)?;
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
-    let limit = query.limit.unwrap_or(PAGE_DEFAULT);
-    if !(1..=PAGE_MAX).contains(&limit) {
-        return Err(ApiError::InvalidQuery(format!(
-            "`limit` must be between 1 and {PAGE_MAX}"
-        )));
-    }
+    let limit = page_limit(query.limit)?;
     app.store
         .get_session(session_id.as_str())
         .await?

@@ -68,10 +68,7 @@ impl AnthropicProvider {
         let base = base.strip_suffix("/v1").unwrap_or(base);
         let endpoint = Url::parse(&format!("{base}/v1/messages"))
             .map_err(|e| ProviderError::Protocol(format!("invalid base URL {base:?}: {e}")))?;
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| ProviderError::Network(format!("cannot build HTTP client: {e}")))?;
+        let client = sse::client(config.connect_timeout)?;
         Ok(Self {
             client,
             endpoint,
@@ -85,11 +82,7 @@ impl AnthropicProvider {
 
     /// The JSON body sent for `request`.
     pub fn request_body(&self, request: &ChatRequest) -> Value {
-        let model = if request.model.is_empty() {
-            &self.model
-        } else {
-            &request.model
-        };
+        let model = request.model_or(&self.model);
         let system: Vec<Value> = request
             .messages
             .iter()
@@ -444,26 +437,10 @@ fn in_stream_error(error: &Value) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::sse::{sse_events, testkit};
-    use proptest::prelude::*;
 
-    fn parse(body: &str, cuts: &[usize]) -> Vec<Result<ProviderEvent, ProviderError>> {
-        testkit::run(testkit::split(body, cuts), |bytes, idle, deadline| {
-            parse_stream(sse_events(bytes, idle, deadline))
-        })
-    }
-
-    proptest! {
-        #[test]
-        fn any_split_of_a_stream_parses_the_same(cuts in proptest::collection::vec(0usize..100_000, 0..60)) {
-            for body in [
-                include_str!("../../tests/fixtures/anthropic/tool_use.sse"),
-                include_str!("../../tests/fixtures/anthropic/thinking.sse"),
-            ] {
-                let whole = parse(body, &[]);
-                prop_assert!(whole.iter().all(Result::is_ok));
-                prop_assert_eq!(parse(body, &cuts), whole);
-            }
-        }
-    }
+    crate::providers::sse::testkit::any_split_parses_the_same!(
+        crate::providers::sse::sse_events,
+        parse_stream,
+        ["anthropic/tool_use.sse", "anthropic/thinking.sse"]
+    );
 }

@@ -51,10 +51,7 @@ impl OllamaProvider {
         };
         let endpoint = Url::parse(&format!("{host}/api/chat"))
             .map_err(|e| ProviderError::Protocol(format!("invalid OLLAMA_HOST {host:?}: {e}")))?;
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| ProviderError::Network(format!("cannot build HTTP client: {e}")))?;
+        let client = sse::client(config.connect_timeout)?;
         Ok(Self {
             client,
             endpoint,
@@ -66,11 +63,7 @@ impl OllamaProvider {
 
     /// The JSON body sent for `request`.
     pub fn request_body(&self, request: &ChatRequest) -> Value {
-        let model = if request.model.is_empty() {
-            &self.model
-        } else {
-            &request.model
-        };
+        let model = request.model_or(&self.model);
         let mut body = json!({
             "model": model,
             "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
@@ -240,26 +233,10 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::sse::{ndjson_lines, testkit};
-    use proptest::prelude::*;
 
-    fn parse(body: &str, cuts: &[usize]) -> Vec<Result<ProviderEvent, ProviderError>> {
-        testkit::run(testkit::split(body, cuts), |bytes, idle, deadline| {
-            parse_stream(ndjson_lines(bytes, idle, deadline))
-        })
-    }
-
-    proptest! {
-        #[test]
-        fn any_split_of_a_stream_parses_the_same(cuts in proptest::collection::vec(0usize..100_000, 0..60)) {
-            for body in [
-                include_str!("../../tests/fixtures/ollama/text.ndjson"),
-                include_str!("../../tests/fixtures/ollama/tool_calls.ndjson"),
-            ] {
-                let whole = parse(body, &[]);
-                prop_assert!(whole.iter().all(Result::is_ok));
-                prop_assert_eq!(parse(body, &cuts), whole);
-            }
-        }
-    }
+    crate::providers::sse::testkit::any_split_parses_the_same!(
+        crate::providers::sse::ndjson_lines,
+        parse_stream,
+        ["ollama/text.ndjson", "ollama/tool_calls.ndjson"]
+    );
 }

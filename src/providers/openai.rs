@@ -65,10 +65,7 @@ impl OpenAiProvider {
         } else {
             KeyHeader::Bearer
         };
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| ProviderError::Network(format!("cannot build HTTP client: {e}")))?;
+        let client = sse::client(config.connect_timeout)?;
         Ok(Self {
             client,
             endpoint,
@@ -82,11 +79,7 @@ impl OpenAiProvider {
 
     /// The JSON body sent for `request`.
     pub fn request_body(&self, request: &ChatRequest) -> Value {
-        let model = if request.model.is_empty() {
-            &self.model
-        } else {
-            &request.model
-        };
+        let model = request.model_or(&self.model);
         let mut body = json!({
             "model": model,
             "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
@@ -371,28 +364,12 @@ fn in_stream_error(error: &Value) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::sse::{sse_events, testkit};
-    use proptest::prelude::*;
 
-    fn parse(body: &str, cuts: &[usize]) -> Vec<Result<ProviderEvent, ProviderError>> {
-        testkit::run(testkit::split(body, cuts), |bytes, idle, deadline| {
-            parse_stream(sse_events(bytes, idle, deadline))
-        })
-    }
-
-    proptest! {
-        #[test]
-        fn any_split_of_a_stream_parses_the_same(cuts in proptest::collection::vec(0usize..100_000, 0..60)) {
-            for body in [
-                include_str!("../../tests/fixtures/openai/after_tool.sse"),
-                include_str!("../../tests/fixtures/openai/multi_tool_interleaved.sse"),
-            ] {
-                let whole = parse(body, &[]);
-                prop_assert!(whole.iter().all(Result::is_ok));
-                prop_assert_eq!(parse(body, &cuts), whole);
-            }
-        }
-    }
+    crate::providers::sse::testkit::any_split_parses_the_same!(
+        crate::providers::sse::sse_events,
+        parse_stream,
+        ["openai/after_tool.sse", "openai/multi_tool_interleaved.sse"]
+    );
 
     #[test]
     fn compatible_base_urls_keep_their_path_and_query() {

@@ -12,6 +12,14 @@ use tokio::time::Instant;
 
 use super::{ProviderError, ProviderFailure};
 
+/// The HTTP client of an adapter.
+pub(super) fn client(connect_timeout: Duration) -> Result<reqwest::Client, ProviderError> {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .build()
+        .map_err(|e| ProviderError::Network(format!("cannot build HTTP client: {e}")))
+}
+
 /// Sends `request`, giving up at `deadline`.
 pub(super) async fn send(
     request: RequestBuilder,
@@ -300,6 +308,35 @@ pub(crate) mod testkit {
         }
         chunks
     }
+
+    /// A property test: any split of each fixture parses to what the whole
+    /// fixture parses to, and that is a success. `$frame` turns bytes into
+    /// frames (SSE events or NDJSON lines); `$parse` turns frames into
+    /// provider events.
+    macro_rules! any_split_parses_the_same {
+        ($frame:path, $parse:path, [$($fixture:literal),+ $(,)?]) => {
+            fn parse_split(body: &str, cuts: &[usize]) -> Vec<Result<ProviderEvent, ProviderError>> {
+                $crate::providers::sse::testkit::run(
+                    $crate::providers::sse::testkit::split(body, cuts),
+                    |bytes, idle, deadline| $parse($frame(bytes, idle, deadline)),
+                )
+            }
+
+            proptest::proptest! {
+                #[test]
+                fn any_split_of_a_stream_parses_the_same(
+                    cuts in proptest::collection::vec(0usize..100_000, 0..60)
+                ) {
+                    for body in [$(include_str!(concat!("../../tests/fixtures/", $fixture))),+] {
+                        let whole = parse_split(body, &[]);
+                        proptest::prop_assert!(whole.iter().all(Result::is_ok));
+                        proptest::prop_assert_eq!(parse_split(body, &cuts), whole);
+                    }
+                }
+            }
+        };
+    }
+    pub(crate) use any_split_parses_the_same;
 
     /// Runs a parser over the chunks and collects what it yields.
     pub fn run<F, S>(
