@@ -175,22 +175,12 @@ impl LlmProvider for AnthropicProvider {
             .client
             .post(self.endpoint.clone())
             .header("anthropic-version", ANTHROPIC_VERSION)
-            .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&self.request_body(&request));
         if let Some(key) = &self.api_key {
             http = http.header("x-api-key", key);
         }
-        let response = sse::send(http, deadline).await?;
-        if !response.status().is_success() {
-            return Err(sse::error_from_response(response).await);
-        }
-        let response = sse::expect_event_stream(response).await?;
-        let events = sse::events(
-            response,
-            self.idle_timeout,
-            deadline,
-            self.max_response_bytes,
-        );
+        let events =
+            sse::open_events(http, deadline, self.idle_timeout, self.max_response_bytes).await?;
         Ok(parse_stream(events).boxed())
     }
 }

@@ -162,7 +162,6 @@ impl LlmProvider for OpenAiProvider {
         let mut http = self
             .client
             .post(self.endpoint.clone())
-            .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&self.request_body(&request));
         if let Some(key) = &self.api_key {
             http = match self.key_header {
@@ -170,17 +169,8 @@ impl LlmProvider for OpenAiProvider {
                 KeyHeader::ApiKey => http.header("api-key", key),
             };
         }
-        let response = sse::send(http, deadline).await?;
-        if !response.status().is_success() {
-            return Err(sse::error_from_response(response).await);
-        }
-        let response = sse::expect_event_stream(response).await?;
-        let events = sse::events(
-            response,
-            self.idle_timeout,
-            deadline,
-            self.max_response_bytes,
-        );
+        let events =
+            sse::open_events(http, deadline, self.idle_timeout, self.max_response_bytes).await?;
         Ok(parse_stream(events).boxed())
     }
 }

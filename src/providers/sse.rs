@@ -272,14 +272,28 @@ where
     }
 }
 
-/// The SSE events of `response` (see [`sse_events`]).
-pub(super) fn events(
-    response: Response,
-    idle: Duration,
+/// Sends `request` and returns its SSE events (see [`sse_events`]); an
+/// error answer or a body that is not an event stream is an error here.
+pub(super) async fn open_events(
+    request: RequestBuilder,
     deadline: Instant,
+    idle: Duration,
     max_bytes: usize,
-) -> impl Stream<Item = Result<Event, ProviderError>> + Send + 'static {
-    sse_events(limited_bytes(response, max_bytes), idle, deadline)
+) -> Result<impl Stream<Item = Result<Event, ProviderError>> + Send + 'static, ProviderError> {
+    let response = send(
+        request.header(header::ACCEPT, "text/event-stream"),
+        deadline,
+    )
+    .await?;
+    if !response.status().is_success() {
+        return Err(error_from_response(response).await);
+    }
+    let response = expect_event_stream(response).await?;
+    Ok(sse_events(
+        limited_bytes(response, max_bytes),
+        idle,
+        deadline,
+    ))
 }
 
 /// Helpers for the adapters' property tests.
