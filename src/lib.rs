@@ -23,6 +23,7 @@ pub mod events;
 pub mod harness;
 pub mod http;
 pub mod ids;
+pub mod metrics;
 pub mod providers;
 pub mod runner;
 pub mod startup;

@@ -25,6 +25,7 @@ use crate::{
     events::{StoredEvent, TurnEvent},
     harness::{AgentHarness, EventSink, SinkError, TurnOutput, TurnRequest, WebMode},
     ids::SessionId,
+    metrics::Metrics,
     providers::{ChatMessage, Role},
     store::{
         BeginTurnError, NewTurn, OrphanScope, Store, StoreError, TurnFinish, TurnRecord, TurnStatus,
@@ -112,6 +113,7 @@ pub struct TurnRunner {
 
 struct Inner {
     store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
     harness: Arc<AgentHarness>,
     writer: EventWriter,
     live: LiveTurns,
@@ -141,8 +143,10 @@ impl TurnRunner {
         let background = TaskTracker::new();
         let stop_background = CancellationToken::new();
         let writer_stop = CancellationToken::new();
+        let metrics = Arc::new(Metrics::default());
         let writer = EventWriter::spawn(
             store.clone(),
+            metrics.clone(),
             config.event_queue_capacity,
             config.event_batch_max,
             &background,
@@ -151,6 +155,7 @@ impl TurnRunner {
         let runner = Self {
             inner: Arc::new(Inner {
                 store,
+                metrics,
                 harness,
                 writer,
                 live: LiveTurns::default(),
@@ -176,6 +181,10 @@ impl TurnRunner {
 
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
     }
 
     pub fn harness(&self) -> &Arc<AgentHarness> {
@@ -276,6 +285,7 @@ impl TurnRunner {
             }
             Err(BeginTurnError::Store(e)) => return Err(e.into()),
         };
+        inner.metrics.turn_started();
         let live = inner.live.insert(session_id.as_str(), turn_id);
         let runner = self.clone();
         let span = tracing::info_span!(
@@ -313,7 +323,8 @@ impl TurnRunner {
                 Err((code, message)) => Outcome::Failed { code, message },
             },
         };
-        tracing::Span::current().record("turn.status", outcome.status().as_str());
+        let status = outcome.status();
+        tracing::Span::current().record("turn.status", status.as_str());
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
         match self.finish(&live, &sink, outcome).await {
             Ok(true) => {}
@@ -322,6 +333,7 @@ impl TurnRunner {
         }
         live.closed.cancel();
         inner.live.remove(live.turn_id);
+        inner.metrics.turn_finished(status);
     }
 
     /// Loads history and runs the harness.

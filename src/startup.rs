@@ -20,7 +20,7 @@ use crate::{
     runner::{RunnerConfig, TurnRunner},
     store::{self, StoreError, artifacts::StoreArtifacts},
     tools::{
-        ToolRegistry,
+        Tool, ToolRegistry,
         builtin::{GetContextPack, LocalSearch},
     },
 };
@@ -99,10 +99,12 @@ pub fn build_harness(
     settings: &Settings,
     store: Arc<dyn store::Store>,
     provider: Arc<dyn LlmProvider>,
+    extra_tools: Vec<Arc<dyn Tool>>,
 ) -> AgentHarness {
     let tools = ToolRegistry::new(settings.tool_permission().unwrap_or_default())
         .register(Arc::new(GetContextPack::new(store.clone())))
         .register(Arc::new(LocalSearch::new(store.clone())));
+    let tools = extra_tools.into_iter().fold(tools, ToolRegistry::register);
     let options = HarnessOptions {
         max_steps: settings.max_steps,
         timeout: settings.turn_timeout(),
@@ -173,8 +175,18 @@ impl Application {
         store: Arc<dyn store::Store>,
         provider: Arc<dyn LlmProvider>,
     ) -> Result<Self, StartupError> {
+        Self::build_with_tools(settings, store, provider, Vec::new()).await
+    }
+
+    /// [`Application::build_with`] with tools beyond the built-in ones.
+    pub async fn build_with_tools(
+        settings: Settings,
+        store: Arc<dyn store::Store>,
+        provider: Arc<dyn LlmProvider>,
+        extra_tools: Vec<Arc<dyn Tool>>,
+    ) -> Result<Self, StartupError> {
         let provider_names = provider_names(&settings);
-        let harness = Arc::new(build_harness(&settings, store.clone(), provider));
+        let harness = Arc::new(build_harness(&settings, store.clone(), provider, extra_tools));
         let runner = TurnRunner::start_runner(
             store.clone(),
             harness,

@@ -15,6 +15,22 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(healthz))
         .routes(routes!(readyz))
+        .routes(routes!(metrics))
+}
+
+/// Prometheus metrics.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain; version=0.0.4", body = String))
+)]
+async fn metrics(State(app): State<AppState>) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.runner.metrics().render(),
+    )
+        .into_response()
 }
 
 /// Answer of the probes.

@@ -1,7 +1,11 @@
 //! The native SSE encoding of a turn's events: `id:` is the seq, `event:` the
 //! type, `data:` the envelope JSON. Errors become an in-stream `error` event.
 
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{
+    convert::Infallible,
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
 use axum::{
     http::{HeaderValue, header},
@@ -13,14 +17,33 @@ use axum::{
 use futures::{Stream, StreamExt};
 
 use super::error::ApiError;
-use crate::{events::StoredEvent, store::StoreError};
+use crate::{events::StoredEvent, metrics::Metrics, store::StoreError};
+
+/// Counts an open stream while it lives.
+struct OpenStream(Arc<Metrics>);
+
+impl OpenStream {
+    fn new(metrics: Arc<Metrics>) -> Self {
+        metrics.streams_open.fetch_add(1, Ordering::Relaxed);
+        Self(metrics)
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.streams_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Encodes `events` as an SSE response with keep-alive comments.
 pub fn response(
     events: impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static,
     keepalive: Duration,
+    metrics: Arc<Metrics>,
 ) -> Response {
-    let encoded = events.map(|item| -> Result<Event, Infallible> {
+    let open = OpenStream::new(metrics);
+    let encoded = events.map(move |item| -> Result<Event, Infallible> {
+        let _open = &open;
         Ok(match item {
             Ok(event) => encode(&event),
             Err(e) => {

@@ -285,7 +285,7 @@ async fn start_turn(
         let events = app
             .runner
             .subscribe(session_id.as_str().to_owned(), turn_id, 0);
-        sse::response(events, app.sse_keepalive())
+        sse::response(events, app.sse_keepalive(), app.runner.metrics().clone())
     } else {
         let record = app
             .runner
@@ -428,7 +428,7 @@ async fn turn_events(
     let events = app
         .runner
         .subscribe(session_id.as_str().to_owned(), turn_id, after);
-    Ok(sse::response(events, app.sse_keepalive()))
+    Ok(sse::response(events, app.sse_keepalive(), app.runner.metrics().clone()))
 }
 
 /// Answer of a cancel that was handed to another replica.

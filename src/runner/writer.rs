@@ -9,13 +9,17 @@
 //! If a batch fails (after retries), each turn's part is written on its own,
 //! so one broken turn cannot take the others down with it.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::live::LiveTurn;
 use crate::{
+    metrics::Metrics,
     events::StoredEvent,
     store::{Store, StoreError, TurnFinish},
 };
@@ -59,13 +63,14 @@ impl EventWriter {
     /// the queue is drained, or when every handle is dropped.
     pub fn spawn(
         store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
         capacity: usize,
         batch_max: usize,
         tracker: &TaskTracker,
         stop: CancellationToken,
     ) -> Self {
         let (sender, receiver) = mpsc::channel(capacity);
-        tracker.spawn(run(store, receiver, batch_max, stop));
+        tracker.spawn(run(store, metrics, receiver, batch_max, stop));
         Self { sender }
     }
 
@@ -118,6 +123,7 @@ pub enum FinishError {
 
 async fn run(
     store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
     mut receiver: mpsc::Receiver<Command>,
     batch_max: usize,
     stop: CancellationToken,
@@ -141,21 +147,23 @@ async fn run(
                 Err(_) => break,
             }
         }
-        commit(store.as_ref(), &mut batch).await;
+        commit(store.as_ref(), &metrics, &mut batch).await;
     }
     tracing::debug!("event writer stopped");
 }
 
 /// Writes `batch` (emptying it) and publishes what was committed.
-async fn commit(store: &dyn Store, batch: &mut Vec<Command>) {
+async fn commit(store: &dyn Store, metrics: &Metrics, batch: &mut Vec<Command>) {
     let mut delay = Duration::from_millis(20);
     for attempt in 1..=BATCH_ATTEMPTS {
         match write(store, batch).await {
             Ok(applied) => {
+                record(metrics, batch, &applied);
                 publish(batch.drain(..), applied);
                 return;
             }
             Err(e) if attempt < BATCH_ATTEMPTS => {
+                metrics.event_batch_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, attempt, events = batch.len(), "event batch failed; retrying");
                 tokio::time::sleep(delay).await;
                 delay *= 4;
@@ -173,10 +181,29 @@ async fn commit(store: &dyn Store, batch: &mut Vec<Command>) {
             rest.into_iter().partition(|c| c.live().turn_id == turn_id);
         rest = others;
         match write(store, &mine).await {
-            Ok(applied) => publish(mine.into_iter(), applied),
-            Err(e) => fail(mine, e),
+            Ok(applied) => {
+                record(metrics, &mine, &applied);
+                publish(mine.into_iter(), applied);
+            }
+            Err(e) => {
+                metrics.event_batch_failures.fetch_add(1, Ordering::Relaxed);
+                fail(mine, e);
+            }
         }
     }
+}
+
+/// Counts a committed batch.
+fn record(metrics: &Metrics, batch: &[Command], applied: &[bool]) {
+    let appended = batch
+        .iter()
+        .filter(|c| matches!(c, Command::Append { .. }))
+        .count();
+    let terminals = applied.iter().filter(|a| **a).count();
+    metrics
+        .events_persisted
+        .fetch_add((appended + terminals) as u64, Ordering::Relaxed);
+    metrics.event_batches.fetch_add(1, Ordering::Relaxed);
 }
 
 async fn write(store: &dyn Store, batch: &[Command]) -> Result<Vec<bool>, StoreError> {

@@ -120,3 +120,28 @@ async fn decisions_and_artifacts_are_served() {
         (404, Some("artifact_not_found"))
     );
 }
+
+#[tokio::test]
+async fn metrics_count_turns_and_persisted_events() {
+    let app = spawn_app(Backend::Sqlite).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    app.post_turn("s-metrics", json!({"message": "Hi"})).await;
+    let response = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    let text = response.text().await.unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing: {text}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(value("agent_harness_turns_started_total"), 1.0);
+    assert_eq!(value("agent_harness_turns_running"), 0.0);
+    assert_eq!(value("agent_harness_turns_finished_total{status=\"completed\"}"), 1.0);
+    // Everything after turn.started went through the writer: 9 deltas,
+    // 2 usage, the decision and turn.completed.
+    assert_eq!(value("agent_harness_events_persisted_total"), 13.0);
+    assert_eq!(value("agent_harness_sse_streams_open"), 0.0);
+}

@@ -1,0 +1,152 @@
+//! The load client: the same streaming request, straight to the provider
+//! or through agent-harness, timed chunk by chunk.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use serde_json::json;
+use tokio::{task::JoinSet, time::Instant};
+
+/// Where a request goes.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// The fake provider's chat-completions endpoint.
+    Direct { base: String },
+    /// agent-harness, which calls the fake provider.
+    Harness { base: String },
+}
+
+/// One request's timings.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// Start to the first text token.
+    pub ttft: Duration,
+    /// Start to the end of the stream.
+    pub total: Duration,
+    /// Between consecutive text tokens (0 for tokens in the same read).
+    pub gaps: Vec<Duration>,
+    pub ok: bool,
+}
+
+/// Markers of a text token and of the end, per target.
+fn markers(target: &Target) -> (&'static [u8], &'static [u8]) {
+    match target {
+        Target::Direct { .. } => (b"\"content\":\"tok", b"data: [DONE]"),
+        Target::Harness { .. } => (b"event: message.delta", b"event: turn.completed"),
+    }
+}
+
+fn count(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+/// Sends one request and times it.
+pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> Sample {
+    let started = Instant::now();
+    let sent = match target {
+        Target::Direct { base } => client
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&json!({
+                "model": model,
+                "messages": [{"role": "user", "content": "Hi"}],
+                "stream": true,
+            }))
+            .send(),
+        Target::Harness { base } => client
+            .post(format!("{base}/sessions/bench-{}/turns", uuid::Uuid::now_v7().simple()))
+            .header("accept", "text/event-stream")
+            .json(&json!({"message": "Hi", "runtime_model": model}))
+            .send(),
+    };
+    let Ok(mut response) = sent.await else {
+        return Sample::default();
+    };
+    if !response.status().is_success() {
+        return Sample::default();
+    }
+    let (token, end) = markers(target);
+    let mut sample = Sample::default();
+    let mut buffer: Vec<u8> = Vec::new();
+    // Where the next complete marker may start: a marker cut by a read is
+    // found, once, after the read that completes it.
+    let mut token_from = 0usize;
+    let mut end_from = 0usize;
+    let mut tokens = 0usize;
+    let mut last_token: Option<Instant> = None;
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) | Err(_) => return sample,
+        };
+        let now = Instant::now();
+        buffer.extend_from_slice(&chunk);
+        let found = count(&buffer[token_from..], token);
+        token_from = buffer.len().saturating_sub(token.len() - 1).max(token_from);
+        for i in 0..found {
+            if tokens == 0 {
+                sample.ttft = now - started;
+            } else if let Some(previous) = last_token {
+                sample.gaps.push(if i == 0 { now - previous } else { Duration::ZERO });
+            }
+            tokens += 1;
+            last_token = Some(now);
+        }
+        if count(&buffer[end_from..], end) > 0 {
+            sample.total = now - started;
+            sample.ok = tokens > 0;
+            return sample;
+        }
+        end_from = buffer.len().saturating_sub(end.len() - 1).max(end_from);
+        if buffer.len() > 1 << 20 {
+            // Keep memory flat on long streams: only the tail matters.
+            let cut = buffer.len() - 64;
+            buffer.drain(..cut);
+            token_from = token_from.saturating_sub(cut);
+            end_from = end_from.saturating_sub(cut);
+        }
+    }
+}
+
+/// Runs `total` requests with `concurrency` in flight; returns the samples
+/// and the wall time.
+pub async fn load(
+    client: &reqwest::Client,
+    target: &Target,
+    model: &str,
+    concurrency: usize,
+    total: usize,
+) -> (Vec<Sample>, Duration) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = JoinSet::new();
+    for _ in 0..concurrency.max(1) {
+        let (client, target, model, next) =
+            (client.clone(), target.clone(), model.to_owned(), next.clone());
+        workers.spawn(async move {
+            let mut samples = Vec::new();
+            while next.fetch_add(1, Ordering::Relaxed) < total {
+                samples.push(request(&client, &target, &model).await);
+            }
+            samples
+        });
+    }
+    let mut samples = Vec::with_capacity(total);
+    while let Some(done) = workers.join_next().await {
+        samples.extend(done.unwrap_or_default());
+    }
+    (samples, started.elapsed())
+}
+
+/// A client for many concurrent streams.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(10_000)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_default()
+}

@@ -1,0 +1,228 @@
+//! A fast fake LLM provider. Its behaviour comes from the model name, so
+//! that the same request shape drives it directly and through the harness:
+//! `bench/ttft=200/itl=20/n=100/tools=6/toolms=100`.
+//!
+//! - `ttft`: milliseconds before the first token; `itl`: between tokens;
+//! - `n`: tokens of text;
+//! - `tools`: when the prompt has no tool result yet, answer with this many
+//!   `bench_sleep` calls (each `toolms` long, on distinct keys) instead.
+
+use std::{convert::Infallible, net::SocketAddr, time::Duration};
+
+use axum::{
+    Json, Router,
+    body::{Body, Bytes},
+    http::{StatusCode, Uri, header},
+    response::Response,
+    routing::{get, post},
+};
+use serde_json::Value;
+
+/// What one request asks of the fake.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spec {
+    pub ttft_ms: u64,
+    pub itl_ms: u64,
+    pub tokens: u64,
+    pub tools: u64,
+    pub tool_ms: u64,
+}
+
+impl Spec {
+    pub fn parse(model: &str) -> Self {
+        let mut spec = Self {
+            tokens: 20,
+            tool_ms: 100,
+            ..Self::default()
+        };
+        for part in model.split('/') {
+            let Some((key, value)) = part.split_once('=') else { continue };
+            let Ok(value) = value.parse::<u64>() else { continue };
+            match key {
+                "ttft" => spec.ttft_ms = value,
+                "itl" => spec.itl_ms = value,
+                "n" => spec.tokens = value,
+                "tools" => spec.tools = value,
+                "toolms" => spec.tool_ms = value,
+                _ => {}
+            }
+        }
+        spec
+    }
+
+    /// The model name that asks for this spec.
+    pub fn model(&self) -> String {
+        format!(
+            "bench/ttft={}/itl={}/n={}/tools={}/toolms={}",
+            self.ttft_ms, self.itl_ms, self.tokens, self.tools, self.tool_ms
+        )
+    }
+}
+
+pub async fn serve(listen: SocketAddr) -> Result<(), String> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(post(answer));
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("fake provider cannot bind {listen}: {e}"))?;
+    axum::serve(listener, app)
+        .await
+        .map_err(|e| format!("fake provider: {e}"))
+}
+
+async fn answer(uri: Uri, Json(body): Json<Value>) -> Response {
+    let spec = Spec::parse(body["model"].as_str().unwrap_or(""));
+    let anthropic = uri.path().ends_with("/messages");
+    let has_tool_result = body["messages"].as_array().is_some_and(|messages| {
+        messages.iter().any(|m| {
+            m["role"] == "tool"
+                || m["content"]
+                    .as_array()
+                    .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
+        })
+    });
+    let calls = if has_tool_result { 0 } else { spec.tools };
+    let stream = async_stream::stream! {
+        if spec.ttft_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(spec.ttft_ms)).await;
+        }
+        let (frames, first_token) = if anthropic {
+            (anthropic_frames(spec, calls), 2)
+        } else {
+            (openai_frames(spec, calls), 1)
+        };
+        let paced = first_token + 1..first_token + spec.tokens as usize;
+        for (i, frame) in frames.into_iter().enumerate() {
+            // The inter-token latency goes between text tokens only.
+            if spec.itl_ms > 0 && calls == 0 && paced.contains(&i) {
+                tokio::time::sleep(Duration::from_millis(spec.itl_ms)).await;
+            }
+            yield Ok::<Bytes, Infallible>(Bytes::from(frame));
+        }
+    };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap_or_default()
+}
+
+const OPENAI_HEAD: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1763790000,"model":"bench","system_fingerprint":"fp_bench","choices":["#;
+
+fn openai_chunk(choice: &str, usage: &str) -> String {
+    format!("data: {OPENAI_HEAD}{choice}],\"usage\":{usage}}}\n\n")
+}
+
+/// The frames of an OpenAI chat-completions stream.
+fn openai_frames(spec: Spec, calls: u64) -> Vec<String> {
+    let mut frames = vec![openai_chunk(
+        r#"{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}"#,
+        "null",
+    )];
+    let finish = if calls > 0 {
+        let tool_calls: Vec<String> = (0..calls)
+            .map(|i| {
+                format!(
+                    r#"{{"index":{i},"id":"call_{i}","type":"function","function":{{"name":"bench_sleep","arguments":"{{\"key\":\"k{i}\",\"ms\":{}}}"}}}}"#,
+                    spec.tool_ms
+                )
+            })
+            .collect();
+        frames.push(openai_chunk(
+            &format!(
+                r#"{{"index":0,"delta":{{"tool_calls":[{}]}},"finish_reason":null}}"#,
+                tool_calls.join(",")
+            ),
+            "null",
+        ));
+        "tool_calls"
+    } else {
+        for i in 0..spec.tokens {
+            frames.push(openai_chunk(
+                &format!(r#"{{"index":0,"delta":{{"content":"tok{i} "}},"finish_reason":null}}"#),
+                "null",
+            ));
+        }
+        "stop"
+    };
+    frames.push(openai_chunk(
+        &format!(r#"{{"index":0,"delta":{{}},"finish_reason":"{finish}"}}"#),
+        "null",
+    ));
+    frames.push(format!(
+        "data: {OPENAI_HEAD}],\"usage\":{{\"prompt_tokens\":20,\"completion_tokens\":{},\"total_tokens\":{}}}}}\n\n",
+        spec.tokens,
+        spec.tokens + 20
+    ));
+    frames.push("data: [DONE]\n\n".to_owned());
+    frames
+}
+
+/// The frames of an Anthropic Messages stream.
+fn anthropic_frames(spec: Spec, calls: u64) -> Vec<String> {
+    let event = |name: &str, data: String| format!("event: {name}\ndata: {data}\n\n");
+    let mut frames = vec![event(
+        "message_start",
+        r#"{"type":"message_start","message":{"id":"msg_bench","type":"message","role":"assistant","model":"bench","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":20,"output_tokens":1}}}"#.to_owned(),
+    )];
+    let stop = if calls > 0 {
+        for i in 0..calls {
+            frames.push(event("content_block_start", format!(
+                r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"tool_use","id":"toolu_{i}","name":"bench_sleep","input":{{}}}}}}"#
+            )));
+            frames.push(event("content_block_delta", format!(
+                r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"{{\"key\":\"k{i}\",\"ms\":{}}}"}}}}"#,
+                spec.tool_ms
+            )));
+            frames.push(event("content_block_stop", format!(r#"{{"type":"content_block_stop","index":{i}}}"#)));
+        }
+        "tool_use"
+    } else {
+        frames.push(event(
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_owned(),
+        ));
+        for i in 0..spec.tokens {
+            frames.push(event("content_block_delta", format!(
+                r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"tok{i} "}}}}"#
+            )));
+        }
+        frames.push(event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#.to_owned()));
+        "end_turn"
+    };
+    frames.push(event(
+        "message_delta",
+        format!(r#"{{"type":"message_delta","delta":{{"stop_reason":"{stop}","stop_sequence":null}},"usage":{{"output_tokens":{}}}}}"#, spec.tokens),
+    ));
+    frames.push(event("message_stop", r#"{"type":"message_stop"}"#.to_owned()));
+    frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_name_round_trips_the_spec() {
+        let spec = Spec { ttft_ms: 200, itl_ms: 20, tokens: 100, tools: 6, tool_ms: 100 };
+        assert_eq!(Spec::parse(&spec.model()), spec);
+    }
+
+    #[test]
+    fn frames_are_valid_streams_of_each_format() {
+        let spec = Spec { tokens: 3, ..Spec::parse("bench") };
+        let openai = openai_frames(spec, 0);
+        assert_eq!(openai.len(), 1 + 3 + 1 + 1 + 1);
+        for frame in &openai[..openai.len() - 1] {
+            let json = frame.strip_prefix("data: ").unwrap().trim();
+            serde_json::from_str::<Value>(json).unwrap();
+        }
+        let tools = openai_frames(Spec { tools: 2, ..spec }, 2);
+        assert!(tools[1].contains("call_1"));
+        for frame in anthropic_frames(spec, 0).iter().chain(&anthropic_frames(spec, 2)) {
+            let data = frame.lines().nth(1).unwrap().strip_prefix("data: ").unwrap();
+            serde_json::from_str::<Value>(data).unwrap();
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The processes of a run: the fake provider and agent-harness, each a
+//! child running this binary, and what `/proc` says of them.
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::Duration,
+};
+
+use agent_harness::{
+    config::Settings,
+    startup::{Application, build_provider},
+    store,
+    tools::{EffectClass, Tool, ToolContext, ToolError, ToolOutput, ToolSpec},
+};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// A child process, killed when dropped.
+pub struct Proc {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Resident memory, KiB.
+    pub fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|kb| kb.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// CPU time used so far (user + system).
+    pub fn cpu(&self) -> Duration {
+        let ticks_per_second = 100.0; // USER_HZ on Linux
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
+            .ok()
+            .and_then(|stat| {
+                // Fields after the command name (which may hold spaces).
+                let rest = stat.rsplit_once(')')?.1;
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let user: f64 = fields.get(11)?.parse().ok()?;
+                let system: f64 = fields.get(12)?.parse().ok()?;
+                Some(Duration::from_secs_f64((user + system) / ticks_per_second))
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_addr() -> Result<SocketAddr, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+fn spawn(args: &[String]) -> Result<Child, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
+    Command::new(exe)
+        .args(args)
+        .env("HARNESS_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {args:?}: {e}"))
+}
+
+/// Polls `url` until it answers 200; returns how long that took.
+pub async fn wait_ready(url: &str) -> Result<Duration, String> {
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        if let Ok(response) = client.get(url).send().await
+            && response.status().is_success()
+        {
+            return Ok(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Err(format!("{url} did not become ready"))
+}
+
+pub async fn start_fake() -> Result<Proc, String> {
+    let addr = free_addr()?;
+    let child = spawn(&["fake-provider".into(), "--listen".into(), addr.to_string()])?;
+    let proc = Proc { child, addr };
+    wait_ready(&format!("{}/healthz", proc.url())).await?;
+    Ok(proc)
+}
+
+/// Starts agent-harness on `database_url` against `provider`; returns it
+/// and its start-to-ready time (migrations included).
+pub async fn start_harness(
+    database_url: &str,
+    provider: &str,
+    turn_timeout_s: u64,
+) -> Result<(Proc, Duration), String> {
+    let addr = free_addr()?;
+    let child = spawn(&[
+        "harness".into(),
+        "--listen".into(),
+        addr.to_string(),
+        "--database-url".into(),
+        database_url.into(),
+        "--provider".into(),
+        provider.into(),
+        "--turn-timeout-s".into(),
+        turn_timeout_s.to_string(),
+    ])?;
+    let proc = Proc { child, addr };
+    let ready = wait_ready(&format!("{}/readyz", proc.url())).await?;
+    Ok((proc, ready))
+}
+
+/// The tool of the `tools` scenario: a read-only sleep on a key.
+struct BenchSleep(ToolSpec);
+
+#[async_trait]
+impl Tool for BenchSleep {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+
+    fn resource_keys(&self, arguments: &Value) -> Vec<String> {
+        arguments["key"].as_str().map(|k| vec![k.to_owned()]).unwrap_or_default()
+    }
+
+    async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
+        let ms = arguments["ms"].as_u64().unwrap_or(100);
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(ToolOutput::text("slept")),
+            () = ctx.cancel.cancelled() => Err(ToolError::new("cancelled", "cancelled", true)),
+        }
+    }
+}
+
+/// The `harness` subcommand: agent-harness as configured by default, with
+/// the provider at `provider` and the bench tool registered.
+pub async fn serve_harness(
+    listen: SocketAddr,
+    database_url: String,
+    provider: String,
+    turn_timeout_s: u64,
+) -> Result<(), String> {
+    let settings = Settings {
+        listen,
+        database_url,
+        openai_base_url: format!("{provider}/v1"),
+        anthropic_base_url: provider,
+        providers: "openai:bench,anthropic:bench".into(),
+        turn_timeout_s,
+        instance_id: format!("bench-{}", std::process::id()),
+        provider_max_attempts: 1,
+        ..Settings::default()
+    };
+    settings.validate().map_err(|e| e.to_string())?;
+    let store = store::connect(&settings.database_url, settings.database_max_connections)
+        .await
+        .map_err(|e| e.to_string())?;
+    store.migrate().await.map_err(|e| e.to_string())?;
+    let llm = build_provider(&settings).map_err(|e| e.to_string())?;
+    let sleep: Arc<dyn Tool> = Arc::new(BenchSleep(ToolSpec::new(
+        "bench_sleep",
+        "Sleep for `ms` milliseconds on a key.",
+        json!({"type": "object", "properties": {"key": {"type": "string"}, "ms": {"type": "integer"}}, "required": ["key"]}),
+        EffectClass::ReadOnly,
+    )));
+    let app = Application::build_with_tools(settings, store, llm, vec![sleep])
+        .await
+        .map_err(|e| e.to_string())?;
+    app.run_until_stopped().await.map_err(|e| e.to_string())
+}

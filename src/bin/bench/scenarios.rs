@@ -1,0 +1,297 @@
+//! The scenarios of BENCHMARKS.md.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{
+    client::{self, Sample, Target},
+    fake::Spec,
+    procs::{self, Proc},
+    stats::{p50_p99, percentile},
+};
+
+/// A folder for the run's databases, removed at the end.
+struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    fn new(name: &str) -> Result<Self, String> {
+        let path = std::env::temp_dir().join(format!("agent-harness-bench-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Self(path))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const ALL: [&str; 6] = ["startup", "overhead", "ttft", "tools", "streams", "eventlog"];
+
+pub async fn run(scenarios: Vec<String>, postgres: Option<String>, quick: bool) -> Result<(), String> {
+    let wanted = |name: &str| scenarios.is_empty() || scenarios.iter().any(|s| s == name);
+    for name in &scenarios {
+        if !ALL.contains(&name.as_str()) {
+            return Err(format!("unknown scenario {name:?}; known: {}", ALL.join(", ")));
+        }
+    }
+    let dir = ScratchDir::new("run")?;
+    let sqlite = format!("sqlite://{}/bench.db", dir.0.display());
+    let fake = procs::start_fake().await?;
+    let scale = if quick { 10 } else { 1 };
+    println!("# agent-harness bench ({} cores)\n", std::thread::available_parallelism().map_or(0, |n| n.get()));
+
+    if wanted("startup") {
+        startup(&fake, &sqlite, postgres.as_deref()).await?;
+    }
+    let (harness, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
+    if wanted("overhead") {
+        overhead(&fake, &harness, "sqlite", scale).await;
+        if let Some(url) = &postgres {
+            let (pg, _) = procs::start_harness(url, &fake.url(), 120).await?;
+            overhead(&fake, &pg, "postgres", scale).await;
+        }
+    }
+    if wanted("ttft") {
+        ttft(&fake, &harness, scale).await;
+    }
+    if wanted("tools") {
+        tools(&harness, scale).await;
+    }
+    if wanted("streams") {
+        // A fresh process, so that its RSS is not the sum of earlier runs.
+        drop(harness);
+        let (fresh, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
+        streams(&fake, &fresh, quick).await;
+    } else {
+        drop(harness);
+    }
+    if wanted("eventlog") {
+        let (sq, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
+        eventlog(&sq, "sqlite", scale).await;
+        drop(sq);
+        if let Some(url) = &postgres {
+            let (pg, _) = procs::start_harness(url, &fake.url(), 120).await?;
+            eventlog(&pg, "postgres", scale).await;
+        }
+    }
+    Ok(())
+}
+
+fn ok(samples: &[Sample]) -> (Vec<&Sample>, usize) {
+    let good: Vec<&Sample> = samples.iter().filter(|s| s.ok).collect();
+    let errors = samples.len() - good.len();
+    (good, errors)
+}
+
+fn totals(samples: &[&Sample]) -> Vec<Duration> {
+    samples.iter().map(|s| s.total).collect()
+}
+
+fn ttfts(samples: &[&Sample]) -> Vec<Duration> {
+    samples.iter().map(|s| s.ttft).collect()
+}
+
+fn gaps(samples: &[&Sample]) -> Vec<Duration> {
+    samples.iter().flat_map(|s| s.gaps.iter().copied()).collect()
+}
+
+async fn startup(fake: &Proc, sqlite: &str, postgres: Option<&str>) -> Result<(), String> {
+    println!("## startup\n");
+    println!("| database | start to ready (migrations applied) | idle RSS |");
+    println!("|---|---|---|");
+    let dir = ScratchDir::new("startup")?;
+    let fresh = format!("sqlite://{}/fresh.db", dir.0.display());
+    let mut cases = vec![("sqlite, new file", fresh), ("sqlite, existing file", sqlite.to_owned())];
+    if let Some(url) = postgres {
+        cases.push(("postgres", url.to_owned()));
+    }
+    for (name, url) in cases {
+        let (harness, ready) = procs::start_harness(&url, &fake.url(), 60).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        println!(
+            "| {name} | {:.1} ms | {:.1} MiB |",
+            ready.as_secs_f64() * 1000.0,
+            harness.rss_kib() as f64 / 1024.0
+        );
+    }
+    println!();
+    Ok(())
+}
+
+async fn overhead(fake: &Proc, harness: &Proc, db: &str, scale: usize) {
+    println!("## overhead ({db}): one-step text turn, TTFT 0, ITL 0, 20 tokens\n");
+    println!("| concurrency | path | turns/s | p50 | p99 | errors | added p50 | added p99 | server CPU |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let http = client::http_client();
+    let model = Spec::parse("bench/n=20").model();
+    let direct = Target::Direct { base: fake.url() };
+    let through = Target::Harness { base: harness.url() };
+    // Warm-up: connections, caches, the first SQLite pages.
+    client::load(&http, &through, &model, 8, 200 / scale).await;
+    for concurrency in [1, 8, 32] {
+        let total = if concurrency == 1 { 1000 } else { 4000 } / scale;
+        let (d, d_wall) = client::load(&http, &direct, &model, concurrency, total).await;
+        let cpu_before = harness.cpu();
+        let (h, h_wall) = client::load(&http, &through, &model, concurrency, total).await;
+        let cpu = harness.cpu().saturating_sub(cpu_before);
+        let (d_ok, d_err) = ok(&d);
+        let (h_ok, h_err) = ok(&h);
+        let (d50, d99) = p50_p99(&totals(&d_ok));
+        let (h50, h99) = p50_p99(&totals(&h_ok));
+        println!(
+            "| {concurrency} | direct | {:.0} | {d50:.2} ms | {d99:.2} ms | {d_err} | | | |",
+            d_ok.len() as f64 / d_wall.as_secs_f64()
+        );
+        println!(
+            "| {concurrency} | agent-harness | {:.0} | {h50:.2} ms | {h99:.2} ms | {h_err} | {:.2} ms | {:.2} ms | {:.0}% |",
+            h_ok.len() as f64 / h_wall.as_secs_f64(),
+            h50 - d50,
+            h99 - d99,
+            100.0 * cpu.as_secs_f64() / h_wall.as_secs_f64()
+        );
+    }
+    println!();
+}
+
+async fn ttft(fake: &Proc, harness: &Proc, scale: usize) {
+    println!("## ttft: TTFT 200 ms, ITL 20 ms, 100 tokens, 16 concurrent\n");
+    println!("| path | TTFT p50 | TTFT p99 | gap p50 | gap p99 | total p50 | errors |");
+    println!("|---|---|---|---|---|---|---|");
+    let http = client::http_client();
+    let model = Spec::parse("bench/ttft=200/itl=20/n=100").model();
+    let total = 128 / scale.min(8);
+    let mut figures = Vec::new();
+    for (name, target) in [
+        ("direct", Target::Direct { base: fake.url() }),
+        ("agent-harness", Target::Harness { base: harness.url() }),
+    ] {
+        let (samples, _) = client::load(&http, &target, &model, 16, total).await;
+        let (good, errors) = ok(&samples);
+        let (t50, t99) = p50_p99(&ttfts(&good));
+        let (g50, g99) = p50_p99(&gaps(&good));
+        let (total50, _) = p50_p99(&totals(&good));
+        println!("| {name} | {t50:.2} ms | {t99:.2} ms | {g50:.2} ms | {g99:.2} ms | {total50:.1} ms | {errors} |");
+        figures.push((t50, t99, g50, g99));
+    }
+    let (d, h) = (figures[0], figures[1]);
+    println!(
+        "\nadded: TTFT p50 {:.2} ms, p99 {:.2} ms; inter-chunk p50 {:.2} ms, p99 {:.2} ms\n",
+        h.0 - d.0,
+        h.1 - d.1,
+        h.2 - d.2,
+        h.3 - d.3
+    );
+}
+
+async fn tools(harness: &Proc, scale: usize) {
+    println!("## tools: a two-step turn with a wave of 6 read-only tools of 100 ms each\n");
+    let http = client::http_client();
+    let model = Spec::parse("bench/tools=6/toolms=100/n=10").model();
+    let through = Target::Harness { base: harness.url() };
+    let (samples, _) = client::load(&http, &through, &model, 1, 50 / scale.min(5)).await;
+    let (good, errors) = ok(&samples);
+    let (p50, p99) = p50_p99(&totals(&good));
+    println!("| turn p50 | turn p99 | errors | one tool | six in sequence would be |");
+    println!("|---|---|---|---|---|");
+    println!("| {p50:.1} ms | {p99:.1} ms | {errors} | 100 ms | 600 ms |\n");
+}
+
+async fn streams(fake: &Proc, harness: &Proc, quick: bool) {
+    let http = client::http_client();
+    let streams = if quick { 100 } else { 1000 };
+    println!("## streams: {streams} concurrent turns, ITL 50 ms, 200 tokens\n");
+    println!("| path | gap p50 | gap p99 | gap max | TTFT p99 | errors | server RSS |");
+    println!("|---|---|---|---|---|---|---|");
+    let model = Spec::parse("bench/itl=50/n=200").model();
+    let mut figures = Vec::new();
+    for (name, target) in [
+        ("direct", Target::Direct { base: fake.url() }),
+        ("agent-harness", Target::Harness { base: harness.url() }),
+    ] {
+        let (samples, _) = client::load(&http, &target, &model, streams, streams).await;
+        let (good, errors) = ok(&samples);
+        let all_gaps = gaps(&good);
+        let (g50, g99) = p50_p99(&all_gaps);
+        let max = percentile(&all_gaps, 100.0);
+        let (_, t99) = p50_p99(&ttfts(&good));
+        let rss = if name == "direct" { String::new() } else { format!("{:.1} MiB", harness.rss_kib() as f64 / 1024.0) };
+        println!("| {name} | {g50:.2} ms | {g99:.2} ms | {max:.1} ms | {t99:.2} ms | {errors} | {rss} |");
+        figures.push((g50, g99));
+    }
+    println!(
+        "\nadded inter-chunk delay: p50 {:.2} ms, p99 {:.2} ms\n",
+        figures[1].0 - figures[0].0,
+        figures[1].1 - figures[0].1
+    );
+
+    let held = if quick { 500 } else { 5000 };
+    println!("## streams: {held} turns held open (the provider waits 60 s before its first token)\n");
+    let idle = harness.rss_kib();
+    let model = Spec::parse("bench/ttft=60000/n=1").model();
+    let target = Target::Harness { base: harness.url() };
+    let mut open = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    for _ in 0..held {
+        let (http, target, model) = (http.clone(), target.clone(), model.clone());
+        open.spawn(async move { client::request(&http, &target, &model).await });
+    }
+    // Wait until every turn has begun (the server counts them).
+    let mut running = 0;
+    while started.elapsed() < Duration::from_secs(50) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        running = count_running(&http, harness).await.unwrap_or(running);
+        if running >= held {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let loaded = harness.rss_kib();
+    println!("| open turns | idle RSS | RSS with them open | per open stream |");
+    println!("|---|---|---|---|");
+    println!(
+        "| {running} | {:.1} MiB | {:.1} MiB | {:.1} KiB |\n",
+        idle as f64 / 1024.0,
+        loaded as f64 / 1024.0,
+        (loaded.saturating_sub(idle)) as f64 / running.max(1) as f64
+    );
+    open.abort_all();
+}
+
+/// Turns the server says are running (`/metrics`).
+async fn count_running(http: &reqwest::Client, harness: &Proc) -> Option<usize> {
+    let text = http
+        .get(format!("{}/metrics", harness.url()))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("agent_harness_turns_running "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+async fn eventlog(harness: &Proc, db: &str, scale: usize) {
+    println!("## eventlog ({db}): turns of 2000 tokens, ITL 0, 32 concurrent\n");
+    let http = client::http_client();
+    let model = Spec::parse("bench/n=2000").model();
+    let through = Target::Harness { base: harness.url() };
+    let turns = 320 / scale;
+    let (samples, wall) = client::load(&http, &through, &model, 32, turns).await;
+    let (good, errors) = ok(&samples);
+    // Every turn persists its deltas plus turn.started, usage (step and
+    // total), decision and turn.completed.
+    let events = good.len() * (2000 + 5);
+    println!("| turns | events | seconds | persisted events/s | errors |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| {} | {events} | {:.2} | {:.0} | {errors} |\n",
+        good.len(),
+        wall.as_secs_f64(),
+        events as f64 / wall.as_secs_f64()
+    );
+}
