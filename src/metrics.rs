@@ -47,18 +47,36 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
         };
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-        metric("agent_harness_turns_started_total", "counter", "Turns begun.", load(&self.turns_started));
+        metric(
+            "agent_harness_turns_started_total",
+            "counter",
+            "Turns begun.",
+            load(&self.turns_started),
+        );
         metric(
             "agent_harness_turns_running",
             "gauge",
             "Turns running in this process.",
             self.turns_running.load(Ordering::Relaxed).to_string(),
         );
-        metric("agent_harness_events_persisted_total", "counter", "Events committed to the event log.", load(&self.events_persisted));
-        metric("agent_harness_event_batches_total", "counter", "Event log transactions (group commits).", load(&self.event_batches));
+        metric(
+            "agent_harness_events_persisted_total",
+            "counter",
+            "Events committed to the event log.",
+            load(&self.events_persisted),
+        );
+        metric(
+            "agent_harness_event_batches_total",
+            "counter",
+            "Event log transactions (group commits).",
+            load(&self.event_batches),
+        );
         metric(
             "agent_harness_event_batch_failures_total",
             "counter",
@@ -97,9 +115,18 @@ mod tests {
         metrics.turn_started();
         metrics.turn_finished(TurnStatus::Completed);
         let text = metrics.render();
-        assert!(text.contains("agent_harness_turns_started_total 2\n"), "{text}");
+        assert!(
+            text.contains("agent_harness_turns_started_total 2\n"),
+            "{text}"
+        );
         assert!(text.contains("agent_harness_turns_running 1\n"), "{text}");
-        assert!(text.contains("agent_harness_turns_finished_total{status=\"completed\"} 1\n"), "{text}");
-        assert!(text.contains("agent_harness_turns_finished_total{status=\"failed\"} 0\n"), "{text}");
+        assert!(
+            text.contains("agent_harness_turns_finished_total{status=\"completed\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("agent_harness_turns_finished_total{status=\"failed\"} 0\n"),
+            "{text}"
+        );
     }
 }

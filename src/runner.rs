@@ -28,7 +28,8 @@ use crate::{
     metrics::Metrics,
     providers::{ChatMessage, Role},
     store::{
-        BeginTurnError, NewTurn, OrphanScope, Store, StoreError, TurnFinish, TurnRecord, TurnStatus,
+        BeganTurn, BeginTurnError, NewTurn, OrphanScope, Store, StoreError, TurnFinish, TurnRecord,
+        TurnStatus,
     },
 };
 use live::{LiveTurn, LiveTurns};
@@ -64,11 +65,19 @@ pub struct RunnerConfig {
 }
 
 /// A turn that [`TurnRunner::start`] began, or found by its idempotency key.
-#[derive(Debug, Clone)]
 pub struct StartedTurn {
     pub turn_id: Uuid,
     /// True when the idempotency key named an existing turn.
     pub replayed: bool,
+    /// For a new turn: a subscription taken before it could emit anything.
+    pub live: Option<LiveStart>,
+}
+
+/// The start of a new turn's event stream, without a log read.
+pub struct LiveStart {
+    pub(crate) live: Arc<LiveTurn>,
+    pub(crate) receiver: tokio::sync::broadcast::Receiver<Arc<StoredEvent>>,
+    pub(crate) started: Arc<StoredEvent>,
 }
 
 /// Why a turn did not start.
@@ -268,8 +277,8 @@ impl TurnRunner {
             created_at: now,
             started_payload: serde_json::to_string(&started).map_err(encode)?,
         };
-        let first_seq = match inner.store.begin_turn(&new_turn).await {
-            Ok(seq) => seq,
+        let began = match inner.store.begin_turn(&new_turn).await {
+            Ok(began) => began,
             Err(BeginTurnError::AlreadyRunning(running)) => {
                 return Err(StartError::AlreadyRunning(running));
             }
@@ -278,6 +287,7 @@ impl TurnRunner {
                     Ok(StartedTurn {
                         turn_id: existing.id,
                         replayed: true,
+                        live: None,
                     })
                 } else {
                     Err(StartError::IdempotencyMismatch(existing.id))
@@ -287,6 +297,13 @@ impl TurnRunner {
         };
         inner.metrics.turn_started();
         let live = inner.live.insert(session_id.as_str(), turn_id);
+        // Subscribed before the task can publish anything: the caller's
+        // stream starts from the known `turn.started` without a log read.
+        let receiver = live.subscribe();
+        let started_event = Arc::new(
+            StoredEvent::new(session_id.as_str(), turn_id, began.first_seq, &started, now)
+                .map_err(encode)?,
+        );
         let runner = self.clone();
         let span = tracing::info_span!(
             "turn",
@@ -298,27 +315,32 @@ impl TurnRunner {
         );
         inner
             .turns
-            .spawn(runner.drive(live, spec, first_seq).instrument(span));
+            .spawn(runner.drive(live.clone(), spec, began).instrument(span));
         Ok(StartedTurn {
             turn_id,
             replayed: false,
+            live: Some(LiveStart {
+                live,
+                receiver,
+                started: started_event,
+            }),
         })
     }
 
     /// The life of one turn, from its first event after `turn.started` to its commit.
-    async fn drive(self, live: Arc<LiveTurn>, spec: TurnSpec, first_seq: i64) {
+    async fn drive(self, live: Arc<LiveTurn>, spec: TurnSpec, began: BeganTurn) {
         let inner = &self.inner;
         let started = tokio::time::Instant::now();
         let sink = Arc::new(TurnSink {
             writer: inner.writer.clone(),
             live: live.clone(),
-            next_seq: Mutex::new(first_seq + 1),
+            next_seq: Mutex::new(began.first_seq + 1),
         });
         let outcome = tokio::select! {
             biased;
             () = live.cancel.cancelled() => Outcome::Cancelled,
             () = inner.interrupt.cancelled() => Outcome::Interrupted,
-            result = self.execute(&live, &spec, sink.clone()) => match result {
+            result = self.execute(&live, &spec, began, sink.clone()) => match result {
                 Ok(output) => Outcome::Completed(Box::new(output)),
                 Err((code, message)) => Outcome::Failed { code, message },
             },
@@ -341,21 +363,14 @@ impl TurnRunner {
         &self,
         live: &LiveTurn,
         spec: &TurnSpec,
+        began: BeganTurn,
         sink: Arc<TurnSink>,
     ) -> Result<TurnOutput, (String, String)> {
         let unavailable = |e: StoreError| ("store_unavailable".to_owned(), e.to_string());
-        let session = self
-            .inner
-            .store
-            .get_session(&live.session_id)
-            .await
-            .map_err(unavailable)?;
-        let turn_number = session
-            .as_ref()
-            .map_or(1, |s| u64::try_from(s.turn_count).unwrap_or(1));
-        let session_cost_before = session.and_then(|s| s.cost_usd);
         let history = match &spec.history {
             Some(history) => history.clone(),
+            // The first turn of a session has no history to read.
+            None if began.turn_number <= 1 => Vec::new(),
             None => self
                 .inner
                 .store
@@ -377,7 +392,7 @@ impl TurnRunner {
         let request = TurnRequest {
             session_id: live.session_id.clone(),
             turn_id: live.turn_id,
-            turn_number,
+            turn_number: began.turn_number,
             history,
             user_message: spec.message.clone(),
             top_k: spec.top_k,
@@ -386,7 +401,7 @@ impl TurnRunner {
             runtime_provider: spec.runtime_provider.clone(),
             runtime_model: spec.runtime_model.clone(),
             skill_context: spec.skill_context.clone(),
-            session_cost_before,
+            session_cost_before: began.session_cost_before,
         };
         self.inner
             .harness

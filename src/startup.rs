@@ -2,6 +2,7 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -186,7 +187,12 @@ impl Application {
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Self, StartupError> {
         let provider_names = provider_names(&settings);
-        let harness = Arc::new(build_harness(&settings, store.clone(), provider, extra_tools));
+        let harness = Arc::new(build_harness(
+            &settings,
+            store.clone(),
+            provider,
+            extra_tools,
+        ));
         let runner = TurnRunner::start_runner(
             store.clone(),
             harness,
@@ -255,6 +261,13 @@ impl Application {
         } = self;
         let router = http::router(app.clone());
         let stop_accepting = shutdown.clone();
+        // Events are small writes: without TCP_NODELAY, Nagle holds each one
+        // back until the previous is acknowledged (up to a delayed-ACK 40 ms).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
         let server = axum::serve(listener, router)
             .with_graceful_shutdown(async move { stop_accepting.cancelled().await });
         let mut server = std::pin::pin!(server.into_future());

@@ -38,6 +38,17 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// A turn that began: its first seq and what the turn needs of its session.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BeganTurn {
+    /// Seq of the `turn.started` event.
+    pub first_seq: i64,
+    /// 1-based number of the turn in its session.
+    pub turn_number: u64,
+    /// Cost of the session's earlier turns.
+    pub session_cost_before: Option<f64>,
+}
+
 /// Why a turn could not begin.
 #[derive(Debug, thiserror::Error)]
 pub enum BeginTurnError {
@@ -82,8 +93,8 @@ pub trait Store: Send + Sync + 'static {
     async fn readiness(&self) -> Readiness;
 
     /// Creates the session if needed, the turn as `running`, and its
-    /// `turn.started` event, atomically. Returns the event's seq.
-    async fn begin_turn(&self, turn: &NewTurn) -> Result<i64, BeginTurnError>;
+    /// `turn.started` event, atomically.
+    async fn begin_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError>;
 
     /// Appends events and applies turn finishes in one transaction, in that
     /// order. A finish applies only while its turn is still `running`; the

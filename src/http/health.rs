@@ -27,7 +27,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 )]
 async fn metrics(State(app): State<AppState>) -> Response {
     (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
         app.runner.metrics().render(),
     )
         .into_response()

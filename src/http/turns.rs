@@ -282,10 +282,20 @@ async fn start_turn(
         })?;
     let turn_id = started.turn_id;
     let mut response = if wants_event_stream(&headers) {
-        let events = app
-            .runner
-            .subscribe(session_id.as_str().to_owned(), turn_id, 0);
-        sse::response(events, app.sse_keepalive(), app.runner.metrics().clone())
+        let metrics = app.runner.metrics().clone();
+        let session = session_id.as_str().to_owned();
+        match started.live {
+            Some(start) => sse::response(
+                app.runner.subscribe_started(session, start),
+                app.sse_keepalive(),
+                metrics,
+            ),
+            None => sse::response(
+                app.runner.subscribe(session, turn_id, 0),
+                app.sse_keepalive(),
+                metrics,
+            ),
+        }
     } else {
         let record = app
             .runner
@@ -428,7 +438,11 @@ async fn turn_events(
     let events = app
         .runner
         .subscribe(session_id.as_str().to_owned(), turn_id, after);
-    Ok(sse::response(events, app.sse_keepalive(), app.runner.metrics().clone()))
+    Ok(sse::response(
+        events,
+        app.sse_keepalive(),
+        app.runner.metrics().clone(),
+    ))
 }
 
 /// Answer of a cancel that was handed to another replica.

@@ -13,7 +13,7 @@ use futures::Stream;
 use tokio::sync::broadcast::error::RecvError;
 use uuid::Uuid;
 
-use super::TurnRunner;
+use super::{LiveStart, TurnRunner};
 use crate::{
     events::StoredEvent,
     store::{StoreError, TurnStatus},
@@ -32,19 +32,53 @@ impl TurnRunner {
         turn_id: Uuid,
         after: i64,
     ) -> impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static {
+        self.follow(session_id, turn_id, after, None)
+    }
+
+    /// The events of a turn this process just started, from its first one,
+    /// with the subscription [`TurnRunner::start`] took before the turn could
+    /// emit anything: no log read is needed to begin.
+    pub fn subscribe_started(
+        &self,
+        session_id: String,
+        start: LiveStart,
+    ) -> impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static {
+        let turn_id = start.live.turn_id;
+        self.follow(session_id, turn_id, 0, Some(start))
+    }
+
+    fn follow(
+        &self,
+        session_id: String,
+        turn_id: Uuid,
+        after: i64,
+        start: Option<LiveStart>,
+    ) -> impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static {
         let runner = self.clone();
         async_stream::try_stream! {
             let inner = &runner.inner;
-            let live = inner.live.get(turn_id);
-            let mut receiver = live.as_ref().map(|l| l.subscribe());
             let mut last = after;
+            let (live, mut receiver, mut skip_first_read) = match start {
+                Some(start) => {
+                    last = start.started.seq;
+                    yield start.started;
+                    (Some(start.live), Some(start.receiver), true)
+                }
+                None => {
+                    let live = inner.live.get(turn_id);
+                    let receiver = live.as_ref().map(|l| l.subscribe());
+                    (live, receiver, false)
+                }
+            };
             let mut idle_polls = 0u32;
             // Set when the service closes streams: read the log once more
             // (the terminal event may just have been committed), then end.
             let mut closing = false;
             loop {
-                // Everything committed after `last`, page by page.
-                loop {
+                // Everything committed after `last`, page by page (skipped
+                // once for a stream that starts from a known first event).
+                let mut reading = !std::mem::take(&mut skip_first_read);
+                while reading {
                     let page = inner
                         .store
                         .list_events(&session_id, Some(turn_id), last, PAGE)
@@ -58,9 +92,7 @@ impl TurnRunner {
                             return;
                         }
                     }
-                    if !full {
-                        break;
-                    }
+                    reading = full;
                 }
                 if closing {
                     return;

@@ -19,8 +19,8 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::live::LiveTurn;
 use crate::{
-    metrics::Metrics,
     events::StoredEvent,
+    metrics::Metrics,
     store::{Store, StoreError, TurnFinish},
 };
 

@@ -19,9 +19,10 @@ macro_rules! turn_columns {
 }
 pub(super) use turn_columns;
 
-/// Rows bound per multi-row `INSERT` (6 parameters each; well under both
-/// databases' parameter limits).
-pub(super) const EVENTS_PER_INSERT: usize = 256;
+/// Rows bound per multi-row `INSERT` (6 parameters each). Each row count
+/// is its own prepared statement: 64 keeps them all in sqlx's per-connection
+/// statement cache (100) instead of re-preparing per batch size.
+pub(super) const EVENTS_PER_INSERT: usize = 64;
 
 /// Orphans interrupted per call, so one sweep is bounded.
 pub(super) const ORPHANS_PER_SWEEP: i64 = 100;
@@ -67,19 +68,22 @@ macro_rules! impl_store {
             async fn begin_turn(
                 &self,
                 turn: &$crate::store::NewTurn,
-            ) -> Result<i64, $crate::store::BeginTurnError> {
+            ) -> Result<$crate::store::BeganTurn, $crate::store::BeginTurnError> {
                 use $crate::store::{BeginTurnError, StoreError};
+                // No pre-check for a running turn or a used idempotency key:
+                // the unique indexes refuse the insert, and only then do we
+                // look for the conflict. The common path is four statements.
                 let mut tx = self.begin_write().await.map_err(StoreError::from)?;
-                if let Some(conflict) = find_begin_conflict(&mut *tx, turn).await? {
-                    return Err(conflict);
-                }
-                sqlx::query(
-                    "INSERT INTO sessions (id, created_at, updated_at) VALUES ($1, $2, $2) \
-                     ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at",
+                let (turn_count, session_cost): (i64, Option<f64>) = sqlx::query_as(
+                    "INSERT INTO sessions (id, created_at, updated_at, turn_count) \
+                     VALUES ($1, $2, $2, 1) \
+                     ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
+                     turn_count = sessions.turn_count + 1 \
+                     RETURNING turn_count, cost_usd",
                 )
                 .bind(&turn.session_id)
                 .bind(turn.created_at)
-                .execute(&mut *tx)
+                .fetch_one(&mut *tx)
                 .await
                 .map_err(StoreError::from)?;
                 let seq: i64 = sqlx::query_scalar(
@@ -106,8 +110,7 @@ macro_rules! impl_store {
                 .await;
                 match inserted {
                     Ok(_) => {}
-                    // A concurrent begin won the race between our check and
-                    // our insert (Postgres, READ COMMITTED): look again.
+                    // A running turn or a used idempotency key: say which.
                     Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                         drop(tx);
                         let mut conn = self.writer().acquire().await.map_err(StoreError::from)?;
@@ -134,7 +137,11 @@ macro_rules! impl_store {
                 .await
                 .map_err(StoreError::from)?;
                 tx.commit().await.map_err(StoreError::from)?;
-                Ok(seq)
+                Ok($crate::store::BeganTurn {
+                    first_seq: seq,
+                    turn_number: u64::try_from(turn_count).unwrap_or(1),
+                    session_cost_before: session_cost,
+                })
             }
 
             async fn write_batch(
@@ -166,18 +173,18 @@ macro_rules! impl_store {
                     }
                     applied.push(true);
                     let turn_id = finish.turn_id.to_string();
-                    for message in &finish.messages {
-                        sqlx::query(
-                            "INSERT INTO messages (session_id, turn_id, role, content, created_at) \
-                             VALUES ($1, $2, $3, $4, $5)",
-                        )
-                        .bind(&finish.session_id)
-                        .bind(&turn_id)
-                        .bind(&message.role)
-                        .bind(&message.content)
-                        .bind(finish.terminal.created_at)
-                        .execute(&mut *tx)
-                        .await?;
+                    if !finish.messages.is_empty() {
+                        let mut qb = sqlx::QueryBuilder::<$db>::new(
+                            "INSERT INTO messages (session_id, turn_id, role, content, created_at) ",
+                        );
+                        qb.push_values(&finish.messages, |mut row, message| {
+                            row.push_bind(finish.session_id.clone())
+                                .push_bind(turn_id.clone())
+                                .push_bind(message.role.clone())
+                                .push_bind(message.content.clone())
+                                .push_bind(finish.terminal.created_at);
+                        });
+                        qb.build().execute(&mut *tx).await?;
                     }
                     if let Some(decision) = &finish.decision {
                         sqlx::query(
@@ -194,11 +201,15 @@ macro_rules! impl_store {
                         .execute(&mut *tx)
                         .await?;
                     }
-                    sqlx::query("UPDATE sessions SET updated_at = $1 WHERE id = $2")
-                        .bind(finish.terminal.created_at)
-                        .bind(&finish.session_id)
-                        .execute(&mut *tx)
-                        .await?;
+                    sqlx::query(
+                        "UPDATE sessions SET updated_at = $1, \
+                         cost_usd = COALESCE(cost_usd + $3, cost_usd, $3) WHERE id = $2",
+                    )
+                    .bind(finish.terminal.created_at)
+                    .bind(&finish.session_id)
+                    .bind(finish.cost_usd)
+                    .execute(&mut *tx)
+                    .await?;
                     insert_events(&mut *tx, std::iter::once(&*finish.terminal)).await?;
                 }
                 tx.commit().await?;
@@ -229,12 +240,10 @@ macro_rules! impl_store {
                 session_id: &str,
             ) -> Result<Option<$crate::store::SessionRecord>, $crate::store::StoreError> {
                 sqlx::query_as::<_, $crate::store::records::rows::SessionRow>(
-                    "SELECT s.id, s.created_at, s.updated_at, \
-                     (SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id) AS turn_count, \
+                    "SELECT s.id, s.created_at, s.updated_at, s.turn_count, s.cost_usd, \
                      (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq, \
                      (SELECT t.id FROM turns t WHERE t.session_id = s.id AND t.status = 'running') \
-                       AS running_turn_id, \
-                     (SELECT SUM(t.cost_usd) FROM turns t WHERE t.session_id = s.id) AS cost_usd \
+                       AS running_turn_id \
                      FROM sessions s WHERE s.id = $1",
                 )
                 .bind(session_id)

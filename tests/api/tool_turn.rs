@@ -128,7 +128,12 @@ async fn metrics_count_turns_and_persisted_events() {
     app.post_turn("s-metrics", json!({"message": "Hi"})).await;
     let response = app.client.get(app.url("/metrics")).send().await.unwrap();
     assert_eq!(response.status(), 200);
-    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
     let text = response.text().await.unwrap();
     let value = |name: &str| -> f64 {
         text.lines()
@@ -139,7 +144,10 @@ async fn metrics_count_turns_and_persisted_events() {
     };
     assert_eq!(value("agent_harness_turns_started_total"), 1.0);
     assert_eq!(value("agent_harness_turns_running"), 0.0);
-    assert_eq!(value("agent_harness_turns_finished_total{status=\"completed\"}"), 1.0);
+    assert_eq!(
+        value("agent_harness_turns_finished_total{status=\"completed\"}"),
+        1.0
+    );
     // Everything after turn.started went through the writer: 9 deltas,
     // 2 usage, the decision and turn.completed.
     assert_eq!(value("agent_harness_events_persisted_total"), 13.0);

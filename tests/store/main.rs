@@ -101,7 +101,7 @@ async fn store(backend: Backend) -> (TestDb, Arc<dyn Store>) {
 async fn begin_creates_the_session_and_numbers_after_existing_events(backend: Backend) {
     let (_db, store) = store(backend).await;
     let first = new_turn("s1", None);
-    assert_eq!(store.begin_turn(&first).await.unwrap(), 1);
+    assert_eq!(store.begin_turn(&first).await.unwrap().first_seq, 1);
     store
         .write_batch(
             &[delta(&first, 2, "a"), delta(&first, 3, "b")],
@@ -110,9 +110,10 @@ async fn begin_creates_the_session_and_numbers_after_existing_events(backend: Ba
         .await
         .unwrap();
     let second = new_turn("s1", None);
-    assert_eq!(store.begin_turn(&second).await.unwrap(), 5);
+    let began = store.begin_turn(&second).await.unwrap();
+    assert_eq!((began.first_seq, began.turn_number), (5, 2));
     let other_session = new_turn("s2", None);
-    assert_eq!(store.begin_turn(&other_session).await.unwrap(), 1);
+    assert_eq!(store.begin_turn(&other_session).await.unwrap().first_seq, 1);
 
     let session = store.get_session("s1").await.unwrap().unwrap();
     assert_eq!(session.turn_count, 2);
@@ -262,7 +263,7 @@ async fn events_and_messages_page_in_order(backend: Backend) {
     let mut next_seq = 1;
     for i in 0..3 {
         let turn = new_turn("s1", None);
-        assert_eq!(store.begin_turn(&turn).await.unwrap(), next_seq);
+        assert_eq!(store.begin_turn(&turn).await.unwrap().first_seq, next_seq);
         let deltas: Vec<_> = (1..=4).map(|k| delta(&turn, next_seq + k, "x")).collect();
         store
             .write_batch(
@@ -431,7 +432,7 @@ async fn message_search_matches_any_term_newest_first(backend: Backend) {
         "Nothing relevant",
     ] {
         let turn = new_turn("s1", None);
-        let seq = store.begin_turn(&turn).await.unwrap() + 1;
+        let seq = store.begin_turn(&turn).await.unwrap().first_seq + 1;
         store
             .write_batch(&[], &[&completed(&turn, seq, text)])
             .await

@@ -42,7 +42,10 @@ fn markers(target: &Target) -> (&'static [u8], &'static [u8]) {
 }
 
 fn count(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack.windows(needle.len()).filter(|w| *w == needle).count()
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count()
 }
 
 /// Sends one request and times it.
@@ -58,7 +61,10 @@ pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> 
             }))
             .send(),
         Target::Harness { base } => client
-            .post(format!("{base}/sessions/bench-{}/turns", uuid::Uuid::now_v7().simple()))
+            .post(format!(
+                "{base}/sessions/bench-{}/turns",
+                uuid::Uuid::now_v7().simple()
+            ))
             .header("accept", "text/event-stream")
             .json(&json!({"message": "Hi", "runtime_model": model}))
             .send(),
@@ -91,7 +97,11 @@ pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> 
             if tokens == 0 {
                 sample.ttft = now - started;
             } else if let Some(previous) = last_token {
-                sample.gaps.push(if i == 0 { now - previous } else { Duration::ZERO });
+                sample.gaps.push(if i == 0 {
+                    now - previous
+                } else {
+                    Duration::ZERO
+                });
             }
             tokens += 1;
             last_token = Some(now);
@@ -125,8 +135,12 @@ pub async fn load(
     let started = Instant::now();
     let mut workers = JoinSet::new();
     for _ in 0..concurrency.max(1) {
-        let (client, target, model, next) =
-            (client.clone(), target.clone(), model.to_owned(), next.clone());
+        let (client, target, model, next) = (
+            client.clone(),
+            target.clone(),
+            model.to_owned(),
+            next.clone(),
+        );
         workers.spawn(async move {
             let mut samples = Vec::new();
             while next.fetch_add(1, Ordering::Relaxed) < total {

@@ -15,6 +15,7 @@ use axum::{
     http::{StatusCode, Uri, header},
     response::Response,
     routing::{get, post},
+    serve::ListenerExt,
 };
 use serde_json::Value;
 
@@ -36,8 +37,12 @@ impl Spec {
             ..Self::default()
         };
         for part in model.split('/') {
-            let Some((key, value)) = part.split_once('=') else { continue };
-            let Ok(value) = value.parse::<u64>() else { continue };
+            let Some((key, value)) = part.split_once('=') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<u64>() else {
+                continue;
+            };
             match key {
                 "ttft" => spec.ttft_ms = value,
                 "itl" => spec.itl_ms = value,
@@ -66,6 +71,9 @@ pub async fn serve(listen: SocketAddr) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("fake provider cannot bind {listen}: {e}"))?;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .await
         .map_err(|e| format!("fake provider: {e}"))
@@ -175,27 +183,37 @@ fn anthropic_frames(spec: Spec, calls: u64) -> Vec<String> {
                 r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"{{\"key\":\"k{i}\",\"ms\":{}}}"}}}}"#,
                 spec.tool_ms
             )));
-            frames.push(event("content_block_stop", format!(r#"{{"type":"content_block_stop","index":{i}}}"#)));
+            frames.push(event(
+                "content_block_stop",
+                format!(r#"{{"type":"content_block_stop","index":{i}}}"#),
+            ));
         }
         "tool_use"
     } else {
         frames.push(event(
             "content_block_start",
-            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_owned(),
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#
+                .to_owned(),
         ));
         for i in 0..spec.tokens {
             frames.push(event("content_block_delta", format!(
                 r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"tok{i} "}}}}"#
             )));
         }
-        frames.push(event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#.to_owned()));
+        frames.push(event(
+            "content_block_stop",
+            r#"{"type":"content_block_stop","index":0}"#.to_owned(),
+        ));
         "end_turn"
     };
     frames.push(event(
         "message_delta",
         format!(r#"{{"type":"message_delta","delta":{{"stop_reason":"{stop}","stop_sequence":null}},"usage":{{"output_tokens":{}}}}}"#, spec.tokens),
     ));
-    frames.push(event("message_stop", r#"{"type":"message_stop"}"#.to_owned()));
+    frames.push(event(
+        "message_stop",
+        r#"{"type":"message_stop"}"#.to_owned(),
+    ));
     frames
 }
 
@@ -205,13 +223,22 @@ mod tests {
 
     #[test]
     fn the_model_name_round_trips_the_spec() {
-        let spec = Spec { ttft_ms: 200, itl_ms: 20, tokens: 100, tools: 6, tool_ms: 100 };
+        let spec = Spec {
+            ttft_ms: 200,
+            itl_ms: 20,
+            tokens: 100,
+            tools: 6,
+            tool_ms: 100,
+        };
         assert_eq!(Spec::parse(&spec.model()), spec);
     }
 
     #[test]
     fn frames_are_valid_streams_of_each_format() {
-        let spec = Spec { tokens: 3, ..Spec::parse("bench") };
+        let spec = Spec {
+            tokens: 3,
+            ..Spec::parse("bench")
+        };
         let openai = openai_frames(spec, 0);
         assert_eq!(openai.len(), 1 + 3 + 1 + 1 + 1);
         for frame in &openai[..openai.len() - 1] {
@@ -220,8 +247,16 @@ mod tests {
         }
         let tools = openai_frames(Spec { tools: 2, ..spec }, 2);
         assert!(tools[1].contains("call_1"));
-        for frame in anthropic_frames(spec, 0).iter().chain(&anthropic_frames(spec, 2)) {
-            let data = frame.lines().nth(1).unwrap().strip_prefix("data: ").unwrap();
+        for frame in anthropic_frames(spec, 0)
+            .iter()
+            .chain(&anthropic_frames(spec, 2))
+        {
+            let data = frame
+                .lines()
+                .nth(1)
+                .unwrap()
+                .strip_prefix("data: ")
+                .unwrap();
             serde_json::from_str::<Value>(data).unwrap();
         }
     }

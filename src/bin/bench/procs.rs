@@ -145,7 +145,10 @@ impl Tool for BenchSleep {
     }
 
     fn resource_keys(&self, arguments: &Value) -> Vec<String> {
-        arguments["key"].as_str().map(|k| vec![k.to_owned()]).unwrap_or_default()
+        arguments["key"]
+            .as_str()
+            .map(|k| vec![k.to_owned()])
+            .unwrap_or_default()
     }
 
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {

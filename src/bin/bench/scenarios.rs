@@ -16,7 +16,8 @@ struct ScratchDir(std::path::PathBuf);
 
 impl ScratchDir {
     fn new(name: &str) -> Result<Self, String> {
-        let path = std::env::temp_dir().join(format!("agent-harness-bench-{}-{name}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("agent-harness-bench-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(Self(path))
     }
@@ -28,20 +29,32 @@ impl Drop for ScratchDir {
     }
 }
 
-const ALL: [&str; 6] = ["startup", "overhead", "ttft", "tools", "streams", "eventlog"];
+const ALL: [&str; 6] = [
+    "startup", "overhead", "ttft", "tools", "streams", "eventlog",
+];
 
-pub async fn run(scenarios: Vec<String>, postgres: Option<String>, quick: bool) -> Result<(), String> {
+pub async fn run(
+    scenarios: Vec<String>,
+    postgres: Option<String>,
+    quick: bool,
+) -> Result<(), String> {
     let wanted = |name: &str| scenarios.is_empty() || scenarios.iter().any(|s| s == name);
     for name in &scenarios {
         if !ALL.contains(&name.as_str()) {
-            return Err(format!("unknown scenario {name:?}; known: {}", ALL.join(", ")));
+            return Err(format!(
+                "unknown scenario {name:?}; known: {}",
+                ALL.join(", ")
+            ));
         }
     }
     let dir = ScratchDir::new("run")?;
     let sqlite = format!("sqlite://{}/bench.db", dir.0.display());
     let fake = procs::start_fake().await?;
     let scale = if quick { 10 } else { 1 };
-    println!("# agent-harness bench ({} cores)\n", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "# agent-harness bench ({} cores)\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
 
     if wanted("startup") {
         startup(&fake, &sqlite, postgres.as_deref()).await?;
@@ -95,7 +108,10 @@ fn ttfts(samples: &[&Sample]) -> Vec<Duration> {
 }
 
 fn gaps(samples: &[&Sample]) -> Vec<Duration> {
-    samples.iter().flat_map(|s| s.gaps.iter().copied()).collect()
+    samples
+        .iter()
+        .flat_map(|s| s.gaps.iter().copied())
+        .collect()
 }
 
 async fn startup(fake: &Proc, sqlite: &str, postgres: Option<&str>) -> Result<(), String> {
@@ -104,7 +120,10 @@ async fn startup(fake: &Proc, sqlite: &str, postgres: Option<&str>) -> Result<()
     println!("|---|---|---|");
     let dir = ScratchDir::new("startup")?;
     let fresh = format!("sqlite://{}/fresh.db", dir.0.display());
-    let mut cases = vec![("sqlite, new file", fresh), ("sqlite, existing file", sqlite.to_owned())];
+    let mut cases = vec![
+        ("sqlite, new file", fresh),
+        ("sqlite, existing file", sqlite.to_owned()),
+    ];
     if let Some(url) = postgres {
         cases.push(("postgres", url.to_owned()));
     }
@@ -123,12 +142,16 @@ async fn startup(fake: &Proc, sqlite: &str, postgres: Option<&str>) -> Result<()
 
 async fn overhead(fake: &Proc, harness: &Proc, db: &str, scale: usize) {
     println!("## overhead ({db}): one-step text turn, TTFT 0, ITL 0, 20 tokens\n");
-    println!("| concurrency | path | turns/s | p50 | p99 | errors | added p50 | added p99 | server CPU |");
+    println!(
+        "| concurrency | path | turns/s | p50 | p99 | errors | added p50 | added p99 | server CPU |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     let http = client::http_client();
     let model = Spec::parse("bench/n=20").model();
     let direct = Target::Direct { base: fake.url() };
-    let through = Target::Harness { base: harness.url() };
+    let through = Target::Harness {
+        base: harness.url(),
+    };
     // Warm-up: connections, caches, the first SQLite pages.
     client::load(&http, &through, &model, 8, 200 / scale).await;
     for concurrency in [1, 8, 32] {
@@ -166,14 +189,21 @@ async fn ttft(fake: &Proc, harness: &Proc, scale: usize) {
     let mut figures = Vec::new();
     for (name, target) in [
         ("direct", Target::Direct { base: fake.url() }),
-        ("agent-harness", Target::Harness { base: harness.url() }),
+        (
+            "agent-harness",
+            Target::Harness {
+                base: harness.url(),
+            },
+        ),
     ] {
         let (samples, _) = client::load(&http, &target, &model, 16, total).await;
         let (good, errors) = ok(&samples);
         let (t50, t99) = p50_p99(&ttfts(&good));
         let (g50, g99) = p50_p99(&gaps(&good));
         let (total50, _) = p50_p99(&totals(&good));
-        println!("| {name} | {t50:.2} ms | {t99:.2} ms | {g50:.2} ms | {g99:.2} ms | {total50:.1} ms | {errors} |");
+        println!(
+            "| {name} | {t50:.2} ms | {t99:.2} ms | {g50:.2} ms | {g99:.2} ms | {total50:.1} ms | {errors} |"
+        );
         figures.push((t50, t99, g50, g99));
     }
     let (d, h) = (figures[0], figures[1]);
@@ -190,7 +220,9 @@ async fn tools(harness: &Proc, scale: usize) {
     println!("## tools: a two-step turn with a wave of 6 read-only tools of 100 ms each\n");
     let http = client::http_client();
     let model = Spec::parse("bench/tools=6/toolms=100/n=10").model();
-    let through = Target::Harness { base: harness.url() };
+    let through = Target::Harness {
+        base: harness.url(),
+    };
     let (samples, _) = client::load(&http, &through, &model, 1, 50 / scale.min(5)).await;
     let (good, errors) = ok(&samples);
     let (p50, p99) = p50_p99(&totals(&good));
@@ -209,7 +241,12 @@ async fn streams(fake: &Proc, harness: &Proc, quick: bool) {
     let mut figures = Vec::new();
     for (name, target) in [
         ("direct", Target::Direct { base: fake.url() }),
-        ("agent-harness", Target::Harness { base: harness.url() }),
+        (
+            "agent-harness",
+            Target::Harness {
+                base: harness.url(),
+            },
+        ),
     ] {
         let (samples, _) = client::load(&http, &target, &model, streams, streams).await;
         let (good, errors) = ok(&samples);
@@ -217,8 +254,14 @@ async fn streams(fake: &Proc, harness: &Proc, quick: bool) {
         let (g50, g99) = p50_p99(&all_gaps);
         let max = percentile(&all_gaps, 100.0);
         let (_, t99) = p50_p99(&ttfts(&good));
-        let rss = if name == "direct" { String::new() } else { format!("{:.1} MiB", harness.rss_kib() as f64 / 1024.0) };
-        println!("| {name} | {g50:.2} ms | {g99:.2} ms | {max:.1} ms | {t99:.2} ms | {errors} | {rss} |");
+        let rss = if name == "direct" {
+            String::new()
+        } else {
+            format!("{:.1} MiB", harness.rss_kib() as f64 / 1024.0)
+        };
+        println!(
+            "| {name} | {g50:.2} ms | {g99:.2} ms | {max:.1} ms | {t99:.2} ms | {errors} | {rss} |"
+        );
         figures.push((g50, g99));
     }
     println!(
@@ -228,10 +271,14 @@ async fn streams(fake: &Proc, harness: &Proc, quick: bool) {
     );
 
     let held = if quick { 500 } else { 5000 };
-    println!("## streams: {held} turns held open (the provider waits 60 s before its first token)\n");
+    println!(
+        "## streams: {held} turns held open (the provider waits 60 s before its first token)\n"
+    );
     let idle = harness.rss_kib();
     let model = Spec::parse("bench/ttft=60000/n=1").model();
-    let target = Target::Harness { base: harness.url() };
+    let target = Target::Harness {
+        base: harness.url(),
+    };
     let mut open = tokio::task::JoinSet::new();
     let started = Instant::now();
     for _ in 0..held {
@@ -279,7 +326,9 @@ async fn eventlog(harness: &Proc, db: &str, scale: usize) {
     println!("## eventlog ({db}): turns of 2000 tokens, ITL 0, 32 concurrent\n");
     let http = client::http_client();
     let model = Spec::parse("bench/n=2000").model();
-    let through = Target::Harness { base: harness.url() };
+    let through = Target::Harness {
+        base: harness.url(),
+    };
     let turns = 320 / scale;
     let (samples, wall) = client::load(&http, &through, &model, 32, turns).await;
     let (good, errors) = ok(&samples);
