@@ -74,22 +74,17 @@ macro_rules! impl_store {
                 // the unique indexes refuse the insert, and only then do we
                 // look for the conflict. The common path is four statements.
                 let mut tx = self.begin_write().await.map_err(StoreError::from)?;
-                let (turn_count, session_cost): (i64, Option<f64>) = sqlx::query_as(
-                    "INSERT INTO sessions (id, created_at, updated_at, turn_count) \
-                     VALUES ($1, $2, $2, 1) \
+                // No turn of the session runs (else the insert below fails),
+                // so `last_seq` is its newest event: the turn starts after it.
+                let (turn_count, session_cost, seq): (i64, Option<f64>, i64) = sqlx::query_as(
+                    "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq) \
+                     VALUES ($1, $2, $2, 1, 1) \
                      ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
-                     turn_count = sessions.turn_count + 1 \
-                     RETURNING turn_count, cost_usd",
+                     turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+                     RETURNING turn_count, cost_usd, last_seq",
                 )
                 .bind(&turn.session_id)
                 .bind(turn.created_at)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(StoreError::from)?;
-                let seq: i64 = sqlx::query_scalar(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = $1",
-                )
-                .bind(&turn.session_id)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(StoreError::from)?;
@@ -202,12 +197,13 @@ macro_rules! impl_store {
                         .await?;
                     }
                     sqlx::query(
-                        "UPDATE sessions SET updated_at = $1, \
+                        "UPDATE sessions SET updated_at = $1, last_seq = $4, \
                          cost_usd = COALESCE(cost_usd + $3, cost_usd, $3) WHERE id = $2",
                     )
                     .bind(finish.terminal.created_at)
                     .bind(&finish.session_id)
                     .bind(finish.cost_usd)
+                    .bind(finish.terminal.seq)
                     .execute(&mut *tx)
                     .await?;
                     insert_events(&mut *tx, std::iter::once(&*finish.terminal)).await?;
@@ -514,6 +510,11 @@ macro_rules! impl_store {
                     )
                     .map_err(|e| $crate::store::StoreError::Corrupt(e.to_string()))?;
                     insert_events(&mut *tx, std::iter::once(&stored)).await?;
+                    sqlx::query("UPDATE sessions SET last_seq = $1 WHERE id = $2")
+                        .bind(seq)
+                        .bind(&session_id)
+                        .execute(&mut *tx)
+                        .await?;
                     tx.commit().await?;
                     interrupted.push(stored);
                 }
