@@ -69,6 +69,8 @@ pub struct StartedTurn {
     pub turn_id: Uuid,
     /// True when the idempotency key named an existing turn.
     pub replayed: bool,
+    /// Seq of the turn's `turn.started` event.
+    pub first_seq: i64,
     /// For a new turn: a subscription taken before it could emit anything.
     pub live: Option<LiveStart>,
 }
@@ -287,6 +289,7 @@ impl TurnRunner {
                     Ok(StartedTurn {
                         turn_id: existing.id,
                         replayed: true,
+                        first_seq: existing.first_seq,
                         live: None,
                     })
                 } else {
@@ -319,6 +322,7 @@ impl TurnRunner {
         Ok(StartedTurn {
             turn_id,
             replayed: false,
+            first_seq: began.first_seq,
             live: Some(LiveStart {
                 live,
                 receiver,

@@ -129,7 +129,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<MessageRecord>, StoreError>;
 
     /// Events of a session with seq greater than `after`, in seq order,
-    /// optionally of one turn.
+    /// optionally of one turn. For a turn, pass an `after` of at least its
+    /// `first_seq - 1`: the scan starts there.
     async fn list_events(
         &self,
         session_id: &str,

@@ -291,7 +291,8 @@ async fn start_turn(
                 metrics,
             ),
             None => sse::response(
-                app.runner.subscribe(session, turn_id, 0),
+                app.runner
+                    .subscribe(session, turn_id, started.first_seq - 1),
                 app.sse_keepalive(),
                 metrics,
             ),
@@ -431,10 +432,13 @@ async fn turn_events(
             "`after` must not be negative".into(),
         ));
     }
-    app.store
+    let turn = app
+        .store
         .get_turn(session_id.as_str(), turn_id)
         .await?
         .ok_or(ApiError::TurnNotFound)?;
+    // Nothing of this turn comes before its first event.
+    let after = after.max(turn.first_seq - 1);
     let events = app
         .runner
         .subscribe(session_id.as_str().to_owned(), turn_id, after);

@@ -301,7 +301,7 @@ macro_rules! impl_store {
                     Some(turn_id) => {
                         sqlx::query_as::<_, $crate::store::records::rows::EventRow>(
                             "SELECT session_id, seq, turn_id, type, payload, created_at \
-                             FROM events WHERE turn_id = $1 AND session_id = $2 AND seq > $3 \
+                             FROM events WHERE session_id = $2 AND seq > $3 AND turn_id = $1 \
                              ORDER BY seq LIMIT $4",
                         )
                         .bind(turn_id.to_string())

@@ -39,7 +39,11 @@ impl SqliteStore {
             // OS crash can lose the last commits. FULL would fsync per commit.
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(5))
-            .foreign_keys(true);
+            .foreign_keys(true)
+            // Read pages through a memory map instead of a pread() and a
+            // copy each, and keep the hot indexes in a larger page cache.
+            .pragma("mmap_size", "268435456")
+            .pragma("cache_size", "-32768");
         let path = options.get_filename();
         if let Some(parent) = path.parent()
             && !parent.as_os_str().is_empty()
