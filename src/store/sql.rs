@@ -19,10 +19,24 @@ macro_rules! turn_columns {
 }
 pub(super) use turn_columns;
 
-/// Rows bound per multi-row `INSERT` (6 parameters each). Each row count
-/// is its own prepared statement: 64 keeps them all in sqlx's per-connection
-/// statement cache (100) instead of re-preparing per batch size.
-pub(super) const EVENTS_PER_INSERT: usize = 64;
+/// Rows of the next multi-row event `INSERT` for `remaining` events.
+///
+/// Each row count is its own prepared statement, so the counts used are
+/// few enough to stay in sqlx's per-connection statement cache (100): any
+/// count up to 64, then 128 or 256. A batch of 1,000 events takes 6
+/// statements, not 16; the bound parameters stay far below both
+/// databases' limits.
+pub(super) fn insert_rows(remaining: usize) -> usize {
+    match remaining {
+        0..=64 => remaining,
+        65..=127 => 64,
+        128..=255 => 128,
+        _ => 256,
+    }
+}
+
+/// Rows per chunk of the heartbeat's `IN` list.
+pub(super) const IDS_PER_UPDATE: usize = 64;
 
 /// Orphans interrupted per call, so one sweep is bounded.
 pub(super) const ORPHANS_PER_SWEEP: i64 = 100;
@@ -439,7 +453,7 @@ macro_rules! impl_store {
                 }
                 let mut tx = self.begin_write().await?;
                 let mut cancelled = Vec::new();
-                for chunk in turn_ids.chunks($crate::store::sql::EVENTS_PER_INSERT) {
+                for chunk in turn_ids.chunks($crate::store::sql::IDS_PER_UPDATE) {
                     let mut qb = sqlx::QueryBuilder::<$db>::new("UPDATE turns SET heartbeat_at = ");
                     qb.push_bind(now);
                     qb.push(" WHERE status = 'running' AND id IN (");
@@ -562,7 +576,10 @@ macro_rules! impl_store {
             events: impl Iterator<Item = &'e $crate::events::StoredEvent>,
         ) -> Result<(), sqlx::Error> {
             let events: Vec<&$crate::events::StoredEvent> = events.collect();
-            for chunk in events.chunks($crate::store::sql::EVENTS_PER_INSERT) {
+            let mut rest: &[&$crate::events::StoredEvent] = &events;
+            while !rest.is_empty() {
+                let (chunk, tail) = rest.split_at($crate::store::sql::insert_rows(rest.len()));
+                rest = tail;
                 let mut qb = sqlx::QueryBuilder::<$db>::new(
                     "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) ",
                 );
@@ -582,3 +599,25 @@ macro_rules! impl_store {
 }
 
 pub(super) use impl_store;
+
+#[cfg(test)]
+mod tests {
+    use super::insert_rows;
+
+    #[test]
+    fn event_inserts_use_few_distinct_row_counts() {
+        let mut counts = std::collections::BTreeSet::new();
+        for total in 0..=2000usize {
+            let (mut rest, mut statements) = (total, 0);
+            while rest > 0 {
+                let rows = insert_rows(rest);
+                assert!(rows > 0 && rows <= rest, "{total}: {rows}");
+                counts.insert(rows);
+                rest -= rows;
+                statements += 1;
+            }
+            assert!(statements <= total / 256 + 3, "{total} took {statements}");
+        }
+        assert!(counts.len() <= 66, "{counts:?}");
+    }
+}
