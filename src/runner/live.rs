@@ -17,7 +17,10 @@ use uuid::Uuid;
 use crate::events::StoredEvent;
 
 /// Events a slow subscriber may fall behind before it re-reads the log.
-const BROADCAST_CAPACITY: usize = 256;
+/// The ring is allocated whole for every running turn (about 48 bytes a
+/// slot), and a lagging reader loses nothing (it reads the log), so it is
+/// kept small.
+const BROADCAST_CAPACITY: usize = 32;
 
 /// One running turn of this process.
 #[derive(Debug)]
