@@ -158,6 +158,15 @@ macro_rules! impl_store {
                 events: &[std::sync::Arc<$crate::events::StoredEvent>],
                 finishes: &[&$crate::store::TurnFinish],
             ) -> Result<Vec<bool>, $crate::store::StoreError> {
+                if finishes.is_empty() && $crate::store::sql::insert_rows(events.len()) == events.len() {
+                    // One statement is its own transaction: no BEGIN and
+                    // COMMIT round trips for the common batch of deltas.
+                    if !events.is_empty() {
+                        let mut conn = self.writer().acquire().await?;
+                        insert_events(&mut *conn, events.iter().map(|e| &**e)).await?;
+                    }
+                    return Ok(Vec::new());
+                }
                 let mut tx = self.begin_write().await?;
                 insert_events(&mut *tx, events.iter().map(|e| &**e)).await?;
                 let mut applied = Vec::with_capacity(finishes.len());

@@ -258,6 +258,34 @@ async fn a_failed_batch_writes_nothing(backend: Backend) {
     assert_eq!(record.status, TurnStatus::Running);
 }
 
+async fn a_failed_batch_of_events_alone_writes_nothing(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s1", None);
+    store.begin_turn(&turn).await.unwrap();
+    // No finish: the batch is one statement; seq 1 is taken, so none of it lands.
+    let batch = [
+        delta(&turn, 2, "a"),
+        delta(&turn, 3, "b"),
+        delta(&turn, 1, "dup"),
+    ];
+    assert!(store.write_batch(&batch, &[]).await.is_err());
+    assert_eq!(store.list_events("s1", None, 0, 10).await.unwrap().len(), 1);
+    // A batch too big for one statement goes in a transaction, equally whole.
+    let mut big: Vec<_> = (2..=201).map(|seq| delta(&turn, seq, "x")).collect();
+    big.push(delta(&turn, 150, "dup"));
+    assert!(store.write_batch(&big, &[]).await.is_err());
+    assert_eq!(
+        store.list_events("s1", None, 0, 1000).await.unwrap().len(),
+        1
+    );
+    big.pop();
+    store.write_batch(&big, &[]).await.unwrap();
+    assert_eq!(
+        store.list_events("s1", None, 0, 1000).await.unwrap().len(),
+        201
+    );
+}
+
 async fn events_and_messages_page_in_order(backend: Backend) {
     let (_db, store) = store(backend).await;
     let mut next_seq = 1;
@@ -417,6 +445,7 @@ on_both_backends!(
     an_idempotency_key_names_its_turn,
     a_finish_commits_messages_decision_and_terminal_event_together,
     a_failed_batch_writes_nothing,
+    a_failed_batch_of_events_alone_writes_nothing,
     events_and_messages_page_in_order,
     stored_events_are_byte_for_byte_what_was_written,
     heartbeat_reports_requested_cancellations,
