@@ -168,7 +168,6 @@ macro_rules! impl_store {
                     return Ok(Vec::new());
                 }
                 let mut tx = self.begin_write().await?;
-                insert_events(&mut *tx, events.iter().map(|e| &**e)).await?;
                 let mut applied = Vec::with_capacity(finishes.len());
                 for finish in finishes {
                     let updated = sqlx::query(
@@ -229,8 +228,15 @@ macro_rules! impl_store {
                     .bind(finish.terminal.seq)
                     .execute(&mut *tx)
                     .await?;
-                    insert_events(&mut *tx, std::iter::once(&*finish.terminal)).await?;
                 }
+                // The events and the terminal events of the finishes that
+                // applied, in as few statements as their number allows.
+                let terminals = finishes
+                    .iter()
+                    .zip(&applied)
+                    .filter(|(_, applied)| **applied)
+                    .map(|(finish, _)| &*finish.terminal);
+                insert_events(&mut *tx, events.iter().map(|e| &**e).chain(terminals)).await?;
                 tx.commit().await?;
                 Ok(applied)
             }
