@@ -44,3 +44,4 @@ impl PostgresStore {
 }
 
 super::sql::impl_store!(PostgresStore, Postgres, "postgres");
+super::sql::impl_sql_writes!(PostgresStore, Postgres);

@@ -83,74 +83,7 @@ macro_rules! impl_store {
                 &self,
                 turn: &$crate::store::NewTurn,
             ) -> Result<$crate::store::BeganTurn, $crate::store::BeginTurnError> {
-                use $crate::store::{BeginTurnError, StoreError};
-                // No pre-check for a running turn or a used idempotency key:
-                // the unique indexes refuse the insert, and only then do we
-                // look for the conflict. The common path is four statements.
-                let mut tx = self.begin_write().await.map_err(StoreError::from)?;
-                // No turn of the session runs (else the insert below fails),
-                // so `last_seq` is its newest event: the turn starts after it.
-                let (turn_count, session_cost, seq): (i64, Option<f64>, i64) = sqlx::query_as(
-                    "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq) \
-                     VALUES ($1, $2, $2, 1, 1) \
-                     ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
-                     turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
-                     RETURNING turn_count, cost_usd, last_seq",
-                )
-                .bind(&turn.session_id)
-                .bind(turn.created_at)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(StoreError::from)?;
-                let inserted = sqlx::query(
-                    "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
-                     owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
-                     VALUES ($1, $2, 'running', $3, $4, $5, $6, $7, $8, $7)",
-                )
-                .bind(turn.id.to_string())
-                .bind(&turn.session_id)
-                .bind(&turn.request)
-                .bind(&turn.idempotency_key)
-                .bind(&turn.owner_instance)
-                .bind(&turn.owner_process)
-                .bind(turn.created_at)
-                .bind(seq)
-                .execute(&mut *tx)
-                .await;
-                match inserted {
-                    Ok(_) => {}
-                    // A running turn or a used idempotency key: say which.
-                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                        drop(tx);
-                        let mut conn = self.writer().acquire().await.map_err(StoreError::from)?;
-                        return Err(find_begin_conflict(&mut *conn, turn).await?.unwrap_or_else(
-                            || {
-                                BeginTurnError::Store(StoreError::Corrupt(
-                                    "unique violation without a conflicting turn".into(),
-                                ))
-                            },
-                        ));
-                    }
-                    Err(e) => return Err(StoreError::from(e).into()),
-                }
-                sqlx::query(
-                    "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
-                     VALUES ($1, $2, $3, 'turn.started', $4, $5)",
-                )
-                .bind(&turn.session_id)
-                .bind(seq)
-                .bind(turn.id.to_string())
-                .bind(&turn.started_payload)
-                .bind(turn.created_at)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::from)?;
-                tx.commit().await.map_err(StoreError::from)?;
-                Ok($crate::store::BeganTurn {
-                    first_seq: seq,
-                    turn_number: u64::try_from(turn_count).unwrap_or(1),
-                    session_cost_before: session_cost,
-                })
+                self.write_begin_turn(turn).await
             }
 
             async fn write_batch(
@@ -158,87 +91,7 @@ macro_rules! impl_store {
                 events: &[std::sync::Arc<$crate::events::StoredEvent>],
                 finishes: &[&$crate::store::TurnFinish],
             ) -> Result<Vec<bool>, $crate::store::StoreError> {
-                if finishes.is_empty() && $crate::store::sql::insert_rows(events.len()) == events.len() {
-                    // One statement is its own transaction: no BEGIN and
-                    // COMMIT round trips for the common batch of deltas.
-                    if !events.is_empty() {
-                        let mut conn = self.writer().acquire().await?;
-                        insert_events(&mut *conn, events.iter().map(|e| &**e)).await?;
-                    }
-                    return Ok(Vec::new());
-                }
-                let mut tx = self.begin_write().await?;
-                let mut applied = Vec::with_capacity(finishes.len());
-                for finish in finishes {
-                    let updated = sqlx::query(
-                        "UPDATE turns SET status = $1, result = $2, error_code = $3, \
-                         error_message = $4, finished_at = $5, cost_usd = $7 \
-                         WHERE id = $6 AND status = 'running'",
-                    )
-                    .bind(finish.status.as_str())
-                    .bind(&finish.result)
-                    .bind(&finish.error_code)
-                    .bind(&finish.error_message)
-                    .bind(finish.terminal.created_at)
-                    .bind(finish.turn_id.to_string())
-                    .bind(finish.cost_usd)
-                    .execute(&mut *tx)
-                    .await?;
-                    if updated.rows_affected() != 1 {
-                        applied.push(false);
-                        continue;
-                    }
-                    applied.push(true);
-                    let turn_id = finish.turn_id.to_string();
-                    if !finish.messages.is_empty() {
-                        let mut qb = sqlx::QueryBuilder::<$db>::new(
-                            "INSERT INTO messages (session_id, turn_id, role, content, created_at) ",
-                        );
-                        qb.push_values(&finish.messages, |mut row, message| {
-                            row.push_bind(finish.session_id.clone())
-                                .push_bind(turn_id.clone())
-                                .push_bind(message.role.clone())
-                                .push_bind(message.content.clone())
-                                .push_bind(finish.terminal.created_at);
-                        });
-                        qb.build().execute(&mut *tx).await?;
-                    }
-                    if let Some(decision) = &finish.decision {
-                        sqlx::query(
-                            "INSERT INTO decisions (id, session_id, turn_id, decision_key, \
-                             strategy, record, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                        )
-                        .bind(decision.id.to_string())
-                        .bind(&finish.session_id)
-                        .bind(&turn_id)
-                        .bind(&decision.decision_key)
-                        .bind(&decision.strategy)
-                        .bind(&decision.record)
-                        .bind(finish.terminal.created_at)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    sqlx::query(
-                        "UPDATE sessions SET updated_at = $1, last_seq = $4, \
-                         cost_usd = COALESCE(cost_usd + $3, cost_usd, $3) WHERE id = $2",
-                    )
-                    .bind(finish.terminal.created_at)
-                    .bind(&finish.session_id)
-                    .bind(finish.cost_usd)
-                    .bind(finish.terminal.seq)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                // The events and the terminal events of the finishes that
-                // applied, in as few statements as their number allows.
-                let terminals = finishes
-                    .iter()
-                    .zip(&applied)
-                    .filter(|(_, applied)| **applied)
-                    .map(|(finish, _)| &*finish.terminal);
-                insert_events(&mut *tx, events.iter().map(|e| &**e).chain(terminals)).await?;
-                tx.commit().await?;
-                Ok(applied)
+                self.write_batch_of(events, finishes).await
             }
 
             async fn get_turn(
@@ -410,22 +263,7 @@ macro_rules! impl_store {
                 &self,
                 artifact: &$crate::store::NewArtifact,
             ) -> Result<(), $crate::store::StoreError> {
-                let mut tx = self.begin_write().await?;
-                sqlx::query(
-                    "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(&artifact.id)
-                .bind(&artifact.session_id)
-                .bind(&artifact.turn_id)
-                .bind(&artifact.call_id)
-                .bind(&artifact.tool)
-                .bind(&artifact.content)
-                .bind(artifact.created_at)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(())
+                self.write_artifact(artifact).await
             }
 
             async fn get_artifact(
@@ -447,6 +285,224 @@ macro_rules! impl_store {
                 &self,
                 turn_id: uuid::Uuid,
             ) -> Result<bool, $crate::store::StoreError> {
+                self.write_cancel_request(turn_id).await
+            }
+
+            async fn heartbeat(
+                &self,
+                turn_ids: &[uuid::Uuid],
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Vec<uuid::Uuid>, $crate::store::StoreError> {
+                self.write_heartbeat(turn_ids, now).await
+            }
+
+            async fn interrupt_orphans(
+                &self,
+                scope: &$crate::store::OrphanScope,
+                reason: &str,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Vec<$crate::events::StoredEvent>, $crate::store::StoreError> {
+                self.write_orphan_interrupts(scope, reason, now).await
+            }
+        }
+
+    };
+}
+
+pub(super) use impl_store;
+
+/// The write half of the store in the shared SQL, for a backend whose
+/// writes go through sqlx (Postgres). SQLite has its own (see
+/// [`super::sqlite`]): there, one transaction is one hand-off to a writer
+/// thread instead of one per statement.
+macro_rules! impl_sql_writes {
+    ($store:ty, $db:ty) => {
+        impl $store {
+            pub(super) async fn write_begin_turn(
+                &self,
+                turn: &$crate::store::NewTurn,
+            ) -> Result<$crate::store::BeganTurn, $crate::store::BeginTurnError> {
+                use $crate::store::{BeginTurnError, StoreError};
+                // No pre-check for a running turn or a used idempotency key:
+                // the unique indexes refuse the insert, and only then do we
+                // look for the conflict. The common path is four statements.
+                let mut tx = self.begin_write().await.map_err(StoreError::from)?;
+                // No turn of the session runs (else the insert below fails),
+                // so `last_seq` is its newest event: the turn starts after it.
+                let (turn_count, session_cost, seq): (i64, Option<f64>, i64) = sqlx::query_as(
+                    "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq) \
+                     VALUES ($1, $2, $2, 1, 1) \
+                     ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
+                     turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+                     RETURNING turn_count, cost_usd, last_seq",
+                )
+                .bind(&turn.session_id)
+                .bind(turn.created_at)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(StoreError::from)?;
+                let inserted = sqlx::query(
+                    "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
+                     owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
+                     VALUES ($1, $2, 'running', $3, $4, $5, $6, $7, $8, $7)",
+                )
+                .bind(turn.id.to_string())
+                .bind(&turn.session_id)
+                .bind(&turn.request)
+                .bind(&turn.idempotency_key)
+                .bind(&turn.owner_instance)
+                .bind(&turn.owner_process)
+                .bind(turn.created_at)
+                .bind(seq)
+                .execute(&mut *tx)
+                .await;
+                match inserted {
+                    Ok(_) => {}
+                    // A running turn or a used idempotency key: say which.
+                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                        drop(tx);
+                        let mut conn = self.writer().acquire().await.map_err(StoreError::from)?;
+                        return Err(find_begin_conflict(&mut *conn, turn).await?.unwrap_or_else(
+                            || {
+                                BeginTurnError::Store(StoreError::Corrupt(
+                                    "unique violation without a conflicting turn".into(),
+                                ))
+                            },
+                        ));
+                    }
+                    Err(e) => return Err(StoreError::from(e).into()),
+                }
+                sqlx::query(
+                    "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+                     VALUES ($1, $2, $3, 'turn.started', $4, $5)",
+                )
+                .bind(&turn.session_id)
+                .bind(seq)
+                .bind(turn.id.to_string())
+                .bind(&turn.started_payload)
+                .bind(turn.created_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::from)?;
+                tx.commit().await.map_err(StoreError::from)?;
+                Ok($crate::store::BeganTurn {
+                    first_seq: seq,
+                    turn_number: u64::try_from(turn_count).unwrap_or(1),
+                    session_cost_before: session_cost,
+                })
+            }
+            pub(super) async fn write_batch_of(
+                &self,
+                events: &[std::sync::Arc<$crate::events::StoredEvent>],
+                finishes: &[&$crate::store::TurnFinish],
+            ) -> Result<Vec<bool>, $crate::store::StoreError> {
+                if finishes.is_empty() && $crate::store::sql::insert_rows(events.len()) == events.len() {
+                    // One statement is its own transaction: no BEGIN and
+                    // COMMIT round trips for the common batch of deltas.
+                    if !events.is_empty() {
+                        let mut conn = self.writer().acquire().await?;
+                        insert_events(&mut *conn, events.iter().map(|e| &**e)).await?;
+                    }
+                    return Ok(Vec::new());
+                }
+                let mut tx = self.begin_write().await?;
+                let mut applied = Vec::with_capacity(finishes.len());
+                for finish in finishes {
+                    let updated = sqlx::query(
+                        "UPDATE turns SET status = $1, result = $2, error_code = $3, \
+                         error_message = $4, finished_at = $5, cost_usd = $7 \
+                         WHERE id = $6 AND status = 'running'",
+                    )
+                    .bind(finish.status.as_str())
+                    .bind(&finish.result)
+                    .bind(&finish.error_code)
+                    .bind(&finish.error_message)
+                    .bind(finish.terminal.created_at)
+                    .bind(finish.turn_id.to_string())
+                    .bind(finish.cost_usd)
+                    .execute(&mut *tx)
+                    .await?;
+                    if updated.rows_affected() != 1 {
+                        applied.push(false);
+                        continue;
+                    }
+                    applied.push(true);
+                    let turn_id = finish.turn_id.to_string();
+                    if !finish.messages.is_empty() {
+                        let mut qb = sqlx::QueryBuilder::<$db>::new(
+                            "INSERT INTO messages (session_id, turn_id, role, content, created_at) ",
+                        );
+                        qb.push_values(&finish.messages, |mut row, message| {
+                            row.push_bind(finish.session_id.clone())
+                                .push_bind(turn_id.clone())
+                                .push_bind(message.role.clone())
+                                .push_bind(message.content.clone())
+                                .push_bind(finish.terminal.created_at);
+                        });
+                        qb.build().execute(&mut *tx).await?;
+                    }
+                    if let Some(decision) = &finish.decision {
+                        sqlx::query(
+                            "INSERT INTO decisions (id, session_id, turn_id, decision_key, \
+                             strategy, record, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                        )
+                        .bind(decision.id.to_string())
+                        .bind(&finish.session_id)
+                        .bind(&turn_id)
+                        .bind(&decision.decision_key)
+                        .bind(&decision.strategy)
+                        .bind(&decision.record)
+                        .bind(finish.terminal.created_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    sqlx::query(
+                        "UPDATE sessions SET updated_at = $1, last_seq = $4, \
+                         cost_usd = COALESCE(cost_usd + $3, cost_usd, $3) WHERE id = $2",
+                    )
+                    .bind(finish.terminal.created_at)
+                    .bind(&finish.session_id)
+                    .bind(finish.cost_usd)
+                    .bind(finish.terminal.seq)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                // The events and the terminal events of the finishes that
+                // applied, in as few statements as their number allows.
+                let terminals = finishes
+                    .iter()
+                    .zip(&applied)
+                    .filter(|(_, applied)| **applied)
+                    .map(|(finish, _)| &*finish.terminal);
+                insert_events(&mut *tx, events.iter().map(|e| &**e).chain(terminals)).await?;
+                tx.commit().await?;
+                Ok(applied)
+            }
+            pub(super) async fn write_artifact(
+                &self,
+                artifact: &$crate::store::NewArtifact,
+            ) -> Result<(), $crate::store::StoreError> {
+                let mut tx = self.begin_write().await?;
+                sqlx::query(
+                    "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(&artifact.id)
+                .bind(&artifact.session_id)
+                .bind(&artifact.turn_id)
+                .bind(&artifact.call_id)
+                .bind(&artifact.tool)
+                .bind(&artifact.content)
+                .bind(artifact.created_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+            pub(super) async fn write_cancel_request(
+                &self,
+                turn_id: uuid::Uuid,
+            ) -> Result<bool, $crate::store::StoreError> {
                 let mut tx = self.begin_write().await?;
                 let done = sqlx::query(
                     "UPDATE turns SET cancel_requested = TRUE WHERE id = $1 AND status = 'running'",
@@ -457,8 +513,7 @@ macro_rules! impl_store {
                 tx.commit().await?;
                 Ok(done.rows_affected() == 1)
             }
-
-            async fn heartbeat(
+            pub(super) async fn write_heartbeat(
                 &self,
                 turn_ids: &[uuid::Uuid],
                 now: chrono::DateTime<chrono::Utc>,
@@ -487,8 +542,7 @@ macro_rules! impl_store {
                 tx.commit().await?;
                 Ok(cancelled)
             }
-
-            async fn interrupt_orphans(
+            pub(super) async fn write_orphan_interrupts(
                 &self,
                 scope: &$crate::store::OrphanScope,
                 reason: &str,
@@ -613,7 +667,7 @@ macro_rules! impl_store {
     };
 }
 
-pub(super) use impl_store;
+pub(super) use impl_sql_writes;
 
 #[cfg(test)]
 mod tests {

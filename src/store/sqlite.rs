@@ -79,3 +79,4 @@ impl SqliteStore {
 }
 
 super::sql::impl_store!(SqliteStore, Sqlite, "sqlite");
+super::sql::impl_sql_writes!(SqliteStore, Sqlite);
