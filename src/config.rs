@@ -451,6 +451,12 @@ impl Settings {
                 "must start with sqlite:, postgres:// or postgresql://",
             ));
         }
+        if self.database_url.starts_with("sqlite:") && self.database_url.contains(":memory:") {
+            return Err(invalid(
+                "DATABASE_URL",
+                "an in-memory SQLite database is not supported: the writer and the readers share one file",
+            ));
+        }
         if self.database_max_connections == 0 {
             return Err(invalid(
                 "HARNESS_DATABASE_MAX_CONNECTIONS",
@@ -694,6 +700,8 @@ mod tests {
         let err = load(&[("HARNESS_LISTEN", "not-an-address")]).unwrap_err();
         assert!(err.to_string().starts_with("HARNESS_LISTEN:"), "{err}");
         let err = load(&[("DATABASE_URL", "mysql://x")]).unwrap_err();
+        assert!(err.to_string().starts_with("DATABASE_URL:"), "{err}");
+        let err = load(&[("DATABASE_URL", "sqlite::memory:")]).unwrap_err();
         assert!(err.to_string().starts_with("DATABASE_URL:"), "{err}");
         let err = load(&[("HARNESS_MAX_STEPS", "0")]).unwrap_err();
         assert!(err.to_string().starts_with("HARNESS_MAX_STEPS:"), "{err}");

@@ -1,29 +1,43 @@
-//! The embedded SQLite backend: one file, WAL, one writer connection.
+//! The embedded SQLite backend: one file, WAL, one writer.
 //!
-//! Writes go through a pool of exactly one connection, so writers queue in
-//! the process instead of spinning on `SQLITE_BUSY`; each write transaction
-//! still starts with `BEGIN IMMEDIATE` so that a second process on the same
-//! file (a `migrate` run, an operator's shell) waits on the busy timeout
-//! instead of failing with `SQLITE_BUSY_SNAPSHOT`. Reads use a separate pool
-//! and see committed data through WAL without blocking the writer.
+//! Writes run on one thread that owns one connection ([`writer`]), so
+//! writers queue in the process instead of spinning on `SQLITE_BUSY`, and a
+//! whole transaction costs one hand-off to that thread. Each write
+//! transaction starts with `BEGIN IMMEDIATE`, so that a second process on
+//! the same file (a `migrate` run, an operator's shell) waits on the busy
+//! timeout instead of failing with `SQLITE_BUSY_SNAPSHOT`. Reads use sqlx's
+//! pool and see committed data through WAL without blocking the writer; the
+//! migrations run on sqlx's own connection.
 
-use std::{str::FromStr, time::Duration};
+use std::{str::FromStr, sync::Arc, time::Duration};
 
 use sqlx::{
-    Sqlite, Transaction,
+    Sqlite,
     migrate::Migrator,
     sqlite::{
         SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
     },
 };
 
-use super::StoreError;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{
+    BeganTurn, BeginTurnError, NewArtifact, NewTurn, OrphanScope, StoreError, TurnFinish,
+    records::{parse_uuid, rows::TurnRow},
+};
+use crate::events::StoredEvent;
+
+mod writer;
 
 /// SQLite implementation of [`super::Store`].
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SqliteStore {
+    /// sqlx's connection for migrations.
     writer: SqlitePool,
     reader: SqlitePool,
+    /// Every other write.
+    writes: writer::Writer,
 }
 
 impl SqliteStore {
@@ -44,7 +58,7 @@ impl SqliteStore {
             // copy each, and keep the hot indexes in a larger page cache.
             .pragma("mmap_size", "268435456")
             .pragma("cache_size", "-32768");
-        let path = options.get_filename();
+        let path = options.get_filename().to_path_buf();
         if let Some(parent) = path.parent()
             && !parent.as_os_str().is_empty()
         {
@@ -62,7 +76,12 @@ impl SqliteStore {
             .max_connections(max_connections.max(1))
             .connect_with(options.read_only(true))
             .await?;
-        Ok(Self { writer, reader })
+        let writes = writer::Writer::open(&path)?;
+        Ok(Self {
+            writer,
+            reader,
+            writes,
+        })
     }
 
     fn writer(&self) -> &SqlitePool {
@@ -72,11 +91,87 @@ impl SqliteStore {
     fn reader(&self) -> &SqlitePool {
         &self.reader
     }
-
-    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
-        self.writer.begin_with("BEGIN IMMEDIATE").await
-    }
 }
 
 super::sql::impl_store!(SqliteStore, Sqlite, "sqlite");
-super::sql::impl_sql_writes!(SqliteStore, Sqlite);
+
+/// The write half: each operation is one job on the writer thread.
+impl SqliteStore {
+    async fn write_begin_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
+        match self.writes.begin_turn(turn.clone()).await? {
+            Some(began) => Ok(began),
+            None => Err(self.begin_conflict(turn).await?),
+        }
+    }
+
+    /// Why a unique index refused `turn`: a used idempotency key first.
+    async fn begin_conflict(&self, turn: &NewTurn) -> Result<BeginTurnError, StoreError> {
+        if let Some(key) = &turn.idempotency_key {
+            let sql = concat!(
+                "SELECT ",
+                super::sql::turn_columns!(),
+                " FROM turns WHERE session_id = $1 AND idempotency_key = $2"
+            );
+            let existing = sqlx::query_as::<_, TurnRow>(sql)
+                .bind(&turn.session_id)
+                .bind(key)
+                .fetch_optional(&self.reader)
+                .await?;
+            if let Some(row) = existing {
+                return Ok(BeginTurnError::IdempotencyKeyExists(Box::new(
+                    row.try_into()?,
+                )));
+            }
+        }
+        let running: Option<String> =
+            sqlx::query_scalar("SELECT id FROM turns WHERE session_id = $1 AND status = 'running'")
+                .bind(&turn.session_id)
+                .fetch_optional(&self.reader)
+                .await?;
+        match running {
+            Some(id) => Ok(BeginTurnError::AlreadyRunning(parse_uuid(&id)?)),
+            None => Err(StoreError::Corrupt(
+                "a unique index refused a turn without a conflicting turn".into(),
+            )),
+        }
+    }
+
+    async fn write_batch_of(
+        &self,
+        events: &[Arc<StoredEvent>],
+        finishes: &[&TurnFinish],
+    ) -> Result<Vec<bool>, StoreError> {
+        let finishes = finishes.iter().map(|f| (*f).clone()).collect();
+        self.writes.write_batch(events.to_vec(), finishes).await
+    }
+
+    async fn write_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError> {
+        self.writes.put_artifact(artifact.clone()).await
+    }
+
+    async fn write_cancel_request(&self, turn_id: Uuid) -> Result<bool, StoreError> {
+        self.writes.request_cancel(turn_id).await
+    }
+
+    async fn write_heartbeat(
+        &self,
+        turn_ids: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        if turn_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.writes.heartbeat(turn_ids.to_vec(), now).await
+    }
+
+    async fn write_orphan_interrupts(
+        &self,
+        scope: &OrphanScope,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.writes
+            .interrupt_orphans(scope.clone(), reason.to_owned(), now)
+            .await
+    }
+}

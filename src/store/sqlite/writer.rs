@@ -1,0 +1,370 @@
+//! The SQLite write path: one thread owns one connection, and a whole
+//! transaction is one job sent to it.
+//!
+//! sqlx's SQLite driver also runs each connection on a thread of its own,
+//! but hands every statement across (`BEGIN` and `COMMIT` included): a turn
+//! took about 16 thread hand-offs, which was most of its cost (see
+//! BENCHMARKS.md). Here a turn's start, a batch of events and a turn's end
+//! are one hand-off each. Reads stay on sqlx's pool; WAL lets them run
+//! beside the writer.
+
+use std::{path::Path, sync::Arc, time::Duration};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::{
+    events::{StoredEvent, TurnEvent},
+    store::{BeganTurn, NewArtifact, NewTurn, OrphanScope, StoreError, TurnFinish},
+};
+
+/// Jobs that may wait for the writer thread.
+const QUEUE: usize = 1024;
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Handle to the writer thread; the thread ends when the handle is dropped.
+#[derive(Debug)]
+pub(super) struct Writer {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Unavailable(format!("sqlite: {e}"))
+    }
+}
+
+/// Timestamps as sqlx's SQLite driver writes them, so both sides compare.
+fn ts(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::AutoSi, false)
+}
+
+fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == ErrorCode::ConstraintViolation)
+}
+
+impl Writer {
+    /// Opens `path` (which the migrations already created) for writing.
+    pub(super) fn open(path: &Path) -> Result<Self, StoreError> {
+        let connection = Connection::open(path)?;
+        connection.busy_timeout(Duration::from_secs(5))?;
+        connection.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+             PRAGMA mmap_size = 268435456; PRAGMA cache_size = -32768;",
+        )?;
+        let (jobs, mut queue) = mpsc::channel::<Job>(QUEUE);
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || {
+                let mut connection = connection;
+                while let Some(job) = queue.blocking_recv() {
+                    job(&mut connection);
+                }
+            })
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the SQLite writer: {e}")))?;
+        Ok(Self { jobs })
+    }
+
+    /// Runs `job` on the writer thread.
+    async fn run<T, F>(&self, job: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let stopped = || StoreError::Unavailable("the SQLite writer stopped".into());
+        let (done, result) = oneshot::channel();
+        self.jobs
+            .send(Box::new(move |connection| {
+                let _ = done.send(job(connection));
+            }))
+            .await
+            .map_err(|_| stopped())?;
+        result.await.map_err(|_| stopped())?
+    }
+
+    /// Begins a turn; `Ok(None)`: a unique index refused it (the caller
+    /// finds out why).
+    pub(super) async fn begin_turn(&self, turn: NewTurn) -> Result<Option<BeganTurn>, StoreError> {
+        self.run(move |connection| {
+            let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let created = ts(turn.created_at);
+            let (turn_count, session_cost, seq): (i64, Option<f64>, i64) = tx
+                .prepare_cached(
+                    "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq) \
+                     VALUES (?1, ?2, ?2, 1, 1) \
+                     ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
+                     turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+                     RETURNING turn_count, cost_usd, last_seq",
+                )?
+                .query_row(params![turn.session_id, created], |row| {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                })?;
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
+                     owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
+                     VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8, ?7)",
+                )?
+                .execute(params![
+                    turn.id.to_string(),
+                    turn.session_id,
+                    turn.request,
+                    turn.idempotency_key,
+                    turn.owner_instance,
+                    turn.owner_process,
+                    created,
+                    seq
+                ]);
+            match inserted {
+                Ok(_) => {}
+                Err(e) if is_unique_violation(&e) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+            tx.prepare_cached(
+                "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+                 VALUES (?1, ?2, ?3, 'turn.started', ?4, ?5)",
+            )?
+            .execute(params![
+                turn.session_id,
+                seq,
+                turn.id.to_string(),
+                turn.started_payload,
+                created
+            ])?;
+            tx.commit()?;
+            Ok(Some(BeganTurn {
+                first_seq: seq,
+                turn_number: u64::try_from(turn_count).unwrap_or(1),
+                session_cost_before: session_cost,
+            }))
+        })
+        .await
+    }
+
+    /// Events and turn ends in one transaction; see [`crate::store::Store::write_batch`].
+    pub(super) async fn write_batch(
+        &self,
+        events: Vec<Arc<StoredEvent>>,
+        finishes: Vec<TurnFinish>,
+    ) -> Result<Vec<bool>, StoreError> {
+        self.run(move |connection| {
+            let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut applied = Vec::with_capacity(finishes.len());
+            for finish in &finishes {
+                let at = ts(finish.terminal.created_at);
+                let turn_id = finish.turn_id.to_string();
+                let updated = tx
+                    .prepare_cached(
+                        "UPDATE turns SET status = ?1, result = ?2, error_code = ?3, \
+                         error_message = ?4, finished_at = ?5, cost_usd = ?7 \
+                         WHERE id = ?6 AND status = 'running'",
+                    )?
+                    .execute(params![
+                        finish.status.as_str(),
+                        finish.result,
+                        finish.error_code,
+                        finish.error_message,
+                        at,
+                        turn_id,
+                        finish.cost_usd
+                    ])?;
+                applied.push(updated == 1);
+                if updated != 1 {
+                    continue;
+                }
+                let mut message = tx.prepare_cached(
+                    "INSERT INTO messages (session_id, turn_id, role, content, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?;
+                for m in &finish.messages {
+                    message.execute(params![finish.session_id, turn_id, m.role, m.content, at])?;
+                }
+                if let Some(d) = &finish.decision {
+                    tx.prepare_cached(
+                        "INSERT INTO decisions (id, session_id, turn_id, decision_key, strategy, \
+                         record, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )?
+                    .execute(params![
+                        d.id.to_string(),
+                        finish.session_id,
+                        turn_id,
+                        d.decision_key,
+                        d.strategy,
+                        d.record,
+                        at
+                    ])?;
+                }
+                tx.prepare_cached(
+                    "UPDATE sessions SET updated_at = ?1, last_seq = ?4, \
+                     cost_usd = COALESCE(cost_usd + ?3, cost_usd, ?3) WHERE id = ?2",
+                )?
+                .execute(params![
+                    at,
+                    finish.session_id,
+                    finish.cost_usd,
+                    finish.terminal.seq
+                ])?;
+            }
+            let terminals = finishes
+                .iter()
+                .zip(&applied)
+                .filter(|(_, applied)| **applied)
+                .map(|(finish, _)| &*finish.terminal);
+            insert_events(&tx, events.iter().map(|e| &**e).chain(terminals))?;
+            tx.commit()?;
+            Ok(applied)
+        })
+        .await
+    }
+
+    pub(super) async fn put_artifact(&self, artifact: NewArtifact) -> Result<(), StoreError> {
+        self.run(move |connection| {
+            connection
+                .prepare_cached(
+                    "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, \
+                     created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )?
+                .execute(params![
+                    artifact.id,
+                    artifact.session_id,
+                    artifact.turn_id,
+                    artifact.call_id,
+                    artifact.tool,
+                    artifact.content,
+                    ts(artifact.created_at)
+                ])?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn request_cancel(&self, turn_id: Uuid) -> Result<bool, StoreError> {
+        self.run(move |connection| {
+            let updated = connection
+                .prepare_cached(
+                    "UPDATE turns SET cancel_requested = 1 WHERE id = ?1 AND status = 'running'",
+                )?
+                .execute(params![turn_id.to_string()])?;
+            Ok(updated == 1)
+        })
+        .await
+    }
+
+    pub(super) async fn heartbeat(
+        &self,
+        turn_ids: Vec<Uuid>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        self.run(move |connection| {
+            let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut cancelled = Vec::new();
+            {
+                let mut beat = tx.prepare_cached(
+                    "UPDATE turns SET heartbeat_at = ?1 WHERE id = ?2 AND status = 'running' \
+                     RETURNING cancel_requested",
+                )?;
+                let at = ts(now);
+                for id in turn_ids {
+                    let mut rows = beat.query(params![at, id.to_string()])?;
+                    if let Some(row) = rows.next()?
+                        && row.get::<_, bool>(0)?
+                    {
+                        cancelled.push(id);
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(cancelled)
+        })
+        .await
+    }
+
+    pub(super) async fn interrupt_orphans(
+        &self,
+        scope: OrphanScope,
+        reason: String,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.run(move |connection| {
+            let candidates: Vec<(String, String)> = connection
+                .prepare_cached(
+                    "SELECT id, session_id FROM turns WHERE status = 'running' \
+                     AND ((owner_instance = ?1 AND owner_process <> ?2) OR heartbeat_at < ?3) \
+                     ORDER BY created_at LIMIT ?4",
+                )?
+                .query_map(
+                    params![
+                        scope.instance,
+                        scope.process,
+                        ts(scope.stale_before),
+                        super::super::sql::ORPHANS_PER_SWEEP
+                    ],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )?
+                .collect::<Result<_, _>>()?;
+            let event = TurnEvent::TurnInterrupted {
+                reason: reason.clone(),
+            };
+            let at = ts(now);
+            let mut interrupted = Vec::with_capacity(candidates.len());
+            for (turn_id, session_id) in candidates {
+                let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let updated = tx
+                    .prepare_cached(
+                        "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
+                         error_message = ?1, finished_at = ?2 WHERE id = ?3 AND status = 'running'",
+                    )?
+                    .execute(params![reason, at, turn_id])?;
+                if updated != 1 {
+                    continue;
+                }
+                let seq: i64 = tx
+                    .prepare_cached(
+                        "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?1",
+                    )?
+                    .query_row(params![session_id], |row| row.get(0))?;
+                let stored = StoredEvent::new(
+                    &session_id,
+                    super::super::records::parse_uuid(&turn_id)?,
+                    seq,
+                    &event,
+                    now,
+                )
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                insert_events(&tx, std::iter::once(&stored))?;
+                tx.prepare_cached("UPDATE sessions SET last_seq = ?1 WHERE id = ?2")?
+                    .execute(params![seq, session_id])?;
+                tx.commit()?;
+                interrupted.push(stored);
+            }
+            Ok(interrupted)
+        })
+        .await
+    }
+}
+
+/// Inserts events one row at a time: on this thread a statement costs a
+/// few microseconds, not a hand-off.
+fn insert_events<'e>(
+    tx: &rusqlite::Transaction<'_>,
+    events: impl Iterator<Item = &'e StoredEvent>,
+) -> Result<(), StoreError> {
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for e in events {
+        insert.execute(params![
+            e.session_id,
+            e.seq,
+            e.turn_id.to_string(),
+            e.event_type,
+            e.payload,
+            ts(e.created_at)
+        ])?;
+    }
+    Ok(())
+}
