@@ -34,6 +34,9 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// A unique index refused a write (SQLite's writer reports it so).
+    #[error("a unique index refused the write")]
+    Conflict,
     #[error("stored data is not valid: {0}")]
     Corrupt(String),
 }

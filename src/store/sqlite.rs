@@ -98,9 +98,10 @@ super::sql::impl_store!(SqliteStore, Sqlite, "sqlite");
 /// The write half: each operation is one job on the writer thread.
 impl SqliteStore {
     async fn write_begin_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
-        match self.writes.begin_turn(turn.clone()).await? {
-            Some(began) => Ok(began),
-            None => Err(self.begin_conflict(turn).await?),
+        match self.writes.begin_turn(turn.clone()).await {
+            Ok(began) => Ok(began),
+            Err(StoreError::Conflict) => Err(self.begin_conflict(turn).await?),
+            Err(e) => Err(e.into()),
         }
     }
 

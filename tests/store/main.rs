@@ -286,6 +286,57 @@ async fn a_failed_batch_of_events_alone_writes_nothing(backend: Backend) {
     );
 }
 
+async fn concurrent_writes_fail_alone(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let mut turns = Vec::new();
+    for i in 0..10 {
+        let turn = new_turn(&format!("c{i}"), None);
+        store.begin_turn(&turn).await.unwrap();
+        turns.push(turn);
+    }
+    // Ten batches at once (they may share a transaction); the fifth reuses
+    // a taken seq.
+    let writes: Vec<_> = turns
+        .iter()
+        .enumerate()
+        .map(|(i, turn)| {
+            let store = store.clone();
+            let seq = if i == 4 { 1 } else { 2 };
+            let batch = vec![delta(turn, seq, "x")];
+            let finish = completed(turn, 3, "done");
+            tokio::spawn(async move { store.write_batch(&batch, &[&finish]).await })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for write in writes {
+        outcomes.push(write.await.unwrap().is_ok());
+    }
+    assert_eq!(outcomes.iter().filter(|ok| !**ok).count(), 1);
+    assert!(!outcomes[4]);
+    for (i, turn) in turns.iter().enumerate() {
+        let record = store
+            .get_turn(&turn.session_id, turn.id)
+            .await
+            .unwrap()
+            .unwrap();
+        let events = store
+            .list_events(&turn.session_id, None, 0, 10)
+            .await
+            .unwrap();
+        if i == 4 {
+            assert_eq!(
+                record.status,
+                TurnStatus::Running,
+                "the failed write left nothing"
+            );
+            assert_eq!(events.len(), 1);
+        } else {
+            assert_eq!(record.status, TurnStatus::Completed);
+            assert_eq!(events.len(), 3);
+        }
+    }
+}
+
 async fn events_and_messages_page_in_order(backend: Backend) {
     let (_db, store) = store(backend).await;
     let mut next_seq = 1;
@@ -446,6 +497,7 @@ on_both_backends!(
     a_finish_commits_messages_decision_and_terminal_event_together,
     a_failed_batch_writes_nothing,
     a_failed_batch_of_events_alone_writes_nothing,
+    concurrent_writes_fail_alone,
     events_and_messages_page_in_order,
     stored_events_are_byte_for_byte_what_was_written,
     heartbeat_reports_requested_cancellations,

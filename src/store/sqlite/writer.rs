@@ -1,12 +1,14 @@
-//! The SQLite write path: one thread owns one connection, and a whole
-//! transaction is one job sent to it.
+//! The SQLite write path: one thread owns one connection; a write (a turn's
+//! start, a batch of events, a turn's end) is one job sent to it.
 //!
 //! sqlx's SQLite driver also runs each connection on a thread of its own,
 //! but hands every statement across (`BEGIN` and `COMMIT` included): a turn
 //! took about 16 thread hand-offs, which was most of its cost (see
-//! BENCHMARKS.md). Here a turn's start, a batch of events and a turn's end
-//! are one hand-off each. Reads stay on sqlx's pool; WAL lets them run
-//! beside the writer.
+//! BENCHMARKS.md). Here each write is one hand-off, and the jobs waiting
+//! when the thread comes round share one transaction (group commit), each
+//! in a savepoint of its own: a job that fails is rolled back alone, and no
+//! job hears "done" before the shared commit succeeded. Reads stay on
+//! sqlx's pool; WAL lets them run beside the writer.
 
 use std::{path::Path, sync::Arc, time::Duration};
 
@@ -23,12 +25,71 @@ use crate::{
 /// Jobs that may wait for the writer thread.
 const QUEUE: usize = 1024;
 
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+/// Most jobs in one shared transaction.
+const GROUP_MAX: usize = 256;
+
+/// A write, run inside the group's transaction.
+trait Job: Send {
+    /// Runs the write; false when it failed (its savepoint is rolled back).
+    fn run(&mut self, connection: &Connection) -> bool;
+    /// Hands over the outcome once the group's commit is known.
+    fn report(self: Box<Self>, commit: &Result<(), String>);
+}
+
+struct Typed<T, F> {
+    work: Option<F>,
+    outcome: Option<Result<T, StoreError>>,
+    reply: Option<oneshot::Sender<Result<T, StoreError>>>,
+}
+
+impl<T, F> Job for Typed<T, F>
+where
+    T: Send,
+    F: FnOnce(&Connection) -> Result<T, StoreError> + Send,
+{
+    fn run(&mut self, connection: &Connection) -> bool {
+        let outcome = match self.work.take() {
+            Some(work) => work(connection),
+            None => Err(StoreError::Unavailable("a write ran twice".into())),
+        };
+        let ok = outcome.is_ok();
+        self.outcome = Some(outcome);
+        ok
+    }
+
+    fn report(mut self: Box<Self>, commit: &Result<(), String>) {
+        let outcome = match (self.outcome.take(), commit) {
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(value)), Ok(())) => Ok(value),
+            (Some(Ok(_)), Err(e)) => Err(StoreError::Unavailable(format!("sqlite commit: {e}"))),
+            (None, Err(e)) => Err(StoreError::Unavailable(format!("sqlite: {e}"))),
+            (None, Ok(())) => Err(StoreError::Unavailable("a write did not run".into())),
+        };
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(outcome);
+        }
+    }
+}
+
+/// Runs `group` in one transaction, each job in its own savepoint.
+fn run_group(connection: &mut Connection, group: &mut [Box<dyn Job>]) -> Result<(), String> {
+    let mut tx = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| e.to_string())?;
+    for job in group.iter_mut() {
+        let savepoint = tx.savepoint().map_err(|e| e.to_string())?;
+        if job.run(&savepoint) {
+            savepoint.commit().map_err(|e| e.to_string())?;
+        }
+        // A failed job's savepoint rolls back when dropped.
+    }
+    tx.commit().map_err(|e| e.to_string())
+}
 
 /// Handle to the writer thread; the thread ends when the handle is dropped.
 #[derive(Debug)]
 pub(super) struct Writer {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Box<dyn Job>>,
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -55,41 +116,54 @@ impl Writer {
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
              PRAGMA mmap_size = 268435456; PRAGMA cache_size = -32768;",
         )?;
-        let (jobs, mut queue) = mpsc::channel::<Job>(QUEUE);
+        let (jobs, mut queue) = mpsc::channel::<Box<dyn Job>>(QUEUE);
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || {
                 let mut connection = connection;
-                while let Some(job) = queue.blocking_recv() {
-                    job(&mut connection);
+                let mut group: Vec<Box<dyn Job>> = Vec::with_capacity(GROUP_MAX);
+                while let Some(first) = queue.blocking_recv() {
+                    group.push(first);
+                    while group.len() < GROUP_MAX {
+                        match queue.try_recv() {
+                            Ok(job) => group.push(job),
+                            Err(_) => break,
+                        }
+                    }
+                    let commit = run_group(&mut connection, &mut group);
+                    for job in group.drain(..) {
+                        job.report(&commit);
+                    }
                 }
             })
             .map_err(|e| StoreError::Unavailable(format!("cannot start the SQLite writer: {e}")))?;
         Ok(Self { jobs })
     }
 
-    /// Runs `job` on the writer thread.
-    async fn run<T, F>(&self, job: F) -> Result<T, StoreError>
+    /// Runs `work` on the writer thread, in a transaction (shared with
+    /// the writes queued beside it); answers once that commits.
+    async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let stopped = || StoreError::Unavailable("the SQLite writer stopped".into());
-        let (done, result) = oneshot::channel();
+        let (reply, result) = oneshot::channel();
         self.jobs
-            .send(Box::new(move |connection| {
-                let _ = done.send(job(connection));
+            .send(Box::new(Typed {
+                work: Some(work),
+                outcome: None,
+                reply: Some(reply),
             }))
             .await
             .map_err(|_| stopped())?;
         result.await.map_err(|_| stopped())?
     }
 
-    /// Begins a turn; `Ok(None)`: a unique index refused it (the caller
-    /// finds out why).
-    pub(super) async fn begin_turn(&self, turn: NewTurn) -> Result<Option<BeganTurn>, StoreError> {
-        self.run(move |connection| {
-            let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    /// Begins a turn; [`StoreError::Conflict`]: a unique index refused it
+    /// (the caller finds out why) and nothing was written.
+    pub(super) async fn begin_turn(&self, turn: NewTurn) -> Result<BeganTurn, StoreError> {
+        self.run(move |tx| {
             let created = ts(turn.created_at);
             let (turn_count, session_cost, seq): (i64, Option<f64>, i64) = tx
                 .prepare_cached(
@@ -120,7 +194,8 @@ impl Writer {
                 ]);
             match inserted {
                 Ok(_) => {}
-                Err(e) if is_unique_violation(&e) => return Ok(None),
+                // Refused: roll the session update back with it.
+                Err(e) if is_unique_violation(&e) => return Err(StoreError::Conflict),
                 Err(e) => return Err(e.into()),
             }
             tx.prepare_cached(
@@ -134,12 +209,11 @@ impl Writer {
                 turn.started_payload,
                 created
             ])?;
-            tx.commit()?;
-            Ok(Some(BeganTurn {
+            Ok(BeganTurn {
                 first_seq: seq,
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
                 session_cost_before: session_cost,
-            }))
+            })
         })
         .await
     }
@@ -150,8 +224,7 @@ impl Writer {
         events: Vec<Arc<StoredEvent>>,
         finishes: Vec<TurnFinish>,
     ) -> Result<Vec<bool>, StoreError> {
-        self.run(move |connection| {
-            let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        self.run(move |tx| {
             let mut applied = Vec::with_capacity(finishes.len());
             for finish in &finishes {
                 let at = ts(finish.terminal.created_at);
@@ -213,8 +286,7 @@ impl Writer {
                 .zip(&applied)
                 .filter(|(_, applied)| **applied)
                 .map(|(finish, _)| &*finish.terminal);
-            insert_events(&tx, events.iter().map(|e| &**e).chain(terminals))?;
-            tx.commit()?;
+            insert_events(tx, events.iter().map(|e| &**e).chain(terminals))?;
             Ok(applied)
         })
         .await
@@ -258,8 +330,7 @@ impl Writer {
         turn_ids: Vec<Uuid>,
         now: DateTime<Utc>,
     ) -> Result<Vec<Uuid>, StoreError> {
-        self.run(move |connection| {
-            let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        self.run(move |tx| {
             let mut cancelled = Vec::new();
             {
                 let mut beat = tx.prepare_cached(
@@ -276,7 +347,6 @@ impl Writer {
                     }
                 }
             }
-            tx.commit()?;
             Ok(cancelled)
         })
         .await
@@ -310,8 +380,8 @@ impl Writer {
             };
             let at = ts(now);
             let mut interrupted = Vec::with_capacity(candidates.len());
+            let tx = connection;
             for (turn_id, session_id) in candidates {
-                let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let updated = tx
                     .prepare_cached(
                         "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
@@ -334,10 +404,9 @@ impl Writer {
                     now,
                 )
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                insert_events(&tx, std::iter::once(&stored))?;
+                insert_events(tx, std::iter::once(&stored))?;
                 tx.prepare_cached("UPDATE sessions SET last_seq = ?1 WHERE id = ?2")?
                     .execute(params![seq, session_id])?;
-                tx.commit()?;
                 interrupted.push(stored);
             }
             Ok(interrupted)
@@ -349,7 +418,7 @@ impl Writer {
 /// Inserts events one row at a time: on this thread a statement costs a
 /// few microseconds, not a hand-off.
 fn insert_events<'e>(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     events: impl Iterator<Item = &'e StoredEvent>,
 ) -> Result<(), StoreError> {
     let mut insert = tx.prepare_cached(
