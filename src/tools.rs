@@ -89,6 +89,8 @@ impl ToolSpec {
 pub struct ToolContext {
     pub session_id: String,
     pub turn_id: Uuid,
+    /// 1-based number of the turn in its session.
+    pub turn_number: u64,
     pub call_id: String,
     pub top_k: u32,
     pub web_mode: WebMode,

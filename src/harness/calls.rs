@@ -182,6 +182,7 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
     let ctx = ToolContext {
         session_id: env.request.session_id.clone(),
         turn_id: env.request.turn_id,
+        turn_number: env.request.turn_number,
         call_id: call.id.clone(),
         top_k: env.request.top_k,
         web_mode: env.request.web_mode,

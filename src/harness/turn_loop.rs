@@ -318,6 +318,7 @@ async fn load_context_pack(
     let ctx = ToolContext {
         session_id: request.session_id.clone(),
         turn_id: request.turn_id,
+        turn_number: request.turn_number,
         call_id: "stage1-context-pack".to_owned(),
         top_k: request.top_k,
         web_mode: request.web_mode,

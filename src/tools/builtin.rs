@@ -32,18 +32,23 @@ pub fn query_terms(query: &str) -> Vec<String> {
         .collect()
 }
 
-/// Stored messages matching `query`, best first (most terms, then newest).
+/// Stored messages of the session matching `query`, best first (most
+/// terms, then newest).
 async fn search(
     store: &dyn Store,
-    session_id: &str,
+    ctx: &ToolContext,
     query: &str,
     top_k: usize,
-    exclude_turn: Option<&str>,
 ) -> Result<Vec<(usize, MessageRecord)>, ToolError> {
     let terms = query_terms(query);
-    if terms.is_empty() {
+    // A session's first turn has nothing stored to search: its history is
+    // written when a turn completes.
+    if terms.is_empty() || ctx.turn_number <= 1 {
         return Ok(Vec::new());
     }
+    let session_id = ctx.session_id.as_str();
+    let turn = ctx.turn_id.to_string();
+    let exclude_turn = Some(turn.as_str());
     let candidates = store
         .search_messages(session_id, &terms, 200)
         .await
@@ -130,15 +135,7 @@ impl Tool for GetContextPack {
 
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         let (query, top_k) = parse_query(&arguments, &ctx)?;
-        let turn = ctx.turn_id.to_string();
-        let found = search(
-            self.store.as_ref(),
-            &ctx.session_id,
-            &query,
-            top_k,
-            Some(&turn),
-        )
-        .await?;
+        let found = search(self.store.as_ref(), &ctx, &query, top_k).await?;
         let facts: Vec<Value> = found
             .iter()
             .map(|(_, m)| json!({"anchor": anchor(m), "role": m.role, "text": snippet(&m.content, 600)}))
@@ -182,15 +179,7 @@ impl Tool for LocalSearch {
 
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         let (query, top_k) = parse_query(&arguments, &ctx)?;
-        let turn = ctx.turn_id.to_string();
-        let found = search(
-            self.store.as_ref(),
-            &ctx.session_id,
-            &query,
-            top_k,
-            Some(&turn),
-        )
-        .await?;
+        let found = search(self.store.as_ref(), &ctx, &query, top_k).await?;
         if found.is_empty() {
             return Ok(ToolOutput::text(format!("No results for {query:?}.")));
         }
