@@ -94,6 +94,9 @@ pub struct HarnessOptions {
     pub prompt_variables: Vec<String>,
     /// Keep message text out of decision records and telemetry.
     pub redact_logs: bool,
+    /// Record prompt and answer text on provider-call spans
+    /// (`gen_ai.input.messages`, `gen_ai.output.messages`); off by default.
+    pub capture_content: bool,
     /// Global switch for parallel waves (true).
     pub parallel_enabled: bool,
     pub run_context_metadata: serde_json::Map<String, serde_json::Value>,
@@ -127,6 +130,7 @@ impl Default for HarnessOptions {
             prompt_render_hash: None,
             prompt_variables: Vec::new(),
             redact_logs: false,
+            capture_content: false,
             parallel_enabled: true,
             run_context_metadata: serde_json::Map::new(),
             enable_tool_validation: true,

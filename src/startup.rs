@@ -117,6 +117,7 @@ pub fn build_harness(
         prompt_id: settings.prompt_id.clone(),
         prompt_version: settings.prompt_version.clone(),
         redact_logs: settings.redact_logs,
+        capture_content: settings.telemetry_capture_content && !settings.redact_logs,
         parallel_enabled: settings.parallel_tools,
         enable_tool_validation: settings.tool_validation,
         enable_semantic_selection: settings.semantic_tool_selection,

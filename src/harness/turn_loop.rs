@@ -141,8 +141,15 @@ pub(super) async fn run(
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
             gen_ai.response.finish_reasons = tracing::field::Empty,
+            gen_ai.input.messages = tracing::field::Empty,
+            gen_ai.output.messages = tracing::field::Empty,
             turn.step = step,
         );
+        // Prompt and answer text reach telemetry only when asked for.
+        if harness.options.capture_content {
+            let input = serde_json::to_string(&call.messages).unwrap_or_default();
+            span.record("gen_ai.input.messages", input.as_str());
+        }
         let cost = |usage: &Usage| {
             harness
                 .cost_tracker
@@ -160,6 +167,9 @@ pub(super) async fn run(
             }
             Err(e) => return Err(e),
         };
+        if harness.options.capture_content {
+            span.record("gen_ai.output.messages", output.text.as_str());
+        }
         span.record("gen_ai.usage.input_tokens", output.usage.input_tokens);
         span.record("gen_ai.usage.output_tokens", output.usage.output_tokens);
         state.add_tokens(&output.usage);

@@ -240,3 +240,66 @@ async fn without_streaming_no_deltas_are_emitted_but_the_text_is_whole() {
     assert_eq!(record["prompt_tags"], json!(["chat"]));
     assert_eq!(record["prompt_engine"], "minimal");
 }
+
+/// Collects the string fields recorded on spans.
+#[derive(Clone, Default)]
+struct Recorded(Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+struct Visitor(Recorded);
+
+impl tracing::field::Visit for Visitor {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        (self.0)
+            .0
+            .lock()
+            .unwrap()
+            .push((field.name().to_owned(), value.to_owned()));
+    }
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorded {
+    fn on_record(
+        &self,
+        _: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        values.record(&mut Visitor(self.clone()));
+    }
+}
+
+#[tokio::test]
+async fn prompt_text_reaches_spans_only_when_asked() {
+    use tracing_subscriber::layer::SubscriberExt;
+    for capture in [false, true] {
+        let recorded = Recorded::default();
+        let _guard =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(recorded.clone()));
+        let provider = scripted([text("secret answer")]);
+        let harness = builder(&provider, vec![])
+            .options(agent_harness::harness::HarnessOptions {
+                capture_content: capture,
+                ..options()
+            })
+            .build();
+        run(&harness, request("secret question")).await;
+        let fields = recorded.0.lock().unwrap().clone();
+        let input = fields
+            .iter()
+            .find(|(name, _)| name == "gen_ai.input.messages");
+        let output = fields
+            .iter()
+            .find(|(name, _)| name == "gen_ai.output.messages");
+        if capture {
+            assert!(
+                input.is_some_and(|(_, v)| v.contains("secret question")),
+                "{fields:?}"
+            );
+            assert_eq!(output.map(|(_, v)| v.as_str()), Some("secret answer"));
+        } else {
+            assert!(input.is_none() && output.is_none(), "{fields:?}");
+            assert!(!format!("{fields:?}").contains("secret"));
+        }
+    }
+}
