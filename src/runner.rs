@@ -55,7 +55,6 @@ pub struct TurnSpec {
 pub struct RunnerConfig {
     pub instance_id: String,
     pub history_max_messages: u32,
-    pub shutdown_grace: Duration,
     pub heartbeat_interval: Duration,
     pub stale_turn_after: Duration,
     /// How often a subscriber to a turn run elsewhere re-reads the log.

@@ -200,7 +200,6 @@ impl Application {
             RunnerConfig {
                 instance_id: settings.instance_id.clone(),
                 history_max_messages: settings.history_max_messages,
-                shutdown_grace: Duration::from_secs(settings.shutdown_grace_s),
                 heartbeat_interval: Duration::from_secs(settings.heartbeat_interval_s),
                 stale_turn_after: Duration::from_secs(settings.stale_turn_after_s),
                 poll_interval: Duration::from_millis(250),

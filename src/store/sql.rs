@@ -43,6 +43,47 @@ pub(super) const ORPHANS_PER_SWEEP: i64 = 100;
 
 macro_rules! impl_store {
     ($store:ty, $db:ty, $backend:literal) => {
+        impl $store {
+            /// Why a unique index refused `turn` (after its transaction
+            /// rolled back): a used idempotency key first, else the running
+            /// turn of its session.
+            async fn begin_conflict(
+                &self,
+                turn: &$crate::store::NewTurn,
+            ) -> Result<$crate::store::BeginTurnError, $crate::store::StoreError> {
+                use $crate::store::{BeginTurnError, StoreError, records::rows::TurnRow};
+                if let Some(key) = &turn.idempotency_key {
+                    let sql = concat!(
+                        "SELECT ",
+                        $crate::store::sql::turn_columns!(),
+                        " FROM turns WHERE session_id = $1 AND idempotency_key = $2"
+                    );
+                    let existing = sqlx::query_as::<_, TurnRow>(sql)
+                        .bind(&turn.session_id)
+                        .bind(key)
+                        .fetch_optional(self.reader())
+                        .await?;
+                    if let Some(row) = existing {
+                        return Ok(BeginTurnError::IdempotencyKeyExists(Box::new(row.try_into()?)));
+                    }
+                }
+                let running: Option<String> = sqlx::query_scalar(
+                    "SELECT id FROM turns WHERE session_id = $1 AND status = 'running'",
+                )
+                .bind(&turn.session_id)
+                .fetch_optional(self.reader())
+                .await?;
+                match running {
+                    Some(id) => Ok(BeginTurnError::AlreadyRunning(
+                        $crate::store::records::parse_uuid(&id)?,
+                    )),
+                    None => Err(StoreError::Corrupt(
+                        "a unique index refused a turn without a conflicting turn".into(),
+                    )),
+                }
+            }
+        }
+
         #[async_trait::async_trait]
         impl $crate::store::Store for $store {
             fn backend(&self) -> &'static str {
@@ -322,7 +363,7 @@ macro_rules! impl_sql_writes {
                 &self,
                 turn: &$crate::store::NewTurn,
             ) -> Result<$crate::store::BeganTurn, $crate::store::BeginTurnError> {
-                use $crate::store::{BeginTurnError, StoreError};
+                use $crate::store::StoreError;
                 // No pre-check for a running turn or a used idempotency key:
                 // the unique indexes refuse the insert, and only then do we
                 // look for the conflict. The common path is four statements.
@@ -361,14 +402,7 @@ macro_rules! impl_sql_writes {
                     // A running turn or a used idempotency key: say which.
                     Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                         drop(tx);
-                        let mut conn = self.writer().acquire().await.map_err(StoreError::from)?;
-                        return Err(find_begin_conflict(&mut *conn, turn).await?.unwrap_or_else(
-                            || {
-                                BeginTurnError::Store(StoreError::Corrupt(
-                                    "unique violation without a conflicting turn".into(),
-                                ))
-                            },
-                        ));
+                        return Err(self.begin_conflict(turn).await?);
                     }
                     Err(e) => return Err(StoreError::from(e).into()),
                 }
@@ -603,40 +637,6 @@ macro_rules! impl_sql_writes {
                 }
                 Ok(interrupted)
             }
-        }
-
-        /// The conflict that stops `turn` from beginning, if any: an
-        /// existing turn with its idempotency key, or a running turn.
-        async fn find_begin_conflict(
-            conn: &mut <$db as sqlx::Database>::Connection,
-            turn: &$crate::store::NewTurn,
-        ) -> Result<Option<$crate::store::BeginTurnError>, $crate::store::StoreError> {
-            use $crate::store::{BeginTurnError, records::rows::TurnRow};
-            if let Some(key) = &turn.idempotency_key {
-                let sql = concat!(
-                    "SELECT ",
-                    $crate::store::sql::turn_columns!(),
-                    " FROM turns WHERE session_id = $1 AND idempotency_key = $2"
-                );
-                let existing = sqlx::query_as::<_, TurnRow>(sql)
-                    .bind(&turn.session_id)
-                    .bind(key)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-                if let Some(row) = existing {
-                    return Ok(Some(BeginTurnError::IdempotencyKeyExists(Box::new(
-                        row.try_into()?,
-                    ))));
-                }
-            }
-            let running: Option<String> =
-                sqlx::query_scalar("SELECT id FROM turns WHERE session_id = $1 AND status = 'running'")
-                    .bind(&turn.session_id)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-            running
-                .map(|id| Ok(BeginTurnError::AlreadyRunning($crate::store::records::parse_uuid(&id)?)))
-                .transpose()
         }
 
         /// Inserts events with multi-row `INSERT`s.

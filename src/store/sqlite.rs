@@ -22,10 +22,7 @@ use sqlx::{
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{
-    BeganTurn, BeginTurnError, NewArtifact, NewTurn, OrphanScope, StoreError, TurnFinish,
-    records::{parse_uuid, rows::TurnRow},
-};
+use super::{BeganTurn, BeginTurnError, NewArtifact, NewTurn, OrphanScope, StoreError, TurnFinish};
 use crate::events::StoredEvent;
 
 mod writer;
@@ -102,38 +99,6 @@ impl SqliteStore {
             Ok(began) => Ok(began),
             Err(StoreError::Conflict) => Err(self.begin_conflict(turn).await?),
             Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Why a unique index refused `turn`: a used idempotency key first.
-    async fn begin_conflict(&self, turn: &NewTurn) -> Result<BeginTurnError, StoreError> {
-        if let Some(key) = &turn.idempotency_key {
-            let sql = concat!(
-                "SELECT ",
-                super::sql::turn_columns!(),
-                " FROM turns WHERE session_id = $1 AND idempotency_key = $2"
-            );
-            let existing = sqlx::query_as::<_, TurnRow>(sql)
-                .bind(&turn.session_id)
-                .bind(key)
-                .fetch_optional(&self.reader)
-                .await?;
-            if let Some(row) = existing {
-                return Ok(BeginTurnError::IdempotencyKeyExists(Box::new(
-                    row.try_into()?,
-                )));
-            }
-        }
-        let running: Option<String> =
-            sqlx::query_scalar("SELECT id FROM turns WHERE session_id = $1 AND status = 'running'")
-                .bind(&turn.session_id)
-                .fetch_optional(&self.reader)
-                .await?;
-        match running {
-            Some(id) => Ok(BeginTurnError::AlreadyRunning(parse_uuid(&id)?)),
-            None => Err(StoreError::Corrupt(
-                "a unique index refused a turn without a conflicting turn".into(),
-            )),
         }
     }
 
