@@ -14,7 +14,7 @@ pub mod pricing;
 pub mod scripted;
 mod sse;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -125,7 +125,8 @@ pub struct ToolDefinition {
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
-    pub tools: Vec<ToolDefinition>,
+    /// Shared with the tool registry (schemas are not copied per turn).
+    pub tools: Vec<Arc<ToolDefinition>>,
     /// The most this call may take, headers to last byte, retries included
     /// (the turn's remaining budget).
     pub timeout: Duration,

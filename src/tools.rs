@@ -191,6 +191,9 @@ impl PermissionMode {
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
+    /// What the model is shown of each tool (same order as `tools`), built
+    /// once: a turn shares these instead of copying every schema.
+    definitions: Vec<Arc<ToolDefinition>>,
     index: HashMap<String, usize>,
     mode: PermissionMode,
 }
@@ -206,11 +209,16 @@ impl ToolRegistry {
     /// Adds a tool; a tool of the same name is replaced.
     pub fn register(mut self, tool: Arc<dyn Tool>) -> Self {
         let name = tool.spec().name.clone();
+        let definition = Arc::new(tool.spec().definition());
         match self.index.get(&name) {
-            Some(&i) => self.tools[i] = tool,
+            Some(&i) => {
+                self.tools[i] = tool;
+                self.definitions[i] = definition;
+            }
             None => {
                 self.index.insert(name, self.tools.len());
                 self.tools.push(tool);
+                self.definitions.push(definition);
             }
         }
         self
@@ -218,6 +226,11 @@ impl ToolRegistry {
 
     pub fn mode(&self) -> PermissionMode {
         self.mode
+    }
+
+    /// The definition of `name` offered to the model, shared.
+    pub fn definition(&self, name: &str) -> Option<Arc<ToolDefinition>> {
+        self.index.get(name).map(|&i| self.definitions[i].clone())
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {

@@ -93,7 +93,7 @@ pub(super) async fn run(
     let model = prep.resolved_model.clone();
 
     // Stage 4b: the tools offered this turn.
-    let offered: Vec<ToolDefinition> = {
+    let offered: Vec<Arc<ToolDefinition>> = {
         let allowed: Vec<_> = harness
             .tools
             .offered()
@@ -109,7 +109,10 @@ pub(super) async fn run(
         } else {
             allowed
         };
-        chosen.iter().map(|t| t.spec().definition()).collect()
+        chosen
+            .iter()
+            .filter_map(|t| harness.tools.definition(&t.spec().name))
+            .collect()
     };
     let replay = ReplayControl::default();
 

@@ -54,7 +54,7 @@ impl SqliteStore {
             // Read pages through a memory map instead of a pread() and a
             // copy each, and keep the hot indexes in a larger page cache.
             .pragma("mmap_size", "268435456")
-            .pragma("cache_size", "-32768");
+            .pragma("cache_size", "-8192");
         let path = options.get_filename().to_path_buf();
         if let Some(parent) = path.parent()
             && !parent.as_os_str().is_empty()

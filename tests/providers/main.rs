@@ -8,7 +8,7 @@ mod anthropic;
 mod ollama;
 mod openai;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use agent_harness::providers::{
     ChatMessage, ChatRequest, LlmProvider, ProviderError, ProviderEvent, ToolCall, ToolDefinition,
@@ -25,11 +25,11 @@ pub fn conversation() -> ChatRequest {
         arguments: r#"{"location":"Paris"}"#.into(),
     };
     ChatRequest {
-        tools: vec![ToolDefinition {
+        tools: vec![Arc::new(ToolDefinition {
             name: "get_weather".into(),
             description: "Weather of a place.".into(),
             parameters: json!({"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}),
-        }],
+        })],
         ..ChatRequest::new(
             "",
             vec![

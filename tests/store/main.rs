@@ -581,3 +581,39 @@ on_both_backends!(
     message_search_matches_any_term_newest_first,
     artifacts_and_decisions_are_kept_per_session,
 );
+
+/// SQLite: commits are copied from the WAL into the database file by the
+/// store's checkpointer thread, not inside a commit that writes wait on.
+#[tokio::test]
+async fn sqlite_commits_reach_the_database_file_in_the_background() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let store = db.open().await;
+    let path = db.sqlite_path();
+    let turn = new_turn("s1", None);
+    store.begin_turn(&turn).await.unwrap();
+    // Let a checkpoint of the migrations and the begin settle first.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let before = std::fs::metadata(&path).unwrap().len();
+    let text = "x".repeat(500);
+    let events: Vec<_> = (2..1002).map(|seq| delta(&turn, seq, &text)).collect();
+    store.write_batch(&events, &[]).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let size = std::fs::metadata(&path).unwrap().len();
+        // 1,000 events of 500 characters: the file grows by at least 400 KB.
+        if size >= before + 400_000 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the database file stayed at {size} bytes (before: {before})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // And the data reads back whole through the readers.
+    let read = store
+        .list_events("s1", Some(turn.id), 1, 2000)
+        .await
+        .unwrap();
+    assert_eq!(read.len(), 1000);
+}

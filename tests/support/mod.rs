@@ -72,6 +72,12 @@ impl TestDb {
         format!("sqlite://{}/harness.db", dir.path().display())
     }
 
+    /// The SQLite file of this database (SQLite only).
+    pub fn sqlite_path(&self) -> std::path::PathBuf {
+        let dir = self.dir.as_ref().expect("a SQLite test database");
+        dir.path().join("harness.db")
+    }
+
     /// Opens a store on this database, migrated.
     pub async fn open(&self) -> Arc<dyn Store> {
         let store = self.open_unmigrated().await;

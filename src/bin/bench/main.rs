@@ -28,7 +28,7 @@ struct Cli {
 enum Command {
     /// Run the scenarios and print their figures.
     Run {
-        /// Scenarios to run (default: all): overhead, ttft, tools, streams, eventlog, startup.
+        /// Scenarios to run (default: all): startup, overhead, ttft, tools, streams, held, eventlog.
         #[arg(long, value_delimiter = ',')]
         scenarios: Vec<String>,
         /// Also run the database scenarios on this Postgres URL.

@@ -77,9 +77,20 @@ fn free_addr() -> Result<SocketAddr, String> {
         .map_err(|e| format!("no free port: {e}"))
 }
 
-fn spawn(args: &[String]) -> Result<Child, String> {
+/// Starts this binary with `args`; under `wrapper` (a profiler's command
+/// line, e.g. `heaptrack`) when one is given.
+fn spawn(args: &[String], wrapper: Option<&str>) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
-    Command::new(exe)
+    let mut words = wrapper.into_iter().flat_map(str::split_whitespace);
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(exe);
+            command
+        }
+        None => Command::new(exe),
+    };
+    command
         .args(args)
         .env("HARNESS_LOG", "warn")
         .stdout(Stdio::null())
@@ -105,7 +116,10 @@ pub async fn wait_ready(url: &str) -> Result<Duration, String> {
 
 pub async fn start_fake() -> Result<Proc, String> {
     let addr = free_addr()?;
-    let child = spawn(&["fake-provider".into(), "--listen".into(), addr.to_string()])?;
+    let child = spawn(
+        &["fake-provider".into(), "--listen".into(), addr.to_string()],
+        None,
+    )?;
     let proc = Proc { child, addr };
     wait_ready(&format!("{}/healthz", proc.url())).await?;
     Ok(proc)
@@ -119,7 +133,7 @@ pub async fn start_harness(
     turn_timeout_s: u64,
 ) -> Result<(Proc, Duration), String> {
     let addr = free_addr()?;
-    let child = spawn(&[
+    let args = [
         "harness".into(),
         "--listen".into(),
         addr.to_string(),
@@ -129,7 +143,10 @@ pub async fn start_harness(
         provider.into(),
         "--turn-timeout-s".into(),
         turn_timeout_s.to_string(),
-    ])?;
+    ];
+    // A profiler to run agent-harness under (BENCHMARKS.md, "Profiles").
+    let wrapper = std::env::var("BENCH_HARNESS_WRAPPER").ok();
+    let child = spawn(&args, wrapper.as_deref().filter(|w| !w.trim().is_empty()))?;
     let proc = Proc { child, addr };
     let ready = wait_ready(&format!("{}/readyz", proc.url())).await?;
     Ok((proc, ready))

@@ -29,8 +29,8 @@ impl Drop for ScratchDir {
     }
 }
 
-const ALL: [&str; 6] = [
-    "startup", "overhead", "ttft", "tools", "streams", "eventlog",
+const ALL: [&str; 7] = [
+    "startup", "overhead", "ttft", "tools", "streams", "held", "eventlog",
 ];
 
 pub async fn run(
@@ -59,27 +59,30 @@ pub async fn run(
     if wanted("startup") {
         startup(&fake, &sqlite, postgres.as_deref()).await?;
     }
-    let (harness, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
-    if wanted("overhead") {
-        overhead(&fake, &harness, "sqlite", scale).await;
-        if let Some(url) = &postgres {
-            let (pg, _) = procs::start_harness(url, &fake.url(), 120).await?;
-            overhead(&fake, &pg, "postgres", scale).await;
+    if wanted("overhead") || wanted("ttft") || wanted("tools") {
+        let (harness, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
+        if wanted("overhead") {
+            overhead(&fake, &harness, "sqlite", scale).await;
+            if let Some(url) = &postgres {
+                let (pg, _) = procs::start_harness(url, &fake.url(), 120).await?;
+                overhead(&fake, &pg, "postgres", scale).await;
+            }
         }
-    }
-    if wanted("ttft") {
-        ttft(&fake, &harness, scale).await;
-    }
-    if wanted("tools") {
-        tools(&harness, scale).await;
+        if wanted("ttft") {
+            ttft(&fake, &harness, scale).await;
+        }
+        if wanted("tools") {
+            tools(&harness, scale).await;
+        }
     }
     if wanted("streams") {
         // A fresh process, so that its RSS is not the sum of earlier runs.
-        drop(harness);
         let (fresh, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
         streams(&fake, &fresh, quick).await;
-    } else {
-        drop(harness);
+    }
+    if wanted("held") {
+        let (fresh, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
+        held(&fresh, quick).await;
     }
     if wanted("eventlog") {
         let (sq, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
@@ -186,6 +189,18 @@ async fn ttft(fake: &Proc, harness: &Proc, scale: usize) {
     let http = client::http_client();
     let model = Spec::parse("bench/ttft=200/itl=20/n=100").model();
     let total = 128 / scale.min(8);
+    // Warm-up, as in `overhead`: the connections 16 concurrent turns use
+    // (client to service, service to provider) and the first SQLite pages,
+    // so that p99 is the steady state and not the first burst's set-up.
+    let warm = Spec::parse("bench/n=20").model();
+    for target in [
+        Target::Direct { base: fake.url() },
+        Target::Harness {
+            base: harness.url(),
+        },
+    ] {
+        client::load(&http, &target, &warm, 16, 160).await;
+    }
     let mut figures = Vec::new();
     for (name, target) in [
         ("direct", Target::Direct { base: fake.url() }),
@@ -269,16 +284,23 @@ async fn streams(fake: &Proc, harness: &Proc, quick: bool) {
         figures[1].0 - figures[0].0,
         figures[1].1 - figures[0].1
     );
+}
 
+/// Turns held open by a provider that has not answered yet: memory per turn.
+async fn held(harness: &Proc, quick: bool) {
+    let http = client::http_client();
     let held = if quick { 500 } else { 5000 };
-    println!(
-        "## streams: {held} turns held open (the provider waits 60 s before its first token)\n"
-    );
-    let idle = harness.rss_kib();
-    let model = Spec::parse("bench/ttft=60000/n=1").model();
+    println!("## held: {held} turns held open (the provider waits 60 s before its first token)\n");
+    // Warm up first (pools, caches, thread stacks), so that the difference
+    // is what the open turns hold and not what any first turn sets up.
+    let warm = Spec::parse("bench/n=20").model();
     let target = Target::Harness {
         base: harness.url(),
     };
+    client::load(&http, &target, &warm, 32, 1000).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = harness.rss_kib();
+    let model = Spec::parse("bench/ttft=60000/n=1").model();
     let mut open = tokio::task::JoinSet::new();
     let started = Instant::now();
     for _ in 0..held {
@@ -296,7 +318,7 @@ async fn streams(fake: &Proc, harness: &Proc, quick: bool) {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let loaded = harness.rss_kib();
-    println!("| open turns | idle RSS | RSS with them open | per open stream |");
+    println!("| open turns | RSS before (warm) | RSS with them open | per open stream |");
     println!("|---|---|---|---|");
     println!(
         "| {running} | {:.1} MiB | {:.1} MiB | {:.1} KiB |\n",
