@@ -618,8 +618,9 @@ async fn sqlite_commits_reach_the_database_file_in_the_background() {
     assert_eq!(read.len(), 1000);
 }
 
-/// SQLite: under writes that never pause, the WAL still starts over
-/// (it does not grow with everything ever written).
+/// SQLite: under writes that never pause, the WAL still starts over well
+/// before the writer's own backstop checkpoint (16,000 pages, 64 MiB)
+/// would have to do it.
 #[tokio::test]
 async fn sqlite_wal_stays_bounded_under_sustained_writes() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -629,8 +630,8 @@ async fn sqlite_wal_stays_bounded_under_sustained_writes() {
     store.begin_turn(&turn).await.unwrap();
     let text = "x".repeat(1000);
     let mut seq = 1;
-    // 60 MB of events, written back to back.
-    for _ in 0..60 {
+    // 120 MB of events, written back to back.
+    for _ in 0..120 {
         let events: Vec<_> = (0..1000)
             .map(|_| {
                 seq += 1;
@@ -640,7 +641,7 @@ async fn sqlite_wal_stays_bounded_under_sustained_writes() {
         store.write_batch(&events, &[]).await.unwrap();
     }
     let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-    assert!(size < 40_000_000, "the WAL grew to {size} bytes");
+    assert!(size < 56_000_000, "the WAL grew to {size} bytes");
     let last = store
         .list_events("s1", Some(turn.id), seq - 1, 10)
         .await

@@ -185,6 +185,9 @@ pub async fn serve_harness(
     provider: String,
     turn_timeout_s: u64,
 ) -> Result<(), String> {
+    // The environment's HARNESS_* settings apply (to compare settings);
+    // what the bench needs is set over them.
+    let base = Settings::load(None).map_err(|e| e.to_string())?;
     let settings = Settings {
         listen,
         database_url,
@@ -194,7 +197,7 @@ pub async fn serve_harness(
         turn_timeout_s,
         instance_id: format!("bench-{}", std::process::id()),
         provider_max_attempts: 1,
-        ..Settings::default()
+        ..base
     };
     settings.validate().map_err(|e| e.to_string())?;
     let store = store::connect(&settings.database_url, settings.database_max_connections)

@@ -250,9 +250,12 @@ async fn streams(fake: &Proc, harness: &Proc, quick: bool) {
     let http = client::http_client();
     let streams = if quick { 100 } else { 1000 };
     println!("## streams: {streams} concurrent turns, ITL 50 ms, 200 tokens\n");
-    println!("| path | gap p50 | gap p99 | gap max | TTFT p99 | errors | server RSS |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| path | gap p50 | gap p99 | gap max | TTFT p99 | errors | server RSS | server CPU |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     let model = Spec::parse("bench/itl=50/n=200").model();
+    let warm = Spec::parse("bench/n=1").model();
     let mut figures = Vec::new();
     for (name, target) in [
         ("direct", Target::Direct { base: fake.url() }),
@@ -263,19 +266,28 @@ async fn streams(fake: &Proc, harness: &Proc, quick: bool) {
             },
         ),
     ] {
-        let (samples, _) = client::load(&http, &target, &model, streams, streams).await;
+        // Warm-up: the connections of 1,000 concurrent turns (client to
+        // service, service to provider), so the figures are the steady
+        // state and not 1,000 TCP handshakes at once.
+        client::load(&http, &target, &warm, streams, streams).await;
+        let cpu_before = harness.cpu();
+        let (samples, wall) = client::load(&http, &target, &model, streams, streams).await;
+        let cpu = harness.cpu().saturating_sub(cpu_before);
         let (good, errors) = ok(&samples);
         let all_gaps = gaps(&good);
         let (g50, g99) = p50_p99(&all_gaps);
         let max = percentile(&all_gaps, 100.0);
         let (_, t99) = p50_p99(&ttfts(&good));
-        let rss = if name == "direct" {
-            String::new()
+        let (rss, cpu) = if name == "direct" {
+            (String::new(), String::new())
         } else {
-            format!("{:.1} MiB", harness.rss_kib() as f64 / 1024.0)
+            (
+                format!("{:.1} MiB", harness.rss_kib() as f64 / 1024.0),
+                format!("{:.0}%", 100.0 * cpu.as_secs_f64() / wall.as_secs_f64()),
+            )
         };
         println!(
-            "| {name} | {g50:.2} ms | {g99:.2} ms | {max:.1} ms | {t99:.2} ms | {errors} | {rss} |"
+            "| {name} | {g50:.2} ms | {g99:.2} ms | {max:.1} ms | {t99:.2} ms | {errors} | {rss} | {cpu} |"
         );
         figures.push((g50, g99));
     }

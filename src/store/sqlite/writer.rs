@@ -10,7 +10,14 @@
 //! job hears "done" before the shared commit succeeded. Reads stay on
 //! sqlx's pool; WAL lets them run beside the writer.
 
-use std::{path::Path, sync::Arc, time::Duration};
+use std::{
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
@@ -31,6 +38,10 @@ const GROUP_MAX: usize = 256;
 /// How long the checkpointer lets commits gather before it copies them
 /// from the WAL into the database file.
 const CHECKPOINT_AFTER: Duration = Duration::from_millis(100);
+
+/// WAL frames past which the writer starts the WAL over (see
+/// [`Writer::start_checkpointer`]).
+const RESTART_WAL_AT: i64 = 4000;
 
 /// A write, run inside the group's transaction.
 trait Job: Send {
@@ -75,11 +86,22 @@ where
     }
 }
 
-/// Runs `group` in one transaction, each job in its own savepoint.
+/// Runs `group` in one transaction, each job in its own savepoint; a
+/// job alone runs in the transaction itself (a savepoint copies each page
+/// it changes to a sub-journal first: a third of the writer's time under
+/// 1,000 streams, see BENCHMARKS.md).
 fn run_group(connection: &mut Connection, group: &mut [Box<dyn Job>]) -> Result<(), String> {
     let mut tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| e.to_string())?;
+    if let [job] = group {
+        return if job.run(&tx) {
+            tx.commit().map_err(|e| e.to_string())
+        } else {
+            // The job reports its own error; nothing of it stays.
+            tx.rollback().map_err(|e| e.to_string())
+        };
+    }
     for job in group.iter_mut() {
         let savepoint = tx.savepoint().map_err(|e| e.to_string())?;
         if job.run(&savepoint) {
@@ -119,9 +141,11 @@ impl Writer {
         connection.execute_batch(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
              PRAGMA mmap_size = 268435456; PRAGMA cache_size = -8192; \
-             PRAGMA wal_autocheckpoint = 4000; PRAGMA journal_size_limit = 67108864;",
+             PRAGMA wal_autocheckpoint = 16000; PRAGMA journal_size_limit = 67108864; \
+             PRAGMA temp_store = MEMORY;",
         )?;
-        let checkpoints = Self::start_checkpointer(path)?;
+        let restart_due = Arc::new(AtomicBool::new(false));
+        let checkpoints = Self::start_checkpointer(path, restart_due.clone())?;
         let (jobs, mut queue) = mpsc::channel::<Box<dyn Job>>(QUEUE);
         std::thread::Builder::new()
             .name("sqlite-writer".into())
@@ -142,6 +166,14 @@ impl Writer {
                     }
                     // Full: a checkpoint is already due.
                     let _ = checkpoints.try_send(());
+                    if restart_due.swap(false, Ordering::Relaxed) {
+                        // Copies the few frames committed since the
+                        // checkpointer's pass; the next write starts the
+                        // WAL over. Failing is harmless: the next pass
+                        // asks again.
+                        let _ =
+                            connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                    }
                 }
             })
             .map_err(|e| StoreError::Unavailable(format!("cannot start the SQLite writer: {e}")))?;
@@ -149,17 +181,25 @@ impl Writer {
     }
 
     /// Starts the thread that checkpoints the WAL, and returns how to tell
-    /// it that commits are waiting. SQLite would otherwise checkpoint inside
-    /// the commit that crosses 1,000 WAL pages, copying and syncing pages
-    /// while every write queued behind it waits (a p99 of several ms); a
-    /// passive checkpoint on its own connection runs beside the writer and
-    /// copies nearly everything. It cannot restart the WAL while writes keep
-    /// coming, though (SQLite restarts it only when a write begins with every
-    /// frame copied), so the writer keeps its own checkpoint at 4,000 pages
-    /// (16 MiB): under a sustained load, that one copies the last few
-    /// frames and the WAL starts over instead of growing without end.
-    /// The thread ends when the writer thread does.
-    fn start_checkpointer(path: &Path) -> Result<std::sync::mpsc::SyncSender<()>, StoreError> {
+    /// it that commits are waiting.
+    ///
+    /// SQLite would otherwise checkpoint inside the commit that crosses
+    /// 1,000 WAL pages, copying and syncing pages while every write queued
+    /// behind it waits. Here a passive checkpoint on a connection of its
+    /// own copies the WAL into the database file beside the writer. SQLite
+    /// starts the WAL over only when a write begins with every frame
+    /// copied, which a writer that never pauses does not see; so when the
+    /// WAL has grown past [`RESTART_WAL_AT`] frames, the checkpointer sets
+    /// `restart_due` after its pass, and the writer copies the few frames
+    /// committed since (cheap, most of the WAL is copied and synced) so
+    /// that its next write starts the WAL over. The writer's own
+    /// checkpoint at 16,000 pages stays as the backstop. Under 1,000
+    /// streams this took the writer thread's time in checkpoints from 33%
+    /// to 13% (BENCHMARKS.md). The thread ends when the writer thread does.
+    fn start_checkpointer(
+        path: &Path,
+        restart_due: Arc<AtomicBool>,
+    ) -> Result<std::sync::mpsc::SyncSender<()>, StoreError> {
         let connection = Connection::open(path)?;
         connection.busy_timeout(Duration::from_secs(5))?;
         connection.execute_batch("PRAGMA synchronous = NORMAL;")?;
@@ -171,10 +211,21 @@ impl Writer {
                     std::thread::sleep(CHECKPOINT_AFTER);
                     // Commits after this point wait for the next round.
                     while pending.try_recv().is_ok() {}
-                    if let Err(e) =
-                        connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                    {
-                        tracing::warn!(error = %e, "sqlite checkpoint failed; retrying later");
+                    // (busy, frames in the WAL, frames copied)
+                    match connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                        Ok((
+                            row.get::<_, i64>(0)?,
+                            row.get::<_, i64>(1)?,
+                            row.get::<_, i64>(2)?,
+                        ))
+                    }) {
+                        Ok((0, frames, copied)) if frames >= RESTART_WAL_AT && copied == frames => {
+                            restart_due.store(true, Ordering::Relaxed);
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "sqlite checkpoint failed; retrying later");
+                        }
                     }
                 }
             })
