@@ -166,7 +166,10 @@ impl Writer {
                     }
                     // Full: a checkpoint is already due.
                     let _ = checkpoints.try_send(());
-                    if restart_due.swap(false, Ordering::Relaxed) {
+                    // Only when no write waits: the copy ends with two
+                    // fsyncs (3-30 ms here), which writes queued behind it
+                    // would wait out.
+                    if queue.is_empty() && restart_due.swap(false, Ordering::Relaxed) {
                         // Copies the few frames committed since the
                         // checkpointer's pass; the next write starts the
                         // WAL over. Failing is harmless: the next pass
