@@ -188,7 +188,8 @@ async fn ttft(fake: &Proc, harness: &Proc, scale: usize) {
     println!("|---|---|---|---|---|---|---|");
     let http = client::http_client();
     let model = Spec::parse("bench/ttft=200/itl=20/n=100").model();
-    let total = 128 / scale.min(8);
+    // 512 turns: a p99 that is not just the largest few samples.
+    let total = 512 / scale.min(8);
     // Warm-up, as in `overhead`: the connections 16 concurrent turns use
     // (client to service, service to provider) and the first SQLite pages,
     // so that p99 is the steady state and not the first burst's set-up.
