@@ -190,12 +190,17 @@ impl PermissionMode {
 /// The tools of a harness, in registration order.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: Vec<Arc<dyn Tool>>,
-    /// What the model is shown of each tool (same order as `tools`), built
-    /// once: a turn shares these instead of copying every schema.
-    definitions: Vec<Arc<ToolDefinition>>,
+    tools: Vec<Registered>,
     index: HashMap<String, usize>,
     mode: PermissionMode,
+}
+
+/// A tool and what the model is shown of it, built once at registration:
+/// turns share the definition instead of copying every schema.
+#[derive(Clone)]
+struct Registered {
+    tool: Arc<dyn Tool>,
+    definition: Arc<ToolDefinition>,
 }
 
 impl ToolRegistry {
@@ -209,16 +214,15 @@ impl ToolRegistry {
     /// Adds a tool; a tool of the same name is replaced.
     pub fn register(mut self, tool: Arc<dyn Tool>) -> Self {
         let name = tool.spec().name.clone();
-        let definition = Arc::new(tool.spec().definition());
+        let entry = Registered {
+            definition: Arc::new(tool.spec().definition()),
+            tool,
+        };
         match self.index.get(&name) {
-            Some(&i) => {
-                self.tools[i] = tool;
-                self.definitions[i] = definition;
-            }
+            Some(&i) => self.tools[i] = entry,
             None => {
                 self.index.insert(name, self.tools.len());
-                self.tools.push(tool);
-                self.definitions.push(definition);
+                self.tools.push(entry);
             }
         }
         self
@@ -230,11 +234,13 @@ impl ToolRegistry {
 
     /// The definition of `name` offered to the model, shared.
     pub fn definition(&self, name: &str) -> Option<Arc<ToolDefinition>> {
-        self.index.get(name).map(|&i| self.definitions[i].clone())
+        self.index
+            .get(name)
+            .map(|&i| self.tools[i].definition.clone())
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.index.get(name).map(|&i| &self.tools[i])
+        self.index.get(name).map(|&i| &self.tools[i].tool)
     }
 
     /// Whether `name` is registered and the mode lets it run.
@@ -247,6 +253,7 @@ impl ToolRegistry {
     pub fn offered(&self) -> Vec<&Arc<dyn Tool>> {
         self.tools
             .iter()
+            .map(|r| &r.tool)
             .filter(|t| self.mode.permits(t.spec().effect))
             .collect()
     }
@@ -257,5 +264,65 @@ impl ToolRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    struct Named(ToolSpec);
+
+    #[async_trait]
+    impl Tool for Named {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+
+        async fn call(
+            &self,
+            _ctx: ToolContext,
+            _arguments: Value,
+        ) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::text("ok"))
+        }
+    }
+
+    fn tool(name: &str, description: &str, effect: EffectClass) -> Arc<dyn Tool> {
+        Arc::new(Named(ToolSpec::new(
+            name,
+            description,
+            json!({"type": "object"}),
+            effect,
+        )))
+    }
+
+    #[test]
+    fn a_tool_registered_again_replaces_its_definition_in_place() {
+        let registry = ToolRegistry::new(PermissionMode::All)
+            .register(tool("a", "first", EffectClass::ReadOnly))
+            .register(tool("b", "other", EffectClass::ReadOnly))
+            .register(tool("a", "second", EffectClass::ReadOnly));
+        assert_eq!(registry.len(), 2);
+        assert_eq!(registry.definition("a").unwrap().description, "second");
+        assert_eq!(registry.get("a").unwrap().spec().description, "second");
+        let offered: Vec<_> = registry
+            .offered()
+            .iter()
+            .map(|t| t.spec().name.clone())
+            .collect();
+        assert_eq!(offered, ["a", "b"], "registration order is kept");
+        assert!(registry.definition("missing").is_none());
+    }
+
+    #[test]
+    fn turns_share_one_definition_per_tool() {
+        let registry =
+            ToolRegistry::new(PermissionMode::All).register(tool("a", "d", EffectClass::ReadOnly));
+        let one = registry.definition("a").unwrap();
+        let two = registry.definition("a").unwrap();
+        assert!(Arc::ptr_eq(&one, &two));
     }
 }

@@ -96,6 +96,19 @@ pub async fn run(
     Ok(())
 }
 
+/// The two paths every side-by-side scenario measures, named as printed.
+fn paths(fake: &Proc, harness: &Proc) -> [(&'static str, Target); 2] {
+    [
+        ("direct", Target::Direct { base: fake.url() }),
+        (
+            "agent-harness",
+            Target::Harness {
+                base: harness.url(),
+            },
+        ),
+    ]
+}
+
 fn ok(samples: &[Sample]) -> (Vec<&Sample>, usize) {
     let good: Vec<&Sample> = samples.iter().filter(|s| s.ok).collect();
     let errors = samples.len() - good.len();
@@ -194,24 +207,11 @@ async fn ttft(fake: &Proc, harness: &Proc, scale: usize) {
     // (client to service, service to provider) and the first SQLite pages,
     // so that p99 is the steady state and not the first burst's set-up.
     let warm = Spec::parse("bench/n=20").model();
-    for target in [
-        Target::Direct { base: fake.url() },
-        Target::Harness {
-            base: harness.url(),
-        },
-    ] {
+    for (_, target) in paths(fake, harness) {
         client::load(&http, &target, &warm, 16, 160).await;
     }
     let mut figures = Vec::new();
-    for (name, target) in [
-        ("direct", Target::Direct { base: fake.url() }),
-        (
-            "agent-harness",
-            Target::Harness {
-                base: harness.url(),
-            },
-        ),
-    ] {
+    for (name, target) in paths(fake, harness) {
         let (samples, _) = client::load(&http, &target, &model, 16, total).await;
         let (good, errors) = ok(&samples);
         let (t50, t99) = p50_p99(&ttfts(&good));
@@ -258,15 +258,7 @@ async fn streams(fake: &Proc, harness: &Proc, quick: bool) {
     let model = Spec::parse("bench/itl=50/n=200").model();
     let warm = Spec::parse("bench/n=1").model();
     let mut figures = Vec::new();
-    for (name, target) in [
-        ("direct", Target::Direct { base: fake.url() }),
-        (
-            "agent-harness",
-            Target::Harness {
-                base: harness.url(),
-            },
-        ),
-    ] {
+    for (name, target) in paths(fake, harness) {
         // Warm-up: the connections of 1,000 concurrent turns (client to
         // service, service to provider), so the figures are the steady
         // state and not 1,000 TCP handshakes at once.

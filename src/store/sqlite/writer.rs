@@ -6,9 +6,10 @@
 //! took about 16 thread hand-offs, which was most of its cost (see
 //! BENCHMARKS.md). Here each write is one hand-off, and the jobs waiting
 //! when the thread comes round share one transaction (group commit), each
-//! in a savepoint of its own: a job that fails is rolled back alone, and no
-//! job hears "done" before the shared commit succeeded. Reads stay on
-//! sqlx's pool; WAL lets them run beside the writer.
+//! in a savepoint of its own (a job alone needs none): a job that fails is
+//! rolled back alone, and no job hears "done" before the shared commit
+//! succeeded. Reads stay on sqlx's pool; WAL lets them run beside the
+//! writer, and a checkpointer thread copies the WAL into the file.
 
 use std::{
     path::Path,
@@ -45,7 +46,7 @@ const RESTART_WAL_AT: i64 = 4000;
 
 /// A write, run inside the group's transaction.
 trait Job: Send {
-    /// Runs the write; false when it failed (its savepoint is rolled back).
+    /// Runs the write; false when it failed (its part is rolled back).
     fn run(&mut self, connection: &Connection) -> bool;
     /// Hands over the outcome once the group's commit is known.
     fn report(self: Box<Self>, commit: &Result<(), String>);
