@@ -212,18 +212,44 @@ impl StoredEvent {
     /// The JSON of the envelope: `seq`, `session_id`, `turn_id`, `created_at`
     /// and then the event's own fields (including `type`), in one object.
     pub fn envelope_json(&self) -> String {
+        let mut out = String::with_capacity(self.envelope_len_hint());
+        self.write_envelope(&mut out);
+        out
+    }
+
+    /// About how long [`Self::envelope_json`] is, to size a buffer.
+    pub fn envelope_len_hint(&self) -> usize {
+        self.payload.len() + self.session_id.len() + 128
+    }
+
+    /// Appends [`Self::envelope_json`] to `out`, without building it apart.
+    pub fn write_envelope(&self, out: &mut String) {
+        use std::fmt::Write as _;
         // The payload is always a non-empty JSON object (serde's internally
         // tagged enum), so splicing after its `{` yields one valid object.
         let body = self.payload.strip_prefix('{').unwrap_or("}");
-        let session = serde_json::Value::String(self.session_id.clone());
-        format!(
-            "{{\"seq\":{},\"session_id\":{},\"turn_id\":\"{}\",\"created_at\":\"{}\",{}",
-            self.seq,
-            session,
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{{\"seq\":{},\"session_id\":", self.seq);
+        push_json_string(out, &self.session_id);
+        let _ = write!(
+            out,
+            ",\"turn_id\":\"{}\",\"created_at\":\"{}\",",
             self.turn_id,
-            self.created_at.to_rfc3339_opts(SecondsFormat::Micros, true),
-            body
-        )
+            self.created_at.to_rfc3339_opts(SecondsFormat::Micros, true)
+        );
+        out.push_str(body);
+    }
+}
+
+/// Appends `text` as a JSON string.
+fn push_json_string(out: &mut String, text: &str) {
+    let plain = text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+    if plain {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::Value::String(text.to_owned()).to_string());
     }
 }
 
@@ -257,6 +283,35 @@ mod tests {
         assert_eq!(parsed.session_id, "s-1");
         assert_eq!(parsed.turn_id, turn_id);
         assert_eq!(parsed.event, event);
+    }
+
+    #[test]
+    fn the_envelope_is_the_documented_shape_whatever_the_session_id_holds() {
+        let turn_id = Uuid::now_v7();
+        let event = TurnEvent::MessageDelta {
+            step: 2,
+            text: "line\none".into(),
+        };
+        let at = Utc::now();
+        for session in ["s-1", "quote\"back\\slash", "tab\tnl\nctl\u{1}", "é✓"] {
+            let stored = StoredEvent::new(session, turn_id, 9, &event, at).unwrap();
+            let json = stored.envelope_json();
+            // The same as serializing the documented envelope, field for field.
+            let expected = serde_json::to_value(EventEnvelope {
+                seq: 9,
+                session_id: session.to_owned(),
+                turn_id,
+                created_at: stored.created_at,
+                event: event.clone(),
+            })
+            .unwrap();
+            let actual: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(actual, expected, "{json}");
+            assert!(!json.contains('\n'), "compact, one line: {json}");
+            let mut appended = String::from("[");
+            stored.write_envelope(&mut appended);
+            assert_eq!(appended, format!("[{json}"));
+        }
     }
 
     #[test]

@@ -196,12 +196,18 @@ async fn list_events(
         .list_events(session_id.as_str(), None, after, limit)
         .await?;
     // The envelopes are already JSON: splice them instead of reparsing.
-    let mut body = String::from("{\"events\":[");
+    let mut body = String::with_capacity(
+        64 + events
+            .iter()
+            .map(|e| e.envelope_len_hint() + 1)
+            .sum::<usize>(),
+    );
+    body.push_str("{\"events\":[");
     for (i, event) in events.iter().enumerate() {
         if i > 0 {
             body.push(',');
         }
-        body.push_str(&event.envelope_json());
+        event.write_envelope(&mut body);
     }
     body.push_str("],\"next_after\":");
     match events.last() {

@@ -250,7 +250,7 @@ pub(crate) fn parse_stream<S>(
     events: S,
 ) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
 where
-    S: futures::Stream<Item = Result<eventsource_stream::Event, ProviderError>> + Send + 'static,
+    S: futures::Stream<Item = Result<super::sse::SseEvent, ProviderError>> + Send + 'static,
 {
     async_stream::try_stream! {
         let mut events = Box::pin(events);

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use reqwest::{RequestBuilder, Response, header};
 use tokio::time::Instant;
@@ -184,34 +183,145 @@ async fn next_within<S: Stream + Unpin>(
     }
 }
 
-/// Server-sent events parsed from byte chunks, each awaited for at most
-/// `idle` and never past `deadline`.
+/// One server-sent event: its type (`message` when the stream names none)
+/// and its `data:` lines joined by `\n`. `id:` and `retry:` are not used
+/// by any adapter and are skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SseEvent {
+    pub event: String,
+    pub data: String,
+}
+
+/// An incremental `text/event-stream` parser (the WHATWG rules: lines end
+/// in CRLF, LF or CR; a blank line dispatches; `:` starts a comment; one
+/// space after the field's colon is dropped; an event without data is
+/// not dispatched; an unfinished event at the end is dropped).
+///
+/// Bytes are kept as they come and lines are read in place, so a chunk
+/// costs one copy however many events it holds.
+#[derive(Debug, Default)]
+struct SseParser {
+    buffer: Vec<u8>,
+    /// Where the unread part of `buffer` begins.
+    read: usize,
+    /// Whether the first line (which may begin with a byte-order mark) was read.
+    started: bool,
+    event: String,
+    data: String,
+}
+
+impl SseParser {
+    fn feed(&mut self, chunk: &[u8]) {
+        if self.read == self.buffer.len() {
+            self.buffer.clear();
+            self.read = 0;
+        } else if self.read > 0 {
+            self.buffer.drain(..self.read);
+            self.read = 0;
+        }
+        self.buffer.extend_from_slice(chunk);
+    }
+
+    /// The next complete event in what was fed. `at_end`: no more bytes
+    /// will come, so a final CR ends its line.
+    fn next_event(&mut self, at_end: bool) -> Result<Option<SseEvent>, ProviderError> {
+        while let Some(line_end) = self.buffer[self.read..]
+            .iter()
+            .position(|b| *b == b'\n' || *b == b'\r')
+        {
+            let end = self.read + line_end;
+            let next = match (self.buffer[end], self.buffer.get(end + 1)) {
+                (b'\r', Some(b'\n')) => end + 2,
+                // A CR at the end of what came so far may be half of a CRLF.
+                (b'\r', None) if !at_end => return Ok(None),
+                _ => end + 1,
+            };
+            let line = std::str::from_utf8(&self.buffer[self.read..end]).map_err(|_| {
+                ProviderError::Protocol("malformed event stream: a line is not UTF-8".into())
+            })?;
+            let line = if self.started {
+                line
+            } else {
+                self.started = true;
+                line.strip_prefix('\u{feff}').unwrap_or(line)
+            };
+            let dispatched = if line.is_empty() {
+                let event = std::mem::take(&mut self.event);
+                let mut data = std::mem::take(&mut self.data);
+                (!data.is_empty()).then(|| {
+                    data.pop(); // the newline after the last data line
+                    SseEvent {
+                        event: if event.is_empty() {
+                            "message".to_owned()
+                        } else {
+                            event
+                        },
+                        data,
+                    }
+                })
+            } else {
+                if !line.starts_with(':') {
+                    let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    match field {
+                        "event" => value.clone_into(&mut self.event),
+                        "data" => {
+                            self.data.push_str(value);
+                            self.data.push('\n');
+                        }
+                        _ => {}
+                    }
+                }
+                None
+            };
+            self.read = next;
+            if dispatched.is_some() {
+                return Ok(dispatched);
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Server-sent events parsed from byte chunks, each chunk awaited for at
+/// most `idle` and never past `deadline`.
 pub(crate) fn sse_events<S>(
     bytes: S,
     idle: Duration,
     deadline: Instant,
-) -> impl Stream<Item = Result<Event, ProviderError>> + Send + 'static
+) -> impl Stream<Item = Result<SseEvent, ProviderError>> + Send + 'static
 where
     S: Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
 {
-    let mut parsed = Box::pin(bytes.eventsource());
+    let mut bytes = Box::pin(bytes);
     async_stream::stream! {
+        let mut parser = SseParser::default();
+        let mut at_end = false;
         loop {
-            match next_within(&mut parsed, idle, deadline).await {
+            loop {
+                match parser.next_event(at_end) {
+                    Ok(Some(event)) => yield Ok(event),
+                    Ok(None) => break,
+                    Err(e) => {
+                        yield Err(e);
+                        return;
+                    }
+                }
+            }
+            if at_end {
+                return;
+            }
+            match next_within(&mut bytes, idle, deadline).await {
                 Err(e) => {
                     yield Err(e);
                     return;
                 }
-                Ok(None) => return,
-                Ok(Some(Ok(event))) => yield Ok(event),
-                Ok(Some(Err(EventStreamError::Transport(e)))) => {
+                Ok(Some(Ok(chunk))) => parser.feed(&chunk),
+                Ok(Some(Err(e))) => {
                     yield Err(e);
                     return;
                 }
-                Ok(Some(Err(e))) => {
-                    yield Err(ProviderError::Protocol(format!("malformed event stream: {e}")));
-                    return;
-                }
+                Ok(None) => at_end = true,
             }
         }
     }
@@ -279,7 +389,7 @@ pub(super) async fn open_events(
     deadline: Instant,
     idle: Duration,
     max_bytes: usize,
-) -> Result<impl Stream<Item = Result<Event, ProviderError>> + Send + 'static, ProviderError> {
+) -> Result<impl Stream<Item = Result<SseEvent, ProviderError>> + Send + 'static, ProviderError> {
     let response = send(
         request.header(header::ACCEPT, "text/event-stream"),
         deadline,
@@ -385,6 +495,75 @@ pub(crate) mod testkit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Parses `chunks` as one stream (`at_end` after the last).
+    fn parse(chunks: &[&[u8]]) -> Result<Vec<SseEvent>, ProviderError> {
+        let mut parser = SseParser::default();
+        let mut events = Vec::new();
+        for chunk in chunks {
+            parser.feed(chunk);
+            while let Some(event) = parser.next_event(false)? {
+                events.push(event);
+            }
+        }
+        while let Some(event) = parser.next_event(true)? {
+            events.push(event);
+        }
+        Ok(events)
+    }
+
+    fn event(event: &str, data: &str) -> SseEvent {
+        SseEvent {
+            event: event.into(),
+            data: data.into(),
+        }
+    }
+
+    #[test]
+    fn events_follow_the_event_stream_rules() {
+        let body = "\u{feff}: a comment\r\nevent: ping\ndata: {\"a\":1}\n\n\
+                    data:no space\ndata:  two spaces\n\n\
+                    event: empty\n\n\
+                    data\n\n\
+                    id: 7\nretry: 10\nunknown: x\ndata: last\r\r\
+                    data: unfinished";
+        let expected = vec![
+            event("ping", "{\"a\":1}"),
+            event("message", "no space\n two spaces"),
+            // `event:` alone dispatches nothing; a bare `data` line is empty data.
+            event("message", ""),
+            event("message", "last"),
+        ];
+        assert_eq!(parse(&[body.as_bytes()]).unwrap(), expected);
+        // Cut anywhere, even inside a CRLF or a UTF-8 character: the same.
+        let bytes = body.as_bytes();
+        for cut in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(cut);
+            assert_eq!(parse(&[a, b]).unwrap(), expected, "cut at {cut}");
+        }
+        let one_by_one: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(parse(&one_by_one).unwrap(), expected);
+    }
+
+    #[test]
+    fn a_cr_then_an_lf_in_the_next_chunk_is_one_line_end() {
+        let events = parse(&[b"data: a\r", b"\ndata: b\r", b"\n\r", b"\n"]).unwrap();
+        assert_eq!(events, vec![event("message", "a\nb")]);
+        // At the end of the stream a lone CR ends its line.
+        assert_eq!(
+            parse(&[b"data: c\r\r"]).unwrap(),
+            vec![event("message", "c")]
+        );
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_a_protocol_error() {
+        let error = parse(&[b"data: \xff\xfe\n\n"]).unwrap_err();
+        assert!(
+            matches!(&error, ProviderError::Protocol(m) if m.contains("not UTF-8")),
+            "{error:?}"
+        );
+    }
 
     #[test]
     fn error_messages_are_read_from_the_usual_shapes() {

@@ -122,8 +122,8 @@ pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> 
     }
 }
 
-/// Runs `total` requests with `concurrency` in flight; returns the samples
-/// and the wall time.
+/// Runs `total` requests with `concurrency` in flight, all workers starting
+/// at once; returns the samples and the wall time.
 pub async fn load(
     client: &reqwest::Client,
     target: &Target,
@@ -131,17 +131,34 @@ pub async fn load(
     concurrency: usize,
     total: usize,
 ) -> (Vec<Sample>, Duration) {
+    load_staggered(client, target, model, concurrency, total, Duration::ZERO).await
+}
+
+/// As [`load`], with worker `i` of `n` starting `spread * i / n` after the
+/// first: requests of equal length then stay out of step, as requests of
+/// independent users are, instead of starting (and ticking) together.
+pub async fn load_staggered(
+    client: &reqwest::Client,
+    target: &Target,
+    model: &str,
+    concurrency: usize,
+    total: usize,
+    spread: Duration,
+) -> (Vec<Sample>, Duration) {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = JoinSet::new();
-    for _ in 0..concurrency.max(1) {
+    let concurrency = concurrency.max(1);
+    for worker in 0..concurrency {
         let (client, target, model, next) = (
             client.clone(),
             target.clone(),
             model.to_owned(),
             next.clone(),
         );
+        let offset = spread.mul_f64(worker as f64 / concurrency as f64);
         workers.spawn(async move {
+            tokio::time::sleep_until(started + offset).await;
             let mut samples = Vec::new();
             while next.fetch_add(1, Ordering::Relaxed) < total {
                 samples.push(request(&client, &target, &model).await);

@@ -37,6 +37,9 @@ enum Command {
         /// Fewer requests per scenario (for a smoke run).
         #[arg(long)]
         quick: bool,
+        /// Concurrent turns of the `streams` scenario (default 1,000; 100 with --quick).
+        #[arg(long)]
+        streams: Option<usize>,
     },
     /// (internal) Serve the fake provider.
     FakeProvider {
@@ -76,7 +79,8 @@ fn main() -> ExitCode {
                 scenarios,
                 postgres,
                 quick,
-            } => scenarios::run(scenarios, postgres, quick).await,
+                streams,
+            } => scenarios::run(scenarios, postgres, quick, streams).await,
             Command::FakeProvider { listen } => fake::serve(listen).await,
             Command::Harness {
                 listen,

@@ -37,6 +37,7 @@ pub async fn run(
     scenarios: Vec<String>,
     postgres: Option<String>,
     quick: bool,
+    streams_count: Option<usize>,
 ) -> Result<(), String> {
     let wanted = |name: &str| scenarios.is_empty() || scenarios.iter().any(|s| s == name);
     for name in &scenarios {
@@ -78,7 +79,8 @@ pub async fn run(
     if wanted("streams") {
         // A fresh process, so that its RSS is not the sum of earlier runs.
         let (fresh, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
-        streams(&fake, &fresh, quick).await;
+        let count = streams_count.unwrap_or(if quick { 100 } else { 1000 });
+        streams(&fake, &fresh, count).await;
     }
     if wanted("held") {
         let (fresh, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
@@ -197,10 +199,9 @@ async fn overhead(fake: &Proc, harness: &Proc, db: &str, scale: usize) {
 
 async fn ttft(fake: &Proc, harness: &Proc, scale: usize) {
     println!("## ttft: TTFT 200 ms, ITL 20 ms, 100 tokens, 16 concurrent\n");
-    println!("| path | TTFT p50 | TTFT p99 | gap p50 | gap p99 | total p50 | errors |");
-    println!("|---|---|---|---|---|---|---|");
     let http = client::http_client();
-    let model = Spec::parse("bench/ttft=200/itl=20/n=100").model();
+    let spec = Spec::parse("bench/ttft=200/itl=20/n=100");
+    let model = spec.model();
     // 512 turns: a p99 that is not just the largest few samples.
     let total = 512 / scale.min(8);
     // Warm-up, as in `overhead`: the connections 16 concurrent turns use
@@ -210,26 +211,39 @@ async fn ttft(fake: &Proc, harness: &Proc, scale: usize) {
     for (_, target) in paths(fake, harness) {
         client::load(&http, &target, &warm, 16, 160).await;
     }
-    let mut figures = Vec::new();
-    for (name, target) in paths(fake, harness) {
-        let (samples, _) = client::load(&http, &target, &model, 16, total).await;
-        let (good, errors) = ok(&samples);
-        let (t50, t99) = p50_p99(&ttfts(&good));
-        let (g50, g99) = p50_p99(&gaps(&good));
-        let (total50, _) = p50_p99(&totals(&good));
-        println!(
-            "| {name} | {t50:.2} ms | {t99:.2} ms | {g50:.2} ms | {g99:.2} ms | {total50:.1} ms | {errors} |"
-        );
-        figures.push((t50, t99, g50, g99));
+    // In step: the 16 turns start together and, being of equal length, end
+    // and start again together (16 turn starts at once, every round).
+    // Staggered: their starts spread over one turn's length, as turns of
+    // independent users arrive.
+    let turn = Duration::from_millis(spec.ttft_ms + spec.tokens * spec.itl_ms);
+    let mut added = Vec::new();
+    for (arrivals, spread) in [("in step", Duration::ZERO), ("staggered", turn)] {
+        println!("### arrivals {arrivals}\n");
+        println!("| path | TTFT p50 | TTFT p99 | gap p50 | gap p99 | total p50 | errors |");
+        println!("|---|---|---|---|---|---|---|");
+        let mut figures = Vec::new();
+        for (name, target) in paths(fake, harness) {
+            let (samples, _) =
+                client::load_staggered(&http, &target, &model, 16, total, spread).await;
+            let (good, errors) = ok(&samples);
+            let (t50, t99) = p50_p99(&ttfts(&good));
+            let (g50, g99) = p50_p99(&gaps(&good));
+            let (total50, _) = p50_p99(&totals(&good));
+            println!(
+                "| {name} | {t50:.2} ms | {t99:.2} ms | {g50:.2} ms | {g99:.2} ms | {total50:.1} ms | {errors} |"
+            );
+            figures.push((t50, t99, g50, g99));
+        }
+        let (d, h) = (figures[0], figures[1]);
+        println!();
+        added.push((arrivals, h.0 - d.0, h.1 - d.1, h.2 - d.2, h.3 - d.3));
     }
-    let (d, h) = (figures[0], figures[1]);
-    println!(
-        "\nadded: TTFT p50 {:.2} ms, p99 {:.2} ms; inter-chunk p50 {:.2} ms, p99 {:.2} ms\n",
-        h.0 - d.0,
-        h.1 - d.1,
-        h.2 - d.2,
-        h.3 - d.3
-    );
+    for (arrivals, t50, t99, g50, g99) in added {
+        println!(
+            "added, arrivals {arrivals}: TTFT p50 {t50:.2} ms, p99 {t99:.2} ms; inter-chunk p50 {g50:.2} ms, p99 {g99:.2} ms"
+        );
+    }
+    println!();
 }
 
 async fn tools(harness: &Proc, scale: usize) {
@@ -247,48 +261,65 @@ async fn tools(harness: &Proc, scale: usize) {
     println!("| {p50:.1} ms | {p99:.1} ms | {errors} | 100 ms | 600 ms |\n");
 }
 
-async fn streams(fake: &Proc, harness: &Proc, quick: bool) {
+async fn streams(fake: &Proc, harness: &Proc, streams: usize) {
     let http = client::http_client();
-    let streams = if quick { 100 } else { 1000 };
     println!("## streams: {streams} concurrent turns, ITL 50 ms, 200 tokens\n");
-    println!(
-        "| path | gap p50 | gap p99 | gap max | TTFT p99 | errors | server RSS | server CPU |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
-    let model = Spec::parse("bench/itl=50/n=200").model();
+    let spec = Spec::parse("bench/itl=50/n=200");
+    let model = spec.model();
     let warm = Spec::parse("bench/n=1").model();
-    let mut figures = Vec::new();
-    for (name, target) in paths(fake, harness) {
-        // Warm-up: the connections of 1,000 concurrent turns (client to
-        // service, service to provider), so the figures are the steady
-        // state and not 1,000 TCP handshakes at once.
-        client::load(&http, &target, &warm, streams, streams).await;
-        let cpu_before = harness.cpu();
-        let (samples, wall) = client::load(&http, &target, &model, streams, streams).await;
-        let cpu = harness.cpu().saturating_sub(cpu_before);
-        let (good, errors) = ok(&samples);
-        let all_gaps = gaps(&good);
-        let (g50, g99) = p50_p99(&all_gaps);
-        let max = percentile(&all_gaps, 100.0);
-        let (_, t99) = p50_p99(&ttfts(&good));
-        let (rss, cpu) = if name == "direct" {
-            (String::new(), String::new())
-        } else {
-            (
-                format!("{:.1} MiB", harness.rss_kib() as f64 / 1024.0),
-                format!("{:.0}%", 100.0 * cpu.as_secs_f64() / wall.as_secs_f64()),
-            )
-        };
+    // In step: every stream starts at once, so all of them receive a token
+    // within the same few milliseconds, every 50 ms. Staggered: starts
+    // spread over one inter-token interval, so tokens arrive evenly, as
+    // streams of independent users do.
+    let mut added = Vec::new();
+    for (arrivals, spread) in [
+        ("in step", Duration::ZERO),
+        ("staggered", Duration::from_millis(spec.itl_ms)),
+    ] {
+        println!("### arrivals {arrivals}\n");
         println!(
-            "| {name} | {g50:.2} ms | {g99:.2} ms | {max:.1} ms | {t99:.2} ms | {errors} | {rss} | {cpu} |"
+            "| path | gap p50 | gap p99 | gap max | TTFT p99 | errors | server RSS | server CPU |"
         );
-        figures.push((g50, g99));
+        println!("|---|---|---|---|---|---|---|---|");
+        let mut figures = Vec::new();
+        for (name, target) in paths(fake, harness) {
+            // Warm-up: the connections of 1,000 concurrent turns (client to
+            // service, service to provider), so the figures are the steady
+            // state and not 1,000 TCP handshakes at once.
+            client::load(&http, &target, &warm, streams, streams).await;
+            let cpu_before = harness.cpu();
+            let (samples, wall) =
+                client::load_staggered(&http, &target, &model, streams, streams, spread).await;
+            let cpu = harness.cpu().saturating_sub(cpu_before);
+            let (good, errors) = ok(&samples);
+            let all_gaps = gaps(&good);
+            let (g50, g99) = p50_p99(&all_gaps);
+            let max = percentile(&all_gaps, 100.0);
+            let (_, t99) = p50_p99(&ttfts(&good));
+            let (rss, cpu) = if name == "direct" {
+                (String::new(), String::new())
+            } else {
+                (
+                    format!("{:.1} MiB", harness.rss_kib() as f64 / 1024.0),
+                    format!("{:.0}%", 100.0 * cpu.as_secs_f64() / wall.as_secs_f64()),
+                )
+            };
+            println!(
+                "| {name} | {g50:.2} ms | {g99:.2} ms | {max:.1} ms | {t99:.2} ms | {errors} | {rss} | {cpu} |"
+            );
+            figures.push((g50, g99));
+        }
+        println!();
+        added.push((
+            arrivals,
+            figures[1].0 - figures[0].0,
+            figures[1].1 - figures[0].1,
+        ));
     }
-    println!(
-        "\nadded inter-chunk delay: p50 {:.2} ms, p99 {:.2} ms\n",
-        figures[1].0 - figures[0].0,
-        figures[1].1 - figures[0].1
-    );
+    for (arrivals, g50, g99) in added {
+        println!("added inter-chunk delay, arrivals {arrivals}: p50 {g50:.2} ms, p99 {g99:.2} ms");
+    }
+    println!();
 }
 
 /// Turns held open by a provider that has not answered yet: memory per turn.
