@@ -3,11 +3,10 @@
 
 use std::{
     convert::Infallible,
+    fmt::Write as _,
     sync::{Arc, atomic::Ordering},
     time::Duration,
 };
-
-use std::fmt::Write as _;
 
 use axum::{
     body::Body,

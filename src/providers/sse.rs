@@ -556,6 +556,46 @@ mod tests {
         );
     }
 
+    /// `chunks` sent one by one, each after its delay.
+    fn paced(
+        chunks: Vec<(u64, &'static str)>,
+    ) -> impl Stream<Item = Result<Bytes, ProviderError>> + Send + 'static {
+        futures::stream::iter(chunks).then(|(after_ms, chunk)| async move {
+            tokio::time::sleep(Duration::from_millis(after_ms)).await;
+            Ok(Bytes::from_static(chunk.as_bytes()))
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_means_no_bytes_at_all_so_comments_keep_a_stream_alive() {
+        let idle = Duration::from_secs(1);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        // Three keep-alive comments 0.6 s apart, then the event: 2.4 s
+        // without an event, never 1 s without bytes.
+        let kept: Vec<_> = sse_events(
+            paced(vec![
+                (600, ":\n\n"),
+                (600, ": ping\n\n"),
+                (600, ":\n\n"),
+                (600, "data: x\n\n"),
+            ]),
+            idle,
+            deadline,
+        )
+        .collect()
+        .await;
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(kept[0].as_ref().unwrap(), &event("message", "x"));
+        // 1.5 s of silence is a timeout.
+        let silent: Vec<_> = sse_events(paced(vec![(1500, "data: x\n\n")]), idle, deadline)
+            .collect()
+            .await;
+        assert!(
+            matches!(silent.as_slice(), [Err(ProviderError::Timeout(m))] if m.contains("no data")),
+            "{silent:?}"
+        );
+    }
+
     #[test]
     fn a_line_that_is_not_utf8_is_a_protocol_error() {
         let error = parse(&[b"data: \xff\xfe\n\n"]).unwrap_err();
