@@ -4,6 +4,11 @@
 //! Text deltas are passed on as they arrive; tool-call deltas are assembled
 //! by their `index` across chunks and handed over whole when the stream
 //! finishes; usage comes from the final chunk (`stream_options.include_usage`).
+//!
+//! Some compatible servers ignore `stream: true` (often when tools are
+//! offered) and answer with one `application/json` chat completion. That
+//! answer is taken as it is: its text as one delta, its tool calls, its
+//! usage, as one step.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -169,10 +174,137 @@ impl LlmProvider for OpenAiProvider {
                 KeyHeader::ApiKey => http.header("api-key", key),
             };
         }
-        let events =
-            sse::open_events(http, deadline, self.idle_timeout, self.max_response_bytes).await?;
+        let response = sse::open(http, deadline).await?;
+        if sse::has_content_type(&response, "application/json") {
+            let body = sse::read_body(
+                response,
+                self.max_response_bytes,
+                self.idle_timeout,
+                deadline,
+            )
+            .await?;
+            let events = parse_completion(&body)?;
+            return Ok(futures::stream::iter(events.into_iter().map(Ok)).boxed());
+        }
+        let events = sse::events_of(
+            response,
+            deadline,
+            self.idle_timeout,
+            self.max_response_bytes,
+        )
+        .await?;
         Ok(parse_stream(events).boxed())
     }
+}
+
+/// A whole `chat.completion` (a server that did not stream), only the
+/// fields we read.
+#[derive(Debug, Deserialize)]
+struct Completion {
+    #[serde(default)]
+    choices: Vec<CompletionChoice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionChoice {
+    #[serde(default)]
+    index: u32,
+    #[serde(default)]
+    message: Option<CompletionMessage>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionMessage {
+    /// A string, or (some compatible servers) a list of text parts.
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Vec<CompletionToolCall>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    function: CompletionFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionFunction {
+    name: String,
+    /// JSON text (OpenAI), or an object (some compatible servers).
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// The provider events of a whole chat completion: its text as one delta,
+/// its tool calls, usage, and the finish reason.
+fn parse_completion(body: &[u8]) -> Result<Vec<ProviderEvent>, ProviderError> {
+    let completion: Completion = serde_json::from_slice(body)
+        .map_err(|e| ProviderError::Protocol(format!("invalid JSON chat completion: {e}")))?;
+    if let Some(error) = completion.error {
+        return Err(in_stream_error(&error));
+    }
+    let choice = completion
+        .choices
+        .into_iter()
+        .find(|c| c.index == 0)
+        .ok_or_else(|| ProviderError::Protocol("a chat completion without choices".into()))?;
+    let mut events = Vec::new();
+    let message = choice.message.ok_or_else(|| {
+        ProviderError::Protocol("a chat completion choice without a message".into())
+    })?;
+    let text = match message.content {
+        Some(Value::String(text)) => text,
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    };
+    if !text.is_empty() {
+        events.push(ProviderEvent::TextDelta(text));
+    }
+    let had_calls = !message.tool_calls.is_empty();
+    for (index, call) in message.tool_calls.into_iter().enumerate() {
+        if call.function.name.is_empty() {
+            return Err(ProviderError::Protocol(format!(
+                "tool call {index} has no name"
+            )));
+        }
+        let arguments = match call.function.arguments {
+            Some(Value::String(text)) if !text.trim().is_empty() => text,
+            None | Some(Value::Null | Value::String(_)) => "{}".to_owned(),
+            Some(object) => object.to_string(),
+        };
+        events.push(ProviderEvent::ToolCall(ToolCall {
+            id: call
+                .id
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(|| format!("call_{index}")),
+            name: call.function.name,
+            arguments,
+        }));
+    }
+    if let Some(usage) = completion.usage {
+        events.push(ProviderEvent::Usage(usage.into()));
+    }
+    let reason = choice
+        .finish_reason
+        .map(|r| FinishReason::from_wire(&r))
+        .unwrap_or(if had_calls {
+            FinishReason::ToolCalls
+        } else {
+            FinishReason::Stop
+        });
+    events.push(ProviderEvent::Finished(reason));
+    Ok(events)
 }
 
 /// One `chat.completion.chunk`, only the fields we read.
@@ -238,6 +370,20 @@ struct PromptTokensDetails {
     cached_tokens: Option<u64>,
 }
 
+impl From<WireUsage> for Usage {
+    fn from(usage: WireUsage) -> Self {
+        Self {
+            input_tokens: usage.prompt_tokens,
+            output_tokens: usage.completion_tokens,
+            cache_read_tokens: usage
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0),
+            cache_creation_tokens: 0,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct PartialCall {
     id: String,
@@ -299,15 +445,7 @@ where
                 }
             }
             if let Some(usage) = chunk.usage {
-                yield ProviderEvent::Usage(Usage {
-                    input_tokens: usage.prompt_tokens,
-                    output_tokens: usage.completion_tokens,
-                    cache_read_tokens: usage
-                        .prompt_tokens_details
-                        .and_then(|d| d.cached_tokens)
-                        .unwrap_or(0),
-                    cache_creation_tokens: 0,
-                });
+                yield ProviderEvent::Usage(usage.into());
             }
         }
         if !done && finish.is_none() {

@@ -382,14 +382,12 @@ where
     }
 }
 
-/// Sends `request` and returns its SSE events (see [`sse_events`]); an
-/// error answer or a body that is not an event stream is an error here.
-pub(super) async fn open_events(
+/// Sends `request` (asking for an event stream) and returns the answer if
+/// it is a success; an error answer is an error here.
+pub(super) async fn open(
     request: RequestBuilder,
     deadline: Instant,
-    idle: Duration,
-    max_bytes: usize,
-) -> Result<impl Stream<Item = Result<SseEvent, ProviderError>> + Send + 'static, ProviderError> {
+) -> Result<Response, ProviderError> {
     let response = send(
         request.header(header::ACCEPT, "text/event-stream"),
         deadline,
@@ -398,12 +396,59 @@ pub(super) async fn open_events(
     if !response.status().is_success() {
         return Err(error_from_response(response).await);
     }
+    Ok(response)
+}
+
+/// Whether the answer's content type starts with `prefix`.
+pub(super) fn has_content_type(response: &Response, prefix: &str) -> bool {
+    response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with(prefix))
+}
+
+/// The whole body of `response`, refused past `max_bytes`; each chunk is
+/// awaited for at most `idle` and never past `deadline`.
+pub(super) async fn read_body(
+    response: Response,
+    max_bytes: usize,
+    idle: Duration,
+    deadline: Instant,
+) -> Result<Vec<u8>, ProviderError> {
+    let mut chunks = std::pin::pin!(limited_bytes(response, max_bytes));
+    let mut body = Vec::new();
+    while let Some(chunk) = next_within(&mut chunks, idle, deadline).await? {
+        body.extend_from_slice(&chunk?);
+    }
+    Ok(body)
+}
+
+/// The SSE events of a successful answer (see [`sse_events`]); a body
+/// that is not an event stream is an error.
+pub(super) async fn events_of(
+    response: Response,
+    deadline: Instant,
+    idle: Duration,
+    max_bytes: usize,
+) -> Result<impl Stream<Item = Result<SseEvent, ProviderError>> + Send + 'static, ProviderError> {
     let response = expect_event_stream(response).await?;
     Ok(sse_events(
         limited_bytes(response, max_bytes),
         idle,
         deadline,
     ))
+}
+
+/// Sends `request` and returns its SSE events (see [`sse_events`]); an
+/// error answer or a body that is not an event stream is an error here.
+pub(super) async fn open_events(
+    request: RequestBuilder,
+    deadline: Instant,
+    idle: Duration,
+    max_bytes: usize,
+) -> Result<impl Stream<Item = Result<SseEvent, ProviderError>> + Send + 'static, ProviderError> {
+    events_of(open(request, deadline).await?, deadline, idle, max_bytes).await
 }
 
 /// Helpers for the adapters' property tests.

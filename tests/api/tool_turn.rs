@@ -153,3 +153,42 @@ async fn metrics_count_turns_and_persisted_events() {
     assert_eq!(value("agent_harness_events_persisted_total"), 13.0);
     assert_eq!(value("agent_harness_sse_streams_open"), 0.0);
 }
+
+#[tokio::test]
+async fn a_provider_that_answers_json_instead_of_a_stream_still_completes_a_tool_turn() {
+    let app = spawn_app(Backend::Sqlite).await;
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse"),
+        Reply::body(200, "application/json", "openai/completion_local_search.json"),
+        Reply::body(200, "application/json", "openai/completion_text.json"),
+    ]);
+    app.post_turn("s-json", json!({"message": "Plan a Paris trip for me"}))
+        .await;
+    let mut stream = app
+        .post_turn_sse("s-json", json!({"message": "What did I ask before?"}))
+        .await;
+    let events = stream.read_to_end().await;
+    assert_eq!(
+        types(&events),
+        [
+            "turn.started",
+            "usage",
+            "tool.started",
+            "tool.finished",
+            "message.delta",
+            "usage",
+            "citations",
+            "usage",
+            "decision",
+            "turn.completed"
+        ]
+    );
+    assert_eq!(events[3].json()["status"], "completed");
+    assert_eq!(
+        events[4].json()["text"],
+        "You asked about a Paris trip before."
+    );
+    assert_eq!(events[7].json()["input_tokens"], 212 + 268);
+    let result = &events[9].json()["result"];
+    assert_eq!(result["text"], "You asked about a Paris trip before.");
+}

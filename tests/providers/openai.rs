@@ -240,3 +240,51 @@ async fn an_unreachable_server_is_a_network_error() {
         "{error:?}"
     );
 }
+
+#[tokio::test]
+async fn a_json_completion_to_a_stream_request_is_one_step() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([
+        Reply::body(200, "application/json", "openai/completion_local_search.json"),
+        Reply::body(
+            200,
+            "application/json; charset=utf-8",
+            "openai/completion_text.json",
+        ),
+    ]);
+    let openai = default(&fake).await;
+    let (events, error) = collect(&openai, conversation()).await;
+    assert_eq!(error, None);
+    assert_eq!(
+        events,
+        [
+            ProviderEvent::ToolCall(ToolCall {
+                id: "call_Xw4Tn9Lq2Pb7Vr5Kc8Md1Hs6".into(),
+                name: "local_search".into(),
+                arguments: r#"{"query":"Paris trip"}"#.into(),
+            }),
+            ProviderEvent::Usage(Usage {
+                input_tokens: 212,
+                output_tokens: 17,
+                cache_read_tokens: 0,
+                cache_creation_tokens: 0
+            }),
+            ProviderEvent::Finished(FinishReason::ToolCalls),
+        ]
+    );
+    let (events, error) = collect(&openai, conversation()).await;
+    assert_eq!(error, None);
+    assert_eq!(
+        events,
+        [
+            ProviderEvent::TextDelta("You asked about a Paris trip before.".into()),
+            ProviderEvent::Usage(Usage {
+                input_tokens: 268,
+                output_tokens: 9,
+                cache_read_tokens: 128,
+                cache_creation_tokens: 0
+            }),
+            ProviderEvent::Finished(FinishReason::Stop),
+        ]
+    );
+}
