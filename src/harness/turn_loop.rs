@@ -184,10 +184,12 @@ pub(super) async fn run(
         }
 
         // 4e-4g: waves of tool calls through the gates.
-        messages.push(ChatMessage::assistant(
-            output.text,
-            output.tool_calls.clone(),
-        ));
+        // The step's reasoning travels back with its calls: Anthropic
+        // refuses a tool result whose call lost its signed thinking block.
+        messages.push(ChatMessage {
+            thinking: output.thinking,
+            ..ChatMessage::assistant(output.text, output.tool_calls.clone())
+        });
         let waves = scheduler::schedule(
             &output.tool_calls,
             &harness.tools,

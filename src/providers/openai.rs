@@ -10,7 +10,11 @@
 //! answer is taken as it is: its text as one delta, its tool calls, its
 //! usage, as one step.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -56,7 +60,14 @@ pub struct OpenAiProvider {
     model: String,
     idle_timeout: Duration,
     max_response_bytes: usize,
+    /// Models that answered 400 to `reasoning_effort`: they are not sent
+    /// it again (bounded: see [`MAX_REMEMBERED_MODELS`]).
+    no_effort: Arc<Mutex<HashSet<String>>>,
 }
+
+/// Models remembered as refusing `reasoning_effort`; past this many the
+/// set starts over (a request may name any model).
+const MAX_REMEMBERED_MODELS: usize = 256;
 
 impl OpenAiProvider {
     pub fn new(config: OpenAiConfig) -> Result<Self, ProviderError> {
@@ -79,7 +90,25 @@ impl OpenAiProvider {
             model: config.model,
             idle_timeout: config.idle_timeout,
             max_response_bytes: config.max_response_bytes,
+            no_effort: Arc::default(),
         })
+    }
+
+    /// Whether `model` refused `reasoning_effort` before.
+    fn refuses_effort(&self, model: &str) -> bool {
+        self.no_effort
+            .lock()
+            .map(|set| set.contains(model))
+            .unwrap_or(false)
+    }
+
+    fn remember_refuses_effort(&self, model: &str) {
+        if let Ok(mut set) = self.no_effort.lock() {
+            if set.len() >= MAX_REMEMBERED_MODELS {
+                set.clear();
+            }
+            set.insert(model.to_owned());
+        }
     }
 
     /// The JSON body sent for `request`.
@@ -91,15 +120,11 @@ impl OpenAiProvider {
             "stream": true,
             "stream_options": { "include_usage": true },
         });
-        // Reasoning models take an effort; others are left as they are
-        // (the operator turns thinking on only for models that know it).
-        let effort = match request.think_level {
-            ThinkLevel::Off => None,
-            ThinkLevel::Low => Some("low"),
-            ThinkLevel::Medium => Some("medium"),
-            ThinkLevel::High => Some("high"),
-        };
-        if let Some(effort) = effort {
+        // Reasoning models take an effort. A model that refused it once is
+        // not sent it again (see `stream`).
+        if let Some(effort) = reasoning_effort(request.think_level)
+            && !self.refuses_effort(model)
+        {
             body["reasoning_effort"] = json!(effort);
         }
         if !request.tools.is_empty() {
@@ -120,6 +145,24 @@ impl OpenAiProvider {
         }
         body
     }
+}
+
+/// The `reasoning_effort` of a think level.
+fn reasoning_effort(level: ThinkLevel) -> Option<&'static str> {
+    match level {
+        ThinkLevel::Off => None,
+        ThinkLevel::Low => Some("low"),
+        ThinkLevel::Medium => Some("medium"),
+        ThinkLevel::High => Some("high"),
+    }
+}
+
+/// Whether a 400 says the model does not take `reasoning_effort`
+/// (`unsupported_parameter`, or an older server's "Unrecognized request
+/// argument"): the request is worth sending again without it.
+fn refuses_reasoning_effort(error: &ProviderError) -> bool {
+    matches!(error, ProviderError::BadRequest(f)
+        if f.status == 400 && (f.body.contains("reasoning_effort") || f.message.contains("reasoning_effort")))
 }
 
 /// `{base}/chat/completions`, keeping a query string of the base (Azure's
@@ -152,6 +195,18 @@ fn wire_message(message: &ChatMessage) -> Value {
     }
 }
 
+impl OpenAiProvider {
+    /// A POST of `body` to the endpoint, with the key.
+    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        let http = self.client.post(self.endpoint.clone()).json(body);
+        match (&self.api_key, self.key_header) {
+            (None, _) => http,
+            (Some(key), KeyHeader::Bearer) => http.bearer_auth(key),
+            (Some(key), KeyHeader::ApiKey) => http.header("api-key", key),
+        }
+    }
+}
+
 #[async_trait]
 impl LlmProvider for OpenAiProvider {
     fn name(&self) -> &str {
@@ -164,17 +219,18 @@ impl LlmProvider for OpenAiProvider {
 
     async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let deadline = Instant::now() + request.timeout;
-        let mut http = self
-            .client
-            .post(self.endpoint.clone())
-            .json(&self.request_body(&request));
-        if let Some(key) = &self.api_key {
-            http = match self.key_header {
-                KeyHeader::Bearer => http.bearer_auth(key),
-                KeyHeader::ApiKey => http.header("api-key", key),
-            };
-        }
-        let response = sse::open(http, deadline).await?;
+        let body = self.request_body(&request);
+        let sent_effort = body.get("reasoning_effort").is_some();
+        let response = match sse::open(self.post(&body), deadline).await {
+            Err(e) if sent_effort && refuses_reasoning_effort(&e) => {
+                // Asked once more without it; remembered for this model.
+                let model = request.model_or(&self.model).to_owned();
+                tracing::info!(model = %model, "the model refuses reasoning_effort; sending without it");
+                self.remember_refuses_effort(&model);
+                sse::open(self.post(&self.request_body(&request)), deadline).await?
+            }
+            other => other?,
+        };
         if sse::has_content_type(&response, "application/json") {
             let body = sse::read_body(
                 response,

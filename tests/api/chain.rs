@@ -276,3 +276,74 @@ async fn priced_models_report_turn_and_session_costs() {
         "{session}"
     );
 }
+
+#[tokio::test]
+async fn anthropic_thinking_blocks_travel_back_with_their_tool_calls() {
+    let app = app_with(|s, _| {
+        s.providers = "anthropic:claude-sonnet-4-6".into();
+        s.think_level = "low".into();
+    })
+    .await;
+    app.provider.enqueue([
+        Reply::sse("anthropic/thinking_tool_use.sse"),
+        Reply::sse("anthropic/thinking.sse"),
+    ]);
+    let events = app
+        .post_turn_sse("c-think", json!({"message": "What about my Paris trip?"}))
+        .await
+        .read_to_end()
+        .await;
+    assert_eq!(events.last().unwrap().event, "turn.completed", "{events:?}");
+    let second = &app.provider.requests()[1].body;
+    assert_eq!(second["thinking"]["type"], "enabled");
+    let assistant = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .expect("the step's assistant message");
+    let blocks = assistant["content"].as_array().unwrap();
+    assert_eq!(blocks[0]["type"], "thinking");
+    assert_eq!(
+        blocks[0]["thinking"],
+        "The user asks about an earlier trip. Search the history first."
+    );
+    assert_eq!(
+        blocks[0]["signature"],
+        "ErUBCkYIBRgCIkDx7qv2NmTzQ3Lr9Hb5PwK1yJd8Vc4Xs6Ra0Ze2GfUo"
+    );
+    assert_eq!(blocks[1]["type"], "tool_use");
+    assert_eq!(blocks[1]["id"], "toolu_01Hj2Kl3Mn4Op5Qr6St7Uv8W");
+}
+
+#[tokio::test]
+async fn a_model_that_refuses_reasoning_effort_is_asked_again_without_it() {
+    let app = app_with(|s, _| {
+        s.providers = "openai:gpt-4o-mini".into();
+        s.think_level = "medium".into();
+    })
+    .await;
+    app.provider.enqueue([
+        Reply::body(
+            400,
+            "application/json",
+            "openai/error_unsupported_reasoning_effort.json",
+        ),
+        Reply::sse("openai/text.sse"),
+        Reply::sse("openai/text.sse"),
+    ]);
+    for session in ["c-effort-1", "c-effort-2"] {
+        let events = app
+            .post_turn_sse(session, json!({"message": "Hi"}))
+            .await
+            .read_to_end()
+            .await;
+        assert_eq!(events.last().unwrap().event, "turn.completed", "{events:?}");
+    }
+    let requests = app.provider.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0].body["reasoning_effort"], "medium");
+    // Once refused, the model is not sent the parameter again.
+    assert_eq!(requests[1].body.get("reasoning_effort"), None);
+    assert_eq!(requests[2].body.get("reasoning_effort"), None);
+}
