@@ -171,6 +171,52 @@ impl Usage {
     pub fn is_zero(&self) -> bool {
         *self == Self::default()
     }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_creation_tokens += other.cache_creation_tokens;
+    }
+}
+
+/// The text and usage of a provider call made for the harness's own use
+/// (a reflection, a compaction summary), not streamed to the client.
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub text: String,
+    /// Every attempt's usage, failed ones included: they were billed.
+    pub usage: Usage,
+    /// What ended the call early, if anything did.
+    pub error: Option<ProviderError>,
+}
+
+/// Sends `request` and reads its stream to the end.
+pub async fn collect_text(provider: &dyn LlmProvider, request: ChatRequest) -> Collected {
+    use futures::StreamExt;
+    let mut collected = Collected::default();
+    let mut stream = match provider.stream(request).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            collected.error = Some(e);
+            return collected;
+        }
+    };
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(ProviderEvent::TextDelta(delta)) => collected.text.push_str(&delta),
+            Ok(ProviderEvent::Usage(usage)) => collected.usage.add(&usage),
+            Ok(ProviderEvent::Restart { .. }) => collected.text.clear(),
+            Ok(ProviderEvent::Finished(_)) => break,
+            Ok(ProviderEvent::Thinking(_) | ProviderEvent::ToolCall(_)) => {}
+            Err(e) => {
+                collected.error = Some(e);
+                break;
+            }
+        }
+    }
+    collected
 }
 
 /// Why generation stopped.

@@ -9,11 +9,10 @@
 
 use std::{str::FromStr, time::Duration};
 
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::{budget::TurnBudget, state::ToolResultRecord};
-use crate::providers::{ChatMessage, ChatRequest, LlmProvider, ProviderEvent};
+use crate::providers::{ChatMessage, ChatRequest, LlmProvider, Usage, collect_text};
 
 /// How much the model is asked to think.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -86,14 +85,36 @@ pub struct ReflectionResult {
     /// True when no reflection ran (see `reason`).
     pub stub: bool,
     pub reason: Option<String>,
+    /// What the reflection call used (counted in the turn's usage and cost).
+    pub usage: Usage,
 }
 
 impl ReflectionResult {
-    fn stub(reason: &str) -> Self {
+    fn stub(reason: &str, usage: Usage) -> Self {
         Self {
             text: String::new(),
             stub: true,
             reason: Some(reason.to_owned()),
+            usage,
+        }
+    }
+}
+
+/// Where the harness's own provider calls (reflection, compaction) go: the
+/// turn's model on the turn's provider.
+#[derive(Debug, Clone, Copy)]
+pub struct SideCall<'a> {
+    pub model: &'a str,
+    /// The turn's `runtime_provider` (a chain picks it), if it named one.
+    pub provider: Option<&'a str>,
+}
+
+impl SideCall<'_> {
+    /// A request for this target.
+    pub fn request(&self, messages: Vec<ChatMessage>, timeout: Duration) -> ChatRequest {
+        ChatRequest {
+            provider: self.provider.map(str::to_owned),
+            ..ChatRequest::new(self.model, messages, timeout)
         }
     }
 }
@@ -104,16 +125,16 @@ const REFLECTION_TIMEOUT: Duration = Duration::from_secs(20);
 /// Asks the model to reflect on the tool results. Never fails.
 pub async fn reflect(
     provider: &dyn LlmProvider,
-    model: &str,
+    target: SideCall<'_>,
     messages: &[ChatMessage],
     tool_results: &[ToolResultRecord],
     budget: &TurnBudget,
 ) -> ReflectionResult {
     if budget.is_expired() {
-        return ReflectionResult::stub("deadline");
+        return ReflectionResult::stub("deadline", Usage::default());
     }
     if !budget.claim_reflection() {
-        return ReflectionResult::stub("budget");
+        return ReflectionResult::stub("budget", Usage::default());
     }
     let summary: String = tool_results
         .iter()
@@ -127,34 +148,20 @@ pub async fn reflect(
         "Reflect briefly on the tool results so far: what worked, what failed and \
          what to do next. Do not answer the user yet.\n\nTool results:\n{summary}"
     )));
-    let request = ChatRequest::new(model, prompt, budget.clamp(REFLECTION_TIMEOUT));
-    let mut stream = match provider.stream(request).await {
-        Ok(stream) => stream,
-        Err(e) => {
-            tracing::warn!(error = %e, "reflection failed");
-            return ReflectionResult::stub("error");
-        }
-    };
-    let mut text = String::new();
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(ProviderEvent::TextDelta(delta)) => text.push_str(&delta),
-            Ok(ProviderEvent::Finished(_)) => break,
-            Ok(ProviderEvent::Restart { .. }) => text.clear(),
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "reflection failed");
-                return ReflectionResult::stub("error");
-            }
-        }
+    let request = target.request(prompt, budget.clamp(REFLECTION_TIMEOUT));
+    let collected = collect_text(provider, request).await;
+    if let Some(e) = &collected.error {
+        tracing::warn!(error = %e, "reflection failed");
+        return ReflectionResult::stub("error", collected.usage);
     }
-    if text.trim().is_empty() {
-        return ReflectionResult::stub("empty");
+    if collected.text.trim().is_empty() {
+        return ReflectionResult::stub("empty", collected.usage);
     }
     ReflectionResult {
-        text,
+        text: collected.text,
         stub: false,
         reason: None,
+        usage: collected.usage,
     }
 }
 

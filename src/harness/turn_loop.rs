@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{
-    AgentHarness, EventSink, MAX_STEPS_TEXT, TIMEOUT_TEXT, TurnError, TurnOutput, TurnRequest,
+    AgentHarness, EventSink, MAX_STEPS_TEXT, SinkError, TIMEOUT_TEXT, TurnError, TurnOutput,
+    TurnRequest,
     calls::{self, CallEnv},
     compaction::{self, ContextLevel},
     executor::{self, Executed},
@@ -19,7 +20,7 @@ use super::{
     replay::ReplayControl,
     scheduler, selector,
     state::TurnRuntimeState,
-    thinking,
+    thinking::{self, SideCall},
 };
 use crate::{
     events::TurnEvent,
@@ -90,7 +91,15 @@ pub(super) async fn run(
     }
     let prompt_messages = prep.messages.clone();
     let mut messages = prep.messages.clone();
+    // The turn's user message is the last of the prepared prompt; compaction
+    // keeps it wherever it moves.
+    let mut question_at = messages.len().saturating_sub(1);
     let model = prep.resolved_model.clone();
+    // Reflection and compaction ask the turn's model on the turn's provider.
+    let side_call = SideCall {
+        model: &model,
+        provider: request.runtime_provider.as_deref(),
+    };
 
     // Stage 4b: the tools offered this turn.
     let offered: Vec<Arc<ToolDefinition>> = {
@@ -115,6 +124,13 @@ pub(super) async fn run(
             .collect()
     };
     let replay = ReplayControl::default();
+
+    let cost = |usage: &Usage| {
+        harness
+            .cost_tracker
+            .as_ref()
+            .and_then(|c| c.record(&request.session_id, &prep.resolved_provider, &model, usage))
+    };
 
     // Stage 4: the bounded loop.
     let final_text = loop {
@@ -153,12 +169,6 @@ pub(super) async fn run(
             let input = serde_json::to_string(&call.messages).unwrap_or_default();
             span.record("gen_ai.input.messages", input.as_str());
         }
-        let cost = |usage: &Usage| {
-            harness
-                .cost_tracker
-                .as_ref()
-                .and_then(|c| c.record(&request.session_id, &prep.resolved_provider, &model, usage))
-        };
         let output = match generate(harness, call, step, sink.as_ref(), &cost)
             .instrument(span.clone())
             .await
@@ -214,12 +224,13 @@ pub(super) async fn run(
         {
             let reflection = thinking::reflect(
                 harness.provider.as_ref(),
-                &model,
+                side_call,
                 &messages,
                 &state.tool_results(),
                 &state.budget,
             )
             .await;
+            account(&state, sink.as_ref(), step, &reflection.usage, &cost).await?;
             sink.emit(TurnEvent::Reflection {
                 step,
                 text: reflection.text.clone(),
@@ -244,12 +255,15 @@ pub(super) async fn run(
                 ContextLevel::Critical => {
                     if let Some(done) = compaction::compact(
                         harness.provider.as_ref(),
-                        &model,
+                        side_call,
                         &mut messages,
+                        question_at,
                         &state.budget,
                     )
                     .await
                     {
+                        question_at = done.question_at;
+                        account(&state, sink.as_ref(), step, &done.usage, &cost).await?;
                         state.set_context_compacted();
                         sink.emit(TurnEvent::ContextCompacted {
                             step,
@@ -438,12 +452,7 @@ async fn generate(
                 }
             }
             ProviderEvent::ToolCall(call) => output.tool_calls.push(call),
-            ProviderEvent::Usage(usage) => {
-                output.usage.input_tokens += usage.input_tokens;
-                output.usage.output_tokens += usage.output_tokens;
-                output.usage.cache_read_tokens += usage.cache_read_tokens;
-                output.usage.cache_creation_tokens += usage.cache_creation_tokens;
-            }
+            ProviderEvent::Usage(usage) => output.usage.add(&usage),
             ProviderEvent::Finished(reason) => {
                 tracing::Span::current()
                     .record("gen_ai.response.finish_reasons", format!("{reason:?}"));
@@ -453,17 +462,45 @@ async fn generate(
     }
     if !output.usage.is_zero() {
         output.cost_usd = cost(&output.usage);
-        sink.emit(TurnEvent::Usage {
-            step: Some(step),
-            input_tokens: output.usage.input_tokens,
-            output_tokens: output.usage.output_tokens,
-            cache_read_tokens: output.usage.cache_read_tokens,
-            cache_creation_tokens: output.usage.cache_creation_tokens,
-            cost_usd: output.cost_usd,
-        })
-        .await?;
+        emit_usage(sink, step, &output.usage, output.cost_usd).await?;
     }
     Ok(output)
+}
+
+/// The `usage` event of one provider call.
+async fn emit_usage(
+    sink: &dyn EventSink,
+    step: u32,
+    usage: &Usage,
+    cost_usd: Option<f64>,
+) -> Result<(), SinkError> {
+    sink.emit(TurnEvent::Usage {
+        step: Some(step),
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        cache_read_tokens: usage.cache_read_tokens,
+        cache_creation_tokens: usage.cache_creation_tokens,
+        cost_usd,
+    })
+    .await
+}
+
+/// Counts a reflection's or a compaction's provider call in the turn's
+/// usage and cost, with its own `usage` event (like every provider call).
+async fn account(
+    state: &TurnRuntimeState,
+    sink: &dyn EventSink,
+    step: u32,
+    usage: &Usage,
+    cost: &(dyn Fn(&Usage) -> Option<f64> + Sync),
+) -> Result<(), SinkError> {
+    if usage.is_zero() {
+        return Ok(());
+    }
+    let cost_usd = cost(usage);
+    state.add_tokens(usage);
+    state.add_cost(cost_usd);
+    emit_usage(sink, step, usage, cost_usd).await
 }
 
 #[cfg(test)]
