@@ -206,10 +206,12 @@ pub(super) async fn finalize(
     let assistant_message_id = Uuid::now_v7();
     let messages = vec![
         NewMessage {
+            id: Uuid::now_v7(),
             role: "user".into(),
             content: input.user_message.clone(),
         },
         NewMessage {
+            id: assistant_message_id,
             role: "assistant".into(),
             content: text.clone(),
         },
@@ -294,6 +296,7 @@ pub(super) async fn finalize(
         "session_id": input.session_id,
         "turn_id": input.turn_id,
         "turn_number": input.turn_number,
+        "assistant_message_id": assistant_message_id,
         "strategy": strategy,
         "tools_used": tools_used,
         "tool_calls": input.tool_results.len(),

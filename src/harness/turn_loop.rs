@@ -366,7 +366,11 @@ async fn load_context_pack(
     {
         Executed::Completed { output, .. } => {
             match serde_json::from_str::<Value>(&output.content) {
-                Ok(pack @ Value::Object(_)) => pack,
+                Ok(pack @ Value::Object(_)) => {
+                    // The pack's sources are the turn's sources too.
+                    calls::add_citations(state, &output.citations);
+                    pack
+                }
                 _ => empty,
             }
         }

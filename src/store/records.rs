@@ -71,6 +71,8 @@ pub struct NewTurn {
 /// A history message to append when a turn completes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewMessage {
+    /// The id the harness gave the message (what the turn referred to).
+    pub id: Uuid,
     pub role: String,
     pub content: String,
 }
@@ -170,7 +172,11 @@ pub struct SessionRecord {
 /// One message of a session's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct MessageRecord {
+    /// Position in the session's history (the `after` cursor).
     pub id: i64,
+    /// The id the harness gave the message; absent on messages stored
+    /// before message ids existed.
+    pub message_id: Option<Uuid>,
     pub turn_id: Uuid,
     pub role: String,
     pub content: String,
@@ -214,6 +220,7 @@ pub(super) mod rows {
     #[derive(sqlx::FromRow)]
     pub struct MessageRow {
         pub id: i64,
+        pub message_id: Option<String>,
         pub turn_id: String,
         pub role: String,
         pub content: String,
@@ -280,6 +287,7 @@ impl TryFrom<rows::MessageRow> for MessageRecord {
     fn try_from(r: rows::MessageRow) -> Result<Self, StoreError> {
         Ok(Self {
             id: r.id,
+            message_id: r.message_id.as_deref().map(parse_uuid).transpose()?,
             turn_id: parse_uuid(&r.turn_id)?,
             role: r.role,
             content: r.content,

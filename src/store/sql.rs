@@ -179,7 +179,7 @@ macro_rules! impl_store {
                 limit: u32,
             ) -> Result<Vec<$crate::store::MessageRecord>, $crate::store::StoreError> {
                 sqlx::query_as::<_, $crate::store::records::rows::MessageRow>(
-                    "SELECT id, turn_id, role, content, created_at FROM messages \
+                    "SELECT id, message_id, turn_id, role, content, created_at FROM messages \
                      WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3",
                 )
                 .bind(session_id)
@@ -199,7 +199,7 @@ macro_rules! impl_store {
             ) -> Result<Vec<$crate::store::MessageRecord>, $crate::store::StoreError> {
                 let mut newest_first: Vec<$crate::store::MessageRecord> =
                     sqlx::query_as::<_, $crate::store::records::rows::MessageRow>(
-                        "SELECT id, turn_id, role, content, created_at FROM messages \
+                        "SELECT id, message_id, turn_id, role, content, created_at FROM messages \
                          WHERE session_id = $1 ORDER BY id DESC LIMIT $2",
                     )
                     .bind(session_id)
@@ -260,7 +260,7 @@ macro_rules! impl_store {
                     return Ok(Vec::new());
                 }
                 let mut qb = sqlx::QueryBuilder::<$db>::new(
-                    "SELECT id, turn_id, role, content, created_at FROM messages WHERE session_id = ",
+                    "SELECT id, message_id, turn_id, role, content, created_at FROM messages WHERE session_id = ",
                 );
                 qb.push_bind(session_id.to_owned());
                 qb.push(" AND (");
@@ -464,10 +464,11 @@ macro_rules! impl_sql_writes {
                     let turn_id = finish.turn_id.to_string();
                     if !finish.messages.is_empty() {
                         let mut qb = sqlx::QueryBuilder::<$db>::new(
-                            "INSERT INTO messages (session_id, turn_id, role, content, created_at) ",
+                            "INSERT INTO messages (message_id, session_id, turn_id, role, content, created_at) ",
                         );
                         qb.push_values(&finish.messages, |mut row, message| {
-                            row.push_bind(finish.session_id.clone())
+                            row.push_bind(message.id.to_string())
+                                .push_bind(finish.session_id.clone())
                                 .push_bind(turn_id.clone())
                                 .push_bind(message.role.clone())
                                 .push_bind(message.content.clone())

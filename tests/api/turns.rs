@@ -80,6 +80,14 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
             ("assistant", "Hello! How can I help you today?")
         ]
     );
+    // The decision's assistant message is the stored one.
+    let decision = events.iter().find(|e| e.event == "decision").unwrap().json();
+    let assistant = &messages["messages"][1];
+    assert!(assistant["message_id"].is_string(), "{assistant}");
+    assert_eq!(
+        decision["record"]["assistant_message_id"],
+        assistant["message_id"]
+    );
     let (_, log) = app.get_json("/sessions/s-1/events").await;
     let logged: Vec<Value> = log["events"].as_array().unwrap().clone();
     let streamed: Vec<Value> = events.iter().map(|e| e.json()).collect();

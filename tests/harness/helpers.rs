@@ -292,12 +292,27 @@ pub fn options() -> HarnessOptions {
     HarnessOptions::default()
 }
 
-/// Contents of the tool messages of a provider request.
+/// Contents of the tool messages of a provider request, a tool's own
+/// output taken out of its untrusted fence.
 pub fn tool_messages(request: &agent_harness::providers::ChatRequest) -> Vec<String> {
     request
         .messages
         .iter()
         .filter(|m| m.role == agent_harness::providers::Role::Tool)
-        .map(|m| m.content.clone())
+        .map(|m| unfence(&m.content))
         .collect()
+}
+
+/// A fenced tool result's content (checking the fence), or `content` as
+/// it is when it has no fence.
+pub fn unfence(content: &str) -> String {
+    let Some(rest) = content.strip_prefix(agent_harness::harness::calls::TOOL_RESULT_INTRO) else {
+        return content.to_owned();
+    };
+    let rest = rest.strip_prefix("\n<<<UNTRUSTED_CONTEXT ").expect("an opening fence");
+    let (tag, body) = rest.split_once(">>>\n").expect("a tagged fence");
+    assert_eq!(tag.len(), 16, "{content}");
+    body.strip_suffix(&format!("\n<<<END_UNTRUSTED_CONTEXT {tag}>>>"))
+        .expect("the matching closing fence")
+        .to_owned()
 }

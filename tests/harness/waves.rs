@@ -10,7 +10,7 @@ use agent_harness::{
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::helpers::{Fixed, Probe, builder, options, request, run, scripted};
+use crate::helpers::{Fixed, Probe, builder, options, request, run, scripted, unfence};
 
 fn probe_call(id: &str, key: &str) -> agent_harness::providers::ToolCall {
     call(id, "probe", json!({"key": key, "ms": 100}))
@@ -135,7 +135,7 @@ async fn results_come_back_in_call_order_with_one_tool_message_each() {
         .messages
         .iter()
         .filter(|m| m.role == agent_harness::providers::Role::Tool)
-        .map(|m| (m.tool_call_id.clone().unwrap(), m.content.clone()))
+        .map(|m| (m.tool_call_id.clone().unwrap(), unfence(&m.content)))
         .collect();
     assert_eq!(answers.len(), 3, "exactly one tool message per call");
     assert_eq!(answers[0], ("slow".into(), "probed a".into()));

@@ -64,10 +64,12 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
         error_message: None,
         messages: vec![
             NewMessage {
+                id: Uuid::now_v7(),
                 role: "user".into(),
                 content: "hi".into(),
             },
             NewMessage {
+                id: Uuid::now_v7(),
                 role: "assistant".into(),
                 content: text.into(),
             },

@@ -348,11 +348,18 @@ impl Writer {
                     continue;
                 }
                 let mut message = tx.prepare_cached(
-                    "INSERT INTO messages (session_id, turn_id, role, content, created_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO messages (message_id, session_id, turn_id, role, content, \
+                     created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )?;
                 for m in &finish.messages {
-                    message.execute(params![finish.session_id, turn_id, m.role, m.content, at])?;
+                    message.execute(params![
+                        m.id.to_string(),
+                        finish.session_id,
+                        turn_id,
+                        m.role,
+                        m.content,
+                        at
+                    ])?;
                 }
                 if let Some(d) = &finish.decision {
                     tx.prepare_cached(
