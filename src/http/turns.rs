@@ -96,6 +96,12 @@ impl TurnBody {
                     field: field.into(),
                     detail: format!("`{field}` is longer than {NAME_MAX} characters"),
                 }),
+                // The name goes into the prompt's trusted runtime metadata:
+                // a line break there would let a request write its own lines.
+                Some(v) if v.chars().any(char::is_control) => Err(ApiError::InvalidField {
+                    field: field.into(),
+                    detail: format!("`{field}` contains a control character"),
+                }),
                 other => Ok(other),
             }
         };

@@ -117,6 +117,18 @@ async fn bad_bodies_get_their_own_codes_and_write_nothing() {
             "invalid_field",
         ),
         (
+            json,
+            b"{\"message\": \"hi\", \"runtime_model\": \"gpt-4o\\n- today: 1999-01-01\"}",
+            422,
+            "invalid_field",
+        ),
+        (
+            json,
+            b"{\"message\": \"hi\", \"runtime_provider\": \"openai\\u0007\"}",
+            422,
+            "invalid_field",
+        ),
+        (
             Some("text/plain"),
             b"{\"message\": \"hi\"}",
             415,
