@@ -337,7 +337,7 @@ impl TurnRunner {
         let sink = Arc::new(TurnSink {
             writer: inner.writer.clone(),
             live: live.clone(),
-            next_seq: Mutex::new(began.first_seq + 1),
+            next_seq: Mutex::new(Some(began.first_seq + 1)),
         });
         let outcome = tokio::select! {
             biased;
@@ -421,7 +421,7 @@ impl TurnRunner {
         sink: &TurnSink,
         outcome: Outcome,
     ) -> Result<bool, writer::FinishError> {
-        let seq = sink.take_seq().await;
+        let seq = sink.close().await;
         let finish = build_finish(live, outcome, seq)
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
         let mut delay = Duration::from_millis(100);
@@ -630,18 +630,28 @@ fn build_finish(
 }
 
 /// The sink of one turn: numbers events and queues them for the writer.
+///
+/// The terminal event takes the last seq and closes the sink in the same
+/// step: whatever still holds the sink afterwards (a tool task finishing
+/// late, on any terminal path: completed, failed, cancelled, interrupted)
+/// writes nothing. A later write would take a seq of the session's next
+/// turn and block it.
 struct TurnSink {
     writer: EventWriter,
     live: Arc<LiveTurn>,
-    /// Held while an event is numbered and queued, so queue order is seq order.
-    next_seq: Mutex<i64>,
+    /// The next seq; `None` once the terminal event took its seq. Held
+    /// while an event is numbered and queued, so queue order is seq order.
+    next_seq: Mutex<Option<i64>>,
 }
 
 impl TurnSink {
-    async fn take_seq(&self) -> i64 {
+    /// The terminal event's seq; nothing is emitted after it.
+    async fn close(&self) -> i64 {
         let mut next = self.next_seq.lock().await;
-        let seq = *next;
-        *next += 1;
+        // Called once per turn, by the turn's own task; a second call
+        // would get a seq past the first terminal (never written).
+        let seq = next.unwrap_or(i64::MAX);
+        *next = None;
         seq
     }
 }
@@ -650,10 +660,14 @@ impl TurnSink {
 impl EventSink for TurnSink {
     async fn emit(&self, event: TurnEvent) -> Result<(), SinkError> {
         let mut next = self.next_seq.lock().await;
+        let Some(seq) = *next else {
+            tracing::debug!(event = event.event_type(), "event after the turn ended; dropped");
+            return Err(SinkError("the turn has ended".into()));
+        };
         let stored = StoredEvent::new(
             &self.live.session_id,
             self.live.turn_id,
-            *next,
+            seq,
             &event,
             Utc::now(),
         )
@@ -662,7 +676,7 @@ impl EventSink for TurnSink {
             .append(&self.live, Arc::new(stored))
             .await
             .map_err(|e| SinkError(e.to_string()))?;
-        *next += 1;
+        *next = Some(seq + 1);
         Ok(())
     }
 }

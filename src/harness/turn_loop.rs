@@ -41,6 +41,9 @@ pub(super) async fn run(
     // Cancels this turn's tool tasks however the turn ends, dropped included.
     let turn_cancel = CancellationToken::new();
     let _cancel_on_drop = turn_cancel.clone().drop_guard();
+    // Stage 5's write gate closes however the turn ends: an error return
+    // or a dropped future (cancel, shutdown) too, not only a completion.
+    let _close_on_drop = CloseWrites(state.clone());
 
     // Stage 0: turn start.
     let _ = isolate(async {
@@ -312,6 +315,15 @@ pub(super) async fn run(
         context_was_compacted: state.context_was_compacted(),
     };
     Ok(finalizer::finalize(harness, input, sink.as_ref()).await?)
+}
+
+/// Closes a turn's write gate when dropped.
+struct CloseWrites(Arc<TurnRuntimeState>);
+
+impl Drop for CloseWrites {
+    fn drop(&mut self) {
+        self.0.close_writes();
+    }
 }
 
 /// Stage 1a: episodic memory; an empty bundle when absent or failing.

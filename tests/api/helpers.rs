@@ -53,10 +53,20 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 }
 
 pub async fn spawn_app_with(db: TestDb, provider: FakeProvider, settings: Settings) -> TestApp {
+    spawn_app_with_tools(db, provider, settings, Vec::new()).await
+}
+
+/// [`spawn_app_with`] with tools beyond the built-in ones.
+pub async fn spawn_app_with_tools(
+    db: TestDb,
+    provider: FakeProvider,
+    settings: Settings,
+    tools: Vec<std::sync::Arc<dyn agent_harness::tools::Tool>>,
+) -> TestApp {
     settings.validate().expect("valid test settings");
     let store = db.open().await;
     let llm = build_provider(&settings).expect("providers");
-    let application = Application::build_with(settings, store.clone(), llm)
+    let application = Application::build_with_tools(settings, store.clone(), llm, tools)
         .await
         .expect("build app");
     let address = format!("http://127.0.0.1:{}", application.port());

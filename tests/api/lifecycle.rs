@@ -180,3 +180,93 @@ on_both_backends!(
     shutdown_interrupts_turns_still_running_after_the_grace_period,
     shutdown_lets_a_turn_finish_within_the_grace_period,
 );
+
+/// `get_weather` (the tool the `openai/tool_call.sse` fixture calls) that
+/// ignores cancellation and answers after `work`, past its 300 ms timeout.
+struct LateWeather {
+    spec: agent_harness::tools::ToolSpec,
+    work: Duration,
+    finished: tokio_util::sync::CancellationToken,
+}
+
+#[async_trait::async_trait]
+impl agent_harness::tools::Tool for LateWeather {
+    fn spec(&self) -> &agent_harness::tools::ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        _: agent_harness::tools::ToolContext,
+        _: serde_json::Value,
+    ) -> Result<agent_harness::tools::ToolOutput, agent_harness::tools::ToolError> {
+        tokio::time::sleep(self.work).await;
+        self.finished.cancel();
+        Ok(agent_harness::tools::ToolOutput::text("18°C"))
+    }
+}
+
+async fn nothing_is_written_after_a_terminal_event(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let settings = test_settings(&provider);
+    let finished = CancellationToken::new();
+    let tool = Arc::new(LateWeather {
+        spec: agent_harness::tools::ToolSpec::new(
+            "get_weather",
+            "Weather of a place.",
+            json!({"type": "object"}),
+            agent_harness::tools::EffectClass::ReadOnly,
+        )
+        .with_timeout(Duration::from_millis(300)),
+        work: Duration::from_millis(1200),
+        finished: finished.clone(),
+    });
+    let app = crate::helpers::spawn_app_with_tools(
+        TestDb::new(backend).await,
+        provider,
+        settings,
+        vec![tool],
+    )
+    .await;
+    let never = CancellationToken::new();
+    app.provider.enqueue([
+        Reply::sse("openai/tool_call.sse"),
+        Reply::sse("openai/text.sse").hold_after(1, &never),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let mut stream = app
+        .post_turn_sse("s-late", json!({"message": "Weather in Paris?"}))
+        .await;
+    let turn_id = stream.next().await.unwrap().json()["turn_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The tool timed out and step 2 is under way: cancel the turn.
+    let events = stream.read_until("tool.finished").await;
+    assert_eq!(events.last().unwrap().json()["status"], "timed_out");
+    let (status, body) = app
+        .post_json(&format!("/sessions/s-late/turns/{turn_id}/cancel"))
+        .await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("cancelled")));
+    // The tool comes back after the turn's end.
+    tokio::time::timeout(Duration::from_secs(10), finished.cancelled())
+        .await
+        .expect("the tool finishes");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_, log) = app.get_json("/sessions/s-late/events").await;
+    let logged: Vec<&str> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(logged.last(), Some(&"turn.cancelled"), "{logged:?}");
+    assert!(!logged.contains(&"tool.late"), "{logged:?}");
+    // The session's next turn starts and completes.
+    let next = app
+        .post_turn("s-late", json!({"message": "And now?"}))
+        .await;
+    assert_eq!(next.status(), 200);
+}
+
+on_both_backends!(nothing_is_written_after_a_terminal_event);
