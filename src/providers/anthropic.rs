@@ -385,7 +385,7 @@ where
             }
         }
         if !stopped {
-            Err(ProviderError::Protocol("the stream ended before message_stop".into()))?;
+            Err(ProviderError::Interrupted("the stream ended before message_stop".into()))?;
         }
         let cache_read = input.cache_read_input_tokens.unwrap_or(0);
         let cache_creation = input.cache_creation_input_tokens.unwrap_or(0);

@@ -198,7 +198,7 @@ impl LlmProvider for ProviderChain {
                                 }
                             }
                             let (error, produced) = failure.unwrap_or_else(|| {
-                                (ProviderError::Protocol("the stream ended without finishing".into()), produced)
+                                (ProviderError::Interrupted("the stream ended without finishing".into()), produced)
                             });
                             if produced && retryable(&error, deadline) {
                                 yield Ok(ProviderEvent::Restart { reason: error.code().to_owned() });

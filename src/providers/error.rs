@@ -41,6 +41,11 @@ pub enum ProviderError {
     Server(ProviderFailure),
     #[error("provider answered something that is not its protocol: {0}")]
     Protocol(String),
+    /// The answer stopped before its end: the connection was reset or
+    /// closed mid-body, or the stream ended without its closing event.
+    /// Another try may well get the whole answer.
+    #[error("the provider's answer was cut off: {0}")]
+    Interrupted(String),
 }
 
 impl ProviderError {
@@ -56,6 +61,7 @@ impl ProviderError {
             Self::Network(_) => "provider_unreachable",
             Self::Server(_) => "provider_server_error",
             Self::Protocol(_) => "provider_protocol_error",
+            Self::Interrupted(_) => "provider_stream_interrupted",
         }
     }
 
@@ -68,6 +74,7 @@ impl ProviderError {
                 | Self::Timeout(_)
                 | Self::Network(_)
                 | Self::Server(_)
+                | Self::Interrupted(_)
         )
     }
 

@@ -225,7 +225,7 @@ where
             }
         }
         if !done {
-            Err(ProviderError::Protocol("the stream ended before its `done` line".into()))?;
+            Err(ProviderError::Interrupted("the stream ended before its `done` line".into()))?;
         }
     }
 }

@@ -505,7 +505,7 @@ where
             }
         }
         if !done && finish.is_none() {
-            Err(ProviderError::Protocol(
+            Err(ProviderError::Interrupted(
                 "the stream ended before the response was complete".into(),
             ))?;
         }

@@ -37,19 +37,40 @@ pub(super) async fn send(
 pub(super) fn transport_error(e: &reqwest::Error) -> ProviderError {
     if e.is_timeout() {
         ProviderError::Timeout(e.to_string())
-    } else if e.is_decode() || e.is_body() && !e.is_connect() {
-        ProviderError::Protocol(format!("reading the response failed: {e}"))
+    } else if (e.is_body() || e.is_decode()) && !e.is_connect() && broke_in_transport(e) {
+        // A reset or a close mid-body (reqwest may call it a decode error
+        // of the body): the answer is cut, not malformed.
+        ProviderError::Interrupted(with_sources(e))
+    } else if e.is_decode() || e.is_body() {
+        ProviderError::Protocol(format!("reading the response failed: {}", with_sources(e)))
     } else {
-        // Walk the source chain: "error sending request" alone says nothing.
-        let mut detail = e.to_string();
-        let mut source = std::error::Error::source(e);
-        while let Some(inner) = source {
-            detail.push_str(": ");
-            detail.push_str(&inner.to_string());
-            source = inner.source();
-        }
-        ProviderError::Network(detail)
+        ProviderError::Network(with_sources(e))
     }
+}
+
+/// Whether an I/O error (a reset, an early EOF) is behind `e`.
+fn broke_in_transport(e: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        if inner.downcast_ref::<std::io::Error>().is_some() {
+            return true;
+        }
+        source = inner.source();
+    }
+    false
+}
+
+/// An error with its source chain: "error sending request" alone says
+/// nothing.
+fn with_sources(e: &reqwest::Error) -> String {
+    let mut detail = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        detail.push_str(": ");
+        detail.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    detail
 }
 
 /// Reads a non-2xx answer and classifies it. The body is read up to

@@ -93,8 +93,7 @@ async fn a_non_retryable_error_fails_fast_without_fallover() {
 
 #[tokio::test]
 async fn a_stream_that_fails_after_output_is_retracted_then_retried() {
-    // Some text, then an in-stream server error (retryable; a truncated
-    // stream would be a protocol error, which is not retried).
+    // Some text, then an in-stream server error (retryable).
     let app = app_with(|s, _| s.provider_max_attempts = 2).await;
     let partial = crate::fake_provider::fixture("openai/truncated.sse")
         + "data: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"code\":\"server_error\"}}\n\n";
@@ -346,4 +345,37 @@ async fn a_model_that_refuses_reasoning_effort_is_asked_again_without_it() {
     // Once refused, the model is not sent the parameter again.
     assert_eq!(requests[1].body.get("reasoning_effort"), None);
     assert_eq!(requests[2].body.get("reasoning_effort"), None);
+}
+
+#[tokio::test]
+async fn a_cut_or_reset_answer_is_retracted_and_falls_over_to_the_next_provider() {
+    // One try per provider: OpenAI's answer is cut (or reset), Anthropic's
+    // is whole.
+    for cut in [
+        Reply::sse("openai/truncated.sse"),
+        Reply::sse("openai/text.sse").abort_after(3),
+    ] {
+        let app = app_with(|_, _| {}).await;
+        app.provider
+            .enqueue([cut, Reply::sse("anthropic/text.sse")]);
+        let events = app
+            .post_turn_sse("c-cut", json!({"message": "Hi"}))
+            .await
+            .read_to_end()
+            .await;
+        let kinds = types(&events);
+        let retracted = kinds
+            .iter()
+            .position(|t| *t == "message.retracted")
+            .unwrap_or_else(|| panic!("a retraction: {events:?}"));
+        assert!(kinds[..retracted].contains(&"message.delta"));
+        assert_eq!(
+            events[retracted].json()["reason"],
+            "provider_stream_interrupted"
+        );
+        assert_eq!(events.last().unwrap().event, "turn.completed");
+        let requests = app.provider.requests();
+        assert_eq!(requests.len(), 2);
+        assert_eq!(requests[1].path, "/v1/messages");
+    }
 }

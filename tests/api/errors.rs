@@ -376,7 +376,7 @@ async fn provider_failures_fail_the_turn_with_a_clear_code(backend: Backend) {
         ),
         (
             Reply::sse("openai/truncated.sse"),
-            "provider_protocol_error",
+            "provider_stream_interrupted",
         ),
     ];
     for (i, (reply, code)) in cases.into_iter().enumerate() {

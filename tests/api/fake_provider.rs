@@ -29,6 +29,8 @@ pub struct Reply {
     chunks: Vec<Bytes>,
     /// Send this many chunks, then wait for the token before the rest.
     hold: Option<(usize, CancellationToken)>,
+    /// Send this many chunks, then break the connection mid-body.
+    abort_after: Option<usize>,
 }
 
 pub fn fixture(name: &str) -> String {
@@ -77,6 +79,7 @@ impl Reply {
             headers: Vec::new(),
             chunks: Vec::new(),
             hold: None,
+            abort_after: None,
         }
     }
 
@@ -88,11 +91,19 @@ impl Reply {
             headers: Vec::new(),
             chunks: vec![Bytes::from(fixture(name))],
             hold: None,
+            abort_after: None,
         }
     }
 
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sends `chunks` chunks, then breaks the connection (the body is never
+    /// finished: a reset mid-answer as a client sees it).
+    pub fn abort_after(mut self, chunks: usize) -> Self {
+        self.abort_after = Some(chunks);
         self
     }
 
@@ -192,6 +203,7 @@ async fn answer(
         headers,
         chunks,
         hold,
+        abort_after,
     } = reply;
     let stream = async_stream::stream! {
         for (i, chunk) in chunks.into_iter().enumerate() {
@@ -200,9 +212,13 @@ async fn answer(
             {
                 gate.cancelled().await;
             }
+            if abort_after == Some(i) {
+                yield Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "scripted reset"));
+                return;
+            }
             // A tiny pause between events, as a real provider has.
             tokio::time::sleep(Duration::from_millis(1)).await;
-            yield Ok::<_, std::convert::Infallible>(chunk);
+            yield Ok::<_, std::io::Error>(chunk);
         }
     };
     let mut response = Response::builder()

@@ -187,14 +187,15 @@ async fn errors_in_answers_and_in_streams_are_typed() {
         assert!(text(&events).is_empty());
         assert!(error.code().starts_with("provider_"));
     }
-    // Cut before message_stop: a protocol error, not a silent success.
+    // Cut before message_stop: an interrupted answer (retryable), not a
+    // silent success.
     let body = crate::fake_provider::fixture("anthropic/text.sse");
     let cut = body.find("event: message_delta").unwrap();
     fake.enqueue([Reply::raw_sse(&body[..cut])]);
     let (events, error) = collect(&anthropic, conversation()).await;
     assert_eq!(text(&events), "Hello! How can I help you today?");
     assert!(
-        matches!(error, Some(ProviderError::Protocol(ref m)) if m.contains("message_stop")),
+        matches!(error, Some(ProviderError::Interrupted(ref m)) if m.contains("message_stop")),
         "{error:?}"
     );
 }

@@ -108,7 +108,7 @@ async fn tool_calls_arrive_whole_and_get_ids() {
 }
 
 #[tokio::test]
-async fn errors_are_typed_and_a_missing_done_line_is_a_protocol_error() {
+async fn errors_are_typed_and_a_missing_done_line_is_an_interrupted_answer() {
     let fake = FakeProvider::start().await;
     let ollama = provider(&fake);
     fake.enqueue([Reply::body(
@@ -136,7 +136,7 @@ async fn errors_are_typed_and_a_missing_done_line_is_a_protocol_error() {
     let (events, error) = collect(&ollama, conversation()).await;
     assert_eq!(text(&events), "Hello! How");
     assert!(
-        matches!(error, Some(ProviderError::Protocol(ref m)) if m.contains("done")),
+        matches!(error, Some(ProviderError::Interrupted(ref m)) if m.contains("done")),
         "{error:?}"
     );
 }

@@ -175,7 +175,7 @@ async fn error_answers_become_typed_errors() {
         ),
         (
             Reply::sse("openai/truncated.sse"),
-            |e| matches!(e, ProviderError::Protocol(m) if m.contains("ended before")),
+            |e| matches!(e, ProviderError::Interrupted(m) if m.contains("ended before")),
         ),
     ];
     for (reply, check) in cases {
@@ -287,4 +287,17 @@ async fn a_json_completion_to_a_stream_request_is_one_step() {
             ProviderEvent::Finished(FinishReason::Stop),
         ]
     );
+}
+
+#[tokio::test]
+async fn a_connection_reset_mid_answer_is_an_interrupted_answer() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([Reply::sse("openai/text.sse").abort_after(3)]);
+    let (events, error) = collect(&default(&fake).await, conversation()).await;
+    // What arrived before the reset (the last chunk may be lost with it).
+    assert!(text(&events).starts_with("Hello"), "{events:?}");
+    let error = error.expect("an error");
+    assert!(matches!(error, ProviderError::Interrupted(_)), "{error:?}");
+    assert!(error.is_retryable());
+    assert_eq!(error.code(), "provider_stream_interrupted");
 }
