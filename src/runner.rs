@@ -348,14 +348,19 @@ impl TurnRunner {
                 Err((code, message)) => Outcome::Failed { code, message },
             },
         };
-        let status = outcome.status();
-        tracing::Span::current().record("turn.status", status.as_str());
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
-        match self.finish(&live, &sink, outcome).await {
-            Ok(true) => {}
-            Ok(false) => tracing::warn!("turn was ended elsewhere before it finished"),
-            Err(e) => tracing::error!(error = %e, "turn end could not be committed"),
-        }
+        let status = match self.finish(&live, &sink, outcome).await {
+            Ok(Some(status)) => status,
+            Ok(None) => {
+                tracing::warn!("turn was ended elsewhere before it finished");
+                TurnStatus::Interrupted
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "turn end could not be committed");
+                TurnStatus::Failed
+            }
+        };
+        tracing::Span::current().record("turn.status", status.as_str());
         live.closed.cancel();
         inner.live.remove(live.turn_id);
         inner.metrics.turn_finished(status);
@@ -413,25 +418,63 @@ impl TurnRunner {
             .map_err(|e| (e.code().to_owned(), e.to_string()))
     }
 
-    /// Commits the turn's end with its terminal event, retrying a store
-    /// failure a few times (the turn's answer is worth it).
+    /// Commits the turn's end with its terminal event; returns the status
+    /// it ended with (`None`: someone else ended it first).
+    ///
+    /// A store failure is retried a few times. If the end still cannot be
+    /// written (a value the database refuses, such as U+0000 in Postgres
+    /// text, or a database that stays down), the turn ends `failed` with
+    /// `event_log_unavailable` instead: no history, no decision, but its
+    /// result (JSON, so any character survives) stays on the turn row. That
+    /// smaller write is retried until it lands, the service shuts down, or
+    /// the turn would be stale anyway (other replicas then sweep it).
     async fn finish(
         &self,
         live: &Arc<LiveTurn>,
         sink: &TurnSink,
         outcome: Outcome,
-    ) -> Result<bool, writer::FinishError> {
+    ) -> Result<Option<TurnStatus>, writer::FinishError> {
         let seq = sink.close().await;
         let finish = build_finish(live, outcome, seq)
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
+        let error = match self.commit_finish(live, &finish, END_ATTEMPTS).await {
+            Err(writer::FinishError::Store(e)) => e,
+            other => return other.map(|applied| applied.then_some(finish.status)),
+        };
+        tracing::error!(
+            error = %error,
+            "the turn's end cannot be stored; ending it failed with event_log_unavailable"
+        );
+        let fallback = unstorable_end(&finish, &error)
+            .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
+        let attempts = fallback_attempts(self.inner.config.stale_turn_after);
+        self.commit_finish(live, &fallback, attempts)
+            .await
+            .map(|applied| applied.then_some(TurnStatus::Failed))
+    }
+
+    /// Commits `finish`, trying up to `attempts` times with a growing pause
+    /// (capped at [`END_RETRY_MAX`]); gives up early when the service is
+    /// interrupted.
+    async fn commit_finish(
+        &self,
+        live: &Arc<LiveTurn>,
+        finish: &TurnFinish,
+        attempts: u32,
+    ) -> Result<bool, writer::FinishError> {
         let mut delay = Duration::from_millis(100);
         let mut attempt = 1;
         loop {
             match self.inner.writer.finish(live, finish.clone()).await {
-                Err(writer::FinishError::Store(e)) if attempt < 4 => {
+                Err(writer::FinishError::Store(e))
+                    if attempt < attempts && !self.inner.interrupt.is_cancelled() =>
+                {
                     tracing::warn!(error = %e, attempt, "committing the turn end failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay *= 4;
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = self.inner.interrupt.cancelled() => {}
+                    }
+                    delay = (delay * 2).min(END_RETRY_MAX);
                     attempt += 1;
                 }
                 other => return other,
@@ -550,6 +593,47 @@ impl TurnRunner {
     pub fn streams_closed(&self) -> CancellationToken {
         self.inner.close_streams.clone()
     }
+}
+
+/// Tries of a turn's whole end before the smaller `failed` end.
+const END_ATTEMPTS: u32 = 3;
+
+/// Longest pause between tries of a turn's end.
+const END_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Tries of the `failed` end: enough to span `stale_after` (after which
+/// other replicas sweep the turn), at least a few.
+fn fallback_attempts(stale_after: Duration) -> u32 {
+    let secs = u32::try_from(stale_after.as_secs()).unwrap_or(u32::MAX);
+    secs.div_ceil(2).clamp(4, 1_000)
+}
+
+/// The end of a turn whose own end could not be stored: `failed` with
+/// `event_log_unavailable`, nothing but the turn row and its terminal
+/// event, the result kept on the row.
+fn unstorable_end(finish: &TurnFinish, error: &StoreError) -> Result<TurnFinish, serde_json::Error> {
+    let code = "event_log_unavailable".to_owned();
+    let message = format!("the turn's end could not be stored: {error}");
+    let terminal = &finish.terminal;
+    let event = TurnEvent::TurnFailed {
+        code: code.clone(),
+        message: message.clone(),
+    };
+    Ok(TurnFinish {
+        status: TurnStatus::Failed,
+        error_code: Some(code),
+        error_message: Some(message),
+        messages: Vec::new(),
+        decision: None,
+        terminal: Arc::new(StoredEvent::new(
+            &terminal.session_id,
+            terminal.turn_id,
+            terminal.seq,
+            &event,
+            Utc::now(),
+        )?),
+        ..finish.clone()
+    })
 }
 
 /// How a turn ended.

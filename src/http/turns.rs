@@ -82,6 +82,24 @@ impl TurnBody {
             .message
             .filter(|m| !m.trim().is_empty())
             .ok_or(ApiError::MessageRequired)?;
+        // U+0000 is valid JSON but no chat text needs it, and Postgres text
+        // cannot hold it: refused the same way on both backends.
+        let no_nul = |field: &str, text: &str| -> Result<(), ApiError> {
+            if text.contains('\0') {
+                return Err(ApiError::InvalidField {
+                    field: field.into(),
+                    detail: format!("`{field}` contains U+0000, which is not accepted"),
+                });
+            }
+            Ok(())
+        };
+        no_nul("message", &message)?;
+        if let Some(skill) = &self.skill_context {
+            no_nul("skill_context", skill)?;
+        }
+        for item in self.history.iter().flatten() {
+            no_nul("history", &item.content)?;
+        }
         let top_k = self.top_k.unwrap_or(8);
         if !(1..=TOP_K_MAX).contains(&top_k) {
             return Err(ApiError::InvalidField {

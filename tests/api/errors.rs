@@ -129,6 +129,18 @@ async fn bad_bodies_get_their_own_codes_and_write_nothing() {
             "invalid_field",
         ),
         (
+            json,
+            b"{\"message\": \"hi\\u0000there\"}",
+            422,
+            "invalid_field",
+        ),
+        (
+            json,
+            b"{\"message\": \"hi\", \"history\": [{\"role\": \"user\", \"content\": \"a\\u0000\"}]}",
+            422,
+            "invalid_field",
+        ),
+        (
             Some("text/plain"),
             b"{\"message\": \"hi\"}",
             415,
@@ -435,3 +447,46 @@ on_both_backends!(
     an_unreachable_provider_fails_the_turn,
     a_stalled_provider_times_out_cleanly,
 );
+
+/// An answer with U+0000: SQLite stores it; Postgres text cannot, so the
+/// turn's end is refused there. Either way the turn ends at once, the
+/// session is free, and the answer is kept.
+async fn an_answer_the_database_cannot_store_still_ends_the_turn(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let body = crate::fake_provider::fixture("openai/text.sse").replace(
+        r#""content":"Hello""#,
+        r#""content":"Hel\u0000lo""#,
+    );
+    app.provider
+        .enqueue([Reply::raw_sse(&body), Reply::sse("openai/text.sse")]);
+    let mut stream = app.post_turn_sse("s-nul", json!({"message": "Hi"})).await;
+    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let events = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end())
+        .await
+        .expect("the turn ends within seconds");
+    let answer = "Hel\u{0}lo! How can I help you today?";
+    let last = events.last().unwrap().json();
+    let turn = app.wait_turn_end("s-nul", &turn_id).await;
+    let (_, history) = app.get_json("/sessions/s-nul/messages").await;
+    match backend {
+        Backend::Sqlite => {
+            assert_eq!(last["type"], "turn.completed");
+            assert_eq!(turn["status"], "completed");
+            assert_eq!(history["messages"][1]["content"], answer);
+        }
+        Backend::Postgres => {
+            assert_eq!(last["type"], "turn.failed", "{last}");
+            assert_eq!(last["code"], "event_log_unavailable");
+            assert_eq!(turn["status"], "failed");
+            assert_eq!(turn["error"]["code"], "event_log_unavailable", "{turn}");
+            // The answer is kept on the turn row (JSON holds any character).
+            assert_eq!(turn["result"]["text"], answer);
+            assert_eq!(history["messages"], json!([]));
+        }
+    }
+    // The session is free for its next turn.
+    let next = app.post_turn("s-nul", json!({"message": "again"})).await;
+    assert_eq!(next.status(), 200);
+}
+
+on_both_backends!(an_answer_the_database_cannot_store_still_ends_the_turn);
