@@ -38,6 +38,9 @@ pub(super) fn insert_rows(remaining: usize) -> usize {
 /// Rows per chunk of the heartbeat's `IN` list.
 pub(super) const IDS_PER_UPDATE: usize = 64;
 
+/// Tries of a begin whose conflict vanished before it was named.
+pub(super) const BEGIN_ATTEMPTS: usize = 3;
+
 /// Orphans interrupted per call, so one sweep is bounded.
 pub(super) const ORPHANS_PER_SWEEP: i64 = 100;
 
@@ -46,12 +49,13 @@ macro_rules! impl_store {
         impl $store {
             /// Why a unique index refused `turn` (after its transaction
             /// rolled back): a used idempotency key first, else the running
-            /// turn of its session.
+            /// turn of its session. `None`: nothing conflicts any more (the
+            /// running turn ended in between).
             async fn begin_conflict(
                 &self,
                 turn: &$crate::store::NewTurn,
-            ) -> Result<$crate::store::BeginTurnError, $crate::store::StoreError> {
-                use $crate::store::{BeginTurnError, StoreError, records::rows::TurnRow};
+            ) -> Result<Option<$crate::store::BeginTurnError>, $crate::store::StoreError> {
+                use $crate::store::{BeginTurnError, records::rows::TurnRow};
                 if let Some(key) = &turn.idempotency_key {
                     let sql = concat!(
                         "SELECT ",
@@ -64,7 +68,9 @@ macro_rules! impl_store {
                         .fetch_optional(self.reader())
                         .await?;
                     if let Some(row) = existing {
-                        return Ok(BeginTurnError::IdempotencyKeyExists(Box::new(row.try_into()?)));
+                        return Ok(Some(BeginTurnError::IdempotencyKeyExists(Box::new(
+                            row.try_into()?,
+                        ))));
                     }
                 }
                 let running: Option<String> = sqlx::query_scalar(
@@ -73,14 +79,11 @@ macro_rules! impl_store {
                 .bind(&turn.session_id)
                 .fetch_optional(self.reader())
                 .await?;
-                match running {
-                    Some(id) => Ok(BeginTurnError::AlreadyRunning(
-                        $crate::store::records::parse_uuid(&id)?,
-                    )),
-                    None => Err(StoreError::Corrupt(
-                        "a unique index refused a turn without a conflicting turn".into(),
-                    )),
-                }
+                running
+                    .map(|id| {
+                        $crate::store::records::parse_uuid(&id).map(BeginTurnError::AlreadyRunning)
+                    })
+                    .transpose()
             }
         }
 
@@ -124,7 +127,21 @@ macro_rules! impl_store {
                 &self,
                 turn: &$crate::store::NewTurn,
             ) -> Result<$crate::store::BeganTurn, $crate::store::BeginTurnError> {
-                self.write_begin_turn(turn).await
+                use $crate::store::{BeginTurnError, StoreError};
+                // A unique index refusing the turn names a conflict that may
+                // be gone by the time it is looked up (the running turn ended
+                // in between): then the session is free, so begin again.
+                for _ in 0..$crate::store::sql::BEGIN_ATTEMPTS {
+                    match self.write_begin_turn(turn).await {
+                        Err(BeginTurnError::Store(StoreError::Conflict)) => {
+                            if let Some(conflict) = self.begin_conflict(turn).await? {
+                                return Err(conflict);
+                            }
+                        }
+                        other => return other,
+                    }
+                }
+                Err(StoreError::Conflict.into())
             }
 
             async fn write_batch(
@@ -399,10 +416,11 @@ macro_rules! impl_sql_writes {
                 .await;
                 match inserted {
                     Ok(_) => {}
-                    // A running turn or a used idempotency key: say which.
+                    // A running turn or a used idempotency key: the caller
+                    // finds which, once this transaction is rolled back.
                     Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                         drop(tx);
-                        return Err(self.begin_conflict(turn).await?);
+                        return Err(StoreError::Conflict.into());
                     }
                     Err(e) => return Err(StoreError::from(e).into()),
                 }
@@ -440,8 +458,18 @@ macro_rules! impl_sql_writes {
                     return Ok(Vec::new());
                 }
                 let mut tx = self.begin_write().await?;
-                let mut applied = Vec::with_capacity(finishes.len());
-                for finish in finishes {
+                // Rows are locked in one order everywhere: a session before
+                // its turns, sessions by id (see `lock_session`). Applied in
+                // that order, reported in the caller's.
+                let mut order: Vec<usize> = (0..finishes.len()).collect();
+                order.sort_by(|&a, &b| {
+                    (&finishes[a].session_id, finishes[a].turn_id)
+                        .cmp(&(&finishes[b].session_id, finishes[b].turn_id))
+                });
+                let mut applied = vec![false; finishes.len()];
+                for index in order {
+                    let finish = finishes[index];
+                    lock_session(&mut *tx, &finish.session_id).await?;
                     let updated = sqlx::query(
                         "UPDATE turns SET status = $1, result = $2, error_code = $3, \
                          error_message = $4, finished_at = $5, cost_usd = $7 \
@@ -457,10 +485,9 @@ macro_rules! impl_sql_writes {
                     .execute(&mut *tx)
                     .await?;
                     if updated.rows_affected() != 1 {
-                        applied.push(false);
                         continue;
                     }
-                    applied.push(true);
+                    applied[index] = true;
                     let turn_id = finish.turn_id.to_string();
                     if !finish.messages.is_empty() {
                         let mut qb = sqlx::QueryBuilder::<$db>::new(
@@ -559,14 +586,20 @@ macro_rules! impl_sql_writes {
                 let mut tx = self.begin_write().await?;
                 let mut cancelled = Vec::new();
                 for chunk in turn_ids.chunks($crate::store::sql::IDS_PER_UPDATE) {
+                    // A row locked by someone else is being ended (or swept):
+                    // skip it rather than wait. A heartbeat that waits while
+                    // holding other turns' rows is half of a deadlock with a
+                    // transaction ending those turns in another order.
                     let mut qb = sqlx::QueryBuilder::<$db>::new("UPDATE turns SET heartbeat_at = ");
                     qb.push_bind(now);
-                    qb.push(" WHERE status = 'running' AND id IN (");
+                    qb.push(
+                        " WHERE id IN (SELECT id FROM turns WHERE status = 'running' AND id IN (",
+                    );
                     let mut ids = qb.separated(", ");
                     for id in chunk {
                         ids.push_bind(id.to_string());
                     }
-                    qb.push(") RETURNING id, cancel_requested");
+                    qb.push(") ORDER BY id FOR NO KEY UPDATE SKIP LOCKED) RETURNING id, cancel_requested");
                     let rows: Vec<(String, bool)> = qb.build_query_as().fetch_all(&mut *tx).await?;
                     for (id, cancel) in rows {
                         if cancel {
@@ -601,6 +634,7 @@ macro_rules! impl_sql_writes {
                 let mut interrupted = Vec::with_capacity(candidates.len());
                 for (turn_id, session_id) in candidates {
                     let mut tx = self.begin_write().await?;
+                    lock_session(&mut *tx, &session_id).await?;
                     let updated = sqlx::query(
                         "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
                          error_message = $1, finished_at = $2 WHERE id = $3 AND status = 'running'",
@@ -638,6 +672,22 @@ macro_rules! impl_sql_writes {
                 }
                 Ok(interrupted)
             }
+        }
+
+        /// Locks a session's row for the rest of the transaction. Every
+        /// transaction that changes a turn locks its session first (a
+        /// begin's upsert does so by itself), so no two wait on each other
+        /// in opposite orders: a begin waiting on a turn's end that waits
+        /// on the begin's session row was a deadlock.
+        async fn lock_session(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            session_id: &str,
+        ) -> Result<(), sqlx::Error> {
+            sqlx::query("SELECT 1 FROM sessions WHERE id = $1 FOR NO KEY UPDATE")
+                .bind(session_id)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
         }
 
         /// Inserts events with multi-row `INSERT`s.

@@ -94,12 +94,9 @@ super::sql::impl_store!(SqliteStore, Sqlite, "sqlite");
 
 /// The write half: each operation is one job on the writer thread.
 impl SqliteStore {
+    /// `StoreError::Conflict` when a unique index refused the turn.
     async fn write_begin_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
-        match self.writes.begin_turn(turn.clone()).await {
-            Ok(began) => Ok(began),
-            Err(StoreError::Conflict) => Err(self.begin_conflict(turn).await?),
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.writes.begin_turn(turn.clone()).await?)
     }
 
     async fn write_batch_of(

@@ -478,6 +478,58 @@ async fn orphans_are_interrupted_once_with_a_final_event(backend: Backend) {
     store.begin_turn(&new_turn("s1", None)).await.unwrap();
 }
 
+/// Turn ends race heartbeats over the same turns and new turns of the same
+/// sessions: on Postgres, rows locked in different orders deadlock (the
+/// database then kills one transaction).
+async fn heartbeats_and_begins_never_deadlock_with_turn_ends(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    for round in 0..30 {
+        let turns: Vec<NewTurn> = (0..8)
+            .map(|i| new_turn(&format!("dl-{round}-{i}"), None))
+            .collect();
+        for turn in &turns {
+            store.begin_turn(turn).await.unwrap();
+        }
+        let ids: Vec<Uuid> = turns.iter().map(|t| t.id).collect();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let beating = {
+            let (store, stop, ids) = (store.clone(), stop.clone(), ids.clone());
+            tokio::spawn(async move {
+                for _ in 0..10_000 {
+                    if stop.is_cancelled() {
+                        break;
+                    }
+                    store.heartbeat(&ids, Utc::now()).await?;
+                }
+                Ok::<_, agent_harness::store::StoreError>(())
+            })
+        };
+        let beginning = {
+            let store = store.clone();
+            let sessions: Vec<String> = turns.iter().map(|t| t.session_id.clone()).collect();
+            tokio::spawn(async move {
+                for session in sessions.iter().rev() {
+                    match store.begin_turn(&new_turn(session, None)).await {
+                        Ok(_) | Err(BeginTurnError::AlreadyRunning(_)) => {}
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+                Ok(())
+            })
+        };
+        // Ends in an order of their own: not the heartbeat's (by id).
+        let finishes: Vec<TurnFinish> = turns.iter().rev().map(|t| completed(t, 2, "ok")).collect();
+        let refs: Vec<&TurnFinish> = finishes.iter().collect();
+        let ended = store.write_batch(&[], &refs).await;
+        stop.cancel();
+        let beat = beating.await.unwrap();
+        let began = beginning.await.unwrap();
+        assert!(ended.is_ok(), "round {round}: {:?}", ended.err());
+        assert!(beat.is_ok(), "round {round}: {:?}", beat.err());
+        assert!(began.is_ok(), "round {round}: {:?}", began.err());
+    }
+}
+
 async fn readiness_reports_pending_migrations(backend: Backend) {
     let db = TestDb::new(backend).await;
     let fresh = db.open_unmigrated().await;
@@ -492,6 +544,7 @@ async fn readiness_reports_pending_migrations(backend: Backend) {
 }
 
 on_both_backends!(
+    heartbeats_and_begins_never_deadlock_with_turn_ends,
     begin_creates_the_session_and_numbers_after_existing_events,
     one_running_turn_per_session,
     concurrent_begins_let_exactly_one_turn_run,
