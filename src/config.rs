@@ -27,6 +27,9 @@ pub struct Settings {
     pub database_url: String,
     /// Connections in the database pool (`HARNESS_DATABASE_MAX_CONNECTIONS`).
     pub database_max_connections: u32,
+    /// Longest wait for a database connection, in ms: a request finds a
+    /// database that is down this fast (`HARNESS_DATABASE_ACQUIRE_TIMEOUT_MS`).
+    pub database_acquire_timeout_ms: u64,
     /// Base URL of the OpenAI-compatible API (`OPENAI_BASE_URL`).
     pub openai_base_url: String,
     /// API key sent as a bearer token; none is sent when empty (`OPENAI_API_KEY`).
@@ -127,6 +130,7 @@ impl Default for Settings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             database_url: "sqlite://./data/agent-harness.db".to_owned(),
             database_max_connections: 10,
+            database_acquire_timeout_ms: 1000,
             openai_base_url: "https://api.openai.com/v1".to_owned(),
             openai_api_key: None,
             model: "gpt-4o-mini".to_owned(),
@@ -255,6 +259,9 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
     }),
     ("HARNESS_DATABASE_MAX_CONNECTIONS", |s, n, v| {
         assign(&mut s.database_max_connections, parse(n, v)?)
+    }),
+    ("HARNESS_DATABASE_ACQUIRE_TIMEOUT_MS", |s, n, v| {
+        assign(&mut s.database_acquire_timeout_ms, parse(n, v)?)
     }),
     ("OPENAI_BASE_URL", |s, _, v| {
         assign(&mut s.openai_base_url, v.trim().to_owned())
@@ -461,6 +468,12 @@ impl Settings {
             return Err(invalid(
                 "HARNESS_DATABASE_MAX_CONNECTIONS",
                 "must be at least 1",
+            ));
+        }
+        if !(100..=60_000).contains(&self.database_acquire_timeout_ms) {
+            return Err(invalid(
+                "HARNESS_DATABASE_ACQUIRE_TIMEOUT_MS",
+                "must be between 100 and 60000",
             ));
         }
         match reqwest::Url::parse(&self.openai_base_url) {

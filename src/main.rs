@@ -78,9 +78,13 @@ fn main() -> ExitCode {
 }
 
 async fn migrate(settings: &Settings) -> Result<(), String> {
-    let store = store::connect(&settings.database_url, 1)
-        .await
-        .map_err(|e| e.to_string())?;
+    let store = store::connect(
+        &settings.database_url,
+        1,
+        std::time::Duration::from_millis(settings.database_acquire_timeout_ms),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())?;
     tracing::info!(backend = store.backend(), "migrations applied");
     Ok(())

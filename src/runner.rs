@@ -343,6 +343,12 @@ impl TurnRunner {
             biased;
             () = live.cancel.cancelled() => Outcome::Cancelled,
             () = inner.interrupt.cancelled() => Outcome::Interrupted,
+            // Some of its events are lost: stop now rather than at its
+            // next event (a provider call may take a while).
+            () = live.write_failed.cancelled() => Outcome::Failed {
+                code: "event_log_unavailable".into(),
+                message: "events of the turn could not be written".into(),
+            },
             result = self.execute(&live, &spec, began, sink.clone()) => match result {
                 Ok(output) => Outcome::Completed(Box::new(output)),
                 Err((code, message)) => Outcome::Failed { code, message },
@@ -437,9 +443,14 @@ impl TurnRunner {
         let seq = sink.close().await;
         let finish = build_finish(live, outcome, seq)
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
-        let error = match self.commit_finish(live, &finish, END_ATTEMPTS).await {
-            Err(writer::FinishError::Store(e)) => e,
-            other => return other.map(|applied| applied.then_some(finish.status)),
+        // A turn some of whose events were lost must not end as if whole.
+        let error = if live.write_failed.is_cancelled() {
+            StoreError::Unavailable("earlier events of the turn could not be written".into())
+        } else {
+            match self.commit_finish(live, &finish, END_ATTEMPTS, true).await {
+                Err(writer::FinishError::Store(e)) => e,
+                other => return other.map(|applied| applied.then_some(finish.status)),
+            }
         };
         tracing::error!(
             error = %error,
@@ -448,26 +459,29 @@ impl TurnRunner {
         let fallback = unstorable_end(&finish, &error)
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
         let attempts = fallback_attempts(self.inner.config.stale_turn_after);
-        self.commit_finish(live, &fallback, attempts)
+        self.commit_finish(live, &fallback, attempts, false)
             .await
             .map(|applied| applied.then_some(TurnStatus::Failed))
     }
 
     /// Commits `finish`, trying up to `attempts` times with a growing pause
     /// (capped at [`END_RETRY_MAX`]); gives up early when the service is
-    /// interrupted.
+    /// interrupted, or (`whole`) once some of the turn's events were lost.
     async fn commit_finish(
         &self,
         live: &Arc<LiveTurn>,
         finish: &TurnFinish,
         attempts: u32,
+        whole: bool,
     ) -> Result<bool, writer::FinishError> {
         let mut delay = Duration::from_millis(100);
         let mut attempt = 1;
         loop {
-            match self.inner.writer.finish(live, finish.clone()).await {
+            match self.inner.writer.finish(live, finish.clone(), whole).await {
                 Err(writer::FinishError::Store(e))
-                    if attempt < attempts && !self.inner.interrupt.is_cancelled() =>
+                    if attempt < attempts
+                        && !self.inner.interrupt.is_cancelled()
+                        && !(whole && live.write_failed.is_cancelled()) =>
                 {
                     tracing::warn!(error = %e, attempt, "committing the turn end failed; retrying");
                     tokio::select! {
@@ -611,7 +625,10 @@ fn fallback_attempts(stale_after: Duration) -> u32 {
 /// The end of a turn whose own end could not be stored: `failed` with
 /// `event_log_unavailable`, nothing but the turn row and its terminal
 /// event, the result kept on the row.
-fn unstorable_end(finish: &TurnFinish, error: &StoreError) -> Result<TurnFinish, serde_json::Error> {
+fn unstorable_end(
+    finish: &TurnFinish,
+    error: &StoreError,
+) -> Result<TurnFinish, serde_json::Error> {
     let code = "event_log_unavailable".to_owned();
     let message = format!("the turn's end could not be stored: {error}");
     let terminal = &finish.terminal;
@@ -745,9 +762,17 @@ impl EventSink for TurnSink {
     async fn emit(&self, event: TurnEvent) -> Result<(), SinkError> {
         let mut next = self.next_seq.lock().await;
         let Some(seq) = *next else {
-            tracing::debug!(event = event.event_type(), "event after the turn ended; dropped");
+            tracing::debug!(
+                event = event.event_type(),
+                "event after the turn ended; dropped"
+            );
             return Err(SinkError("the turn has ended".into()));
         };
+        if self.live.write_failed.is_cancelled() {
+            return Err(SinkError(
+                "earlier events of the turn could not be written".into(),
+            ));
+        }
         let stored = StoredEvent::new(
             &self.live.session_id,
             self.live.turn_id,

@@ -164,8 +164,12 @@ impl Application {
     /// Connects the store, applies migrations, interrupts turns a previous
     /// process left running, and binds the listener.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let store =
-            store::connect(&settings.database_url, settings.database_max_connections).await?;
+        let store = store::connect(
+            &settings.database_url,
+            settings.database_max_connections,
+            Duration::from_millis(settings.database_acquire_timeout_ms),
+        )
+        .await?;
         store.migrate().await?;
         let provider = build_provider(&settings)?;
         Self::build_with(settings, store, provider).await

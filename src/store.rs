@@ -191,10 +191,15 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Connects to the database named by `url` (`sqlite:` or `postgres://`).
-pub async fn connect(url: &str, max_connections: u32) -> Result<Arc<dyn Store>, StoreError> {
+/// A request waits at most `acquire_timeout` for a connection.
+pub async fn connect(
+    url: &str,
+    max_connections: u32,
+    acquire_timeout: std::time::Duration,
+) -> Result<Arc<dyn Store>, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(
-            postgres::PostgresStore::connect(url, max_connections).await?,
+            postgres::PostgresStore::connect(url, max_connections, acquire_timeout).await?,
         ))
     } else {
         Ok(Arc::new(

@@ -297,7 +297,10 @@ pub(super) async fn run_waves(
             .unwrap_or_else(|| ToolOutcome::failure("internal", "the call was not run", true));
         let content = message_content(env, call, &outcome).await;
         apply_outcome_to_state(env.state, call, &outcome, &content);
-        messages.push(ChatMessage::tool(&call.id, fence_tool_content(&outcome, content)));
+        messages.push(ChatMessage::tool(
+            &call.id,
+            fence_tool_content(&outcome, content),
+        ));
     }
     Ok((messages, any_error))
 }

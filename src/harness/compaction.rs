@@ -173,8 +173,8 @@ async fn summarise(
         budget.clamp(SUMMARY_TIMEOUT),
     );
     let collected = collect_text(provider, request).await;
-    let text = (collected.error.is_none() && !collected.text.trim().is_empty())
-        .then_some(collected.text);
+    let text =
+        (collected.error.is_none() && !collected.text.trim().is_empty()).then_some(collected.text);
     (text, collected.usage)
 }
 

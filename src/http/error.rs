@@ -2,7 +2,7 @@
 //! (RFC 9457) with a stable `code`.
 
 use axum::{
-    http::{StatusCode, header},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use serde::Serialize;
@@ -196,6 +196,17 @@ impl ApiError {
         }
     }
 
+    /// `Retry-After` (seconds) of an answer worth repeating later: the
+    /// database is down (it often is back within a second or two), or
+    /// this instance is shutting down (another replica answers sooner).
+    pub fn retry_after(&self) -> Option<&'static str> {
+        match self {
+            Self::StoreUnavailable(_) => Some("1"),
+            Self::ShuttingDown => Some("5"),
+            _ => None,
+        }
+    }
+
     pub fn to_problem(&self) -> Problem {
         let status = self.status();
         let code = self.code().to_owned();
@@ -215,7 +226,12 @@ impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
         use crate::store::StoreError;
         match e {
-            StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_))
+            StoreError::Database(
+                sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::Io(_)
+                | sqlx::Error::WorkerCrashed,
+            )
             | StoreError::Unavailable(_) => Self::StoreUnavailable(e.to_string()),
             other => Self::Internal(other.to_string()),
         }
@@ -231,11 +247,17 @@ impl IntoResponse for ApiError {
         }
         let problem = self.to_problem();
         let body = serde_json::to_vec(&problem).unwrap_or_default();
-        (
+        let mut response = (
             self.status(),
             [(header::CONTENT_TYPE, "application/problem+json")],
             body,
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = self.retry_after() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
+        }
+        response
     }
 }

@@ -1,5 +1,8 @@
 //! The native SSE encoding of a turn's events: `id:` is the seq, `event:` the
-//! type, `data:` the envelope JSON. Errors become an in-stream `error` event.
+//! type, `data:` the envelope JSON. A stream whose log cannot be read any
+//! more ends with a terminal `turn.failed` (`event_log_unavailable`) that has
+//! no `id:`, so a client stops, and a later `Last-Event-ID` resumes from the
+//! last event it really got.
 
 use std::{
     convert::Infallible,
@@ -17,7 +20,8 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use super::error::ApiError;
+use uuid::Uuid;
+
 use crate::{events::StoredEvent, metrics::Metrics, store::StoreError};
 
 /// Counts an open stream while it lives.
@@ -46,6 +50,7 @@ const KEEP_ALIVE: &[u8] = b":\n\n";
 /// becomes one buffer of known size, with no per-field copying or newline
 /// scanning (the envelope is compact JSON, which has no raw newlines).
 pub fn response(
+    turn: TurnRef,
     events: impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static,
     keepalive: Duration,
     metrics: Arc<Metrics>,
@@ -60,7 +65,11 @@ pub fn response(
             tokio::select! {
                 item = events.next() => match item {
                     Some(Ok(event)) => yield Ok::<_, Infallible>(encode(&event)),
-                    Some(Err(e)) => yield Ok(error_frame(e)),
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, turn.id = %turn.turn_id, "the event log cannot be read; ending the stream");
+                        yield Ok(unreadable_log_frame(&turn));
+                        break;
+                    }
                     None => break,
                 },
                 () = quiet.as_mut() => yield Ok(Bytes::from_static(KEEP_ALIVE)),
@@ -94,11 +103,31 @@ pub fn encode(event: &StoredEvent) -> Bytes {
     Bytes::from(frame)
 }
 
-/// A failure to read the log, as an in-stream `error` event.
-fn error_frame(e: StoreError) -> Bytes {
-    let problem = ApiError::from(e).to_problem();
-    let data = serde_json::to_string(&problem).unwrap_or_default();
-    Bytes::from(format!("event: error\ndata: {data}\n\n"))
+/// The turn a stream follows.
+#[derive(Debug, Clone)]
+pub struct TurnRef {
+    pub session_id: String,
+    pub turn_id: Uuid,
+}
+
+/// The code of the terminal event of a stream whose log cannot be read.
+pub const UNREADABLE_LOG_CODE: &str = "event_log_unavailable";
+
+/// The end of a stream whose log cannot be read: a terminal `turn.failed`
+/// without `id:` or `seq` (it is not in the log: the turn's stored outcome
+/// may still differ, and a resume starts after the last real event).
+fn unreadable_log_frame(turn: &TurnRef) -> Bytes {
+    let data = serde_json::json!({
+        "session_id": turn.session_id,
+        "turn_id": turn.turn_id,
+        "created_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        "type": "turn.failed",
+        "code": UNREADABLE_LOG_CODE,
+        "message": "the event log cannot be read, so this stream ends here; the turn's \
+             stored status may differ: look it up, or resume with Last-Event-ID, once the \
+             service is ready",
+    });
+    Bytes::from(format!("event: turn.failed\ndata: {data}\n\n"))
 }
 
 #[cfg(test)]
@@ -127,13 +156,21 @@ mod tests {
     }
 
     #[test]
-    fn a_log_failure_is_an_error_event() {
-        let frame = error_frame(StoreError::Unavailable("disk gone".into()));
+    fn an_unreadable_log_ends_the_stream_with_a_terminal_event_without_an_id() {
+        let turn = TurnRef {
+            session_id: "s-1".into(),
+            turn_id: Uuid::now_v7(),
+        };
+        let frame = unreadable_log_frame(&turn);
         let text = std::str::from_utf8(&frame).unwrap();
-        assert!(text.starts_with("event: error\ndata: {"), "{text}");
+        let prefix = "event: turn.failed\ndata: {";
+        assert!(text.starts_with(prefix), "{text}");
         assert!(text.ends_with("}\n\n"), "{text}");
         let data: serde_json::Value =
-            serde_json::from_str(&text["event: error\ndata: ".len()..text.len() - 2]).unwrap();
-        assert!(data["code"].is_string(), "{data}");
+            serde_json::from_str(&text[prefix.len() - 1..text.len() - 2]).unwrap();
+        assert_eq!(data["type"], "turn.failed");
+        assert_eq!(data["code"], "event_log_unavailable");
+        assert_eq!(data["turn_id"], turn.turn_id.to_string());
+        assert!(data.get("seq").is_none());
     }
 }

@@ -308,13 +308,19 @@ async fn start_turn(
     let mut response = if wants_event_stream(&headers) {
         let metrics = app.runner.metrics().clone();
         let session = session_id.as_str().to_owned();
+        let turn = sse::TurnRef {
+            session_id: session.clone(),
+            turn_id,
+        };
         match started.live {
             Some(start) => sse::response(
+                turn,
                 app.runner.subscribe_started(session, start),
                 app.sse_keepalive(),
                 metrics,
             ),
             None => sse::response(
+                turn,
                 app.runner
                     .subscribe(session, turn_id, started.first_seq - 1),
                 app.sse_keepalive(),
@@ -467,6 +473,10 @@ async fn turn_events(
         .runner
         .subscribe(session_id.as_str().to_owned(), turn_id, after);
     Ok(sse::response(
+        sse::TurnRef {
+            session_id: session_id.as_str().to_owned(),
+            turn_id,
+        },
         events,
         app.sse_keepalive(),
         app.runner.metrics().clone(),

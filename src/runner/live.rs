@@ -33,6 +33,10 @@ pub struct LiveTurn {
     /// Cancelled once the turn's terminal event is committed and published,
     /// or once its events can no longer be written.
     pub closed: CancellationToken,
+    /// Cancelled when some of the turn's events could not be written: the
+    /// turn stops at its next event (its log would have a hole) and ends
+    /// `failed` with `event_log_unavailable`.
+    pub write_failed: CancellationToken,
 }
 
 impl LiveTurn {
@@ -62,6 +66,7 @@ impl LiveTurns {
             sender,
             cancel: CancellationToken::new(),
             closed: CancellationToken::new(),
+            write_failed: CancellationToken::new(),
         });
         self.lock().insert(turn_id, turn.clone());
         turn

@@ -22,6 +22,39 @@ use crate::{
 /// Events read from the log per query.
 const PAGE: u32 = 500;
 
+/// Tries of a log read before the stream gives up on the log: the first
+/// pause is [`READ_RETRY_FIRST`], doubled each time (about 1.4 s in all).
+const READ_ATTEMPTS: u32 = 4;
+const READ_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `read`, tried again after a failure (the database may be restarting)
+/// until [`READ_ATTEMPTS`] or until streams close.
+async fn retrying<T, F, Fut>(
+    closing: &tokio_util::sync::CancellationToken,
+    mut read: F,
+) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut delay = READ_RETRY_FIRST;
+    let mut attempt = 1;
+    loop {
+        match read().await {
+            Err(e) if attempt < READ_ATTEMPTS && !closing.is_cancelled() => {
+                tracing::debug!(error = %e, attempt, "reading the event log failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = closing.cancelled() => {}
+                }
+                delay *= 2;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 impl TurnRunner {
     /// The events of `turn_id` with seq greater than `after`, replayed and
     /// then followed live; the stream ends after the terminal event, or when
@@ -79,10 +112,10 @@ impl TurnRunner {
                 // once for a stream that starts from a known first event).
                 let mut reading = !std::mem::take(&mut skip_first_read);
                 while reading {
-                    let page = inner
-                        .store
-                        .list_events(&session_id, Some(turn_id), last, PAGE)
-                        .await?;
+                    let page = retrying(&inner.close_streams, || {
+                        inner.store.list_events(&session_id, Some(turn_id), last, PAGE)
+                    })
+                    .await?;
                     let full = page.len() == PAGE as usize;
                     for event in page {
                         last = event.seq;
@@ -145,12 +178,15 @@ impl TurnRunner {
                 // A turn that is no longer running but has no terminal event
                 // cannot produce one any more; do not wait forever.
                 if idle_polls.is_multiple_of(20) {
-                    let record = inner.store.get_turn(&session_id, turn_id).await?;
+                    let record = retrying(&inner.close_streams, || {
+                        inner.store.get_turn(&session_id, turn_id)
+                    })
+                    .await?;
                     if record.is_none_or(|r| r.status != TurnStatus::Running) {
-                        let tail = inner
-                            .store
-                            .list_events(&session_id, Some(turn_id), last, PAGE)
-                            .await?;
+                        let tail = retrying(&inner.close_streams, || {
+                            inner.store.list_events(&session_id, Some(turn_id), last, PAGE)
+                        })
+                        .await?;
                         for event in tail {
                             yield Arc::new(event);
                         }

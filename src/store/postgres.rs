@@ -1,5 +1,7 @@
 //! The Postgres backend, selected by a `postgres://` `DATABASE_URL`.
 
+use std::time::Duration;
+
 use sqlx::{
     Postgres, Transaction,
     migrate::Migrator,
@@ -17,12 +19,23 @@ pub struct PostgresStore {
 impl PostgresStore {
     pub(super) const MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections.max(1))
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        acquire_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let pool = Self::pool_options(max_connections, acquire_timeout)
             .connect(url)
             .await?;
         Ok(Self { pool })
+    }
+
+    /// The pool's settings: a request that cannot get a connection within
+    /// `acquire_timeout` (the database is down) fails instead of waiting.
+    pub fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
+        PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(acquire_timeout)
     }
 
     /// Uses an existing pool (tests point it at a schema of their own).

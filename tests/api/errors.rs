@@ -453,10 +453,8 @@ on_both_backends!(
 /// session is free, and the answer is kept.
 async fn an_answer_the_database_cannot_store_still_ends_the_turn(backend: Backend) {
     let app = spawn_app(backend).await;
-    let body = crate::fake_provider::fixture("openai/text.sse").replace(
-        r#""content":"Hello""#,
-        r#""content":"Hel\u0000lo""#,
-    );
+    let body = crate::fake_provider::fixture("openai/text.sse")
+        .replace(r#""content":"Hello""#, r#""content":"Hel\u0000lo""#);
     app.provider
         .enqueue([Reply::raw_sse(&body), Reply::sse("openai/text.sse")]);
     let mut stream = app.post_turn_sse("s-nul", json!({"message": "Hi"})).await;

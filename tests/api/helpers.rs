@@ -63,8 +63,19 @@ pub async fn spawn_app_with_tools(
     settings: Settings,
     tools: Vec<std::sync::Arc<dyn agent_harness::tools::Tool>>,
 ) -> TestApp {
-    settings.validate().expect("valid test settings");
     let store = db.open().await;
+    spawn_app_on(db, store, provider, settings, tools).await
+}
+
+/// [`spawn_app_with_tools`] on a store the test opened itself.
+pub async fn spawn_app_on(
+    db: TestDb,
+    store: std::sync::Arc<dyn agent_harness::store::Store>,
+    provider: FakeProvider,
+    settings: Settings,
+    tools: Vec<std::sync::Arc<dyn agent_harness::tools::Tool>>,
+) -> TestApp {
+    settings.validate().expect("valid test settings");
     let llm = build_provider(&settings).expect("providers");
     let application = Application::build_with_tools(settings, store.clone(), llm, tools)
         .await

@@ -7,6 +7,7 @@ mod support;
 mod chain;
 mod errors;
 mod fake_provider;
+mod faults;
 mod helpers;
 mod lifecycle;
 mod openapi;

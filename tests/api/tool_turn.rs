@@ -159,7 +159,11 @@ async fn a_provider_that_answers_json_instead_of_a_stream_still_completes_a_tool
     let app = spawn_app(Backend::Sqlite).await;
     app.provider.enqueue([
         Reply::sse("openai/text.sse"),
-        Reply::body(200, "application/json", "openai/completion_local_search.json"),
+        Reply::body(
+            200,
+            "application/json",
+            "openai/completion_local_search.json",
+        ),
         Reply::body(200, "application/json", "openai/completion_text.json"),
     ]);
     app.post_turn("s-json", json!({"message": "Plan a Paris trip for me"}))

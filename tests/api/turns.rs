@@ -81,7 +81,11 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
         ]
     );
     // The decision's assistant message is the stored one.
-    let decision = events.iter().find(|e| e.event == "decision").unwrap().json();
+    let decision = events
+        .iter()
+        .find(|e| e.event == "decision")
+        .unwrap()
+        .json();
     let assistant = &messages["messages"][1];
     assert!(assistant["message_id"].is_string(), "{assistant}");
     assert_eq!(

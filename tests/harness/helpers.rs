@@ -309,7 +309,9 @@ pub fn unfence(content: &str) -> String {
     let Some(rest) = content.strip_prefix(agent_harness::harness::calls::TOOL_RESULT_INTRO) else {
         return content.to_owned();
     };
-    let rest = rest.strip_prefix("\n<<<UNTRUSTED_CONTEXT ").expect("an opening fence");
+    let rest = rest
+        .strip_prefix("\n<<<UNTRUSTED_CONTEXT ")
+        .expect("an opening fence");
     let (tag, body) = rest.split_once(">>>\n").expect("a tagged fence");
     assert_eq!(tag.len(), 16, "{content}");
     body.strip_suffix(&format!("\n<<<END_UNTRUSTED_CONTEXT {tag}>>>"))

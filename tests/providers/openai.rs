@@ -245,7 +245,11 @@ async fn an_unreachable_server_is_a_network_error() {
 async fn a_json_completion_to_a_stream_request_is_one_step() {
     let fake = FakeProvider::start().await;
     fake.enqueue([
-        Reply::body(200, "application/json", "openai/completion_local_search.json"),
+        Reply::body(
+            200,
+            "application/json",
+            "openai/completion_local_search.json",
+        ),
         Reply::body(
             200,
             "application/json; charset=utf-8",

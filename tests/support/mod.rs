@@ -85,6 +85,29 @@ impl TestDb {
         store
     }
 
+    /// Opens a Postgres store on this database through `proxy` (migrated).
+    pub async fn open_through(&self, proxy: &FaultProxy) -> Arc<dyn Store> {
+        let schema = self.schema.as_deref().expect("a Postgres test database");
+        let options = PgConnectOptions::from_str(&postgres_url())
+            .expect("TEST_DATABASE_URL")
+            .host("127.0.0.1")
+            .port(proxy.addr.port())
+            .options([("search_path", schema)]);
+        let pool = PostgresStore::pool_options(8, std::time::Duration::from_secs(1))
+            .connect_with(options)
+            .await
+            .expect("connect Postgres through the proxy");
+        let store: Arc<dyn Store> = Arc::new(PostgresStore::from_pool(pool));
+        store.migrate().await.expect("migrate");
+        store
+    }
+
+    /// `host:port` of the Postgres server.
+    pub fn postgres_addr() -> String {
+        let options = PgConnectOptions::from_str(&postgres_url()).expect("TEST_DATABASE_URL");
+        format!("{}:{}", options.get_host(), options.get_port())
+    }
+
     /// Opens a store without applying migrations.
     pub async fn open_unmigrated(&self) -> Arc<dyn Store> {
         match self.backend {
@@ -98,8 +121,7 @@ impl TestDb {
                 let options = PgConnectOptions::from_str(&postgres_url())
                     .expect("TEST_DATABASE_URL")
                     .options([("search_path", schema)]);
-                let pool = PgPoolOptions::new()
-                    .max_connections(8)
+                let pool = PostgresStore::pool_options(8, std::time::Duration::from_secs(1))
                     .connect_with(options)
                     .await
                     .expect("connect Postgres");
@@ -127,4 +149,71 @@ macro_rules! on_both_backends {
             }
         )+
     };
+}
+
+/// A TCP proxy in front of a database that a test can cut: existing
+/// connections are dropped and new ones closed at once, as a database that
+/// went down looks to its clients; `restore` lets connections through again.
+pub struct FaultProxy {
+    pub addr: std::net::SocketAddr,
+    down: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// A proxy on 127.0.0.1 to `target` (`host:port`).
+    pub async fn start(target: String) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let connections: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let accept = {
+            let (down, connections) = (down.clone(), connections.clone());
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if down.load(Ordering::SeqCst) {
+                        drop(client);
+                        continue;
+                    }
+                    let target = target.clone();
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                    let mut open = connections.lock().unwrap();
+                    open.retain(|t| !t.is_finished());
+                    open.push(task);
+                }
+            })
+        };
+        Self {
+            addr,
+            down,
+            connections,
+            accept,
+        }
+    }
+
+    /// The database goes away: every connection is dropped, new ones closed.
+    pub fn cut(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for task in self.connections.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+
+    /// The database is back.
+    pub fn restore(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
 }

@@ -200,9 +200,13 @@ pub async fn serve_harness(
         ..base
     };
     settings.validate().map_err(|e| e.to_string())?;
-    let store = store::connect(&settings.database_url, settings.database_max_connections)
-        .await
-        .map_err(|e| e.to_string())?;
+    let store = store::connect(
+        &settings.database_url,
+        settings.database_max_connections,
+        Duration::from_millis(settings.database_acquire_timeout_ms),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())?;
     let llm = build_provider(&settings).map_err(|e| e.to_string())?;
     let sleep: Arc<dyn Tool> = Arc::new(BenchSleep(ToolSpec::new(
