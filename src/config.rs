@@ -108,8 +108,10 @@ pub struct Settings {
     pub instance_id: String,
     /// Seconds between heartbeats of running turns (`HARNESS_HEARTBEAT_INTERVAL_S`).
     pub heartbeat_interval_s: u64,
-    /// A running turn whose heartbeat is older than this is considered orphaned (`HARNESS_STALE_TURN_AFTER_S`).
-    pub stale_turn_after_s: u64,
+    /// A running turn whose heartbeat is older than this is considered
+    /// orphaned; unset: 1.5 heartbeat intervals, so that an orphan is taken
+    /// over within two (`HARNESS_STALE_TURN_AFTER_S`).
+    pub stale_turn_after_s: Option<u64>,
     /// Most events written in one transaction (`HARNESS_EVENT_BATCH_MAX`).
     pub event_batch_max: usize,
     /// Events that may wait for the writer before emitters are slowed down (`HARNESS_EVENT_QUEUE_CAPACITY`).
@@ -169,7 +171,7 @@ impl Default for Settings {
             shutdown_grace_s: 30,
             instance_id: default_instance_id(),
             heartbeat_interval_s: 5,
-            stale_turn_after_s: 60,
+            stale_turn_after_s: None,
             event_batch_max: 512,
             event_queue_capacity: 8192,
             log_format: LogFormat::Text,
@@ -380,7 +382,7 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
         assign(&mut s.heartbeat_interval_s, parse(n, v)?)
     }),
     ("HARNESS_STALE_TURN_AFTER_S", |s, n, v| {
-        assign(&mut s.stale_turn_after_s, parse(n, v)?)
+        assign(&mut s.stale_turn_after_s, Some(parse(n, v)?))
     }),
     ("HARNESS_EVENT_BATCH_MAX", |s, n, v| {
         assign(&mut s.event_batch_max, parse(n, v)?)
@@ -566,10 +568,13 @@ impl Settings {
                 "must be at least 1024",
             ));
         }
-        if self.stale_turn_after_s <= 2 * self.heartbeat_interval_s {
+        if self
+            .stale_turn_after_s
+            .is_some_and(|stale| stale <= self.heartbeat_interval_s)
+        {
             return Err(invalid(
                 "HARNESS_STALE_TURN_AFTER_S",
-                "must be more than twice HARNESS_HEARTBEAT_INTERVAL_S",
+                "must be more than HARNESS_HEARTBEAT_INTERVAL_S",
             ));
         }
         if self.instance_id.is_empty() || self.instance_id.len() > 128 {
@@ -630,6 +635,17 @@ impl Settings {
 
     pub fn turn_timeout(&self) -> Duration {
         Duration::from_secs(self.turn_timeout_s)
+    }
+
+    /// When a running turn without a heartbeat is an orphan: the setting,
+    /// else 1.5 heartbeat intervals (a live owner's heartbeat is at most one
+    /// interval old; sweeps every half interval then take an orphan over
+    /// within two intervals of its owner's last beat).
+    pub fn stale_turn_after(&self) -> Duration {
+        self.stale_turn_after_s.map_or_else(
+            || Duration::from_secs(self.heartbeat_interval_s).mul_f64(1.5),
+            Duration::from_secs,
+        )
     }
 
     pub fn is_postgres(&self) -> bool {

@@ -186,6 +186,10 @@ impl TurnRunner {
             // The writer outlives the heartbeat so that late finishes commit.
             writer_stop.cancel();
         });
+        runner.inner.background.spawn(heartbeat::listen_for_cancels(
+            runner.clone(),
+            runner.inner.stop_background.clone(),
+        ));
         runner
     }
 

@@ -205,7 +205,7 @@ impl Application {
                 instance_id: settings.instance_id.clone(),
                 history_max_messages: settings.history_max_messages,
                 heartbeat_interval: Duration::from_secs(settings.heartbeat_interval_s),
-                stale_turn_after: Duration::from_secs(settings.stale_turn_after_s),
+                stale_turn_after: settings.stale_turn_after(),
                 poll_interval: Duration::from_millis(250),
                 event_queue_capacity: settings.event_queue_capacity,
                 event_batch_max: settings.event_batch_max,

@@ -76,6 +76,12 @@ pub struct OrphanScope {
     pub stale_before: DateTime<Utc>,
 }
 
+/// Turn ids whose cancellation was requested, as requests are made.
+pub type CancelRequests = futures::stream::BoxStream<'static, Result<Uuid, StoreError>>;
+
+/// The Postgres channel cancel requests are announced on.
+pub const CANCEL_CHANNEL: &str = "agent_harness_cancel";
+
 /// Whether the database answers and has every migration applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Readiness {
@@ -171,6 +177,16 @@ pub trait Store: Send + Sync + 'static {
     /// Flags a running turn for cancellation by its owner. False when the
     /// turn is not running.
     async fn request_cancel(&self, turn_id: Uuid) -> Result<bool, StoreError>;
+
+    /// Cancel requests as they are made, by any process (Postgres: LISTEN/
+    /// NOTIFY), so that the turn's owner stops it at once rather than at
+    /// its next heartbeat. `None`: the backend has no such channel (the
+    /// heartbeat's flag check is then the only way). An error item is a
+    /// lost connection: the next poll reconnects; requests made meanwhile
+    /// are found by the heartbeat.
+    async fn cancel_requests(&self) -> Result<Option<CancelRequests>, StoreError> {
+        Ok(None)
+    }
 
     /// Refreshes the heartbeat of these running turns; returns those whose
     /// cancellation was requested.

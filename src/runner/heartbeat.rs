@@ -1,22 +1,82 @@
 //! The heartbeat: keeps this process's running turns marked alive, picks up
 //! cancellations requested through another replica, and interrupts turns
-//! whose owner stopped beating.
+//! whose owner stopped beating. Cancel requests also arrive as they are
+//! made, where the store can announce them ([`listen_for_cancels`]).
 
+use std::time::Duration;
+
+use futures::StreamExt;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::TurnRunner;
 
+/// Beats every heartbeat interval and sweeps orphans every half interval,
+/// so an orphan is taken over soon after it goes stale.
 pub(super) async fn run(runner: TurnRunner, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(runner.inner.config.heartbeat_interval);
+    let mut tick = tokio::time::interval(runner.inner.config.heartbeat_interval / 2);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut half_beats = 0u64;
     loop {
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        beat(&runner).await;
+        if half_beats.is_multiple_of(2) {
+            beat(&runner).await;
+        }
+        half_beats = half_beats.wrapping_add(1);
+        if let Err(e) = runner.sweep_orphans().await {
+            tracing::warn!(error = %e, "orphan sweep failed");
+        }
+    }
+}
+
+/// Stops local turns whose cancellation another process asked for, as the
+/// store announces the requests; returns when the store has no such
+/// channel or on `stop`. A lost connection is retried after a pause.
+pub(super) async fn listen_for_cancels(runner: TurnRunner, stop: CancellationToken) {
+    const PAUSE: Duration = Duration::from_secs(1);
+    let inner = &runner.inner;
+    loop {
+        let requests = tokio::select! {
+            () = stop.cancelled() => return,
+            requests = inner.store.cancel_requests() => requests,
+        };
+        let mut requests = match requests {
+            Ok(Some(requests)) => requests,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for cancel requests; retrying");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(PAUSE) => continue,
+                }
+            }
+        };
+        loop {
+            let request = tokio::select! {
+                () = stop.cancelled() => return,
+                request = requests.next() => request,
+            };
+            match request {
+                Some(Ok(turn_id)) => {
+                    if let Some(live) = inner.live.get(turn_id) {
+                        tracing::info!(turn.id = %turn_id, "cancellation requested by another process");
+                        live.cancel.cancel();
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "listening for cancel requests failed; reconnecting");
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(PAUSE) => {}
+                    }
+                }
+                None => break,
+            }
+        }
     }
 }
 
@@ -33,8 +93,5 @@ async fn beat(runner: &TurnRunner) {
             }
         }
         Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
-    }
-    if let Err(e) = runner.sweep_orphans().await {
-        tracing::warn!(error = %e, "orphan sweep failed");
     }
 }

@@ -56,5 +56,31 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// A listener on [`super::CANCEL_CHANNEL`]; see
+    /// [`super::Store::cancel_requests`].
+    pub(super) async fn cancel_listener(
+        &self,
+    ) -> Result<Option<super::CancelRequests>, StoreError> {
+        use futures::StreamExt;
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(super::CANCEL_CHANNEL).await?;
+        let requests = async_stream::stream! {
+            loop {
+                // `recv` reconnects a lost connection on the next call.
+                match listener.recv().await {
+                    Ok(notification) => {
+                        if let Ok(turn_id) = uuid::Uuid::parse_str(notification.payload()) {
+                            yield Ok(turn_id);
+                        }
+                    }
+                    Err(e) => yield Err(StoreError::from(e)),
+                }
+            }
+        };
+        Ok(Some(requests.boxed()))
+    }
+}
+
 super::sql::impl_store!(PostgresStore, Postgres, "postgres");
 super::sql::impl_sql_writes!(PostgresStore, Postgres);

@@ -346,6 +346,12 @@ macro_rules! impl_store {
                 self.write_cancel_request(turn_id).await
             }
 
+            async fn cancel_requests(
+                &self,
+            ) -> Result<Option<$crate::store::CancelRequests>, $crate::store::StoreError> {
+                self.cancel_listener().await
+            }
+
             async fn heartbeat(
                 &self,
                 turn_ids: &[uuid::Uuid],
@@ -572,6 +578,15 @@ macro_rules! impl_sql_writes {
                 .bind(turn_id.to_string())
                 .execute(&mut *tx)
                 .await?;
+                if done.rows_affected() == 1 {
+                    // Delivered on commit to every listening replica; the
+                    // flag stays for the owner's heartbeat if none listens.
+                    sqlx::query("SELECT pg_notify($1, $2)")
+                        .bind($crate::store::CANCEL_CHANNEL)
+                        .bind(turn_id.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 tx.commit().await?;
                 Ok(done.rows_affected() == 1)
             }

@@ -112,6 +112,12 @@ impl SqliteStore {
         self.writes.put_artifact(artifact.clone()).await
     }
 
+    /// One process owns a SQLite file's turns in practice: cancels arrive
+    /// locally, and the heartbeat finds the flag otherwise.
+    async fn cancel_listener(&self) -> Result<Option<super::CancelRequests>, StoreError> {
+        Ok(None)
+    }
+
     async fn write_cancel_request(&self, turn_id: Uuid) -> Result<bool, StoreError> {
         self.writes.request_cancel(turn_id).await
     }

@@ -15,6 +15,9 @@ use crate::{
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_goes_down_fails_requests_fast_and_ends_streams_with_a_terminal_event() {
+    if !crate::support::postgres_or_skip().await {
+        return;
+    }
     let proxy = FaultProxy::start(TestDb::postgres_addr()).await;
     let db = TestDb::new(Backend::Postgres).await;
     let store = db.open_through(&proxy).await;

@@ -95,7 +95,7 @@ async fn a_follower_sees_a_turn_interrupted_when_its_owner_stops_beating(backend
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     settings.heartbeat_interval_s = 1;
-    settings.stale_turn_after_s = 3;
+    settings.stale_turn_after_s = Some(3);
     let app = spawn_app_with(db, provider, settings).await;
 
     let mut follower = app.turn_events("s-stale", &turn_id.to_string(), None).await;
@@ -110,6 +110,68 @@ async fn a_follower_sees_a_turn_interrupted_when_its_owner_stops_beating(backend
     let rest = follower.read_to_end().await;
     assert_eq!(types(&rest), ["turn.interrupted"]);
 }
+
+async fn an_orphan_of_a_replaced_instance_is_taken_over_within_two_heartbeats(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    // A replica that died and was replaced by one with another name.
+    let turn_id = crashed_turn(&db, "s-replaced", "replica-that-died").await;
+    let beat_at = tokio::time::Instant::now();
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.instance_id = "its-replacement".into();
+    settings.heartbeat_interval_s = 1;
+    let app = spawn_app_with(db, provider, settings).await;
+    let turn = app.wait_turn_end("s-replaced", &turn_id.to_string()).await;
+    let taken_over = beat_at.elapsed();
+    assert_eq!(turn["status"], "interrupted");
+    // Two heartbeat intervals after its owner's last beat, and a little
+    // for the sweep and the polling of this test.
+    assert!(
+        taken_over <= std::time::Duration::from_millis(2_400),
+        "{taken_over:?}"
+    );
+}
+
+async fn a_cancel_sent_to_another_replica_stops_the_turn_within_a_second() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let other_db = db.sharing();
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.instance_id = "replica-a".into();
+    let owner = spawn_app_with(db, provider, settings).await;
+    let never = CancellationToken::new();
+    owner
+        .provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
+    let other_provider = FakeProvider::start().await;
+    let mut settings = test_settings(&other_provider);
+    settings.instance_id = "replica-b".into();
+    let other = spawn_app_with(other_db, other_provider, settings).await;
+
+    let mut stream = owner
+        .post_turn_sse("s-remote", json!({"message": "Hi"}))
+        .await;
+    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    stream.read_until("message.delta").await;
+    let asked = tokio::time::Instant::now();
+    let (status, _) = other
+        .post_json(&format!("/sessions/s-remote/turns/{turn_id}/cancel"))
+        .await;
+    assert_eq!(status, 202);
+    let rest = stream.read_to_end().await;
+    let stopped = asked.elapsed();
+    assert_eq!(rest.last().unwrap().event, "turn.cancelled");
+    assert!(stopped <= std::time::Duration::from_secs(1), "{stopped:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_sent_to_another_replica_stops_the_turn_within_a_second_on_postgres() {
+    if crate::support::postgres_or_skip().await {
+        a_cancel_sent_to_another_replica_stops_the_turn_within_a_second().await;
+    }
+}
+
+on_both_backends!(an_orphan_of_a_replaced_instance_is_taken_over_within_two_heartbeats);
 
 async fn shutdown_interrupts_turns_still_running_after_the_grace_period(backend: Backend) {
     let provider = FakeProvider::start().await;

@@ -23,13 +23,16 @@ pub fn postgres_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
-/// A database of one test; reopen it with [`TestDb::open`] to simulate a restart.
+/// A database of one test; reopen it with [`TestDb::open`] to simulate a
+/// restart. A Postgres schema is dropped when its owner is dropped.
 pub struct TestDb {
     pub backend: Backend,
     /// SQLite: the file's folder.
     dir: Option<TempDir>,
     /// Postgres: the test's own schema.
     schema: Option<String>,
+    /// Drops the schema when dropped (not a [`TestDb::sharing`] handle).
+    owner: bool,
 }
 
 impl TestDb {
@@ -39,19 +42,17 @@ impl TestDb {
                 backend,
                 dir: Some(tempfile::tempdir().expect("temp dir")),
                 schema: None,
+                owner: true,
             },
             Backend::Postgres => {
+                // Fails at once (with the shared message) when the server
+                // is known to be missing.
+                assert!(
+                    postgres_or_skip().await,
+                    "a Postgres test ran without Postgres; it must call postgres_or_skip first"
+                );
                 let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-                let admin = PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&postgres_url())
-                    .await
-                    .unwrap_or_else(|e| {
-                        panic!(
-                            "Postgres is not reachable at {} ({e}); start it or set TEST_DATABASE_URL",
-                            postgres_url()
-                        )
-                    });
+                let admin = admin().await;
                 sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
                     .execute(&admin)
                     .await
@@ -61,8 +62,21 @@ impl TestDb {
                     backend,
                     dir: None,
                     schema: Some(schema),
+                    owner: true,
                 }
             }
+        }
+    }
+
+    /// Another handle on this Postgres database, for a second replica; the
+    /// schema stays until the first handle is dropped.
+    pub fn sharing(&self) -> Self {
+        assert_eq!(self.backend, Backend::Postgres, "replicas share Postgres");
+        Self {
+            backend: self.backend,
+            dir: None,
+            schema: self.schema.clone(),
+            owner: false,
         }
     }
 
@@ -131,6 +145,114 @@ impl TestDb {
     }
 }
 
+/// Whether the Postgres tests can run. Without a server, and with neither
+/// `TEST_DATABASE_URL` nor `CI` set (a newcomer's `cargo test`), they are
+/// skipped with one notice on the terminal; otherwise a missing server
+/// fails them at once with one clear message.
+pub async fn postgres_or_skip() -> bool {
+    // Checked once per test binary; the answer (a failure too) is shared.
+    static AVAILABLE: tokio::sync::OnceCell<Result<bool, String>> =
+        tokio::sync::OnceCell::const_new();
+    let available = AVAILABLE
+        .get_or_init(|| async {
+            let reachable = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(std::time::Duration::from_secs(3))
+                .connect(&postgres_url())
+                .await;
+            match reachable {
+                Ok(pool) => {
+                    pool.close().await;
+                    Ok(true)
+                }
+                Err(e)
+                    if std::env::var_os("TEST_DATABASE_URL").is_none()
+                        && std::env::var_os("CI").is_none() =>
+                {
+                    use std::io::Write as _;
+                    // Straight to the terminal: the test harness would hide
+                    // a passing test's output.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "\nNOTICE: Postgres is not reachable at {} ({e}); the Postgres \
+                         tests of this binary are skipped. Start Postgres or set \
+                         TEST_DATABASE_URL to run them (`.ci/run` does).\n",
+                        postgres_url()
+                    );
+                    Ok(false)
+                }
+                Err(e) => Err(format!(
+                    "Postgres is not reachable at {} ({e}): start it (`.ci/run` does) or \
+                     set TEST_DATABASE_URL",
+                    postgres_url()
+                )),
+            }
+        })
+        .await;
+    match available {
+        Ok(available) => *available,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// A connection to the Postgres server for creating and dropping schemas.
+/// Without a server, the test fails at once with one clear message.
+async fn admin() -> sqlx::PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(std::time::Duration::from_secs(3))
+        .connect(&postgres_url())
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "Postgres is not reachable at {} ({e}): start it (`.ci/run` does) or set \
+                 TEST_DATABASE_URL",
+                postgres_url()
+            )
+        })
+}
+
+impl Drop for TestDb {
+    /// Drops the test's Postgres schema (the SQLite folder removes itself).
+    /// `Drop` cannot await, so the schema goes on a thread of its own with
+    /// a small runtime; a failure is reported, not raised.
+    fn drop(&mut self) {
+        let Some(schema) = self.schema.clone().filter(|_| self.owner) else {
+            return;
+        };
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async move {
+                let admin = PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(std::time::Duration::from_secs(3))
+                    .connect(&postgres_url())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // A connection of the test's app may still hold a lock for
+                // a moment; never wait on it for long.
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "SET lock_timeout = '3s'; DROP SCHEMA IF EXISTS {schema} CASCADE"
+                )))
+                .execute(&admin)
+                .await
+                .map_err(|e| e.to_string())?;
+                admin.close().await;
+                Ok::<_, String>(())
+            })
+        })
+        .join();
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("could not drop a test schema: {e}"),
+            Err(_) => eprintln!("could not drop a test schema: the thread panicked"),
+        }
+    }
+}
+
 /// Runs an `async fn(Backend)` test once per backend, as two tests.
 #[macro_export]
 macro_rules! on_both_backends {
@@ -144,7 +266,9 @@ macro_rules! on_both_backends {
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
-                    super::$name($crate::support::Backend::Postgres).await;
+                    if $crate::support::postgres_or_skip().await {
+                        super::$name($crate::support::Backend::Postgres).await;
+                    }
                 }
             }
         )+
