@@ -432,6 +432,7 @@ pub struct AfterQuery {
     ),
     responses(
         (status = 200, description = "Success", body = EventEnvelope, content_type = "text/event-stream"),
+        (status = 204, description = "The turn ended and nothing follows `Last-Event-ID`: a client stops reconnecting"),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
     )
@@ -469,6 +470,17 @@ async fn turn_events(
         .ok_or(ApiError::TurnNotFound)?;
     // Nothing of this turn comes before its first event.
     let after = after.max(turn.first_seq - 1);
+    // A resume at or past the end of a turn that ended has nothing to send:
+    // 204, which tells an EventSource to stop reconnecting.
+    if turn.status != TurnStatus::Running
+        && app
+            .store
+            .list_events(session_id.as_str(), Some(turn_id), after, 1)
+            .await?
+            .is_empty()
+    {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     let events = app
         .runner
         .subscribe(session_id.as_str().to_owned(), turn_id, after);

@@ -297,6 +297,20 @@ async fn a_client_that_disconnects_reattaches_and_misses_nothing(backend: Backen
     let uninterrupted = whole.read_to_end().await;
     assert_eq!(seen, uninterrupted);
     assert_eq!(streamed_text(&seen), "Hello! How can I help you today?");
+
+    // Resuming at or past the end: 204 at once, so an EventSource stops.
+    let end = seen.last().unwrap().seq();
+    for last_event_id in [end, end + 1_000] {
+        let response = app
+            .client
+            .get(app.url(&format!("/sessions/s-re/turns/{turn_id}/events")))
+            .header("last-event-id", last_event_id.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 204, "after {last_event_id}");
+        assert_eq!(response.bytes().await.unwrap().len(), 0);
+    }
 }
 
 async fn a_live_subscriber_sees_the_same_events_as_a_replay(backend: Backend) {
