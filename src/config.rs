@@ -658,7 +658,10 @@ impl fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("listen", &self.listen)
             .field("database_url", &redact_url(&self.database_url))
-            .field("openai_base_url", &self.openai_base_url)
+            .field(
+                "openai_base_url",
+                &crate::providers::redact::Redactor::default().text(&self.openai_base_url),
+            )
             .field(
                 "openai_api_key",
                 &self.openai_api_key.as_ref().map(|_| "<redacted>"),
@@ -775,11 +778,21 @@ mod tests {
         let s = load(&[
             ("OPENAI_API_KEY", "sk-secret"),
             ("DATABASE_URL", "postgres://u:hunter2@db/x"),
+            (
+                "OPENAI_BASE_URL",
+                "https://r.openai.azure.com/openai/deployments/d?api-version=1&api-key=qk-secret",
+            ),
         ])
         .unwrap();
         let shown = format!("{s:?}");
         assert!(
-            !shown.contains("sk-secret") && !shown.contains("hunter2"),
+            !shown.contains("sk-secret")
+                && !shown.contains("hunter2")
+                && !shown.contains("qk-secret"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("api-version=1&api-key=[redacted]"),
             "{shown}"
         );
     }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod ollama;
 pub mod openai;
 pub mod pricing;
+pub mod redact;
 pub mod scripted;
 mod sse;
 

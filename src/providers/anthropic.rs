@@ -8,7 +8,7 @@
 //! thinking with a token budget; thinking blocks come back as
 //! [`ProviderEvent::Thinking`] and are sent back with their signature.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -19,7 +19,9 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderFailure, ProviderStream, Role, ThinkingBlock, ToolCall, Usage, sse,
+    ProviderFailure, ProviderStream, Role, ThinkingBlock, ToolCall, Usage,
+    redact::{self, Redactor},
+    sse,
 };
 use crate::harness::thinking::ThinkLevel;
 
@@ -50,6 +52,8 @@ pub struct AnthropicProvider {
     max_tokens: u32,
     idle_timeout: Duration,
     max_response_bytes: usize,
+    /// Masks the key (and secret query values of the base URL) in errors.
+    redactor: Arc<Redactor>,
 }
 
 /// Thinking budget per level.
@@ -64,10 +68,17 @@ fn thinking_budget(level: ThinkLevel) -> Option<u32> {
 
 impl AnthropicProvider {
     pub fn new(config: AnthropicConfig) -> Result<Self, ProviderError> {
+        let redactor = Arc::new(Redactor::new(
+            config.api_key.clone(),
+            Url::parse(config.base_url.trim()).ok().as_ref(),
+        ));
         let base = config.base_url.trim_end_matches('/');
         let base = base.strip_suffix("/v1").unwrap_or(base);
-        let endpoint = Url::parse(&format!("{base}/v1/messages"))
-            .map_err(|e| ProviderError::Protocol(format!("invalid base URL {base:?}: {e}")))?;
+        let endpoint = Url::parse(&format!("{base}/v1/messages")).map_err(|e| {
+            redactor.error(ProviderError::Protocol(format!(
+                "invalid base URL {base:?}: {e}"
+            )))
+        })?;
         let client = sse::client(config.connect_timeout)?;
         Ok(Self {
             client,
@@ -77,6 +88,7 @@ impl AnthropicProvider {
             max_tokens: config.max_tokens,
             idle_timeout: config.idle_timeout,
             max_response_bytes: config.max_response_bytes,
+            redactor,
         })
     }
 
@@ -170,6 +182,13 @@ impl LlmProvider for AnthropicProvider {
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
+        redact::redacted(self.open(request).await, &self.redactor)
+    }
+}
+
+impl AnthropicProvider {
+    /// [`LlmProvider::stream`] before its errors are masked.
+    async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let deadline = Instant::now() + request.timeout;
         let mut http = self
             .client

@@ -5,7 +5,7 @@
 //! `prompt_eval_count` and `eval_count`. Think levels above OFF send
 //! `think: true` (for models that support it); the reasoning is not shown.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -16,7 +16,9 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderFailure, ProviderStream, Role, ToolCall, Usage, sse,
+    ProviderFailure, ProviderStream, Role, ToolCall, Usage,
+    redact::{self, Redactor},
+    sse,
 };
 use crate::harness::thinking::ThinkLevel;
 
@@ -39,6 +41,8 @@ pub struct OllamaProvider {
     model: String,
     idle_timeout: Duration,
     max_response_bytes: usize,
+    /// Masks secret query values of the host URL in errors.
+    redactor: Arc<Redactor>,
 }
 
 impl OllamaProvider {
@@ -49,8 +53,12 @@ impl OllamaProvider {
         } else {
             format!("http://{host}")
         };
-        let endpoint = Url::parse(&format!("{host}/api/chat"))
-            .map_err(|e| ProviderError::Protocol(format!("invalid OLLAMA_HOST {host:?}: {e}")))?;
+        let redactor = Arc::new(Redactor::new(None, Url::parse(&host).ok().as_ref()));
+        let endpoint = Url::parse(&format!("{host}/api/chat")).map_err(|e| {
+            redactor.error(ProviderError::Protocol(format!(
+                "invalid OLLAMA_HOST {host:?}: {e}"
+            )))
+        })?;
         let client = sse::client(config.connect_timeout)?;
         Ok(Self {
             client,
@@ -58,6 +66,7 @@ impl OllamaProvider {
             model: config.model,
             idle_timeout: config.idle_timeout,
             max_response_bytes: config.max_response_bytes,
+            redactor,
         })
     }
 
@@ -114,6 +123,13 @@ impl LlmProvider for OllamaProvider {
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
+        redact::redacted(self.open(request).await, &self.redactor)
+    }
+}
+
+impl OllamaProvider {
+    /// [`LlmProvider::stream`] before its errors are masked.
+    async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let deadline = Instant::now() + request.timeout;
         let http = self
             .client

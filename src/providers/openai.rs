@@ -25,7 +25,9 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderStream, Role, ToolCall, Usage, sse,
+    ProviderStream, Role, ToolCall, Usage,
+    redact::{self, Redactor},
+    sse,
 };
 use crate::harness::thinking::ThinkLevel;
 
@@ -63,6 +65,8 @@ pub struct OpenAiProvider {
     /// Models that answered 400 to `reasoning_effort`: they are not sent
     /// it again (bounded: see [`MAX_REMEMBERED_MODELS`]).
     no_effort: Arc<Mutex<HashSet<String>>>,
+    /// Masks the key (and secret query values of the base URL) in errors.
+    redactor: Arc<Redactor>,
 }
 
 /// Models remembered as refusing `reasoning_effort`; past this many the
@@ -71,7 +75,11 @@ const MAX_REMEMBERED_MODELS: usize = 256;
 
 impl OpenAiProvider {
     pub fn new(config: OpenAiConfig) -> Result<Self, ProviderError> {
-        let endpoint = chat_completions_url(&config.base_url)?;
+        let redactor = Arc::new(Redactor::new(
+            config.api_key.clone(),
+            Url::parse(config.base_url.trim()).ok().as_ref(),
+        ));
+        let endpoint = chat_completions_url(&config.base_url).map_err(|e| redactor.error(e))?;
         // Azure OpenAI wants its key in `api-key`, everyone else a bearer token.
         let key_header = if endpoint
             .host_str()
@@ -91,6 +99,7 @@ impl OpenAiProvider {
             idle_timeout: config.idle_timeout,
             max_response_bytes: config.max_response_bytes,
             no_effort: Arc::default(),
+            redactor,
         })
     }
 
@@ -218,6 +227,13 @@ impl LlmProvider for OpenAiProvider {
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
+        redact::redacted(self.open(request).await, &self.redactor)
+    }
+}
+
+impl OpenAiProvider {
+    /// [`LlmProvider::stream`] before its errors are masked.
+    async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let deadline = Instant::now() + request.timeout;
         let body = self.request_body(&request);
         let sent_effort = body.get("reasoning_effort").is_some();

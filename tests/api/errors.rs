@@ -488,3 +488,105 @@ async fn an_answer_the_database_cannot_store_still_ends_the_turn(backend: Backen
 }
 
 on_both_backends!(an_answer_the_database_cannot_store_still_ends_the_turn);
+
+/// Everything the service logs, captured (for one current-thread test).
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// A provider that quotes the key it was sent (and a URL with a key in its
+/// query) back in its errors: no client, event, row or log line sees them.
+#[tokio::test]
+async fn keys_a_provider_quotes_back_reach_no_client_event_row_or_log() {
+    const KEY: &str = "sk-canary-7f3a9c2e5b1d";
+    const QUERY_KEY: &str = "qk-canary-4e8d";
+    let logs = Logs::default();
+    let _capture = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .finish(),
+    );
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.openai_api_key = Some(KEY.into());
+    settings.openai_base_url = format!("{}?key={QUERY_KEY}", provider.base_url);
+    let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+    let quoted = format!("key {KEY} for /v1/chat/completions?key={QUERY_KEY}");
+    app.provider.enqueue([
+        Reply::text(
+            401,
+            "application/json",
+            &json!({"error": {"message": format!("Incorrect API key provided: {quoted}"), "type": "invalid_request_error", "code": "invalid_api_key"}}).to_string(),
+        ),
+        Reply::text(200, "text/html", &format!("<html><body>Denied: {quoted}</body></html>")),
+        Reply::raw_sse(&format!(
+            "data: {}\n\n",
+            json!({"error": {"message": format!("upstream refused {quoted}"), "type": "server_error", "code": "server_error"}})
+        )),
+    ]);
+    let leaks = |text: &str| text.contains(KEY) || text.contains(QUERY_KEY);
+    for (n, code) in [
+        "provider_auth_failed",
+        "provider_protocol_error",
+        "provider_server_error",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let session = format!("s-canary-{n}");
+        let response = app.post_turn(&session, json!({"message": "Hi"})).await;
+        assert_eq!(response.status(), 502);
+        let body = response.text().await.unwrap();
+        assert!(!leaks(&body), "{body}");
+        assert!(body.contains(code), "{body}");
+        assert!(body.contains("[redacted]"), "{body}");
+        let (_, log) = app.get_json(&format!("/sessions/{session}/events")).await;
+        assert!(!leaks(&log.to_string()), "{log}");
+        let turn_id = log["events"][0]["turn_id"].as_str().unwrap().to_owned();
+        let (_, turn) = app
+            .get_json(&format!("/sessions/{session}/turns/{turn_id}"))
+            .await;
+        assert!(!leaks(&turn.to_string()), "{turn}");
+        assert_eq!(turn["error"]["code"], code);
+    }
+    // A transport error names the URL, query and all.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}/v1?key={QUERY_KEY}", closed.local_addr().unwrap());
+    drop(closed);
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.openai_base_url = dead;
+    let unreachable = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+    let response = unreachable
+        .post_turn("s-canary-net", json!({"message": "Hi"}))
+        .await;
+    assert_eq!(response.status(), 502);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("provider_unreachable"), "{body}");
+    assert!(!leaks(&body), "{body}");
+
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logged.contains("provider"),
+        "the logs were captured: {logged}"
+    );
+    assert!(!leaks(&logged), "{logged}");
+}

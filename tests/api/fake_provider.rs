@@ -95,6 +95,18 @@ impl Reply {
         }
     }
 
+    /// A complete body given as text.
+    pub fn text(status: u16, content_type: &str, body: &str) -> Self {
+        Self {
+            status,
+            content_type: content_type.into(),
+            headers: Vec::new(),
+            chunks: vec![Bytes::from(body.to_owned())],
+            hold: None,
+            abort_after: None,
+        }
+    }
+
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.into(), value.into()));
         self

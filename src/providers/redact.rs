@@ -1,0 +1,196 @@
+//! Masking secrets in what a provider says.
+//!
+//! A provider's error body may quote the key it was sent (a 401 that echoes
+//! it, a proxy page that prints the request), and a transport error names
+//! the URL, whose query may carry a key (`?key=`, Azure's `api-key=`).
+//! Every adapter passes its errors through its [`Redactor`] before they
+//! leave it, so no key reaches a client, an event, the database or a log.
+
+use reqwest::Url;
+
+use super::{ProviderError, ProviderFailure};
+
+/// What a masked secret becomes.
+pub const MASK: &str = "[redacted]";
+
+/// Query parameters whose values are secrets wherever they appear.
+const SECRET_PARAMS: &[&str] = &[
+    "key",
+    "api-key",
+    "api_key",
+    "apikey",
+    "token",
+    "access_token",
+    "sig",
+];
+
+/// The secrets of one adapter: the values of the headers it sends with
+/// keys in them, and the secret query values of its URL.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    /// Masks `secrets` (empty ones are ignored) and the secret query
+    /// values of `url`.
+    pub fn new(secrets: impl IntoIterator<Item = String>, url: Option<&Url>) -> Self {
+        let mut all: Vec<String> = secrets
+            .into_iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if let Some(url) = url {
+            for (name, value) in url.query_pairs() {
+                if is_secret_param(&name) && !value.is_empty() {
+                    all.push(value.into_owned());
+                }
+            }
+        }
+        // Longest first, so a secret that contains another is masked whole.
+        all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        all.dedup();
+        Self { secrets: all }
+    }
+
+    /// `text` with every known secret and every secret query value masked.
+    pub fn text(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in &self.secrets {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), MASK);
+            }
+        }
+        mask_secret_params(&out)
+    }
+
+    /// `error` with its texts masked.
+    pub fn error(&self, error: ProviderError) -> ProviderError {
+        error.map_text(|t| self.text(t))
+    }
+}
+
+fn is_secret_param(name: &str) -> bool {
+    SECRET_PARAMS.iter().any(|p| p.eq_ignore_ascii_case(name))
+}
+
+/// Masks the values of secret query parameters (`?key=...`, `&api-key=...`)
+/// wherever a URL appears in `text`.
+fn mask_secret_params(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(['?', '&']) {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let Some(eq) = rest.find('=') else { continue };
+        let name = &rest[..eq];
+        if name.is_empty()
+            || name.len() > 32
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            || !is_secret_param(name)
+        {
+            continue;
+        }
+        let value_end = rest[eq + 1..]
+            .find(|c: char| c == '&' || c == '#' || c.is_whitespace() || "\"')<>,".contains(c))
+            .map_or(rest.len(), |i| eq + 1 + i);
+        out.push_str(&rest[..=eq]);
+        out.push_str(MASK);
+        rest = &rest[value_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+impl ProviderError {
+    /// This error with `f` applied to each of its texts.
+    pub fn map_text(self, f: impl Fn(&str) -> String) -> Self {
+        let failure = |x: ProviderFailure| ProviderFailure {
+            status: x.status,
+            message: f(&x.message),
+            body: f(&x.body),
+        };
+        match self {
+            Self::RateLimited {
+                retry_after,
+                failure: x,
+            } => Self::RateLimited {
+                retry_after,
+                failure: failure(x),
+            },
+            Self::Overloaded(x) => Self::Overloaded(failure(x)),
+            Self::ContextLengthExceeded(x) => Self::ContextLengthExceeded(failure(x)),
+            Self::Auth(x) => Self::Auth(failure(x)),
+            Self::BadRequest(x) => Self::BadRequest(failure(x)),
+            Self::Server(x) => Self::Server(failure(x)),
+            Self::Timeout(t) => Self::Timeout(f(&t)),
+            Self::Network(t) => Self::Network(f(&t)),
+            Self::Protocol(t) => Self::Protocol(f(&t)),
+            Self::Interrupted(t) => Self::Interrupted(f(&t)),
+        }
+    }
+}
+
+/// `opened` with every error, now and later in the stream, masked.
+pub(super) fn redacted(
+    opened: Result<super::ProviderStream, ProviderError>,
+    redactor: &std::sync::Arc<Redactor>,
+) -> Result<super::ProviderStream, ProviderError> {
+    use futures::StreamExt;
+    match opened {
+        Err(e) => Err(redactor.error(e)),
+        Ok(stream) => {
+            let redactor = redactor.clone();
+            Ok(stream
+                .map(move |item| item.map_err(|e| redactor.error(e)))
+                .boxed())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_secret_query_values_are_masked() {
+        let url = Url::parse("https://x.example/v1?api-version=2024-10-21&key=q-secret").unwrap();
+        let redactor = Redactor::new(["sk-canary-123".to_owned(), String::new()], Some(&url));
+        assert_eq!(
+            redactor.text("Incorrect API key provided: sk-canary-123. Bearer sk-canary-123"),
+            "Incorrect API key provided: [redacted]. Bearer [redacted]"
+        );
+        assert_eq!(
+            redactor.text(
+                "error sending request for url (https://x.example/v1/chat/completions?api-version=2024-10-21&key=q-secret)"
+            ),
+            "error sending request for url (https://x.example/v1/chat/completions?api-version=2024-10-21&key=[redacted])"
+        );
+        // A key this adapter does not know, in any URL's query, still goes.
+        assert_eq!(
+            redactor.text("see http://h/p?API_KEY=other&x=1 and http://h/q?token=t"),
+            "see http://h/p?API_KEY=[redacted]&x=1 and http://h/q?token=[redacted]"
+        );
+        assert_eq!(redactor.text("a & b = c?"), "a & b = c?");
+    }
+
+    #[test]
+    fn every_text_of_an_error_is_masked() {
+        let redactor = Redactor::new(["sk-1".to_owned()], None);
+        let error = redactor.error(ProviderError::Auth(ProviderFailure {
+            status: 401,
+            message: "bad sk-1".into(),
+            body: "{\"key\":\"sk-1\"}".into(),
+        }));
+        assert_eq!(
+            error,
+            ProviderError::Auth(ProviderFailure {
+                status: 401,
+                message: "bad [redacted]".into(),
+                body: "{\"key\":\"[redacted]\"}".into(),
+            })
+        );
+    }
+}
