@@ -100,6 +100,10 @@ pub struct Settings {
     pub history_max_messages: u32,
     /// Largest request body, in bytes (`HARNESS_BODY_LIMIT_BYTES`).
     pub body_limit_bytes: usize,
+    /// Browser origins allowed to call the API (CORS): a comma-separated
+    /// list of `scheme://host[:port]`, or `*`; empty: none
+    /// (`HARNESS_CORS_ORIGINS`).
+    pub cors_origins: String,
     /// Seconds between SSE keep-alive comments (`HARNESS_SSE_KEEPALIVE_S`).
     pub sse_keepalive_s: u64,
     /// Time running turns get to finish at shutdown (`HARNESS_SHUTDOWN_GRACE_S`).
@@ -167,6 +171,7 @@ impl Default for Settings {
             redact_logs: false,
             history_max_messages: 50,
             body_limit_bytes: 1024 * 1024,
+            cors_origins: String::new(),
             sse_keepalive_s: 15,
             shutdown_grace_s: 30,
             instance_id: default_instance_id(),
@@ -368,6 +373,9 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
     }),
     ("HARNESS_BODY_LIMIT_BYTES", |s, n, v| {
         assign(&mut s.body_limit_bytes, parse(n, v)?)
+    }),
+    ("HARNESS_CORS_ORIGINS", |s, _, v| {
+        assign(&mut s.cors_origins, v.trim().to_owned())
     }),
     ("HARNESS_SSE_KEEPALIVE_S", |s, n, v| {
         assign(&mut s.sse_keepalive_s, parse(n, v)?)
@@ -577,6 +585,8 @@ impl Settings {
                 "must be more than HARNESS_HEARTBEAT_INTERVAL_S",
             ));
         }
+        self.cors()
+            .map_err(|reason| invalid("HARNESS_CORS_ORIGINS", reason))?;
         if self.instance_id.is_empty() || self.instance_id.len() > 128 {
             return Err(invalid(
                 "HARNESS_INSTANCE_ID",
@@ -637,6 +647,41 @@ impl Settings {
         Duration::from_secs(self.turn_timeout_s)
     }
 
+    /// The CORS policy: `None` when no origin is allowed (no CORS headers
+    /// at all), else any origin (`*`) or the listed ones.
+    pub fn cors(&self) -> Result<Option<CorsOrigins>, String> {
+        let listed: Vec<&str> = self
+            .cors_origins
+            .split(',')
+            .map(str::trim)
+            .filter(|o| !o.is_empty())
+            .collect();
+        if listed.is_empty() {
+            return Ok(None);
+        }
+        if listed == ["*"] {
+            return Ok(Some(CorsOrigins::Any));
+        }
+        let mut origins = Vec::with_capacity(listed.len());
+        for origin in listed {
+            let url = reqwest::Url::parse(origin)
+                .map_err(|e| format!("{origin:?} is not an origin: {e}"))?;
+            let bare = matches!(url.scheme(), "http" | "https")
+                && url.host_str().is_some()
+                && url.path() == "/"
+                && !origin.ends_with('/')
+                && url.query().is_none()
+                && url.username().is_empty();
+            if !bare {
+                return Err(format!(
+                    "{origin:?} is not an origin: use scheme://host[:port], or `*` alone"
+                ));
+            }
+            origins.push(origin.to_owned());
+        }
+        Ok(Some(CorsOrigins::List(origins)))
+    }
+
     /// When a running turn without a heartbeat is an orphan: the setting,
     /// else 1.5 heartbeat intervals (a live owner's heartbeat is at most one
     /// interval old; sweeps every half interval then take an orphan over
@@ -677,6 +722,13 @@ impl fmt::Debug for Settings {
             .field("instance_id", &self.instance_id)
             .finish_non_exhaustive()
     }
+}
+
+/// Origins allowed to call the API from a browser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CorsOrigins {
+    Any,
+    List(Vec<String>),
 }
 
 /// Hides the password of a connection URL.

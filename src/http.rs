@@ -16,10 +16,11 @@ use std::sync::OnceLock;
 use axum::{
     Extension, Router,
     extract::{DefaultBodyLimit, Request},
-    http::header,
+    http::{Method, header},
     response::{IntoResponse, Response},
 };
 use tower_http::{
+    cors::{AllowOrigin, CorsLayer},
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
     trace::TraceLayer,
 };
@@ -29,6 +30,7 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
+    config::CorsOrigins,
     events::{EventEnvelope, TurnEvent},
     ids::{SessionId, SessionIdError},
 };
@@ -81,11 +83,47 @@ async fn openapi_document() -> Response {
     ([(header::CONTENT_TYPE, "application/yaml")], openapi_yaml()).into_response()
 }
 
+/// Request headers a browser may send (besides the CORS-safelisted ones).
+const CORS_ALLOW_HEADERS: [header::HeaderName; 5] = [
+    header::CONTENT_TYPE,
+    header::AUTHORIZATION,
+    header::HeaderName::from_static("last-event-id"),
+    header::HeaderName::from_static("idempotency-key"),
+    header::HeaderName::from_static("x-request-id"),
+];
+
+/// Response headers a browser script may read.
+const CORS_EXPOSE_HEADERS: [header::HeaderName; 5] = [
+    header::HeaderName::from_static("x-turn-id"),
+    header::CONTENT_LOCATION,
+    header::HeaderName::from_static("idempotent-replayed"),
+    header::RETRY_AFTER,
+    header::HeaderName::from_static("x-request-id"),
+];
+
+/// The CORS layer of the settings' origins (validated at start).
+fn cors_layer(origins: &CorsOrigins) -> CorsLayer {
+    let allow_origin = match origins {
+        CorsOrigins::Any => AllowOrigin::any(),
+        CorsOrigins::List(list) => AllowOrigin::list(
+            list.iter()
+                .filter_map(|o| header::HeaderValue::from_str(o).ok()),
+        ),
+    };
+    CorsLayer::new()
+        .allow_origin(allow_origin)
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        .allow_headers(CORS_ALLOW_HEADERS)
+        .expose_headers(CORS_EXPOSE_HEADERS)
+        .max_age(std::time::Duration::from_secs(600))
+}
+
 /// The whole HTTP application.
 pub fn router(app: AppState) -> Router {
     let body_limit = app.settings.body_limit_bytes;
+    let cors = app.settings.cors().ok().flatten();
     let (routes, _) = api_router().split_for_parts();
-    routes
+    let routes = routes
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(Extension(BodyLimit(body_limit)))
@@ -106,8 +144,14 @@ pub fn router(app: AppState) -> Router {
                 )
             }),
         )
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .with_state(app)
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
+    // Outermost: a preflight is answered before routing, and every answer
+    // (errors too) carries the CORS headers.
+    match cors {
+        Some(origins) => routes.layer(cors_layer(&origins)),
+        None => routes,
+    }
+    .with_state(app)
 }
 
 /// No route matched. A path with an empty session segment

@@ -5,6 +5,7 @@
 mod support;
 
 mod chain;
+mod cors;
 mod errors;
 mod fake_provider;
 mod faults;
