@@ -40,8 +40,13 @@ async fn a_listed_origin_gets_preflights_and_readable_headers() {
         header(&preflight, "access-control-allow-origin"),
         Some("https://app.example")
     );
-    let methods = header(&preflight, "access-control-allow-methods").unwrap().to_owned();
-    assert!(methods.contains("POST") && methods.contains("GET"), "{methods}");
+    let methods = header(&preflight, "access-control-allow-methods")
+        .unwrap()
+        .to_owned();
+    assert!(
+        methods.contains("POST") && methods.contains("GET"),
+        "{methods}"
+    );
     let allowed = header(&preflight, "access-control-allow-headers")
         .unwrap()
         .to_ascii_lowercase();
@@ -119,7 +124,12 @@ async fn a_star_allows_any_origin_and_no_setting_allows_none() {
 
 #[test]
 fn an_origin_with_a_path_is_refused_at_start() {
-    for bad in ["https://app.example/", "app.example", "https://a.example/x", "*,https://b.example"] {
+    for bad in [
+        "https://app.example/",
+        "app.example",
+        "https://a.example/x",
+        "*,https://b.example",
+    ] {
         let settings = agent_harness::config::Settings {
             cors_origins: bad.into(),
             ..agent_harness::config::Settings::default()
