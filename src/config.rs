@@ -100,6 +100,15 @@ pub struct Settings {
     pub history_max_messages: u32,
     /// Largest request body, in bytes (`HARNESS_BODY_LIMIT_BYTES`).
     pub body_limit_bytes: usize,
+    /// Time a connection has to send a request's headers, counted from when
+    /// it starts waiting for one (so also the longest a keep-alive
+    /// connection may sit idle) (`HARNESS_HEADER_READ_TIMEOUT_S`).
+    pub header_read_timeout_s: u64,
+    /// Time a request body has to arrive, whole (`HARNESS_BODY_READ_TIMEOUT_S`).
+    pub body_read_timeout_s: u64,
+    /// Connections open at once; unset: three quarters of the open-file
+    /// limit (`HARNESS_MAX_CONNECTIONS`).
+    pub max_connections: Option<usize>,
     /// Browser origins allowed to call the API (CORS): a comma-separated
     /// list of `scheme://host[:port]`, or `*`; empty: none
     /// (`HARNESS_CORS_ORIGINS`).
@@ -172,6 +181,9 @@ impl Default for Settings {
             history_max_messages: 50,
             body_limit_bytes: 1024 * 1024,
             cors_origins: String::new(),
+            header_read_timeout_s: 10,
+            body_read_timeout_s: 30,
+            max_connections: None,
             sse_keepalive_s: 15,
             shutdown_grace_s: 30,
             instance_id: default_instance_id(),
@@ -374,6 +386,15 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
     ("HARNESS_BODY_LIMIT_BYTES", |s, n, v| {
         assign(&mut s.body_limit_bytes, parse(n, v)?)
     }),
+    ("HARNESS_HEADER_READ_TIMEOUT_S", |s, n, v| {
+        assign(&mut s.header_read_timeout_s, parse(n, v)?)
+    }),
+    ("HARNESS_BODY_READ_TIMEOUT_S", |s, n, v| {
+        assign(&mut s.body_read_timeout_s, parse(n, v)?)
+    }),
+    ("HARNESS_MAX_CONNECTIONS", |s, n, v| {
+        assign(&mut s.max_connections, Some(parse(n, v)?))
+    }),
     ("HARNESS_CORS_ORIGINS", |s, _, v| {
         assign(&mut s.cors_origins, v.trim().to_owned())
     }),
@@ -523,7 +544,7 @@ impl Settings {
         self.pricing
             .validate()
             .map_err(|reason| invalid("HARNESS_PRICING", reason))?;
-        let positive: [(&'static str, u64); 8] = [
+        let positive: [(&'static str, u64); 11] = [
             (
                 "HARNESS_PROVIDER_IDLE_TIMEOUT_S",
                 self.provider_idle_timeout_s,
@@ -536,6 +557,12 @@ impl Settings {
             ("HARNESS_SSE_KEEPALIVE_S", self.sse_keepalive_s),
             ("HARNESS_HEARTBEAT_INTERVAL_S", self.heartbeat_interval_s),
             ("HARNESS_BODY_LIMIT_BYTES", self.body_limit_bytes as u64),
+            ("HARNESS_HEADER_READ_TIMEOUT_S", self.header_read_timeout_s),
+            ("HARNESS_BODY_READ_TIMEOUT_S", self.body_read_timeout_s),
+            (
+                "HARNESS_MAX_CONNECTIONS",
+                self.max_connections.unwrap_or(1) as u64,
+            ),
             ("HARNESS_EVENT_BATCH_MAX", self.event_batch_max as u64),
             (
                 "HARNESS_EVENT_QUEUE_CAPACITY",

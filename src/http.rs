@@ -7,6 +7,8 @@
 pub mod error;
 mod health;
 pub mod json;
+mod limits;
+pub mod server;
 pub mod sessions;
 pub mod sse;
 pub mod turns;
@@ -35,7 +37,8 @@ use crate::{
     ids::{SessionId, SessionIdError},
 };
 use error::{ApiError, Problem};
-use json::BodyLimit;
+use json::{BodyLimit, BodyTimeout};
+pub use limits::HYPER_MAX_HEAD_BYTES;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -121,13 +124,16 @@ fn cors_layer(origins: &CorsOrigins) -> CorsLayer {
 /// The whole HTTP application.
 pub fn router(app: AppState) -> Router {
     let body_limit = app.settings.body_limit_bytes;
+    let body_timeout = std::time::Duration::from_secs(app.settings.body_read_timeout_s);
     let cors = app.settings.cors().ok().flatten();
     let (routes, _) = api_router().split_for_parts();
     let routes = routes
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(Extension(BodyLimit(body_limit)))
+        .layer(Extension(BodyTimeout(body_timeout)))
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn(limits::request_head))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &Request| {

@@ -2,7 +2,6 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -264,20 +263,16 @@ impl Application {
             ..
         } = self;
         let router = http::router(app.clone());
-        let stop_accepting = shutdown.clone();
-        // Events are small writes: without TCP_NODELAY, Nagle holds each one
-        // back until the previous is acknowledged (up to a delayed-ACK 40 ms).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-            }
-        });
-        // `into_make_service`: each connection shares the router. Served as
-        // a `Router` it would be re-built per connection (a route table and
-        // a boxed clone of every route: ~11 KiB that an open stream holds).
-        let server = axum::serve(listener, router.into_make_service())
-            .with_graceful_shutdown(async move { stop_accepting.cancelled().await });
-        let mut server = std::pin::pin!(server.into_future());
+        let limits = http::server::ConnectionLimits {
+            header_read_timeout: Duration::from_secs(app.settings.header_read_timeout_s),
+            max_connections: app
+                .settings
+                .max_connections
+                .unwrap_or_else(http::server::default_max_connections),
+            max_header_bytes: http::HYPER_MAX_HEAD_BYTES,
+        };
+        let server = http::server::serve(listener, router, limits, shutdown.clone());
+        let mut server = std::pin::pin!(server);
         tokio::select! {
             result = &mut server => {
                 // The server stopped on its own: still end turns cleanly.

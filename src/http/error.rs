@@ -103,6 +103,15 @@ pub enum ApiError {
     /// 503 `turn_interrupted`.
     #[error("the turn was interrupted before it finished")]
     TurnInterrupted(Uuid),
+    /// 408 `request_timeout`.
+    #[error("the request body did not arrive within {0} s")]
+    RequestTimeout(u64),
+    /// 414 `uri_too_long`.
+    #[error("the path and query are longer than {0} bytes")]
+    UriTooLong(usize),
+    /// 431 `headers_too_large`.
+    #[error("the request headers are larger than {0} bytes")]
+    HeadersTooLarge(usize),
     /// 503 `shutting_down`.
     #[error("the service is shutting down")]
     ShuttingDown,
@@ -127,6 +136,9 @@ impl ApiError {
             | Self::InvalidField { .. }
             | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::SessionNotFound
             | Self::TurnNotFound
@@ -157,6 +169,9 @@ impl ApiError {
             Self::InvalidQuery(_) => "invalid_query",
             Self::InvalidHeader { .. } => "invalid_header",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::RequestTimeout(_) => "request_timeout",
+            Self::UriTooLong(_) => "uri_too_long",
+            Self::HeadersTooLarge(_) => "headers_too_large",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::SessionNotFound => "session_not_found",
             Self::TurnNotFound => "turn_not_found",
@@ -257,6 +272,13 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
+        }
+        if matches!(self, Self::RequestTimeout(_)) {
+            // The rest of the body may still be on its way: do not reuse
+            // the connection.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }

@@ -34,13 +34,22 @@ where
             .extensions()
             .get::<BodyLimit>()
             .map_or(usize::MAX, |l| l.0);
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge(limit)
-            } else {
-                ApiError::InvalidJson(rejection.body_text())
-            }
-        })?;
+        let timeout = req
+            .extensions()
+            .get::<BodyTimeout>()
+            .map_or(std::time::Duration::MAX, |t| t.0);
+        // The whole body within the timeout: a client trickling it in a
+        // byte at a time does not hold the connection for long.
+        let bytes = tokio::time::timeout(timeout, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| ApiError::RequestTimeout(timeout.as_secs()))?
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge(limit)
+                } else {
+                    ApiError::InvalidJson(rejection.body_text())
+                }
+            })?;
         parse(&bytes).map(ApiJson)
     }
 }
@@ -49,6 +58,10 @@ where
 /// problem can say what the limit is.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
+
+/// The longest a request body may take to arrive, whole.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout(pub std::time::Duration);
 
 /// Parses a JSON body, classifying the failure.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {

@@ -6,6 +6,7 @@ mod support;
 
 mod chain;
 mod cors;
+mod edge;
 mod errors;
 mod fake_provider;
 mod faults;

@@ -1,0 +1,143 @@
+//! The connection edge: slow or idle clients, too many connections, heads
+//! too large. Raw TCP, as an attacker (or a broken client) would send.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    time::Instant,
+};
+
+use crate::{
+    fake_provider::FakeProvider,
+    helpers::{TestApp, spawn_app, spawn_app_with, test_settings},
+    support::{Backend, TestDb},
+};
+
+async fn app_with_limits(max_connections: Option<usize>) -> TestApp {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.header_read_timeout_s = 1;
+    settings.body_read_timeout_s = 1;
+    settings.max_connections = max_connections;
+    spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await
+}
+
+async fn connect(app: &TestApp) -> TcpStream {
+    TcpStream::connect(app.address.trim_start_matches("http://"))
+        .await
+        .unwrap()
+}
+
+/// Reads until the server closes the connection; what it sent, and when.
+async fn read_until_closed(tcp: &mut TcpStream) -> (String, Instant) {
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buffer)).await {
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
+            Err(_) => panic!("the server kept the connection open"),
+        }
+    }
+    (String::from_utf8_lossy(&received).into_owned(), Instant::now())
+}
+
+#[tokio::test]
+async fn slow_and_idle_connections_are_cut_off() {
+    let app = app_with_limits(None).await;
+    let started = Instant::now();
+    // Slowloris: heads that never finish.
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        let mut tcp = connect(&app).await;
+        tcp.write_all(b"POST /sessions/s/turns HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            .await
+            .unwrap();
+        slow.push(tcp);
+    }
+    // A keep-alive connection that goes quiet after one request.
+    let mut idle = connect(&app).await;
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Others are served meanwhile.
+    let (status, _) = app.get_json("/healthz").await;
+    assert_eq!(status, 200);
+    for tcp in &mut slow {
+        let (_, closed) = read_until_closed(tcp).await;
+        let after = closed - started;
+        assert!(after >= Duration::from_millis(900), "{after:?}");
+        assert!(after <= Duration::from_secs(3), "{after:?}");
+    }
+    let (answer, closed) = read_until_closed(&mut idle).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(closed - started <= Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn a_body_that_trickles_in_gets_408_and_the_connection_closes() {
+    let app = app_with_limits(None).await;
+    let mut tcp = connect(&app).await;
+    tcp.write_all(
+        b"POST /sessions/s-slow/turns HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"message\":",
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let (answer, closed) = read_until_closed(&mut tcp).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+    assert!(answer.contains("\"code\":\"request_timeout\""), "{answer}");
+    assert!(closed - started <= Duration::from_secs(3));
+    // Nothing was written.
+    let (status, _) = app.get_json("/sessions/s-slow").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_are_closed_at_once() {
+    let app = app_with_limits(Some(4)).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(connect(&app).await);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut extra = connect(&app).await;
+    let started = Instant::now();
+    let (answer, closed) = read_until_closed(&mut extra).await;
+    assert_eq!(answer, "");
+    assert!(closed - started < Duration::from_millis(500));
+    // The held ones time out (or go), and the service answers again.
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, _) = app.get_json("/healthz").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn an_overlong_uri_or_huge_headers_get_problem_json() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let long = format!("/sessions/s-1?after={}", "1".repeat(10_000));
+    let response = app.client.get(app.url(&long)).send().await.unwrap();
+    assert_eq!(response.status(), 414);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "uri_too_long");
+
+    let response = app
+        .client
+        .get(app.url("/healthz"))
+        .header("x-big", "b".repeat(40_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 431);
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "headers_too_large");
+}
