@@ -52,7 +52,7 @@ pub use limits::HYPER_MAX_HEAD_BYTES;
         (name = "sessions", description = "Sessions, their history and event log"),
         (name = "operations", description = "Probes and the API description"),
     ),
-    components(schemas(Problem, TurnEvent, EventEnvelope))
+    components(schemas(Problem, TurnEvent, EventEnvelope, EventStream))
 )]
 struct ApiDoc;
 
@@ -64,13 +64,19 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(openapi_document))
 }
 
+/// The OpenAPI document of the service.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, mut api) = api_router().split_for_parts();
+    api.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    api
+}
+
 /// The OpenAPI document of the service, as YAML.
 pub fn openapi_yaml() -> &'static str {
     static YAML: OnceLock<String> = OnceLock::new();
     YAML.get_or_init(|| {
-        let (_, mut api) = api_router().split_for_parts();
-        api.info.version = env!("CARGO_PKG_VERSION").to_owned();
-        api.to_yaml()
+        openapi()
+            .to_yaml()
             .unwrap_or_else(|e| format!("# cannot render the OpenAPI document: {e}\n"))
     })
 }
@@ -171,6 +177,17 @@ async fn fallback(request: Request) -> ApiError {
     }
     ApiError::NotFound
 }
+
+/// A `text/event-stream` body (not one JSON object): each event is an
+/// `id:` line (its `seq`), an `event:` line (its `type`) and one `data:`
+/// line holding an `EventEnvelope` as JSON, then a blank line. Lines that
+/// start with `:` are keep-alive comments. The stream ends after the
+/// turn's terminal event (`turn.completed`, `turn.failed`,
+/// `turn.cancelled`, `turn.interrupted`); a stream that cannot read the
+/// log ends with a `turn.failed` (`event_log_unavailable`) without `id:`.
+#[derive(utoipa::ToSchema)]
+#[expect(dead_code, reason = "describes the stream; the SSE encoder writes it")]
+pub(crate) struct EventStream(String);
 
 pub(crate) fn parse_session_id(raw: &str) -> Result<SessionId, ApiError> {
     SessionId::parse(raw).map_err(ApiError::InvalidSessionId)

@@ -51,7 +51,7 @@ pub struct SessionView {
     get,
     path = "/sessions/{session_id}",
     tag = "sessions",
-    params(("session_id" = String, Path)),
+    params(("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
     responses(
         (status = 200, description = "Success", body = SessionView),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -96,8 +96,10 @@ fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
     /// Return items after this cursor (a message id or an event seq).
+    #[param(minimum = 0)]
     after: Option<i64>,
     /// Items per page, 1-1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -129,7 +131,9 @@ pub struct MessagePage {
     get,
     path = "/sessions/{session_id}/messages",
     tag = "sessions",
-    params(("session_id" = String, Path), PageQuery),
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        PageQuery),
     responses(
         (status = 200, description = "Success", body = MessagePage),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -173,7 +177,9 @@ pub struct EventPage {
     get,
     path = "/sessions/{session_id}/events",
     tag = "sessions",
-    params(("session_id" = String, Path), PageQuery),
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        PageQuery),
     responses(
         (status = 200, description = "Success", body = EventPage),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -224,6 +230,7 @@ async fn list_events(
 #[serde(deny_unknown_fields)]
 pub struct LimitQuery {
     /// How many of the newest records, 1-1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -238,7 +245,9 @@ pub struct DecisionList {
     get,
     path = "/sessions/{session_id}/decisions",
     tag = "sessions",
-    params(("session_id" = String, Path), LimitQuery),
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        LimitQuery),
     responses(
         (status = 200, description = "Success", body = DecisionList),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -266,7 +275,9 @@ async fn list_decisions(
     get,
     path = "/sessions/{session_id}/artifacts/{artifact_id}",
     tag = "sessions",
-    params(("session_id" = String, Path), ("artifact_id" = String, Path)),
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        ("artifact_id" = String, Path)),
     responses(
         (status = 200, description = "Success", body = ArtifactRecord),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),

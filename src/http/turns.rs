@@ -11,10 +11,9 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{error::ApiError, json::ApiJson, parse_session_id, parse_turn_id, sse};
+use super::{EventStream, error::ApiError, json::ApiJson, parse_session_id, parse_turn_id, sse};
 use crate::{
     app::AppState,
-    events::EventEnvelope,
     harness::{TurnResult, WebMode},
     http::error::Problem,
     ids::SessionId,
@@ -42,21 +41,30 @@ const HISTORY_MAX: usize = 1000;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TurnBody {
-    /// The user message (required, not blank).
+    /// The user message (required, not blank, without U+0000).
+    #[schema(required = true, value_type = String, min_length = 1, pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$")]
     message: Option<String>,
     /// Number of vault facts to retrieve (1-100, default 8).
+    #[schema(minimum = 1, maximum = 100, default = 8)]
     top_k: Option<u32>,
     /// `off` (default) or `on`.
     web_mode: Option<WebMode>,
     /// Append citation lists to the answer (default false).
     show_citations: Option<bool>,
-    /// Provider to use, by name (default: the configured one).
+    /// Provider to use, by name: one of the configured chain (default: the
+    /// chain's order). At most 200 characters, no control characters.
+    #[schema(max_length = 200, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
     runtime_provider: Option<String>,
-    /// Model to use (default: the provider's configured model).
+    /// Model to use (default: the provider's configured model). At most
+    /// 200 characters, no control characters.
+    #[schema(max_length = 200, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
     runtime_model: Option<String>,
-    /// An extra system message for an active skill.
+    /// An extra system message for an active skill (without U+0000).
+    #[schema(pattern = r"^[^\u0000]*$")]
     skill_context: Option<String>,
-    /// History to use instead of the session's stored messages.
+    /// History to use instead of the session's stored messages (at most
+    /// 1,000 messages).
+    #[schema(max_items = 1000)]
     history: Option<Vec<HistoryMessage>>,
 }
 
@@ -65,6 +73,8 @@ pub struct TurnBody {
 #[serde(deny_unknown_fields)]
 pub struct HistoryMessage {
     role: HistoryRole,
+    /// Without U+0000.
+    #[schema(pattern = r"^[^\u0000]*$")]
     content: String,
 }
 
@@ -267,14 +277,14 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     path = "/sessions/{session_id}/turns",
     tag = "turns",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of [A-Za-z0-9._:-]"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Repeating a request with the same key returns the same turn"),
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        ("Idempotency-Key" = Option<String>, Header, description = "Repeating a request with the same key returns the same turn: 1-255 visible ASCII characters", pattern = r"^[\x21-\x7E]{1,255}$"),
     ),
     request_body = TurnBody,
     responses(
         (status = 200, description = "The turn's result, or its event stream", content(
             (TurnResponse = "application/json"),
-            (EventEnvelope = "text/event-stream"),
+            (EventStream = "text/event-stream"),
         )),
         (status = 400, description = "Malformed JSON, bad session id or header", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A turn is already running in this session", body = Problem, content_type = "application/problem+json"),
@@ -282,7 +292,9 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field or reused idempotency key", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The provider failed (JSON mode)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Shutting down, or the turn was interrupted", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive in time", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Shutting down (`shutting_down`), the database is unavailable (`store_unavailable`), or the turn was interrupted", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = String, description = "Seconds to wait before trying again (`store_unavailable`: 1, `shutting_down`: 5)"))),
     )
 )]
 async fn start_turn(
@@ -385,7 +397,10 @@ fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
     get,
     path = "/sessions/{session_id}/turns/{turn_id}",
     tag = "turns",
-    params(("session_id" = String, Path), ("turn_id" = Uuid, Path)),
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        ("turn_id" = Uuid, Path, description = "The turn's id"),
+    ),
     responses(
         (status = 200, description = "Success", body = TurnView),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -412,6 +427,7 @@ async fn get_turn(
 #[serde(deny_unknown_fields)]
 pub struct AfterQuery {
     /// Resume after this seq (`Last-Event-ID` wins when both are given).
+    #[param(minimum = 0)]
     after: Option<i64>,
 }
 
@@ -425,13 +441,13 @@ pub struct AfterQuery {
     path = "/sessions/{session_id}/turns/{turn_id}/events",
     tag = "turns",
     params(
-        ("session_id" = String, Path),
-        ("turn_id" = Uuid, Path),
-        ("Last-Event-ID" = Option<i64>, Header, description = "The last seq received"),
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        ("turn_id" = Uuid, Path, description = "The turn's id"),
+        ("Last-Event-ID" = Option<i64>, Header, description = "The last seq received (a non-negative integer)", minimum = 0),
         AfterQuery,
     ),
     responses(
-        (status = 200, description = "Success", body = EventEnvelope, content_type = "text/event-stream"),
+        (status = 200, description = "The turn's events", body = EventStream, content_type = "text/event-stream"),
         (status = 204, description = "The turn ended and nothing follows `Last-Event-ID`: a client stops reconnecting"),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -511,7 +527,10 @@ pub struct CancelRequested {
     post,
     path = "/sessions/{session_id}/turns/{turn_id}/cancel",
     tag = "turns",
-    params(("session_id" = String, Path), ("turn_id" = Uuid, Path)),
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        ("turn_id" = Uuid, Path, description = "The turn's id"),
+    ),
     responses(
         (status = 200, description = "Success", body = TurnView),
         (status = 202, description = "Accepted: the turn runs on another replica, which stops it within a heartbeat", body = CancelRequested),

@@ -42,7 +42,10 @@ async fn read_until_closed(tcp: &mut TcpStream) -> (String, Instant) {
             Err(_) => panic!("the server kept the connection open"),
         }
     }
-    (String::from_utf8_lossy(&received).into_owned(), Instant::now())
+    (
+        String::from_utf8_lossy(&received).into_owned(),
+        Instant::now(),
+    )
 }
 
 #[tokio::test]

@@ -38,3 +38,79 @@ async fn the_checked_in_openapi_yaml_is_what_the_service_serves() {
         assert!(checked_in.contains(path), "{path} is documented");
     }
 }
+
+/// The document states the constraints the server enforces, and describes
+/// event streams as streams.
+#[test]
+fn the_document_states_the_servers_constraints() {
+    let doc = serde_json::to_value(agent_harness::http::openapi()).unwrap();
+    let mut session_params = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let at = format!("{method} {path}");
+            for param in operation["parameters"].as_array().into_iter().flatten() {
+                let schema = &param["schema"];
+                match (
+                    param["name"].as_str().unwrap(),
+                    param["in"].as_str().unwrap(),
+                ) {
+                    ("session_id", "path") => {
+                        session_params += 1;
+                        assert_eq!(schema["pattern"], "^[A-Za-z0-9._:-]{1,128}$", "{at}");
+                        assert_eq!(
+                            (&schema["minLength"], &schema["maxLength"]),
+                            (&1.into(), &128.into()),
+                            "{at}"
+                        );
+                    }
+                    ("after", "query") | ("Last-Event-ID", "header") => {
+                        assert_eq!(schema["minimum"], 0, "{at}: {param}");
+                    }
+                    ("limit", "query") => {
+                        assert_eq!(
+                            (&schema["minimum"], &schema["maximum"]),
+                            (&1.into(), &1000.into()),
+                            "{at}"
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            for content in operation["responses"]
+                .as_object()
+                .into_iter()
+                .flat_map(|r| r.values())
+                .filter_map(|r| r["content"]["text/event-stream"].as_object())
+            {
+                assert_eq!(
+                    content["schema"]["$ref"], "#/components/schemas/EventStream",
+                    "{at}"
+                );
+            }
+        }
+    }
+    // Every route under /sessions/{session_id}.
+    assert_eq!(session_params, 9);
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["EventStream"]["type"], "string");
+    let body = &schemas["TurnBody"];
+    assert!(
+        body["required"]
+            .as_array()
+            .unwrap()
+            .contains(&"message".into()),
+        "{body}"
+    );
+    assert_eq!(body["properties"]["message"]["type"], "string");
+    assert_eq!(body["properties"]["message"]["minLength"], 1);
+    let top_k = &body["properties"]["top_k"];
+    assert_eq!(
+        (&top_k["minimum"], &top_k["maximum"]),
+        (&1.into(), &100.into())
+    );
+    assert_eq!(body["properties"]["history"]["maxItems"], 1000);
+    for name in ["runtime_provider", "runtime_model"] {
+        assert_eq!(body["properties"][name]["maxLength"], 200, "{name}");
+        assert!(body["properties"][name]["pattern"].is_string(), "{name}");
+    }
+}
