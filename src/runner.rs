@@ -237,6 +237,7 @@ impl TurnRunner {
             instance: self.inner.config.instance_id.clone(),
             process: self.inner.process_id.clone(),
             stale_before: now.checked_sub_signed(stale).unwrap_or(now),
+            alive: self.inner.live.ids().into_iter().collect(),
         };
         let events = self
             .inner

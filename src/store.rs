@@ -74,6 +74,9 @@ pub struct OrphanScope {
     pub process: String,
     /// Turns whose heartbeat is older than this are orphans, whoever owns them.
     pub stale_before: DateTime<Utc>,
+    /// Turns known to be running in the caller's process: never orphans,
+    /// however late their heartbeat (a busy moment must not end them).
+    pub alive: std::collections::HashSet<Uuid>,
 }
 
 /// Turn ids whose cancellation was requested, as requests are made.

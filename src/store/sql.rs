@@ -648,6 +648,9 @@ macro_rules! impl_sql_writes {
                 };
                 let mut interrupted = Vec::with_capacity(candidates.len());
                 for (turn_id, session_id) in candidates {
+                    if scope.alive.contains(&$crate::store::records::parse_uuid(&turn_id)?) {
+                        continue;
+                    }
                     let mut tx = self.begin_write().await?;
                     lock_session(&mut *tx, &session_id).await?;
                     let updated = sqlx::query(

@@ -434,10 +434,17 @@ async fn orphans_are_interrupted_once_with_a_final_event(backend: Backend) {
     own.owner_process = "process-new".into();
     store.begin_turn(&own).await.unwrap();
 
+    // Running here, with a heartbeat late for a moment.
+    let mut late = new_turn("s5", None);
+    late.owner_process = "process-new".into();
+    late.created_at = now - Duration::minutes(10);
+    store.begin_turn(&late).await.unwrap();
+
     let scope = OrphanScope {
         instance: "instance-a".into(),
         process: "process-new".into(),
         stale_before: now - Duration::minutes(1),
+        alive: [late.id].into(),
     };
     let events = store
         .interrupt_orphans(&scope, "owner_lost", now)
@@ -459,7 +466,7 @@ async fn orphans_are_interrupted_once_with_a_final_event(backend: Backend) {
         assert_eq!(record.status, TurnStatus::Interrupted);
         assert_eq!(record.error_code.as_deref(), Some("interrupted"));
     }
-    for live in [&alive, &own] {
+    for live in [&alive, &own, &late] {
         let record = store
             .get_turn(&live.session_id, live.id)
             .await

@@ -488,6 +488,12 @@ impl Writer {
             let mut interrupted = Vec::with_capacity(candidates.len());
             let tx = connection;
             for (turn_id, session_id) in candidates {
+                if scope
+                    .alive
+                    .contains(&super::super::records::parse_uuid(&turn_id)?)
+                {
+                    continue;
+                }
                 let updated = tx
                     .prepare_cached(
                         "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
