@@ -485,6 +485,7 @@ impl TurnRunner {
             match self.inner.writer.finish(live, finish.clone(), whole).await {
                 Err(writer::FinishError::Store(e))
                     if attempt < attempts
+                        && e.is_transient()
                         && !self.inner.interrupt.is_cancelled()
                         && !(whole && live.write_failed.is_cancelled()) =>
                 {

@@ -41,6 +41,30 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl StoreError {
+    /// Whether trying the same write again may succeed: the database was
+    /// unreachable or busy, not refusing the data. A value it refuses
+    /// (U+0000 in Postgres text, a broken constraint) fails the same way
+    /// every time.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unavailable(_) => true,
+            Self::Database(
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed,
+            ) => true,
+            // SQLSTATE classes: 08 connection, 40 rollback (serialization,
+            // deadlock), 53 resources, 57 operator intervention (shutdown).
+            Self::Database(sqlx::Error::Database(e)) => e
+                .code()
+                .is_some_and(|code| ["08", "40", "53", "57"].iter().any(|c| code.starts_with(c))),
+            _ => false,
+        }
+    }
+}
+
 /// A turn that began: its first seq and what the turn needs of its session.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BeganTurn {

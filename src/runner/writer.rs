@@ -174,7 +174,7 @@ async fn commit(store: &dyn Store, metrics: &Metrics, batch: &mut Vec<Command>) 
                 publish(batch.drain(..), applied);
                 return;
             }
-            Err(e) if attempt < BATCH_ATTEMPTS => {
+            Err(e) if attempt < BATCH_ATTEMPTS && e.is_transient() => {
                 metrics.event_batch_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, attempt, events = batch.len(), "event batch failed; retrying");
                 tokio::time::sleep(delay).await;
@@ -278,12 +278,16 @@ fn publish(commands: impl Iterator<Item = Command>, applied: Vec<bool>) {
 }
 
 /// A turn whose writes failed: its subscribers are told to fall back to the
-/// log, and its finish (if any) gets the error.
+/// log, its finish (if any) gets the error, and if events were lost the
+/// turn is marked so (it stops, and cannot end as if whole).
 fn fail(commands: Vec<Command>, error: StoreError) {
-    tracing::error!(error = %error, "events of a turn could not be written");
+    tracing::error!(error = %error, "writes of a turn could not be committed");
     let message = error.to_string();
+    let lost_events = commands.iter().any(|c| matches!(c, Command::Append { .. }));
     for command in commands {
-        command.live().write_failed.cancel();
+        if lost_events {
+            command.live().write_failed.cancel();
+        }
         command.live().closed.cancel();
         if let Command::Finish { ack, .. } = command {
             let _ = ack.send(Err(StoreError::Unavailable(message.clone())));
