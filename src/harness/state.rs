@@ -137,11 +137,7 @@ impl TurnRuntimeState {
     // Token accounting.
 
     pub fn add_tokens(&self, usage: &Usage) {
-        let mut tokens = lock(&self.tokens);
-        tokens.input_tokens += usage.input_tokens;
-        tokens.output_tokens += usage.output_tokens;
-        tokens.cache_read_tokens += usage.cache_read_tokens;
-        tokens.cache_creation_tokens += usage.cache_creation_tokens;
+        lock(&self.tokens).add(usage);
     }
 
     pub fn tokens(&self) -> Usage {

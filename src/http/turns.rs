@@ -522,7 +522,8 @@ pub struct CancelRequested {
 /// Cancel a running turn.
 ///
 /// `200` with the turn once it ended (normally `cancelled`); `202` when the
-/// turn runs on another replica, which stops it within a heartbeat.
+/// turn runs on another replica, which stops it at once
+/// (Postgres NOTIFY), at the latest at its next heartbeat.
 #[utoipa::path(
     post,
     path = "/sessions/{session_id}/turns/{turn_id}/cancel",
@@ -533,7 +534,7 @@ pub struct CancelRequested {
     ),
     responses(
         (status = 200, description = "Success", body = TurnView),
-        (status = 202, description = "Accepted: the turn runs on another replica, which stops it within a heartbeat", body = CancelRequested),
+        (status = 202, description = "Accepted: the turn runs on another replica, which stops it at once (Postgres NOTIFY), at the latest at its next heartbeat", body = CancelRequested),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The turn is not running", body = Problem, content_type = "application/problem+json"),
