@@ -278,7 +278,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     tag = "turns",
     params(
         ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
-        ("Idempotency-Key" = Option<String>, Header, description = "Repeating a request with the same key returns the same turn: 1-255 visible ASCII characters", pattern = r"^[\x21-\x7E]{1,255}$"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Repeating a request with the same key returns the same turn: 1-255 visible ASCII characters", pattern = r"^[\x21-\x7E]{1,255}$", nullable = false),
     ),
     request_body = TurnBody,
     responses(
@@ -443,7 +443,7 @@ pub struct AfterQuery {
     params(
         ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
         ("turn_id" = Uuid, Path, description = "The turn's id"),
-        ("Last-Event-ID" = Option<i64>, Header, description = "The last seq received (a non-negative integer)", minimum = 0),
+        ("Last-Event-ID" = Option<i64>, Header, description = "The last seq received (a non-negative integer)", minimum = 0, nullable = false),
         AfterQuery,
     ),
     responses(

@@ -65,6 +65,8 @@ fn the_document_states_the_servers_constraints() {
                     }
                     ("after", "query") | ("Last-Event-ID", "header") => {
                         assert_eq!(schema["minimum"], 0, "{at}: {param}");
+                        // A header is absent or a number, never `null`.
+                        assert_eq!(schema["type"], "integer", "{at}: {param}");
                     }
                     ("limit", "query") => {
                         assert_eq!(
