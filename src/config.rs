@@ -100,10 +100,13 @@ pub struct Settings {
     pub history_max_messages: u32,
     /// Largest request body, in bytes (`HARNESS_BODY_LIMIT_BYTES`).
     pub body_limit_bytes: usize,
-    /// Time a connection has to send a request's headers, counted from when
-    /// it starts waiting for one (so also the longest a keep-alive
-    /// connection may sit idle) (`HARNESS_HEADER_READ_TIMEOUT_S`).
+    /// Time a request's head has to arrive, from its first byte
+    /// (`HARNESS_HEADER_READ_TIMEOUT_S`).
     pub header_read_timeout_s: u64,
+    /// Time a connection may wait for a request's first byte: a keep-alive
+    /// connection idle this long is closed. Keep it above the idle timeout
+    /// of a load balancer in front (`HARNESS_IDLE_TIMEOUT_S`).
+    pub idle_timeout_s: u64,
     /// Time a request body has to arrive, whole (`HARNESS_BODY_READ_TIMEOUT_S`).
     pub body_read_timeout_s: u64,
     /// Connections open at once; unset: three quarters of the open-file
@@ -182,6 +185,7 @@ impl Default for Settings {
             body_limit_bytes: 1024 * 1024,
             cors_origins: String::new(),
             header_read_timeout_s: 10,
+            idle_timeout_s: 75,
             body_read_timeout_s: 30,
             max_connections: None,
             sse_keepalive_s: 15,
@@ -389,6 +393,9 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
     ("HARNESS_HEADER_READ_TIMEOUT_S", |s, n, v| {
         assign(&mut s.header_read_timeout_s, parse(n, v)?)
     }),
+    ("HARNESS_IDLE_TIMEOUT_S", |s, n, v| {
+        assign(&mut s.idle_timeout_s, parse(n, v)?)
+    }),
     ("HARNESS_BODY_READ_TIMEOUT_S", |s, n, v| {
         assign(&mut s.body_read_timeout_s, parse(n, v)?)
     }),
@@ -544,7 +551,7 @@ impl Settings {
         self.pricing
             .validate()
             .map_err(|reason| invalid("HARNESS_PRICING", reason))?;
-        let positive: [(&'static str, u64); 11] = [
+        let positive: [(&'static str, u64); 12] = [
             (
                 "HARNESS_PROVIDER_IDLE_TIMEOUT_S",
                 self.provider_idle_timeout_s,
@@ -558,6 +565,7 @@ impl Settings {
             ("HARNESS_HEARTBEAT_INTERVAL_S", self.heartbeat_interval_s),
             ("HARNESS_BODY_LIMIT_BYTES", self.body_limit_bytes as u64),
             ("HARNESS_HEADER_READ_TIMEOUT_S", self.header_read_timeout_s),
+            ("HARNESS_IDLE_TIMEOUT_S", self.idle_timeout_s),
             ("HARNESS_BODY_READ_TIMEOUT_S", self.body_read_timeout_s),
             (
                 "HARNESS_MAX_CONNECTIONS",
@@ -614,6 +622,12 @@ impl Settings {
         }
         self.cors()
             .map_err(|reason| invalid("HARNESS_CORS_ORIGINS", reason))?;
+        if self.idle_timeout_s < self.header_read_timeout_s {
+            return Err(invalid(
+                "HARNESS_IDLE_TIMEOUT_S",
+                "must be at least HARNESS_HEADER_READ_TIMEOUT_S",
+            ));
+        }
         if self.instance_id.is_empty() || self.instance_id.len() > 128 {
             return Err(invalid(
                 "HARNESS_INSTANCE_ID",

@@ -4,6 +4,7 @@
 //! runner or the store. `openapi.yaml` is generated from the same routes
 //! (and a test keeps the checked-in copy equal to it).
 
+mod conn_timer;
 pub mod error;
 mod health;
 pub mod json;

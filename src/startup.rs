@@ -265,6 +265,7 @@ impl Application {
         let router = http::router(app.clone());
         let limits = http::server::ConnectionLimits {
             header_read_timeout: Duration::from_secs(app.settings.header_read_timeout_s),
+            idle_timeout: Duration::from_secs(app.settings.idle_timeout_s),
             max_connections: app
                 .settings
                 .max_connections

@@ -1,9 +1,10 @@
 //! The connection loop: accepts TCP connections and serves HTTP/1.1 and
 //! HTTP/2 on each, with the limits `axum::serve` does not offer.
 //!
-//! - A connection has `header_read_timeout` to send a request's headers,
-//!   counted from when it starts waiting for the request: a slowloris
-//!   client is cut off, and so is a keep-alive connection idle that long.
+//! - A connection has `header_read_timeout` to send a request's head from
+//!   its first byte (a slowloris client is cut off), and may wait
+//!   `idle_timeout` for that first byte (a keep-alive connection idle that
+//!   long is closed); see [`super::conn_timer`].
 //! - At most `max_connections` are open at once; one more is closed as
 //!   soon as it is accepted, so held connections cannot exhaust the
 //!   process's file descriptors (the default is three quarters of them).
@@ -28,10 +29,13 @@ use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower::ServiceExt;
 
+use super::conn_timer::{Activity, HeadTimer, TrackedIo};
+
 /// Limits of the connection loop.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
     pub max_connections: usize,
     /// Hyper's own ceiling on a request head (it answers a bare 431 past it).
     pub max_header_bytes: usize,
@@ -48,13 +52,12 @@ pub async fn serve(
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
-        .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(limits.max_header_bytes.max(8192));
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(Some(limits.header_read_timeout))
+        .keep_alive_interval(Some(limits.idle_timeout))
         .keep_alive_timeout(limits.header_read_timeout)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -95,11 +98,19 @@ pub async fn serve(
                 .clone()
                 .map_request(|request: Request<Incoming>| request.map(Body::new)),
         );
-        let builder = builder.clone();
+        // The head timer of each connection watches its own reads.
+        let activity = Activity::new();
+        let mut builder = builder.clone();
+        builder.http1().timer(HeadTimer {
+            activity: activity.clone(),
+            idle: limits.idle_timeout,
+            head: limits.header_read_timeout,
+        });
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             let _permit = permit;
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service);
+            let io = TokioIo::new(TrackedIo::new(tcp, activity));
+            let connection = builder.serve_connection_with_upgrades(io, service);
             let mut connection = std::pin::pin!(connection);
             let result = tokio::select! {
                 result = connection.as_mut() => result,

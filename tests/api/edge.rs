@@ -20,6 +20,7 @@ async fn app_with_limits(max_connections: Option<usize>) -> TestApp {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     settings.header_read_timeout_s = 1;
+    settings.idle_timeout_s = 3;
     settings.body_read_timeout_s = 1;
     settings.max_connections = max_connections;
     spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await
@@ -49,7 +50,7 @@ async fn read_until_closed(tcp: &mut TcpStream) -> (String, Instant) {
 }
 
 #[tokio::test]
-async fn slow_and_idle_connections_are_cut_off() {
+async fn slow_heads_are_cut_off_soon_and_idle_connections_later() {
     let app = app_with_limits(None).await;
     let started = Instant::now();
     // Slowloris: heads that never finish.
@@ -66,18 +67,30 @@ async fn slow_and_idle_connections_are_cut_off() {
     idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
+    // A connection that waits a while before its first request.
+    let mut late = connect(&app).await;
     // Others are served meanwhile.
     let (status, _) = app.get_json("/healthz").await;
     assert_eq!(status, 200);
     for tcp in &mut slow {
         let (_, closed) = read_until_closed(tcp).await;
         let after = closed - started;
+        // The head timeout (1 s), not the idle one (3 s).
         assert!(after >= Duration::from_millis(900), "{after:?}");
-        assert!(after <= Duration::from_secs(3), "{after:?}");
+        assert!(after < Duration::from_millis(2_500), "{after:?}");
     }
+    // Idle for longer than the head timeout: still open, and served.
+    late.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (answer, _) = read_until_closed(&mut late).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The idle keep-alive connection goes at the idle timeout.
     let (answer, closed) = read_until_closed(&mut idle).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(closed - started <= Duration::from_secs(3));
+    let after = closed - started;
+    assert!(after >= Duration::from_millis(2_900), "{after:?}");
+    assert!(after < Duration::from_secs(5), "{after:?}");
 }
 
 #[tokio::test]
