@@ -235,9 +235,14 @@ impl OpenAiProvider {
     /// [`LlmProvider::stream`] before its errors are masked.
     async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let deadline = Instant::now() + request.timeout;
-        let body = self.request_body(&request);
-        let sent_effort = body.get("reasoning_effort").is_some();
-        let response = match sse::open(self.post(&body), deadline).await {
+        // The body as a JSON value is dropped once serialized: held across
+        // the wait for the answer's headers it would cost every waiting
+        // turn a copy of its prompt as a tree (about 5 KiB).
+        let (first, sent_effort) = {
+            let body = self.request_body(&request);
+            (self.post(&body), body.get("reasoning_effort").is_some())
+        };
+        let response = match sse::open(first, deadline).await {
             Err(e) if sent_effort && refuses_reasoning_effort(&e) => {
                 // Asked once more without it; remembered for this model.
                 let model = request.model_or(&self.model).to_owned();
