@@ -161,7 +161,7 @@ impl Default for Settings {
             provider_retry_base_ms: 200,
             provider_retry_max_ms: 5000,
             pricing: Default::default(),
-            system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
+            system_prompt: crate::harness::DEFAULT_SYSTEM_PROMPT.to_owned(),
             provider_idle_timeout_s: 60,
             provider_connect_timeout_s: 10,
             provider_max_response_bytes: 8 * 1024 * 1024,
@@ -202,10 +202,6 @@ impl Default for Settings {
         }
     }
 }
-
-/// The system prompt used when none is configured.
-pub const DEFAULT_SYSTEM_PROMPT: &str =
-    "You are a helpful assistant. Answer accurately and concisely.";
 
 fn default_instance_id() -> String {
     std::env::var("HOSTNAME")
@@ -671,7 +667,7 @@ impl Settings {
             .collect()
     }
 
-    pub fn think_level(&self) -> Result<crate::harness::thinking::ThinkLevel, String> {
+    pub fn think_level(&self) -> Result<crate::providers::ThinkLevel, String> {
         self.think_level.parse()
     }
 

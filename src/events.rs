@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::harness::TurnResult;
+use crate::turn::TurnResult;
 
 /// Everything that happens in a turn, tagged by `type` on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -37,11 +37,10 @@ pub mod validation;
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use tokio_util::task::TaskTracker;
-use utoipa::ToSchema;
 use uuid::Uuid;
 
+pub use crate::turn::{TurnResult, WebMode};
 use crate::{
     events::TurnEvent,
     providers::{ChatMessage, LlmProvider, ProviderError},
@@ -58,6 +57,10 @@ use state::TurnRuntimeState;
 use thinking::{ThinkLevel, ThinkingManager};
 
 pub use finalizer::StepFailure;
+
+/// The system prompt used when none is configured.
+pub const DEFAULT_SYSTEM_PROMPT: &str =
+    "You are a helpful assistant. Answer accurately and concisely.";
 
 /// Text of a turn whose deadline passed before an answer.
 pub const TIMEOUT_TEXT: &str =
@@ -122,7 +125,7 @@ impl Default for HarnessOptions {
             think_level: ThinkLevel::Off,
             reflect_every: 0,
             stream: true,
-            system_prompt: crate::config::DEFAULT_SYSTEM_PROMPT.to_owned(),
+            system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
             prompt_id: None,
             prompt_version: None,
             prompt_tags: Vec::new(),
@@ -153,15 +156,6 @@ impl HarnessOptions {
     }
 }
 
-/// `web_mode` of a turn.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum WebMode {
-    #[default]
-    Off,
-    On,
-}
-
 /// Everything one turn needs from its caller.
 #[derive(Debug, Clone)]
 pub struct TurnRequest {
@@ -179,32 +173,6 @@ pub struct TurnRequest {
     pub skill_context: Option<String>,
     /// Cost of the session's earlier turns, for the session total.
     pub session_cost_before: Option<f64>,
-}
-
-/// The public result of a turn (the seeds' `TurnResult`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct TurnResult {
-    /// The final assistant response (with citations when requested).
-    pub text: String,
-    /// Local anchors cited this turn.
-    pub local_citations: Vec<String>,
-    /// Web sources cited this turn (`title`, `url`).
-    pub web_citations: Vec<std::collections::BTreeMap<String, String>>,
-    /// Paths of rendered web content.
-    pub rendered_content_paths: Vec<String>,
-    /// The context pack used.
-    #[schema(value_type = Option<Object>)]
-    pub context_pack_json: Option<serde_json::Value>,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_read_tokens: u64,
-    pub cache_creation_tokens: u64,
-    /// Cost of this turn in USD, when its models are priced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost_usd: Option<f64>,
-    /// Cost of the whole session so far, this turn included.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_cost_usd: Option<f64>,
 }
 
 /// A turn's result plus what the runner commits with `turn.completed`.

@@ -14,7 +14,8 @@
 //!   [`events::TurnEvent`]s.
 //! - [`providers`]: the `LlmProvider` trait and the OpenAI-compatible adapter.
 //! - [`store`]: SQLite and Postgres behind one `Store` trait.
-//! - [`events`], [`ids`]: the shared vocabulary.
+//! - [`events`], [`turn`], [`ids`]: the shared vocabulary (events, what a
+//!   turn is asked and answers, identifiers); they import no layer above.
 //! - [`telemetry`]: logs and OTLP traces.
 
 pub mod app;
@@ -30,3 +31,4 @@ pub mod startup;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod turn;

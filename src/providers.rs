@@ -15,14 +15,40 @@ pub mod redact;
 pub mod scripted;
 mod sse;
 
-use std::{sync::Arc, time::Duration};
+use std::{str::FromStr, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
-use crate::harness::thinking::ThinkLevel;
 pub use error::{ProviderError, ProviderFailure};
+
+/// How much the model is asked to think (each adapter maps it: OpenAI
+/// `reasoning_effort`, Anthropic extended thinking, Ollama `think`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThinkLevel {
+    #[default]
+    Off,
+    Low,
+    Medium,
+    High,
+}
+
+impl FromStr for ThinkLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" => Ok(Self::Off),
+            "low" => Ok(Self::Low),
+            "medium" => Ok(Self::Medium),
+            "high" => Ok(Self::High),
+            other => Err(format!(
+                "unknown think level {other:?} (off, low, medium, high)"
+            )),
+        }
+    }
+}
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,12 +2,17 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
+use async_trait::async_trait;
+use chrono::Utc;
+use uuid::Uuid;
+
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     app::App,
     config::Settings,
+    harness::hooks::{ArtifactStore, HookError},
     harness::{AgentHarness, HarnessOptions, compaction::ContextWarningTracker},
     http,
     providers::{
@@ -18,7 +23,7 @@ use crate::{
         openai::{OpenAiConfig, OpenAiProvider},
     },
     runner::{RunnerConfig, TurnRunner},
-    store::{self, StoreError, artifacts::StoreArtifacts},
+    store::{self, StoreError},
     tools::{
         Tool, ToolRegistry,
         builtin::{GetContextPack, LocalSearch},
@@ -133,6 +138,36 @@ pub fn build_harness(
         .artifacts(Arc::new(StoreArtifacts(store)))
         .cost_tracker(Arc::new(settings.pricing.clone()))
         .build()
+}
+
+/// Keeps oversized tool outputs in the `artifacts` table.
+pub struct StoreArtifacts(pub Arc<dyn store::Store>);
+
+#[async_trait]
+impl ArtifactStore for StoreArtifacts {
+    async fn put(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+        call_id: &str,
+        tool: &str,
+        content: &str,
+    ) -> Result<String, HookError> {
+        let id = format!("art_{}", Uuid::now_v7().simple());
+        self.0
+            .put_artifact(&store::NewArtifact {
+                id: id.clone(),
+                session_id: session_id.to_owned(),
+                turn_id: turn_id.to_owned(),
+                call_id: call_id.to_owned(),
+                tool: tool.to_owned(),
+                content: content.to_owned(),
+                created_at: Utc::now(),
+            })
+            .await
+            .map_err(HookError::new)?;
+        Ok(id)
+    }
 }
 
 /// Why the service could not start.

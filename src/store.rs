@@ -7,7 +7,6 @@
 //! Every method that writes runs in one transaction: a failure leaves the
 //! store as it was.
 
-pub mod artifacts;
 pub mod postgres;
 pub mod records;
 mod sql;

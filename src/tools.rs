@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::{harness::WebMode, providers::ToolDefinition};
+use crate::{providers::ToolDefinition, turn::WebMode};
 
 /// Default per-tool timeout (seeds: `TOOL_CALL_TIMEOUT_S = 45`).
 pub const TOOL_CALL_TIMEOUT: Duration = Duration::from_secs(45);

@@ -7,38 +7,11 @@
 //! yields a result: a stub when the budget, the deadline or the provider
 //! says no.
 
-use std::{str::FromStr, time::Duration};
-
-use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 use super::{budget::TurnBudget, state::ToolResultRecord};
+pub use crate::providers::ThinkLevel;
 use crate::providers::{ChatMessage, ChatRequest, LlmProvider, Usage, collect_text};
-
-/// How much the model is asked to think.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ThinkLevel {
-    #[default]
-    Off,
-    Low,
-    Medium,
-    High,
-}
-
-impl FromStr for ThinkLevel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "off" => Ok(Self::Off),
-            "low" => Ok(Self::Low),
-            "medium" => Ok(Self::Medium),
-            "high" => Ok(Self::High),
-            other => Err(format!(
-                "unknown think level {other:?} (off, low, medium, high)"
-            )),
-        }
-    }
-}
 
 /// Thinking instructions and the reflection schedule.
 #[derive(Debug, Clone, Copy, Default)]

@@ -19,11 +19,10 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderFailure, ProviderStream, Role, ThinkingBlock, ToolCall, Usage,
+    ProviderFailure, ProviderStream, Role, ThinkLevel, ThinkingBlock, ToolCall, Usage,
     redact::{self, Redactor},
     sse,
 };
-use crate::harness::thinking::ThinkLevel;
 
 /// The API version sent in `anthropic-version`.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";

@@ -16,11 +16,10 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderFailure, ProviderStream, Role, ToolCall, Usage,
+    ProviderFailure, ProviderStream, Role, ThinkLevel, ToolCall, Usage,
     redact::{self, Redactor},
     sse,
 };
-use crate::harness::thinking::ThinkLevel;
 
 /// Settings of an Ollama server.
 #[derive(Debug, Clone)]

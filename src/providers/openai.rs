@@ -25,11 +25,10 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderStream, Role, ToolCall, Usage,
+    ProviderStream, Role, ThinkLevel, ToolCall, Usage,
     redact::{self, Redactor},
     sse,
 };
-use crate::harness::thinking::ThinkLevel;
 
 /// Settings of an OpenAI-compatible endpoint.
 #[derive(Debug, Clone)]

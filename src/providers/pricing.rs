@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::Usage;
-use crate::harness::hooks::CostTracker;
 
 /// Prices of one model, USD per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -67,18 +66,6 @@ impl PricingTable {
             }
         }
         Ok(())
-    }
-}
-
-impl CostTracker for PricingTable {
-    fn record(
-        &self,
-        _session_id: &str,
-        _provider: &str,
-        model: &str,
-        usage: &Usage,
-    ) -> Option<f64> {
-        self.cost(model, usage)
     }
 }
 

@@ -178,7 +178,7 @@ async fn a_prompt_id_records_a_prompt_rendered_event() {
         [(
             "agent.profile.default".to_owned(),
             Some("1.0.0".to_owned()),
-            stable_render_hash(agent_harness::config::DEFAULT_SYSTEM_PROMPT)
+            stable_render_hash(agent_harness::harness::DEFAULT_SYSTEM_PROMPT)
         )]
     );
     let provider = scripted([text("ok")]);
