@@ -1,6 +1,6 @@
 //! The `agent-harness` binary: `serve` (default) or `migrate`.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{io::Write as _, path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 
@@ -40,8 +40,15 @@ fn main() -> ExitCode {
         }
     };
     if matches!(cli.command, Some(Command::Openapi)) {
-        print!("{}", agent_harness::http::openapi_yaml());
-        return ExitCode::SUCCESS;
+        // The document is this command's output; a closed pipe is an error.
+        let mut stdout = std::io::stdout().lock();
+        return match stdout.write_all(agent_harness::http::openapi_yaml().as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agent-harness: cannot write the document: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -3,6 +3,12 @@
 //! harness, the runner, the HTTP edge, start-up and configuration), so the
 //! modules form no cycle.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly; the lint holds in the service code"
+)]
+
 use std::path::Path;
 
 /// Files and folders of the lower layers, relative to `src/`.

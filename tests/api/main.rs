@@ -1,6 +1,12 @@
 //! Black-box tests: the service on 127.0.0.1:0, a fake provider speaking the
 //! OpenAI wire format over real HTTP, a real SQLite file or Postgres schema.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly; the lint holds in the service code"
+)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

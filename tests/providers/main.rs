@@ -1,6 +1,12 @@
 //! Each adapter against its provider's wire format, served over real HTTP:
 //! what we parse, and the exact request we send.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly; the lint holds in the service code"
+)]
+
 #[path = "../api/fake_provider.rs"]
 mod fake_provider;
 

@@ -1,5 +1,11 @@
 //! The storage contract: every test runs against SQLite and Postgres.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly; the lint holds in the service code"
+)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

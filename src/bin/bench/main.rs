@@ -7,6 +7,8 @@
 //! scenario, the figures straight from the provider beside the figures
 //! through agent-harness. See BENCHMARKS.md.
 
+#![allow(clippy::print_stdout, reason = "the bench prints its report on stdout")]
+
 mod client;
 mod fake;
 mod procs;
