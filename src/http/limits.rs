@@ -15,7 +15,7 @@ pub const MAX_URI_BYTES: usize = 8 * 1024;
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 
 /// Hyper's own ceiling on a request head (a bare 431 past it): well above
-/// [`MAX_HEADER_BYTES`], well below what many held connections could
+/// `MAX_HEADER_BYTES`, well below what many held connections could
 /// afford each.
 pub const HYPER_MAX_HEAD_BYTES: usize = 64 * 1024;
 

@@ -4,13 +4,13 @@
 //! - A connection has `header_read_timeout` to send a request's head from
 //!   its first byte (a slowloris client is cut off), and may wait
 //!   `idle_timeout` for that first byte (a keep-alive connection idle that
-//!   long is closed); see [`super::conn_timer`].
+//!   long is closed); see `conn_timer`.
 //! - At most `max_connections` are open at once; one more is closed as
 //!   soon as it is accepted, so held connections cannot exhaust the
 //!   process's file descriptors (the default is three quarters of them).
 //! - Headers beyond `max_header_bytes` are refused by hyper itself; the
 //!   service's own, lower limits answer problem+json first (see
-//!   [`super::limits`]).
+//!   `limits`).
 //!
 //! Shutdown: stop accepting, ask every connection to finish gracefully
 //! (in-flight requests and open streams complete), return when all are

@@ -8,7 +8,13 @@ use sqlx::{
     postgres::{PgPool, PgPoolOptions},
 };
 
-use super::StoreError;
+use super::{
+    BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, NewArtifact, NewTurn, OrphanScope,
+    StoreError, TurnFinish,
+    records::parse_uuid,
+    sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, insert_rows},
+};
+use crate::events::{StoredEvent, TurnEvent};
 
 /// Postgres implementation of [`super::Store`].
 #[derive(Debug, Clone)]
@@ -57,14 +63,12 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    /// A listener on [`super::CANCEL_CHANNEL`]; see
+    /// A listener on [`CANCEL_CHANNEL`]; see
     /// [`super::Store::cancel_requests`].
-    pub(super) async fn cancel_listener(
-        &self,
-    ) -> Result<Option<super::CancelRequests>, StoreError> {
+    pub(super) async fn cancel_listener(&self) -> Result<Option<CancelRequests>, StoreError> {
         use futures::StreamExt;
         let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
-        listener.listen(super::CANCEL_CHANNEL).await?;
+        listener.listen(CANCEL_CHANNEL).await?;
         let requests = async_stream::stream! {
             loop {
                 // `recv` reconnects a lost connection on the next call.
@@ -83,4 +87,346 @@ impl PostgresStore {
 }
 
 super::sql::impl_store!(PostgresStore, Postgres, "postgres");
-super::sql::impl_sql_writes!(PostgresStore, Postgres);
+
+// The write half: plain sqlx, one statement at a time in a transaction.
+// (SQLite has its own, a job per transaction on a writer thread: see
+// `super::sqlite`.)
+impl PostgresStore {
+    pub(super) async fn write_begin_turn(
+        &self,
+        turn: &NewTurn,
+    ) -> Result<BeganTurn, BeginTurnError> {
+        // No pre-check for a running turn or a used idempotency key:
+        // the unique indexes refuse the insert, and only then do we
+        // look for the conflict. The common path is four statements.
+        let mut tx = self.begin_write().await.map_err(StoreError::from)?;
+        // No turn of the session runs (else the insert below fails),
+        // so `last_seq` is its newest event: the turn starts after it.
+        let (turn_count, session_cost, seq): (i64, Option<f64>, i64) = sqlx::query_as(
+            "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq) \
+             VALUES ($1, $2, $2, 1, 1) \
+             ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
+             turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+             RETURNING turn_count, cost_usd, last_seq",
+        )
+        .bind(&turn.session_id)
+        .bind(turn.created_at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::from)?;
+        let inserted = sqlx::query(
+            "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
+             owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
+             VALUES ($1, $2, 'running', $3, $4, $5, $6, $7, $8, $7)",
+        )
+        .bind(turn.id.to_string())
+        .bind(&turn.session_id)
+        .bind(&turn.request)
+        .bind(&turn.idempotency_key)
+        .bind(&turn.owner_instance)
+        .bind(&turn.owner_process)
+        .bind(turn.created_at)
+        .bind(seq)
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Ok(_) => {}
+            // A running turn or a used idempotency key: the caller
+            // finds which, once this transaction is rolled back.
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                drop(tx);
+                return Err(StoreError::Conflict.into());
+            }
+            Err(e) => return Err(StoreError::from(e).into()),
+        }
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+             VALUES ($1, $2, $3, 'turn.started', $4, $5)",
+        )
+        .bind(&turn.session_id)
+        .bind(seq)
+        .bind(turn.id.to_string())
+        .bind(&turn.started_payload)
+        .bind(turn.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::from)?;
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(BeganTurn {
+            first_seq: seq,
+            turn_number: u64::try_from(turn_count).unwrap_or(1),
+            session_cost_before: session_cost,
+        })
+    }
+    pub(super) async fn write_batch_of(
+        &self,
+        events: &[std::sync::Arc<StoredEvent>],
+        finishes: &[&TurnFinish],
+    ) -> Result<Vec<bool>, StoreError> {
+        if finishes.is_empty() && insert_rows(events.len()) == events.len() {
+            // One statement is its own transaction: no BEGIN and
+            // COMMIT round trips for the common batch of deltas.
+            if !events.is_empty() {
+                let mut conn = self.writer().acquire().await?;
+                insert_events(&mut conn, events.iter().map(|e| &**e)).await?;
+            }
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin_write().await?;
+        // Rows are locked in one order everywhere: a session before
+        // its turns, sessions by id (see `lock_session`). Applied in
+        // that order, reported in the caller's.
+        let mut order: Vec<usize> = (0..finishes.len()).collect();
+        order.sort_by(|&a, &b| {
+            (&finishes[a].session_id, finishes[a].turn_id)
+                .cmp(&(&finishes[b].session_id, finishes[b].turn_id))
+        });
+        let mut applied = vec![false; finishes.len()];
+        for index in order {
+            let finish = finishes[index];
+            lock_session(&mut tx, &finish.session_id).await?;
+            let updated = sqlx::query(
+                "UPDATE turns SET status = $1, result = $2, error_code = $3, \
+                 error_message = $4, finished_at = $5, cost_usd = $7 \
+                 WHERE id = $6 AND status = 'running'",
+            )
+            .bind(finish.status.as_str())
+            .bind(&finish.result)
+            .bind(&finish.error_code)
+            .bind(&finish.error_message)
+            .bind(finish.terminal.created_at)
+            .bind(finish.turn_id.to_string())
+            .bind(finish.cost_usd)
+            .execute(&mut *tx)
+            .await?;
+            if updated.rows_affected() != 1 {
+                continue;
+            }
+            applied[index] = true;
+            let turn_id = finish.turn_id.to_string();
+            if !finish.messages.is_empty() {
+                let mut qb = sqlx::QueryBuilder::<Postgres>::new(
+                    "INSERT INTO messages (message_id, session_id, turn_id, role, content, created_at) ",
+                );
+                qb.push_values(&finish.messages, |mut row, message| {
+                    row.push_bind(message.id.to_string())
+                        .push_bind(finish.session_id.clone())
+                        .push_bind(turn_id.clone())
+                        .push_bind(message.role.clone())
+                        .push_bind(message.content.clone())
+                        .push_bind(finish.terminal.created_at);
+                });
+                qb.build().execute(&mut *tx).await?;
+            }
+            if let Some(decision) = &finish.decision {
+                sqlx::query(
+                    "INSERT INTO decisions (id, session_id, turn_id, decision_key, \
+                     strategy, record, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(decision.id.to_string())
+                .bind(&finish.session_id)
+                .bind(&turn_id)
+                .bind(&decision.decision_key)
+                .bind(&decision.strategy)
+                .bind(&decision.record)
+                .bind(finish.terminal.created_at)
+                .execute(&mut *tx)
+                .await?;
+            }
+            sqlx::query(
+                "UPDATE sessions SET updated_at = $1, last_seq = $4, \
+                 cost_usd = COALESCE(cost_usd + $3, cost_usd, $3) WHERE id = $2",
+            )
+            .bind(finish.terminal.created_at)
+            .bind(&finish.session_id)
+            .bind(finish.cost_usd)
+            .bind(finish.terminal.seq)
+            .execute(&mut *tx)
+            .await?;
+        }
+        // The events and the terminal events of the finishes that
+        // applied, in as few statements as their number allows.
+        let terminals = finishes
+            .iter()
+            .zip(&applied)
+            .filter(|(_, applied)| **applied)
+            .map(|(finish, _)| &*finish.terminal);
+        insert_events(&mut tx, events.iter().map(|e| &**e).chain(terminals)).await?;
+        tx.commit().await?;
+        Ok(applied)
+    }
+    pub(super) async fn write_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&artifact.id)
+        .bind(&artifact.session_id)
+        .bind(&artifact.turn_id)
+        .bind(&artifact.call_id)
+        .bind(&artifact.tool)
+        .bind(&artifact.content)
+        .bind(artifact.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+    pub(super) async fn write_cancel_request(
+        &self,
+        turn_id: uuid::Uuid,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE turns SET cancel_requested = TRUE WHERE id = $1 AND status = 'running'",
+        )
+        .bind(turn_id.to_string())
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 1 {
+            // Delivered on commit to every listening replica; the
+            // flag stays for the owner's heartbeat if none listens.
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CANCEL_CHANNEL)
+                .bind(turn_id.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+    pub(super) async fn write_heartbeat(
+        &self,
+        turn_ids: &[uuid::Uuid],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<uuid::Uuid>, StoreError> {
+        if turn_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin_write().await?;
+        let mut cancelled = Vec::new();
+        for chunk in turn_ids.chunks(IDS_PER_UPDATE) {
+            // A row locked by someone else is being ended (or swept):
+            // skip it rather than wait. A heartbeat that waits while
+            // holding other turns' rows is half of a deadlock with a
+            // transaction ending those turns in another order.
+            let mut qb = sqlx::QueryBuilder::<Postgres>::new("UPDATE turns SET heartbeat_at = ");
+            qb.push_bind(now);
+            qb.push(" WHERE id IN (SELECT id FROM turns WHERE status = 'running' AND id IN (");
+            let mut ids = qb.separated(", ");
+            for id in chunk {
+                ids.push_bind(id.to_string());
+            }
+            qb.push(") ORDER BY id FOR NO KEY UPDATE SKIP LOCKED) RETURNING id, cancel_requested");
+            let rows: Vec<(String, bool)> = qb.build_query_as().fetch_all(&mut *tx).await?;
+            for (id, cancel) in rows {
+                if cancel {
+                    cancelled.push(parse_uuid(&id)?);
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(cancelled)
+    }
+    pub(super) async fn write_orphan_interrupts(
+        &self,
+        scope: &OrphanScope,
+        reason: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let candidates: Vec<(String, String)> = sqlx::query_as(
+            "SELECT id, session_id FROM turns WHERE status = 'running' \
+             AND ((owner_instance = $1 AND owner_process <> $2) OR heartbeat_at < $3) \
+             ORDER BY created_at LIMIT $4",
+        )
+        .bind(&scope.instance)
+        .bind(&scope.process)
+        .bind(scope.stale_before)
+        .bind(ORPHANS_PER_SWEEP)
+        .fetch_all(self.writer())
+        .await?;
+        let event = TurnEvent::TurnInterrupted {
+            reason: reason.to_owned(),
+        };
+        let mut interrupted = Vec::with_capacity(candidates.len());
+        for (turn_id, session_id) in candidates {
+            if scope.alive.contains(&parse_uuid(&turn_id)?) {
+                continue;
+            }
+            let mut tx = self.begin_write().await?;
+            lock_session(&mut tx, &session_id).await?;
+            let updated = sqlx::query(
+                "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
+                 error_message = $1, finished_at = $2 WHERE id = $3 AND status = 'running'",
+            )
+            .bind(reason)
+            .bind(now)
+            .bind(&turn_id)
+            .execute(&mut *tx)
+            .await?;
+            if updated.rows_affected() != 1 {
+                continue;
+            }
+            let seq: i64 = sqlx::query_scalar(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = $1",
+            )
+            .bind(&session_id)
+            .fetch_one(&mut *tx)
+            .await?;
+            let stored = StoredEvent::new(&session_id, parse_uuid(&turn_id)?, seq, &event, now)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            insert_events(&mut tx, std::iter::once(&stored)).await?;
+            sqlx::query("UPDATE sessions SET last_seq = $1 WHERE id = $2")
+                .bind(seq)
+                .bind(&session_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            interrupted.push(stored);
+        }
+        Ok(interrupted)
+    }
+}
+
+/// Locks a session's row for the rest of the transaction. Every
+/// transaction that changes a turn locks its session first (a
+/// begin's upsert does so by itself), so no two wait on each other
+/// in opposite orders: a begin waiting on a turn's end that waits
+/// on the begin's session row was a deadlock.
+async fn lock_session(
+    conn: &mut <Postgres as sqlx::Database>::Connection,
+    session_id: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT 1 FROM sessions WHERE id = $1 FOR NO KEY UPDATE")
+        .bind(session_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Inserts events with multi-row `INSERT`s.
+async fn insert_events<'e>(
+    conn: &mut <Postgres as sqlx::Database>::Connection,
+    events: impl Iterator<Item = &'e StoredEvent>,
+) -> Result<(), sqlx::Error> {
+    let events: Vec<&StoredEvent> = events.collect();
+    let mut rest: &[&StoredEvent] = &events;
+    while !rest.is_empty() {
+        let (chunk, tail) = rest.split_at(insert_rows(rest.len()));
+        rest = tail;
+        let mut qb = sqlx::QueryBuilder::<Postgres>::new(
+            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) ",
+        );
+        qb.push_values(chunk, |mut row, e| {
+            row.push_bind(e.session_id.clone())
+                .push_bind(e.seq)
+                .push_bind(e.turn_id.to_string())
+                .push_bind(e.event_type.clone())
+                .push_bind(e.payload.clone())
+                .push_bind(e.created_at);
+        });
+        qb.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
