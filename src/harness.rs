@@ -11,7 +11,7 @@
 //! | `TurnRuntimeState` | [`state::TurnRuntimeState`] |
 //! | `TurnPreparer` | [`prepare::TurnPreparer`] |
 //! | `ToolScheduler` | [`scheduler::schedule`] |
-//! | `_exec_call_v2` (7 gates) | [`calls`] |
+//! | `_exec_call_v2` (7 gates) | [`gates`] |
 //! | `BoundedToolExecutor` | [`executor::execute`] |
 //! | `ReplayControl`, `ToolArgValidator` | [`replay`], [`validation`] |
 //! | `ThinkingManager`, `ReflectionEngine` | [`thinking`] |
@@ -20,10 +20,10 @@
 //! | `TurnFinalizer` | [`finalizer`] |
 
 pub mod budget;
-pub mod calls;
 pub mod compaction;
 pub mod executor;
 pub mod finalizer;
+pub mod gates;
 pub mod hooks;
 pub mod prepare;
 pub mod replay;

@@ -8,12 +8,13 @@
 pub mod anthropic;
 pub mod chain;
 pub mod error;
+mod http;
 pub mod ollama;
 pub mod openai;
 pub mod pricing;
 pub mod redact;
 pub mod scripted;
-mod sse;
+mod stream;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
 

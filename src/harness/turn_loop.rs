@@ -11,10 +11,10 @@ use tracing::Instrument;
 use super::{
     AgentHarness, EventSink, MAX_STEPS_TEXT, SinkError, TIMEOUT_TEXT, TurnError, TurnOutput,
     TurnRequest,
-    calls::{self, CallEnv},
     compaction::{self, ContextLevel},
     executor::{self, Executed},
     finalizer::{self, FinalizeInput},
+    gates::{self, CallEnv},
     hooks::{MemoryContext, isolate},
     prepare::{PrepareInput, TurnPreparer},
     replay::ReplayControl,
@@ -217,7 +217,7 @@ pub(super) async fn run(
             turn_cancel: &turn_cancel,
             step,
         };
-        let (tool_messages, any_error) = calls::run_waves(&env, &output.tool_calls, &waves).await?;
+        let (tool_messages, any_error) = gates::run_waves(&env, &output.tool_calls, &waves).await?;
         messages.extend(tool_messages);
 
         // 4h: reflection.
@@ -380,7 +380,7 @@ async fn load_context_pack(
             match serde_json::from_str::<Value>(&output.content) {
                 Ok(pack @ Value::Object(_)) => {
                     // The pack's sources are the turn's sources too.
-                    calls::add_citations(state, &output.citations);
+                    gates::add_citations(state, &output.citations);
                     pack
                 }
                 _ => empty,

@@ -19,9 +19,8 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderFailure, ProviderStream, Role, ThinkLevel, ThinkingBlock, ToolCall, Usage,
+    ProviderFailure, ProviderStream, Role, ThinkLevel, ThinkingBlock, ToolCall, Usage, http,
     redact::{self, Redactor},
-    sse,
 };
 
 /// The API version sent in `anthropic-version`.
@@ -78,7 +77,7 @@ impl AnthropicProvider {
                 "invalid base URL {base:?}: {e}"
             )))
         })?;
-        let client = sse::client(config.connect_timeout)?;
+        let client = http::client(config.connect_timeout)?;
         Ok(Self {
             client,
             endpoint,
@@ -198,7 +197,7 @@ impl AnthropicProvider {
             http = http.header("x-api-key", key);
         }
         let events =
-            sse::open_events(http, deadline, self.idle_timeout, self.max_response_bytes).await?;
+            http::open_events(http, deadline, self.idle_timeout, self.max_response_bytes).await?;
         Ok(parse_stream(events).boxed())
     }
 }
@@ -315,7 +314,7 @@ pub(crate) fn parse_stream<S>(
     events: S,
 ) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
 where
-    S: futures::Stream<Item = Result<super::sse::SseEvent, ProviderError>> + Send + 'static,
+    S: futures::Stream<Item = Result<super::stream::SseEvent, ProviderError>> + Send + 'static,
 {
     async_stream::try_stream! {
         let mut events = Box::pin(events);
@@ -446,8 +445,8 @@ fn in_stream_error(error: &Value) -> ProviderError {
 mod tests {
     use super::*;
 
-    crate::providers::sse::testkit::any_split_parses_the_same!(
-        crate::providers::sse::sse_events,
+    crate::providers::stream::testkit::any_split_parses_the_same!(
+        crate::providers::stream::sse_events,
         parse_stream,
         ["anthropic/tool_use.sse", "anthropic/thinking.sse"]
     );

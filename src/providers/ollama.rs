@@ -16,9 +16,9 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderFailure, ProviderStream, Role, ThinkLevel, ToolCall, Usage,
+    ProviderFailure, ProviderStream, Role, ThinkLevel, ToolCall, Usage, http,
     redact::{self, Redactor},
-    sse,
+    stream,
 };
 
 /// Settings of an Ollama server.
@@ -58,7 +58,7 @@ impl OllamaProvider {
                 "invalid OLLAMA_HOST {host:?}: {e}"
             )))
         })?;
-        let client = sse::client(config.connect_timeout)?;
+        let client = http::client(config.connect_timeout)?;
         Ok(Self {
             client,
             endpoint,
@@ -134,15 +134,15 @@ impl OllamaProvider {
             .client
             .post(self.endpoint.clone())
             .json(&self.request_body(&request));
-        let response = sse::send(http, deadline).await?;
+        let response = http::send(http, deadline).await?;
         if !response.status().is_success() {
-            return Err(sse::error_from_response(response).await);
+            return Err(http::error_from_response(response).await);
         }
         let response =
-            sse::expect_content_type(response, &["application/x-ndjson", "application/json"])
+            http::expect_content_type(response, &["application/x-ndjson", "application/json"])
                 .await?;
-        let lines = sse::ndjson_lines(
-            sse::limited_bytes(response, self.max_response_bytes),
+        let lines = stream::ndjson_lines(
+            http::limited_bytes(response, self.max_response_bytes),
             self.idle_timeout,
             deadline,
         );
@@ -249,8 +249,8 @@ where
 mod tests {
     use super::*;
 
-    crate::providers::sse::testkit::any_split_parses_the_same!(
-        crate::providers::sse::ndjson_lines,
+    crate::providers::stream::testkit::any_split_parses_the_same!(
+        crate::providers::stream::ndjson_lines,
         parse_stream,
         ["ollama/text.ndjson", "ollama/tool_calls.ndjson"]
     );

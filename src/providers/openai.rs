@@ -25,9 +25,8 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderStream, Role, ThinkLevel, ToolCall, Usage,
+    ProviderStream, Role, ThinkLevel, ToolCall, Usage, http,
     redact::{self, Redactor},
-    sse,
 };
 
 /// Settings of an OpenAI-compatible endpoint.
@@ -88,7 +87,7 @@ impl OpenAiProvider {
         } else {
             KeyHeader::Bearer
         };
-        let client = sse::client(config.connect_timeout)?;
+        let client = http::client(config.connect_timeout)?;
         Ok(Self {
             client,
             endpoint,
@@ -241,18 +240,18 @@ impl OpenAiProvider {
             let body = self.request_body(&request);
             (self.post(&body), body.get("reasoning_effort").is_some())
         };
-        let response = match sse::open(first, deadline).await {
+        let response = match http::open(first, deadline).await {
             Err(e) if sent_effort && refuses_reasoning_effort(&e) => {
                 // Asked once more without it; remembered for this model.
                 let model = request.model_or(&self.model).to_owned();
                 tracing::info!(model = %model, "the model refuses reasoning_effort; sending without it");
                 self.remember_refuses_effort(&model);
-                sse::open(self.post(&self.request_body(&request)), deadline).await?
+                http::open(self.post(&self.request_body(&request)), deadline).await?
             }
             other => other?,
         };
-        if sse::has_content_type(&response, "application/json") {
-            let body = sse::read_body(
+        if http::has_content_type(&response, "application/json") {
+            let body = http::read_body(
                 response,
                 self.max_response_bytes,
                 self.idle_timeout,
@@ -262,7 +261,7 @@ impl OpenAiProvider {
             let events = parse_completion(&body)?;
             return Ok(futures::stream::iter(events.into_iter().map(Ok)).boxed());
         }
-        let events = sse::events_of(
+        let events = http::events_of(
             response,
             deadline,
             self.idle_timeout,
@@ -472,7 +471,7 @@ pub(crate) fn parse_stream<S>(
     events: S,
 ) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
 where
-    S: futures::Stream<Item = Result<super::sse::SseEvent, ProviderError>> + Send + 'static,
+    S: futures::Stream<Item = Result<super::stream::SseEvent, ProviderError>> + Send + 'static,
 {
     async_stream::try_stream! {
         let mut events = Box::pin(events);
@@ -546,7 +545,7 @@ where
 /// An `error` object sent inside a 200 stream.
 fn in_stream_error(error: &Value) -> ProviderError {
     let body = error.to_string();
-    let (message, code) = sse::error_message(&json!({ "error": error }).to_string());
+    let (message, code) = http::error_message(&json!({ "error": error }).to_string());
     let failure = super::ProviderFailure {
         status: 200,
         message: message.unwrap_or_else(|| "error in stream".to_owned()),
@@ -569,8 +568,8 @@ fn in_stream_error(error: &Value) -> ProviderError {
 mod tests {
     use super::*;
 
-    crate::providers::sse::testkit::any_split_parses_the_same!(
-        crate::providers::sse::sse_events,
+    crate::providers::stream::testkit::any_split_parses_the_same!(
+        crate::providers::stream::sse_events,
         parse_stream,
         ["openai/after_tool.sse", "openai/multi_tool_interleaved.sse"]
     );
