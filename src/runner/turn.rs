@@ -1,0 +1,367 @@
+//! The life of one turn in this process: its task runs the harness, its
+//! sink numbers and queues its events, and its end is committed with its
+//! terminal event (or, when that cannot be stored, a smaller `failed` end).
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use tokio::sync::Mutex;
+
+use super::{LiveTurn, TurnRunner, TurnSpec, writer, writer::EventWriter};
+use crate::{
+    events::{StoredEvent, TurnEvent},
+    harness::{EventSink, SinkError, TurnOutput, TurnRequest},
+    providers::{ChatMessage, Role},
+    store::{BeganTurn, StoreError, TurnFinish, TurnStatus},
+};
+
+impl TurnRunner {
+    /// The life of one turn, from its first event after `turn.started` to its commit.
+    pub(super) async fn drive(self, live: Arc<LiveTurn>, spec: TurnSpec, began: BeganTurn) {
+        let inner = &self.inner;
+        let started = tokio::time::Instant::now();
+        let sink = Arc::new(TurnSink {
+            writer: inner.writer.clone(),
+            live: live.clone(),
+            next_seq: Mutex::new(Some(began.first_seq + 1)),
+        });
+        let outcome = tokio::select! {
+            biased;
+            () = live.cancel.cancelled() => Outcome::Cancelled,
+            () = inner.interrupt.cancelled() => Outcome::Interrupted,
+            // Some of its events are lost: stop now rather than at its
+            // next event (a provider call may take a while).
+            () = live.write_failed.cancelled() => Outcome::Failed {
+                code: "event_log_unavailable".into(),
+                message: "events of the turn could not be written".into(),
+            },
+            result = self.execute(&live, &spec, began, sink.clone()) => match result {
+                Ok(output) => Outcome::Completed(Box::new(output)),
+                Err((code, message)) => Outcome::Failed { code, message },
+            },
+        };
+        tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
+        let status = match self.finish(&live, &sink, outcome).await {
+            Ok(Some(status)) => status,
+            Ok(None) => {
+                tracing::warn!("turn was ended elsewhere before it finished");
+                TurnStatus::Interrupted
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "turn end could not be committed");
+                TurnStatus::Failed
+            }
+        };
+        tracing::Span::current().record("turn.status", status.as_str());
+        live.closed.cancel();
+        inner.live.remove(live.turn_id);
+        inner.metrics.turn_finished(status);
+    }
+
+    /// Loads history and runs the harness.
+    async fn execute(
+        &self,
+        live: &LiveTurn,
+        spec: &TurnSpec,
+        began: BeganTurn,
+        sink: Arc<TurnSink>,
+    ) -> Result<TurnOutput, (String, String)> {
+        let unavailable = |e: StoreError| ("store_unavailable".to_owned(), e.to_string());
+        let history = match &spec.history {
+            Some(history) => history.clone(),
+            // The first turn of a session has no history to read.
+            None if began.turn_number <= 1 => Vec::new(),
+            None => self
+                .inner
+                .store
+                .recent_messages(&live.session_id, self.inner.config.history_max_messages)
+                .await
+                .map_err(unavailable)?
+                .into_iter()
+                .filter_map(|m| {
+                    let role = match m.role.as_str() {
+                        "user" => Role::User,
+                        "assistant" => Role::Assistant,
+                        "system" => Role::System,
+                        _ => return None,
+                    };
+                    Some(ChatMessage::new(role, m.content))
+                })
+                .collect(),
+        };
+        let request = TurnRequest {
+            session_id: live.session_id.clone(),
+            turn_id: live.turn_id,
+            turn_number: began.turn_number,
+            history,
+            user_message: spec.message.clone(),
+            top_k: spec.top_k,
+            web_mode: spec.web_mode,
+            show_citations: spec.show_citations,
+            runtime_provider: spec.runtime_provider.clone(),
+            runtime_model: spec.runtime_model.clone(),
+            skill_context: spec.skill_context.clone(),
+            session_cost_before: began.session_cost_before,
+        };
+        self.inner
+            .harness
+            .run_turn(request, sink)
+            .await
+            .map_err(|e| (e.code().to_owned(), e.to_string()))
+    }
+
+    /// Commits the turn's end with its terminal event; returns the status
+    /// it ended with (`None`: someone else ended it first).
+    ///
+    /// A store failure is retried a few times. If the end still cannot be
+    /// written (a value the database refuses, such as U+0000 in Postgres
+    /// text, or a database that stays down), the turn ends `failed` with
+    /// `event_log_unavailable` instead: no history, no decision, but its
+    /// result (JSON, so any character survives) stays on the turn row. That
+    /// smaller write is retried until it lands, the service shuts down, or
+    /// the turn would be stale anyway (other replicas then sweep it).
+    async fn finish(
+        &self,
+        live: &Arc<LiveTurn>,
+        sink: &TurnSink,
+        outcome: Outcome,
+    ) -> Result<Option<TurnStatus>, writer::FinishError> {
+        let seq = sink.close().await;
+        let finish = build_finish(live, outcome, seq)
+            .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
+        // A turn some of whose events were lost must not end as if whole.
+        let error = if live.write_failed.is_cancelled() {
+            StoreError::Unavailable("earlier events of the turn could not be written".into())
+        } else {
+            match self.commit_finish(live, &finish, END_ATTEMPTS, true).await {
+                Err(writer::FinishError::Store(e)) => e,
+                other => return other.map(|applied| applied.then_some(finish.status)),
+            }
+        };
+        tracing::error!(
+            error = %error,
+            "the turn's end cannot be stored; ending it failed with event_log_unavailable"
+        );
+        let fallback = unstorable_end(&finish, &error)
+            .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
+        let attempts = fallback_attempts(self.inner.config.stale_turn_after);
+        self.commit_finish(live, &fallback, attempts, false)
+            .await
+            .map(|applied| applied.then_some(TurnStatus::Failed))
+    }
+
+    /// Commits `finish`, trying up to `attempts` times with a growing pause
+    /// (capped at [`END_RETRY_MAX`]); gives up early when the service is
+    /// interrupted, or (`whole`) once some of the turn's events were lost.
+    async fn commit_finish(
+        &self,
+        live: &Arc<LiveTurn>,
+        finish: &TurnFinish,
+        attempts: u32,
+        whole: bool,
+    ) -> Result<bool, writer::FinishError> {
+        let mut delay = Duration::from_millis(100);
+        let mut attempt = 1;
+        loop {
+            match self.inner.writer.finish(live, finish.clone(), whole).await {
+                Err(writer::FinishError::Store(e))
+                    if attempt < attempts
+                        && e.is_transient()
+                        && !self.inner.interrupt.is_cancelled()
+                        && !(whole && live.write_failed.is_cancelled()) =>
+                {
+                    tracing::warn!(error = %e, attempt, "committing the turn end failed; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = self.inner.interrupt.cancelled() => {}
+                    }
+                    delay = (delay * 2).min(END_RETRY_MAX);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Tries of a turn's whole end before the smaller `failed` end.
+const END_ATTEMPTS: u32 = 3;
+
+/// Longest pause between tries of a turn's end.
+const END_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Tries of the `failed` end: enough to span `stale_after` (after which
+/// other replicas sweep the turn), at least a few.
+fn fallback_attempts(stale_after: Duration) -> u32 {
+    let secs = u32::try_from(stale_after.as_secs()).unwrap_or(u32::MAX);
+    secs.div_ceil(2).clamp(4, 1_000)
+}
+
+/// The end of a turn whose own end could not be stored: `failed` with
+/// `event_log_unavailable`, nothing but the turn row and its terminal
+/// event, the result kept on the row.
+fn unstorable_end(
+    finish: &TurnFinish,
+    error: &StoreError,
+) -> Result<TurnFinish, serde_json::Error> {
+    let code = "event_log_unavailable".to_owned();
+    let message = format!("the turn's end could not be stored: {error}");
+    let terminal = &finish.terminal;
+    let event = TurnEvent::TurnFailed {
+        code: code.clone(),
+        message: message.clone(),
+    };
+    Ok(TurnFinish {
+        status: TurnStatus::Failed,
+        error_code: Some(code),
+        error_message: Some(message),
+        messages: Vec::new(),
+        decision: None,
+        terminal: Arc::new(StoredEvent::new(
+            &terminal.session_id,
+            terminal.turn_id,
+            terminal.seq,
+            &event,
+            Utc::now(),
+        )?),
+        ..finish.clone()
+    })
+}
+
+/// How a turn ended.
+enum Outcome {
+    Completed(Box<TurnOutput>),
+    Failed { code: String, message: String },
+    Cancelled,
+    Interrupted,
+}
+
+impl Outcome {
+    fn status(&self) -> TurnStatus {
+        match self {
+            Self::Completed(_) => TurnStatus::Completed,
+            Self::Failed { .. } => TurnStatus::Failed,
+            Self::Cancelled => TurnStatus::Cancelled,
+            Self::Interrupted => TurnStatus::Interrupted,
+        }
+    }
+}
+
+fn build_finish(
+    live: &LiveTurn,
+    outcome: Outcome,
+    seq: i64,
+) -> Result<TurnFinish, serde_json::Error> {
+    let status = outcome.status();
+    let (mut result, mut error_code, mut error_message) = (None, None, None);
+    let (mut messages, mut decision, mut cost_usd) = (Vec::new(), None, None);
+    let event = match outcome {
+        Outcome::Completed(output) => {
+            let output = *output;
+            result = Some(serde_json::to_string(&output.result)?);
+            cost_usd = output.result.cost_usd;
+            messages = output.messages;
+            decision = output.decision;
+            TurnEvent::TurnCompleted {
+                result: output.result,
+            }
+        }
+        Outcome::Failed { code, message } => {
+            error_code = Some(code.clone());
+            error_message = Some(message.clone());
+            TurnEvent::TurnFailed { code, message }
+        }
+        Outcome::Cancelled => {
+            error_code = Some("cancelled".into());
+            TurnEvent::TurnCancelled {
+                reason: "cancel_requested".into(),
+            }
+        }
+        Outcome::Interrupted => {
+            error_code = Some("interrupted".into());
+            error_message = Some("the service shut down".into());
+            TurnEvent::TurnInterrupted {
+                reason: "shutdown".into(),
+            }
+        }
+    };
+    Ok(TurnFinish {
+        turn_id: live.turn_id,
+        session_id: live.session_id.clone(),
+        status,
+        result,
+        error_code,
+        error_message,
+        messages,
+        decision,
+        cost_usd,
+        terminal: Arc::new(StoredEvent::new(
+            &live.session_id,
+            live.turn_id,
+            seq,
+            &event,
+            Utc::now(),
+        )?),
+    })
+}
+
+/// The sink of one turn: numbers events and queues them for the writer.
+///
+/// The terminal event takes the last seq and closes the sink in the same
+/// step: whatever still holds the sink afterwards (a tool task finishing
+/// late, on any terminal path: completed, failed, cancelled, interrupted)
+/// writes nothing. A later write would take a seq of the session's next
+/// turn and block it.
+struct TurnSink {
+    writer: EventWriter,
+    live: Arc<LiveTurn>,
+    /// The next seq; `None` once the terminal event took its seq. Held
+    /// while an event is numbered and queued, so queue order is seq order.
+    next_seq: Mutex<Option<i64>>,
+}
+
+impl TurnSink {
+    /// The terminal event's seq; nothing is emitted after it.
+    async fn close(&self) -> i64 {
+        let mut next = self.next_seq.lock().await;
+        // Called once per turn, by the turn's own task; a second call
+        // would get a seq past the first terminal (never written).
+        let seq = next.unwrap_or(i64::MAX);
+        *next = None;
+        seq
+    }
+}
+
+#[async_trait]
+impl EventSink for TurnSink {
+    async fn emit(&self, event: TurnEvent) -> Result<(), SinkError> {
+        let mut next = self.next_seq.lock().await;
+        let Some(seq) = *next else {
+            tracing::debug!(
+                event = event.event_type(),
+                "event after the turn ended; dropped"
+            );
+            return Err(SinkError("the turn has ended".into()));
+        };
+        if self.live.write_failed.is_cancelled() {
+            return Err(SinkError(
+                "earlier events of the turn could not be written".into(),
+            ));
+        }
+        let stored = StoredEvent::new(
+            &self.live.session_id,
+            self.live.turn_id,
+            seq,
+            &event,
+            Utc::now(),
+        )
+        .map_err(|e| SinkError(e.to_string()))?;
+        self.writer
+            .append(&self.live, Arc::new(stored))
+            .await
+            .map_err(|e| SinkError(e.to_string()))?;
+        *next = Some(seq + 1);
+        Ok(())
+    }
+}
