@@ -7,16 +7,24 @@
 //! - [`config`]: settings (defaults → TOML file → environment), validated at start.
 //! - [`startup`]: [`startup::Application`] builds and runs the service (binary and tests).
 //! - [`app`]: the state handlers share.
-//! - [`http`]: routes, problem+json errors, SSE encoding, the OpenAPI document.
-//! - [`runner`]: turns as detached, cancellable tasks; the event log writer
-//!   (group commit), live fan-out and gap-free resumable subscriptions.
-//! - [`harness`]: the agent turn itself (prompt, bounded loop), emitting
-//!   [`events::TurnEvent`]s.
-//! - [`providers`]: the `LlmProvider` trait and the OpenAI-compatible adapter.
+//! - [`http`]: the connection loop (timeouts, connection limit), routes,
+//!   problem+json errors, SSE encoding, CORS, the OpenAPI document.
+//! - [`runner`]: turns as detached, cancellable tasks (`runner/turn.rs`: a
+//!   turn's life and its end); the event log writer (group commit), live
+//!   fan-out, gap-free resumable subscriptions, heartbeat and cancels.
+//! - [`harness`]: the agent turn itself (prompt, bounded loop, the gates of
+//!   a tool call, the finalizer), emitting [`events::TurnEvent`]s.
+//! - [`tools`]: the `Tool` trait, specs, the registry, the built-in tools.
+//! - [`providers`]: the `LlmProvider` trait, the OpenAI-compatible,
+//!   Anthropic and Ollama adapters (`http.rs`: requests and limits;
+//!   `stream.rs`: SSE/NDJSON decoding), the chain, pricing, redaction.
 //! - [`store`]: SQLite and Postgres behind one `Store` trait.
 //! - [`events`], [`turn`], [`ids`]: the shared vocabulary (events, what a
-//!   turn is asked and answers, identifiers); they import no layer above.
-//! - [`telemetry`]: logs and OTLP traces.
+//!   turn is asked and answers, identifiers).
+//! - [`telemetry`], [`metrics`]: logs, OTLP traces, Prometheus text.
+//!
+//! The vocabulary, `providers`, `store` and `tools` import nothing from
+//! the layers above them (`tests/architecture.rs` checks it).
 
 pub mod app;
 pub mod config;
