@@ -282,7 +282,7 @@ pub(super) async fn finalize(
         for result in input
             .tool_results
             .iter()
-            .filter(|r| r.status == "completed")
+            .filter(|r| r.status == crate::events::ToolStatus::Completed)
         {
             if !used.contains(&result.tool) {
                 used.push(result.tool.clone());

@@ -30,7 +30,7 @@ use super::{
     validation,
 };
 use crate::{
-    events::TurnEvent,
+    events::{ToolStatus, TurnEvent},
     providers::{ChatMessage, ToolCall},
     tools::{Citation, ToolContext, ToolError},
 };
@@ -79,13 +79,12 @@ impl ToolOutcome {
         })
     }
 
-    /// `completed`, `failed`, `timed_out` or `denied`.
-    pub fn status(&self) -> &'static str {
+    pub fn status(&self) -> ToolStatus {
         match self {
-            Self::Executed(Executed::Completed { .. }) => "completed",
-            Self::Executed(Executed::Failed { .. }) => "failed",
-            Self::Executed(Executed::TimedOut { .. }) => "timed_out",
-            Self::Denied { .. } => "denied",
+            Self::Executed(Executed::Completed { .. }) => ToolStatus::Completed,
+            Self::Executed(Executed::Failed { .. }) => ToolStatus::Failed,
+            Self::Executed(Executed::TimedOut { .. }) => ToolStatus::TimedOut,
+            Self::Denied { .. } => ToolStatus::Denied,
         }
     }
 
@@ -217,7 +216,10 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
     // 6. Post-hook, best effort.
     let status = outcome.status();
     let _ = isolate(async {
-        harness.callbacks.on_post_tool_use(call, status).await;
+        harness
+            .callbacks
+            .on_post_tool_use(call, status.as_str())
+            .await;
         Ok(())
     })
     .await;
@@ -281,7 +283,7 @@ pub(super) async fn run_waves(
                     step: env.step,
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
-                    status: outcome.status().to_owned(),
+                    status: outcome.status(),
                     reason,
                     error,
                     latency_ms: outcome.latency_ms(),
@@ -418,7 +420,7 @@ fn apply_outcome_to_state(
     state.push_tool_result(ToolResultRecord {
         call_id: call.id.clone(),
         tool: call.name.clone(),
-        status: outcome.status().to_owned(),
+        status: outcome.status(),
         content: content.to_owned(),
     });
 }

@@ -21,7 +21,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use super::budget::TurnBudget;
-use crate::providers::Usage;
+use crate::{events::ToolStatus, providers::Usage};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section here leaves its data consistent.
@@ -89,8 +89,7 @@ impl CitationAccumulator {
 pub struct ToolResultRecord {
     pub call_id: String,
     pub tool: String,
-    /// `completed`, `failed`, `timed_out` or `denied`.
-    pub status: String,
+    pub status: ToolStatus,
     /// What the model was shown (possibly an artifact reference).
     pub content: String,
 }
@@ -353,7 +352,7 @@ mod tests {
         let record = ToolResultRecord {
             call_id: "c".into(),
             tool: "t".into(),
-            status: "completed".into(),
+            status: ToolStatus::Completed,
             content: "x".into(),
         };
         assert!(state.push_tool_result(record.clone()));

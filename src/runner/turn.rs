@@ -11,7 +11,7 @@ use tokio::sync::Mutex;
 use super::{LiveTurn, TurnRunner, TurnSpec, writer, writer::EventWriter};
 use crate::{
     events::{StoredEvent, TurnEvent},
-    harness::{EventSink, SinkError, TurnOutput, TurnRequest},
+    harness::{EventSink, SinkError, TurnError, TurnOutput, TurnRequest},
     providers::{ChatMessage, Role},
     store::{BeganTurn, StoreError, TurnFinish, TurnStatus},
 };
@@ -32,13 +32,10 @@ impl TurnRunner {
             () = inner.interrupt.cancelled() => Outcome::Interrupted,
             // Some of its events are lost: stop now rather than at its
             // next event (a provider call may take a while).
-            () = live.write_failed.cancelled() => Outcome::Failed {
-                code: "event_log_unavailable".into(),
-                message: "events of the turn could not be written".into(),
-            },
+            () = live.write_failed.cancelled() => Outcome::Failed(TurnFailure::LostEvents),
             result = self.execute(&live, &spec, began, sink.clone()) => match result {
                 Ok(output) => Outcome::Completed(Box::new(output)),
-                Err((code, message)) => Outcome::Failed { code, message },
+                Err(failure) => Outcome::Failed(failure),
             },
         };
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
@@ -66,8 +63,7 @@ impl TurnRunner {
         spec: &TurnSpec,
         began: BeganTurn,
         sink: Arc<TurnSink>,
-    ) -> Result<TurnOutput, (String, String)> {
-        let unavailable = |e: StoreError| ("store_unavailable".to_owned(), e.to_string());
+    ) -> Result<TurnOutput, TurnFailure> {
         let history = match &spec.history {
             Some(history) => history.clone(),
             // The first turn of a session has no history to read.
@@ -77,7 +73,7 @@ impl TurnRunner {
                 .store
                 .recent_messages(&live.session_id, self.inner.config.history_max_messages)
                 .await
-                .map_err(unavailable)?
+                .map_err(TurnFailure::History)?
                 .into_iter()
                 .filter_map(|m| {
                     let role = match m.role.as_str() {
@@ -108,7 +104,7 @@ impl TurnRunner {
             .harness
             .run_turn(request, sink)
             .await
-            .map_err(|e| (e.code().to_owned(), e.to_string()))
+            .map_err(TurnFailure::Turn)
     }
 
     /// Commits the turn's end with its terminal event; returns the status
@@ -229,10 +225,40 @@ fn unstorable_end(
     })
 }
 
+/// Why a turn failed.
+#[derive(Debug)]
+enum TurnFailure {
+    /// The harness failed: a provider, or the event log under it.
+    Turn(TurnError),
+    /// The session's stored history could not be read.
+    History(StoreError),
+    /// Some of the turn's events could not be written.
+    LostEvents,
+}
+
+impl TurnFailure {
+    /// The stable code of `turn.failed`.
+    fn code(&self) -> &'static str {
+        match self {
+            Self::Turn(e) => e.code(),
+            Self::History(_) => "store_unavailable",
+            Self::LostEvents => "event_log_unavailable",
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Self::Turn(e) => e.to_string(),
+            Self::History(e) => e.to_string(),
+            Self::LostEvents => "events of the turn could not be written".to_owned(),
+        }
+    }
+}
+
 /// How a turn ended.
 enum Outcome {
     Completed(Box<TurnOutput>),
-    Failed { code: String, message: String },
+    Failed(TurnFailure),
     Cancelled,
     Interrupted,
 }
@@ -241,7 +267,7 @@ impl Outcome {
     fn status(&self) -> TurnStatus {
         match self {
             Self::Completed(_) => TurnStatus::Completed,
-            Self::Failed { .. } => TurnStatus::Failed,
+            Self::Failed(_) => TurnStatus::Failed,
             Self::Cancelled => TurnStatus::Cancelled,
             Self::Interrupted => TurnStatus::Interrupted,
         }
@@ -267,7 +293,8 @@ fn build_finish(
                 result: output.result,
             }
         }
-        Outcome::Failed { code, message } => {
+        Outcome::Failed(failure) => {
+            let (code, message) = (failure.code().to_owned(), failure.message());
             error_code = Some(code.clone());
             error_message = Some(message.clone());
             TurnEvent::TurnFailed { code, message }

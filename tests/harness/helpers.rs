@@ -49,7 +49,7 @@ impl RecordingSink {
                     status,
                     reason,
                     ..
-                } => Some((tool, status, reason)),
+                } => Some((tool, status.as_str().to_owned(), reason)),
                 _ => None,
             })
             .collect()

@@ -65,7 +65,7 @@ async fn a_tool_past_its_timeout_finishes_late_and_writes_nothing() {
     assert!(!mentions_secret(&ran.sink.events()));
     let results = ran.state.tool_results();
     assert_eq!(results.len(), 1);
-    assert_eq!(results[0].status, "timed_out");
+    assert_eq!(results[0].status.as_str(), "timed_out");
     assert!(
         results
             .iter()
