@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::turn::TurnResult;
+use crate::turn::{TurnResult, WebCitation};
 
 /// How a tool call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -136,7 +136,7 @@ pub enum TurnEvent {
     #[serde(rename = "citations")]
     Citations {
         local: Vec<String>,
-        web: Vec<std::collections::BTreeMap<String, String>>,
+        web: Vec<WebCitation>,
     },
     /// The turn's decision record (`support.chat.turn`).
     #[serde(rename = "decision")]

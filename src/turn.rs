@@ -22,7 +22,7 @@ pub struct TurnResult {
     /// Local anchors cited this turn.
     pub local_citations: Vec<String>,
     /// Web sources cited this turn (`title`, `url`).
-    pub web_citations: Vec<std::collections::BTreeMap<String, String>>,
+    pub web_citations: Vec<WebCitation>,
     /// Paths of rendered web content.
     pub rendered_content_paths: Vec<String>,
     /// The context pack used.
@@ -38,4 +38,11 @@ pub struct TurnResult {
     /// Cost of the whole session so far, this turn included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_cost_usd: Option<f64>,
+}
+
+/// A web source cited by a turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WebCitation {
+    pub title: String,
+    pub url: String,
 }

@@ -14,8 +14,6 @@
 //! The messages and the decision are not written here: they are handed to
 //! the runner, which commits them in one transaction with `turn.completed`.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -159,16 +157,7 @@ pub(super) async fn finalize(
     } else {
         input.final_text.clone()
     };
-    let web: Vec<BTreeMap<String, String>> = citations
-        .web
-        .iter()
-        .map(|w| {
-            BTreeMap::from([
-                ("title".to_owned(), w.title.clone()),
-                ("url".to_owned(), w.url.clone()),
-            ])
-        })
-        .collect();
+    let web = citations.web.clone();
     if !citations.local.is_empty() || !web.is_empty() {
         sink.emit(TurnEvent::Citations {
             local: citations.local.clone(),

@@ -21,6 +21,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use super::budget::TurnBudget;
+pub use crate::turn::WebCitation;
 use crate::{events::ToolStatus, providers::Usage};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -46,13 +47,6 @@ pub struct ToolTraceEntry {
     pub trace_id: String,
     pub latency_ms: u64,
     pub retryable: bool,
-}
-
-/// A web source cited by a turn.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WebCitation {
-    pub title: String,
-    pub url: String,
 }
 
 /// Citations collected during a turn, in the order they were found, without

@@ -147,7 +147,7 @@ async fn citations_are_appended_in_the_seed_format_and_classify_the_strategy() {
         ["notes/project.md", "docs/meeting-notes.md"]
     );
     assert_eq!(
-        output.result.web_citations[0]["url"],
+        output.result.web_citations[0].url,
         "https://example.com/page"
     );
     assert_eq!(output.strategy, "web_augmented");
