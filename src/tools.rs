@@ -127,21 +127,67 @@ impl ToolOutput {
     }
 }
 
+/// What kind of failure a tool call met (shown to the model, and in
+/// `tool.finished`'s `error`, as its snake_case name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrorKind {
+    /// The arguments make no sense to the tool.
+    InvalidInput,
+    /// What the call asked for does not exist.
+    NotFound,
+    /// The tool may not do this.
+    PermissionDenied,
+    /// Something the tool needs is down (a store, a service).
+    Unavailable,
+    /// The tool failed for a reason of its own.
+    Failed,
+    /// The tool panicked (the harness caught it).
+    Panic,
+    /// The turn stopped before the tool finished.
+    Cancelled,
+    /// The model named a tool that does not exist.
+    UnknownTool,
+    /// A fault of the harness itself.
+    Internal,
+}
+
+impl ToolErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidInput => "invalid_input",
+            Self::NotFound => "not_found",
+            Self::PermissionDenied => "permission_denied",
+            Self::Unavailable => "unavailable",
+            Self::Failed => "failed",
+            Self::Panic => "panic",
+            Self::Cancelled => "cancelled",
+            Self::UnknownTool => "unknown_tool",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ToolErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A tool failure, shown to the model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct ToolError {
-    /// Stable kind (`not_found`, `invalid_input`, `unavailable`, ...).
-    pub kind: String,
+    pub kind: ToolErrorKind,
     pub message: String,
     /// False: the tool is blocked for the rest of the turn.
     pub retryable: bool,
 }
 
 impl ToolError {
-    pub fn new(kind: &str, message: impl Into<String>, retryable: bool) -> Self {
+    pub fn new(kind: ToolErrorKind, message: impl Into<String>, retryable: bool) -> Self {
         Self {
-            kind: kind.to_owned(),
+            kind,
             message: message.into(),
             retryable,
         }

@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use super::{EventSink, state::TurnRuntimeState};
 use crate::{
     events::TurnEvent,
-    tools::{Tool, ToolContext, ToolError, ToolOutput},
+    tools::{Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput},
 };
 
 /// How long a cancelled tool may still run before it is dropped.
@@ -69,7 +69,7 @@ pub async fn execute(
         let result = tokio::select! {
             biased;
             result = run => Some(result.unwrap_or_else(|_| {
-                Err(ToolError::new("panic", "the tool panicked", false))
+                Err(ToolError::new(ToolErrorKind::Panic, "the tool panicked", false))
             })),
             () = grace => None,
         };
@@ -113,7 +113,7 @@ pub async fn execute(
         Some(Err(error)) => Executed::Failed { error, latency_ms },
         None => Executed::Failed {
             error: ToolError::new(
-                "cancelled",
+                ToolErrorKind::Cancelled,
                 "the turn stopped before the tool finished",
                 false,
             ),

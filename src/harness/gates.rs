@@ -32,7 +32,7 @@ use super::{
 use crate::{
     events::{ToolStatus, TurnEvent},
     providers::{ChatMessage, ToolCall},
-    tools::{Citation, ToolContext, ToolError},
+    tools::{Citation, ToolContext, ToolError, ToolErrorKind},
 };
 
 /// Tool output longer than this goes to the artifact store (seeds:
@@ -72,7 +72,7 @@ pub enum ToolOutcome {
 }
 
 impl ToolOutcome {
-    fn failure(kind: &str, message: impl Into<String>, retryable: bool) -> Self {
+    fn failure(kind: ToolErrorKind, message: impl Into<String>, retryable: bool) -> Self {
         Self::Executed(Executed::Failed {
             error: ToolError::new(kind, message, retryable),
             latency_ms: 0,
@@ -140,7 +140,7 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
     // 2. Blocked for this turn, or not permitted here.
     let Some(tool) = harness.tools.get(&call.name).cloned() else {
         return ToolOutcome::failure(
-            "unknown_tool",
+            ToolErrorKind::UnknownTool,
             format!("there is no tool named {:?}", call.name),
             false,
         );
@@ -295,8 +295,9 @@ pub(super) async fn run_waves(
     let mut messages = Vec::with_capacity(calls.len());
     for (call, outcome) in calls.iter().zip(outcomes) {
         // A call no wave reported (cannot happen) still gets its message.
-        let outcome = outcome
-            .unwrap_or_else(|| ToolOutcome::failure("internal", "the call was not run", true));
+        let outcome = outcome.unwrap_or_else(|| {
+            ToolOutcome::failure(ToolErrorKind::Internal, "the call was not run", true)
+        });
         let content = message_content(env, call, &outcome).await;
         apply_outcome_to_state(env.state, call, &outcome, &content);
         messages.push(ChatMessage::tool(

@@ -9,7 +9,9 @@ use std::{collections::HashSet, sync::Arc};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::{Citation, EffectClass, Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use super::{
+    Citation, EffectClass, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSpec,
+};
 use crate::store::{MessageRecord, Store};
 
 /// Common words that say nothing about what to look for.
@@ -52,7 +54,7 @@ async fn search(
     let candidates = store
         .search_messages(session_id, &terms, 200)
         .await
-        .map_err(|e| ToolError::new("unavailable", e.to_string(), true))?;
+        .map_err(|e| ToolError::new(ToolErrorKind::Unavailable, e.to_string(), true))?;
     let mut scored: Vec<(usize, MessageRecord)> = candidates
         .into_iter()
         .filter(|m| exclude_turn.is_none_or(|t| m.turn_id.to_string() != t))
@@ -98,7 +100,7 @@ fn parse_query(arguments: &Value, ctx: &ToolContext) -> Result<(String, usize), 
     let query = arguments["query"]
         .as_str()
         .filter(|q| !q.trim().is_empty())
-        .ok_or_else(|| ToolError::new("invalid_input", "`query` is required", true))?;
+        .ok_or_else(|| ToolError::new(ToolErrorKind::InvalidInput, "`query` is required", true))?;
     let top_k = arguments["top_k"]
         .as_u64()
         .unwrap_or(u64::from(ctx.top_k))

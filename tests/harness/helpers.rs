@@ -16,8 +16,8 @@ use agent_harness::{
     },
     providers::scripted::{Scripted, ScriptedProvider},
     tools::{
-        EffectClass, PermissionMode, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry,
-        ToolSpec,
+        EffectClass, PermissionMode, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput,
+        ToolRegistry, ToolSpec,
     },
 };
 use async_trait::async_trait;
@@ -157,7 +157,11 @@ impl Fixed {
                 json!({"type": "object"}),
                 EffectClass::ReadOnly,
             ),
-            answer: Err(ToolError::new("broken", "the tool broke", retryable)),
+            answer: Err(ToolError::new(
+                ToolErrorKind::Failed,
+                "the tool broke",
+                retryable,
+            )),
             panics: false,
         })
     }

@@ -12,7 +12,7 @@ use agent_harness::{
     config::Settings,
     startup::{Application, build_provider},
     store,
-    tools::{EffectClass, Tool, ToolContext, ToolError, ToolOutput, ToolSpec},
+    tools::{EffectClass, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSpec},
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -172,7 +172,7 @@ impl Tool for BenchSleep {
         let ms = arguments["ms"].as_u64().unwrap_or(100);
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(ToolOutput::text("slept")),
-            () = ctx.cancel.cancelled() => Err(ToolError::new("cancelled", "cancelled", true)),
+            () = ctx.cancel.cancelled() => Err(ToolError::new(ToolErrorKind::Cancelled, "cancelled", true)),
         }
     }
 }
