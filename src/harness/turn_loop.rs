@@ -105,27 +105,7 @@ pub(super) async fn run(
     };
 
     // Stage 4b: the tools offered this turn.
-    let offered: Vec<Arc<ToolDefinition>> = {
-        let allowed: Vec<_> = harness
-            .tools
-            .offered()
-            .into_iter()
-            .filter(|t| harness.is_tool_allowed(&t.spec().name, &request))
-            .collect();
-        let chosen = if harness.options.enable_semantic_selection {
-            selector::select(
-                allowed,
-                &request.user_message,
-                harness.options.max_tools_per_turn,
-            )
-        } else {
-            allowed
-        };
-        chosen
-            .iter()
-            .filter_map(|t| harness.tools.definition(&t.spec().name))
-            .collect()
-    };
+    let offered = offered_tools(harness, &request);
     let replay = ReplayControl::default();
 
     let cost = |usage: &Usage| {
@@ -324,6 +304,31 @@ impl Drop for CloseWrites {
     fn drop(&mut self) {
         self.0.close_writes();
     }
+}
+
+/// Stage 4b: the definitions of the tools offered this turn: those the
+/// registry's mode and the request allow, trimmed to the most related when
+/// semantic selection is on.
+fn offered_tools(harness: &AgentHarness, request: &TurnRequest) -> Vec<Arc<ToolDefinition>> {
+    let allowed: Vec<_> = harness
+        .tools
+        .offered()
+        .into_iter()
+        .filter(|t| harness.is_tool_allowed(&t.spec().name, request))
+        .collect();
+    let chosen = if harness.options.enable_semantic_selection {
+        selector::select(
+            allowed,
+            &request.user_message,
+            harness.options.max_tools_per_turn,
+        )
+    } else {
+        allowed
+    };
+    chosen
+        .iter()
+        .filter_map(|t| harness.tools.definition(&t.spec().name))
+        .collect()
 }
 
 /// Stage 1a: episodic memory; an empty bundle when absent or failing.
