@@ -134,213 +134,58 @@ pub struct StepFailure {
     pub error: String,
 }
 
+/// The failures of the finalizer's steps, in order; the turn goes on.
+#[derive(Default)]
+struct Failures(Vec<StepFailure>);
+
+impl Failures {
+    fn record(&mut self, step: &'static str, result: Result<(), HookError>) {
+        if let Err(e) = result {
+            tracing::warn!(step, error = %e, "finalizer step failed; the turn goes on");
+            self.0.push(StepFailure {
+                step,
+                error: e.to_string(),
+            });
+        }
+    }
+}
+
 pub(super) async fn finalize(
     harness: &AgentHarness,
     input: FinalizeInput,
     sink: &dyn EventSink,
 ) -> Result<TurnOutput, super::SinkError> {
-    let mut failures: Vec<StepFailure> = Vec::new();
-    let mut record = |step: &'static str, result: Result<(), HookError>| {
-        if let Err(e) = result {
-            tracing::warn!(step, error = %e, "finalizer step failed; the turn goes on");
-            failures.push(StepFailure {
-                step,
-                error: e.to_string(),
-            });
-        }
-    };
-
-    // 1. Citations.
-    let citations = &input.citations;
-    let text = if input.show_citations {
-        append_citations(&input.final_text, &citations.local, &citations.web)
-    } else {
-        input.final_text.clone()
-    };
-    let web = citations.web.clone();
-    if !citations.local.is_empty() || !web.is_empty() {
-        sink.emit(TurnEvent::Citations {
-            local: citations.local.clone(),
-            web: web.clone(),
-        })
-        .await?;
-    }
-
-    // 2. Usage, only when something was counted.
-    let usage = input.usage;
-    if usage.input_tokens > 0 || usage.output_tokens > 0 {
-        record(
-            "usage_callback",
-            isolate(async {
-                harness
-                    .callbacks
-                    .on_usage(usage.input_tokens, usage.output_tokens)
-                    .await;
-                Ok(())
-            })
-            .await,
-        );
-        sink.emit(TurnEvent::Usage {
-            step: None,
-            input_tokens: usage.input_tokens,
-            output_tokens: usage.output_tokens,
-            cache_read_tokens: usage.cache_read_tokens,
-            cache_creation_tokens: usage.cache_creation_tokens,
-            cost_usd: input.cost_usd,
-        })
-        .await?;
-    }
-
-    // 3. The assistant message (committed with the turn's end).
+    let mut failures = Failures::default();
+    let text = cite(&input, sink).await?;
+    report_usage(harness, &input, sink, &mut failures).await?;
     let assistant_message_id = Uuid::now_v7();
-    let messages = vec![
-        NewMessage {
-            id: Uuid::now_v7(),
-            role: "user".into(),
-            content: input.user_message.clone(),
+    let messages = history_messages(&input, &text, assistant_message_id);
+    extract_memory(harness, &input, &text, &mut failures).await;
+    observe_for_learner(harness, &input, &text, assistant_message_id, &mut failures).await;
+    let judges_scheduled = schedule_judges(harness, &input, &text, &mut failures).await;
+    let strategy = classify_strategy(&tools_used(&input.tool_results));
+    let decision = record_decision(
+        harness,
+        &input,
+        DecisionFacts {
+            assistant_message_id,
+            strategy,
+            judges_scheduled,
+            failures: &failures.0,
         },
-        NewMessage {
-            id: assistant_message_id,
-            role: "assistant".into(),
-            content: text.clone(),
-        },
-    ];
+        sink,
+    )
+    .await?;
+    end_turn(harness, &input.session_id).await;
 
-    // 4. Memory extraction.
-    if let Some(extractor) = &harness.memory_extractor {
-        record(
-            "memory_extraction",
-            isolate(extractor.extract_turn(
-                &input.session_id,
-                &input.user_message,
-                &text,
-                &input.tool_results,
-                &input.session_id,
-            ))
-            .await,
-        );
-    }
-
-    // 5. Research learner.
-    if let Some(learner) = &harness.research_learner {
-        let source = format!("chat_message:{assistant_message_id}");
-        record(
-            "research_learner",
-            isolate(learner.observe_turn(&input.session_id, &input.user_message, &text, &source))
-                .await,
-        );
-    }
-
-    // 6. Judges.
-    let mut judges_scheduled = 0usize;
-    if let (Some(judges), Some(prompt_id)) = (&harness.judges, harness.options.prompt_id.as_deref())
-        && !judges.judges_for(prompt_id).is_empty()
-    {
-        let facts = input.context_pack["relevant_facts"]
-            .as_array()
-            .map(|facts| {
-                facts
-                    .iter()
-                    .map(|f| {
-                        f["text"]
-                            .as_str()
-                            .map_or_else(|| f.to_string(), str::to_owned)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let request = JudgeRequest {
-            prompt_id: prompt_id.to_owned(),
-            prompt_version: harness.options.prompt_version.clone().unwrap_or_default(),
-            session_id: input.session_id.clone(),
-            turn_id: input.turn_id.to_string(),
-            user_message: input.user_message.clone(),
-            response: text.clone(),
-            facts,
-            messages_text: messages_to_text(&input.prompt_messages),
-        };
-        match isolate(judges.schedule(request)).await {
-            Ok(n) => judges_scheduled = n,
-            Err(e) => record("judge_scheduling", Err(e)),
-        }
-    }
-
-    // 7. Decision record.
-    let tools_used: Vec<String> = {
-        let mut used: Vec<String> = Vec::new();
-        for result in input
-            .tool_results
-            .iter()
-            .filter(|r| r.status == crate::events::ToolStatus::Completed)
-        {
-            if !used.contains(&result.tool) {
-                used.push(result.tool.clone());
-            }
-        }
-        used
-    };
-    let strategy = classify_strategy(&tools_used);
-    let decision_record = json!({
-        "decision_key": DECISION_KEY,
-        "session_id": input.session_id,
-        "turn_id": input.turn_id,
-        "turn_number": input.turn_number,
-        "assistant_message_id": assistant_message_id,
-        "strategy": strategy,
-        "tools_used": tools_used,
-        "tool_calls": input.tool_results.len(),
-        "context_hash": input.context_hash,
-        "prompt_id": harness.options.prompt_id,
-        "prompt_version": harness.options.prompt_version,
-        "prompt_render_hash": input.prompt_render_hash,
-        "prompt_tags": harness.options.prompt_tags,
-        "prompt_engine": harness.options.prompt_engine,
-        "prompt_variables": harness.options.prompt_variables,
-        "run_context_metadata": harness.options.run_context_metadata,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cost_usd": input.cost_usd,
-        "elapsed_ms": input.elapsed_ms,
-        "timed_out": input.timed_out,
-        "context_was_compacted": input.context_was_compacted,
-        "judges_scheduled": judges_scheduled,
-        "user_message": if harness.options.redact_logs {
-            redact(&preview(&input.user_message, 200))
-        } else {
-            preview(&input.user_message, 200)
-        },
-        "finalizer_failures": failures,
-    });
-    let decision = if harness.options.record_decisions {
-        sink.emit(TurnEvent::Decision {
-            decision_key: DECISION_KEY.to_owned(),
-            strategy: strategy.to_owned(),
-            record: decision_record.clone(),
-        })
-        .await?;
-        Some(NewDecision {
-            id: Uuid::now_v7(),
-            decision_key: DECISION_KEY.to_owned(),
-            strategy: strategy.to_owned(),
-            record: decision_record.to_string(),
-        })
-    } else {
-        None
-    };
-
-    // 8. Turn end.
-    let _ = isolate(async {
-        harness.callbacks.on_turn_end(&input.session_id).await;
-        Ok(())
-    })
-    .await;
-
+    let usage = input.usage;
+    let citations = input.citations;
     Ok(TurnOutput {
         result: TurnResult {
             text,
-            local_citations: citations.local.clone(),
-            web_citations: web,
-            rendered_content_paths: citations.rendered_paths.clone(),
+            local_citations: citations.local,
+            web_citations: citations.web,
+            rendered_content_paths: citations.rendered_paths,
             context_pack_json: Some(input.context_pack),
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
@@ -356,8 +201,256 @@ pub(super) async fn finalize(
         messages,
         decision,
         strategy: strategy.to_owned(),
-        step_failures: failures,
+        step_failures: failures.0,
     })
+}
+
+/// Step 1: the answer's text, with the citation lists when asked for; the
+/// `citations` event when there are any.
+async fn cite(input: &FinalizeInput, sink: &dyn EventSink) -> Result<String, super::SinkError> {
+    let citations = &input.citations;
+    let text = if input.show_citations {
+        append_citations(&input.final_text, &citations.local, &citations.web)
+    } else {
+        input.final_text.clone()
+    };
+    if !citations.local.is_empty() || !citations.web.is_empty() {
+        sink.emit(TurnEvent::Citations {
+            local: citations.local.clone(),
+            web: citations.web.clone(),
+        })
+        .await?;
+    }
+    Ok(text)
+}
+
+/// Step 2: the usage callback and the turn's total `usage` event, only when
+/// something was counted.
+async fn report_usage(
+    harness: &AgentHarness,
+    input: &FinalizeInput,
+    sink: &dyn EventSink,
+    failures: &mut Failures,
+) -> Result<(), super::SinkError> {
+    let usage = input.usage;
+    if usage.input_tokens == 0 && usage.output_tokens == 0 {
+        return Ok(());
+    }
+    failures.record(
+        "usage_callback",
+        isolate(async {
+            harness
+                .callbacks
+                .on_usage(usage.input_tokens, usage.output_tokens)
+                .await;
+            Ok(())
+        })
+        .await,
+    );
+    sink.emit(TurnEvent::Usage {
+        step: None,
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        cache_read_tokens: usage.cache_read_tokens,
+        cache_creation_tokens: usage.cache_creation_tokens,
+        cost_usd: input.cost_usd,
+    })
+    .await
+}
+
+/// Step 3: the user message and the answer for the history (committed with the
+/// turn's end), the answer under the id the turn refers to it by.
+fn history_messages(
+    input: &FinalizeInput,
+    text: &str,
+    assistant_message_id: Uuid,
+) -> Vec<NewMessage> {
+    vec![
+        NewMessage {
+            id: Uuid::now_v7(),
+            role: "user".into(),
+            content: input.user_message.clone(),
+        },
+        NewMessage {
+            id: assistant_message_id,
+            role: "assistant".into(),
+            content: text.to_owned(),
+        },
+    ]
+}
+
+/// Step 4: memory extraction, when an extractor is configured.
+async fn extract_memory(
+    harness: &AgentHarness,
+    input: &FinalizeInput,
+    text: &str,
+    failures: &mut Failures,
+) {
+    if let Some(extractor) = &harness.memory_extractor {
+        failures.record(
+            "memory_extraction",
+            isolate(extractor.extract_turn(
+                &input.session_id,
+                &input.user_message,
+                text,
+                &input.tool_results,
+                &input.session_id,
+            ))
+            .await,
+        );
+    }
+}
+
+/// Step 5: the research learner's observation, its source the stored answer.
+async fn observe_for_learner(
+    harness: &AgentHarness,
+    input: &FinalizeInput,
+    text: &str,
+    assistant_message_id: Uuid,
+    failures: &mut Failures,
+) {
+    if let Some(learner) = &harness.research_learner {
+        let source = format!("chat_message:{assistant_message_id}");
+        failures.record(
+            "research_learner",
+            isolate(learner.observe_turn(&input.session_id, &input.user_message, text, &source))
+                .await,
+        );
+    }
+}
+
+/// Step 6: the judges of the prompt, when it has any; how many were scheduled.
+async fn schedule_judges(
+    harness: &AgentHarness,
+    input: &FinalizeInput,
+    text: &str,
+    failures: &mut Failures,
+) -> usize {
+    let (Some(judges), Some(prompt_id)) = (&harness.judges, harness.options.prompt_id.as_deref())
+    else {
+        return 0;
+    };
+    if judges.judges_for(prompt_id).is_empty() {
+        return 0;
+    }
+    let facts = input.context_pack["relevant_facts"]
+        .as_array()
+        .map(|facts| {
+            facts
+                .iter()
+                .map(|f| {
+                    f["text"]
+                        .as_str()
+                        .map_or_else(|| f.to_string(), str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let request = JudgeRequest {
+        prompt_id: prompt_id.to_owned(),
+        prompt_version: harness.options.prompt_version.clone().unwrap_or_default(),
+        session_id: input.session_id.clone(),
+        turn_id: input.turn_id.to_string(),
+        user_message: input.user_message.clone(),
+        response: text.to_owned(),
+        facts,
+        messages_text: messages_to_text(&input.prompt_messages),
+    };
+    match isolate(judges.schedule(request)).await {
+        Ok(n) => n,
+        Err(e) => {
+            failures.record("judge_scheduling", Err(e));
+            0
+        }
+    }
+}
+
+/// The tools that completed at least once, in order of first use.
+fn tools_used(results: &[ToolResultRecord]) -> Vec<String> {
+    let mut used: Vec<String> = Vec::new();
+    for result in results
+        .iter()
+        .filter(|r| r.status == crate::events::ToolStatus::Completed)
+    {
+        if !used.contains(&result.tool) {
+            used.push(result.tool.clone());
+        }
+    }
+    used
+}
+
+/// What the decision record takes from the earlier steps.
+struct DecisionFacts<'a> {
+    assistant_message_id: Uuid,
+    strategy: &'static str,
+    judges_scheduled: usize,
+    failures: &'a [StepFailure],
+}
+
+/// Step 7: the `support.chat.turn` decision record and its event, unless
+/// decisions are off.
+async fn record_decision(
+    harness: &AgentHarness,
+    input: &FinalizeInput,
+    facts: DecisionFacts<'_>,
+    sink: &dyn EventSink,
+) -> Result<Option<NewDecision>, super::SinkError> {
+    if !harness.options.record_decisions {
+        return Ok(None);
+    }
+    let usage = input.usage;
+    let record = json!({
+        "decision_key": DECISION_KEY,
+        "session_id": input.session_id,
+        "turn_id": input.turn_id,
+        "turn_number": input.turn_number,
+        "assistant_message_id": facts.assistant_message_id,
+        "strategy": facts.strategy,
+        "tools_used": tools_used(&input.tool_results),
+        "tool_calls": input.tool_results.len(),
+        "context_hash": input.context_hash,
+        "prompt_id": harness.options.prompt_id,
+        "prompt_version": harness.options.prompt_version,
+        "prompt_render_hash": input.prompt_render_hash,
+        "prompt_tags": harness.options.prompt_tags,
+        "prompt_engine": harness.options.prompt_engine,
+        "prompt_variables": harness.options.prompt_variables,
+        "run_context_metadata": harness.options.run_context_metadata,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost_usd": input.cost_usd,
+        "elapsed_ms": input.elapsed_ms,
+        "timed_out": input.timed_out,
+        "context_was_compacted": input.context_was_compacted,
+        "judges_scheduled": facts.judges_scheduled,
+        "user_message": if harness.options.redact_logs {
+            redact(&preview(&input.user_message, 200))
+        } else {
+            preview(&input.user_message, 200)
+        },
+        "finalizer_failures": facts.failures,
+    });
+    sink.emit(TurnEvent::Decision {
+        decision_key: DECISION_KEY.to_owned(),
+        strategy: facts.strategy.to_owned(),
+        record: record.clone(),
+    })
+    .await?;
+    Ok(Some(NewDecision {
+        id: Uuid::now_v7(),
+        decision_key: DECISION_KEY.to_owned(),
+        strategy: facts.strategy.to_owned(),
+        record: record.to_string(),
+    }))
+}
+
+/// Step 8: the turn-end callback; its failure changes nothing.
+async fn end_turn(harness: &AgentHarness, session_id: &str) {
+    let _ = isolate(async {
+        harness.callbacks.on_turn_end(session_id).await;
+        Ok(())
+    })
+    .await;
 }
 
 #[cfg(test)]
