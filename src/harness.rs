@@ -7,6 +7,8 @@
 //! | seed | here |
 //! |---|---|
 //! | `AgentHarness` | [`AgentHarness`], built by [`AgentHarnessBuilder`], immutable |
+//! | `run_turn` stages 0-6 | `turn_loop.rs` (stages, the tool offer) |
+//! | `_execute_turn_loop_v2` (4a-4i) | `step.rs`: one step (gate, provider call, waves, reflection, compaction) |
 //! | `TurnBudget` | [`budget::TurnBudget`] |
 //! | `TurnRuntimeState` | [`state::TurnRuntimeState`] |
 //! | `TurnPreparer` | [`prepare::TurnPreparer`] |
@@ -30,6 +32,7 @@ pub mod replay;
 pub mod scheduler;
 pub mod selector;
 pub mod state;
+mod step;
 pub mod thinking;
 mod turn_loop;
 pub mod validation;

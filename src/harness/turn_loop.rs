@@ -2,34 +2,23 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use super::{
-    AgentHarness, EventSink, MAX_STEPS_TEXT, SinkError, TIMEOUT_TEXT, TurnError, TurnOutput,
-    TurnRequest,
-    compaction::{self, ContextLevel},
+    AgentHarness, EventSink, TurnError, TurnOutput, TurnRequest,
     executor::{self, Executed},
     finalizer::{self, FinalizeInput},
-    gates::{self, CallEnv},
+    gates,
     hooks::{MemoryContext, isolate},
     prepare::{PrepareInput, TurnPreparer},
     replay::ReplayControl,
-    scheduler, selector,
+    selector,
     state::TurnRuntimeState,
-    thinking::{self, SideCall},
+    step::{Conversation, Turn},
 };
-use crate::{
-    events::TurnEvent,
-    providers::{
-        ChatMessage, ChatRequest, ProviderError, ProviderEvent, ThinkingBlock, ToolCall,
-        ToolDefinition, Usage,
-    },
-    tools::ToolContext,
-};
+use crate::{events::TurnEvent, providers::ToolDefinition, tools::ToolContext};
 
 pub(super) async fn run(
     harness: &AgentHarness,
@@ -93,179 +82,32 @@ pub(super) async fn run(
         .await?;
     }
     let prompt_messages = prep.messages.clone();
-    let mut messages = prep.messages.clone();
+    let messages = prep.messages.clone();
     // The turn's user message is the last of the prepared prompt; compaction
     // keeps it wherever it moves.
-    let mut question_at = messages.len().saturating_sub(1);
+    let question_at = messages.len().saturating_sub(1);
     let model = prep.resolved_model.clone();
-    // Reflection and compaction ask the turn's model on the turn's provider.
-    let side_call = SideCall {
+
+    // Stage 4: the bounded loop, a step at a time.
+    let turn = Turn {
+        harness,
+        request: &request,
+        state: &state,
+        sink: &sink,
+        turn_cancel: &turn_cancel,
+        // Stage 4b: the tools offered this turn.
+        offered: offered_tools(harness, &request),
+        replay: ReplayControl::default(),
+        provider_name: &prep.resolved_provider,
         model: &model,
-        provider: request.runtime_provider.as_deref(),
     };
-
-    // Stage 4b: the tools offered this turn.
-    let offered = offered_tools(harness, &request);
-    let replay = ReplayControl::default();
-
-    let cost = |usage: &Usage| {
-        harness
-            .cost_tracker
-            .as_ref()
-            .and_then(|c| c.record(&request.session_id, &prep.resolved_provider, &model, usage))
+    let mut conversation = Conversation {
+        messages,
+        question_at,
     };
-
-    // Stage 4: the bounded loop.
     let final_text = loop {
-        // 4a: step gate and deadline.
-        if state.budget.is_expired() {
-            state.set_timed_out();
-            break TIMEOUT_TEXT.to_owned();
-        }
-        if !state.budget.claim_step() {
-            break MAX_STEPS_TEXT.to_owned();
-        }
-        let step = state.budget.steps_used();
-
-        // 4c: generation, streamed.
-        let call = ChatRequest {
-            tools: offered.clone(),
-            think_level: harness.options.think_level,
-            provider: request.runtime_provider.clone(),
-            ..ChatRequest::new(&model, messages.clone(), state.budget.remaining())
-        };
-        let span = tracing::info_span!(
-            "gen_ai.chat",
-            otel.name = format!("chat {model}"),
-            gen_ai.operation.name = "chat",
-            gen_ai.provider.name = %prep.resolved_provider,
-            gen_ai.request.model = %model,
-            gen_ai.usage.input_tokens = tracing::field::Empty,
-            gen_ai.usage.output_tokens = tracing::field::Empty,
-            gen_ai.response.finish_reasons = tracing::field::Empty,
-            gen_ai.input.messages = tracing::field::Empty,
-            gen_ai.output.messages = tracing::field::Empty,
-            turn.step = step,
-        );
-        // Prompt and answer text reach telemetry only when asked for.
-        if harness.options.capture_content {
-            let input = serde_json::to_string(&call.messages).unwrap_or_default();
-            span.record("gen_ai.input.messages", input.as_str());
-        }
-        let output = match generate(harness, call, step, sink.as_ref(), &cost)
-            .instrument(span.clone())
-            .await
-        {
-            Ok(output) => output,
-            Err(TurnError::Provider(ProviderError::Timeout(_))) if state.budget.is_expired() => {
-                state.set_timed_out();
-                break TIMEOUT_TEXT.to_owned();
-            }
-            Err(e) => return Err(e),
-        };
-        if harness.options.capture_content {
-            span.record("gen_ai.output.messages", output.text.as_str());
-        }
-        span.record("gen_ai.usage.input_tokens", output.usage.input_tokens);
-        span.record("gen_ai.usage.output_tokens", output.usage.output_tokens);
-        state.add_tokens(&output.usage);
-        state.add_cost(output.cost_usd);
-
-        // 4d: terminal check.
-        if output.tool_calls.is_empty() {
-            break output.text;
-        }
-
-        // 4e-4g: waves of tool calls through the gates.
-        // The step's reasoning travels back with its calls: Anthropic
-        // refuses a tool result whose call lost its signed thinking block.
-        messages.push(ChatMessage {
-            thinking: output.thinking,
-            ..ChatMessage::assistant(output.text, output.tool_calls.clone())
-        });
-        let waves = scheduler::schedule(
-            &output.tool_calls,
-            &harness.tools,
-            harness.options.parallel_enabled,
-        );
-        let env = CallEnv {
-            harness,
-            request: &request,
-            state: &state,
-            replay: &replay,
-            sink: &sink,
-            turn_cancel: &turn_cancel,
-            step,
-        };
-        let (tool_messages, any_error) = gates::run_waves(&env, &output.tool_calls, &waves).await?;
-        messages.extend(tool_messages);
-
-        // 4h: reflection.
-        if harness
-            .thinking
-            .should_reflect(request.turn_number, any_error)
-        {
-            let reflection = thinking::reflect(
-                harness.provider.as_ref(),
-                side_call,
-                &messages,
-                &state.tool_results(),
-                &state.budget,
-            )
-            .await;
-            account(&state, sink.as_ref(), step, &reflection.usage, &cost).await?;
-            sink.emit(TurnEvent::Reflection {
-                step,
-                text: reflection.text.clone(),
-                stub: reflection.stub,
-                reason: reflection.reason.clone(),
-            })
-            .await?;
-            if !reflection.stub {
-                messages.push(ChatMessage::system(format!(
-                    "Reflection: {}",
-                    reflection.text
-                )));
-            }
-        }
-
-        // 4i: compaction at the critical level.
-        if harness.options.auto_compact
-            && let Some(tracker) = &harness.context_tracker
-        {
-            let tokens = compaction::estimate_tokens(&messages);
-            match tracker.level(tokens) {
-                ContextLevel::Critical => {
-                    if let Some(done) = compaction::compact(
-                        harness.provider.as_ref(),
-                        side_call,
-                        &mut messages,
-                        question_at,
-                        &state.budget,
-                    )
-                    .await
-                    {
-                        question_at = done.question_at;
-                        account(&state, sink.as_ref(), step, &done.usage, &cost).await?;
-                        state.set_context_compacted();
-                        sink.emit(TurnEvent::ContextCompacted {
-                            step,
-                            removed_messages: done.removed_messages,
-                            tokens_before: done.tokens_before,
-                            tokens_after: done.tokens_after,
-                        })
-                        .await?;
-                    }
-                }
-                ContextLevel::Warning => {
-                    tracing::info!(
-                        tokens,
-                        window = tracker.window_tokens,
-                        "context window filling up"
-                    );
-                }
-                ContextLevel::Ok => {}
-            }
+        if let Some(text) = turn.step(&mut conversation).await? {
+            break text;
         }
     };
     state.set_final_text(final_text.clone());
@@ -420,108 +262,6 @@ pub(super) fn merge_preferences(pack: &mut Value, preferences: &[String]) {
         }
     }
     map.insert("preferences".to_owned(), Value::Array(merged));
-}
-
-/// What one provider call produced.
-struct StepOutput {
-    cost_usd: Option<f64>,
-    text: String,
-    tool_calls: Vec<ToolCall>,
-    thinking: Vec<ThinkingBlock>,
-    usage: Usage,
-}
-
-/// 4c: one provider call, streamed: text deltas become `message.delta`
-/// events as they arrive; usage becomes one `usage` event.
-async fn generate(
-    harness: &AgentHarness,
-    call: ChatRequest,
-    step: u32,
-    sink: &dyn EventSink,
-    cost: &(dyn Fn(&Usage) -> Option<f64> + Sync),
-) -> Result<StepOutput, TurnError> {
-    let mut stream = harness.provider.stream(call).await?;
-    let mut output = StepOutput {
-        cost_usd: None,
-        text: String::new(),
-        tool_calls: Vec::new(),
-        thinking: Vec::new(),
-        usage: Usage::default(),
-    };
-    let mut streamed = false;
-    while let Some(event) = stream.next().await {
-        match event? {
-            ProviderEvent::Restart { reason } => {
-                // Usage of the failed attempt stays counted: it was billed.
-                output.text.clear();
-                output.tool_calls.clear();
-                output.thinking.clear();
-                if streamed {
-                    sink.emit(TurnEvent::MessageRetracted { step, reason })
-                        .await?;
-                    streamed = false;
-                }
-            }
-            ProviderEvent::Thinking(block) => output.thinking.push(block),
-            ProviderEvent::TextDelta(text) => {
-                output.text.push_str(&text);
-                // Without streaming the text arrives once, in the result.
-                if harness.options.stream {
-                    harness.callbacks.on_stream_chunk(&text).await;
-                    sink.emit(TurnEvent::MessageDelta { step, text }).await?;
-                    streamed = true;
-                }
-            }
-            ProviderEvent::ToolCall(call) => output.tool_calls.push(call),
-            ProviderEvent::Usage(usage) => output.usage.add(&usage),
-            ProviderEvent::Finished(reason) => {
-                tracing::Span::current()
-                    .record("gen_ai.response.finish_reasons", format!("{reason:?}"));
-                break;
-            }
-        }
-    }
-    if !output.usage.is_zero() {
-        output.cost_usd = cost(&output.usage);
-        emit_usage(sink, step, &output.usage, output.cost_usd).await?;
-    }
-    Ok(output)
-}
-
-/// The `usage` event of one provider call.
-async fn emit_usage(
-    sink: &dyn EventSink,
-    step: u32,
-    usage: &Usage,
-    cost_usd: Option<f64>,
-) -> Result<(), SinkError> {
-    sink.emit(TurnEvent::Usage {
-        step: Some(step),
-        input_tokens: usage.input_tokens,
-        output_tokens: usage.output_tokens,
-        cache_read_tokens: usage.cache_read_tokens,
-        cache_creation_tokens: usage.cache_creation_tokens,
-        cost_usd,
-    })
-    .await
-}
-
-/// Counts a reflection's or a compaction's provider call in the turn's
-/// usage and cost, with its own `usage` event (like every provider call).
-async fn account(
-    state: &TurnRuntimeState,
-    sink: &dyn EventSink,
-    step: u32,
-    usage: &Usage,
-    cost: &(dyn Fn(&Usage) -> Option<f64> + Sync),
-) -> Result<(), SinkError> {
-    if usage.is_zero() {
-        return Ok(());
-    }
-    let cost_usd = cost(usage);
-    state.add_tokens(usage);
-    state.add_cost(cost_usd);
-    emit_usage(sink, step, usage, cost_usd).await
 }
 
 #[cfg(test)]

@@ -1,0 +1,378 @@
+//! One step of a turn's loop (seeds 4a-4i): the step gate, the provider
+//! call streamed as `message.delta` events, and when the model asks for
+//! tools, their waves, a reflection and a compaction.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{
+    AgentHarness, EventSink, MAX_STEPS_TEXT, SinkError, TIMEOUT_TEXT, TurnError, TurnRequest,
+    compaction::{self, ContextLevel},
+    gates::{self, CallEnv},
+    replay::ReplayControl,
+    scheduler,
+    state::TurnRuntimeState,
+    thinking::{self, SideCall},
+};
+use crate::{
+    events::TurnEvent,
+    providers::{
+        ChatMessage, ChatRequest, ProviderError, ProviderEvent, ThinkingBlock, ToolCall,
+        ToolDefinition, Usage,
+    },
+};
+
+/// What every step of one turn shares.
+pub(super) struct Turn<'a> {
+    pub harness: &'a AgentHarness,
+    pub request: &'a TurnRequest,
+    pub state: &'a Arc<TurnRuntimeState>,
+    pub sink: &'a Arc<dyn EventSink>,
+    pub turn_cancel: &'a CancellationToken,
+    pub offered: Vec<Arc<ToolDefinition>>,
+    pub replay: ReplayControl,
+    pub provider_name: &'a str,
+    pub model: &'a str,
+}
+
+/// The prompt as it grows over the steps, and where the user's question is.
+pub(super) struct Conversation {
+    pub messages: Vec<ChatMessage>,
+    pub question_at: usize,
+}
+
+impl Turn<'_> {
+    /// The cost of a provider call, when its model is priced.
+    fn cost(&self, usage: &Usage) -> Option<f64> {
+        self.harness.cost_tracker.as_ref().and_then(|c| {
+            c.record(
+                &self.request.session_id,
+                self.provider_name,
+                self.model,
+                usage,
+            )
+        })
+    }
+
+    /// Reflection and compaction ask the turn's model on the turn's provider.
+    fn side_call(&self) -> SideCall<'_> {
+        SideCall {
+            model: self.model,
+            provider: self.request.runtime_provider.as_deref(),
+        }
+    }
+
+    /// One step (4a-4i): the step gate, a provider call, and, when it asks
+    /// for tools, their waves, a reflection and a compaction. `Some`: the
+    /// turn's final text (an answer, or the timeout or step-limit text).
+    pub(super) async fn step(
+        &self,
+        conversation: &mut Conversation,
+    ) -> Result<Option<String>, TurnError> {
+        let (harness, state) = (self.harness, self.state);
+        // 4a: step gate and deadline.
+        if state.budget.is_expired() {
+            state.set_timed_out();
+            return Ok(Some(TIMEOUT_TEXT.to_owned()));
+        }
+        if !state.budget.claim_step() {
+            return Ok(Some(MAX_STEPS_TEXT.to_owned()));
+        }
+        let step = state.budget.steps_used();
+
+        // 4c: generation, streamed.
+        let Some(output) = self.call_model(step, &conversation.messages).await? else {
+            state.set_timed_out();
+            return Ok(Some(TIMEOUT_TEXT.to_owned()));
+        };
+        state.add_tokens(&output.usage);
+        state.add_cost(output.cost_usd);
+
+        // 4d: terminal check.
+        if output.tool_calls.is_empty() {
+            return Ok(Some(output.text));
+        }
+
+        // 4e-4g: waves of tool calls through the gates.
+        // The step's reasoning travels back with its calls: Anthropic
+        // refuses a tool result whose call lost its signed thinking block.
+        conversation.messages.push(ChatMessage {
+            thinking: output.thinking,
+            ..ChatMessage::assistant(output.text, output.tool_calls.clone())
+        });
+        let waves = scheduler::schedule(
+            &output.tool_calls,
+            &harness.tools,
+            harness.options.parallel_enabled,
+        );
+        let env = CallEnv {
+            harness,
+            request: self.request,
+            state,
+            replay: &self.replay,
+            sink: self.sink,
+            turn_cancel: self.turn_cancel,
+            step,
+        };
+        let (tool_messages, any_error) = gates::run_waves(&env, &output.tool_calls, &waves).await?;
+        conversation.messages.extend(tool_messages);
+
+        // 4h: reflection.
+        if harness
+            .thinking
+            .should_reflect(self.request.turn_number, any_error)
+        {
+            self.reflect(step, &mut conversation.messages).await?;
+        }
+        // 4i: compaction at the critical level.
+        self.compact_if_critical(step, conversation).await?;
+        Ok(None)
+    }
+
+    /// 4c: the provider call of `step`, in its span; `None` when the turn's
+    /// deadline ran out during it.
+    async fn call_model(
+        &self,
+        step: u32,
+        messages: &[ChatMessage],
+    ) -> Result<Option<StepOutput>, TurnError> {
+        let harness = self.harness;
+        let model = self.model;
+        let call = ChatRequest {
+            tools: self.offered.clone(),
+            think_level: harness.options.think_level,
+            provider: self.request.runtime_provider.clone(),
+            ..ChatRequest::new(model, messages.to_vec(), self.state.budget.remaining())
+        };
+        let span = tracing::info_span!(
+            "gen_ai.chat",
+            otel.name = format!("chat {model}"),
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = %self.provider_name,
+            gen_ai.request.model = %model,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            gen_ai.input.messages = tracing::field::Empty,
+            gen_ai.output.messages = tracing::field::Empty,
+            turn.step = step,
+        );
+        // Prompt and answer text reach telemetry only when asked for.
+        if harness.options.capture_content {
+            let input = serde_json::to_string(&call.messages).unwrap_or_default();
+            span.record("gen_ai.input.messages", input.as_str());
+        }
+        let cost = |usage: &Usage| self.cost(usage);
+        let output = match generate(harness, call, step, self.sink.as_ref(), &cost)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(output) => output,
+            Err(TurnError::Provider(ProviderError::Timeout(_)))
+                if self.state.budget.is_expired() =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if harness.options.capture_content {
+            span.record("gen_ai.output.messages", output.text.as_str());
+        }
+        span.record("gen_ai.usage.input_tokens", output.usage.input_tokens);
+        span.record("gen_ai.usage.output_tokens", output.usage.output_tokens);
+        Ok(Some(output))
+    }
+
+    /// 4h: a reflection on the tool results; the model sees it unless it is
+    /// a stub.
+    async fn reflect(&self, step: u32, messages: &mut Vec<ChatMessage>) -> Result<(), TurnError> {
+        let reflection = thinking::reflect(
+            self.harness.provider.as_ref(),
+            self.side_call(),
+            messages,
+            &self.state.tool_results(),
+            &self.state.budget,
+        )
+        .await;
+        let cost = |usage: &Usage| self.cost(usage);
+        account(
+            self.state,
+            self.sink.as_ref(),
+            step,
+            &reflection.usage,
+            &cost,
+        )
+        .await?;
+        self.sink
+            .emit(TurnEvent::Reflection {
+                step,
+                text: reflection.text.clone(),
+                stub: reflection.stub,
+                reason: reflection.reason.clone(),
+            })
+            .await?;
+        if !reflection.stub {
+            messages.push(ChatMessage::system(format!(
+                "Reflection: {}",
+                reflection.text
+            )));
+        }
+        Ok(())
+    }
+
+    /// 4i: compaction when the prompt reaches the critical level.
+    async fn compact_if_critical(
+        &self,
+        step: u32,
+        conversation: &mut Conversation,
+    ) -> Result<(), TurnError> {
+        let harness = self.harness;
+        if !harness.options.auto_compact {
+            return Ok(());
+        }
+        let Some(tracker) = &harness.context_tracker else {
+            return Ok(());
+        };
+        let tokens = compaction::estimate_tokens(&conversation.messages);
+        match tracker.level(tokens) {
+            ContextLevel::Critical => {
+                if let Some(done) = compaction::compact(
+                    harness.provider.as_ref(),
+                    self.side_call(),
+                    &mut conversation.messages,
+                    conversation.question_at,
+                    &self.state.budget,
+                )
+                .await
+                {
+                    conversation.question_at = done.question_at;
+                    let cost = |usage: &Usage| self.cost(usage);
+                    account(self.state, self.sink.as_ref(), step, &done.usage, &cost).await?;
+                    self.state.set_context_compacted();
+                    self.sink
+                        .emit(TurnEvent::ContextCompacted {
+                            step,
+                            removed_messages: done.removed_messages,
+                            tokens_before: done.tokens_before,
+                            tokens_after: done.tokens_after,
+                        })
+                        .await?;
+                }
+            }
+            ContextLevel::Warning => {
+                tracing::info!(
+                    tokens,
+                    window = tracker.window_tokens,
+                    "context window filling up"
+                );
+            }
+            ContextLevel::Ok => {}
+        }
+        Ok(())
+    }
+}
+
+/// What one provider call produced.
+struct StepOutput {
+    cost_usd: Option<f64>,
+    text: String,
+    tool_calls: Vec<ToolCall>,
+    thinking: Vec<ThinkingBlock>,
+    usage: Usage,
+}
+
+/// 4c: one provider call, streamed: text deltas become `message.delta`
+/// events as they arrive; usage becomes one `usage` event.
+async fn generate(
+    harness: &AgentHarness,
+    call: ChatRequest,
+    step: u32,
+    sink: &dyn EventSink,
+    cost: &(dyn Fn(&Usage) -> Option<f64> + Sync),
+) -> Result<StepOutput, TurnError> {
+    let mut stream = harness.provider.stream(call).await?;
+    let mut output = StepOutput {
+        cost_usd: None,
+        text: String::new(),
+        tool_calls: Vec::new(),
+        thinking: Vec::new(),
+        usage: Usage::default(),
+    };
+    let mut streamed = false;
+    while let Some(event) = stream.next().await {
+        match event? {
+            ProviderEvent::Restart { reason } => {
+                // Usage of the failed attempt stays counted: it was billed.
+                output.text.clear();
+                output.tool_calls.clear();
+                output.thinking.clear();
+                if streamed {
+                    sink.emit(TurnEvent::MessageRetracted { step, reason })
+                        .await?;
+                    streamed = false;
+                }
+            }
+            ProviderEvent::Thinking(block) => output.thinking.push(block),
+            ProviderEvent::TextDelta(text) => {
+                output.text.push_str(&text);
+                // Without streaming the text arrives once, in the result.
+                if harness.options.stream {
+                    harness.callbacks.on_stream_chunk(&text).await;
+                    sink.emit(TurnEvent::MessageDelta { step, text }).await?;
+                    streamed = true;
+                }
+            }
+            ProviderEvent::ToolCall(call) => output.tool_calls.push(call),
+            ProviderEvent::Usage(usage) => output.usage.add(&usage),
+            ProviderEvent::Finished(reason) => {
+                tracing::Span::current()
+                    .record("gen_ai.response.finish_reasons", format!("{reason:?}"));
+                break;
+            }
+        }
+    }
+    if !output.usage.is_zero() {
+        output.cost_usd = cost(&output.usage);
+        emit_usage(sink, step, &output.usage, output.cost_usd).await?;
+    }
+    Ok(output)
+}
+
+/// The `usage` event of one provider call.
+async fn emit_usage(
+    sink: &dyn EventSink,
+    step: u32,
+    usage: &Usage,
+    cost_usd: Option<f64>,
+) -> Result<(), SinkError> {
+    sink.emit(TurnEvent::Usage {
+        step: Some(step),
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        cache_read_tokens: usage.cache_read_tokens,
+        cache_creation_tokens: usage.cache_creation_tokens,
+        cost_usd,
+    })
+    .await
+}
+
+/// Counts a reflection's or a compaction's provider call in the turn's
+/// usage and cost, with its own `usage` event (like every provider call).
+async fn account(
+    state: &TurnRuntimeState,
+    sink: &dyn EventSink,
+    step: u32,
+    usage: &Usage,
+    cost: &(dyn Fn(&Usage) -> Option<f64> + Sync),
+) -> Result<(), SinkError> {
+    if usage.is_zero() {
+        return Ok(());
+    }
+    let cost_usd = cost(usage);
+    state.add_tokens(usage);
+    state.add_cost(cost_usd);
+    emit_usage(sink, step, usage, cost_usd).await
+}
