@@ -33,7 +33,7 @@ pub struct Settings {
     /// Base URL of the OpenAI-compatible API (`OPENAI_BASE_URL`).
     pub openai_base_url: String,
     /// API key sent as a bearer token; none is sent when empty (`OPENAI_API_KEY`).
-    pub openai_api_key: Option<String>,
+    pub openai_api_key: Option<Secret>,
     /// Model used when a turn names none and `providers` is empty (`HARNESS_MODEL`).
     pub model: String,
     /// The provider chain, `name:model` in order of preference, e.g.
@@ -41,7 +41,7 @@ pub struct Settings {
     /// `openai:{model}` (`HARNESS_PROVIDERS`).
     pub providers: String,
     /// Anthropic API key (`ANTHROPIC_API_KEY`).
-    pub anthropic_api_key: Option<String>,
+    pub anthropic_api_key: Option<Secret>,
     /// Anthropic base URL (`ANTHROPIC_BASE_URL`).
     pub anthropic_base_url: String,
     /// `max_tokens` of Anthropic answers (`HARNESS_ANTHROPIC_MAX_TOKENS`).
@@ -286,7 +286,7 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
         assign(&mut s.openai_base_url, v.trim().to_owned())
     }),
     ("OPENAI_API_KEY", |s, _, v| {
-        assign(&mut s.openai_api_key, non_empty(v))
+        assign(&mut s.openai_api_key, non_empty(v).map(Secret::from))
     }),
     ("HARNESS_MODEL", |s, _, v| {
         assign(&mut s.model, v.trim().to_owned())
@@ -295,7 +295,7 @@ pub const ENV_SETTINGS: &[(&str, Apply)] = &[
         assign(&mut s.providers, v.trim().to_owned())
     }),
     ("ANTHROPIC_API_KEY", |s, _, v| {
-        assign(&mut s.anthropic_api_key, non_empty(v))
+        assign(&mut s.anthropic_api_key, non_empty(v).map(Secret::from))
     }),
     ("ANTHROPIC_BASE_URL", |s, _, v| {
         assign(&mut s.anthropic_base_url, v.trim().to_owned())
@@ -744,20 +744,51 @@ impl fmt::Debug for Settings {
                 "openai_base_url",
                 &crate::providers::redact::Redactor::default().text(&self.openai_base_url),
             )
-            .field(
-                "openai_api_key",
-                &self.openai_api_key.as_ref().map(|_| "<redacted>"),
-            )
-            .field(
-                "anthropic_api_key",
-                &self.anthropic_api_key.as_ref().map(|_| "<redacted>"),
-            )
+            .field("openai_api_key", &self.openai_api_key)
+            .field("anthropic_api_key", &self.anthropic_api_key)
             .field("providers", &self.provider_chain())
             .field("model", &self.model)
             .field("turn_timeout_s", &self.turn_timeout_s)
             .field("max_steps", &self.max_steps)
             .field("instance_id", &self.instance_id)
             .finish_non_exhaustive()
+    }
+}
+
+/// A value that must never be printed (an API key): its `Debug` and
+/// `Display` say `<redacted>`; [`Secret::expose`] is the one way to read it.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The value, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Self {
+        Self(value.to_owned())
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
     }
 }
 
@@ -860,6 +891,18 @@ mod tests {
         assert!(err.to_string().starts_with("HARNESS_PRICING:"), "{err}");
         let s = load(&[("HARNESS_PRICING", r#"{"m": {"input": 1, "output": 2}}"#)]).unwrap();
         assert_eq!(s.pricing.0["m"].output, 2.0);
+    }
+
+    #[test]
+    fn a_secret_never_prints_and_is_read_only_through_expose() {
+        let key = Secret::from("sk-never-shown");
+        assert_eq!(format!("{key} {key:?}"), "<redacted> <redacted>");
+        assert_eq!(key.expose(), "sk-never-shown");
+        let s = load(&[("OPENAI_API_KEY", " sk-from-env ")]).unwrap();
+        assert_eq!(
+            s.openai_api_key.as_ref().map(Secret::expose),
+            Some("sk-from-env")
+        );
     }
 
     #[test]

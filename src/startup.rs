@@ -47,7 +47,10 @@ pub fn build_provider(settings: &Settings) -> Result<Arc<dyn LlmProvider>, Provi
         let provider: Arc<dyn LlmProvider> = match name.as_str() {
             "anthropic" => Arc::new(AnthropicProvider::new(AnthropicConfig {
                 base_url: settings.anthropic_base_url.clone(),
-                api_key: settings.anthropic_api_key.clone(),
+                api_key: settings
+                    .anthropic_api_key
+                    .as_ref()
+                    .map(|k| k.expose().to_owned()),
                 model,
                 max_tokens: settings.anthropic_max_tokens,
                 connect_timeout,
@@ -63,7 +66,10 @@ pub fn build_provider(settings: &Settings) -> Result<Arc<dyn LlmProvider>, Provi
             })?),
             _ => Arc::new(OpenAiProvider::new(OpenAiConfig {
                 base_url: settings.openai_base_url.clone(),
-                api_key: settings.openai_api_key.clone(),
+                api_key: settings
+                    .openai_api_key
+                    .as_ref()
+                    .map(|k| k.expose().to_owned()),
                 model,
                 connect_timeout,
                 idle_timeout,
