@@ -480,6 +480,23 @@ async fn an_answer_the_database_cannot_store_still_ends_the_turn(backend: Backen
             // The answer is kept on the turn row (JSON holds any character).
             assert_eq!(turn["result"]["text"], answer);
             assert_eq!(history["messages"], json!([]));
+            // The database refuses the data itself: the end is tried once,
+            // not retried as if the database were down.
+            let metrics = app
+                .client
+                .get(app.url("/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            assert!(
+                metrics
+                    .lines()
+                    .any(|l| l == "agent_harness_event_batch_failures_total 1"),
+                "{metrics}"
+            );
         }
     }
     // The session is free for its next turn.
