@@ -15,7 +15,7 @@ pub struct App {
 
 impl App {
     pub fn sse_keepalive(&self) -> Duration {
-        Duration::from_secs(self.settings.sse_keepalive_s)
+        Duration::from_secs(self.settings.server.sse_keepalive_s)
     }
 }
 

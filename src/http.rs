@@ -130,9 +130,9 @@ fn cors_layer(origins: &CorsOrigins) -> CorsLayer {
 
 /// The whole HTTP application.
 pub fn router(app: AppState) -> Router {
-    let body_limit = app.settings.body_limit_bytes;
-    let body_timeout = std::time::Duration::from_secs(app.settings.body_read_timeout_s);
-    let cors = app.settings.cors().ok().flatten();
+    let body_limit = app.settings.server.body_limit_bytes;
+    let body_timeout = std::time::Duration::from_secs(app.settings.server.body_read_timeout_s);
+    let cors = app.settings.server.cors_origins.clone();
     let (routes, _) = api_router().split_for_parts();
     let routes = routes
         .fallback(fallback)

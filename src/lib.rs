@@ -4,7 +4,9 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: settings (defaults → TOML file → environment), validated at start.
+//! - [`config`]: settings in sections (server, database, providers, harness,
+//!   telemetry), each a flag, a variable and a file key, typed and checked
+//!   at start.
 //! - [`startup`]: [`startup::Application`] builds and runs the service (binary and tests).
 //! - [`app`]: the state handlers share.
 //! - [`http`]: the connection loop (timeouts, connection limit), routes,

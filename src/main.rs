@@ -1,11 +1,16 @@
 //! The `agent-harness` binary: `serve` (default) or `migrate`.
 
-use std::{io::Write as _, path::PathBuf, process::ExitCode};
+use std::{io::Write as _, process::ExitCode};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
-use agent_harness::{config::Settings, startup, store, telemetry};
+use agent_harness::{
+    config::{self, ConfigError, Settings},
+    startup, store, telemetry,
+};
 
+/// Every setting is a flag with an environment variable and a key in the
+/// settings file; `--help` lists them.
 #[derive(Debug, Parser)]
 #[command(
     name = "agent-harness",
@@ -13,9 +18,8 @@ use agent_harness::{config::Settings, startup, store, telemetry};
     about = "Runs LLM agent turns over HTTP/SSE"
 )]
 struct Cli {
-    /// TOML file with settings (the environment overrides it).
-    #[arg(long, global = true, env = "HARNESS_CONFIG")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    settings: Settings,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -30,15 +34,27 @@ enum Command {
     Openapi,
 }
 
+/// The command line, the environment and the settings file, checked.
+fn load() -> Result<Cli, ConfigError> {
+    let matches = config::load_matches(Cli::command(), std::env::args_os(), |name| {
+        std::env::var(name).ok()
+    })?;
+    let cli = Cli::from_arg_matches(&matches).map_err(ConfigError::Cli)?;
+    cli.settings.validate()?;
+    Ok(cli)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let settings = match Settings::load(cli.config.as_deref()) {
-        Ok(settings) => settings,
+    let cli = match load() {
+        Ok(cli) => cli,
+        // Help, the version, or a command line clap refuses.
+        Err(ConfigError::Cli(e)) => e.exit(),
         Err(e) => {
             eprintln!("agent-harness: configuration error: {e}");
             return ExitCode::from(2);
         }
     };
+    let settings = cli.settings;
     if matches!(cli.command, Some(Command::Openapi)) {
         // The document is this command's output; a closed pipe is an error.
         let mut stdout = std::io::stdout().lock();
@@ -86,9 +102,9 @@ fn main() -> ExitCode {
 
 async fn migrate(settings: &Settings) -> Result<(), String> {
     let store = store::connect(
-        &settings.database_url,
+        settings.database.url.as_str(),
         1,
-        std::time::Duration::from_millis(settings.database_acquire_timeout_ms),
+        settings.database.acquire_timeout(),
     )
     .await
     .map_err(|e| e.to_string())?;

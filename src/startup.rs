@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     app::App,
-    config::Settings,
+    config::{ProviderKind, ProviderRef, Settings},
     harness::hooks::{ArtifactStore, HookError},
     harness::{AgentHarness, HarnessOptions, compaction::ContextWarningTracker},
     http,
@@ -32,41 +32,37 @@ use crate::{
 
 /// The provider chain of the settings (already validated).
 pub fn build_provider(settings: &Settings) -> Result<Arc<dyn LlmProvider>, ProviderError> {
-    let connect_timeout = Duration::from_secs(settings.provider_connect_timeout_s);
-    let idle_timeout = Duration::from_secs(settings.provider_idle_timeout_s);
-    let max_response_bytes = settings.provider_max_response_bytes;
-    let chain = settings.provider_chain().map_err(|reason| {
-        ProviderError::BadRequest(crate::providers::ProviderFailure {
-            status: 0,
-            message: reason,
-            body: String::new(),
-        })
-    })?;
+    let connect_timeout = Duration::from_secs(settings.providers.connect_timeout_s);
+    let idle_timeout = Duration::from_secs(settings.providers.idle_timeout_s);
+    let max_response_bytes = settings.providers.max_response_bytes;
+    let chain = settings.provider_chain();
     let mut entries: Vec<Arc<dyn LlmProvider>> = Vec::with_capacity(chain.len());
-    for (name, model) in chain {
-        let provider: Arc<dyn LlmProvider> = match name.as_str() {
-            "anthropic" => Arc::new(AnthropicProvider::new(AnthropicConfig {
-                base_url: settings.anthropic_base_url.clone(),
+    for ProviderRef { kind, model } in chain {
+        let provider: Arc<dyn LlmProvider> = match kind {
+            ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(AnthropicConfig {
+                base_url: settings.providers.anthropic_base_url.to_string(),
                 api_key: settings
+                    .providers
                     .anthropic_api_key
                     .as_ref()
                     .map(|k| k.expose().to_owned()),
                 model,
-                max_tokens: settings.anthropic_max_tokens,
+                max_tokens: settings.providers.anthropic_max_tokens,
                 connect_timeout,
                 idle_timeout,
                 max_response_bytes,
             })?),
-            "ollama" => Arc::new(OllamaProvider::new(OllamaConfig {
-                host: settings.ollama_host.clone(),
+            ProviderKind::Ollama => Arc::new(OllamaProvider::new(OllamaConfig {
+                host: settings.providers.ollama_host.clone(),
                 model,
                 connect_timeout,
                 idle_timeout,
                 max_response_bytes,
             })?),
-            _ => Arc::new(OpenAiProvider::new(OpenAiConfig {
-                base_url: settings.openai_base_url.clone(),
+            ProviderKind::OpenAi => Arc::new(OpenAiProvider::new(OpenAiConfig {
+                base_url: settings.providers.openai_base_url.to_string(),
                 api_key: settings
+                    .providers
                     .openai_api_key
                     .as_ref()
                     .map(|k| k.expose().to_owned()),
@@ -87,16 +83,17 @@ pub fn build_provider(settings: &Settings) -> Result<Arc<dyn LlmProvider>, Provi
 /// The retry policy of the settings.
 pub fn retry_policy(settings: &Settings) -> RetryPolicy {
     RetryPolicy {
-        max_attempts: settings.provider_max_attempts,
-        base_delay: Duration::from_millis(settings.provider_retry_base_ms),
-        max_delay: Duration::from_millis(settings.provider_retry_max_ms),
+        max_attempts: settings.providers.max_attempts,
+        base_delay: Duration::from_millis(settings.providers.retry_base_ms),
+        max_delay: Duration::from_millis(settings.providers.retry_max_ms),
     }
 }
 
 /// The provider names a turn may ask for.
 fn provider_names(settings: &Settings) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    for (name, _) in settings.provider_chain().unwrap_or_default() {
+    for provider in settings.provider_chain() {
+        let name = provider.kind.name().to_owned();
         if !names.contains(&name) {
             names.push(name);
         }
@@ -112,37 +109,37 @@ pub fn build_harness(
     provider: Arc<dyn LlmProvider>,
     extra_tools: Vec<Arc<dyn Tool>>,
 ) -> AgentHarness {
-    let tools = ToolRegistry::new(settings.tool_permission().unwrap_or_default())
+    let tools = ToolRegistry::new(settings.harness.tool_permission)
         .register(Arc::new(GetContextPack::new(store.clone())))
         .register(Arc::new(LocalSearch::new(store.clone())));
     let tools = extra_tools.into_iter().fold(tools, ToolRegistry::register);
     let options = HarnessOptions {
-        max_steps: settings.max_steps,
-        timeout: settings.turn_timeout(),
-        max_tool_calls: settings.max_tool_calls,
-        max_reflections: settings.max_reflections,
-        think_level: settings.think_level().unwrap_or_default(),
-        reflect_every: settings.reflect_every,
-        system_prompt: settings.system_prompt.clone(),
-        prompt_id: settings.prompt_id.clone(),
-        prompt_version: settings.prompt_version.clone(),
-        redact_logs: settings.redact_logs,
-        capture_content: settings.telemetry_capture_content && !settings.redact_logs,
-        parallel_enabled: settings.parallel_tools,
-        enable_tool_validation: settings.tool_validation,
-        enable_semantic_selection: settings.semantic_tool_selection,
-        max_tools_per_turn: settings.max_tools_per_turn,
-        auto_compact: settings.auto_compact,
+        max_steps: settings.harness.max_steps,
+        timeout: settings.harness.turn_timeout(),
+        max_tool_calls: settings.harness.max_tool_calls,
+        max_reflections: settings.harness.max_reflections,
+        think_level: settings.harness.think_level,
+        reflect_every: settings.harness.reflect_every,
+        system_prompt: settings.harness.system_prompt.clone(),
+        prompt_id: settings.harness.prompt_id.clone(),
+        prompt_version: settings.harness.prompt_version.clone(),
+        redact_logs: settings.telemetry.redact_logs,
+        capture_content: settings.telemetry.capture_content && !settings.telemetry.redact_logs,
+        parallel_enabled: settings.harness.parallel_tools,
+        enable_tool_validation: settings.harness.tool_validation,
+        enable_semantic_selection: settings.harness.semantic_tool_selection,
+        max_tools_per_turn: settings.harness.max_tools_per_turn,
+        auto_compact: settings.harness.auto_compact,
         ..HarnessOptions::default()
     };
     AgentHarness::builder(provider)
         .tools(tools)
         .options(options)
         .context_tracker(Some(ContextWarningTracker::new(
-            settings.context_window_tokens,
+            settings.harness.context_window_tokens,
         )))
         .artifacts(Arc::new(StoreArtifacts(store)))
-        .cost_tracker(Arc::new(settings.pricing.clone()))
+        .cost_tracker(Arc::new(settings.providers.pricing.clone()))
         .build()
 }
 
@@ -205,9 +202,9 @@ impl Application {
     /// process left running, and binds the listener.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let store = store::connect(
-            &settings.database_url,
-            settings.database_max_connections,
-            Duration::from_millis(settings.database_acquire_timeout_ms),
+            settings.database.url.as_str(),
+            settings.database.max_connections,
+            settings.database.acquire_timeout(),
         )
         .await?;
         store.migrate().await?;
@@ -242,13 +239,13 @@ impl Application {
             store.clone(),
             harness,
             RunnerConfig {
-                instance_id: settings.instance_id.clone(),
-                history_max_messages: settings.history_max_messages,
-                heartbeat_interval: Duration::from_secs(settings.heartbeat_interval_s),
-                stale_turn_after: settings.stale_turn_after(),
+                instance_id: settings.server.instance_id.clone(),
+                history_max_messages: settings.harness.history_max_messages,
+                heartbeat_interval: Duration::from_secs(settings.server.heartbeat_interval_s),
+                stale_turn_after: settings.server.stale_turn_after(),
                 poll_interval: Duration::from_millis(250),
-                event_queue_capacity: settings.event_queue_capacity,
-                event_batch_max: settings.event_batch_max,
+                event_queue_capacity: settings.database.event_queue_capacity,
+                event_batch_max: settings.database.event_batch_max,
             },
         );
         let recovered = runner.recover_orphans().await?;
@@ -258,7 +255,7 @@ impl Application {
                 "interrupted turns left running by a previous process"
             );
         }
-        let addr = settings.listen;
+        let addr = settings.server.listen;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| StartupError::Bind { addr, source })?;
@@ -305,10 +302,11 @@ impl Application {
         } = self;
         let router = http::router(app.clone());
         let limits = http::server::ConnectionLimits {
-            header_read_timeout: Duration::from_secs(app.settings.header_read_timeout_s),
-            idle_timeout: Duration::from_secs(app.settings.idle_timeout_s),
+            header_read_timeout: Duration::from_secs(app.settings.server.header_read_timeout_s),
+            idle_timeout: Duration::from_secs(app.settings.server.idle_timeout_s),
             max_connections: app
                 .settings
+                .server
                 .max_connections
                 .unwrap_or_else(http::server::default_max_connections),
             max_header_bytes: http::HYPER_MAX_HEAD_BYTES,
@@ -324,7 +322,7 @@ impl Application {
             () = shutdown.cancelled() => {}
         }
         tracing::info!(running = app.runner.running_turns(), "shutting down");
-        let grace = Duration::from_secs(app.settings.shutdown_grace_s);
+        let grace = Duration::from_secs(app.settings.server.shutdown_grace_s);
         let drain = app.runner.shutdown(grace);
         // Keep serving the open connections while turns drain.
         let (_, served) = tokio::join!(drain, async {

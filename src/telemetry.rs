@@ -47,8 +47,8 @@ pub enum TelemetryError {
 /// Installs the global subscriber. Call once, at start.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let filter =
-        EnvFilter::try_new(&settings.log_filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let fmt = match settings.log_format {
+        EnvFilter::try_new(&settings.telemetry.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let fmt = match settings.telemetry.log_format {
         LogFormat::Text => tracing_subscriber::fmt::layer().with_target(false).boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
@@ -56,9 +56,9 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
             .with_current_span(true)
             .boxed(),
     };
-    let (otel, provider) = match &settings.otlp_endpoint {
+    let (otel, provider) = match &settings.telemetry.otlp_endpoint {
         Some(endpoint) => {
-            let endpoint = endpoint.trim_end_matches('/');
+            let endpoint = endpoint.as_str().trim_end_matches('/');
             let endpoint = if endpoint.ends_with("/v1/traces") {
                 endpoint.to_owned()
             } else {

@@ -223,6 +223,18 @@ pub enum PermissionMode {
     None,
 }
 
+impl std::str::FromStr for PermissionMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "all" => Ok(Self::All),
+            "read_only" => Ok(Self::ReadOnly),
+            "none" => Ok(Self::None),
+            other => Err(format!("expected all, read_only or none, got {other:?}")),
+        }
+    }
+}
+
 impl PermissionMode {
     pub fn permits(self, effect: EffectClass) -> bool {
         match self {

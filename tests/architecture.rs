@@ -31,6 +31,7 @@ const UPPER: &[&str] = &[
     "crate::runner",
     "crate::startup",
     "crate::app",
+    "crate::config",
 ];
 
 fn rust_files(path: &Path, out: &mut Vec<std::path::PathBuf>) {

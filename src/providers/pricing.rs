@@ -27,6 +27,14 @@ pub struct ModelPrice {
 #[serde(transparent)]
 pub struct PricingTable(pub BTreeMap<String, ModelPrice>);
 
+/// A table written as JSON: `{"gpt-4o-mini": {"input": 0.15, "output": 0.6}}`.
+impl std::str::FromStr for PricingTable {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        serde_json::from_str(s).map_err(|e| format!("expected a JSON object of model prices: {e}"))
+    }
+}
+
 impl PricingTable {
     pub fn price(&self, model: &str) -> Option<&ModelPrice> {
         self.0.get(model).or_else(|| {

@@ -16,9 +16,13 @@ use crate::{
 async fn app_with(configure: impl FnOnce(&mut Settings, &FakeProvider)) -> TestApp {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.providers = "openai:gpt-4o-mini,anthropic:claude-sonnet-4-6".into();
-    settings.anthropic_base_url = provider.root.clone();
-    settings.anthropic_api_key = Some("sk-ant-test".into());
+    settings.providers.chain = Some(
+        "openai:gpt-4o-mini,anthropic:claude-sonnet-4-6"
+            .parse()
+            .unwrap(),
+    );
+    settings.providers.anthropic_base_url = provider.root.parse().unwrap();
+    settings.providers.anthropic_api_key = Some("sk-ant-test".into());
     configure(&mut settings, &provider);
     spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await
 }
@@ -30,7 +34,7 @@ fn closed_port_url() -> String {
 
 #[tokio::test]
 async fn a_429_is_retried_after_its_retry_after() {
-    let app = app_with(|s, _| s.provider_max_attempts = 2).await;
+    let app = app_with(|s, _| s.providers.max_attempts = 2).await;
     app.provider.enqueue([
         Reply::body(429, "application/json", "openai/error_429.json").header("retry-after", "1"),
         Reply::sse("openai/text.sse"),
@@ -58,7 +62,8 @@ async fn a_429_is_retried_after_its_retry_after() {
 
 #[tokio::test]
 async fn a_primary_that_is_down_falls_over_to_the_next_provider() {
-    let app = app_with(|s, _| s.openai_base_url = closed_port_url()).await;
+    let app =
+        app_with(|s, _| s.providers.openai_base_url = closed_port_url().parse().unwrap()).await;
     app.provider.enqueue([Reply::sse("anthropic/text.sse")]);
     let events = app
         .post_turn_sse("c-down", json!({"message": "Hi"}))
@@ -75,7 +80,7 @@ async fn a_primary_that_is_down_falls_over_to_the_next_provider() {
 
 #[tokio::test]
 async fn a_non_retryable_error_fails_fast_without_fallover() {
-    let app = app_with(|s, _| s.provider_max_attempts = 3).await;
+    let app = app_with(|s, _| s.providers.max_attempts = 3).await;
     app.provider.enqueue([
         Reply::body(401, "application/json", "openai/error_401.json"),
         Reply::sse("anthropic/text.sse"),
@@ -94,7 +99,7 @@ async fn a_non_retryable_error_fails_fast_without_fallover() {
 #[tokio::test]
 async fn a_stream_that_fails_after_output_is_retracted_then_retried() {
     // Some text, then an in-stream server error (retryable).
-    let app = app_with(|s, _| s.provider_max_attempts = 2).await;
+    let app = app_with(|s, _| s.providers.max_attempts = 2).await;
     let partial = crate::fake_provider::fixture("openai/truncated.sse")
         + "data: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"code\":\"server_error\"}}\n\n";
     app.provider
@@ -129,11 +134,11 @@ async fn a_stream_that_fails_after_output_is_retracted_then_retried() {
 #[tokio::test]
 async fn retries_never_wait_past_the_turn_deadline() {
     let app = app_with(|s, _| {
-        s.providers = "openai:gpt-4o-mini".into();
-        s.turn_timeout_s = 1;
-        s.provider_max_attempts = 3;
-        s.provider_retry_base_ms = 3000;
-        s.provider_retry_max_ms = 5000;
+        s.providers.chain = Some("openai:gpt-4o-mini".parse().unwrap());
+        s.harness.turn_timeout_s = 1;
+        s.providers.max_attempts = 3;
+        s.providers.retry_base_ms = 3000;
+        s.providers.retry_max_ms = 5000;
     })
     .await;
     app.provider.enqueue([
@@ -207,8 +212,8 @@ async fn a_tool_turn_completes_against_each_wire_format() {
     ];
     for (chain, call, answer, text) in cases {
         let app = app_with(|s, p| {
-            s.providers = chain.into();
-            s.ollama_host = p.root.clone();
+            s.providers.chain = Some(chain.parse().unwrap());
+            s.providers.ollama_host = p.root.clone();
         })
         .await;
         app.provider.enqueue([call, answer]);
@@ -242,8 +247,8 @@ async fn a_tool_turn_completes_against_each_wire_format() {
 #[tokio::test]
 async fn priced_models_report_turn_and_session_costs() {
     let app = app_with(|s, _| {
-        s.providers = "openai:gpt-4o-mini".into();
-        s.pricing =
+        s.providers.chain = Some("openai:gpt-4o-mini".parse().unwrap());
+        s.providers.pricing =
             serde_json::from_value(json!({"gpt-4o-mini": {"input": 0.15, "output": 0.6}})).unwrap();
     })
     .await;
@@ -279,8 +284,8 @@ async fn priced_models_report_turn_and_session_costs() {
 #[tokio::test]
 async fn anthropic_thinking_blocks_travel_back_with_their_tool_calls() {
     let app = app_with(|s, _| {
-        s.providers = "anthropic:claude-sonnet-4-6".into();
-        s.think_level = "low".into();
+        s.providers.chain = Some("anthropic:claude-sonnet-4-6".parse().unwrap());
+        s.harness.think_level = "low".parse().unwrap();
     })
     .await;
     app.provider.enqueue([
@@ -318,8 +323,8 @@ async fn anthropic_thinking_blocks_travel_back_with_their_tool_calls() {
 #[tokio::test]
 async fn a_model_that_refuses_reasoning_effort_is_asked_again_without_it() {
     let app = app_with(|s, _| {
-        s.providers = "openai:gpt-4o-mini".into();
-        s.think_level = "medium".into();
+        s.providers.chain = Some("openai:gpt-4o-mini".parse().unwrap());
+        s.harness.think_level = "medium".parse().unwrap();
     })
     .await;
     app.provider.enqueue([

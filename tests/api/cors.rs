@@ -12,7 +12,7 @@ use crate::{
 async fn app_allowing(origins: &str) -> TestApp {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.cors_origins = origins.into();
+    settings.server.cors_origins = Some(origins.parse().unwrap());
     spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await
 }
 
@@ -130,11 +130,11 @@ fn an_origin_with_a_path_is_refused_at_start() {
         "https://a.example/x",
         "*,https://b.example",
     ] {
-        let settings = agent_harness::config::Settings {
-            cors_origins: bad.into(),
-            ..agent_harness::config::Settings::default()
-        };
-        let error = settings.validate().unwrap_err().to_string();
+        let error = agent_harness::config::Settings::load_from(["agent-harness"], |name| {
+            (name == "HARNESS_CORS_ORIGINS").then(|| bad.to_owned())
+        })
+        .unwrap_err()
+        .to_string();
         assert!(error.starts_with("HARNESS_CORS_ORIGINS:"), "{bad}: {error}");
     }
 }

@@ -19,10 +19,10 @@ use crate::{
 async fn app_with_limits(max_connections: Option<usize>) -> TestApp {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.header_read_timeout_s = 1;
-    settings.idle_timeout_s = 3;
-    settings.body_read_timeout_s = 1;
-    settings.max_connections = max_connections;
+    settings.server.header_read_timeout_s = 1;
+    settings.server.idle_timeout_s = 3;
+    settings.server.body_read_timeout_s = 1;
+    settings.server.max_connections = max_connections;
     spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await
 }
 

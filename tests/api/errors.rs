@@ -172,7 +172,7 @@ async fn bad_bodies_get_their_own_codes_and_write_nothing() {
 async fn a_body_over_the_limit_gets_413() {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.body_limit_bytes = 1024;
+    settings.server.body_limit_bytes = 1024;
     let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
     let big = serde_json::to_vec(&json!({"message": "x".repeat(2000)})).unwrap();
     let got = send_raw(&app, "/sessions/s-big/turns", Some("application/json"), big).await;
@@ -419,7 +419,9 @@ async fn an_unreachable_provider_fails_the_turn(backend: Backend) {
     let mut settings = test_settings(&provider);
     // A port nobody listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    settings.openai_base_url = format!("http://{}/v1", closed.local_addr().unwrap());
+    settings.providers.openai_base_url = format!("http://{}/v1", closed.local_addr().unwrap())
+        .parse()
+        .unwrap();
     drop(closed);
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     assert_provider_failure(&app, "s-down", "provider_unreachable").await;
@@ -434,7 +436,7 @@ async fn an_unreachable_provider_fails_the_turn(backend: Backend) {
 async fn a_stalled_provider_times_out_cleanly(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.provider_idle_timeout_s = 1;
+    settings.providers.idle_timeout_s = 1;
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let gate = tokio_util::sync::CancellationToken::new();
     app.provider
@@ -543,8 +545,10 @@ async fn keys_a_provider_quotes_back_reach_no_client_event_row_or_log() {
     );
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.openai_api_key = Some(KEY.into());
-    settings.openai_base_url = format!("{}?key={QUERY_KEY}", provider.base_url);
+    settings.providers.openai_api_key = Some(KEY.into());
+    settings.providers.openai_base_url = format!("{}?key={QUERY_KEY}", provider.base_url)
+        .parse()
+        .unwrap();
     let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
     let quoted = format!("key {KEY} for /v1/chat/completions?key={QUERY_KEY}");
     app.provider.enqueue([
@@ -590,7 +594,7 @@ async fn keys_a_provider_quotes_back_reach_no_client_event_row_or_log() {
     drop(closed);
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.openai_base_url = dead;
+    settings.providers.openai_base_url = dead.parse().unwrap();
     let unreachable = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
     let response = unreachable
         .post_turn("s-canary-net", json!({"message": "Hi"}))

@@ -29,20 +29,19 @@ pub struct TestApp {
 
 /// Settings of a test app: loopback, the fake provider, quick heartbeats.
 pub fn test_settings(provider: &FakeProvider) -> Settings {
-    Settings {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        openai_base_url: provider.base_url.clone(),
-        openai_api_key: Some("sk-test-key".into()),
-        model: "gpt-4o-mini".into(),
-        instance_id: "test-instance".into(),
-        shutdown_grace_s: 5,
-        // One try per provider: each test scripts exactly the replies it
-        // wants; the chain tests turn retries on.
-        provider_max_attempts: 1,
-        provider_retry_base_ms: 10,
-        provider_retry_max_ms: 200,
-        ..Settings::default()
-    }
+    let mut settings = Settings::default();
+    settings.server.listen = "127.0.0.1:0".parse().unwrap();
+    settings.server.instance_id = "test-instance".into();
+    settings.server.shutdown_grace_s = 5;
+    settings.providers.openai_base_url = provider.base_url.parse().unwrap();
+    settings.providers.openai_api_key = Some("sk-test-key".into());
+    settings.providers.model = "gpt-4o-mini".into();
+    // One try per provider: each test scripts exactly the replies it
+    // wants; the chain tests turn retries on.
+    settings.providers.max_attempts = 1;
+    settings.providers.retry_base_ms = 10;
+    settings.providers.retry_max_ms = 200;
+    settings
 }
 
 pub async fn spawn_app(backend: Backend) -> TestApp {

@@ -94,8 +94,8 @@ async fn a_follower_sees_a_turn_interrupted_when_its_owner_stops_beating(backend
     let turn_id = crashed_turn(&db, "s-stale", "another-replica").await;
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.heartbeat_interval_s = 1;
-    settings.stale_turn_after_s = Some(3);
+    settings.server.heartbeat_interval_s = 1;
+    settings.server.stale_turn_after_s = Some(3);
     let app = spawn_app_with(db, provider, settings).await;
 
     let mut follower = app.turn_events("s-stale", &turn_id.to_string(), None).await;
@@ -118,8 +118,8 @@ async fn an_orphan_of_a_replaced_instance_is_taken_over_within_two_heartbeats(ba
     let beat_at = tokio::time::Instant::now();
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.instance_id = "its-replacement".into();
-    settings.heartbeat_interval_s = 1;
+    settings.server.instance_id = "its-replacement".into();
+    settings.server.heartbeat_interval_s = 1;
     let app = spawn_app_with(db, provider, settings).await;
     let turn = app.wait_turn_end("s-replaced", &turn_id.to_string()).await;
     let taken_over = beat_at.elapsed();
@@ -137,7 +137,7 @@ async fn a_cancel_sent_to_another_replica_stops_the_turn_within_a_second() {
     let other_db = db.sharing();
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.instance_id = "replica-a".into();
+    settings.server.instance_id = "replica-a".into();
     let owner = spawn_app_with(db, provider, settings).await;
     let never = CancellationToken::new();
     owner
@@ -145,7 +145,7 @@ async fn a_cancel_sent_to_another_replica_stops_the_turn_within_a_second() {
         .enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
     let other_provider = FakeProvider::start().await;
     let mut settings = test_settings(&other_provider);
-    settings.instance_id = "replica-b".into();
+    settings.server.instance_id = "replica-b".into();
     let other = spawn_app_with(other_db, other_provider, settings).await;
 
     let mut stream = owner
@@ -176,7 +176,7 @@ on_both_backends!(an_orphan_of_a_replaced_instance_is_taken_over_within_two_hear
 async fn shutdown_interrupts_turns_still_running_after_the_grace_period(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.shutdown_grace_s = 1;
+    settings.server.shutdown_grace_s = 1;
     let db = TestDb::new(backend).await;
     let mut app = spawn_app_with(db, provider, settings).await;
     let never = CancellationToken::new();

@@ -465,7 +465,7 @@ async fn a_quiet_stream_gets_keep_alive_comments() {
     };
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.sse_keepalive_s = 1;
+    settings.server.sse_keepalive_s = 1;
     let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
     let gate = CancellationToken::new();
     app.provider

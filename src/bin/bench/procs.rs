@@ -187,23 +187,21 @@ pub async fn serve_harness(
 ) -> Result<(), String> {
     // The environment's HARNESS_* settings apply (to compare settings);
     // what the bench needs is set over them.
-    let base = Settings::load(None).map_err(|e| e.to_string())?;
-    let settings = Settings {
-        listen,
-        database_url,
-        openai_base_url: format!("{provider}/v1"),
-        anthropic_base_url: provider,
-        providers: "openai:bench,anthropic:bench".into(),
-        turn_timeout_s,
-        instance_id: format!("bench-{}", std::process::id()),
-        provider_max_attempts: 1,
-        ..base
-    };
+    let mut settings = Settings::load_from(["agent-harness"], |name| std::env::var(name).ok())
+        .map_err(|e| e.to_string())?;
+    settings.server.listen = listen;
+    settings.server.instance_id = format!("bench-{}", std::process::id());
+    settings.database.url = database_url.parse()?;
+    settings.providers.openai_base_url = format!("{provider}/v1").parse()?;
+    settings.providers.anthropic_base_url = provider.parse()?;
+    settings.providers.chain = Some("openai:bench,anthropic:bench".parse()?);
+    settings.providers.max_attempts = 1;
+    settings.harness.turn_timeout_s = turn_timeout_s;
     settings.validate().map_err(|e| e.to_string())?;
     let store = store::connect(
-        &settings.database_url,
-        settings.database_max_connections,
-        Duration::from_millis(settings.database_acquire_timeout_ms),
+        settings.database.url.as_str(),
+        settings.database.max_connections,
+        settings.database.acquire_timeout(),
     )
     .await
     .map_err(|e| e.to_string())?;

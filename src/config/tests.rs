@@ -1,0 +1,254 @@
+use std::collections::HashMap;
+
+use super::*;
+
+fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    load_with(&[], env)
+}
+
+fn load_with(args: &[&str], env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    let map: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let argv = std::iter::once("agent-harness").chain(args.iter().copied());
+    Settings::load_from(argv, |name| map.get(name).cloned())
+}
+
+fn file(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("harness.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path.to_str().unwrap().to_owned())
+}
+
+#[test]
+fn the_defaults_are_valid_and_local() {
+    let s = load(&[]).unwrap();
+    assert_eq!(s.server.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(s.database.url.as_str(), "sqlite://./data/agent-harness.db");
+    assert_eq!(s.server.body_limit_bytes, 1024 * 1024);
+    assert_eq!(s.harness.max_steps, 6);
+    assert_eq!(s.harness.turn_timeout_s, 60);
+    assert_eq!(s.harness.think_level, ThinkLevel::Off);
+    assert_eq!(s.harness.tool_permission, PermissionMode::All);
+    assert!(s.harness.parallel_tools && s.harness.auto_compact);
+    assert_eq!(s.server.cors_origins, None);
+    assert_eq!(
+        s.provider_chain(),
+        [ProviderRef {
+            kind: ProviderKind::OpenAi,
+            model: "gpt-4o-mini".to_owned()
+        }]
+    );
+    assert_eq!(
+        s.harness.system_prompt,
+        crate::harness::DEFAULT_SYSTEM_PROMPT
+    );
+    // `Default` is the same thing.
+    assert_eq!(format!("{:?}", Settings::default()), format!("{s:?}"));
+}
+
+#[test]
+fn values_are_typed_at_load() {
+    let s = load(&[
+        ("HARNESS_THINK_LEVEL", "Medium"),
+        ("HARNESS_TOOL_PERMISSION", "read_only"),
+        ("HARNESS_PARALLEL_TOOLS", "off"),
+        ("HARNESS_LOG_FORMAT", "json"),
+        (
+            "HARNESS_CORS_ORIGINS",
+            "https://a.example, http://b.example:8080",
+        ),
+        (
+            "HARNESS_PROVIDERS",
+            "anthropic:claude-sonnet-4-6,ollama:llama3.2",
+        ),
+        ("HARNESS_STALE_TURN_AFTER_S", "9"),
+    ])
+    .unwrap();
+    assert_eq!(s.harness.think_level, ThinkLevel::Medium);
+    assert_eq!(s.harness.tool_permission, PermissionMode::ReadOnly);
+    assert!(!s.harness.parallel_tools);
+    assert_eq!(s.telemetry.log_format, LogFormat::Json);
+    assert_eq!(
+        s.server.cors_origins,
+        Some(CorsOrigins::List(vec![
+            "https://a.example".to_owned(),
+            "http://b.example:8080".to_owned()
+        ]))
+    );
+    let kinds: Vec<_> = s.provider_chain().iter().map(|p| p.kind).collect();
+    assert_eq!(kinds, [ProviderKind::Anthropic, ProviderKind::Ollama]);
+    assert_eq!(s.server.stale_turn_after(), Duration::from_secs(9));
+}
+
+#[test]
+fn the_command_line_beats_the_environment_which_beats_the_file() {
+    let (_dir, path) =
+        file("[providers]\nmodel = \"from-file\"\n[harness]\nmax_steps = 3\nturn_timeout_s = 7\n");
+    let env = [
+        ("HARNESS_CONFIG", path.as_str()),
+        ("HARNESS_MODEL", "from-env"),
+        ("HARNESS_TURN_TIMEOUT_S", "8"),
+    ];
+    let s = load(&env).unwrap();
+    assert_eq!(s.providers.model, "from-env");
+    assert_eq!(s.harness.max_steps, 3);
+    assert_eq!(s.harness.turn_timeout_s, 8);
+    assert_eq!(s.config_file.as_deref(), Some(std::path::Path::new(&path)));
+    let s = load_with(&["--turn-timeout-s", "9", "--model=from-flag"], &env).unwrap();
+    assert_eq!(s.harness.turn_timeout_s, 9);
+    assert_eq!(s.providers.model, "from-flag");
+    assert_eq!(s.harness.max_steps, 3);
+    // `--config` names the file as well as the variable does.
+    let s = load_with(&["--config", &path], &[]).unwrap();
+    assert_eq!(s.providers.model, "from-file");
+}
+
+#[test]
+fn an_empty_value_counts_as_unset() {
+    let s = load(&[
+        ("HARNESS_MODEL", ""),
+        ("OPENAI_API_KEY", "  "),
+        ("HARNESS_CORS_ORIGINS", ""),
+        ("HARNESS_MAX_STEPS", ""),
+    ])
+    .unwrap();
+    assert_eq!(s.providers.model, "gpt-4o-mini");
+    assert!(s.providers.openai_api_key.is_none());
+    assert!(s.server.cors_origins.is_none());
+    assert_eq!(s.harness.max_steps, 6);
+}
+
+#[test]
+fn a_bad_value_names_its_variable() {
+    for (name, value) in [
+        ("HARNESS_LISTEN", "not-an-address"),
+        ("DATABASE_URL", "mysql://x"),
+        ("DATABASE_URL", "sqlite::memory:"),
+        ("HARNESS_MAX_STEPS", "0"),
+        ("HARNESS_MAX_STEPS", "many"),
+        ("OPENAI_BASE_URL", "ftp://x"),
+        ("HARNESS_THINK_LEVEL", "extreme"),
+        ("HARNESS_TOOL_PERMISSION", "some"),
+        ("HARNESS_PARALLEL_TOOLS", "perhaps"),
+        ("HARNESS_LOG_FORMAT", "xml"),
+        ("HARNESS_PROVIDERS", "mystery:x"),
+        ("HARNESS_PROVIDERS", "anthropic:"),
+        ("HARNESS_CORS_ORIGINS", "https://a.example/"),
+        ("HARNESS_CORS_ORIGINS", "*,https://b.example"),
+        ("HARNESS_PRICING", r#"{"m": {"input": -1, "output": 1}}"#),
+        ("HARNESS_PRICING", "cheap"),
+        ("HARNESS_LOG", "=info=x"),
+        ("HARNESS_STALE_TURN_AFTER_S", "5"),
+    ] {
+        let err = load(&[(name, value)]).unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!("{name}: ")),
+            "{name}={value}: {err}"
+        );
+    }
+    let err = load(&[("RUST_LOG", "=info=x")]).unwrap_err();
+    assert!(err.to_string().starts_with("HARNESS_LOG: "), "{err}");
+}
+
+#[test]
+fn a_bad_value_from_a_flag_or_the_file_names_the_flag_or_the_key() {
+    let err = load_with(&["--max-steps", "lots"], &[("HARNESS_MAX_STEPS", "4")]).unwrap_err();
+    assert!(err.to_string().starts_with("--max-steps: "), "{err}");
+    let (_dir, path) = file("[harness]\nthink_level = \"extreme\"\n");
+    let err = load(&[("HARNESS_CONFIG", &path)]).unwrap_err();
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("harness.think_level in {path}: ")),
+        "{shown}"
+    );
+    assert!(shown.contains("unknown think level"), "{shown}");
+}
+
+#[test]
+fn the_file_is_in_sections_and_refuses_what_it_does_not_know() {
+    for (text, says) in [
+        (
+            "[harness]\nmodle = \"typo\"\n",
+            "harness.modle: no such setting",
+        ),
+        ("model = \"flat\"\n", "model: settings belong in a section"),
+        ("[serve]\nlisten = \"x\"\n", "serve: no such section"),
+    ] {
+        let (_dir, path) = file(text);
+        let err = load(&[("HARNESS_CONFIG", &path)]).unwrap_err();
+        assert!(err.to_string().contains(says), "{text}: {err}");
+    }
+    let (_dir, path) = file(
+        "[server]\ncors_origins = [\"https://a.example\", \"https://b.example\"]\n\
+         [providers]\nchain = \"openai:gpt-4.1\"\n\
+         [providers.pricing]\n\"gpt-4.1\" = { input = 2.0, output = 8.0 }\n\
+         [telemetry]\nredact_logs = true\n",
+    );
+    let s = load(&[("HARNESS_CONFIG", &path)]).unwrap();
+    assert!(matches!(&s.server.cors_origins, Some(CorsOrigins::List(l)) if l.len() == 2));
+    assert_eq!(s.provider_chain()[0].model, "gpt-4.1");
+    assert_eq!(s.providers.pricing.0["gpt-4.1"].output, 8.0);
+    assert!(s.telemetry.redact_logs);
+}
+
+#[test]
+fn help_lists_every_setting_with_its_variable() {
+    let err = load_with(&["--help"], &[]).unwrap_err();
+    let ConfigError::Cli(help) = err else {
+        panic!("expected help, got {err}");
+    };
+    let help = help.to_string();
+    let command = Settings::command();
+    let mut settings = 0;
+    for arg in command.get_arguments() {
+        let id = arg.get_id().as_str();
+        let env = arg.get_env().and_then(|e| e.to_str());
+        let env = env.unwrap_or_else(|| panic!("{id} has no variable"));
+        assert!(
+            help.contains(&format!("[env: {env}")),
+            "{env} missing:\n{help}"
+        );
+        let long = arg.get_long().unwrap();
+        assert!(help.contains(&format!("--{long} ")), "--{long} missing");
+        settings += 1;
+    }
+    assert!(settings > 50, "{settings}");
+    for heading in [
+        "Server:",
+        "Database:",
+        "Providers:",
+        "Harness:",
+        "Telemetry:",
+    ] {
+        assert!(help.contains(heading), "{heading} missing");
+    }
+}
+
+#[test]
+fn secrets_never_print() {
+    let s = load(&[
+        ("OPENAI_API_KEY", " sk-secret "),
+        ("ANTHROPIC_API_KEY", "sk-ant-secret"),
+        ("DATABASE_URL", "postgres://u:hunter2@db/x"),
+        (
+            "OPENAI_BASE_URL",
+            "https://r.openai.azure.com/openai/deployments/d?api-version=1&api-key=qk-secret",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(
+        s.providers.openai_api_key.as_ref().map(Secret::expose),
+        Some("sk-secret")
+    );
+    let shown = format!("{s:?}");
+    for secret in ["sk-secret", "sk-ant-secret", "hunter2", "qk-secret"] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+    assert!(
+        shown.contains("api-version=1&api-key=[redacted]"),
+        "{shown}"
+    );
+}

@@ -1,0 +1,321 @@
+//! The typed values of settings that are more than a number: each parses
+//! from the text an operator writes (flag, variable or file) and says what
+//! is wrong with it.
+
+use std::{fmt, str::FromStr};
+
+/// A value that must never be printed (an API key): its `Debug` and
+/// `Display` say `<redacted>`; [`Secret::expose`] is the one way to read it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The value, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Self {
+        Self(value.to_owned())
+    }
+}
+
+impl FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.trim().to_owned()))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A provider adapter the service has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    OpenAi,
+    Anthropic,
+    Ollama,
+}
+
+impl ProviderKind {
+    /// The name a chain entry and a turn's `runtime_provider` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+            Self::Ollama => "ollama",
+        }
+    }
+}
+
+impl FromStr for ProviderKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "openai" => Ok(Self::OpenAi),
+            "anthropic" => Ok(Self::Anthropic),
+            "ollama" => Ok(Self::Ollama),
+            other => Err(format!(
+                "unknown provider {other:?} (openai, anthropic, ollama)"
+            )),
+        }
+    }
+}
+
+/// One entry of the provider chain: an adapter and the model it asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderRef {
+    pub kind: ProviderKind,
+    pub model: String,
+}
+
+/// The provider chain, `name:model` in order of preference, e.g.
+/// `openai:gpt-4o-mini,anthropic:claude-sonnet-4-6`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderList(pub Vec<ProviderRef>);
+
+impl FromStr for ProviderList {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let entries = s
+            .split(',')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| {
+                let (name, model) = entry
+                    .split_once(':')
+                    .ok_or_else(|| format!("{entry:?} is not provider:model"))?;
+                let model = model.trim();
+                if model.is_empty() {
+                    return Err(format!("{entry:?} names no model"));
+                }
+                Ok(ProviderRef {
+                    kind: name.parse()?,
+                    model: model.to_owned(),
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        if entries.is_empty() {
+            return Err("lists no provider".to_owned());
+        }
+        Ok(Self(entries))
+    }
+}
+
+/// Origins allowed to call the API from a browser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CorsOrigins {
+    Any,
+    List(Vec<String>),
+}
+
+impl FromStr for CorsOrigins {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let listed: Vec<&str> = s
+            .split(',')
+            .map(str::trim)
+            .filter(|o| !o.is_empty())
+            .collect();
+        if listed.is_empty() {
+            return Err("lists no origin (leave it unset to allow none)".to_owned());
+        }
+        if listed == ["*"] {
+            return Ok(Self::Any);
+        }
+        let mut origins = Vec::with_capacity(listed.len());
+        for origin in listed {
+            let url = reqwest::Url::parse(origin)
+                .map_err(|e| format!("{origin:?} is not an origin: {e}"))?;
+            let bare = matches!(url.scheme(), "http" | "https")
+                && url.host_str().is_some()
+                && url.path() == "/"
+                && !origin.ends_with('/')
+                && url.query().is_none()
+                && url.username().is_empty();
+            if !bare {
+                return Err(format!(
+                    "{origin:?} is not an origin: use scheme://host[:port], or `*` alone"
+                ));
+            }
+            origins.push(origin.to_owned());
+        }
+        Ok(Self::List(origins))
+    }
+}
+
+/// An `http` or `https` URL.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpUrl(String);
+
+impl HttpUrl {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for HttpUrl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        match reqwest::Url::parse(s) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => Ok(Self(s.to_owned())),
+            Ok(_) => Err("must be an http or https URL".to_owned()),
+            Err(e) => Err(format!("not a URL: {e}")),
+        }
+    }
+}
+
+impl fmt::Display for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Shows a key in the URL's query (`?api-key=…`) as `[redacted]`.
+impl fmt::Debug for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = crate::providers::redact::Redactor::default().text(&self.0);
+        fmt::Debug::fmt(&shown, f)
+    }
+}
+
+/// Where events, turns and decisions are kept: a SQLite file or Postgres.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.0.starts_with("postgres")
+    }
+}
+
+impl FromStr for DatabaseUrl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if !(s.starts_with("sqlite:")
+            || s.starts_with("postgres://")
+            || s.starts_with("postgresql://"))
+        {
+            return Err("must start with sqlite:, postgres:// or postgresql://".to_owned());
+        }
+        if s.starts_with("sqlite:") && s.contains(":memory:") {
+            return Err(
+                "an in-memory SQLite database is not supported: the writer and the readers share one file"
+                    .to_owned(),
+            );
+        }
+        Ok(Self(s.to_owned()))
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Shows the URL with its password hidden.
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&redact_url(&self.0), f)
+    }
+}
+
+/// Hides the password of a connection URL.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            // Setting a password only fails for URLs that cannot have one.
+            let _ = parsed.set_password(Some("<redacted>"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_never_prints_and_is_read_only_through_expose() {
+        let key = Secret::from("sk-never-shown");
+        assert_eq!(format!("{key} {key:?}"), "<redacted> <redacted>");
+        assert_eq!(key.expose(), "sk-never-shown");
+    }
+
+    #[test]
+    fn a_provider_list_is_checked_entry_by_entry() {
+        let list: ProviderList = "openai:gpt-4o-mini, anthropic:claude-sonnet-4-6,ollama:llama3.2"
+            .parse()
+            .unwrap();
+        let kinds: Vec<_> = list.0.iter().map(|p| p.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                ProviderKind::OpenAi,
+                ProviderKind::Anthropic,
+                ProviderKind::Ollama
+            ]
+        );
+        assert_eq!(list.0[2].model, "llama3.2");
+        for (bad, says) in [
+            ("openai", "is not provider:model"),
+            ("mystery:x", "unknown provider"),
+            ("anthropic:", "names no model"),
+            (" , ", "lists no provider"),
+        ] {
+            let error = bad.parse::<ProviderList>().unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn urls_print_without_their_secrets() {
+        let db: DatabaseUrl = "postgres://u:hunter2@db/x".parse().unwrap();
+        assert!(!format!("{db:?}").contains("hunter2"));
+        assert_eq!(db.as_str(), "postgres://u:hunter2@db/x");
+        let base: HttpUrl = "https://r.example/v1?api-version=1&api-key=qk-secret"
+            .parse()
+            .unwrap();
+        let shown = format!("{base:?}");
+        assert!(
+            shown.contains("api-version=1&api-key=[redacted]"),
+            "{shown}"
+        );
+        assert!("ftp://x".parse::<HttpUrl>().is_err());
+        assert!("sqlite::memory:".parse::<DatabaseUrl>().is_err());
+        assert!("mysql://x".parse::<DatabaseUrl>().is_err());
+    }
+}

@@ -1,0 +1,96 @@
+//! The binary's command line: `--help` lists every setting with its
+//! variable, a bad value stops it with exit code 2 naming the variable, and
+//! the settings file is read.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly; the lint holds in the service code"
+)]
+
+use std::process::{Command, Output};
+
+fn harness(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+    command.env_clear().args(args);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().expect("run agent-harness")
+}
+
+#[test]
+fn help_lists_the_settings_by_section_with_their_variables_and_hides_keys() {
+    let out = harness(&["--help"], &[("OPENAI_API_KEY", "sk-must-not-show")]);
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8(out.stdout).unwrap();
+    for expected in [
+        "Server:",
+        "Database:",
+        "Providers:",
+        "Harness:",
+        "Telemetry:",
+        "--max-steps <MAX_STEPS>",
+        "[env: HARNESS_MAX_STEPS=]",
+        "[env: DATABASE_URL=]",
+        "[env: OTEL_EXPORTER_OTLP_ENDPOINT=]",
+        "[env: OPENAI_API_KEY]",
+        "--config <FILE>",
+    ] {
+        assert!(help.contains(expected), "{expected} missing:\n{help}");
+    }
+    assert!(!help.contains("sk-must-not-show"), "{help}");
+}
+
+#[test]
+fn a_bad_setting_stops_the_binary_with_exit_code_2_naming_it() {
+    let out = harness(&["migrate"], &[("HARNESS_MAX_STEPS", "0")]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("HARNESS_MAX_STEPS: must be between 1 and 100"),
+        "{stderr}"
+    );
+    let out = harness(&["--think-level", "extreme", "migrate"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("--think-level: "), "{stderr}");
+}
+
+#[test]
+fn the_settings_file_is_read_and_the_environment_overrides_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let from_file = dir.path().join("from-file.db");
+    let from_env = dir.path().join("from-env.db");
+    let config = dir.path().join("harness.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"sqlite://{}\"\n[telemetry]\nlog = \"warn\"\n",
+            from_file.display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let out = harness(&["--config", config, "migrate"], &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(from_file.exists() && !from_env.exists());
+    std::fs::remove_file(&from_file).unwrap();
+    let env_url = format!("sqlite://{}", from_env.display());
+    let out = harness(
+        &["migrate"],
+        &[("HARNESS_CONFIG", config), ("DATABASE_URL", &env_url)],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(from_env.exists() && !from_file.exists());
+    // A key the file does not know stops the binary.
+    std::fs::write(dir.path().join("bad.toml"), "[harness]\nmax_stpes = 3\n").unwrap();
+    let bad = dir.path().join("bad.toml");
+    let out = harness(&["--config", bad.to_str().unwrap(), "migrate"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("harness.max_stpes: no such setting"),
+        "{stderr}"
+    );
+}
