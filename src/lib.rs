@@ -42,3 +42,4 @@ pub mod store;
 pub mod telemetry;
 pub mod tools;
 pub mod turn;
+pub mod vault;

@@ -14,6 +14,7 @@ pub mod postgres;
 pub mod records;
 mod sql;
 pub mod sqlite;
+pub mod vault;
 
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ pub use records::{
     ArtifactRecord, DecisionRecord, MessageRecord, NewArtifact, NewDecision, NewMessage, NewTurn,
     SessionRecord, TurnFinish, TurnRecord, TurnStatus,
 };
+pub use vault::{IndexedNote, VaultChunk, VaultHit};
 
 /// A failure of the database layer. Callers see it as an opaque 500/503.
 #[derive(Debug, thiserror::Error)]
@@ -216,6 +218,19 @@ pub trait Store: Send + Sync + 'static {
     async fn cancel_requests(&self) -> Result<Option<CancelRequests>, StoreError> {
         Ok(None)
     }
+
+    /// Content hashes of the indexed vault notes, by path.
+    async fn vault_hashes(&self) -> Result<std::collections::HashMap<String, String>, StoreError>;
+
+    /// Indexes a note, replacing what was indexed at its path.
+    async fn vault_put_note(&self, note: &IndexedNote) -> Result<(), StoreError>;
+
+    /// Removes notes (and their chunks) from the index; returns how many were there.
+    async fn vault_remove_notes(&self, paths: &[String]) -> Result<u64, StoreError>;
+
+    /// Chunks matching any of `terms` (words), best first.
+    async fn vault_search(&self, terms: &[String], limit: u32)
+    -> Result<Vec<VaultHit>, StoreError>;
 
     /// Refreshes the heartbeat of these running turns; returns those whose
     /// cancellation was requested.

@@ -9,12 +9,15 @@ use sqlx::{
 };
 
 use super::{
-    BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, NewArtifact, NewTurn, OrphanScope,
-    StoreError, TurnFinish,
+    BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, IndexedNote, NewArtifact, NewTurn,
+    OrphanScope, StoreError, TurnFinish, VaultHit,
     records::parse_uuid,
     sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, insert_rows},
 };
 use crate::events::{StoredEvent, TurnEvent};
+
+/// Chunks per multi-row insert (5 parameters each).
+const VAULT_CHUNKS_PER_INSERT: usize = 200;
 
 /// Postgres implementation of [`super::Store`].
 #[derive(Debug, Clone)]
@@ -273,6 +276,92 @@ impl PostgresStore {
         tx.commit().await?;
         Ok(())
     }
+    /// Indexes a note in place of what was indexed at its path; the note's
+    /// row is locked first, so two indexers of one note take turns.
+    pub(super) async fn write_vault_note(&self, note: &IndexedNote) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO vault_notes (path, content_hash, bytes, indexed_at) \
+             VALUES ($1, $2, $3, now()) ON CONFLICT (path) DO UPDATE SET \
+             content_hash = excluded.content_hash, bytes = excluded.bytes, \
+             indexed_at = excluded.indexed_at",
+        )
+        .bind(&note.path)
+        .bind(&note.content_hash)
+        .bind(note.bytes)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM vault_chunks WHERE path = $1")
+            .bind(&note.path)
+            .execute(&mut *tx)
+            .await?;
+        let mut ordinal: i32 = 0;
+        for rows in note.chunks.chunks(VAULT_CHUNKS_PER_INSERT) {
+            let mut insert = sqlx::QueryBuilder::<Postgres>::new(
+                "INSERT INTO vault_chunks (path, ordinal, heading, anchor, text) ",
+            );
+            insert.push_values(rows, |mut row, chunk| {
+                row.push_bind(&note.path)
+                    .push_bind(ordinal)
+                    .push_bind(&chunk.heading)
+                    .push_bind(&chunk.anchor)
+                    .push_bind(&chunk.text);
+                ordinal += 1;
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn write_vault_removals(&self, paths: &[String]) -> Result<u64, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let removed = sqlx::query("DELETE FROM vault_notes WHERE path = ANY($1)")
+            .bind(paths)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(removed)
+    }
+
+    /// `tsvector` matches of any of the terms, ranked by how many of the
+    /// terms a chunk matches, then by `ts_rank_cd` (heading weighted above
+    /// text): `ts_rank_cd` alone ranks a heading naming one word above a
+    /// passage with all of them.
+    pub(super) async fn search_vault(
+        &self,
+        terms: &[String],
+        limit: u32,
+    ) -> Result<Vec<VaultHit>, StoreError> {
+        let mut query =
+            sqlx::QueryBuilder::<Postgres>::new("SELECT c.path, c.heading, c.anchor, c.text, (0");
+        for term in terms {
+            query.push(" + (c.tsv @@ to_tsquery('english', ");
+            query.push_bind(term.clone());
+            query.push("))::int");
+        }
+        query.push(
+            ")::float8 + ts_rank_cd(c.tsv, q)::float8 / (1 + ts_rank_cd(c.tsv, q)::float8) AS score \
+             FROM vault_chunks c, to_tsquery('english', ",
+        );
+        query.push_bind(terms.join(" | "));
+        query.push(") q WHERE c.tsv @@ q ORDER BY score DESC, c.id LIMIT ");
+        query.push_bind(i64::from(limit));
+        let rows: Vec<(String, String, String, String, f64)> =
+            query.build_query_as().fetch_all(&self.pool).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(path, heading, anchor, text, score)| VaultHit {
+                path,
+                heading,
+                anchor,
+                text,
+                score,
+            })
+            .collect())
+    }
+
     pub(super) async fn write_cancel_request(
         &self,
         turn_id: uuid::Uuid,

@@ -357,6 +357,45 @@ macro_rules! impl_store {
                 self.cancel_listener().await
             }
 
+            async fn vault_hashes(
+                &self,
+            ) -> Result<std::collections::HashMap<String, String>, $crate::store::StoreError> {
+                let rows: Vec<(String, String)> =
+                    sqlx::query_as("SELECT path, content_hash FROM vault_notes")
+                        .fetch_all(self.reader())
+                        .await?;
+                Ok(rows.into_iter().collect())
+            }
+
+            async fn vault_put_note(
+                &self,
+                note: &$crate::store::IndexedNote,
+            ) -> Result<(), $crate::store::StoreError> {
+                self.write_vault_note(note).await
+            }
+
+            async fn vault_remove_notes(
+                &self,
+                paths: &[String],
+            ) -> Result<u64, $crate::store::StoreError> {
+                if paths.is_empty() {
+                    return Ok(0);
+                }
+                self.write_vault_removals(paths).await
+            }
+
+            async fn vault_search(
+                &self,
+                terms: &[String],
+                limit: u32,
+            ) -> Result<Vec<$crate::store::VaultHit>, $crate::store::StoreError> {
+                let terms = $crate::store::vault::clean_terms(terms);
+                if terms.is_empty() || limit == 0 {
+                    return Ok(Vec::new());
+                }
+                self.search_vault(&terms, limit).await
+            }
+
             async fn heartbeat(
                 &self,
                 turn_ids: &[uuid::Uuid],

@@ -22,7 +22,10 @@ use sqlx::{
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{BeganTurn, BeginTurnError, NewArtifact, NewTurn, OrphanScope, StoreError, TurnFinish};
+use super::{
+    BeganTurn, BeginTurnError, IndexedNote, NewArtifact, NewTurn, OrphanScope, StoreError,
+    TurnFinish, VaultHit,
+};
 use crate::events::StoredEvent;
 
 mod writer;
@@ -116,6 +119,47 @@ impl SqliteStore {
     /// locally, and the heartbeat finds the flag otherwise.
     async fn cancel_listener(&self) -> Result<Option<super::CancelRequests>, StoreError> {
         Ok(None)
+    }
+
+    async fn write_vault_note(&self, note: &IndexedNote) -> Result<(), StoreError> {
+        self.writes.put_vault_note(note.clone()).await
+    }
+
+    async fn write_vault_removals(&self, paths: &[String]) -> Result<u64, StoreError> {
+        self.writes.remove_vault_notes(paths.to_vec()).await
+    }
+
+    /// FTS5 over heading and text, any of the terms, ranked by BM25 with
+    /// the heading weighing four times the text.
+    async fn search_vault(
+        &self,
+        terms: &[String],
+        limit: u32,
+    ) -> Result<Vec<VaultHit>, StoreError> {
+        let query = terms
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(" OR ");
+        let rows: Vec<(String, String, String, String, f64)> = sqlx::query_as(
+            "SELECT c.path, c.heading, c.anchor, c.text, -bm25(vault_fts, 4.0, 1.0) AS score \
+             FROM vault_fts JOIN vault_chunks c ON c.id = vault_fts.rowid \
+             WHERE vault_fts MATCH $1 ORDER BY bm25(vault_fts, 4.0, 1.0), c.id LIMIT $2",
+        )
+        .bind(query)
+        .bind(i64::from(limit))
+        .fetch_all(self.reader())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(path, heading, anchor, text, score)| VaultHit {
+                path,
+                heading,
+                anchor,
+                text,
+                score,
+            })
+            .collect())
     }
 
     async fn write_cancel_request(&self, turn_id: Uuid) -> Result<bool, StoreError> {

@@ -717,3 +717,5 @@ async fn sqlite_wal_stays_bounded_under_sustained_writes() {
         .unwrap();
     assert_eq!(last.len(), 1);
 }
+
+mod vault;

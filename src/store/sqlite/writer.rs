@@ -27,7 +27,7 @@ use uuid::Uuid;
 
 use crate::{
     events::{StoredEvent, TurnEvent},
-    store::{BeganTurn, NewArtifact, NewTurn, OrphanScope, StoreError, TurnFinish},
+    store::{BeganTurn, IndexedNote, NewArtifact, NewTurn, OrphanScope, StoreError, TurnFinish},
 };
 
 /// Jobs that may wait for the writer thread.
@@ -454,6 +454,60 @@ impl Writer {
                 }
             }
             Ok(cancelled)
+        })
+        .await
+    }
+
+    /// Indexes a note in place of what was indexed at its path.
+    pub(super) async fn put_vault_note(&self, note: IndexedNote) -> Result<(), StoreError> {
+        self.run(move |connection| {
+            connection
+                .prepare_cached("DELETE FROM vault_chunks WHERE path = ?1")?
+                .execute(params![note.path])?;
+            connection
+                .prepare_cached(
+                    "INSERT INTO vault_notes (path, content_hash, bytes, indexed_at) \
+                     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (path) DO UPDATE SET \
+                     content_hash = excluded.content_hash, bytes = excluded.bytes, \
+                     indexed_at = excluded.indexed_at",
+                )?
+                .execute(params![
+                    note.path,
+                    note.content_hash,
+                    note.bytes,
+                    ts(Utc::now())
+                ])?;
+            let mut insert = connection.prepare_cached(
+                "INSERT INTO vault_chunks (path, ordinal, heading, anchor, text) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for (ordinal, chunk) in note.chunks.iter().enumerate() {
+                insert.execute(params![
+                    note.path,
+                    i64::try_from(ordinal).unwrap_or(i64::MAX),
+                    chunk.heading,
+                    chunk.anchor,
+                    chunk.text
+                ])?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes notes and their chunks from the index.
+    pub(super) async fn remove_vault_notes(&self, paths: Vec<String>) -> Result<u64, StoreError> {
+        self.run(move |connection| {
+            let mut removed = 0;
+            for path in &paths {
+                connection
+                    .prepare_cached("DELETE FROM vault_chunks WHERE path = ?1")?
+                    .execute(params![path])?;
+                removed += connection
+                    .prepare_cached("DELETE FROM vault_notes WHERE path = ?1")?
+                    .execute(params![path])?;
+            }
+            Ok(u64::try_from(removed).unwrap_or(u64::MAX))
         })
         .await
     }

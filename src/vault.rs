@@ -1,0 +1,264 @@
+//! The vault: a folder of markdown notes, indexed into the store's
+//! full-text index and searched by the retrieval tools.
+//!
+//! Indexing walks the folder (markdown files only; hidden entries and
+//! symlinks are skipped, so nothing outside the folder is read), compares
+//! each note's SHA-256 with the indexed one, re-chunks the notes that
+//! changed ([`chunk`]: by heading, anchored `path#Heading`) and removes
+//! the notes that are gone. One indexing runs at a time per process.
+
+pub mod chunk;
+pub mod paths;
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Instant,
+};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::store::{IndexedNote, Store, StoreError, VaultHit};
+
+/// Most notes indexed; a larger vault is indexed up to this many.
+pub const MAX_NOTES: usize = 100_000;
+
+/// Largest note indexed, in bytes; a larger one is skipped.
+pub const MAX_NOTE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Skipped notes listed in a report (the count is always whole).
+const SKIPPED_LISTED: usize = 100;
+
+/// Why the vault could not be indexed.
+#[derive(Debug, thiserror::Error)]
+pub enum VaultError {
+    #[error("the vault folder {0} does not exist")]
+    Missing(PathBuf),
+    #[error("cannot read the vault: {0}")]
+    Io(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A note indexing left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SkippedNote {
+    pub path: String,
+    pub reason: String,
+}
+
+/// What an indexing did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct IndexReport {
+    /// Markdown notes found.
+    pub notes: usize,
+    pub added: usize,
+    pub updated: usize,
+    pub unchanged: usize,
+    /// Notes indexed before and gone now.
+    pub removed: usize,
+    /// Chunks written for the added and updated notes.
+    pub chunks: usize,
+    pub skipped_count: usize,
+    /// The first skipped notes, with the reason.
+    pub skipped: Vec<SkippedNote>,
+    pub took_ms: u64,
+}
+
+impl IndexReport {
+    fn skip(&mut self, path: String, reason: impl Into<String>) {
+        self.skipped_count += 1;
+        if self.skipped.len() < SKIPPED_LISTED {
+            self.skipped.push(SkippedNote {
+                path,
+                reason: reason.into(),
+            });
+        }
+    }
+
+    /// One line for logs and the terminal.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} notes: {} added, {} updated, {} unchanged, {} removed, {} skipped; {} chunks written in {} ms",
+            self.notes,
+            self.added,
+            self.updated,
+            self.unchanged,
+            self.removed,
+            self.skipped_count,
+            self.chunks,
+            self.took_ms
+        )
+    }
+}
+
+/// Where indexing is, for a progress bar: `done` of `total` notes.
+pub trait Progress: Send + Sync {
+    fn found(&self, _total: usize) {}
+    fn indexed(&self, _done: usize, _path: &str) {}
+}
+
+/// No progress shown.
+impl Progress for () {}
+
+/// A markdown file found in the vault.
+struct Found {
+    relative: String,
+    absolute: PathBuf,
+}
+
+/// The vault folder and the index of it.
+pub struct Vault {
+    root: PathBuf,
+    store: Arc<dyn Store>,
+    indexing: tokio::sync::Mutex<()>,
+}
+
+impl Vault {
+    pub fn new(root: impl Into<PathBuf>, store: Arc<dyn Store>) -> Self {
+        Self {
+            root: root.into(),
+            store,
+            indexing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The folder as configured.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The folder with symlinks resolved; [`VaultError::Missing`] when it
+    /// does not exist.
+    pub fn canonical_root(&self) -> Result<PathBuf, VaultError> {
+        std::fs::canonicalize(&self.root).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => VaultError::Missing(self.root.clone()),
+            _ => VaultError::Io(format!("{}: {e}", self.root.display())),
+        })
+    }
+
+    /// The chunks best matching `query`, at most `limit`.
+    pub async fn search(&self, query: &str, limit: u32) -> Result<Vec<VaultHit>, StoreError> {
+        let terms = crate::tools::builtin::query_terms(query);
+        self.store.vault_search(&terms, limit).await
+    }
+
+    /// Brings the index in line with the folder. An indexing already
+    /// running is waited for, then this one runs (it sees what changed
+    /// since).
+    pub async fn reindex(&self, progress: &dyn Progress) -> Result<IndexReport, VaultError> {
+        let _one_at_a_time = self.indexing.lock().await;
+        let started = Instant::now();
+        let root = self.canonical_root()?;
+        let (found, mut report) = tokio::task::spawn_blocking(move || walk(&root))
+            .await
+            .map_err(|e| VaultError::Io(format!("the folder walk stopped: {e}")))??;
+        report.notes = found.len();
+        progress.found(found.len());
+        let mut indexed: HashMap<String, String> = self.store.vault_hashes().await?;
+        for (done, note) in found.iter().enumerate() {
+            let previous = indexed.remove(&note.relative);
+            self.index_note(note, previous.as_deref(), &mut report)
+                .await?;
+            progress.indexed(done + 1, &note.relative);
+        }
+        let gone: Vec<String> = indexed.into_keys().collect();
+        report.removed =
+            usize::try_from(self.store.vault_remove_notes(&gone).await?).unwrap_or(usize::MAX);
+        report.took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(report)
+    }
+
+    async fn index_note(
+        &self,
+        note: &Found,
+        previous_hash: Option<&str>,
+        report: &mut IndexReport,
+    ) -> Result<(), VaultError> {
+        let bytes = match tokio::fs::read(&note.absolute).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                report.skip(note.relative.clone(), format!("cannot read: {e}"));
+                return Ok(());
+            }
+        };
+        let hash = hex::encode(Sha256::digest(&bytes));
+        if previous_hash == Some(hash.as_str()) {
+            report.unchanged += 1;
+            return Ok(());
+        }
+        let Ok(text) = String::from_utf8(bytes) else {
+            report.skip(note.relative.clone(), "not UTF-8 text");
+            return Ok(());
+        };
+        let chunks = chunk::chunk_note(&note.relative, &text);
+        report.chunks += chunks.len();
+        self.store
+            .vault_put_note(&IndexedNote {
+                path: note.relative.clone(),
+                content_hash: hash,
+                bytes: i64::try_from(text.len()).unwrap_or(i64::MAX),
+                chunks,
+            })
+            .await?;
+        if previous_hash.is_some() {
+            report.updated += 1;
+        } else {
+            report.added += 1;
+        }
+        Ok(())
+    }
+}
+
+/// The markdown files under `root`, sorted by path, and a report of what
+/// was left out. Hidden entries and symlinks are not followed; at most
+/// [`MAX_NOTES`].
+fn walk(root: &Path) -> Result<(Vec<Found>, IndexReport), VaultError> {
+    let mut found = Vec::new();
+    let mut skipped = IndexReport::default();
+    let mut folders = vec![(root.to_path_buf(), String::new())];
+    while let Some((folder, prefix)) = folders.pop() {
+        let entries = std::fs::read_dir(&folder)
+            .map_err(|e| VaultError::Io(format!("{}: {e}", folder.display())))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| VaultError::Io(format!("{}: {e}", folder.display())))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                skipped.skip(
+                    format!("{prefix}{}", entry.file_name().to_string_lossy()),
+                    "the name is not UTF-8",
+                );
+                continue;
+            };
+            if name.starts_with('.') {
+                continue;
+            }
+            let relative = format!("{prefix}{name}");
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_symlink() {
+                if paths::is_markdown(&name) {
+                    skipped.skip(relative, "a symlink (not followed)");
+                }
+            } else if kind.is_dir() {
+                folders.push((entry.path(), format!("{relative}/")));
+            } else if kind.is_file() && paths::is_markdown(&name) {
+                let too_big = entry.metadata().is_ok_and(|m| m.len() > MAX_NOTE_BYTES);
+                if too_big {
+                    skipped.skip(relative, format!("larger than {MAX_NOTE_BYTES} bytes"));
+                } else if found.len() >= MAX_NOTES {
+                    skipped.skip(relative, format!("the vault has over {MAX_NOTES} notes"));
+                } else {
+                    found.push(Found {
+                        relative,
+                        absolute: entry.path(),
+                    });
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| a.relative.cmp(&b.relative));
+    Ok((found, skipped))
+}

@@ -1,0 +1,175 @@
+//! The vault's index on both backends: indexing a folder of notes, ranking,
+//! and keeping the index in step with edits and deletions.
+
+use std::path::Path;
+
+use agent_harness::{
+    store::{IndexedNote, VaultChunk},
+    vault::Vault,
+};
+
+use super::{Backend, store};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/vault");
+
+/// A copy of the fixture vault the test may change.
+pub fn vault_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(Path::new(FIXTURE), dir.path());
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+async fn anchors(vault: &Vault, query: &str) -> Vec<String> {
+    vault
+        .search(query, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|hit| hit.anchor)
+        .collect()
+}
+
+async fn a_vault_is_indexed_ranked_and_kept_in_step(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let dir = vault_copy();
+    let vault = Vault::new(dir.path(), store.clone());
+
+    let first = vault.reindex(&()).await.unwrap();
+    // Three notes; the hidden folder and the text file are not notes.
+    assert_eq!(
+        (first.notes, first.added, first.skipped_count),
+        (3, 3, 0),
+        "{first:?}"
+    );
+    assert!(first.chunks >= 7, "{first:?}");
+
+    // The section that matches best comes first.
+    let found = anchors(&vault, "When do I book the train to Paris?").await;
+    assert_eq!(found[0], "notes/paris.md#Open loops", "{found:?}");
+    let found = anchors(&vault, "compost").await;
+    assert_eq!(found[0], "notes/garden.md#Compost", "{found:?}");
+    assert!(
+        found.contains(&"journal/2026-11-02.md".to_owned()),
+        "{found:?}"
+    );
+    assert!(anchors(&vault, "workspace hidden").await.is_empty());
+
+    // Nothing changed: nothing is rewritten.
+    let again = vault.reindex(&()).await.unwrap();
+    assert_eq!(
+        (again.unchanged, again.chunks, again.removed),
+        (3, 0, 0),
+        "{again:?}"
+    );
+
+    // An edit and a deletion are reflected.
+    std::fs::write(
+        dir.path().join("notes/garden.md"),
+        "# Garden\n\n## Tomatoes\n\nSow tomatoes indoors in March.\n",
+    )
+    .unwrap();
+    std::fs::remove_file(dir.path().join("notes/paris.md")).unwrap();
+    std::fs::write(
+        dir.path().join("notes/lisbon.md"),
+        "# Lisbon\n\nTrams and tiles.\n",
+    )
+    .unwrap();
+    let changed = vault.reindex(&()).await.unwrap();
+    assert_eq!(
+        (
+            changed.added,
+            changed.updated,
+            changed.removed,
+            changed.unchanged
+        ),
+        (1, 1, 1, 1),
+        "{changed:?}"
+    );
+    let found = anchors(&vault, "compost").await;
+    assert_eq!(found, ["journal/2026-11-02.md"]);
+    assert!(anchors(&vault, "Paris Eurostar").await.is_empty());
+    assert_eq!(anchors(&vault, "trams").await, ["notes/lisbon.md#Lisbon"]);
+}
+
+async fn vault_search_takes_any_words_and_index_writes_replace(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let note = |text: &str| IndexedNote {
+        path: "a.md".into(),
+        content_hash: format!("h-{text}"),
+        bytes: 1,
+        chunks: vec![VaultChunk {
+            heading: "A".into(),
+            anchor: "a.md#A".into(),
+            text: text.into(),
+        }],
+    };
+    store
+        .vault_put_note(&note("apples and pears"))
+        .await
+        .unwrap();
+    store.vault_put_note(&note("plums only")).await.unwrap();
+    let terms = |words: &[&str]| words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+    assert!(
+        store
+            .vault_search(&terms(&["apples"]), 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .vault_search(&terms(&["plums"]), 5)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Query syntax in a word is only a word.
+    for odd in [
+        r#"plums""#,
+        "plums*",
+        "OR",
+        "NEAR(plums",
+        "plums:a",
+        "!plums",
+        "''",
+    ] {
+        let hits = store.vault_search(&terms(&[odd]), 5).await;
+        assert!(hits.is_ok(), "{odd}: {hits:?}");
+    }
+    assert!(store.vault_search(&[], 5).await.unwrap().is_empty());
+    assert_eq!(store.vault_hashes().await.unwrap()["a.md"], "h-plums only");
+    assert_eq!(
+        store
+            .vault_remove_notes(&terms(&["a.md", "b.md"]))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(
+        store
+            .vault_search(&terms(&["plums"]), 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.vault_hashes().await.unwrap().is_empty());
+}
+
+crate::on_both_backends!(
+    a_vault_is_indexed_ranked_and_kept_in_step,
+    vault_search_takes_any_words_and_index_writes_replace,
+);
