@@ -2,13 +2,15 @@
 
 use std::{sync::Arc, time::Duration};
 
-use crate::{config::Settings, runner::TurnRunner, store::Store};
+use crate::{config::Settings, runner::TurnRunner, store::Store, vault::Vault};
 
 /// What handlers need, built once at start.
 pub struct App {
     pub settings: Settings,
     pub store: Arc<dyn Store>,
     pub runner: TurnRunner,
+    /// The notes folder and its index.
+    pub vault: Arc<Vault>,
     /// The provider names a turn may ask for in `runtime_provider`.
     pub provider_names: Vec<String>,
 }

@@ -1,8 +1,8 @@
 //! Typed settings in sections that mirror the modules: [`ServerSettings`]
 //! (the edge and the process), [`DatabaseSettings`] (the store and its
 //! writer), [`ProviderSettings`] (the chain, adapters, retries, prices),
-//! [`HarnessSettings`] (the turn loop) and [`TelemetrySettings`] (logs and
-//! traces).
+//! [`HarnessSettings`] (the turn loop), [`VaultSettings`] (the notes) and
+//! [`TelemetrySettings`] (logs and traces).
 //!
 //! Every setting has a flag, an environment variable and a key in its
 //! section of the TOML file (`[harness] max_steps`); `agent-harness --help`
@@ -33,8 +33,8 @@ use crate::{providers::ThinkLevel, providers::pricing::PricingTable, tools::Perm
 #[derive(Debug, Clone, clap::Args)]
 pub struct Settings {
     /// TOML file with settings, one table per section (`[server]`,
-    /// `[database]`, `[providers]`, `[harness]`, `[telemetry]`); the
-    /// environment and the command line override it.
+    /// `[database]`, `[providers]`, `[harness]`, `[vault]`, `[telemetry]`);
+    /// the environment and the command line override it.
     #[arg(
         id = "config",
         long = "config",
@@ -51,6 +51,8 @@ pub struct Settings {
     pub providers: ProviderSettings,
     #[command(flatten, next_help_heading = "Harness")]
     pub harness: HarnessSettings,
+    #[command(flatten, next_help_heading = "Vault")]
+    pub vault: VaultSettings,
     #[command(flatten, next_help_heading = "Telemetry")]
     pub telemetry: TelemetrySettings,
 }
@@ -424,6 +426,24 @@ pub struct HarnessSettings {
         default_value_t = 50
     )]
     pub history_max_messages: u32,
+}
+
+/// The folder of notes the retrieval tools search and the write tools
+/// change.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VaultSettings {
+    /// Folder of markdown notes (created by the first note written).
+    #[arg(
+        id = "vault.dir",
+        long = "vault-dir",
+        env = "HARNESS_VAULT_DIR",
+        default_value = "./vault"
+    )]
+    pub dir: PathBuf,
+    /// Index the vault when the service starts (in the background; turns
+    /// are served meanwhile).
+    #[arg(id = "vault.index_on_start", long = "vault-index-on-start", env = "HARNESS_VAULT_INDEX_ON_START", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub index_on_start: bool,
 }
 
 /// Logs and traces.

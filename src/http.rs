@@ -13,6 +13,7 @@ pub mod server;
 pub mod sessions;
 pub mod sse;
 pub mod turns;
+pub mod vault;
 
 use std::sync::OnceLock;
 
@@ -51,6 +52,7 @@ pub use limits::HYPER_MAX_HEAD_BYTES;
     tags(
         (name = "turns", description = "Start, follow and cancel turns"),
         (name = "sessions", description = "Sessions, their history and event log"),
+        (name = "vault", description = "The notes folder the agent searches and edits"),
         (name = "operations", description = "Probes and the API description"),
     ),
     components(schemas(Problem, TurnEvent, EventEnvelope, EventStream))
@@ -62,6 +64,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(turns::router())
         .merge(sessions::router())
         .merge(health::router())
+        .merge(vault::router())
         .routes(routes!(openapi_document))
 }
 

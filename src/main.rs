@@ -1,12 +1,15 @@
 //! The `agent-harness` binary: `serve` (default) or `migrate`.
 
-use std::{io::Write as _, process::ExitCode};
+use std::{
+    io::{IsTerminal as _, Write as _},
+    process::ExitCode,
+};
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 use agent_harness::{
     config::{self, ConfigError, Settings},
-    startup, store, telemetry,
+    startup, store, telemetry, vault,
 };
 
 /// Every setting is a flag with an environment variable and a key in the
@@ -30,6 +33,9 @@ enum Command {
     Serve,
     /// Apply database migrations and exit.
     Migrate,
+    /// Index the vault folder into the database's full-text index and exit
+    /// (incremental: only notes added or changed since are read again).
+    IndexVault,
     /// Print the OpenAPI document and exit.
     Openapi,
 }
@@ -86,6 +92,7 @@ fn main() -> ExitCode {
         };
         let result = match cli.command {
             Some(Command::Migrate) => migrate(&settings).await,
+            Some(Command::IndexVault) => index_vault(&settings).await,
             _ => serve(settings).await,
         };
         telemetry.shutdown();
@@ -110,6 +117,58 @@ async fn migrate(settings: &Settings) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())?;
     tracing::info!(backend = store.backend(), "migrations applied");
+    Ok(())
+}
+
+/// A progress bar on a terminal.
+struct Bar(indicatif::ProgressBar);
+
+impl vault::Progress for Bar {
+    fn found(&self, total: usize) {
+        self.0.set_length(u64::try_from(total).unwrap_or(u64::MAX));
+    }
+
+    fn indexed(&self, done: usize, path: &str) {
+        self.0.set_position(u64::try_from(done).unwrap_or(u64::MAX));
+        self.0.set_message(path.to_owned());
+    }
+}
+
+async fn index_vault(settings: &Settings) -> Result<(), String> {
+    let store = store::connect(
+        settings.database.url.as_str(),
+        settings.database.max_connections,
+        settings.database.acquire_timeout(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    store.migrate().await.map_err(|e| e.to_string())?;
+    let vault = vault::Vault::new(settings.vault.dir.clone(), store);
+    let report = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(0).with_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} notes {wide_msg}")
+                .map_err(|e| e.to_string())?,
+        );
+        let report = vault.reindex(&Bar(bar.clone())).await;
+        bar.finish_and_clear();
+        report
+    } else {
+        vault.reindex(&()).await
+    }
+    .map_err(|e| e.to_string())?;
+    // The summary is this command's output.
+    let mut stdout = std::io::stdout().lock();
+    writeln!(
+        stdout,
+        "indexed {}: {}",
+        vault.root().display(),
+        report.summary()
+    )
+    .map_err(|e| format!("cannot write the summary: {e}"))?;
+    for skipped in &report.skipped {
+        writeln!(stdout, "skipped {}: {}", skipped.path, skipped.reason)
+            .map_err(|e| format!("cannot write the summary: {e}"))?;
+    }
     Ok(())
 }
 

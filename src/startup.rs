@@ -7,12 +7,12 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     app::App,
     config::{ProviderKind, ProviderRef, Settings},
-    harness::hooks::{ArtifactStore, HookError},
+    harness::hooks::{ArtifactStore, CheckpointRequest, CheckpointStore, HookError},
     harness::{AgentHarness, HarnessOptions, compaction::ContextWarningTracker},
     http,
     providers::{
@@ -27,7 +27,9 @@ use crate::{
     tools::{
         Tool, ToolRegistry,
         builtin::{GetContextPack, LocalSearch},
+        notes::{ReadNote, WriteNote},
     },
+    vault::{Vault, VaultError},
 };
 
 /// The provider chain of the settings (already validated).
@@ -106,12 +108,16 @@ fn provider_names(settings: &Settings) -> Vec<String> {
 pub fn build_harness(
     settings: &Settings,
     store: Arc<dyn store::Store>,
+    vault: Arc<Vault>,
     provider: Arc<dyn LlmProvider>,
     extra_tools: Vec<Arc<dyn Tool>>,
 ) -> AgentHarness {
     let tools = ToolRegistry::new(settings.harness.tool_permission)
-        .register(Arc::new(GetContextPack::new(store.clone())))
-        .register(Arc::new(LocalSearch::new(store.clone())));
+        .register(Arc::new(GetContextPack::new(vault.clone())))
+        .register(Arc::new(LocalSearch::new(store.clone(), vault.clone())))
+        .register(Arc::new(ReadNote::new(vault.clone())))
+        .register(Arc::new(WriteNote::replace(vault.clone())))
+        .register(Arc::new(WriteNote::append(vault.clone())));
     let tools = extra_tools.into_iter().fold(tools, ToolRegistry::register);
     let options = HarnessOptions {
         max_steps: settings.harness.max_steps,
@@ -138,7 +144,8 @@ pub fn build_harness(
         .context_tracker(Some(ContextWarningTracker::new(
             settings.harness.context_window_tokens,
         )))
-        .artifacts(Arc::new(StoreArtifacts(store)))
+        .artifacts(Arc::new(StoreArtifacts(store.clone())))
+        .checkpoint_store(Arc::new(VaultCheckpoints { vault, store }))
         .cost_tracker(Arc::new(settings.providers.pricing.clone()))
         .build()
 }
@@ -170,6 +177,42 @@ impl ArtifactStore for StoreArtifacts {
             .await
             .map_err(HookError::new)?;
         Ok(id)
+    }
+}
+
+/// Saves the notes a write is about to change (resource keys `note:…`)
+/// as checkpoints in the store.
+pub struct VaultCheckpoints {
+    pub vault: Arc<Vault>,
+    pub store: Arc<dyn store::Store>,
+}
+
+#[async_trait]
+impl CheckpointStore for VaultCheckpoints {
+    async fn snapshot(&self, request: &CheckpointRequest) -> Result<Vec<String>, HookError> {
+        let mut ids = Vec::new();
+        for key in &request.resource_keys {
+            let Some(path) = crate::tools::notes::path_of_key(key) else {
+                continue;
+            };
+            let (note, content) = self.vault.snapshot(path).await.map_err(HookError::new)?;
+            let id = crate::http::vault::new_checkpoint_id();
+            self.store
+                .put_checkpoint(&store::NewCheckpoint {
+                    id: id.clone(),
+                    session_id: request.session_id.clone(),
+                    turn_id: request.turn_id.clone(),
+                    call_id: request.call_id.clone(),
+                    tool: request.tool.clone(),
+                    path: note.relative,
+                    content,
+                    created_at: Utc::now(),
+                })
+                .await
+                .map_err(HookError::new)?;
+            ids.push(id);
+        }
+        Ok(ids)
     }
 }
 
@@ -229,9 +272,11 @@ impl Application {
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Self, StartupError> {
         let provider_names = provider_names(&settings);
+        let vault = Arc::new(Vault::new(settings.vault.dir.clone(), store.clone()));
         let harness = Arc::new(build_harness(
             &settings,
             store.clone(),
+            vault.clone(),
             provider,
             extra_tools,
         ));
@@ -267,6 +312,7 @@ impl Application {
             settings,
             store,
             runner,
+            vault,
             provider_names,
         });
         Ok(Self {
@@ -300,6 +346,11 @@ impl Application {
             shutdown,
             ..
         } = self;
+        let background = TaskTracker::new();
+        if app.settings.vault.index_on_start {
+            background.spawn(index_vault_at_start(app.vault.clone(), shutdown.clone()));
+        }
+        background.close();
         let router = http::router(app.clone());
         let limits = http::server::ConnectionLimits {
             header_read_timeout: Duration::from_secs(app.settings.server.header_read_timeout_s),
@@ -316,12 +367,16 @@ impl Application {
         tokio::select! {
             result = &mut server => {
                 // The server stopped on its own: still end turns cleanly.
+                shutdown.cancel();
+                background.wait().await;
                 app.runner.shutdown(Duration::ZERO).await;
                 return result.map_err(StartupError::Serve);
             }
             () = shutdown.cancelled() => {}
         }
         tracing::info!(running = app.runner.running_turns(), "shutting down");
+        // The start-up indexing stops with the shutdown token.
+        background.wait().await;
         let grace = Duration::from_secs(app.settings.server.shutdown_grace_s);
         let drain = app.runner.shutdown(grace);
         // Keep serving the open connections while turns drain.
@@ -335,6 +390,22 @@ impl Application {
             }
         });
         served.map_err(StartupError::Serve)
+    }
+}
+
+/// Indexes the vault in the background at start; a missing folder is no
+/// vault, not an error. Stops when the service shuts down.
+async fn index_vault_at_start(vault: Arc<Vault>, shutdown: CancellationToken) {
+    tokio::select! {
+        result = vault.reindex(&()) => match result {
+            Ok(report) => tracing::info!(summary = %report.summary(), "vault indexed"),
+            Err(VaultError::Missing(path)) => tracing::info!(
+                folder = %path.display(),
+                "no vault folder: the retrieval tools find nothing until notes are written"
+            ),
+            Err(e) => tracing::warn!(error = %e, "the vault could not be indexed at start"),
+        },
+        () = shutdown.cancelled() => {}
     }
 }
 

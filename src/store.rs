@@ -24,8 +24,8 @@ use uuid::Uuid;
 
 use crate::events::StoredEvent;
 pub use records::{
-    ArtifactRecord, DecisionRecord, MessageRecord, NewArtifact, NewDecision, NewMessage, NewTurn,
-    SessionRecord, TurnFinish, TurnRecord, TurnStatus,
+    ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord, NewArtifact, NewCheckpoint,
+    NewDecision, NewMessage, NewTurn, SessionRecord, TurnFinish, TurnRecord, TurnStatus,
 };
 pub use vault::{IndexedNote, VaultChunk, VaultHit};
 
@@ -204,6 +204,29 @@ pub trait Store: Send + Sync + 'static {
         session_id: &str,
         artifact_id: &str,
     ) -> Result<Option<ArtifactRecord>, StoreError>;
+
+    /// Keeps a note's state before a write.
+    async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<(), StoreError>;
+
+    /// The newest `limit` checkpoints of a session, oldest first.
+    async fn list_checkpoints(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> Result<Vec<CheckpointRecord>, StoreError>;
+
+    /// A checkpoint and the note's saved bytes (`None`: there was no note).
+    async fn get_checkpoint(
+        &self,
+        id: &str,
+    ) -> Result<Option<(CheckpointRecord, Option<Vec<u8>>)>, StoreError>;
+
+    /// Marks a checkpoint restored; false when it already was (or is not).
+    async fn mark_checkpoint_restored(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
 
     /// Flags a running turn for cancellation by its owner. False when the
     /// turn is not running.

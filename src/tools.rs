@@ -7,6 +7,7 @@
 //! and then dropped, and its late result is discarded by the late-write gate.
 
 pub mod builtin;
+pub mod notes;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -204,6 +205,13 @@ pub trait Tool: Send + Sync + 'static {
     /// disjoint. Default: none.
     fn resource_keys(&self, _arguments: &Value) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Checks arguments the schema cannot judge (a path that leads out of
+    /// the vault); an error is a validation denial, and the call never
+    /// runs. Default: nothing to check.
+    fn check(&self, _arguments: &Value) -> Result<(), String> {
+        Ok(())
     }
 
     /// Runs the call. Honour `ctx.cancel`.

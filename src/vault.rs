@@ -11,7 +11,7 @@ pub mod chunk;
 pub mod paths;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     path::{Path, PathBuf},
     sync::Arc,
     time::Instant,
@@ -30,6 +30,26 @@ pub const MAX_NOTE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Skipped notes listed in a report (the count is always whole).
 const SKIPPED_LISTED: usize = 100;
+
+/// Common words that say nothing about what to look for.
+const STOPWORDS: &[&str] = &[
+    "the", "and", "for", "are", "but", "not", "you", "your", "with", "have", "this", "that",
+    "what", "when", "where", "which", "who", "how", "why", "was", "were", "can", "could", "would",
+    "should", "about", "from", "into", "there", "their", "them", "they", "then", "than", "been",
+    "being", "does", "did", "done", "just", "like", "some", "any", "all", "my", "me", "our", "its",
+    "it's", "is", "of", "to", "in", "on", "a", "an", "do",
+];
+
+/// The words of a query worth searching for, lower-case, deduplicated.
+pub fn query_terms(query: &str) -> Vec<String> {
+    let mut seen = HashSet::new();
+    query
+        .split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|w| w.chars().count() > 2 && !STOPWORDS.contains(&w.as_str()))
+        .filter(|w| seen.insert(w.clone()))
+        .collect()
+}
 
 /// Why the vault could not be indexed.
 #[derive(Debug, thiserror::Error)]
@@ -109,11 +129,40 @@ struct Found {
     absolute: PathBuf,
 }
 
+/// Why a note could not be read, written or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum NoteError {
+    #[error(transparent)]
+    Path(#[from] paths::PathError),
+    #[error("there is no note {0}")]
+    NotFound(String),
+    #[error("{path} is larger than {MAX_NOTE_BYTES} bytes")]
+    TooLarge { path: String },
+    #[error("{0} is not UTF-8 text")]
+    NotText(String),
+    #[error("{0}")]
+    Io(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How a write changes a note.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// The content replaces the note (or makes it).
+    Replace,
+    /// The content is added at the end, on a line of its own.
+    Append,
+}
+
 /// The vault folder and the index of it.
 pub struct Vault {
     root: PathBuf,
     store: Arc<dyn Store>,
     indexing: tokio::sync::Mutex<()>,
+    /// One write at a time in this process, so that an append never loses
+    /// another.
+    writing: tokio::sync::Mutex<()>,
 }
 
 impl Vault {
@@ -122,6 +171,106 @@ impl Vault {
             root: root.into(),
             store,
             indexing: tokio::sync::Mutex::new(()),
+            writing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The note `path` names, checked against the folder (which a write
+    /// creates when it is missing).
+    pub fn resolve(&self, path: &str, for_write: bool) -> Result<paths::NotePath, NoteError> {
+        if for_write {
+            std::fs::create_dir_all(&self.root)
+                .map_err(|e| NoteError::Io(format!("cannot create the vault folder: {e}")))?;
+        }
+        let root = self.canonical_root().map_err(|e| match e {
+            VaultError::Missing(_) => NoteError::NotFound(path.to_owned()),
+            other => NoteError::Io(other.to_string()),
+        })?;
+        Ok(paths::resolve(&root, path)?)
+    }
+
+    /// The text of a note.
+    pub async fn read_note(&self, path: &str) -> Result<(paths::NotePath, String), NoteError> {
+        let note = self.resolve(path, false)?;
+        let bytes = read_capped(&note)
+            .await?
+            .ok_or_else(|| NoteError::NotFound(note.relative.clone()))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| NoteError::NotText(note.relative.clone()))?;
+        Ok((note, text))
+    }
+
+    /// The bytes of a note as they are now (`None`: there is none), for a
+    /// checkpoint.
+    pub async fn snapshot(
+        &self,
+        path: &str,
+    ) -> Result<(paths::NotePath, Option<Vec<u8>>), NoteError> {
+        let note = self.resolve(path, true)?;
+        let bytes = read_capped(&note).await?;
+        Ok((note, bytes))
+    }
+
+    /// Writes a note (atomically: a temporary file renamed over it) and
+    /// indexes it. Returns its path in the vault and its size.
+    pub async fn write_note(
+        &self,
+        path: &str,
+        content: &str,
+        mode: WriteMode,
+    ) -> Result<(String, usize), NoteError> {
+        let _one_at_a_time = self.writing.lock().await;
+        let note = self.resolve(path, true)?;
+        let mut text = match mode {
+            WriteMode::Replace => String::new(),
+            WriteMode::Append => match read_capped(&note).await? {
+                Some(bytes) => String::from_utf8(bytes)
+                    .map_err(|_| NoteError::NotText(note.relative.clone()))?,
+                None => String::new(),
+            },
+        };
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(content);
+        if text.len() as u64 > MAX_NOTE_BYTES {
+            return Err(NoteError::TooLarge {
+                path: note.relative,
+            });
+        }
+        replace_file(&note.absolute, Some(text.as_bytes())).await?;
+        self.index_one(&note.relative, Some(text.as_bytes()))
+            .await?;
+        Ok((note.relative, text.len()))
+    }
+
+    /// Puts a note back as a checkpoint saw it: its bytes, or no file.
+    pub async fn restore(&self, path: &str, bytes: Option<&[u8]>) -> Result<String, NoteError> {
+        let _one_at_a_time = self.writing.lock().await;
+        let note = self.resolve(path, true)?;
+        replace_file(&note.absolute, bytes).await?;
+        self.index_one(&note.relative, bytes).await?;
+        Ok(note.relative)
+    }
+
+    /// Brings one note's index in line with `bytes` (`None`: removed).
+    async fn index_one(&self, relative: &str, bytes: Option<&[u8]>) -> Result<(), StoreError> {
+        match bytes.map(std::str::from_utf8) {
+            Some(Ok(text)) => {
+                self.store
+                    .vault_put_note(&IndexedNote {
+                        path: relative.to_owned(),
+                        content_hash: hex::encode(Sha256::digest(text.as_bytes())),
+                        bytes: i64::try_from(text.len()).unwrap_or(i64::MAX),
+                        chunks: chunk::chunk_note(relative, text),
+                    })
+                    .await
+            }
+            Some(Err(_)) | None => self
+                .store
+                .vault_remove_notes(&[relative.to_owned()])
+                .await
+                .map(drop),
         }
     }
 
@@ -141,7 +290,7 @@ impl Vault {
 
     /// The chunks best matching `query`, at most `limit`.
     pub async fn search(&self, query: &str, limit: u32) -> Result<Vec<VaultHit>, StoreError> {
-        let terms = crate::tools::builtin::query_terms(query);
+        let terms = query_terms(query);
         self.store.vault_search(&terms, limit).await
     }
 
@@ -210,6 +359,52 @@ impl Vault {
         }
         Ok(())
     }
+}
+
+/// The bytes of a note, `None` when there is no file; a note over
+/// [`MAX_NOTE_BYTES`] is refused.
+async fn read_capped(note: &paths::NotePath) -> Result<Option<Vec<u8>>, NoteError> {
+    match tokio::fs::metadata(&note.absolute).await {
+        Ok(meta) if !meta.is_file() => {
+            Err(NoteError::Io(format!("{} is not a file", note.relative)))
+        }
+        Ok(meta) if meta.len() > MAX_NOTE_BYTES => Err(NoteError::TooLarge {
+            path: note.relative.clone(),
+        }),
+        Ok(_) => tokio::fs::read(&note.absolute)
+            .await
+            .map(Some)
+            .map_err(|e| NoteError::Io(format!("cannot read {}: {e}", note.relative))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(NoteError::Io(format!("cannot read {}: {e}", note.relative))),
+    }
+}
+
+/// Makes `path` hold `bytes` (`None`: removes it), through a temporary
+/// file beside it renamed over it, so that a reader never sees half.
+async fn replace_file(path: &Path, bytes: Option<&[u8]>) -> Result<(), NoteError> {
+    let shown = |e: std::io::Error| NoteError::Io(format!("cannot write {}: {e}", path.display()));
+    let Some(bytes) = bytes else {
+        return match tokio::fs::remove_file(path).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(shown(e)),
+            _ => Ok(()),
+        };
+    };
+    let parent = path
+        .parent()
+        .ok_or_else(|| NoteError::Io("a note needs a folder".into()))?;
+    tokio::fs::create_dir_all(parent).await.map_err(shown)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("note");
+    let temporary = parent.join(format!(".{name}.{}.tmp", uuid::Uuid::now_v7()));
+    if let Err(e) = tokio::fs::write(&temporary, bytes).await {
+        let _ = tokio::fs::remove_file(&temporary).await;
+        return Err(shown(e));
+    }
+    if let Err(e) = tokio::fs::rename(&temporary, path).await {
+        let _ = tokio::fs::remove_file(&temporary).await;
+        return Err(shown(e));
+    }
+    Ok(())
 }
 
 /// The markdown files under `root`, sorted by path, and a report of what

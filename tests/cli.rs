@@ -94,3 +94,43 @@ fn the_settings_file_is_read_and_the_environment_overrides_it() {
         "{stderr}"
     );
 }
+
+#[test]
+fn index_vault_indexes_a_folder_incrementally_and_prints_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let vault = dir.path().join("vault");
+    std::fs::create_dir_all(vault.join("notes")).unwrap();
+    std::fs::write(vault.join("notes/a.md"), "# A\n\nApples.\n").unwrap();
+    std::fs::write(vault.join("b.md"), "Bananas.\n").unwrap();
+    let db = format!("sqlite://{}", dir.path().join("h.db").display());
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("HARNESS_VAULT_DIR", vault.to_str().unwrap()),
+    ];
+    let out = harness(&["index-vault"], &env);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("2 notes: 2 added, 0 updated, 0 unchanged, 0 removed"),
+        "{stdout}"
+    );
+    std::fs::remove_file(vault.join("b.md")).unwrap();
+    let out = harness(&["index-vault"], &env);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("1 notes: 0 added, 0 updated, 1 unchanged, 1 removed"),
+        "{stdout}"
+    );
+    // A folder that is not there is an error, not an empty vault.
+    let missing = dir.path().join("nowhere");
+    let out = harness(
+        &["index-vault"],
+        &[
+            ("DATABASE_URL", db.as_str()),
+            ("HARNESS_VAULT_DIR", missing.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("does not exist"), "{stderr}");
+}

@@ -41,9 +41,6 @@ pub enum ConfigError {
     Cli(clap::Error),
 }
 
-/// The file's sections, in the order `--help` shows them.
-const SECTIONS: &[&str] = &["server", "database", "providers", "harness", "telemetry"];
-
 /// One flag of the command that has an environment variable.
 struct Flag {
     id: String,
@@ -107,7 +104,13 @@ where
     let mut found: Vec<(usize, String, Origin)> = Vec::new();
     let config = config_path(&args).or_else(|| value_of("HARNESS_CONFIG"));
     if let Some(path) = &config {
-        for (key, value) in read_file(path)? {
+        // A setting's id is `section.key`: the sections are those prefixes.
+        let mut sections: Vec<&str> = flags
+            .iter()
+            .filter_map(|f| f.id.split_once('.').map(|(section, _)| section))
+            .collect();
+        sections.dedup();
+        for (key, value) in read_file(path, &sections)? {
             let Some(index) = flags.iter().position(|f| f.id == key) else {
                 return Err(ConfigError::FileKey {
                     path: path.clone(),
@@ -200,7 +203,7 @@ fn config_path(args: &[OsString]) -> Option<String> {
 /// The settings of a TOML file as `(section.key, text)`: each section is a
 /// table; a table value (prices) is handed on as JSON, a list joined by
 /// commas; an empty string is left out (unset).
-fn read_file(path: &str) -> Result<Vec<(String, String)>, ConfigError> {
+fn read_file(path: &str, sections: &[&str]) -> Result<Vec<(String, String)>, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
         path: path.to_owned(),
         source,
@@ -219,13 +222,13 @@ fn read_file(path: &str) -> Result<Vec<(String, String)>, ConfigError> {
         let toml::Value::Table(values) = values else {
             return Err(key_error(
                 section,
-                format!("settings belong in a section: {}", SECTIONS.join(", ")),
+                format!("settings belong in a section: {}", sections.join(", ")),
             ));
         };
-        if !SECTIONS.contains(&section.as_str()) {
+        if !sections.contains(&section.as_str()) {
             return Err(key_error(
                 section,
-                format!("no such section ({})", SECTIONS.join(", ")),
+                format!("no such section ({})", sections.join(", ")),
             ));
         }
         for (key, value) in values {

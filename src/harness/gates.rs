@@ -1,15 +1,16 @@
-//! One tool call through the seven gates, and a step's waves.
+//! One tool call through the gates, and a step's waves.
 //!
 //! | gate | on failure |
 //! |---|---|
 //! | 1. replay control | `ToolDenied(duplicate)` |
 //! | 2. blocked tool (or not permitted) | `ToolDenied(blocked)` |
 //! | 3. `on_pre_tool_use` | `ToolDenied(pre_hook)` |
-//! | 4. argument validation with bounded repair | `ToolDenied(validation)` |
+//! | 4. argument validation with bounded repair, then the tool's own check | `ToolDenied(validation)` |
 //! | (tool-call budget) | `ToolDenied(budget)` |
-//! | 5. bounded executor | `ToolFailure` / `ToolTimeout` |
-//! | 6. `on_post_tool_use` | ignored |
-//! | 7. replay record | |
+//! | 5. a write's checkpoint (`LOCAL_WRITE`, `DESTRUCTIVE`) | `ToolFailure(unavailable)` |
+//! | 6. bounded executor | `ToolFailure` / `ToolTimeout` |
+//! | 7. `on_post_tool_use` | ignored |
+//! | 8. replay record | |
 //!
 //! [`exec_call`] never fails: every call ends in a [`ToolOutcome`], and
 //! every call of a step gets exactly one tool message.
@@ -22,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     AgentHarness, EventSink, TurnRequest,
     executor::{self, Executed},
-    hooks::isolate,
+    hooks::{CheckpointRequest, isolate},
     prepare::untrusted_block,
     replay::ReplayControl,
     scheduler::Wave,
@@ -32,7 +33,7 @@ use super::{
 use crate::{
     events::{ToolStatus, TurnEvent},
     providers::{ChatMessage, ToolCall},
-    tools::{Citation, ToolContext, ToolError, ToolErrorKind},
+    tools::{Citation, EffectClass, ToolContext, ToolError, ToolErrorKind},
 };
 
 /// Tool output longer than this goes to the artifact store (seeds:
@@ -181,6 +182,13 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
     } else {
         serde_json::from_str(&call.arguments).unwrap_or(Value::Object(Default::default()))
     };
+    // The tool's own check (a path out of the vault) holds either way.
+    if let Err(message) = tool.check(&arguments) {
+        return ToolOutcome::Denied {
+            reason: DenyReason::Validation,
+            message,
+        };
+    }
     if !env.state.budget.claim_tool_call() {
         return ToolOutcome::Denied {
             reason: DenyReason::Budget,
@@ -188,7 +196,32 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
                 .into(),
         };
     }
-    // 5. The bounded executor.
+    // 5. A write's checkpoint: what it will change is saved first, and a
+    // write that cannot be undone does not run.
+    if matches!(
+        tool.spec().effect,
+        EffectClass::LocalWrite | EffectClass::Destructive
+    ) && let Some(checkpoints) = harness.checkpoint_store()
+    {
+        let resource_keys = tool.resource_keys(&arguments);
+        if !resource_keys.is_empty() {
+            let request = CheckpointRequest {
+                session_id: env.request.session_id.clone(),
+                turn_id: env.request.turn_id.to_string(),
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                resource_keys,
+            };
+            if let Err(e) = isolate(checkpoints.snapshot(&request)).await {
+                return ToolOutcome::failure(
+                    ToolErrorKind::Unavailable,
+                    format!("the write did not run: its checkpoint could not be saved ({e})"),
+                    true,
+                );
+            }
+        }
+    }
+    // 6. The bounded executor.
     let ctx = ToolContext {
         session_id: env.request.session_id.clone(),
         turn_id: env.request.turn_id,
@@ -213,7 +246,7 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
     if outcome.blocks_tool() {
         env.state.block_tool(&call.name);
     }
-    // 6. Post-hook, best effort.
+    // 7. Post-hook, best effort.
     let status = outcome.status();
     let _ = isolate(async {
         harness
@@ -223,7 +256,7 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
         Ok(())
     })
     .await;
-    // 7. Replay record.
+    // 8. Replay record.
     if !outcome.is_error() {
         env.replay
             .record_completed(&call.name, &call.arguments, &call.id);

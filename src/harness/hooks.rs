@@ -88,10 +88,23 @@ pub trait JudgeScheduler: Send + Sync {
     async fn schedule(&self, request: JudgeRequest) -> Result<usize, HookError>;
 }
 
-/// Snapshots of vault files before confirmed writes, for undo.
+/// A write about to run, whose resources are to be saved first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointRequest {
+    pub session_id: String,
+    pub turn_id: String,
+    pub call_id: String,
+    pub tool: String,
+    /// What the write will change: the call's resource keys.
+    pub resource_keys: Vec<String>,
+}
+
+/// Snapshots of vault files before confirmed writes, for undo. A write
+/// whose snapshot fails does not run.
 #[async_trait]
 pub trait CheckpointStore: Send + Sync {
-    async fn snapshot(&self, session_id: &str, paths: &[String]) -> Result<String, HookError>;
+    /// Saves the resources; returns the checkpoints' ids.
+    async fn snapshot(&self, request: &CheckpointRequest) -> Result<Vec<String>, HookError>;
 }
 
 /// Accumulates token cost per session.

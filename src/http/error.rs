@@ -75,6 +75,19 @@ pub enum ApiError {
     /// 404 `artifact_not_found`.
     #[error("artifact not found in this session")]
     ArtifactNotFound,
+    /// 404 `vault_not_found`: the configured vault folder does not exist.
+    #[error("the vault folder {0} does not exist")]
+    VaultNotFound(String),
+    /// 404 `checkpoint_not_found`.
+    #[error("checkpoint not found")]
+    CheckpointNotFound,
+    /// 409 `checkpoint_already_restored`.
+    #[error("the checkpoint was already restored (its own restore made a checkpoint to undo it)")]
+    CheckpointAlreadyRestored,
+    /// 409 `note_refused`: the note cannot be changed now (its path leads
+    /// out of the vault, it grew too large).
+    #[error("{0}")]
+    NoteRefused(String),
     /// 404 `not_found`: no such route.
     #[error("no such resource")]
     NotFound,
@@ -143,11 +156,15 @@ impl ApiError {
             Self::SessionNotFound
             | Self::TurnNotFound
             | Self::ArtifactNotFound
+            | Self::VaultNotFound(_)
+            | Self::CheckpointNotFound
             | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::TurnAlreadyRunning(_) | Self::TurnNotRunning { .. } | Self::TurnCancelled(_) => {
-                StatusCode::CONFLICT
-            }
+            Self::TurnAlreadyRunning(_)
+            | Self::TurnNotRunning { .. }
+            | Self::TurnCancelled(_)
+            | Self::CheckpointAlreadyRestored
+            | Self::NoteRefused(_) => StatusCode::CONFLICT,
             Self::TurnFailed { code, .. } if code.starts_with("provider_") => {
                 StatusCode::BAD_GATEWAY
             }
@@ -176,6 +193,10 @@ impl ApiError {
             Self::SessionNotFound => "session_not_found",
             Self::TurnNotFound => "turn_not_found",
             Self::ArtifactNotFound => "artifact_not_found",
+            Self::VaultNotFound(_) => "vault_not_found",
+            Self::CheckpointNotFound => "checkpoint_not_found",
+            Self::CheckpointAlreadyRestored => "checkpoint_already_restored",
+            Self::NoteRefused(_) => "note_refused",
             Self::NotFound => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::TurnAlreadyRunning(_) => "turn_already_running",

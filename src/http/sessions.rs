@@ -16,7 +16,7 @@ use crate::{
     app::AppState,
     events::EventEnvelope,
     http::error::Problem,
-    store::{ArtifactRecord, DecisionRecord, MessageRecord},
+    store::{ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -25,6 +25,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list_messages))
         .routes(routes!(list_events))
         .routes(routes!(list_decisions))
+        .routes(routes!(list_checkpoints))
         .routes(routes!(get_artifact))
 }
 
@@ -268,6 +269,47 @@ async fn list_decisions(
         .ok_or(ApiError::SessionNotFound)?;
     let decisions = app.store.list_decisions(session_id.as_str(), limit).await?;
     Ok(axum::Json(DecisionList { decisions }))
+}
+
+/// A session's checkpoints.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CheckpointList {
+    pub checkpoints: Vec<CheckpointRecord>,
+}
+
+/// The session's newest checkpoints, oldest first: each is a note as it
+/// was before a write of the session changed it (`POST
+/// /checkpoints/{checkpoint_id}/restore` undoes the write).
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/checkpoints",
+    tag = "sessions",
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        LimitQuery),
+    responses(
+        (status = 200, description = "Success", body = CheckpointList),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn list_checkpoints(
+    State(app): State<AppState>,
+    Path(session_id): Path<String>,
+    query: Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::Json<CheckpointList>, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+    let limit = page_limit(query.limit)?;
+    app.store
+        .get_session(session_id.as_str())
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
+    let checkpoints = app
+        .store
+        .list_checkpoints(session_id.as_str(), limit)
+        .await?;
+    Ok(axum::Json(CheckpointList { checkpoints }))
 }
 
 /// A tool output too large for the prompt, referenced from a tool message.

@@ -9,8 +9,8 @@ use sqlx::{
 };
 
 use super::{
-    BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, IndexedNote, NewArtifact, NewTurn,
-    OrphanScope, StoreError, TurnFinish, VaultHit,
+    BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, IndexedNote, NewArtifact,
+    NewCheckpoint, NewTurn, OrphanScope, StoreError, TurnFinish, VaultHit,
     records::parse_uuid,
     sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, insert_rows},
 };
@@ -360,6 +360,54 @@ impl PostgresStore {
                 score,
             })
             .collect())
+    }
+
+    pub(super) async fn write_checkpoint(
+        &self,
+        checkpoint: &NewCheckpoint,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO checkpoints (id, session_id, turn_id, call_id, tool, path, existed, \
+             content, bytes, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(&checkpoint.id)
+        .bind(&checkpoint.session_id)
+        .bind(&checkpoint.turn_id)
+        .bind(&checkpoint.call_id)
+        .bind(&checkpoint.tool)
+        .bind(&checkpoint.path)
+        .bind(checkpoint.content.is_some())
+        .bind(checkpoint.content.as_deref())
+        .bind(
+            checkpoint
+                .content
+                .as_ref()
+                .map(|c| i64::try_from(c.len()).unwrap_or(i64::MAX)),
+        )
+        .bind(checkpoint.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn write_checkpoint_restored(
+        &self,
+        id: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE checkpoints SET restored_at = $2 WHERE id = $1 AND restored_at IS NULL",
+        )
+        .bind(id)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(done == 1)
     }
 
     pub(super) async fn write_cancel_request(

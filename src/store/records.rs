@@ -116,6 +116,41 @@ pub struct NewArtifact {
     pub created_at: DateTime<Utc>,
 }
 
+/// A note's state before a write, to keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewCheckpoint {
+    pub id: String,
+    pub session_id: String,
+    pub turn_id: String,
+    pub call_id: String,
+    pub tool: String,
+    /// The note's path in the vault.
+    pub path: String,
+    /// Its bytes; `None`: there was no note.
+    pub content: Option<Vec<u8>>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A checkpoint as stored (without its content).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
+pub struct CheckpointRecord {
+    pub id: String,
+    pub session_id: String,
+    pub turn_id: String,
+    /// The call whose write it was taken before (for a restore's own
+    /// checkpoint: the checkpoint restored).
+    pub call_id: String,
+    pub tool: String,
+    pub path: String,
+    /// Whether the note existed; restoring a checkpoint of a note that
+    /// did not removes it.
+    pub existed: bool,
+    /// Size of the saved note, in bytes.
+    pub bytes: Option<i64>,
+    pub created_at: DateTime<Utc>,
+    pub restored_at: Option<DateTime<Utc>>,
+}
+
 /// A stored decision record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DecisionRecord {

@@ -344,6 +344,64 @@ macro_rules! impl_store {
                 .await?)
             }
 
+            async fn put_checkpoint(
+                &self,
+                checkpoint: &$crate::store::NewCheckpoint,
+            ) -> Result<(), $crate::store::StoreError> {
+                self.write_checkpoint(checkpoint).await
+            }
+
+            async fn list_checkpoints(
+                &self,
+                session_id: &str,
+                limit: u32,
+            ) -> Result<Vec<$crate::store::CheckpointRecord>, $crate::store::StoreError> {
+                let mut newest_first: Vec<$crate::store::CheckpointRecord> = sqlx::query_as(
+                    "SELECT id, session_id, turn_id, call_id, tool, path, existed, bytes, \
+                     created_at, restored_at FROM checkpoints WHERE session_id = $1 \
+                     ORDER BY created_at DESC, id DESC LIMIT $2",
+                )
+                .bind(session_id)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await?;
+                newest_first.reverse();
+                Ok(newest_first)
+            }
+
+            async fn get_checkpoint(
+                &self,
+                id: &str,
+            ) -> Result<
+                Option<($crate::store::CheckpointRecord, Option<Vec<u8>>)>,
+                $crate::store::StoreError,
+            > {
+                let Some(record) = sqlx::query_as::<_, $crate::store::CheckpointRecord>(
+                    "SELECT id, session_id, turn_id, call_id, tool, path, existed, bytes, \
+                     created_at, restored_at FROM checkpoints WHERE id = $1",
+                )
+                .bind(id)
+                .fetch_optional(self.reader())
+                .await?
+                else {
+                    return Ok(None);
+                };
+                let content: Option<Vec<u8>> =
+                    sqlx::query_scalar("SELECT content FROM checkpoints WHERE id = $1")
+                        .bind(id)
+                        .fetch_one(self.reader())
+                        .await?;
+                Ok(Some((record, content)))
+            }
+
+            async fn mark_checkpoint_restored(
+                &self,
+                id: &str,
+                at: chrono::DateTime<chrono::Utc>,
+            ) -> Result<bool, $crate::store::StoreError> {
+                self.write_checkpoint_restored(id, at).await
+            }
+
             async fn request_cancel(
                 &self,
                 turn_id: uuid::Uuid,

@@ -23,8 +23,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    BeganTurn, BeginTurnError, IndexedNote, NewArtifact, NewTurn, OrphanScope, StoreError,
-    TurnFinish, VaultHit,
+    BeganTurn, BeginTurnError, IndexedNote, NewArtifact, NewCheckpoint, NewTurn, OrphanScope,
+    StoreError, TurnFinish, VaultHit,
 };
 use crate::events::StoredEvent;
 
@@ -160,6 +160,20 @@ impl SqliteStore {
                 score,
             })
             .collect())
+    }
+
+    async fn write_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<(), StoreError> {
+        self.writes.put_checkpoint(checkpoint.clone()).await
+    }
+
+    async fn write_checkpoint_restored(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.writes
+            .mark_checkpoint_restored(id.to_owned(), at)
+            .await
     }
 
     async fn write_cancel_request(&self, turn_id: Uuid) -> Result<bool, StoreError> {

@@ -1,10 +1,12 @@
-//! Built-in tools over the store: `get_context_pack` and `local_search`.
+//! The retrieval tools: `get_context_pack` (the facts stage 1 of a turn
+//! puts in the prompt) and `local_search`, over the vault's full-text index
+//! and, for `local_search`, the session's past conversation.
 //!
-//! Until the vault exists, the knowledge they search is the session's own
-//! stored history: past questions and answers that match the query. Anchors
-//! are `messages/{id}`.
+//! Anchors: `notes/project.md#Open loops` for a vault chunk,
+//! `messages/{id}` for a stored message. They become the turn's local
+//! citations.
 
-use std::{collections::HashSet, sync::Arc};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -12,52 +14,33 @@ use serde_json::{Value, json};
 use super::{
     Citation, EffectClass, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSpec,
 };
-use crate::store::{MessageRecord, Store};
-
-/// Common words that say nothing about what to look for.
-const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "are", "but", "not", "you", "your", "with", "have", "this", "that",
-    "what", "when", "where", "which", "who", "how", "why", "was", "were", "can", "could", "would",
-    "should", "about", "from", "into", "there", "their", "them", "they", "then", "than", "been",
-    "being", "does", "did", "done", "just", "like", "some", "any", "all", "my", "me", "our", "its",
-    "it's", "is", "of", "to", "in", "on", "a", "an", "do",
-];
-
-/// The words of a query worth searching for, lower-case, deduplicated.
-pub fn query_terms(query: &str) -> Vec<String> {
-    let mut seen = HashSet::new();
-    query
-        .split(|c: char| !c.is_alphanumeric())
-        .map(str::to_lowercase)
-        .filter(|w| w.chars().count() > 2 && !STOPWORDS.contains(&w.as_str()))
-        .filter(|w| seen.insert(w.clone()))
-        .collect()
-}
+use crate::{
+    store::{MessageRecord, Store, VaultHit},
+    vault::{Vault, query_terms},
+};
 
 /// Stored messages of the session matching `query`, best first (most
 /// terms, then newest).
-async fn search(
+async fn search_messages(
     store: &dyn Store,
     ctx: &ToolContext,
     query: &str,
     top_k: usize,
-) -> Result<Vec<(usize, MessageRecord)>, ToolError> {
+) -> Result<Vec<MessageRecord>, ToolError> {
     let terms = query_terms(query);
     // A session's first turn has nothing stored to search: its history is
     // written when a turn completes.
     if terms.is_empty() || ctx.turn_number <= 1 {
         return Ok(Vec::new());
     }
-    let session_id = ctx.session_id.as_str();
     let turn = ctx.turn_id.to_string();
-    let exclude_turn = Some(turn.as_str());
     let candidates = store
-        .search_messages(session_id, &terms, 200)
+        .search_messages(&ctx.session_id, &terms, 200)
         .await
-        .map_err(|e| ToolError::new(ToolErrorKind::Unavailable, e.to_string(), true))?;
+        .map_err(unavailable)?;
     let mut scored: Vec<(usize, MessageRecord)> = candidates
         .into_iter()
-        .filter(|m| exclude_turn.is_none_or(|t| m.turn_id.to_string() != t))
+        .filter(|m| m.turn_id.to_string() != turn)
         .map(|m| {
             let text = m.content.to_lowercase();
             (
@@ -69,10 +52,25 @@ async fn search(
     // Candidates come newest first; a stable sort keeps that among equals.
     scored.sort_by_key(|(hits, _)| std::cmp::Reverse(*hits));
     scored.truncate(top_k);
-    Ok(scored)
+    Ok(scored.into_iter().map(|(_, m)| m).collect())
 }
 
-fn anchor(message: &MessageRecord) -> String {
+fn unavailable(e: impl std::fmt::Display) -> ToolError {
+    ToolError::new(ToolErrorKind::Unavailable, e.to_string(), true)
+}
+
+async fn search_vault(
+    vault: &Vault,
+    query: &str,
+    top_k: usize,
+) -> Result<Vec<VaultHit>, ToolError> {
+    vault
+        .search(query, u32::try_from(top_k).unwrap_or(50))
+        .await
+        .map_err(unavailable)
+}
+
+fn message_anchor(message: &MessageRecord) -> String {
     format!("messages/{}", message.id)
 }
 
@@ -108,20 +106,21 @@ fn parse_query(arguments: &Value, ctx: &ToolContext) -> Result<(String, usize), 
     Ok((query.to_owned(), usize::try_from(top_k).unwrap_or(8)))
 }
 
-/// `get_context_pack`: the facts relevant to a query, as a JSON pack.
+/// `get_context_pack`: the vault's facts relevant to a query, as a JSON
+/// pack (`relevant_facts`: anchor, heading, text, score; `preferences`).
 pub struct GetContextPack {
-    store: Arc<dyn Store>,
+    vault: Arc<Vault>,
     spec: ToolSpec,
 }
 
 impl GetContextPack {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(vault: Arc<Vault>) -> Self {
         Self {
-            store,
+            vault,
             spec: ToolSpec::new(
                 "get_context_pack",
-                "Get a pack of stored facts relevant to a query, as JSON: relevant_facts \
-                 (anchor, role, text) and preferences.",
+                "Get a pack of facts from the user's notes relevant to a query, as JSON: \
+                 relevant_facts (anchor, heading, text, score) and preferences.",
                 query_schema("What the facts should be about."),
                 EffectClass::ReadOnly,
             ),
@@ -137,35 +136,46 @@ impl Tool for GetContextPack {
 
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         let (query, top_k) = parse_query(&arguments, &ctx)?;
-        let found = search(self.store.as_ref(), &ctx, &query, top_k).await?;
-        let facts: Vec<Value> = found
+        let hits = search_vault(&self.vault, &query, top_k).await?;
+        let facts: Vec<Value> = hits
             .iter()
-            .map(|(_, m)| json!({"anchor": anchor(m), "role": m.role, "text": snippet(&m.content, 600)}))
+            .map(|hit| {
+                json!({
+                    "anchor": hit.anchor,
+                    "heading": hit.heading,
+                    "text": snippet(&hit.text, 600),
+                    "score": (hit.score * 1000.0).round() / 1000.0,
+                })
+            })
             .collect();
         Ok(ToolOutput {
             content: json!({ "relevant_facts": facts, "preferences": [] }).to_string(),
-            citations: found
-                .iter()
-                .map(|(_, m)| Citation::Local { anchor: anchor(m) })
+            citations: hits
+                .into_iter()
+                .map(|hit| Citation::Local { anchor: hit.anchor })
                 .collect(),
         })
     }
 }
 
-/// `local_search`: search the stored knowledge for a query.
+/// `local_search`: the notes and the session's past conversation matching
+/// a query.
 pub struct LocalSearch {
     store: Arc<dyn Store>,
+    vault: Arc<Vault>,
     spec: ToolSpec,
 }
 
 impl LocalSearch {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Arc<dyn Store>, vault: Arc<Vault>) -> Self {
         Self {
             store,
+            vault,
             spec: ToolSpec::new(
                 "local_search",
-                "Search the stored notes and past conversation of this session for a query; \
-                 returns matching passages with their anchors.",
+                "Search the user's notes and the past conversation of this session for a \
+                 query; returns matching passages with their anchors (read a whole note with \
+                 read_note).",
                 query_schema("Words to look for."),
                 EffectClass::ReadOnly,
             ),
@@ -181,28 +191,35 @@ impl Tool for LocalSearch {
 
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         let (query, top_k) = parse_query(&arguments, &ctx)?;
-        let found = search(self.store.as_ref(), &ctx, &query, top_k).await?;
-        if found.is_empty() {
+        let (notes, messages) = tokio::join!(
+            search_vault(&self.vault, &query, top_k),
+            search_messages(self.store.as_ref(), &ctx, &query, top_k)
+        );
+        let (notes, messages) = (notes?, messages?);
+        if notes.is_empty() && messages.is_empty() {
             return Ok(ToolOutput::text(format!("No results for {query:?}.")));
         }
-        let content = found
+        let lines = notes
             .iter()
-            .map(|(_, m)| {
+            .map(|hit| format!("- [{}] {}", hit.anchor, snippet(&hit.text, 400)))
+            .chain(messages.iter().map(|m| {
                 format!(
                     "- [{}] ({}) {}",
-                    anchor(m),
+                    message_anchor(m),
                     m.role,
                     snippet(&m.content, 400)
                 )
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+            }))
+            .collect::<Vec<_>>();
+        let citations = notes
+            .into_iter()
+            .map(|hit| hit.anchor)
+            .chain(messages.iter().map(message_anchor))
+            .map(|anchor| Citation::Local { anchor })
+            .collect();
         Ok(ToolOutput {
-            content,
-            citations: found
-                .iter()
-                .map(|(_, m)| Citation::Local { anchor: anchor(m) })
-                .collect(),
+            content: lines.join("\n"),
+            citations,
         })
     }
 }
@@ -217,5 +234,11 @@ mod tests {
             query_terms("What are my open loops for the Paris project? Paris!"),
             ["open", "loops", "paris", "project"]
         );
+    }
+
+    #[test]
+    fn a_snippet_is_cut_at_a_character() {
+        assert_eq!(snippet("héllo\nwörld", 7), "héllo w…");
+        assert_eq!(snippet("short", 7), "short");
     }
 }

@@ -60,6 +60,46 @@ impl Reply {
         }
     }
 
+    /// One OpenAI tool call, streamed in the recorded shape of
+    /// `openai/tool_call_local_search.sse` (the same chunks, with this
+    /// call's id, name and arguments).
+    pub fn openai_tool_call(call_id: &str, name: &str, arguments: &serde_json::Value) -> Self {
+        let chunk = |choices: serde_json::Value, usage: serde_json::Value| {
+            let chunk = serde_json::json!({
+                "id": "chatcmpl-CWr01kXb7Qe2LmNp4Rs9TuVw3Yz5A",
+                "object": "chat.completion.chunk",
+                "created": 1763790100,
+                "model": "gpt-4o-mini-2024-07-18",
+                "service_tier": "default",
+                "system_fingerprint": "fp_560af6e559",
+                "choices": choices,
+                "usage": usage,
+            });
+            format!("data: {chunk}\n\n")
+        };
+        let body = [
+            chunk(
+                serde_json::json!([{"index": 0, "delta": {"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}], "refusal": null}, "logprobs": null, "finish_reason": null}]),
+                serde_json::Value::Null,
+            ),
+            chunk(
+                serde_json::json!([{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": arguments.to_string()}}]}, "logprobs": null, "finish_reason": null}]),
+                serde_json::Value::Null,
+            ),
+            chunk(
+                serde_json::json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "tool_calls"}]),
+                serde_json::Value::Null,
+            ),
+            chunk(
+                serde_json::json!([]),
+                serde_json::json!({"prompt_tokens": 212, "completion_tokens": 18, "total_tokens": 230, "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}),
+            ),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        Self::raw_sse(&body)
+    }
+
     /// A 200 NDJSON stream from literal text.
     pub fn raw_ndjson(body: &str) -> Self {
         Self {

@@ -41,7 +41,31 @@ pub fn test_settings(provider: &FakeProvider) -> Settings {
     settings.providers.max_attempts = 1;
     settings.providers.retry_base_ms = 10;
     settings.providers.retry_max_ms = 200;
+    // No vault unless a test gives it one.
+    settings.vault.dir = "/nonexistent/agent-harness-test-vault".into();
     settings
+}
+
+/// A vault folder holding `notes` (path, text).
+pub fn vault_of(notes: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, text) in notes {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+/// An app whose vault is `vault`, indexed before it is returned.
+pub async fn spawn_app_with_vault(backend: Backend, vault: &std::path::Path) -> TestApp {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.vault.dir = vault.to_owned();
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let (status, report) = app.post_json("/vault/reindex").await;
+    assert_eq!(status, 200, "{report}");
+    app
 }
 
 pub async fn spawn_app(backend: Backend) -> TestApp {

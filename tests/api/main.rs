@@ -21,3 +21,4 @@ mod lifecycle;
 mod openapi;
 mod tool_turn;
 mod turns;
+mod vault;

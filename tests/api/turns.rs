@@ -5,7 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     fake_provider::Reply,
-    helpers::{spawn_app, streamed_text, types},
+    helpers::{spawn_app, spawn_app_with_vault, streamed_text, types, vault_of},
     on_both_backends,
     support::Backend,
 };
@@ -99,7 +99,11 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
 }
 
 async fn the_provider_gets_the_prompt_in_the_seeds_order(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let vault = vault_of(&[(
+        "notes/questions.md",
+        "# Questions\n\nA second question deserves a careful answer.\n",
+    )]);
+    let app = spawn_app_with_vault(backend, vault.path()).await;
     app.provider
         .enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
     let first = app
@@ -146,8 +150,8 @@ async fn the_provider_gets_the_prompt_in_the_seeds_order(backend: Backend) {
     let pack = messages[4]["content"].as_str().unwrap();
     assert!(pack.contains("<<<UNTRUSTED_CONTEXT "), "{pack}");
     assert!(
-        pack.contains("first question"),
-        "the context pack found the earlier turn: {pack}"
+        pack.contains("\"anchor\": \"notes/questions.md#Questions\""),
+        "the context pack found the note: {pack}"
     );
     assert_eq!(
         messages[5]["content"],
@@ -160,7 +164,16 @@ async fn the_provider_gets_the_prompt_in_the_seeds_order(backend: Backend) {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["get_context_pack", "local_search"]);
+    assert_eq!(
+        tools,
+        [
+            "get_context_pack",
+            "local_search",
+            "read_note",
+            "write_note",
+            "append_note"
+        ]
+    );
 }
 
 async fn history_in_the_request_replaces_the_stored_one(backend: Backend) {

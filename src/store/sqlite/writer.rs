@@ -27,7 +27,10 @@ use uuid::Uuid;
 
 use crate::{
     events::{StoredEvent, TurnEvent},
-    store::{BeganTurn, IndexedNote, NewArtifact, NewTurn, OrphanScope, StoreError, TurnFinish},
+    store::{
+        BeganTurn, IndexedNote, NewArtifact, NewCheckpoint, NewTurn, OrphanScope, StoreError,
+        TurnFinish,
+    },
 };
 
 /// Jobs that may wait for the writer thread.
@@ -454,6 +457,51 @@ impl Writer {
                 }
             }
             Ok(cancelled)
+        })
+        .await
+    }
+
+    pub(super) async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<(), StoreError> {
+        self.run(move |connection| {
+            let bytes = checkpoint
+                .content
+                .as_ref()
+                .map(|c| i64::try_from(c.len()).unwrap_or(i64::MAX));
+            connection
+                .prepare_cached(
+                    "INSERT INTO checkpoints (id, session_id, turn_id, call_id, tool, path, \
+                     existed, content, bytes, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                )?
+                .execute(params![
+                    checkpoint.id,
+                    checkpoint.session_id,
+                    checkpoint.turn_id,
+                    checkpoint.call_id,
+                    checkpoint.tool,
+                    checkpoint.path,
+                    checkpoint.content.is_some(),
+                    checkpoint.content,
+                    bytes,
+                    ts(checkpoint.created_at)
+                ])?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn mark_checkpoint_restored(
+        &self,
+        id: String,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.run(move |connection| {
+            let updated = connection
+                .prepare_cached(
+                    "UPDATE checkpoints SET restored_at = ?2 WHERE id = ?1 AND restored_at IS NULL",
+                )?
+                .execute(params![id, ts(at)])?;
+            Ok(updated == 1)
         })
         .await
     }
