@@ -385,12 +385,12 @@ pub struct HarnessSettings {
         default_value_t = 25
     )]
     pub max_tools_per_turn: usize,
-    /// Which tools may run: all, read_only or none.
+    /// Which tools may run: auto (all, without asking), read_only or none.
     #[arg(
         id = "harness.tool_permission",
         long = "tool-permission",
         env = "HARNESS_TOOL_PERMISSION",
-        default_value = "all"
+        default_value = "auto"
     )]
     pub tool_permission: PermissionMode,
     /// Summarise older messages near the context limit.

@@ -12,6 +12,7 @@ mod limits;
 pub mod server;
 pub mod sessions;
 pub mod sse;
+pub mod tools;
 pub mod turns;
 pub mod vault;
 
@@ -65,6 +66,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(sessions::router())
         .merge(health::router())
         .merge(vault::router())
+        .merge(tools::router())
         .routes(routes!(openapi_document))
 }
 

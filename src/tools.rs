@@ -23,7 +23,7 @@ use crate::{providers::ToolDefinition, turn::WebMode};
 pub const TOOL_CALL_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// What running a tool may touch; decides how calls are scheduled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum EffectClass {
     /// Reads only; may run in parallel with other reads of other resources.
@@ -48,6 +48,8 @@ pub struct ToolSpec {
     pub timeout: Option<Duration>,
     /// Whether a timed-out call may be retried by the model (seeds default: true).
     pub retry_on_timeout: bool,
+    /// Where the tool comes from: `builtin`, `mcp:{server}`, `http`.
+    pub source: String,
 }
 
 impl ToolSpec {
@@ -59,7 +61,13 @@ impl ToolSpec {
             effect,
             timeout: None,
             retry_on_timeout: true,
+            source: "builtin".to_owned(),
         }
+    }
+
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.source = source.into();
+        self
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -218,14 +226,17 @@ pub trait Tool: Send + Sync + 'static {
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError>;
 }
 
-/// Which tools may run.
+/// Which tools may run (`HARNESS_TOOL_PERMISSION`). A tool outside the
+/// mode is neither offered to the model nor run: a call of it is denied
+/// with reason `permission`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionMode {
-    /// Every registered tool.
+    /// Every registered tool runs without asking.
     #[default]
-    All,
-    /// Only `READ_ONLY` tools; the others are neither offered nor run.
+    #[serde(alias = "all")]
+    Auto,
+    /// Only `READ_ONLY` tools.
     ReadOnly,
     /// No tool at all.
     None,
@@ -235,10 +246,11 @@ impl std::str::FromStr for PermissionMode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "all" => Ok(Self::All),
+            // `all` is the name this mode had first.
+            "auto" | "all" => Ok(Self::Auto),
             "read_only" => Ok(Self::ReadOnly),
             "none" => Ok(Self::None),
-            other => Err(format!("expected all, read_only or none, got {other:?}")),
+            other => Err(format!("expected auto, read_only or none, got {other:?}")),
         }
     }
 }
@@ -246,7 +258,7 @@ impl std::str::FromStr for PermissionMode {
 impl PermissionMode {
     pub fn permits(self, effect: EffectClass) -> bool {
         match self {
-            Self::All => true,
+            Self::Auto => true,
             Self::ReadOnly => effect == EffectClass::ReadOnly,
             Self::None => false,
         }
@@ -315,6 +327,14 @@ impl ToolRegistry {
             .is_some_and(|t| self.mode.permits(t.spec().effect))
     }
 
+    /// Every registered tool, in registration order, with whether the
+    /// mode lets it run.
+    pub fn all(&self) -> impl Iterator<Item = (&Arc<dyn Tool>, bool)> {
+        self.tools
+            .iter()
+            .map(|r| (&r.tool, self.mode.permits(r.tool.spec().effect)))
+    }
+
     /// The tools the model may be offered, in registration order.
     pub fn offered(&self) -> Vec<&Arc<dyn Tool>> {
         self.tools
@@ -367,7 +387,7 @@ mod tests {
 
     #[test]
     fn a_tool_registered_again_replaces_its_definition_in_place() {
-        let registry = ToolRegistry::new(PermissionMode::All)
+        let registry = ToolRegistry::new(PermissionMode::Auto)
             .register(tool("a", "first", EffectClass::ReadOnly))
             .register(tool("b", "other", EffectClass::ReadOnly))
             .register(tool("a", "second", EffectClass::ReadOnly));
@@ -386,7 +406,7 @@ mod tests {
     #[test]
     fn turns_share_one_definition_per_tool() {
         let registry =
-            ToolRegistry::new(PermissionMode::All).register(tool("a", "d", EffectClass::ReadOnly));
+            ToolRegistry::new(PermissionMode::Auto).register(tool("a", "d", EffectClass::ReadOnly));
         let one = registry.definition("a").unwrap();
         let two = registry.definition("a").unwrap();
         assert!(Arc::ptr_eq(&one, &two));

@@ -31,7 +31,7 @@ fn the_defaults_are_valid_and_local() {
     assert_eq!(s.harness.max_steps, 6);
     assert_eq!(s.harness.turn_timeout_s, 60);
     assert_eq!(s.harness.think_level, ThinkLevel::Off);
-    assert_eq!(s.harness.tool_permission, PermissionMode::All);
+    assert_eq!(s.harness.tool_permission, PermissionMode::Auto);
     assert!(s.harness.parallel_tools && s.harness.auto_compact);
     assert_eq!(s.server.cors_origins, None);
     assert_eq!(

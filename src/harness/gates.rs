@@ -3,7 +3,7 @@
 //! | gate | on failure |
 //! |---|---|
 //! | 1. replay control | `ToolDenied(duplicate)` |
-//! | 2. blocked tool (or not permitted) | `ToolDenied(blocked)` |
+//! | 2. blocked tool / not permitted (mode, `web_mode`) | `ToolDenied(blocked)` / `ToolDenied(permission)` |
 //! | 3. `on_pre_tool_use` | `ToolDenied(pre_hook)` |
 //! | 4. argument validation with bounded repair, then the tool's own check | `ToolDenied(validation)` |
 //! | (tool-call budget) | `ToolDenied(budget)` |
@@ -48,6 +48,8 @@ const ARTIFACT_PREVIEW_CHARS: usize = 2_000;
 pub enum DenyReason {
     Duplicate,
     Blocked,
+    /// The permission mode (or the turn's `web_mode`) does not let it run.
+    Permission,
     PreHook,
     Validation,
     Budget,
@@ -58,6 +60,7 @@ impl DenyReason {
         match self {
             Self::Duplicate => "duplicate",
             Self::Blocked => "blocked",
+            Self::Permission => "permission",
             Self::PreHook => "pre_hook",
             Self::Validation => "validation",
             Self::Budget => "budget",
@@ -146,11 +149,20 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
             false,
         );
     };
-    if env.state.is_blocked(&call.name) || !harness.is_tool_allowed(&call.name, env.request) {
+    if env.state.is_blocked(&call.name) {
         return ToolOutcome::Denied {
             reason: DenyReason::Blocked,
             message: format!(
                 "the tool {:?} is not available for the rest of this turn",
+                call.name
+            ),
+        };
+    }
+    if !harness.is_tool_allowed(&call.name, env.request) {
+        return ToolOutcome::Denied {
+            reason: DenyReason::Permission,
+            message: format!(
+                "the tool {:?} is not permitted here (the service's permission mode, or web tools with web_mode off)",
                 call.name
             ),
         };

@@ -100,7 +100,7 @@ mod tests {
 
     fn registry() -> ToolRegistry {
         let tool = |name: &str, effect| Arc::new(Probe(ToolSpec::new(name, "", json!({}), effect)));
-        ToolRegistry::new(PermissionMode::All)
+        ToolRegistry::new(PermissionMode::Auto)
             .register(tool("read", EffectClass::ReadOnly))
             .register(tool("write", EffectClass::LocalWrite))
             .register(tool("fetch", EffectClass::Network))

@@ -20,5 +20,6 @@ mod helpers;
 mod lifecycle;
 mod openapi;
 mod tool_turn;
+mod tools;
 mod turns;
 mod vault;

@@ -197,7 +197,7 @@ async fn web_search_is_offered_and_allowed_only_with_web_mode_on() {
     let harness = builder(&provider, vec![web()]).build();
     let ran = run(&harness, request("go")).await;
     assert!(provider.requests()[0].tools.is_empty());
-    assert_eq!(finished(&ran), [denied("blocked")]);
+    assert_eq!(finished(&ran), [denied("permission")]);
 
     let provider = scripted([
         calls(vec![call("c1", "web_search", json!({}))]),
@@ -235,7 +235,7 @@ async fn the_read_only_permission_mode_neither_offers_nor_runs_writes() {
         .map(|t| t.name.clone())
         .collect();
     assert_eq!(offered, ["reader"]);
-    assert_eq!(finished(&ran), [denied("blocked"), completed()]);
+    assert_eq!(finished(&ran), [denied("permission"), completed()]);
     assert_eq!(writer.calls.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 

@@ -232,7 +232,7 @@ impl Tool for Stubborn {
 
 pub fn registry(tools: Vec<Arc<dyn Tool>>) -> ToolRegistry {
     tools.into_iter().fold(
-        ToolRegistry::new(PermissionMode::All),
+        ToolRegistry::new(PermissionMode::Auto),
         ToolRegistry::register,
     )
 }
