@@ -150,6 +150,10 @@ impl Fixed {
     }
 
     pub fn err(name: &str, retryable: bool) -> Arc<Self> {
+        Self::err_with(name, "the tool broke", retryable)
+    }
+
+    pub fn err_with(name: &str, message: &str, retryable: bool) -> Arc<Self> {
         Arc::new(Self {
             spec: ToolSpec::new(
                 name,
@@ -157,11 +161,7 @@ impl Fixed {
                 json!({"type": "object"}),
                 EffectClass::ReadOnly,
             ),
-            answer: Err(ToolError::new(
-                ToolErrorKind::Failed,
-                "the tool broke",
-                retryable,
-            )),
+            answer: Err(ToolError::new(ToolErrorKind::Failed, message, retryable)),
             panics: false,
         })
     }
