@@ -1,8 +1,9 @@
 //! Typed settings in sections that mirror the modules: [`ServerSettings`]
 //! (the edge and the process), [`DatabaseSettings`] (the store and its
 //! writer), [`ProviderSettings`] (the chain, adapters, retries, prices),
-//! [`HarnessSettings`] (the turn loop), [`VaultSettings`] (the notes) and
-//! [`TelemetrySettings`] (logs and traces).
+//! [`HarnessSettings`] (the turn loop), [`VaultSettings`] (the notes),
+//! [`WebSettings`] (the web tools) and [`TelemetrySettings`] (logs and
+//! traces).
 //!
 //! Every setting has a flag, an environment variable and a key in its
 //! section of the TOML file (`[harness] max_steps`); `agent-harness --help`
@@ -27,13 +28,21 @@ pub use values::{
     redact_url,
 };
 
-use crate::{providers::ThinkLevel, providers::pricing::PricingTable, tools::PermissionMode};
+use crate::{
+    providers::ThinkLevel,
+    providers::pricing::PricingTable,
+    tools::{
+        PermissionMode,
+        web::{WebConfig, guard::NetGuard},
+    },
+};
 
 /// All settings of the service.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Settings {
     /// TOML file with settings, one table per section (`[server]`,
-    /// `[database]`, `[providers]`, `[harness]`, `[vault]`, `[telemetry]`);
+    /// `[database]`, `[providers]`, `[harness]`, `[vault]`, `[web]`,
+    /// `[telemetry]`);
     /// the environment and the command line override it.
     #[arg(
         id = "config",
@@ -53,6 +62,8 @@ pub struct Settings {
     pub harness: HarnessSettings,
     #[command(flatten, next_help_heading = "Vault")]
     pub vault: VaultSettings,
+    #[command(flatten, next_help_heading = "Web")]
+    pub web: WebSettings,
     #[command(flatten, next_help_heading = "Telemetry")]
     pub telemetry: TelemetrySettings,
 }
@@ -446,6 +457,57 @@ pub struct VaultSettings {
     pub index_on_start: bool,
 }
 
+/// The web tools (offered to turns with `web_mode: on`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct WebSettings {
+    /// A SearXNG-compatible search service (its JSON format); web_search
+    /// exists only with one [default: none].
+    #[arg(
+        id = "web.search_url",
+        long = "web-search-url",
+        env = "HARNESS_WEB_SEARCH_URL"
+    )]
+    pub search_url: Option<HttpUrl>,
+    /// Largest page fetch_url reads, in bytes (a longer one is cut there).
+    #[arg(id = "web.fetch_max_bytes", long = "web-fetch-max-bytes", env = "HARNESS_WEB_FETCH_MAX_BYTES", default_value_t = 2 * 1024 * 1024)]
+    pub fetch_max_bytes: usize,
+    /// Longest a search or a fetch may take, in seconds.
+    #[arg(
+        id = "web.timeout_s",
+        long = "web-timeout-s",
+        env = "HARNESS_WEB_TIMEOUT_S",
+        default_value_t = 15
+    )]
+    pub timeout_s: u64,
+    /// Hosts, addresses or networks fetch_url may reach although they are
+    /// internal (loopback, private, link-local), comma-separated
+    /// [default: none].
+    #[arg(id = "web.allow", long = "web-allow", env = "HARNESS_WEB_ALLOW")]
+    pub allow: Option<NetGuard>,
+}
+
+impl WebSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1024..=64 * 1024 * 1024).contains(&self.fetch_max_bytes) {
+            return Err(invalid(
+                "HARNESS_WEB_FETCH_MAX_BYTES",
+                "must be between 1024 and 67108864",
+            ));
+        }
+        within("HARNESS_WEB_TIMEOUT_S", self.timeout_s, 1..=300)
+    }
+
+    /// What the web tools are built from.
+    pub fn config(&self) -> WebConfig {
+        WebConfig {
+            search_url: self.search_url.as_ref().map(ToString::to_string),
+            fetch_max_bytes: self.fetch_max_bytes,
+            timeout: Duration::from_secs(self.timeout_s),
+            guard: self.allow.clone().unwrap_or_default(),
+        }
+    }
+}
+
 /// Logs and traces.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TelemetrySettings {
@@ -549,6 +611,7 @@ impl Settings {
         self.database.validate()?;
         self.providers.validate()?;
         self.harness.validate()?;
+        self.web.validate()?;
         self.telemetry.validate()
     }
 

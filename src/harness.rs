@@ -362,9 +362,10 @@ impl AgentHarness {
     }
 
     /// Whether `name` may run in this turn: registered, permitted by the
-    /// registry's mode, and `web_search` only with `web_mode: on`.
+    /// registry's mode, and the web tools only with `web_mode: on`.
     pub fn is_tool_allowed(&self, name: &str, request: &TurnRequest) -> bool {
-        self.tools.permits(name) && (name != "web_search" || request.web_mode == WebMode::On)
+        self.tools.permits(name)
+            && (!crate::tools::web::WEB_TOOLS.contains(&name) || request.web_mode == WebMode::On)
     }
 
     /// A fresh state with this harness's budget, its deadline starting now.

@@ -28,6 +28,7 @@ use crate::{
         Tool, ToolRegistry,
         builtin::{GetContextPack, LocalSearch},
         notes::{ReadNote, WriteNote},
+        web::{FetchUrl, WebSearch},
     },
     vault::{Vault, VaultError},
 };
@@ -118,6 +119,24 @@ pub fn build_harness(
         .register(Arc::new(ReadNote::new(vault.clone())))
         .register(Arc::new(WriteNote::replace(vault.clone())))
         .register(Arc::new(WriteNote::append(vault.clone())));
+    let web = settings.web.config();
+    let tools = match &web.search_url {
+        Some(url) => match WebSearch::new(url, web.timeout) {
+            Ok(search) => tools.register(Arc::new(search)),
+            Err(e) => {
+                tracing::error!(error = %e, "web_search is unavailable");
+                tools
+            }
+        },
+        None => tools,
+    };
+    let tools = match FetchUrl::new(&web, store.clone()) {
+        Ok(fetch) => tools.register(Arc::new(fetch)),
+        Err(e) => {
+            tracing::error!(error = %e, "fetch_url is unavailable");
+            tools
+        }
+    };
     let tools = extra_tools.into_iter().fold(tools, ToolRegistry::register);
     let options = HarnessOptions {
         max_steps: settings.harness.max_steps,

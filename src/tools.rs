@@ -8,6 +8,7 @@
 
 pub mod builtin;
 pub mod notes;
+pub mod web;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 

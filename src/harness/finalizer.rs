@@ -62,7 +62,7 @@ pub fn classify_strategy(tools_used: &[String]) -> &'static str {
     let used = |name: &str| tools_used.iter().any(|t| t == name);
     if tools_used.is_empty() {
         "direct_answer"
-    } else if used("web_search") {
+    } else if used("web_search") || used("fetch_url") {
         "web_augmented"
     } else if used("local_search") || used("get_context_pack") {
         "retrieval_augmented"

@@ -23,3 +23,4 @@ mod tool_turn;
 mod tools;
 mod turns;
 mod vault;
+mod web;

@@ -33,6 +33,7 @@ async fn the_registry_is_listed_with_effects_and_permissions() {
             ("read_note", "READ_ONLY", true),
             ("write_note", "LOCAL_WRITE", true),
             ("append_note", "LOCAL_WRITE", true),
+            ("fetch_url", "NETWORK", true),
         ]
     );
     assert_eq!(tools[2]["parameters"]["required"], json!(["path"]));
@@ -56,7 +57,7 @@ async fn a_tool_outside_the_permission_mode_is_denied_with_reason_permission() {
         .iter()
         .map(|t| t["permitted"].as_bool().unwrap())
         .collect();
-    assert_eq!(permitted, [true, true, true, false, false]);
+    assert_eq!(permitted, [true, true, true, false, false, false]);
 
     app.provider.enqueue([
         Reply::openai_tool_call(
