@@ -33,6 +33,7 @@ use crate::{
     providers::pricing::PricingTable,
     tools::{
         PermissionMode,
+        http_tool::HttpToolList,
         web::{WebConfig, guard::NetGuard},
     },
 };
@@ -42,7 +43,7 @@ use crate::{
 pub struct Settings {
     /// TOML file with settings, one table per section (`[server]`,
     /// `[database]`, `[providers]`, `[harness]`, `[vault]`, `[web]`,
-    /// `[telemetry]`);
+    /// `[tools]`, `[telemetry]`);
     /// the environment and the command line override it.
     #[arg(
         id = "config",
@@ -64,6 +65,8 @@ pub struct Settings {
     pub vault: VaultSettings,
     #[command(flatten, next_help_heading = "Web")]
     pub web: WebSettings,
+    #[command(flatten, next_help_heading = "Tools")]
+    pub tools: ToolSettings,
     #[command(flatten, next_help_heading = "Telemetry")]
     pub telemetry: TelemetrySettings,
 }
@@ -506,6 +509,17 @@ impl WebSettings {
             guard: self.allow.clone().unwrap_or_default(),
         }
     }
+}
+
+/// Tools beyond the built-in ones.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ToolSettings {
+    /// HTTP APIs as tools: a JSON list of {name, description, parameters,
+    /// method, url, headers, effect, timeout_s} (a `[[tools.http]]` table
+    /// each in the file); `${NAME}` in a header value is read from the
+    /// environment at start [default: none].
+    #[arg(id = "tools.http", long = "http-tools", env = "HARNESS_HTTP_TOOLS")]
+    pub http: Option<HttpToolList>,
 }
 
 /// Logs and traces.

@@ -27,6 +27,7 @@ use crate::{
     tools::{
         Tool, ToolRegistry,
         builtin::{GetContextPack, LocalSearch},
+        http_tool::HttpTool,
         notes::{ReadNote, WriteNote},
         web::{FetchUrl, WebSearch},
     },
@@ -235,6 +236,26 @@ impl CheckpointStore for VaultCheckpoints {
     }
 }
 
+/// The tools the settings declare (HTTP APIs); their header variables are
+/// read from `env` now, and a tool may not take a built-in tool's name.
+pub fn declared_tools(
+    settings: &Settings,
+    env: impl Fn(&str) -> Option<String> + Copy,
+) -> Result<Vec<Arc<dyn Tool>>, StartupError> {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    for config in settings.tools.http.iter().flat_map(|list| list.0.iter()) {
+        let refuse = |reason: String| StartupError::Tool {
+            name: config.name.clone(),
+            reason,
+        };
+        if crate::tools::BUILTIN_TOOLS.contains(&config.name.as_str()) {
+            return Err(refuse("a built-in tool has this name".into()));
+        }
+        tools.push(Arc::new(HttpTool::new(config, env).map_err(refuse)?));
+    }
+    Ok(tools)
+}
+
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -249,6 +270,8 @@ pub enum StartupError {
     },
     #[error("server error: {0}")]
     Serve(std::io::Error),
+    #[error("tool {name:?}: {reason}")]
+    Tool { name: String, reason: String },
 }
 
 /// A built service: store migrated, orphans recovered, socket bound.
@@ -292,12 +315,14 @@ impl Application {
     ) -> Result<Self, StartupError> {
         let provider_names = provider_names(&settings);
         let vault = Arc::new(Vault::new(settings.vault.dir.clone(), store.clone()));
+        let mut tools = declared_tools(&settings, |name| std::env::var(name).ok())?;
+        tools.extend(extra_tools);
         let harness = Arc::new(build_harness(
             &settings,
             store.clone(),
             vault.clone(),
             provider,
-            extra_tools,
+            tools,
         ));
         let runner = TurnRunner::start_runner(
             store.clone(),

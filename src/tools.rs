@@ -7,6 +7,7 @@
 //! and then dropped, and its late result is discarded by the late-write gate.
 
 pub mod builtin;
+pub mod http_tool;
 pub mod notes;
 pub mod web;
 
@@ -19,6 +20,17 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::{providers::ToolDefinition, turn::WebMode};
+
+/// The names of the service's own tools, which no declared tool may take.
+pub const BUILTIN_TOOLS: &[&str] = &[
+    "get_context_pack",
+    "local_search",
+    "read_note",
+    "write_note",
+    "append_note",
+    "web_search",
+    "fetch_url",
+];
 
 /// Default per-tool timeout (seeds: `TOOL_CALL_TIMEOUT_S = 45`).
 pub const TOOL_CALL_TIMEOUT: Duration = Duration::from_secs(45);

@@ -249,6 +249,10 @@ fn file_text(value: &toml::Value) -> Result<String, String> {
         toml::Value::Float(f) => f.to_string(),
         toml::Value::Boolean(b) => b.to_string(),
         toml::Value::Datetime(d) => d.to_string(),
+        // A list of tables (`[[tools.http]]`) is handed on as JSON.
+        toml::Value::Array(items) if items.iter().any(toml::Value::is_table) => {
+            serde_json::to_string(value).map_err(|e| e.to_string())?
+        }
         toml::Value::Array(items) => items
             .iter()
             .map(file_text)

@@ -252,3 +252,32 @@ fn secrets_never_print() {
         "{shown}"
     );
 }
+
+#[test]
+fn http_tools_are_declared_as_tables_in_the_file_or_json_in_the_environment() {
+    let (_dir, path) = file(
+        "[[tools.http]]\nname = \"get_item\"\ndescription = \"Read an item.\"\n\
+         url = \"https://api.example/items/{id}\"\neffect = \"READ_ONLY\"\n\
+         headers = { Authorization = \"Bearer ${ITEMS_TOKEN}\" }\n\
+         parameters = { type = \"object\", properties = { id = { type = \"string\" } } }\n\
+         [[tools.http]]\nname = \"open_ticket\"\ndescription = \"Open one.\"\nmethod = \"POST\"\n\
+         url = \"https://api.example/tickets\"\n",
+    );
+    let s = load(&[("HARNESS_CONFIG", &path)]).unwrap();
+    let tools = &s.tools.http.as_ref().unwrap().0;
+    assert_eq!(tools.len(), 2);
+    assert_eq!(tools[0].effect, crate::tools::EffectClass::ReadOnly);
+    assert_eq!(tools[1].method, "POST");
+    let s = load(&[(
+        "HARNESS_HTTP_TOOLS",
+        r#"[{"name": "a", "description": "d", "url": "https://x.example/"}]"#,
+    )])
+    .unwrap();
+    assert_eq!(s.tools.http.unwrap().0[0].name, "a");
+    let err = load(&[(
+        "HARNESS_HTTP_TOOLS",
+        r#"[{"name": "a b", "description": "d", "url": "https://x.example/"}]"#,
+    )])
+    .unwrap_err();
+    assert!(err.to_string().starts_with("HARNESS_HTTP_TOOLS: "), "{err}");
+}

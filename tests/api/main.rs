@@ -17,6 +17,7 @@ mod errors;
 mod fake_provider;
 mod faults;
 mod helpers;
+mod http_tools;
 mod lifecycle;
 mod openapi;
 mod tool_turn;

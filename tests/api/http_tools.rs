@@ -1,0 +1,193 @@
+//! HTTP tools declared in the settings, against a fake API on loopback.
+
+use axum::{
+    Json, Router,
+    extract::{Path, Query},
+    http::{HeaderMap, StatusCode},
+    routing::{get, post},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{TestApp, spawn_app_with_tools, test_settings, types},
+    support::{Backend, TestDb},
+};
+
+/// A fake API; returns its port.
+async fn api() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = Router::new()
+        .route(
+            "/items/{id}",
+            get(
+                |Path(id): Path<String>, Query(query): Query<Value>, headers: HeaderMap| async move {
+                    if headers["authorization"] != "Bearer s3cret" {
+                        return (StatusCode::UNAUTHORIZED, Json(json!({"error": "no token"})));
+                    }
+                    (StatusCode::OK, Json(json!({"id": id, "query": query})))
+                },
+            ),
+        )
+        .route(
+            "/tickets",
+            post(|Json(body): Json<Value>| async move {
+                (StatusCode::CREATED, Json(json!({"created": body})))
+            }),
+        )
+        .route(
+            "/fail",
+            get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom") }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    port
+}
+
+/// An app with the HTTP tools `declared` (a JSON list, as
+/// `HARNESS_HTTP_TOOLS` holds it), their variables from `env`.
+async fn app_with(declared: Value, env: fn(&str) -> Option<String>) -> TestApp {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.tools.http = Some(declared.to_string().parse().unwrap());
+    let tools = agent_harness::startup::declared_tools(&settings, env).unwrap();
+    settings.tools.http = None;
+    spawn_app_with_tools(
+        TestDb::new(Backend::Sqlite).await,
+        provider,
+        settings,
+        tools,
+    )
+    .await
+}
+
+async fn call(app: &TestApp, name: &str, arguments: Value) -> (Value, String) {
+    app.provider.enqueue([
+        Reply::openai_tool_call("call_h1", name, &arguments),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let mut stream = app
+        .post_turn_sse("s-http", json!({"message": "Use the API."}))
+        .await;
+    let events = stream.read_to_end().await;
+    assert_eq!(types(&events).last(), Some(&"turn.completed"));
+    let finished = events
+        .iter()
+        .find(|e| e.event == "tool.finished")
+        .unwrap()
+        .json();
+    let requests = app.provider.requests();
+    let messages = requests.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let message = messages.iter().rev().find(|m| m["role"] == "tool").unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (finished, message)
+}
+
+#[tokio::test]
+async fn declared_http_tools_call_their_api_with_arguments_and_secret_headers() {
+    let port = api().await;
+    let declared = json!([
+        {
+            "name": "get_item",
+            "description": "Read an item.",
+            "url": format!("http://127.0.0.1:{port}/items/{{id}}"),
+            "headers": {"Authorization": "Bearer ${ITEMS_TOKEN}"},
+            "effect": "READ_ONLY",
+            "parameters": {"type": "object", "properties": {"id": {"type": "string"}, "verbose": {"type": "boolean"}}, "required": ["id"]}
+        },
+        {
+            "name": "open_ticket",
+            "description": "Open a ticket.",
+            "method": "POST",
+            "url": format!("http://127.0.0.1:{port}/tickets"),
+            "parameters": {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+        },
+        {"name": "broken", "description": "Fails.", "url": format!("http://127.0.0.1:{port}/fail"), "effect": "READ_ONLY"}
+    ]);
+    let app = app_with(declared, |name| {
+        (name == "ITEMS_TOKEN").then(|| "s3cret".to_owned())
+    })
+    .await;
+
+    let (_, listed) = app.get_json("/tools").await;
+    let http: Vec<(&str, &str, &str)> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["source"] == "http")
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap(),
+                t["effect"].as_str().unwrap(),
+                t["source"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        http,
+        [
+            ("get_item", "READ_ONLY", "http"),
+            ("open_ticket", "NETWORK", "http"),
+            ("broken", "READ_ONLY", "http")
+        ]
+    );
+
+    let (finished, message) = call(&app, "get_item", json!({"id": "a/1", "verbose": true})).await;
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert!(message.contains("HTTP 200 OK"), "{message}");
+    assert!(message.contains(r#""id":"a/1""#), "{message}");
+    assert!(message.contains(r#""verbose":"true""#), "{message}");
+
+    let (finished, message) = call(&app, "open_ticket", json!({"title": "Printer"})).await;
+    assert_eq!(finished["status"], "completed");
+    assert!(
+        message.contains(r#"{"created":{"title":"Printer"}}"#),
+        "{message}"
+    );
+
+    let (finished, message) = call(&app, "broken", json!({})).await;
+    assert_eq!(finished["status"], "failed");
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .contains("the API answered 500 Internal Server Error: boom"),
+        "{finished}"
+    );
+    // The API's words reach the model inside the untrusted fence.
+    assert!(message.contains("<<<UNTRUSTED_CONTEXT "), "{message}");
+}
+
+#[test]
+fn a_declared_tool_needs_its_variables_and_its_own_name() {
+    let provider_settings = |declared: Value| {
+        let mut settings = agent_harness::config::Settings::default();
+        settings.tools.http = Some(declared.to_string().parse().unwrap());
+        settings
+    };
+    let settings = provider_settings(json!([{
+        "name": "get_item", "description": "d", "url": "https://api.example/",
+        "headers": {"Authorization": "Bearer ${ITEMS_TOKEN}"}
+    }]));
+    let error = agent_harness::startup::declared_tools(&settings, |_| None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("\"get_item\"") && error.contains("ITEMS_TOKEN is not set"),
+        "{error}"
+    );
+    let settings = provider_settings(
+        json!([{"name": "read_note", "description": "d", "url": "https://api.example/"}]),
+    );
+    let error = agent_harness::startup::declared_tools(&settings, |_| None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("a built-in tool has this name"), "{error}");
+}
