@@ -2,7 +2,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use crate::{config::Settings, runner::TurnRunner, store::Store, vault::Vault};
+use crate::{config::Settings, runner::TurnRunner, store::Store, tools::mcp::McpHub, vault::Vault};
 
 /// What handlers need, built once at start.
 pub struct App {
@@ -11,6 +11,8 @@ pub struct App {
     pub runner: TurnRunner,
     /// The notes folder and its index.
     pub vault: Arc<Vault>,
+    /// The MCP servers whose tools are in the registry.
+    pub mcp: Arc<McpHub>,
     /// The provider names a turn may ask for in `runtime_provider`.
     pub provider_names: Vec<String>,
 }

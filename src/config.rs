@@ -34,6 +34,7 @@ use crate::{
     tools::{
         PermissionMode,
         http_tool::HttpToolList,
+        mcp::McpServerList,
         web::{WebConfig, guard::NetGuard},
     },
 };
@@ -520,6 +521,12 @@ pub struct ToolSettings {
     /// environment at start [default: none].
     #[arg(id = "tools.http", long = "http-tools", env = "HARNESS_HTTP_TOOLS")]
     pub http: Option<HttpToolList>,
+    /// MCP servers whose tools join the registry as `{server}__{tool}`: a
+    /// JSON list of {name, command, args, env} (stdio) or {name, url,
+    /// headers} (streamable HTTP), each with an optional timeout_s (a
+    /// `[[tools.mcp]]` table each in the file) [default: none].
+    #[arg(id = "tools.mcp", long = "mcp-servers", env = "HARNESS_MCP_SERVERS")]
+    pub mcp: Option<McpServerList>,
 }
 
 /// Logs and traces.

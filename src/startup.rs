@@ -28,6 +28,7 @@ use crate::{
         Tool, ToolRegistry,
         builtin::{GetContextPack, LocalSearch},
         http_tool::HttpTool,
+        mcp::McpHub,
         notes::{ReadNote, WriteNote},
         web::{FetchUrl, WebSearch},
     },
@@ -316,6 +317,13 @@ impl Application {
         let provider_names = provider_names(&settings);
         let vault = Arc::new(Vault::new(settings.vault.dir.clone(), store.clone()));
         let mut tools = declared_tools(&settings, |name| std::env::var(name).ok())?;
+        let servers = settings
+            .tools
+            .mcp
+            .as_ref()
+            .map_or(&[][..], |list| list.0.as_slice());
+        let (mcp, mcp_tools) = McpHub::start(servers, |name| std::env::var(name).ok()).await;
+        tools.extend(mcp_tools);
         tools.extend(extra_tools);
         let harness = Arc::new(build_harness(
             &settings,
@@ -357,6 +365,7 @@ impl Application {
             store,
             runner,
             vault,
+            mcp: Arc::new(mcp),
             provider_names,
         });
         Ok(Self {
@@ -414,6 +423,7 @@ impl Application {
                 shutdown.cancel();
                 background.wait().await;
                 app.runner.shutdown(Duration::ZERO).await;
+                app.mcp.shutdown().await;
                 return result.map_err(StartupError::Serve);
             }
             () = shutdown.cancelled() => {}
@@ -433,6 +443,8 @@ impl Application {
                 }
             }
         });
+        // Turns are over: the MCP servers can go.
+        app.mcp.shutdown().await;
         served.map_err(StartupError::Serve)
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod builtin;
 pub mod http_tool;
+pub mod mcp;
 pub mod notes;
 pub mod web;
 

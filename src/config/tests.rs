@@ -281,3 +281,20 @@ fn http_tools_are_declared_as_tables_in_the_file_or_json_in_the_environment() {
     .unwrap_err();
     assert!(err.to_string().starts_with("HARNESS_HTTP_TOOLS: "), "{err}");
 }
+
+#[test]
+fn mcp_servers_are_declared_as_tables_in_the_file() {
+    let (_dir, path) = file(
+        "[[tools.mcp]]\nname = \"files\"\ncommand = \"mcp-files\"\nargs = [\"--root\", \"/srv\"]\n\
+         env = { TOKEN = \"${FILES_TOKEN}\" }\n\
+         [[tools.mcp]]\nname = \"tickets\"\nurl = \"https://mcp.example/mcp\"\ntimeout_s = 10\n",
+    );
+    let s = load(&[("HARNESS_CONFIG", &path)]).unwrap();
+    let servers = &s.tools.mcp.as_ref().unwrap().0;
+    assert_eq!(servers.len(), 2);
+    assert_eq!(servers[0].args, ["--root", "/srv"]);
+    assert_eq!(servers[1].url.as_deref(), Some("https://mcp.example/mcp"));
+    let (_dir, path) = file("[[tools.mcp]]\nname = \"both\"\ncommand = \"x\"\nurl = \"https://x/\"\n");
+    let err = load(&[("HARNESS_CONFIG", &path)]).unwrap_err();
+    assert!(err.to_string().contains("give either a command or a url"), "{err}");
+}

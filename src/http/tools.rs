@@ -30,15 +30,29 @@ pub struct ToolView {
     pub timeout_s: f64,
 }
 
+/// An MCP server the service connected to at start.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct McpServerView {
+    pub name: String,
+    /// False while it restarts (or reconnects).
+    pub connected: bool,
+    /// Restarts (or reconnections) since start.
+    pub restarts: u64,
+    /// Why it last failed, if it did.
+    pub last_error: Option<String>,
+}
+
 /// The registry.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ToolList {
     /// `auto`, `read_only` or `none`.
     pub permission_mode: String,
     pub tools: Vec<ToolView>,
+    pub mcp_servers: Vec<McpServerView>,
 }
 
-/// The tools of the service, in the order they are offered. `web_search`
+/// The tools of the service, in the order they are offered, and the MCP
+/// servers they come from. `web_search`
 /// and `fetch_url` are offered only to turns with `web_mode: on`.
 #[utoipa::path(
     get,
@@ -67,8 +81,23 @@ async fn list_tools(State(app): State<AppState>) -> axum::Json<ToolList> {
             }
         })
         .collect();
+    let mcp_servers = app
+        .mcp
+        .servers()
+        .iter()
+        .map(|server| {
+            let status = server.status();
+            McpServerView {
+                name: server.name().to_owned(),
+                connected: status.connected,
+                restarts: status.restarts,
+                last_error: status.last_error,
+            }
+        })
+        .collect();
     axum::Json(ToolList {
         permission_mode,
         tools,
+        mcp_servers,
     })
 }

@@ -151,7 +151,7 @@ fn variables(value: &str) -> Vec<&str> {
 }
 
 /// `value` with each `${NAME}` replaced by the variable.
-fn expand(value: &str, env: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+pub(crate) fn expand(value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = value.to_owned();
     for name in variables(value) {
         let found = env(name)

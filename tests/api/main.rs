@@ -19,6 +19,7 @@ mod faults;
 mod helpers;
 mod http_tools;
 mod lifecycle;
+mod mcp;
 mod openapi;
 mod tool_turn;
 mod tools;

@@ -1,0 +1,187 @@
+//! MCP servers through the service: the `mcp-fixture` server (written with
+//! rmcp) over stdio and streamable HTTP, including one call that hangs and
+//! one that crashes the server.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{TestApp, spawn_app_with, test_settings, types},
+    support::{Backend, TestDb},
+};
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_mcp-fixture");
+
+async fn app_with_servers(servers: Value) -> TestApp {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.tools.mcp = Some(servers.to_string().parse().unwrap());
+    spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await
+}
+
+/// One turn in which the model calls `name`; the `tool.finished` event
+/// and the tool message the model got.
+async fn call(app: &TestApp, name: &str, arguments: Value) -> (Value, String) {
+    app.provider.enqueue([
+        Reply::openai_tool_call("call_m1", name, &arguments),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let mut stream = app
+        .post_turn_sse("s-mcp", json!({"message": "Use the server."}))
+        .await;
+    let events = stream.read_to_end().await;
+    assert_eq!(types(&events).last(), Some(&"turn.completed"));
+    let finished = events
+        .iter()
+        .find(|e| e.event == "tool.finished")
+        .unwrap()
+        .json();
+    let requests = app.provider.requests();
+    let messages = requests.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let message = messages.iter().rev().find(|m| m["role"] == "tool").unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (finished, message)
+}
+
+/// Waits until the server has restarted `restarts` times and is connected.
+async fn wait_restarted(app: &TestApp, restarts: u64) -> Value {
+    for _ in 0..300 {
+        let (_, listed) = app.get_json("/tools").await;
+        let server = listed["mcp_servers"][0].clone();
+        if server["connected"] == true && server["restarts"].as_u64() >= Some(restarts) {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the MCP server was not restarted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_serves_tools_and_is_restarted_after_a_hang_or_a_crash() {
+    let app = app_with_servers(json!([
+        {"name": "fx", "command": FIXTURE, "args": ["stdio"], "timeout_s": 2}
+    ]))
+    .await;
+    let (_, listed) = app.get_json("/tools").await;
+    let mut mcp: Vec<(String, String)> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["source"] == "mcp:fx")
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_owned(),
+                t["effect"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    mcp.sort();
+    let expected: Vec<(String, String)> = [
+        ("fx__add", "READ_ONLY"),
+        ("fx__crash", "READ_ONLY"),
+        ("fx__echo", "READ_ONLY"),
+        ("fx__hang", "READ_ONLY"),
+        ("fx__note", "LOCAL_WRITE"),
+        ("fx__pid", "READ_ONLY"),
+        ("fx__wipe", "DESTRUCTIVE"),
+    ]
+    .iter()
+    .map(|(n, e)| ((*n).to_owned(), (*e).to_owned()))
+    .collect();
+    assert_eq!(mcp, expected);
+    assert_eq!(listed["mcp_servers"][0]["connected"], true);
+
+    let (finished, message) = call(&app, "fx__echo", json!({"text": "hi"})).await;
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert!(message.contains("echo: hi"), "{message}");
+    let (_, message) = call(&app, "fx__add", json!({"a": 2, "b": 3})).await;
+    assert!(message.contains("\n5\n"), "{message}");
+
+    // A call that never answers fails at the server's timeout, and the
+    // server is restarted.
+    let (finished, _) = call(&app, "fx__hang", json!({})).await;
+    assert_eq!(finished["status"], "failed", "{finished}");
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer within 2 s"),
+        "{finished}"
+    );
+    wait_restarted(&app, 1).await;
+    let (finished, _) = call(&app, "fx__echo", json!({"text": "again"})).await;
+    assert_eq!(finished["status"], "completed", "{finished}");
+
+    // A crash fails the call; the server comes back as a new process.
+    let (_, before) = call(&app, "fx__pid", json!({})).await;
+    let (finished, _) = call(&app, "fx__crash", json!({})).await;
+    assert_eq!(finished["status"], "failed", "{finished}");
+    let server = wait_restarted(&app, 2).await;
+    assert!(server["last_error"].is_string(), "{server}");
+    let (_, after) = call(&app, "fx__pid", json!({})).await;
+    assert_ne!(before, after, "a new process answers");
+    // The service was never down.
+    let (status, _) = app.get_json("/healthz").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamable_http_server_serves_tools_and_a_hang_times_out() {
+    let mut server = tokio::process::Command::new(FIXTURE)
+        .arg("http")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    let url = first.strip_prefix("listening on ").unwrap().to_owned();
+    let app = app_with_servers(json!([{"name": "remote", "url": url, "timeout_s": 2}])).await;
+    let (_, listed) = app.get_json("/tools").await;
+    assert!(
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "remote__echo" && t["source"] == "mcp:remote")
+    );
+    let (finished, message) = call(&app, "remote__echo", json!({"text": "over http"})).await;
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert!(message.contains("echo: over http"), "{message}");
+    let (finished, _) = call(&app, "remote__hang", json!({})).await;
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer within 2 s"),
+        "{finished}"
+    );
+    // Reconnected: a new session answers.
+    wait_restarted(&app, 1).await;
+    let (finished, _) = call(&app, "remote__add", json!({"a": 1, "b": 1})).await;
+    assert_eq!(finished["status"], "completed", "{finished}");
+    server.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_start_leaves_its_tools_out_and_the_service_up() {
+    let app = app_with_servers(json!([
+        {"name": "missing", "command": "/nonexistent/mcp-server"}
+    ]))
+    .await;
+    let (status, listed) = app.get_json("/tools").await;
+    assert_eq!(status, 200);
+    assert!(
+        !listed["tools"].to_string().contains("missing__"),
+        "{listed}"
+    );
+    assert_eq!(listed["mcp_servers"], json!([]));
+}
