@@ -24,8 +24,8 @@ use clap::{ArgAction, builder::BoolishValueParser};
 
 pub use load::{ConfigError, load_matches};
 pub use values::{
-    CorsOrigins, DatabaseUrl, HttpUrl, LogFormat, ProviderKind, ProviderList, ProviderRef, Secret,
-    redact_url,
+    CorsOrigins, DatabaseUrl, EmbeddingModel, HttpUrl, LogFormat, ProviderKind, ProviderList,
+    ProviderRef, Secret, redact_url,
 };
 
 use crate::{
@@ -459,6 +459,15 @@ pub struct VaultSettings {
     /// are served meanwhile).
     #[arg(id = "vault.index_on_start", long = "vault-index-on-start", env = "HARNESS_VAULT_INDEX_ON_START", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub index_on_start: bool,
+    /// Embed chunks with this model for ranking by meaning beside words:
+    /// openai:{model} (the OpenAI base URL's /embeddings) or ollama:{model}
+    /// [default: none, words only].
+    #[arg(
+        id = "vault.embeddings",
+        long = "vault-embeddings",
+        env = "HARNESS_VAULT_EMBEDDINGS"
+    )]
+    pub embeddings: Option<EmbeddingModel>,
 }
 
 /// The web tools (offered to turns with `web_mode: on`).

@@ -143,7 +143,7 @@ async fn index_vault(settings: &Settings) -> Result<(), String> {
     .await
     .map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())?;
-    let vault = vault::Vault::new(settings.vault.dir.clone(), store);
+    let vault = startup::build_vault(settings, store).map_err(|e| e.to_string())?;
     let report = if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(0).with_style(
             indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} notes {wide_msg}")

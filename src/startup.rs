@@ -11,7 +11,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     app::App,
-    config::{ProviderKind, ProviderRef, Settings},
+    config::{EmbeddingModel, ProviderKind, ProviderRef, Settings},
     harness::hooks::{ArtifactStore, CheckpointRequest, CheckpointStore, HookError},
     harness::{AgentHarness, HarnessOptions, compaction::ContextWarningTracker},
     http,
@@ -19,6 +19,7 @@ use crate::{
         LlmProvider, ProviderError,
         anthropic::{AnthropicConfig, AnthropicProvider},
         chain::{ProviderChain, RetryPolicy},
+        embeddings::{EmbeddingsApi, HttpEmbedder},
         ollama::{OllamaConfig, OllamaProvider},
         openai::{OpenAiConfig, OpenAiProvider},
     },
@@ -237,6 +238,39 @@ impl CheckpointStore for VaultCheckpoints {
     }
 }
 
+/// The vault of the settings, with its embedder when one is configured.
+pub fn build_vault(
+    settings: &Settings,
+    store: Arc<dyn store::Store>,
+) -> Result<Vault, StartupError> {
+    let vault = Vault::new(settings.vault.dir.clone(), store);
+    let Some(EmbeddingModel(model)) = &settings.vault.embeddings else {
+        return Ok(vault);
+    };
+    let (api, base, key) = match model.kind {
+        ProviderKind::Ollama => (
+            EmbeddingsApi::Ollama,
+            settings.providers.ollama_host.clone(),
+            None,
+        ),
+        _ => (
+            EmbeddingsApi::OpenAi,
+            settings.providers.openai_base_url.to_string(),
+            settings
+                .providers
+                .openai_api_key
+                .as_ref()
+                .map(|k| k.expose().to_owned()),
+        ),
+    };
+    let embedder =
+        HttpEmbedder::new(api, &base, key, &model.model).map_err(|reason| StartupError::Tool {
+            name: "vault embeddings".into(),
+            reason,
+        })?;
+    Ok(vault.with_embedder(Arc::new(embedder)))
+}
+
 /// The tools the settings declare (HTTP APIs); their header variables are
 /// read from `env` now, and a tool may not take a built-in tool's name.
 pub fn declared_tools(
@@ -315,7 +349,7 @@ impl Application {
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Self, StartupError> {
         let provider_names = provider_names(&settings);
-        let vault = Arc::new(Vault::new(settings.vault.dir.clone(), store.clone()));
+        let vault = Arc::new(build_vault(&settings, store.clone())?);
         let mut tools = declared_tools(&settings, |name| std::env::var(name).ok())?;
         let servers = settings
             .tools

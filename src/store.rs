@@ -27,7 +27,7 @@ pub use records::{
     ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord, NewArtifact, NewCheckpoint,
     NewDecision, NewMessage, NewTurn, SessionRecord, TurnFinish, TurnRecord, TurnStatus,
 };
-pub use vault::{IndexedNote, VaultChunk, VaultHit};
+pub use vault::{IndexedNote, NoteState, VaultChunk, VaultHit};
 
 /// A failure of the database layer. Callers see it as an opaque 500/503.
 #[derive(Debug, thiserror::Error)]
@@ -242,8 +242,9 @@ pub trait Store: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// Content hashes of the indexed vault notes, by path.
-    async fn vault_hashes(&self) -> Result<std::collections::HashMap<String, String>, StoreError>;
+    /// What the index holds of each vault note, by path.
+    async fn vault_notes(&self)
+    -> Result<std::collections::HashMap<String, NoteState>, StoreError>;
 
     /// Indexes a note, replacing what was indexed at its path.
     async fn vault_put_note(&self, note: &IndexedNote) -> Result<(), StoreError>;
@@ -254,6 +255,17 @@ pub trait Store: Send + Sync + 'static {
     /// Chunks matching any of `terms` (words), best first.
     async fn vault_search(&self, terms: &[String], limit: u32)
     -> Result<Vec<VaultHit>, StoreError>;
+
+    /// The embeddings `model` made, by chunk id, at most `limit`.
+    async fn vault_vectors(
+        &self,
+        model: &str,
+        limit: u32,
+    ) -> Result<Vec<(i64, Vec<f32>)>, StoreError>;
+
+    /// Chunks by id (score 0), in no particular order; ids no longer
+    /// indexed are left out.
+    async fn vault_chunks(&self, ids: &[i64]) -> Result<Vec<VaultHit>, StoreError>;
 
     /// Refreshes the heartbeat of these running turns; returns those whose
     /// cancellation was requested.

@@ -20,7 +20,21 @@ use std::{
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::store::{IndexedNote, Store, StoreError, VaultHit};
+use crate::{
+    providers::embeddings::{self, Embedder},
+    store::{IndexedNote, NoteState, Store, StoreError, VaultHit},
+};
+
+/// The chunks' embeddings by chunk id, as read from the store.
+type Vectors = Arc<Vec<(i64, Vec<f32>)>>;
+
+/// How long embeddings read from the store are used before they are read
+/// again (this process's own index changes drop them at once).
+pub const VECTORS_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Most embeddings ranked by meaning (a larger vault ranks the rest by
+/// words only).
+pub const MAX_VECTORS: u32 = 20_000;
 
 /// Most notes indexed; a larger vault is indexed up to this many.
 pub const MAX_NOTES: usize = 100_000;
@@ -81,6 +95,9 @@ pub struct IndexReport {
     pub removed: usize,
     /// Chunks written for the added and updated notes.
     pub chunks: usize,
+    /// Of those, the chunks embedded (0 without an embedding model, or
+    /// when the embeddings endpoint failed: then only words rank).
+    pub embedded_chunks: usize,
     pub skipped_count: usize,
     /// The first skipped notes, with the reason.
     pub skipped: Vec<SkippedNote>,
@@ -101,7 +118,7 @@ impl IndexReport {
     /// One line for logs and the terminal.
     pub fn summary(&self) -> String {
         format!(
-            "{} notes: {} added, {} updated, {} unchanged, {} removed, {} skipped; {} chunks written in {} ms",
+            "{} notes: {} added, {} updated, {} unchanged, {} removed, {} skipped; {} chunks written ({} embedded) in {} ms",
             self.notes,
             self.added,
             self.updated,
@@ -109,6 +126,7 @@ impl IndexReport {
             self.removed,
             self.skipped_count,
             self.chunks,
+            self.embedded_chunks,
             self.took_ms
         )
     }
@@ -163,6 +181,11 @@ pub struct Vault {
     /// One write at a time in this process, so that an append never loses
     /// another.
     writing: tokio::sync::Mutex<()>,
+    /// Ranks by meaning beside words, when configured.
+    embedder: Option<Arc<dyn Embedder>>,
+    /// The chunks' embeddings, read from the store at most every
+    /// [`VECTORS_FRESH_FOR`] (sooner after this process changed the index).
+    vectors: tokio::sync::Mutex<Option<(Instant, Vectors)>>,
 }
 
 impl Vault {
@@ -172,7 +195,87 @@ impl Vault {
             store,
             indexing: tokio::sync::Mutex::new(()),
             writing: tokio::sync::Mutex::new(()),
+            embedder: None,
+            vectors: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// Embeds chunks with `embedder` and ranks searches by words and
+    /// meaning together.
+    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.embedder = Some(embedder);
+        self
+    }
+
+    /// The embeddings of `texts`, or `None` (logged) when there is no
+    /// embedder or it failed: the text index works without them.
+    async fn embed(&self, texts: &[String]) -> Option<(String, Vec<Vec<f32>>)> {
+        let embedder = self.embedder.as_ref()?;
+        match embedder.embed(texts).await {
+            Ok(vectors) => Some((embedder.model_id().to_owned(), vectors)),
+            Err(e) => {
+                tracing::warn!(error = %e, "embeddings unavailable; indexed for full-text search only");
+                None
+            }
+        }
+    }
+
+    /// The note as the index should hold it, embedded when it can be.
+    async fn indexed(&self, relative: &str, text: &str) -> IndexedNote {
+        let mut chunks = chunk::chunk_note(relative, text);
+        let texts: Vec<String> = chunks
+            .iter()
+            .map(|c| format!("{}\n{}", c.heading, c.text))
+            .collect();
+        let mut embedding_model = None;
+        if let Some((model, vectors)) = self.embed(&texts).await {
+            for (chunk, vector) in chunks.iter_mut().zip(vectors) {
+                chunk.embedding = Some(vector);
+            }
+            embedding_model = Some(model);
+        }
+        // The cached vectors no longer match the index.
+        *self.vectors.lock().await = None;
+        IndexedNote {
+            path: relative.to_owned(),
+            content_hash: hex::encode(Sha256::digest(text.as_bytes())),
+            bytes: i64::try_from(text.len()).unwrap_or(i64::MAX),
+            embedding_model,
+            chunks,
+        }
+    }
+
+    /// The ids of the chunks nearest to `query` in meaning, best first.
+    async fn nearest(&self, query: &str, k: usize) -> Option<Vec<i64>> {
+        let (model, mut vectors) = self.embed(&[query.to_owned()]).await?;
+        let wanted = vectors.pop()?;
+        let all = {
+            let mut cached = self.vectors.lock().await;
+            match &*cached {
+                Some((read_at, all)) if read_at.elapsed() < VECTORS_FRESH_FOR => all.clone(),
+                _ => {
+                    let read = self
+                        .store
+                        .vault_vectors(&model, MAX_VECTORS)
+                        .await
+                        .map_err(
+                            |e| tracing::warn!(error = %e, "cannot read the vault's embeddings"),
+                        )
+                        .ok()?;
+                    let read = Arc::new(read);
+                    *cached = Some((Instant::now(), read.clone()));
+                    read
+                }
+            }
+        };
+        let mut scored: Vec<(f32, i64)> = all
+            .iter()
+            .map(|(id, vector)| (embeddings::cosine(&wanted, vector), *id))
+            .filter(|(similarity, _)| *similarity > 0.0)
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.truncate(k);
+        Some(scored.into_iter().map(|(_, id)| id).collect())
     }
 
     /// The note `path` names, checked against the folder (which a write
@@ -257,20 +360,16 @@ impl Vault {
     async fn index_one(&self, relative: &str, bytes: Option<&[u8]>) -> Result<(), StoreError> {
         match bytes.map(std::str::from_utf8) {
             Some(Ok(text)) => {
-                self.store
-                    .vault_put_note(&IndexedNote {
-                        path: relative.to_owned(),
-                        content_hash: hex::encode(Sha256::digest(text.as_bytes())),
-                        bytes: i64::try_from(text.len()).unwrap_or(i64::MAX),
-                        chunks: chunk::chunk_note(relative, text),
-                    })
-                    .await
+                let note = self.indexed(relative, text).await;
+                self.store.vault_put_note(&note).await
             }
-            Some(Err(_)) | None => self
-                .store
-                .vault_remove_notes(&[relative.to_owned()])
-                .await
-                .map(drop),
+            Some(Err(_)) | None => {
+                *self.vectors.lock().await = None;
+                self.store
+                    .vault_remove_notes(&[relative.to_owned()])
+                    .await
+                    .map(drop)
+            }
         }
     }
 
@@ -288,10 +387,44 @@ impl Vault {
         })
     }
 
-    /// The chunks best matching `query`, at most `limit`.
+    /// The chunks best matching `query`, at most `limit`: by words (the
+    /// full-text index) and, with an embedder, by meaning too, the two
+    /// rankings fused by reciprocal rank.
     pub async fn search(&self, query: &str, limit: u32) -> Result<Vec<VaultHit>, StoreError> {
         let terms = query_terms(query);
-        self.store.vault_search(&terms, limit).await
+        if self.embedder.is_none() {
+            return self.store.vault_search(&terms, limit).await;
+        }
+        let wide = limit.saturating_mul(3).max(10);
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let mut words = self.store.vault_search(&terms, wide).await?;
+        let Some(meaning) = self
+            .nearest(query, usize::try_from(wide).unwrap_or(30))
+            .await
+        else {
+            words.truncate(limit);
+            return Ok(words);
+        };
+        let mut scores: HashMap<i64, f64> = HashMap::new();
+        for (rank, hit) in words.iter().enumerate() {
+            *scores.entry(hit.id).or_default() += reciprocal_rank(rank);
+        }
+        for (rank, id) in meaning.iter().enumerate() {
+            *scores.entry(*id).or_default() += reciprocal_rank(rank);
+        }
+        let missing: Vec<i64> = meaning
+            .iter()
+            .copied()
+            .filter(|id| !words.iter().any(|hit| hit.id == *id))
+            .collect();
+        let mut hits = words;
+        hits.extend(self.store.vault_chunks(&missing).await?);
+        for hit in &mut hits {
+            hit.score = scores.get(&hit.id).copied().unwrap_or(0.0);
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        hits.truncate(limit);
+        Ok(hits)
     }
 
     /// Brings the index in line with the folder. An indexing already
@@ -306,10 +439,10 @@ impl Vault {
             .map_err(|e| VaultError::Io(format!("the folder walk stopped: {e}")))??;
         report.notes = found.len();
         progress.found(found.len());
-        let mut indexed: HashMap<String, String> = self.store.vault_hashes().await?;
+        let mut indexed: HashMap<String, NoteState> = self.store.vault_notes().await?;
         for (done, note) in found.iter().enumerate() {
             let previous = indexed.remove(&note.relative);
-            self.index_note(note, previous.as_deref(), &mut report)
+            self.index_note(note, previous.as_ref(), &mut report)
                 .await?;
             progress.indexed(done + 1, &note.relative);
         }
@@ -323,7 +456,7 @@ impl Vault {
     async fn index_note(
         &self,
         note: &Found,
-        previous_hash: Option<&str>,
+        previous: Option<&NoteState>,
         report: &mut IndexReport,
     ) -> Result<(), VaultError> {
         let bytes = match tokio::fs::read(&note.absolute).await {
@@ -334,7 +467,11 @@ impl Vault {
             }
         };
         let hash = hex::encode(Sha256::digest(&bytes));
-        if previous_hash == Some(hash.as_str()) {
+        let model = self.embedder.as_ref().map(|e| e.model_id());
+        let current = previous.is_some_and(|p| {
+            p.content_hash == hash && (model.is_none() || p.embedding_model.as_deref() == model)
+        });
+        if current {
             report.unchanged += 1;
             return Ok(());
         }
@@ -342,23 +479,24 @@ impl Vault {
             report.skip(note.relative.clone(), "not UTF-8 text");
             return Ok(());
         };
-        let chunks = chunk::chunk_note(&note.relative, &text);
-        report.chunks += chunks.len();
-        self.store
-            .vault_put_note(&IndexedNote {
-                path: note.relative.clone(),
-                content_hash: hash,
-                bytes: i64::try_from(text.len()).unwrap_or(i64::MAX),
-                chunks,
-            })
-            .await?;
-        if previous_hash.is_some() {
+        let indexed = self.indexed(&note.relative, &text).await;
+        report.chunks += indexed.chunks.len();
+        if indexed.embedding_model.is_some() {
+            report.embedded_chunks += indexed.chunks.len();
+        }
+        self.store.vault_put_note(&indexed).await?;
+        if previous.is_some() {
             report.updated += 1;
         } else {
             report.added += 1;
         }
         Ok(())
     }
+}
+
+/// The contribution of a rank (0-based) to a fused score (k = 60).
+fn reciprocal_rank(rank: usize) -> f64 {
+    1.0 / (60.0 + rank as f64 + 1.0)
 }
 
 /// The bytes of a note, `None` when there is no file; a note over

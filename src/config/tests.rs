@@ -142,6 +142,10 @@ fn a_bad_value_names_its_variable() {
         ("HARNESS_PRICING", "cheap"),
         ("HARNESS_LOG", "=info=x"),
         ("HARNESS_STALE_TURN_AFTER_S", "5"),
+        ("HARNESS_VAULT_EMBEDDINGS", "anthropic:claude-sonnet-4-6"),
+        ("HARNESS_VAULT_EMBEDDINGS", "openai:a,ollama:b"),
+        ("HARNESS_WEB_ALLOW", "not a host!"),
+        ("HARNESS_WEB_FETCH_MAX_BYTES", "10"),
     ] {
         let err = load(&[(name, value)]).unwrap_err();
         assert!(
@@ -294,7 +298,11 @@ fn mcp_servers_are_declared_as_tables_in_the_file() {
     assert_eq!(servers.len(), 2);
     assert_eq!(servers[0].args, ["--root", "/srv"]);
     assert_eq!(servers[1].url.as_deref(), Some("https://mcp.example/mcp"));
-    let (_dir, path) = file("[[tools.mcp]]\nname = \"both\"\ncommand = \"x\"\nurl = \"https://x/\"\n");
+    let (_dir, path) =
+        file("[[tools.mcp]]\nname = \"both\"\ncommand = \"x\"\nurl = \"https://x/\"\n");
     let err = load(&[("HARNESS_CONFIG", &path)]).unwrap_err();
-    assert!(err.to_string().contains("give either a command or a url"), "{err}");
+    assert!(
+        err.to_string().contains("give either a command or a url"),
+        "{err}"
+    );
 }

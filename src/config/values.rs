@@ -127,6 +127,26 @@ impl FromStr for ProviderList {
     }
 }
 
+/// The model the vault's chunks are embedded with: `openai:{model}` (the
+/// OpenAI-compatible `/embeddings` at the OpenAI base URL) or
+/// `ollama:{model}` (`/api/embed` at the Ollama host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddingModel(pub ProviderRef);
+
+impl FromStr for EmbeddingModel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let ProviderList(mut list) = s.parse()?;
+        let (Some(entry), true) = (list.pop(), list.is_empty()) else {
+            return Err("name one provider:model".to_owned());
+        };
+        if entry.kind == ProviderKind::Anthropic {
+            return Err("Anthropic has no embeddings endpoint: use openai:… or ollama:…".into());
+        }
+        Ok(Self(entry))
+    }
+}
+
 /// Origins allowed to call the API from a browser.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CorsOrigins {

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::events::{StoredEvent, TurnEvent};
 
-/// Chunks per multi-row insert (5 parameters each).
+/// Chunks per multi-row insert (6 parameters each).
 const VAULT_CHUNKS_PER_INSERT: usize = 200;
 
 /// Postgres implementation of [`super::Store`].
@@ -281,14 +281,15 @@ impl PostgresStore {
     pub(super) async fn write_vault_note(&self, note: &IndexedNote) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         sqlx::query(
-            "INSERT INTO vault_notes (path, content_hash, bytes, indexed_at) \
-             VALUES ($1, $2, $3, now()) ON CONFLICT (path) DO UPDATE SET \
+            "INSERT INTO vault_notes (path, content_hash, bytes, indexed_at, embedding_model) \
+             VALUES ($1, $2, $3, now(), $4) ON CONFLICT (path) DO UPDATE SET \
              content_hash = excluded.content_hash, bytes = excluded.bytes, \
-             indexed_at = excluded.indexed_at",
+             indexed_at = excluded.indexed_at, embedding_model = excluded.embedding_model",
         )
         .bind(&note.path)
         .bind(&note.content_hash)
         .bind(note.bytes)
+        .bind(&note.embedding_model)
         .execute(&mut *tx)
         .await?;
         sqlx::query("DELETE FROM vault_chunks WHERE path = $1")
@@ -298,14 +299,15 @@ impl PostgresStore {
         let mut ordinal: i32 = 0;
         for rows in note.chunks.chunks(VAULT_CHUNKS_PER_INSERT) {
             let mut insert = sqlx::QueryBuilder::<Postgres>::new(
-                "INSERT INTO vault_chunks (path, ordinal, heading, anchor, text) ",
+                "INSERT INTO vault_chunks (path, ordinal, heading, anchor, text, embedding) ",
             );
             insert.push_values(rows, |mut row, chunk| {
                 row.push_bind(&note.path)
                     .push_bind(ordinal)
                     .push_bind(&chunk.heading)
                     .push_bind(&chunk.anchor)
-                    .push_bind(&chunk.text);
+                    .push_bind(&chunk.text)
+                    .push_bind(chunk.embedding.as_deref().map(super::vault::vector_bytes));
                 ordinal += 1;
             });
             insert.build().execute(&mut *tx).await?;
@@ -334,8 +336,9 @@ impl PostgresStore {
         terms: &[String],
         limit: u32,
     ) -> Result<Vec<VaultHit>, StoreError> {
-        let mut query =
-            sqlx::QueryBuilder::<Postgres>::new("SELECT c.path, c.heading, c.anchor, c.text, (0");
+        let mut query = sqlx::QueryBuilder::<Postgres>::new(
+            "SELECT c.id, c.path, c.heading, c.anchor, c.text, (0",
+        );
         for term in terms {
             query.push(" + (c.tsv @@ to_tsquery('english', ");
             query.push_bind(term.clone());
@@ -348,11 +351,12 @@ impl PostgresStore {
         query.push_bind(terms.join(" | "));
         query.push(") q WHERE c.tsv @@ q ORDER BY score DESC, c.id LIMIT ");
         query.push_bind(i64::from(limit));
-        let rows: Vec<(String, String, String, String, f64)> =
+        let rows: Vec<(i64, String, String, String, String, f64)> =
             query.build_query_as().fetch_all(&self.pool).await?;
         Ok(rows
             .into_iter()
-            .map(|(path, heading, anchor, text, score)| VaultHit {
+            .map(|(id, path, heading, anchor, text, score)| VaultHit {
+                id,
                 path,
                 heading,
                 anchor,

@@ -415,14 +415,84 @@ macro_rules! impl_store {
                 self.cancel_listener().await
             }
 
-            async fn vault_hashes(
+            async fn vault_notes(
                 &self,
-            ) -> Result<std::collections::HashMap<String, String>, $crate::store::StoreError> {
-                let rows: Vec<(String, String)> =
-                    sqlx::query_as("SELECT path, content_hash FROM vault_notes")
-                        .fetch_all(self.reader())
-                        .await?;
-                Ok(rows.into_iter().collect())
+            ) -> Result<
+                std::collections::HashMap<String, $crate::store::NoteState>,
+                $crate::store::StoreError,
+            > {
+                let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+                    "SELECT path, content_hash, embedding_model FROM vault_notes",
+                )
+                .fetch_all(self.reader())
+                .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(path, content_hash, embedding_model)| {
+                        (
+                            path,
+                            $crate::store::NoteState {
+                                content_hash,
+                                embedding_model,
+                            },
+                        )
+                    })
+                    .collect())
+            }
+
+            async fn vault_vectors(
+                &self,
+                model: &str,
+                limit: u32,
+            ) -> Result<Vec<(i64, Vec<f32>)>, $crate::store::StoreError> {
+                let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+                    "SELECT c.id, c.embedding FROM vault_chunks c \
+                     JOIN vault_notes n ON n.path = c.path \
+                     WHERE n.embedding_model = $1 AND c.embedding IS NOT NULL \
+                     ORDER BY c.id LIMIT $2",
+                )
+                .bind(model)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await?;
+                Ok(rows
+                    .into_iter()
+                    .filter_map(|(id, bytes)| {
+                        $crate::store::vault::vector_of(&bytes).map(|v| (id, v))
+                    })
+                    .collect())
+            }
+
+            async fn vault_chunks(
+                &self,
+                ids: &[i64],
+            ) -> Result<Vec<$crate::store::VaultHit>, $crate::store::StoreError> {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut query = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT id, path, heading, anchor, text FROM vault_chunks WHERE id IN (",
+                );
+                let mut list = query.separated(", ");
+                for id in ids.iter().take(256) {
+                    list.push_bind(*id);
+                }
+                query.push(")");
+                let rows: Vec<(i64, String, String, String, String)> = query
+                    .build_query_as()
+                    .fetch_all(self.reader())
+                    .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(id, path, heading, anchor, text)| $crate::store::VaultHit {
+                        id,
+                        path,
+                        heading,
+                        anchor,
+                        text,
+                        score: 0.0,
+                    })
+                    .collect())
             }
 
             async fn vault_put_note(

@@ -141,8 +141,8 @@ impl SqliteStore {
             .map(|t| format!("\"{t}\""))
             .collect::<Vec<_>>()
             .join(" OR ");
-        let rows: Vec<(String, String, String, String, f64)> = sqlx::query_as(
-            "SELECT c.path, c.heading, c.anchor, c.text, -bm25(vault_fts, 4.0, 1.0) AS score \
+        let rows: Vec<(i64, String, String, String, String, f64)> = sqlx::query_as(
+            "SELECT c.id, c.path, c.heading, c.anchor, c.text, -bm25(vault_fts, 4.0, 1.0) AS score \
              FROM vault_fts JOIN vault_chunks c ON c.id = vault_fts.rowid \
              WHERE vault_fts MATCH $1 ORDER BY bm25(vault_fts, 4.0, 1.0), c.id LIMIT $2",
         )
@@ -152,7 +152,8 @@ impl SqliteStore {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(path, heading, anchor, text, score)| VaultHit {
+            .map(|(id, path, heading, anchor, text, score)| VaultHit {
+                id,
                 path,
                 heading,
                 anchor,

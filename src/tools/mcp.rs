@@ -169,10 +169,7 @@ type Service = RunningService<RoleClient, ClientConfig>;
 type Environment = dyn Fn(&str) -> Option<String> + Send + Sync;
 
 /// Opens a connection to a server (spawning it when it is a command).
-async fn connect(
-    config: &McpServerConfig,
-    env: &Environment,
-) -> Result<Service, String> {
+async fn connect(config: &McpServerConfig, env: &Environment) -> Result<Service, String> {
     match (&config.command, &config.url) {
         (Some(command), _) => {
             let mut process = tokio::process::Command::new(command);

@@ -132,6 +132,7 @@ pub fn chunk_note(path: &str, text: &str) -> Vec<Chunk> {
                 heading: heading.clone(),
                 anchor: anchor.clone(),
                 text,
+                embedding: None,
             });
         }
     }

@@ -1,6 +1,10 @@
 //! A fake LLM provider on a real loopback socket: answers any POST (OpenAI's
 //! `/v1/chat/completions`, Anthropic's `/v1/messages`, Ollama's `/api/chat`)
 //! with scripted fixture bodies, and records every request it receives.
+//! Its embeddings endpoints (OpenAI's `/v1/embeddings`, Ollama's
+//! `/api/embed`) answer in their wire formats with vectors made from the
+//! words of each text, a few synonyms sharing a dimension (`automobile`,
+//! `vehicle` and `car`), so that meaning can find what words miss.
 
 #![allow(dead_code, reason = "shared by several test binaries")]
 
@@ -178,6 +182,89 @@ pub struct Recorded {
 struct Shared {
     script: Mutex<VecDeque<Reply>>,
     requests: Mutex<Vec<Recorded>>,
+    embedding_requests: Mutex<Vec<Recorded>>,
+    embeddings_fail: std::sync::atomic::AtomicBool,
+}
+
+/// Dimensions of the fake's embeddings.
+const DIMENSIONS: usize = 32;
+
+/// A vector of the words of `text`: one dimension per word (hashed), the
+/// synonyms of `car` on one.
+pub fn fake_vector(text: &str) -> Vec<f32> {
+    let mut vector = vec![0.0f32; DIMENSIONS];
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() > 2)
+        .map(str::to_lowercase)
+    {
+        let word = match word.as_str() {
+            "automobile" | "vehicle" | "cars" => "car".to_owned(),
+            _ => word,
+        };
+        let hash = word.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        vector[(hash % DIMENSIONS as u64) as usize] += 1.0;
+    }
+    vector
+}
+
+async fn embeddings(
+    State(shared): State<Arc<Shared>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    shared.embedding_requests.lock().unwrap().push(Recorded {
+        path: uri.to_string(),
+        headers,
+        body: body.clone(),
+    });
+    if shared
+        .embeddings_fail
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        return Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .body(Body::from(
+                r#"{"error": {"message": "overloaded", "type": "server_error"}}"#,
+            ))
+            .unwrap();
+    }
+    let inputs: Vec<String> = body["input"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| t.as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let vectors: Vec<Vec<f32>> = inputs.iter().map(|t| fake_vector(t)).collect();
+    let tokens: usize = inputs.iter().map(|t| t.split_whitespace().count()).sum();
+    let answer = if uri.path() == "/api/embed" {
+        serde_json::json!({
+            "model": body["model"],
+            "embeddings": vectors,
+            "total_duration": 14_143_917,
+            "load_duration": 1_019_500,
+            "prompt_eval_count": tokens,
+        })
+    } else {
+        serde_json::json!({
+            "object": "list",
+            "data": vectors.iter().enumerate().map(|(index, embedding)| serde_json::json!({
+                "object": "embedding", "index": index, "embedding": embedding,
+            })).collect::<Vec<_>>(),
+            "model": body["model"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        })
+    };
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(answer.to_string()))
+        .unwrap()
 }
 
 /// The running fake; stops when dropped.
@@ -194,6 +281,8 @@ impl FakeProvider {
     pub async fn start() -> Self {
         let shared = Arc::new(Shared::default());
         let app = Router::new()
+            .route("/v1/embeddings", post(embeddings))
+            .route("/api/embed", post(embeddings))
             .fallback(post(answer))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -222,6 +311,18 @@ impl FakeProvider {
 
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared.requests.lock().unwrap().clone()
+    }
+
+    /// The embeddings requests received (they are not in [`Self::requests`]).
+    pub fn embedding_requests(&self) -> Vec<Recorded> {
+        self.shared.embedding_requests.lock().unwrap().clone()
+    }
+
+    /// Makes the embeddings endpoints answer 503 (or serve again).
+    pub fn fail_embeddings(&self, fail: bool) {
+        self.shared
+            .embeddings_fail
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

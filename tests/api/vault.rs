@@ -209,7 +209,125 @@ async fn a_write_is_undone_by_restoring_its_checkpoint(backend: Backend) {
     }
 }
 
+/// The context pack the model was shown for `message` (its facts' anchors).
+async fn pack_anchors(app: &TestApp, message: &str) -> Vec<String> {
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let response = app
+        .post_turn("s-meaning", json!({"message": message}))
+        .await;
+    assert_eq!(response.status(), 200);
+    let result: Value = response.json().await.unwrap();
+    result["context_pack_json"]["relevant_facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["anchor"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn embeddings_find_by_meaning_what_words_miss(backend: Backend) {
+    let notes = [
+        (
+            "notes/car.md",
+            "# Car\n\nThe car needs new tyres before winter.\n",
+        ),
+        ("notes/garden.md", "# Garden\n\nPlant tulips in autumn.\n"),
+    ];
+    for embeddings in ["openai:text-embedding-3-small", "ollama:nomic-embed-text"] {
+        let vault = crate::helpers::vault_of(&notes);
+        let provider = crate::fake_provider::FakeProvider::start().await;
+        let mut settings = crate::helpers::test_settings(&provider);
+        settings.vault.dir = vault.path().to_owned();
+        settings.vault.embeddings = Some(embeddings.parse().unwrap());
+        settings.vault.index_on_start = false;
+        settings.providers.ollama_host = provider.root.clone();
+        let app = crate::helpers::spawn_app_with(
+            crate::support::TestDb::new(backend).await,
+            provider,
+            settings,
+        )
+        .await;
+        let (_, report) = app.post_json("/vault/reindex").await;
+        assert_eq!(
+            report["embedded_chunks"], report["chunks"],
+            "{embeddings}: {report}"
+        );
+        let sent = app.provider.embedding_requests();
+        let (model, path) = embeddings
+            .split_once(':')
+            .map(|(kind, model)| {
+                (
+                    model,
+                    if kind == "openai" {
+                        "/v1/embeddings"
+                    } else {
+                        "/api/embed"
+                    },
+                )
+            })
+            .unwrap();
+        assert_eq!(sent[0].path, path);
+        assert_eq!(sent[0].body["model"], model);
+        // No note says "automobile": words alone find nothing; meaning does.
+        let found = pack_anchors(&app, "What about my automobile?").await;
+        assert_eq!(
+            found.first().map(String::as_str),
+            Some("notes/car.md#Car"),
+            "{embeddings}: {found:?}"
+        );
+        // Words and meaning together: the garden note still comes first for its words.
+        let found = pack_anchors(&app, "When do I plant tulips?").await;
+        assert_eq!(
+            found.first().map(String::as_str),
+            Some("notes/garden.md#Garden"),
+            "{found:?}"
+        );
+    }
+}
+
+async fn without_its_embeddings_endpoint_the_vault_ranks_by_words(backend: Backend) {
+    let vault =
+        crate::helpers::vault_of(&[("notes/car.md", "# Car\n\nThe car needs new tyres.\n")]);
+    let provider = crate::fake_provider::FakeProvider::start().await;
+    provider.fail_embeddings(true);
+    let mut settings = crate::helpers::test_settings(&provider);
+    settings.vault.dir = vault.path().to_owned();
+    settings.vault.embeddings = Some("openai:text-embedding-3-small".parse().unwrap());
+    settings.vault.index_on_start = false;
+    let app = crate::helpers::spawn_app_with(
+        crate::support::TestDb::new(backend).await,
+        provider,
+        settings,
+    )
+    .await;
+    let (_, report) = app.post_json("/vault/reindex").await;
+    assert_eq!(
+        (report["added"].as_u64(), report["embedded_chunks"].as_u64()),
+        (Some(1), Some(0)),
+        "{report}"
+    );
+    assert_eq!(pack_anchors(&app, "new tyres").await, ["notes/car.md#Car"]);
+    assert!(pack_anchors(&app, "my automobile").await.is_empty());
+    // Once the endpoint is back, a reindex embeds what was left unembedded.
+    app.provider.fail_embeddings(false);
+    let (_, report) = app.post_json("/vault/reindex").await;
+    assert_eq!(
+        (
+            report["updated"].as_u64(),
+            report["embedded_chunks"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "{report}"
+    );
+    assert_eq!(
+        pack_anchors(&app, "my automobile").await,
+        ["notes/car.md#Car"]
+    );
+}
+
 on_both_backends!(
+    embeddings_find_by_meaning_what_words_miss,
+    without_its_embeddings_endpoint_the_vault_ranks_by_words,
     a_turn_retrieves_from_the_vault_and_cites_it,
     a_write_is_undone_by_restoring_its_checkpoint,
 );

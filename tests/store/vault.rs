@@ -110,10 +110,12 @@ async fn vault_search_takes_any_words_and_index_writes_replace(backend: Backend)
         path: "a.md".into(),
         content_hash: format!("h-{text}"),
         bytes: 1,
+        embedding_model: None,
         chunks: vec![VaultChunk {
             heading: "A".into(),
             anchor: "a.md#A".into(),
             text: text.into(),
+            embedding: None,
         }],
     };
     store
@@ -151,7 +153,10 @@ async fn vault_search_takes_any_words_and_index_writes_replace(backend: Backend)
         assert!(hits.is_ok(), "{odd}: {hits:?}");
     }
     assert!(store.vault_search(&[], 5).await.unwrap().is_empty());
-    assert_eq!(store.vault_hashes().await.unwrap()["a.md"], "h-plums only");
+    assert_eq!(
+        store.vault_notes().await.unwrap()["a.md"].content_hash,
+        "h-plums only"
+    );
     assert_eq!(
         store
             .vault_remove_notes(&terms(&["a.md", "b.md"]))
@@ -166,10 +171,57 @@ async fn vault_search_takes_any_words_and_index_writes_replace(backend: Backend)
             .unwrap()
             .is_empty()
     );
-    assert!(store.vault_hashes().await.unwrap().is_empty());
+    assert!(store.vault_notes().await.unwrap().is_empty());
+}
+
+async fn embeddings_are_kept_by_model_and_chunks_read_by_id(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let chunk = |text: &str, vector: Vec<f32>| VaultChunk {
+        heading: String::new(),
+        anchor: "e.md".into(),
+        text: text.into(),
+        embedding: Some(vector),
+    };
+    store
+        .vault_put_note(&IndexedNote {
+            path: "e.md".into(),
+            content_hash: "h".into(),
+            bytes: 2,
+            embedding_model: Some("openai:m".into()),
+            chunks: vec![
+                chunk("one", vec![0.5, -1.25, 3.0]),
+                chunk("two", vec![1.0, 0.0, f32::MIN_POSITIVE]),
+            ],
+        })
+        .await
+        .unwrap();
+    let vectors = store.vault_vectors("openai:m", 10).await.unwrap();
+    assert_eq!(vectors.len(), 2);
+    assert_eq!(vectors[0].1, [0.5, -1.25, 3.0]);
+    assert_eq!(vectors[1].1, [1.0, 0.0, f32::MIN_POSITIVE]);
+    assert!(
+        store
+            .vault_vectors("ollama:other", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.vault_vectors("openai:m", 1).await.unwrap().len(), 1);
+    let state = &store.vault_notes().await.unwrap()["e.md"];
+    assert_eq!(state.embedding_model.as_deref(), Some("openai:m"));
+    let ids: Vec<i64> = vectors.iter().map(|(id, _)| *id).collect();
+    let mut read = store
+        .vault_chunks(&[ids[1], ids[0], 999_999])
+        .await
+        .unwrap();
+    read.sort_by_key(|hit| hit.id);
+    let texts: Vec<&str> = read.iter().map(|hit| hit.text.as_str()).collect();
+    assert_eq!(texts, ["one", "two"]);
+    assert!(store.vault_chunks(&[]).await.unwrap().is_empty());
 }
 
 crate::on_both_backends!(
+    embeddings_are_kept_by_model_and_chunks_read_by_id,
     a_vault_is_indexed_ranked_and_kept_in_step,
     vault_search_takes_any_words_and_index_writes_replace,
 );

@@ -514,20 +514,21 @@ impl Writer {
                 .execute(params![note.path])?;
             connection
                 .prepare_cached(
-                    "INSERT INTO vault_notes (path, content_hash, bytes, indexed_at) \
-                     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (path) DO UPDATE SET \
+                    "INSERT INTO vault_notes (path, content_hash, bytes, indexed_at, embedding_model) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (path) DO UPDATE SET \
                      content_hash = excluded.content_hash, bytes = excluded.bytes, \
-                     indexed_at = excluded.indexed_at",
+                     indexed_at = excluded.indexed_at, embedding_model = excluded.embedding_model",
                 )?
                 .execute(params![
                     note.path,
                     note.content_hash,
                     note.bytes,
-                    ts(Utc::now())
+                    ts(Utc::now()),
+                    note.embedding_model
                 ])?;
             let mut insert = connection.prepare_cached(
-                "INSERT INTO vault_chunks (path, ordinal, heading, anchor, text) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO vault_chunks (path, ordinal, heading, anchor, text, embedding) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
             for (ordinal, chunk) in note.chunks.iter().enumerate() {
                 insert.execute(params![
@@ -535,7 +536,11 @@ impl Writer {
                     i64::try_from(ordinal).unwrap_or(i64::MAX),
                     chunk.heading,
                     chunk.anchor,
-                    chunk.text
+                    chunk.text,
+                    chunk
+                        .embedding
+                        .as_deref()
+                        .map(crate::store::vault::vector_bytes)
                 ])?;
             }
             Ok(())
