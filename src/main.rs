@@ -150,7 +150,7 @@ async fn index_vault(settings: &Settings) -> Result<(), String> {
                 .map_err(|e| e.to_string())?,
         );
         let report = vault.reindex(&Bar(bar.clone())).await;
-        bar.finish_and_clear();
+        bar.finish_with_message("done");
         report
     } else {
         vault.reindex(&()).await

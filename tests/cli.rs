@@ -134,3 +134,35 @@ fn index_vault_indexes_a_folder_incrementally_and_prints_a_summary() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("does not exist"), "{stderr}");
 }
+
+/// On a terminal, `index-vault` draws a progress bar (run under `script`,
+/// which gives it a pseudo-terminal), then prints its summary.
+#[test]
+fn index_vault_shows_progress_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let vault = dir.path().join("vault");
+    std::fs::create_dir_all(&vault).unwrap();
+    for i in 0..50 {
+        std::fs::write(
+            vault.join(format!("n{i}.md")),
+            format!("# Note {i}\n\nText {i}.\n"),
+        )
+        .unwrap();
+    }
+    let db = format!("sqlite://{}", dir.path().join("h.db").display());
+    let command = format!("{} index-vault", env!("CARGO_BIN_EXE_agent-harness"));
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("TERM", "xterm")
+        .env("DATABASE_URL", &db)
+        .env("HARNESS_VAULT_DIR", &vault)
+        .output()
+        .expect("script (util-linux) runs the command on a pseudo-terminal");
+    assert!(out.status.success(), "{out:?}");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(screen.contains("/50 notes"), "{screen}");
+    assert!(screen.contains('█') || screen.contains('░'), "{screen}");
+    assert!(screen.contains("50 notes: 50 added"), "{screen}");
+}
