@@ -146,6 +146,20 @@ pub enum TurnEvent {
         #[schema(value_type = Object)]
         record: serde_json::Value,
     },
+    /// A judge scored a turn, after it ended. This event is the session's,
+    /// not a turn's: its `turn_id` is the judgement's own id, and the turn
+    /// judged is `judged_turn_id` (so a turn's stream ends at its terminal
+    /// event, as always).
+    #[serde(rename = "judgement")]
+    Judgement {
+        judgement_id: String,
+        judged_turn_id: String,
+        judge: String,
+        /// 0 to 1.
+        score: f64,
+        passed: bool,
+        rationale: String,
+    },
     /// Terminal: the turn ended with an answer; its messages, result and
     /// decision were committed in the same transaction as this event.
     #[serde(rename = "turn.completed")]
@@ -177,6 +191,7 @@ impl TurnEvent {
             Self::ContextCompacted { .. } => "context.compacted",
             Self::Citations { .. } => "citations",
             Self::Decision { .. } => "decision",
+            Self::Judgement { .. } => "judgement",
             Self::TurnCompleted { .. } => "turn.completed",
             Self::TurnFailed { .. } => "turn.failed",
             Self::TurnCancelled { .. } => "turn.cancelled",

@@ -10,6 +10,7 @@
 //! Every method that writes runs in one transaction: a failure leaves the
 //! store as it was.
 
+pub mod memory;
 pub mod postgres;
 pub mod records;
 mod sql;
@@ -23,6 +24,10 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::events::StoredEvent;
+pub use memory::{
+    JobOutcome, JobRecord, JobSummary, JudgementRecord, MemoryRecord, NewJob, NewMemory,
+    ObservationRecord,
+};
 pub use records::{
     ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord, NewArtifact, NewCheckpoint,
     NewDecision, NewMessage, NewTurn, SessionRecord, TurnFinish, TurnRecord, TurnStatus,
@@ -266,6 +271,85 @@ pub trait Store: Send + Sync + 'static {
     /// Chunks by id (score 0), in no particular order; ids no longer
     /// indexed are left out.
     async fn vault_chunks(&self, ids: &[i64]) -> Result<Vec<VaultHit>, StoreError>;
+
+    /// Keeps a memory, replacing the scope's memory of the same key; the
+    /// scope keeps its newest [`memory::MEMORIES_PER_SCOPE`].
+    async fn upsert_memory(&self, memory: &NewMemory) -> Result<(), StoreError>;
+
+    /// Memories of `scope` matching any of `terms`, best first.
+    async fn search_memories(
+        &self,
+        scope: &str,
+        terms: &[String],
+        limit: u32,
+    ) -> Result<Vec<MemoryRecord>, StoreError>;
+
+    /// Memories of `scope` (of one kind, if given), newest first.
+    async fn list_memories(
+        &self,
+        scope: &str,
+        kind: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MemoryRecord>, StoreError>;
+
+    /// The embeddings `model` made of `scope`'s memories, by memory id.
+    async fn memory_vectors(
+        &self,
+        scope: &str,
+        model: &str,
+    ) -> Result<Vec<(String, Vec<f32>)>, StoreError>;
+
+    /// Forgets one memory of `scope` (`id`) or all of them; how many went.
+    async fn delete_memories(&self, scope: &str, id: Option<&str>) -> Result<u64, StoreError>;
+
+    /// Queues work to run after a turn.
+    async fn enqueue_job(&self, job: &NewJob) -> Result<(), StoreError>;
+
+    /// Claims the oldest job due at `now` (or a running one claimed before
+    /// `stale_before`: its runner died); its attempts go up by one.
+    async fn claim_job(
+        &self,
+        now: DateTime<Utc>,
+        stale_before: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>, StoreError>;
+
+    /// Records how a claimed job ended.
+    async fn finish_job(
+        &self,
+        id: &str,
+        outcome: &JobOutcome,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The newest `limit` jobs of a session, oldest first.
+    async fn list_jobs(&self, session_id: &str, limit: u32) -> Result<Vec<JobSummary>, StoreError>;
+
+    /// Keeps a judgement and appends `event` (its turn id `event_turn_id`)
+    /// to the session's log, at the session's next seq. False, and nothing
+    /// written, while a turn of the session runs (its events own the next
+    /// seqs): try again later.
+    async fn put_judgement(
+        &self,
+        judgement: &JudgementRecord,
+        event: &crate::events::TurnEvent,
+        event_turn_id: Uuid,
+    ) -> Result<bool, StoreError>;
+
+    /// The judgements of a turn, oldest first.
+    async fn list_judgements(
+        &self,
+        session_id: &str,
+        turn_id: Uuid,
+    ) -> Result<Vec<JudgementRecord>, StoreError>;
+
+    async fn put_observation(&self, observation: &ObservationRecord) -> Result<(), StoreError>;
+
+    /// The newest `limit` observations of a session, oldest first.
+    async fn list_observations(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> Result<Vec<ObservationRecord>, StoreError>;
 
     /// Refreshes the heartbeat of these running turns; returns those whose
     /// cancellation was requested.

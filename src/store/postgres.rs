@@ -11,6 +11,9 @@ use sqlx::{
 use super::{
     BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, IndexedNote, NewArtifact,
     NewCheckpoint, NewTurn, OrphanScope, StoreError, TurnFinish, VaultHit,
+    memory::{
+        JobOutcome, JobRecord, JudgementRecord, MemoryRecord, NewJob, NewMemory, ObservationRecord,
+    },
     records::parse_uuid,
     sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, insert_rows},
 };
@@ -412,6 +415,262 @@ impl PostgresStore {
         .rows_affected();
         tx.commit().await?;
         Ok(done == 1)
+    }
+
+    /// Keeps a memory (one per scope and key), then drops the scope's
+    /// least recently updated beyond the cap.
+    pub(super) async fn write_memory(&self, memory: &NewMemory) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO memories (id, scope, kind, key, content, source_session_id, \
+             source_turn_id, embedding, embedding_model, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) \
+             ON CONFLICT (scope, key) DO UPDATE SET kind = excluded.kind, \
+             content = excluded.content, source_session_id = excluded.source_session_id, \
+             source_turn_id = excluded.source_turn_id, embedding = excluded.embedding, \
+             embedding_model = excluded.embedding_model, updated_at = excluded.updated_at",
+        )
+        .bind(&memory.id)
+        .bind(&memory.scope)
+        .bind(&memory.kind)
+        .bind(&memory.key)
+        .bind(&memory.content)
+        .bind(&memory.source_session_id)
+        .bind(&memory.source_turn_id)
+        .bind(memory.embedding.as_deref().map(super::vault::vector_bytes))
+        .bind(&memory.embedding_model)
+        .bind(memory.at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM memories WHERE scope = $1 AND id IN (SELECT id FROM memories \
+             WHERE scope = $1 ORDER BY updated_at DESC, id DESC OFFSET $2)",
+        )
+        .bind(&memory.scope)
+        .bind(super::memory::MEMORIES_PER_SCOPE)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn search_memory_text(
+        &self,
+        scope: &str,
+        terms: &[String],
+        limit: u32,
+    ) -> Result<Vec<MemoryRecord>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            super::sql::memory_columns!(),
+            " FROM memories, to_tsquery('english', $2) q \
+             WHERE scope = $1 AND tsv @@ q ORDER BY ts_rank_cd(tsv, q) DESC, updated_at DESC LIMIT $3"
+        );
+        Ok(sqlx::query_as::<_, MemoryRecord>(sql)
+            .bind(scope)
+            .bind(terms.join(" | "))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    pub(super) async fn write_memory_deletion(
+        &self,
+        scope: &str,
+        id: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let deleted =
+            sqlx::query("DELETE FROM memories WHERE scope = $1 AND ($2::text IS NULL OR id = $2)")
+                .bind(scope)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
+    pub(super) async fn write_job(&self, job: &NewJob) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
+             run_after, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $6)",
+        )
+        .bind(&job.id)
+        .bind(&job.kind)
+        .bind(&job.session_id)
+        .bind(&job.turn_id)
+        .bind(&job.payload)
+        .bind(job.at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Replicas claim jobs without waiting on each other (`SKIP LOCKED`).
+    pub(super) async fn write_job_claim(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+        stale_before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let claimed: Option<JobRecord> = sqlx::query_as(
+            "UPDATE background_jobs SET status = 'running', attempts = attempts + 1, \
+             claimed_at = $1, updated_at = $1 WHERE id = (SELECT id FROM background_jobs \
+             WHERE (status = 'pending' AND run_after <= $1) \
+             OR (status = 'running' AND claimed_at < $2) \
+             ORDER BY run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             RETURNING id, kind, session_id, turn_id, payload, attempts",
+        )
+        .bind(now)
+        .bind(stale_before)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    pub(super) async fn write_job_outcome(
+        &self,
+        id: &str,
+        outcome: &JobOutcome,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let query = match outcome {
+            JobOutcome::Done {
+                input_tokens,
+                output_tokens,
+                cost_usd,
+            } => sqlx::query(
+                "UPDATE background_jobs SET status = 'done', input_tokens = $2, \
+                 output_tokens = $3, cost_usd = $4, last_error = NULL, updated_at = $5 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(i64::try_from(*input_tokens).unwrap_or(i64::MAX))
+            .bind(i64::try_from(*output_tokens).unwrap_or(i64::MAX))
+            .bind(*cost_usd)
+            .bind(now),
+            JobOutcome::Retry { error, after } => sqlx::query(
+                "UPDATE background_jobs SET status = 'pending', last_error = $2, run_after = $3, \
+                 claimed_at = NULL, updated_at = $4 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(error)
+            .bind(*after)
+            .bind(now),
+            JobOutcome::Failed { error } => sqlx::query(
+                "UPDATE background_jobs SET status = 'failed', last_error = $2, updated_at = $3 \
+                 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(error)
+            .bind(now),
+        };
+        query.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The session row is locked first (as a turn's begin and end lock
+    /// it), then no running turn is checked in a statement of its own, so
+    /// that a turn that began meanwhile is seen.
+    pub(super) async fn write_judgement(
+        &self,
+        judgement: &JudgementRecord,
+        event: &TurnEvent,
+        event_turn_id: uuid::Uuid,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let locked: Option<i64> =
+            sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1 FOR NO KEY UPDATE")
+                .bind(&judgement.session_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if locked.is_none() {
+            return Err(StoreError::Corrupt(format!(
+                "no session {}",
+                judgement.session_id
+            )));
+        }
+        let running: Option<String> =
+            sqlx::query_scalar("SELECT id FROM turns WHERE session_id = $1 AND status = 'running'")
+                .bind(&judgement.session_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if running.is_some() {
+            return Ok(false);
+        }
+        let seq: i64 = sqlx::query_scalar(
+            "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
+        )
+        .bind(&judgement.session_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let stored = StoredEvent::new(
+            &judgement.session_id,
+            event_turn_id,
+            seq,
+            event,
+            judgement.created_at,
+        )
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&stored.session_id)
+        .bind(stored.seq)
+        .bind(stored.turn_id.to_string())
+        .bind(stored.event_type.as_str())
+        .bind(&stored.payload)
+        .bind(stored.created_at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO judgements (id, session_id, turn_id, judge, prompt_id, prompt_version, \
+             score, passed, rationale, provider, model, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(&judgement.id)
+        .bind(&judgement.session_id)
+        .bind(&judgement.turn_id)
+        .bind(&judgement.judge)
+        .bind(&judgement.prompt_id)
+        .bind(&judgement.prompt_version)
+        .bind(judgement.score)
+        .bind(judgement.passed)
+        .bind(&judgement.rationale)
+        .bind(&judgement.provider)
+        .bind(&judgement.model)
+        .bind(judgement.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    pub(super) async fn write_observation(
+        &self,
+        observation: &ObservationRecord,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO research_observations (id, session_id, source_id, user_text, \
+             assistant_text, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&observation.id)
+        .bind(&observation.session_id)
+        .bind(&observation.source_id)
+        .bind(&observation.user_text)
+        .bind(&observation.assistant_text)
+        .bind(observation.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     pub(super) async fn write_cancel_request(

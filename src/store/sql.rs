@@ -24,6 +24,14 @@ macro_rules! turn_columns {
 }
 pub(super) use turn_columns;
 
+/// Columns of a [`super::MemoryRecord`], for `SELECT`s.
+macro_rules! memory_columns {
+    () => {
+        "id, scope, kind, key, content, source_session_id, source_turn_id, created_at, updated_at"
+    };
+}
+pub(super) use memory_columns;
+
 /// Rows of the next multi-row event `INSERT` for `remaining` events.
 ///
 /// Each row count is its own prepared statement, so the counts used are
@@ -400,6 +408,167 @@ macro_rules! impl_store {
                 at: chrono::DateTime<chrono::Utc>,
             ) -> Result<bool, $crate::store::StoreError> {
                 self.write_checkpoint_restored(id, at).await
+            }
+
+            async fn upsert_memory(
+                &self,
+                memory: &$crate::store::NewMemory,
+            ) -> Result<(), $crate::store::StoreError> {
+                self.write_memory(memory).await
+            }
+
+            async fn search_memories(
+                &self,
+                scope: &str,
+                terms: &[String],
+                limit: u32,
+            ) -> Result<Vec<$crate::store::MemoryRecord>, $crate::store::StoreError> {
+                let terms = $crate::store::vault::clean_terms(terms);
+                if terms.is_empty() || limit == 0 {
+                    return Ok(Vec::new());
+                }
+                self.search_memory_text(scope, &terms, limit).await
+            }
+
+            async fn list_memories(
+                &self,
+                scope: &str,
+                kind: Option<&str>,
+                limit: u32,
+            ) -> Result<Vec<$crate::store::MemoryRecord>, $crate::store::StoreError> {
+                let sql = concat!(
+                    "SELECT ",
+                    $crate::store::sql::memory_columns!(),
+                    " FROM memories WHERE scope = $1 AND ($2 IS NULL OR kind = $2) \
+                     ORDER BY updated_at DESC, id DESC LIMIT $3"
+                );
+                Ok(sqlx::query_as::<_, $crate::store::MemoryRecord>(sql)
+                    .bind(scope)
+                    .bind(kind)
+                    .bind(i64::from(limit))
+                    .fetch_all(self.reader())
+                    .await?)
+            }
+
+            async fn memory_vectors(
+                &self,
+                scope: &str,
+                model: &str,
+            ) -> Result<Vec<(String, Vec<f32>)>, $crate::store::StoreError> {
+                let rows: Vec<(String, Vec<u8>)> = sqlx::query_as(
+                    "SELECT id, embedding FROM memories \
+                     WHERE scope = $1 AND embedding_model = $2 AND embedding IS NOT NULL",
+                )
+                .bind(scope)
+                .bind(model)
+                .fetch_all(self.reader())
+                .await?;
+                Ok(rows
+                    .into_iter()
+                    .filter_map(|(id, bytes)| {
+                        $crate::store::vault::vector_of(&bytes).map(|v| (id, v))
+                    })
+                    .collect())
+            }
+
+            async fn delete_memories(
+                &self,
+                scope: &str,
+                id: Option<&str>,
+            ) -> Result<u64, $crate::store::StoreError> {
+                self.write_memory_deletion(scope, id).await
+            }
+
+            async fn enqueue_job(
+                &self,
+                job: &$crate::store::NewJob,
+            ) -> Result<(), $crate::store::StoreError> {
+                self.write_job(job).await
+            }
+
+            async fn claim_job(
+                &self,
+                now: chrono::DateTime<chrono::Utc>,
+                stale_before: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Option<$crate::store::JobRecord>, $crate::store::StoreError> {
+                self.write_job_claim(now, stale_before).await
+            }
+
+            async fn finish_job(
+                &self,
+                id: &str,
+                outcome: &$crate::store::JobOutcome,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<(), $crate::store::StoreError> {
+                self.write_job_outcome(id, outcome, now).await
+            }
+
+            async fn list_jobs(
+                &self,
+                session_id: &str,
+                limit: u32,
+            ) -> Result<Vec<$crate::store::JobSummary>, $crate::store::StoreError> {
+                let mut newest_first: Vec<$crate::store::JobSummary> = sqlx::query_as(
+                    "SELECT id, kind, turn_id, status, attempts, last_error, input_tokens, \
+                     output_tokens, cost_usd, created_at, updated_at FROM background_jobs \
+                     WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2",
+                )
+                .bind(session_id)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await?;
+                newest_first.reverse();
+                Ok(newest_first)
+            }
+
+            async fn put_judgement(
+                &self,
+                judgement: &$crate::store::JudgementRecord,
+                event: &$crate::events::TurnEvent,
+                event_turn_id: uuid::Uuid,
+            ) -> Result<bool, $crate::store::StoreError> {
+                self.write_judgement(judgement, event, event_turn_id).await
+            }
+
+            async fn list_judgements(
+                &self,
+                session_id: &str,
+                turn_id: uuid::Uuid,
+            ) -> Result<Vec<$crate::store::JudgementRecord>, $crate::store::StoreError> {
+                Ok(sqlx::query_as(
+                    "SELECT id, session_id, turn_id, judge, prompt_id, prompt_version, score, \
+                     passed, rationale, provider, model, created_at FROM judgements \
+                     WHERE session_id = $1 AND turn_id = $2 ORDER BY created_at, id",
+                )
+                .bind(session_id)
+                .bind(turn_id.to_string())
+                .fetch_all(self.reader())
+                .await?)
+            }
+
+            async fn put_observation(
+                &self,
+                observation: &$crate::store::ObservationRecord,
+            ) -> Result<(), $crate::store::StoreError> {
+                self.write_observation(observation).await
+            }
+
+            async fn list_observations(
+                &self,
+                session_id: &str,
+                limit: u32,
+            ) -> Result<Vec<$crate::store::ObservationRecord>, $crate::store::StoreError> {
+                let mut newest_first: Vec<$crate::store::ObservationRecord> = sqlx::query_as(
+                    "SELECT id, session_id, source_id, user_text, assistant_text, created_at \
+                     FROM research_observations WHERE session_id = $1 \
+                     ORDER BY created_at DESC, id DESC LIMIT $2",
+                )
+                .bind(session_id)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await?;
+                newest_first.reverse();
+                Ok(newest_first)
             }
 
             async fn request_cancel(

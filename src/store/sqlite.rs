@@ -23,7 +23,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    BeganTurn, BeginTurnError, IndexedNote, NewArtifact, NewCheckpoint, NewTurn, OrphanScope,
+    BeganTurn, BeginTurnError, IndexedNote, JobOutcome, JobRecord, JudgementRecord, MemoryRecord,
+    NewArtifact, NewCheckpoint, NewJob, NewMemory, NewTurn, ObservationRecord, OrphanScope,
     StoreError, TurnFinish, VaultHit,
 };
 use crate::events::StoredEvent;
@@ -175,6 +176,85 @@ impl SqliteStore {
         self.writes
             .mark_checkpoint_restored(id.to_owned(), at)
             .await
+    }
+
+    async fn write_memory(&self, memory: &NewMemory) -> Result<(), StoreError> {
+        self.writes.put_memory(memory.clone()).await
+    }
+
+    /// FTS5 over the scope's memories, any of the terms, by BM25.
+    async fn search_memory_text(
+        &self,
+        scope: &str,
+        terms: &[String],
+        limit: u32,
+    ) -> Result<Vec<MemoryRecord>, StoreError> {
+        let query = terms
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(" OR ");
+        Ok(sqlx::query_as::<_, MemoryRecord>(
+            "SELECT m.id, m.scope, m.kind, m.key, m.content, m.source_session_id, \
+             m.source_turn_id, m.created_at, m.updated_at \
+             FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid \
+             WHERE memories_fts MATCH $1 AND m.scope = $2 \
+             ORDER BY bm25(memories_fts), m.updated_at DESC LIMIT $3",
+        )
+        .bind(query)
+        .bind(scope)
+        .bind(i64::from(limit))
+        .fetch_all(self.reader())
+        .await?)
+    }
+
+    async fn write_memory_deletion(
+        &self,
+        scope: &str,
+        id: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        self.writes
+            .delete_memories(scope.to_owned(), id.map(str::to_owned))
+            .await
+    }
+
+    async fn write_job(&self, job: &NewJob) -> Result<(), StoreError> {
+        self.writes.put_job(job.clone()).await
+    }
+
+    async fn write_job_claim(
+        &self,
+        now: DateTime<Utc>,
+        stale_before: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        self.writes.claim_job(now, stale_before).await
+    }
+
+    async fn write_job_outcome(
+        &self,
+        id: &str,
+        outcome: &JobOutcome,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.writes
+            .finish_job(id.to_owned(), outcome.clone(), now)
+            .await
+    }
+
+    async fn write_judgement(
+        &self,
+        judgement: &JudgementRecord,
+        event: &crate::events::TurnEvent,
+        event_turn_id: Uuid,
+    ) -> Result<bool, StoreError> {
+        let stored_at = judgement.created_at;
+        let event = StoredEvent::new(&judgement.session_id, event_turn_id, 0, event, stored_at)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.writes.put_judgement(judgement.clone(), event).await
+    }
+
+    async fn write_observation(&self, observation: &ObservationRecord) -> Result<(), StoreError> {
+        self.writes.put_observation(observation.clone()).await
     }
 
     async fn write_cancel_request(&self, turn_id: Uuid) -> Result<bool, StoreError> {

@@ -718,4 +718,5 @@ async fn sqlite_wal_stays_bounded_under_sustained_writes() {
     assert_eq!(last.len(), 1);
 }
 
+mod memory;
 mod vault;

@@ -21,15 +21,15 @@ use std::{
 };
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
-        BeganTurn, IndexedNote, NewArtifact, NewCheckpoint, NewTurn, OrphanScope, StoreError,
-        TurnFinish,
+        BeganTurn, IndexedNote, JobOutcome, JobRecord, JudgementRecord, NewArtifact, NewCheckpoint,
+        NewJob, NewMemory, NewTurn, ObservationRecord, OrphanScope, StoreError, TurnFinish,
     },
 };
 
@@ -502,6 +502,240 @@ impl Writer {
                 )?
                 .execute(params![id, ts(at)])?;
             Ok(updated == 1)
+        })
+        .await
+    }
+
+    pub(super) async fn put_memory(&self, memory: NewMemory) -> Result<(), StoreError> {
+        self.run(move |connection| {
+            connection
+                .prepare_cached(
+                    "INSERT INTO memories (id, scope, kind, key, content, source_session_id, \
+                     source_turn_id, embedding, embedding_model, created_at, updated_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) \
+                     ON CONFLICT (scope, key) DO UPDATE SET kind = excluded.kind, \
+                     content = excluded.content, source_session_id = excluded.source_session_id, \
+                     source_turn_id = excluded.source_turn_id, embedding = excluded.embedding, \
+                     embedding_model = excluded.embedding_model, updated_at = excluded.updated_at",
+                )?
+                .execute(params![
+                    memory.id,
+                    memory.scope,
+                    memory.kind,
+                    memory.key,
+                    memory.content,
+                    memory.source_session_id,
+                    memory.source_turn_id,
+                    memory
+                        .embedding
+                        .as_deref()
+                        .map(crate::store::vault::vector_bytes),
+                    memory.embedding_model,
+                    ts(memory.at)
+                ])?;
+            connection
+                .prepare_cached(
+                    "DELETE FROM memories WHERE scope = ?1 AND id IN (SELECT id FROM memories \
+                     WHERE scope = ?1 ORDER BY updated_at DESC, id DESC LIMIT -1 OFFSET ?2)",
+                )?
+                .execute(params![
+                    memory.scope,
+                    crate::store::memory::MEMORIES_PER_SCOPE
+                ])?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn delete_memories(
+        &self,
+        scope: String,
+        id: Option<String>,
+    ) -> Result<u64, StoreError> {
+        self.run(move |connection| {
+            let deleted = connection
+                .prepare_cached(
+                    "DELETE FROM memories WHERE scope = ?1 AND (?2 IS NULL OR id = ?2)",
+                )?
+                .execute(params![scope, id])?;
+            Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
+        })
+        .await
+    }
+
+    pub(super) async fn put_job(&self, job: NewJob) -> Result<(), StoreError> {
+        self.run(move |connection| {
+            connection
+                .prepare_cached(
+                    "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
+                     run_after, created_at, updated_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6, ?6)",
+                )?
+                .execute(params![
+                    job.id,
+                    job.kind,
+                    job.session_id,
+                    job.turn_id,
+                    job.payload,
+                    ts(job.at)
+                ])?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn claim_job(
+        &self,
+        now: DateTime<Utc>,
+        stale_before: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        self.run(move |connection| {
+            let mut claim = connection.prepare_cached(
+                "UPDATE background_jobs SET status = 'running', attempts = attempts + 1, \
+                 claimed_at = ?1, updated_at = ?1 WHERE id = (SELECT id FROM background_jobs \
+                 WHERE (status = 'pending' AND run_after <= ?1) \
+                 OR (status = 'running' AND claimed_at < ?2) ORDER BY run_after, id LIMIT 1) \
+                 RETURNING id, kind, session_id, turn_id, payload, attempts",
+            )?;
+            let mut rows = claim.query(params![ts(now), ts(stale_before)])?;
+            match rows.next()? {
+                Some(row) => Ok(Some(JobRecord {
+                    id: row.get(0)?,
+                    kind: row.get(1)?,
+                    session_id: row.get(2)?,
+                    turn_id: row.get(3)?,
+                    payload: row.get(4)?,
+                    attempts: row.get(5)?,
+                })),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+
+    pub(super) async fn finish_job(
+        &self,
+        id: String,
+        outcome: JobOutcome,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.run(move |connection| {
+            match outcome {
+                JobOutcome::Done {
+                    input_tokens,
+                    output_tokens,
+                    cost_usd,
+                } => connection
+                    .prepare_cached(
+                        "UPDATE background_jobs SET status = 'done', input_tokens = ?2, \
+                         output_tokens = ?3, cost_usd = ?4, last_error = NULL, updated_at = ?5 \
+                         WHERE id = ?1",
+                    )?
+                    .execute(params![
+                        id,
+                        i64::try_from(input_tokens).unwrap_or(i64::MAX),
+                        i64::try_from(output_tokens).unwrap_or(i64::MAX),
+                        cost_usd,
+                        ts(now)
+                    ])?,
+                JobOutcome::Retry { error, after } => connection
+                    .prepare_cached(
+                        "UPDATE background_jobs SET status = 'pending', last_error = ?2, \
+                         run_after = ?3, claimed_at = NULL, updated_at = ?4 WHERE id = ?1",
+                    )?
+                    .execute(params![id, error, ts(after), ts(now)])?,
+                JobOutcome::Failed { error } => connection
+                    .prepare_cached(
+                        "UPDATE background_jobs SET status = 'failed', last_error = ?2, \
+                         updated_at = ?3 WHERE id = ?1",
+                    )?
+                    .execute(params![id, error, ts(now)])?,
+            };
+            Ok(())
+        })
+        .await
+    }
+
+    /// A judgement and its event at the session's next seq, unless a turn
+    /// of the session runs (false: nothing written). `event`'s own seq is
+    /// not used: the event takes the session's next.
+    pub(super) async fn put_judgement(
+        &self,
+        judgement: JudgementRecord,
+        event: StoredEvent,
+    ) -> Result<bool, StoreError> {
+        self.run(move |connection| {
+            let running: Option<String> = connection
+                .prepare_cached(
+                    "SELECT id FROM turns WHERE session_id = ?1 AND status = 'running'",
+                )?
+                .query_row(params![judgement.session_id], |row| row.get(0))
+                .optional()?;
+            if running.is_some() {
+                return Ok(false);
+            }
+            let seq: i64 = connection
+                .prepare_cached(
+                    "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ?1 RETURNING last_seq",
+                )?
+                .query_row(params![judgement.session_id], |row| row.get(0))?;
+            connection
+                .prepare_cached(
+                    "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    event.session_id,
+                    seq,
+                    event.turn_id.to_string(),
+                    event.event_type,
+                    event.payload,
+                    ts(event.created_at)
+                ])?;
+            connection
+                .prepare_cached(
+                    "INSERT INTO judgements (id, session_id, turn_id, judge, prompt_id, \
+                     prompt_version, score, passed, rationale, provider, model, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                )?
+                .execute(params![
+                    judgement.id,
+                    judgement.session_id,
+                    judgement.turn_id,
+                    judgement.judge,
+                    judgement.prompt_id,
+                    judgement.prompt_version,
+                    judgement.score,
+                    judgement.passed,
+                    judgement.rationale,
+                    judgement.provider,
+                    judgement.model,
+                    ts(judgement.created_at)
+                ])?;
+            Ok(true)
+        })
+        .await
+    }
+
+    pub(super) async fn put_observation(
+        &self,
+        observation: ObservationRecord,
+    ) -> Result<(), StoreError> {
+        self.run(move |connection| {
+            connection
+                .prepare_cached(
+                    "INSERT INTO research_observations (id, session_id, source_id, user_text, \
+                     assistant_text, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    observation.id,
+                    observation.session_id,
+                    observation.source_id,
+                    observation.user_text,
+                    observation.assistant_text,
+                    ts(observation.created_at)
+                ])?;
+            Ok(())
         })
         .await
     }

@@ -1,0 +1,306 @@
+//! Memories, background jobs, judgements and observations on both backends.
+
+use agent_harness::{
+    events::TurnEvent,
+    store::{JobOutcome, JudgementRecord, NewJob, NewMemory, ObservationRecord},
+};
+use chrono::{Duration, SubsecRound, Utc};
+use uuid::Uuid;
+
+use super::{Backend, completed, new_turn, store};
+
+fn memory(scope: &str, key: &str, content: &str) -> NewMemory {
+    NewMemory {
+        id: format!("mem_{}", Uuid::now_v7().simple()),
+        scope: scope.into(),
+        kind: if key.starts_with("prefers") {
+            "preference"
+        } else {
+            "fact"
+        }
+        .into(),
+        key: key.into(),
+        content: content.into(),
+        source_session_id: "s1".into(),
+        source_turn_id: "t1".into(),
+        embedding: None,
+        embedding_model: None,
+        at: Utc::now(),
+    }
+}
+
+async fn memories_are_one_per_key_searchable_and_forgotten_per_scope(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    store
+        .upsert_memory(&memory("user:ann", "home_city", "Ann lives in Lyon."))
+        .await
+        .unwrap();
+    store
+        .upsert_memory(&memory(
+            "user:ann",
+            "prefers_format",
+            "Ann prefers bullet points.",
+        ))
+        .await
+        .unwrap();
+    store
+        .upsert_memory(&memory("user:bob", "home_city", "Bob lives in Oslo."))
+        .await
+        .unwrap();
+    // The same key updates the memory in place.
+    store
+        .upsert_memory(&memory("user:ann", "home_city", "Ann moved to Nantes."))
+        .await
+        .unwrap();
+    let all = store.list_memories("user:ann", None, 10).await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].content, "Ann moved to Nantes.", "newest first");
+    let preferences = store
+        .list_memories("user:ann", Some("preference"), 10)
+        .await
+        .unwrap();
+    assert_eq!(preferences.len(), 1);
+    assert_eq!(preferences[0].kind, "preference");
+    let terms = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let found = store
+        .search_memories("user:ann", &terms(&["nantes", "city"]), 5)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].key, "home_city");
+    assert!(
+        store
+            .search_memories("user:ann", &terms(&["lyon"]), 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .search_memories("user:ann", &terms(&["oslo"]), 5)
+            .await
+            .unwrap()
+            .is_empty(),
+        "other scopes stay out"
+    );
+    // Forget one, then all.
+    let one = all[1].id.clone();
+    assert_eq!(
+        store.delete_memories("user:ann", Some(&one)).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .delete_memories("user:bob", Some(&all[0].id))
+            .await
+            .unwrap(),
+        0,
+        "not its scope"
+    );
+    assert_eq!(store.delete_memories("user:ann", None).await.unwrap(), 1);
+    assert!(
+        store
+            .list_memories("user:ann", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .search_memories("user:ann", &terms(&["nantes"]), 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .list_memories("user:bob", None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+async fn jobs_are_claimed_once_retried_and_reclaimed_when_stale(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let now = Utc::now();
+    for (id, at) in [
+        ("job_a", now - Duration::seconds(2)),
+        ("job_b", now - Duration::seconds(1)),
+    ] {
+        store
+            .enqueue_job(&NewJob {
+                id: id.into(),
+                kind: "judge".into(),
+                session_id: "s1".into(),
+                turn_id: "t1".into(),
+                payload: "{}".into(),
+                at,
+            })
+            .await
+            .unwrap();
+    }
+    let stale_before = now - Duration::minutes(5);
+    let first = store.claim_job(now, stale_before).await.unwrap().unwrap();
+    assert_eq!((first.id.as_str(), first.attempts), ("job_a", 1));
+    let second = store.claim_job(now, stale_before).await.unwrap().unwrap();
+    assert_eq!(second.id, "job_b");
+    assert!(
+        store.claim_job(now, stale_before).await.unwrap().is_none(),
+        "both are running"
+    );
+    // A retry comes back when it is due, not before.
+    store
+        .finish_job(
+            "job_a",
+            &JobOutcome::Retry {
+                error: "busy".into(),
+                after: now + Duration::seconds(30),
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    assert!(store.claim_job(now, stale_before).await.unwrap().is_none());
+    let again = store
+        .claim_job(now + Duration::seconds(31), stale_before)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.id.as_str(), again.attempts), ("job_a", 2));
+    store
+        .finish_job(
+            "job_a",
+            &JobOutcome::Done {
+                input_tokens: 10,
+                output_tokens: 3,
+                cost_usd: Some(0.01),
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    // A job whose runner died is claimed again once its claim is stale.
+    let later = now + Duration::minutes(10);
+    let reclaimed = store
+        .claim_job(later, later - Duration::minutes(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((reclaimed.id.as_str(), reclaimed.attempts), ("job_b", 2));
+    store
+        .finish_job(
+            "job_b",
+            &JobOutcome::Failed {
+                error: "gave up".into(),
+            },
+            later,
+        )
+        .await
+        .unwrap();
+    let jobs = store.list_jobs("s1", 10).await.unwrap();
+    let states: Vec<(&str, &str, i64)> = jobs
+        .iter()
+        .map(|j| (j.id.as_str(), j.status.as_str(), j.input_tokens))
+        .collect();
+    assert_eq!(states, [("job_a", "done", 10), ("job_b", "failed", 0)]);
+    assert_eq!(jobs[1].last_error.as_deref(), Some("gave up"));
+}
+
+fn judgement(session: &str, turn: Uuid) -> JudgementRecord {
+    JudgementRecord {
+        id: format!("jdg_{}", Uuid::now_v7().simple()),
+        session_id: session.into(),
+        turn_id: turn.to_string(),
+        judge: "relevance".into(),
+        prompt_id: "support".into(),
+        prompt_version: "3".into(),
+        score: 0.8,
+        passed: true,
+        rationale: "On topic.".into(),
+        provider: "openai".into(),
+        model: "gpt-4o-mini".into(),
+        // The precision both databases keep.
+        created_at: Utc::now().trunc_subsecs(6),
+    }
+}
+
+async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s1", None);
+    store.begin_turn(&turn).await.unwrap();
+    let record = judgement("s1", turn.id);
+    let event = TurnEvent::Judgement {
+        judgement_id: record.id.clone(),
+        judged_turn_id: turn.id.to_string(),
+        judge: "relevance".into(),
+        score: 0.8,
+        passed: true,
+        rationale: "On topic.".into(),
+    };
+    let event_turn = Uuid::now_v7();
+    // While the turn runs, its events own the next seqs.
+    assert!(
+        !store
+            .put_judgement(&record, &event, event_turn)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .list_judgements("s1", turn.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store
+        .write_batch(&[], &[&completed(&turn, 2, "done")])
+        .await
+        .unwrap();
+    assert!(
+        store
+            .put_judgement(&record, &event, event_turn)
+            .await
+            .unwrap()
+    );
+    let events = store.list_events("s1", None, 0, 100).await.unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last.seq, last.event_type.as_str(), last.turn_id),
+        (3, "judgement", event_turn)
+    );
+    let judged = store.list_judgements("s1", turn.id).await.unwrap();
+    assert_eq!(judged, [record]);
+    // The next turn starts after it.
+    let next = new_turn("s1", None);
+    assert_eq!(store.begin_turn(&next).await.unwrap().first_seq, 4);
+}
+
+async fn observations_are_kept_per_session(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s1", None);
+    store.begin_turn(&turn).await.unwrap();
+    let observation = ObservationRecord {
+        id: "obs_1".into(),
+        session_id: "s1".into(),
+        source_id: format!("chat_message:{}", Uuid::now_v7()),
+        user_text: "q".into(),
+        assistant_text: "a".into(),
+        created_at: Utc::now(),
+    };
+    store.put_observation(&observation).await.unwrap();
+    let mut read = store.list_observations("s1", 10).await.unwrap();
+    assert_eq!(read.len(), 1);
+    // Timestamps come back at the stores' precision.
+    read[0].created_at = observation.created_at;
+    assert_eq!(read, [observation]);
+    assert!(store.list_observations("s2", 10).await.unwrap().is_empty());
+}
+
+crate::on_both_backends!(
+    memories_are_one_per_key_searchable_and_forgotten_per_scope,
+    jobs_are_claimed_once_retried_and_reclaimed_when_stale,
+    a_judgement_takes_the_sessions_next_seq_only_between_turns,
+    observations_are_kept_per_session,
+);
