@@ -176,6 +176,9 @@ pub struct TurnRequest {
     pub skill_context: Option<String>,
     /// Cost of the session's earlier turns, for the session total.
     pub session_cost_before: Option<f64>,
+    /// Whose memories the turn reads and adds to: `user:{id}` when the
+    /// request names a user, else `session:{id}`.
+    pub memory_scope: String,
 }
 
 /// A turn's result plus what the runner commits with `turn.completed`.

@@ -163,6 +163,9 @@ pub struct ChatRequest {
     pub think_level: ThinkLevel,
     /// The provider the turn asked for by name (a chain picks it).
     pub provider: Option<String>,
+    /// The most tokens the answer may take (`None`: the provider's and the
+    /// adapter's defaults). Side calls (memory, judges) set it.
+    pub max_output_tokens: Option<u32>,
 }
 
 impl ChatRequest {
@@ -183,7 +186,14 @@ impl ChatRequest {
             timeout,
             think_level: ThinkLevel::Off,
             provider: None,
+            max_output_tokens: None,
         }
+    }
+
+    /// This request, its answer at most `tokens` long.
+    pub fn with_max_output_tokens(mut self, tokens: u32) -> Self {
+        self.max_output_tokens = Some(tokens);
+        self
     }
 }
 

@@ -44,6 +44,18 @@ pub struct TurnSpec {
     pub skill_context: Option<String>,
     /// The history to use instead of the session's stored one.
     pub history: Option<Vec<ChatMessage>>,
+    /// Whose memories: this user's, else the session's.
+    pub user_id: Option<String>,
+}
+
+impl TurnSpec {
+    /// The memory scope of a turn of `session_id`.
+    pub fn memory_scope(&self, session_id: &str) -> String {
+        match &self.user_id {
+            Some(user) => format!("user:{user}"),
+            None => format!("session:{session_id}"),
+        }
+    }
 }
 
 /// Settings of the runner.

@@ -324,15 +324,17 @@ pub trait Store: Send + Sync + 'static {
     /// The newest `limit` jobs of a session, oldest first.
     async fn list_jobs(&self, session_id: &str, limit: u32) -> Result<Vec<JobSummary>, StoreError>;
 
-    /// Keeps a judgement and appends `event` (its turn id `event_turn_id`)
-    /// to the session's log, at the session's next seq. False, and nothing
-    /// written, while a turn of the session runs (its events own the next
-    /// seqs): try again later.
-    async fn put_judgement(
+    async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<(), StoreError>;
+
+    /// Appends `event` (under `event_turn_id`) to the session's log at its
+    /// next seq, between turns. False, and nothing written, while a turn of
+    /// the session runs (its events own the next seqs): try again later.
+    async fn append_session_event(
         &self,
-        judgement: &JudgementRecord,
-        event: &crate::events::TurnEvent,
+        session_id: &str,
         event_turn_id: Uuid,
+        event: &crate::events::TurnEvent,
+        at: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
     /// The judgements of a turn, oldest first.

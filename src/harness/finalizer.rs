@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::{
     AgentHarness, EventSink, TurnOutput, TurnResult,
-    hooks::{HookError, JudgeRequest, isolate},
+    hooks::{HookError, JudgeRequest, MemoryTurn, isolate},
     state::{CitationAccumulator, ToolResultRecord, WebCitation},
 };
 use crate::{
@@ -125,6 +125,10 @@ pub(super) struct FinalizeInput {
     pub turn_number: u64,
     pub timed_out: bool,
     pub context_was_compacted: bool,
+    pub memory_scope: String,
+    /// The provider and model that answered.
+    pub provider: String,
+    pub model: String,
 }
 
 /// A finalizer step that failed; the turn went on.
@@ -287,16 +291,19 @@ async fn extract_memory(
     failures: &mut Failures,
 ) {
     if let Some(extractor) = &harness.memory_extractor {
+        let turn = MemoryTurn {
+            scope: input.memory_scope.clone(),
+            session_id: input.session_id.clone(),
+            turn_id: input.turn_id.to_string(),
+            user_message: input.user_message.clone(),
+            assistant_message: text.to_owned(),
+            tool_results: input.tool_results.clone(),
+            provider: input.provider.clone(),
+            model: input.model.clone(),
+        };
         failures.record(
             "memory_extraction",
-            isolate(extractor.extract_turn(
-                &input.session_id,
-                &input.user_message,
-                text,
-                &input.tool_results,
-                &input.session_id,
-            ))
-            .await,
+            isolate(extractor.extract_turn(&turn)).await,
         );
     }
 }
@@ -355,6 +362,8 @@ async fn schedule_judges(
         response: text.to_owned(),
         facts,
         messages_text: messages_to_text(&input.prompt_messages),
+        provider: input.provider.clone(),
+        model: input.model.clone(),
     };
     match isolate(judges.schedule(request)).await {
         Ok(n) => n,

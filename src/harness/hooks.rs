@@ -34,23 +34,34 @@ pub struct MemoryContext {
 
 #[async_trait]
 pub trait MemoryRetriever: Send + Sync {
+    /// The memories of `scope` (the turn's memory scope) relevant to `query`.
     async fn retrieve_for_context(
         &self,
-        session_id: &str,
+        scope: &str,
         query: &str,
     ) -> Result<MemoryContext, HookError>;
 }
 
+/// A completed turn, for memory extraction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryTurn {
+    /// Whose memories: `user:{id}` or `session:{id}`.
+    pub scope: String,
+    pub session_id: String,
+    pub turn_id: String,
+    pub user_message: String,
+    pub assistant_message: String,
+    pub tool_results: Vec<ToolResultRecord>,
+    /// The provider and model that answered the turn.
+    pub provider: String,
+    pub model: String,
+}
+
 #[async_trait]
 pub trait MemoryExtractor: Send + Sync {
-    async fn extract_turn(
-        &self,
-        session_id: &str,
-        user_message: &str,
-        assistant_message: &str,
-        tool_results: &[ToolResultRecord],
-        trace_id: &str,
-    ) -> Result<(), HookError>;
+    /// Takes note of the turn. A slow extraction should queue its work:
+    /// the turn's completion waits for this call.
+    async fn extract_turn(&self, turn: &MemoryTurn) -> Result<(), HookError>;
 }
 
 #[async_trait]
@@ -77,6 +88,9 @@ pub struct JudgeRequest {
     pub facts: Vec<String>,
     /// The prompt as `[role] content` blocks.
     pub messages_text: String,
+    /// The provider and model that answered the turn.
+    pub provider: String,
+    pub model: String,
 }
 
 /// Queues LLM judges (faithfulness, relevance, ...) for a prompt's answers.

@@ -135,6 +135,9 @@ pub(super) async fn run(
         turn_number: request.turn_number,
         timed_out: state.timed_out(),
         context_was_compacted: state.context_was_compacted(),
+        memory_scope: request.memory_scope.clone(),
+        provider: prep.resolved_provider.clone(),
+        model: prep.resolved_model.clone(),
     };
     Ok(finalizer::finalize(harness, input, sink.as_ref()).await?)
 }
@@ -178,7 +181,8 @@ async fn load_memory(harness: &AgentHarness, request: &TurnRequest) -> MemoryCon
     let Some(retriever) = &harness.memory_retriever else {
         return MemoryContext::default();
     };
-    match isolate(retriever.retrieve_for_context(&request.session_id, &request.user_message)).await
+    match isolate(retriever.retrieve_for_context(&request.memory_scope, &request.user_message))
+        .await
     {
         Ok(memory) => memory,
         Err(e) => {

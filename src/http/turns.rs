@@ -66,6 +66,14 @@ pub struct TurnBody {
     /// 1,000 messages).
     #[schema(max_items = 1000)]
     history: Option<Vec<HistoryMessage>>,
+    /// Whose memories the turn reads and adds to (1-128 characters of
+    /// `[A-Za-z0-9._:-]`); without it, the session's own.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[A-Za-z0-9._:-]{1,128}$"
+    )]
+    user_id: Option<String>,
 }
 
 /// One history message of a request.
@@ -167,7 +175,20 @@ impl TurnBody {
             ),
             None => None,
         };
+        let user_id = match self.user_id {
+            Some(user) => Some(
+                crate::ids::SessionId::parse(&user)
+                    .map_err(|e| ApiError::InvalidField {
+                        field: "user_id".into(),
+                        detail: format!("`user_id` is not valid: {e}"),
+                    })?
+                    .as_str()
+                    .to_owned(),
+            ),
+            None => None,
+        };
         Ok(TurnSpec {
+            user_id,
             message,
             top_k,
             web_mode: self.web_mode.unwrap_or_default(),

@@ -99,9 +99,12 @@ impl AnthropicProvider {
             .filter(|m| m.role == Role::System)
             .map(|m| json!({"type": "text", "text": m.content}))
             .collect();
+        let max_tokens = request
+            .max_output_tokens
+            .map_or(self.max_tokens, |tokens| tokens.min(self.max_tokens));
         let mut body = json!({
             "model": model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": max_tokens,
             "messages": wire_messages(&request.messages),
             "stream": true,
         });
@@ -117,7 +120,7 @@ impl AnthropicProvider {
         }
         if let Some(budget) = thinking_budget(request.think_level) {
             body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
-            body["max_tokens"] = json!(self.max_tokens + budget);
+            body["max_tokens"] = json!(max_tokens + budget);
         }
         body
     }

@@ -91,6 +91,9 @@ impl OllamaProvider {
         if request.think_level != ThinkLevel::Off {
             body["think"] = json!(true);
         }
+        if let Some(tokens) = request.max_output_tokens {
+            body["options"] = json!({ "num_predict": tokens });
+        }
         body
     }
 }

@@ -127,6 +127,9 @@ impl OpenAiProvider {
             "stream": true,
             "stream_options": { "include_usage": true },
         });
+        if let Some(tokens) = request.max_output_tokens {
+            body["max_completion_tokens"] = json!(tokens);
+        }
         // Reasoning models take an effort. A model that refused it once is
         // not sent it again (see `stream`).
         if let Some(effort) = reasoning_effort(request.think_level)

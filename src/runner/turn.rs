@@ -99,6 +99,7 @@ impl TurnRunner {
             runtime_model: spec.runtime_model.clone(),
             skill_context: spec.skill_context.clone(),
             session_cost_before: began.session_cost_before,
+            memory_scope: spec.memory_scope(&live.session_id),
         };
         self.inner
             .harness

@@ -574,61 +574,11 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// The session row is locked first (as a turn's begin and end lock
-    /// it), then no running turn is checked in a statement of its own, so
-    /// that a turn that began meanwhile is seen.
     pub(super) async fn write_judgement(
         &self,
         judgement: &JudgementRecord,
-        event: &TurnEvent,
-        event_turn_id: uuid::Uuid,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
-        let locked: Option<i64> =
-            sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1 FOR NO KEY UPDATE")
-                .bind(&judgement.session_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if locked.is_none() {
-            return Err(StoreError::Corrupt(format!(
-                "no session {}",
-                judgement.session_id
-            )));
-        }
-        let running: Option<String> =
-            sqlx::query_scalar("SELECT id FROM turns WHERE session_id = $1 AND status = 'running'")
-                .bind(&judgement.session_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if running.is_some() {
-            return Ok(false);
-        }
-        let seq: i64 = sqlx::query_scalar(
-            "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
-        )
-        .bind(&judgement.session_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        let stored = StoredEvent::new(
-            &judgement.session_id,
-            event_turn_id,
-            seq,
-            event,
-            judgement.created_at,
-        )
-        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        sqlx::query(
-            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&stored.session_id)
-        .bind(stored.seq)
-        .bind(stored.turn_id.to_string())
-        .bind(stored.event_type.as_str())
-        .bind(&stored.payload)
-        .bind(stored.created_at)
-        .execute(&mut *tx)
-        .await?;
         sqlx::query(
             "INSERT INTO judgements (id, session_id, turn_id, judge, prompt_id, prompt_version, \
              score, passed, rationale, provider, model, created_at) \
@@ -646,6 +596,53 @@ impl PostgresStore {
         .bind(&judgement.provider)
         .bind(&judgement.model)
         .bind(judgement.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The session row is locked first (as a turn's begin and end lock
+    /// it), then no running turn is checked in a statement of its own, so
+    /// that a turn that began meanwhile is seen. `event.seq` is not used:
+    /// the event takes the session's next.
+    pub(super) async fn write_session_event(&self, event: StoredEvent) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let locked: Option<i64> =
+            sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1 FOR NO KEY UPDATE")
+                .bind(&event.session_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if locked.is_none() {
+            return Err(StoreError::Corrupt(format!(
+                "no session {}",
+                event.session_id
+            )));
+        }
+        let running: Option<String> =
+            sqlx::query_scalar("SELECT id FROM turns WHERE session_id = $1 AND status = 'running'")
+                .bind(&event.session_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if running.is_some() {
+            return Ok(false);
+        }
+        let seq: i64 = sqlx::query_scalar(
+            "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
+        )
+        .bind(&event.session_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&event.session_id)
+        .bind(seq)
+        .bind(event.turn_id.to_string())
+        .bind(event.event_type.as_str())
+        .bind(&event.payload)
+        .bind(event.created_at)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

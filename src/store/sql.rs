@@ -524,10 +524,20 @@ macro_rules! impl_store {
             async fn put_judgement(
                 &self,
                 judgement: &$crate::store::JudgementRecord,
-                event: &$crate::events::TurnEvent,
+            ) -> Result<(), $crate::store::StoreError> {
+                self.write_judgement(judgement).await
+            }
+
+            async fn append_session_event(
+                &self,
+                session_id: &str,
                 event_turn_id: uuid::Uuid,
+                event: &$crate::events::TurnEvent,
+                at: chrono::DateTime<chrono::Utc>,
             ) -> Result<bool, $crate::store::StoreError> {
-                self.write_judgement(judgement, event, event_turn_id).await
+                let stored = $crate::events::StoredEvent::new(session_id, event_turn_id, 0, event, at)
+                    .map_err(|e| $crate::store::StoreError::Corrupt(e.to_string()))?;
+                self.write_session_event(stored).await
             }
 
             async fn list_judgements(

@@ -241,16 +241,12 @@ impl SqliteStore {
             .await
     }
 
-    async fn write_judgement(
-        &self,
-        judgement: &JudgementRecord,
-        event: &crate::events::TurnEvent,
-        event_turn_id: Uuid,
-    ) -> Result<bool, StoreError> {
-        let stored_at = judgement.created_at;
-        let event = StoredEvent::new(&judgement.session_id, event_turn_id, 0, event, stored_at)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        self.writes.put_judgement(judgement.clone(), event).await
+    async fn write_judgement(&self, judgement: &JudgementRecord) -> Result<(), StoreError> {
+        self.writes.put_judgement(judgement.clone()).await
+    }
+
+    async fn write_session_event(&self, event: StoredEvent) -> Result<bool, StoreError> {
+        self.writes.append_session_event(event).await
     }
 
     async fn write_observation(&self, observation: &ObservationRecord) -> Result<(), StoreError> {

@@ -7,10 +7,9 @@ use agent_harness::{
     harness::{
         HarnessOptions, WebMode,
         hooks::{
-            AgentCallbacks, HookError, JudgeRequest, JudgeScheduler, MemoryExtractor,
+            AgentCallbacks, HookError, JudgeRequest, JudgeScheduler, MemoryExtractor, MemoryTurn,
             ResearchLearner,
         },
-        state::ToolResultRecord,
     },
     providers::{
         Usage as ScriptedUsage,
@@ -29,14 +28,7 @@ struct BrokenExtractor {
 
 #[async_trait]
 impl MemoryExtractor for BrokenExtractor {
-    async fn extract_turn(
-        &self,
-        _: &str,
-        _: &str,
-        _: &str,
-        _: &[ToolResultRecord],
-        _: &str,
-    ) -> Result<(), HookError> {
+    async fn extract_turn(&self, _: &MemoryTurn) -> Result<(), HookError> {
         assert!(!self.panics, "extractor exploded");
         Err(HookError::new("memory store is down"))
     }

@@ -259,6 +259,7 @@ pub fn request(message: &str) -> TurnRequest {
         runtime_model: None,
         skill_context: None,
         session_cost_before: None,
+        memory_scope: "session:s-1".into(),
     }
 }
 

@@ -240,19 +240,18 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
         rationale: "On topic.".into(),
     };
     let event_turn = Uuid::now_v7();
+    store.put_judgement(&record).await.unwrap();
     // While the turn runs, its events own the next seqs.
+    let at = record.created_at;
     assert!(
         !store
-            .put_judgement(&record, &event, event_turn)
+            .append_session_event("s1", event_turn, &event, at)
             .await
             .unwrap()
     );
-    assert!(
-        store
-            .list_judgements("s1", turn.id)
-            .await
-            .unwrap()
-            .is_empty()
+    assert_eq!(
+        store.list_events("s1", None, 0, 100).await.unwrap().len(),
+        1
     );
     store
         .write_batch(&[], &[&completed(&turn, 2, "done")])
@@ -260,7 +259,7 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
         .unwrap();
     assert!(
         store
-            .put_judgement(&record, &event, event_turn)
+            .append_session_event("s1", event_turn, &event, at)
             .await
             .unwrap()
     );

@@ -656,42 +656,8 @@ impl Writer {
         .await
     }
 
-    /// A judgement and its event at the session's next seq, unless a turn
-    /// of the session runs (false: nothing written). `event`'s own seq is
-    /// not used: the event takes the session's next.
-    pub(super) async fn put_judgement(
-        &self,
-        judgement: JudgementRecord,
-        event: StoredEvent,
-    ) -> Result<bool, StoreError> {
+    pub(super) async fn put_judgement(&self, judgement: JudgementRecord) -> Result<(), StoreError> {
         self.run(move |connection| {
-            let running: Option<String> = connection
-                .prepare_cached(
-                    "SELECT id FROM turns WHERE session_id = ?1 AND status = 'running'",
-                )?
-                .query_row(params![judgement.session_id], |row| row.get(0))
-                .optional()?;
-            if running.is_some() {
-                return Ok(false);
-            }
-            let seq: i64 = connection
-                .prepare_cached(
-                    "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ?1 RETURNING last_seq",
-                )?
-                .query_row(params![judgement.session_id], |row| row.get(0))?;
-            connection
-                .prepare_cached(
-                    "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )?
-                .execute(params![
-                    event.session_id,
-                    seq,
-                    event.turn_id.to_string(),
-                    event.event_type,
-                    event.payload,
-                    ts(event.created_at)
-                ])?;
             connection
                 .prepare_cached(
                     "INSERT INTO judgements (id, session_id, turn_id, judge, prompt_id, \
@@ -711,6 +677,45 @@ impl Writer {
                     judgement.provider,
                     judgement.model,
                     ts(judgement.created_at)
+                ])?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// `event` at the session's next seq, unless a turn of the session runs
+    /// (false: nothing written); `event.seq` is not used.
+    pub(super) async fn append_session_event(
+        &self,
+        event: StoredEvent,
+    ) -> Result<bool, StoreError> {
+        self.run(move |connection| {
+            let running: Option<String> = connection
+                .prepare_cached(
+                    "SELECT id FROM turns WHERE session_id = ?1 AND status = 'running'",
+                )?
+                .query_row(params![event.session_id], |row| row.get(0))
+                .optional()?;
+            if running.is_some() {
+                return Ok(false);
+            }
+            let seq: i64 = connection
+                .prepare_cached(
+                    "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ?1 RETURNING last_seq",
+                )?
+                .query_row(params![event.session_id], |row| row.get(0))?;
+            connection
+                .prepare_cached(
+                    "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    event.session_id,
+                    seq,
+                    event.turn_id.to_string(),
+                    event.event_type,
+                    event.payload,
+                    ts(event.created_at)
                 ])?;
             Ok(true)
         })
