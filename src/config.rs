@@ -29,6 +29,7 @@ pub use values::{
 };
 
 use crate::{
+    memory::judges::JudgeList,
     providers::ThinkLevel,
     providers::pricing::PricingTable,
     tools::{
@@ -44,7 +45,7 @@ use crate::{
 pub struct Settings {
     /// TOML file with settings, one table per section (`[server]`,
     /// `[database]`, `[providers]`, `[harness]`, `[vault]`, `[web]`,
-    /// `[tools]`, `[telemetry]`);
+    /// `[memory]`, `[judges]`, `[tools]`, `[telemetry]`);
     /// the environment and the command line override it.
     #[arg(
         id = "config",
@@ -66,6 +67,10 @@ pub struct Settings {
     pub vault: VaultSettings,
     #[command(flatten, next_help_heading = "Web")]
     pub web: WebSettings,
+    #[command(flatten, next_help_heading = "Memory")]
+    pub memory: MemorySettings,
+    #[command(flatten, next_help_heading = "Judges")]
+    pub judges: JudgeSettings,
     #[command(flatten, next_help_heading = "Tools")]
     pub tools: ToolSettings,
     #[command(flatten, next_help_heading = "Telemetry")]
@@ -521,6 +526,99 @@ impl WebSettings {
     }
 }
 
+/// Memory: what the service remembers of a user (or a session) between
+/// turns, and the research learner's observations.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MemorySettings {
+    /// Put the scope's relevant memories and its preferences in each
+    /// turn's prompt.
+    #[arg(id = "memory.retrieval", long = "memory-retrieval", env = "HARNESS_MEMORY_RETRIEVAL", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub retrieval: bool,
+    /// After each completed turn, ask the turn's model (in the background)
+    /// for facts and preferences worth remembering: one more model call per
+    /// turn.
+    #[arg(id = "memory.extraction", long = "memory-extraction", env = "HARNESS_MEMORY_EXTRACTION", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub extraction: bool,
+    /// Memories put in a prompt, at most.
+    #[arg(
+        id = "memory.top_k",
+        long = "memory-top-k",
+        env = "HARNESS_MEMORY_TOP_K",
+        default_value_t = 8
+    )]
+    pub top_k: u32,
+    /// Longest an extraction call may take, in seconds.
+    #[arg(
+        id = "memory.timeout_s",
+        long = "memory-timeout-s",
+        env = "HARNESS_MEMORY_TIMEOUT_S",
+        default_value_t = 30
+    )]
+    pub timeout_s: u64,
+    /// Most tokens an extraction's answer may take.
+    #[arg(
+        id = "memory.max_output_tokens",
+        long = "memory-max-output-tokens",
+        env = "HARNESS_MEMORY_MAX_OUTPUT_TOKENS",
+        default_value_t = 400
+    )]
+    pub max_output_tokens: u32,
+    /// Keep each turn's question and answer as a research observation.
+    #[arg(id = "memory.research_learner", long = "research-learner", env = "HARNESS_RESEARCH_LEARNER", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub research_learner: bool,
+}
+
+/// LLM judges of turns whose prompt has an id.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JudgeSettings {
+    /// Schedule the declared judges after turns (with HARNESS_PROMPT_ID).
+    #[arg(id = "judges.enabled", long = "judges-enabled", env = "HARNESS_JUDGES_ENABLED", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub enabled: bool,
+    /// The judges: a JSON list of {name, criteria, prompt_ids, threshold,
+    /// model} (a `[[judges.list]]` table each in the file) [default: none].
+    #[arg(id = "judges.list", long = "judges", env = "HARNESS_JUDGES")]
+    pub list: Option<JudgeList>,
+    /// Longest a judge's call may take, in seconds.
+    #[arg(
+        id = "judges.timeout_s",
+        long = "judges-timeout-s",
+        env = "HARNESS_JUDGES_TIMEOUT_S",
+        default_value_t = 30
+    )]
+    pub timeout_s: u64,
+    /// Most tokens a judge's answer may take.
+    #[arg(
+        id = "judges.max_output_tokens",
+        long = "judges-max-output-tokens",
+        env = "HARNESS_JUDGES_MAX_OUTPUT_TOKENS",
+        default_value_t = 300
+    )]
+    pub max_output_tokens: u32,
+}
+
+impl MemorySettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        within("HARNESS_MEMORY_TOP_K", self.top_k.into(), 1..=50)?;
+        within("HARNESS_MEMORY_TIMEOUT_S", self.timeout_s, 1..=300)?;
+        within(
+            "HARNESS_MEMORY_MAX_OUTPUT_TOKENS",
+            self.max_output_tokens.into(),
+            50..=8000,
+        )
+    }
+}
+
+impl JudgeSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        within("HARNESS_JUDGES_TIMEOUT_S", self.timeout_s, 1..=300)?;
+        within(
+            "HARNESS_JUDGES_MAX_OUTPUT_TOKENS",
+            self.max_output_tokens.into(),
+            50..=8000,
+        )
+    }
+}
+
 /// Tools beyond the built-in ones.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ToolSettings {
@@ -642,6 +740,8 @@ impl Settings {
         self.providers.validate()?;
         self.harness.validate()?;
         self.web.validate()?;
+        self.memory.validate()?;
+        self.judges.validate()?;
         self.telemetry.validate()
     }
 

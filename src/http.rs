@@ -9,6 +9,7 @@ pub mod error;
 mod health;
 pub mod json;
 mod limits;
+pub mod memory;
 pub mod server;
 pub mod sessions;
 pub mod sse;
@@ -54,6 +55,7 @@ pub use limits::HYPER_MAX_HEAD_BYTES;
         (name = "turns", description = "Start, follow and cancel turns"),
         (name = "sessions", description = "Sessions, their history and event log"),
         (name = "vault", description = "The notes folder the agent searches and edits"),
+        (name = "memory", description = "What the service remembers of a user between turns"),
         (name = "operations", description = "Probes and the API description"),
     ),
     components(schemas(Problem, TurnEvent, EventEnvelope, EventStream))
@@ -67,6 +69,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(health::router())
         .merge(vault::router())
         .merge(tools::router())
+        .merge(memory::router())
         .routes(routes!(openapi_document))
 }
 

@@ -34,6 +34,7 @@ pub mod events;
 pub mod harness;
 pub mod http;
 pub mod ids;
+pub mod memory;
 pub mod metrics;
 pub mod providers;
 pub mod runner;

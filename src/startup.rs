@@ -15,6 +15,11 @@ use crate::{
     harness::hooks::{ArtifactStore, CheckpointRequest, CheckpointStore, HookError},
     harness::{AgentHarness, HarnessOptions, compaction::ContextWarningTracker},
     http,
+    memory::{
+        QueuedExtraction, StoreLearner, StoreMemory,
+        background::{BackgroundWorker, SideCallLimits, WorkerConfig},
+        judges::{JudgeList, JudgePanel},
+    },
     providers::{
         LlmProvider, ProviderError,
         anthropic::{AnthropicConfig, AnthropicProvider},
@@ -115,6 +120,7 @@ pub fn build_harness(
     vault: Arc<Vault>,
     provider: Arc<dyn LlmProvider>,
     extra_tools: Vec<Arc<dyn Tool>>,
+    jobs: Arc<tokio::sync::Notify>,
 ) -> AgentHarness {
     let tools = ToolRegistry::new(settings.harness.tool_permission)
         .register(Arc::new(GetContextPack::new(vault.clone())))
@@ -160,16 +166,74 @@ pub fn build_harness(
         auto_compact: settings.harness.auto_compact,
         ..HarnessOptions::default()
     };
-    AgentHarness::builder(provider)
+    let mut builder = AgentHarness::builder(provider)
         .tools(tools)
         .options(options)
         .context_tracker(Some(ContextWarningTracker::new(
             settings.harness.context_window_tokens,
         )))
         .artifacts(Arc::new(StoreArtifacts(store.clone())))
-        .checkpoint_store(Arc::new(VaultCheckpoints { vault, store }))
-        .cost_tracker(Arc::new(settings.providers.pricing.clone()))
-        .build()
+        .checkpoint_store(Arc::new(VaultCheckpoints {
+            vault: vault.clone(),
+            store: store.clone(),
+        }))
+        .cost_tracker(Arc::new(settings.providers.pricing.clone()));
+    let memory = &settings.memory;
+    if memory.retrieval {
+        builder = builder.memory_retriever(Arc::new(StoreMemory::new(
+            store.clone(),
+            vault.embedder(),
+            memory.top_k,
+        )));
+    }
+    if memory.extraction {
+        builder =
+            builder.memory_extractor(Arc::new(QueuedExtraction::new(store.clone(), jobs.clone())));
+    }
+    if memory.research_learner {
+        builder = builder.research_learner(Arc::new(StoreLearner::new(store.clone())));
+    }
+    if let Some(JudgeList(judges)) = &settings.judges.list
+        && settings.judges.enabled
+        && !judges.is_empty()
+    {
+        builder = builder.judges(Arc::new(JudgePanel::new(judges.clone(), store, jobs)));
+    }
+    builder.build()
+}
+
+/// The worker that runs memory extraction and judges after turns.
+pub fn build_worker(
+    settings: &Settings,
+    store: Arc<dyn store::Store>,
+    provider: Arc<dyn LlmProvider>,
+    embedder: Option<Arc<dyn crate::providers::embeddings::Embedder>>,
+    jobs: Arc<tokio::sync::Notify>,
+) -> BackgroundWorker {
+    let config = WorkerConfig {
+        extraction: settings.memory.extraction.then_some(SideCallLimits {
+            timeout: Duration::from_secs(settings.memory.timeout_s),
+            max_output_tokens: settings.memory.max_output_tokens,
+        }),
+        judges: settings
+            .judges
+            .list
+            .as_ref()
+            .map(|list| list.0.clone())
+            .unwrap_or_default(),
+        judging: settings.judges.enabled.then_some(SideCallLimits {
+            timeout: Duration::from_secs(settings.judges.timeout_s),
+            max_output_tokens: settings.judges.max_output_tokens,
+        }),
+    };
+    BackgroundWorker::new(
+        store,
+        provider,
+        settings.providers.pricing.clone(),
+        embedder,
+        config,
+        jobs,
+    )
 }
 
 /// Keeps oversized tool outputs in the `artifacts` table.
@@ -315,6 +379,7 @@ pub struct Application {
     port: u16,
     app: Arc<App>,
     shutdown: CancellationToken,
+    worker: BackgroundWorker,
 }
 
 impl Application {
@@ -350,6 +415,14 @@ impl Application {
     ) -> Result<Self, StartupError> {
         let provider_names = provider_names(&settings);
         let vault = Arc::new(build_vault(&settings, store.clone())?);
+        let jobs = Arc::new(tokio::sync::Notify::new());
+        let worker = build_worker(
+            &settings,
+            store.clone(),
+            provider.clone(),
+            vault.embedder(),
+            jobs.clone(),
+        );
         let mut tools = declared_tools(&settings, |name| std::env::var(name).ok())?;
         let servers = settings
             .tools
@@ -365,6 +438,7 @@ impl Application {
             vault.clone(),
             provider,
             tools,
+            jobs,
         ));
         let runner = TurnRunner::start_runner(
             store.clone(),
@@ -407,6 +481,7 @@ impl Application {
             port,
             app,
             shutdown: CancellationToken::new(),
+            worker,
         })
     }
 
@@ -431,9 +506,11 @@ impl Application {
             listener,
             app,
             shutdown,
+            worker,
             ..
         } = self;
         let background = TaskTracker::new();
+        worker.spawn(&background, shutdown.clone());
         if app.settings.vault.index_on_start {
             background.spawn(index_vault_at_start(app.vault.clone(), shutdown.clone()));
         }

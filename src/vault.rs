@@ -200,6 +200,11 @@ impl Vault {
         }
     }
 
+    /// The embedder, when the vault has one (memory shares it).
+    pub fn embedder(&self) -> Option<Arc<dyn Embedder>> {
+        self.embedder.clone()
+    }
+
     /// Embeds chunks with `embedder` and ranks searches by words and
     /// meaning together.
     pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {

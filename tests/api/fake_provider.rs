@@ -64,6 +64,53 @@ impl Reply {
         }
     }
 
+    /// An OpenAI text answer, streamed in the recorded shape of
+    /// `openai/text.sse` (the same chunks, with this text in two deltas).
+    pub fn openai_text(text: &str) -> Self {
+        let chunk = |choices: serde_json::Value, usage: serde_json::Value| {
+            let chunk = serde_json::json!({
+                "id": "chatcmpl-CWq2hVnYt8o4Qm1sKxR7uJd3Lbe9F",
+                "object": "chat.completion.chunk",
+                "created": 1763790000,
+                "model": "gpt-4o-mini-2024-07-18",
+                "service_tier": "default",
+                "system_fingerprint": "fp_560af6e559",
+                "choices": choices,
+                "usage": usage,
+            });
+            format!("data: {chunk}\n\n")
+        };
+        let half = text
+            .char_indices()
+            .nth(text.chars().count() / 2)
+            .map_or(text.len(), |(i, _)| i);
+        let delta = |content: &str| {
+            chunk(
+                serde_json::json!([{"index": 0, "delta": {"content": content}, "logprobs": null, "finish_reason": null}]),
+                serde_json::Value::Null,
+            )
+        };
+        let body = [
+            chunk(
+                serde_json::json!([{"index": 0, "delta": {"role": "assistant", "content": "", "refusal": null}, "logprobs": null, "finish_reason": null}]),
+                serde_json::Value::Null,
+            ),
+            delta(&text[..half]),
+            delta(&text[half..]),
+            chunk(
+                serde_json::json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}]),
+                serde_json::Value::Null,
+            ),
+            chunk(
+                serde_json::json!([]),
+                serde_json::json!({"prompt_tokens": 120, "completion_tokens": 40, "total_tokens": 160, "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}),
+            ),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        Self::raw_sse(&body)
+    }
+
     /// One OpenAI tool call, streamed in the recorded shape of
     /// `openai/tool_call_local_search.sse` (the same chunks, with this
     /// call's id, name and arguments).

@@ -41,6 +41,9 @@ pub fn test_settings(provider: &FakeProvider) -> Settings {
     settings.providers.max_attempts = 1;
     settings.providers.retry_base_ms = 10;
     settings.providers.retry_max_ms = 200;
+    // Each test scripts its provider's replies: no extraction calls
+    // unless a test asks for them.
+    settings.memory.extraction = false;
     // No vault unless a test gives it one.
     settings.vault.dir = "/nonexistent/agent-harness-test-vault".into();
     settings

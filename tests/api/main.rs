@@ -20,6 +20,7 @@ mod helpers;
 mod http_tools;
 mod lifecycle;
 mod mcp;
+mod memory;
 mod openapi;
 mod tool_turn;
 mod tools;

@@ -1,0 +1,268 @@
+//! `/memories` (inspect and forget), a turn's judgements, a session's
+//! background jobs and research observations.
+
+use axum::extract::{Path, Query, State};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::{error::ApiError, parse_session_id, parse_turn_id};
+use crate::{
+    app::AppState,
+    http::error::Problem,
+    ids::SessionId,
+    store::{JobSummary, JudgementRecord, MemoryRecord, ObservationRecord},
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_memories, forget_memories))
+        .routes(routes!(list_judgements))
+        .routes(routes!(list_jobs))
+        .routes(routes!(list_observations))
+}
+
+/// Which memories.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryQuery {
+    /// `user:{user_id}` or `session:{session_id}`.
+    scope: String,
+    /// `fact` or `preference` (listing only).
+    kind: Option<String>,
+    /// One memory, by id (forgetting only; without it, all of the scope).
+    id: Option<String>,
+    /// At most this many, 1-1000 (default 100; listing only).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+impl MemoryQuery {
+    fn parse(
+        query: Result<Query<MemoryQuery>, axum::extract::rejection::QueryRejection>,
+    ) -> Result<Self, ApiError> {
+        let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+        let valid_scope = query.scope.split_once(':').is_some_and(|(kind, id)| {
+            matches!(kind, "user" | "session") && SessionId::parse(id).is_ok()
+        });
+        if !valid_scope {
+            return Err(ApiError::InvalidQuery(
+                "`scope` must be user:{user_id} or session:{session_id}".into(),
+            ));
+        }
+        if query
+            .kind
+            .as_deref()
+            .is_some_and(|k| !matches!(k, "fact" | "preference"))
+        {
+            return Err(ApiError::InvalidQuery(
+                "`kind` must be fact or preference".into(),
+            ));
+        }
+        if query.limit.is_some_and(|l| !(1..=1000).contains(&l)) {
+            return Err(ApiError::InvalidQuery(
+                "`limit` must be between 1 and 1000".into(),
+            ));
+        }
+        Ok(query)
+    }
+}
+
+/// A scope's memories.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MemoryList {
+    pub memories: Vec<MemoryRecord>,
+}
+
+/// What the service remembers of a user (or a session), newest first.
+#[utoipa::path(
+    get,
+    path = "/memories",
+    tag = "memory",
+    params(MemoryQuery),
+    responses(
+        (status = 200, description = "Success", body = MemoryList),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn list_memories(
+    State(app): State<AppState>,
+    query: Result<Query<MemoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::Json<MemoryList>, ApiError> {
+    let query = MemoryQuery::parse(query)?;
+    let memories = app
+        .store
+        .list_memories(
+            &query.scope,
+            query.kind.as_deref(),
+            query.limit.unwrap_or(100),
+        )
+        .await?;
+    Ok(axum::Json(MemoryList { memories }))
+}
+
+/// How many memories were forgotten.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Forgotten {
+    pub deleted: u64,
+}
+
+/// Forgets one memory (`id`) or every memory of the scope: the user's
+/// right to be forgotten. The memories are deleted from the store at once.
+#[utoipa::path(
+    delete,
+    path = "/memories",
+    tag = "memory",
+    params(MemoryQuery),
+    responses(
+        (status = 200, description = "Forgotten", body = Forgotten),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn forget_memories(
+    State(app): State<AppState>,
+    query: Result<Query<MemoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::Json<Forgotten>, ApiError> {
+    let query = MemoryQuery::parse(query)?;
+    let deleted = app
+        .store
+        .delete_memories(&query.scope, query.id.as_deref())
+        .await?;
+    tracing::info!(scope = %query.scope, deleted, "memories forgotten");
+    Ok(axum::Json(Forgotten { deleted }))
+}
+
+/// A turn's judgements.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct JudgementList {
+    pub judgements: Vec<JudgementRecord>,
+}
+
+/// The judges' scores of a turn (they arrive after the turn ended).
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/turns/{turn_id}/judgements",
+    tag = "sessions",
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        ("turn_id" = String, Path, format = Uuid)),
+    responses(
+        (status = 200, description = "Success", body = JudgementList),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn list_judgements(
+    State(app): State<AppState>,
+    Path((session_id, turn_id)): Path<(String, String)>,
+) -> Result<axum::Json<JudgementList>, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let turn_id = parse_turn_id(&turn_id)?;
+    app.store
+        .get_turn(session_id.as_str(), turn_id)
+        .await?
+        .ok_or(ApiError::TurnNotFound)?;
+    let judgements = app
+        .store
+        .list_judgements(session_id.as_str(), turn_id)
+        .await?;
+    Ok(axum::Json(JudgementList { judgements }))
+}
+
+/// At most this many, 1-1000 (default 100).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct NewestQuery {
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+fn newest(
+    query: Result<Query<NewestQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<u32, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::InvalidQuery(
+            "`limit` must be between 1 and 1000".into(),
+        ));
+    }
+    Ok(limit)
+}
+
+/// A session's background jobs.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobSummary>,
+}
+
+/// The work the session's turns left behind (memory extraction, judges):
+/// status, tries, last error, and the model usage and cost it took.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/jobs",
+    tag = "sessions",
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        NewestQuery),
+    responses(
+        (status = 200, description = "Success", body = JobList),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn list_jobs(
+    State(app): State<AppState>,
+    Path(session_id): Path<String>,
+    query: Result<Query<NewestQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::Json<JobList>, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let limit = newest(query)?;
+    app.store
+        .get_session(session_id.as_str())
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
+    let jobs = app.store.list_jobs(session_id.as_str(), limit).await?;
+    Ok(axum::Json(JobList { jobs }))
+}
+
+/// A session's research observations.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ObservationList {
+    pub observations: Vec<ObservationRecord>,
+}
+
+/// The research learner's observations of the session's turns, oldest
+/// first: each turn's question and answer, its source the stored answer.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/observations",
+    tag = "sessions",
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        NewestQuery),
+    responses(
+        (status = 200, description = "Success", body = ObservationList),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn list_observations(
+    State(app): State<AppState>,
+    Path(session_id): Path<String>,
+    query: Result<Query<NewestQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::Json<ObservationList>, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let limit = newest(query)?;
+    app.store
+        .get_session(session_id.as_str())
+        .await?
+        .ok_or(ApiError::SessionNotFound)?;
+    let observations = app
+        .store
+        .list_observations(session_id.as_str(), limit)
+        .await?;
+    Ok(axum::Json(ObservationList { observations }))
+}

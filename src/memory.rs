@@ -1,0 +1,238 @@
+//! The finalizer's collaborators on the store: memory (retrieval in stage 1,
+//! extraction after the turn), the judges and the research learner.
+//!
+//! Extraction and judging ask a model, so they never run on the turn's
+//! path: the finalizer queues a job in the store ([`JOB_MEMORY`],
+//! [`JOB_JUDGE`]) and the [`background`] worker runs it, bounded in time
+//! and tokens, its usage and cost recorded on the job. A job survives a
+//! restart; a failing one is retried a few times, then given up, and never
+//! touches the turn.
+
+pub mod background;
+pub mod judges;
+
+use std::{collections::HashMap, sync::Arc};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    harness::hooks::{
+        HookError, MemoryContext, MemoryExtractor, MemoryRetriever, MemoryTurn, ResearchLearner,
+    },
+    providers::embeddings::{Embedder, cosine},
+    store::{NewJob, ObservationRecord, Store, memory::MEMORIES_PER_SCOPE},
+    vault::query_terms,
+};
+
+/// The job kind of a memory extraction.
+pub const JOB_MEMORY: &str = "memory_extraction";
+/// The job kind of one judge's scoring of a turn.
+pub const JOB_JUDGE: &str = "judge";
+/// The job kind of a judgement's event, waiting for the session to be free.
+pub const JOB_JUDGEMENT_EVENT: &str = "judgement_event";
+
+/// Preferences merged into a turn's context pack, at most.
+const PREFERENCES_MAX: u32 = 20;
+
+/// What a memory extraction job needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtractionJob {
+    pub scope: String,
+    pub session_id: String,
+    pub turn_id: String,
+    pub user_message: String,
+    pub assistant_message: String,
+    pub provider: String,
+    pub model: String,
+}
+
+/// Memory retrieval for stage 1: the scope's facts relevant to the
+/// message (full text; fused with meaning when an embedder is set) and its
+/// preferences.
+pub struct StoreMemory {
+    store: Arc<dyn Store>,
+    embedder: Option<Arc<dyn Embedder>>,
+    top_k: u32,
+}
+
+impl StoreMemory {
+    pub fn new(store: Arc<dyn Store>, embedder: Option<Arc<dyn Embedder>>, top_k: u32) -> Self {
+        Self {
+            store,
+            embedder,
+            top_k,
+        }
+    }
+
+    /// The ids of the scope's memories nearest `query` in meaning.
+    async fn nearest(&self, scope: &str, query: &str) -> Vec<String> {
+        let Some(embedder) = &self.embedder else {
+            return Vec::new();
+        };
+        let wanted = match embedder.embed(&[query.to_owned()]).await {
+            Ok(mut vectors) => vectors.pop().unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "memory retrieval by meaning unavailable");
+                return Vec::new();
+            }
+        };
+        let vectors = match self.store.memory_vectors(scope, embedder.model_id()).await {
+            Ok(vectors) => vectors,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the memories' embeddings");
+                return Vec::new();
+            }
+        };
+        let mut scored: Vec<(f32, String)> = vectors
+            .into_iter()
+            .map(|(id, vector)| (cosine(&wanted, &vector), id))
+            .filter(|(similarity, _)| *similarity > 0.3)
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.truncate(self.top_k as usize);
+        scored.into_iter().map(|(_, id)| id).collect()
+    }
+}
+
+#[async_trait]
+impl MemoryRetriever for StoreMemory {
+    async fn retrieve_for_context(
+        &self,
+        scope: &str,
+        query: &str,
+    ) -> Result<MemoryContext, HookError> {
+        let terms = query_terms(query);
+        let (by_words, by_meaning, preferences) = tokio::join!(
+            self.store.search_memories(scope, &terms, self.top_k),
+            self.nearest(scope, query),
+            self.store
+                .list_memories(scope, Some("preference"), PREFERENCES_MAX)
+        );
+        let by_words = by_words.map_err(HookError::new)?;
+        let preferences = preferences.map_err(HookError::new)?;
+        // Reciprocal-rank fusion of the two rankings.
+        let mut scores: HashMap<String, f64> = HashMap::new();
+        for (rank, memory) in by_words.iter().enumerate() {
+            *scores.entry(memory.id.clone()).or_default() += 1.0 / (61.0 + rank as f64);
+        }
+        for (rank, id) in by_meaning.iter().enumerate() {
+            *scores.entry(id.clone()).or_default() += 1.0 / (61.0 + rank as f64);
+        }
+        let mut facts = by_words;
+        if by_meaning
+            .iter()
+            .any(|id| !facts.iter().any(|m| &m.id == id))
+        {
+            let all = self
+                .store
+                .list_memories(
+                    scope,
+                    None,
+                    u32::try_from(MEMORIES_PER_SCOPE).unwrap_or(1000),
+                )
+                .await
+                .map_err(HookError::new)?;
+            facts.extend(
+                all.into_iter()
+                    .filter(|m| by_meaning.contains(&m.id) && !facts.iter().any(|f| f.id == m.id))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        facts.retain(|m| m.kind == "fact");
+        facts.sort_by(|a, b| {
+            let score = |id: &str| scores.get(id).copied().unwrap_or(0.0);
+            score(&b.id).total_cmp(&score(&a.id)).then(a.id.cmp(&b.id))
+        });
+        facts.truncate(self.top_k as usize);
+        let text = if facts.is_empty() {
+            String::new()
+        } else {
+            let lines: Vec<String> = facts.iter().map(|m| format!("- {}", m.content)).collect();
+            format!(
+                "What you remember about the user from earlier conversations (it may be out of date):\n{}",
+                lines.join("\n")
+            )
+        };
+        Ok(MemoryContext {
+            text,
+            preferences: preferences.into_iter().map(|m| m.content).collect(),
+        })
+    }
+}
+
+/// Memory extraction: queues a job; the worker asks the model.
+pub struct QueuedExtraction {
+    store: Arc<dyn Store>,
+    notify: Arc<tokio::sync::Notify>,
+}
+
+impl QueuedExtraction {
+    pub fn new(store: Arc<dyn Store>, notify: Arc<tokio::sync::Notify>) -> Self {
+        Self { store, notify }
+    }
+}
+
+#[async_trait]
+impl MemoryExtractor for QueuedExtraction {
+    async fn extract_turn(&self, turn: &MemoryTurn) -> Result<(), HookError> {
+        let job = ExtractionJob {
+            scope: turn.scope.clone(),
+            session_id: turn.session_id.clone(),
+            turn_id: turn.turn_id.clone(),
+            user_message: turn.user_message.clone(),
+            assistant_message: turn.assistant_message.clone(),
+            provider: turn.provider.clone(),
+            model: turn.model.clone(),
+        };
+        self.store
+            .enqueue_job(&NewJob {
+                id: background::new_job_id(),
+                kind: JOB_MEMORY.into(),
+                session_id: turn.session_id.clone(),
+                turn_id: turn.turn_id.clone(),
+                payload: serde_json::to_string(&job).map_err(HookError::new)?,
+                at: Utc::now(),
+            })
+            .await
+            .map_err(HookError::new)?;
+        self.notify.notify_one();
+        Ok(())
+    }
+}
+
+/// The research learner: keeps each turn's question and answer, its
+/// source the stored assistant message.
+pub struct StoreLearner {
+    store: Arc<dyn Store>,
+}
+
+impl StoreLearner {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+}
+
+#[async_trait]
+impl ResearchLearner for StoreLearner {
+    async fn observe_turn(
+        &self,
+        session_id: &str,
+        user_text: &str,
+        assistant_text: &str,
+        source_event_id: &str,
+    ) -> Result<(), HookError> {
+        self.store
+            .put_observation(&ObservationRecord {
+                id: format!("obs_{}", uuid::Uuid::now_v7().simple()),
+                session_id: session_id.to_owned(),
+                source_id: source_event_id.to_owned(),
+                user_text: user_text.to_owned(),
+                assistant_text: assistant_text.to_owned(),
+                created_at: Utc::now(),
+            })
+            .await
+            .map_err(HookError::new)
+    }
+}

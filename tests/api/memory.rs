@@ -1,0 +1,255 @@
+//! Memory, judges and the research learner through the service, with the
+//! fake provider answering the extraction and the judges too.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{TestApp, spawn_app_with, test_settings},
+    on_both_backends,
+    support::{Backend, TestDb},
+};
+
+const EXTRACTED: &str = r#"{"memories": [
+  {"kind": "fact", "key": "home_city", "content": "The user lives in Lyon."},
+  {"kind": "preference", "key": "answer_format", "content": "The user prefers bullet points."}
+]}"#;
+
+async fn app(
+    backend: Backend,
+    configure: impl FnOnce(&mut agent_harness::config::Settings),
+) -> TestApp {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.memory.extraction = true;
+    configure(&mut settings);
+    spawn_app_with(TestDb::new(backend).await, provider, settings).await
+}
+
+/// Waits until the session has `count` jobs, all finished; returns them.
+async fn jobs_done(app: &TestApp, session: &str, count: usize) -> Vec<Value> {
+    for _ in 0..200 {
+        let (_, listed) = app.get_json(&format!("/sessions/{session}/jobs")).await;
+        let jobs = listed["jobs"].as_array().cloned().unwrap_or_default();
+        if jobs.len() == count
+            && jobs
+                .iter()
+                .all(|j| j["status"] == "done" || j["status"] == "failed")
+        {
+            return jobs;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the session's jobs did not finish");
+}
+
+async fn turn(app: &TestApp, session: &str, body: Value) -> Value {
+    let response = app.post_turn(session, body).await;
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+async fn a_fact_told_in_one_turn_is_in_the_next_prompt_until_forgotten(backend: Backend) {
+    let app = app(backend, |_| {}).await;
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse"), Reply::openai_text(EXTRACTED)]);
+    turn(
+        &app,
+        "s-mem-1",
+        json!({"message": "I live in Lyon, and I like bullet points.", "user_id": "ann"}),
+    )
+    .await;
+    let jobs = jobs_done(&app, "s-mem-1", 1).await;
+    assert_eq!(jobs[0]["kind"], "memory_extraction");
+    assert_eq!(jobs[0]["status"], "done", "{jobs:?}");
+    // The extraction's usage is recorded on its job.
+    assert_eq!(
+        (
+            jobs[0]["input_tokens"].as_i64(),
+            jobs[0]["output_tokens"].as_i64()
+        ),
+        (Some(120), Some(40))
+    );
+    let extraction = &app.provider.requests()[1];
+    assert_eq!(extraction.body["max_completion_tokens"], 400);
+    assert!(
+        extraction.body["messages"]
+            .to_string()
+            .contains("I live in Lyon")
+    );
+
+    let (_, listed) = app.get_json("/memories?scope=user:ann").await;
+    let contents: Vec<&str> = listed["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents.len(), 2, "{listed}");
+    assert!(contents.contains(&"The user lives in Lyon."));
+
+    // Another session of the same user: the fact is in the prompt, the
+    // preference in the context pack.
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse"),
+        Reply::openai_text(r#"{"memories": []}"#),
+    ]);
+    let result = turn(
+        &app,
+        "s-mem-2",
+        json!({"message": "Which city do I live in?", "user_id": "ann"}),
+    )
+    .await;
+    let sent = app.provider.requests()[2].body["messages"].to_string();
+    assert!(
+        sent.contains("What you remember about the user")
+            && sent.contains("The user lives in Lyon."),
+        "{sent}"
+    );
+    assert_eq!(
+        result["context_pack_json"]["preferences"],
+        json!(["The user prefers bullet points."])
+    );
+    jobs_done(&app, "s-mem-2", 1).await;
+
+    // Forgetting removes it from the store and from later prompts.
+    let response = app
+        .client
+        .delete(app.url("/memories?scope=user:ann"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let forgotten: Value = response.json().await.unwrap();
+    assert_eq!(forgotten["deleted"], 2);
+    let (_, listed) = app.get_json("/memories?scope=user:ann").await;
+    assert_eq!(listed["memories"], json!([]));
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse"),
+        Reply::openai_text(r#"{"memories": []}"#),
+    ]);
+    turn(
+        &app,
+        "s-mem-3",
+        json!({"message": "Which city do I live in?", "user_id": "ann"}),
+    )
+    .await;
+    let sent = app.provider.requests()[4].body["messages"].to_string();
+    assert!(!sent.contains("Lyon"), "{sent}");
+    // Another user's memories were never in reach.
+    let (status, _) = app.get_json("/memories?scope=nobody").await;
+    assert_eq!(status, 400);
+}
+
+async fn a_failing_extraction_leaves_the_turn_completed(backend: Backend) {
+    let app = app(backend, |_| {}).await;
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse"),
+        Reply::openai_text("I would rather not."),
+    ]);
+    let result = turn(&app, "s-mem-fail", json!({"message": "I live in Lyon."})).await;
+    assert_eq!(result["status"], "completed");
+    let jobs = jobs_done(&app, "s-mem-fail", 1).await;
+    assert_eq!(jobs[0]["status"], "failed");
+    assert!(
+        jobs[0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("no JSON object"),
+        "{jobs:?}"
+    );
+    let (_, listed) = app.get_json("/memories?scope=session:s-mem-fail").await;
+    assert_eq!(listed["memories"], json!([]));
+}
+
+async fn a_judge_scores_the_turn_after_it_ends(backend: Backend) {
+    let app = app(backend, |s| {
+        s.memory.extraction = false;
+        s.harness.prompt_id = Some("support".into());
+        s.harness.prompt_version = Some("3".into());
+        s.judges.list = Some(
+            json!([
+                {"name": "relevance", "criteria": "The answer addresses the question.", "threshold": 0.5},
+                {"name": "other_prompt", "criteria": "x", "prompt_ids": ["billing"]}
+            ])
+            .to_string()
+            .parse()
+            .unwrap(),
+        );
+    })
+    .await;
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse"),
+        Reply::openai_text(r#"{"score": 0.9, "rationale": "It answers the greeting."}"#),
+    ]);
+    let result = turn(&app, "s-judge", json!({"message": "Hello?"})).await;
+    let turn_id = result["turn_id"].as_str().unwrap().to_owned();
+    let jobs = jobs_done(&app, "s-judge", 1).await;
+    assert_eq!(jobs[0]["kind"], "judge", "only the judge of this prompt");
+    let (status, judged) = app
+        .get_json(&format!("/sessions/s-judge/turns/{turn_id}/judgements"))
+        .await;
+    assert_eq!(status, 200);
+    let judgement = &judged["judgements"][0];
+    assert_eq!(
+        (judgement["judge"].as_str(), judgement["score"].as_f64()),
+        (Some("relevance"), Some(0.9))
+    );
+    assert_eq!(
+        (
+            judgement["passed"].as_bool(),
+            judgement["prompt_version"].as_str()
+        ),
+        (Some(true), Some("3"))
+    );
+    let judge_request = app.provider.requests()[1].body.to_string();
+    assert!(
+        judge_request.contains("The answer addresses the question."),
+        "{judge_request}"
+    );
+    // The judgement is on the session's log, after the turn's end.
+    let (_, log) = app.get_json("/sessions/s-judge/events").await;
+    let last = log["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["type"].as_str(), last["judged_turn_id"].as_str()),
+        (Some("judgement"), Some(turn_id.as_str()))
+    );
+    // A failing judge leaves the turn completed and no judgement.
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse"),
+        Reply::openai_text("no verdict"),
+    ]);
+    let result = turn(&app, "s-judge", json!({"message": "And now?"})).await;
+    assert_eq!(result["status"], "completed");
+    let jobs = jobs_done(&app, "s-judge", 2).await;
+    assert_eq!(jobs[1]["status"], "failed");
+    let second = result["turn_id"].as_str().unwrap();
+    let (_, judged) = app
+        .get_json(&format!("/sessions/s-judge/turns/{second}/judgements"))
+        .await;
+    assert_eq!(judged["judgements"], json!([]));
+}
+
+async fn the_research_learner_keeps_each_turn_with_its_stored_answer(backend: Backend) {
+    let app = app(backend, |s| s.memory.extraction = false).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    turn(&app, "s-learn", json!({"message": "What is new?"})).await;
+    let (_, observed) = app.get_json("/sessions/s-learn/observations").await;
+    let observation = &observed["observations"][0];
+    assert_eq!(observation["user_text"], "What is new?");
+    let (_, messages) = app.get_json("/sessions/s-learn/messages").await;
+    let answer_id = messages["messages"][1]["message_id"].as_str().unwrap();
+    assert_eq!(
+        observation["source_id"],
+        format!("chat_message:{answer_id}")
+    );
+}
+
+on_both_backends!(
+    a_fact_told_in_one_turn_is_in_the_next_prompt_until_forgotten,
+    a_failing_extraction_leaves_the_turn_completed,
+    a_judge_scores_the_turn_after_it_ends,
+    the_research_learner_keeps_each_turn_with_its_stored_answer,
+);
