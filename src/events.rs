@@ -143,7 +143,7 @@ pub enum TurnEvent {
     Decision {
         decision_key: String,
         strategy: String,
-        #[schema(value_type = Object)]
+        #[schema(value_type = crate::turn::DecisionDetails)]
         record: serde_json::Value,
     },
     /// A judge scored a turn, after it ended. This event is the session's,

@@ -193,10 +193,14 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<MessageRecord>, StoreError>;
 
-    /// The newest `limit` decision records of a session, oldest first.
+    /// Decision records of a session, oldest first: after the record
+    /// `after` (an id; they are UUID v7, in time order), of `strategy` if
+    /// given, at most `limit`.
     async fn list_decisions(
         &self,
         session_id: &str,
+        after: Option<&str>,
+        strategy: Option<&str>,
         limit: u32,
     ) -> Result<Vec<DecisionRecord>, StoreError>;
 

@@ -46,3 +46,55 @@ pub struct WebCitation {
     pub title: String,
     pub url: String,
 }
+
+/// A turn's decision record (`support.chat.turn`), as stored and as the
+/// `decision` event carries it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionDetails {
+    /// `support.chat.turn`.
+    pub decision_key: String,
+    pub session_id: String,
+    pub turn_id: uuid::Uuid,
+    pub turn_number: u64,
+    /// The stored answer (`messages[].message_id`).
+    pub assistant_message_id: uuid::Uuid,
+    /// `direct_answer`, `retrieval_augmented`, `web_augmented` or
+    /// `tool_augmented`.
+    pub strategy: String,
+    /// The tools that completed, in order of first use.
+    pub tools_used: Vec<String>,
+    /// Tool calls made, denied and failed ones included.
+    pub tool_calls: u64,
+    /// SHA-256 of the context pack, 16 hex characters.
+    pub context_hash: String,
+    pub prompt_id: Option<String>,
+    pub prompt_version: Option<String>,
+    /// SHA-256 of the rendered prompt, 16 hex characters.
+    pub prompt_render_hash: String,
+    pub prompt_tags: Vec<String>,
+    pub prompt_engine: String,
+    pub prompt_variables: Vec<String>,
+    #[schema(value_type = Object)]
+    pub run_context_metadata: serde_json::Map<String, serde_json::Value>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: Option<f64>,
+    pub elapsed_ms: u64,
+    pub timed_out: bool,
+    pub context_was_compacted: bool,
+    pub judges_scheduled: u64,
+    /// The user's message, cut to 200 characters (masked with
+    /// `HARNESS_REDACT_LOGS`).
+    pub user_message: String,
+    /// Finalizer steps that failed; the turn went on.
+    pub finalizer_failures: Vec<FinalizerFailure>,
+}
+
+/// A finalizer step that failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FinalizerFailure {
+    pub step: String,
+    pub error: String,
+}

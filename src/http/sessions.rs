@@ -225,7 +225,7 @@ async fn list_events(
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
-/// Query of `GET /sessions/{session_id}/decisions`.
+/// How many of the newest.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
@@ -235,20 +235,39 @@ pub struct LimitQuery {
     limit: Option<u32>,
 }
 
-/// A session's decision records.
+/// Query of `GET /sessions/{session_id}/decisions`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionQuery {
+    /// Records after this one (its `id`; the last page's `next_after`).
+    #[param(format = Uuid)]
+    after: Option<String>,
+    /// Only records of this strategy (`direct_answer`,
+    /// `retrieval_augmented`, `web_augmented`, `tool_augmented`).
+    strategy: Option<String>,
+    /// Records per page, 1-1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// A page of a session's decision records.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DecisionList {
     pub decisions: Vec<DecisionRecord>,
+    /// Cursor for the next page; absent on the last one.
+    pub next_after: Option<String>,
 }
 
-/// The session's newest decision records (`support.chat.turn`), oldest first.
+/// The session's decision records (`support.chat.turn`), oldest first, a
+/// page at a time.
 #[utoipa::path(
     get,
     path = "/sessions/{session_id}/decisions",
     tag = "sessions",
     params(
         ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
-        LimitQuery),
+        DecisionQuery),
     responses(
         (status = 200, description = "Success", body = DecisionList),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -258,17 +277,40 @@ pub struct DecisionList {
 async fn list_decisions(
     State(app): State<AppState>,
     Path(session_id): Path<String>,
-    query: Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<DecisionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<DecisionList>, ApiError> {
     let session_id = parse_session_id(&session_id)?;
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let limit = page_limit(query.limit)?;
+    if query
+        .after
+        .as_deref()
+        .is_some_and(|a| Uuid::parse_str(a).is_err())
+    {
+        return Err(ApiError::InvalidQuery(
+            "`after` must be a decision id".into(),
+        ));
+    }
     app.store
         .get_session(session_id.as_str())
         .await?
         .ok_or(ApiError::SessionNotFound)?;
-    let decisions = app.store.list_decisions(session_id.as_str(), limit).await?;
-    Ok(axum::Json(DecisionList { decisions }))
+    let decisions = app
+        .store
+        .list_decisions(
+            session_id.as_str(),
+            query.after.as_deref(),
+            query.strategy.as_deref(),
+            limit,
+        )
+        .await?;
+    let next_after = (decisions.len() == limit as usize)
+        .then(|| decisions.last().map(|d| d.id.clone()))
+        .flatten();
+    Ok(axum::Json(DecisionList {
+        decisions,
+        next_after,
+    }))
 }
 
 /// A session's checkpoints.

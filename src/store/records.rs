@@ -158,7 +158,7 @@ pub struct DecisionRecord {
     pub turn_id: String,
     pub decision_key: String,
     pub strategy: String,
-    #[schema(value_type = Object)]
+    #[schema(value_type = crate::turn::DecisionDetails)]
     pub record: serde_json::Value,
     pub created_at: DateTime<Utc>,
 }

@@ -312,22 +312,24 @@ macro_rules! impl_store {
             async fn list_decisions(
                 &self,
                 session_id: &str,
+                after: Option<&str>,
+                strategy: Option<&str>,
                 limit: u32,
             ) -> Result<Vec<$crate::store::DecisionRecord>, $crate::store::StoreError> {
-                let mut newest_first: Vec<$crate::store::DecisionRecord> =
-                    sqlx::query_as::<_, $crate::store::records::rows::DecisionRow>(
-                        "SELECT id, turn_id, decision_key, strategy, record, created_at \
-                         FROM decisions WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2",
-                    )
-                    .bind(session_id)
-                    .bind(i64::from(limit))
-                    .fetch_all(self.reader())
-                    .await?
-                    .into_iter()
-                    .map(TryInto::try_into)
-                    .collect::<Result<_, _>>()?;
-                newest_first.reverse();
-                Ok(newest_first)
+                sqlx::query_as::<_, $crate::store::records::rows::DecisionRow>(
+                    "SELECT id, turn_id, decision_key, strategy, record, created_at \
+                     FROM decisions WHERE session_id = $1 AND ($2 IS NULL OR id > $2) \
+                     AND ($3 IS NULL OR strategy = $3) ORDER BY id LIMIT $4",
+                )
+                .bind(session_id)
+                .bind(after)
+                .bind(strategy)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await?
+                .into_iter()
+                .map(TryInto::try_into)
+                .collect()
             }
 
             async fn put_artifact(

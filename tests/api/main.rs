@@ -12,6 +12,7 @@ mod support;
 
 mod chain;
 mod cors;
+mod decisions;
 mod edge;
 mod errors;
 mod fake_provider;

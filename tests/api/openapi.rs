@@ -63,6 +63,10 @@ fn the_document_states_the_servers_constraints() {
                             "{at}"
                         );
                     }
+                    // Decisions page by their id (a UUID v7).
+                    ("after", "query") if at.contains("/decisions") => {
+                        assert_eq!(schema["format"], "uuid", "{at}: {param}");
+                    }
                     ("after", "query") | ("Last-Event-ID", "header") => {
                         assert_eq!(schema["minimum"], 0, "{at}: {param}");
                         // A header is absent or a number, never `null`.

@@ -638,11 +638,32 @@ async fn artifacts_and_decisions_are_kept_per_session(backend: Backend) {
     assert_eq!(read.content.len(), 20_000);
     assert_eq!(read.call_id, "c1");
     assert!(store.get_artifact("s2", "art_1").await.unwrap().is_none());
-    let decisions = store.list_decisions("s1", 10).await.unwrap();
+    let decisions = store.list_decisions("s1", None, None, 10).await.unwrap();
     assert_eq!(decisions.len(), 1);
     assert_eq!(decisions[0].strategy, "direct_answer");
     assert_eq!(decisions[0].turn_id, turn.id.to_string());
-    assert!(store.list_decisions("s2", 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_decisions("s2", None, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let after = decisions[0].id.clone();
+    assert!(
+        store
+            .list_decisions("s1", Some(&after), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .list_decisions("s1", None, Some("web_augmented"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 on_both_backends!(
