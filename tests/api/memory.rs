@@ -247,7 +247,49 @@ async fn the_research_learner_keeps_each_turn_with_its_stored_answer(backend: Ba
     );
 }
 
+async fn with_embeddings_a_memory_is_found_by_meaning(backend: Backend) {
+    let app = app(backend, |s| {
+        s.vault.embeddings = Some("openai:text-embedding-3-small".parse().unwrap());
+    })
+    .await;
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse"),
+        Reply::openai_text(
+            r#"{"memories": [{"kind": "fact", "key": "vehicle", "content": "The user drives a car."}]}"#,
+        ),
+    ]);
+    turn(
+        &app,
+        "s-mem-e1",
+        json!({"message": "I drive a car to work.", "user_id": "bo"}),
+    )
+    .await;
+    jobs_done(&app, "s-mem-e1", 1).await;
+    // The memory's embedding was asked for with the extraction.
+    assert!(
+        app.provider
+            .embedding_requests()
+            .iter()
+            .any(|r| r.body["input"] == json!(["The user drives a car."]))
+    );
+    // No word of the question is in the memory; its meaning is.
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse"),
+        Reply::openai_text(r#"{"memories": []}"#),
+    ]);
+    turn(
+        &app,
+        "s-mem-e2",
+        json!({"message": "Is my automobile insured?", "user_id": "bo"}),
+    )
+    .await;
+    let sent = app.provider.requests()[2].body["messages"].to_string();
+    assert!(sent.contains("The user drives a car."), "{sent}");
+    jobs_done(&app, "s-mem-e2", 1).await;
+}
+
 on_both_backends!(
+    with_embeddings_a_memory_is_found_by_meaning,
     a_fact_told_in_one_turn_is_in_the_next_prompt_until_forgotten,
     a_failing_extraction_leaves_the_turn_completed,
     a_judge_scores_the_turn_after_it_ends,
