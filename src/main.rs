@@ -12,6 +12,9 @@ use agent_harness::{
     startup, store, telemetry, vault,
 };
 
+#[path = "cli/chat.rs"]
+mod chat;
+
 /// Every setting is a flag with an environment variable and a key in the
 /// settings file; `--help` lists them.
 #[derive(Debug, Parser)]
@@ -38,6 +41,21 @@ enum Command {
     IndexVault,
     /// Print the OpenAPI document and exit.
     Openapi,
+    /// Send a message to a running service and print the answer as it
+    /// streams (tool activity on standard error).
+    Chat {
+        /// The service's address.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// The session [default: a new one for this run].
+        #[arg(long)]
+        session: Option<String>,
+        /// Whose memories (the turn's `user_id`).
+        #[arg(long)]
+        user: Option<String>,
+        /// The message; without one, each line of standard input is a turn.
+        message: Vec<String>,
+    },
 }
 
 /// The command line, the environment and the settings file, checked.
@@ -61,6 +79,25 @@ fn main() -> ExitCode {
         }
     };
     let settings = cli.settings;
+    if let Some(Command::Chat {
+        url,
+        session,
+        user,
+        message,
+    }) = &cli.command
+    {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                eprintln!("agent-harness: cannot start the async runtime: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        return runtime.block_on(chat::run(url, session.clone(), user.clone(), message));
+    }
     if matches!(cli.command, Some(Command::Openapi)) {
         // The document is this command's output; a closed pipe is an error.
         let mut stdout = std::io::stdout().lock();

@@ -7,6 +7,7 @@
 
 pub mod anthropic;
 pub mod chain;
+pub mod demo;
 pub mod embeddings;
 pub mod error;
 mod http;

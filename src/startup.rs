@@ -24,6 +24,7 @@ use crate::{
         LlmProvider, ProviderError,
         anthropic::{AnthropicConfig, AnthropicProvider},
         chain::{ProviderChain, RetryPolicy},
+        demo::DemoProvider,
         embeddings::{EmbeddingsApi, HttpEmbedder},
         ollama::{OllamaConfig, OllamaProvider},
         openai::{OpenAiConfig, OpenAiProvider},
@@ -63,6 +64,7 @@ pub fn build_provider(settings: &Settings) -> Result<Arc<dyn LlmProvider>, Provi
                 idle_timeout,
                 max_response_bytes,
             })?),
+            ProviderKind::Demo => Arc::new(DemoProvider::new(&model)),
             ProviderKind::Ollama => Arc::new(OllamaProvider::new(OllamaConfig {
                 host: settings.providers.ollama_host.clone(),
                 model,

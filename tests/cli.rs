@@ -166,3 +166,92 @@ fn index_vault_shows_progress_on_a_terminal() {
     assert!(screen.contains('█') || screen.contains('░'), "{screen}");
     assert!(screen.contains("50 notes: 50 added"), "{screen}");
 }
+
+/// The binary serving with the `demo` provider on a free port; killed when
+/// dropped.
+struct Serving {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve_demo() -> Serving {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+        .env_clear()
+        .env("HARNESS_PROVIDERS", "demo:echo")
+        .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}/h.db", dir.path().display()),
+        )
+        .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
+        .env("HARNESS_LOG_FORMAT", "json")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let serving = Serving {
+        child,
+        url,
+        _dir: dir,
+    };
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return serving;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("the service did not start");
+}
+
+#[test]
+fn chat_streams_a_demo_turn_with_no_key_and_shows_tool_activity() {
+    let serving = serve_demo();
+    let out = harness(&["chat", "--url", &serving.url, "hello", "there"], &[]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.starts_with("Echo: hello there"), "{stdout}");
+    assert!(stdout.contains("This is the demo provider"), "{stdout}");
+    // A message about notes makes the demo search them: the tool's
+    // activity is on standard error, the answer on standard output.
+    let out = harness(
+        &[
+            "chat",
+            "--url",
+            &serving.url,
+            "--session",
+            "s-notes",
+            "search my notes",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("local_search") && stderr.contains("completed"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.starts_with("Here is what the search found:"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("<<<"), "{stdout}");
+    // A service that is not there is an error.
+    let out = harness(&["chat", "--url", "http://127.0.0.1:9", "hi"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}

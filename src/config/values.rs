@@ -60,6 +60,8 @@ pub enum ProviderKind {
     OpenAi,
     Anthropic,
     Ollama,
+    /// The stand-in model that needs no key (`demo:echo`).
+    Demo,
 }
 
 impl ProviderKind {
@@ -69,6 +71,7 @@ impl ProviderKind {
             Self::OpenAi => "openai",
             Self::Anthropic => "anthropic",
             Self::Ollama => "ollama",
+            Self::Demo => "demo",
         }
     }
 }
@@ -80,8 +83,9 @@ impl FromStr for ProviderKind {
             "openai" => Ok(Self::OpenAi),
             "anthropic" => Ok(Self::Anthropic),
             "ollama" => Ok(Self::Ollama),
+            "demo" => Ok(Self::Demo),
             other => Err(format!(
-                "unknown provider {other:?} (openai, anthropic, ollama)"
+                "unknown provider {other:?} (openai, anthropic, ollama, demo)"
             )),
         }
     }
@@ -140,8 +144,10 @@ impl FromStr for EmbeddingModel {
         let (Some(entry), true) = (list.pop(), list.is_empty()) else {
             return Err("name one provider:model".to_owned());
         };
-        if entry.kind == ProviderKind::Anthropic {
-            return Err("Anthropic has no embeddings endpoint: use openai:… or ollama:…".into());
+        if matches!(entry.kind, ProviderKind::Anthropic | ProviderKind::Demo) {
+            return Err(
+                "that provider has no embeddings endpoint: use openai:… or ollama:…".into(),
+            );
         }
         Ok(Self(entry))
     }

@@ -1,0 +1,139 @@
+//! The `demo` provider (`HARNESS_PROVIDERS=demo:echo`): a stand-in model
+//! that needs no key and no network, so that a newcomer sees a streamed
+//! turn, a tool call and citations at once. It echoes the message word by
+//! word; a message asking to search (or about notes) first calls
+//! `local_search` when it is offered, then reports what it found. The
+//! side calls of memory and judges get the JSON they ask for, empty.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+
+use super::{
+    ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent, ProviderStream, Role,
+    ToolCall, Usage,
+};
+
+/// Pause between streamed words, so that streaming shows.
+const WORD_DELAY: Duration = Duration::from_millis(25);
+
+/// The demo model.
+pub struct DemoProvider {
+    model: String,
+}
+
+impl DemoProvider {
+    pub fn new(model: &str) -> Self {
+        Self {
+            model: model.to_owned(),
+        }
+    }
+}
+
+/// What the demo answers to `request`.
+fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
+    let system: String = request
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::System)
+        .map(|m| m.content.as_str())
+        .collect();
+    // The background side calls ask for JSON.
+    if system.contains("{\"memories\"") {
+        return ("{\"memories\": []}".to_owned(), Vec::new());
+    }
+    if system.contains("{\"score\"") {
+        return (
+            "{\"score\": 1, \"rationale\": \"The demo provider does not judge.\"}".to_owned(),
+            Vec::new(),
+        );
+    }
+    let last = request.messages.last();
+    if let Some(tool) = last.filter(|m| m.role == Role::Tool) {
+        // The tool's own words, without the harness's fence around them.
+        let found: String = tool
+            .content
+            .lines()
+            .filter(|line| !line.starts_with("<<<") && !line.starts_with("Tool result ("))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .chars()
+            .take(600)
+            .collect();
+        return (
+            format!("Here is what the search found:\n\n{found}"),
+            Vec::new(),
+        );
+    }
+    let message = request
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.content.clone())
+        .unwrap_or_default();
+    let lower = message.to_lowercase();
+    let searches = lower.contains("search") || lower.contains("notes");
+    if searches && request.tools.iter().any(|t| t.name == "local_search") {
+        let call = ToolCall {
+            id: format!("call_demo_{}", uuid::Uuid::now_v7().simple()),
+            name: "local_search".to_owned(),
+            arguments: serde_json::json!({ "query": message }).to_string(),
+        };
+        return (String::new(), vec![call]);
+    }
+    (
+        format!(
+            "Echo: {message}\n\n(This is the demo provider. For a real model, set \
+             OPENAI_API_KEY and HARNESS_PROVIDERS=openai:gpt-4o-mini.)"
+        ),
+        Vec::new(),
+    )
+}
+
+#[async_trait]
+impl LlmProvider for DemoProvider {
+    fn name(&self) -> &str {
+        "demo"
+    }
+
+    fn default_model(&self) -> &str {
+        &self.model
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
+        let (text, calls) = answer(&request);
+        let input_tokens: u64 = request
+            .messages
+            .iter()
+            .map(|m| m.content.split_whitespace().count() as u64)
+            .sum();
+        let words: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+        let output_tokens = words.len() as u64;
+        let finish = if calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        };
+        let stream = futures::stream::iter(words)
+            .then(|word| async move {
+                tokio::time::sleep(WORD_DELAY).await;
+                Ok(ProviderEvent::TextDelta(word))
+            })
+            .chain(futures::stream::iter(
+                calls
+                    .into_iter()
+                    .map(|call| Ok(ProviderEvent::ToolCall(call)))
+                    .chain([
+                        Ok(ProviderEvent::Usage(Usage {
+                            input_tokens,
+                            output_tokens,
+                            ..Usage::default()
+                        })),
+                        Ok(ProviderEvent::Finished(finish)),
+                    ]),
+            ));
+        Ok(stream.boxed())
+    }
+}
