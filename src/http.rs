@@ -10,6 +10,7 @@ mod health;
 pub mod json;
 mod limits;
 pub mod memory;
+pub mod openai_compat;
 pub mod server;
 pub mod sessions;
 pub mod sse;
@@ -70,6 +71,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(vault::router())
         .merge(tools::router())
         .merge(memory::router())
+        .merge(openai_compat::router())
         .routes(routes!(openapi_document))
 }
 

@@ -22,6 +22,7 @@ mod http_tools;
 mod lifecycle;
 mod mcp;
 mod memory;
+mod openai_compat;
 mod openapi;
 mod tool_turn;
 mod tools;

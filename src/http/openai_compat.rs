@@ -1,0 +1,343 @@
+//! `POST /v1/chat/completions`: the OpenAI chat completions wire format
+//! over the same turns, so that the official `openai` SDKs (and anything
+//! that speaks the format) can call the service.
+//!
+//! The last message is the turn's message (it must be the user's); the
+//! ones before it are the turn's history. The session is the
+//! `X-Session-Id` header, else `user`, else a new one per request (answered
+//! in `X-Session-Id`). `model` picks the model (`agent-harness` or none:
+//! the configured one). Parameters the service decides itself (tools,
+//! temperature, …) are accepted and ignored. Streaming sends
+//! `chat.completion.chunk`s, then `data: [DONE]`.
+
+use axum::{
+    body::{Body, Bytes},
+    extract::State,
+    http::{HeaderMap, HeaderValue, header},
+    response::{IntoResponse, Response},
+};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
+
+use super::{error::ApiError, json::ApiJson, parse_session_id};
+use crate::{
+    app::AppState,
+    events::TurnEvent,
+    harness::TurnResult,
+    http::error::Problem,
+    providers::{ChatMessage, Role},
+    runner::{StartError, TurnSpec},
+    store::TurnStatus,
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(chat_completions))
+}
+
+/// A chat completions request (the fields the service reads; the others
+/// are accepted and ignored).
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ChatCompletionRequest {
+    /// `agent-harness` (or absent) for the configured model, else a model
+    /// name passed on as the turn's `runtime_model`.
+    model: Option<String>,
+    /// The conversation; the last message is the user's new one.
+    #[schema(min_items = 1, max_items = 1000)]
+    messages: Vec<CompatMessage>,
+    #[serde(default)]
+    stream: bool,
+    stream_options: Option<StreamOptions>,
+    /// The session, when no `X-Session-Id` header names one.
+    user: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+/// A message: `content` a string or an array of parts (`text` parts are
+/// read).
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct CompatMessage {
+    role: String,
+    #[schema(value_type = Object)]
+    content: Option<Value>,
+}
+
+fn text_of(content: &Option<Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
+    ApiError::InvalidField {
+        field: field.into(),
+        detail: detail.into(),
+    }
+}
+
+impl ChatCompletionRequest {
+    fn spec(&self) -> Result<TurnSpec, ApiError> {
+        let Some((last, earlier)) = self.messages.split_last() else {
+            return Err(invalid("messages", "`messages` must not be empty"));
+        };
+        if self.messages.len() > 1000 {
+            return Err(invalid(
+                "messages",
+                "`messages` has more than 1000 messages",
+            ));
+        }
+        if last.role != "user" {
+            return Err(invalid("messages", "the last message must be the user's"));
+        }
+        let message = text_of(&last.content);
+        if message.trim().is_empty() {
+            return Err(ApiError::MessageRequired);
+        }
+        let mut history = Vec::with_capacity(earlier.len());
+        for m in earlier {
+            let role = match m.role.as_str() {
+                "system" | "developer" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                // Tool results of a client's own tools mean nothing here.
+                "tool" | "function" => continue,
+                other => return Err(invalid("messages", format!("unknown role {other:?}"))),
+            };
+            history.push(ChatMessage::new(role, text_of(&m.content)));
+        }
+        if std::iter::once(&message)
+            .chain(history.iter().map(|m| &m.content))
+            .any(|t| t.contains('\0'))
+        {
+            return Err(invalid("messages", "a message contains U+0000"));
+        }
+        let model = self
+            .model
+            .as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty() && *m != "agent-harness");
+        if model.is_some_and(|m| m.len() > 200 || m.chars().any(char::is_control)) {
+            return Err(invalid("model", "`model` is not a model name"));
+        }
+        Ok(TurnSpec {
+            message,
+            top_k: 8,
+            web_mode: crate::harness::WebMode::Off,
+            show_citations: false,
+            runtime_provider: None,
+            runtime_model: model.map(str::to_owned),
+            skill_context: None,
+            history: Some(history),
+            user_id: None,
+        })
+    }
+}
+
+/// `chat.completion` and `chat.completion.chunk` objects.
+struct Completion {
+    id: String,
+    created: i64,
+    model: String,
+}
+
+impl Completion {
+    fn chunk(&self, delta: Value, finish: Option<&str>, usage: Option<Value>) -> Bytes {
+        let chunk = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": if usage.is_some() { json!([]) } else { json!([{
+                "index": 0,
+                "delta": delta,
+                "logprobs": null,
+                "finish_reason": finish,
+            }]) },
+            "usage": usage,
+        });
+        Bytes::from(format!("data: {chunk}\n\n"))
+    }
+}
+
+fn usage_of(result: &TurnResult) -> Value {
+    json!({
+        "prompt_tokens": result.input_tokens,
+        "completion_tokens": result.output_tokens,
+        "total_tokens": result.input_tokens + result.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": result.cache_read_tokens},
+    })
+}
+
+/// An OpenAI-compatible chat completion, run as a turn.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "turns",
+    request_body = ChatCompletionRequest,
+    params(("X-Session-Id" = Option<String>, Header, description = "The session (1-128 characters of `[A-Za-z0-9._:-]`)")),
+    responses(
+        (status = 200, description = "A `chat.completion`, or with `stream: true` a stream of `chat.completion.chunk`s ending with `[DONE]`", body = Object),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The session already has a running turn", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid body (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The provider failed (JSON mode)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn chat_completions(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    let named = headers
+        .get("x-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| body.user.clone());
+    let session_id = match named {
+        Some(name) => parse_session_id(&name)?,
+        None => parse_session_id(&format!("chatcmpl-{}", Uuid::now_v7().simple()))?,
+    };
+    let spec = body.spec()?;
+    let (_, model) = app
+        .runner
+        .harness()
+        .resolve_provider_model(None, spec.runtime_model.as_deref());
+    let started = app
+        .runner
+        .start(&session_id, spec, None)
+        .await
+        .map_err(|e| match e {
+            StartError::AlreadyRunning(id) => ApiError::TurnAlreadyRunning(id),
+            StartError::IdempotencyMismatch(id) => ApiError::IdempotencyKeyReused(id),
+            StartError::ShuttingDown => ApiError::ShuttingDown,
+            StartError::Store(e) => e.into(),
+        })?;
+    let turn_id = started.turn_id;
+    let completion = Completion {
+        id: format!("chatcmpl-{}", turn_id.simple()),
+        created: chrono::Utc::now().timestamp(),
+        model,
+    };
+    let mut response = if body.stream {
+        let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
+        let session = session_id.as_str().to_owned();
+        let events = match started.live {
+            Some(start) => app.runner.subscribe_started(session, start).boxed(),
+            None => app
+                .runner
+                .subscribe(session, turn_id, started.first_seq - 1)
+                .boxed(),
+        };
+        let frames = async_stream::stream! {
+            let mut events = events;
+            yield Ok::<_, std::convert::Infallible>(
+                completion.chunk(json!({"role": "assistant", "content": ""}), None, None),
+            );
+            while let Some(item) = events.next().await {
+                let Ok(stored) = item else { break };
+                let Ok(event) = serde_json::from_str::<TurnEvent>(&stored.payload) else { continue };
+                match event {
+                    TurnEvent::MessageDelta { text, .. } => {
+                        yield Ok(completion.chunk(json!({"content": text}), None, None));
+                    }
+                    TurnEvent::TurnCompleted { result } => {
+                        yield Ok(completion.chunk(json!({}), Some("stop"), None));
+                        if include_usage {
+                            yield Ok(completion.chunk(json!({}), None, Some(usage_of(&result))));
+                        }
+                        break;
+                    }
+                    TurnEvent::TurnFailed { code, message } => {
+                        let error = json!({"error": {"message": message, "type": "server_error", "code": code}});
+                        yield Ok(Bytes::from(format!("data: {error}\n\n")));
+                        break;
+                    }
+                    TurnEvent::TurnCancelled { reason } | TurnEvent::TurnInterrupted { reason } => {
+                        let error = json!({"error": {"message": reason, "type": "server_error", "code": "turn_ended"}});
+                        yield Ok(Bytes::from(format!("data: {error}\n\n")));
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+        };
+        let mut response = Body::from_stream(frames).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        response
+    } else {
+        let record = app
+            .runner
+            .wait_for_end(&session_id, turn_id)
+            .await?
+            .ok_or(ApiError::ShuttingDown)?;
+        match record.status {
+            TurnStatus::Completed => {
+                let result: TurnResult = record
+                    .result
+                    .as_deref()
+                    .map(serde_json::from_str)
+                    .transpose()
+                    .map_err(|e| ApiError::Internal(format!("stored result of {turn_id}: {e}")))?
+                    .unwrap_or_default();
+                axum::Json(json!({
+                    "id": completion.id,
+                    "object": "chat.completion",
+                    "created": completion.created,
+                    "model": completion.model,
+                    "system_fingerprint": null,
+                    "choices": [{
+                        "index": 0,
+                        "message": {"role": "assistant", "content": result.text, "refusal": null},
+                        "logprobs": null,
+                        "finish_reason": "stop",
+                    }],
+                    "usage": usage_of(&result),
+                }))
+                .into_response()
+            }
+            TurnStatus::Failed => {
+                return Err(ApiError::TurnFailed {
+                    turn_id,
+                    code: record.error_code.unwrap_or_else(|| "internal".into()),
+                    message: record
+                        .error_message
+                        .unwrap_or_else(|| "the turn failed".into()),
+                });
+            }
+            TurnStatus::Cancelled => return Err(ApiError::TurnCancelled(turn_id)),
+            TurnStatus::Interrupted | TurnStatus::Running => {
+                return Err(ApiError::TurnInterrupted(turn_id));
+            }
+        }
+    };
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(session_id.as_str()) {
+        headers.insert("x-session-id", value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
+        headers.insert("x-turn-id", value);
+    }
+    Ok(response)
+}
