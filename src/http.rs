@@ -16,6 +16,7 @@ pub mod sessions;
 pub mod sse;
 pub mod tools;
 pub mod turns;
+pub mod ui_stream;
 pub mod vault;
 
 use std::sync::OnceLock;
@@ -72,6 +73,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(tools::router())
         .merge(memory::router())
         .merge(openai_compat::router())
+        .merge(ui_stream::router())
         .routes(routes!(openapi_document))
 }
 

@@ -27,5 +27,6 @@ mod openapi;
 mod tool_turn;
 mod tools;
 mod turns;
+mod ui_stream;
 mod vault;
 mod web;

@@ -1,0 +1,86 @@
+// The AI SDK reads agent-harness's /v1/ui/chat as useChat does: the SSE
+// body parsed and validated with the SDK's own chunk schema, then folded
+// into a UI message. Run by .ci/run with the binary to start.
+import { spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseJsonEventStream } from '@ai-sdk/provider-utils';
+import { readUIMessageStream, uiMessageChunkSchema } from 'ai';
+
+const freePort = () =>
+  new Promise((resolve) => {
+    const server = createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+
+const binary = process.argv[2];
+const port = await freePort();
+const folder = mkdtempSync(join(tmpdir(), 'ui-check-'));
+const service = spawn(binary, [], {
+  env: {
+    PATH: process.env.PATH,
+    HARNESS_PROVIDERS: 'demo:echo',
+    HARNESS_LISTEN: `127.0.0.1:${port}`,
+    DATABASE_URL: `sqlite://${folder}/h.db`,
+    HARNESS_VAULT_DIR: `${folder}/vault`,
+    HARNESS_LOG_FORMAT: 'json',
+  },
+  stdio: 'ignore',
+});
+
+let passed = 0;
+try {
+  for (let i = 0; i < 200; i++) {
+    try {
+      await fetch(`http://127.0.0.1:${port}/healthz`);
+      break;
+    } catch {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  const ask = async (text) => {
+    const response = await fetch(`http://127.0.0.1:${port}/v1/ui/chat`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        id: `chat-${text.length}`,
+        trigger: 'submit-message',
+        messages: [{ id: 'm1', role: 'user', parts: [{ type: 'text', text }] }],
+      }),
+    });
+    if (response.headers.get('x-vercel-ai-ui-message-stream') !== 'v1') {
+      throw new Error('no UI message stream header');
+    }
+    const chunks = parseJsonEventStream({ stream: response.body, schema: uiMessageChunkSchema }).pipeThrough(
+      new TransformStream({
+        transform(chunk, controller) {
+          if (!chunk.success) throw chunk.error;
+          controller.enqueue(chunk.value);
+        },
+      }),
+    );
+    let message;
+    for await (const state of readUIMessageStream({ stream: chunks })) message = state;
+    return message;
+  };
+
+  const echo = await ask('hello sdk');
+  const text = echo.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
+  if (!text.startsWith('Echo: hello sdk')) throw new Error(`unexpected text: ${text}`);
+  passed++;
+
+  const searched = await ask('search my notes');
+  const tool = searched.parts.find((p) => p.type === 'dynamic-tool' || p.type.startsWith('tool-'));
+  if (!tool || tool.state !== 'output-available') throw new Error(`no finished tool part: ${JSON.stringify(searched.parts)}`);
+  const answer = searched.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
+  if (!answer.startsWith('Here is what the search found')) throw new Error(`unexpected answer: ${answer}`);
+  passed++;
+  console.log(`ai-sdk: ${passed} passed, 0 failed`);
+} finally {
+  service.kill();
+}

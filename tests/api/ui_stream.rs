@@ -1,0 +1,87 @@
+//! `POST /v1/ui/chat`: a `useChat` request answered as the AI SDK's UI
+//! message stream (v1). The real `ai` package reads it in `.ci/run`
+//! (`scripts/ui_stream_check.mjs`); here the chunks are checked one by one.
+
+use serde_json::{Value, json};
+
+use crate::{fake_provider::Reply, helpers::spawn_app, on_both_backends, support::Backend};
+
+fn chunks(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+async fn a_use_chat_request_streams_ui_message_chunks(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::sse("openai/tool_call_local_search.sse"),
+        Reply::sse("openai/after_local_search.sse"),
+    ]);
+    let response = app
+        .client
+        .post(app.url("/v1/ui/chat"))
+        .json(&json!({
+            "id": "chat-1",
+            "trigger": "submit-message",
+            "messages": [
+                {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Plan a Paris trip"}]},
+                {"id": "m2", "role": "assistant", "parts": [{"type": "text", "text": "Sure."}]},
+                {"id": "m3", "role": "user", "parts": [{"type": "text", "text": "What did I ask before?"}]}
+            ]
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let body = response.text().await.unwrap();
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+    let chunks = chunks(&body);
+    let types: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types[..4],
+        [
+            "start",
+            "start-step",
+            "tool-input-available",
+            "tool-output-available"
+        ]
+    );
+    assert_eq!(
+        types[types.len() - 3..],
+        ["text-end", "finish-step", "finish"]
+    );
+    assert_eq!(chunks[2]["toolName"], "local_search");
+    assert_eq!(chunks[2]["input"], json!({"query": "Paris trip"}));
+    assert_eq!(chunks[3]["toolCallId"], chunks[2]["toolCallId"]);
+    let text: String = chunks
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .map(|c| c["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "You asked about a Paris trip before.");
+    // The history came from the request: the model saw the earlier turns.
+    let sent = app.provider.requests()[0].body["messages"].to_string();
+    assert!(
+        sent.contains("Plan a Paris trip") && sent.contains("Sure."),
+        "{sent}"
+    );
+    // And a chat is a session.
+    let (_, session) = app.get_json("/sessions/chat-1").await;
+    assert_eq!(session["turn_count"], 1);
+
+    let response = app
+        .client
+        .post(app.url("/v1/ui/chat"))
+        .json(&json!({"id": "chat-1", "messages": [{"role": "assistant", "parts": []}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+}
+
+on_both_backends!(a_use_chat_request_streams_ui_message_chunks);
