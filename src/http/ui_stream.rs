@@ -186,7 +186,7 @@ impl Encoder {
     tag = "turns",
     request_body = UiChatRequest,
     responses(
-        (status = 200, description = "UI message chunks (`data: {…}` lines, `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "UI message chunks (`data: {…}` lines, `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`", content_type = "text/event-stream", body = super::EventStream),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The chat already has a running turn", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid body (see `code`)", body = Problem, content_type = "application/problem+json"),
