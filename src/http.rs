@@ -4,6 +4,7 @@
 //! runner or the store. `openapi.yaml` is generated from the same routes
 //! (and a test keeps the checked-in copy equal to it).
 
+pub mod agui;
 mod conn_timer;
 pub mod error;
 mod health;
@@ -74,6 +75,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(memory::router())
         .merge(openai_compat::router())
         .merge(ui_stream::router())
+        .merge(agui::router())
         .routes(routes!(openapi_document))
 }
 

@@ -1,12 +1,14 @@
 // The AI SDK reads agent-harness's /v1/ui/chat as useChat does: the SSE
 // body parsed and validated with the SDK's own chunk schema, then folded
-// into a UI message. Run by .ci/run with the binary to start.
+// into a UI message. And every event of /v1/agui passes @ag-ui/core's
+// schemas. Run by .ci/run with the binary to start.
 import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseJsonEventStream } from '@ai-sdk/provider-utils';
+import { EventSchemas } from '@ag-ui/core/schemas';
 import { readUIMessageStream, uiMessageChunkSchema } from 'ai';
 
 const freePort = () =>
@@ -79,6 +81,29 @@ try {
   if (!tool || tool.state !== 'output-available') throw new Error(`no finished tool part: ${JSON.stringify(searched.parts)}`);
   const answer = searched.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
   if (!answer.startsWith('Here is what the search found')) throw new Error(`unexpected answer: ${answer}`);
+  passed++;
+
+  const run = await fetch(`http://127.0.0.1:${port}/v1/agui`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      threadId: 'agui-thread',
+      runId: 'agui-run',
+      state: {},
+      tools: [],
+      context: [],
+      forwardedProps: {},
+      messages: [{ id: 'u1', role: 'user', content: 'search my notes' }],
+    }),
+  });
+  const events = (await run.text())
+    .split('\n\n')
+    .filter((frame) => frame.startsWith('data: '))
+    .map((frame) => EventSchemas.parse(JSON.parse(frame.slice(6))));
+  const types = events.map((e) => e.type);
+  for (const wanted of ['RUN_STARTED', 'TOOL_CALL_START', 'TOOL_CALL_RESULT', 'TEXT_MESSAGE_CONTENT', 'RUN_FINISHED']) {
+    if (!types.includes(wanted)) throw new Error(`no ${wanted} in ${types.join(' ')}`);
+  }
   passed++;
   console.log(`ai-sdk: ${passed} passed, 0 failed`);
 } finally {

@@ -10,6 +10,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agui;
 mod chain;
 mod cors;
 mod decisions;

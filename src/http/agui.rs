@@ -1,0 +1,326 @@
+//! `POST /v1/agui`: the AG-UI protocol's events from the same turn, for
+//! AG-UI clients (CopilotKit and others). The request is AG-UI's
+//! `RunAgentInput` (`threadId` is the session, `runId` the client's name for
+//! the run, `messages` with the new user message last); the answer streams
+//! `RUN_STARTED`, `STEP_STARTED`/`STEP_FINISHED`, `TEXT_MESSAGE_*`,
+//! `TOOL_CALL_*`, and `RUN_FINISHED` or `RUN_ERROR`.
+
+use axum::{
+    body::{Body, Bytes},
+    extract::State,
+    http::{HeaderValue, header},
+    response::{IntoResponse, Response},
+};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::{error::ApiError, json::ApiJson, parse_session_id};
+use crate::{
+    app::AppState,
+    events::{ToolStatus, TurnEvent},
+    http::error::Problem,
+    providers::{ChatMessage, Role},
+    runner::{StartError, TurnSpec},
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(agui_run))
+}
+
+/// AG-UI's `RunAgentInput` (the fields read; `tools`, `state`, `context`
+/// and `forwardedProps` are accepted and ignored).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAgentInput {
+    /// The thread: the service's session.
+    thread_id: String,
+    /// The client's id for this run (echoed in the run's events).
+    run_id: Option<String>,
+    #[schema(min_items = 1, max_items = 1000)]
+    messages: Vec<AguiMessage>,
+}
+
+/// An AG-UI message: its text `content` is read.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct AguiMessage {
+    role: String,
+    #[schema(value_type = Object)]
+    content: Option<Value>,
+}
+
+impl AguiMessage {
+    fn text(&self) -> String {
+        match &self.content {
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        }
+    }
+}
+
+fn invalid(detail: &str) -> ApiError {
+    ApiError::InvalidField {
+        field: "messages".into(),
+        detail: detail.into(),
+    }
+}
+
+fn frame(event: &Value) -> Bytes {
+    Bytes::from(format!("data: {event}\n\n"))
+}
+
+/// Turns the turn's events into AG-UI events.
+struct Encoder {
+    thread_id: String,
+    run_id: String,
+    /// The open text message, if any.
+    message: Option<String>,
+    messages: u32,
+    step: Option<u32>,
+}
+
+impl Encoder {
+    fn close_message(&mut self, out: &mut Vec<Value>) {
+        if let Some(id) = self.message.take() {
+            out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
+        }
+    }
+
+    fn enter_step(&mut self, step: u32, out: &mut Vec<Value>) {
+        if self.step == Some(step) {
+            return;
+        }
+        self.close_message(out);
+        if let Some(previous) = self.step {
+            out.push(json!({"type": "STEP_FINISHED", "stepName": format!("step-{previous}")}));
+        }
+        out.push(json!({"type": "STEP_STARTED", "stepName": format!("step-{step}")}));
+        self.step = Some(step);
+    }
+
+    fn leave_step(&mut self, out: &mut Vec<Value>) {
+        self.close_message(out);
+        if let Some(step) = self.step.take() {
+            out.push(json!({"type": "STEP_FINISHED", "stepName": format!("step-{step}")}));
+        }
+    }
+
+    /// The events of `event`; the second value is true when the run ends.
+    fn encode(&mut self, event: TurnEvent) -> (Vec<Value>, bool) {
+        let mut out = Vec::new();
+        match event {
+            TurnEvent::MessageDelta { step, text } => {
+                self.enter_step(step, &mut out);
+                if text.is_empty() {
+                    return (out, false);
+                }
+                let id = match &self.message {
+                    Some(id) => id.clone(),
+                    None => {
+                        self.messages += 1;
+                        let id = format!("{}-m{}", self.run_id, self.messages);
+                        out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
+                        self.message = Some(id.clone());
+                        id
+                    }
+                };
+                out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}));
+            }
+            TurnEvent::ToolStarted {
+                step,
+                call_id,
+                tool,
+                arguments,
+                ..
+            } => {
+                self.enter_step(step, &mut out);
+                self.close_message(&mut out);
+                out.push(
+                    json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": tool}),
+                );
+                out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments.to_string()}));
+                out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
+            }
+            TurnEvent::ToolFinished {
+                call_id,
+                status,
+                reason,
+                error,
+                ..
+            } => {
+                let content = match (status, error.or(reason)) {
+                    (ToolStatus::Completed, _) => "completed".to_owned(),
+                    (status, Some(why)) => format!("{}: {why}", status.as_str()),
+                    (status, None) => status.as_str().to_owned(),
+                };
+                self.messages += 1;
+                out.push(json!({
+                    "type": "TOOL_CALL_RESULT",
+                    "messageId": format!("{}-m{}", self.run_id, self.messages),
+                    "toolCallId": call_id,
+                    "content": content,
+                    "role": "tool",
+                }));
+            }
+            TurnEvent::TurnCompleted { result } => {
+                self.leave_step(&mut out);
+                out.push(json!({
+                    "type": "RUN_FINISHED",
+                    "threadId": self.thread_id,
+                    "runId": self.run_id,
+                    "result": {
+                        "text": result.text,
+                        "local_citations": result.local_citations,
+                        "web_citations": result.web_citations,
+                    },
+                }));
+                return (out, true);
+            }
+            TurnEvent::TurnFailed { code, message } => {
+                self.leave_step(&mut out);
+                out.push(json!({"type": "RUN_ERROR", "message": message, "code": code}));
+                return (out, true);
+            }
+            TurnEvent::TurnCancelled { reason } | TurnEvent::TurnInterrupted { reason } => {
+                self.leave_step(&mut out);
+                out.push(json!({"type": "RUN_ERROR", "message": reason, "code": "turn_ended"}));
+                return (out, true);
+            }
+            _ => {}
+        }
+        (out, false)
+    }
+}
+
+/// A turn as an AG-UI run.
+#[utoipa::path(
+    post,
+    path = "/v1/agui",
+    tag = "turns",
+    request_body = RunAgentInput,
+    responses(
+        (status = 200, description = "AG-UI events (`data: {…}` lines)", content_type = "text/event-stream", body = super::EventStream),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The thread already has a running turn", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid body (see `code`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn agui_run(
+    State(app): State<AppState>,
+    ApiJson(body): ApiJson<RunAgentInput>,
+) -> Result<Response, ApiError> {
+    let session_id = parse_session_id(&body.thread_id)?;
+    let Some((last, earlier)) = body.messages.split_last() else {
+        return Err(invalid("`messages` must not be empty"));
+    };
+    if body.messages.len() > 1000 {
+        return Err(invalid("`messages` has more than 1000 messages"));
+    }
+    if last.role != "user" {
+        return Err(invalid("the last message must be the user's"));
+    }
+    let message = last.text();
+    if message.trim().is_empty() {
+        return Err(ApiError::MessageRequired);
+    }
+    let history: Vec<ChatMessage> = earlier
+        .iter()
+        .filter_map(|m| {
+            let role = match m.role.as_str() {
+                "system" | "developer" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                _ => return None,
+            };
+            Some(ChatMessage::new(role, m.text()))
+        })
+        .collect();
+    if std::iter::once(&message)
+        .chain(history.iter().map(|m| &m.content))
+        .any(|t| t.contains('\0'))
+    {
+        return Err(invalid("a message contains U+0000"));
+    }
+    let run_id = body
+        .run_id
+        .clone()
+        .filter(|r| !r.trim().is_empty() && r.len() <= 128 && !r.chars().any(char::is_control));
+    let spec = TurnSpec {
+        message,
+        top_k: 8,
+        web_mode: crate::harness::WebMode::Off,
+        show_citations: false,
+        runtime_provider: None,
+        runtime_model: None,
+        skill_context: None,
+        history: Some(history),
+        user_id: None,
+    };
+    let started = app
+        .runner
+        .start(&session_id, spec, None)
+        .await
+        .map_err(|e| match e {
+            StartError::AlreadyRunning(id) => ApiError::TurnAlreadyRunning(id),
+            StartError::IdempotencyMismatch(id) => ApiError::IdempotencyKeyReused(id),
+            StartError::ShuttingDown => ApiError::ShuttingDown,
+            StartError::Store(e) => e.into(),
+        })?;
+    let turn_id = started.turn_id;
+    let session = session_id.as_str().to_owned();
+    let events = match started.live {
+        Some(start) => app.runner.subscribe_started(session.clone(), start).boxed(),
+        None => app
+            .runner
+            .subscribe(session.clone(), turn_id, started.first_seq - 1)
+            .boxed(),
+    };
+    let run_id = run_id.unwrap_or_else(|| turn_id.to_string());
+    let frames = async_stream::stream! {
+        let mut events = events;
+        let mut encoder = Encoder {
+            thread_id: session,
+            run_id,
+            message: None,
+            messages: 0,
+            step: None,
+        };
+        yield Ok::<_, std::convert::Infallible>(frame(&json!({
+            "type": "RUN_STARTED",
+            "threadId": encoder.thread_id,
+            "runId": encoder.run_id,
+        })));
+        while let Some(item) = events.next().await {
+            let Ok(stored) = item else {
+                yield Ok(frame(&json!({"type": "RUN_ERROR", "message": "the event log cannot be read", "code": "event_log_unavailable"})));
+                break;
+            };
+            let Ok(event) = serde_json::from_str::<TurnEvent>(&stored.payload) else { continue };
+            let (out, done) = encoder.encode(event);
+            for event in &out {
+                yield Ok(frame(event));
+            }
+            if done {
+                break;
+            }
+        }
+    };
+    let mut response = Body::from_stream(frames).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
+        headers.insert("x-turn-id", value);
+    }
+    Ok(response)
+}
