@@ -66,6 +66,10 @@ pub struct TurnBody {
     /// 1,000 messages).
     #[schema(max_items = 1000)]
     history: Option<Vec<HistoryMessage>>,
+    /// What to do when the session already has a running turn: `reject`
+    /// (409, the default), `enqueue` (wait for it to end, then run) or
+    /// `interrupt` (cancel it, then run).
+    multitask: Option<Multitask>,
     /// Whose memories the turn reads and adds to (1-128 characters of
     /// `[A-Za-z0-9._:-]`); without it, the session's own.
     #[schema(
@@ -75,6 +79,22 @@ pub struct TurnBody {
     )]
     user_id: Option<String>,
 }
+
+/// A request's answer to a running turn in its session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Multitask {
+    /// 409 `turn_already_running`.
+    #[default]
+    Reject,
+    /// Wait for the running turn (and any queued before this one) to end.
+    Enqueue,
+    /// Cancel the running turn, wait for it to end, then run.
+    Interrupt,
+}
+
+/// Longest an `enqueue`d or `interrupt`ing request waits for the session.
+const MULTITASK_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// One history message of a request.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -326,17 +346,43 @@ async fn start_turn(
 ) -> Result<Response, ApiError> {
     let session_id = parse_session_id(&session_id)?;
     let key = idempotency_key(&headers)?;
+    let multitask = body.multitask.unwrap_or_default();
     let spec = body.validate(&app.provider_names)?;
-    let started = app
-        .runner
-        .start(&session_id, spec, key)
-        .await
-        .map_err(|e| match e {
-            StartError::AlreadyRunning(id) => ApiError::TurnAlreadyRunning(id),
-            StartError::IdempotencyMismatch(id) => ApiError::IdempotencyKeyReused(id),
-            StartError::ShuttingDown => ApiError::ShuttingDown,
-            StartError::Store(e) => e.into(),
-        })?;
+    // A running turn is waited for (or cancelled first) up to the turn
+    // deadline and a margin, never longer than MULTITASK_WAIT_MAX.
+    let deadline = tokio::time::Instant::now()
+        + (app.settings.harness.turn_timeout() + std::time::Duration::from_secs(30))
+            .min(MULTITASK_WAIT_MAX);
+    let started = loop {
+        match app
+            .runner
+            .start(&session_id, spec.clone(), key.clone())
+            .await
+        {
+            Err(StartError::AlreadyRunning(running)) if multitask != Multitask::Reject => {
+                if multitask == Multitask::Interrupt {
+                    // Ended already, or asked to end: either way, wait.
+                    let _ = app.runner.cancel(&session_id, running).await;
+                }
+                let waited = tokio::time::timeout_at(
+                    deadline,
+                    app.runner.wait_for_end(&session_id, running),
+                )
+                .await;
+                if waited.is_err() {
+                    return Err(ApiError::TurnAlreadyRunning(running));
+                }
+            }
+            other => {
+                break other.map_err(|e| match e {
+                    StartError::AlreadyRunning(id) => ApiError::TurnAlreadyRunning(id),
+                    StartError::IdempotencyMismatch(id) => ApiError::IdempotencyKeyReused(id),
+                    StartError::ShuttingDown => ApiError::ShuttingDown,
+                    StartError::Store(e) => e.into(),
+                })?;
+            }
+        }
+    };
     let turn_id = started.turn_id;
     let mut response = if wants_event_stream(&headers) {
         let metrics = app.runner.metrics().clone();

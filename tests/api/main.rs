@@ -23,6 +23,7 @@ mod http_tools;
 mod lifecycle;
 mod mcp;
 mod memory;
+mod multitask;
 mod openai_compat;
 mod openapi;
 mod tool_turn;

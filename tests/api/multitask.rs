@@ -1,0 +1,110 @@
+//! Double-texting: a turn asked for while one runs is refused (the
+//! default), queued behind it, or ends it first.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    fake_provider::Reply,
+    helpers::{TestApp, spawn_app},
+    on_both_backends,
+    support::Backend,
+};
+
+async fn post(app: &TestApp, session: &str, body: Value) -> (u16, Value) {
+    let response = app.post_turn(session, body).await;
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn a_turn_can_wait_for_the_running_one_or_end_it(backend: Backend) {
+    let app = std::sync::Arc::new(spawn_app(backend).await);
+    let gate = CancellationToken::new();
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(2, &gate),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let mut first = app
+        .post_turn_sse("s-multi", json!({"message": "first"}))
+        .await;
+    let first_id = first.headers["x-turn-id"].to_str().unwrap().to_owned();
+    first.read_until("turn.started").await;
+
+    // The default refuses; an unknown mode is a bad request.
+    let (status, problem) = post(&app, "s-multi", json!({"message": "no"})).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("turn_already_running"))
+    );
+    let (status, _) = post(
+        &app,
+        "s-multi",
+        json!({"message": "x", "multitask": "maybe"}),
+    )
+    .await;
+    assert_eq!(status, 422);
+
+    // `enqueue` waits for the running turn, then runs.
+    let queued = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            post(
+                &app,
+                "s-multi",
+                json!({"message": "second", "multitask": "enqueue"}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!queued.is_finished(), "it waits while the first turn runs");
+    gate.cancel();
+    first.read_to_end().await;
+    let (status, second) = queued.await.unwrap();
+    assert_eq!(
+        (status, second["status"].as_str()),
+        (200, Some("completed")),
+        "{second}"
+    );
+    let (_, turn) = app
+        .get_json(&format!("/sessions/s-multi/turns/{first_id}"))
+        .await;
+    assert_eq!(turn["status"], "completed", "the first turn ran to its end");
+
+    // `interrupt` cancels the running turn, then runs.
+    let hold = CancellationToken::new();
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(2, &hold),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let mut third = app
+        .post_turn_sse("s-multi", json!({"message": "third"}))
+        .await;
+    let third_id = third.headers["x-turn-id"].to_str().unwrap().to_owned();
+    // Its provider answer has begun (the held reply is taken).
+    third.read_until("message.delta").await;
+    let (status, fourth) = post(
+        &app,
+        "s-multi",
+        json!({"message": "fourth", "multitask": "interrupt"}),
+    )
+    .await;
+    assert_eq!(
+        (status, fourth["status"].as_str()),
+        (200, Some("completed")),
+        "{fourth}"
+    );
+    let events = third.read_to_end().await;
+    assert_eq!(events.last().unwrap().event, "turn.cancelled");
+    let (_, turn) = app
+        .get_json(&format!("/sessions/s-multi/turns/{third_id}"))
+        .await;
+    assert_eq!(turn["status"], "cancelled");
+    hold.cancel();
+    let (_, session) = app.get_json("/sessions/s-multi").await;
+    assert_eq!(session["turn_count"], 4);
+}
+
+on_both_backends!(a_turn_can_wait_for_the_running_one_or_end_it);
