@@ -12,6 +12,7 @@ pub mod json;
 mod limits;
 pub mod memory;
 pub mod openai_compat;
+mod page;
 pub mod server;
 pub mod sessions;
 pub mod sse;
@@ -76,6 +77,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(openai_compat::router())
         .merge(ui_stream::router())
         .merge(agui::router())
+        .merge(page::router())
         .routes(routes!(openapi_document))
 }
 

@@ -1,5 +1,5 @@
 //! `POST /v1/agui`: an AG-UI run of a turn. The `@ag-ui/core` schemas check
-//! every event in `.ci/run` (`scripts/ai-sdk/check.mjs`); here the sequence.
+//! every event in `.ci/run` (`scripts/clients/check.mjs`); here the sequence.
 
 use serde_json::{Value, json};
 

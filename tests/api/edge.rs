@@ -157,3 +157,29 @@ async fn an_overlong_uri_or_huge_headers_get_problem_json() {
     let problem: Value = response.json().await.unwrap();
     assert_eq!(problem["code"], "headers_too_large");
 }
+
+#[tokio::test]
+async fn the_chat_page_is_served_with_its_policy() {
+    let app = crate::helpers::spawn_app(crate::support::Backend::Sqlite).await;
+    let response = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/html; charset=utf-8"
+    );
+    assert!(
+        response.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("connect-src 'self'")
+    );
+    let page = response.text().await.unwrap();
+    for part in [
+        "id=\"message\"",
+        "id=\"cancel\"",
+        "last-event-id",
+        "/events",
+    ] {
+        assert!(page.contains(part), "{part}");
+    }
+}
