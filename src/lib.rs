@@ -10,13 +10,19 @@
 //! - [`startup`]: [`startup::Application`] builds and runs the service (binary and tests).
 //! - [`app`]: the state handlers share.
 //! - [`http`]: the connection loop (timeouts, connection limit), routes,
-//!   problem+json errors, SSE encoding, CORS, the OpenAPI document.
+//!   problem+json errors, SSE encoding, CORS, the OpenAPI document; the
+//!   other wire formats (OpenAI chat completions, the AI SDK's UI message
+//!   stream, AG-UI) and the chat page.
 //! - [`runner`]: turns as detached, cancellable tasks (`runner/turn.rs`: a
 //!   turn's life and its end); the event log writer (group commit), live
 //!   fan-out, gap-free resumable subscriptions, heartbeat and cancels.
 //! - [`harness`]: the agent turn itself (prompt, bounded loop, the gates of
 //!   a tool call, the finalizer), emitting [`events::TurnEvent`]s.
-//! - [`tools`]: the `Tool` trait, specs, the registry, the built-in tools.
+//! - [`tools`]: the `Tool` trait, specs, the registry, the built-in tools
+//!   (retrieval, notes, web), HTTP tools from the settings, MCP servers.
+//! - [`vault`]: the folder of notes, its chunking, index and path checks.
+//! - [`memory`]: memory, judges and the research learner on the store, and
+//!   the background worker that runs their jobs.
 //! - [`providers`]: the `LlmProvider` trait, the OpenAI-compatible,
 //!   Anthropic and Ollama adapters (`http.rs`: requests and limits;
 //!   `stream.rs`: SSE/NDJSON decoding), the chain, pricing, redaction.
