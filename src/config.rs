@@ -24,8 +24,8 @@ use clap::{ArgAction, builder::BoolishValueParser};
 
 pub use load::{ConfigError, load_matches};
 pub use values::{
-    CorsOrigins, DatabaseUrl, EmbeddingModel, HttpUrl, LogFormat, ProviderKind, ProviderList,
-    ProviderRef, Secret, redact_url,
+    CorsOrigins, DatabaseUrl, EffectList, EmbeddingModel, HttpUrl, LogFormat, ProviderKind,
+    ProviderList, ProviderRef, Secret, redact_url,
 };
 
 use crate::{
@@ -438,6 +438,14 @@ pub struct HarnessSettings {
         env = "HARNESS_PROMPT_VERSION"
     )]
     pub prompt_version: Option<String>,
+    /// Effect classes whose tool calls wait for a person's approval
+    /// (`approval.requested`), e.g. LOCAL_WRITE,DESTRUCTIVE [default: none].
+    #[arg(
+        id = "harness.approval_required",
+        long = "approval-required",
+        env = "HARNESS_APPROVAL_REQUIRED"
+    )]
+    pub approval_required: Option<EffectList>,
     /// Stored messages used as history when a request brings none.
     #[arg(
         id = "harness.history_max_messages",

@@ -107,6 +107,25 @@ pub enum TurnEvent {
         error: Option<String>,
         latency_ms: u64,
     },
+    /// A tool call waits for a person: `POST
+    /// /sessions/{session_id}/turns/{turn_id}/approvals/{call_id}` decides.
+    #[serde(rename = "approval.requested")]
+    ApprovalRequested {
+        step: u32,
+        call_id: String,
+        tool: String,
+        #[schema(value_type = Object)]
+        arguments: serde_json::Value,
+    },
+    /// The decision on a call that waited: `approved`, `denied`,
+    /// `timed_out` (the turn's deadline came first) or `cancelled`.
+    #[serde(rename = "approval.resolved")]
+    ApprovalResolved {
+        call_id: String,
+        outcome: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A timed-out tool finished while the turn was still running; its
     /// result was discarded.
     #[serde(rename = "tool.late")]
@@ -187,6 +206,8 @@ impl TurnEvent {
             Self::ToolStarted { .. } => "tool.started",
             Self::ToolFinished { .. } => "tool.finished",
             Self::ToolLate { .. } => "tool.late",
+            Self::ApprovalRequested { .. } => "approval.requested",
+            Self::ApprovalResolved { .. } => "approval.resolved",
             Self::Reflection { .. } => "reflection",
             Self::ContextCompacted { .. } => "context.compacted",
             Self::Citations { .. } => "citations",

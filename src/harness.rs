@@ -53,8 +53,8 @@ use crate::{
 use budget::{BudgetLimits, TurnBudget};
 use compaction::ContextWarningTracker;
 use hooks::{
-    AgentCallbacks, ArtifactStore, CheckpointStore, CostTracker, JudgeScheduler, MemoryExtractor,
-    MemoryRetriever, NoCallbacks, ResearchLearner,
+    AgentCallbacks, ApprovalGate, ArtifactStore, CheckpointStore, CostTracker, JudgeScheduler,
+    MemoryExtractor, MemoryRetriever, NoCallbacks, ResearchLearner,
 };
 use state::TurnRuntimeState;
 use thinking::{ThinkLevel, ThinkingManager};
@@ -116,6 +116,9 @@ pub struct HarnessOptions {
     pub auto_compact: bool,
     /// Store a decision record per turn (the seeds' `decision_store`).
     pub record_decisions: bool,
+    /// Calls of these effect classes wait for a person's approval (with an
+    /// approval gate; none by default).
+    pub approval_effects: Vec<crate::tools::EffectClass>,
 }
 
 impl Default for HarnessOptions {
@@ -144,6 +147,7 @@ impl Default for HarnessOptions {
             max_tools_per_turn: 25,
             auto_compact: true,
             record_decisions: true,
+            approval_effects: Vec::new(),
         }
     }
 }
@@ -238,6 +242,7 @@ pub struct AgentHarness {
     research_learner: Option<Arc<dyn ResearchLearner>>,
     judges: Option<Arc<dyn JudgeScheduler>>,
     checkpoint_store: Option<Arc<dyn CheckpointStore>>,
+    approvals: Option<Arc<dyn ApprovalGate>>,
     cost_tracker: Option<Arc<dyn CostTracker>>,
     context_tracker: Option<ContextWarningTracker>,
     artifacts: Option<Arc<dyn ArtifactStore>>,
@@ -290,6 +295,12 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// Calls of the options' `approval_effects` wait for this gate.
+    pub fn approvals(mut self, gate: Arc<dyn ApprovalGate>) -> Self {
+        self.harness.approvals = Some(gate);
+        self
+    }
+
     pub fn checkpoint_store(mut self, store: Arc<dyn CheckpointStore>) -> Self {
         self.harness.checkpoint_store = Some(store);
         self
@@ -331,6 +342,7 @@ impl AgentHarness {
                 research_learner: None,
                 judges: None,
                 checkpoint_store: None,
+                approvals: None,
                 cost_tracker: None,
                 context_tracker: Some(ContextWarningTracker::new(128_000)),
                 artifacts: None,

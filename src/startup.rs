@@ -12,7 +12,10 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use crate::{
     app::App,
     config::{EmbeddingModel, ProviderKind, ProviderRef, Settings},
-    harness::hooks::{ArtifactStore, CheckpointRequest, CheckpointStore, HookError},
+    harness::hooks::{
+        ApprovalDecision, ApprovalGate, ApprovalRequest, ArtifactStore, CheckpointRequest,
+        CheckpointStore, HookError,
+    },
     harness::{AgentHarness, HarnessOptions, compaction::ContextWarningTracker},
     http,
     memory::{
@@ -123,6 +126,7 @@ pub fn build_harness(
     provider: Arc<dyn LlmProvider>,
     extra_tools: Vec<Arc<dyn Tool>>,
     jobs: Arc<tokio::sync::Notify>,
+    approvals: Arc<tokio::sync::Notify>,
 ) -> AgentHarness {
     let tools = ToolRegistry::new(settings.harness.tool_permission)
         .register(Arc::new(GetContextPack::new(vault.clone())))
@@ -166,6 +170,12 @@ pub fn build_harness(
         enable_semantic_selection: settings.harness.semantic_tool_selection,
         max_tools_per_turn: settings.harness.max_tools_per_turn,
         auto_compact: settings.harness.auto_compact,
+        approval_effects: settings
+            .harness
+            .approval_required
+            .as_ref()
+            .map(|list| list.0.clone())
+            .unwrap_or_default(),
         ..HarnessOptions::default()
     };
     let mut builder = AgentHarness::builder(provider)
@@ -179,7 +189,11 @@ pub fn build_harness(
             vault: vault.clone(),
             store: store.clone(),
         }))
-        .cost_tracker(Arc::new(settings.providers.pricing.clone()));
+        .cost_tracker(Arc::new(settings.providers.pricing.clone()))
+        .approvals(Arc::new(StoreApprovals {
+            store: store.clone(),
+            decided: approvals,
+        }));
     let memory = &settings.memory;
     if memory.retrieval {
         builder = builder.memory_retriever(Arc::new(StoreMemory::new(
@@ -202,6 +216,54 @@ pub fn build_harness(
         builder = builder.judges(Arc::new(JudgePanel::new(judges.clone(), store, jobs)));
     }
     builder.build()
+}
+
+/// Approval decisions from the store: a waiting call looks for its
+/// decision when woken (a decision made in this process) and every 250 ms
+/// (one made on another replica).
+pub struct StoreApprovals {
+    pub store: Arc<dyn store::Store>,
+    pub decided: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl ApprovalGate for StoreApprovals {
+    async fn decide(
+        &self,
+        request: &ApprovalRequest,
+        within: Duration,
+        cancel: &CancellationToken,
+    ) -> ApprovalDecision {
+        let Ok(turn_id) = Uuid::parse_str(&request.turn_id) else {
+            return ApprovalDecision::Denied {
+                reason: "the turn has no valid id".into(),
+            };
+        };
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Registered before the look, so that a decision made in between
+            // still wakes this wait.
+            let woken = self.decided.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            match self.store.get_approval(turn_id, &request.call_id).await {
+                Ok(Some((true, _))) => return ApprovalDecision::Approved,
+                Ok(Some((false, reason))) => {
+                    return ApprovalDecision::Denied {
+                        reason: reason.unwrap_or_else(|| "no reason given".into()),
+                    };
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot read an approval; still waiting"),
+            }
+            tokio::select! {
+                () = &mut woken => {}
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                () = tokio::time::sleep_until(deadline) => return ApprovalDecision::TimedOut,
+                () = cancel.cancelled() => return ApprovalDecision::Cancelled,
+            }
+        }
+    }
 }
 
 /// The worker that runs memory extraction and judges after turns.
@@ -418,6 +480,7 @@ impl Application {
         let provider_names = provider_names(&settings);
         let vault = Arc::new(build_vault(&settings, store.clone())?);
         let jobs = Arc::new(tokio::sync::Notify::new());
+        let approvals = Arc::new(tokio::sync::Notify::new());
         let worker = build_worker(
             &settings,
             store.clone(),
@@ -441,6 +504,7 @@ impl Application {
             provider,
             tools,
             jobs,
+            approvals.clone(),
         ));
         let runner = TurnRunner::start_runner(
             store.clone(),
@@ -476,6 +540,7 @@ impl Application {
             runner,
             vault,
             mcp: Arc::new(mcp),
+            approvals_decided: approvals,
             provider_names,
         });
         Ok(Self {

@@ -357,6 +357,24 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<ObservationRecord>, StoreError>;
 
+    /// Records a person's decision on a call waiting for approval; false
+    /// when the call was already decided (the first decision stands).
+    async fn decide_approval(
+        &self,
+        session_id: &str,
+        turn_id: Uuid,
+        call_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError>;
+
+    /// The decision on a call, if one was made: approved, and why not.
+    async fn get_approval(
+        &self,
+        turn_id: Uuid,
+        call_id: &str,
+    ) -> Result<Option<(bool, Option<String>)>, StoreError>;
+
     /// Refreshes the heartbeat of these running turns; returns those whose
     /// cancellation was requested.
     async fn heartbeat(

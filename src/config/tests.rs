@@ -306,3 +306,20 @@ fn mcp_servers_are_declared_as_tables_in_the_file() {
         "{err}"
     );
 }
+
+#[test]
+fn approval_effects_are_effect_classes() {
+    let s = load(&[("HARNESS_APPROVAL_REQUIRED", "local_write, DESTRUCTIVE")]).unwrap();
+    assert_eq!(
+        s.harness.approval_required.unwrap().0,
+        [
+            crate::tools::EffectClass::LocalWrite,
+            crate::tools::EffectClass::Destructive
+        ]
+    );
+    let err = load(&[("HARNESS_APPROVAL_REQUIRED", "WRITES")]).unwrap_err();
+    assert!(
+        err.to_string().starts_with("HARNESS_APPROVAL_REQUIRED: "),
+        "{err}"
+    );
+}

@@ -153,6 +153,35 @@ impl FromStr for EmbeddingModel {
     }
 }
 
+/// Effect classes, comma-separated (`LOCAL_WRITE,DESTRUCTIVE`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EffectList(pub Vec<crate::tools::EffectClass>);
+
+impl FromStr for EffectList {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        use crate::tools::EffectClass;
+        let mut effects = Vec::new();
+        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let effect = match name.to_ascii_uppercase().as_str() {
+                "READ_ONLY" => EffectClass::ReadOnly,
+                "LOCAL_WRITE" => EffectClass::LocalWrite,
+                "NETWORK" => EffectClass::Network,
+                "DESTRUCTIVE" => EffectClass::Destructive,
+                _ => {
+                    return Err(format!(
+                        "unknown effect class {name:?} (READ_ONLY, LOCAL_WRITE, NETWORK, DESTRUCTIVE)"
+                    ));
+                }
+            };
+            if !effects.contains(&effect) {
+                effects.push(effect);
+            }
+        }
+        Ok(Self(effects))
+    }
+}
+
 /// Origins allowed to call the API from a browser.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CorsOrigins {

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     AgentHarness, EventSink, TurnRequest,
     executor::{self, Executed},
-    hooks::{CheckpointRequest, isolate},
+    hooks::{ApprovalDecision, ApprovalRequest, CheckpointRequest, isolate},
     prepare::untrusted_block,
     replay::ReplayControl,
     scheduler::Wave,
@@ -50,6 +50,8 @@ pub enum DenyReason {
     Blocked,
     /// The permission mode (or the turn's `web_mode`) does not let it run.
     Permission,
+    /// A person denied it, or no decision came before the deadline.
+    Approval,
     PreHook,
     Validation,
     Budget,
@@ -61,6 +63,7 @@ impl DenyReason {
             Self::Duplicate => "duplicate",
             Self::Blocked => "blocked",
             Self::Permission => "permission",
+            Self::Approval => "approval",
             Self::PreHook => "pre_hook",
             Self::Validation => "validation",
             Self::Budget => "budget",
@@ -207,6 +210,56 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
             message: "the tool-call budget of this turn is used up; answer with what you have"
                 .into(),
         };
+    }
+    // 5a. A person's approval, for the configured effect classes. The
+    // turn's deadline keeps running; a cancel ends the wait.
+    if harness
+        .options
+        .approval_effects
+        .contains(&tool.spec().effect)
+        && let Some(gate) = harness.approvals.as_ref()
+    {
+        let _ = env
+            .sink
+            .emit(TurnEvent::ApprovalRequested {
+                step: env.step,
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                arguments: arguments.clone(),
+            })
+            .await;
+        let request = ApprovalRequest {
+            session_id: env.request.session_id.clone(),
+            turn_id: env.request.turn_id.to_string(),
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+        };
+        let decision = gate
+            .decide(&request, env.state.budget.remaining(), env.turn_cancel)
+            .await;
+        let (outcome, reason) = match &decision {
+            ApprovalDecision::Approved => ("approved", None),
+            ApprovalDecision::Denied { reason } => ("denied", Some(reason.clone())),
+            ApprovalDecision::TimedOut => ("timed_out", None),
+            ApprovalDecision::Cancelled => ("cancelled", None),
+        };
+        let _ = env
+            .sink
+            .emit(TurnEvent::ApprovalResolved {
+                call_id: call.id.clone(),
+                outcome: outcome.to_owned(),
+                reason: reason.clone(),
+            })
+            .await;
+        if decision != ApprovalDecision::Approved {
+            return ToolOutcome::Denied {
+                reason: DenyReason::Approval,
+                message: match reason {
+                    Some(why) => format!("the user denied this call: {why}"),
+                    None => format!("this call was not approved ({outcome})"),
+                },
+            };
+        }
     }
     // 5. A write's checkpoint: what it will change is saved first, and a
     // write that cannot be undone does not run.

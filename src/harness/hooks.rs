@@ -121,6 +121,41 @@ pub trait CheckpointStore: Send + Sync {
     async fn snapshot(&self, request: &CheckpointRequest) -> Result<Vec<String>, HookError>;
 }
 
+/// A tool call waiting for a person's approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRequest {
+    pub session_id: String,
+    pub turn_id: String,
+    pub call_id: String,
+    pub tool: String,
+}
+
+/// What became of an approval request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    Approved,
+    Denied {
+        reason: String,
+    },
+    /// The turn's deadline came first.
+    TimedOut,
+    /// The turn was cancelled while it waited.
+    Cancelled,
+}
+
+/// Asks a person before calls of some effect classes run.
+#[async_trait]
+pub trait ApprovalGate: Send + Sync {
+    /// Waits for the decision on `request`, at most `within`, and no longer
+    /// than `cancel` stays uncancelled.
+    async fn decide(
+        &self,
+        request: &ApprovalRequest,
+        within: std::time::Duration,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> ApprovalDecision;
+}
+
 /// Accumulates token cost per session.
 pub trait CostTracker: Send + Sync {
     /// Records a provider call; returns its cost in USD when the model is priced.

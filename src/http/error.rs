@@ -78,6 +78,9 @@ pub enum ApiError {
     /// 404 `vault_not_found`: the configured vault folder does not exist.
     #[error("the vault folder {0} does not exist")]
     VaultNotFound(String),
+    /// 409 `approval_already_decided`.
+    #[error("the call was already approved or denied")]
+    ApprovalAlreadyDecided,
     /// 404 `checkpoint_not_found`.
     #[error("checkpoint not found")]
     CheckpointNotFound,
@@ -164,6 +167,7 @@ impl ApiError {
             | Self::TurnNotRunning { .. }
             | Self::TurnCancelled(_)
             | Self::CheckpointAlreadyRestored
+            | Self::ApprovalAlreadyDecided
             | Self::NoteRefused(_) => StatusCode::CONFLICT,
             Self::TurnFailed { code, .. } if code.starts_with("provider_") => {
                 StatusCode::BAD_GATEWAY
@@ -195,6 +199,7 @@ impl ApiError {
             Self::ArtifactNotFound => "artifact_not_found",
             Self::VaultNotFound(_) => "vault_not_found",
             Self::CheckpointNotFound => "checkpoint_not_found",
+            Self::ApprovalAlreadyDecided => "approval_already_decided",
             Self::CheckpointAlreadyRestored => "checkpoint_already_restored",
             Self::NoteRefused(_) => "note_refused",
             Self::NotFound => "not_found",

@@ -28,6 +28,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_turn))
         .routes(routes!(turn_events))
         .routes(routes!(cancel_turn))
+        .routes(routes!(decide_approval))
 }
 
 /// Largest `top_k`.
@@ -630,4 +631,93 @@ async fn cancel_turn(
         Err(CancelError::NotRunning(status)) => Err(ApiError::TurnNotRunning { turn_id, status }),
         Err(CancelError::Store(e)) => Err(e.into()),
     }
+}
+
+/// A person's decision on a call waiting for approval.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalBody {
+    /// Let the call run (true) or not.
+    approve: bool,
+    /// Why not, shown to the model (at most 1,000 characters).
+    #[schema(max_length = 1000)]
+    reason: Option<String>,
+}
+
+/// The decision, as recorded.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ApprovalView {
+    pub call_id: String,
+    pub approved: bool,
+}
+
+/// Approves or denies a tool call that waits for a person (an
+/// `approval.requested` event). The first decision stands; the turn's
+/// deadline keeps running meanwhile.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/turns/{turn_id}/approvals/{call_id}",
+    tag = "turns",
+    params(
+        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        ("turn_id" = Uuid, Path, description = "The turn's id"),
+        ("call_id" = String, Path, description = "The call's id, as `approval.requested` names it"),
+    ),
+    request_body = ApprovalBody,
+    responses(
+        (status = 200, description = "Recorded", body = ApprovalView),
+        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The turn is not running (`turn_not_running`) or the call was decided (`approval_already_decided`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn decide_approval(
+    State(app): State<AppState>,
+    Path((session_id, turn_id, call_id)): Path<(String, String, String)>,
+    ApiJson(body): ApiJson<ApprovalBody>,
+) -> Result<axum::Json<ApprovalView>, ApiError> {
+    let session_id = parse_session_id(&session_id)?;
+    let turn_id = parse_turn_id(&turn_id)?;
+    if call_id.is_empty() || call_id.len() > 200 || call_id.chars().any(char::is_control) {
+        return Err(ApiError::InvalidQuery("`call_id` is not a call id".into()));
+    }
+    let reason = body.reason.filter(|r| !r.trim().is_empty());
+    if reason
+        .as_deref()
+        .is_some_and(|r| r.chars().count() > 1000 || r.contains('\0'))
+    {
+        return Err(ApiError::InvalidField {
+            field: "reason".into(),
+            detail: "`reason` is longer than 1000 characters or contains U+0000".into(),
+        });
+    }
+    let turn = app
+        .store
+        .get_turn(session_id.as_str(), turn_id)
+        .await?
+        .ok_or(ApiError::TurnNotFound)?;
+    if turn.status != TurnStatus::Running {
+        return Err(ApiError::TurnNotRunning {
+            turn_id,
+            status: turn.status,
+        });
+    }
+    let recorded = app
+        .store
+        .decide_approval(
+            session_id.as_str(),
+            turn_id,
+            &call_id,
+            body.approve,
+            reason.as_deref(),
+        )
+        .await?;
+    if !recorded {
+        return Err(ApiError::ApprovalAlreadyDecided);
+    }
+    app.approvals_decided.notify_waiters();
+    Ok(axum::Json(ApprovalView {
+        call_id,
+        approved: body.approve,
+    }))
 }

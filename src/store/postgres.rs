@@ -670,6 +670,31 @@ impl PostgresStore {
         Ok(())
     }
 
+    pub(super) async fn write_approval(
+        &self,
+        session_id: &str,
+        turn_id: uuid::Uuid,
+        call_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, decided_at) \
+             VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (turn_id, call_id) DO NOTHING",
+        )
+        .bind(turn_id.to_string())
+        .bind(call_id)
+        .bind(session_id)
+        .bind(approved)
+        .bind(reason)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(inserted == 1)
+    }
+
     pub(super) async fn write_cancel_request(
         &self,
         turn_id: uuid::Uuid,

@@ -583,6 +583,32 @@ macro_rules! impl_store {
                 Ok(newest_first)
             }
 
+            async fn decide_approval(
+                &self,
+                session_id: &str,
+                turn_id: uuid::Uuid,
+                call_id: &str,
+                approved: bool,
+                reason: Option<&str>,
+            ) -> Result<bool, $crate::store::StoreError> {
+                self.write_approval(session_id, turn_id, call_id, approved, reason)
+                    .await
+            }
+
+            async fn get_approval(
+                &self,
+                turn_id: uuid::Uuid,
+                call_id: &str,
+            ) -> Result<Option<(bool, Option<String>)>, $crate::store::StoreError> {
+                Ok(sqlx::query_as(
+                    "SELECT approved, reason FROM approvals WHERE turn_id = $1 AND call_id = $2",
+                )
+                .bind(turn_id.to_string())
+                .bind(call_id)
+                .fetch_optional(self.reader())
+                .await?)
+            }
+
             async fn request_cancel(
                 &self,
                 turn_id: uuid::Uuid,

@@ -253,6 +253,25 @@ impl SqliteStore {
         self.writes.put_observation(observation.clone()).await
     }
 
+    async fn write_approval(
+        &self,
+        session_id: &str,
+        turn_id: Uuid,
+        call_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.writes
+            .decide_approval(
+                session_id.to_owned(),
+                turn_id,
+                call_id.to_owned(),
+                approved,
+                reason.map(str::to_owned),
+            )
+            .await
+    }
+
     async fn write_cancel_request(&self, turn_id: Uuid) -> Result<bool, StoreError> {
         self.writes.request_cancel(turn_id).await
     }

@@ -11,6 +11,7 @@
 mod support;
 
 mod agui;
+mod approvals;
 mod chain;
 mod cors;
 mod decisions;

@@ -96,7 +96,7 @@ fn the_document_states_the_servers_constraints() {
         }
     }
     // Every route under /sessions/{session_id}.
-    assert_eq!(session_params, 13);
+    assert_eq!(session_params, 14);
     let schemas = &doc["components"]["schemas"];
     assert_eq!(schemas["EventStream"]["type"], "string");
     let body = &schemas["TurnBody"];

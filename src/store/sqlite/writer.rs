@@ -506,6 +506,34 @@ impl Writer {
         .await
     }
 
+    pub(super) async fn decide_approval(
+        &self,
+        session_id: String,
+        turn_id: Uuid,
+        call_id: String,
+        approved: bool,
+        reason: Option<String>,
+    ) -> Result<bool, StoreError> {
+        self.run(move |connection| {
+            let inserted = connection
+                .prepare_cached(
+                    "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, \
+                     decided_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                     ON CONFLICT (turn_id, call_id) DO NOTHING",
+                )?
+                .execute(params![
+                    turn_id.to_string(),
+                    call_id,
+                    session_id,
+                    approved,
+                    reason,
+                    ts(Utc::now())
+                ])?;
+            Ok(inserted == 1)
+        })
+        .await
+    }
+
     pub(super) async fn put_memory(&self, memory: NewMemory) -> Result<(), StoreError> {
         self.run(move |connection| {
             connection
