@@ -49,7 +49,11 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let filter =
         EnvFilter::try_new(&settings.telemetry.log).unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = match settings.telemetry.log_format {
-        LogFormat::Text => tracing_subscriber::fmt::layer().with_target(false).boxed(),
+        // Colours only for a person at a terminal, not for a log file.
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .flatten_event(true)

@@ -255,3 +255,18 @@ fn chat_streams_a_demo_turn_with_no_key_and_shows_tool_activity() {
     let out = harness(&["chat", "--url", "http://127.0.0.1:9", "hi"], &[]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
+
+#[test]
+fn text_logs_have_no_colour_codes_when_not_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/h.db", dir.path().display());
+    let out = harness(
+        &["migrate"],
+        &[("DATABASE_URL", &db), ("HARNESS_LOG_FORMAT", "text")],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let logs =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(logs.contains("migrations applied"), "{logs}");
+    assert!(!logs.contains('\u{1b}'), "{logs:?}");
+}
