@@ -6,6 +6,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY migrations ./migrations
+# The chat page is compiled into the binary.
+COPY static ./static
 COPY openapi.yaml ./openapi.yaml
 RUN cargo build --release --locked --bin agent-harness
 
