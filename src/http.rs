@@ -210,6 +210,40 @@ pub(crate) fn parse_session_id(raw: &str) -> Result<SessionId, ApiError> {
     SessionId::parse(raw).map_err(ApiError::InvalidSessionId)
 }
 
+/// The problem a turn that could not start answers with.
+impl From<crate::runner::StartError> for ApiError {
+    fn from(e: crate::runner::StartError) -> Self {
+        use crate::runner::StartError;
+        match e {
+            StartError::AlreadyRunning(id) => Self::TurnAlreadyRunning(id),
+            StartError::IdempotencyMismatch(id) => Self::IdempotencyKeyReused(id),
+            StartError::ShuttingDown => Self::ShuttingDown,
+            StartError::Store(e) => e.into(),
+        }
+    }
+}
+
+/// A turn's committed events from its start, for the wire formats that
+/// stream a turn they started.
+pub(crate) fn follow_started(
+    app: &AppState,
+    session_id: &SessionId,
+    started: crate::runner::StartedTurn,
+) -> futures::stream::BoxStream<
+    'static,
+    Result<std::sync::Arc<crate::events::StoredEvent>, crate::store::StoreError>,
+> {
+    use futures::StreamExt;
+    let session = session_id.as_str().to_owned();
+    match started.live {
+        Some(start) => app.runner.subscribe_started(session, start).boxed(),
+        None => app
+            .runner
+            .subscribe(session, started.turn_id, started.first_seq - 1)
+            .boxed(),
+    }
+}
+
 pub(crate) fn parse_turn_id(raw: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::InvalidTurnId)
 }

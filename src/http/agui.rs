@@ -23,7 +23,7 @@ use crate::{
     events::{ToolStatus, TurnEvent},
     http::error::Problem,
     providers::{ChatMessage, Role},
-    runner::{StartError, TurnSpec},
+    runner::TurnSpec,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -263,25 +263,10 @@ async fn agui_run(
         history: Some(history),
         user_id: None,
     };
-    let started = app
-        .runner
-        .start(&session_id, spec, None)
-        .await
-        .map_err(|e| match e {
-            StartError::AlreadyRunning(id) => ApiError::TurnAlreadyRunning(id),
-            StartError::IdempotencyMismatch(id) => ApiError::IdempotencyKeyReused(id),
-            StartError::ShuttingDown => ApiError::ShuttingDown,
-            StartError::Store(e) => e.into(),
-        })?;
+    let started = app.runner.start(&session_id, spec, None).await?;
     let turn_id = started.turn_id;
     let session = session_id.as_str().to_owned();
-    let events = match started.live {
-        Some(start) => app.runner.subscribe_started(session.clone(), start).boxed(),
-        None => app
-            .runner
-            .subscribe(session.clone(), turn_id, started.first_seq - 1)
-            .boxed(),
-    };
+    let events = super::follow_started(&app, &session_id, started);
     let run_id = run_id.unwrap_or_else(|| turn_id.to_string());
     let frames = async_stream::stream! {
         let mut events = events;

@@ -30,7 +30,7 @@ use crate::{
     harness::TurnResult,
     http::error::Problem,
     providers::{ChatMessage, Role},
-    runner::{StartError, TurnSpec},
+    runner::TurnSpec,
     store::TurnStatus,
 };
 
@@ -217,16 +217,7 @@ async fn chat_completions(
         .runner
         .harness()
         .resolve_provider_model(None, spec.runtime_model.as_deref());
-    let started = app
-        .runner
-        .start(&session_id, spec, None)
-        .await
-        .map_err(|e| match e {
-            StartError::AlreadyRunning(id) => ApiError::TurnAlreadyRunning(id),
-            StartError::IdempotencyMismatch(id) => ApiError::IdempotencyKeyReused(id),
-            StartError::ShuttingDown => ApiError::ShuttingDown,
-            StartError::Store(e) => e.into(),
-        })?;
+    let started = app.runner.start(&session_id, spec, None).await?;
     let turn_id = started.turn_id;
     let completion = Completion {
         id: format!("chatcmpl-{}", turn_id.simple()),
@@ -235,14 +226,7 @@ async fn chat_completions(
     };
     let mut response = if body.stream {
         let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
-        let session = session_id.as_str().to_owned();
-        let events = match started.live {
-            Some(start) => app.runner.subscribe_started(session, start).boxed(),
-            None => app
-                .runner
-                .subscribe(session, turn_id, started.first_seq - 1)
-                .boxed(),
-        };
+        let events = super::follow_started(&app, &session_id, started);
         let frames = async_stream::stream! {
             let mut events = events;
             yield Ok::<_, std::convert::Infallible>(

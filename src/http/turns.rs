@@ -374,14 +374,7 @@ async fn start_turn(
                     return Err(ApiError::TurnAlreadyRunning(running));
                 }
             }
-            other => {
-                break other.map_err(|e| match e {
-                    StartError::AlreadyRunning(id) => ApiError::TurnAlreadyRunning(id),
-                    StartError::IdempotencyMismatch(id) => ApiError::IdempotencyKeyReused(id),
-                    StartError::ShuttingDown => ApiError::ShuttingDown,
-                    StartError::Store(e) => e.into(),
-                })?;
-            }
+            other => break other?,
         }
     };
     let turn_id = started.turn_id;
