@@ -24,8 +24,8 @@ use clap::{ArgAction, builder::BoolishValueParser};
 
 pub use load::{ConfigError, load_matches};
 pub use values::{
-    CorsOrigins, DatabaseUrl, EffectList, EmbeddingModel, HttpUrl, LogFormat, ProviderKind,
-    ProviderList, ProviderRef, Secret, redact_url,
+    AuthMode, CorsOrigins, DatabaseUrl, EffectList, EmbeddingModel, HttpUrl, LogFormat,
+    ProviderKind, ProviderList, ProviderRef, Secret, redact_url,
 };
 
 use crate::{
@@ -131,6 +131,17 @@ pub struct ServerSettings {
         env = "HARNESS_CORS_ORIGINS"
     )]
     pub cors_origins: Option<CorsOrigins>,
+    /// Whether requests need an API key (`Authorization: Bearer`, made with
+    /// `agent-harness keys create`): on, off, or auto (on unless listening
+    /// on loopback only).
+    #[arg(
+        id = "server.auth",
+        long = "auth",
+        env = "HARNESS_AUTH",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub auth: AuthMode,
     /// Seconds between SSE keep-alive comments.
     #[arg(
         id = "server.sse_keepalive_s",
@@ -790,6 +801,15 @@ fn within(
 }
 
 impl ServerSettings {
+    /// Whether requests need a key, `auto` resolved by the listen address.
+    pub fn auth_required(&self) -> bool {
+        match self.auth {
+            AuthMode::On => true,
+            AuthMode::Off => false,
+            AuthMode::Auto => !self.listen.ip().is_loopback(),
+        }
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         positive("HARNESS_BODY_LIMIT_BYTES", self.body_limit_bytes as u64)?;
         positive("HARNESS_HEADER_READ_TIMEOUT_S", self.header_read_timeout_s)?;

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 use axum::{
     Extension, Router,
-    extract::{DefaultBodyLimit, Request},
+    extract::{DefaultBodyLimit, Request, State},
     http::{Method, header},
     response::{IntoResponse, Response},
 };
@@ -150,9 +150,14 @@ pub fn router(app: AppState) -> Router {
     let body_timeout = std::time::Duration::from_secs(app.settings.server.body_read_timeout_s);
     let cors = app.settings.server.cors_origins.clone();
     let (routes, _) = api_router().split_for_parts();
+    let auth = app.settings.server.auth_required();
     let routes = routes
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(axum::middleware::from_fn_with_state(
+            (app.clone(), auth),
+            authenticate,
+        ))
         .layer(Extension(BodyLimit(body_limit)))
         .layer(Extension(BodyTimeout(body_timeout)))
         .layer(DefaultBodyLimit::max(body_limit))
@@ -181,6 +186,41 @@ pub fn router(app: AppState) -> Router {
         None => routes,
     }
     .with_state(app)
+}
+
+/// Paths anyone may ask for: probes, metrics, the contract and the page.
+const OPEN_PATHS: &[&str] = &["/", "/healthz", "/readyz", "/metrics", "/openapi.yaml"];
+
+/// The tenant a request's key belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant(pub String);
+
+/// Checks the request's API key (when keys are required); the tenant goes
+/// into the request's extensions.
+async fn authenticate(
+    State((app, required)): State<(AppState, bool)>,
+    mut request: Request,
+    next: axum::middleware::Next,
+) -> Result<axum::response::Response, ApiError> {
+    if !required || OPEN_PATHS.contains(&request.uri().path()) {
+        return Ok(next.run(request).await);
+    }
+    let key = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|k| !k.is_empty() && k.len() <= 256)
+        .ok_or(ApiError::Unauthorized)?;
+    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
+    let (_, tenant) = app
+        .store
+        .find_api_key(&hash)
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    request.extensions_mut().insert(Tenant(tenant));
+    Ok(next.run(request).await)
 }
 
 /// No route matched. A path with an empty session segment

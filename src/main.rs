@@ -41,6 +41,11 @@ enum Command {
     IndexVault,
     /// Print the OpenAPI document and exit.
     Openapi,
+    /// Make, list or revoke API keys (`HARNESS_AUTH`).
+    Keys {
+        #[command(subcommand)]
+        action: KeyAction,
+    },
     /// Send a message to a running service and print the answer as it
     /// streams (tool activity on standard error).
     Chat {
@@ -66,6 +71,21 @@ fn load() -> Result<Cli, ConfigError> {
     let cli = Cli::from_arg_matches(&matches).map_err(ConfigError::Cli)?;
     cli.settings.validate()?;
     Ok(cli)
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyAction {
+    /// Make a key for a tenant; the key is printed once and only its hash
+    /// is kept.
+    Create {
+        /// The tenant (1-128 characters of `[A-Za-z0-9._:-]`).
+        #[arg(long)]
+        tenant: String,
+    },
+    /// List the keys (id, tenant, made, revoked).
+    List,
+    /// Revoke a key by its id.
+    Revoke { id: String },
 }
 
 fn main() -> ExitCode {
@@ -130,6 +150,7 @@ fn main() -> ExitCode {
         let result = match cli.command {
             Some(Command::Migrate) => migrate(&settings).await,
             Some(Command::IndexVault) => index_vault(&settings).await,
+            Some(Command::Keys { action }) => keys(&settings, action).await,
             _ => serve(settings).await,
         };
         telemetry.shutdown();
@@ -154,6 +175,57 @@ async fn migrate(settings: &Settings) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())?;
     tracing::info!(backend = store.backend(), "migrations applied");
+    Ok(())
+}
+
+async fn keys(settings: &Settings, action: KeyAction) -> Result<(), String> {
+    let store = store::connect(
+        settings.database.url.as_str(),
+        1,
+        settings.database.acquire_timeout(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    store.migrate().await.map_err(|e| e.to_string())?;
+    let mut stdout = std::io::stdout().lock();
+    let shown = |e: std::io::Error| format!("cannot write: {e}");
+    match action {
+        KeyAction::Create { tenant } => {
+            agent_harness::ids::SessionId::parse(&tenant)
+                .map_err(|e| format!("the tenant is not valid: {e}"))?;
+            let key = format!(
+                "ah_{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            );
+            let id = format!("key_{}", uuid::Uuid::now_v7().simple());
+            let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
+            store
+                .create_api_key(&id, &tenant, &hash, chrono::Utc::now())
+                .await
+                .map_err(|e| e.to_string())?;
+            writeln!(stdout, "{key}").map_err(shown)?;
+            eprintln!("key {id} for tenant {tenant}: keep it now, it is not shown again");
+        }
+        KeyAction::List => {
+            for (id, tenant, created, revoked) in
+                store.list_api_keys().await.map_err(|e| e.to_string())?
+            {
+                let revoked = revoked.map_or_else(String::new, |r| format!(" revoked {r}"));
+                writeln!(stdout, "{id} {tenant} {created}{revoked}").map_err(shown)?;
+            }
+        }
+        KeyAction::Revoke { id } => {
+            if !store
+                .revoke_api_key(&id, chrono::Utc::now())
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                return Err(format!("no active key {id}"));
+            }
+            writeln!(stdout, "revoked {id}").map_err(shown)?;
+        }
+    }
     Ok(())
 }
 

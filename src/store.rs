@@ -375,6 +375,26 @@ pub trait Store: Send + Sync + 'static {
         call_id: &str,
     ) -> Result<Option<(bool, Option<String>)>, StoreError>;
 
+    /// Keeps an API key's hash for `tenant`.
+    async fn create_api_key(
+        &self,
+        id: &str,
+        tenant: &str,
+        key_hash: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The key (id, tenant) of a hash, unless revoked.
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<(String, String)>, StoreError>;
+
+    /// Revokes a key; false when there is no such key (or it already was).
+    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError>;
+
+    /// Keys as (id, tenant, created, revoked), oldest first.
+    async fn list_api_keys(
+        &self,
+    ) -> Result<Vec<(String, String, DateTime<Utc>, Option<DateTime<Utc>>)>, StoreError>;
+
     /// Refreshes the heartbeat of these running turns; returns those whose
     /// cancellation was requested.
     async fn heartbeat(

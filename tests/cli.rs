@@ -270,3 +270,30 @@ fn text_logs_have_no_colour_codes_when_not_on_a_terminal() {
     assert!(logs.contains("migrations applied"), "{logs}");
     assert!(!logs.contains('\u{1b}'), "{logs:?}");
 }
+
+#[test]
+fn keys_are_made_listed_and_revoked_and_only_their_hash_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/h.db", dir.path().display());
+    let env = [("DATABASE_URL", db.as_str())];
+    let out = harness(&["keys", "create", "--tenant", "acme"], &env);
+    assert!(out.status.success(), "{out:?}");
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(key.starts_with("ah_") && key.len() == 67, "{key}");
+    let out = harness(&["keys", "list"], &env);
+    let listed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        listed.contains(" acme ") && !listed.contains(&key),
+        "{listed}"
+    );
+    let id = listed.split_whitespace().next().unwrap().to_owned();
+    // The database has the hash, never the key.
+    let file = std::fs::read(dir.path().join("h.db")).unwrap();
+    assert!(!file.windows(key.len()).any(|w| w == key.as_bytes()));
+    let out = harness(&["keys", "revoke", &id], &env);
+    assert!(out.status.success(), "{out:?}");
+    let out = harness(&["keys", "revoke", &id], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let out = harness(&["keys", "create", "--tenant", "no tenant"], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}

@@ -323,3 +323,25 @@ fn approval_effects_are_effect_classes() {
         "{err}"
     );
 }
+
+#[test]
+fn auth_is_on_by_default_beyond_loopback() {
+    assert!(!load(&[]).unwrap().server.auth_required(), "127.0.0.1");
+    assert!(
+        load(&[("HARNESS_LISTEN", "0.0.0.0:8080")])
+            .unwrap()
+            .server
+            .auth_required()
+    );
+    let ipv6_loopback = load(&[("HARNESS_LISTEN", "[::1]:8080")]).unwrap();
+    assert!(!ipv6_loopback.server.auth_required());
+    let off = load(&[("HARNESS_LISTEN", "0.0.0.0:8080"), ("HARNESS_AUTH", "off")]).unwrap();
+    assert!(!off.server.auth_required());
+    assert!(
+        load(&[("HARNESS_AUTH", "on")])
+            .unwrap()
+            .server
+            .auth_required()
+    );
+    assert!(load(&[("HARNESS_AUTH", "sometimes")]).is_err());
+}

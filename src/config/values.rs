@@ -47,6 +47,17 @@ impl fmt::Display for Secret {
     }
 }
 
+/// Whether requests need an API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    /// Every request but the probes, the page and the document needs a key.
+    On,
+    /// No key is asked for (local use).
+    Off,
+    /// On, unless the service listens on a loopback address only.
+    Auto,
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

@@ -81,6 +81,9 @@ pub enum ApiError {
     /// 409 `approval_already_decided`.
     #[error("the call was already approved or denied")]
     ApprovalAlreadyDecided,
+    /// 401 `unauthorized`: no key, or not a valid one.
+    #[error("a valid API key is required (Authorization: Bearer <key>)")]
+    Unauthorized,
     /// 404 `checkpoint_not_found`.
     #[error("checkpoint not found")]
     CheckpointNotFound,
@@ -152,6 +155,7 @@ impl ApiError {
             | Self::InvalidField { .. }
             | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
             Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -199,6 +203,7 @@ impl ApiError {
             Self::ArtifactNotFound => "artifact_not_found",
             Self::VaultNotFound(_) => "vault_not_found",
             Self::CheckpointNotFound => "checkpoint_not_found",
+            Self::Unauthorized => "unauthorized",
             Self::ApprovalAlreadyDecided => "approval_already_decided",
             Self::CheckpointAlreadyRestored => "checkpoint_already_restored",
             Self::NoteRefused(_) => "note_refused",
@@ -298,6 +303,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
+        }
+        if matches!(self, Self::Unauthorized) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         if matches!(self, Self::RequestTimeout(_)) {
             // The rest of the body may still be on its way: do not reuse

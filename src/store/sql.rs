@@ -609,6 +609,54 @@ macro_rules! impl_store {
                 .await?)
             }
 
+            async fn create_api_key(
+                &self,
+                id: &str,
+                tenant: &str,
+                key_hash: &str,
+                at: chrono::DateTime<chrono::Utc>,
+            ) -> Result<(), $crate::store::StoreError> {
+                self.write_api_key(id, tenant, key_hash, at).await
+            }
+
+            async fn find_api_key(
+                &self,
+                key_hash: &str,
+            ) -> Result<Option<(String, String)>, $crate::store::StoreError> {
+                Ok(sqlx::query_as(
+                    "SELECT id, tenant FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+                )
+                .bind(key_hash)
+                .fetch_optional(self.reader())
+                .await?)
+            }
+
+            async fn revoke_api_key(
+                &self,
+                id: &str,
+                at: chrono::DateTime<chrono::Utc>,
+            ) -> Result<bool, $crate::store::StoreError> {
+                self.write_api_key_revocation(id, at).await
+            }
+
+            async fn list_api_keys(
+                &self,
+            ) -> Result<
+                Vec<(
+                    String,
+                    String,
+                    chrono::DateTime<chrono::Utc>,
+                    Option<chrono::DateTime<chrono::Utc>>,
+                )>,
+                $crate::store::StoreError,
+            > {
+                Ok(sqlx::query_as(
+                    "SELECT id, tenant, created_at, revoked_at FROM api_keys ORDER BY created_at, id",
+                )
+                .fetch_all(self.reader())
+                .await?)
+            }
+
             async fn request_cancel(
                 &self,
                 turn_id: uuid::Uuid,

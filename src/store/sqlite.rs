@@ -253,6 +253,25 @@ impl SqliteStore {
         self.writes.put_observation(observation.clone()).await
     }
 
+    async fn write_api_key(
+        &self,
+        id: &str,
+        tenant: &str,
+        key_hash: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let (id, tenant, key_hash) = (id.to_owned(), tenant.to_owned(), key_hash.to_owned());
+        self.writes.api_key(id, tenant, key_hash, at).await
+    }
+
+    async fn write_api_key_revocation(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.writes.revoke_api_key(id.to_owned(), at).await
+    }
+
     async fn write_approval(
         &self,
         session_id: &str,

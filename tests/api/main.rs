@@ -12,6 +12,7 @@ mod support;
 
 mod agui;
 mod approvals;
+mod auth;
 mod chain;
 mod cors;
 mod decisions;

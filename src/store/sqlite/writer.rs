@@ -506,6 +506,40 @@ impl Writer {
         .await
     }
 
+    pub(super) async fn api_key(
+        &self,
+        id: String,
+        tenant: String,
+        key_hash: String,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.run(move |connection| {
+            connection
+                .prepare_cached(
+                    "INSERT INTO api_keys (id, tenant, key_hash, created_at) VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![id, tenant, key_hash, ts(at)])?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn revoke_api_key(
+        &self,
+        id: String,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.run(move |connection| {
+            let done = connection
+                .prepare_cached(
+                    "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                )?
+                .execute(params![id, ts(at)])?;
+            Ok(done == 1)
+        })
+        .await
+    }
+
     pub(super) async fn decide_approval(
         &self,
         session_id: String,
