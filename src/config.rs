@@ -142,6 +142,15 @@ pub struct ServerSettings {
         default_value = "auto"
     )]
     pub auth: AuthMode,
+    /// Requests a key may make per minute (a bucket that refills
+    /// steadily; past it, 429 with Retry-After); 0: no limit.
+    #[arg(
+        id = "server.rate_limit_per_minute",
+        long = "rate-limit-per-minute",
+        env = "HARNESS_RATE_LIMIT_PER_MINUTE",
+        default_value_t = 600
+    )]
+    pub rate_limit_per_minute: u32,
     /// Seconds between SSE keep-alive comments.
     #[arg(
         id = "server.sse_keepalive_s",

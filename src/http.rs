@@ -21,7 +21,7 @@ pub mod turns;
 pub mod ui_stream;
 pub mod vault;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use axum::{
     Extension, Router,
@@ -150,7 +150,11 @@ pub fn router(app: AppState) -> Router {
     let body_timeout = std::time::Duration::from_secs(app.settings.server.body_read_timeout_s);
     let cors = app.settings.server.cors_origins.clone();
     let (routes, _) = api_router().split_for_parts();
-    let auth = app.settings.server.auth_required();
+    let auth = Arc::new(Auth {
+        required: app.settings.server.auth_required(),
+        per_minute: app.settings.server.rate_limit_per_minute,
+        buckets: std::sync::Mutex::new(std::collections::HashMap::new()),
+    });
     let routes = routes
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -195,14 +199,48 @@ const OPEN_PATHS: &[&str] = &["/", "/healthz", "/readyz", "/metrics", "/openapi.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub String);
 
-/// Checks the request's API key (when keys are required); the tenant goes
-/// into the request's extensions.
+/// Keys and their request buckets.
+struct Auth {
+    required: bool,
+    per_minute: u32,
+    /// Tokens left and when they were counted, by key id (one entry per
+    /// key that was used: as many as the keys made).
+    buckets: std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>,
+}
+
+impl Auth {
+    /// Takes a request from the key's bucket; `Err(seconds)` to wait.
+    fn take(&self, key_id: &str) -> Result<(), u64> {
+        if self.per_minute == 0 {
+            return Ok(());
+        }
+        let capacity = f64::from(self.per_minute);
+        let per_second = capacity / 60.0;
+        let now = std::time::Instant::now();
+        let Ok(mut buckets) = self.buckets.lock() else {
+            return Ok(());
+        };
+        let (tokens, at) = buckets.entry(key_id.to_owned()).or_insert((capacity, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * per_second).min(capacity);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            let wait = (1.0 - *tokens) / per_second;
+            Err(wait.ceil().max(1.0) as u64)
+        }
+    }
+}
+
+/// Checks the request's API key (when keys are required) and its request
+/// budget; the tenant goes into the request's extensions.
 async fn authenticate(
-    State((app, required)): State<(AppState, bool)>,
+    State((app, auth)): State<(AppState, Arc<Auth>)>,
     mut request: Request,
     next: axum::middleware::Next,
 ) -> Result<axum::response::Response, ApiError> {
-    if !required || OPEN_PATHS.contains(&request.uri().path()) {
+    if !auth.required || OPEN_PATHS.contains(&request.uri().path()) {
         return Ok(next.run(request).await);
     }
     let key = request
@@ -214,11 +252,12 @@ async fn authenticate(
         .filter(|k| !k.is_empty() && k.len() <= 256)
         .ok_or(ApiError::Unauthorized)?;
     let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
-    let (_, tenant) = app
+    let (key_id, tenant) = app
         .store
         .find_api_key(&hash)
         .await?
         .ok_or(ApiError::Unauthorized)?;
+    auth.take(&key_id).map_err(ApiError::RateLimited)?;
     request.extensions_mut().insert(Tenant(tenant));
     Ok(next.run(request).await)
 }

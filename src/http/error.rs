@@ -81,6 +81,10 @@ pub enum ApiError {
     /// 409 `approval_already_decided`.
     #[error("the call was already approved or denied")]
     ApprovalAlreadyDecided,
+    /// 429 `rate_limited`: the key used up its requests; retry after the
+    /// seconds given.
+    #[error("too many requests for this key; retry in {0} s")]
+    RateLimited(u64),
     /// 401 `unauthorized`: no key, or not a valid one.
     #[error("a valid API key is required (Authorization: Bearer <key>)")]
     Unauthorized,
@@ -156,6 +160,7 @@ impl ApiError {
             | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
             Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -204,6 +209,7 @@ impl ApiError {
             Self::VaultNotFound(_) => "vault_not_found",
             Self::CheckpointNotFound => "checkpoint_not_found",
             Self::Unauthorized => "unauthorized",
+            Self::RateLimited(_) => "rate_limited",
             Self::ApprovalAlreadyDecided => "approval_already_decided",
             Self::CheckpointAlreadyRestored => "checkpoint_already_restored",
             Self::NoteRefused(_) => "note_refused",
@@ -303,6 +309,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
+        }
+        if let Self::RateLimited(seconds) = self
+            && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
         }
         if matches!(self, Self::Unauthorized) {
             response

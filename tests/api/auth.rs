@@ -66,3 +66,36 @@ async fn requests_need_a_valid_key_when_auth_is_on(backend: Backend) {
 }
 
 on_both_backends!(requests_need_a_valid_key_when_auth_is_on);
+
+async fn a_key_past_its_rate_gets_429_with_retry_after(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.rate_limit_per_minute = 3;
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let store = app.db.open().await;
+    for (id, key) in [("key_a", "ah_a"), ("key_b", "ah_b")] {
+        store
+            .create_api_key(id, "acme", &hash(key), chrono::Utc::now())
+            .await
+            .unwrap();
+    }
+    let get = |key: &'static str| app.client.get(app.url("/tools")).bearer_auth(key).send();
+    for _ in 0..3 {
+        assert_eq!(get("ah_a").await.unwrap().status(), 200);
+    }
+    let limited = get("ah_a").await.unwrap();
+    assert_eq!(limited.status(), 429);
+    let wait: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=20).contains(&wait), "{wait}");
+    let problem: serde_json::Value = limited.json().await.unwrap();
+    assert_eq!(problem["code"], "rate_limited");
+    // Another key has its own budget.
+    assert_eq!(get("ah_b").await.unwrap().status(), 200);
+}
+
+on_both_backends!(a_key_past_its_rate_gets_429_with_retry_after);
