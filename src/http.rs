@@ -5,6 +5,7 @@
 //! (and a test keeps the checked-in copy equal to it).
 
 pub mod agui;
+mod auth;
 mod conn_timer;
 pub mod error;
 mod health;
@@ -21,11 +22,11 @@ pub mod turns;
 pub mod ui_stream;
 pub mod vault;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use axum::{
     Extension, Router,
-    extract::{DefaultBodyLimit, Request, State},
+    extract::{DefaultBodyLimit, Request},
     http::{Method, header},
     response::{IntoResponse, Response},
 };
@@ -44,6 +45,7 @@ use crate::{
     events::{EventEnvelope, TurnEvent},
     ids::{SessionId, SessionIdError},
 };
+pub use auth::Tenant;
 use error::{ApiError, Problem};
 use json::{BodyLimit, BodyTimeout};
 pub use limits::HYPER_MAX_HEAD_BYTES;
@@ -150,17 +152,17 @@ pub fn router(app: AppState) -> Router {
     let body_timeout = std::time::Duration::from_secs(app.settings.server.body_read_timeout_s);
     let cors = app.settings.server.cors_origins.clone();
     let (routes, _) = api_router().split_for_parts();
-    let auth = Arc::new(Auth {
-        required: app.settings.server.auth_required(),
-        per_minute: app.settings.server.rate_limit_per_minute,
-        buckets: std::sync::Mutex::new(std::collections::HashMap::new()),
-    });
+    let auth = auth::Auth::new(&app);
     let routes = routes
+        .route_layer(axum::middleware::from_fn_with_state(
+            (app.clone(), auth.clone()),
+            auth::check_owner,
+        ))
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn_with_state(
             (app.clone(), auth),
-            authenticate,
+            auth::authenticate,
         ))
         .layer(Extension(BodyLimit(body_limit)))
         .layer(Extension(BodyTimeout(body_timeout)))
@@ -190,76 +192,6 @@ pub fn router(app: AppState) -> Router {
         None => routes,
     }
     .with_state(app)
-}
-
-/// Paths anyone may ask for: probes, metrics, the contract and the page.
-const OPEN_PATHS: &[&str] = &["/", "/healthz", "/readyz", "/metrics", "/openapi.yaml"];
-
-/// The tenant a request's key belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tenant(pub String);
-
-/// Keys and their request buckets.
-struct Auth {
-    required: bool,
-    per_minute: u32,
-    /// Tokens left and when they were counted, by key id (one entry per
-    /// key that was used: as many as the keys made).
-    buckets: std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>,
-}
-
-impl Auth {
-    /// Takes a request from the key's bucket; `Err(seconds)` to wait.
-    fn take(&self, key_id: &str) -> Result<(), u64> {
-        if self.per_minute == 0 {
-            return Ok(());
-        }
-        let capacity = f64::from(self.per_minute);
-        let per_second = capacity / 60.0;
-        let now = std::time::Instant::now();
-        let Ok(mut buckets) = self.buckets.lock() else {
-            return Ok(());
-        };
-        let (tokens, at) = buckets.entry(key_id.to_owned()).or_insert((capacity, now));
-        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * per_second).min(capacity);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            Ok(())
-        } else {
-            let wait = (1.0 - *tokens) / per_second;
-            Err(wait.ceil().max(1.0) as u64)
-        }
-    }
-}
-
-/// Checks the request's API key (when keys are required) and its request
-/// budget; the tenant goes into the request's extensions.
-async fn authenticate(
-    State((app, auth)): State<(AppState, Arc<Auth>)>,
-    mut request: Request,
-    next: axum::middleware::Next,
-) -> Result<axum::response::Response, ApiError> {
-    if !auth.required || OPEN_PATHS.contains(&request.uri().path()) {
-        return Ok(next.run(request).await);
-    }
-    let key = request
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|k| !k.is_empty() && k.len() <= 256)
-        .ok_or(ApiError::Unauthorized)?;
-    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
-    let (key_id, tenant) = app
-        .store
-        .find_api_key(&hash)
-        .await?
-        .ok_or(ApiError::Unauthorized)?;
-    auth.take(&key_id).map_err(ApiError::RateLimited)?;
-    request.extensions_mut().insert(Tenant(tenant));
-    Ok(next.run(request).await)
 }
 
 /// No route matched. A path with an empty session segment
@@ -297,6 +229,7 @@ impl From<crate::runner::StartError> for ApiError {
             StartError::AlreadyRunning(id) => Self::TurnAlreadyRunning(id),
             StartError::IdempotencyMismatch(id) => Self::IdempotencyKeyReused(id),
             StartError::ShuttingDown => Self::ShuttingDown,
+            StartError::SessionNotFound => Self::SessionNotFound,
             StartError::Store(e) => e.into(),
         }
     }

@@ -46,6 +46,27 @@ impl fmt::Display for SessionId {
     }
 }
 
+/// The tenant of everything made without API keys (`HARNESS_AUTH=off`,
+/// or before keys were turned on).
+pub const DEFAULT_TENANT: &str = "default";
+
+/// The stored form of a memory scope (`user:…` or `session:…`) of a
+/// tenant: the default tenant's scopes as they are, another's behind
+/// `{tenant}/`. Neither a tenant nor a scope holds a `/`, so two tenants'
+/// scopes never meet.
+pub fn tenant_scope(tenant: &str, scope: &str) -> String {
+    if tenant == DEFAULT_TENANT {
+        scope.to_owned()
+    } else {
+        format!("{tenant}/{scope}")
+    }
+}
+
+/// The scope a client knows, of a stored one (see [`tenant_scope`]).
+pub fn client_scope(stored: &str) -> &str {
+    stored.split_once('/').map_or(stored, |(_, scope)| scope)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,5 +92,20 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn tenants_scopes_never_meet() {
+        assert_eq!(tenant_scope(DEFAULT_TENANT, "user:ann"), "user:ann");
+        assert_eq!(tenant_scope("acme", "user:ann"), "acme/user:ann");
+        // A tenant named like a scope still cannot reach the default
+        // tenant's scopes, nor another tenant's.
+        assert_ne!(tenant_scope("user:ann", "session:x"), "user:ann");
+        assert_ne!(
+            tenant_scope("user", "user:ann"),
+            tenant_scope(DEFAULT_TENANT, "user:ann")
+        );
+        assert_eq!(client_scope("acme/user:ann"), "user:ann");
+        assert_eq!(client_scope("user:ann"), "user:ann");
     }
 }

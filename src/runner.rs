@@ -49,12 +49,13 @@ pub struct TurnSpec {
 }
 
 impl TurnSpec {
-    /// The memory scope of a turn of `session_id`.
-    pub fn memory_scope(&self, session_id: &str) -> String {
-        match &self.user_id {
+    /// The (stored) memory scope of a turn of `tenant`'s `session_id`.
+    pub fn memory_scope(&self, tenant: &str, session_id: &str) -> String {
+        let scope = match &self.user_id {
             Some(user) => format!("user:{user}"),
             None => format!("session:{session_id}"),
-        }
+        };
+        crate::ids::tenant_scope(tenant, &scope)
     }
 }
 
@@ -98,6 +99,9 @@ pub enum StartError {
     IdempotencyMismatch(Uuid),
     #[error("the service is shutting down")]
     ShuttingDown,
+    /// The session belongs to another tenant.
+    #[error("no such session")]
+    SessionNotFound,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -258,10 +262,11 @@ impl TurnRunner {
         Ok(events.len())
     }
 
-    /// Begins a turn and starts it in the background.
+    /// Begins a turn of `tenant`'s session and starts it in the background.
     pub async fn start(
         &self,
         session_id: &SessionId,
+        tenant: &str,
         spec: TurnSpec,
         idempotency_key: Option<String>,
     ) -> Result<StartedTurn, StartError> {
@@ -284,6 +289,7 @@ impl TurnRunner {
         let new_turn = NewTurn {
             id: turn_id,
             session_id: session_id.as_str().to_owned(),
+            tenant: tenant.to_owned(),
             request: serde_json::to_string(&spec).map_err(encode)?,
             idempotency_key,
             owner_instance: inner.config.instance_id.clone(),
@@ -308,6 +314,7 @@ impl TurnRunner {
                     Err(StartError::IdempotencyMismatch(existing.id))
                 };
             }
+            Err(BeginTurnError::SessionNotFound) => return Err(StartError::SessionNotFound),
             Err(BeginTurnError::Store(e)) => return Err(e.into()),
         };
         inner.metrics.turn_started();
@@ -319,6 +326,7 @@ impl TurnRunner {
             StoredEvent::new(session_id.as_str(), turn_id, began.first_seq, &started, now)
                 .map_err(encode)?,
         );
+        let memory_scope = spec.memory_scope(tenant, session_id.as_str());
         let runner = self.clone();
         let span = tracing::info_span!(
             "turn",
@@ -328,9 +336,11 @@ impl TurnRunner {
             session.id = %session_id,
             turn.status = tracing::field::Empty,
         );
-        inner
-            .turns
-            .spawn(runner.drive(live.clone(), spec, began).instrument(span));
+        inner.turns.spawn(
+            runner
+                .drive(live.clone(), spec, began, memory_scope)
+                .instrument(span),
+        );
         Ok(StartedTurn {
             turn_id,
             replayed: false,

@@ -94,6 +94,10 @@ pub enum BeginTurnError {
     /// A turn with this idempotency key exists in the session.
     #[error("a turn with this idempotency key exists")]
     IdempotencyKeyExists(Box<TurnRecord>),
+    /// The session belongs to another tenant: to this one it does not
+    /// exist. Nothing was written.
+    #[error("no such session")]
+    SessionNotFound,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -157,6 +161,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Option<TurnRecord>, StoreError>;
 
     async fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError>;
+
+    /// The tenant a session belongs to; `None`: no such session.
+    async fn session_tenant(&self, session_id: &str) -> Result<Option<String>, StoreError>;
+
+    /// The tenant a checkpoint belongs to (through its session).
+    async fn checkpoint_tenant(&self, checkpoint_id: &str) -> Result<Option<String>, StoreError>;
 
     /// History of a session in order, after message id `after`.
     async fn list_messages(

@@ -6,6 +6,7 @@
 //! `TOOL_CALL_*`, and `RUN_FINISHED` or `RUN_ERROR`.
 
 use axum::{
+    Extension,
     body::{Body, Bytes},
     extract::State,
     http::{HeaderValue, header},
@@ -17,7 +18,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{error::ApiError, json::ApiJson, parse_session_id};
+use super::{Tenant, error::ApiError, json::ApiJson, parse_session_id};
 use crate::{
     app::AppState,
     events::{ToolStatus, TurnEvent},
@@ -214,6 +215,7 @@ impl Encoder {
 )]
 async fn agui_run(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<RunAgentInput>,
 ) -> Result<Response, ApiError> {
     let session_id = parse_session_id(&body.thread_id)?;
@@ -263,7 +265,7 @@ async fn agui_run(
         history: Some(history),
         user_id: None,
     };
-    let started = app.runner.start(&session_id, spec, None).await?;
+    let started = app.runner.start(&session_id, &tenant.0, spec, None).await?;
     let turn_id = started.turn_id;
     let session = session_id.as_str().to_owned();
     let events = super::follow_started(&app, &session_id, started);

@@ -1,16 +1,19 @@
 //! `/memories` (inspect and forget), a turn's judgements, a session's
 //! background jobs and research observations.
 
-use axum::extract::{Path, Query, State};
+use axum::{
+    Extension,
+    extract::{Path, Query, State},
+};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{error::ApiError, parse_session_id, parse_turn_id};
+use super::{Tenant, error::ApiError, parse_session_id, parse_turn_id};
 use crate::{
     app::AppState,
     http::error::Problem,
-    ids::SessionId,
+    ids::{SessionId, client_scope, tenant_scope},
     store::{JobSummary, JudgementRecord, MemoryRecord, ObservationRecord},
 };
 
@@ -88,17 +91,21 @@ pub struct MemoryList {
 )]
 async fn list_memories(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     query: Result<Query<MemoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<MemoryList>, ApiError> {
     let query = MemoryQuery::parse(query)?;
-    let memories = app
+    let mut memories = app
         .store
         .list_memories(
-            &query.scope,
+            &tenant_scope(&tenant.0, &query.scope),
             query.kind.as_deref(),
             query.limit.unwrap_or(100),
         )
         .await?;
+    for memory in &mut memories {
+        memory.scope = client_scope(&memory.scope).to_owned();
+    }
     Ok(axum::Json(MemoryList { memories }))
 }
 
@@ -122,14 +129,16 @@ pub struct Forgotten {
 )]
 async fn forget_memories(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     query: Result<Query<MemoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<Forgotten>, ApiError> {
     let query = MemoryQuery::parse(query)?;
+    let scope = tenant_scope(&tenant.0, &query.scope);
     let deleted = app
         .store
-        .delete_memories(&query.scope, query.id.as_deref())
+        .delete_memories(&scope, query.id.as_deref())
         .await?;
-    tracing::info!(scope = %query.scope, deleted, "memories forgotten");
+    tracing::info!(%scope, deleted, "memories forgotten");
     Ok(axum::Json(Forgotten { deleted }))
 }
 

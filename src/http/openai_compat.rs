@@ -11,6 +11,7 @@
 //! `chat.completion.chunk`s, then `data: [DONE]`.
 
 use axum::{
+    Extension,
     body::{Body, Bytes},
     extract::State,
     http::{HeaderMap, HeaderValue, header},
@@ -23,7 +24,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{error::ApiError, json::ApiJson, parse_session_id};
+use super::{Tenant, error::ApiError, json::ApiJson, parse_session_id};
 use crate::{
     app::AppState,
     events::TurnEvent,
@@ -200,6 +201,7 @@ fn usage_of(result: &TurnResult) -> Value {
 )]
 async fn chat_completions(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
@@ -217,7 +219,7 @@ async fn chat_completions(
         .runner
         .harness()
         .resolve_provider_model(None, spec.runtime_model.as_deref());
-    let started = app.runner.start(&session_id, spec, None).await?;
+    let started = app.runner.start(&session_id, &tenant.0, spec, None).await?;
     let turn_id = started.turn_id;
     let completion = Completion {
         id: format!("chatcmpl-{}", turn_id.simple()),

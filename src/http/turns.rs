@@ -1,6 +1,7 @@
 //! `/sessions/{session_id}/turns...`: start, read, follow and cancel turns.
 
 use axum::{
+    Extension,
     extract::{Path, Query, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
@@ -11,7 +12,9 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{EventStream, error::ApiError, json::ApiJson, parse_session_id, parse_turn_id, sse};
+use super::{
+    EventStream, Tenant, error::ApiError, json::ApiJson, parse_session_id, parse_turn_id, sse,
+};
 use crate::{
     app::AppState,
     harness::{TurnResult, WebMode},
@@ -341,6 +344,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 )]
 async fn start_turn(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(session_id): Path<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<TurnBody>,
@@ -357,7 +361,7 @@ async fn start_turn(
     let started = loop {
         match app
             .runner
-            .start(&session_id, spec.clone(), key.clone())
+            .start(&session_id, &tenant.0, spec.clone(), key.clone())
             .await
         {
             Err(StartError::AlreadyRunning(running)) if multitask != Multitask::Reject => {

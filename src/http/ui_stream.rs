@@ -4,6 +4,7 @@
 //! `parts`); the answer streams the turn's events as UI message chunks.
 
 use axum::{
+    Extension,
     body::{Body, Bytes},
     extract::State,
     http::{HeaderValue, header},
@@ -15,7 +16,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{error::ApiError, json::ApiJson, parse_session_id};
+use super::{Tenant, error::ApiError, json::ApiJson, parse_session_id};
 use crate::{
     app::AppState,
     events::{ToolStatus, TurnEvent},
@@ -194,6 +195,7 @@ impl Encoder {
 )]
 async fn ui_chat(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<UiChatRequest>,
 ) -> Result<Response, ApiError> {
     let session_id = parse_session_id(&body.id)?;
@@ -239,7 +241,7 @@ async fn ui_chat(
         history: Some(history),
         user_id: None,
     };
-    let started = app.runner.start(&session_id, spec, None).await?;
+    let started = app.runner.start(&session_id, &tenant.0, spec, None).await?;
     let turn_id = started.turn_id;
     let events = super::follow_started(&app, &session_id, started);
     let frames = async_stream::stream! {

@@ -18,7 +18,13 @@ use crate::{
 
 impl TurnRunner {
     /// The life of one turn, from its first event after `turn.started` to its commit.
-    pub(super) async fn drive(self, live: Arc<LiveTurn>, spec: TurnSpec, began: BeganTurn) {
+    pub(super) async fn drive(
+        self,
+        live: Arc<LiveTurn>,
+        spec: TurnSpec,
+        began: BeganTurn,
+        memory_scope: String,
+    ) {
         let inner = &self.inner;
         let started = tokio::time::Instant::now();
         let sink = Arc::new(TurnSink {
@@ -33,7 +39,7 @@ impl TurnRunner {
             // Some of its events are lost: stop now rather than at its
             // next event (a provider call may take a while).
             () = live.write_failed.cancelled() => Outcome::Failed(TurnFailure::LostEvents),
-            result = self.execute(&live, &spec, began, sink.clone()) => match result {
+            result = self.execute(&live, &spec, began, memory_scope, sink.clone()) => match result {
                 Ok(output) => Outcome::Completed(Box::new(output)),
                 Err(failure) => Outcome::Failed(failure),
             },
@@ -62,6 +68,7 @@ impl TurnRunner {
         live: &LiveTurn,
         spec: &TurnSpec,
         began: BeganTurn,
+        memory_scope: String,
         sink: Arc<TurnSink>,
     ) -> Result<TurnOutput, TurnFailure> {
         let history = match &spec.history {
@@ -99,7 +106,7 @@ impl TurnRunner {
             runtime_model: spec.runtime_model.clone(),
             skill_context: spec.skill_context.clone(),
             session_cost_before: began.session_cost_before,
-            memory_scope: spec.memory_scope(&live.session_id),
+            memory_scope,
         };
         self.inner
             .harness

@@ -108,18 +108,22 @@ impl PostgresStore {
         let mut tx = self.begin_write().await.map_err(StoreError::from)?;
         // No turn of the session runs (else the insert below fails),
         // so `last_seq` is its newest event: the turn starts after it.
+        // A session of another tenant is left as it is (no row comes back).
         let (turn_count, session_cost, seq): (i64, Option<f64>, i64) = sqlx::query_as(
-            "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq) \
-             VALUES ($1, $2, $2, 1, 1) \
+            "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
+             VALUES ($1, $2, $2, 1, 1, $3) \
              ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
              turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+             WHERE sessions.tenant = excluded.tenant \
              RETURNING turn_count, cost_usd, last_seq",
         )
         .bind(&turn.session_id)
         .bind(turn.created_at)
-        .fetch_one(&mut *tx)
+        .bind(&turn.tenant)
+        .fetch_optional(&mut *tx)
         .await
-        .map_err(StoreError::from)?;
+        .map_err(StoreError::from)?
+        .ok_or(BeginTurnError::SessionNotFound)?;
         let inserted = sqlx::query(
             "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
              owner_instance, owner_process, heartbeat_at, first_seq, created_at) \

@@ -58,6 +58,9 @@ impl FromStr for TurnStatus {
 pub struct NewTurn {
     pub id: Uuid,
     pub session_id: String,
+    /// Whose session: a new session becomes the tenant's; a session of
+    /// another tenant is not found.
+    pub tenant: String,
     /// The request as canonical JSON, compared on idempotent replays.
     pub request: String,
     pub idempotency_key: Option<String>,

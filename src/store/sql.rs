@@ -184,6 +184,29 @@ macro_rules! impl_store {
                     .transpose()
             }
 
+            async fn session_tenant(
+                &self,
+                session_id: &str,
+            ) -> Result<Option<String>, $crate::store::StoreError> {
+                Ok(sqlx::query_scalar("SELECT tenant FROM sessions WHERE id = $1")
+                    .bind(session_id)
+                    .fetch_optional(self.reader())
+                    .await?)
+            }
+
+            async fn checkpoint_tenant(
+                &self,
+                checkpoint_id: &str,
+            ) -> Result<Option<String>, $crate::store::StoreError> {
+                Ok(sqlx::query_scalar(
+                    "SELECT s.tenant FROM checkpoints c JOIN sessions s ON s.id = c.session_id \
+                     WHERE c.id = $1",
+                )
+                .bind(checkpoint_id)
+                .fetch_optional(self.reader())
+                .await?)
+            }
+
             async fn get_session(
                 &self,
                 session_id: &str,

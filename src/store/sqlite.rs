@@ -100,7 +100,10 @@ super::sql::impl_store!(SqliteStore, Sqlite, "sqlite");
 impl SqliteStore {
     /// `StoreError::Conflict` when a unique index refused the turn.
     async fn write_begin_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
-        Ok(self.writes.begin_turn(turn.clone()).await?)
+        self.writes
+            .begin_turn(turn.clone())
+            .await?
+            .ok_or(BeginTurnError::SessionNotFound)
     }
 
     async fn write_batch_of(

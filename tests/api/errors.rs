@@ -259,10 +259,12 @@ async fn unknown_sessions_turns_routes_and_bad_queries_are_named() {
             404,
             "turn_not_found",
         ),
+        // A turn asked for under a session that does not exist: the
+        // session is what is missing.
         (
             format!("/sessions/other/turns/{turn_id}"),
             404,
-            "turn_not_found",
+            "session_not_found",
         ),
         (
             "/sessions/s-known/turns/not-a-uuid".to_owned(),

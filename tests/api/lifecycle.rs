@@ -22,6 +22,7 @@ fn left_running(session: &str, instance: &str, process: &str) -> NewTurn {
     NewTurn {
         id: Uuid::now_v7(),
         session_id: session.into(),
+        tenant: agent_harness::ids::DEFAULT_TENANT.into(),
         request: r#"{"message":"hello?"}"#.into(),
         idempotency_key: None,
         owner_instance: instance.into(),

@@ -26,6 +26,7 @@ fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
     NewTurn {
         id: Uuid::now_v7(),
         session_id: session.to_owned(),
+        tenant: agent_harness::ids::DEFAULT_TENANT.to_owned(),
         request: r#"{"message":"hi"}"#.to_owned(),
         idempotency_key: key.map(str::to_owned),
         owner_instance: "instance-a".to_owned(),
@@ -198,6 +199,44 @@ async fn an_idempotency_key_names_its_turn(backend: Backend) {
         .begin_turn(&new_turn("s2", Some("key-1")))
         .await
         .unwrap();
+}
+
+async fn a_session_stays_with_the_tenant_that_made_it(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let mut first = new_turn("s-owned", None);
+    first.tenant = "acme".to_owned();
+    store.begin_turn(&first).await.unwrap();
+    store
+        .write_batch(&[], &[&completed(&first, 2, "done")])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.session_tenant("s-owned").await.unwrap().as_deref(),
+        Some("acme")
+    );
+    let before = store.get_session("s-owned").await.unwrap().unwrap();
+    // Another tenant's begin is refused and writes nothing.
+    let mut other = new_turn("s-owned", None);
+    other.tenant = "globex".to_owned();
+    match store.begin_turn(&other).await {
+        Err(BeginTurnError::SessionNotFound) => {}
+        other => panic!("expected SessionNotFound, got {other:?}"),
+    }
+    let after = store.get_session("s-owned").await.unwrap().unwrap();
+    assert_eq!(
+        (after.turn_count, after.last_seq, after.updated_at),
+        (1, before.last_seq, before.updated_at)
+    );
+    assert!(store.get_turn("s-owned", other.id).await.unwrap().is_none());
+    assert_eq!(
+        store.session_tenant("s-owned").await.unwrap().as_deref(),
+        Some("acme")
+    );
+    // The owner goes on.
+    let mut next = new_turn("s-owned", None);
+    next.tenant = "acme".to_owned();
+    assert_eq!(store.begin_turn(&next).await.unwrap().turn_number, 2);
+    assert_eq!(store.session_tenant("s-none").await.unwrap(), None);
 }
 
 async fn a_finish_commits_messages_decision_and_terminal_event_together(backend: Backend) {
@@ -562,6 +601,7 @@ on_both_backends!(
     one_running_turn_per_session,
     concurrent_begins_let_exactly_one_turn_run,
     an_idempotency_key_names_its_turn,
+    a_session_stays_with_the_tenant_that_made_it,
     a_finish_commits_messages_decision_and_terminal_event_together,
     a_failed_batch_writes_nothing,
     a_failed_batch_of_events_alone_writes_nothing,

@@ -264,20 +264,27 @@ impl Writer {
 
     /// Begins a turn; [`StoreError::Conflict`]: a unique index refused it
     /// (the caller finds out why) and nothing was written.
-    pub(super) async fn begin_turn(&self, turn: NewTurn) -> Result<BeganTurn, StoreError> {
+    /// `None`: the session belongs to another tenant (nothing written).
+    pub(super) async fn begin_turn(&self, turn: NewTurn) -> Result<Option<BeganTurn>, StoreError> {
         self.run(move |tx| {
             let created = ts(turn.created_at);
-            let (turn_count, session_cost, seq): (i64, Option<f64>, i64) = tx
+            // A session of another tenant is left as it is (no row comes back).
+            let began: Option<(i64, Option<f64>, i64)> = tx
                 .prepare_cached(
-                    "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq) \
-                     VALUES (?1, ?2, ?2, 1, 1) \
+                    "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
+                     VALUES (?1, ?2, ?2, 1, 1, ?3) \
                      ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
                      turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+                     WHERE sessions.tenant = excluded.tenant \
                      RETURNING turn_count, cost_usd, last_seq",
                 )?
-                .query_row(params![turn.session_id, created], |row| {
+                .query_row(params![turn.session_id, created, turn.tenant], |row| {
                     Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-                })?;
+                })
+                .optional()?;
+            let Some((turn_count, session_cost, seq)) = began else {
+                return Ok(None);
+            };
             let inserted = tx
                 .prepare_cached(
                     "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
@@ -311,11 +318,11 @@ impl Writer {
                 turn.started_payload,
                 created
             ])?;
-            Ok(BeganTurn {
+            Ok(Some(BeganTurn {
                 first_seq: seq,
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
                 session_cost_before: session_cost,
-            })
+            }))
         })
         .await
     }
