@@ -11,22 +11,28 @@ use tokio_util::sync::CancellationToken;
 
 use super::TurnRunner;
 
-/// Beats every heartbeat interval and sweeps orphans every half interval,
-/// so an orphan is taken over soon after it goes stale.
+/// Sweeps per heartbeat interval (a beat every other sweep).
+const SWEEPS_PER_BEAT: u32 = 4;
+
+/// Beats every half heartbeat interval and sweeps orphans every quarter:
+/// an orphan goes stale 1.5 intervals after its owner's last beat and is
+/// taken over at the next sweep, within 1.75 intervals of its owner's
+/// death; a live owner's beat may be a whole interval late (a busy
+/// database) before its turns look stale.
 pub(super) async fn run(runner: TurnRunner, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(runner.inner.config.heartbeat_interval / 2);
+    let mut tick = tokio::time::interval(runner.inner.config.heartbeat_interval / SWEEPS_PER_BEAT);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut half_beats = 0u64;
+    let mut ticks = 0u32;
     loop {
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if half_beats.is_multiple_of(2) {
+        if ticks.is_multiple_of(2) {
             beat(&runner).await;
         }
-        half_beats = half_beats.wrapping_add(1);
+        ticks = (ticks + 1) % SWEEPS_PER_BEAT;
         if let Err(e) = runner.sweep_orphans().await {
             tracing::warn!(error = %e, "orphan sweep failed");
         }

@@ -26,7 +26,14 @@ const VAULT_CHUNKS_PER_INSERT: usize = 200;
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// Connections of their own for the heartbeat and the orphan sweep: a
+    /// pool busy with requests must not delay a live turn's heartbeat
+    /// until another replica takes the turn for an orphan.
+    control: PgPool,
 }
+
+/// Connections of [`PostgresStore::control`].
+const CONTROL_CONNECTIONS: u32 = 2;
 
 impl PostgresStore {
     pub(super) const MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -39,7 +46,7 @@ impl PostgresStore {
         let pool = Self::pool_options(max_connections, acquire_timeout)
             .connect(url)
             .await?;
-        Ok(Self { pool })
+        Ok(Self::from_pool(pool))
     }
 
     /// The pool's settings: a request that cannot get a connection within
@@ -52,7 +59,11 @@ impl PostgresStore {
 
     /// Uses an existing pool (tests point it at a schema of their own).
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        let control = PgPoolOptions::new()
+            .max_connections(CONTROL_CONNECTIONS)
+            .acquire_timeout(pool.options().get_acquire_timeout())
+            .connect_lazy_with((*pool.connect_options()).clone());
+        Self { pool, control }
     }
 
     fn writer(&self) -> &PgPool {
@@ -768,7 +779,9 @@ impl PostgresStore {
         if turn_ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.begin_write().await?;
+        let mut tx = self.control.begin().await?;
+        // The turns are alive now, however long the connection took.
+        let now = now.max(chrono::Utc::now());
         let mut cancelled = Vec::new();
         for chunk in turn_ids.chunks(IDS_PER_UPDATE) {
             // A row locked by someone else is being ended (or swept):
@@ -808,7 +821,7 @@ impl PostgresStore {
         .bind(&scope.process)
         .bind(scope.stale_before)
         .bind(ORPHANS_PER_SWEEP)
-        .fetch_all(self.writer())
+        .fetch_all(&self.control)
         .await?;
         let event = TurnEvent::TurnInterrupted {
             reason: reason.to_owned(),
@@ -818,15 +831,21 @@ impl PostgresStore {
             if scope.alive.contains(&parse_uuid(&turn_id)?) {
                 continue;
             }
-            let mut tx = self.begin_write().await?;
+            let mut tx = self.control.begin().await?;
             lock_session(&mut tx, &session_id).await?;
+            // Still an orphan under the lock: a heartbeat that landed
+            // since the candidates were read keeps its turn.
             let updated = sqlx::query(
                 "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
-                 error_message = $1, finished_at = $2 WHERE id = $3 AND status = 'running'",
+                 error_message = $1, finished_at = $2 WHERE id = $3 AND status = 'running' \
+                 AND ((owner_instance = $4 AND owner_process <> $5) OR heartbeat_at < $6)",
             )
             .bind(reason)
             .bind(now)
             .bind(&turn_id)
+            .bind(&scope.instance)
+            .bind(&scope.process)
+            .bind(scope.stale_before)
             .execute(&mut *tx)
             .await?;
             if updated.rows_affected() != 1 {

@@ -73,11 +73,13 @@ macro_rules! impl_store {
                     let sql = concat!(
                         "SELECT ",
                         $crate::store::sql::turn_columns!(),
-                        " FROM turns WHERE session_id = $1 AND idempotency_key = $2"
+                        " FROM turns WHERE session_id = $1 AND idempotency_key = $2 \
+                         AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = $1 AND s.tenant = $3)"
                     );
                     let existing = sqlx::query_as::<_, TurnRow>(sql)
                         .bind(&turn.session_id)
                         .bind(key)
+                        .bind(&turn.tenant)
                         .fetch_optional(self.reader())
                         .await?;
                     if let Some(row) = existing {
@@ -87,9 +89,11 @@ macro_rules! impl_store {
                     }
                 }
                 let running: Option<String> = sqlx::query_scalar(
-                    "SELECT id FROM turns WHERE session_id = $1 AND status = 'running'",
+                    "SELECT t.id FROM turns t JOIN sessions s ON s.id = t.session_id \
+                     WHERE t.session_id = $1 AND t.status = 'running' AND s.tenant = $2",
                 )
                 .bind(&turn.session_id)
+                .bind(&turn.tenant)
                 .fetch_optional(self.reader())
                 .await?;
                 running
@@ -141,6 +145,13 @@ macro_rules! impl_store {
                 turn: &$crate::store::NewTurn,
             ) -> Result<$crate::store::BeganTurn, $crate::store::BeginTurnError> {
                 use $crate::store::{BeginTurnError, StoreError};
+                // A replay or a double text is answered by a read, without
+                // the write below: a burst of POSTs on a busy session does
+                // not queue on its row lock. (Another tenant's session
+                // shows no conflict here; the write refuses it.)
+                if let Some(conflict) = self.begin_conflict(turn).await? {
+                    return Err(conflict);
+                }
                 // A unique index refusing the turn names a conflict that may
                 // be gone by the time it is looked up (the running turn ended
                 // in between): then the session is free, so begin again.

@@ -28,6 +28,7 @@ mod memory;
 mod multitask;
 mod openai_compat;
 mod openapi;
+mod replicas;
 mod tenants;
 mod tool_turn;
 mod tools;

@@ -80,6 +80,15 @@ impl TestDb {
         }
     }
 
+    /// The URL a service process opens this Postgres database with (its
+    /// connections use the test's schema).
+    pub fn postgres_service_url(&self) -> String {
+        let schema = self.schema.as_deref().expect("a Postgres test database");
+        let base = postgres_url();
+        let separator = if base.contains('?') { '&' } else { '?' };
+        format!("{base}{separator}options=-c%20search_path%3D{schema}")
+    }
+
     /// The SQLite URL of this database (SQLite only).
     pub fn sqlite_url(&self) -> String {
         let dir = self.dir.as_ref().expect("a SQLite test database");

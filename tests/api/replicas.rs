@@ -1,0 +1,323 @@
+//! Replicas: two or three `agent-harness` processes on one Postgres
+//! database, as behind a gateway. A stream re-attached on another replica,
+//! a cancel through any replica, 1,000 racing POSTs on one session, and a
+//! replica killed with SIGKILL in the middle of a turn.
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{SseEvent, SseStream},
+    support::{Backend, TestDb, postgres_or_skip},
+};
+
+/// Seconds between heartbeats of the replicas (orphans are taken over
+/// within two).
+const HEARTBEAT_S: u64 = 1;
+
+/// One service process.
+struct Replica {
+    child: Child,
+    base: String,
+}
+
+impl Replica {
+    async fn start(db: &TestDb, provider: &FakeProvider, instance: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
+            .env("DATABASE_URL", db.postgres_service_url())
+            .env("HARNESS_INSTANCE_ID", instance)
+            .env("HARNESS_HEARTBEAT_INTERVAL_S", HEARTBEAT_S.to_string())
+            .env("OPENAI_BASE_URL", &provider.base_url)
+            .env("OPENAI_API_KEY", "sk-test-key")
+            .env("HARNESS_MODEL", "gpt-4o-mini")
+            .env("HARNESS_PROVIDER_MAX_ATTEMPTS", "1")
+            .env("HARNESS_MEMORY_EXTRACTION", "false")
+            .env("HARNESS_VAULT_DIR", "/nonexistent/agent-harness-test-vault")
+            .env("HARNESS_LOG_FORMAT", "json")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let replica = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let client = reqwest::Client::new();
+        for _ in 0..400 {
+            if let Ok(response) = client.get(replica.url("/readyz")).send().await
+                && response.status() == 200
+            {
+                return replica;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("replica {instance} did not become ready");
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// SIGKILL: no shutdown, no last write.
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn replicas(count: usize) -> Option<(TestDb, FakeProvider, Vec<Replica>)> {
+    if !postgres_or_skip().await {
+        return None;
+    }
+    let db = TestDb::new(Backend::Postgres).await;
+    // Migrated once, before the replicas race to.
+    db.open().await;
+    let provider = FakeProvider::start().await;
+    let mut started = Vec::new();
+    for i in 0..count {
+        started.push(Replica::start(&db, &provider, &format!("replica-{i}")).await);
+    }
+    Some((db, provider, started))
+}
+
+async fn post_turn_sse(client: &reqwest::Client, replica: &Replica, session: &str) -> SseStream {
+    let response = client
+        .post(replica.url(&format!("/sessions/{session}/turns")))
+        .header("accept", "text/event-stream")
+        .json(&json!({"message": "Hi"}))
+        .send()
+        .await
+        .unwrap();
+    SseStream::new(response).await
+}
+
+async fn follow(
+    client: &reqwest::Client,
+    replica: &Replica,
+    session: &str,
+    turn: &str,
+    after: Option<i64>,
+) -> SseStream {
+    let mut request = client.get(replica.url(&format!("/sessions/{session}/turns/{turn}/events")));
+    if let Some(seq) = after {
+        request = request.header("last-event-id", seq.to_string());
+    }
+    let stream = SseStream::new(request.send().await.unwrap()).await;
+    assert_eq!(stream.status, 200);
+    stream
+}
+
+fn seqs(events: &[SseEvent]) -> Vec<i64> {
+    events.iter().map(SseEvent::seq).collect()
+}
+
+fn text(events: &[SseEvent]) -> String {
+    events
+        .iter()
+        .filter(|e| e.event == "message.delta")
+        .map(|e| e.json()["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn get_json(client: &reqwest::Client, url: String) -> (u16, Value) {
+    let response = client.get(url).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reattached_on_another_replica_gets_every_event_once() {
+    let Some((_db, provider, replicas)) = replicas(3).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let release = CancellationToken::new();
+    provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &release)]);
+
+    // Started on replica 0; the connection drops after the first delta.
+    let mut first = post_turn_sse(&client, &replicas[0], "s-moves").await;
+    let turn = first.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let before = first.read_until("message.delta").await;
+    drop(first);
+    let last = before.last().unwrap().seq();
+    // Re-attached on replica 1 after what it saw; replica 2 follows from
+    // the start. Both while the turn still runs on replica 0.
+    let mut resumed = follow(&client, &replicas[1], "s-moves", &turn, Some(last)).await;
+    let mut whole = follow(&client, &replicas[2], "s-moves", &turn, None).await;
+    release.cancel();
+    let after = resumed.read_to_end().await;
+    let all = whole.read_to_end().await;
+
+    let terminal = all.last().unwrap();
+    assert_eq!(terminal.event, "turn.completed");
+    let expected: Vec<i64> = (1..=terminal.seq()).collect();
+    let mut joined = seqs(&before);
+    joined.extend(seqs(&after));
+    assert_eq!(joined, expected, "dropped + re-attached: each event once");
+    assert_eq!(seqs(&all), expected, "followed elsewhere: each event once");
+    assert_eq!(format!("{}{}", text(&before), text(&after)), text(&all));
+    // The stored log is what the streams carried.
+    let (status, log) = get_json(
+        &client,
+        replicas[1].url("/sessions/s-moves/events?limit=1000"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let stored: Vec<i64> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(stored, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_through_any_replica_stops_the_turn_within_a_second() {
+    let Some((_db, provider, replicas)) = replicas(3).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let never = CancellationToken::new();
+    for (session, through) in [("s-cancel-1", 1), ("s-cancel-2", 2)] {
+        provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
+        let mut stream = post_turn_sse(&client, &replicas[0], session).await;
+        let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+        stream.read_until("message.delta").await;
+        let asked = Instant::now();
+        let response = client
+            .post(replicas[through].url(&format!("/sessions/{session}/turns/{turn}/cancel")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 202, "through replica {through}");
+        let rest = stream.read_to_end().await;
+        let stopped = asked.elapsed();
+        assert_eq!(rest.last().unwrap().event, "turn.cancelled");
+        assert!(stopped <= Duration::from_secs(1), "{stopped:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_turn_runs_per_session_across_replicas_under_a_thousand_racing_posts() {
+    let Some((_db, provider, replicas)) = replicas(3).await else {
+        return;
+    };
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let release = CancellationToken::new();
+    // One answer is scripted: a second turn would find none and fail.
+    provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &release)]);
+    let posts = (0..1000).map(|i| {
+        let client = client.clone();
+        let url = replicas[i % replicas.len()].url("/sessions/s-race/turns");
+        async move {
+            let response = client
+                .post(url)
+                .header("accept", "text/event-stream")
+                .json(&json!({"message": "Hi"}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            if status == 200 {
+                (status, Some(SseStream::new(response).await), Value::Null)
+            } else {
+                (status, None, response.json().await.unwrap_or(Value::Null))
+            }
+        }
+    });
+    let answers = join_all(posts).await;
+    let mut started = Vec::new();
+    for (status, stream, problem) in answers {
+        match status {
+            200 => started.push(stream.unwrap()),
+            409 => assert_eq!(problem["code"], "turn_already_running", "{problem}"),
+            other => panic!("{other}: {problem}"),
+        }
+    }
+    if started.len() != 1 {
+        // What happened, for the failure message: which turns began and
+        // how they ended.
+        let (_, log) = get_json(
+            &client,
+            replicas[0].url("/sessions/s-race/events?limit=1000"),
+        )
+        .await;
+        panic!("{} turns began: {log}", started.len());
+    }
+    release.cancel();
+    let events = started[0].read_to_end().await;
+    assert_eq!(events.last().unwrap().event, "turn.completed");
+    let (_, session) = get_json(&client, replicas[2].url("/sessions/s-race")).await;
+    assert_eq!(session["turn_count"], 1, "{session}");
+    assert_eq!(provider.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_turn_frees_its_session_within_two_heartbeats() {
+    let Some((_db, provider, mut replicas)) = replicas(2).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let never = CancellationToken::new();
+    provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
+    let mut stream = post_turn_sse(&client, &replicas[0], "s-killed").await;
+    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    stream.read_until("message.delta").await;
+    // A follower on the other replica, to see the end arrive.
+    let mut follower = follow(&client, &replicas[1], "s-killed", &turn, None).await;
+
+    replicas[0].kill();
+    let killed = Instant::now();
+    let events = follower.read_to_end().await;
+    let ended = killed.elapsed();
+    let terminal = events.last().unwrap();
+    assert_eq!(terminal.event, "turn.interrupted");
+    assert_eq!(terminal.json()["reason"], "owner_lost", "{}", terminal.data);
+    assert!(
+        ended <= Duration::from_secs(2 * HEARTBEAT_S),
+        "interrupted {ended:?} after the kill"
+    );
+    let (status, record) = get_json(
+        &client,
+        replicas[1].url(&format!("/sessions/s-killed/turns/{turn}")),
+    )
+    .await;
+    assert_eq!(
+        (status, record["status"].as_str()),
+        (200, Some("interrupted"))
+    );
+    // The session is free: the next turn runs on the survivor.
+    provider.enqueue([Reply::sse("openai/text.sse")]);
+    let mut next = post_turn_sse(&client, &replicas[1], "s-killed").await;
+    assert_eq!(next.status, 200);
+    assert_eq!(
+        next.read_to_end().await.last().unwrap().event,
+        "turn.completed"
+    );
+}
