@@ -14,6 +14,8 @@ use agent_harness::{
 
 #[path = "cli/chat.rs"]
 mod chat;
+#[path = "cli/health.rs"]
+mod health;
 
 /// Every setting is a flag with an environment variable and a key in the
 /// settings file; `--help` lists them.
@@ -60,6 +62,13 @@ enum Command {
         user: Option<String>,
         /// The message; without one, each line of standard input is a turn.
         message: Vec<String>,
+    },
+    /// Ask a running service whether it is ready (`GET /readyz`); exit 0
+    /// when it is, 1 when not (a container's HEALTHCHECK).
+    Health {
+        /// What to ask [default: /readyz on loopback at HARNESS_LISTEN's port].
+        #[arg(long)]
+        url: Option<String>,
     },
 }
 
@@ -117,6 +126,21 @@ fn main() -> ExitCode {
             }
         };
         return runtime.block_on(chat::run(url, session.clone(), user.clone(), message));
+    }
+    if let Some(Command::Health { url }) = &cli.command {
+        let url = url.clone().unwrap_or_else(|| {
+            format!("http://127.0.0.1:{}/readyz", settings.server.listen.port())
+        });
+        return match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(health::run(&url)),
+            Err(e) => {
+                eprintln!("agent-harness: cannot start the async runtime: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if matches!(cli.command, Some(Command::Openapi)) {
         // The document is this command's output; a closed pipe is an error.

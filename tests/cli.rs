@@ -297,3 +297,23 @@ fn keys_are_made_listed_and_revoked_and_only_their_hash_is_kept() {
     let out = harness(&["keys", "create", "--tenant", "no tenant"], &env);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
+
+#[test]
+fn health_exits_zero_for_a_ready_service_and_one_otherwise() {
+    let serving = serve_demo();
+    let port = serving.url.rsplit(':').next().unwrap().to_owned();
+    // The default: /readyz on loopback at HARNESS_LISTEN's port.
+    let listen = format!("0.0.0.0:{port}");
+    let ready = harness(&["health"], &[("HARNESS_LISTEN", &listen)]);
+    assert!(ready.status.success(), "{ready:?}");
+    let url = format!("{}/readyz", serving.url);
+    assert!(harness(&["health", "--url", &url], &[]).status.success());
+    // Not a probe that answers 200, and nothing listening.
+    let missing = format!("{}/nowhere", serving.url);
+    let refused = harness(&["health", "--url", &missing], &[]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("404"));
+    drop(serving);
+    let down = harness(&["health", "--url", &url], &[]);
+    assert_eq!(down.status.code(), Some(1), "{down:?}");
+}

@@ -19,6 +19,21 @@ pub enum Target {
     Direct { base: String },
     /// agent-harness, which calls the fake provider.
     Harness { base: String },
+    /// Several agent-harness replicas, a request to each in turn (as a
+    /// gateway spreads them).
+    Gateway {
+        bases: Arc<[String]>,
+        next: Arc<AtomicUsize>,
+    },
+}
+
+impl Target {
+    pub fn gateway(bases: Vec<String>) -> Self {
+        Self::Gateway {
+            bases: bases.into(),
+            next: Arc::new(AtomicUsize::new(0)),
+        }
+    }
 }
 
 /// One request's timings.
@@ -37,7 +52,9 @@ pub struct Sample {
 fn markers(target: &Target) -> (&'static [u8], &'static [u8]) {
     match target {
         Target::Direct { .. } => (b"\"content\":\"tok", b"data: [DONE]"),
-        Target::Harness { .. } => (b"event: message.delta", b"event: turn.completed"),
+        Target::Harness { .. } | Target::Gateway { .. } => {
+            (b"event: message.delta", b"event: turn.completed")
+        }
     }
 }
 
@@ -48,28 +65,40 @@ fn count(haystack: &[u8], needle: &[u8]) -> usize {
         .count()
 }
 
+/// A streamed turn of a new session.
+fn turn(client: &reqwest::Client, base: &str, model: &str) -> reqwest::RequestBuilder {
+    client
+        .post(format!(
+            "{base}/sessions/bench-{}/turns",
+            uuid::Uuid::now_v7().simple()
+        ))
+        .header("accept", "text/event-stream")
+        .json(&json!({"message": "Hi", "runtime_model": model}))
+}
+
 /// Sends one request and times it.
 pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> Sample {
     let started = Instant::now();
     let sent = match target {
-        Target::Direct { base } => client
-            .post(format!("{base}/v1/chat/completions"))
-            .json(&json!({
-                "model": model,
-                "messages": [{"role": "user", "content": "Hi"}],
-                "stream": true,
-            }))
-            .send(),
-        Target::Harness { base } => client
-            .post(format!(
-                "{base}/sessions/bench-{}/turns",
-                uuid::Uuid::now_v7().simple()
-            ))
-            .header("accept", "text/event-stream")
-            .json(&json!({"message": "Hi", "runtime_model": model}))
-            .send(),
+        Target::Direct { base } => {
+            client
+                .post(format!("{base}/v1/chat/completions"))
+                .json(&json!({
+                    "model": model,
+                    "messages": [{"role": "user", "content": "Hi"}],
+                    "stream": true,
+                }))
+        }
+        Target::Harness { base } => turn(client, base, model),
+        Target::Gateway { bases, next } => {
+            let i = next.fetch_add(1, Ordering::Relaxed) % bases.len().max(1);
+            match bases.get(i) {
+                Some(base) => turn(client, base, model),
+                None => return Sample::default(),
+            }
+        }
     };
-    let Ok(mut response) = sent.await else {
+    let Ok(mut response) = sent.send().await else {
         return Sample::default();
     };
     if !response.status().is_success() {

@@ -29,8 +29,8 @@ impl Drop for ScratchDir {
     }
 }
 
-const ALL: [&str; 7] = [
-    "startup", "overhead", "ttft", "tools", "streams", "held", "eventlog",
+const ALL: [&str; 8] = [
+    "startup", "overhead", "ttft", "tools", "streams", "held", "eventlog", "replicas",
 ];
 
 pub async fn run(
@@ -85,6 +85,15 @@ pub async fn run(
     if wanted("held") {
         let (fresh, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
         held(&fresh, quick).await;
+    }
+    if wanted("replicas") {
+        match &postgres {
+            Some(url) => replicas(&fake, &sqlite, url, scale).await?,
+            None if !scenarios.is_empty() => {
+                return Err("the replicas scenario needs --postgres".into());
+            }
+            None => {}
+        }
     }
     if wanted("eventlog") {
         let (sq, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
@@ -401,4 +410,151 @@ async fn eventlog(harness: &Proc, db: &str, scale: usize) {
         wall.as_secs_f64(),
         events as f64 / wall.as_secs_f64()
     );
+}
+
+/// Postgres deadlocks so far in the database of `url`.
+async fn deadlocks(url: &str) -> Result<i64, String> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let count = sqlx::query_scalar::<_, i64>(
+        "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(&pool)
+    .await
+    .map_err(|e| e.to_string());
+    pool.close().await;
+    count
+}
+
+/// Replicas on one Postgres behind a gateway that spreads turns over them,
+/// beside the provider alone, one SQLite process and one Postgres process,
+/// with a provider as fast as a good hosted one (first token after 25 ms);
+/// then a replica killed mid-turn and the time until another frees its
+/// session.
+async fn replicas(fake: &Proc, sqlite: &str, postgres: &str, scale: usize) -> Result<(), String> {
+    const REPLICAS: usize = 3;
+    const CONCURRENCY: usize = 32;
+    println!(
+        "## replicas: TTFT 25 ms, ITL 0, 20 tokens, {CONCURRENCY} concurrent; {REPLICAS} replicas on one Postgres\n"
+    );
+    let http = client::http_client();
+    let model = Spec::parse("bench/ttft=25/n=20").model();
+    let total = 4000 / scale;
+    let deadlocks_before = deadlocks(postgres).await?;
+    let (sqlite_one, _) = procs::start_harness(sqlite, &fake.url(), 120).await?;
+    let (postgres_one, _) = procs::start_harness(postgres, &fake.url(), 120).await?;
+    let mut replicas = Vec::new();
+    for _ in 0..REPLICAS {
+        replicas.push(procs::start_harness(postgres, &fake.url(), 120).await?.0);
+    }
+    let gateway = Target::gateway(replicas.iter().map(Proc::url).collect());
+    let cases: [(&str, Target, Vec<&Proc>); 4] = [
+        (
+            "provider alone",
+            Target::Direct { base: fake.url() },
+            vec![],
+        ),
+        (
+            "1 process, SQLite",
+            Target::Harness {
+                base: sqlite_one.url(),
+            },
+            vec![&sqlite_one],
+        ),
+        (
+            "1 process, Postgres",
+            Target::Harness {
+                base: postgres_one.url(),
+            },
+            vec![&postgres_one],
+        ),
+        ("3 replicas, Postgres", gateway, replicas.iter().collect()),
+    ];
+    println!(
+        "| path | turns/s | × provider alone | p50 | p99 | added p50 | added p99 | errors | service CPU per turn |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut direct = (0.0, 0.0, 0.0);
+    for (name, target, procs) in cases {
+        // Warm-up: the connections and the first pages.
+        client::load(&http, &target, &model, CONCURRENCY, 400 / scale).await;
+        let cpu_before: Duration = procs.iter().map(|p| p.cpu()).sum();
+        let (samples, wall) = client::load(&http, &target, &model, CONCURRENCY, total).await;
+        let cpu = procs
+            .iter()
+            .map(|p| p.cpu())
+            .sum::<Duration>()
+            .saturating_sub(cpu_before);
+        let (good, errors) = ok(&samples);
+        let rate = good.len() as f64 / wall.as_secs_f64();
+        let (p50, p99) = p50_p99(&totals(&good));
+        if procs.is_empty() {
+            direct = (rate, p50, p99);
+            println!("| {name} | {rate:.0} | 1.00 | {p50:.2} ms | {p99:.2} ms | | | {errors} | |");
+        } else {
+            println!(
+                "| {name} | {rate:.0} | {:.2} | {p50:.2} ms | {p99:.2} ms | {:.2} ms | {:.2} ms | {errors} | {:.2} ms |",
+                rate / direct.0,
+                p50 - direct.1,
+                p99 - direct.2,
+                cpu.as_secs_f64() * 1000.0 / good.len().max(1) as f64
+            );
+        }
+    }
+    println!();
+    drop((sqlite_one, postgres_one));
+
+    // A replica killed in the middle of a turn: how long until another
+    // replica has ended the turn and its session takes a new one.
+    let slow = Spec::parse("bench/ttft=60000/n=1").model();
+    let session = format!("bench-killed-{}", uuid::Uuid::now_v7().simple());
+    let started = http
+        .post(format!("{}/sessions/{session}/turns", replicas[0].url()))
+        .header("accept", "text/event-stream")
+        .json(&serde_json::json!({"message": "Hi", "runtime_model": slow}))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let turn = started
+        .headers()
+        .get("x-turn-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    // The turn runs (its provider call is under way) before the kill.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    replicas[0].kill();
+    let killed = Instant::now();
+    let survivor = replicas[1].url();
+    let mut freed = None;
+    while killed.elapsed() < Duration::from_secs(60) {
+        let record: serde_json::Value = match http
+            .get(format!("{survivor}/sessions/{session}/turns/{turn}"))
+            .send()
+            .await
+        {
+            Ok(response) => response.json().await.unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        };
+        if record["status"] == "interrupted" {
+            freed = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(started);
+    let heartbeat = std::env::var("HARNESS_HEARTBEAT_INTERVAL_S").unwrap_or_else(|_| "5".into());
+    match freed {
+        Some(after) => println!(
+            "kill -9 of a replica mid-turn: its turn interrupted and its session free on another replica after {:.2} s (heartbeat {heartbeat} s)",
+            after.as_secs_f64()
+        ),
+        None => println!("kill -9 of a replica mid-turn: the turn was NOT freed within 60 s"),
+    }
+    let deadlocks_during = deadlocks(postgres).await? - deadlocks_before;
+    println!("Postgres deadlocks during the scenario: {deadlocks_during}\n");
+    Ok(())
 }
