@@ -25,7 +25,7 @@ use clap::{ArgAction, builder::BoolishValueParser};
 pub use load::{ConfigError, load_matches};
 pub use values::{
     AuthMode, CorsOrigins, DatabaseUrl, EffectList, EmbeddingModel, HttpUrl, LogFormat,
-    ProviderKind, ProviderList, ProviderRef, Secret, redact_url,
+    OtlpProtocol, ProviderKind, ProviderList, ProviderRef, ResourceAttributes, Secret, redact_url,
 };
 
 use crate::{
@@ -691,6 +691,33 @@ pub struct TelemetrySettings {
         env = "OTEL_EXPORTER_OTLP_ENDPOINT"
     )]
     pub otlp_endpoint: Option<HttpUrl>,
+    /// How spans are sent: http/protobuf or http/json (gRPC is not built
+    /// in).
+    #[arg(
+        id = "telemetry.otlp_protocol",
+        long = "otel-exporter-otlp-protocol",
+        env = "OTEL_EXPORTER_OTLP_PROTOCOL",
+        value_enum,
+        default_value = "http/protobuf"
+    )]
+    pub otlp_protocol: OtlpProtocol,
+    /// The `service.name` of the spans [default: `service.name` of
+    /// OTEL_RESOURCE_ATTRIBUTES, else agent-harness].
+    #[arg(
+        id = "telemetry.service_name",
+        long = "otel-service-name",
+        env = "OTEL_SERVICE_NAME"
+    )]
+    pub service_name: Option<String>,
+    /// More resource attributes of the spans, `key=value,key=value`
+    /// (`service.name` here counts when OTEL_SERVICE_NAME is not set)
+    /// [default: none].
+    #[arg(
+        id = "telemetry.resource_attributes",
+        long = "otel-resource-attributes",
+        env = "OTEL_RESOURCE_ATTRIBUTES"
+    )]
+    pub resource_attributes: Option<ResourceAttributes>,
     /// Record prompt and completion text on spans.
     #[arg(id = "telemetry.capture_content", long = "telemetry-capture-content", env = "HARNESS_TELEMETRY_CAPTURE_CONTENT", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub capture_content: bool,

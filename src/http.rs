@@ -176,12 +176,20 @@ pub fn router(app: AppState) -> Router {
                     .get("x-request-id")
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("");
-                tracing::info_span!(
+                let span = tracing::info_span!(
                     "http.request",
+                    otel.kind = "server",
                     http.request.method = %request.method(),
                     url.path = %request.uri().path(),
                     request.id = %request_id,
-                )
+                );
+                // The caller's trace, when it sent one: the request and
+                // the turn it starts are spans of it.
+                if request.headers().contains_key("traceparent") {
+                    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+                    let _ = span.set_parent(crate::telemetry::remote_context(request.headers()));
+                }
+                span
             }),
         )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));

@@ -270,6 +270,17 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    /// The OpenTelemetry GenAI name (`gen_ai.response.finish_reasons`).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Stop => "stop",
+            Self::ToolCalls => "tool_calls",
+            Self::Length => "length",
+            Self::ContentFilter => "content_filter",
+            Self::Other(other) => other,
+        }
+    }
+
     pub fn from_wire(raw: &str) -> Self {
         match raw {
             "stop" | "end_turn" | "stop_sequence" => Self::Stop,

@@ -4,12 +4,13 @@
 //! Spans follow the OpenTelemetry GenAI conventions (`gen_ai.*` on provider
 //! calls); prompt text is recorded only when `telemetry_capture_content` is on.
 
+use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::{Resource, trace::SdkTracerProvider};
+use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
 use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt, util::SubscriberInitExt};
 
-use crate::config::{LogFormat, Settings};
+use crate::config::{LogFormat, OtlpProtocol, Settings, TelemetrySettings};
 
 /// Flushes and stops trace export when dropped or shut down.
 pub struct TelemetryGuard {
@@ -44,6 +45,64 @@ pub enum TelemetryError {
     Exporter(String),
 }
 
+/// The spans' resource, from the settings only (OTEL_SERVICE_NAME and
+/// OTEL_RESOURCE_ATTRIBUTES come through them): `service.name` is
+/// OTEL_SERVICE_NAME, else the attributes' `service.name`, else
+/// `agent-harness`; the instance id is `service.instance.id` unless the
+/// attributes name one.
+fn resource(telemetry: &TelemetrySettings, instance_id: &str) -> Resource {
+    let attributes = telemetry
+        .resource_attributes
+        .as_ref()
+        .map(|a| a.0.as_slice())
+        .unwrap_or_default();
+    let named = |key: &str| {
+        attributes
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    let service = telemetry
+        .service_name
+        .clone()
+        .or_else(|| named("service.name"))
+        .unwrap_or_else(|| "agent-harness".to_owned());
+    Resource::builder_empty()
+        .with_attributes(
+            attributes
+                .iter()
+                .filter(|(k, _)| k != "service.name")
+                .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
+        )
+        .with_attribute(KeyValue::new(
+            "service.instance.id",
+            named("service.instance.id").unwrap_or_else(|| instance_id.to_owned()),
+        ))
+        .with_attribute(KeyValue::new(
+            "service.version",
+            named("service.version").unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned()),
+        ))
+        .with_service_name(service)
+        .build()
+}
+
+/// The trace context of an incoming request's `traceparent`/`tracestate`
+/// headers (none without trace export).
+pub fn remote_context(headers: &axum::http::HeaderMap) -> opentelemetry::Context {
+    struct Headers<'a>(&'a axum::http::HeaderMap);
+    impl opentelemetry::propagation::Extractor for Headers<'_> {
+        fn get(&self, key: &str) -> Option<&str> {
+            self.0.get(key).and_then(|v| v.to_str().ok())
+        }
+        fn keys(&self) -> Vec<&str> {
+            self.0.keys().map(axum::http::HeaderName::as_str).collect()
+        }
+    }
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&Headers(headers))
+    })
+}
+
 /// Installs the global subscriber. Call once, at start.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let filter =
@@ -68,20 +127,23 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
             } else {
                 format!("{endpoint}/v1/traces")
             };
+            let protocol = match settings.telemetry.otlp_protocol {
+                OtlpProtocol::HttpProtobuf => opentelemetry_otlp::Protocol::HttpBinary,
+                OtlpProtocol::HttpJson => opentelemetry_otlp::Protocol::HttpJson,
+            };
             let exporter = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
+                .with_protocol(protocol)
                 .with_endpoint(endpoint)
                 .with_headers(Default::default())
                 .build()
                 .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
             let provider = SdkTracerProvider::builder()
                 .with_batch_exporter(exporter)
-                .with_resource(
-                    Resource::builder()
-                        .with_service_name("agent-harness")
-                        .build(),
-                )
+                .with_resource(resource(&settings.telemetry, &settings.server.instance_id))
                 .build();
+            // An incoming `traceparent` (W3C) continues the caller's trace.
+            opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
             let tracer = provider.tracer("agent-harness");
             (
                 Some(tracing_opentelemetry::layer().with_tracer(tracer)),

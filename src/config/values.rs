@@ -58,6 +58,45 @@ pub enum AuthMode {
     Auto,
 }
 
+/// The OTLP exporter's protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OtlpProtocol {
+    #[value(name = "http/protobuf")]
+    HttpProtobuf,
+    #[value(name = "http/json")]
+    HttpJson,
+}
+
+/// `OTEL_RESOURCE_ATTRIBUTES`: `key=value` pairs separated by commas, each
+/// part percent-decoded (the OpenTelemetry specification's format).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResourceAttributes(pub Vec<(String, String)>);
+
+impl std::str::FromStr for ResourceAttributes {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        let decode = |part: &str| {
+            percent_encoding::percent_decode_str(part.trim())
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| format!("{part:?} is not UTF-8 once decoded"))
+        };
+        let mut pairs = Vec::new();
+        for pair in raw.split(',').filter(|p| !p.trim().is_empty()) {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(format!("{pair:?} is not key=value"));
+            };
+            let key = decode(key)?;
+            if key.is_empty() {
+                return Err(format!("{pair:?} has no key"));
+            }
+            pairs.push((key, decode(value)?));
+        }
+        Ok(Self(pairs))
+    }
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -383,5 +422,28 @@ mod tests {
         assert!("ftp://x".parse::<HttpUrl>().is_err());
         assert!("sqlite::memory:".parse::<DatabaseUrl>().is_err());
         assert!("mysql://x".parse::<DatabaseUrl>().is_err());
+    }
+}
+
+#[cfg(test)]
+mod resource_attribute_tests {
+    use super::ResourceAttributes;
+
+    #[test]
+    fn resource_attributes_are_key_value_pairs_percent_decoded() {
+        let parsed: ResourceAttributes =
+            "deployment.environment=prod, team=a%2Cb,service.version=1.2"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            parsed.0,
+            vec![
+                ("deployment.environment".into(), "prod".into()),
+                ("team".into(), "a,b".into()),
+                ("service.version".into(), "1.2".into()),
+            ]
+        );
+        assert!("novalue".parse::<ResourceAttributes>().is_err());
+        assert!("=x".parse::<ResourceAttributes>().is_err());
     }
 }

@@ -15,6 +15,7 @@ use futures::FutureExt;
 use serde_json::Value;
 use tokio::{sync::oneshot, time::Instant};
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use super::{EventSink, state::TurnRuntimeState};
 use crate::{
@@ -37,8 +38,42 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Runs `tool` for one call. Never panics; a panicking tool is a failure.
+/// Runs `tool` for one call, in a span of its own (`execute_tool`, the
+/// GenAI conventions' name). Never panics; a panicking tool is a failure.
 pub async fn execute(
+    tracker: &TaskTracker,
+    tool: Arc<dyn Tool>,
+    ctx: ToolContext,
+    arguments: Value,
+    state: Arc<TurnRuntimeState>,
+    sink: Arc<dyn EventSink>,
+) -> Executed {
+    let name = tool.spec().name.clone();
+    let span = tracing::info_span!(
+        "gen_ai.execute_tool",
+        otel.name = format!("execute_tool {name}"),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %name,
+        gen_ai.tool.call.id = %ctx.call_id,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let executed = run(tracker, tool, ctx, arguments, state, sink)
+        .instrument(span.clone())
+        .await;
+    let error = match &executed {
+        Executed::Completed { .. } => None,
+        Executed::Failed { error, .. } => Some(error.kind.as_str()),
+        Executed::TimedOut { .. } => Some("timeout"),
+    };
+    if let Some(error) = error {
+        span.record("error.type", error);
+        span.record("otel.status_code", "ERROR");
+    }
+    executed
+}
+
+async fn run(
     tracker: &TaskTracker,
     tool: Arc<dyn Tool>,
     ctx: ToolContext,
@@ -60,35 +95,38 @@ pub async fn execute(
     let task_cancel = cancel.clone();
     let task_trace = trace_id.clone();
     let task_name = name.clone();
-    tracker.spawn(async move {
-        let run = AssertUnwindSafe(tool.call(ctx, arguments)).catch_unwind();
-        let grace = async {
-            task_cancel.cancelled().await;
-            tokio::time::sleep(LATE_GRACE).await;
-        };
-        let result = tokio::select! {
-            biased;
-            result = run => Some(result.unwrap_or_else(|_| {
-                Err(ToolError::new(ToolErrorKind::Panic, "the tool panicked", false))
-            })),
-            () = grace => None,
-        };
-        let latency_ms = millis(started.elapsed());
-        let retryable = !matches!(&result, Some(Err(e)) if !e.retryable);
-        if task_state.complete_trace(&task_trace, latency_ms, retryable) {
-            // The harness is waiting: hand the result over.
-            let _ = sender.send(result);
-        } else if result.is_some() && task_state.is_accepting_writes() {
-            // Late: the result is dropped; only the fact is recorded.
-            let _ = sink
-                .emit(TurnEvent::ToolLate {
-                    call_id: task_trace,
-                    tool: task_name,
-                    latency_ms,
-                })
-                .await;
+    tracker.spawn(
+        async move {
+            let run = AssertUnwindSafe(tool.call(ctx, arguments)).catch_unwind();
+            let grace = async {
+                task_cancel.cancelled().await;
+                tokio::time::sleep(LATE_GRACE).await;
+            };
+            let result = tokio::select! {
+                biased;
+                result = run => Some(result.unwrap_or_else(|_| {
+                    Err(ToolError::new(ToolErrorKind::Panic, "the tool panicked", false))
+                })),
+                () = grace => None,
+            };
+            let latency_ms = millis(started.elapsed());
+            let retryable = !matches!(&result, Some(Err(e)) if !e.retryable);
+            if task_state.complete_trace(&task_trace, latency_ms, retryable) {
+                // The harness is waiting: hand the result over.
+                let _ = sender.send(result);
+            } else if result.is_some() && task_state.is_accepting_writes() {
+                // Late: the result is dropped; only the fact is recorded.
+                let _ = sink
+                    .emit(TurnEvent::ToolLate {
+                        call_id: task_trace,
+                        tool: task_name,
+                        latency_ms,
+                    })
+                    .await;
+            }
         }
-    });
+        .in_current_span(),
+    );
 
     let received = match tokio::time::timeout(timeout, &mut receiver).await {
         Ok(received) => received.ok().flatten(),

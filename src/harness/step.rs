@@ -155,10 +155,12 @@ impl Turn<'_> {
             gen_ai.request.model = %model,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
-            gen_ai.response.finish_reasons = tracing::field::Empty,
             gen_ai.input.messages = tracing::field::Empty,
             gen_ai.output.messages = tracing::field::Empty,
             turn.step = step,
+            otel.kind = "client",
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
         // Prompt and answer text reach telemetry only when asked for.
         if harness.options.capture_content {
@@ -176,7 +178,11 @@ impl Turn<'_> {
             {
                 return Ok(None);
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                span.record("error.type", e.code());
+                span.record("otel.status_code", "ERROR");
+                return Err(e);
+            }
         };
         if harness.options.capture_content {
             span.record("gen_ai.output.messages", output.text.as_str());
@@ -328,8 +334,14 @@ async fn generate(
             ProviderEvent::ToolCall(call) => output.tool_calls.push(call),
             ProviderEvent::Usage(usage) => output.usage.add(&usage),
             ProviderEvent::Finished(reason) => {
-                tracing::Span::current()
-                    .record("gen_ai.response.finish_reasons", format!("{reason:?}"));
+                // An array of strings, as the conventions have it.
+                use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+                tracing::Span::current().set_attribute(
+                    "gen_ai.response.finish_reasons",
+                    opentelemetry::Value::Array(opentelemetry::Array::String(vec![
+                        reason.as_str().to_owned().into(),
+                    ])),
+                );
                 break;
             }
         }

@@ -161,20 +161,21 @@ pub(super) async fn check_owner(
         // resource.
         return Ok(next.run(request).await);
     };
+    // Posting a turn is checked where the turn begins, in the statement
+    // that makes or updates the session (and a running turn or a used
+    // idempotency key is only reported to the session's tenant): no read
+    // here on the busiest route.
+    let begins_turn = request.method() == Method::POST && request.uri().path().ends_with("/turns");
     for (name, value) in &params {
         match name {
-            "session_id" => {
+            "session_id" if !begins_turn => {
                 // An invalid id gets its own error from the handler.
                 if crate::ids::SessionId::parse(value).is_err() {
                     continue;
                 }
                 match auth.session_tenant(&app, value).await? {
                     Some(owner) if owner == tenant => {}
-                    Some(_) => return Err(ApiError::SessionNotFound),
-                    // Posting a turn makes the session.
-                    None if request.method() == Method::POST
-                        && request.uri().path().ends_with("/turns") => {}
-                    None => return Err(ApiError::SessionNotFound),
+                    _ => return Err(ApiError::SessionNotFound),
                 }
             }
             "checkpoint_id" => match app.store.checkpoint_tenant(value).await? {

@@ -113,71 +113,56 @@ impl PostgresStore {
         &self,
         turn: &NewTurn,
     ) -> Result<BeganTurn, BeginTurnError> {
-        // No pre-check for a running turn or a used idempotency key:
-        // the unique indexes refuse the insert, and only then do we
-        // look for the conflict. The common path is four statements.
-        let mut tx = self.begin_write().await.map_err(StoreError::from)?;
-        // No turn of the session runs (else the insert below fails),
-        // so `last_seq` is its newest event: the turn starts after it.
-        // A session of another tenant is left as it is (no row comes back).
-        let (turn_count, session_cost, seq): (i64, Option<f64>, i64) = sqlx::query_as(
-            "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
-             VALUES ($1, $2, $2, 1, 1, $3) \
-             ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
-             turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
-             WHERE sessions.tenant = excluded.tenant \
-             RETURNING turn_count, cost_usd, last_seq",
+        // One statement, so one round trip and its own transaction: the
+        // session row (made, or updated if it is the tenant's: else no row
+        // comes back and nothing is written), the turn, and its
+        // `turn.started` event. No turn of the session runs (else the
+        // unique index refuses the turn and the whole statement), so
+        // `last_seq` is the session's newest event: the turn starts after
+        // it. The caller looks for the conflict when one is refused.
+        let began: Result<Option<(i64, Option<f64>, i64)>, sqlx::Error> = sqlx::query_as(
+            "WITH s AS ( \
+               INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
+               VALUES ($1, $2, $2, 1, 1, $3) \
+               ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
+               turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+               WHERE sessions.tenant = excluded.tenant \
+               RETURNING turn_count, cost_usd, last_seq \
+             ), t AS ( \
+               INSERT INTO turns (id, session_id, status, request, idempotency_key, \
+               owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
+               SELECT $4, $1, 'running', $5, $6, $7, $8, $2, s.last_seq, $2 FROM s \
+             ), e AS ( \
+               INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+               SELECT $1, s.last_seq, $4, 'turn.started', $9, $2 FROM s \
+             ) \
+             SELECT turn_count, cost_usd, last_seq FROM s",
         )
         .bind(&turn.session_id)
         .bind(turn.created_at)
         .bind(&turn.tenant)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::from)?
-        .ok_or(BeginTurnError::SessionNotFound)?;
-        let inserted = sqlx::query(
-            "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
-             owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
-             VALUES ($1, $2, 'running', $3, $4, $5, $6, $7, $8, $7)",
-        )
         .bind(turn.id.to_string())
-        .bind(&turn.session_id)
         .bind(&turn.request)
         .bind(&turn.idempotency_key)
         .bind(&turn.owner_instance)
         .bind(&turn.owner_process)
-        .bind(turn.created_at)
-        .bind(seq)
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Ok(_) => {}
-            // A running turn or a used idempotency key: the caller
-            // finds which, once this transaction is rolled back.
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                drop(tx);
-                return Err(StoreError::Conflict.into());
-            }
-            Err(e) => return Err(StoreError::from(e).into()),
-        }
-        sqlx::query(
-            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
-             VALUES ($1, $2, $3, 'turn.started', $4, $5)",
-        )
-        .bind(&turn.session_id)
-        .bind(seq)
-        .bind(turn.id.to_string())
         .bind(&turn.started_payload)
-        .bind(turn.created_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::from)?;
-        tx.commit().await.map_err(StoreError::from)?;
-        Ok(BeganTurn {
-            first_seq: seq,
-            turn_number: u64::try_from(turn_count).unwrap_or(1),
-            session_cost_before: session_cost,
-        })
+        .fetch_optional(self.writer())
+        .await;
+        match began {
+            Ok(Some((turn_count, session_cost, seq))) => Ok(BeganTurn {
+                first_seq: seq,
+                turn_number: u64::try_from(turn_count).unwrap_or(1),
+                session_cost_before: session_cost,
+            }),
+            Ok(None) => Err(BeginTurnError::SessionNotFound),
+            // A running turn or a used idempotency key: nothing was
+            // written; the caller finds which.
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(StoreError::Conflict.into())
+            }
+            Err(e) => Err(StoreError::from(e).into()),
+        }
     }
     pub(super) async fn write_batch_of(
         &self,
