@@ -1,104 +1,236 @@
-//! Service metrics, rendered in the Prometheus text format at `GET /metrics`.
+//! Service metrics at `GET /metrics`, kept and rendered by
+//! `prometheus-client` (the Prometheus project's Rust client) in the
+//! OpenMetrics text format: counters and gauges of turns, events and
+//! streams, and histograms of turn latency, time to first token, tokens
+//! per provider call and tool latency.
 //!
-//! A handful of counters and gauges kept in atomics: cheaper than a metrics
-//! registry on the per-event path, and all the gateway needs.
+//! Labels are bounded: turn statuses, token types, and tool names (the
+//! registry's) with their outcomes.
 
-use std::{
-    fmt::Write,
-    sync::atomic::{AtomicI64, AtomicU64, Ordering},
+use std::time::Duration;
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::{Registry, Unit},
 };
 
 use crate::store::TurnStatus;
 
-/// The service's metrics.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    pub turns_started: AtomicU64,
-    pub turns_running: AtomicI64,
-    finished: [AtomicU64; 5],
-    pub events_persisted: AtomicU64,
-    pub event_batches: AtomicU64,
-    pub event_batch_failures: AtomicU64,
-    pub streams_open: AtomicI64,
+/// The content type of [`Metrics::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabels {
+    status: &'static str,
 }
 
-const STATUSES: [TurnStatus; 5] = [
-    TurnStatus::Running,
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    /// `input` or `output` (`gen_ai.token.type`).
+    r#type: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    tool: String,
+    /// The `tool.finished` status: completed, failed, timed_out, denied…
+    outcome: String,
+}
+
+/// Seconds, 5 ms to about 80 s: turns and tool calls.
+fn seconds_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+/// Tokens, 16 to about 1 M.
+fn token_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(16.0, 4.0, 9))
+}
+
+/// The service's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    turns_started: Counter,
+    turns_running: Gauge,
+    turns_finished: Family<StatusLabels, Counter>,
+    events_persisted: Counter,
+    event_batches: Counter,
+    event_batch_failures: Counter,
+    streams_open: Gauge,
+    turn_duration: Family<StatusLabels, Histogram, fn() -> Histogram>,
+    time_to_first_token: Histogram,
+    tokens: Family<TokenLabels, Histogram, fn() -> Histogram>,
+    tool_duration: Family<ToolLabels, Histogram, fn() -> Histogram>,
+}
+
+const STATUSES: [TurnStatus; 4] = [
     TurnStatus::Completed,
     TurnStatus::Failed,
     TurnStatus::Cancelled,
     TurnStatus::Interrupted,
 ];
 
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let metrics = Self {
+            turns_started: Counter::default(),
+            turns_running: Gauge::default(),
+            turns_finished: Family::default(),
+            events_persisted: Counter::default(),
+            event_batches: Counter::default(),
+            event_batch_failures: Counter::default(),
+            streams_open: Gauge::default(),
+            turn_duration: Family::new_with_constructor(seconds_buckets),
+            time_to_first_token: seconds_buckets(),
+            tokens: Family::new_with_constructor(token_buckets),
+            tool_duration: Family::new_with_constructor(seconds_buckets),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "agent_harness_turns_started",
+            "Turns begun",
+            metrics.turns_started.clone(),
+        );
+        registry.register(
+            "agent_harness_turns_running",
+            "Turns running in this process",
+            metrics.turns_running.clone(),
+        );
+        // Every status is shown from the start, at 0.
+        for status in STATUSES {
+            let _ = metrics.turns_finished.get_or_create(&StatusLabels {
+                status: status.as_str(),
+            });
+        }
+        registry.register(
+            "agent_harness_turns_finished",
+            "Turns ended, by status",
+            metrics.turns_finished.clone(),
+        );
+        registry.register(
+            "agent_harness_events_persisted",
+            "Events committed to the event log",
+            metrics.events_persisted.clone(),
+        );
+        registry.register(
+            "agent_harness_event_batches",
+            "Event log transactions (group commits)",
+            metrics.event_batches.clone(),
+        );
+        registry.register(
+            "agent_harness_event_batch_failures",
+            "Event log transactions that failed",
+            metrics.event_batch_failures.clone(),
+        );
+        registry.register(
+            "agent_harness_sse_streams_open",
+            "Open SSE streams",
+            metrics.streams_open.clone(),
+        );
+        registry.register_with_unit(
+            "agent_harness_turn_duration",
+            "Turns, from begin to end, by status",
+            Unit::Seconds,
+            metrics.turn_duration.clone(),
+        );
+        registry.register_with_unit(
+            "agent_harness_turn_time_to_first_token",
+            "Turns, from begin to the first text of the answer",
+            Unit::Seconds,
+            metrics.time_to_first_token.clone(),
+        );
+        registry.register(
+            "gen_ai_client_token_usage",
+            "Tokens per provider call, by type (input, output)",
+            metrics.tokens.clone(),
+        );
+        registry.register_with_unit(
+            "agent_harness_tool_duration",
+            "Tool calls, by tool and outcome",
+            Unit::Seconds,
+            metrics.tool_duration.clone(),
+        );
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+}
+
 impl Metrics {
     pub fn turn_started(&self) {
-        self.turns_started.fetch_add(1, Ordering::Relaxed);
-        self.turns_running.fetch_add(1, Ordering::Relaxed);
+        self.turns_started.inc();
+        self.turns_running.inc();
     }
 
-    pub fn turn_finished(&self, status: TurnStatus) {
-        self.turns_running.fetch_sub(1, Ordering::Relaxed);
-        if let Some(i) = STATUSES.iter().position(|s| *s == status) {
-            self.finished[i].fetch_add(1, Ordering::Relaxed);
+    pub fn turn_finished(&self, status: TurnStatus, elapsed: Duration) {
+        self.turns_running.dec();
+        let labels = StatusLabels {
+            status: status.as_str(),
+        };
+        self.turns_finished.get_or_create(&labels).inc();
+        self.turn_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn first_token(&self, elapsed: Duration) {
+        self.time_to_first_token.observe(elapsed.as_secs_f64());
+    }
+
+    /// One provider call's tokens.
+    pub fn tokens(&self, input: u64, output: u64) {
+        for (kind, count) in [("input", input), ("output", output)] {
+            self.tokens
+                .get_or_create(&TokenLabels { r#type: kind })
+                .observe(count as f64);
         }
     }
 
-    /// The Prometheus text exposition.
+    pub fn tool_finished(&self, tool: &str, outcome: &str, latency: Duration) {
+        self.tool_duration
+            .get_or_create(&ToolLabels {
+                tool: tool.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .observe(latency.as_secs_f64());
+    }
+
+    pub fn batch_committed(&self, events: u64) {
+        self.events_persisted.inc_by(events);
+        self.event_batches.inc();
+    }
+
+    pub fn batch_failed(&self) {
+        self.event_batch_failures.inc();
+    }
+
+    pub fn stream_opened(&self) {
+        self.streams_open.inc();
+    }
+
+    pub fn stream_closed(&self) {
+        self.streams_open.dec();
+    }
+
+    /// Turns running in this process, as the gauge says.
+    pub fn running(&self) -> i64 {
+        self.turns_running.get()
+    }
+
+    /// The OpenMetrics text exposition ([`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        };
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-        metric(
-            "agent_harness_turns_started_total",
-            "counter",
-            "Turns begun.",
-            load(&self.turns_started),
-        );
-        metric(
-            "agent_harness_turns_running",
-            "gauge",
-            "Turns running in this process.",
-            self.turns_running.load(Ordering::Relaxed).to_string(),
-        );
-        metric(
-            "agent_harness_events_persisted_total",
-            "counter",
-            "Events committed to the event log.",
-            load(&self.events_persisted),
-        );
-        metric(
-            "agent_harness_event_batches_total",
-            "counter",
-            "Event log transactions (group commits).",
-            load(&self.event_batches),
-        );
-        metric(
-            "agent_harness_event_batch_failures_total",
-            "counter",
-            "Event log transactions that failed.",
-            load(&self.event_batch_failures),
-        );
-        metric(
-            "agent_harness_sse_streams_open",
-            "gauge",
-            "Open SSE streams.",
-            self.streams_open.load(Ordering::Relaxed).to_string(),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP agent_harness_turns_finished_total Turns ended, by status.\n# TYPE agent_harness_turns_finished_total counter"
-        );
-        for (status, count) in STATUSES.iter().zip(&self.finished).skip(1) {
-            let _ = writeln!(
-                out,
-                "agent_harness_turns_finished_total{{status=\"{status}\"}} {}",
-                count.load(Ordering::Relaxed)
-            );
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            out = format!("# the metrics could not be rendered: {e}\n# EOF\n");
         }
         out
     }
@@ -108,25 +240,77 @@ impl Metrics {
 mod tests {
     use super::*;
 
+    fn value<'a>(text: &'a str, name: &str) -> &'a str {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing: {text}"))
+    }
+
     #[test]
-    fn counters_render_in_the_text_format() {
+    fn counters_gauges_and_histograms_render_as_openmetrics() {
         let metrics = Metrics::default();
         metrics.turn_started();
         metrics.turn_started();
-        metrics.turn_finished(TurnStatus::Completed);
+        metrics.turn_finished(TurnStatus::Completed, Duration::from_millis(30));
+        metrics.first_token(Duration::from_millis(12));
+        metrics.tokens(120, 40);
+        metrics.tool_finished("read_note", "completed", Duration::from_millis(7));
+        metrics.batch_committed(5);
         let text = metrics.render();
+        assert_eq!(value(&text, "agent_harness_turns_started_total"), "2");
+        assert_eq!(value(&text, "agent_harness_turns_running"), "1");
+        assert_eq!(
+            value(
+                &text,
+                "agent_harness_turns_finished_total{status=\"completed\"}"
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(
+                &text,
+                "agent_harness_turns_finished_total{status=\"failed\"}"
+            ),
+            "0"
+        );
+        assert_eq!(value(&text, "agent_harness_events_persisted_total"), "5");
         assert!(
-            text.contains("agent_harness_turns_started_total 2\n"),
+            text.contains("# TYPE agent_harness_turn_duration_seconds histogram"),
             "{text}"
         );
-        assert!(text.contains("agent_harness_turns_running 1\n"), "{text}");
-        assert!(
-            text.contains("agent_harness_turns_finished_total{status=\"completed\"} 1\n"),
-            "{text}"
+        assert_eq!(
+            value(
+                &text,
+                "agent_harness_turn_duration_seconds_count{status=\"completed\"}"
+            ),
+            "1"
         );
-        assert!(
-            text.contains("agent_harness_turns_finished_total{status=\"failed\"} 0\n"),
-            "{text}"
+        // 30 ms is above the 20 ms bucket and within the 40 ms one.
+        assert_eq!(
+            value(
+                &text,
+                "agent_harness_turn_duration_seconds_bucket{le=\"0.02\",status=\"completed\"}"
+            ),
+            "0"
         );
+        assert_eq!(
+            value(
+                &text,
+                "agent_harness_turn_duration_seconds_bucket{le=\"0.04\",status=\"completed\"}"
+            ),
+            "1"
+        );
+        assert_eq!(
+            value(&text, "gen_ai_client_token_usage_sum{type=\"input\"}"),
+            "120.0"
+        );
+        assert_eq!(
+            value(
+                &text,
+                "agent_harness_tool_duration_seconds_count{tool=\"read_note\",outcome=\"completed\"}"
+            ),
+            "1"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

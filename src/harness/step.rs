@@ -187,8 +187,17 @@ impl Turn<'_> {
         if harness.options.capture_content {
             span.record("gen_ai.output.messages", output.text.as_str());
         }
-        span.record("gen_ai.usage.input_tokens", output.usage.input_tokens);
-        span.record("gen_ai.usage.output_tokens", output.usage.output_tokens);
+        // Signed, so that the span attribute is an integer (OpenTelemetry
+        // has no unsigned type).
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        span.record(
+            "gen_ai.usage.input_tokens",
+            count(output.usage.input_tokens),
+        );
+        span.record(
+            "gen_ai.usage.output_tokens",
+            count(output.usage.output_tokens),
+        );
         Ok(Some(output))
     }
 

@@ -26,13 +26,13 @@ pub fn router() -> OpenApiRouter<AppState> {
     get,
     path = "/metrics",
     tag = "operations",
-    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain; version=0.0.4", body = String))
+    responses((status = 200, description = "OpenMetrics text exposition format", content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String))
 )]
 async fn metrics(State(app): State<AppState>) -> Response {
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
+            crate::metrics::CONTENT_TYPE,
         )],
         app.runner.metrics().render(),
     )

@@ -4,12 +4,7 @@
 //! no `id:`, so a client stops, and a later `Last-Event-ID` resumes from the
 //! last event it really got.
 
-use std::{
-    convert::Infallible,
-    fmt::Write as _,
-    sync::{Arc, atomic::Ordering},
-    time::Duration,
-};
+use std::{convert::Infallible, fmt::Write as _, sync::Arc, time::Duration};
 
 use axum::{
     body::Body,
@@ -29,14 +24,14 @@ struct OpenStream(Arc<Metrics>);
 
 impl OpenStream {
     fn new(metrics: Arc<Metrics>) -> Self {
-        metrics.streams_open.fetch_add(1, Ordering::Relaxed);
+        metrics.stream_opened();
         Self(metrics)
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        self.0.streams_open.fetch_sub(1, Ordering::Relaxed);
+        self.0.stream_closed();
     }
 }
 

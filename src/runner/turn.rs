@@ -30,6 +30,9 @@ impl TurnRunner {
         let sink = Arc::new(TurnSink {
             writer: inner.writer.clone(),
             live: live.clone(),
+            metrics: inner.metrics.clone(),
+            began: started,
+            answered: std::sync::atomic::AtomicBool::new(false),
             next_seq: Mutex::new(Some(began.first_seq + 1)),
         });
         let outcome = tokio::select! {
@@ -59,7 +62,7 @@ impl TurnRunner {
         tracing::Span::current().record("turn.status", status.as_str());
         live.closed.cancel();
         inner.live.remove(live.turn_id);
-        inner.metrics.turn_finished(status);
+        inner.metrics.turn_finished(status, started.elapsed());
     }
 
     /// Loads history and runs the harness.
@@ -351,12 +354,46 @@ fn build_finish(
 struct TurnSink {
     writer: EventWriter,
     live: Arc<LiveTurn>,
+    /// Latency histograms and token counts, from the events as they pass.
+    metrics: Arc<crate::metrics::Metrics>,
+    /// When the turn began (for the time to its first token).
+    began: tokio::time::Instant,
+    /// Whether the answer's first text has been seen.
+    answered: std::sync::atomic::AtomicBool,
     /// The next seq; `None` once the terminal event took its seq. Held
     /// while an event is numbered and queued, so queue order is seq order.
     next_seq: Mutex<Option<i64>>,
 }
 
 impl TurnSink {
+    /// What the metrics take from an event of the turn.
+    fn observe(&self, event: &TurnEvent) {
+        use std::sync::atomic::Ordering;
+        match event {
+            TurnEvent::MessageDelta { .. } if !self.answered.swap(true, Ordering::Relaxed) => {
+                self.metrics.first_token(self.began.elapsed());
+            }
+            // A step's usage is one provider call's.
+            TurnEvent::Usage {
+                step: Some(_),
+                input_tokens,
+                output_tokens,
+                ..
+            } => self.metrics.tokens(*input_tokens, *output_tokens),
+            TurnEvent::ToolFinished {
+                tool,
+                status,
+                latency_ms,
+                ..
+            } => self.metrics.tool_finished(
+                tool,
+                status.as_str(),
+                Duration::from_millis(*latency_ms),
+            ),
+            _ => {}
+        }
+    }
+
     /// The terminal event's seq; nothing is emitted after it.
     async fn close(&self) -> i64 {
         let mut next = self.next_seq.lock().await;
@@ -384,6 +421,7 @@ impl EventSink for TurnSink {
                 "earlier events of the turn could not be written".into(),
             ));
         }
+        self.observe(&event);
         let stored = StoredEvent::new(
             &self.live.session_id,
             self.live.turn_id,

@@ -9,10 +9,7 @@
 //! If a batch fails (after retries), each turn's part is written on its own,
 //! so one broken turn cannot take the others down with it.
 
-use std::{
-    sync::{Arc, atomic::Ordering},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -175,7 +172,7 @@ async fn commit(store: &dyn Store, metrics: &Metrics, batch: &mut Vec<Command>) 
                 return;
             }
             Err(e) if attempt < BATCH_ATTEMPTS && e.is_transient() => {
-                metrics.event_batch_failures.fetch_add(1, Ordering::Relaxed);
+                metrics.batch_failed();
                 tracing::warn!(error = %e, attempt, events = batch.len(), "event batch failed; retrying");
                 tokio::time::sleep(delay).await;
                 delay *= 4;
@@ -198,7 +195,7 @@ async fn commit(store: &dyn Store, metrics: &Metrics, batch: &mut Vec<Command>) 
                 publish(mine.into_iter(), applied);
             }
             Err(e) => {
-                metrics.event_batch_failures.fetch_add(1, Ordering::Relaxed);
+                metrics.batch_failed();
                 fail(mine, e);
             }
         }
@@ -239,10 +236,7 @@ fn record(metrics: &Metrics, batch: &[Command], applied: &[bool]) {
         .filter(|c| matches!(c, Command::Append { .. }))
         .count();
     let terminals = applied.iter().filter(|a| **a).count();
-    metrics
-        .events_persisted
-        .fetch_add((appended + terminals) as u64, Ordering::Relaxed);
-    metrics.event_batches.fetch_add(1, Ordering::Relaxed);
+    metrics.batch_committed((appended + terminals) as u64);
 }
 
 async fn write(store: &dyn Store, batch: &[Command]) -> Result<Vec<bool>, StoreError> {

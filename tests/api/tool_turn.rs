@@ -132,7 +132,7 @@ async fn metrics_count_turns_and_persisted_events() {
         response.headers()["content-type"]
             .to_str()
             .unwrap()
-            .starts_with("text/plain")
+            .starts_with("application/openmetrics-text; version=1.0.0")
     );
     let text = response.text().await.unwrap();
     let value = |name: &str| -> f64 {
@@ -152,6 +152,17 @@ async fn metrics_count_turns_and_persisted_events() {
     // 2 usage, the decision and turn.completed.
     assert_eq!(value("agent_harness_events_persisted_total"), 13.0);
     assert_eq!(value("agent_harness_sse_streams_open"), 0.0);
+    // Histograms: the turn's latency and time to first token, one
+    // provider call's tokens.
+    assert_eq!(
+        value("agent_harness_turn_duration_seconds_count{status=\"completed\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("agent_harness_turn_time_to_first_token_seconds_count"),
+        1.0
+    );
+    assert!(value("gen_ai_client_token_usage_sum{type=\"input\"}") > 0.0);
 }
 
 #[tokio::test]
