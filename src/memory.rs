@@ -104,14 +104,12 @@ impl MemoryRetriever for StoreMemory {
         query: &str,
     ) -> Result<MemoryContext, HookError> {
         let terms = query_terms(query);
-        let (by_words, by_meaning, preferences) = tokio::join!(
-            self.store.search_memories(scope, &terms, self.top_k),
-            self.nearest(scope, query),
+        let (read, by_meaning) = tokio::join!(
             self.store
-                .list_memories(scope, Some("preference"), PREFERENCES_MAX)
+                .memories_for_turn(scope, &terms, self.top_k, PREFERENCES_MAX),
+            self.nearest(scope, query),
         );
-        let by_words = by_words.map_err(HookError::new)?;
-        let preferences = preferences.map_err(HookError::new)?;
+        let (by_words, preferences) = read.map_err(HookError::new)?;
         // Reciprocal-rank fusion of the two rankings.
         let mut scores: HashMap<String, f64> = HashMap::new();
         for (rank, memory) in by_words.iter().enumerate() {

@@ -298,6 +298,18 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<MemoryRecord>, StoreError>;
 
+    /// What a turn reads of `scope`'s memories before it asks the model,
+    /// in one read: the memories matching any of `terms` (best first, up
+    /// to `limit`, as [`Self::search_memories`]) and its preferences
+    /// (newest first, up to `preferences`).
+    async fn memories_for_turn(
+        &self,
+        scope: &str,
+        terms: &[String],
+        limit: u32,
+        preferences: u32,
+    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>), StoreError>;
+
     /// Memories of `scope` (of one kind, if given), newest first.
     async fn list_memories(
         &self,

@@ -15,7 +15,7 @@ use super::{
         JobOutcome, JobRecord, JudgementRecord, MemoryRecord, NewJob, NewMemory, ObservationRecord,
     },
     records::parse_uuid,
-    sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, insert_rows},
+    sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP},
 };
 use crate::events::{StoredEvent, TurnEvent};
 
@@ -37,6 +37,9 @@ const CONTROL_CONNECTIONS: u32 = 2;
 
 impl PostgresStore {
     pub(super) const MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+    /// The begin statement checks for a running turn and a used
+    /// idempotency key itself.
+    pub(super) const READ_BEFORE_BEGIN: bool = false;
 
     pub async fn connect(
         url: &str,
@@ -114,16 +117,23 @@ impl PostgresStore {
         turn: &NewTurn,
     ) -> Result<BeganTurn, BeginTurnError> {
         // One statement, so one round trip and its own transaction: the
-        // session row (made, or updated if it is the tenant's: else no row
-        // comes back and nothing is written), the turn, and its
-        // `turn.started` event. No turn of the session runs (else the
-        // unique index refuses the turn and the whole statement), so
-        // `last_seq` is the session's newest event: the turn starts after
-        // it. The caller looks for the conflict when one is refused.
-        let began: Result<Option<(i64, Option<f64>, i64)>, sqlx::Error> = sqlx::query_as(
+        // session row (made, or updated if it is the tenant's), the turn,
+        // and its `turn.started` event. Nothing is written, and no lock
+        // taken, when the session has a running turn or the idempotency
+        // key was used (as of the statement's snapshot; one that commits
+        // meanwhile makes the unique index refuse the turn instead), so a
+        // burst of POSTs on a busy session does not queue on its row. No
+        // turn of the session runs, so `last_seq` is the session's newest
+        // event: the turn starts after it. The row that always comes back
+        // says why nothing was written; the caller names the conflict.
+        type Began = (Option<i64>, Option<f64>, Option<i64>, bool);
+        let began: Result<Began, sqlx::Error> = sqlx::query_as(
             "WITH s AS ( \
                INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
-               VALUES ($1, $2, $2, 1, 1, $3) \
+               SELECT $1, $2, $2, 1, 1, $3 \
+               WHERE NOT EXISTS (SELECT 1 FROM turns WHERE session_id = $1 AND status = 'running') \
+               AND ($6::text IS NULL OR NOT EXISTS \
+                 (SELECT 1 FROM turns WHERE session_id = $1 AND idempotency_key = $6)) \
                ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
                turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
                WHERE sessions.tenant = excluded.tenant \
@@ -136,7 +146,9 @@ impl PostgresStore {
                INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
                SELECT $1, s.last_seq, $4, 'turn.started', $9, $2 FROM s \
              ) \
-             SELECT turn_count, cost_usd, last_seq FROM s",
+             SELECT s.turn_count, s.cost_usd, s.last_seq, \
+               EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND tenant <> $3) \
+             FROM (VALUES (1)) AS one LEFT JOIN s ON TRUE",
         )
         .bind(&turn.session_id)
         .bind(turn.created_at)
@@ -147,17 +159,18 @@ impl PostgresStore {
         .bind(&turn.owner_instance)
         .bind(&turn.owner_process)
         .bind(&turn.started_payload)
-        .fetch_optional(self.writer())
+        .fetch_one(self.writer())
         .await;
         match began {
-            Ok(Some((turn_count, session_cost, seq))) => Ok(BeganTurn {
+            Ok((Some(turn_count), session_cost, Some(seq), _)) => Ok(BeganTurn {
                 first_seq: seq,
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
                 session_cost_before: session_cost,
             }),
-            Ok(None) => Err(BeginTurnError::SessionNotFound),
+            Ok((_, _, _, true)) => Err(BeginTurnError::SessionNotFound),
             // A running turn or a used idempotency key: nothing was
             // written; the caller finds which.
+            Ok(_) => Err(StoreError::Conflict.into()),
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                 Err(StoreError::Conflict.into())
             }
@@ -169,100 +182,37 @@ impl PostgresStore {
         events: &[std::sync::Arc<StoredEvent>],
         finishes: &[&TurnFinish],
     ) -> Result<Vec<bool>, StoreError> {
-        if finishes.is_empty() && insert_rows(events.len()) == events.len() {
-            // One statement is its own transaction: no BEGIN and
-            // COMMIT round trips for the common batch of deltas.
+        if finishes.is_empty() {
+            // One statement is its own transaction: no BEGIN and COMMIT
+            // round trips for the common batch of deltas.
             if !events.is_empty() {
-                let mut conn = self.writer().acquire().await?;
-                insert_events(&mut conn, events.iter().map(|e| &**e)).await?;
+                insert_events(self.writer(), events.iter().map(|e| &**e)).await?;
             }
             return Ok(Vec::new());
         }
+        // However many turns end in the batch, four round trips: BEGIN,
+        // the sessions' locks, one statement for everything, COMMIT.
         let mut tx = self.begin_write().await?;
-        // Rows are locked in one order everywhere: a session before
-        // its turns, sessions by id (see `lock_session`). Applied in
-        // that order, reported in the caller's.
-        let mut order: Vec<usize> = (0..finishes.len()).collect();
-        order.sort_by(|&a, &b| {
-            (&finishes[a].session_id, finishes[a].turn_id)
-                .cmp(&(&finishes[b].session_id, finishes[b].turn_id))
-        });
-        let mut applied = vec![false; finishes.len()];
-        for index in order {
-            let finish = finishes[index];
-            lock_session(&mut tx, &finish.session_id).await?;
-            let updated = sqlx::query(
-                "UPDATE turns SET status = $1, result = $2, error_code = $3, \
-                 error_message = $4, finished_at = $5, cost_usd = $7 \
-                 WHERE id = $6 AND status = 'running'",
-            )
-            .bind(finish.status.as_str())
-            .bind(&finish.result)
-            .bind(&finish.error_code)
-            .bind(&finish.error_message)
-            .bind(finish.terminal.created_at)
-            .bind(finish.turn_id.to_string())
-            .bind(finish.cost_usd)
+        // Rows are locked in one order everywhere: a session before its
+        // turns, sessions by id (see `lock_session`). In a statement of
+        // its own, so that the locks are held before any turn is touched.
+        let mut sessions: Vec<&str> = finishes.iter().map(|f| f.session_id.as_str()).collect();
+        sessions.sort_unstable();
+        sessions.dedup();
+        sqlx::query("SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
+            .bind(&sessions)
             .execute(&mut *tx)
             .await?;
-            if updated.rows_affected() != 1 {
-                continue;
-            }
-            applied[index] = true;
-            let turn_id = finish.turn_id.to_string();
-            if !finish.messages.is_empty() {
-                let mut qb = sqlx::QueryBuilder::<Postgres>::new(
-                    "INSERT INTO messages (message_id, session_id, turn_id, role, content, created_at) ",
-                );
-                qb.push_values(&finish.messages, |mut row, message| {
-                    row.push_bind(message.id.to_string())
-                        .push_bind(finish.session_id.clone())
-                        .push_bind(turn_id.clone())
-                        .push_bind(message.role.clone())
-                        .push_bind(message.content.clone())
-                        .push_bind(finish.terminal.created_at);
-                });
-                qb.build().execute(&mut *tx).await?;
-            }
-            if let Some(decision) = &finish.decision {
-                sqlx::query(
-                    "INSERT INTO decisions (id, session_id, turn_id, decision_key, \
-                     strategy, record, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(decision.id.to_string())
-                .bind(&finish.session_id)
-                .bind(&turn_id)
-                .bind(&decision.decision_key)
-                .bind(&decision.strategy)
-                .bind(&decision.record)
-                .bind(finish.terminal.created_at)
-                .execute(&mut *tx)
-                .await?;
-            }
-            sqlx::query(
-                "UPDATE sessions SET updated_at = $1, last_seq = $4, \
-                 cost_usd = COALESCE(cost_usd + $3, cost_usd, $3) WHERE id = $2",
-            )
-            .bind(finish.terminal.created_at)
-            .bind(&finish.session_id)
-            .bind(finish.cost_usd)
-            .bind(finish.terminal.seq)
-            .execute(&mut *tx)
+        let ended: Vec<String> = finish_statement(events, finishes)
+            .fetch_all(&mut *tx)
             .await?;
-        }
-        // The events and the terminal events of the finishes that
-        // applied, in as few statements as their number allows.
-        let terminals = finishes
-            .iter()
-            .zip(&applied)
-            .filter(|(_, applied)| **applied)
-            .map(|(finish, _)| &*finish.terminal);
-        insert_events(&mut tx, events.iter().map(|e| &**e).chain(terminals)).await?;
         tx.commit().await?;
-        Ok(applied)
+        Ok(finishes
+            .iter()
+            .map(|finish| ended.contains(&finish.turn_id.to_string()))
+            .collect())
     }
     pub(super) async fn write_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -274,9 +224,8 @@ impl PostgresStore {
         .bind(&artifact.tool)
         .bind(&artifact.content)
         .bind(artifact.created_at)
-        .execute(&mut *tx)
+        .execute(self.writer())
         .await?;
-        tx.commit().await?;
         Ok(())
     }
     /// Indexes a note in place of what was indexed at its path; the note's
@@ -320,13 +269,11 @@ impl PostgresStore {
     }
 
     pub(super) async fn write_vault_removals(&self, paths: &[String]) -> Result<u64, StoreError> {
-        let mut tx = self.begin_write().await?;
         let removed = sqlx::query("DELETE FROM vault_notes WHERE path = ANY($1)")
             .bind(paths)
-            .execute(&mut *tx)
+            .execute(self.writer())
             .await?
             .rows_affected();
-        tx.commit().await?;
         Ok(removed)
     }
 
@@ -373,7 +320,6 @@ impl PostgresStore {
         &self,
         checkpoint: &NewCheckpoint,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO checkpoints (id, session_id, turn_id, call_id, tool, path, existed, \
              content, bytes, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -393,9 +339,8 @@ impl PostgresStore {
                 .map(|c| i64::try_from(c.len()).unwrap_or(i64::MAX)),
         )
         .bind(checkpoint.created_at)
-        .execute(&mut *tx)
+        .execute(self.writer())
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -404,16 +349,14 @@ impl PostgresStore {
         id: &str,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE checkpoints SET restored_at = $2 WHERE id = $1 AND restored_at IS NULL",
         )
         .bind(id)
         .bind(at)
-        .execute(&mut *tx)
+        .execute(self.writer())
         .await?
         .rows_affected();
-        tx.commit().await?;
         Ok(done == 1)
     }
 
@@ -474,25 +417,68 @@ impl PostgresStore {
             .await?)
     }
 
+    /// Both parts in one statement: one round trip, one query for the
+    /// server to run per turn.
+    pub(super) async fn read_memories_for_turn(
+        &self,
+        scope: &str,
+        terms: &[String],
+        limit: u32,
+        preferences: u32,
+    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>), StoreError> {
+        #[derive(sqlx::FromRow)]
+        struct Part {
+            part: i32,
+            #[sqlx(flatten)]
+            memory: MemoryRecord,
+        }
+        let sql = concat!(
+            "SELECT part, ",
+            super::sql::memory_columns!(),
+            " FROM ( \
+               (SELECT 0 AS part, row_number() OVER (ORDER BY ts_rank_cd(tsv, q) DESC, \
+                 updated_at DESC) AS n, ",
+            super::sql::memory_columns!(),
+            " FROM memories, to_tsquery('english', $2) q WHERE scope = $1 AND tsv @@ q \
+               ORDER BY n LIMIT $3) \
+               UNION ALL \
+               (SELECT 1, row_number() OVER (ORDER BY updated_at DESC, id DESC), ",
+            super::sql::memory_columns!(),
+            " FROM memories WHERE scope = $1 AND kind = 'preference' \
+               ORDER BY 2 LIMIT $4) \
+             ) both_parts ORDER BY part, n"
+        );
+        let rows: Vec<Part> = sqlx::query_as(sql)
+            .bind(scope)
+            .bind(terms.join(" | "))
+            .bind(i64::from(limit))
+            .bind(i64::from(preferences))
+            .fetch_all(&self.pool)
+            .await?;
+        let (found, preferred): (Vec<Part>, Vec<Part>) =
+            rows.into_iter().partition(|p| p.part == 0);
+        Ok((
+            found.into_iter().map(|p| p.memory).collect(),
+            preferred.into_iter().map(|p| p.memory).collect(),
+        ))
+    }
+
     pub(super) async fn write_memory_deletion(
         &self,
         scope: &str,
         id: Option<&str>,
     ) -> Result<u64, StoreError> {
-        let mut tx = self.begin_write().await?;
         let deleted =
             sqlx::query("DELETE FROM memories WHERE scope = $1 AND ($2::text IS NULL OR id = $2)")
                 .bind(scope)
                 .bind(id)
-                .execute(&mut *tx)
+                .execute(self.writer())
                 .await?
                 .rows_affected();
-        tx.commit().await?;
         Ok(deleted)
     }
 
     pub(super) async fn write_job(&self, job: &NewJob) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
              run_after, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $6)",
@@ -503,9 +489,8 @@ impl PostgresStore {
         .bind(&job.turn_id)
         .bind(&job.payload)
         .bind(job.at)
-        .execute(&mut *tx)
+        .execute(self.writer())
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -515,7 +500,6 @@ impl PostgresStore {
         now: chrono::DateTime<chrono::Utc>,
         stale_before: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<JobRecord>, StoreError> {
-        let mut tx = self.begin_write().await?;
         let claimed: Option<JobRecord> = sqlx::query_as(
             "UPDATE background_jobs SET status = 'running', attempts = attempts + 1, \
              claimed_at = $1, updated_at = $1 WHERE id = (SELECT id FROM background_jobs \
@@ -526,9 +510,8 @@ impl PostgresStore {
         )
         .bind(now)
         .bind(stale_before)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(self.writer())
         .await?;
-        tx.commit().await?;
         Ok(claimed)
     }
 
@@ -538,7 +521,6 @@ impl PostgresStore {
         outcome: &JobOutcome,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
         let query = match outcome {
             JobOutcome::Done {
                 input_tokens,
@@ -569,8 +551,7 @@ impl PostgresStore {
             .bind(error)
             .bind(now),
         };
-        query.execute(&mut *tx).await?;
-        tx.commit().await?;
+        query.execute(self.writer()).await?;
         Ok(())
     }
 
@@ -578,7 +559,6 @@ impl PostgresStore {
         &self,
         judgement: &JudgementRecord,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO judgements (id, session_id, turn_id, judge, prompt_id, prompt_version, \
              score, passed, rationale, provider, model, created_at) \
@@ -596,9 +576,8 @@ impl PostgresStore {
         .bind(&judgement.provider)
         .bind(&judgement.model)
         .bind(judgement.created_at)
-        .execute(&mut *tx)
+        .execute(self.writer())
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -653,7 +632,6 @@ impl PostgresStore {
         &self,
         observation: &ObservationRecord,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO research_observations (id, session_id, source_id, user_text, \
              assistant_text, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
@@ -664,9 +642,8 @@ impl PostgresStore {
         .bind(&observation.user_text)
         .bind(&observation.assistant_text)
         .bind(observation.created_at)
-        .execute(&mut *tx)
+        .execute(self.writer())
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -677,7 +654,6 @@ impl PostgresStore {
         key_hash: &str,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO api_keys (id, tenant, key_hash, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -685,9 +661,8 @@ impl PostgresStore {
         .bind(tenant)
         .bind(key_hash)
         .bind(at)
-        .execute(&mut *tx)
+        .execute(self.writer())
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -696,15 +671,13 @@ impl PostgresStore {
         id: &str,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
         let done =
             sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
                 .bind(id)
                 .bind(at)
-                .execute(&mut *tx)
+                .execute(self.writer())
                 .await?
                 .rows_affected();
-        tx.commit().await?;
         Ok(done == 1)
     }
 
@@ -716,7 +689,6 @@ impl PostgresStore {
         approved: bool,
         reason: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
         let inserted = sqlx::query(
             "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, decided_at) \
              VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (turn_id, call_id) DO NOTHING",
@@ -726,10 +698,9 @@ impl PostgresStore {
         .bind(session_id)
         .bind(approved)
         .bind(reason)
-        .execute(&mut *tx)
+        .execute(self.writer())
         .await?
         .rows_affected();
-        tx.commit().await?;
         Ok(inserted == 1)
     }
 
@@ -844,7 +815,7 @@ impl PostgresStore {
             .await?;
             let stored = StoredEvent::new(&session_id, parse_uuid(&turn_id)?, seq, &event, now)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            insert_events(&mut tx, std::iter::once(&stored)).await?;
+            insert_events(&mut *tx, std::iter::once(&stored)).await?;
             sqlx::query("UPDATE sessions SET last_seq = $1 WHERE id = $2")
                 .bind(seq)
                 .bind(&session_id)
@@ -873,28 +844,206 @@ async fn lock_session(
     Ok(())
 }
 
-/// Inserts events with multi-row `INSERT`s.
-async fn insert_events<'e>(
-    conn: &mut <Postgres as sqlx::Database>::Connection,
+/// Inserts events in one statement, whatever their number: each column is
+/// one array parameter, so the statement's text (and its prepared plan) is
+/// the same for every batch.
+async fn insert_events<'e, 'c, E>(
+    executor: E,
     events: impl Iterator<Item = &'e StoredEvent>,
-) -> Result<(), sqlx::Error> {
-    let events: Vec<&StoredEvent> = events.collect();
-    let mut rest: &[&StoredEvent] = &events;
-    while !rest.is_empty() {
-        let (chunk, tail) = rest.split_at(insert_rows(rest.len()));
-        rest = tail;
-        let mut qb = sqlx::QueryBuilder::<Postgres>::new(
-            "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) ",
-        );
-        qb.push_values(chunk, |mut row, e| {
-            row.push_bind(e.session_id.clone())
-                .push_bind(e.seq)
-                .push_bind(e.turn_id.to_string())
-                .push_bind(e.event_type.clone())
-                .push_bind(e.payload.clone())
-                .push_bind(e.created_at);
-        });
-        qb.build().execute(&mut *conn).await?;
-    }
+) -> Result<(), sqlx::Error>
+where
+    E: sqlx::Executor<'c, Database = Postgres>,
+{
+    let columns = EventColumns::of(events.map(|e| (e, false)));
+    sqlx::query(
+        "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
+         $6::timestamptz[])",
+    )
+    .bind(columns.session_id)
+    .bind(columns.seq)
+    .bind(columns.turn_id)
+    .bind(columns.event_type)
+    .bind(columns.payload)
+    .bind(columns.created_at)
+    .execute(executor)
+    .await?;
     Ok(())
+}
+
+/// Events as columns, for `unnest`.
+#[derive(Default)]
+struct EventColumns<'a> {
+    session_id: Vec<&'a str>,
+    seq: Vec<i64>,
+    turn_id: Vec<String>,
+    event_type: Vec<&'a str>,
+    payload: Vec<&'a str>,
+    created_at: Vec<chrono::DateTime<chrono::Utc>>,
+    /// Written only if its turn's finish applies.
+    terminal: Vec<bool>,
+}
+
+impl<'a> EventColumns<'a> {
+    fn of(events: impl Iterator<Item = (&'a StoredEvent, bool)>) -> Self {
+        let mut columns = Self::default();
+        for (e, terminal) in events {
+            columns.session_id.push(&e.session_id);
+            columns.seq.push(e.seq);
+            columns.turn_id.push(e.turn_id.to_string());
+            columns.event_type.push(&e.event_type);
+            columns.payload.push(&e.payload);
+            columns.created_at.push(e.created_at);
+            columns.terminal.push(terminal);
+        }
+        columns
+    }
+}
+
+/// The one statement that ends a batch's turns: each turn still running
+/// is ended and its messages, decision, session totals and terminal event
+/// written; the batch's other events are written whatever happens. It
+/// returns the ids of the turns it ended (a turn someone else ended
+/// meanwhile is left as it is, with nothing of its finish written).
+fn finish_statement<'q>(
+    events: &'q [std::sync::Arc<StoredEvent>],
+    finishes: &'q [&'q TurnFinish],
+) -> sqlx::query::QueryScalar<'q, Postgres, String, sqlx::postgres::PgArguments> {
+    let mut turn_id = Vec::with_capacity(finishes.len());
+    let mut session_id = Vec::with_capacity(finishes.len());
+    let mut status = Vec::with_capacity(finishes.len());
+    let mut result = Vec::with_capacity(finishes.len());
+    let mut error_code = Vec::with_capacity(finishes.len());
+    let mut error_message = Vec::with_capacity(finishes.len());
+    let mut finished_at = Vec::with_capacity(finishes.len());
+    let mut cost_usd = Vec::with_capacity(finishes.len());
+    let mut last_seq = Vec::with_capacity(finishes.len());
+    #[derive(Default)]
+    struct Messages<'a> {
+        id: Vec<String>,
+        session_id: Vec<&'a str>,
+        turn_id: Vec<String>,
+        role: Vec<&'a str>,
+        content: Vec<&'a str>,
+        created_at: Vec<chrono::DateTime<chrono::Utc>>,
+    }
+    #[derive(Default)]
+    struct Decisions<'a> {
+        id: Vec<String>,
+        session_id: Vec<&'a str>,
+        turn_id: Vec<String>,
+        key: Vec<&'a str>,
+        strategy: Vec<&'a str>,
+        record: Vec<&'a str>,
+        created_at: Vec<chrono::DateTime<chrono::Utc>>,
+    }
+    let mut messages = Messages::default();
+    let mut decisions = Decisions::default();
+    for finish in finishes {
+        let id = finish.turn_id.to_string();
+        let at = finish.terminal.created_at;
+        for message in &finish.messages {
+            messages.id.push(message.id.to_string());
+            messages.session_id.push(&finish.session_id);
+            messages.turn_id.push(id.clone());
+            messages.role.push(&message.role);
+            messages.content.push(&message.content);
+            messages.created_at.push(at);
+        }
+        if let Some(decision) = &finish.decision {
+            decisions.id.push(decision.id.to_string());
+            decisions.session_id.push(&finish.session_id);
+            decisions.turn_id.push(id.clone());
+            decisions.key.push(&decision.decision_key);
+            decisions.strategy.push(&decision.strategy);
+            decisions.record.push(&decision.record);
+            decisions.created_at.push(at);
+        }
+        turn_id.push(id);
+        session_id.push(finish.session_id.as_str());
+        status.push(finish.status.as_str());
+        result.push(finish.result.as_deref());
+        error_code.push(finish.error_code.as_deref());
+        error_message.push(finish.error_message.as_deref());
+        finished_at.push(at);
+        cost_usd.push(finish.cost_usd);
+        last_seq.push(finish.terminal.seq);
+    }
+    let events = EventColumns::of(
+        events
+            .iter()
+            .map(|e| (&**e, false))
+            .chain(finishes.iter().map(|f| (&*f.terminal, true))),
+    );
+    // The sub-statements of one statement see one snapshot and cannot see
+    // each other's writes: each writes a different table, and all but the
+    // plain events are filtered by the turns `ended` returned.
+    sqlx::query_scalar(
+        "WITH f AS ( \
+           SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+           $6::text[], $7::timestamptz[], $8::float8[], $9::int8[]) \
+           AS f(turn_id, session_id, status, result, error_code, error_message, finished_at, \
+           cost_usd, last_seq) \
+         ), ended AS ( \
+           UPDATE turns SET status = f.status, result = f.result, error_code = f.error_code, \
+           error_message = f.error_message, finished_at = f.finished_at, cost_usd = f.cost_usd \
+           FROM f WHERE turns.id = f.turn_id AND turns.status = 'running' \
+           RETURNING turns.id \
+         ), totals AS ( \
+           UPDATE sessions SET updated_at = f.finished_at, last_seq = f.last_seq, \
+           cost_usd = COALESCE(sessions.cost_usd + f.cost_usd, sessions.cost_usd, f.cost_usd) \
+           FROM f JOIN ended ON ended.id = f.turn_id WHERE sessions.id = f.session_id \
+         ), said AS ( \
+           INSERT INTO messages (message_id, session_id, turn_id, role, content, created_at) \
+           SELECT m.message_id, m.session_id, m.turn_id, m.role, m.content, m.created_at \
+           FROM unnest($10::text[], $11::text[], $12::text[], $13::text[], $14::text[], \
+           $15::timestamptz[]) WITH ORDINALITY \
+           AS m(message_id, session_id, turn_id, role, content, created_at, n) \
+           WHERE m.turn_id IN (SELECT id FROM ended) ORDER BY m.n \
+         ), decided AS ( \
+           INSERT INTO decisions (id, session_id, turn_id, decision_key, strategy, record, \
+           created_at) \
+           SELECT * FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], \
+           $20::text[], $21::text[], $22::timestamptz[]) \
+           AS d(id, session_id, turn_id, decision_key, strategy, record, created_at) \
+           WHERE d.turn_id IN (SELECT id FROM ended) \
+         ), logged AS ( \
+           INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+           SELECT e.session_id, e.seq, e.turn_id, e.type, e.payload, e.created_at \
+           FROM unnest($23::text[], $24::int8[], $25::text[], $26::text[], $27::text[], \
+           $28::timestamptz[], $29::bool[]) \
+           AS e(session_id, seq, turn_id, type, payload, created_at, terminal) \
+           WHERE NOT e.terminal OR e.turn_id IN (SELECT id FROM ended) \
+         ) \
+         SELECT id FROM ended",
+    )
+    .bind(turn_id)
+    .bind(session_id)
+    .bind(status)
+    .bind(result)
+    .bind(error_code)
+    .bind(error_message)
+    .bind(finished_at)
+    .bind(cost_usd)
+    .bind(last_seq)
+    .bind(messages.id)
+    .bind(messages.session_id)
+    .bind(messages.turn_id)
+    .bind(messages.role)
+    .bind(messages.content)
+    .bind(messages.created_at)
+    .bind(decisions.id)
+    .bind(decisions.session_id)
+    .bind(decisions.turn_id)
+    .bind(decisions.key)
+    .bind(decisions.strategy)
+    .bind(decisions.record)
+    .bind(decisions.created_at)
+    .bind(events.session_id)
+    .bind(events.seq)
+    .bind(events.turn_id)
+    .bind(events.event_type)
+    .bind(events.payload)
+    .bind(events.created_at)
+    .bind(events.terminal)
 }

@@ -32,22 +32,6 @@ macro_rules! memory_columns {
 }
 pub(super) use memory_columns;
 
-/// Rows of the next multi-row event `INSERT` for `remaining` events.
-///
-/// Each row count is its own prepared statement, so the counts used are
-/// few enough to stay in sqlx's per-connection statement cache (100): any
-/// count up to 64, then 128 or 256. A batch of 1,000 events takes 6
-/// statements, not 16; the bound parameters stay far below both
-/// databases' limits.
-pub(super) fn insert_rows(remaining: usize) -> usize {
-    match remaining {
-        0..=64 => remaining,
-        65..=127 => 64,
-        128..=255 => 128,
-        _ => 256,
-    }
-}
-
 /// Rows per chunk of the heartbeat's `IN` list.
 pub(super) const IDS_PER_UPDATE: usize = 64;
 
@@ -148,8 +132,11 @@ macro_rules! impl_store {
                 // A replay or a double text is answered by a read, without
                 // the write below: a burst of POSTs on a busy session does
                 // not queue on its row lock. (Another tenant's session
-                // shows no conflict here; the write refuses it.)
-                if let Some(conflict) = self.begin_conflict(turn).await? {
+                // shows no conflict here; the write refuses it.) A backend
+                // whose begin checks this in its own statement skips it.
+                if Self::READ_BEFORE_BEGIN
+                    && let Some(conflict) = self.begin_conflict(turn).await?
+                {
                     return Err(conflict);
                 }
                 // A unique index refusing the turn names a conflict that may
@@ -464,6 +451,24 @@ macro_rules! impl_store {
                     return Ok(Vec::new());
                 }
                 self.search_memory_text(scope, &terms, limit).await
+            }
+
+            async fn memories_for_turn(
+                &self,
+                scope: &str,
+                terms: &[String],
+                limit: u32,
+                preferences: u32,
+            ) -> Result<
+                (Vec<$crate::store::MemoryRecord>, Vec<$crate::store::MemoryRecord>),
+                $crate::store::StoreError,
+            > {
+                let terms = $crate::store::vault::clean_terms(terms);
+                if terms.is_empty() || limit == 0 {
+                    let preferences = self.list_memories(scope, Some("preference"), preferences).await?;
+                    return Ok((Vec::new(), preferences));
+                }
+                self.read_memories_for_turn(scope, &terms, limit, preferences).await
             }
 
             async fn list_memories(
@@ -835,25 +840,3 @@ macro_rules! impl_store {
 }
 
 pub(super) use impl_store;
-
-#[cfg(test)]
-mod tests {
-    use super::insert_rows;
-
-    #[test]
-    fn event_inserts_use_few_distinct_row_counts() {
-        let mut counts = std::collections::BTreeSet::new();
-        for total in 0..=2000usize {
-            let (mut rest, mut statements) = (total, 0);
-            while rest > 0 {
-                let rows = insert_rows(rest);
-                assert!(rows > 0 && rows <= rest, "{total}: {rows}");
-                counts.insert(rows);
-                rest -= rows;
-                statements += 1;
-            }
-            assert!(statements <= total / 256 + 3, "{total} took {statements}");
-        }
-        assert!(counts.len() <= 66, "{counts:?}");
-    }
-}

@@ -43,6 +43,9 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     pub(super) const MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+    /// A read answers a replay or a double text before the write is
+    /// queued for the writer thread.
+    pub(super) const READ_BEFORE_BEGIN: bool = true;
 
     /// Opens (creating if missing) the database file named by `url`, e.g.
     /// `sqlite://./data/agent-harness.db`. The parent folder is created too.
@@ -183,6 +186,22 @@ impl SqliteStore {
 
     async fn write_memory(&self, memory: &NewMemory) -> Result<(), StoreError> {
         self.writes.put_memory(memory.clone()).await
+    }
+
+    /// The two parts read side by side (the reader pool has connections to
+    /// spare; SQLite answers in-process).
+    async fn read_memories_for_turn(
+        &self,
+        scope: &str,
+        terms: &[String],
+        limit: u32,
+        preferences: u32,
+    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>), StoreError> {
+        use super::Store as _;
+        tokio::try_join!(
+            self.search_memory_text(scope, terms, limit),
+            self.list_memories(scope, Some("preference"), preferences)
+        )
     }
 
     /// FTS5 over the scope's memories, any of the terms, by BM25.

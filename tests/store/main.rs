@@ -287,6 +287,87 @@ async fn a_finish_commits_messages_decision_and_terminal_event_together(backend:
     assert_eq!(store.list_events("s1", None, 0, 10).await.unwrap().len(), 4);
 }
 
+/// One batch ends the turns of several sessions, given in no particular
+/// order: each that still runs is ended with its own messages, decision,
+/// totals and terminal event; one that was ended before gets nothing of
+/// its second finish; the answer is in the caller's order.
+async fn a_batch_ends_many_turns_and_skips_the_ended(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let turns: Vec<NewTurn> = ["m-b", "m-c", "m-a"]
+        .iter()
+        .map(|s| new_turn(s, None))
+        .collect();
+    for turn in &turns {
+        store.begin_turn(turn).await.unwrap();
+    }
+    // m-c's turn ended already.
+    assert_eq!(
+        store
+            .write_batch(&[], &[&completed(&turns[1], 2, "first end")])
+            .await
+            .unwrap(),
+        vec![true]
+    );
+    let deltas: Vec<Arc<StoredEvent>> = vec![
+        delta(&turns[0], 2, "b"),
+        delta(&turns[2], 2, "a"),
+        delta(&turns[2], 3, "a"),
+    ];
+    let finishes = [
+        completed(&turns[0], 3, "answer b"),
+        completed(&turns[1], 3, "second end"),
+        completed(&turns[2], 4, "answer a"),
+    ];
+    let refs: Vec<&TurnFinish> = finishes.iter().collect();
+    let applied = store.write_batch(&deltas, &refs).await.unwrap();
+    assert_eq!(applied, vec![true, false, true]);
+    for (turn, answer, last) in [
+        (&turns[0], "answer b", 3),
+        (&turns[1], "first end", 2),
+        (&turns[2], "answer a", 4),
+    ] {
+        let session = store.get_session(&turn.session_id).await.unwrap().unwrap();
+        assert_eq!(session.last_seq, last, "{}", turn.session_id);
+        assert_eq!(session.cost_usd, Some(0.25), "{}", turn.session_id);
+        assert_eq!(session.running_turn_id, None);
+        let record = store
+            .get_turn(&turn.session_id, turn.id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.status, TurnStatus::Completed);
+        assert!(record.result.unwrap().contains(answer));
+        let messages: Vec<(String, String)> = store
+            .list_messages(&turn.session_id, 0, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.role, m.content))
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                ("user".to_owned(), "hi".to_owned()),
+                ("assistant".to_owned(), answer.to_owned())
+            ]
+        );
+        let decisions = store
+            .list_decisions(&turn.session_id, None, None, 10)
+            .await
+            .unwrap();
+        assert_eq!(decisions.len(), 1);
+        let events: Vec<(i64, String)> = store
+            .list_events(&turn.session_id, None, 0, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.seq, e.event_type))
+            .collect();
+        assert_eq!(events.len(), last as usize, "{events:?}");
+        assert_eq!(events.last().unwrap().1, "turn.completed");
+    }
+}
+
 async fn a_failed_batch_writes_nothing(backend: Backend) {
     let (_db, store) = store(backend).await;
     let turn = new_turn("s1", None);
@@ -317,7 +398,7 @@ async fn a_failed_batch_of_events_alone_writes_nothing(backend: Backend) {
     ];
     assert!(store.write_batch(&batch, &[]).await.is_err());
     assert_eq!(store.list_events("s1", None, 0, 10).await.unwrap().len(), 1);
-    // A batch too big for one statement goes in a transaction, equally whole.
+    // A big batch is equally whole.
     let mut big: Vec<_> = (2..=201).map(|seq| delta(&turn, seq, "x")).collect();
     big.push(delta(&turn, 150, "dup"));
     assert!(store.write_batch(&big, &[]).await.is_err());
@@ -603,6 +684,7 @@ on_both_backends!(
     an_idempotency_key_names_its_turn,
     a_session_stays_with_the_tenant_that_made_it,
     a_finish_commits_messages_decision_and_terminal_event_together,
+    a_batch_ends_many_turns_and_skips_the_ended,
     a_failed_batch_writes_nothing,
     a_failed_batch_of_events_alone_writes_nothing,
     concurrent_writes_fail_alone,

@@ -122,6 +122,67 @@ async fn memories_are_one_per_key_searchable_and_forgotten_per_scope(backend: Ba
     );
 }
 
+/// The one read a turn makes answers what the search and the list of
+/// preferences answer: same memories, same order, same limits.
+async fn a_turns_memory_read_is_the_search_and_the_preferences(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    for (key, content) in [
+        ("home_city", "Ann lives in Nantes, a city on the Loire."),
+        ("work_city", "Ann works in Rennes, a city in Brittany."),
+        ("pet", "Ann has a cat called Loire."),
+        ("prefers_format", "Ann prefers bullet points."),
+        ("prefers_tone", "Ann prefers a formal tone."),
+        ("prefers_units", "Ann prefers metric units."),
+    ] {
+        store
+            .upsert_memory(&memory("user:ann", key, content))
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    store
+        .upsert_memory(&memory("user:bob", "prefers_tone", "Bob prefers jokes."))
+        .await
+        .unwrap();
+    let terms = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let ids = |m: &[agent_harness::store::MemoryRecord]| {
+        m.iter().map(|m| m.id.clone()).collect::<Vec<_>>()
+    };
+    for (words, limit, preferences) in [
+        (terms(&["city", "loire"]), 5, 10),
+        (terms(&["city", "loire"]), 2, 2),
+        (terms(&["loire"]), 1, 1),
+        (terms(&["oslo"]), 5, 10),
+        (terms(&[]), 5, 10),
+        (terms(&["bullet"]), 5, 0),
+    ] {
+        let (found, preferred) = store
+            .memories_for_turn("user:ann", &words, limit, preferences)
+            .await
+            .unwrap();
+        let searched = store
+            .search_memories("user:ann", &words, limit)
+            .await
+            .unwrap();
+        let listed = store
+            .list_memories("user:ann", Some("preference"), preferences)
+            .await
+            .unwrap();
+        assert_eq!(ids(&found), ids(&searched), "{words:?} {limit}");
+        assert_eq!(ids(&preferred), ids(&listed), "{words:?} {preferences}");
+        assert!(found.len() <= limit as usize);
+        assert!(preferred.iter().all(|m| m.scope == "user:ann"));
+    }
+    let (found, preferred) = store
+        .memories_for_turn("user:ann", &terms(&["city", "loire"]), 5, 10)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert_eq!(found[0].key, "home_city", "both words first: {found:?}");
+    let keys: Vec<&str> = preferred.iter().map(|m| m.key.as_str()).collect();
+    assert_eq!(keys, ["prefers_units", "prefers_tone", "prefers_format"]);
+}
+
 async fn jobs_are_claimed_once_retried_and_reclaimed_when_stale(backend: Backend) {
     let (_db, store) = store(backend).await;
     let now = Utc::now();
@@ -299,6 +360,7 @@ async fn observations_are_kept_per_session(backend: Backend) {
 
 crate::on_both_backends!(
     memories_are_one_per_key_searchable_and_forgotten_per_scope,
+    a_turns_memory_read_is_the_search_and_the_preferences,
     jobs_are_claimed_once_retried_and_reclaimed_when_stale,
     a_judgement_takes_the_sessions_next_seq_only_between_turns,
     observations_are_kept_per_session,

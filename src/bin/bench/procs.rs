@@ -49,18 +49,82 @@ impl Proc {
 
     /// CPU time used so far (user + system).
     pub fn cpu(&self) -> Duration {
-        let ticks_per_second = 100.0; // USER_HZ on Linux
-        std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
-            .ok()
-            .and_then(|stat| {
-                // Fields after the command name (which may hold spaces).
-                let rest = stat.rsplit_once(')')?.1;
-                let fields: Vec<&str> = rest.split_whitespace().collect();
-                let user: f64 = fields.get(11)?.parse().ok()?;
-                let system: f64 = fields.get(12)?.parse().ok()?;
-                Some(Duration::from_secs_f64((user + system) / ticks_per_second))
-            })
-            .unwrap_or_default()
+        stat_cpu(self.pid(), false).unwrap_or_default()
+    }
+}
+
+/// The CPU time (user + system) of process `pid` so far, with that of its
+/// children it has reaped if `reaped` (fields 14-17 of `/proc/<pid>/stat`).
+fn stat_cpu(pid: u32, reaped: bool) -> Option<Duration> {
+    let ticks_per_second = 100.0; // USER_HZ on Linux
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces).
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| -> Option<f64> { fields.get(i)?.parse().ok() };
+    let mut ticks = field(11)? + field(12)?;
+    if reaped {
+        ticks += field(13)? + field(14)?;
+    }
+    Some(Duration::from_secs_f64(ticks / ticks_per_second))
+}
+
+/// The parent of process `pid`.
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A Postgres server on this machine, found by its postmaster's pid.
+pub struct PostgresServer {
+    postmaster: u32,
+}
+
+impl PostgresServer {
+    /// The server behind `url`, when it runs here and this user may read
+    /// its data directory's `postmaster.pid`; else `None`.
+    pub async fn find(url: &str) -> Option<Self> {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .ok()?;
+        let directory: Option<String> = sqlx::query_scalar("SHOW data_directory")
+            .fetch_one(&pool)
+            .await
+            .ok();
+        pool.close().await;
+        let pid_file = std::fs::read_to_string(format!("{}/postmaster.pid", directory?)).ok()?;
+        let postmaster = pid_file.lines().next()?.trim().parse().ok()?;
+        stat_cpu(postmaster, true)?;
+        Some(Self { postmaster })
+    }
+
+    /// CPU time of the whole server so far: the postmaster, every process
+    /// it runs (backends, WAL writer, checkpointer…) and those it reaped.
+    pub fn cpu(&self) -> Duration {
+        let mut total = stat_cpu(self.postmaster, true).unwrap_or_default();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return total;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if parent(pid) == Some(self.postmaster) {
+                total += stat_cpu(pid, false).unwrap_or_default();
+            }
+        }
+        total
     }
 }
 

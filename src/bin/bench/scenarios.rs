@@ -444,6 +444,8 @@ async fn replicas(fake: &Proc, sqlite: &str, postgres: &str, scale: usize) -> Re
     let model = Spec::parse("bench/ttft=25/n=20").model();
     let total = 4000 / scale;
     let deadlocks_before = deadlocks(postgres).await?;
+    // The database server's CPU, when it runs on this machine.
+    let server = procs::PostgresServer::find(postgres).await;
     let (sqlite_one, _) = procs::start_harness(sqlite, &fake.url(), 120).await?;
     let (postgres_one, _) = procs::start_harness(postgres, &fake.url(), 120).await?;
     let mut replicas = Vec::new();
@@ -451,11 +453,12 @@ async fn replicas(fake: &Proc, sqlite: &str, postgres: &str, scale: usize) -> Re
         replicas.push(procs::start_harness(postgres, &fake.url(), 120).await?.0);
     }
     let gateway = Target::gateway(replicas.iter().map(Proc::url).collect());
-    let cases: [(&str, Target, Vec<&Proc>); 4] = [
+    let cases: [(&str, Target, Vec<&Proc>, bool); 4] = [
         (
             "provider alone",
             Target::Direct { base: fake.url() },
             vec![],
+            false,
         ),
         (
             "1 process, SQLite",
@@ -463,6 +466,7 @@ async fn replicas(fake: &Proc, sqlite: &str, postgres: &str, scale: usize) -> Re
                 base: sqlite_one.url(),
             },
             vec![&sqlite_one],
+            false,
         ),
         (
             "1 process, Postgres",
@@ -470,37 +474,55 @@ async fn replicas(fake: &Proc, sqlite: &str, postgres: &str, scale: usize) -> Re
                 base: postgres_one.url(),
             },
             vec![&postgres_one],
+            true,
         ),
-        ("3 replicas, Postgres", gateway, replicas.iter().collect()),
+        (
+            "3 replicas, Postgres",
+            gateway,
+            replicas.iter().collect(),
+            true,
+        ),
     ];
     println!(
-        "| path | turns/s | × provider alone | p50 | p99 | added p50 | added p99 | errors | service CPU per turn |"
+        "| path | turns/s | × provider alone | p50 | p99 | added p50 | added p99 | errors | service CPU per turn | Postgres CPU per turn |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut direct = (0.0, 0.0, 0.0);
-    for (name, target, procs) in cases {
+    let per_turn = |cpu: Duration, turns: usize| cpu.as_secs_f64() * 1000.0 / turns.max(1) as f64;
+    for (name, target, procs, on_postgres) in cases {
         // Warm-up: the connections and the first pages.
         client::load(&http, &target, &model, CONCURRENCY, 400 / scale).await;
         let cpu_before: Duration = procs.iter().map(|p| p.cpu()).sum();
+        let server_before = server.as_ref().map(procs::PostgresServer::cpu);
         let (samples, wall) = client::load(&http, &target, &model, CONCURRENCY, total).await;
         let cpu = procs
             .iter()
             .map(|p| p.cpu())
             .sum::<Duration>()
             .saturating_sub(cpu_before);
+        let server_cpu = server
+            .as_ref()
+            .zip(server_before)
+            .map(|(s, before)| s.cpu().saturating_sub(before));
         let (good, errors) = ok(&samples);
         let rate = good.len() as f64 / wall.as_secs_f64();
         let (p50, p99) = p50_p99(&totals(&good));
+        let database = match server_cpu {
+            Some(cpu) if on_postgres => format!("{:.2} ms", per_turn(cpu, good.len())),
+            _ => String::new(),
+        };
         if procs.is_empty() {
             direct = (rate, p50, p99);
-            println!("| {name} | {rate:.0} | 1.00 | {p50:.2} ms | {p99:.2} ms | | | {errors} | |");
+            println!(
+                "| {name} | {rate:.0} | 1.00 | {p50:.2} ms | {p99:.2} ms | | | {errors} | | |"
+            );
         } else {
             println!(
-                "| {name} | {rate:.0} | {:.2} | {p50:.2} ms | {p99:.2} ms | {:.2} ms | {:.2} ms | {errors} | {:.2} ms |",
+                "| {name} | {rate:.0} | {:.2} | {p50:.2} ms | {p99:.2} ms | {:.2} ms | {:.2} ms | {errors} | {:.2} ms | {database} |",
                 rate / direct.0,
                 p50 - direct.1,
                 p99 - direct.2,
-                cpu.as_secs_f64() * 1000.0 / good.len().max(1) as f64
+                per_turn(cpu, good.len())
             );
         }
     }
