@@ -277,6 +277,11 @@ fn publish(commands: impl Iterator<Item = Command>, applied: Vec<bool>) {
 fn fail(commands: Vec<Command>, error: StoreError) {
     tracing::error!(error = %error, "writes of a turn could not be committed");
     let message = error.to_string();
+    let transient = error.is_transient();
+    // A turn has one finish waiting at a time: it gets the error itself, so
+    // a value the database refuses is not tried again as if the database
+    // were down (any other gets one as transient as it).
+    let mut error = Some(error);
     let lost_events = commands.iter().any(|c| matches!(c, Command::Append { .. }));
     for command in commands {
         if lost_events {
@@ -284,7 +289,14 @@ fn fail(commands: Vec<Command>, error: StoreError) {
         }
         command.live().closed.cancel();
         if let Command::Finish { ack, .. } = command {
-            let _ = ack.send(Err(StoreError::Unavailable(message.clone())));
+            let error = error.take().unwrap_or_else(|| {
+                if transient {
+                    StoreError::Unavailable(message.clone())
+                } else {
+                    StoreError::Corrupt(message.clone())
+                }
+            });
+            let _ = ack.send(Err(error));
         }
     }
 }
