@@ -456,7 +456,26 @@ on_both_backends!(
 /// turn's end is refused there. Either way the turn ends at once, the
 /// session is free, and the answer is kept.
 async fn an_answer_the_database_cannot_store_still_ends_the_turn(backend: Backend) {
-    let app = spawn_app(backend).await;
+    answer_with_nul(backend, None).await;
+}
+
+/// The same, with every write in a batch of its own (as a busy writer may
+/// batch them): the turn's end, alone in its batch, is refused once and
+/// not tried again as if the database were down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_end_alone_in_its_batch_is_tried_once() {
+    if crate::support::postgres_or_skip().await {
+        answer_with_nul(Backend::Postgres, Some(1)).await;
+    }
+}
+
+async fn answer_with_nul(backend: Backend, event_batch_max: Option<usize>) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    if let Some(max) = event_batch_max {
+        settings.database.event_batch_max = max;
+    }
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let body = crate::fake_provider::fixture("openai/text.sse")
         .replace(r#""content":"Hello""#, r#""content":"Hel\u0000lo""#);
     app.provider
