@@ -47,7 +47,7 @@ pub use crate::turn::{TurnResult, WebMode};
 use crate::{
     events::TurnEvent,
     providers::{ChatMessage, LlmProvider, ProviderError},
-    store::{NewDecision, NewMessage},
+    store::{NewDecision, NewMessage, ObservationRecord},
     tools::ToolRegistry,
 };
 use budget::{BudgetLimits, TurnBudget};
@@ -193,6 +193,8 @@ pub struct TurnOutput {
     /// The user message and the answer, for the history.
     pub messages: Vec<NewMessage>,
     pub decision: Option<NewDecision>,
+    /// The research learner's observation, written with the turn's end.
+    pub observation: Option<ObservationRecord>,
     pub strategy: String,
     pub step_failures: Vec<StepFailure>,
 }

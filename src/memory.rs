@@ -202,35 +202,25 @@ impl MemoryExtractor for QueuedExtraction {
 
 /// The research learner: keeps each turn's question and answer, its
 /// source the stored assistant message.
-pub struct StoreLearner {
-    store: Arc<dyn Store>,
-}
-
-impl StoreLearner {
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
-    }
-}
+pub struct StoreLearner;
 
 #[async_trait]
 impl ResearchLearner for StoreLearner {
+    /// Every turn is observed; the observation is stored with the turn's end.
     async fn observe_turn(
         &self,
         session_id: &str,
         user_text: &str,
         assistant_text: &str,
         source_event_id: &str,
-    ) -> Result<(), HookError> {
-        self.store
-            .put_observation(&ObservationRecord {
-                id: format!("obs_{}", uuid::Uuid::now_v7().simple()),
-                session_id: session_id.to_owned(),
-                source_id: source_event_id.to_owned(),
-                user_text: user_text.to_owned(),
-                assistant_text: assistant_text.to_owned(),
-                created_at: Utc::now(),
-            })
-            .await
-            .map_err(HookError::new)
+    ) -> Result<Option<ObservationRecord>, HookError> {
+        Ok(Some(ObservationRecord {
+            id: format!("obs_{}", uuid::Uuid::now_v7().simple()),
+            session_id: session_id.to_owned(),
+            source_id: source_event_id.to_owned(),
+            user_text: user_text.to_owned(),
+            assistant_text: assistant_text.to_owned(),
+            created_at: Utc::now(),
+        }))
     }
 }

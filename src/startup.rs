@@ -207,7 +207,7 @@ pub fn build_harness(
             builder.memory_extractor(Arc::new(QueuedExtraction::new(store.clone(), jobs.clone())));
     }
     if memory.research_learner {
-        builder = builder.research_learner(Arc::new(StoreLearner::new(store.clone())));
+        builder = builder.research_learner(Arc::new(StoreLearner));
     }
     if let Some(JudgeList(judges)) = &settings.judges.list
         && settings.judges.enabled

@@ -25,7 +25,7 @@ use super::{
 use crate::{
     events::TurnEvent,
     providers::{ChatMessage, Usage},
-    store::{NewDecision, NewMessage},
+    store::{NewDecision, NewMessage, ObservationRecord},
 };
 
 /// Items of each kind appended to the answer.
@@ -165,7 +165,8 @@ pub(super) async fn finalize(
     let assistant_message_id = Uuid::now_v7();
     let messages = history_messages(&input, &text, assistant_message_id);
     extract_memory(harness, &input, &text, &mut failures).await;
-    observe_for_learner(harness, &input, &text, assistant_message_id, &mut failures).await;
+    let observation =
+        observe_for_learner(harness, &input, &text, assistant_message_id, &mut failures).await;
     let judges_scheduled = schedule_judges(harness, &input, &text, &mut failures).await;
     let strategy = classify_strategy(&tools_used(&input.tool_results));
     let decision = record_decision(
@@ -204,6 +205,7 @@ pub(super) async fn finalize(
         assistant_message_id,
         messages,
         decision,
+        observation,
         strategy: strategy.to_owned(),
         step_failures: failures.0,
     })
@@ -308,21 +310,24 @@ async fn extract_memory(
     }
 }
 
-/// Step 5: the research learner's observation, its source the stored answer.
+/// Step 5: the research learner's observation, its source the stored
+/// answer; kept with the turn's end.
 async fn observe_for_learner(
     harness: &AgentHarness,
     input: &FinalizeInput,
     text: &str,
     assistant_message_id: Uuid,
     failures: &mut Failures,
-) {
-    if let Some(learner) = &harness.research_learner {
-        let source = format!("chat_message:{assistant_message_id}");
-        failures.record(
-            "research_learner",
-            isolate(learner.observe_turn(&input.session_id, &input.user_message, text, &source))
-                .await,
-        );
+) -> Option<ObservationRecord> {
+    let learner = harness.research_learner.as_ref()?;
+    let source = format!("chat_message:{assistant_message_id}");
+    match isolate(learner.observe_turn(&input.session_id, &input.user_message, text, &source)).await
+    {
+        Ok(observation) => observation,
+        Err(e) => {
+            failures.record("research_learner", Err(e));
+            None
+        }
     }
 }
 

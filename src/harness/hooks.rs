@@ -10,7 +10,10 @@ use async_trait::async_trait;
 use futures::FutureExt;
 
 use super::state::ToolResultRecord;
-use crate::providers::{ToolCall, Usage};
+use crate::{
+    providers::{ToolCall, Usage},
+    store::ObservationRecord,
+};
 
 /// A collaborator's failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,13 +69,17 @@ pub trait MemoryExtractor: Send + Sync {
 
 #[async_trait]
 pub trait ResearchLearner: Send + Sync {
+    /// Looks at the turn. What it returns is written with the turn's end,
+    /// in the transaction that stores the answer it names (so no
+    /// observation names an answer that was not stored), and is not
+    /// written at all if the turn's end is not stored.
     async fn observe_turn(
         &self,
         session_id: &str,
         user_text: &str,
         assistant_text: &str,
         source_event_id: &str,
-    ) -> Result<(), HookError>;
+    ) -> Result<Option<ObservationRecord>, HookError>;
 }
 
 /// What a judge evaluates.

@@ -225,6 +225,7 @@ fn unstorable_end(
         error_message: Some(message),
         messages: Vec::new(),
         decision: None,
+        observation: None,
         terminal: Arc::new(StoredEvent::new(
             &terminal.session_id,
             terminal.turn_id,
@@ -293,6 +294,7 @@ fn build_finish(
     let status = outcome.status();
     let (mut result, mut error_code, mut error_message) = (None, None, None);
     let (mut messages, mut decision, mut cost_usd) = (Vec::new(), None, None);
+    let mut observation = None;
     let event = match outcome {
         Outcome::Completed(output) => {
             let output = *output;
@@ -300,6 +302,7 @@ fn build_finish(
             cost_usd = output.result.cost_usd;
             messages = output.messages;
             decision = output.decision;
+            observation = output.observation;
             TurnEvent::TurnCompleted {
                 result: output.result,
             }
@@ -333,6 +336,7 @@ fn build_finish(
         error_message,
         messages,
         decision,
+        observation,
         cost_usd,
         terminal: Arc::new(StoredEvent::new(
             &live.session_id,

@@ -901,8 +901,8 @@ impl<'a> EventColumns<'a> {
 }
 
 /// The one statement that ends a batch's turns: each turn still running
-/// is ended and its messages, decision, session totals and terminal event
-/// written; the batch's other events are written whatever happens. It
+/// is ended and its messages, decision, observation, session totals and
+/// terminal event written; the batch's other events are written whatever happens. It
 /// returns the ids of the turns it ended (a turn someone else ended
 /// meanwhile is left as it is, with nothing of its finish written).
 fn finish_statement<'q>(
@@ -937,8 +937,19 @@ fn finish_statement<'q>(
         record: Vec<&'a str>,
         created_at: Vec<chrono::DateTime<chrono::Utc>>,
     }
+    #[derive(Default)]
+    struct Observations<'a> {
+        id: Vec<&'a str>,
+        turn_id: Vec<String>,
+        session_id: Vec<&'a str>,
+        source_id: Vec<&'a str>,
+        user_text: Vec<&'a str>,
+        assistant_text: Vec<&'a str>,
+        created_at: Vec<chrono::DateTime<chrono::Utc>>,
+    }
     let mut messages = Messages::default();
     let mut decisions = Decisions::default();
+    let mut observations = Observations::default();
     for finish in finishes {
         let id = finish.turn_id.to_string();
         let at = finish.terminal.created_at;
@@ -958,6 +969,15 @@ fn finish_statement<'q>(
             decisions.strategy.push(&decision.strategy);
             decisions.record.push(&decision.record);
             decisions.created_at.push(at);
+        }
+        if let Some(o) = &finish.observation {
+            observations.id.push(&o.id);
+            observations.turn_id.push(id.clone());
+            observations.session_id.push(&o.session_id);
+            observations.source_id.push(&o.source_id);
+            observations.user_text.push(&o.user_text);
+            observations.assistant_text.push(&o.assistant_text);
+            observations.created_at.push(o.created_at);
         }
         turn_id.push(id);
         session_id.push(finish.session_id.as_str());
@@ -1014,6 +1034,14 @@ fn finish_statement<'q>(
            $28::timestamptz[], $29::bool[]) \
            AS e(session_id, seq, turn_id, type, payload, created_at, terminal) \
            WHERE NOT e.terminal OR e.turn_id IN (SELECT id FROM ended) \
+         ), observed AS ( \
+           INSERT INTO research_observations (id, session_id, source_id, user_text, \
+           assistant_text, created_at) \
+           SELECT o.id, o.session_id, o.source_id, o.user_text, o.assistant_text, o.created_at \
+           FROM unnest($30::text[], $31::text[], $32::text[], $33::text[], $34::text[], \
+           $35::text[], $36::timestamptz[]) \
+           AS o(id, turn_id, session_id, source_id, user_text, assistant_text, created_at) \
+           WHERE o.turn_id IN (SELECT id FROM ended) \
          ) \
          SELECT id FROM ended",
     )
@@ -1046,4 +1074,11 @@ fn finish_statement<'q>(
     .bind(events.payload)
     .bind(events.created_at)
     .bind(events.terminal)
+    .bind(observations.id)
+    .bind(observations.turn_id)
+    .bind(observations.session_id)
+    .bind(observations.source_id)
+    .bind(observations.user_text)
+    .bind(observations.assistant_text)
+    .bind(observations.created_at)
 }

@@ -102,6 +102,8 @@ pub struct TurnFinish {
     pub error_message: Option<String>,
     pub messages: Vec<NewMessage>,
     pub decision: Option<NewDecision>,
+    /// The research learner's observation of the turn.
+    pub observation: Option<super::ObservationRecord>,
     /// The turn's cost in USD, when priced.
     pub cost_usd: Option<f64>,
     pub terminal: Arc<StoredEvent>,

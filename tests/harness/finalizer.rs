@@ -45,12 +45,12 @@ impl ResearchLearner for Learner {
         _: &str,
         assistant: &str,
         source: &str,
-    ) -> Result<(), HookError> {
+    ) -> Result<Option<agent_harness::store::ObservationRecord>, HookError> {
         self.0
             .lock()
             .unwrap()
             .push((assistant.to_owned(), source.to_owned()));
-        Ok(())
+        Ok(None)
     }
 }
 

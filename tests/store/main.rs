@@ -87,6 +87,14 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
             strategy: "direct_answer".into(),
             record: "{}".into(),
         }),
+        observation: Some(agent_harness::store::ObservationRecord {
+            id: format!("obs_{}", Uuid::now_v7().simple()),
+            session_id: turn.session_id.clone(),
+            source_id: format!("chat_message:{}", turn.id),
+            user_text: "hi".into(),
+            assistant_text: text.into(),
+            created_at: Utc::now(),
+        }),
         cost_usd: Some(0.25),
         terminal: Arc::new(
             StoredEvent::new(
@@ -356,6 +364,15 @@ async fn a_batch_ends_many_turns_and_skips_the_ended(backend: Backend) {
             .await
             .unwrap();
         assert_eq!(decisions.len(), 1);
+        // The observation of the end that applied, none of the other.
+        let observed: Vec<String> = store
+            .list_observations(&turn.session_id, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.assistant_text)
+            .collect();
+        assert_eq!(observed, [answer]);
         let events: Vec<(i64, String)> = store
             .list_events(&turn.session_id, None, 0, 10)
             .await
@@ -382,6 +399,7 @@ async fn a_failed_batch_writes_nothing(backend: Backend) {
     assert!(result.is_err());
     assert_eq!(store.list_events("s1", None, 0, 10).await.unwrap().len(), 1);
     assert!(store.list_messages("s1", 0, 10).await.unwrap().is_empty());
+    assert!(store.list_observations("s1", 10).await.unwrap().is_empty());
     let record = store.get_turn("s1", turn.id).await.unwrap().unwrap();
     assert_eq!(record.status, TurnStatus::Running);
 }

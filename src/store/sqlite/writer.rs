@@ -386,6 +386,9 @@ impl Writer {
                         at
                     ])?;
                 }
+                if let Some(o) = &finish.observation {
+                    insert_observation(tx, o)?;
+                }
                 tx.prepare_cached(
                     "UPDATE sessions SET updated_at = ?1, last_seq = ?4, \
                      cost_usd = COALESCE(cost_usd + ?3, cost_usd, ?3) WHERE id = ?2",
@@ -795,23 +798,8 @@ impl Writer {
         &self,
         observation: ObservationRecord,
     ) -> Result<(), StoreError> {
-        self.run(move |connection| {
-            connection
-                .prepare_cached(
-                    "INSERT INTO research_observations (id, session_id, source_id, user_text, \
-                     assistant_text, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )?
-                .execute(params![
-                    observation.id,
-                    observation.session_id,
-                    observation.source_id,
-                    observation.user_text,
-                    observation.assistant_text,
-                    ts(observation.created_at)
-                ])?;
-            Ok(())
-        })
-        .await
+        self.run(move |connection| insert_observation(connection, &observation))
+            .await
     }
 
     /// Indexes a note in place of what was indexed at its path.
@@ -962,5 +950,22 @@ fn insert_events<'e>(
             ts(e.created_at)
         ])?;
     }
+    Ok(())
+}
+
+/// Keeps a research learner's observation.
+fn insert_observation(tx: &Connection, o: &ObservationRecord) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO research_observations (id, session_id, source_id, user_text, \
+         assistant_text, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        o.id,
+        o.session_id,
+        o.source_id,
+        o.user_text,
+        o.assistant_text,
+        ts(o.created_at)
+    ])?;
     Ok(())
 }
