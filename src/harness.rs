@@ -47,7 +47,7 @@ pub use crate::turn::{TurnResult, WebMode};
 use crate::{
     events::TurnEvent,
     providers::{ChatMessage, LlmProvider, ProviderError},
-    store::{NewDecision, NewMessage, ObservationRecord},
+    store::{NewDecision, NewJob, NewMessage, ObservationRecord},
     tools::ToolRegistry,
 };
 use budget::{BudgetLimits, TurnBudget};
@@ -195,6 +195,9 @@ pub struct TurnOutput {
     pub decision: Option<NewDecision>,
     /// The research learner's observation, written with the turn's end.
     pub observation: Option<ObservationRecord>,
+    /// Work queued for after the turn (memory extraction), written with
+    /// the turn's end.
+    pub jobs: Vec<NewJob>,
     pub strategy: String,
     pub step_failures: Vec<StepFailure>,
 }

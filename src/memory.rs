@@ -160,21 +160,13 @@ impl MemoryRetriever for StoreMemory {
     }
 }
 
-/// Memory extraction: queues a job; the worker asks the model.
-pub struct QueuedExtraction {
-    store: Arc<dyn Store>,
-    notify: Arc<tokio::sync::Notify>,
-}
-
-impl QueuedExtraction {
-    pub fn new(store: Arc<dyn Store>, notify: Arc<tokio::sync::Notify>) -> Self {
-        Self { store, notify }
-    }
-}
+/// Memory extraction: a job for the worker, which asks the model once the
+/// turn's end (and the job with it) is stored.
+pub struct QueuedExtraction;
 
 #[async_trait]
 impl MemoryExtractor for QueuedExtraction {
-    async fn extract_turn(&self, turn: &MemoryTurn) -> Result<(), HookError> {
+    async fn extract_turn(&self, turn: &MemoryTurn) -> Result<Option<NewJob>, HookError> {
         let job = ExtractionJob {
             scope: turn.scope.clone(),
             session_id: turn.session_id.clone(),
@@ -184,19 +176,14 @@ impl MemoryExtractor for QueuedExtraction {
             provider: turn.provider.clone(),
             model: turn.model.clone(),
         };
-        self.store
-            .enqueue_job(&NewJob {
-                id: background::new_job_id(),
-                kind: JOB_MEMORY.into(),
-                session_id: turn.session_id.clone(),
-                turn_id: turn.turn_id.clone(),
-                payload: serde_json::to_string(&job).map_err(HookError::new)?,
-                at: Utc::now(),
-            })
-            .await
-            .map_err(HookError::new)?;
-        self.notify.notify_one();
-        Ok(())
+        Ok(Some(NewJob {
+            id: background::new_job_id(),
+            kind: JOB_MEMORY.into(),
+            session_id: turn.session_id.clone(),
+            turn_id: turn.turn_id.clone(),
+            payload: serde_json::to_string(&job).map_err(HookError::new)?,
+            at: Utc::now(),
+        }))
     }
 }
 

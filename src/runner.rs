@@ -70,6 +70,8 @@ pub struct RunnerConfig {
     pub poll_interval: Duration,
     pub event_queue_capacity: usize,
     pub event_batch_max: usize,
+    /// Woken when a turn's end has stored jobs for the background worker.
+    pub jobs_queued: Arc<tokio::sync::Notify>,
 }
 
 /// A turn that [`TurnRunner::start`] began, or found by its idempotency key.

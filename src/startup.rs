@@ -203,8 +203,7 @@ pub fn build_harness(
         )));
     }
     if memory.extraction {
-        builder =
-            builder.memory_extractor(Arc::new(QueuedExtraction::new(store.clone(), jobs.clone())));
+        builder = builder.memory_extractor(Arc::new(QueuedExtraction));
     }
     if memory.research_learner {
         builder = builder.research_learner(Arc::new(StoreLearner));
@@ -503,7 +502,7 @@ impl Application {
             vault.clone(),
             provider,
             tools,
-            jobs,
+            jobs.clone(),
             approvals.clone(),
         ));
         let runner = TurnRunner::start_runner(
@@ -517,6 +516,7 @@ impl Application {
                 poll_interval: Duration::from_millis(250),
                 event_queue_capacity: settings.database.event_queue_capacity,
                 event_batch_max: settings.database.event_batch_max,
+                jobs_queued: jobs.clone(),
             },
         );
         let recovered = runner.recover_orphans().await?;

@@ -25,7 +25,7 @@ use super::{
 use crate::{
     events::TurnEvent,
     providers::{ChatMessage, Usage},
-    store::{NewDecision, NewMessage, ObservationRecord},
+    store::{NewDecision, NewJob, NewMessage, ObservationRecord},
 };
 
 /// Items of each kind appended to the answer.
@@ -164,7 +164,7 @@ pub(super) async fn finalize(
     report_usage(harness, &input, sink, &mut failures).await?;
     let assistant_message_id = Uuid::now_v7();
     let messages = history_messages(&input, &text, assistant_message_id);
-    extract_memory(harness, &input, &text, &mut failures).await;
+    let extraction = extract_memory(harness, &input, &text, &mut failures).await;
     let observation =
         observe_for_learner(harness, &input, &text, assistant_message_id, &mut failures).await;
     let judges_scheduled = schedule_judges(harness, &input, &text, &mut failures).await;
@@ -206,6 +206,7 @@ pub(super) async fn finalize(
         messages,
         decision,
         observation,
+        jobs: extraction.into_iter().collect(),
         strategy: strategy.to_owned(),
         step_failures: failures.0,
     })
@@ -291,22 +292,24 @@ async fn extract_memory(
     input: &FinalizeInput,
     text: &str,
     failures: &mut Failures,
-) {
-    if let Some(extractor) = &harness.memory_extractor {
-        let turn = MemoryTurn {
-            scope: input.memory_scope.clone(),
-            session_id: input.session_id.clone(),
-            turn_id: input.turn_id.to_string(),
-            user_message: input.user_message.clone(),
-            assistant_message: text.to_owned(),
-            tool_results: input.tool_results.clone(),
-            provider: input.provider.clone(),
-            model: input.model.clone(),
-        };
-        failures.record(
-            "memory_extraction",
-            isolate(extractor.extract_turn(&turn)).await,
-        );
+) -> Option<NewJob> {
+    let extractor = harness.memory_extractor.as_ref()?;
+    let turn = MemoryTurn {
+        scope: input.memory_scope.clone(),
+        session_id: input.session_id.clone(),
+        turn_id: input.turn_id.to_string(),
+        user_message: input.user_message.clone(),
+        assistant_message: text.to_owned(),
+        tool_results: input.tool_results.clone(),
+        provider: input.provider.clone(),
+        model: input.model.clone(),
+    };
+    match isolate(extractor.extract_turn(&turn)).await {
+        Ok(job) => job,
+        Err(e) => {
+            failures.record("memory_extraction", Err(e));
+            None
+        }
     }
 }
 

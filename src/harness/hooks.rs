@@ -12,7 +12,7 @@ use futures::FutureExt;
 use super::state::ToolResultRecord;
 use crate::{
     providers::{ToolCall, Usage},
-    store::ObservationRecord,
+    store::{NewJob, ObservationRecord},
 };
 
 /// A collaborator's failure.
@@ -62,9 +62,11 @@ pub struct MemoryTurn {
 
 #[async_trait]
 pub trait MemoryExtractor: Send + Sync {
-    /// Takes note of the turn. A slow extraction should queue its work:
-    /// the turn's completion waits for this call.
-    async fn extract_turn(&self, turn: &MemoryTurn) -> Result<(), HookError>;
+    /// Takes note of the turn. A slow extraction should queue its work
+    /// (the turn's completion waits for this call): the job returned is
+    /// written with the turn's end, in the transaction that stores the
+    /// answer, and runs only once that has landed.
+    async fn extract_turn(&self, turn: &MemoryTurn) -> Result<Option<NewJob>, HookError>;
 }
 
 #[async_trait]

@@ -143,7 +143,13 @@ impl TurnRunner {
         } else {
             match self.commit_finish(live, &finish, END_ATTEMPTS, true).await {
                 Err(writer::FinishError::Store(e)) => e,
-                other => return other.map(|applied| applied.then_some(finish.status)),
+                other => {
+                    // The turn's jobs are in the store now: wake the worker.
+                    if matches!(other, Ok(true)) && !finish.jobs.is_empty() {
+                        self.inner.config.jobs_queued.notify_one();
+                    }
+                    return other.map(|applied| applied.then_some(finish.status));
+                }
             }
         };
         tracing::error!(
@@ -226,6 +232,7 @@ fn unstorable_end(
         messages: Vec::new(),
         decision: None,
         observation: None,
+        jobs: Vec::new(),
         terminal: Arc::new(StoredEvent::new(
             &terminal.session_id,
             terminal.turn_id,
@@ -294,7 +301,7 @@ fn build_finish(
     let status = outcome.status();
     let (mut result, mut error_code, mut error_message) = (None, None, None);
     let (mut messages, mut decision, mut cost_usd) = (Vec::new(), None, None);
-    let mut observation = None;
+    let (mut observation, mut jobs) = (None, Vec::new());
     let event = match outcome {
         Outcome::Completed(output) => {
             let output = *output;
@@ -303,6 +310,7 @@ fn build_finish(
             messages = output.messages;
             decision = output.decision;
             observation = output.observation;
+            jobs = output.jobs;
             TurnEvent::TurnCompleted {
                 result: output.result,
             }
@@ -337,6 +345,7 @@ fn build_finish(
         messages,
         decision,
         observation,
+        jobs,
         cost_usd,
         terminal: Arc::new(StoredEvent::new(
             &live.session_id,

@@ -901,8 +901,8 @@ impl<'a> EventColumns<'a> {
 }
 
 /// The one statement that ends a batch's turns: each turn still running
-/// is ended and its messages, decision, observation, session totals and
-/// terminal event written; the batch's other events are written whatever happens. It
+/// is ended and its messages, decision, observation, jobs, session totals
+/// and terminal event written; the batch's other events are written whatever happens. It
 /// returns the ids of the turns it ended (a turn someone else ended
 /// meanwhile is left as it is, with nothing of its finish written).
 fn finish_statement<'q>(
@@ -947,9 +947,21 @@ fn finish_statement<'q>(
         assistant_text: Vec<&'a str>,
         created_at: Vec<chrono::DateTime<chrono::Utc>>,
     }
+    #[derive(Default)]
+    struct Jobs<'a> {
+        id: Vec<&'a str>,
+        /// The finish's turn, whose end decides whether the job is kept.
+        owner: Vec<String>,
+        kind: Vec<&'a str>,
+        session_id: Vec<&'a str>,
+        turn_id: Vec<&'a str>,
+        payload: Vec<&'a str>,
+        at: Vec<chrono::DateTime<chrono::Utc>>,
+    }
     let mut messages = Messages::default();
     let mut decisions = Decisions::default();
     let mut observations = Observations::default();
+    let mut jobs = Jobs::default();
     for finish in finishes {
         let id = finish.turn_id.to_string();
         let at = finish.terminal.created_at;
@@ -978,6 +990,15 @@ fn finish_statement<'q>(
             observations.user_text.push(&o.user_text);
             observations.assistant_text.push(&o.assistant_text);
             observations.created_at.push(o.created_at);
+        }
+        for job in &finish.jobs {
+            jobs.id.push(&job.id);
+            jobs.owner.push(id.clone());
+            jobs.kind.push(&job.kind);
+            jobs.session_id.push(&job.session_id);
+            jobs.turn_id.push(&job.turn_id);
+            jobs.payload.push(&job.payload);
+            jobs.at.push(job.at);
         }
         turn_id.push(id);
         session_id.push(finish.session_id.as_str());
@@ -1042,6 +1063,14 @@ fn finish_statement<'q>(
            $35::text[], $36::timestamptz[]) \
            AS o(id, turn_id, session_id, source_id, user_text, assistant_text, created_at) \
            WHERE o.turn_id IN (SELECT id FROM ended) \
+         ), queued AS ( \
+           INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
+           run_after, created_at, updated_at) \
+           SELECT j.id, j.kind, j.session_id, j.turn_id, j.payload, 'pending', j.at, j.at, j.at \
+           FROM unnest($37::text[], $38::text[], $39::text[], $40::text[], $41::text[], \
+           $42::text[], $43::timestamptz[]) \
+           AS j(id, owner, kind, session_id, turn_id, payload, at) \
+           WHERE j.owner IN (SELECT id FROM ended) \
          ) \
          SELECT id FROM ended",
     )
@@ -1081,4 +1110,11 @@ fn finish_statement<'q>(
     .bind(observations.user_text)
     .bind(observations.assistant_text)
     .bind(observations.created_at)
+    .bind(jobs.id)
+    .bind(jobs.owner)
+    .bind(jobs.kind)
+    .bind(jobs.session_id)
+    .bind(jobs.turn_id)
+    .bind(jobs.payload)
+    .bind(jobs.at)
 }

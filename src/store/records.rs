@@ -104,6 +104,8 @@ pub struct TurnFinish {
     pub decision: Option<NewDecision>,
     /// The research learner's observation of the turn.
     pub observation: Option<super::ObservationRecord>,
+    /// Jobs to run once the turn's end has landed.
+    pub jobs: Vec<super::NewJob>,
     /// The turn's cost in USD, when priced.
     pub cost_usd: Option<f64>,
     pub terminal: Arc<StoredEvent>,

@@ -472,6 +472,9 @@ async fn a_refused_end_alone_in_its_batch_is_tried_once() {
 async fn answer_with_nul(backend: Backend, event_batch_max: Option<usize>) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
+    // The turn queues a memory extraction job: it is kept only with an end
+    // that is stored.
+    settings.memory.extraction = true;
     if let Some(max) = event_batch_max {
         settings.database.event_batch_max = max;
     }
@@ -480,6 +483,9 @@ async fn answer_with_nul(backend: Backend, event_batch_max: Option<usize>) {
         .replace(r#""content":"Hello""#, r#""content":"Hel\u0000lo""#);
     app.provider
         .enqueue([Reply::raw_sse(&body), Reply::sse("openai/text.sse")]);
+    // Text for whoever asks next (the next turn, or an extraction job).
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
     let mut stream = app.post_turn_sse("s-nul", json!({"message": "Hi"})).await;
     let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
     let events = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end())
@@ -489,11 +495,19 @@ async fn answer_with_nul(backend: Backend, event_batch_max: Option<usize>) {
     let last = events.last().unwrap().json();
     let turn = app.wait_turn_end("s-nul", &turn_id).await;
     let (_, history) = app.get_json("/sessions/s-nul/messages").await;
+    let (_, jobs) = app.get_json("/sessions/s-nul/jobs").await;
+    let jobs_of_turn = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["turn_id"] == turn_id.as_str())
+        .count();
     match backend {
         Backend::Sqlite => {
             assert_eq!(last["type"], "turn.completed");
             assert_eq!(turn["status"], "completed");
             assert_eq!(history["messages"][1]["content"], answer);
+            assert_eq!(jobs_of_turn, 1, "{jobs}");
         }
         Backend::Postgres => {
             assert_eq!(last["type"], "turn.failed", "{last}");
@@ -503,6 +517,8 @@ async fn answer_with_nul(backend: Backend, event_batch_max: Option<usize>) {
             // The answer is kept on the turn row (JSON holds any character).
             assert_eq!(turn["result"]["text"], answer);
             assert_eq!(history["messages"], json!([]));
+            // Nor a job to extract memories from an answer not stored.
+            assert_eq!(jobs_of_turn, 0, "{jobs}");
             // The database refuses the data itself: the end is tried once,
             // not retried as if the database were down.
             let metrics = app

@@ -28,7 +28,10 @@ struct BrokenExtractor {
 
 #[async_trait]
 impl MemoryExtractor for BrokenExtractor {
-    async fn extract_turn(&self, _: &MemoryTurn) -> Result<(), HookError> {
+    async fn extract_turn(
+        &self,
+        _: &MemoryTurn,
+    ) -> Result<Option<agent_harness::store::NewJob>, HookError> {
         assert!(!self.panics, "extractor exploded");
         Err(HookError::new("memory store is down"))
     }

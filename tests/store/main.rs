@@ -95,6 +95,14 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
             assistant_text: text.into(),
             created_at: Utc::now(),
         }),
+        jobs: vec![agent_harness::store::NewJob {
+            id: format!("job_{}", Uuid::now_v7().simple()),
+            kind: "memory_extraction".into(),
+            session_id: turn.session_id.clone(),
+            turn_id: turn.id.to_string(),
+            payload: serde_json::json!({ "answer": text }).to_string(),
+            at: Utc::now(),
+        }],
         cost_usd: Some(0.25),
         terminal: Arc::new(
             StoredEvent::new(
@@ -373,6 +381,9 @@ async fn a_batch_ends_many_turns_and_skips_the_ended(backend: Backend) {
             .map(|o| o.assistant_text)
             .collect();
         assert_eq!(observed, [answer]);
+        // Its job too: one per session, the applied end's.
+        let jobs = store.list_jobs(&turn.session_id, 10).await.unwrap();
+        assert_eq!(jobs.len(), 1, "{jobs:?}");
         let events: Vec<(i64, String)> = store
             .list_events(&turn.session_id, None, 0, 10)
             .await
@@ -400,6 +411,7 @@ async fn a_failed_batch_writes_nothing(backend: Backend) {
     assert_eq!(store.list_events("s1", None, 0, 10).await.unwrap().len(), 1);
     assert!(store.list_messages("s1", 0, 10).await.unwrap().is_empty());
     assert!(store.list_observations("s1", 10).await.unwrap().is_empty());
+    assert!(store.list_jobs("s1", 10).await.unwrap().is_empty());
     let record = store.get_turn("s1", turn.id).await.unwrap().unwrap();
     assert_eq!(record.status, TurnStatus::Running);
 }

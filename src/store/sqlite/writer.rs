@@ -389,6 +389,9 @@ impl Writer {
                 if let Some(o) = &finish.observation {
                     insert_observation(tx, o)?;
                 }
+                for job in &finish.jobs {
+                    insert_job(tx, job)?;
+                }
                 tx.prepare_cached(
                     "UPDATE sessions SET updated_at = ?1, last_seq = ?4, \
                      cost_usd = COALESCE(cost_usd + ?3, cost_usd, ?3) WHERE id = ?2",
@@ -636,24 +639,8 @@ impl Writer {
     }
 
     pub(super) async fn put_job(&self, job: NewJob) -> Result<(), StoreError> {
-        self.run(move |connection| {
-            connection
-                .prepare_cached(
-                    "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
-                     run_after, created_at, updated_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6, ?6)",
-                )?
-                .execute(params![
-                    job.id,
-                    job.kind,
-                    job.session_id,
-                    job.turn_id,
-                    job.payload,
-                    ts(job.at)
-                ])?;
-            Ok(())
-        })
-        .await
+        self.run(move |connection| insert_job(connection, &job))
+            .await
     }
 
     pub(super) async fn claim_job(
@@ -966,6 +953,24 @@ fn insert_observation(tx: &Connection, o: &ObservationRecord) -> Result<(), Stor
         o.user_text,
         o.assistant_text,
         ts(o.created_at)
+    ])?;
+    Ok(())
+}
+
+/// Queues a background job.
+fn insert_job(tx: &Connection, job: &NewJob) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
+         run_after, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6, ?6)",
+    )?
+    .execute(params![
+        job.id,
+        job.kind,
+        job.session_id,
+        job.turn_id,
+        job.payload,
+        ts(job.at)
     ])?;
     Ok(())
 }
