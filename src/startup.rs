@@ -125,7 +125,6 @@ pub fn build_harness(
     vault: Arc<Vault>,
     provider: Arc<dyn LlmProvider>,
     extra_tools: Vec<Arc<dyn Tool>>,
-    jobs: Arc<tokio::sync::Notify>,
     approvals: Arc<tokio::sync::Notify>,
 ) -> AgentHarness {
     let tools = ToolRegistry::new(settings.harness.tool_permission)
@@ -212,7 +211,7 @@ pub fn build_harness(
         && settings.judges.enabled
         && !judges.is_empty()
     {
-        builder = builder.judges(Arc::new(JudgePanel::new(judges.clone(), store, jobs)));
+        builder = builder.judges(Arc::new(JudgePanel::new(judges.clone())));
     }
     builder.build()
 }
@@ -502,7 +501,6 @@ impl Application {
             vault.clone(),
             provider,
             tools,
-            jobs.clone(),
             approvals.clone(),
         ));
         let runner = TurnRunner::start_runner(

@@ -167,7 +167,8 @@ pub(super) async fn finalize(
     let extraction = extract_memory(harness, &input, &text, &mut failures).await;
     let observation =
         observe_for_learner(harness, &input, &text, assistant_message_id, &mut failures).await;
-    let judges_scheduled = schedule_judges(harness, &input, &text, &mut failures).await;
+    let judgings = schedule_judges(harness, &input, &text, &mut failures).await;
+    let judges_scheduled = judgings.len();
     let strategy = classify_strategy(&tools_used(&input.tool_results));
     let decision = record_decision(
         harness,
@@ -206,7 +207,7 @@ pub(super) async fn finalize(
         messages,
         decision,
         observation,
-        jobs: extraction.into_iter().collect(),
+        jobs: extraction.into_iter().chain(judgings).collect(),
         strategy: strategy.to_owned(),
         step_failures: failures.0,
     })
@@ -334,19 +335,20 @@ async fn observe_for_learner(
     }
 }
 
-/// Step 6: the judges of the prompt, when it has any; how many were scheduled.
+/// Step 6: the judges of the prompt, when it has any: their jobs, kept
+/// with the turn's end.
 async fn schedule_judges(
     harness: &AgentHarness,
     input: &FinalizeInput,
     text: &str,
     failures: &mut Failures,
-) -> usize {
+) -> Vec<NewJob> {
     let (Some(judges), Some(prompt_id)) = (&harness.judges, harness.options.prompt_id.as_deref())
     else {
-        return 0;
+        return Vec::new();
     };
     if judges.judges_for(prompt_id).is_empty() {
-        return 0;
+        return Vec::new();
     }
     let facts = input.context_pack["relevant_facts"]
         .as_array()
@@ -374,10 +376,10 @@ async fn schedule_judges(
         model: input.model.clone(),
     };
     match isolate(judges.schedule(request)).await {
-        Ok(n) => n,
+        Ok(jobs) => jobs,
         Err(e) => {
             failures.record("judge_scheduling", Err(e));
-            0
+            Vec::new()
         }
     }
 }

@@ -107,8 +107,9 @@ pub struct JudgeRequest {
 pub trait JudgeScheduler: Send + Sync {
     /// Judges registered for a prompt id (none: nothing is scheduled).
     fn judges_for(&self, prompt_id: &str) -> Vec<String>;
-    /// Queues the judges; returns how many were queued.
-    async fn schedule(&self, request: JudgeRequest) -> Result<usize, HookError>;
+    /// The judges' jobs: written with the turn's end, in the transaction
+    /// that stores the answer they judge, and run once that has landed.
+    async fn schedule(&self, request: JudgeRequest) -> Result<Vec<NewJob>, HookError>;
 }
 
 /// A write about to run, whose resources are to be saved first.

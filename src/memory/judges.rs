@@ -2,7 +2,7 @@
 //! prompt ids it judges and a pass threshold; scheduled by the finalizer
 //! for turns whose prompt id they judge, run by the background worker.
 
-use std::{str::FromStr, sync::Arc};
+use std::str::FromStr;
 
 use async_trait::async_trait;
 use chrono::Utc;
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::{JOB_JUDGE, background::new_job_id};
 use crate::{
     harness::hooks::{HookError, JudgeRequest, JudgeScheduler},
-    store::{NewJob, Store},
+    store::NewJob,
 };
 
 /// One judge, as written in the settings.
@@ -115,21 +115,11 @@ pub struct JudgeJob {
 /// Schedules the declared judges of a prompt as background jobs.
 pub struct JudgePanel {
     judges: Vec<JudgeConfig>,
-    store: Arc<dyn Store>,
-    notify: Arc<tokio::sync::Notify>,
 }
 
 impl JudgePanel {
-    pub fn new(
-        judges: Vec<JudgeConfig>,
-        store: Arc<dyn Store>,
-        notify: Arc<tokio::sync::Notify>,
-    ) -> Self {
-        Self {
-            judges,
-            store,
-            notify,
-        }
+    pub fn new(judges: Vec<JudgeConfig>) -> Self {
+        Self { judges }
     }
 
     fn judging(&self, prompt_id: &str) -> impl Iterator<Item = &JudgeConfig> {
@@ -145,8 +135,8 @@ impl JudgeScheduler for JudgePanel {
         self.judging(prompt_id).map(|j| j.name.clone()).collect()
     }
 
-    async fn schedule(&self, request: JudgeRequest) -> Result<usize, HookError> {
-        let mut scheduled = 0;
+    async fn schedule(&self, request: JudgeRequest) -> Result<Vec<NewJob>, HookError> {
+        let mut scheduled = Vec::new();
         for judge in self.judging(&request.prompt_id) {
             let (provider, model) = match judge.model.as_deref().and_then(|m| m.split_once(':')) {
                 Some((provider, model)) => (provider.to_owned(), model.to_owned()),
@@ -165,21 +155,14 @@ impl JudgeScheduler for JudgePanel {
                 provider,
                 model,
             };
-            self.store
-                .enqueue_job(&NewJob {
-                    id: new_job_id(),
-                    kind: JOB_JUDGE.into(),
-                    session_id: request.session_id.clone(),
-                    turn_id: request.turn_id.clone(),
-                    payload: serde_json::to_string(&job).map_err(HookError::new)?,
-                    at: Utc::now(),
-                })
-                .await
-                .map_err(HookError::new)?;
-            scheduled += 1;
-        }
-        if scheduled > 0 {
-            self.notify.notify_one();
+            scheduled.push(NewJob {
+                id: new_job_id(),
+                kind: JOB_JUDGE.into(),
+                session_id: request.session_id.clone(),
+                turn_id: request.turn_id.clone(),
+                payload: serde_json::to_string(&job).map_err(HookError::new)?,
+                at: Utc::now(),
+            });
         }
         Ok(scheduled)
     }

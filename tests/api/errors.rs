@@ -472,9 +472,16 @@ async fn a_refused_end_alone_in_its_batch_is_tried_once() {
 async fn answer_with_nul(backend: Backend, event_batch_max: Option<usize>) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    // The turn queues a memory extraction job: it is kept only with an end
-    // that is stored.
+    // The turn queues a memory extraction job and a judge's: they are kept
+    // only with an end that is stored.
     settings.memory.extraction = true;
+    settings.harness.prompt_id = Some("support".into());
+    settings.judges.list = Some(
+        json!([{"name": "relevance", "criteria": "The answer addresses the question."}])
+            .to_string()
+            .parse()
+            .unwrap(),
+    );
     if let Some(max) = event_batch_max {
         settings.database.event_batch_max = max;
     }
@@ -483,7 +490,7 @@ async fn answer_with_nul(backend: Backend, event_batch_max: Option<usize>) {
         .replace(r#""content":"Hello""#, r#""content":"Hel\u0000lo""#);
     app.provider
         .enqueue([Reply::raw_sse(&body), Reply::sse("openai/text.sse")]);
-    // Text for whoever asks next (the next turn, or an extraction job).
+    // Text for whoever asks next (the next turn, or the turn's jobs).
     app.provider
         .enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
     let mut stream = app.post_turn_sse("s-nul", json!({"message": "Hi"})).await;
@@ -507,7 +514,7 @@ async fn answer_with_nul(backend: Backend, event_batch_max: Option<usize>) {
             assert_eq!(last["type"], "turn.completed");
             assert_eq!(turn["status"], "completed");
             assert_eq!(history["messages"][1]["content"], answer);
-            assert_eq!(jobs_of_turn, 1, "{jobs}");
+            assert_eq!(jobs_of_turn, 2, "{jobs}");
         }
         Backend::Postgres => {
             assert_eq!(last["type"], "turn.failed", "{last}");

@@ -237,9 +237,21 @@ impl JudgeScheduler for Judges {
             Vec::new()
         }
     }
-    async fn schedule(&self, request: JudgeRequest) -> Result<usize, HookError> {
+    async fn schedule(
+        &self,
+        request: JudgeRequest,
+    ) -> Result<Vec<agent_harness::store::NewJob>, HookError> {
+        let job = |judge: &str| agent_harness::store::NewJob {
+            id: format!("job-{judge}"),
+            kind: "judge".into(),
+            session_id: request.session_id.clone(),
+            turn_id: request.turn_id.clone(),
+            payload: "{}".into(),
+            at: chrono::Utc::now(),
+        };
+        let jobs = vec![job("faithfulness"), job("relevance")];
         self.0.lock().unwrap().push(request);
-        Ok(2)
+        Ok(jobs)
     }
 }
 
@@ -269,6 +281,8 @@ async fn judges_are_scheduled_only_for_prompts_that_have_them() {
             let record: serde_json::Value =
                 serde_json::from_str(&output.decision.unwrap().record).unwrap();
             assert_eq!(record["judges_scheduled"], 2);
+            // The jobs ride with the turn's end.
+            assert_eq!(output.jobs.len(), 2);
         }
     }
 }
