@@ -264,6 +264,78 @@ pub(crate) fn follow_started(
     }
 }
 
+/// The turn a chat wire format asks for when it sends the whole
+/// conversation (`messages` as role and text, at most 1,000): the newest
+/// must be the user's and is the turn's message; the earlier system
+/// (or developer), user and assistant messages are its history.
+pub(crate) fn conversation_turn(
+    messages: &[(&str, String)],
+) -> Result<crate::runner::TurnSpec, ApiError> {
+    use crate::providers::{ChatMessage, Role};
+    let invalid = |detail: &str| ApiError::InvalidField {
+        field: "messages".into(),
+        detail: detail.into(),
+    };
+    let Some(((role, message), earlier)) = messages.split_last() else {
+        return Err(invalid("`messages` must not be empty"));
+    };
+    if messages.len() > 1000 {
+        return Err(invalid("`messages` has more than 1000 messages"));
+    }
+    if *role != "user" {
+        return Err(invalid("the last message must be the user's"));
+    }
+    if message.trim().is_empty() {
+        return Err(ApiError::MessageRequired);
+    }
+    if messages.iter().any(|(_, text)| text.contains('\0')) {
+        return Err(invalid("a message contains U+0000"));
+    }
+    let history = earlier
+        .iter()
+        .filter_map(|(role, text)| {
+            let role = match *role {
+                "system" | "developer" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                _ => return None,
+            };
+            Some(ChatMessage::new(role, text.clone()))
+        })
+        .collect();
+    Ok(crate::runner::TurnSpec {
+        message: message.clone(),
+        top_k: 8,
+        web_mode: crate::harness::WebMode::Off,
+        show_citations: false,
+        runtime_provider: None,
+        runtime_model: None,
+        skill_context: None,
+        history: Some(history),
+        user_id: None,
+    })
+}
+
+/// A chat message's text: its `content` string, or the `text` of each of
+/// its parts, a line each.
+pub(crate) fn content_text(content: &Option<serde_json::Value>) -> String {
+    use serde_json::Value;
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// One JSON value as an SSE `data:` frame (the wire formats without ids).
+pub(crate) fn data_frame(value: &serde_json::Value) -> axum::body::Bytes {
+    axum::body::Bytes::from(format!("data: {value}\n\n"))
+}
+
 pub(crate) fn parse_turn_id(raw: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::InvalidTurnId)
 }

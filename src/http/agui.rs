@@ -7,7 +7,7 @@
 
 use axum::{
     Extension,
-    body::{Body, Bytes},
+    body::Body,
     extract::State,
     http::{HeaderValue, header},
     response::{IntoResponse, Response},
@@ -23,8 +23,6 @@ use crate::{
     app::AppState,
     events::{ToolStatus, TurnEvent},
     http::error::Problem,
-    providers::{ChatMessage, Role},
-    runner::TurnSpec,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -54,27 +52,8 @@ pub struct AguiMessage {
 
 impl AguiMessage {
     fn text(&self) -> String {
-        match &self.content {
-            Some(Value::String(text)) => text.clone(),
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .filter_map(|p| p["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => String::new(),
-        }
+        super::content_text(&self.content)
     }
-}
-
-fn invalid(detail: &str) -> ApiError {
-    ApiError::InvalidField {
-        field: "messages".into(),
-        detail: detail.into(),
-    }
-}
-
-fn frame(event: &Value) -> Bytes {
-    Bytes::from(format!("data: {event}\n\n"))
 }
 
 /// Turns the turn's events into AG-UI events.
@@ -219,52 +198,16 @@ async fn agui_run(
     ApiJson(body): ApiJson<RunAgentInput>,
 ) -> Result<Response, ApiError> {
     let session_id = parse_session_id(&body.thread_id)?;
-    let Some((last, earlier)) = body.messages.split_last() else {
-        return Err(invalid("`messages` must not be empty"));
-    };
-    if body.messages.len() > 1000 {
-        return Err(invalid("`messages` has more than 1000 messages"));
-    }
-    if last.role != "user" {
-        return Err(invalid("the last message must be the user's"));
-    }
-    let message = last.text();
-    if message.trim().is_empty() {
-        return Err(ApiError::MessageRequired);
-    }
-    let history: Vec<ChatMessage> = earlier
+    let messages: Vec<(&str, String)> = body
+        .messages
         .iter()
-        .filter_map(|m| {
-            let role = match m.role.as_str() {
-                "system" | "developer" => Role::System,
-                "user" => Role::User,
-                "assistant" => Role::Assistant,
-                _ => return None,
-            };
-            Some(ChatMessage::new(role, m.text()))
-        })
+        .map(|m| (m.role.as_str(), m.text()))
         .collect();
-    if std::iter::once(&message)
-        .chain(history.iter().map(|m| &m.content))
-        .any(|t| t.contains('\0'))
-    {
-        return Err(invalid("a message contains U+0000"));
-    }
+    let spec = super::conversation_turn(&messages)?;
     let run_id = body
         .run_id
         .clone()
         .filter(|r| !r.trim().is_empty() && r.len() <= 128 && !r.chars().any(char::is_control));
-    let spec = TurnSpec {
-        message,
-        top_k: 8,
-        web_mode: crate::harness::WebMode::Off,
-        show_citations: false,
-        runtime_provider: None,
-        runtime_model: None,
-        skill_context: None,
-        history: Some(history),
-        user_id: None,
-    };
     let started = app.runner.start(&session_id, &tenant.0, spec, None).await?;
     let turn_id = started.turn_id;
     let session = session_id.as_str().to_owned();
@@ -279,20 +222,20 @@ async fn agui_run(
             messages: 0,
             step: None,
         };
-        yield Ok::<_, std::convert::Infallible>(frame(&json!({
+        yield Ok::<_, std::convert::Infallible>(super::data_frame(&json!({
             "type": "RUN_STARTED",
             "threadId": encoder.thread_id,
             "runId": encoder.run_id,
         })));
         while let Some(item) = events.next().await {
             let Ok(stored) = item else {
-                yield Ok(frame(&json!({"type": "RUN_ERROR", "message": "the event log cannot be read", "code": "event_log_unavailable"})));
+                yield Ok(super::data_frame(&json!({"type": "RUN_ERROR", "message": "the event log cannot be read", "code": "event_log_unavailable"})));
                 break;
             };
             let Ok(event) = serde_json::from_str::<TurnEvent>(&stored.payload) else { continue };
             let (out, done) = encoder.encode(event);
             for event in &out {
-                yield Ok(frame(event));
+                yield Ok(super::data_frame(event));
             }
             if done {
                 break;

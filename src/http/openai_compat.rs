@@ -26,12 +26,7 @@ use uuid::Uuid;
 
 use super::{Tenant, error::ApiError, json::ApiJson, parse_session_id};
 use crate::{
-    app::AppState,
-    events::TurnEvent,
-    harness::TurnResult,
-    http::error::Problem,
-    providers::{ChatMessage, Role},
-    runner::TurnSpec,
+    app::AppState, events::TurnEvent, harness::TurnResult, http::error::Problem, runner::TurnSpec,
     store::TurnStatus,
 };
 
@@ -71,18 +66,6 @@ pub struct CompatMessage {
     content: Option<Value>,
 }
 
-fn text_of(content: &Option<Value>) -> String {
-    match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
 fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
     ApiError::InvalidField {
         field: field.into(),
@@ -92,40 +75,26 @@ fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
 
 impl ChatCompletionRequest {
     fn spec(&self) -> Result<TurnSpec, ApiError> {
-        let Some((last, earlier)) = self.messages.split_last() else {
-            return Err(invalid("messages", "`messages` must not be empty"));
-        };
-        if self.messages.len() > 1000 {
-            return Err(invalid(
-                "messages",
-                "`messages` has more than 1000 messages",
-            ));
+        // Tool results of a client's own tools mean nothing here (they are
+        // left out of the history); any other role is refused.
+        const ROLES: [&str; 6] = [
+            "system",
+            "developer",
+            "user",
+            "assistant",
+            "tool",
+            "function",
+        ];
+        let mut roles = self.messages.iter().map(|m| m.role.as_str());
+        if let Some(other) = roles.find(|r| !ROLES.contains(r)) {
+            return Err(invalid("messages", format!("unknown role {other:?}")));
         }
-        if last.role != "user" {
-            return Err(invalid("messages", "the last message must be the user's"));
-        }
-        let message = text_of(&last.content);
-        if message.trim().is_empty() {
-            return Err(ApiError::MessageRequired);
-        }
-        let mut history = Vec::with_capacity(earlier.len());
-        for m in earlier {
-            let role = match m.role.as_str() {
-                "system" | "developer" => Role::System,
-                "user" => Role::User,
-                "assistant" => Role::Assistant,
-                // Tool results of a client's own tools mean nothing here.
-                "tool" | "function" => continue,
-                other => return Err(invalid("messages", format!("unknown role {other:?}"))),
-            };
-            history.push(ChatMessage::new(role, text_of(&m.content)));
-        }
-        if std::iter::once(&message)
-            .chain(history.iter().map(|m| &m.content))
-            .any(|t| t.contains('\0'))
-        {
-            return Err(invalid("messages", "a message contains U+0000"));
-        }
+        let messages: Vec<(&str, String)> = self
+            .messages
+            .iter()
+            .map(|m| (m.role.as_str(), super::content_text(&m.content)))
+            .collect();
+        let spec = super::conversation_turn(&messages)?;
         let model = self
             .model
             .as_deref()
@@ -135,15 +104,8 @@ impl ChatCompletionRequest {
             return Err(invalid("model", "`model` is not a model name"));
         }
         Ok(TurnSpec {
-            message,
-            top_k: 8,
-            web_mode: crate::harness::WebMode::Off,
-            show_citations: false,
-            runtime_provider: None,
             runtime_model: model.map(str::to_owned),
-            skill_context: None,
-            history: Some(history),
-            user_id: None,
+            ..spec
         })
     }
 }

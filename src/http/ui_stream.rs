@@ -21,8 +21,6 @@ use crate::{
     app::AppState,
     events::{ToolStatus, TurnEvent},
     http::error::Problem,
-    providers::{ChatMessage, Role},
-    runner::TurnSpec,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -57,18 +55,6 @@ impl UiMessage {
             .collect::<Vec<_>>()
             .join("\n")
     }
-}
-
-fn invalid(detail: &str) -> ApiError {
-    ApiError::InvalidField {
-        field: "messages".into(),
-        detail: detail.into(),
-    }
-}
-
-/// One chunk as an SSE frame.
-fn frame(chunk: &Value) -> Bytes {
-    Bytes::from(format!("data: {chunk}\n\n"))
 }
 
 /// Turns the turn's events into UI message chunks.
@@ -199,65 +185,29 @@ async fn ui_chat(
     ApiJson(body): ApiJson<UiChatRequest>,
 ) -> Result<Response, ApiError> {
     let session_id = parse_session_id(&body.id)?;
-    let Some((last, earlier)) = body.messages.split_last() else {
-        return Err(invalid("`messages` must not be empty"));
-    };
-    if body.messages.len() > 1000 {
-        return Err(invalid("`messages` has more than 1000 messages"));
-    }
-    if last.role != "user" {
-        return Err(invalid("the last message must be the user's"));
-    }
-    let message = last.text();
-    if message.trim().is_empty() {
-        return Err(ApiError::MessageRequired);
-    }
-    let history: Vec<ChatMessage> = earlier
+    let messages: Vec<(&str, String)> = body
+        .messages
         .iter()
-        .filter_map(|m| {
-            let role = match m.role.as_str() {
-                "system" => Role::System,
-                "user" => Role::User,
-                "assistant" => Role::Assistant,
-                _ => return None,
-            };
-            Some(ChatMessage::new(role, m.text()))
-        })
+        .map(|m| (m.role.as_str(), m.text()))
         .collect();
-    if std::iter::once(&message)
-        .chain(history.iter().map(|m| &m.content))
-        .any(|t| t.contains('\0'))
-    {
-        return Err(invalid("a message contains U+0000"));
-    }
-    let spec = TurnSpec {
-        message,
-        top_k: 8,
-        web_mode: crate::harness::WebMode::Off,
-        show_citations: false,
-        runtime_provider: None,
-        runtime_model: None,
-        skill_context: None,
-        history: Some(history),
-        user_id: None,
-    };
+    let spec = super::conversation_turn(&messages)?;
     let started = app.runner.start(&session_id, &tenant.0, spec, None).await?;
     let turn_id = started.turn_id;
     let events = super::follow_started(&app, &session_id, started);
     let frames = async_stream::stream! {
         let mut events = events;
         let mut encoder = Encoder::default();
-        yield Ok::<_, std::convert::Infallible>(frame(&json!({"type": "start", "messageId": turn_id.to_string()})));
-        yield Ok(frame(&json!({"type": "start-step"})));
+        yield Ok::<_, std::convert::Infallible>(super::data_frame(&json!({"type": "start", "messageId": turn_id.to_string()})));
+        yield Ok(super::data_frame(&json!({"type": "start-step"})));
         while let Some(item) = events.next().await {
             let Ok(stored) = item else {
-                yield Ok(frame(&json!({"type": "error", "errorText": "the event log cannot be read"})));
+                yield Ok(super::data_frame(&json!({"type": "error", "errorText": "the event log cannot be read"})));
                 break;
             };
             let Ok(event) = serde_json::from_str::<TurnEvent>(&stored.payload) else { continue };
             let (chunks, done) = encoder.encode(event);
             for chunk in &chunks {
-                yield Ok(frame(chunk));
+                yield Ok(super::data_frame(chunk));
             }
             if done {
                 break;

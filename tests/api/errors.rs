@@ -655,3 +655,55 @@ async fn keys_a_provider_quotes_back_reach_no_client_event_row_or_log() {
     );
     assert!(!leaks(&logged), "{logged}");
 }
+
+/// The three wire formats that send the whole conversation refuse the same
+/// bad conversations the same way, and none of them starts a turn.
+#[tokio::test]
+async fn every_whole_conversation_format_refuses_a_bad_conversation_alike() {
+    let app = spawn_app(Backend::Sqlite).await;
+    type Messages<'a> = &'a [(&'a str, &'a str)];
+    type Body = fn(Messages<'_>) -> Value;
+    // (role, text) as each format carries a message.
+    let openai = |m: &[(&str, &str)]| json!({"messages": m.iter().map(|(r, t)| json!({"role": r, "content": t})).collect::<Vec<_>>()});
+    let agui = |m: &[(&str, &str)]| json!({"threadId": "t-bad", "messages": m.iter().map(|(r, t)| json!({"id": "m", "role": r, "content": t})).collect::<Vec<_>>()});
+    let ui = |m: &[(&str, &str)]| json!({"id": "c-bad", "messages": m.iter().map(|(r, t)| json!({"role": r, "parts": [{"type": "text", "text": t}]})).collect::<Vec<_>>()});
+    let formats: [(&str, Body); 3] = [
+        ("/v1/chat/completions", openai),
+        ("/v1/agui", agui),
+        ("/v1/ui/chat", ui),
+    ];
+    let too_many: Vec<(&str, &str)> = std::iter::repeat_n(("user", "hi"), 1001).collect();
+    let cases: [(Messages, &str, &str); 5] = [
+        (&[], "invalid_field", "must not be empty"),
+        (&[("assistant", "x")], "invalid_field", "the user's"),
+        (
+            &[("system", "a\u{0}b"), ("user", "hi")],
+            "invalid_field",
+            "U+0000",
+        ),
+        (&[("user", "  ")], "message_required", ""),
+        (&too_many, "invalid_field", "more than 1000"),
+    ];
+    for (path, body) in formats {
+        for (messages, code, says) in &cases {
+            let response = app
+                .client
+                .post(app.url(path))
+                .json(&body(messages))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 422, "{path} {messages:?}");
+            let problem: Value = response.json().await.unwrap();
+            assert_eq!(problem["code"], *code, "{path}: {problem}");
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(says),
+                "{path}: {problem}"
+            );
+        }
+    }
+    assert!(app.provider.requests().is_empty(), "no turn started");
+}
