@@ -336,6 +336,17 @@ pub(crate) fn data_frame(value: &serde_json::Value) -> axum::body::Bytes {
     axum::body::Bytes::from(format!("data: {value}\n\n"))
 }
 
+/// The session, or 404 `session_not_found`.
+pub(crate) async fn known_session(
+    app: &AppState,
+    session_id: &SessionId,
+) -> Result<crate::store::SessionRecord, ApiError> {
+    app.store
+        .get_session(session_id.as_str())
+        .await?
+        .ok_or(ApiError::SessionNotFound)
+}
+
 pub(crate) fn parse_turn_id(raw: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::InvalidTurnId)
 }

@@ -229,10 +229,7 @@ async fn list_jobs(
 ) -> Result<axum::Json<JobList>, ApiError> {
     let session_id = parse_session_id(&session_id)?;
     let limit = newest(query)?;
-    app.store
-        .get_session(session_id.as_str())
-        .await?
-        .ok_or(ApiError::SessionNotFound)?;
+    super::known_session(&app, &session_id).await?;
     let jobs = app.store.list_jobs(session_id.as_str(), limit).await?;
     Ok(axum::Json(JobList { jobs }))
 }
@@ -265,10 +262,7 @@ async fn list_observations(
 ) -> Result<axum::Json<ObservationList>, ApiError> {
     let session_id = parse_session_id(&session_id)?;
     let limit = newest(query)?;
-    app.store
-        .get_session(session_id.as_str())
-        .await?
-        .ok_or(ApiError::SessionNotFound)?;
+    super::known_session(&app, &session_id).await?;
     let observations = app
         .store
         .list_observations(session_id.as_str(), limit)

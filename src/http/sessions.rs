@@ -64,11 +64,7 @@ async fn get_session(
     Path(session_id): Path<String>,
 ) -> Result<axum::Json<SessionView>, ApiError> {
     let session_id = parse_session_id(&session_id)?;
-    let session = app
-        .store
-        .get_session(session_id.as_str())
-        .await?
-        .ok_or(ApiError::SessionNotFound)?;
+    let session = super::known_session(&app, &session_id).await?;
     Ok(axum::Json(SessionView {
         session_id: session.id,
         created_at: session.created_at,
@@ -148,10 +144,7 @@ async fn list_messages(
 ) -> Result<axum::Json<MessagePage>, ApiError> {
     let session_id = parse_session_id(&session_id)?;
     let (after, limit) = PageQuery::parse(query)?;
-    app.store
-        .get_session(session_id.as_str())
-        .await?
-        .ok_or(ApiError::SessionNotFound)?;
+    super::known_session(&app, &session_id).await?;
     let messages = app
         .store
         .list_messages(session_id.as_str(), after, limit)
@@ -194,10 +187,7 @@ async fn list_events(
 ) -> Result<Response, ApiError> {
     let session_id = parse_session_id(&session_id)?;
     let (after, limit) = PageQuery::parse(query)?;
-    app.store
-        .get_session(session_id.as_str())
-        .await?
-        .ok_or(ApiError::SessionNotFound)?;
+    super::known_session(&app, &session_id).await?;
     let events = app
         .store
         .list_events(session_id.as_str(), None, after, limit)
@@ -291,10 +281,7 @@ async fn list_decisions(
             "`after` must be a decision id".into(),
         ));
     }
-    app.store
-        .get_session(session_id.as_str())
-        .await?
-        .ok_or(ApiError::SessionNotFound)?;
+    super::known_session(&app, &session_id).await?;
     let decisions = app
         .store
         .list_decisions(
@@ -343,10 +330,7 @@ async fn list_checkpoints(
     let session_id = parse_session_id(&session_id)?;
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let limit = page_limit(query.limit)?;
-    app.store
-        .get_session(session_id.as_str())
-        .await?
-        .ok_or(ApiError::SessionNotFound)?;
+    super::known_session(&app, &session_id).await?;
     let checkpoints = app
         .store
         .list_checkpoints(session_id.as_str(), limit)
