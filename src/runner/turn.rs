@@ -31,6 +31,7 @@ impl TurnRunner {
             writer: inner.writer.clone(),
             live: live.clone(),
             metrics: inner.metrics.clone(),
+            harness: inner.harness.clone(),
             began: started,
             answered: std::sync::atomic::AtomicBool::new(false),
             next_seq: Mutex::new(Some(began.first_seq + 1)),
@@ -369,6 +370,9 @@ struct TurnSink {
     live: Arc<LiveTurn>,
     /// Latency histograms and token counts, from the events as they pass.
     metrics: Arc<crate::metrics::Metrics>,
+    /// Its tools: a metric's tool label is one of them (a model may call
+    /// any name).
+    harness: Arc<crate::harness::AgentHarness>,
     /// When the turn began (for the time to its first token).
     began: tokio::time::Instant,
     /// Whether the answer's first text has been seen.
@@ -398,11 +402,17 @@ impl TurnSink {
                 status,
                 latency_ms,
                 ..
-            } => self.metrics.tool_finished(
-                tool,
-                status.as_str(),
-                Duration::from_millis(*latency_ms),
-            ),
+            } => {
+                let tool = match self.harness.tools().get(tool) {
+                    Some(_) => tool.as_str(),
+                    None => "unknown",
+                };
+                self.metrics.tool_finished(
+                    tool,
+                    status.as_str(),
+                    Duration::from_millis(*latency_ms),
+                );
+            }
             _ => {}
         }
     }

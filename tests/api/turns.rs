@@ -256,6 +256,24 @@ async fn an_unknown_tool_gets_an_error_result_and_the_loop_goes_on(backend: Back
             .unwrap()
             .starts_with("unknown_tool")
     );
+    // The tool's metric is labelled `unknown`, not with whatever name the
+    // model made up: the labels stay bounded.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"agent_harness_tool_duration_seconds_count{tool="unknown",outcome="failed"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("get_weather"), "{metrics}");
     let result = &events.last().unwrap().json()["result"];
     assert_eq!(result["input_tokens"], 84 + 131);
     assert_eq!(result["cache_read_tokens"], 64);
