@@ -370,8 +370,6 @@ pub trait Store: Send + Sync + 'static {
         turn_id: Uuid,
     ) -> Result<Vec<JudgementRecord>, StoreError>;
 
-    async fn put_observation(&self, observation: &ObservationRecord) -> Result<(), StoreError>;
-
     /// The newest `limit` observations of a session, oldest first.
     async fn list_observations(
         &self,

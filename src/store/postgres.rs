@@ -11,9 +11,7 @@ use sqlx::{
 use super::{
     BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, IndexedNote, NewArtifact,
     NewCheckpoint, NewTurn, OrphanScope, StoreError, TurnFinish, VaultHit,
-    memory::{
-        JobOutcome, JobRecord, JudgementRecord, MemoryRecord, NewJob, NewMemory, ObservationRecord,
-    },
+    memory::{JobOutcome, JobRecord, JudgementRecord, MemoryRecord, NewJob, NewMemory},
     records::parse_uuid,
     sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP},
 };
@@ -626,25 +624,6 @@ impl PostgresStore {
         .await?;
         tx.commit().await?;
         Ok(true)
-    }
-
-    pub(super) async fn write_observation(
-        &self,
-        observation: &ObservationRecord,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO research_observations (id, session_id, source_id, user_text, \
-             assistant_text, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&observation.id)
-        .bind(&observation.session_id)
-        .bind(&observation.source_id)
-        .bind(&observation.user_text)
-        .bind(&observation.assistant_text)
-        .bind(observation.created_at)
-        .execute(self.writer())
-        .await?;
-        Ok(())
     }
 
     pub(super) async fn write_api_key(

@@ -597,13 +597,6 @@ macro_rules! impl_store {
                 .await?)
             }
 
-            async fn put_observation(
-                &self,
-                observation: &$crate::store::ObservationRecord,
-            ) -> Result<(), $crate::store::StoreError> {
-                self.write_observation(observation).await
-            }
-
             async fn list_observations(
                 &self,
                 session_id: &str,

@@ -24,8 +24,8 @@ use uuid::Uuid;
 
 use super::{
     BeganTurn, BeginTurnError, IndexedNote, JobOutcome, JobRecord, JudgementRecord, MemoryRecord,
-    NewArtifact, NewCheckpoint, NewJob, NewMemory, NewTurn, ObservationRecord, OrphanScope,
-    StoreError, TurnFinish, VaultHit,
+    NewArtifact, NewCheckpoint, NewJob, NewMemory, NewTurn, OrphanScope, StoreError, TurnFinish,
+    VaultHit,
 };
 use crate::events::StoredEvent;
 
@@ -269,10 +269,6 @@ impl SqliteStore {
 
     async fn write_session_event(&self, event: StoredEvent) -> Result<bool, StoreError> {
         self.writes.append_session_event(event).await
-    }
-
-    async fn write_observation(&self, observation: &ObservationRecord) -> Result<(), StoreError> {
-        self.writes.put_observation(observation.clone()).await
     }
 
     async fn write_api_key(

@@ -2,7 +2,7 @@
 
 use agent_harness::{
     events::TurnEvent,
-    store::{JobOutcome, JudgementRecord, NewJob, NewMemory, ObservationRecord},
+    store::{JobOutcome, JudgementRecord, NewJob, NewMemory},
 };
 use chrono::{Duration, SubsecRound, Utc};
 use uuid::Uuid;
@@ -340,16 +340,11 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
 async fn observations_are_kept_per_session(backend: Backend) {
     let (_db, store) = store(backend).await;
     let turn = new_turn("s1", None);
-    store.begin_turn(&turn).await.unwrap();
-    let observation = ObservationRecord {
-        id: "obs_1".into(),
-        session_id: "s1".into(),
-        source_id: format!("chat_message:{}", Uuid::now_v7()),
-        user_text: "q".into(),
-        assistant_text: "a".into(),
-        created_at: Utc::now(),
-    };
-    store.put_observation(&observation).await.unwrap();
+    let seq = store.begin_turn(&turn).await.unwrap().first_seq + 1;
+    // An observation is written with its turn's end.
+    let finish = completed(&turn, seq, "a");
+    let observation = finish.observation.clone().unwrap();
+    store.write_batch(&[], &[&finish]).await.unwrap();
     let mut read = store.list_observations("s1", 10).await.unwrap();
     assert_eq!(read.len(), 1);
     // Timestamps come back at the stores' precision.

@@ -781,14 +781,6 @@ impl Writer {
         .await
     }
 
-    pub(super) async fn put_observation(
-        &self,
-        observation: ObservationRecord,
-    ) -> Result<(), StoreError> {
-        self.run(move |connection| insert_observation(connection, &observation))
-            .await
-    }
-
     /// Indexes a note in place of what was indexed at its path.
     pub(super) async fn put_vault_note(&self, note: IndexedNote) -> Result<(), StoreError> {
         self.run(move |connection| {
