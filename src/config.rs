@@ -91,7 +91,7 @@ pub struct ServerSettings {
     /// Largest request body, in bytes.
     #[arg(id = "server.body_limit_bytes", long = "body-limit-bytes", env = "HARNESS_BODY_LIMIT_BYTES", default_value_t = 1024 * 1024)]
     pub body_limit_bytes: usize,
-    /// Time a request's head has to arrive, from its first byte, in seconds.
+    /// Time a request's head has to arrive (a new connection's first from its accept, a later one from its first byte), in seconds.
     #[arg(
         id = "server.header_read_timeout_s",
         long = "header-read-timeout-s",
@@ -116,7 +116,7 @@ pub struct ServerSettings {
         default_value_t = 30
     )]
     pub body_read_timeout_s: u64,
-    /// Connections open at once [default: three quarters of the open-file limit].
+    /// Connections open at once; when full, a new one takes the place of the one waiting longest [default: three quarters of the open-file limit].
     #[arg(
         id = "server.max_connections",
         long = "max-connections",

@@ -1,13 +1,16 @@
 //! The connection loop: accepts TCP connections and serves HTTP/1.1 and
 //! HTTP/2 on each, with the limits `axum::serve` does not offer.
 //!
-//! - A connection has `header_read_timeout` to send a request's head from
-//!   its first byte (a slowloris client is cut off), and may wait
-//!   `idle_timeout` for that first byte (a keep-alive connection idle that
-//!   long is closed); see `conn_timer`.
-//! - At most `max_connections` are open at once; one more is closed as
-//!   soon as it is accepted, so held connections cannot exhaust the
-//!   process's file descriptors (the default is three quarters of them).
+//! - A new connection has `header_read_timeout` from its accept to send
+//!   its first request's head, whatever it sends meanwhile (a silent
+//!   socket or a slowloris client is cut off). Between requests a
+//!   keep-alive connection may wait `idle_timeout` for the next request's
+//!   first byte, and then has `header_read_timeout` for the rest of its
+//!   head; see `conn_timer`.
+//! - At most `max_connections` are open at once, so held connections cannot
+//!   exhaust the process's file descriptors (the default is three quarters
+//!   of them). When all are taken, a new connection takes the slot of the
+//!   one that has waited longest without a request in flight; see `slots`.
 //! - Headers beyond `max_header_bytes` are refused by hyper itself; the
 //!   service's own, lower limits answer problem+json first (see
 //!   `limits`).
@@ -16,20 +19,34 @@
 //! (in-flight requests and open streams complete), return when all are
 //! closed.
 
-use std::{sync::Arc, time::Duration};
+mod slots;
 
-use axum::{Router, body::Body, extract::Request};
-use hyper::body::Incoming;
+use std::{
+    convert::Infallible,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::{Body, HttpBody},
+    extract::Request,
+    response::Response,
+};
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
     service::TowerToHyperService,
 };
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower::ServiceExt;
 
 use super::conn_timer::{Activity, HeadTimer, TrackedIo};
+use slots::{InFlight, Slot, Slots};
 
 /// Limits of the connection loop.
 #[derive(Debug, Clone, Copy)]
@@ -60,7 +77,7 @@ pub async fn serve(
         .keep_alive_interval(Some(limits.idle_timeout))
         .keep_alive_timeout(limits.header_read_timeout)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let slots = Slots::new(limits.max_connections);
     let connections = TaskTracker::new();
     loop {
         let accepted = tokio::select! {
@@ -80,10 +97,10 @@ pub async fn serve(
                 }
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        let Some(slot) = slots.admit() else {
             tracing::warn!(
                 limit = limits.max_connections,
-                "connection limit reached; closing a new connection"
+                "every connection has a request in flight; closing a new one"
             );
             drop(tcp);
             continue;
@@ -93,11 +110,7 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
-        let service = TowerToHyperService::new(
-            router
-                .clone()
-                .map_request(|request: Request<Incoming>| request.map(Body::new)),
-        );
+        let service = TowerToHyperService::new(tracked_service(router.clone(), slot.clone()));
         // The head timer of each connection watches its own reads.
         let activity = Activity::new();
         let mut builder = builder.clone();
@@ -107,18 +120,36 @@ pub async fn serve(
             head: limits.header_read_timeout,
         });
         let shutdown = shutdown.clone();
+        let head_timeout = limits.header_read_timeout;
         connections.spawn(async move {
-            let _permit = permit;
             let io = TokioIo::new(TrackedIo::new(tcp, activity));
             let connection = builder.serve_connection_with_upgrades(io, service);
             let mut connection = std::pin::pin!(connection);
+            // Until its first request arrives, a connection has the head
+            // timeout from its accept; hyper's own timer only starts once
+            // bytes came (its protocol sniffing waits without one).
+            let first_head_late = async {
+                tokio::select! {
+                    () = tokio::time::sleep(head_timeout) => {}
+                    () = slot.first_request() => std::future::pending().await,
+                }
+            };
             let result = tokio::select! {
                 result = connection.as_mut() => result,
+                () = first_head_late => {
+                    tracing::debug!("no request head within the head timeout; closing");
+                    Ok(())
+                }
+                () = slot.closed_for_another() => {
+                    tracing::debug!("connection limit reached; closing the longest-waiting connection");
+                    Ok(())
+                }
                 () = shutdown.cancelled() => {
                     connection.as_mut().graceful_shutdown();
                     connection.await
                 }
             };
+            slot.end();
             if let Err(e) = result {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
@@ -128,6 +159,54 @@ pub async fn serve(
     connections.close();
     connections.wait().await;
     Ok(())
+}
+
+/// The router as one connection's service: each request marks the
+/// connection busy until its response body is done.
+fn tracked_service(
+    router: Router,
+    slot: Arc<Slot>,
+) -> impl tower::Service<
+    Request<Incoming>,
+    Response = Response,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response, Infallible>> + Send,
+> + Clone {
+    tower::service_fn(move |request: Request<Incoming>| {
+        let in_flight = slot.request();
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(request.map(Body::new)).await?;
+            Ok(response.map(|body| Body::new(TrackedBody { body, in_flight })))
+        }
+    })
+}
+
+/// A response body that holds its connection's [`InFlight`] guard.
+struct TrackedBody {
+    body: Body,
+    #[expect(dead_code, reason = "held for its Drop")]
+    in_flight: InFlight,
+}
+
+impl HttpBody for TrackedBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Errors of one connection that do not concern the listener.

@@ -11,8 +11,8 @@ use tokio::{
 };
 
 use crate::{
-    fake_provider::FakeProvider,
-    helpers::{TestApp, spawn_app, spawn_app_with, test_settings},
+    fake_provider::{FakeProvider, Reply},
+    helpers::{ServiceProcess, TestApp, spawn_app, spawn_app_with, test_settings},
     support::{Backend, TestDb},
 };
 
@@ -67,8 +67,8 @@ async fn slow_heads_are_cut_off_soon_and_idle_connections_later() {
     idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
-    // A connection that waits a while before its first request.
-    let mut late = connect(&app).await;
+    // A connection that says nothing at all.
+    let mut silent = connect(&app).await;
     // Others are served meanwhile.
     let (status, _) = app.get_json("/healthz").await;
     assert_eq!(status, 200);
@@ -79,12 +79,13 @@ async fn slow_heads_are_cut_off_soon_and_idle_connections_later() {
         assert!(after >= Duration::from_millis(900), "{after:?}");
         assert!(after < Duration::from_millis(2_500), "{after:?}");
     }
-    // Idle for longer than the head timeout: still open, and served.
-    late.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let (answer, _) = read_until_closed(&mut late).await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // A new connection has the head timeout from its accept, even if it
+    // never sends a byte (hyper's own timer starts with the first one).
+    let (answer, closed) = read_until_closed(&mut silent).await;
+    assert_eq!(answer, "");
+    let after = closed - started;
+    assert!(after >= Duration::from_millis(900), "{after:?}");
+    assert!(after < Duration::from_millis(2_500), "{after:?}");
     // The idle keep-alive connection goes at the idle timeout.
     let (answer, closed) = read_until_closed(&mut idle).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -114,21 +115,75 @@ async fn a_body_that_trickles_in_gets_408_and_the_connection_closes() {
 }
 
 #[tokio::test]
-async fn connections_past_the_limit_are_closed_at_once() {
-    let app = app_with_limits(Some(4)).await;
-    let mut held = Vec::new();
-    for _ in 0..4 {
-        held.push(connect(&app).await);
+async fn silent_sockets_past_the_limit_lock_nobody_out_and_are_closed_by_the_head_timeout() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let provider = FakeProvider::start().await;
+    provider.enqueue([Reply::openai_text("Still here")]);
+    // 256 open files: 192 connection slots by default.
+    let service = ServiceProcess::start(
+        &db.sqlite_url(),
+        &provider,
+        &[("HARNESS_HEADER_READ_TIMEOUT_S", "2")],
+        Some(256),
+    )
+    .await;
+    let started = Instant::now();
+    let mut silent = Vec::new();
+    for _ in 0..300 {
+        silent.push(TcpStream::connect(service.addr()).await.unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let health = client.get(service.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let turn = client
+        .post(service.url("/sessions/past-the-cap/turns"))
+        .json(&serde_json::json!({"message": "Hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(turn.status(), 200);
+    let turn: Value = turn.json().await.unwrap();
+    assert_eq!(turn["status"], "completed", "{turn}");
+    // Each silent socket is gone by the head timeout (or sooner, its slot
+    // taken by a newer connection).
+    for tcp in &mut silent {
+        let (answer, closed) = read_until_closed(tcp).await;
+        assert_eq!(answer, "");
+        let after = closed - started;
+        assert!(after < Duration::from_millis(3_000), "{after:?}");
+    }
+}
+
+#[tokio::test]
+async fn when_every_slot_has_a_request_in_flight_a_new_connection_is_closed_at_once() {
+    let app = app_with_limits(Some(2)).await;
+    // Two streams in flight: the provider holds both turns.
+    let gate = tokio_util::sync::CancellationToken::new();
+    app.provider.enqueue([
+        Reply::openai_text("one two").hold_after(2, &gate),
+        Reply::openai_text("three four").hold_after(2, &gate),
+    ]);
+    let mut first = app
+        .post_turn_sse("busy-1", serde_json::json!({"message": "Hi"}))
+        .await;
+    let mut second = app
+        .post_turn_sse("busy-2", serde_json::json!({"message": "Hi"}))
+        .await;
+    first.read_until("message.delta").await;
+    second.read_until("message.delta").await;
     let mut extra = connect(&app).await;
     let started = Instant::now();
     let (answer, closed) = read_until_closed(&mut extra).await;
     assert_eq!(answer, "");
     assert!(closed - started < Duration::from_millis(500));
-    // The held ones time out (or go), and the service answers again.
-    drop(held);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The streams were not cut for it, and end as they should.
+    gate.cancel();
+    assert!(first.read_to_end().await.last().unwrap().is_terminal());
+    assert!(second.read_to_end().await.last().unwrap().is_terminal());
     let (status, _) = app.get_json("/healthz").await;
     assert_eq!(status, 200);
 }

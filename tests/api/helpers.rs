@@ -354,3 +354,94 @@ pub fn streamed_text(events: &[SseEvent]) -> String {
         .map(|e| e.json()["text"].as_str().unwrap().to_owned())
         .collect()
 }
+
+/// One `agent-harness` process, as it runs in production: its own
+/// settings from the environment, the fake provider, a database URL.
+pub struct ServiceProcess {
+    child: std::process::Child,
+    pub base: String,
+}
+
+impl ServiceProcess {
+    /// Starts the binary on `database_url` with `env` on top of the test
+    /// settings, under an open-file limit of `fd_limit` when given, and
+    /// waits until it is ready.
+    pub async fn start(
+        database_url: &str,
+        provider: &FakeProvider,
+        env: &[(&str, &str)],
+        fd_limit: Option<u32>,
+    ) -> Self {
+        use std::process::{Command, Stdio};
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let binary = env!("CARGO_BIN_EXE_agent-harness");
+        let mut command = match fd_limit {
+            Some(limit) => {
+                let mut shell = Command::new("sh");
+                shell
+                    .arg("-c")
+                    .arg(format!("ulimit -n {limit} && exec \"$0\""))
+                    .arg(binary);
+                shell
+            }
+            None => Command::new(binary),
+        };
+        let child = command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
+            .env("DATABASE_URL", database_url)
+            .env("OPENAI_BASE_URL", &provider.base_url)
+            .env("OPENAI_API_KEY", "sk-test-key")
+            .env("HARNESS_MODEL", "gpt-4o-mini")
+            .env("HARNESS_PROVIDER_MAX_ATTEMPTS", "1")
+            .env("HARNESS_MEMORY_EXTRACTION", "false")
+            .env("HARNESS_VAULT_DIR", "/nonexistent/agent-harness-test-vault")
+            .env("HARNESS_LOG_FORMAT", "json")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let process = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let client = reqwest::Client::new();
+        for _ in 0..400 {
+            if let Ok(response) = client.get(process.url("/readyz")).send().await
+                && response.status() == 200
+            {
+                return process;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the service process did not become ready");
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// `host:port` to connect to.
+    pub fn addr(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
+    /// SIGKILL: no shutdown, no last write.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -3,10 +3,7 @@
 //! a cancel through any replica, 1,000 racing POSTs on one session, and a
 //! replica killed with SIGKILL in the middle of a turn.
 
-use std::{
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use serde_json::{Value, json};
@@ -14,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    helpers::{SseEvent, SseStream},
+    helpers::{ServiceProcess, SseEvent, SseStream},
     support::{Backend, TestDb, postgres_or_skip},
 };
 
@@ -22,69 +19,21 @@ use crate::{
 /// within two).
 const HEARTBEAT_S: u64 = 1;
 
-/// One service process.
-struct Replica {
-    child: Child,
-    base: String,
-}
+/// One service process on the test's Postgres database.
+type Replica = ServiceProcess;
 
-impl Replica {
-    async fn start(db: &TestDb, provider: &FakeProvider, instance: &str) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
-            .env("DATABASE_URL", db.postgres_service_url())
-            .env("HARNESS_INSTANCE_ID", instance)
-            .env("HARNESS_HEARTBEAT_INTERVAL_S", HEARTBEAT_S.to_string())
-            .env("OPENAI_BASE_URL", &provider.base_url)
-            .env("OPENAI_API_KEY", "sk-test-key")
-            .env("HARNESS_MODEL", "gpt-4o-mini")
-            .env("HARNESS_PROVIDER_MAX_ATTEMPTS", "1")
-            .env("HARNESS_MEMORY_EXTRACTION", "false")
-            .env("HARNESS_VAULT_DIR", "/nonexistent/agent-harness-test-vault")
-            .env("HARNESS_LOG_FORMAT", "json")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let replica = Self {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        };
-        let client = reqwest::Client::new();
-        for _ in 0..400 {
-            if let Ok(response) = client.get(replica.url("/readyz")).send().await
-                && response.status() == 200
-            {
-                return replica;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("replica {instance} did not become ready");
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// SIGKILL: no shutdown, no last write.
-    fn kill(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+async fn start_replica(db: &TestDb, provider: &FakeProvider, instance: &str) -> Replica {
+    let heartbeat = HEARTBEAT_S.to_string();
+    ServiceProcess::start(
+        &db.postgres_service_url(),
+        provider,
+        &[
+            ("HARNESS_INSTANCE_ID", instance),
+            ("HARNESS_HEARTBEAT_INTERVAL_S", &heartbeat),
+        ],
+        None,
+    )
+    .await
 }
 
 async fn replicas(count: usize) -> Option<(TestDb, FakeProvider, Vec<Replica>)> {
@@ -97,7 +46,7 @@ async fn replicas(count: usize) -> Option<(TestDb, FakeProvider, Vec<Replica>)> 
     let provider = FakeProvider::start().await;
     let mut started = Vec::new();
     for i in 0..count {
-        started.push(Replica::start(&db, &provider, &format!("replica-{i}")).await);
+        started.push(start_replica(&db, &provider, &format!("replica-{i}")).await);
     }
     Some((db, provider, started))
 }
