@@ -167,7 +167,10 @@ pub fn router(app: AppState) -> Router {
         .layer(Extension(BodyLimit(body_limit)))
         .layer(Extension(BodyTimeout(body_timeout)))
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn(limits::request_head))
+        .layer(axum::middleware::from_fn_with_state(
+            body_limit,
+            limits::request_head,
+        ))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &Request| {
@@ -192,7 +195,8 @@ pub fn router(app: AppState) -> Router {
                 span
             }),
         )
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(axum::middleware::map_response(json_is_not_cached));
     // Outermost: a preflight is answered before routing, and every answer
     // (errors too) carries the CORS headers.
     match cors {
@@ -200,6 +204,31 @@ pub fn router(app: AppState) -> Router {
         None => routes,
     }
     .with_state(app)
+}
+
+/// JSON answers (turns, sessions, memories, keys, problems) hold a
+/// conversation's content: never cached by a proxy or browser, never
+/// sniffed as anything else.
+async fn json_is_not_cached(mut response: Response) -> Response {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.starts_with("application/json") || v.starts_with("application/problem+json")
+        });
+    if is_json {
+        let headers = response.headers_mut();
+        headers.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            header::HeaderValue::from_static("nosniff"),
+        );
+        headers.insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
+        );
+    }
+    response
 }
 
 /// No route matched. A path with an empty session segment

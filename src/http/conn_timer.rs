@@ -22,7 +22,6 @@ use std::{
 
 use futures::task::AtomicWaker;
 use hyper::rt::{Sleep, Timer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// What the reader saw since the connection began waiting for a request.
 #[derive(Debug)]
@@ -48,7 +47,8 @@ impl Activity {
         self.first_read.store(0, Ordering::Release);
     }
 
-    fn note_read(&self) {
+    /// A read brought bytes.
+    pub(crate) fn note_read(&self) {
         if self.first_read.load(Ordering::Acquire) != 0 {
             return;
         }
@@ -158,61 +158,3 @@ impl std::future::Future for PlainSleep {
 }
 
 impl Sleep for PlainSleep {}
-
-/// A connection's stream that reports reads to its [`Activity`].
-#[derive(Debug)]
-pub struct TrackedIo<T> {
-    inner: T,
-    activity: Arc<Activity>,
-}
-
-impl<T> TrackedIo<T> {
-    pub fn new(inner: T, activity: Arc<Activity>) -> Self {
-        Self { inner, activity }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for TrackedIo<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.note_read();
-        }
-        polled
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-}

@@ -60,6 +60,11 @@ pub enum ApiError {
     /// 400 `invalid_header`.
     #[error("invalid {name} header: {detail}")]
     InvalidHeader { name: &'static str, detail: String },
+    /// 400 `malformed_request`: not a request the service can read safely
+    /// (a head hyper cannot parse, a body framed both by `Content-Length`
+    /// and `Transfer-Encoding`); the connection is closed.
+    #[error("{0}")]
+    MalformedRequest(String),
     /// 415 `unsupported_media_type`.
     #[error("request body must be application/json")]
     UnsupportedMediaType,
@@ -153,7 +158,8 @@ impl ApiError {
             | Self::InvalidSessionId(_)
             | Self::InvalidTurnId
             | Self::InvalidQuery(_)
-            | Self::InvalidHeader { .. } => StatusCode::BAD_REQUEST,
+            | Self::InvalidHeader { .. }
+            | Self::MalformedRequest(_) => StatusCode::BAD_REQUEST,
             Self::InvalidBody { .. }
             | Self::MessageRequired
             | Self::InvalidField { .. }
@@ -198,6 +204,7 @@ impl ApiError {
             Self::InvalidTurnId => "invalid_turn_id",
             Self::InvalidQuery(_) => "invalid_query",
             Self::InvalidHeader { .. } => "invalid_header",
+            Self::MalformedRequest(_) => "malformed_request",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::RequestTimeout(_) => "request_timeout",
             Self::UriTooLong(_) => "uri_too_long",
@@ -299,9 +306,15 @@ impl IntoResponse for ApiError {
         }
         let problem = self.to_problem();
         let body = serde_json::to_vec(&problem).unwrap_or_default();
+        // Also set here, not only by the router's layer: some problems are
+        // answered outside the router (a request refused below it).
         let mut response = (
             self.status(),
-            [(header::CONTENT_TYPE, "application/problem+json")],
+            [
+                (header::CONTENT_TYPE, "application/problem+json"),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
             body,
         )
             .into_response();
@@ -320,9 +333,12 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        if matches!(self, Self::RequestTimeout(_)) {
-            // The rest of the body may still be on its way: do not reuse
-            // the connection.
+        if matches!(
+            self,
+            Self::RequestTimeout(_) | Self::MalformedRequest(_) | Self::PayloadTooLarge(_)
+        ) {
+            // The rest of the body may still be on its way (or its framing
+            // cannot be trusted): do not reuse the connection.
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));

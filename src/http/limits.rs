@@ -4,7 +4,12 @@
 //! the service sees it; these lower limits come first, so that a client
 //! gets the service's problem document (and CORS headers) in the usual case.
 
-use axum::{extract::Request, middleware::Next, response::Response};
+use axum::{
+    extract::{Request, State},
+    http::header,
+    middleware::Next,
+    response::Response,
+};
 
 use super::error::ApiError;
 
@@ -19,8 +24,14 @@ pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 /// afford each.
 pub const HYPER_MAX_HEAD_BYTES: usize = 64 * 1024;
 
-/// Refuses an over-long URI (414) or over-large headers (431).
-pub async fn request_head(request: Request, next: Next) -> Result<Response, ApiError> {
+/// Refuses an over-long URI (414), over-large headers (431), or a body
+/// whose announced length is over `body_limit` (413, before a client that
+/// sent `Expect: 100-continue` is told to send it).
+pub async fn request_head(
+    State(body_limit): State<usize>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
     let uri = request
         .uri()
         .path_and_query()
@@ -35,6 +46,14 @@ pub async fn request_head(request: Request, next: Next) -> Result<Response, ApiE
         .sum();
     if headers > MAX_HEADER_BYTES {
         return Err(ApiError::HeadersTooLarge(MAX_HEADER_BYTES));
+    }
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > body_limit as u64) {
+        return Err(ApiError::PayloadTooLarge(body_limit));
     }
     Ok(next.run(request).await)
 }

@@ -19,6 +19,7 @@
 //! (in-flight requests and open streams complete), return when all are
 //! closed.
 
+mod raw;
 mod slots;
 
 use std::{
@@ -33,7 +34,7 @@ use axum::{
     Router,
     body::{Body, HttpBody},
     extract::Request,
-    response::Response,
+    response::{IntoResponse, Response},
 };
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::{
@@ -45,7 +46,11 @@ use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower::ServiceExt;
 
-use super::conn_timer::{Activity, HeadTimer, TrackedIo};
+use super::{
+    conn_timer::{Activity, HeadTimer},
+    error::ApiError,
+};
+use raw::{Framing, TrackedIo};
 use slots::{InFlight, Slot, Slots};
 
 /// Limits of the connection loop.
@@ -110,7 +115,12 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
-        let service = TowerToHyperService::new(tracked_service(router.clone(), slot.clone()));
+        let framing = Framing::default();
+        let service = TowerToHyperService::new(tracked_service(
+            router.clone(),
+            slot.clone(),
+            framing.clone(),
+        ));
         // The head timer of each connection watches its own reads.
         let activity = Activity::new();
         let mut builder = builder.clone();
@@ -122,7 +132,7 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         let head_timeout = limits.header_read_timeout;
         connections.spawn(async move {
-            let io = TokioIo::new(TrackedIo::new(tcp, activity));
+            let io = TokioIo::new(TrackedIo::new(tcp, activity, &framing));
             let connection = builder.serve_connection_with_upgrades(io, service);
             let mut connection = std::pin::pin!(connection);
             // Until its first request arrives, a connection has the head
@@ -162,10 +172,12 @@ pub async fn serve(
 }
 
 /// The router as one connection's service: each request marks the
-/// connection busy until its response body is done.
+/// connection busy until its response body is done; a chunked request
+/// whose head also had a `Content-Length` is refused (see `raw`).
 fn tracked_service(
     router: Router,
     slot: Arc<Slot>,
+    framing: Framing,
 ) -> impl tower::Service<
     Request<Incoming>,
     Response = Response,
@@ -175,8 +187,19 @@ fn tracked_service(
     tower::service_fn(move |request: Request<Incoming>| {
         let in_flight = slot.request();
         let router = router.clone();
+        let chunked = request
+            .headers()
+            .contains_key(axum::http::header::TRANSFER_ENCODING);
+        let refused = framing.refuses(chunked);
         async move {
-            let response = router.oneshot(request.map(Body::new)).await?;
+            let response = if refused {
+                ApiError::MalformedRequest(
+                    "the request has both Content-Length and Transfer-Encoding".into(),
+                )
+                .into_response()
+            } else {
+                router.oneshot(request.map(Body::new)).await?
+            };
             Ok(response.map(|body| Body::new(TrackedBody { body, in_flight })))
         }
     })
