@@ -24,7 +24,7 @@ use clap::{ArgAction, builder::BoolishValueParser};
 
 pub use load::{ConfigError, load_matches};
 pub use values::{
-    AuthMode, CorsOrigins, DatabaseUrl, EffectList, EmbeddingModel, HttpUrl, LogFormat,
+    AuthMode, CorsOrigins, DatabaseUrl, EffectList, EmbeddingModel, HostUrl, HttpUrl, LogFormat,
     OtlpProtocol, ProviderKind, ProviderList, ProviderRef, ResourceAttributes, Secret, redact_url,
 };
 
@@ -198,6 +198,7 @@ pub struct DatabaseSettings {
         id = "database.url",
         long = "database-url",
         env = "DATABASE_URL",
+        hide_env_values = true,
         default_value = "sqlite://./data/agent-harness.db"
     )]
     pub url: DatabaseUrl,
@@ -256,6 +257,7 @@ pub struct ProviderSettings {
         id = "providers.openai_base_url",
         long = "openai-base-url",
         env = "OPENAI_BASE_URL",
+        hide_env_values = true,
         default_value = "https://api.openai.com/v1"
     )]
     pub openai_base_url: HttpUrl,
@@ -272,6 +274,7 @@ pub struct ProviderSettings {
         id = "providers.anthropic_base_url",
         long = "anthropic-base-url",
         env = "ANTHROPIC_BASE_URL",
+        hide_env_values = true,
         default_value = "https://api.anthropic.com"
     )]
     pub anthropic_base_url: HttpUrl,
@@ -296,9 +299,10 @@ pub struct ProviderSettings {
         id = "providers.ollama_host",
         long = "ollama-host",
         env = "OLLAMA_HOST",
+        hide_env_values = true,
         default_value = "http://127.0.0.1:11434"
     )]
-    pub ollama_host: String,
+    pub ollama_host: HostUrl,
     /// Tries per provider before falling over to the next.
     #[arg(
         id = "providers.max_attempts",
@@ -511,7 +515,8 @@ pub struct WebSettings {
     #[arg(
         id = "web.search_url",
         long = "web-search-url",
-        env = "HARNESS_WEB_SEARCH_URL"
+        env = "HARNESS_WEB_SEARCH_URL",
+        hide_env_values = true
     )]
     pub search_url: Option<HttpUrl>,
     /// Largest page fetch_url reads, in bytes (a longer one is cut there).
@@ -688,7 +693,8 @@ pub struct TelemetrySettings {
     #[arg(
         id = "telemetry.otlp_endpoint",
         long = "otel-exporter-otlp-endpoint",
-        env = "OTEL_EXPORTER_OTLP_ENDPOINT"
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+        hide_env_values = true
     )]
     pub otlp_endpoint: Option<HttpUrl>,
     /// How spans are sent: http/protobuf or http/json (gRPC is not built
@@ -923,7 +929,7 @@ impl ProviderSettings {
         if self.model.trim().is_empty() {
             return Err(invalid("HARNESS_MODEL", "must not be empty"));
         }
-        if self.ollama_host.trim().is_empty() {
+        if self.ollama_host.as_str().is_empty() {
             return Err(invalid("OLLAMA_HOST", "must not be empty"));
         }
         if self.anthropic_max_tokens == 0 {

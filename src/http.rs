@@ -87,7 +87,71 @@ fn api_router() -> OpenApiRouter<AppState> {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let (_, mut api) = api_router().split_for_parts();
     api.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    add_edge_responses(&mut api);
     api
+}
+
+/// Adds to every operation the answers the edge gives before (or around)
+/// its handler, so that every status the server sends is documented
+/// where it can be sent: any request can be malformed or too large in
+/// its head; a route behind the key check can be refused or rate limited,
+/// and its key check needs the database; a route with a body can get one
+/// too large, too slow or of the wrong type.
+fn add_edge_responses(api: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let problem = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/problem+json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build(),
+            )
+            .build()
+    };
+    let every: [(&str, &str); 3] = [
+        ("400", "Bad request (see `code`)"),
+        ("414", "The path and query are too long (`uri_too_long`)"),
+        ("431", "The headers are too large (`headers_too_large`)"),
+    ];
+    let keyed: [(&str, &str); 3] = [
+        (
+            "401",
+            "With keys required: no key, or not a valid one (`unauthorized`)",
+        ),
+        (
+            "429",
+            "The key's requests per minute are used up (`rate_limited`)",
+        ),
+        ("503", "The service is unavailable (see `code`)"),
+    ];
+    let with_body: [(&str, &str); 4] = [
+        ("408", "The body did not arrive in time (`request_timeout`)"),
+        ("413", "The body is too large (`payload_too_large`)"),
+        ("415", "The body is not JSON (`unsupported_media_type`)"),
+        ("422", "JSON of the wrong shape (`invalid_body`)"),
+    ];
+    for (path, item) in api.paths.paths.iter_mut() {
+        let open = auth::OPEN_PATHS.contains(&path.as_str());
+        for operation in [&mut item.get, &mut item.post, &mut item.delete]
+            .into_iter()
+            .flatten()
+        {
+            let has_body = operation.request_body.is_some();
+            let statuses = every
+                .iter()
+                .chain(keyed.iter().filter(|_| !open))
+                .chain(with_body.iter().filter(|_| has_body));
+            for (status, description) in statuses {
+                operation
+                    .responses
+                    .responses
+                    .entry((*status).to_owned())
+                    .or_insert_with(|| problem(description).into());
+            }
+        }
+    }
 }
 
 /// The OpenAPI document of the service, as YAML.

@@ -69,7 +69,7 @@ pub fn build_provider(settings: &Settings) -> Result<Arc<dyn LlmProvider>, Provi
             })?),
             ProviderKind::Demo => Arc::new(DemoProvider::new(&model)),
             ProviderKind::Ollama => Arc::new(OllamaProvider::new(OllamaConfig {
-                host: settings.providers.ollama_host.clone(),
+                host: settings.providers.ollama_host.as_str().to_owned(),
                 model,
                 connect_timeout,
                 idle_timeout,
@@ -376,7 +376,7 @@ pub fn build_vault(
     let (api, base, key) = match model.kind {
         ProviderKind::Ollama => (
             EmbeddingsApi::Ollama,
-            settings.providers.ollama_host.clone(),
+            settings.providers.ollama_host.as_str().to_owned(),
             None,
         ),
         _ => (

@@ -302,8 +302,40 @@ impl fmt::Display for HttpUrl {
     }
 }
 
-/// Shows a key in the URL's query (`?api-key=…`) as `[redacted]`.
+/// Shows a key in the URL's query (`?api-key=…`) and a password in it
+/// (`user:…@`) as `[redacted]`.
 impl fmt::Debug for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = crate::providers::redact::Redactor::default().text(&self.0);
+        fmt::Debug::fmt(&shown, f)
+    }
+}
+
+/// A server's address as its variable gives it (`OLLAMA_HOST`: a URL, or
+/// `host:port`); `Debug` hides a password in it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HostUrl(String);
+
+impl HostUrl {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for HostUrl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(Self(s.trim().to_owned()))
+    }
+}
+
+impl fmt::Display for HostUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for HostUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shown = crate::providers::redact::Redactor::default().text(&self.0);
         fmt::Debug::fmt(&shown, f)

@@ -26,7 +26,7 @@ use super::error::ApiError;
 use crate::{app::AppState, ids::DEFAULT_TENANT};
 
 /// Paths anyone may ask for: probes, metrics, the contract and the page.
-const OPEN_PATHS: &[&str] = &["/", "/healthz", "/readyz", "/metrics", "/openapi.yaml"];
+pub(super) const OPEN_PATHS: &[&str] = &["/", "/healthz", "/readyz", "/metrics", "/openapi.yaml"];
 
 /// How many sessions' tenants are remembered (a session never changes
 /// tenant, so an entry never goes stale); the map starts over when full.

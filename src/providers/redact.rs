@@ -2,7 +2,8 @@
 //!
 //! A provider's error body may quote the key it was sent (a 401 that echoes
 //! it, a proxy page that prints the request), and a transport error names
-//! the URL, whose query may carry a key (`?key=`, Azure's `api-key=`).
+//! the URL, whose query may carry a key (`?key=`, Azure's `api-key=`) and
+//! whose userinfo may carry a password (`http://user:password@host`).
 //! Every adapter passes its errors through its [`Redactor`] before they
 //! leave it, so no key reaches a client, an event, the database or a log.
 
@@ -32,8 +33,8 @@ pub struct Redactor {
 }
 
 impl Redactor {
-    /// Masks `secrets` (empty ones are ignored) and the secret query
-    /// values of `url`.
+    /// Masks `secrets` (empty ones are ignored), and the password and the
+    /// secret query values of `url`.
     pub fn new(secrets: impl IntoIterator<Item = String>, url: Option<&Url>) -> Self {
         let mut all: Vec<String> = secrets
             .into_iter()
@@ -41,6 +42,13 @@ impl Redactor {
             .filter(|s| !s.is_empty())
             .collect();
         if let Some(url) = url {
+            if let Some(password) = url.password() {
+                all.push(password.to_owned());
+                // As a client or server may quote it, decoded.
+                if let Ok(decoded) = percent_encoding::percent_decode_str(password).decode_utf8() {
+                    all.push(decoded.into_owned());
+                }
+            }
             for (name, value) in url.query_pairs() {
                 if is_secret_param(&name) && !value.is_empty() {
                     all.push(value.into_owned());
@@ -53,7 +61,8 @@ impl Redactor {
         Self { secrets: all }
     }
 
-    /// `text` with every known secret and every secret query value masked.
+    /// `text` with every known secret, every secret query value and every
+    /// URL's password masked.
     pub fn text(&self, text: &str) -> String {
         let mut out = text.to_owned();
         for secret in &self.secrets {
@@ -61,13 +70,38 @@ impl Redactor {
                 out = out.replace(secret.as_str(), MASK);
             }
         }
-        mask_secret_params(&out)
+        mask_userinfo_passwords(&mask_secret_params(&out))
     }
 
     /// `error` with its texts masked.
     pub fn error(&self, error: ProviderError) -> ProviderError {
         error.map_text(|t| self.text(t))
     }
+}
+
+/// Masks the password of every URL in `text` (`scheme://user:password@`).
+fn mask_userinfo_passwords(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        out.push_str(&rest[..at + 3]);
+        rest = &rest[at + 3..];
+        let authority_end = rest
+            .find(|c: char| "/?#\"'<>()[],".contains(c) || c.is_whitespace())
+            .unwrap_or(rest.len());
+        let authority = &rest[..authority_end];
+        let Some(userinfo_end) = authority.rfind('@') else {
+            continue;
+        };
+        let userinfo = &authority[..userinfo_end];
+        if let Some(colon) = userinfo.find(':') {
+            out.push_str(&userinfo[..=colon]);
+            out.push_str(MASK);
+            rest = &rest[userinfo_end..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn is_secret_param(name: &str) -> bool {
@@ -153,6 +187,26 @@ pub(super) fn redacted(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_passwords_are_masked_wherever_a_url_appears() {
+        let url = Url::parse("http://proxy-user:pa%40ss-w0rd@llm.internal:8000/v1").unwrap();
+        let redactor = Redactor::new([], Some(&url));
+        let text = "error sending request for url (http://proxy-user:pa%40ss-w0rd@llm.internal:8000/v1/chat/completions); \
+                    the proxy said: bad password pa@ss-w0rd; see https://u:other@x.example/a?key=k1 and postgres://db:hunter2@db/x";
+        let masked = redactor.text(text);
+        for secret in ["pa%40ss-w0rd", "pa@ss-w0rd", "other", "hunter2", "k1"] {
+            assert!(!masked.contains(secret), "{secret}: {masked}");
+        }
+        assert!(
+            masked.contains("http://proxy-user:[redacted]@llm.internal:8000/v1/chat/completions"),
+            "{masked}"
+        );
+        assert!(masked.contains("postgres://db:[redacted]@db/x"), "{masked}");
+        // A user without a password, and an address in prose, are left alone.
+        let plain = "https://user@host/x mail me at a@b.example, see http://host/p@q";
+        assert_eq!(Redactor::default().text(plain), plain);
+    }
 
     #[test]
     fn keys_and_secret_query_values_are_masked() {

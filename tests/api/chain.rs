@@ -213,7 +213,7 @@ async fn a_tool_turn_completes_against_each_wire_format() {
     for (chain, call, answer, text) in cases {
         let app = app_with(|s, p| {
             s.providers.chain = Some(chain.parse().unwrap());
-            s.providers.ollama_host = p.root.clone();
+            s.providers.ollama_host = p.root.parse().unwrap();
         })
         .await;
         app.provider.enqueue([call, answer]);

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    helpers::{TestApp, spawn_app, spawn_app_with, test_settings, types},
+    helpers::{ServiceProcess, TestApp, spawn_app, spawn_app_with, test_settings, types},
     on_both_backends,
     support::{Backend, TestDb},
 };
@@ -706,4 +706,55 @@ async fn every_whole_conversation_format_refuses_a_bad_conversation_alike() {
         }
     }
     assert!(app.provider.requests().is_empty(), "no turn started");
+}
+
+/// A password in a provider's URL (`http://user:password@host`) shows
+/// nowhere: not in the start-up settings line or any log, not in the
+/// failed turn's event or answer.
+#[tokio::test]
+async fn a_password_in_a_provider_url_never_shows() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let provider = FakeProvider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("service.log");
+    let password = "Pw-0f-the-proxy";
+    let unreachable = format!("http://gateway-user:{password}@127.0.0.1:9/v1");
+    let ollama = format!("http://gateway-user:{password}@127.0.0.1:9");
+    let service = ServiceProcess::start_logging(
+        &db.sqlite_url(),
+        &provider,
+        &[
+            ("OPENAI_BASE_URL", &unreachable),
+            ("ANTHROPIC_BASE_URL", &unreachable),
+            ("OLLAMA_HOST", &ollama),
+            ("RUST_LOG", "debug"),
+        ],
+        None,
+        Some(&logs),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let answer = client
+        .post(service.url("/sessions/s-secret/turns"))
+        .json(&json!({"message": "Hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 502);
+    let answer = answer.text().await.unwrap();
+    let events = client
+        .get(service.url("/sessions/s-secret/events"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(events.contains("provider_unreachable"), "{events}");
+    drop(service);
+    let logs = std::fs::read_to_string(&logs).unwrap();
+    assert!(logs.contains("gateway-user:[redacted]@"), "{logs}");
+    for (what, text) in [("answer", &answer), ("events", &events), ("logs", &logs)] {
+        assert!(!text.contains(password), "{what}: {text}");
+    }
 }

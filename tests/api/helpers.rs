@@ -372,7 +372,28 @@ impl ServiceProcess {
         env: &[(&str, &str)],
         fd_limit: Option<u32>,
     ) -> Self {
+        Self::start_logging(database_url, provider, env, fd_limit, None).await
+    }
+
+    /// [`Self::start`], its standard output and error into `logs`.
+    pub async fn start_logging(
+        database_url: &str,
+        provider: &FakeProvider,
+        env: &[(&str, &str)],
+        fd_limit: Option<u32>,
+        logs: Option<&std::path::Path>,
+    ) -> Self {
         use std::process::{Command, Stdio};
+        let output = || match logs {
+            Some(path) => Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .unwrap(),
+            ),
+            None => Stdio::null(),
+        };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -403,8 +424,8 @@ impl ServiceProcess {
             .env("HARNESS_VAULT_DIR", "/nonexistent/agent-harness-test-vault")
             .env("HARNESS_LOG_FORMAT", "json")
             .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(output())
+            .stderr(output())
             .spawn()
             .unwrap();
         let process = Self {

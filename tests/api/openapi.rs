@@ -120,3 +120,98 @@ fn the_document_states_the_servers_constraints() {
         assert!(body["properties"][name]["pattern"].is_string(), "{name}");
     }
 }
+
+/// The edge's answers, provoked on every documented operation, are
+/// documented for that operation: a long query (414), large headers
+/// (431), and on operations with a body a wrong content type (415), a
+/// body announced over the limit (413) and a body with an unknown field
+/// (422).
+#[tokio::test]
+async fn every_status_the_edge_answers_is_documented_where_it_is_answered() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let doc = serde_json::to_value(agent_harness::http::openapi()).unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let concrete = path
+            .replace("{session_id}", "s-doc")
+            .replace("{turn_id}", "0190a5c4-0000-7000-8000-000000000000")
+            .replace("{checkpoint_id}", "ck-doc")
+            .replace("{artifact_id}", "art-doc")
+            .replace("{call_id}", "call-doc");
+        for (method, operation) in item.as_object().unwrap() {
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let documented = |status: u16| {
+                operation["responses"]
+                    .as_object()
+                    .unwrap()
+                    .contains_key(&status.to_string())
+            };
+            let request = || app.client.request(method.clone(), app.url(&concrete));
+            let long_query = format!("{concrete}?pad={}", "q".repeat(9 * 1024));
+            let mut answers = vec![
+                app.client
+                    .request(method.clone(), app.url(&long_query))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status(),
+                request()
+                    .header("x-pad", "h".repeat(40 * 1024))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status(),
+            ];
+            if operation.get("requestBody").is_some() {
+                answers.push(
+                    request()
+                        .header("content-type", "text/plain")
+                        .body("hello")
+                        .send()
+                        .await
+                        .unwrap()
+                        .status(),
+                );
+                answers.push(
+                    request()
+                        .header("content-type", "application/json")
+                        .body(r#"{"x-unknown-field": 1}"#)
+                        .send()
+                        .await
+                        .unwrap()
+                        .status(),
+                );
+                // Announced, not sent: the answer comes before the body.
+                let head = format!(
+                    "{method} {concrete} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    2 * 1024 * 1024
+                );
+                answers.push(raw_status(&app.address, head.as_bytes()).await);
+            }
+            for status in answers {
+                assert!(
+                    documented(status.as_u16()),
+                    "{method} {path} answers {status}, which its document does not list"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 50, "{checked}");
+}
+
+/// The status of the answer to raw `request` bytes.
+async fn raw_status(address: &str, request: &[u8]) -> reqwest::StatusCode {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(address.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    tcp.write_all(request).await.unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(crate::helpers::PATIENCE, tcp.read_exact(&mut head))
+        .await
+        .unwrap()
+        .unwrap();
+    let status = std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap();
+    reqwest::StatusCode::from_u16(status).unwrap()
+}

@@ -240,7 +240,7 @@ async fn embeddings_find_by_meaning_what_words_miss(backend: Backend) {
         settings.vault.dir = vault.path().to_owned();
         settings.vault.embeddings = Some(embeddings.parse().unwrap());
         settings.vault.index_on_start = false;
-        settings.providers.ollama_host = provider.root.clone();
+        settings.providers.ollama_host = provider.root.parse().unwrap();
         let app = crate::helpers::spawn_app_with(
             crate::support::TestDb::new(backend).await,
             provider,
