@@ -26,7 +26,7 @@ pub mod compaction;
 pub mod executor;
 pub mod finalizer;
 pub mod gates;
-pub mod hooks;
+pub use crate::hooks;
 pub mod prepare;
 pub mod replay;
 pub mod scheduler;

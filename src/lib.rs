@@ -27,17 +27,21 @@
 //!   Anthropic and Ollama adapters (`http.rs`: requests and limits;
 //!   `stream.rs`: SSE/NDJSON decoding), the chain, pricing, redaction.
 //! - [`store`]: SQLite and Postgres behind one `Store` trait.
-//! - [`events`], [`turn`], [`ids`]: the shared vocabulary (events, what a
-//!   turn is asked and answers, identifiers).
+//! - [`events`], [`turn`], [`ids`], [`hooks`]: the shared vocabulary
+//!   (events, what a turn is asked and answers, identifiers, the traits of
+//!   the harness's collaborators).
 //! - [`telemetry`], [`metrics`]: logs, OTLP traces, Prometheus text.
 //!
-//! The vocabulary, `providers`, `store` and `tools` import nothing from
-//! the layers above them (`tests/architecture.rs` checks it).
+//! The vocabulary, `providers`, `store`, `tools`, `vault`, `memory` and
+//! `metrics` import nothing from the layers above them (the harness, the
+//! runner, the edge, start-up, configuration); `tests/architecture.rs`
+//! parses the sources to check it.
 
 pub mod app;
 pub mod config;
 pub mod events;
 pub mod harness;
+pub mod hooks;
 pub mod http;
 pub mod ids;
 pub mod memory;

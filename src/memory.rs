@@ -18,7 +18,7 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    harness::hooks::{
+    hooks::{
         HookError, MemoryContext, MemoryExtractor, MemoryRetriever, MemoryTurn, ResearchLearner,
     },
     providers::embeddings::{Embedder, cosine},

@@ -21,8 +21,8 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use super::budget::TurnBudget;
-pub use crate::turn::WebCitation;
-use crate::{events::ToolStatus, providers::Usage};
+use crate::providers::Usage;
+pub use crate::{hooks::ToolResultRecord, turn::WebCitation};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section here leaves its data consistent.
@@ -76,16 +76,6 @@ impl CitationAccumulator {
             self.rendered_paths.push(path.to_owned());
         }
     }
-}
-
-/// What the reflection engine and the finalizer learn of a tool call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolResultRecord {
-    pub call_id: String,
-    pub tool: String,
-    pub status: ToolStatus,
-    /// What the model was shown (possibly an artifact reference).
-    pub content: String,
 }
 
 /// The mutable state of one turn.

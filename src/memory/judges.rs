@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{JOB_JUDGE, background::new_job_id};
 use crate::{
-    harness::hooks::{HookError, JudgeRequest, JudgeScheduler},
+    hooks::{HookError, JudgeRequest, JudgeScheduler},
     store::NewJob,
 };
 

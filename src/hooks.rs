@@ -1,6 +1,11 @@
 //! The optional collaborators of the harness (seeds: `004`), and the
 //! callbacks a host can register.
 //!
+//! They are the vocabulary between the harness and what plugs into it
+//! (memory, judges, the store's checkpoints and approvals), so they sit
+//! below both: `memory` implements them without importing the harness.
+//! The harness re-exports them as `harness::hooks`.
+//!
 //! Every method may fail; the harness isolates each call so that one
 //! collaborator cannot take the turn down (a panic is caught too).
 
@@ -9,11 +14,24 @@ use std::{fmt, panic::AssertUnwindSafe};
 use async_trait::async_trait;
 use futures::FutureExt;
 
-use super::state::ToolResultRecord;
+use serde::{Deserialize, Serialize};
+
 use crate::{
+    events::ToolStatus,
     providers::{ToolCall, Usage},
     store::{NewJob, ObservationRecord},
 };
+
+/// What the reflection engine, the finalizer and the hooks learn of a
+/// tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultRecord {
+    pub call_id: String,
+    pub tool: String,
+    pub status: ToolStatus,
+    /// What the model was shown (possibly an artifact reference).
+    pub content: String,
+}
 
 /// A collaborator's failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
