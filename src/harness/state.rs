@@ -295,7 +295,7 @@ impl TurnRuntimeState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::budget::BudgetLimits;
+    use crate::{events::ToolStatus, harness::budget::BudgetLimits};
 
     fn state() -> TurnRuntimeState {
         TurnRuntimeState::new("s", TurnBudget::create(BudgetLimits::default()))
