@@ -310,6 +310,36 @@ pub enum ProviderEvent {
     Finished(FinishReason),
 }
 
+impl ProviderEvent {
+    /// This event with U+0000 in its texts replaced by U+FFFD: Postgres
+    /// text cannot hold U+0000, and an answer must read the same from
+    /// either database and from the live stream.
+    pub fn without_nul(self) -> Self {
+        match self {
+            Self::TextDelta(text) => Self::TextDelta(without_nul(text)),
+            Self::Thinking(block) => Self::Thinking(ThinkingBlock {
+                text: without_nul(block.text),
+                signature: block.signature,
+            }),
+            Self::ToolCall(call) => Self::ToolCall(ToolCall {
+                id: without_nul(call.id),
+                name: without_nul(call.name),
+                arguments: without_nul(call.arguments),
+            }),
+            other => other,
+        }
+    }
+}
+
+/// `text` with U+0000 replaced by U+FFFD (the replacement character).
+pub fn without_nul(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{FFFD}")
+    } else {
+        text
+    }
+}
+
 /// A provider's answer as a stream; ends after `Finished` or an error.
 pub type ProviderStream = BoxStream<'static, Result<ProviderEvent, ProviderError>>;
 

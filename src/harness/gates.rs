@@ -396,7 +396,9 @@ pub(super) async fn run_waves(
         let outcome = outcome.unwrap_or_else(|| {
             ToolOutcome::failure(ToolErrorKind::Internal, "the call was not run", true)
         });
-        let content = message_content(env, call, &outcome).await;
+        // A tool may relay U+0000 (a fetched file): kept as U+FFFD, as a
+        // provider's is.
+        let content = crate::providers::without_nul(message_content(env, call, &outcome).await);
         apply_outcome_to_state(env.state, call, &outcome, &content);
         messages.push(ChatMessage::tool(
             &call.id,

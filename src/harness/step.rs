@@ -318,7 +318,7 @@ async fn generate(
     };
     let mut streamed = false;
     while let Some(event) = stream.next().await {
-        match event? {
+        match event?.without_nul() {
             ProviderEvent::Restart { reason } => {
                 // Usage of the failed attempt stays counted: it was billed.
                 output.text.clear();

@@ -452,11 +452,51 @@ on_both_backends!(
     a_stalled_provider_times_out_cleanly,
 );
 
-/// An answer with U+0000: SQLite stores it; Postgres text cannot, so the
-/// turn's end is refused there. Either way the turn ends at once, the
-/// session is free, and the answer is kept.
-async fn an_answer_the_database_cannot_store_still_ends_the_turn(backend: Backend) {
-    answer_with_nul(backend, None).await;
+/// An answer with U+0000 is kept on both databases alike, as U+FFFD: in
+/// the live stream, the history and the JSON answer, and the session
+/// takes its next turn (Postgres text cannot hold U+0000: it used to
+/// refuse the turn's end and lose the answer).
+async fn an_answer_with_nul_is_kept_as_the_replacement_character(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let body = crate::fake_provider::fixture("openai/text.sse")
+        .replace(r#""content":"Hello""#, r#""content":"Hel\u0000lo""#);
+    app.provider
+        .enqueue([Reply::raw_sse(&body), Reply::raw_sse(&body)]);
+    let mut stream = app.post_turn_sse("s-nul", json!({"message": "Hi"})).await;
+    let events = stream.read_to_end().await;
+    let answer = "Hel\u{FFFD}lo! How can I help you today?";
+    assert_eq!(events.last().unwrap().event, "turn.completed");
+    assert_eq!(crate::helpers::streamed_text(&events), answer);
+    // The same in JSON mode, in the same session.
+    let json_turn = app.post_turn("s-nul", json!({"message": "again"})).await;
+    assert_eq!(json_turn.status(), 200);
+    let json_turn: Value = json_turn.json().await.unwrap();
+    assert_eq!(json_turn["text"], answer, "{json_turn}");
+    let (_, history) = app.get_json("/sessions/s-nul/messages").await;
+    let contents: Vec<&str> = history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["Hi", answer, "again", answer]);
+    // A replay gives what was streamed.
+    let (_, log) = app.get_json("/sessions/s-nul/events").await;
+    assert!(log.to_string().contains("Hel\u{FFFD}lo"), "{log}");
+    assert!(!log.to_string().contains("\\u0000"), "{log}");
+}
+
+on_both_backends!(an_answer_with_nul_is_kept_as_the_replacement_character);
+
+/// An answer Postgres refuses to store (here: a trigger of the test's
+/// schema rejects it) still ends the turn at once, `failed` with
+/// `event_log_unavailable`; the answer is kept on the turn row, the
+/// session is free, and no job is left for an answer never stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_the_database_refuses_still_ends_the_turn() {
+    if crate::support::postgres_or_skip().await {
+        answer_refused(None).await;
+    }
 }
 
 /// The same, with every write in a batch of its own (as a busy writer may
@@ -465,11 +505,11 @@ async fn an_answer_the_database_cannot_store_still_ends_the_turn(backend: Backen
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_end_alone_in_its_batch_is_tried_once() {
     if crate::support::postgres_or_skip().await {
-        answer_with_nul(Backend::Postgres, Some(1)).await;
+        answer_refused(Some(1)).await;
     }
 }
 
-async fn answer_with_nul(backend: Backend, event_batch_max: Option<usize>) {
+async fn answer_refused(event_batch_max: Option<usize>) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     // The turn queues a memory extraction job and a judge's: they are kept
@@ -485,72 +525,75 @@ async fn answer_with_nul(backend: Backend, event_batch_max: Option<usize>) {
     if let Some(max) = event_batch_max {
         settings.database.event_batch_max = max;
     }
-    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    let body = crate::fake_provider::fixture("openai/text.sse")
-        .replace(r#""content":"Hello""#, r#""content":"Hel\u0000lo""#);
+    let app = spawn_app_with(TestDb::new(Backend::Postgres).await, provider, settings).await;
+    app.db
+        .execute_postgres(
+            "CREATE FUNCTION refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN IF NEW.content LIKE '%refused-by-the-test%' THEN \
+             RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$; \
+             CREATE TRIGGER refuse_marked BEFORE INSERT ON messages \
+             FOR EACH ROW EXECUTE FUNCTION refuse_marked();",
+        )
+        .await;
+    let body = crate::fake_provider::fixture("openai/text.sse").replace(
+        r#""content":"Hello""#,
+        r#""content":"Hello refused-by-the-test""#,
+    );
     app.provider
         .enqueue([Reply::raw_sse(&body), Reply::sse("openai/text.sse")]);
     // Text for whoever asks next (the next turn, or the turn's jobs).
     app.provider
         .enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
-    let mut stream = app.post_turn_sse("s-nul", json!({"message": "Hi"})).await;
+    let mut stream = app
+        .post_turn_sse("s-refused", json!({"message": "Hi"}))
+        .await;
     let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
     let events = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end())
         .await
         .expect("the turn ends within seconds");
-    let answer = "Hel\u{0}lo! How can I help you today?";
+    let answer = "Hello refused-by-the-test! How can I help you today?";
     let last = events.last().unwrap().json();
-    let turn = app.wait_turn_end("s-nul", &turn_id).await;
-    let (_, history) = app.get_json("/sessions/s-nul/messages").await;
-    let (_, jobs) = app.get_json("/sessions/s-nul/jobs").await;
+    let turn = app.wait_turn_end("s-refused", &turn_id).await;
+    let (_, history) = app.get_json("/sessions/s-refused/messages").await;
+    let (_, jobs) = app.get_json("/sessions/s-refused/jobs").await;
     let jobs_of_turn = jobs["jobs"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|j| j["turn_id"] == turn_id.as_str())
         .count();
-    match backend {
-        Backend::Sqlite => {
-            assert_eq!(last["type"], "turn.completed");
-            assert_eq!(turn["status"], "completed");
-            assert_eq!(history["messages"][1]["content"], answer);
-            assert_eq!(jobs_of_turn, 2, "{jobs}");
-        }
-        Backend::Postgres => {
-            assert_eq!(last["type"], "turn.failed", "{last}");
-            assert_eq!(last["code"], "event_log_unavailable");
-            assert_eq!(turn["status"], "failed");
-            assert_eq!(turn["error"]["code"], "event_log_unavailable", "{turn}");
-            // The answer is kept on the turn row (JSON holds any character).
-            assert_eq!(turn["result"]["text"], answer);
-            assert_eq!(history["messages"], json!([]));
-            // Nor a job to extract memories from an answer not stored.
-            assert_eq!(jobs_of_turn, 0, "{jobs}");
-            // The database refuses the data itself: the end is tried once,
-            // not retried as if the database were down.
-            let metrics = app
-                .client
-                .get(app.url("/metrics"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            assert!(
-                metrics
-                    .lines()
-                    .any(|l| l == "agent_harness_event_batch_failures_total 1"),
-                "{metrics}"
-            );
-        }
-    }
+    assert_eq!(last["type"], "turn.failed", "{last}");
+    assert_eq!(last["code"], "event_log_unavailable");
+    assert_eq!(turn["status"], "failed");
+    assert_eq!(turn["error"]["code"], "event_log_unavailable", "{turn}");
+    // The answer is kept on the turn row.
+    assert_eq!(turn["result"]["text"], answer);
+    assert_eq!(history["messages"], json!([]));
+    // Nor a job to extract memories from an answer not stored.
+    assert_eq!(jobs_of_turn, 0, "{jobs}");
+    // The database refuses the data itself: the end is tried once, not
+    // retried as if the database were down.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "agent_harness_event_batch_failures_total 1"),
+        "{metrics}"
+    );
     // The session is free for its next turn.
-    let next = app.post_turn("s-nul", json!({"message": "again"})).await;
+    let next = app
+        .post_turn("s-refused", json!({"message": "again"}))
+        .await;
     assert_eq!(next.status(), 200);
 }
-
-on_both_backends!(an_answer_the_database_cannot_store_still_ends_the_turn);
 
 /// Everything the service logs, captured (for one current-thread test).
 #[derive(Clone, Default)]

@@ -131,6 +131,25 @@ impl TestDb {
         format!("{}:{}", options.get_host(), options.get_port())
     }
 
+    /// Runs `sql` in this Postgres database's schema (a test's own
+    /// triggers, a look at rows).
+    pub async fn execute_postgres(&self, sql: &str) {
+        let schema = self.schema.as_deref().expect("a Postgres test database");
+        let options = PgConnectOptions::from_str(&postgres_url())
+            .expect("TEST_DATABASE_URL")
+            .options([("search_path", schema)]);
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .expect("connect Postgres");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&pool)
+            .await
+            .expect("the test's SQL");
+        pool.close().await;
+    }
+
     /// Opens a store without applying migrations.
     pub async fn open_unmigrated(&self) -> Arc<dyn Store> {
         match self.backend {
