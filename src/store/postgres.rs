@@ -201,8 +201,8 @@ impl PostgresStore {
             .bind(&sessions)
             .execute(&mut *tx)
             .await?;
-        let ended: Vec<String> = finish_statement(events, finishes)
-            .fetch_all(&mut *tx)
+        let (ended, _): (Vec<String>, i64) = finish_statement(events, finishes)
+            .fetch_one(&mut *tx)
             .await?;
         tx.commit().await?;
         Ok(finishes
@@ -826,18 +826,33 @@ async fn lock_session(
 /// Inserts events in one statement, whatever their number: each column is
 /// one array parameter, so the statement's text (and its prepared plan) is
 /// the same for every batch.
+///
+/// Idempotent: a batch tried again after a commit whose answer was lost
+/// (the connection cut just after COMMIT was sent) finds its rows there,
+/// and goes on. Only a row that holds another event at one of the batch's
+/// seqs (or one the statement could not see) is a conflict: the statement
+/// fails whole (see migration 0015), as a unique index would fail it.
 async fn insert_events<'e, 'c, E>(
     executor: E,
     events: impl Iterator<Item = &'e StoredEvent>,
-) -> Result<(), sqlx::Error>
+) -> Result<(), StoreError>
 where
     E: sqlx::Executor<'c, Database = Postgres>,
 {
     let columns = EventColumns::of(events.map(|e| (e, false)));
-    sqlx::query(
-        "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
-         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-         $6::timestamptz[])",
+    let _: i64 = sqlx::query_scalar(
+        "WITH e AS ( \
+           SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
+           $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
+         ), logged AS ( \
+           INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+           SELECT * FROM e ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
+         ) \
+         SELECT harness_event_conflicts((SELECT count(*) FROM e) \
+           - (SELECT count(*) FROM logged) \
+           - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
+              AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
+              AND x.payload = e.payload))",
     )
     .bind(columns.session_id)
     .bind(columns.seq)
@@ -845,7 +860,7 @@ where
     .bind(columns.event_type)
     .bind(columns.payload)
     .bind(columns.created_at)
-    .execute(executor)
+    .fetch_one(executor)
     .await?;
     Ok(())
 }
@@ -881,13 +896,18 @@ impl<'a> EventColumns<'a> {
 
 /// The one statement that ends a batch's turns: each turn still running
 /// is ended and its messages, decision, observation, jobs, session totals
-/// and terminal event written; the batch's other events are written whatever happens. It
-/// returns the ids of the turns it ended (a turn someone else ended
-/// meanwhile is left as it is, with nothing of its finish written).
+/// and terminal event written; the batch's other events are written
+/// whatever happens. It returns the ids of the turns it ended (a turn
+/// someone else ended meanwhile is left as it is, with nothing of its
+/// finish written); an event that finds another at its seq fails it.
+///
+/// Idempotent, as [`insert_events`]: tried again after a commit whose
+/// answer was lost, it finds its events stored, ends nothing twice, and
+/// reports as ended the turns whose own terminal event is already there.
 fn finish_statement<'q>(
     events: &'q [std::sync::Arc<StoredEvent>],
     finishes: &'q [&'q TurnFinish],
-) -> sqlx::query::QueryScalar<'q, Postgres, String, sqlx::postgres::PgArguments> {
+) -> sqlx::query::QueryAs<'q, Postgres, (Vec<String>, i64), sqlx::postgres::PgArguments> {
     let mut turn_id = Vec::with_capacity(finishes.len());
     let mut session_id = Vec::with_capacity(finishes.len());
     let mut status = Vec::with_capacity(finishes.len());
@@ -998,7 +1018,7 @@ fn finish_statement<'q>(
     // The sub-statements of one statement see one snapshot and cannot see
     // each other's writes: each writes a different table, and all but the
     // plain events are filtered by the turns `ended` returned.
-    sqlx::query_scalar(
+    sqlx::query_as(
         "WITH f AS ( \
            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
            $6::text[], $7::timestamptz[], $8::float8[], $9::int8[]) \
@@ -1027,13 +1047,20 @@ fn finish_statement<'q>(
            $20::text[], $21::text[], $22::timestamptz[]) \
            AS d(id, session_id, turn_id, decision_key, strategy, record, created_at) \
            WHERE d.turn_id IN (SELECT id FROM ended) \
+         ), e AS ( \
+           SELECT * FROM unnest($23::text[], $24::int8[], $25::text[], $26::text[], \
+           $27::text[], $28::timestamptz[], $29::bool[]) \
+           AS e(session_id, seq, turn_id, type, payload, created_at, terminal) \
+         ), due AS ( \
+           SELECT * FROM e WHERE NOT e.terminal OR e.turn_id IN (SELECT id FROM ended) \
+         ), stored AS ( \
+           SELECT e.turn_id, e.terminal, e.turn_id IN (SELECT id FROM ended) AS due \
+           FROM e JOIN events x ON x.session_id = e.session_id AND x.seq = e.seq \
+           AND x.turn_id = e.turn_id AND x.type = e.type AND x.payload = e.payload \
          ), logged AS ( \
            INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
-           SELECT e.session_id, e.seq, e.turn_id, e.type, e.payload, e.created_at \
-           FROM unnest($23::text[], $24::int8[], $25::text[], $26::text[], $27::text[], \
-           $28::timestamptz[], $29::bool[]) \
-           AS e(session_id, seq, turn_id, type, payload, created_at, terminal) \
-           WHERE NOT e.terminal OR e.turn_id IN (SELECT id FROM ended) \
+           SELECT session_id, seq, turn_id, type, payload, created_at FROM due \
+           ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
          ), observed AS ( \
            INSERT INTO research_observations (id, session_id, source_id, user_text, \
            assistant_text, created_at) \
@@ -1051,7 +1078,11 @@ fn finish_statement<'q>(
            AS j(id, owner, kind, session_id, turn_id, payload, at) \
            WHERE j.owner IN (SELECT id FROM ended) \
          ) \
-         SELECT id FROM ended",
+         SELECT ARRAY(SELECT id FROM ended \
+                      UNION SELECT turn_id FROM stored WHERE terminal), \
+           harness_event_conflicts((SELECT count(*) FROM due) \
+           - (SELECT count(*) FROM logged) \
+           - (SELECT count(*) FROM stored WHERE NOT terminal OR due))",
     )
     .bind(turn_id)
     .bind(session_id)

@@ -99,3 +99,102 @@ async fn a_database_that_goes_down_fails_requests_fast_and_ends_streams_with_a_t
     let (status, _) = app.get_json("/readyz").await;
     assert_eq!(status, 200);
 }
+
+/// The writer's commit of a turn's end reaches Postgres, and the answer
+/// is lost (the connection is cut right after COMMIT is sent). A finish is
+/// written once its own turn's events are, so the batch also holds another
+/// turn's deltas (here: turn A streams steadily while turn B ends). The
+/// retry finds the batch stored and goes on: both turns complete with
+/// every event once (A used to hit `events_pkey` on the retry and end
+/// `failed` with `event_log_unavailable`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_commit_answer_was_lost_is_retried_without_a_duplicate() {
+    if !crate::support::postgres_or_skip().await {
+        return;
+    }
+    let proxy = FaultProxy::start(TestDb::postgres_addr()).await;
+    let db = TestDb::new(Backend::Postgres).await;
+    let store = db.open_through(&proxy).await;
+    let provider = FakeProvider::start().await;
+    let settings = test_settings(&provider);
+    let app = spawn_app_on(db, store, provider, settings, Vec::new()).await;
+    // A: 300 deltas, a millisecond apart. B: its whole answer at once.
+    let words: Vec<String> = (0..300).map(|i| format!("w{i} ")).collect();
+    let mut long = String::new();
+    for word in &words {
+        let chunk = json!({"id": "chatcmpl-long", "object": "chat.completion.chunk", "created": 1763790000,
+            "model": "gpt-4o-mini-2024-07-18", "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": null}]});
+        long.push_str(&format!("data: {chunk}\n\n"));
+    }
+    let end = json!({"id": "chatcmpl-long", "object": "chat.completion.chunk", "created": 1763790000,
+        "model": "gpt-4o-mini-2024-07-18", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    long.push_str(&format!("data: {end}\n\ndata: [DONE]\n\n"));
+    let whole = crate::fake_provider::fixture("openai/text.sse");
+    app.provider.enqueue([Reply::raw_sse(&long)]);
+    let mut a = app
+        .post_turn_sse("s-streaming", json!({"message": "Hi"}))
+        .await;
+    let a_turn = a.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let mut a_live = a.read_until("message.delta").await;
+    app.provider
+        .enqueue([Reply::text(200, "text/event-stream", &whole)]);
+    proxy.cut_after_next_commit();
+    let mut b = app
+        .post_turn_sse("s-ending", json!({"message": "Hi"}))
+        .await;
+    let b_turn = b.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let b_live = b.read_to_end().await;
+    a_live.extend(a.read_to_end().await);
+    assert!(proxy.commit_was_cut(), "a commit was cut");
+    for (session, turn, live) in [
+        ("s-streaming", &a_turn, &a_live),
+        ("s-ending", &b_turn, &b_live),
+    ] {
+        let last = live.last().unwrap().json();
+        assert_eq!(last["type"], "turn.completed", "{session}: {last}");
+        let ended = app.wait_turn_end(session, turn).await;
+        assert_eq!(ended["status"], "completed", "{session}: {ended}");
+        // The log holds every event once, gap-free; the stream showed it.
+        let (_, log) = app
+            .get_json(&format!("/sessions/{session}/events?limit=1000"))
+            .await;
+        let seqs: Vec<i64> = log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["seq"].as_i64().unwrap())
+            .collect();
+        let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
+        assert_eq!(seqs, expected, "{session}");
+        let live_seqs: Vec<i64> = live.iter().map(|e| e.seq()).collect();
+        assert_eq!(seqs, live_seqs, "{session}");
+        // The history has the answer once.
+        let (_, history) = app.get_json(&format!("/sessions/{session}/messages")).await;
+        assert_eq!(
+            history["messages"].as_array().unwrap().len(),
+            2,
+            "{history}"
+        );
+    }
+    assert_eq!(
+        crate::helpers::streamed_text(&a_live),
+        words.concat(),
+        "every delta of A once"
+    );
+    // The cut batch failed once and was tried again.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "agent_harness_event_batch_failures_total 1"),
+        "{metrics}"
+    );
+}

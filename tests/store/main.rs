@@ -893,3 +893,54 @@ async fn sqlite_wal_stays_bounded_under_sustained_writes() {
 
 mod memory;
 mod vault;
+
+/// Postgres: a batch written again after a commit whose answer was lost
+/// (the writer's retry) is stored once and reports its turn ended; an
+/// event at a stored seq that is not the stored one fails the batch whole.
+#[tokio::test]
+async fn a_batch_written_twice_is_stored_once_and_only_a_different_event_conflicts() {
+    if !support::postgres_or_skip().await {
+        return;
+    }
+    let (_db, store) = store(Backend::Postgres).await;
+    let turn = new_turn("s1", None);
+    store.begin_turn(&turn).await.unwrap();
+    let deltas = [delta(&turn, 2, "a"), delta(&turn, 3, "b")];
+    store.write_batch(&deltas, &[]).await.unwrap();
+    store.write_batch(&deltas, &[]).await.unwrap();
+    assert_eq!(store.list_events("s1", None, 0, 10).await.unwrap().len(), 3);
+    let last = [delta(&turn, 4, "c")];
+    let finish = completed(&turn, 5, "abc");
+    assert_eq!(
+        store.write_batch(&last, &[&finish]).await.unwrap(),
+        vec![true]
+    );
+    // Tried again: nothing twice, and the turn is still reported ended by
+    // this batch (its own terminal event is the stored one).
+    assert_eq!(
+        store.write_batch(&last, &[&finish]).await.unwrap(),
+        vec![true]
+    );
+    assert_eq!(store.list_events("s1", None, 0, 10).await.unwrap().len(), 5);
+    assert_eq!(store.list_messages("s1", 0, 10).await.unwrap().len(), 2);
+    assert_eq!(store.list_jobs("s1", 10).await.unwrap().len(), 1);
+    let session = store.get_session("s1").await.unwrap().unwrap();
+    assert_eq!(session.cost_usd, Some(0.25), "the totals counted once");
+    // Another event at a stored seq: refused, and nothing of its batch
+    // is written.
+    let other = new_turn("s2", None);
+    store.begin_turn(&other).await.unwrap();
+    let refused = store
+        .write_batch(&[delta(&other, 2, "new"), delta(&turn, 3, "not b")], &[])
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(store.list_events("s2", None, 0, 10).await.unwrap().len(), 1);
+    let texts: Vec<String> = store
+        .list_events("s1", None, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.payload.clone())
+        .collect();
+    assert!(texts[2].contains("\"b\""), "{texts:?}");
+}

@@ -309,6 +309,8 @@ macro_rules! on_both_backends {
 pub struct FaultProxy {
     pub addr: std::net::SocketAddr,
     down: Arc<std::sync::atomic::AtomicBool>,
+    /// Armed by [`FaultProxy::cut_after_next_commit`].
+    commit_cut: Arc<std::sync::atomic::AtomicBool>,
     connections: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     accept: tokio::task::JoinHandle<()>,
 }
@@ -320,9 +322,11 @@ impl FaultProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let commit_cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let connections: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
         let accept = {
-            let (down, connections) = (down.clone(), connections.clone());
+            let (down, connections, commit_cut) =
+                (down.clone(), connections.clone(), commit_cut.clone());
             tokio::spawn(async move {
                 while let Ok((mut client, _)) = listener.accept().await {
                     if down.load(Ordering::SeqCst) {
@@ -330,9 +334,10 @@ impl FaultProxy {
                         continue;
                     }
                     let target = target.clone();
+                    let commit_cut = commit_cut.clone();
                     let task = tokio::spawn(async move {
-                        if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
-                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        if let Ok(server) = tokio::net::TcpStream::connect(target).await {
+                            relay(client, server, commit_cut).await;
                         }
                     });
                     let mut open = connections.lock().unwrap();
@@ -344,9 +349,23 @@ impl FaultProxy {
         Self {
             addr,
             down,
+            commit_cut,
             connections,
             accept,
         }
+    }
+
+    /// The next `COMMIT` a client sends reaches the server, and then that
+    /// connection is cut before the server's answer comes back: the
+    /// transaction is committed, and its client cannot know it.
+    pub fn cut_after_next_commit(&self) {
+        self.commit_cut
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether an armed cut after a `COMMIT` has happened.
+    pub fn commit_was_cut(&self) -> bool {
+        !self.commit_cut.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The database goes away: every connection is dropped, new ones closed.
@@ -360,6 +379,65 @@ impl FaultProxy {
     /// The database is back.
     pub fn restore(&self) {
         self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Relays one connection both ways; see [`FaultProxy::cut_after_next_commit`].
+async fn relay(
+    client: tokio::net::TcpStream,
+    server: tokio::net::TcpStream,
+    commit_cut: Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client_in, mut client_out) = client.into_split();
+    let (mut server_in, mut server_out) = server.into_split();
+    let muted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let up = {
+        let muted = muted.clone();
+        async move {
+            let mut buffer = vec![0u8; 64 * 1024];
+            loop {
+                let n = match client_in.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let chunk = &buffer[..n];
+                // A simple-protocol query message: `Q`, its length, the text.
+                let commits = chunk.windows(7).any(|w| w == b"COMMIT\0");
+                let cut = commits && commit_cut.swap(false, Ordering::SeqCst);
+                if cut {
+                    muted.store(true, Ordering::SeqCst);
+                }
+                if server_out.write_all(chunk).await.is_err() {
+                    return;
+                }
+                if cut {
+                    // Let the server commit, then drop both sides.
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                    return;
+                }
+            }
+        }
+    };
+    let down = async move {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let n = match server_in.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if muted.load(Ordering::SeqCst) {
+                continue;
+            }
+            if client_out.write_all(&buffer[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = up => {}
+        () = down => {}
     }
 }
 
