@@ -328,7 +328,7 @@ impl FaultProxy {
             let (down, connections, commit_cut) =
                 (down.clone(), connections.clone(), commit_cut.clone());
             tokio::spawn(async move {
-                while let Ok((mut client, _)) = listener.accept().await {
+                while let Ok((client, _)) = listener.accept().await {
                     if down.load(Ordering::SeqCst) {
                         drop(client);
                         continue;
