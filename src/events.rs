@@ -185,7 +185,15 @@ pub enum TurnEvent {
     TurnCompleted { result: TurnResult },
     /// Terminal: the turn failed; `code` is stable, `message` is for humans.
     #[serde(rename = "turn.failed")]
-    TurnFailed { code: String, message: String },
+    TurnFailed {
+        code: String,
+        message: String,
+        /// The first and last seq of the turn's events that the log could
+        /// not keep (`event_log_unavailable` only): no stream ever showed
+        /// them, and the log has nothing at those seqs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lost_seqs: Option<[i64; 2]>,
+    },
     /// Terminal: `POST .../cancel` stopped the turn.
     #[serde(rename = "turn.cancelled")]
     TurnCancelled { reason: String },

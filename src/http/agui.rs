@@ -163,7 +163,7 @@ impl Encoder {
                 }));
                 return (out, true);
             }
-            TurnEvent::TurnFailed { code, message } => {
+            TurnEvent::TurnFailed { code, message, .. } => {
                 self.leave_step(&mut out);
                 out.push(json!({"type": "RUN_ERROR", "message": message, "code": code}));
                 return (out, true);

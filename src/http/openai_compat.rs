@@ -210,7 +210,7 @@ async fn chat_completions(
                         }
                         break;
                     }
-                    TurnEvent::TurnFailed { code, message } => {
+                    TurnEvent::TurnFailed { code, message, .. } => {
                         let error = json!({"error": {"message": message, "type": "server_error", "code": code}});
                         yield Ok(Bytes::from(format!("data: {error}\n\n")));
                         break;

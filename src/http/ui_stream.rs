@@ -150,7 +150,7 @@ impl Encoder {
                 out.push(json!({"type": "finish"}));
                 return (out, true);
             }
-            TurnEvent::TurnFailed { code, message } => {
+            TurnEvent::TurnFailed { code, message, .. } => {
                 self.close_text(&mut out);
                 out.push(json!({"type": "error", "errorText": format!("{code}: {message}")}));
                 return (out, true);

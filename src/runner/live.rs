@@ -37,11 +37,31 @@ pub struct LiveTurn {
     /// turn stops at its next event (its log would have a hole) and ends
     /// `failed` with `event_log_unavailable`.
     pub write_failed: CancellationToken,
+    /// The first seq of the turn's events that could not be written.
+    first_lost: Mutex<Option<i64>>,
 }
 
 impl LiveTurn {
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
         self.sender.subscribe()
+    }
+
+    /// Some of the turn's events, from `seq` on, could not be written.
+    pub fn lost_from(&self, seq: i64) {
+        let mut first = self
+            .first_lost
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *first = Some(first.map_or(seq, |known| known.min(seq)));
+        self.write_failed.cancel();
+    }
+
+    /// The first seq of the turn's events that could not be written.
+    pub fn first_lost(&self) -> Option<i64> {
+        *self
+            .first_lost
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sends a committed event to the subscribers.
@@ -67,6 +87,7 @@ impl LiveTurns {
             cancel: CancellationToken::new(),
             closed: CancellationToken::new(),
             write_failed: CancellationToken::new(),
+            first_lost: Mutex::new(None),
         });
         self.lock().insert(turn_id, turn.clone());
         turn

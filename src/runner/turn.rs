@@ -157,7 +157,7 @@ impl TurnRunner {
             error = %error,
             "the turn's end cannot be stored; ending it failed with event_log_unavailable"
         );
-        let fallback = unstorable_end(&finish, &error)
+        let fallback = unstorable_end(&finish, &error, live.first_lost())
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
         let attempts = fallback_attempts(self.inner.config.stale_turn_after);
         self.commit_finish(live, &fallback, attempts, false)
@@ -215,16 +215,25 @@ fn fallback_attempts(stale_after: Duration) -> u32 {
 /// The end of a turn whose own end could not be stored: `failed` with
 /// `event_log_unavailable`, nothing but the turn row and its terminal
 /// event, the result kept on the row.
+///
+/// `first_lost`: the first seq of the turn's events the log lost, if it
+/// lost any; every later one was dropped too (a turn stops at its next
+/// event), so the end names the range up to its own seq.
 fn unstorable_end(
     finish: &TurnFinish,
     error: &StoreError,
+    first_lost: Option<i64>,
 ) -> Result<TurnFinish, serde_json::Error> {
     let code = "event_log_unavailable".to_owned();
     let message = format!("the turn's end could not be stored: {error}");
     let terminal = &finish.terminal;
+    let lost_seqs = first_lost
+        .filter(|first| *first < terminal.seq)
+        .map(|first| [first, terminal.seq - 1]);
     let event = TurnEvent::TurnFailed {
         code: code.clone(),
         message: message.clone(),
+        lost_seqs,
     };
     Ok(TurnFinish {
         status: TurnStatus::Failed,
@@ -320,7 +329,11 @@ fn build_finish(
             let (code, message) = (failure.code().to_owned(), failure.message());
             error_code = Some(code.clone());
             error_message = Some(message.clone());
-            TurnEvent::TurnFailed { code, message }
+            TurnEvent::TurnFailed {
+                code,
+                message,
+                lost_seqs: None,
+            }
         }
         Outcome::Cancelled => {
             error_code = Some("cancelled".into());

@@ -282,10 +282,16 @@ fn fail(commands: Vec<Command>, error: StoreError) {
     // a value the database refuses is not tried again as if the database
     // were down (any other gets one as transient as it).
     let mut error = Some(error);
-    let lost_events = commands.iter().any(|c| matches!(c, Command::Append { .. }));
+    let first_lost = commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Append { event, .. } => Some(event.seq),
+            Command::Finish { .. } => None,
+        })
+        .min();
     for command in commands {
-        if lost_events {
-            command.live().write_failed.cancel();
+        if let Some(seq) = first_lost {
+            command.live().lost_from(seq);
         }
         command.live().closed.cancel();
         if let Command::Finish { ack, .. } = command {

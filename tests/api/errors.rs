@@ -801,3 +801,72 @@ async fn a_password_in_a_provider_url_never_shows() {
         assert!(!text.contains(password), "{what}: {text}");
     }
 }
+
+/// Some of a turn's events cannot be written (here: a trigger of the
+/// test's schema refuses one delta, so its batch is lost): the turn stops
+/// and ends `failed` with `event_log_unavailable`, and its terminal event
+/// names the seqs the log does not hold (`lost_seqs`). The live stream
+/// showed nothing the log lacks, and a replay gives exactly the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_lost_events_names_the_missing_range_in_its_end() {
+    if !crate::support::postgres_or_skip().await {
+        return;
+    }
+    let app = spawn_app(Backend::Postgres).await;
+    app.db
+        .execute_postgres(
+            "CREATE FUNCTION refuse_event() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'refused by the test'; END $$; \
+             CREATE TRIGGER refuse_event BEFORE INSERT ON events FOR EACH ROW \
+             WHEN (NEW.payload LIKE '%lose-me%') EXECUTE FUNCTION refuse_event();",
+        )
+        .await;
+    let mut body = String::new();
+    for word in ["one ", "two ", "lose-me ", "four ", "five"] {
+        let chunk = json!({"id": "chatcmpl-lost", "object": "chat.completion.chunk", "created": 1763790000,
+            "model": "gpt-4o-mini-2024-07-18", "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": null}]});
+        body.push_str(&format!("data: {chunk}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    app.provider.enqueue([Reply::raw_sse(&body)]);
+    let mut stream = app.post_turn_sse("s-lost", json!({"message": "Hi"})).await;
+    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let live = stream.read_to_end().await;
+    let end = live.last().unwrap().json();
+    assert_eq!(end["type"], "turn.failed", "{end}");
+    assert_eq!(end["code"], "event_log_unavailable", "{end}");
+    let terminal = end["seq"].as_i64().unwrap();
+    let lost = end["lost_seqs"].as_array().expect("lost_seqs").clone();
+    let (from, to) = (lost[0].as_i64().unwrap(), lost[1].as_i64().unwrap());
+    assert!(from >= 2 && from <= to && to == terminal - 1, "{end}");
+    // The log: everything before the range, nothing in it, the end after.
+    let (_, log) = app.get_json("/sessions/s-lost/events").await;
+    let logged: Vec<&Value> = log["events"].as_array().unwrap().iter().collect();
+    let seqs: Vec<i64> = logged.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    let mut expected: Vec<i64> = (1..from).collect();
+    expected.push(terminal);
+    assert_eq!(seqs, expected, "{log}");
+    assert_eq!(logged.last().unwrap()["lost_seqs"], json!([from, to]));
+    // What was streamed live is exactly what the log holds.
+    let live_seqs: Vec<i64> = live.iter().map(|e| e.seq()).collect();
+    assert_eq!(live_seqs, seqs);
+    assert!(!crate::helpers::streamed_text(&live).contains("lose-me"));
+    let turn = app.wait_turn_end("s-lost", &turn_id).await;
+    assert_eq!(turn["status"], "failed", "{turn}");
+    // A resume from the start gives the same, marker included.
+    let resumed = app
+        .turn_events("s-lost", &turn_id, None)
+        .await
+        .read_to_end()
+        .await;
+    let resumed_seqs: Vec<i64> = resumed.iter().map(|e| e.seq()).collect();
+    assert_eq!(resumed_seqs, seqs);
+    assert_eq!(
+        resumed.last().unwrap().json()["lost_seqs"],
+        json!([from, to])
+    );
+    // The session is free.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let next = app.post_turn("s-lost", json!({"message": "again"})).await;
+    assert_eq!(next.status(), 200);
+}
