@@ -132,7 +132,7 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         let head_timeout = limits.header_read_timeout;
         connections.spawn(async move {
-            let io = TokioIo::new(TrackedIo::new(tcp, activity, &framing));
+            let io = TokioIo::new(TrackedIo::new(tcp, activity, slot.clone(), &framing));
             let connection = builder.serve_connection_with_upgrades(io, service);
             let mut connection = std::pin::pin!(connection);
             // Until its first request arrives, a connection has the head

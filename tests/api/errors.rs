@@ -573,15 +573,7 @@ async fn answer_refused(event_batch_max: Option<usize>) {
     assert_eq!(jobs_of_turn, 0, "{jobs}");
     // The database refuses the data itself: the end is tried once, not
     // retried as if the database were down.
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics
             .lines()

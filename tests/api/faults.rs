@@ -182,15 +182,7 @@ async fn a_batch_whose_commit_answer_was_lost_is_retried_without_a_duplicate() {
         "every delta of A once"
     );
     // The cut batch failed once and was tried again.
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics
             .lines()

@@ -167,6 +167,18 @@ impl TestApp {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// `GET /metrics`, as text.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn post_json(&self, path: &str) -> (u16, Value) {
         let response = self.client.post(self.url(path)).send().await.unwrap();
         let status = response.status().as_u16();

@@ -258,15 +258,7 @@ async fn an_unknown_tool_gets_an_error_result_and_the_loop_goes_on(backend: Back
     );
     // The tool's metric is labelled `unknown`, not with whatever name the
     // model made up: the labels stay bounded.
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains(
             r#"agent_harness_tool_duration_seconds_count{tool="unknown",outcome="failed"} 1"#

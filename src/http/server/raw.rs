@@ -11,7 +11,10 @@
 //!   as sent, and the service refuses the request.
 //! - Hyper answers a head it cannot parse (too large, malformed) itself,
 //!   with a bare status line and no body. [`bare_error_replacement`] turns
-//!   such an answer into the service's problem document as it is written.
+//!   such an answer into the service's problem document as it is written,
+//!   only while no request of the connection is in flight (hyper answers
+//!   so for requests that never reached the service; bytes of a response
+//!   the service is sending are never looked at).
 
 use std::{
     pin::Pin,
@@ -25,6 +28,7 @@ use std::{
 use axum::body::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::slots::Slot;
 use crate::http::{
     conn_timer::Activity,
     error::ApiError,
@@ -155,16 +159,18 @@ pub fn bare_error_replacement(written: &[u8]) -> Option<Bytes> {
 pub struct TrackedIo<T> {
     inner: T,
     activity: Arc<Activity>,
+    slot: Arc<Slot>,
     scanner: FramingScanner,
     /// A replacement answer and how much of it is written.
     replacing: Option<(Bytes, usize)>,
 }
 
 impl<T> TrackedIo<T> {
-    pub fn new(inner: T, activity: Arc<Activity>, framing: &Framing) -> Self {
+    pub fn new(inner: T, activity: Arc<Activity>, slot: Arc<Slot>, framing: &Framing) -> Self {
         Self {
             inner,
             activity,
+            slot,
             scanner: framing.scanner(),
             replacing: None,
         }
@@ -190,6 +196,9 @@ impl<T: AsyncWrite + Unpin> TrackedIo<T> {
 
     /// Takes `buf` as written when it is a bare error answer to replace.
     fn replaced(&mut self, buf: &[u8]) -> bool {
+        if self.slot.has_request_in_flight() {
+            return false;
+        }
         match bare_error_replacement(buf) {
             Some(answer) => {
                 self.replacing = Some((answer, 0));

@@ -144,6 +144,12 @@ impl Slot {
         InFlight(self.clone())
     }
 
+    /// Whether a request of the connection reached the service and its
+    /// answer is not done.
+    pub fn has_request_in_flight(&self) -> bool {
+        self.state().in_flight > 0
+    }
+
     /// The connection ended: its slot is free.
     pub fn end(&self) {
         let mut state = self.state();
