@@ -813,14 +813,9 @@ async fn a_turn_that_lost_events_names_the_missing_range_in_its_end() {
              WHEN (NEW.payload LIKE '%lose-me%') EXECUTE FUNCTION refuse_event();",
         )
         .await;
-    let mut body = String::new();
-    for word in ["one ", "two ", "lose-me ", "four ", "five"] {
-        let chunk = json!({"id": "chatcmpl-lost", "object": "chat.completion.chunk", "created": 1763790000,
-            "model": "gpt-4o-mini-2024-07-18", "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": null}]});
-        body.push_str(&format!("data: {chunk}\n\n"));
-    }
-    body.push_str("data: [DONE]\n\n");
-    app.provider.enqueue([Reply::raw_sse(&body)]);
+    app.provider.enqueue([Reply::openai_deltas(&[
+        "one ", "two ", "lose-me ", "four ", "five",
+    ])]);
     let mut stream = app.post_turn_sse("s-lost", json!({"message": "Hi"})).await;
     let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
     let live = stream.read_to_end().await;

@@ -67,6 +67,16 @@ impl Reply {
     /// An OpenAI text answer, streamed in the recorded shape of
     /// `openai/text.sse` (the same chunks, with this text in two deltas).
     pub fn openai_text(text: &str) -> Self {
+        let half = text
+            .char_indices()
+            .nth(text.chars().count() / 2)
+            .map_or(text.len(), |(i, _)| i);
+        Self::openai_deltas(&[&text[..half], &text[half..]])
+    }
+
+    /// An OpenAI text answer in the recorded shape of `openai/text.sse`,
+    /// one content delta per piece.
+    pub fn openai_deltas(pieces: &[&str]) -> Self {
         let chunk = |choices: serde_json::Value, usage: serde_json::Value| {
             let chunk = serde_json::json!({
                 "id": "chatcmpl-CWq2hVnYt8o4Qm1sKxR7uJd3Lbe9F",
@@ -80,10 +90,6 @@ impl Reply {
             });
             format!("data: {chunk}\n\n")
         };
-        let half = text
-            .char_indices()
-            .nth(text.chars().count() / 2)
-            .map_or(text.len(), |(i, _)| i);
         let delta = |content: &str| {
             chunk(
                 serde_json::json!([{"index": 0, "delta": {"content": content}, "logprobs": null, "finish_reason": null}]),
@@ -95,8 +101,7 @@ impl Reply {
                 serde_json::json!([{"index": 0, "delta": {"role": "assistant", "content": "", "refusal": null}, "logprobs": null, "finish_reason": null}]),
                 serde_json::Value::Null,
             ),
-            delta(&text[..half]),
-            delta(&text[half..]),
+            pieces.iter().map(|piece| delta(piece)).collect(),
             chunk(
                 serde_json::json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}]),
                 serde_json::Value::Null,

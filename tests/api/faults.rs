@@ -13,17 +13,23 @@ use crate::{
     support::{Backend, FaultProxy, TestDb},
 };
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_database_that_goes_down_fails_requests_fast_and_ends_streams_with_a_terminal_event() {
-    if !crate::support::postgres_or_skip().await {
-        return;
-    }
+/// The service on a Postgres it reaches through a proxy the test cuts.
+async fn proxied_app() -> (FaultProxy, crate::helpers::TestApp) {
     let proxy = FaultProxy::start(TestDb::postgres_addr()).await;
     let db = TestDb::new(Backend::Postgres).await;
     let store = db.open_through(&proxy).await;
     let provider = FakeProvider::start().await;
     let settings = test_settings(&provider);
     let app = spawn_app_on(db, store, provider, settings, Vec::new()).await;
+    (proxy, app)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_goes_down_fails_requests_fast_and_ends_streams_with_a_terminal_event() {
+    if !crate::support::postgres_or_skip().await {
+        return;
+    }
+    let (proxy, app) = proxied_app().await;
 
     // A turn is streaming when the database goes away.
     let gate = CancellationToken::new();
@@ -112,25 +118,12 @@ async fn a_batch_whose_commit_answer_was_lost_is_retried_without_a_duplicate() {
     if !crate::support::postgres_or_skip().await {
         return;
     }
-    let proxy = FaultProxy::start(TestDb::postgres_addr()).await;
-    let db = TestDb::new(Backend::Postgres).await;
-    let store = db.open_through(&proxy).await;
-    let provider = FakeProvider::start().await;
-    let settings = test_settings(&provider);
-    let app = spawn_app_on(db, store, provider, settings, Vec::new()).await;
+    let (proxy, app) = proxied_app().await;
     // A: 300 deltas, a millisecond apart. B: its whole answer at once.
     let words: Vec<String> = (0..300).map(|i| format!("w{i} ")).collect();
-    let mut long = String::new();
-    for word in &words {
-        let chunk = json!({"id": "chatcmpl-long", "object": "chat.completion.chunk", "created": 1763790000,
-            "model": "gpt-4o-mini-2024-07-18", "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": null}]});
-        long.push_str(&format!("data: {chunk}\n\n"));
-    }
-    let end = json!({"id": "chatcmpl-long", "object": "chat.completion.chunk", "created": 1763790000,
-        "model": "gpt-4o-mini-2024-07-18", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
-    long.push_str(&format!("data: {end}\n\ndata: [DONE]\n\n"));
+    let pieces: Vec<&str> = words.iter().map(String::as_str).collect();
     let whole = crate::fake_provider::fixture("openai/text.sse");
-    app.provider.enqueue([Reply::raw_sse(&long)]);
+    app.provider.enqueue([Reply::openai_deltas(&pieces)]);
     let mut a = app
         .post_turn_sse("s-streaming", json!({"message": "Hi"}))
         .await;
