@@ -302,7 +302,7 @@ impl StoredEvent {
         let body = self.payload.strip_prefix('{').unwrap_or("}");
         // Writing to a String cannot fail.
         let _ = write!(out, "{{\"seq\":{},\"session_id\":", self.seq);
-        push_json_string(out, &self.session_id);
+        push_json_string(out, crate::ids::client_session_id(&self.session_id));
         let _ = write!(
             out,
             ",\"turn_id\":\"{}\",\"created_at\":\"{}\",",

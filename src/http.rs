@@ -43,7 +43,7 @@ use crate::{
     app::AppState,
     config::CorsOrigins,
     events::{EventEnvelope, TurnEvent},
-    ids::{SessionId, SessionIdError},
+    ids::{SessionId, SessionIdError, SessionKey},
 };
 pub use auth::Tenant;
 use error::{ApiError, Problem};
@@ -219,7 +219,7 @@ pub fn router(app: AppState) -> Router {
     let auth = auth::Auth::new(&app);
     let routes = routes
         .route_layer(axum::middleware::from_fn_with_state(
-            (app.clone(), auth.clone()),
+            app.clone(),
             auth::check_owner,
         ))
         .fallback(fallback)
@@ -318,8 +318,11 @@ async fn fallback(request: Request) -> ApiError {
 #[expect(dead_code, reason = "describes the stream; the SSE encoder writes it")]
 pub(crate) struct EventStream(String);
 
-pub(crate) fn parse_session_id(raw: &str) -> Result<SessionId, ApiError> {
-    SessionId::parse(raw).map_err(ApiError::InvalidSessionId)
+/// The caller's session of a client's id: ids are per tenant, so the
+/// key alone can only ever reach the caller's own sessions.
+pub(crate) fn parse_session_id(raw: &str, tenant: &Tenant) -> Result<SessionKey, ApiError> {
+    let id = SessionId::parse(raw).map_err(ApiError::InvalidSessionId)?;
+    Ok(SessionKey::new(&tenant.0, &id))
 }
 
 /// The problem a turn that could not start answers with.
@@ -340,7 +343,7 @@ impl From<crate::runner::StartError> for ApiError {
 /// stream a turn they started.
 pub(crate) fn follow_started(
     app: &AppState,
-    session_id: &SessionId,
+    session_id: &SessionKey,
     started: crate::runner::StartedTurn,
 ) -> futures::stream::BoxStream<
     'static,
@@ -432,12 +435,27 @@ pub(crate) fn data_frame(value: &serde_json::Value) -> axum::body::Bytes {
 /// The session, or 404 `session_not_found`.
 pub(crate) async fn known_session(
     app: &AppState,
-    session_id: &SessionId,
+    session_id: &SessionKey,
 ) -> Result<crate::store::SessionRecord, ApiError> {
     app.store
         .get_session(session_id.as_str())
         .await?
         .ok_or(ApiError::SessionNotFound)
+}
+
+/// What a route answers when the thing it names is not in the session:
+/// `session_not_found` when the session itself does not exist (looked up
+/// only on this path, so a found turn costs one read), else `missing`.
+pub(crate) async fn not_found_in(
+    app: &AppState,
+    session_id: &SessionKey,
+    missing: ApiError,
+) -> ApiError {
+    match app.store.get_session(session_id.as_str()).await {
+        Ok(Some(_)) => missing,
+        Ok(None) => ApiError::SessionNotFound,
+        Err(e) => e.into(),
+    }
 }
 
 pub(crate) fn parse_turn_id(raw: &str) -> Result<Uuid, ApiError> {

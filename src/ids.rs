@@ -67,6 +67,48 @@ pub fn client_scope(stored: &str) -> &str {
     stored.split_once('/').map_or(stored, |(_, scope)| scope)
 }
 
+/// A tenant's session as the store keys it: the default tenant's under
+/// its id, another tenant's under `{tenant}/{id}` (as [`tenant_scope`]).
+/// Every tenant has its own ids: the same id in two tenants is two
+/// sessions, and nothing a tenant does reaches (or hints at) another's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionKey(String);
+
+impl SessionKey {
+    pub fn new(tenant: &str, id: &SessionId) -> Self {
+        Self(tenant_scope(tenant, id.as_str()))
+    }
+
+    /// The stored key (what every table's `session_id` holds).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The id the session's tenant knows it by.
+    pub fn id(&self) -> &str {
+        client_session_id(&self.0)
+    }
+
+    /// The session's tenant.
+    pub fn tenant(&self) -> &str {
+        self.0
+            .split_once('/')
+            .map_or(DEFAULT_TENANT, |(tenant, _)| tenant)
+    }
+}
+
+impl fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The session id a client knows, of a stored session key: what every
+/// answer, event and prompt shows (see [`SessionKey`]).
+pub fn client_session_id(stored: &str) -> &str {
+    client_scope(stored)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +149,23 @@ mod tests {
         );
         assert_eq!(client_scope("acme/user:ann"), "user:ann");
         assert_eq!(client_scope("user:ann"), "user:ann");
+    }
+
+    #[test]
+    fn a_session_key_is_its_tenants_alone() {
+        let id = SessionId::parse("chat-1").unwrap();
+        let default = SessionKey::new(DEFAULT_TENANT, &id);
+        let acme = SessionKey::new("acme", &id);
+        // The default tenant's sessions keep the keys they always had.
+        assert_eq!(default.as_str(), "chat-1");
+        assert_eq!(acme.as_str(), "acme/chat-1");
+        assert_ne!(default, acme);
+        assert_ne!(acme, SessionKey::new("acme2", &id));
+        for key in [&default, &acme] {
+            assert_eq!(key.id(), "chat-1");
+        }
+        assert_eq!(default.tenant(), DEFAULT_TENANT);
+        assert_eq!(acme.tenant(), "acme");
+        assert_eq!(client_session_id("acme/chat-1"), "chat-1");
     }
 }

@@ -23,7 +23,7 @@ use uuid::Uuid;
 use crate::{
     events::{StoredEvent, TurnEvent},
     harness::{AgentHarness, WebMode},
-    ids::SessionId,
+    ids::SessionKey,
     metrics::Metrics,
     providers::ChatMessage,
     store::{BeginTurnError, NewTurn, OrphanScope, Store, StoreError, TurnRecord, TurnStatus},
@@ -49,13 +49,14 @@ pub struct TurnSpec {
 }
 
 impl TurnSpec {
-    /// The (stored) memory scope of a turn of `tenant`'s `session_id`.
-    pub fn memory_scope(&self, tenant: &str, session_id: &str) -> String {
+    /// The (stored) memory scope of a turn of `session`: its user's or
+    /// its own, among its tenant's scopes.
+    pub fn memory_scope(&self, session: &SessionKey) -> String {
         let scope = match &self.user_id {
             Some(user) => format!("user:{user}"),
-            None => format!("session:{session_id}"),
+            None => format!("session:{}", session.id()),
         };
-        crate::ids::tenant_scope(tenant, &scope)
+        crate::ids::tenant_scope(session.tenant(), &scope)
     }
 }
 
@@ -264,11 +265,10 @@ impl TurnRunner {
         Ok(events.len())
     }
 
-    /// Begins a turn of `tenant`'s session and starts it in the background.
+    /// Begins a turn of a tenant's session and starts it in the background.
     pub async fn start(
         &self,
-        session_id: &SessionId,
-        tenant: &str,
+        session_id: &SessionKey,
         spec: TurnSpec,
         idempotency_key: Option<String>,
     ) -> Result<StartedTurn, StartError> {
@@ -291,7 +291,7 @@ impl TurnRunner {
         let new_turn = NewTurn {
             id: turn_id,
             session_id: session_id.as_str().to_owned(),
-            tenant: tenant.to_owned(),
+            tenant: session_id.tenant().to_owned(),
             request: serde_json::to_string(&spec).map_err(encode)?,
             idempotency_key,
             owner_instance: inner.config.instance_id.clone(),
@@ -328,7 +328,7 @@ impl TurnRunner {
             StoredEvent::new(session_id.as_str(), turn_id, began.first_seq, &started, now)
                 .map_err(encode)?,
         );
-        let memory_scope = spec.memory_scope(tenant, session_id.as_str());
+        let memory_scope = spec.memory_scope(session_id);
         let runner = self.clone();
         let span = tracing::info_span!(
             "turn",
@@ -358,7 +358,7 @@ impl TurnRunner {
     /// Stops a running turn.
     pub async fn cancel(
         &self,
-        session_id: &SessionId,
+        session_id: &SessionKey,
         turn_id: Uuid,
     ) -> Result<CancelOutcome, CancelError> {
         let store = &self.inner.store;
@@ -393,7 +393,7 @@ impl TurnRunner {
     /// `None` if the service shuts down first.
     pub async fn wait_for_end(
         &self,
-        session_id: &SessionId,
+        session_id: &SessionKey,
         turn_id: Uuid,
     ) -> Result<Option<TurnRecord>, StoreError> {
         if let Some(live) = self.inner.live.get(turn_id) {

@@ -420,7 +420,7 @@ async fn record_decision(
     let usage = input.usage;
     let record = json!({
         "decision_key": DECISION_KEY,
-        "session_id": input.session_id,
+        "session_id": crate::ids::client_session_id(&input.session_id),
         "turn_id": input.turn_id,
         "turn_number": input.turn_number,
         "assistant_message_id": facts.assistant_message_id,

@@ -57,7 +57,7 @@ impl TurnPreparer {
         let mut messages = Vec::with_capacity(input.history.len() + 6);
         messages.push(ChatMessage::system(input.system_prompt));
         messages.push(ChatMessage::system(runtime_metadata(
-            input.session_id,
+            crate::ids::client_session_id(input.session_id),
             &resolved_provider,
             &resolved_model,
             input.today,

@@ -197,7 +197,7 @@ async fn agui_run(
     Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<RunAgentInput>,
 ) -> Result<Response, ApiError> {
-    let session_id = parse_session_id(&body.thread_id)?;
+    let session_id = parse_session_id(&body.thread_id, &tenant)?;
     let messages: Vec<(&str, String)> = body
         .messages
         .iter()
@@ -208,9 +208,9 @@ async fn agui_run(
         .run_id
         .clone()
         .filter(|r| !r.trim().is_empty() && r.len() <= 128 && !r.chars().any(char::is_control));
-    let started = app.runner.start(&session_id, &tenant.0, spec, None).await?;
+    let started = app.runner.start(&session_id, spec, None).await?;
     let turn_id = started.turn_id;
-    let session = session_id.as_str().to_owned();
+    let session = session_id.id().to_owned();
     let events = super::follow_started(&app, &session_id, started);
     let run_id = run_id.unwrap_or_else(|| turn_id.to_string());
     let frames = async_stream::stream! {

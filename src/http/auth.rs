@@ -2,12 +2,13 @@
 //! session belongs to.
 //!
 //! [`authenticate`] runs before routing: it checks the key (when keys are
-//! required) and puts the caller's [`Tenant`] into the request. After
-//! routing, [`check_owner`] looks at the route's `session_id` or
-//! `checkpoint_id`: a session of another tenant is answered exactly as a
-//! session that does not exist. Starting a turn checks again, in the same
-//! statement that makes or updates the session (see `Store::begin_turn`),
-//! so no race makes a session change hands.
+//! required) and puts the caller's [`Tenant`] into the request. Session
+//! ids are per tenant (see `ids::SessionKey`): a route's `session_id` can
+//! only ever name one of the caller's own sessions, so no other tenant's
+//! session can be reached, taken or learnt of. After routing,
+//! [`check_owner`] looks at a route's `checkpoint_id` (checkpoint ids are
+//! global): another tenant's is answered exactly as one that does not
+//! exist.
 
 use std::{
     collections::HashMap,
@@ -17,7 +18,7 @@ use std::{
 
 use axum::{
     extract::{RawPathParams, Request, State},
-    http::{Method, header},
+    http::header,
     middleware::Next,
     response::Response,
 };
@@ -28,24 +29,18 @@ use crate::{app::AppState, ids::DEFAULT_TENANT};
 /// Paths anyone may ask for: probes, metrics, the contract and the page.
 pub(super) const OPEN_PATHS: &[&str] = &["/", "/healthz", "/readyz", "/metrics", "/openapi.yaml"];
 
-/// How many sessions' tenants are remembered (a session never changes
-/// tenant, so an entry never goes stale); the map starts over when full.
-const OWNERS_CACHED: usize = 10_000;
-
 /// The tenant of the request: its key's, or [`DEFAULT_TENANT`] when keys
 /// are not required.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub String);
 
-/// Keys, their request buckets and the sessions' tenants.
+/// Keys and their request buckets.
 pub(super) struct Auth {
     required: bool,
     per_minute: u32,
     /// Tokens left and when they were counted, by key id (one entry per
     /// key that was used: at most as many as the keys made).
     buckets: Mutex<HashMap<String, (f64, Instant)>>,
-    /// Tenant by session id, for sessions that exist.
-    owners: Mutex<HashMap<String, String>>,
 }
 
 impl Auth {
@@ -54,7 +49,6 @@ impl Auth {
             required: app.settings.server.auth_required(),
             per_minute: app.settings.server.rate_limit_per_minute,
             buckets: Mutex::new(HashMap::new()),
-            owners: Mutex::new(HashMap::new()),
         })
     }
 
@@ -79,30 +73,6 @@ impl Auth {
             let wait = (1.0 - *tokens) / per_second;
             Err(wait.ceil().max(1.0) as u64)
         }
-    }
-
-    /// The tenant of a session; `None`: no such session.
-    async fn session_tenant(
-        &self,
-        app: &AppState,
-        session_id: &str,
-    ) -> Result<Option<String>, ApiError> {
-        if let Some(tenant) = self
-            .owners
-            .lock()
-            .ok()
-            .and_then(|owners| owners.get(session_id).cloned())
-        {
-            return Ok(Some(tenant));
-        }
-        let tenant = app.store.session_tenant(session_id).await?;
-        if let (Some(tenant), Ok(mut owners)) = (&tenant, self.owners.lock()) {
-            if owners.len() >= OWNERS_CACHED {
-                owners.clear();
-            }
-            owners.insert(session_id.to_owned(), tenant.clone());
-        }
-        Ok(tenant)
     }
 }
 
@@ -141,12 +111,10 @@ pub(super) async fn authenticate(
     Ok(next.run(request).await)
 }
 
-/// After routing: the session (or checkpoint) the route names must be the
-/// caller's. Another tenant's is `session_not_found`
-/// (`checkpoint_not_found`), as if it did not exist; so is a session that
-/// does not exist, except where a turn makes it.
+/// After routing: the checkpoint a route names must be the caller's;
+/// another tenant's is `checkpoint_not_found`, as if it did not exist.
 pub(super) async fn check_owner(
-    State((app, auth)): State<(AppState, Arc<Auth>)>,
+    State(app): State<AppState>,
     params: Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
     request: Request,
     next: Next,
@@ -161,28 +129,12 @@ pub(super) async fn check_owner(
         // resource.
         return Ok(next.run(request).await);
     };
-    // Posting a turn is checked where the turn begins, in the statement
-    // that makes or updates the session (and a running turn or a used
-    // idempotency key is only reported to the session's tenant): no read
-    // here on the busiest route.
-    let begins_turn = request.method() == Method::POST && request.uri().path().ends_with("/turns");
     for (name, value) in &params {
-        match name {
-            "session_id" if !begins_turn => {
-                // An invalid id gets its own error from the handler.
-                if crate::ids::SessionId::parse(value).is_err() {
-                    continue;
-                }
-                match auth.session_tenant(&app, value).await? {
-                    Some(owner) if owner == tenant => {}
-                    _ => return Err(ApiError::SessionNotFound),
-                }
-            }
-            "checkpoint_id" => match app.store.checkpoint_tenant(value).await? {
-                Some(owner) if owner != tenant => return Err(ApiError::CheckpointNotFound),
-                _ => {}
-            },
-            _ => {}
+        if name == "checkpoint_id"
+            && let Some(owner) = app.store.checkpoint_tenant(value).await?
+            && owner != tenant
+        {
+            return Err(ApiError::CheckpointNotFound);
         }
     }
     Ok(next.run(request).await)

@@ -13,7 +13,7 @@ use super::{Tenant, error::ApiError, parse_session_id, parse_turn_id};
 use crate::{
     app::AppState,
     http::error::Problem,
-    ids::{SessionId, client_scope, tenant_scope},
+    ids::{SessionId, client_scope, client_session_id, tenant_scope},
     store::{JobSummary, JudgementRecord, MemoryRecord, ObservationRecord},
 };
 
@@ -105,6 +105,7 @@ async fn list_memories(
         .await?;
     for memory in &mut memories {
         memory.scope = client_scope(&memory.scope).to_owned();
+        memory.source_session_id = client_session_id(&memory.source_session_id).to_owned();
     }
     Ok(axum::Json(MemoryList { memories }))
 }
@@ -164,18 +165,21 @@ pub struct JudgementList {
 )]
 async fn list_judgements(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path((session_id, turn_id)): Path<(String, String)>,
 ) -> Result<axum::Json<JudgementList>, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let turn_id = parse_turn_id(&turn_id)?;
-    app.store
-        .get_turn(session_id.as_str(), turn_id)
-        .await?
-        .ok_or(ApiError::TurnNotFound)?;
-    let judgements = app
+    let Some(_) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
+        return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
+    };
+    let mut judgements = app
         .store
         .list_judgements(session_id.as_str(), turn_id)
         .await?;
+    for judgement in &mut judgements {
+        judgement.session_id = session_id.id().to_owned();
+    }
     Ok(axum::Json(JudgementList { judgements }))
 }
 
@@ -224,10 +228,11 @@ pub struct JobList {
 )]
 async fn list_jobs(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(session_id): Path<String>,
     query: Result<Query<NewestQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<JobList>, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let limit = newest(query)?;
     super::known_session(&app, &session_id).await?;
     let jobs = app.store.list_jobs(session_id.as_str(), limit).await?;
@@ -257,15 +262,19 @@ pub struct ObservationList {
 )]
 async fn list_observations(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(session_id): Path<String>,
     query: Result<Query<NewestQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<ObservationList>, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let limit = newest(query)?;
     super::known_session(&app, &session_id).await?;
-    let observations = app
+    let mut observations = app
         .store
         .list_observations(session_id.as_str(), limit)
         .await?;
+    for observation in &mut observations {
+        observation.session_id = session_id.id().to_owned();
+    }
     Ok(axum::Json(ObservationList { observations }))
 }

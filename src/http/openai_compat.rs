@@ -173,15 +173,15 @@ async fn chat_completions(
         .map(str::to_owned)
         .or_else(|| body.user.clone());
     let session_id = match named {
-        Some(name) => parse_session_id(&name)?,
-        None => parse_session_id(&format!("chatcmpl-{}", Uuid::now_v7().simple()))?,
+        Some(name) => parse_session_id(&name, &tenant)?,
+        None => parse_session_id(&format!("chatcmpl-{}", Uuid::now_v7().simple()), &tenant)?,
     };
     let spec = body.spec()?;
     let (_, model) = app
         .runner
         .harness()
         .resolve_provider_model(None, spec.runtime_model.as_deref());
-    let started = app.runner.start(&session_id, &tenant.0, spec, None).await?;
+    let started = app.runner.start(&session_id, spec, None).await?;
     let turn_id = started.turn_id;
     let completion = Completion {
         id: format!("chatcmpl-{}", turn_id.simple()),
@@ -281,7 +281,7 @@ async fn chat_completions(
         }
     };
     let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::from_str(session_id.as_str()) {
+    if let Ok(value) = HeaderValue::from_str(session_id.id()) {
         headers.insert("x-session-id", value);
     }
     if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {

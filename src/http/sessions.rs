@@ -1,6 +1,7 @@
 //! `/sessions/{session_id}`, its messages and its event log.
 
 use axum::{
+    Extension,
     extract::{Path, Query, State},
     http::header,
     response::{IntoResponse, Response},
@@ -11,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{error::ApiError, parse_session_id};
+use super::{Tenant, error::ApiError, parse_session_id};
 use crate::{
     app::AppState,
     events::EventEnvelope,
@@ -61,12 +62,13 @@ pub struct SessionView {
 )]
 async fn get_session(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(session_id): Path<String>,
 ) -> Result<axum::Json<SessionView>, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let session = super::known_session(&app, &session_id).await?;
     Ok(axum::Json(SessionView {
-        session_id: session.id,
+        session_id: session_id.id().to_owned(),
         created_at: session.created_at,
         updated_at: session.updated_at,
         turn_count: session.turn_count,
@@ -139,10 +141,11 @@ pub struct MessagePage {
 )]
 async fn list_messages(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(session_id): Path<String>,
     query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<MessagePage>, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let (after, limit) = PageQuery::parse(query)?;
     super::known_session(&app, &session_id).await?;
     let messages = app
@@ -182,10 +185,11 @@ pub struct EventPage {
 )]
 async fn list_events(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(session_id): Path<String>,
     query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let (after, limit) = PageQuery::parse(query)?;
     super::known_session(&app, &session_id).await?;
     let events = app
@@ -266,10 +270,11 @@ pub struct DecisionList {
 )]
 async fn list_decisions(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(session_id): Path<String>,
     query: Result<Query<DecisionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<DecisionList>, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let limit = page_limit(query.limit)?;
     if query
@@ -324,17 +329,21 @@ pub struct CheckpointList {
 )]
 async fn list_checkpoints(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(session_id): Path<String>,
     query: Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<CheckpointList>, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let limit = page_limit(query.limit)?;
     super::known_session(&app, &session_id).await?;
-    let checkpoints = app
+    let mut checkpoints = app
         .store
         .list_checkpoints(session_id.as_str(), limit)
         .await?;
+    for checkpoint in &mut checkpoints {
+        checkpoint.session_id = session_id.id().to_owned();
+    }
     Ok(axum::Json(CheckpointList { checkpoints }))
 }
 
@@ -354,13 +363,17 @@ async fn list_checkpoints(
 )]
 async fn get_artifact(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path((session_id, artifact_id)): Path<(String, String)>,
 ) -> Result<axum::Json<ArtifactRecord>, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
-    let artifact = app
+    let session_id = parse_session_id(&session_id, &tenant)?;
+    let Some(mut artifact) = app
         .store
         .get_artifact(session_id.as_str(), &artifact_id)
         .await?
-        .ok_or(ApiError::ArtifactNotFound)?;
+    else {
+        return Err(super::not_found_in(&app, &session_id, ApiError::ArtifactNotFound).await);
+    };
+    artifact.session_id = session_id.id().to_owned();
     Ok(axum::Json(artifact))
 }

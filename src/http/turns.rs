@@ -19,7 +19,7 @@ use crate::{
     app::AppState,
     harness::{TurnResult, WebMode},
     http::error::Problem,
-    ids::SessionId,
+    ids::{SessionKey, client_session_id},
     providers::{ChatMessage, Role},
     runner::{CancelError, CancelOutcome, StartError, TurnSpec},
     store::{TurnRecord, TurnStatus},
@@ -266,7 +266,7 @@ impl TryFrom<TurnRecord> for TurnView {
             .map_err(|e| ApiError::Internal(format!("stored result of {}: {e}", r.id)))?;
         Ok(Self {
             turn_id: r.id,
-            session_id: r.session_id,
+            session_id: client_session_id(&r.session_id).to_owned(),
             status: r.status,
             created_at: r.created_at,
             finished_at: r.finished_at,
@@ -349,7 +349,7 @@ async fn start_turn(
     headers: HeaderMap,
     ApiJson(body): ApiJson<TurnBody>,
 ) -> Result<Response, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let key = idempotency_key(&headers)?;
     let multitask = body.multitask.unwrap_or_default();
     let spec = body.validate(&app.provider_names)?;
@@ -361,7 +361,7 @@ async fn start_turn(
     let started = loop {
         match app
             .runner
-            .start(&session_id, &tenant.0, spec.clone(), key.clone())
+            .start(&session_id, spec.clone(), key.clone())
             .await
         {
             Err(StartError::AlreadyRunning(running)) if multitask != Multitask::Reject => {
@@ -386,7 +386,7 @@ async fn start_turn(
         let metrics = app.runner.metrics().clone();
         let session = session_id.as_str().to_owned();
         let turn = sse::TurnRef {
-            session_id: session.clone(),
+            session_id: session_id.id().to_owned(),
             turn_id,
         };
         match started.live {
@@ -416,7 +416,9 @@ async fn start_turn(
     if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
         headers.insert("x-turn-id", value);
     }
-    if let Ok(value) = HeaderValue::from_str(&format!("/sessions/{session_id}/turns/{turn_id}")) {
+    if let Ok(value) =
+        HeaderValue::from_str(&format!("/sessions/{}/turns/{turn_id}", session_id.id()))
+    {
         headers.insert(header::CONTENT_LOCATION, value);
     }
     if started.replayed {
@@ -438,7 +440,7 @@ fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
                 .map_err(|e| ApiError::Internal(format!("stored result of {turn_id}: {e}")))?
                 .unwrap_or_default();
             Ok(axum::Json(TurnResponse {
-                session_id: record.session_id,
+                session_id: client_session_id(&record.session_id).to_owned(),
                 turn_id,
                 status: record.status,
                 result,
@@ -474,15 +476,14 @@ fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
 )]
 async fn get_turn(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path((session_id, turn_id)): Path<(String, String)>,
 ) -> Result<axum::Json<TurnView>, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let turn_id = parse_turn_id(&turn_id)?;
-    let record = app
-        .store
-        .get_turn(session_id.as_str(), turn_id)
-        .await?
-        .ok_or(ApiError::TurnNotFound)?;
+    let Some(record) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
+        return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
+    };
     Ok(axum::Json(record.try_into()?))
 }
 
@@ -520,11 +521,12 @@ pub struct AfterQuery {
 )]
 async fn turn_events(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path((session_id, turn_id)): Path<(String, String)>,
     query: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let turn_id = parse_turn_id(&turn_id)?;
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let after = match headers.get("last-event-id") {
@@ -544,11 +546,9 @@ async fn turn_events(
             "`after` must not be negative".into(),
         ));
     }
-    let turn = app
-        .store
-        .get_turn(session_id.as_str(), turn_id)
-        .await?
-        .ok_or(ApiError::TurnNotFound)?;
+    let Some(turn) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
+        return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
+    };
     // Nothing of this turn comes before its first event.
     let after = after.max(turn.first_seq - 1);
     // A resume at or past the end of a turn that ended has nothing to send:
@@ -567,7 +567,7 @@ async fn turn_events(
         .subscribe(session_id.as_str().to_owned(), turn_id, after);
     Ok(sse::response(
         sse::TurnRef {
-            session_id: session_id.as_str().to_owned(),
+            session_id: session_id.id().to_owned(),
             turn_id,
         },
         events,
@@ -607,9 +607,10 @@ pub struct CancelRequested {
 )]
 async fn cancel_turn(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path((session_id, turn_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let session_id: SessionId = parse_session_id(&session_id)?;
+    let session_id: SessionKey = parse_session_id(&session_id, &tenant)?;
     let turn_id = parse_turn_id(&turn_id)?;
     match app.runner.cancel(&session_id, turn_id).await {
         Ok(CancelOutcome::Ended(record)) => {
@@ -624,7 +625,9 @@ async fn cancel_turn(
             }),
         )
             .into_response()),
-        Err(CancelError::NotFound) => Err(ApiError::TurnNotFound),
+        Err(CancelError::NotFound) => {
+            Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await)
+        }
         Err(CancelError::NotRunning(status)) => Err(ApiError::TurnNotRunning { turn_id, status }),
         Err(CancelError::Store(e)) => Err(e.into()),
     }
@@ -670,10 +673,11 @@ pub struct ApprovalView {
 )]
 async fn decide_approval(
     State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path((session_id, turn_id, call_id)): Path<(String, String, String)>,
     ApiJson(body): ApiJson<ApprovalBody>,
 ) -> Result<axum::Json<ApprovalView>, ApiError> {
-    let session_id = parse_session_id(&session_id)?;
+    let session_id = parse_session_id(&session_id, &tenant)?;
     let turn_id = parse_turn_id(&turn_id)?;
     if call_id.is_empty() || call_id.len() > 200 || call_id.chars().any(char::is_control) {
         return Err(ApiError::InvalidQuery("`call_id` is not a call id".into()));
@@ -688,11 +692,9 @@ async fn decide_approval(
             detail: "`reason` is longer than 1000 characters or contains U+0000".into(),
         });
     }
-    let turn = app
-        .store
-        .get_turn(session_id.as_str(), turn_id)
-        .await?
-        .ok_or(ApiError::TurnNotFound)?;
+    let Some(turn) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
+        return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
+    };
     if turn.status != TurnStatus::Running {
         return Err(ApiError::TurnNotRunning {
             turn_id,

@@ -184,14 +184,14 @@ async fn ui_chat(
     Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<UiChatRequest>,
 ) -> Result<Response, ApiError> {
-    let session_id = parse_session_id(&body.id)?;
+    let session_id = parse_session_id(&body.id, &tenant)?;
     let messages: Vec<(&str, String)> = body
         .messages
         .iter()
         .map(|m| (m.role.as_str(), m.text()))
         .collect();
     let spec = super::conversation_turn(&messages)?;
-    let started = app.runner.start(&session_id, &tenant.0, spec, None).await?;
+    let started = app.runner.start(&session_id, spec, None).await?;
     let turn_id = started.turn_id;
     let events = super::follow_started(&app, &session_id, started);
     let frames = async_stream::stream! {

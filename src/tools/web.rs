@@ -364,7 +364,10 @@ impl Tool for FetchUrl {
         };
         let title = title.unwrap_or_else(|| final_url.clone());
         let id = format!("art_{}", uuid::Uuid::now_v7().simple());
-        let rendered = format!("/sessions/{}/artifacts/{id}", ctx.session_id);
+        let rendered = format!(
+            "/sessions/{}/artifacts/{id}",
+            crate::ids::client_session_id(&ctx.session_id)
+        );
         self.store
             .put_artifact(&NewArtifact {
                 id,

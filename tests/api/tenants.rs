@@ -1,7 +1,8 @@
-//! Tenants: everything a tenant's key makes is that tenant's. Another
-//! tenant's key walks every operation of the served OpenAPI document
-//! against it and finds nothing, changes nothing, and cannot tell it from
-//! a session that never existed.
+//! Tenants: everything a tenant's key makes is that tenant's, and session
+//! ids are per tenant. Another tenant's key walks every operation of the
+//! served OpenAPI document against it and finds nothing, changes nothing,
+//! and cannot tell it from a session that never existed; a turn it posts
+//! to the same id is a session of its own.
 
 use std::time::Duration;
 
@@ -18,6 +19,9 @@ use crate::{
 const EXTRACTED: &str = r#"{"memories": [
   {"kind": "fact", "key": "home_city", "content": "The user lives in Lyon."}
 ]}"#;
+
+/// A memory extraction that found nothing.
+const NOTHING_EXTRACTED: &str = r#"{"memories": []}"#;
 
 fn client_with_key(key: &str) -> Client {
     let mut headers = header::HeaderMap::new();
@@ -44,6 +48,8 @@ enum Expect {
     /// Served, with nothing of the other tenant in it (memories: each
     /// tenant has its own scopes).
     Empty,
+    /// Served: a turn of the other tenant's own session of that id.
+    OwnSession,
 }
 
 /// One operation of the document, as the other tenant sends it.
@@ -80,10 +86,9 @@ fn attempt(method: &str, path: &str, session: &str) -> Option<Attempt> {
         ("POST", "/checkpoints/{checkpoint_id}/restore") => {
             simple(Expect::Missing("checkpoint_not_found"))
         }
-        ("POST", "/sessions/{session_id}/turns") => with_body(
-            Expect::Missing("session_not_found"),
-            json!({"message": user_message}),
-        ),
+        ("POST", "/sessions/{session_id}/turns") => {
+            with_body(Expect::OwnSession, json!({"message": user_message}))
+        }
         ("POST", "/sessions/{session_id}/turns/{turn_id}/approvals/{call_id}") => with_body(
             Expect::Missing("session_not_found"),
             json!({"approve": true}),
@@ -106,18 +111,18 @@ fn attempt(method: &str, path: &str, session: &str) -> Option<Attempt> {
             simple(Expect::Missing("session_not_found"))
         }
         ("POST", "/v1/chat/completions") => Some(Attempt {
-            expect: Expect::Missing("session_not_found"),
+            expect: Expect::OwnSession,
             body: Some(json!({"messages": [{"role": "user", "content": user_message}]})),
             headers: vec![("x-session-id", session.to_owned())],
         }),
         ("POST", "/v1/ui/chat") => with_body(
-            Expect::Missing("session_not_found"),
+            Expect::OwnSession,
             json!({"id": session, "messages": [
                 {"id": "m1", "role": "user", "parts": [{"type": "text", "text": user_message}]}
             ]}),
         ),
         ("POST", "/v1/agui") => with_body(
-            Expect::Missing("session_not_found"),
+            Expect::OwnSession,
             json!({"threadId": session, "runId": "r1", "messages": [
                 {"id": "m1", "role": "user", "content": user_message}
             ]}),
@@ -280,9 +285,13 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         ..known_clone(&known)
     };
 
-    // Globex walks every operation.
-    let operations = operations();
+    // Globex walks every operation; those that begin a turn last (they
+    // make Globex's own session of the id).
+    let mut operations = operations();
     assert!(operations.len() >= 25, "{operations:?}");
+    operations.sort_by_key(|(method, template)| {
+        attempt(method, template, session).map(|a| a.expect == Expect::OwnSession)
+    });
     for (method, template) in &operations {
         let attempt = attempt(method, template, session)
             .unwrap_or_else(|| panic!("{method} {template}: no attempt for this operation"));
@@ -291,6 +300,14 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
             "/memories" => "/memories?scope=user:ann".to_owned(),
             _ => path,
         };
+        if attempt.expect == Expect::OwnSession {
+            // Its turn and the memory extraction after it, in either
+            // order: an answer that is also an extraction of nothing.
+            app.provider.enqueue([
+                Reply::openai_text(NOTHING_EXTRACTED),
+                Reply::openai_text(NOTHING_EXTRACTED),
+            ]);
+        }
         let (status, body) = send(&other, &app, method, &path, &attempt).await;
         match attempt.expect {
             Expect::Missing(code) => {
@@ -319,12 +336,22 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                     body["memories"].as_array().is_some_and(Vec::is_empty) || body["deleted"] == 0;
                 assert!(empty, "{method} {path}: {body}");
             }
+            Expect::OwnSession => assert_eq!(status, 200, "{method} {path}: {body}"),
         }
     }
+    let own_sessions = operations
+        .iter()
+        .filter(|(m, t)| attempt(m, t, session).is_some_and(|a| a.expect == Expect::OwnSession))
+        .count();
+    assert_eq!(own_sessions, 4);
+    let own = attempt("GET", "/sessions/{session_id}", session).unwrap();
+    let (_, own) = send(&other, &app, "GET", &format!("/sessions/{session}"), &own).await;
+    assert_eq!(own["turn_count"], 4, "{own}");
+    assert_ne!(own["created_at"], before["created_at"]);
 
     // Nothing of Acme's changed: no turn began, none was cancelled or
-    // approved, no checkpoint restored, no memory forgotten, no provider
-    // call made.
+    // approved, no checkpoint restored, no memory forgotten, and no
+    // provider call of Globex's heard anything of Acme's.
     let (_, after) = app.get_json(&format!("/sessions/{session}")).await;
     assert_eq!(after["turn_count"], before["turn_count"]);
     assert_eq!(after["running_turn_id"], second.as_str());
@@ -332,13 +359,43 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         .get_json(&format!("/sessions/{session}/events?limit=1000"))
         .await;
     assert_eq!(events_after["events"], events_before["events"]);
-    assert_eq!(app.provider.requests().len(), requests_before);
+    let requests = app.provider.requests();
+    assert!(requests.len() >= requests_before + own_sessions);
+    for request in &requests[requests_before..] {
+        let prompt = request.body.to_string();
+        assert!(
+            !prompt.contains("Lyon") && !prompt.contains("my note"),
+            "{prompt}"
+        );
+    }
     assert_eq!(std::fs::read_to_string(&note).unwrap(), "acme wrote this");
     assert_eq!(wait_for_memories(&app).await.len(), memories.len());
     let (_, checkpoints) = app
         .get_json(&format!("/sessions/{session}/checkpoints"))
         .await;
     assert!(checkpoints["checkpoints"][0]["restored_at"].is_null());
+
+    // Acme sees its sessions by the ids it sent, everywhere: the key its
+    // rows are stored under never shows.
+    for (method, template) in &operations {
+        // (The running turn's event stream is read below.)
+        if method != "GET"
+            || !template.contains("{session_id}")
+            || template.ends_with("{turn_id}/events")
+        {
+            continue;
+        }
+        let response = app
+            .client
+            .get(app.url(&fill(template, &known)))
+            .send()
+            .await
+            .unwrap();
+        let text = response.text().await.unwrap();
+        assert!(!text.contains("acme/"), "GET {template}: {text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert!(session_ids_are(&body, session), "GET {template}: {text}");
+    }
 
     // Acme's own key still decides its turn.
     let url = format!("/sessions/{session}/turns/{second}/approvals/call_w2");
@@ -352,8 +409,24 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     assert_eq!(response.status(), 200);
     let events = stream.read_to_end().await;
     assert_eq!(events.last().unwrap().event, "turn.completed");
+    assert!(events.iter().all(|e| e.json()["session_id"] == session));
     assert_eq!(std::fs::read_to_string(&note).unwrap(), "acme again");
     app.stop().await;
+}
+
+/// Whether every `session_id` in `value` is `session`.
+fn session_ids_are(value: &Value, session: &str) -> bool {
+    match value {
+        Value::Object(fields) => fields.iter().all(|(name, v)| {
+            if name.ends_with("session_id") {
+                v == session
+            } else {
+                session_ids_are(v, session)
+            }
+        }),
+        Value::Array(items) => items.iter().all(|v| session_ids_are(v, session)),
+        _ => true,
+    }
 }
 
 fn known_clone(known: &Known) -> Known {
@@ -381,14 +454,37 @@ async fn wait_for_memories(app: &TestApp) -> Vec<Value> {
 
 on_both_backends!(another_tenant_finds_nothing_on_any_route);
 
-/// The same user id in two tenants is two users: neither hears the
-/// other's memories, and a tenant's sessions are its own from the first
-/// turn (a turn of another tenant on the same id is refused, not merged).
-async fn a_session_id_taken_by_one_tenant_is_not_found_by_another(backend: Backend) {
+async fn post_turn(
+    client: &Client,
+    app: &TestApp,
+    session: &str,
+    body: Value,
+) -> reqwest::Response {
+    client
+        .post(app.url(&format!("/sessions/{session}/turns")))
+        .header("idempotency-key", "k-1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn get(client: &Client, app: &TestApp, path: &str) -> (u16, Value) {
+    let response = client.get(app.url(path)).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// Session ids are per tenant: the same id in two tenants is two
+/// sessions. Whatever one tenant does on an id (a running turn, a used
+/// idempotency key, a session made first) neither stops nor hints
+/// anything to the other, and each sees its own id, as it sent it,
+/// everywhere: answers, events, headers and the model's prompt.
+async fn the_same_session_id_in_two_tenants_is_two_sessions(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     settings.server.auth = agent_harness::config::AuthMode::On;
-    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let store = app.db.open().await;
     for (id, tenant, key) in [("key_a", "acme", "ah_a"), ("key_b", "globex", "ah_b")] {
         store
@@ -396,42 +492,119 @@ async fn a_session_id_taken_by_one_tenant_is_not_found_by_another(backend: Backe
             .await
             .unwrap();
     }
-    let (acme, globex) = (client_with_key("ah_a"), client_with_key("ah_b"));
-    app.provider.enqueue([Reply::sse("openai/text.sse")]);
-    let response = acme
-        .post(app.url("/sessions/shared-name/turns"))
-        .json(&json!({"message": "hi"}))
+    app.client = client_with_key("ah_a");
+    let globex = client_with_key("ah_b");
+
+    // Acme's turn on `shared` is running, with idempotency key `k-1`.
+    let gate = tokio_util::sync::CancellationToken::new();
+    app.provider
+        .enqueue([Reply::openai_deltas(&["Acme ", "answer"]).hold_after(2, &gate)]);
+    let response = app
+        .client
+        .post(app.url("/sessions/shared/turns"))
+        .header("accept", "text/event-stream")
+        .header("idempotency-key", "k-1")
+        .json(&json!({"message": "acme secret plan"}))
         .send()
         .await
         .unwrap();
+    let mut acme_stream = crate::helpers::SseStream::new(response).await;
+    acme_stream.read_until("turn.started").await;
+
+    // Globex cannot tell `shared` from an id never used.
+    let (status, used) = get(&globex, &app, "/sessions/shared").await;
+    let (_, never) = get(&globex, &app, "/sessions/never-used").await;
+    assert_eq!(status, 404, "{used}");
+    assert_eq!(used["code"], "session_not_found");
+    assert_eq!(
+        (&used["code"], &used["detail"]),
+        (&never["code"], &never["detail"])
+    );
+
+    // Its own turn on `shared`, with the same key, is a new session: not
+    // 409 (Acme's running turn), not a replay of Acme's turn.
+    app.provider.enqueue([Reply::openai_text("Globex answer")]);
+    let response = post_turn(
+        &globex,
+        &app,
+        "shared",
+        json!({"message": "globex question"}),
+    )
+    .await;
     assert_eq!(response.status(), 200);
-    response.text().await.unwrap();
-    let response = globex
-        .post(app.url("/sessions/shared-name/turns"))
-        .json(&json!({"message": "hi"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 404);
-    let problem: Value = response.json().await.unwrap();
-    assert_eq!(problem["code"], "session_not_found");
-    // Globex makes its own sessions freely.
-    app.provider.enqueue([Reply::sse("openai/text.sse")]);
-    let response = globex
-        .post(app.url("/sessions/globex-own/turns"))
-        .json(&json!({"message": "hi"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    response.text().await.unwrap();
-    let response = acme
-        .get(app.url("/sessions/globex-own"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 404);
-    assert_eq!(app.provider.requests().len(), 2);
+    assert!(response.headers().get("idempotent-replayed").is_none());
+    let turn_id = response.headers()["x-turn-id"].to_str().unwrap().to_owned();
+    assert_eq!(
+        response.headers()[header::CONTENT_LOCATION],
+        format!("/sessions/shared/turns/{turn_id}").as_str()
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["session_id"], "shared");
+    assert_eq!(body["text"], "Globex answer");
+    // The model heard Globex's session alone, by the id Globex knows.
+    let prompt = app.provider.requests().last().unwrap().body.to_string();
+    assert!(prompt.contains("session_id: shared"), "{prompt}");
+    assert!(
+        !prompt.contains("acme secret") && !prompt.contains("globex/"),
+        "{prompt}"
+    );
+
+    let (status, session) = get(&globex, &app, "/sessions/shared").await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(
+        (&session["session_id"], &session["turn_count"]),
+        (&json!("shared"), &json!(1))
+    );
+    assert!(session["running_turn_id"].is_null(), "{session}");
+    let (_, turn) = get(&globex, &app, &format!("/sessions/shared/turns/{turn_id}")).await;
+    assert_eq!(turn["session_id"], "shared");
+    let (_, events) = get(&globex, &app, "/sessions/shared/events").await;
+    let events = events["events"].as_array().unwrap();
+    assert!(
+        events
+            .iter()
+            .all(|e| e["session_id"] == "shared" && e["turn_id"] == turn_id.as_str())
+    );
+    let (_, messages) = get(&globex, &app, "/sessions/shared/messages").await;
+    let texts: Vec<_> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["globex question", "Globex answer"]);
+
+    // Acme's turn goes on untouched, and its session is its own.
+    gate.cancel();
+    let events = acme_stream.read_to_end().await;
+    assert_eq!(events.last().unwrap().event, "turn.completed");
+    assert!(events.iter().all(|e| e.json()["session_id"] == "shared"));
+    let (_, session) = app.get_json("/sessions/shared").await;
+    assert_eq!(session["turn_count"], 1);
+    let (_, messages) = app.get_json("/sessions/shared/messages").await;
+    assert_eq!(messages["messages"][0]["content"], "acme secret plan");
+    assert_eq!(messages["messages"].as_array().unwrap().len(), 2);
+
+    // An id Globex used first is still Acme's to use: nothing to squat.
+    app.provider.enqueue([
+        Reply::openai_text("Globex first"),
+        Reply::openai_text("Acme second"),
+    ]);
+    let first = post_turn(&globex, &app, "taken-first", json!({"message": "mine?"})).await;
+    assert_eq!(first.status(), 200);
+    first.text().await.unwrap();
+    let second = post_turn(&app.client, &app, "taken-first", json!({"message": "mine"})).await;
+    assert_eq!(second.status(), 200);
+    let body: Value = second.json().await.unwrap();
+    assert_eq!(
+        (&body["session_id"], &body["text"]),
+        (&json!("taken-first"), &json!("Acme second"))
+    );
+    for client in [&app.client, &globex] {
+        let (_, session) = get(client, &app, "/sessions/taken-first").await;
+        assert_eq!(session["turn_count"], 1, "{session}");
+    }
+    app.stop().await;
 }
 
-on_both_backends!(a_session_id_taken_by_one_tenant_is_not_found_by_another);
+on_both_backends!(the_same_session_id_in_two_tenants_is_two_sessions);

@@ -818,9 +818,194 @@ async fn artifacts_and_decisions_are_kept_per_session(backend: Backend) {
     );
 }
 
+/// The last migration before session ids became per tenant.
+fn before_per_tenant_ids(backend: Backend) -> i64 {
+    match backend {
+        Backend::Sqlite => 13,
+        Backend::Postgres => 15,
+    }
+}
+
+/// Everything the store holds of a session, as a client would see it.
+async fn session_contents(store: &dyn Store, key: &str) -> String {
+    let session = store.get_session(key).await.unwrap().unwrap();
+    let events: Vec<_> = store
+        .list_events(key, None, 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| (e.seq, e.turn_id, e.payload.clone()))
+        .collect();
+    let messages = store.list_messages(key, 0, 100).await.unwrap();
+    let decisions = store.list_decisions(key, None, None, 10).await.unwrap();
+    let checkpoints: Vec<_> = store
+        .list_checkpoints(key, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.id, c.turn_id, c.path, c.bytes))
+        .collect();
+    let artifact = store
+        .get_artifact(
+            key,
+            &format!("art_{}", agent_harness::ids::client_session_id(key)),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let jobs: Vec<_> = store
+        .list_jobs(key, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| (j.id, j.kind, j.turn_id, j.status))
+        .collect();
+    let observations: Vec<_> = store
+        .list_observations(key, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.id, o.source_id, o.assistant_text))
+        .collect();
+    format!(
+        "{:?}",
+        (
+            (session.created_at, session.turn_count, session.last_seq),
+            (session.running_turn_id, session.cost_usd),
+            events,
+            messages,
+            decisions,
+            checkpoints,
+            (artifact.turn_id, artifact.content),
+            jobs,
+            observations,
+        )
+    )
+}
+
+/// Session ids became per tenant: a store made before keeps every row of
+/// every session. The default tenant's stay where they were; another
+/// tenant's move, whole, to the key `{tenant}/{id}`.
+async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    db.migrate_to(before_per_tenant_ids(backend)).await;
+    // The service as it is writes the rows (the migration changes no
+    // column): sessions made before, when every id was global.
+    let store = db.open_unmigrated().await;
+    let mut made = Vec::new();
+    for (tenant, id) in [("default", "d-1"), ("acme", "chat-1"), ("acme", "chat-2")] {
+        let mut turn = new_turn(id, None);
+        turn.tenant = tenant.to_owned();
+        store.begin_turn(&turn).await.unwrap();
+        store
+            .write_batch(&[delta(&turn, 2, "Hi")], &[&completed(&turn, 3, "Hi")])
+            .await
+            .unwrap();
+        store
+            .put_artifact(&agent_harness::store::NewArtifact {
+                id: format!("art_{id}"),
+                session_id: id.into(),
+                turn_id: turn.id.to_string(),
+                call_id: "c1".into(),
+                tool: "web_fetch".into(),
+                content: format!("page of {id}"),
+                created_at: Utc::now(),
+            })
+            .await
+            .unwrap();
+        store
+            .put_checkpoint(&agent_harness::store::NewCheckpoint {
+                id: format!("ckpt_{}", Uuid::now_v7().simple()),
+                session_id: id.into(),
+                turn_id: turn.id.to_string(),
+                call_id: "c2".into(),
+                tool: "vault_write".into(),
+                path: format!("{id}.md"),
+                content: Some(b"before".to_vec()),
+                created_at: Utc::now(),
+            })
+            .await
+            .unwrap();
+        store
+            .upsert_memory(&agent_harness::store::NewMemory {
+                id: format!("mem_{}", Uuid::now_v7().simple()),
+                scope: agent_harness::ids::tenant_scope(tenant, &format!("session:{id}")),
+                kind: "fact".into(),
+                key: "city".into(),
+                content: "Lives in Lyon".into(),
+                source_session_id: id.into(),
+                source_turn_id: turn.id.to_string(),
+                embedding: None,
+                embedding_model: None,
+                at: Utc::now(),
+            })
+            .await
+            .unwrap();
+        made.push((tenant, id, session_contents(store.as_ref(), id).await));
+    }
+
+    store.migrate().await.unwrap();
+    assert!(store.readiness().await.migrations_applied);
+    for (tenant, id, before) in &made {
+        let key = agent_harness::ids::SessionKey::new(
+            tenant,
+            &agent_harness::ids::SessionId::parse(id).unwrap(),
+        );
+        assert_eq!(
+            key.as_str() == *id,
+            *tenant == "default",
+            "only another tenant's sessions move"
+        );
+        assert_eq!(
+            &session_contents(store.as_ref(), key.as_str()).await,
+            before,
+            "{tenant}'s {id}"
+        );
+        assert_eq!(
+            store.session_tenant(key.as_str()).await.unwrap().as_deref(),
+            Some(*tenant)
+        );
+        if key.as_str() != *id {
+            assert!(store.get_session(id).await.unwrap().is_none());
+            let artifact = format!("art_{id}");
+            assert!(store.get_artifact(id, &artifact).await.unwrap().is_none());
+            assert!(store.list_events(id, None, 0, 10).await.unwrap().is_empty());
+        }
+        let memories = store
+            .list_memories(
+                &agent_harness::ids::tenant_scope(tenant, &format!("session:{id}")),
+                None,
+                10,
+            )
+            .await
+            .unwrap();
+        assert_eq!(memories.len(), 1);
+        assert_eq!(memories[0].source_session_id, key.as_str());
+    }
+    // A job carries its session in its payload too: the worker that runs
+    // it after the move writes under the new key.
+    let mut claimed = Vec::new();
+    let long_ago = Utc::now() - Duration::hours(1);
+    while let Some(job) = store.claim_job(Utc::now(), long_ago).await.unwrap() {
+        assert!(claimed.len() < 3, "three jobs were queued");
+        let payload: serde_json::Value = serde_json::from_str(&job.payload).unwrap();
+        if job.session_id.contains('/') {
+            assert_eq!(payload["session_id"], job.session_id.as_str());
+        }
+        assert_eq!(payload["answer"], "Hi", "the rest of the payload is kept");
+        claimed.push(job.session_id);
+    }
+    claimed.sort();
+    assert_eq!(claimed, ["acme/chat-1", "acme/chat-2", "d-1"]);
+    // Now acme's ids are its own: the default tenant may begin `chat-1`.
+    let turn = new_turn("chat-1", None);
+    assert_eq!(store.begin_turn(&turn).await.unwrap().turn_number, 1);
+}
+
 on_both_backends!(
     message_search_matches_any_term_newest_first,
     artifacts_and_decisions_are_kept_per_session,
+    sessions_of_every_tenant_survive_the_move_to_per_tenant_ids,
 );
 
 /// SQLite: commits are copied from the WAL into the database file by the

@@ -150,6 +150,45 @@ impl TestDb {
         pool.close().await;
     }
 
+    /// Applies the migrations up to and including `version` (this
+    /// backend's numbering), as a database made by an older release is.
+    pub async fn migrate_to(&self, version: i64) {
+        match self.backend {
+            Backend::Sqlite => {
+                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(
+                        sqlx::sqlite::SqliteConnectOptions::from_str(&self.sqlite_url())
+                            .expect("SQLite URL")
+                            .create_if_missing(true),
+                    )
+                    .await
+                    .expect("open SQLite");
+                sqlx::migrate!("./migrations/sqlite")
+                    .run_to(version, &pool)
+                    .await
+                    .expect("migrate SQLite");
+                pool.close().await;
+            }
+            Backend::Postgres => {
+                let schema = self.schema.as_deref().expect("a Postgres test database");
+                let options = PgConnectOptions::from_str(&postgres_url())
+                    .expect("TEST_DATABASE_URL")
+                    .options([("search_path", schema)]);
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(options)
+                    .await
+                    .expect("connect Postgres");
+                sqlx::migrate!("./migrations/postgres")
+                    .run_to(version, &pool)
+                    .await
+                    .expect("migrate Postgres");
+                pool.close().await;
+            }
+        }
+    }
+
     /// Opens a store without applying migrations.
     pub async fn open_unmigrated(&self) -> Arc<dyn Store> {
         match self.backend {
