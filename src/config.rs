@@ -219,6 +219,18 @@ pub struct DatabaseSettings {
         default_value_t = 1000
     )]
     pub acquire_timeout_ms: u64,
+    /// Longest wait for Postgres to answer one call (a statement, or the
+    /// transaction of a few), in ms. A call past it fails as if the
+    /// database were down and its connection is dropped, so a connection
+    /// whose peer went silent (a network partition) holds up nothing for
+    /// longer; the server ends a session idle this long in a transaction.
+    #[arg(
+        id = "database.call_timeout_ms",
+        long = "database-call-timeout-ms",
+        env = "HARNESS_DATABASE_CALL_TIMEOUT_MS",
+        default_value_t = 3000
+    )]
+    pub call_timeout_ms: u64,
     /// Most events written in one transaction.
     #[arg(
         id = "database.event_batch_max",
@@ -912,6 +924,11 @@ impl DatabaseSettings {
             self.acquire_timeout_ms,
             100..=60_000,
         )?;
+        within(
+            "HARNESS_DATABASE_CALL_TIMEOUT_MS",
+            self.call_timeout_ms,
+            100..=600_000,
+        )?;
         positive("HARNESS_EVENT_BATCH_MAX", self.event_batch_max as u64)?;
         positive(
             "HARNESS_EVENT_QUEUE_CAPACITY",
@@ -919,8 +936,13 @@ impl DatabaseSettings {
         )
     }
 
-    pub fn acquire_timeout(&self) -> Duration {
-        Duration::from_millis(self.acquire_timeout_ms)
+    /// The store's use of its connections, as set.
+    pub fn limits(&self) -> crate::store::PoolLimits {
+        crate::store::PoolLimits {
+            max_connections: self.max_connections,
+            acquire_timeout: Duration::from_millis(self.acquire_timeout_ms),
+            call_timeout: Duration::from_millis(self.call_timeout_ms),
+        }
     }
 }
 

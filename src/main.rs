@@ -192,8 +192,10 @@ fn main() -> ExitCode {
 async fn migrate(settings: &Settings) -> Result<(), String> {
     let store = store::connect(
         settings.database.url.as_str(),
-        1,
-        settings.database.acquire_timeout(),
+        store::PoolLimits {
+            max_connections: 1,
+            ..settings.database.limits()
+        },
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -205,8 +207,10 @@ async fn migrate(settings: &Settings) -> Result<(), String> {
 async fn keys(settings: &Settings, action: KeyAction) -> Result<(), String> {
     let store = store::connect(
         settings.database.url.as_str(),
-        1,
-        settings.database.acquire_timeout(),
+        store::PoolLimits {
+            max_connections: 1,
+            ..settings.database.limits()
+        },
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -268,13 +272,9 @@ impl vault::Progress for Bar {
 }
 
 async fn index_vault(settings: &Settings) -> Result<(), String> {
-    let store = store::connect(
-        settings.database.url.as_str(),
-        settings.database.max_connections,
-        settings.database.acquire_timeout(),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let store = store::connect(settings.database.url.as_str(), settings.database.limits())
+        .await
+        .map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())?;
     let vault = startup::build_vault(settings, store).map_err(|e| e.to_string())?;
     let report = if std::io::stderr().is_terminal() {

@@ -448,12 +448,8 @@ impl Application {
     /// Connects the store, applies migrations, interrupts turns a previous
     /// process left running, and binds the listener.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let store = store::connect(
-            settings.database.url.as_str(),
-            settings.database.max_connections,
-            settings.database.acquire_timeout(),
-        )
-        .await?;
+        let store =
+            store::connect(settings.database.url.as_str(), settings.database.limits()).await?;
         store.migrate().await?;
         let provider = build_provider(&settings)?;
         Self::build_with(settings, store, provider).await

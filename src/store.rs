@@ -10,6 +10,7 @@
 //! Every method that writes runs in one transaction: a failure leaves the
 //! store as it was.
 
+pub mod bounded;
 pub mod memory;
 pub mod postgres;
 pub mod records;
@@ -433,20 +434,26 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<StoredEvent>, StoreError>;
 }
 
+/// How a store uses its database's connections.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolLimits {
+    pub max_connections: u32,
+    /// A request waits at most this for a connection.
+    pub acquire_timeout: std::time::Duration,
+    /// A call waits at most this for the database to answer (Postgres; see
+    /// [`bounded`]).
+    pub call_timeout: std::time::Duration,
+}
+
 /// Connects to the database named by `url` (`sqlite:` or `postgres://`).
-/// A request waits at most `acquire_timeout` for a connection.
-pub async fn connect(
-    url: &str,
-    max_connections: u32,
-    acquire_timeout: std::time::Duration,
-) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn connect(url: &str, limits: PoolLimits) -> Result<Arc<dyn Store>, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(
-            postgres::PostgresStore::connect(url, max_connections, acquire_timeout).await?,
-        ))
+        Ok(postgres::PostgresStore::connect(url, limits)
+            .await?
+            .into_store())
     } else {
         Ok(Arc::new(
-            sqlite::SqliteStore::connect(url, max_connections).await?,
+            sqlite::SqliteStore::connect(url, limits.max_connections).await?,
         ))
     }
 }

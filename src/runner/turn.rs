@@ -127,8 +127,12 @@ impl TurnRunner {
     /// text, or a database that stays down), the turn ends `failed` with
     /// `event_log_unavailable` instead: no history, no decision, but its
     /// result (JSON, so any character survives) stays on the turn row. That
-    /// smaller write is retried until it lands, the service shuts down, or
-    /// the turn would be stale anyway (other replicas then sweep it).
+    /// smaller write is retried, about a second apart, until it lands or the
+    /// service shuts down (for at most [`FALLBACK_ATTEMPTS`] tries): a
+    /// database that was away (a partition, a restart) finds it within a
+    /// second or so of its return, and the session is free. (Another
+    /// replica that can reach the database meanwhile sweeps the turn once
+    /// its heartbeat is stale; the end then finds it ended and stops.)
     async fn finish(
         &self,
         live: &Arc<LiveTurn>,
@@ -159,8 +163,7 @@ impl TurnRunner {
         );
         let fallback = unstorable_end(&finish, &error, live.first_lost())
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
-        let attempts = fallback_attempts(self.inner.config.stale_turn_after);
-        self.commit_finish(live, &fallback, attempts, false)
+        self.commit_finish(live, &fallback, FALLBACK_ATTEMPTS, false)
             .await
             .map(|applied| applied.then_some(TurnStatus::Failed))
     }
@@ -203,14 +206,11 @@ impl TurnRunner {
 const END_ATTEMPTS: u32 = 3;
 
 /// Longest pause between tries of a turn's end.
-const END_RETRY_MAX: Duration = Duration::from_secs(2);
+const END_RETRY_MAX: Duration = Duration::from_secs(1);
 
-/// Tries of the `failed` end: enough to span `stale_after` (after which
-/// other replicas sweep the turn), at least a few.
-fn fallback_attempts(stale_after: Duration) -> u32 {
-    let secs = u32::try_from(stale_after.as_secs()).unwrap_or(u32::MAX);
-    secs.div_ceil(2).clamp(4, 1_000)
-}
+/// Tries of the `failed` end: with pauses of [`END_RETRY_MAX`], ten minutes
+/// and more of a database that is away.
+const FALLBACK_ATTEMPTS: u32 = 600;
 
 /// The end of a turn whose own end could not be stored: `failed` with
 /// `event_log_unavailable`, nothing but the turn row and its terminal

@@ -10,7 +10,7 @@ use sqlx::{
 
 use super::{
     BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, IndexedNote, NewArtifact,
-    NewCheckpoint, NewTurn, OrphanScope, StoreError, TurnFinish, VaultHit,
+    NewCheckpoint, NewTurn, OrphanScope, PoolLimits, StoreError, TurnFinish, VaultHit,
     memory::{JobOutcome, JobRecord, JudgementRecord, MemoryRecord, NewJob, NewMemory},
     records::parse_uuid,
     sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP},
@@ -28,10 +28,16 @@ pub struct PostgresStore {
     /// pool busy with requests must not delay a live turn's heartbeat
     /// until another replica takes the turn for an orphan.
     control: PgPool,
+    /// The longest a call waits for an answer (see [`Self::into_store`]).
+    call_timeout: Duration,
 }
 
 /// Connections of [`PostgresStore::control`].
 const CONTROL_CONNECTIONS: u32 = 2;
+
+/// How long a connection coming back after a call gave up on it has to
+/// answer a ping before it is dropped.
+const RELEASE_TEST: Duration = Duration::from_secs(1);
 
 impl PostgresStore {
     pub(super) const MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -39,32 +45,77 @@ impl PostgresStore {
     /// idempotency key itself.
     pub(super) const READ_BEFORE_BEGIN: bool = false;
 
-    pub async fn connect(
-        url: &str,
-        max_connections: u32,
-        acquire_timeout: Duration,
-    ) -> Result<Self, StoreError> {
-        let pool = Self::pool_options(max_connections, acquire_timeout)
-            .connect(url)
-            .await?;
-        Ok(Self::from_pool(pool))
+    pub async fn connect(url: &str, limits: PoolLimits) -> Result<Self, StoreError> {
+        let pool = Self::pool_options(limits).connect(url).await?;
+        Ok(Self::from_pool(pool, limits.call_timeout))
     }
 
     /// The pool's settings: a request that cannot get a connection within
     /// `acquire_timeout` (the database is down) fails instead of waiting.
-    pub fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    ///
+    /// A session the server holds for a client that went silent inside a
+    /// transaction (its link cut) keeps its row locks until the server
+    /// ends it: each connection asks the server to end such a session
+    /// after `call_timeout` idle in a transaction (no transaction of the
+    /// service waits between its statements). A connection coming back
+    /// just after a call gave up on it is tested within a bound, and
+    /// dropped if it does not answer, instead of holding its slot for as
+    /// long as TCP waits.
+    pub fn pool_options(limits: PoolLimits) -> PgPoolOptions {
+        let idle_in_transaction = format!(
+            "SET idle_in_transaction_session_timeout = {}",
+            limits.call_timeout.as_millis().max(1)
+        );
         PgPoolOptions::new()
-            .max_connections(max_connections.max(1))
-            .acquire_timeout(acquire_timeout)
+            .max_connections(limits.max_connections.max(1))
+            .acquire_timeout(limits.acquire_timeout)
+            .after_connect(move |conn, _| {
+                let statement = idle_in_transaction.clone();
+                Box::pin(async move {
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                        .execute(conn)
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .after_release(|conn, _| {
+                Box::pin(async move {
+                    if !super::bounded::recently_abandoned() {
+                        return Ok(true);
+                    }
+                    match tokio::time::timeout(RELEASE_TEST, sqlx::Connection::ping(conn)).await {
+                        Ok(answered) => answered.map(|()| true),
+                        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the connection did not answer",
+                        ))),
+                    }
+                })
+            })
     }
 
-    /// Uses an existing pool (tests point it at a schema of their own).
-    pub fn from_pool(pool: PgPool) -> Self {
-        let control = PgPoolOptions::new()
-            .max_connections(CONTROL_CONNECTIONS)
-            .acquire_timeout(pool.options().get_acquire_timeout())
-            .connect_lazy_with((*pool.connect_options()).clone());
-        Self { pool, control }
+    /// Uses an existing pool made with [`Self::pool_options`] (tests point
+    /// it at a schema of their own).
+    pub fn from_pool(pool: PgPool, call_timeout: Duration) -> Self {
+        let limits = PoolLimits {
+            max_connections: CONTROL_CONNECTIONS,
+            acquire_timeout: pool.options().get_acquire_timeout(),
+            call_timeout,
+        };
+        let control =
+            Self::pool_options(limits).connect_lazy_with((*pool.connect_options()).clone());
+        Self {
+            pool,
+            control,
+            call_timeout,
+        }
+    }
+
+    /// The store, each call bounded by the call timeout (see
+    /// [`super::bounded`]).
+    pub fn into_store(self) -> std::sync::Arc<dyn super::Store> {
+        let limit = self.call_timeout;
+        super::bounded::Bounded::wrap(std::sync::Arc::new(self), limit)
     }
 
     fn writer(&self) -> &PgPool {

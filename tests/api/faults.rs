@@ -183,3 +183,171 @@ async fn a_batch_whose_commit_answer_was_lost_is_retried_without_a_duplicate() {
         "{metrics}"
     );
 }
+
+/// A network partition: the database is black-holed (nothing answers,
+/// nothing is closed) while four turns stream (the event writer is in the
+/// middle of a transaction), for `outage` (`limits`: the store's and the
+/// service's). A turn answers with `answer`, and `gate` (if any) is
+/// released once the database is gone. Within one heartbeat
+/// interval of its return, every turn of the outage has ended, either
+/// completed with every event in the log or `failed` with
+/// `event_log_unavailable` naming the seqs the log lost, and its session
+/// takes a new turn. Returns how the turns ended.
+async fn partition_while_streaming(
+    limits: agent_harness::store::PoolLimits,
+    outage: Duration,
+    answer: impl Fn() -> Reply,
+    gate: Option<CancellationToken>,
+) -> Vec<agent_harness::store::TurnRecord> {
+    use agent_harness::store::TurnStatus;
+    const TURNS: usize = 4;
+    let proxy = FaultProxy::start(TestDb::postgres_addr()).await;
+    let db = TestDb::new(Backend::Postgres).await;
+    let store = db.open_through_with(&proxy, limits).await;
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.database.acquire_timeout_ms = limits.acquire_timeout.as_millis() as u64;
+    settings.database.call_timeout_ms = limits.call_timeout.as_millis() as u64;
+    let heartbeat = Duration::from_secs(settings.server.heartbeat_interval_s);
+    let app = spawn_app_on(db, store, provider, settings, Vec::new()).await;
+    let mut turns = Vec::new();
+    for i in 0..TURNS {
+        app.provider.enqueue([answer()]);
+        let session = format!("s-partition-{i}");
+        let mut stream = app.post_turn_sse(&session, json!({"message": "Hi"})).await;
+        let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+        stream.read_until("message.delta").await;
+        turns.push((session, turn, stream));
+    }
+
+    proxy.black_hole();
+    if let Some(gate) = gate {
+        gate.cancel();
+    }
+    tokio::time::sleep(outage).await;
+    proxy.restore();
+    let restored = Instant::now();
+
+    // Read past the proxy: what the log holds.
+    let store = app.db.open().await;
+    let mut ended = Vec::new();
+    for (session, turn, _) in &turns {
+        let turn_id = turn.parse().unwrap();
+        let record = loop {
+            let record = store.get_turn(session, turn_id).await.unwrap().unwrap();
+            if record.status != TurnStatus::Running {
+                break record;
+            }
+            assert!(
+                restored.elapsed() <= heartbeat,
+                "{session}: still running {:?} after the database came back",
+                restored.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        ended.push(record);
+    }
+    for record in &ended {
+        let mut events = Vec::new();
+        loop {
+            let after = events.last().map_or(
+                record.first_seq - 1,
+                |e: &agent_harness::events::StoredEvent| e.seq,
+            );
+            let page = store
+                .list_events(&record.session_id, Some(record.id), after, 1000)
+                .await
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            events.extend(page);
+        }
+        let terminal: serde_json::Value =
+            serde_json::from_str(&events.last().unwrap().payload).unwrap();
+        let mut held: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        match record.status {
+            TurnStatus::Completed => assert_eq!(terminal["type"], "turn.completed"),
+            TurnStatus::Failed => {
+                assert_eq!(terminal["type"], "turn.failed", "{terminal}");
+                assert_eq!(terminal["code"], "event_log_unavailable", "{terminal}");
+                if let Some(lost) = terminal["lost_seqs"].as_array() {
+                    let (from, to) = (lost[0].as_i64().unwrap(), lost[1].as_i64().unwrap());
+                    assert!(held.iter().all(|seq| *seq < from || *seq > to), "{held:?}");
+                    held.extend(from..=to);
+                    held.sort_unstable();
+                }
+            }
+            other => panic!("{}: ended {other:?}: {terminal}", record.session_id),
+        }
+        let whole: Vec<i64> = (record.first_seq..=events.last().unwrap().seq).collect();
+        assert_eq!(held, whole, "{}: a hole in the log", record.session_id);
+    }
+    // Every session is free: a new turn starts at once.
+    for (session, _, _) in &turns {
+        app.provider.enqueue([Reply::openai_text("back")]);
+        let response = app.post_turn(session, json!({"message": "again"})).await;
+        assert_eq!(response.status(), 200, "{session}");
+    }
+    ended
+}
+
+/// [`partition_while_streaming`] with the default bounds, for twice as
+/// long as a call may wait: the event writer's tries of its batch outlast
+/// the outage, and every turn
+/// completes whole. (Before calls were bounded, the writer waited on its
+/// silent connection for as long as TCP does, and every turn and session
+/// waited with it: still running a heartbeat after the return.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_leaves_no_turn_running_a_heartbeat_after_the_database_is_back() {
+    if !crate::support::postgres_or_skip().await {
+        return;
+    }
+    // Each answer streams for seconds, a delta a millisecond.
+    let words: Vec<String> = (0..3000).map(|i| format!("w{i} ")).collect();
+    let pieces: Vec<&str> = words.iter().map(String::as_str).collect();
+    let limits = crate::support::test_limits();
+    let ended = partition_while_streaming(
+        limits,
+        limits.call_timeout * 2,
+        || Reply::openai_deltas(&pieces),
+        None,
+    )
+    .await;
+    assert!(
+        ended
+            .iter()
+            .all(|t| t.status == agent_harness::store::TurnStatus::Completed)
+    );
+}
+
+/// [`partition_while_streaming`] with bounds short beside the outage (a
+/// call waits 1 s, the outage lasts 16): each turn's answer ends in the
+/// outage, the writer gives up on its last events, and the turn's end is
+/// tried until the database is back. Each turn ends `failed` with
+/// `event_log_unavailable` and the range it lost (not `interrupted` by the
+/// orphan sweep after its end gave up: it used to try only for about as
+/// long as a turn takes to go stale, 7.5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_longer_than_the_writer_waits_fails_its_turns_once_the_database_is_back() {
+    if !crate::support::postgres_or_skip().await {
+        return;
+    }
+    let limits = agent_harness::store::PoolLimits {
+        acquire_timeout: Duration::from_millis(100),
+        call_timeout: Duration::from_millis(1000),
+        ..crate::support::test_limits()
+    };
+    let gate = CancellationToken::new();
+    let ended = partition_while_streaming(
+        limits,
+        Duration::from_secs(24),
+        || Reply::openai_deltas(&["one ", "two ", "three"]).hold_after(2, &gate),
+        Some(gate.clone()),
+    )
+    .await;
+    for turn in &ended {
+        assert_eq!(turn.status, agent_harness::store::TurnStatus::Failed);
+        assert_eq!(turn.error_code.as_deref(), Some("event_log_unavailable"));
+    }
+}

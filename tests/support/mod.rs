@@ -110,17 +110,26 @@ impl TestDb {
 
     /// Opens a Postgres store on this database through `proxy` (migrated).
     pub async fn open_through(&self, proxy: &FaultProxy) -> Arc<dyn Store> {
+        self.open_through_with(proxy, test_limits()).await
+    }
+
+    /// [`TestDb::open_through`] with these limits.
+    pub async fn open_through_with(
+        &self,
+        proxy: &FaultProxy,
+        limits: agent_harness::store::PoolLimits,
+    ) -> Arc<dyn Store> {
         let schema = self.schema.as_deref().expect("a Postgres test database");
         let options = PgConnectOptions::from_str(&postgres_url())
             .expect("TEST_DATABASE_URL")
             .host("127.0.0.1")
             .port(proxy.addr.port())
             .options([("search_path", schema)]);
-        let pool = PostgresStore::pool_options(8, std::time::Duration::from_secs(1))
+        let pool = PostgresStore::pool_options(limits)
             .connect_with(options)
             .await
             .expect("connect Postgres through the proxy");
-        let store: Arc<dyn Store> = Arc::new(PostgresStore::from_pool(pool));
+        let store = PostgresStore::from_pool(pool, limits.call_timeout).into_store();
         store.migrate().await.expect("migrate");
         store
     }
@@ -202,13 +211,23 @@ impl TestDb {
                 let options = PgConnectOptions::from_str(&postgres_url())
                     .expect("TEST_DATABASE_URL")
                     .options([("search_path", schema)]);
-                let pool = PostgresStore::pool_options(8, std::time::Duration::from_secs(1))
+                let limits = test_limits();
+                let pool = PostgresStore::pool_options(limits)
                     .connect_with(options)
                     .await
                     .expect("connect Postgres");
-                Arc::new(PostgresStore::from_pool(pool))
+                PostgresStore::from_pool(pool, limits.call_timeout).into_store()
             }
         }
+    }
+}
+
+/// The service's default use of its database's connections, on a pool of
+/// eight.
+pub fn test_limits() -> agent_harness::store::PoolLimits {
+    agent_harness::store::PoolLimits {
+        max_connections: 8,
+        ..agent_harness::config::Settings::default().database.limits()
     }
 }
 
@@ -344,10 +363,14 @@ macro_rules! on_both_backends {
 
 /// A TCP proxy in front of a database that a test can cut: existing
 /// connections are dropped and new ones closed at once, as a database that
-/// went down looks to its clients; `restore` lets connections through again.
+/// went down looks to its clients; or black-hole: nothing gets through and
+/// nothing is closed, as a network partition looks. `restore` lets
+/// connections through again.
 pub struct FaultProxy {
     pub addr: std::net::SocketAddr,
     down: Arc<std::sync::atomic::AtomicBool>,
+    /// Set by [`FaultProxy::black_hole`].
+    silent: Arc<std::sync::atomic::AtomicBool>,
     /// Armed by [`FaultProxy::cut_after_next_commit`].
     commit_cut: Arc<std::sync::atomic::AtomicBool>,
     connections: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
@@ -361,11 +384,16 @@ impl FaultProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let silent = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let commit_cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let connections: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
         let accept = {
-            let (down, connections, commit_cut) =
-                (down.clone(), connections.clone(), commit_cut.clone());
+            let (down, silent, connections, commit_cut) = (
+                down.clone(),
+                silent.clone(),
+                connections.clone(),
+                commit_cut.clone(),
+            );
             tokio::spawn(async move {
                 while let Ok((client, _)) = listener.accept().await {
                     if down.load(Ordering::SeqCst) {
@@ -373,10 +401,15 @@ impl FaultProxy {
                         continue;
                     }
                     let target = target.clone();
-                    let commit_cut = commit_cut.clone();
+                    let (commit_cut, silent) = (commit_cut.clone(), silent.clone());
                     let task = tokio::spawn(async move {
+                        if silent.load(Ordering::SeqCst) {
+                            // A connection made into a partition never
+                            // gets an answer, not even after it heals.
+                            return std::future::pending().await;
+                        }
                         if let Ok(server) = tokio::net::TcpStream::connect(target).await {
-                            relay(client, server, commit_cut).await;
+                            relay(client, server, commit_cut, silent).await;
                         }
                     });
                     let mut open = connections.lock().unwrap();
@@ -388,6 +421,7 @@ impl FaultProxy {
         Self {
             addr,
             down,
+            silent,
             commit_cut,
             connections,
             accept,
@@ -415,9 +449,20 @@ impl FaultProxy {
         }
     }
 
+    /// A network partition: from now on nothing gets through either way,
+    /// and nothing is closed. A connection that carries a byte meanwhile
+    /// stays dead after [`FaultProxy::restore`] (TCP's retries back off to
+    /// minutes: its peer is as good as gone); a connection made meanwhile
+    /// never gets an answer; an idle one goes on once restored.
+    pub fn black_hole(&self) {
+        self.silent.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// The database is back.
     pub fn restore(&self) {
         self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.silent
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -426,21 +471,46 @@ async fn relay(
     client: tokio::net::TcpStream,
     server: tokio::net::TcpStream,
     commit_cut: Arc<std::sync::atomic::AtomicBool>,
+    silent: Arc<std::sync::atomic::AtomicBool>,
 ) {
     use std::sync::atomic::Ordering;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut client_in, mut client_out) = client.into_split();
     let (mut server_in, mut server_out) = server.into_split();
     let muted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A connection that carried a byte into a partition: nothing of it
+    // gets through again, and neither side learns of the other's close.
+    let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lost = {
+        let (silent, dead) = (silent.clone(), dead.clone());
+        move || {
+            if silent.load(Ordering::SeqCst) {
+                dead.store(true, Ordering::SeqCst);
+            }
+            dead.load(Ordering::SeqCst)
+        }
+    };
+    let ended = {
+        let dead = dead.clone();
+        move || async move {
+            if dead.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
     let up = {
         let muted = muted.clone();
+        let (lost, ended) = (lost.clone(), ended.clone());
         async move {
             let mut buffer = vec![0u8; 64 * 1024];
             loop {
                 let n = match client_in.read(&mut buffer).await {
-                    Ok(0) | Err(_) => return,
+                    Ok(0) | Err(_) => return ended().await,
                     Ok(n) => n,
                 };
+                if lost() {
+                    continue;
+                }
                 let chunk = &buffer[..n];
                 // A simple-protocol query message: `Q`, its length, the text.
                 let commits = chunk.windows(7).any(|w| w == b"COMMIT\0");
@@ -463,10 +533,10 @@ async fn relay(
         let mut buffer = vec![0u8; 64 * 1024];
         loop {
             let n = match server_in.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => return ended().await,
                 Ok(n) => n,
             };
-            if muted.load(Ordering::SeqCst) {
+            if muted.load(Ordering::SeqCst) || lost() {
                 continue;
             }
             if client_out.write_all(&buffer[..n]).await.is_err() {

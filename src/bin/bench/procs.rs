@@ -276,13 +276,9 @@ pub async fn serve_harness(
         settings.memory.extraction = false;
     }
     settings.validate().map_err(|e| e.to_string())?;
-    let store = store::connect(
-        settings.database.url.as_str(),
-        settings.database.max_connections,
-        settings.database.acquire_timeout(),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let store = store::connect(settings.database.url.as_str(), settings.database.limits())
+        .await
+        .map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())?;
     let llm = build_provider(&settings).map_err(|e| e.to_string())?;
     let sleep: Arc<dyn Tool> = Arc::new(BenchSleep(ToolSpec::new(
