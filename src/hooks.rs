@@ -201,6 +201,9 @@ pub trait AgentCallbacks: Send + Sync {
     }
     async fn on_post_tool_use(&self, _call: &ToolCall, _status: &str) {}
     async fn on_usage(&self, _input_tokens: u64, _output_tokens: u64) {}
+    /// A provider call failed (its stable code, e.g. `provider_timeout`),
+    /// or the turn's deadline passed before it answered (`provider_timeout`).
+    async fn on_provider_error(&self, _code: &str) {}
     async fn on_turn_end(&self, _session_id: &str) {}
 }
 

@@ -31,6 +31,12 @@ struct StatusLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    /// A provider error's stable code (`provider_timeout`, …).
+    code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TokenLabels {
     /// `input` or `output` (`gen_ai.token.type`).
     r#type: &'static str,
@@ -68,6 +74,7 @@ pub struct Metrics {
     time_to_first_token: Histogram,
     tokens: Family<TokenLabels, Histogram, fn() -> Histogram>,
     tool_duration: Family<ToolLabels, Histogram, fn() -> Histogram>,
+    provider_errors: Family<CodeLabels, Counter>,
 }
 
 const STATUSES: [TurnStatus; 4] = [
@@ -92,6 +99,7 @@ impl Default for Metrics {
             time_to_first_token: seconds_buckets(),
             tokens: Family::new_with_constructor(token_buckets),
             tool_duration: Family::new_with_constructor(seconds_buckets),
+            provider_errors: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -152,6 +160,16 @@ impl Default for Metrics {
             "Tokens per provider call, by type (input, output)",
             metrics.tokens.clone(),
         );
+        // Shown from the start, at 0: the one a hung provider makes.
+        let _ = metrics.provider_errors.get_or_create(&CodeLabels {
+            code: "provider_timeout".to_owned(),
+        });
+        registry.register(
+            "agent_harness_provider_errors",
+            "Provider calls that failed, by code (a call the turn's deadline \
+             cut off is a provider_timeout)",
+            metrics.provider_errors.clone(),
+        );
         registry.register_with_unit(
             "agent_harness_tool_duration",
             "Tool calls, by tool and outcome",
@@ -202,6 +220,15 @@ impl Metrics {
                 outcome: outcome.to_owned(),
             })
             .observe(latency.as_secs_f64());
+    }
+
+    /// A provider call failed with `code`.
+    pub fn provider_error(&self, code: &str) {
+        self.provider_errors
+            .get_or_create(&CodeLabels {
+                code: code.to_owned(),
+            })
+            .inc();
     }
 
     pub fn batch_committed(&self, events: u64) {

@@ -15,6 +15,7 @@ pub mod ollama;
 pub mod openai;
 pub mod pricing;
 pub mod redact;
+mod refusing;
 pub mod scripted;
 mod stream;
 

@@ -164,11 +164,11 @@ impl TurnRunner {
         store: Arc<dyn Store>,
         harness: Arc<AgentHarness>,
         config: RunnerConfig,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let background = TaskTracker::new();
         let stop_background = CancellationToken::new();
         let writer_stop = CancellationToken::new();
-        let metrics = Arc::new(Metrics::default());
         let writer = EventWriter::spawn(
             store.clone(),
             metrics.clone(),

@@ -13,8 +13,8 @@ use crate::{
     app::App,
     config::{EmbeddingModel, ProviderKind, ProviderRef, Settings},
     harness::hooks::{
-        ApprovalDecision, ApprovalGate, ApprovalRequest, ArtifactStore, CheckpointRequest,
-        CheckpointStore, HookError,
+        AgentCallbacks, ApprovalDecision, ApprovalGate, ApprovalRequest, ArtifactStore,
+        CheckpointRequest, CheckpointStore, HookError,
     },
     harness::{AgentHarness, HarnessOptions, compaction::ContextWarningTracker},
     http,
@@ -23,6 +23,7 @@ use crate::{
         background::{BackgroundWorker, SideCallLimits, WorkerConfig},
         judges::{JudgeList, JudgePanel},
     },
+    metrics::Metrics,
     providers::{
         LlmProvider, ProviderError,
         anthropic::{AnthropicConfig, AnthropicProvider},
@@ -44,6 +45,16 @@ use crate::{
     },
     vault::{Vault, VaultError},
 };
+
+/// What the harness reports to the service's metrics.
+struct MetricsCallbacks(Arc<Metrics>);
+
+#[async_trait]
+impl AgentCallbacks for MetricsCallbacks {
+    async fn on_provider_error(&self, code: &str) {
+        self.0.provider_error(code);
+    }
+}
 
 /// The provider chain of the settings (already validated).
 pub fn build_provider(settings: &Settings) -> Result<Arc<dyn LlmProvider>, ProviderError> {
@@ -126,6 +137,7 @@ pub fn build_harness(
     provider: Arc<dyn LlmProvider>,
     extra_tools: Vec<Arc<dyn Tool>>,
     approvals: Arc<tokio::sync::Notify>,
+    callbacks: Arc<dyn AgentCallbacks>,
 ) -> AgentHarness {
     let tools = ToolRegistry::new(settings.harness.tool_permission)
         .register(Arc::new(GetContextPack::new(vault.clone())))
@@ -189,6 +201,7 @@ pub fn build_harness(
             store: store.clone(),
         }))
         .cost_tracker(Arc::new(settings.providers.pricing.clone()))
+        .callbacks(callbacks)
         .approvals(Arc::new(StoreApprovals {
             store: store.clone(),
             decided: approvals,
@@ -491,6 +504,7 @@ impl Application {
         let (mcp, mcp_tools) = McpHub::start(servers, |name| std::env::var(name).ok()).await;
         tools.extend(mcp_tools);
         tools.extend(extra_tools);
+        let metrics = Arc::new(Metrics::default());
         let harness = Arc::new(build_harness(
             &settings,
             store.clone(),
@@ -498,6 +512,7 @@ impl Application {
             provider,
             tools,
             approvals.clone(),
+            Arc::new(MetricsCallbacks(metrics.clone())),
         ));
         let runner = TurnRunner::start_runner(
             store.clone(),
@@ -512,6 +527,7 @@ impl Application {
                 event_batch_max: settings.database.event_batch_max,
                 jobs_queued: jobs.clone(),
             },
+            metrics,
         );
         let recovered = runner.recover_orphans().await?;
         if recovered > 0 {

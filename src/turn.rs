@@ -14,11 +14,44 @@ pub enum WebMode {
     On,
 }
 
+/// Why a turn's loop stopped with its final text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model answered.
+    #[default]
+    Answer,
+    /// The turn's deadline (`HARNESS_TURN_TIMEOUT_S`) passed first: the
+    /// text is the seeds' timeout text.
+    Deadline,
+    /// The turn used its steps (`HARNESS_MAX_STEPS`) without an answer:
+    /// the text is the seeds' step-limit text.
+    MaxSteps,
+    /// The model's answer stopped at its output-token limit: the text is
+    /// what it wrote, cut.
+    Budget,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Answer => "answer",
+            Self::Deadline => "deadline",
+            Self::MaxSteps => "max_steps",
+            Self::Budget => "budget",
+        }
+    }
+}
+
 /// The public result of a turn (the seeds' `TurnResult`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TurnResult {
     /// The final assistant response (with citations when requested).
     pub text: String,
+    /// Why the turn stopped: `answer`, `deadline`, `max_steps` or `budget`
+    /// (results stored before it existed read as `answer`).
+    #[serde(default)]
+    pub stop_reason: StopReason,
     /// Local anchors cited this turn.
     pub local_citations: Vec<String>,
     /// Web sources cited this turn (`title`, `url`).
@@ -82,6 +115,9 @@ pub struct DecisionDetails {
     pub cost_usd: Option<f64>,
     pub elapsed_ms: u64,
     pub timed_out: bool,
+    /// Why the turn stopped (see `TurnResult.stop_reason`).
+    #[serde(default)]
+    pub stop_reason: StopReason,
     pub context_was_compacted: bool,
     pub judges_scheduled: u64,
     /// The user's message, cut to 200 characters (masked with

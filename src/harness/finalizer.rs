@@ -111,6 +111,7 @@ pub(super) struct FinalizeInput {
     pub turn_id: Uuid,
     pub user_message: String,
     pub final_text: String,
+    pub stop_reason: crate::turn::StopReason,
     pub context_pack: Value,
     pub context_hash: String,
     pub prompt_messages: Vec<ChatMessage>,
@@ -189,6 +190,7 @@ pub(super) async fn finalize(
     Ok(TurnOutput {
         result: TurnResult {
             text,
+            stop_reason: input.stop_reason,
             local_citations: citations.local,
             web_citations: citations.web,
             rendered_content_paths: citations.rendered_paths,
@@ -440,6 +442,7 @@ async fn record_decision(
         "cost_usd": input.cost_usd,
         "elapsed_ms": input.elapsed_ms,
         "timed_out": input.timed_out,
+        "stop_reason": input.stop_reason,
         "context_was_compacted": input.context_was_compacted,
         "judges_scheduled": facts.judges_scheduled,
         "user_message": if harness.options.redact_logs {

@@ -20,9 +20,10 @@ use super::{
 use crate::{
     events::TurnEvent,
     providers::{
-        ChatMessage, ChatRequest, ProviderError, ProviderEvent, ThinkingBlock, ToolCall,
-        ToolDefinition, Usage,
+        ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ThinkingBlock,
+        ToolCall, ToolDefinition, Usage,
     },
+    turn::StopReason,
 };
 
 /// What every step of one turn shares.
@@ -67,33 +68,38 @@ impl Turn<'_> {
 
     /// One step (4a-4i): the step gate, a provider call, and, when it asks
     /// for tools, their waves, a reflection and a compaction. `Some`: the
-    /// turn's final text (an answer, or the timeout or step-limit text).
+    /// turn's final text (an answer, or the timeout or step-limit text) and
+    /// why the loop stops.
     pub(super) async fn step(
         &self,
         conversation: &mut Conversation,
-    ) -> Result<Option<String>, TurnError> {
+    ) -> Result<Option<(String, StopReason)>, TurnError> {
         let (harness, state) = (self.harness, self.state);
         // 4a: step gate and deadline.
         if state.budget.is_expired() {
             state.set_timed_out();
-            return Ok(Some(TIMEOUT_TEXT.to_owned()));
+            return Ok(Some((TIMEOUT_TEXT.to_owned(), StopReason::Deadline)));
         }
         if !state.budget.claim_step() {
-            return Ok(Some(MAX_STEPS_TEXT.to_owned()));
+            return Ok(Some((MAX_STEPS_TEXT.to_owned(), StopReason::MaxSteps)));
         }
         let step = state.budget.steps_used();
 
         // 4c: generation, streamed.
         let Some(output) = self.call_model(step, &conversation.messages).await? else {
             state.set_timed_out();
-            return Ok(Some(TIMEOUT_TEXT.to_owned()));
+            return Ok(Some((TIMEOUT_TEXT.to_owned(), StopReason::Deadline)));
         };
         state.add_tokens(&output.usage);
         state.add_cost(output.cost_usd);
 
         // 4d: terminal check.
         if output.tool_calls.is_empty() {
-            return Ok(Some(output.text));
+            let reason = match output.finish {
+                Some(FinishReason::Length) => StopReason::Budget,
+                _ => StopReason::Answer,
+            };
+            return Ok(Some((output.text, reason)));
         }
 
         // 4e-4g: waves of tool calls through the gates.
@@ -176,9 +182,19 @@ impl Turn<'_> {
             Err(TurnError::Provider(ProviderError::Timeout(_)))
                 if self.state.budget.is_expired() =>
             {
+                // The seeds' timeout text ends the turn; the provider that
+                // did not answer in time is still a provider timeout.
+                span.record("error.type", "provider_timeout");
+                harness
+                    .callbacks
+                    .on_provider_error("provider_timeout")
+                    .await;
                 return Ok(None);
             }
             Err(e) => {
+                if let TurnError::Provider(failure) = &e {
+                    harness.callbacks.on_provider_error(failure.code()).await;
+                }
                 span.record("error.type", e.code());
                 span.record("otel.status_code", "ERROR");
                 return Err(e);
@@ -293,6 +309,8 @@ impl Turn<'_> {
 /// What one provider call produced.
 struct StepOutput {
     cost_usd: Option<f64>,
+    /// Why the provider ended its answer, when it said.
+    finish: Option<FinishReason>,
     text: String,
     tool_calls: Vec<ToolCall>,
     thinking: Vec<ThinkingBlock>,
@@ -311,6 +329,7 @@ async fn generate(
     let mut stream = harness.provider.stream(call).await?;
     let mut output = StepOutput {
         cost_usd: None,
+        finish: None,
         text: String::new(),
         tool_calls: Vec::new(),
         thinking: Vec::new(),
@@ -351,6 +370,7 @@ async fn generate(
                         reason.as_str().to_owned().into(),
                     ])),
                 );
+                output.finish = Some(reason);
                 break;
             }
         }

@@ -105,9 +105,9 @@ pub(super) async fn run(
         messages,
         question_at,
     };
-    let final_text = loop {
-        if let Some(text) = turn.step(&mut conversation).await? {
-            break text;
+    let (final_text, stop_reason) = loop {
+        if let Some(end) = turn.step(&mut conversation).await? {
+            break end;
         }
     };
     state.set_final_text(final_text.clone());
@@ -121,6 +121,7 @@ pub(super) async fn run(
         turn_id: request.turn_id,
         user_message: request.user_message.clone(),
         final_text,
+        stop_reason,
         context_pack,
         context_hash: prep.context_hash.clone(),
         prompt_messages,

@@ -3,7 +3,9 @@
 //! Tool calls arrive whole (arguments as a JSON object); Ollama may not
 //! give them ids, so `call_{n}` is used. Usage comes from the final line's
 //! `prompt_eval_count` and `eval_count`. Think levels above OFF send
-//! `think: true` (for models that support it); the reasoning is not shown.
+//! `think: true`; a model without thinking refuses it (400 "does not
+//! support thinking"), so the request is sent once more without it and the
+//! model is remembered. The reasoning is not shown.
 
 use std::{sync::Arc, time::Duration};
 
@@ -18,6 +20,7 @@ use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
     ProviderFailure, ProviderStream, Role, ThinkLevel, ToolCall, Usage, http,
     redact::{self, Redactor},
+    refusing::RefusingModels,
     stream,
 };
 
@@ -40,6 +43,8 @@ pub struct OllamaProvider {
     model: String,
     idle_timeout: Duration,
     max_response_bytes: usize,
+    /// Models that answered 400 to `think`: they are not sent it again.
+    no_think: Arc<RefusingModels>,
     /// Masks secret query values of the host URL in errors.
     redactor: Arc<Redactor>,
 }
@@ -65,6 +70,7 @@ impl OllamaProvider {
             model: config.model,
             idle_timeout: config.idle_timeout,
             max_response_bytes: config.max_response_bytes,
+            no_think: Arc::default(),
             redactor,
         })
     }
@@ -88,7 +94,7 @@ impl OllamaProvider {
                 })
                 .collect();
         }
-        if request.think_level != ThinkLevel::Off {
+        if request.think_level != ThinkLevel::Off && !self.no_think.contains(model) {
             body["think"] = json!(true);
         }
         if let Some(tokens) = request.max_output_tokens {
@@ -133,14 +139,18 @@ impl OllamaProvider {
     /// [`LlmProvider::stream`] before its errors are masked.
     async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let deadline = Instant::now() + request.timeout;
-        let http = self
-            .client
-            .post(self.endpoint.clone())
-            .json(&self.request_body(&request));
-        let response = http::send(http, deadline).await?;
-        if !response.status().is_success() {
-            return Err(http::error_from_response(response).await);
-        }
+        let body = self.request_body(&request);
+        let sent_think = body.get("think").is_some();
+        let response = match self.send(&body, deadline).await {
+            Err(e) if sent_think && refuses_thinking(&e) => {
+                // Asked once more without it; remembered for this model.
+                let model = request.model_or(&self.model).to_owned();
+                tracing::info!(model = %model, "the model does not think; sending without `think`");
+                self.no_think.remember(&model);
+                self.send(&self.request_body(&request), deadline).await?
+            }
+            other => other?,
+        };
         let response =
             http::expect_content_type(response, &["application/x-ndjson", "application/json"])
                 .await?;
@@ -151,6 +161,29 @@ impl OllamaProvider {
         );
         Ok(parse_stream(lines).boxed())
     }
+}
+
+impl OllamaProvider {
+    /// Posts `body`; an error answer is an error here.
+    async fn send(
+        &self,
+        body: &Value,
+        deadline: Instant,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let http = self.client.post(self.endpoint.clone()).json(body);
+        let response = http::send(http, deadline).await?;
+        if !response.status().is_success() {
+            return Err(http::error_from_response(response).await);
+        }
+        Ok(response)
+    }
+}
+
+/// Whether a 400 says the model has no thinking (`"llama3.2" does not
+/// support thinking`): the request is worth sending again without `think`.
+fn refuses_thinking(error: &ProviderError) -> bool {
+    matches!(error, ProviderError::BadRequest(f)
+        if f.status == 400 && f.message.contains("does not support thinking"))
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,11 +10,7 @@
 //! answer is taken as it is: its text as one delta, its tool calls, its
 //! usage, as one step.
 
-use std::{
-    collections::{BTreeMap, HashSet},
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -27,6 +23,7 @@ use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
     ProviderStream, Role, ThinkLevel, ToolCall, Usage, http,
     redact::{self, Redactor},
+    refusing::RefusingModels,
 };
 
 /// Settings of an OpenAI-compatible endpoint.
@@ -61,15 +58,11 @@ pub struct OpenAiProvider {
     idle_timeout: Duration,
     max_response_bytes: usize,
     /// Models that answered 400 to `reasoning_effort`: they are not sent
-    /// it again (bounded: see [`MAX_REMEMBERED_MODELS`]).
-    no_effort: Arc<Mutex<HashSet<String>>>,
+    /// it again.
+    no_effort: Arc<RefusingModels>,
     /// Masks the key (and secret query values of the base URL) in errors.
     redactor: Arc<Redactor>,
 }
-
-/// Models remembered as refusing `reasoning_effort`; past this many the
-/// set starts over (a request may name any model).
-const MAX_REMEMBERED_MODELS: usize = 256;
 
 impl OpenAiProvider {
     pub fn new(config: OpenAiConfig) -> Result<Self, ProviderError> {
@@ -101,23 +94,6 @@ impl OpenAiProvider {
         })
     }
 
-    /// Whether `model` refused `reasoning_effort` before.
-    fn refuses_effort(&self, model: &str) -> bool {
-        self.no_effort
-            .lock()
-            .map(|set| set.contains(model))
-            .unwrap_or(false)
-    }
-
-    fn remember_refuses_effort(&self, model: &str) {
-        if let Ok(mut set) = self.no_effort.lock() {
-            if set.len() >= MAX_REMEMBERED_MODELS {
-                set.clear();
-            }
-            set.insert(model.to_owned());
-        }
-    }
-
     /// The JSON body sent for `request`.
     pub fn request_body(&self, request: &ChatRequest) -> Value {
         let model = request.model_or(&self.model);
@@ -133,7 +109,7 @@ impl OpenAiProvider {
         // Reasoning models take an effort. A model that refused it once is
         // not sent it again (see `stream`).
         if let Some(effort) = reasoning_effort(request.think_level)
-            && !self.refuses_effort(model)
+            && !self.no_effort.contains(model)
         {
             body["reasoning_effort"] = json!(effort);
         }
@@ -248,7 +224,7 @@ impl OpenAiProvider {
                 // Asked once more without it; remembered for this model.
                 let model = request.model_or(&self.model).to_owned();
                 tracing::info!(model = %model, "the model refuses reasoning_effort; sending without it");
-                self.remember_refuses_effort(&model);
+                self.no_effort.remember(&model);
                 http::open(self.post(&self.request_body(&request)), deadline).await?
             }
             other => other?,

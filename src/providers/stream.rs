@@ -16,14 +16,25 @@ pub(super) async fn next_within<S: Stream + Unpin>(
     idle: Duration,
     deadline: Instant,
 ) -> Result<Option<S::Item>, ProviderError> {
-    let wait_until = deadline.min(Instant::now() + idle);
+    next_before(stream, Instant::now() + idle, idle, deadline).await
+}
+
+/// Waits for the next item until `quiet_until` (the end of `idle` since
+/// the stream last said something), never past `deadline`.
+async fn next_before<S: Stream + Unpin>(
+    stream: &mut S,
+    quiet_until: Instant,
+    idle: Duration,
+    deadline: Instant,
+) -> Result<Option<S::Item>, ProviderError> {
+    let wait_until = deadline.min(quiet_until);
     match tokio::time::timeout_at(wait_until, stream.next()).await {
         Ok(item) => Ok(item),
         Err(_) if wait_until >= deadline => Err(ProviderError::Timeout(
             "the turn's deadline passed mid-stream".into(),
         )),
         Err(_) => Err(ProviderError::Timeout(format!(
-            "no data for {} s",
+            "nothing from the provider for {} s",
             idle.as_secs_f64()
         ))),
     }
@@ -129,8 +140,10 @@ impl SseParser {
     }
 }
 
-/// Server-sent events parsed from byte chunks, each chunk awaited for at
-/// most `idle` and never past `deadline`.
+/// Server-sent events parsed from byte chunks, never past `deadline`. The
+/// stream must dispatch an event within `idle` of the last one (of its
+/// start): comments and blank lines keep a connection open but say
+/// nothing, so they do not hold the idle timer off.
 pub(crate) fn sse_events<S>(
     bytes: S,
     idle: Duration,
@@ -143,10 +156,14 @@ where
     async_stream::stream! {
         let mut parser = SseParser::default();
         let mut at_end = false;
+        let mut quiet_until = Instant::now() + idle;
         loop {
             loop {
                 match parser.next_event(at_end) {
-                    Ok(Some(event)) => yield Ok(event),
+                    Ok(Some(event)) => {
+                        quiet_until = Instant::now() + idle;
+                        yield Ok(event);
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         yield Err(e);
@@ -157,7 +174,7 @@ where
             if at_end {
                 return;
             }
-            match next_within(&mut bytes, idle, deadline).await {
+            match next_before(&mut bytes, quiet_until, idle, deadline).await {
                 Err(e) => {
                     yield Err(e);
                     return;
@@ -389,12 +406,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn idle_means_no_bytes_at_all_so_comments_keep_a_stream_alive() {
+    async fn idle_means_no_event_so_comments_alone_do_not_keep_a_stream_alive() {
         let idle = Duration::from_secs(1);
         let deadline = Instant::now() + Duration::from_secs(60);
-        // Three keep-alive comments 0.6 s apart, then the event: 2.4 s
-        // without an event, never 1 s without bytes.
+        // Events 0.6 s apart: never idle.
         let kept: Vec<_> = sse_events(
+            paced(vec![
+                (600, "data: a\n\n"),
+                (600, "data: b\n\n"),
+                (600, "data: c\n\n"),
+            ]),
+            idle,
+            deadline,
+        )
+        .collect()
+        .await;
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        assert!(kept.iter().all(Result::is_ok), "{kept:?}");
+        // Keep-alive comments 0.6 s apart say nothing: 1 s after the last
+        // event (here, the start) the stream is idle, bytes or not.
+        let commented: Vec<_> = sse_events(
             paced(vec![
                 (600, ":\n\n"),
                 (600, ": ping\n\n"),
@@ -406,15 +437,25 @@ mod tests {
         )
         .collect()
         .await;
-        assert_eq!(kept.len(), 1, "{kept:?}");
-        assert_eq!(kept[0].as_ref().unwrap(), &event("message", "x"));
-        // 1.5 s of silence is a timeout.
-        let silent: Vec<_> = sse_events(paced(vec![(1500, "data: x\n\n")]), idle, deadline)
-            .collect()
-            .await;
         assert!(
-            matches!(silent.as_slice(), [Err(ProviderError::Timeout(m))] if m.contains("no data")),
-            "{silent:?}"
+            matches!(commented.as_slice(), [Err(ProviderError::Timeout(m))] if m.contains("nothing from the provider for 1 s")),
+            "{commented:?}"
+        );
+        // After an event, the same: its comments do not extend it.
+        let after: Vec<_> = sse_events(
+            paced(vec![
+                (100, "data: a\n\n"),
+                (600, ":\n\n"),
+                (600, "data: b\n\n"),
+            ]),
+            idle,
+            deadline,
+        )
+        .collect()
+        .await;
+        assert!(
+            matches!(after.as_slice(), [Ok(_), Err(ProviderError::Timeout(_))]),
+            "{after:?}"
         );
     }
 

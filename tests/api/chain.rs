@@ -352,6 +352,45 @@ async fn a_model_that_refuses_reasoning_effort_is_asked_again_without_it() {
     assert_eq!(requests[2].body.get("reasoning_effort"), None);
 }
 
+/// Ollama models without thinking (llama3.x, gemma, qwen2.5) answer 400
+/// "does not support thinking" to `think: true`: the request goes again
+/// without it, and the model is not sent it again. (Before, every turn at
+/// a think level above `off` failed, and the error was not one to fall
+/// over on.)
+#[tokio::test]
+async fn an_ollama_model_without_thinking_is_asked_again_without_think() {
+    let app = app_with(|s, p| {
+        s.providers.chain = Some("ollama:llama3.2".parse().unwrap());
+        s.providers.ollama_host = p.root.parse().unwrap();
+        s.harness.think_level = "medium".parse().unwrap();
+    })
+    .await;
+    app.provider.enqueue([
+        Reply::body(400, "application/json", "ollama/think_unsupported.json"),
+        Reply::ndjson("ollama/text.ndjson"),
+        Reply::ndjson("ollama/text.ndjson"),
+    ]);
+    for session in ["c-think-1", "c-think-2"] {
+        let events = app
+            .post_turn_sse(session, json!({"message": "Hi"}))
+            .await
+            .read_to_end()
+            .await;
+        let end = events.last().unwrap();
+        assert_eq!(end.event, "turn.completed", "{events:?}");
+        assert_eq!(end.json()["result"]["text"], "Hello! How can I help?");
+    }
+    let requests = app.provider.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(
+        requests.iter().all(|r| r.path == "/api/chat"),
+        "{requests:?}"
+    );
+    assert_eq!(requests[0].body["think"], true);
+    assert_eq!(requests[1].body.get("think"), None);
+    assert_eq!(requests[2].body.get("think"), None);
+}
+
 #[tokio::test]
 async fn a_cut_or_reset_answer_is_retracted_and_falls_over_to_the_next_provider() {
     // One try per provider: OpenAI's answer is cut (or reset), Anthropic's

@@ -35,6 +35,10 @@ pub struct Reply {
     hold: Option<(usize, CancellationToken)>,
     /// Send this many chunks, then break the connection mid-body.
     abort_after: Option<usize>,
+    /// Wait for the token before answering at all (no headers).
+    hold_head: Option<CancellationToken>,
+    /// The pause before each chunk (1 ms unless set).
+    pace: Duration,
 }
 
 pub fn fixture(name: &str) -> String {
@@ -176,6 +180,8 @@ impl Reply {
             chunks: Vec::new(),
             hold: None,
             abort_after: None,
+            hold_head: None,
+            pace: Duration::from_millis(1),
         }
     }
 
@@ -188,6 +194,8 @@ impl Reply {
             chunks: vec![Bytes::from(fixture(name))],
             hold: None,
             abort_after: None,
+            hold_head: None,
+            pace: Duration::from_millis(1),
         }
     }
 
@@ -200,6 +208,8 @@ impl Reply {
             chunks: vec![Bytes::from(body.to_owned())],
             hold: None,
             abort_after: None,
+            hold_head: None,
+            pace: Duration::from_millis(1),
         }
     }
 
@@ -213,6 +223,28 @@ impl Reply {
     pub fn abort_after(mut self, chunks: usize) -> Self {
         self.abort_after = Some(chunks);
         self
+    }
+
+    /// Answers nothing, not even headers, until `gate` is cancelled.
+    pub fn hold_head(mut self, gate: &CancellationToken) -> Self {
+        self.hold_head = Some(gate.clone());
+        self
+    }
+
+    /// Pauses `pace` before each chunk.
+    pub fn pace(mut self, pace: Duration) -> Self {
+        self.pace = pace;
+        self
+    }
+
+    /// Only keep-alive comments (`: ping`), `count` of them.
+    pub fn comments_only(count: usize) -> Self {
+        Self {
+            chunks: (0..count)
+                .map(|_| Bytes::from_static(b": ping\n\n"))
+                .collect(),
+            ..Self::sse_empty()
+        }
     }
 
     /// Sends `chunks` chunks, then waits until `gate` is cancelled.
@@ -409,7 +441,12 @@ async fn answer(
         chunks,
         hold,
         abort_after,
+        hold_head,
+        pace,
     } = reply;
+    if let Some(gate) = hold_head {
+        gate.cancelled().await;
+    }
     let stream = async_stream::stream! {
         for (i, chunk) in chunks.into_iter().enumerate() {
             if let Some((after, gate)) = &hold
@@ -422,7 +459,7 @@ async fn answer(
                 return;
             }
             // A tiny pause between events, as a real provider has.
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(pace).await;
             yield Ok::<_, std::io::Error>(chunk);
         }
     };

@@ -29,6 +29,7 @@ mod multitask;
 mod openai_compat;
 mod openapi;
 mod replicas;
+mod stops;
 mod tenants;
 mod tool_turn;
 mod tools;
