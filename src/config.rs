@@ -430,6 +430,13 @@ pub struct HarnessSettings {
     /// Validate tool arguments against their schema.
     #[arg(id = "harness.tool_validation", long = "tool-validation", env = "HARNESS_TOOL_VALIDATION", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub tool_validation: bool,
+    /// Let clients send `system` messages in a turn's history (`history`,
+    /// and the earlier messages of `/v1/chat/completions`, `/v1/ui/chat`
+    /// and `/v1/agui`); off, they are refused with 422
+    /// `invalid_history_role`: a system message is trusted, and a client's
+    /// text is not.
+    #[arg(id = "harness.allow_client_system_messages", long = "allow-client-system-messages", env = "HARNESS_ALLOW_CLIENT_SYSTEM_MESSAGES", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub allow_client_system_messages: bool,
     /// Offer only the tools most related to the message.
     #[arg(id = "harness.semantic_tool_selection", long = "semantic-tool-selection", env = "HARNESS_SEMANTIC_TOOL_SELECTION", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub semantic_tool_selection: bool,

@@ -360,12 +360,28 @@ pub(crate) fn follow_started(
     }
 }
 
+/// A client's history may carry `system` messages only when the operator
+/// allows it (`HARNESS_ALLOW_CLIENT_SYSTEM_MESSAGES`): the model trusts a
+/// system message, and a client's text is not to be trusted.
+pub(crate) fn refuse_client_system(allowed: bool) -> Result<(), ApiError> {
+    if allowed {
+        return Ok(());
+    }
+    Err(ApiError::InvalidHistoryRole(
+        "the history holds a `system` (or `developer`) message; the service takes instructions \
+         only from its operator (HARNESS_ALLOW_CLIENT_SYSTEM_MESSAGES allows them)"
+            .into(),
+    ))
+}
+
 /// The turn a chat wire format asks for when it sends the whole
 /// conversation (`messages` as role and text, at most 1,000): the newest
-/// must be the user's and is the turn's message; the earlier system
-/// (or developer), user and assistant messages are its history.
+/// must be the user's and is the turn's message; the earlier user and
+/// assistant messages are its history, and system (or developer) ones
+/// too where the operator allows them (see [`refuse_client_system`]).
 pub(crate) fn conversation_turn(
     messages: &[(&str, String)],
+    allow_system: bool,
 ) -> Result<crate::runner::TurnSpec, ApiError> {
     use crate::providers::{ChatMessage, Role};
     let invalid = |detail: &str| ApiError::InvalidField {
@@ -386,6 +402,12 @@ pub(crate) fn conversation_turn(
     }
     if messages.iter().any(|(_, text)| text.contains('\0')) {
         return Err(invalid("a message contains U+0000"));
+    }
+    if earlier
+        .iter()
+        .any(|(role, _)| matches!(*role, "system" | "developer"))
+    {
+        refuse_client_system(allow_system)?;
     }
     let history = earlier
         .iter()

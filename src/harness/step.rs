@@ -246,9 +246,11 @@ impl Turn<'_> {
             })
             .await?;
         if !reflection.stub {
-            messages.push(ChatMessage::system(format!(
-                "Reflection: {}",
-                reflection.text
+            // The reflection restates tool results (and whatever pages
+            // they echo): data for the next step, not instructions.
+            messages.push(ChatMessage::system(super::prepare::untrusted_block(
+                super::prepare::REFLECTION_INTRO,
+                &reflection.text,
             )));
         }
         Ok(())

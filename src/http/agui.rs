@@ -203,7 +203,8 @@ async fn agui_run(
         .iter()
         .map(|m| (m.role.as_str(), m.text()))
         .collect();
-    let spec = super::conversation_turn(&messages)?;
+    let spec =
+        super::conversation_turn(&messages, app.settings.harness.allow_client_system_messages)?;
     let run_id = body
         .run_id
         .clone()

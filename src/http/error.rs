@@ -48,6 +48,10 @@ pub enum ApiError {
     /// 422 `invalid_field`: a field with a value out of its range.
     #[error("{detail}")]
     InvalidField { field: String, detail: String },
+    /// 422 `invalid_history_role`: a client's history holds a `system`
+    /// (or `developer`) message, and the operator does not allow it.
+    #[error("{0}")]
+    InvalidHistoryRole(String),
     /// 400 `invalid_session_id`.
     #[error("invalid session id: {0}")]
     InvalidSessionId(SessionIdError),
@@ -163,6 +167,7 @@ impl ApiError {
             Self::InvalidBody { .. }
             | Self::MessageRequired
             | Self::InvalidField { .. }
+            | Self::InvalidHistoryRole(_)
             | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -200,6 +205,7 @@ impl ApiError {
             Self::InvalidBody { .. } => "invalid_body",
             Self::MessageRequired => "message_required",
             Self::InvalidField { .. } => "invalid_field",
+            Self::InvalidHistoryRole(_) => "invalid_history_role",
             Self::InvalidSessionId(_) => "invalid_session_id",
             Self::InvalidTurnId => "invalid_turn_id",
             Self::InvalidQuery(_) => "invalid_query",
@@ -251,6 +257,7 @@ impl ApiError {
             Self::InvalidBody { field, .. } => field.clone(),
             Self::InvalidField { field, .. } => Some(field.clone()),
             Self::MessageRequired => Some("message".to_owned()),
+            Self::InvalidHistoryRole(_) => Some("history".to_owned()),
             _ => None,
         }
     }

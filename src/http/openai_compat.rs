@@ -74,7 +74,7 @@ fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
 }
 
 impl ChatCompletionRequest {
-    fn spec(&self) -> Result<TurnSpec, ApiError> {
+    fn spec(&self, allow_system: bool) -> Result<TurnSpec, ApiError> {
         // Tool results of a client's own tools mean nothing here (they are
         // left out of the history); any other role is refused.
         const ROLES: [&str; 6] = [
@@ -94,7 +94,7 @@ impl ChatCompletionRequest {
             .iter()
             .map(|m| (m.role.as_str(), super::content_text(&m.content)))
             .collect();
-        let spec = super::conversation_turn(&messages)?;
+        let spec = super::conversation_turn(&messages, allow_system)?;
         let model = self
             .model
             .as_deref()
@@ -176,7 +176,7 @@ async fn chat_completions(
         Some(name) => parse_session_id(&name, &tenant)?,
         None => parse_session_id(&format!("chatcmpl-{}", Uuid::now_v7().simple()), &tenant)?,
     };
-    let spec = body.spec()?;
+    let spec = body.spec(app.settings.harness.allow_client_system_messages)?;
     let (_, model) = app
         .runner
         .harness()

@@ -119,7 +119,7 @@ pub enum HistoryRole {
 }
 
 impl TurnBody {
-    fn validate(self, provider_names: &[String]) -> Result<TurnSpec, ApiError> {
+    fn validate(self, provider_names: &[String], allow_system: bool) -> Result<TurnSpec, ApiError> {
         let message = self
             .message
             .filter(|m| !m.trim().is_empty())
@@ -141,6 +141,9 @@ impl TurnBody {
         }
         for item in self.history.iter().flatten() {
             no_nul("history", &item.content)?;
+            if matches!(item.role, HistoryRole::System) {
+                super::refuse_client_system(allow_system)?;
+            }
         }
         let top_k = self.top_k.unwrap_or(8);
         if !(1..=TOP_K_MAX).contains(&top_k) {
@@ -352,7 +355,10 @@ async fn start_turn(
     let session_id = parse_session_id(&session_id, &tenant)?;
     let key = idempotency_key(&headers)?;
     let multitask = body.multitask.unwrap_or_default();
-    let spec = body.validate(&app.provider_names)?;
+    let spec = body.validate(
+        &app.provider_names,
+        app.settings.harness.allow_client_system_messages,
+    )?;
     // A running turn is waited for (or cancelled first) up to the turn
     // deadline and a margin, never longer than MULTITASK_WAIT_MAX.
     let deadline = tokio::time::Instant::now()

@@ -190,7 +190,8 @@ async fn ui_chat(
         .iter()
         .map(|m| (m.role.as_str(), m.text()))
         .collect();
-    let spec = super::conversation_turn(&messages)?;
+    let spec =
+        super::conversation_turn(&messages, app.settings.harness.allow_client_system_messages)?;
     let started = app.runner.start(&session_id, spec, None).await?;
     let turn_id = started.turn_id;
     let events = super::follow_started(&app, &session_id, started);

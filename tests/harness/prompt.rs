@@ -8,8 +8,8 @@ use agent_harness::{
     harness::{
         hooks::{HookError, MemoryContext, MemoryRetriever},
         prepare::{
-            canonical_json, runtime_metadata, short_hash, stable_render_hash,
-            untrusted_context_block,
+            MEMORY_INTRO, SKILL_INTRO, canonical_json, runtime_metadata, short_hash,
+            stable_render_hash, untrusted_block, untrusted_context_block,
         },
         thinking::ThinkLevel,
     },
@@ -86,11 +86,19 @@ async fn the_prompt_has_the_seven_parts_in_the_seeds_order() {
             "[system] {}",
             runtime_metadata("s-1", "scripted", "scripted-model", today)
         ),
-        "[system] User prefers bullet points.".to_owned(),
+        // Memories and a skill's context are data, fenced like the pack:
+        // only the operator's prompt and the metadata are trusted.
+        format!(
+            "[system] {}",
+            untrusted_block(MEMORY_INTRO, "User prefers bullet points.")
+        ),
         "[user] Hello".to_owned(),
         "[assistant] Hi!".to_owned(),
         format!("[system] {}", untrusted_context_block(&merged)),
-        "[system] You are acting as a travel planner.".to_owned(),
+        format!(
+            "[system] {}",
+            untrusted_block(SKILL_INTRO, "You are acting as a travel planner.")
+        ),
         "[user] Plan my Paris trip".to_owned(),
     ]
     .join("\n---\n");

@@ -46,10 +46,12 @@ async fn a_tool_error_triggers_a_reflection_that_the_model_then_sees() {
     assert_eq!(ran.text(), "done");
     assert_eq!(reflections(&ran.sink.events()), [(false, None)]);
     let last = provider.requests().pop().unwrap();
-    assert!(
-        last.messages.iter().any(|m| m.role == Role::System
-            && m.content == "Reflection: The tool failed; try another way.")
-    );
+    assert!(last.messages.iter().any(|m| m.role == Role::System
+        && m.content
+            == agent_harness::harness::prepare::untrusted_block(
+                agent_harness::harness::prepare::REFLECTION_INTRO,
+                "The tool failed; try another way."
+            )));
     assert_eq!(ran.state.budget.reflections_used(), 1);
 }
 
