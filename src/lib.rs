@@ -30,7 +30,9 @@
 //! - [`events`], [`turn`], [`ids`], [`hooks`]: the shared vocabulary
 //!   (events, what a turn is asked and answers, identifiers, the traits of
 //!   the harness's collaborators).
-//! - [`telemetry`], [`metrics`]: logs, OTLP traces, Prometheus text.
+//! - [`telemetry`], [`metrics`], [`pii`]: logs, OTLP traces, Prometheus
+//!   text, and the masking of personal data in what is written for
+//!   observation (`HARNESS_REDACT_LOGS`).
 //!
 //! The vocabulary, `providers`, `store`, `tools`, `vault`, `memory` and
 //! `metrics` import nothing from the layers above them (the harness, the
@@ -46,6 +48,7 @@ pub mod http;
 pub mod ids;
 pub mod memory;
 pub mod metrics;
+pub mod pii;
 pub mod providers;
 pub mod runner;
 pub mod startup;

@@ -189,7 +189,20 @@ impl MemoryExtractor for QueuedExtraction {
 
 /// The research learner: keeps each turn's question and answer, its
 /// source the stored assistant message.
-pub struct StoreLearner;
+pub struct StoreLearner {
+    /// Mask personal data in observations (`HARNESS_REDACT_LOGS`).
+    pub redact: bool,
+}
+
+impl StoreLearner {
+    fn shown(&self, text: &str) -> String {
+        if self.redact {
+            crate::pii::redact(text).into_owned()
+        } else {
+            text.to_owned()
+        }
+    }
+}
 
 #[async_trait]
 impl ResearchLearner for StoreLearner {
@@ -205,8 +218,8 @@ impl ResearchLearner for StoreLearner {
             id: format!("obs_{}", uuid::Uuid::now_v7().simple()),
             session_id: session_id.to_owned(),
             source_id: source_event_id.to_owned(),
-            user_text: user_text.to_owned(),
-            assistant_text: assistant_text.to_owned(),
+            user_text: self.shown(user_text),
+            assistant_text: self.shown(assistant_text),
             created_at: Utc::now(),
         }))
     }

@@ -218,13 +218,18 @@ pub fn build_harness(
         builder = builder.memory_extractor(Arc::new(QueuedExtraction));
     }
     if memory.research_learner {
-        builder = builder.research_learner(Arc::new(StoreLearner));
+        builder = builder.research_learner(Arc::new(StoreLearner {
+            redact: settings.telemetry.redact_logs,
+        }));
     }
     if let Some(JudgeList(judges)) = &settings.judges.list
         && settings.judges.enabled
         && !judges.is_empty()
     {
-        builder = builder.judges(Arc::new(JudgePanel::new(judges.clone())));
+        builder = builder.judges(Arc::new(JudgePanel::new(
+            judges.clone(),
+            settings.telemetry.redact_logs,
+        )));
     }
     builder.build()
 }
@@ -300,6 +305,7 @@ pub fn build_worker(
             timeout: Duration::from_secs(settings.judges.timeout_s),
             max_output_tokens: settings.judges.max_output_tokens,
         }),
+        redact: settings.telemetry.redact_logs,
     };
     BackgroundWorker::new(
         store,

@@ -3,6 +3,8 @@
 //!
 //! Spans follow the OpenTelemetry GenAI conventions (`gen_ai.*` on provider
 //! calls); prompt text is recorded only when `telemetry_capture_content` is on.
+//! With `HARNESS_REDACT_LOGS` every log line and every exported span (its
+//! name, attributes, events and status) is masked (see [`crate::pii`]).
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
@@ -107,16 +109,20 @@ pub fn remote_context(headers: &axum::http::HeaderMap) -> opentelemetry::Context
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let filter =
         EnvFilter::try_new(&settings.telemetry.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let redact = settings.telemetry.redact_logs;
     let fmt = match settings.telemetry.log_format {
-        // Colours only for a person at a terminal, not for a log file.
+        // Colours only for a person at a terminal, not for a log file (nor
+        // for masked lines: an escape code could split what is masked).
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_target(false)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .with_ansi(!redact && std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .with_writer(LogOutput { redact })
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .flatten_event(true)
             .with_current_span(true)
+            .with_writer(LogOutput { redact })
             .boxed(),
     };
     let (otel, provider) = match &settings.telemetry.otlp_endpoint {
@@ -139,7 +145,10 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
                 .build()
                 .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
             let provider = SdkTracerProvider::builder()
-                .with_batch_exporter(exporter)
+                .with_batch_exporter(MaskedSpans {
+                    inner: exporter,
+                    redact,
+                })
                 .with_resource(resource(&settings.telemetry, &settings.server.instance_id))
                 .build();
             // An incoming `traceparent` (W3C) continues the caller's trace.
@@ -159,4 +168,134 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
         .with(otel)
         .try_init();
     Ok(TelemetryGuard { provider })
+}
+
+/// Standard output, each log line masked when asked.
+struct LogOutput {
+    redact: bool,
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogOutput {
+    type Writer = LogLine;
+
+    fn make_writer(&'a self) -> LogLine {
+        LogLine {
+            redact: self.redact,
+            line: Vec::new(),
+        }
+    }
+}
+
+/// One formatted event: kept until it is whole, then written (masked) in
+/// one piece.
+struct LogLine {
+    redact: bool,
+    line: Vec<u8>,
+}
+
+impl std::io::Write for LogLine {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.line.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        use std::io::Write as _;
+        let line = String::from_utf8_lossy(&self.line);
+        let line = if self.redact {
+            crate::pii::redact(&line)
+        } else {
+            line
+        };
+        // A log line that cannot be written has nowhere else to go.
+        let _ = std::io::stdout().lock().write_all(line.as_bytes());
+    }
+}
+
+/// The OTLP exporter, each span masked when asked.
+#[derive(Debug)]
+struct MaskedSpans<E> {
+    inner: E,
+    redact: bool,
+}
+
+impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanExporter
+    for MaskedSpans<E>
+{
+    fn export(
+        &self,
+        mut batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> impl std::future::Future<Output = opentelemetry_sdk::error::OTelSdkResult> + Send {
+        if self.redact {
+            batch.iter_mut().for_each(mask_span);
+        }
+        self.inner.export(batch)
+    }
+
+    fn shutdown_with_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// Masks the text of a span: its name, string attributes, events (a log
+/// line inside a span is one) and status.
+fn mask_span(span: &mut opentelemetry_sdk::trace::SpanData) {
+    use std::borrow::Cow;
+    if let Cow::Owned(name) = crate::pii::redact(&span.name) {
+        span.name = name.into();
+    }
+    mask_attributes(&mut span.attributes);
+    for event in &mut span.events.events {
+        if let Cow::Owned(name) = crate::pii::redact(&event.name) {
+            event.name = name.into();
+        }
+        mask_attributes(&mut event.attributes);
+    }
+    if let opentelemetry::trace::Status::Error { description } = &mut span.status
+        && let Cow::Owned(masked) = crate::pii::redact(description)
+    {
+        *description = masked.into();
+    }
+}
+
+fn mask_attributes(attributes: &mut [KeyValue]) {
+    use opentelemetry::{Array, StringValue, Value};
+    let mask = |text: &StringValue| match crate::pii::redact(text.as_str()) {
+        std::borrow::Cow::Owned(masked) => Some(StringValue::from(masked)),
+        std::borrow::Cow::Borrowed(_) => None,
+    };
+    for attribute in attributes {
+        match &mut attribute.value {
+            Value::String(text) => {
+                if let Some(masked) = mask(text) {
+                    *text = masked;
+                }
+            }
+            Value::Array(Array::String(texts)) => {
+                for text in texts {
+                    if let Some(masked) = mask(text) {
+                        *text = masked;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }

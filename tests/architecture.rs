@@ -29,6 +29,7 @@ const LOWER: &[&str] = &[
     "events.rs",
     "turn.rs",
     "ids.rs",
+    "pii.rs",
     "hooks.rs",
     "vault.rs",
     "vault",

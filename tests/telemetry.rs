@@ -4,6 +4,12 @@
 //! calls are CLIENT spans with typed GenAI attributes; each tool call has a
 //! span of its own.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly; the lint holds in the service code"
+)]
+
 use std::{
     process::{Command, Stdio},
     sync::{Arc, Mutex},
@@ -187,4 +193,199 @@ async fn a_turn_is_traced_in_the_callers_trace_with_typed_genai_spans() {
         attribute(&tool["attributes"], "gen_ai.tool.name"),
         Some(&serde_json::json!({"stringValue": "local_search"}))
     );
+}
+
+/// A fake OpenAI endpoint: its first answer is a 500 whose message quotes
+/// personal data (as an upstream error may quote the request), then the
+/// recorded text answer.
+async fn failing_once_provider() -> std::net::SocketAddr {
+    let calls = Arc::new(Mutex::new(0u32));
+    let provider = Router::new().route(
+        "/v1/chat/completions",
+        post(move || {
+            let calls = calls.clone();
+            async move {
+                let call = {
+                    let mut calls = calls.lock().unwrap();
+                    *calls += 1;
+                    *calls
+                };
+                if call == 1 {
+                    return axum::response::Response::builder()
+                        .status(500)
+                        .header("content-type", "application/json")
+                        .body(axum::body::Body::from(
+                            r#"{"error":{"message":"upstream failed on a message from bob@example.com (card 4111 1111 1111 1111, phone +1 (555) 123-4567)","type":"server_error"}}"#,
+                        ))
+                        .unwrap();
+                }
+                axum::response::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(axum::body::Body::from(include_str!(
+                        "fixtures/openai/text.sse"
+                    )))
+                    .unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, provider).await });
+    addr
+}
+
+/// What the service wrote for observation in one turn with personal data
+/// in its message and in a provider's error: its log lines (JSON), its
+/// exported spans, its decision record and research observation; and the
+/// history the next turn reads.
+struct Observed {
+    logs: String,
+    spans: String,
+    decision: Value,
+    observation: Value,
+    history: Value,
+}
+
+async fn observe_one_turn(redact: bool) -> Observed {
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let sink = received.clone();
+    let collector = Router::new().route(
+        "/v1/traces",
+        post(move |body: Bytes| {
+            let sink = sink.clone();
+            async move {
+                sink.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+                "{}"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, collector).await });
+    let provider = failing_once_provider().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+        .env_clear()
+        .env("HARNESS_PROVIDERS", "openai:gpt-4o-mini")
+        .env("OPENAI_BASE_URL", format!("http://{provider}/v1"))
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("HARNESS_PROVIDER_MAX_ATTEMPTS", "2")
+        .env("HARNESS_PROVIDER_RETRY_BASE_MS", "10")
+        .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}/h.db", dir.path().display()),
+        )
+        .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
+        .env("HARNESS_LOG_FORMAT", "json")
+        .env("HARNESS_LOG", "debug")
+        .env("HARNESS_REDACT_LOGS", redact.to_string())
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://{collector_addr}"),
+        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Read as it is written: a full pipe would stop the service.
+    let mut stdout = child.stdout.take().unwrap();
+    let logs = std::thread::spawn(move || {
+        let mut logs = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut logs);
+        logs
+    });
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        if client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let response = client
+        .post(format!("{base}/sessions/s-private/turns"))
+        .json(&serde_json::json!({
+            "message": "I am bob@example.com, card 4111 1111 1111 1111; call +1 (555) 123-4567"
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap();
+    let get = |path: &str| {
+        let request = client.get(format!("{base}{path}"));
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let decision = get("/sessions/s-private/decisions").await["decisions"][0]["record"].clone();
+    let observation = get("/sessions/s-private/observations").await["observations"][0].clone();
+    let history = get("/sessions/s-private/messages").await;
+    let stopped = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    let logs = tokio::task::spawn_blocking(move || logs.join())
+        .await
+        .unwrap()
+        .unwrap();
+    let spans = serde_json::to_string(&*received.lock().unwrap()).unwrap();
+    Observed {
+        logs,
+        spans,
+        decision,
+        observation,
+        history,
+    }
+}
+
+/// With `HARNESS_REDACT_LOGS`, nothing written for observation shows the
+/// e-mail address, the card number or the phone number: not a log line,
+/// not a span (a log line inside a span is one of its events), not the
+/// decision record nor the research observation; the history the next
+/// turn reads keeps them. The same turn without it shows them in every one
+/// of those places, so each place is one the masking has to reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redaction_nothing_written_for_observation_shows_personal_data() {
+    let secrets = ["bob@example.com", "4111 1111 1111 1111", "123-4567"];
+    let plain = observe_one_turn(false).await;
+    let masked = observe_one_turn(true).await;
+    for (observed, shows) in [(&plain, true), (&masked, false)] {
+        let places = [
+            ("logs", observed.logs.clone()),
+            ("spans", observed.spans.clone()),
+            ("decision record", observed.decision.to_string()),
+            ("research observation", observed.observation.to_string()),
+        ];
+        for (place, text) in &places {
+            assert!(!text.is_empty() && text != "null", "no {place}");
+            for secret in secrets {
+                assert_eq!(
+                    text.contains(secret),
+                    shows,
+                    "{place} (redaction {}): {secret} in {text}",
+                    if shows { "off" } else { "on" }
+                );
+            }
+        }
+        assert!(
+            observed.history.to_string().contains("bob@example.com"),
+            "the history keeps the message as it was sent"
+        );
+    }
+    assert!(masked.logs.contains("[redacted]"), "{}", masked.logs);
 }

@@ -71,26 +71,6 @@ pub fn classify_strategy(tools_used: &[String]) -> &'static str {
     }
 }
 
-/// Masks what should not reach logs: e-mail addresses, secrets that look
-/// like API keys, and runs of six or more digits (phone, card, account
-/// numbers).
-pub fn redact(text: &str) -> String {
-    text.split_inclusive(char::is_whitespace)
-        .map(|piece| {
-            let word = piece.trim_end();
-            let trailing = &piece[word.len()..];
-            let core = word.trim_matches(|c: char| !c.is_alphanumeric());
-            let digits = core.chars().filter(char::is_ascii_digit).count();
-            let secret = core.starts_with("sk-") || core.starts_with("sk_");
-            if (core.contains('@') && core.contains('.')) || secret || digits >= 6 {
-                format!("[redacted]{trailing}")
-            } else {
-                piece.to_owned()
-            }
-        })
-        .collect()
-}
-
 /// At most `max` characters of `text`.
 fn preview(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
@@ -420,7 +400,7 @@ async fn record_decision(
         return Ok(None);
     }
     let usage = input.usage;
-    let record = json!({
+    let mut record = json!({
         "decision_key": DECISION_KEY,
         "session_id": crate::ids::client_session_id(&input.session_id),
         "turn_id": input.turn_id,
@@ -445,13 +425,16 @@ async fn record_decision(
         "stop_reason": input.stop_reason,
         "context_was_compacted": input.context_was_compacted,
         "judges_scheduled": facts.judges_scheduled,
-        "user_message": if harness.options.redact_logs {
-            redact(&preview(&input.user_message, 200))
-        } else {
-            preview(&input.user_message, 200)
-        },
+        "user_message": preview(&input.user_message, 200),
         "finalizer_failures": facts.failures,
     });
+    // The texts a record carries (the message, the failures' errors, the
+    // operator's metadata) are masked; ids, hashes and counts are not text.
+    if harness.options.redact_logs {
+        for field in ["user_message", "finalizer_failures", "run_context_metadata"] {
+            crate::pii::redact_json(&mut record[field]);
+        }
+    }
     sink.emit(TurnEvent::Decision {
         decision_key: DECISION_KEY.to_owned(),
         strategy: facts.strategy.to_owned(),
@@ -525,14 +508,6 @@ mod tests {
         assert_eq!(
             classify_strategy(&names(&["calculator", "local_search"])),
             "retrieval_augmented"
-        );
-    }
-
-    #[test]
-    fn redaction_masks_addresses_keys_and_long_numbers() {
-        assert_eq!(
-            redact("Mail bob@example.com, key sk-abc123, card 4111111111111111 or call 555-12! ok"),
-            "Mail [redacted] key [redacted] card [redacted] or call 555-12! ok"
         );
     }
 

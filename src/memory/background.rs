@@ -62,6 +62,8 @@ pub struct WorkerConfig {
     pub judges: Vec<JudgeConfig>,
     /// `None`: judges are off.
     pub judging: Option<SideCallLimits>,
+    /// Mask personal data in judgements (`HARNESS_REDACT_LOGS`).
+    pub redact: bool,
 }
 
 /// The background worker.
@@ -450,7 +452,14 @@ impl BackgroundWorker {
             prompt_version: task.prompt_version.clone(),
             score,
             passed: score >= config.threshold,
-            rationale: cut(verdict.rationale.trim(), 1000),
+            rationale: {
+                let rationale = cut(verdict.rationale.trim(), 1000);
+                if self.config.redact {
+                    crate::pii::redact(&rationale).into_owned()
+                } else {
+                    rationale
+                }
+            },
             provider: task.provider.clone(),
             model: task.model.clone(),
             created_at: Utc::now().trunc_subsecs(6),

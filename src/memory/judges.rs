@@ -115,11 +115,14 @@ pub struct JudgeJob {
 /// Schedules the declared judges of a prompt as background jobs.
 pub struct JudgePanel {
     judges: Vec<JudgeConfig>,
+    /// Mask personal data in the jobs' payloads (`HARNESS_REDACT_LOGS`):
+    /// the judge reads the masked conversation.
+    redact: bool,
 }
 
 impl JudgePanel {
-    pub fn new(judges: Vec<JudgeConfig>) -> Self {
-        Self { judges }
+    pub fn new(judges: Vec<JudgeConfig>, redact: bool) -> Self {
+        Self { judges, redact }
     }
 
     fn judging(&self, prompt_id: &str) -> impl Iterator<Item = &JudgeConfig> {
@@ -137,6 +140,13 @@ impl JudgeScheduler for JudgePanel {
 
     async fn schedule(&self, request: JudgeRequest) -> Result<Vec<NewJob>, HookError> {
         let mut scheduled = Vec::new();
+        let shown = |text: &str| {
+            if self.redact {
+                crate::pii::redact(text).into_owned()
+            } else {
+                text.to_owned()
+            }
+        };
         for judge in self.judging(&request.prompt_id) {
             let (provider, model) = match judge.model.as_deref().and_then(|m| m.split_once(':')) {
                 Some((provider, model)) => (provider.to_owned(), model.to_owned()),
@@ -148,10 +158,10 @@ impl JudgeScheduler for JudgePanel {
                 prompt_version: request.prompt_version.clone(),
                 session_id: request.session_id.clone(),
                 turn_id: request.turn_id.clone(),
-                user_message: request.user_message.clone(),
-                response: request.response.clone(),
-                facts: request.facts.clone(),
-                messages_text: request.messages_text.clone(),
+                user_message: shown(&request.user_message),
+                response: shown(&request.response),
+                facts: request.facts.iter().map(|f| shown(f)).collect(),
+                messages_text: shown(&request.messages_text),
                 provider,
                 model,
             };

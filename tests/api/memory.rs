@@ -295,3 +295,48 @@ on_both_backends!(
     a_judge_scores_the_turn_after_it_ends,
     the_research_learner_keeps_each_turn_with_its_stored_answer,
 );
+
+/// With `HARNESS_REDACT_LOGS`, a judge's job (what the judge model reads)
+/// and its judgement (the rationale it wrote) show no personal data; the
+/// history keeps the message as it was sent. (Before, both carried it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redaction_a_judge_reads_and_writes_no_personal_data() {
+    let app = app(Backend::Sqlite, |s| {
+        s.memory.extraction = false;
+        s.telemetry.redact_logs = true;
+        s.harness.prompt_id = Some("support".into());
+        s.judges.list = Some(
+            json!([{"name": "relevance", "criteria": "On topic.", "threshold": 0.5}])
+                .to_string()
+                .parse()
+                .unwrap(),
+        );
+    })
+    .await;
+    app.provider.enqueue([
+        Reply::openai_text("Noted, bob@example.com."),
+        Reply::openai_text(
+            r#"{"score": 0.9, "rationale": "It confirms bob@example.com and card 4111 1111 1111 1111."}"#,
+        ),
+    ]);
+    let message = "I am bob@example.com, card 4111 1111 1111 1111";
+    let result = turn(&app, "s-judge-private", json!({"message": message})).await;
+    let turn_id = result["turn_id"].as_str().unwrap().to_owned();
+    jobs_done(&app, "s-judge-private", 1).await;
+    let judge_request = app.provider.requests()[1].body.to_string();
+    assert!(judge_request.contains("On topic."), "{judge_request}");
+    assert!(judge_request.contains("[redacted]"), "{judge_request}");
+    let (_, judged) = app
+        .get_json(&format!(
+            "/sessions/s-judge-private/turns/{turn_id}/judgements"
+        ))
+        .await;
+    let rationale = judged["judgements"][0]["rationale"].as_str().unwrap();
+    assert_eq!(rationale, "It confirms [redacted] and card [redacted].");
+    for text in [judge_request.as_str(), rationale] {
+        assert!(!text.contains("bob@example.com"), "{text}");
+        assert!(!text.contains("4111 1111 1111 1111"), "{text}");
+    }
+    let (_, history) = app.get_json("/sessions/s-judge-private/messages").await;
+    assert_eq!(history["messages"][0]["content"], message);
+}
