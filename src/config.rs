@@ -31,7 +31,7 @@ pub use values::{
 use crate::{
     memory::judges::JudgeList,
     providers::ThinkLevel,
-    providers::pricing::PricingTable,
+    providers::{catalogue::ModelEntries, pricing::PricingTable},
     tools::{
         PermissionMode,
         http_tool::HttpToolList,
@@ -368,6 +368,17 @@ pub struct ProviderSettings {
         hide_default_value = true
     )]
     pub pricing: PricingTable,
+    /// Models beyond the built-in ones, or fields of built-in ones to
+    /// change, as JSON ({"llama3.2": {"context_window": 8192, "max_output":
+    /// 2048, "input": 0, "output": 0}}); a table in the file.
+    #[arg(
+        id = "providers.models",
+        long = "models",
+        env = "HARNESS_MODELS",
+        default_value = "{}",
+        hide_default_value = true
+    )]
+    pub models: ModelEntries,
 }
 
 /// The turn loop: limits, tools, reflection, compaction, the prompt.
@@ -779,6 +790,17 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The model catalogue: the built-in models with `HARNESS_MODELS` and
+    /// `HARNESS_PRICING` over them; an unknown model's window is
+    /// `HARNESS_CONTEXT_WINDOW_TOKENS`.
+    pub fn model_catalogue(&self) -> crate::providers::catalogue::ModelCatalogue {
+        crate::providers::catalogue::ModelCatalogue::new(
+            &self.providers.models,
+            &self.providers.pricing,
+            self.harness.context_window_tokens,
+        )
+    }
+
     /// A command with the settings' flags (and no subcommand).
     pub fn command() -> clap::Command {
         use clap::Args as _;
@@ -981,6 +1003,9 @@ impl ProviderSettings {
         self.pricing
             .validate()
             .map_err(|reason| invalid("HARNESS_PRICING", reason))?;
+        self.models
+            .validate()
+            .map_err(|reason| invalid("HARNESS_MODELS", reason))?;
         positive("HARNESS_PROVIDER_IDLE_TIMEOUT_S", self.idle_timeout_s)?;
         positive("HARNESS_PROVIDER_CONNECT_TIMEOUT_S", self.connect_timeout_s)?;
         if self.max_response_bytes < 1024 {

@@ -250,6 +250,9 @@ pub struct AgentHarness {
     approvals: Option<Arc<dyn ApprovalGate>>,
     cost_tracker: Option<Arc<dyn CostTracker>>,
     context_tracker: Option<ContextWarningTracker>,
+    /// What is known of each model (its longest answer: the turn's calls
+    /// ask for no more).
+    models: Option<Arc<crate::providers::catalogue::ModelCatalogue>>,
     artifacts: Option<Arc<dyn ArtifactStore>>,
     /// Tool tasks (each bounded by its timeout and the late grace).
     tasks: TaskTracker,
@@ -317,6 +320,12 @@ impl AgentHarnessBuilder {
     }
 
     /// Watches the context window; `None` turns compaction off.
+    /// The model catalogue: each call's answer limit.
+    pub fn models(mut self, models: Arc<crate::providers::catalogue::ModelCatalogue>) -> Self {
+        self.harness.models = Some(models);
+        self
+    }
+
     pub fn context_tracker(mut self, tracker: Option<ContextWarningTracker>) -> Self {
         self.harness.context_tracker = tracker;
         self
@@ -350,6 +359,7 @@ impl AgentHarness {
                 approvals: None,
                 cost_tracker: None,
                 context_tracker: Some(ContextWarningTracker::new(128_000)),
+                models: None,
                 artifacts: None,
                 tasks: TaskTracker::new(),
             },

@@ -246,6 +246,18 @@ pub trait ArtifactStore: Send + Sync {
 }
 
 /// A pricing table is a cost tracker: it prices each call by its model.
+impl CostTracker for crate::providers::catalogue::ModelCatalogue {
+    fn record(
+        &self,
+        _session_id: &str,
+        _provider: &str,
+        model: &str,
+        usage: &Usage,
+    ) -> Option<f64> {
+        self.cost(model, usage)
+    }
+}
+
 impl CostTracker for crate::providers::pricing::PricingTable {
     fn record(
         &self,

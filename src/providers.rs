@@ -6,6 +6,7 @@
 //! usage, and the finish reason. The harness never sees a wire format.
 
 pub mod anthropic;
+pub mod catalogue;
 pub mod chain;
 pub mod demo;
 pub mod embeddings;

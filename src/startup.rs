@@ -189,18 +189,18 @@ pub fn build_harness(
             .unwrap_or_default(),
         ..HarnessOptions::default()
     };
+    let models = Arc::new(settings.model_catalogue());
     let mut builder = AgentHarness::builder(provider)
         .tools(tools)
         .options(options)
-        .context_tracker(Some(ContextWarningTracker::new(
-            settings.harness.context_window_tokens,
-        )))
+        .context_tracker(Some(ContextWarningTracker::for_models(models.clone())))
+        .models(models.clone())
         .artifacts(Arc::new(StoreArtifacts(store.clone())))
         .checkpoint_store(Arc::new(VaultCheckpoints {
             vault: vault.clone(),
             store: store.clone(),
         }))
-        .cost_tracker(Arc::new(settings.providers.pricing.clone()))
+        .cost_tracker(models)
         .callbacks(callbacks)
         .approvals(Arc::new(StoreApprovals {
             store: store.clone(),
@@ -310,7 +310,7 @@ pub fn build_worker(
     BackgroundWorker::new(
         store,
         provider,
-        settings.providers.pricing.clone(),
+        Arc::new(settings.model_catalogue()),
         embedder,
         config,
         jobs,

@@ -42,9 +42,13 @@ pub enum ContextLevel {
 }
 
 /// Watches prompt size against a context window.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ContextWarningTracker {
+    /// The window of a model the catalogue does not know (or of every
+    /// model, without a catalogue).
     pub window_tokens: u64,
+    /// Each model's own window.
+    pub models: Option<std::sync::Arc<crate::providers::catalogue::ModelCatalogue>>,
     /// Fraction of the window at which a warning is logged.
     pub warning_ratio: f64,
     /// Fraction at which the context is compacted.
@@ -55,13 +59,31 @@ impl ContextWarningTracker {
     pub fn new(window_tokens: u64) -> Self {
         Self {
             window_tokens,
+            models: None,
             warning_ratio: 0.75,
             critical_ratio: 0.9,
         }
     }
 
-    pub fn level(&self, tokens: u64) -> ContextLevel {
-        let used = tokens as f64 / self.window_tokens.max(1) as f64;
+    /// Each model's window from `models` (which falls back to its own
+    /// default window).
+    pub fn for_models(models: std::sync::Arc<crate::providers::catalogue::ModelCatalogue>) -> Self {
+        Self {
+            models: Some(models),
+            ..Self::new(0)
+        }
+    }
+
+    /// The context window of `model`.
+    pub fn window(&self, model: &str) -> u64 {
+        match &self.models {
+            Some(models) => models.context_window(model),
+            None => self.window_tokens,
+        }
+    }
+
+    pub fn level(&self, model: &str, tokens: u64) -> ContextLevel {
+        let used = tokens as f64 / self.window(model).max(1) as f64;
         if used >= self.critical_ratio {
             ContextLevel::Critical
         } else if used >= self.warning_ratio {
@@ -197,9 +219,9 @@ mod tests {
     #[test]
     fn levels_follow_the_ratios() {
         let tracker = ContextWarningTracker::new(1000);
-        assert_eq!(tracker.level(100), ContextLevel::Ok);
-        assert_eq!(tracker.level(760), ContextLevel::Warning);
-        assert_eq!(tracker.level(900), ContextLevel::Critical);
+        assert_eq!(tracker.level("any", 100), ContextLevel::Ok);
+        assert_eq!(tracker.level("any", 760), ContextLevel::Warning);
+        assert_eq!(tracker.level("any", 900), ContextLevel::Critical);
     }
 
     #[test]

@@ -148,6 +148,7 @@ impl Turn<'_> {
         let harness = self.harness;
         let model = self.model;
         let call = ChatRequest {
+            max_output_tokens: harness.models.as_ref().and_then(|m| m.max_output(model)),
             tools: self.offered.clone(),
             think_level: harness.options.think_level,
             provider: self.request.runtime_provider.clone(),
@@ -270,7 +271,7 @@ impl Turn<'_> {
             return Ok(());
         };
         let tokens = compaction::estimate_tokens(&conversation.messages);
-        match tracker.level(tokens) {
+        match tracker.level(self.model, tokens) {
             ContextLevel::Critical => {
                 if let Some(done) = compaction::compact(
                     harness.provider.as_ref(),
@@ -298,7 +299,7 @@ impl Turn<'_> {
             ContextLevel::Warning => {
                 tracing::info!(
                     tokens,
-                    window = tracker.window_tokens,
+                    window = tracker.window(self.model),
                     "context window filling up"
                 );
             }

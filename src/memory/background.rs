@@ -18,8 +18,8 @@ use super::{
 use crate::{
     events::TurnEvent,
     providers::{
-        ChatMessage, ChatRequest, LlmProvider, Role, Usage, collect_text, embeddings::Embedder,
-        pricing::PricingTable,
+        ChatMessage, ChatRequest, LlmProvider, Role, Usage, catalogue::ModelCatalogue,
+        collect_text, embeddings::Embedder,
     },
     store::{JobOutcome, JobRecord, JudgementRecord, NewJob, NewMemory, Store},
 };
@@ -70,7 +70,7 @@ pub struct WorkerConfig {
 pub struct BackgroundWorker {
     store: Arc<dyn Store>,
     provider: Arc<dyn LlmProvider>,
-    pricing: PricingTable,
+    pricing: Arc<ModelCatalogue>,
     embedder: Option<Arc<dyn Embedder>>,
     config: WorkerConfig,
     notify: Arc<tokio::sync::Notify>,
@@ -158,7 +158,7 @@ impl BackgroundWorker {
     pub fn new(
         store: Arc<dyn Store>,
         provider: Arc<dyn LlmProvider>,
-        pricing: PricingTable,
+        pricing: Arc<ModelCatalogue>,
         embedder: Option<Arc<dyn Embedder>>,
         config: WorkerConfig,
         notify: Arc<tokio::sync::Notify>,

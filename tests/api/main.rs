@@ -25,6 +25,7 @@ mod http_tools;
 mod lifecycle;
 mod mcp;
 mod memory;
+mod models;
 mod multitask;
 mod openai_compat;
 mod openapi;

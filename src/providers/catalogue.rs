@@ -1,0 +1,443 @@
+//! What the service knows of each model: its context window, its longest
+//! answer and its prices. Common OpenAI, Anthropic and Ollama models are
+//! built in; `HARNESS_MODELS` (or `[providers.models]`) adds models and
+//! overrides fields of the built-in ones, and `HARNESS_PRICING` overrides
+//! prices. A model takes the entry that is its name, else the longest
+//! entry its name starts with (`gpt-4o-mini-2024-07-18` → `gpt-4o-mini`,
+//! `llama3.2:3b` → `llama3.2`). A model with no entry falls back to
+//! `HARNESS_CONTEXT_WINDOW_TOKENS`, the provider's own answer limit, and no
+//! price.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Usage,
+    pricing::{ModelPrice, PricingTable},
+};
+
+/// One model's entry: every field optional (an override names only what it
+/// changes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    /// Tokens the model reads at once (prompt and answer).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// Tokens it writes at most in one answer.
+    #[serde(default)]
+    pub max_output: Option<u32>,
+    /// USD per million tokens.
+    #[serde(default)]
+    pub input: Option<f64>,
+    #[serde(default)]
+    pub output: Option<f64>,
+    #[serde(default)]
+    pub cache_read: Option<f64>,
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+}
+
+impl ModelEntry {
+    /// `self` with every field `over` names replaced.
+    fn overridden_by(self, over: &Self) -> Self {
+        Self {
+            context_window: over.context_window.or(self.context_window),
+            max_output: over.max_output.or(self.max_output),
+            input: over.input.or(self.input),
+            output: over.output.or(self.output),
+            cache_read: over.cache_read.or(self.cache_read),
+            cache_write: over.cache_write.or(self.cache_write),
+        }
+    }
+
+    fn price(&self) -> Option<ModelPrice> {
+        Some(ModelPrice {
+            input: self.input?,
+            output: self.output?,
+            cache_read: self.cache_read,
+            cache_write: self.cache_write,
+        })
+    }
+}
+
+/// Entries by model name, as the settings give them
+/// (`{"llama3.2": {"context_window": 8192}}`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ModelEntries(pub BTreeMap<String, ModelEntry>);
+
+impl std::str::FromStr for ModelEntries {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        serde_json::from_str(s).map_err(|e| format!("expected a JSON object of model entries: {e}"))
+    }
+}
+
+impl ModelEntries {
+    pub fn validate(&self) -> Result<(), String> {
+        for (model, entry) in &self.0 {
+            if entry.context_window == Some(0) || entry.max_output == Some(0) {
+                return Err(format!(
+                    "{model:?}: context_window and max_output must be positive"
+                ));
+            }
+            let prices = [
+                entry.input,
+                entry.output,
+                entry.cache_read,
+                entry.cache_write,
+            ];
+            if prices
+                .into_iter()
+                .flatten()
+                .any(|p| !p.is_finite() || p < 0.0)
+            {
+                return Err(format!("{model:?}: prices must be finite and not negative"));
+            }
+            if entry.input.is_some() != entry.output.is_some() {
+                return Err(format!(
+                    "{model:?}: give both an input and an output price, or neither"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// (name, context window, max output, input, output, cache read, cache
+/// write): list prices in USD per million tokens.
+type Builtin = (
+    &'static str,
+    u64,
+    Option<u32>,
+    f64,
+    f64,
+    Option<f64>,
+    Option<f64>,
+);
+
+/// The built-in models. Ollama's entries are the models' own windows: an
+/// Ollama server runs a smaller `num_ctx` unless told otherwise, so set
+/// `context_window` to the server's value there.
+const BUILTIN: &[Builtin] = &[
+    // OpenAI.
+    ("gpt-3.5-turbo", 16_385, Some(4_096), 0.5, 1.5, None, None),
+    ("gpt-4", 8_192, Some(8_192), 30.0, 60.0, None, None),
+    ("gpt-4-turbo", 128_000, Some(4_096), 10.0, 30.0, None, None),
+    ("gpt-4o", 128_000, Some(16_384), 2.5, 10.0, Some(1.25), None),
+    (
+        "gpt-4o-mini",
+        128_000,
+        Some(16_384),
+        0.15,
+        0.6,
+        Some(0.075),
+        None,
+    ),
+    (
+        "gpt-4.1",
+        1_047_576,
+        Some(32_768),
+        2.0,
+        8.0,
+        Some(0.5),
+        None,
+    ),
+    (
+        "gpt-4.1-mini",
+        1_047_576,
+        Some(32_768),
+        0.4,
+        1.6,
+        Some(0.1),
+        None,
+    ),
+    (
+        "gpt-4.1-nano",
+        1_047_576,
+        Some(32_768),
+        0.1,
+        0.4,
+        Some(0.025),
+        None,
+    ),
+    (
+        "gpt-5",
+        400_000,
+        Some(128_000),
+        1.25,
+        10.0,
+        Some(0.125),
+        None,
+    ),
+    (
+        "gpt-5-mini",
+        400_000,
+        Some(128_000),
+        0.25,
+        2.0,
+        Some(0.025),
+        None,
+    ),
+    (
+        "gpt-5-nano",
+        400_000,
+        Some(128_000),
+        0.05,
+        0.4,
+        Some(0.005),
+        None,
+    ),
+    ("o1", 200_000, Some(100_000), 15.0, 60.0, Some(7.5), None),
+    ("o3", 200_000, Some(100_000), 2.0, 8.0, Some(0.5), None),
+    (
+        "o3-mini",
+        200_000,
+        Some(100_000),
+        1.1,
+        4.4,
+        Some(0.55),
+        None,
+    ),
+    (
+        "o4-mini",
+        200_000,
+        Some(100_000),
+        1.1,
+        4.4,
+        Some(0.275),
+        None,
+    ),
+    // Anthropic.
+    (
+        "claude-3-5-haiku",
+        200_000,
+        Some(8_192),
+        0.8,
+        4.0,
+        Some(0.08),
+        Some(1.0),
+    ),
+    (
+        "claude-3-5-sonnet",
+        200_000,
+        Some(8_192),
+        3.0,
+        15.0,
+        Some(0.3),
+        Some(3.75),
+    ),
+    (
+        "claude-3-7-sonnet",
+        200_000,
+        Some(64_000),
+        3.0,
+        15.0,
+        Some(0.3),
+        Some(3.75),
+    ),
+    (
+        "claude-haiku-4-5",
+        200_000,
+        Some(64_000),
+        1.0,
+        5.0,
+        Some(0.1),
+        Some(1.25),
+    ),
+    (
+        "claude-sonnet-4",
+        200_000,
+        Some(64_000),
+        3.0,
+        15.0,
+        Some(0.3),
+        Some(3.75),
+    ),
+    (
+        "claude-opus-4",
+        200_000,
+        Some(32_000),
+        15.0,
+        75.0,
+        Some(1.5),
+        Some(18.75),
+    ),
+    (
+        "claude-opus-4-5",
+        200_000,
+        Some(64_000),
+        5.0,
+        25.0,
+        Some(0.5),
+        Some(6.25),
+    ),
+    // Ollama (local: no price).
+    ("llama3", 8_192, None, 0.0, 0.0, None, None),
+    ("llama3.1", 131_072, None, 0.0, 0.0, None, None),
+    ("llama3.2", 131_072, None, 0.0, 0.0, None, None),
+    ("llama3.3", 131_072, None, 0.0, 0.0, None, None),
+    ("gemma2", 8_192, None, 0.0, 0.0, None, None),
+    ("gemma3", 131_072, None, 0.0, 0.0, None, None),
+    ("qwen2.5", 32_768, None, 0.0, 0.0, None, None),
+    ("qwen3", 40_960, None, 0.0, 0.0, None, None),
+    ("mistral", 32_768, None, 0.0, 0.0, None, None),
+    ("phi3", 4_096, None, 0.0, 0.0, None, None),
+    ("deepseek-r1", 131_072, None, 0.0, 0.0, None, None),
+];
+
+/// The catalogue: the built-in entries with the settings' over them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCatalogue {
+    entries: BTreeMap<String, ModelEntry>,
+    /// The window of a model without one.
+    default_window: u64,
+}
+
+impl ModelCatalogue {
+    /// The built-in entries, `models` over them, then `pricing`'s prices
+    /// over those; `default_window` for a model without a window.
+    pub fn new(models: &ModelEntries, pricing: &PricingTable, default_window: u64) -> Self {
+        let mut entries: BTreeMap<String, ModelEntry> = BUILTIN
+            .iter()
+            .map(
+                |&(name, window, max_output, input, output, cache_read, cache_write)| {
+                    let entry = ModelEntry {
+                        context_window: Some(window),
+                        max_output,
+                        input: Some(input),
+                        output: Some(output),
+                        cache_read,
+                        cache_write,
+                    };
+                    (name.to_owned(), entry)
+                },
+            )
+            .collect();
+        for (name, over) in &models.0 {
+            let entry = entries.entry(name.clone()).or_default();
+            *entry = entry.overridden_by(over);
+        }
+        for (name, price) in &pricing.0 {
+            let entry = entries.entry(name.clone()).or_default();
+            *entry = entry.overridden_by(&ModelEntry {
+                input: Some(price.input),
+                output: Some(price.output),
+                cache_read: price.cache_read,
+                cache_write: price.cache_write,
+                ..ModelEntry::default()
+            });
+        }
+        Self {
+            entries,
+            default_window,
+        }
+    }
+
+    /// The entry `model` takes (see the module's rule).
+    fn entry(&self, model: &str) -> Option<&ModelEntry> {
+        self.entries.get(model).or_else(|| {
+            self.entries
+                .iter()
+                .filter(|(name, _)| model.starts_with(name.as_str()))
+                .max_by_key(|(name, _)| name.len())
+                .map(|(_, entry)| entry)
+        })
+    }
+
+    /// Tokens `model` reads at once.
+    pub fn context_window(&self, model: &str) -> u64 {
+        self.entry(model)
+            .and_then(|e| e.context_window)
+            .unwrap_or(self.default_window)
+    }
+
+    /// The longest answer `model` writes; `None`: the provider's default.
+    pub fn max_output(&self, model: &str) -> Option<u32> {
+        self.entry(model).and_then(|e| e.max_output)
+    }
+
+    /// The cost of `usage` on `model`; `None` when it has no price.
+    pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
+        let price = self.entry(model)?.price()?;
+        let cached = usage.cache_read_tokens + usage.cache_creation_tokens;
+        let fresh = usage.input_tokens.saturating_sub(cached) as f64;
+        let cost = fresh * price.input
+            + usage.cache_read_tokens as f64 * price.cache_read.unwrap_or(price.input)
+            + usage.cache_creation_tokens as f64 * price.cache_write.unwrap_or(price.input)
+            + usage.output_tokens as f64 * price.output;
+        Some(cost / 1_000_000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(input: u64, output: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn built_in_models_are_known_by_name_and_prefix() {
+        let catalogue =
+            ModelCatalogue::new(&ModelEntries::default(), &PricingTable::default(), 128_000);
+        assert_eq!(catalogue.context_window("gpt-4"), 8_192);
+        assert_eq!(catalogue.context_window("gpt-4o-mini-2024-07-18"), 128_000);
+        assert_eq!(catalogue.max_output("gpt-4o-mini-2024-07-18"), Some(16_384));
+        assert_eq!(catalogue.context_window("llama3:8b"), 8_192);
+        assert_eq!(catalogue.context_window("llama3.2:3b"), 131_072);
+        assert_eq!(catalogue.max_output("claude-sonnet-4-6"), Some(64_000));
+        // One million tokens in and out of gpt-4o-mini: 0.15 + 0.60.
+        let cost = catalogue.cost("gpt-4o-mini", &usage(1_000_000, 1_000_000));
+        assert!((cost.unwrap() - 0.75).abs() < 1e-9, "{cost:?}");
+        assert_eq!(catalogue.cost("llama3.2", &usage(10, 10)), Some(0.0));
+        // Unknown: the setting's window, no limit, no price.
+        assert_eq!(catalogue.context_window("my-finetune"), 128_000);
+        assert_eq!(catalogue.max_output("my-finetune"), None);
+        assert_eq!(catalogue.cost("my-finetune", &usage(10, 10)), None);
+    }
+
+    #[test]
+    fn settings_add_models_and_override_fields() {
+        let models: ModelEntries = r#"{
+            "llama3.2": {"context_window": 8192},
+            "my-finetune": {"context_window": 4096, "max_output": 512, "input": 1.0, "output": 2.0}
+        }"#
+        .parse()
+        .unwrap();
+        let pricing: PricingTable =
+            r#"{"gpt-4o-mini": {"input": 1.0, "output": 1.0}}"#.parse().unwrap();
+        let catalogue = ModelCatalogue::new(&models, &pricing, 128_000);
+        assert_eq!(catalogue.context_window("llama3.2:3b"), 8_192);
+        assert_eq!(
+            catalogue.cost("llama3.2", &usage(10, 10)),
+            Some(0.0),
+            "the rest is kept"
+        );
+        assert_eq!(catalogue.max_output("my-finetune-v2"), Some(512));
+        let cost = catalogue.cost("gpt-4o-mini", &usage(1_000_000, 1_000_000));
+        assert!((cost.unwrap() - 2.0).abs() < 1e-9, "{cost:?}");
+        assert_eq!(catalogue.context_window("gpt-4o-mini"), 128_000);
+        assert!(
+            "{\"x\": {\"context_window\": 0}}"
+                .parse::<ModelEntries>()
+                .unwrap()
+                .validate()
+                .is_err()
+        );
+        assert!(
+            "{\"x\": {\"input\": 1.0}}"
+                .parse::<ModelEntries>()
+                .unwrap()
+                .validate()
+                .is_err()
+        );
+    }
+}
