@@ -250,6 +250,8 @@ pub struct AgentHarness {
     approvals: Option<Arc<dyn ApprovalGate>>,
     cost_tracker: Option<Arc<dyn CostTracker>>,
     context_tracker: Option<ContextWarningTracker>,
+    /// Embeddings of the tools, for semantic selection (none: by words).
+    tool_embeddings: Option<Arc<selector::ToolEmbeddings>>,
     /// What is known of each model (its longest answer: the turn's calls
     /// ask for no more).
     models: Option<Arc<crate::providers::catalogue::ModelCatalogue>>,
@@ -320,6 +322,15 @@ impl AgentHarnessBuilder {
     }
 
     /// Watches the context window; `None` turns compaction off.
+    /// Semantic tool selection by embeddings (see [`selector`]).
+    pub fn tool_embedder(
+        mut self,
+        embedder: Arc<dyn crate::providers::embeddings::Embedder>,
+    ) -> Self {
+        self.harness.tool_embeddings = Some(Arc::new(selector::ToolEmbeddings::new(embedder)));
+        self
+    }
+
     /// The model catalogue: each call's answer limit.
     pub fn models(mut self, models: Arc<crate::providers::catalogue::ModelCatalogue>) -> Self {
         self.harness.models = Some(models);
@@ -360,6 +371,7 @@ impl AgentHarness {
                 cost_tracker: None,
                 context_tracker: Some(ContextWarningTracker::new(128_000)),
                 models: None,
+                tool_embeddings: None,
                 artifacts: None,
                 tasks: TaskTracker::new(),
             },

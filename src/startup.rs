@@ -206,6 +206,9 @@ pub fn build_harness(
             store: store.clone(),
             decided: approvals,
         }));
+    if let Some(embedder) = vault.embedder() {
+        builder = builder.tool_embedder(embedder);
+    }
     let memory = &settings.memory;
     if memory.retrieval {
         builder = builder.memory_retriever(Arc::new(StoreMemory::new(

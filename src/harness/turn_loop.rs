@@ -96,7 +96,7 @@ pub(super) async fn run(
         sink: &sink,
         turn_cancel: &turn_cancel,
         // Stage 4b: the tools offered this turn.
-        offered: offered_tools(harness, &request),
+        offered: offered_tools(harness, &request).await,
         replay: ReplayControl::default(),
         provider_name: &prep.resolved_provider,
         model: &model,
@@ -155,7 +155,7 @@ impl Drop for CloseWrites {
 /// Stage 4b: the definitions of the tools offered this turn: those the
 /// registry's mode and the request allow, trimmed to the most related when
 /// semantic selection is on.
-fn offered_tools(harness: &AgentHarness, request: &TurnRequest) -> Vec<Arc<ToolDefinition>> {
+async fn offered_tools(harness: &AgentHarness, request: &TurnRequest) -> Vec<Arc<ToolDefinition>> {
     let allowed: Vec<_> = harness
         .tools
         .offered()
@@ -167,7 +167,9 @@ fn offered_tools(harness: &AgentHarness, request: &TurnRequest) -> Vec<Arc<ToolD
             allowed,
             &request.user_message,
             harness.options.max_tools_per_turn,
+            harness.tool_embeddings.as_deref(),
         )
+        .await
     } else {
         allowed
     };

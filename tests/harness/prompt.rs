@@ -311,3 +311,111 @@ async fn prompt_text_reaches_spans_only_when_asked() {
         }
     }
 }
+
+/// An embedder of bags of words (256 hashed dimensions), `automobile`
+/// and `vehicle` on `car`'s; it counts the texts it was asked for.
+#[derive(Default)]
+struct WordVectors {
+    embedded: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl agent_harness::providers::embeddings::Embedder for WordVectors {
+    fn model_id(&self) -> &str {
+        "test:words"
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+        self.embedded.lock().unwrap().extend(texts.iter().cloned());
+        Ok(texts
+            .iter()
+            .map(|text| {
+                let mut vector = vec![0.0f32; 256];
+                for word in text
+                    .split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| w.len() > 2)
+                    .map(str::to_lowercase)
+                {
+                    let word = match word.as_str() {
+                        "automobile" | "vehicle" => "car".to_owned(),
+                        _ => word,
+                    };
+                    let hash = word.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+                    });
+                    vector[(hash % 256) as usize] += 1.0;
+                }
+                vector
+            })
+            .collect())
+    }
+}
+
+fn offered(provider: &agent_harness::providers::scripted::ScriptedProvider) -> Vec<String> {
+    provider.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect()
+}
+
+/// With an embedder, tools are chosen by meaning: no word of the message
+/// ("automobile", "insured") is in `car_insurance`, but its meaning is.
+/// Each tool is embedded once: the next turn embeds only its message.
+/// (Before, selection was by shared words, every score was 0, and the
+/// last-registered tool was the one left out.)
+#[tokio::test]
+async fn with_embeddings_tools_are_chosen_by_meaning_and_embedded_once() {
+    use agent_harness::tools::Tool;
+    let mut tools: Vec<Arc<dyn Tool>> = (0..29)
+        .map(|i| Fixed::ok(&format!("filler_{i}"), ToolOutput::text("x")) as Arc<dyn Tool>)
+        .collect();
+    tools.push(Fixed::ok("car_insurance", ToolOutput::text("insured")));
+    let embedder = Arc::new(WordVectors::default());
+    let provider = scripted([text("ok"), text("ok")]);
+    let harness = builder(&provider, tools)
+        .options(agent_harness::harness::HarnessOptions {
+            enable_semantic_selection: true,
+            max_tools_per_turn: 5,
+            ..options()
+        })
+        .tool_embedder(embedder.clone())
+        .build();
+    run(&harness, request("Is my automobile insured?")).await;
+    let chosen = offered(&provider);
+    assert_eq!(chosen.len(), 5);
+    assert!(chosen.contains(&"car_insurance".to_owned()), "{chosen:?}");
+    assert_eq!(
+        embedder.embedded.lock().unwrap().len(),
+        31,
+        "30 tools and the message"
+    );
+    run(&harness, request("And my vehicle?")).await;
+    let embedded = embedder.embedded.lock().unwrap().clone();
+    assert_eq!(embedded.len(), 32, "only the new message");
+    assert_eq!(embedded.last().unwrap(), "And my vehicle?");
+}
+
+/// Without an embedder, tools that tie are not cut in registration order:
+/// with nothing in common with the message, the last-registered tools
+/// (where MCP and HTTP tools are) keep their chance.
+#[tokio::test]
+async fn ties_do_not_drop_the_last_registered_tools_first() {
+    use agent_harness::tools::Tool;
+    let tools: Vec<Arc<dyn Tool>> = (0..10)
+        .map(|i| Fixed::ok(&format!("t{i}"), ToolOutput::text("x")) as Arc<dyn Tool>)
+        .collect();
+    let provider = scripted([text("ok")]);
+    let harness = builder(&provider, tools)
+        .options(agent_harness::harness::HarnessOptions {
+            enable_semantic_selection: true,
+            max_tools_per_turn: 5,
+            ..options()
+        })
+        .build();
+    run(&harness, request("Hello there")).await;
+    let chosen = offered(&provider);
+    assert_eq!(chosen.len(), 5);
+    let first_five: Vec<String> = (0..5).map(|i| format!("t{i}")).collect();
+    assert_ne!(chosen, first_five, "ties kept registration order");
+}
