@@ -600,7 +600,7 @@ pub struct MemorySettings {
     /// After each completed turn, ask the turn's model (in the background)
     /// for facts and preferences worth remembering: one more model call per
     /// turn.
-    #[arg(id = "memory.extraction", long = "memory-extraction", env = "HARNESS_MEMORY_EXTRACTION", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "memory.extraction", long = "memory-extraction", env = "HARNESS_MEMORY_EXTRACTION", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub extraction: bool,
     /// Memories put in a prompt, at most.
     #[arg(

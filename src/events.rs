@@ -51,6 +51,11 @@ pub enum TurnEvent {
         message: String,
         provider: String,
         model: String,
+        /// What the turn will do otherwise than the request asked, said
+        /// at once (e.g. `web_mode: on` without a search service); absent
+        /// when nothing is.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
     },
     /// The prompt was rendered (only when the harness has a `prompt_id`).
     #[serde(rename = "prompt.rendered")]

@@ -265,6 +265,20 @@ impl TurnRunner {
         Ok(events.len())
     }
 
+    /// What a turn of `spec` will do otherwise than it asks.
+    fn warnings(&self, spec: &TurnSpec) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let tools = self.inner.harness.tools();
+        if spec.web_mode == WebMode::On && tools.get("web_search").is_none() {
+            warnings.push(
+                "web_mode is on, but no search service is set (HARNESS_WEB_SEARCH_URL): \
+                 only fetch_url is offered, for pages the message names"
+                    .to_owned(),
+            );
+        }
+        warnings
+    }
+
     /// Begins a turn of a tenant's session and starts it in the background.
     pub async fn start(
         &self,
@@ -286,6 +300,7 @@ impl TurnRunner {
             message: spec.message.clone(),
             provider,
             model,
+            warnings: self.warnings(&spec),
         };
         let encode = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
         let new_turn = NewTurn {

@@ -49,6 +49,15 @@ fn the_defaults_are_valid_and_local() {
     assert_eq!(format!("{:?}", Settings::default()), format!("{s:?}"));
 }
 
+/// Memory extraction costs a model call per turn: off unless asked for,
+/// with one setting. (The seeds' default is no extractor.)
+#[test]
+fn memory_extraction_is_off_until_one_setting_turns_it_on() {
+    assert!(!load(&[]).unwrap().memory.extraction);
+    let on = load(&[("HARNESS_MEMORY_EXTRACTION", "true")]).unwrap();
+    assert!(on.memory.extraction);
+}
+
 #[test]
 fn values_are_typed_at_load() {
     let s = load(&[

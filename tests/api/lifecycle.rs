@@ -32,6 +32,7 @@ fn left_running(session: &str, instance: &str, process: &str) -> NewTurn {
             message: "hello?".into(),
             provider: "openai".into(),
             model: "gpt-4o-mini".into(),
+            warnings: Vec::new(),
         })
         .unwrap(),
     }

@@ -331,3 +331,41 @@ async fn fetch_url_refuses_internal_addresses_even_after_a_redirect_or_a_lookup(
             .contains("refused")
     );
 }
+
+/// `web_mode: on` without a search service (`HARNESS_WEB_SEARCH_URL`)
+/// says so at once, in `turn.started`: only `fetch_url` is offered. With
+/// one, or with `web_mode: off`, there is no warning. (Before, nothing
+/// said why the model never searched.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_mode_on_without_a_search_service_warns_in_turn_started() {
+    let port = web_server().await;
+    let searching = app_with_web(port, None).await;
+    let plain = crate::helpers::spawn_app(crate::support::Backend::Sqlite).await;
+    for (app, web_mode, warned) in [
+        (&plain, "on", true),
+        (&plain, "off", false),
+        (&searching, "on", false),
+    ] {
+        app.provider.enqueue([Reply::sse("openai/text.sse")]);
+        let mut stream = app
+            .post_turn_sse("s-warn", json!({"message": "Hi", "web_mode": web_mode}))
+            .await;
+        let started = stream.read_until("turn.started").await;
+        let started = started.last().unwrap().json();
+        stream.read_to_end().await;
+        let warnings = started["warnings"].as_array().cloned().unwrap_or_default();
+        assert_eq!(!warnings.is_empty(), warned, "{web_mode}: {started}");
+        if warned {
+            let warning = warnings[0].as_str().unwrap();
+            assert!(warning.contains("only fetch_url is offered"), "{warning}");
+            let offered: Vec<String> = app.provider.requests().last().unwrap().body["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                .collect();
+            assert!(offered.contains(&"fetch_url".to_owned()), "{offered:?}");
+            assert!(!offered.contains(&"web_search".to_owned()), "{offered:?}");
+        }
+    }
+}

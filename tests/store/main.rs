@@ -36,6 +36,7 @@ fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
             message: "hi".into(),
             provider: "openai".into(),
             model: "m".into(),
+            warnings: Vec::new(),
         })
         .unwrap(),
     }
