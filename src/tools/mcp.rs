@@ -362,8 +362,11 @@ impl McpServer {
             let closed = async {
                 loop {
                     tokio::time::sleep(HEALTH_EVERY).await;
+                    // A service whose loop ended (the child exited, the
+                    // stream closed) is not `is_closed` until cancelled;
+                    // its peer's channel to that loop is closed at once.
                     let closed = match self.session.lock().await.as_ref() {
-                        Some(service) => service.is_closed(),
+                        Some(service) => service.is_closed() || service.is_transport_closed(),
                         None => true,
                     };
                     if closed {

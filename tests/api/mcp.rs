@@ -133,6 +133,40 @@ async fn a_stdio_server_serves_tools_and_is_restarted_after_a_hang_or_a_crash() 
     assert_eq!(status, 200);
 }
 
+/// A stdio server killed from outside (`kill -9`) is noticed between
+/// calls: `/tools` shows it restarted, by a new process, before any tool
+/// is called. (Before, it showed `connected: true, restarts: 0` until the
+/// next call failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_stdio_server_is_restarted_before_any_call() {
+    let app = app_with_servers(json!([
+        {"name": "fx", "command": FIXTURE, "args": ["stdio"], "timeout_s": 2}
+    ]))
+    .await;
+    let (_, before) = call(&app, "fx__pid", json!({})).await;
+    // The tool's output is the line of digits inside the fence.
+    let pid = before
+        .lines()
+        .find(|line| !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()))
+        .unwrap_or_else(|| panic!("no pid in {before}"))
+        .to_owned();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let started = tokio::time::Instant::now();
+    let server = wait_restarted(&app, 1).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "restarted after {:?}: {server}",
+        started.elapsed()
+    );
+    assert_eq!(server["last_error"], "the connection closed", "{server}");
+    let (_, after) = call(&app, "fx__pid", json!({})).await;
+    assert_ne!(before, after, "a new process answers");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamable_http_server_serves_tools_and_a_hang_times_out() {
     let mut server = tokio::process::Command::new(FIXTURE)
