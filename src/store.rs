@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use crate::events::StoredEvent;
 pub use memory::{
-    JobOutcome, JobRecord, JobSummary, JudgementRecord, MemoryRecord, NewJob, NewMemory,
+    JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory,
     ObservationRecord,
 };
 pub use records::{
@@ -340,11 +340,13 @@ pub trait Store: Send + Sync + 'static {
         stale_before: DateTime<Utc>,
     ) -> Result<Option<JobRecord>, StoreError>;
 
-    /// Records how a claimed job ended.
+    /// Records how a claimed job's run ended, adding the usage it took to
+    /// the job's totals.
     async fn finish_job(
         &self,
         id: &str,
         outcome: &JobOutcome,
+        usage: &JobUsage,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 

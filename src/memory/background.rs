@@ -21,7 +21,7 @@ use crate::{
         ChatMessage, ChatRequest, LlmProvider, Role, Usage, catalogue::ModelCatalogue,
         collect_text, embeddings::Embedder,
     },
-    store::{JobOutcome, JobRecord, JudgementRecord, NewJob, NewMemory, Store},
+    store::{JobOutcome, JobRecord, JobUsage, JudgementRecord, NewJob, NewMemory, Store},
 };
 
 /// How often the store is checked for jobs when nothing woke the worker.
@@ -75,6 +75,10 @@ pub struct BackgroundWorker {
     config: WorkerConfig,
     notify: Arc<tokio::sync::Notify>,
 }
+
+/// The model usage of one run of a job.
+#[derive(Debug, Default)]
+struct Spent(JobUsage);
 
 /// A judgement event waiting for its session to be free.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -202,14 +206,19 @@ impl BackgroundWorker {
                     session_id = %job.session_id,
                     turn_id = %job.turn_id,
                 );
+                let mut spent = Spent::default();
                 let outcome = tokio::select! {
-                    outcome = self.run_job(&job).instrument(span) => outcome,
+                    outcome = self.run_job(&job, &mut spent).instrument(span) => outcome,
                     () = stop.cancelled() => return,
                 };
                 if let JobOutcome::Failed { error } | JobOutcome::Retry { error, .. } = &outcome {
                     tracing::warn!(job = %job.id, kind = %job.kind, error = %error, "background job did not finish");
                 }
-                if let Err(e) = self.store.finish_job(&job.id, &outcome, Utc::now()).await {
+                if let Err(e) = self
+                    .store
+                    .finish_job(&job.id, &outcome, &spent.0, Utc::now())
+                    .await
+                {
                     tracing::warn!(error = %e, job = %job.id, "cannot record a background job's end");
                 }
             }
@@ -221,10 +230,10 @@ impl BackgroundWorker {
         }
     }
 
-    async fn run_job(&self, job: &JobRecord) -> JobOutcome {
+    async fn run_job(&self, job: &JobRecord, spent: &mut Spent) -> JobOutcome {
         match job.kind.as_str() {
-            JOB_MEMORY => self.extract(job).await,
-            JOB_JUDGE => self.judge(job).await,
+            JOB_MEMORY => self.extract(job, spent).await,
+            JOB_JUDGE => self.judge(job, spent).await,
             JOB_JUDGEMENT_EVENT => self.append_event(job).await,
             other => JobOutcome::Failed {
                 error: format!("unknown job kind {other:?}"),
@@ -288,15 +297,17 @@ impl BackgroundWorker {
         }
     }
 
-    fn done(&self, model: &str, usage: Usage) -> JobOutcome {
-        JobOutcome::Done {
-            input_tokens: usage.input_tokens,
-            output_tokens: usage.output_tokens,
-            cost_usd: self.pricing.cost(model, &usage),
+    /// Counts a model call of a run: it is paid for, whatever comes of it.
+    fn spend(&self, spent: &mut Spent, model: &str, usage: &Usage) {
+        let total = &mut spent.0;
+        total.input_tokens += usage.input_tokens;
+        total.output_tokens += usage.output_tokens;
+        if let Some(cost) = self.pricing.cost(model, usage) {
+            total.cost_usd = Some(total.cost_usd.unwrap_or(0.0) + cost);
         }
     }
 
-    async fn extract(&self, job: &JobRecord) -> JobOutcome {
+    async fn extract(&self, job: &JobRecord, spent: &mut Spent) -> JobOutcome {
         let Some(limits) = self.config.extraction else {
             return JobOutcome::Failed {
                 error: "memory extraction is off".into(),
@@ -333,6 +344,7 @@ impl BackgroundWorker {
         let (answer, usage) = self
             .ask(&task.provider, &task.model, EXTRACTION_PROMPT, user, limits)
             .await;
+        self.spend(spent, &task.model, &usage);
         let text = match answer {
             Ok(text) => text,
             Err(e) => return Self::again(job, e, MODEL_ATTEMPTS, Duration::from_secs(10)),
@@ -389,10 +401,10 @@ impl BackgroundWorker {
                 return Self::again(job, e.to_string(), MODEL_ATTEMPTS, Duration::from_secs(10));
             }
         }
-        self.done(&task.model, usage)
+        JobOutcome::Done
     }
 
-    async fn judge(&self, job: &JobRecord) -> JobOutcome {
+    async fn judge(&self, job: &JobRecord, spent: &mut Spent) -> JobOutcome {
         let Some(limits) = self.config.judging else {
             return JobOutcome::Failed {
                 error: "judges are off".into(),
@@ -429,6 +441,7 @@ impl BackgroundWorker {
         let (answer, usage) = self
             .ask(&task.provider, &task.model, &system, user, limits)
             .await;
+        self.spend(spent, &task.model, &usage);
         let text = match answer {
             Ok(text) => text,
             Err(e) => return Self::again(job, e, MODEL_ATTEMPTS, Duration::from_secs(10)),
@@ -506,7 +519,7 @@ impl BackgroundWorker {
                 }
             }
         }
-        self.done(&task.model, usage)
+        JobOutcome::Done
     }
 
     async fn append_event(&self, job: &JobRecord) -> JobOutcome {
@@ -528,11 +541,7 @@ impl BackgroundWorker {
             )
             .await
         {
-            Ok(true) => JobOutcome::Done {
-                input_tokens: 0,
-                output_tokens: 0,
-                cost_usd: None,
-            },
+            Ok(true) => JobOutcome::Done,
             Ok(false) => Self::again(
                 job,
                 "a turn of the session is running".into(),

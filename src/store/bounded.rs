@@ -26,9 +26,10 @@ use uuid::Uuid;
 
 use super::{
     ArtifactRecord, BeganTurn, BeginTurnError, CancelRequests, CheckpointRecord, DecisionRecord,
-    IndexedNote, JobOutcome, JobRecord, JobSummary, JudgementRecord, MemoryRecord, MessageRecord,
-    NewArtifact, NewCheckpoint, NewJob, NewMemory, NewTurn, NoteState, ObservationRecord,
-    OrphanScope, Readiness, SessionRecord, Store, StoreError, TurnFinish, TurnRecord, VaultHit,
+    IndexedNote, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord,
+    MessageRecord, NewArtifact, NewCheckpoint, NewJob, NewMemory, NewTurn, NoteState,
+    ObservationRecord, OrphanScope, Readiness, SessionRecord, Store, StoreError, TurnFinish,
+    TurnRecord, VaultHit,
 };
 use crate::events::StoredEvent;
 
@@ -363,9 +364,11 @@ impl Store for Bounded {
         &self,
         id: &str,
         outcome: &JobOutcome,
+        usage: &JobUsage,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        self.bound(self.inner.finish_job(id, outcome, now)).await
+        self.bound(self.inner.finish_job(id, outcome, usage, now))
+            .await
     }
 
     async fn list_jobs(&self, session_id: &str, limit: u32) -> Result<Vec<JobSummary>, StoreError> {

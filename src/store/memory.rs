@@ -70,16 +70,26 @@ pub struct JobRecord {
 /// How a job run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobOutcome {
-    /// Done; the model usage it took.
-    Done {
-        input_tokens: u64,
-        output_tokens: u64,
-        cost_usd: Option<f64>,
-    },
+    Done,
     /// Try again at `after`.
-    Retry { error: String, after: DateTime<Utc> },
+    Retry {
+        error: String,
+        after: DateTime<Utc>,
+    },
     /// Given up.
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
+}
+
+/// The model usage one run of a job took (paid for, whether the run
+/// succeeded or not); a job's totals are the sum of its runs'.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct JobUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// `None`: the model has no price (nothing is added).
+    pub cost_usd: Option<f64>,
 }
 
 /// A job as listed (for an operator, and the tests).

@@ -11,7 +11,7 @@ use sqlx::{
 use super::{
     BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, IndexedNote, NewArtifact,
     NewCheckpoint, NewTurn, OrphanScope, PoolLimits, StoreError, TurnFinish, VaultHit,
-    memory::{JobOutcome, JobRecord, JudgementRecord, MemoryRecord, NewJob, NewMemory},
+    memory::{JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory},
     records::parse_uuid,
     sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP},
 };
@@ -568,39 +568,36 @@ impl PostgresStore {
         &self,
         id: &str,
         outcome: &JobOutcome,
+        usage: &JobUsage,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), StoreError> {
-        let query = match outcome {
-            JobOutcome::Done {
-                input_tokens,
-                output_tokens,
-                cost_usd,
-            } => sqlx::query(
-                "UPDATE background_jobs SET status = 'done', input_tokens = $2, \
-                 output_tokens = $3, cost_usd = $4, last_error = NULL, updated_at = $5 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(i64::try_from(*input_tokens).unwrap_or(i64::MAX))
-            .bind(i64::try_from(*output_tokens).unwrap_or(i64::MAX))
-            .bind(*cost_usd)
-            .bind(now),
-            JobOutcome::Retry { error, after } => sqlx::query(
-                "UPDATE background_jobs SET status = 'pending', last_error = $2, run_after = $3, \
-                 claimed_at = NULL, updated_at = $4 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(error)
-            .bind(*after)
-            .bind(now),
-            JobOutcome::Failed { error } => sqlx::query(
-                "UPDATE background_jobs SET status = 'failed', last_error = $2, updated_at = $3 \
-                 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(error)
-            .bind(now),
+        // One statement: the outcome, and the run's usage added to the
+        // totals (every run counts, whatever its outcome).
+        let (status, error, after) = match outcome {
+            JobOutcome::Done => ("done", None, None),
+            JobOutcome::Retry { error, after } => ("pending", Some(error.as_str()), Some(*after)),
+            JobOutcome::Failed { error } => ("failed", Some(error.as_str()), None),
         };
-        query.execute(self.writer()).await?;
+        sqlx::query(
+            "UPDATE background_jobs SET status = $2, last_error = $3, \
+             run_after = COALESCE($4, run_after), \
+             claimed_at = CASE WHEN $2 = 'pending' THEN NULL ELSE claimed_at END, \
+             updated_at = $5, input_tokens = input_tokens + $6, \
+             output_tokens = output_tokens + $7, \
+             cost_usd = CASE WHEN $8::double precision IS NULL THEN cost_usd \
+                             ELSE COALESCE(cost_usd, 0) + $8 END \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(status)
+        .bind(error)
+        .bind(after)
+        .bind(now)
+        .bind(i64::try_from(usage.input_tokens).unwrap_or(i64::MAX))
+        .bind(i64::try_from(usage.output_tokens).unwrap_or(i64::MAX))
+        .bind(usage.cost_usd)
+        .execute(self.writer())
+        .await?;
         Ok(())
     }
 

@@ -539,9 +539,10 @@ macro_rules! impl_store {
                 &self,
                 id: &str,
                 outcome: &$crate::store::JobOutcome,
+                usage: &$crate::store::JobUsage,
                 now: chrono::DateTime<chrono::Utc>,
             ) -> Result<(), $crate::store::StoreError> {
-                self.write_job_outcome(id, outcome, now).await
+                self.write_job_outcome(id, outcome, usage, now).await
             }
 
             async fn list_jobs(

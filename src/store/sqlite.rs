@@ -23,9 +23,9 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    BeganTurn, BeginTurnError, IndexedNote, JobOutcome, JobRecord, JudgementRecord, MemoryRecord,
-    NewArtifact, NewCheckpoint, NewJob, NewMemory, NewTurn, OrphanScope, StoreError, TurnFinish,
-    VaultHit,
+    BeganTurn, BeginTurnError, IndexedNote, JobOutcome, JobRecord, JobUsage, JudgementRecord,
+    MemoryRecord, NewArtifact, NewCheckpoint, NewJob, NewMemory, NewTurn, OrphanScope, StoreError,
+    TurnFinish, VaultHit,
 };
 use crate::events::StoredEvent;
 
@@ -256,10 +256,11 @@ impl SqliteStore {
         &self,
         id: &str,
         outcome: &JobOutcome,
+        usage: &JobUsage,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         self.writes
-            .finish_job(id.to_owned(), outcome.clone(), now)
+            .finish_job(id.to_owned(), outcome.clone(), *usage, now)
             .await
     }
 

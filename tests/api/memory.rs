@@ -160,6 +160,20 @@ async fn a_failing_extraction_leaves_the_turn_completed(backend: Backend) {
             .contains("no JSON object"),
         "{jobs:?}"
     );
+    // The model answered (prose): that call was paid for, and shows.
+    // (Before, a failed job showed 0 and 0.)
+    assert_eq!(
+        (
+            jobs[0]["input_tokens"].as_i64(),
+            jobs[0]["output_tokens"].as_i64()
+        ),
+        (Some(120), Some(40)),
+        "{jobs:?}"
+    );
+    assert!(
+        jobs[0]["cost_usd"].as_f64().is_some_and(|c| c > 0.0),
+        "{jobs:?}"
+    );
     let (_, listed) = app.get_json("/memories?scope=session:s-mem-fail").await;
     assert_eq!(listed["memories"], json!([]));
 }

@@ -2,7 +2,7 @@
 
 use agent_harness::{
     events::TurnEvent,
-    store::{JobOutcome, JudgementRecord, NewJob, NewMemory},
+    store::{JobOutcome, JobUsage, JudgementRecord, NewJob, NewMemory},
 };
 use chrono::{Duration, SubsecRound, Utc};
 use uuid::Uuid;
@@ -219,6 +219,12 @@ async fn jobs_are_claimed_once_retried_and_reclaimed_when_stale(backend: Backend
                 error: "busy".into(),
                 after: now + Duration::seconds(30),
             },
+            // The failed run was paid for: its usage counts.
+            &JobUsage {
+                input_tokens: 11,
+                output_tokens: 7,
+                cost_usd: Some(0.02),
+            },
             now,
         )
         .await
@@ -233,7 +239,8 @@ async fn jobs_are_claimed_once_retried_and_reclaimed_when_stale(backend: Backend
     store
         .finish_job(
             "job_a",
-            &JobOutcome::Done {
+            &JobOutcome::Done,
+            &JobUsage {
                 input_tokens: 10,
                 output_tokens: 3,
                 cost_usd: Some(0.01),
@@ -256,16 +263,39 @@ async fn jobs_are_claimed_once_retried_and_reclaimed_when_stale(backend: Backend
             &JobOutcome::Failed {
                 error: "gave up".into(),
             },
+            // A model without a price: tokens, and no cost.
+            &JobUsage {
+                input_tokens: 5,
+                output_tokens: 2,
+                cost_usd: None,
+            },
             later,
         )
         .await
         .unwrap();
     let jobs = store.list_jobs("s1", 10).await.unwrap();
-    let states: Vec<(&str, &str, i64)> = jobs
+    let states: Vec<(&str, &str, i64, i64)> = jobs
         .iter()
-        .map(|j| (j.id.as_str(), j.status.as_str(), j.input_tokens))
+        .map(|j| {
+            (
+                j.id.as_str(),
+                j.status.as_str(),
+                j.input_tokens,
+                j.output_tokens,
+            )
+        })
         .collect();
-    assert_eq!(states, [("job_a", "done", 10), ("job_b", "failed", 0)]);
+    // Each job's totals are the sum of its runs', failed ones included.
+    assert_eq!(
+        states,
+        [("job_a", "done", 21, 10), ("job_b", "failed", 5, 2)]
+    );
+    assert!(
+        (jobs[0].cost_usd.unwrap() - 0.03).abs() < 1e-12,
+        "{:?}",
+        jobs[0].cost_usd
+    );
+    assert_eq!(jobs[1].cost_usd, None);
     assert_eq!(jobs[1].last_error.as_deref(), Some("gave up"));
 }
 

@@ -28,8 +28,9 @@ use uuid::Uuid;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
-        BeganTurn, IndexedNote, JobOutcome, JobRecord, JudgementRecord, NewArtifact, NewCheckpoint,
-        NewJob, NewMemory, NewTurn, ObservationRecord, OrphanScope, StoreError, TurnFinish,
+        BeganTurn, IndexedNote, JobOutcome, JobRecord, JobUsage, JudgementRecord, NewArtifact,
+        NewCheckpoint, NewJob, NewMemory, NewTurn, ObservationRecord, OrphanScope, StoreError,
+        TurnFinish,
     },
 };
 
@@ -676,27 +677,17 @@ impl Writer {
         &self,
         id: String,
         outcome: JobOutcome,
+        usage: JobUsage,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         self.run(move |connection| {
             match outcome {
-                JobOutcome::Done {
-                    input_tokens,
-                    output_tokens,
-                    cost_usd,
-                } => connection
+                JobOutcome::Done => connection
                     .prepare_cached(
-                        "UPDATE background_jobs SET status = 'done', input_tokens = ?2, \
-                         output_tokens = ?3, cost_usd = ?4, last_error = NULL, updated_at = ?5 \
-                         WHERE id = ?1",
+                        "UPDATE background_jobs SET status = 'done', last_error = NULL, \
+                         updated_at = ?2 WHERE id = ?1",
                     )?
-                    .execute(params![
-                        id,
-                        i64::try_from(input_tokens).unwrap_or(i64::MAX),
-                        i64::try_from(output_tokens).unwrap_or(i64::MAX),
-                        cost_usd,
-                        ts(now)
-                    ])?,
+                    .execute(params![id, ts(now)])?,
                 JobOutcome::Retry { error, after } => connection
                     .prepare_cached(
                         "UPDATE background_jobs SET status = 'pending', last_error = ?2, \
@@ -710,6 +701,21 @@ impl Writer {
                     )?
                     .execute(params![id, error, ts(now)])?,
             };
+            // Every run's usage counts, whatever its outcome (one job:
+            // both updates commit together).
+            connection
+                .prepare_cached(
+                    "UPDATE background_jobs SET input_tokens = input_tokens + ?2, \
+                 output_tokens = output_tokens + ?3, \
+                 cost_usd = CASE WHEN ?4 IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ?4 END \
+                 WHERE id = ?1",
+                )?
+                .execute(params![
+                    id,
+                    i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
+                    i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
+                    usage.cost_usd,
+                ])?;
             Ok(())
         })
         .await
