@@ -34,6 +34,7 @@ impl TurnRunner {
             harness: inner.harness.clone(),
             began: started,
             answered: std::sync::atomic::AtomicBool::new(false),
+            waiting: std::sync::Mutex::default(),
             next_seq: Mutex::new(Some(began.first_seq + 1)),
         });
         let outcome = tokio::select! {
@@ -139,6 +140,10 @@ impl TurnRunner {
         sink: &TurnSink,
         outcome: Outcome,
     ) -> Result<Option<TurnStatus>, writer::FinishError> {
+        // A call still waiting for a person when the turn ends otherwise
+        // (cancelled, interrupted, failed) is resolved first: a client
+        // never sees a request left open by a terminal event.
+        sink.resolve_waiting(outcome.status()).await;
         let seq = sink.close().await;
         let finish = build_finish(live, outcome, seq)
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
@@ -390,16 +395,30 @@ struct TurnSink {
     began: tokio::time::Instant,
     /// Whether the answer's first text has been seen.
     answered: std::sync::atomic::AtomicBool,
+    /// Calls waiting for a person's decision (at most the turn's tool
+    /// calls).
+    waiting: std::sync::Mutex<Vec<String>>,
     /// The next seq; `None` once the terminal event took its seq. Held
     /// while an event is numbered and queued, so queue order is seq order.
     next_seq: Mutex<Option<i64>>,
 }
 
 impl TurnSink {
-    /// What the metrics take from an event of the turn.
+    /// What the metrics (and the list of calls waiting for a person)
+    /// take from an event of the turn.
     fn observe(&self, event: &TurnEvent) {
         use std::sync::atomic::Ordering;
         match event {
+            TurnEvent::ApprovalRequested { call_id, .. } => {
+                if let Ok(mut waiting) = self.waiting.lock() {
+                    waiting.push(call_id.clone());
+                }
+            }
+            TurnEvent::ApprovalResolved { call_id, .. } => {
+                if let Ok(mut waiting) = self.waiting.lock() {
+                    waiting.retain(|c| c != call_id);
+                }
+            }
             TurnEvent::MessageDelta { .. } if !self.answered.swap(true, Ordering::Relaxed) => {
                 self.metrics.first_token(self.began.elapsed());
             }
@@ -427,6 +446,26 @@ impl TurnSink {
                 );
             }
             _ => {}
+        }
+    }
+
+    /// Resolves the calls still waiting for a person, as `cancelled`, with
+    /// why the turn ended.
+    async fn resolve_waiting(&self, status: TurnStatus) {
+        let waiting = self
+            .waiting
+            .lock()
+            .map(|mut waiting| std::mem::take(&mut *waiting))
+            .unwrap_or_default();
+        for call_id in waiting {
+            let event = TurnEvent::ApprovalResolved {
+                call_id,
+                outcome: "cancelled".to_owned(),
+                reason: Some(format!("the turn ended {}", status.as_str())),
+            };
+            if let Err(e) = self.emit(event).await {
+                tracing::debug!(error = %e, "a waiting call's resolution was not written");
+            }
         }
     }
 

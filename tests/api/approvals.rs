@@ -145,7 +145,29 @@ async fn a_cancel_or_the_deadline_ends_a_pending_approval(backend: Backend) {
     assert!(matches!(status, 200 | 202), "{status}");
     let events = stream.read_to_end().await;
     assert!(started.elapsed() < Duration::from_secs(5), "no deadlock");
-    assert_eq!(types(&events).last(), Some(&"turn.cancelled"));
+    // The waiting call is resolved before the end, live and in the log.
+    // (Before, the stream went from `approval.requested` to the end.)
+    assert_eq!(
+        types(&events)[types(&events).len() - 2..],
+        ["approval.resolved", "turn.cancelled"],
+        "{events:?}"
+    );
+    let resolved = events[events.len() - 2].json();
+    assert_eq!(
+        (resolved["call_id"].as_str(), resolved["outcome"].as_str()),
+        (Some("call_a1"), Some("cancelled"))
+    );
+    let (_, log) = app.get_json("/sessions/s-appr-c/events").await;
+    let logged: Vec<&str> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        logged[logged.len() - 3..],
+        ["approval.requested", "approval.resolved", "turn.cancelled"]
+    );
     assert_eq!(
         std::fs::read_to_string(vault.path().join("notes/a.md")).unwrap(),
         "# A\n"
