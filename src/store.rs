@@ -418,6 +418,26 @@ pub trait Store: Send + Sync + 'static {
         &self,
     ) -> Result<Vec<(String, String, DateTime<Utc>, Option<DateTime<Utc>>)>, StoreError>;
 
+    /// Takes a place in the queue of `session_id` (passing over, and
+    /// removing, the session's tickets not kept alive since `stale_ms`);
+    /// returns its ticket. Times are milliseconds since the epoch.
+    async fn enqueue_turn(
+        &self,
+        session_id: &str,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64, StoreError>;
+
+    /// The ticket that goes next in `session_id`'s queue: the lowest kept
+    /// alive since `stale_ms`.
+    async fn queue_head(&self, session_id: &str, stale_ms: i64) -> Result<Option<i64>, StoreError>;
+
+    /// Keeps a ticket alive.
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError>;
+
+    /// Leaves the queue (the turn began, or the request gave up).
+    async fn leave_queue(&self, ticket: i64) -> Result<(), StoreError>;
+
     /// Refreshes the heartbeat of these running turns; returns those whose
     /// cancellation was requested.
     async fn heartbeat(

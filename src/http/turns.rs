@@ -21,7 +21,7 @@ use crate::{
     http::error::Problem,
     ids::{SessionKey, client_session_id},
     providers::{ChatMessage, Role},
-    runner::{CancelError, CancelOutcome, StartError, TurnSpec},
+    runner::{CancelError, CancelOutcome, QueuedStartError, StartError, TurnSpec},
     store::{TurnRecord, TurnStatus},
 };
 
@@ -365,6 +365,19 @@ async fn start_turn(
         + (app.settings.harness.turn_timeout() + std::time::Duration::from_secs(30))
             .min(MULTITASK_WAIT_MAX);
     let started = loop {
+        if multitask == Multitask::Enqueue {
+            break match app
+                .runner
+                .start_queued(&session_id, spec.clone(), key.clone(), deadline)
+                .await
+            {
+                Ok(started) => started,
+                Err(QueuedStartError::TimedOut(running)) => {
+                    return Err(ApiError::TurnAlreadyRunning(running));
+                }
+                Err(QueuedStartError::Start(e)) => return Err(e.into()),
+            };
+        }
         match app
             .runner
             .start(&session_id, spec.clone(), key.clone())

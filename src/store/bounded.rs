@@ -449,6 +449,29 @@ impl Store for Bounded {
         self.bound(self.inner.find_api_key(key_hash)).await
     }
 
+    async fn enqueue_turn(
+        &self,
+        session_id: &str,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64, StoreError> {
+        self.bound(self.inner.enqueue_turn(session_id, now_ms, stale_ms))
+            .await
+    }
+
+    async fn queue_head(&self, session_id: &str, stale_ms: i64) -> Result<Option<i64>, StoreError> {
+        self.bound(self.inner.queue_head(session_id, stale_ms))
+            .await
+    }
+
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError> {
+        self.bound(self.inner.touch_ticket(ticket, now_ms)).await
+    }
+
+    async fn leave_queue(&self, ticket: i64) -> Result<(), StoreError> {
+        self.bound(self.inner.leave_queue(ticket)).await
+    }
+
     async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
         self.bound(self.inner.revoke_api_key(id, at)).await
     }

@@ -693,6 +693,50 @@ impl PostgresStore {
         Ok(())
     }
 
+    pub(super) async fn write_queue_ticket(
+        &self,
+        session_id: &str,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM turn_queue WHERE session_id = $1 AND alive_ms < $2")
+            .bind(session_id)
+            .bind(stale_ms)
+            .execute(&mut *tx)
+            .await?;
+        let ticket: i64 = sqlx::query_scalar(
+            "INSERT INTO turn_queue (session_id, alive_ms) VALUES ($1, $2) RETURNING ticket",
+        )
+        .bind(session_id)
+        .bind(now_ms)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(ticket)
+    }
+
+    pub(super) async fn write_ticket_alive(
+        &self,
+        ticket: i64,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE turn_queue SET alive_ms = $2 WHERE ticket = $1")
+            .bind(ticket)
+            .bind(now_ms)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn write_ticket_removal(&self, ticket: i64) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM turn_queue WHERE ticket = $1")
+            .bind(ticket)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
+
     pub(super) async fn write_api_key_revocation(
         &self,
         id: &str,

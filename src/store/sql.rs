@@ -664,6 +664,41 @@ macro_rules! impl_store {
                 .await?)
             }
 
+            async fn enqueue_turn(
+                &self,
+                session_id: &str,
+                now_ms: i64,
+                stale_ms: i64,
+            ) -> Result<i64, $crate::store::StoreError> {
+                self.write_queue_ticket(session_id, now_ms, stale_ms).await
+            }
+
+            async fn queue_head(
+                &self,
+                session_id: &str,
+                stale_ms: i64,
+            ) -> Result<Option<i64>, $crate::store::StoreError> {
+                Ok(sqlx::query_scalar(
+                    "SELECT MIN(ticket) FROM turn_queue WHERE session_id = $1 AND alive_ms >= $2",
+                )
+                .bind(session_id)
+                .bind(stale_ms)
+                .fetch_one(self.reader())
+                .await?)
+            }
+
+            async fn touch_ticket(
+                &self,
+                ticket: i64,
+                now_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                self.write_ticket_alive(ticket, now_ms).await
+            }
+
+            async fn leave_queue(&self, ticket: i64) -> Result<(), $crate::store::StoreError> {
+                self.write_ticket_removal(ticket).await
+            }
+
             async fn revoke_api_key(
                 &self,
                 id: &str,

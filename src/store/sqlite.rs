@@ -283,6 +283,25 @@ impl SqliteStore {
         self.writes.api_key(id, tenant, key_hash, at).await
     }
 
+    async fn write_queue_ticket(
+        &self,
+        session_id: &str,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64, StoreError> {
+        self.writes
+            .queue_ticket(session_id.to_owned(), now_ms, stale_ms)
+            .await
+    }
+
+    async fn write_ticket_alive(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError> {
+        self.writes.ticket_alive(ticket, now_ms).await
+    }
+
+    async fn write_ticket_removal(&self, ticket: i64) -> Result<(), StoreError> {
+        self.writes.ticket_removal(ticket).await
+    }
+
     async fn write_api_key_revocation(
         &self,
         id: &str,

@@ -108,3 +108,56 @@ async fn a_turn_can_wait_for_the_running_one_or_end_it(backend: Backend) {
 }
 
 on_both_backends!(a_turn_can_wait_for_the_running_one_or_end_it);
+
+/// Queued turns run in the order they were posted: five requests with
+/// `enqueue` wait behind a running turn, each posted once the one before
+/// it waits, and the turns run second, third, ... sixth. (Before, every
+/// waiting request tried again when the running turn ended and the race
+/// decided: turn 3 ran before turn 2 in 3 of 6 trials.)
+async fn queued_turns_run_in_the_order_they_were_posted(backend: Backend) {
+    let app = std::sync::Arc::new(spawn_app(backend).await);
+    let gate = CancellationToken::new();
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
+    let mut first = app
+        .post_turn_sse("s-queue", json!({"message": "turn 1"}))
+        .await;
+    first.read_until("turn.started").await;
+    let mut waiting = Vec::new();
+    for n in 2..=6 {
+        app.provider.enqueue([Reply::sse("openai/text.sse")]);
+        let app = app.clone();
+        waiting.push(tokio::spawn(async move {
+            post(
+                &app,
+                "s-queue",
+                json!({"message": format!("turn {n}"), "multitask": "enqueue"}),
+            )
+            .await
+        }));
+        // Taken its place before the next is posted.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    gate.cancel();
+    first.read_to_end().await;
+    for task in waiting {
+        let (status, body) = task.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let ran: Vec<String> = app
+        .provider
+        .requests()
+        .iter()
+        .map(|r| {
+            let messages = r.body["messages"].as_array().unwrap();
+            messages.last().unwrap()["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let posted: Vec<String> = (1..=6).map(|n| format!("turn {n}")).collect();
+    assert_eq!(ran, posted);
+}
+
+on_both_backends!(queued_turns_run_in_the_order_they_were_posted);

@@ -538,6 +538,44 @@ impl Writer {
         .await
     }
 
+    pub(super) async fn queue_ticket(
+        &self,
+        session_id: String,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64, StoreError> {
+        self.run(move |connection| {
+            connection
+                .prepare_cached("DELETE FROM turn_queue WHERE session_id = ?1 AND alive_ms < ?2")?
+                .execute(params![session_id, stale_ms])?;
+            connection
+                .prepare_cached("INSERT INTO turn_queue (session_id, alive_ms) VALUES (?1, ?2)")?
+                .execute(params![session_id, now_ms])?;
+            Ok(connection.last_insert_rowid())
+        })
+        .await
+    }
+
+    pub(super) async fn ticket_alive(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError> {
+        self.run(move |connection| {
+            connection
+                .prepare_cached("UPDATE turn_queue SET alive_ms = ?2 WHERE ticket = ?1")?
+                .execute(params![ticket, now_ms])?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn ticket_removal(&self, ticket: i64) -> Result<(), StoreError> {
+        self.run(move |connection| {
+            connection
+                .prepare_cached("DELETE FROM turn_queue WHERE ticket = ?1")?
+                .execute(params![ticket])?;
+            Ok(())
+        })
+        .await
+    }
+
     pub(super) async fn revoke_api_key(
         &self,
         id: String,
