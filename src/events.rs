@@ -110,6 +110,13 @@ pub enum TurnEvent {
         reason: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// What a completed call returned: its first 2,000 characters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
+        /// The whole output of a longer one, at `GET
+        /// /sessions/{session_id}/artifacts/{artifact_id}`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        artifact_id: Option<String>,
         latency_ms: u64,
     },
     /// A tool call waits for a person: `POST

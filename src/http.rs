@@ -449,6 +449,18 @@ pub(crate) fn content_text(content: &Option<serde_json::Value>) -> String {
     }
 }
 
+/// A completed tool call's output as the wire formats carry it (one text):
+/// its first 2,000 characters, and where the whole is when it is longer.
+pub(crate) fn shown_tool_output(output: Option<String>, artifact_id: Option<&str>) -> String {
+    let mut text = output.unwrap_or_default();
+    if let Some(id) = artifact_id {
+        text.push_str(&format!(
+            "\n[the output goes on: the whole is artifact {id} of this session]"
+        ));
+    }
+    text
+}
+
 /// One JSON value as an SSE `data:` frame (the wire formats without ids).
 pub(crate) fn data_frame(value: &serde_json::Value) -> axum::body::Bytes {
     axum::body::Bytes::from(format!("data: {value}\n\n"))

@@ -133,10 +133,14 @@ impl Encoder {
                 status,
                 reason,
                 error,
+                output,
+                artifact_id,
                 ..
             } => {
                 let content = match (status, error.or(reason)) {
-                    (ToolStatus::Completed, _) => "completed".to_owned(),
+                    (ToolStatus::Completed, _) => {
+                        super::shown_tool_output(output, artifact_id.as_deref())
+                    }
                     (status, Some(why)) => format!("{}: {why}", status.as_str()),
                     (status, None) => status.as_str().to_owned(),
                 };

@@ -108,14 +108,15 @@ impl Encoder {
                 status,
                 reason,
                 error,
-                latency_ms,
+                output,
+                artifact_id,
                 ..
             } => {
                 if status == ToolStatus::Completed {
                     out.push(json!({
                         "type": "tool-output-available",
                         "toolCallId": call_id,
-                        "output": {"status": "completed", "latency_ms": latency_ms},
+                        "output": super::shown_tool_output(output, artifact_id.as_deref()),
                     }));
                 } else {
                     let why = error.or(reason).unwrap_or_default();

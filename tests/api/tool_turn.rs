@@ -1,6 +1,6 @@
 //! A two-step tool turn over SSE, end to end.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{
     fake_provider::Reply,
@@ -206,4 +206,132 @@ async fn a_provider_that_answers_json_instead_of_a_stream_still_completes_a_tool
     assert_eq!(events[7].json()["input_tokens"], 212 + 268);
     let result = &events[9].json()["result"];
     assert_eq!(result["text"], "You asked about a Paris trip before.");
+}
+
+/// `dump`: answers `text`, whatever it is asked.
+struct Dump {
+    spec: agent_harness::tools::ToolSpec,
+    text: String,
+}
+
+#[async_trait::async_trait]
+impl agent_harness::tools::Tool for Dump {
+    fn spec(&self) -> &agent_harness::tools::ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        _: agent_harness::tools::ToolContext,
+        _: serde_json::Value,
+    ) -> Result<agent_harness::tools::ToolOutput, agent_harness::tools::ToolError> {
+        Ok(agent_harness::tools::ToolOutput::text(self.text.clone()))
+    }
+}
+
+/// A chat UI shows what a tool returned: `tool.finished` carries the
+/// output (its first 2,000 characters, and the artifact that keeps the
+/// whole of a longer one), as do the AI SDK's `tool-output-available` and
+/// AG-UI's `TOOL_CALL_RESULT`. (Before, they carried only a status.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_output_reaches_the_client_in_every_format() {
+    let long = format!("BEGIN {} END", "x".repeat(3_000));
+    for (text, whole) in [("18°C and sunny", true), (long.as_str(), false)] {
+        let provider = crate::fake_provider::FakeProvider::start().await;
+        let settings = crate::helpers::test_settings(&provider);
+        let tool = std::sync::Arc::new(Dump {
+            spec: agent_harness::tools::ToolSpec::new(
+                "dump",
+                "Says what it has.",
+                json!({"type": "object"}),
+                agent_harness::tools::EffectClass::ReadOnly,
+            ),
+            text: text.to_owned(),
+        });
+        let app = crate::helpers::spawn_app_with_tools(
+            crate::support::TestDb::new(crate::support::Backend::Sqlite).await,
+            provider,
+            settings,
+            vec![tool],
+        )
+        .await;
+        let script = || {
+            [
+                Reply::openai_tool_call("call_d1", "dump", &json!({})),
+                Reply::sse("openai/text.sse"),
+            ]
+        };
+        // The native stream.
+        app.provider.enqueue(script());
+        let events = app
+            .post_turn_sse("s-out", json!({"message": "Dump it."}))
+            .await
+            .read_to_end()
+            .await;
+        let finished = events
+            .iter()
+            .find(|e| e.event == "tool.finished")
+            .unwrap()
+            .json();
+        let output = finished["output"].as_str().unwrap();
+        assert_eq!(output, text.chars().take(2_000).collect::<String>());
+        if whole {
+            assert!(finished.get("artifact_id").is_none(), "{finished}");
+        } else {
+            let id = finished["artifact_id"].as_str().unwrap();
+            let (status, artifact) = app
+                .get_json(&format!("/sessions/s-out/artifacts/{id}"))
+                .await;
+            assert_eq!(status, 200);
+            assert_eq!(artifact["content"], text);
+        }
+        // The AI SDK's UI message stream.
+        app.provider.enqueue(script());
+        let body = app
+            .client
+            .post(app.url("/v1/ui/chat"))
+            .json(&json!({"id": "s-out-ui", "messages": [
+                {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Dump it."}]}
+            ]}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let chunk = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .find(|c| c["type"] == "tool-output-available")
+            .unwrap();
+        let shown = chunk["output"].as_str().unwrap();
+        assert!(shown.starts_with(output), "{chunk}");
+        assert_eq!(shown.contains("artifact"), !whole, "{chunk}");
+        // AG-UI.
+        app.provider.enqueue(script());
+        let body = app
+            .client
+            .post(app.url("/v1/agui"))
+            .json(
+                &json!({"threadId": "s-out-agui", "runId": "r1", "messages": [
+                    {"id": "m1", "role": "user", "content": "Dump it."}
+                ]}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let result = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .find(|c| c["type"] == "TOOL_CALL_RESULT")
+            .unwrap();
+        let content = result["content"].as_str().unwrap();
+        assert!(content.starts_with(output), "{result}");
+        assert_eq!(content.contains("artifact"), !whole, "{result}");
+    }
 }

@@ -198,8 +198,11 @@ impl ArtifactStore for Artifacts {
     }
 }
 
+/// An output over 2,000 characters is kept as an artifact (a client is
+/// shown its first 2,000 and the artifact); over 12,000, the model gets
+/// its first 2,000 and the artifact's id; up to 12,000 it gets it whole.
 #[tokio::test]
-async fn outputs_over_12000_characters_go_to_the_artifact_store() {
+async fn long_outputs_are_kept_as_artifacts_and_the_longest_reach_the_model_cut() {
     let big = Fixed::ok("dump", ToolOutput::text("x".repeat(13_000)));
     let small = Fixed::ok("note", ToolOutput::text("y".repeat(12_000)));
     let provider = scripted([
@@ -214,7 +217,10 @@ async fn outputs_over_12000_characters_go_to_the_artifact_store() {
         .artifacts(artifacts.clone())
         .build();
     run(&harness, request("go")).await;
-    assert_eq!(*artifacts.0.lock().unwrap(), [("c1".to_owned(), 13_000)]);
+    assert_eq!(
+        *artifacts.0.lock().unwrap(),
+        [("c1".to_owned(), 13_000), ("c2".to_owned(), 12_000)]
+    );
     let told = tool_messages(&provider.requests()[1]);
     assert!(
         told[0].starts_with("[output of 13000 characters stored as artifact art-1;"),
