@@ -93,7 +93,7 @@ pub struct DecisionDetails {
     /// The stored answer (`messages[].message_id`).
     pub assistant_message_id: uuid::Uuid,
     /// `direct_answer`, `retrieval_augmented`, `web_augmented` or
-    /// `tool_augmented`.
+    /// `tool_assisted`.
     pub strategy: String,
     /// The tools that completed, in order of first use.
     pub tools_used: Vec<String>,

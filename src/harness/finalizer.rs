@@ -57,17 +57,26 @@ pub fn append_citations(text: &str, local: &[String], web: &[WebCitation]) -> St
     out
 }
 
+/// Every strategy a decision record names (the seeds'), in
+/// [`classify_strategy`]'s order of precedence (last: any other tool).
+pub const STRATEGIES: [&str; 4] = [
+    "direct_answer",
+    "web_augmented",
+    "retrieval_augmented",
+    "tool_assisted",
+];
+
 /// The strategy of a turn from the tools it used successfully.
 pub fn classify_strategy(tools_used: &[String]) -> &'static str {
     let used = |name: &str| tools_used.iter().any(|t| t == name);
     if tools_used.is_empty() {
-        "direct_answer"
+        STRATEGIES[0]
     } else if used("web_search") || used("fetch_url") {
-        "web_augmented"
+        STRATEGIES[1]
     } else if used("local_search") || used("get_context_pack") {
-        "retrieval_augmented"
+        STRATEGIES[2]
     } else {
-        "tool_assisted"
+        STRATEGIES[3]
     }
 }
 

@@ -238,7 +238,7 @@ pub struct DecisionQuery {
     #[param(format = Uuid)]
     after: Option<String>,
     /// Only records of this strategy (`direct_answer`,
-    /// `retrieval_augmented`, `web_augmented`, `tool_augmented`).
+    /// `retrieval_augmented`, `web_augmented`, `tool_assisted`).
     strategy: Option<String>,
     /// Records per page, 1-1000 (default 100).
     #[param(minimum = 1, maximum = 1000)]

@@ -295,7 +295,8 @@ impl Tool for HttpTool {
             self.method,
             reqwest::Method::POST | reqwest::Method::PUT | reqwest::Method::PATCH
         );
-        if !with_body {
+        // No arguments left: no query string at all (not a bare `?`).
+        if !with_body && !rest.is_empty() {
             let mut query = url.query_pairs_mut();
             for (key, value) in &rest {
                 let text = match value {

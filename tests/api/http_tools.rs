@@ -39,6 +39,10 @@ async fn api() -> u16 {
         .route(
             "/fail",
             get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom") }),
+        )
+        .route(
+            "/raw/{id}",
+            get(|uri: axum::http::Uri| async move { uri.to_string() }),
         );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     port
@@ -190,4 +194,24 @@ fn a_declared_tool_needs_its_variables_and_its_own_name() {
         .unwrap()
         .to_string();
     assert!(error.contains("a built-in tool has this name"), "{error}");
+}
+
+/// A `GET` tool whose arguments all stand in its path sends no query
+/// string at all: `/raw/T-42`, not `/raw/T-42?`. (Before, a bare `?`.)
+#[tokio::test]
+async fn a_get_without_query_arguments_has_no_question_mark() {
+    let port = api().await;
+    let declared = json!([{
+        "name": "raw",
+        "description": "The URI the API saw.",
+        "url": format!("http://127.0.0.1:{port}/raw/{{id}}"),
+        "effect": "READ_ONLY",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    }]);
+    let app = app_with(declared, |_| None).await;
+    let (finished, message) = call(&app, "raw", json!({"id": "T-42"})).await;
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert_eq!(finished["output"], "HTTP 200 OK\n/raw/T-42", "{message}");
+    let (_, message) = call(&app, "raw", json!({"id": "T-42", "verbose": true})).await;
+    assert!(message.contains("/raw/T-42?verbose=true"), "{message}");
 }

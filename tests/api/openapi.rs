@@ -215,3 +215,28 @@ async fn raw_status(address: &str, request: &[u8]) -> reqwest::StatusCode {
     let status = std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap();
     reqwest::StatusCode::from_u16(status).unwrap()
 }
+
+/// Every decision strategy the document (and the README) names is one the
+/// service gives, and each one it gives is named. (Before, the document
+/// said `tool_augmented` where the service says `tool_assisted`.)
+#[test]
+fn the_strategies_documented_are_the_ones_given() {
+    use agent_harness::harness::finalizer::STRATEGIES;
+    let documents = [
+        ("openapi.yaml", agent_harness::http::openapi_yaml().to_string()),
+        (
+            "README.md",
+            std::fs::read_to_string(format!("{}/README.md", env!("CARGO_MANIFEST_DIR"))).unwrap(),
+        ),
+    ];
+    for (name, text) in documents {
+        let named: std::collections::BTreeSet<&str> = text
+            .split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .filter(|w| {
+                w.ends_with("_augmented") || w.ends_with("_assisted") || *w == "direct_answer"
+            })
+            .collect();
+        let given: std::collections::BTreeSet<&str> = STRATEGIES.into_iter().collect();
+        assert_eq!(named, given, "{name}");
+    }
+}
