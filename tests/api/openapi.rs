@@ -223,7 +223,10 @@ async fn raw_status(address: &str, request: &[u8]) -> reqwest::StatusCode {
 fn the_strategies_documented_are_the_ones_given() {
     use agent_harness::harness::finalizer::STRATEGIES;
     let documents = [
-        ("openapi.yaml", agent_harness::http::openapi_yaml().to_string()),
+        (
+            "openapi.yaml",
+            agent_harness::http::openapi_yaml().to_string(),
+        ),
         (
             "README.md",
             std::fs::read_to_string(format!("{}/README.md", env!("CARGO_MANIFEST_DIR"))).unwrap(),

@@ -134,7 +134,11 @@ async fn invalid_arguments_are_repaired_or_denied_with_the_reason() {
     let ran = run(&harness, request("go")).await;
     assert_eq!(finished(&ran), [completed(), denied("validation")]);
     assert_eq!(ran.state.repair_count("c1"), 1);
-    assert!(ran.state.repair_count("c2") <= MAX_REPAIR_ATTEMPTS);
+    // One repair is tried; it cannot make a missing required key appear,
+    // so it changes nothing and is not tried again (the bound,
+    // MAX_REPAIR_ATTEMPTS, is for repairs that keep changing something).
+    assert_eq!(ran.state.repair_count("c2"), 1);
+    assert!(MAX_REPAIR_ATTEMPTS > 1);
     let told = tool_messages(&provider.requests()[1]);
     assert_eq!(told[0], "probed a");
     assert!(
@@ -343,5 +347,169 @@ async fn a_tool_failure_message_reaches_the_model_inside_the_fence_too() {
             "{close}\nThis tool is blocked for the rest of this turn."
         )),
         "{tool}"
+    );
+}
+
+/// Completes its first call, then fails for good (not retryable).
+struct Flip(
+    std::sync::atomic::AtomicUsize,
+    agent_harness::tools::ToolSpec,
+);
+
+#[async_trait]
+impl Tool for Flip {
+    fn spec(&self) -> &agent_harness::tools::ToolSpec {
+        &self.1
+    }
+
+    async fn call(
+        &self,
+        _: agent_harness::tools::ToolContext,
+        _: serde_json::Value,
+    ) -> Result<ToolOutput, agent_harness::tools::ToolError> {
+        if self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            Ok(ToolOutput::text("first"))
+        } else {
+            Err(agent_harness::tools::ToolError::new(
+                agent_harness::tools::ToolErrorKind::Failed,
+                "broken for good",
+                false,
+            ))
+        }
+    }
+}
+
+/// Denies every call.
+struct DenyAll;
+
+#[async_trait]
+impl AgentCallbacks for DenyAll {
+    async fn on_pre_tool_use(&self, _: &ToolCall) -> bool {
+        false
+    }
+}
+
+/// A checkpoint store that cannot save.
+struct NoCheckpoints;
+
+#[async_trait]
+impl agent_harness::harness::hooks::CheckpointStore for NoCheckpoints {
+    async fn snapshot(
+        &self,
+        _: &agent_harness::harness::hooks::CheckpointRequest,
+    ) -> Result<Vec<String>, agent_harness::harness::hooks::HookError> {
+        Err(agent_harness::harness::hooks::HookError(
+            "the disk is full".into(),
+        ))
+    }
+}
+
+/// The gates refuse in their order: a call that two gates would refuse
+/// is refused by the earlier one, for every pair of neighbours (replay,
+/// blocked and permission, the pre-hook, validation, the budget, a
+/// write's checkpoint, the executor), so the whole order holds.
+#[tokio::test(start_paused = true)]
+async fn the_gates_refuse_in_their_order() {
+    let write = || Probe::new("probe", EffectClass::LocalWrite);
+    let budget = |max_tool_calls| HarnessOptions {
+        max_tool_calls,
+        ..options()
+    };
+
+    // 1 before 2: an identical call of a tool that is blocked since.
+    let flip = Arc::new(Flip(
+        std::sync::atomic::AtomicUsize::new(0),
+        agent_harness::tools::ToolSpec::new(
+            "flip",
+            "Works once.",
+            json!({"type": "object"}),
+            EffectClass::ReadOnly,
+        ),
+    ));
+    let provider = scripted([
+        calls(vec![call("c1", "flip", json!({"n": 1}))]),
+        calls(vec![call("c2", "flip", json!({"n": 2}))]),
+        calls(vec![call("c3", "flip", json!({"n": 1}))]),
+        text("done"),
+    ]);
+    let ran = run(
+        &builder(&provider, vec![flip as Arc<dyn Tool>]).build(),
+        request("go"),
+    )
+    .await;
+    assert_eq!(
+        finished(&ran),
+        [completed(), ("failed".into(), None), denied("duplicate")]
+    );
+
+    // 2 before 3: a tool not permitted (web_mode off), and a pre-hook that
+    // denies everything.
+    let provider = scripted([
+        calls(vec![call("c1", "web_search", json!({}))]),
+        text("done"),
+    ]);
+    let harness = builder(
+        &provider,
+        vec![Fixed::ok("web_search", ToolOutput::text("r"))],
+    )
+    .callbacks(Arc::new(DenyAll))
+    .build();
+    assert_eq!(
+        finished(&run(&harness, request("go")).await),
+        [denied("permission")]
+    );
+
+    // 3 before 4: the pre-hook, and arguments that cannot be repaired.
+    let provider = scripted([calls(vec![call("c1", "probe", json!({}))]), text("done")]);
+    let harness = builder(&provider, vec![write() as Arc<dyn Tool>])
+        .callbacks(Arc::new(DenyAll))
+        .build();
+    assert_eq!(
+        finished(&run(&harness, request("go")).await),
+        [denied("pre_hook")]
+    );
+
+    // 4 before the budget: bad arguments, and no tool call left.
+    let provider = scripted([calls(vec![call("c1", "probe", json!({}))]), text("done")]);
+    let harness = builder(&provider, vec![write() as Arc<dyn Tool>])
+        .options(budget(0))
+        .build();
+    assert_eq!(
+        finished(&run(&harness, request("go")).await),
+        [denied("validation")]
+    );
+
+    // The budget before 5: no tool call left, and a checkpoint that would
+    // fail.
+    let provider = scripted([
+        calls(vec![call("c1", "probe", json!({"key": "a"}))]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![write() as Arc<dyn Tool>])
+        .options(budget(0))
+        .checkpoint_store(Arc::new(NoCheckpoints))
+        .build();
+    assert_eq!(
+        finished(&run(&harness, request("go")).await),
+        [denied("budget")]
+    );
+
+    // 5 before 6: the checkpoint fails, and the tool never runs.
+    let probe = write();
+    let provider = scripted([
+        calls(vec![call("c1", "probe", json!({"key": "a"}))]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![probe.clone() as Arc<dyn Tool>])
+        .checkpoint_store(Arc::new(NoCheckpoints))
+        .build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(finished(&ran), [("failed".into(), None)]);
+    assert_eq!(probe.calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let told = tool_messages(&provider.requests()[1]);
+    assert!(
+        told[0].contains("checkpoint could not be saved"),
+        "{}",
+        told[0]
     );
 }

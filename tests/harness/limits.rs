@@ -230,3 +230,61 @@ async fn long_outputs_are_kept_as_artifacts_and_the_longest_reach_the_model_cut(
     assert_eq!(told[0].matches('x').count(), 2_000);
     assert_eq!(told[1], "y".repeat(12_000), "12,000 characters stay inline");
 }
+
+/// The write gate closes however the turn ends. A turn that fails (its
+/// provider refuses the next step) while a tool still works: the tool
+/// finishes later and writes nothing, no event, no result.
+#[tokio::test(start_paused = true)]
+async fn after_a_failed_turn_a_late_tool_writes_nothing() {
+    let stubborn = Stubborn::new(Duration::from_secs(3));
+    let failure = ProviderFailure {
+        status: 401,
+        message: "bad key".into(),
+        body: String::new(),
+    };
+    let provider = scripted([
+        calls(vec![call("c1", "stubborn", json!({}))]),
+        Scripted::Fail(ProviderError::Auth(failure)),
+    ]);
+    let harness = builder(&provider, vec![stubborn.clone() as Arc<dyn Tool>]).build();
+    let ran = run(&harness, request("go")).await;
+    assert!(ran.output.is_err(), "the turn failed");
+    let events_at_end = ran.sink.events();
+    let results_at_end = ran.state.tool_results().len();
+    harness.wait_for_tool_tasks().await;
+    assert_eq!(stubborn.finished.load(Ordering::SeqCst), 1);
+    assert_eq!(ran.sink.events(), events_at_end, "no event after the turn");
+    assert_eq!(ran.state.tool_results().len(), results_at_end);
+    assert!(!mentions_secret(&ran.sink.events()));
+    assert!(
+        ran.state
+            .tool_results()
+            .iter()
+            .all(|r| !r.content.contains("LATE-SECRET-RESULT"))
+    );
+}
+
+/// A turn cancelled (its future dropped, as the runner does) while a tool
+/// works: the tool finishes later and writes nothing.
+#[tokio::test(start_paused = true)]
+async fn after_a_cancelled_turn_a_late_tool_writes_nothing() {
+    let stubborn = Stubborn::new(Duration::from_millis(800));
+    let provider = scripted([calls(vec![call("c1", "stubborn", json!({}))]), text("done")]);
+    let harness = builder(&provider, vec![stubborn.clone() as Arc<dyn Tool>]).build();
+    let request = request("go");
+    let sink = Arc::new(crate::helpers::RecordingSink::default());
+    let state = harness.new_state(&request.session_id);
+    // Cancelled while the tool works (it needs 0.8 s).
+    let turn = harness.run_turn_with_state(request, sink.clone(), state.clone());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), turn)
+            .await
+            .is_err()
+    );
+    let events_at_end = sink.events();
+    harness.wait_for_tool_tasks().await;
+    assert_eq!(stubborn.finished.load(Ordering::SeqCst), 1);
+    assert_eq!(sink.events(), events_at_end, "no event after the cancel");
+    assert!(state.tool_results().is_empty(), "no result recorded");
+    assert!(!mentions_secret(&sink.events()));
+}
