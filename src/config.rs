@@ -441,6 +441,10 @@ pub struct HarnessSettings {
     /// Validate tool arguments against their schema.
     #[arg(id = "harness.tool_validation", long = "tool-validation", env = "HARNESS_TOOL_VALIDATION", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub tool_validation: bool,
+    /// Keep each turn's decision record (`support.chat.turn`), committed
+    /// with the turn.
+    #[arg(id = "harness.record_decisions", long = "record-decisions", env = "HARNESS_RECORD_DECISIONS", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub record_decisions: bool,
     /// Let clients send `system` messages in a turn's history (`history`,
     /// and the earlier messages of `/v1/chat/completions`, `/v1/ui/chat`
     /// and `/v1/agui`); off, they are refused with 422

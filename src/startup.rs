@@ -181,6 +181,7 @@ pub fn build_harness(
         enable_semantic_selection: settings.harness.semantic_tool_selection,
         max_tools_per_turn: settings.harness.max_tools_per_turn,
         auto_compact: settings.harness.auto_compact,
+        record_decisions: settings.harness.record_decisions,
         approval_effects: settings
             .harness
             .approval_required

@@ -328,3 +328,48 @@ fn health_exits_zero_for_a_ready_service_and_one_otherwise() {
     let down = harness(&["health", "--url", &url], &[]);
     assert_eq!(down.status.code(), Some(1), "{down:?}");
 }
+
+/// The README names only settings that exist, and every setting is in the
+/// README: the variables the README names (`HARNESS_…`, `OPENAI_…`,
+/// `ANTHROPIC_…`, `OLLAMA_…`, `OTEL_…`, `DATABASE_…`) are exactly those
+/// `--help` lists. (Before, the README named a `record_decisions` switch
+/// that had no setting.)
+#[test]
+fn the_readme_and_help_name_the_same_settings() {
+    let out = harness(&["--help"], &[]);
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8(out.stdout).unwrap();
+    let listed: std::collections::BTreeSet<String> = help
+        .split("[env: ")
+        .skip(1)
+        .filter_map(|rest| rest.split(['=', ']']).next())
+        .map(str::to_owned)
+        .collect();
+    assert!(listed.len() > 50, "{listed:?}");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let prefixes = [
+        "HARNESS_",
+        "OPENAI_",
+        "ANTHROPIC_",
+        "OLLAMA_",
+        "OTEL_",
+        "DATABASE_",
+    ];
+    let named: std::collections::BTreeSet<String> = readme
+        .split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+        .filter(|word| prefixes.iter().any(|p| word.starts_with(p)))
+        .map(|word| word.trim_end_matches('_').to_owned())
+        .filter(|word| !prefixes.contains(&format!("{word}_").as_str()))
+        .collect();
+    let unknown: Vec<_> = named.difference(&listed).collect();
+    assert!(
+        unknown.is_empty(),
+        "the README names settings that do not exist: {unknown:?}"
+    );
+    let undocumented: Vec<_> = listed.difference(&named).collect();
+    assert!(
+        undocumented.is_empty(),
+        "settings the README does not name: {undocumented:?}"
+    );
+}
