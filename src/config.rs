@@ -606,6 +606,23 @@ pub struct MemorySettings {
     /// turn.
     #[arg(id = "memory.extraction", long = "memory-extraction", env = "HARNESS_MEMORY_EXTRACTION", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub extraction: bool,
+    /// Background jobs (memory extraction, judges) run at once.
+    #[arg(
+        id = "memory.job_concurrency",
+        long = "job-concurrency",
+        env = "HARNESS_JOB_CONCURRENCY",
+        default_value_t = 4
+    )]
+    pub job_concurrency: u32,
+    /// Background jobs that may wait; past it the oldest waiting memory
+    /// extractions are given up (judge jobs never are).
+    #[arg(
+        id = "memory.job_backlog_max",
+        long = "job-backlog-max",
+        env = "HARNESS_JOB_BACKLOG_MAX",
+        default_value_t = 1000
+    )]
+    pub job_backlog_max: u64,
     /// Memories put in a prompt, at most.
     #[arg(
         id = "memory.top_k",
@@ -667,6 +684,16 @@ impl MemorySettings {
     fn validate(&self) -> Result<(), ConfigError> {
         within("HARNESS_MEMORY_TOP_K", self.top_k.into(), 1..=50)?;
         within("HARNESS_MEMORY_TIMEOUT_S", self.timeout_s, 1..=300)?;
+        within(
+            "HARNESS_JOB_CONCURRENCY",
+            self.job_concurrency.into(),
+            1..=64,
+        )?;
+        within(
+            "HARNESS_JOB_BACKLOG_MAX",
+            self.job_backlog_max,
+            1..=1_000_000,
+        )?;
         within(
             "HARNESS_MEMORY_MAX_OUTPUT_TOKENS",
             self.max_output_tokens.into(),

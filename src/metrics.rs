@@ -37,6 +37,12 @@ struct CodeLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    /// A background job's kind.
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TokenLabels {
     /// `input` or `output` (`gen_ai.token.type`).
     r#type: &'static str,
@@ -75,6 +81,9 @@ pub struct Metrics {
     tokens: Family<TokenLabels, Histogram, fn() -> Histogram>,
     tool_duration: Family<ToolLabels, Histogram, fn() -> Histogram>,
     provider_errors: Family<CodeLabels, Counter>,
+    jobs_pending: Gauge,
+    job_oldest_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    jobs_shed: Family<KindLabels, Counter>,
 }
 
 const STATUSES: [TurnStatus; 4] = [
@@ -100,6 +109,9 @@ impl Default for Metrics {
             tokens: Family::new_with_constructor(token_buckets),
             tool_duration: Family::new_with_constructor(seconds_buckets),
             provider_errors: Family::default(),
+            jobs_pending: Gauge::default(),
+            job_oldest_age: Gauge::default(),
+            jobs_shed: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -170,6 +182,25 @@ impl Default for Metrics {
              cut off is a provider_timeout)",
             metrics.provider_errors.clone(),
         );
+        registry.register(
+            "agent_harness_jobs_pending",
+            "Background jobs waiting to run, of every replica",
+            metrics.jobs_pending.clone(),
+        );
+        registry.register_with_unit(
+            "agent_harness_job_oldest_age",
+            "Age of the oldest background job waiting to run",
+            Unit::Seconds,
+            metrics.job_oldest_age.clone(),
+        );
+        let _ = metrics.jobs_shed.get_or_create(&KindLabels {
+            kind: "memory_extraction",
+        });
+        registry.register(
+            "agent_harness_jobs_shed",
+            "Background jobs given up because the backlog was over its bound, by kind",
+            metrics.jobs_shed.clone(),
+        );
         registry.register_with_unit(
             "agent_harness_tool_duration",
             "Tool calls, by tool and outcome",
@@ -220,6 +251,20 @@ impl Metrics {
                 outcome: outcome.to_owned(),
             })
             .observe(latency.as_secs_f64());
+    }
+
+    /// The background jobs waiting, and the age of the oldest.
+    pub fn job_backlog(&self, pending: u64, oldest_age_seconds: f64) {
+        self.jobs_pending
+            .set(i64::try_from(pending).unwrap_or(i64::MAX));
+        self.job_oldest_age.set(oldest_age_seconds);
+    }
+
+    /// Jobs of `kind` given up over the backlog bound.
+    pub fn jobs_shed(&self, kind: &'static str, count: u64) {
+        self.jobs_shed
+            .get_or_create(&KindLabels { kind })
+            .inc_by(count);
     }
 
     /// A provider call failed with `code`.

@@ -310,6 +310,8 @@ pub fn build_worker(
             max_output_tokens: settings.judges.max_output_tokens,
         }),
         redact: settings.telemetry.redact_logs,
+        concurrency: settings.memory.job_concurrency as usize,
+        backlog_max: settings.memory.job_backlog_max,
     };
     BackgroundWorker::new(
         store,
@@ -498,13 +500,15 @@ impl Application {
         let vault = Arc::new(build_vault(&settings, store.clone())?);
         let jobs = Arc::new(tokio::sync::Notify::new());
         let approvals = Arc::new(tokio::sync::Notify::new());
+        let metrics = Arc::new(Metrics::default());
         let worker = build_worker(
             &settings,
             store.clone(),
             provider.clone(),
             vault.embedder(),
             jobs.clone(),
-        );
+        )
+        .with_metrics(metrics.clone());
         let mut tools = declared_tools(&settings, |name| std::env::var(name).ok())?;
         let servers = settings
             .tools
@@ -514,7 +518,6 @@ impl Application {
         let (mcp, mcp_tools) = McpHub::start(servers, |name| std::env::var(name).ok()).await;
         tools.extend(mcp_tools);
         tools.extend(extra_tools);
-        let metrics = Arc::new(Metrics::default());
         let harness = Arc::new(build_harness(
             &settings,
             store.clone(),

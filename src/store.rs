@@ -26,8 +26,8 @@ use uuid::Uuid;
 
 use crate::events::StoredEvent;
 pub use memory::{
-    JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory,
-    ObservationRecord,
+    JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob,
+    NewMemory, ObservationRecord,
 };
 pub use records::{
     ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord, NewArtifact, NewCheckpoint,
@@ -349,6 +349,19 @@ pub trait Store: Send + Sync + 'static {
         usage: &JobUsage,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError>;
+
+    /// The jobs waiting to run (`pending`), of every session.
+    async fn job_backlog(&self) -> Result<JobBacklog, StoreError>;
+
+    /// Gives up the oldest waiting jobs of `kind` (`failed`, with `why`)
+    /// until at most `keep` jobs of any kind wait; returns how many.
+    async fn shed_jobs(
+        &self,
+        kind: &str,
+        keep: u64,
+        why: &str,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError>;
 
     /// The newest `limit` jobs of a session, oldest first.
     async fn list_jobs(&self, session_id: &str, limit: u32) -> Result<Vec<JobSummary>, StoreError>;

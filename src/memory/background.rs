@@ -27,6 +27,9 @@ use crate::{
 /// How often the store is checked for jobs when nothing woke the worker.
 const POLL: Duration = Duration::from_secs(2);
 
+/// How often the backlog is measured (and shed past its bound).
+const BACKLOG_EVERY: Duration = Duration::from_secs(1);
+
 /// A job claimed longer ago than this is taken to have lost its runner.
 const STALE_AFTER: chrono::Duration = chrono::Duration::minutes(5);
 
@@ -64,6 +67,11 @@ pub struct WorkerConfig {
     pub judging: Option<SideCallLimits>,
     /// Mask personal data in judgements (`HARNESS_REDACT_LOGS`).
     pub redact: bool,
+    /// Jobs run at once (`HARNESS_JOB_CONCURRENCY`).
+    pub concurrency: usize,
+    /// Waiting jobs past which the oldest memory extractions are given up
+    /// (`HARNESS_JOB_BACKLOG_MAX`).
+    pub backlog_max: u64,
 }
 
 /// The background worker.
@@ -74,6 +82,8 @@ pub struct BackgroundWorker {
     embedder: Option<Arc<dyn Embedder>>,
     config: WorkerConfig,
     notify: Arc<tokio::sync::Notify>,
+    /// The backlog's gauges and the shed counter.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// The model usage of one run of a job.
@@ -174,59 +184,123 @@ impl BackgroundWorker {
             embedder,
             config,
             notify,
+            metrics: None,
         }
+    }
+
+    /// Reports the backlog to `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Runs the worker on `tracker` until `stop`. A job running when it
     /// stops stays claimed, and is claimed again once stale.
     pub fn spawn(self, tracker: &TaskTracker, stop: CancellationToken) {
-        tracker.spawn(self.run(stop));
+        tracker.spawn(Arc::new(self).run(stop));
     }
 
-    async fn run(self, stop: CancellationToken) {
+    /// Claims jobs while fewer than `concurrency` run, runs each on its own
+    /// task (in a set owned here: stopping the worker stops them), and
+    /// keeps the backlog within its bound.
+    async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let mut running = tokio::task::JoinSet::new();
+        let mut checked: Option<tokio::time::Instant> = None;
         loop {
-            loop {
+            if checked.is_none_or(|at| at.elapsed() >= BACKLOG_EVERY) {
+                self.check_backlog().await;
+                checked = Some(tokio::time::Instant::now());
+            }
+            while running.len() < self.config.concurrency.max(1) {
                 let now = Utc::now();
                 let claimed = tokio::select! {
                     claimed = self.store.claim_job(now, now - STALE_AFTER) => claimed,
                     () = stop.cancelled() => return,
                 };
-                let job = match claimed {
-                    Ok(Some(job)) => job,
+                match claimed {
+                    Ok(Some(job)) => {
+                        running.spawn(self.clone().run_one(job));
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot claim a background job");
                         break;
                     }
-                };
-                let span = tracing::info_span!(
-                    "background_job",
-                    job.id = %job.id,
-                    job.kind = %job.kind,
-                    session_id = %job.session_id,
-                    turn_id = %job.turn_id,
-                );
-                let mut spent = Spent::default();
-                let outcome = tokio::select! {
-                    outcome = self.run_job(&job, &mut spent).instrument(span) => outcome,
-                    () = stop.cancelled() => return,
-                };
-                if let JobOutcome::Failed { error } | JobOutcome::Retry { error, .. } = &outcome {
-                    tracing::warn!(job = %job.id, kind = %job.kind, error = %error, "background job did not finish");
-                }
-                if let Err(e) = self
-                    .store
-                    .finish_job(&job.id, &outcome, &spent.0, Utc::now())
-                    .await
-                {
-                    tracing::warn!(error = %e, job = %job.id, "cannot record a background job's end");
                 }
             }
             tokio::select! {
+                Some(_) = running.join_next(), if !running.is_empty() => {}
                 () = self.notify.notified() => {}
                 () = tokio::time::sleep(POLL) => {}
                 () = stop.cancelled() => return,
             }
+        }
+    }
+
+    /// Runs one claimed job and records how it ended.
+    async fn run_one(self: Arc<Self>, job: JobRecord) {
+        let span = tracing::info_span!(
+            "background_job",
+            job.id = %job.id,
+            job.kind = %job.kind,
+            session_id = %job.session_id,
+            turn_id = %job.turn_id,
+        );
+        let mut spent = Spent::default();
+        let outcome = self.run_job(&job, &mut spent).instrument(span).await;
+        if let JobOutcome::Failed { error } | JobOutcome::Retry { error, .. } = &outcome {
+            tracing::warn!(job = %job.id, kind = %job.kind, error = %error, "background job did not finish");
+        }
+        if let Err(e) = self
+            .store
+            .finish_job(&job.id, &outcome, &spent.0, Utc::now())
+            .await
+        {
+            tracing::warn!(error = %e, job = %job.id, "cannot record a background job's end");
+        }
+    }
+
+    /// Shows the backlog in the metrics, and past its bound gives up the
+    /// oldest waiting memory extractions (a user's later turns bring later
+    /// ones); judge jobs are never given up.
+    async fn check_backlog(&self) {
+        let backlog = match self.store.job_backlog().await {
+            Ok(backlog) => backlog,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the job backlog");
+                return;
+            }
+        };
+        if backlog.pending > self.config.backlog_max {
+            let why = format!(
+                "given up: more than {} jobs were waiting (HARNESS_JOB_BACKLOG_MAX)",
+                self.config.backlog_max
+            );
+            match self
+                .store
+                .shed_jobs(JOB_MEMORY, self.config.backlog_max, &why, Utc::now())
+                .await
+            {
+                Ok(shed) if shed > 0 => {
+                    tracing::warn!(
+                        jobs = shed,
+                        bound = self.config.backlog_max,
+                        "memory extractions given up: the backlog is over its bound"
+                    );
+                    if let Some(metrics) = &self.metrics {
+                        metrics.jobs_shed(JOB_MEMORY, shed);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot shed the job backlog"),
+            }
+        }
+        if let Some(metrics) = &self.metrics {
+            let backlog = self.store.job_backlog().await.unwrap_or(backlog);
+            let age = backlog.oldest.map_or(0.0, |at| {
+                (Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0
+            });
+            metrics.job_backlog(backlog.pending, age);
         }
     }
 

@@ -26,8 +26,8 @@ use uuid::Uuid;
 
 use super::{
     ArtifactRecord, BeganTurn, BeginTurnError, CancelRequests, CheckpointRecord, DecisionRecord,
-    IndexedNote, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord,
-    MessageRecord, NewArtifact, NewCheckpoint, NewJob, NewMemory, NewTurn, NoteState,
+    IndexedNote, JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord,
+    MemoryRecord, MessageRecord, NewArtifact, NewCheckpoint, NewJob, NewMemory, NewTurn, NoteState,
     ObservationRecord, OrphanScope, Readiness, SessionRecord, Store, StoreError, TurnFinish,
     TurnRecord, VaultHit,
 };
@@ -447,6 +447,20 @@ impl Store for Bounded {
 
     async fn find_api_key(&self, key_hash: &str) -> Result<Option<(String, String)>, StoreError> {
         self.bound(self.inner.find_api_key(key_hash)).await
+    }
+
+    async fn job_backlog(&self) -> Result<JobBacklog, StoreError> {
+        self.bound(self.inner.job_backlog()).await
+    }
+
+    async fn shed_jobs(
+        &self,
+        kind: &str,
+        keep: u64,
+        why: &str,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        self.bound(self.inner.shed_jobs(kind, keep, why, now)).await
     }
 
     async fn enqueue_turn(

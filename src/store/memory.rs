@@ -82,6 +82,13 @@ pub enum JobOutcome {
     },
 }
 
+/// The jobs waiting to run: how many, and since when the oldest.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct JobBacklog {
+    pub pending: u64,
+    pub oldest: Option<DateTime<Utc>>,
+}
+
 /// The model usage one run of a job took (paid for, whether the run
 /// succeeded or not); a job's totals are the sum of its runs'.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

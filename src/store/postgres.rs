@@ -693,6 +693,30 @@ impl PostgresStore {
         Ok(())
     }
 
+    pub(super) async fn write_job_shedding(
+        &self,
+        kind: &str,
+        keep: u64,
+        why: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
+        let shed = sqlx::query(
+            "UPDATE background_jobs SET status = 'failed', last_error = $3, updated_at = $4 \
+             WHERE id IN (SELECT id FROM background_jobs WHERE status = 'pending' AND kind = $1 \
+             ORDER BY created_at, id \
+             LIMIT GREATEST((SELECT COUNT(*) FROM background_jobs WHERE status = 'pending') - $2, 0) \
+             FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(kind)
+        .bind(i64::try_from(keep).unwrap_or(i64::MAX))
+        .bind(why)
+        .bind(now)
+        .execute(self.writer())
+        .await?
+        .rows_affected();
+        Ok(shed)
+    }
+
     pub(super) async fn write_queue_ticket(
         &self,
         session_id: &str,

@@ -545,6 +545,32 @@ macro_rules! impl_store {
                 self.write_job_outcome(id, outcome, usage, now).await
             }
 
+            async fn job_backlog(
+                &self,
+            ) -> Result<$crate::store::JobBacklog, $crate::store::StoreError> {
+                let (pending, oldest): (i64, Option<chrono::DateTime<chrono::Utc>>) =
+                    sqlx::query_as(
+                        "SELECT COUNT(*), MIN(created_at) FROM background_jobs \
+                         WHERE status = 'pending'",
+                    )
+                    .fetch_one(self.reader())
+                    .await?;
+                Ok($crate::store::JobBacklog {
+                    pending: u64::try_from(pending).unwrap_or(0),
+                    oldest,
+                })
+            }
+
+            async fn shed_jobs(
+                &self,
+                kind: &str,
+                keep: u64,
+                why: &str,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<u64, $crate::store::StoreError> {
+                self.write_job_shedding(kind, keep, why, now).await
+            }
+
             async fn list_jobs(
                 &self,
                 session_id: &str,

@@ -283,6 +283,18 @@ impl SqliteStore {
         self.writes.api_key(id, tenant, key_hash, at).await
     }
 
+    async fn write_job_shedding(
+        &self,
+        kind: &str,
+        keep: u64,
+        why: &str,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        self.writes
+            .shed_jobs(kind.to_owned(), keep, why.to_owned(), now)
+            .await
+    }
+
     async fn write_queue_ticket(
         &self,
         session_id: &str,

@@ -354,3 +354,73 @@ async fn with_redaction_a_judge_reads_and_writes_no_personal_data() {
     let (_, history) = app.get_json("/sessions/s-judge-private/messages").await;
     assert_eq!(history["messages"][0]["content"], message);
 }
+
+/// The metric `name` (one sample, no labels unless given in `name`).
+async fn sample(app: &TestApp, name: &str) -> f64 {
+    let metrics = app.metrics().await;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+}
+
+/// Turns come faster than memory extraction can follow (its model never
+/// answers; one job at a time): the backlog stays within its bound (3),
+/// the oldest waiting extractions are given up and counted, and the
+/// gauges show the backlog. (Before, the backlog grew without end and
+/// nothing showed it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_the_worker_cannot_follow_stays_bounded() {
+    let app = app(Backend::Sqlite, |s| {
+        s.memory.job_concurrency = 1;
+        s.memory.job_backlog_max = 3;
+    })
+    .await;
+    let never = tokio_util::sync::CancellationToken::new();
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse"),
+        Reply::openai_text(EXTRACTED).hold_head(&never),
+    ]);
+    turn(&app, "s-backlog", json!({"message": "turn 1"})).await;
+    // The worker is stuck on the first extraction.
+    for _ in 0..100 {
+        if app.provider.requests().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(app.provider.requests().len(), 2);
+    for n in 2..=9 {
+        app.provider.enqueue([Reply::sse("openai/text.sse")]);
+        turn(&app, "s-backlog", json!({"message": format!("turn {n}")})).await;
+    }
+    // Within a backlog check or two, the rest is shed and the bound holds.
+    let shed_metric = "agent_harness_jobs_shed_total{kind=\"memory_extraction\"}";
+    let mut shed = 0.0;
+    for _ in 0..60 {
+        shed = sample(&app, shed_metric).await;
+        if shed >= 5.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(shed, 5.0, "8 queued, 3 kept");
+    assert_eq!(sample(&app, "agent_harness_jobs_pending").await, 3.0);
+    assert!(sample(&app, "agent_harness_job_oldest_age_seconds").await >= 0.0);
+    let (_, listed) = app.get_json("/sessions/s-backlog/jobs").await;
+    let jobs = listed["jobs"].as_array().unwrap();
+    let given_up: Vec<&Value> = jobs
+        .iter()
+        .filter(|j| {
+            j["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("HARNESS_JOB_BACKLOG_MAX"))
+        })
+        .collect();
+    assert_eq!(given_up.len(), 5, "{listed}");
+    // The oldest waiting ones went: turns 2 to 6; 7, 8 and 9 still wait.
+    let waiting: Vec<&Value> = jobs.iter().filter(|j| j["status"] == "pending").collect();
+    assert_eq!(waiting.len(), 3, "{listed}");
+    never.cancel();
+}

@@ -383,8 +383,90 @@ async fn observations_are_kept_per_session(backend: Backend) {
     assert!(store.list_observations("s2", 10).await.unwrap().is_empty());
 }
 
+/// The backlog is the waiting jobs of every session; shedding gives up
+/// the oldest waiting jobs of one kind only, down to the bound, and never
+/// a job of another kind nor one that runs.
+async fn a_backlog_is_counted_and_shed_oldest_first_by_kind(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let now = Utc::now();
+    assert_eq!(store.job_backlog().await.unwrap().pending, 0);
+    for (i, kind) in [
+        "memory_extraction",
+        "judge",
+        "memory_extraction",
+        "memory_extraction",
+        "judge",
+        "memory_extraction",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        store
+            .enqueue_job(&NewJob {
+                id: format!("job_{i}"),
+                kind: kind.into(),
+                session_id: format!("s{}", i % 2),
+                turn_id: "t1".into(),
+                payload: "{}".into(),
+                at: now - Duration::seconds(10 - i as i64),
+            })
+            .await
+            .unwrap();
+    }
+    // The oldest is running: it is not waiting, and it is not shed.
+    let running = store
+        .claim_job(now, now - Duration::minutes(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(running.id, "job_0");
+    let backlog = store.job_backlog().await.unwrap();
+    assert_eq!(backlog.pending, 5);
+    let oldest = backlog.oldest.unwrap();
+    assert!(
+        (oldest - (now - Duration::seconds(9)))
+            .num_milliseconds()
+            .abs()
+            < 5,
+        "{oldest}"
+    );
+    // Down to 3 waiting: the two oldest waiting extractions go.
+    let shed = store
+        .shed_jobs("memory_extraction", 3, "over the backlog bound", now)
+        .await
+        .unwrap();
+    assert_eq!(shed, 2);
+    assert_eq!(store.job_backlog().await.unwrap().pending, 3);
+    // Only judges and one extraction are left: shedding extractions down
+    // to 1 takes the last extraction, and no judge.
+    assert_eq!(
+        store
+            .shed_jobs("memory_extraction", 1, "over the backlog bound", now)
+            .await
+            .unwrap(),
+        1
+    );
+    let jobs: Vec<(String, String)> = [
+        store.list_jobs("s0", 10).await.unwrap(),
+        store.list_jobs("s1", 10).await.unwrap(),
+    ]
+    .concat()
+    .into_iter()
+    .map(|j| (j.id, j.status))
+    .collect();
+    let status = |id: &str| jobs.iter().find(|(j, _)| j == id).unwrap().1.clone();
+    assert_eq!(status("job_0"), "running");
+    for shed in ["job_2", "job_3", "job_5"] {
+        assert_eq!(status(shed), "failed", "{shed}");
+    }
+    for kept in ["job_1", "job_4"] {
+        assert_eq!(status(kept), "pending", "{kept}");
+    }
+}
+
 crate::on_both_backends!(
     memories_are_one_per_key_searchable_and_forgotten_per_scope,
+    a_backlog_is_counted_and_shed_oldest_first_by_kind,
     a_turns_memory_read_is_the_search_and_the_preferences,
     jobs_are_claimed_once_retried_and_reclaimed_when_stale,
     a_judgement_takes_the_sessions_next_seq_only_between_turns,

@@ -538,6 +538,33 @@ impl Writer {
         .await
     }
 
+    pub(super) async fn shed_jobs(
+        &self,
+        kind: String,
+        keep: u64,
+        why: String,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        self.run(move |connection| {
+            let shed = connection
+                .prepare_cached(
+                    "UPDATE background_jobs SET status = 'failed', last_error = ?3, \
+                     updated_at = ?4 WHERE id IN (SELECT id FROM background_jobs \
+                     WHERE status = 'pending' AND kind = ?1 ORDER BY created_at, id \
+                     LIMIT MAX((SELECT COUNT(*) FROM background_jobs \
+                     WHERE status = 'pending') - ?2, 0))",
+                )?
+                .execute(params![
+                    kind,
+                    i64::try_from(keep).unwrap_or(i64::MAX),
+                    why,
+                    ts(now)
+                ])?;
+            Ok(u64::try_from(shed).unwrap_or(0))
+        })
+        .await
+    }
+
     pub(super) async fn queue_ticket(
         &self,
         session_id: String,
