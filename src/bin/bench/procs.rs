@@ -137,7 +137,22 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// SIGINT first, so that a profiler wrapping the process
+    /// (`BENCH_HARNESS_WRAPPER`) writes its data and the service shuts
+    /// down; SIGKILL if it has not exited within 10 s.
     fn drop(&mut self) {
+        let interrupted = std::process::Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        if interrupted {
+            for _ in 0..100 {
+                if matches!(self.child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
