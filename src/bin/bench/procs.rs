@@ -284,12 +284,8 @@ pub async fn serve_harness(
     settings.providers.chain = Some("openai:bench,anthropic:bench".parse()?);
     settings.providers.max_attempts = 1;
     settings.harness.turn_timeout_s = turn_timeout_s;
-    // The fake provider answers a memory extraction with tokens, not the
-    // JSON a model gives, and each failed job is tried again: the bench
-    // measures turns, without that side call, unless asked for it.
-    if std::env::var_os("HARNESS_MEMORY_EXTRACTION").is_none() {
-        settings.memory.extraction = false;
-    }
+    // Everything else is the service's default (memory extraction is off
+    // by default; `bench run` prints what it changes).
     settings.validate().map_err(|e| e.to_string())?;
     let store = store::connect(settings.database.url.as_str(), settings.database.limits())
         .await

@@ -56,6 +56,22 @@ pub async fn run(
         "# agent-harness bench ({} cores)\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    // What a reader compares against a deployment: every setting that is
+    // not the service's default.
+    let from_env: Vec<String> = std::env::vars()
+        .filter(|(name, _)| name.starts_with("HARNESS_"))
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    println!(
+        "Settings: the service's defaults, except the listen address, the instance id, \
+         the database URL, the provider URLs and chain (`openai:bench,anthropic:bench`, \
+         the fake provider), one provider attempt, the turn timeout{}.\n",
+        if from_env.is_empty() {
+            String::new()
+        } else {
+            format!(", and from the environment: {}", from_env.join(", "))
+        }
+    );
 
     if wanted("startup") {
         startup(&fake, &sqlite, postgres.as_deref()).await?;
