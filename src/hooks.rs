@@ -257,15 +257,3 @@ impl CostTracker for crate::providers::catalogue::ModelCatalogue {
         self.cost(model, usage)
     }
 }
-
-impl CostTracker for crate::providers::pricing::PricingTable {
-    fn record(
-        &self,
-        _session_id: &str,
-        _provider: &str,
-        model: &str,
-        usage: &Usage,
-    ) -> Option<f64> {
-        self.cost(model, usage)
-    }
-}

@@ -194,16 +194,6 @@ pub struct StoreLearner {
     pub redact: bool,
 }
 
-impl StoreLearner {
-    fn shown(&self, text: &str) -> String {
-        if self.redact {
-            crate::pii::redact(text).into_owned()
-        } else {
-            text.to_owned()
-        }
-    }
-}
-
 #[async_trait]
 impl ResearchLearner for StoreLearner {
     /// Every turn is observed; the observation is stored with the turn's end.
@@ -218,8 +208,8 @@ impl ResearchLearner for StoreLearner {
             id: format!("obs_{}", uuid::Uuid::now_v7().simple()),
             session_id: session_id.to_owned(),
             source_id: source_event_id.to_owned(),
-            user_text: self.shown(user_text),
-            assistant_text: self.shown(assistant_text),
+            user_text: crate::pii::redact_if(self.redact, user_text),
+            assistant_text: crate::pii::redact_if(self.redact, assistant_text),
             created_at: Utc::now(),
         }))
     }

@@ -75,6 +75,15 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     })
 }
 
+/// `text` masked when `on` (`HARNESS_REDACT_LOGS`), else as it is.
+pub fn redact_if(on: bool, text: &str) -> String {
+    if on {
+        redact(text).into_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
 /// Whether the digits of `number` pass the Luhn check.
 fn luhn(number: &str) -> bool {
     let mut sum = 0;

@@ -110,19 +110,28 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let filter =
         EnvFilter::try_new(&settings.telemetry.log).unwrap_or_else(|_| EnvFilter::new("info"));
     let redact = settings.telemetry.redact_logs;
+    // Lines are masked one whole line at a time, and only when asked: by
+    // default they go to standard output as tracing writes them.
+    let output = || {
+        if redact {
+            tracing_subscriber::fmt::writer::BoxMakeWriter::new(MaskedLines)
+        } else {
+            tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stdout)
+        }
+    };
     let fmt = match settings.telemetry.log_format {
         // Colours only for a person at a terminal, not for a log file (nor
         // for masked lines: an escape code could split what is masked).
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_target(false)
             .with_ansi(!redact && std::io::IsTerminal::is_terminal(&std::io::stdout()))
-            .with_writer(LogOutput { redact })
+            .with_writer(output())
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .flatten_event(true)
             .with_current_span(true)
-            .with_writer(LogOutput { redact })
+            .with_writer(output())
             .boxed(),
     };
     let (otel, provider) = match &settings.telemetry.otlp_endpoint {
@@ -170,30 +179,24 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     Ok(TelemetryGuard { provider })
 }
 
-/// Standard output, each log line masked when asked.
-struct LogOutput {
-    redact: bool,
-}
+/// Standard output, each log line masked.
+struct MaskedLines;
 
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogOutput {
-    type Writer = LogLine;
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for MaskedLines {
+    type Writer = MaskedLine;
 
-    fn make_writer(&'a self) -> LogLine {
-        LogLine {
-            redact: self.redact,
-            line: Vec::new(),
-        }
+    fn make_writer(&'a self) -> MaskedLine {
+        MaskedLine { line: Vec::new() }
     }
 }
 
-/// One formatted event: kept until it is whole, then written (masked) in
+/// One formatted event: kept until it is whole, then written masked in
 /// one piece.
-struct LogLine {
-    redact: bool,
+struct MaskedLine {
     line: Vec<u8>,
 }
 
-impl std::io::Write for LogLine {
+impl std::io::Write for MaskedLine {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         self.line.extend_from_slice(bytes);
         Ok(bytes.len())
@@ -204,15 +207,11 @@ impl std::io::Write for LogLine {
     }
 }
 
-impl Drop for LogLine {
+impl Drop for MaskedLine {
     fn drop(&mut self) {
         use std::io::Write as _;
         let line = String::from_utf8_lossy(&self.line);
-        let line = if self.redact {
-            crate::pii::redact(&line)
-        } else {
-            line
-        };
+        let line = crate::pii::redact(&line);
         // A log line that cannot be written has nowhere else to go.
         let _ = std::io::stdout().lock().write_all(line.as_bytes());
     }

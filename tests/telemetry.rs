@@ -42,18 +42,9 @@ fn spans(exports: &[Value]) -> Vec<(Value, Value)> {
     all
 }
 
-/// The value of attribute `key` (an OTLP `AnyValue` object).
-fn attribute<'a>(attributes: &'a Value, key: &str) -> Option<&'a Value> {
-    attributes
-        .as_array()?
-        .iter()
-        .find(|a| a["key"] == key)
-        .map(|a| &a["value"])
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_is_traced_in_the_callers_trace_with_typed_genai_spans() {
-    // The collector.
+/// An OTLP/HTTP JSON collector on loopback: its address, and every export
+/// it received.
+async fn collector() -> (std::net::SocketAddr, Arc<Mutex<Vec<Value>>>) {
     let received: Arc<Mutex<Vec<Value>>> = Arc::default();
     let sink = received.clone();
     let collector = Router::new().route(
@@ -68,8 +59,40 @@ async fn a_turn_is_traced_in_the_callers_trace_with_typed_genai_spans() {
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let collector_addr = listener.local_addr().unwrap();
+    let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, collector).await });
+    (addr, received)
+}
+
+/// Waits (10 s at most) until the service at `base` is ready.
+async fn wait_ready(client: &reqwest::Client, base: &str) {
+    for _ in 0..200 {
+        if client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the service at {base} did not become ready");
+}
+
+/// The value of attribute `key` (an OTLP `AnyValue` object).
+fn attribute<'a>(attributes: &'a Value, key: &str) -> Option<&'a Value> {
+    attributes
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)
+        .map(|a| &a["value"])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_is_traced_in_the_callers_trace_with_typed_genai_spans() {
+    // The collector.
+    let (collector_addr, received) = collector().await;
 
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -103,17 +126,7 @@ async fn a_turn_is_traced_in_the_callers_trace_with_typed_genai_spans() {
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    for _ in 0..200 {
-        if client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&client, &base).await;
     // A turn that searches the notes (the demo provider calls a tool).
     let response = client
         .post(format!("{base}/sessions/s-traced/turns"))
@@ -247,23 +260,7 @@ struct Observed {
 }
 
 async fn observe_one_turn(redact: bool) -> Observed {
-    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let sink = received.clone();
-    let collector = Router::new().route(
-        "/v1/traces",
-        post(move |body: Bytes| {
-            let sink = sink.clone();
-            async move {
-                sink.lock()
-                    .unwrap()
-                    .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
-                "{}"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let collector_addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, collector).await });
+    let (collector_addr, received) = collector().await;
     let provider = failing_once_provider().await;
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -305,17 +302,7 @@ async fn observe_one_turn(redact: bool) -> Observed {
     });
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    for _ in 0..200 {
-        if client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&client, &base).await;
     let response = client
         .post(format!("{base}/sessions/s-private/turns"))
         .json(&serde_json::json!({

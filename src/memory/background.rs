@@ -271,6 +271,7 @@ impl BackgroundWorker {
                 return;
             }
         };
+        let mut shed_any = false;
         if backlog.pending > self.config.backlog_max {
             let why = format!(
                 "given up: more than {} jobs were waiting (HARNESS_JOB_BACKLOG_MAX)",
@@ -282,6 +283,7 @@ impl BackgroundWorker {
                 .await
             {
                 Ok(shed) if shed > 0 => {
+                    shed_any = true;
                     tracing::warn!(
                         jobs = shed,
                         bound = self.config.backlog_max,
@@ -296,7 +298,12 @@ impl BackgroundWorker {
             }
         }
         if let Some(metrics) = &self.metrics {
-            let backlog = self.store.job_backlog().await.unwrap_or(backlog);
+            // Read again only when some were given up.
+            let backlog = if shed_any {
+                self.store.job_backlog().await.unwrap_or(backlog)
+            } else {
+                backlog
+            };
             let age = backlog.oldest.map_or(0.0, |at| {
                 (Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0
             });
@@ -539,14 +546,10 @@ impl BackgroundWorker {
             prompt_version: task.prompt_version.clone(),
             score,
             passed: score >= config.threshold,
-            rationale: {
-                let rationale = cut(verdict.rationale.trim(), 1000);
-                if self.config.redact {
-                    crate::pii::redact(&rationale).into_owned()
-                } else {
-                    rationale
-                }
-            },
+            rationale: crate::pii::redact_if(
+                self.config.redact,
+                &cut(verdict.rationale.trim(), 1000),
+            ),
             provider: task.provider.clone(),
             model: task.model.clone(),
             created_at: Utc::now().trunc_subsecs(6),

@@ -140,13 +140,7 @@ impl JudgeScheduler for JudgePanel {
 
     async fn schedule(&self, request: JudgeRequest) -> Result<Vec<NewJob>, HookError> {
         let mut scheduled = Vec::new();
-        let shown = |text: &str| {
-            if self.redact {
-                crate::pii::redact(text).into_owned()
-            } else {
-                text.to_owned()
-            }
-        };
+        let shown = |text: &str| crate::pii::redact_if(self.redact, text);
         for judge in self.judging(&request.prompt_id) {
             let (provider, model) = match judge.model.as_deref().and_then(|m| m.split_once(':')) {
                 Some((provider, model)) => (provider.to_owned(), model.to_owned()),

@@ -361,14 +361,7 @@ impl ModelCatalogue {
 
     /// The cost of `usage` on `model`; `None` when it has no price.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
-        let price = self.entry(model)?.price()?;
-        let cached = usage.cache_read_tokens + usage.cache_creation_tokens;
-        let fresh = usage.input_tokens.saturating_sub(cached) as f64;
-        let cost = fresh * price.input
-            + usage.cache_read_tokens as f64 * price.cache_read.unwrap_or(price.input)
-            + usage.cache_creation_tokens as f64 * price.cache_write.unwrap_or(price.input)
-            + usage.output_tokens as f64 * price.output;
-        Some(cost / 1_000_000.0)
+        Some(self.entry(model)?.price()?.cost(usage))
     }
 }
 

@@ -20,9 +20,8 @@ pub struct ModelPrice {
     pub cache_write: Option<f64>,
 }
 
-/// Prices by model name. A model without its own entry takes the entry
-/// that is the longest prefix of its name (`gpt-4o-mini-2024-07-18` →
-/// `gpt-4o-mini`).
+/// Prices by model name, as the settings give them; the model catalogue
+/// (`super::catalogue`) puts them over its own and finds a model's entry.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct PricingTable(pub BTreeMap<String, ModelPrice>);
@@ -35,30 +34,21 @@ impl std::str::FromStr for PricingTable {
     }
 }
 
-impl PricingTable {
-    pub fn price(&self, model: &str) -> Option<&ModelPrice> {
-        self.0.get(model).or_else(|| {
-            self.0
-                .iter()
-                .filter(|(name, _)| model.starts_with(name.as_str()))
-                .max_by_key(|(name, _)| name.len())
-                .map(|(_, price)| price)
-        })
-    }
-
-    /// The cost of `usage` on `model`; `None` when the model has no price.
-    /// `input_tokens` counts every prompt token, cached ones included.
-    pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
-        let price = self.price(model)?;
+impl ModelPrice {
+    /// The cost of `usage` at these prices. `input_tokens` counts every
+    /// prompt token, cached ones included.
+    pub fn cost(&self, usage: &Usage) -> f64 {
         let cached = usage.cache_read_tokens + usage.cache_creation_tokens;
         let fresh = usage.input_tokens.saturating_sub(cached) as f64;
-        let cost = fresh * price.input
-            + usage.cache_read_tokens as f64 * price.cache_read.unwrap_or(price.input)
-            + usage.cache_creation_tokens as f64 * price.cache_write.unwrap_or(price.input)
-            + usage.output_tokens as f64 * price.output;
-        Some(cost / 1_000_000.0)
+        let cost = fresh * self.input
+            + usage.cache_read_tokens as f64 * self.cache_read.unwrap_or(self.input)
+            + usage.cache_creation_tokens as f64 * self.cache_write.unwrap_or(self.input)
+            + usage.output_tokens as f64 * self.output;
+        cost / 1_000_000.0
     }
+}
 
+impl PricingTable {
     pub fn validate(&self) -> Result<(), String> {
         for (model, price) in &self.0 {
             let all = [
@@ -81,52 +71,24 @@ impl PricingTable {
 mod tests {
     use super::*;
 
-    fn table() -> PricingTable {
-        PricingTable(BTreeMap::from([
-            (
-                "gpt-4o-mini".to_owned(),
-                ModelPrice {
-                    input: 0.15,
-                    output: 0.6,
-                    cache_read: Some(0.075),
-                    cache_write: None,
-                },
-            ),
-            (
-                "gpt-4o".to_owned(),
-                ModelPrice {
-                    input: 2.5,
-                    output: 10.0,
-                    cache_read: None,
-                    cache_write: None,
-                },
-            ),
-        ]))
-    }
-
     #[test]
     fn costs_split_fresh_cached_and_output_tokens() {
+        let price = ModelPrice {
+            input: 0.15,
+            output: 0.6,
+            cache_read: Some(0.075),
+            cache_write: None,
+        };
         let usage = Usage {
             input_tokens: 1_000_000,
             output_tokens: 500_000,
             cache_read_tokens: 400_000,
             cache_creation_tokens: 0,
         };
-        let cost = table().cost("gpt-4o-mini", &usage).unwrap();
+        let cost = price.cost(&usage);
         assert!(
             (cost - (0.6 * 0.15 + 0.4 * 0.075 + 0.5 * 0.6)).abs() < 1e-9,
             "{cost}"
         );
-    }
-
-    #[test]
-    fn the_longest_prefix_prices_a_dated_model() {
-        let usage = Usage {
-            input_tokens: 1_000_000,
-            ..Usage::default()
-        };
-        assert_eq!(table().cost("gpt-4o-mini-2024-07-18", &usage), Some(0.15));
-        assert_eq!(table().cost("gpt-4o-2024-08-06", &usage), Some(2.5));
-        assert_eq!(table().cost("claude-sonnet-4-6", &usage), None);
     }
 }

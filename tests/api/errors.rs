@@ -573,12 +573,9 @@ async fn answer_refused(event_batch_max: Option<usize>) {
     assert_eq!(jobs_of_turn, 0, "{jobs}");
     // The database refuses the data itself: the end is tried once, not
     // retried as if the database were down.
-    let metrics = app.metrics().await;
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l == "agent_harness_event_batch_failures_total 1"),
-        "{metrics}"
+    assert_eq!(
+        app.metric("agent_harness_event_batch_failures_total").await,
+        1.0
     );
     // The session is free for its next turn.
     let next = app

@@ -175,12 +175,9 @@ async fn a_batch_whose_commit_answer_was_lost_is_retried_without_a_duplicate() {
         "every delta of A once"
     );
     // The cut batch failed once and was tried again.
-    let metrics = app.metrics().await;
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l == "agent_harness_event_batch_failures_total 1"),
-        "{metrics}"
+    assert_eq!(
+        app.metric("agent_harness_event_batch_failures_total").await,
+        1.0
     );
 }
 

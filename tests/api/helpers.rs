@@ -179,6 +179,17 @@ impl TestApp {
             .unwrap()
     }
 
+    /// The value of one sample of `GET /metrics`: `name` with its labels,
+    /// as the exposition writes them.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let metrics = self.metrics().await;
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    }
+
     pub async fn post_json(&self, path: &str) -> (u16, Value) {
         let response = self.client.post(self.url(path)).send().await.unwrap();
         let status = response.status().as_u16();

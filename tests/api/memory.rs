@@ -355,16 +355,6 @@ async fn with_redaction_a_judge_reads_and_writes_no_personal_data() {
     assert_eq!(history["messages"][0]["content"], message);
 }
 
-/// The metric `name` (one sample, no labels unless given in `name`).
-async fn sample(app: &TestApp, name: &str) -> f64 {
-    let metrics = app.metrics().await;
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
-}
-
 /// Turns come faster than memory extraction can follow (its model never
 /// answers; one job at a time): the backlog stays within its bound (3),
 /// the oldest waiting extractions are given up and counted, and the
@@ -399,15 +389,15 @@ async fn a_backlog_the_worker_cannot_follow_stays_bounded() {
     let shed_metric = "agent_harness_jobs_shed_total{kind=\"memory_extraction\"}";
     let mut shed = 0.0;
     for _ in 0..60 {
-        shed = sample(&app, shed_metric).await;
+        shed = app.metric(shed_metric).await;
         if shed >= 5.0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(shed, 5.0, "8 queued, 3 kept");
-    assert_eq!(sample(&app, "agent_harness_jobs_pending").await, 3.0);
-    assert!(sample(&app, "agent_harness_job_oldest_age_seconds").await >= 0.0);
+    assert_eq!(app.metric("agent_harness_jobs_pending").await, 3.0);
+    assert!(app.metric("agent_harness_job_oldest_age_seconds").await >= 0.0);
     let (_, listed) = app.get_json("/sessions/s-backlog/jobs").await;
     let jobs = listed["jobs"].as_array().unwrap();
     let given_up: Vec<&Value> = jobs

@@ -14,14 +14,8 @@ use crate::{
 
 /// `agent_harness_provider_errors_total{code="provider_timeout"}`.
 async fn provider_timeouts(app: &TestApp) -> u64 {
-    let metrics = app.metrics().await;
-    metrics
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix("agent_harness_provider_errors_total{code=\"provider_timeout\"} ")
-        })
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no provider_timeout count in {metrics}"))
+    app.metric("agent_harness_provider_errors_total{code=\"provider_timeout\"}")
+        .await as u64
 }
 
 /// A provider that never answers, in each way one can (no headers;

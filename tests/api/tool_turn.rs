@@ -208,6 +208,15 @@ async fn a_provider_that_answers_json_instead_of_a_stream_still_completes_a_tool
     assert_eq!(result["text"], "You asked about a Paris trip before.");
 }
 
+/// The first `data:` frame of an SSE body whose `type` is `kind`.
+fn data_of_type(body: &str, kind: &str) -> Value {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|c| c["type"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {body}"))
+}
+
 /// `dump`: answers `text`, whatever it is asked.
 struct Dump {
     spec: agent_harness::tools::ToolSpec,
@@ -299,12 +308,7 @@ async fn a_tools_output_reaches_the_client_in_every_format() {
             .text()
             .await
             .unwrap();
-        let chunk = body
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-            .find(|c| c["type"] == "tool-output-available")
-            .unwrap();
+        let chunk = data_of_type(&body, "tool-output-available");
         let shown = chunk["output"].as_str().unwrap();
         assert!(shown.starts_with(output), "{chunk}");
         assert_eq!(shown.contains("artifact"), !whole, "{chunk}");
@@ -324,12 +328,7 @@ async fn a_tools_output_reaches_the_client_in_every_format() {
             .text()
             .await
             .unwrap();
-        let result = body
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-            .find(|c| c["type"] == "TOOL_CALL_RESULT")
-            .unwrap();
+        let result = data_of_type(&body, "TOOL_CALL_RESULT");
         let content = result["content"].as_str().unwrap();
         assert!(content.starts_with(output), "{result}");
         assert_eq!(content.contains("artifact"), !whole, "{result}");

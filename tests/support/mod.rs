@@ -140,18 +140,23 @@ impl TestDb {
         format!("{}:{}", options.get_host(), options.get_port())
     }
 
-    /// Runs `sql` in this Postgres database's schema (a test's own
-    /// triggers, a look at rows).
-    pub async fn execute_postgres(&self, sql: &str) {
+    /// One connection to this Postgres database's schema.
+    async fn schema_pool(&self) -> sqlx::PgPool {
         let schema = self.schema.as_deref().expect("a Postgres test database");
         let options = PgConnectOptions::from_str(&postgres_url())
             .expect("TEST_DATABASE_URL")
             .options([("search_path", schema)]);
-        let pool = PgPoolOptions::new()
+        PgPoolOptions::new()
             .max_connections(1)
             .connect_with(options)
             .await
-            .expect("connect Postgres");
+            .expect("connect Postgres")
+    }
+
+    /// Runs `sql` in this Postgres database's schema (a test's own
+    /// triggers, a look at rows).
+    pub async fn execute_postgres(&self, sql: &str) {
+        let pool = self.schema_pool().await;
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
             .execute(&pool)
             .await
@@ -180,15 +185,7 @@ impl TestDb {
                 pool.close().await;
             }
             Backend::Postgres => {
-                let schema = self.schema.as_deref().expect("a Postgres test database");
-                let options = PgConnectOptions::from_str(&postgres_url())
-                    .expect("TEST_DATABASE_URL")
-                    .options([("search_path", schema)]);
-                let pool = PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect_with(options)
-                    .await
-                    .expect("connect Postgres");
+                let pool = self.schema_pool().await;
                 sqlx::migrate!("./migrations/postgres")
                     .run_to(version, &pool)
                     .await
