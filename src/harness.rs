@@ -47,7 +47,7 @@ pub use crate::turn::{TurnResult, WebMode};
 use crate::{
     events::TurnEvent,
     providers::{ChatMessage, LlmProvider, ProviderError},
-    store::{NewDecision, NewJob, NewMessage, ObservationRecord},
+    store::{MemoryQuery, MemoryRecord, NewDecision, NewJob, NewMessage, ObservationRecord},
     tools::ToolRegistry,
 };
 use budget::{BudgetLimits, TurnBudget};
@@ -183,6 +183,9 @@ pub struct TurnRequest {
     /// Whose memories the turn reads and adds to: `user:{id}` when the
     /// request names a user, else `session:{id}`.
     pub memory_scope: String,
+    /// The answer to [`AgentHarness::memory_query`], when the store gave
+    /// it with the turn's begin (the matches and the preferences).
+    pub memories: Option<(Vec<MemoryRecord>, Vec<MemoryRecord>)>,
 }
 
 /// A turn's result plus what the runner commits with `turn.completed`.
@@ -384,6 +387,13 @@ impl AgentHarness {
 
     pub fn tools(&self) -> &ToolRegistry {
         &self.tools
+    }
+
+    /// The store read stage 1's memory retrieval makes for a turn of
+    /// `scope` asking `message`, for the store to answer with the turn's
+    /// begin; `None`: no retrieval, or one that reads for itself.
+    pub fn memory_query(&self, scope: &str, message: &str) -> Option<MemoryQuery> {
+        self.memory_retriever.as_ref()?.store_query(scope, message)
     }
 
     pub fn provider(&self) -> &Arc<dyn LlmProvider> {

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     events::ToolStatus,
     providers::{ToolCall, Usage},
-    store::{NewJob, ObservationRecord},
+    store::{MemoryQuery, MemoryRecord, NewJob, ObservationRecord},
 };
 
 /// What the reflection engine, the finalizer and the hooks learn of a
@@ -61,6 +61,24 @@ pub trait MemoryRetriever: Send + Sync {
         scope: &str,
         query: &str,
     ) -> Result<MemoryContext, HookError>;
+
+    /// The store read this retriever makes for `query`, when it is one a
+    /// store may answer with the turn's begin (`None`: it reads itself).
+    fn store_query(&self, _scope: &str, _query: &str) -> Option<MemoryQuery> {
+        None
+    }
+
+    /// As [`Self::retrieve_for_context`], with its [`Self::store_query`]
+    /// already answered (`read`: the matches and the preferences).
+    async fn retrieve_with(
+        &self,
+        scope: &str,
+        query: &str,
+        read: (Vec<MemoryRecord>, Vec<MemoryRecord>),
+    ) -> Result<MemoryContext, HookError> {
+        let _ = read;
+        self.retrieve_for_context(scope, query).await
+    }
 }
 
 /// A completed turn, for memory extraction.

@@ -22,7 +22,9 @@ use crate::{
         HookError, MemoryContext, MemoryExtractor, MemoryRetriever, MemoryTurn, ResearchLearner,
     },
     providers::embeddings::{Embedder, cosine},
-    store::{NewJob, ObservationRecord, Store, memory::MEMORIES_PER_SCOPE},
+    store::{
+        MemoryQuery, MemoryRecord, NewJob, ObservationRecord, Store, memory::MEMORIES_PER_SCOPE,
+    },
     vault::query_terms,
 };
 
@@ -109,7 +111,40 @@ impl MemoryRetriever for StoreMemory {
                 .memories_for_turn(scope, &terms, self.top_k, PREFERENCES_MAX),
             self.nearest(scope, query),
         );
-        let (by_words, preferences) = read.map_err(HookError::new)?;
+        self.fuse(scope, read.map_err(HookError::new)?, by_meaning)
+            .await
+    }
+
+    fn store_query(&self, scope: &str, query: &str) -> Option<MemoryQuery> {
+        Some(MemoryQuery {
+            scope: scope.to_owned(),
+            terms: query_terms(query),
+            limit: self.top_k,
+            preferences: PREFERENCES_MAX,
+        })
+    }
+
+    async fn retrieve_with(
+        &self,
+        scope: &str,
+        query: &str,
+        read: (Vec<MemoryRecord>, Vec<MemoryRecord>),
+    ) -> Result<MemoryContext, HookError> {
+        let by_meaning = self.nearest(scope, query).await;
+        self.fuse(scope, read, by_meaning).await
+    }
+}
+
+impl StoreMemory {
+    /// The context from the matches by words and the preferences (`read`)
+    /// and the ids nearest in meaning.
+    async fn fuse(
+        &self,
+        scope: &str,
+        read: (Vec<MemoryRecord>, Vec<MemoryRecord>),
+        by_meaning: Vec<String>,
+    ) -> Result<MemoryContext, HookError> {
+        let (by_words, preferences) = read;
         // Reciprocal-rank fusion of the two rankings.
         let mut scores: HashMap<String, f64> = HashMap::new();
         for (rank, memory) in by_words.iter().enumerate() {

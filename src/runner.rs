@@ -26,7 +26,9 @@ use crate::{
     ids::SessionKey,
     metrics::Metrics,
     providers::ChatMessage,
-    store::{BeginTurnError, NewTurn, OrphanScope, Store, StoreError, TurnRecord, TurnStatus},
+    store::{
+        BeginTurnError, NewTurn, OrphanScope, Store, StoreError, TurnReads, TurnRecord, TurnStatus,
+    },
 };
 use live::{LiveTurn, LiveTurns};
 use writer::EventWriter;
@@ -89,7 +91,7 @@ pub struct StartedTurn {
 /// The start of a new turn's event stream, without a log read.
 pub struct LiveStart {
     pub(crate) live: Arc<LiveTurn>,
-    pub(crate) receiver: tokio::sync::broadcast::Receiver<Arc<StoredEvent>>,
+    pub(crate) receiver: tokio::sync::broadcast::Receiver<live::Committed>,
     pub(crate) started: Arc<StoredEvent>,
 }
 
@@ -364,6 +366,7 @@ impl TurnRunner {
             warnings: self.warnings(&spec),
         };
         let encode = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+        let memory_scope = spec.memory_scope(session_id);
         let new_turn = NewTurn {
             id: turn_id,
             session_id: session_id.as_str().to_owned(),
@@ -374,6 +377,13 @@ impl TurnRunner {
             owner_process: inner.process_id.clone(),
             created_at: now,
             started_payload: serde_json::to_string(&started).map_err(encode)?,
+            reads: TurnReads {
+                history: spec
+                    .history
+                    .is_none()
+                    .then_some(inner.config.history_max_messages),
+                memory: inner.harness.memory_query(&memory_scope, &spec.message),
+            },
         };
         let began = match inner.store.begin_turn(&new_turn).await {
             Ok(began) => began,
@@ -404,7 +414,6 @@ impl TurnRunner {
             StoredEvent::new(session_id.as_str(), turn_id, began.first_seq, &started, now)
                 .map_err(encode)?,
         );
-        let memory_scope = spec.memory_scope(session_id);
         let runner = self.clone();
         let span = tracing::info_span!(
             "turn",
@@ -414,6 +423,7 @@ impl TurnRunner {
             session.id = %session_id,
             turn.status = tracing::field::Empty,
         );
+        let first_seq = began.first_seq;
         inner.turns.spawn(
             runner
                 .drive(live.clone(), spec, began, memory_scope)
@@ -422,7 +432,7 @@ impl TurnRunner {
         Ok(StartedTurn {
             turn_id,
             replayed: false,
-            first_seq: began.first_seq,
+            first_seq,
             live: Some(LiveStart {
                 live,
                 receiver,

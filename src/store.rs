@@ -30,8 +30,9 @@ pub use memory::{
     NewMemory, ObservationRecord,
 };
 pub use records::{
-    ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord, NewArtifact, NewCheckpoint,
-    NewDecision, NewMessage, NewTurn, SessionRecord, TurnFinish, TurnRecord, TurnStatus,
+    ArtifactRecord, CheckpointRecord, DecisionRecord, MemoryQuery, MessageRecord, NewArtifact,
+    NewCheckpoint, NewDecision, NewMessage, NewTurn, SessionRecord, TurnContext, TurnFinish,
+    TurnReads, TurnRecord, TurnStatus,
 };
 pub use vault::{IndexedNote, NoteState, VaultChunk, VaultHit};
 
@@ -76,7 +77,7 @@ impl StoreError {
 }
 
 /// A turn that began: its first seq and what the turn needs of its session.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BeganTurn {
     /// Seq of the `turn.started` event.
     pub first_seq: i64,
@@ -84,6 +85,8 @@ pub struct BeganTurn {
     pub turn_number: u64,
     /// Cost of the session's earlier turns.
     pub session_cost_before: Option<f64>,
+    /// What the begin read for the turn ([`NewTurn::reads`]).
+    pub context: TurnContext,
 }
 
 /// Why a turn could not begin.

@@ -184,9 +184,12 @@ async fn load_memory(harness: &AgentHarness, request: &TurnRequest) -> MemoryCon
     let Some(retriever) = &harness.memory_retriever else {
         return MemoryContext::default();
     };
-    match isolate(retriever.retrieve_for_context(&request.memory_scope, &request.user_message))
-        .await
-    {
+    let (scope, message) = (&request.memory_scope, &request.user_message);
+    let retrieved = match request.memories.clone() {
+        Some(read) => isolate(retriever.retrieve_with(scope, message, read)).await,
+        None => isolate(retriever.retrieve_for_context(scope, message)).await,
+    };
+    match retrieved {
         Ok(memory) => memory,
         Err(e) => {
             tracing::warn!(error = %e, "memory retrieval failed; going on without");

@@ -1,9 +1,10 @@
 //! Turns running in this process, and their live fan-out.
 //!
-//! A [`LiveTurn`] broadcasts each event after the event log committed it.
-//! That order is what makes resuming exact: a subscriber subscribes first and
-//! reads the log second, so every event is either in what it read or in what
-//! it receives (or both, and the seq tells the duplicate).
+//! A [`LiveTurn`] broadcasts its events after the event log committed them,
+//! a commit's worth at a time. That order is what makes resuming exact: a
+//! subscriber subscribes first and reads the log second, so every event is
+//! either in what it read or in what it receives (or both, and the seq
+//! tells the duplicate).
 
 use std::{
     collections::HashMap,
@@ -16,18 +17,23 @@ use uuid::Uuid;
 
 use crate::events::StoredEvent;
 
-/// Events a slow subscriber may fall behind before it re-reads the log.
+/// Commits a slow subscriber may fall behind before it re-reads the log.
 /// The ring is allocated whole for every running turn (about 48 bytes a
 /// slot), and a lagging reader loses nothing (it reads the log), so it is
-/// kept small.
+/// kept small. A slot holds all of the turn's events of one commit: a
+/// burst of deltas committed together (a fast provider's whole answer)
+/// takes one slot, not one each, and does not send its reader to the log.
 const BROADCAST_CAPACITY: usize = 32;
+
+/// The events of one turn that one commit made durable, in seq order.
+pub type Committed = Arc<[Arc<StoredEvent>]>;
 
 /// One running turn of this process.
 #[derive(Debug)]
 pub struct LiveTurn {
     pub session_id: String,
     pub turn_id: Uuid,
-    sender: broadcast::Sender<Arc<StoredEvent>>,
+    sender: broadcast::Sender<Committed>,
     /// Cancelled by `POST .../cancel`.
     pub cancel: CancellationToken,
     /// Cancelled once the turn's terminal event is committed and published,
@@ -42,7 +48,7 @@ pub struct LiveTurn {
 }
 
 impl LiveTurn {
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Committed> {
         self.sender.subscribe()
     }
 
@@ -64,10 +70,10 @@ impl LiveTurn {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sends a committed event to the subscribers.
-    pub fn publish(&self, event: Arc<StoredEvent>) {
-        // No subscriber is not an error: the log has the event.
-        let _ = self.sender.send(event);
+    /// Sends the turn's events of one commit to the subscribers.
+    pub fn publish(&self, events: Committed) {
+        // No subscriber is not an error: the log has the events.
+        let _ = self.sender.send(events);
     }
 }
 

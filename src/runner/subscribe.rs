@@ -136,17 +136,30 @@ impl TurnRunner {
                         tokio::select! {
                             biased;
                             received = rx.recv() => match received {
-                                Ok(event) if event.seq <= last => continue,
-                                Ok(event) if event.seq == last + 1 => {
-                                    last = event.seq;
-                                    let terminal = event.is_terminal();
-                                    yield event;
-                                    if terminal {
-                                        return;
+                                Ok(events) => {
+                                    let mut gap = false;
+                                    for event in events.iter() {
+                                        if event.seq <= last {
+                                            continue;
+                                        }
+                                        if event.seq != last + 1 {
+                                            gap = true;
+                                            break;
+                                        }
+                                        last = event.seq;
+                                        let terminal = event.is_terminal();
+                                        yield event.clone();
+                                        if terminal {
+                                            return;
+                                        }
+                                    }
+                                    // A gap: the log has what was missed.
+                                    if gap {
+                                        break;
                                     }
                                 }
-                                // A gap or a lag: the log has what was missed.
-                                Ok(_) | Err(RecvError::Lagged(_)) => break,
+                                // A lag: the log has what was missed.
+                                Err(RecvError::Lagged(_)) => break,
                                 Err(RecvError::Closed) => {
                                     receiver = None;
                                     break;

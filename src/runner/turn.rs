@@ -13,8 +13,24 @@ use crate::{
     events::{StoredEvent, TurnEvent},
     harness::{EventSink, SinkError, TurnError, TurnOutput, TurnRequest},
     providers::{ChatMessage, Role},
-    store::{BeganTurn, StoreError, TurnFinish, TurnStatus},
+    store::{BeganTurn, MessageRecord, StoreError, TurnFinish, TurnStatus},
 };
+
+/// The history messages a prompt takes (user, assistant and system).
+fn chat_messages(messages: Vec<MessageRecord>) -> Vec<ChatMessage> {
+    messages
+        .into_iter()
+        .filter_map(|m| {
+            let role = match m.role.as_str() {
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                "system" => Role::System,
+                _ => return None,
+            };
+            Some(ChatMessage::new(role, m.content))
+        })
+        .collect()
+}
 
 impl TurnRunner {
     /// The life of one turn, from its first event after `turn.started` to its commit.
@@ -76,32 +92,30 @@ impl TurnRunner {
         memory_scope: String,
         sink: Arc<TurnSink>,
     ) -> Result<TurnOutput, TurnFailure> {
-        let history = match &spec.history {
-            Some(history) => history.clone(),
+        let BeganTurn {
+            turn_number,
+            session_cost_before,
+            context,
+            ..
+        } = began;
+        let history = match (&spec.history, context.history) {
+            (Some(history), _) => history.clone(),
             // The first turn of a session has no history to read.
-            None if began.turn_number <= 1 => Vec::new(),
-            None => self
-                .inner
-                .store
-                .recent_messages(&live.session_id, self.inner.config.history_max_messages)
-                .await
-                .map_err(TurnFailure::History)?
-                .into_iter()
-                .filter_map(|m| {
-                    let role = match m.role.as_str() {
-                        "user" => Role::User,
-                        "assistant" => Role::Assistant,
-                        "system" => Role::System,
-                        _ => return None,
-                    };
-                    Some(ChatMessage::new(role, m.content))
-                })
-                .collect(),
+            (None, _) if turn_number <= 1 => Vec::new(),
+            // Read with the begin.
+            (None, Some(read)) => chat_messages(read),
+            (None, None) => chat_messages(
+                self.inner
+                    .store
+                    .recent_messages(&live.session_id, self.inner.config.history_max_messages)
+                    .await
+                    .map_err(TurnFailure::History)?,
+            ),
         };
         let request = TurnRequest {
             session_id: live.session_id.clone(),
             turn_id: live.turn_id,
-            turn_number: began.turn_number,
+            turn_number,
             history,
             user_message: spec.message.clone(),
             top_k: spec.top_k,
@@ -110,8 +124,9 @@ impl TurnRunner {
             runtime_provider: spec.runtime_provider.clone(),
             runtime_model: spec.runtime_model.clone(),
             skill_context: spec.skill_context.clone(),
-            session_cost_before: began.session_cost_before,
+            session_cost_before,
             memory_scope,
+            memories: context.memories,
         };
         self.inner
             .harness

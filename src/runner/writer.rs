@@ -251,23 +251,39 @@ async fn write(store: &dyn Store, batch: &[Command]) -> Result<Vec<bool>, StoreE
     store.write_batch(&events, &finishes).await
 }
 
+/// Publishes a committed batch: each turn's events in one message (its
+/// terminal last, when its end was applied), then closes the turns that
+/// ended and acknowledges their finishes.
 fn publish(commands: impl Iterator<Item = Command>, applied: Vec<bool>) {
     let mut applied = applied.into_iter();
+    // Turns in the order they first appear; a batch holds a few.
+    let mut turns: Vec<(Arc<LiveTurn>, Vec<Arc<StoredEvent>>)> = Vec::new();
+    let mut ends = Vec::new();
     for command in commands {
-        match command {
-            Command::Append { event, live } => live.publish(event),
+        let (live, event) = match command {
+            Command::Append { event, live } => (live, Some(event)),
             Command::Finish {
                 finish, live, ack, ..
             } => {
                 let done = applied.next().unwrap_or(false);
-                if done {
-                    live.publish(finish.terminal.clone());
-                }
-                live.closed.cancel();
-                // The turn task may be gone (shutdown); the commit stands.
-                let _ = ack.send(Ok(done));
+                let terminal = done.then(|| finish.terminal.clone());
+                ends.push((live.clone(), ack, done));
+                (live, terminal)
             }
+        };
+        let Some(event) = event else { continue };
+        match turns.iter_mut().find(|(l, _)| Arc::ptr_eq(l, &live)) {
+            Some((_, events)) => events.push(event),
+            None => turns.push((live, vec![event])),
         }
+    }
+    for (live, events) in turns {
+        live.publish(events.into());
+    }
+    for (live, ack, done) in ends {
+        live.closed.cancel();
+        // The turn task may be gone (shutdown); the commit stands.
+        let _ = ack.send(Ok(done));
     }
 }
 
@@ -304,5 +320,49 @@ fn fail(commands: Vec<Command>, error: StoreError) {
             });
             let _ = ack.send(Err(error));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{events::TurnEvent, runner::live::LiveTurns};
+
+    /// A commit of more events than the fan-out's ring holds (a fast
+    /// provider's whole answer) reaches a subscriber whole, in one message:
+    /// it does not lag, so it does not go back to the log.
+    #[tokio::test]
+    async fn a_commit_of_many_events_reaches_a_subscriber_in_one_message() {
+        let turns = LiveTurns::default();
+        let turn_id = uuid::Uuid::now_v7();
+        let live = turns.insert("s", turn_id);
+        let other = turns.insert("t", uuid::Uuid::now_v7());
+        let mut receiver = live.subscribe();
+        let event = |live: &Arc<LiveTurn>, seq: i64| Command::Append {
+            event: Arc::new(
+                StoredEvent::new(
+                    &live.session_id,
+                    live.turn_id,
+                    seq,
+                    &TurnEvent::MessageDelta {
+                        step: 1,
+                        text: format!("t{seq} "),
+                    },
+                    chrono::Utc::now(),
+                )
+                .unwrap(),
+            ),
+            live: live.clone(),
+        };
+        // 100 events of the turn, another turn's interleaved.
+        let commands: Vec<Command> = (2..102)
+            .flat_map(|seq| [event(&live, seq), event(&other, seq)])
+            .collect();
+        publish(commands.into_iter(), Vec::new());
+        let committed = receiver.recv().await.unwrap();
+        let seqs: Vec<i64> = committed.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (2..102).collect::<Vec<_>>());
+        assert!(committed.iter().all(|e| e.turn_id == turn_id));
+        assert!(receiver.try_recv().is_err(), "nothing more, and no lag");
     }
 }

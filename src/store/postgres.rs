@@ -10,7 +10,7 @@ use sqlx::{
 
 use super::{
     BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, IndexedNote, NewArtifact,
-    NewCheckpoint, NewTurn, OrphanScope, PoolLimits, StoreError, TurnFinish, VaultHit,
+    NewCheckpoint, NewTurn, OrphanScope, PoolLimits, StoreError, TurnContext, TurnFinish, VaultHit,
     memory::{JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory},
     records::parse_uuid,
     sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP},
@@ -215,6 +215,8 @@ impl PostgresStore {
                 first_seq: seq,
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
                 session_cost_before: session_cost,
+                // Read by the turn: each read is its own round trip here.
+                context: TurnContext::default(),
             }),
             Ok((_, _, _, true)) => Err(BeginTurnError::SessionNotFound),
             // A running turn or a used idempotency key: nothing was

@@ -69,6 +69,42 @@ pub struct NewTurn {
     pub created_at: DateTime<Utc>,
     /// The serialized `turn.started` event.
     pub started_payload: String,
+    /// What the turn will read first, for a backend that answers it with
+    /// the begin (see [`TurnReads`]).
+    pub reads: TurnReads,
+}
+
+/// The reads a turn makes before its first provider call. A backend may
+/// answer them inside the begin's own write (SQLite's writer thread does,
+/// on its connection: no hand-off to a reader thread and back for each);
+/// what it leaves unanswered the turn reads itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnReads {
+    /// The session's last messages, at most this many.
+    pub history: Option<u32>,
+    /// The scope's memories for the turn's message.
+    pub memory: Option<MemoryQuery>,
+}
+
+/// A turn's memory read: the scope's memories matching any of `terms`
+/// (at most `limit`) and its preferences (at most `preferences`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryQuery {
+    pub scope: String,
+    /// Search terms (the store cleans them); none left: no match is
+    /// read, preferences only.
+    pub terms: Vec<String>,
+    pub limit: u32,
+    pub preferences: u32,
+}
+
+/// What the begin answered of [`TurnReads`]; `None`: read it yourself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnContext {
+    /// Oldest first, as [`super::Store::recent_messages`] answers.
+    pub history: Option<Vec<MessageRecord>>,
+    /// As [`super::Store::memories_for_turn`] answers: (matches, preferences).
+    pub memories: Option<(Vec<super::MemoryRecord>, Vec<super::MemoryRecord>)>,
 }
 
 /// A history message to append when a turn completes.

@@ -32,6 +32,18 @@ macro_rules! memory_columns {
 }
 pub(super) use memory_columns;
 
+/// A session's last messages, newest first: `$1` session, `$2` limit.
+pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, content, created_at \
+     FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2";
+
+/// A scope's memories, newest first: `$1` scope, `$2` kind or NULL, `$3` limit.
+pub(super) const LIST_MEMORIES: &str = concat!(
+    "SELECT ",
+    memory_columns!(),
+    " FROM memories WHERE scope = $1 AND ($2 IS NULL OR kind = $2) \
+     ORDER BY updated_at DESC, id DESC LIMIT $3"
+);
+
 /// Rows per chunk of the heartbeat's `IN` list.
 pub(super) const IDS_PER_UPDATE: usize = 64;
 
@@ -250,8 +262,7 @@ macro_rules! impl_store {
             ) -> Result<Vec<$crate::store::MessageRecord>, $crate::store::StoreError> {
                 let mut newest_first: Vec<$crate::store::MessageRecord> =
                     sqlx::query_as::<_, $crate::store::records::rows::MessageRow>(
-                        "SELECT id, message_id, turn_id, role, content, created_at FROM messages \
-                         WHERE session_id = $1 ORDER BY id DESC LIMIT $2",
+                        $crate::store::sql::RECENT_MESSAGES,
                     )
                     .bind(session_id)
                     .bind(i64::from(limit))
@@ -477,13 +488,7 @@ macro_rules! impl_store {
                 kind: Option<&str>,
                 limit: u32,
             ) -> Result<Vec<$crate::store::MemoryRecord>, $crate::store::StoreError> {
-                let sql = concat!(
-                    "SELECT ",
-                    $crate::store::sql::memory_columns!(),
-                    " FROM memories WHERE scope = $1 AND ($2 IS NULL OR kind = $2) \
-                     ORDER BY updated_at DESC, id DESC LIMIT $3"
-                );
-                Ok(sqlx::query_as::<_, $crate::store::MemoryRecord>(sql)
+                Ok(sqlx::query_as::<_, $crate::store::MemoryRecord>($crate::store::sql::LIST_MEMORIES)
                     .bind(scope)
                     .bind(kind)
                     .bind(i64::from(limit))

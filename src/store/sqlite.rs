@@ -31,6 +31,23 @@ use crate::events::StoredEvent;
 
 mod writer;
 
+/// The scope's memories matching an FTS5 query, by BM25: `$1` the query
+/// ([`any_of`]), `$2` the scope, `$3` the limit.
+const SEARCH_MEMORY_TEXT: &str = "SELECT m.id, m.scope, m.kind, m.key, m.content, \
+     m.source_session_id, m.source_turn_id, m.created_at, m.updated_at \
+     FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid \
+     WHERE memories_fts MATCH $1 AND m.scope = $2 \
+     ORDER BY bm25(memories_fts), m.updated_at DESC LIMIT $3";
+
+/// An FTS5 query matching any of `terms` (cleaned: no quotes).
+fn any_of(terms: &[String]) -> String {
+    terms
+        .iter()
+        .map(|t| format!("\"{t}\""))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
 /// SQLite implementation of [`super::Store`].
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -43,9 +60,12 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     pub(super) const MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
-    /// A read answers a replay or a double text before the write is
-    /// queued for the writer thread.
-    pub(super) const READ_BEFORE_BEGIN: bool = true;
+    /// No read before the begin: the writer thread runs begins one at a
+    /// time, so a replay or a double text costs a refused insert (the
+    /// unique indexes find it) and then the read that names it, while the
+    /// usual begin saves a read and its hand-off to sqlx's reader thread
+    /// (about a tenth of a turn's CPU, BENCHMARKS.md "Issue 23").
+    pub(super) const READ_BEFORE_BEGIN: bool = false;
 
     /// Opens (creating if missing) the database file named by `url`, e.g.
     /// `sqlite://./data/agent-harness.db`. The parent folder is created too.
@@ -211,23 +231,12 @@ impl SqliteStore {
         terms: &[String],
         limit: u32,
     ) -> Result<Vec<MemoryRecord>, StoreError> {
-        let query = terms
-            .iter()
-            .map(|t| format!("\"{t}\""))
-            .collect::<Vec<_>>()
-            .join(" OR ");
-        Ok(sqlx::query_as::<_, MemoryRecord>(
-            "SELECT m.id, m.scope, m.kind, m.key, m.content, m.source_session_id, \
-             m.source_turn_id, m.created_at, m.updated_at \
-             FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid \
-             WHERE memories_fts MATCH $1 AND m.scope = $2 \
-             ORDER BY bm25(memories_fts), m.updated_at DESC LIMIT $3",
-        )
-        .bind(query)
-        .bind(scope)
-        .bind(i64::from(limit))
-        .fetch_all(self.reader())
-        .await?)
+        Ok(sqlx::query_as::<_, MemoryRecord>(SEARCH_MEMORY_TEXT)
+            .bind(any_of(terms))
+            .bind(scope)
+            .bind(i64::from(limit))
+            .fetch_all(self.reader())
+            .await?)
     }
 
     async fn write_memory_deletion(

@@ -35,6 +35,7 @@ fn left_running(session: &str, instance: &str, process: &str) -> NewTurn {
             warnings: Vec::new(),
         })
         .unwrap(),
+        reads: Default::default(),
     }
 }
 

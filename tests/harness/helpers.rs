@@ -260,6 +260,7 @@ pub fn request(message: &str) -> TurnRequest {
         skill_context: None,
         session_cost_before: None,
         memory_scope: "session:s-1".into(),
+        memories: None,
     }
 }
 

@@ -39,6 +39,7 @@ fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
             warnings: Vec::new(),
         })
         .unwrap(),
+        reads: Default::default(),
     }
 }
 

@@ -464,7 +464,66 @@ async fn a_backlog_is_counted_and_shed_oldest_first_by_kind(backend: Backend) {
     }
 }
 
+/// A begin answers the turn's first reads (history and memories) as the
+/// separate reads would; SQLite answers them on its writer's connection,
+/// Postgres leaves them to the turn.
+async fn a_begin_answers_the_turns_first_reads_as_the_reads_would(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    for (key, content) in [
+        ("home_city", "Ann lives in Nantes, a city on the Loire."),
+        ("prefers_format", "Ann prefers bullet points."),
+    ] {
+        store
+            .upsert_memory(&memory("user:ann", key, content))
+            .await
+            .unwrap();
+    }
+    let query = |words: &[&str]| agent_harness::store::MemoryQuery {
+        scope: "user:ann".into(),
+        terms: words.iter().map(|w| (*w).to_owned()).collect(),
+        limit: 5,
+        preferences: 5,
+    };
+    // The first turn: no history yet.
+    let mut first = new_turn("s-reads", None);
+    first.reads = agent_harness::store::TurnReads {
+        history: Some(10),
+        memory: Some(query(&["Loire?", "city"])),
+    };
+    let began = store.begin_turn(&first).await.unwrap();
+    let expected_memories = store
+        .memories_for_turn("user:ann", &["Loire?".into(), "city".into()], 5, 5)
+        .await
+        .unwrap();
+    assert_eq!(expected_memories.0.len(), 1, "the search finds the fact");
+    assert_eq!(expected_memories.1.len(), 1, "and the preference");
+    match backend {
+        Backend::Sqlite => {
+            assert_eq!(began.context.history, Some(Vec::new()));
+            assert_eq!(began.context.memories, Some(expected_memories));
+        }
+        Backend::Postgres => assert_eq!(began.context, Default::default()),
+    }
+    store
+        .write_batch(&[], &[&completed(&first, began.first_seq + 1, "Nantes.")])
+        .await
+        .unwrap();
+    // The second: the first's messages, oldest first; no memory asked.
+    let mut second = new_turn("s-reads", None);
+    second.reads.history = Some(10);
+    let began = store.begin_turn(&second).await.unwrap();
+    let history = store.recent_messages("s-reads", 10).await.unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0].role, "user");
+    match backend {
+        Backend::Sqlite => assert_eq!(began.context.history, Some(history)),
+        Backend::Postgres => assert_eq!(began.context.history, None),
+    }
+    assert_eq!(began.context.memories, None);
+}
+
 crate::on_both_backends!(
+    a_begin_answers_the_turns_first_reads_as_the_reads_would,
     memories_are_one_per_key_searchable_and_forgotten_per_scope,
     a_backlog_is_counted_and_shed_oldest_first_by_kind,
     a_turns_memory_read_is_the_search_and_the_preferences,

@@ -174,6 +174,37 @@ pub async fn load_staggered(
     total: usize,
     spread: Duration,
 ) -> (Vec<Sample>, Duration) {
+    load_until(
+        client,
+        target,
+        model,
+        concurrency,
+        spread,
+        Stop::After(total),
+    )
+    .await
+}
+
+/// When a load stops starting requests.
+#[derive(Debug, Clone, Copy)]
+pub enum Stop {
+    /// After this many requests.
+    After(usize),
+    /// At this instant (requests in flight then finish).
+    At(Instant),
+}
+
+/// Runs requests with `concurrency` in flight until `stop`, worker `i` of
+/// `n` starting `spread * i / n` after the first; returns the samples and
+/// the wall time.
+pub async fn load_until(
+    client: &reqwest::Client,
+    target: &Target,
+    model: &str,
+    concurrency: usize,
+    spread: Duration,
+    stop: Stop,
+) -> (Vec<Sample>, Duration) {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = JoinSet::new();
@@ -189,13 +220,20 @@ pub async fn load_staggered(
         workers.spawn(async move {
             tokio::time::sleep_until(started + offset).await;
             let mut samples = Vec::new();
-            while next.fetch_add(1, Ordering::Relaxed) < total {
+            loop {
+                let go = match stop {
+                    Stop::After(total) => next.fetch_add(1, Ordering::Relaxed) < total,
+                    Stop::At(deadline) => Instant::now() < deadline,
+                };
+                if !go {
+                    break;
+                }
                 samples.push(request(&client, &target, &model).await);
             }
             samples
         });
     }
-    let mut samples = Vec::with_capacity(total);
+    let mut samples = Vec::new();
     while let Some(done) = workers.join_next().await {
         samples.extend(done.unwrap_or_default());
     }

@@ -1,11 +1,16 @@
-//! A fast fake LLM provider. Its behaviour comes from the model name, so
+//! A fake LLM provider. Its behaviour comes from the model name, so
 //! that the same request shape drives it directly and through the harness:
-//! `bench/ttft=200/itl=20/n=100/tools=6/toolms=100`.
+//! `bench/ttft=200/itl=20/n=100/tools=6/toolms=100/cost=25`.
 //!
 //! - `ttft`: milliseconds before the first token; `itl`: between tokens;
-//! - `n`: tokens of text;
+//! - `n`: tokens of text, one per chunk as real servers send them;
 //! - `tools`: when the prompt has no tool result yet, answer with this many
-//!   `bench_sleep` calls (each `toolms` long, on distinct keys) instead.
+//!   `bench_sleep` calls (each `toolms` long, on distinct keys) instead,
+//!   their arguments streamed in fragments as real servers do;
+//! - `cost`: microseconds of busy work per chunk, so that the fake costs
+//!   what a real provider server's stream costs (a Python OpenAI-compatible
+//!   server spends about 1.1 ms of CPU on a 40-token stream: `cost=25`).
+//!   0, the default, is the fastest fake there can be.
 
 use std::{convert::Infallible, net::SocketAddr, time::Duration};
 
@@ -27,6 +32,7 @@ pub struct Spec {
     pub tokens: u64,
     pub tools: u64,
     pub tool_ms: u64,
+    pub cost_us: u64,
 }
 
 impl Spec {
@@ -49,6 +55,7 @@ impl Spec {
                 "n" => spec.tokens = value,
                 "tools" => spec.tools = value,
                 "toolms" => spec.tool_ms = value,
+                "cost" => spec.cost_us = value,
                 _ => {}
             }
         }
@@ -58,10 +65,38 @@ impl Spec {
     /// The model name that asks for this spec.
     pub fn model(&self) -> String {
         format!(
-            "bench/ttft={}/itl={}/n={}/tools={}/toolms={}",
-            self.ttft_ms, self.itl_ms, self.tokens, self.tools, self.tool_ms
+            "bench/ttft={}/itl={}/n={}/tools={}/toolms={}/cost={}",
+            self.ttft_ms, self.itl_ms, self.tokens, self.tools, self.tool_ms, self.cost_us
         )
     }
+
+    /// A stream shaped and priced like a real provider's one-step answer:
+    /// 40 text chunks, a finish chunk and a usage chunk, at the CPU a real
+    /// OpenAI-compatible server spends on them.
+    pub fn realistic() -> Self {
+        Self {
+            tokens: 40,
+            cost_us: 25,
+            ..Self::parse("bench")
+        }
+    }
+}
+
+/// Burns `micros` of CPU, as a real server's per-chunk work (tokenising,
+/// serialising, framing) does. It spins on the clock, so on a machine
+/// whose cores are all busy it costs wall time more than CPU.
+fn busy(micros: u64) {
+    if micros == 0 {
+        return;
+    }
+    let until = std::time::Instant::now() + Duration::from_micros(micros);
+    let mut x = 0u64;
+    while std::time::Instant::now() < until {
+        for i in 0..64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+    }
+    std::hint::black_box(x);
 }
 
 pub async fn serve(listen: SocketAddr) -> Result<(), String> {
@@ -106,6 +141,7 @@ async fn answer(uri: Uri, Json(body): Json<Value>) -> Response {
             if spec.itl_ms > 0 && calls == 0 && paced.contains(&i) {
                 tokio::time::sleep(Duration::from_millis(spec.itl_ms)).await;
             }
+            busy(spec.cost_us);
             yield Ok::<Bytes, Infallible>(Bytes::from(frame));
         }
     };
@@ -129,21 +165,25 @@ fn openai_frames(spec: Spec, calls: u64) -> Vec<String> {
         "null",
     )];
     let finish = if calls > 0 {
-        let tool_calls: Vec<String> = (0..calls)
-            .map(|i| {
-                format!(
-                    r#"{{"index":{i},"id":"call_{i}","type":"function","function":{{"name":"bench_sleep","arguments":"{{\"key\":\"k{i}\",\"ms\":{}}}"}}}}"#,
-                    spec.tool_ms
-                )
-            })
-            .collect();
-        frames.push(openai_chunk(
-            &format!(
-                r#"{{"index":0,"delta":{{"tool_calls":[{}]}},"finish_reason":null}}"#,
-                tool_calls.join(",")
-            ),
-            "null",
-        ));
+        // As real servers stream them: a chunk naming each call with empty
+        // arguments, then the arguments in fragments.
+        for i in 0..calls {
+            frames.push(openai_chunk(
+                &format!(
+                    r#"{{"index":0,"delta":{{"tool_calls":[{{"index":{i},"id":"call_{i}","type":"function","function":{{"name":"bench_sleep","arguments":""}}}}]}},"finish_reason":null}}"#
+                ),
+                "null",
+            ));
+            let arguments = format!(r#"{{\"key\":\"k{i}\",\"ms\":{}}}"#, spec.tool_ms);
+            for fragment in fragments(&arguments) {
+                frames.push(openai_chunk(
+                    &format!(
+                        r#"{{"index":0,"delta":{{"tool_calls":[{{"index":{i},"function":{{"arguments":"{fragment}"}}}}]}},"finish_reason":null}}"#
+                    ),
+                    "null",
+                ));
+            }
+        }
         "tool_calls"
     } else {
         for i in 0..spec.tokens {
@@ -167,6 +207,25 @@ fn openai_frames(spec: Spec, calls: u64) -> Vec<String> {
     frames
 }
 
+/// `escaped` (a JSON string's escaped text) in pieces of about 6
+/// characters, never splitting an escape.
+fn fragments(escaped: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut chars = escaped.char_indices().peekable();
+    while let Some((_, c)) = chars.next() {
+        if c == '\\' {
+            chars.next();
+        }
+        let end = chars.peek().map_or(escaped.len(), |(j, _)| *j);
+        if end - start >= 6 || end == escaped.len() {
+            pieces.push(&escaped[start..end]);
+            start = end;
+        }
+    }
+    pieces
+}
+
 /// The frames of an Anthropic Messages stream.
 fn anthropic_frames(spec: Spec, calls: u64) -> Vec<String> {
     let event = |name: &str, data: String| format!("event: {name}\ndata: {data}\n\n");
@@ -179,10 +238,12 @@ fn anthropic_frames(spec: Spec, calls: u64) -> Vec<String> {
             frames.push(event("content_block_start", format!(
                 r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"tool_use","id":"toolu_{i}","name":"bench_sleep","input":{{}}}}}}"#
             )));
-            frames.push(event("content_block_delta", format!(
-                r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"{{\"key\":\"k{i}\",\"ms\":{}}}"}}}}"#,
-                spec.tool_ms
-            )));
+            let input = format!(r#"{{\"key\":\"k{i}\",\"ms\":{}}}"#, spec.tool_ms);
+            for fragment in fragments(&input) {
+                frames.push(event("content_block_delta", format!(
+                    r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"{fragment}"}}}}"#
+                )));
+            }
             frames.push(event(
                 "content_block_stop",
                 format!(r#"{{"type":"content_block_stop","index":{i}}}"#),
@@ -229,6 +290,7 @@ mod tests {
             tokens: 100,
             tools: 6,
             tool_ms: 100,
+            cost_us: 25,
         };
         assert_eq!(Spec::parse(&spec.model()), spec);
     }
@@ -245,8 +307,32 @@ mod tests {
             let json = frame.strip_prefix("data: ").unwrap().trim();
             serde_json::from_str::<Value>(json).unwrap();
         }
+        // The calls' arguments come in fragments that join into JSON.
         let tools = openai_frames(Spec { tools: 2, ..spec }, 2);
-        assert!(tools[1].contains("call_1"));
+        let mut arguments = [String::new(), String::new()];
+        for frame in &tools[..tools.len() - 1] {
+            let chunk: Value =
+                serde_json::from_str(frame.strip_prefix("data: ").unwrap().trim()).unwrap();
+            for call in chunk["choices"][0]["delta"]["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let i = call["index"].as_u64().unwrap() as usize;
+                arguments[i].push_str(call["function"]["arguments"].as_str().unwrap());
+            }
+        }
+        for (i, joined) in arguments.iter().enumerate() {
+            let parsed: Value = serde_json::from_str(joined).unwrap();
+            assert_eq!(
+                parsed,
+                serde_json::json!({"key": format!("k{i}"), "ms": 100})
+            );
+        }
+        assert!(
+            tools.len() > 2 * 3,
+            "arguments in several fragments: {tools:?}"
+        );
         for frame in anthropic_frames(spec, 0)
             .iter()
             .chain(&anthropic_frames(spec, 2))

@@ -10,6 +10,7 @@
 #![allow(clippy::print_stdout, reason = "the bench prints its report on stdout")]
 
 mod client;
+mod compare;
 mod fake;
 mod procs;
 mod scenarios;
@@ -42,6 +43,25 @@ enum Command {
         /// Concurrent turns of the `streams` scenario (default 1,000; 100 with --quick).
         #[arg(long)]
         streams: Option<usize>,
+    },
+    /// Run agent-harness binaries alternately on the same workloads and
+    /// print their figures side by side (see BENCHMARKS.md).
+    Compare {
+        /// Release binaries of agent-harness, the one to compare against first.
+        #[arg(required = true, num_args = 2..)]
+        binaries: Vec<PathBuf>,
+        /// Rounds (each binary once per round, in alternating order).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Seconds per measured point.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Run on this Postgres server (a fresh database per binary and round) instead of SQLite.
+        #[arg(long)]
+        postgres: Option<String>,
+        /// Only these workloads (default: all): c=1, c=32, ttft, ttft-in-step.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// (internal) Serve the fake provider.
     FakeProvider {
@@ -83,6 +103,22 @@ fn main() -> ExitCode {
                 quick,
                 streams,
             } => scenarios::run(scenarios, postgres, quick, streams).await,
+            Command::Compare {
+                binaries,
+                rounds,
+                seconds,
+                postgres,
+                only,
+            } => {
+                compare::run(compare::Options {
+                    binaries,
+                    rounds,
+                    seconds,
+                    postgres,
+                    only,
+                })
+                .await
+            }
             Command::FakeProvider { listen } => fake::serve(listen).await,
             Command::Harness {
                 listen,

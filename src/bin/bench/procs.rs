@@ -179,11 +179,36 @@ fn spawn(args: &[String], wrapper: Option<&str>) -> Result<Child, String> {
     };
     command
         .args(args)
-        .env("HARNESS_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|e| format!("cannot start {args:?}: {e}"))
+}
+
+/// Starts the agent-harness binary at `binary` as a user runs it: its own
+/// defaults, configured by `env` only, in the folder `cwd` (so that
+/// whatever it keeps beside it, such as the vault folder, is a fresh one),
+/// its standard output (the logs) to /dev/null and its standard error to `log`. Returns it once `/readyz`
+/// answers, with the time that took.
+pub async fn start_binary(
+    binary: &std::path::Path,
+    env: &[(&str, String)],
+    cwd: &std::path::Path,
+    log: &std::path::Path,
+) -> Result<(Proc, Duration), String> {
+    let addr = free_addr()?;
+    let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let child = Command::new(binary)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("HARNESS_LISTEN", addr.to_string())
+        .current_dir(cwd)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+    let proc = Proc { child, addr };
+    let ready = wait_ready(&format!("{}/readyz", proc.url())).await?;
+    Ok((proc, ready))
 }
 
 /// Polls `url` until it answers 200; returns how long that took.
@@ -287,6 +312,15 @@ pub async fn serve_harness(
     // Everything else is the service's default (memory extraction is off
     // by default; `bench run` prints what it changes).
     settings.validate().map_err(|e| e.to_string())?;
+    // Logs and traces as the service makes them (its standard output, the
+    // logs, goes to /dev/null here, as the formatting is the cost).
+    let telemetry = agent_harness::telemetry::init(&settings).map_err(|e| e.to_string())?;
+    let result = serve(settings).await;
+    telemetry.shutdown();
+    result
+}
+
+async fn serve(settings: Settings) -> Result<(), String> {
     let store = store::connect(settings.database.url.as_str(), settings.database.limits())
         .await
         .map_err(|e| e.to_string())?;

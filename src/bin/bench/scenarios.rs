@@ -184,13 +184,17 @@ async fn startup(fake: &Proc, sqlite: &str, postgres: Option<&str>) -> Result<()
 }
 
 async fn overhead(fake: &Proc, harness: &Proc, db: &str, scale: usize) {
-    println!("## overhead ({db}): one-step text turn, TTFT 0, ITL 0, 20 tokens\n");
+    let spec = Spec::realistic();
     println!(
-        "| concurrency | path | turns/s | p50 | p99 | errors | added p50 | added p99 | server CPU |"
+        "## overhead ({db}): one-step text turn, TTFT 0, ITL 0, {} tokens, {} µs of provider work per chunk\n",
+        spec.tokens, spec.cost_us
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| concurrency | path | turns/s | p50 | p99 | errors | added p50 | added p99 | share of direct turns/s | server CPU | CPU/turn | provider CPU/stream |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let http = client::http_client();
-    let model = Spec::parse("bench/n=20").model();
+    let model = spec.model();
     let direct = Target::Direct { base: fake.url() };
     let through = Target::Harness {
         base: harness.url(),
@@ -199,7 +203,9 @@ async fn overhead(fake: &Proc, harness: &Proc, db: &str, scale: usize) {
     client::load(&http, &through, &model, 8, 200 / scale).await;
     for concurrency in [1, 8, 32] {
         let total = if concurrency == 1 { 1000 } else { 4000 } / scale;
+        let fake_before = fake.cpu();
         let (d, d_wall) = client::load(&http, &direct, &model, concurrency, total).await;
+        let fake_cpu = fake.cpu().saturating_sub(fake_before);
         let cpu_before = harness.cpu();
         let (h, h_wall) = client::load(&http, &through, &model, concurrency, total).await;
         let cpu = harness.cpu().saturating_sub(cpu_before);
@@ -207,37 +213,47 @@ async fn overhead(fake: &Proc, harness: &Proc, db: &str, scale: usize) {
         let (h_ok, h_err) = ok(&h);
         let (d50, d99) = p50_p99(&totals(&d_ok));
         let (h50, h99) = p50_p99(&totals(&h_ok));
+        let d_rate = d_ok.len() as f64 / d_wall.as_secs_f64();
+        let h_rate = h_ok.len() as f64 / h_wall.as_secs_f64();
         println!(
-            "| {concurrency} | direct | {:.0} | {d50:.2} ms | {d99:.2} ms | {d_err} | | | |",
-            d_ok.len() as f64 / d_wall.as_secs_f64()
+            "| {concurrency} | direct | {d_rate:.0} | {d50:.2} ms | {d99:.2} ms | {d_err} | | | | | | {:.3} ms |",
+            fake_cpu.as_secs_f64() * 1000.0 / d_ok.len().max(1) as f64
         );
         println!(
-            "| {concurrency} | agent-harness | {:.0} | {h50:.2} ms | {h99:.2} ms | {h_err} | {:.2} ms | {:.2} ms | {:.0}% |",
-            h_ok.len() as f64 / h_wall.as_secs_f64(),
+            "| {concurrency} | agent-harness | {h_rate:.0} | {h50:.2} ms | {h99:.2} ms | {h_err} | {:.2} ms | {:.2} ms | {:.2} | {:.0}% | {:.3} ms | |",
             h50 - d50,
             h99 - d99,
-            100.0 * cpu.as_secs_f64() / h_wall.as_secs_f64()
+            h_rate / d_rate.max(1e-9),
+            100.0 * cpu.as_secs_f64() / h_wall.as_secs_f64(),
+            cpu.as_secs_f64() * 1000.0 / h_ok.len().max(1) as f64
         );
     }
     println!();
 }
 
 async fn ttft(fake: &Proc, harness: &Proc, scale: usize) {
-    println!("## ttft: TTFT 200 ms, ITL 20 ms, 100 tokens, 16 concurrent\n");
+    let spec = Spec {
+        ttft_ms: 200,
+        itl_ms: 20,
+        ..Spec::realistic()
+    };
+    println!(
+        "## ttft: TTFT 200 ms, ITL 20 ms, {} tokens, {} µs of provider work per chunk, 32 concurrent\n",
+        spec.tokens, spec.cost_us
+    );
     let http = client::http_client();
-    let spec = Spec::parse("bench/ttft=200/itl=20/n=100");
     let model = spec.model();
     // 512 turns: a p99 that is not just the largest few samples.
     let total = 512 / scale.min(8);
-    // Warm-up, as in `overhead`: the connections 16 concurrent turns use
+    // Warm-up, as in `overhead`: the connections 32 concurrent turns use
     // (client to service, service to provider) and the first SQLite pages,
     // so that p99 is the steady state and not the first burst's set-up.
     let warm = Spec::parse("bench/n=20").model();
     for (_, target) in paths(fake, harness) {
-        client::load(&http, &target, &warm, 16, 160).await;
+        client::load(&http, &target, &warm, 32, 320).await;
     }
-    // In step: the 16 turns start together and, being of equal length, end
-    // and start again together (16 turn starts at once, every round).
+    // In step: the 32 turns start together and, being of equal length, end
+    // and start again together (32 turn starts at once, every round).
     // Staggered: their starts spread over one turn's length, as turns of
     // independent users arrive.
     let turn = Duration::from_millis(spec.ttft_ms + spec.tokens * spec.itl_ms);
@@ -249,7 +265,7 @@ async fn ttft(fake: &Proc, harness: &Proc, scale: usize) {
         let mut figures = Vec::new();
         for (name, target) in paths(fake, harness) {
             let (samples, _) =
-                client::load_staggered(&http, &target, &model, 16, total, spread).await;
+                client::load_staggered(&http, &target, &model, 32, total, spread).await;
             let (good, errors) = ok(&samples);
             let (t50, t99) = p50_p99(&ttfts(&good));
             let (g50, g99) = p50_p99(&gaps(&good));

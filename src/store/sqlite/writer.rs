@@ -28,9 +28,10 @@ use uuid::Uuid;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
-        BeganTurn, IndexedNote, JobOutcome, JobRecord, JobUsage, JudgementRecord, NewArtifact,
-        NewCheckpoint, NewJob, NewMemory, NewTurn, ObservationRecord, OrphanScope, StoreError,
-        TurnFinish,
+        BeganTurn, IndexedNote, JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryQuery,
+        MemoryRecord, MessageRecord, NewArtifact, NewCheckpoint, NewJob, NewMemory, NewTurn,
+        ObservationRecord, OrphanScope, StoreError, TurnContext, TurnFinish, records::parse_uuid,
+        sql,
     },
 };
 
@@ -132,6 +133,106 @@ impl From<rusqlite::Error> for StoreError {
 /// Timestamps as sqlx's SQLite driver writes them, so both sides compare.
 fn ts(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::AutoSi, false)
+}
+
+/// A timestamp as [`ts`] (or sqlx) wrote it.
+fn parse_ts(raw: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(raw)
+        .map(|at| at.with_timezone(&Utc))
+        .or_else(|_| {
+            chrono::NaiveDateTime::parse_from_str(raw, "%Y-%m-%d %H:%M:%S%.f")
+                .map(|at| at.and_utc())
+        })
+        .map_err(|e| StoreError::Corrupt(format!("timestamp {raw:?}: {e}")))
+}
+
+/// [`crate::store::Store::recent_messages`], on the writer's connection.
+fn recent_messages(
+    tx: &Connection,
+    session_id: &str,
+    limit: u32,
+) -> Result<Vec<MessageRecord>, StoreError> {
+    let mut statement = tx.prepare_cached(sql::RECENT_MESSAGES)?;
+    let rows = statement.query_map(params![session_id, i64::from(limit)], |row| {
+        Ok((
+            row.get::<_, i64>(0)?,
+            row.get::<_, Option<String>>(1)?,
+            row.get::<_, String>(2)?,
+            row.get::<_, String>(3)?,
+            row.get::<_, String>(4)?,
+            row.get::<_, String>(5)?,
+        ))
+    })?;
+    let mut newest_first = Vec::new();
+    for row in rows {
+        let (id, message_id, turn_id, role, content, created_at) = row?;
+        newest_first.push(MessageRecord {
+            id,
+            message_id: message_id.as_deref().map(parse_uuid).transpose()?,
+            turn_id: parse_uuid(&turn_id)?,
+            role,
+            content,
+            created_at: parse_ts(&created_at)?,
+        });
+    }
+    newest_first.reverse();
+    Ok(newest_first)
+}
+
+/// [`crate::store::Store::memories_for_turn`], on the writer's connection.
+fn memories_for_turn(
+    tx: &Connection,
+    query: &MemoryQuery,
+) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>), StoreError> {
+    let preferences = memories(
+        tx,
+        sql::LIST_MEMORIES,
+        params![query.scope, "preference", i64::from(query.preferences)],
+    )?;
+    let terms = crate::store::vault::clean_terms(&query.terms);
+    if terms.is_empty() || query.limit == 0 {
+        return Ok((Vec::new(), preferences));
+    }
+    let matches = memories(
+        tx,
+        super::SEARCH_MEMORY_TEXT,
+        params![super::any_of(&terms), query.scope, i64::from(query.limit)],
+    )?;
+    Ok((matches, preferences))
+}
+
+/// The memories `sql` selects (their columns in the usual order).
+fn memories(
+    tx: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<MemoryRecord>, StoreError> {
+    let mut statement = tx.prepare_cached(sql)?;
+    let rows = statement.query_map(params, |row| {
+        Ok((
+            MemoryRecord {
+                id: row.get(0)?,
+                scope: row.get(1)?,
+                kind: row.get(2)?,
+                key: row.get(3)?,
+                content: row.get(4)?,
+                source_session_id: row.get(5)?,
+                source_turn_id: row.get(6)?,
+                created_at: DateTime::<Utc>::MIN_UTC,
+                updated_at: DateTime::<Utc>::MIN_UTC,
+            },
+            row.get::<_, String>(7)?,
+            row.get::<_, String>(8)?,
+        ))
+    })?;
+    let mut found = Vec::new();
+    for row in rows {
+        let (mut memory, created_at, updated_at) = row?;
+        memory.created_at = parse_ts(&created_at)?;
+        memory.updated_at = parse_ts(&updated_at)?;
+        found.push(memory);
+    }
+    Ok(found)
 }
 
 fn is_unique_violation(e: &rusqlite::Error) -> bool {
@@ -319,10 +420,25 @@ impl Writer {
                 turn.started_payload,
                 created
             ])?;
+            // The turn's first reads, on this connection (the write
+            // transaction sees what was committed, and its own rows).
+            let history = match turn.reads.history {
+                // The first turn of a session has no history to read.
+                Some(_) if turn_count <= 1 => Some(Vec::new()),
+                Some(limit) => Some(recent_messages(tx, &turn.session_id, limit)?),
+                None => None,
+            };
+            let memories = turn
+                .reads
+                .memory
+                .as_ref()
+                .map(|query| memories_for_turn(tx, query))
+                .transpose()?;
             Ok(Some(BeganTurn {
                 first_seq: seq,
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
                 session_cost_before: session_cost,
+                context: TurnContext { history, memories },
             }))
         })
         .await

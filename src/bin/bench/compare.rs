@@ -1,0 +1,401 @@
+//! `bench compare BIN BIN…`: agent-harness binaries (for example the
+//! release binary of an older commit and the new one) run alternately in
+//! one run, on the same fake provider and load client, so that a change's
+//! cost shows beside what it replaced and not as a figure alone.
+//!
+//! Each binary runs as a user runs it: the service's own defaults,
+//! configured through the environment only (its address, a fresh database,
+//! the provider). Each round starts every binary afresh, in the order
+//! first-to-last on even rounds and last-to-first on odd ones, so that a
+//! drift of the host's speed during the run does not favour one side.
+
+use std::{path::PathBuf, time::Duration};
+
+use tokio::time::Instant;
+
+use crate::{
+    client::{self, Sample, Stop, Target},
+    fake::Spec,
+    procs::{self, PostgresServer, Proc},
+    stats::p50_p99,
+};
+
+/// What `bench compare` was asked.
+#[derive(Debug)]
+pub struct Options {
+    pub binaries: Vec<PathBuf>,
+    pub rounds: usize,
+    pub seconds: u64,
+    pub postgres: Option<String>,
+    /// Workloads by key; empty: all.
+    pub only: Vec<String>,
+}
+
+/// One workload of the comparison.
+struct Workload {
+    /// What `--only` names it by.
+    key: &'static str,
+    name: &'static str,
+    spec: Spec,
+    concurrency: usize,
+    /// Spread of the workers' starts (one turn's length for the staggered
+    /// TTFT workload, as independent users arrive).
+    spread: Duration,
+}
+
+fn workloads() -> Vec<Workload> {
+    let realistic = Spec::realistic();
+    let slow = Spec {
+        ttft_ms: 200,
+        itl_ms: 20,
+        ..realistic
+    };
+    vec![
+        Workload {
+            key: "c=1",
+            name: "c=1",
+            spec: realistic,
+            concurrency: 1,
+            spread: Duration::ZERO,
+        },
+        Workload {
+            key: "c=32",
+            name: "c=32",
+            spec: realistic,
+            concurrency: 32,
+            spread: Duration::ZERO,
+        },
+        Workload {
+            key: "ttft",
+            name: "ttft c=32",
+            spec: slow,
+            concurrency: 32,
+            spread: Duration::from_millis(slow.ttft_ms + slow.tokens * slow.itl_ms),
+        },
+        // All 32 start together and, being of equal length, end and start
+        // again together: the worst case for the first token's wait.
+        Workload {
+            key: "ttft-in-step",
+            name: "ttft c=32 in step",
+            spec: slow,
+            concurrency: 32,
+            spread: Duration::ZERO,
+        },
+    ]
+}
+
+/// One binary's figures on one workload in one round.
+#[derive(Debug, Clone, Copy, Default)]
+struct Point {
+    turns_per_s: f64,
+    /// Its turns/s over the provider's own, measured just before.
+    share: f64,
+    cpu_per_turn_ms: f64,
+    /// The database server's CPU per turn (Postgres on this machine).
+    db_cpu_per_turn_ms: Option<f64>,
+    provider_cpu_per_stream_ms: f64,
+    added_p50_ms: f64,
+    added_ttft_p50_ms: f64,
+    added_ttft_p99_ms: f64,
+    errors: usize,
+}
+
+/// The settings every binary gets, by name, for the report and the
+/// process. Old binaries ignore the names they do not know.
+fn environment(database_url: &str, provider: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("DATABASE_URL", database_url.to_owned()),
+        ("OPENAI_BASE_URL", format!("{provider}/v1")),
+        ("ANTHROPIC_BASE_URL", provider.to_owned()),
+        ("HARNESS_PROVIDERS", "openai:bench".to_owned()),
+        ("HARNESS_PROVIDER_MAX_ATTEMPTS", "1".to_owned()),
+        // The default of binaries before 2026-11-24 was on; the issue's
+        // A/B ran with it off, and so does this one.
+        ("HARNESS_MEMORY_EXTRACTION", "false".to_owned()),
+    ]
+}
+
+pub async fn run(options: Options) -> Result<(), String> {
+    if options.binaries.len() < 2 {
+        return Err("compare needs at least two binaries".into());
+    }
+    for binary in &options.binaries {
+        if !binary.is_file() {
+            return Err(format!("{} is not a file", binary.display()));
+        }
+    }
+    let scratch = std::env::temp_dir().join(format!(
+        "agent-harness-bench-{}-compare",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let result = compare(&options, &scratch).await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), String> {
+    let fake = procs::start_fake().await?;
+    let database = if options.postgres.is_some() {
+        "postgres"
+    } else {
+        "sqlite"
+    };
+    println!(
+        "# agent-harness bench compare ({} cores, {database}, {} rounds of {} s per point)\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        options.rounds,
+        options.seconds
+    );
+    for (i, binary) in options.binaries.iter().enumerate() {
+        println!("- [{i}] {}", binary.display());
+    }
+    let shown: Vec<String> = environment("(a fresh database per binary and round)", "(the fake)")
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    println!(
+        "\nEach binary runs with its own defaults and only: HARNESS_LISTEN, {}.",
+        shown.join(", ")
+    );
+    println!(
+        "The provider: the fake, {} text chunks of one token, a finish chunk and a usage \
+         chunk, {} µs of busy work per chunk; the `ttft` workloads add TTFT 200 ms and ITL 20 ms \
+         (staggered: the 32 workers start spread over one turn's length; in step: together).\n",
+        Spec::realistic().tokens,
+        Spec::realistic().cost_us
+    );
+    let postgres_server = match &options.postgres {
+        Some(url) => PostgresServer::find(url).await,
+        None => None,
+    };
+    let workloads: Vec<Workload> = workloads()
+        .into_iter()
+        .filter(|w| options.only.is_empty() || options.only.iter().any(|o| o == w.key))
+        .collect();
+    if workloads.is_empty() {
+        return Err(format!("no workload is named {:?}", options.only));
+    }
+    // points[binary][workload] = one Point per round.
+    let mut points = vec![vec![Vec::new(); workloads.len()]; options.binaries.len()];
+    let http = client::http_client();
+    for round in 0..options.rounds {
+        let mut order: Vec<usize> = (0..options.binaries.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for &b in &order {
+            let folder = scratch.join(format!("r{round}-b{b}"));
+            std::fs::create_dir_all(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+            let database_url = match &options.postgres {
+                Some(url) => fresh_postgres(url, round, b).await?,
+                None => format!("sqlite://{}/bench.db", folder.display()),
+            };
+            let (service, _) = procs::start_binary(
+                &options.binaries[b],
+                &environment(&database_url, &fake.url()),
+                &folder,
+                &folder.join("stderr.log"),
+            )
+            .await
+            .map_err(|e| format!("[{b}] {e}"))?;
+            // Warm-up: connections, caches, the first database pages.
+            let warm = Spec::realistic().model();
+            let through = Target::Harness {
+                base: service.url(),
+            };
+            client::load(&http, &through, &warm, 32, 320).await;
+            for (w, workload) in workloads.iter().enumerate() {
+                let point = measure(
+                    &http,
+                    &fake,
+                    &service,
+                    postgres_server.as_ref(),
+                    workload,
+                    options.seconds,
+                )
+                .await;
+                println!(
+                    "round {round} [{b}] {:<10} {:>7.0} turns/s ({:.2}× the provider's), \
+                     {:.3} ms CPU/turn{}, provider {:.3} ms CPU/stream, added p50 {:.2} ms, \
+                     added TTFT p50 {:.2} ms p99 {:.2} ms, {} errors",
+                    workload.name,
+                    point.turns_per_s,
+                    point.share,
+                    point.cpu_per_turn_ms,
+                    point
+                        .db_cpu_per_turn_ms
+                        .map(|ms| format!(" + database {ms:.3} ms"))
+                        .unwrap_or_default(),
+                    point.provider_cpu_per_stream_ms,
+                    point.added_p50_ms,
+                    point.added_ttft_p50_ms,
+                    point.added_ttft_p99_ms,
+                    point.errors,
+                );
+                points[b][w].push(point);
+            }
+            println!(
+                "round {round} [{b}] RSS after the run {:.1} MiB",
+                service.rss_kib() as f64 / 1024.0
+            );
+        }
+    }
+    println!();
+    report(&options.binaries, &workloads, &points);
+    Ok(())
+}
+
+/// A new, empty database on the server of `url` for one binary's round.
+async fn fresh_postgres(url: &str, round: usize, binary: usize) -> Result<String, String> {
+    use sqlx::Connection as _;
+    let mut parsed = url::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
+    let name = format!("agent_harness_compare_r{round}_b{binary}");
+    let mut admin = sqlx::PgConnection::connect(url)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    for statement in [
+        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        format!("CREATE DATABASE {name}"),
+    ] {
+        // `name` is made here of a fixed prefix and two numbers.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
+            .execute(&mut admin)
+            .await
+            .map_err(|e| format!("{statement}: {e}"))?;
+    }
+    let _ = admin.close().await;
+    parsed.set_path(&name);
+    Ok(parsed.to_string())
+}
+
+async fn measure(
+    http: &reqwest::Client,
+    fake: &Proc,
+    service: &Proc,
+    postgres: Option<&PostgresServer>,
+    workload: &Workload,
+    seconds: u64,
+) -> Point {
+    let model = workload.spec.model();
+    let period = Duration::from_secs(seconds);
+    let direct = Target::Direct { base: fake.url() };
+    let fake_before = fake.cpu();
+    let (d, d_wall) = client::load_until(
+        http,
+        &direct,
+        &model,
+        workload.concurrency,
+        workload.spread,
+        Stop::At(Instant::now() + period),
+    )
+    .await;
+    let fake_cpu = fake.cpu().saturating_sub(fake_before);
+    let through = Target::Harness {
+        base: service.url(),
+    };
+    let cpu_before = service.cpu();
+    let db_before = postgres.map(PostgresServer::cpu);
+    let (h, h_wall) = client::load_until(
+        http,
+        &through,
+        &model,
+        workload.concurrency,
+        workload.spread,
+        Stop::At(Instant::now() + period),
+    )
+    .await;
+    let cpu = service.cpu().saturating_sub(cpu_before);
+    let db_cpu = postgres
+        .zip(db_before)
+        .map(|(server, before)| server.cpu().saturating_sub(before));
+    let good =
+        |samples: &[Sample]| -> Vec<Sample> { samples.iter().filter(|s| s.ok).cloned().collect() };
+    let (d_ok, h_ok) = (good(&d), good(&h));
+    let rate = |n: usize, wall: Duration| n as f64 / wall.as_secs_f64().max(1e-9);
+    let (d_rate, h_rate) = (rate(d_ok.len(), d_wall), rate(h_ok.len(), h_wall));
+    let totals = |s: &[Sample]| s.iter().map(|s| s.total).collect::<Vec<_>>();
+    let ttfts = |s: &[Sample]| s.iter().map(|s| s.ttft).collect::<Vec<_>>();
+    let (d50, _) = p50_p99(&totals(&d_ok));
+    let (h50, _) = p50_p99(&totals(&h_ok));
+    let (dt50, dt99) = p50_p99(&ttfts(&d_ok));
+    let (ht50, ht99) = p50_p99(&ttfts(&h_ok));
+    let per = |cpu: Duration, n: usize| cpu.as_secs_f64() * 1000.0 / n.max(1) as f64;
+    Point {
+        turns_per_s: h_rate,
+        share: h_rate / d_rate.max(1e-9),
+        cpu_per_turn_ms: per(cpu, h_ok.len()),
+        db_cpu_per_turn_ms: db_cpu.map(|cpu| per(cpu, h_ok.len())),
+        provider_cpu_per_stream_ms: per(fake_cpu, d_ok.len()),
+        added_p50_ms: h50 - d50,
+        added_ttft_p50_ms: ht50 - dt50,
+        added_ttft_p99_ms: ht99 - dt99,
+        errors: (d.len() - d_ok.len()) + (h.len() - h_ok.len()),
+    }
+}
+
+/// `min-max` of a figure over the rounds.
+fn range(points: &[Point], figure: impl Fn(&Point) -> f64, decimals: usize) -> String {
+    let values: Vec<f64> = points.iter().map(figure).collect();
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if values.is_empty() {
+        String::new()
+    } else if format!("{min:.decimals$}") == format!("{max:.decimals$}") {
+        format!("{min:.decimals$}")
+    } else {
+        format!("{min:.decimals$} to {max:.decimals$}")
+    }
+}
+
+fn median(points: &[Point], figure: impl Fn(&Point) -> f64) -> f64 {
+    let mut values: Vec<f64> = points.iter().map(figure).collect();
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>>]) {
+    for (w, workload) in workloads.iter().enumerate() {
+        println!("## {}\n", workload.name);
+        let with_db = points
+            .iter()
+            .any(|p| p[w].iter().any(|p| p.db_cpu_per_turn_ms.is_some()));
+        println!(
+            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | added p50 | added TTFT p50 | added TTFT p99 | errors | CPU/turn vs [0] |",
+            if with_db { " | database CPU/turn" } else { "" }
+        );
+        println!(
+            "|---|---|---|---|{}---|---|---|---|---|---|",
+            if with_db { "---|" } else { "" }
+        );
+        let base = median(&points[0][w], |p| p.cpu_per_turn_ms);
+        for (b, binary) in binaries.iter().enumerate() {
+            let p = &points[b][w];
+            let name = binary.file_name().map_or_else(
+                || binary.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            println!(
+                "| [{b}] {name} | {} | {} | {} ms{} | {} ms | {} ms | {} ms | {} ms | {} | {:.2}× |",
+                range(p, |p| p.turns_per_s, 0),
+                range(p, |p| p.share, 2),
+                range(p, |p| p.cpu_per_turn_ms, 3),
+                if with_db {
+                    format!(
+                        " | {} ms",
+                        range(p, |p| p.db_cpu_per_turn_ms.unwrap_or(0.0), 3)
+                    )
+                } else {
+                    String::new()
+                },
+                range(p, |p| p.provider_cpu_per_stream_ms, 3),
+                range(p, |p| p.added_p50_ms, 2),
+                range(p, |p| p.added_ttft_p50_ms, 2),
+                range(p, |p| p.added_ttft_p99_ms, 2),
+                p.iter().map(|p| p.errors).sum::<usize>(),
+                median(p, |p| p.cpu_per_turn_ms) / base.max(1e-9),
+            );
+        }
+        println!();
+    }
+}
