@@ -6,9 +6,8 @@ WORKDIR /src
 # The dependencies first, in a layer of their own: rebuilt only when
 # Cargo.toml or Cargo.lock change, not on every change of the sources.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src/bin \
+RUN mkdir -p src \
     && echo 'fn main() {}' > src/main.rs \
-    && echo 'fn main() {}' > src/bin/mcp-fixture.rs \
     && touch src/lib.rs \
     && cargo build --release --locked --bin agent-harness \
     && rm -rf src target/release/agent-harness* \

@@ -13,7 +13,21 @@ use crate::{
     support::{Backend, TestDb},
 };
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_mcp-fixture");
+/// The `mcp-fixture` example. A plain `cargo test` builds the examples
+/// beside the test binaries (`target/<profile>/examples`); a run of one
+/// test target alone (`cargo test --test api`) needs `cargo build
+/// --example mcp-fixture` first.
+static FIXTURE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let fixture = profile.join("examples").join("mcp-fixture");
+    assert!(
+        fixture.is_file(),
+        "{} is missing: run `cargo build --example mcp-fixture` (a plain `cargo test` builds it)",
+        fixture.display()
+    );
+    fixture.display().to_string()
+});
 
 async fn app_with_servers(servers: Value) -> TestApp {
     let provider = FakeProvider::start().await;
@@ -67,7 +81,7 @@ async fn wait_restarted(app: &TestApp, restarts: u64) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_server_serves_tools_and_is_restarted_after_a_hang_or_a_crash() {
     let app = app_with_servers(json!([
-        {"name": "fx", "command": FIXTURE, "args": ["stdio"], "timeout_s": 2}
+        {"name": "fx", "command": *FIXTURE, "args": ["stdio"], "timeout_s": 2}
     ]))
     .await;
     let (_, listed) = app.get_json("/tools").await;
@@ -140,7 +154,7 @@ async fn a_stdio_server_serves_tools_and_is_restarted_after_a_hang_or_a_crash() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_stdio_server_is_restarted_before_any_call() {
     let app = app_with_servers(json!([
-        {"name": "fx", "command": FIXTURE, "args": ["stdio"], "timeout_s": 2}
+        {"name": "fx", "command": *FIXTURE, "args": ["stdio"], "timeout_s": 2}
     ]))
     .await;
     let (_, before) = call(&app, "fx__pid", json!({})).await;
@@ -169,7 +183,7 @@ async fn a_killed_stdio_server_is_restarted_before_any_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamable_http_server_serves_tools_and_a_hang_times_out() {
-    let mut server = tokio::process::Command::new(FIXTURE)
+    let mut server = tokio::process::Command::new(&*FIXTURE)
         .arg("http")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)

@@ -508,18 +508,30 @@ async fn a_begin_answers_the_turns_first_reads_as_the_reads_would(backend: Backe
         .write_batch(&[], &[&completed(&first, began.first_seq + 1, "Nantes.")])
         .await
         .unwrap();
-    // The second: the first's messages, oldest first; no memory asked.
+    // The second: the first's messages, oldest first; the memories of a
+    // scope that has none.
     let mut second = new_turn("s-reads", None);
     second.reads.history = Some(10);
+    second.reads.memory = Some(agent_harness::store::MemoryQuery {
+        scope: "user:nobody".into(),
+        ..query(&["Loire"])
+    });
     let began = store.begin_turn(&second).await.unwrap();
     let history = store.recent_messages("s-reads", 10).await.unwrap();
     assert_eq!(history.len(), 2);
     assert_eq!(history[0].role, "user");
+    let none = store
+        .memories_for_turn("user:nobody", &["Loire".into()], 5, 5)
+        .await
+        .unwrap();
+    assert_eq!(none, (Vec::new(), Vec::new()));
     match backend {
-        Backend::Sqlite => assert_eq!(began.context.history, Some(history)),
-        Backend::Postgres => assert_eq!(began.context.history, None),
+        Backend::Sqlite => {
+            assert_eq!(began.context.history, Some(history));
+            assert_eq!(began.context.memories, Some(none));
+        }
+        Backend::Postgres => assert_eq!(began.context, Default::default()),
     }
-    assert_eq!(began.context.memories, None);
 }
 
 crate::on_both_backends!(

@@ -184,6 +184,17 @@ fn memories_for_turn(
     tx: &Connection,
     query: &MemoryQuery,
 ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>), StoreError> {
+    // Most scopes have no memories (a new user, extraction off): one
+    // index probe answers them, not a full-text query (whose set-up was
+    // most of a begin's time on this thread, and every begin queued
+    // behind it waited it out: BENCHMARKS.md, "Issue 23").
+    let any: Option<i64> = tx
+        .prepare_cached("SELECT 1 FROM memories WHERE scope = ?1 LIMIT 1")?
+        .query_row(params![query.scope], |row| row.get(0))
+        .optional()?;
+    if any.is_none() {
+        return Ok((Vec::new(), Vec::new()));
+    }
     let preferences = memories(
         tx,
         sql::LIST_MEMORIES,
