@@ -154,9 +154,19 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
         .into_iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
+    // Inherited by every binary: shown, as they change what is measured.
+    let inherited: Vec<String> = std::env::vars()
+        .filter(|(name, _)| name.starts_with("HARNESS_"))
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
     println!(
-        "\nEach binary runs with its own defaults and only: HARNESS_LISTEN, {}.",
-        shown.join(", ")
+        "\nEach binary runs with its own defaults and only: HARNESS_LISTEN, {}{}.",
+        shown.join(", "),
+        if inherited.is_empty() {
+            String::new()
+        } else {
+            format!(", and from the environment: {}", inherited.join(", "))
+        }
     );
     println!(
         "The provider: the fake, {} text chunks of one token, a finish chunk and a usage \
