@@ -543,3 +543,35 @@ crate::on_both_backends!(
     a_judgement_takes_the_sessions_next_seq_only_between_turns,
     observations_are_kept_per_session,
 );
+
+/// A turn's first read that fails on the begin (here, a memory row the
+/// store cannot read) is left to the turn: the begin itself stands, and
+/// answers the reads that worked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_begin_whose_first_read_fails_still_begins_on_sqlite() {
+    let (db, store) = store(Backend::Sqlite).await;
+    store
+        .upsert_memory(&memory("user:ann", "home_city", "Ann lives in Nantes."))
+        .await
+        .unwrap();
+    rusqlite::Connection::open(db.sqlite_path())
+        .unwrap()
+        .execute("UPDATE memories SET updated_at = 'not a time'", [])
+        .unwrap();
+    let mut turn = new_turn("s-broken", None);
+    turn.reads = agent_harness::store::TurnReads {
+        history: Some(10),
+        memory: Some(agent_harness::store::MemoryQuery {
+            scope: "user:ann".into(),
+            terms: vec!["Nantes".into()],
+            limit: 5,
+            preferences: 5,
+        }),
+    };
+    let began = store.begin_turn(&turn).await.unwrap();
+    assert_eq!(began.turn_number, 1);
+    assert_eq!(began.context.history, Some(Vec::new()));
+    assert_eq!(began.context.memories, None, "left to the turn");
+    let record = store.get_turn("s-broken", turn.id).await.unwrap().unwrap();
+    assert_eq!(record.status, agent_harness::store::TurnStatus::Running);
+}

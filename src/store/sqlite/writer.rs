@@ -146,6 +146,19 @@ fn parse_ts(raw: &str) -> Result<DateTime<Utc>, StoreError> {
         .map_err(|e| StoreError::Corrupt(format!("timestamp {raw:?}: {e}")))
 }
 
+/// A turn's first read as the begin answers it: one that fails is left to
+/// the turn (which reads again, and goes on without memories if that
+/// fails too), so the begin itself stands.
+fn answered<T>(read: &str, result: Result<T, StoreError>) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(e) => {
+            tracing::warn!(error = %e, read, "a turn's first read failed on the begin");
+            None
+        }
+    }
+}
+
 /// [`crate::store::Store::recent_messages`], on the writer's connection.
 fn recent_messages(
     tx: &Connection,
@@ -433,18 +446,21 @@ impl Writer {
             ])?;
             // The turn's first reads, on this connection (the write
             // transaction sees what was committed, and its own rows).
+            // A read that fails leaves it to the turn (see `answered`).
             let history = match turn.reads.history {
                 // The first turn of a session has no history to read.
                 Some(_) if turn_count <= 1 => Some(Vec::new()),
-                Some(limit) => Some(recent_messages(tx, &turn.session_id, limit)?),
+                Some(limit) => answered(
+                    "history",
+                    recent_messages(tx, &turn.session_id, limit),
+                ),
                 None => None,
             };
             let memories = turn
                 .reads
                 .memory
                 .as_ref()
-                .map(|query| memories_for_turn(tx, query))
-                .transpose()?;
+                .and_then(|query| answered("memories", memories_for_turn(tx, query)));
             Ok(Some(BeganTurn {
                 first_seq: seq,
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
