@@ -190,6 +190,13 @@ impl TestApp {
             .unwrap_or_else(|| panic!("no {name} in {metrics}"))
     }
 
+    /// `POST path` with `body` as JSON; the answer's body as text (a
+    /// whole stream, for the streaming formats).
+    pub async fn post_text(&self, path: &str, body: Value) -> String {
+        let response = self.client.post(self.url(path)).json(&body);
+        response.send().await.unwrap().text().await.unwrap()
+    }
+
     pub async fn post_json(&self, path: &str) -> (u16, Value) {
         let response = self.client.post(self.url(path)).send().await.unwrap();
         let status = response.status().as_u16();

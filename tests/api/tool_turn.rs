@@ -297,17 +297,13 @@ async fn a_tools_output_reaches_the_client_in_every_format() {
         // The AI SDK's UI message stream.
         app.provider.enqueue(script());
         let body = app
-            .client
-            .post(app.url("/v1/ui/chat"))
-            .json(&json!({"id": "s-out-ui", "messages": [
-                {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Dump it."}]}
-            ]}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+            .post_text(
+                "/v1/ui/chat",
+                json!({"id": "s-out-ui", "messages": [
+                    {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Dump it."}]}
+                ]}),
+            )
+            .await;
         let chunk = data_of_type(&body, "tool-output-available");
         let shown = chunk["output"].as_str().unwrap();
         assert!(shown.starts_with(output), "{chunk}");
@@ -315,19 +311,13 @@ async fn a_tools_output_reaches_the_client_in_every_format() {
         // AG-UI.
         app.provider.enqueue(script());
         let body = app
-            .client
-            .post(app.url("/v1/agui"))
-            .json(
-                &json!({"threadId": "s-out-agui", "runId": "r1", "messages": [
+            .post_text(
+                "/v1/agui",
+                json!({"threadId": "s-out-agui", "runId": "r1", "messages": [
                     {"id": "m1", "role": "user", "content": "Dump it."}
                 ]}),
             )
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+            .await;
         let result = data_of_type(&body, "TOOL_CALL_RESULT");
         let content = result["content"].as_str().unwrap();
         assert!(content.starts_with(output), "{result}");
