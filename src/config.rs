@@ -188,6 +188,15 @@ pub struct ServerSettings {
         env = "HARNESS_STALE_TURN_AFTER_S"
     )]
     pub stale_turn_after_s: Option<u64>,
+    /// Threads that run the service's requests and turns [default: every
+    /// core with Postgres; one fewer with SQLite, whose writer thread needs
+    /// a core of its own].
+    #[arg(
+        id = "server.worker_threads",
+        long = "worker-threads",
+        env = "HARNESS_WORKER_THREADS"
+    )]
+    pub worker_threads: Option<usize>,
 }
 
 /// The store and its event writer.
@@ -247,6 +256,16 @@ pub struct DatabaseSettings {
         default_value_t = 8192
     )]
     pub event_queue_capacity: usize,
+    /// Longest a text delta waits for the ones after it to share its
+    /// commit, in ms (0: every delta is committed as soon as the writer
+    /// is free). A step's first text and every other event never wait.
+    #[arg(
+        id = "database.event_linger_ms",
+        long = "event-linger-ms",
+        env = "HARNESS_EVENT_LINGER_MS",
+        default_value_t = 2
+    )]
+    pub event_linger_ms: u64,
 }
 
 /// The provider chain, its adapters, retries and prices.
@@ -882,6 +901,21 @@ impl Settings {
     pub fn provider_chain(&self) -> Vec<ProviderRef> {
         self.providers.chain()
     }
+
+    /// The async runtime's worker threads: the setting, else every core,
+    /// less one with SQLite. The SQLite writer commits on a thread of its
+    /// own; a worker for each core beside it only adds wake-ups of idle
+    /// workers (BENCHMARKS.md, issue 23: 0.1-0.3 ms of CPU a turn on 2 cores).
+    pub fn worker_threads(&self, cores: usize) -> usize {
+        self.server.worker_threads.unwrap_or_else(|| {
+            let cores = cores.max(1);
+            if self.database.url.is_postgres() {
+                cores
+            } else {
+                (cores - 1).max(1)
+            }
+        })
+    }
 }
 
 fn invalid(name: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -935,6 +969,9 @@ impl ServerSettings {
         )?;
         positive("HARNESS_SSE_KEEPALIVE_S", self.sse_keepalive_s)?;
         positive("HARNESS_HEARTBEAT_INTERVAL_S", self.heartbeat_interval_s)?;
+        if let Some(threads) = self.worker_threads {
+            within("HARNESS_WORKER_THREADS", threads as u64, 1..=1024)?;
+        }
         if self.idle_timeout_s < self.header_read_timeout_s {
             return Err(invalid(
                 "HARNESS_IDLE_TIMEOUT_S",
@@ -993,7 +1030,8 @@ impl DatabaseSettings {
         positive(
             "HARNESS_EVENT_QUEUE_CAPACITY",
             self.event_queue_capacity as u64,
-        )
+        )?;
+        within("HARNESS_EVENT_LINGER_MS", self.event_linger_ms, 0..=100)
     }
 
     /// The store's use of its connections, as set.

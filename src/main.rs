@@ -153,7 +153,9 @@ fn main() -> ExitCode {
             }
         };
     }
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(settings.worker_threads(cores))
         .enable_all()
         .build()
     {

@@ -32,6 +32,7 @@ use crate::{
 };
 use live::{LiveTurn, LiveTurns};
 use writer::EventWriter;
+pub use writer::WriterLimits;
 
 /// A validated turn request, as stored with the turn (and compared on an
 /// idempotent replay).
@@ -71,8 +72,8 @@ pub struct RunnerConfig {
     pub stale_turn_after: Duration,
     /// How often a subscriber to a turn run elsewhere re-reads the log.
     pub poll_interval: Duration,
-    pub event_queue_capacity: usize,
-    pub event_batch_max: usize,
+    /// The event writer's queue, group size and linger.
+    pub events: writer::WriterLimits,
     /// Woken when a turn's end has stored jobs for the background worker.
     pub jobs_queued: Arc<tokio::sync::Notify>,
 }
@@ -235,8 +236,7 @@ impl TurnRunner {
         let writer = EventWriter::spawn(
             store.clone(),
             metrics.clone(),
-            config.event_queue_capacity,
-            config.event_batch_max,
+            config.events,
             &background,
             writer_stop.clone(),
         );

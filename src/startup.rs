@@ -536,8 +536,11 @@ impl Application {
                 heartbeat_interval: Duration::from_secs(settings.server.heartbeat_interval_s),
                 stale_turn_after: settings.server.stale_turn_after(),
                 poll_interval: Duration::from_millis(250),
-                event_queue_capacity: settings.database.event_queue_capacity,
-                event_batch_max: settings.database.event_batch_max,
+                events: crate::runner::WriterLimits {
+                    capacity: settings.database.event_queue_capacity,
+                    batch_max: settings.database.event_batch_max,
+                    linger: Duration::from_millis(settings.database.event_linger_ms),
+                },
                 jobs_queued: jobs.clone(),
             },
             metrics,

@@ -155,6 +155,8 @@ fn a_bad_value_names_its_variable() {
         ("HARNESS_VAULT_EMBEDDINGS", "openai:a,ollama:b"),
         ("HARNESS_WEB_ALLOW", "not a host!"),
         ("HARNESS_WEB_FETCH_MAX_BYTES", "10"),
+        ("HARNESS_WORKER_THREADS", "0"),
+        ("HARNESS_EVENT_LINGER_MS", "101"),
     ] {
         let err = load(&[(name, value)]).unwrap_err();
         assert!(
@@ -353,4 +355,25 @@ fn auth_is_on_by_default_beyond_loopback() {
             .auth_required()
     );
     assert!(load(&[("HARNESS_AUTH", "sometimes")]).is_err());
+}
+
+#[test]
+fn workers_leave_the_sqlite_writer_a_core_unless_told() {
+    let sqlite = load(&[]).unwrap();
+    assert_eq!(sqlite.worker_threads(2), 1);
+    assert_eq!(sqlite.worker_threads(8), 7);
+    assert_eq!(sqlite.worker_threads(1), 1);
+    assert_eq!(sqlite.worker_threads(0), 1);
+    let postgres = load(&[("DATABASE_URL", "postgres://h/db")]).unwrap();
+    assert_eq!(postgres.worker_threads(2), 2);
+    assert_eq!(postgres.worker_threads(8), 8);
+    let told = load(&[("HARNESS_WORKER_THREADS", "3")]).unwrap();
+    assert_eq!(told.worker_threads(2), 3);
+}
+
+#[test]
+fn text_waits_two_ms_for_company_by_default() {
+    assert_eq!(load(&[]).unwrap().database.event_linger_ms, 2);
+    let off = load(&[("HARNESS_EVENT_LINGER_MS", "0")]).unwrap();
+    assert_eq!(off.database.event_linger_ms, 0);
 }

@@ -2,13 +2,19 @@
 //! sink numbers and queues its events, and its end is committed with its
 //! terminal event (or, when that cannot be stored, a smaller `failed` end).
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use chrono::Utc;
 use tokio::sync::Mutex;
 
-use super::{LiveTurn, TurnRunner, TurnSpec, writer, writer::EventWriter};
+use super::{
+    LiveTurn, TurnRunner, TurnSpec, writer,
+    writer::{EventWriter, Flush},
+};
 use crate::{
     events::{StoredEvent, TurnEvent},
     harness::{EventSink, SinkError, TurnError, TurnOutput, TurnRequest},
@@ -52,6 +58,7 @@ impl TurnRunner {
             answered: std::sync::atomic::AtomicBool::new(false),
             waiting: std::sync::Mutex::default(),
             next_seq: Mutex::new(Some(began.first_seq + 1)),
+            after_delta: std::sync::atomic::AtomicBool::new(false),
         });
         let outcome = tokio::select! {
             biased;
@@ -416,13 +423,15 @@ struct TurnSink {
     /// The next seq; `None` once the terminal event took its seq. Held
     /// while an event is numbered and queued, so queue order is seq order.
     next_seq: Mutex<Option<i64>>,
+    /// Whether the last event queued was a text delta (written under
+    /// `next_seq`'s lock): the next one may then wait for company.
+    after_delta: std::sync::atomic::AtomicBool,
 }
 
 impl TurnSink {
     /// What the metrics (and the list of calls waiting for a person)
     /// take from an event of the turn.
     fn observe(&self, event: &TurnEvent) {
-        use std::sync::atomic::Ordering;
         match event {
             TurnEvent::ApprovalRequested { call_id, .. } => {
                 if let Ok(mut waiting) = self.waiting.lock() {
@@ -495,6 +504,16 @@ impl TurnSink {
     }
 }
 
+/// How soon `event` must be committed, given whether the event before it
+/// was a text delta: the first text after anything else (a step's first
+/// token) goes out at once; text right after text may wait for the rest.
+fn flush_after(after_delta: bool, event: &TurnEvent) -> Flush {
+    match event {
+        TurnEvent::MessageDelta { .. } if after_delta => Flush::MayWait,
+        _ => Flush::Now,
+    }
+}
+
 #[async_trait]
 impl EventSink for TurnSink {
     async fn emit(&self, event: TurnEvent) -> Result<(), SinkError> {
@@ -512,6 +531,8 @@ impl EventSink for TurnSink {
             ));
         }
         self.observe(&event);
+        let delta = matches!(event, TurnEvent::MessageDelta { .. });
+        let flush = flush_after(self.after_delta.swap(delta, Ordering::Relaxed), &event);
         let stored = StoredEvent::new(
             &self.live.session_id,
             self.live.turn_id,
@@ -521,10 +542,31 @@ impl EventSink for TurnSink {
         )
         .map_err(|e| SinkError(e.to_string()))?;
         self.writer
-            .append(&self.live, Arc::new(stored))
+            .append(&self.live, Arc::new(stored), flush)
             .await
             .map_err(|e| SinkError(e.to_string()))?;
         *next = Some(seq + 1);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_text_right_after_text_may_wait() {
+        let text = TurnEvent::MessageDelta {
+            step: 1,
+            text: "t".into(),
+        };
+        let other = TurnEvent::MessageRetracted {
+            step: 1,
+            reason: "retry".into(),
+        };
+        assert_eq!(flush_after(false, &text), Flush::Now, "a step's first text");
+        assert_eq!(flush_after(true, &text), Flush::MayWait);
+        assert_eq!(flush_after(true, &other), Flush::Now);
+        assert_eq!(flush_after(false, &other), Flush::Now);
     }
 }

@@ -11,7 +11,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::live::LiveTurn;
@@ -26,10 +26,23 @@ use crate::{
 /// about 1.7 s loses nothing (emitters wait meanwhile: the queue is bounded).
 const BATCH_ATTEMPTS: u32 = 5;
 
+/// Whether an event may wait a moment for others to share its commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Committed with what is waiting now: the first text of a step (its
+    /// time to first token), and every event that is not text.
+    Now,
+    /// A text delta after another: it may wait up to the writer's linger
+    /// for the rest of the stream, so a fast answer is a few commits, not
+    /// one per chunk.
+    MayWait,
+}
+
 enum Command {
     Append {
         event: Arc<StoredEvent>,
         live: Arc<LiveTurn>,
+        flush: Flush,
     },
     Finish {
         finish: Box<TurnFinish>,
@@ -47,6 +60,27 @@ impl Command {
             Self::Append { live, .. } | Self::Finish { live, .. } => live,
         }
     }
+
+    fn may_wait(&self) -> bool {
+        matches!(
+            self,
+            Self::Append {
+                flush: Flush::MayWait,
+                ..
+            }
+        )
+    }
+}
+
+/// How much the writer queues, groups and waits.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterLimits {
+    /// Commands that may wait in the queue before emitters are slowed.
+    pub capacity: usize,
+    /// Most commands in one commit.
+    pub batch_max: usize,
+    /// Longest a [`Flush::MayWait`] event waits for company (zero: never).
+    pub linger: Duration,
 }
 
 /// Why the writer could not take a command.
@@ -58,6 +92,9 @@ pub struct WriterStopped;
 #[derive(Clone)]
 pub struct EventWriter {
     sender: mpsc::Sender<Command>,
+    /// Wakes a writer that lingers over text deltas: a command that may
+    /// not wait was queued.
+    urgent: Arc<Notify>,
 }
 
 impl EventWriter {
@@ -66,14 +103,14 @@ impl EventWriter {
     pub fn spawn(
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
-        capacity: usize,
-        batch_max: usize,
+        limits: WriterLimits,
         tracker: &TaskTracker,
         stop: CancellationToken,
     ) -> Self {
-        let (sender, receiver) = mpsc::channel(capacity);
-        tracker.spawn(run(store, metrics, receiver, batch_max, stop));
-        Self { sender }
+        let (sender, receiver) = mpsc::channel(limits.capacity);
+        let urgent = Arc::new(Notify::new());
+        tracker.spawn(run(store, metrics, receiver, limits, urgent.clone(), stop));
+        Self { sender, urgent }
     }
 
     /// Queues an event; waits while the queue is full.
@@ -81,14 +118,20 @@ impl EventWriter {
         &self,
         live: &Arc<LiveTurn>,
         event: Arc<StoredEvent>,
+        flush: Flush,
     ) -> Result<(), WriterStopped> {
         self.sender
             .send(Command::Append {
                 event,
                 live: live.clone(),
+                flush,
             })
             .await
-            .map_err(|_| WriterStopped)
+            .map_err(|_| WriterStopped)?;
+        if flush == Flush::Now {
+            self.urgent.notify_waiters();
+        }
+        Ok(())
     }
 
     /// Queues a turn's finish and waits for its commit. `Ok(false)`: the
@@ -110,6 +153,7 @@ impl EventWriter {
             })
             .await
             .map_err(|_| FinishError::Stopped)?;
+        self.urgent.notify_waiters();
         match done.await {
             Ok(result) => result.map_err(FinishError::Store),
             Err(_) => Err(FinishError::Stopped),
@@ -130,9 +174,11 @@ async fn run(
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     mut receiver: mpsc::Receiver<Command>,
-    batch_max: usize,
+    limits: WriterLimits,
+    urgent: Arc<Notify>,
     stop: CancellationToken,
 ) {
+    let batch_max = limits.batch_max;
     let mut batch = Vec::with_capacity(batch_max);
     loop {
         let first = tokio::select! {
@@ -146,15 +192,69 @@ async fn run(
         };
         let Some(first) = first else { break };
         batch.push(first);
-        while batch.len() < batch_max {
-            match receiver.try_recv() {
-                Ok(command) => batch.push(command),
-                Err(_) => break,
-            }
+        let first_waits = batch.iter().all(Command::may_wait);
+        let waiting_wait = take_waiting(&mut receiver, &mut batch, batch_max);
+        if !limits.linger.is_zero() && first_waits && waiting_wait {
+            linger(&mut receiver, &mut batch, &limits, &urgent, &stop).await;
         }
         commit(store.as_ref(), &metrics, &mut batch).await;
     }
     tracing::debug!("event writer stopped");
+}
+
+/// Adds what is waiting in the queue to `batch`, up to `batch_max`; true
+/// when every command it took may wait.
+fn take_waiting(
+    receiver: &mut mpsc::Receiver<Command>,
+    batch: &mut Vec<Command>,
+    batch_max: usize,
+) -> bool {
+    let mut all_wait = true;
+    while batch.len() < batch_max {
+        match receiver.try_recv() {
+            Ok(command) => {
+                all_wait &= command.may_wait();
+                batch.push(command);
+            }
+            Err(_) => break,
+        }
+    }
+    all_wait
+}
+
+/// Holds a batch of text deltas that may wait, for up to `linger`, then
+/// takes what arrived meanwhile. The deltas do not wake the writer; a
+/// command that may not wait does (`urgent`), and ends the wait: it is
+/// committed with them, in queue order. The wait also ends when the batch
+/// is full or the writer is stopping.
+async fn linger(
+    receiver: &mut mpsc::Receiver<Command>,
+    batch: &mut Vec<Command>,
+    limits: &WriterLimits,
+    urgent: &Notify,
+    stop: &CancellationToken,
+) {
+    let until = tokio::time::sleep(limits.linger);
+    let mut until = std::pin::pin!(until);
+    loop {
+        // Made before the queue is looked at, so an urgent command queued
+        // after the look wakes it (`notify_waiters` reaches every
+        // `Notified` made before it, polled or not).
+        let woken = urgent.notified();
+        let woken = std::pin::pin!(woken);
+        if !take_waiting(receiver, batch, limits.batch_max) || batch.len() >= limits.batch_max {
+            return;
+        }
+        tokio::select! {
+            biased;
+            () = woken => {}
+            () = until.as_mut() => {
+                take_waiting(receiver, batch, limits.batch_max);
+                return;
+            }
+            () = stop.cancelled() => return,
+        }
+    }
 }
 
 /// Writes `batch` (emptying it) and publishes what was committed.
@@ -261,7 +361,7 @@ fn publish(commands: impl Iterator<Item = Command>, applied: Vec<bool>) {
     let mut ends = Vec::new();
     for command in commands {
         let (live, event) = match command {
-            Command::Append { event, live } => (live, Some(event)),
+            Command::Append { event, live, .. } => (live, Some(event)),
             Command::Finish {
                 finish, live, ack, ..
             } => {
@@ -326,7 +426,207 @@ fn fail(commands: Vec<Command>, error: StoreError) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{events::TurnEvent, runner::live::LiveTurns};
+    use crate::{
+        events::TurnEvent,
+        runner::live::LiveTurns,
+        store::{NewTurn, PoolLimits},
+    };
+
+    /// A writer over a real SQLite file, with one turn begun in it.
+    struct Rig {
+        _dir: tempfile::TempDir,
+        store: Arc<dyn Store>,
+        writer: EventWriter,
+        live: Arc<LiveTurn>,
+        stop: CancellationToken,
+        tracker: TaskTracker,
+        first_seq: i64,
+    }
+
+    async fn rig(linger: Duration) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/writer.db", dir.path().display());
+        let store = crate::store::connect(
+            &url,
+            PoolLimits {
+                max_connections: 2,
+                acquire_timeout: Duration::from_secs(5),
+                call_timeout: Duration::from_secs(5),
+            },
+        )
+        .await
+        .unwrap();
+        store.migrate().await.unwrap();
+        let turn_id = uuid::Uuid::now_v7();
+        let began = store
+            .begin_turn(&NewTurn {
+                id: turn_id,
+                session_id: "s-linger".into(),
+                tenant: crate::ids::DEFAULT_TENANT.into(),
+                request: "{}".into(),
+                idempotency_key: None,
+                owner_instance: "i".into(),
+                owner_process: "p".into(),
+                created_at: chrono::Utc::now(),
+                started_payload: "{}".into(),
+                reads: Default::default(),
+            })
+            .await
+            .unwrap();
+        let live = LiveTurns::default().insert("s-linger", turn_id);
+        let tracker = TaskTracker::new();
+        let stop = CancellationToken::new();
+        let writer = EventWriter::spawn(
+            store.clone(),
+            Arc::new(Metrics::default()),
+            WriterLimits {
+                capacity: 64,
+                batch_max: 512,
+                linger,
+            },
+            &tracker,
+            stop.clone(),
+        );
+        Rig {
+            _dir: dir,
+            store,
+            writer,
+            live,
+            stop,
+            tracker,
+            first_seq: began.first_seq,
+        }
+    }
+
+    impl Rig {
+        async fn append(&self, seq: i64, event: TurnEvent, flush: Flush) {
+            let stored = StoredEvent::new(
+                &self.live.session_id,
+                self.live.turn_id,
+                self.first_seq + seq,
+                &event,
+                chrono::Utc::now(),
+            )
+            .unwrap();
+            self.writer
+                .append(&self.live, Arc::new(stored), flush)
+                .await
+                .unwrap();
+        }
+
+        /// The seqs (after the first) of the next commit published.
+        async fn next_commit(
+            &self,
+            rx: &mut tokio::sync::broadcast::Receiver<super::super::live::Committed>,
+        ) -> Vec<i64> {
+            let committed = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+                .await
+                .expect("a commit within 10 s")
+                .unwrap();
+            committed.iter().map(|e| e.seq - self.first_seq).collect()
+        }
+
+        async fn logged(&self) -> Vec<i64> {
+            self.store
+                .list_events(
+                    &self.live.session_id,
+                    Some(self.live.turn_id),
+                    self.first_seq,
+                    100,
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| e.seq - self.first_seq)
+                .collect()
+        }
+    }
+
+    fn text(t: &str) -> TurnEvent {
+        TurnEvent::MessageDelta {
+            step: 1,
+            text: t.into(),
+        }
+    }
+
+    /// Text deltas that may wait are neither committed nor published until
+    /// an event that may not wait arrives; then they share its commit.
+    #[tokio::test]
+    async fn text_that_may_wait_shares_the_commit_of_the_next_urgent_event() {
+        let rig = rig(Duration::from_secs(60)).await;
+        let mut rx = rig.live.subscribe();
+        rig.append(1, text("first"), Flush::Now).await;
+        assert_eq!(rig.next_commit(&mut rx).await, vec![1]);
+        for seq in 2..=5 {
+            rig.append(seq, text("more "), Flush::MayWait).await;
+        }
+        let early = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
+        assert!(early.is_err(), "the deltas waited: {early:?}");
+        assert_eq!(
+            rig.logged().await,
+            vec![1],
+            "nothing of them in the log yet"
+        );
+        let usage = TurnEvent::Usage {
+            step: Some(1),
+            input_tokens: 1,
+            output_tokens: 4,
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
+            cost_usd: None,
+        };
+        rig.append(6, usage, Flush::Now).await;
+        assert_eq!(rig.next_commit(&mut rx).await, vec![2, 3, 4, 5, 6]);
+        assert_eq!(rig.logged().await, vec![1, 2, 3, 4, 5, 6]);
+    }
+
+    /// A delta with nothing after it waits its linger, not forever.
+    #[tokio::test]
+    async fn text_that_may_wait_is_committed_when_its_wait_is_over() {
+        let rig = rig(Duration::from_millis(50)).await;
+        let mut rx = rig.live.subscribe();
+        rig.append(1, text("first"), Flush::Now).await;
+        assert_eq!(rig.next_commit(&mut rx).await, vec![1]);
+        rig.append(2, text(" and the rest"), Flush::MayWait).await;
+        assert_eq!(rig.next_commit(&mut rx).await, vec![2]);
+        assert_eq!(rig.logged().await, vec![1, 2]);
+    }
+
+    /// With no linger, each delta is committed as soon as the writer is free.
+    #[tokio::test]
+    async fn without_a_linger_text_does_not_wait() {
+        let rig = rig(Duration::ZERO).await;
+        let mut rx = rig.live.subscribe();
+        rig.append(1, text("first"), Flush::Now).await;
+        assert_eq!(rig.next_commit(&mut rx).await, vec![1]);
+        rig.append(2, text(" more"), Flush::MayWait).await;
+        assert_eq!(rig.next_commit(&mut rx).await, vec![2]);
+    }
+
+    /// A writer told to stop commits what it was holding, then ends.
+    #[tokio::test]
+    async fn a_stopping_writer_commits_the_text_it_holds() {
+        let rig = rig(Duration::from_secs(60)).await;
+        let mut rx = rig.live.subscribe();
+        rig.append(1, text("first"), Flush::Now).await;
+        assert_eq!(rig.next_commit(&mut rx).await, vec![1]);
+        rig.append(2, text(" held"), Flush::MayWait).await;
+        rig.stop.cancel();
+        assert_eq!(rig.next_commit(&mut rx).await, vec![2]);
+        drop(rig.writer);
+        rig.tracker.close();
+        tokio::time::timeout(Duration::from_secs(10), rig.tracker.wait())
+            .await
+            .expect("the writer ended");
+        assert_eq!(
+            rig.store
+                .list_events("s-linger", Some(rig.live.turn_id), rig.first_seq, 100)
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+    }
 
     /// A commit of more events than the fan-out's ring holds (a fast
     /// provider's whole answer) reaches a subscriber whole, in one message:
@@ -353,6 +653,7 @@ mod tests {
                 .unwrap(),
             ),
             live: live.clone(),
+            flush: Flush::Now,
         };
         // 100 events of the turn, another turn's interleaved.
         let commands: Vec<Command> = (2..102)
