@@ -85,10 +85,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // The service under test gets the runtime it gets in production.
+    if let Command::Harness { database_url, .. } = &cli.command
+        && let Some(workers) = procs::harness_workers(database_url)
     {
+        builder.worker_threads(workers);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("bench: cannot start a runtime: {e}");

@@ -289,6 +289,17 @@ impl Tool for BenchSleep {
     }
 }
 
+/// The worker threads agent-harness would run with on `database_url` and
+/// this machine's cores (`None`: the settings do not load; `serve_harness`
+/// says why).
+pub fn harness_workers(database_url: &str) -> Option<usize> {
+    let mut settings =
+        Settings::load_from(["agent-harness"], |name| std::env::var(name).ok()).ok()?;
+    settings.database.url = database_url.parse().ok()?;
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    Some(settings.worker_threads(cores))
+}
+
 /// The `harness` subcommand: agent-harness as configured by default, with
 /// the provider at `provider` and the bench tool registered.
 pub async fn serve_harness(
