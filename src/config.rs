@@ -188,9 +188,8 @@ pub struct ServerSettings {
         env = "HARNESS_STALE_TURN_AFTER_S"
     )]
     pub stale_turn_after_s: Option<u64>,
-    /// Threads that run the service's requests and turns [default: every
-    /// core with Postgres; one fewer with SQLite, whose writer thread needs
-    /// a core of its own].
+    /// Threads that run the service's requests and turns [default: one a
+    /// core].
     #[arg(
         id = "server.worker_threads",
         long = "worker-threads",
@@ -902,19 +901,13 @@ impl Settings {
         self.providers.chain()
     }
 
-    /// The async runtime's worker threads: the setting, else every core,
-    /// less one with SQLite. The SQLite writer commits on a thread of its
-    /// own; a worker for each core beside it only adds wake-ups of idle
-    /// workers (BENCHMARKS.md, issue 23: 0.1-0.3 ms of CPU a turn on 2 cores).
+    /// The async runtime's worker threads: the setting, else one a core.
+    /// Fewer workers (one on two cores with SQLite, whose writer has a
+    /// thread of its own) cost less CPU a turn at low load, as fewer idle
+    /// workers are woken, but lengthen the wait of turns that start
+    /// together (BENCHMARKS.md, issue 23).
     pub fn worker_threads(&self, cores: usize) -> usize {
-        self.server.worker_threads.unwrap_or_else(|| {
-            let cores = cores.max(1);
-            if self.database.url.is_postgres() {
-                cores
-            } else {
-                (cores - 1).max(1)
-            }
-        })
+        self.server.worker_threads.unwrap_or(cores.max(1))
     }
 }
 

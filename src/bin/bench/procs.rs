@@ -290,8 +290,8 @@ impl Tool for BenchSleep {
 }
 
 /// The worker threads agent-harness would run with on `database_url` and
-/// this machine's cores (`None`: the settings do not load; `serve_harness`
-/// says why).
+/// this machine's cores, as its settings say (`None`: the settings do not
+/// load; `serve_harness` says why).
 pub fn harness_workers(database_url: &str) -> Option<usize> {
     let mut settings =
         Settings::load_from(["agent-harness"], |name| std::env::var(name).ok()).ok()?;
