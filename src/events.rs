@@ -266,7 +266,24 @@ pub struct StoredEvent {
     pub event_type: String,
     pub payload: String,
     pub created_at: DateTime<Utc>,
+    /// The event itself beside its JSON (see [`StoredEvent::event`]).
+    pub(crate) parsed: Parsed,
 }
+
+/// A [`StoredEvent`]'s typed event: set when the event was made in this
+/// process, parsed from the payload at most once when it was read from the
+/// log. Not part of the event's identity (a replayed event equals the live
+/// one).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Parsed(std::sync::OnceLock<Option<std::sync::Arc<TurnEvent>>>);
+
+impl PartialEq for Parsed {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Parsed {}
 
 impl StoredEvent {
     /// Builds the stored form of `event`. The timestamp is cut to
@@ -286,7 +303,36 @@ impl StoredEvent {
             event_type: event.event_type().to_owned(),
             payload: serde_json::to_string(event)?,
             created_at: created_at.trunc_subsecs(6),
+            parsed: Parsed::default(),
         })
+    }
+
+    /// [`StoredEvent::new`], keeping `event` itself beside its JSON, so
+    /// that the wire formats read it without parsing the JSON back.
+    pub fn from_event(
+        session_id: &str,
+        turn_id: Uuid,
+        seq: i64,
+        event: TurnEvent,
+        created_at: DateTime<Utc>,
+    ) -> Result<Self, serde_json::Error> {
+        let stored = Self::new(session_id, turn_id, seq, &event, created_at)?;
+        let _ = stored.parsed.0.set(Some(std::sync::Arc::new(event)));
+        Ok(stored)
+    }
+
+    /// The event, typed: the one it was made from, else its payload parsed
+    /// (once). `None`: the payload is not an event this build knows (one
+    /// written by a newer version, say).
+    pub fn event(&self) -> Option<&TurnEvent> {
+        self.parsed
+            .0
+            .get_or_init(|| {
+                serde_json::from_str(&self.payload)
+                    .ok()
+                    .map(std::sync::Arc::new)
+            })
+            .as_deref()
     }
 
     pub fn is_terminal(&self) -> bool {
@@ -353,6 +399,35 @@ pub struct EventEnvelope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An event made here keeps its typed form (no parse back from JSON);
+    /// one read from the log is parsed once; one this build does not know
+    /// has none. Neither form takes part in equality.
+    #[test]
+    fn a_stored_event_carries_its_typed_event() {
+        let event = TurnEvent::MessageDelta {
+            step: 1,
+            text: "hi".into(),
+        };
+        let at = Utc::now();
+        let made = StoredEvent::from_event("s", Uuid::now_v7(), 2, event.clone(), at).unwrap();
+        assert!(made.parsed.0.get().is_some(), "kept, not parsed");
+        assert_eq!(made.event(), Some(&event));
+        let read = StoredEvent {
+            parsed: Parsed::default(),
+            ..made.clone()
+        };
+        assert!(read.parsed.0.get().is_none());
+        assert_eq!(read.event(), Some(&event));
+        assert_eq!(read, made);
+        let unknown = StoredEvent {
+            event_type: "from.the.future".into(),
+            payload: r#"{"type":"from.the.future"}"#.into(),
+            parsed: Parsed::default(),
+            ..made
+        };
+        assert_eq!(unknown.event(), None);
+    }
 
     #[test]
     fn envelope_json_is_one_object_with_the_event_fields() {

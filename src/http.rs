@@ -4,22 +4,19 @@
 //! runner or the store. `openapi.yaml` is generated from the same routes
 //! (and a test keeps the checked-in copy equal to it).
 
-pub mod agui;
 mod auth;
 mod conn_timer;
 pub mod error;
+pub mod formats;
 mod health;
 pub mod json;
 mod limits;
 pub mod memory;
-pub mod openai_compat;
 mod page;
 pub mod server;
 pub mod sessions;
-pub mod sse;
 pub mod tools;
 pub mod turns;
-pub mod ui_stream;
 pub mod vault;
 
 use std::sync::OnceLock;
@@ -76,9 +73,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(vault::router())
         .merge(tools::router())
         .merge(memory::router())
-        .merge(openai_compat::router())
-        .merge(ui_stream::router())
-        .merge(agui::router())
+        .merge(formats::chat_completions::router())
+        .merge(formats::ui_message::router())
+        .merge(formats::agui::router())
         .merge(page::router())
         .routes(routes!(openapi_document))
 }
@@ -459,11 +456,6 @@ pub(crate) fn shown_tool_output(output: Option<String>, artifact_id: Option<&str
         ));
     }
     text
-}
-
-/// One JSON value as an SSE `data:` frame (the wire formats without ids).
-pub(crate) fn data_frame(value: &serde_json::Value) -> axum::body::Bytes {
-    axum::body::Bytes::from(format!("data: {value}\n\n"))
 }
 
 /// The session, or 404 `session_not_found`.

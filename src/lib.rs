@@ -10,9 +10,9 @@
 //! - [`startup`]: [`startup::Application`] builds and runs the service (binary and tests).
 //! - [`app`]: the state handlers share.
 //! - [`http`]: the connection loop (timeouts, connection limit), routes,
-//!   problem+json errors, SSE encoding, CORS, the OpenAPI document; the
-//!   other wire formats (OpenAI chat completions, the AI SDK's UI message
-//!   stream, AG-UI) and the chat page.
+//!   problem+json errors, CORS, the OpenAPI document, the chat page; the
+//!   wire formats (`http/formats/`: native SSE, OpenAI chat completions,
+//!   the AI SDK's UI message stream, AG-UI) as encoders under one driver.
 //! - [`runner`]: turns as detached, cancellable tasks (`runner/turn.rs`: a
 //!   turn's life and its end); the event log writer (group commit), live
 //!   fan-out, gap-free resumable subscriptions, heartbeat and cancels.

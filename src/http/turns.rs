@@ -13,7 +13,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{
-    EventStream, Tenant, error::ApiError, json::ApiJson, parse_session_id, parse_turn_id, sse,
+    EventStream, Tenant, error::ApiError, formats::native as sse, json::ApiJson, parse_session_id,
+    parse_turn_id,
 };
 use crate::{
     app::AppState,

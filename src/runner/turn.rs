@@ -533,11 +533,11 @@ impl EventSink for TurnSink {
         self.observe(&event);
         let delta = matches!(event, TurnEvent::MessageDelta { .. });
         let flush = flush_after(self.after_delta.swap(delta, Ordering::Relaxed), &event);
-        let stored = StoredEvent::new(
+        let stored = StoredEvent::from_event(
             &self.live.session_id,
             self.live.turn_id,
             seq,
-            &event,
+            event,
             Utc::now(),
         )
         .map_err(|e| SinkError(e.to_string()))?;

@@ -356,6 +356,7 @@ impl TryFrom<rows::EventRow> for StoredEvent {
             event_type: r.event_type,
             payload: r.payload,
             created_at: r.created_at,
+            parsed: Default::default(),
         })
     }
 }

@@ -582,3 +582,66 @@ async fn a_client_system_message_is_refused_unless_the_operator_allows_it() {
         }
     }
 }
+
+/// Every wire format, not only the native one, sends keep-alive comments
+/// while a turn is quiet (a long tool wave, a slow provider), so a gateway
+/// with an idle timeout does not cut it; the stream still ends as its
+/// format ends. (Before, only the native stream sent them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_wire_format_gets_keep_alive_comments_while_quiet() {
+    use crate::{
+        fake_provider::FakeProvider,
+        helpers::{spawn_app_with, test_settings},
+        support::TestDb,
+    };
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.sse_keepalive_s = 1;
+    let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+    let gate = CancellationToken::new();
+    app.provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(2, &gate),
+        Reply::sse("openai/text.sse").hold_after(2, &gate),
+        Reply::sse("openai/text.sse").hold_after(2, &gate),
+    ]);
+    let formats = [
+        (
+            "/v1/chat/completions",
+            json!({"stream": true, "user": "s-keep-openai", "messages": [{"role": "user", "content": "Hi"}]}),
+            "data: [DONE]",
+        ),
+        (
+            "/v1/ui/chat",
+            json!({"id": "s-keep-ui", "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]}]}),
+            "data: [DONE]",
+        ),
+        (
+            "/v1/agui",
+            json!({"threadId": "s-keep-agui", "runId": "r1", "messages": [{"id": "m1", "role": "user", "content": "Hi"}]}),
+            "\"type\":\"RUN_FINISHED\"",
+        ),
+    ];
+    let answers = futures::future::join_all(
+        formats
+            .iter()
+            .map(|(path, body, _)| app.post_text(path, body.clone())),
+    );
+    let release = async {
+        tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+        gate.cancel();
+    };
+    let (answers, ()) = tokio::join!(answers, release);
+    for ((path, _, last), answer) in formats.iter().zip(answers) {
+        let lines: Vec<&str> = answer.lines().filter(|l| !l.is_empty()).collect();
+        let comments = lines.iter().filter(|l| **l == ":").count();
+        assert!(comments >= 1, "{path}: no keep-alive in {answer}");
+        assert!(
+            lines.iter().all(|l| *l == ":" || l.starts_with("data: ")),
+            "{path}: only data lines and comments: {answer}"
+        );
+        assert!(
+            lines.last().is_some_and(|l| l.contains(last)),
+            "{path}: ends with {last}: {answer}"
+        );
+    }
+}

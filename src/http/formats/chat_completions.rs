@@ -12,21 +12,24 @@
 
 use axum::{
     Extension,
-    body::{Body, Bytes},
+    body::Bytes,
     extract::State,
-    http::{HeaderMap, HeaderValue, header},
+    http::{HeaderMap, HeaderValue},
     response::{IntoResponse, Response},
 };
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{Tenant, error::ApiError, json::ApiJson, parse_session_id};
+use super::{Encoded, WireFormat, stream_turn, typed};
 use crate::{
-    app::AppState, events::TurnEvent, harness::TurnResult, http::error::Problem, runner::TurnSpec,
+    app::AppState,
+    events::{StoredEvent, TurnEvent},
+    harness::TurnResult,
+    http::{Tenant, error::ApiError, error::Problem, json::ApiJson, parse_session_id},
+    runner::TurnSpec,
     store::TurnStatus,
 };
 
@@ -92,9 +95,9 @@ impl ChatCompletionRequest {
         let messages: Vec<(&str, String)> = self
             .messages
             .iter()
-            .map(|m| (m.role.as_str(), super::content_text(&m.content)))
+            .map(|m| (m.role.as_str(), crate::http::content_text(&m.content)))
             .collect();
-        let spec = super::conversation_turn(&messages, allow_system)?;
+        let spec = crate::http::conversation_turn(&messages, allow_system)?;
         let model = self
             .model
             .as_deref()
@@ -134,6 +137,66 @@ impl Completion {
             "usage": usage,
         });
         Bytes::from(format!("data: {chunk}\n\n"))
+    }
+}
+
+/// A completion streamed as `chat.completion.chunk`s, ending with `[DONE]`.
+struct ChunkStream {
+    completion: Completion,
+    include_usage: bool,
+}
+
+impl ChunkStream {
+    fn error(message: &str, code: &str) -> Bytes {
+        let error = json!({"error": {"message": message, "type": "server_error", "code": code}});
+        Bytes::from(format!("data: {error}\n\n"))
+    }
+}
+
+impl WireFormat for ChunkStream {
+    fn start(&mut self) -> Vec<Bytes> {
+        vec![
+            self.completion
+                .chunk(json!({"role": "assistant", "content": ""}), None, None),
+        ]
+    }
+
+    fn encode(&mut self, event: &StoredEvent) -> Encoded {
+        let Some(event) = typed(event) else {
+            return Encoded::default();
+        };
+        match event {
+            TurnEvent::MessageDelta { text, .. } => Encoded::frames(vec![self.completion.chunk(
+                json!({"content": text}),
+                None,
+                None,
+            )]),
+            TurnEvent::TurnCompleted { result } => {
+                let mut frames = vec![self.completion.chunk(json!({}), Some("stop"), None)];
+                if self.include_usage {
+                    frames.push(
+                        self.completion
+                            .chunk(json!({}), None, Some(usage_of(result))),
+                    );
+                }
+                Encoded::last(frames)
+            }
+            TurnEvent::TurnFailed { code, message, .. } => {
+                Encoded::last(vec![Self::error(message, code)])
+            }
+            TurnEvent::TurnCancelled { reason } | TurnEvent::TurnInterrupted { reason } => {
+                Encoded::last(vec![Self::error(reason, "turn_ended")])
+            }
+            _ => Encoded::default(),
+        }
+    }
+
+    fn unreadable(&mut self) -> Vec<Bytes> {
+        Vec::new()
+    }
+
+    fn end(&mut self) -> Vec<Bytes> {
+        vec![Bytes::from_static(b"data: [DONE]\n\n")]
     }
 }
 
@@ -190,50 +253,17 @@ async fn chat_completions(
     };
     let mut response = if body.stream {
         let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
-        let events = super::follow_started(&app, &session_id, started);
-        let frames = async_stream::stream! {
-            let mut events = events;
-            yield Ok::<_, std::convert::Infallible>(
-                completion.chunk(json!({"role": "assistant", "content": ""}), None, None),
-            );
-            while let Some(item) = events.next().await {
-                let Ok(stored) = item else { break };
-                let Ok(event) = serde_json::from_str::<TurnEvent>(&stored.payload) else { continue };
-                match event {
-                    TurnEvent::MessageDelta { text, .. } => {
-                        yield Ok(completion.chunk(json!({"content": text}), None, None));
-                    }
-                    TurnEvent::TurnCompleted { result } => {
-                        yield Ok(completion.chunk(json!({}), Some("stop"), None));
-                        if include_usage {
-                            yield Ok(completion.chunk(json!({}), None, Some(usage_of(&result))));
-                        }
-                        break;
-                    }
-                    TurnEvent::TurnFailed { code, message, .. } => {
-                        let error = json!({"error": {"message": message, "type": "server_error", "code": code}});
-                        yield Ok(Bytes::from(format!("data: {error}\n\n")));
-                        break;
-                    }
-                    TurnEvent::TurnCancelled { reason } | TurnEvent::TurnInterrupted { reason } => {
-                        let error = json!({"error": {"message": reason, "type": "server_error", "code": "turn_ended"}});
-                        yield Ok(Bytes::from(format!("data: {error}\n\n")));
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+        let events = crate::http::follow_started(&app, &session_id, started);
+        let format = ChunkStream {
+            completion,
+            include_usage,
         };
-        let mut response = Body::from_stream(frames).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        response
-            .headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        response
+        stream_turn(
+            format,
+            events,
+            app.sse_keepalive(),
+            app.runner.metrics().clone(),
+        )
     } else {
         let record = app
             .runner

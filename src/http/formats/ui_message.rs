@@ -5,22 +5,21 @@
 
 use axum::{
     Extension,
-    body::{Body, Bytes},
+    body::Bytes,
     extract::State,
-    http::{HeaderValue, header},
-    response::{IntoResponse, Response},
+    http::{HeaderMap, HeaderValue},
+    response::Response,
 };
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{Tenant, error::ApiError, json::ApiJson, parse_session_id};
+use super::{Encoded, WireFormat, data_frame, stream_turn, typed};
 use crate::{
     app::AppState,
-    events::{ToolStatus, TurnEvent},
-    http::error::Problem,
+    events::{StoredEvent, ToolStatus, TurnEvent},
+    http::{Tenant, error::ApiError, error::Problem, json::ApiJson, parse_session_id},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -73,7 +72,7 @@ impl Encoder {
     }
 
     /// The chunks of `event`; the second value is true when the stream ends.
-    fn encode(&mut self, event: TurnEvent) -> (Vec<Value>, bool) {
+    fn encode(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
         let mut out = Vec::new();
         match event {
             TurnEvent::MessageDelta { text, .. } => {
@@ -112,14 +111,14 @@ impl Encoder {
                 artifact_id,
                 ..
             } => {
-                if status == ToolStatus::Completed {
+                if *status == ToolStatus::Completed {
                     out.push(json!({
                         "type": "tool-output-available",
                         "toolCallId": call_id,
-                        "output": super::shown_tool_output(output, artifact_id.as_deref()),
+                        "output": crate::http::shown_tool_output(output.clone(), artifact_id.as_deref()),
                     }));
                 } else {
-                    let why = error.or(reason).unwrap_or_default();
+                    let why = error.as_deref().or(reason.as_deref()).unwrap_or_default();
                     out.push(json!({
                         "type": "tool-output-error",
                         "toolCallId": call_id,
@@ -128,7 +127,7 @@ impl Encoder {
                 }
             }
             TurnEvent::Citations { local, web } => {
-                for (i, source) in web.into_iter().enumerate() {
+                for (i, source) in web.iter().enumerate() {
                     out.push(json!({
                         "type": "source-url",
                         "sourceId": format!("web-{}", i + 1),
@@ -136,7 +135,7 @@ impl Encoder {
                         "title": source.title,
                     }));
                 }
-                for (i, anchor) in local.into_iter().enumerate() {
+                for (i, anchor) in local.iter().enumerate() {
                     out.push(json!({
                         "type": "source-document",
                         "sourceId": format!("local-{}", i + 1),
@@ -174,7 +173,7 @@ impl Encoder {
     tag = "turns",
     request_body = UiChatRequest,
     responses(
-        (status = 200, description = "UI message chunks (`data: {…}` lines, `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`", content_type = "text/event-stream", body = super::EventStream),
+        (status = 200, description = "UI message chunks (`data: {…}` lines, `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`", content_type = "text/event-stream", body = crate::http::EventStream),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The chat already has a running turn", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid body (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -191,45 +190,67 @@ async fn ui_chat(
         .iter()
         .map(|m| (m.role.as_str(), m.text()))
         .collect();
-    let spec =
-        super::conversation_turn(&messages, app.settings.harness.allow_client_system_messages)?;
+    let spec = crate::http::conversation_turn(
+        &messages,
+        app.settings.harness.allow_client_system_messages,
+    )?;
     let started = app.runner.start(&session_id, spec, None).await?;
     let turn_id = started.turn_id;
-    let events = super::follow_started(&app, &session_id, started);
-    let frames = async_stream::stream! {
-        let mut events = events;
-        let mut encoder = Encoder::default();
-        yield Ok::<_, std::convert::Infallible>(super::data_frame(&json!({"type": "start", "messageId": turn_id.to_string()})));
-        yield Ok(super::data_frame(&json!({"type": "start-step"})));
-        while let Some(item) = events.next().await {
-            let Ok(stored) = item else {
-                yield Ok(super::data_frame(&json!({"type": "error", "errorText": "the event log cannot be read"})));
-                break;
-            };
-            let Ok(event) = serde_json::from_str::<TurnEvent>(&stored.payload) else { continue };
-            let (chunks, done) = encoder.encode(event);
-            for chunk in &chunks {
-                yield Ok(super::data_frame(chunk));
-            }
-            if done {
-                break;
-            }
-        }
-        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+    let events = crate::http::follow_started(&app, &session_id, started);
+    let format = UiMessageStream {
+        turn_id,
+        encoder: Encoder::default(),
     };
-    let mut response = Body::from_stream(frames).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert(
-        "x-vercel-ai-ui-message-stream",
-        HeaderValue::from_static("v1"),
-    );
-    if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
-        headers.insert("x-turn-id", value);
+    Ok(stream_turn(
+        format,
+        events,
+        app.sse_keepalive(),
+        app.runner.metrics().clone(),
+    ))
+}
+
+/// The UI message stream of one turn.
+struct UiMessageStream {
+    turn_id: uuid::Uuid,
+    encoder: Encoder,
+}
+
+impl WireFormat for UiMessageStream {
+    fn headers(&self, headers: &mut HeaderMap) {
+        headers.insert(
+            "x-vercel-ai-ui-message-stream",
+            HeaderValue::from_static("v1"),
+        );
+        if let Ok(value) = HeaderValue::from_str(&self.turn_id.to_string()) {
+            headers.insert("x-turn-id", value);
+        }
     }
-    Ok(response)
+
+    fn start(&mut self) -> Vec<Bytes> {
+        vec![
+            data_frame(&json!({"type": "start", "messageId": self.turn_id.to_string()})),
+            data_frame(&json!({"type": "start-step"})),
+        ]
+    }
+
+    fn encode(&mut self, event: &StoredEvent) -> Encoded {
+        let Some(event) = typed(event) else {
+            return Encoded::default();
+        };
+        let (chunks, done) = self.encoder.encode(event);
+        Encoded {
+            frames: chunks.iter().map(data_frame).collect(),
+            done,
+        }
+    }
+
+    fn unreadable(&mut self) -> Vec<Bytes> {
+        vec![data_frame(
+            &json!({"type": "error", "errorText": "the event log cannot be read"}),
+        )]
+    }
+
+    fn end(&mut self) -> Vec<Bytes> {
+        vec![Bytes::from_static(b"data: [DONE]\n\n")]
+    }
 }

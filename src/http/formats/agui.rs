@@ -7,22 +7,21 @@
 
 use axum::{
     Extension,
-    body::Body,
+    body::Bytes,
     extract::State,
-    http::{HeaderValue, header},
-    response::{IntoResponse, Response},
+    http::{HeaderMap, HeaderValue},
+    response::Response,
 };
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{Tenant, error::ApiError, json::ApiJson, parse_session_id};
+use super::{Encoded, WireFormat, data_frame, stream_turn, typed};
 use crate::{
     app::AppState,
-    events::{ToolStatus, TurnEvent},
-    http::error::Problem,
+    events::{StoredEvent, ToolStatus, TurnEvent},
+    http::{Tenant, error::ApiError, error::Problem, json::ApiJson, parse_session_id},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -52,7 +51,7 @@ pub struct AguiMessage {
 
 impl AguiMessage {
     fn text(&self) -> String {
-        super::content_text(&self.content)
+        crate::http::content_text(&self.content)
     }
 }
 
@@ -93,11 +92,11 @@ impl Encoder {
     }
 
     /// The events of `event`; the second value is true when the run ends.
-    fn encode(&mut self, event: TurnEvent) -> (Vec<Value>, bool) {
+    fn encode(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
         let mut out = Vec::new();
         match event {
             TurnEvent::MessageDelta { step, text } => {
-                self.enter_step(step, &mut out);
+                self.enter_step(*step, &mut out);
                 if text.is_empty() {
                     return (out, false);
                 }
@@ -120,7 +119,7 @@ impl Encoder {
                 arguments,
                 ..
             } => {
-                self.enter_step(step, &mut out);
+                self.enter_step(*step, &mut out);
                 self.close_message(&mut out);
                 out.push(
                     json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": tool}),
@@ -137,9 +136,9 @@ impl Encoder {
                 artifact_id,
                 ..
             } => {
-                let content = match (status, error.or(reason)) {
+                let content = match (*status, error.as_ref().or(reason.as_ref())) {
                     (ToolStatus::Completed, _) => {
-                        super::shown_tool_output(output, artifact_id.as_deref())
+                        crate::http::shown_tool_output(output.clone(), artifact_id.as_deref())
                     }
                     (status, Some(why)) => format!("{}: {why}", status.as_str()),
                     (status, None) => status.as_str().to_owned(),
@@ -190,7 +189,7 @@ impl Encoder {
     tag = "turns",
     request_body = RunAgentInput,
     responses(
-        (status = 200, description = "AG-UI events (`data: {…}` lines)", content_type = "text/event-stream", body = super::EventStream),
+        (status = 200, description = "AG-UI events (`data: {…}` lines)", content_type = "text/event-stream", body = crate::http::EventStream),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The thread already has a running turn", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid body (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -207,8 +206,10 @@ async fn agui_run(
         .iter()
         .map(|m| (m.role.as_str(), m.text()))
         .collect();
-    let spec =
-        super::conversation_turn(&messages, app.settings.harness.allow_client_system_messages)?;
+    let spec = crate::http::conversation_turn(
+        &messages,
+        app.settings.harness.allow_client_system_messages,
+    )?;
     let run_id = body
         .run_id
         .clone()
@@ -216,46 +217,63 @@ async fn agui_run(
     let started = app.runner.start(&session_id, spec, None).await?;
     let turn_id = started.turn_id;
     let session = session_id.id().to_owned();
-    let events = super::follow_started(&app, &session_id, started);
+    let events = crate::http::follow_started(&app, &session_id, started);
     let run_id = run_id.unwrap_or_else(|| turn_id.to_string());
-    let frames = async_stream::stream! {
-        let mut events = events;
-        let mut encoder = Encoder {
+    let format = AguiRun {
+        turn_id,
+        encoder: Encoder {
             thread_id: session,
             run_id,
             message: None,
             messages: 0,
             step: None,
-        };
-        yield Ok::<_, std::convert::Infallible>(super::data_frame(&json!({
-            "type": "RUN_STARTED",
-            "threadId": encoder.thread_id,
-            "runId": encoder.run_id,
-        })));
-        while let Some(item) = events.next().await {
-            let Ok(stored) = item else {
-                yield Ok(super::data_frame(&json!({"type": "RUN_ERROR", "message": "the event log cannot be read", "code": "event_log_unavailable"})));
-                break;
-            };
-            let Ok(event) = serde_json::from_str::<TurnEvent>(&stored.payload) else { continue };
-            let (out, done) = encoder.encode(event);
-            for event in &out {
-                yield Ok(super::data_frame(event));
-            }
-            if done {
-                break;
-            }
-        }
+        },
     };
-    let mut response = Body::from_stream(frames).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
-        headers.insert("x-turn-id", value);
+    Ok(stream_turn(
+        format,
+        events,
+        app.sse_keepalive(),
+        app.runner.metrics().clone(),
+    ))
+}
+
+/// The AG-UI events of one run.
+struct AguiRun {
+    turn_id: uuid::Uuid,
+    encoder: Encoder,
+}
+
+impl WireFormat for AguiRun {
+    fn headers(&self, headers: &mut HeaderMap) {
+        if let Ok(value) = HeaderValue::from_str(&self.turn_id.to_string()) {
+            headers.insert("x-turn-id", value);
+        }
     }
-    Ok(response)
+
+    fn start(&mut self) -> Vec<Bytes> {
+        vec![data_frame(&json!({
+            "type": "RUN_STARTED",
+            "threadId": self.encoder.thread_id,
+            "runId": self.encoder.run_id,
+        }))]
+    }
+
+    fn encode(&mut self, event: &StoredEvent) -> Encoded {
+        let Some(event) = typed(event) else {
+            return Encoded::default();
+        };
+        let (out, done) = self.encoder.encode(event);
+        Encoded {
+            frames: out.iter().map(data_frame).collect(),
+            done,
+        }
+    }
+
+    fn unreadable(&mut self) -> Vec<Bytes> {
+        vec![data_frame(&json!({
+            "type": "RUN_ERROR",
+            "message": "the event log cannot be read",
+            "code": "event_log_unavailable",
+        }))]
+    }
 }

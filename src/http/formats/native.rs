@@ -4,39 +4,34 @@
 //! no `id:`, so a client stops, and a later `Last-Event-ID` resumes from the
 //! last event it really got.
 
-use std::{convert::Infallible, fmt::Write as _, sync::Arc, time::Duration};
+use std::{fmt::Write as _, sync::Arc, time::Duration};
 
-use axum::{
-    body::Body,
-    http::{HeaderValue, header},
-    response::{IntoResponse, Response},
-};
+use axum::response::Response;
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
-use tokio::time::Instant;
-
+use futures::Stream;
 use uuid::Uuid;
 
+use super::{Encoded, WireFormat, stream_turn};
 use crate::{events::StoredEvent, metrics::Metrics, store::StoreError};
 
-/// Counts an open stream while it lives.
-struct OpenStream(Arc<Metrics>);
-
-impl OpenStream {
-    fn new(metrics: Arc<Metrics>) -> Self {
-        metrics.stream_opened();
-        Self(metrics)
-    }
+/// The native format: every event, as it is in the log.
+struct Native {
+    turn: TurnRef,
 }
 
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        self.0.stream_closed();
+impl WireFormat for Native {
+    fn encode(&mut self, event: &StoredEvent) -> Encoded {
+        Encoded {
+            frames: vec![encode(event)],
+            done: event.is_terminal(),
+        }
+    }
+
+    fn unreadable(&mut self) -> Vec<Bytes> {
+        tracing::warn!(turn.id = %self.turn.turn_id, "the native stream ends without its terminal event");
+        vec![unreadable_log_frame(&self.turn)]
     }
 }
-
-/// A keep-alive: an SSE comment line, ignored by clients.
-const KEEP_ALIVE: &[u8] = b":\n\n";
 
 /// Encodes `events` as an SSE response, with a keep-alive comment after
 /// every `keepalive` without an event.
@@ -50,38 +45,7 @@ pub fn response(
     keepalive: Duration,
     metrics: Arc<Metrics>,
 ) -> Response {
-    let open = OpenStream::new(metrics);
-    let frames = async_stream::stream! {
-        let _open = open;
-        let mut events = std::pin::pin!(events);
-        let quiet = tokio::time::sleep(keepalive);
-        let mut quiet = std::pin::pin!(quiet);
-        loop {
-            tokio::select! {
-                item = events.next() => match item {
-                    Some(Ok(event)) => yield Ok::<_, Infallible>(encode(&event)),
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, turn.id = %turn.turn_id, "the event log cannot be read; ending the stream");
-                        yield Ok(unreadable_log_frame(&turn));
-                        break;
-                    }
-                    None => break,
-                },
-                () = quiet.as_mut() => yield Ok(Bytes::from_static(KEEP_ALIVE)),
-            }
-            quiet.as_mut().reset(Instant::now() + keepalive);
-        }
-    };
-    let mut response = Body::from_stream(frames).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    // Tell buffering proxies (nginx and friends) to pass events through.
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    stream_turn(Native { turn }, events, keepalive, metrics)
 }
 
 /// One event in the native encoding: `id:`, `event:`, `data:`.
