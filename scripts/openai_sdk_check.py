@@ -31,6 +31,9 @@ def main(binary: str) -> None:
             "DATABASE_URL": f"sqlite://{folder}/h.db",
             "HARNESS_VAULT_DIR": f"{folder}/vault",
             "HARNESS_LOG_FORMAT": "json",
+            # Keep-alive comments every second: the slow answer below
+            # waits 2.5 s for its first word, so the SDK reads some.
+            "HARNESS_SSE_KEEPALIVE_S": "1",
         }
         server = subprocess.Popen([binary], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -60,7 +63,19 @@ def main(binary: str) -> None:
                     usage = chunk.usage
             assert text.startswith("Echo: stream please"), text
             assert usage is not None and usage.total_tokens > 0, usage
-            print("openai-sdk: 2 passed, 0 failed")
+            # A quiet stream: keep-alive comments, which the SDK skips.
+            started = time.monotonic()
+            text = ""
+            for chunk in client.chat.completions.create(
+                model="agent-harness",
+                messages=[{"role": "user", "content": "answer slowly"}],
+                stream=True,
+            ):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    text += chunk.choices[0].delta.content
+            assert text.startswith("Echo: answer slowly"), text
+            assert time.monotonic() - started >= 2.0, "the answer was not slow"
+            print("openai-sdk: 3 passed, 0 failed")
         finally:
             server.terminate()
             server.wait(timeout=30)

@@ -31,6 +31,9 @@ const service = spawn(binary, [], {
     DATABASE_URL: `sqlite://${folder}/h.db`,
     HARNESS_VAULT_DIR: `${folder}/vault`,
     HARNESS_LOG_FORMAT: 'json',
+    // Keep-alive comments every second: the slow answers below wait 2.5 s
+    // for their first word, so the parsers read some.
+    HARNESS_SSE_KEEPALIVE_S: '1',
   },
   stdio: 'ignore',
 });
@@ -81,6 +84,32 @@ try {
   if (!tool || tool.state !== 'output-available') throw new Error(`no finished tool part: ${JSON.stringify(searched.parts)}`);
   const answer = searched.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
   if (!answer.startsWith('Here is what the search found')) throw new Error(`unexpected answer: ${answer}`);
+  passed++;
+
+  // A quiet stream: keep-alive comments, which the SDK's parser skips.
+  const slow = await ask('answer slowly');
+  const slowText = slow.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
+  if (!slowText.startsWith('Echo: answer slowly')) throw new Error(`unexpected slow text: ${slowText}`);
+  passed++;
+
+  const quiet = await fetch(`http://127.0.0.1:${port}/v1/agui`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      threadId: 'agui-quiet',
+      runId: 'agui-quiet-run',
+      state: {},
+      tools: [],
+      context: [],
+      forwardedProps: {},
+      messages: [{ id: 'u1', role: 'user', content: 'answer slowly' }],
+    }),
+  });
+  const quietFrames = (await quiet.text()).split('\n\n');
+  if (!quietFrames.includes(':')) throw new Error('no keep-alive in a quiet AG-UI run');
+  quietFrames
+    .filter((frame) => frame.startsWith('data: '))
+    .forEach((frame) => EventSchemas.parse(JSON.parse(frame.slice(6))));
   passed++;
 
   const run = await fetch(`http://127.0.0.1:${port}/v1/agui`, {

@@ -2,8 +2,10 @@
 //! that needs no key and no network, so that a newcomer sees a streamed
 //! turn, a tool call and citations at once. It echoes the message word by
 //! word; a message asking to search (or about notes) first calls
-//! `local_search` when it is offered, then reports what it found. The
-//! side calls of memory and judges get the JSON they ask for, empty.
+//! `local_search` when it is offered, then reports what it found; a message
+//! asking it to answer slowly waits [`SLOW_PAUSE`] before its first word
+//! (a slow model: the stream's keep-alives show). The side calls of memory
+//! and judges get the JSON they ask for, empty.
 
 use std::time::Duration;
 
@@ -17,6 +19,23 @@ use super::{
 
 /// Pause between streamed words, so that streaming shows.
 const WORD_DELAY: Duration = Duration::from_millis(25);
+
+/// The wait before the first word of a message that asks for `slowly`.
+const SLOW_PAUSE: Duration = Duration::from_millis(2500);
+
+/// Whether the user's last message asks for a slow answer.
+fn asks_slowly(request: &ChatRequest) -> bool {
+    request
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .is_some_and(|m| m.content.to_lowercase().contains("slowly"))
+        && request
+            .messages
+            .last()
+            .is_some_and(|m| m.role == Role::User)
+}
 
 /// The demo model.
 pub struct DemoProvider {
@@ -104,6 +123,11 @@ impl LlmProvider for DemoProvider {
 
     async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let (text, calls) = answer(&request);
+        let pause = if asks_slowly(&request) {
+            SLOW_PAUSE
+        } else {
+            Duration::ZERO
+        };
         let input_tokens: u64 = request
             .messages
             .iter()
@@ -116,9 +140,14 @@ impl LlmProvider for DemoProvider {
         } else {
             FinishReason::ToolCalls
         };
-        let stream = futures::stream::iter(words)
-            .then(|word| async move {
-                tokio::time::sleep(WORD_DELAY).await;
+        let stream = futures::stream::iter(words.into_iter().enumerate())
+            .then(move |(i, word)| async move {
+                let wait = if i == 0 {
+                    pause + WORD_DELAY
+                } else {
+                    WORD_DELAY
+                };
+                tokio::time::sleep(wait).await;
                 Ok(ProviderEvent::TextDelta(word))
             })
             .chain(futures::stream::iter(

@@ -17,11 +17,11 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{Encoded, WireFormat, data_frame, stream_turn, typed};
+use super::{ConversationTurn, Encoded, WireFormat, data_frame, stream_turn, typed};
 use crate::{
     app::AppState,
     events::{StoredEvent, ToolStatus, TurnEvent},
-    http::{Tenant, error::ApiError, error::Problem, json::ApiJson, parse_session_id},
+    http::{Tenant, error::ApiError, error::Problem, json::ApiJson},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -200,24 +200,21 @@ async fn agui_run(
     Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<RunAgentInput>,
 ) -> Result<Response, ApiError> {
-    let session_id = parse_session_id(&body.thread_id, &tenant)?;
+    let run_id = body
+        .run_id
+        .clone()
+        .filter(|r| !r.trim().is_empty() && r.len() <= 128 && !r.chars().any(char::is_control));
     let messages: Vec<(&str, String)> = body
         .messages
         .iter()
         .map(|m| (m.role.as_str(), m.text()))
         .collect();
-    let spec = crate::http::conversation_turn(
-        &messages,
-        app.settings.harness.allow_client_system_messages,
-    )?;
-    let run_id = body
-        .run_id
-        .clone()
-        .filter(|r| !r.trim().is_empty() && r.len() <= 128 && !r.chars().any(char::is_control));
-    let started = app.runner.start(&session_id, spec, None).await?;
-    let turn_id = started.turn_id;
+    let ConversationTurn {
+        session_id,
+        turn_id,
+        events,
+    } = ConversationTurn::start(&app, &tenant, &body.thread_id, &messages).await?;
     let session = session_id.id().to_owned();
-    let events = crate::http::follow_started(&app, &session_id, started);
     let run_id = run_id.unwrap_or_else(|| turn_id.to_string());
     let format = AguiRun {
         turn_id,

@@ -152,6 +152,39 @@ pub fn stream_turn<F: WireFormat>(
     response
 }
 
+/// A turn of the formats that send the whole conversation every time
+/// (`/v1/ui/chat`, `/v1/agui`): started from `messages` (role and text, the
+/// new user message last) in the session named `session`, and followed from
+/// its first event.
+pub(crate) struct ConversationTurn {
+    pub session_id: crate::ids::SessionKey,
+    pub turn_id: uuid::Uuid,
+    pub events: futures::stream::BoxStream<'static, Result<Arc<StoredEvent>, StoreError>>,
+}
+
+impl ConversationTurn {
+    pub(crate) async fn start(
+        app: &crate::app::AppState,
+        tenant: &crate::http::Tenant,
+        session: &str,
+        messages: &[(&str, String)],
+    ) -> Result<Self, crate::http::error::ApiError> {
+        let session_id = crate::http::parse_session_id(session, tenant)?;
+        let spec = crate::http::conversation_turn(
+            messages,
+            app.settings.harness.allow_client_system_messages,
+        )?;
+        let started = app.runner.start(&session_id, spec, None).await?;
+        let turn_id = started.turn_id;
+        let events = crate::http::follow_started(app, &session_id, started);
+        Ok(Self {
+            session_id,
+            turn_id,
+            events,
+        })
+    }
+}
+
 /// A `data:` line of JSON, the frame of the formats that are not native.
 pub fn data_frame(value: &serde_json::Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))

@@ -15,11 +15,11 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{Encoded, WireFormat, data_frame, stream_turn, typed};
+use super::{ConversationTurn, Encoded, WireFormat, data_frame, stream_turn, typed};
 use crate::{
     app::AppState,
     events::{StoredEvent, ToolStatus, TurnEvent},
-    http::{Tenant, error::ApiError, error::Problem, json::ApiJson, parse_session_id},
+    http::{Tenant, error::ApiError, error::Problem, json::ApiJson},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -184,19 +184,14 @@ async fn ui_chat(
     Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<UiChatRequest>,
 ) -> Result<Response, ApiError> {
-    let session_id = parse_session_id(&body.id, &tenant)?;
     let messages: Vec<(&str, String)> = body
         .messages
         .iter()
         .map(|m| (m.role.as_str(), m.text()))
         .collect();
-    let spec = crate::http::conversation_turn(
-        &messages,
-        app.settings.harness.allow_client_system_messages,
-    )?;
-    let started = app.runner.start(&session_id, spec, None).await?;
-    let turn_id = started.turn_id;
-    let events = crate::http::follow_started(&app, &session_id, started);
+    let ConversationTurn {
+        turn_id, events, ..
+    } = ConversationTurn::start(&app, &tenant, &body.id, &messages).await?;
     let format = UiMessageStream {
         turn_id,
         encoder: Encoder::default(),
