@@ -315,6 +315,42 @@ async fn fallback(request: Request) -> ApiError {
 #[expect(dead_code, reason = "describes the stream; the SSE encoder writes it")]
 pub(crate) struct EventStream(String);
 
+/// The session a route's `{session_id}` names, as the caller's tenant's
+/// session (an id that is not one is refused with 400
+/// `invalid_session_id`, before the handler runs).
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct SessionPath {
+    /// 1-128 characters of `[A-Za-z0-9._:-]`
+    #[param(value_type = String, pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)]
+    pub session_id: SessionKey,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SessionPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        let params = axum::extract::RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::Internal(format!("the route's path: {e}")))?;
+        let raw = params
+            .iter()
+            .find(|(name, _)| *name == "session_id")
+            .map(|(_, value)| value.to_owned())
+            .ok_or_else(|| ApiError::Internal("the route has no {session_id}".into()))?;
+        let tenant = parts
+            .extensions
+            .get::<Tenant>()
+            .ok_or_else(|| ApiError::Internal("no tenant for the request".into()))?;
+        Ok(Self {
+            session_id: parse_session_id(&raw, tenant)?,
+        })
+    }
+}
+
 /// The caller's session of a client's id: ids are per tenant, so the
 /// key alone can only ever reach the caller's own sessions.
 pub(crate) fn parse_session_id(raw: &str, tenant: &Tenant) -> Result<SessionKey, ApiError> {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{Tenant, error::ApiError, parse_session_id, parse_turn_id};
+use super::{SessionPath, Tenant, error::ApiError, parse_session_id, parse_turn_id};
 use crate::{
     app::AppState,
     http::error::Problem,
@@ -218,7 +218,7 @@ pub struct JobList {
     path = "/sessions/{session_id}/jobs",
     tag = "sessions",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        SessionPath,
         NewestQuery),
     responses(
         (status = 200, description = "Success", body = JobList),
@@ -228,11 +228,9 @@ pub struct JobList {
 )]
 async fn list_jobs(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(session_id): Path<String>,
+    SessionPath { session_id }: SessionPath,
     query: Result<Query<NewestQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<JobList>, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let limit = newest(query)?;
     super::known_session(&app, &session_id).await?;
     let jobs = app.store.list_jobs(session_id.as_str(), limit).await?;
@@ -252,7 +250,7 @@ pub struct ObservationList {
     path = "/sessions/{session_id}/observations",
     tag = "sessions",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        SessionPath,
         NewestQuery),
     responses(
         (status = 200, description = "Success", body = ObservationList),
@@ -262,11 +260,9 @@ pub struct ObservationList {
 )]
 async fn list_observations(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(session_id): Path<String>,
+    SessionPath { session_id }: SessionPath,
     query: Result<Query<NewestQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<ObservationList>, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let limit = newest(query)?;
     super::known_session(&app, &session_id).await?;
     let mut observations = app

@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{Tenant, error::ApiError, parse_session_id};
+use super::{SessionPath, Tenant, error::ApiError, parse_session_id};
 use crate::{
     app::AppState,
     events::EventEnvelope,
@@ -53,7 +53,7 @@ pub struct SessionView {
     get,
     path = "/sessions/{session_id}",
     tag = "sessions",
-    params(("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)),
+    params(SessionPath),
     responses(
         (status = 200, description = "Success", body = SessionView),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -62,10 +62,8 @@ pub struct SessionView {
 )]
 async fn get_session(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(session_id): Path<String>,
+    SessionPath { session_id }: SessionPath,
 ) -> Result<axum::Json<SessionView>, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let session = super::known_session(&app, &session_id).await?;
     Ok(axum::Json(SessionView {
         session_id: session_id.id().to_owned(),
@@ -131,7 +129,7 @@ pub struct MessagePage {
     path = "/sessions/{session_id}/messages",
     tag = "sessions",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        SessionPath,
         PageQuery),
     responses(
         (status = 200, description = "Success", body = MessagePage),
@@ -141,11 +139,9 @@ pub struct MessagePage {
 )]
 async fn list_messages(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(session_id): Path<String>,
+    SessionPath { session_id }: SessionPath,
     query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<MessagePage>, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let (after, limit) = PageQuery::parse(query)?;
     super::known_session(&app, &session_id).await?;
     let messages = app
@@ -175,7 +171,7 @@ pub struct EventPage {
     path = "/sessions/{session_id}/events",
     tag = "sessions",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        SessionPath,
         PageQuery),
     responses(
         (status = 200, description = "Success", body = EventPage),
@@ -185,11 +181,9 @@ pub struct EventPage {
 )]
 async fn list_events(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(session_id): Path<String>,
+    SessionPath { session_id }: SessionPath,
     query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let (after, limit) = PageQuery::parse(query)?;
     super::known_session(&app, &session_id).await?;
     let events = app
@@ -260,7 +254,7 @@ pub struct DecisionList {
     path = "/sessions/{session_id}/decisions",
     tag = "sessions",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        SessionPath,
         DecisionQuery),
     responses(
         (status = 200, description = "Success", body = DecisionList),
@@ -270,11 +264,9 @@ pub struct DecisionList {
 )]
 async fn list_decisions(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(session_id): Path<String>,
+    SessionPath { session_id }: SessionPath,
     query: Result<Query<DecisionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<DecisionList>, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let limit = page_limit(query.limit)?;
     if query
@@ -319,7 +311,7 @@ pub struct CheckpointList {
     path = "/sessions/{session_id}/checkpoints",
     tag = "sessions",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        SessionPath,
         LimitQuery),
     responses(
         (status = 200, description = "Success", body = CheckpointList),
@@ -329,11 +321,9 @@ pub struct CheckpointList {
 )]
 async fn list_checkpoints(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(session_id): Path<String>,
+    SessionPath { session_id }: SessionPath,
     query: Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<CheckpointList>, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let limit = page_limit(query.limit)?;
     super::known_session(&app, &session_id).await?;

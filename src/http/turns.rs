@@ -13,8 +13,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{
-    EventStream, Tenant, error::ApiError, formats::native as sse, json::ApiJson, parse_session_id,
-    parse_turn_id,
+    EventStream, SessionPath, Tenant, error::ApiError, formats::native as sse, json::ApiJson,
+    parse_session_id, parse_turn_id,
 };
 use crate::{
     app::AppState,
@@ -326,7 +326,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     path = "/sessions/{session_id}/turns",
     tag = "turns",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
+        SessionPath,
         ("Idempotency-Key" = Option<String>, Header, description = "Repeating a request with the same key returns the same turn: 1-255 visible ASCII characters", pattern = r"^[\x21-\x7E]{1,255}$", nullable = false),
     ),
     request_body = TurnBody,
@@ -348,12 +348,10 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 )]
 async fn start_turn(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path(session_id): Path<String>,
+    SessionPath { session_id }: SessionPath,
     headers: HeaderMap,
     ApiJson(body): ApiJson<TurnBody>,
 ) -> Result<Response, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let key = idempotency_key(&headers)?;
     let multitask = body.multitask.unwrap_or_default();
     let spec = body.validate(
