@@ -351,6 +351,34 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SessionPath {
     }
 }
 
+/// A route's `{turn_id}` beside its `{session_id}` (parsed by the handler:
+/// 400 `invalid_turn_id`).
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct TurnPath {
+    /// The turn's id
+    #[param(value_type = Uuid)]
+    pub turn_id: String,
+}
+
+/// A route's `{artifact_id}` beside its `{session_id}`.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct ArtifactPath {
+    pub artifact_id: String,
+}
+
+/// A route's `{turn_id}` and `{call_id}` (an approval's).
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct CallPath {
+    /// The turn's id
+    #[param(value_type = Uuid)]
+    pub turn_id: String,
+    /// The call's id, as `approval.requested` names it
+    pub call_id: String,
+}
+
 /// The caller's session of a client's id: ids are per tenant, so the
 /// key alone can only ever reach the caller's own sessions.
 pub(crate) fn parse_session_id(raw: &str, tenant: &Tenant) -> Result<SessionKey, ApiError> {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{SessionPath, Tenant, error::ApiError, parse_session_id, parse_turn_id};
+use super::{SessionPath, Tenant, TurnPath, error::ApiError, parse_turn_id};
 use crate::{
     app::AppState,
     http::error::Problem,
@@ -155,8 +155,7 @@ pub struct JudgementList {
     path = "/sessions/{session_id}/turns/{turn_id}/judgements",
     tag = "sessions",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
-        ("turn_id" = String, Path, format = Uuid)),
+        SessionPath, TurnPath),
     responses(
         (status = 200, description = "Success", body = JudgementList),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -165,10 +164,9 @@ pub struct JudgementList {
 )]
 async fn list_judgements(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path((session_id, turn_id)): Path<(String, String)>,
+    SessionPath { session_id }: SessionPath,
+    Path(TurnPath { turn_id }): Path<TurnPath>,
 ) -> Result<axum::Json<JudgementList>, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let turn_id = parse_turn_id(&turn_id)?;
     let Some(_) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
         return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);

@@ -1,7 +1,6 @@
 //! `/sessions/{session_id}`, its messages and its event log.
 
 use axum::{
-    Extension,
     extract::{Path, Query, State},
     http::header,
     response::{IntoResponse, Response},
@@ -12,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{SessionPath, Tenant, error::ApiError, parse_session_id};
+use super::{ArtifactPath, SessionPath, error::ApiError};
 use crate::{
     app::AppState,
     events::EventEnvelope,
@@ -343,8 +342,7 @@ async fn list_checkpoints(
     path = "/sessions/{session_id}/artifacts/{artifact_id}",
     tag = "sessions",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
-        ("artifact_id" = String, Path)),
+        SessionPath, ArtifactPath),
     responses(
         (status = 200, description = "Success", body = ArtifactRecord),
         (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -353,10 +351,9 @@ async fn list_checkpoints(
 )]
 async fn get_artifact(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path((session_id, artifact_id)): Path<(String, String)>,
+    SessionPath { session_id }: SessionPath,
+    Path(ArtifactPath { artifact_id }): Path<ArtifactPath>,
 ) -> Result<axum::Json<ArtifactRecord>, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let Some(mut artifact) = app
         .store
         .get_artifact(session_id.as_str(), &artifact_id)

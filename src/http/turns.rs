@@ -1,7 +1,6 @@
 //! `/sessions/{session_id}/turns...`: start, read, follow and cancel turns.
 
 use axum::{
-    Extension,
     extract::{Path, Query, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
@@ -13,14 +12,14 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{
-    EventStream, SessionPath, Tenant, error::ApiError, formats::native as sse, json::ApiJson,
-    parse_session_id, parse_turn_id,
+    CallPath, EventStream, SessionPath, TurnPath, error::ApiError, formats::native as sse,
+    json::ApiJson, parse_turn_id,
 };
 use crate::{
     app::AppState,
     harness::{TurnResult, WebMode},
     http::error::Problem,
-    ids::{SessionKey, client_session_id},
+    ids::client_session_id,
     providers::{ChatMessage, Role},
     runner::{CancelError, CancelOutcome, QueuedStartError, StartError, TurnSpec},
     store::{TurnRecord, TurnStatus},
@@ -483,8 +482,7 @@ fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
     path = "/sessions/{session_id}/turns/{turn_id}",
     tag = "turns",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
-        ("turn_id" = Uuid, Path, description = "The turn's id"),
+        SessionPath, TurnPath
     ),
     responses(
         (status = 200, description = "Success", body = TurnView),
@@ -494,10 +492,9 @@ fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
 )]
 async fn get_turn(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path((session_id, turn_id)): Path<(String, String)>,
+    SessionPath { session_id }: SessionPath,
+    Path(TurnPath { turn_id }): Path<TurnPath>,
 ) -> Result<axum::Json<TurnView>, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let turn_id = parse_turn_id(&turn_id)?;
     let Some(record) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
         return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
@@ -539,12 +536,11 @@ pub struct AfterQuery {
 )]
 async fn turn_events(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path((session_id, turn_id)): Path<(String, String)>,
+    SessionPath { session_id }: SessionPath,
+    Path(TurnPath { turn_id }): Path<TurnPath>,
     query: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let turn_id = parse_turn_id(&turn_id)?;
     let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let after = match headers.get("last-event-id") {
@@ -612,8 +608,7 @@ pub struct CancelRequested {
     path = "/sessions/{session_id}/turns/{turn_id}/cancel",
     tag = "turns",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
-        ("turn_id" = Uuid, Path, description = "The turn's id"),
+        SessionPath, TurnPath
     ),
     responses(
         (status = 200, description = "Success", body = TurnView),
@@ -625,10 +620,9 @@ pub struct CancelRequested {
 )]
 async fn cancel_turn(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path((session_id, turn_id)): Path<(String, String)>,
+    SessionPath { session_id }: SessionPath,
+    Path(TurnPath { turn_id }): Path<TurnPath>,
 ) -> Result<Response, ApiError> {
-    let session_id: SessionKey = parse_session_id(&session_id, &tenant)?;
     let turn_id = parse_turn_id(&turn_id)?;
     match app.runner.cancel(&session_id, turn_id).await {
         Ok(CancelOutcome::Ended(record)) => {
@@ -677,9 +671,7 @@ pub struct ApprovalView {
     path = "/sessions/{session_id}/turns/{turn_id}/approvals/{call_id}",
     tag = "turns",
     params(
-        ("session_id" = String, Path, description = "1-128 characters of `[A-Za-z0-9._:-]`", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128),
-        ("turn_id" = Uuid, Path, description = "The turn's id"),
-        ("call_id" = String, Path, description = "The call's id, as `approval.requested` names it"),
+        SessionPath, CallPath
     ),
     request_body = ApprovalBody,
     responses(
@@ -691,11 +683,10 @@ pub struct ApprovalView {
 )]
 async fn decide_approval(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    Path((session_id, turn_id, call_id)): Path<(String, String, String)>,
+    SessionPath { session_id }: SessionPath,
+    Path(CallPath { turn_id, call_id }): Path<CallPath>,
     ApiJson(body): ApiJson<ApprovalBody>,
 ) -> Result<axum::Json<ApprovalView>, ApiError> {
-    let session_id = parse_session_id(&session_id, &tenant)?;
     let turn_id = parse_turn_id(&turn_id)?;
     if call_id.is_empty() || call_id.len() > 200 || call_id.chars().any(char::is_control) {
         return Err(ApiError::InvalidQuery("`call_id` is not a call id".into()));
