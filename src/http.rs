@@ -466,19 +466,18 @@ pub(crate) fn conversation_turn(
     }
     if earlier
         .iter()
-        .any(|(role, _)| matches!(*role, "system" | "developer"))
+        .any(|(role, _)| role.parse() == Ok(Role::System))
     {
         refuse_client_system(allow_system)?;
     }
     let history = earlier
         .iter()
         .filter_map(|(role, text)| {
-            let role = match *role {
-                "system" | "developer" => Role::System,
-                "user" => Role::User,
-                "assistant" => Role::Assistant,
-                _ => return None,
-            };
+            // A client's tool results (and unknown roles) are left out.
+            let role = role
+                .parse::<Role>()
+                .ok()
+                .filter(|r| r.is_conversational())?;
             Some(ChatMessage::new(role, text.clone()))
         })
         .collect();

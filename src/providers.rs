@@ -74,6 +74,52 @@ impl Role {
             Self::Tool => "tool",
         }
     }
+
+    /// A role of the conversation a prompt is made of (a tool's result is
+    /// not one: it belongs to the step that called the tool).
+    pub fn is_conversational(self) -> bool {
+        self != Self::Tool
+    }
+}
+
+/// A role name no chat API uses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown role {0:?}")]
+pub struct UnknownRole(pub String);
+
+/// A role by its name in the chat APIs: `developer` is the OpenAI API's
+/// newer name for `system`.
+impl std::str::FromStr for Role {
+    type Err = UnknownRole;
+
+    fn from_str(name: &str) -> Result<Self, UnknownRole> {
+        match name {
+            "system" | "developer" => Ok(Self::System),
+            "user" => Ok(Self::User),
+            "assistant" => Ok(Self::Assistant),
+            "tool" => Ok(Self::Tool),
+            other => Err(UnknownRole(other.to_owned())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod role_tests {
+    use super::Role;
+
+    #[test]
+    fn a_role_is_read_by_its_name_developer_as_system() {
+        assert_eq!("system".parse(), Ok(Role::System));
+        assert_eq!("developer".parse(), Ok(Role::System));
+        assert_eq!("user".parse(), Ok(Role::User));
+        assert_eq!("assistant".parse(), Ok(Role::Assistant));
+        assert_eq!("tool".parse(), Ok(Role::Tool));
+        assert!("function".parse::<Role>().is_err());
+        assert!("System".parse::<Role>().is_err());
+        for role in [Role::System, Role::User, Role::Assistant, Role::Tool] {
+            assert_eq!(role.as_str().parse(), Ok(role));
+        }
+    }
 }
 
 /// A tool call requested by the model; `arguments` is the raw JSON text.

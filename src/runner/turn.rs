@@ -27,12 +27,11 @@ fn chat_messages(messages: Vec<MessageRecord>) -> Vec<ChatMessage> {
     messages
         .into_iter()
         .filter_map(|m| {
-            let role = match m.role.as_str() {
-                "user" => Role::User,
-                "assistant" => Role::Assistant,
-                "system" => Role::System,
-                _ => return None,
-            };
+            let role = m
+                .role
+                .parse::<Role>()
+                .ok()
+                .filter(|r| r.is_conversational())?;
             Some(ChatMessage::new(role, m.content))
         })
         .collect()
