@@ -24,7 +24,7 @@
 //! - [`memory`]: memory, judges and the research learner on the store, and
 //!   the background worker that runs their jobs.
 //! - [`providers`]: the `LlmProvider` trait, the OpenAI-compatible,
-//!   Anthropic and Ollama adapters (`http.rs`: requests and limits;
+//!   Anthropic and Ollama adapters (`transport.rs`: requests and limits;
 //!   `stream.rs`: SSE/NDJSON decoding), the chain, pricing, redaction.
 //! - [`store`]: SQLite and Postgres behind one `Store` trait.
 //! - [`events`], [`turn`], [`ids`], [`hooks`]: the shared vocabulary

@@ -1,4 +1,5 @@
-//! The `agent-harness` binary: `serve` (default) or `migrate`.
+//! The `agent-harness` binary: `serve` (the default), and the commands
+//! beside it (`migrate`, `index-vault`, `keys`, `openapi`, `chat`, `health`).
 
 use std::{
     io::{IsTerminal as _, Write as _},
@@ -12,10 +13,9 @@ use agent_harness::{
     startup, store, telemetry, vault,
 };
 
-#[path = "cli/chat.rs"]
-mod chat;
-#[path = "cli/health.rs"]
-mod health;
+mod cli;
+
+use cli::{chat, health};
 
 /// Every setting is a flag with an environment variable and a key in the
 /// settings file; `--help` lists them.

@@ -23,7 +23,7 @@ use crate::{
     },
     providers::embeddings::{Embedder, cosine},
     store::{
-        MemoryQuery, MemoryRecord, NewJob, ObservationRecord, Store, memory::MEMORIES_PER_SCOPE,
+        MemoryQuery, MemoryRecord, NewJob, ObservationRecord, Store, memories::MEMORIES_PER_SCOPE,
     },
     vault::query_terms,
 };

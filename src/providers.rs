@@ -11,7 +11,6 @@ pub mod chain;
 pub mod demo;
 pub mod embeddings;
 pub mod error;
-mod http;
 pub mod ollama;
 pub mod openai;
 pub mod pricing;
@@ -19,6 +18,7 @@ pub mod redact;
 mod refusing;
 pub mod scripted;
 mod stream;
+mod transport;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
 

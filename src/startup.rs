@@ -37,10 +37,10 @@ use crate::{
     store::{self, StoreError},
     tools::{
         Tool, ToolRegistry,
-        builtin::{GetContextPack, LocalSearch},
         http_tool::HttpTool,
         mcp::McpHub,
         notes::{ReadNote, WriteNote},
+        retrieval::{GetContextPack, LocalSearch},
         web::{FetchUrl, WebSearch},
     },
     vault::{Vault, VaultError},

@@ -11,7 +11,7 @@
 //! store as it was.
 
 pub mod bounded;
-pub mod memory;
+pub mod memories;
 pub mod postgres;
 pub mod records;
 mod sql;
@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::events::StoredEvent;
-pub use memory::{
+pub use memories::{
     JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob,
     NewMemory, ObservationRecord,
 };
@@ -291,7 +291,7 @@ pub trait Store: Send + Sync + 'static {
     async fn vault_chunks(&self, ids: &[i64]) -> Result<Vec<VaultHit>, StoreError>;
 
     /// Keeps a memory, replacing the scope's memory of the same key; the
-    /// scope keeps its newest [`memory::MEMORIES_PER_SCOPE`].
+    /// scope keeps its newest [`memories::MEMORIES_PER_SCOPE`].
     async fn upsert_memory(&self, memory: &NewMemory) -> Result<(), StoreError>;
 
     /// Memories of `scope` matching any of `terms`, best first.

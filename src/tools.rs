@@ -6,10 +6,10 @@
 //! and are expected to honour it; one that does not is given a short grace
 //! and then dropped, and its late result is discarded by the late-write gate.
 
-pub mod builtin;
 pub mod http_tool;
 pub mod mcp;
 pub mod notes;
+pub mod retrieval;
 pub mod web;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};

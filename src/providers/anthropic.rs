@@ -19,8 +19,9 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderFailure, ProviderStream, Role, ThinkLevel, ThinkingBlock, ToolCall, Usage, http,
+    ProviderFailure, ProviderStream, Role, ThinkLevel, ThinkingBlock, ToolCall, Usage,
     redact::{self, Redactor},
+    transport,
 };
 
 /// The API version sent in `anthropic-version`.
@@ -77,7 +78,7 @@ impl AnthropicProvider {
                 "invalid base URL {base:?}: {e}"
             )))
         })?;
-        let client = http::client(config.connect_timeout)?;
+        let client = transport::client(config.connect_timeout)?;
         Ok(Self {
             client,
             endpoint,
@@ -200,7 +201,8 @@ impl AnthropicProvider {
             http = http.header("x-api-key", key);
         }
         let events =
-            http::open_events(http, deadline, self.idle_timeout, self.max_response_bytes).await?;
+            transport::open_events(http, deadline, self.idle_timeout, self.max_response_bytes)
+                .await?;
         Ok(parse_stream(events).boxed())
     }
 }

@@ -18,10 +18,10 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderFailure, ProviderStream, Role, ThinkLevel, ToolCall, Usage, http,
+    ProviderFailure, ProviderStream, Role, ThinkLevel, ToolCall, Usage,
     redact::{self, Redactor},
     refusing::RefusingModels,
-    stream,
+    stream, transport,
 };
 
 /// Settings of an Ollama server.
@@ -63,7 +63,7 @@ impl OllamaProvider {
                 "invalid OLLAMA_HOST {host:?}: {e}"
             )))
         })?;
-        let client = http::client(config.connect_timeout)?;
+        let client = transport::client(config.connect_timeout)?;
         Ok(Self {
             client,
             endpoint,
@@ -152,10 +152,10 @@ impl OllamaProvider {
             other => other?,
         };
         let response =
-            http::expect_content_type(response, &["application/x-ndjson", "application/json"])
+            transport::expect_content_type(response, &["application/x-ndjson", "application/json"])
                 .await?;
         let lines = stream::ndjson_lines(
-            http::limited_bytes(response, self.max_response_bytes),
+            transport::limited_bytes(response, self.max_response_bytes),
             self.idle_timeout,
             deadline,
         );
@@ -171,9 +171,9 @@ impl OllamaProvider {
         deadline: Instant,
     ) -> Result<reqwest::Response, ProviderError> {
         let http = self.client.post(self.endpoint.clone()).json(body);
-        let response = http::send(http, deadline).await?;
+        let response = transport::send(http, deadline).await?;
         if !response.status().is_success() {
-            return Err(http::error_from_response(response).await);
+            return Err(transport::error_from_response(response).await);
         }
         Ok(response)
     }

@@ -21,9 +21,10 @@ use tokio::time::Instant;
 
 use super::{
     ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderStream, Role, ThinkLevel, ToolCall, Usage, http,
+    ProviderStream, Role, ThinkLevel, ToolCall, Usage,
     redact::{self, Redactor},
     refusing::RefusingModels,
+    transport,
 };
 
 /// Settings of an OpenAI-compatible endpoint.
@@ -80,7 +81,7 @@ impl OpenAiProvider {
         } else {
             KeyHeader::Bearer
         };
-        let client = http::client(config.connect_timeout)?;
+        let client = transport::client(config.connect_timeout)?;
         Ok(Self {
             client,
             endpoint,
@@ -219,18 +220,18 @@ impl OpenAiProvider {
             let body = self.request_body(&request);
             (self.post(&body), body.get("reasoning_effort").is_some())
         };
-        let response = match http::open(first, deadline).await {
+        let response = match transport::open(first, deadline).await {
             Err(e) if sent_effort && refuses_reasoning_effort(&e) => {
                 // Asked once more without it; remembered for this model.
                 let model = request.model_or(&self.model).to_owned();
                 tracing::info!(model = %model, "the model refuses reasoning_effort; sending without it");
                 self.no_effort.remember(&model);
-                http::open(self.post(&self.request_body(&request)), deadline).await?
+                transport::open(self.post(&self.request_body(&request)), deadline).await?
             }
             other => other?,
         };
-        if http::has_content_type(&response, "application/json") {
-            let body = http::read_body(
+        if transport::has_content_type(&response, "application/json") {
+            let body = transport::read_body(
                 response,
                 self.max_response_bytes,
                 self.idle_timeout,
@@ -240,7 +241,7 @@ impl OpenAiProvider {
             let events = parse_completion(&body)?;
             return Ok(futures::stream::iter(events.into_iter().map(Ok)).boxed());
         }
-        let events = http::events_of(
+        let events = transport::events_of(
             response,
             deadline,
             self.idle_timeout,
@@ -524,7 +525,7 @@ where
 /// An `error` object sent inside a 200 stream.
 fn in_stream_error(error: &Value) -> ProviderError {
     let body = error.to_string();
-    let (message, code) = http::error_message(&json!({ "error": error }).to_string());
+    let (message, code) = transport::error_message(&json!({ "error": error }).to_string());
     let failure = super::ProviderFailure {
         status: 200,
         message: message.unwrap_or_else(|| "error in stream".to_owned()),

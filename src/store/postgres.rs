@@ -11,7 +11,7 @@ use sqlx::{
 use super::{
     BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, IndexedNote, NewArtifact,
     NewCheckpoint, NewTurn, OrphanScope, PoolLimits, StoreError, TurnContext, TurnFinish, VaultHit,
-    memory::{JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory},
+    memories::{JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory},
     records::parse_uuid,
     sql::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP},
 };
@@ -441,7 +441,7 @@ impl PostgresStore {
              WHERE scope = $1 ORDER BY updated_at DESC, id DESC OFFSET $2)",
         )
         .bind(&memory.scope)
-        .bind(super::memory::MEMORIES_PER_SCOPE)
+        .bind(super::memories::MEMORIES_PER_SCOPE)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -824,7 +824,7 @@ impl Writer {
                 )?
                 .execute(params![
                     memory.scope,
-                    crate::store::memory::MEMORIES_PER_SCOPE
+                    crate::store::memories::MEMORIES_PER_SCOPE
                 ])?;
             Ok(())
         })
