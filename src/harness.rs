@@ -43,12 +43,12 @@ use async_trait::async_trait;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-pub use crate::turn::{TurnResult, WebMode};
 use crate::{
     events::TurnEvent,
     providers::{ChatMessage, LlmProvider, ProviderError},
     store::{MemoryQuery, MemoryRecord, NewDecision, NewJob, NewMessage, ObservationRecord},
     tools::ToolRegistry,
+    turn::{TurnResult, WebMode},
 };
 use budget::{BudgetLimits, TurnBudget};
 use compaction::ContextWarningTracker;

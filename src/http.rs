@@ -484,7 +484,7 @@ pub(crate) fn conversation_turn(
     Ok(crate::runner::TurnSpec {
         message: message.clone(),
         top_k: 8,
-        web_mode: crate::harness::WebMode::Off,
+        web_mode: crate::turn::WebMode::Off,
         show_citations: false,
         runtime_provider: None,
         runtime_model: None,

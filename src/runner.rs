@@ -22,13 +22,14 @@ use uuid::Uuid;
 
 use crate::{
     events::{StoredEvent, TurnEvent},
-    harness::{AgentHarness, WebMode},
+    harness::AgentHarness,
     ids::SessionKey,
     metrics::Metrics,
     providers::ChatMessage,
     store::{
         BeginTurnError, NewTurn, OrphanScope, Store, StoreError, TurnReads, TurnRecord, TurnStatus,
     },
+    turn::WebMode,
 };
 use live::{LiveTurn, LiveTurns};
 use writer::EventWriter;

@@ -17,8 +17,10 @@
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::turn::TurnResult;
+
 use super::{
-    AgentHarness, EventSink, TurnOutput, TurnResult,
+    AgentHarness, EventSink, TurnOutput,
     hooks::{HookError, JudgeRequest, MemoryTurn, isolate},
     state::{CitationAccumulator, ToolResultRecord, WebCitation},
 };

@@ -17,12 +17,12 @@ use super::{
 };
 use crate::{
     app::AppState,
-    harness::{TurnResult, WebMode},
     http::error::Problem,
     ids::client_session_id,
     providers::{ChatMessage, Role},
     runner::{CancelError, CancelOutcome, QueuedStartError, StartError, TurnSpec},
     store::{TurnRecord, TurnStatus},
+    turn::{TurnResult, WebMode},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use agent_harness::{
     events::TurnEvent,
     harness::{
-        HarnessOptions, WebMode,
+        HarnessOptions,
         hooks::{
             AgentCallbacks, HookError, JudgeRequest, JudgeScheduler, MemoryExtractor, MemoryTurn,
             ResearchLearner,
@@ -16,6 +16,7 @@ use agent_harness::{
         scripted::{ScriptedProvider, call, calls, text},
     },
     tools::{Citation, ToolOutput},
+    turn::WebMode,
 };
 use async_trait::async_trait;
 use serde_json::json;

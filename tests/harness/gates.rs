@@ -3,12 +3,13 @@
 use std::sync::Arc;
 
 use agent_harness::{
-    harness::{HarnessOptions, WebMode, hooks::AgentCallbacks, validation::MAX_REPAIR_ATTEMPTS},
+    harness::{HarnessOptions, hooks::AgentCallbacks, validation::MAX_REPAIR_ATTEMPTS},
     providers::{
         ToolCall,
         scripted::{call, calls, text},
     },
     tools::{EffectClass, PermissionMode, Tool, ToolOutput},
+    turn::WebMode,
 };
 use async_trait::async_trait;
 use serde_json::json;

@@ -12,13 +12,14 @@ use agent_harness::{
     events::TurnEvent,
     harness::{
         AgentHarness, AgentHarnessBuilder, EventSink, HarnessOptions, SinkError, TurnError,
-        TurnOutput, TurnRequest, WebMode, state::TurnRuntimeState,
+        TurnOutput, TurnRequest, state::TurnRuntimeState,
     },
     providers::scripted::{Scripted, ScriptedProvider},
     tools::{
         EffectClass, PermissionMode, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput,
         ToolRegistry, ToolSpec,
     },
+    turn::WebMode,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};

@@ -60,7 +60,7 @@ fn delta(turn: &NewTurn, seq: i64, text: &str) -> Arc<StoredEvent> {
 }
 
 fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
-    let result = agent_harness::harness::TurnResult {
+    let result = agent_harness::turn::TurnResult {
         text: text.into(),
         ..Default::default()
     };

@@ -27,10 +27,10 @@ use super::{Encoded, WireFormat, stream_turn, typed};
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
-    harness::TurnResult,
     http::{Tenant, error::ApiError, error::Problem, json::ApiJson, parse_session_id},
     runner::TurnSpec,
     store::TurnStatus,
+    turn::TurnResult,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
