@@ -1,0 +1,143 @@
+//! The harness's hooks, answered by the service's parts: its metrics, the
+//! store (approvals, artifacts) and the vault (checkpoints before a write).
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::{
+    harness::hooks::{
+        AgentCallbacks, ApprovalDecision, ApprovalGate, ApprovalRequest, ArtifactStore,
+        CheckpointRequest, CheckpointStore, HookError,
+    },
+    metrics::Metrics,
+    store,
+    vault::Vault,
+};
+
+/// What the harness reports to the service's metrics.
+pub(super) struct MetricsCallbacks(pub(super) Arc<Metrics>);
+
+#[async_trait]
+impl AgentCallbacks for MetricsCallbacks {
+    async fn on_provider_error(&self, code: &str) {
+        self.0.provider_error(code);
+    }
+}
+
+/// Approval decisions from the store: a waiting call looks for its
+/// decision when woken (a decision made in this process) and every 250 ms
+/// (one made on another replica).
+pub struct StoreApprovals {
+    pub store: Arc<dyn store::Store>,
+    pub decided: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl ApprovalGate for StoreApprovals {
+    async fn decide(
+        &self,
+        request: &ApprovalRequest,
+        within: Duration,
+        cancel: &CancellationToken,
+    ) -> ApprovalDecision {
+        let Ok(turn_id) = Uuid::parse_str(&request.turn_id) else {
+            return ApprovalDecision::Denied {
+                reason: "the turn has no valid id".into(),
+            };
+        };
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Registered before the look, so that a decision made in between
+            // still wakes this wait.
+            let woken = self.decided.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            match self.store.get_approval(turn_id, &request.call_id).await {
+                Ok(Some((true, _))) => return ApprovalDecision::Approved,
+                Ok(Some((false, reason))) => {
+                    return ApprovalDecision::Denied {
+                        reason: reason.unwrap_or_else(|| "no reason given".into()),
+                    };
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot read an approval; still waiting"),
+            }
+            tokio::select! {
+                () = &mut woken => {}
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                () = tokio::time::sleep_until(deadline) => return ApprovalDecision::TimedOut,
+                () = cancel.cancelled() => return ApprovalDecision::Cancelled,
+            }
+        }
+    }
+}
+
+/// Keeps oversized tool outputs in the `artifacts` table.
+pub struct StoreArtifacts(pub Arc<dyn store::Store>);
+
+#[async_trait]
+impl ArtifactStore for StoreArtifacts {
+    async fn put(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+        call_id: &str,
+        tool: &str,
+        content: &str,
+    ) -> Result<String, HookError> {
+        let id = format!("art_{}", Uuid::now_v7().simple());
+        self.0
+            .put_artifact(&store::NewArtifact {
+                id: id.clone(),
+                session_id: session_id.to_owned(),
+                turn_id: turn_id.to_owned(),
+                call_id: call_id.to_owned(),
+                tool: tool.to_owned(),
+                content: content.to_owned(),
+                created_at: Utc::now(),
+            })
+            .await
+            .map_err(HookError::new)?;
+        Ok(id)
+    }
+}
+
+/// Saves the notes a write is about to change (resource keys `note:…`)
+/// as checkpoints in the store.
+pub struct VaultCheckpoints {
+    pub vault: Arc<Vault>,
+    pub store: Arc<dyn store::Store>,
+}
+
+#[async_trait]
+impl CheckpointStore for VaultCheckpoints {
+    async fn snapshot(&self, request: &CheckpointRequest) -> Result<Vec<String>, HookError> {
+        let mut ids = Vec::new();
+        for key in &request.resource_keys {
+            let Some(path) = crate::tools::notes::path_of_key(key) else {
+                continue;
+            };
+            let (note, content) = self.vault.snapshot(path).await.map_err(HookError::new)?;
+            let id = crate::http::vault::new_checkpoint_id();
+            self.store
+                .put_checkpoint(&store::NewCheckpoint {
+                    id: id.clone(),
+                    session_id: request.session_id.clone(),
+                    turn_id: request.turn_id.clone(),
+                    call_id: request.call_id.clone(),
+                    tool: request.tool.clone(),
+                    path: note.relative,
+                    content,
+                    created_at: Utc::now(),
+                })
+                .await
+                .map_err(HookError::new)?;
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+}
