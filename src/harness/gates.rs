@@ -33,7 +33,7 @@ use super::{
 use crate::{
     events::{ToolStatus, TurnEvent},
     providers::{ChatMessage, ToolCall},
-    tools::{Citation, EffectClass, ToolContext, ToolError, ToolErrorKind},
+    tools::{Citation, EffectClass, Tool, ToolContext, ToolError, ToolErrorKind},
 };
 
 /// Tool output longer than this goes to the artifact store (seeds:
@@ -134,159 +134,230 @@ pub(super) struct CallEnv<'a> {
 
 /// Runs one call through the gates. Never fails.
 pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome {
-    let harness = env.harness;
-    // 1. Replay control.
-    if let Some(previous) = env.replay.should_skip(&call.name, &call.arguments) {
-        return ToolOutcome::Denied {
-            reason: DenyReason::Duplicate,
-            message: format!(
+    match admit(env, call).await {
+        Ok((tool, arguments)) => run(env, call, tool, arguments).await,
+        Err(refused) => *refused,
+    }
+}
+
+/// A gate's refusal: the outcome the model is told.
+type Refused = Box<ToolOutcome>;
+
+fn denied(reason: DenyReason, message: impl Into<String>) -> Refused {
+    Box::new(ToolOutcome::Denied {
+        reason,
+        message: message.into(),
+    })
+}
+
+/// The gates, in order: the tool and its arguments when every one lets
+/// the call through.
+async fn admit(env: &CallEnv<'_>, call: &ToolCall) -> Result<(Arc<dyn Tool>, Value), Refused> {
+    not_a_replay(env, call)?;
+    let tool = permitted(env, call)?;
+    pre_hook(env, call).await?;
+    let arguments = valid_arguments(env, call, tool.as_ref())?;
+    within_budget(env)?;
+    approved(env, call, tool.as_ref(), &arguments).await?;
+    checkpointed(env, call, tool.as_ref(), &arguments).await?;
+    Ok((tool, arguments))
+}
+
+/// Gate 1, replay control: the same call twice in a turn runs once.
+fn not_a_replay(env: &CallEnv<'_>, call: &ToolCall) -> Result<(), Refused> {
+    match env.replay.should_skip(&call.name, &call.arguments) {
+        Some(previous) => Err(denied(
+            DenyReason::Duplicate,
+            format!(
                 "this exact call already ran in this turn (call {previous}); use its result above"
             ),
-        };
+        )),
+        None => Ok(()),
     }
-    // 2. Blocked for this turn, or not permitted here.
+}
+
+/// Gate 2: a tool that exists, is not blocked for this turn, and is permitted.
+fn permitted(env: &CallEnv<'_>, call: &ToolCall) -> Result<Arc<dyn Tool>, Refused> {
+    let harness = env.harness;
     let Some(tool) = harness.tools.get(&call.name).cloned() else {
-        return ToolOutcome::failure(
+        return Err(Box::new(ToolOutcome::failure(
             ToolErrorKind::UnknownTool,
             format!("there is no tool named {:?}", call.name),
             false,
-        );
+        )));
     };
     if env.state.is_blocked(&call.name) {
-        return ToolOutcome::Denied {
-            reason: DenyReason::Blocked,
-            message: format!(
+        return Err(denied(
+            DenyReason::Blocked,
+            format!(
                 "the tool {:?} is not available for the rest of this turn",
                 call.name
             ),
-        };
+        ));
     }
     if !harness.is_tool_allowed(&call.name, env.request) {
-        return ToolOutcome::Denied {
-            reason: DenyReason::Permission,
-            message: format!(
+        return Err(denied(
+            DenyReason::Permission,
+            format!(
                 "the tool {:?} is not permitted here (the service's permission mode, or web tools with web_mode off)",
                 call.name
             ),
-        };
+        ));
     }
-    // 3. Pre-hook.
-    let allowed = isolate(async { Ok(harness.callbacks.on_pre_tool_use(call).await) }).await;
-    if allowed != Ok(true) {
-        return ToolOutcome::Denied {
-            reason: DenyReason::PreHook,
-            message: "the host refused this call".into(),
-        };
+    Ok(tool)
+}
+
+/// Gate 3: the host's pre-hook.
+async fn pre_hook(env: &CallEnv<'_>, call: &ToolCall) -> Result<(), Refused> {
+    let allowed = isolate(async { Ok(env.harness.callbacks.on_pre_tool_use(call).await) }).await;
+    if allowed == Ok(true) {
+        Ok(())
+    } else {
+        Err(denied(DenyReason::PreHook, "the host refused this call"))
     }
-    // 4. Argument validation, with bounded repair.
-    let arguments = if harness.options.enable_tool_validation {
-        match validation::validate(
+}
+
+/// Gate 4: argument validation, with bounded repair, then the tool's own check
+/// (a path out of the vault), which holds either way.
+fn valid_arguments(env: &CallEnv<'_>, call: &ToolCall, tool: &dyn Tool) -> Result<Value, Refused> {
+    let arguments = if env.harness.options.enable_tool_validation {
+        validation::validate(
             env.state,
             &call.id,
             &tool.spec().parameters,
             &call.arguments,
-        ) {
-            Ok(arguments) => arguments,
-            Err(message) => {
-                return ToolOutcome::Denied {
-                    reason: DenyReason::Validation,
-                    message,
-                };
-            }
-        }
+        )
+        .map_err(|message| denied(DenyReason::Validation, message))?
     } else {
         serde_json::from_str(&call.arguments).unwrap_or(Value::Object(Default::default()))
     };
-    // The tool's own check (a path out of the vault) holds either way.
-    if let Err(message) = tool.check(&arguments) {
-        return ToolOutcome::Denied {
-            reason: DenyReason::Validation,
-            message,
-        };
+    tool.check(&arguments)
+        .map_err(|message| denied(DenyReason::Validation, message))?;
+    Ok(arguments)
+}
+
+/// Gate 4b: the turn's tool-call budget.
+fn within_budget(env: &CallEnv<'_>) -> Result<(), Refused> {
+    if env.state.budget.claim_tool_call() {
+        Ok(())
+    } else {
+        Err(denied(
+            DenyReason::Budget,
+            "the tool-call budget of this turn is used up; answer with what you have",
+        ))
     }
-    if !env.state.budget.claim_tool_call() {
-        return ToolOutcome::Denied {
-            reason: DenyReason::Budget,
-            message: "the tool-call budget of this turn is used up; answer with what you have"
-                .into(),
-        };
-    }
-    // 5a. A person's approval, for the configured effect classes. The
-    // turn's deadline keeps running; a cancel ends the wait.
-    if harness
+}
+
+/// Gate 5a: a person's approval, for the configured effect classes. The turn's
+/// deadline keeps running; a cancel ends the wait.
+async fn approved(
+    env: &CallEnv<'_>,
+    call: &ToolCall,
+    tool: &dyn Tool,
+    arguments: &Value,
+) -> Result<(), Refused> {
+    let harness = env.harness;
+    let Some(gate) = harness.approvals.as_ref() else {
+        return Ok(());
+    };
+    if !harness
         .options
         .approval_effects
         .contains(&tool.spec().effect)
-        && let Some(gate) = harness.approvals.as_ref()
     {
-        let _ = env
-            .sink
-            .emit(TurnEvent::ApprovalRequested {
-                step: env.step,
-                call_id: call.id.clone(),
-                tool: call.name.clone(),
-                arguments: arguments.clone(),
-            })
-            .await;
-        let request = ApprovalRequest {
-            session_id: env.request.session_id.clone(),
-            turn_id: env.request.turn_id.to_string(),
+        return Ok(());
+    }
+    let _ = env
+        .sink
+        .emit(TurnEvent::ApprovalRequested {
+            step: env.step,
             call_id: call.id.clone(),
             tool: call.name.clone(),
-        };
-        let decision = gate
-            .decide(&request, env.state.budget.remaining(), env.turn_cancel)
-            .await;
-        let (outcome, reason) = match &decision {
-            ApprovalDecision::Approved => ("approved", None),
-            ApprovalDecision::Denied { reason } => ("denied", Some(reason.clone())),
-            ApprovalDecision::TimedOut => ("timed_out", None),
-            ApprovalDecision::Cancelled => ("cancelled", None),
-        };
-        let _ = env
-            .sink
-            .emit(TurnEvent::ApprovalResolved {
-                call_id: call.id.clone(),
-                outcome: outcome.to_owned(),
-                reason: reason.clone(),
-            })
-            .await;
-        if decision != ApprovalDecision::Approved {
-            return ToolOutcome::Denied {
-                reason: DenyReason::Approval,
-                message: match reason {
-                    Some(why) => format!("the user denied this call: {why}"),
-                    None => format!("this call was not approved ({outcome})"),
-                },
-            };
-        }
+            arguments: arguments.clone(),
+        })
+        .await;
+    let request = ApprovalRequest {
+        session_id: env.request.session_id.clone(),
+        turn_id: env.request.turn_id.to_string(),
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+    };
+    let decision = gate
+        .decide(&request, env.state.budget.remaining(), env.turn_cancel)
+        .await;
+    let (outcome, reason) = match &decision {
+        ApprovalDecision::Approved => ("approved", None),
+        ApprovalDecision::Denied { reason } => ("denied", Some(reason.clone())),
+        ApprovalDecision::TimedOut => ("timed_out", None),
+        ApprovalDecision::Cancelled => ("cancelled", None),
+    };
+    let _ = env
+        .sink
+        .emit(TurnEvent::ApprovalResolved {
+            call_id: call.id.clone(),
+            outcome: outcome.to_owned(),
+            reason: reason.clone(),
+        })
+        .await;
+    if decision == ApprovalDecision::Approved {
+        return Ok(());
     }
-    // 5. A write's checkpoint: what it will change is saved first, and a
-    // write that cannot be undone does not run.
-    if matches!(
+    Err(denied(
+        DenyReason::Approval,
+        match reason {
+            Some(why) => format!("the user denied this call: {why}"),
+            None => format!("this call was not approved ({outcome})"),
+        },
+    ))
+}
+
+/// Gate 5: a write's checkpoint: what it will change is saved first, and a
+/// write that cannot be undone does not run.
+async fn checkpointed(
+    env: &CallEnv<'_>,
+    call: &ToolCall,
+    tool: &dyn Tool,
+    arguments: &Value,
+) -> Result<(), Refused> {
+    if !matches!(
         tool.spec().effect,
         EffectClass::LocalWrite | EffectClass::Destructive
-    ) && let Some(checkpoints) = harness.checkpoint_store()
-    {
-        let resource_keys = tool.resource_keys(&arguments);
-        if !resource_keys.is_empty() {
-            let request = CheckpointRequest {
-                session_id: env.request.session_id.clone(),
-                turn_id: env.request.turn_id.to_string(),
-                call_id: call.id.clone(),
-                tool: call.name.clone(),
-                resource_keys,
-            };
-            if let Err(e) = isolate(checkpoints.snapshot(&request)).await {
-                return ToolOutcome::failure(
-                    ToolErrorKind::Unavailable,
-                    format!("the write did not run: its checkpoint could not be saved ({e})"),
-                    true,
-                );
-            }
-        }
+    ) {
+        return Ok(());
     }
-    // 6. The bounded executor.
+    let Some(checkpoints) = env.harness.checkpoint_store() else {
+        return Ok(());
+    };
+    let resource_keys = tool.resource_keys(arguments);
+    if resource_keys.is_empty() {
+        return Ok(());
+    }
+    let request = CheckpointRequest {
+        session_id: env.request.session_id.clone(),
+        turn_id: env.request.turn_id.to_string(),
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        resource_keys,
+    };
+    match isolate(checkpoints.snapshot(&request)).await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Box::new(ToolOutcome::failure(
+            ToolErrorKind::Unavailable,
+            format!("the write did not run: its checkpoint could not be saved ({e})"),
+            true,
+        ))),
+    }
+}
+
+/// Steps 6-8: the bounded executor, then the post-hook (best effort) and the
+/// replay record.
+async fn run(
+    env: &CallEnv<'_>,
+    call: &ToolCall,
+    tool: Arc<dyn Tool>,
+    arguments: Value,
+) -> ToolOutcome {
+    let harness = env.harness;
     let ctx = ToolContext {
         session_id: env.request.session_id.clone(),
         turn_id: env.request.turn_id,
@@ -311,7 +382,6 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
     if outcome.blocks_tool() {
         env.state.block_tool(&call.name);
     }
-    // 7. Post-hook, best effort.
     let status = outcome.status();
     let _ = isolate(async {
         harness
@@ -321,7 +391,6 @@ pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome
         Ok(())
     })
     .await;
-    // 8. Replay record.
     if !outcome.is_error() {
         env.replay
             .record_completed(&call.name, &call.arguments, &call.id);
