@@ -275,7 +275,7 @@ pub struct StoredEvent {
 /// log. Not part of the event's identity (a replayed event equals the live
 /// one).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Parsed(std::sync::OnceLock<Option<std::sync::Arc<TurnEvent>>>);
+pub(crate) struct Parsed(std::sync::OnceLock<Option<TurnEvent>>);
 
 impl PartialEq for Parsed {
     fn eq(&self, _: &Self) -> bool {
@@ -317,7 +317,7 @@ impl StoredEvent {
         created_at: DateTime<Utc>,
     ) -> Result<Self, serde_json::Error> {
         let stored = Self::new(session_id, turn_id, seq, &event, created_at)?;
-        let _ = stored.parsed.0.set(Some(std::sync::Arc::new(event)));
+        let _ = stored.parsed.0.set(Some(event));
         Ok(stored)
     }
 
@@ -327,12 +327,8 @@ impl StoredEvent {
     pub fn event(&self) -> Option<&TurnEvent> {
         self.parsed
             .0
-            .get_or_init(|| {
-                serde_json::from_str(&self.payload)
-                    .ok()
-                    .map(std::sync::Arc::new)
-            })
-            .as_deref()
+            .get_or_init(|| serde_json::from_str(&self.payload).ok())
+            .as_ref()
     }
 
     pub fn is_terminal(&self) -> bool {

@@ -335,7 +335,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SessionPath {
     ) -> Result<Self, ApiError> {
         let params = axum::extract::RawPathParams::from_request_parts(parts, state)
             .await
-            .map_err(|e| ApiError::Internal(format!("the route's path: {e}")))?;
+            .map_err(not_utf8)?;
         let raw = params
             .iter()
             .find(|(name, _)| *name == "session_id")
@@ -377,6 +377,19 @@ pub(crate) struct CallPath {
     pub turn_id: String,
     /// The call's id, as `approval.requested` names it
     pub call_id: String,
+}
+
+/// A path whose parameter is not UTF-8 once percent-decoded (`%FF`): the
+/// parameter's own 400, named by axum's message (``… in `turn_id` ``).
+fn not_utf8(rejection: axum::extract::rejection::RawPathParamsRejection) -> ApiError {
+    let text = rejection.body_text();
+    if text.contains("`session_id`") {
+        ApiError::InvalidSessionId(crate::ids::SessionIdError::BadCharacter)
+    } else if text.contains("`turn_id`") {
+        ApiError::InvalidTurnId
+    } else {
+        ApiError::InvalidQuery(text)
+    }
 }
 
 /// The caller's session of a client's id: ids are per tenant, so the

@@ -217,6 +217,16 @@ async fn bad_session_ids_are_refused() {
         (status, body["code"].as_str()),
         (400, Some("invalid_session_id"))
     );
+    // A parameter that is not UTF-8 once decoded is that parameter's 400
+    // (it was a 500 while the session's extractor read every parameter).
+    for (path, code) in [
+        ("/sessions/%FF/messages", "invalid_session_id"),
+        ("/sessions/s-1/turns/%FF", "invalid_turn_id"),
+        ("/sessions/s-1/artifacts/%FF", "invalid_query"),
+    ] {
+        let (status, body) = app.get_json(path).await;
+        assert_eq!((status, body["code"].as_str()), (400, Some(code)), "{path}");
+    }
     // 128 characters of the alphabet are fine.
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
     let ok = format!("{}.:_-", "a".repeat(123));

@@ -483,17 +483,18 @@ on_both_backends!(
     an_idempotency_key_replays_the_same_turn,
 );
 
-#[tokio::test]
-async fn a_quiet_stream_gets_keep_alive_comments() {
-    use crate::{
-        fake_provider::FakeProvider,
-        helpers::{spawn_app_with, test_settings},
-        support::TestDb,
-    };
+/// An app whose streams send a keep-alive after every quiet second.
+async fn keep_alive_every_second() -> crate::helpers::TestApp {
+    use crate::helpers::{spawn_app_with, test_settings};
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     settings.server.sse_keepalive_s = 1;
-    let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+    spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await
+}
+
+#[tokio::test]
+async fn a_quiet_stream_gets_keep_alive_comments() {
+    let app = keep_alive_every_second().await;
     let gate = CancellationToken::new();
     app.provider
         .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
@@ -589,15 +590,7 @@ async fn a_client_system_message_is_refused_unless_the_operator_allows_it() {
 /// format ends. (Before, only the native stream sent them.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_wire_format_gets_keep_alive_comments_while_quiet() {
-    use crate::{
-        fake_provider::FakeProvider,
-        helpers::{spawn_app_with, test_settings},
-        support::TestDb,
-    };
-    let provider = FakeProvider::start().await;
-    let mut settings = test_settings(&provider);
-    settings.server.sse_keepalive_s = 1;
-    let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+    let app = keep_alive_every_second().await;
     let gate = CancellationToken::new();
     app.provider.enqueue([
         Reply::sse("openai/text.sse").hold_after(2, &gate),

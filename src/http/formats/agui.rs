@@ -204,16 +204,17 @@ async fn agui_run(
         .run_id
         .clone()
         .filter(|r| !r.trim().is_empty() && r.len() <= 128 && !r.chars().any(char::is_control));
-    let messages: Vec<(&str, String)> = body
-        .messages
-        .iter()
-        .map(|m| (m.role.as_str(), m.text()))
-        .collect();
     let ConversationTurn {
         session_id,
         turn_id,
         events,
-    } = ConversationTurn::start(&app, &tenant, &body.thread_id, &messages).await?;
+    } = ConversationTurn::start(
+        &app,
+        &tenant,
+        &body.thread_id,
+        body.messages.iter().map(|m| (m.role.as_str(), m.text())),
+    )
+    .await?;
     let session = session_id.id().to_owned();
     let run_id = run_id.unwrap_or_else(|| turn_id.to_string());
     let format = AguiRun {

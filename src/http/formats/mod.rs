@@ -163,15 +163,16 @@ pub(crate) struct ConversationTurn {
 }
 
 impl ConversationTurn {
-    pub(crate) async fn start(
+    pub(crate) async fn start<'m>(
         app: &crate::app::AppState,
         tenant: &crate::http::Tenant,
         session: &str,
-        messages: &[(&str, String)],
+        messages: impl IntoIterator<Item = (&'m str, String)>,
     ) -> Result<Self, crate::http::error::ApiError> {
         let session_id = crate::http::parse_session_id(session, tenant)?;
+        let messages: Vec<(&str, String)> = messages.into_iter().collect();
         let spec = crate::http::conversation_turn(
-            messages,
+            &messages,
             app.settings.harness.allow_client_system_messages,
         )?;
         let started = app.runner.start(&session_id, spec, None).await?;

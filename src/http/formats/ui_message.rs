@@ -184,14 +184,15 @@ async fn ui_chat(
     Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<UiChatRequest>,
 ) -> Result<Response, ApiError> {
-    let messages: Vec<(&str, String)> = body
-        .messages
-        .iter()
-        .map(|m| (m.role.as_str(), m.text()))
-        .collect();
     let ConversationTurn {
         turn_id, events, ..
-    } = ConversationTurn::start(&app, &tenant, &body.id, &messages).await?;
+    } = ConversationTurn::start(
+        &app,
+        &tenant,
+        &body.id,
+        body.messages.iter().map(|m| (m.role.as_str(), m.text())),
+    )
+    .await?;
     let format = UiMessageStream {
         turn_id,
         encoder: Encoder::default(),
