@@ -26,7 +26,8 @@
 //! - [`providers`]: the `LlmProvider` trait, the OpenAI-compatible,
 //!   Anthropic and Ollama adapters (`transport.rs`: requests and limits;
 //!   `stream.rs`: SSE/NDJSON decoding), the chain, pricing, redaction.
-//! - [`store`]: SQLite and Postgres behind one `Store` trait.
+//! - [`store`]: SQLite and Postgres behind one trait per concern
+//!   (`EventLog`, `Turns`, `Jobs`, `VaultIndex`, `Access`; `Store` is all).
 //! - [`events`], [`turn`], [`ids`], [`hooks`]: the shared vocabulary
 //!   (events, what a turn is asked and answers, identifiers, the traits of
 //!   the harness's collaborators).

@@ -23,7 +23,7 @@ use crate::{
     },
     providers::embeddings::{Embedder, cosine},
     store::{
-        MemoryQuery, MemoryRecord, NewJob, ObservationRecord, Store, memories::MEMORIES_PER_SCOPE,
+        Jobs, MemoryQuery, MemoryRecord, NewJob, ObservationRecord, memories::MEMORIES_PER_SCOPE,
     },
     vault::query_terms,
 };
@@ -54,13 +54,13 @@ pub struct ExtractionJob {
 /// message (full text; fused with meaning when an embedder is set) and its
 /// preferences.
 pub struct StoreMemory {
-    store: Arc<dyn Store>,
+    store: Arc<dyn Jobs>,
     embedder: Option<Arc<dyn Embedder>>,
     top_k: u32,
 }
 
 impl StoreMemory {
-    pub fn new(store: Arc<dyn Store>, embedder: Option<Arc<dyn Embedder>>, top_k: u32) -> Self {
+    pub fn new(store: Arc<dyn Jobs>, embedder: Option<Arc<dyn Embedder>>, top_k: u32) -> Self {
         Self {
             store,
             embedder,

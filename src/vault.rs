@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     providers::embeddings::{self, Embedder},
-    store::{IndexedNote, NoteState, Store, StoreError, VaultHit},
+    store::{IndexedNote, NoteState, StoreError, VaultHit, VaultIndex},
 };
 
 /// The chunks' embeddings by chunk id, as read from the store.
@@ -176,7 +176,7 @@ pub enum WriteMode {
 /// The vault folder and the index of it.
 pub struct Vault {
     root: PathBuf,
-    store: Arc<dyn Store>,
+    store: Arc<dyn VaultIndex>,
     indexing: tokio::sync::Mutex<()>,
     /// One write at a time in this process, so that an append never loses
     /// another.
@@ -189,7 +189,7 @@ pub struct Vault {
 }
 
 impl Vault {
-    pub fn new(root: impl Into<PathBuf>, store: Arc<dyn Store>) -> Self {
+    pub fn new(root: impl Into<PathBuf>, store: Arc<dyn VaultIndex>) -> Self {
         Self {
             root: root.into(),
             store,

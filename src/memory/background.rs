@@ -21,7 +21,9 @@ use crate::{
         ChatMessage, ChatRequest, LlmProvider, Role, Usage, catalogue::ModelCatalogue,
         collect_text, embeddings::Embedder,
     },
-    store::{JobOutcome, JobRecord, JobUsage, JudgementRecord, NewJob, NewMemory, Store},
+    store::{
+        EventLog, JobOutcome, JobRecord, JobUsage, Jobs, JudgementRecord, NewJob, NewMemory, Store,
+    },
 };
 
 /// How often the store is checked for jobs when nothing woke the worker.
@@ -76,7 +78,10 @@ pub struct WorkerConfig {
 
 /// The background worker.
 pub struct BackgroundWorker {
-    store: Arc<dyn Store>,
+    /// Where jobs, memories and judgements are kept.
+    jobs: Arc<dyn Jobs>,
+    /// Where a judgement is announced to the session's stream.
+    log: Arc<dyn EventLog>,
     provider: Arc<dyn LlmProvider>,
     pricing: Arc<ModelCatalogue>,
     embedder: Option<Arc<dyn Embedder>>,
@@ -178,7 +183,8 @@ impl BackgroundWorker {
         notify: Arc<tokio::sync::Notify>,
     ) -> Self {
         Self {
-            store,
+            jobs: store.clone(),
+            log: store,
             provider,
             pricing,
             embedder,
@@ -214,7 +220,7 @@ impl BackgroundWorker {
             while running.len() < self.config.concurrency.max(1) {
                 let now = Utc::now();
                 let claimed = tokio::select! {
-                    claimed = self.store.claim_job(now, now - STALE_AFTER) => claimed,
+                    claimed = self.jobs.claim_job(now, now - STALE_AFTER) => claimed,
                     () = stop.cancelled() => return,
                 };
                 match claimed {
@@ -252,7 +258,7 @@ impl BackgroundWorker {
             tracing::warn!(job = %job.id, kind = %job.kind, error = %error, "background job did not finish");
         }
         if let Err(e) = self
-            .store
+            .jobs
             .finish_job(&job.id, &outcome, &spent.0, Utc::now())
             .await
         {
@@ -264,7 +270,7 @@ impl BackgroundWorker {
     /// oldest waiting memory extractions (a user's later turns bring later
     /// ones); judge jobs are never given up.
     async fn check_backlog(&self) {
-        let backlog = match self.store.job_backlog().await {
+        let backlog = match self.jobs.job_backlog().await {
             Ok(backlog) => backlog,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the job backlog");
@@ -278,7 +284,7 @@ impl BackgroundWorker {
                 self.config.backlog_max
             );
             match self
-                .store
+                .jobs
                 .shed_jobs(JOB_MEMORY, self.config.backlog_max, &why, Utc::now())
                 .await
             {
@@ -300,7 +306,7 @@ impl BackgroundWorker {
         if let Some(metrics) = &self.metrics {
             // Read again only when some were given up.
             let backlog = if shed_any {
-                self.store.job_backlog().await.unwrap_or(backlog)
+                self.jobs.job_backlog().await.unwrap_or(backlog)
             } else {
                 backlog
             };
@@ -402,7 +408,7 @@ impl BackgroundWorker {
                 };
             }
         };
-        let known = match self.store.list_memories(&task.scope, None, 30).await {
+        let known = match self.jobs.list_memories(&task.scope, None, 30).await {
             Ok(known) => known,
             Err(e) => {
                 return Self::again(job, e.to_string(), MODEL_ATTEMPTS, Duration::from_secs(10));
@@ -478,7 +484,7 @@ impl BackgroundWorker {
                 embedding_model,
                 at: Utc::now(),
             };
-            if let Err(e) = self.store.upsert_memory(&memory).await {
+            if let Err(e) = self.jobs.upsert_memory(&memory).await {
                 return Self::again(job, e.to_string(), MODEL_ATTEMPTS, Duration::from_secs(10));
             }
         }
@@ -554,7 +560,7 @@ impl BackgroundWorker {
             model: task.model.clone(),
             created_at: Utc::now().trunc_subsecs(6),
         };
-        if let Err(e) = self.store.put_judgement(&judgement).await {
+        if let Err(e) = self.jobs.put_judgement(&judgement).await {
             return Self::again(job, e.to_string(), MODEL_ATTEMPTS, Duration::from_secs(10));
         }
         let event = EventJob {
@@ -571,7 +577,7 @@ impl BackgroundWorker {
             at: judgement.created_at,
         };
         match self
-            .store
+            .log
             .append_session_event(
                 &event.session_id,
                 event.event_turn_id,
@@ -591,7 +597,7 @@ impl BackgroundWorker {
                     payload: serde_json::to_string(&event).unwrap_or_default(),
                     at: Utc::now(),
                 };
-                if let Err(e) = self.store.enqueue_job(&queued).await {
+                if let Err(e) = self.jobs.enqueue_job(&queued).await {
                     tracing::warn!(error = %e, "a judgement's event is lost");
                 }
             }
@@ -609,7 +615,7 @@ impl BackgroundWorker {
             }
         };
         match self
-            .store
+            .log
             .append_session_event(
                 &event.session_id,
                 event.event_turn_id,

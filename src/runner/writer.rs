@@ -18,7 +18,7 @@ use super::live::LiveTurn;
 use crate::{
     events::StoredEvent,
     metrics::Metrics,
-    store::{Store, StoreError, TurnFinish},
+    store::{EventLog, StoreError, TurnFinish},
 };
 
 /// Attempts of a failing batch before its turns are written one by one:
@@ -101,7 +101,7 @@ impl EventWriter {
     /// Starts the writer on `tracker`. It stops when `stop` is cancelled and
     /// the queue is drained, or when every handle is dropped.
     pub fn spawn(
-        store: Arc<dyn Store>,
+        store: Arc<dyn EventLog>,
         metrics: Arc<Metrics>,
         limits: WriterLimits,
         tracker: &TaskTracker,
@@ -171,7 +171,7 @@ pub enum FinishError {
 }
 
 async fn run(
-    store: Arc<dyn Store>,
+    store: Arc<dyn EventLog>,
     metrics: Arc<Metrics>,
     mut receiver: mpsc::Receiver<Command>,
     limits: WriterLimits,
@@ -258,7 +258,7 @@ async fn linger(
 }
 
 /// Writes `batch` (emptying it) and publishes what was committed.
-async fn commit(store: &dyn Store, metrics: &Metrics, batch: &mut Vec<Command>) {
+async fn commit(store: &dyn EventLog, metrics: &Metrics, batch: &mut Vec<Command>) {
     drop_lost_turns(batch);
     if batch.is_empty() {
         return;
@@ -339,7 +339,7 @@ fn record(metrics: &Metrics, batch: &[Command], applied: &[bool]) {
     metrics.batch_committed((appended + terminals) as u64);
 }
 
-async fn write(store: &dyn Store, batch: &[Command]) -> Result<Vec<bool>, StoreError> {
+async fn write(store: &dyn EventLog, batch: &[Command]) -> Result<Vec<bool>, StoreError> {
     let mut events = Vec::new();
     let mut finishes = Vec::new();
     for command in batch {
@@ -429,7 +429,7 @@ mod tests {
     use crate::{
         events::TurnEvent,
         runner::live::LiveTurns,
-        store::{NewTurn, PoolLimits},
+        store::{NewTurn, PoolLimits, Store},
     };
 
     /// A writer over a real SQLite file, with one turn begun in it.

@@ -1,5 +1,21 @@
 //! The vault's index in the store: notes by content hash, their chunks,
 //! and full-text search over them (SQLite FTS5, Postgres `tsvector`).
+//!
+//! The shared reads are written once here; each backend's writes (and
+//! its search) stand side by side in `vault/sqlite.rs` and
+//! `vault/postgres.rs`.
+
+mod postgres;
+mod sqlite;
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+
+use super::{
+    StoreError,
+    reader::{Reads, args},
+};
 
 /// A piece of a note, as indexed.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,7 +83,7 @@ pub fn vector_of(bytes: &[u8]) -> Option<Vec<f32>> {
 
 /// Search words a full-text query may carry: letters and digits only, so
 /// that nothing in them is query syntax.
-pub(super) fn clean_terms(terms: &[String]) -> Vec<String> {
+pub(crate) fn clean_terms(terms: &[String]) -> Vec<String> {
     terms
         .iter()
         .map(|t| {
@@ -78,4 +94,87 @@ pub(super) fn clean_terms(terms: &[String]) -> Vec<String> {
         .filter(|t| !t.is_empty())
         .take(32)
         .collect()
+}
+
+/// The vault's index.
+#[async_trait]
+pub trait VaultIndex: Reads + Send + Sync + 'static {
+    /// What the index holds of each vault note, by path.
+    async fn vault_notes(&self) -> Result<HashMap<String, NoteState>, StoreError> {
+        let sql = "SELECT path, content_hash, embedding_model FROM vault_notes";
+        let rows: Vec<(String, String, Option<String>)> = self.reader().rows(sql, args![]).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(path, content_hash, embedding_model)| {
+                let state = NoteState {
+                    content_hash,
+                    embedding_model,
+                };
+                (path, state)
+            })
+            .collect())
+    }
+
+    /// Indexes a note, replacing what was indexed at its path.
+    async fn vault_put_note(&self, note: &IndexedNote) -> Result<(), StoreError>;
+
+    /// Removes notes (and their chunks) from the index; returns how many were there.
+    async fn vault_remove_notes(&self, paths: &[String]) -> Result<u64, StoreError>;
+
+    /// Chunks matching any of `terms` (words), best first.
+    async fn vault_search(&self, terms: &[String], limit: u32)
+    -> Result<Vec<VaultHit>, StoreError>;
+
+    /// The embeddings `model` made, by chunk id, at most `limit`.
+    async fn vault_vectors(
+        &self,
+        model: &str,
+        limit: u32,
+    ) -> Result<Vec<(i64, Vec<f32>)>, StoreError> {
+        let sql = "SELECT c.id, c.embedding FROM vault_chunks c \
+             JOIN vault_notes n ON n.path = c.path \
+             WHERE n.embedding_model = $1 AND c.embedding IS NOT NULL ORDER BY c.id LIMIT $2";
+        let rows: Vec<(i64, Vec<u8>)> = self.reader().rows(sql, args![model, limit]).await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, bytes)| vector_of(&bytes).map(|v| (id, v)))
+            .collect())
+    }
+
+    /// Chunks by id (score 0), in no particular order; ids no longer
+    /// indexed are left out.
+    async fn vault_chunks(&self, ids: &[i64]) -> Result<Vec<VaultHit>, StoreError> {
+        let ids = &ids[..ids.len().min(256)];
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list: Vec<String> = (1..=ids.len()).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "SELECT id, path, heading, anchor, text FROM vault_chunks WHERE id IN ({})",
+            list.join(", ")
+        );
+        let bound = ids.iter().map(|id| (*id).into()).collect();
+        let rows: Vec<(i64, String, String, String, String)> =
+            self.reader().rows(sqlx::AssertSqlSafe(sql), bound).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, path, heading, anchor, text)| (id, path, heading, anchor, text, 0.0).into())
+            .collect())
+    }
+}
+
+/// A [`VaultHit`] as selected: id, path, heading, anchor, text, score.
+type HitRow = (i64, String, String, String, String, f64);
+
+impl From<HitRow> for VaultHit {
+    fn from((id, path, heading, anchor, text, score): HitRow) -> Self {
+        Self {
+            id,
+            path,
+            heading,
+            anchor,
+            text,
+            score,
+        }
+    }
 }

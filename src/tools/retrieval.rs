@@ -15,14 +15,14 @@ use super::{
     Citation, EffectClass, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSpec,
 };
 use crate::{
-    store::{MessageRecord, Store, VaultHit},
+    store::{MessageRecord, Turns, VaultHit},
     vault::{Vault, query_terms},
 };
 
 /// Stored messages of the session matching `query`, best first (most
 /// terms, then newest).
 async fn search_messages(
-    store: &dyn Store,
+    store: &dyn Turns,
     ctx: &ToolContext,
     query: &str,
     top_k: usize,
@@ -161,13 +161,13 @@ impl Tool for GetContextPack {
 /// `local_search`: the notes and the session's past conversation matching
 /// a query.
 pub struct LocalSearch {
-    store: Arc<dyn Store>,
+    store: Arc<dyn Turns>,
     vault: Arc<Vault>,
     spec: ToolSpec,
 }
 
 impl LocalSearch {
-    pub fn new(store: Arc<dyn Store>, vault: Arc<Vault>) -> Self {
+    pub fn new(store: Arc<dyn Turns>, vault: Arc<Vault>) -> Self {
         Self {
             store,
             vault,

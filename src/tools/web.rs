@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::{
     Citation, EffectClass, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSpec,
 };
-use crate::store::{NewArtifact, Store};
+use crate::store::{Access, NewArtifact};
 use guard::{GuardedResolver, NetGuard, Refused};
 
 /// The tools a turn is offered only with `web_mode: on`.
@@ -235,13 +235,13 @@ impl Tool for WebSearch {
 pub struct FetchUrl {
     client: reqwest::Client,
     guard: Arc<NetGuard>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn Access>,
     max_bytes: usize,
     spec: ToolSpec,
 }
 
 impl FetchUrl {
-    pub fn new(config: &WebConfig, store: Arc<dyn Store>) -> Result<Self, String> {
+    pub fn new(config: &WebConfig, store: Arc<dyn Access>) -> Result<Self, String> {
         let guard = Arc::new(config.guard.clone());
         let redirects = guard.clone();
         let client = reqwest::Client::builder()

@@ -129,7 +129,7 @@ impl TestDb {
             .connect_with(options)
             .await
             .expect("connect Postgres through the proxy");
-        let store = PostgresStore::from_pool(pool, limits.call_timeout).into_store();
+        let store: Arc<dyn Store> = Arc::new(PostgresStore::from_pool(pool, limits.call_timeout));
         store.migrate().await.expect("migrate");
         store
     }
@@ -213,7 +213,7 @@ impl TestDb {
                     .connect_with(options)
                     .await
                     .expect("connect Postgres");
-                PostgresStore::from_pool(pool, limits.call_timeout).into_store()
+                Arc::new(PostgresStore::from_pool(pool, limits.call_timeout))
             }
         }
     }

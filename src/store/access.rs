@@ -1,0 +1,139 @@
+//! What a person or a tool may reach: API keys, decisions on calls
+//! waiting for approval, checkpoints of notes before a write, and tool
+//! outputs kept as artifacts.
+//!
+//! The reads are written once here; each backend's writes stand side by
+//! side in `access/sqlite.rs` and `access/postgres.rs`.
+
+mod postgres;
+mod sqlite;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{
+    ArtifactRecord, CheckpointRecord, NewArtifact, NewCheckpoint, StoreError,
+    reader::{Reads, args},
+};
+
+/// An API key as listed: id, tenant, created, revoked.
+pub type ApiKeyRow = (String, String, DateTime<Utc>, Option<DateTime<Utc>>);
+
+/// The columns of a [`CheckpointRecord`].
+const CHECKPOINT_COLUMNS: &str =
+    "id, session_id, turn_id, call_id, tool, path, existed, bytes, created_at, restored_at";
+
+/// Keys, approvals, checkpoints and artifacts.
+#[async_trait]
+pub trait Access: Reads + Send + Sync + 'static {
+    /// Keeps an API key's hash for `tenant`.
+    async fn create_api_key(
+        &self,
+        id: &str,
+        tenant: &str,
+        key_hash: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The key (id, tenant) of a hash, unless revoked.
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<(String, String)>, StoreError> {
+        let sql = "SELECT id, tenant FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL";
+        self.reader().row(sql, args![key_hash]).await
+    }
+
+    /// Revokes a key; false when there is no such key (or it already was).
+    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError>;
+
+    /// Keys, oldest first.
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRow>, StoreError> {
+        let sql = "SELECT id, tenant, created_at, revoked_at FROM api_keys ORDER BY created_at, id";
+        self.reader().rows(sql, args![]).await
+    }
+
+    /// Records a person's decision on a call waiting for approval; false
+    /// when the call was already decided (the first decision stands).
+    async fn decide_approval(
+        &self,
+        session_id: &str,
+        turn_id: Uuid,
+        call_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError>;
+
+    /// The decision on a call, if one was made: approved, and why not.
+    async fn get_approval(
+        &self,
+        turn_id: Uuid,
+        call_id: &str,
+    ) -> Result<Option<(bool, Option<String>)>, StoreError> {
+        let sql = "SELECT approved, reason FROM approvals WHERE turn_id = $1 AND call_id = $2";
+        self.reader().row(sql, args![turn_id, call_id]).await
+    }
+
+    /// Keeps a note's state before a write.
+    async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<(), StoreError>;
+
+    /// The newest `limit` checkpoints of a session, oldest first.
+    async fn list_checkpoints(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> Result<Vec<CheckpointRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE session_id = $1 \
+             ORDER BY created_at DESC, id DESC LIMIT $2"
+        );
+        let mut newest_first: Vec<CheckpointRecord> = self
+            .reader()
+            .rows(sqlx::AssertSqlSafe(sql), args![session_id, limit])
+            .await?;
+        newest_first.reverse();
+        Ok(newest_first)
+    }
+
+    /// A checkpoint and the note's saved bytes (`None`: there was no note).
+    async fn get_checkpoint(
+        &self,
+        id: &str,
+    ) -> Result<Option<(CheckpointRecord, Option<Vec<u8>>)>, StoreError> {
+        let sql = format!("SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE id = $1");
+        let reader = self.reader();
+        let Some(record) = reader.row(sqlx::AssertSqlSafe(sql), args![id]).await? else {
+            return Ok(None);
+        };
+        let sql = "SELECT content FROM checkpoints WHERE id = $1";
+        let content: Option<Vec<u8>> = reader.value(sql, args![id]).await?;
+        Ok(Some((record, content)))
+    }
+
+    /// Marks a checkpoint restored; false when it already was (or is not).
+    async fn mark_checkpoint_restored(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// The tenant a checkpoint belongs to (through its session).
+    async fn checkpoint_tenant(&self, checkpoint_id: &str) -> Result<Option<String>, StoreError> {
+        let sql = "SELECT s.tenant FROM checkpoints c JOIN sessions s ON s.id = c.session_id \
+             WHERE c.id = $1";
+        let row: Option<(String,)> = self.reader().row(sql, args![checkpoint_id]).await?;
+        Ok(row.map(|(tenant,)| tenant))
+    }
+
+    /// Stores a tool output too large for the prompt.
+    async fn put_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError>;
+
+    /// An artifact of a session.
+    async fn get_artifact(
+        &self,
+        session_id: &str,
+        artifact_id: &str,
+    ) -> Result<Option<ArtifactRecord>, StoreError> {
+        let sql = "SELECT id, session_id, turn_id, call_id, tool, content, created_at \
+             FROM artifacts WHERE id = $1 AND session_id = $2";
+        self.reader().row(sql, args![artifact_id, session_id]).await
+    }
+}

@@ -1,0 +1,144 @@
+//! [`Access`] on Postgres: plain sqlx, each call bounded by the call
+//! timeout (see [`PostgresStore::bounded`]).
+
+use async_trait::async_trait;
+
+use super::Access;
+use crate::store::{NewArtifact, NewCheckpoint, StoreError, postgres::PostgresStore};
+
+#[async_trait]
+impl Access for PostgresStore {
+    async fn put_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError> {
+        self.bounded(async {
+            sqlx::query(
+                "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(&artifact.id)
+            .bind(&artifact.session_id)
+            .bind(&artifact.turn_id)
+            .bind(&artifact.call_id)
+            .bind(&artifact.tool)
+            .bind(&artifact.content)
+            .bind(artifact.created_at)
+            .execute(self.writer())
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<(), StoreError> {
+        self.bounded(async {
+            sqlx::query(
+                "INSERT INTO checkpoints (id, session_id, turn_id, call_id, tool, path, existed, \
+                 content, bytes, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            )
+            .bind(&checkpoint.id)
+            .bind(&checkpoint.session_id)
+            .bind(&checkpoint.turn_id)
+            .bind(&checkpoint.call_id)
+            .bind(&checkpoint.tool)
+            .bind(&checkpoint.path)
+            .bind(checkpoint.content.is_some())
+            .bind(checkpoint.content.as_deref())
+            .bind(
+                checkpoint
+                    .content
+                    .as_ref()
+                    .map(|c| i64::try_from(c.len()).unwrap_or(i64::MAX)),
+            )
+            .bind(checkpoint.created_at)
+            .execute(self.writer())
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn mark_checkpoint_restored(
+        &self,
+        id: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        self.bounded(async {
+            let done = sqlx::query(
+                "UPDATE checkpoints SET restored_at = $2 WHERE id = $1 AND restored_at IS NULL",
+            )
+            .bind(id)
+            .bind(at)
+            .execute(self.writer())
+            .await?
+            .rows_affected();
+            Ok(done == 1)
+        })
+        .await
+    }
+
+    async fn create_api_key(
+        &self,
+        id: &str,
+        tenant: &str,
+        key_hash: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        self.bounded(async {
+            sqlx::query(
+                "INSERT INTO api_keys (id, tenant, key_hash, created_at) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(id)
+            .bind(tenant)
+            .bind(key_hash)
+            .bind(at)
+            .execute(self.writer())
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn revoke_api_key(
+        &self,
+        id: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        self.bounded(async {
+            let done = sqlx::query(
+                "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
+            )
+            .bind(id)
+            .bind(at)
+            .execute(self.writer())
+            .await?
+            .rows_affected();
+            Ok(done == 1)
+        })
+        .await
+    }
+
+    async fn decide_approval(
+        &self,
+        session_id: &str,
+        turn_id: uuid::Uuid,
+        call_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.bounded(async {
+            let inserted = sqlx::query(
+                "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, decided_at) \
+                 VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (turn_id, call_id) DO NOTHING",
+            )
+            .bind(turn_id.to_string())
+            .bind(call_id)
+            .bind(session_id)
+            .bind(approved)
+            .bind(reason)
+            .execute(self.writer())
+            .await?
+            .rows_affected();
+            Ok(inserted == 1)
+        })
+        .await
+    }
+}

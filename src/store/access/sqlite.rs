@@ -1,0 +1,151 @@
+//! [`Access`] on SQLite: each write is one job on the writer thread.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rusqlite::params;
+use uuid::Uuid;
+
+use super::Access;
+use crate::store::{
+    NewArtifact, NewCheckpoint, StoreError,
+    sqlite::{SqliteStore, writer::ts},
+};
+
+#[async_trait]
+impl Access for SqliteStore {
+    async fn put_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError> {
+        let artifact = artifact.clone();
+        self.writes
+            .run(move |connection| {
+                connection
+                    .prepare_cached(
+                        "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, \
+                     created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )?
+                    .execute(params![
+                        artifact.id,
+                        artifact.session_id,
+                        artifact.turn_id,
+                        artifact.call_id,
+                        artifact.tool,
+                        artifact.content,
+                        ts(artifact.created_at)
+                    ])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<(), StoreError> {
+        let checkpoint = checkpoint.clone();
+        self.writes
+            .run(move |connection| {
+                let bytes = checkpoint
+                    .content
+                    .as_ref()
+                    .map(|c| i64::try_from(c.len()).unwrap_or(i64::MAX));
+                connection
+                    .prepare_cached(
+                        "INSERT INTO checkpoints (id, session_id, turn_id, call_id, tool, path, \
+                     existed, content, bytes, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    )?
+                    .execute(params![
+                        checkpoint.id,
+                        checkpoint.session_id,
+                        checkpoint.turn_id,
+                        checkpoint.call_id,
+                        checkpoint.tool,
+                        checkpoint.path,
+                        checkpoint.content.is_some(),
+                        checkpoint.content,
+                        bytes,
+                        ts(checkpoint.created_at)
+                    ])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn mark_checkpoint_restored(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        self.writes
+            .run(move |connection| {
+                let updated = connection
+                .prepare_cached(
+                    "UPDATE checkpoints SET restored_at = ?2 WHERE id = ?1 AND restored_at IS NULL",
+                )?
+                .execute(params![id, ts(at)])?;
+                Ok(updated == 1)
+            })
+            .await
+    }
+
+    async fn create_api_key(
+        &self,
+        id: &str,
+        tenant: &str,
+        key_hash: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let (id, tenant, key_hash) = (id.to_owned(), tenant.to_owned(), key_hash.to_owned());
+        self.writes.run(move |connection| {
+            connection
+                .prepare_cached(
+                    "INSERT INTO api_keys (id, tenant, key_hash, created_at) VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![id, tenant, key_hash, ts(at)])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        self.writes
+            .run(move |connection| {
+                let done = connection
+                    .prepare_cached(
+                        "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                    )?
+                    .execute(params![id, ts(at)])?;
+                Ok(done == 1)
+            })
+            .await
+    }
+
+    async fn decide_approval(
+        &self,
+        session_id: &str,
+        turn_id: Uuid,
+        call_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (session_id, call_id) = (session_id.to_owned(), call_id.to_owned());
+        let reason = reason.map(str::to_owned);
+        self.writes
+            .run(move |connection| {
+                let inserted = connection
+                    .prepare_cached(
+                        "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, \
+                     decided_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                     ON CONFLICT (turn_id, call_id) DO NOTHING",
+                    )?
+                    .execute(params![
+                        turn_id.to_string(),
+                        call_id,
+                        session_id,
+                        approved,
+                        reason,
+                        ts(Utc::now())
+                    ])?;
+                Ok(inserted == 1)
+            })
+            .await
+    }
+}

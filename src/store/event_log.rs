@@ -1,0 +1,85 @@
+//! The event log: each session's events in seq order, appended in batches
+//! with the turn ends they carry, read back by seq.
+//!
+//! The read is written once here; each backend's writes stand side by
+//! side in `event_log/sqlite.rs` and `event_log/postgres.rs`.
+
+pub(super) mod postgres;
+mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{
+    StoreError, TurnFinish,
+    reader::{Reads, args},
+    records::rows::EventRow,
+};
+use crate::events::{StoredEvent, TurnEvent};
+
+/// The event log.
+#[async_trait]
+pub trait EventLog: Reads + Send + Sync + 'static {
+    /// Appends events and applies turn finishes in one transaction, in that
+    /// order. A finish applies only while its turn is still `running`; the
+    /// returned flags say which did (a finish that did not writes nothing).
+    async fn write_batch(
+        &self,
+        events: &[Arc<StoredEvent>],
+        finishes: &[&TurnFinish],
+    ) -> Result<Vec<bool>, StoreError>;
+
+    /// Events of a session with seq greater than `after`, in seq order,
+    /// optionally of one turn. For a turn, pass an `after` of at least its
+    /// `first_seq - 1`: the scan starts there.
+    async fn list_events(
+        &self,
+        session_id: &str,
+        turn_id: Option<Uuid>,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows: Vec<EventRow> = match turn_id {
+            Some(turn_id) => {
+                let sql = "SELECT session_id, seq, turn_id, type, payload, created_at \
+                     FROM events WHERE session_id = $2 AND seq > $3 AND turn_id = $1 \
+                     ORDER BY seq LIMIT $4";
+                let bound = args![turn_id, session_id, after, limit];
+                self.reader().rows(sql, bound).await?
+            }
+            None => {
+                let sql = "SELECT session_id, seq, turn_id, type, payload, created_at \
+                     FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+                let bound = args![session_id, after, limit];
+                self.reader().rows(sql, bound).await?
+            }
+        };
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    /// Appends `event` (under `event_turn_id`) to the session's log at its
+    /// next seq, between turns. False, and nothing written, while a turn of
+    /// the session runs (its events own the next seqs): try again later.
+    async fn append_session_event(
+        &self,
+        session_id: &str,
+        event_turn_id: Uuid,
+        event: &TurnEvent,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+}
+
+/// An event between turns, to append at the session's next seq (its own
+/// seq is not used).
+fn between_turns(
+    session_id: &str,
+    turn_id: Uuid,
+    event: &TurnEvent,
+    at: DateTime<Utc>,
+) -> Result<StoredEvent, StoreError> {
+    StoredEvent::new(session_id, turn_id, 0, event, at)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))
+}

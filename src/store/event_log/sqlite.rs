@@ -1,0 +1,154 @@
+//! [`EventLog`] on SQLite: each write is one job on the writer thread.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, params};
+use uuid::Uuid;
+
+use super::{EventLog, between_turns};
+use crate::{
+    events::{StoredEvent, TurnEvent},
+    store::{
+        StoreError, TurnFinish,
+        sqlite::{
+            SqliteStore,
+            writer::{insert_events, insert_job, insert_observation, ts},
+        },
+    },
+};
+
+#[async_trait]
+impl EventLog for SqliteStore {
+    async fn write_batch(
+        &self,
+        events: &[Arc<StoredEvent>],
+        finishes: &[&TurnFinish],
+    ) -> Result<Vec<bool>, StoreError> {
+        let events = events.to_vec();
+        let finishes: Vec<TurnFinish> = finishes.iter().map(|f| (*f).clone()).collect();
+        self.writes
+            .run(move |tx| {
+                let mut applied = Vec::with_capacity(finishes.len());
+                for finish in &finishes {
+                    let at = ts(finish.terminal.created_at);
+                    let turn_id = finish.turn_id.to_string();
+                    let updated = tx
+                        .prepare_cached(
+                            "UPDATE turns SET status = ?1, result = ?2, error_code = ?3, \
+                         error_message = ?4, finished_at = ?5, cost_usd = ?7 \
+                         WHERE id = ?6 AND status = 'running'",
+                        )?
+                        .execute(params![
+                            finish.status.as_str(),
+                            finish.result,
+                            finish.error_code,
+                            finish.error_message,
+                            at,
+                            turn_id,
+                            finish.cost_usd
+                        ])?;
+                    applied.push(updated == 1);
+                    if updated != 1 {
+                        continue;
+                    }
+                    let mut message = tx.prepare_cached(
+                        "INSERT INTO messages (message_id, session_id, turn_id, role, content, \
+                     created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    )?;
+                    for m in &finish.messages {
+                        message.execute(params![
+                            m.id.to_string(),
+                            finish.session_id,
+                            turn_id,
+                            m.role,
+                            m.content,
+                            at
+                        ])?;
+                    }
+                    if let Some(d) = &finish.decision {
+                        tx.prepare_cached(
+                        "INSERT INTO decisions (id, session_id, turn_id, decision_key, strategy, \
+                         record, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )?
+                    .execute(params![
+                        d.id.to_string(),
+                        finish.session_id,
+                        turn_id,
+                        d.decision_key,
+                        d.strategy,
+                        d.record,
+                        at
+                    ])?;
+                    }
+                    if let Some(o) = &finish.observation {
+                        insert_observation(tx, o)?;
+                    }
+                    for job in &finish.jobs {
+                        insert_job(tx, job)?;
+                    }
+                    tx.prepare_cached(
+                        "UPDATE sessions SET updated_at = ?1, last_seq = ?4, \
+                     cost_usd = COALESCE(cost_usd + ?3, cost_usd, ?3) WHERE id = ?2",
+                    )?
+                    .execute(params![
+                        at,
+                        finish.session_id,
+                        finish.cost_usd,
+                        finish.terminal.seq
+                    ])?;
+                }
+                let terminals = finishes
+                    .iter()
+                    .zip(&applied)
+                    .filter(|(_, applied)| **applied)
+                    .map(|(finish, _)| &*finish.terminal);
+                insert_events(tx, events.iter().map(|e| &**e).chain(terminals))?;
+                Ok(applied)
+            })
+            .await
+    }
+
+    async fn append_session_event(
+        &self,
+        session_id: &str,
+        event_turn_id: Uuid,
+        event: &TurnEvent,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let event = between_turns(session_id, event_turn_id, event, at)?;
+        self.writes
+            .run(move |connection| {
+                let running: Option<String> = connection
+                    .prepare_cached(
+                        "SELECT id FROM turns WHERE session_id = ?1 AND status = 'running'",
+                    )?
+                    .query_row(params![event.session_id], |row| row.get(0))
+                    .optional()?;
+                if running.is_some() {
+                    return Ok(false);
+                }
+                let seq: i64 = connection
+                .prepare_cached(
+                    "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ?1 RETURNING last_seq",
+                )?
+                .query_row(params![event.session_id], |row| row.get(0))?;
+                connection
+                    .prepare_cached(
+                        "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    )?
+                    .execute(params![
+                        event.session_id,
+                        seq,
+                        event.turn_id.to_string(),
+                        event.event_type,
+                        event.payload,
+                        ts(event.created_at)
+                    ])?;
+                Ok(true)
+            })
+            .await
+    }
+}

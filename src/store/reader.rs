@@ -1,0 +1,223 @@
+//! The read half of both backends: the concerns' reads are written once,
+//! against a [`Reader`], whichever database answers them.
+//!
+//! SQLite and Postgres accept the same read statements here (`$n`
+//! parameters, `RETURNING`, partial indexes); what differs is the sqlx
+//! type of the pool and of its arguments. A [`Reader`] takes the
+//! statement, its arguments as [`Arg`]s and the row type (any type both
+//! drivers decode, see [`Row`]), and runs it on its backend's pool; a
+//! Postgres read is bounded by the call timeout (see
+//! [`super::postgres`]). The writes are each backend's own, in the
+//! concern's `sqlite.rs` and `postgres.rs`.
+
+use std::time::Duration;
+
+use sqlx::{
+    Database, Encode, FromRow, Type,
+    migrate::Migrator,
+    postgres::{PgPool, PgRow},
+    query::QueryAs,
+    sqlite::{SqlitePool, SqliteRow},
+};
+
+use super::{Readiness, StoreError};
+
+/// Columns of a turn, in [`super::records::rows::TurnRow`] order (a macro so
+/// that `concat!` can splice it into a literal).
+macro_rules! turn_columns {
+    () => {
+        "id, session_id, status, request, result, error_code, error_message, \
+         owner_instance, first_seq, created_at, finished_at"
+    };
+}
+pub(super) use turn_columns;
+
+/// Columns of a [`super::MemoryRecord`], for `SELECT`s.
+macro_rules! memory_columns {
+    () => {
+        "id, scope, kind, key, content, source_session_id, source_turn_id, created_at, updated_at"
+    };
+}
+pub(super) use memory_columns;
+
+/// Where a backend reads from. Only the store's concerns use it.
+#[derive(Debug, Clone, Copy)]
+pub enum Reader<'a> {
+    Sqlite(&'a SqlitePool),
+    /// Each read answers within `limit` or fails as transient.
+    Postgres {
+        pool: &'a PgPool,
+        limit: Duration,
+    },
+}
+
+/// A backend's read side: what the concern traits' shared reads run on.
+pub trait Reads {
+    fn reader(&self) -> Reader<'_>;
+}
+
+/// A row both drivers decode.
+pub trait Row: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin {}
+
+impl<T> Row for T where T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{}
+
+/// An argument of a read.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg<'a> {
+    Text(&'a str),
+    Owned(String),
+    MaybeText(Option<&'a str>),
+    Int(i64),
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(value: &'a str) -> Self {
+        Self::Text(value)
+    }
+}
+
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(value: &'a String) -> Self {
+        Self::Text(value)
+    }
+}
+
+impl From<String> for Arg<'_> {
+    fn from(value: String) -> Self {
+        Self::Owned(value)
+    }
+}
+
+impl From<uuid::Uuid> for Arg<'_> {
+    fn from(value: uuid::Uuid) -> Self {
+        Self::Owned(value.to_string())
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(value: Option<&'a str>) -> Self {
+        Self::MaybeText(value)
+    }
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(value: i64) -> Self {
+        Self::Int(value)
+    }
+}
+
+impl From<u32> for Arg<'_> {
+    fn from(value: u32) -> Self {
+        Self::Int(i64::from(value))
+    }
+}
+
+/// Binds `args` in order.
+fn bind_all<'q, DB, R>(
+    mut query: QueryAs<'q, DB, R, <DB as Database>::Arguments>,
+    args: Vec<Arg<'q>>,
+) -> QueryAs<'q, DB, R, <DB as Database>::Arguments>
+where
+    DB: Database,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    String: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+{
+    for arg in args {
+        query = match arg {
+            Arg::Text(value) => query.bind(value),
+            Arg::Owned(value) => query.bind(value),
+            Arg::MaybeText(value) => query.bind(value),
+            Arg::Int(value) => query.bind(value),
+        };
+    }
+    query
+}
+
+impl Reader<'_> {
+    /// Every row `sql` selects.
+    pub(crate) async fn rows<R: Row>(
+        self,
+        sql: impl sqlx::SqlSafeStr + Send,
+        args: Vec<Arg<'_>>,
+    ) -> Result<Vec<R>, StoreError> {
+        match self {
+            Self::Sqlite(pool) => Ok(bind_all(sqlx::query_as(sql), args).fetch_all(pool).await?),
+            Self::Postgres { pool, limit } => {
+                let read = bind_all(sqlx::query_as(sql), args).fetch_all(pool);
+                super::postgres::within(limit, read).await
+            }
+        }
+    }
+
+    /// The first row `sql` selects, if any.
+    pub(crate) async fn row<R: Row>(
+        self,
+        sql: impl sqlx::SqlSafeStr + Send,
+        args: Vec<Arg<'_>>,
+    ) -> Result<Option<R>, StoreError> {
+        match self {
+            Self::Sqlite(pool) => Ok(bind_all(sqlx::query_as(sql), args)
+                .fetch_optional(pool)
+                .await?),
+            Self::Postgres { pool, limit } => {
+                let read = bind_all(sqlx::query_as(sql), args).fetch_optional(pool);
+                super::postgres::within(limit, read).await
+            }
+        }
+    }
+
+    /// The one value a one-row, one-column `sql` selects.
+    pub(crate) async fn value<T>(
+        self,
+        sql: &'static str,
+        args: Vec<Arg<'_>>,
+    ) -> Result<T, StoreError>
+    where
+        (T,): Row,
+    {
+        match self.row::<(T,)>(sql, args).await? {
+            Some((value,)) => Ok(value),
+            None => Err(sqlx::Error::RowNotFound.into()),
+        }
+    }
+
+    /// For `GET /readyz`: whether the database answers and has each of
+    /// `migrator`'s migrations applied.
+    pub(crate) async fn readiness(self, migrator: &Migrator) -> Readiness {
+        let applied: Result<Vec<(i64,)>, StoreError> = self
+            .rows(
+                "SELECT version FROM _sqlx_migrations WHERE success = TRUE",
+                Vec::new(),
+            )
+            .await;
+        match applied {
+            Ok(versions) => Readiness {
+                reachable: true,
+                migrations_applied: migrator
+                    .iter()
+                    .all(|m| versions.iter().any(|(v,)| *v == m.version)),
+            },
+            // The migrations table is missing on a fresh database; tell
+            // that apart from a database that does not answer.
+            Err(StoreError::Database(sqlx::Error::Database(_))) => Readiness {
+                reachable: self.rows::<(i32,)>("SELECT 1", Vec::new()).await.is_ok(),
+                migrations_applied: false,
+            },
+            Err(_) => Readiness {
+                reachable: false,
+                migrations_applied: false,
+            },
+        }
+    }
+}
+
+/// The arguments of a read, each converted to an [`Arg`].
+macro_rules! args {
+    ($($arg:expr),* $(,)?) => {
+        vec![$($crate::store::reader::Arg::from($arg)),*]
+    };
+}
+pub(crate) use args;

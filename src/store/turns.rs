@@ -1,0 +1,276 @@
+//! Sessions and their turns: a turn's begin (and why one cannot begin),
+//! its liveness (heartbeats, cancel requests, orphans), a session's queue
+//! of waiting turns, and what the turn reads of its session (history,
+//! decisions).
+//!
+//! The reads are written once here; each backend's writes stand side by
+//! side in `turns/sqlite.rs` and `turns/postgres.rs`.
+
+mod postgres;
+mod sqlite;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{
+    BeganTurn, BeginTurnError, CancelRequests, DecisionRecord, MessageRecord, NewTurn, OrphanScope,
+    SessionRecord, StoreError, TurnRecord,
+    reader::{Reader, Reads, args, turn_columns},
+    records::{
+        parse_uuid,
+        rows::{DecisionRow, MessageRow, SessionRow, TurnRow},
+    },
+};
+
+/// A session's last messages, newest first: `$1` session, `$2` limit.
+pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, content, created_at \
+     FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2";
+
+/// Rows per chunk of the heartbeat's `IN` list.
+const IDS_PER_UPDATE: usize = 64;
+
+/// Tries of a begin whose conflict vanished before it was named.
+const BEGIN_ATTEMPTS: usize = 3;
+
+/// Orphans interrupted per call, so one sweep is bounded.
+const ORPHANS_PER_SWEEP: i64 = 100;
+
+/// Sessions and turns.
+#[async_trait]
+pub trait Turns: Reads + Send + Sync + 'static {
+    /// Creates the session if needed, the turn as `running`, and its
+    /// `turn.started` event, atomically.
+    ///
+    /// No read comes before the write: a replay or a double text costs a
+    /// refused insert and then the read that names the conflict, while the
+    /// usual begin saves a read (on SQLite, also its hand-off to sqlx's
+    /// reader thread: about a tenth of a turn's CPU, BENCHMARKS.md "Issue
+    /// 23"; the Postgres statement checks both conflicts itself). A unique
+    /// index refusing the turn names a conflict that may be gone by the
+    /// time it is looked up (the running turn ended in between): then the
+    /// session is free, so the begin is tried again.
+    async fn begin_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
+        for _ in 0..BEGIN_ATTEMPTS {
+            match self.insert_turn(turn).await {
+                Err(BeginTurnError::Store(StoreError::Conflict)) => {
+                    if let Some(conflict) = begin_conflict(self.reader(), turn).await? {
+                        return Err(conflict);
+                    }
+                }
+                other => return other,
+            }
+        }
+        Err(StoreError::Conflict.into())
+    }
+
+    /// One try of [`Self::begin_turn`], in one transaction.
+    /// [`StoreError::Conflict`]: a unique index refused the turn (a running
+    /// turn, a used idempotency key) and nothing was written.
+    async fn insert_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError>;
+
+    async fn get_turn(
+        &self,
+        session_id: &str,
+        turn_id: Uuid,
+    ) -> Result<Option<TurnRecord>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            turn_columns!(),
+            " FROM turns WHERE id = $1 AND session_id = $2"
+        );
+        self.reader()
+            .row::<TurnRow>(sql, args![turn_id, session_id])
+            .await?
+            .map(TryInto::try_into)
+            .transpose()
+    }
+
+    async fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let sql = "SELECT s.id, s.created_at, s.updated_at, s.turn_count, s.cost_usd, \
+             (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq, \
+             (SELECT t.id FROM turns t WHERE t.session_id = s.id AND t.status = 'running') \
+               AS running_turn_id \
+             FROM sessions s WHERE s.id = $1";
+        self.reader()
+            .row::<SessionRow>(sql, args![session_id])
+            .await?
+            .map(TryInto::try_into)
+            .transpose()
+    }
+
+    /// The tenant a session belongs to; `None`: no such session.
+    async fn session_tenant(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        let sql = "SELECT tenant FROM sessions WHERE id = $1";
+        let row: Option<(String,)> = self.reader().row(sql, args![session_id]).await?;
+        Ok(row.map(|(tenant,)| tenant))
+    }
+
+    /// History of a session in order, after message id `after`.
+    async fn list_messages(
+        &self,
+        session_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<MessageRecord>, StoreError> {
+        let sql = "SELECT id, message_id, turn_id, role, content, created_at FROM messages \
+             WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3";
+        let rows: Vec<MessageRow> = self
+            .reader()
+            .rows(sql, args![session_id, after, limit])
+            .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    /// The last `limit` messages of a session, oldest first.
+    async fn recent_messages(
+        &self,
+        session_id: &str,
+        limit: u32,
+    ) -> Result<Vec<MessageRecord>, StoreError> {
+        let rows: Vec<MessageRow> = self
+            .reader()
+            .rows(RECENT_MESSAGES, args![session_id, limit])
+            .await?;
+        rows.into_iter().rev().map(TryInto::try_into).collect()
+    }
+
+    /// Messages of a session containing any of `terms` (lower-case words),
+    /// newest first.
+    async fn search_messages(
+        &self,
+        session_id: &str,
+        terms: &[String],
+        limit: u32,
+    ) -> Result<Vec<MessageRecord>, StoreError> {
+        let terms = &terms[..terms.len().min(16)];
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = String::from(
+            "SELECT id, message_id, turn_id, role, content, created_at FROM messages \
+             WHERE session_id = $1 AND (",
+        );
+        let mut bound = args![session_id];
+        for (n, term) in terms.iter().enumerate() {
+            if n > 0 {
+                sql.push_str(" OR ");
+            }
+            sql.push_str(&format!("LOWER(content) LIKE ${}", n + 2));
+            bound.push(format!("%{}%", term.to_lowercase()).into());
+        }
+        sql.push_str(&format!(") ORDER BY id DESC LIMIT ${}", terms.len() + 2));
+        bound.push(limit.into());
+        let rows: Vec<MessageRow> = self.reader().rows(sqlx::AssertSqlSafe(sql), bound).await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    /// Decision records of a session, oldest first: after the record
+    /// `after` (an id; they are UUID v7, in time order), of `strategy` if
+    /// given, at most `limit`.
+    async fn list_decisions(
+        &self,
+        session_id: &str,
+        after: Option<&str>,
+        strategy: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<DecisionRecord>, StoreError> {
+        let sql = "SELECT id, turn_id, decision_key, strategy, record, created_at \
+             FROM decisions WHERE session_id = $1 AND ($2 IS NULL OR id > $2) \
+             AND ($3 IS NULL OR strategy = $3) ORDER BY id LIMIT $4";
+        let rows: Vec<DecisionRow> = self
+            .reader()
+            .rows(sql, args![session_id, after, strategy, limit])
+            .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    /// Flags a running turn for cancellation by its owner. False when the
+    /// turn is not running.
+    async fn request_cancel(&self, turn_id: Uuid) -> Result<bool, StoreError>;
+
+    /// Cancel requests as they are made, by any process (Postgres: LISTEN/
+    /// NOTIFY), so that the turn's owner stops it at once rather than at
+    /// its next heartbeat. `None`: the backend has no such channel (the
+    /// heartbeat's flag check is then the only way). An error item is a
+    /// lost connection: the next poll reconnects; requests made meanwhile
+    /// are found by the heartbeat.
+    async fn cancel_requests(&self) -> Result<Option<CancelRequests>, StoreError> {
+        Ok(None)
+    }
+
+    /// Refreshes the heartbeat of these running turns; returns those whose
+    /// cancellation was requested.
+    async fn heartbeat(
+        &self,
+        turn_ids: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Uuid>, StoreError>;
+
+    /// Marks orphaned running turns `interrupted`, each with a final
+    /// `turn.interrupted` event; returns those events.
+    async fn interrupt_orphans(
+        &self,
+        scope: &OrphanScope,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::events::StoredEvent>, StoreError>;
+
+    /// Takes a place in the queue of `session_id` (passing over, and
+    /// removing, the session's tickets not kept alive since `stale_ms`);
+    /// returns its ticket. Times are milliseconds since the epoch.
+    async fn enqueue_turn(
+        &self,
+        session_id: &str,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64, StoreError>;
+
+    /// The ticket that goes next in `session_id`'s queue: the lowest kept
+    /// alive since `stale_ms`.
+    async fn queue_head(&self, session_id: &str, stale_ms: i64) -> Result<Option<i64>, StoreError> {
+        let sql = "SELECT MIN(ticket) FROM turn_queue WHERE session_id = $1 AND alive_ms >= $2";
+        self.reader()
+            .value::<Option<i64>>(sql, args![session_id, stale_ms])
+            .await
+    }
+
+    /// Keeps a ticket alive.
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError>;
+
+    /// Leaves the queue (the turn began, or the request gave up).
+    async fn leave_queue(&self, ticket: i64) -> Result<(), StoreError>;
+}
+
+/// Why a unique index refused `turn` (after its transaction rolled back):
+/// a used idempotency key first, else the running turn of its session.
+/// `None`: nothing conflicts any more (the running turn ended in between).
+async fn begin_conflict(
+    reader: Reader<'_>,
+    turn: &NewTurn,
+) -> Result<Option<BeginTurnError>, StoreError> {
+    if let Some(key) = &turn.idempotency_key {
+        let sql = concat!(
+            "SELECT ",
+            turn_columns!(),
+            " FROM turns WHERE session_id = $1 AND idempotency_key = $2 \
+             AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = $1 AND s.tenant = $3)"
+        );
+        let existing: Option<TurnRow> = reader
+            .row(sql, args![&turn.session_id, key, &turn.tenant])
+            .await?;
+        if let Some(row) = existing {
+            return Ok(Some(BeginTurnError::IdempotencyKeyExists(Box::new(
+                row.try_into()?,
+            ))));
+        }
+    }
+    let sql = "SELECT t.id FROM turns t JOIN sessions s ON s.id = t.session_id \
+         WHERE t.session_id = $1 AND t.status = 'running' AND s.tenant = $2";
+    let running: Option<(String,)> = reader
+        .row(sql, args![&turn.session_id, &turn.tenant])
+        .await?;
+    running
+        .map(|(id,)| parse_uuid(&id).map(BeginTurnError::AlreadyRunning))
+        .transpose()
+}

@@ -1,0 +1,314 @@
+//! [`Turns`] on Postgres: plain sqlx, each call bounded by the call
+//! timeout (see [`PostgresStore::bounded`]).
+
+use async_trait::async_trait;
+use sqlx::Postgres;
+
+use super::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, Turns};
+use crate::{
+    events::{StoredEvent, TurnEvent},
+    store::{
+        BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, NewTurn, OrphanScope,
+        StoreError, TurnContext, event_log::postgres::insert_events, postgres::PostgresStore,
+        records::parse_uuid,
+    },
+};
+
+#[async_trait]
+impl Turns for PostgresStore {
+    async fn insert_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
+        // One statement, so one round trip and its own transaction: the
+        // session row (made, or updated if it is the tenant's), the turn,
+        // and its `turn.started` event. Nothing is written, and no lock
+        // taken, when the session has a running turn or the idempotency
+        // key was used (as of the statement's snapshot; one that commits
+        // meanwhile makes the unique index refuse the turn instead), so a
+        // burst of POSTs on a busy session does not queue on its row. No
+        // turn of the session runs, so `last_seq` is the session's newest
+        // event: the turn starts after it. The row that always comes back
+        // says why nothing was written; the caller names the conflict.
+        type Began = (Option<i64>, Option<f64>, Option<i64>, bool);
+        let statement = sqlx::query_as::<_, Began>(
+            "WITH s AS ( \
+               INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
+               SELECT $1, $2, $2, 1, 1, $3 \
+               WHERE NOT EXISTS (SELECT 1 FROM turns WHERE session_id = $1 AND status = 'running') \
+               AND ($6::text IS NULL OR NOT EXISTS \
+                 (SELECT 1 FROM turns WHERE session_id = $1 AND idempotency_key = $6)) \
+               ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
+               turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+               WHERE sessions.tenant = excluded.tenant \
+               RETURNING turn_count, cost_usd, last_seq \
+             ), t AS ( \
+               INSERT INTO turns (id, session_id, status, request, idempotency_key, \
+               owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
+               SELECT $4, $1, 'running', $5, $6, $7, $8, $2, s.last_seq, $2 FROM s \
+             ), e AS ( \
+               INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+               SELECT $1, s.last_seq, $4, 'turn.started', $9, $2 FROM s \
+             ) \
+             SELECT s.turn_count, s.cost_usd, s.last_seq, \
+               EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND tenant <> $3) \
+             FROM (VALUES (1)) AS one LEFT JOIN s ON TRUE",
+        )
+        .bind(&turn.session_id)
+        .bind(turn.created_at)
+        .bind(&turn.tenant)
+        .bind(turn.id.to_string())
+        .bind(&turn.request)
+        .bind(&turn.idempotency_key)
+        .bind(&turn.owner_instance)
+        .bind(&turn.owner_process)
+        .bind(&turn.started_payload)
+        .fetch_one(self.writer());
+        let began: Result<Began, sqlx::Error> =
+            match tokio::time::timeout(self.call_timeout(), statement).await {
+                Ok(began) => began,
+                Err(_) => return Err(self.gave_up().into()),
+            };
+        match began {
+            Ok((Some(turn_count), session_cost, Some(seq), _)) => Ok(BeganTurn {
+                first_seq: seq,
+                turn_number: u64::try_from(turn_count).unwrap_or(1),
+                session_cost_before: session_cost,
+                // Read by the turn: each read is its own round trip here.
+                context: TurnContext::default(),
+            }),
+            Ok((_, _, _, true)) => Err(BeginTurnError::SessionNotFound),
+            // A running turn or a used idempotency key: nothing was
+            // written; the caller finds which.
+            Ok(_) => Err(StoreError::Conflict.into()),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(StoreError::Conflict.into())
+            }
+            Err(e) => Err(StoreError::from(e).into()),
+        }
+    }
+
+    async fn request_cancel(&self, turn_id: uuid::Uuid) -> Result<bool, StoreError> {
+        self.bounded(async {
+            let mut tx = self.begin_write().await?;
+            let done = sqlx::query(
+                "UPDATE turns SET cancel_requested = TRUE WHERE id = $1 AND status = 'running'",
+            )
+            .bind(turn_id.to_string())
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 1 {
+                // Delivered on commit to every listening replica; the
+                // flag stays for the owner's heartbeat if none listens.
+                sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(CANCEL_CHANNEL)
+                    .bind(turn_id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+    }
+
+    async fn heartbeat(
+        &self,
+        turn_ids: &[uuid::Uuid],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<uuid::Uuid>, StoreError> {
+        self.bounded(async {
+            if turn_ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut tx = self.control().begin().await?;
+            // The turns are alive now, however long the connection took.
+            let now = now.max(chrono::Utc::now());
+            let mut cancelled = Vec::new();
+            for chunk in turn_ids.chunks(IDS_PER_UPDATE) {
+                // A row locked by someone else is being ended (or swept):
+                // skip it rather than wait. A heartbeat that waits while
+                // holding other turns' rows is half of a deadlock with a
+                // transaction ending those turns in another order.
+                let mut qb =
+                    sqlx::QueryBuilder::<Postgres>::new("UPDATE turns SET heartbeat_at = ");
+                qb.push_bind(now);
+                qb.push(" WHERE id IN (SELECT id FROM turns WHERE status = 'running' AND id IN (");
+                let mut ids = qb.separated(", ");
+                for id in chunk {
+                    ids.push_bind(id.to_string());
+                }
+                qb.push(
+                    ") ORDER BY id FOR NO KEY UPDATE SKIP LOCKED) RETURNING id, cancel_requested",
+                );
+                let rows: Vec<(String, bool)> = qb.build_query_as().fetch_all(&mut *tx).await?;
+                for (id, cancel) in rows {
+                    if cancel {
+                        cancelled.push(parse_uuid(&id)?);
+                    }
+                }
+            }
+            tx.commit().await?;
+            Ok(cancelled)
+        })
+        .await
+    }
+
+    async fn enqueue_turn(
+        &self,
+        session_id: &str,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64, StoreError> {
+        self.bounded(async {
+            let mut tx = self.begin_write().await?;
+            sqlx::query("DELETE FROM turn_queue WHERE session_id = $1 AND alive_ms < $2")
+                .bind(session_id)
+                .bind(stale_ms)
+                .execute(&mut *tx)
+                .await?;
+            let ticket: i64 = sqlx::query_scalar(
+                "INSERT INTO turn_queue (session_id, alive_ms) VALUES ($1, $2) RETURNING ticket",
+            )
+            .bind(session_id)
+            .bind(now_ms)
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(ticket)
+        })
+        .await
+    }
+
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError> {
+        self.bounded(async {
+            sqlx::query("UPDATE turn_queue SET alive_ms = $2 WHERE ticket = $1")
+                .bind(ticket)
+                .bind(now_ms)
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn leave_queue(&self, ticket: i64) -> Result<(), StoreError> {
+        self.bounded(async {
+            sqlx::query("DELETE FROM turn_queue WHERE ticket = $1")
+                .bind(ticket)
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn interrupt_orphans(
+        &self,
+        scope: &OrphanScope,
+        reason: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.bounded(async {
+            let candidates: Vec<(String, String)> = sqlx::query_as(
+                "SELECT id, session_id FROM turns WHERE status = 'running' \
+                 AND ((owner_instance = $1 AND owner_process <> $2) OR heartbeat_at < $3) \
+                 ORDER BY created_at LIMIT $4",
+            )
+            .bind(&scope.instance)
+            .bind(&scope.process)
+            .bind(scope.stale_before)
+            .bind(ORPHANS_PER_SWEEP)
+            .fetch_all(self.control())
+            .await?;
+            let event = TurnEvent::TurnInterrupted {
+                reason: reason.to_owned(),
+            };
+            let mut interrupted = Vec::with_capacity(candidates.len());
+            for (turn_id, session_id) in candidates {
+                if scope.alive.contains(&parse_uuid(&turn_id)?) {
+                    continue;
+                }
+                let mut tx = self.control().begin().await?;
+                lock_session(&mut tx, &session_id).await?;
+                // Still an orphan under the lock: a heartbeat that landed
+                // since the candidates were read keeps its turn.
+                let updated = sqlx::query(
+                    "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
+                     error_message = $1, finished_at = $2 WHERE id = $3 AND status = 'running' \
+                     AND ((owner_instance = $4 AND owner_process <> $5) OR heartbeat_at < $6)",
+                )
+                .bind(reason)
+                .bind(now)
+                .bind(&turn_id)
+                .bind(&scope.instance)
+                .bind(&scope.process)
+                .bind(scope.stale_before)
+                .execute(&mut *tx)
+                .await?;
+                if updated.rows_affected() != 1 {
+                    continue;
+                }
+                let seq: i64 = sqlx::query_scalar(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = $1",
+                )
+                .bind(&session_id)
+                .fetch_one(&mut *tx)
+                .await?;
+                let stored = StoredEvent::new(&session_id, parse_uuid(&turn_id)?, seq, &event, now)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                insert_events(&mut *tx, std::iter::once(&stored)).await?;
+                sqlx::query("UPDATE sessions SET last_seq = $1 WHERE id = $2")
+                    .bind(seq)
+                    .bind(&session_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                interrupted.push(stored);
+            }
+            Ok(interrupted)
+        })
+        .await
+    }
+
+    /// A listener on [`CANCEL_CHANNEL`]. The listening connection is idle
+    /// for as long as no one cancels, so only its setup is bounded; the
+    /// heartbeat finds every request too.
+    async fn cancel_requests(&self) -> Result<Option<CancelRequests>, StoreError> {
+        use futures::StreamExt;
+        let mut listener = self
+            .bounded(async {
+                let mut listener = sqlx::postgres::PgListener::connect_with(self.pool()).await?;
+                listener.listen(CANCEL_CHANNEL).await?;
+                Ok(listener)
+            })
+            .await?;
+        let requests = async_stream::stream! {
+            loop {
+                // `recv` reconnects a lost connection on the next call.
+                match listener.recv().await {
+                    Ok(notification) => {
+                        if let Ok(turn_id) = uuid::Uuid::parse_str(notification.payload()) {
+                            yield Ok(turn_id);
+                        }
+                    }
+                    Err(e) => yield Err(StoreError::from(e)),
+                }
+            }
+        };
+        Ok(Some(requests.boxed()))
+    }
+}
+
+/// Locks a session's row for the rest of the transaction. Every
+/// transaction that changes a turn locks its session first (a
+/// begin's upsert does so by itself), so no two wait on each other
+/// in opposite orders: a begin waiting on a turn's end that waits
+/// on the begin's session row was a deadlock.
+async fn lock_session(
+    conn: &mut <Postgres as sqlx::Database>::Connection,
+    session_id: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT 1 FROM sessions WHERE id = $1 FOR NO KEY UPDATE")
+        .bind(session_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}

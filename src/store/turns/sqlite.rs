@@ -1,0 +1,263 @@
+//! [`Turns`] on SQLite: each write is one job on the writer thread.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, params};
+use uuid::Uuid;
+
+use super::{ORPHANS_PER_SWEEP, Turns};
+use crate::{
+    events::{StoredEvent, TurnEvent},
+    store::{
+        BeganTurn, BeginTurnError, NewTurn, OrphanScope, StoreError, TurnContext,
+        records::parse_uuid,
+        sqlite::{
+            SqliteStore,
+            writer::{
+                answered, insert_events, is_unique_violation, memories_for_turn, recent_messages,
+                ts,
+            },
+        },
+    },
+};
+
+#[async_trait]
+impl Turns for SqliteStore {
+    /// Begins a turn; [`StoreError::Conflict`]: a unique index refused it
+    /// (the caller finds out why) and nothing was written.
+    /// `None`: the session belongs to another tenant (nothing written).
+    async fn insert_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
+        let turn = turn.clone();
+        let began = self.writes.run(move |tx| {
+            let created = ts(turn.created_at);
+            // A session of another tenant is left as it is (no row comes back).
+            let began: Option<(i64, Option<f64>, i64)> = tx
+                .prepare_cached(
+                    "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
+                     VALUES (?1, ?2, ?2, 1, 1, ?3) \
+                     ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
+                     turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+                     WHERE sessions.tenant = excluded.tenant \
+                     RETURNING turn_count, cost_usd, last_seq",
+                )?
+                .query_row(params![turn.session_id, created, turn.tenant], |row| {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                })
+                .optional()?;
+            let Some((turn_count, session_cost, seq)) = began else {
+                return Ok(None);
+            };
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
+                     owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
+                     VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8, ?7)",
+                )?
+                .execute(params![
+                    turn.id.to_string(),
+                    turn.session_id,
+                    turn.request,
+                    turn.idempotency_key,
+                    turn.owner_instance,
+                    turn.owner_process,
+                    created,
+                    seq
+                ]);
+            match inserted {
+                Ok(_) => {}
+                // Refused: roll the session update back with it.
+                Err(e) if is_unique_violation(&e) => return Err(StoreError::Conflict),
+                Err(e) => return Err(e.into()),
+            }
+            tx.prepare_cached(
+                "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+                 VALUES (?1, ?2, ?3, 'turn.started', ?4, ?5)",
+            )?
+            .execute(params![
+                turn.session_id,
+                seq,
+                turn.id.to_string(),
+                turn.started_payload,
+                created
+            ])?;
+            // The turn's first reads, on this connection (the write
+            // transaction sees what was committed, and its own rows).
+            // A read that fails leaves it to the turn (see `answered`).
+            let history = match turn.reads.history {
+                // The first turn of a session has no history to read.
+                Some(_) if turn_count <= 1 => Some(Vec::new()),
+                Some(limit) => answered(
+                    "history",
+                    recent_messages(tx, &turn.session_id, limit),
+                ),
+                None => None,
+            };
+            let memories = turn
+                .reads
+                .memory
+                .as_ref()
+                .and_then(|query| answered("memories", memories_for_turn(tx, query)));
+            Ok(Some(BeganTurn {
+                first_seq: seq,
+                turn_number: u64::try_from(turn_count).unwrap_or(1),
+                session_cost_before: session_cost,
+                context: TurnContext { history, memories },
+            }))
+        })
+        .await?;
+        began.ok_or(BeginTurnError::SessionNotFound)
+    }
+
+    async fn request_cancel(&self, turn_id: Uuid) -> Result<bool, StoreError> {
+        self.writes
+            .run(move |connection| {
+                let updated = connection
+                .prepare_cached(
+                    "UPDATE turns SET cancel_requested = 1 WHERE id = ?1 AND status = 'running'",
+                )?
+                .execute(params![turn_id.to_string()])?;
+                Ok(updated == 1)
+            })
+            .await
+    }
+
+    async fn heartbeat(
+        &self,
+        turn_ids: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        if turn_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let turn_ids = turn_ids.to_vec();
+        self.writes
+            .run(move |tx| {
+                let mut cancelled = Vec::new();
+                {
+                    let mut beat = tx.prepare_cached(
+                        "UPDATE turns SET heartbeat_at = ?1 WHERE id = ?2 AND status = 'running' \
+                     RETURNING cancel_requested",
+                    )?;
+                    let at = ts(now);
+                    for id in turn_ids {
+                        let mut rows = beat.query(params![at, id.to_string()])?;
+                        if let Some(row) = rows.next()?
+                            && row.get::<_, bool>(0)?
+                        {
+                            cancelled.push(id);
+                        }
+                    }
+                }
+                Ok(cancelled)
+            })
+            .await
+    }
+
+    async fn enqueue_turn(
+        &self,
+        session_id: &str,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let session_id = session_id.to_owned();
+        self.writes
+            .run(move |connection| {
+                connection
+                    .prepare_cached(
+                        "DELETE FROM turn_queue WHERE session_id = ?1 AND alive_ms < ?2",
+                    )?
+                    .execute(params![session_id, stale_ms])?;
+                connection
+                    .prepare_cached(
+                        "INSERT INTO turn_queue (session_id, alive_ms) VALUES (?1, ?2)",
+                    )?
+                    .execute(params![session_id, now_ms])?;
+                Ok(connection.last_insert_rowid())
+            })
+            .await
+    }
+
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError> {
+        self.writes
+            .run(move |connection| {
+                connection
+                    .prepare_cached("UPDATE turn_queue SET alive_ms = ?2 WHERE ticket = ?1")?
+                    .execute(params![ticket, now_ms])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn leave_queue(&self, ticket: i64) -> Result<(), StoreError> {
+        self.writes
+            .run(move |connection| {
+                connection
+                    .prepare_cached("DELETE FROM turn_queue WHERE ticket = ?1")?
+                    .execute(params![ticket])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn interrupt_orphans(
+        &self,
+        scope: &OrphanScope,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let (scope, reason) = (scope.clone(), reason.to_owned());
+        self.writes
+            .run(move |connection| {
+                let candidates: Vec<(String, String)> = connection
+                    .prepare_cached(
+                        "SELECT id, session_id FROM turns WHERE status = 'running' \
+                     AND ((owner_instance = ?1 AND owner_process <> ?2) OR heartbeat_at < ?3) \
+                     ORDER BY created_at LIMIT ?4",
+                    )?
+                    .query_map(
+                        params![
+                            scope.instance,
+                            scope.process,
+                            ts(scope.stale_before),
+                            ORPHANS_PER_SWEEP
+                        ],
+                        |row| Ok((row.get(0)?, row.get(1)?)),
+                    )?
+                    .collect::<Result<_, _>>()?;
+                let event = TurnEvent::TurnInterrupted {
+                    reason: reason.clone(),
+                };
+                let at = ts(now);
+                let mut interrupted = Vec::with_capacity(candidates.len());
+                let tx = connection;
+                for (turn_id, session_id) in candidates {
+                    if scope.alive.contains(&parse_uuid(&turn_id)?) {
+                        continue;
+                    }
+                    let updated = tx
+                        .prepare_cached(
+                            "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
+                         error_message = ?1, finished_at = ?2 WHERE id = ?3 AND status = 'running'",
+                        )?
+                        .execute(params![reason, at, turn_id])?;
+                    if updated != 1 {
+                        continue;
+                    }
+                    let seq: i64 = tx
+                        .prepare_cached(
+                            "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?1",
+                        )?
+                        .query_row(params![session_id], |row| row.get(0))?;
+                    let stored =
+                        StoredEvent::new(&session_id, parse_uuid(&turn_id)?, seq, &event, now)
+                            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                    insert_events(tx, std::iter::once(&stored))?;
+                    tx.prepare_cached("UPDATE sessions SET last_seq = ?1 WHERE id = ?2")?
+                        .execute(params![seq, session_id])?;
+                    interrupted.push(stored);
+                }
+                Ok(interrupted)
+            })
+            .await
+    }
+}
