@@ -299,11 +299,29 @@ fn name_the_source(
         std::error::Error::source(&error),
         error.get(ContextKind::ValidValue),
     ) {
-        (Some(source), _) => format!("cannot use {value:?}: {source}"),
+        (Some(source), _) => out_of_range(&source.to_string())
+            .unwrap_or_else(|| format!("cannot use {value:?}: {source}")),
         (None, Some(ContextValue::Strings(valid))) => {
             format!("{value:?} is not one of {}", valid.join(", "))
         }
         _ => format!("cannot use {value:?}"),
     };
     ConfigError::Invalid { name, reason }
+}
+
+/// A ranged parser's refusal (`0 is not in 1..=100`, `5 is not in 1024..`)
+/// as the range it asks for.
+fn out_of_range(refusal: &str) -> Option<String> {
+    let (_, range) = refusal.split_once(" is not in ")?;
+    let (low, high) = range.split_once("..")?;
+    let high = high.strip_prefix('=').unwrap_or(high);
+    // An open range ends at its type's largest value.
+    let open = high
+        .parse::<u128>()
+        .map_or(high.is_empty(), |high| high >= u128::from(u32::MAX));
+    Some(if open {
+        format!("must be at least {low}")
+    } else {
+        format!("must be between {low} and {high}")
+    })
 }

@@ -1,6 +1,7 @@
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Duration};
 
 use super::*;
+use crate::{providers::ThinkLevel, tools::PermissionMode};
 
 fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
     load_with(&[], env)
@@ -372,4 +373,41 @@ fn text_waits_two_ms_for_company_by_default() {
     assert_eq!(load(&[]).unwrap().database.event_linger_ms, 2);
     let off = load(&[("HARNESS_EVENT_LINGER_MS", "0")]).unwrap();
     assert_eq!(off.database.event_linger_ms, 0);
+}
+
+#[test]
+fn a_value_out_of_its_range_names_the_range() {
+    for (name, value, reason) in [
+        ("HARNESS_MAX_STEPS", "0", "must be between 1 and 100"),
+        ("HARNESS_MAX_STEPS", "101", "must be between 1 and 100"),
+        (
+            "HARNESS_CONTEXT_WINDOW_TOKENS",
+            "5",
+            "must be at least 1024",
+        ),
+        ("HARNESS_BODY_LIMIT_BYTES", "0", "must be at least 1"),
+        (
+            "HARNESS_WORKER_THREADS",
+            "1025",
+            "must be between 1 and 1024",
+        ),
+        (
+            "HARNESS_EVENT_LINGER_MS",
+            "101",
+            "must be between 0 and 100",
+        ),
+    ] {
+        let err = load(&[(name, value)]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{name}: {reason}"),
+            "{name}={value}"
+        );
+    }
+    let (_dir, path) = file("[harness]\nmax_steps = 0\n");
+    let err = load_with(&["--config", &path], &[]).unwrap_err();
+    assert!(
+        err.to_string().ends_with(": must be between 1 and 100"),
+        "{err}"
+    );
 }

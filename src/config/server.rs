@@ -1,0 +1,191 @@
+//! `[server]`: the HTTP edge and the life of the process among its
+//! replicas.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{AuthMode, ConfigError, CorsOrigins, invalid};
+
+/// The HTTP edge and the life of the process among its replicas.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerSettings {
+    /// Address the HTTP server binds.
+    #[arg(
+        id = "server.listen",
+        long = "listen",
+        env = "HARNESS_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub listen: SocketAddr,
+    /// Largest request body, in bytes.
+    #[arg(id = "server.body_limit_bytes", long = "body-limit-bytes", env = "HARNESS_BODY_LIMIT_BYTES", default_value_t = 1024 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub body_limit_bytes: usize,
+    /// Time a request's head has to arrive (a new connection's first from its accept, a later one from its first byte), in seconds.
+    #[arg(
+        id = "server.header_read_timeout_s",
+        long = "header-read-timeout-s",
+        env = "HARNESS_HEADER_READ_TIMEOUT_S",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub header_read_timeout_s: u64,
+    /// Time a connection may wait for a request's first byte, in seconds:
+    /// keep it above the idle timeout of a load balancer in front.
+    #[arg(
+        id = "server.idle_timeout_s",
+        long = "idle-timeout-s",
+        env = "HARNESS_IDLE_TIMEOUT_S",
+        default_value_t = 75,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub idle_timeout_s: u64,
+    /// Time a request body has to arrive whole, in seconds.
+    #[arg(
+        id = "server.body_read_timeout_s",
+        long = "body-read-timeout-s",
+        env = "HARNESS_BODY_READ_TIMEOUT_S",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub body_read_timeout_s: u64,
+    /// Connections open at once; when full, a new one takes the place of the one waiting longest [default: three quarters of the open-file limit].
+    #[arg(
+        id = "server.max_connections",
+        long = "max-connections",
+        env = "HARNESS_MAX_CONNECTIONS",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    pub max_connections: Option<usize>,
+    /// Browser origins allowed to call the API (CORS): a comma-separated
+    /// list of scheme://host[:port], or `*` [default: none].
+    #[arg(
+        id = "server.cors_origins",
+        long = "cors-origins",
+        env = "HARNESS_CORS_ORIGINS"
+    )]
+    pub cors_origins: Option<CorsOrigins>,
+    /// Whether requests need an API key (`Authorization: Bearer`, made with
+    /// `agent-harness keys create`): on, off, or auto (on unless listening
+    /// on loopback only).
+    #[arg(
+        id = "server.auth",
+        long = "auth",
+        env = "HARNESS_AUTH",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub auth: AuthMode,
+    /// Requests a key may make per minute (a bucket that refills
+    /// steadily; past it, 429 with Retry-After); 0: no limit.
+    #[arg(
+        id = "server.rate_limit_per_minute",
+        long = "rate-limit-per-minute",
+        env = "HARNESS_RATE_LIMIT_PER_MINUTE",
+        default_value_t = 600
+    )]
+    pub rate_limit_per_minute: u32,
+    /// Seconds between SSE keep-alive comments.
+    #[arg(
+        id = "server.sse_keepalive_s",
+        long = "sse-keepalive-s",
+        env = "HARNESS_SSE_KEEPALIVE_S",
+        default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub sse_keepalive_s: u64,
+    /// Seconds running turns get to finish at shutdown.
+    #[arg(
+        id = "server.shutdown_grace_s",
+        long = "shutdown-grace-s",
+        env = "HARNESS_SHUTDOWN_GRACE_S",
+        default_value_t = 30
+    )]
+    pub shutdown_grace_s: u64,
+    /// Name of this replica: turns it left running are interrupted when it
+    /// starts again [default: $HOSTNAME, else `local`].
+    #[arg(id = "server.instance_id", long = "instance-id", env = "HARNESS_INSTANCE_ID", default_value_t = default_instance_id(), hide_default_value = true)]
+    pub instance_id: String,
+    /// Seconds between heartbeats of running turns.
+    #[arg(
+        id = "server.heartbeat_interval_s",
+        long = "heartbeat-interval-s",
+        env = "HARNESS_HEARTBEAT_INTERVAL_S",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub heartbeat_interval_s: u64,
+    /// A running turn whose heartbeat is older than this many seconds is an
+    /// orphan [default: 1.5 heartbeat intervals, so that an orphan is taken
+    /// over within two].
+    #[arg(
+        id = "server.stale_turn_after_s",
+        long = "stale-turn-after-s",
+        env = "HARNESS_STALE_TURN_AFTER_S"
+    )]
+    pub stale_turn_after_s: Option<u64>,
+    /// Threads that run the service's requests and turns [default: one a
+    /// core].
+    #[arg(
+        id = "server.worker_threads",
+        long = "worker-threads",
+        env = "HARNESS_WORKER_THREADS",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024)
+    )]
+    pub worker_threads: Option<usize>,
+}
+
+impl ServerSettings {
+    /// Whether requests need a key, `auto` resolved by the listen address.
+    pub fn auth_required(&self) -> bool {
+        match self.auth {
+            AuthMode::On => true,
+            AuthMode::Off => false,
+            AuthMode::Auto => !self.listen.ip().is_loopback(),
+        }
+    }
+
+    /// Ranges are checked as each value is parsed; these depend on
+    /// another setting.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.idle_timeout_s < self.header_read_timeout_s {
+            return Err(invalid(
+                "HARNESS_IDLE_TIMEOUT_S",
+                "must be at least HARNESS_HEADER_READ_TIMEOUT_S",
+            ));
+        }
+        if self
+            .stale_turn_after_s
+            .is_some_and(|stale| stale <= self.heartbeat_interval_s)
+        {
+            return Err(invalid(
+                "HARNESS_STALE_TURN_AFTER_S",
+                "must be more than HARNESS_HEARTBEAT_INTERVAL_S",
+            ));
+        }
+        if self.instance_id.is_empty() || self.instance_id.len() > 128 {
+            return Err(invalid(
+                "HARNESS_INSTANCE_ID",
+                "must be 1 to 128 characters",
+            ));
+        }
+        Ok(())
+    }
+
+    /// When a running turn without a heartbeat is an orphan: the setting,
+    /// else 1.5 heartbeat intervals (a live owner's heartbeat is at most one
+    /// interval old; sweeps every half interval then take an orphan over
+    /// within two intervals of its owner's last beat).
+    pub fn stale_turn_after(&self) -> Duration {
+        self.stale_turn_after_s.map_or_else(
+            || Duration::from_secs(self.heartbeat_interval_s).mul_f64(1.5),
+            Duration::from_secs,
+        )
+    }
+}
+
+pub(super) fn default_instance_id() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .unwrap_or_else(|| "local".to_owned())
+}

@@ -1,0 +1,34 @@
+//! `[vault]`: the folder of notes.
+
+use clap::ArgAction;
+use clap::builder::BoolishValueParser;
+use std::path::PathBuf;
+
+use super::EmbeddingModel;
+
+/// The folder of notes the retrieval tools search and the write tools
+/// change.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VaultSettings {
+    /// Folder of markdown notes (created by the first note written).
+    #[arg(
+        id = "vault.dir",
+        long = "vault-dir",
+        env = "HARNESS_VAULT_DIR",
+        default_value = "./vault"
+    )]
+    pub dir: PathBuf,
+    /// Index the vault when the service starts (in the background; turns
+    /// are served meanwhile).
+    #[arg(id = "vault.index_on_start", long = "vault-index-on-start", env = "HARNESS_VAULT_INDEX_ON_START", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub index_on_start: bool,
+    /// Embed chunks with this model for ranking by meaning beside words:
+    /// openai:{model} (the OpenAI base URL's /embeddings) or ollama:{model}
+    /// [default: none, words only].
+    #[arg(
+        id = "vault.embeddings",
+        long = "vault-embeddings",
+        env = "HARNESS_VAULT_EMBEDDINGS"
+    )]
+    pub embeddings: Option<EmbeddingModel>,
+}
