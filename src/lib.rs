@@ -21,8 +21,9 @@
 //! - [`tools`]: the `Tool` trait, specs, the registry, the built-in tools
 //!   (retrieval, notes, web), HTTP tools from the settings, MCP servers.
 //! - [`vault`]: the folder of notes, its chunking, index and path checks.
-//! - [`memory`]: memory, judges and the research learner on the store, and
-//!   the background worker that runs their jobs.
+//! - [`background`]: the finalizer's collaborators on the store: memory
+//!   (`memory.rs`), the judges (`judges.rs`), the research learner
+//!   (`learner.rs`), and the worker that runs their jobs (`jobs.rs`).
 //! - [`providers`]: the `LlmProvider` trait, the OpenAI-compatible,
 //!   Anthropic and Ollama adapters (`transport.rs`: requests and limits;
 //!   `stream.rs`: SSE/NDJSON decoding), the chain, pricing, redaction.
@@ -35,19 +36,19 @@
 //!   text, and the masking of personal data in what is written for
 //!   observation (`HARNESS_REDACT_LOGS`).
 //!
-//! The vocabulary, `providers`, `store`, `tools`, `vault`, `memory` and
+//! The vocabulary, `providers`, `store`, `tools`, `vault`, `background` and
 //! `metrics` import nothing from the layers above them (the harness, the
 //! runner, the edge, start-up, configuration); `tests/architecture.rs`
 //! parses the sources to check it.
 
 pub mod app;
+pub mod background;
 pub mod config;
 pub mod events;
 pub mod harness;
 pub mod hooks;
 pub mod http;
 pub mod ids;
-pub mod memory;
 pub mod metrics;
 pub mod pii;
 pub mod providers;

@@ -12,15 +12,16 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     app::App,
+    background::{
+        jobs::{BackgroundWorker, SideCallLimits, WorkerConfig},
+        judges::{JudgeList, JudgePanel},
+        learner::StoreLearner,
+        memory::{QueuedExtraction, StoreMemory},
+    },
     config::{EmbeddingModel, ProviderKind, ProviderRef, Settings},
     harness::hooks::AgentCallbacks,
     harness::{AgentHarness, HarnessOptions, compaction::ContextWarningTracker},
     http,
-    memory::{
-        QueuedExtraction, StoreLearner, StoreMemory,
-        background::{BackgroundWorker, SideCallLimits, WorkerConfig},
-        judges::{JudgeList, JudgePanel},
-    },
     metrics::Metrics,
     providers::{
         LlmProvider, ProviderError,

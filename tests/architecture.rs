@@ -1,5 +1,5 @@
 //! The layers: the shared vocabulary and the lower layers (providers, the
-//! store, tools, events, the vault, memory, metrics) import nothing from
+//! store, tools, events, the vault, the background collaborators, metrics) import nothing from
 //! the layers that use them (the harness, the runner, the HTTP edge,
 //! start-up and configuration), so the modules form no cycle.
 //!
@@ -33,8 +33,8 @@ const LOWER: &[&str] = &[
     "hooks.rs",
     "vault.rs",
     "vault",
-    "memory.rs",
-    "memory",
+    "background.rs",
+    "background",
     "metrics.rs",
 ];
 
@@ -287,7 +287,7 @@ fn an_upward_import_of_any_shape_is_found() {
         ("store/sqlite.rs", "use super::super::runner::*;"),
         ("vault.rs", "fn planted() { let _ = crate::http::router; }"),
         (
-            "memory.rs",
+            "background.rs",
             "fn planted() -> Option<crate::app::App> { None }",
         ),
         (
@@ -309,7 +309,7 @@ fn an_upward_import_of_any_shape_is_found() {
         ("tools.rs", "crate::config::Settings"),
         ("store/sqlite.rs", "crate::runner"),
         ("vault.rs", "crate::http::router"),
-        ("memory.rs", "crate::app::App"),
+        ("background.rs", "crate::app::App"),
         ("providers/openai.rs", "crate::startup::x"),
     ] {
         let at = copy.join(file).display().to_string();

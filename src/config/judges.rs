@@ -3,7 +3,7 @@
 use clap::ArgAction;
 use clap::builder::BoolishValueParser;
 
-use crate::memory::judges::JudgeList;
+use crate::background::judges::JudgeList;
 
 /// LLM judges of turns whose prompt has an id.
 #[derive(Debug, Clone, clap::Args)]

@@ -1,15 +1,5 @@
-//! The finalizer's collaborators on the store: memory (retrieval in stage 1,
-//! extraction after the turn), the judges and the research learner.
-//!
-//! Extraction and judging ask a model, so they never run on the turn's
-//! path: the finalizer queues a job in the store ([`JOB_MEMORY`],
-//! [`JOB_JUDGE`]) and the [`background`] worker runs it, bounded in time
-//! and tokens, its usage and cost recorded on the job. A job survives a
-//! restart; a failing one is retried a few times, then given up, and never
-//! touches the turn.
-
-pub mod background;
-pub mod judges;
+//! Memory: retrieval for stage 1 of a turn (the scope's facts relevant to
+//! the message, and its preferences), and extraction queued as a job.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -17,23 +7,13 @@ use async_trait::async_trait;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
+use super::{JOB_MEMORY, new_job_id};
 use crate::{
-    hooks::{
-        HookError, MemoryContext, MemoryExtractor, MemoryRetriever, MemoryTurn, ResearchLearner,
-    },
+    hooks::{HookError, MemoryContext, MemoryExtractor, MemoryRetriever, MemoryTurn},
     providers::embeddings::{Embedder, cosine},
-    store::{
-        Jobs, MemoryQuery, MemoryRecord, NewJob, ObservationRecord, memories::MEMORIES_PER_SCOPE,
-    },
+    store::{Jobs, MemoryQuery, MemoryRecord, NewJob, memories::MEMORIES_PER_SCOPE},
     vault::query_terms,
 };
-
-/// The job kind of a memory extraction.
-pub const JOB_MEMORY: &str = "memory_extraction";
-/// The job kind of one judge's scoring of a turn.
-pub const JOB_JUDGE: &str = "judge";
-/// The job kind of a judgement's event, waiting for the session to be free.
-pub const JOB_JUDGEMENT_EVENT: &str = "judgement_event";
 
 /// Preferences merged into a turn's context pack, at most.
 const PREFERENCES_MAX: u32 = 20;
@@ -212,40 +192,12 @@ impl MemoryExtractor for QueuedExtraction {
             model: turn.model.clone(),
         };
         Ok(Some(NewJob {
-            id: background::new_job_id(),
+            id: new_job_id(),
             kind: JOB_MEMORY.into(),
             session_id: turn.session_id.clone(),
             turn_id: turn.turn_id.clone(),
             payload: serde_json::to_string(&job).map_err(HookError::new)?,
             at: Utc::now(),
-        }))
-    }
-}
-
-/// The research learner: keeps each turn's question and answer, its
-/// source the stored assistant message.
-pub struct StoreLearner {
-    /// Mask personal data in observations (`HARNESS_REDACT_LOGS`).
-    pub redact: bool,
-}
-
-#[async_trait]
-impl ResearchLearner for StoreLearner {
-    /// Every turn is observed; the observation is stored with the turn's end.
-    async fn observe_turn(
-        &self,
-        session_id: &str,
-        user_text: &str,
-        assistant_text: &str,
-        source_event_id: &str,
-    ) -> Result<Option<ObservationRecord>, HookError> {
-        Ok(Some(ObservationRecord {
-            id: format!("obs_{}", uuid::Uuid::now_v7().simple()),
-            session_id: session_id.to_owned(),
-            source_id: source_event_id.to_owned(),
-            user_text: crate::pii::redact_if(self.redact, user_text),
-            assistant_text: crate::pii::redact_if(self.redact, assistant_text),
-            created_at: Utc::now(),
         }))
     }
 }

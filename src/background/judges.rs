@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
-use super::{JOB_JUDGE, background::new_job_id};
+use super::{JOB_JUDGE, new_job_id};
 use crate::{
     hooks::{HookError, JudgeRequest, JudgeScheduler},
     store::NewJob,
