@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{
-    ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderFailure, ProviderStream, Role, ThinkLevel, ThinkingBlock, ToolCall, Usage,
-    redact::{self, Redactor},
+    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure,
+    ProviderStream, Role, ThinkLevel, ThinkingBlock, ToolCall, Usage,
+    redact::{HttpAdapter, Redactor},
     transport,
 };
 
@@ -174,22 +174,17 @@ fn wire_messages(messages: &[ChatMessage]) -> Vec<Value> {
 }
 
 #[async_trait]
-impl LlmProvider for AnthropicProvider {
-    fn name(&self) -> &str {
-        "anthropic"
-    }
+impl HttpAdapter for AnthropicProvider {
+    const NAME: &'static str = "anthropic";
 
-    fn default_model(&self) -> &str {
+    fn model(&self) -> &str {
         &self.model
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
-        redact::redacted(self.open(request).await, &self.redactor)
+    fn redactor(&self) -> &Arc<Redactor> {
+        &self.redactor
     }
-}
 
-impl AnthropicProvider {
-    /// [`LlmProvider::stream`] before its errors are masked.
     async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let deadline = Instant::now() + request.timeout;
         let mut http = self

@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{
-    ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderFailure, ProviderStream, Role, ThinkLevel, ToolCall, Usage,
-    redact::{self, Redactor},
+    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure,
+    ProviderStream, Role, ThinkLevel, ToolCall, Usage,
+    redact::{HttpAdapter, Redactor},
     refusing::RefusingModels,
     stream, transport,
 };
@@ -121,22 +121,17 @@ fn wire_message(message: &ChatMessage) -> Value {
 }
 
 #[async_trait]
-impl LlmProvider for OllamaProvider {
-    fn name(&self) -> &str {
-        "ollama"
-    }
+impl HttpAdapter for OllamaProvider {
+    const NAME: &'static str = "ollama";
 
-    fn default_model(&self) -> &str {
+    fn model(&self) -> &str {
         &self.model
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
-        redact::redacted(self.open(request).await, &self.redactor)
+    fn redactor(&self) -> &Arc<Redactor> {
+        &self.redactor
     }
-}
 
-impl OllamaProvider {
-    /// [`LlmProvider::stream`] before its errors are masked.
     async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let deadline = Instant::now() + request.timeout;
         let body = self.request_body(&request);

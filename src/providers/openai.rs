@@ -20,9 +20,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{
-    ChatMessage, ChatRequest, FinishReason, LlmProvider, ProviderError, ProviderEvent,
-    ProviderStream, Role, ThinkLevel, ToolCall, Usage,
-    redact::{self, Redactor},
+    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderStream, Role,
+    ThinkLevel, ToolCall, Usage,
+    redact::{HttpAdapter, Redactor},
     refusing::RefusingModels,
     transport,
 };
@@ -195,22 +195,17 @@ impl OpenAiProvider {
 }
 
 #[async_trait]
-impl LlmProvider for OpenAiProvider {
-    fn name(&self) -> &str {
-        "openai"
-    }
+impl HttpAdapter for OpenAiProvider {
+    const NAME: &'static str = "openai";
 
-    fn default_model(&self) -> &str {
+    fn model(&self) -> &str {
         &self.model
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
-        redact::redacted(self.open(request).await, &self.redactor)
+    fn redactor(&self) -> &Arc<Redactor> {
+        &self.redactor
     }
-}
 
-impl OpenAiProvider {
-    /// [`LlmProvider::stream`] before its errors are masked.
     async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let deadline = Instant::now() + request.timeout;
         // The body as a JSON value is dropped once serialized: held across

@@ -7,9 +7,11 @@
 //! Every adapter passes its errors through its [`Redactor`] before they
 //! leave it, so no key reaches a client, an event, the database or a log.
 
+use std::sync::Arc;
+
 use reqwest::Url;
 
-use super::{ProviderError, ProviderFailure};
+use super::{ChatRequest, LlmProvider, ProviderError, ProviderFailure, ProviderStream};
 
 /// What a masked secret becomes.
 pub const MASK: &str = "[redacted]";
@@ -167,11 +169,44 @@ impl ProviderError {
     }
 }
 
+/// An adapter of a provider's HTTP API: what differs between them. Each
+/// is an [`LlmProvider`] whose errors, now and later in the stream, pass
+/// through its [`Redactor`] first.
+#[async_trait::async_trait]
+pub trait HttpAdapter: Send + Sync + 'static {
+    /// The provider's name (`openai`, `anthropic`, `ollama`).
+    const NAME: &'static str;
+
+    /// The model used when a request names none.
+    fn model(&self) -> &str;
+
+    /// The adapter's secrets.
+    fn redactor(&self) -> &Arc<Redactor>;
+
+    /// The answer's stream, before its errors are masked.
+    async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError>;
+}
+
+#[async_trait::async_trait]
+impl<A: HttpAdapter> LlmProvider for A {
+    fn name(&self) -> &str {
+        A::NAME
+    }
+
+    fn default_model(&self) -> &str {
+        self.model()
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
+        redacted(self.open(request).await, self.redactor())
+    }
+}
+
 /// `opened` with every error, now and later in the stream, masked.
-pub(super) fn redacted(
-    opened: Result<super::ProviderStream, ProviderError>,
-    redactor: &std::sync::Arc<Redactor>,
-) -> Result<super::ProviderStream, ProviderError> {
+fn redacted(
+    opened: Result<ProviderStream, ProviderError>,
+    redactor: &Arc<Redactor>,
+) -> Result<ProviderStream, ProviderError> {
     use futures::StreamExt;
     match opened {
         Err(e) => Err(redactor.error(e)),
