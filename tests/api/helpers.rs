@@ -6,12 +6,12 @@ use agent_harness::{
     config::Settings,
     startup::{Application, StartupError, build_provider},
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    fake_provider::FakeProvider,
+    fake_provider::{FakeProvider, Reply},
     support::{Backend, TestDb},
 };
 
@@ -121,6 +121,36 @@ pub async fn spawn_app_on(
 }
 
 impl TestApp {
+    /// One turn in which the model calls the tool `name` with
+    /// `arguments`, then answers: the `tool.finished` event and the tool
+    /// message the model got.
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> (Value, String) {
+        self.provider.enqueue([
+            Reply::openai_tool_call("call_t1", name, &arguments),
+            Reply::sse("openai/text.sse"),
+        ]);
+        let mut stream = self
+            .post_turn_sse("s-tool", json!({"message": "Use the tool."}))
+            .await;
+        let events = stream.read_to_end().await;
+        assert_eq!(types(&events).last(), Some(&"turn.completed"));
+        let finished = events
+            .iter()
+            .find(|e| e.event == "tool.finished")
+            .unwrap()
+            .json();
+        let requests = self.provider.requests();
+        let messages = requests.last().unwrap().body["messages"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let message = messages.iter().rev().find(|m| m["role"] == "tool").unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (finished, message)
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)
     }

@@ -9,8 +9,8 @@ use axum::{
 use serde_json::{Value, json};
 
 use crate::{
-    fake_provider::{FakeProvider, Reply},
-    helpers::{TestApp, spawn_app_with_tools, test_settings, types},
+    fake_provider::FakeProvider,
+    helpers::{TestApp, spawn_app_with_tools, test_settings},
     support::{Backend, TestDb},
 };
 
@@ -65,33 +65,6 @@ async fn app_with(declared: Value, env: fn(&str) -> Option<String>) -> TestApp {
     .await
 }
 
-async fn call(app: &TestApp, name: &str, arguments: Value) -> (Value, String) {
-    app.provider.enqueue([
-        Reply::openai_tool_call("call_h1", name, &arguments),
-        Reply::sse("openai/text.sse"),
-    ]);
-    let mut stream = app
-        .post_turn_sse("s-http", json!({"message": "Use the API."}))
-        .await;
-    let events = stream.read_to_end().await;
-    assert_eq!(types(&events).last(), Some(&"turn.completed"));
-    let finished = events
-        .iter()
-        .find(|e| e.event == "tool.finished")
-        .unwrap()
-        .json();
-    let requests = app.provider.requests();
-    let messages = requests.last().unwrap().body["messages"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let message = messages.iter().rev().find(|m| m["role"] == "tool").unwrap()["content"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    (finished, message)
-}
-
 #[tokio::test]
 async fn declared_http_tools_call_their_api_with_arguments_and_secret_headers() {
     let port = api().await;
@@ -141,20 +114,24 @@ async fn declared_http_tools_call_their_api_with_arguments_and_secret_headers() 
         ]
     );
 
-    let (finished, message) = call(&app, "get_item", json!({"id": "a/1", "verbose": true})).await;
+    let (finished, message) = app
+        .call_tool("get_item", json!({"id": "a/1", "verbose": true}))
+        .await;
     assert_eq!(finished["status"], "completed", "{finished}");
     assert!(message.contains("HTTP 200 OK"), "{message}");
     assert!(message.contains(r#""id":"a/1""#), "{message}");
     assert!(message.contains(r#""verbose":"true""#), "{message}");
 
-    let (finished, message) = call(&app, "open_ticket", json!({"title": "Printer"})).await;
+    let (finished, message) = app
+        .call_tool("open_ticket", json!({"title": "Printer"}))
+        .await;
     assert_eq!(finished["status"], "completed");
     assert!(
         message.contains(r#"{"created":{"title":"Printer"}}"#),
         "{message}"
     );
 
-    let (finished, message) = call(&app, "broken", json!({})).await;
+    let (finished, message) = app.call_tool("broken", json!({})).await;
     assert_eq!(finished["status"], "failed");
     assert!(
         finished["error"]
@@ -209,9 +186,11 @@ async fn a_get_without_query_arguments_has_no_question_mark() {
         "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
     }]);
     let app = app_with(declared, |_| None).await;
-    let (finished, message) = call(&app, "raw", json!({"id": "T-42"})).await;
+    let (finished, message) = app.call_tool("raw", json!({"id": "T-42"})).await;
     assert_eq!(finished["status"], "completed", "{finished}");
     assert_eq!(finished["output"], "HTTP 200 OK\n/raw/T-42", "{message}");
-    let (_, message) = call(&app, "raw", json!({"id": "T-42", "verbose": true})).await;
+    let (_, message) = app
+        .call_tool("raw", json!({"id": "T-42", "verbose": true}))
+        .await;
     assert!(message.contains("/raw/T-42?verbose=true"), "{message}");
 }

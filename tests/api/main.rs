@@ -10,6 +10,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+use support::fake_provider;
+
 mod agui;
 mod approvals;
 mod auth;
@@ -18,7 +20,6 @@ mod cors;
 mod decisions;
 mod edge;
 mod errors;
-mod fake_provider;
 mod faults;
 mod helpers;
 mod http_tools;

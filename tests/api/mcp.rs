@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
 use crate::{
-    fake_provider::{FakeProvider, Reply},
-    helpers::{TestApp, spawn_app_with, test_settings, types},
+    fake_provider::FakeProvider,
+    helpers::{TestApp, spawn_app_with, test_settings},
     support::{Backend, TestDb},
 };
 
@@ -34,35 +34,6 @@ async fn app_with_servers(servers: Value) -> TestApp {
     let mut settings = test_settings(&provider);
     settings.tools.mcp = Some(servers.to_string().parse().unwrap());
     spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await
-}
-
-/// One turn in which the model calls `name`; the `tool.finished` event
-/// and the tool message the model got.
-async fn call(app: &TestApp, name: &str, arguments: Value) -> (Value, String) {
-    app.provider.enqueue([
-        Reply::openai_tool_call("call_m1", name, &arguments),
-        Reply::sse("openai/text.sse"),
-    ]);
-    let mut stream = app
-        .post_turn_sse("s-mcp", json!({"message": "Use the server."}))
-        .await;
-    let events = stream.read_to_end().await;
-    assert_eq!(types(&events).last(), Some(&"turn.completed"));
-    let finished = events
-        .iter()
-        .find(|e| e.event == "tool.finished")
-        .unwrap()
-        .json();
-    let requests = app.provider.requests();
-    let messages = requests.last().unwrap().body["messages"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let message = messages.iter().rev().find(|m| m["role"] == "tool").unwrap()["content"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    (finished, message)
 }
 
 /// Waits until the server has restarted `restarts` times and is connected.
@@ -113,15 +84,15 @@ async fn a_stdio_server_serves_tools_and_is_restarted_after_a_hang_or_a_crash() 
     assert_eq!(mcp, expected);
     assert_eq!(listed["mcp_servers"][0]["connected"], true);
 
-    let (finished, message) = call(&app, "fx__echo", json!({"text": "hi"})).await;
+    let (finished, message) = app.call_tool("fx__echo", json!({"text": "hi"})).await;
     assert_eq!(finished["status"], "completed", "{finished}");
     assert!(message.contains("echo: hi"), "{message}");
-    let (_, message) = call(&app, "fx__add", json!({"a": 2, "b": 3})).await;
+    let (_, message) = app.call_tool("fx__add", json!({"a": 2, "b": 3})).await;
     assert!(message.contains("\n5\n"), "{message}");
 
     // A call that never answers fails at the server's timeout, and the
     // server is restarted.
-    let (finished, _) = call(&app, "fx__hang", json!({})).await;
+    let (finished, _) = app.call_tool("fx__hang", json!({})).await;
     assert_eq!(finished["status"], "failed", "{finished}");
     assert!(
         finished["error"]
@@ -131,16 +102,16 @@ async fn a_stdio_server_serves_tools_and_is_restarted_after_a_hang_or_a_crash() 
         "{finished}"
     );
     wait_restarted(&app, 1).await;
-    let (finished, _) = call(&app, "fx__echo", json!({"text": "again"})).await;
+    let (finished, _) = app.call_tool("fx__echo", json!({"text": "again"})).await;
     assert_eq!(finished["status"], "completed", "{finished}");
 
     // A crash fails the call; the server comes back as a new process.
-    let (_, before) = call(&app, "fx__pid", json!({})).await;
-    let (finished, _) = call(&app, "fx__crash", json!({})).await;
+    let (_, before) = app.call_tool("fx__pid", json!({})).await;
+    let (finished, _) = app.call_tool("fx__crash", json!({})).await;
     assert_eq!(finished["status"], "failed", "{finished}");
     let server = wait_restarted(&app, 2).await;
     assert!(server["last_error"].is_string(), "{server}");
-    let (_, after) = call(&app, "fx__pid", json!({})).await;
+    let (_, after) = app.call_tool("fx__pid", json!({})).await;
     assert_ne!(before, after, "a new process answers");
     // The service was never down.
     let (status, _) = app.get_json("/healthz").await;
@@ -157,7 +128,7 @@ async fn a_killed_stdio_server_is_restarted_before_any_call() {
         {"name": "fx", "command": *FIXTURE, "args": ["stdio"], "timeout_s": 2}
     ]))
     .await;
-    let (_, before) = call(&app, "fx__pid", json!({})).await;
+    let (_, before) = app.call_tool("fx__pid", json!({})).await;
     // The tool's output is the line of digits inside the fence.
     let pid = before
         .lines()
@@ -177,7 +148,7 @@ async fn a_killed_stdio_server_is_restarted_before_any_call() {
         started.elapsed()
     );
     assert_eq!(server["last_error"], "the connection closed", "{server}");
-    let (_, after) = call(&app, "fx__pid", json!({})).await;
+    let (_, after) = app.call_tool("fx__pid", json!({})).await;
     assert_ne!(before, after, "a new process answers");
 }
 
@@ -201,10 +172,12 @@ async fn a_streamable_http_server_serves_tools_and_a_hang_times_out() {
             .iter()
             .any(|t| t["name"] == "remote__echo" && t["source"] == "mcp:remote")
     );
-    let (finished, message) = call(&app, "remote__echo", json!({"text": "over http"})).await;
+    let (finished, message) = app
+        .call_tool("remote__echo", json!({"text": "over http"}))
+        .await;
     assert_eq!(finished["status"], "completed", "{finished}");
     assert!(message.contains("echo: over http"), "{message}");
-    let (finished, _) = call(&app, "remote__hang", json!({})).await;
+    let (finished, _) = app.call_tool("remote__hang", json!({})).await;
     assert!(
         finished["error"]
             .as_str()
@@ -214,7 +187,7 @@ async fn a_streamable_http_server_serves_tools_and_a_hang_times_out() {
     );
     // Reconnected: a new session answers.
     wait_restarted(&app, 1).await;
-    let (finished, _) = call(&app, "remote__add", json!({"a": 1, "b": 1})).await;
+    let (finished, _) = app.call_tool("remote__add", json!({"a": 1, "b": 1})).await;
     assert_eq!(finished["status"], "completed", "{finished}");
     server.kill().await.unwrap();
 }

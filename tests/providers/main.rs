@@ -7,8 +7,10 @@
     reason = "test helpers fail loudly; the lint holds in the service code"
 )]
 
-#[path = "../api/fake_provider.rs"]
-mod fake_provider;
+#[path = "../support/mod.rs"]
+mod support;
+
+use support::fake_provider;
 
 mod anthropic;
 mod ollama;

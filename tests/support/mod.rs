@@ -1,8 +1,11 @@
-//! Databases for tests: a fresh SQLite file, or a fresh Postgres schema on
+//! What the test binaries share: a fake provider speaking each provider's
+//! recorded wire format ([`fake_provider`]), and databases for tests: a fresh SQLite file, or a fresh Postgres schema on
 //! the server named by `TEST_DATABASE_URL` (default: the local trust-auth
 //! server, database `test`). Both are real; nothing is mocked.
 
 #![allow(dead_code, reason = "each test binary uses a different part")]
+
+pub mod fake_provider;
 
 use std::{str::FromStr, sync::Arc};
 
