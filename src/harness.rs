@@ -165,7 +165,7 @@ impl HarnessOptions {
 
 /// Everything one turn needs from its caller.
 #[derive(Debug, Clone)]
-pub struct TurnRequest {
+pub struct TurnInput {
     pub session_id: String,
     pub turn_id: Uuid,
     /// 1-based number of this turn in its session.
@@ -415,7 +415,7 @@ impl AgentHarness {
 
     /// Whether `name` may run in this turn: registered, permitted by the
     /// registry's mode, and the web tools only with `web_mode: on`.
-    pub fn is_tool_allowed(&self, name: &str, request: &TurnRequest) -> bool {
+    pub fn is_tool_allowed(&self, name: &str, request: &TurnInput) -> bool {
         self.tools.permits(name)
             && (!crate::tools::web::WEB_TOOLS.contains(&name) || request.web_mode == WebMode::On)
     }
@@ -443,7 +443,7 @@ impl AgentHarness {
     /// events already emitted remain; nothing else is written.
     pub async fn run_turn(
         &self,
-        request: TurnRequest,
+        request: TurnInput,
         sink: Arc<dyn EventSink>,
     ) -> Result<TurnOutput, TurnError> {
         let state = self.new_state(&request.session_id);
@@ -454,7 +454,7 @@ impl AgentHarness {
     /// it afterwards).
     pub async fn run_turn_with_state(
         &self,
-        request: TurnRequest,
+        request: TurnInput,
         sink: Arc<dyn EventSink>,
         state: Arc<TurnRuntimeState>,
     ) -> Result<TurnOutput, TurnError> {

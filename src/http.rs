@@ -456,7 +456,7 @@ pub(crate) fn refuse_client_system(allowed: bool) -> Result<(), ApiError> {
 pub(crate) fn conversation_turn(
     messages: &[(&str, String)],
     allow_system: bool,
-) -> Result<crate::runner::TurnSpec, ApiError> {
+) -> Result<crate::turn::TurnRequest, ApiError> {
     use crate::providers::{ChatMessage, Role};
     let invalid = |detail: &str| ApiError::InvalidField {
         field: "messages".into(),
@@ -494,16 +494,9 @@ pub(crate) fn conversation_turn(
             Some(ChatMessage::new(role, text.clone()))
         })
         .collect();
-    Ok(crate::runner::TurnSpec {
-        message: message.clone(),
-        top_k: 8,
-        web_mode: crate::turn::WebMode::Off,
-        show_citations: false,
-        runtime_provider: None,
-        runtime_model: None,
-        skill_context: None,
+    Ok(crate::turn::TurnRequest {
         history: Some(history),
-        user_id: None,
+        ..crate::turn::TurnRequest::new(message.clone())
     })
 }
 

@@ -15,7 +15,6 @@ mod writer;
 use std::{sync::Arc, time::Duration};
 
 use chrono::{SubsecRound, Utc};
-use serde::{Deserialize, Serialize};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 use uuid::Uuid;
@@ -25,44 +24,14 @@ use crate::{
     harness::AgentHarness,
     ids::SessionKey,
     metrics::Metrics,
-    providers::ChatMessage,
     store::{
         BeginTurnError, NewTurn, OrphanScope, Store, StoreError, TurnReads, TurnRecord, TurnStatus,
     },
-    turn::WebMode,
+    turn::{TurnRequest, WebMode},
 };
 use live::{LiveTurn, LiveTurns};
 use writer::EventWriter;
 pub use writer::WriterLimits;
-
-/// A validated turn request, as stored with the turn (and compared on an
-/// idempotent replay).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TurnSpec {
-    pub message: String,
-    pub top_k: u32,
-    pub web_mode: WebMode,
-    pub show_citations: bool,
-    pub runtime_provider: Option<String>,
-    pub runtime_model: Option<String>,
-    pub skill_context: Option<String>,
-    /// The history to use instead of the session's stored one.
-    pub history: Option<Vec<ChatMessage>>,
-    /// Whose memories: this user's, else the session's.
-    pub user_id: Option<String>,
-}
-
-impl TurnSpec {
-    /// The (stored) memory scope of a turn of `session`: its user's or
-    /// its own, among its tenant's scopes.
-    pub fn memory_scope(&self, session: &SessionKey) -> String {
-        let scope = match &self.user_id {
-            Some(user) => format!("user:{user}"),
-            None => format!("session:{}", session.id()),
-        };
-        crate::ids::tenant_scope(session.tenant(), &scope)
-    }
-}
 
 /// Settings of the runner.
 #[derive(Debug, Clone)]
@@ -330,7 +299,7 @@ impl TurnRunner {
     }
 
     /// What a turn of `spec` will do otherwise than it asks.
-    fn warnings(&self, spec: &TurnSpec) -> Vec<String> {
+    fn warnings(&self, spec: &TurnRequest) -> Vec<String> {
         let mut warnings = Vec::new();
         let tools = self.inner.harness.tools();
         if spec.web_mode == WebMode::On && tools.get("web_search").is_none() {
@@ -347,7 +316,7 @@ impl TurnRunner {
     pub async fn start(
         &self,
         session_id: &SessionKey,
-        spec: TurnSpec,
+        spec: TurnRequest,
         idempotency_key: Option<String>,
     ) -> Result<StartedTurn, StartError> {
         if self.is_draining() {
@@ -372,7 +341,7 @@ impl TurnRunner {
             id: turn_id,
             session_id: session_id.as_str().to_owned(),
             tenant: session_id.tenant().to_owned(),
-            request: serde_json::to_string(&spec).map_err(encode)?,
+            request: spec.clone(),
             idempotency_key,
             owner_instance: inner.config.instance_id.clone(),
             owner_process: inner.process_id.clone(),
@@ -451,7 +420,7 @@ impl TurnRunner {
     pub async fn start_queued(
         &self,
         session_id: &SessionKey,
-        spec: TurnSpec,
+        spec: TurnRequest,
         idempotency_key: Option<String>,
         deadline: tokio::time::Instant,
     ) -> Result<StartedTurn, QueuedStartError> {

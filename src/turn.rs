@@ -1,9 +1,60 @@
 //! What a turn is asked and what it answers, shared by every layer: the
-//! request's [`WebMode`] and the public [`TurnResult`]. The harness produces
-//! them; events, tools, the store and the HTTP edge carry them.
+//! [`TurnRequest`] (with its [`WebMode`]) and the public [`TurnResult`].
+//! The edge builds the request; the harness produces the result; events,
+//! tools, the store and the HTTP edge carry them.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+
+use crate::providers::ChatMessage;
+
+/// What a turn is asked: validated once, at the edge (each client format
+/// builds one), stored with the turn as JSON and read back as this type
+/// (an idempotent replay compares it), and handed down to the harness.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnRequest {
+    pub message: String,
+    pub top_k: u32,
+    pub web_mode: WebMode,
+    pub show_citations: bool,
+    pub runtime_provider: Option<String>,
+    pub runtime_model: Option<String>,
+    pub skill_context: Option<String>,
+    /// The history to use instead of the session's stored one.
+    pub history: Option<Vec<ChatMessage>>,
+    /// Whose memories: this user's, else the session's.
+    pub user_id: Option<String>,
+}
+
+/// The vault facts a turn retrieves when its request names no number.
+pub const DEFAULT_TOP_K: u32 = 8;
+
+impl TurnRequest {
+    /// A request of `message` with every option at its default.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            top_k: DEFAULT_TOP_K,
+            web_mode: WebMode::Off,
+            show_citations: false,
+            runtime_provider: None,
+            runtime_model: None,
+            skill_context: None,
+            history: None,
+            user_id: None,
+        }
+    }
+
+    /// The (stored) memory scope of a turn of `session`: its user's or
+    /// its own, among its tenant's scopes.
+    pub fn memory_scope(&self, session: &crate::ids::SessionKey) -> String {
+        let scope = match &self.user_id {
+            Some(user) => format!("user:{user}"),
+            None => format!("session:{}", session.id()),
+        };
+        crate::ids::tenant_scope(session.tenant(), &scope)
+    }
+}
 
 /// `web_mode` of a turn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -21,7 +21,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    AgentHarness, EventSink, TurnRequest,
+    AgentHarness, EventSink, TurnInput,
     executor::{self, Executed},
     hooks::{ApprovalDecision, ApprovalRequest, CheckpointRequest, isolate},
     prepare::untrusted_block,
@@ -124,7 +124,7 @@ impl ToolOutcome {
 /// What a call needs from its turn.
 pub(super) struct CallEnv<'a> {
     pub harness: &'a AgentHarness,
-    pub request: &'a TurnRequest,
+    pub request: &'a TurnInput,
     pub state: &'a Arc<TurnRuntimeState>,
     pub replay: &'a ReplayControl,
     pub sink: &'a Arc<dyn EventSink>,

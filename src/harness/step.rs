@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{
-    AgentHarness, EventSink, MAX_STEPS_TEXT, SinkError, TIMEOUT_TEXT, TurnError, TurnRequest,
+    AgentHarness, EventSink, MAX_STEPS_TEXT, SinkError, TIMEOUT_TEXT, TurnError, TurnInput,
     compaction::{self, ContextLevel},
     gates::{self, CallEnv},
     replay::ReplayControl,
@@ -29,7 +29,7 @@ use crate::{
 /// What every step of one turn shares.
 pub(super) struct Turn<'a> {
     pub harness: &'a AgentHarness,
-    pub request: &'a TurnRequest,
+    pub request: &'a TurnInput,
     pub state: &'a Arc<TurnRuntimeState>,
     pub sink: &'a Arc<dyn EventSink>,
     pub turn_cancel: &'a CancellationToken,

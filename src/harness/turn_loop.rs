@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    AgentHarness, EventSink, TurnError, TurnOutput, TurnRequest,
+    AgentHarness, EventSink, TurnError, TurnInput, TurnOutput,
     executor::{self, Executed},
     finalizer::{self, FinalizeInput},
     gates,
@@ -22,7 +22,7 @@ use crate::{events::TurnEvent, providers::ToolDefinition, tools::ToolContext};
 
 pub(super) async fn run(
     harness: &AgentHarness,
-    request: TurnRequest,
+    request: TurnInput,
     sink: Arc<dyn EventSink>,
     state: Arc<TurnRuntimeState>,
 ) -> Result<TurnOutput, TurnError> {
@@ -155,7 +155,7 @@ impl Drop for CloseWrites {
 /// Stage 4b: the definitions of the tools offered this turn: those the
 /// registry's mode and the request allow, trimmed to the most related when
 /// semantic selection is on.
-async fn offered_tools(harness: &AgentHarness, request: &TurnRequest) -> Vec<Arc<ToolDefinition>> {
+async fn offered_tools(harness: &AgentHarness, request: &TurnInput) -> Vec<Arc<ToolDefinition>> {
     let allowed: Vec<_> = harness
         .tools
         .offered()
@@ -180,7 +180,7 @@ async fn offered_tools(harness: &AgentHarness, request: &TurnRequest) -> Vec<Arc
 }
 
 /// Stage 1a: episodic memory; an empty bundle when absent or failing.
-async fn load_memory(harness: &AgentHarness, request: &TurnRequest) -> MemoryContext {
+async fn load_memory(harness: &AgentHarness, request: &TurnInput) -> MemoryContext {
     let Some(retriever) = &harness.memory_retriever else {
         return MemoryContext::default();
     };
@@ -201,7 +201,7 @@ async fn load_memory(harness: &AgentHarness, request: &TurnRequest) -> MemoryCon
 /// Stage 1b: the `get_context_pack` tool, run directly (not a model call).
 async fn load_context_pack(
     harness: &AgentHarness,
-    request: &TurnRequest,
+    request: &TurnInput,
     state: &Arc<TurnRuntimeState>,
     sink: &Arc<dyn EventSink>,
     turn_cancel: &CancellationToken,

@@ -20,8 +20,9 @@ use crate::{
     http::error::Problem,
     ids::client_session_id,
     providers::{ChatMessage, Role},
-    runner::{CancelError, CancelOutcome, QueuedStartError, StartError, TurnSpec},
+    runner::{CancelError, CancelOutcome, QueuedStartError, StartError},
     store::{TurnRecord, TurnStatus},
+    turn::TurnRequest,
     turn::{TurnResult, WebMode},
 };
 
@@ -118,9 +119,14 @@ pub enum HistoryRole {
     Assistant,
 }
 
-impl TurnBody {
-    fn validate(self, provider_names: &[String], allow_system: bool) -> Result<TurnSpec, ApiError> {
-        let message = self
+/// The request a body asks, checked as far as the body alone can say.
+/// What depends on the service's settings (the provider's name, system
+/// messages from clients) is [`admit`]ted after.
+impl TryFrom<TurnBody> for TurnRequest {
+    type Error = ApiError;
+
+    fn try_from(body: TurnBody) -> Result<Self, ApiError> {
+        let message = body
             .message
             .filter(|m| !m.trim().is_empty())
             .ok_or(ApiError::MessageRequired)?;
@@ -136,16 +142,13 @@ impl TurnBody {
             Ok(())
         };
         no_nul("message", &message)?;
-        if let Some(skill) = &self.skill_context {
+        if let Some(skill) = &body.skill_context {
             no_nul("skill_context", skill)?;
         }
-        for item in self.history.iter().flatten() {
+        for item in body.history.iter().flatten() {
             no_nul("history", &item.content)?;
-            if matches!(item.role, HistoryRole::System) {
-                super::refuse_client_system(allow_system)?;
-            }
         }
-        let top_k = self.top_k.unwrap_or(8);
+        let top_k = body.top_k.unwrap_or(crate::turn::DEFAULT_TOP_K);
         if !(1..=TOP_K_MAX).contains(&top_k) {
             return Err(ApiError::InvalidField {
                 field: "top_k".into(),
@@ -168,19 +171,8 @@ impl TurnBody {
                 other => Ok(other),
             }
         };
-        let runtime_provider = name("runtime_provider", self.runtime_provider)?;
-        if let Some(provider) = &runtime_provider
-            && !provider_names.iter().any(|p| p == provider)
-        {
-            return Err(ApiError::InvalidField {
-                field: "runtime_provider".into(),
-                detail: format!(
-                    "unknown provider {provider:?}; configured: {}",
-                    provider_names.join(", ")
-                ),
-            });
-        }
-        let history = match self.history {
+        let runtime_provider = name("runtime_provider", body.runtime_provider)?;
+        let history = match body.history {
             Some(items) if items.len() > HISTORY_MAX => {
                 return Err(ApiError::InvalidField {
                     field: "history".into(),
@@ -202,7 +194,7 @@ impl TurnBody {
             ),
             None => None,
         };
-        let user_id = match self.user_id {
+        let user_id = match body.user_id {
             Some(user) => Some(
                 crate::ids::SessionId::parse(&user)
                     .map_err(|e| ApiError::InvalidField {
@@ -214,18 +206,44 @@ impl TurnBody {
             ),
             None => None,
         };
-        Ok(TurnSpec {
+        Ok(TurnRequest {
             user_id,
             message,
             top_k,
-            web_mode: self.web_mode.unwrap_or_default(),
-            show_citations: self.show_citations.unwrap_or(false),
+            web_mode: body.web_mode.unwrap_or_default(),
+            show_citations: body.show_citations.unwrap_or(false),
             runtime_provider,
-            runtime_model: name("runtime_model", self.runtime_model)?,
-            skill_context: self.skill_context.filter(|s| !s.is_empty()),
+            runtime_model: name("runtime_model", body.runtime_model)?,
+            skill_context: body.skill_context.filter(|s| !s.is_empty()),
             history,
         })
     }
+}
+
+/// Whether this service takes `request`: its provider is one of the
+/// chain's, and it brings system messages only where the operator allows
+/// them (see [`super::refuse_client_system`]).
+fn admit(request: &TurnRequest, app: &AppState) -> Result<(), ApiError> {
+    if let Some(provider) = &request.runtime_provider
+        && !app.provider_names.iter().any(|p| p == provider)
+    {
+        return Err(ApiError::InvalidField {
+            field: "runtime_provider".into(),
+            detail: format!(
+                "unknown provider {provider:?}; configured: {}",
+                app.provider_names.join(", ")
+            ),
+        });
+    }
+    if request
+        .history
+        .iter()
+        .flatten()
+        .any(|m| m.role == Role::System)
+    {
+        super::refuse_client_system(app.settings.harness.allow_client_system_messages)?;
+    }
+    Ok(())
 }
 
 /// The JSON answer of a completed turn: its ids and the `TurnResult`.
@@ -261,12 +279,6 @@ pub struct TurnErrorView {
 impl TryFrom<TurnRecord> for TurnView {
     type Error = ApiError;
     fn try_from(r: TurnRecord) -> Result<Self, ApiError> {
-        let result = r
-            .result
-            .as_deref()
-            .map(serde_json::from_str)
-            .transpose()
-            .map_err(|e| ApiError::Internal(format!("stored result of {}: {e}", r.id)))?;
         Ok(Self {
             turn_id: r.id,
             session_id: client_session_id(&r.session_id).to_owned(),
@@ -274,7 +286,7 @@ impl TryFrom<TurnRecord> for TurnView {
             created_at: r.created_at,
             finished_at: r.finished_at,
             first_seq: r.first_seq,
-            result,
+            result: r.result,
             error: r.error_code.map(|code| TurnErrorView {
                 code,
                 message: r.error_message,
@@ -353,10 +365,8 @@ async fn start_turn(
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
     let multitask = body.multitask.unwrap_or_default();
-    let spec = body.validate(
-        &app.provider_names,
-        app.settings.harness.allow_client_system_messages,
-    )?;
+    let spec = TurnRequest::try_from(body)?;
+    admit(&spec, &app)?;
     // A running turn is waited for (or cancelled first) up to the turn
     // deadline and a margin, never longer than MULTITASK_WAIT_MAX.
     let deadline = tokio::time::Instant::now()
@@ -449,13 +459,7 @@ fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
     let turn_id = record.id;
     match record.status {
         TurnStatus::Completed => {
-            let result: TurnResult = record
-                .result
-                .as_deref()
-                .map(serde_json::from_str)
-                .transpose()
-                .map_err(|e| ApiError::Internal(format!("stored result of {turn_id}: {e}")))?
-                .unwrap_or_default();
+            let result = record.result.unwrap_or_default();
             Ok(axum::Json(TurnResponse {
                 session_id: client_session_id(&record.session_id).to_owned(),
                 turn_id,

@@ -12,14 +12,15 @@ use chrono::Utc;
 use tokio::sync::Mutex;
 
 use super::{
-    LiveTurn, TurnRunner, TurnSpec, writer,
+    LiveTurn, TurnRunner, writer,
     writer::{EventWriter, Flush},
 };
 use crate::{
     events::{StoredEvent, TurnEvent},
-    harness::{EventSink, SinkError, TurnError, TurnOutput, TurnRequest},
+    harness::{EventSink, SinkError, TurnError, TurnInput, TurnOutput},
     providers::{ChatMessage, Role},
     store::{BeganTurn, MessageRecord, StoreError, TurnFinish, TurnStatus},
+    turn::TurnRequest,
 };
 
 /// The history messages a prompt takes (user, assistant and system).
@@ -42,7 +43,7 @@ impl TurnRunner {
     pub(super) async fn drive(
         self,
         live: Arc<LiveTurn>,
-        spec: TurnSpec,
+        spec: TurnRequest,
         began: BeganTurn,
         memory_scope: String,
     ) {
@@ -93,7 +94,7 @@ impl TurnRunner {
     async fn execute(
         &self,
         live: &LiveTurn,
-        spec: &TurnSpec,
+        spec: &TurnRequest,
         began: BeganTurn,
         memory_scope: String,
         sink: Arc<TurnSink>,
@@ -118,7 +119,7 @@ impl TurnRunner {
                     .map_err(TurnFailure::History)?,
             ),
         };
-        let request = TurnRequest {
+        let request = TurnInput {
             session_id: live.session_id.clone(),
             turn_id: live.turn_id,
             turn_number,

@@ -463,7 +463,7 @@ mod tests {
                 id: turn_id,
                 session_id: "s-linger".into(),
                 tenant: crate::ids::DEFAULT_TENANT.into(),
-                request: "{}".into(),
+                request: crate::turn::TurnRequest::new("hi"),
                 idempotency_key: None,
                 owner_instance: "i".into(),
                 owner_process: "p".into(),

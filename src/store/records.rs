@@ -8,7 +8,10 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::StoreError;
-use crate::events::StoredEvent;
+use crate::{
+    events::StoredEvent,
+    turn::{TurnRequest, TurnResult},
+};
 
 /// Where a turn is in its life. Only `running` is not final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -61,8 +64,9 @@ pub struct NewTurn {
     /// Whose session: a new session becomes the tenant's; a session of
     /// another tenant is not found.
     pub tenant: String,
-    /// The request as canonical JSON, compared on idempotent replays.
-    pub request: String,
+    /// What the turn is asked (stored as JSON; an idempotent replay
+    /// compares it).
+    pub request: TurnRequest,
     pub idempotency_key: Option<String>,
     pub owner_instance: String,
     pub owner_process: String,
@@ -224,8 +228,9 @@ pub struct TurnRecord {
     pub id: Uuid,
     pub session_id: String,
     pub status: TurnStatus,
-    pub request: String,
-    pub result: Option<String>,
+    pub request: TurnRequest,
+    /// A completed turn's result.
+    pub result: Option<TurnResult>,
     pub error_code: Option<String>,
     pub error_message: Option<String>,
     pub owner_instance: String,
@@ -334,8 +339,13 @@ impl TryFrom<rows::TurnRow> for TurnRecord {
             id: parse_uuid(&r.id)?,
             session_id: r.session_id,
             status: r.status.parse()?,
-            request: r.request,
-            result: r.result,
+            request: serde_json::from_str(&r.request)
+                .map_err(|e| StoreError::Corrupt(format!("turn request: {e}")))?,
+            result: r
+                .result
+                .map(|result| serde_json::from_str(&result))
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(format!("turn result: {e}")))?,
             error_code: r.error_code,
             error_message: r.error_message,
             owner_instance: r.owner_instance,

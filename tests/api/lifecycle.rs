@@ -23,7 +23,7 @@ fn left_running(session: &str, instance: &str, process: &str) -> NewTurn {
         id: Uuid::now_v7(),
         session_id: session.into(),
         tenant: agent_harness::ids::DEFAULT_TENANT.into(),
-        request: r#"{"message":"hello?"}"#.into(),
+        request: agent_harness::turn::TurnRequest::new("hello?"),
         idempotency_key: None,
         owner_instance: instance.into(),
         owner_process: process.into(),

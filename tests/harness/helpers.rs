@@ -12,7 +12,7 @@ use agent_harness::{
     events::TurnEvent,
     harness::{
         AgentHarness, AgentHarnessBuilder, EventSink, HarnessOptions, SinkError, TurnError,
-        TurnOutput, TurnRequest, state::TurnRuntimeState,
+        TurnInput, TurnOutput, state::TurnRuntimeState,
     },
     providers::scripted::{Scripted, ScriptedProvider},
     tools::{
@@ -246,8 +246,8 @@ pub fn scripted(script: impl IntoIterator<Item = Scripted>) -> Arc<ScriptedProvi
     Arc::new(ScriptedProvider::new(script))
 }
 
-pub fn request(message: &str) -> TurnRequest {
-    TurnRequest {
+pub fn request(message: &str) -> TurnInput {
+    TurnInput {
         session_id: "s-1".into(),
         turn_id: Uuid::now_v7(),
         turn_number: 1,
@@ -282,7 +282,7 @@ impl Ran {
     }
 }
 
-pub async fn run(harness: &AgentHarness, request: TurnRequest) -> Ran {
+pub async fn run(harness: &AgentHarness, request: TurnInput) -> Ran {
     let sink = Arc::new(RecordingSink::default());
     let state = harness.new_state(&request.session_id);
     let output = harness

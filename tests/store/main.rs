@@ -17,6 +17,7 @@ use agent_harness::{
         BeginTurnError, NewDecision, NewMessage, NewTurn, OrphanScope, Store, TurnFinish,
         TurnStatus,
     },
+    turn::TurnRequest,
 };
 use chrono::{Duration, Utc};
 use support::{Backend, TestDb};
@@ -27,7 +28,7 @@ fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
         id: Uuid::now_v7(),
         session_id: session.to_owned(),
         tenant: agent_harness::ids::DEFAULT_TENANT.to_owned(),
-        request: r#"{"message":"hi"}"#.to_owned(),
+        request: TurnRequest::new("hi"),
         idempotency_key: key.map(str::to_owned),
         owner_instance: "instance-a".to_owned(),
         owner_process: "process-a".to_owned(),
@@ -257,6 +258,41 @@ async fn a_session_stays_with_the_tenant_that_made_it(backend: Backend) {
     assert_eq!(store.session_tenant("s-none").await.unwrap(), None);
 }
 
+async fn a_turn_reads_back_its_request_and_result_as_they_were_given(backend: Backend) {
+    use agent_harness::{
+        providers::{ChatMessage, Role},
+        turn::WebMode,
+    };
+    let (_db, store) = store(backend).await;
+    let mut turn = new_turn("s1", None);
+    turn.request = TurnRequest {
+        top_k: 3,
+        web_mode: WebMode::On,
+        show_citations: true,
+        runtime_model: Some("m-2".into()),
+        skill_context: Some("Be brief.".into()),
+        history: Some(vec![
+            ChatMessage::new(Role::User, "earlier".to_owned()),
+            ChatMessage::new(Role::Assistant, "answer".to_owned()),
+        ]),
+        user_id: Some("u-1".into()),
+        ..TurnRequest::new("now?")
+    };
+    store.begin_turn(&turn).await.unwrap();
+    let running = store.get_turn("s1", turn.id).await.unwrap().unwrap();
+    assert_eq!(running.request, turn.request);
+    assert_eq!(running.result, None);
+    store
+        .write_batch(&[], &[&completed(&turn, 2, "Typed.")])
+        .await
+        .unwrap();
+    let ended = store.get_turn("s1", turn.id).await.unwrap().unwrap();
+    assert_eq!(ended.request, turn.request);
+    let result = ended.result.unwrap();
+    assert_eq!(result.text, "Typed.");
+    assert_eq!(result.stop_reason, agent_harness::turn::StopReason::Answer);
+}
+
 async fn a_finish_commits_messages_decision_and_terminal_event_together(backend: Backend) {
     let (_db, store) = store(backend).await;
     let turn = new_turn("s1", None);
@@ -272,7 +308,7 @@ async fn a_finish_commits_messages_decision_and_terminal_event_together(backend:
     let record = store.get_turn("s1", turn.id).await.unwrap().unwrap();
     assert_eq!(record.status, TurnStatus::Completed);
     assert!(record.finished_at.is_some());
-    assert!(record.result.unwrap().contains("Hello"));
+    assert_eq!(record.result.unwrap().text, "Hello");
     let messages = store.list_messages("s1", 0, 10).await.unwrap();
     let roles: Vec<_> = messages
         .iter()
@@ -354,7 +390,7 @@ async fn a_batch_ends_many_turns_and_skips_the_ended(backend: Backend) {
             .unwrap()
             .unwrap();
         assert_eq!(record.status, TurnStatus::Completed);
-        assert!(record.result.unwrap().contains(answer));
+        assert_eq!(record.result.unwrap().text, answer);
         let messages: Vec<(String, String)> = store
             .list_messages(&turn.session_id, 0, 10)
             .await
@@ -716,6 +752,7 @@ on_both_backends!(
     an_idempotency_key_names_its_turn,
     a_session_stays_with_the_tenant_that_made_it,
     a_finish_commits_messages_decision_and_terminal_event_together,
+    a_turn_reads_back_its_request_and_result_as_they_were_given,
     a_batch_ends_many_turns_and_skips_the_ended,
     a_failed_batch_writes_nothing,
     a_failed_batch_of_events_alone_writes_nothing,

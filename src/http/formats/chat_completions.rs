@@ -28,8 +28,8 @@ use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
     http::{Tenant, error::ApiError, error::Problem, json::ApiJson, parse_session_id},
-    runner::TurnSpec,
     store::TurnStatus,
+    turn::TurnRequest,
     turn::TurnResult,
 };
 
@@ -77,7 +77,7 @@ fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
 }
 
 impl ChatCompletionRequest {
-    fn spec(&self, allow_system: bool) -> Result<TurnSpec, ApiError> {
+    fn spec(&self, allow_system: bool) -> Result<TurnRequest, ApiError> {
         // Tool results of a client's own tools mean nothing here (they are
         // left out of the history); any other role is refused.
         const ROLES: [&str; 6] = [
@@ -106,7 +106,7 @@ impl ChatCompletionRequest {
         if model.is_some_and(|m| m.len() > 200 || m.chars().any(char::is_control)) {
             return Err(invalid("model", "`model` is not a model name"));
         }
-        Ok(TurnSpec {
+        Ok(TurnRequest {
             runtime_model: model.map(str::to_owned),
             ..spec
         })
@@ -272,13 +272,7 @@ async fn chat_completions(
             .ok_or(ApiError::ShuttingDown)?;
         match record.status {
             TurnStatus::Completed => {
-                let result: TurnResult = record
-                    .result
-                    .as_deref()
-                    .map(serde_json::from_str)
-                    .transpose()
-                    .map_err(|e| ApiError::Internal(format!("stored result of {turn_id}: {e}")))?
-                    .unwrap_or_default();
+                let result = record.result.unwrap_or_default();
                 axum::Json(json!({
                     "id": completion.id,
                     "object": "chat.completion",

@@ -28,6 +28,8 @@ impl Turns for PostgresStore {
         // event: the turn starts after it. The row that always comes back
         // says why nothing was written; the caller names the conflict.
         type Began = (Option<i64>, Option<f64>, Option<i64>, bool);
+        let request = serde_json::to_string(&turn.request)
+            .map_err(|e| StoreError::Corrupt(format!("turn request: {e}")))?;
         let statement = sqlx::query_as::<_, Began>(
             "WITH s AS ( \
                INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
@@ -55,7 +57,7 @@ impl Turns for PostgresStore {
         .bind(turn.created_at)
         .bind(&turn.tenant)
         .bind(turn.id.to_string())
-        .bind(&turn.request)
+        .bind(request)
         .bind(&turn.idempotency_key)
         .bind(&turn.owner_instance)
         .bind(&turn.owner_process)

@@ -28,6 +28,8 @@ impl Turns for SqliteStore {
     /// `None`: the session belongs to another tenant (nothing written).
     async fn insert_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
         let turn = turn.clone();
+        let request = serde_json::to_string(&turn.request)
+            .map_err(|e| StoreError::Corrupt(format!("turn request: {e}")))?;
         let began = self.writes.run(move |tx| {
             let created = ts(turn.created_at);
             // A session of another tenant is left as it is (no row comes back).
@@ -56,7 +58,7 @@ impl Turns for SqliteStore {
                 .execute(params![
                     turn.id.to_string(),
                     turn.session_id,
-                    turn.request,
+                    request,
                     turn.idempotency_key,
                     turn.owner_instance,
                     turn.owner_process,
