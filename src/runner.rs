@@ -148,7 +148,7 @@ impl Drop for QueueTicket {
 pub enum CancelOutcome {
     /// The turn ended; here is its record (normally `cancelled`, or
     /// whatever it reached first).
-    Ended(TurnRecord),
+    Ended(Box<TurnRecord>),
     /// The turn runs in another process; its owner will stop it.
     Requested,
 }
@@ -532,7 +532,7 @@ impl TurnRunner {
             .get_turn(session_id.as_str(), turn_id)
             .await?
             .ok_or(CancelError::NotFound)?;
-        Ok(CancelOutcome::Ended(record))
+        Ok(CancelOutcome::Ended(Box::new(record)))
     }
 
     /// Waits until the turn is no longer running and returns its record;

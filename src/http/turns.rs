@@ -276,10 +276,9 @@ pub struct TurnErrorView {
     pub message: Option<String>,
 }
 
-impl TryFrom<TurnRecord> for TurnView {
-    type Error = ApiError;
-    fn try_from(r: TurnRecord) -> Result<Self, ApiError> {
-        Ok(Self {
+impl From<TurnRecord> for TurnView {
+    fn from(r: TurnRecord) -> Self {
+        Self {
             turn_id: r.id,
             session_id: client_session_id(&r.session_id).to_owned(),
             status: r.status,
@@ -291,7 +290,7 @@ impl TryFrom<TurnRecord> for TurnView {
                 code,
                 message: r.error_message,
             }),
-        })
+        }
     }
 }
 
@@ -503,7 +502,7 @@ async fn get_turn(
     let Some(record) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
         return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
-    Ok(axum::Json(record.try_into()?))
+    Ok(axum::Json(record.into()))
 }
 
 /// Query of `GET .../events`.
@@ -629,9 +628,7 @@ async fn cancel_turn(
 ) -> Result<Response, ApiError> {
     let turn_id = parse_turn_id(&turn_id)?;
     match app.runner.cancel(&session_id, turn_id).await {
-        Ok(CancelOutcome::Ended(record)) => {
-            Ok(axum::Json(TurnView::try_from(record)?).into_response())
-        }
+        Ok(CancelOutcome::Ended(record)) => Ok(axum::Json(TurnView::from(*record)).into_response()),
         Ok(CancelOutcome::Requested) => Ok((
             StatusCode::ACCEPTED,
             axum::Json(CancelRequested {
