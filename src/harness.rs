@@ -48,7 +48,7 @@ use crate::{
     providers::{ChatMessage, LlmProvider, ProviderError},
     store::{MemoryQuery, MemoryRecord, NewDecision, NewJob, NewMessage, ObservationRecord},
     tools::ToolRegistry,
-    turn::{TurnResult, WebMode},
+    turn::{TurnRequest, TurnResult, WebMode},
 };
 use budget::{BudgetLimits, TurnBudget};
 use compaction::ContextWarningTracker;
@@ -171,13 +171,8 @@ pub struct TurnInput {
     /// 1-based number of this turn in its session.
     pub turn_number: u64,
     pub history: Vec<ChatMessage>,
-    pub user_message: String,
-    pub top_k: u32,
-    pub web_mode: WebMode,
-    pub show_citations: bool,
-    pub runtime_provider: Option<String>,
-    pub runtime_model: Option<String>,
-    pub skill_context: Option<String>,
+    /// What the turn is asked, as the edge validated it.
+    pub asked: Arc<TurnRequest>,
     /// Cost of the session's earlier turns, for the session total.
     pub session_cost_before: Option<f64>,
     /// Whose memories the turn reads and adds to: `user:{id}` when the
@@ -417,7 +412,8 @@ impl AgentHarness {
     /// registry's mode, and the web tools only with `web_mode: on`.
     pub fn is_tool_allowed(&self, name: &str, request: &TurnInput) -> bool {
         self.tools.permits(name)
-            && (!crate::tools::web::WEB_TOOLS.contains(&name) || request.web_mode == WebMode::On)
+            && (!crate::tools::web::WEB_TOOLS.contains(&name)
+                || request.asked.web_mode == WebMode::On)
     }
 
     /// A fresh state with this harness's budget, its deadline starting now.

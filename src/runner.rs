@@ -396,7 +396,7 @@ impl TurnRunner {
         let first_seq = began.first_seq;
         inner.turns.spawn(
             runner
-                .drive(live.clone(), spec, began, memory_scope)
+                .drive(live.clone(), Arc::new(spec), began, memory_scope)
                 .instrument(span),
         );
         Ok(StartedTurn {

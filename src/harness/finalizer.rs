@@ -100,7 +100,8 @@ pub fn messages_to_text(messages: &[ChatMessage]) -> String {
 pub(super) struct FinalizeInput {
     pub session_id: String,
     pub turn_id: Uuid,
-    pub user_message: String,
+    /// What the turn was asked.
+    pub asked: std::sync::Arc<crate::turn::TurnRequest>,
     pub final_text: String,
     pub stop_reason: crate::turn::StopReason,
     pub context_pack: Value,
@@ -112,7 +113,6 @@ pub(super) struct FinalizeInput {
     pub cost_usd: Option<f64>,
     pub session_cost_before: Option<f64>,
     pub elapsed_ms: u64,
-    pub show_citations: bool,
     pub citations: CitationAccumulator,
     pub turn_number: u64,
     pub timed_out: bool,
@@ -210,7 +210,7 @@ pub(super) async fn finalize(
 /// `citations` event when there are any.
 async fn cite(input: &FinalizeInput, sink: &dyn EventSink) -> Result<String, super::SinkError> {
     let citations = &input.citations;
-    let text = if input.show_citations {
+    let text = if input.asked.show_citations {
         append_citations(&input.final_text, &citations.local, &citations.web)
     } else {
         input.final_text.clone()
@@ -270,7 +270,7 @@ fn history_messages(
         NewMessage {
             id: Uuid::now_v7(),
             role: "user".into(),
-            content: input.user_message.clone(),
+            content: input.asked.message.clone(),
         },
         NewMessage {
             id: assistant_message_id,
@@ -292,7 +292,7 @@ async fn extract_memory(
         scope: input.memory_scope.clone(),
         session_id: input.session_id.clone(),
         turn_id: input.turn_id.to_string(),
-        user_message: input.user_message.clone(),
+        user_message: input.asked.message.clone(),
         assistant_message: text.to_owned(),
         tool_results: input.tool_results.clone(),
         provider: input.provider.clone(),
@@ -318,7 +318,8 @@ async fn observe_for_learner(
 ) -> Option<ObservationRecord> {
     let learner = harness.research_learner.as_ref()?;
     let source = format!("chat_message:{assistant_message_id}");
-    match isolate(learner.observe_turn(&input.session_id, &input.user_message, text, &source)).await
+    match isolate(learner.observe_turn(&input.session_id, &input.asked.message, text, &source))
+        .await
     {
         Ok(observation) => observation,
         Err(e) => {
@@ -361,7 +362,7 @@ async fn schedule_judges(
         prompt_version: harness.options.prompt_version.clone().unwrap_or_default(),
         session_id: input.session_id.clone(),
         turn_id: input.turn_id.to_string(),
-        user_message: input.user_message.clone(),
+        user_message: input.asked.message.clone(),
         response: text.to_owned(),
         facts,
         messages_text: messages_to_text(&input.prompt_messages),
@@ -436,7 +437,7 @@ async fn record_decision(
         "stop_reason": input.stop_reason,
         "context_was_compacted": input.context_was_compacted,
         "judges_scheduled": facts.judges_scheduled,
-        "user_message": preview(&input.user_message, 200),
+        "user_message": preview(&input.asked.message, 200),
         "finalizer_failures": facts.failures,
     });
     // The texts a record carries (the message, the failures' errors, the

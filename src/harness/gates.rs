@@ -363,8 +363,8 @@ async fn run(
         turn_id: env.request.turn_id,
         turn_number: env.request.turn_number,
         call_id: call.id.clone(),
-        top_k: env.request.top_k,
-        web_mode: env.request.web_mode,
+        top_k: env.request.asked.top_k,
+        web_mode: env.request.asked.web_mode,
         cancel: env.turn_cancel.child_token(),
     };
     let executed = executor::execute(

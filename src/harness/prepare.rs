@@ -19,19 +19,20 @@ use chrono::{Days, NaiveDate};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::providers::{ChatMessage, LlmProvider};
+use crate::{
+    providers::{ChatMessage, LlmProvider},
+    turn::TurnRequest,
+};
 
 /// Everything [`TurnPreparer::prepare`] needs.
 #[derive(Debug, Clone)]
 pub struct PrepareInput<'a> {
     pub session_id: &'a str,
     pub history: &'a [ChatMessage],
-    pub user_message: &'a str,
+    /// What the turn is asked: its message, provider and model, skill.
+    pub asked: &'a TurnRequest,
     pub context_pack: &'a Value,
     pub memory_context_text: &'a str,
-    pub runtime_provider: Option<&'a str>,
-    pub runtime_model: Option<&'a str>,
-    pub skill_context: Option<&'a str>,
     /// Base system prompt with the thinking prefix already applied.
     pub system_prompt: &'a str,
     pub today: NaiveDate,
@@ -56,8 +57,11 @@ pub struct TurnPreparer;
 
 impl TurnPreparer {
     pub fn prepare(&self, provider: &dyn LlmProvider, input: &PrepareInput<'_>) -> TurnPreparation {
-        let (resolved_provider, resolved_model) =
-            resolve_provider_model(provider, input.runtime_provider, input.runtime_model);
+        let (resolved_provider, resolved_model) = resolve_provider_model(
+            provider,
+            input.asked.runtime_provider.as_deref(),
+            input.asked.runtime_model.as_deref(),
+        );
         let mut messages = Vec::with_capacity(input.history.len() + 6);
         messages.push(ChatMessage::system(input.system_prompt));
         messages.push(ChatMessage::system(runtime_metadata(
@@ -76,10 +80,11 @@ impl TurnPreparer {
         messages.push(ChatMessage::system(untrusted_context_block(
             input.context_pack,
         )));
-        if let Some(skill) = input.skill_context.filter(|s| !s.trim().is_empty()) {
+        if let Some(skill) = (input.asked.skill_context.as_deref()).filter(|s| !s.trim().is_empty())
+        {
             messages.push(ChatMessage::system(untrusted_block(SKILL_INTRO, skill)));
         }
-        messages.push(ChatMessage::user(input.user_message));
+        messages.push(ChatMessage::user(&input.asked.message));
         TurnPreparation {
             context_pack: input.context_pack.clone(),
             context_hash: short_hash(&canonical_json(input.context_pack)),

@@ -62,7 +62,7 @@ impl Turn<'_> {
     fn side_call(&self) -> SideCall<'_> {
         SideCall {
             model: self.model,
-            provider: self.request.runtime_provider.as_deref(),
+            provider: self.request.asked.runtime_provider.as_deref(),
         }
     }
 
@@ -151,7 +151,7 @@ impl Turn<'_> {
             max_output_tokens: harness.models.as_ref().and_then(|m| m.max_output(model)),
             tools: self.offered.clone(),
             think_level: harness.options.think_level,
-            provider: self.request.runtime_provider.clone(),
+            provider: self.request.asked.runtime_provider.clone(),
             ..ChatRequest::new(model, messages.to_vec(), self.state.budget.remaining())
         };
         let span = tracing::info_span!(

@@ -61,12 +61,9 @@ pub(super) async fn run(
         &PrepareInput {
             session_id: &request.session_id,
             history: &request.history,
-            user_message: &request.user_message,
+            asked: &request.asked,
             context_pack: &context_pack,
             memory_context_text: &memory.text,
-            runtime_provider: request.runtime_provider.as_deref(),
-            runtime_model: request.runtime_model.as_deref(),
-            skill_context: request.skill_context.as_deref(),
             system_prompt: &system_prompt,
             today: chrono::Utc::now().date_naive(),
         },
@@ -119,7 +116,7 @@ pub(super) async fn run(
     let input = FinalizeInput {
         session_id: request.session_id.clone(),
         turn_id: request.turn_id,
-        user_message: request.user_message.clone(),
+        asked: request.asked.clone(),
         final_text,
         stop_reason,
         context_pack,
@@ -131,7 +128,6 @@ pub(super) async fn run(
         cost_usd: state.cost_usd(),
         session_cost_before: request.session_cost_before,
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        show_citations: request.show_citations,
         citations: state.citations(),
         turn_number: request.turn_number,
         timed_out: state.timed_out(),
@@ -165,7 +161,7 @@ async fn offered_tools(harness: &AgentHarness, request: &TurnInput) -> Vec<Arc<T
     let chosen = if harness.options.enable_semantic_selection {
         selector::select(
             allowed,
-            &request.user_message,
+            &request.asked.message,
             harness.options.max_tools_per_turn,
             harness.tool_embeddings.as_deref(),
         )
@@ -184,7 +180,7 @@ async fn load_memory(harness: &AgentHarness, request: &TurnInput) -> MemoryConte
     let Some(retriever) = &harness.memory_retriever else {
         return MemoryContext::default();
     };
-    let (scope, message) = (&request.memory_scope, &request.user_message);
+    let (scope, message) = (&request.memory_scope, &request.asked.message);
     let retrieved = match request.memories.clone() {
         Some(read) => isolate(retriever.retrieve_with(scope, message, read)).await,
         None => isolate(retriever.retrieve_for_context(scope, message)).await,
@@ -218,11 +214,11 @@ async fn load_context_pack(
         turn_id: request.turn_id,
         turn_number: request.turn_number,
         call_id: "stage1-context-pack".to_owned(),
-        top_k: request.top_k,
-        web_mode: request.web_mode,
+        top_k: request.asked.top_k,
+        web_mode: request.asked.web_mode,
         cancel: turn_cancel.child_token(),
     };
-    let arguments = json!({ "query": request.user_message, "top_k": request.top_k });
+    let arguments = json!({ "query": request.asked.message, "top_k": request.asked.top_k });
     match executor::execute(
         &harness.tasks,
         tool,

@@ -43,7 +43,7 @@ impl TurnRunner {
     pub(super) async fn drive(
         self,
         live: Arc<LiveTurn>,
-        spec: TurnRequest,
+        spec: Arc<TurnRequest>,
         began: BeganTurn,
         memory_scope: String,
     ) {
@@ -94,7 +94,7 @@ impl TurnRunner {
     async fn execute(
         &self,
         live: &LiveTurn,
-        spec: &TurnRequest,
+        spec: &Arc<TurnRequest>,
         began: BeganTurn,
         memory_scope: String,
         sink: Arc<TurnSink>,
@@ -124,13 +124,7 @@ impl TurnRunner {
             turn_id: live.turn_id,
             turn_number,
             history,
-            user_message: spec.message.clone(),
-            top_k: spec.top_k,
-            web_mode: spec.web_mode,
-            show_citations: spec.show_citations,
-            runtime_provider: spec.runtime_provider.clone(),
-            runtime_model: spec.runtime_model.clone(),
-            skill_context: spec.skill_context.clone(),
+            asked: spec.clone(),
             session_cost_before,
             memory_scope,
             memories: context.memories,

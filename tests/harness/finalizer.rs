@@ -129,8 +129,8 @@ async fn citations_are_appended_in_the_seed_format_and_classify_the_strategy() {
     ]);
     let harness = builder(&provider, vec![local, web]).build();
     let mut req = request("What are my open loops?");
-    req.show_citations = true;
-    req.web_mode = WebMode::On;
+    Arc::make_mut(&mut req.asked).show_citations = true;
+    Arc::make_mut(&mut req.asked).web_mode = WebMode::On;
     let ran = run(&harness, req).await;
     let output = ran.output.unwrap();
     assert_eq!(

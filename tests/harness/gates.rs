@@ -210,7 +210,7 @@ async fn web_search_is_offered_and_allowed_only_with_web_mode_on() {
     ]);
     let harness = builder(&provider, vec![web()]).build();
     let mut req = request("go");
-    req.web_mode = WebMode::On;
+    Arc::make_mut(&mut req.asked).web_mode = WebMode::On;
     let ran = run(&harness, req).await;
     assert_eq!(provider.requests()[0].tools.len(), 1);
     assert_eq!(finished(&ran), [completed()]);

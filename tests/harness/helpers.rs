@@ -19,7 +19,7 @@ use agent_harness::{
         EffectClass, PermissionMode, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput,
         ToolRegistry, ToolSpec,
     },
-    turn::WebMode,
+    turn::TurnRequest,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -252,13 +252,7 @@ pub fn request(message: &str) -> TurnInput {
         turn_id: Uuid::now_v7(),
         turn_number: 1,
         history: Vec::new(),
-        user_message: message.into(),
-        top_k: 8,
-        web_mode: WebMode::Off,
-        show_citations: false,
-        runtime_provider: None,
-        runtime_model: None,
-        skill_context: None,
+        asked: Arc::new(TurnRequest::new(message)),
         session_cost_before: None,
         memory_scope: "session:s-1".into(),
         memories: None,

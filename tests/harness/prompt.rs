@@ -69,7 +69,8 @@ async fn the_prompt_has_the_seven_parts_in_the_seeds_order() {
         ChatMessage::user("Hello"),
         ChatMessage::assistant("Hi!", vec![]),
     ];
-    req.skill_context = Some("You are acting as a travel planner.".into());
+    Arc::make_mut(&mut req.asked).skill_context =
+        Some("You are acting as a travel planner.".into());
     let ran = run(&harness, req).await;
     assert_eq!(ran.text(), "Here is your plan.");
 
@@ -145,7 +146,7 @@ async fn runtime_provider_and_model_override_the_metadata_and_the_call() {
     let provider = scripted([text("ok")]);
     let harness = builder(&provider, vec![]).build();
     let mut req = request("hi");
-    req.runtime_model = Some("other-model".into());
+    Arc::make_mut(&mut req.asked).runtime_model = Some("other-model".into());
     run(&harness, req).await;
     let sent = &provider.requests()[0];
     assert_eq!(sent.model, "other-model");

@@ -250,7 +250,7 @@ async fn a_reflection_asks_the_turns_provider_and_counts_in_usage_and_cost() {
         .cost_tracker(Arc::new(DollarPerCall))
         .build();
     let mut req = request("go");
-    req.runtime_provider = Some("scripted".into());
+    Arc::make_mut(&mut req.asked).runtime_provider = Some("scripted".into());
     let ran = run(&harness, req).await;
     assert_eq!(ran.text(), "done");
     let requests = provider.requests();
@@ -293,7 +293,7 @@ async fn compaction_keeps_the_question_and_fences_its_summary_as_untrusted() {
         .cost_tracker(Arc::new(DollarPerCall))
         .build();
     let mut req = request("What is the capital of France?");
-    req.runtime_provider = Some("scripted".into());
+    Arc::make_mut(&mut req.asked).runtime_provider = Some("scripted".into());
     let ran = run(&harness, req).await;
     assert_eq!(ran.text(), "done");
     assert!(ran.state.context_was_compacted());
