@@ -13,7 +13,7 @@
 //! | `TurnRuntimeState` | [`state::TurnRuntimeState`] |
 //! | `TurnPreparer` | [`prepare::TurnPreparer`] |
 //! | `ToolScheduler` | [`scheduler::schedule`] |
-//! | `_exec_call_v2` (7 gates) | [`gates`] |
+//! | `_exec_call_v2` (7 gates) | [`gates`]; a step's waves and tool messages: [`waves`] |
 //! | `BoundedToolExecutor` | [`executor::execute`] |
 //! | `ReplayControl`, `ToolArgValidator` | [`replay`], [`validation`] |
 //! | `ThinkingManager`, `ReflectionEngine` | [`thinking`] |
@@ -36,6 +36,7 @@ mod step;
 pub mod thinking;
 mod turn_loop;
 pub mod validation;
+pub mod waves;
 
 use std::{sync::Arc, time::Duration};
 

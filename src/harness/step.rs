@@ -11,11 +11,12 @@ use tracing::Instrument;
 use super::{
     AgentHarness, EventSink, MAX_STEPS_TEXT, SinkError, TIMEOUT_TEXT, TurnError, TurnInput,
     compaction::{self, ContextLevel},
-    gates::{self, CallEnv},
+    gates::CallEnv,
     replay::ReplayControl,
     scheduler,
     state::TurnRuntimeState,
     thinking::{self, SideCall},
+    waves,
 };
 use crate::{
     events::TurnEvent,
@@ -123,7 +124,7 @@ impl Turn<'_> {
             turn_cancel: self.turn_cancel,
             step,
         };
-        let (tool_messages, any_error) = gates::run_waves(&env, &output.tool_calls, &waves).await?;
+        let (tool_messages, any_error) = waves::run_waves(&env, &output.tool_calls, &waves).await?;
         conversation.messages.extend(tool_messages);
 
         // 4h: reflection.

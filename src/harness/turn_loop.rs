@@ -10,13 +10,13 @@ use super::{
     AgentHarness, EventSink, TurnError, TurnInput, TurnOutput,
     executor::{self, Executed},
     finalizer::{self, FinalizeInput},
-    gates,
     hooks::{MemoryContext, isolate},
     prepare::{PrepareInput, TurnPreparer},
     replay::ReplayControl,
     selector,
     state::TurnRuntimeState,
     step::{Conversation, Turn},
+    waves,
 };
 use crate::{events::TurnEvent, providers::ToolDefinition, tools::ToolContext};
 
@@ -233,7 +233,7 @@ async fn load_context_pack(
             match serde_json::from_str::<Value>(&output.content) {
                 Ok(pack @ Value::Object(_)) => {
                     // The pack's sources are the turn's sources too.
-                    gates::add_citations(state, &output.citations);
+                    waves::add_citations(state, &output.citations);
                     pack
                 }
                 _ => empty,

@@ -303,7 +303,7 @@ async fn tool_results_reach_the_model_inside_the_untrusted_fence() {
     let tool = second.messages.last().unwrap();
     assert!(
         tool.content
-            .starts_with(agent_harness::harness::gates::TOOL_RESULT_INTRO),
+            .starts_with(agent_harness::harness::waves::TOOL_RESULT_INTRO),
         "{}",
         tool.content
     );

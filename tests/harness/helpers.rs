@@ -307,7 +307,7 @@ pub fn tool_messages(request: &agent_harness::providers::ChatRequest) -> Vec<Str
 /// A fenced tool result's content (checking the fence), or `content` as
 /// it is when it has no fence.
 pub fn unfence(content: &str) -> String {
-    let Some(rest) = content.strip_prefix(agent_harness::harness::gates::TOOL_RESULT_INTRO) else {
+    let Some(rest) = content.strip_prefix(agent_harness::harness::waves::TOOL_RESULT_INTRO) else {
         return content.to_owned();
     };
     let rest = rest
