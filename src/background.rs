@@ -8,6 +8,7 @@
 //! restart; a failing one is retried a few times, then given up, and never
 //! touches the turn.
 
+mod answers;
 pub mod jobs;
 pub mod judges;
 pub mod learner;

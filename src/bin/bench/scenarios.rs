@@ -1,4 +1,6 @@
-//! The scenarios of BENCHMARKS.md.
+//! The scenarios of BENCHMARKS.md, one function each in the order that
+//! document gives them. One file over 600 lines on purpose: each scenario
+//! is read beside the others it is compared with, as BENCHMARKS.md does.
 
 use std::time::Duration;
 

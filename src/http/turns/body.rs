@@ -1,0 +1,224 @@
+//! The body of `POST /sessions/{session_id}/turns` and the [`TurnRequest`]
+//! it asks: checked as far as the body alone can say (`TryFrom`), then
+//! against the service's settings ([`admit`]).
+
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use crate::{
+    app::AppState,
+    http::error::ApiError,
+    providers::{ChatMessage, Role},
+    turn::{TurnRequest, WebMode},
+};
+
+/// Largest `top_k`.
+const TOP_K_MAX: u32 = 100;
+/// Longest `runtime_provider` / `runtime_model`.
+const NAME_MAX: usize = 200;
+/// Most `history` messages in a request.
+const HISTORY_MAX: usize = 1000;
+
+/// Body of `POST /sessions/{session_id}/turns`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TurnBody {
+    /// The user message (required, not blank, without U+0000).
+    #[schema(required = true, value_type = String, min_length = 1, pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$")]
+    message: Option<String>,
+    /// Number of vault facts to retrieve (1-100, default 8).
+    #[schema(minimum = 1, maximum = 100, default = 8)]
+    top_k: Option<u32>,
+    /// `off` (default) or `on`.
+    web_mode: Option<WebMode>,
+    /// Append citation lists to the answer (default false).
+    show_citations: Option<bool>,
+    /// Provider to use, by name: one of the configured chain (default: the
+    /// chain's order). At most 200 characters, no control characters.
+    #[schema(max_length = 200, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    runtime_provider: Option<String>,
+    /// Model to use (default: the provider's configured model). At most
+    /// 200 characters, no control characters.
+    #[schema(max_length = 200, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    runtime_model: Option<String>,
+    /// An extra system message for an active skill (without U+0000).
+    #[schema(pattern = r"^[^\u0000]*$")]
+    skill_context: Option<String>,
+    /// History to use instead of the session's stored messages (at most
+    /// 1,000 messages).
+    #[schema(max_items = 1000)]
+    history: Option<Vec<HistoryMessage>>,
+    /// What to do when the session already has a running turn: `reject`
+    /// (409, the default), `enqueue` (wait for it to end, then run) or
+    /// `interrupt` (cancel it, then run).
+    pub(super) multitask: Option<Multitask>,
+    /// Whose memories the turn reads and adds to (1-128 characters of
+    /// `[A-Za-z0-9._:-]`); without it, the session's own.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[A-Za-z0-9._:-]{1,128}$"
+    )]
+    user_id: Option<String>,
+}
+
+/// A request's answer to a running turn in its session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Multitask {
+    /// 409 `turn_already_running`.
+    #[default]
+    Reject,
+    /// Wait for the running turn (and any queued before this one) to end.
+    Enqueue,
+    /// Cancel the running turn, wait for it to end, then run.
+    Interrupt,
+}
+
+/// Longest an `enqueue`d or `interrupt`ing request waits for the session.
+pub(super) const MULTITASK_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// One history message of a request.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryMessage {
+    role: HistoryRole,
+    /// Without U+0000.
+    #[schema(pattern = r"^[^\u0000]*$")]
+    content: String,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HistoryRole {
+    System,
+    User,
+    Assistant,
+}
+
+/// The request a body asks, checked as far as the body alone can say.
+/// What depends on the service's settings (the provider's name, system
+/// messages from clients) is [`admit`]ted after.
+impl TryFrom<TurnBody> for TurnRequest {
+    type Error = ApiError;
+
+    fn try_from(body: TurnBody) -> Result<Self, ApiError> {
+        let message = body
+            .message
+            .filter(|m| !m.trim().is_empty())
+            .ok_or(ApiError::MessageRequired)?;
+        // U+0000 is valid JSON but no chat text needs it, and Postgres text
+        // cannot hold it: refused the same way on both backends.
+        let no_nul = |field: &str, text: &str| -> Result<(), ApiError> {
+            if text.contains('\0') {
+                return Err(ApiError::InvalidField {
+                    field: field.into(),
+                    detail: format!("`{field}` contains U+0000, which is not accepted"),
+                });
+            }
+            Ok(())
+        };
+        no_nul("message", &message)?;
+        if let Some(skill) = &body.skill_context {
+            no_nul("skill_context", skill)?;
+        }
+        for item in body.history.iter().flatten() {
+            no_nul("history", &item.content)?;
+        }
+        let top_k = body.top_k.unwrap_or(crate::turn::DEFAULT_TOP_K);
+        if !(1..=TOP_K_MAX).contains(&top_k) {
+            return Err(ApiError::InvalidField {
+                field: "top_k".into(),
+                detail: format!("`top_k` must be between 1 and {TOP_K_MAX}"),
+            });
+        }
+        let name = |field: &str, value: Option<String>| -> Result<Option<String>, ApiError> {
+            match value {
+                Some(v) if v.trim().is_empty() => Ok(None),
+                Some(v) if v.len() > NAME_MAX => Err(ApiError::InvalidField {
+                    field: field.into(),
+                    detail: format!("`{field}` is longer than {NAME_MAX} characters"),
+                }),
+                // The name goes into the prompt's trusted runtime metadata:
+                // a line break there would let a request write its own lines.
+                Some(v) if v.chars().any(char::is_control) => Err(ApiError::InvalidField {
+                    field: field.into(),
+                    detail: format!("`{field}` contains a control character"),
+                }),
+                other => Ok(other),
+            }
+        };
+        let runtime_provider = name("runtime_provider", body.runtime_provider)?;
+        let history = match body.history {
+            Some(items) if items.len() > HISTORY_MAX => {
+                return Err(ApiError::InvalidField {
+                    field: "history".into(),
+                    detail: format!("`history` has more than {HISTORY_MAX} messages"),
+                });
+            }
+            Some(items) => Some(
+                items
+                    .into_iter()
+                    .map(|m| {
+                        let role = match m.role {
+                            HistoryRole::System => Role::System,
+                            HistoryRole::User => Role::User,
+                            HistoryRole::Assistant => Role::Assistant,
+                        };
+                        ChatMessage::new(role, m.content)
+                    })
+                    .collect(),
+            ),
+            None => None,
+        };
+        let user_id = match body.user_id {
+            Some(user) => Some(
+                crate::ids::SessionId::parse(&user)
+                    .map_err(|e| ApiError::InvalidField {
+                        field: "user_id".into(),
+                        detail: format!("`user_id` is not valid: {e}"),
+                    })?
+                    .as_str()
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        Ok(TurnRequest {
+            user_id,
+            message,
+            top_k,
+            web_mode: body.web_mode.unwrap_or_default(),
+            show_citations: body.show_citations.unwrap_or(false),
+            runtime_provider,
+            runtime_model: name("runtime_model", body.runtime_model)?,
+            skill_context: body.skill_context.filter(|s| !s.is_empty()),
+            history,
+        })
+    }
+}
+
+/// Whether this service takes `request`: its provider is one of the
+/// chain's, and it brings system messages only where the operator allows
+/// them (see [`crate::http::refuse_client_system`]).
+pub(super) fn admit(request: &TurnRequest, app: &AppState) -> Result<(), ApiError> {
+    if let Some(provider) = &request.runtime_provider
+        && !app.provider_names.iter().any(|p| p == provider)
+    {
+        return Err(ApiError::InvalidField {
+            field: "runtime_provider".into(),
+            detail: format!(
+                "unknown provider {provider:?}; configured: {}",
+                app.provider_names.join(", ")
+            ),
+        });
+    }
+    if request
+        .history
+        .iter()
+        .flatten()
+        .any(|m| m.role == Role::System)
+    {
+        crate::http::refuse_client_system(app.settings.harness.allow_client_system_messages)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! `multitask: enqueue`: a session's queue of waiting turns, kept in the
+//! store so that it holds across replicas.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use uuid::Uuid;
+
+use super::{StartError, StartedTurn, TurnRunner};
+use crate::{ids::SessionKey, store::StoreError, turn::TurnRequest};
+
+/// Why a queued turn did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum QueuedStartError {
+    /// The wait ended first; the turn running then.
+    #[error("the session's turns did not end in time (turn {0} runs)")]
+    TimedOut(Uuid),
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
+
+impl From<StoreError> for QueuedStartError {
+    fn from(e: StoreError) -> Self {
+        Self::Start(StartError::Store(e))
+    }
+}
+
+/// A ticket not kept alive this long is passed over (its request's
+/// process died); one is kept alive every [`QUEUE_TICKET_TOUCH`].
+const QUEUE_TICKET_STALE_MS: i64 = 10_000;
+const QUEUE_TICKET_TOUCH: Duration = Duration::from_secs(2);
+
+/// How often a waiting request looks whether the head has begun.
+const QUEUE_POLL: Duration = Duration::from_millis(50);
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+/// A place in a session's queue; left when dropped (the request gave up,
+/// or its client went away), by a tracked task.
+struct QueueTicket {
+    runner: TurnRunner,
+    ticket: i64,
+    /// Left already: nothing to do on drop.
+    left: bool,
+}
+
+impl QueueTicket {
+    /// Leaves the queue now (the turn began).
+    async fn leave(mut self) {
+        self.left = true;
+        if let Err(e) = self.runner.inner.store.leave_queue(self.ticket).await {
+            tracing::warn!(error = %e, ticket = self.ticket, "cannot leave the turn queue; the ticket goes stale");
+        }
+    }
+}
+
+impl Drop for QueueTicket {
+    fn drop(&mut self) {
+        if self.left {
+            return;
+        }
+        let (store, ticket) = (self.runner.inner.store.clone(), self.ticket);
+        self.runner.inner.background.spawn(async move {
+            if let Err(e) = store.leave_queue(ticket).await {
+                tracing::warn!(error = %e, ticket, "cannot leave the turn queue; the ticket goes stale");
+            }
+        });
+    }
+}
+
+impl TurnRunner {
+    /// Begins a turn of `session_id` after the turns queued before it:
+    /// `multitask: enqueue`. A request that finds the session busy, or
+    /// others already waiting, takes a ticket in the session's queue (in
+    /// the store: it holds across replicas) and starts when the session is
+    /// free and its ticket is the lowest; tickets run in the order they
+    /// were taken. Gives up at `deadline` with the turn that runs then.
+    pub async fn start_queued(
+        &self,
+        session_id: &SessionKey,
+        spec: TurnRequest,
+        idempotency_key: Option<String>,
+        deadline: tokio::time::Instant,
+    ) -> Result<StartedTurn, QueuedStartError> {
+        let store = &self.inner.store;
+        let stale = || now_ms() - QUEUE_TICKET_STALE_MS;
+        if store
+            .queue_head(session_id.as_str(), stale())
+            .await?
+            .is_none()
+        {
+            match self
+                .start(session_id, spec.clone(), idempotency_key.clone())
+                .await
+            {
+                Err(StartError::AlreadyRunning(_)) => {}
+                other => return Ok(other?),
+            }
+        }
+        let ticket = QueueTicket {
+            runner: self.clone(),
+            ticket: store
+                .enqueue_turn(session_id.as_str(), now_ms(), stale())
+                .await?,
+            left: false,
+        };
+        let mut touched = tokio::time::Instant::now();
+        let mut waiting_for: Option<Uuid> = None;
+        loop {
+            if tokio::time::Instant::now() >= deadline {
+                // One last try, in or out of turn: the wait is over.
+                return match self.start(session_id, spec, idempotency_key).await {
+                    Err(StartError::AlreadyRunning(running)) => {
+                        Err(QueuedStartError::TimedOut(running))
+                    }
+                    other => {
+                        let started = other?;
+                        ticket.leave().await;
+                        Ok(started)
+                    }
+                };
+            }
+            if touched.elapsed() >= QUEUE_TICKET_TOUCH {
+                store.touch_ticket(ticket.ticket, now_ms()).await?;
+                touched = tokio::time::Instant::now();
+            }
+            if let Some(running) = waiting_for {
+                // Woken at least every touch interval to keep the ticket.
+                let until = deadline.min(tokio::time::Instant::now() + QUEUE_TICKET_TOUCH);
+                if let Ok(ended) =
+                    tokio::time::timeout_at(until, self.wait_for_end(session_id, running)).await
+                {
+                    ended?;
+                    waiting_for = None;
+                }
+                continue;
+            }
+            if store.queue_head(session_id.as_str(), stale()).await? == Some(ticket.ticket) {
+                match self
+                    .start(session_id, spec.clone(), idempotency_key.clone())
+                    .await
+                {
+                    Err(StartError::AlreadyRunning(running)) => waiting_for = Some(running),
+                    other => {
+                        let started = other?;
+                        ticket.leave().await;
+                        return Ok(started);
+                    }
+                }
+            } else {
+                // The head is about to begin; its turn is waited for then.
+                match store.get_session(session_id.as_str()).await? {
+                    Some(session) if session.running_turn_id.is_some() => {
+                        waiting_for = session.running_turn_id;
+                    }
+                    _ => tokio::time::sleep(QUEUE_POLL).await,
+                }
+            }
+        }
+    }
+}
