@@ -4,9 +4,10 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: settings in sections (server, database, providers, harness,
-//!   telemetry), each a flag, a variable and a file key, typed and checked
-//!   at start.
+//! - [`config`]: settings in sections, one file each under `config/`
+//!   (server, database, providers, harness, vault, web, memory, judges,
+//!   tools, telemetry), each a flag, a variable and a file key, typed and
+//!   range-checked by its parser at start.
 //! - [`startup`]: [`startup::Application`] builds and runs the service (binary and tests).
 //! - [`app`]: the state handlers share.
 //! - [`http`]: the connection loop (timeouts, connection limit), routes,
@@ -15,9 +16,11 @@
 //!   the AI SDK's UI message stream, AG-UI) as encoders under one driver.
 //! - [`runner`]: turns as detached, cancellable tasks (`runner/turn.rs`: a
 //!   turn's life and its end); the event log writer (group commit), live
-//!   fan-out, gap-free resumable subscriptions, heartbeat and cancels.
+//!   fan-out, gap-free resumable subscriptions, the session queue
+//!   (`runner/queue.rs`), heartbeat and cancels.
 //! - [`harness`]: the agent turn itself (prompt, bounded loop, the gates of
-//!   a tool call, the finalizer), emitting [`events::TurnEvent`]s.
+//!   a tool call in `gates.rs`, a step's waves in `waves.rs`, the
+//!   finalizer), emitting [`events::TurnEvent`]s.
 //! - [`tools`]: the `Tool` trait, specs, the registry, the built-in tools
 //!   (retrieval, notes, web), HTTP tools from the settings, MCP servers.
 //! - [`vault`]: the folder of notes, its chunking, index and path checks.
