@@ -507,16 +507,7 @@ impl BackgroundWorker {
             },
             at: judgement.created_at,
         };
-        match self
-            .log
-            .append_session_event(
-                &event.session_id,
-                event.event_turn_id,
-                &event.event,
-                event.at,
-            )
-            .await
-        {
+        match self.deliver(&event).await {
             Ok(true) => {}
             // The session is busy with a turn: its event waits.
             Ok(false) | Err(_) => {
@@ -536,21 +527,21 @@ impl BackgroundWorker {
         Ok(())
     }
 
+    /// Appends a judgement's event to its session's log; false while a
+    /// turn of the session runs.
+    async fn deliver(&self, event: &EventJob) -> Result<bool, crate::store::StoreError> {
+        let (session, turn) = (&event.session_id, event.event_turn_id);
+        self.log
+            .append_session_event(session, turn, &event.event, event.at)
+            .await
+    }
+
     async fn append_event(&self, job: &JobRecord) -> JobOutcome {
         let event: EventJob = match payload(job) {
             Ok(event) => event,
             Err(outcome) => return outcome,
         };
-        match self
-            .log
-            .append_session_event(
-                &event.session_id,
-                event.event_turn_id,
-                &event.event,
-                event.at,
-            )
-            .await
-        {
+        match self.deliver(&event).await {
             Ok(true) => JobOutcome::Done,
             Ok(false) => Self::again(
                 job,
