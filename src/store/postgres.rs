@@ -27,7 +27,10 @@ use sqlx::{
     postgres::{PgPool, PgPoolOptions},
 };
 
-use super::{PoolLimits, Reader, Readiness, Reads, Store, StoreError};
+use super::{
+    PoolLimits, Reader, Readiness, Reads, Store, StoreError,
+    reader::{Arg, bind_all},
+};
 
 /// When a call last gave up on its connection, in ms after [`epoch`]
 /// (0: never). Process-wide: the pools' release test reads it.
@@ -175,6 +178,17 @@ impl PostgresStore {
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         within(self.call_timeout, call).await
+    }
+
+    /// Runs one statement (its own transaction) within the call timeout;
+    /// how many rows it changed.
+    pub(super) async fn execute(
+        &self,
+        sql: &'static str,
+        args: Vec<Arg<'_>>,
+    ) -> Result<u64, StoreError> {
+        let statement = bind_all(sqlx::query(sql), args).execute(&self.pool);
+        Ok(within(self.call_timeout, statement).await?.rows_affected())
     }
 
     /// The error of a call that did not answer in time (its connection

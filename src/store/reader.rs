@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::{
     Database, Encode, FromRow, Type,
     migrate::Migrator,
@@ -62,13 +63,67 @@ pub trait Row: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Sen
 impl<T> Row for T where T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
 {}
 
-/// An argument of a read.
+/// An argument of a statement.
 #[derive(Debug, Clone)]
 pub(crate) enum Arg<'a> {
     Text(&'a str),
     Owned(String),
     MaybeText(Option<&'a str>),
     Int(i64),
+    MaybeInt(Option<i64>),
+    MaybeReal(Option<f64>),
+    Flag(bool),
+    At(DateTime<Utc>),
+    MaybeAt(Option<DateTime<Utc>>),
+    MaybeBytes(Option<&'a [u8]>),
+}
+
+impl From<Option<i64>> for Arg<'_> {
+    fn from(value: Option<i64>) -> Self {
+        Self::MaybeInt(value)
+    }
+}
+
+impl From<Option<f64>> for Arg<'_> {
+    fn from(value: Option<f64>) -> Self {
+        Self::MaybeReal(value)
+    }
+}
+
+impl From<f64> for Arg<'_> {
+    fn from(value: f64) -> Self {
+        Self::MaybeReal(Some(value))
+    }
+}
+
+impl From<Option<DateTime<Utc>>> for Arg<'_> {
+    fn from(value: Option<DateTime<Utc>>) -> Self {
+        Self::MaybeAt(value)
+    }
+}
+
+impl From<bool> for Arg<'_> {
+    fn from(value: bool) -> Self {
+        Self::Flag(value)
+    }
+}
+
+impl From<DateTime<Utc>> for Arg<'_> {
+    fn from(value: DateTime<Utc>) -> Self {
+        Self::At(value)
+    }
+}
+
+impl<'a> From<Option<&'a [u8]>> for Arg<'a> {
+    fn from(value: Option<&'a [u8]>) -> Self {
+        Self::MaybeBytes(value)
+    }
+}
+
+impl<'a> From<&'a Option<String>> for Arg<'a> {
+    fn from(value: &'a Option<String>) -> Self {
+        Self::MaybeText(value.as_deref())
+    }
 }
 
 impl<'a> From<&'a str> for Arg<'a> {
@@ -113,24 +168,51 @@ impl From<u32> for Arg<'_> {
     }
 }
 
+/// The argument list of a statement, for either backend.
+pub(crate) trait Bind<'q, DB: Database>: Sized {
+    fn bind_arg<T: 'q + Encode<'q, DB> + Type<DB>>(self, value: T) -> Self;
+}
+
+impl<'q, DB: Database, R> Bind<'q, DB> for QueryAs<'q, DB, R, <DB as Database>::Arguments> {
+    fn bind_arg<T: 'q + Encode<'q, DB> + Type<DB>>(self, value: T) -> Self {
+        self.bind(value)
+    }
+}
+
+impl<'q, DB: Database> Bind<'q, DB> for sqlx::query::Query<'q, DB, <DB as Database>::Arguments> {
+    fn bind_arg<T: 'q + Encode<'q, DB> + Type<DB>>(self, value: T) -> Self {
+        self.bind(value)
+    }
+}
+
 /// Binds `args` in order.
-fn bind_all<'q, DB, R>(
-    mut query: QueryAs<'q, DB, R, <DB as Database>::Arguments>,
-    args: Vec<Arg<'q>>,
-) -> QueryAs<'q, DB, R, <DB as Database>::Arguments>
+pub(crate) fn bind_all<'q, DB, Q>(mut query: Q, args: Vec<Arg<'q>>) -> Q
 where
     DB: Database,
+    Q: Bind<'q, DB>,
     &'q str: Encode<'q, DB> + Type<DB>,
     String: Encode<'q, DB> + Type<DB>,
     Option<&'q str>: Encode<'q, DB> + Type<DB>,
     i64: Encode<'q, DB> + Type<DB>,
+    Option<i64>: Encode<'q, DB> + Type<DB>,
+    Option<f64>: Encode<'q, DB> + Type<DB>,
+    bool: Encode<'q, DB> + Type<DB>,
+    DateTime<Utc>: Encode<'q, DB> + Type<DB>,
+    Option<DateTime<Utc>>: Encode<'q, DB> + Type<DB>,
+    Option<&'q [u8]>: Encode<'q, DB> + Type<DB>,
 {
     for arg in args {
         query = match arg {
-            Arg::Text(value) => query.bind(value),
-            Arg::Owned(value) => query.bind(value),
-            Arg::MaybeText(value) => query.bind(value),
-            Arg::Int(value) => query.bind(value),
+            Arg::Text(value) => query.bind_arg(value),
+            Arg::Owned(value) => query.bind_arg(value),
+            Arg::MaybeText(value) => query.bind_arg(value),
+            Arg::Int(value) => query.bind_arg(value),
+            Arg::MaybeInt(value) => query.bind_arg(value),
+            Arg::MaybeReal(value) => query.bind_arg(value),
+            Arg::Flag(value) => query.bind_arg(value),
+            Arg::At(value) => query.bind_arg(value),
+            Arg::MaybeAt(value) => query.bind_arg(value),
+            Arg::MaybeBytes(value) => query.bind_arg(value),
         };
     }
     query

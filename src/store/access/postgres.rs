@@ -4,28 +4,27 @@
 use async_trait::async_trait;
 
 use super::Access;
-use crate::store::{NewArtifact, NewCheckpoint, StoreError, postgres::PostgresStore};
+use crate::store::{NewArtifact, NewCheckpoint, StoreError, postgres::PostgresStore, reader::args};
 
 #[async_trait]
 impl Access for PostgresStore {
     async fn put_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError> {
-        self.bounded(async {
-            sqlx::query(
-                "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(&artifact.id)
-            .bind(&artifact.session_id)
-            .bind(&artifact.turn_id)
-            .bind(&artifact.call_id)
-            .bind(&artifact.tool)
-            .bind(&artifact.content)
-            .bind(artifact.created_at)
-            .execute(self.writer())
-            .await?;
-            Ok(())
-        })
-        .await
+        let sql = "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)";
+        self.execute(
+            sql,
+            args![
+                &artifact.id,
+                &artifact.session_id,
+                &artifact.turn_id,
+                &artifact.call_id,
+                &artifact.tool,
+                &artifact.content,
+                artifact.created_at
+            ],
+        )
+        .await?;
+        Ok(())
     }
 
     async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<(), StoreError> {
@@ -61,18 +60,9 @@ impl Access for PostgresStore {
         id: &str,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, StoreError> {
-        self.bounded(async {
-            let done = sqlx::query(
-                "UPDATE checkpoints SET restored_at = $2 WHERE id = $1 AND restored_at IS NULL",
-            )
-            .bind(id)
-            .bind(at)
-            .execute(self.writer())
-            .await?
-            .rows_affected();
-            Ok(done == 1)
-        })
-        .await
+        let sql = "UPDATE checkpoints SET restored_at = $2 WHERE id = $1 AND restored_at IS NULL";
+        let done = self.execute(sql, args![id, at]).await?;
+        Ok(done == 1)
     }
 
     async fn create_api_key(
@@ -82,19 +72,9 @@ impl Access for PostgresStore {
         key_hash: &str,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), StoreError> {
-        self.bounded(async {
-            sqlx::query(
-                "INSERT INTO api_keys (id, tenant, key_hash, created_at) VALUES ($1, $2, $3, $4)",
-            )
-            .bind(id)
-            .bind(tenant)
-            .bind(key_hash)
-            .bind(at)
-            .execute(self.writer())
-            .await?;
-            Ok(())
-        })
-        .await
+        let sql = "INSERT INTO api_keys (id, tenant, key_hash, created_at) VALUES ($1, $2, $3, $4)";
+        self.execute(sql, args![id, tenant, key_hash, at]).await?;
+        Ok(())
     }
 
     async fn revoke_api_key(
@@ -102,18 +82,9 @@ impl Access for PostgresStore {
         id: &str,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, StoreError> {
-        self.bounded(async {
-            let done = sqlx::query(
-                "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
-            )
-            .bind(id)
-            .bind(at)
-            .execute(self.writer())
-            .await?
-            .rows_affected();
-            Ok(done == 1)
-        })
-        .await
+        let sql = "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
+        let done = self.execute(sql, args![id, at]).await?;
+        Ok(done == 1)
     }
 
     async fn decide_approval(
@@ -124,21 +95,14 @@ impl Access for PostgresStore {
         approved: bool,
         reason: Option<&str>,
     ) -> Result<bool, StoreError> {
-        self.bounded(async {
-            let inserted = sqlx::query(
-                "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, decided_at) \
-                 VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (turn_id, call_id) DO NOTHING",
+        let sql = "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, decided_at) \
+                 VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (turn_id, call_id) DO NOTHING";
+        let inserted = self
+            .execute(
+                sql,
+                args![turn_id.to_string(), call_id, session_id, approved, reason],
             )
-            .bind(turn_id.to_string())
-            .bind(call_id)
-            .bind(session_id)
-            .bind(approved)
-            .bind(reason)
-            .execute(self.writer())
-            .await?
-            .rows_affected();
-            Ok(inserted == 1)
-        })
-        .await
+            .await?;
+        Ok(inserted == 1)
     }
 }

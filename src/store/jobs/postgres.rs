@@ -127,37 +127,27 @@ impl Jobs for PostgresStore {
     }
 
     async fn delete_memories(&self, scope: &str, id: Option<&str>) -> Result<u64, StoreError> {
-        self.bounded(async {
-            let deleted = sqlx::query(
-                "DELETE FROM memories WHERE scope = $1 AND ($2::text IS NULL OR id = $2)",
-            )
-            .bind(scope)
-            .bind(id)
-            .execute(self.writer())
-            .await?
-            .rows_affected();
-            Ok(deleted)
-        })
-        .await
+        let sql = "DELETE FROM memories WHERE scope = $1 AND ($2::text IS NULL OR id = $2)";
+        let deleted = self.execute(sql, args![scope, id]).await?;
+        Ok(deleted)
     }
 
     async fn enqueue_job(&self, job: &NewJob) -> Result<(), StoreError> {
-        self.bounded(async {
-            sqlx::query(
-                "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
-                 run_after, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $6)",
-            )
-            .bind(&job.id)
-            .bind(&job.kind)
-            .bind(&job.session_id)
-            .bind(&job.turn_id)
-            .bind(&job.payload)
-            .bind(job.at)
-            .execute(self.writer())
-            .await?;
-            Ok(())
-        })
-        .await
+        let sql = "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
+                 run_after, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $6)";
+        self.execute(
+            sql,
+            args![
+                &job.id,
+                &job.kind,
+                &job.session_id,
+                &job.turn_id,
+                &job.payload,
+                job.at
+            ],
+        )
+        .await?;
+        Ok(())
     }
 
     /// Replicas claim jobs without waiting on each other (`SKIP LOCKED`).
@@ -233,49 +223,42 @@ impl Jobs for PostgresStore {
         why: &str,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<u64, StoreError> {
-        self.bounded(async {
-            let shed = sqlx::query(
-                "UPDATE background_jobs SET status = 'failed', last_error = $3, updated_at = $4 \
+        let sql = "UPDATE background_jobs SET status = 'failed', last_error = $3, updated_at = $4 \
                  WHERE id IN (SELECT id FROM background_jobs WHERE status = 'pending' AND kind = $1 \
                  ORDER BY created_at, id \
                  LIMIT GREATEST((SELECT COUNT(*) FROM background_jobs WHERE status = 'pending') - $2, 0) \
-                 FOR UPDATE SKIP LOCKED)",
+                 FOR UPDATE SKIP LOCKED)";
+        let shed = self
+            .execute(
+                sql,
+                args![kind, i64::try_from(keep).unwrap_or(i64::MAX), why, now],
             )
-            .bind(kind)
-            .bind(i64::try_from(keep).unwrap_or(i64::MAX))
-            .bind(why)
-            .bind(now)
-            .execute(self.writer())
-            .await?
-            .rows_affected();
-            Ok(shed)
-        })
-        .await
+            .await?;
+        Ok(shed)
     }
 
     async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<(), StoreError> {
-        self.bounded(async {
-            sqlx::query(
-                "INSERT INTO judgements (id, session_id, turn_id, judge, prompt_id, prompt_version, \
+        let sql = "INSERT INTO judgements (id, session_id, turn_id, judge, prompt_id, prompt_version, \
                  score, passed, rationale, provider, model, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            )
-            .bind(&judgement.id)
-            .bind(&judgement.session_id)
-            .bind(&judgement.turn_id)
-            .bind(&judgement.judge)
-            .bind(&judgement.prompt_id)
-            .bind(&judgement.prompt_version)
-            .bind(judgement.score)
-            .bind(judgement.passed)
-            .bind(&judgement.rationale)
-            .bind(&judgement.provider)
-            .bind(&judgement.model)
-            .bind(judgement.created_at)
-            .execute(self.writer())
-            .await?;
-            Ok(())
-        })
-        .await
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+        self.execute(
+            sql,
+            args![
+                &judgement.id,
+                &judgement.session_id,
+                &judgement.turn_id,
+                &judgement.judge,
+                &judgement.prompt_id,
+                &judgement.prompt_version,
+                judgement.score,
+                judgement.passed,
+                &judgement.rationale,
+                &judgement.provider,
+                &judgement.model,
+                judgement.created_at
+            ],
+        )
+        .await?;
+        Ok(())
     }
 }

@@ -10,7 +10,7 @@ use crate::{
     store::{
         BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, NewTurn, OrphanScope,
         StoreError, TurnContext, event_log::postgres::insert_events, postgres::PostgresStore,
-        records::parse_uuid,
+        reader::args, records::parse_uuid,
     },
 };
 
@@ -180,26 +180,15 @@ impl Turns for PostgresStore {
     }
 
     async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError> {
-        self.bounded(async {
-            sqlx::query("UPDATE turn_queue SET alive_ms = $2 WHERE ticket = $1")
-                .bind(ticket)
-                .bind(now_ms)
-                .execute(self.writer())
-                .await?;
-            Ok(())
-        })
-        .await
+        let sql = "UPDATE turn_queue SET alive_ms = $2 WHERE ticket = $1";
+        self.execute(sql, args![ticket, now_ms]).await?;
+        Ok(())
     }
 
     async fn leave_queue(&self, ticket: i64) -> Result<(), StoreError> {
-        self.bounded(async {
-            sqlx::query("DELETE FROM turn_queue WHERE ticket = $1")
-                .bind(ticket)
-                .execute(self.writer())
-                .await?;
-            Ok(())
-        })
-        .await
+        let sql = "DELETE FROM turn_queue WHERE ticket = $1";
+        self.execute(sql, args![ticket]).await?;
+        Ok(())
     }
 
     async fn interrupt_orphans(

@@ -94,14 +94,11 @@ impl VaultIndex for PostgresStore {
         if paths.is_empty() {
             return Ok(0);
         }
-        self.bounded(async {
-            let removed = sqlx::query("DELETE FROM vault_notes WHERE path = ANY($1)")
-                .bind(paths)
-                .execute(self.writer())
-                .await?
-                .rows_affected();
-            Ok(removed)
-        })
-        .await
+        let sql = "DELETE FROM vault_notes WHERE path = ANY($1)";
+        let statement = sqlx::query(sql).bind(paths).execute(self.writer());
+        Ok(self
+            .bounded(async { Ok(statement.await?) })
+            .await?
+            .rows_affected())
     }
 }
