@@ -11,6 +11,34 @@ use uuid::Uuid;
 
 use crate::{ids::SessionIdError, store::TurnStatus};
 
+/// `400`: a bad request (see `code`), for the OpenAPI description of the
+/// routes that answer it.
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 400,
+    description = "Bad request (see `code`)",
+    content_type = "application/problem+json"
+)]
+pub struct BadRequest(pub Problem);
+
+/// `404`: no such resource (see `code`).
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 404,
+    description = "Not found (see `code`)",
+    content_type = "application/problem+json"
+)]
+pub struct NotFound(pub Problem);
+
+/// `422`: a body that parses but is not valid (see `code`).
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 422,
+    description = "Invalid body (see `code`)",
+    content_type = "application/problem+json"
+)]
+pub struct InvalidBody(pub Problem);
+
 /// A problem document (RFC 9457) with this service's extensions.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Problem {

@@ -10,9 +10,9 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{SessionPath, Tenant, TurnPath, error::ApiError, parse_turn_id};
+use crate::http::error::{BadRequest, NotFound};
 use crate::{
     app::AppState,
-    http::error::Problem,
     ids::{SessionId, client_scope, client_session_id, tenant_scope},
     store::{JobSummary, JudgementRecord, MemoryRecord, ObservationRecord},
 };
@@ -86,7 +86,7 @@ pub struct MemoryList {
     params(MemoryQuery),
     responses(
         (status = 200, description = "Success", body = MemoryList),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
     )
 )]
 async fn list_memories(
@@ -125,7 +125,7 @@ pub struct Forgotten {
     params(MemoryQuery),
     responses(
         (status = 200, description = "Forgotten", body = Forgotten),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
     )
 )]
 async fn forget_memories(
@@ -158,8 +158,8 @@ pub struct JudgementList {
         SessionPath, TurnPath),
     responses(
         (status = 200, description = "Success", body = JudgementList),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn list_judgements(
@@ -220,8 +220,8 @@ pub struct JobList {
         NewestQuery),
     responses(
         (status = 200, description = "Success", body = JobList),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn list_jobs(
@@ -252,8 +252,8 @@ pub struct ObservationList {
         NewestQuery),
     responses(
         (status = 200, description = "Success", body = ObservationList),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn list_observations(

@@ -12,10 +12,10 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{ArtifactPath, SessionPath, error::ApiError};
+use crate::http::error::{BadRequest, NotFound};
 use crate::{
     app::AppState,
     events::EventEnvelope,
-    http::error::Problem,
     store::{ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord},
 };
 
@@ -55,8 +55,8 @@ pub struct SessionView {
     params(SessionPath),
     responses(
         (status = 200, description = "Success", body = SessionView),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn get_session(
@@ -132,8 +132,8 @@ pub struct MessagePage {
         PageQuery),
     responses(
         (status = 200, description = "Success", body = MessagePage),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn list_messages(
@@ -174,8 +174,8 @@ pub struct EventPage {
         PageQuery),
     responses(
         (status = 200, description = "Success", body = EventPage),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn list_events(
@@ -257,8 +257,8 @@ pub struct DecisionList {
         DecisionQuery),
     responses(
         (status = 200, description = "Success", body = DecisionList),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn list_decisions(
@@ -314,8 +314,8 @@ pub struct CheckpointList {
         LimitQuery),
     responses(
         (status = 200, description = "Success", body = CheckpointList),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn list_checkpoints(
@@ -345,8 +345,8 @@ async fn list_checkpoints(
         SessionPath, ArtifactPath),
     responses(
         (status = 200, description = "Success", body = ArtifactRecord),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn get_artifact(

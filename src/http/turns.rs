@@ -15,6 +15,7 @@ use super::{
     CallPath, EventStream, SessionPath, TurnPath, error::ApiError, formats::native as sse,
     json::ApiJson, parse_turn_id,
 };
+use crate::http::error::{BadRequest, NotFound};
 use crate::{
     app::AppState,
     http::error::Problem,
@@ -281,8 +282,8 @@ fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
     ),
     responses(
         (status = 200, description = "Success", body = TurnView),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn get_turn(
@@ -325,8 +326,8 @@ pub struct AfterQuery {
     responses(
         (status = 200, description = "The turn's events", body = EventStream, content_type = "text/event-stream"),
         (status = 204, description = "The turn ended and nothing follows `Last-Event-ID`: a client stops reconnecting"),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
     )
 )]
 async fn turn_events(
@@ -408,8 +409,8 @@ pub struct CancelRequested {
     responses(
         (status = 200, description = "Success", body = TurnView),
         (status = 202, description = "Accepted: the turn runs on another replica, which stops it at once (Postgres NOTIFY), at the latest at its next heartbeat", body = CancelRequested),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
         (status = 409, description = "The turn is not running", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -469,8 +470,8 @@ pub struct ApprovalView {
     request_body = ApprovalBody,
     responses(
         (status = 200, description = "Recorded", body = ApprovalView),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Not found (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
+        NotFound,
         (status = 409, description = "The turn is not running (`turn_not_running`) or the call was decided (`approval_already_decided`)", body = Problem, content_type = "application/problem+json"),
     )
 )]

@@ -18,6 +18,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{ConversationTurn, Encoded, WireFormat, data_frame, stream_turn, typed};
+use crate::http::error::{BadRequest, InvalidBody};
 use crate::{
     app::AppState,
     events::{StoredEvent, ToolStatus, TurnEvent},
@@ -190,9 +191,9 @@ impl Encoder {
     request_body = RunAgentInput,
     responses(
         (status = 200, description = "AG-UI events (`data: {…}` lines)", content_type = "text/event-stream", body = crate::http::EventStream),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
         (status = 409, description = "The thread already has a running turn", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid body (see `code`)", body = Problem, content_type = "application/problem+json"),
+        InvalidBody,
     )
 )]
 async fn agui_run(

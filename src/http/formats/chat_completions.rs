@@ -24,6 +24,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{Encoded, WireFormat, stream_turn, typed};
+use crate::http::error::{BadRequest, InvalidBody};
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
@@ -218,9 +219,9 @@ fn usage_of(result: &TurnResult) -> Value {
     params(("X-Session-Id" = Option<String>, Header, description = "The session (1-128 characters of `[A-Za-z0-9._:-]`)")),
     responses(
         (status = 200, description = "A `chat.completion`, or with `stream: true` a stream of `chat.completion.chunk`s ending with `[DONE]`", body = Object),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
         (status = 409, description = "The session already has a running turn", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid body (see `code`)", body = Problem, content_type = "application/problem+json"),
+        InvalidBody,
         (status = 502, description = "The provider failed (JSON mode)", body = Problem, content_type = "application/problem+json"),
     )
 )]

@@ -16,6 +16,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{ConversationTurn, Encoded, WireFormat, data_frame, stream_turn, typed};
+use crate::http::error::{BadRequest, InvalidBody};
 use crate::{
     app::AppState,
     events::{StoredEvent, ToolStatus, TurnEvent},
@@ -174,9 +175,9 @@ impl Encoder {
     request_body = UiChatRequest,
     responses(
         (status = 200, description = "UI message chunks (`data: {…}` lines, `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`", content_type = "text/event-stream", body = crate::http::EventStream),
-        (status = 400, description = "Bad request (see `code`)", body = Problem, content_type = "application/problem+json"),
+        BadRequest,
         (status = 409, description = "The chat already has a running turn", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid body (see `code`)", body = Problem, content_type = "application/problem+json"),
+        InvalidBody,
     )
 )]
 async fn ui_chat(
