@@ -54,6 +54,9 @@ pub use records::{
 pub use turns::Turns;
 pub use vault::{IndexedNote, NoteState, VaultChunk, VaultHit, VaultIndex};
 
+/// A store call's outcome: its value, or why the database layer failed.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
 /// A failure of the database layer. Callers see it as an opaque 500/503.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -139,7 +142,7 @@ pub struct OrphanScope {
 }
 
 /// Turn ids whose cancellation was requested, as requests are made.
-pub type CancelRequests = futures::stream::BoxStream<'static, Result<Uuid, StoreError>>;
+pub type CancelRequests = futures::stream::BoxStream<'static, Result<Uuid>>;
 
 /// The Postgres channel cancel requests are announced on.
 pub const CANCEL_CHANNEL: &str = "agent_harness_cancel";
@@ -160,7 +163,7 @@ pub trait Store: EventLog + Turns + Jobs + VaultIndex + Access {
     fn backend(&self) -> &'static str;
 
     /// Applies pending migrations.
-    async fn migrate(&self) -> Result<(), StoreError>;
+    async fn migrate(&self) -> Result<()>;
 
     /// For `GET /readyz`.
     async fn readiness(&self) -> Readiness;
@@ -178,7 +181,7 @@ pub struct PoolLimits {
 }
 
 /// Connects to the database named by `url` (`sqlite:` or `postgres://`).
-pub async fn connect(url: &str, limits: PoolLimits) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn connect(url: &str, limits: PoolLimits) -> Result<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(
             postgres::PostgresStore::connect(url, limits).await?,

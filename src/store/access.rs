@@ -13,9 +13,10 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    ArtifactRecord, CheckpointRecord, NewArtifact, NewCheckpoint, StoreError,
+    ArtifactRecord, CheckpointRecord, NewArtifact, NewCheckpoint,
     reader::{Reads, args},
 };
+use crate::store::Result;
 
 /// An API key as listed: id, tenant, created, revoked.
 pub type ApiKeyRow = (String, String, DateTime<Utc>, Option<DateTime<Utc>>);
@@ -34,19 +35,19 @@ pub trait Access: Reads + Send + Sync + 'static {
         tenant: &str,
         key_hash: &str,
         at: DateTime<Utc>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<()>;
 
     /// The key (id, tenant) of a hash, unless revoked.
-    async fn find_api_key(&self, key_hash: &str) -> Result<Option<(String, String)>, StoreError> {
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<(String, String)>> {
         let sql = "SELECT id, tenant FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL";
         self.reader().row(sql, args![key_hash]).await
     }
 
     /// Revokes a key; false when there is no such key (or it already was).
-    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError>;
+    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool>;
 
     /// Keys, oldest first.
-    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRow>, StoreError> {
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRow>> {
         let sql = "SELECT id, tenant, created_at, revoked_at FROM api_keys ORDER BY created_at, id";
         self.reader().rows(sql, args![]).await
     }
@@ -60,27 +61,27 @@ pub trait Access: Reads + Send + Sync + 'static {
         call_id: &str,
         approved: bool,
         reason: Option<&str>,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool>;
 
     /// The decision on a call, if one was made: approved, and why not.
     async fn get_approval(
         &self,
         turn_id: Uuid,
         call_id: &str,
-    ) -> Result<Option<(bool, Option<String>)>, StoreError> {
+    ) -> Result<Option<(bool, Option<String>)>> {
         let sql = "SELECT approved, reason FROM approvals WHERE turn_id = $1 AND call_id = $2";
         self.reader().row(sql, args![turn_id, call_id]).await
     }
 
     /// Keeps a note's state before a write.
-    async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<(), StoreError>;
+    async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<()>;
 
     /// The newest `limit` checkpoints of a session, oldest first.
     async fn list_checkpoints(
         &self,
         session_id: &str,
         limit: u32,
-    ) -> Result<Vec<CheckpointRecord>, StoreError> {
+    ) -> Result<Vec<CheckpointRecord>> {
         let sql = format!(
             "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE session_id = $1 \
              ORDER BY created_at DESC, id DESC LIMIT $2"
@@ -97,7 +98,7 @@ pub trait Access: Reads + Send + Sync + 'static {
     async fn get_checkpoint(
         &self,
         id: &str,
-    ) -> Result<Option<(CheckpointRecord, Option<Vec<u8>>)>, StoreError> {
+    ) -> Result<Option<(CheckpointRecord, Option<Vec<u8>>)>> {
         let sql = format!("SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE id = $1");
         let reader = self.reader();
         let Some(record) = reader.row(sqlx::AssertSqlSafe(sql), args![id]).await? else {
@@ -109,14 +110,10 @@ pub trait Access: Reads + Send + Sync + 'static {
     }
 
     /// Marks a checkpoint restored; false when it already was (or is not).
-    async fn mark_checkpoint_restored(
-        &self,
-        id: &str,
-        at: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
+    async fn mark_checkpoint_restored(&self, id: &str, at: DateTime<Utc>) -> Result<bool>;
 
     /// The tenant a checkpoint belongs to (through its session).
-    async fn checkpoint_tenant(&self, checkpoint_id: &str) -> Result<Option<String>, StoreError> {
+    async fn checkpoint_tenant(&self, checkpoint_id: &str) -> Result<Option<String>> {
         let sql = "SELECT s.tenant FROM checkpoints c JOIN sessions s ON s.id = c.session_id \
              WHERE c.id = $1";
         let row: Option<(String,)> = self.reader().row(sql, args![checkpoint_id]).await?;
@@ -124,14 +121,14 @@ pub trait Access: Reads + Send + Sync + 'static {
     }
 
     /// Stores a tool output too large for the prompt.
-    async fn put_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError>;
+    async fn put_artifact(&self, artifact: &NewArtifact) -> Result<()>;
 
     /// An artifact of a session.
     async fn get_artifact(
         &self,
         session_id: &str,
         artifact_id: &str,
-    ) -> Result<Option<ArtifactRecord>, StoreError> {
+    ) -> Result<Option<ArtifactRecord>> {
         let sql = "SELECT id, session_id, turn_id, call_id, tool, content, created_at \
              FROM artifacts WHERE id = $1 AND session_id = $2";
         self.reader().row(sql, args![artifact_id, session_id]).await

@@ -19,6 +19,7 @@ use super::{
     records::rows::EventRow,
 };
 use crate::events::{StoredEvent, TurnEvent};
+use crate::store::Result;
 
 /// The event log.
 #[async_trait]
@@ -30,7 +31,7 @@ pub trait EventLog: Reads + Send + Sync + 'static {
         &self,
         events: &[Arc<StoredEvent>],
         finishes: &[&TurnFinish],
-    ) -> Result<Vec<bool>, StoreError>;
+    ) -> Result<Vec<bool>>;
 
     /// Events of a session with seq greater than `after`, in seq order,
     /// optionally of one turn. For a turn, pass an `after` of at least its
@@ -41,7 +42,7 @@ pub trait EventLog: Reads + Send + Sync + 'static {
         turn_id: Option<Uuid>,
         after: i64,
         limit: u32,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
+    ) -> Result<Vec<StoredEvent>> {
         let rows: Vec<EventRow> = match turn_id {
             Some(turn_id) => {
                 let sql = "SELECT session_id, seq, turn_id, type, payload, created_at \
@@ -69,7 +70,7 @@ pub trait EventLog: Reads + Send + Sync + 'static {
         event_turn_id: Uuid,
         event: &TurnEvent,
         at: DateTime<Utc>,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool>;
 }
 
 /// An event between turns, to append at the session's next seq (its own
@@ -79,7 +80,7 @@ fn between_turns(
     turn_id: Uuid,
     event: &TurnEvent,
     at: DateTime<Utc>,
-) -> Result<StoredEvent, StoreError> {
+) -> Result<StoredEvent> {
     StoredEvent::new(session_id, turn_id, 0, event, at)
         .map_err(|e| StoreError::Corrupt(e.to_string()))
 }

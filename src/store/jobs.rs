@@ -14,9 +14,10 @@ use uuid::Uuid;
 
 use super::{
     JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob,
-    NewMemory, ObservationRecord, StoreError,
+    NewMemory, ObservationRecord,
     reader::{Reads, args, memory_columns},
 };
+use crate::store::Result;
 
 /// A scope's memories, newest first: `$1` scope, `$2` kind or NULL, `$3` limit.
 pub(super) const LIST_MEMORIES: &str = concat!(
@@ -31,7 +32,7 @@ pub(super) const LIST_MEMORIES: &str = concat!(
 pub trait Jobs: Reads + Send + Sync + 'static {
     /// Keeps a memory, replacing the scope's memory of the same key; the
     /// scope keeps its newest [`super::memories::MEMORIES_PER_SCOPE`].
-    async fn upsert_memory(&self, memory: &NewMemory) -> Result<(), StoreError>;
+    async fn upsert_memory(&self, memory: &NewMemory) -> Result<()>;
 
     /// Memories of `scope` matching any of `terms`, best first.
     async fn search_memories(
@@ -39,7 +40,7 @@ pub trait Jobs: Reads + Send + Sync + 'static {
         scope: &str,
         terms: &[String],
         limit: u32,
-    ) -> Result<Vec<MemoryRecord>, StoreError>;
+    ) -> Result<Vec<MemoryRecord>>;
 
     /// What a turn reads of `scope`'s memories before it asks the model,
     /// in one read: the memories matching any of `terms` (best first, up
@@ -51,7 +52,7 @@ pub trait Jobs: Reads + Send + Sync + 'static {
         terms: &[String],
         limit: u32,
         preferences: u32,
-    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>), StoreError>;
+    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>)>;
 
     /// Memories of `scope` (of one kind, if given), newest first.
     async fn list_memories(
@@ -59,18 +60,14 @@ pub trait Jobs: Reads + Send + Sync + 'static {
         scope: &str,
         kind: Option<&str>,
         limit: u32,
-    ) -> Result<Vec<MemoryRecord>, StoreError> {
+    ) -> Result<Vec<MemoryRecord>> {
         self.reader()
             .rows(LIST_MEMORIES, args![scope, kind, limit])
             .await
     }
 
     /// The embeddings `model` made of `scope`'s memories, by memory id.
-    async fn memory_vectors(
-        &self,
-        scope: &str,
-        model: &str,
-    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
+    async fn memory_vectors(&self, scope: &str, model: &str) -> Result<Vec<(String, Vec<f32>)>> {
         let sql = "SELECT id, embedding FROM memories \
              WHERE scope = $1 AND embedding_model = $2 AND embedding IS NOT NULL";
         let rows: Vec<(String, Vec<u8>)> = self.reader().rows(sql, args![scope, model]).await?;
@@ -81,10 +78,10 @@ pub trait Jobs: Reads + Send + Sync + 'static {
     }
 
     /// Forgets one memory of `scope` (`id`) or all of them; how many went.
-    async fn delete_memories(&self, scope: &str, id: Option<&str>) -> Result<u64, StoreError>;
+    async fn delete_memories(&self, scope: &str, id: Option<&str>) -> Result<u64>;
 
     /// Queues work to run after a turn.
-    async fn enqueue_job(&self, job: &NewJob) -> Result<(), StoreError>;
+    async fn enqueue_job(&self, job: &NewJob) -> Result<()>;
 
     /// Claims the oldest job due at `now` (or a running one claimed before
     /// `stale_before`: its runner died); its attempts go up by one.
@@ -92,7 +89,7 @@ pub trait Jobs: Reads + Send + Sync + 'static {
         &self,
         now: DateTime<Utc>,
         stale_before: DateTime<Utc>,
-    ) -> Result<Option<JobRecord>, StoreError>;
+    ) -> Result<Option<JobRecord>>;
 
     /// Records how a claimed job's run ended, adding the usage it took to
     /// the job's totals.
@@ -102,10 +99,10 @@ pub trait Jobs: Reads + Send + Sync + 'static {
         outcome: &JobOutcome,
         usage: &JobUsage,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<()>;
 
     /// The jobs waiting to run (`pending`), of every session.
-    async fn job_backlog(&self) -> Result<JobBacklog, StoreError> {
+    async fn job_backlog(&self) -> Result<JobBacklog> {
         let sql = "SELECT COUNT(*), MIN(created_at) FROM background_jobs WHERE status = 'pending'";
         let row: Option<(i64, Option<DateTime<Utc>>)> = self.reader().row(sql, args![]).await?;
         let (pending, oldest) = row.unwrap_or((0, None));
@@ -117,16 +114,10 @@ pub trait Jobs: Reads + Send + Sync + 'static {
 
     /// Gives up the oldest waiting jobs of `kind` (`failed`, with `why`)
     /// until at most `keep` jobs of any kind wait; returns how many.
-    async fn shed_jobs(
-        &self,
-        kind: &str,
-        keep: u64,
-        why: &str,
-        now: DateTime<Utc>,
-    ) -> Result<u64, StoreError>;
+    async fn shed_jobs(&self, kind: &str, keep: u64, why: &str, now: DateTime<Utc>) -> Result<u64>;
 
     /// The newest `limit` jobs of a session, oldest first.
-    async fn list_jobs(&self, session_id: &str, limit: u32) -> Result<Vec<JobSummary>, StoreError> {
+    async fn list_jobs(&self, session_id: &str, limit: u32) -> Result<Vec<JobSummary>> {
         let sql = "SELECT id, kind, turn_id, status, attempts, last_error, input_tokens, \
              output_tokens, cost_usd, created_at, updated_at FROM background_jobs \
              WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2";
@@ -136,14 +127,14 @@ pub trait Jobs: Reads + Send + Sync + 'static {
         Ok(newest_first)
     }
 
-    async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<(), StoreError>;
+    async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<()>;
 
     /// The judgements of a turn, oldest first.
     async fn list_judgements(
         &self,
         session_id: &str,
         turn_id: Uuid,
-    ) -> Result<Vec<JudgementRecord>, StoreError> {
+    ) -> Result<Vec<JudgementRecord>> {
         let sql = "SELECT id, session_id, turn_id, judge, prompt_id, prompt_version, score, \
              passed, rationale, provider, model, created_at FROM judgements \
              WHERE session_id = $1 AND turn_id = $2 ORDER BY created_at, id";
@@ -155,7 +146,7 @@ pub trait Jobs: Reads + Send + Sync + 'static {
         &self,
         session_id: &str,
         limit: u32,
-    ) -> Result<Vec<ObservationRecord>, StoreError> {
+    ) -> Result<Vec<ObservationRecord>> {
         let sql = "SELECT id, session_id, source_id, user_text, assistant_text, created_at \
              FROM research_observations WHERE session_id = $1 \
              ORDER BY created_at DESC, id DESC LIMIT $2";

@@ -31,6 +31,7 @@ use super::{
     PoolLimits, Reader, Readiness, Reads, Store, StoreError,
     reader::{Arg, bind_all},
 };
+use crate::store::Result;
 
 /// When a call last gave up on its connection, in ms after [`epoch`]
 /// (0: never). Process-wide: the pools' release test reads it.
@@ -81,7 +82,7 @@ const RELEASE_TEST: Duration = Duration::from_secs(1);
 impl PostgresStore {
     pub(super) const MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 
-    pub async fn connect(url: &str, limits: PoolLimits) -> Result<Self, StoreError> {
+    pub async fn connect(url: &str, limits: PoolLimits) -> Result<Self> {
         let pool = Self::pool_options(limits).connect(url).await?;
         Ok(Self::from_pool(pool, limits.call_timeout))
     }
@@ -173,20 +174,13 @@ impl PostgresStore {
 
     /// Runs `call` within the call timeout: past it, the call fails as if
     /// the database were down, and its connection is not trusted again.
-    pub(super) async fn bounded<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
+    pub(super) async fn bounded<T>(&self, call: impl Future<Output = Result<T>>) -> Result<T> {
         within(self.call_timeout, call).await
     }
 
     /// Runs one statement (its own transaction) within the call timeout;
     /// how many rows it changed.
-    pub(super) async fn execute(
-        &self,
-        sql: &'static str,
-        args: Vec<Arg<'_>>,
-    ) -> Result<u64, StoreError> {
+    pub(super) async fn execute(&self, sql: &'static str, args: Vec<Arg<'_>>) -> Result<u64> {
         let statement = bind_all(sqlx::query(sql), args).execute(&self.pool);
         Ok(within(self.call_timeout, statement).await?.rows_affected())
     }
@@ -202,7 +196,7 @@ impl PostgresStore {
 pub(super) async fn within<T, E: Into<StoreError>>(
     limit: Duration,
     call: impl Future<Output = Result<T, E>>,
-) -> Result<T, StoreError> {
+) -> Result<T> {
     match tokio::time::timeout(limit, call).await {
         Ok(result) => result.map_err(Into::into),
         Err(_) => Err(gave_up(limit)),
@@ -234,7 +228,7 @@ impl Store for PostgresStore {
 
     /// Not bounded: a migration may rightly take long, and it runs before
     /// the service serves.
-    async fn migrate(&self) -> Result<(), StoreError> {
+    async fn migrate(&self) -> Result<()> {
         Self::MIGRATOR.run(&self.pool).await?;
         Ok(())
     }

@@ -22,6 +22,7 @@ use sqlx::{
 };
 
 use super::{Readiness, StoreError};
+use crate::store::Result;
 
 /// Columns of a turn, in [`super::records::rows::TurnRow`] order (a macro so
 /// that `concat!` can splice it into a literal).
@@ -224,7 +225,7 @@ impl Reader<'_> {
         self,
         sql: impl sqlx::SqlSafeStr + Send,
         args: Vec<Arg<'_>>,
-    ) -> Result<Vec<R>, StoreError> {
+    ) -> Result<Vec<R>> {
         match self {
             Self::Sqlite(pool) => Ok(bind_all(sqlx::query_as(sql), args).fetch_all(pool).await?),
             Self::Postgres { pool, limit } => {
@@ -239,7 +240,7 @@ impl Reader<'_> {
         self,
         sql: impl sqlx::SqlSafeStr + Send,
         args: Vec<Arg<'_>>,
-    ) -> Result<Option<R>, StoreError> {
+    ) -> Result<Option<R>> {
         match self {
             Self::Sqlite(pool) => Ok(bind_all(sqlx::query_as(sql), args)
                 .fetch_optional(pool)
@@ -252,11 +253,7 @@ impl Reader<'_> {
     }
 
     /// The one value a one-row, one-column `sql` selects.
-    pub(crate) async fn value<T>(
-        self,
-        sql: &'static str,
-        args: Vec<Arg<'_>>,
-    ) -> Result<T, StoreError>
+    pub(crate) async fn value<T>(self, sql: &'static str, args: Vec<Arg<'_>>) -> Result<T>
     where
         (T,): Row,
     {
@@ -269,7 +266,7 @@ impl Reader<'_> {
     /// For `GET /readyz`: whether the database answers and has each of
     /// `migrator`'s migrations applied.
     pub(crate) async fn readiness(self, migrator: &Migrator) -> Readiness {
-        let applied: Result<Vec<(i64,)>, StoreError> = self
+        let applied: Result<Vec<(i64,)>> = self
             .rows(
                 "SELECT version FROM _sqlx_migrations WHERE success = TRUE",
                 Vec::new(),

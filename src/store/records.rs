@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::StoreError;
+use crate::store::Result;
 use crate::{
     events::StoredEvent,
     turn::{TurnRequest, TurnResult},
@@ -266,7 +267,7 @@ pub struct MessageRecord {
     pub created_at: DateTime<Utc>,
 }
 
-pub(super) fn parse_uuid(raw: &str) -> Result<Uuid, StoreError> {
+pub(super) fn parse_uuid(raw: &str) -> Result<Uuid> {
     Uuid::parse_str(raw).map_err(|_| StoreError::Corrupt(format!("uuid {raw:?}")))
 }
 
@@ -334,7 +335,7 @@ pub(super) mod rows {
 
 impl TryFrom<rows::TurnRow> for TurnRecord {
     type Error = StoreError;
-    fn try_from(r: rows::TurnRow) -> Result<Self, StoreError> {
+    fn try_from(r: rows::TurnRow) -> Result<Self> {
         Ok(Self {
             id: parse_uuid(&r.id)?,
             session_id: r.session_id,
@@ -358,7 +359,7 @@ impl TryFrom<rows::TurnRow> for TurnRecord {
 
 impl TryFrom<rows::EventRow> for StoredEvent {
     type Error = StoreError;
-    fn try_from(r: rows::EventRow) -> Result<Self, StoreError> {
+    fn try_from(r: rows::EventRow) -> Result<Self> {
         Ok(Self {
             session_id: r.session_id,
             seq: r.seq,
@@ -373,7 +374,7 @@ impl TryFrom<rows::EventRow> for StoredEvent {
 
 impl TryFrom<rows::MessageRow> for MessageRecord {
     type Error = StoreError;
-    fn try_from(r: rows::MessageRow) -> Result<Self, StoreError> {
+    fn try_from(r: rows::MessageRow) -> Result<Self> {
         Ok(Self {
             id: r.id,
             message_id: r.message_id.as_deref().map(parse_uuid).transpose()?,
@@ -387,7 +388,7 @@ impl TryFrom<rows::MessageRow> for MessageRecord {
 
 impl TryFrom<rows::DecisionRow> for DecisionRecord {
     type Error = StoreError;
-    fn try_from(r: rows::DecisionRow) -> Result<Self, StoreError> {
+    fn try_from(r: rows::DecisionRow) -> Result<Self> {
         Ok(Self {
             record: serde_json::from_str(&r.record)
                 .map_err(|e| StoreError::Corrupt(format!("decision {}: {e}", r.id)))?,
@@ -402,7 +403,7 @@ impl TryFrom<rows::DecisionRow> for DecisionRecord {
 
 impl TryFrom<rows::SessionRow> for SessionRecord {
     type Error = StoreError;
-    fn try_from(r: rows::SessionRow) -> Result<Self, StoreError> {
+    fn try_from(r: rows::SessionRow) -> Result<Self> {
         Ok(Self {
             id: r.id,
             created_at: r.created_at,

@@ -20,6 +20,7 @@ use sqlx::{
 };
 
 use super::{Reader, Readiness, Reads, Store, StoreError};
+use crate::store::Result;
 
 pub(super) mod writer;
 
@@ -55,7 +56,7 @@ impl SqliteStore {
 
     /// Opens (creating if missing) the database file named by `url`, e.g.
     /// `sqlite://./data/agent-harness.db`. The parent folder is created too.
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -107,7 +108,7 @@ impl Store for SqliteStore {
         "sqlite"
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
+    async fn migrate(&self) -> Result<()> {
         Self::MIGRATOR.run(&self.writer).await?;
         Ok(())
     }

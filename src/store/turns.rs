@@ -22,6 +22,7 @@ use super::{
         rows::{DecisionRow, MessageRow, SessionRow, TurnRow},
     },
 };
+use crate::store::Result;
 
 /// A session's last messages, newest first: `$1` session, `$2` limit.
 pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, content, created_at \
@@ -69,11 +70,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// turn, a used idempotency key) and nothing was written.
     async fn insert_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError>;
 
-    async fn get_turn(
-        &self,
-        session_id: &str,
-        turn_id: Uuid,
-    ) -> Result<Option<TurnRecord>, StoreError> {
+    async fn get_turn(&self, session_id: &str, turn_id: Uuid) -> Result<Option<TurnRecord>> {
         let sql = concat!(
             "SELECT ",
             turn_columns!(),
@@ -86,7 +83,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
             .transpose()
     }
 
-    async fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+    async fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
         let sql = "SELECT s.id, s.created_at, s.updated_at, s.turn_count, s.cost_usd, \
              (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq, \
              (SELECT t.id FROM turns t WHERE t.session_id = s.id AND t.status = 'running') \
@@ -100,7 +97,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     }
 
     /// The tenant a session belongs to; `None`: no such session.
-    async fn session_tenant(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+    async fn session_tenant(&self, session_id: &str) -> Result<Option<String>> {
         let sql = "SELECT tenant FROM sessions WHERE id = $1";
         let row: Option<(String,)> = self.reader().row(sql, args![session_id]).await?;
         Ok(row.map(|(tenant,)| tenant))
@@ -112,7 +109,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
         session_id: &str,
         after: i64,
         limit: u32,
-    ) -> Result<Vec<MessageRecord>, StoreError> {
+    ) -> Result<Vec<MessageRecord>> {
         let sql = "SELECT id, message_id, turn_id, role, content, created_at FROM messages \
              WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3";
         let rows: Vec<MessageRow> = self
@@ -123,11 +120,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     }
 
     /// The last `limit` messages of a session, oldest first.
-    async fn recent_messages(
-        &self,
-        session_id: &str,
-        limit: u32,
-    ) -> Result<Vec<MessageRecord>, StoreError> {
+    async fn recent_messages(&self, session_id: &str, limit: u32) -> Result<Vec<MessageRecord>> {
         let rows: Vec<MessageRow> = self
             .reader()
             .rows(RECENT_MESSAGES, args![session_id, limit])
@@ -142,7 +135,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
         session_id: &str,
         terms: &[String],
         limit: u32,
-    ) -> Result<Vec<MessageRecord>, StoreError> {
+    ) -> Result<Vec<MessageRecord>> {
         let terms = &terms[..terms.len().min(16)];
         if terms.is_empty() {
             return Ok(Vec::new());
@@ -174,7 +167,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
         after: Option<&str>,
         strategy: Option<&str>,
         limit: u32,
-    ) -> Result<Vec<DecisionRecord>, StoreError> {
+    ) -> Result<Vec<DecisionRecord>> {
         let sql = "SELECT id, turn_id, decision_key, strategy, record, created_at \
              FROM decisions WHERE session_id = $1 AND ($2 IS NULL OR id > $2) \
              AND ($3 IS NULL OR strategy = $3) ORDER BY id LIMIT $4";
@@ -187,7 +180,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
 
     /// Flags a running turn for cancellation by its owner. False when the
     /// turn is not running.
-    async fn request_cancel(&self, turn_id: Uuid) -> Result<bool, StoreError>;
+    async fn request_cancel(&self, turn_id: Uuid) -> Result<bool>;
 
     /// Cancel requests as they are made, by any process (Postgres: LISTEN/
     /// NOTIFY), so that the turn's owner stops it at once rather than at
@@ -195,17 +188,13 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// heartbeat's flag check is then the only way). An error item is a
     /// lost connection: the next poll reconnects; requests made meanwhile
     /// are found by the heartbeat.
-    async fn cancel_requests(&self) -> Result<Option<CancelRequests>, StoreError> {
+    async fn cancel_requests(&self) -> Result<Option<CancelRequests>> {
         Ok(None)
     }
 
     /// Refreshes the heartbeat of these running turns; returns those whose
     /// cancellation was requested.
-    async fn heartbeat(
-        &self,
-        turn_ids: &[Uuid],
-        now: DateTime<Utc>,
-    ) -> Result<Vec<Uuid>, StoreError>;
+    async fn heartbeat(&self, turn_ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
 
     /// Marks orphaned running turns `interrupted`, each with a final
     /// `turn.interrupted` event; returns those events.
@@ -214,21 +203,16 @@ pub trait Turns: Reads + Send + Sync + 'static {
         scope: &OrphanScope,
         reason: &str,
         now: DateTime<Utc>,
-    ) -> Result<Vec<crate::events::StoredEvent>, StoreError>;
+    ) -> Result<Vec<crate::events::StoredEvent>>;
 
     /// Takes a place in the queue of `session_id` (passing over, and
     /// removing, the session's tickets not kept alive since `stale_ms`);
     /// returns its ticket. Times are milliseconds since the epoch.
-    async fn enqueue_turn(
-        &self,
-        session_id: &str,
-        now_ms: i64,
-        stale_ms: i64,
-    ) -> Result<i64, StoreError>;
+    async fn enqueue_turn(&self, session_id: &str, now_ms: i64, stale_ms: i64) -> Result<i64>;
 
     /// The ticket that goes next in `session_id`'s queue: the lowest kept
     /// alive since `stale_ms`.
-    async fn queue_head(&self, session_id: &str, stale_ms: i64) -> Result<Option<i64>, StoreError> {
+    async fn queue_head(&self, session_id: &str, stale_ms: i64) -> Result<Option<i64>> {
         let sql = "SELECT MIN(ticket) FROM turn_queue WHERE session_id = $1 AND alive_ms >= $2";
         self.reader()
             .value::<Option<i64>>(sql, args![session_id, stale_ms])
@@ -236,19 +220,16 @@ pub trait Turns: Reads + Send + Sync + 'static {
     }
 
     /// Keeps a ticket alive.
-    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError>;
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<()>;
 
     /// Leaves the queue (the turn began, or the request gave up).
-    async fn leave_queue(&self, ticket: i64) -> Result<(), StoreError>;
+    async fn leave_queue(&self, ticket: i64) -> Result<()>;
 }
 
 /// Why a unique index refused `turn` (after its transaction rolled back):
 /// a used idempotency key first, else the running turn of its session.
 /// `None`: nothing conflicts any more (the running turn ended in between).
-async fn begin_conflict(
-    reader: Reader<'_>,
-    turn: &NewTurn,
-) -> Result<Option<BeginTurnError>, StoreError> {
+async fn begin_conflict(reader: Reader<'_>, turn: &NewTurn) -> Result<Option<BeginTurnError>> {
     if let Some(key) = &turn.idempotency_key {
         let sql = concat!(
             "SELECT ",

@@ -12,10 +12,8 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::{
-    StoreError,
-    reader::{Reads, args},
-};
+use super::reader::{Reads, args};
+use crate::store::Result;
 
 /// A piece of a note, as indexed.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,7 +98,7 @@ pub(crate) fn clean_terms(terms: &[String]) -> Vec<String> {
 #[async_trait]
 pub trait VaultIndex: Reads + Send + Sync + 'static {
     /// What the index holds of each vault note, by path.
-    async fn vault_notes(&self) -> Result<HashMap<String, NoteState>, StoreError> {
+    async fn vault_notes(&self) -> Result<HashMap<String, NoteState>> {
         let sql = "SELECT path, content_hash, embedding_model FROM vault_notes";
         let rows: Vec<(String, String, Option<String>)> = self.reader().rows(sql, args![]).await?;
         Ok(rows
@@ -116,21 +114,16 @@ pub trait VaultIndex: Reads + Send + Sync + 'static {
     }
 
     /// Indexes a note, replacing what was indexed at its path.
-    async fn vault_put_note(&self, note: &IndexedNote) -> Result<(), StoreError>;
+    async fn vault_put_note(&self, note: &IndexedNote) -> Result<()>;
 
     /// Removes notes (and their chunks) from the index; returns how many were there.
-    async fn vault_remove_notes(&self, paths: &[String]) -> Result<u64, StoreError>;
+    async fn vault_remove_notes(&self, paths: &[String]) -> Result<u64>;
 
     /// Chunks matching any of `terms` (words), best first.
-    async fn vault_search(&self, terms: &[String], limit: u32)
-    -> Result<Vec<VaultHit>, StoreError>;
+    async fn vault_search(&self, terms: &[String], limit: u32) -> Result<Vec<VaultHit>>;
 
     /// The embeddings `model` made, by chunk id, at most `limit`.
-    async fn vault_vectors(
-        &self,
-        model: &str,
-        limit: u32,
-    ) -> Result<Vec<(i64, Vec<f32>)>, StoreError> {
+    async fn vault_vectors(&self, model: &str, limit: u32) -> Result<Vec<(i64, Vec<f32>)>> {
         let sql = "SELECT c.id, c.embedding FROM vault_chunks c \
              JOIN vault_notes n ON n.path = c.path \
              WHERE n.embedding_model = $1 AND c.embedding IS NOT NULL ORDER BY c.id LIMIT $2";
@@ -143,7 +136,7 @@ pub trait VaultIndex: Reads + Send + Sync + 'static {
 
     /// Chunks by id (score 0), in no particular order; ids no longer
     /// indexed are left out.
-    async fn vault_chunks(&self, ids: &[i64]) -> Result<Vec<VaultHit>, StoreError> {
+    async fn vault_chunks(&self, ids: &[i64]) -> Result<Vec<VaultHit>> {
         let ids = &ids[..ids.len().min(256)];
         if ids.is_empty() {
             return Ok(Vec::new());

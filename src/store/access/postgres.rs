@@ -4,11 +4,12 @@
 use async_trait::async_trait;
 
 use super::Access;
-use crate::store::{NewArtifact, NewCheckpoint, StoreError, postgres::PostgresStore, reader::args};
+use crate::store::Result;
+use crate::store::{NewArtifact, NewCheckpoint, postgres::PostgresStore, reader::args};
 
 #[async_trait]
 impl Access for PostgresStore {
-    async fn put_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError> {
+    async fn put_artifact(&self, artifact: &NewArtifact) -> Result<()> {
         let sql = "INSERT INTO artifacts (id, session_id, turn_id, call_id, tool, content, created_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7)";
         self.execute(
@@ -27,7 +28,7 @@ impl Access for PostgresStore {
         Ok(())
     }
 
-    async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<(), StoreError> {
+    async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<()> {
         self.bounded(async {
             sqlx::query(
                 "INSERT INTO checkpoints (id, session_id, turn_id, call_id, tool, path, existed, \
@@ -59,7 +60,7 @@ impl Access for PostgresStore {
         &self,
         id: &str,
         at: chrono::DateTime<chrono::Utc>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool> {
         let sql = "UPDATE checkpoints SET restored_at = $2 WHERE id = $1 AND restored_at IS NULL";
         let done = self.execute(sql, args![id, at]).await?;
         Ok(done == 1)
@@ -71,17 +72,13 @@ impl Access for PostgresStore {
         tenant: &str,
         key_hash: &str,
         at: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<()> {
         let sql = "INSERT INTO api_keys (id, tenant, key_hash, created_at) VALUES ($1, $2, $3, $4)";
         self.execute(sql, args![id, tenant, key_hash, at]).await?;
         Ok(())
     }
 
-    async fn revoke_api_key(
-        &self,
-        id: &str,
-        at: chrono::DateTime<chrono::Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn revoke_api_key(&self, id: &str, at: chrono::DateTime<chrono::Utc>) -> Result<bool> {
         let sql = "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
         let done = self.execute(sql, args![id, at]).await?;
         Ok(done == 1)
@@ -94,7 +91,7 @@ impl Access for PostgresStore {
         call_id: &str,
         approved: bool,
         reason: Option<&str>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool> {
         let sql = "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, decided_at) \
                  VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (turn_id, call_id) DO NOTHING";
         let inserted = self

@@ -6,14 +6,15 @@ use rusqlite::params;
 use uuid::Uuid;
 
 use super::Access;
+use crate::store::Result;
 use crate::store::{
-    NewArtifact, NewCheckpoint, StoreError,
+    NewArtifact, NewCheckpoint,
     sqlite::{SqliteStore, writer::ts},
 };
 
 #[async_trait]
 impl Access for SqliteStore {
-    async fn put_artifact(&self, artifact: &NewArtifact) -> Result<(), StoreError> {
+    async fn put_artifact(&self, artifact: &NewArtifact) -> Result<()> {
         let artifact = artifact.clone();
         self.writes
             .run(move |connection| {
@@ -36,7 +37,7 @@ impl Access for SqliteStore {
             .await
     }
 
-    async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<(), StoreError> {
+    async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<()> {
         let checkpoint = checkpoint.clone();
         self.writes
             .run(move |connection| {
@@ -67,11 +68,7 @@ impl Access for SqliteStore {
             .await
     }
 
-    async fn mark_checkpoint_restored(
-        &self,
-        id: &str,
-        at: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    async fn mark_checkpoint_restored(&self, id: &str, at: DateTime<Utc>) -> Result<bool> {
         let id = id.to_owned();
         self.writes
             .run(move |connection| {
@@ -91,7 +88,7 @@ impl Access for SqliteStore {
         tenant: &str,
         key_hash: &str,
         at: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<()> {
         let (id, tenant, key_hash) = (id.to_owned(), tenant.to_owned(), key_hash.to_owned());
         self.writes.run(move |connection| {
             connection
@@ -104,7 +101,7 @@ impl Access for SqliteStore {
         .await
     }
 
-    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
+    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool> {
         let id = id.to_owned();
         self.writes
             .run(move |connection| {
@@ -125,7 +122,7 @@ impl Access for SqliteStore {
         call_id: &str,
         approved: bool,
         reason: Option<&str>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool> {
         let (session_id, call_id) = (session_id.to_owned(), call_id.to_owned());
         let reason = reason.map(str::to_owned);
         self.writes

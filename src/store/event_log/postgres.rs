@@ -9,6 +9,7 @@ use sqlx::Postgres;
 use uuid::Uuid;
 
 use super::{EventLog, between_turns};
+use crate::store::Result;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{StoreError, TurnFinish, postgres::PostgresStore},
@@ -23,7 +24,7 @@ impl EventLog for PostgresStore {
         &self,
         events: &[Arc<StoredEvent>],
         finishes: &[&TurnFinish],
-    ) -> Result<Vec<bool>, StoreError> {
+    ) -> Result<Vec<bool>> {
         self.bounded(async {
             if finishes.is_empty() {
                 // One statement is its own transaction: no BEGIN and COMMIT
@@ -67,7 +68,7 @@ impl EventLog for PostgresStore {
         event_turn_id: Uuid,
         event: &TurnEvent,
         at: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool> {
         let event = between_turns(session_id, event_turn_id, event, at)?;
         self.bounded(async {
             let mut tx = self.begin_write().await?;
@@ -128,7 +129,7 @@ impl EventLog for PostgresStore {
 pub(in crate::store) async fn insert_events<'e, 'c, E>(
     executor: E,
     events: impl Iterator<Item = &'e StoredEvent>,
-) -> Result<(), StoreError>
+) -> Result<()>
 where
     E: sqlx::Executor<'c, Database = Postgres>,
 {

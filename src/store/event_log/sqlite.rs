@@ -8,10 +8,11 @@ use rusqlite::{OptionalExtension, params};
 use uuid::Uuid;
 
 use super::{EventLog, between_turns};
+use crate::store::Result;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
-        StoreError, TurnFinish,
+        TurnFinish,
         sqlite::{
             SqliteStore,
             writer::{insert_events, insert_job, insert_observation, ts},
@@ -25,7 +26,7 @@ impl EventLog for SqliteStore {
         &self,
         events: &[Arc<StoredEvent>],
         finishes: &[&TurnFinish],
-    ) -> Result<Vec<bool>, StoreError> {
+    ) -> Result<Vec<bool>> {
         let events = events.to_vec();
         let finishes: Vec<TurnFinish> = finishes.iter().map(|f| (*f).clone()).collect();
         self.writes
@@ -116,7 +117,7 @@ impl EventLog for SqliteStore {
         event_turn_id: Uuid,
         event: &TurnEvent,
         at: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool> {
         let event = between_turns(session_id, event_turn_id, event, at)?;
         self.writes
             .run(move |connection| {

@@ -5,8 +5,9 @@
 use async_trait::async_trait;
 
 use super::Jobs;
+use crate::store::Result;
 use crate::store::{
-    JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory, StoreError,
+    JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory,
     memories::MEMORIES_PER_SCOPE,
     postgres::PostgresStore,
     reader::{Reads, args, memory_columns},
@@ -20,7 +21,7 @@ impl Jobs for PostgresStore {
         scope: &str,
         terms: &[String],
         limit: u32,
-    ) -> Result<Vec<MemoryRecord>, StoreError> {
+    ) -> Result<Vec<MemoryRecord>> {
         let terms = clean_terms(terms);
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
@@ -44,7 +45,7 @@ impl Jobs for PostgresStore {
         terms: &[String],
         limit: u32,
         preferences: u32,
-    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>), StoreError> {
+    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>)> {
         #[derive(sqlx::FromRow)]
         struct Part {
             part: i32,
@@ -88,7 +89,7 @@ impl Jobs for PostgresStore {
 
     /// Keeps a memory (one per scope and key), then drops the scope's
     /// least recently updated beyond the cap.
-    async fn upsert_memory(&self, memory: &NewMemory) -> Result<(), StoreError> {
+    async fn upsert_memory(&self, memory: &NewMemory) -> Result<()> {
         self.bounded(async {
             let mut tx = self.begin_write().await?;
             sqlx::query(
@@ -126,13 +127,13 @@ impl Jobs for PostgresStore {
         .await
     }
 
-    async fn delete_memories(&self, scope: &str, id: Option<&str>) -> Result<u64, StoreError> {
+    async fn delete_memories(&self, scope: &str, id: Option<&str>) -> Result<u64> {
         let sql = "DELETE FROM memories WHERE scope = $1 AND ($2::text IS NULL OR id = $2)";
         let deleted = self.execute(sql, args![scope, id]).await?;
         Ok(deleted)
     }
 
-    async fn enqueue_job(&self, job: &NewJob) -> Result<(), StoreError> {
+    async fn enqueue_job(&self, job: &NewJob) -> Result<()> {
         let sql = "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
                  run_after, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $6)";
         self.execute(
@@ -155,7 +156,7 @@ impl Jobs for PostgresStore {
         &self,
         now: chrono::DateTime<chrono::Utc>,
         stale_before: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<JobRecord>, StoreError> {
+    ) -> Result<Option<JobRecord>> {
         self.bounded(async {
             let claimed: Option<JobRecord> = sqlx::query_as(
                 "UPDATE background_jobs SET status = 'running', attempts = attempts + 1, \
@@ -180,7 +181,7 @@ impl Jobs for PostgresStore {
         outcome: &JobOutcome,
         usage: &JobUsage,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<()> {
         self.bounded(async {
             // One statement: the outcome, and the run's usage added to the
             // totals (every run counts, whatever its outcome).
@@ -222,7 +223,7 @@ impl Jobs for PostgresStore {
         keep: u64,
         why: &str,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<u64> {
         let sql = "UPDATE background_jobs SET status = 'failed', last_error = $3, updated_at = $4 \
                  WHERE id IN (SELECT id FROM background_jobs WHERE status = 'pending' AND kind = $1 \
                  ORDER BY created_at, id \
@@ -237,7 +238,7 @@ impl Jobs for PostgresStore {
         Ok(shed)
     }
 
-    async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<(), StoreError> {
+    async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<()> {
         let sql = "INSERT INTO judgements (id, session_id, turn_id, judge, prompt_id, prompt_version, \
                  score, passed, rationale, provider, model, created_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";

@@ -6,8 +6,9 @@ use chrono::{DateTime, Utc};
 use rusqlite::params;
 
 use super::Jobs;
+use crate::store::Result;
 use crate::store::{
-    JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory, StoreError,
+    JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory,
     reader::{Reads, args},
     sqlite::{
         SEARCH_MEMORY_TEXT, SqliteStore, any_of,
@@ -24,7 +25,7 @@ impl Jobs for SqliteStore {
         scope: &str,
         terms: &[String],
         limit: u32,
-    ) -> Result<Vec<MemoryRecord>, StoreError> {
+    ) -> Result<Vec<MemoryRecord>> {
         let terms = clean_terms(terms);
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
@@ -42,14 +43,14 @@ impl Jobs for SqliteStore {
         terms: &[String],
         limit: u32,
         preferences: u32,
-    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>), StoreError> {
+    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>)> {
         tokio::try_join!(
             self.search_memories(scope, terms, limit),
             self.list_memories(scope, Some("preference"), preferences)
         )
     }
 
-    async fn upsert_memory(&self, memory: &NewMemory) -> Result<(), StoreError> {
+    async fn upsert_memory(&self, memory: &NewMemory) -> Result<()> {
         let memory = memory.clone();
         self.writes
             .run(move |connection| {
@@ -92,7 +93,7 @@ impl Jobs for SqliteStore {
             .await
     }
 
-    async fn delete_memories(&self, scope: &str, id: Option<&str>) -> Result<u64, StoreError> {
+    async fn delete_memories(&self, scope: &str, id: Option<&str>) -> Result<u64> {
         let (scope, id) = (scope.to_owned(), id.map(str::to_owned));
         self.writes
             .run(move |connection| {
@@ -106,7 +107,7 @@ impl Jobs for SqliteStore {
             .await
     }
 
-    async fn enqueue_job(&self, job: &NewJob) -> Result<(), StoreError> {
+    async fn enqueue_job(&self, job: &NewJob) -> Result<()> {
         let job = job.clone();
         self.writes
             .run(move |connection| insert_job(connection, &job))
@@ -117,7 +118,7 @@ impl Jobs for SqliteStore {
         &self,
         now: DateTime<Utc>,
         stale_before: DateTime<Utc>,
-    ) -> Result<Option<JobRecord>, StoreError> {
+    ) -> Result<Option<JobRecord>> {
         self.writes
             .run(move |connection| {
                 let mut claim = connection.prepare_cached(
@@ -149,7 +150,7 @@ impl Jobs for SqliteStore {
         outcome: &JobOutcome,
         usage: &JobUsage,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<()> {
         let (id, outcome, usage) = (id.to_owned(), outcome.clone(), *usage);
         self.writes
             .run(move |connection| {
@@ -193,13 +194,7 @@ impl Jobs for SqliteStore {
             .await
     }
 
-    async fn shed_jobs(
-        &self,
-        kind: &str,
-        keep: u64,
-        why: &str,
-        now: DateTime<Utc>,
-    ) -> Result<u64, StoreError> {
+    async fn shed_jobs(&self, kind: &str, keep: u64, why: &str, now: DateTime<Utc>) -> Result<u64> {
         let (kind, why) = (kind.to_owned(), why.to_owned());
         self.writes
             .run(move |connection| {
@@ -222,7 +217,7 @@ impl Jobs for SqliteStore {
             .await
     }
 
-    async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<(), StoreError> {
+    async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<()> {
         let judgement = judgement.clone();
         self.writes
             .run(move |connection| {

@@ -24,6 +24,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::store::Result;
 use crate::{
     events::StoredEvent,
     store::{
@@ -56,14 +57,14 @@ trait Job: Send {
 
 struct Typed<T, F> {
     work: Option<F>,
-    outcome: Option<Result<T, StoreError>>,
-    reply: Option<oneshot::Sender<Result<T, StoreError>>>,
+    outcome: Option<Result<T>>,
+    reply: Option<oneshot::Sender<Result<T>>>,
 }
 
 impl<T, F> Job for Typed<T, F>
 where
     T: Send,
-    F: FnOnce(&Connection) -> Result<T, StoreError> + Send,
+    F: FnOnce(&Connection) -> Result<T> + Send,
 {
     fn run(&mut self, connection: &Connection) -> bool {
         let outcome = match self.work.take() {
@@ -133,7 +134,7 @@ pub(in crate::store) fn ts(at: DateTime<Utc>) -> String {
 }
 
 /// A timestamp as [`ts`] (or sqlx) wrote it.
-pub(in crate::store) fn parse_ts(raw: &str) -> Result<DateTime<Utc>, StoreError> {
+pub(in crate::store) fn parse_ts(raw: &str) -> Result<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(raw)
         .map(|at| at.with_timezone(&Utc))
         .or_else(|_| {
@@ -146,7 +147,7 @@ pub(in crate::store) fn parse_ts(raw: &str) -> Result<DateTime<Utc>, StoreError>
 /// A turn's first read as the begin answers it: one that fails is left to
 /// the turn (which reads again, and goes on without memories if that
 /// fails too), so the begin itself stands.
-pub(in crate::store) fn answered<T>(read: &str, result: Result<T, StoreError>) -> Option<T> {
+pub(in crate::store) fn answered<T>(read: &str, result: Result<T>) -> Option<T> {
     match result {
         Ok(value) => Some(value),
         Err(e) => {
@@ -161,7 +162,7 @@ pub(in crate::store) fn recent_messages(
     tx: &Connection,
     session_id: &str,
     limit: u32,
-) -> Result<Vec<MessageRecord>, StoreError> {
+) -> Result<Vec<MessageRecord>> {
     let mut statement = tx.prepare_cached(turns::RECENT_MESSAGES)?;
     let rows = statement.query_map(params![session_id, i64::from(limit)], |row| {
         Ok((
@@ -193,7 +194,7 @@ pub(in crate::store) fn recent_messages(
 pub(in crate::store) fn memories_for_turn(
     tx: &Connection,
     query: &MemoryQuery,
-) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>), StoreError> {
+) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>)> {
     // Most scopes have no memories (a new user, extraction off): one
     // index probe answers them, not a full-text query (whose set-up was
     // most of a begin's time on this thread, and every begin queued
@@ -227,7 +228,7 @@ fn memories(
     tx: &Connection,
     sql: &str,
     params: impl rusqlite::Params,
-) -> Result<Vec<MemoryRecord>, StoreError> {
+) -> Result<Vec<MemoryRecord>> {
     let mut statement = tx.prepare_cached(sql)?;
     let rows = statement.query_map(params, |row| {
         Ok((
@@ -262,7 +263,7 @@ pub(in crate::store) fn is_unique_violation(e: &rusqlite::Error) -> bool {
 
 impl Writer {
     /// Opens `path` (which the migrations already created) for writing.
-    pub(super) fn open(path: &Path) -> Result<Self, StoreError> {
+    pub(super) fn open(path: &Path) -> Result<Self> {
         let connection = Connection::open(path)?;
         connection.busy_timeout(Duration::from_secs(5))?;
         connection.execute_batch(
@@ -329,7 +330,7 @@ impl Writer {
     fn start_checkpointer(
         path: &Path,
         restart_due: Arc<AtomicBool>,
-    ) -> Result<std::sync::mpsc::SyncSender<()>, StoreError> {
+    ) -> Result<std::sync::mpsc::SyncSender<()>> {
         let connection = Connection::open(path)?;
         connection.busy_timeout(Duration::from_secs(5))?;
         connection.execute_batch("PRAGMA synchronous = NORMAL;")?;
@@ -367,10 +368,10 @@ impl Writer {
 
     /// Runs `work` on the writer thread, in a transaction (shared with
     /// the writes queued beside it); answers once that commits.
-    pub(in crate::store) async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    pub(in crate::store) async fn run<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
         let stopped = || StoreError::Unavailable("the SQLite writer stopped".into());
         let (reply, result) = oneshot::channel();
@@ -391,7 +392,7 @@ impl Writer {
 pub(in crate::store) fn insert_events<'e>(
     tx: &Connection,
     events: impl Iterator<Item = &'e StoredEvent>,
-) -> Result<(), StoreError> {
+) -> Result<()> {
     let mut insert = tx.prepare_cached(
         "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -410,10 +411,7 @@ pub(in crate::store) fn insert_events<'e>(
 }
 
 /// Keeps a research learner's observation.
-pub(in crate::store) fn insert_observation(
-    tx: &Connection,
-    o: &ObservationRecord,
-) -> Result<(), StoreError> {
+pub(in crate::store) fn insert_observation(tx: &Connection, o: &ObservationRecord) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO research_observations (id, session_id, source_id, user_text, \
          assistant_text, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -430,7 +428,7 @@ pub(in crate::store) fn insert_observation(
 }
 
 /// Queues a background job.
-pub(in crate::store) fn insert_job(tx: &Connection, job: &NewJob) -> Result<(), StoreError> {
+pub(in crate::store) fn insert_job(tx: &Connection, job: &NewJob) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
          run_after, created_at, updated_at) \

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use sqlx::Postgres;
 
 use super::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, Turns};
+use crate::store::Result;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
@@ -87,7 +88,7 @@ impl Turns for PostgresStore {
         }
     }
 
-    async fn request_cancel(&self, turn_id: uuid::Uuid) -> Result<bool, StoreError> {
+    async fn request_cancel(&self, turn_id: uuid::Uuid) -> Result<bool> {
         self.bounded(async {
             let mut tx = self.begin_write().await?;
             let done = sqlx::query(
@@ -115,7 +116,7 @@ impl Turns for PostgresStore {
         &self,
         turn_ids: &[uuid::Uuid],
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<uuid::Uuid>, StoreError> {
+    ) -> Result<Vec<uuid::Uuid>> {
         self.bounded(async {
             if turn_ids.is_empty() {
                 return Ok(Vec::new());
@@ -153,12 +154,7 @@ impl Turns for PostgresStore {
         .await
     }
 
-    async fn enqueue_turn(
-        &self,
-        session_id: &str,
-        now_ms: i64,
-        stale_ms: i64,
-    ) -> Result<i64, StoreError> {
+    async fn enqueue_turn(&self, session_id: &str, now_ms: i64, stale_ms: i64) -> Result<i64> {
         self.bounded(async {
             let mut tx = self.begin_write().await?;
             sqlx::query("DELETE FROM turn_queue WHERE session_id = $1 AND alive_ms < $2")
@@ -179,13 +175,13 @@ impl Turns for PostgresStore {
         .await
     }
 
-    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError> {
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<()> {
         let sql = "UPDATE turn_queue SET alive_ms = $2 WHERE ticket = $1";
         self.execute(sql, args![ticket, now_ms]).await?;
         Ok(())
     }
 
-    async fn leave_queue(&self, ticket: i64) -> Result<(), StoreError> {
+    async fn leave_queue(&self, ticket: i64) -> Result<()> {
         let sql = "DELETE FROM turn_queue WHERE ticket = $1";
         self.execute(sql, args![ticket]).await?;
         Ok(())
@@ -196,7 +192,7 @@ impl Turns for PostgresStore {
         scope: &OrphanScope,
         reason: &str,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
+    ) -> Result<Vec<StoredEvent>> {
         self.bounded(async {
             let candidates: Vec<(String, String)> = sqlx::query_as(
                 "SELECT id, session_id FROM turns WHERE status = 'running' \
@@ -262,7 +258,7 @@ impl Turns for PostgresStore {
     /// A listener on [`CANCEL_CHANNEL`]. The listening connection is idle
     /// for as long as no one cancels, so only its setup is bounded; the
     /// heartbeat finds every request too.
-    async fn cancel_requests(&self) -> Result<Option<CancelRequests>, StoreError> {
+    async fn cancel_requests(&self) -> Result<Option<CancelRequests>> {
         use futures::StreamExt;
         let mut listener = self
             .bounded(async {

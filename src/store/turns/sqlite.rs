@@ -6,6 +6,7 @@ use rusqlite::{OptionalExtension, params};
 use uuid::Uuid;
 
 use super::{ORPHANS_PER_SWEEP, Turns};
+use crate::store::Result;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
@@ -110,7 +111,7 @@ impl Turns for SqliteStore {
         began.ok_or(BeginTurnError::SessionNotFound)
     }
 
-    async fn request_cancel(&self, turn_id: Uuid) -> Result<bool, StoreError> {
+    async fn request_cancel(&self, turn_id: Uuid) -> Result<bool> {
         self.writes
             .run(move |connection| {
                 let updated = connection
@@ -123,11 +124,7 @@ impl Turns for SqliteStore {
             .await
     }
 
-    async fn heartbeat(
-        &self,
-        turn_ids: &[Uuid],
-        now: DateTime<Utc>,
-    ) -> Result<Vec<Uuid>, StoreError> {
+    async fn heartbeat(&self, turn_ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
         if turn_ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -155,12 +152,7 @@ impl Turns for SqliteStore {
             .await
     }
 
-    async fn enqueue_turn(
-        &self,
-        session_id: &str,
-        now_ms: i64,
-        stale_ms: i64,
-    ) -> Result<i64, StoreError> {
+    async fn enqueue_turn(&self, session_id: &str, now_ms: i64, stale_ms: i64) -> Result<i64> {
         let session_id = session_id.to_owned();
         self.writes
             .run(move |connection| {
@@ -179,7 +171,7 @@ impl Turns for SqliteStore {
             .await
     }
 
-    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<(), StoreError> {
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<()> {
         self.writes
             .run(move |connection| {
                 connection
@@ -190,7 +182,7 @@ impl Turns for SqliteStore {
             .await
     }
 
-    async fn leave_queue(&self, ticket: i64) -> Result<(), StoreError> {
+    async fn leave_queue(&self, ticket: i64) -> Result<()> {
         self.writes
             .run(move |connection| {
                 connection
@@ -206,7 +198,7 @@ impl Turns for SqliteStore {
         scope: &OrphanScope,
         reason: &str,
         now: DateTime<Utc>,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
+    ) -> Result<Vec<StoredEvent>> {
         let (scope, reason) = (scope.clone(), reason.to_owned());
         self.writes
             .run(move |connection| {

@@ -5,7 +5,8 @@ use async_trait::async_trait;
 use sqlx::Postgres;
 
 use super::{HitRow, IndexedNote, VaultHit, VaultIndex, clean_terms, vector_bytes};
-use crate::store::{StoreError, postgres::PostgresStore, reader::Reads};
+use crate::store::Result;
+use crate::store::{postgres::PostgresStore, reader::Reads};
 
 /// Chunks per multi-row insert (6 parameters each).
 const VAULT_CHUNKS_PER_INSERT: usize = 200;
@@ -16,11 +17,7 @@ impl VaultIndex for PostgresStore {
     /// terms a chunk matches, then by `ts_rank_cd` (heading weighted above
     /// text): `ts_rank_cd` alone ranks a heading naming one word above a
     /// passage with all of them.
-    async fn vault_search(
-        &self,
-        terms: &[String],
-        limit: u32,
-    ) -> Result<Vec<VaultHit>, StoreError> {
+    async fn vault_search(&self, terms: &[String], limit: u32) -> Result<Vec<VaultHit>> {
         let terms = clean_terms(terms);
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
@@ -49,7 +46,7 @@ impl VaultIndex for PostgresStore {
 
     /// Indexes a note in place of what was indexed at its path; the note's
     /// row is locked first, so two indexers of one note take turns.
-    async fn vault_put_note(&self, note: &IndexedNote) -> Result<(), StoreError> {
+    async fn vault_put_note(&self, note: &IndexedNote) -> Result<()> {
         self.bounded(async {
             let mut tx = self.begin_write().await?;
             sqlx::query(
@@ -90,7 +87,7 @@ impl VaultIndex for PostgresStore {
         .await
     }
 
-    async fn vault_remove_notes(&self, paths: &[String]) -> Result<u64, StoreError> {
+    async fn vault_remove_notes(&self, paths: &[String]) -> Result<u64> {
         if paths.is_empty() {
             return Ok(0);
         }

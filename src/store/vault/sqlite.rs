@@ -6,8 +6,8 @@ use chrono::Utc;
 use rusqlite::params;
 
 use super::{HitRow, IndexedNote, VaultHit, VaultIndex, clean_terms};
+use crate::store::Result;
 use crate::store::{
-    StoreError,
     reader::{Reads, args},
     sqlite::{SqliteStore, any_of, writer::ts},
 };
@@ -16,11 +16,7 @@ use crate::store::{
 impl VaultIndex for SqliteStore {
     /// FTS5 over heading and text, any of the terms, ranked by BM25 with
     /// the heading weighing four times the text.
-    async fn vault_search(
-        &self,
-        terms: &[String],
-        limit: u32,
-    ) -> Result<Vec<VaultHit>, StoreError> {
+    async fn vault_search(&self, terms: &[String], limit: u32) -> Result<Vec<VaultHit>> {
         let terms = clean_terms(terms);
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());
@@ -35,7 +31,7 @@ impl VaultIndex for SqliteStore {
         Ok(rows.into_iter().map(VaultHit::from).collect())
     }
 
-    async fn vault_put_note(&self, note: &IndexedNote) -> Result<(), StoreError> {
+    async fn vault_put_note(&self, note: &IndexedNote) -> Result<()> {
         let note = note.clone();
         self.writes.run(move |connection| {
             connection
@@ -78,7 +74,7 @@ impl VaultIndex for SqliteStore {
     }
 
     /// Removes notes and their chunks from the index.
-    async fn vault_remove_notes(&self, paths: &[String]) -> Result<u64, StoreError> {
+    async fn vault_remove_notes(&self, paths: &[String]) -> Result<u64> {
         if paths.is_empty() {
             return Ok(0);
         }
