@@ -315,6 +315,28 @@ async fn fallback(request: Request) -> ApiError {
 #[expect(dead_code, reason = "describes the stream; the SSE encoder writes it")]
 pub(crate) struct EventStream(String);
 
+/// A route's query string as `T`; one that does not parse is refused with
+/// 400 `invalid_query` (its reason in `detail`), before the handler runs.
+pub(crate) struct ApiQuery<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for ApiQuery<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(query)| Self(query))
+            .map_err(|e| ApiError::InvalidQuery(e.body_text()))
+    }
+}
+
 /// The session a route's `{session_id}` names, as the caller's tenant's
 /// session (an id that is not one is refused with 400
 /// `invalid_session_id`, before the handler runs).

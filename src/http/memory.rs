@@ -3,13 +3,13 @@
 
 use axum::{
     Extension,
-    extract::{Path, Query, State},
+    extract::{Path, State},
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{SessionPath, Tenant, TurnPath, error::ApiError, parse_turn_id};
+use super::{ApiQuery, SessionPath, Tenant, TurnPath, error::ApiError, parse_turn_id};
 use crate::http::error::{BadRequest, NotFound};
 use crate::{
     app::AppState,
@@ -42,10 +42,7 @@ pub struct MemoryQuery {
 }
 
 impl MemoryQuery {
-    fn parse(
-        query: Result<Query<MemoryQuery>, axum::extract::rejection::QueryRejection>,
-    ) -> Result<Self, ApiError> {
-        let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+    fn parse(query: MemoryQuery) -> Result<Self, ApiError> {
         let valid_scope = query.scope.split_once(':').is_some_and(|(kind, id)| {
             matches!(kind, "user" | "session") && SessionId::parse(id).is_ok()
         });
@@ -92,7 +89,7 @@ pub struct MemoryList {
 async fn list_memories(
     State(app): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    query: Result<Query<MemoryQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<MemoryQuery>,
 ) -> Result<axum::Json<MemoryList>, ApiError> {
     let query = MemoryQuery::parse(query)?;
     let mut memories = app
@@ -131,7 +128,7 @@ pub struct Forgotten {
 async fn forget_memories(
     State(app): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    query: Result<Query<MemoryQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<MemoryQuery>,
 ) -> Result<axum::Json<Forgotten>, ApiError> {
     let query = MemoryQuery::parse(query)?;
     let scope = tenant_scope(&tenant.0, &query.scope);
@@ -190,10 +187,7 @@ pub struct NewestQuery {
     limit: Option<u32>,
 }
 
-fn newest(
-    query: Result<Query<NewestQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<u32, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+fn newest(query: NewestQuery) -> Result<u32, ApiError> {
     let limit = query.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::InvalidQuery(
@@ -227,7 +221,7 @@ pub struct JobList {
 async fn list_jobs(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
-    query: Result<Query<NewestQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<NewestQuery>,
 ) -> Result<axum::Json<JobList>, ApiError> {
     let limit = newest(query)?;
     super::known_session(&app, &session_id).await?;
@@ -259,7 +253,7 @@ pub struct ObservationList {
 async fn list_observations(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
-    query: Result<Query<NewestQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<NewestQuery>,
 ) -> Result<axum::Json<ObservationList>, ApiError> {
     let limit = newest(query)?;
     super::known_session(&app, &session_id).await?;

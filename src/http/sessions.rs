@@ -1,7 +1,7 @@
 //! `/sessions/{session_id}`, its messages and its event log.
 
 use axum::{
-    extract::{Path, Query, State},
+    extract::{Path, State},
     http::header,
     response::{IntoResponse, Response},
 };
@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{ArtifactPath, SessionPath, error::ApiError};
+use super::{ApiQuery, ArtifactPath, SessionPath, error::ApiError};
 use crate::http::error::{BadRequest, NotFound};
 use crate::{
     app::AppState,
@@ -100,10 +100,7 @@ pub struct PageQuery {
 }
 
 impl PageQuery {
-    fn parse(
-        query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
-    ) -> Result<(i64, u32), ApiError> {
-        let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
+    fn parse(query: PageQuery) -> Result<(i64, u32), ApiError> {
         let after = query.after.unwrap_or(0);
         if after < 0 {
             return Err(ApiError::InvalidQuery(
@@ -139,7 +136,7 @@ pub struct MessagePage {
 async fn list_messages(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
-    query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<axum::Json<MessagePage>, ApiError> {
     let (after, limit) = PageQuery::parse(query)?;
     super::known_session(&app, &session_id).await?;
@@ -181,7 +178,7 @@ pub struct EventPage {
 async fn list_events(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
-    query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response, ApiError> {
     let (after, limit) = PageQuery::parse(query)?;
     super::known_session(&app, &session_id).await?;
@@ -264,9 +261,8 @@ pub struct DecisionList {
 async fn list_decisions(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
-    query: Result<Query<DecisionQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<DecisionQuery>,
 ) -> Result<axum::Json<DecisionList>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let limit = page_limit(query.limit)?;
     if query
         .after
@@ -321,9 +317,8 @@ pub struct CheckpointList {
 async fn list_checkpoints(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
-    query: Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<LimitQuery>,
 ) -> Result<axum::Json<CheckpointList>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let limit = page_limit(query.limit)?;
     super::known_session(&app, &session_id).await?;
     let mut checkpoints = app

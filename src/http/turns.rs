@@ -1,7 +1,7 @@
 //! `/sessions/{session_id}/turns...`: start, read, follow and cancel turns.
 
 use axum::{
-    extract::{Path, Query, State},
+    extract::{Path, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -12,8 +12,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{
-    CallPath, EventStream, SessionPath, TurnPath, error::ApiError, formats::native as sse,
-    json::ApiJson, parse_turn_id,
+    ApiQuery, CallPath, EventStream, SessionPath, TurnPath, error::ApiError,
+    formats::native as sse, json::ApiJson, parse_turn_id,
 };
 use crate::http::error::{BadRequest, NotFound};
 use crate::{
@@ -334,11 +334,10 @@ async fn turn_events(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
     Path(TurnPath { turn_id }): Path<TurnPath>,
-    query: Result<Query<AfterQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<AfterQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let turn_id = parse_turn_id(&turn_id)?;
-    let Query(query) = query.map_err(|e| ApiError::InvalidQuery(e.body_text()))?;
     let after = match headers.get("last-event-id") {
         Some(raw) => raw
             .to_str()
