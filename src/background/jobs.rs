@@ -19,7 +19,7 @@ use super::{
     new_job_id,
 };
 use crate::{
-    events::TurnEvent,
+    events::{StoredEvent, TurnEvent},
     providers::{
         ChatMessage, ChatRequest, LlmProvider, Role, Usage, catalogue::ModelCatalogue,
         collect_text, embeddings::Embedder,
@@ -529,11 +529,11 @@ impl BackgroundWorker {
 
     /// Appends a judgement's event to its session's log; false while a
     /// turn of the session runs.
-    async fn deliver(&self, event: &EventJob) -> Result<bool, crate::store::StoreError> {
+    async fn deliver(&self, event: &EventJob) -> crate::store::Result<bool> {
         let (session, turn) = (&event.session_id, event.event_turn_id);
-        self.log
-            .append_session_event(session, turn, &event.event, event.at)
-            .await
+        let stored = StoredEvent::new(session, turn, 0, &event.event, event.at)
+            .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?;
+        self.log.append_session_event(&stored).await
     }
 
     async fn append_event(&self, job: &JobRecord) -> JobOutcome {

@@ -10,15 +10,14 @@ mod sqlite;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    StoreError, TurnFinish,
+    TurnFinish,
     reader::{Reads, args},
     records::rows::EventRow,
 };
-use crate::events::{StoredEvent, TurnEvent};
+use crate::events::StoredEvent;
 use crate::store::Result;
 
 /// The event log.
@@ -61,26 +60,9 @@ pub trait EventLog: Reads + Send + Sync + 'static {
         rows.into_iter().map(TryInto::try_into).collect()
     }
 
-    /// Appends `event` (under `event_turn_id`) to the session's log at its
-    /// next seq, between turns. False, and nothing written, while a turn of
-    /// the session runs (its events own the next seqs): try again later.
-    async fn append_session_event(
-        &self,
-        session_id: &str,
-        event_turn_id: Uuid,
-        event: &TurnEvent,
-        at: DateTime<Utc>,
-    ) -> Result<bool>;
-}
-
-/// An event between turns, to append at the session's next seq (its own
-/// seq is not used).
-fn between_turns(
-    session_id: &str,
-    turn_id: Uuid,
-    event: &TurnEvent,
-    at: DateTime<Utc>,
-) -> Result<StoredEvent> {
-    StoredEvent::new(session_id, turn_id, 0, event, at)
-        .map_err(|e| StoreError::Corrupt(e.to_string()))
+    /// Appends `event` to its session's log at the session's next seq,
+    /// between turns (`event.seq` is not used). False, and nothing written,
+    /// while a turn of the session runs (its events own the next seqs):
+    /// try again later.
+    async fn append_session_event(&self, event: &StoredEvent) -> Result<bool>;
 }

@@ -334,12 +334,8 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
     store.put_judgement(&record).await.unwrap();
     // While the turn runs, its events own the next seqs.
     let at = record.created_at;
-    assert!(
-        !store
-            .append_session_event("s1", event_turn, &event, at)
-            .await
-            .unwrap()
-    );
+    let between = agent_harness::events::StoredEvent::new("s1", event_turn, 0, &event, at).unwrap();
+    assert!(!store.append_session_event(&between).await.unwrap());
     assert_eq!(
         store.list_events("s1", None, 0, 100).await.unwrap().len(),
         1
@@ -348,12 +344,7 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
         .write_batch(&[], &[&completed(&turn, 2, "done")])
         .await
         .unwrap();
-    assert!(
-        store
-            .append_session_event("s1", event_turn, &event, at)
-            .await
-            .unwrap()
-    );
+    assert!(store.append_session_event(&between).await.unwrap());
     let events = store.list_events("s1", None, 0, 100).await.unwrap();
     let last = events.last().unwrap();
     assert_eq!(

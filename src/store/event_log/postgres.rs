@@ -4,14 +4,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use sqlx::Postgres;
-use uuid::Uuid;
 
-use super::{EventLog, between_turns};
+use super::EventLog;
 use crate::store::Result;
 use crate::{
-    events::{StoredEvent, TurnEvent},
+    events::StoredEvent,
     store::{StoreError, TurnFinish, postgres::PostgresStore},
 };
 
@@ -62,14 +60,7 @@ impl EventLog for PostgresStore {
     /// The session row is locked first (as a turn's begin and end lock
     /// it), then no running turn is checked in a statement of its own, so
     /// that a turn that began meanwhile is seen.
-    async fn append_session_event(
-        &self,
-        session_id: &str,
-        event_turn_id: Uuid,
-        event: &TurnEvent,
-        at: DateTime<Utc>,
-    ) -> Result<bool> {
-        let event = between_turns(session_id, event_turn_id, event, at)?;
+    async fn append_session_event(&self, event: &StoredEvent) -> Result<bool> {
         self.bounded(async {
             let mut tx = self.begin_write().await?;
             let locked: Option<i64> =

@@ -3,14 +3,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, params};
-use uuid::Uuid;
 
-use super::{EventLog, between_turns};
+use super::EventLog;
 use crate::store::Result;
 use crate::{
-    events::{StoredEvent, TurnEvent},
+    events::StoredEvent,
     store::{
         TurnFinish,
         sqlite::{
@@ -111,14 +109,8 @@ impl EventLog for SqliteStore {
             .await
     }
 
-    async fn append_session_event(
-        &self,
-        session_id: &str,
-        event_turn_id: Uuid,
-        event: &TurnEvent,
-        at: DateTime<Utc>,
-    ) -> Result<bool> {
-        let event = between_turns(session_id, event_turn_id, event, at)?;
+    async fn append_session_event(&self, event: &StoredEvent) -> Result<bool> {
+        let event = event.clone();
         self.writes
             .run(move |connection| {
                 let running: Option<String> = connection
