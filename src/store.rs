@@ -47,9 +47,9 @@ pub use memories::{
 };
 pub use reader::{Reader, Reads};
 pub use records::{
-    ArtifactRecord, CheckpointRecord, DecisionRecord, MemoryQuery, MessageRecord, NewArtifact,
-    NewCheckpoint, NewDecision, NewMessage, NewTurn, SessionRecord, TurnContext, TurnFinish,
-    TurnReads, TurnRecord, TurnStatus,
+    ArtifactRecord, CheckpointRecord, DecisionRecord, MemoryQuery, MessageRecord, NewApproval,
+    NewArtifact, NewCheckpoint, NewDecision, NewMessage, NewTurn, SessionRecord, TurnContext,
+    TurnFinish, TurnReads, TurnRecord, TurnStatus,
 };
 pub use turns::Turns;
 pub use vault::{IndexedNote, NoteState, VaultChunk, VaultHit, VaultIndex};

@@ -21,7 +21,7 @@ use crate::{
     http::error::Problem,
     ids::client_session_id,
     runner::{CancelError, CancelOutcome, QueuedStartError, StartError},
-    store::{TurnRecord, TurnStatus},
+    store::{NewApproval, TurnRecord, TurnStatus},
     turn::{TurnRequest, TurnResult},
 };
 
@@ -505,13 +505,13 @@ async fn decide_approval(
     }
     let recorded = app
         .store
-        .decide_approval(
-            session_id.as_str(),
+        .decide_approval(&NewApproval {
+            session_id: session_id.as_str().to_owned(),
             turn_id,
-            &call_id,
-            body.approve,
-            reason.as_deref(),
-        )
+            call_id: call_id.clone(),
+            approved: body.approve,
+            reason: reason.clone(),
+        })
         .await?;
     if !recorded {
         return Err(ApiError::ApprovalAlreadyDecided);

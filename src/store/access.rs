@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    ArtifactRecord, CheckpointRecord, NewArtifact, NewCheckpoint,
+    ArtifactRecord, CheckpointRecord, NewApproval, NewArtifact, NewCheckpoint,
     reader::{Reads, args},
 };
 use crate::store::Result;
@@ -54,14 +54,7 @@ pub trait Access: Reads + Send + Sync + 'static {
 
     /// Records a person's decision on a call waiting for approval; false
     /// when the call was already decided (the first decision stands).
-    async fn decide_approval(
-        &self,
-        session_id: &str,
-        turn_id: Uuid,
-        call_id: &str,
-        approved: bool,
-        reason: Option<&str>,
-    ) -> Result<bool>;
+    async fn decide_approval(&self, approval: &NewApproval) -> Result<bool>;
 
     /// The decision on a call, if one was made: approved, and why not.
     async fn get_approval(

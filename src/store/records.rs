@@ -152,6 +152,17 @@ pub struct TurnFinish {
     pub terminal: Arc<StoredEvent>,
 }
 
+/// A person's decision on a call waiting for approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewApproval {
+    pub session_id: String,
+    pub turn_id: Uuid,
+    pub call_id: String,
+    pub approved: bool,
+    /// Why not, when refused.
+    pub reason: Option<String>,
+}
+
 /// A tool output to keep out of the prompt.
 #[derive(Debug, Clone)]
 pub struct NewArtifact {

@@ -5,7 +5,9 @@ use async_trait::async_trait;
 
 use super::Access;
 use crate::store::Result;
-use crate::store::{NewArtifact, NewCheckpoint, postgres::PostgresStore, reader::args};
+use crate::store::{
+    NewApproval, NewArtifact, NewCheckpoint, postgres::PostgresStore, reader::args,
+};
 
 #[async_trait]
 impl Access for PostgresStore {
@@ -84,21 +86,18 @@ impl Access for PostgresStore {
         Ok(done == 1)
     }
 
-    async fn decide_approval(
-        &self,
-        session_id: &str,
-        turn_id: uuid::Uuid,
-        call_id: &str,
-        approved: bool,
-        reason: Option<&str>,
-    ) -> Result<bool> {
+    async fn decide_approval(&self, approval: &NewApproval) -> Result<bool> {
+        let NewApproval {
+            session_id,
+            turn_id,
+            call_id,
+            approved,
+            reason,
+        } = approval;
         let sql = "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, decided_at) \
                  VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (turn_id, call_id) DO NOTHING";
         let inserted = self
-            .execute(
-                sql,
-                args![turn_id.to_string(), call_id, session_id, approved, reason],
-            )
+            .execute(sql, args![*turn_id, call_id, session_id, *approved, reason])
             .await?;
         Ok(inserted == 1)
     }

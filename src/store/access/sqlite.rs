@@ -3,12 +3,11 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::params;
-use uuid::Uuid;
 
 use super::Access;
 use crate::store::Result;
 use crate::store::{
-    NewArtifact, NewCheckpoint,
+    NewApproval, NewArtifact, NewCheckpoint,
     sqlite::{SqliteStore, writer::ts},
 };
 
@@ -115,16 +114,14 @@ impl Access for SqliteStore {
             .await
     }
 
-    async fn decide_approval(
-        &self,
-        session_id: &str,
-        turn_id: Uuid,
-        call_id: &str,
-        approved: bool,
-        reason: Option<&str>,
-    ) -> Result<bool> {
-        let (session_id, call_id) = (session_id.to_owned(), call_id.to_owned());
-        let reason = reason.map(str::to_owned);
+    async fn decide_approval(&self, approval: &NewApproval) -> Result<bool> {
+        let NewApproval {
+            session_id,
+            turn_id,
+            call_id,
+            approved,
+            reason,
+        } = approval.clone();
         self.writes
             .run(move |connection| {
                 let inserted = connection
