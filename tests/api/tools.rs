@@ -3,8 +3,8 @@
 use serde_json::json;
 
 use crate::{
-    fake_provider::{FakeProvider, Reply},
-    helpers::{spawn_app, spawn_app_with, test_settings, types, vault_of},
+    fake_provider::FakeProvider,
+    helpers::{spawn_app, spawn_app_with, test_settings, vault_of},
     support::{Backend, TestDb},
 };
 
@@ -59,24 +59,8 @@ async fn a_tool_outside_the_permission_mode_is_denied_with_reason_permission() {
         .collect();
     assert_eq!(permitted, [true, true, true, false, false, false]);
 
-    app.provider.enqueue([
-        Reply::openai_tool_call(
-            "call_p1",
-            "write_note",
-            &json!({"path": "notes/a.md", "content": "gone"}),
-        ),
-        Reply::sse("openai/text.sse"),
-    ]);
-    let mut stream = app
-        .post_turn_sse("s-perm", json!({"message": "Rewrite my note."}))
-        .await;
-    let events = stream.read_to_end().await;
-    assert_eq!(types(&events).last(), Some(&"turn.completed"));
-    let finished = events
-        .iter()
-        .find(|e| e.event == "tool.finished")
-        .unwrap()
-        .json();
+    let arguments = json!({"path": "notes/a.md", "content": "gone"});
+    let (finished, _) = app.call_tool("write_note", arguments).await;
     assert_eq!(
         (finished["status"].as_str(), finished["reason"].as_str()),
         (Some("denied"), Some("permission"))
@@ -88,6 +72,6 @@ async fn a_tool_outside_the_permission_mode_is_denied_with_reason_permission() {
         std::fs::read_to_string(vault.path().join("notes/a.md")).unwrap(),
         "# A\n\nApples.\n"
     );
-    let (_, checkpoints) = app.get_json("/sessions/s-perm/checkpoints").await;
+    let (_, checkpoints) = app.get_json("/sessions/s-tool/checkpoints").await;
     assert_eq!(checkpoints["checkpoints"], json!([]));
 }
