@@ -85,10 +85,14 @@ impl MemoryRetriever for StoreMemory {
         scope: &str,
         query: &str,
     ) -> Result<MemoryContext, HookError> {
-        let terms = query_terms(query);
+        let wanted = MemoryQuery {
+            scope: scope.to_owned(),
+            terms: query_terms(query),
+            limit: self.top_k,
+            preferences: PREFERENCES_MAX,
+        };
         let (read, by_meaning) = tokio::join!(
-            self.store
-                .memories_for_turn(scope, &terms, self.top_k, PREFERENCES_MAX),
+            self.store.memories_for_turn(&wanted),
             self.nearest(scope, query),
         );
         self.fuse(scope, read.map_err(HookError::new)?, by_meaning)

@@ -13,8 +13,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob,
-    NewMemory, ObservationRecord,
+    JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryQuery,
+    MemoryRecord, NewJob, NewMemory, ObservationRecord,
     reader::{Reads, args, memory_columns},
 };
 use crate::store::Result;
@@ -26,6 +26,9 @@ pub(super) const LIST_MEMORIES: &str = concat!(
     " FROM memories WHERE scope = $1 AND ($2 IS NULL OR kind = $2) \
      ORDER BY updated_at DESC, id DESC LIMIT $3"
 );
+
+/// A turn's memories: those matching its message, and the preferences.
+pub type MemoryParts = (Vec<MemoryRecord>, Vec<MemoryRecord>);
 
 /// Memories, jobs, judgements and observations.
 #[async_trait]
@@ -42,17 +45,11 @@ pub trait Jobs: Reads + Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<MemoryRecord>>;
 
-    /// What a turn reads of `scope`'s memories before it asks the model,
-    /// in one read: the memories matching any of `terms` (best first, up
-    /// to `limit`, as [`Self::search_memories`]) and its preferences
-    /// (newest first, up to `preferences`).
-    async fn memories_for_turn(
-        &self,
-        scope: &str,
-        terms: &[String],
-        limit: u32,
-        preferences: u32,
-    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>)>;
+    /// What a turn reads of a scope's memories before it asks the model,
+    /// in one read: the memories matching any of the query's terms (best
+    /// first, up to its `limit`, as [`Self::search_memories`]) and the
+    /// scope's preferences (newest first, up to its `preferences`).
+    async fn memories_for_turn(&self, query: &MemoryQuery) -> Result<MemoryParts>;
 
     /// Memories of `scope` (of one kind, if given), newest first.
     async fn list_memories(

@@ -2,7 +2,7 @@
 
 use agent_harness::{
     events::TurnEvent,
-    store::{JobOutcome, JobUsage, JudgementRecord, NewJob, NewMemory},
+    store::{JobOutcome, JobUsage, JudgementRecord, MemoryQuery, NewJob, NewMemory},
 };
 use chrono::{Duration, SubsecRound, Utc};
 use uuid::Uuid;
@@ -157,7 +157,7 @@ async fn a_turns_memory_read_is_the_search_and_the_preferences(backend: Backend)
         (terms(&["bullet"]), 5, 0),
     ] {
         let (found, preferred) = store
-            .memories_for_turn("user:ann", &words, limit, preferences)
+            .memories_for_turn(&turn_read("user:ann", &words, limit, preferences))
             .await
             .unwrap();
         let searched = store
@@ -174,7 +174,7 @@ async fn a_turns_memory_read_is_the_search_and_the_preferences(backend: Backend)
         assert!(preferred.iter().all(|m| m.scope == "user:ann"));
     }
     let (found, preferred) = store
-        .memories_for_turn("user:ann", &terms(&["city", "loire"]), 5, 10)
+        .memories_for_turn(&turn_read("user:ann", &terms(&["city", "loire"]), 5, 10))
         .await
         .unwrap();
     assert_eq!(found.len(), 3, "{found:?}");
@@ -483,7 +483,12 @@ async fn a_begin_answers_the_turns_first_reads_as_the_reads_would(backend: Backe
     };
     let began = store.begin_turn(&first).await.unwrap();
     let expected_memories = store
-        .memories_for_turn("user:ann", &["Loire?".into(), "city".into()], 5, 5)
+        .memories_for_turn(&turn_read(
+            "user:ann",
+            &["Loire?".into(), "city".into()],
+            5,
+            5,
+        ))
         .await
         .unwrap();
     assert_eq!(expected_memories.0.len(), 1, "the search finds the fact");
@@ -512,7 +517,7 @@ async fn a_begin_answers_the_turns_first_reads_as_the_reads_would(backend: Backe
     assert_eq!(history.len(), 2);
     assert_eq!(history[0].role, "user");
     let none = store
-        .memories_for_turn("user:nobody", &["Loire".into()], 5, 5)
+        .memories_for_turn(&turn_read("user:nobody", &["Loire".into()], 5, 5))
         .await
         .unwrap();
     assert_eq!(none, (Vec::new(), Vec::new()));
@@ -565,4 +570,14 @@ async fn a_begin_whose_first_read_fails_still_begins_on_sqlite() {
     assert_eq!(began.context.memories, None, "left to the turn");
     let record = store.get_turn("s-broken", turn.id).await.unwrap().unwrap();
     assert_eq!(record.status, agent_harness::store::TurnStatus::Running);
+}
+
+/// A turn's memory read of `scope`.
+fn turn_read(scope: &str, terms: &[String], limit: u32, preferences: u32) -> MemoryQuery {
+    MemoryQuery {
+        scope: scope.to_owned(),
+        terms: terms.to_vec(),
+        limit,
+        preferences,
+    }
 }

@@ -87,17 +87,14 @@ impl Access for PostgresStore {
     }
 
     async fn decide_approval(&self, approval: &NewApproval) -> Result<bool> {
-        let NewApproval {
-            session_id,
-            turn_id,
-            call_id,
-            approved,
-            reason,
-        } = approval;
+        let a = approval;
         let sql = "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, decided_at) \
                  VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (turn_id, call_id) DO NOTHING";
         let inserted = self
-            .execute(sql, args![*turn_id, call_id, session_id, *approved, reason])
+            .execute(
+                sql,
+                args![a.turn_id, &a.call_id, &a.session_id, a.approved, &a.reason],
+            )
             .await?;
         Ok(inserted == 1)
     }

@@ -115,13 +115,7 @@ impl Access for SqliteStore {
     }
 
     async fn decide_approval(&self, approval: &NewApproval) -> Result<bool> {
-        let NewApproval {
-            session_id,
-            turn_id,
-            call_id,
-            approved,
-            reason,
-        } = approval.clone();
+        let a = approval.clone();
         self.writes
             .run(move |connection| {
                 let inserted = connection
@@ -131,11 +125,11 @@ impl Access for SqliteStore {
                      ON CONFLICT (turn_id, call_id) DO NOTHING",
                     )?
                     .execute(params![
-                        turn_id.to_string(),
-                        call_id,
-                        session_id,
-                        approved,
-                        reason,
+                        a.turn_id.to_string(),
+                        a.call_id,
+                        a.session_id,
+                        a.approved,
+                        a.reason,
                         ts(Utc::now())
                     ])?;
                 Ok(inserted == 1)

@@ -4,10 +4,10 @@
 
 use async_trait::async_trait;
 
-use super::Jobs;
+use super::{Jobs, MemoryParts};
 use crate::store::Result;
 use crate::store::{
-    JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory,
+    JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryQuery, MemoryRecord, NewJob, NewMemory,
     memories::MEMORIES_PER_SCOPE,
     postgres::PostgresStore,
     reader::{Reads, args, memory_columns},
@@ -39,23 +39,23 @@ impl Jobs for PostgresStore {
 
     /// Both parts in one statement: one round trip, one query for the
     /// server to run per turn.
-    async fn memories_for_turn(
-        &self,
-        scope: &str,
-        terms: &[String],
-        limit: u32,
-        preferences: u32,
-    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>)> {
+    async fn memories_for_turn(&self, query: &MemoryQuery) -> Result<MemoryParts> {
+        let MemoryQuery {
+            scope,
+            limit,
+            preferences,
+            ..
+        } = query;
         #[derive(sqlx::FromRow)]
         struct Part {
             part: i32,
             #[sqlx(flatten)]
             memory: MemoryRecord,
         }
-        let terms = clean_terms(terms);
-        if terms.is_empty() || limit == 0 {
+        let terms = clean_terms(&query.terms);
+        if terms.is_empty() || *limit == 0 {
             let preferences = self
-                .list_memories(scope, Some("preference"), preferences)
+                .list_memories(scope, Some("preference"), *preferences)
                 .await?;
             return Ok((Vec::new(), preferences));
         }
@@ -77,7 +77,7 @@ impl Jobs for PostgresStore {
         );
         let rows: Vec<Part> = self
             .reader()
-            .rows(sql, args![scope, terms.join(" | "), limit, preferences])
+            .rows(sql, args![scope, terms.join(" | "), *limit, *preferences])
             .await?;
         let (found, preferred): (Vec<Part>, Vec<Part>) =
             rows.into_iter().partition(|p| p.part == 0);

@@ -5,10 +5,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::params;
 
-use super::Jobs;
+use super::{Jobs, MemoryParts};
 use crate::store::Result;
 use crate::store::{
-    JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryRecord, NewJob, NewMemory,
+    JobOutcome, JobRecord, JobUsage, JudgementRecord, MemoryQuery, MemoryRecord, NewJob, NewMemory,
     reader::{Reads, args},
     sqlite::{
         SEARCH_MEMORY_TEXT, SqliteStore, any_of,
@@ -37,16 +37,11 @@ impl Jobs for SqliteStore {
 
     /// The two parts read side by side (the reader pool has connections to
     /// spare; SQLite answers in-process).
-    async fn memories_for_turn(
-        &self,
-        scope: &str,
-        terms: &[String],
-        limit: u32,
-        preferences: u32,
-    ) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>)> {
+    async fn memories_for_turn(&self, query: &MemoryQuery) -> Result<MemoryParts> {
+        let scope = query.scope.as_str();
         tokio::try_join!(
-            self.search_memories(scope, terms, limit),
-            self.list_memories(scope, Some("preference"), preferences)
+            self.search_memories(scope, &query.terms, query.limit),
+            self.list_memories(scope, Some("preference"), query.preferences)
         )
     }
 
