@@ -121,7 +121,7 @@ pub trait ResearchLearner: Send + Sync {
 }
 
 /// What a judge evaluates.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct JudgeRequest {
     pub prompt_id: String,
     pub prompt_version: String,

@@ -443,13 +443,16 @@ impl BackgroundWorker {
             .config
             .judging
             .ok_or_else(|| failed("judges are off".into()))?;
-        let task: JudgeJob = payload(job)?;
+        let JudgeJob {
+            judge,
+            request: task,
+        } = payload(job)?;
         let config = self
             .config
             .judges
             .iter()
-            .find(|j| j.name == task.judge)
-            .ok_or_else(|| failed(format!("no judge {:?} is configured any more", task.judge)))?;
+            .find(|j| j.name == judge)
+            .ok_or_else(|| failed(format!("no judge {judge:?} is configured any more")))?;
         let facts = if task.facts.is_empty() {
             "(none)".to_owned()
         } else {
@@ -477,7 +480,7 @@ impl BackgroundWorker {
             id: format!("jdg_{}", Uuid::now_v7().simple()),
             session_id: task.session_id.clone(),
             turn_id: task.turn_id.clone(),
-            judge: task.judge.clone(),
+            judge: judge.clone(),
             prompt_id: task.prompt_id.clone(),
             prompt_version: task.prompt_version.clone(),
             score,

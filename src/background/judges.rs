@@ -95,21 +95,14 @@ impl FromStr for JudgeList {
     }
 }
 
-/// What one judge's job needs.
+/// What one judge's job needs: the judge, and what it evaluates (the
+/// texts masked where the service masks them; `provider` and `model` the
+/// judge's own).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JudgeJob {
     pub judge: String,
-    pub prompt_id: String,
-    pub prompt_version: String,
-    pub session_id: String,
-    pub turn_id: String,
-    pub user_message: String,
-    pub response: String,
-    pub facts: Vec<String>,
-    pub messages_text: String,
-    /// Who judges.
-    pub provider: String,
-    pub model: String,
+    #[serde(flatten)]
+    pub request: JudgeRequest,
 }
 
 /// Schedules the declared judges of a prompt as background jobs.
@@ -148,16 +141,15 @@ impl JudgeScheduler for JudgePanel {
             };
             let job = JudgeJob {
                 judge: judge.name.clone(),
-                prompt_id: request.prompt_id.clone(),
-                prompt_version: request.prompt_version.clone(),
-                session_id: request.session_id.clone(),
-                turn_id: request.turn_id.clone(),
-                user_message: shown(&request.user_message),
-                response: shown(&request.response),
-                facts: request.facts.iter().map(|f| shown(f)).collect(),
-                messages_text: shown(&request.messages_text),
-                provider,
-                model,
+                request: JudgeRequest {
+                    user_message: shown(&request.user_message),
+                    response: shown(&request.response),
+                    facts: request.facts.iter().map(|f| shown(f)).collect(),
+                    messages_text: shown(&request.messages_text),
+                    provider,
+                    model,
+                    ..request.clone()
+                },
             };
             scheduled.push(NewJob {
                 id: new_job_id(),
@@ -169,5 +161,24 @@ impl JudgeScheduler for JudgePanel {
             });
         }
         Ok(scheduled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_judge_job_is_one_flat_object_as_queued_jobs_hold_it() {
+        let queued = r#"{"judge":"relevance","prompt_id":"p","prompt_version":"1",
+            "session_id":"s","turn_id":"t","user_message":"q","response":"a",
+            "facts":["f"],"messages_text":"[user] q","provider":"openai","model":"m"}"#;
+        let job: JudgeJob = serde_json::from_str(queued).unwrap();
+        assert_eq!(job.judge, "relevance");
+        assert_eq!(job.request.facts, ["f"]);
+        assert_eq!(job.request.model, "m");
+        let again: serde_json::Value = serde_json::to_value(&job).unwrap();
+        let before: serde_json::Value = serde_json::from_str(queued).unwrap();
+        assert_eq!(again, before);
     }
 }
