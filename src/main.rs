@@ -191,32 +191,28 @@ fn main() -> ExitCode {
     })
 }
 
-async fn migrate(settings: &Settings) -> Result<(), String> {
-    let store = store::connect(
-        settings.database.url.as_str(),
-        store::PoolLimits {
-            max_connections: 1,
-            ..settings.database.limits()
-        },
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+/// The database of `settings` on one connection, its migrations applied:
+/// what a command other than `serve` works on.
+async fn migrated_store(settings: &Settings) -> Result<std::sync::Arc<dyn store::Store>, String> {
+    let limits = store::PoolLimits {
+        max_connections: 1,
+        ..settings.database.limits()
+    };
+    let store = store::connect(settings.database.url.as_str(), limits)
+        .await
+        .map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())?;
+    Ok(store)
+}
+
+async fn migrate(settings: &Settings) -> Result<(), String> {
+    let store = migrated_store(settings).await?;
     tracing::info!(backend = store.backend(), "migrations applied");
     Ok(())
 }
 
 async fn keys(settings: &Settings, action: KeyAction) -> Result<(), String> {
-    let store = store::connect(
-        settings.database.url.as_str(),
-        store::PoolLimits {
-            max_connections: 1,
-            ..settings.database.limits()
-        },
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    store.migrate().await.map_err(|e| e.to_string())?;
+    let store = migrated_store(settings).await?;
     let mut stdout = std::io::stdout().lock();
     let shown = |e: std::io::Error| format!("cannot write: {e}");
     match action {
