@@ -10,9 +10,9 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{ApiQuery, SessionPath, Tenant, TurnPath, error::ApiError, parse_turn_id};
-use crate::http::error::{BadRequest, NotFound};
 use crate::{
     app::AppState,
+    http::error::{BadRequest, NotFound},
     ids::{SessionId, client_scope, client_session_id, tenant_scope},
     store::{JobSummary, JudgementRecord, MemoryRecord, ObservationRecord},
 };

@@ -12,10 +12,10 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{ApiQuery, ArtifactPath, SessionPath, error::ApiError};
-use crate::http::error::{BadRequest, NotFound};
 use crate::{
     app::AppState,
     events::EventEnvelope,
+    http::error::{BadRequest, NotFound},
     store::{ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord},
 };
 

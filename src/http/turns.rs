@@ -15,10 +15,9 @@ use super::{
     ApiQuery, CallPath, EventStream, SessionPath, TurnPath, error::ApiError,
     formats::native as sse, json::ApiJson, parse_turn_id,
 };
-use crate::http::error::{BadRequest, NotFound};
 use crate::{
     app::AppState,
-    http::error::Problem,
+    http::error::{BadRequest, NotFound, Problem},
     ids::client_session_id,
     runner::{CancelError, CancelOutcome, QueuedStartError, StartError},
     store::{NewApproval, TurnRecord, TurnStatus},

@@ -24,14 +24,17 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{Encoded, WireFormat, stream_turn, typed};
-use crate::http::error::{BadRequest, InvalidBody};
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
-    http::{Tenant, error::ApiError, error::Problem, json::ApiJson, parse_session_id},
+    http::{
+        Tenant,
+        error::{ApiError, BadRequest, InvalidBody, Problem},
+        json::ApiJson,
+        parse_session_id,
+    },
     store::TurnStatus,
-    turn::TurnRequest,
-    turn::TurnResult,
+    turn::{TurnRequest, TurnResult},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -16,11 +16,14 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{ConversationTurn, Encoded, WireFormat, data_frame, stream_turn, typed};
-use crate::http::error::{BadRequest, InvalidBody};
 use crate::{
     app::AppState,
     events::{StoredEvent, ToolStatus, TurnEvent},
-    http::{Tenant, error::ApiError, error::Problem, json::ApiJson},
+    http::{
+        Tenant,
+        error::{ApiError, BadRequest, InvalidBody, Problem},
+        json::ApiJson,
+    },
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
