@@ -133,7 +133,15 @@ impl JudgeScheduler for JudgePanel {
 
     async fn schedule(&self, request: JudgeRequest) -> Result<Vec<NewJob>, HookError> {
         let mut scheduled = Vec::new();
+        // What every judge reads, masked once.
         let shown = |text: &str| crate::pii::redact_if(self.redact, text);
+        let request = JudgeRequest {
+            user_message: shown(&request.user_message),
+            response: shown(&request.response),
+            facts: request.facts.iter().map(|f| shown(f)).collect(),
+            messages_text: shown(&request.messages_text),
+            ..request
+        };
         for judge in self.judging(&request.prompt_id) {
             let (provider, model) = match judge.model.as_deref().and_then(|m| m.split_once(':')) {
                 Some((provider, model)) => (provider.to_owned(), model.to_owned()),
@@ -142,10 +150,6 @@ impl JudgeScheduler for JudgePanel {
             let job = JudgeJob {
                 judge: judge.name.clone(),
                 request: JudgeRequest {
-                    user_message: shown(&request.user_message),
-                    response: shown(&request.response),
-                    facts: request.facts.iter().map(|f| shown(f)).collect(),
-                    messages_text: shown(&request.messages_text),
                     provider,
                     model,
                     ..request.clone()

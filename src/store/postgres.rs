@@ -5,10 +5,10 @@
 //! partition, a host that died without closing its sockets) never fails:
 //! a call on it waits until TCP gives up, many minutes later, holding its
 //! pool slot, and a turn waiting on it stays `running` as long. Here each
-//! call gets [`PostgresStore::call_timeout`] to answer; past it it fails as if the
-//! database were down (transient: the event writer and a turn's end try
-//! again on another connection), and the call's connection is not trusted
-//! again (see [`recently_abandoned`]: the pool tests it within a bound as
+//! call gets the call timeout (`HARNESS_DATABASE_CALL_TIMEOUT_MS`) to
+//! answer; past it, it fails as if the database were down (transient: the
+//! event writer and a turn's end try again on another connection), and the
+//! call's connection is not trusted again (see [`recently_abandoned`]: the pool tests it within a bound as
 //! it comes back, and drops it when it does not answer).
 
 use std::{
@@ -148,12 +148,7 @@ impl PostgresStore {
         }
     }
 
-    /// The pool for requests' reads and writes.
-    pub(super) fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    /// Where writes go (the same pool: named for what the call does).
+    /// The pool of requests' calls (reads go through [`Reads::reader`]).
     pub(super) fn writer(&self) -> &PgPool {
         &self.pool
     }
@@ -165,11 +160,6 @@ impl PostgresStore {
 
     pub(super) async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
         self.pool.begin().await
-    }
-
-    /// The longest a call waits for the database.
-    pub fn call_timeout(&self) -> Duration {
-        self.call_timeout
     }
 
     /// Runs `call` within the call timeout: past it, the call fails as if
@@ -184,12 +174,6 @@ impl PostgresStore {
         let statement = bind_all(sqlx::query(sql), args).execute(&self.pool);
         Ok(within(self.call_timeout, statement).await?.rows_affected())
     }
-
-    /// The error of a call that did not answer in time (its connection
-    /// was given up with it).
-    pub(super) fn gave_up(&self) -> StoreError {
-        gave_up(self.call_timeout)
-    }
 }
 
 /// `call`, or a transient error if it did not answer within `limit`.
@@ -203,6 +187,8 @@ pub(super) async fn within<T, E: Into<StoreError>>(
     }
 }
 
+/// The error of a call that did not answer in time (its connection was
+/// given up with it).
 fn gave_up(limit: Duration) -> StoreError {
     ABANDONED_AT_MS.store(since_epoch_ms().max(1), Ordering::Relaxed);
     StoreError::Unavailable(format!(

@@ -31,31 +31,27 @@ impl Access for PostgresStore {
     }
 
     async fn put_checkpoint(&self, checkpoint: &NewCheckpoint) -> Result<()> {
-        self.bounded(async {
-            sqlx::query(
-                "INSERT INTO checkpoints (id, session_id, turn_id, call_id, tool, path, existed, \
-                 content, bytes, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            )
-            .bind(&checkpoint.id)
-            .bind(&checkpoint.session_id)
-            .bind(&checkpoint.turn_id)
-            .bind(&checkpoint.call_id)
-            .bind(&checkpoint.tool)
-            .bind(&checkpoint.path)
-            .bind(checkpoint.content.is_some())
-            .bind(checkpoint.content.as_deref())
-            .bind(
-                checkpoint
-                    .content
-                    .as_ref()
-                    .map(|c| i64::try_from(c.len()).unwrap_or(i64::MAX)),
-            )
-            .bind(checkpoint.created_at)
-            .execute(self.writer())
-            .await?;
-            Ok(())
-        })
-        .await
+        let c = checkpoint;
+        let sql = "INSERT INTO checkpoints (id, session_id, turn_id, call_id, tool, path, existed, \
+             content, bytes, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+        let bytes = c
+            .content
+            .as_ref()
+            .map(|content| i64::try_from(content.len()).unwrap_or(i64::MAX));
+        let args = args![
+            &c.id,
+            &c.session_id,
+            &c.turn_id,
+            &c.call_id,
+            &c.tool,
+            &c.path,
+            c.content.is_some(),
+            c.content.as_deref(),
+            bytes,
+            c.created_at
+        ];
+        self.execute(sql, args).await?;
+        Ok(())
     }
 
     async fn mark_checkpoint_restored(

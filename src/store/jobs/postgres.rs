@@ -182,39 +182,34 @@ impl Jobs for PostgresStore {
         usage: &JobUsage,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<()> {
-        self.bounded(async {
-            // One statement: the outcome, and the run's usage added to the
-            // totals (every run counts, whatever its outcome).
-            let (status, error, after) = match outcome {
-                JobOutcome::Done => ("done", None, None),
-                JobOutcome::Retry { error, after } => {
-                    ("pending", Some(error.as_str()), Some(*after))
-                }
-                JobOutcome::Failed { error } => ("failed", Some(error.as_str()), None),
-            };
-            sqlx::query(
-                "UPDATE background_jobs SET status = $2, last_error = $3, \
-                 run_after = COALESCE($4, run_after), \
-                 claimed_at = CASE WHEN $2 = 'pending' THEN NULL ELSE claimed_at END, \
-                 updated_at = $5, input_tokens = input_tokens + $6, \
-                 output_tokens = output_tokens + $7, \
-                 cost_usd = CASE WHEN $8::double precision IS NULL THEN cost_usd \
-                                 ELSE COALESCE(cost_usd, 0) + $8 END \
-                 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(status)
-            .bind(error)
-            .bind(after)
-            .bind(now)
-            .bind(i64::try_from(usage.input_tokens).unwrap_or(i64::MAX))
-            .bind(i64::try_from(usage.output_tokens).unwrap_or(i64::MAX))
-            .bind(usage.cost_usd)
-            .execute(self.writer())
-            .await?;
-            Ok(())
-        })
-        .await
+        // One statement: the outcome, and the run's usage added to the
+        // totals (every run counts, whatever its outcome).
+        let (status, error, after) = match outcome {
+            JobOutcome::Done => ("done", None, None),
+            JobOutcome::Retry { error, after } => ("pending", Some(error.as_str()), Some(*after)),
+            JobOutcome::Failed { error } => ("failed", Some(error.as_str()), None),
+        };
+        let sql = "UPDATE background_jobs SET status = $2, last_error = $3, \
+             run_after = COALESCE($4, run_after), \
+             claimed_at = CASE WHEN $2 = 'pending' THEN NULL ELSE claimed_at END, \
+             updated_at = $5, input_tokens = input_tokens + $6, \
+             output_tokens = output_tokens + $7, \
+             cost_usd = CASE WHEN $8::double precision IS NULL THEN cost_usd \
+                             ELSE COALESCE(cost_usd, 0) + $8 END \
+             WHERE id = $1";
+        let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let args = args![
+            id,
+            status,
+            error,
+            after,
+            now,
+            tokens(usage.input_tokens),
+            tokens(usage.output_tokens),
+            usage.cost_usd
+        ];
+        self.execute(sql, args).await?;
+        Ok(())
     }
 
     async fn shed_jobs(

@@ -64,12 +64,7 @@ impl Turns for PostgresStore {
         .bind(&turn.owner_process)
         .bind(&turn.started_payload)
         .fetch_one(self.writer());
-        let began: Result<Began, sqlx::Error> =
-            match tokio::time::timeout(self.call_timeout(), statement).await {
-                Ok(began) => began,
-                Err(_) => return Err(self.gave_up().into()),
-            };
-        match began {
+        match self.bounded(async { Ok(statement.await?) }).await {
             Ok((Some(turn_count), session_cost, Some(seq), _)) => Ok(BeganTurn {
                 first_seq: seq,
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
@@ -81,10 +76,10 @@ impl Turns for PostgresStore {
             // A running turn or a used idempotency key: nothing was
             // written; the caller finds which.
             Ok(_) => Err(StoreError::Conflict.into()),
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+            Err(StoreError::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {
                 Err(StoreError::Conflict.into())
             }
-            Err(e) => Err(StoreError::from(e).into()),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -262,7 +257,7 @@ impl Turns for PostgresStore {
         use futures::StreamExt;
         let mut listener = self
             .bounded(async {
-                let mut listener = sqlx::postgres::PgListener::connect_with(self.pool()).await?;
+                let mut listener = sqlx::postgres::PgListener::connect_with(self.writer()).await?;
                 listener.listen(CANCEL_CHANNEL).await?;
                 Ok(listener)
             })
