@@ -5,7 +5,6 @@ use axum::{
     http::header,
     response::{IntoResponse, Response},
 };
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -16,7 +15,7 @@ use crate::{
     app::AppState,
     events::EventEnvelope,
     http::error::{BadRequest, NotFound},
-    store::{ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord},
+    store::{ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord, SessionRecord},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -33,20 +32,6 @@ pub fn router() -> OpenApiRouter<AppState> {
 const PAGE_DEFAULT: u32 = 100;
 const PAGE_MAX: u32 = 1000;
 
-/// A session and a summary of its turns.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SessionView {
-    pub session_id: String,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub turn_count: i64,
-    /// Seq of the session's newest event.
-    pub last_seq: i64,
-    pub running_turn_id: Option<Uuid>,
-    /// Sum of the priced turns' costs, USD.
-    pub cost_usd: Option<f64>,
-}
-
 /// A session.
 #[utoipa::path(
     get,
@@ -54,7 +39,7 @@ pub struct SessionView {
     tag = "sessions",
     params(SessionPath),
     responses(
-        (status = 200, description = "Success", body = SessionView),
+        (status = 200, description = "Success", body = SessionRecord),
         BadRequest,
         NotFound,
     )
@@ -62,17 +47,10 @@ pub struct SessionView {
 async fn get_session(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
-) -> Result<axum::Json<SessionView>, ApiError> {
-    let session = super::known_session(&app, &session_id).await?;
-    Ok(axum::Json(SessionView {
-        session_id: session_id.id().to_owned(),
-        created_at: session.created_at,
-        updated_at: session.updated_at,
-        turn_count: session.turn_count,
-        last_seq: session.last_seq,
-        running_turn_id: session.running_turn_id,
-        cost_usd: session.cost_usd,
-    }))
+) -> Result<axum::Json<SessionRecord>, ApiError> {
+    let mut session = super::known_session(&app, &session_id).await?;
+    session.id = session_id.id().to_owned();
+    Ok(axum::Json(session))
 }
 
 /// `limit`, defaulted and checked.

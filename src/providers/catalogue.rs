@@ -20,22 +20,16 @@ use super::{
 /// One model's entry: every field optional (an override names only what it
 /// changes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ModelEntry {
     /// Tokens the model reads at once (prompt and answer).
-    #[serde(default)]
     pub context_window: Option<u64>,
     /// Tokens it writes at most in one answer.
-    #[serde(default)]
     pub max_output: Option<u32>,
     /// USD per million tokens.
-    #[serde(default)]
     pub input: Option<f64>,
-    #[serde(default)]
     pub output: Option<f64>,
-    #[serde(default)]
     pub cache_read: Option<f64>,
-    #[serde(default)]
     pub cache_write: Option<f64>,
 }
 

@@ -251,16 +251,20 @@ pub struct TurnRecord {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// A session as stored, with a summary of its turns.
-#[derive(Debug, Clone, PartialEq)]
+// Its `id` as stored is the tenant's key; the API shows the client's id.
+/// A session and a summary of its turns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = SessionView)]
 pub struct SessionRecord {
+    #[serde(rename = "session_id")]
     pub id: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub turn_count: i64,
+    /// Seq of the session's newest event.
     pub last_seq: i64,
     pub running_turn_id: Option<Uuid>,
-    /// Sum of the priced turns' costs.
+    /// Sum of the priced turns' costs, USD.
     pub cost_usd: Option<f64>,
 }
 
