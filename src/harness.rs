@@ -23,6 +23,7 @@
 
 pub mod budget;
 pub mod compaction;
+pub mod durable;
 pub mod executor;
 pub mod finalizer;
 pub mod gates;
@@ -211,6 +212,10 @@ pub struct SinkError(pub String);
 pub trait EventSink: Send + Sync {
     /// Records `event`. Events are delivered in the order of the calls.
     async fn emit(&self, event: TurnEvent) -> Result<(), SinkError>;
+
+    /// Records what a step leaves for the rest of the turn, after the
+    /// events emitted before it (see [`durable`]).
+    async fn step_done(&self, record: durable::StepRecord) -> Result<(), SinkError>;
 }
 
 /// Why a turn failed. Deadline and step exhaustion are not failures: the

@@ -39,7 +39,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use access::{Access, ApiKeyRow};
-pub use event_log::EventLog;
+pub use event_log::{Batch, EventLog};
 pub use jobs::Jobs;
 pub use memories::{
     JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob,
@@ -48,8 +48,8 @@ pub use memories::{
 pub use reader::{Reader, Reads};
 pub use records::{
     ArtifactRecord, CheckpointRecord, DecisionRecord, MemoryQuery, MessageRecord, NewApproval,
-    NewArtifact, NewCheckpoint, NewDecision, NewMessage, NewTurn, SessionRecord, TurnContext,
-    TurnFinish, TurnReads, TurnRecord, TurnStatus,
+    NewArtifact, NewCheckpoint, NewDecision, NewMessage, NewStep, NewTurn, SessionRecord,
+    TurnContext, TurnFinish, TurnReads, TurnRecord, TurnStatus,
 };
 pub use turns::Turns;
 pub use vault::{IndexedNote, NoteState, VaultChunk, VaultHit, VaultIndex};

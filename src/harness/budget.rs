@@ -61,6 +61,19 @@ impl TurnBudget {
         }
     }
 
+    /// A budget that ends at `deadline` with `steps`, `tool_calls` and
+    /// `reflections` already used (a turn going on from its records).
+    pub fn resume(limits: BudgetLimits, deadline: Instant, used: [u32; 3]) -> Self {
+        let [steps, tool_calls, reflections] = used;
+        Self {
+            limits,
+            deadline,
+            steps: AtomicU32::new(steps),
+            tool_calls: AtomicU32::new(tool_calls),
+            reflections: AtomicU32::new(reflections),
+        }
+    }
+
     pub fn limits(&self) -> BudgetLimits {
         self.limits
     }

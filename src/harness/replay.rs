@@ -34,6 +34,30 @@ impl ReplayControl {
             .cloned()
     }
 
+    /// Every completed call, `(tool, canonical arguments, call id)`, sorted.
+    pub fn completed(&self) -> Vec<(String, String, String)> {
+        let mut calls: Vec<_> = self
+            .completed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|((tool, arguments), call)| (tool.clone(), arguments.clone(), call.clone()))
+            .collect();
+        calls.sort();
+        calls
+    }
+
+    /// The gate as [`Self::completed`] left it.
+    pub fn restore(calls: &[(String, String, String)]) -> Self {
+        let completed = calls
+            .iter()
+            .map(|(tool, arguments, call)| ((tool.clone(), arguments.clone()), call.clone()))
+            .collect();
+        Self {
+            completed: std::sync::Mutex::new(completed),
+        }
+    }
+
     /// Records a completed call.
     pub fn record_completed(&self, tool: &str, arguments: &str, call_id: &str) {
         self.completed

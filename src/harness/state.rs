@@ -20,7 +20,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::budget::TurnBudget;
+use super::{budget::TurnBudget, durable::StateSnapshot, replay::ReplayControl};
 use crate::providers::Usage;
 pub use crate::{hooks::ToolResultRecord, turn::WebCitation};
 
@@ -51,7 +51,7 @@ pub struct ToolTraceEntry {
 
 /// Citations collected during a turn, in the order they were found, without
 /// duplicates.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CitationAccumulator {
     pub local: Vec<String>,
     pub web: Vec<WebCitation>,
@@ -114,6 +114,52 @@ impl TurnRuntimeState {
             prompt_render_hash: Mutex::default(),
             context_was_compacted: AtomicBool::new(false),
             writes_open: AtomicBool::new(true),
+        }
+    }
+
+    /// A turn's state as its records left it (see [`super::durable`]):
+    /// counters, usage, citations, blocks, repairs and tool results; its
+    /// budget's counters are `budget`'s own.
+    pub fn restore(
+        session_id: impl Into<String>,
+        budget: TurnBudget,
+        snapshot: &StateSnapshot,
+        tool_results: Vec<ToolResultRecord>,
+    ) -> Self {
+        let state = Self::new(session_id, budget);
+        *lock(&state.tokens) = snapshot.usage;
+        *lock(&state.cost_usd) = snapshot.cost_usd;
+        *lock(&state.citations) = snapshot.citations.clone();
+        *lock(&state.tool_results) = tool_results;
+        *lock(&state.blocked_tool_names) = snapshot.blocked_tools.iter().cloned().collect();
+        *lock(&state.validation_repair_counts) = snapshot
+            .repair_counts
+            .iter()
+            .map(|(call, count)| (call.clone(), *count))
+            .collect();
+        if snapshot.context_compacted {
+            state.set_context_compacted();
+        }
+        state
+    }
+
+    /// The durable part of the state now (tool results aside: records
+    /// carry them as they are added), with the replay gate's calls.
+    pub fn snapshot(&self, replay: &ReplayControl) -> StateSnapshot {
+        StateSnapshot {
+            steps: self.budget.steps_used(),
+            tool_calls: self.budget.tool_calls_used(),
+            reflections: self.budget.reflections_used(),
+            usage: self.tokens(),
+            cost_usd: self.cost_usd(),
+            citations: self.citations(),
+            blocked_tools: self.blocked_tools(),
+            repair_counts: lock(&self.validation_repair_counts)
+                .iter()
+                .map(|(call, count)| (call.clone(), *count))
+                .collect(),
+            completed_calls: replay.completed(),
+            context_compacted: self.context_was_compacted(),
         }
     }
 

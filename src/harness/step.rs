@@ -11,6 +11,7 @@ use tracing::Instrument;
 use super::{
     AgentHarness, EventSink, MAX_STEPS_TEXT, SinkError, TIMEOUT_TEXT, TurnError, TurnInput,
     compaction::{self, ContextLevel},
+    durable::{Prepared, Recorded, StepPhase, StepRecord},
     gates::CallEnv,
     replay::ReplayControl,
     scheduler,
@@ -38,12 +39,16 @@ pub(super) struct Turn<'a> {
     pub replay: ReplayControl,
     pub provider_name: &'a str,
     pub model: &'a str,
+    /// What the turn prepared, for its first record.
+    pub prepared: Prepared,
 }
 
-/// The prompt as it grows over the steps, and where the user's question is.
+/// The prompt as it grows over the steps, where the user's question is,
+/// and how much of it the turn's records hold.
 pub(super) struct Conversation {
     pub messages: Vec<ChatMessage>,
     pub question_at: usize,
+    pub recorded: Recorded,
 }
 
 impl Turn<'_> {
@@ -110,6 +115,7 @@ impl Turn<'_> {
             thinking: output.thinking,
             ..ChatMessage::assistant(output.text, output.tool_calls.clone())
         });
+        self.record(conversation, step, StepPhase::Answered).await?;
         let waves = scheduler::schedule(
             &output.tool_calls,
             &harness.tools,
@@ -136,7 +142,47 @@ impl Turn<'_> {
         }
         // 4i: compaction at the critical level.
         self.compact_if_critical(step, conversation).await?;
+        self.record(conversation, step, StepPhase::Finished).await?;
         Ok(None)
+    }
+
+    /// Writes the step's record: what the conversation and the tool
+    /// results gained since the turn's previous one, and the state now.
+    async fn record(
+        &self,
+        conversation: &mut Conversation,
+        step: u32,
+        phase: StepPhase,
+    ) -> Result<(), SinkError> {
+        let recorded = &conversation.recorded;
+        // A conversation shorter than what was recorded was rewritten: it
+        // is recorded whole.
+        let after = if recorded.messages <= conversation.messages.len() {
+            recorded.messages
+        } else {
+            0
+        };
+        let results = self.state.tool_results();
+        let record = StepRecord {
+            step,
+            phase,
+            after,
+            messages: conversation.messages[after..].to_vec(),
+            question_at: conversation.question_at,
+            tool_results: results
+                .get(recorded.tool_results..)
+                .unwrap_or_default()
+                .to_vec(),
+            state: self.state.snapshot(&self.replay),
+            prepared: (!recorded.any).then(|| self.prepared.clone()),
+        };
+        self.sink.step_done(record).await?;
+        conversation.recorded = Recorded {
+            messages: conversation.messages.len(),
+            tool_results: results.len(),
+            any: true,
+        };
+        Ok(())
     }
 
     /// 4c: the provider call of `step`, in its span; `None` when the turn's
@@ -284,6 +330,8 @@ impl Turn<'_> {
                 .await
                 {
                     conversation.question_at = done.question_at;
+                    // Rewritten: the next record holds it whole.
+                    conversation.recorded.messages = 0;
                     let cost = |usage: &Usage| self.cost(usage);
                     account(self.state, self.sink.as_ref(), step, &done.usage, &cost).await?;
                     self.state.set_context_compacted();

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     AgentHarness, EventSink, TurnError, TurnInput, TurnOutput,
+    durable::{Prepared, Recorded},
     executor::{self, Executed},
     finalizer::{self, FinalizeInput},
     hooks::{MemoryContext, isolate},
@@ -97,10 +98,19 @@ pub(super) async fn run(
         replay: ReplayControl::default(),
         provider_name: &prep.resolved_provider,
         model: &model,
+        prepared: Prepared {
+            provider: prep.resolved_provider.clone(),
+            model: model.clone(),
+            context_pack: context_pack.clone(),
+            context_hash: prep.context_hash.clone(),
+            prompt_render_hash: prep.prompt_render_hash.clone(),
+            prompt_len: messages.len(),
+        },
     };
     let mut conversation = Conversation {
         messages,
         question_at,
+        recorded: Recorded::default(),
     };
     let (final_text, stop_reason) = loop {
         if let Some(end) = turn.step(&mut conversation).await? {

@@ -17,9 +17,9 @@ use super::{
 };
 use crate::{
     events::{StoredEvent, TurnEvent},
-    harness::{EventSink, SinkError, TurnError, TurnInput, TurnOutput},
+    harness::{EventSink, SinkError, TurnError, TurnInput, TurnOutput, durable::StepRecord},
     providers::{ChatMessage, Role},
-    store::{BeganTurn, MessageRecord, StoreError, TurnFinish, TurnStatus},
+    store::{BeganTurn, MessageRecord, NewStep, StoreError, TurnFinish, TurnStatus},
     turn::TurnRequest,
 };
 
@@ -540,6 +540,32 @@ impl EventSink for TurnSink {
             .await
             .map_err(|e| SinkError(e.to_string()))?;
         *next = Some(seq + 1);
+        Ok(())
+    }
+
+    async fn step_done(&self, record: StepRecord) -> Result<(), SinkError> {
+        // Under the seq's lock: queued after every event emitted before it.
+        let next = self.next_seq.lock().await;
+        if next.is_none() {
+            return Err(SinkError("the turn has ended".into()));
+        }
+        if self.live.write_failed.is_cancelled() {
+            return Err(SinkError(
+                "earlier events of the turn could not be written".into(),
+            ));
+        }
+        let step = NewStep {
+            turn_id: self.live.turn_id,
+            step: record.step,
+            phase: record.phase.as_str(),
+            record: serde_json::to_string(&record).map_err(|e| SinkError(e.to_string()))?,
+            created_at: Utc::now(),
+        };
+        self.writer
+            .step(&self.live, step)
+            .await
+            .map_err(|e| SinkError(e.to_string()))?;
+        drop(next);
         Ok(())
     }
 }

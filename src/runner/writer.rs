@@ -18,7 +18,7 @@ use super::live::LiveTurn;
 use crate::{
     events::StoredEvent,
     metrics::Metrics,
-    store::{EventLog, StoreError, TurnFinish},
+    store::{Batch, EventLog, NewStep, StoreError, TurnFinish},
 };
 
 /// Attempts of a failing batch before its turns are written one by one:
@@ -44,6 +44,11 @@ enum Command {
         live: Arc<LiveTurn>,
         flush: Flush,
     },
+    /// A step's record: committed with the events queued before it.
+    Step {
+        step: Box<NewStep>,
+        live: Arc<LiveTurn>,
+    },
     Finish {
         finish: Box<TurnFinish>,
         live: Arc<LiveTurn>,
@@ -57,7 +62,7 @@ enum Command {
 impl Command {
     fn live(&self) -> &Arc<LiveTurn> {
         match self {
-            Self::Append { live, .. } | Self::Finish { live, .. } => live,
+            Self::Append { live, .. } | Self::Step { live, .. } | Self::Finish { live, .. } => live,
         }
     }
 
@@ -131,6 +136,20 @@ impl EventWriter {
         if flush == Flush::Now {
             self.urgent.notify_waiters();
         }
+        Ok(())
+    }
+
+    /// Queues a step's record, to be committed with the turn's events
+    /// queued before it; waits while the queue is full.
+    pub async fn step(&self, live: &Arc<LiveTurn>, step: NewStep) -> Result<(), WriterStopped> {
+        self.sender
+            .send(Command::Step {
+                step: Box::new(step),
+                live: live.clone(),
+            })
+            .await
+            .map_err(|_| WriterStopped)?;
+        self.urgent.notify_waiters();
         Ok(())
     }
 
@@ -312,7 +331,8 @@ fn drop_lost_turns(batch: &mut Vec<Command>) {
     let mut kept = Vec::with_capacity(batch.len());
     for command in batch.drain(..) {
         match command {
-            Command::Append { ref live, .. } if live.write_failed.is_cancelled() => {}
+            Command::Append { ref live, .. } | Command::Step { ref live, .. }
+                if live.write_failed.is_cancelled() => {}
             Command::Finish {
                 whole: true,
                 live,
@@ -341,14 +361,22 @@ fn record(metrics: &Metrics, batch: &[Command], applied: &[bool]) {
 
 async fn write(store: &dyn EventLog, batch: &[Command]) -> Result<Vec<bool>, StoreError> {
     let mut events = Vec::new();
+    let mut steps = Vec::new();
     let mut finishes = Vec::new();
     for command in batch {
         match command {
             Command::Append { event, .. } => events.push(event.clone()),
+            Command::Step { step, .. } => steps.push(&**step),
             Command::Finish { finish, .. } => finishes.push(&**finish),
         }
     }
-    store.write_batch(&events, &finishes).await
+    store
+        .commit(Batch {
+            events: &events,
+            steps: &steps,
+            finishes: &finishes,
+        })
+        .await
 }
 
 /// Publishes a committed batch: each turn's events in one message (its
@@ -362,6 +390,7 @@ fn publish(commands: impl Iterator<Item = Command>, applied: Vec<bool>) {
     for command in commands {
         let (live, event) = match command {
             Command::Append { event, live, .. } => (live, Some(event)),
+            Command::Step { .. } => continue,
             Command::Finish {
                 finish, live, ack, ..
             } => {
@@ -402,7 +431,7 @@ fn fail(commands: Vec<Command>, error: StoreError) {
         .iter()
         .filter_map(|c| match c {
             Command::Append { event, .. } => Some(event.seq),
-            Command::Finish { .. } => None,
+            Command::Step { .. } | Command::Finish { .. } => None,
         })
         .min();
     for command in commands {

@@ -13,24 +13,51 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    TurnFinish,
+    NewStep, TurnFinish,
     reader::{Reads, args},
     records::rows::EventRow,
 };
 use crate::events::StoredEvent;
 use crate::store::Result;
 
+/// What one commit of the event writer holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    pub events: &'a [Arc<StoredEvent>],
+    pub steps: &'a [&'a NewStep],
+    pub finishes: &'a [&'a TurnFinish],
+}
+
 /// The event log.
 #[async_trait]
 pub trait EventLog: Reads + Send + Sync + 'static {
-    /// Appends events and applies turn finishes in one transaction, in that
-    /// order. A finish applies only while its turn is still `running`; the
-    /// returned flags say which did (a finish that did not writes nothing).
+    /// Appends a batch's events, keeps its step records and applies its
+    /// turn finishes, in one transaction, in that order. A finish applies
+    /// only while its turn is still `running`; the returned flags say which
+    /// did (a finish that did not writes nothing). A turn's end deletes its
+    /// step records.
+    async fn commit(&self, batch: Batch<'_>) -> Result<Vec<bool>>;
+
+    /// [`Self::commit`] of events and finishes.
     async fn write_batch(
         &self,
         events: &[Arc<StoredEvent>],
         finishes: &[&TurnFinish],
-    ) -> Result<Vec<bool>>;
+    ) -> Result<Vec<bool>> {
+        self.commit(Batch {
+            events,
+            steps: &[],
+            finishes,
+        })
+        .await
+    }
+
+    /// The step records of a turn, in the order they were written.
+    async fn step_records(&self, turn_id: Uuid) -> Result<Vec<String>> {
+        let sql = "SELECT record FROM turn_steps WHERE turn_id = $1 ORDER BY step, phase";
+        let rows: Vec<(String,)> = self.reader().rows(sql, args![turn_id]).await?;
+        Ok(rows.into_iter().map(|(record,)| record).collect())
+    }
 
     /// Events of a session with seq greater than `after`, in seq order,
     /// optionally of one turn. For a turn, pass an `after` of at least its

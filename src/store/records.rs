@@ -152,6 +152,18 @@ pub struct TurnFinish {
     pub terminal: Arc<StoredEvent>,
 }
 
+/// A step's record of a running turn (`harness::durable::StepRecord`),
+/// as JSON: kept until the turn ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewStep {
+    pub turn_id: Uuid,
+    pub step: u32,
+    /// `answered` or `finished`.
+    pub phase: &'static str,
+    pub record: String,
+    pub created_at: DateTime<Utc>,
+}
+
 /// A person's decision on a call waiting for approval.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewApproval {

@@ -79,7 +79,68 @@ async fn a_two_step_tool_turn_streams_every_stage(backend: Backend) {
     );
 }
 
-on_both_backends!(a_two_step_tool_turn_streams_every_stage);
+/// A tool step's records (`harness::durable`) are in the store while its
+/// turn runs, the model's call before the tool's result, and gone once
+/// the turn has ended.
+async fn a_tool_step_is_recorded_while_its_turn_runs(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let gate = tokio_util::sync::CancellationToken::new();
+    app.provider.enqueue([
+        Reply::sse("openai/tool_call_local_search.sse"),
+        Reply::sse("openai/after_local_search.sse").hold_head(&gate),
+    ]);
+    let mut stream = app
+        .post_turn_sse("s-steps", json!({"message": "What did I ask before?"}))
+        .await;
+    let mut turn_id = None;
+    while let Some(event) = stream.next().await {
+        let event = event.json();
+        turn_id = event["turn_id"].as_str().map(str::to_owned);
+        if event["type"] == "tool.finished" {
+            break;
+        }
+    }
+    let turn_id: uuid::Uuid = turn_id.unwrap().parse().unwrap();
+    let store = app.db.open().await;
+    // The step's end is committed with its events, before the next call.
+    let mut records = Vec::new();
+    for _ in 0..100 {
+        records = store.step_records(turn_id).await.unwrap();
+        if records.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let records: Vec<agent_harness::harness::durable::StepRecord> = records
+        .iter()
+        .map(|r| serde_json::from_str(r).unwrap())
+        .collect();
+    let rebuilt = agent_harness::harness::durable::rebuild(&records)
+        .unwrap()
+        .unwrap();
+    assert_eq!(rebuilt.step, 1);
+    assert_eq!(
+        rebuilt.phase,
+        agent_harness::harness::durable::StepPhase::Finished
+    );
+    assert_eq!(rebuilt.tool_results.len(), 1);
+    assert_eq!(rebuilt.tool_results[0].tool, "local_search");
+    assert_eq!(rebuilt.state.tool_calls, 1);
+    let last = rebuilt.messages.last().unwrap();
+    assert_eq!(
+        last.tool_call_id.as_deref(),
+        Some("call_Q3mZx7LpV2nB8cR5tK1wJd4H")
+    );
+    gate.cancel();
+    let events = stream.read_to_end().await;
+    assert_eq!(types(&events).last(), Some(&"turn.completed"));
+    assert!(store.step_records(turn_id).await.unwrap().is_empty());
+}
+
+on_both_backends!(
+    a_two_step_tool_turn_streams_every_stage,
+    a_tool_step_is_recorded_while_its_turn_runs
+);
 
 #[tokio::test]
 async fn decisions_and_artifacts_are_served() {

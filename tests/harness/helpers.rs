@@ -12,7 +12,7 @@ use agent_harness::{
     events::TurnEvent,
     harness::{
         AgentHarness, AgentHarnessBuilder, EventSink, HarnessOptions, SinkError, TurnError,
-        TurnInput, TurnOutput, state::TurnRuntimeState,
+        TurnInput, TurnOutput, durable::StepRecord, state::TurnRuntimeState,
     },
     providers::scripted::{Scripted, ScriptedProvider},
     tools::{
@@ -25,13 +25,18 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-/// Records every event.
+/// Records every event and every step record.
 #[derive(Default)]
 pub struct RecordingSink {
     events: Mutex<Vec<TurnEvent>>,
+    records: Mutex<Vec<StepRecord>>,
 }
 
 impl RecordingSink {
+    pub fn records(&self) -> Vec<StepRecord> {
+        self.records.lock().unwrap().clone()
+    }
+
     pub fn events(&self) -> Vec<TurnEvent> {
         self.events.lock().unwrap().clone()
     }
@@ -61,6 +66,11 @@ impl RecordingSink {
 impl EventSink for RecordingSink {
     async fn emit(&self, event: TurnEvent) -> Result<(), SinkError> {
         self.events.lock().unwrap().push(event);
+        Ok(())
+    }
+
+    async fn step_done(&self, record: StepRecord) -> Result<(), SinkError> {
+        self.records.lock().unwrap().push(record);
         Ok(())
     }
 }

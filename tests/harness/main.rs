@@ -6,6 +6,7 @@
     reason = "test helpers fail loudly; the lint holds in the service code"
 )]
 
+mod durable;
 mod finalizer;
 mod gates;
 mod helpers;

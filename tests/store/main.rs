@@ -14,8 +14,8 @@ use std::sync::Arc;
 use agent_harness::{
     events::{StoredEvent, TurnEvent},
     store::{
-        BeginTurnError, NewDecision, NewMessage, NewTurn, OrphanScope, Store, TurnFinish,
-        TurnStatus,
+        Batch, BeginTurnError, NewDecision, NewMessage, NewStep, NewTurn, OrphanScope, Store,
+        TurnFinish, TurnStatus,
     },
     turn::TurnRequest,
 };
@@ -744,7 +744,80 @@ async fn readiness_reports_pending_migrations(backend: Backend) {
     fresh.migrate().await.unwrap();
 }
 
+fn step(turn: &NewTurn, step: u32, phase: &'static str) -> NewStep {
+    NewStep {
+        turn_id: turn.id,
+        step,
+        phase,
+        record: format!("{{\"step\":{step},\"phase\":\"{phase}\"}}"),
+        created_at: Utc::now(),
+    }
+}
+
+/// Step records are committed with the events before them, read back in
+/// step order, kept as they were when a batch is tried again, and gone
+/// with the turn's end (a turn that ended needs none).
+async fn step_records_live_as_long_as_their_turn(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s-steps", None);
+    store.begin_turn(&turn).await.unwrap();
+    let answered = step(&turn, 1, "answered");
+    let finished = step(&turn, 1, "finished");
+    let second = step(&turn, 2, "answered");
+    // Written out of order across batches, the later phase first.
+    store
+        .commit(Batch {
+            events: &[delta(&turn, 2, "a")],
+            steps: &[&second, &finished],
+            finishes: &[],
+        })
+        .await
+        .unwrap();
+    store
+        .commit(Batch {
+            events: &[],
+            steps: &[&answered],
+            finishes: &[],
+        })
+        .await
+        .unwrap();
+    // A record written again (its batch tried again after a commit whose
+    // answer was lost): the record stays as it was.
+    let again = NewStep {
+        record: "{}".into(),
+        ..answered.clone()
+    };
+    store
+        .commit(Batch {
+            events: &[],
+            steps: &[&again],
+            finishes: &[],
+        })
+        .await
+        .unwrap();
+    let kept = store.step_records(turn.id).await.unwrap();
+    assert_eq!(
+        kept,
+        [&answered, &finished, &second].map(|s| s.record.clone())
+    );
+    // Another turn's records are its own.
+    assert!(store.step_records(Uuid::now_v7()).await.unwrap().is_empty());
+    // The end deletes them, in the same commit as a last record.
+    let last = step(&turn, 2, "finished");
+    let ended = store
+        .commit(Batch {
+            events: &[],
+            steps: &[&last],
+            finishes: &[&completed(&turn, 3, "done")],
+        })
+        .await
+        .unwrap();
+    assert_eq!(ended, [true]);
+    assert!(store.step_records(turn.id).await.unwrap().is_empty());
+}
+
 on_both_backends!(
+    step_records_live_as_long_as_their_turn,
     heartbeats_and_begins_never_deadlock_with_turn_ends,
     begin_creates_the_session_and_numbers_after_existing_events,
     one_running_turn_per_session,
@@ -929,7 +1002,21 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
     let db = TestDb::new(backend).await;
     db.migrate_to(before_per_tenant_ids(backend)).await;
     // The service as it is writes the rows (the migration changes no
-    // column): sessions made before, when every id was global.
+    // column): sessions made before, when every id was global. Its turn
+    // ends clear a table added later: made now (the later migration
+    // leaves it as it finds it).
+    match backend {
+        Backend::Sqlite => {
+            db.execute_sqlite(include_str!("../../migrations/sqlite/0017_turn_steps.sql"))
+                .await
+        }
+        Backend::Postgres => {
+            db.execute_postgres(include_str!(
+                "../../migrations/postgres/0019_turn_steps.sql"
+            ))
+            .await
+        }
+    }
     let store = db.open_unmigrated().await;
     let mut made = Vec::new();
     for (tenant, id) in [("default", "d-1"), ("acme", "chat-1"), ("acme", "chat-2")] {

@@ -167,6 +167,20 @@ impl TestDb {
         pool.close().await;
     }
 
+    /// Runs `sql` in this SQLite database.
+    pub async fn execute_sqlite(&self, sql: &str) {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect(&self.sqlite_url())
+            .await
+            .expect("open SQLite");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&pool)
+            .await
+            .expect("the test's SQL");
+        pool.close().await;
+    }
+
     /// Applies the migrations up to and including `version` (this
     /// backend's numbering), as a database made by an older release is.
     pub async fn migrate_to(&self, version: i64) {

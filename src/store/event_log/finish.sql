@@ -91,6 +91,8 @@ WITH f AS (
   INSERT INTO events (session_id, seq, turn_id, type, payload, created_at)
   SELECT session_id, seq, turn_id, type, payload, created_at FROM due
   ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1
+), dropped AS (
+  DELETE FROM turn_steps WHERE turn_id IN (SELECT id FROM ended)
 ), observed AS (
   INSERT INTO research_observations (id, session_id, source_id, user_text,
   assistant_text, created_at)

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::Postgres;
 
-use super::EventLog;
+use super::{Batch, EventLog};
 use crate::store::Result;
 use crate::{
     events::StoredEvent,
-    store::{StoreError, TurnFinish, postgres::PostgresStore},
+    store::{NewStep, StoreError, TurnFinish, postgres::PostgresStore},
 };
 
 /// The statement that ends a batch's turns ([`finish_statement`]).
@@ -18,18 +18,29 @@ const FINISH: &str = include_str!("finish.sql");
 
 #[async_trait]
 impl EventLog for PostgresStore {
-    async fn write_batch(
-        &self,
-        events: &[Arc<StoredEvent>],
-        finishes: &[&TurnFinish],
-    ) -> Result<Vec<bool>> {
+    async fn commit(&self, batch: Batch<'_>) -> Result<Vec<bool>> {
+        let Batch {
+            events,
+            steps,
+            finishes,
+        } = batch;
         self.bounded(async {
-            if finishes.is_empty() {
+            if finishes.is_empty() && steps.is_empty() {
                 // One statement is its own transaction: no BEGIN and COMMIT
                 // round trips for the common batch of deltas.
                 if !events.is_empty() {
                     insert_events(self.writer(), events.iter().map(|e| &**e)).await?;
                 }
+                return Ok(Vec::new());
+            }
+            if finishes.is_empty() {
+                // A step's end: its events and its record together.
+                let mut tx = self.begin_write().await?;
+                if !events.is_empty() {
+                    insert_events(&mut *tx, events.iter().map(|e| &**e)).await?;
+                }
+                insert_steps(&mut *tx, steps).await?;
+                tx.commit().await?;
                 return Ok(Vec::new());
             }
             // However many turns end in the batch, four round trips: BEGIN,
@@ -45,6 +56,9 @@ impl EventLog for PostgresStore {
                 .bind(&sessions)
                 .execute(&mut *tx)
                 .await?;
+            if !steps.is_empty() {
+                insert_steps(&mut *tx, steps).await?;
+            }
             let (ended, _): (Vec<String>, i64) = finish_statement(events, finishes)
                 .fetch_one(&mut *tx)
                 .await?;
@@ -106,6 +120,35 @@ impl EventLog for PostgresStore {
         })
         .await
     }
+}
+
+/// Keeps step records, one statement whatever their number; a record
+/// already kept (a batch tried again) is kept as it was.
+async fn insert_steps<'c, E>(executor: E, steps: &[&NewStep]) -> Result<()>
+where
+    E: sqlx::Executor<'c, Database = Postgres>,
+{
+    let turn_ids: Vec<String> = steps.iter().map(|s| s.turn_id.to_string()).collect();
+    let numbers: Vec<i32> = steps
+        .iter()
+        .map(|s| i32::try_from(s.step).unwrap_or(i32::MAX))
+        .collect();
+    let phases: Vec<&str> = steps.iter().map(|s| s.phase).collect();
+    let records: Vec<&str> = steps.iter().map(|s| s.record.as_str()).collect();
+    let at: Vec<_> = steps.iter().map(|s| s.created_at).collect();
+    sqlx::query(
+        "INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
+         SELECT * FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::timestamptz[]) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(turn_ids)
+    .bind(numbers)
+    .bind(phases)
+    .bind(records)
+    .bind(at)
+    .execute(executor)
+    .await?;
+    Ok(())
 }
 
 /// Inserts events in one statement, whatever their number: each column is

@@ -1,16 +1,14 @@
 //! [`EventLog`] on SQLite: each write is one job on the writer thread.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
 
-use super::EventLog;
+use super::{Batch, EventLog};
 use crate::store::Result;
 use crate::{
     events::StoredEvent,
     store::{
-        TurnFinish,
+        NewStep, TurnFinish,
         sqlite::{
             SqliteStore,
             writer::{insert_events, insert_job, insert_observation, ts},
@@ -20,15 +18,26 @@ use crate::{
 
 #[async_trait]
 impl EventLog for SqliteStore {
-    async fn write_batch(
-        &self,
-        events: &[Arc<StoredEvent>],
-        finishes: &[&TurnFinish],
-    ) -> Result<Vec<bool>> {
-        let events = events.to_vec();
-        let finishes: Vec<TurnFinish> = finishes.iter().map(|f| (*f).clone()).collect();
+    async fn commit(&self, batch: Batch<'_>) -> Result<Vec<bool>> {
+        let events = batch.events.to_vec();
+        let steps: Vec<NewStep> = batch.steps.iter().map(|s| (*s).clone()).collect();
+        let finishes: Vec<TurnFinish> = batch.finishes.iter().map(|f| (*f).clone()).collect();
         self.writes
             .run(move |tx| {
+                let mut step = tx.prepare_cached(
+                    "INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+                )?;
+                for s in &steps {
+                    step.execute(params![
+                        s.turn_id.to_string(),
+                        s.step,
+                        s.phase,
+                        s.record,
+                        ts(s.created_at)
+                    ])?;
+                }
+                drop(step);
                 let mut applied = Vec::with_capacity(finishes.len());
                 for finish in &finishes {
                     let at = ts(finish.terminal.created_at);
@@ -52,6 +61,8 @@ impl EventLog for SqliteStore {
                     if updated != 1 {
                         continue;
                     }
+                    tx.prepare_cached("DELETE FROM turn_steps WHERE turn_id = ?1")?
+                        .execute(params![turn_id])?;
                     let mut message = tx.prepare_cached(
                         "INSERT INTO messages (message_id, session_id, turn_id, role, content, \
                      created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

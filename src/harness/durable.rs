@@ -1,0 +1,290 @@
+//! A turn's durable state: what each step leaves for the rest of the turn.
+//!
+//! A step that asks for tools writes two [`StepRecord`]s: `answered` once
+//! the model has asked (its assistant message, before any tool runs) and
+//! `finished` once its waves, reflection and compaction are done. The
+//! records carry only what changed since the turn's previous one (the
+//! messages added, the tool results added) beside a snapshot of the
+//! turn's counters, so a turn of six tool steps writes its prompt once.
+//! A step that answers writes none: the turn's end is its record.
+//!
+//! [`rebuild`] folds a turn's records back into the conversation and the
+//! state the next step starts from: a pure function, so a turn taken over
+//! by another process goes on from exactly where its owner left it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use tokio::time::Instant;
+
+use super::{
+    budget::{BudgetLimits, TurnBudget},
+    replay::ReplayControl,
+    state::{CitationAccumulator, ToolResultRecord, TurnRuntimeState},
+};
+use crate::providers::{ChatMessage, Usage};
+
+/// Where a step stood when its record was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepPhase {
+    /// The model asked for tools; none of them has run yet.
+    Answered,
+    /// The step's waves, reflection and compaction are done.
+    Finished,
+}
+
+impl StepPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Answered => "answered",
+            Self::Finished => "finished",
+        }
+    }
+}
+
+/// What the turn prepared before its first step, kept for its end (the
+/// decision record and the observation are made of it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prepared {
+    pub provider: String,
+    pub model: String,
+    pub context_pack: Value,
+    pub context_hash: String,
+    pub prompt_render_hash: String,
+    /// How many of the first record's messages are the prepared prompt.
+    pub prompt_len: usize,
+}
+
+/// A turn's counters and collections after a step (all but the
+/// conversation and the tool results, which records carry as additions).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateSnapshot {
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub reflections: u32,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub citations: CitationAccumulator,
+    pub blocked_tools: Vec<String>,
+    pub repair_counts: BTreeMap<String, u32>,
+    /// The calls that completed, for the replay gate: `(tool, canonical
+    /// arguments, call id)`, sorted.
+    pub completed_calls: Vec<(String, String, String)>,
+    pub context_compacted: bool,
+}
+
+/// One step's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: u32,
+    pub phase: StepPhase,
+    /// The length of the conversation `messages` follow: what the
+    /// previous record left, or 0 when they are the whole of it (the
+    /// turn's first record, one after a compaction rewrote it).
+    pub after: usize,
+    pub messages: Vec<ChatMessage>,
+    /// Where the user's question stands in the conversation.
+    pub question_at: usize,
+    /// Tool results added since the previous record.
+    pub tool_results: Vec<ToolResultRecord>,
+    pub state: StateSnapshot,
+    /// In the turn's first record only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared: Option<Prepared>,
+}
+
+/// A turn as its records leave it: where to go on from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumed {
+    /// The last step recorded, and how far it got.
+    pub step: u32,
+    pub phase: StepPhase,
+    pub messages: Vec<ChatMessage>,
+    pub question_at: usize,
+    pub tool_results: Vec<ToolResultRecord>,
+    pub state: StateSnapshot,
+    pub prepared: Prepared,
+}
+
+impl Resumed {
+    /// The turn's live state, going on under `limits` until `deadline`
+    /// with what its records say it used.
+    pub fn runtime_state(
+        &self,
+        session_id: &str,
+        limits: BudgetLimits,
+        deadline: Instant,
+    ) -> TurnRuntimeState {
+        let used = [
+            self.state.steps,
+            self.state.tool_calls,
+            self.state.reflections,
+        ];
+        TurnRuntimeState::restore(
+            session_id,
+            TurnBudget::resume(limits, deadline, used),
+            &self.state,
+            self.tool_results.clone(),
+        )
+    }
+
+    /// The replay gate with the calls that completed.
+    pub fn replay(&self) -> ReplayControl {
+        ReplayControl::restore(&self.state.completed_calls)
+    }
+}
+
+/// Why a turn's records do not make a turn.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RebuildError {
+    #[error("the turn's first record does not say what it prepared")]
+    NotPrepared,
+    #[error("record {step} {phase} follows {after} messages, but {have} were recorded")]
+    Gap {
+        step: u32,
+        phase: &'static str,
+        after: usize,
+        have: usize,
+    },
+    #[error("record {step} {phase} is out of order")]
+    OutOfOrder { step: u32, phase: &'static str },
+}
+
+/// Folds a turn's records, in the order they were written, into the
+/// conversation and the state its next step starts from. `Ok(None)`: the
+/// turn wrote none (it starts over from its preparation).
+pub fn rebuild(records: &[StepRecord]) -> Result<Option<Resumed>, RebuildError> {
+    let Some(first) = records.first() else {
+        return Ok(None);
+    };
+    let prepared = first.prepared.clone().ok_or(RebuildError::NotPrepared)?;
+    let mut resumed = Resumed {
+        step: 0,
+        phase: StepPhase::Finished,
+        messages: Vec::new(),
+        question_at: 0,
+        tool_results: Vec::new(),
+        state: StateSnapshot::default(),
+        prepared,
+    };
+    for record in records {
+        if (record.step, record.phase) <= (resumed.step, resumed.phase) {
+            return Err(RebuildError::OutOfOrder {
+                step: record.step,
+                phase: record.phase.as_str(),
+            });
+        }
+        if record.after > resumed.messages.len() {
+            return Err(RebuildError::Gap {
+                step: record.step,
+                phase: record.phase.as_str(),
+                after: record.after,
+                have: resumed.messages.len(),
+            });
+        }
+        resumed.messages.truncate(record.after);
+        resumed.messages.extend(record.messages.iter().cloned());
+        resumed
+            .tool_results
+            .extend(record.tool_results.iter().cloned());
+        resumed.question_at = record.question_at;
+        resumed.state = record.state.clone();
+        resumed.step = record.step;
+        resumed.phase = record.phase;
+    }
+    Ok(Some(resumed))
+}
+
+/// What of the conversation and the tool results the turn has recorded,
+/// so that each record carries only what came since.
+#[derive(Debug, Default)]
+pub(super) struct Recorded {
+    /// Messages of the conversation already recorded (0 after a
+    /// compaction: it is recorded whole again).
+    pub messages: usize,
+    pub tool_results: usize,
+    /// Whether the turn's first record was written.
+    pub any: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::Role;
+
+    fn record(step: u32, phase: StepPhase, after: usize, texts: &[&str]) -> StepRecord {
+        StepRecord {
+            step,
+            phase,
+            after,
+            messages: texts
+                .iter()
+                .map(|t| ChatMessage::new(Role::User, *t))
+                .collect(),
+            question_at: 0,
+            tool_results: Vec::new(),
+            state: StateSnapshot {
+                steps: step,
+                ..StateSnapshot::default()
+            },
+            prepared: (step == 1 && phase == StepPhase::Answered).then(|| Prepared {
+                provider: "p".into(),
+                model: "m".into(),
+                context_pack: Value::Null,
+                context_hash: "c".into(),
+                prompt_render_hash: "r".into(),
+                prompt_len: 1,
+            }),
+        }
+    }
+
+    fn texts(resumed: &Resumed) -> Vec<&str> {
+        resumed
+            .messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn records_add_to_the_conversation_and_a_rewrite_replaces_it() {
+        use StepPhase::{Answered, Finished};
+        assert_eq!(rebuild(&[]), Ok(None));
+        let mut records = vec![
+            record(1, Answered, 0, &["question", "call"]),
+            record(1, Finished, 2, &["result"]),
+            record(2, Answered, 3, &["call 2"]),
+        ];
+        let resumed = rebuild(&records).unwrap().unwrap();
+        assert_eq!(texts(&resumed), ["question", "call", "result", "call 2"]);
+        assert_eq!((resumed.step, resumed.phase), (2, Answered));
+        assert_eq!(resumed.state.steps, 2);
+        records.push(record(2, Finished, 0, &["summary", "question"]));
+        let resumed = rebuild(&records).unwrap().unwrap();
+        assert_eq!(texts(&resumed), ["summary", "question"]);
+        assert_eq!(resumed.prepared.prompt_len, 1, "kept from the first record");
+    }
+
+    #[test]
+    fn records_that_do_not_follow_each_other_are_refused() {
+        use StepPhase::{Answered, Finished};
+        let gap = [
+            record(1, Answered, 0, &["question"]),
+            record(1, Finished, 3, &["result"]),
+        ];
+        assert!(matches!(rebuild(&gap), Err(RebuildError::Gap { .. })));
+        let twice = [
+            record(1, Answered, 0, &["question"]),
+            record(1, Answered, 1, &["again"]),
+        ];
+        assert!(matches!(
+            rebuild(&twice),
+            Err(RebuildError::OutOfOrder { .. })
+        ));
+        let unprepared = [record(2, Answered, 0, &["question"])];
+        assert_eq!(rebuild(&unprepared), Err(RebuildError::NotPrepared));
+    }
+}

@@ -1,0 +1,309 @@
+//! A turn's step records rebuild the turn as it ran: after every step the
+//! rebuilt state is the live state, and the rebuilt conversation is what
+//! the model is asked next.
+
+use std::sync::{Arc, Mutex};
+
+use agent_harness::{
+    events::{ToolStatus, TurnEvent},
+    harness::{
+        AgentHarness, EventSink, HarnessOptions, SinkError, TurnInput,
+        compaction::ContextWarningTracker,
+        durable::{StateSnapshot, StepPhase, StepRecord, rebuild},
+        hooks::{ApprovalDecision, ApprovalGate, ApprovalRequest, CostTracker},
+        replay::ReplayControl,
+        state::{ToolResultRecord, TurnRuntimeState},
+        thinking::ThinkLevel,
+    },
+    providers::{
+        ChatMessage, Role, Usage,
+        scripted::{ScriptedProvider, call, calls, text},
+    },
+    tools::{Citation, EffectClass, Tool, ToolOutput},
+};
+use async_trait::async_trait;
+use serde_json::json;
+
+use crate::helpers::{Fixed, Probe, RecordingSink, builder, options, request, scripted};
+
+/// The turn as it was when one of its records was written.
+struct Seen {
+    record: StepRecord,
+    state: StateSnapshot,
+    tool_results: Vec<ToolResultRecord>,
+    /// Provider calls made by then.
+    requests: usize,
+    /// Calls that had completed by then.
+    completed: Vec<String>,
+}
+
+/// Watches a turn: its events, and beside each step record the live
+/// state and how many provider calls were made.
+struct Watching {
+    sink: RecordingSink,
+    provider: Arc<ScriptedProvider>,
+    state: Arc<TurnRuntimeState>,
+    seen: Mutex<Vec<Seen>>,
+}
+
+#[async_trait]
+impl EventSink for Watching {
+    async fn emit(&self, event: TurnEvent) -> Result<(), SinkError> {
+        self.sink.emit(event).await
+    }
+
+    async fn step_done(&self, record: StepRecord) -> Result<(), SinkError> {
+        let mut completed: Vec<String> = self
+            .sink
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                TurnEvent::ToolFinished {
+                    call_id,
+                    status: ToolStatus::Completed,
+                    ..
+                } => Some(call_id),
+                _ => None,
+            })
+            .collect();
+        completed.sort();
+        self.seen.lock().unwrap().push(Seen {
+            // The replay gate is the harness's own: checked apart.
+            state: self.state.snapshot(&ReplayControl::default()),
+            tool_results: self.state.tool_results(),
+            requests: self.provider.requests().len(),
+            completed,
+            record: record.clone(),
+        });
+        self.sink.step_done(record).await
+    }
+}
+
+/// Runs a turn and checks every prefix of its records against the turn as
+/// it was when the last of them was written; returns the turn's records
+/// and its answer.
+async fn run_and_rebuild(
+    harness: &AgentHarness,
+    provider: &Arc<ScriptedProvider>,
+    request: TurnInput,
+) -> (Vec<StepRecord>, String) {
+    let state = harness.new_state(&request.session_id);
+    let watching = Arc::new(Watching {
+        sink: RecordingSink::default(),
+        provider: provider.clone(),
+        state: state.clone(),
+        seen: Mutex::default(),
+    });
+    let output = harness
+        .run_turn_with_state(request, watching.clone(), state)
+        .await
+        .expect("the turn completes");
+    let requests = provider.requests();
+    let seen = std::mem::take(&mut *watching.seen.lock().unwrap());
+    let records: Vec<StepRecord> = seen.iter().map(|s| s.record.clone()).collect();
+    assert_eq!(records, watching.sink.records());
+    for (k, seen) in seen.iter().enumerate() {
+        // Through JSON, as the store keeps them.
+        let kept: Vec<StepRecord> = records[..=k]
+            .iter()
+            .map(|r| serde_json::from_str(&serde_json::to_string(r).unwrap()).unwrap())
+            .collect();
+        let rebuilt = rebuild(&kept).unwrap().expect("records");
+        let at = (rebuilt.step, rebuilt.phase);
+        assert_eq!(at, (seen.record.step, seen.record.phase));
+        let mut state = rebuilt.state.clone();
+        let completed_calls = std::mem::take(&mut state.completed_calls);
+        assert_eq!(state, seen.state, "state after {at:?}");
+        let mut completed: Vec<String> = completed_calls.into_iter().map(|c| c.2).collect();
+        completed.sort();
+        assert_eq!(completed, seen.completed, "replay gate after {at:?}");
+        assert_eq!(rebuilt.tool_results, seen.tool_results, "{at:?}");
+        // The state made of the records gives them back.
+        let limits = harness.options().budget_limits();
+        let restored = rebuilt.runtime_state("s-1", limits, tokio::time::Instant::now());
+        assert_eq!(
+            restored.snapshot(&rebuilt.replay()),
+            rebuilt.state,
+            "{at:?}"
+        );
+        assert_eq!(restored.tool_results(), rebuilt.tool_results);
+        match rebuilt.phase {
+            StepPhase::Answered => {
+                // The step's call, and the model's answer after it.
+                let (answer, asked) = rebuilt.messages.split_last().unwrap();
+                assert_eq!(asked, &requests[seen.requests - 1].messages[..], "{at:?}");
+                assert_eq!(answer.role, Role::Assistant);
+                assert!(!answer.tool_calls.is_empty());
+            }
+            StepPhase::Finished => {
+                // What the next step asks.
+                assert_eq!(rebuilt.messages, requests[seen.requests].messages, "{at:?}");
+            }
+        }
+        assert_eq!(
+            rebuilt.question_at,
+            rebuilt
+                .messages
+                .iter()
+                .rposition(|m| m.role == Role::User && m.content.contains("go"))
+                .unwrap(),
+            "the question is where the record says, {at:?}"
+        );
+        assert_eq!(rebuilt.prepared.prompt_len, requests[0].messages.len());
+    }
+    let first = records.first().expect("a tool turn writes records");
+    assert_eq!(
+        first.messages[..first.prepared.as_ref().unwrap().prompt_len],
+        requests[0].messages[..]
+    );
+    (records, output.result.text)
+}
+
+/// Approves every call at once.
+struct Approve;
+
+#[async_trait]
+impl ApprovalGate for Approve {
+    async fn decide(
+        &self,
+        _: &ApprovalRequest,
+        _: std::time::Duration,
+        _: &tokio_util::sync::CancellationToken,
+    ) -> ApprovalDecision {
+        ApprovalDecision::Approved
+    }
+}
+
+/// A cent per provider call.
+struct CentPerCall;
+
+impl CostTracker for CentPerCall {
+    fn record(&self, _: &str, _: &str, _: &str, _: &Usage) -> Option<f64> {
+        Some(0.01)
+    }
+}
+
+#[tokio::test]
+async fn every_step_of_a_tool_turn_rebuilds_from_its_records() {
+    let provider = Arc::new(
+        ScriptedProvider::new([
+            // Step 1: a parallel read-only wave, a cited source, a tool
+            // that fails for good (blocked).
+            calls(vec![
+                call("c1", "probe", json!({"key": "a", "ms": 1})),
+                call("c2", "probe", json!({"key": "b", "ms": 1})),
+                call("c3", "cite", json!({})),
+                call("c4", "broken", json!({})),
+            ]),
+            text("The broken tool is out; the probes answered."),
+            // Step 2: a repeat (the replay gate), arguments that fail
+            // validation (a repair), a write that waits for approval.
+            calls(vec![
+                call("c5", "probe", json!({"key": "a", "ms": 1})),
+                call("c6", "probe", json!({"ms": 1})),
+                call("c7", "write", json!({"key": "w", "ms": 1})),
+            ]),
+            text("One call repeated, one was malformed."),
+            text("done"),
+        ])
+        .with_usage(Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+            ..Usage::default()
+        }),
+    );
+    let cited = ToolOutput {
+        content: "a cited page".into(),
+        citations: vec![Citation::Web {
+            title: "A page".into(),
+            url: "https://a.example/page".into(),
+        }],
+    };
+    let tools: Vec<Arc<dyn Tool>> = vec![
+        Probe::new("probe", EffectClass::ReadOnly),
+        Probe::new("write", EffectClass::LocalWrite),
+        Fixed::ok("cite", cited),
+        Fixed::err("broken", false),
+    ];
+    let harness = builder(&provider, tools)
+        .options(HarnessOptions {
+            think_level: ThinkLevel::Low,
+            approval_effects: vec![EffectClass::LocalWrite],
+            ..options()
+        })
+        .approvals(Arc::new(Approve))
+        .cost_tracker(Arc::new(CentPerCall))
+        .build();
+    let (records, answer) = run_and_rebuild(&harness, &provider, request("go")).await;
+    assert_eq!(answer, "done");
+    let phases: Vec<(u32, StepPhase)> = records.iter().map(|r| (r.step, r.phase)).collect();
+    use StepPhase::{Answered, Finished};
+    assert_eq!(
+        phases,
+        [(1, Answered), (1, Finished), (2, Answered), (2, Finished)]
+    );
+    // Each record carries what came since the one before it.
+    assert_eq!(records[0].after, 0);
+    for pair in records.windows(2) {
+        let before: usize = pair[0].after + pair[0].messages.len();
+        assert_eq!(pair[1].after, before, "{:?}", pair[1].phase);
+    }
+    let last = &records[3].state;
+    assert_eq!((last.steps, last.tool_calls, last.reflections), (2, 5, 2));
+    assert_eq!(last.blocked_tools, ["broken"]);
+    assert_eq!(last.repair_counts.get("c6"), Some(&1));
+    assert_eq!(last.citations.web.len(), 1);
+    assert_eq!(last.usage.input_tokens, 40, "two steps and two reflections");
+    assert!(last.cost_usd.is_some());
+}
+
+fn long_history() -> Vec<ChatMessage> {
+    (0..6)
+        .map(|i| {
+            let content = format!("message {i} {}", "lorem ipsum ".repeat(70));
+            if i % 2 == 0 {
+                ChatMessage::user(content)
+            } else {
+                ChatMessage::assistant(content, vec![])
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_compacted_conversation_is_recorded_whole_and_rebuilds() {
+    let provider = scripted([
+        calls(vec![call("c1", "probe", json!({"key": "a", "ms": 1}))]),
+        text("They talked about lorem ipsum."),
+        calls(vec![call("c2", "probe", json!({"key": "b", "ms": 1}))]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![Probe::new("probe", EffectClass::ReadOnly)])
+        .context_tracker(Some(ContextWarningTracker::new(1024)))
+        .build();
+    let mut asked = request("go");
+    asked.history = long_history();
+    let (records, answer) = run_and_rebuild(&harness, &provider, asked).await;
+    assert_eq!(answer, "done");
+    let compacted = records
+        .iter()
+        .find(|r| r.state.context_compacted)
+        .expect("a compaction");
+    assert_eq!(
+        (compacted.step, compacted.phase, compacted.after),
+        (1, StepPhase::Finished, 0),
+        "recorded whole"
+    );
+    let after = records.last().unwrap();
+    assert_eq!(after.step, 2);
+    assert!(after.after > 0, "later records add to the rewritten one");
+}
+
+#[tokio::test]
+async fn a_turn_that_answers_at_once_writes_no_record() {
+    let provider = scripted([text("hello")]);
+    let harness = builder(&provider, vec![]).build();
+    let ran = crate::helpers::run(&harness, request("go")).await;
+    assert_eq!(ran.text(), "hello");
+    assert!(ran.sink.records().is_empty());
+}
