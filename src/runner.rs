@@ -317,7 +317,7 @@ impl TurnRunner {
             Err(BeginTurnError::Store(e)) => return Err(e.into()),
         };
         inner.metrics.turn_started();
-        let live = inner.live.insert(session_id.as_str(), turn_id);
+        let live = inner.live.insert(session_id.as_str(), turn_id, 0);
         // Subscribed before the task can publish anything: the caller's
         // stream starts from the known `turn.started` without a log read.
         let receiver = live.subscribe();

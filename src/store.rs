@@ -47,9 +47,9 @@ pub use memories::{
 };
 pub use reader::{Reader, Reads};
 pub use records::{
-    ArtifactRecord, CheckpointRecord, DecisionRecord, MemoryQuery, MessageRecord, NewApproval,
-    NewArtifact, NewCheckpoint, NewDecision, NewMessage, NewStep, NewTurn, SessionRecord,
-    TurnContext, TurnFinish, TurnReads, TurnRecord, TurnStatus,
+    ArtifactRecord, CheckpointRecord, DecisionRecord, Lease, MemoryQuery, MessageRecord,
+    NewApproval, NewArtifact, NewCheckpoint, NewDecision, NewMessage, NewStep, NewTurn,
+    SessionRecord, TurnContext, TurnFinish, TurnReads, TurnRecord, TurnStatus,
 };
 pub use turns::Turns;
 pub use vault::{IndexedNote, NoteState, VaultChunk, VaultHit, VaultIndex};
@@ -71,6 +71,9 @@ pub enum StoreError {
     Conflict,
     #[error("stored data is not valid: {0}")]
     Corrupt(String),
+    /// Another process has taken over a turn the write was for.
+    #[error("turn {0} was taken over by another process")]
+    LeaseLost(Uuid),
 }
 
 impl StoreError {

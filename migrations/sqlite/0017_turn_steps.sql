@@ -1,9 +1,7 @@
 -- What each step of a running turn leaves for the rest of it
 -- (`harness/durable.rs`): written with the step's events, read when the
 -- turn is taken over, deleted with the turn's end.
--- (IF NOT EXISTS: a test of an older migration makes it early, for the
--- service as it is to write its rows.)
-CREATE TABLE IF NOT EXISTS turn_steps (
+CREATE TABLE turn_steps (
     turn_id    TEXT NOT NULL REFERENCES turns (id) ON DELETE CASCADE,
     step       INTEGER NOT NULL,
     phase      TEXT NOT NULL CHECK (phase IN ('answered', 'finished')),

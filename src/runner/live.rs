@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::events::StoredEvent;
+use crate::{events::StoredEvent, store::Lease};
 
 /// Commits a slow subscriber may fall behind before it re-reads the log.
 /// The ring is allocated whole for every running turn (about 48 bytes a
@@ -33,6 +33,8 @@ pub type Committed = Arc<[Arc<StoredEvent>]>;
 pub struct LiveTurn {
     pub session_id: String,
     pub turn_id: Uuid,
+    /// The turn's lease: its writes hold this attempt.
+    pub attempt: u32,
     sender: broadcast::Sender<Committed>,
     /// Cancelled by `POST .../cancel`.
     pub cancel: CancellationToken,
@@ -84,11 +86,12 @@ pub struct LiveTurns {
 }
 
 impl LiveTurns {
-    pub fn insert(&self, session_id: &str, turn_id: Uuid) -> Arc<LiveTurn> {
+    pub fn insert(&self, session_id: &str, turn_id: Uuid, attempt: u32) -> Arc<LiveTurn> {
         let (sender, _) = broadcast::channel(BROADCAST_CAPACITY);
         let turn = Arc::new(LiveTurn {
             session_id: session_id.to_owned(),
             turn_id,
+            attempt,
             sender,
             cancel: CancellationToken::new(),
             closed: CancellationToken::new(),
@@ -109,6 +112,17 @@ impl LiveTurns {
 
     pub fn ids(&self) -> Vec<Uuid> {
         self.lock().keys().copied().collect()
+    }
+
+    /// The leases of the turns running here.
+    pub fn leases(&self) -> Vec<Lease> {
+        self.lock()
+            .values()
+            .map(|turn| Lease {
+                turn_id: turn.turn_id,
+                attempt: turn.attempt,
+            })
+            .collect()
     }
 
     pub fn len(&self) -> usize {

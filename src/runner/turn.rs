@@ -372,6 +372,7 @@ fn build_finish(
     };
     Ok(TurnFinish {
         turn_id: live.turn_id,
+        attempt: live.attempt,
         session_id: live.session_id.clone(),
         status,
         result,

@@ -18,7 +18,7 @@ use super::live::LiveTurn;
 use crate::{
     events::StoredEvent,
     metrics::Metrics,
-    store::{Batch, EventLog, NewStep, StoreError, TurnFinish},
+    store::{Batch, EventLog, Lease, NewStep, StoreError, TurnFinish},
 };
 
 /// Attempts of a failing batch before its turns are written one by one:
@@ -363,7 +363,15 @@ async fn write(store: &dyn EventLog, batch: &[Command]) -> Result<Vec<bool>, Sto
     let mut events = Vec::new();
     let mut steps = Vec::new();
     let mut finishes = Vec::new();
+    let mut leases: Vec<Lease> = Vec::new();
     for command in batch {
+        let live = command.live();
+        if !leases.iter().any(|l| l.turn_id == live.turn_id) {
+            leases.push(Lease {
+                turn_id: live.turn_id,
+                attempt: live.attempt,
+            });
+        }
         match command {
             Command::Append { event, .. } => events.push(event.clone()),
             Command::Step { step, .. } => steps.push(&**step),
@@ -375,6 +383,7 @@ async fn write(store: &dyn EventLog, batch: &[Command]) -> Result<Vec<bool>, Sto
             events: &events,
             steps: &steps,
             finishes: &finishes,
+            leases: &leases,
         })
         .await
 }

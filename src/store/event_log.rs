@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    NewStep, TurnFinish,
+    Lease, NewStep, TurnFinish,
     reader::{Reads, args},
     records::rows::EventRow,
 };
@@ -26,6 +26,10 @@ pub struct Batch<'a> {
     pub events: &'a [Arc<StoredEvent>],
     pub steps: &'a [&'a NewStep],
     pub finishes: &'a [&'a TurnFinish],
+    /// The lease of every turn the batch writes for: a turn's events and
+    /// records are refused (the batch fails) once another attempt holds
+    /// it, as its finish does not apply.
+    pub leases: &'a [Lease],
 }
 
 /// The event log.
@@ -38,16 +42,33 @@ pub trait EventLog: Reads + Send + Sync + 'static {
     /// step records.
     async fn commit(&self, batch: Batch<'_>) -> Result<Vec<bool>>;
 
-    /// [`Self::commit`] of events and finishes.
+    /// [`Self::commit`] of events and finishes, each turn's lease the
+    /// one its finish holds, else its first (a turn never taken over).
     async fn write_batch(
         &self,
         events: &[Arc<StoredEvent>],
         finishes: &[&TurnFinish],
     ) -> Result<Vec<bool>> {
+        let mut leases: Vec<Lease> = finishes
+            .iter()
+            .map(|f| Lease {
+                turn_id: f.turn_id,
+                attempt: f.attempt,
+            })
+            .collect();
+        for event in events {
+            if !leases.iter().any(|l| l.turn_id == event.turn_id) {
+                leases.push(Lease {
+                    turn_id: event.turn_id,
+                    attempt: 0,
+                });
+            }
+        }
         self.commit(Batch {
             events,
             steps: &[],
             finishes,
+            leases: &leases,
         })
         .await
     }

@@ -136,6 +136,9 @@ pub struct NewDecision {
 #[derive(Debug, Clone)]
 pub struct TurnFinish {
     pub turn_id: Uuid,
+    /// The lease the finish holds: it applies only while the turn is
+    /// still this attempt's.
+    pub attempt: u32,
     pub session_id: String,
     pub status: TurnStatus,
     pub result: Option<String>,
@@ -150,6 +153,14 @@ pub struct TurnFinish {
     /// The turn's cost in USD, when priced.
     pub cost_usd: Option<f64>,
     pub terminal: Arc<StoredEvent>,
+}
+
+/// A running turn's lease, held by the process that runs it: its writes
+/// apply only while the turn is still this attempt's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease {
+    pub turn_id: Uuid,
+    pub attempt: u32,
 }
 
 /// A step's record of a running turn (`harness::durable::StepRecord`),
@@ -258,6 +269,8 @@ pub struct TurnRecord {
     pub error_code: Option<String>,
     pub error_message: Option<String>,
     pub owner_instance: String,
+    /// The lease: how many times the turn was taken over (0: never).
+    pub attempt: u32,
     pub first_seq: i64,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -312,6 +325,7 @@ pub(super) mod rows {
         pub error_code: Option<String>,
         pub error_message: Option<String>,
         pub owner_instance: String,
+        pub attempt: i32,
         pub first_seq: i64,
         pub created_at: DateTime<Utc>,
         pub finished_at: Option<DateTime<Utc>>,
@@ -377,6 +391,7 @@ impl TryFrom<rows::TurnRow> for TurnRecord {
             error_code: r.error_code,
             error_message: r.error_message,
             owner_instance: r.owner_instance,
+            attempt: u32::try_from(r.attempt).unwrap_or(0),
             first_seq: r.first_seq,
             created_at: r.created_at,
             finished_at: r.finished_at,

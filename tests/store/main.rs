@@ -14,8 +14,8 @@ use std::sync::Arc;
 use agent_harness::{
     events::{StoredEvent, TurnEvent},
     store::{
-        Batch, BeginTurnError, NewDecision, NewMessage, NewStep, NewTurn, OrphanScope, Store,
-        TurnFinish, TurnStatus,
+        Batch, BeginTurnError, Lease, NewDecision, NewMessage, NewStep, NewTurn, OrphanScope,
+        Store, TurnFinish, TurnStatus,
     },
     turn::TurnRequest,
 };
@@ -67,6 +67,7 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
     };
     TurnFinish {
         turn_id: turn.id,
+        attempt: 0,
         session_id: turn.session_id.clone(),
         status: TurnStatus::Completed,
         result: Some(serde_json::to_string(&result).unwrap()),
@@ -761,6 +762,10 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
     let (_db, store) = store(backend).await;
     let turn = new_turn("s-steps", None);
     store.begin_turn(&turn).await.unwrap();
+    let leases = [Lease {
+        turn_id: turn.id,
+        attempt: 0,
+    }];
     let answered = step(&turn, 1, "answered");
     let finished = step(&turn, 1, "finished");
     let second = step(&turn, 2, "answered");
@@ -770,6 +775,7 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
             events: &[delta(&turn, 2, "a")],
             steps: &[&second, &finished],
             finishes: &[],
+            leases: &leases,
         })
         .await
         .unwrap();
@@ -778,6 +784,7 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
             events: &[],
             steps: &[&answered],
             finishes: &[],
+            leases: &leases,
         })
         .await
         .unwrap();
@@ -792,6 +799,7 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
             events: &[],
             steps: &[&again],
             finishes: &[],
+            leases: &leases,
         })
         .await
         .unwrap();
@@ -809,6 +817,7 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
             events: &[],
             steps: &[&last],
             finishes: &[&completed(&turn, 3, "done")],
+            leases: &leases,
         })
         .await
         .unwrap();
@@ -995,6 +1004,42 @@ async fn session_contents(store: &dyn Store, key: &str) -> String {
     )
 }
 
+/// Adds (`up`) or drops the table and the column that migrations after
+/// the move to per-tenant ids made and the service's writes touch.
+async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
+    match (backend, up) {
+        (Backend::Sqlite, true) => {
+            db.execute_sqlite(include_str!("../../migrations/sqlite/0017_turn_steps.sql"))
+                .await;
+            db.execute_sqlite(include_str!(
+                "../../migrations/sqlite/0018_turn_attempts.sql"
+            ))
+            .await;
+        }
+        (Backend::Postgres, true) => {
+            db.execute_postgres(include_str!(
+                "../../migrations/postgres/0019_turn_steps.sql"
+            ))
+            .await;
+            db.execute_postgres(include_str!(
+                "../../migrations/postgres/0020_turn_attempts.sql"
+            ))
+            .await;
+        }
+        (Backend::Sqlite, false) => {
+            db.execute_sqlite("DROP TABLE turn_steps; ALTER TABLE turns DROP COLUMN attempt;")
+                .await;
+        }
+        (Backend::Postgres, false) => {
+            db.execute_postgres(
+                "DROP TABLE turn_steps; ALTER TABLE turns DROP COLUMN attempt; \
+                 DROP FUNCTION harness_lease_lost(BIGINT);",
+            )
+            .await;
+        }
+    }
+}
+
 /// Session ids became per tenant: a store made before keeps every row of
 /// every session. The default tenant's stay where they were; another
 /// tenant's move, whole, to the key `{tenant}/{id}`.
@@ -1002,21 +1047,11 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
     let db = TestDb::new(backend).await;
     db.migrate_to(before_per_tenant_ids(backend)).await;
     // The service as it is writes the rows (the migration changes no
-    // column): sessions made before, when every id was global. Its turn
-    // ends clear a table added later: made now (the later migration
-    // leaves it as it finds it).
-    match backend {
-        Backend::Sqlite => {
-            db.execute_sqlite(include_str!("../../migrations/sqlite/0017_turn_steps.sql"))
-                .await
-        }
-        Backend::Postgres => {
-            db.execute_postgres(include_str!(
-                "../../migrations/postgres/0019_turn_steps.sql"
-            ))
-            .await
-        }
-    }
+    // column): sessions made before, when every id was global. Its writes
+    // touch a table and a column added after the move: made for them, and
+    // dropped before the migration, which finds the database as the older
+    // release left it.
+    later_schema(&db, backend, true).await;
     let store = db.open_unmigrated().await;
     let mut made = Vec::new();
     for (tenant, id) in [("default", "d-1"), ("acme", "chat-1"), ("acme", "chat-2")] {
@@ -1069,6 +1104,7 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
             .unwrap();
         made.push((tenant, id, session_contents(store.as_ref(), id).await));
     }
+    later_schema(&db, backend, false).await;
 
     store.migrate().await.unwrap();
     assert!(store.readiness().await.migrations_applied);

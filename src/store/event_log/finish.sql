@@ -49,15 +49,24 @@
 --   $41  j.turn_id         text[]
 --   $42  j.payload         text[]
 --   $43  j.at              timestamptz[]
+--   $44  f.attempt         int4[]
+--   $45  l.turn_id         text[]
+--   $46  l.attempt         int4[]
 WITH f AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-  $6::text[], $7::timestamptz[], $8::float8[], $9::int8[])
+  $6::text[], $7::timestamptz[], $8::float8[], $9::int8[], $44::int4[])
   AS f(turn_id, session_id, status, result, error_code, error_message, finished_at,
-  cost_usd, last_seq)
+  cost_usd, last_seq, attempt)
+), leased AS (
+-- The batch's turns still held by the attempts that wrote it (the
+-- sessions are locked: no take-over commits meanwhile).
+  SELECT t.id FROM turns t JOIN unnest($45::text[], $46::int4[]) AS l(turn_id, attempt)
+  ON t.id = l.turn_id AND t.attempt = l.attempt
 ), ended AS (
   UPDATE turns SET status = f.status, result = f.result, error_code = f.error_code,
   error_message = f.error_message, finished_at = f.finished_at, cost_usd = f.cost_usd
   FROM f WHERE turns.id = f.turn_id AND turns.status = 'running'
+  AND turns.attempt = f.attempt
   RETURNING turns.id
 ), totals AS (
   UPDATE sessions SET updated_at = f.finished_at, last_seq = f.last_seq,
@@ -90,6 +99,7 @@ WITH f AS (
 ), logged AS (
   INSERT INTO events (session_id, seq, turn_id, type, payload, created_at)
   SELECT session_id, seq, turn_id, type, payload, created_at FROM due
+  WHERE due.turn_id IN (SELECT id FROM leased)
   ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1
 ), dropped AS (
   DELETE FROM turn_steps WHERE turn_id IN (SELECT id FROM ended)

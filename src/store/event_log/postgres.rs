@@ -10,7 +10,7 @@ use super::{Batch, EventLog};
 use crate::store::Result;
 use crate::{
     events::StoredEvent,
-    store::{NewStep, StoreError, TurnFinish, postgres::PostgresStore},
+    store::{Lease, NewStep, StoreError, TurnFinish, postgres::PostgresStore},
 };
 
 /// The statement that ends a batch's turns ([`finish_statement`]).
@@ -23,13 +23,14 @@ impl EventLog for PostgresStore {
             events,
             steps,
             finishes,
+            leases,
         } = batch;
         self.bounded(async {
             if finishes.is_empty() && steps.is_empty() {
                 // One statement is its own transaction: no BEGIN and COMMIT
                 // round trips for the common batch of deltas.
                 if !events.is_empty() {
-                    insert_events(self.writer(), events.iter().map(|e| &**e)).await?;
+                    insert_leased_events(self.writer(), events, leases).await?;
                 }
                 return Ok(Vec::new());
             }
@@ -37,9 +38,9 @@ impl EventLog for PostgresStore {
                 // A step's end: its events and its record together.
                 let mut tx = self.begin_write().await?;
                 if !events.is_empty() {
-                    insert_events(&mut *tx, events.iter().map(|e| &**e)).await?;
+                    insert_leased_events(&mut *tx, events, leases).await?;
                 }
-                insert_steps(&mut *tx, steps).await?;
+                insert_steps(&mut *tx, steps, leases).await?;
                 tx.commit().await?;
                 return Ok(Vec::new());
             }
@@ -57,9 +58,9 @@ impl EventLog for PostgresStore {
                 .execute(&mut *tx)
                 .await?;
             if !steps.is_empty() {
-                insert_steps(&mut *tx, steps).await?;
+                insert_steps(&mut *tx, steps, leases).await?;
             }
-            let (ended, _): (Vec<String>, i64) = finish_statement(events, finishes)
+            let (ended, _): (Vec<String>, i64) = finish_statement(events, finishes, leases)
                 .fetch_one(&mut *tx)
                 .await?;
             tx.commit().await?;
@@ -123,11 +124,13 @@ impl EventLog for PostgresStore {
 }
 
 /// Keeps step records, one statement whatever their number; a record
-/// already kept (a batch tried again) is kept as it was.
-async fn insert_steps<'c, E>(executor: E, steps: &[&NewStep]) -> Result<()>
+/// already kept (a batch tried again) is kept as it was. A record of a
+/// turn whose lease is not `leases`' any more fails the statement.
+async fn insert_steps<'c, E>(executor: E, steps: &[&NewStep], leases: &[Lease]) -> Result<()>
 where
     E: sqlx::Executor<'c, Database = Postgres>,
 {
+    let leases = LeaseColumns::of(leases);
     let turn_ids: Vec<String> = steps.iter().map(|s| s.turn_id.to_string()).collect();
     let numbers: Vec<i32> = steps
         .iter()
@@ -136,17 +139,76 @@ where
     let phases: Vec<&str> = steps.iter().map(|s| s.phase).collect();
     let records: Vec<&str> = steps.iter().map(|s| s.record.as_str()).collect();
     let at: Vec<_> = steps.iter().map(|s| s.created_at).collect();
-    sqlx::query(
-        "INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
-         SELECT * FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::timestamptz[]) \
-         ON CONFLICT DO NOTHING",
+    let _: i64 = sqlx::query_scalar(
+        "WITH leased AS ( \
+           SELECT t.id FROM turns t JOIN unnest($6::text[], $7::int4[]) AS l(turn_id, attempt) \
+           ON t.id = l.turn_id AND t.attempt = l.attempt FOR KEY SHARE OF t \
+         ), s AS ( \
+           SELECT * FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], \
+           $5::timestamptz[]) AS s(turn_id, step, phase, record, created_at) \
+         ), kept AS ( \
+           INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
+           SELECT * FROM s WHERE s.turn_id IN (SELECT id FROM leased) \
+           ON CONFLICT DO NOTHING RETURNING 1 \
+         ) \
+         SELECT harness_lease_lost((SELECT count(*) FROM s \
+           WHERE s.turn_id NOT IN (SELECT id FROM leased)))",
     )
     .bind(turn_ids)
     .bind(numbers)
     .bind(phases)
     .bind(records)
     .bind(at)
-    .execute(executor)
+    .bind(leases.turn_id)
+    .bind(leases.attempt)
+    .fetch_one(executor)
+    .await?;
+    Ok(())
+}
+
+/// [`insert_events`] for the turns that hold `leases`: each turn's row is
+/// share-locked while its events go in, so a take-over (which locks the
+/// row for update) either waits for them, and numbers its own after, or
+/// comes first and fails them; the statement fails whole.
+async fn insert_leased_events<'c, E>(
+    executor: E,
+    events: &[Arc<StoredEvent>],
+    leases: &[Lease],
+) -> Result<()>
+where
+    E: sqlx::Executor<'c, Database = Postgres>,
+{
+    let columns = EventColumns::of(events.iter().map(|e| (&**e, false)));
+    let leases = LeaseColumns::of(leases);
+    let _: i64 = sqlx::query_scalar(
+        "WITH leased AS ( \
+           SELECT t.id FROM turns t JOIN unnest($7::text[], $8::int4[]) AS l(turn_id, attempt) \
+           ON t.id = l.turn_id AND t.attempt = l.attempt FOR KEY SHARE OF t \
+         ), e AS ( \
+           SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
+           $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
+         ), logged AS ( \
+           INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+           SELECT * FROM e WHERE e.turn_id IN (SELECT id FROM leased) \
+           ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
+         ) \
+         SELECT harness_lease_lost((SELECT count(*) FROM e \
+           WHERE e.turn_id NOT IN (SELECT id FROM leased))) \
+         + harness_event_conflicts((SELECT count(*) FROM e) \
+           - (SELECT count(*) FROM logged) \
+           - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
+              AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
+              AND x.payload = e.payload))",
+    )
+    .bind(columns.session_id)
+    .bind(columns.seq)
+    .bind(columns.turn_id)
+    .bind(columns.event_type)
+    .bind(columns.payload)
+    .bind(columns.created_at)
+    .bind(leases.turn_id)
+    .bind(leases.attempt)
+    .fetch_one(executor)
     .await?;
     Ok(())
 }
@@ -222,6 +284,24 @@ impl<'a> EventColumns<'a> {
     }
 }
 
+/// Leases as columns, for `unnest`.
+struct LeaseColumns {
+    turn_id: Vec<String>,
+    attempt: Vec<i32>,
+}
+
+impl LeaseColumns {
+    fn of(leases: &[Lease]) -> Self {
+        Self {
+            turn_id: leases.iter().map(|l| l.turn_id.to_string()).collect(),
+            attempt: leases
+                .iter()
+                .map(|l| i32::try_from(l.attempt).unwrap_or(i32::MAX))
+                .collect(),
+        }
+    }
+}
+
 /// The one statement that ends a batch's turns: each turn still running
 /// is ended and its messages, decision, observation, jobs, session totals
 /// and terminal event written; the batch's other events are written
@@ -235,6 +315,7 @@ impl<'a> EventColumns<'a> {
 fn finish_statement<'q>(
     events: &'q [Arc<StoredEvent>],
     finishes: &'q [&'q TurnFinish],
+    leases: &'q [Lease],
 ) -> sqlx::query::QueryAs<'q, Postgres, (Vec<String>, i64), sqlx::postgres::PgArguments> {
     let mut turn_id = Vec::with_capacity(finishes.len());
     let mut session_id = Vec::with_capacity(finishes.len());
@@ -245,6 +326,7 @@ fn finish_statement<'q>(
     let mut finished_at = Vec::with_capacity(finishes.len());
     let mut cost_usd = Vec::with_capacity(finishes.len());
     let mut last_seq = Vec::with_capacity(finishes.len());
+    let mut attempt = Vec::with_capacity(finishes.len());
     #[derive(Default)]
     struct Messages<'a> {
         id: Vec<String>,
@@ -336,7 +418,9 @@ fn finish_statement<'q>(
         finished_at.push(at);
         cost_usd.push(finish.cost_usd);
         last_seq.push(finish.terminal.seq);
+        attempt.push(i32::try_from(finish.attempt).unwrap_or(i32::MAX));
     }
+    let leases = LeaseColumns::of(leases);
     let events = EventColumns::of(
         events
             .iter()
@@ -389,6 +473,9 @@ fn finish_statement<'q>(
         .bind(jobs.turn_id)
         .bind(jobs.payload)
         .bind(jobs.at)
+        .bind(attempt)
+        .bind(leases.turn_id)
+        .bind(leases.attempt)
 }
 
 #[cfg(test)]
@@ -398,7 +485,7 @@ mod tests {
     /// What each of `finish.sql`'s binds is, in order: `alias.column` of the
     /// `unnest` it feeds (`f` the ending turns, `m` their messages, `d` their
     /// decisions, `e` the batch's events, `o` observations, `j` jobs).
-    const FINISH_BINDS: [&str; 43] = [
+    const FINISH_BINDS: [&str; 46] = [
         "f.turn_id",
         "f.session_id",
         "f.status",
@@ -442,6 +529,9 @@ mod tests {
         "j.turn_id",
         "j.payload",
         "j.at",
+        "f.attempt",
+        "l.turn_id",
+        "l.attempt",
     ];
 
     /// The header of `finish.sql` as (bind number, name, type).

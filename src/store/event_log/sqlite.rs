@@ -8,7 +8,7 @@ use crate::store::Result;
 use crate::{
     events::StoredEvent,
     store::{
-        NewStep, TurnFinish,
+        NewStep, StoreError, TurnFinish,
         sqlite::{
             SqliteStore,
             writer::{insert_events, insert_job, insert_observation, ts},
@@ -20,10 +20,24 @@ use crate::{
 impl EventLog for SqliteStore {
     async fn commit(&self, batch: Batch<'_>) -> Result<Vec<bool>> {
         let events = batch.events.to_vec();
+        let leases = batch.leases.to_vec();
         let steps: Vec<NewStep> = batch.steps.iter().map(|s| (*s).clone()).collect();
         let finishes: Vec<TurnFinish> = batch.finishes.iter().map(|f| (*f).clone()).collect();
         self.writes
             .run(move |tx| {
+                // One process writes a SQLite store; a lease is lost only to
+                // a take-over by the same process after a restart, but the
+                // rule holds here as on Postgres.
+                let mut held = tx.prepare_cached("SELECT attempt FROM turns WHERE id = ?1")?;
+                for lease in &leases {
+                    let attempt: Option<u32> = held
+                        .query_row(params![lease.turn_id.to_string()], |row| row.get(0))
+                        .optional()?;
+                    if attempt.is_some_and(|a| a != lease.attempt) {
+                        return Err(StoreError::LeaseLost(lease.turn_id));
+                    }
+                }
+                drop(held);
                 let mut step = tx.prepare_cached(
                     "INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
                      VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
@@ -46,7 +60,7 @@ impl EventLog for SqliteStore {
                         .prepare_cached(
                             "UPDATE turns SET status = ?1, result = ?2, error_code = ?3, \
                          error_message = ?4, finished_at = ?5, cost_usd = ?7 \
-                         WHERE id = ?6 AND status = 'running'",
+                         WHERE id = ?6 AND status = 'running' AND attempt = ?8",
                         )?
                         .execute(params![
                             finish.status.as_str(),
@@ -55,7 +69,8 @@ impl EventLog for SqliteStore {
                             finish.error_message,
                             at,
                             turn_id,
-                            finish.cost_usd
+                            finish.cost_usd,
+                            finish.attempt
                         ])?;
                     applied.push(updated == 1);
                     if updated != 1 {
