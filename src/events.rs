@@ -22,6 +22,10 @@ pub enum ToolStatus {
     TimedOut,
     /// Refused by a gate (the event's `reason` says which).
     Denied,
+    /// The call started in a process that died before it ended: whether
+    /// it took effect is not known, and a call that may change something
+    /// is not run again blindly (the model is told so).
+    Unknown,
 }
 
 impl ToolStatus {
@@ -31,6 +35,7 @@ impl ToolStatus {
             Self::Failed => "failed",
             Self::TimedOut => "timed_out",
             Self::Denied => "denied",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -65,6 +70,16 @@ pub enum TurnEvent {
         prompt_version: Option<String>,
         render_hash: String,
         context_hash: String,
+    },
+    /// The turn goes on in another process (`owner`, its `attempt`-th
+    /// take-over) from the step after `from_step`: the one that ran it
+    /// died or shut down. Text of a step streamed before it and not
+    /// finished is retracted first (`message.retracted`).
+    #[serde(rename = "turn.resumed")]
+    TurnResumed {
+        owner: String,
+        attempt: u32,
+        from_step: u32,
     },
     /// A piece of the assistant's text, in order.
     #[serde(rename = "message.delta")]
@@ -220,6 +235,7 @@ impl TurnEvent {
         match self {
             Self::TurnStarted { .. } => "turn.started",
             Self::PromptRendered { .. } => "prompt.rendered",
+            Self::TurnResumed { .. } => "turn.resumed",
             Self::MessageDelta { .. } => "message.delta",
             Self::MessageRetracted { .. } => "message.retracted",
             Self::Usage { .. } => "usage",

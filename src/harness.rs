@@ -452,6 +452,17 @@ impl AgentHarness {
         self.run_turn_with_state(request, sink, state).await
     }
 
+    /// Goes on with a turn that another process began, from where its
+    /// records left it (see [`durable`]): stages 0 to 3 are not run again.
+    pub async fn resume_turn(
+        &self,
+        request: TurnInput,
+        sink: Arc<dyn EventSink>,
+        resume: durable::Resume,
+    ) -> Result<TurnOutput, TurnError> {
+        turn_loop::resume(self, request, sink, resume).await
+    }
+
     /// [`AgentHarness::run_turn`] with a state the caller keeps (to inspect
     /// it afterwards).
     pub async fn run_turn_with_state(

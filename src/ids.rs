@@ -79,6 +79,11 @@ impl SessionKey {
         Self(tenant_scope(tenant, id.as_str()))
     }
 
+    /// The key of a session as the store holds it.
+    pub fn from_stored(stored: &str) -> Self {
+        Self(stored.to_owned())
+    }
+
     /// The stored key (what every table's `session_id` holds).
     pub fn as_str(&self) -> &str {
         &self.0

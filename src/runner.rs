@@ -26,7 +26,8 @@ use crate::{
     ids::SessionKey,
     metrics::Metrics,
     store::{
-        BeginTurnError, NewTurn, OrphanScope, Store, StoreError, TurnReads, TurnRecord, TurnStatus,
+        BeginTurnError, NewTurn, Orphan, OrphanScope, Store, StoreError, TurnReads, TurnRecord,
+        TurnStatus,
     },
     turn::{TurnRequest, WebMode},
 };
@@ -42,6 +43,8 @@ pub struct RunnerConfig {
     pub history_max_messages: u32,
     pub heartbeat_interval: Duration,
     pub stale_turn_after: Duration,
+    /// Take-overs a turn may have before it ends `interrupted`.
+    pub max_attempts: u32,
     /// How often a subscriber to a turn run elsewhere re-reads the log.
     pub poll_interval: Duration,
     /// The event writer's queue, group size and linger.
@@ -219,6 +222,10 @@ impl TurnRunner {
     }
 
     async fn sweep_orphans(&self) -> Result<usize, StoreError> {
+        // A process on its way out takes nothing over.
+        if self.is_draining() {
+            return Ok(0);
+        }
         let now = Utc::now();
         let stale = chrono::Duration::from_std(self.inner.config.stale_turn_after)
             .unwrap_or(chrono::Duration::MAX);
@@ -227,16 +234,47 @@ impl TurnRunner {
             process: self.inner.process_id.clone(),
             stale_before: now.checked_sub_signed(stale).unwrap_or(now),
             alive: self.inner.live.ids().into_iter().collect(),
+            max_attempts: self.inner.config.max_attempts,
         };
-        let events = self
+        let taken = self
             .inner
             .store
-            .interrupt_orphans(&scope, "owner_lost", now)
+            .take_orphans(&scope, "owner_lost", now)
             .await?;
-        for event in &events {
-            tracing::warn!(turn.id = %event.turn_id, session.id = %event.session_id, "interrupted an orphaned turn");
+        let count = taken.len();
+        for orphan in taken {
+            match orphan {
+                Orphan::Interrupted(event) => {
+                    tracing::warn!(turn.id = %event.turn_id, session.id = %event.session_id, "interrupted an orphaned turn: its take-overs ran out");
+                }
+                Orphan::Claimed { turn, next_seq } => {
+                    tracing::warn!(turn.id = %turn.id, session.id = %turn.session_id, attempt = turn.attempt, "took over an orphaned turn");
+                    self.resume(*turn, next_seq);
+                }
+            }
         }
-        Ok(events.len())
+        Ok(count)
+    }
+
+    /// Goes on with a turn this process has just taken over.
+    fn resume(&self, turn: TurnRecord, next_seq: i64) {
+        let inner = &self.inner;
+        inner.metrics.turn_started();
+        let live = inner.live.insert(&turn.session_id, turn.id, turn.attempt);
+        let span = tracing::info_span!(
+            "turn",
+            otel.name = "invoke_agent",
+            gen_ai.operation.name = "invoke_agent",
+            turn.id = %turn.id,
+            session.id = %turn.session_id,
+            turn.attempt = turn.attempt,
+            turn.status = tracing::field::Empty,
+        );
+        inner.turns.spawn(
+            self.clone()
+                .drive_resumed(live, turn, next_seq)
+                .instrument(span),
+        );
     }
 
     /// What a turn of `spec` will do otherwise than it asks.

@@ -410,6 +410,7 @@ impl Application {
                 history_max_messages: settings.harness.history_max_messages,
                 heartbeat_interval: Duration::from_secs(settings.server.heartbeat_interval_s),
                 stale_turn_after: settings.server.stale_turn_after(),
+                max_attempts: settings.server.turn_max_attempts,
                 poll_interval: Duration::from_millis(250),
                 events: crate::runner::WriterLimits {
                     capacity: settings.database.event_queue_capacity,

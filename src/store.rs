@@ -142,6 +142,22 @@ pub struct OrphanScope {
     /// Turns known to be running in the caller's process: never orphans,
     /// however late their heartbeat (a busy moment must not end them).
     pub alive: std::collections::HashSet<Uuid>,
+    /// Take-overs a turn may have: an orphan taken over this many times
+    /// already ends `interrupted` (0: every orphan does).
+    pub max_attempts: u32,
+}
+
+/// What a sweep did with an orphan.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Orphan {
+    /// The caller's process holds it now, as attempt `turn.attempt`; its
+    /// next event takes `next_seq`.
+    Claimed {
+        turn: Box<TurnRecord>,
+        next_seq: i64,
+    },
+    /// It ended `interrupted` with this event: its take-overs ran out.
+    Interrupted(Box<crate::events::StoredEvent>),
 }
 
 /// Turn ids whose cancellation was requested, as requests are made.

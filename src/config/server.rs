@@ -123,6 +123,17 @@ pub struct ServerSettings {
         env = "HARNESS_STALE_TURN_AFTER_S"
     )]
     pub stale_turn_after_s: Option<u64>,
+    /// Times a turn whose process died or shut down is taken over by
+    /// another (or, on SQLite, by the service started again) before it
+    /// ends `interrupted` (0: never taken over).
+    #[arg(
+        id = "server.turn_max_attempts",
+        long = "turn-max-attempts",
+        env = "HARNESS_TURN_MAX_ATTEMPTS",
+        default_value_t = 3,
+        value_parser = clap::value_parser!(u32).range(0..=100)
+    )]
+    pub turn_max_attempts: u32,
     /// Threads that run the service's requests and turns [default: one a
     /// core].
     #[arg(

@@ -12,10 +12,12 @@
 //! state the next step starts from: a pure function, so a turn taken over
 //! by another process goes on from exactly where its owner left it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
@@ -24,7 +26,10 @@ use super::{
     replay::ReplayControl,
     state::{CitationAccumulator, ToolResultRecord, TurnRuntimeState},
 };
-use crate::providers::{ChatMessage, Usage};
+use crate::{
+    events::{ToolStatus, TurnEvent},
+    providers::{ChatMessage, Usage},
+};
 
 /// Where a step stood when its record was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -107,6 +112,8 @@ pub struct Resumed {
     pub tool_results: Vec<ToolResultRecord>,
     pub state: StateSnapshot,
     pub prepared: Prepared,
+    /// The prepared prompt (the first record's first messages).
+    pub prompt: Vec<ChatMessage>,
 }
 
 impl Resumed {
@@ -135,6 +142,19 @@ impl Resumed {
     pub fn replay(&self) -> ReplayControl {
         ReplayControl::restore(&self.state.completed_calls)
     }
+}
+
+/// How a turn goes on from a step the process that began it did not end.
+pub struct Resume {
+    pub from: Resumed,
+    /// What the log shows of the calls of `from`'s step, when its record
+    /// left it answered.
+    pub prior: PriorCalls,
+    /// When the turn began (its elapsed time counts from there).
+    pub started: Instant,
+    /// The turn's state as its records left it (see
+    /// [`Resumed::runtime_state`]).
+    pub state: Arc<TurnRuntimeState>,
 }
 
 /// Why a turn's records do not make a turn.
@@ -168,6 +188,11 @@ pub fn rebuild(records: &[StepRecord]) -> Result<Option<Resumed>, RebuildError> 
         question_at: 0,
         tool_results: Vec::new(),
         state: StateSnapshot::default(),
+        prompt: first
+            .messages
+            .get(..prepared.prompt_len)
+            .unwrap_or_default()
+            .to_vec(),
         prepared,
     };
     for record in records {
@@ -196,6 +221,92 @@ pub fn rebuild(records: &[StepRecord]) -> Result<Option<Resumed>, RebuildError> 
         resumed.phase = record.phase;
     }
     Ok(Some(resumed))
+}
+
+/// What the log shows of a call of the step a turn goes on from (the
+/// one its last record left answered), written by the process that died.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PriorCall {
+    /// Its `tool.started` is there, its end is not. `awaiting_approval`:
+    /// it was waiting for a person (never ran).
+    Started { awaiting_approval: bool },
+    /// Its `tool.finished` is there: it is not run again.
+    Ended {
+        status: ToolStatus,
+        reason: Option<String>,
+        error: Option<String>,
+        output: Option<String>,
+        artifact_id: Option<String>,
+        latency_ms: u64,
+    },
+}
+
+/// The calls of one step as the log shows them, by call id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PriorCalls(pub HashMap<String, PriorCall>);
+
+impl PriorCalls {
+    /// What `events` (a turn's, in seq order) show of the calls of `step`.
+    pub fn of_step<'e>(events: impl IntoIterator<Item = &'e TurnEvent>, step: u32) -> Self {
+        let mut calls = HashMap::new();
+        let mut waiting: HashMap<String, bool> = HashMap::new();
+        for event in events {
+            match event {
+                TurnEvent::ToolStarted {
+                    step: s, call_id, ..
+                } if *s == step => {
+                    calls.insert(
+                        call_id.clone(),
+                        PriorCall::Started {
+                            awaiting_approval: false,
+                        },
+                    );
+                }
+                TurnEvent::ApprovalRequested {
+                    step: s, call_id, ..
+                } if *s == step => {
+                    waiting.insert(call_id.clone(), true);
+                }
+                TurnEvent::ApprovalResolved { call_id, .. } => {
+                    waiting.insert(call_id.clone(), false);
+                }
+                TurnEvent::ToolFinished {
+                    step: s,
+                    call_id,
+                    status,
+                    reason,
+                    error,
+                    output,
+                    artifact_id,
+                    latency_ms,
+                    ..
+                } if *s == step => {
+                    calls.insert(
+                        call_id.clone(),
+                        PriorCall::Ended {
+                            status: *status,
+                            reason: reason.clone(),
+                            error: error.clone(),
+                            output: output.clone(),
+                            artifact_id: artifact_id.clone(),
+                            latency_ms: *latency_ms,
+                        },
+                    );
+                }
+                _ => {}
+            }
+        }
+        for (call_id, prior) in &mut calls {
+            if let PriorCall::Started { awaiting_approval } = prior {
+                *awaiting_approval = waiting.get(call_id).copied().unwrap_or(false);
+            }
+        }
+        Self(calls)
+    }
+
+    pub fn get(&self, call_id: &str) -> Option<&PriorCall> {
+        self.0.get(call_id)
+    }
 }
 
 /// What of the conversation and the tool results the turn has recorded,

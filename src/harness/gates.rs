@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     AgentHarness, EventSink, TurnInput,
+    durable::PriorCalls,
     executor::{self, Executed},
     hooks::{ApprovalDecision, ApprovalRequest, CheckpointRequest, isolate},
     replay::ReplayControl,
@@ -67,7 +68,18 @@ impl DenyReason {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolOutcome {
     Executed(Executed),
-    Denied { reason: DenyReason, message: String },
+    Denied {
+        reason: DenyReason,
+        message: String,
+    },
+    /// Not run here: the turn goes on from a step whose call a process
+    /// that died ran (its end is in the log), or may have run (`Unknown`).
+    /// `content` is what the model is told.
+    Logged {
+        status: ToolStatus,
+        content: String,
+        latency_ms: u64,
+    },
 }
 
 impl ToolOutcome {
@@ -88,6 +100,7 @@ impl ToolOutcome {
             Self::Executed(Executed::Failed { .. }) => ToolStatus::Failed,
             Self::Executed(Executed::TimedOut { .. }) => ToolStatus::TimedOut,
             Self::Denied { .. } => ToolStatus::Denied,
+            Self::Logged { status, .. } => *status,
         }
     }
 
@@ -102,7 +115,7 @@ impl ToolOutcome {
     }
 
     pub fn is_error(&self) -> bool {
-        !matches!(self, Self::Executed(Executed::Completed { .. }))
+        self.status() != ToolStatus::Completed
     }
 
     pub(super) fn latency_ms(&self) -> u64 {
@@ -111,7 +124,8 @@ impl ToolOutcome {
                 Executed::Completed { latency_ms, .. }
                 | Executed::Failed { latency_ms, .. }
                 | Executed::TimedOut { latency_ms, .. },
-            ) => *latency_ms,
+            )
+            | Self::Logged { latency_ms, .. } => *latency_ms,
             Self::Denied { .. } => 0,
         }
     }
@@ -126,6 +140,9 @@ pub(super) struct CallEnv<'a> {
     pub sink: &'a Arc<dyn EventSink>,
     pub turn_cancel: &'a CancellationToken,
     pub step: u32,
+    /// What the log shows of the step's calls, when the turn goes on from
+    /// a step a process that died began (empty otherwise).
+    pub prior: &'a PriorCalls,
 }
 
 /// Runs one call through the gates. Never fails.

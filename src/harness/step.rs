@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::{
     AgentHarness, EventSink, MAX_STEPS_TEXT, SinkError, TIMEOUT_TEXT, TurnError, TurnInput,
     compaction::{self, ContextLevel},
-    durable::{Prepared, Recorded, StepPhase, StepRecord},
+    durable::{Prepared, PriorCalls, Recorded, StepPhase, StepRecord},
     gates::CallEnv,
     replay::ReplayControl,
     scheduler,
@@ -80,7 +80,7 @@ impl Turn<'_> {
         &self,
         conversation: &mut Conversation,
     ) -> Result<Option<(String, StopReason)>, TurnError> {
-        let (harness, state) = (self.harness, self.state);
+        let state = self.state;
         // 4a: step gate and deadline.
         if state.budget.is_expired() {
             state.set_timed_out();
@@ -116,11 +116,29 @@ impl Turn<'_> {
             ..ChatMessage::assistant(output.text, output.tool_calls.clone())
         });
         self.record(conversation, step, StepPhase::Answered).await?;
-        let waves = scheduler::schedule(
+        self.run_tools(
+            step,
             &output.tool_calls,
-            &harness.tools,
-            harness.options.parallel_enabled,
-        );
+            conversation,
+            &PriorCalls::default(),
+        )
+        .await?;
+        Ok(None)
+    }
+
+    /// 4e-4i for the calls the model asked for at `step` (the last message
+    /// of `conversation`): their waves, a reflection and a compaction, and
+    /// the step's record. `prior`: what the log shows of these calls, when
+    /// the turn goes on from a step a process that died began.
+    pub(super) async fn run_tools(
+        &self,
+        step: u32,
+        calls: &[ToolCall],
+        conversation: &mut Conversation,
+        prior: &PriorCalls,
+    ) -> Result<(), TurnError> {
+        let (harness, state) = (self.harness, self.state);
+        let waves = scheduler::schedule(calls, &harness.tools, harness.options.parallel_enabled);
         let env = CallEnv {
             harness,
             request: self.request,
@@ -129,8 +147,9 @@ impl Turn<'_> {
             sink: self.sink,
             turn_cancel: self.turn_cancel,
             step,
+            prior,
         };
-        let (tool_messages, any_error) = waves::run_waves(&env, &output.tool_calls, &waves).await?;
+        let (tool_messages, any_error) = waves::run_waves(&env, calls, &waves).await?;
         conversation.messages.extend(tool_messages);
 
         // 4h: reflection.
@@ -143,7 +162,7 @@ impl Turn<'_> {
         // 4i: compaction at the critical level.
         self.compact_if_critical(step, conversation).await?;
         self.record(conversation, step, StepPhase::Finished).await?;
-        Ok(None)
+        Ok(())
     }
 
     /// Writes the step's record: what the conversation and the tool

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     AgentHarness, EventSink, TurnError, TurnInput, TurnOutput,
-    durable::{Prepared, Recorded},
+    durable::{Prepared, PriorCalls, Recorded, Resume, StepPhase},
     executor::{self, Executed},
     finalizer::{self, FinalizeInput},
     hooks::{MemoryContext, isolate},
@@ -19,7 +19,11 @@ use super::{
     step::{Conversation, Turn},
     waves,
 };
-use crate::{events::TurnEvent, providers::ToolDefinition, tools::ToolContext};
+use crate::{
+    events::TurnEvent,
+    providers::{ChatMessage, ToolCall, ToolDefinition},
+    tools::ToolContext,
+};
 
 pub(super) async fn run(
     harness: &AgentHarness,
@@ -79,39 +83,144 @@ pub(super) async fn run(
         })
         .await?;
     }
-    let prompt_messages = prep.messages.clone();
-    let messages = prep.messages.clone();
+    let messages = prep.messages;
     // The turn's user message is the last of the prepared prompt; compaction
     // keeps it wherever it moves.
     let question_at = messages.len().saturating_sub(1);
-    let model = prep.resolved_model.clone();
-
-    // Stage 4: the bounded loop, a step at a time.
-    let turn = Turn {
-        harness,
-        request: &request,
-        state: &state,
-        sink: &sink,
-        turn_cancel: &turn_cancel,
-        // Stage 4b: the tools offered this turn.
-        offered: offered_tools(harness, &request).await,
-        replay: ReplayControl::default(),
-        provider_name: &prep.resolved_provider,
-        model: &model,
-        prepared: Prepared {
-            provider: prep.resolved_provider.clone(),
-            model: model.clone(),
-            context_pack: context_pack.clone(),
-            context_hash: prep.context_hash.clone(),
-            prompt_render_hash: prep.prompt_render_hash.clone(),
-            prompt_len: messages.len(),
-        },
+    let prepared = Prepared {
+        provider: prep.resolved_provider,
+        model: prep.resolved_model,
+        context_pack,
+        context_hash: prep.context_hash,
+        prompt_render_hash: prep.prompt_render_hash,
+        prompt_len: messages.len(),
     };
-    let mut conversation = Conversation {
+    let going = Going {
+        prompt: messages.clone(),
+        prepared,
+        started,
+        replay: ReplayControl::default(),
+        answered: None,
+    };
+    let conversation = Conversation {
         messages,
         question_at,
         recorded: Recorded::default(),
     };
+    go_on(
+        harness,
+        &request,
+        &sink,
+        &state,
+        &turn_cancel,
+        going,
+        conversation,
+    )
+    .await
+}
+
+/// A turn going on from its records in a process that did not begin it:
+/// stages 0 to 3 are not run again (the records hold what they made), and
+/// the loop starts where the last record left it.
+pub(super) async fn resume(
+    harness: &AgentHarness,
+    request: TurnInput,
+    sink: Arc<dyn EventSink>,
+    resume: Resume,
+) -> Result<TurnOutput, TurnError> {
+    let Resume {
+        from,
+        prior,
+        started,
+        state,
+    } = resume;
+    let turn_cancel = CancellationToken::new();
+    let _cancel_on_drop = turn_cancel.clone().drop_guard();
+    let _close_on_drop = CloseWrites(state.clone());
+    state.set_prompt_render_hash(&from.prepared.prompt_render_hash);
+    let answered = match from.phase {
+        // The step's calls are the answer's, the conversation's last message.
+        StepPhase::Answered => from
+            .messages
+            .last()
+            .map(|answer| (from.step, answer.tool_calls.clone(), prior)),
+        StepPhase::Finished => None,
+    };
+    let going = Going {
+        replay: from.replay(),
+        prompt: from.prompt,
+        prepared: from.prepared,
+        started,
+        answered,
+    };
+    let conversation = Conversation {
+        recorded: Recorded {
+            messages: from.messages.len(),
+            tool_results: from.tool_results.len(),
+            any: true,
+        },
+        messages: from.messages,
+        question_at: from.question_at,
+    };
+    go_on(
+        harness,
+        &request,
+        &sink,
+        &state,
+        &turn_cancel,
+        going,
+        conversation,
+    )
+    .await
+}
+
+/// What the loop and the end need of the turn's start.
+struct Going {
+    /// The prepared prompt.
+    prompt: Vec<ChatMessage>,
+    prepared: Prepared,
+    started: Instant,
+    replay: ReplayControl,
+    /// A step whose model answer is recorded but whose calls did not
+    /// all end: its number, calls, and what the log shows of them.
+    answered: Option<(u32, Vec<ToolCall>, PriorCalls)>,
+}
+
+/// Stages 4 to 6: the loop from where `conversation` stands, and the end.
+async fn go_on(
+    harness: &AgentHarness,
+    request: &TurnInput,
+    sink: &Arc<dyn EventSink>,
+    state: &Arc<TurnRuntimeState>,
+    turn_cancel: &CancellationToken,
+    going: Going,
+    mut conversation: Conversation,
+) -> Result<TurnOutput, TurnError> {
+    let Going {
+        prompt,
+        prepared,
+        started,
+        replay,
+        answered,
+    } = going;
+    // Stage 4: the bounded loop, a step at a time.
+    let turn = Turn {
+        harness,
+        request,
+        state,
+        sink,
+        turn_cancel,
+        // Stage 4b: the tools offered this turn.
+        offered: offered_tools(harness, request).await,
+        replay,
+        provider_name: &prepared.provider,
+        model: &prepared.model,
+        prepared: prepared.clone(),
+    };
+    if let Some((step, calls, prior)) = answered {
+        turn.run_tools(step, &calls, &mut conversation, &prior)
+            .await?;
+    }
     let (final_text, stop_reason) = loop {
         if let Some(end) = turn.step(&mut conversation).await? {
             break end;
@@ -123,6 +232,14 @@ pub(super) async fn run(
     state.close_writes();
 
     // Stage 6: finalization.
+    let Prepared {
+        provider,
+        model,
+        context_pack,
+        context_hash,
+        prompt_render_hash,
+        ..
+    } = prepared;
     let input = FinalizeInput {
         session_id: request.session_id.clone(),
         turn_id: request.turn_id,
@@ -130,9 +247,9 @@ pub(super) async fn run(
         final_text,
         stop_reason,
         context_pack,
-        context_hash: prep.context_hash.clone(),
-        prompt_messages,
-        prompt_render_hash: prep.prompt_render_hash.clone(),
+        context_hash,
+        prompt_messages: prompt,
+        prompt_render_hash,
         tool_results: state.tool_results(),
         usage: state.tokens(),
         cost_usd: state.cost_usd(),
@@ -143,8 +260,8 @@ pub(super) async fn run(
         timed_out: state.timed_out(),
         context_was_compacted: state.context_was_compacted(),
         memory_scope: request.memory_scope.clone(),
-        provider: prep.resolved_provider.clone(),
-        model: prep.resolved_model.clone(),
+        provider,
+        model,
     };
     Ok(finalizer::finalize(harness, input, sink.as_ref()).await?)
 }

@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use super::{
+    durable::PriorCall,
     executor::Executed,
     gates::{CallEnv, ToolOutcome, exec_call},
     prepare::untrusted_block,
@@ -14,10 +15,10 @@ use super::{
     state::{ToolResultRecord, TurnRuntimeState, WebCitation},
 };
 use crate::{
-    events::TurnEvent,
+    events::{ToolStatus, TurnEvent},
     hooks::isolate,
     providers::{ChatMessage, ToolCall},
-    tools::{Citation, ToolErrorKind},
+    tools::{Citation, EffectClass, ToolErrorKind},
 };
 
 /// Tool output longer than this goes to the artifact store (seeds:
@@ -41,6 +42,10 @@ pub(super) async fn run_waves(
         let wave_number = u32::try_from(number + 1).unwrap_or(u32::MAX);
         for &i in &wave.calls {
             let call = &calls[i];
+            if env.prior.get(&call.id).is_some() {
+                // Its `tool.started` is in the log already.
+                continue;
+            }
             let arguments = serde_json::from_str(&call.arguments)
                 .unwrap_or_else(|_| Value::String(call.arguments.clone()));
             env.sink
@@ -54,11 +59,11 @@ pub(super) async fn run_waves(
                 .await?;
         }
         let results: Vec<ToolOutcome> = if wave.parallel {
-            futures::future::join_all(wave.calls.iter().map(|&i| exec_call(env, &calls[i]))).await
+            futures::future::join_all(wave.calls.iter().map(|&i| resolve(env, &calls[i]))).await
         } else {
             let mut results = Vec::with_capacity(wave.calls.len());
             for &i in &wave.calls {
-                results.push(exec_call(env, &calls[i]).await);
+                results.push(resolve(env, &calls[i]).await);
             }
             results
         };
@@ -66,6 +71,11 @@ pub(super) async fn run_waves(
         for (&i, outcome) in wave.calls.iter().zip(results) {
             let call = &calls[i];
             any_error |= outcome.is_error();
+            if let Some(PriorCall::Ended { .. }) = env.prior.get(&call.id) {
+                // Its end is in the log: the client has it.
+                outcomes[i] = Some((outcome, None));
+                continue;
+            }
             let (reason, error) = match &outcome {
                 ToolOutcome::Denied { reason, message } => {
                     (Some(reason.as_str().to_owned()), Some(message.clone()))
@@ -125,15 +135,86 @@ pub(super) async fn run_waves(
     Ok((messages, any_error))
 }
 
+/// A call of the step, as the log left it when the turn goes on from a
+/// step a process that died began: an ended call is not run again; one
+/// that started may have changed something unless it only reads, so it is
+/// not run again blindly (the model is told its outcome is unknown); a
+/// read-only one, or one still waiting for a person, goes through the
+/// gates again; any other is run as usual.
+async fn resolve(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome {
+    match env.prior.get(&call.id) {
+        Some(PriorCall::Ended {
+            status,
+            reason,
+            error,
+            output,
+            artifact_id,
+            latency_ms,
+        }) => {
+            if *status != ToolStatus::Denied {
+                // It took its place in the budget when it ran.
+                env.state.budget.claim_tool_call();
+            }
+            if *status == ToolStatus::Completed {
+                env.replay
+                    .record_completed(&call.name, &call.arguments, &call.id);
+            }
+            let content = match (status, artifact_id) {
+                (ToolStatus::Completed, Some(id)) => format!(
+                    "[output stored as artifact {id}; the first {CLIENT_OUTPUT_CHARS} \
+                     characters follow]\n{}",
+                    output.as_deref().unwrap_or_default()
+                ),
+                (ToolStatus::Completed, None) => output.clone().unwrap_or_default(),
+                (status, _) => {
+                    let why = error.as_deref().or(reason.as_deref()).unwrap_or_default();
+                    format!("Error ({status}): {why}")
+                }
+            };
+            ToolOutcome::Logged {
+                status: *status,
+                content,
+                latency_ms: *latency_ms,
+            }
+        }
+        Some(PriorCall::Started {
+            awaiting_approval: false,
+        }) if !reads_only(env, call) => {
+            env.state.budget.claim_tool_call();
+            ToolOutcome::Logged {
+                status: ToolStatus::Unknown,
+                content: OUTCOME_UNKNOWN.to_owned(),
+                latency_ms: 0,
+            }
+        }
+        _ => exec_call(env, call).await,
+    }
+}
+
+/// What the model is told of a call that may or may not have changed
+/// something.
+pub const OUTCOME_UNKNOWN: &str = "Error (outcome_unknown): this call started, but the process \
+     running it stopped before it ended; whether it took effect is not known. Check before \
+     asking for it again.";
+
+fn reads_only(env: &CallEnv<'_>, call: &ToolCall) -> bool {
+    env.harness
+        .tools
+        .get(&call.name)
+        .is_some_and(|tool| tool.spec().effect == EffectClass::ReadOnly)
+}
+
 /// What a tool returned reaches the model inside the untrusted fence the
 /// context pack uses: a tool may relay anything (a web page, a file, a
 /// stored message). A failure's message is fenced where it is written;
 /// timeout and denial texts are the harness's own.
 fn fence_tool_content(outcome: &ToolOutcome, content: String) -> String {
     match outcome {
-        ToolOutcome::Executed(Executed::Completed { .. }) => {
-            untrusted_block(TOOL_RESULT_INTRO, &content)
-        }
+        ToolOutcome::Executed(Executed::Completed { .. })
+        | ToolOutcome::Logged {
+            status: ToolStatus::Completed,
+            ..
+        } => untrusted_block(TOOL_RESULT_INTRO, &content),
         _ => content,
     }
 }
@@ -248,6 +329,7 @@ fn message_content(outcome: &ToolOutcome, shown: Option<Shown>) -> String {
         ToolOutcome::Denied { reason, message } => {
             format!("Denied ({}): {message}", reason.as_str())
         }
+        ToolOutcome::Logged { content, .. } => content.clone(),
     }
 }
 

@@ -88,8 +88,8 @@ pub(super) async fn listen_for_cancels(runner: TurnRunner, stop: CancellationTok
 
 async fn beat(runner: &TurnRunner) {
     let inner = &runner.inner;
-    let ids = inner.live.ids();
-    match inner.store.heartbeat(&ids, chrono::Utc::now()).await {
+    let leases = inner.live.leases();
+    match inner.store.heartbeat(&leases, chrono::Utc::now()).await {
         Ok(cancelled) => {
             for turn_id in cancelled {
                 if let Some(live) = inner.live.get(turn_id) {

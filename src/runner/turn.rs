@@ -17,9 +17,14 @@ use super::{
 };
 use crate::{
     events::{StoredEvent, TurnEvent},
-    harness::{EventSink, SinkError, TurnError, TurnInput, TurnOutput, durable::StepRecord},
+    harness::{
+        EventSink, SinkError, TurnError, TurnInput, TurnOutput,
+        budget::TurnBudget,
+        durable::{self, PriorCalls, Resume, StepPhase, StepRecord},
+        state::TurnRuntimeState,
+    },
     providers::{ChatMessage, Role},
-    store::{BeganTurn, MessageRecord, NewStep, StoreError, TurnFinish, TurnStatus},
+    store::{BeganTurn, MessageRecord, NewStep, StoreError, TurnFinish, TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
 
@@ -47,19 +52,51 @@ impl TurnRunner {
         began: BeganTurn,
         memory_scope: String,
     ) {
-        let inner = &self.inner;
         let started = tokio::time::Instant::now();
-        let sink = Arc::new(TurnSink {
+        let sink = self.sink(&live, began.first_seq + 1, started);
+        let run = self.execute(&live, &spec, began, memory_scope, sink.clone());
+        self.conclude(&live, &sink, started, run).await;
+    }
+
+    /// The life of a turn this process took over, from its `turn.resumed`
+    /// at `next_seq` to its commit.
+    pub(super) async fn drive_resumed(self, live: Arc<LiveTurn>, turn: TurnRecord, next_seq: i64) {
+        let started = tokio::time::Instant::now();
+        let sink = self.sink(&live, next_seq, started);
+        let run = self.execute_resumed(&live, &turn, sink.clone());
+        self.conclude(&live, &sink, started, run).await;
+    }
+
+    /// The sink of a turn whose next event takes `next_seq`.
+    fn sink(
+        &self,
+        live: &Arc<LiveTurn>,
+        next_seq: i64,
+        began: tokio::time::Instant,
+    ) -> Arc<TurnSink> {
+        let inner = &self.inner;
+        Arc::new(TurnSink {
             writer: inner.writer.clone(),
             live: live.clone(),
             metrics: inner.metrics.clone(),
             harness: inner.harness.clone(),
-            began: started,
+            began,
             answered: std::sync::atomic::AtomicBool::new(false),
             waiting: std::sync::Mutex::default(),
-            next_seq: Mutex::new(Some(began.first_seq + 1)),
+            next_seq: Mutex::new(Some(next_seq)),
             after_delta: std::sync::atomic::AtomicBool::new(false),
-        });
+        })
+    }
+
+    /// Runs `run` until it ends or the turn is stopped, and commits the end.
+    async fn conclude(
+        &self,
+        live: &Arc<LiveTurn>,
+        sink: &TurnSink,
+        started: tokio::time::Instant,
+        run: impl std::future::Future<Output = Result<TurnOutput, TurnFailure>>,
+    ) {
+        let inner = &self.inner;
         let outcome = tokio::select! {
             biased;
             () = live.cancel.cancelled() => Outcome::Cancelled,
@@ -67,13 +104,13 @@ impl TurnRunner {
             // Some of its events are lost: stop now rather than at its
             // next event (a provider call may take a while).
             () = live.write_failed.cancelled() => Outcome::Failed(TurnFailure::LostEvents),
-            result = self.execute(&live, &spec, began, memory_scope, sink.clone()) => match result {
+            result = run => match result {
                 Ok(output) => Outcome::Completed(Box::new(output)),
                 Err(failure) => Outcome::Failed(failure),
             },
         };
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
-        let status = match self.finish(&live, &sink, outcome).await {
+        let status = match self.finish(live, sink, outcome).await {
             Ok(Some(status)) => status,
             Ok(None) => {
                 tracing::warn!("turn was ended elsewhere before it finished");
@@ -88,6 +125,133 @@ impl TurnRunner {
         live.closed.cancel();
         inner.live.remove(live.turn_id);
         inner.metrics.turn_finished(status, started.elapsed());
+    }
+
+    /// Reads what a turn taken over left (its records and its events), says
+    /// `turn.resumed` (and retracts the text of a step it did not finish),
+    /// and goes on with it.
+    async fn execute_resumed(
+        &self,
+        live: &LiveTurn,
+        turn: &TurnRecord,
+        sink: Arc<TurnSink>,
+    ) -> Result<TurnOutput, TurnFailure> {
+        let inner = &self.inner;
+        let store = &inner.store;
+        let records = store
+            .step_records(turn.id)
+            .await
+            .map_err(TurnFailure::History)?
+            .iter()
+            .map(|record| serde_json::from_str::<StepRecord>(record))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| TurnFailure::Records(e.to_string()))?;
+        let from = durable::rebuild(&records).map_err(|e| TurnFailure::Records(e.to_string()))?;
+        let events = self.turn_events(turn).await?;
+        let from_step = from.as_ref().map_or(0, |f| f.step);
+        sink.emit(TurnEvent::TurnResumed {
+            owner: inner.config.instance_id.clone(),
+            attempt: live.attempt,
+            from_step,
+        })
+        .await
+        .map_err(|e| TurnFailure::Turn(e.into()))?;
+        // A step past the records streamed text that is void now: it is
+        // done again.
+        if let Some(step) = unfinished_text(&events, from_step) {
+            sink.emit(TurnEvent::MessageRetracted {
+                step,
+                reason: "takeover".to_owned(),
+            })
+            .await
+            .map_err(|e| TurnFailure::Turn(e.into()))?;
+        }
+        let session = store
+            .get_session(&turn.session_id)
+            .await
+            .map_err(TurnFailure::History)?;
+        let history = match &turn.request.history {
+            Some(history) => history.clone(),
+            None => chat_messages(
+                store
+                    .recent_messages(&turn.session_id, inner.config.history_max_messages)
+                    .await
+                    .map_err(TurnFailure::History)?,
+            ),
+        };
+        let key = crate::ids::SessionKey::from_stored(&turn.session_id);
+        let request = TurnInput {
+            session_id: turn.session_id.clone(),
+            turn_id: turn.id,
+            turn_number: session
+                .as_ref()
+                .map_or(1, |s| u64::try_from(s.turn_count).unwrap_or(1)),
+            history,
+            asked: Arc::new(turn.request.clone()),
+            session_cost_before: session.and_then(|s| s.cost_usd),
+            memory_scope: turn.request.memory_scope(&key),
+            memories: None,
+        };
+        // The deadline and the elapsed time count from the turn's start.
+        let age = (Utc::now() - turn.created_at).to_std().unwrap_or_default();
+        let now = tokio::time::Instant::now();
+        let started = now.checked_sub(age).unwrap_or(now);
+        let harness = &inner.harness;
+        let limits = harness.options().budget_limits();
+        let deadline = started + limits.timeout;
+        let Some(from) = from else {
+            // No step was recorded: nothing the turn did must be kept; it
+            // starts over, within its own deadline.
+            let state = Arc::new(TurnRuntimeState::new(
+                &request.session_id,
+                TurnBudget::resume(limits, deadline, [0, 0, 0]),
+            ));
+            return harness
+                .run_turn_with_state(request, sink, state)
+                .await
+                .map_err(TurnFailure::Turn);
+        };
+        let typed: Vec<&TurnEvent> = events.iter().filter_map(|e| e.event()).collect();
+        let prior = match from.phase {
+            StepPhase::Answered => PriorCalls::of_step(typed, from.step),
+            StepPhase::Finished => PriorCalls::default(),
+        };
+        let state = Arc::new(from.runtime_state(&request.session_id, limits, deadline));
+        let resume = Resume {
+            from,
+            prior,
+            started,
+            state,
+        };
+        harness
+            .resume_turn(request, sink, resume)
+            .await
+            .map_err(TurnFailure::Turn)
+    }
+
+    /// The events of a running turn so far, in seq order (at most
+    /// [`TURN_EVENTS_READ_MAX`]).
+    async fn turn_events(&self, turn: &TurnRecord) -> Result<Vec<StoredEvent>, TurnFailure> {
+        const PAGE: u32 = 1000;
+        let mut events: Vec<StoredEvent> = Vec::new();
+        let mut after = turn.first_seq - 1;
+        while events.len() < TURN_EVENTS_READ_MAX {
+            let page = self
+                .inner
+                .store
+                .list_events(&turn.session_id, Some(turn.id), after, PAGE)
+                .await
+                .map_err(TurnFailure::History)?;
+            let full = page.len() == PAGE as usize;
+            if let Some(last) = page.last() {
+                after = last.seq;
+            }
+            events.extend(page);
+            if !full {
+                break;
+            }
+        }
+        Ok(events)
     }
 
     /// Loads history and runs the harness.
@@ -223,6 +387,24 @@ impl TurnRunner {
     }
 }
 
+/// Events of a turn read when it is taken over, at most (a turn's own are
+/// far fewer: its steps, tool calls and text deltas).
+const TURN_EVENTS_READ_MAX: usize = 100_000;
+
+/// The step after `recorded` whose streamed text stands (not retracted
+/// since), if it has any: the text of a step the records do not hold.
+fn unfinished_text(events: &[StoredEvent], recorded: u32) -> Option<u32> {
+    let mut open: Option<u32> = None;
+    for event in events {
+        match event.event() {
+            Some(TurnEvent::MessageDelta { step, .. }) if *step > recorded => open = Some(*step),
+            Some(TurnEvent::MessageRetracted { step, .. }) if open == Some(*step) => open = None,
+            _ => {}
+        }
+    }
+    open
+}
+
 /// Tries of a turn's whole end before the smaller `failed` end.
 const END_ATTEMPTS: u32 = 3;
 
@@ -284,6 +466,8 @@ enum TurnFailure {
     History(StoreError),
     /// Some of the turn's events could not be written.
     LostEvents,
+    /// A turn taken over whose records do not make a turn.
+    Records(String),
 }
 
 impl TurnFailure {
@@ -293,6 +477,7 @@ impl TurnFailure {
             Self::Turn(e) => e.code(),
             Self::History(_) => "store_unavailable",
             Self::LostEvents => "event_log_unavailable",
+            Self::Records(_) => "interrupted",
         }
     }
 
@@ -301,6 +486,7 @@ impl TurnFailure {
             Self::Turn(e) => e.to_string(),
             Self::History(e) => e.to_string(),
             Self::LostEvents => "events of the turn could not be written".to_owned(),
+            Self::Records(e) => format!("the turn could not be taken over: {e}"),
         }
     }
 }
@@ -562,12 +748,19 @@ impl EventSink for TurnSink {
             record: serde_json::to_string(&record).map_err(|e| SinkError(e.to_string()))?,
             created_at: Utc::now(),
         };
-        self.writer
+        let committed = self
+            .writer
             .step(&self.live, step)
             .await
             .map_err(|e| SinkError(e.to_string()))?;
         drop(next);
-        Ok(())
+        // Waited for outside the seq's lock: the turn's other tasks (a
+        // late tool's event) may queue meanwhile.
+        match committed.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(SinkError(e.to_string())),
+            Err(_) => Err(SinkError("the event writer has stopped".into())),
+        }
     }
 }
 

@@ -48,6 +48,7 @@ enum Command {
     Step {
         step: Box<NewStep>,
         live: Arc<LiveTurn>,
+        ack: oneshot::Sender<Result<(), StoreError>>,
     },
     Finish {
         finish: Box<TurnFinish>,
@@ -140,17 +141,25 @@ impl EventWriter {
     }
 
     /// Queues a step's record, to be committed with the turn's events
-    /// queued before it; waits while the queue is full.
-    pub async fn step(&self, live: &Arc<LiveTurn>, step: NewStep) -> Result<(), WriterStopped> {
+    /// queued before it; waits while the queue is full. The answer says
+    /// when it is committed: what the step does next (run its tools)
+    /// waits for that.
+    pub async fn step(
+        &self,
+        live: &Arc<LiveTurn>,
+        step: NewStep,
+    ) -> Result<oneshot::Receiver<Result<(), StoreError>>, WriterStopped> {
+        let (ack, done) = oneshot::channel();
         self.sender
             .send(Command::Step {
                 step: Box::new(step),
                 live: live.clone(),
+                ack,
             })
             .await
             .map_err(|_| WriterStopped)?;
         self.urgent.notify_waiters();
-        Ok(())
+        Ok(done)
     }
 
     /// Queues a turn's finish and waits for its commit. `Ok(false)`: the
@@ -331,8 +340,12 @@ fn drop_lost_turns(batch: &mut Vec<Command>) {
     let mut kept = Vec::with_capacity(batch.len());
     for command in batch.drain(..) {
         match command {
-            Command::Append { ref live, .. } | Command::Step { ref live, .. }
-                if live.write_failed.is_cancelled() => {}
+            Command::Append { ref live, .. } if live.write_failed.is_cancelled() => {}
+            Command::Step { live, ack, .. } if live.write_failed.is_cancelled() => {
+                let _ = ack.send(Err(StoreError::Unavailable(
+                    "earlier events of the turn could not be written".into(),
+                )));
+            }
             Command::Finish {
                 whole: true,
                 live,
@@ -399,7 +412,10 @@ fn publish(commands: impl Iterator<Item = Command>, applied: Vec<bool>) {
     for command in commands {
         let (live, event) = match command {
             Command::Append { event, live, .. } => (live, Some(event)),
-            Command::Step { .. } => continue,
+            Command::Step { ack, .. } => {
+                let _ = ack.send(Ok(()));
+                continue;
+            }
             Command::Finish {
                 finish, live, ack, ..
             } => {
@@ -448,6 +464,14 @@ fn fail(commands: Vec<Command>, error: StoreError) {
             command.live().lost_from(seq);
         }
         command.live().closed.cancel();
+        if let Command::Step { ack, .. } = command {
+            let _ = ack.send(Err(if transient {
+                StoreError::Unavailable(message.clone())
+            } else {
+                StoreError::Corrupt(message.clone())
+            }));
+            continue;
+        }
         if let Command::Finish { ack, .. } = command {
             let error = error.take().unwrap_or_else(|| {
                 if transient {

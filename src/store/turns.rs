@@ -14,8 +14,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    BeganTurn, BeginTurnError, CancelRequests, DecisionRecord, MessageRecord, NewTurn, OrphanScope,
-    SessionRecord, StoreError, TurnRecord,
+    BeganTurn, BeginTurnError, CancelRequests, DecisionRecord, Lease, MessageRecord, NewTurn,
+    Orphan, OrphanScope, SessionRecord, StoreError, TurnRecord,
     reader::{Reader, Reads, args, turn_columns},
     records::{
         parse_uuid,
@@ -192,18 +192,25 @@ pub trait Turns: Reads + Send + Sync + 'static {
         Ok(None)
     }
 
-    /// Refreshes the heartbeat of these running turns; returns those whose
-    /// cancellation was requested.
-    async fn heartbeat(&self, turn_ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
+    /// Refreshes the heartbeat of these running turns, each while its
+    /// lease holds (a turn taken over is another process's to keep alive);
+    /// returns those whose cancellation was requested.
+    async fn heartbeat(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
 
     /// Marks orphaned running turns `interrupted`, each with a final
     /// `turn.interrupted` event; returns those events.
-    async fn interrupt_orphans(
+    /// Takes over up to a page of orphaned turns for the caller's process
+    /// (owner, heartbeat `now`, attempt one more), or ends `interrupted`
+    /// (with `reason`) those taken over `scope.max_attempts` times already.
+    /// A claim locks the turn's row for update, so the lost owner's writes
+    /// in flight land before it (and the turn goes on after them) or are
+    /// refused after it.
+    async fn take_orphans(
         &self,
         scope: &OrphanScope,
         reason: &str,
         now: DateTime<Utc>,
-    ) -> Result<Vec<crate::events::StoredEvent>>;
+    ) -> Result<Vec<Orphan>>;
 
     /// Takes a place in the queue of `session_id` (passing over, and
     /// removing, the session's tickets not kept alive since `stale_ms`);

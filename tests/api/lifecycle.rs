@@ -60,12 +60,71 @@ async fn crashed_turn(db: &TestDb, session: &str, instance: &str) -> Uuid {
     turn.id
 }
 
-async fn a_restart_interrupts_turns_left_running_and_ends_their_streams(backend: Backend) {
+/// The events of a turn, by type.
+async fn rest_of(app: &crate::helpers::TestApp, session: &str, turn_id: Uuid) -> Vec<String> {
+    let events = app
+        .turn_events(session, &turn_id.to_string(), None)
+        .await
+        .read_to_end()
+        .await;
+    types(&events).iter().map(|t| (*t).to_owned()).collect()
+}
+
+async fn a_restart_takes_over_turns_left_running_and_finishes_them(backend: Backend) {
     let db = TestDb::new(backend).await;
     let turn_id = crashed_turn(&db, "s-crash", "test-instance").await;
 
     let provider = FakeProvider::start().await;
+    // The turn is taken over as the service starts: its answer is ready.
+    provider.enqueue([Reply::sse("openai/text.sse")]);
     let settings = test_settings(&provider);
+    let app = spawn_app_with(db, provider, settings).await;
+
+    let turn = app.wait_turn_end("s-crash", &turn_id.to_string()).await;
+    assert_eq!(turn["status"], "completed", "{turn}");
+    let events = app
+        .turn_events("s-crash", &turn_id.to_string(), None)
+        .await
+        .read_to_end()
+        .await;
+    let seen = types(&events);
+    // Its first life, then this one: `turn.resumed`, the void text of the
+    // step it did not finish retracted, and the turn done again.
+    assert_eq!(
+        seen[..4],
+        [
+            "turn.started",
+            "message.delta",
+            "turn.resumed",
+            "message.retracted"
+        ]
+    );
+    assert_eq!(seen.last(), Some(&"turn.completed"));
+    let resumed = events[2].json();
+    assert_eq!(resumed["owner"], "test-instance");
+    assert_eq!(resumed["attempt"], 1);
+    assert_eq!(resumed["from_step"], 0);
+    assert_eq!(events[2].seq(), 3, "the seqs go on");
+    assert_eq!(events[3].json()["step"], 1);
+    assert_eq!(events[3].json()["reason"], "takeover");
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    // The session takes new turns again, numbered after the old events.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let mut stream = app
+        .post_turn_sse("s-crash", json!({"message": "again"}))
+        .await;
+    let fresh = stream.read_to_end().await;
+    assert_eq!(fresh[0].seq(), seqs.len() as i64 + 1);
+}
+
+async fn with_take_over_off_a_restart_interrupts_turns_left_running(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let turn_id = crashed_turn(&db, "s-crash", "test-instance").await;
+
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.turn_max_attempts = 0;
     let app = spawn_app_with(db, provider, settings).await;
 
     let turn = app.wait_turn_end("s-crash", &turn_id.to_string()).await;
@@ -82,20 +141,14 @@ async fn a_restart_interrupts_turns_left_running_and_ends_their_streams(backend:
     );
     assert_eq!(events[2].seq(), 3);
     assert_eq!(events[2].json()["reason"], "owner_lost");
-    // The session takes new turns again, numbered after the old events.
-    app.provider.enqueue([Reply::sse("openai/text.sse")]);
-    let mut stream = app
-        .post_turn_sse("s-crash", json!({"message": "again"}))
-        .await;
-    let fresh = stream.read_to_end().await;
-    assert_eq!(fresh[0].seq(), 4);
 }
 
-async fn a_follower_sees_a_turn_interrupted_when_its_owner_stops_beating(backend: Backend) {
+async fn a_follower_sees_a_turn_taken_over_when_its_owner_stops_beating(backend: Backend) {
     let db = TestDb::new(backend).await;
     // Owned by another replica whose heartbeat was fresh when we started.
     let turn_id = crashed_turn(&db, "s-stale", "another-replica").await;
     let provider = FakeProvider::start().await;
+    provider.enqueue([Reply::sse("openai/text.sse")]);
     let mut settings = test_settings(&provider);
     settings.server.heartbeat_interval_s = 1;
     settings.server.stale_turn_after_s = Some(3);
@@ -105,13 +158,16 @@ async fn a_follower_sees_a_turn_interrupted_when_its_owner_stops_beating(backend
     let head = follower.read_until("message.delta").await;
     assert_eq!(types(&head), ["turn.started", "message.delta"]);
     // Still running: the other replica might be alive. Then its heartbeat
-    // goes stale, the sweep interrupts the turn, and the follower sees it.
+    // goes stale, the sweep takes the turn over, and the follower sees it
+    // go on to its end.
     let (_, turn) = app
         .get_json(&format!("/sessions/s-stale/turns/{turn_id}"))
         .await;
     assert_eq!(turn["status"], "running");
     let rest = follower.read_to_end().await;
-    assert_eq!(types(&rest), ["turn.interrupted"]);
+    let rest = types(&rest);
+    assert_eq!(rest[..2], ["turn.resumed", "message.retracted"]);
+    assert_eq!(rest.last(), Some(&"turn.completed"));
 }
 
 async fn an_orphan_of_a_replaced_instance_is_taken_over_within_two_heartbeats(backend: Backend) {
@@ -120,15 +176,18 @@ async fn an_orphan_of_a_replaced_instance_is_taken_over_within_two_heartbeats(ba
     let turn_id = crashed_turn(&db, "s-replaced", "replica-that-died").await;
     let beat_at = tokio::time::Instant::now();
     let provider = FakeProvider::start().await;
+    provider.enqueue([Reply::sse("openai/text.sse")]);
     let mut settings = test_settings(&provider);
     settings.server.instance_id = "its-replacement".into();
     settings.server.heartbeat_interval_s = 1;
     let app = spawn_app_with(db, provider, settings).await;
     let turn = app.wait_turn_end("s-replaced", &turn_id.to_string()).await;
     let taken_over = beat_at.elapsed();
-    assert_eq!(turn["status"], "interrupted");
+    assert_eq!(turn["status"], "completed");
+    let events = rest_of(&app, "s-replaced", turn_id).await;
+    assert!(events.contains(&"turn.resumed".to_owned()), "{events:?}");
     // Two heartbeat intervals after its owner's last beat, and a little
-    // for the sweep and the polling of this test.
+    // for the sweep, the answer and the polling of this test.
     assert!(
         taken_over <= std::time::Duration::from_millis(2_400),
         "{taken_over:?}"
@@ -240,8 +299,9 @@ async fn shutdown_lets_a_turn_finish_within_the_grace_period(backend: Backend) {
 }
 
 on_both_backends!(
-    a_restart_interrupts_turns_left_running_and_ends_their_streams,
-    a_follower_sees_a_turn_interrupted_when_its_owner_stops_beating,
+    a_restart_takes_over_turns_left_running_and_finishes_them,
+    with_take_over_off_a_restart_interrupts_turns_left_running,
+    a_follower_sees_a_turn_taken_over_when_its_owner_stops_beating,
     shutdown_interrupts_turns_still_running_after_the_grace_period,
     shutdown_lets_a_turn_finish_within_the_grace_period,
 );

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use agent_harness::{
     events::{StoredEvent, TurnEvent},
     store::{
-        Batch, BeginTurnError, Lease, NewDecision, NewMessage, NewStep, NewTurn, OrphanScope,
-        Store, TurnFinish, TurnStatus,
+        Batch, BeginTurnError, Lease, NewDecision, NewMessage, NewStep, NewTurn, Orphan,
+        OrphanScope, Store, TurnFinish, TurnStatus,
     },
     turn::TurnRequest,
 };
@@ -594,7 +594,10 @@ async fn heartbeat_reports_requested_cancellations(backend: Backend) {
     store.begin_turn(&a).await.unwrap();
     store.begin_turn(&b).await.unwrap();
     assert!(store.request_cancel(b.id).await.unwrap());
-    let cancelled = store.heartbeat(&[a.id, b.id], Utc::now()).await.unwrap();
+    let cancelled = store
+        .heartbeat(&leases_of(&[a.id, b.id]), Utc::now())
+        .await
+        .unwrap();
     assert_eq!(cancelled, vec![b.id]);
     store
         .write_batch(&[], &[&completed(&a, 2, "x")])
@@ -640,11 +643,9 @@ async fn orphans_are_interrupted_once_with_a_final_event(backend: Backend) {
         process: "process-new".into(),
         stale_before: now - Duration::minutes(1),
         alive: [late.id].into(),
+        max_attempts: 0,
     };
-    let events = store
-        .interrupt_orphans(&scope, "owner_lost", now)
-        .await
-        .unwrap();
+    let events = interrupted_only(store.take_orphans(&scope, "owner_lost", now).await.unwrap());
     let mut interrupted: Vec<_> = events.iter().map(|e| e.turn_id).collect();
     interrupted.sort();
     let mut expected = vec![mine_old.id, stale.id];
@@ -671,13 +672,182 @@ async fn orphans_are_interrupted_once_with_a_final_event(backend: Backend) {
     }
     assert!(
         store
-            .interrupt_orphans(&scope, "owner_lost", now)
+            .take_orphans(&scope, "owner_lost", now)
             .await
             .unwrap()
             .is_empty()
     );
     // The session is free again.
     store.begin_turn(&new_turn("s1", None)).await.unwrap();
+}
+
+/// The leases of turns never taken over.
+fn leases_of(ids: &[Uuid]) -> Vec<Lease> {
+    ids.iter()
+        .map(|&turn_id| Lease {
+            turn_id,
+            attempt: 0,
+        })
+        .collect()
+}
+
+fn interrupted_only(taken: Vec<Orphan>) -> Vec<StoredEvent> {
+    taken
+        .into_iter()
+        .map(|orphan| match orphan {
+            Orphan::Interrupted(event) => *event,
+            other => panic!("expected an interrupted turn, got {other:?}"),
+        })
+        .collect()
+}
+
+/// An orphan is claimed for the sweeping process, one attempt later, to go
+/// on at its session's next seq; the owner that lost it can write nothing
+/// more (events, records, end), the new one can. After its take-overs run
+/// out, an orphan ends `interrupted`.
+async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let now = Utc::now();
+    let turn = new_turn("s-take", None);
+    store.begin_turn(&turn).await.unwrap();
+    let first = |attempt| {
+        [Lease {
+            turn_id: turn.id,
+            attempt,
+        }]
+    };
+    store
+        .commit(Batch {
+            events: &[delta(&turn, 2, "half an ans")],
+            steps: &[],
+            finishes: &[],
+            leases: &first(0),
+        })
+        .await
+        .unwrap();
+    let scope = OrphanScope {
+        instance: "instance-a".into(),
+        process: "process-new".into(),
+        stale_before: now - Duration::minutes(1),
+        alive: Default::default(),
+        max_attempts: 3,
+    };
+    let taken = store.take_orphans(&scope, "owner_lost", now).await.unwrap();
+    let [
+        Orphan::Claimed {
+            turn: claimed,
+            next_seq,
+        },
+    ] = &taken[..]
+    else {
+        panic!("expected one claim, got {taken:?}");
+    };
+    assert_eq!((claimed.id, claimed.attempt, *next_seq), (turn.id, 1, 3));
+    assert_eq!(claimed.status, TurnStatus::Running);
+    assert_eq!(claimed.request, turn.request);
+    // Claimed: no longer an orphan.
+    assert!(
+        store
+            .take_orphans(&scope, "owner_lost", now)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The lost owner: its events and records are refused, its end does
+    // not apply.
+    let lost_step = step(&turn, 1, "answered");
+    for (events, steps) in [
+        (vec![delta(&turn, 3, "swer")], vec![]),
+        (vec![], vec![&lost_step]),
+    ] {
+        let refused = store
+            .commit(Batch {
+                events: &events,
+                steps: &steps,
+                finishes: &[],
+                leases: &first(0),
+            })
+            .await;
+        assert!(refused.is_err(), "{refused:?}");
+    }
+    let old_end = completed(&turn, 3, "from the lost owner");
+    assert_eq!(
+        store
+            .commit(Batch {
+                events: &[],
+                steps: &[],
+                finishes: &[&old_end],
+                leases: &first(0),
+            })
+            .await
+            .unwrap(),
+        [false]
+    );
+    assert!(store.step_records(turn.id).await.unwrap().is_empty());
+
+    // The new owner goes on at seq 3 and ends the turn.
+    let mut end = completed(&turn, 4, "whole answer");
+    end.attempt = 1;
+    let ended = store
+        .commit(Batch {
+            events: &[delta(&turn, 3, "whole")],
+            steps: &[],
+            finishes: &[&end],
+            leases: &first(1),
+        })
+        .await
+        .unwrap();
+    assert_eq!(ended, [true]);
+    let events = store.list_events("s-take", None, 0, 100).await.unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+    assert!(events[2].payload.contains("whole"));
+
+    // A turn whose process dies every time: taken over three times, then
+    // interrupted. Each owner is another instance, so only its stale
+    // heartbeat makes the turn an orphan.
+    let doomed = new_turn("s-doomed", None);
+    store.begin_turn(&doomed).await.unwrap();
+    let sweep = |k: i64| OrphanScope {
+        instance: format!("instance-{k}"),
+        process: format!("process-{k}"),
+        stale_before: now + Duration::minutes(10 * k - 1),
+        ..scope.clone()
+    };
+    let at = |k: i64| now + Duration::minutes(10 * k);
+    for attempt in 1..=3u32 {
+        let k = i64::from(attempt);
+        if attempt >= 2 {
+            // An owner that lost the turn keeps nothing alive by beating.
+            let lost = [Lease {
+                turn_id: doomed.id,
+                attempt: attempt - 2,
+            }];
+            assert!(store.heartbeat(&lost, at(k)).await.unwrap().is_empty());
+        }
+        let taken = store
+            .take_orphans(&sweep(k), "owner_lost", at(k))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&taken[..], [Orphan::Claimed { turn, .. }] if turn.attempt == attempt),
+            "{taken:?}"
+        );
+    }
+    let events = interrupted_only(
+        store
+            .take_orphans(&sweep(4), "owner_lost", at(4))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(events.len(), 1);
+    let record = store
+        .get_turn("s-doomed", doomed.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, TurnStatus::Interrupted);
 }
 
 /// Turn ends race heartbeats over the same turns and new turns of the same
@@ -701,7 +871,7 @@ async fn heartbeats_and_begins_never_deadlock_with_turn_ends(backend: Backend) {
                     if stop.is_cancelled() {
                         break;
                     }
-                    store.heartbeat(&ids, Utc::now()).await?;
+                    store.heartbeat(&leases_of(&ids), Utc::now()).await?;
                 }
                 Ok::<_, agent_harness::store::StoreError>(())
             })
@@ -843,6 +1013,7 @@ on_both_backends!(
     stored_events_are_byte_for_byte_what_was_written,
     heartbeat_reports_requested_cancellations,
     orphans_are_interrupted_once_with_a_final_event,
+    an_orphan_is_taken_over_and_its_lost_owner_writes_nothing,
     readiness_reports_pending_migrations,
 );
 

@@ -29,7 +29,13 @@ impl EventLog for SqliteStore {
                 // a take-over by the same process after a restart, but the
                 // rule holds here as on Postgres.
                 let mut held = tx.prepare_cached("SELECT attempt FROM turns WHERE id = ?1")?;
-                for lease in &leases {
+                // A finish holds its own lease (it does not apply once lost);
+                // the events and records of a turn hold theirs here.
+                let writes = |turn_id| {
+                    events.iter().any(|e| e.turn_id == turn_id)
+                        || steps.iter().any(|s| s.turn_id == turn_id)
+                };
+                for lease in leases.iter().filter(|l| writes(l.turn_id)) {
                     let attempt: Option<u32> = held
                         .query_row(params![lease.turn_id.to_string()], |row| row.get(0))
                         .optional()?;

@@ -9,9 +9,12 @@ use crate::store::Result;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
-        BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, NewTurn, OrphanScope,
-        StoreError, TurnContext, event_log::postgres::insert_events, postgres::PostgresStore,
-        reader::args, records::parse_uuid,
+        BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, Lease, NewTurn, Orphan,
+        OrphanScope, StoreError, TurnContext,
+        event_log::postgres::insert_events,
+        postgres::PostgresStore,
+        reader::{args, turn_columns},
+        records::{parse_uuid, rows::TurnRow},
     },
 };
 
@@ -109,18 +112,18 @@ impl Turns for PostgresStore {
 
     async fn heartbeat(
         &self,
-        turn_ids: &[uuid::Uuid],
+        leases: &[Lease],
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<uuid::Uuid>> {
         self.bounded(async {
-            if turn_ids.is_empty() {
+            if leases.is_empty() {
                 return Ok(Vec::new());
             }
             let mut tx = self.control().begin().await?;
             // The turns are alive now, however long the connection took.
             let now = now.max(chrono::Utc::now());
             let mut cancelled = Vec::new();
-            for chunk in turn_ids.chunks(IDS_PER_UPDATE) {
+            for chunk in leases.chunks(IDS_PER_UPDATE) {
                 // A row locked by someone else is being ended (or swept):
                 // skip it rather than wait. A heartbeat that waits while
                 // holding other turns' rows is half of a deadlock with a
@@ -128,10 +131,17 @@ impl Turns for PostgresStore {
                 let mut qb =
                     sqlx::QueryBuilder::<Postgres>::new("UPDATE turns SET heartbeat_at = ");
                 qb.push_bind(now);
-                qb.push(" WHERE id IN (SELECT id FROM turns WHERE status = 'running' AND id IN (");
-                let mut ids = qb.separated(", ");
-                for id in chunk {
-                    ids.push_bind(id.to_string());
+                qb.push(
+                    " WHERE id IN (SELECT id FROM turns WHERE status = 'running' \
+                     AND (id, attempt) IN (",
+                );
+                let mut held = qb.separated(", ");
+                for lease in chunk {
+                    held.push("(");
+                    held.push_bind_unseparated(lease.turn_id.to_string());
+                    held.push_unseparated(", ");
+                    held.push_bind_unseparated(i32::try_from(lease.attempt).unwrap_or(i32::MAX));
+                    held.push_unseparated(")");
                 }
                 qb.push(
                     ") ORDER BY id FOR NO KEY UPDATE SKIP LOCKED) RETURNING id, cancel_requested",
@@ -182,12 +192,12 @@ impl Turns for PostgresStore {
         Ok(())
     }
 
-    async fn interrupt_orphans(
+    async fn take_orphans(
         &self,
         scope: &OrphanScope,
         reason: &str,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<StoredEvent>> {
+    ) -> Result<Vec<Orphan>> {
         self.bounded(async {
             let candidates: Vec<(String, String)> = sqlx::query_as(
                 "SELECT id, session_id FROM turns WHERE status = 'running' \
@@ -200,52 +210,84 @@ impl Turns for PostgresStore {
             .bind(ORPHANS_PER_SWEEP)
             .fetch_all(self.control())
             .await?;
-            let event = TurnEvent::TurnInterrupted {
-                reason: reason.to_owned(),
-            };
-            let mut interrupted = Vec::with_capacity(candidates.len());
+            let mut taken = Vec::with_capacity(candidates.len());
             for (turn_id, session_id) in candidates {
                 if scope.alive.contains(&parse_uuid(&turn_id)?) {
                     continue;
                 }
                 let mut tx = self.control().begin().await?;
                 lock_session(&mut tx, &session_id).await?;
-                // Still an orphan under the lock: a heartbeat that landed
-                // since the candidates were read keeps its turn.
-                let updated = sqlx::query(
-                    "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
-                     error_message = $1, finished_at = $2 WHERE id = $3 AND status = 'running' \
-                     AND ((owner_instance = $4 AND owner_process <> $5) OR heartbeat_at < $6)",
+                // Still an orphan under the locks: a heartbeat that landed
+                // since the candidates were read keeps its turn. The row is
+                // locked for update: its owner's events in flight (which
+                // share-lock it) land first, or are refused after.
+                let attempt: Option<i32> = sqlx::query_scalar(
+                    "SELECT attempt FROM turns WHERE id = $1 AND status = 'running' \
+                     AND ((owner_instance = $2 AND owner_process <> $3) OR heartbeat_at < $4) \
+                     FOR UPDATE",
                 )
-                .bind(reason)
-                .bind(now)
                 .bind(&turn_id)
                 .bind(&scope.instance)
                 .bind(&scope.process)
                 .bind(scope.stale_before)
-                .execute(&mut *tx)
+                .fetch_optional(&mut *tx)
                 .await?;
-                if updated.rows_affected() != 1 {
-                    continue;
-                }
-                let seq: i64 = sqlx::query_scalar(
+                let Some(attempt) = attempt else { continue };
+                let next_seq: i64 = sqlx::query_scalar(
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = $1",
                 )
                 .bind(&session_id)
                 .fetch_one(&mut *tx)
                 .await?;
-                let stored = StoredEvent::new(&session_id, parse_uuid(&turn_id)?, seq, &event, now)
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                if u32::try_from(attempt).unwrap_or(u32::MAX) < scope.max_attempts {
+                    let sql = concat!(
+                        "UPDATE turns SET owner_instance = $2, owner_process = $3, \
+                         heartbeat_at = $4, attempt = attempt + 1 WHERE id = $1 RETURNING ",
+                        turn_columns!()
+                    );
+                    let row: TurnRow = sqlx::query_as(sql)
+                        .bind(&turn_id)
+                        .bind(&scope.instance)
+                        .bind(&scope.process)
+                        .bind(now)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    taken.push(Orphan::Claimed {
+                        turn: Box::new(row.try_into()?),
+                        next_seq,
+                    });
+                    continue;
+                }
+                sqlx::query(
+                    "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
+                     error_message = $1, finished_at = $2 WHERE id = $3",
+                )
+                .bind(reason)
+                .bind(now)
+                .bind(&turn_id)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query("DELETE FROM turn_steps WHERE turn_id = $1")
+                    .bind(&turn_id)
+                    .execute(&mut *tx)
+                    .await?;
+                let event = TurnEvent::TurnInterrupted {
+                    reason: reason.to_owned(),
+                };
+                let stored =
+                    StoredEvent::new(&session_id, parse_uuid(&turn_id)?, next_seq, &event, now)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
                 insert_events(&mut *tx, std::iter::once(&stored)).await?;
                 sqlx::query("UPDATE sessions SET last_seq = $1 WHERE id = $2")
-                    .bind(seq)
+                    .bind(next_seq)
                     .bind(&session_id)
                     .execute(&mut *tx)
                     .await?;
                 tx.commit().await?;
-                interrupted.push(stored);
+                taken.push(Orphan::Interrupted(Box::new(stored)));
             }
-            Ok(interrupted)
+            Ok(taken)
         })
         .await
     }

@@ -10,7 +10,7 @@ use crate::store::Result;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
-        BeganTurn, BeginTurnError, NewTurn, OrphanScope, StoreError, TurnContext,
+        BeganTurn, BeginTurnError, Lease, NewTurn, Orphan, OrphanScope, StoreError, TurnContext,
         records::parse_uuid,
         sqlite::{
             SqliteStore,
@@ -124,26 +124,27 @@ impl Turns for SqliteStore {
             .await
     }
 
-    async fn heartbeat(&self, turn_ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
-        if turn_ids.is_empty() {
+    async fn heartbeat(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        if leases.is_empty() {
             return Ok(Vec::new());
         }
-        let turn_ids = turn_ids.to_vec();
+        let leases = leases.to_vec();
         self.writes
             .run(move |tx| {
                 let mut cancelled = Vec::new();
                 {
                     let mut beat = tx.prepare_cached(
                         "UPDATE turns SET heartbeat_at = ?1 WHERE id = ?2 AND status = 'running' \
-                     RETURNING cancel_requested",
+                     AND attempt = ?3 RETURNING cancel_requested",
                     )?;
                     let at = ts(now);
-                    for id in turn_ids {
-                        let mut rows = beat.query(params![at, id.to_string()])?;
+                    for lease in leases {
+                        let mut rows =
+                            beat.query(params![at, lease.turn_id.to_string(), lease.attempt])?;
                         if let Some(row) = rows.next()?
                             && row.get::<_, bool>(0)?
                         {
-                            cancelled.push(id);
+                            cancelled.push(lease.turn_id);
                         }
                     }
                 }
@@ -193,18 +194,19 @@ impl Turns for SqliteStore {
             .await
     }
 
-    async fn interrupt_orphans(
+    async fn take_orphans(
         &self,
         scope: &OrphanScope,
         reason: &str,
         now: DateTime<Utc>,
-    ) -> Result<Vec<StoredEvent>> {
+    ) -> Result<Vec<Orphan>> {
         let (scope, reason) = (scope.clone(), reason.to_owned());
-        self.writes
-            .run(move |connection| {
-                let candidates: Vec<(String, String)> = connection
+        let outcomes = self
+            .writes
+            .run(move |tx| {
+                let candidates: Vec<(String, String, u32)> = tx
                     .prepare_cached(
-                        "SELECT id, session_id FROM turns WHERE status = 'running' \
+                        "SELECT id, session_id, attempt FROM turns WHERE status = 'running' \
                      AND ((owner_instance = ?1 AND owner_process <> ?2) OR heartbeat_at < ?3) \
                      ORDER BY created_at LIMIT ?4",
                     )?
@@ -215,43 +217,71 @@ impl Turns for SqliteStore {
                             ts(scope.stale_before),
                             ORPHANS_PER_SWEEP
                         ],
-                        |row| Ok((row.get(0)?, row.get(1)?)),
+                        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
                     )?
                     .collect::<Result<_, _>>()?;
-                let event = TurnEvent::TurnInterrupted {
-                    reason: reason.clone(),
-                };
                 let at = ts(now);
-                let mut interrupted = Vec::with_capacity(candidates.len());
-                let tx = connection;
-                for (turn_id, session_id) in candidates {
+                let mut outcomes = Vec::with_capacity(candidates.len());
+                for (turn_id, session_id, attempt) in candidates {
                     if scope.alive.contains(&parse_uuid(&turn_id)?) {
                         continue;
                     }
-                    let updated = tx
-                        .prepare_cached(
-                            "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
-                         error_message = ?1, finished_at = ?2 WHERE id = ?3 AND status = 'running'",
-                        )?
-                        .execute(params![reason, at, turn_id])?;
-                    if updated != 1 {
-                        continue;
-                    }
-                    let seq: i64 = tx
+                    let next_seq: i64 = tx
                         .prepare_cached(
                             "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?1",
                         )?
                         .query_row(params![session_id], |row| row.get(0))?;
+                    if attempt < scope.max_attempts {
+                        tx.prepare_cached(
+                            "UPDATE turns SET owner_instance = ?2, owner_process = ?3, \
+                             heartbeat_at = ?4, attempt = attempt + 1 WHERE id = ?1",
+                        )?
+                        .execute(params![
+                            turn_id,
+                            scope.instance,
+                            scope.process,
+                            at
+                        ])?;
+                        outcomes.push((session_id, turn_id, next_seq, None));
+                        continue;
+                    }
+                    tx.prepare_cached(
+                        "UPDATE turns SET status = 'interrupted', error_code = 'interrupted', \
+                         error_message = ?1, finished_at = ?2 WHERE id = ?3",
+                    )?
+                    .execute(params![reason, at, turn_id])?;
+                    tx.prepare_cached("DELETE FROM turn_steps WHERE turn_id = ?1")?
+                        .execute(params![turn_id])?;
+                    let event = TurnEvent::TurnInterrupted {
+                        reason: reason.clone(),
+                    };
                     let stored =
-                        StoredEvent::new(&session_id, parse_uuid(&turn_id)?, seq, &event, now)
+                        StoredEvent::new(&session_id, parse_uuid(&turn_id)?, next_seq, &event, now)
                             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
                     insert_events(tx, std::iter::once(&stored))?;
                     tx.prepare_cached("UPDATE sessions SET last_seq = ?1 WHERE id = ?2")?
-                        .execute(params![seq, session_id])?;
-                    interrupted.push(stored);
+                        .execute(params![next_seq, session_id])?;
+                    outcomes.push((session_id, turn_id, next_seq, Some(stored)));
                 }
-                Ok(interrupted)
+                Ok(outcomes)
             })
-            .await
+            .await?;
+        let mut taken = Vec::with_capacity(outcomes.len());
+        for (session_id, turn_id, next_seq, interrupted) in outcomes {
+            if let Some(stored) = interrupted {
+                taken.push(Orphan::Interrupted(Box::new(stored)));
+                continue;
+            }
+            // Read back as claimed (the writer is this process's only one).
+            let turn = self
+                .get_turn(&session_id, parse_uuid(&turn_id)?)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt(format!("claimed turn {turn_id} is gone")))?;
+            taken.push(Orphan::Claimed {
+                turn: Box::new(turn),
+                next_seq,
+            });
+        }
+        Ok(taken)
     }
 }
