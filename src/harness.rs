@@ -183,6 +183,11 @@ pub struct TurnInput {
     /// The answer to [`AgentHarness::memory_query`], when the store gave
     /// it with the turn's begin (the matches and the preferences).
     pub memories: Option<(Vec<MemoryRecord>, Vec<MemoryRecord>)>,
+    /// Cancelled when the process hands its turns over (shutdown): the
+    /// turn stops at its next step boundary, or at once while it waits for
+    /// the model (that step is done again by the next owner), with
+    /// [`TurnError::HandedOver`].
+    pub handover: tokio_util::sync::CancellationToken,
 }
 
 /// A turn's result plus what the runner commits with `turn.completed`.
@@ -226,6 +231,10 @@ pub enum TurnError {
     Provider(#[from] ProviderError),
     #[error(transparent)]
     Sink(#[from] SinkError),
+    /// The process is handing the turn over: it stopped at a step
+    /// boundary, its records say where it stands.
+    #[error("the turn was handed over to another process")]
+    HandedOver,
 }
 
 impl TurnError {
@@ -234,6 +243,7 @@ impl TurnError {
         match self {
             Self::Provider(e) => e.code(),
             Self::Sink(_) => "event_log_unavailable",
+            Self::HandedOver => "handed_over",
         }
     }
 }

@@ -31,6 +31,11 @@ struct StatusLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabels {
     /// A provider error's stable code (`provider_timeout`, …).
     code: String,
@@ -72,6 +77,7 @@ pub struct Metrics {
     turns_started: Counter,
     turns_running: Gauge,
     turns_finished: Family<StatusLabels, Counter>,
+    takeovers: Family<ReasonLabels, Counter>,
     events_persisted: Counter,
     event_batches: Counter,
     event_batch_failures: Counter,
@@ -100,6 +106,7 @@ impl Default for Metrics {
             turns_started: Counter::default(),
             turns_running: Gauge::default(),
             turns_finished: Family::default(),
+            takeovers: Family::default(),
             events_persisted: Counter::default(),
             event_batches: Counter::default(),
             event_batch_failures: Counter::default(),
@@ -134,6 +141,14 @@ impl Default for Metrics {
             "agent_harness_turns_finished",
             "Turns ended, by status",
             metrics.turns_finished.clone(),
+        );
+        for reason in ["crash", "shutdown"] {
+            let _ = metrics.takeovers.get_or_create(&ReasonLabels { reason });
+        }
+        registry.register(
+            "agent_harness_turn_takeovers",
+            "Turns this process took over from another, by why their owner let go: it died (crash) or handed them over (shutdown)",
+            metrics.takeovers.clone(),
         );
         registry.register(
             "agent_harness_events_persisted",
@@ -229,6 +244,18 @@ impl Metrics {
         self.turn_duration
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// A turn this process took over; `released`: its owner handed it over
+    /// (else it died).
+    pub fn turn_taken_over(&self, released: bool) {
+        let reason = if released { "shutdown" } else { "crash" };
+        self.takeovers.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// A turn this process gave up for another to go on with.
+    pub fn turn_handed_over(&self) {
+        self.turns_running.dec();
     }
 
     pub fn first_token(&self, elapsed: Duration) {

@@ -128,8 +128,12 @@ struct Inner {
     background: TaskTracker,
     /// Set when shutdown begins: no new turns.
     draining: CancellationToken,
-    /// Set when the grace period is over: running turns end `interrupted`.
+    /// Set when the grace period is over: running turns end `interrupted`
+    /// (or, when take-over is on, are handed over wherever they stand).
     interrupt: CancellationToken,
+    /// Set when shutdown begins, with take-over on: running turns stop at
+    /// their next step boundary and are handed over.
+    handover: CancellationToken,
     /// Stops the heartbeat and then the writer.
     stop_background: CancellationToken,
     /// Ends every open event stream.
@@ -167,6 +171,7 @@ impl TurnRunner {
                 background,
                 draining: CancellationToken::new(),
                 interrupt: CancellationToken::new(),
+                handover: CancellationToken::new(),
                 stop_background,
                 close_streams: CancellationToken::new(),
             }),
@@ -178,10 +183,13 @@ impl TurnRunner {
             // The writer outlives the heartbeat so that late finishes commit.
             writer_stop.cancel();
         });
-        runner.inner.background.spawn(heartbeat::listen_for_cancels(
-            runner.clone(),
-            runner.inner.stop_background.clone(),
-        ));
+        runner
+            .inner
+            .background
+            .spawn(heartbeat::listen_for_announcements(
+                runner.clone(),
+                runner.inner.stop_background.clone(),
+            ));
         runner
     }
 
@@ -247,8 +255,13 @@ impl TurnRunner {
                 Orphan::Interrupted(event) => {
                     tracing::warn!(turn.id = %event.turn_id, session.id = %event.session_id, "interrupted an orphaned turn: its take-overs ran out");
                 }
-                Orphan::Claimed { turn, next_seq } => {
-                    tracing::warn!(turn.id = %turn.id, session.id = %turn.session_id, attempt = turn.attempt, "took over an orphaned turn");
+                Orphan::Claimed {
+                    turn,
+                    next_seq,
+                    released,
+                } => {
+                    tracing::warn!(turn.id = %turn.id, session.id = %turn.session_id, attempt = turn.attempt, released, "took over an orphaned turn");
+                    self.inner.metrics.turn_taken_over(released);
                     self.resume(*turn, next_seq);
                 }
             }
@@ -463,6 +476,11 @@ impl TurnRunner {
         let inner = &self.inner;
         inner.draining.cancel();
         inner.turns.close();
+        if inner.config.max_attempts > 0 {
+            // Another replica (or this service started again) goes on with
+            // them: stop at the next step boundary instead of finishing.
+            inner.handover.cancel();
+        }
         if tokio::time::timeout(grace, inner.turns.wait())
             .await
             .is_err()

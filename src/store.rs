@@ -155,16 +155,31 @@ pub enum Orphan {
     Claimed {
         turn: Box<TurnRecord>,
         next_seq: i64,
+        /// Its owner released it (shutdown) rather than died.
+        released: bool,
     },
     /// It ended `interrupted` with this event: its take-overs ran out.
     Interrupted(Box<crate::events::StoredEvent>),
 }
 
-/// Turn ids whose cancellation was requested, as requests are made.
-pub type CancelRequests = futures::stream::BoxStream<'static, Result<Uuid>>;
+/// What one process tells the others about turns, as it happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announcement {
+    /// Someone asked for this turn's cancellation.
+    Cancel(Uuid),
+    /// Its owner gave this turn up (shutdown): take it over.
+    Released(Uuid),
+}
 
-/// The Postgres channel cancel requests are announced on.
+/// Announcements as they are made.
+pub type Announcements = futures::stream::BoxStream<'static, Result<Announcement>>;
+
+/// The Postgres channel announcements are made on: a cancel's payload is
+/// the turn id, a release's `released:` and the turn id.
 pub const CANCEL_CHANNEL: &str = "agent_harness_cancel";
+
+/// The payload prefix of a release on [`CANCEL_CHANNEL`].
+pub const RELEASED_PREFIX: &str = "released:";
 
 /// Whether the database answers and has every migration applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -81,6 +81,10 @@ impl Turn<'_> {
         conversation: &mut Conversation,
     ) -> Result<Option<(String, StopReason)>, TurnError> {
         let state = self.state;
+        // A process handing its turns over stops here, between steps.
+        if self.request.handover.is_cancelled() {
+            return Err(TurnError::HandedOver);
+        }
         // 4a: step gate and deadline.
         if state.budget.is_expired() {
             state.set_timed_out();
@@ -241,10 +245,16 @@ impl Turn<'_> {
             span.record("gen_ai.input.messages", input.as_str());
         }
         let cost = |usage: &Usage| self.cost(usage);
-        let output = match generate(harness, call, step, self.sink.as_ref(), &cost)
-            .instrument(span.clone())
-            .await
-        {
+        let generated =
+            generate(harness, call, step, self.sink.as_ref(), &cost).instrument(span.clone());
+        // A process handing its turns over does not wait for the model:
+        // the next owner asks again (and retracts what streamed).
+        let generated = tokio::select! {
+            generated = generated => generated,
+            () = self.request.handover.cancelled() => Err(TurnError::HandedOver),
+        };
+        let output = match generated {
+            Err(TurnError::HandedOver) => return Err(TurnError::HandedOver),
             Ok(output) => output,
             Err(TurnError::Provider(ProviderError::Timeout(_)))
                 if self.state.budget.is_expired() =>

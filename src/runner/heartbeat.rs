@@ -1,7 +1,7 @@
 //! The heartbeat: keeps this process's running turns marked alive, picks up
 //! cancellations requested through another replica, and interrupts turns
 //! whose owner stopped beating. Cancel requests also arrive as they are
-//! made, where the store can announce them ([`listen_for_cancels`]).
+//! made, where the store can announce them ([`listen_for_announcements`]).
 
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::TurnRunner;
+use crate::store::Announcement;
 
 /// Sweeps per heartbeat interval (a beat every other sweep).
 const SWEEPS_PER_BEAT: u32 = 4;
@@ -39,16 +40,17 @@ pub(super) async fn run(runner: TurnRunner, stop: CancellationToken) {
     }
 }
 
-/// Stops local turns whose cancellation another process asked for, as the
-/// store announces the requests; returns when the store has no such
-/// channel or on `stop`. A lost connection is retried after a pause.
-pub(super) async fn listen_for_cancels(runner: TurnRunner, stop: CancellationToken) {
+/// Stops local turns whose cancellation another process asked for, and
+/// takes over turns another process released, as the store announces
+/// them; returns when the store has no such channel or on `stop`. A lost
+/// connection is retried after a pause.
+pub(super) async fn listen_for_announcements(runner: TurnRunner, stop: CancellationToken) {
     const PAUSE: Duration = Duration::from_secs(1);
     let inner = &runner.inner;
     loop {
         let requests = tokio::select! {
             () = stop.cancelled() => return,
-            requests = inner.store.cancel_requests() => requests,
+            requests = inner.store.announcements() => requests,
         };
         let mut requests = match requests {
             Ok(Some(requests)) => requests,
@@ -67,10 +69,16 @@ pub(super) async fn listen_for_cancels(runner: TurnRunner, stop: CancellationTok
                 request = requests.next() => request,
             };
             match request {
-                Some(Ok(turn_id)) => {
+                Some(Ok(Announcement::Cancel(turn_id))) => {
                     if let Some(live) = inner.live.get(turn_id) {
                         tracing::info!(turn.id = %turn_id, "cancellation requested by another process");
                         live.cancel.cancel();
+                    }
+                }
+                Some(Ok(Announcement::Released(turn_id))) => {
+                    tracing::debug!(turn.id = %turn_id, "a turn was released; sweeping");
+                    if let Err(e) = runner.sweep_orphans().await {
+                        tracing::warn!(error = %e, "sweep after a release failed");
                     }
                 }
                 Some(Err(e)) => {

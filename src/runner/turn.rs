@@ -24,7 +24,9 @@ use crate::{
         state::TurnRuntimeState,
     },
     providers::{ChatMessage, Role},
-    store::{BeganTurn, MessageRecord, NewStep, StoreError, TurnFinish, TurnRecord, TurnStatus},
+    store::{
+        BeganTurn, Lease, MessageRecord, NewStep, StoreError, TurnFinish, TurnRecord, TurnStatus,
+    },
     turn::TurnRequest,
 };
 
@@ -100,16 +102,30 @@ impl TurnRunner {
         let outcome = tokio::select! {
             biased;
             () = live.cancel.cancelled() => Outcome::Cancelled,
-            () = inner.interrupt.cancelled() => Outcome::Interrupted,
+            // The grace is over: a turn still mid-step is handed over as it
+            // stands (its records say where), or interrupted.
+            () = inner.interrupt.cancelled() => if inner.handover.is_cancelled() {
+                Outcome::HandedOver
+            } else {
+                Outcome::Interrupted
+            },
             // Some of its events are lost: stop now rather than at its
             // next event (a provider call may take a while).
             () = live.write_failed.cancelled() => Outcome::Failed(TurnFailure::LostEvents),
             result = run => match result {
                 Ok(output) => Outcome::Completed(Box::new(output)),
+                Err(TurnFailure::Turn(TurnError::HandedOver)) => Outcome::HandedOver,
                 Err(failure) => Outcome::Failed(failure),
             },
         };
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
+        if matches!(outcome, Outcome::HandedOver) {
+            self.hand_over(live, sink).await;
+            live.closed.cancel();
+            inner.live.remove(live.turn_id);
+            inner.metrics.turn_handed_over();
+            return;
+        }
         let status = match self.finish(live, sink, outcome).await {
             Ok(Some(status)) => status,
             Ok(None) => {
@@ -125,6 +141,30 @@ impl TurnRunner {
         live.closed.cancel();
         inner.live.remove(live.turn_id);
         inner.metrics.turn_finished(status, started.elapsed());
+    }
+
+    /// Gives the turn up for another process: nothing more is written for
+    /// it here, what was queued is committed, and its lease is released
+    /// (announced to the other replicas, which take it over at once). A
+    /// release that cannot be written leaves the turn to the sweep, once
+    /// its heartbeat is stale.
+    async fn hand_over(&self, live: &Arc<LiveTurn>, sink: &TurnSink) {
+        let inner = &self.inner;
+        sink.close().await;
+        if let Err(e) = inner.writer.flush(live).await {
+            tracing::warn!(error = %e, "the turn's last events were not committed before its hand-over");
+        }
+        let lease = Lease {
+            turn_id: live.turn_id,
+            attempt: live.attempt,
+        };
+        match inner.store.release_turn(&lease).await {
+            Ok(true) => tracing::info!("turn handed over"),
+            Ok(false) => tracing::warn!("the turn was no longer this process's to hand over"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the turn's release was not written; the sweep takes it over once its heartbeat is stale");
+            }
+        }
     }
 
     /// Reads what a turn taken over left (its records and its events), says
@@ -191,6 +231,7 @@ impl TurnRunner {
             session_cost_before: session.and_then(|s| s.cost_usd),
             memory_scope: turn.request.memory_scope(&key),
             memories: None,
+            handover: inner.handover.clone(),
         };
         // The deadline and the elapsed time count from the turn's start.
         let age = (Utc::now() - turn.created_at).to_std().unwrap_or_default();
@@ -292,6 +333,7 @@ impl TurnRunner {
             session_cost_before,
             memory_scope,
             memories: context.memories,
+            handover: self.inner.handover.clone(),
         };
         self.inner
             .harness
@@ -497,6 +539,8 @@ enum Outcome {
     Failed(TurnFailure),
     Cancelled,
     Interrupted,
+    /// Given up for another process to go on with (shutdown).
+    HandedOver,
 }
 
 impl Outcome {
@@ -505,7 +549,7 @@ impl Outcome {
             Self::Completed(_) => TurnStatus::Completed,
             Self::Failed(_) => TurnStatus::Failed,
             Self::Cancelled => TurnStatus::Cancelled,
-            Self::Interrupted => TurnStatus::Interrupted,
+            Self::Interrupted | Self::HandedOver => TurnStatus::Interrupted,
         }
     }
 }
@@ -548,7 +592,7 @@ fn build_finish(
                 reason: "cancel_requested".into(),
             }
         }
-        Outcome::Interrupted => {
+        Outcome::Interrupted | Outcome::HandedOver => {
             error_code = Some("interrupted".into());
             error_message = Some("the service shut down".into());
             TurnEvent::TurnInterrupted {

@@ -50,6 +50,12 @@ enum Command {
         live: Arc<LiveTurn>,
         ack: oneshot::Sender<Result<(), StoreError>>,
     },
+    /// Acknowledged once everything queued before it for its turn is
+    /// committed.
+    Flush {
+        live: Arc<LiveTurn>,
+        ack: oneshot::Sender<Result<(), StoreError>>,
+    },
     Finish {
         finish: Box<TurnFinish>,
         live: Arc<LiveTurn>,
@@ -63,7 +69,10 @@ enum Command {
 impl Command {
     fn live(&self) -> &Arc<LiveTurn> {
         match self {
-            Self::Append { live, .. } | Self::Step { live, .. } | Self::Finish { live, .. } => live,
+            Self::Append { live, .. }
+            | Self::Step { live, .. }
+            | Self::Flush { live, .. }
+            | Self::Finish { live, .. } => live,
         }
     }
 
@@ -160,6 +169,23 @@ impl EventWriter {
             .map_err(|_| WriterStopped)?;
         self.urgent.notify_waiters();
         Ok(done)
+    }
+
+    /// Waits until the turn's events queued so far are committed.
+    pub async fn flush(&self, live: &Arc<LiveTurn>) -> Result<(), FinishError> {
+        let (ack, done) = oneshot::channel();
+        self.sender
+            .send(Command::Flush {
+                live: live.clone(),
+                ack,
+            })
+            .await
+            .map_err(|_| FinishError::Stopped)?;
+        self.urgent.notify_waiters();
+        match done.await {
+            Ok(result) => result.map_err(FinishError::Store),
+            Err(_) => Err(FinishError::Stopped),
+        }
     }
 
     /// Queues a turn's finish and waits for its commit. `Ok(false)`: the
@@ -341,7 +367,9 @@ fn drop_lost_turns(batch: &mut Vec<Command>) {
     for command in batch.drain(..) {
         match command {
             Command::Append { ref live, .. } if live.write_failed.is_cancelled() => {}
-            Command::Step { live, ack, .. } if live.write_failed.is_cancelled() => {
+            Command::Step { live, ack, .. } | Command::Flush { live, ack }
+                if live.write_failed.is_cancelled() =>
+            {
                 let _ = ack.send(Err(StoreError::Unavailable(
                     "earlier events of the turn could not be written".into(),
                 )));
@@ -388,6 +416,7 @@ async fn write(store: &dyn EventLog, batch: &[Command]) -> Result<Vec<bool>, Sto
         match command {
             Command::Append { event, .. } => events.push(event.clone()),
             Command::Step { step, .. } => steps.push(&**step),
+            Command::Flush { .. } => {}
             Command::Finish { finish, .. } => finishes.push(&**finish),
         }
     }
@@ -412,7 +441,7 @@ fn publish(commands: impl Iterator<Item = Command>, applied: Vec<bool>) {
     for command in commands {
         let (live, event) = match command {
             Command::Append { event, live, .. } => (live, Some(event)),
-            Command::Step { ack, .. } => {
+            Command::Step { ack, .. } | Command::Flush { ack, .. } => {
                 let _ = ack.send(Ok(()));
                 continue;
             }
@@ -456,7 +485,7 @@ fn fail(commands: Vec<Command>, error: StoreError) {
         .iter()
         .filter_map(|c| match c {
             Command::Append { event, .. } => Some(event.seq),
-            Command::Step { .. } | Command::Finish { .. } => None,
+            Command::Step { .. } | Command::Flush { .. } | Command::Finish { .. } => None,
         })
         .min();
     for command in commands {
@@ -464,7 +493,7 @@ fn fail(commands: Vec<Command>, error: StoreError) {
             command.live().lost_from(seq);
         }
         command.live().closed.cancel();
-        if let Command::Step { ack, .. } = command {
+        if let Command::Step { ack, .. } | Command::Flush { ack, .. } = command {
             let _ = ack.send(Err(if transient {
                 StoreError::Unavailable(message.clone())
             } else {

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    BeganTurn, BeginTurnError, CancelRequests, DecisionRecord, Lease, MessageRecord, NewTurn,
+    Announcements, BeganTurn, BeginTurnError, DecisionRecord, Lease, MessageRecord, NewTurn,
     Orphan, OrphanScope, SessionRecord, StoreError, TurnRecord,
     reader::{Reader, Reads, args, turn_columns},
     records::{
@@ -182,15 +182,23 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// turn is not running.
     async fn request_cancel(&self, turn_id: Uuid) -> Result<bool>;
 
-    /// Cancel requests as they are made, by any process (Postgres: LISTEN/
-    /// NOTIFY), so that the turn's owner stops it at once rather than at
-    /// its next heartbeat. `None`: the backend has no such channel (the
-    /// heartbeat's flag check is then the only way). An error item is a
-    /// lost connection: the next poll reconnects; requests made meanwhile
-    /// are found by the heartbeat.
-    async fn cancel_requests(&self) -> Result<Option<CancelRequests>> {
+    /// Cancel requests and releases as they are made, by any process
+    /// (Postgres: LISTEN/NOTIFY), so that a turn's owner stops it at once
+    /// rather than at its next heartbeat, and a released turn is taken
+    /// over at once rather than at the next sweep. `None`: the backend has
+    /// no such channel (the heartbeat and the sweep are then the only
+    /// ways). An error item is a lost connection: the next poll
+    /// reconnects; what was announced meanwhile is found by the heartbeat
+    /// and the sweep.
+    async fn announcements(&self) -> Result<Option<Announcements>> {
         Ok(None)
     }
+
+    /// Gives a running turn up, while `lease` holds it, for another
+    /// process to take over at once (no owner process, the oldest
+    /// heartbeat), and announces it where the backend can; false when the
+    /// lease no longer held it.
+    async fn release_turn(&self, lease: &Lease) -> Result<bool>;
 
     /// Refreshes the heartbeat of these running turns, each while its
     /// lease holds (a turn taken over is another process's to keep alive);

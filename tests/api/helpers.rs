@@ -513,6 +513,24 @@ impl ServiceProcess {
         self.base.trim_start_matches("http://")
     }
 
+    /// SIGTERM: the service shuts down as it would on a deploy; returns
+    /// once the process has exited.
+    pub async fn terminate(&mut self) {
+        let status = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        for _ in 0..400 {
+            if self.child.try_wait().unwrap().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the service did not exit within 10 s of SIGTERM");
+    }
+
     /// SIGKILL: no shutdown, no last write.
     pub fn kill(&mut self) {
         self.child.kill().unwrap();

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    helpers::{spawn_app, spawn_app_with, test_settings, types},
+    helpers::{spawn_app_with, test_settings, types},
     on_both_backends,
     support::{Backend, TestDb},
 };
@@ -235,10 +235,13 @@ async fn a_cancel_sent_to_another_replica_stops_the_turn_within_a_second_on_post
 
 on_both_backends!(an_orphan_of_a_replaced_instance_is_taken_over_within_two_heartbeats);
 
-async fn shutdown_interrupts_turns_still_running_after_the_grace_period(backend: Backend) {
+async fn with_take_over_off_shutdown_interrupts_turns_still_running_after_the_grace_period(
+    backend: Backend,
+) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     settings.server.shutdown_grace_s = 1;
+    settings.server.turn_max_attempts = 0;
     let db = TestDb::new(backend).await;
     let mut app = spawn_app_with(db, provider, settings).await;
     let never = CancellationToken::new();
@@ -269,9 +272,11 @@ async fn shutdown_interrupts_turns_still_running_after_the_grace_period(backend:
     assert_eq!(record.status, TurnStatus::Interrupted);
 }
 
-async fn shutdown_lets_a_turn_finish_within_the_grace_period(backend: Backend) {
-    let app_backend = backend;
-    let mut app = spawn_app(app_backend).await;
+async fn with_take_over_off_shutdown_lets_a_turn_finish_within_the_grace_period(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.turn_max_attempts = 0;
+    let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let gate = CancellationToken::new();
     app.provider
         .enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
@@ -302,9 +307,84 @@ on_both_backends!(
     a_restart_takes_over_turns_left_running_and_finishes_them,
     with_take_over_off_a_restart_interrupts_turns_left_running,
     a_follower_sees_a_turn_taken_over_when_its_owner_stops_beating,
-    shutdown_interrupts_turns_still_running_after_the_grace_period,
-    shutdown_lets_a_turn_finish_within_the_grace_period,
+    with_take_over_off_shutdown_interrupts_turns_still_running_after_the_grace_period,
+    with_take_over_off_shutdown_lets_a_turn_finish_within_the_grace_period,
+    a_turn_handed_over_at_shutdown_goes_on_when_the_service_starts_again,
 );
+
+/// SIGTERM with take-over on: a turn waiting for the model is not waited
+/// for (nor interrupted): it is released at once, its stream ends without
+/// a terminal event, and the service started again on the same database
+/// goes on with it from its records; the client resumes with
+/// `Last-Event-ID` and sees it through.
+async fn a_turn_handed_over_at_shutdown_goes_on_when_the_service_starts_again(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let settings = test_settings(&provider);
+    let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let never = CancellationToken::new();
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
+    let mut stream = app.post_turn_sse("s-over", json!({"message": "Hi"})).await;
+    let turn_id: Uuid = stream.headers["x-turn-id"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let head = stream.read_until("message.delta").await;
+
+    let asked = tokio::time::Instant::now();
+    app.shutdown_token().cancel();
+    let mut rest = Vec::new();
+    while let Some(event) = stream.next().await {
+        rest.push(event);
+    }
+    assert!(
+        rest.iter().all(|e| !e.event.starts_with("turn.")),
+        "no end: the turn goes on elsewhere, {:?}",
+        types(&rest)
+    );
+    let last_seen = head.iter().chain(&rest).map(|e| e.seq()).max().unwrap();
+    app.stop().await;
+    let stopped = asked.elapsed();
+    // The 5 s grace was not waited out for a turn waiting on its model.
+    assert!(stopped < Duration::from_secs(3), "{stopped:?}");
+    let record = app
+        .db
+        .open()
+        .await
+        .get_turn("s-over", turn_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, TurnStatus::Running);
+
+    // The service again, the same instance, the same database.
+    let db = std::mem::replace(&mut app.db, TestDb::new(backend).await);
+    drop(app);
+    let provider = FakeProvider::start().await;
+    provider.enqueue([Reply::sse("openai/text.sse")]);
+    let settings = test_settings(&provider);
+    let again = spawn_app_with(db, provider, settings).await;
+    let events = again
+        .turn_events("s-over", &turn_id.to_string(), Some(last_seen))
+        .await
+        .read_to_end()
+        .await;
+    let seen = types(&events);
+    assert_eq!(seen[..2], ["turn.resumed", "message.retracted"], "{seen:?}");
+    assert_eq!(seen.last(), Some(&"turn.completed"));
+    assert_eq!(
+        events[0].seq(),
+        last_seen + 1,
+        "nothing lost, nothing twice"
+    );
+    assert_eq!(
+        again
+            .metric("agent_harness_turn_takeovers_total{reason=\"shutdown\"}")
+            .await,
+        1.0
+    );
+}
 
 /// `get_weather` (the tool the `openai/tool_call.sse` fixture calls) that
 /// ignores cancellation and answers after `work`, past its 300 ms timeout.

@@ -282,3 +282,49 @@ async fn a_replica_killed_mid_turn_has_its_turn_finished_by_another_within_two_h
         "turn.completed"
     );
 }
+
+/// SIGTERM (a deploy) of the replica running a turn: the turn is handed
+/// over, announced, and another replica goes on with it at once, not after
+/// a stale heartbeat; a follower there sees it through, every event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_shut_down_mid_turn_hands_it_over_at_once() {
+    let Some((_db, provider, mut replicas)) = replicas(2).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let never = CancellationToken::new();
+    provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(3, &never),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let mut stream = post_turn_sse(&client, &replicas[0], "s-deploy").await;
+    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    stream.read_until("message.delta").await;
+    let mut follower = follow(&client, &replicas[1], "s-deploy", &turn, None).await;
+    follower.read_until("message.delta").await;
+
+    let asked = Instant::now();
+    replicas[0].terminate().await;
+    let rest = follower.read_until("turn.resumed").await;
+    let handed_over = asked.elapsed();
+    assert_eq!(rest.last().unwrap().json()["owner"], "replica-1");
+    // Well under the 1.5 s a stale heartbeat takes.
+    assert!(
+        handed_over < Duration::from_millis(1_000),
+        "taken over {handed_over:?} after SIGTERM"
+    );
+    let end = follower.read_to_end().await;
+    assert_eq!(end.last().unwrap().event, "turn.completed");
+    let metrics = client
+        .get(replicas[1].url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agent_harness_turn_takeovers_total{reason=\"shutdown\"} 1"),
+        "{metrics}"
+    );
+}

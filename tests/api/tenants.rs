@@ -510,6 +510,15 @@ async fn the_same_session_id_in_two_tenants_is_two_sessions(backend: Backend) {
         .unwrap();
     let mut acme_stream = crate::helpers::SseStream::new(response).await;
     acme_stream.read_until("turn.started").await;
+    // Its model call is made (and held) before Globex's: the replies are
+    // taken in the order the calls arrive.
+    for _ in 0..200 {
+        if !app.provider.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(app.provider.requests().len(), 1);
 
     // Globex cannot tell `shared` from an id never used.
     let (status, used) = get(&globex, &app, "/sessions/shared").await;

@@ -266,6 +266,7 @@ pub fn request(message: &str) -> TurnInput {
         session_cost_before: None,
         memory_scope: "session:s-1".into(),
         memories: None,
+        handover: Default::default(),
     }
 }
 

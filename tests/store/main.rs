@@ -737,6 +737,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
         Orphan::Claimed {
             turn: claimed,
             next_seq,
+            released: false,
         },
     ] = &taken[..]
     else {
@@ -786,22 +787,51 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
     );
     assert!(store.step_records(turn.id).await.unwrap().is_empty());
 
-    // The new owner goes on at seq 3 and ends the turn.
-    let mut end = completed(&turn, 4, "whole answer");
-    end.attempt = 1;
-    let ended = store
+    // The new owner goes on at seq 3, then hands the turn over (shutdown):
+    // released, it is any process's to take at once; the lease that lost
+    // it releases nothing.
+    store
         .commit(Batch {
             events: &[delta(&turn, 3, "whole")],
             steps: &[],
-            finishes: &[&end],
+            finishes: &[],
             leases: &first(1),
+        })
+        .await
+        .unwrap();
+    assert!(!store.release_turn(&first(0)[0]).await.unwrap());
+    assert!(store.release_turn(&first(1)[0]).await.unwrap());
+    let elsewhere = OrphanScope {
+        instance: "instance-b".into(),
+        process: "process-b".into(),
+        ..scope.clone()
+    };
+    let taken = store
+        .take_orphans(&elsewhere, "owner_lost", now)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            &taken[..],
+            [Orphan::Claimed { turn: t, next_seq: 4, released: true }] if t.attempt == 2
+        ),
+        "{taken:?}"
+    );
+    let mut end = completed(&turn, 5, "whole answer");
+    end.attempt = 2;
+    let ended = store
+        .commit(Batch {
+            events: &[delta(&turn, 4, " answer")],
+            steps: &[],
+            finishes: &[&end],
+            leases: &first(2),
         })
         .await
         .unwrap();
     assert_eq!(ended, [true]);
     let events = store.list_events("s-take", None, 0, 100).await.unwrap();
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, [1, 2, 3, 4]);
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
     assert!(events[2].payload.contains("whole"));
 
     // A turn whose process dies every time: taken over three times, then

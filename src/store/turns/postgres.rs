@@ -9,8 +9,8 @@ use crate::store::Result;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
-        BeganTurn, BeginTurnError, CANCEL_CHANNEL, CancelRequests, Lease, NewTurn, Orphan,
-        OrphanScope, StoreError, TurnContext,
+        Announcement, Announcements, BeganTurn, BeginTurnError, CANCEL_CHANNEL, Lease, NewTurn,
+        Orphan, OrphanScope, RELEASED_PREFIX, StoreError, TurnContext,
         event_log::postgres::insert_events,
         postgres::PostgresStore,
         reader::{args, turn_columns},
@@ -221,8 +221,8 @@ impl Turns for PostgresStore {
                 // since the candidates were read keeps its turn. The row is
                 // locked for update: its owner's events in flight (which
                 // share-lock it) land first, or are refused after.
-                let attempt: Option<i32> = sqlx::query_scalar(
-                    "SELECT attempt FROM turns WHERE id = $1 AND status = 'running' \
+                let held: Option<(i32, String)> = sqlx::query_as(
+                    "SELECT attempt, owner_process FROM turns WHERE id = $1 AND status = 'running' \
                      AND ((owner_instance = $2 AND owner_process <> $3) OR heartbeat_at < $4) \
                      FOR UPDATE",
                 )
@@ -232,7 +232,9 @@ impl Turns for PostgresStore {
                 .bind(scope.stale_before)
                 .fetch_optional(&mut *tx)
                 .await?;
-                let Some(attempt) = attempt else { continue };
+                let Some((attempt, owner_process)) = held else {
+                    continue;
+                };
                 let next_seq: i64 = sqlx::query_scalar(
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = $1",
                 )
@@ -256,6 +258,7 @@ impl Turns for PostgresStore {
                     taken.push(Orphan::Claimed {
                         turn: Box::new(row.try_into()?),
                         next_seq,
+                        released: owner_process.is_empty(),
                     });
                     continue;
                 }
@@ -295,7 +298,7 @@ impl Turns for PostgresStore {
     /// A listener on [`CANCEL_CHANNEL`]. The listening connection is idle
     /// for as long as no one cancels, so only its setup is bounded; the
     /// heartbeat finds every request too.
-    async fn cancel_requests(&self) -> Result<Option<CancelRequests>> {
+    async fn announcements(&self) -> Result<Option<Announcements>> {
         use futures::StreamExt;
         let mut listener = self
             .bounded(async {
@@ -304,20 +307,48 @@ impl Turns for PostgresStore {
                 Ok(listener)
             })
             .await?;
-        let requests = async_stream::stream! {
+        let announcements = async_stream::stream! {
             loop {
                 // `recv` reconnects a lost connection on the next call.
                 match listener.recv().await {
                     Ok(notification) => {
-                        if let Ok(turn_id) = uuid::Uuid::parse_str(notification.payload()) {
-                            yield Ok(turn_id);
+                        let payload = notification.payload();
+                        let (released, id) = match payload.strip_prefix(RELEASED_PREFIX) {
+                            Some(id) => (true, id),
+                            None => (false, payload),
+                        };
+                        if let Ok(turn_id) = uuid::Uuid::parse_str(id) {
+                            yield Ok(if released {
+                                Announcement::Released(turn_id)
+                            } else {
+                                Announcement::Cancel(turn_id)
+                            });
                         }
                     }
                     Err(e) => yield Err(StoreError::from(e)),
                 }
             }
         };
-        Ok(Some(requests.boxed()))
+        Ok(Some(announcements.boxed()))
+    }
+
+    async fn release_turn(&self, lease: &Lease) -> Result<bool> {
+        self.bounded(async {
+            let released: Vec<(String,)> = sqlx::query_as(
+                "WITH r AS ( \
+                   UPDATE turns SET owner_process = '', heartbeat_at = 'epoch' \
+                   WHERE id = $1 AND attempt = $2 AND status = 'running' RETURNING id \
+                 ) SELECT r.id FROM r, pg_notify($3, $4 || r.id) n",
+            )
+            .bind(lease.turn_id.to_string())
+            .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
+            .bind(CANCEL_CHANNEL)
+            .bind(RELEASED_PREFIX)
+            .fetch_all(self.control())
+            .await?;
+            Ok(!released.is_empty())
+        })
+        .await
     }
 }
 

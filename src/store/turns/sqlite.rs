@@ -204,9 +204,10 @@ impl Turns for SqliteStore {
         let outcomes = self
             .writes
             .run(move |tx| {
-                let candidates: Vec<(String, String, u32)> = tx
+                let candidates: Vec<(String, String, u32, String)> = tx
                     .prepare_cached(
-                        "SELECT id, session_id, attempt FROM turns WHERE status = 'running' \
+                        "SELECT id, session_id, attempt, owner_process FROM turns \
+                     WHERE status = 'running' \
                      AND ((owner_instance = ?1 AND owner_process <> ?2) OR heartbeat_at < ?3) \
                      ORDER BY created_at LIMIT ?4",
                     )?
@@ -217,12 +218,13 @@ impl Turns for SqliteStore {
                             ts(scope.stale_before),
                             ORPHANS_PER_SWEEP
                         ],
-                        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
                     )?
                     .collect::<Result<_, _>>()?;
                 let at = ts(now);
                 let mut outcomes = Vec::with_capacity(candidates.len());
-                for (turn_id, session_id, attempt) in candidates {
+                for (turn_id, session_id, attempt, owner_process) in candidates {
+                    let released = owner_process.is_empty();
                     if scope.alive.contains(&parse_uuid(&turn_id)?) {
                         continue;
                     }
@@ -242,7 +244,7 @@ impl Turns for SqliteStore {
                             scope.process,
                             at
                         ])?;
-                        outcomes.push((session_id, turn_id, next_seq, None));
+                        outcomes.push((session_id, turn_id, next_seq, released, None));
                         continue;
                     }
                     tx.prepare_cached(
@@ -261,13 +263,13 @@ impl Turns for SqliteStore {
                     insert_events(tx, std::iter::once(&stored))?;
                     tx.prepare_cached("UPDATE sessions SET last_seq = ?1 WHERE id = ?2")?
                         .execute(params![next_seq, session_id])?;
-                    outcomes.push((session_id, turn_id, next_seq, Some(stored)));
+                    outcomes.push((session_id, turn_id, next_seq, released, Some(stored)));
                 }
                 Ok(outcomes)
             })
             .await?;
         let mut taken = Vec::with_capacity(outcomes.len());
-        for (session_id, turn_id, next_seq, interrupted) in outcomes {
+        for (session_id, turn_id, next_seq, released, interrupted) in outcomes {
             if let Some(stored) = interrupted {
                 taken.push(Orphan::Interrupted(Box::new(stored)));
                 continue;
@@ -280,8 +282,28 @@ impl Turns for SqliteStore {
             taken.push(Orphan::Claimed {
                 turn: Box::new(turn),
                 next_seq,
+                released,
             });
         }
         Ok(taken)
+    }
+
+    async fn release_turn(&self, lease: &Lease) -> Result<bool> {
+        let lease = *lease;
+        self.writes
+            .run(move |connection| {
+                let released = connection
+                    .prepare_cached(
+                        "UPDATE turns SET owner_process = '', heartbeat_at = ?3 \
+                         WHERE id = ?1 AND attempt = ?2 AND status = 'running'",
+                    )?
+                    .execute(params![
+                        lease.turn_id.to_string(),
+                        lease.attempt,
+                        ts(DateTime::<Utc>::UNIX_EPOCH)
+                    ])?;
+                Ok(released == 1)
+            })
+            .await
     }
 }
