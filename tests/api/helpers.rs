@@ -531,6 +531,16 @@ impl ServiceProcess {
         panic!("the service did not exit within 10 s of SIGTERM");
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process has exited (reaped if so).
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
     /// SIGKILL: no shutdown, no last write.
     pub fn kill(&mut self) {
         self.child.kill().unwrap();

@@ -32,6 +32,7 @@ mod openai_compat;
 mod openapi;
 mod replicas;
 mod stops;
+mod takeover;
 mod tenants;
 mod tool_turn;
 mod tools;

@@ -328,3 +328,57 @@ async fn a_replica_shut_down_mid_turn_hands_it_over_at_once() {
         "{metrics}"
     );
 }
+
+/// A JSON-mode caller whose connection was on a replica that died asks
+/// again, with the same `Idempotency-Key`, on another replica: it gets the
+/// turn's result once another replica has taken it over and finished it,
+/// not a second turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_caller_asking_again_with_its_key_gets_the_turn_finished_elsewhere() {
+    let Some((_db, provider, mut replicas)) = replicas(2).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let never = CancellationToken::new();
+    provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(3, &never),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let ask = |replica: &Replica| {
+        client
+            .post(replica.url("/sessions/s-json/turns"))
+            .header("idempotency-key", "k-json")
+            .json(&json!({"message": "Hi"}))
+            .send()
+    };
+    let first = tokio::spawn(ask(&replicas[0]));
+    for _ in 0..200 {
+        if !provider.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(provider.requests().len(), 1, "the turn runs on replica 0");
+    replicas[0].kill();
+    let lost = first.await.unwrap();
+    assert!(
+        lost.is_err() || lost.is_ok_and(|r| r.status() != 200),
+        "the first connection died with its replica"
+    );
+
+    let again = ask(&replicas[1]).await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let body: Value = again.json().await.unwrap();
+    assert!(
+        !body["text"].as_str().unwrap_or_default().is_empty(),
+        "{body}"
+    );
+    let (_, session) = get_json(&client, replicas[1].url("/sessions/s-json")).await;
+    assert_eq!(session["turn_count"], 1, "one turn, not two: {session}");
+    assert_eq!(
+        provider.requests().len(),
+        2,
+        "its step, asked once per life"
+    );
+}

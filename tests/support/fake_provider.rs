@@ -262,9 +262,13 @@ pub struct Recorded {
     pub body: serde_json::Value,
 }
 
+/// Answers a request (its JSON body) when the script is empty.
+pub type Responder = Arc<dyn Fn(&serde_json::Value) -> Reply + Send + Sync>;
+
 #[derive(Default)]
 struct Shared {
     script: Mutex<VecDeque<Reply>>,
+    responder: Mutex<Option<Responder>>,
     requests: Mutex<Vec<Recorded>>,
     embedding_requests: Mutex<Vec<Recorded>>,
     embeddings_fail: std::sync::atomic::AtomicBool,
@@ -388,6 +392,13 @@ impl FakeProvider {
         }
     }
 
+    /// Answers every request the script does not, by its body: a provider
+    /// whose answer depends on the conversation, as a model's does (a step
+    /// asked again gets the same answer).
+    pub fn respond_with(&self, responder: Responder) {
+        *self.shared.responder.lock().unwrap() = Some(responder);
+    }
+
     /// Queues answers, served in order, one per request.
     pub fn enqueue(&self, replies: impl IntoIterator<Item = Reply>) {
         self.shared.script.lock().unwrap().extend(replies);
@@ -422,13 +433,16 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    let responder = shared.responder.lock().unwrap().clone();
+    let scripted = shared.script.lock().unwrap().pop_front();
+    let reply = scripted.or_else(|| responder.map(|respond| respond(&body)));
     shared.requests.lock().unwrap().push(Recorded {
         path: uri.to_string(),
         headers,
         body,
     });
-    let Some(reply) = shared.script.lock().unwrap().pop_front() else {
+    let Some(reply) = reply else {
         return Response::builder()
             .status(StatusCode::INTERNAL_SERVER_ERROR)
             .body(Body::from("the fake provider has no scripted reply left"))

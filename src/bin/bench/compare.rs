@@ -72,6 +72,19 @@ fn workloads() -> Vec<Workload> {
             concurrency: 32,
             spread: Duration::from_millis(slow.ttft_ms + slow.tokens * slow.itl_ms),
         },
+        // A tool step before the answer: what each step's durable
+        // record (and, on Postgres, the lease on every write) costs.
+        Workload {
+            key: "tools",
+            name: "tools c=32",
+            spec: Spec {
+                tools: 1,
+                tool_ms: 0,
+                ..realistic
+            },
+            concurrency: 32,
+            spread: Duration::ZERO,
+        },
         // All 32 start together and, being of equal length, end and start
         // again together: the worst case for the first token's wait.
         Workload {

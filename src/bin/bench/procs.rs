@@ -134,6 +134,13 @@ impl Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// SIGTERM (a deploy's stop); does not wait for the exit.
+    pub fn terminate(&self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
 }
 
 impl Drop for Proc {

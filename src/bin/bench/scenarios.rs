@@ -31,8 +31,8 @@ impl Drop for ScratchDir {
     }
 }
 
-const ALL: [&str; 8] = [
-    "startup", "overhead", "ttft", "tools", "streams", "held", "eventlog", "replicas",
+const ALL: [&str; 9] = [
+    "startup", "overhead", "ttft", "tools", "streams", "held", "eventlog", "replicas", "takeover",
 ];
 
 pub async fn run(
@@ -109,6 +109,15 @@ pub async fn run(
             Some(url) => replicas(&fake, &sqlite, url, scale).await?,
             None if !scenarios.is_empty() => {
                 return Err("the replicas scenario needs --postgres".into());
+            }
+            None => {}
+        }
+    }
+    if wanted("takeover") {
+        match &postgres {
+            Some(url) => takeover(&fake, url, quick).await?,
+            None if !scenarios.is_empty() => {
+                return Err("the takeover scenario needs --postgres".into());
             }
             None => {}
         }
@@ -564,7 +573,7 @@ async fn replicas(fake: &Proc, sqlite: &str, postgres: &str, scale: usize) -> Re
     drop((sqlite_one, postgres_one));
 
     // A replica killed in the middle of a turn: how long until another
-    // replica has ended the turn and its session takes a new one.
+    // replica has taken the turn over.
     let slow = Spec::parse("bench/ttft=60000/n=1").model();
     let session = format!("bench-killed-{}", uuid::Uuid::now_v7().simple());
     let started = http
@@ -583,34 +592,126 @@ async fn replicas(fake: &Proc, sqlite: &str, postgres: &str, scale: usize) -> Re
     // The turn runs (its provider call is under way) before the kill.
     tokio::time::sleep(Duration::from_millis(500)).await;
     replicas[0].kill();
-    let killed = Instant::now();
-    let survivor = replicas[1].url();
-    let mut freed = None;
-    while killed.elapsed() < Duration::from_secs(60) {
-        let record: serde_json::Value = match http
-            .get(format!("{survivor}/sessions/{session}/turns/{turn}"))
+    let taken = resumed_within(&http, &replicas[1], &session, Duration::from_secs(60)).await;
+    drop(started);
+    let _ = http
+        .post(format!(
+            "{}/sessions/{session}/turns/{turn}/cancel",
+            replicas[1].url()
+        ))
+        .send()
+        .await;
+    let heartbeat = std::env::var("HARNESS_HEARTBEAT_INTERVAL_S").unwrap_or_else(|_| "5".into());
+    match taken {
+        Some(after) => println!(
+            "kill -9 of a replica mid-turn: its turn taken over by another replica after {:.2} s (heartbeat {heartbeat} s)",
+            after.as_secs_f64()
+        ),
+        None => println!("kill -9 of a replica mid-turn: the turn was NOT taken over within 60 s"),
+    }
+    let deadlocks_during = deadlocks(postgres).await? - deadlocks_before;
+    println!("Postgres deadlocks during the scenario: {deadlocks_during}\n");
+    Ok(())
+}
+
+/// How long until `session` shows `turn.resumed` on `replica` (polled every
+/// 5 ms), or `None` within `limit`.
+async fn resumed_within(
+    http: &reqwest::Client,
+    replica: &Proc,
+    session: &str,
+    limit: Duration,
+) -> Option<Duration> {
+    let from = Instant::now();
+    while from.elapsed() < limit {
+        let log: serde_json::Value = match http
+            .get(format!(
+                "{}/sessions/{session}/events?limit=1000",
+                replica.url()
+            ))
             .send()
             .await
         {
             Ok(response) => response.json().await.unwrap_or_default(),
             Err(_) => serde_json::Value::Null,
         };
-        if record["status"] == "interrupted" {
-            freed = Some(killed.elapsed());
-            break;
+        let resumed = log["events"]
+            .as_array()
+            .is_some_and(|events| events.iter().any(|e| e["type"] == "turn.resumed"));
+        if resumed {
+            return Some(from.elapsed());
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    drop(started);
+    None
+}
+
+/// Turns taken over: the owner of a running turn (its model call under
+/// way) killed with SIGKILL, or stopped with SIGTERM (a deploy), and the
+/// time until another replica has taken the turn over (`turn.resumed` in
+/// its log), N times each; the heartbeat is the service's default unless
+/// `HARNESS_HEARTBEAT_INTERVAL_S` says otherwise.
+async fn takeover(fake: &Proc, postgres: &str, quick: bool) -> Result<(), String> {
+    let rounds = if quick { 3 } else { 20 };
     let heartbeat = std::env::var("HARNESS_HEARTBEAT_INTERVAL_S").unwrap_or_else(|_| "5".into());
-    match freed {
-        Some(after) => println!(
-            "kill -9 of a replica mid-turn: its turn interrupted and its session free on another replica after {:.2} s (heartbeat {heartbeat} s)",
-            after.as_secs_f64()
-        ),
-        None => println!("kill -9 of a replica mid-turn: the turn was NOT freed within 60 s"),
+    println!(
+        "## takeover: the owner of a running turn killed (SIGKILL) or stopped (SIGTERM), {rounds} times each; heartbeat {heartbeat} s; 2 replicas on Postgres\n"
+    );
+    let http = client::http_client();
+    // The model takes a minute to answer: the turn is mid-call when its
+    // owner goes, and the next owner's call is cancelled once measured.
+    let slow = Spec::parse("bench/ttft=60000/n=1").model();
+    let mut survivor = procs::start_harness(postgres, &fake.url(), 120).await?.0;
+    println!("| how | p50 | p99 | max | taken over |");
+    println!("|---|---|---|---|---|");
+    for how in ["SIGKILL", "SIGTERM"] {
+        let mut after = Vec::new();
+        for _ in 0..rounds {
+            let mut owner = procs::start_harness(postgres, &fake.url(), 120).await?.0;
+            let session = format!("bench-takeover-{}", uuid::Uuid::now_v7().simple());
+            let started = http
+                .post(format!("{}/sessions/{session}/turns", owner.url()))
+                .header("accept", "text/event-stream")
+                .json(&serde_json::json!({"message": "Hi", "runtime_model": slow}))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let turn = started
+                .headers()
+                .get("x-turn-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if how == "SIGKILL" {
+                owner.kill();
+            } else {
+                owner.terminate();
+            }
+            // From the signal (sent just now) to the first poll that sees it.
+            let limit = Duration::from_secs(60);
+            if let Some(taken) = resumed_within(&http, &survivor, &session, limit).await {
+                after.push(taken);
+            }
+            drop(started);
+            let _ = http
+                .post(format!(
+                    "{}/sessions/{session}/turns/{turn}/cancel",
+                    survivor.url()
+                ))
+                .send()
+                .await;
+            drop(owner);
+        }
+        let (p50, p99) = p50_p99(&after);
+        let max = after.iter().max().copied().unwrap_or_default();
+        println!(
+            "| {how} | {p50:.0} ms | {p99:.0} ms | {:.0} ms | {}/{rounds} |",
+            max.as_secs_f64() * 1000.0,
+            after.len()
+        );
     }
-    let deadlocks_during = deadlocks(postgres).await? - deadlocks_before;
-    println!("Postgres deadlocks during the scenario: {deadlocks_during}\n");
+    println!();
+    survivor.kill();
     Ok(())
 }
