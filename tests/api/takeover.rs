@@ -278,6 +278,10 @@ async fn round(
     tally.rounds += 1;
 }
 
+#[expect(
+    clippy::print_stdout,
+    reason = "the run's figures, read with --nocapture for the take-over note"
+)]
 fn check(ledger: &Ledger, tally: &Tally, label: &str) {
     // The kill times fall over the whole turn: a good part of the turns
     // were caught running (else this proves nothing).
