@@ -501,3 +501,173 @@ async fn a_turn_that_kills_its_process_every_time_ends_interrupted_after_its_tak
         "the first life and three take-overs"
     );
 }
+
+/// One client's turn: posted to the first live replica that takes it, read
+/// to its end, re-attached (with `Last-Event-ID`) wherever it can when its
+/// stream ends early (its replica shut down); returns its events and how
+/// long it took.
+async fn turn_through_a_rolling_restart(
+    client: &reqwest::Client,
+    bases: &Mutex<Vec<String>>,
+    number: u64,
+) -> (Vec<SseEvent>, Duration) {
+    let began = Instant::now();
+    let session = format!("s-rolling-{number}");
+    let mut pick = number as usize;
+    let (mut stream, turn) = loop {
+        let base = {
+            let bases = bases.lock().unwrap();
+            bases[pick % bases.len()].clone()
+        };
+        pick += 1;
+        let posted = client
+            .post(format!("{base}/sessions/{session}/turns"))
+            .header("accept", "text/event-stream")
+            .json(&json!({"message": format!("Please do job-r{number} now.")}))
+            .send()
+            .await;
+        match posted {
+            Ok(response) if response.status() == 200 => {
+                let turn = response.headers()["x-turn-id"].to_str().unwrap().to_owned();
+                break (SseStream::new(response).await, turn);
+            }
+            // Refused (shutting down) or gone: another replica.
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "no replica took the turn"
+        );
+    };
+    let mut seen: Vec<SseEvent> = Vec::new();
+    loop {
+        while let Some(event) = stream.next().await {
+            let last = event.event.starts_with("turn.")
+                && !matches!(event.event.as_str(), "turn.started" | "turn.resumed");
+            seen.push(event);
+            if last {
+                return (seen, began.elapsed());
+            }
+        }
+        // The stream ended early: re-attach where it can be.
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "turn {turn} never ended"
+        );
+        let base = {
+            let bases = bases.lock().unwrap();
+            bases[pick % bases.len()].clone()
+        };
+        pick += 1;
+        let mut request = client.get(format!("{base}/sessions/{session}/turns/{turn}/events"));
+        if let Some(last) = seen.last().and_then(|e| e.id.clone()) {
+            request = request.header("last-event-id", last);
+        }
+        match request.send().await {
+            Ok(response) if response.status() == 200 => stream = SseStream::new(response).await,
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// A rolling restart (each replica in turn stopped with SIGTERM and
+/// started again) under a steady load of tool turns: every turn completes
+/// whole, every write runs at most once, every client sees every event
+/// once; the added latency of the handed-over turns is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::print_stdout,
+    reason = "the run's figures, for the take-over note"
+)]
+async fn a_rolling_restart_under_load_completes_every_turn() {
+    if !postgres_or_skip().await {
+        return;
+    }
+    const CLIENTS: u64 = 4;
+    let db = TestDb::new(Backend::Postgres).await;
+    db.open().await;
+    let url = db.postgres_service_url();
+    let ledger = Arc::new(Ledger::default());
+    let tools = tool_server(ledger.clone()).await;
+    let provider = FakeProvider::start().await;
+    model(&provider);
+    let mut replicas = Vec::new();
+    for i in 0..3 {
+        replicas.push(start(&url, &provider, &tools, &format!("rolling-{i}")).await);
+    }
+    let bases = Arc::new(Mutex::new(
+        replicas.iter().map(|r| r.url("")).collect::<Vec<_>>(),
+    ));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let client = reqwest::Client::new();
+    let mut load = Vec::new();
+    for worker in 0..CLIENTS {
+        let (client, bases, stop) = (client.clone(), bases.clone(), stop.clone());
+        load.push(tokio::spawn(async move {
+            let mut turns = Vec::new();
+            for n in 0.. {
+                if stop.is_cancelled() {
+                    break;
+                }
+                let number = worker * 1000 + n;
+                turns.push(turn_through_a_rolling_restart(&client, &bases, number).await);
+            }
+            turns
+        }));
+    }
+    for i in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        replicas[i].terminate().await;
+        replicas[i] = start(&url, &provider, &tools, &format!("rolling-{i}")).await;
+        bases.lock().unwrap()[i] = replicas[i].url("");
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.cancel();
+    let mut handed_over = Vec::new();
+    let mut plain = Vec::new();
+    for worker in load {
+        for (events, took) in worker.await.unwrap() {
+            let types: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+            let terminal = events.last().unwrap();
+            assert_eq!(terminal.event, "turn.completed", "{types:?}");
+            assert_eq!(
+                terminal.json()["result"]["text"].as_str(),
+                Some(ANSWER.concat().as_str())
+            );
+            let seqs: Vec<i64> = events
+                .iter()
+                .map(|e| e.id.as_deref().unwrap().parse().unwrap())
+                .collect();
+            assert_eq!(
+                seqs,
+                (1..=seqs.len() as i64).collect::<Vec<_>>(),
+                "{types:?}"
+            );
+            if types.contains(&"turn.resumed") {
+                handed_over.push(took);
+            } else {
+                plain.push(took);
+            }
+        }
+    }
+    let writes = ledger.writes.lock().unwrap();
+    assert!(
+        writes.values().all(|n| *n <= 1),
+        "a write ran twice: {writes:?}"
+    );
+    assert!(!handed_over.is_empty(), "no turn was caught by a restart");
+    plain.sort();
+    handed_over.sort();
+    let median = plain[plain.len() / 2];
+    let p99 = handed_over[((handed_over.len() - 1) as f64 * 0.99) as usize];
+    println!(
+        "rolling restart: {} turns completed ({} handed over), plain turn p50 {} ms, \
+         handed-over turn p99 {} ms (added {} ms), {} writes run once each",
+        plain.len() + handed_over.len(),
+        handed_over.len(),
+        median.as_millis(),
+        p99.as_millis(),
+        p99.saturating_sub(median).as_millis(),
+        writes.len()
+    );
+}
