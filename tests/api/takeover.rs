@@ -615,11 +615,11 @@ async fn a_rolling_restart_under_load_completes_every_turn() {
             turns
         }));
     }
-    for i in 0..3 {
+    for (i, replica) in replicas.iter_mut().enumerate() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        replicas[i].terminate().await;
-        replicas[i] = start(&url, &provider, &tools, &format!("rolling-{i}")).await;
-        bases.lock().unwrap()[i] = replicas[i].url("");
+        replica.terminate().await;
+        *replica = start(&url, &provider, &tools, &format!("rolling-{i}")).await;
+        bases.lock().unwrap()[i] = replica.url("");
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     stop.cancel();
