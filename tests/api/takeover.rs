@@ -575,10 +575,6 @@ async fn turn_through_a_rolling_restart(
 /// whole, every write runs at most once, every client sees every event
 /// once; the added latency of the handed-over turns is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[expect(
-    clippy::print_stdout,
-    reason = "the run's figures, for the take-over note"
-)]
 async fn a_rolling_restart_under_load_completes_every_turn() {
     if !postgres_or_skip().await {
         return;
