@@ -64,6 +64,11 @@ pub struct ToolSpec {
     pub retry_on_timeout: bool,
     /// Where the tool comes from: `builtin`, `mcp:{server}`, `http`.
     pub source: String,
+    /// Whether running a call twice has the effect of running it once (the
+    /// operator says so): a call that started in a process that died is
+    /// run again (HTTP tools send the same `Idempotency-Key`), not ended
+    /// `unknown`.
+    pub idempotent: bool,
 }
 
 impl ToolSpec {
@@ -76,7 +81,13 @@ impl ToolSpec {
             timeout: None,
             retry_on_timeout: true,
             source: "builtin".to_owned(),
+            idempotent: false,
         }
+    }
+
+    pub fn with_idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = idempotent;
+        self
     }
 
     pub fn with_source(mut self, source: impl Into<String>) -> Self {

@@ -179,7 +179,7 @@ async fn resolve(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome {
         }
         Some(PriorCall::Started {
             awaiting_approval: false,
-        }) if !reads_only(env, call) => {
+        }) if !safe_to_run_again(env, call) => {
             env.state.budget.claim_tool_call();
             ToolOutcome::Logged {
                 status: ToolStatus::Unknown,
@@ -197,11 +197,13 @@ pub const OUTCOME_UNKNOWN: &str = "Error (outcome_unknown): this call started, b
      running it stopped before it ended; whether it took effect is not known. Check before \
      asking for it again.";
 
-fn reads_only(env: &CallEnv<'_>, call: &ToolCall) -> bool {
-    env.harness
-        .tools
-        .get(&call.name)
-        .is_some_and(|tool| tool.spec().effect == EffectClass::ReadOnly)
+/// A call that only reads, or whose tool the operator declared
+/// idempotent.
+fn safe_to_run_again(env: &CallEnv<'_>, call: &ToolCall) -> bool {
+    env.harness.tools.get(&call.name).is_some_and(|tool| {
+        let spec = tool.spec();
+        spec.effect == EffectClass::ReadOnly || spec.idempotent
+    })
 }
 
 /// What a tool returned reaches the model inside the untrusted fence the

@@ -39,6 +39,11 @@ pub struct HttpToolConfig {
     pub effect: EffectClass,
     #[serde(default)]
     pub timeout_s: Option<u64>,
+    /// The API applies a request once per `Idempotency-Key` (every call
+    /// sends one, made of the turn and the call): a call that started in
+    /// a process that died is sent again, with the same key.
+    #[serde(default)]
+    pub idempotent: bool,
 }
 
 fn any_object() -> Value {
@@ -269,7 +274,8 @@ impl HttpTool {
                 config.effect,
             )
             .with_timeout(timeout + Duration::from_secs(2))
-            .with_source("http"),
+            .with_source("http")
+            .with_idempotent(config.idempotent),
         })
     }
 }
@@ -306,10 +312,15 @@ impl Tool for HttpTool {
                 query.append_pair(key, &text);
             }
         }
+        // One key per call, the same in every process that runs it.
         let mut request = self
             .client
             .request(self.method.clone(), url)
-            .headers(self.headers.clone());
+            .headers(self.headers.clone())
+            .header(
+                "idempotency-key",
+                format!("{}:{}", ctx.turn_id, ctx.call_id),
+            );
         if with_body {
             request = request.json(&Value::Object(rest));
         }

@@ -70,6 +70,11 @@ pub struct McpServerConfig {
     /// Longest a call may take, in seconds (default 30).
     #[serde(default)]
     pub timeout_s: Option<u64>,
+    /// Its tools have the effect of one call however often a call is made
+    /// (the operator says so): one that started in a process that died is
+    /// made again, not ended `unknown`.
+    #[serde(default)]
+    pub idempotent: bool,
 }
 
 /// Values of `env` and `headers` never print: they hold tokens.
@@ -520,7 +525,8 @@ impl McpHub {
                         effect_of(remote.annotations.as_ref()),
                     )
                     .with_timeout(timeout + Duration::from_secs(2))
-                    .with_source(format!("mcp:{}", config.name)),
+                    .with_source(format!("mcp:{}", config.name))
+                    .with_idempotent(config.idempotent),
                 }));
             }
             tracing::info!(server = %config.name, tools = tools.len(), "MCP server connected");

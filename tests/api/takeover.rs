@@ -44,10 +44,13 @@ const ANSWER: [&str; 12] = [
     ".",
 ];
 
-/// What the tools of the test saw: executions of the write tool by key.
+/// What the tools of the test saw: executions of the write tool by key,
+/// and its effects (an `Idempotency-Key` seen before has none).
 #[derive(Default)]
 struct Ledger {
     writes: Mutex<HashMap<String, u32>>,
+    effects: Mutex<HashMap<String, u32>>,
+    keys: Mutex<std::collections::HashSet<String>>,
     reads: Mutex<u32>,
 }
 
@@ -63,7 +66,11 @@ async fn read(State(ledger): State<Arc<Ledger>>, Query(call): Query<Call>) -> Js
     Json(json!({"key": call.key, "value": "found"}))
 }
 
-async fn write(State(ledger): State<Arc<Ledger>>, Json(call): Json<Call>) -> Json<Value> {
+async fn write(
+    State(ledger): State<Arc<Ledger>>,
+    headers: axum::http::HeaderMap,
+    Json(call): Json<Call>,
+) -> Json<Value> {
     tokio::time::sleep(Duration::from_millis(call.ms.unwrap_or(0))).await;
     *ledger
         .writes
@@ -71,11 +78,23 @@ async fn write(State(ledger): State<Arc<Ledger>>, Json(call): Json<Call>) -> Jso
         .unwrap()
         .entry(call.key.clone())
         .or_default() += 1;
+    // `{turn id}:{call id}`: the same for a call made again.
+    let key = headers["idempotency-key"].to_str().unwrap().to_owned();
+    assert!(key.ends_with(&format!(":call_write_{}", call.key)), "{key}");
+    if ledger.keys.lock().unwrap().insert(key) {
+        *ledger
+            .effects
+            .lock()
+            .unwrap()
+            .entry(call.key.clone())
+            .or_default() += 1;
+    }
     Json(json!({"key": call.key, "recorded": true}))
 }
 
-/// The tools' server; the `HARNESS_HTTP_TOOLS` that declares them.
-async fn tool_server(ledger: Arc<Ledger>) -> String {
+/// The tools' server; the `HARNESS_HTTP_TOOLS` that declares them (the
+/// write tool `idempotent` or not).
+async fn tool_server(ledger: Arc<Ledger>, idempotent: bool) -> String {
     let app = Router::new()
         .route("/read", get(read))
         .route("/write", post(write))
@@ -92,7 +111,8 @@ async fn tool_server(ledger: Arc<Ledger>) -> String {
         {"name": "look_up", "description": "Look a key up.", "method": "GET",
          "url": format!("{base}/read"), "effect": "READ_ONLY", "parameters": parameters},
         {"name": "record", "description": "Record a key.", "method": "POST",
-         "url": format!("{base}/write"), "effect": "LOCAL_WRITE", "parameters": parameters},
+         "url": format!("{base}/write"), "effect": "LOCAL_WRITE", "parameters": parameters,
+         "idempotent": idempotent},
     ])
     .to_string()
 }
@@ -291,9 +311,13 @@ fn check(ledger: &Ledger, tally: &Tally, label: &str) {
         tally.taken_over,
         tally.rounds
     );
-    let writes = ledger.writes.lock().unwrap();
+    // The write's effects: once at most (each key once, whatever ran).
+    let writes = ledger.effects.lock().unwrap();
     let twice: Vec<_> = writes.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "writes run more than once: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "writes took effect more than once: {twice:?}"
+    );
     let mut after = tally.resumed_after_ms.clone();
     after.sort_unstable();
     let at = |q: f64| {
@@ -323,7 +347,7 @@ async fn three_replicas_finish_every_turn_whatever_kill_9_interrupts() {
     db.open().await;
     let url = db.postgres_service_url();
     let ledger = Arc::new(Ledger::default());
-    let tools = tool_server(ledger.clone()).await;
+    let tools = tool_server(ledger.clone(), false).await;
     let provider = FakeProvider::start().await;
     model(&provider);
     let mut replicas = Vec::new();
@@ -348,6 +372,9 @@ async fn three_replicas_finish_every_turn_whatever_kill_9_interrupts() {
         .await;
     }
     check(&ledger, &tally, "postgres, three replicas");
+    // Not declared idempotent, a write is not even sent twice.
+    let writes = ledger.writes.lock().unwrap();
+    assert!(writes.values().all(|n| *n <= 1), "{writes:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -356,7 +383,7 @@ async fn one_sqlite_process_restarted_finishes_every_turn_whatever_kill_9_interr
     db.open().await;
     let url = db.sqlite_url();
     let ledger = Arc::new(Ledger::default());
-    let tools = tool_server(ledger.clone()).await;
+    let tools = tool_server(ledger.clone(), true).await;
     let provider = FakeProvider::start().await;
     model(&provider);
     let mut process = vec![start(&url, &provider, &tools, "single").await];
@@ -375,7 +402,17 @@ async fn one_sqlite_process_restarted_finishes_every_turn_whatever_kill_9_interr
         )
         .await;
     }
-    check(&ledger, &tally, "sqlite, one process restarted");
+    check(
+        &ledger,
+        &tally,
+        "sqlite, one process restarted, the write idempotent",
+    );
+    // Declared idempotent, a write that started in a dead process is made
+    // again with its key: none ends unknown, each has its effect once.
+    assert_eq!(tally.unknown_writes, 0);
+    let effects = ledger.effects.lock().unwrap();
+    assert_eq!(effects.len() as u64, tally.rounds);
+    assert!(effects.values().all(|n| *n == 1), "{effects:?}");
 }
 
 /// A turn whose tool kills its process each time it runs (read-only, so
@@ -584,7 +621,7 @@ async fn a_rolling_restart_under_load_completes_every_turn() {
     db.open().await;
     let url = db.postgres_service_url();
     let ledger = Arc::new(Ledger::default());
-    let tools = tool_server(ledger.clone()).await;
+    let tools = tool_server(ledger.clone(), false).await;
     let provider = FakeProvider::start().await;
     model(&provider);
     let mut replicas = Vec::new();

@@ -9,7 +9,9 @@ use agent_harness::{
     harness::{
         AgentHarness, EventSink, HarnessOptions, SinkError, TurnInput,
         compaction::ContextWarningTracker,
-        durable::{StateSnapshot, StepPhase, StepRecord, rebuild},
+        durable::{
+            PriorCall, PriorCalls, Resume, StateSnapshot, StepPhase, StepRecord, rebuild,
+        },
         hooks::{ApprovalDecision, ApprovalGate, ApprovalRequest, CostTracker},
         replay::ReplayControl,
         state::{ToolResultRecord, TurnRuntimeState},
@@ -306,4 +308,138 @@ async fn a_turn_that_answers_at_once_writes_no_record() {
     let ran = crate::helpers::run(&harness, request("go")).await;
     assert_eq!(ran.text(), "hello");
     assert!(ran.sink.records().is_empty());
+}
+
+/// A turn going on from a step whose calls a dead process left: an ended
+/// call is not run again (the model gets what the log holds), a read-only
+/// or idempotent one that started is run again, a write that started ends
+/// `unknown`, and no call's `tool.started` is said twice.
+#[tokio::test]
+async fn a_step_taken_over_runs_each_call_at_most_once() {
+    let first = Arc::new(ScriptedProvider::new([calls(vec![
+        call("c1", "probe", json!({"key": "a", "ms": 1})),
+        call("c2", "write", json!({"key": "w", "ms": 1})),
+        call("c3", "idem", json!({"key": "i", "ms": 1})),
+        call("c4", "probe", json!({"key": "b", "ms": 1})),
+    ])]));
+    let probe = Probe::new("probe", EffectClass::ReadOnly);
+    let write = Probe::new("write", EffectClass::LocalWrite);
+    let idem = Probe::idempotent("idem", EffectClass::LocalWrite);
+    let tools = || -> Vec<Arc<dyn Tool>> { vec![probe.clone(), write.clone(), idem.clone()] };
+    // The first life: the model's answer is recorded, then the process
+    // "dies" (the sink refuses everything after the answer's record).
+    let dying = builder(&first, tools()).build();
+    let sink = Arc::new(DiesAfterAnswer::default());
+    let state = dying.new_state("s-1");
+    let asked = request("go");
+    let lost = dying
+        .run_turn_with_state(asked.clone(), sink.clone(), state)
+        .await;
+    assert!(lost.is_err(), "the first life ends with its process");
+    let records = sink.records.lock().unwrap().clone();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].phase, StepPhase::Answered);
+    let (probe_before, write_before, idem_before) = (probe.calls(), write.calls(), idem.calls());
+
+    // What the log showed of its calls: c1-c3 started, c4 ended.
+    let ended = PriorCall::Ended {
+        status: ToolStatus::Completed,
+        reason: None,
+        error: None,
+        output: Some("logged result".into()),
+        artifact_id: None,
+        latency_ms: 3,
+    };
+    let started = PriorCall::Started {
+        awaiting_approval: false,
+    };
+    let prior = PriorCalls(
+        [
+            ("c1".to_owned(), started.clone()),
+            ("c2".to_owned(), started.clone()),
+            ("c3".to_owned(), started),
+            ("c4".to_owned(), ended),
+        ]
+        .into(),
+    );
+    let second = scripted([text("done")]);
+    let harness = builder(&second, tools()).build();
+    let from = rebuild(&records).unwrap().unwrap();
+    let limits = harness.options().budget_limits();
+    let state = Arc::new(from.runtime_state(
+        "s-1",
+        limits,
+        tokio::time::Instant::now() + limits.timeout,
+    ));
+    let resume = Resume {
+        from,
+        prior,
+        started: tokio::time::Instant::now(),
+        state: state.clone(),
+    };
+    let sink = Arc::new(RecordingSink::default());
+    let output = harness
+        .resume_turn(asked, sink.clone(), resume)
+        .await
+        .unwrap();
+    assert_eq!(output.result.text, "done");
+    assert_eq!(probe.calls() - probe_before, 1, "c1 again, not c4");
+    assert_eq!(write.calls() - write_before, 0, "the write is not made blindly");
+    assert_eq!(idem.calls() - idem_before, 1, "the idempotent one is made again");
+    let events = sink.events();
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, TurnEvent::ToolStarted { .. })),
+        "every call's start is in the log already"
+    );
+    let finished: Vec<(String, ToolStatus)> = events
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::ToolFinished {
+                call_id, status, ..
+            } => Some((call_id.clone(), *status)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        finished,
+        [
+            ("c1".to_owned(), ToolStatus::Completed),
+            ("c2".to_owned(), ToolStatus::Unknown),
+            ("c3".to_owned(), ToolStatus::Completed),
+        ],
+        "c4's end is in the log already"
+    );
+    // The model is told each call's outcome, c4's as the log has it.
+    let asked_next = second.requests().pop().unwrap();
+    let tools_said = crate::helpers::tool_messages(&asked_next);
+    assert_eq!(tools_said.len(), 4);
+    assert_eq!(tools_said[1], agent_harness::harness::waves::OUTCOME_UNKNOWN);
+    assert_eq!(tools_said[3], "logged result");
+    // Every call took its place in the budget, once.
+    assert_eq!(state.budget.tool_calls_used(), 4);
+}
+
+/// A sink that takes the turn's records and events until the model's
+/// answer is recorded, then refuses everything (its process died).
+#[derive(Default)]
+struct DiesAfterAnswer {
+    records: Mutex<Vec<StepRecord>>,
+}
+
+#[async_trait]
+impl EventSink for DiesAfterAnswer {
+    async fn emit(&self, _: TurnEvent) -> Result<(), SinkError> {
+        if self.records.lock().unwrap().is_empty() {
+            Ok(())
+        } else {
+            Err(SinkError("the process died".into()))
+        }
+    }
+
+    async fn step_done(&self, record: StepRecord) -> Result<(), SinkError> {
+        self.records.lock().unwrap().push(record);
+        Ok(())
+    }
 }

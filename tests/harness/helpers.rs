@@ -104,6 +104,18 @@ impl Probe {
         })
     }
 
+    /// A probe whose calls the operator declared idempotent.
+    pub fn idempotent(name: &str, effect: EffectClass) -> Arc<Self> {
+        let probe = Self::new(name, effect);
+        let mut probe = Arc::into_inner(probe).unwrap();
+        probe.spec = probe.spec.with_idempotent(true);
+        Arc::new(probe)
+    }
+
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
     pub fn max(&self) -> usize {
         self.max_in_flight.load(Ordering::SeqCst)
     }
