@@ -15,12 +15,16 @@
 //!   wire formats (`http/formats/`: native SSE, OpenAI chat completions,
 //!   the AI SDK's UI message stream, AG-UI) as encoders under one driver.
 //! - [`runner`]: turns as detached, cancellable tasks (`runner/turn.rs`: a
-//!   turn's life and its end); the event log writer (group commit), live
-//!   fan-out, gap-free resumable subscriptions, the session queue
-//!   (`runner/queue.rs`), heartbeat and cancels.
+//!   turn's life and its end; `runner/sink.rs`: its events and step
+//!   records; `runner/resume.rs`: a turn taken over, or handed over at
+//!   shutdown); the event log writer (group commit), live fan-out,
+//!   gap-free resumable subscriptions, the session queue
+//!   (`runner/queue.rs`), heartbeat, cancels and the sweep that takes
+//!   orphaned turns over.
 //! - [`harness`]: the agent turn itself (prompt, bounded loop, the gates of
 //!   a tool call in `gates.rs`, a step's waves in `waves.rs`, the
-//!   finalizer), emitting [`events::TurnEvent`]s.
+//!   finalizer; `durable.rs`: what a step leaves for the rest of its turn,
+//!   and the turn rebuilt from it), emitting [`events::TurnEvent`]s.
 //! - [`tools`]: the `Tool` trait, specs, the registry, the built-in tools
 //!   (retrieval, notes, web), HTTP tools from the settings, MCP servers.
 //! - [`vault`]: the folder of notes, its chunking, index and path checks.

@@ -9,6 +9,8 @@
 mod heartbeat;
 pub mod live;
 mod queue;
+mod resume;
+mod sink;
 mod subscribe;
 mod turn;
 mod writer;

@@ -96,6 +96,9 @@ pub(super) async fn run(
         prompt_len: messages.len(),
     };
     let going = Going {
+        sink,
+        state,
+        turn_cancel,
         prompt: messages.clone(),
         prepared,
         started,
@@ -107,16 +110,7 @@ pub(super) async fn run(
         question_at,
         recorded: Recorded::default(),
     };
-    go_on(
-        harness,
-        &request,
-        &sink,
-        &state,
-        &turn_cancel,
-        going,
-        conversation,
-    )
-    .await
+    go_on(harness, &request, going, conversation).await
 }
 
 /// A turn going on from its records in a process that did not begin it:
@@ -147,6 +141,9 @@ pub(super) async fn resume(
         StepPhase::Finished => None,
     };
     let going = Going {
+        sink,
+        state,
+        turn_cancel,
         replay: from.replay(),
         prompt: from.prompt,
         prepared: from.prepared,
@@ -162,20 +159,15 @@ pub(super) async fn resume(
         messages: from.messages,
         question_at: from.question_at,
     };
-    go_on(
-        harness,
-        &request,
-        &sink,
-        &state,
-        &turn_cancel,
-        going,
-        conversation,
-    )
-    .await
+    go_on(harness, &request, going, conversation).await
 }
 
 /// What the loop and the end need of the turn's start.
 struct Going {
+    sink: Arc<dyn EventSink>,
+    state: Arc<TurnRuntimeState>,
+    /// Cancels the turn's tool tasks (the caller keeps its drop guard).
+    turn_cancel: CancellationToken,
     /// The prepared prompt.
     prompt: Vec<ChatMessage>,
     prepared: Prepared,
@@ -190,13 +182,13 @@ struct Going {
 async fn go_on(
     harness: &AgentHarness,
     request: &TurnInput,
-    sink: &Arc<dyn EventSink>,
-    state: &Arc<TurnRuntimeState>,
-    turn_cancel: &CancellationToken,
     going: Going,
     mut conversation: Conversation,
 ) -> Result<TurnOutput, TurnError> {
     let Going {
+        sink,
+        state,
+        turn_cancel,
         prompt,
         prepared,
         started,
@@ -204,6 +196,7 @@ async fn go_on(
         answered,
     } = going;
     // Stage 4: the bounded loop, a step at a time.
+    let (sink, state, turn_cancel) = (&sink, &state, &turn_cancel);
     let turn = Turn {
         harness,
         request,

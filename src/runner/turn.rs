@@ -2,36 +2,22 @@
 //! sink numbers and queues its events, and its end is committed with its
 //! terminal event (or, when that cannot be stored, a smaller `failed` end).
 
-use std::{
-    sync::{Arc, atomic::Ordering},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
-use async_trait::async_trait;
 use chrono::Utc;
 use tokio::sync::Mutex;
 
-use super::{
-    LiveTurn, TurnRunner, writer,
-    writer::{EventWriter, Flush},
-};
+use super::{LiveTurn, TurnRunner, sink::TurnSink, writer};
 use crate::{
     events::{StoredEvent, TurnEvent},
-    harness::{
-        EventSink, SinkError, TurnError, TurnInput, TurnOutput,
-        budget::TurnBudget,
-        durable::{self, PriorCalls, Resume, StepPhase, StepRecord},
-        state::TurnRuntimeState,
-    },
+    harness::{TurnError, TurnInput, TurnOutput},
     providers::{ChatMessage, Role},
-    store::{
-        BeganTurn, Lease, MessageRecord, NewStep, StoreError, TurnFinish, TurnRecord, TurnStatus,
-    },
+    store::{BeganTurn, MessageRecord, StoreError, TurnFinish, TurnStatus},
     turn::TurnRequest,
 };
 
 /// The history messages a prompt takes (user, assistant and system).
-fn chat_messages(messages: Vec<MessageRecord>) -> Vec<ChatMessage> {
+pub(super) fn chat_messages(messages: Vec<MessageRecord>) -> Vec<ChatMessage> {
     messages
         .into_iter()
         .filter_map(|m| {
@@ -60,17 +46,8 @@ impl TurnRunner {
         self.conclude(&live, &sink, started, run).await;
     }
 
-    /// The life of a turn this process took over, from its `turn.resumed`
-    /// at `next_seq` to its commit.
-    pub(super) async fn drive_resumed(self, live: Arc<LiveTurn>, turn: TurnRecord, next_seq: i64) {
-        let started = tokio::time::Instant::now();
-        let sink = self.sink(&live, next_seq, started);
-        let run = self.execute_resumed(&live, &turn, sink.clone());
-        self.conclude(&live, &sink, started, run).await;
-    }
-
     /// The sink of a turn whose next event takes `next_seq`.
-    fn sink(
+    pub(super) fn sink(
         &self,
         live: &Arc<LiveTurn>,
         next_seq: i64,
@@ -91,7 +68,7 @@ impl TurnRunner {
     }
 
     /// Runs `run` until it ends or the turn is stopped, and commits the end.
-    async fn conclude(
+    pub(super) async fn conclude(
         &self,
         live: &Arc<LiveTurn>,
         sink: &TurnSink,
@@ -141,158 +118,6 @@ impl TurnRunner {
         live.closed.cancel();
         inner.live.remove(live.turn_id);
         inner.metrics.turn_finished(status, started.elapsed());
-    }
-
-    /// Gives the turn up for another process: nothing more is written for
-    /// it here, what was queued is committed, and its lease is released
-    /// (announced to the other replicas, which take it over at once). A
-    /// release that cannot be written leaves the turn to the sweep, once
-    /// its heartbeat is stale.
-    async fn hand_over(&self, live: &Arc<LiveTurn>, sink: &TurnSink) {
-        let inner = &self.inner;
-        sink.close().await;
-        if let Err(e) = inner.writer.flush(live).await {
-            tracing::warn!(error = %e, "the turn's last events were not committed before its hand-over");
-        }
-        let lease = Lease {
-            turn_id: live.turn_id,
-            attempt: live.attempt,
-        };
-        match inner.store.release_turn(&lease).await {
-            Ok(true) => tracing::info!("turn handed over"),
-            Ok(false) => tracing::warn!("the turn was no longer this process's to hand over"),
-            Err(e) => {
-                tracing::warn!(error = %e, "the turn's release was not written; the sweep takes it over once its heartbeat is stale");
-            }
-        }
-    }
-
-    /// Reads what a turn taken over left (its records and its events), says
-    /// `turn.resumed` (and retracts the text of a step it did not finish),
-    /// and goes on with it.
-    async fn execute_resumed(
-        &self,
-        live: &LiveTurn,
-        turn: &TurnRecord,
-        sink: Arc<TurnSink>,
-    ) -> Result<TurnOutput, TurnFailure> {
-        let inner = &self.inner;
-        let store = &inner.store;
-        let records = store
-            .step_records(turn.id)
-            .await
-            .map_err(TurnFailure::History)?
-            .iter()
-            .map(|record| serde_json::from_str::<StepRecord>(record))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| TurnFailure::Records(e.to_string()))?;
-        let from = durable::rebuild(&records).map_err(|e| TurnFailure::Records(e.to_string()))?;
-        let events = self.turn_events(turn).await?;
-        let from_step = from.as_ref().map_or(0, |f| f.step);
-        sink.emit(TurnEvent::TurnResumed {
-            owner: inner.config.instance_id.clone(),
-            attempt: live.attempt,
-            from_step,
-        })
-        .await
-        .map_err(|e| TurnFailure::Turn(e.into()))?;
-        // A step past the records streamed text that is void now: it is
-        // done again.
-        if let Some(step) = unfinished_text(&events, from_step) {
-            sink.emit(TurnEvent::MessageRetracted {
-                step,
-                reason: "takeover".to_owned(),
-            })
-            .await
-            .map_err(|e| TurnFailure::Turn(e.into()))?;
-        }
-        let session = store
-            .get_session(&turn.session_id)
-            .await
-            .map_err(TurnFailure::History)?;
-        let history = match &turn.request.history {
-            Some(history) => history.clone(),
-            None => chat_messages(
-                store
-                    .recent_messages(&turn.session_id, inner.config.history_max_messages)
-                    .await
-                    .map_err(TurnFailure::History)?,
-            ),
-        };
-        let key = crate::ids::SessionKey::from_stored(&turn.session_id);
-        let request = TurnInput {
-            session_id: turn.session_id.clone(),
-            turn_id: turn.id,
-            turn_number: session
-                .as_ref()
-                .map_or(1, |s| u64::try_from(s.turn_count).unwrap_or(1)),
-            history,
-            asked: Arc::new(turn.request.clone()),
-            session_cost_before: session.and_then(|s| s.cost_usd),
-            memory_scope: turn.request.memory_scope(&key),
-            memories: None,
-            handover: inner.handover.clone(),
-        };
-        // The deadline and the elapsed time count from the turn's start.
-        let age = (Utc::now() - turn.created_at).to_std().unwrap_or_default();
-        let now = tokio::time::Instant::now();
-        let started = now.checked_sub(age).unwrap_or(now);
-        let harness = &inner.harness;
-        let limits = harness.options().budget_limits();
-        let deadline = started + limits.timeout;
-        let Some(from) = from else {
-            // No step was recorded: nothing the turn did must be kept; it
-            // starts over, within its own deadline.
-            let state = Arc::new(TurnRuntimeState::new(
-                &request.session_id,
-                TurnBudget::resume(limits, deadline, [0, 0, 0]),
-            ));
-            return harness
-                .run_turn_with_state(request, sink, state)
-                .await
-                .map_err(TurnFailure::Turn);
-        };
-        let typed: Vec<&TurnEvent> = events.iter().filter_map(|e| e.event()).collect();
-        let prior = match from.phase {
-            StepPhase::Answered => PriorCalls::of_step(typed, from.step),
-            StepPhase::Finished => PriorCalls::default(),
-        };
-        let state = Arc::new(from.runtime_state(&request.session_id, limits, deadline));
-        let resume = Resume {
-            from,
-            prior,
-            started,
-            state,
-        };
-        harness
-            .resume_turn(request, sink, resume)
-            .await
-            .map_err(TurnFailure::Turn)
-    }
-
-    /// The events of a running turn so far, in seq order (at most
-    /// [`TURN_EVENTS_READ_MAX`]).
-    async fn turn_events(&self, turn: &TurnRecord) -> Result<Vec<StoredEvent>, TurnFailure> {
-        const PAGE: u32 = 1000;
-        let mut events: Vec<StoredEvent> = Vec::new();
-        let mut after = turn.first_seq - 1;
-        while events.len() < TURN_EVENTS_READ_MAX {
-            let page = self
-                .inner
-                .store
-                .list_events(&turn.session_id, Some(turn.id), after, PAGE)
-                .await
-                .map_err(TurnFailure::History)?;
-            let full = page.len() == PAGE as usize;
-            if let Some(last) = page.last() {
-                after = last.seq;
-            }
-            events.extend(page);
-            if !full {
-                break;
-            }
-        }
-        Ok(events)
     }
 
     /// Loads history and runs the harness.
@@ -429,24 +254,6 @@ impl TurnRunner {
     }
 }
 
-/// Events of a turn read when it is taken over, at most (a turn's own are
-/// far fewer: its steps, tool calls and text deltas).
-const TURN_EVENTS_READ_MAX: usize = 100_000;
-
-/// The step after `recorded` whose streamed text stands (not retracted
-/// since), if it has any: the text of a step the records do not hold.
-fn unfinished_text(events: &[StoredEvent], recorded: u32) -> Option<u32> {
-    let mut open: Option<u32> = None;
-    for event in events {
-        match event.event() {
-            Some(TurnEvent::MessageDelta { step, .. }) if *step > recorded => open = Some(*step),
-            Some(TurnEvent::MessageRetracted { step, .. }) if open == Some(*step) => open = None,
-            _ => {}
-        }
-    }
-    open
-}
-
 /// Tries of a turn's whole end before the smaller `failed` end.
 const END_ATTEMPTS: u32 = 3;
 
@@ -501,7 +308,7 @@ fn unstorable_end(
 
 /// Why a turn failed.
 #[derive(Debug)]
-enum TurnFailure {
+pub(super) enum TurnFailure {
     /// The harness failed: a provider, or the event log under it.
     Turn(TurnError),
     /// The session's stored history could not be read.
@@ -621,210 +428,4 @@ fn build_finish(
             Utc::now(),
         )?),
     })
-}
-
-/// The sink of one turn: numbers events and queues them for the writer.
-///
-/// The terminal event takes the last seq and closes the sink in the same
-/// step: whatever still holds the sink afterwards (a tool task finishing
-/// late, on any terminal path: completed, failed, cancelled, interrupted)
-/// writes nothing. A later write would take a seq of the session's next
-/// turn and block it.
-struct TurnSink {
-    writer: EventWriter,
-    live: Arc<LiveTurn>,
-    /// Latency histograms and token counts, from the events as they pass.
-    metrics: Arc<crate::metrics::Metrics>,
-    /// Its tools: a metric's tool label is one of them (a model may call
-    /// any name).
-    harness: Arc<crate::harness::AgentHarness>,
-    /// When the turn began (for the time to its first token).
-    began: tokio::time::Instant,
-    /// Whether the answer's first text has been seen.
-    answered: std::sync::atomic::AtomicBool,
-    /// Calls waiting for a person's decision (at most the turn's tool
-    /// calls).
-    waiting: std::sync::Mutex<Vec<String>>,
-    /// The next seq; `None` once the terminal event took its seq. Held
-    /// while an event is numbered and queued, so queue order is seq order.
-    next_seq: Mutex<Option<i64>>,
-    /// Whether the last event queued was a text delta (written under
-    /// `next_seq`'s lock): the next one may then wait for company.
-    after_delta: std::sync::atomic::AtomicBool,
-}
-
-impl TurnSink {
-    /// What the metrics (and the list of calls waiting for a person)
-    /// take from an event of the turn.
-    fn observe(&self, event: &TurnEvent) {
-        match event {
-            TurnEvent::ApprovalRequested { call_id, .. } => {
-                if let Ok(mut waiting) = self.waiting.lock() {
-                    waiting.push(call_id.clone());
-                }
-            }
-            TurnEvent::ApprovalResolved { call_id, .. } => {
-                if let Ok(mut waiting) = self.waiting.lock() {
-                    waiting.retain(|c| c != call_id);
-                }
-            }
-            TurnEvent::MessageDelta { .. } if !self.answered.swap(true, Ordering::Relaxed) => {
-                self.metrics.first_token(self.began.elapsed());
-            }
-            // A step's usage is one provider call's.
-            TurnEvent::Usage {
-                step: Some(_),
-                input_tokens,
-                output_tokens,
-                ..
-            } => self.metrics.tokens(*input_tokens, *output_tokens),
-            TurnEvent::ToolFinished {
-                tool,
-                status,
-                latency_ms,
-                ..
-            } => {
-                let tool = match self.harness.tools().get(tool) {
-                    Some(_) => tool.as_str(),
-                    None => "unknown",
-                };
-                self.metrics.tool_finished(
-                    tool,
-                    status.as_str(),
-                    Duration::from_millis(*latency_ms),
-                );
-            }
-            _ => {}
-        }
-    }
-
-    /// Resolves the calls still waiting for a person, as `cancelled`, with
-    /// why the turn ended.
-    async fn resolve_waiting(&self, status: TurnStatus) {
-        let waiting = self
-            .waiting
-            .lock()
-            .map(|mut waiting| std::mem::take(&mut *waiting))
-            .unwrap_or_default();
-        for call_id in waiting {
-            let event = TurnEvent::ApprovalResolved {
-                call_id,
-                outcome: "cancelled".to_owned(),
-                reason: Some(format!("the turn ended {}", status.as_str())),
-            };
-            if let Err(e) = self.emit(event).await {
-                tracing::debug!(error = %e, "a waiting call's resolution was not written");
-            }
-        }
-    }
-
-    /// The terminal event's seq; nothing is emitted after it.
-    async fn close(&self) -> i64 {
-        let mut next = self.next_seq.lock().await;
-        // Called once per turn, by the turn's own task; a second call
-        // would get a seq past the first terminal (never written).
-        let seq = next.unwrap_or(i64::MAX);
-        *next = None;
-        seq
-    }
-}
-
-/// How soon `event` must be committed, given whether the event before it
-/// was a text delta: the first text after anything else (a step's first
-/// token) goes out at once; text right after text may wait for the rest.
-fn flush_after(after_delta: bool, event: &TurnEvent) -> Flush {
-    match event {
-        TurnEvent::MessageDelta { .. } if after_delta => Flush::MayWait,
-        _ => Flush::Now,
-    }
-}
-
-#[async_trait]
-impl EventSink for TurnSink {
-    async fn emit(&self, event: TurnEvent) -> Result<(), SinkError> {
-        let mut next = self.next_seq.lock().await;
-        let Some(seq) = *next else {
-            tracing::debug!(
-                event = event.event_type(),
-                "event after the turn ended; dropped"
-            );
-            return Err(SinkError("the turn has ended".into()));
-        };
-        if self.live.write_failed.is_cancelled() {
-            return Err(SinkError(
-                "earlier events of the turn could not be written".into(),
-            ));
-        }
-        self.observe(&event);
-        let delta = matches!(event, TurnEvent::MessageDelta { .. });
-        let flush = flush_after(self.after_delta.swap(delta, Ordering::Relaxed), &event);
-        let stored = StoredEvent::from_event(
-            &self.live.session_id,
-            self.live.turn_id,
-            seq,
-            event,
-            Utc::now(),
-        )
-        .map_err(|e| SinkError(e.to_string()))?;
-        self.writer
-            .append(&self.live, Arc::new(stored), flush)
-            .await
-            .map_err(|e| SinkError(e.to_string()))?;
-        *next = Some(seq + 1);
-        Ok(())
-    }
-
-    async fn step_done(&self, record: StepRecord) -> Result<(), SinkError> {
-        // Under the seq's lock: queued after every event emitted before it.
-        let next = self.next_seq.lock().await;
-        if next.is_none() {
-            return Err(SinkError("the turn has ended".into()));
-        }
-        if self.live.write_failed.is_cancelled() {
-            return Err(SinkError(
-                "earlier events of the turn could not be written".into(),
-            ));
-        }
-        let step = NewStep {
-            turn_id: self.live.turn_id,
-            step: record.step,
-            phase: record.phase.as_str(),
-            record: serde_json::to_string(&record).map_err(|e| SinkError(e.to_string()))?,
-            created_at: Utc::now(),
-        };
-        let committed = self
-            .writer
-            .step(&self.live, step)
-            .await
-            .map_err(|e| SinkError(e.to_string()))?;
-        drop(next);
-        // Waited for outside the seq's lock: the turn's other tasks (a
-        // late tool's event) may queue meanwhile.
-        match committed.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(SinkError(e.to_string())),
-            Err(_) => Err(SinkError("the event writer has stopped".into())),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_text_right_after_text_may_wait() {
-        let text = TurnEvent::MessageDelta {
-            step: 1,
-            text: "t".into(),
-        };
-        let other = TurnEvent::MessageRetracted {
-            step: 1,
-            reason: "retry".into(),
-        };
-        assert_eq!(flush_after(false, &text), Flush::Now, "a step's first text");
-        assert_eq!(flush_after(true, &text), Flush::MayWait);
-        assert_eq!(flush_after(true, &other), Flush::Now);
-        assert_eq!(flush_after(false, &other), Flush::Now);
-    }
 }

@@ -173,12 +173,19 @@ impl EventWriter {
 
     /// Waits until the turn's events queued so far are committed.
     pub async fn flush(&self, live: &Arc<LiveTurn>) -> Result<(), FinishError> {
+        let live = live.clone();
+        self.acked(|ack| Command::Flush { live, ack }).await
+    }
+
+    /// Queues the command `make` builds around its acknowledgement, at
+    /// once (it may not wait for company), and waits for its answer.
+    async fn acked<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
+    ) -> Result<T, FinishError> {
         let (ack, done) = oneshot::channel();
         self.sender
-            .send(Command::Flush {
-                live: live.clone(),
-                ack,
-            })
+            .send(make(ack))
             .await
             .map_err(|_| FinishError::Stopped)?;
         self.urgent.notify_waiters();
@@ -197,21 +204,14 @@ impl EventWriter {
         finish: TurnFinish,
         whole: bool,
     ) -> Result<bool, FinishError> {
-        let (ack, done) = oneshot::channel();
-        self.sender
-            .send(Command::Finish {
-                finish: Box::new(finish),
-                live: live.clone(),
-                whole,
-                ack,
-            })
-            .await
-            .map_err(|_| FinishError::Stopped)?;
-        self.urgent.notify_waiters();
-        match done.await {
-            Ok(result) => result.map_err(FinishError::Store),
-            Err(_) => Err(FinishError::Stopped),
-        }
+        let live = live.clone();
+        self.acked(|ack| Command::Finish {
+            finish: Box::new(finish),
+            live,
+            whole,
+            ack,
+        })
+        .await
     }
 }
 

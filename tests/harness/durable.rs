@@ -9,9 +9,7 @@ use agent_harness::{
     harness::{
         AgentHarness, EventSink, HarnessOptions, SinkError, TurnInput,
         compaction::ContextWarningTracker,
-        durable::{
-            PriorCall, PriorCalls, Resume, StateSnapshot, StepPhase, StepRecord, rebuild,
-        },
+        durable::{PriorCall, PriorCalls, Resume, StateSnapshot, StepPhase, StepRecord, rebuild},
         hooks::{ApprovalDecision, ApprovalGate, ApprovalRequest, CostTracker},
         replay::ReplayControl,
         state::{ToolResultRecord, TurnRuntimeState},
@@ -366,11 +364,8 @@ async fn a_step_taken_over_runs_each_call_at_most_once() {
     let harness = builder(&second, tools()).build();
     let from = rebuild(&records).unwrap().unwrap();
     let limits = harness.options().budget_limits();
-    let state = Arc::new(from.runtime_state(
-        "s-1",
-        limits,
-        tokio::time::Instant::now() + limits.timeout,
-    ));
+    let state =
+        Arc::new(from.runtime_state("s-1", limits, tokio::time::Instant::now() + limits.timeout));
     let resume = Resume {
         from,
         prior,
@@ -384,8 +379,16 @@ async fn a_step_taken_over_runs_each_call_at_most_once() {
         .unwrap();
     assert_eq!(output.result.text, "done");
     assert_eq!(probe.calls() - probe_before, 1, "c1 again, not c4");
-    assert_eq!(write.calls() - write_before, 0, "the write is not made blindly");
-    assert_eq!(idem.calls() - idem_before, 1, "the idempotent one is made again");
+    assert_eq!(
+        write.calls() - write_before,
+        0,
+        "the write is not made blindly"
+    );
+    assert_eq!(
+        idem.calls() - idem_before,
+        1,
+        "the idempotent one is made again"
+    );
     let events = sink.events();
     assert!(
         !events
@@ -415,7 +418,10 @@ async fn a_step_taken_over_runs_each_call_at_most_once() {
     let asked_next = second.requests().pop().unwrap();
     let tools_said = crate::helpers::tool_messages(&asked_next);
     assert_eq!(tools_said.len(), 4);
-    assert_eq!(tools_said[1], agent_harness::harness::waves::OUTCOME_UNKNOWN);
+    assert_eq!(
+        tools_said[1],
+        agent_harness::harness::waves::OUTCOME_UNKNOWN
+    );
     assert_eq!(tools_said[3], "logged result");
     // Every call took its place in the budget, once.
     assert_eq!(state.budget.tool_calls_used(), 4);

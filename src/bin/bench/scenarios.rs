@@ -574,21 +574,7 @@ async fn replicas(fake: &Proc, sqlite: &str, postgres: &str, scale: usize) -> Re
 
     // A replica killed in the middle of a turn: how long until another
     // replica has taken the turn over.
-    let slow = Spec::parse("bench/ttft=60000/n=1").model();
-    let session = format!("bench-killed-{}", uuid::Uuid::now_v7().simple());
-    let started = http
-        .post(format!("{}/sessions/{session}/turns", replicas[0].url()))
-        .header("accept", "text/event-stream")
-        .json(&serde_json::json!({"message": "Hi", "runtime_model": slow}))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let turn = started
-        .headers()
-        .get("x-turn-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let (started, session, turn) = slow_turn(&http, &replicas[0]).await?;
     // The turn runs (its provider call is under way) before the kill.
     tokio::time::sleep(Duration::from_millis(500)).await;
     replicas[0].kill();
@@ -612,6 +598,31 @@ async fn replicas(fake: &Proc, sqlite: &str, postgres: &str, scale: usize) -> Re
     let deadlocks_during = deadlocks(postgres).await? - deadlocks_before;
     println!("Postgres deadlocks during the scenario: {deadlocks_during}\n");
     Ok(())
+}
+
+/// A turn on a new session of `harness` whose model takes a minute to
+/// answer (it is mid-call for as long as a scenario needs; cancel it
+/// after): its stream, session and turn id.
+async fn slow_turn(
+    http: &reqwest::Client,
+    harness: &Proc,
+) -> Result<(reqwest::Response, String, String), String> {
+    let slow = Spec::parse("bench/ttft=60000/n=1").model();
+    let session = format!("bench-slow-{}", uuid::Uuid::now_v7().simple());
+    let started = http
+        .post(format!("{}/sessions/{session}/turns", harness.url()))
+        .header("accept", "text/event-stream")
+        .json(&serde_json::json!({"message": "Hi", "runtime_model": slow}))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let turn = started
+        .headers()
+        .get("x-turn-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    Ok((started, session, turn))
 }
 
 /// How long until `session` shows `turn.resumed` on `replica` (polled every
@@ -658,9 +669,6 @@ async fn takeover(fake: &Proc, postgres: &str, quick: bool) -> Result<(), String
         "## takeover: the owner of a running turn killed (SIGKILL) or stopped (SIGTERM), {rounds} times each; heartbeat {heartbeat} s; 2 replicas on Postgres\n"
     );
     let http = client::http_client();
-    // The model takes a minute to answer: the turn is mid-call when its
-    // owner goes, and the next owner's call is cancelled once measured.
-    let slow = Spec::parse("bench/ttft=60000/n=1").model();
     let mut survivor = procs::start_harness(postgres, &fake.url(), 120).await?.0;
     println!("| how | p50 | p99 | max | taken over |");
     println!("|---|---|---|---|---|");
@@ -668,20 +676,7 @@ async fn takeover(fake: &Proc, postgres: &str, quick: bool) -> Result<(), String
         let mut after = Vec::new();
         for _ in 0..rounds {
             let mut owner = procs::start_harness(postgres, &fake.url(), 120).await?.0;
-            let session = format!("bench-takeover-{}", uuid::Uuid::now_v7().simple());
-            let started = http
-                .post(format!("{}/sessions/{session}/turns", owner.url()))
-                .header("accept", "text/event-stream")
-                .json(&serde_json::json!({"message": "Hi", "runtime_model": slow}))
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
-            let turn = started
-                .headers()
-                .get("x-turn-id")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
+            let (started, session, turn) = slow_turn(&http, &owner).await?;
             tokio::time::sleep(Duration::from_millis(300)).await;
             if how == "SIGKILL" {
                 owner.kill();

@@ -1,0 +1,204 @@
+//! A turn this process took over (its owner died or shut down): what its
+//! records and its log say, `turn.resumed`, and the rest of the turn; and
+//! the other way, a turn this process hands over at shutdown.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use super::{
+    LiveTurn, TurnRunner,
+    sink::TurnSink,
+    turn::{TurnFailure, chat_messages},
+};
+use crate::{
+    events::{StoredEvent, TurnEvent},
+    harness::{
+        EventSink, TurnInput, TurnOutput,
+        budget::TurnBudget,
+        durable::{self, PriorCalls, Resume, StepPhase, StepRecord},
+        state::TurnRuntimeState,
+    },
+    store::{Lease, TurnRecord},
+};
+
+impl TurnRunner {
+    /// The life of a turn this process took over, from its `turn.resumed`
+    /// at `next_seq` to its commit.
+    pub(super) async fn drive_resumed(self, live: Arc<LiveTurn>, turn: TurnRecord, next_seq: i64) {
+        let started = tokio::time::Instant::now();
+        let sink = self.sink(&live, next_seq, started);
+        let run = self.execute_resumed(&live, &turn, sink.clone());
+        self.conclude(&live, &sink, started, run).await;
+    }
+
+    /// Gives the turn up for another process: nothing more is written for
+    /// it here, what was queued is committed, and its lease is released
+    /// (announced to the other replicas, which take it over at once). A
+    /// release that cannot be written leaves the turn to the sweep, once
+    /// its heartbeat is stale.
+    pub(super) async fn hand_over(&self, live: &Arc<LiveTurn>, sink: &TurnSink) {
+        let inner = &self.inner;
+        sink.close().await;
+        if let Err(e) = inner.writer.flush(live).await {
+            tracing::warn!(error = %e, "the turn's last events were not committed before its hand-over");
+        }
+        let lease = Lease {
+            turn_id: live.turn_id,
+            attempt: live.attempt,
+        };
+        match inner.store.release_turn(&lease).await {
+            Ok(true) => tracing::info!("turn handed over"),
+            Ok(false) => tracing::warn!("the turn was no longer this process's to hand over"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the turn's release was not written; the sweep takes it over once its heartbeat is stale");
+            }
+        }
+    }
+
+    /// Reads what a turn taken over left (its records and its events), says
+    /// `turn.resumed` (and retracts the text of a step it did not finish),
+    /// and goes on with it.
+    async fn execute_resumed(
+        &self,
+        live: &LiveTurn,
+        turn: &TurnRecord,
+        sink: Arc<TurnSink>,
+    ) -> Result<TurnOutput, TurnFailure> {
+        let inner = &self.inner;
+        let store = &inner.store;
+        let records = store
+            .step_records(turn.id)
+            .await
+            .map_err(TurnFailure::History)?
+            .iter()
+            .map(|record| serde_json::from_str::<StepRecord>(record))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| TurnFailure::Records(e.to_string()))?;
+        let from = durable::rebuild(&records).map_err(|e| TurnFailure::Records(e.to_string()))?;
+        let events = self.turn_events(turn).await?;
+        let from_step = from.as_ref().map_or(0, |f| f.step);
+        sink.emit(TurnEvent::TurnResumed {
+            owner: inner.config.instance_id.clone(),
+            attempt: live.attempt,
+            from_step,
+        })
+        .await
+        .map_err(|e| TurnFailure::Turn(e.into()))?;
+        // A step past the records streamed text that is void now: it is
+        // done again.
+        if let Some(step) = unfinished_text(&events, from_step) {
+            sink.emit(TurnEvent::MessageRetracted {
+                step,
+                reason: "takeover".to_owned(),
+            })
+            .await
+            .map_err(|e| TurnFailure::Turn(e.into()))?;
+        }
+        let session = store
+            .get_session(&turn.session_id)
+            .await
+            .map_err(TurnFailure::History)?;
+        let history = match &turn.request.history {
+            Some(history) => history.clone(),
+            None => chat_messages(
+                store
+                    .recent_messages(&turn.session_id, inner.config.history_max_messages)
+                    .await
+                    .map_err(TurnFailure::History)?,
+            ),
+        };
+        let key = crate::ids::SessionKey::from_stored(&turn.session_id);
+        let request = TurnInput {
+            session_id: turn.session_id.clone(),
+            turn_id: turn.id,
+            turn_number: session
+                .as_ref()
+                .map_or(1, |s| u64::try_from(s.turn_count).unwrap_or(1)),
+            history,
+            asked: Arc::new(turn.request.clone()),
+            session_cost_before: session.and_then(|s| s.cost_usd),
+            memory_scope: turn.request.memory_scope(&key),
+            memories: None,
+            handover: inner.handover.clone(),
+        };
+        // The deadline and the elapsed time count from the turn's start.
+        let age = (Utc::now() - turn.created_at).to_std().unwrap_or_default();
+        let now = tokio::time::Instant::now();
+        let started = now.checked_sub(age).unwrap_or(now);
+        let harness = &inner.harness;
+        let limits = harness.options().budget_limits();
+        let deadline = started + limits.timeout;
+        let Some(from) = from else {
+            // No step was recorded: nothing the turn did must be kept; it
+            // starts over, within its own deadline.
+            let state = Arc::new(TurnRuntimeState::new(
+                &request.session_id,
+                TurnBudget::resume(limits, deadline, [0, 0, 0]),
+            ));
+            return harness
+                .run_turn_with_state(request, sink, state)
+                .await
+                .map_err(TurnFailure::Turn);
+        };
+        let typed: Vec<&TurnEvent> = events.iter().filter_map(|e| e.event()).collect();
+        let prior = match from.phase {
+            StepPhase::Answered => PriorCalls::of_step(typed, from.step),
+            StepPhase::Finished => PriorCalls::default(),
+        };
+        let state = Arc::new(from.runtime_state(&request.session_id, limits, deadline));
+        let resume = Resume {
+            from,
+            prior,
+            started,
+            state,
+        };
+        harness
+            .resume_turn(request, sink, resume)
+            .await
+            .map_err(TurnFailure::Turn)
+    }
+
+    /// The events of a running turn so far, in seq order (at most
+    /// [`TURN_EVENTS_READ_MAX`]).
+    async fn turn_events(&self, turn: &TurnRecord) -> Result<Vec<StoredEvent>, TurnFailure> {
+        const PAGE: u32 = 1000;
+        let mut events: Vec<StoredEvent> = Vec::new();
+        let mut after = turn.first_seq - 1;
+        while events.len() < TURN_EVENTS_READ_MAX {
+            let page = self
+                .inner
+                .store
+                .list_events(&turn.session_id, Some(turn.id), after, PAGE)
+                .await
+                .map_err(TurnFailure::History)?;
+            let full = page.len() == PAGE as usize;
+            if let Some(last) = page.last() {
+                after = last.seq;
+            }
+            events.extend(page);
+            if !full {
+                break;
+            }
+        }
+        Ok(events)
+    }
+}
+
+/// Events of a turn read when it is taken over, at most (a turn's own are
+/// far fewer: its steps, tool calls and text deltas).
+const TURN_EVENTS_READ_MAX: usize = 100_000;
+
+/// The step after `recorded` whose streamed text stands (not retracted
+/// since), if it has any: the text of a step the records do not hold.
+fn unfinished_text(events: &[StoredEvent], recorded: u32) -> Option<u32> {
+    let mut open: Option<u32> = None;
+    for event in events {
+        match event.event() {
+            Some(TurnEvent::MessageDelta { step, .. }) if *step > recorded => open = Some(*step),
+            Some(TurnEvent::MessageRetracted { step, .. }) if open == Some(*step) => open = None,
+            _ => {}
+        }
+    }
+    open
+}
