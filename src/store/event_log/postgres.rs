@@ -26,22 +26,13 @@ impl EventLog for PostgresStore {
             leases,
         } = batch;
         self.bounded(async {
-            if finishes.is_empty() && steps.is_empty() {
-                // One statement is its own transaction: no BEGIN and COMMIT
-                // round trips for the common batch of deltas.
-                if !events.is_empty() {
-                    insert_leased_events(self.writer(), events, leases).await?;
-                }
-                return Ok(Vec::new());
-            }
             if finishes.is_empty() {
-                // A step's end: its events and its record together.
-                let mut tx = self.begin_write().await?;
-                if !events.is_empty() {
-                    insert_leased_events(&mut *tx, events, leases).await?;
+                // One statement is its own transaction: no BEGIN and COMMIT
+                // round trips for the common batch of deltas, nor for a
+                // step's end (its events and its record together).
+                if !events.is_empty() || !steps.is_empty() {
+                    insert_leased(self.writer(), events, steps, leases).await?;
                 }
-                insert_steps(&mut *tx, steps, leases).await?;
-                tx.commit().await?;
                 return Ok(Vec::new());
             }
             // However many turns end in the batch, four round trips: BEGIN,
@@ -58,7 +49,7 @@ impl EventLog for PostgresStore {
                 .execute(&mut *tx)
                 .await?;
             if !steps.is_empty() {
-                insert_steps(&mut *tx, steps, leases).await?;
+                insert_leased(&mut *tx, &[], steps, leases).await?;
             }
             let (ended, _): (Vec<String>, i64) = finish_statement(events, finishes, leases)
                 .fetch_one(&mut *tx)
@@ -123,56 +114,16 @@ impl EventLog for PostgresStore {
     }
 }
 
-/// Keeps step records, one statement whatever their number; a record
-/// already kept (a batch tried again) is kept as it was. A record of a
-/// turn whose lease is not `leases`' any more fails the statement.
-async fn insert_steps<'c, E>(executor: E, steps: &[&NewStep], leases: &[Lease]) -> Result<()>
-where
-    E: sqlx::Executor<'c, Database = Postgres>,
-{
-    let leases = LeaseColumns::of(leases);
-    let turn_ids: Vec<String> = steps.iter().map(|s| s.turn_id.to_string()).collect();
-    let numbers: Vec<i32> = steps
-        .iter()
-        .map(|s| i32::try_from(s.step).unwrap_or(i32::MAX))
-        .collect();
-    let phases: Vec<&str> = steps.iter().map(|s| s.phase).collect();
-    let records: Vec<&str> = steps.iter().map(|s| s.record.as_str()).collect();
-    let at: Vec<_> = steps.iter().map(|s| s.created_at).collect();
-    let _: i64 = sqlx::query_scalar(
-        "WITH leased AS ( \
-           SELECT t.id FROM turns t JOIN unnest($6::text[], $7::int4[]) AS l(turn_id, attempt) \
-           ON t.id = l.turn_id AND t.attempt = l.attempt FOR KEY SHARE OF t \
-         ), s AS ( \
-           SELECT * FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], \
-           $5::timestamptz[]) AS s(turn_id, step, phase, record, created_at) \
-         ), kept AS ( \
-           INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
-           SELECT * FROM s WHERE s.turn_id IN (SELECT id FROM leased) \
-           ON CONFLICT DO NOTHING RETURNING 1 \
-         ) \
-         SELECT harness_lease_lost((SELECT count(*) FROM s \
-           WHERE s.turn_id NOT IN (SELECT id FROM leased)))",
-    )
-    .bind(turn_ids)
-    .bind(numbers)
-    .bind(phases)
-    .bind(records)
-    .bind(at)
-    .bind(leases.turn_id)
-    .bind(leases.attempt)
-    .fetch_one(executor)
-    .await?;
-    Ok(())
-}
-
-/// [`insert_events`] for the turns that hold `leases`: each turn's row is
-/// share-locked while its events go in, so a take-over (which locks the
-/// row for update) either waits for them, and numbers its own after, or
-/// comes first and fails them; the statement fails whole.
-async fn insert_leased_events<'c, E>(
+/// A batch's events and step records, for the turns that hold `leases`,
+/// in one statement whatever their number. Each turn's row is share-locked
+/// while they go in, so a take-over (which locks the row for update)
+/// either waits for them, and numbers its own events after, or comes first
+/// and fails the statement whole. Idempotent as [`insert_events`]: a
+/// record already kept is kept as it was.
+async fn insert_leased<'c, E>(
     executor: E,
     events: &[Arc<StoredEvent>],
+    steps: &[&NewStep],
     leases: &[Lease],
 ) -> Result<()>
 where
@@ -180,6 +131,14 @@ where
 {
     let columns = EventColumns::of(events.iter().map(|e| (&**e, false)));
     let leases = LeaseColumns::of(leases);
+    let step_turns: Vec<String> = steps.iter().map(|s| s.turn_id.to_string()).collect();
+    let numbers: Vec<i32> = steps
+        .iter()
+        .map(|s| i32::try_from(s.step).unwrap_or(i32::MAX))
+        .collect();
+    let phases: Vec<&str> = steps.iter().map(|s| s.phase).collect();
+    let records: Vec<&str> = steps.iter().map(|s| s.record.as_str()).collect();
+    let at: Vec<_> = steps.iter().map(|s| s.created_at).collect();
     let _: i64 = sqlx::query_scalar(
         "WITH leased AS ( \
            SELECT t.id FROM turns t JOIN unnest($7::text[], $8::int4[]) AS l(turn_id, attempt) \
@@ -191,9 +150,17 @@ where
            INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
            SELECT * FROM e WHERE e.turn_id IN (SELECT id FROM leased) \
            ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
+         ), s AS ( \
+           SELECT * FROM unnest($9::text[], $10::int4[], $11::text[], $12::text[], \
+           $13::timestamptz[]) AS s(turn_id, step, phase, record, created_at) \
+         ), kept AS ( \
+           INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
+           SELECT * FROM s WHERE s.turn_id IN (SELECT id FROM leased) \
+           ON CONFLICT DO NOTHING RETURNING 1 \
          ) \
-         SELECT harness_lease_lost((SELECT count(*) FROM e \
-           WHERE e.turn_id NOT IN (SELECT id FROM leased))) \
+         SELECT harness_lease_lost( \
+           (SELECT count(*) FROM e WHERE e.turn_id NOT IN (SELECT id FROM leased)) \
+           + (SELECT count(*) FROM s WHERE s.turn_id NOT IN (SELECT id FROM leased))) \
          + harness_event_conflicts((SELECT count(*) FROM e) \
            - (SELECT count(*) FROM logged) \
            - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
@@ -208,6 +175,11 @@ where
     .bind(columns.created_at)
     .bind(leases.turn_id)
     .bind(leases.attempt)
+    .bind(step_turns)
+    .bind(numbers)
+    .bind(phases)
+    .bind(records)
+    .bind(at)
     .fetch_one(executor)
     .await?;
     Ok(())
