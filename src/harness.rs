@@ -219,8 +219,10 @@ pub trait EventSink: Send + Sync {
     async fn emit(&self, event: TurnEvent) -> Result<(), SinkError>;
 
     /// Records what a step leaves for the rest of the turn, after the
-    /// events emitted before it (see [`durable`]).
-    async fn step_done(&self, record: durable::StepRecord) -> Result<(), SinkError>;
+    /// events emitted before it (see [`durable`]); with `wait`, returns
+    /// only once the record is durable (what the step does next must not
+    /// happen without it).
+    async fn step_done(&self, record: durable::StepRecord, wait: bool) -> Result<(), SinkError>;
 }
 
 /// Why a turn failed. Deadline and step exhaustion are not failures: the

@@ -119,7 +119,18 @@ impl Turn<'_> {
             thinking: output.thinking,
             ..ChatMessage::assistant(output.text, output.tool_calls.clone())
         });
-        self.record(conversation, step, StepPhase::Answered).await?;
+        // Its calls run only once the record of the model's answer is
+        // durable when one of them may change something: a process that
+        // dies then leaves the calls to its successor, not a second answer.
+        // Calls that only read (or name no tool) may run meanwhile.
+        let changes = output.tool_calls.iter().any(|call| {
+            self.harness
+                .tools
+                .get(&call.name)
+                .is_some_and(|tool| tool.spec().effect != crate::tools::EffectClass::ReadOnly)
+        });
+        self.record(conversation, step, StepPhase::Answered, changes)
+            .await?;
         self.run_tools(
             step,
             &output.tool_calls,
@@ -165,7 +176,8 @@ impl Turn<'_> {
         }
         // 4i: compaction at the critical level.
         self.compact_if_critical(step, conversation).await?;
-        self.record(conversation, step, StepPhase::Finished).await?;
+        self.record(conversation, step, StepPhase::Finished, false)
+            .await?;
         Ok(())
     }
 
@@ -176,6 +188,7 @@ impl Turn<'_> {
         conversation: &mut Conversation,
         step: u32,
         phase: StepPhase,
+        wait: bool,
     ) -> Result<(), SinkError> {
         let recorded = &conversation.recorded;
         // A conversation shorter than what was recorded was rewritten: it
@@ -199,7 +212,7 @@ impl Turn<'_> {
             state: self.state.snapshot(&self.replay),
             prepared: (!recorded.any).then(|| self.prepared.clone()),
         };
-        self.sink.step_done(record).await?;
+        self.sink.step_done(record, wait).await?;
         conversation.recorded = Recorded {
             messages: conversation.messages.len(),
             tool_results: results.len(),

@@ -171,7 +171,7 @@ impl EventSink for TurnSink {
         Ok(())
     }
 
-    async fn step_done(&self, record: StepRecord) -> Result<(), SinkError> {
+    async fn step_done(&self, record: StepRecord, wait: bool) -> Result<(), SinkError> {
         // Under the seq's lock: queued after every event emitted before it.
         let next = self.next_seq.lock().await;
         if next.is_none() {
@@ -195,6 +195,9 @@ impl EventSink for TurnSink {
             .await
             .map_err(|e| SinkError(e.to_string()))?;
         drop(next);
+        if !wait {
+            return Ok(());
+        }
         // Waited for outside the seq's lock: the turn's other tasks (a
         // late tool's event) may queue meanwhile.
         match committed.await {

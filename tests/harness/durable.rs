@@ -35,6 +35,8 @@ struct Seen {
     requests: usize,
     /// Calls that had completed by then.
     completed: Vec<String>,
+    /// Whether the harness waited for the record to be durable.
+    waited: bool,
 }
 
 /// Watches a turn: its events, and beside each step record the live
@@ -52,7 +54,7 @@ impl EventSink for Watching {
         self.sink.emit(event).await
     }
 
-    async fn step_done(&self, record: StepRecord) -> Result<(), SinkError> {
+    async fn step_done(&self, record: StepRecord, wait: bool) -> Result<(), SinkError> {
         let mut completed: Vec<String> = self
             .sink
             .events()
@@ -73,9 +75,10 @@ impl EventSink for Watching {
             tool_results: self.state.tool_results(),
             requests: self.provider.requests().len(),
             completed,
+            waited: wait,
             record: record.clone(),
         });
-        self.sink.step_done(record).await
+        self.sink.step_done(record, wait).await
     }
 }
 
@@ -86,7 +89,7 @@ async fn run_and_rebuild(
     harness: &AgentHarness,
     provider: &Arc<ScriptedProvider>,
     request: TurnInput,
-) -> (Vec<StepRecord>, String) {
+) -> (Vec<StepRecord>, String, Vec<bool>) {
     let state = harness.new_state(&request.session_id);
     let watching = Arc::new(Watching {
         sink: RecordingSink::default(),
@@ -156,7 +159,8 @@ async fn run_and_rebuild(
         first.messages[..first.prepared.as_ref().unwrap().prompt_len],
         requests[0].messages[..]
     );
-    (records, output.result.text)
+    let waited = seen.iter().map(|s| s.waited).collect();
+    (records, output.result.text, waited)
 }
 
 /// Approves every call at once.
@@ -234,8 +238,11 @@ async fn every_step_of_a_tool_turn_rebuilds_from_its_records() {
         .approvals(Arc::new(Approve))
         .cost_tracker(Arc::new(CentPerCall))
         .build();
-    let (records, answer) = run_and_rebuild(&harness, &provider, request("go")).await;
+    let (records, answer, waited) = run_and_rebuild(&harness, &provider, request("go")).await;
     assert_eq!(answer, "done");
+    // Only the answer whose calls include a write waits for its record to
+    // be durable before they run.
+    assert_eq!(waited, [false, false, true, false]);
     let phases: Vec<(u32, StepPhase)> = records.iter().map(|r| (r.step, r.phase)).collect();
     use StepPhase::{Answered, Finished};
     assert_eq!(
@@ -283,7 +290,7 @@ async fn a_compacted_conversation_is_recorded_whole_and_rebuilds() {
         .build();
     let mut asked = request("go");
     asked.history = long_history();
-    let (records, answer) = run_and_rebuild(&harness, &provider, asked).await;
+    let (records, answer, _) = run_and_rebuild(&harness, &provider, asked).await;
     assert_eq!(answer, "done");
     let compacted = records
         .iter()
@@ -444,7 +451,7 @@ impl EventSink for DiesAfterAnswer {
         }
     }
 
-    async fn step_done(&self, record: StepRecord) -> Result<(), SinkError> {
+    async fn step_done(&self, record: StepRecord, _: bool) -> Result<(), SinkError> {
         self.records.lock().unwrap().push(record);
         Ok(())
     }

@@ -69,7 +69,7 @@ impl EventSink for RecordingSink {
         Ok(())
     }
 
-    async fn step_done(&self, record: StepRecord) -> Result<(), SinkError> {
+    async fn step_done(&self, record: StepRecord, _: bool) -> Result<(), SinkError> {
         self.records.lock().unwrap().push(record);
         Ok(())
     }
