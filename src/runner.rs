@@ -136,6 +136,8 @@ struct Inner {
     /// Set when shutdown begins, with take-over on: running turns stop at
     /// their next step boundary and are handed over.
     handover: CancellationToken,
+    /// When this process last kept its turns alive.
+    lease_clock: live::LeaseClock,
     /// Stops the heartbeat and then the writer.
     stop_background: CancellationToken,
     /// Ends every open event stream.
@@ -153,12 +155,16 @@ impl TurnRunner {
         let background = TaskTracker::new();
         let stop_background = CancellationToken::new();
         let writer_stop = CancellationToken::new();
+        // Half the time a turn takes to go stale: a beat may be a whole
+        // interval late before writes are fenced.
+        let lease_clock = live::LeaseClock::new(config.stale_turn_after / 2);
         let writer = EventWriter::spawn(
             store.clone(),
             metrics.clone(),
             config.events,
             &background,
             writer_stop.clone(),
+            lease_clock.clone(),
         );
         let runner = Self {
             inner: Arc::new(Inner {
@@ -174,6 +180,7 @@ impl TurnRunner {
                 draining: CancellationToken::new(),
                 interrupt: CancellationToken::new(),
                 handover: CancellationToken::new(),
+                lease_clock,
                 stop_background,
                 close_streams: CancellationToken::new(),
             }),

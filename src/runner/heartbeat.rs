@@ -97,8 +97,10 @@ pub(super) async fn listen_for_announcements(runner: TurnRunner, stop: Cancellat
 async fn beat(runner: &TurnRunner) {
     let inner = &runner.inner;
     let leases = inner.live.leases();
+    let sent = std::time::Instant::now();
     match inner.store.heartbeat(&leases, chrono::Utc::now()).await {
         Ok(cancelled) => {
+            inner.lease_clock.beat(sent);
             for turn_id in cancelled {
                 if let Some(live) = inner.live.get(turn_id) {
                     tracing::info!(turn.id = %turn_id, "cancellation requested through the store");

@@ -79,6 +79,47 @@ impl LiveTurn {
     }
 }
 
+/// When this process last kept its turns alive (a heartbeat that landed,
+/// or its start: a turn begun or claimed since has a fresh heartbeat of
+/// its own). While that is recent, no other process can have taken one of
+/// its turns over (a take-over needs a heartbeat 1.5 intervals old), so
+/// its writes need no fence; past half of that, they are fenced.
+#[derive(Debug, Clone)]
+pub struct LeaseClock {
+    since: std::time::Instant,
+    last_beat_ms: Arc<std::sync::atomic::AtomicU64>,
+    fresh_for: std::time::Duration,
+}
+
+impl LeaseClock {
+    /// A clock whose leases are fresh for `fresh_for` after each beat.
+    pub fn new(fresh_for: std::time::Duration) -> Self {
+        Self {
+            since: std::time::Instant::now(),
+            last_beat_ms: Arc::default(),
+            fresh_for,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A heartbeat landed (it was sent at `sent`).
+    pub fn beat(&self, sent: std::time::Instant) {
+        let at = u64::try_from(sent.saturating_duration_since(self.since).as_millis())
+            .unwrap_or(u64::MAX);
+        self.last_beat_ms
+            .fetch_max(at, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Whether no other process can have taken this one's turns over.
+    pub fn fresh(&self) -> bool {
+        let last = self.last_beat_ms.load(std::sync::atomic::Ordering::Acquire);
+        self.now_ms().saturating_sub(last) < u64::try_from(self.fresh_for.as_millis()).unwrap_or(0)
+    }
+}
+
 /// The registry of live turns, by turn id.
 #[derive(Debug, Default, Clone)]
 pub struct LiveTurns {
@@ -136,5 +177,25 @@ impl LiveTurns {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Arc<LiveTurn>>> {
         // The map holds no invariant a panic could break halfway.
         self.turns.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fresh from the start and after each beat, for `fresh_for`; a beat
+    /// sent earlier than the last one counted does not move it back.
+    #[test]
+    fn a_lease_clock_is_fresh_for_a_while_after_a_beat() {
+        let clock = LeaseClock::new(std::time::Duration::from_millis(30));
+        assert!(clock.fresh(), "a process's start counts as a beat");
+        let sent = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert!(!clock.fresh(), "no beat for longer than it is fresh");
+        clock.beat(std::time::Instant::now());
+        assert!(clock.fresh());
+        clock.beat(sent);
+        assert!(clock.fresh(), "an older beat does not age it");
     }
 }

@@ -14,7 +14,7 @@ use std::{sync::Arc, time::Duration};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use super::live::LiveTurn;
+use super::live::{LeaseClock, LiveTurn};
 use crate::{
     events::StoredEvent,
     metrics::Metrics,
@@ -121,10 +121,16 @@ impl EventWriter {
         limits: WriterLimits,
         tracker: &TaskTracker,
         stop: CancellationToken,
+        lease_clock: LeaseClock,
     ) -> Self {
         let (sender, receiver) = mpsc::channel(limits.capacity);
         let urgent = Arc::new(Notify::new());
-        tracker.spawn(run(store, metrics, receiver, limits, urgent.clone(), stop));
+        let sink = Sink {
+            store,
+            metrics,
+            lease_clock,
+        };
+        tracker.spawn(run(sink, receiver, limits, urgent.clone(), stop));
         Self { sender, urgent }
     }
 
@@ -224,9 +230,16 @@ pub enum FinishError {
     Store(StoreError),
 }
 
-async fn run(
+/// Where the writer's batches go, and what it tells of them.
+struct Sink {
     store: Arc<dyn EventLog>,
     metrics: Arc<Metrics>,
+    /// Whether the batches' leases may have been lost (then fenced).
+    lease_clock: LeaseClock,
+}
+
+async fn run(
+    sink: Sink,
     mut receiver: mpsc::Receiver<Command>,
     limits: WriterLimits,
     urgent: Arc<Notify>,
@@ -251,7 +264,7 @@ async fn run(
         if !limits.linger.is_zero() && first_waits && waiting_wait {
             linger(&mut receiver, &mut batch, &limits, &urgent, &stop).await;
         }
-        commit(store.as_ref(), &metrics, &mut batch).await;
+        commit(&sink, &mut batch).await;
     }
     tracing::debug!("event writer stopped");
 }
@@ -312,14 +325,17 @@ async fn linger(
 }
 
 /// Writes `batch` (emptying it) and publishes what was committed.
-async fn commit(store: &dyn EventLog, metrics: &Metrics, batch: &mut Vec<Command>) {
+async fn commit(sink: &Sink, batch: &mut Vec<Command>) {
+    let (store, metrics) = (sink.store.as_ref(), sink.metrics.as_ref());
+    // Fenced unless no other process can have taken a turn over.
+    let fence = !sink.lease_clock.fresh();
     drop_lost_turns(batch);
     if batch.is_empty() {
         return;
     }
     let mut delay = Duration::from_millis(20);
     for attempt in 1..=BATCH_ATTEMPTS {
-        match write(store, batch).await {
+        match write(store, batch, fence).await {
             Ok(applied) => {
                 record(metrics, batch, &applied);
                 publish(batch.drain(..), applied);
@@ -343,7 +359,7 @@ async fn commit(store: &dyn EventLog, metrics: &Metrics, batch: &mut Vec<Command
         let (mine, others): (Vec<Command>, Vec<Command>) =
             rest.into_iter().partition(|c| c.live().turn_id == turn_id);
         rest = others;
-        match write(store, &mine).await {
+        match write(store, &mine, fence).await {
             Ok(applied) => {
                 record(metrics, &mine, &applied);
                 publish(mine.into_iter(), applied);
@@ -400,7 +416,11 @@ fn record(metrics: &Metrics, batch: &[Command], applied: &[bool]) {
     metrics.batch_committed((appended + terminals) as u64);
 }
 
-async fn write(store: &dyn EventLog, batch: &[Command]) -> Result<Vec<bool>, StoreError> {
+async fn write(
+    store: &dyn EventLog,
+    batch: &[Command],
+    fence: bool,
+) -> Result<Vec<bool>, StoreError> {
     let mut events = Vec::new();
     let mut steps = Vec::new();
     let mut finishes = Vec::new();
@@ -426,6 +446,7 @@ async fn write(store: &dyn EventLog, batch: &[Command]) -> Result<Vec<bool>, Sto
             steps: &steps,
             finishes: &finishes,
             leases: &leases,
+            fence,
         })
         .await
 }

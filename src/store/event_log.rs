@@ -30,6 +30,11 @@ pub struct Batch<'a> {
     /// records are refused (the batch fails) once another attempt holds
     /// it, as its finish does not apply.
     pub leases: &'a [Lease],
+    /// Whether another process may have taken a turn of the batch over
+    /// (its writer's heartbeat is not recent): only then are its events
+    /// and records checked against the leases (on Postgres, each turn's
+    /// row share-locked while they go in). A finish always is.
+    pub fence: bool,
 }
 
 /// The event log.
@@ -69,6 +74,7 @@ pub trait EventLog: Reads + Send + Sync + 'static {
             steps: &[],
             finishes,
             leases: &leases,
+            fence: true,
         })
         .await
     }

@@ -722,6 +722,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
             steps: &[],
             finishes: &[],
             leases: &first(0),
+            fence: true,
         })
         .await
         .unwrap();
@@ -768,6 +769,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
                 steps: &steps,
                 finishes: &[],
                 leases: &first(0),
+                fence: true,
             })
             .await;
         assert!(refused.is_err(), "{refused:?}");
@@ -780,6 +782,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
                 steps: &[],
                 finishes: &[&old_end],
                 leases: &first(0),
+                fence: true,
             })
             .await
             .unwrap(),
@@ -796,6 +799,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
             steps: &[],
             finishes: &[],
             leases: &first(1),
+            fence: true,
         })
         .await
         .unwrap();
@@ -825,6 +829,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
             steps: &[],
             finishes: &[&end],
             leases: &first(2),
+            fence: true,
         })
         .await
         .unwrap();
@@ -976,6 +981,7 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
             steps: &[&second, &finished],
             finishes: &[],
             leases: &leases,
+            fence: true,
         })
         .await
         .unwrap();
@@ -985,6 +991,7 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
             steps: &[&answered],
             finishes: &[],
             leases: &leases,
+            fence: true,
         })
         .await
         .unwrap();
@@ -1000,6 +1007,7 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
             steps: &[&again],
             finishes: &[],
             leases: &leases,
+            fence: true,
         })
         .await
         .unwrap();
@@ -1018,6 +1026,7 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
             steps: &[&last],
             finishes: &[&completed(&turn, 3, "done")],
             leases: &leases,
+            fence: true,
         })
         .await
         .unwrap();

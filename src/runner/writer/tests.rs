@@ -59,6 +59,7 @@ async fn rig(linger: Duration) -> Rig {
         },
         &tracker,
         stop.clone(),
+        crate::runner::live::LeaseClock::new(Duration::from_secs(60)),
     );
     Rig {
         _dir: dir,

@@ -24,6 +24,7 @@ impl EventLog for PostgresStore {
             steps,
             finishes,
             leases,
+            fence,
         } = batch;
         self.bounded(async {
             if finishes.is_empty() {
@@ -31,7 +32,7 @@ impl EventLog for PostgresStore {
                 // round trips for the common batch of deltas, nor for a
                 // step's end (its events and its record together).
                 if !events.is_empty() || !steps.is_empty() {
-                    insert_leased(self.writer(), events, steps, leases).await?;
+                    insert_leased(self.writer(), events, steps, leases, fence).await?;
                 }
                 return Ok(Vec::new());
             }
@@ -49,7 +50,7 @@ impl EventLog for PostgresStore {
                 .execute(&mut *tx)
                 .await?;
             if !steps.is_empty() {
-                insert_leased(&mut *tx, &[], steps, leases).await?;
+                insert_leased(&mut *tx, &[], steps, leases, fence).await?;
             }
             let (ended, _): (Vec<String>, i64) = finish_statement(events, finishes, leases)
                 .fetch_one(&mut *tx)
@@ -114,6 +115,63 @@ impl EventLog for PostgresStore {
     }
 }
 
+/// [`insert_leased`]'s statement: each turn's row share-locked and its
+/// attempt checked.
+const INSERT_FENCED: &str = "WITH leased AS ( \
+       SELECT t.id FROM turns t JOIN unnest($7::text[], $8::int4[]) AS l(turn_id, attempt) \
+       ON t.id = l.turn_id AND t.attempt = l.attempt FOR KEY SHARE OF t \
+     ), e AS ( \
+       SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
+       $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
+     ), logged AS ( \
+       INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+       SELECT * FROM e WHERE e.turn_id IN (SELECT id FROM leased) \
+       ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
+     ), s AS ( \
+       SELECT * FROM unnest($9::text[], $10::int4[], $11::text[], $12::text[], \
+       $13::timestamptz[]) AS s(turn_id, step, phase, record, created_at) \
+     ), kept AS ( \
+       INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
+       SELECT * FROM s WHERE s.turn_id IN (SELECT id FROM leased) \
+       ON CONFLICT DO NOTHING RETURNING 1 \
+     ) \
+     SELECT harness_lease_lost( \
+       (SELECT count(*) FROM e WHERE e.turn_id NOT IN (SELECT id FROM leased)) \
+       + (SELECT count(*) FROM s WHERE s.turn_id NOT IN (SELECT id FROM leased))) \
+     + harness_event_conflicts((SELECT count(*) FROM e) \
+       - (SELECT count(*) FROM logged) \
+       - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
+          AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
+          AND x.payload = e.payload))";
+
+/// [`insert_leased`]'s statement when no lease can have been lost: the
+/// same, the leases taken as held.
+const INSERT_UNFENCED: &str = "WITH leased AS ( \
+       SELECT l.turn_id AS id FROM unnest($7::text[], $8::int4[]) AS l(turn_id, attempt) \
+     ), e AS ( \
+       SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
+       $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
+     ), logged AS ( \
+       INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+       SELECT * FROM e WHERE e.turn_id IN (SELECT id FROM leased) \
+       ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
+     ), s AS ( \
+       SELECT * FROM unnest($9::text[], $10::int4[], $11::text[], $12::text[], \
+       $13::timestamptz[]) AS s(turn_id, step, phase, record, created_at) \
+     ), kept AS ( \
+       INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
+       SELECT * FROM s WHERE s.turn_id IN (SELECT id FROM leased) \
+       ON CONFLICT DO NOTHING RETURNING 1 \
+     ) \
+     SELECT harness_lease_lost( \
+       (SELECT count(*) FROM e WHERE e.turn_id NOT IN (SELECT id FROM leased)) \
+       + (SELECT count(*) FROM s WHERE s.turn_id NOT IN (SELECT id FROM leased))) \
+     + harness_event_conflicts((SELECT count(*) FROM e) \
+       - (SELECT count(*) FROM logged) \
+       - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
+          AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
+          AND x.payload = e.payload))";
+
 /// A batch's events and step records, for the turns that hold `leases`,
 /// in one statement whatever their number. Each turn's row is share-locked
 /// while they go in, so a take-over (which locks the row for update)
@@ -125,11 +183,18 @@ async fn insert_leased<'c, E>(
     events: &[Arc<StoredEvent>],
     steps: &[&NewStep],
     leases: &[Lease],
+    fence: bool,
 ) -> Result<()>
 where
     E: sqlx::Executor<'c, Database = Postgres>,
 {
     let columns = EventColumns::of(events.iter().map(|e| (&**e, false)));
+    // Unfenced, the leases are taken as held (no turn row is read).
+    let sql = if fence {
+        INSERT_FENCED
+    } else {
+        INSERT_UNFENCED
+    };
     let leases = LeaseColumns::of(leases);
     let step_turns: Vec<String> = steps.iter().map(|s| s.turn_id.to_string()).collect();
     let numbers: Vec<i32> = steps
@@ -139,49 +204,22 @@ where
     let phases: Vec<&str> = steps.iter().map(|s| s.phase).collect();
     let records: Vec<&str> = steps.iter().map(|s| s.record.as_str()).collect();
     let at: Vec<_> = steps.iter().map(|s| s.created_at).collect();
-    let _: i64 = sqlx::query_scalar(
-        "WITH leased AS ( \
-           SELECT t.id FROM turns t JOIN unnest($7::text[], $8::int4[]) AS l(turn_id, attempt) \
-           ON t.id = l.turn_id AND t.attempt = l.attempt FOR KEY SHARE OF t \
-         ), e AS ( \
-           SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-           $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
-         ), logged AS ( \
-           INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
-           SELECT * FROM e WHERE e.turn_id IN (SELECT id FROM leased) \
-           ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
-         ), s AS ( \
-           SELECT * FROM unnest($9::text[], $10::int4[], $11::text[], $12::text[], \
-           $13::timestamptz[]) AS s(turn_id, step, phase, record, created_at) \
-         ), kept AS ( \
-           INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
-           SELECT * FROM s WHERE s.turn_id IN (SELECT id FROM leased) \
-           ON CONFLICT DO NOTHING RETURNING 1 \
-         ) \
-         SELECT harness_lease_lost( \
-           (SELECT count(*) FROM e WHERE e.turn_id NOT IN (SELECT id FROM leased)) \
-           + (SELECT count(*) FROM s WHERE s.turn_id NOT IN (SELECT id FROM leased))) \
-         + harness_event_conflicts((SELECT count(*) FROM e) \
-           - (SELECT count(*) FROM logged) \
-           - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
-              AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
-              AND x.payload = e.payload))",
-    )
-    .bind(columns.session_id)
-    .bind(columns.seq)
-    .bind(columns.turn_id)
-    .bind(columns.event_type)
-    .bind(columns.payload)
-    .bind(columns.created_at)
-    .bind(leases.turn_id)
-    .bind(leases.attempt)
-    .bind(step_turns)
-    .bind(numbers)
-    .bind(phases)
-    .bind(records)
-    .bind(at)
-    .fetch_one(executor)
-    .await?;
+    let _: i64 = sqlx::query_scalar(sql)
+        .bind(columns.session_id)
+        .bind(columns.seq)
+        .bind(columns.turn_id)
+        .bind(columns.event_type)
+        .bind(columns.payload)
+        .bind(columns.created_at)
+        .bind(leases.turn_id)
+        .bind(leases.attempt)
+        .bind(step_turns)
+        .bind(numbers)
+        .bind(phases)
+        .bind(records)
+        .bind(at)
+        .fetch_one(executor)
+        .await?;
     Ok(())
 }
 
