@@ -99,8 +99,15 @@ async fn beat(runner: &TurnRunner) {
     let leases = inner.live.leases();
     let sent = std::time::Instant::now();
     match inner.store.heartbeat(&leases, chrono::Utc::now()).await {
-        Ok(cancelled) => {
-            inner.lease_clock.beat(sent);
+        Ok(refreshed) => {
+            // Fresh only when every lease held: a turn this process lost
+            // keeps its writes fenced until it has ended here.
+            if refreshed.len() == leases.len() {
+                inner.lease_clock.beat(sent);
+            }
+            let cancelled = refreshed
+                .into_iter()
+                .filter_map(|(turn_id, cancel)| cancel.then_some(turn_id));
             for turn_id in cancelled {
                 if let Some(live) = inner.live.get(turn_id) {
                     tracing::info!(turn.id = %turn_id, "cancellation requested through the store");

@@ -202,8 +202,9 @@ pub trait Turns: Reads + Send + Sync + 'static {
 
     /// Refreshes the heartbeat of these running turns, each while its
     /// lease holds (a turn taken over is another process's to keep alive);
-    /// returns those whose cancellation was requested.
-    async fn heartbeat(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
+    /// returns those it refreshed, each with whether its cancellation was
+    /// requested.
+    async fn heartbeat(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<Vec<(Uuid, bool)>>;
 
     /// Marks orphaned running turns `interrupted`, each with a final
     /// `turn.interrupted` event; returns those events.

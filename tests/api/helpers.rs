@@ -531,6 +531,18 @@ impl ServiceProcess {
         panic!("the service did not exit within 10 s of SIGTERM");
     }
 
+    /// SIGSTOP (`false`) or SIGCONT (`true`): a process frozen as by a
+    /// long pause or a partition, then woken.
+    pub fn run(&self, running: bool) {
+        let signal = if running { "-CONT" } else { "-STOP" };
+        let status = std::process::Command::new("kill")
+            .arg(signal)
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

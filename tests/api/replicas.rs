@@ -382,3 +382,60 @@ async fn a_json_caller_asking_again_with_its_key_gets_the_turn_finished_elsewher
         "its step, asked once per life"
     );
 }
+
+/// A replica frozen (SIGSTOP: a long pause, a partition) past the stale
+/// window has its turn taken over; woken (SIGCONT), it goes on streaming
+/// its model's answer but can write nothing more for the turn: the turn
+/// ends once, by the replica that took it over, and the log holds every
+/// event once, with no hole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_replica_that_wakes_writes_nothing_for_a_turn_taken_over() {
+    let Some((_db, provider, replicas)) = replicas(2).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let words: Vec<String> = (0..60).map(|i| format!("w{i} ")).collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    provider.enqueue([
+        // The frozen owner's answer: 6 s of text, still streaming when it
+        // wakes.
+        Reply::openai_deltas(&words).pace(Duration::from_millis(100)),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let mut stream = post_turn_sse(&client, &replicas[0], "s-frozen").await;
+    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    // Far into its answer when it freezes (a late wake has much to write).
+    for _ in 0..30 {
+        stream.read_until("message.delta").await;
+    }
+    let mut follower = follow(&client, &replicas[1], "s-frozen", &turn, None).await;
+    follower.read_until("message.delta").await;
+
+    replicas[0].run(false);
+    let rest = follower.read_to_end().await;
+    replicas[0].run(true);
+    assert_eq!(rest.last().unwrap().event, "turn.completed");
+    assert!(rest.iter().any(|e| e.event == "turn.resumed"));
+    // Time for the woken owner to try its writes, and fail them.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, log) = get_json(
+        &client,
+        replicas[1].url("/sessions/s-frozen/events?limit=1000"),
+    )
+    .await;
+    let events = log["events"].as_array().unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    let ends: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .filter(|t| t.starts_with("turn.") && !matches!(*t, "turn.started" | "turn.resumed"))
+        .collect();
+    assert_eq!(ends, ["turn.completed"], "one end, the new owner's");
+    let (_, record) = get_json(
+        &client,
+        replicas[0].url(&format!("/sessions/s-frozen/turns/{turn}")),
+    )
+    .await;
+    assert_eq!(record["status"], "completed", "{record}");
+}

@@ -594,15 +594,26 @@ async fn heartbeat_reports_requested_cancellations(backend: Backend) {
     store.begin_turn(&a).await.unwrap();
     store.begin_turn(&b).await.unwrap();
     assert!(store.request_cancel(b.id).await.unwrap());
-    let cancelled = store
+    let mut refreshed = store
         .heartbeat(&leases_of(&[a.id, b.id]), Utc::now())
         .await
         .unwrap();
-    assert_eq!(cancelled, vec![b.id]);
+    refreshed.sort();
+    let mut expected = vec![(a.id, false), (b.id, true)];
+    expected.sort();
+    assert_eq!(refreshed, expected, "both beat, b's cancel requested");
     store
         .write_batch(&[], &[&completed(&a, 2, "x")])
         .await
         .unwrap();
+    // An ended turn is not kept alive.
+    assert_eq!(
+        store
+            .heartbeat(&leases_of(&[a.id]), Utc::now())
+            .await
+            .unwrap(),
+        []
+    );
     assert!(
         !store.request_cancel(a.id).await.unwrap(),
         "a finished turn cannot be cancelled"

@@ -114,7 +114,7 @@ impl Turns for PostgresStore {
         &self,
         leases: &[Lease],
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<uuid::Uuid>> {
+    ) -> Result<Vec<(uuid::Uuid, bool)>> {
         self.bounded(async {
             if leases.is_empty() {
                 return Ok(Vec::new());
@@ -122,7 +122,7 @@ impl Turns for PostgresStore {
             let mut tx = self.control().begin().await?;
             // The turns are alive now, however long the connection took.
             let now = now.max(chrono::Utc::now());
-            let mut cancelled = Vec::new();
+            let mut refreshed = Vec::new();
             for chunk in leases.chunks(IDS_PER_UPDATE) {
                 // A row locked by someone else is being ended (or swept):
                 // skip it rather than wait. A heartbeat that waits while
@@ -148,13 +148,11 @@ impl Turns for PostgresStore {
                 );
                 let rows: Vec<(String, bool)> = qb.build_query_as().fetch_all(&mut *tx).await?;
                 for (id, cancel) in rows {
-                    if cancel {
-                        cancelled.push(parse_uuid(&id)?);
-                    }
+                    refreshed.push((parse_uuid(&id)?, cancel));
                 }
             }
             tx.commit().await?;
-            Ok(cancelled)
+            Ok(refreshed)
         })
         .await
     }

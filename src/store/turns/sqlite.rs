@@ -124,14 +124,14 @@ impl Turns for SqliteStore {
             .await
     }
 
-    async fn heartbeat(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+    async fn heartbeat(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<Vec<(Uuid, bool)>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
         let leases = leases.to_vec();
         self.writes
             .run(move |tx| {
-                let mut cancelled = Vec::new();
+                let mut refreshed = Vec::new();
                 {
                     let mut beat = tx.prepare_cached(
                         "UPDATE turns SET heartbeat_at = ?1 WHERE id = ?2 AND status = 'running' \
@@ -141,14 +141,12 @@ impl Turns for SqliteStore {
                     for lease in leases {
                         let mut rows =
                             beat.query(params![at, lease.turn_id.to_string(), lease.attempt])?;
-                        if let Some(row) = rows.next()?
-                            && row.get::<_, bool>(0)?
-                        {
-                            cancelled.push(lease.turn_id);
+                        if let Some(row) = rows.next()? {
+                            refreshed.push((lease.turn_id, row.get::<_, bool>(0)?));
                         }
                     }
                 }
-                Ok(cancelled)
+                Ok(refreshed)
             })
             .await
     }
