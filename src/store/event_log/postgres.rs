@@ -31,7 +31,13 @@ impl EventLog for PostgresStore {
                 // One statement is its own transaction: no BEGIN and COMMIT
                 // round trips for the common batch of deltas, nor for a
                 // step's end (its events and its record together).
-                if !events.is_empty() || !steps.is_empty() {
+                if steps.is_empty() && !fence {
+                    // The common batch (deltas of turns whose leases hold):
+                    // the plain insert.
+                    if !events.is_empty() {
+                        insert_events(self.writer(), events.iter().map(|e| &**e)).await?;
+                    }
+                } else {
                     insert_leased(self.writer(), events, steps, leases, fence).await?;
                 }
                 return Ok(Vec::new());
