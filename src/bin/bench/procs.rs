@@ -353,5 +353,17 @@ async fn serve(settings: Settings) -> Result<(), String> {
     let app = Application::build_with_tools(settings, store, llm, vec![sleep])
         .await
         .map_err(|e| e.to_string())?;
-    app.run_until_stopped().await.map_err(|e| e.to_string())
+    // SIGTERM and ctrl-c shut it down as they do the service (its turns
+    // handed over), not kill it.
+    let shutdown = app.shutdown_token();
+    let running = app.run_until_stopped();
+    tokio::pin!(running);
+    let result = tokio::select! {
+        result = &mut running => result,
+        () = agent_harness::startup::shutdown_signal() => {
+            shutdown.cancel();
+            running.await
+        }
+    };
+    result.map_err(|e| e.to_string())
 }
