@@ -121,62 +121,53 @@ impl EventLog for PostgresStore {
     }
 }
 
+/// What [`insert_leased`]'s statements write, after the `leased` turns
+/// each defines: the batch's events and records of those turns, the
+/// statement failing whole when any is of another turn or a seq is taken.
+macro_rules! insert_leased_rest {
+    () => {
+        "), e AS ( \
+           SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
+           $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
+         ), logged AS ( \
+           INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+           SELECT * FROM e WHERE e.turn_id IN (SELECT id FROM leased) \
+           ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
+         ), s AS ( \
+           SELECT * FROM unnest($9::text[], $10::int4[], $11::text[], $12::text[], \
+           $13::timestamptz[]) AS s(turn_id, step, phase, record, created_at) \
+         ), kept AS ( \
+           INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
+           SELECT * FROM s WHERE s.turn_id IN (SELECT id FROM leased) \
+           ON CONFLICT DO NOTHING RETURNING 1 \
+         ) \
+         SELECT harness_lease_lost( \
+           (SELECT count(*) FROM e WHERE e.turn_id NOT IN (SELECT id FROM leased)) \
+           + (SELECT count(*) FROM s WHERE s.turn_id NOT IN (SELECT id FROM leased))) \
+         + harness_event_conflicts((SELECT count(*) FROM e) \
+           - (SELECT count(*) FROM logged) \
+           - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
+              AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
+              AND x.payload = e.payload))"
+    };
+}
+
 /// [`insert_leased`]'s statement: each turn's row share-locked and its
 /// attempt checked.
-const INSERT_FENCED: &str = "WITH leased AS ( \
+const INSERT_FENCED: &str = concat!(
+    "WITH leased AS ( \
        SELECT t.id FROM turns t JOIN unnest($7::text[], $8::int4[]) AS l(turn_id, attempt) \
-       ON t.id = l.turn_id AND t.attempt = l.attempt FOR KEY SHARE OF t \
-     ), e AS ( \
-       SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-       $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
-     ), logged AS ( \
-       INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
-       SELECT * FROM e WHERE e.turn_id IN (SELECT id FROM leased) \
-       ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
-     ), s AS ( \
-       SELECT * FROM unnest($9::text[], $10::int4[], $11::text[], $12::text[], \
-       $13::timestamptz[]) AS s(turn_id, step, phase, record, created_at) \
-     ), kept AS ( \
-       INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
-       SELECT * FROM s WHERE s.turn_id IN (SELECT id FROM leased) \
-       ON CONFLICT DO NOTHING RETURNING 1 \
-     ) \
-     SELECT harness_lease_lost( \
-       (SELECT count(*) FROM e WHERE e.turn_id NOT IN (SELECT id FROM leased)) \
-       + (SELECT count(*) FROM s WHERE s.turn_id NOT IN (SELECT id FROM leased))) \
-     + harness_event_conflicts((SELECT count(*) FROM e) \
-       - (SELECT count(*) FROM logged) \
-       - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
-          AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
-          AND x.payload = e.payload))";
+       ON t.id = l.turn_id AND t.attempt = l.attempt FOR KEY SHARE OF t ",
+    insert_leased_rest!()
+);
 
 /// [`insert_leased`]'s statement when no lease can have been lost: the
-/// same, the leases taken as held.
-const INSERT_UNFENCED: &str = "WITH leased AS ( \
-       SELECT l.turn_id AS id FROM unnest($7::text[], $8::int4[]) AS l(turn_id, attempt) \
-     ), e AS ( \
-       SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-       $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
-     ), logged AS ( \
-       INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
-       SELECT * FROM e WHERE e.turn_id IN (SELECT id FROM leased) \
-       ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
-     ), s AS ( \
-       SELECT * FROM unnest($9::text[], $10::int4[], $11::text[], $12::text[], \
-       $13::timestamptz[]) AS s(turn_id, step, phase, record, created_at) \
-     ), kept AS ( \
-       INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
-       SELECT * FROM s WHERE s.turn_id IN (SELECT id FROM leased) \
-       ON CONFLICT DO NOTHING RETURNING 1 \
-     ) \
-     SELECT harness_lease_lost( \
-       (SELECT count(*) FROM e WHERE e.turn_id NOT IN (SELECT id FROM leased)) \
-       + (SELECT count(*) FROM s WHERE s.turn_id NOT IN (SELECT id FROM leased))) \
-     + harness_event_conflicts((SELECT count(*) FROM e) \
-       - (SELECT count(*) FROM logged) \
-       - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
-          AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
-          AND x.payload = e.payload))";
+/// leases taken as held (no turn row is read).
+const INSERT_UNFENCED: &str = concat!(
+    "WITH leased AS ( \
+       SELECT l.turn_id AS id FROM unnest($7::text[], $8::int4[]) AS l(turn_id, attempt) ",
+    insert_leased_rest!()
+);
 
 /// A batch's events and step records, for the turns that hold `leases`,
 /// in one statement whatever their number. Each turn's row is share-locked
