@@ -12,13 +12,13 @@
 //! state the next step starts from: a pure function, so a turn taken over
 //! by another process goes on from exactly where its owner left it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-use std::sync::Arc;
-
 use tokio::time::Instant;
 
 use super::{

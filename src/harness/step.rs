@@ -40,7 +40,7 @@ pub(super) struct Turn<'a> {
     pub provider_name: &'a str,
     pub model: &'a str,
     /// What the turn prepared, for its first record.
-    pub prepared: Prepared,
+    pub prepared: &'a Prepared,
 }
 
 /// The prompt as it grows over the steps, where the user's question is,

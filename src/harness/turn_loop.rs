@@ -208,7 +208,7 @@ async fn go_on(
         replay,
         provider_name: &prepared.provider,
         model: &prepared.model,
-        prepared: prepared.clone(),
+        prepared: &prepared,
     };
     if let Some((step, calls, prior)) = answered {
         turn.run_tools(step, &calls, &mut conversation, &prior)

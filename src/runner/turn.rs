@@ -326,7 +326,7 @@ impl TurnFailure {
             Self::Turn(e) => e.code(),
             Self::History(_) => "store_unavailable",
             Self::LostEvents => "event_log_unavailable",
-            Self::Records(_) => "interrupted",
+            Self::Records(_) => "takeover_failed",
         }
     }
 

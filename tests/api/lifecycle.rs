@@ -118,6 +118,47 @@ async fn a_restart_takes_over_turns_left_running_and_finishes_them(backend: Back
     assert_eq!(fresh[0].seq(), seqs.len() as i64 + 1);
 }
 
+/// A turn whose step records do not make a turn (here, one that is not a
+/// record at all) cannot be taken over: it ends `failed` with
+/// `takeover_failed`, and its session is free.
+async fn a_turn_whose_records_are_unreadable_ends_takeover_failed(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let turn_id = crashed_turn(&db, "s-bad-records", "test-instance").await;
+    let store = db.open().await;
+    let bad = agent_harness::store::NewStep {
+        turn_id,
+        step: 1,
+        phase: "answered",
+        record: "not a record".into(),
+        created_at: Utc::now(),
+    };
+    store
+        .commit(agent_harness::store::Batch {
+            events: &[],
+            steps: &[&bad],
+            finishes: &[],
+            leases: &[agent_harness::store::Lease {
+                turn_id,
+                attempt: 0,
+            }],
+            fence: true,
+        })
+        .await
+        .unwrap();
+    let provider = FakeProvider::start().await;
+    let settings = test_settings(&provider);
+    let app = spawn_app_with(db, provider, settings).await;
+    let turn = app
+        .wait_turn_end("s-bad-records", &turn_id.to_string())
+        .await;
+    assert_eq!(turn["status"], "failed", "{turn}");
+    assert_eq!(turn["error"]["code"], "takeover_failed", "{turn}");
+    assert!(
+        app.provider.requests().is_empty(),
+        "nothing was asked again"
+    );
+}
+
 async fn with_take_over_off_a_restart_interrupts_turns_left_running(backend: Backend) {
     let db = TestDb::new(backend).await;
     let turn_id = crashed_turn(&db, "s-crash", "test-instance").await;
@@ -305,6 +346,7 @@ async fn with_take_over_off_shutdown_lets_a_turn_finish_within_the_grace_period(
 
 on_both_backends!(
     a_restart_takes_over_turns_left_running_and_finishes_them,
+    a_turn_whose_records_are_unreadable_ends_takeover_failed,
     with_take_over_off_a_restart_interrupts_turns_left_running,
     a_follower_sees_a_turn_taken_over_when_its_owner_stops_beating,
     with_take_over_off_shutdown_interrupts_turns_still_running_after_the_grace_period,

@@ -16,7 +16,7 @@ use agent_harness::{
         thinking::ThinkLevel,
     },
     providers::{
-        ChatMessage, Role, Usage,
+        Role, Usage,
         scripted::{ScriptedProvider, call, calls, text},
     },
     tools::{Citation, EffectClass, Tool, ToolOutput},
@@ -24,7 +24,9 @@ use agent_harness::{
 use async_trait::async_trait;
 use serde_json::json;
 
-use crate::helpers::{Fixed, Probe, RecordingSink, builder, options, request, scripted};
+use crate::helpers::{
+    Fixed, Probe, RecordingSink, builder, long_history, options, request, scripted,
+};
 
 /// The turn as it was when one of its records was written.
 struct Seen {
@@ -262,19 +264,6 @@ async fn every_step_of_a_tool_turn_rebuilds_from_its_records() {
     assert_eq!(last.citations.web.len(), 1);
     assert_eq!(last.usage.input_tokens, 40, "two steps and two reflections");
     assert!(last.cost_usd.is_some());
-}
-
-fn long_history() -> Vec<ChatMessage> {
-    (0..6)
-        .map(|i| {
-            let content = format!("message {i} {}", "lorem ipsum ".repeat(70));
-            if i % 2 == 0 {
-                ChatMessage::user(content)
-            } else {
-                ChatMessage::assistant(content, vec![])
-            }
-        })
-        .collect()
 }
 
 #[tokio::test(start_paused = true)]

@@ -14,6 +14,7 @@ use agent_harness::{
         AgentHarness, AgentHarnessBuilder, EventSink, HarnessOptions, SinkError, TurnError,
         TurnInput, TurnOutput, durable::StepRecord, state::TurnRuntimeState,
     },
+    providers::ChatMessage,
     providers::scripted::{Scripted, ScriptedProvider},
     tools::{
         EffectClass, PermissionMode, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput,
@@ -341,4 +342,19 @@ pub fn unfence(content: &str) -> String {
     body.strip_suffix(&format!("\n<<<END_UNTRUSTED_CONTEXT {tag}>>>"))
         .expect("the matching closing fence")
         .to_owned()
+}
+
+/// Six long messages of an earlier conversation: enough for the critical
+/// context level of a 1,024-token window.
+pub fn long_history() -> Vec<ChatMessage> {
+    (0..6)
+        .map(|i| {
+            let content = format!("message {i} {}", "lorem ipsum ".repeat(70));
+            if i % 2 == 0 {
+                ChatMessage::user(content)
+            } else {
+                ChatMessage::assistant(content, vec![])
+            }
+        })
+        .collect()
 }

@@ -6,14 +6,14 @@ use agent_harness::{
     events::TurnEvent,
     harness::{HarnessOptions, compaction::ContextWarningTracker, thinking::ThinkLevel},
     providers::{
-        ChatMessage, ProviderError, ProviderFailure, Role,
+        ProviderError, ProviderFailure, Role,
         scripted::{Scripted, call, calls, text},
     },
     tools::{EffectClass, Tool},
 };
 use serde_json::json;
 
-use crate::helpers::{Fixed, Probe, builder, options, request, run, scripted};
+use crate::helpers::{Fixed, Probe, builder, long_history, options, request, run, scripted};
 
 fn reflections(events: &[TurnEvent]) -> Vec<(bool, Option<String>)> {
     events
@@ -139,19 +139,6 @@ async fn think_level_off_never_reflects() {
     let ran = run(&harness, request("go")).await;
     assert_eq!(ran.text(), "done");
     assert!(reflections(&ran.sink.events()).is_empty());
-}
-
-fn long_history() -> Vec<ChatMessage> {
-    (0..6)
-        .map(|i| {
-            let content = format!("message {i} {}", "lorem ipsum ".repeat(70));
-            if i % 2 == 0 {
-                ChatMessage::user(content)
-            } else {
-                ChatMessage::assistant(content, vec![])
-            }
-        })
-        .collect()
 }
 
 #[tokio::test(start_paused = true)]

@@ -21,13 +21,15 @@ impl EventLog for SqliteStore {
     async fn commit(&self, batch: Batch<'_>) -> Result<Vec<bool>> {
         let events = batch.events.to_vec();
         let leases = batch.leases.to_vec();
+        let fence = batch.fence;
         let steps: Vec<NewStep> = batch.steps.iter().map(|s| (*s).clone()).collect();
         let finishes: Vec<TurnFinish> = batch.finishes.iter().map(|f| (*f).clone()).collect();
         self.writes
             .run(move |tx| {
                 // One process writes a SQLite store; a lease is lost only to
                 // a take-over by the same process after a restart, but the
-                // rule holds here as on Postgres.
+                // rule holds here as on Postgres: a fenced batch's events
+                // and records are checked against their turns' leases.
                 let mut held = tx.prepare_cached("SELECT attempt FROM turns WHERE id = ?1")?;
                 // A finish holds its own lease (it does not apply once lost);
                 // the events and records of a turn hold theirs here.
@@ -35,7 +37,8 @@ impl EventLog for SqliteStore {
                     events.iter().any(|e| e.turn_id == turn_id)
                         || steps.iter().any(|s| s.turn_id == turn_id)
                 };
-                for lease in leases.iter().filter(|l| writes(l.turn_id)) {
+                let fenced = leases.iter().filter(|l| fence && writes(l.turn_id));
+                for lease in fenced {
                     let attempt: Option<u32> = held
                         .query_row(params![lease.turn_id.to_string()], |row| row.get(0))
                         .optional()?;
