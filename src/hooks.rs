@@ -163,8 +163,19 @@ pub struct CheckpointRequest {
 /// whose snapshot fails does not run.
 #[async_trait]
 pub trait CheckpointStore: Send + Sync {
-    /// Saves the resources; returns the checkpoints' ids.
+    /// Saves the resources; returns the checkpoints' ids. A call that
+    /// already has its checkpoints (it runs again after a take-over) keeps
+    /// them: they hold what was there before its first run.
     async fn snapshot(&self, request: &CheckpointRequest) -> Result<Vec<String>, HookError>;
+
+    /// What the checkpoints of one call saved, oldest first (none: the
+    /// call never got past its checkpoint).
+    async fn saved(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+        call_id: &str,
+    ) -> Result<Vec<crate::tools::Saved>, HookError>;
 }
 
 /// A tool call waiting for a person's approval.

@@ -161,6 +161,28 @@ impl ToolOutput {
     }
 }
 
+/// A resource as the checkpoint taken before a write saved it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saved {
+    /// The resource's path (a note's, in the vault).
+    pub path: String,
+    /// Its bytes then; `None`: it did not exist.
+    pub content: Option<Vec<u8>>,
+}
+
+/// What became of a call that started in a process that stopped before
+/// the call ended, as the tool can tell from the resources now and as its
+/// checkpoints saved them ([`Tool::settle`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settled {
+    /// It took effect: what it would have answered.
+    Landed(ToolOutput),
+    /// It took no effect: it may run (again).
+    NotLanded,
+    /// Nothing tells: the model is told `outcome_unknown`.
+    Unknown,
+}
+
 /// What kind of failure a tool call met (shown to the model, and in
 /// `tool.finished`'s `error`, as its snake_case name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -249,6 +271,15 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Runs the call. Honour `ctx.cancel`.
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError>;
+
+    /// What became of a call with these `arguments` that started in a
+    /// process that stopped before it ended, told from the checkpoints
+    /// taken before it ran (`before`: none when the call never got past
+    /// its checkpoint). Asked only of a tool that is neither read-only nor
+    /// idempotent. Default: nothing tells.
+    async fn settle(&self, _arguments: &Value, _before: &[Saved]) -> Settled {
+        Settled::Unknown
+    }
 }
 
 /// Which tools may run (`HARNESS_TOOL_PERMISSION`). A tool outside the

@@ -170,6 +170,38 @@ pub enum WriteMode {
     Append,
 }
 
+/// What became of a write that started, told from the note's
+/// checkpoint ([`Vault::settle_write`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteSettled {
+    /// The note is what the write makes: its path and size.
+    Landed { path: String, bytes: usize },
+    /// The note is as the checkpoint saved it.
+    NotLanded,
+    /// The note is neither: something else changed it since.
+    Changed,
+}
+
+/// What a write of `content` makes of a note that is `now`.
+fn written(
+    note: &paths::NotePath,
+    now: Option<&[u8]>,
+    content: &str,
+    mode: WriteMode,
+) -> Result<String, NoteError> {
+    let mut text = match (mode, now) {
+        (WriteMode::Replace, _) | (WriteMode::Append, None) => String::new(),
+        (WriteMode::Append, Some(bytes)) => std::str::from_utf8(bytes)
+            .map_err(|_| NoteError::NotText(note.relative.clone()))?
+            .to_owned(),
+    };
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(content);
+    Ok(text)
+}
+
 /// The vault folder and the index of it.
 pub struct Vault {
     root: PathBuf,
@@ -326,18 +358,11 @@ impl Vault {
     ) -> Result<(String, usize), NoteError> {
         let _one_at_a_time = self.writing.lock().await;
         let note = self.resolve(path, true)?;
-        let mut text = match mode {
-            WriteMode::Replace => String::new(),
-            WriteMode::Append => match read_capped(&note).await? {
-                Some(bytes) => String::from_utf8(bytes)
-                    .map_err(|_| NoteError::NotText(note.relative.clone()))?,
-                None => String::new(),
-            },
+        let now = match mode {
+            WriteMode::Replace => None,
+            WriteMode::Append => read_capped(&note).await?,
         };
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(content);
+        let text = written(&note, now.as_deref(), content, mode)?;
         if text.len() as u64 > MAX_NOTE_BYTES {
             return Err(NoteError::TooLarge {
                 path: note.relative,
@@ -347,6 +372,46 @@ impl Vault {
         self.index_one(&note.relative, Some(text.as_bytes()))
             .await?;
         Ok((note.relative, text.len()))
+    }
+
+    /// Whether a [`Vault::write_note`] of `content` that started when the
+    /// note was `before` (its checkpoint) took effect: the note is what
+    /// the write makes of `before` (it landed: the index is brought in line
+    /// and the write's answer returned, as `write_note` gives it), or it is
+    /// still `before` (it did not), or it is neither (it changed since:
+    /// nothing tells).
+    pub async fn settle_write(
+        &self,
+        path: &str,
+        content: &str,
+        mode: WriteMode,
+        before: Option<&[u8]>,
+    ) -> Result<WriteSettled, NoteError> {
+        let _one_at_a_time = self.writing.lock().await;
+        let note = self.resolve(path, true)?;
+        let now = read_capped(&note).await?;
+        let Ok(landed) = written(&note, before, content, mode) else {
+            // `before` was no text: the write refused it, so it changed
+            // nothing.
+            return Ok(if now.as_deref() == before {
+                WriteSettled::NotLanded
+            } else {
+                WriteSettled::Changed
+            });
+        };
+        if now.as_deref() == Some(landed.as_bytes()) {
+            self.index_one(&note.relative, Some(landed.as_bytes()))
+                .await?;
+            return Ok(WriteSettled::Landed {
+                path: note.relative,
+                bytes: landed.len(),
+            });
+        }
+        Ok(if now.as_deref() == before {
+            WriteSettled::NotLanded
+        } else {
+            WriteSettled::Changed
+        })
     }
 
     /// Puts a note back as a checkpoint saw it: its bytes, or no file.

@@ -18,7 +18,7 @@ use crate::{
     events::{ToolStatus, TurnEvent},
     hooks::isolate,
     providers::{ChatMessage, ToolCall},
-    tools::{Citation, EffectClass, ToolErrorKind},
+    tools::{Citation, EffectClass, Settled, ToolErrorKind},
 };
 
 /// Tool output longer than this goes to the artifact store (seeds:
@@ -179,16 +179,57 @@ async fn resolve(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome {
         }
         Some(PriorCall::Started {
             awaiting_approval: false,
-        }) if !safe_to_run_again(env, call) => {
-            env.state.budget.claim_tool_call();
-            ToolOutcome::Logged {
-                status: ToolStatus::Unknown,
-                content: OUTCOME_UNKNOWN.to_owned(),
-                latency_ms: 0,
+        }) if !safe_to_run_again(env, call) => match settle(env, call).await {
+            Settled::Landed(output) => {
+                env.state.budget.claim_tool_call();
+                env.replay
+                    .record_completed(&call.name, &call.arguments, &call.id);
+                ToolOutcome::Executed(Executed::Completed {
+                    output,
+                    latency_ms: 0,
+                })
             }
-        }
+            Settled::NotLanded => exec_call(env, call).await,
+            Settled::Unknown => {
+                env.state.budget.claim_tool_call();
+                ToolOutcome::Logged {
+                    status: ToolStatus::Unknown,
+                    content: OUTCOME_UNKNOWN.to_owned(),
+                    latency_ms: 0,
+                }
+            }
+        },
         _ => exec_call(env, call).await,
     }
+}
+
+/// What the tool can tell of a call that started and did not end, from
+/// the checkpoints its write gate took (with no checkpoint store, nothing
+/// tells).
+async fn settle(env: &CallEnv<'_>, call: &ToolCall) -> Settled {
+    let (Some(tool), Some(checkpoints)) = (
+        env.harness.tools.get(&call.name),
+        env.harness.checkpoint_store(),
+    ) else {
+        return Settled::Unknown;
+    };
+    let Ok(arguments) = serde_json::from_str::<Value>(&call.arguments) else {
+        return Settled::Unknown;
+    };
+    let turn_id = env.request.turn_id.to_string();
+    let before = match isolate(checkpoints.saved(&env.request.session_id, &turn_id, &call.id)).await
+    {
+        Ok(before) => before,
+        Err(e) => {
+            tracing::warn!(error = %e, call_id = %call.id, "the checkpoints of a started call cannot be read");
+            return Settled::Unknown;
+        }
+    };
+    // A tool's own code: a panic in it is an unknown outcome, not a
+    // crashed turn.
+    isolate(async { Ok::<_, crate::hooks::HookError>(tool.settle(&arguments, &before).await) })
+        .await
+        .unwrap_or(Settled::Unknown)
 }
 
 /// What the model is told of a call that may or may not have changed

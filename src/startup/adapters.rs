@@ -15,6 +15,7 @@ use crate::{
     },
     metrics::Metrics,
     store,
+    tools::Saved,
     vault::Vault,
 };
 
@@ -116,6 +117,14 @@ pub struct VaultCheckpoints {
 #[async_trait]
 impl CheckpointStore for VaultCheckpoints {
     async fn snapshot(&self, request: &CheckpointRequest) -> Result<Vec<String>, HookError> {
+        let earlier = self
+            .store
+            .call_checkpoints(&request.session_id, &request.turn_id, &request.call_id)
+            .await
+            .map_err(HookError::new)?;
+        if !earlier.is_empty() {
+            return Ok(earlier.into_iter().map(|(id, _, _)| id).collect());
+        }
         let mut ids = Vec::new();
         for key in &request.resource_keys {
             let Some(path) = crate::tools::notes::path_of_key(key) else {
@@ -139,5 +148,22 @@ impl CheckpointStore for VaultCheckpoints {
             ids.push(id);
         }
         Ok(ids)
+    }
+
+    async fn saved(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+        call_id: &str,
+    ) -> Result<Vec<Saved>, HookError> {
+        let saved = self
+            .store
+            .call_checkpoints(session_id, turn_id, call_id)
+            .await
+            .map_err(HookError::new)?;
+        Ok(saved
+            .into_iter()
+            .map(|(_, path, content)| Saved { path, content })
+            .collect())
     }
 }

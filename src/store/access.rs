@@ -102,6 +102,21 @@ pub trait Access: Reads + Send + Sync + 'static {
         Ok(Some((record, content)))
     }
 
+    /// The checkpoints of one call of a turn, oldest first: each one's id,
+    /// note path and saved bytes (`None`: there was no note).
+    async fn call_checkpoints(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+        call_id: &str,
+    ) -> Result<Vec<(String, String, Option<Vec<u8>>)>> {
+        let sql = "SELECT id, path, content FROM checkpoints \
+             WHERE session_id = $1 AND turn_id = $2 AND call_id = $3 ORDER BY created_at, id";
+        self.reader()
+            .rows(sql, args![session_id, turn_id, call_id])
+            .await
+    }
+
     /// Marks a checkpoint restored; false when it already was (or is not).
     async fn mark_checkpoint_restored(&self, id: &str, at: DateTime<Utc>) -> Result<bool>;
 

@@ -13,9 +13,10 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    Citation, EffectClass, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSpec,
+    Citation, EffectClass, Saved, Settled, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput,
+    ToolSpec,
 };
-use crate::vault::{NoteError, Vault, WriteMode, paths};
+use crate::vault::{NoteError, Vault, WriteMode, WriteSettled, paths};
 
 /// Largest content one write takes, in bytes.
 pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
@@ -207,12 +208,42 @@ impl Tool for WriteNote {
             .write_note(path, content, self.mode)
             .await
             .map_err(tool_error)?;
+        Ok(self.answer(&relative, bytes))
+    }
+
+    async fn settle(&self, arguments: &Value, before: &[Saved]) -> Settled {
+        let (Ok(path), Some(content)) = (path_argument(arguments), arguments["content"].as_str())
+        else {
+            return Settled::Unknown;
+        };
+        // The checkpoint gate saved the note before the write; with no
+        // checkpoint, the write never ran.
+        let Some(saved) = before.last() else {
+            return Settled::NotLanded;
+        };
+        match self
+            .vault
+            .settle_write(path, content, self.mode, saved.content.as_deref())
+            .await
+        {
+            Ok(WriteSettled::Landed { path, bytes }) => Settled::Landed(self.answer(&path, bytes)),
+            Ok(WriteSettled::NotLanded) => Settled::NotLanded,
+            Ok(WriteSettled::Changed) => Settled::Unknown,
+            Err(e) => {
+                tracing::warn!(error = %e, "a started write cannot be checked against its checkpoint");
+                Settled::Unknown
+            }
+        }
+    }
+}
+
+impl WriteNote {
+    /// What a write answers.
+    fn answer(&self, relative: &str, bytes: usize) -> ToolOutput {
         let done = match self.mode {
             WriteMode::Replace => "Wrote",
             WriteMode::Append => "Appended to",
         };
-        Ok(ToolOutput::text(format!(
-            "{done} {relative} ({bytes} bytes now)."
-        )))
+        ToolOutput::text(format!("{done} {relative} ({bytes} bytes now)."))
     }
 }

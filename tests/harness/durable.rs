@@ -19,7 +19,7 @@ use agent_harness::{
         Role, Usage,
         scripted::{ScriptedProvider, call, calls, text},
     },
-    tools::{Citation, EffectClass, Tool, ToolOutput},
+    tools::{Citation, EffectClass, Saved, Settled, Tool, ToolOutput},
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -310,32 +310,10 @@ async fn a_turn_that_answers_at_once_writes_no_record() {
 /// `unknown`, and no call's `tool.started` is said twice.
 #[tokio::test]
 async fn a_step_taken_over_runs_each_call_at_most_once() {
-    let first = Arc::new(ScriptedProvider::new([calls(vec![
-        call("c1", "probe", json!({"key": "a", "ms": 1})),
-        call("c2", "write", json!({"key": "w", "ms": 1})),
-        call("c3", "idem", json!({"key": "i", "ms": 1})),
-        call("c4", "probe", json!({"key": "b", "ms": 1})),
-    ])]));
     let probe = Probe::new("probe", EffectClass::ReadOnly);
     let write = Probe::new("write", EffectClass::LocalWrite);
     let idem = Probe::idempotent("idem", EffectClass::LocalWrite);
-    let tools = || -> Vec<Arc<dyn Tool>> { vec![probe.clone(), write.clone(), idem.clone()] };
-    // The first life: the model's answer is recorded, then the process
-    // "dies" (the sink refuses everything after the answer's record).
-    let dying = builder(&first, tools()).build();
-    let sink = Arc::new(DiesAfterAnswer::default());
-    let state = dying.new_state("s-1");
-    let asked = request("go");
-    let lost = dying
-        .run_turn_with_state(asked.clone(), sink.clone(), state)
-        .await;
-    assert!(lost.is_err(), "the first life ends with its process");
-    let records = sink.records.lock().unwrap().clone();
-    assert_eq!(records.len(), 1);
-    assert_eq!(records[0].phase, StepPhase::Answered);
-    let (probe_before, write_before, idem_before) = (probe.calls(), write.calls(), idem.calls());
-
-    // What the log showed of its calls: c1-c3 started, c4 ended.
+    let tools: Vec<Arc<dyn Tool>> = vec![probe.clone(), write.clone(), idem.clone()];
     let ended = PriorCall::Ended {
         status: ToolStatus::Completed,
         reason: None,
@@ -347,17 +325,155 @@ async fn a_step_taken_over_runs_each_call_at_most_once() {
     let started = PriorCall::Started {
         awaiting_approval: false,
     };
-    let prior = PriorCalls(
+    // What the log showed of its calls: c1-c3 started, c4 ended.
+    let taken = take_over(
+        tools,
+        None,
+        vec![
+            call("c1", "probe", json!({"key": "a", "ms": 1})),
+            call("c2", "write", json!({"key": "w", "ms": 1})),
+            call("c3", "idem", json!({"key": "i", "ms": 1})),
+            call("c4", "probe", json!({"key": "b", "ms": 1})),
+        ],
         [
-            ("c1".to_owned(), started.clone()),
-            ("c2".to_owned(), started.clone()),
-            ("c3".to_owned(), started),
-            ("c4".to_owned(), ended),
+            ("c1", started.clone()),
+            ("c2", started.clone()),
+            ("c3", started),
+            ("c4", ended),
+        ],
+    )
+    .await;
+    assert_eq!(probe.calls(), 1, "c1 again, not c4");
+    assert_eq!(write.calls(), 0, "the write is not made blindly");
+    assert_eq!(idem.calls(), 1, "the idempotent one is made again");
+    assert_eq!(
+        taken.finished,
+        [
+            ("c1".to_owned(), ToolStatus::Completed),
+            ("c2".to_owned(), ToolStatus::Unknown),
+            ("c3".to_owned(), ToolStatus::Completed),
+        ],
+        "c4's end is in the log already"
+    );
+    // The model is told each call's outcome, c4's as the log has it.
+    assert_eq!(taken.told.len(), 4);
+    assert_eq!(
+        taken.told[1],
+        agent_harness::harness::waves::OUTCOME_UNKNOWN
+    );
+    assert_eq!(taken.told[3], "logged result");
+    // Every call took its place in the budget, once.
+    assert_eq!(taken.state.budget.tool_calls_used(), 4);
+}
+
+/// A started write whose tool can tell from its checkpoint what became of
+/// it: landed (its answer, not run again), not landed (run, once), or
+/// nothing tells (`unknown`). The tool is asked with what the checkpoint
+/// store saved for that call.
+#[tokio::test]
+async fn a_started_write_is_settled_by_what_its_checkpoint_tells() {
+    let write = Settling::new();
+    let saved = Arc::new(SavedPerCall::default());
+    let started = || PriorCall::Started {
+        awaiting_approval: false,
+    };
+    let taken = take_over(
+        vec![write.clone()],
+        Some(saved.clone()),
+        vec![
+            call("c1", "note", json!({"key": "landed"})),
+            call("c2", "note", json!({"key": "not"})),
+            call("c3", "note", json!({"key": "changed"})),
+        ],
+        [("c1", started()), ("c2", started()), ("c3", started())],
+    )
+    .await;
+    assert_eq!(
+        write.probe.calls(),
+        1,
+        "only the write that did not land runs"
+    );
+    assert_eq!(
+        taken.finished,
+        [
+            ("c1".to_owned(), ToolStatus::Completed),
+            ("c2".to_owned(), ToolStatus::Completed),
+            ("c3".to_owned(), ToolStatus::Unknown),
         ]
-        .into(),
+    );
+    assert!(
+        taken.told[0].contains("it landed before"),
+        "{}",
+        taken.told[0]
+    );
+    assert!(taken.told[1].contains("probed not"), "{}", taken.told[1]);
+    assert_eq!(
+        taken.told[2],
+        agent_harness::harness::waves::OUTCOME_UNKNOWN
+    );
+    // Each was asked with its own call's checkpoint, and the one that ran
+    // went through its checkpoint gate again.
+    assert_eq!(
+        *write.asked.lock().unwrap(),
+        [
+            ("landed".to_owned(), "saved c1".to_owned()),
+            ("not".to_owned(), "saved c2".to_owned()),
+            ("changed".to_owned(), "saved c3".to_owned()),
+        ]
+    );
+    assert_eq!(*saved.snapshots.lock().unwrap(), ["c2"]);
+    assert_eq!(taken.state.budget.tool_calls_used(), 3);
+}
+
+/// What a turn taken over after its first step was answered did.
+struct TakenOver {
+    /// The calls whose end it reported, with their status.
+    finished: Vec<(String, ToolStatus)>,
+    /// The tool messages the model was given next.
+    told: Vec<String>,
+    state: Arc<TurnRuntimeState>,
+}
+
+/// A turn whose model asks for `asked` in its first step: the process
+/// dies once that answer is recorded, and a new owner goes on with the
+/// log showing `prior` of the calls.
+async fn take_over(
+    tools: Vec<Arc<dyn Tool>>,
+    checkpoints: Option<Arc<dyn agent_harness::harness::hooks::CheckpointStore>>,
+    asked: Vec<agent_harness::providers::ToolCall>,
+    prior: impl IntoIterator<Item = (&'static str, PriorCall)>,
+) -> TakenOver {
+    let first = Arc::new(ScriptedProvider::new([calls(asked)]));
+    let with = |provider: &Arc<ScriptedProvider>| {
+        let built = builder(provider, tools.clone());
+        match &checkpoints {
+            Some(store) => built.checkpoint_store(store.clone()),
+            None => built,
+        }
+        .build()
+    };
+    // The first life: the model's answer is recorded, then the process
+    // "dies" (the sink refuses everything after the answer's record).
+    let dying = with(&first);
+    let sink = Arc::new(DiesAfterAnswer::default());
+    let state = dying.new_state("s-1");
+    let turn = request("go");
+    let lost = dying
+        .run_turn_with_state(turn.clone(), sink.clone(), state)
+        .await;
+    assert!(lost.is_err(), "the first life ends with its process");
+    let records = sink.records.lock().unwrap().clone();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].phase, StepPhase::Answered);
+
+    let prior = PriorCalls(
+        prior
+            .into_iter()
+            .map(|(id, p)| (id.to_owned(), p))
+            .collect(),
     );
     let second = scripted([text("done")]);
-    let harness = builder(&second, tools()).build();
+    let harness = with(&second);
     let from = rebuild(&records).unwrap().unwrap();
     let limits = harness.options().budget_limits();
     let state =
@@ -370,21 +486,10 @@ async fn a_step_taken_over_runs_each_call_at_most_once() {
     };
     let sink = Arc::new(RecordingSink::default());
     let output = harness
-        .resume_turn(asked, sink.clone(), resume)
+        .resume_turn(turn, sink.clone(), resume)
         .await
         .unwrap();
     assert_eq!(output.result.text, "done");
-    assert_eq!(probe.calls() - probe_before, 1, "c1 again, not c4");
-    assert_eq!(
-        write.calls() - write_before,
-        0,
-        "the write is not made blindly"
-    );
-    assert_eq!(
-        idem.calls() - idem_before,
-        1,
-        "the idempotent one is made again"
-    );
     let events = sink.events();
     assert!(
         !events
@@ -392,7 +497,7 @@ async fn a_step_taken_over_runs_each_call_at_most_once() {
             .any(|e| matches!(e, TurnEvent::ToolStarted { .. })),
         "every call's start is in the log already"
     );
-    let finished: Vec<(String, ToolStatus)> = events
+    let finished = events
         .iter()
         .filter_map(|e| match e {
             TurnEvent::ToolFinished {
@@ -401,26 +506,92 @@ async fn a_step_taken_over_runs_each_call_at_most_once() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        finished,
-        [
-            ("c1".to_owned(), ToolStatus::Completed),
-            ("c2".to_owned(), ToolStatus::Unknown),
-            ("c3".to_owned(), ToolStatus::Completed),
-        ],
-        "c4's end is in the log already"
-    );
-    // The model is told each call's outcome, c4's as the log has it.
     let asked_next = second.requests().pop().unwrap();
-    let tools_said = crate::helpers::tool_messages(&asked_next);
-    assert_eq!(tools_said.len(), 4);
-    assert_eq!(
-        tools_said[1],
-        agent_harness::harness::waves::OUTCOME_UNKNOWN
-    );
-    assert_eq!(tools_said[3], "logged result");
-    // Every call took its place in the budget, once.
-    assert_eq!(state.budget.tool_calls_used(), 4);
+    TakenOver {
+        finished,
+        told: crate::helpers::tool_messages(&asked_next),
+        state,
+    }
+}
+
+/// A write tool that settles a started call by its `key`: `landed`,
+/// `not` (landed), anything else unknown; it notes what it was asked with.
+struct Settling {
+    probe: Arc<Probe>,
+    asked: Mutex<Vec<(String, String)>>,
+}
+
+impl Settling {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            probe: Probe::new("note", EffectClass::LocalWrite),
+            asked: Mutex::default(),
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for Settling {
+    fn spec(&self) -> &agent_harness::tools::ToolSpec {
+        self.probe.spec()
+    }
+
+    fn resource_keys(&self, arguments: &serde_json::Value) -> Vec<String> {
+        self.probe.resource_keys(arguments)
+    }
+
+    async fn call(
+        &self,
+        ctx: agent_harness::tools::ToolContext,
+        arguments: serde_json::Value,
+    ) -> Result<ToolOutput, agent_harness::tools::ToolError> {
+        self.probe.call(ctx, arguments).await
+    }
+
+    async fn settle(&self, arguments: &serde_json::Value, before: &[Saved]) -> Settled {
+        let key = arguments["key"].as_str().unwrap_or_default().to_owned();
+        let saved = before
+            .iter()
+            .map(|s| String::from_utf8_lossy(s.content.as_deref().unwrap_or_default()).into_owned())
+            .collect::<Vec<_>>()
+            .join(",");
+        self.asked.lock().unwrap().push((key.clone(), saved));
+        match key.as_str() {
+            "landed" => Settled::Landed(ToolOutput::text("it landed before")),
+            "not" => Settled::NotLanded,
+            _ => Settled::Unknown,
+        }
+    }
+}
+
+/// A checkpoint store that holds `saved {call id}` for every call, and
+/// notes the calls whose write gate asked it for a snapshot.
+#[derive(Default)]
+struct SavedPerCall {
+    snapshots: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl agent_harness::harness::hooks::CheckpointStore for SavedPerCall {
+    async fn snapshot(
+        &self,
+        request: &agent_harness::harness::hooks::CheckpointRequest,
+    ) -> Result<Vec<String>, agent_harness::harness::hooks::HookError> {
+        self.snapshots.lock().unwrap().push(request.call_id.clone());
+        Ok(vec![format!("cp-{}", request.call_id)])
+    }
+
+    async fn saved(
+        &self,
+        _: &str,
+        _: &str,
+        call_id: &str,
+    ) -> Result<Vec<Saved>, agent_harness::harness::hooks::HookError> {
+        Ok(vec![Saved {
+            path: "n.md".into(),
+            content: Some(format!("saved {call_id}").into_bytes()),
+        }])
+    }
 }
 
 /// A sink that takes the turn's records and events until the model's

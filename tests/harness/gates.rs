@@ -403,6 +403,15 @@ impl agent_harness::harness::hooks::CheckpointStore for NoCheckpoints {
             "the disk is full".into(),
         ))
     }
+
+    async fn saved(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Result<Vec<agent_harness::tools::Saved>, agent_harness::harness::hooks::HookError> {
+        Ok(Vec::new())
+    }
 }
 
 /// The gates refuse in their order: a call that two gates would refuse

@@ -1,12 +1,16 @@
 //! The vault's index on both backends: indexing a folder of notes, ranking,
 //! and keeping the index in step with edits and deletions.
 
-use std::path::Path;
+use std::{path::Path, sync::Arc};
 
 use agent_harness::{
+    hooks::{CheckpointRequest, CheckpointStore},
+    startup::VaultCheckpoints,
     store::{IndexedNote, VaultChunk},
+    tools::{Saved, Settled, Tool, ToolOutput, notes::WriteNote},
     vault::Vault,
 };
+use serde_json::json;
 
 use super::{Backend, store};
 
@@ -220,7 +224,109 @@ async fn embeddings_are_kept_by_model_and_chunks_read_by_id(backend: Backend) {
     assert!(store.vault_chunks(&[]).await.unwrap().is_empty());
 }
 
+/// A write that started in a process that died is told by its
+/// checkpoint: landed (the note is what the write makes of the saved one),
+/// not landed (the note is as saved), or unknown (something else changed
+/// it since). A call that runs again keeps the checkpoint of its first run.
+async fn a_started_write_is_settled_by_its_checkpoint(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let dir = vault_copy();
+    let vault = Arc::new(Vault::new(dir.path(), store.clone()));
+    vault.reindex(&()).await.unwrap();
+    let turn = super::new_turn("s-vault", None);
+    store.begin_turn(&turn).await.unwrap();
+    let checkpoints = VaultCheckpoints {
+        vault: vault.clone(),
+        store: store.clone(),
+    };
+    let turn_id = turn.id.to_string();
+    let note = dir.path().join("notes/garden.md");
+    let original = std::fs::read(&note).unwrap();
+    let settle = |tool: WriteNote, call: &'static str, content: &'static str| {
+        let checkpoints = &checkpoints;
+        let turn_id = &turn_id;
+        async move {
+            let request = CheckpointRequest {
+                session_id: "s-vault".into(),
+                turn_id: turn_id.clone(),
+                call_id: call.into(),
+                tool: tool.spec().name.clone(),
+                resource_keys: vec!["note:notes/garden.md".into()],
+            };
+            let first = checkpoints.snapshot(&request).await.unwrap();
+            // Taken again (the call runs again): the first one stands.
+            assert_eq!(checkpoints.snapshot(&request).await.unwrap(), first);
+            let saved = checkpoints.saved("s-vault", turn_id, call).await.unwrap();
+            (
+                tool,
+                saved,
+                json!({"path": "notes/garden.md", "content": content}),
+            )
+        }
+    };
+
+    // Not landed: the note is as the checkpoint saved it.
+    let (tool, saved, arguments) =
+        settle(WriteNote::append(vault.clone()), "c1", "Water daily.").await;
+    assert_eq!(saved.len(), 1);
+    assert_eq!(saved[0].content.as_deref(), Some(&original[..]));
+    assert_eq!(tool.settle(&arguments, &saved).await, Settled::NotLanded);
+    // No checkpoint: the call never got past its gate.
+    assert_eq!(tool.settle(&arguments, &[]).await, Settled::NotLanded);
+
+    // Landed: the file was renamed into place, and the process died
+    // before indexing it; the answer is the write's, and the index is
+    // brought in line.
+    let mut appended = original.clone();
+    if !appended.ends_with(b"\n") {
+        appended.push(b'\n');
+    }
+    appended.extend_from_slice(b"Water daily.");
+    std::fs::write(&note, &appended).unwrap();
+    let Settled::Landed(output) = tool.settle(&arguments, &saved).await else {
+        panic!("the append landed");
+    };
+    assert_eq!(
+        output.content,
+        format!(
+            "Appended to notes/garden.md ({} bytes now).",
+            appended.len()
+        )
+    );
+    let found = anchors(&vault, "water daily").await;
+    assert!(
+        found.iter().any(|a| a.starts_with("notes/garden.md")),
+        "{found:?}"
+    );
+    assert_eq!(
+        std::fs::read(&note).unwrap(),
+        appended,
+        "settling writes nothing"
+    );
+
+    // Changed since by something else: nothing tells.
+    std::fs::write(&note, "# Garden\n\nSomeone else's words.\n").unwrap();
+    assert_eq!(tool.settle(&arguments, &saved).await, Settled::Unknown);
+
+    // A replace of a note that did not exist: landed once the note holds
+    // the content, not landed while it is missing.
+    let (tool, _, _) = settle(WriteNote::replace(vault.clone()), "c2", "").await;
+    let new = dir.path().join("notes/new.md");
+    let saved = [Saved {
+        path: "notes/new.md".into(),
+        content: None,
+    }];
+    let arguments = json!({"path": "notes/new.md", "content": "# New\n"});
+    assert_eq!(tool.settle(&arguments, &saved).await, Settled::NotLanded);
+    std::fs::write(&new, "# New\n").unwrap();
+    assert_eq!(
+        tool.settle(&arguments, &saved).await,
+        Settled::Landed(ToolOutput::text("Wrote notes/new.md (6 bytes now)."))
+    );
+}
+
 crate::on_both_backends!(
+    a_started_write_is_settled_by_its_checkpoint,
     embeddings_are_kept_by_model_and_chunks_read_by_id,
     a_vault_is_indexed_ranked_and_kept_in_step,
     vault_search_takes_any_words_and_index_writes_replace,
