@@ -283,15 +283,21 @@ impl TurnRunner {
         let inner = &self.inner;
         inner.metrics.turn_started();
         let live = inner.live.insert(&turn.session_id, turn.id, turn.attempt);
+        // A trace of its own (this is no request's work), linked to the
+        // span that began the turn.
         let span = tracing::info_span!(
+            parent: None,
             "turn",
             otel.name = "invoke_agent",
             gen_ai.operation.name = "invoke_agent",
             turn.id = %turn.id,
             session.id = %turn.session_id,
-            turn.attempt = turn.attempt,
+            turn.attempt = i64::from(turn.attempt),
             turn.status = tracing::field::Empty,
         );
+        if let Some(first) = &turn.traceparent {
+            crate::telemetry::link_to(&span, first);
+        }
         inner.turns.spawn(
             self.clone()
                 .drive_resumed(live, turn, next_seq)
@@ -338,6 +344,14 @@ impl TurnRunner {
         };
         let encode = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
         let memory_scope = spec.memory_scope(session_id);
+        let span = tracing::info_span!(
+            "turn",
+            otel.name = "invoke_agent",
+            gen_ai.operation.name = "invoke_agent",
+            turn.id = %turn_id,
+            session.id = %session_id,
+            turn.status = tracing::field::Empty,
+        );
         let new_turn = NewTurn {
             id: turn_id,
             session_id: session_id.as_str().to_owned(),
@@ -348,6 +362,7 @@ impl TurnRunner {
             owner_process: inner.process_id.clone(),
             created_at: now,
             started_payload: serde_json::to_string(&started).map_err(encode)?,
+            traceparent: crate::telemetry::traceparent(&span),
             reads: TurnReads {
                 history: spec
                     .history
@@ -386,14 +401,6 @@ impl TurnRunner {
                 .map_err(encode)?,
         );
         let runner = self.clone();
-        let span = tracing::info_span!(
-            "turn",
-            otel.name = "invoke_agent",
-            gen_ai.operation.name = "invoke_agent",
-            turn.id = %turn_id,
-            session.id = %session_id,
-            turn.status = tracing::field::Empty,
-        );
         let first_seq = began.first_seq;
         inner.turns.spawn(
             runner

@@ -105,6 +105,58 @@ pub fn remote_context(headers: &axum::http::HeaderMap) -> opentelemetry::Context
     })
 }
 
+/// The trace context of `span` as a W3C `traceparent` header value (none
+/// when traces are not exported).
+pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let context = span.context();
+    let of = context.span().span_context().clone();
+    of.is_valid().then(|| {
+        format!(
+            "00-{:032x}-{:016x}-{:02x}",
+            of.trace_id(),
+            of.span_id(),
+            of.trace_flags().to_u8()
+        )
+    })
+}
+
+/// Links `span` to the span a `traceparent` (as [`traceparent`] wrote it)
+/// names, so that a trace viewer joins the two; a value that is no
+/// `traceparent` is left alone.
+pub fn link_to(span: &tracing::Span, traceparent: &str) {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let mut fields = traceparent.split('-');
+    let (Some("00"), Some(trace), Some(id), Some(flags), None) = (
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+    ) else {
+        return;
+    };
+    let (Ok(trace), Ok(id), Ok(flags)) = (
+        TraceId::from_hex(trace),
+        SpanId::from_hex(id),
+        u8::from_str_radix(flags, 16),
+    ) else {
+        return;
+    };
+    let linked = SpanContext::new(
+        trace,
+        id,
+        TraceFlags::new(flags),
+        true,
+        TraceState::default(),
+    );
+    if linked.is_valid() {
+        span.add_link(linked);
+    }
+}
+
 /// Installs the global subscriber. Call once, at start.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let filter =

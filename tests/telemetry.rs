@@ -376,3 +376,163 @@ async fn with_redaction_nothing_written_for_observation_shows_personal_data() {
     }
     assert!(masked.logs.contains("[redacted]"), "{}", masked.logs);
 }
+
+/// A fake OpenAI endpoint whose first answer never comes (its caller is
+/// told through `asked`), then the recorded text answer.
+async fn stalling_once_provider(asked: tokio::sync::mpsc::Sender<()>) -> std::net::SocketAddr {
+    let calls = Arc::new(Mutex::new(0u32));
+    let provider = Router::new().route(
+        "/v1/chat/completions",
+        post(move || {
+            let calls = calls.clone();
+            let asked = asked.clone();
+            async move {
+                let call = {
+                    let mut calls = calls.lock().unwrap();
+                    *calls += 1;
+                    *calls
+                };
+                if call == 1 {
+                    let _ = asked.send(()).await;
+                    tokio::time::sleep(Duration::from_secs(120)).await;
+                }
+                axum::response::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(axum::body::Body::from(include_str!(
+                        "fixtures/openai/text.sse"
+                    )))
+                    .unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, provider).await });
+    addr
+}
+
+/// A turn handed over at shutdown and taken over when the service starts
+/// again: the span of its second life is a trace of its own, linked to the
+/// span that began the turn in the caller's trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_taken_over_links_its_span_to_where_it_began() {
+    let (collector_addr, received) = collector().await;
+    let (asked, mut first_call) = tokio::sync::mpsc::channel(1);
+    let provider = stalling_once_provider(asked).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let start = || {
+        Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+            .env_clear()
+            .env("HARNESS_PROVIDERS", "openai:gpt-4o-mini")
+            .env("OPENAI_BASE_URL", format!("http://{provider}/v1"))
+            .env("OPENAI_API_KEY", "sk-test")
+            .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
+            .env("HARNESS_INSTANCE_ID", "replica-1")
+            .env(
+                "DATABASE_URL",
+                format!("sqlite://{}/h.db", dir.path().display()),
+            )
+            .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://{collector_addr}"),
+            )
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let stop = |child: std::process::Child| async move {
+        let stopped = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(stopped.success());
+        let mut child = child;
+        tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+    };
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+
+    // The first life: the turn waits for the model when the service stops.
+    let first = start();
+    wait_ready(&client, &base).await;
+    let response = client
+        .post(format!("{base}/sessions/s-linked/turns"))
+        .header("traceparent", format!("00-{TRACE_ID}-{PARENT_SPAN_ID}-01"))
+        .header("accept", "text/event-stream")
+        .json(&serde_json::json!({"message": "hello?"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let turn_id = response.headers()["x-turn-id"].to_str().unwrap().to_owned();
+    tokio::time::timeout(Duration::from_secs(10), first_call.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    stop(first).await;
+    drop(response);
+
+    // The second life: taken over as the service starts, and finished.
+    let second = start();
+    wait_ready(&client, &base).await;
+    let mut status = Value::Null;
+    for _ in 0..200 {
+        let turn: Value = client
+            .get(format!("{base}/sessions/s-linked/turns/{turn_id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        status = turn["status"].clone();
+        if status != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, "completed");
+    stop(second).await;
+
+    let spans = spans(&received.lock().unwrap());
+    let turn_spans: Vec<&Value> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| {
+            s["name"] == "invoke_agent"
+                && attribute(&s["attributes"], "turn.id")
+                    == Some(&serde_json::json!({"stringValue": turn_id}))
+        })
+        .collect();
+    assert_eq!(turn_spans.len(), 2, "one span per life: {turn_spans:#?}");
+    let (began, resumed) = (turn_spans[0], turn_spans[1]);
+    assert_eq!(began["traceId"], TRACE_ID, "{began}");
+    assert!(
+        began["links"].as_array().is_none_or(Vec::is_empty),
+        "{began}"
+    );
+    assert_ne!(
+        resumed["traceId"], TRACE_ID,
+        "a trace of its own: {resumed}"
+    );
+    assert_eq!(
+        attribute(&resumed["attributes"], "turn.attempt"),
+        Some(&serde_json::json!({"intValue": "1"})),
+        "{resumed}"
+    );
+    let links = resumed["links"].as_array().unwrap();
+    assert_eq!(links.len(), 1, "{resumed}");
+    assert_eq!(links[0]["traceId"], TRACE_ID, "{resumed}");
+    assert_eq!(links[0]["spanId"], began["spanId"], "{resumed}");
+}

@@ -29,7 +29,7 @@ use crate::store::Result;
 macro_rules! turn_columns {
     () => {
         "id, session_id, status, request, result, error_code, error_message, \
-         owner_instance, attempt, first_seq, created_at, finished_at"
+         owner_instance, attempt, first_seq, created_at, finished_at, traceparent"
     };
 }
 pub(super) use turn_columns;

@@ -74,6 +74,9 @@ pub struct NewTurn {
     pub created_at: DateTime<Utc>,
     /// The serialized `turn.started` event.
     pub started_payload: String,
+    /// The trace context (W3C `traceparent`) of the turn's span, when
+    /// traces are exported: a take-over links to it.
+    pub traceparent: Option<String>,
     /// What the turn will read first, for a backend that answers it with
     /// the begin (see [`TurnReads`]).
     pub reads: TurnReads,
@@ -274,6 +277,9 @@ pub struct TurnRecord {
     pub first_seq: i64,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// The trace context (W3C `traceparent`) of the span that began the
+    /// turn, when traces are exported.
+    pub traceparent: Option<String>,
 }
 
 // Its `id` as stored is the tenant's key; the API shows the client's id.
@@ -329,6 +335,7 @@ pub(super) mod rows {
         pub first_seq: i64,
         pub created_at: DateTime<Utc>,
         pub finished_at: Option<DateTime<Utc>>,
+        pub traceparent: Option<String>,
     }
 
     #[derive(sqlx::FromRow)]
@@ -395,6 +402,7 @@ impl TryFrom<rows::TurnRow> for TurnRecord {
             first_seq: r.first_seq,
             created_at: r.created_at,
             finished_at: r.finished_at,
+            traceparent: r.traceparent,
         })
     }
 }

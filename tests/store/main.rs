@@ -41,6 +41,7 @@ fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
         })
         .unwrap(),
         reads: Default::default(),
+        traceparent: None,
     }
 }
 
@@ -1225,7 +1226,7 @@ async fn session_contents(store: &dyn Store, key: &str) -> String {
     )
 }
 
-/// Adds (`up`) or drops the table and the column that migrations after
+/// Adds (`up`) or drops the table and the columns that migrations after
 /// the move to per-tenant ids made and the service's writes touch.
 async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
     match (backend, up) {
@@ -1234,6 +1235,10 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 .await;
             db.execute_sqlite(include_str!(
                 "../../migrations/sqlite/0018_turn_attempts.sql"
+            ))
+            .await;
+            db.execute_sqlite(include_str!(
+                "../../migrations/sqlite/0019_turn_traceparent.sql"
             ))
             .await;
         }
@@ -1246,14 +1251,22 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 "../../migrations/postgres/0020_turn_attempts.sql"
             ))
             .await;
+            db.execute_postgres(include_str!(
+                "../../migrations/postgres/0021_turn_traceparent.sql"
+            ))
+            .await;
         }
         (Backend::Sqlite, false) => {
-            db.execute_sqlite("DROP TABLE turn_steps; ALTER TABLE turns DROP COLUMN attempt;")
-                .await;
+            db.execute_sqlite(
+                "DROP TABLE turn_steps; ALTER TABLE turns DROP COLUMN attempt; \
+                 ALTER TABLE turns DROP COLUMN traceparent;",
+            )
+            .await;
         }
         (Backend::Postgres, false) => {
             db.execute_postgres(
                 "DROP TABLE turn_steps; ALTER TABLE turns DROP COLUMN attempt; \
+                 ALTER TABLE turns DROP COLUMN traceparent; \
                  DROP FUNCTION harness_lease_lost(BIGINT);",
             )
             .await;

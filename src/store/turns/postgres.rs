@@ -47,8 +47,8 @@ impl Turns for PostgresStore {
                RETURNING turn_count, cost_usd, last_seq \
              ), t AS ( \
                INSERT INTO turns (id, session_id, status, request, idempotency_key, \
-               owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
-               SELECT $4, $1, 'running', $5, $6, $7, $8, $2, s.last_seq, $2 FROM s \
+               owner_instance, owner_process, heartbeat_at, first_seq, created_at, traceparent) \
+               SELECT $4, $1, 'running', $5, $6, $7, $8, $2, s.last_seq, $2, $10 FROM s \
              ), e AS ( \
                INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
                SELECT $1, s.last_seq, $4, 'turn.started', $9, $2 FROM s \
@@ -66,6 +66,7 @@ impl Turns for PostgresStore {
         .bind(&turn.owner_instance)
         .bind(&turn.owner_process)
         .bind(&turn.started_payload)
+        .bind(&turn.traceparent)
         .fetch_one(self.writer());
         match self.bounded(async { Ok(statement.await?) }).await {
             Ok((Some(turn_count), session_cost, Some(seq), _)) => Ok(BeganTurn {

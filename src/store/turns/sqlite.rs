@@ -53,8 +53,8 @@ impl Turns for SqliteStore {
             let inserted = tx
                 .prepare_cached(
                     "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
-                     owner_instance, owner_process, heartbeat_at, first_seq, created_at) \
-                     VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8, ?7)",
+                     owner_instance, owner_process, heartbeat_at, first_seq, created_at, \
+                     traceparent) VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8, ?7, ?9)",
                 )?
                 .execute(params![
                     turn.id.to_string(),
@@ -64,7 +64,8 @@ impl Turns for SqliteStore {
                     turn.owner_instance,
                     turn.owner_process,
                     created,
-                    seq
+                    seq,
+                    turn.traceparent
                 ]);
             match inserted {
                 Ok(_) => {}
