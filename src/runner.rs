@@ -142,6 +142,8 @@ struct Inner {
     stop_background: CancellationToken,
     /// Ends every open event stream.
     close_streams: CancellationToken,
+    /// The open event streams (each holds a token while it lives).
+    streams: TaskTracker,
 }
 
 impl TurnRunner {
@@ -183,6 +185,7 @@ impl TurnRunner {
                 lease_clock,
                 stop_background,
                 close_streams: CancellationToken::new(),
+                streams: TaskTracker::new(),
             }),
         };
         let heartbeat_runner = runner.clone();
@@ -490,6 +493,7 @@ impl TurnRunner {
     /// end `interrupted`; the event log is flushed; open streams end.
     pub async fn shutdown(&self, grace: Duration) {
         let inner = &self.inner;
+        let began = tokio::time::Instant::now();
         inner.draining.cancel();
         inner.turns.close();
         if inner.config.max_attempts > 0 {
@@ -527,6 +531,20 @@ impl TurnRunner {
             .is_err()
         {
             tracing::error!("event writer did not drain in time");
+        }
+        if inner.config.max_attempts > 0 && inner.store.backend() == "postgres" {
+            // The turns handed over go on in another replica, which writes
+            // their events to the shared log: the streams open here follow
+            // them there until they end, within what is left of the grace,
+            // so that their clients (of any wire format) see the rest.
+            inner.streams.close();
+            let left = grace.saturating_sub(began.elapsed());
+            if tokio::time::timeout(left, inner.streams.wait())
+                .await
+                .is_err()
+            {
+                tracing::info!("streams still open when the grace period ended; closing them");
+            }
         }
         inner.close_streams.cancel();
     }

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseJsonEventStream } from '@ai-sdk/provider-utils';
 import { EventSchemas } from '@ag-ui/core/schemas';
-import { readUIMessageStream, uiMessageChunkSchema } from 'ai';
+import { DefaultChatTransport, readUIMessageStream, uiMessageChunkSchema } from 'ai';
 
 const freePort = () =>
   new Promise((resolve) => {
@@ -90,6 +90,29 @@ try {
   const slow = await ask('answer slowly');
   const slowText = slow.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
   if (!slowText.startsWith('Echo: answer slowly')) throw new Error(`unexpected slow text: ${slowText}`);
+  passed++;
+
+  // useChat's resume, through the SDK's own transport: the running turn
+  // from its start while it runs, nothing (204) once it is over.
+  const transport = new DefaultChatTransport({ api: `http://127.0.0.1:${port}/v1/ui/chat` });
+  const first = ask('answer slowly, resumed');
+  let resumed = null;
+  for (let i = 0; i < 100 && resumed === null; i++) {
+    resumed = await transport.reconnectToStream({ chatId: 'chat-22' });
+    if (resumed === null) await new Promise((r) => setTimeout(r, 20));
+  }
+  if (resumed === null) throw new Error('the running turn was not resumed');
+  let again;
+  for await (const state of readUIMessageStream({ stream: resumed })) again = state;
+  const againText = again.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
+  const firstMessage = await first;
+  const firstText = firstMessage.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
+  if (!againText.startsWith('Echo: answer slowly') || againText !== firstText) {
+    throw new Error(`resumed ${againText}, streamed ${firstText}`);
+  }
+  if ((await transport.reconnectToStream({ chatId: 'chat-22' })) !== null) {
+    throw new Error('a chat with no running turn resumed something');
+  }
   passed++;
 
   const quiet = await fetch(`http://127.0.0.1:${port}/v1/agui`, {

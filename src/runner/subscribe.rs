@@ -88,7 +88,9 @@ impl TurnRunner {
         start: Option<LiveStart>,
     ) -> impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static {
         let runner = self.clone();
+        let open = self.inner.streams.token();
         async_stream::try_stream! {
+            let _open = open;
             let inner = &runner.inner;
             let mut last = after;
             let (live, mut receiver, mut skip_first_read) = match start {

@@ -439,3 +439,120 @@ async fn a_frozen_replica_that_wakes_writes_nothing_for_a_turn_taken_over() {
     .await;
     assert_eq!(record["status"], "completed", "{record}");
 }
+
+/// Every frame of a `data:`-line stream until it ends, as JSON (`[DONE]`
+/// as a string).
+async fn data_frames(stream: &mut SseStream) -> Vec<Value> {
+    let mut frames = Vec::new();
+    while let Some(frame) = stream.next().await {
+        frames.push(serde_json::from_str(&frame.data).unwrap_or(Value::String(frame.data)));
+    }
+    frames
+}
+
+/// Reads a `data:`-line stream until a frame of `kind` (its `type`).
+async fn data_until(stream: &mut SseStream, kind: &str) -> Vec<Value> {
+    let mut frames = Vec::new();
+    while let Some(frame) = stream.next().await {
+        let frame: Value = serde_json::from_str(&frame.data).unwrap_or(Value::Null);
+        let found = frame["type"] == kind;
+        frames.push(frame);
+        if found {
+            return frames;
+        }
+    }
+    panic!("no {kind} before the end: {frames:?}");
+}
+
+/// SIGTERM of the replica a wire-format client is connected to: the
+/// replica hands the turn over and keeps the client's stream open,
+/// following the turn in the shared log, until it ends. The AI SDK client
+/// sees the turn resumed and its text once, whole (the step said again
+/// alike is held back); the AG-UI client, whose step is said again
+/// otherwise, sees its first message named void and the new text whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
+    let Some((_db, provider, mut replicas)) = replicas(3).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let never = CancellationToken::new();
+
+    // The AI SDK's stream, said again alike.
+    provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(3, &never),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let response = client
+        .post(replicas[0].url("/v1/ui/chat"))
+        .json(&json!({"id": "s-ui", "messages": [{"role": "user", "parts": [{"type": "text", "text": "Hi"}]}]}))
+        .send()
+        .await
+        .unwrap();
+    let mut ui = SseStream::new(response).await;
+    assert_eq!(ui.status, 200);
+    let mut frames = data_until(&mut ui, "text-delta").await;
+    replicas[0].terminate().await;
+    frames.extend(data_frames(&mut ui).await);
+    let kinds: Vec<&str> = frames.iter().filter_map(|f| f["type"].as_str()).collect();
+    let text: String = frames
+        .iter()
+        .filter(|f| f["type"] == "text-delta")
+        .map(|f| f["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Hello! How can I help you today?", "{frames:#?}");
+    assert!(kinds.contains(&"data-turn-resumed"), "{kinds:?}");
+    assert!(!kinds.contains(&"data-message-retracted"), "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| **k == "text-start").count(), 1);
+    assert_eq!(kinds.last(), Some(&"finish"), "{kinds:?}");
+    assert_eq!(frames.last(), Some(&Value::String("[DONE]".into())));
+
+    // AG-UI, said again otherwise: the one replica left that was not
+    // shut down takes it over.
+    provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(3, &never),
+        Reply::sse("openai/after_tool.sse"),
+    ]);
+    let response = client
+        .post(replicas[1].url("/v1/agui"))
+        .json(&json!({
+            "threadId": "s-agui",
+            "runId": "run-1",
+            "messages": [{"id": "u1", "role": "user", "content": "Hi"}],
+            "tools": [],
+            "context": [],
+            "state": {},
+            "forwardedProps": {},
+        }))
+        .send()
+        .await
+        .unwrap();
+    let mut agui = SseStream::new(response).await;
+    assert_eq!(agui.status, 200);
+    let mut frames = data_until(&mut agui, "TEXT_MESSAGE_CONTENT").await;
+    replicas[1].terminate().await;
+    frames.extend(data_frames(&mut agui).await);
+    let said = |id: &Value| -> String {
+        frames
+            .iter()
+            .filter(|f| f["type"] == "TEXT_MESSAGE_CONTENT" && &f["messageId"] == id)
+            .map(|f| f["delta"].as_str().unwrap())
+            .collect()
+    };
+    let starts: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f["type"] == "TEXT_MESSAGE_START")
+        .map(|f| &f["messageId"])
+        .collect();
+    assert_eq!(starts.len(), 2, "{frames:#?}");
+    assert_eq!(said(starts[0]), "Hello!");
+    assert_eq!(said(starts[1]), "It's 18°C in Paris.");
+    let custom: Vec<&Value> = frames.iter().filter(|f| f["type"] == "CUSTOM").collect();
+    assert_eq!(custom.len(), 2, "{frames:#?}");
+    assert_eq!(custom[0]["name"], "turn.resumed");
+    assert_eq!(custom[0]["value"]["owner"], "replica-2");
+    assert_eq!(custom[1]["name"], "message.retracted");
+    assert_eq!(&custom[1]["value"]["messageId"], starts[0]);
+    assert_eq!(custom[1]["value"]["reason"], "takeover");
+    assert_eq!(frames.last().unwrap()["type"], "RUN_FINISHED");
+}

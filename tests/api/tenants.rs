@@ -50,6 +50,9 @@ enum Expect {
     Empty,
     /// Served: a turn of the other tenant's own session of that id.
     OwnSession,
+    /// Nothing to serve (204): the running turn `useChat` resumes is not
+    /// found, as for a chat that was never made.
+    NoContent,
 }
 
 /// One operation of the document, as the other tenant sends it.
@@ -121,6 +124,7 @@ fn attempt(method: &str, path: &str, session: &str) -> Option<Attempt> {
                 {"id": "m1", "role": "user", "parts": [{"type": "text", "text": user_message}]}
             ]}),
         ),
+        ("GET", "/v1/ui/chat/{session_id}/stream") => simple(Expect::NoContent),
         ("POST", "/v1/agui") => with_body(
             Expect::OwnSession,
             json!({"threadId": session, "runId": "r1", "messages": [
@@ -337,6 +341,11 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                 assert!(empty, "{method} {path}: {body}");
             }
             Expect::OwnSession => assert_eq!(status, 200, "{method} {path}: {body}"),
+            Expect::NoContent => assert_eq!(
+                (status, &body),
+                (204, &Value::Null),
+                "{method} {path}: {body}"
+            ),
         }
     }
     let own_sessions = operations
@@ -382,6 +391,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         if method != "GET"
             || !template.contains("{session_id}")
             || template.ends_with("{turn_id}/events")
+            || template.ends_with("/stream")
         {
             continue;
         }

@@ -84,4 +84,44 @@ async fn a_use_chat_request_streams_ui_message_chunks(backend: Backend) {
     assert_eq!(response.status(), 422);
 }
 
-on_both_backends!(a_use_chat_request_streams_ui_message_chunks);
+/// `useChat`'s resume (`GET /v1/ui/chat/{id}/stream`): the chat's running
+/// turn from its start, the same chunks as the stream that began it; 204
+/// when no turn of the chat runs, or the chat was never made.
+async fn use_chat_resumes_the_running_turn_from_its_start(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let resume = || app.client.get(app.url("/v1/ui/chat/chat-r/stream")).send();
+    assert_eq!(resume().await.unwrap().status(), 204, "no such chat");
+    let gate = tokio_util::sync::CancellationToken::new();
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
+    let first = app
+        .client
+        .post(app.url("/v1/ui/chat"))
+        .json(&json!({"id": "chat-r", "messages": [
+            {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]}
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let resumed = resume().await.unwrap();
+    assert_eq!(resumed.status(), 200);
+    assert_eq!(resumed.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    assert_eq!(resumed.headers()["x-turn-id"], first.headers()["x-turn-id"]);
+    gate.cancel();
+    let (first, resumed) = (first.text().await.unwrap(), resumed.text().await.unwrap());
+    assert_eq!(chunks(&resumed), chunks(&first));
+    let text: String = chunks(&resumed)
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .map(|c| c["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Hello! How can I help you today?");
+    assert!(resumed.ends_with("data: [DONE]\n\n"));
+    assert_eq!(resume().await.unwrap().status(), 204, "the turn is over");
+}
+
+on_both_backends!(
+    a_use_chat_request_streams_ui_message_chunks,
+    use_chat_resumes_the_running_turn_from_its_start
+);

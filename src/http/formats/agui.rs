@@ -17,7 +17,11 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{ConversationTurn, Encoded, WireFormat, data_frame, stream_turn, typed};
+use super::{
+    ConversationTurn, Encoded, WireFormat, data_frame,
+    retraction::{Say, StepText, ends_text},
+    stream_turn, typed,
+};
 use crate::{
     app::AppState,
     events::{StoredEvent, ToolStatus, TurnEvent},
@@ -60,13 +64,22 @@ impl AguiMessage {
 }
 
 /// Turns the turn's events into AG-UI events.
+///
+/// A message cannot be taken back: a step the turn retracts and says
+/// again is held back while it repeats what was sent ([`StepText`]); one
+/// said otherwise ends its text message and is named void by a `CUSTOM`
+/// event `message.retracted` (`messageId`, `step`, `reason`) before its
+/// new text starts a new message. `turn.resumed` is a `CUSTOM` event too.
 struct Encoder {
     thread_id: String,
     run_id: String,
     /// The open text message, if any.
     message: Option<String>,
+    /// The newest text message.
+    last_message: Option<String>,
     messages: u32,
     step: Option<u32>,
+    said: StepText,
 }
 
 impl Encoder {
@@ -95,27 +108,61 @@ impl Encoder {
         }
     }
 
+    fn say(&mut self, said: Vec<Say>, out: &mut Vec<Value>) {
+        for say in said {
+            match say {
+                Say::Text(text) if text.is_empty() => {}
+                Say::Text(text) => {
+                    let id = match &self.message {
+                        Some(id) => id.clone(),
+                        None => {
+                            self.messages += 1;
+                            let id = format!("{}-m{}", self.run_id, self.messages);
+                            out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
+                            self.message = Some(id.clone());
+                            self.last_message = Some(id.clone());
+                            id
+                        }
+                    };
+                    out.push(
+                        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}),
+                    );
+                }
+                Say::Retract { step, reason } => {
+                    self.close_message(out);
+                    out.push(json!({
+                        "type": "CUSTOM",
+                        "name": "message.retracted",
+                        "value": {"messageId": self.last_message, "step": step, "reason": reason},
+                    }));
+                }
+            }
+        }
+    }
+
     /// The events of `event`; the second value is true when the run ends.
     fn encode(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
         let mut out = Vec::new();
+        if ends_text(event) {
+            let said = self.said.other();
+            self.say(said, &mut out);
+        }
         match event {
             TurnEvent::MessageDelta { step, text } => {
                 self.enter_step(*step, &mut out);
-                if text.is_empty() {
-                    return (out, false);
-                }
-                let id = match &self.message {
-                    Some(id) => id.clone(),
-                    None => {
-                        self.messages += 1;
-                        let id = format!("{}-m{}", self.run_id, self.messages);
-                        out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
-                        self.message = Some(id.clone());
-                        id
-                    }
-                };
-                out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}));
+                let said = self.said.delta(*step, text);
+                self.say(said, &mut out);
             }
+            TurnEvent::MessageRetracted { step, reason } => self.said.retracted(*step, reason),
+            TurnEvent::TurnResumed {
+                owner,
+                attempt,
+                from_step,
+            } => out.push(json!({
+                "type": "CUSTOM",
+                "name": "turn.resumed",
+                "value": {"owner": owner, "attempt": attempt, "from_step": from_step},
+            })),
             TurnEvent::ToolStarted {
                 step,
                 call_id,
@@ -227,8 +274,10 @@ async fn agui_run(
             thread_id: session,
             run_id,
             message: None,
+            last_message: None,
             messages: 0,
             step: None,
+            said: StepText::default(),
         },
     };
     Ok(stream_turn(

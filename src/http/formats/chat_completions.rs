@@ -23,7 +23,11 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{Encoded, WireFormat, stream_turn, typed};
+use super::{
+    Encoded, WireFormat,
+    retraction::{Say, StepText, ends_text},
+    stream_turn, typed,
+};
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
@@ -145,9 +149,13 @@ impl Completion {
 }
 
 /// A completion streamed as `chat.completion.chunk`s, ending with `[DONE]`.
+/// The format cannot take text back: a step the turn retracts and says
+/// again is held back while it repeats what was sent ([`StepText`]), and
+/// sent on after it, whole when it differs.
 struct ChunkStream {
     completion: Completion,
     include_usage: bool,
+    text: StepText,
 }
 
 impl ChunkStream {
@@ -169,14 +177,27 @@ impl WireFormat for ChunkStream {
         let Some(event) = typed(event) else {
             return Encoded::default();
         };
+        let said = match event {
+            TurnEvent::MessageDelta { step, text } => self.text.delta(*step, text),
+            TurnEvent::MessageRetracted { step, reason } => {
+                self.text.retracted(*step, reason);
+                Vec::new()
+            }
+            event if ends_text(event) => self.text.other(),
+            _ => Vec::new(),
+        };
+        let mut frames: Vec<Bytes> = said
+            .into_iter()
+            .filter_map(|say| match say {
+                Say::Text(text) => {
+                    Some(self.completion.chunk(json!({"content": text}), None, None))
+                }
+                Say::Retract { .. } => None,
+            })
+            .collect();
         match event {
-            TurnEvent::MessageDelta { text, .. } => Encoded::frames(vec![self.completion.chunk(
-                json!({"content": text}),
-                None,
-                None,
-            )]),
             TurnEvent::TurnCompleted { result } => {
-                let mut frames = vec![self.completion.chunk(json!({}), Some("stop"), None)];
+                frames.push(self.completion.chunk(json!({}), Some("stop"), None));
                 if self.include_usage {
                     frames.push(
                         self.completion
@@ -186,12 +207,14 @@ impl WireFormat for ChunkStream {
                 Encoded::last(frames)
             }
             TurnEvent::TurnFailed { code, message, .. } => {
-                Encoded::last(vec![Self::error(message, code)])
+                frames.push(Self::error(message, code));
+                Encoded::last(frames)
             }
             TurnEvent::TurnCancelled { reason } | TurnEvent::TurnInterrupted { reason } => {
-                Encoded::last(vec![Self::error(reason, "turn_ended")])
+                frames.push(Self::error(reason, "turn_ended"));
+                Encoded::last(frames)
             }
-            _ => Encoded::default(),
+            _ => Encoded::frames(frames),
         }
     }
 
@@ -261,6 +284,7 @@ async fn chat_completions(
         let format = ChunkStream {
             completion,
             include_usage,
+            text: StepText::default(),
         };
         stream_turn(
             format,

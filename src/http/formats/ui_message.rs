@@ -7,27 +7,34 @@ use axum::{
     Extension,
     body::Bytes,
     extract::State,
-    http::{HeaderMap, HeaderValue},
-    response::Response,
+    http::{HeaderMap, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
 };
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{ConversationTurn, Encoded, WireFormat, data_frame, stream_turn, typed};
+use super::{
+    ConversationTurn, Encoded, WireFormat, data_frame,
+    retraction::{Say, StepText, ends_text},
+    stream_turn, typed,
+};
 use crate::{
     app::AppState,
     events::{StoredEvent, ToolStatus, TurnEvent},
     http::{
-        Tenant,
+        SessionPath, Tenant,
         error::{ApiError, BadRequest, InvalidBody, Problem},
         json::ApiJson,
     },
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(ui_chat))
+    OpenApiRouter::new()
+        .routes(routes!(ui_chat))
+        .routes(routes!(ui_chat_resume))
 }
 
 /// `useChat`'s request (the fields read; the others are ignored).
@@ -61,11 +68,20 @@ impl UiMessage {
 }
 
 /// Turns the turn's events into UI message chunks.
+///
+/// A text part cannot be taken back: a step the turn retracts and says
+/// again is held back while it repeats what was sent ([`StepText`]); one
+/// said otherwise ends its text part and is named void by a
+/// `data-message-retracted` part (`textId`, `step`, `reason`) before its
+/// new text opens a new part.
 #[derive(Default)]
 struct Encoder {
     /// The id of the text part being streamed, if one is open.
     text: Option<String>,
+    /// The id of the newest text part.
+    last_text: Option<String>,
     parts: u32,
+    said: StepText,
 }
 
 impl Encoder {
@@ -75,23 +91,58 @@ impl Encoder {
         }
     }
 
+    fn say(&mut self, said: Vec<Say>, out: &mut Vec<Value>) {
+        for say in said {
+            match say {
+                Say::Text(text) => {
+                    let id = match &self.text {
+                        Some(id) => id.clone(),
+                        None => {
+                            self.parts += 1;
+                            let id = format!("text-{}", self.parts);
+                            out.push(json!({"type": "text-start", "id": id}));
+                            self.text = Some(id.clone());
+                            self.last_text = Some(id.clone());
+                            id
+                        }
+                    };
+                    out.push(json!({"type": "text-delta", "id": id, "delta": text}));
+                }
+                Say::Retract { step, reason } => {
+                    self.close_text(out);
+                    let void = self.last_text.clone().unwrap_or_default();
+                    out.push(json!({
+                        "type": "data-message-retracted",
+                        "id": format!("retracted-{void}"),
+                        "data": {"textId": void, "step": step, "reason": reason},
+                    }));
+                }
+            }
+        }
+    }
+
     /// The chunks of `event`; the second value is true when the stream ends.
     fn encode(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
         let mut out = Vec::new();
+        if ends_text(event) {
+            let said = self.said.other();
+            self.say(said, &mut out);
+        }
         match event {
-            TurnEvent::MessageDelta { text, .. } => {
-                let id = match &self.text {
-                    Some(id) => id.clone(),
-                    None => {
-                        self.parts += 1;
-                        let id = format!("text-{}", self.parts);
-                        out.push(json!({"type": "text-start", "id": id}));
-                        self.text = Some(id.clone());
-                        id
-                    }
-                };
-                out.push(json!({"type": "text-delta", "id": id, "delta": text}));
+            TurnEvent::MessageDelta { step, text } => {
+                let said = self.said.delta(*step, text);
+                self.say(said, &mut out);
             }
+            TurnEvent::MessageRetracted { step, reason } => self.said.retracted(*step, reason),
+            TurnEvent::TurnResumed {
+                owner,
+                attempt,
+                from_step,
+            } => out.push(json!({
+                "type": "data-turn-resumed",
+                "data": {"owner": owner, "attempt": attempt, "from_step": from_step},
+                "transient": true,
+            })),
             TurnEvent::ToolStarted {
                 call_id,
                 tool,
@@ -197,6 +248,50 @@ async fn ui_chat(
         body.messages.iter().map(|m| (m.role.as_str(), m.text())),
     )
     .await?;
+    let format = UiMessageStream {
+        turn_id,
+        encoder: Encoder::default(),
+    };
+    Ok(stream_turn(
+        format,
+        events,
+        app.sse_keepalive(),
+        app.runner.metrics().clone(),
+    ))
+}
+
+/// `useChat`'s resume (`resume: true`, or `resumeStream()`, as its default
+/// transport asks it: `GET {api}/{chat id}/stream`): the chat's running
+/// turn as a UI message stream from its start, on any replica, or 204 when
+/// none runs (nor when the chat is not the caller's).
+#[utoipa::path(
+    get,
+    path = "/v1/ui/chat/{session_id}/stream",
+    tag = "turns",
+    params(SessionPath),
+    responses(
+        (status = 200, description = "The running turn's UI message chunks from its start, as `POST /v1/ui/chat` streams them", content_type = "text/event-stream", body = crate::http::EventStream),
+        (status = 204, description = "No turn of the chat is running"),
+        BadRequest,
+    )
+)]
+async fn ui_chat_resume(
+    State(app): State<AppState>,
+    SessionPath { session_id }: SessionPath,
+) -> Result<Response, ApiError> {
+    let running = app
+        .runner
+        .store()
+        .get_session(session_id.as_str())
+        .await?
+        .and_then(|session| session.running_turn_id);
+    let Some(turn_id) = running else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let events = app
+        .runner
+        .subscribe(session_id.as_str().to_owned(), turn_id, 0)
+        .boxed();
     let format = UiMessageStream {
         turn_id,
         encoder: Encoder::default(),
