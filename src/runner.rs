@@ -38,6 +38,13 @@ pub use queue::QueuedStartError;
 use writer::EventWriter;
 pub use writer::WriterLimits;
 
+/// How long a process shutting down waits for another to claim a turn it
+/// handed over before it stops following the turn for its clients.
+const CLAIM_WINDOW: Duration = Duration::from_secs(1);
+
+/// How often it looks meanwhile.
+const CLAIM_POLL: Duration = Duration::from_millis(50);
+
 /// Settings of the runner.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -144,6 +151,9 @@ struct Inner {
     close_streams: CancellationToken,
     /// The open event streams (each holds a token while it lives).
     streams: TaskTracker,
+    /// The turns this process handed over at shutdown: session, turn and
+    /// the attempt it held (a claim raises it).
+    handed_over: std::sync::Mutex<Vec<(String, Uuid, u32)>>,
 }
 
 impl TurnRunner {
@@ -186,6 +196,7 @@ impl TurnRunner {
                 stop_background,
                 close_streams: CancellationToken::new(),
                 streams: TaskTracker::new(),
+                handed_over: std::sync::Mutex::default(),
             }),
         };
         let heartbeat_runner = runner.clone();
@@ -532,21 +543,61 @@ impl TurnRunner {
         {
             tracing::error!("event writer did not drain in time");
         }
-        if inner.config.max_attempts > 0 && inner.store.backend() == "postgres" {
+        if inner.store.backend() == "postgres" && !inner.streams.is_empty() {
             // The turns handed over go on in another replica, which writes
             // their events to the shared log: the streams open here follow
             // them there until they end, within what is left of the grace,
-            // so that their clients (of any wire format) see the rest.
-            inner.streams.close();
-            let left = grace.saturating_sub(began.elapsed());
-            if tokio::time::timeout(left, inner.streams.wait())
-                .await
-                .is_err()
-            {
-                tracing::info!("streams still open when the grace period ended; closing them");
+            // so that their clients (of any wire format) see the rest. When
+            // no replica claims them, no one is there to write the rest.
+            let deadline = began + grace;
+            if self.handed_over_turns_claimed(deadline).await {
+                inner.streams.close();
+                if tokio::time::timeout_at(deadline, inner.streams.wait())
+                    .await
+                    .is_err()
+                {
+                    tracing::info!("streams still open when the grace period ended; closing them");
+                }
             }
         }
         inner.close_streams.cancel();
+    }
+
+    /// Whether another process claimed one of the turns this one handed
+    /// over, within [`CLAIM_WINDOW`] (a replica that listens claims them
+    /// within milliseconds of the announcement) and before `deadline`.
+    async fn handed_over_turns_claimed(&self, deadline: tokio::time::Instant) -> bool {
+        let inner = &self.inner;
+        let handed = std::mem::take(
+            &mut *inner
+                .handed_over
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if handed.is_empty() {
+            return false;
+        }
+        let until = deadline.min(tokio::time::Instant::now() + CLAIM_WINDOW);
+        loop {
+            for (session_id, turn_id, attempt) in &handed {
+                match inner.store.get_turn(session_id, *turn_id).await {
+                    Ok(Some(turn))
+                        if turn.attempt > *attempt || turn.status != TurnStatus::Running =>
+                    {
+                        return true;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot read a turn handed over");
+                        return false;
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(CLAIM_POLL).await;
+        }
     }
 
     /// A token cancelled when open streams must end.

@@ -61,6 +61,11 @@ pub struct Prepared {
     pub prompt_render_hash: String,
     /// How many of the first record's messages are the prepared prompt.
     pub prompt_len: usize,
+    /// The prepared prompt itself, when the first record's messages do
+    /// not begin with it (a compaction rewrote the conversation before
+    /// the turn's first record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<Vec<ChatMessage>>,
 }
 
 /// A turn's counters and collections after a step (all but the
@@ -188,11 +193,14 @@ pub fn rebuild(records: &[StepRecord]) -> Result<Option<Resumed>, RebuildError> 
         question_at: 0,
         tool_results: Vec::new(),
         state: StateSnapshot::default(),
-        prompt: first
-            .messages
-            .get(..prepared.prompt_len)
-            .unwrap_or_default()
-            .to_vec(),
+        prompt: match &prepared.prompt {
+            Some(prompt) => prompt.clone(),
+            None => first
+                .messages
+                .get(..prepared.prompt_len)
+                .unwrap_or_default()
+                .to_vec(),
+        },
         prepared,
     };
     for record in records {
@@ -348,6 +356,7 @@ mod tests {
                 context_hash: "c".into(),
                 prompt_render_hash: "r".into(),
                 prompt_len: 1,
+                prompt: None,
             }),
         }
     }

@@ -41,6 +41,8 @@ pub(super) struct Turn<'a> {
     pub model: &'a str,
     /// What the turn prepared, for its first record.
     pub prepared: &'a Prepared,
+    /// The prepared prompt.
+    pub prompt: &'a [ChatMessage],
 }
 
 /// The prompt as it grows over the steps, where the user's question is,
@@ -119,18 +121,24 @@ impl Turn<'_> {
             thinking: output.thinking,
             ..ChatMessage::assistant(output.text, output.tool_calls.clone())
         });
-        // Its calls run only once the record of the model's answer is
-        // durable when one of them may change something: a process that
-        // dies then leaves the calls to its successor, not a second answer.
-        // Calls that only read (or name no tool) may run meanwhile.
+        // When one of its calls may change something, the model's answer
+        // is recorded, and the calls run once that record is durable: a
+        // process that dies then leaves the calls to its successor (which
+        // runs each at most once), not a second answer. A step whose calls
+        // only read (or name no tool) writes no such record: its `finished`
+        // one carries the answer too, and a process that dies mid-wave
+        // leaves the step to be asked again (reads are safe to redo), which
+        // spares every read-only step a row.
         let changes = output.tool_calls.iter().any(|call| {
             self.harness
                 .tools
                 .get(&call.name)
                 .is_some_and(|tool| tool.spec().effect != crate::tools::EffectClass::ReadOnly)
         });
-        self.record(conversation, step, StepPhase::Answered, changes)
-            .await?;
+        if changes {
+            self.record(conversation, step, StepPhase::Answered, true)
+                .await?;
+        }
         self.run_tools(
             step,
             &output.tool_calls,
@@ -210,7 +218,13 @@ impl Turn<'_> {
                 .unwrap_or_default()
                 .to_vec(),
             state: self.state.snapshot(&self.replay),
-            prepared: (!recorded.any).then(|| self.prepared.clone()),
+            prepared: (!recorded.any).then(|| Prepared {
+                // Rewritten before this first record: the prompt is not
+                // what its messages begin with.
+                prompt: (!conversation.messages.starts_with(self.prompt))
+                    .then(|| self.prompt.to_vec()),
+                ..self.prepared.clone()
+            }),
         };
         self.sink.step_done(record, wait).await?;
         conversation.recorded = Recorded {

@@ -94,6 +94,7 @@ pub(super) async fn run(
         context_hash: prep.context_hash,
         prompt_render_hash: prep.prompt_render_hash,
         prompt_len: messages.len(),
+        prompt: None,
     };
     let going = Going {
         sink,
@@ -209,6 +210,7 @@ async fn go_on(
         provider_name: &prepared.provider,
         model: &prepared.model,
         prepared: &prepared,
+        prompt: &prompt,
     };
     if let Some((step, calls, prior)) = answered {
         turn.run_tools(step, &calls, &mut conversation, &prior)

@@ -98,6 +98,11 @@ impl TurnRunner {
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
         if matches!(outcome, Outcome::HandedOver) {
             self.hand_over(live, sink).await;
+            inner
+                .handed_over
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((live.session_id.clone(), live.turn_id, live.attempt));
             live.closed.cancel();
             inner.live.remove(live.turn_id);
             inner.metrics.turn_handed_over();

@@ -155,12 +155,10 @@ async fn run_and_rebuild(
             "the question is where the record says, {at:?}"
         );
         assert_eq!(rebuilt.prepared.prompt_len, requests[0].messages.len());
+        // The prepared prompt, whatever the first record begins with.
+        assert_eq!(rebuilt.prompt, requests[0].messages, "{at:?}");
     }
-    let first = records.first().expect("a tool turn writes records");
-    assert_eq!(
-        first.messages[..first.prepared.as_ref().unwrap().prompt_len],
-        requests[0].messages[..]
-    );
+    assert!(!records.is_empty(), "a tool turn writes records");
     let waited = seen.iter().map(|s| s.waited).collect();
     (records, output.result.text, waited)
 }
@@ -242,22 +240,20 @@ async fn every_step_of_a_tool_turn_rebuilds_from_its_records() {
         .build();
     let (records, answer, waited) = run_and_rebuild(&harness, &provider, request("go")).await;
     assert_eq!(answer, "done");
-    // Only the answer whose calls include a write waits for its record to
-    // be durable before they run.
-    assert_eq!(waited, [false, false, true, false]);
+    // Only an answer whose calls include a write is recorded before they
+    // run (and waits for that record to be durable); a step that only
+    // reads leaves its `finished` record alone.
+    assert_eq!(waited, [false, true, false]);
     let phases: Vec<(u32, StepPhase)> = records.iter().map(|r| (r.step, r.phase)).collect();
     use StepPhase::{Answered, Finished};
-    assert_eq!(
-        phases,
-        [(1, Answered), (1, Finished), (2, Answered), (2, Finished)]
-    );
+    assert_eq!(phases, [(1, Finished), (2, Answered), (2, Finished)]);
     // Each record carries what came since the one before it.
     assert_eq!(records[0].after, 0);
     for pair in records.windows(2) {
         let before: usize = pair[0].after + pair[0].messages.len();
         assert_eq!(pair[1].after, before, "{:?}", pair[1].phase);
     }
-    let last = &records[3].state;
+    let last = &records[2].state;
     assert_eq!((last.steps, last.tool_calls, last.reflections), (2, 5, 2));
     assert_eq!(last.blocked_tools, ["broken"]);
     assert_eq!(last.repair_counts.get("c6"), Some(&1));
