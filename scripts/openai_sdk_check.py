@@ -1,8 +1,12 @@
-"""The official `openai` SDK calls agent-harness's /v1/chat/completions.
+"""The official `openai` SDK calls agent-harness's /v1/chat/completions and
+/v1/responses.
 
 Run by .ci/run after `cargo test`: starts the binary given (the `demo`
-provider, a fresh SQLite file, a free loopback port), makes one JSON and one
-streamed completion with the SDK, checks what comes back, stops the binary.
+provider, a fresh SQLite file, a free loopback port), makes JSON and
+streamed completions and responses with the SDK (every stream event of a
+response validated by the SDK's own `ResponseStreamEvent` union, so an
+event of no documented type, or one missing a field, fails), checks what
+comes back, stops the binary.
 """
 
 import os
@@ -12,7 +16,91 @@ import sys
 import tempfile
 import time
 
+import openai
 from openai import OpenAI
+from openai.types.responses import ResponseStreamEvent
+from pydantic import TypeAdapter
+
+# Every stream event, as the SDK's typed models define them (validated,
+# not just constructed: a missing field or an unknown type fails).
+STREAM_EVENT = TypeAdapter(ResponseStreamEvent)
+
+
+def typed_events(stream) -> list:
+    """The events of a Responses stream, each validated by the SDK's union."""
+    events = []
+    for event in stream:
+        checked = STREAM_EVENT.validate_python(event.to_dict())
+        assert type(checked) is type(event), (type(checked), event)
+        events.append(event)
+    numbers = [e.sequence_number for e in events]
+    assert numbers == sorted(set(numbers)), numbers
+    return events
+
+
+def text_of(events: list) -> str:
+    return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+
+def responses_checks(client: OpenAI) -> int:
+    """The Responses API through `client.responses`; how many checks ran."""
+    # Plain, then chained by `previous_response_id`.
+    first = client.responses.create(model="agent-harness", input="hello responses")
+    assert first.status == "completed", first
+    assert first.output_text.startswith("Echo: hello responses"), first.output_text
+    assert first.usage is not None and first.usage.total_tokens > 0, first.usage
+    second = client.responses.create(
+        model="agent-harness", input="and again", previous_response_id=first.id
+    )
+    assert second.previous_response_id == first.id, second
+    assert second.conversation.id == first.conversation.id, second
+    assert second.output_text.startswith("Echo: and again"), second.output_text
+    items = list(client.responses.input_items.list(second.id))
+    assert [i.content[0].text for i in items] == ["and again"], items
+
+    # Streamed, every event typed; then a tool turn, its call an mcp_call.
+    events = typed_events(
+        client.responses.create(model="agent-harness", input="stream please", stream=True)
+    )
+    assert events[0].type == "response.created", events[0]
+    assert events[-1].type == "response.completed", events[-1]
+    assert text_of(events).startswith("Echo: stream please"), text_of(events)
+    assert events[-1].response.output_text == text_of(events)
+    events = typed_events(
+        client.responses.create(
+            model="agent-harness", input="search my notes for Paris", stream=True
+        )
+    )
+    calls = [e.item for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call"]
+    assert calls and calls[0].name == "local_search", events
+    assert any(e.type == "response.mcp_call.completed" for e in events), events
+
+    # In the background: retrieved, then its stream resumed after an event.
+    started = client.responses.create(
+        model="agent-harness", input="answer slowly please", background=True
+    )
+    assert started.status in ("queued", "in_progress"), started
+    whole = typed_events(client.responses.retrieve(started.id, stream=True))
+    assert whole[-1].type == "response.completed", whole[-1]
+    done = client.responses.retrieve(started.id)
+    assert done.status == "completed" and done.output_text == text_of(whole), done
+    after = whole[5].sequence_number
+    rest = typed_events(client.responses.retrieve(started.id, stream=True, starting_after=after))
+    assert [e.to_dict() for e in rest] == [e.to_dict() for e in whole[6:]], rest
+
+    # Cancelled while it waits for the model; deleted after.
+    slow = client.responses.create(
+        model="agent-harness", input="answer slowly, then stop", background=True
+    )
+    cancelled = client.responses.cancel(slow.id)
+    assert cancelled.status == "cancelled", cancelled
+    client.responses.delete(slow.id)
+    try:
+        client.responses.retrieve(slow.id)
+        raise AssertionError("a deleted response is still there")
+    except openai.NotFoundError:
+        pass
+    return 7
 
 
 def free_port() -> int:
@@ -75,7 +163,8 @@ def main(binary: str) -> None:
                     text += chunk.choices[0].delta.content
             assert text.startswith("Echo: answer slowly"), text
             assert time.monotonic() - started >= 2.0, "the answer was not slow"
-            print("openai-sdk: 3 passed, 0 failed")
+            passed = 3 + responses_checks(client)
+            print(f"openai-sdk: {passed} passed, 0 failed")
         finally:
             server.terminate()
             server.wait(timeout=30)

@@ -3,10 +3,12 @@
 //! The edge builds the request; the harness produces the result; events,
 //! tools, the store and the HTTP edge carry them.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::providers::ChatMessage;
+use crate::providers::{ChatMessage, ThinkLevel};
 
 /// What a turn is asked: validated once, at the edge (each client format
 /// builds one), stored with the turn as JSON and read back as this type
@@ -24,6 +26,23 @@ pub struct TurnRequest {
     pub history: Option<Vec<ChatMessage>>,
     /// Whose memories: this user's, else the session's.
     pub user_id: Option<String>,
+    /// How much the model is asked to think, over the configured level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub think_level: Option<ThinkLevel>,
+    /// The longest answer the model may write, under the catalogue's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    /// The caller's labels, kept with the turn and shown back.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// The turn of the same session this one was asked to follow
+    /// (a Responses `previous_response_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follows: Option<uuid::Uuid>,
+    /// The caller did not wait for the answer: it reads it later (a
+    /// Responses `background` request).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub background: bool,
 }
 
 /// The vault facts a turn retrieves when its request names no number.
@@ -42,6 +61,11 @@ impl TurnRequest {
             skill_context: None,
             history: None,
             user_id: None,
+            think_level: None,
+            max_output_tokens: None,
+            metadata: BTreeMap::new(),
+            follows: None,
+            background: false,
         }
     }
 

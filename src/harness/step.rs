@@ -244,10 +244,15 @@ impl Turn<'_> {
     ) -> Result<Option<StepOutput>, TurnError> {
         let harness = self.harness;
         let model = self.model;
+        let asked = &self.request.asked;
+        let catalogue = harness.models.as_ref().and_then(|m| m.max_output(model));
         let call = ChatRequest {
-            max_output_tokens: harness.models.as_ref().and_then(|m| m.max_output(model)),
+            max_output_tokens: match (catalogue, asked.max_output_tokens) {
+                (Some(most), Some(asked)) => Some(most.min(asked)),
+                (most, asked) => most.or(asked),
+            },
             tools: self.offered.clone(),
-            think_level: harness.options.think_level,
+            think_level: asked.think_level.unwrap_or(harness.options.think_level),
             provider: self.request.asked.runtime_provider.clone(),
             ..ChatRequest::new(model, messages.to_vec(), self.state.budget.remaining())
         };

@@ -109,6 +109,17 @@ pub enum ApiError {
     /// 404 `turn_not_found`.
     #[error("turn not found in this session")]
     TurnNotFound,
+    /// 404 `response_not_found`: no such response of the caller's (or it
+    /// was deleted).
+    #[error("response not found")]
+    ResponseNotFound,
+    /// 409 `response_in_progress`: a running response cannot be deleted.
+    #[error("the response is in progress; cancel it first")]
+    ResponseInProgress(Uuid),
+    /// 422 `unsupported_parameter`: a client protocol's parameter the
+    /// service does not take.
+    #[error("{detail}")]
+    Unsupported { field: String, detail: String },
     /// 404 `artifact_not_found`.
     #[error("artifact not found in this session")]
     ArtifactNotFound,
@@ -196,6 +207,7 @@ impl ApiError {
             | Self::MessageRequired
             | Self::InvalidField { .. }
             | Self::InvalidHistoryRole(_)
+            | Self::Unsupported { .. }
             | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -206,6 +218,7 @@ impl ApiError {
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::SessionNotFound
             | Self::TurnNotFound
+            | Self::ResponseNotFound
             | Self::ArtifactNotFound
             | Self::VaultNotFound(_)
             | Self::CheckpointNotFound
@@ -213,6 +226,7 @@ impl ApiError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::TurnAlreadyRunning(_)
             | Self::TurnNotRunning { .. }
+            | Self::ResponseInProgress(_)
             | Self::TurnCancelled(_)
             | Self::CheckpointAlreadyRestored
             | Self::ApprovalAlreadyDecided
@@ -247,6 +261,9 @@ impl ApiError {
             Self::SessionNotFound => "session_not_found",
             Self::TurnNotFound => "turn_not_found",
             Self::ArtifactNotFound => "artifact_not_found",
+            Self::ResponseNotFound => "response_not_found",
+            Self::ResponseInProgress(_) => "response_in_progress",
+            Self::Unsupported { .. } => "unsupported_parameter",
             Self::VaultNotFound(_) => "vault_not_found",
             Self::CheckpointNotFound => "checkpoint_not_found",
             Self::Unauthorized => "unauthorized",
@@ -275,6 +292,7 @@ impl ApiError {
             | Self::TurnCancelled(id)
             | Self::TurnInterrupted(id)
             | Self::TurnNotRunning { turn_id: id, .. }
+            | Self::ResponseInProgress(id)
             | Self::TurnFailed { turn_id: id, .. } => Some(*id),
             _ => None,
         }
@@ -283,7 +301,9 @@ impl ApiError {
     fn field(&self) -> Option<String> {
         match self {
             Self::InvalidBody { field, .. } => field.clone(),
-            Self::InvalidField { field, .. } => Some(field.clone()),
+            Self::InvalidField { field, .. } | Self::Unsupported { field, .. } => {
+                Some(field.clone())
+            }
             Self::MessageRequired => Some("message".to_owned()),
             Self::InvalidHistoryRole(_) => Some("history".to_owned()),
             _ => None,

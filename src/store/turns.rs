@@ -83,6 +83,26 @@ pub trait Turns: Reads + Send + Sync + 'static {
             .transpose()
     }
 
+    /// A turn by its id alone, unless it was hidden ([`Self::hide_turn`]);
+    /// the caller checks that its session is the tenant's.
+    async fn find_turn(&self, turn_id: Uuid) -> Result<Option<TurnRecord>> {
+        let sql = concat!(
+            "SELECT ",
+            turn_columns!(),
+            " FROM turns WHERE id = $1 AND hidden_at IS NULL"
+        );
+        self.reader()
+            .row::<TurnRow>(sql, args![turn_id])
+            .await?
+            .map(TryInto::try_into)
+            .transpose()
+    }
+
+    /// Hides an ended turn from [`Self::find_turn`] (its session's log and
+    /// history keep it). False when the turn is running, already hidden or
+    /// not there.
+    async fn hide_turn(&self, turn_id: Uuid, now: DateTime<Utc>) -> Result<bool>;
+
     async fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
         let sql = "SELECT s.id, s.created_at, s.updated_at, s.turn_count, s.cost_usd, \
              (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq, \

@@ -31,6 +31,7 @@ mod multitask;
 mod openai_compat;
 mod openapi;
 mod replicas;
+mod responses;
 mod stops;
 mod takeover;
 mod tenants;

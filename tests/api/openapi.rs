@@ -63,6 +63,17 @@ fn the_document_states_the_servers_constraints() {
                             "{at}"
                         );
                     }
+                    // Input items page as OpenAI's do: by item id, 100 at most.
+                    ("after", "query") if at.contains("/input_items") => {
+                        assert_eq!(schema["type"], "string", "{at}: {param}");
+                    }
+                    ("limit", "query") if at.contains("/input_items") => {
+                        assert_eq!(
+                            (&schema["minimum"], &schema["maximum"]),
+                            (&1.into(), &100.into()),
+                            "{at}"
+                        );
+                    }
                     // Decisions page by their id (a UUID v7).
                     ("after", "query") if at.contains("/decisions") => {
                         assert_eq!(schema["format"], "uuid", "{at}: {param}");
@@ -137,7 +148,8 @@ async fn every_status_the_edge_answers_is_documented_where_it_is_answered() {
             .replace("{turn_id}", "0190a5c4-0000-7000-8000-000000000000")
             .replace("{checkpoint_id}", "ck-doc")
             .replace("{artifact_id}", "art-doc")
-            .replace("{call_id}", "call-doc");
+            .replace("{call_id}", "call-doc")
+            .replace("{response_id}", "resp_0190a5c4000070008000000000000000");
         for (method, operation) in item.as_object().unwrap() {
             let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
             let documented = |status: u16| {

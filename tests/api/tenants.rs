@@ -125,6 +125,17 @@ fn attempt(method: &str, path: &str, session: &str) -> Option<Attempt> {
             ]}),
         ),
         ("GET", "/v1/ui/chat/{session_id}/stream") => simple(Expect::NoContent),
+        (
+            "GET" | "DELETE",
+            "/v1/responses/{response_id}" | "/v1/responses/{response_id}/input_items",
+        )
+        | ("POST", "/v1/responses/{response_id}/cancel") => {
+            simple(Expect::Missing("response_not_found"))
+        }
+        ("POST", "/v1/responses") => with_body(
+            Expect::OwnSession,
+            json!({"input": user_message, "conversation": session}),
+        ),
         ("POST", "/v1/agui") => with_body(
             Expect::OwnSession,
             json!({"threadId": session, "runId": "r1", "messages": [
@@ -161,6 +172,7 @@ struct Known {
     call: String,
     artifact: String,
     checkpoint: String,
+    response: String,
 }
 
 fn fill(template: &str, known: &Known) -> String {
@@ -170,6 +182,7 @@ fn fill(template: &str, known: &Known) -> String {
         .replace("{call_id}", &known.call)
         .replace("{artifact_id}", &known.artifact)
         .replace("{checkpoint_id}", &known.checkpoint)
+        .replace("{response_id}", &known.response)
 }
 
 async fn send(
@@ -282,6 +295,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         call: "call_w2".to_owned(),
         artifact: "art_0".to_owned(),
         checkpoint: checkpoint.clone(),
+        response: format!("resp_{}", second.replace('-', "")),
     };
     let never = Known {
         session: "s-never-made".to_owned(),
@@ -352,11 +366,25 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         .iter()
         .filter(|(m, t)| attempt(m, t, session).is_some_and(|a| a.expect == Expect::OwnSession))
         .count();
-    assert_eq!(own_sessions, 4);
+    assert_eq!(own_sessions, 5);
     let own = attempt("GET", "/sessions/{session_id}", session).unwrap();
     let (_, own) = send(&other, &app, "GET", &format!("/sessions/{session}"), &own).await;
-    assert_eq!(own["turn_count"], 4, "{own}");
+    assert_eq!(own["turn_count"], 5, "{own}");
     assert_ne!(own["created_at"], before["created_at"]);
+
+    // Nor can Globex continue Acme's response: it is not found, as one
+    // that never was.
+    let follow = Attempt {
+        expect: Expect::Missing("response_not_found"),
+        body: Some(json!({"input": "go on", "previous_response_id": known.response})),
+        headers: Vec::new(),
+    };
+    let (status, body) = send(&other, &app, "POST", "/v1/responses", &follow).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("response_not_found")),
+        "{body}"
+    );
 
     // Nothing of Acme's changed: no turn began, none was cancelled or
     // approved, no checkpoint restored, no memory forgotten, and no
@@ -446,6 +474,7 @@ fn known_clone(known: &Known) -> Known {
         call: known.call.clone(),
         artifact: known.artifact.clone(),
         checkpoint: known.checkpoint.clone(),
+        response: known.response.clone(),
     }
 }
 

@@ -278,6 +278,11 @@ async fn a_turn_reads_back_its_request_and_result_as_they_were_given(backend: Ba
             ChatMessage::new(Role::Assistant, "answer".to_owned()),
         ]),
         user_id: Some("u-1".into()),
+        think_level: Some(agent_harness::providers::ThinkLevel::High),
+        max_output_tokens: Some(300),
+        metadata: [("ticket".to_owned(), "T-1".to_owned())].into(),
+        follows: Some(Uuid::now_v7()),
+        background: true,
         ..TurnRequest::new("now?")
     };
     store.begin_turn(&turn).await.unwrap();
@@ -293,6 +298,30 @@ async fn a_turn_reads_back_its_request_and_result_as_they_were_given(backend: Ba
     let result = ended.result.unwrap();
     assert_eq!(result.text, "Typed.");
     assert_eq!(result.stop_reason, agent_harness::turn::StopReason::Answer);
+}
+
+async fn a_turn_is_found_by_its_id_alone_until_it_is_hidden(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s-find", None);
+    store.begin_turn(&turn).await.unwrap();
+    let found = store.find_turn(turn.id).await.unwrap().unwrap();
+    assert_eq!((found.id, found.session_id.as_str()), (turn.id, "s-find"));
+    assert!(store.find_turn(Uuid::now_v7()).await.unwrap().is_none());
+    // A running turn is not hidden.
+    assert!(!store.hide_turn(turn.id, Utc::now()).await.unwrap());
+    assert!(store.find_turn(turn.id).await.unwrap().is_some());
+    store
+        .write_batch(&[], &[&completed(&turn, 2, "Done.")])
+        .await
+        .unwrap();
+    assert!(store.hide_turn(turn.id, Utc::now()).await.unwrap());
+    assert!(!store.hide_turn(turn.id, Utc::now()).await.unwrap(), "once");
+    assert!(store.find_turn(turn.id).await.unwrap().is_none());
+    // The session keeps it: its turn, history and log are as they were.
+    let kept = store.get_turn("s-find", turn.id).await.unwrap().unwrap();
+    assert_eq!(kept.status, TurnStatus::Completed);
+    assert_eq!(store.list_messages("s-find", 0, 10).await.unwrap().len(), 2);
+    assert!(!store.hide_turn(Uuid::now_v7(), Utc::now()).await.unwrap());
 }
 
 async fn a_finish_commits_messages_decision_and_terminal_event_together(backend: Backend) {
@@ -1056,6 +1085,7 @@ on_both_backends!(
     a_session_stays_with_the_tenant_that_made_it,
     a_finish_commits_messages_decision_and_terminal_event_together,
     a_turn_reads_back_its_request_and_result_as_they_were_given,
+    a_turn_is_found_by_its_id_alone_until_it_is_hidden,
     a_batch_ends_many_turns_and_skips_the_ended,
     a_failed_batch_writes_nothing,
     a_failed_batch_of_events_alone_writes_nothing,

@@ -12,6 +12,7 @@
 pub mod agui;
 pub mod chat_completions;
 pub mod native;
+pub mod responses;
 pub mod retraction;
 pub mod ui_message;
 

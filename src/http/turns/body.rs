@@ -193,6 +193,7 @@ impl TryFrom<TurnBody> for TurnRequest {
             runtime_model: name("runtime_model", body.runtime_model)?,
             skill_context: body.skill_context.filter(|s| !s.is_empty()),
             history,
+            ..TurnRequest::new(String::new())
         })
     }
 }

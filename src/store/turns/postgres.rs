@@ -111,6 +111,17 @@ impl Turns for PostgresStore {
         .await
     }
 
+    async fn hide_turn(
+        &self,
+        turn_id: uuid::Uuid,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool> {
+        let sql = "UPDATE turns SET hidden_at = $2 WHERE id = $1 \
+             AND status <> 'running' AND hidden_at IS NULL";
+        let done = self.execute(sql, args![turn_id, now]).await?;
+        Ok(done == 1)
+    }
+
     async fn heartbeat(
         &self,
         leases: &[Lease],

@@ -125,6 +125,20 @@ impl Turns for SqliteStore {
             .await
     }
 
+    async fn hide_turn(&self, turn_id: Uuid, now: DateTime<Utc>) -> Result<bool> {
+        self.writes
+            .run(move |connection| {
+                let updated = connection
+                    .prepare_cached(
+                        "UPDATE turns SET hidden_at = ?2 WHERE id = ?1 \
+                         AND status <> 'running' AND hidden_at IS NULL",
+                    )?
+                    .execute(params![turn_id.to_string(), ts(now)])?;
+                Ok(updated == 1)
+            })
+            .await
+    }
+
     async fn heartbeat(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<Vec<(Uuid, bool)>> {
         if leases.is_empty() {
             return Ok(Vec::new());

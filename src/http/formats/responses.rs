@@ -1,0 +1,526 @@
+//! `/v1/responses`: the OpenAI Responses API over the same turns, so that
+//! the official `openai` SDKs (`client.responses`) and the tooling built on
+//! them can call the service.
+//!
+//! A response is a turn: its id is `resp_` and the turn's id (32 hex
+//! digits); its conversation is the turn's session. `previous_response_id`
+//! continues that response's session, `conversation` names a session, and
+//! neither starts a new one (`resp-…`, shown as `conversation.id`). The
+//! stream is the turn's log folded into `ResponseStreamEvent`s
+//! ([`fold`]); it resumes with `GET /v1/responses/{id}?stream=true&
+//! starting_after=N` from any replica.
+
+mod fold;
+mod request;
+
+use std::sync::Arc;
+
+use axum::{
+    Extension,
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, HeaderValue},
+    response::{IntoResponse, Response},
+};
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use utoipa::IntoParams;
+use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
+
+use super::{Encoded, WireFormat, stream_turn, typed};
+use crate::{
+    app::AppState,
+    events::{StoredEvent, TurnEvent},
+    http::{
+        ApiQuery, Tenant,
+        error::{ApiError, BadRequest, InvalidBody, NotFound, Problem},
+        json::ApiJson,
+    },
+    ids::{SessionKey, client_session_id},
+    runner::CancelError,
+    store::{StoreError, TurnRecord, TurnStatus},
+    turn::TurnRequest,
+};
+use fold::{Head, ResponseFold};
+pub use request::CreateResponse;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_response))
+        .routes(routes!(get_response, delete_response))
+        .routes(routes!(cancel_response))
+        .routes(routes!(input_items))
+}
+
+/// Events of a turn read per page while a response is folded from its log.
+const EVENTS_PER_READ: u32 = 1000;
+
+/// The id of the response of `turn_id`.
+fn response_id(turn_id: Uuid) -> String {
+    format!("resp_{}", turn_id.simple())
+}
+
+/// The turn of a response id; `None`: not one of ours.
+fn turn_of(response_id: &str) -> Option<Uuid> {
+    let hex = response_id.strip_prefix("resp_")?;
+    (hex.len() == 32)
+        .then(|| Uuid::try_parse(hex).ok())
+        .flatten()
+}
+
+/// The caller's turn a response id names, or 404 `response_not_found`
+/// (another tenant's is answered as one that does not exist).
+async fn find(app: &AppState, tenant: &Tenant, id: &str) -> Result<TurnRecord, ApiError> {
+    let turn_id = turn_of(id).ok_or(ApiError::ResponseNotFound)?;
+    let record = app
+        .store
+        .find_turn(turn_id)
+        .await?
+        .ok_or(ApiError::ResponseNotFound)?;
+    if SessionKey::from_stored(&record.session_id).tenant() != tenant.0 {
+        return Err(ApiError::ResponseNotFound);
+    }
+    Ok(record)
+}
+
+/// The fields of a response that come from what its turn was asked.
+fn head(turn_id: Uuid, session: &str, asked: &TurnRequest) -> Head {
+    Head {
+        id: response_id(turn_id),
+        created_at: 0,
+        model: String::new(),
+        conversation: client_session_id(session).to_owned(),
+        instructions: asked.skill_context.clone(),
+        metadata: json!(asked.metadata),
+        max_output_tokens: asked.max_output_tokens,
+        previous_response_id: asked.follows.map(response_id),
+        background: asked.background,
+        effort: asked.think_level.map(request::effort_name),
+        user: asked.user_id.clone(),
+    }
+}
+
+/// The fold of one turn fed with its stored events: it learns when the
+/// turn began and which model it asked from `turn.started`.
+struct Folding {
+    fold: ResponseFold,
+    started: bool,
+}
+
+impl Folding {
+    fn new(head: Head) -> Self {
+        Self {
+            fold: ResponseFold::new(head),
+            started: false,
+        }
+    }
+
+    /// The stream events `stored` adds (the response's first ones with
+    /// the turn's first event).
+    fn feed(&mut self, stored: &StoredEvent) -> Vec<Value> {
+        let Some(event) = typed(stored) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if !self.started {
+            self.started = true;
+            let model = match event {
+                TurnEvent::TurnStarted { model, .. } => Some(model.as_str()),
+                _ => None,
+            };
+            self.fold.begin(stored.created_at.timestamp(), model);
+            out = self.fold.start();
+        }
+        out.extend(self.fold.event(event));
+        out
+    }
+}
+
+/// The Responses stream of one turn: each stream event as `event:` and
+/// `data:` lines; those numbered up to `after` are left out (a resume).
+struct ResponseStream {
+    folding: Folding,
+    after: Option<u64>,
+    headers: Vec<(&'static str, String)>,
+}
+
+impl ResponseStream {
+    fn frames(&self, events: Vec<Value>) -> Vec<Bytes> {
+        events
+            .into_iter()
+            .filter(|e| {
+                let n = e["sequence_number"].as_u64();
+                self.after.is_none_or(|after| n.is_some_and(|n| n > after))
+            })
+            .map(|e| {
+                let kind = e["type"].as_str().unwrap_or("error").to_owned();
+                Bytes::from(format!("event: {kind}\ndata: {e}\n\n"))
+            })
+            .collect()
+    }
+}
+
+impl WireFormat for ResponseStream {
+    fn headers(&self, headers: &mut HeaderMap) {
+        for (name, value) in &self.headers {
+            if let Ok(value) = HeaderValue::from_str(value) {
+                headers.insert(*name, value);
+            }
+        }
+    }
+
+    fn encode(&mut self, event: &StoredEvent) -> Encoded {
+        let events = self.folding.feed(event);
+        Encoded {
+            frames: self.frames(events),
+            done: self.folding.fold.ended(),
+        }
+    }
+
+    fn unreadable(&mut self) -> Vec<Bytes> {
+        let error = self.folding.fold.error_event(
+            crate::http::formats::native::UNREADABLE_LOG_CODE,
+            "the event log cannot be read; resume with starting_after",
+        );
+        self.frames(vec![error])
+    }
+}
+
+/// The response of a turn, folded from what its log holds now.
+async fn folded(app: &AppState, record: &TurnRecord) -> Result<Value, ApiError> {
+    let mut folding = Folding::new(head(record.id, &record.session_id, &record.request));
+    let mut after = record.first_seq - 1;
+    // Bounded: a turn's events are finite, and each page moves on.
+    loop {
+        let page = app
+            .store
+            .list_events(&record.session_id, Some(record.id), after, EVENTS_PER_READ)
+            .await?;
+        for event in &page {
+            folding.feed(event);
+            after = event.seq;
+        }
+        if page.len() < EVENTS_PER_READ as usize || folding.fold.ended() {
+            break;
+        }
+    }
+    let mut response = folding.fold.response();
+    if !folding.fold.ended() && record.status != TurnStatus::Running {
+        // Ended without its terminal event in the log (an old interrupt).
+        response["status"] = if record.status == TurnStatus::Cancelled {
+            "cancelled"
+        } else {
+            "failed"
+        }
+        .into();
+    }
+    Ok(response)
+}
+
+fn streamed(
+    app: &AppState,
+    folding: Folding,
+    after: Option<u64>,
+    session: &SessionKey,
+    turn_id: Uuid,
+    events: impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static,
+) -> Response {
+    let format = ResponseStream {
+        folding,
+        after,
+        headers: vec![
+            ("x-session-id", session.id().to_owned()),
+            ("x-turn-id", turn_id.to_string()),
+        ],
+    };
+    stream_turn(
+        format,
+        events,
+        app.sse_keepalive(),
+        app.runner.metrics().clone(),
+    )
+}
+
+/// Creates a response: runs a turn.
+#[utoipa::path(
+    post,
+    path = "/v1/responses",
+    tag = "responses",
+    request_body = CreateResponse,
+    responses(
+        (status = 200, description = "A `response` object (its `status` says how the turn ended; with `background: true`, `in_progress` at once), or with `stream: true` its `ResponseStreamEvent`s (`event:` and `data:` lines)", body = Object),
+        BadRequest,
+        NotFound,
+        (status = 409, description = "The conversation already has a running turn", body = Problem, content_type = "application/problem+json"),
+        InvalidBody,
+    )
+)]
+async fn create_response(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    ApiJson(body): ApiJson<CreateResponse>,
+) -> Result<Response, ApiError> {
+    let mut asked = body.turn_request(&app)?;
+    let session = match (&body.previous_response_id, body.conversation_id()?) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::InvalidField {
+                field: "conversation".into(),
+                detail: "give `previous_response_id` or `conversation`, not both".into(),
+            });
+        }
+        (Some(previous), None) => {
+            let record = find(&app, &tenant, previous).await?;
+            asked.follows = Some(record.id);
+            SessionKey::from_stored(&record.session_id)
+        }
+        (None, Some(conversation)) => crate::http::parse_session_id(conversation, &tenant)?,
+        (None, None) => {
+            crate::http::parse_session_id(&format!("resp-{}", Uuid::now_v7().simple()), &tenant)?
+        }
+    };
+    let mut start_head = head(Uuid::nil(), session.as_str(), &asked);
+    let (_, model) = app.runner.harness().resolve_provider_model(
+        asked.runtime_provider.as_deref(),
+        asked.runtime_model.as_deref(),
+    );
+    let started = app.runner.start(&session, asked, None).await?;
+    let turn_id = started.turn_id;
+    start_head.id = response_id(turn_id);
+    let folding = Folding::new(start_head);
+    if body.stream {
+        let events = crate::http::follow_started(&app, &session, started);
+        return Ok(streamed(&app, folding, None, &session, turn_id, events));
+    }
+    let response = if body.background {
+        let mut folding = folding;
+        folding
+            .fold
+            .begin(chrono::Utc::now().timestamp(), Some(&model));
+        folding.fold.response()
+    } else {
+        let mut folding = folding;
+        let mut events = crate::http::follow_started(&app, &session, started);
+        while let Some(event) = events.next().await {
+            folding.feed(&*event?);
+            if folding.fold.ended() {
+                break;
+            }
+        }
+        if !folding.fold.ended() {
+            return Err(ApiError::ShuttingDown);
+        }
+        folding.fold.response()
+    };
+    let mut response = axum::Json(response).into_response();
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(session.id()) {
+        headers.insert("x-session-id", value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
+        headers.insert("x-turn-id", value);
+    }
+    Ok(response)
+}
+
+/// A route's `{response_id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct ResponsePath {
+    /// `resp_` and 32 hex digits
+    #[param(pattern = r"^resp_[0-9a-f]{32}$")]
+    response_id: String,
+}
+
+/// How a response is read.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ReadQuery {
+    /// Stream the response's events (from its start, or after
+    /// `starting_after`) instead of answering its object.
+    #[serde(default)]
+    stream: bool,
+    /// With `stream`: the `sequence_number` of the last event the client
+    /// has; the stream goes on after it.
+    starting_after: Option<u64>,
+}
+
+/// A response: its object as it stands, or its events.
+#[utoipa::path(
+    get,
+    path = "/v1/responses/{response_id}",
+    tag = "responses",
+    params(ResponsePath, ReadQuery),
+    responses(
+        (status = 200, description = "The `response` object, or with `stream=true` its `ResponseStreamEvent`s after `starting_after`", body = Object),
+        BadRequest,
+        NotFound,
+    )
+)]
+async fn get_response(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    axum::extract::Path(ResponsePath { response_id }): axum::extract::Path<ResponsePath>,
+    ApiQuery(query): ApiQuery<ReadQuery>,
+) -> Result<Response, ApiError> {
+    let record = find(&app, &tenant, &response_id).await?;
+    if !query.stream {
+        return Ok(axum::Json(folded(&app, &record).await?).into_response());
+    }
+    let session = SessionKey::from_stored(&record.session_id);
+    let folding = Folding::new(head(record.id, &record.session_id, &record.request));
+    let events = app
+        .runner
+        .subscribe(record.session_id.clone(), record.id, record.first_seq - 1);
+    Ok(streamed(
+        &app,
+        folding,
+        query.starting_after,
+        &session,
+        record.id,
+        events,
+    ))
+}
+
+/// Hides a response from these routes (and from `previous_response_id`);
+/// its turn stays in its session's history and log.
+#[utoipa::path(
+    delete,
+    path = "/v1/responses/{response_id}",
+    tag = "responses",
+    params(ResponsePath),
+    responses(
+        (status = 200, description = "`{id, object: \"response\", deleted: true}`", body = Object),
+        BadRequest,
+        NotFound,
+        (status = 409, description = "The response is still in progress (`response_in_progress`): cancel it first", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn delete_response(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    axum::extract::Path(ResponsePath { response_id }): axum::extract::Path<ResponsePath>,
+) -> Result<Response, ApiError> {
+    let record = find(&app, &tenant, &response_id).await?;
+    if !app.store.hide_turn(record.id, chrono::Utc::now()).await? {
+        return Err(match app.store.find_turn(record.id).await? {
+            Some(r) if r.status == TurnStatus::Running => ApiError::ResponseInProgress(r.id),
+            _ => ApiError::ResponseNotFound,
+        });
+    }
+    Ok(
+        axum::Json(json!({"id": response_id, "object": "response", "deleted": true}))
+            .into_response(),
+    )
+}
+
+/// Cancels a response in progress; answers its object.
+#[utoipa::path(
+    post,
+    path = "/v1/responses/{response_id}/cancel",
+    tag = "responses",
+    params(ResponsePath),
+    responses(
+        (status = 200, description = "The `response` object (`cancelled`, or how it ended first; `in_progress` while another replica stops it)", body = Object),
+        BadRequest,
+        NotFound,
+        (status = 409, description = "The response is not in progress (`turn_not_running`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn cancel_response(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    axum::extract::Path(ResponsePath { response_id }): axum::extract::Path<ResponsePath>,
+) -> Result<Response, ApiError> {
+    let record = find(&app, &tenant, &response_id).await?;
+    let session = SessionKey::from_stored(&record.session_id);
+    match app.runner.cancel(&session, record.id).await {
+        Ok(_) => {}
+        Err(CancelError::NotFound) => return Err(ApiError::ResponseNotFound),
+        Err(CancelError::NotRunning(status)) => {
+            return Err(ApiError::TurnNotRunning {
+                turn_id: record.id,
+                status,
+            });
+        }
+        Err(CancelError::Store(e)) => return Err(e.into()),
+    }
+    let record = find(&app, &tenant, &response_id).await?;
+    Ok(axum::Json(folded(&app, &record).await?).into_response())
+}
+
+/// How the input items of a response are listed.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ItemsQuery {
+    /// `asc` or `desc` (the default: newest first).
+    order: Option<String>,
+    /// 1-100 (default 20).
+    #[param(minimum = 1, maximum = 100)]
+    limit: Option<u32>,
+    /// List the items after this item id.
+    after: Option<String>,
+}
+
+/// The input items of a response: the messages its turn was asked with.
+#[utoipa::path(
+    get,
+    path = "/v1/responses/{response_id}/input_items",
+    tag = "responses",
+    params(ResponsePath, ItemsQuery),
+    responses(
+        (status = 200, description = "A list: `{object: \"list\", data, first_id, last_id, has_more}`", body = Object),
+        BadRequest,
+        NotFound,
+    )
+)]
+async fn input_items(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    axum::extract::Path(ResponsePath { response_id }): axum::extract::Path<ResponsePath>,
+    ApiQuery(query): ApiQuery<ItemsQuery>,
+) -> Result<Response, ApiError> {
+    let record = find(&app, &tenant, &response_id).await?;
+    let limit = query.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::InvalidQuery(
+            "`limit` must be between 1 and 100".into(),
+        ));
+    }
+    let descending = match query.order.as_deref() {
+        None | Some("desc") => true,
+        Some("asc") => false,
+        Some(other) => {
+            return Err(ApiError::InvalidQuery(format!(
+                "`order` must be asc or desc, not {other:?}"
+            )));
+        }
+    };
+    let mut items = request::input_items(record.id, &record.request);
+    if descending {
+        items.reverse();
+    }
+    let start = match &query.after {
+        Some(after) => items
+            .iter()
+            .position(|item| item["id"] == after.as_str())
+            .map_or(items.len(), |at| at + 1),
+        None => 0,
+    };
+    let page: Vec<Value> = items
+        .iter()
+        .skip(start)
+        .take(limit as usize)
+        .cloned()
+        .collect();
+    let has_more = start + page.len() < items.len();
+    Ok(axum::Json(json!({
+        "object": "list",
+        "first_id": page.first().map(|item| item["id"].clone()),
+        "last_id": page.last().map(|item| item["id"].clone()),
+        "has_more": has_more,
+        "data": page,
+    }))
+    .into_response())
+}

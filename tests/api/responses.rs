@@ -1,0 +1,439 @@
+//! `/v1/responses`: the OpenAI Responses API over turns. The official
+//! `openai` SDK reads it in `.ci/run` (`scripts/openai_sdk_check.py`, with
+//! its typed stream events); here each stream event and object is checked.
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    fake_provider::Reply,
+    helpers::{TestApp, spawn_app},
+    on_both_backends,
+    support::Backend,
+};
+
+/// The stream events of a Responses SSE body, each checked against its
+/// `event:` line.
+fn stream_events(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter(|frame| !frame.trim().is_empty() && !frame.starts_with(':'))
+        .map(|frame| {
+            let (event, data) = frame
+                .split_once('\n')
+                .unwrap_or_else(|| panic!("one event, two lines: {frame:?}"));
+            let event = event.strip_prefix("event: ").unwrap();
+            let data: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!(data["type"], event, "{data}");
+            data
+        })
+        .collect()
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+/// The text of the output's messages, as the SDK's `output_text` reads it.
+fn output_text(response: &Value) -> String {
+    response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["type"] == "message")
+        .flat_map(|item| item["content"].as_array().unwrap().iter())
+        .filter_map(|part| part["text"].as_str())
+        .collect()
+}
+
+async fn post(app: &TestApp, body: Value) -> reqwest::Response {
+    app.client
+        .post(app.url("/v1/responses"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn a_streamed_response_is_the_turn_as_response_stream_events(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::sse("openai/tool_call_local_search.sse"),
+        Reply::sse("openai/after_local_search.sse"),
+    ]);
+    let response = post(
+        &app,
+        json!({"model": "agent-harness", "input": "Plan a Paris trip", "stream": true,
+               "metadata": {"ticket": "T-1"}, "temperature": 0.3}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let session = response.headers()["x-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let turn = response.headers()["x-turn-id"].to_str().unwrap().to_owned();
+    let events = stream_events(&response.text().await.unwrap());
+    assert_eq!(
+        types(&events),
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.mcp_call.in_progress",
+            "response.mcp_call.completed",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    // Numbered from 0, one by one.
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(event["sequence_number"], i, "{event}");
+    }
+    let id = format!("resp_{}", turn.replace('-', ""));
+    let created = &events[0]["response"];
+    assert_eq!(
+        (&created["id"], &created["status"], &created["object"]),
+        (&json!(id), &json!("in_progress"), &json!("response"))
+    );
+    assert_eq!(created["conversation"]["id"], session.as_str());
+    assert_eq!(created["metadata"], json!({"ticket": "T-1"}));
+    // The service's own tool, as an MCP call of its own server.
+    let call = &events[5]["item"];
+    assert_eq!(
+        (&call["type"], &call["name"], &call["server_label"]),
+        (
+            &json!("mcp_call"),
+            &json!("local_search"),
+            &json!("agent-harness")
+        )
+    );
+    assert_eq!(call["status"], "completed");
+    assert_eq!(
+        serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(),
+        json!({"query": "Paris trip"})
+    );
+    assert_eq!(events[3]["item_id"], call["id"]);
+    let deltas: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, "You asked about a Paris trip before.");
+    assert_eq!(events[16]["text"], deltas.as_str());
+    let done = &events[19]["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(output_text(done), deltas);
+    assert_eq!(done["output"][1]["status"], "completed");
+    assert!(
+        done["usage"]["total_tokens"].as_u64().unwrap() > 0,
+        "{done}"
+    );
+    assert_eq!(
+        done["usage"]["input_tokens"].as_u64().unwrap()
+            + done["usage"]["output_tokens"].as_u64().unwrap(),
+        done["usage"]["total_tokens"].as_u64().unwrap()
+    );
+
+    // The object read back is the one the stream ended with.
+    let (status, read) = app.get_json(&format!("/v1/responses/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(read["output"], done["output"]);
+    assert_eq!(
+        (&read["status"], &read["usage"]),
+        (&done["status"], &done["usage"])
+    );
+    assert_eq!(read["created_at"], done["created_at"]);
+    // A resume after any event gives exactly the rest, from the log.
+    for after in [0, 7, 18] {
+        let body = app
+            .client
+            .get(app.url(&format!(
+                "/v1/responses/{id}?stream=true&starting_after={after}"
+            )))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(stream_events(&body), events[after + 1..], "after {after}");
+    }
+    // The turn is the session's, as any other.
+    let (_, turn) = app
+        .get_json(&format!("/sessions/{session}/turns/{turn}"))
+        .await;
+    assert_eq!(turn["result"]["text"], deltas.as_str());
+}
+
+async fn responses_chain_by_previous_response_id_and_conversation(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::openai_text("Paris is lovely in May."),
+        Reply::openai_text("Book the Louvre early."),
+        Reply::openai_text("Third answer."),
+    ]);
+    let first: Value = post(
+        &app,
+        json!({"input": "When should I visit Paris?", "reasoning": {"effort": "high"},
+               "max_output_tokens": 64}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(first["status"], "completed", "{first}");
+    // The turn's effort and cap reach the model (under the catalogue's
+    // 16,384 for the model); the next turn has neither.
+    let asked = &app.provider.requests()[0].body;
+    assert_eq!(
+        (&asked["reasoning_effort"], &asked["max_completion_tokens"]),
+        (&json!("high"), &json!(64))
+    );
+    assert_eq!(
+        (&first["reasoning"]["effort"], &first["max_output_tokens"]),
+        (&json!("high"), &json!(64))
+    );
+    assert_eq!(output_text(&first), "Paris is lovely in May.");
+    assert_eq!(first["output"][0]["type"], "message");
+    assert_eq!(first["output"][0]["role"], "assistant");
+    let response = post(
+        &app,
+        json!({"input": [{"role": "user", "content": [{"type": "input_text", "text": "And what to see?"}]}],
+               "previous_response_id": first["id"], "instructions": "Answer in one line."}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let second: Value = response.json().await.unwrap();
+    assert_eq!(second["previous_response_id"], first["id"]);
+    assert_eq!(second["conversation"], first["conversation"]);
+    assert_eq!(second["instructions"], "Answer in one line.");
+    assert_eq!(output_text(&second), "Book the Louvre early.");
+    // The model saw the first exchange (the session's history) and the
+    // instructions, as the client's.
+    // (The catalogue's cap for the model, and no effort, the settings'.)
+    let asked = &app.provider.requests()[1].body;
+    assert_eq!(
+        (
+            asked.get("reasoning_effort"),
+            &asked["max_completion_tokens"]
+        ),
+        (None, &json!(16384))
+    );
+    let sent = asked["messages"].to_string();
+    assert!(
+        sent.contains("When should I visit Paris?")
+            && sent.contains("Paris is lovely in May.")
+            && sent.contains("Answer in one line."),
+        "{sent}"
+    );
+    // `conversation` names the same session.
+    let conversation = first["conversation"]["id"].as_str().unwrap();
+    let third: Value = post(
+        &app,
+        json!({"input": "Thanks", "conversation": {"id": conversation}}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(third["conversation"]["id"], conversation);
+    let (_, session) = app.get_json(&format!("/sessions/{conversation}")).await;
+    assert_eq!(session["turn_count"], 3);
+    // The input items of a response: what its turn was asked.
+    let id = second["id"].as_str().unwrap();
+    let (status, items) = app
+        .get_json(&format!("/v1/responses/{id}/input_items"))
+        .await;
+    assert_eq!(status, 200, "{items}");
+    assert_eq!(items["object"], "list");
+    assert_eq!(items["data"][0]["role"], "user");
+    assert_eq!(items["data"][0]["content"][0]["text"], "And what to see?");
+    assert_eq!(items["has_more"], false);
+    // A conversation's earlier messages, given whole, are its history.
+    let (_, listed) = app
+        .get_json(&format!(
+            "/v1/responses/{}/input_items?order=asc&limit=1",
+            first["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(listed["data"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        listed["data"][0]["content"][0]["text"],
+        "When should I visit Paris?"
+    );
+}
+
+async fn a_background_response_is_read_resumed_and_cancelled(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let gate = CancellationToken::new();
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
+    let started: Value = post(&app, json!({"input": "Hi", "background": true}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&started["status"], &started["background"]),
+        (&json!("in_progress"), &json!(true))
+    );
+    let id = started["id"].as_str().unwrap().to_owned();
+    // While it runs: its stream from the start, live.
+    let live = app
+        .client
+        .get(app.url(&format!("/v1/responses/{id}?stream=true")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), 200);
+    let (_, running) = app.get_json(&format!("/v1/responses/{id}")).await;
+    assert_eq!(running["status"], "in_progress");
+    // A running response cannot be deleted.
+    let refused = app
+        .client
+        .delete(app.url(&format!("/v1/responses/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 409);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(problem["code"], "response_in_progress");
+
+    let (status, cancelled) = app.post_json(&format!("/v1/responses/{id}/cancel")).await;
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled");
+    let events = stream_events(&live.text().await.unwrap());
+    let last = events.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["response"]["status"]),
+        (&json!("response.failed"), &json!("cancelled"))
+    );
+    let (status, again) = app.post_json(&format!("/v1/responses/{id}/cancel")).await;
+    assert_eq!(
+        (status, again["code"].as_str()),
+        (409, Some("turn_not_running"))
+    );
+    gate.cancel();
+
+    // Deleted: gone from these routes, and from `previous_response_id`.
+    let deleted: Value = app
+        .client
+        .delete(app.url(&format!("/v1/responses/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        deleted,
+        json!({"id": id, "object": "response", "deleted": true})
+    );
+    let (status, gone) = app.get_json(&format!("/v1/responses/{id}")).await;
+    assert_eq!(
+        (status, gone["code"].as_str()),
+        (404, Some("response_not_found"))
+    );
+    let response = post(&app, json!({"input": "more", "previous_response_id": id})).await;
+    assert_eq!(response.status(), 404);
+}
+
+async fn what_the_responses_api_cannot_take_is_refused(backend: Backend) {
+    let app = spawn_app(backend).await;
+    for (body, status, code, field) in [
+        (
+            json!({"input": "x", "tools": [{"type": "function", "name": "f", "parameters": {}}]}),
+            422,
+            "unsupported_parameter",
+            "tools",
+        ),
+        (
+            json!({"input": "x", "previous_response_id": "resp_0", "conversation": "c"}),
+            422,
+            "invalid_field",
+            "conversation",
+        ),
+        (json!({"input": 7}), 422, "invalid_field", "input"),
+        (
+            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}),
+            422,
+            "unsupported_parameter",
+            "input[0]",
+        ),
+        (
+            json!({"input": [{"role": "assistant", "content": "x"}]}),
+            422,
+            "invalid_field",
+            "input",
+        ),
+        (
+            json!({"input": "x", "conversation": "c", "previous_response_id": null,
+                   "reasoning": {"effort": "extreme"}}),
+            422,
+            "invalid_field",
+            "reasoning.effort",
+        ),
+        (json!({"input": "a\u{0}b"}), 422, "invalid_field", "input"),
+        (
+            json!({"input": "x", "previous_response_id": "resp_nope"}),
+            404,
+            "response_not_found",
+            "",
+        ),
+        (
+            json!({"input": "x", "conversation": "bad id!"}),
+            400,
+            "invalid_session_id",
+            "",
+        ),
+    ] {
+        let response = post(&app, body.clone()).await;
+        assert_eq!(response.status(), status, "{body}");
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(problem["code"], code, "{body}: {problem}");
+        if !field.is_empty() {
+            assert_eq!(problem["field"], field, "{body}: {problem}");
+        }
+    }
+    // Nothing was begun by any of them.
+    assert!(app.provider.requests().is_empty());
+    for path in [
+        "/v1/responses/resp_0123",
+        "/v1/responses/resp_0123456789abcdef0123456789abcdef/input_items",
+    ] {
+        let (status, problem) = app.get_json(path).await;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (404, Some("response_not_found")),
+            "{path}"
+        );
+    }
+    let (status, problem) = app
+        .get_json("/v1/responses/resp_0123456789abcdef0123456789abcdef?stream=maybe")
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (400, Some("invalid_query"))
+    );
+}
+
+on_both_backends!(
+    a_streamed_response_is_the_turn_as_response_stream_events,
+    responses_chain_by_previous_response_id_and_conversation,
+    a_background_response_is_read_resumed_and_cancelled,
+    what_the_responses_api_cannot_take_is_refused,
+);
