@@ -698,8 +698,8 @@ async fn keys_a_provider_quotes_back_reach_no_client_event_row_or_log() {
     assert!(!leaks(&logged), "{logged}");
 }
 
-/// The three wire formats that send the whole conversation refuse the same
-/// bad conversations the same way, and none of them starts a turn.
+/// The wire formats that send the whole conversation refuse the same bad
+/// conversations the same way, and none of them starts a turn.
 #[tokio::test]
 async fn every_whole_conversation_format_refuses_a_bad_conversation_alike() {
     let app = spawn_app(Backend::Sqlite).await;
@@ -709,10 +709,12 @@ async fn every_whole_conversation_format_refuses_a_bad_conversation_alike() {
     let openai = |m: &[(&str, &str)]| json!({"messages": m.iter().map(|(r, t)| json!({"role": r, "content": t})).collect::<Vec<_>>()});
     let agui = |m: &[(&str, &str)]| json!({"threadId": "t-bad", "messages": m.iter().map(|(r, t)| json!({"id": "m", "role": r, "content": t})).collect::<Vec<_>>()});
     let ui = |m: &[(&str, &str)]| json!({"id": "c-bad", "messages": m.iter().map(|(r, t)| json!({"role": r, "parts": [{"type": "text", "text": t}]})).collect::<Vec<_>>()});
-    let formats: [(&str, Body); 3] = [
+    let responses = |m: &[(&str, &str)]| json!({"input": m.iter().map(|(r, t)| json!({"role": r, "content": [{"type": "input_text", "text": t}]})).collect::<Vec<_>>()});
+    let formats: [(&str, Body); 4] = [
         ("/v1/chat/completions", openai),
         ("/v1/agui", agui),
         ("/v1/ui/chat", ui),
+        ("/v1/responses", responses),
     ];
     let too_many: Vec<(&str, &str)> = std::iter::repeat_n(("user", "hi"), 1001).collect();
     let cases: [(Messages, &str, &str); 5] = [

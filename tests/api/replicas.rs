@@ -469,10 +469,12 @@ async fn data_until(stream: &mut SseStream, kind: &str) -> Vec<Value> {
 /// following the turn in the shared log, until it ends. The AI SDK client
 /// sees the turn resumed and its text once, whole (the step said again
 /// alike is held back); the AG-UI client, whose step is said again
-/// otherwise, sees its first message named void and the new text whole.
+/// otherwise, sees its first message named void and the new text whole;
+/// the Responses client, likewise, sees its first message item end
+/// `incomplete` and the new text as a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
-    let Some((_db, provider, mut replicas)) = replicas(3).await else {
+    let Some((_db, provider, mut replicas)) = replicas(4).await else {
         return;
     };
     let client = reqwest::Client::new();
@@ -555,4 +557,38 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
     assert_eq!(&custom[1]["value"]["messageId"], starts[0]);
     assert_eq!(custom[1]["value"]["reason"], "takeover");
     assert_eq!(frames.last().unwrap()["type"], "RUN_FINISHED");
+    // The Responses API, said again otherwise: the first message item
+    // ends `incomplete`, the new text is a message item of its own, and
+    // the events stay numbered one by one.
+    provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(3, &never),
+        Reply::sse("openai/after_tool.sse"),
+    ]);
+    let response = client
+        .post(replicas[2].url("/v1/responses"))
+        .json(&json!({"input": "Hi", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = SseStream::new(response).await;
+    assert_eq!(stream.status, 200);
+    let mut frames = data_until(&mut stream, "response.output_text.delta").await;
+    replicas[2].terminate().await;
+    frames.extend(data_frames(&mut stream).await);
+    for (i, frame) in frames.iter().enumerate() {
+        assert_eq!(frame["sequence_number"], i, "{frames:#?}");
+    }
+    let messages: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f["type"] == "response.output_item.done" && f["item"]["type"] == "message")
+        .map(|f| &f["item"])
+        .collect();
+    assert_eq!(messages.len(), 2, "{frames:#?}");
+    assert_eq!(messages[0]["status"], "incomplete");
+    assert_eq!(messages[0]["content"][0]["text"], "Hello!");
+    assert_eq!(messages[1]["status"], "completed");
+    assert_eq!(messages[1]["content"][0]["text"], "It's 18°C in Paris.");
+    let last = frames.last().unwrap();
+    assert_eq!(last["type"], "response.completed", "{frames:#?}");
+    assert_eq!(last["response"]["output"].as_array().unwrap().len(), 2);
 }

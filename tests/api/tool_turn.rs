@@ -385,5 +385,17 @@ async fn a_tools_output_reaches_the_client_in_every_format() {
         let content = result["content"].as_str().unwrap();
         assert!(content.starts_with(output), "{result}");
         assert_eq!(content.contains("artifact"), !whole, "{result}");
+        // The Responses API: the call's item as its stream ends it.
+        app.provider.enqueue(script());
+        let body = app
+            .post_text(
+                "/v1/responses",
+                json!({"input": "Dump it.", "stream": true}),
+            )
+            .await;
+        let done = data_of_type(&body, "response.output_item.done");
+        let shown = done["item"]["output"].as_str().unwrap();
+        assert!(shown.starts_with(output), "{done}");
+        assert_eq!(shown.contains("artifact"), !whole, "{done}");
     }
 }

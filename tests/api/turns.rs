@@ -534,11 +534,16 @@ async fn a_client_system_message_is_refused_unless_the_operator_allows_it() {
         {"id": "m0", "role": "system", "content": system},
         {"id": "m1", "role": "user", "content": "Hi"}
     ]});
+    let responses = json!({"input": [
+        {"role": "developer", "content": system},
+        {"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
+    ]});
     let cases = [
         ("/sessions/s-native-system/turns", native),
         ("/v1/chat/completions", openai),
         ("/v1/ui/chat", ui),
         ("/v1/agui", agui),
+        ("/v1/responses", responses),
     ];
     for allowed in [false, true] {
         let provider = FakeProvider::start().await;
@@ -596,6 +601,7 @@ async fn every_wire_format_gets_keep_alive_comments_while_quiet() {
         Reply::sse("openai/text.sse").hold_after(2, &gate),
         Reply::sse("openai/text.sse").hold_after(2, &gate),
         Reply::sse("openai/text.sse").hold_after(2, &gate),
+        Reply::sse("openai/text.sse").hold_after(2, &gate),
     ]);
     let formats = [
         (
@@ -613,6 +619,11 @@ async fn every_wire_format_gets_keep_alive_comments_while_quiet() {
             json!({"threadId": "s-keep-agui", "runId": "r1", "messages": [{"id": "m1", "role": "user", "content": "Hi"}]}),
             "\"type\":\"RUN_FINISHED\"",
         ),
+        (
+            "/v1/responses",
+            json!({"stream": true, "input": "Hi"}),
+            "\"type\":\"response.completed\"",
+        ),
     ];
     let answers = futures::future::join_all(
         formats
@@ -628,8 +639,12 @@ async fn every_wire_format_gets_keep_alive_comments_while_quiet() {
         let lines: Vec<&str> = answer.lines().filter(|l| !l.is_empty()).collect();
         let comments = lines.iter().filter(|l| **l == ":").count();
         assert!(comments >= 1, "{path}: no keep-alive in {answer}");
+        // (The Responses stream names each event's type on a line of its
+        // own, as OpenAI's does.)
         assert!(
-            lines.iter().all(|l| *l == ":" || l.starts_with("data: ")),
+            lines.iter().all(|l| *l == ":"
+                || l.starts_with("data: ")
+                || (*path == "/v1/responses" && l.starts_with("event: "))),
             "{path}: only data lines and comments: {answer}"
         );
         assert!(
