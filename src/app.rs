@@ -2,7 +2,12 @@
 
 use std::{sync::Arc, time::Duration};
 
-use crate::{config::Settings, runner::TurnRunner, store::Store, tools::mcp::McpHub, vault::Vault};
+use uuid::Uuid;
+
+use crate::{
+    config::Settings, ids::SessionKey, runner::TurnRunner, store::Store, tools::mcp::McpHub,
+    vault::Vault,
+};
 
 /// What handlers need, built once at start.
 pub struct App {
@@ -17,6 +22,82 @@ pub struct App {
     pub approvals_decided: Arc<tokio::sync::Notify>,
     /// The provider names a turn may ask for in `runtime_provider`.
     pub provider_names: Vec<String>,
+    /// Turns that MCP `tools/call` requests of this process are answering.
+    pub mcp_calls: McpCalls,
+}
+
+/// The turns MCP `tools/call` requests of this process are answering, by
+/// their request (tenant, MCP session, request id): a
+/// `notifications/cancelled` finds its turn here. Bounded: past
+/// [`McpCalls::MAX`] calls a new one is not tracked (it runs, and cannot
+/// be cancelled by notification).
+#[derive(Debug, Default)]
+pub struct McpCalls(std::sync::Mutex<std::collections::HashMap<String, (SessionKey, Uuid)>>);
+
+impl McpCalls {
+    pub const MAX: usize = 10_000;
+
+    fn key(tenant: &str, session: &str, request: &serde_json::Value) -> String {
+        format!("{tenant}\u{0}{session}\u{0}{request}")
+    }
+
+    /// Tracks a call of `app` while the returned guard lives.
+    pub fn track(
+        app: &AppState,
+        tenant: &str,
+        session: &str,
+        request: &serde_json::Value,
+        turn: (SessionKey, Uuid),
+    ) -> McpCallGuard {
+        let key = Self::key(tenant, session, request);
+        let mut calls = app
+            .mcp_calls
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tracked = calls.len() < Self::MAX && !calls.contains_key(&key);
+        if tracked {
+            calls.insert(key.clone(), turn);
+        }
+        McpCallGuard {
+            app: app.clone(),
+            key: tracked.then_some(key),
+        }
+    }
+
+    /// The turn of a call still answering.
+    pub fn find(
+        &self,
+        tenant: &str,
+        session: &str,
+        request: &serde_json::Value,
+    ) -> Option<(SessionKey, Uuid)> {
+        let calls = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        calls.get(&Self::key(tenant, session, request)).cloned()
+    }
+}
+
+/// Untracks its call when dropped (the answer ended, or its client left).
+pub struct McpCallGuard {
+    app: AppState,
+    key: Option<String>,
+}
+
+impl Drop for McpCallGuard {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            let mut calls = self
+                .app
+                .mcp_calls
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            calls.remove(&key);
+        }
+    }
 }
 
 impl App {

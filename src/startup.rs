@@ -443,6 +443,7 @@ impl Application {
             vault,
             mcp: Arc::new(mcp),
             approvals_decided: approvals,
+            mcp_calls: crate::app::McpCalls::default(),
             provider_names,
         });
         Ok(Self {

@@ -28,6 +28,17 @@ use crate::store::Result;
 pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, content, created_at \
      FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2";
 
+/// A [`SessionRecord`]'s columns, from `sessions s`: a `WHERE` follows.
+macro_rules! session_select {
+    () => {
+        "SELECT s.id, s.created_at, s.updated_at, s.turn_count, s.cost_usd, \
+         (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq, \
+         (SELECT t.id FROM turns t WHERE t.session_id = s.id AND t.status = 'running') \
+           AS running_turn_id \
+         FROM sessions s"
+    };
+}
+
 /// Rows per chunk of the heartbeat's `IN` list.
 const IDS_PER_UPDATE: usize = 64;
 
@@ -104,16 +115,26 @@ pub trait Turns: Reads + Send + Sync + 'static {
     async fn hide_turn(&self, turn_id: Uuid, now: DateTime<Utc>) -> Result<bool>;
 
     async fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
-        let sql = "SELECT s.id, s.created_at, s.updated_at, s.turn_count, s.cost_usd, \
-             (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq, \
-             (SELECT t.id FROM turns t WHERE t.session_id = s.id AND t.status = 'running') \
-               AS running_turn_id \
-             FROM sessions s WHERE s.id = $1";
+        let sql = concat!(session_select!(), " WHERE s.id = $1");
         self.reader()
             .row::<SessionRow>(sql, args![session_id])
             .await?
             .map(TryInto::try_into)
             .transpose()
+    }
+
+    /// A tenant's sessions, the most recently used first, at most `limit`.
+    async fn list_sessions(&self, tenant: &str, limit: u32) -> Result<Vec<SessionRecord>> {
+        let sql = concat!(
+            session_select!(),
+            " WHERE s.tenant = $1 ORDER BY s.updated_at DESC, s.id LIMIT $2"
+        );
+        self.reader()
+            .rows::<SessionRow>(sql, args![tenant, limit])
+            .await?
+            .into_iter()
+            .map(TryInto::try_into)
+            .collect()
     }
 
     /// The tenant a session belongs to; `None`: no such session.

@@ -25,6 +25,7 @@ mod helpers;
 mod http_tools;
 mod lifecycle;
 mod mcp;
+mod mcp_server;
 mod memory;
 mod models;
 mod multitask;

@@ -53,6 +53,9 @@ enum Expect {
     /// Nothing to serve (204): the running turn `useChat` resumes is not
     /// found, as for a chat that was never made.
     NoContent,
+    /// The MCP server's tool answers "not found" (a tool error, as MCP
+    /// says a tool's failure).
+    McpNotFound,
 }
 
 /// One operation of the document, as the other tenant sends it.
@@ -132,6 +135,11 @@ fn attempt(method: &str, path: &str, session: &str) -> Option<Attempt> {
         | ("POST", "/v1/responses/{response_id}/cancel") => {
             simple(Expect::Missing("response_not_found"))
         }
+        ("POST", "/mcp") => with_body(
+            Expect::McpNotFound,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": "get_session", "arguments": {"session_id": session}}}),
+        ),
         ("POST", "/v1/responses") => with_body(
             Expect::OwnSession,
             json!({"input": user_message, "conversation": session}),
@@ -355,6 +363,14 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                 assert!(empty, "{method} {path}: {body}");
             }
             Expect::OwnSession => assert_eq!(status, 200, "{method} {path}: {body}"),
+            Expect::McpNotFound => {
+                assert_eq!(status, 200, "{method} {path}: {body}");
+                assert_eq!(body["result"]["isError"], true, "{body}");
+                assert_eq!(
+                    body["result"]["content"][0]["text"], "session not found",
+                    "{body}"
+                );
+            }
             Expect::NoContent => assert_eq!(
                 (status, &body),
                 (204, &Value::Null),

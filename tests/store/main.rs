@@ -324,6 +324,35 @@ async fn a_turn_is_found_by_its_id_alone_until_it_is_hidden(backend: Backend) {
     assert!(!store.hide_turn(Uuid::now_v7(), Utc::now()).await.unwrap());
 }
 
+async fn a_tenant_lists_its_own_sessions_newest_first(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let older = new_turn("s-old", None);
+    store.begin_turn(&older).await.unwrap();
+    let mut theirs = new_turn("globex/s-theirs", None);
+    theirs.tenant = "globex".into();
+    store.begin_turn(&theirs).await.unwrap();
+    let mut newer = new_turn("s-new", None);
+    newer.created_at = older.created_at + Duration::seconds(5);
+    store.begin_turn(&newer).await.unwrap();
+    let ids = |sessions: Vec<agent_harness::store::SessionRecord>| -> Vec<String> {
+        sessions.into_iter().map(|s| s.id).collect()
+    };
+    let default = agent_harness::ids::DEFAULT_TENANT;
+    assert_eq!(
+        ids(store.list_sessions(default, 10).await.unwrap()),
+        ["s-new", "s-old"]
+    );
+    assert_eq!(
+        ids(store.list_sessions(default, 1).await.unwrap()),
+        ["s-new"]
+    );
+    assert_eq!(
+        ids(store.list_sessions("globex", 10).await.unwrap()),
+        ["globex/s-theirs"]
+    );
+    assert!(store.list_sessions("nobody", 10).await.unwrap().is_empty());
+}
+
 async fn a_finish_commits_messages_decision_and_terminal_event_together(backend: Backend) {
     let (_db, store) = store(backend).await;
     let turn = new_turn("s1", None);
@@ -1086,6 +1115,7 @@ on_both_backends!(
     a_finish_commits_messages_decision_and_terminal_event_together,
     a_turn_reads_back_its_request_and_result_as_they_were_given,
     a_turn_is_found_by_its_id_alone_until_it_is_hidden,
+    a_tenant_lists_its_own_sessions_newest_first,
     a_batch_ends_many_turns_and_skips_the_ended,
     a_failed_batch_writes_nothing,
     a_failed_batch_of_events_alone_writes_nothing,

@@ -11,6 +11,7 @@
 
 pub mod agui;
 pub mod chat_completions;
+pub mod mcp;
 pub mod native;
 pub mod responses;
 pub mod retraction;

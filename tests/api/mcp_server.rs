@@ -1,0 +1,274 @@
+//! `/mcp`: the service as an MCP server (streamable HTTP). The official
+//! MCP Python SDK uses it in `.ci/run` (`scripts/mcp_sdk_check.py`); here
+//! each JSON-RPC exchange is checked.
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    fake_provider::Reply,
+    helpers::{SseStream, TestApp, spawn_app},
+    on_both_backends,
+    support::Backend,
+};
+
+async fn rpc(app: &TestApp, session: Option<&str>, message: Value) -> reqwest::Response {
+    let mut request = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&message);
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    request.send().await.unwrap()
+}
+
+async fn call(app: &TestApp, id: u64, method: &str, params: Value) -> Value {
+    let response = rpc(
+        app,
+        None,
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    response.json().await.unwrap()
+}
+
+async fn an_mcp_host_asks_the_agent_and_reads_its_sessions(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let response = rpc(
+        &app,
+        None,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}
+        }}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let init: Value = response.json().await.unwrap();
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18");
+    assert_eq!(init["result"]["serverInfo"]["name"], "agent-harness");
+    // A version it does not speak: it answers its newest.
+    let newer = call(
+        &app,
+        1,
+        "initialize",
+        json!({"protocolVersion": "2099-01-01"}),
+    )
+    .await;
+    assert_eq!(newer["result"]["protocolVersion"], "2025-11-25");
+    let taken = rpc(
+        &app,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(taken.status(), 202);
+
+    let tools = call(&app, 2, "tools/list", json!({})).await;
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ask", "list_sessions", "get_session"]);
+    // The test app's tools include the vault's writes.
+    assert_eq!(
+        tools["result"]["tools"][0]["annotations"]["readOnlyHint"],
+        false
+    );
+
+    // `ask`, streamed: a progress notification per delta, then the answer.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let response = rpc(
+        &app,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "ask", "arguments": {"message": "Say hello.", "session_id": "s-mcp"},
+            "_meta": {"progressToken": "p-1"}
+        }}),
+    )
+    .await;
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut stream = SseStream::new(response).await;
+    let mut messages = Vec::new();
+    while let Some(event) = stream.next().await {
+        assert_eq!(event.event, "message");
+        messages.push(event.json());
+    }
+    let (answer, notes) = messages.split_last().unwrap();
+    let said: String = notes
+        .iter()
+        .map(|n| {
+            assert_eq!(n["method"], "notifications/progress");
+            assert_eq!(n["params"]["progressToken"], "p-1");
+            n["params"]["message"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(said, "Hello! How can I help you today?");
+    let progress: Vec<u64> = notes
+        .iter()
+        .map(|n| n["params"]["progress"].as_u64().unwrap())
+        .collect();
+    assert_eq!(progress, (1..=notes.len() as u64).collect::<Vec<_>>());
+    assert_eq!(answer["id"], 3);
+    let result = &answer["result"];
+    assert_eq!(result["isError"], false);
+    assert_eq!(result["content"][0]["text"], said.as_str());
+    assert_eq!(result["structuredContent"]["session_id"], "s-mcp");
+
+    // Without a progress token, and as JSON: the answer alone.
+    app.provider.enqueue([Reply::openai_text("Second answer.")]);
+    let response = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+                "name": "ask", "arguments": {"message": "Again", "session_id": "s-mcp"}
+            }}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["result"]["content"][0]["text"], "Second answer.");
+    // The model saw the first exchange: one session.
+    let sent = app.provider.requests()[1].body["messages"].to_string();
+    assert!(sent.contains("Say hello."), "{sent}");
+
+    let listed = call(
+        &app,
+        5,
+        "tools/call",
+        json!({"name": "list_sessions", "arguments": {}}),
+    )
+    .await;
+    let sessions = &listed["result"]["structuredContent"]["sessions"];
+    assert_eq!(sessions[0]["session_id"], "s-mcp");
+    assert_eq!(sessions[0]["turn_count"], 2);
+    let got = call(
+        &app,
+        6,
+        "tools/call",
+        json!({"name": "get_session", "arguments": {"session_id": "s-mcp"}}),
+    )
+    .await;
+    let view = &got["result"]["structuredContent"];
+    assert_eq!(view["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(view["messages"][3]["content"], "Second answer.");
+    let missing = call(
+        &app,
+        7,
+        "tools/call",
+        json!({"name": "get_session", "arguments": {"session_id": "s-never"}}),
+    )
+    .await;
+    assert_eq!(missing["result"]["isError"], true);
+}
+
+async fn a_cancel_notification_cancels_the_turn_of_its_call(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let gate = CancellationToken::new();
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
+    let ask = json!({"jsonrpc": "2.0", "id": "call-9", "method": "tools/call", "params": {
+        "name": "ask", "arguments": {"message": "Hi", "session_id": "s-mcp-cancel"},
+        "_meta": {"progressToken": 9}
+    }});
+    let response = rpc(&app, Some("mcp-a"), ask).await;
+    let mut stream = SseStream::new(response).await;
+    let first = stream.next().await.unwrap().json();
+    assert_eq!(first["method"], "notifications/progress");
+    // The same request id of another MCP session names nothing.
+    let cancel = |session: &'static str| {
+        rpc(
+            &app,
+            Some(session),
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": "call-9", "reason": "user"}}),
+        )
+    };
+    assert_eq!(cancel("mcp-b").await.status(), 202);
+    let (_, session) = app.get_json("/sessions/s-mcp-cancel").await;
+    assert!(session["running_turn_id"].is_string(), "{session}");
+    assert_eq!(cancel("mcp-a").await.status(), 202);
+    let mut rest = Vec::new();
+    while let Some(event) = stream.next().await {
+        rest.push(event.json());
+    }
+    let answer = rest.last().unwrap();
+    assert_eq!(answer["id"], "call-9");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let (_, session) = app.get_json("/sessions/s-mcp-cancel").await;
+    assert!(session["running_turn_id"].is_null(), "{session}");
+    let (_, log) = app.get_json("/sessions/s-mcp-cancel/events").await;
+    let last = log["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["type"], "turn.cancelled", "{log}");
+    gate.cancel();
+}
+
+async fn what_is_not_mcp_is_refused_as_json_rpc_says(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let response = rpc(&app, None, json!({"id": 1, "method": "tools/list"})).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], -32600);
+    for (method, params, code) in [
+        ("server/discover", json!({}), -32601),
+        ("resources/list", json!({}), -32601),
+        (
+            "tools/call",
+            json!({"name": "nope", "arguments": {}}),
+            -32602,
+        ),
+        (
+            "tools/call",
+            json!({"name": "ask", "arguments": {}}),
+            -32602,
+        ),
+        (
+            "tools/call",
+            json!({"name": "ask", "arguments": {"message": "  "}}),
+            -32602,
+        ),
+        (
+            "tools/call",
+            json!({"name": "ask", "arguments": {"message": "x", "session_id": "bad id!"}}),
+            -32602,
+        ),
+        (
+            "tools/call",
+            json!({"name": "list_sessions", "arguments": {"limit": 0}}),
+            -32602,
+        ),
+        (
+            "tools/call",
+            json!({"name": "get_session", "arguments": {}}),
+            -32602,
+        ),
+    ] {
+        let answer = call(&app, 1, method, params.clone()).await;
+        assert_eq!(answer["error"]["code"], code, "{method} {params}: {answer}");
+        assert_eq!(answer["id"], 1);
+    }
+    assert!(app.provider.requests().is_empty(), "no turn began");
+    let (status, _) = app.get_json("/sessions/x").await;
+    assert_eq!(status, 404);
+    let get = app.client.get(app.url("/mcp")).send().await.unwrap();
+    assert_eq!(get.status(), 405, "no server-initiated stream");
+}
+
+on_both_backends!(
+    an_mcp_host_asks_the_agent_and_reads_its_sessions,
+    a_cancel_notification_cancels_the_turn_of_its_call,
+    what_is_not_mcp_is_refused_as_json_rpc_says,
+);
