@@ -59,6 +59,7 @@ pub use limits::HYPER_MAX_HEAD_BYTES;
         (name = "sessions", description = "Sessions, their history and event log"),
         (name = "vault", description = "The notes folder the agent searches and edits"),
         (name = "memory", description = "What the service remembers of a user between turns"),
+        (name = "a2a", description = "A2A 1.0 (JSON-RPC): a task is a turn, its context the session"),
         (name = "mcp", description = "The service as an MCP server (streamable HTTP): its `ask` tool runs a turn"),
         (name = "responses", description = "The OpenAI Responses API: a response is a turn, its conversation the session"),
         (name = "operations", description = "Probes and the API description"),
@@ -78,6 +79,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(formats::chat_completions::router())
         .merge(formats::responses::router())
         .merge(formats::mcp::router())
+        .merge(formats::a2a::router())
         .merge(formats::ui_message::router())
         .merge(formats::agui::router())
         .merge(page::router())

@@ -13,8 +13,8 @@
 //! - [`http`]: the connection loop (timeouts, connection limit), routes,
 //!   problem+json errors, CORS, the OpenAPI document, the chat page; the
 //!   wire formats (`http/formats/`: native SSE, OpenAI chat completions,
-//!   the OpenAI Responses API, the AI SDK's UI message stream, AG-UI, the
-//!   MCP server's `ask`) as encoders under one driver.
+//!   the OpenAI Responses API, the AI SDK's UI message stream, AG-UI, A2A
+//!   tasks, the MCP server's `ask`) as encoders under one driver.
 //! - [`runner`]: turns as detached, cancellable tasks (`runner/turn.rs`: a
 //!   turn's life and its end; `runner/sink.rs`: its events and step
 //!   records; `runner/resume.rs`: a turn taken over, or handed over at

@@ -109,6 +109,37 @@ pub trait Turns: Reads + Send + Sync + 'static {
             .transpose()
     }
 
+    /// A session's turns, newest first, before `before` (a turn id: ids
+    /// are UUID v7, in the order the turns began), at most `limit`.
+    async fn list_turns(
+        &self,
+        session_id: &str,
+        before: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<TurnRecord>> {
+        let rows: Vec<TurnRow> = match before {
+            Some(before) => {
+                let sql = concat!(
+                    "SELECT ",
+                    turn_columns!(),
+                    " FROM turns WHERE session_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+                );
+                self.reader()
+                    .rows(sql, args![session_id, before, limit])
+                    .await?
+            }
+            None => {
+                let sql = concat!(
+                    "SELECT ",
+                    turn_columns!(),
+                    " FROM turns WHERE session_id = $1 ORDER BY id DESC LIMIT $2"
+                );
+                self.reader().rows(sql, args![session_id, limit]).await?
+            }
+        };
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
     /// Hides an ended turn from [`Self::find_turn`] (its session's log and
     /// history keep it). False when the turn is running, already hidden or
     /// not there.

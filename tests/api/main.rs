@@ -12,6 +12,7 @@ mod support;
 
 use support::fake_provider;
 
+mod a2a;
 mod agui;
 mod approvals;
 mod auth;

@@ -56,6 +56,10 @@ enum Expect {
     /// The MCP server's tool answers "not found" (a tool error, as MCP
     /// says a tool's failure).
     McpNotFound,
+    /// A2A's "task not found" (JSON-RPC error -32001).
+    A2aNotFound,
+    /// The agent card: open, and it names the keys' scheme.
+    AgentCard,
 }
 
 /// One operation of the document, as the other tenant sends it.
@@ -67,7 +71,7 @@ struct Attempt {
 
 /// The attempt for each operation of the document; `None`: the test does
 /// not know the operation (a new route must be added here).
-fn attempt(method: &str, path: &str, session: &str) -> Option<Attempt> {
+fn attempt(method: &str, path: &str, session: &str, turn: &str) -> Option<Attempt> {
     let simple = |expect| {
         Some(Attempt {
             expect,
@@ -135,6 +139,11 @@ fn attempt(method: &str, path: &str, session: &str) -> Option<Attempt> {
         | ("POST", "/v1/responses/{response_id}/cancel") => {
             simple(Expect::Missing("response_not_found"))
         }
+        ("GET", "/.well-known/agent-card.json") => simple(Expect::AgentCard),
+        ("POST", "/a2a") => with_body(
+            Expect::A2aNotFound,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": turn}}),
+        ),
         ("POST", "/mcp") => with_body(
             Expect::McpNotFound,
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -316,10 +325,10 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     let mut operations = operations();
     assert!(operations.len() >= 25, "{operations:?}");
     operations.sort_by_key(|(method, template)| {
-        attempt(method, template, session).map(|a| a.expect == Expect::OwnSession)
+        attempt(method, template, session, &second).map(|a| a.expect == Expect::OwnSession)
     });
     for (method, template) in &operations {
-        let attempt = attempt(method, template, session)
+        let attempt = attempt(method, template, session, &second)
             .unwrap_or_else(|| panic!("{method} {template}: no attempt for this operation"));
         let path = fill(template, &known);
         let path = match template.as_str() {
@@ -371,6 +380,15 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                     "{body}"
                 );
             }
+            Expect::A2aNotFound => {
+                assert_eq!(status, 200, "{method} {path}: {body}");
+                assert_eq!(body["error"]["code"], -32001, "{body}");
+            }
+            Expect::AgentCard => {
+                assert_eq!(status, 200, "{method} {path}: {body}");
+                let scheme = &body["securitySchemes"]["bearer"]["httpAuthSecurityScheme"];
+                assert_eq!(scheme["scheme"], "Bearer", "{body}");
+            }
             Expect::NoContent => assert_eq!(
                 (status, &body),
                 (204, &Value::Null),
@@ -380,10 +398,12 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     }
     let own_sessions = operations
         .iter()
-        .filter(|(m, t)| attempt(m, t, session).is_some_and(|a| a.expect == Expect::OwnSession))
+        .filter(|(m, t)| {
+            attempt(m, t, session, &second).is_some_and(|a| a.expect == Expect::OwnSession)
+        })
         .count();
     assert_eq!(own_sessions, 5);
-    let own = attempt("GET", "/sessions/{session_id}", session).unwrap();
+    let own = attempt("GET", "/sessions/{session_id}", session, &second).unwrap();
     let (_, own) = send(&other, &app, "GET", &format!("/sessions/{session}"), &own).await;
     assert_eq!(own["turn_count"], 5, "{own}");
     assert_ne!(own["created_at"], before["created_at"]);
@@ -401,6 +421,29 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         (404, Some("response_not_found")),
         "{body}"
     );
+
+    // Nor cancel, answer or follow Acme's task over A2A.
+    for (method, params) in [
+        ("CancelTask", json!({"id": second})),
+        ("SubscribeToTask", json!({"id": second})),
+        (
+            "SendMessage",
+            json!({"message": {"messageId": "m", "role": "ROLE_USER",
+                   "parts": [{"text": "approve"}], "taskId": second}}),
+        ),
+    ] {
+        let attempt = Attempt {
+            expect: Expect::A2aNotFound,
+            body: Some(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})),
+            headers: Vec::new(),
+        };
+        let (status, body) = send(&other, &app, "POST", "/a2a", &attempt).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (200, &json!(-32001)),
+            "{method}: {body}"
+        );
+    }
 
     // Nothing of Acme's changed: no turn began, none was cancelled or
     // approved, no checkpoint restored, no memory forgotten, and no

@@ -9,6 +9,7 @@
 //! a gateway with an idle timeout keeps a stream open through a long tool
 //! wave whatever its format. Adding a format is one file here and a route.
 
+pub mod a2a;
 pub mod agui;
 pub mod chat_completions;
 pub mod mcp;

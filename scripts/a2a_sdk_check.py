@@ -1,0 +1,219 @@
+"""The official A2A Python SDK (`a2a-sdk`) delegates to agent-harness.
+
+Run by .ci/run after `cargo test`: starts the binary given (the `demo`
+provider, a fresh SQLite file, a free loopback port, an approval asked for
+note writes), resolves the agent card, then sends (blocking and streamed),
+gets, lists, cancels and subscribes, and answers an approval that puts a
+task in `input-required` with a second message in the same task. Every
+body the service answered is parsed again, strictly, by the SDK's own
+protobuf types: an unknown field fails.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import anyio
+import httpx
+from a2a.client import ClientConfig, create_client
+from a2a.types import a2a_pb2 as a2a
+from google.protobuf import json_format
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Tee(httpx.AsyncBaseTransport):
+    """Keeps every request's method and the bytes of its answer."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.seen: list[tuple[str, bytes]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else {}
+        method = body.get("method", request.url.path)
+        response = await self.inner.handle_async_request(request)
+        seen = self.seen
+
+        class Stream(httpx.AsyncByteStream):
+            async def __aiter__(self):
+                buffer = bytearray()
+                async for chunk in response.stream:
+                    buffer.extend(chunk)
+                    yield chunk
+                seen.append((method, bytes(buffer)))
+
+            async def aclose(self) -> None:
+                await response.stream.aclose()
+
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=Stream(),
+            extensions=response.extensions,
+        )
+
+
+RESULT_TYPES = {
+    "SendMessage": a2a.SendMessageResponse,
+    "SendStreamingMessage": a2a.StreamResponse,
+    "SubscribeToTask": a2a.StreamResponse,
+    "GetTask": a2a.Task,
+    "CancelTask": a2a.Task,
+    "ListTasks": a2a.ListTasksResponse,
+}
+
+
+def strictly_parsed(seen: list[tuple[str, bytes]]) -> int:
+    """Parses every answer with `ignore_unknown_fields=False`."""
+    count = 0
+    for method, body in seen:
+        text = body.decode()
+        if method.endswith("agent-card.json"):
+            json_format.ParseDict(json.loads(text), a2a.AgentCard())
+            count += 1
+            continue
+        if method.startswith("/"):
+            continue
+        payloads = (
+            [line[len("data: "):] for line in text.split("\n") if line.startswith("data: ")]
+            if "data: " in text
+            else [text]
+        )
+        for payload in payloads:
+            message = json.loads(payload)
+            if "error" in message:
+                continue
+            json_format.ParseDict(message["result"], RESULT_TYPES[method]())
+            count += 1
+    return count
+
+
+def user_message(text: str, **ids) -> a2a.Message:
+    return a2a.Message(message_id=f"m-{time.monotonic_ns()}", role=a2a.ROLE_USER, parts=[a2a.Part(text=text)], **ids)
+
+
+async def collect(stream) -> list:
+    return [event async for event in stream]
+
+
+async def checks(base: str, tee: Tee) -> int:
+    http = httpx.AsyncClient(transport=tee, timeout=30)
+    blocking = await create_client(base, ClientConfig(streaming=False, httpx_client=http))
+    streaming = await create_client(base, ClientConfig(streaming=True, httpx_client=http))
+    card = blocking._card  # the resolved card
+    assert card.name == "agent-harness" and card.capabilities.streaming, card
+
+    # Blocking send: the task, completed, its answer an artifact.
+    [answer] = await collect(blocking.send_message(a2a.SendMessageRequest(message=user_message("hello a2a"))))
+    task = answer.task
+    assert task.status.state == a2a.TASK_STATE_COMPLETED, task
+    assert task.artifacts[0].parts[0].text.startswith("Echo: hello a2a"), task
+    context = task.context_id
+
+    # Streamed, in the same context: the task, its chunks, completed.
+    events = await collect(
+        streaming.send_message(a2a.SendMessageRequest(message=user_message("stream please", context_id=context)))
+    )
+    assert events[0].HasField("task"), events[0]
+    text = "".join(
+        p.text for e in events if e.HasField("artifact_update") for p in e.artifact_update.artifact.parts if p.text
+    )
+    assert text.startswith("Echo: stream please"), text
+    assert events[-1].status_update.status.state == a2a.TASK_STATE_COMPLETED, events[-1]
+    second = events[0].task.id
+
+    # Get (with a history of one) and list the context's tasks, paged.
+    got = await blocking.get_task(a2a.GetTaskRequest(id=second, history_length=1))
+    assert got.status.state == a2a.TASK_STATE_COMPLETED and len(got.history) == 1, got
+    page = await blocking.list_tasks(a2a.ListTasksRequest(context_id=context, page_size=1))
+    assert [t.id for t in page.tasks] == [second] and page.next_page_token, page
+    rest = await blocking.list_tasks(
+        a2a.ListTasksRequest(context_id=context, page_size=1, page_token=page.next_page_token)
+    )
+    assert [t.id for t in rest.tasks] == [task.id] and not rest.next_page_token, rest
+
+    # Cancel a slow one, at once; an ended one cannot be.
+    [started] = await collect(
+        blocking.send_message(
+            a2a.SendMessageRequest(
+                message=user_message("answer slowly"),
+                configuration=a2a.SendMessageConfiguration(return_immediately=True),
+            )
+        )
+    )
+    assert started.task.status.state == a2a.TASK_STATE_WORKING, started
+    # Subscribed while it runs: the task as it stands first.
+    subscribed = streaming.subscribe(a2a.SubscribeToTaskRequest(id=started.task.id))
+    first = await subscribed.__anext__()
+    assert first.HasField("task") and first.task.id == started.task.id, first
+    cancelled = await blocking.cancel_task(a2a.CancelTaskRequest(id=started.task.id))
+    assert cancelled.status.state == a2a.TASK_STATE_CANCELED, cancelled
+    tail = [e async for e in subscribed]
+    assert tail[-1].status_update.status.state == a2a.TASK_STATE_CANCELED, tail
+    try:
+        await blocking.cancel_task(a2a.CancelTaskRequest(id=task.id))
+        raise AssertionError("an ended task was canceled")
+    except Exception as e:  # the SDK's TaskNotCancelableError
+        assert type(e).__name__ == "TaskNotCancelableError", e
+
+    # An approval: input-required, answered in the same task.
+    [asked] = await collect(
+        blocking.send_message(a2a.SendMessageRequest(message=user_message("search my notes for Paris")))
+    )
+    assert asked.task.status.state == a2a.TASK_STATE_INPUT_REQUIRED, asked
+    assert "approve" in asked.task.status.message.parts[0].text, asked
+    events = await collect(
+        streaming.send_message(
+            a2a.SendMessageRequest(
+                message=user_message("approve", task_id=asked.task.id, context_id=asked.task.context_id)
+            )
+        )
+    )
+    assert events[0].HasField("task"), events[0]
+    assert events[-1].status_update.status.state == a2a.TASK_STATE_COMPLETED, events[-1]
+    await http.aclose()
+    return 7
+
+
+def main(binary: str) -> None:
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "HARNESS_PROVIDERS": "demo:echo",
+            "HARNESS_LISTEN": f"127.0.0.1:{port}",
+            "DATABASE_URL": f"sqlite://{folder}/h.db",
+            "HARNESS_VAULT_DIR": f"{folder}/vault",
+            "HARNESS_LOG_FORMAT": "json",
+            # The demo's search asks for approval: a task that waits.
+            "HARNESS_APPROVAL_REQUIRED": "READ_ONLY",
+        }
+        server = subprocess.Popen([binary], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(200):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            tee = Tee()
+            passed = anyio.run(checks, f"http://127.0.0.1:{port}", tee)
+            parsed = strictly_parsed(tee.seen)
+            assert parsed >= 10, tee.seen
+            print(f"a2a-sdk: {passed + 1} passed, 0 failed ({parsed} answers parsed strictly)")
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

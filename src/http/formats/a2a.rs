@@ -1,0 +1,634 @@
+//! A2A (the Agent2Agent protocol, 1.0, JSON-RPC binding): the agent card
+//! at `/.well-known/agent-card.json` and the methods at `POST /a2a`, so
+//! that other agents and orchestrators can delegate to this one.
+//!
+//! A task is a turn (its id the turn's), its context the turn's session.
+//! `SendMessage` and `SendStreamingMessage` begin a turn, or answer the
+//! call a task waits on (`input-required`: a pending approval) with a
+//! message in that task; `GetTask`, `ListTasks` (one context, paged),
+//! `CancelTask` and `SubscribeToTask` (the task's log, from any replica)
+//! read and stop them. Every answer is HTTP 200 with a JSON-RPC result or
+//! error (the A2A codes), as the protocol's own server answers.
+
+mod task;
+
+use axum::{
+    Extension,
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
+
+use super::{Encoded, WireFormat, stream_turn, typed};
+use crate::{
+    app::AppState,
+    events::StoredEvent,
+    http::{Tenant, error::ApiError, json::ApiJson, parse_session_id},
+    ids::SessionKey,
+    runner::CancelError,
+    store::{NewApproval, TurnRecord, TurnStatus},
+    tools::EffectClass,
+    turn::TurnRequest,
+};
+use task::TaskFold;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(agent_card))
+        .routes(routes!(a2a))
+}
+
+/// The protocol version served.
+const VERSION: &str = "1.0";
+
+/// Tasks a `ListTasks` page holds at most (and by default).
+const PAGE_MAX: u32 = 100;
+const PAGE_DEFAULT: u32 = 50;
+
+/// Events of a turn read per page while its task is folded from its log.
+const EVENTS_PER_READ: u32 = 1000;
+
+// JSON-RPC and A2A error codes.
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+const TASK_NOT_FOUND: i64 = -32001;
+const TASK_NOT_CANCELABLE: i64 = -32002;
+const UNSUPPORTED_OPERATION: i64 = -32004;
+const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
+
+/// A JSON-RPC error of a method.
+struct RpcError(i64, String);
+
+impl RpcError {
+    fn new(code: i64, message: impl Into<String>) -> Self {
+        Self(code, message.into())
+    }
+}
+
+impl From<ApiError> for RpcError {
+    fn from(e: ApiError) -> Self {
+        match e.status() {
+            StatusCode::NOT_FOUND => Self::new(TASK_NOT_FOUND, e.to_string()),
+            s if s.is_client_error() => Self::new(INVALID_PARAMS, e.to_string()),
+            _ => Self::new(-32603, e.to_string()),
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for RpcError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ApiError::from(e).into()
+    }
+}
+
+fn rpc_result(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+fn rpc_error(id: &Value, RpcError(code, message): RpcError) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+fn answer(message: &Value) -> Response {
+    axum::Json(message).into_response()
+}
+
+/// The agent card: who this agent is and how to call it.
+#[utoipa::path(
+    get,
+    path = "/.well-known/agent-card.json",
+    tag = "a2a",
+    responses((status = 200, description = "The A2A agent card (https://a2a-protocol.org/v1.0.0/specification/#agent-card)", body = Object))
+)]
+async fn agent_card(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost");
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .filter(|p| *p == "https")
+        .unwrap_or("http");
+    let registry = app.runner.harness().tools();
+    let mut skills = vec![json!({
+        "id": "chat",
+        "name": "Chat",
+        "description": "Answers a message in a conversation (the context), searching the \
+                        notes it holds and using its tools on the way; cites its sources.",
+        "tags": ["chat", "research"],
+        "examples": ["Plan a Paris trip", "What do my notes say about Lyon?"],
+    })];
+    for (tool, permitted) in registry.all() {
+        let spec = tool.spec();
+        if !permitted {
+            continue;
+        }
+        let effect = match spec.effect {
+            EffectClass::ReadOnly => "read_only",
+            EffectClass::LocalWrite => "local_write",
+            EffectClass::Network => "network",
+            EffectClass::Destructive => "destructive",
+        };
+        skills.push(json!({
+            "id": spec.name,
+            "name": spec.name,
+            "description": spec.description,
+            "tags": ["tool", effect],
+        }));
+    }
+    let mut card = json!({
+        "name": "agent-harness",
+        "description": "An LLM agent: each message in a context runs one turn of a \
+                        tool-using agent, streamed and kept in its log.",
+        "version": env!("CARGO_PKG_VERSION"),
+        "supportedInterfaces": [{
+            "url": format!("{scheme}://{host}/a2a"),
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": VERSION,
+        }],
+        "capabilities": {"streaming": true, "pushNotifications": false, "extendedAgentCard": false},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain", "application/json"],
+        "skills": skills,
+    });
+    if app.settings.server.auth_required() {
+        card["securitySchemes"] = json!({"bearer": {"httpAuthSecurityScheme": {
+            "scheme": "Bearer",
+            "description": "An API key of the service (`agent-harness keys create`)",
+        }}});
+        card["securityRequirements"] = json!([{"schemes": {"bearer": {"list": []}}}]);
+    }
+    axum::Json(card).into_response()
+}
+
+/// One JSON-RPC request of A2A.
+#[utoipa::path(
+    post,
+    path = "/a2a",
+    tag = "a2a",
+    request_body(content = Object, description = "One JSON-RPC 2.0 request of A2A 1.0 (https://a2a-protocol.org/v1.0.0/specification/#jsonrpc-transport): SendMessage, SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask"),
+    responses(
+        (status = 200, description = "The JSON-RPC result or error, or for the streaming methods a stream of JSON-RPC results (`StreamResponse`s)", body = Object),
+    )
+)]
+async fn a2a(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    body: Result<ApiJson<Value>, ApiError>,
+) -> Result<Response, ApiError> {
+    let message = match body {
+        Ok(ApiJson(message)) => message,
+        Err(ApiError::InvalidJson(detail) | ApiError::InvalidBody { detail, .. }) => {
+            return Ok(answer(&rpc_error(
+                &Value::Null,
+                RpcError::new(PARSE_ERROR, detail),
+            )));
+        }
+        Err(other) => return Err(other),
+    };
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let (Some(method), true) = (
+        message.get("method").and_then(Value::as_str),
+        message.get("jsonrpc").and_then(Value::as_str) == Some("2.0"),
+    ) else {
+        let error = RpcError::new(INVALID_REQUEST, "not a JSON-RPC 2.0 request");
+        return Ok(answer(&rpc_error(&id, error)));
+    };
+    let params = message.get("params").cloned().unwrap_or_else(|| json!({}));
+    let caller = Caller {
+        app: app.clone(),
+        tenant,
+        id: id.clone(),
+    };
+    let result = match method {
+        "SendMessage" => caller.send(&params, false).await,
+        "SendStreamingMessage" => caller.send(&params, true).await,
+        "SubscribeToTask" => caller.subscribe(&params).await,
+        "GetTask" => caller
+            .get(&params)
+            .await
+            .map(|t| answer(&rpc_result(&id, t))),
+        "ListTasks" => caller
+            .list(&params)
+            .await
+            .map(|t| answer(&rpc_result(&id, t))),
+        "CancelTask" => caller
+            .cancel(&params)
+            .await
+            .map(|t| answer(&rpc_result(&id, t))),
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig"
+        | "GetExtendedAgentCard" => Err(RpcError::new(
+            UNSUPPORTED_OPERATION,
+            format!("{method} is not supported by this agent"),
+        )),
+        other => Err(RpcError::new(
+            METHOD_NOT_FOUND,
+            format!("method {other:?} not found"),
+        )),
+    };
+    Ok(result.unwrap_or_else(|e| answer(&rpc_error(&id, e))))
+}
+
+/// Who called, and with what request id.
+struct Caller {
+    app: AppState,
+    tenant: Tenant,
+    id: Value,
+}
+
+/// A task's id as the protocol names it.
+fn task_id(params: &Value) -> Result<Uuid, RpcError> {
+    let raw = params["id"]
+        .as_str()
+        .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`id` (the task's id) is required"))?;
+    Uuid::try_parse(raw).map_err(|_| RpcError::new(TASK_NOT_FOUND, "task not found"))
+}
+
+/// `historyLength`, when given.
+fn history_length(params: &Value) -> Result<Option<usize>, RpcError> {
+    match &params["historyLength"] {
+        Value::Null => Ok(None),
+        n => n
+            .as_u64()
+            .map(|n| Some(n as usize))
+            .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`historyLength` must be a count")),
+    }
+}
+
+/// The text of a message's parts; parts that are not text are refused.
+fn message_text(message: &Value) -> Result<String, RpcError> {
+    let parts = message["parts"]
+        .as_array()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`message.parts` must hold a part"))?;
+    let mut texts = Vec::new();
+    for part in parts {
+        match part["text"].as_str() {
+            Some(text) => texts.push(text),
+            None => {
+                return Err(RpcError::new(
+                    CONTENT_TYPE_NOT_SUPPORTED,
+                    "only text parts are taken (text/plain)",
+                ));
+            }
+        }
+    }
+    Ok(texts.join("\n"))
+}
+
+impl Caller {
+    /// The caller's turn of a task id, or `TaskNotFound` (another
+    /// tenant's is answered as one that does not exist).
+    async fn turn(&self, turn_id: Uuid) -> Result<TurnRecord, RpcError> {
+        let record = self
+            .app
+            .store
+            .find_turn(turn_id)
+            .await?
+            .ok_or_else(|| RpcError::new(TASK_NOT_FOUND, "task not found"))?;
+        if SessionKey::from_stored(&record.session_id).tenant() != self.tenant.0 {
+            return Err(RpcError::new(TASK_NOT_FOUND, "task not found"));
+        }
+        Ok(record)
+    }
+
+    /// The task of a turn, folded from what its log holds now.
+    async fn fold(&self, record: &TurnRecord) -> Result<TaskFold, RpcError> {
+        let session = SessionKey::from_stored(&record.session_id);
+        let mut fold = TaskFold::new(record.id.to_string(), session.id().to_owned());
+        let mut after = record.first_seq - 1;
+        // Bounded: a turn's events are finite, and each page moves on.
+        loop {
+            let page = self
+                .app
+                .store
+                .list_events(&record.session_id, Some(record.id), after, EVENTS_PER_READ)
+                .await?;
+            for stored in &page {
+                if let Some(event) = typed(stored) {
+                    fold.event(stored, event);
+                }
+                after = stored.seq;
+            }
+            if page.len() < EVENTS_PER_READ as usize || fold.ended() {
+                break;
+            }
+        }
+        Ok(fold)
+    }
+
+    async fn get(&self, params: &Value) -> Result<Value, RpcError> {
+        let record = self.turn(task_id(params)?).await?;
+        let history = history_length(params)?;
+        Ok(self.fold(&record).await?.task(history))
+    }
+
+    async fn list(&self, params: &Value) -> Result<Value, RpcError> {
+        let context = params["contextId"].as_str().ok_or_else(|| {
+            RpcError::new(
+                INVALID_PARAMS,
+                "`contextId` is required: tasks are listed by context",
+            )
+        })?;
+        let session = parse_session_id(context, &self.tenant)?;
+        let size = match &params["pageSize"] {
+            Value::Null => PAGE_DEFAULT,
+            n => n
+                .as_u64()
+                .filter(|n| (1..=u64::from(PAGE_MAX)).contains(n))
+                .map(|n| n as u32)
+                .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`pageSize` must be 1-100"))?,
+        };
+        let before = match params["pageToken"].as_str().filter(|t| !t.is_empty()) {
+            Some(token) => Some(
+                Uuid::try_parse(token)
+                    .map_err(|_| RpcError::new(INVALID_PARAMS, "`pageToken` is not ours"))?,
+            ),
+            None => None,
+        };
+        let history = history_length(params)?;
+        let with_artifacts = params["includeArtifacts"].as_bool().unwrap_or(false);
+        // One more than the page: whether a next page exists.
+        let mut turns = self
+            .app
+            .store
+            .list_turns(session.as_str(), before, size + 1)
+            .await?;
+        let more = turns.len() > size as usize;
+        turns.truncate(size as usize);
+        let mut tasks = Vec::new();
+        for record in &turns {
+            let mut task = self.fold(record).await?.task(history);
+            if !with_artifacts && let Some(fields) = task.as_object_mut() {
+                fields.remove("artifacts");
+            }
+            tasks.push(task);
+        }
+        let next = if more {
+            turns.last().map(|t| t.id.to_string()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(json!({
+            "tasks": tasks,
+            "nextPageToken": next,
+            "pageSize": size,
+            "totalSize": tasks.len(),
+        }))
+    }
+
+    async fn cancel(&self, params: &Value) -> Result<Value, RpcError> {
+        let record = self.turn(task_id(params)?).await?;
+        let session = SessionKey::from_stored(&record.session_id);
+        match self.app.runner.cancel(&session, record.id).await {
+            Ok(_) => {}
+            Err(CancelError::NotFound) => {
+                return Err(RpcError::new(TASK_NOT_FOUND, "task not found"));
+            }
+            Err(CancelError::NotRunning(status)) => {
+                return Err(RpcError::new(
+                    TASK_NOT_CANCELABLE,
+                    format!("the task ended ({status}): it cannot be canceled"),
+                ));
+            }
+            Err(CancelError::Store(e)) => return Err(e.into()),
+        }
+        let record = self.turn(record.id).await?;
+        Ok(self.fold(&record).await?.task(None))
+    }
+
+    /// `SendMessage` / `SendStreamingMessage`.
+    async fn send(&self, params: &Value, streams: bool) -> Result<Response, RpcError> {
+        let message = &params["message"];
+        if !message.is_object() {
+            return Err(RpcError::new(INVALID_PARAMS, "`message` is required"));
+        }
+        let text = message_text(message)?;
+        let configuration = &params["configuration"];
+        let immediately = configuration["returnImmediately"]
+            .as_bool()
+            .unwrap_or(false);
+        let history = history_length(configuration)?;
+        let app = &self.app;
+        let (session, turn_id, events, quiet_until) =
+            match message["taskId"].as_str().filter(|t| !t.is_empty()) {
+                Some(task) => {
+                    let turn_id = Uuid::try_parse(task)
+                        .map_err(|_| RpcError::new(TASK_NOT_FOUND, "task not found"))?;
+                    let (record, last_seq) = self.answer_pending(turn_id, &text).await?;
+                    let events = app
+                        .runner
+                        .subscribe(record.session_id.clone(), turn_id, record.first_seq - 1)
+                        .boxed();
+                    let session = SessionKey::from_stored(&record.session_id);
+                    (session, turn_id, events, last_seq)
+                }
+                None => {
+                    let (session, started) = self.begin(message, text).await?;
+                    let turn_id = started.turn_id;
+                    let events = crate::http::follow_started(app, &session, started);
+                    (session, turn_id, events, 0)
+                }
+            };
+        let fold = TaskFold::new(turn_id.to_string(), session.id().to_owned());
+        let mut stream = TaskStream {
+            id: self.id.clone(),
+            fold,
+            quiet_until,
+        };
+        if streams {
+            return Ok(stream_turn(
+                stream,
+                events,
+                app.sse_keepalive(),
+                app.runner.metrics().clone(),
+            ));
+        }
+        // Blocking: until the task ends or waits for the client (or at
+        // once, with `returnImmediately`, as it stands after its start).
+        let mut events = events;
+        while let Some(stored) = events.next().await {
+            let stored = stored?;
+            stream.encode(&stored);
+            let fresh = stored.seq > stream.quiet_until;
+            if fresh && (stream.fold.pauses() || immediately) {
+                break;
+            }
+        }
+        Ok(answer(&rpc_result(
+            &self.id,
+            json!({"task": stream.fold.task(history)}),
+        )))
+    }
+
+    /// Begins a turn of `message` in its context (a new one when it names
+    /// none).
+    async fn begin(
+        &self,
+        message: &Value,
+        text: String,
+    ) -> Result<(SessionKey, crate::runner::StartedTurn), RpcError> {
+        let session = match message["contextId"].as_str().filter(|c| !c.is_empty()) {
+            Some(context) => parse_session_id(context, &self.tenant)?,
+            None => parse_session_id(&format!("a2a-{}", Uuid::now_v7().simple()), &self.tenant)?,
+        };
+        let body: crate::http::turns::TurnBody =
+            serde_json::from_value(json!({"message": text}))
+                .map_err(|e| RpcError::new(INVALID_PARAMS, e.to_string()))?;
+        let asked = TurnRequest::try_from(body)?;
+        match self.app.runner.start(&session, asked, None).await {
+            Ok(started) => Ok((session, started)),
+            Err(crate::runner::StartError::AlreadyRunning(running)) => Err(RpcError::new(
+                UNSUPPORTED_OPERATION,
+                format!("the context already runs task {running}: wait for it, or cancel it"),
+            )),
+            Err(e) => Err(ApiError::from(e).into()),
+        }
+    }
+
+    /// A message in a task that waits for the client: it decides the
+    /// task's pending calls (a data part `{"approve": bool}`, or text that
+    /// starts with approve/yes or deny/no).
+    async fn answer_pending(
+        &self,
+        turn_id: Uuid,
+        text: &str,
+    ) -> Result<(TurnRecord, i64), RpcError> {
+        let record = self.turn(turn_id).await?;
+        let session = SessionKey::from_stored(&record.session_id);
+        if record.status != TurnStatus::Running {
+            return Err(RpcError::new(
+                UNSUPPORTED_OPERATION,
+                format!(
+                    "the task ended ({}): send a new message without its taskId",
+                    record.status
+                ),
+            ));
+        }
+        // What the log holds before the answer: the stream of the answer
+        // goes on after it.
+        let last_seq = self
+            .app
+            .store
+            .get_session(session.as_str())
+            .await?
+            .map_or(0, |s| s.last_seq);
+        let fold = self.fold(&record).await?;
+        if fold.pending().is_empty() {
+            return Err(RpcError::new(
+                UNSUPPORTED_OPERATION,
+                "the task is working and waits for nothing",
+            ));
+        }
+        let said = text.trim().to_lowercase();
+        let approve = if said.starts_with("approve") || said.starts_with("yes") {
+            true
+        } else if said.starts_with("deny") || said.starts_with("no") {
+            false
+        } else {
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                "answer a pending call with approve or deny",
+            ));
+        };
+        for call_id in fold.pending() {
+            self.app
+                .store
+                .decide_approval(&NewApproval {
+                    session_id: session.as_str().to_owned(),
+                    turn_id,
+                    call_id: call_id.clone(),
+                    approved: approve,
+                    reason: Some(format!("answered in the task: {}", text.trim())),
+                })
+                .await?;
+        }
+        self.app.approvals_decided.notify_waiters();
+        Ok((record, last_seq))
+    }
+
+    async fn subscribe(&self, params: &Value) -> Result<Response, RpcError> {
+        let record = self.turn(task_id(params)?).await?;
+        if record.status != TurnStatus::Running {
+            return Err(RpcError::new(
+                UNSUPPORTED_OPERATION,
+                format!("the task ended ({}): read it with GetTask", record.status),
+            ));
+        }
+        let session = SessionKey::from_stored(&record.session_id);
+        let quiet_until = self
+            .app
+            .store
+            .get_session(session.as_str())
+            .await?
+            .map_or(0, |s| s.last_seq);
+        let events =
+            self.app
+                .runner
+                .subscribe(record.session_id.clone(), record.id, record.first_seq - 1);
+        let format = TaskStream {
+            id: self.id.clone(),
+            fold: TaskFold::new(record.id.to_string(), session.id().to_owned()),
+            quiet_until,
+        };
+        Ok(stream_turn(
+            format,
+            events,
+            self.app.sse_keepalive(),
+            self.app.runner.metrics().clone(),
+        ))
+    }
+}
+
+/// A task's `StreamResponse`s, each a JSON-RPC result on a `data:` line;
+/// the stream ends when the task ends or waits for the client. The events
+/// up to `quiet_until` (what the client has seen: a subscription, or the
+/// answer to a task that waited) are folded without a word, and the task
+/// as it stands then is the first thing said.
+struct TaskStream {
+    id: Value,
+    fold: TaskFold,
+    quiet_until: i64,
+}
+
+impl WireFormat for TaskStream {
+    fn encode(&mut self, stored: &StoredEvent) -> Encoded {
+        let Some(event) = typed(stored) else {
+            return Encoded::default();
+        };
+        let said = self.fold.event(stored, event);
+        if stored.seq < self.quiet_until {
+            return Encoded::default();
+        }
+        let said = if stored.seq == self.quiet_until {
+            vec![json!({"task": self.fold.task(None)})]
+        } else {
+            said
+        };
+        let frames = said
+            .into_iter()
+            .map(|result| super::data_frame(&rpc_result(&self.id, result)))
+            .collect();
+        Encoded {
+            frames,
+            done: stored.seq > self.quiet_until && self.fold.pauses()
+                || stored.seq == self.quiet_until && self.fold.ended(),
+        }
+    }
+
+    fn unreadable(&mut self) -> Vec<Bytes> {
+        let error = RpcError::new(-32603, "the task's log cannot be read; subscribe again");
+        vec![super::data_frame(&rpc_error(&self.id, error))]
+    }
+}

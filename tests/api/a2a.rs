@@ -1,0 +1,388 @@
+//! A2A 1.0 (JSON-RPC): the agent card and the task methods. The official
+//! `a2a-sdk` client delegates to the service in `.ci/run`
+//! (`scripts/a2a_sdk_check.py`, every answer parsed strictly by the SDK's
+//! protobuf types); here each exchange and each error code is checked.
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{SseStream, TestApp, spawn_app, spawn_app_with, test_settings, vault_of},
+    on_both_backends,
+    support::{Backend, TestDb},
+};
+
+fn request(id: u64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+async fn rpc(app: &TestApp, body: Value) -> Value {
+    let response = app
+        .client
+        .post(app.url("/a2a"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+fn message(text: &str, extra: Value) -> Value {
+    let mut message = json!({"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": text}]});
+    if let (Some(fields), Some(more)) = (message.as_object_mut(), extra.as_object()) {
+        fields.extend(more.clone());
+    }
+    message
+}
+
+/// The JSON-RPC results of an A2A stream.
+async fn stream_results(app: &TestApp, body: Value) -> Vec<Value> {
+    let response = app
+        .client
+        .post(app.url("/a2a"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut stream = SseStream::new(response).await;
+    let mut results = Vec::new();
+    while let Some(event) = stream.next().await {
+        results.push(event.json()["result"].clone());
+    }
+    results
+}
+
+async fn a_task_is_a_turn_sent_streamed_read_and_listed(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let card: Value = app
+        .client
+        .get(app.url("/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(card["name"], "agent-harness");
+    assert_eq!(card["capabilities"]["streaming"], true);
+    let interface = &card["supportedInterfaces"][0];
+    assert_eq!(
+        (&interface["protocolBinding"], &interface["protocolVersion"]),
+        (&json!("JSONRPC"), &json!("1.0"))
+    );
+    assert!(interface["url"].as_str().unwrap().ends_with("/a2a"));
+    assert!(card.get("securitySchemes").is_none(), "no keys, no scheme");
+    let skills: Vec<&str> = card["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        skills.contains(&"chat") && skills.contains(&"local_search"),
+        "{skills:?}"
+    );
+
+    // Blocking: the task, completed, its answer the artifact.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let sent = rpc(
+        &app,
+        request(
+            1,
+            "SendMessage",
+            json!({"message": message("Say hello.", json!({"contextId": "ctx-1"}))}),
+        ),
+    )
+    .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{sent}");
+    assert_eq!(task["contextId"], "ctx-1");
+    assert_eq!(
+        task["artifacts"][0]["parts"][0]["text"],
+        "Hello! How can I help you today?"
+    );
+    let first = task["id"].as_str().unwrap().to_owned();
+    // The task is the turn of the context's session.
+    let (status, turn) = app
+        .get_json(&format!("/sessions/ctx-1/turns/{first}"))
+        .await;
+    assert_eq!((status, &turn["status"]), (200, &json!("completed")));
+
+    // Streamed: the task, working; the text's chunks; the citations as a
+    // last data chunk; completed.
+    app.provider.enqueue([
+        Reply::sse("openai/tool_call_local_search.sse"),
+        Reply::sse("openai/after_local_search.sse"),
+    ]);
+    let results = stream_results(
+        &app,
+        request(
+            2,
+            "SendStreamingMessage",
+            json!({"message": message("Plan a trip", json!({"contextId": "ctx-1"}))}),
+        ),
+    )
+    .await;
+    assert_eq!(results[0]["task"]["status"]["state"], "TASK_STATE_WORKING");
+    let second = results[0]["task"]["id"].as_str().unwrap().to_owned();
+    let tool = &results[1]["statusUpdate"]["status"];
+    assert_eq!(tool["state"], "TASK_STATE_WORKING");
+    assert_eq!(tool["message"]["parts"][1]["data"]["tool"], "local_search");
+    let chunks: Vec<&Value> = results
+        .iter()
+        .filter_map(|r| r.get("artifactUpdate"))
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["artifact"]["parts"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, "You asked about a Paris trip before.");
+    assert_eq!(chunks[0]["append"], false);
+    assert!(chunks[1..].iter().all(|c| c["append"] == true));
+    let last_chunk = chunks.last().unwrap();
+    assert_eq!(last_chunk["lastChunk"], true);
+    assert!(last_chunk["artifact"]["parts"][0]["data"]["citations"].is_object());
+    let end = &results.last().unwrap()["statusUpdate"]["status"];
+    assert_eq!(end["state"], "TASK_STATE_COMPLETED");
+
+    // Read back: the same task, its history cut to the newest message.
+    let got = rpc(
+        &app,
+        request(3, "GetTask", json!({"id": second, "historyLength": 1})),
+    )
+    .await;
+    let task = &got["result"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(task["history"].as_array().unwrap().len(), 1);
+    assert_eq!(task["history"][0]["role"], "ROLE_AGENT");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], text.as_str());
+
+    // Listed by context, newest first, a page at a time.
+    let page = rpc(
+        &app,
+        request(4, "ListTasks", json!({"contextId": "ctx-1", "pageSize": 1})),
+    )
+    .await;
+    let page = &page["result"];
+    assert_eq!(page["tasks"][0]["id"], second.as_str());
+    assert!(
+        page["tasks"][0].get("artifacts").is_none(),
+        "asked without artifacts"
+    );
+    let token = page["nextPageToken"].as_str().unwrap();
+    let rest = rpc(
+        &app,
+        request(5, "ListTasks", json!({"contextId": "ctx-1", "pageSize": 1, "pageToken": token, "includeArtifacts": true})),
+    )
+    .await;
+    assert_eq!(rest["result"]["tasks"][0]["id"], first.as_str());
+    assert!(rest["result"]["tasks"][0]["artifacts"].is_array());
+    assert_eq!(rest["result"]["nextPageToken"], "");
+}
+
+async fn a_task_waits_for_input_and_is_answered_in_the_same_task(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.vault.dir = vault.path().to_owned();
+    settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    app.provider.enqueue([
+        Reply::openai_tool_call(
+            "call_a1",
+            "write_note",
+            &json!({"path": "notes/a.md", "content": "changed"}),
+        ),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let sent = rpc(
+        &app,
+        request(
+            1,
+            "SendMessage",
+            json!({"message": message("Change my note", json!({}))}),
+        ),
+    )
+    .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{sent}"
+    );
+    let asks = &task["status"]["message"]["parts"];
+    assert_eq!(asks[1]["data"]["tool"], "write_note");
+    assert_eq!(asks[1]["data"]["call_id"], "call_a1");
+    let id = task["id"].as_str().unwrap().to_owned();
+    let context = task["contextId"].as_str().unwrap().to_owned();
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
+
+    // An answer that is neither: refused, nothing decided.
+    let unclear = rpc(
+        &app,
+        request(
+            2,
+            "SendMessage",
+            json!({"message": message("maybe", json!({"taskId": id, "contextId": context}))}),
+        ),
+    )
+    .await;
+    assert_eq!(unclear["error"]["code"], -32602, "{unclear}");
+    // Approved in the same task: the stream goes on from there.
+    let results = stream_results(
+        &app,
+        request(
+            3,
+            "SendStreamingMessage",
+            json!({"message": message("approve", json!({"taskId": id, "contextId": context}))}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        results[0]["task"]["status"]["state"],
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+    assert_eq!(
+        results[1]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_WORKING"
+    );
+    let end = &results.last().unwrap()["statusUpdate"]["status"];
+    assert_eq!(end["state"], "TASK_STATE_COMPLETED", "{results:#?}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "changed");
+    // A message to a task that ended is refused.
+    let late = rpc(
+        &app,
+        request(
+            4,
+            "SendMessage",
+            json!({"message": message("approve", json!({"taskId": id}))}),
+        ),
+    )
+    .await;
+    assert_eq!(late["error"]["code"], -32004, "{late}");
+}
+
+async fn a_task_is_cancelled_and_subscribed_to(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let gate = CancellationToken::new();
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
+    let sent = rpc(
+        &app,
+        request(1, "SendMessage", json!({"message": message("Hi", json!({})), "configuration": {"returnImmediately": true}})),
+    )
+    .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_WORKING", "{sent}");
+    let id = task["id"].as_str().unwrap().to_owned();
+    let response = app
+        .client
+        .post(app.url("/a2a"))
+        .json(&request(2, "SubscribeToTask", json!({"id": id})))
+        .send()
+        .await
+        .unwrap();
+    let mut subscribed = SseStream::new(response).await;
+    let first = subscribed.next().await.unwrap().json();
+    assert_eq!(
+        first["result"]["task"]["id"],
+        id.as_str(),
+        "the task as it stands first"
+    );
+    let cancelled = rpc(&app, request(3, "CancelTask", json!({"id": id}))).await;
+    assert_eq!(
+        cancelled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{cancelled}"
+    );
+    let mut rest = Vec::new();
+    while let Some(event) = subscribed.next().await {
+        rest.push(event.json());
+    }
+    let last = &rest.last().unwrap()["result"]["statusUpdate"]["status"];
+    assert_eq!(last["state"], "TASK_STATE_CANCELED", "{rest:#?}");
+    gate.cancel();
+    // Ended: neither cancelled again nor subscribed to.
+    let again = rpc(&app, request(4, "CancelTask", json!({"id": id}))).await;
+    assert_eq!(again["error"]["code"], -32002, "{again}");
+    let late = rpc(&app, request(5, "SubscribeToTask", json!({"id": id}))).await;
+    assert_eq!(late["error"]["code"], -32004, "{late}");
+}
+
+async fn every_a2a_error_has_its_code(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let raw = app
+        .client
+        .post(app.url("/a2a"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 200);
+    let parse: Value = raw.json().await.unwrap();
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    let unknown_task = "0190a5c4-0000-7000-8000-000000000000";
+    for (body, code) in [
+        (json!({"id": 1, "method": "GetTask"}), -32600),
+        (request(1, "tasks/get", json!({})), -32601),
+        (request(1, "GetTask", json!({})), -32602),
+        (request(1, "GetTask", json!({"id": unknown_task})), -32001),
+        (request(1, "GetTask", json!({"id": "not-a-task"})), -32001),
+        (
+            request(1, "CancelTask", json!({"id": unknown_task})),
+            -32001,
+        ),
+        (
+            request(1, "SubscribeToTask", json!({"id": unknown_task})),
+            -32001,
+        ),
+        (request(1, "ListTasks", json!({})), -32602),
+        (
+            request(1, "ListTasks", json!({"contextId": "c", "pageSize": 0})),
+            -32602,
+        ),
+        (request(1, "SendMessage", json!({})), -32602),
+        (
+            request(
+                1,
+                "SendMessage",
+                json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"x": 1}}]}}),
+            ),
+            -32005,
+        ),
+        (
+            request(
+                1,
+                "SendMessage",
+                json!({"message": message("  ", json!({}))}),
+            ),
+            -32602,
+        ),
+        (
+            request(
+                1,
+                "SendMessage",
+                json!({"message": message("hi", json!({"taskId": unknown_task}))}),
+            ),
+            -32001,
+        ),
+        (
+            request(1, "CreateTaskPushNotificationConfig", json!({})),
+            -32004,
+        ),
+    ] {
+        let answer = rpc(&app, body.clone()).await;
+        assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+    }
+    assert!(app.provider.requests().is_empty(), "no turn began");
+}
+
+on_both_backends!(
+    a_task_is_a_turn_sent_streamed_read_and_listed,
+    a_task_waits_for_input_and_is_answered_in_the_same_task,
+    a_task_is_cancelled_and_subscribed_to,
+    every_a2a_error_has_its_code,
+);
