@@ -10,11 +10,7 @@ protobuf types: an unknown field fails.
 """
 
 import json
-import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 
 import anyio
@@ -23,11 +19,7 @@ from a2a.client import ClientConfig, create_client
 from a2a.types import a2a_pb2 as a2a
 from google.protobuf import json_format
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+import service
 
 
 class Tee(httpx.AsyncBaseTransport):
@@ -185,34 +177,13 @@ async def checks(base: str, tee: Tee) -> int:
 
 
 def main(binary: str) -> None:
-    port = free_port()
-    with tempfile.TemporaryDirectory() as folder:
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HARNESS_PROVIDERS": "demo:echo",
-            "HARNESS_LISTEN": f"127.0.0.1:{port}",
-            "DATABASE_URL": f"sqlite://{folder}/h.db",
-            "HARNESS_VAULT_DIR": f"{folder}/vault",
-            "HARNESS_LOG_FORMAT": "json",
-            # The demo's search asks for approval: a task that waits.
-            "HARNESS_APPROVAL_REQUIRED": "READ_ONLY",
-        }
-        server = subprocess.Popen([binary], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(200):
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            tee = Tee()
-            passed = anyio.run(checks, f"http://127.0.0.1:{port}", tee)
-            parsed = strictly_parsed(tee.seen)
-            assert parsed >= 10, tee.seen
-            print(f"a2a-sdk: {passed + 1} passed, 0 failed ({parsed} answers parsed strictly)")
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    # The demo's search asks for approval: a task that waits.
+    with service.running(binary, HARNESS_APPROVAL_REQUIRED="READ_ONLY") as base:
+        tee = Tee()
+        passed = anyio.run(checks, base, tee)
+        parsed = strictly_parsed(tee.seen)
+        assert parsed >= 10, tee.seen
+        print(f"a2a-sdk: {passed + 1} passed, 0 failed ({parsed} answers parsed strictly)")
 
 
 if __name__ == "__main__":

@@ -7,22 +7,13 @@ reads the sessions, cancels a slow `ask` (the SDK sends
 `notifications/cancelled` when its call is abandoned), stops the binary.
 """
 
-import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 
 import anyio
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+import service
 
 
 async def checks(url: str) -> int:
@@ -81,29 +72,9 @@ async def checks(url: str) -> int:
 
 
 def main(binary: str) -> None:
-    port = free_port()
-    with tempfile.TemporaryDirectory() as folder:
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HARNESS_PROVIDERS": "demo:echo",
-            "HARNESS_LISTEN": f"127.0.0.1:{port}",
-            "DATABASE_URL": f"sqlite://{folder}/h.db",
-            "HARNESS_VAULT_DIR": f"{folder}/vault",
-            "HARNESS_LOG_FORMAT": "json",
-        }
-        server = subprocess.Popen([binary], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(200):
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            passed = anyio.run(checks, f"http://127.0.0.1:{port}/mcp")
-            print(f"mcp-sdk: {passed} passed, 0 failed")
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    with service.running(binary) as base:
+        passed = anyio.run(checks, f"{base}/mcp")
+        print(f"mcp-sdk: {passed} passed, 0 failed")
 
 
 if __name__ == "__main__":

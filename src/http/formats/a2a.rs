@@ -24,7 +24,14 @@ use serde_json::{Value, json};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{Encoded, WireFormat, stream_turn, typed};
+use super::{
+    Encoded, WireFormat,
+    jsonrpc::{
+        self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+        result as rpc_result,
+    },
+    read_turn, stream_turn, typed,
+};
 use crate::{
     app::AppState,
     events::StoredEvent,
@@ -50,14 +57,7 @@ const VERSION: &str = "1.0";
 const PAGE_MAX: u32 = 100;
 const PAGE_DEFAULT: u32 = 50;
 
-/// Events of a turn read per page while its task is folded from its log.
-const EVENTS_PER_READ: u32 = 1000;
-
-// JSON-RPC and A2A error codes.
-const PARSE_ERROR: i64 = -32700;
-const INVALID_REQUEST: i64 = -32600;
-const METHOD_NOT_FOUND: i64 = -32601;
-const INVALID_PARAMS: i64 = -32602;
+// A2A's error codes (beside JSON-RPC's).
 const TASK_NOT_FOUND: i64 = -32001;
 const TASK_NOT_CANCELABLE: i64 = -32002;
 const UNSUPPORTED_OPERATION: i64 = -32004;
@@ -77,7 +77,7 @@ impl From<ApiError> for RpcError {
         match e.status() {
             StatusCode::NOT_FOUND => Self::new(TASK_NOT_FOUND, e.to_string()),
             s if s.is_client_error() => Self::new(INVALID_PARAMS, e.to_string()),
-            _ => Self::new(-32603, e.to_string()),
+            _ => Self::new(INTERNAL_ERROR, e.to_string()),
         }
     }
 }
@@ -88,12 +88,8 @@ impl From<crate::store::StoreError> for RpcError {
     }
 }
 
-fn rpc_result(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
-}
-
 fn rpc_error(id: &Value, RpcError(code, message): RpcError) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+    jsonrpc::error(id, code, &message)
 }
 
 fn answer(message: &Value) -> Response {
@@ -197,7 +193,7 @@ async fn a2a(
     let id = message.get("id").cloned().unwrap_or(Value::Null);
     let (Some(method), true) = (
         message.get("method").and_then(Value::as_str),
-        message.get("jsonrpc").and_then(Value::as_str) == Some("2.0"),
+        jsonrpc::is_message(&message),
     ) else {
         let error = RpcError::new(INVALID_REQUEST, "not a JSON-RPC 2.0 request");
         return Ok(answer(&rpc_error(&id, error)));
@@ -307,24 +303,13 @@ impl Caller {
     async fn fold(&self, record: &TurnRecord) -> Result<TaskFold, RpcError> {
         let session = SessionKey::from_stored(&record.session_id);
         let mut fold = TaskFold::new(record.id.to_string(), session.id().to_owned());
-        let mut after = record.first_seq - 1;
-        // Bounded: a turn's events are finite, and each page moves on.
-        loop {
-            let page = self
-                .app
-                .store
-                .list_events(&record.session_id, Some(record.id), after, EVENTS_PER_READ)
-                .await?;
-            for stored in &page {
-                if let Some(event) = typed(stored) {
-                    fold.event(stored, event);
-                }
-                after = stored.seq;
+        read_turn(self.app.store.as_ref(), record, |stored| {
+            if let Some(event) = typed(stored) {
+                fold.event(stored, event);
             }
-            if page.len() < EVENTS_PER_READ as usize || fold.ended() {
-                break;
-            }
-        }
+            fold.ended()
+        })
+        .await?;
         Ok(fold)
     }
 
@@ -628,7 +613,10 @@ impl WireFormat for TaskStream {
     }
 
     fn unreadable(&mut self) -> Vec<Bytes> {
-        let error = RpcError::new(-32603, "the task's log cannot be read; subscribe again");
+        let error = RpcError::new(
+            INTERNAL_ERROR,
+            "the task's log cannot be read; subscribe again",
+        );
         vec![super::data_frame(&rpc_error(&self.id, error))]
     }
 }

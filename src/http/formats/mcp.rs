@@ -23,7 +23,14 @@ use serde_json::{Value, json};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{Encoded, WireFormat, stream_turn, typed};
+use super::{
+    Encoded, WireFormat,
+    jsonrpc::{
+        INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, error as rpc_error,
+        is_message, result as rpc_result,
+    },
+    stream_turn, typed,
+};
 use crate::{
     app::{AppState, McpCallGuard, McpCalls},
     events::{StoredEvent, TurnEvent},
@@ -45,21 +52,7 @@ const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-
 /// Sessions `list_sessions` answers at most.
 const LIST_MAX: u32 = 100;
 
-/// JSON-RPC error codes.
-const METHOD_NOT_FOUND: i64 = -32601;
-const INVALID_PARAMS: i64 = -32602;
-const INVALID_REQUEST: i64 = -32600;
-const INTERNAL_ERROR: i64 = -32603;
-
 const SESSION_HEADER: &str = "mcp-session-id";
-
-fn rpc_result(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
-}
-
-fn rpc_error(id: &Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-}
 
 fn json_answer(status: StatusCode, message: &Value) -> Response {
     (status, axum::Json(message)).into_response()
@@ -88,10 +81,7 @@ async fn mcp(
     headers: HeaderMap,
     ApiJson(message): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let Some(fields) = message
-        .as_object()
-        .filter(|m| m.get("jsonrpc").and_then(Value::as_str) == Some("2.0"))
-    else {
+    let Some(fields) = message.as_object().filter(|_| is_message(&message)) else {
         return Ok(json_answer(
             StatusCode::BAD_REQUEST,
             &rpc_error(&Value::Null, INVALID_REQUEST, "not a JSON-RPC 2.0 message"),

@@ -12,6 +12,7 @@
 pub mod a2a;
 pub mod agui;
 pub mod chat_completions;
+pub mod jsonrpc;
 pub mod mcp;
 pub mod native;
 pub mod responses;
@@ -207,4 +208,30 @@ pub fn typed(stored: &StoredEvent) -> Option<&crate::events::TurnEvent> {
         );
     }
     event
+}
+
+/// Feeds `feed` the events a turn's log holds now, in order, a page at a
+/// time, until they run out or `feed` says it has what it needs (true).
+pub(crate) async fn read_turn(
+    store: &dyn crate::store::Store,
+    turn: &crate::store::TurnRecord,
+    mut feed: impl FnMut(&StoredEvent) -> bool,
+) -> Result<(), StoreError> {
+    const PER_READ: u32 = 1000;
+    let mut after = turn.first_seq - 1;
+    // Bounded: a turn's events are finite, and each page moves on.
+    loop {
+        let page = store
+            .list_events(&turn.session_id, Some(turn.id), after, PER_READ)
+            .await?;
+        for event in &page {
+            after = event.seq;
+            if feed(event) {
+                return Ok(());
+            }
+        }
+        if page.len() < PER_READ as usize {
+            return Ok(());
+        }
+    }
 }

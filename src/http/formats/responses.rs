@@ -29,7 +29,7 @@ use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{Encoded, WireFormat, stream_turn, typed};
+use super::{Encoded, WireFormat, read_turn, stream_turn, typed};
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
@@ -53,9 +53,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(cancel_response))
         .routes(routes!(input_items))
 }
-
-/// Events of a turn read per page while a response is folded from its log.
-const EVENTS_PER_READ: u32 = 1000;
 
 /// The id of the response of `turn_id`.
 fn response_id(turn_id: Uuid) -> String {
@@ -191,21 +188,11 @@ impl WireFormat for ResponseStream {
 /// The response of a turn, folded from what its log holds now.
 async fn folded(app: &AppState, record: &TurnRecord) -> Result<Value, ApiError> {
     let mut folding = Folding::new(head(record.id, &record.session_id, &record.request));
-    let mut after = record.first_seq - 1;
-    // Bounded: a turn's events are finite, and each page moves on.
-    loop {
-        let page = app
-            .store
-            .list_events(&record.session_id, Some(record.id), after, EVENTS_PER_READ)
-            .await?;
-        for event in &page {
-            folding.feed(event);
-            after = event.seq;
-        }
-        if page.len() < EVENTS_PER_READ as usize || folding.fold.ended() {
-            break;
-        }
-    }
+    read_turn(app.store.as_ref(), record, |event| {
+        folding.feed(event);
+        folding.fold.ended()
+    })
+    .await?;
     let mut response = folding.fold.response();
     if !folding.fold.ended() && record.status != TurnStatus::Running {
         // Ended without its terminal event in the log (an old interrupt).
@@ -324,13 +311,42 @@ async fn create_response(
     Ok(response)
 }
 
-/// A route's `{response_id}`.
+/// A route's `{response_id}` (for the document; [`ResponseTurn`] reads it).
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub(crate) struct ResponsePath {
     /// `resp_` and 32 hex digits
     #[param(pattern = r"^resp_[0-9a-f]{32}$")]
+    #[expect(dead_code, reason = "describes the path; ResponseTurn reads it")]
     response_id: String,
+}
+
+/// The caller's turn a route's `{response_id}` names (404
+/// `response_not_found` before the handler runs otherwise).
+pub(crate) struct ResponseTurn {
+    id: String,
+    record: TurnRecord,
+    tenant: Tenant,
+}
+
+impl axum::extract::FromRequestParts<AppState> for ResponseTurn {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        app: &AppState,
+    ) -> Result<Self, ApiError> {
+        let axum::extract::Path(id) = axum::extract::Path::<String>::from_request_parts(parts, app)
+            .await
+            .map_err(|_| ApiError::ResponseNotFound)?;
+        let tenant = parts
+            .extensions
+            .get::<Tenant>()
+            .cloned()
+            .ok_or_else(|| ApiError::Internal("no tenant for the request".into()))?;
+        let record = find(app, &tenant, &id).await?;
+        Ok(Self { id, record, tenant })
+    }
 }
 
 /// How a response is read.
@@ -360,11 +376,9 @@ pub(crate) struct ReadQuery {
 )]
 async fn get_response(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    axum::extract::Path(ResponsePath { response_id }): axum::extract::Path<ResponsePath>,
     ApiQuery(query): ApiQuery<ReadQuery>,
+    ResponseTurn { record, .. }: ResponseTurn,
 ) -> Result<Response, ApiError> {
-    let record = find(&app, &tenant, &response_id).await?;
     if !query.stream {
         return Ok(axum::Json(folded(&app, &record).await?).into_response());
     }
@@ -399,20 +413,15 @@ async fn get_response(
 )]
 async fn delete_response(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    axum::extract::Path(ResponsePath { response_id }): axum::extract::Path<ResponsePath>,
+    ResponseTurn { id, record, .. }: ResponseTurn,
 ) -> Result<Response, ApiError> {
-    let record = find(&app, &tenant, &response_id).await?;
     if !app.store.hide_turn(record.id, chrono::Utc::now()).await? {
         return Err(match app.store.find_turn(record.id).await? {
             Some(r) if r.status == TurnStatus::Running => ApiError::ResponseInProgress(r.id),
             _ => ApiError::ResponseNotFound,
         });
     }
-    Ok(
-        axum::Json(json!({"id": response_id, "object": "response", "deleted": true}))
-            .into_response(),
-    )
+    Ok(axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
 }
 
 /// Cancels a response in progress; answers its object.
@@ -430,10 +439,8 @@ async fn delete_response(
 )]
 async fn cancel_response(
     State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    axum::extract::Path(ResponsePath { response_id }): axum::extract::Path<ResponsePath>,
+    ResponseTurn { id, record, tenant }: ResponseTurn,
 ) -> Result<Response, ApiError> {
-    let record = find(&app, &tenant, &response_id).await?;
     let session = SessionKey::from_stored(&record.session_id);
     match app.runner.cancel(&session, record.id).await {
         Ok(_) => {}
@@ -446,7 +453,7 @@ async fn cancel_response(
         }
         Err(CancelError::Store(e)) => return Err(e.into()),
     }
-    let record = find(&app, &tenant, &response_id).await?;
+    let record = find(&app, &tenant, &id).await?;
     Ok(axum::Json(folded(&app, &record).await?).into_response())
 }
 
@@ -476,12 +483,9 @@ pub(crate) struct ItemsQuery {
     )
 )]
 async fn input_items(
-    State(app): State<AppState>,
-    Extension(tenant): Extension<Tenant>,
-    axum::extract::Path(ResponsePath { response_id }): axum::extract::Path<ResponsePath>,
     ApiQuery(query): ApiQuery<ItemsQuery>,
+    ResponseTurn { record, .. }: ResponseTurn,
 ) -> Result<Response, ApiError> {
-    let record = find(&app, &tenant, &response_id).await?;
     let limit = query.limit.unwrap_or(20);
     if !(1..=100).contains(&limit) {
         return Err(ApiError::InvalidQuery(
