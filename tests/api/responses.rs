@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     fake_provider::Reply,
-    helpers::{TestApp, spawn_app},
+    helpers::{TestApp, spawn_app, spawn_app_with_vault, vault_of},
     on_both_backends,
     support::Backend,
 };
@@ -431,7 +431,49 @@ async fn what_the_responses_api_cannot_take_is_refused(backend: Backend) {
     );
 }
 
+/// The sources a turn cites are annotations of its message, at the end of
+/// its text: in the stream and in the object read back.
+async fn a_responses_citations_are_annotations_of_its_message(backend: Backend) {
+    let vault = vault_of(&[(
+        "notes/paris.md",
+        "# Paris trip\n\n## Open loops\n\n- Book the train to Paris (Eurostar) early.\n",
+    )]);
+    let app = spawn_app_with_vault(backend, vault.path()).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let body = post(
+        &app,
+        json!({"input": "When should I book the train to Paris?", "stream": true}),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    let events = stream_events(&body);
+    let added: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.annotation.added")
+        .collect();
+    assert!(!added.is_empty(), "{:?}", types(&events));
+    let annotation = &added[0]["annotation"];
+    assert_eq!(annotation["type"], "file_citation");
+    assert_eq!(annotation["file_id"], "notes/paris.md#Open loops");
+    let text = "Hello! How can I help you today?";
+    assert_eq!(annotation["index"], text.chars().count());
+    assert_eq!(added[0]["annotation_index"], 0);
+    // Before the message's text is done; its part and item carry them.
+    let at = |kind: &str| events.iter().position(|e| e["type"] == kind).unwrap();
+    assert!(at("response.output_text.annotation.added") < at("response.output_text.done"));
+    let done = &events.last().unwrap()["response"];
+    let part = &done["output"][0]["content"][0];
+    assert_eq!(part["text"], text);
+    assert_eq!(part["annotations"][0], *annotation);
+    let id = done["id"].as_str().unwrap();
+    let (_, read) = app.get_json(&format!("/v1/responses/{id}")).await;
+    assert_eq!(read["output"], done["output"]);
+}
+
 on_both_backends!(
+    a_responses_citations_are_annotations_of_its_message,
     a_streamed_response_is_the_turn_as_response_stream_events,
     responses_chain_by_previous_response_id_and_conversation,
     a_background_response_is_read_resumed_and_cancelled,
