@@ -99,7 +99,8 @@ fn wants_event_stream(headers: &HeaderMap) -> bool {
         })
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+/// The request's `Idempotency-Key`, checked (400 `invalid_header`).
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(raw) = headers.get("idempotency-key") else {
         return Ok(None);
     };

@@ -352,6 +352,69 @@ async fn a_background_response_is_read_resumed_and_cancelled(backend: Backend) {
     assert_eq!(response.status(), 404);
 }
 
+/// A request sent again with its `Idempotency-Key` answers the same
+/// response, whose turn ran once; the key with another request is refused.
+async fn a_response_asked_again_with_its_key_runs_once(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider
+        .enqueue([Reply::openai_text("Once."), Reply::openai_text("Later.")]);
+    let ask = |key: &'static str, body: Value| {
+        app.client
+            .post(app.url("/v1/responses"))
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+    };
+    let first: Value = ask("k-1", json!({"input": "Hi"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(output_text(&first), "Once.");
+    let again: Value = ask("k-1", json!({"input": "Hi"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["id"], first["id"]);
+    assert_eq!(again["output"], first["output"]);
+    // Streamed this time: the same response's events, from the log.
+    let streamed = ask("k-1", json!({"input": "Hi", "stream": true}))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events = stream_events(&streamed);
+    assert_eq!(events.last().unwrap()["response"]["id"], first["id"]);
+    // In the background: the same response, as the log has it.
+    let later: Value = ask("k-2", json!({"input": "Hi", "background": true}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let again: Value = ask("k-2", json!({"input": "Hi", "background": true}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["id"], later["id"]);
+    assert_ne!(later["id"], first["id"]);
+    assert_eq!(app.provider.requests().len(), 2, "each turn ran once");
+    // The key with another request is refused, and begins nothing.
+    let other = ask("k-1", json!({"input": "Something else"}))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 422);
+    let problem: Value = other.json().await.unwrap();
+    assert_eq!(problem["code"], "idempotency_key_reused");
+    assert_eq!(app.provider.requests().len(), 2);
+}
+
 async fn what_the_responses_api_cannot_take_is_refused(backend: Backend) {
     let app = spawn_app(backend).await;
     for (body, status, code, field) in [
@@ -474,6 +537,7 @@ async fn a_responses_citations_are_annotations_of_its_message(backend: Backend) 
 
 on_both_backends!(
     a_responses_citations_are_annotations_of_its_message,
+    a_response_asked_again_with_its_key_runs_once,
     a_streamed_response_is_the_turn_as_response_stream_events,
     responses_chain_by_previous_response_id_and_conversation,
     a_background_response_is_read_resumed_and_cancelled,

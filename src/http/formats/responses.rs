@@ -25,6 +25,7 @@ use axum::{
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sha2::Digest as _;
 use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
@@ -236,19 +237,23 @@ fn streamed(
     path = "/v1/responses",
     tag = "responses",
     request_body = CreateResponse,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Sending the request again with the same key answers the same response (its turn runs once): 1-255 visible ASCII characters", pattern = r"^[\x21-\x7E]{1,255}$", nullable = false)),
     responses(
         (status = 200, description = "A `response` object (its `status` says how the turn ended; with `background: true`, `in_progress` at once), or with `stream: true` its `ResponseStreamEvent`s (`event:` and `data:` lines)", body = Object),
         BadRequest,
         NotFound,
         (status = 409, description = "The conversation already has a running turn", body = Problem, content_type = "application/problem+json"),
         InvalidBody,
+        (status = 422, description = "The idempotency key was used for another request (`idempotency_key_reused`), or a field is invalid (see `code`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 async fn create_response(
     State(app): State<AppState>,
     Extension(tenant): Extension<Tenant>,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<CreateResponse>,
 ) -> Result<Response, ApiError> {
+    let key = crate::http::turns::idempotency_key(&headers)?;
     let mut asked = body.turn_request(&app)?;
     let session = match (&body.previous_response_id, body.conversation_id()?) {
         (Some(_), Some(_)) => {
@@ -263,8 +268,17 @@ async fn create_response(
             SessionKey::from_stored(&record.session_id)
         }
         (None, Some(conversation)) => crate::http::parse_session_id(conversation, &tenant)?,
+        // A new conversation; one named by the request's key when it has
+        // one, so that the request sent again finds its turn there.
         (None, None) => {
-            crate::http::parse_session_id(&format!("resp-{}", Uuid::now_v7().simple()), &tenant)?
+            let name = match &key {
+                Some(key) => {
+                    let digest = sha2::Sha256::digest(key.as_bytes());
+                    hex::encode(&digest[..16])
+                }
+                None => Uuid::now_v7().simple().to_string(),
+            };
+            crate::http::parse_session_id(&format!("resp-{name}"), &tenant)?
         }
     };
     let mut start_head = head(Uuid::nil(), session.as_str(), &asked);
@@ -272,7 +286,7 @@ async fn create_response(
         asked.runtime_provider.as_deref(),
         asked.runtime_model.as_deref(),
     );
-    let started = app.runner.start(&session, asked, None).await?;
+    let started = app.runner.start(&session, asked, key).await?;
     let turn_id = started.turn_id;
     start_head.id = response_id(turn_id);
     let folding = Folding::new(start_head);
@@ -280,7 +294,11 @@ async fn create_response(
         let events = crate::http::follow_started(&app, &session, started);
         return Ok(streamed(&app, folding, None, &session, turn_id, events));
     }
-    let response = if body.background {
+    let response = if started.replayed && body.background {
+        // The request again: its response as the log has it now.
+        let record = find(&app, &tenant, &response_id(turn_id)).await?;
+        folded(&app, &record).await?
+    } else if body.background {
         let mut folding = folding;
         folding
             .fold
