@@ -24,7 +24,7 @@ use super::{
 };
 use crate::{
     app::AppState,
-    events::{StoredEvent, ToolStatus, TurnEvent},
+    events::{StoredEvent, TurnEvent},
     http::{
         Tenant,
         error::{ApiError, BadRequest, InvalidBody, Problem},
@@ -178,21 +178,14 @@ impl Encoder {
                 out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments.to_string()}));
                 out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
             }
-            TurnEvent::ToolFinished {
-                call_id,
-                status,
-                reason,
-                error,
-                output,
-                artifact_id,
-                ..
-            } => {
-                let content = match (*status, error.as_ref().or(reason.as_ref())) {
-                    (ToolStatus::Completed, _) => {
-                        crate::http::shown_tool_output(output.clone(), artifact_id.as_deref())
-                    }
-                    (status, Some(why)) => format!("{}: {why}", status.as_str()),
-                    (status, None) => status.as_str().to_owned(),
+            TurnEvent::ToolFinished { .. } => {
+                let Some((call_id, shown)) = super::finished_call(event) else {
+                    return (out, false);
+                };
+                let content = match shown {
+                    Ok(output) => output,
+                    Err((status, Some(why))) => format!("{}: {why}", status.as_str()),
+                    Err((status, None)) => status.as_str().to_owned(),
                 };
                 self.messages += 1;
                 out.push(json!({

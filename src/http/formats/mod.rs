@@ -191,6 +191,36 @@ impl ConversationTurn {
     }
 }
 
+/// What a finished call shows: the output of a completed one (its first
+/// 2,000 characters, and where the whole is), else its status and why.
+pub type CallResult<'a> = Result<String, (crate::events::ToolStatus, Option<&'a str>)>;
+
+/// The call a `tool.finished` ends and what it shows; `None` for any
+/// other event.
+pub fn finished_call(event: &crate::events::TurnEvent) -> Option<(&str, CallResult<'_>)> {
+    let crate::events::TurnEvent::ToolFinished {
+        call_id,
+        status,
+        reason,
+        error,
+        output,
+        artifact_id,
+        ..
+    } = event
+    else {
+        return None;
+    };
+    let shown = if *status == crate::events::ToolStatus::Completed {
+        Ok(crate::http::shown_tool_output(
+            output.clone(),
+            artifact_id.as_deref(),
+        ))
+    } else {
+        Err((*status, error.as_deref().or(reason.as_deref())))
+    };
+    Some((call_id, shown))
+}
+
 /// A `data:` line of JSON, the frame of the formats that are not native.
 pub fn data_frame(value: &serde_json::Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))

@@ -23,7 +23,7 @@ use super::{
 };
 use crate::{
     app::AppState,
-    events::{StoredEvent, ToolStatus, TurnEvent},
+    events::{StoredEvent, TurnEvent},
     http::{
         SessionPath, Tenant,
         error::{ApiError, BadRequest, InvalidBody, Problem},
@@ -157,30 +157,19 @@ impl Encoder {
                     "input": arguments,
                 }));
             }
-            TurnEvent::ToolFinished {
-                call_id,
-                status,
-                reason,
-                error,
-                output,
-                artifact_id,
-                ..
-            } => {
-                if *status == ToolStatus::Completed {
-                    out.push(json!({
-                        "type": "tool-output-available",
-                        "toolCallId": call_id,
-                        "output": crate::http::shown_tool_output(output.clone(), artifact_id.as_deref()),
-                    }));
-                } else {
-                    let why = error.as_deref().or(reason.as_deref()).unwrap_or_default();
-                    out.push(json!({
-                        "type": "tool-output-error",
-                        "toolCallId": call_id,
-                        "errorText": format!("{}: {why}", status.as_str()),
-                    }));
-                }
-            }
+            TurnEvent::ToolFinished { .. } => match super::finished_call(event) {
+                Some((call_id, Ok(output))) => out.push(json!({
+                    "type": "tool-output-available",
+                    "toolCallId": call_id,
+                    "output": output,
+                })),
+                Some((call_id, Err((status, why)))) => out.push(json!({
+                    "type": "tool-output-error",
+                    "toolCallId": call_id,
+                    "errorText": format!("{}: {}", status.as_str(), why.unwrap_or_default()),
+                })),
+                None => {}
+            },
             TurnEvent::Citations { local, web } => {
                 for (i, source) in web.iter().enumerate() {
                     out.push(json!({

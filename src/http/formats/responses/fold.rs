@@ -22,7 +22,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::{
-    events::{ToolStatus, TurnEvent},
+    events::TurnEvent,
     http::formats::retraction::{Say, StepText, ends_text},
     turn::{StopReason, TurnResult},
 };
@@ -172,22 +172,11 @@ impl ResponseFold {
                     json!({"item_id": id, "output_index": index}),
                 );
             }
-            TurnEvent::ToolFinished {
-                call_id,
-                status,
-                reason,
-                error,
-                output,
-                artifact_id,
-                ..
-            } => self.finish_call(
-                call_id,
-                *status,
-                error.as_deref().or(reason.as_deref()),
-                output.clone(),
-                artifact_id.as_deref(),
-                &mut out,
-            ),
+            TurnEvent::ToolFinished { .. } => {
+                if let Some((call_id, shown)) = crate::http::formats::finished_call(event) {
+                    self.finish_call(call_id, shown, &mut out);
+                }
+            }
             TurnEvent::ApprovalRequested {
                 call_id,
                 tool,
@@ -430,29 +419,29 @@ impl ResponseFold {
     fn finish_call(
         &mut self,
         call_id: &str,
-        status: ToolStatus,
-        why: Option<&str>,
-        output: Option<String>,
-        artifact_id: Option<&str>,
+        shown: crate::http::formats::CallResult<'_>,
         out: &mut Vec<Value>,
     ) {
         let id = call_item_id(call_id);
         let Some(index) = self.output.iter().position(|item| item["id"] == id) else {
             return;
         };
-        let completed = status == ToolStatus::Completed;
         let Some(item) = self.output.get_mut(index) else {
             return;
         };
-        if completed {
-            item["status"] = "completed".into();
-            item["output"] = crate::http::shown_tool_output(output, artifact_id).into();
-        } else {
-            item["status"] = "failed".into();
-            item["error"] = json!({
-                "type": "mcp_tool_execution_error",
-                "content": format!("{}: {}", status.as_str(), why.unwrap_or_default()),
-            });
+        let completed = shown.is_ok();
+        match shown {
+            Ok(output) => {
+                item["status"] = "completed".into();
+                item["output"] = output.into();
+            }
+            Err((status, why)) => {
+                item["status"] = "failed".into();
+                item["error"] = json!({
+                    "type": "mcp_tool_execution_error",
+                    "content": format!("{}: {}", status.as_str(), why.unwrap_or_default()),
+                });
+            }
         }
         let item = item.clone();
         let kind = if completed {
