@@ -471,10 +471,11 @@ async fn data_until(stream: &mut SseStream, kind: &str) -> Vec<Value> {
 /// alike is held back); the AG-UI client, whose step is said again
 /// otherwise, sees its first message named void and the new text whole;
 /// the Responses client, likewise, sees its first message item end
-/// `incomplete` and the new text as a new one.
+/// `incomplete` and the new text as a new one; the A2A client sees its
+/// answer's artifact replaced; the MCP host gets the whole answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
-    let Some((_db, provider, mut replicas)) = replicas(4).await else {
+    let Some((_db, provider, mut replicas)) = replicas(6).await else {
         return;
     };
     let client = reqwest::Client::new();
@@ -509,8 +510,8 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
     assert_eq!(kinds.last(), Some(&"finish"), "{kinds:?}");
     assert_eq!(frames.last(), Some(&Value::String("[DONE]".into())));
 
-    // AG-UI, said again otherwise: the one replica left that was not
-    // shut down takes it over.
+    // AG-UI, said again otherwise: a replica that was not shut down takes
+    // it over.
     provider.enqueue([
         Reply::sse("openai/text.sse").hold_after(3, &never),
         Reply::sse("openai/after_tool.sse"),
@@ -552,7 +553,11 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
     let custom: Vec<&Value> = frames.iter().filter(|f| f["type"] == "CUSTOM").collect();
     assert_eq!(custom.len(), 2, "{frames:#?}");
     assert_eq!(custom[0]["name"], "turn.resumed");
-    assert_eq!(custom[0]["value"]["owner"], "replica-2");
+    let owner = custom[0]["value"]["owner"].as_str().unwrap();
+    assert!(
+        owner.starts_with("replica-") && owner != "replica-1",
+        "{owner}"
+    );
     assert_eq!(custom[1]["name"], "message.retracted");
     assert_eq!(&custom[1]["value"]["messageId"], starts[0]);
     assert_eq!(custom[1]["value"]["reason"], "takeover");
@@ -591,4 +596,80 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
     let last = frames.last().unwrap();
     assert_eq!(last["type"], "response.completed", "{frames:#?}");
     assert_eq!(last["response"]["output"].as_array().unwrap().len(), 2);
+
+    // A2A, said again otherwise: the answer's artifact is replaced
+    // (`append: false`) by the new text, and the task completes.
+    provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(3, &never),
+        Reply::sse("openai/after_tool.sse"),
+    ]);
+    let response = client
+        .post(replicas[3].url("/a2a"))
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+                "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Hi"}]}
+            }}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut stream = SseStream::new(response).await;
+    let mut frames = Vec::new();
+    while let Some(frame) = stream.next().await {
+        let result = frame.json()["result"].clone();
+        let chunk = result["artifactUpdate"]["artifact"]["parts"][0]["text"].clone();
+        frames.push(result);
+        if chunk.is_string() && frames.len() > 1 {
+            break;
+        }
+    }
+    replicas[3].terminate().await;
+    while let Some(frame) = stream.next().await {
+        frames.push(frame.json()["result"].clone());
+    }
+    // The answer as a client builds it: appended chunks, a replace starts over.
+    let mut answer = String::new();
+    for update in frames.iter().filter_map(|f| f.get("artifactUpdate")) {
+        if update["append"] == false {
+            answer.clear();
+        }
+        if let Some(text) = update["artifact"]["parts"][0]["text"].as_str() {
+            answer.push_str(text);
+        }
+    }
+    assert_eq!(answer, "It's 18°C in Paris.", "{frames:#?}");
+    let end = &frames.last().unwrap()["statusUpdate"]["status"]["state"];
+    assert_eq!(end, "TASK_STATE_COMPLETED", "{frames:#?}");
+
+    // MCP's ask: its progress goes on from the new owner, and the result
+    // is the turn's whole answer.
+    provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(3, &never),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let response = client
+        .post(replicas[4].url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                "name": "ask", "arguments": {"message": "Hi"}, "_meta": {"progressToken": 1}
+            }}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut stream = SseStream::new(response).await;
+    let first = stream.next().await.unwrap().json();
+    assert_eq!(first["method"], "notifications/progress");
+    replicas[4].terminate().await;
+    let mut last = Value::Null;
+    while let Some(frame) = stream.next().await {
+        last = frame.json();
+    }
+    assert_eq!(last["id"], 7, "{last}");
+    assert_eq!(last["result"]["isError"], false, "{last}");
+    assert_eq!(
+        last["result"]["content"][0]["text"],
+        "Hello! How can I help you today?"
+    );
 }
