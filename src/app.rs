@@ -18,7 +18,8 @@ pub struct App {
     pub vault: Arc<Vault>,
     /// The MCP servers whose tools are in the registry.
     pub mcp: Arc<McpHub>,
-    /// Wakes tool calls waiting for approval in this process.
+    /// Wakes tool calls waiting in this process, for an approval or for a
+    /// client's result.
     pub approvals_decided: Arc<tokio::sync::Notify>,
     /// The provider names a turn may ask for in `runtime_provider`.
     pub provider_names: Vec<String>,

@@ -113,6 +113,18 @@ pub enum TurnEvent {
         #[schema(value_type = Object)]
         arguments: serde_json::Value,
     },
+    /// A call of a tool the client runs itself: the turn waits for its
+    /// result, posted to `POST
+    /// /sessions/{session_id}/turns/{turn_id}/tool-results/{call_id}`
+    /// (`tool` is the client's name for it, without `client__`).
+    #[serde(rename = "tool.requested")]
+    ToolRequested {
+        step: u32,
+        call_id: String,
+        tool: String,
+        #[schema(value_type = Object)]
+        arguments: serde_json::Value,
+    },
     /// A tool call ended: `completed`, `failed`, `timed_out` or `denied`
     /// (with `reason`: `duplicate`, `blocked`, `pre_hook`, `validation`, `budget`).
     #[serde(rename = "tool.finished")]
@@ -240,6 +252,7 @@ impl TurnEvent {
             Self::MessageRetracted { .. } => "message.retracted",
             Self::Usage { .. } => "usage",
             Self::ToolStarted { .. } => "tool.started",
+            Self::ToolRequested { .. } => "tool.requested",
             Self::ToolFinished { .. } => "tool.finished",
             Self::ToolLate { .. } => "tool.late",
             Self::ApprovalRequested { .. } => "approval.requested",

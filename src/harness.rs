@@ -264,6 +264,9 @@ pub struct AgentHarness {
     judges: Option<Arc<dyn JudgeScheduler>>,
     checkpoint_store: Option<Arc<dyn CheckpointStore>>,
     approvals: Option<Arc<dyn ApprovalGate>>,
+    /// Where calls of the clients' own tools get their results (none: a
+    /// turn's client tools are not offered).
+    client_results: Option<Arc<dyn crate::hooks::ClientResults>>,
     cost_tracker: Option<Arc<dyn CostTracker>>,
     context_tracker: Option<ContextWarningTracker>,
     /// Embeddings of the tools, for semantic selection (none: by words).
@@ -327,6 +330,12 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// Calls of a turn's client tools wait for their results here.
+    pub fn client_results(mut self, results: Arc<dyn crate::hooks::ClientResults>) -> Self {
+        self.harness.client_results = Some(results);
+        self
+    }
+
     pub fn checkpoint_store(mut self, store: Arc<dyn CheckpointStore>) -> Self {
         self.harness.checkpoint_store = Some(store);
         self
@@ -384,6 +393,7 @@ impl AgentHarness {
                 judges: None,
                 checkpoint_store: None,
                 approvals: None,
+                client_results: None,
                 cost_tracker: None,
                 context_tracker: Some(ContextWarningTracker::new(128_000)),
                 models: None,

@@ -3,7 +3,7 @@
 mod adapters;
 
 use adapters::MetricsCallbacks;
-pub use adapters::{StoreApprovals, StoreArtifacts, VaultCheckpoints};
+pub use adapters::{StoreApprovals, StoreArtifacts, StoreClientResults, VaultCheckpoints};
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -194,7 +194,11 @@ pub fn build_harness(
         .callbacks(callbacks)
         .approvals(Arc::new(StoreApprovals {
             store: store.clone(),
-            decided: approvals,
+            decided: approvals.clone(),
+        }))
+        .client_results(Arc::new(StoreClientResults {
+            store: store.clone(),
+            posted: approvals,
         }));
     if let Some(embedder) = vault.embedder() {
         builder = builder.tool_embedder(embedder);

@@ -48,8 +48,8 @@ pub use memories::{
 pub use reader::{Reader, Reads};
 pub use records::{
     ArtifactRecord, CheckpointRecord, DecisionRecord, Lease, MemoryQuery, MessageRecord,
-    NewApproval, NewArtifact, NewCheckpoint, NewDecision, NewMessage, NewStep, NewTurn,
-    SessionRecord, TurnContext, TurnFinish, TurnReads, TurnRecord, TurnStatus,
+    NewApproval, NewArtifact, NewCheckpoint, NewDecision, NewMessage, NewStep, NewToolResult,
+    NewTurn, SessionRecord, TurnContext, TurnFinish, TurnReads, TurnRecord, TurnStatus,
 };
 pub use turns::Turns;
 pub use vault::{IndexedNote, NoteState, VaultChunk, VaultHit, VaultIndex};

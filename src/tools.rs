@@ -6,6 +6,7 @@
 //! and are expected to honour it; one that does not is given a short grace
 //! and then dropped, and its late result is discarded by the late-write gate.
 
+pub mod client;
 pub mod http_tool;
 pub mod mcp;
 pub mod notes;

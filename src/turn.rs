@@ -43,6 +43,77 @@ pub struct TurnRequest {
     /// Responses `background` request).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub background: bool,
+    /// Tools the client runs itself, offered to the model for this turn
+    /// only (as `client__{name}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_tools: Vec<ClientTool>,
+}
+
+/// The prefix of a client tool's name as the model sees it: no tool of the
+/// service's has it, so a client's tool cannot shadow one.
+pub const CLIENT_TOOL_PREFIX: &str = "client__";
+
+/// A tool the client runs itself, declared with its turn. The turn pauses
+/// at a call of it (`tool.requested`) until the client posts the result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientTool {
+    /// 1-56 letters, digits, `_` or `-`.
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments (an object schema).
+    pub parameters: serde_json::Value,
+    /// What the tool does, as the client declares it (it goes through the
+    /// same gates as the service's tools).
+    pub effect: crate::tools::EffectClass,
+}
+
+/// Most client tools one turn may declare.
+pub const CLIENT_TOOLS_MAX: usize = 32;
+
+impl ClientTool {
+    /// A client's tool, checked: a name of 1-56 letters, digits, `_` or
+    /// `-`; a description of 1-2,000 characters; an object schema (none:
+    /// any object); an effect (none: `LOCAL_WRITE`, a write, the worst a
+    /// client's own tool is assumed to do to the client's side).
+    pub fn checked(
+        name: String,
+        description: String,
+        parameters: Option<serde_json::Value>,
+        effect: Option<crate::tools::EffectClass>,
+    ) -> Result<Self, String> {
+        let named = (1..=56).contains(&name.len())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !named {
+            return Err("a client tool's name is 1-56 letters, digits, `_` or `-`".into());
+        }
+        let described = (1..=2000).contains(&description.chars().count())
+            && !description.trim().is_empty()
+            && !description.contains('\0');
+        if !described {
+            return Err(format!(
+                "the description of {name:?} must be 1-2,000 characters without U+0000"
+            ));
+        }
+        let parameters = parameters.unwrap_or_else(|| serde_json::json!({"type": "object"}));
+        if !parameters.is_object() || parameters.get("type").is_some_and(|t| t != "object") {
+            return Err(format!(
+                "the parameters of {name:?} must be an object schema"
+            ));
+        }
+        Ok(Self {
+            name,
+            description,
+            parameters,
+            effect: effect.unwrap_or(crate::tools::EffectClass::LocalWrite),
+        })
+    }
+
+    /// The name the model calls it by.
+    pub fn offered_name(&self) -> String {
+        format!("{CLIENT_TOOL_PREFIX}{}", self.name)
+    }
 }
 
 /// The vault facts a turn retrieves when its request names no number.
@@ -66,7 +137,15 @@ impl TurnRequest {
             metadata: BTreeMap::new(),
             follows: None,
             background: false,
+            client_tools: Vec::new(),
         }
+    }
+
+    /// The client tool the model calls `offered_name`, if the turn declared
+    /// it.
+    pub fn client_tool(&self, offered_name: &str) -> Option<&ClientTool> {
+        let name = offered_name.strip_prefix(CLIENT_TOOL_PREFIX)?;
+        self.client_tools.iter().find(|t| t.name == name)
     }
 
     /// The (stored) memory scope of a turn of `session`: its user's or

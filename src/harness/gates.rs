@@ -192,6 +192,18 @@ fn not_a_replay(env: &CallEnv<'_>, call: &ToolCall) -> Result<(), Refused> {
 /// Gate 2: a tool that exists, is not blocked for this turn, and is permitted.
 fn permitted(env: &CallEnv<'_>, call: &ToolCall) -> Result<Arc<dyn Tool>, Refused> {
     let harness = env.harness;
+    if let Some(tool) = client_tool(env, &call.name) {
+        if !harness.tools.mode().permits(tool.spec().effect) {
+            return Err(denied(
+                DenyReason::Permission,
+                format!(
+                    "the tool {:?} is not permitted here (the service's permission mode)",
+                    call.name
+                ),
+            ));
+        }
+        return Ok(tool);
+    }
     let Some(tool) = harness.tools.get(&call.name).cloned() else {
         return Err(Box::new(ToolOutcome::failure(
             ToolErrorKind::UnknownTool,
@@ -218,6 +230,17 @@ fn permitted(env: &CallEnv<'_>, call: &ToolCall) -> Result<Arc<dyn Tool>, Refuse
         ));
     }
     Ok(tool)
+}
+
+/// A tool the turn's client declared (`client__{name}`), for one call that
+/// waits at most what is left of the turn.
+fn client_tool(env: &CallEnv<'_>, name: &str) -> Option<Arc<dyn Tool>> {
+    let results = env.harness.client_results.clone()?;
+    let declared = env.request.asked.client_tool(name)?;
+    let within = env.state.budget.remaining();
+    Some(Arc::new(crate::tools::client::ClientCall::new(
+        declared, results, within,
+    )))
 }
 
 /// Gate 3: the host's pre-hook.
@@ -371,6 +394,20 @@ async fn run(
     arguments: Value,
 ) -> ToolOutcome {
     let harness = env.harness;
+    if let Some(name) = call.name.strip_prefix(crate::turn::CLIENT_TOOL_PREFIX)
+        && tool.spec().source == "client"
+    {
+        // The client runs it: it is told, and the call waits for its result.
+        let _ = env
+            .sink
+            .emit(TurnEvent::ToolRequested {
+                step: env.step,
+                call_id: call.id.clone(),
+                tool: name.to_owned(),
+                arguments: arguments.clone(),
+            })
+            .await;
+    }
     let ctx = ToolContext {
         session_id: env.request.session_id.clone(),
         turn_id: env.request.turn_id,

@@ -129,12 +129,15 @@ impl Turn<'_> {
         // one carries the answer too, and a process that dies mid-wave
         // leaves the step to be asked again (reads are safe to redo), which
         // spares every read-only step a row.
-        let changes = output.tool_calls.iter().any(|call| {
-            self.harness
-                .tools
-                .get(&call.name)
-                .is_some_and(|tool| tool.spec().effect != crate::tools::EffectClass::ReadOnly)
-        });
+        // A call of the client's own tool is recorded too: the client
+        // answers that call (its id), so a successor waits on the same one.
+        let changes =
+            output.tool_calls.iter().any(|call| {
+                self.request.asked.client_tool(&call.name).is_some()
+                    || self.harness.tools.get(&call.name).is_some_and(|tool| {
+                        tool.spec().effect != crate::tools::EffectClass::ReadOnly
+                    })
+            });
         if changes {
             self.record(conversation, step, StepPhase::Answered, true)
                 .await?;

@@ -291,10 +291,23 @@ async fn offered_tools(harness: &AgentHarness, request: &TurnInput) -> Vec<Arc<T
     } else {
         allowed
     };
-    chosen
+    let mut offered: Vec<Arc<ToolDefinition>> = chosen
         .iter()
         .filter_map(|t| harness.tools.definition(&t.spec().name))
-        .collect()
+        .collect();
+    // The client's own tools, when calls of them can get their results.
+    if harness.client_results.is_some() {
+        let mode = harness.tools.mode();
+        let permitted = request.asked.client_tools.iter();
+        offered.extend(permitted.filter(|t| mode.permits(t.effect)).map(|t| {
+            Arc::new(ToolDefinition {
+                name: t.offered_name(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+            })
+        }));
+    }
+    offered
 }
 
 /// Stage 1a: episodic memory; an empty bundle when absent or failing.

@@ -241,6 +241,10 @@ pub const OUTCOME_UNKNOWN: &str = "Error (outcome_unknown): this call started, b
 /// A call that only reads, or whose tool the operator declared
 /// idempotent.
 fn safe_to_run_again(env: &CallEnv<'_>, call: &ToolCall) -> bool {
+    // Waiting again for a client's result is harmless: it is kept by call.
+    if env.request.asked.client_tool(&call.name).is_some() {
+        return true;
+    }
     env.harness.tools.get(&call.name).is_some_and(|tool| {
         let spec = tool.spec();
         spec.effect == EffectClass::ReadOnly || spec.idempotent

@@ -120,6 +120,12 @@ pub enum ApiError {
     /// service does not take.
     #[error("{detail}")]
     Unsupported { field: String, detail: String },
+    /// 404 `call_not_found`: the turn asked the client for no such call.
+    #[error("the turn asked for no such call")]
+    CallNotFound,
+    /// 409 `tool_result_already_posted`.
+    #[error("the call already has its result")]
+    ToolResultAlreadyPosted,
     /// 404 `artifact_not_found`.
     #[error("artifact not found in this session")]
     ArtifactNotFound,
@@ -219,6 +225,7 @@ impl ApiError {
             Self::SessionNotFound
             | Self::TurnNotFound
             | Self::ResponseNotFound
+            | Self::CallNotFound
             | Self::ArtifactNotFound
             | Self::VaultNotFound(_)
             | Self::CheckpointNotFound
@@ -227,6 +234,7 @@ impl ApiError {
             Self::TurnAlreadyRunning(_)
             | Self::TurnNotRunning { .. }
             | Self::ResponseInProgress(_)
+            | Self::ToolResultAlreadyPosted
             | Self::TurnCancelled(_)
             | Self::CheckpointAlreadyRestored
             | Self::ApprovalAlreadyDecided
@@ -262,6 +270,8 @@ impl ApiError {
             Self::TurnNotFound => "turn_not_found",
             Self::ArtifactNotFound => "artifact_not_found",
             Self::ResponseNotFound => "response_not_found",
+            Self::CallNotFound => "call_not_found",
+            Self::ToolResultAlreadyPosted => "tool_result_already_posted",
             Self::ResponseInProgress(_) => "response_in_progress",
             Self::Unsupported { .. } => "unsupported_parameter",
             Self::VaultNotFound(_) => "vault_not_found",

@@ -25,6 +25,7 @@ use crate::{
 };
 
 mod body;
+mod tool_results;
 
 pub use body::{HistoryMessage, HistoryRole, Multitask, TurnBody};
 use body::{MULTITASK_WAIT_MAX, admit};
@@ -36,6 +37,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(turn_events))
         .routes(routes!(cancel_turn))
         .routes(routes!(decide_approval))
+        .routes(routes!(tool_results::post_tool_result))
 }
 
 /// The JSON answer of a completed turn: its ids and the `TurnResult`.

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::{
     harness::hooks::{
         AgentCallbacks, ApprovalDecision, ApprovalGate, ApprovalRequest, ArtifactStore,
-        CheckpointRequest, CheckpointStore, HookError,
+        CheckpointRequest, CheckpointStore, ClientResult, ClientResults, HookError,
     },
     metrics::Metrics,
     store,
@@ -72,6 +72,47 @@ impl ApprovalGate for StoreApprovals {
                 () = tokio::time::sleep(Duration::from_millis(250)) => {}
                 () = tokio::time::sleep_until(deadline) => return ApprovalDecision::TimedOut,
                 () = cancel.cancelled() => return ApprovalDecision::Cancelled,
+            }
+        }
+    }
+}
+
+/// Results of the clients' own tools from the store: a waiting call looks
+/// for its result when woken (one posted in this process) and every
+/// 250 ms (one posted on another replica).
+pub struct StoreClientResults {
+    pub store: Arc<dyn store::Store>,
+    pub posted: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl ClientResults for StoreClientResults {
+    async fn wait(
+        &self,
+        turn_id: Uuid,
+        call_id: &str,
+        within: Duration,
+        cancel: &CancellationToken,
+    ) -> ClientResult {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Registered before the look, so that a result posted in
+            // between still wakes this wait.
+            let woken = self.posted.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            match self.store.get_tool_result(turn_id, call_id).await {
+                Ok(Some((output, is_error))) => return ClientResult::Posted { output, is_error },
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read a client's result; still waiting")
+                }
+            }
+            tokio::select! {
+                () = &mut woken => {}
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                () = tokio::time::sleep_until(deadline) => return ClientResult::TimedOut,
+                () = cancel.cancelled() => return ClientResult::Cancelled,
             }
         }
     }

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    ArtifactRecord, CheckpointRecord, NewApproval, NewArtifact, NewCheckpoint,
+    ArtifactRecord, CheckpointRecord, NewApproval, NewArtifact, NewCheckpoint, NewToolResult,
     reader::{Reads, args},
 };
 use crate::store::Result;
@@ -63,6 +63,22 @@ pub trait Access: Reads + Send + Sync + 'static {
         call_id: &str,
     ) -> Result<Option<(bool, Option<String>)>> {
         let sql = "SELECT approved, reason FROM approvals WHERE turn_id = $1 AND call_id = $2";
+        self.reader().row(sql, args![turn_id, call_id]).await
+    }
+
+    /// Records what a client posted for a call of its own tool; false when
+    /// the call already has an answer (the first stands).
+    async fn post_tool_result(&self, result: &NewToolResult) -> Result<bool>;
+
+    /// What a client posted for a call, if it did: the output, and whether
+    /// it is an error.
+    async fn get_tool_result(
+        &self,
+        turn_id: Uuid,
+        call_id: &str,
+    ) -> Result<Option<(String, bool)>> {
+        let sql = "SELECT output, is_error FROM client_tool_results \
+                   WHERE turn_id = $1 AND call_id = $2";
         self.reader().row(sql, args![turn_id, call_id]).await
     }
 

@@ -189,6 +189,17 @@ pub struct NewApproval {
     pub reason: Option<String>,
 }
 
+/// What a client posted for a call of a tool it runs itself.
+#[derive(Debug, Clone)]
+pub struct NewToolResult {
+    pub session_id: String,
+    pub turn_id: Uuid,
+    pub call_id: String,
+    pub output: String,
+    /// The client's tool failed: `output` says why.
+    pub is_error: bool,
+}
+
 /// A tool output to keep out of the prompt.
 #[derive(Debug, Clone)]
 pub struct NewArtifact {

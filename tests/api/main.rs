@@ -17,6 +17,7 @@ mod agui;
 mod approvals;
 mod auth;
 mod chain;
+mod client_tools;
 mod cors;
 mod decisions;
 mod edge;

@@ -107,7 +107,7 @@ fn the_document_states_the_servers_constraints() {
         }
     }
     // Every route under /sessions/{session_id}, and useChat's resume.
-    assert_eq!(session_params, 15);
+    assert_eq!(session_params, 16);
     let schemas = &doc["components"]["schemas"];
     assert_eq!(schemas["EventStream"]["type"], "string");
     let body = &schemas["TurnBody"];

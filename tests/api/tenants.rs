@@ -103,6 +103,10 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str) -> Option<Attemp
             Expect::Missing("session_not_found"),
             json!({"approve": true}),
         ),
+        ("POST", "/sessions/{session_id}/turns/{turn_id}/tool-results/{call_id}") => with_body(
+            Expect::Missing("session_not_found"),
+            json!({"output": "from another tenant"}),
+        ),
         (
             "GET",
             "/sessions/{session_id}"

@@ -60,6 +60,31 @@ pub struct TurnBody {
         pattern = r"^[A-Za-z0-9._:-]{1,128}$"
     )]
     user_id: Option<String>,
+    /// Tools the client runs itself, offered to the model for this turn
+    /// (as `client__{name}`; at most 32). A call of one pauses the turn
+    /// (`tool.requested`) until the client posts its result to `POST
+    /// /sessions/{session_id}/turns/{turn_id}/tool-results/{call_id}`.
+    #[schema(max_items = 32)]
+    client_tools: Option<Vec<ClientToolBody>>,
+}
+
+/// A tool the client runs itself.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientToolBody {
+    /// 1-56 letters, digits, `_` or `-`.
+    #[schema(pattern = r"^[A-Za-z0-9_-]{1,56}$")]
+    name: String,
+    /// What it does, for the model (1-2,000 characters).
+    #[schema(min_length = 1, max_length = 2000)]
+    description: String,
+    /// JSON schema of its arguments (an object schema; default: any
+    /// object).
+    #[schema(value_type = Option<Object>)]
+    parameters: Option<serde_json::Value>,
+    /// What it does to the world, as the service's gates see it (default
+    /// `LOCAL_WRITE`).
+    effect: Option<crate::tools::EffectClass>,
 }
 
 /// A request's answer to a running turn in its session.
@@ -171,6 +196,29 @@ impl TryFrom<TurnBody> for TurnRequest {
             ),
             None => None,
         };
+        let declared = body.client_tools.unwrap_or_default();
+        if declared.len() > crate::turn::CLIENT_TOOLS_MAX {
+            return Err(ApiError::InvalidField {
+                field: "client_tools".into(),
+                detail: "`client_tools` has more than 32 tools".into(),
+            });
+        }
+        let mut client_tools: Vec<crate::turn::ClientTool> = Vec::new();
+        for (i, t) in declared.into_iter().enumerate() {
+            let tool =
+                crate::turn::ClientTool::checked(t.name, t.description, t.parameters, t.effect)
+                    .map_err(|detail| ApiError::InvalidField {
+                        field: format!("client_tools[{i}]"),
+                        detail,
+                    })?;
+            if client_tools.iter().any(|other| other.name == tool.name) {
+                return Err(ApiError::InvalidField {
+                    field: format!("client_tools[{i}]"),
+                    detail: format!("two client tools are named {:?}", tool.name),
+                });
+            }
+            client_tools.push(tool);
+        }
         let user_id = match body.user_id {
             Some(user) => Some(
                 crate::ids::SessionId::parse(&user)
@@ -193,6 +241,7 @@ impl TryFrom<TurnBody> for TurnRequest {
             runtime_model: name("runtime_model", body.runtime_model)?,
             skill_context: body.skill_context.filter(|s| !s.is_empty()),
             history,
+            client_tools,
             ..TurnRequest::new(String::new())
         })
     }

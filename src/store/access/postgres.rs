@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::Access;
 use crate::store::Result;
 use crate::store::{
-    NewApproval, NewArtifact, NewCheckpoint, postgres::PostgresStore, reader::args,
+    NewApproval, NewArtifact, NewCheckpoint, NewToolResult, postgres::PostgresStore, reader::args,
 };
 
 #[async_trait]
@@ -80,6 +80,20 @@ impl Access for PostgresStore {
         let sql = "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
         let done = self.execute(sql, args![id, at]).await?;
         Ok(done == 1)
+    }
+
+    async fn post_tool_result(&self, result: &NewToolResult) -> Result<bool> {
+        let r = result;
+        let sql = "INSERT INTO client_tool_results (turn_id, call_id, session_id, output, is_error, \
+                   posted_at) VALUES ($1, $2, $3, $4, $5, now()) \
+                   ON CONFLICT (turn_id, call_id) DO NOTHING";
+        let inserted = self
+            .execute(
+                sql,
+                args![r.turn_id, &r.call_id, &r.session_id, &r.output, r.is_error],
+            )
+            .await?;
+        Ok(inserted == 1)
     }
 
     async fn decide_approval(&self, approval: &NewApproval) -> Result<bool> {

@@ -7,7 +7,7 @@ use rusqlite::params;
 use super::Access;
 use crate::store::Result;
 use crate::store::{
-    NewApproval, NewArtifact, NewCheckpoint,
+    NewApproval, NewArtifact, NewCheckpoint, NewToolResult,
     sqlite::{SqliteStore, writer::ts},
 };
 
@@ -110,6 +110,29 @@ impl Access for SqliteStore {
                     )?
                     .execute(params![id, ts(at)])?;
                 Ok(done == 1)
+            })
+            .await
+    }
+
+    async fn post_tool_result(&self, result: &NewToolResult) -> Result<bool> {
+        let r = result.clone();
+        self.writes
+            .run(move |connection| {
+                let inserted = connection
+                    .prepare_cached(
+                        "INSERT INTO client_tool_results (turn_id, call_id, session_id, output, \
+                         is_error, posted_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                         ON CONFLICT (turn_id, call_id) DO NOTHING",
+                    )?
+                    .execute(params![
+                        r.turn_id.to_string(),
+                        r.call_id,
+                        r.session_id,
+                        r.output,
+                        r.is_error,
+                        ts(Utc::now())
+                    ])?;
+                Ok(inserted == 1)
             })
             .await
     }

@@ -1,0 +1,72 @@
+//! A tool the client runs itself ([`crate::turn::ClientTool`]): a call of
+//! it waits for the result the client posts, within the turn's deadline.
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::{Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSpec};
+use crate::{
+    hooks::{ClientResult, ClientResults},
+    turn::ClientTool,
+};
+
+/// A client's tool, for one call.
+pub struct ClientCall {
+    spec: ToolSpec,
+    results: Arc<dyn ClientResults>,
+}
+
+impl ClientCall {
+    /// The tool `declared` by its turn's client, waiting at most `within`.
+    pub fn new(declared: &ClientTool, results: Arc<dyn ClientResults>, within: Duration) -> Self {
+        // Waiting again for a result is harmless (it is kept by call id):
+        // a call a process that died was waiting on is waited on again.
+        let spec = ToolSpec::new(
+            &declared.offered_name(),
+            &declared.description,
+            declared.parameters.clone(),
+            declared.effect,
+        )
+        .with_source("client")
+        .with_idempotent(true)
+        .with_timeout(within);
+        Self { spec, results }
+    }
+}
+
+#[async_trait]
+impl Tool for ClientCall {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: ToolContext, _arguments: Value) -> Result<ToolOutput, ToolError> {
+        let within = self.spec.timeout();
+        match self
+            .results
+            .wait(ctx.turn_id, &ctx.call_id, within, &ctx.cancel)
+            .await
+        {
+            ClientResult::Posted {
+                output,
+                is_error: false,
+            } => Ok(ToolOutput::text(output)),
+            ClientResult::Posted {
+                output,
+                is_error: true,
+            } => Err(ToolError::new(ToolErrorKind::Failed, output, true)),
+            ClientResult::TimedOut => Err(ToolError::new(
+                ToolErrorKind::Failed,
+                "the client did not post a result before the turn's deadline",
+                false,
+            )),
+            ClientResult::Cancelled => Err(ToolError::new(
+                ToolErrorKind::Cancelled,
+                "the turn was cancelled while it waited for the client",
+                false,
+            )),
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Tools the client runs itself: declared with a turn, offered to the model
+//! as `client__{name}`, a call of one pauses the turn (`tool.requested`)
+//! until the client posts its result; then the turn goes on with it.
+
+use serde_json::{Value, json};
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{spawn_app, spawn_app_with, test_settings, types},
+    on_both_backends,
+    support::{Backend, TestDb},
+};
+
+fn location_tool() -> Value {
+    json!({
+        "name": "get_location",
+        "description": "Where the user is, from the browser",
+        "parameters": {"type": "object", "properties": {"precise": {"type": "boolean"}}},
+        "effect": "READ_ONLY",
+    })
+}
+
+async fn a_client_tool_pauses_the_turn_until_its_result_is_posted(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::openai_tool_call("call_c1", "client__get_location", &json!({"precise": true})),
+        Reply::openai_text("You are in Lyon."),
+    ]);
+    let mut stream = app
+        .post_turn_sse(
+            "s-client",
+            json!({"message": "Where am I?", "client_tools": [location_tool()]}),
+        )
+        .await;
+    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let before = stream.read_until("tool.requested").await;
+    let requested = before.last().unwrap().json();
+    assert_eq!(requested["tool"], "get_location", "{requested}");
+    assert_eq!(requested["call_id"], "call_c1");
+    assert_eq!(requested["arguments"], json!({"precise": true}));
+    // Offered to the model with the service's own tools, under its prefix.
+    let offered = app.provider.requests()[0].body["tools"].to_string();
+    assert!(offered.contains("client__get_location"), "{offered}");
+    assert!(offered.contains("local_search"), "{offered}");
+
+    let url = |call: &str| format!("/sessions/s-client/turns/{turn}/tool-results/{call}");
+    let post = |call: &str, body: Value| app.client.post(app.url(&url(call))).json(&body).send();
+    // A call the turn did not ask for.
+    let unknown = post("call_zz", json!({"output": "x"})).await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    let problem: Value = unknown.json().await.unwrap();
+    assert_eq!(problem["code"], "call_not_found");
+    let answered = post("call_c1", json!({"output": "Lyon, France"}))
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 200);
+    let rest = stream.read_to_end().await;
+    let finished = rest
+        .iter()
+        .find(|e| e.event == "tool.finished")
+        .unwrap()
+        .json();
+    assert_eq!(
+        (&finished["status"], &finished["output"]),
+        (&json!("completed"), &json!("Lyon, France"))
+    );
+    assert_eq!(
+        rest.last().unwrap().event,
+        "turn.completed",
+        "{:?}",
+        types(&rest)
+    );
+    // The model got the client's answer as the call's result.
+    let sent = app.provider.requests()[1].body["messages"].to_string();
+    assert!(sent.contains("Lyon, France"), "{sent}");
+    // Ended: no more results.
+    let late = post("call_c1", json!({"output": "again"})).await.unwrap();
+    assert_eq!(late.status(), 409);
+    let problem: Value = late.json().await.unwrap();
+    assert_eq!(problem["code"], "turn_not_running");
+}
+
+async fn a_cancel_ends_the_wait_for_a_client_result(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([Reply::openai_tool_call(
+        "call_c2",
+        "client__get_location",
+        &json!({}),
+    )]);
+    let mut stream = app
+        .post_turn_sse(
+            "s-client-cancel",
+            json!({"message": "Where am I?", "client_tools": [location_tool()]}),
+        )
+        .await;
+    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    stream.read_until("tool.requested").await;
+    let (status, _) = app
+        .post_json(&format!("/sessions/s-client-cancel/turns/{turn}/cancel"))
+        .await;
+    assert_eq!(status, 200);
+    let rest = stream.read_to_end().await;
+    assert_eq!(
+        rest.last().unwrap().event,
+        "turn.cancelled",
+        "{:?}",
+        types(&rest)
+    );
+}
+
+/// The wait survives its process: a service shut down mid-wait hands the
+/// turn over, the service started again waits on the same call, and the
+/// result the client posts then finishes the turn, the model asked once
+/// for the call.
+async fn a_wait_for_a_client_result_survives_a_take_over(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.shutdown_grace_s = 1;
+    let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    app.provider.enqueue([Reply::openai_tool_call(
+        "call_c3",
+        "client__get_location",
+        &json!({}),
+    )]);
+    let mut stream = app
+        .post_turn_sse(
+            "s-client-over",
+            json!({"message": "Where am I?", "client_tools": [location_tool()]}),
+        )
+        .await;
+    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    stream.read_until("tool.requested").await;
+    app.stop().await;
+
+    let db = std::mem::replace(&mut app.db, TestDb::new(backend).await);
+    drop(app);
+    let provider = FakeProvider::start().await;
+    provider.enqueue([Reply::openai_text("You are in Lyon.")]);
+    let settings = test_settings(&provider);
+    let again = spawn_app_with(db, provider, settings).await;
+    let mut events = again.turn_events("s-client-over", &turn, None).await;
+    events.read_until("turn.resumed").await;
+    let asked_again = events.read_until("tool.requested").await;
+    assert_eq!(asked_again.last().unwrap().json()["call_id"], "call_c3");
+    let url = format!("/sessions/s-client-over/turns/{turn}/tool-results/call_c3");
+    let posted = again
+        .client
+        .post(again.url(&url))
+        .json(&json!({"output": "Lyon, France"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 200);
+    let rest = events.read_to_end().await;
+    assert_eq!(
+        rest.last().unwrap().event,
+        "turn.completed",
+        "{:?}",
+        types(&rest)
+    );
+    let requests = again.provider.requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "the model was not asked for the call again"
+    );
+    assert!(
+        requests[0].body["messages"]
+            .to_string()
+            .contains("Lyon, France")
+    );
+}
+
+async fn client_tools_that_cannot_be_are_refused(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let tool = |name: &str| json!({"name": name, "description": "d"});
+    for (tools, field) in [
+        (json!([tool("no spaces")]), "client_tools[0]"),
+        (json!([tool(&"x".repeat(57))]), "client_tools[0]"),
+        (json!([tool("a"), tool("a")]), "client_tools[1]"),
+        (
+            json!([{"name": "a", "description": "d", "parameters": {"type": "string"}}]),
+            "client_tools[0]",
+        ),
+        (
+            json!([{"name": "a", "description": " "}]),
+            "client_tools[0]",
+        ),
+    ] {
+        let response = app
+            .post_turn(
+                "s-client-bad",
+                json!({"message": "Hi", "client_tools": tools}),
+            )
+            .await;
+        assert_eq!(response.status(), 422, "{tools}");
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(
+            (&problem["code"], &problem["field"]),
+            (&json!("invalid_field"), &json!(field)),
+            "{problem}"
+        );
+    }
+    let many: Vec<Value> = (0..33).map(|i| tool(&format!("t{i}"))).collect();
+    let response = app
+        .post_turn(
+            "s-client-bad",
+            json!({"message": "Hi", "client_tools": many}),
+        )
+        .await;
+    assert_eq!(response.status(), 422);
+    assert!(app.provider.requests().is_empty(), "no turn began");
+}
+
+on_both_backends!(
+    a_client_tool_pauses_the_turn_until_its_result_is_posted,
+    a_cancel_ends_the_wait_for_a_client_result,
+    a_wait_for_a_client_result_survives_a_take_over,
+    client_tools_that_cannot_be_are_refused,
+);
