@@ -27,7 +27,9 @@
 //!   finalizer; `durable.rs`: what a step leaves for the rest of its turn,
 //!   and the turn rebuilt from it), emitting [`events::TurnEvent`]s.
 //! - [`tools`]: the `Tool` trait, specs, the registry, the built-in tools
-//!   (retrieval, notes, web), HTTP tools from the settings, MCP servers.
+//!   (retrieval, notes, web), HTTP tools from the settings, MCP servers,
+//!   and a turn's client tools (`tools/client.rs`: a call that waits for
+//!   the result its client posts).
 //! - [`vault`]: the folder of notes, its chunking, index and path checks.
 //! - [`background`]: the finalizer's collaborators on the store: memory
 //!   (`memory.rs`), the judges (`judges.rs`), the research learner
