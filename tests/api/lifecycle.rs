@@ -389,8 +389,10 @@ async fn a_turn_handed_over_at_shutdown_goes_on_when_the_service_starts_again(ba
     let last_seen = head.iter().chain(&rest).map(|e| e.seq()).max().unwrap();
     app.stop().await;
     let stopped = asked.elapsed();
-    // The 5 s grace was not waited out for a turn waiting on its model.
-    assert!(stopped < Duration::from_secs(3), "{stopped:?}");
+    // The 5 s grace was not waited out for a turn waiting on its model
+    // (alone on Postgres, the process waits 3 s for another replica to
+    // claim the turn before its streams end).
+    assert!(stopped < Duration::from_millis(4500), "{stopped:?}");
     let record = app
         .db
         .open()

@@ -10,13 +10,14 @@
 //! read and stop them. Every answer is HTTP 200 with a JSON-RPC result or
 //! error (the A2A codes), as the protocol's own server answers.
 
+mod card;
 mod task;
 
 use axum::{
     Extension,
     body::Bytes,
     extract::State,
-    http::{HeaderMap, StatusCode, header},
+    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use futures::StreamExt;
@@ -39,14 +40,13 @@ use crate::{
     ids::SessionKey,
     runner::CancelError,
     store::{NewApproval, TurnRecord, TurnStatus},
-    tools::EffectClass,
     turn::TurnRequest,
 };
 use task::TaskFold;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(agent_card))
+        .routes(routes!(card::agent_card))
         .routes(routes!(a2a))
 }
 
@@ -94,75 +94,6 @@ fn rpc_error(id: &Value, RpcError(code, message): RpcError) -> Value {
 
 fn answer(message: &Value) -> Response {
     axum::Json(message).into_response()
-}
-
-/// The agent card: who this agent is and how to call it.
-#[utoipa::path(
-    get,
-    path = "/.well-known/agent-card.json",
-    tag = "a2a",
-    responses((status = 200, description = "The A2A agent card (https://a2a-protocol.org/v1.0.0/specification/#agent-card)", body = Object))
-)]
-async fn agent_card(State(app): State<AppState>, headers: HeaderMap) -> Response {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("localhost");
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .filter(|p| *p == "https")
-        .unwrap_or("http");
-    let registry = app.runner.harness().tools();
-    let mut skills = vec![json!({
-        "id": "chat",
-        "name": "Chat",
-        "description": "Answers a message in a conversation (the context), searching the \
-                        notes it holds and using its tools on the way; cites its sources.",
-        "tags": ["chat", "research"],
-        "examples": ["Plan a Paris trip", "What do my notes say about Lyon?"],
-    })];
-    for (tool, permitted) in registry.all() {
-        let spec = tool.spec();
-        if !permitted {
-            continue;
-        }
-        let effect = match spec.effect {
-            EffectClass::ReadOnly => "read_only",
-            EffectClass::LocalWrite => "local_write",
-            EffectClass::Network => "network",
-            EffectClass::Destructive => "destructive",
-        };
-        skills.push(json!({
-            "id": spec.name,
-            "name": spec.name,
-            "description": spec.description,
-            "tags": ["tool", effect],
-        }));
-    }
-    let mut card = json!({
-        "name": "agent-harness",
-        "description": "An LLM agent: each message in a context runs one turn of a \
-                        tool-using agent, streamed and kept in its log.",
-        "version": env!("CARGO_PKG_VERSION"),
-        "supportedInterfaces": [{
-            "url": format!("{scheme}://{host}/a2a"),
-            "protocolBinding": "JSONRPC",
-            "protocolVersion": VERSION,
-        }],
-        "capabilities": {"streaming": true, "pushNotifications": false, "extendedAgentCard": false},
-        "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain", "application/json"],
-        "skills": skills,
-    });
-    if app.settings.server.auth_required() {
-        card["securitySchemes"] = json!({"bearer": {"httpAuthSecurityScheme": {
-            "scheme": "Bearer",
-            "description": "An API key of the service (`agent-harness keys create`)",
-        }}});
-        card["securityRequirements"] = json!([{"schemes": {"bearer": {"list": []}}}]);
-    }
-    axum::Json(card).into_response()
 }
 
 /// One JSON-RPC request of A2A.
