@@ -6,10 +6,10 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    fake_provider::Reply,
-    helpers::{TestApp, spawn_app, spawn_app_with_vault, vault_of},
+    fake_provider::{FakeProvider, Reply},
+    helpers::{TestApp, spawn_app, spawn_app_with, spawn_app_with_vault, test_settings, vault_of},
     on_both_backends,
-    support::Backend,
+    support::{Backend, TestDb},
 };
 
 /// The stream events of a Responses SSE body, each checked against its
@@ -189,7 +189,7 @@ async fn responses_chain_by_previous_response_id_and_conversation(backend: Backe
     let first: Value = post(
         &app,
         json!({"input": "When should I visit Paris?", "reasoning": {"effort": "high"},
-               "max_output_tokens": 64}),
+               "max_output_tokens": 64, "user": "ann"}),
     )
     .await
     .json()
@@ -207,6 +207,7 @@ async fn responses_chain_by_previous_response_id_and_conversation(backend: Backe
         (&first["reasoning"]["effort"], &first["max_output_tokens"]),
         (&json!("high"), &json!(64))
     );
+    assert_eq!(first["user"], "ann");
     assert_eq!(output_text(&first), "Paris is lovely in May.");
     assert_eq!(first["output"][0]["type"], "message");
     assert_eq!(first["output"][0]["role"], "assistant");
@@ -415,6 +416,32 @@ async fn a_response_asked_again_with_its_key_runs_once(backend: Backend) {
     assert_eq!(app.provider.requests().len(), 2);
 }
 
+/// `model` runs the turn when the service is configured with it (its
+/// chain's, `HARNESS_MODEL`, `[providers.models]`); any other name runs
+/// the configured chain, and the answer says which model ran.
+async fn a_responses_model_is_used_when_the_service_knows_it(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.providers.models = r#"{"gpt-4.1-mini": {"context_window": 1000000}}"#.parse().unwrap();
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    app.provider
+        .enqueue([Reply::openai_text("One."), Reply::openai_text("Two.")]);
+    let known: Value = post(&app, json!({"input": "Hi", "model": "gpt-4.1-mini"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(app.provider.requests()[0].body["model"], "gpt-4.1-mini");
+    assert_eq!(known["model"], "gpt-4.1-mini");
+    let unknown: Value = post(&app, json!({"input": "Hi", "model": "o9-ultra"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(app.provider.requests()[1].body["model"], "gpt-4o-mini");
+    assert_eq!(unknown["model"], "gpt-4o-mini", "the model that ran");
+}
+
 async fn what_the_responses_api_cannot_take_is_refused(backend: Backend) {
     let app = spawn_app(backend).await;
     for (body, status, code, field) in [
@@ -451,6 +478,12 @@ async fn what_the_responses_api_cannot_take_is_refused(backend: Backend) {
             "reasoning.effort",
         ),
         (json!({"input": "a\u{0}b"}), 422, "invalid_field", "input"),
+        (
+            json!({"input": "x", "user": "a b"}),
+            422,
+            "invalid_field",
+            "user",
+        ),
         (
             json!({"input": "x", "previous_response_id": "resp_nope"}),
             404,
@@ -538,6 +571,7 @@ async fn a_responses_citations_are_annotations_of_its_message(backend: Backend) 
 on_both_backends!(
     a_responses_citations_are_annotations_of_its_message,
     a_response_asked_again_with_its_key_runs_once,
+    a_responses_model_is_used_when_the_service_knows_it,
     a_streamed_response_is_the_turn_as_response_stream_events,
     responses_chain_by_previous_response_id_and_conversation,
     a_background_response_is_read_resumed_and_cancelled,
