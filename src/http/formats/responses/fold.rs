@@ -107,29 +107,18 @@ impl ResponseFold {
 
     /// An `error` stream event, numbered as the next one.
     pub fn error_event(&mut self, code: &str, message: &str) -> Value {
-        let mut out = Vec::new();
-        self.push(
-            &mut out,
+        self.numbered(
             "error",
             json!({"code": code, "message": message, "param": null}),
-        );
-        out.pop().unwrap_or(Value::Null)
+        )
     }
 
     /// The stream events before the turn's first event.
     pub fn start(&mut self) -> Vec<Value> {
         let mut out = Vec::new();
         let response = self.response();
-        self.push(
-            &mut out,
-            "response.created",
-            json!({ "response": response }),
-        );
-        self.push(
-            &mut out,
-            "response.in_progress",
-            json!({ "response": response }),
-        );
+        out.push(self.numbered("response.created", json!({ "response": response })));
+        out.push(self.numbered("response.in_progress", json!({ "response": response })));
         out
     }
 
@@ -166,11 +155,10 @@ impl ResponseFold {
                 });
                 let index = self.add_item(item, &mut out);
                 let id = call_item_id(call_id);
-                self.push(
-                    &mut out,
+                out.push(self.numbered(
                     "response.mcp_call.in_progress",
                     json!({"item_id": id, "output_index": index}),
-                );
+                ));
             }
             TurnEvent::ToolFinished { .. } => {
                 if let Some((call_id, shown)) = crate::http::formats::finished_call(event) {
@@ -192,11 +180,10 @@ impl ResponseFold {
                     "server_label": SERVER_LABEL,
                 });
                 let index = self.add_item(item.clone(), &mut out);
-                self.push(
-                    &mut out,
+                out.push(self.numbered(
                     "response.output_item.done",
                     json!({"output_index": index, "item": item}),
-                );
+                ));
             }
             TurnEvent::Citations { local, web } => self.cite(local, web, &mut out),
             TurnEvent::TurnCompleted { result } => {
@@ -284,23 +271,23 @@ impl ResponseFold {
         })
     }
 
-    fn push(&mut self, out: &mut Vec<Value>, kind: &str, mut body: Value) {
+    /// `body` as the stream event `kind`, numbered as the next one.
+    fn numbered(&mut self, kind: &str, mut body: Value) -> Value {
         if let Some(fields) = body.as_object_mut() {
             fields.insert("type".into(), kind.into());
             fields.insert("sequence_number".into(), self.next_sequence.into());
         }
         self.next_sequence += 1;
-        out.push(body);
+        body
     }
 
     fn add_item(&mut self, item: Value, out: &mut Vec<Value>) -> usize {
         let index = self.output.len();
         self.output.push(item.clone());
-        self.push(
-            out,
+        out.push(self.numbered(
             "response.output_item.added",
             json!({"output_index": index, "item": item}),
-        );
+        ));
         index
     }
 
@@ -334,8 +321,7 @@ impl ResponseFold {
                     "content": [],
                 });
                 let index = self.add_item(item, out);
-                self.push(
-                    out,
+                out.push(self.numbered(
                     "response.content_part.added",
                     json!({
                         "item_id": id,
@@ -343,7 +329,7 @@ impl ResponseFold {
                         "content_index": 0,
                         "part": text_part("", &[]),
                     }),
-                );
+                ));
                 self.message = Some(OpenMessage {
                     index,
                     step,
@@ -357,8 +343,7 @@ impl ResponseFold {
             message.text.push_str(text);
         }
         let id = self.item_id(index);
-        self.push(
-            out,
+        out.push(self.numbered(
             "response.output_text.delta",
             json!({
                 "item_id": id,
@@ -367,7 +352,7 @@ impl ResponseFold {
                 "delta": text,
                 "logprobs": [],
             }),
-        );
+        ));
     }
 
     fn item_id(&self, index: usize) -> Value {
@@ -382,8 +367,7 @@ impl ResponseFold {
         };
         let index = message.index;
         let id = self.item_id(index);
-        self.push(
-            out,
+        out.push(self.numbered(
             "response.output_text.done",
             json!({
                 "item_id": id,
@@ -392,9 +376,8 @@ impl ResponseFold {
                 "text": message.text,
                 "logprobs": [],
             }),
-        );
-        self.push(
-            out,
+        ));
+        out.push(self.numbered(
             "response.content_part.done",
             json!({
                 "item_id": id,
@@ -402,18 +385,17 @@ impl ResponseFold {
                 "content_index": 0,
                 "part": text_part(&message.text, &message.annotations),
             }),
-        );
+        ));
         let item = self.output.get(index).map_or(Value::Null, |item| {
             message_item(item, status, &message.text, &message.annotations)
         });
         if let Some(slot) = self.output.get_mut(index) {
             *slot = item.clone();
         }
-        self.push(
-            out,
+        out.push(self.numbered(
             "response.output_item.done",
             json!({"output_index": index, "item": item}),
-        );
+        ));
     }
 
     fn finish_call(
@@ -449,12 +431,11 @@ impl ResponseFold {
         } else {
             "response.mcp_call.failed"
         };
-        self.push(out, kind, json!({"item_id": id, "output_index": index}));
-        self.push(
-            out,
+        out.push(self.numbered(kind, json!({"item_id": id, "output_index": index})));
+        out.push(self.numbered(
             "response.output_item.done",
             json!({"output_index": index, "item": item}),
-        );
+        ));
     }
 
     fn cite(&mut self, local: &[String], web: &[crate::turn::WebCitation], out: &mut Vec<Value>) {
@@ -485,8 +466,7 @@ impl ResponseFold {
         message.annotations.extend(added.iter().cloned());
         let id = self.item_id(index);
         for (i, annotation) in added.into_iter().enumerate() {
-            self.push(
-                out,
+            out.push(self.numbered(
                 "response.output_text.annotation.added",
                 json!({
                     "item_id": id,
@@ -495,7 +475,7 @@ impl ResponseFold {
                     "annotation_index": first + i,
                     "annotation": annotation,
                 }),
-            );
+            ));
         }
     }
 
@@ -503,7 +483,7 @@ impl ResponseFold {
         self.status = status;
         self.ended = true;
         let response = self.response();
-        self.push(out, kind, json!({ "response": response }));
+        out.push(self.numbered(kind, json!({ "response": response })));
     }
 }
 
