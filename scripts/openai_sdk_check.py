@@ -3,7 +3,8 @@
 
 Run by .ci/run after `cargo test`: starts the binary given (the `demo`
 provider, a fresh SQLite file, a free loopback port), makes JSON and
-streamed completions and responses with the SDK (every stream event of a
+streamed completions and responses with the SDK (a function tool the
+client runs among them; every stream event of a
 response validated by the SDK's own `ResponseStreamEvent` union, so an
 event of no documented type, or one missing a field, fails), checks what
 comes back, stops the binary.
@@ -98,7 +99,58 @@ def responses_checks(client: OpenAI) -> int:
         raise AssertionError("a deleted response is still there")
     except openai.NotFoundError:
         pass
-    return 7
+    return 7 + client_tool_checks(client)
+
+
+LOCATION = {
+    "type": "function",
+    "name": "get_location",
+    "description": "Where the user is, from the device",
+    "parameters": {"type": "object", "properties": {}},
+}
+
+
+def client_tool_checks(client: OpenAI) -> int:
+    """A function tool the client runs: the response ends at its call,
+    the next request answers it, and the same turn goes on."""
+    asked = client.responses.create(model="agent-harness", input="where am I?", tools=[LOCATION])
+    assert asked.status == "completed", asked
+    [call] = [o for o in asked.output if o.type == "function_call"]
+    assert call.name == "get_location" and call.arguments == "{}", call
+    assert [t.name for t in asked.tools] == ["get_location"], asked.tools
+    answered = client.responses.create(
+        model="agent-harness",
+        previous_response_id=asked.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Lyon, France"}],
+        tools=[LOCATION],
+    )
+    assert answered.status == "completed", answered
+    assert answered.previous_response_id == asked.id, answered
+    assert answered.output_text.startswith("Your tool answered"), answered.output_text
+    assert "Lyon, France" in answered.output_text, answered.output_text
+    # Both responses stay what they were.
+    assert client.responses.retrieve(asked.id).output[-1].type == "function_call"
+    assert client.responses.retrieve(answered.id).output_text == answered.output_text
+
+    # Streamed: the call as typed events, then the answer streamed.
+    events = typed_events(
+        client.responses.create(model="agent-harness", input="where now?", tools=[LOCATION], stream=True)
+    )
+    assert events[-1].type == "response.completed", events[-1]
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert done and done[0].name == "get_location", events
+    [call] = [o for o in events[-1].response.output if o.type == "function_call"]
+    rest = typed_events(
+        client.responses.create(
+            model="agent-harness",
+            previous_response_id=events[-1].response.id,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Paris"}],
+            stream=True,
+        )
+    )
+    assert rest[-1].type == "response.completed", rest[-1]
+    assert "Paris" in text_of(rest), text_of(rest)
+    return 2
 
 
 def main(binary: str) -> None:

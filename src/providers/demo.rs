@@ -4,8 +4,9 @@
 //! word; a message asking to search (or about notes) first calls
 //! `local_search` when it is offered, then reports what it found; a message
 //! asking it to answer slowly waits [`SLOW_PAUSE`] before its first word
-//! (a slow model: the stream's keep-alives show). The side calls of memory
-//! and judges get the JSON they ask for, empty.
+//! (a slow model: the stream's keep-alives show); a turn that offers tools
+//! the client runs calls the first of them and reports what it answered.
+//! The side calls of memory and judges get the JSON they ask for, empty.
 
 use std::time::Duration;
 
@@ -80,10 +81,19 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
             .chars()
             .take(600)
             .collect();
-        return (
-            format!("Here is what the search found:\n\n{found}"),
-            Vec::new(),
-        );
+        let client_call = request
+            .messages
+            .iter()
+            .rev()
+            .flat_map(|m| &m.tool_calls)
+            .find(|c| tool.tool_call_id.as_deref() == Some(c.id.as_str()))
+            .is_some_and(|c| c.name.starts_with(crate::turn::CLIENT_TOOL_PREFIX));
+        let said = if client_call {
+            "Your tool answered"
+        } else {
+            "Here is what the search found"
+        };
+        return (format!("{said}:\n\n{found}"), Vec::new());
     }
     let message = request
         .messages
@@ -99,6 +109,19 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
             id: format!("call_demo_{}", uuid::Uuid::now_v7().simple()),
             name: "local_search".to_owned(),
             arguments: serde_json::json!({ "query": message }).to_string(),
+        };
+        return (String::new(), vec![call]);
+    }
+    // A tool the client runs, offered: the demo calls the first one.
+    if let Some(tool) = request
+        .tools
+        .iter()
+        .find(|t| t.name.starts_with(crate::turn::CLIENT_TOOL_PREFIX))
+    {
+        let call = ToolCall {
+            id: format!("call_demo_{}", uuid::Uuid::now_v7().simple()),
+            name: tool.name.clone(),
+            arguments: serde_json::json!({}).to_string(),
         };
         return (String::new(), vec![call]);
     }

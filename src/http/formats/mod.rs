@@ -12,6 +12,7 @@
 pub mod a2a;
 pub mod agui;
 pub mod chat_completions;
+pub mod client_calls;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod native;

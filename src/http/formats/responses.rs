@@ -9,6 +9,12 @@
 //! stream is the turn's log folded into `ResponseStreamEvent`s
 //! ([`fold`]); it resumes with `GET /v1/responses/{id}?stream=true&
 //! starting_after=N` from any replica.
+//!
+//! A call of a tool the client runs (a `function` tool of the request)
+//! ends the response with its `function_call` item while the turn waits.
+//! The next request answers it (`function_call_output` items and
+//! `previous_response_id`); its response, `resp_<turn id>_<seq>`, is the
+//! same turn's stream after the call ([`Segment`]).
 
 mod fold;
 mod request;
@@ -30,7 +36,11 @@ use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{Encoded, WireFormat, read_turn, stream_turn, typed};
+use super::{
+    Encoded, WireFormat,
+    client_calls::{ClientAnswer, Seen, Segment, answer_calls},
+    read_turn, stream_turn, typed,
+};
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
@@ -60,18 +70,34 @@ fn response_id(turn_id: Uuid) -> String {
     format!("resp_{}", turn_id.simple())
 }
 
-/// The turn of a response id; `None`: not one of ours.
-fn turn_of(response_id: &str) -> Option<Uuid> {
-    let hex = response_id.strip_prefix("resp_")?;
+/// The id of the response of `turn_id` that goes on after the call the
+/// client answered at seq `after` (0: the turn's first response).
+fn segment_id(turn_id: Uuid, after: i64) -> String {
+    if after == 0 {
+        response_id(turn_id)
+    } else {
+        format!("resp_{}_{after}", turn_id.simple())
+    }
+}
+
+/// The turn of a response id and where its segment starts; `None`: not
+/// one of ours.
+fn turn_of(response_id: &str) -> Option<(Uuid, i64)> {
+    let id = response_id.strip_prefix("resp_")?;
+    let (hex, after) = match id.split_once('_') {
+        Some((hex, after)) => (hex, after.parse().ok().filter(|n: &i64| *n > 0)?),
+        None => (id, 0),
+    };
     (hex.len() == 32)
-        .then(|| Uuid::try_parse(hex).ok())
+        .then(|| Uuid::try_parse(hex).ok().map(|turn| (turn, after)))
         .flatten()
 }
 
-/// The caller's turn a response id names, or 404 `response_not_found`
-/// (another tenant's is answered as one that does not exist).
-async fn find(app: &AppState, tenant: &Tenant, id: &str) -> Result<TurnRecord, ApiError> {
-    let turn_id = turn_of(id).ok_or(ApiError::ResponseNotFound)?;
+/// The caller's turn a response id names and where the response starts in
+/// it, or 404 `response_not_found` (another tenant's is answered as one
+/// that does not exist).
+async fn find(app: &AppState, tenant: &Tenant, id: &str) -> Result<(TurnRecord, i64), ApiError> {
+    let (turn_id, after) = turn_of(id).ok_or(ApiError::ResponseNotFound)?;
     let record = app
         .store
         .find_turn(turn_id)
@@ -80,7 +106,7 @@ async fn find(app: &AppState, tenant: &Tenant, id: &str) -> Result<TurnRecord, A
     if SessionKey::from_stored(&record.session_id).tenant() != tenant.0 {
         return Err(ApiError::ResponseNotFound);
     }
-    Ok(record)
+    Ok((record, after))
 }
 
 /// The fields of a response that come from what its turn was asked.
@@ -97,42 +123,81 @@ fn head(turn_id: Uuid, session: &str, asked: &TurnRequest) -> Head {
         background: asked.background,
         effort: asked.think_level.map(request::effort_name),
         user: asked.user_id.clone(),
+        tools: request::shown_tools(asked),
     }
 }
 
-/// The fold of one turn fed with its stored events: it learns when the
-/// turn began and which model it asked from `turn.started`.
+/// The fold of one response of a turn fed with the turn's stored events:
+/// it learns which model the turn asked from `turn.started`, and begins
+/// with the response's first event.
 struct Folding {
     fold: ResponseFold,
+    turn_id: Uuid,
+    segment: Segment,
+    model: Option<String>,
     started: bool,
 }
 
 impl Folding {
-    fn new(head: Head) -> Self {
+    /// The response of `turn_id` that starts after seq `after`.
+    fn new(mut head: Head, turn_id: Uuid, after: i64) -> Self {
+        head.id = segment_id(turn_id, after);
         Self {
             fold: ResponseFold::new(head),
+            turn_id,
+            segment: Segment::after(after),
+            model: None,
             started: false,
         }
     }
 
     /// The stream events `stored` adds (the response's first ones with
-    /// the turn's first event).
+    /// its first event).
     fn feed(&mut self, stored: &StoredEvent) -> Vec<Value> {
-        let Some(event) = typed(stored) else {
+        if let Some(TurnEvent::TurnStarted { model, .. }) = typed(stored) {
+            self.model = Some(model.clone());
+        }
+        let seen = self.segment.see(stored);
+        if matches!(seen, Seen::Hidden) {
             return Vec::new();
-        };
+        }
         let mut out = Vec::new();
         if !self.started {
             self.started = true;
-            let model = match event {
-                TurnEvent::TurnStarted { model, .. } => Some(model.as_str()),
-                _ => None,
-            };
-            self.fold.begin(stored.created_at.timestamp(), model);
+            self.fold
+                .begin(stored.created_at.timestamp(), self.model.as_deref());
+            if self.segment.start() > 0 {
+                let previous = self.segment.previous_start().unwrap_or(0);
+                self.fold.follows(Some(segment_id(self.turn_id, previous)));
+            }
             out = self.fold.start();
         }
-        out.extend(self.fold.event(event));
+        match seen {
+            Seen::Shown(event) => out.extend(self.fold.event(event)),
+            Seen::Asked {
+                call_id,
+                tool,
+                arguments,
+            } => out.extend(self.fold.function_call(call_id, tool, arguments)),
+            Seen::Hidden => {}
+        }
         out
+    }
+
+    /// The response once it ends (the turn's end, or a call of the
+    /// client's), folded from `events`.
+    async fn until_ended(
+        mut self,
+        events: impl Stream<Item = Result<Arc<StoredEvent>, StoreError>>,
+    ) -> Result<Value, ApiError> {
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            self.feed(&*event?);
+            if self.fold.ended() {
+                return Ok(self.fold.response());
+            }
+        }
+        Err(ApiError::ShuttingDown)
     }
 }
 
@@ -186,9 +251,11 @@ impl WireFormat for ResponseStream {
     }
 }
 
-/// The response of a turn, folded from what its log holds now.
-async fn folded(app: &AppState, record: &TurnRecord) -> Result<Value, ApiError> {
-    let mut folding = Folding::new(head(record.id, &record.session_id, &record.request));
+/// The response of a turn that starts after seq `after`, folded from what
+/// its log holds now.
+async fn folded(app: &AppState, record: &TurnRecord, after: i64) -> Result<Value, ApiError> {
+    let head = head(record.id, &record.session_id, &record.request);
+    let mut folding = Folding::new(head, record.id, after);
     read_turn(app.store.as_ref(), record, |event| {
         folding.feed(event);
         folding.fold.ended()
@@ -254,6 +321,10 @@ async fn create_response(
     ApiJson(body): ApiJson<CreateResponse>,
 ) -> Result<Response, ApiError> {
     let key = crate::http::turns::idempotency_key(&headers)?;
+    let outputs = body.function_outputs()?;
+    if !outputs.is_empty() {
+        return answer_function_calls(&app, &tenant, &body, &outputs).await;
+    }
     let mut asked = body.turn_request(&app)?;
     let session = match (&body.previous_response_id, body.conversation_id()?) {
         (Some(_), Some(_)) => {
@@ -263,7 +334,7 @@ async fn create_response(
             });
         }
         (Some(previous), None) => {
-            let record = find(&app, &tenant, previous).await?;
+            let (record, _) = find(&app, &tenant, previous).await?;
             asked.follows = Some(record.id);
             SessionKey::from_stored(&record.session_id)
         }
@@ -281,23 +352,22 @@ async fn create_response(
             crate::http::parse_session_id(&format!("resp-{name}"), &tenant)?
         }
     };
-    let mut start_head = head(Uuid::nil(), session.as_str(), &asked);
+    let start_head = head(Uuid::nil(), session.as_str(), &asked);
     let (_, model) = app.runner.harness().resolve_provider_model(
         asked.runtime_provider.as_deref(),
         asked.runtime_model.as_deref(),
     );
     let started = app.runner.start(&session, asked, key).await?;
     let turn_id = started.turn_id;
-    start_head.id = response_id(turn_id);
-    let folding = Folding::new(start_head);
+    let folding = Folding::new(start_head, turn_id, 0);
     if body.stream {
         let events = crate::http::follow_started(&app, &session, started);
         return Ok(streamed(&app, folding, None, &session, turn_id, events));
     }
     let response = if started.replayed && body.background {
         // The request again: its response as the log has it now.
-        let record = find(&app, &tenant, &response_id(turn_id)).await?;
-        folded(&app, &record).await?
+        let (record, _) = find(&app, &tenant, &response_id(turn_id)).await?;
+        folded(&app, &record, 0).await?
     } else if body.background {
         let mut folding = folding;
         folding
@@ -305,19 +375,14 @@ async fn create_response(
             .begin(chrono::Utc::now().timestamp(), Some(&model));
         folding.fold.response()
     } else {
-        let mut folding = folding;
-        let mut events = crate::http::follow_started(&app, &session, started);
-        while let Some(event) = events.next().await {
-            folding.feed(&*event?);
-            if folding.fold.ended() {
-                break;
-            }
-        }
-        if !folding.fold.ended() {
-            return Err(ApiError::ShuttingDown);
-        }
-        folding.fold.response()
+        let events = crate::http::follow_started(&app, &session, started);
+        folding.until_ended(events).await?
     };
+    Ok(with_ids(response, &session, turn_id))
+}
+
+/// A response object, with the headers that name its session and turn.
+fn with_ids(response: Value, session: &SessionKey, turn_id: Uuid) -> Response {
     let mut response = axum::Json(response).into_response();
     let headers = response.headers_mut();
     if let Ok(value) = HeaderValue::from_str(session.id()) {
@@ -326,15 +391,41 @@ async fn create_response(
     if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
         headers.insert("x-turn-id", value);
     }
-    Ok(response)
+    response
+}
+
+/// A request that answers the client's calls of `previous_response_id`
+/// (`function_call_output` items): the results go to the waiting turn,
+/// and the response is that turn after the calls.
+async fn answer_function_calls(
+    app: &AppState,
+    tenant: &Tenant,
+    body: &CreateResponse,
+    outputs: &[ClientAnswer],
+) -> Result<Response, ApiError> {
+    let previous = body.previous_response_id.as_deref().unwrap_or_default();
+    let (record, _) = find(app, tenant, previous).await?;
+    let answered = answer_calls(app, &record, outputs).await?;
+    let session = SessionKey::from_stored(&record.session_id);
+    let head = head(record.id, &record.session_id, &record.request);
+    let folding = Folding::new(head, record.id, answered.after);
+    let events = app
+        .runner
+        .subscribe(record.session_id.clone(), record.id, record.first_seq - 1);
+    if body.stream {
+        return Ok(streamed(app, folding, None, &session, record.id, events));
+    }
+    let response = folding.until_ended(events).await?;
+    Ok(with_ids(response, &session, record.id))
 }
 
 /// A route's `{response_id}` (for the document; [`ResponseTurn`] reads it).
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub(crate) struct ResponsePath {
-    /// `resp_` and 32 hex digits
-    #[param(pattern = r"^resp_[0-9a-f]{32}$")]
+    /// `resp_` and 32 hex digits (a turn's first response), then `_` and
+    /// a seq (its response after a call the client answered)
+    #[param(pattern = r"^resp_[0-9a-f]{32}(_[1-9][0-9]{0,18})?$")]
     #[expect(dead_code, reason = "describes the path; ResponseTurn reads it")]
     response_id: String,
 }
@@ -344,6 +435,8 @@ pub(crate) struct ResponsePath {
 pub(crate) struct ResponseTurn {
     id: String,
     record: TurnRecord,
+    /// Where the response starts in its turn (the seq it goes on after).
+    after: i64,
     tenant: Tenant,
 }
 
@@ -362,8 +455,13 @@ impl axum::extract::FromRequestParts<AppState> for ResponseTurn {
             .get::<Tenant>()
             .cloned()
             .ok_or_else(|| ApiError::Internal("no tenant for the request".into()))?;
-        let record = find(app, &tenant, &id).await?;
-        Ok(Self { id, record, tenant })
+        let (record, after) = find(app, &tenant, &id).await?;
+        Ok(Self {
+            id,
+            record,
+            after,
+            tenant,
+        })
     }
 }
 
@@ -395,13 +493,14 @@ pub(crate) struct ReadQuery {
 async fn get_response(
     State(app): State<AppState>,
     ApiQuery(query): ApiQuery<ReadQuery>,
-    ResponseTurn { record, .. }: ResponseTurn,
+    ResponseTurn { record, after, .. }: ResponseTurn,
 ) -> Result<Response, ApiError> {
     if !query.stream {
-        return Ok(axum::Json(folded(&app, &record).await?).into_response());
+        return Ok(axum::Json(folded(&app, &record, after).await?).into_response());
     }
     let session = SessionKey::from_stored(&record.session_id);
-    let folding = Folding::new(head(record.id, &record.session_id, &record.request));
+    let head = head(record.id, &record.session_id, &record.request);
+    let folding = Folding::new(head, record.id, after);
     let events = app
         .runner
         .subscribe(record.session_id.clone(), record.id, record.first_seq - 1);
@@ -457,7 +556,12 @@ async fn delete_response(
 )]
 async fn cancel_response(
     State(app): State<AppState>,
-    ResponseTurn { id, record, tenant }: ResponseTurn,
+    ResponseTurn {
+        id,
+        record,
+        after,
+        tenant,
+    }: ResponseTurn,
 ) -> Result<Response, ApiError> {
     let session = SessionKey::from_stored(&record.session_id);
     match app.runner.cancel(&session, record.id).await {
@@ -471,8 +575,8 @@ async fn cancel_response(
         }
         Err(CancelError::Store(e)) => return Err(e.into()),
     }
-    let record = find(&app, &tenant, &id).await?;
-    Ok(axum::Json(folded(&app, &record).await?).into_response())
+    let (record, _) = find(&app, &tenant, &id).await?;
+    Ok(axum::Json(folded(&app, &record, after).await?).into_response())
 }
 
 /// How the input items of a response are listed.

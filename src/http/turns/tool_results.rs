@@ -7,15 +7,13 @@ use utoipa::ToSchema;
 
 use crate::{
     app::AppState,
-    events::TurnEvent,
     http::{
         CallPath, SessionPath,
         error::{ApiError, BadRequest, NotFound, Problem},
-        formats::{read_turn, typed},
+        formats::client_calls::{ClientAnswer, answer_calls},
         json::ApiJson,
         parse_turn_id,
     },
-    store::{NewToolResult, TurnStatus},
 };
 
 /// What the client's tool answered.
@@ -68,39 +66,14 @@ pub(super) async fn post_tool_result(
     let Some(turn) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
         return Err(crate::http::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
-    if turn.status != TurnStatus::Running {
-        return Err(ApiError::TurnNotRunning {
-            turn_id,
-            status: turn.status,
-        });
-    }
-    // Only a call the turn asked the client for.
-    let mut requested = false;
-    read_turn(app.store.as_ref(), &turn, |stored| {
-        requested = matches!(
-            typed(stored),
-            Some(TurnEvent::ToolRequested { call_id: id, .. }) if *id == call_id
-        );
-        requested
-    })
-    .await?;
-    if !requested {
-        return Err(ApiError::CallNotFound);
-    }
     let is_error = body.is_error.unwrap_or(false);
-    let recorded = app
-        .store
-        .post_tool_result(&NewToolResult {
-            session_id: session_id.as_str().to_owned(),
-            turn_id,
-            call_id: call_id.clone(),
-            output: body.output,
-            is_error,
-        })
-        .await?;
-    if !recorded {
+    let answer = ClientAnswer {
+        call_id: call_id.clone(),
+        output: body.output,
+        is_error,
+    };
+    if !answer_calls(&app, &turn, &[answer]).await?.all_new {
         return Err(ApiError::ToolResultAlreadyPosted);
     }
-    app.approvals_decided.notify_waiters();
     Ok(axum::Json(ToolResultView { call_id, is_error }))
 }

@@ -13,6 +13,8 @@
 //!   `agent-harness`): `response.mcp_call.in_progress`, then
 //!   `.completed` or `.failed` with its output or error.
 //! - A call waiting for a person is an `mcp_approval_request` item.
+//! - A call of a tool the client runs is a `function_call` item, and the
+//!   response ends with it (see [`crate::http::formats::client_calls`]).
 //! - Citations are annotations of the open message (`url_citation` for
 //!   the web, `file_citation` for a vault anchor), at the text's end.
 //! - Text the turn retracts and says differently (a provider retry, a
@@ -47,6 +49,8 @@ pub struct Head {
     /// The asked `reasoning.effort`, shown back.
     pub effort: Option<String>,
     pub user: Option<String>,
+    /// The client's `function` tools, shown back.
+    pub tools: Value,
 }
 
 /// The message item being streamed.
@@ -233,6 +237,49 @@ impl ResponseFold {
         out
     }
 
+    /// The stream events of a call of the client's tool: a
+    /// `function_call` item, and the response ends (`completed`) to let
+    /// the client run it.
+    pub fn function_call(&mut self, call_id: &str, name: &str, arguments: &Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        self.close_message("completed", &mut out);
+        let id = format!("fc_{call_id}");
+        let arguments = arguments.to_string();
+        let mut item = json!({
+            "type": "function_call",
+            "id": id,
+            "call_id": call_id,
+            "name": name,
+            "arguments": "",
+            "status": "in_progress",
+        });
+        let index = self.add_item(item.clone(), &mut out);
+        out.push(self.numbered(
+            "response.function_call_arguments.delta",
+            json!({"item_id": id, "output_index": index, "delta": arguments}),
+        ));
+        out.push(self.numbered(
+            "response.function_call_arguments.done",
+            json!({"item_id": id, "output_index": index, "name": name, "arguments": arguments}),
+        ));
+        item["arguments"] = arguments.into();
+        item["status"] = "completed".into();
+        if let Some(slot) = self.output.get_mut(index) {
+            *slot = item.clone();
+        }
+        out.push(self.numbered(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        ));
+        self.end("completed", "response.completed", &mut out);
+        out
+    }
+
+    /// Names the response this one goes on from.
+    pub fn follows(&mut self, previous_response_id: Option<String>) {
+        self.head.previous_response_id = previous_response_id;
+    }
+
     /// The `response` object as it stands.
     pub fn response(&self) -> Value {
         let head = &self.head;
@@ -263,7 +310,7 @@ impl ResponseFold {
             "temperature": null,
             "text": {"format": {"type": "text"}},
             "tool_choice": "auto",
-            "tools": [],
+            "tools": head.tools,
             "top_p": null,
             "truncation": "disabled",
             "usage": self.usage,

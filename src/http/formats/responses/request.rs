@@ -9,9 +9,9 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    http::error::ApiError,
+    http::{error::ApiError, formats::client_calls::ClientAnswer},
     providers::{ChatMessage, Role, ThinkLevel},
-    turn::TurnRequest,
+    turn::{CLIENT_TOOLS_MAX, ClientTool, TurnRequest},
 };
 
 /// Labels a response may carry, as OpenAI bounds them.
@@ -55,8 +55,13 @@ pub struct CreateResponse {
     /// The longest answer the model may write in one step.
     #[schema(minimum = 1)]
     max_output_tokens: Option<u32>,
-    /// Tools the client runs itself: not taken yet (a non-empty list is
-    /// refused with `unsupported_parameter`).
+    /// Tools the client runs itself: `function` tools (`name`,
+    /// `description`, `parameters`), at most 32. A call of one ends the
+    /// response with a `function_call` item; the next request answers it
+    /// with a `function_call_output` input item and `previous_response_id`,
+    /// and its response goes on with the same turn. Other tool types are
+    /// refused (`unsupported_parameter`): the service's own tools run
+    /// without being named.
     #[schema(value_type = Option<Vec<Object>>)]
     tools: Option<Vec<Value>>,
     /// `reasoning.effort`: `none`/`minimal`, `low`, `medium`, `high`
@@ -171,14 +176,7 @@ impl CreateResponse {
     /// The turn this request asks for (its session is the caller's
     /// business: see `previous_response_id` and `conversation`).
     pub fn turn_request(&self, app: &AppState) -> Result<TurnRequest, ApiError> {
-        if self.tools.as_ref().is_some_and(|tools| !tools.is_empty()) {
-            return Err(ApiError::Unsupported {
-                field: "tools".into(),
-                detail: "tools the client runs are not taken yet; the service's own tools \
-                         run without being named"
-                    .into(),
-            });
-        }
+        let client_tools = self.client_tools()?;
         let messages: Vec<(String, String)> = match &self.input {
             Value::String(text) => vec![("user".to_owned(), text.clone())],
             Value::Array(items) => items
@@ -252,6 +250,7 @@ impl CreateResponse {
             ));
         }
         asked.max_output_tokens = self.max_output_tokens;
+        asked.client_tools = client_tools;
         asked.background = self.background;
         asked.think_level = match self.reasoning.as_ref().and_then(|r| r.effort.as_deref()) {
             None => None,
@@ -273,6 +272,122 @@ impl CreateResponse {
         }
         Ok(asked)
     }
+}
+
+impl CreateResponse {
+    /// The `function` tools of the request, as tools the client runs.
+    fn client_tools(&self) -> Result<Vec<ClientTool>, ApiError> {
+        let tools = self.tools.as_deref().unwrap_or_default();
+        if tools.len() > CLIENT_TOOLS_MAX {
+            return Err(invalid("tools", "`tools` has more than 32 tools"));
+        }
+        let mut declared: Vec<ClientTool> = Vec::new();
+        for (at, tool) in tools.iter().enumerate() {
+            let field = format!("tools[{at}]");
+            let kind = tool["type"].as_str().unwrap_or_default();
+            if kind != "function" {
+                return Err(ApiError::Unsupported {
+                    field,
+                    detail: format!(
+                        "tools of type {kind:?} are not taken: `function` tools are the \
+                         client's, and the service's own tools run without being named"
+                    ),
+                });
+            }
+            let name = tool["name"].as_str().unwrap_or_default().to_owned();
+            let description = match tool["description"].as_str() {
+                Some(text) if !text.trim().is_empty() => text.to_owned(),
+                _ => format!("The client's tool {name}."),
+            };
+            let parameters = Some(tool["parameters"].clone()).filter(|p| !p.is_null());
+            let tool = ClientTool::checked(name, description, parameters, None)
+                .map_err(|detail| invalid(&field, detail))?;
+            if declared.iter().any(|other| other.name == tool.name) {
+                return Err(invalid(&field, format!("{:?} is named twice", tool.name)));
+            }
+            declared.push(tool);
+        }
+        Ok(declared)
+    }
+
+    /// The results of the client's calls the input carries
+    /// (`function_call_output` items); empty when it carries none. Input
+    /// that has them has nothing else.
+    pub fn function_outputs(&self) -> Result<Vec<ClientAnswer>, ApiError> {
+        let Value::Array(items) = &self.input else {
+            return Ok(Vec::new());
+        };
+        let outputs = items
+            .iter()
+            .filter(|item| item["type"] == "function_call_output")
+            .count();
+        if outputs == 0 {
+            return Ok(Vec::new());
+        }
+        if outputs < items.len() {
+            return Err(ApiError::Unsupported {
+                field: "input".into(),
+                detail: "input that answers function calls has only `function_call_output` \
+                         items: the turn that asked goes on"
+                    .into(),
+            });
+        }
+        if self.previous_response_id.is_none() {
+            return Err(invalid(
+                "previous_response_id",
+                "`function_call_output` answers the response that asked: name it in \
+                 `previous_response_id`",
+            ));
+        }
+        items
+            .iter()
+            .enumerate()
+            .map(|(at, item)| {
+                let call_id = item["call_id"]
+                    .as_str()
+                    .filter(|id| !id.is_empty())
+                    .ok_or_else(|| {
+                        invalid(&format!("input[{at}].call_id"), "a call id is needed")
+                    })?;
+                let output = match &item["output"] {
+                    Value::String(text) => Value::String(text.clone()),
+                    Value::Array(parts) => Value::String(
+                        parts
+                            .iter()
+                            .filter_map(|p| p["text"].as_str())
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                    ),
+                    _ => {
+                        return Err(invalid(
+                            &format!("input[{at}].output"),
+                            "`output` must be a string or text parts",
+                        ));
+                    }
+                };
+                Ok(ClientAnswer::of(call_id, &output, false))
+            })
+            .collect()
+    }
+}
+
+/// The request's tools as a response shows them.
+pub fn shown_tools(asked: &TurnRequest) -> Value {
+    Value::Array(
+        asked
+            .client_tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "type": "function",
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                    "strict": false,
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The input items of a turn, oldest first: its history (when it brought

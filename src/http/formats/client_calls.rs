@@ -1,0 +1,227 @@
+//! Calls of the tools a client runs itself, as the protocols carry them.
+//!
+//! A turn that calls a client's tool says `tool.requested` and waits for
+//! the result. The native API posts it to
+//! `/sessions/{id}/turns/{turn_id}/tool-results/{call_id}`; the Responses
+//! API, AG-UI and the AI SDK end their answer at the call (a
+//! `function_call` item, `TOOL_CALL_*` events, `tool-input-available`) and
+//! send the result in their next request, whose answer goes on with the
+//! same turn after the call: a [`Segment`] of its stream.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::{read_turn, typed};
+use crate::{
+    app::AppState,
+    events::{StoredEvent, TurnEvent},
+    http::error::ApiError,
+    store::{NewToolResult, TurnRecord, TurnStatus},
+    turn::CLIENT_TOOL_PREFIX,
+};
+
+/// The client's result of one call.
+#[derive(Debug, Clone)]
+pub struct ClientAnswer {
+    pub call_id: String,
+    pub output: String,
+    pub is_error: bool,
+}
+
+impl ClientAnswer {
+    /// A result given as any JSON: a string as it is, anything else as
+    /// its JSON text.
+    pub fn of(call_id: &str, output: &Value, is_error: bool) -> Self {
+        let output = match output {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        Self {
+            call_id: call_id.to_owned(),
+            output,
+            is_error,
+        }
+    }
+}
+
+/// What [`answer_calls`] recorded.
+#[derive(Debug)]
+pub struct Answered {
+    /// The seq of the latest `tool.requested` answered: the turn's stream
+    /// goes on after it.
+    pub after: i64,
+    /// Whether every result is new (false: one was posted before, and
+    /// the first stands).
+    pub all_new: bool,
+}
+
+/// The client tool calls `turn` asked for, each with the seq of its
+/// first `tool.requested`.
+async fn requested(app: &AppState, turn: &TurnRecord) -> Result<HashMap<String, i64>, ApiError> {
+    let mut asked = HashMap::new();
+    read_turn(app.store.as_ref(), turn, |stored| {
+        if let Some(TurnEvent::ToolRequested { call_id, .. }) = typed(stored) {
+            asked.entry(call_id.clone()).or_insert(stored.seq);
+        }
+        false
+    })
+    .await?;
+    Ok(asked)
+}
+
+/// Records the client's results for calls `turn` asked for (a call it did
+/// not ask for: `call_not_found`; an ended turn: `turn_not_running`) and
+/// wakes the turn.
+pub async fn answer_calls(
+    app: &AppState,
+    turn: &TurnRecord,
+    answers: &[ClientAnswer],
+) -> Result<Answered, ApiError> {
+    if turn.status != TurnStatus::Running {
+        return Err(ApiError::TurnNotRunning {
+            turn_id: turn.id,
+            status: turn.status,
+        });
+    }
+    if answers.iter().any(|a| a.output.contains('\0')) {
+        return Err(ApiError::InvalidField {
+            field: "output".into(),
+            detail: "a tool's output contains U+0000, which is not accepted".into(),
+        });
+    }
+    let asked = requested(app, turn).await?;
+    let mut after = 0;
+    for answer in answers {
+        let seq = asked
+            .get(&answer.call_id)
+            .copied()
+            .ok_or(ApiError::CallNotFound)?;
+        after = after.max(seq);
+    }
+    let mut all_new = true;
+    for answer in answers {
+        all_new &= app
+            .store
+            .post_tool_result(&NewToolResult {
+                session_id: turn.session_id.clone(),
+                turn_id: turn.id,
+                call_id: answer.call_id.clone(),
+                output: answer.output.clone(),
+                is_error: answer.is_error,
+            })
+            .await?;
+    }
+    app.approvals_decided.notify_waiters();
+    Ok(Answered { after, all_new })
+}
+
+/// The running turn of `session` that asked its client for one of
+/// `call_ids`, if any.
+pub async fn waiting_turn(
+    app: &AppState,
+    session: &str,
+    call_ids: &[&str],
+) -> Result<Option<TurnRecord>, ApiError> {
+    let Some(running) = app
+        .store
+        .get_session(session)
+        .await?
+        .and_then(|s| s.running_turn_id)
+    else {
+        return Ok(None);
+    };
+    let Some(turn) = app.store.get_turn(session, running).await? else {
+        return Ok(None);
+    };
+    let asked = requested(app, &turn).await?;
+    Ok(call_ids
+        .iter()
+        .any(|id| asked.contains_key(*id))
+        .then_some(turn))
+}
+
+/// What a [`Segment`] makes of one stored event.
+pub enum Seen<'e> {
+    /// Left out: before the segment, a call asked again (a take-over), or
+    /// the start or end of a call the client runs (the client ran it).
+    Hidden,
+    Shown(&'e TurnEvent),
+    /// A call the client runs: the segment ends with it.
+    Asked {
+        call_id: &'e str,
+        tool: &'e str,
+        arguments: &'e Value,
+    },
+}
+
+/// The part of a turn's stream one answer of a protocol shows: the events
+/// after `after` (the call its request answered; 0: from the turn's
+/// start) up to the next call the client runs.
+#[derive(Debug, Default)]
+pub struct Segment {
+    after: i64,
+    /// The calls asked for so far (bounded by the turn's calls).
+    asked: Vec<String>,
+    /// The seq of the newest call asked for before `after`.
+    previous: Option<i64>,
+}
+
+impl Segment {
+    pub fn after(after: i64) -> Self {
+        Self {
+            after,
+            ..Self::default()
+        }
+    }
+
+    /// Where the segment starts (the seq it shows events after).
+    pub fn start(&self) -> i64 {
+        self.after
+    }
+
+    /// Where the segment before this one started: `None` for the turn's
+    /// start, known once the events before this one were seen.
+    pub fn previous_start(&self) -> Option<i64> {
+        self.previous
+    }
+
+    pub fn see<'e>(&mut self, stored: &'e StoredEvent) -> Seen<'e> {
+        let Some(event) = typed(stored) else {
+            return Seen::Hidden;
+        };
+        if let TurnEvent::ToolRequested {
+            call_id,
+            tool,
+            arguments,
+            ..
+        } = event
+        {
+            if self.asked.contains(call_id) {
+                return Seen::Hidden;
+            }
+            self.asked.push(call_id.clone());
+            if stored.seq < self.after {
+                self.previous = Some(stored.seq);
+            }
+            if stored.seq <= self.after {
+                return Seen::Hidden;
+            }
+            return Seen::Asked {
+                call_id,
+                tool,
+                arguments,
+            };
+        }
+        let client_call = match event {
+            TurnEvent::ToolStarted { tool, .. } | TurnEvent::ToolFinished { tool, .. } => {
+                tool.starts_with(CLIENT_TOOL_PREFIX)
+            }
+            _ => false,
+        };
+        if client_call || stored.seq <= self.after {
+            return Seen::Hidden;
+        }
+        Seen::Shown(event)
+    }
+}
