@@ -4,7 +4,8 @@ Run by .ci/run after `cargo test`: starts the binary given (the `demo`
 provider, a fresh SQLite file, a free loopback port, an approval asked for
 note writes), resolves the agent card, then sends (blocking and streamed),
 gets, lists, cancels and subscribes, and answers an approval that puts a
-task in `input-required` with a second message in the same task. Every
+task in `input-required` with a second message in the same task, and runs
+a tool of its own the task asks it to call. Every
 body the service answered is parsed again, strictly, by the SDK's own
 protobuf types: an unknown field fails.
 """
@@ -18,6 +19,7 @@ import httpx
 from a2a.client import ClientConfig, create_client
 from a2a.types import a2a_pb2 as a2a
 from google.protobuf import json_format
+from google.protobuf.struct_pb2 import Struct
 
 import service
 
@@ -172,8 +174,49 @@ async def checks(base: str, tee: Tee) -> int:
     )
     assert events[0].HasField("task"), events[0]
     assert events[-1].status_update.status.state == a2a.TASK_STATE_COMPLETED, events[-1]
+
+    # A tool the client runs (the card's extension): input-required with
+    # the call as a data part, answered by a data part in the same task.
+    [extension] = card.capabilities.extensions
+    assert extension.uri == "urn:agent-harness:a2a:client-tools:v1", extension
+    metadata = Struct()
+    metadata.update({"clientTools": [{
+        "name": "get_location",
+        "description": "Where the user is, from the device",
+        "parameters": {"type": "object", "properties": {}},
+        "effect": "READ_ONLY",
+    }]})
+    [asked] = await collect(
+        blocking.send_message(a2a.SendMessageRequest(message=user_message("where am I?"), metadata=metadata))
+    )
+    # The service asks approval for every tool here: the client's own too.
+    assert asked.task.status.state == a2a.TASK_STATE_INPUT_REQUIRED, asked
+    assert "approve" in asked.task.status.message.parts[0].text, asked
+    [asked] = await collect(
+        blocking.send_message(
+            a2a.SendMessageRequest(
+                message=user_message("approve", task_id=asked.task.id, context_id=asked.task.context_id)
+            )
+        )
+    )
+    assert asked.task.status.state == a2a.TASK_STATE_INPUT_REQUIRED, asked
+    call = json_format.MessageToDict(asked.task.status.message.parts[1].data)
+    assert call["tool"] == "get_location" and call["runs"] == "client", call
+    result = json_format.ParseDict({"data": {"call_id": call["call_id"], "output": "Lyon, France"}}, a2a.Part())
+    answer = a2a.Message(
+        message_id=f"m-{time.monotonic_ns()}",
+        role=a2a.ROLE_USER,
+        parts=[result],
+        task_id=asked.task.id,
+        context_id=asked.task.context_id,
+    )
+    events = await collect(streaming.send_message(a2a.SendMessageRequest(message=answer)))
+    assert events[-1].status_update.status.state == a2a.TASK_STATE_COMPLETED, events[-1]
+    done = await blocking.get_task(a2a.GetTaskRequest(id=asked.task.id))
+    text = done.artifacts[0].parts[0].text
+    assert text.startswith("Your tool answered") and "Lyon, France" in text, done
     await http.aclose()
-    return 7
+    return 8
 
 
 def main(binary: str) -> None:

@@ -4,8 +4,9 @@
 //!
 //! A task is a turn (its id the turn's), its context the turn's session.
 //! `SendMessage` and `SendStreamingMessage` begin a turn, or answer the
-//! call a task waits on (`input-required`: a pending approval) with a
-//! message in that task; `GetTask`, `ListTasks` (one context, paged),
+//! call a task waits on (`input-required`: a pending approval, or a call
+//! of a tool the client runs, declared in the request's
+//! `metadata.clientTools`) with a message in that task; `GetTask`, `ListTasks` (one context, paged),
 //! `CancelTask` and `SubscribeToTask` (the task's log, from any replica)
 //! read and stop them. Every answer is HTTP 200 with a JSON-RPC result or
 //! error (the A2A codes), as the protocol's own server answers.
@@ -27,6 +28,7 @@ use uuid::Uuid;
 
 use super::{
     Encoded, WireFormat,
+    client_calls::{ClientAnswer, answer_calls},
     jsonrpc::{
         self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
         result as rpc_result,
@@ -214,6 +216,47 @@ fn message_text(message: &Value) -> Result<String, RpcError> {
     Ok(texts.join("\n"))
 }
 
+/// The results of the client's calls a message in a waiting task gives:
+/// a data part `{call_id, output, is_error}` for each, or when one call
+/// alone waits (and no approval), the message's text. Empty when the
+/// message answers none (an approval's answer).
+fn client_answers(message: &Value, fold: &TaskFold) -> Result<Vec<ClientAnswer>, RpcError> {
+    let waiting = fold.client_calls();
+    let parts = message["parts"].as_array().map_or(&[][..], Vec::as_slice);
+    let data: Vec<&Value> = parts
+        .iter()
+        .filter_map(|p| p.get("data"))
+        .filter(|d| d.get("call_id").is_some())
+        .collect();
+    if data.is_empty() {
+        return match (waiting, fold.pending().is_empty()) {
+            ([call_id], true) => Ok(vec![ClientAnswer {
+                call_id: call_id.clone(),
+                output: message_text(message)?,
+                is_error: false,
+            }]),
+            ([], _) => Ok(Vec::new()),
+            _ => Err(RpcError::new(
+                INVALID_PARAMS,
+                "more than one call waits: answer each with a data part {call_id, output}",
+            )),
+        };
+    }
+    data.into_iter()
+        .map(|d| {
+            let call_id = d["call_id"].as_str().unwrap_or_default();
+            if !waiting.iter().any(|w| w == call_id) {
+                return Err(RpcError::new(
+                    INVALID_PARAMS,
+                    format!("the task does not wait for a call {call_id:?}"),
+                ));
+            }
+            let is_error = d["is_error"].as_bool().unwrap_or(false);
+            Ok(ClientAnswer::of(call_id, &d["output"], is_error))
+        })
+        .collect()
+}
+
 impl Caller {
     /// The caller's turn of a task id, or `TaskNotFound` (another
     /// tenant's is answered as one that does not exist).
@@ -330,7 +373,6 @@ impl Caller {
         if !message.is_object() {
             return Err(RpcError::new(INVALID_PARAMS, "`message` is required"));
         }
-        let text = message_text(message)?;
         let configuration = &params["configuration"];
         let immediately = configuration["returnImmediately"]
             .as_bool()
@@ -342,7 +384,7 @@ impl Caller {
                 Some(task) => {
                     let turn_id = Uuid::try_parse(task)
                         .map_err(|_| RpcError::new(TASK_NOT_FOUND, "task not found"))?;
-                    let (record, last_seq) = self.answer_pending(turn_id, &text).await?;
+                    let (record, last_seq) = self.answer_pending(turn_id, message).await?;
                     let events = app
                         .runner
                         .subscribe(record.session_id.clone(), turn_id, record.first_seq - 1)
@@ -351,7 +393,9 @@ impl Caller {
                     (session, turn_id, events, last_seq)
                 }
                 None => {
-                    let (session, started) = self.begin(message, text).await?;
+                    let text = message_text(message)?;
+                    let tools = &params["metadata"]["clientTools"];
+                    let (session, started) = self.begin(message, text, tools).await?;
                     let turn_id = started.turn_id;
                     let events = crate::http::follow_started(app, &session, started);
                     (session, turn_id, events, 0)
@@ -394,14 +438,18 @@ impl Caller {
         &self,
         message: &Value,
         text: String,
+        client_tools: &Value,
     ) -> Result<(SessionKey, crate::runner::StartedTurn), RpcError> {
         let session = match message["contextId"].as_str().filter(|c| !c.is_empty()) {
             Some(context) => parse_session_id(context, &self.tenant)?,
             None => parse_session_id(&format!("a2a-{}", Uuid::now_v7().simple()), &self.tenant)?,
         };
-        let body: crate::http::turns::TurnBody =
-            serde_json::from_value(json!({"message": text}))
-                .map_err(|e| RpcError::new(INVALID_PARAMS, e.to_string()))?;
+        let mut body = json!({"message": text});
+        if !client_tools.is_null() {
+            body["client_tools"] = client_tools.clone();
+        }
+        let body: crate::http::turns::TurnBody = serde_json::from_value(body)
+            .map_err(|e| RpcError::new(INVALID_PARAMS, format!("`metadata.clientTools`: {e}")))?;
         let asked = TurnRequest::try_from(body)?;
         match self.app.runner.start(&session, asked, None).await {
             Ok(started) => Ok((session, started)),
@@ -413,13 +461,13 @@ impl Caller {
         }
     }
 
-    /// A message in a task that waits for the client: it decides the
-    /// task's pending calls (a data part `{"approve": bool}`, or text that
-    /// starts with approve/yes or deny/no).
+    /// A message in a task that waits for the client: the results of the
+    /// client's calls ([`client_answers`]), or a decision of the task's
+    /// pending approvals (text that starts with approve/yes or deny/no).
     async fn answer_pending(
         &self,
         turn_id: Uuid,
-        text: &str,
+        message: &Value,
     ) -> Result<(TurnRecord, i64), RpcError> {
         let record = self.turn(turn_id).await?;
         let session = SessionKey::from_stored(&record.session_id);
@@ -441,12 +489,18 @@ impl Caller {
             .await?
             .map_or(0, |s| s.last_seq);
         let fold = self.fold(&record).await?;
-        if fold.pending().is_empty() {
+        if fold.pending().is_empty() && fold.client_calls().is_empty() {
             return Err(RpcError::new(
                 UNSUPPORTED_OPERATION,
                 "the task is working and waits for nothing",
             ));
         }
+        let answers = client_answers(message, &fold)?;
+        if !answers.is_empty() {
+            answer_calls(&self.app, &record, &answers).await?;
+            return Ok((record, last_seq));
+        }
+        let text = message_text(message)?;
         let said = text.trim().to_lowercase();
         let approve = if said.starts_with("approve") || said.starts_with("yes") {
             true

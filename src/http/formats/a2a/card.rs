@@ -11,6 +11,9 @@ use serde_json::json;
 use super::VERSION;
 use crate::{app::AppState, tools::EffectClass};
 
+/// The extension that lets a client declare tools it runs itself.
+pub const CLIENT_TOOLS_EXTENSION: &str = "urn:agent-harness:a2a:client-tools:v1";
+
 /// The agent card: who this agent is and how to call it.
 #[utoipa::path(
     get,
@@ -65,7 +68,21 @@ pub(super) async fn agent_card(State(app): State<AppState>, headers: HeaderMap) 
             "protocolBinding": "JSONRPC",
             "protocolVersion": VERSION,
         }],
-        "capabilities": {"streaming": true, "pushNotifications": false, "extendedAgentCard": false},
+        "capabilities": {
+            "streaming": true,
+            "pushNotifications": false,
+            "extendedAgentCard": false,
+            "extensions": [{
+                "uri": CLIENT_TOOLS_EXTENSION,
+                "description": "Tools the client runs: declare them in the request's \
+                                metadata.clientTools ({name, description, parameters, \
+                                effect}); a call of one puts the task in input-required \
+                                (a data part: call_id, tool, arguments, runs: client), \
+                                answered by a message in the task with a data part \
+                                {call_id, output, is_error}.",
+                "required": false,
+            }],
+        },
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": skills,

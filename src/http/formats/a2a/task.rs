@@ -9,6 +9,11 @@
 //! - A call waiting for a person is `input-required`: its status message
 //!   names the call (a data part: `call_id`, `tool`, `arguments`); a
 //!   message in the same task answers it.
+//! - A call of a tool the client runs (declared in the request's
+//!   `metadata.clientTools`) is `input-required` too: its status message
+//!   names the call (a data part: `call_id`, `tool`, `arguments`,
+//!   `runs: "client"`); a message in the same task answers it with a data
+//!   part `{call_id, output, is_error}` (or, for one call, its text).
 //! - The end: `completed`, `failed` (an interrupted turn too) or
 //!   `canceled`.
 
@@ -45,6 +50,11 @@ pub struct TaskFold {
     step: u32,
     /// The calls that wait for a person.
     pending: Vec<String>,
+    /// The calls that wait for the client to run them.
+    client_calls: Vec<String>,
+    /// Every client call asked for (one asked again after a take-over is
+    /// not asked twice).
+    client_asked: Vec<String>,
     ended: bool,
 }
 
@@ -77,6 +87,8 @@ impl TaskFold {
             said: StepText::default(),
             step: 0,
             pending: Vec::new(),
+            client_calls: Vec::new(),
+            client_asked: Vec::new(),
             ended: false,
         }
     }
@@ -88,6 +100,18 @@ impl TaskFold {
     /// The calls that wait for a person.
     pub fn pending(&self) -> &[String] {
         &self.pending
+    }
+
+    /// The calls that wait for the client to run them.
+    pub fn client_calls(&self) -> &[String] {
+        &self.client_calls
+    }
+
+    /// Back to `working` when nothing waits for the client any more.
+    fn unblock(&mut self, out: &mut Vec<Value>) {
+        if self.pending.is_empty() && self.client_calls.is_empty() && self.state == INPUT_REQUIRED {
+            out.push(self.set(WORKING, None));
+        }
     }
 
     /// Whether a stream of the task stops here: the turn ended, or waits
@@ -159,6 +183,38 @@ impl TaskFold {
                 self.say(said, &mut out);
             }
             TurnEvent::MessageRetracted { step, reason } => self.said.retracted(*step, reason),
+            TurnEvent::ToolStarted { tool, .. }
+                if tool.starts_with(crate::turn::CLIENT_TOOL_PREFIX) => {}
+            TurnEvent::ToolRequested {
+                call_id,
+                tool,
+                arguments,
+                ..
+            } => {
+                if self.client_asked.contains(call_id) {
+                    return out;
+                }
+                self.client_asked.push(call_id.clone());
+                self.client_calls.push(call_id.clone());
+                let id = format!("{}-client-{call_id}", self.task_id);
+                let parts = vec![
+                    text_part(&format!(
+                        "Run {tool} and answer in this task: a data part with call_id and output."
+                    )),
+                    json!({"data": {
+                        "call_id": call_id,
+                        "tool": tool,
+                        "arguments": arguments,
+                        "runs": "client",
+                    }}),
+                ];
+                let message = agent_message(&self.task_id, &self.context_id, &id, parts);
+                out.push(self.set(INPUT_REQUIRED, Some(message)));
+            }
+            TurnEvent::ToolFinished { call_id, .. } if self.client_calls.contains(call_id) => {
+                self.client_calls.retain(|c| c != call_id);
+                self.unblock(&mut out);
+            }
             TurnEvent::ToolStarted {
                 call_id,
                 tool,
@@ -192,9 +248,7 @@ impl TaskFold {
             }
             TurnEvent::ApprovalResolved { call_id, .. } => {
                 self.pending.retain(|p| p != call_id);
-                if self.pending.is_empty() && self.state == INPUT_REQUIRED {
-                    out.push(self.set(WORKING, None));
-                }
+                self.unblock(&mut out);
             }
             TurnEvent::Citations { local, web } => {
                 self.citations = Some(json!({"local": local, "web": web}));
@@ -241,6 +295,7 @@ impl TaskFold {
     fn end(&mut self, state: &'static str, why: &str) -> Value {
         self.ended = true;
         self.pending.clear();
+        self.client_calls.clear();
         let id = format!("{}-end", self.task_id);
         let message = agent_message(&self.task_id, &self.context_id, &id, vec![text_part(why)]);
         self.set(state, Some(message))
