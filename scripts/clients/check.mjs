@@ -1,15 +1,21 @@
 // The AI SDK reads agent-harness's /v1/ui/chat as useChat does: the SSE
 // body parsed and validated with the SDK's own chunk schema, then folded
 // into a UI message. And every event of /v1/agui passes @ag-ui/core's
-// schemas. Run by .ci/run with the binary to start.
+// schemas. A tool the client runs goes through both. Run by .ci/run with
+// the binary to start.
 import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseJsonEventStream } from '@ai-sdk/provider-utils';
-import { EventSchemas } from '@ag-ui/core/schemas';
-import { DefaultChatTransport, readUIMessageStream, uiMessageChunkSchema } from 'ai';
+import { EventSchemas, RunAgentInputSchema } from '@ag-ui/core/schemas';
+import {
+  DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithToolCalls,
+  readUIMessageStream,
+  uiMessageChunkSchema,
+} from 'ai';
 
 const freePort = () =>
   new Promise((resolve) => {
@@ -48,18 +54,24 @@ try {
       await new Promise((r) => setTimeout(r, 50));
     }
   }
-  const ask = async (text) => {
-    const response = await fetch(`http://127.0.0.1:${port}/v1/ui/chat`, {
+  const post = (path, body) =>
+    fetch(`http://127.0.0.1:${port}${path}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
+      body: JSON.stringify(body),
+    });
+  const ask = async (text) =>
+    read(
+      await post('/v1/ui/chat', {
         id: `chat-${text.length}`,
         trigger: 'submit-message',
         messages: [{ id: 'm1', role: 'user', parts: [{ type: 'text', text }] }],
       }),
-    });
+    );
+  // A UI message stream as useChat reads it (going on with `message`).
+  const read = async (response, message) => {
     if (response.headers.get('x-vercel-ai-ui-message-stream') !== 'v1') {
-      throw new Error('no UI message stream header');
+      throw new Error(`no UI message stream: ${response.status} ${await response.text()}`);
     }
     const chunks = parseJsonEventStream({ stream: response.body, schema: uiMessageChunkSchema }).pipeThrough(
       new TransformStream({
@@ -69,10 +81,11 @@ try {
         },
       }),
     );
-    let message;
-    for await (const state of readUIMessageStream({ stream: chunks })) message = state;
-    return message;
+    let last;
+    for await (const state of readUIMessageStream({ stream: chunks, message })) last = state;
+    return last;
   };
+  const textOf = (message) => message.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
 
   const echo = await ask('hello sdk');
   const text = echo.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
@@ -82,6 +95,7 @@ try {
   const searched = await ask('search my notes');
   const tool = searched.parts.find((p) => p.type === 'dynamic-tool' || p.type.startsWith('tool-'));
   if (!tool || tool.state !== 'output-available') throw new Error(`no finished tool part: ${JSON.stringify(searched.parts)}`);
+  if (!tool.providerExecuted) throw new Error('the service ran a tool the client would run too');
   const answer = searched.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
   if (!answer.startsWith('Here is what the search found')) throw new Error(`unexpected answer: ${answer}`);
   passed++;
@@ -155,6 +169,84 @@ try {
   const types = events.map((e) => e.type);
   for (const wanted of ['RUN_STARTED', 'TOOL_CALL_START', 'TOOL_CALL_RESULT', 'TEXT_MESSAGE_CONTENT', 'RUN_FINISHED']) {
     if (!types.includes(wanted)) throw new Error(`no ${wanted} in ${types.join(' ')}`);
+  }
+  passed++;
+
+  // A tool the client runs, through the AI SDK: the stream stops at its
+  // call (input-available, for onToolCall); the next request carries the
+  // result in that part, as addToolResult leaves it, and the same turn
+  // answers with it.
+  const location = {
+    name: 'get_location',
+    description: 'Where the user is, from the browser',
+    parameters: { type: 'object', properties: {} },
+  };
+  const user = { id: 'u1', role: 'user', parts: [{ type: 'text', text: 'where am I?' }] };
+  const asked = await read(
+    await post('/v1/ui/chat', { id: 'chat-client-tool', trigger: 'submit-message', messages: [user], clientTools: [location] }),
+  );
+  const call = asked.parts.find((p) => p.type === 'tool-get_location');
+  if (!call || call.state !== 'input-available' || call.providerExecuted) {
+    throw new Error(`no call for the client: ${JSON.stringify(asked.parts)}`);
+  }
+  const resolved = {
+    ...asked,
+    parts: asked.parts.map((p) => (p === call ? { ...p, state: 'output-available', output: 'Lyon, France' } : p)),
+  };
+  if (!lastAssistantMessageIsCompleteWithToolCalls({ messages: [user, resolved] })) {
+    throw new Error('the SDK would not send the result on');
+  }
+  const done = await read(
+    await post('/v1/ui/chat', { id: 'chat-client-tool', trigger: 'submit-message', messages: [user, resolved] }),
+    resolved,
+  );
+  if (!textOf(done).startsWith('Your tool answered') || !textOf(done).includes('Lyon, France')) {
+    throw new Error(`unexpected answer after the client's tool: ${textOf(done)}`);
+  }
+  passed++;
+
+  // A frontend tool through AG-UI: TOOL_CALL_* and the run finishes; the
+  // next run's messages end with the tool message, and the turn goes on.
+  const input = {
+    threadId: 'agui-client-tool',
+    runId: 'run-1',
+    state: {},
+    tools: [location],
+    context: [],
+    forwardedProps: {},
+    messages: [{ id: 'u1', role: 'user', content: 'where am I?' }],
+  };
+  RunAgentInputSchema.parse(input);
+  const aguiEvents = async (response) =>
+    (await response.text())
+      .split('\n\n')
+      .filter((frame) => frame.startsWith('data: '))
+      .map((frame) => EventSchemas.parse(JSON.parse(frame.slice(6))));
+  const opened = await aguiEvents(await post('/v1/agui', input));
+  const start = opened.find((e) => e.type === 'TOOL_CALL_START');
+  const args = opened.find((e) => e.type === 'TOOL_CALL_ARGS');
+  if (!start || start.toolCallName !== 'get_location' || opened.at(-1).type !== 'RUN_FINISHED') {
+    throw new Error(`no frontend tool call: ${opened.map((e) => e.type).join(' ')}`);
+  }
+  if (opened.some((e) => e.type === 'TOOL_CALL_RESULT')) throw new Error('the service ran the frontend tool');
+  const next = {
+    ...input,
+    runId: 'run-2',
+    messages: [
+      ...input.messages,
+      {
+        id: 'a1',
+        role: 'assistant',
+        toolCalls: [{ id: start.toolCallId, type: 'function', function: { name: 'get_location', arguments: args.delta } }],
+      },
+      { id: 't1', role: 'tool', toolCallId: start.toolCallId, content: 'Paris' },
+    ],
+  };
+  RunAgentInputSchema.parse(next);
+  const second = await aguiEvents(await post('/v1/agui', next));
+  const said = second.filter((e) => e.type === 'TEXT_MESSAGE_CONTENT').map((e) => e.delta).join('');
+  if (second[0].runId !== 'run-2' || !said.includes('Paris') || second.at(-1).type !== 'RUN_FINISHED') {
+    throw new Error(`the run after the frontend tool: ${second.map((e) => e.type).join(' ')} ${said}`);
   }
   passed++;
   console.log(`ai-sdk: ${passed} passed, 0 failed`);

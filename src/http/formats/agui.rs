@@ -4,6 +4,11 @@
 //! the run, `messages` with the new user message last); the answer streams
 //! `RUN_STARTED`, `STEP_STARTED`/`STEP_FINISHED`, `TEXT_MESSAGE_*`,
 //! `TOOL_CALL_*`, and `RUN_FINISHED` or `RUN_ERROR`.
+//!
+//! The input's `tools` are the client's (frontend tools): a call of one is
+//! `TOOL_CALL_START`/`ARGS`/`END` and the run finishes while the turn
+//! waits; the next run's `messages` end with its `tool` message (the
+//! result), and that run is the same turn after the call.
 
 use axum::{
     Extension,
@@ -18,9 +23,11 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ConversationTurn, Encoded, WireFormat, data_frame,
+    ConversationTurn, Encoded, WireFormat,
+    client_calls::{ClientAnswer, Seen, Segment},
+    data_frame, declared_tools,
     retraction::{Say, StepText, ends_text},
-    stream_turn, typed,
+    stream_turn,
 };
 use crate::{
     app::AppState,
@@ -36,8 +43,8 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(agui_run))
 }
 
-/// AG-UI's `RunAgentInput` (the fields read; `tools`, `state`, `context`
-/// and `forwardedProps` are accepted and ignored).
+/// AG-UI's `RunAgentInput` (the fields read; `state`, `context` and
+/// `forwardedProps` are accepted and ignored).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAgentInput {
@@ -47,20 +54,55 @@ pub struct RunAgentInput {
     run_id: Option<String>,
     #[schema(min_items = 1, max_items = 1000)]
     messages: Vec<AguiMessage>,
+    /// Tools the client runs itself (at most 32).
+    #[serde(default)]
+    tools: Vec<AguiTool>,
 }
 
-/// An AG-UI message: its text `content` is read.
+/// A frontend tool.
 #[derive(Debug, Deserialize, ToSchema)]
+pub struct AguiTool {
+    name: String,
+    #[serde(default)]
+    description: String,
+    /// JSON schema of the arguments.
+    #[schema(value_type = Option<Object>)]
+    parameters: Option<Value>,
+}
+
+/// An AG-UI message: its text `content` is read, and of a `tool` message
+/// the call it answers.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct AguiMessage {
     role: String,
     #[schema(value_type = Object)]
     content: Option<Value>,
+    tool_call_id: Option<String>,
+    /// A `tool` message's error: the call failed.
+    error: Option<String>,
 }
 
 impl AguiMessage {
     fn text(&self) -> String {
         crate::http::content_text(&self.content)
     }
+}
+
+/// The results the `tool` messages at the end of `messages` give.
+fn tool_results(messages: &[AguiMessage]) -> Vec<ClientAnswer> {
+    messages
+        .iter()
+        .rev()
+        .take_while(|m| m.role == "tool")
+        .filter_map(|m| {
+            let call_id = m.tool_call_id.as_deref()?;
+            Some(match &m.error {
+                Some(error) => ClientAnswer::of(call_id, &Value::String(error.clone()), true),
+                None => ClientAnswer::of(call_id, &Value::String(m.text()), false),
+            })
+        })
+        .collect()
 }
 
 /// Turns the turn's events into AG-UI events.
@@ -106,6 +148,24 @@ impl Encoder {
         if let Some(step) = self.step.take() {
             out.push(json!({"type": "STEP_FINISHED", "stepName": format!("step-{step}")}));
         }
+    }
+
+    /// A call of the client's tool: the run ends with it.
+    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        let said = self.said.other();
+        self.say(said, &mut out);
+        self.close_message(&mut out);
+        out.push(json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": tool}));
+        out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments.to_string()}));
+        out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
+        self.leave_step(&mut out);
+        out.push(json!({
+            "type": "RUN_FINISHED",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+        }));
+        out
     }
 
     fn say(&mut self, said: Vec<Say>, out: &mut Vec<Value>) {
@@ -248,21 +308,35 @@ async fn agui_run(
         .run_id
         .clone()
         .filter(|r| !r.trim().is_empty() && r.len() <= 128 && !r.chars().any(char::is_control));
+    let results = tool_results(&body.messages);
     let ConversationTurn {
         session_id,
         turn_id,
+        after,
         events,
-    } = ConversationTurn::start(
-        &app,
-        &tenant,
-        &body.thread_id,
-        body.messages.iter().map(|m| (m.role.as_str(), m.text())),
-    )
-    .await?;
+    } = if results.is_empty() {
+        let tools = declared_tools(
+            "tools",
+            body.tools
+                .into_iter()
+                .map(|t| (t.name, t.description, t.parameters)),
+        )?;
+        ConversationTurn::start(
+            &app,
+            &tenant,
+            &body.thread_id,
+            body.messages.iter().map(|m| (m.role.as_str(), m.text())),
+            tools,
+        )
+        .await?
+    } else {
+        ConversationTurn::answered(&app, &tenant, &body.thread_id, results).await?
+    };
     let session = session_id.id().to_owned();
     let run_id = run_id.unwrap_or_else(|| turn_id.to_string());
     let format = AguiRun {
         turn_id,
+        segment: Segment::after(after),
         encoder: Encoder {
             thread_id: session,
             run_id,
@@ -284,6 +358,7 @@ async fn agui_run(
 /// The AG-UI events of one run.
 struct AguiRun {
     turn_id: uuid::Uuid,
+    segment: Segment,
     encoder: Encoder,
 }
 
@@ -303,10 +378,15 @@ impl WireFormat for AguiRun {
     }
 
     fn encode(&mut self, event: &StoredEvent) -> Encoded {
-        let Some(event) = typed(event) else {
-            return Encoded::default();
+        let (out, done) = match self.segment.see(event) {
+            Seen::Hidden => return Encoded::default(),
+            Seen::Shown(event) => self.encoder.encode(event),
+            Seen::Asked {
+                call_id,
+                tool,
+                arguments,
+            } => (self.encoder.client_call(call_id, tool, arguments), true),
         };
-        let (out, done) = self.encoder.encode(event);
         Encoded {
             frames: out.iter().map(data_frame).collect(),
             done,

@@ -116,29 +116,54 @@ pub async fn answer_calls(
     Ok(Answered { after, all_new })
 }
 
-/// The running turn of `session` that asked its client for one of
-/// `call_ids`, if any.
-pub async fn waiting_turn(
+/// The results among `answers` of calls the running turn of `session`
+/// asked its client for, recorded (the others, such as earlier calls of
+/// the conversation a client sends back whole, are left out); the turn
+/// and where its stream goes on. None of them: `call_not_found`.
+pub async fn answer_waiting(
     app: &AppState,
     session: &str,
-    call_ids: &[&str],
-) -> Result<Option<TurnRecord>, ApiError> {
-    let Some(running) = app
+    answers: Vec<ClientAnswer>,
+) -> Result<(TurnRecord, Answered), ApiError> {
+    let running = app
         .store
         .get_session(session)
         .await?
         .and_then(|s| s.running_turn_id)
-    else {
-        return Ok(None);
-    };
-    let Some(turn) = app.store.get_turn(session, running).await? else {
-        return Ok(None);
-    };
+        .ok_or(ApiError::CallNotFound)?;
+    let turn = app
+        .store
+        .get_turn(session, running)
+        .await?
+        .ok_or(ApiError::CallNotFound)?;
     let asked = requested(app, &turn).await?;
-    Ok(call_ids
-        .iter()
-        .any(|id| asked.contains_key(*id))
-        .then_some(turn))
+    let answers: Vec<ClientAnswer> = answers
+        .into_iter()
+        .filter(|a| asked.contains_key(&a.call_id))
+        .collect();
+    if answers.is_empty() {
+        return Err(ApiError::CallNotFound);
+    }
+    let answered = answer_calls(app, &turn, &answers).await?;
+    Ok((turn, answered))
+}
+
+/// Where the stream of `turn` that a client following it now wants starts:
+/// after the newest call of the client's that has its result (0: none).
+pub async fn answered_until(app: &AppState, turn: &TurnRecord) -> Result<i64, ApiError> {
+    let mut after = 0;
+    for (call_id, seq) in requested(app, turn).await? {
+        if seq > after
+            && app
+                .store
+                .get_tool_result(turn.id, &call_id)
+                .await?
+                .is_some()
+        {
+            after = seq;
+        }
+    }
+    Ok(after)
 }
 
 /// What a [`Segment`] makes of one stored event.

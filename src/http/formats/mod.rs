@@ -160,11 +160,15 @@ pub fn stream_turn<F: WireFormat>(
 
 /// A turn of the formats that send the whole conversation every time
 /// (`/v1/ui/chat`, `/v1/agui`): started from `messages` (role and text, the
-/// new user message last) in the session named `session`, and followed from
-/// its first event.
+/// new user message last) in the session named `session`, or the
+/// session's turn that waits for the results a request brings of calls of
+/// the client's tools; followed from its first event, shown after `after`
+/// (a [`client_calls::Segment`]).
 pub(crate) struct ConversationTurn {
     pub session_id: crate::ids::SessionKey,
     pub turn_id: uuid::Uuid,
+    /// The seq the answer's stream goes on after (0: the turn's start).
+    pub after: i64,
     pub events: futures::stream::BoxStream<'static, Result<Arc<StoredEvent>, StoreError>>,
 }
 
@@ -174,22 +178,77 @@ impl ConversationTurn {
         tenant: &crate::http::Tenant,
         session: &str,
         messages: impl IntoIterator<Item = (&'m str, String)>,
+        client_tools: Vec<crate::turn::ClientTool>,
     ) -> Result<Self, crate::http::error::ApiError> {
         let session_id = crate::http::parse_session_id(session, tenant)?;
         let messages: Vec<(&str, String)> = messages.into_iter().collect();
-        let spec = crate::http::conversation_turn(
+        let mut spec = crate::http::conversation_turn(
             &messages,
             app.settings.harness.allow_client_system_messages,
         )?;
+        spec.client_tools = client_tools;
         let started = app.runner.start(&session_id, spec, None).await?;
         let turn_id = started.turn_id;
         let events = crate::http::follow_started(app, &session_id, started);
         Ok(Self {
             session_id,
             turn_id,
+            after: 0,
             events,
         })
     }
+
+    /// The turn of `session` that waits for `answers`, given them.
+    pub(crate) async fn answered(
+        app: &crate::app::AppState,
+        tenant: &crate::http::Tenant,
+        session: &str,
+        answers: Vec<client_calls::ClientAnswer>,
+    ) -> Result<Self, crate::http::error::ApiError> {
+        let session_id = crate::http::parse_session_id(session, tenant)?;
+        let (turn, answered) =
+            client_calls::answer_waiting(app, session_id.as_str(), answers).await?;
+        let events = app
+            .runner
+            .subscribe(turn.session_id.clone(), turn.id, turn.first_seq - 1)
+            .boxed();
+        Ok(Self {
+            session_id,
+            turn_id: turn.id,
+            after: answered.after,
+            events,
+        })
+    }
+}
+
+/// The client tools a format's request declares, checked: at most 32,
+/// each named once (`field` names the request's list).
+pub(crate) fn declared_tools(
+    field: &str,
+    tools: impl IntoIterator<Item = (String, String, Option<serde_json::Value>)>,
+) -> Result<Vec<crate::turn::ClientTool>, crate::http::error::ApiError> {
+    let invalid = |detail: String| crate::http::error::ApiError::InvalidField {
+        field: field.to_owned(),
+        detail,
+    };
+    let mut declared: Vec<crate::turn::ClientTool> = Vec::new();
+    for (at, (name, description, parameters)) in tools.into_iter().enumerate() {
+        if at == crate::turn::CLIENT_TOOLS_MAX {
+            return Err(invalid(format!("`{field}` has more than 32 tools")));
+        }
+        let description = if description.trim().is_empty() {
+            format!("The client's tool {name}.")
+        } else {
+            description
+        };
+        let tool = crate::turn::ClientTool::checked(name, description, parameters, None)
+            .map_err(|e| invalid(format!("{field}[{at}]: {e}")))?;
+        if declared.iter().any(|other| other.name == tool.name) {
+            return Err(invalid(format!("{:?} is named twice", tool.name)));
+        }
+        declared.push(tool);
+    }
+    Ok(declared)
 }
 
 /// What a finished call shows: the output of a completed one (its first

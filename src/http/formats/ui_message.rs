@@ -2,6 +2,14 @@
 //! `useChat` (its default transport, `api: "/v1/ui/chat"`) talks to the
 //! service directly. The request is `useChat`'s (`id`, `messages` with
 //! `parts`); the answer streams the turn's events as UI message chunks.
+//!
+//! The service's own tools are `providerExecuted` (the client does not
+//! run them). Tools the client runs are declared in the body's
+//! `clientTools`; a call of one is `tool-input-available` (for `onToolCall`)
+//! and the stream finishes while the turn waits; the next request's last
+//! (assistant) message carries the result in that tool part
+//! (`output-available` or `output-error`, as `addToolResult` leaves it),
+//! and its stream is the same turn after the call.
 
 use axum::{
     Extension,
@@ -17,9 +25,11 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ConversationTurn, Encoded, WireFormat, data_frame,
+    ConversationTurn, Encoded, WireFormat,
+    client_calls::{ClientAnswer, Seen, Segment},
+    data_frame, declared_tools,
     retraction::{Say, StepText, ends_text},
-    stream_turn, typed,
+    stream_turn,
 };
 use crate::{
     app::AppState,
@@ -45,6 +55,11 @@ pub struct UiChatRequest {
     /// The conversation, the new user message last.
     #[schema(min_items = 1, max_items = 1000)]
     messages: Vec<UiMessage>,
+    /// Tools the client runs itself (at most 32): `name`, `description`,
+    /// `parameters` (a JSON schema).
+    #[serde(default, rename = "clientTools")]
+    #[schema(value_type = Vec<Object>)]
+    client_tools: Vec<Value>,
 }
 
 /// A UI message: its text parts are read.
@@ -57,6 +72,21 @@ pub struct UiMessage {
 }
 
 impl UiMessage {
+    /// The results of tool calls the message's tool parts hold.
+    fn tool_results(&self) -> Vec<ClientAnswer> {
+        self.parts
+            .iter()
+            .filter_map(|part| {
+                let call_id = part["toolCallId"].as_str()?;
+                match part["state"].as_str()? {
+                    "output-available" => Some(ClientAnswer::of(call_id, &part["output"], false)),
+                    "output-error" => Some(ClientAnswer::of(call_id, &part["errorText"], true)),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
     fn text(&self) -> String {
         self.parts
             .iter()
@@ -121,6 +151,23 @@ impl Encoder {
         }
     }
 
+    /// A call of the client's tool: the stream ends with it.
+    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        let said = self.said.other();
+        self.say(said, &mut out);
+        self.close_text(&mut out);
+        out.push(json!({
+            "type": "tool-input-available",
+            "toolCallId": call_id,
+            "toolName": tool,
+            "input": arguments,
+        }));
+        out.push(json!({"type": "finish-step"}));
+        out.push(json!({"type": "finish"}));
+        out
+    }
+
     /// The chunks of `event`; the second value is true when the stream ends.
     fn encode(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
         let mut out = Vec::new();
@@ -155,6 +202,7 @@ impl Encoder {
                     "toolCallId": call_id,
                     "toolName": tool,
                     "input": arguments,
+                    "providerExecuted": true,
                 }));
             }
             TurnEvent::ToolFinished { .. } => match super::finished_call(event) {
@@ -162,11 +210,13 @@ impl Encoder {
                     "type": "tool-output-available",
                     "toolCallId": call_id,
                     "output": output,
+                    "providerExecuted": true,
                 })),
                 Some((call_id, Err((status, why)))) => out.push(json!({
                     "type": "tool-output-error",
                     "toolCallId": call_id,
                     "errorText": format!("{}: {}", status.as_str(), why.unwrap_or_default()),
+                    "providerExecuted": true,
                 })),
                 None => {}
             },
@@ -228,17 +278,40 @@ async fn ui_chat(
     Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<UiChatRequest>,
 ) -> Result<Response, ApiError> {
+    let results = match body.messages.last() {
+        Some(last) if last.role == "assistant" => last.tool_results(),
+        _ => Vec::new(),
+    };
     let ConversationTurn {
-        turn_id, events, ..
-    } = ConversationTurn::start(
-        &app,
-        &tenant,
-        &body.id,
-        body.messages.iter().map(|m| (m.role.as_str(), m.text())),
-    )
-    .await?;
+        turn_id,
+        after,
+        events,
+        ..
+    } = if results.is_empty() {
+        let tools = declared_tools(
+            "clientTools",
+            body.client_tools.iter().map(|t| {
+                (
+                    t["name"].as_str().unwrap_or_default().to_owned(),
+                    t["description"].as_str().unwrap_or_default().to_owned(),
+                    Some(t["parameters"].clone()).filter(|p| !p.is_null()),
+                )
+            }),
+        )?;
+        ConversationTurn::start(
+            &app,
+            &tenant,
+            &body.id,
+            body.messages.iter().map(|m| (m.role.as_str(), m.text())),
+            tools,
+        )
+        .await?
+    } else {
+        ConversationTurn::answered(&app, &tenant, &body.id, results).await?
+    };
     let format = UiMessageStream {
         turn_id,
+        segment: Segment::after(after),
         encoder: Encoder::default(),
     };
     Ok(stream_turn(
@@ -251,8 +324,9 @@ async fn ui_chat(
 
 /// `useChat`'s resume (`resume: true`, or `resumeStream()`, as its default
 /// transport asks it: `GET {api}/{chat id}/stream`): the chat's running
-/// turn as a UI message stream from its start, on any replica, or 204 when
-/// none runs (nor when the chat is not the caller's).
+/// turn as a UI message stream from its start (or after the last call of
+/// the client's it answered), on any replica, or 204 when none runs (nor
+/// when the chat is not the caller's).
 #[utoipa::path(
     get,
     path = "/v1/ui/chat/{session_id}/stream",
@@ -274,15 +348,23 @@ async fn ui_chat_resume(
         .get_session(session_id.as_str())
         .await?
         .and_then(|session| session.running_turn_id);
-    let Some(turn_id) = running else {
+    let turn = match running {
+        Some(id) => app.store.get_turn(session_id.as_str(), id).await?,
+        None => None,
+    };
+    let Some(turn) = turn else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
+    let turn_id = turn.id;
+    // A turn that went on after calls of the client's: from the last.
+    let after = super::client_calls::answered_until(&app, &turn).await?;
     let events = app
         .runner
         .subscribe(session_id.as_str().to_owned(), turn_id, 0)
         .boxed();
     let format = UiMessageStream {
         turn_id,
+        segment: Segment::after(after),
         encoder: Encoder::default(),
     };
     Ok(stream_turn(
@@ -296,6 +378,7 @@ async fn ui_chat_resume(
 /// The UI message stream of one turn.
 struct UiMessageStream {
     turn_id: uuid::Uuid,
+    segment: Segment,
     encoder: Encoder,
 }
 
@@ -318,10 +401,15 @@ impl WireFormat for UiMessageStream {
     }
 
     fn encode(&mut self, event: &StoredEvent) -> Encoded {
-        let Some(event) = typed(event) else {
-            return Encoded::default();
+        let (chunks, done) = match self.segment.see(event) {
+            Seen::Hidden => return Encoded::default(),
+            Seen::Shown(event) => self.encoder.encode(event),
+            Seen::Asked {
+                call_id,
+                tool,
+                arguments,
+            } => (self.encoder.client_call(call_id, tool, arguments), true),
         };
-        let (chunks, done) = self.encoder.encode(event);
         Encoded {
             frames: chunks.iter().map(data_frame).collect(),
             done,

@@ -9,9 +9,12 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    http::{error::ApiError, formats::client_calls::ClientAnswer},
+    http::{
+        error::ApiError,
+        formats::{client_calls::ClientAnswer, declared_tools},
+    },
     providers::{ChatMessage, Role, ThinkLevel},
-    turn::{CLIENT_TOOLS_MAX, ClientTool, TurnRequest},
+    turn::{ClientTool, TurnRequest},
 };
 
 /// Labels a response may carry, as OpenAI bounds them.
@@ -278,36 +281,30 @@ impl CreateResponse {
     /// The `function` tools of the request, as tools the client runs.
     fn client_tools(&self) -> Result<Vec<ClientTool>, ApiError> {
         let tools = self.tools.as_deref().unwrap_or_default();
-        if tools.len() > CLIENT_TOOLS_MAX {
-            return Err(invalid("tools", "`tools` has more than 32 tools"));
+        if let Some((at, tool)) = tools
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t["type"] != "function")
+        {
+            return Err(ApiError::Unsupported {
+                field: format!("tools[{at}]"),
+                detail: format!(
+                    "tools of type {} are not taken: `function` tools are the client's, and \
+                     the service's own tools run without being named",
+                    tool["type"]
+                ),
+            });
         }
-        let mut declared: Vec<ClientTool> = Vec::new();
-        for (at, tool) in tools.iter().enumerate() {
-            let field = format!("tools[{at}]");
-            let kind = tool["type"].as_str().unwrap_or_default();
-            if kind != "function" {
-                return Err(ApiError::Unsupported {
-                    field,
-                    detail: format!(
-                        "tools of type {kind:?} are not taken: `function` tools are the \
-                         client's, and the service's own tools run without being named"
-                    ),
-                });
-            }
-            let name = tool["name"].as_str().unwrap_or_default().to_owned();
-            let description = match tool["description"].as_str() {
-                Some(text) if !text.trim().is_empty() => text.to_owned(),
-                _ => format!("The client's tool {name}."),
-            };
-            let parameters = Some(tool["parameters"].clone()).filter(|p| !p.is_null());
-            let tool = ClientTool::checked(name, description, parameters, None)
-                .map_err(|detail| invalid(&field, detail))?;
-            if declared.iter().any(|other| other.name == tool.name) {
-                return Err(invalid(&field, format!("{:?} is named twice", tool.name)));
-            }
-            declared.push(tool);
-        }
-        Ok(declared)
+        declared_tools(
+            "tools",
+            tools.iter().map(|tool| {
+                (
+                    tool["name"].as_str().unwrap_or_default().to_owned(),
+                    tool["description"].as_str().unwrap_or_default().to_owned(),
+                    Some(tool["parameters"].clone()).filter(|p| !p.is_null()),
+                )
+            }),
+        )
     }
 
     /// The results of the client's calls the input carries
