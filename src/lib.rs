@@ -14,7 +14,9 @@
 //!   problem+json errors, CORS, the OpenAPI document, the chat page; the
 //!   wire formats (`http/formats/`: native SSE, OpenAI chat completions,
 //!   the OpenAI Responses API, the AI SDK's UI message stream, AG-UI, A2A
-//!   tasks, the MCP server's `ask`) as encoders under one driver.
+//!   tasks, the MCP server's `ask`) as encoders under one driver, and
+//!   each protocol's way of answering a call of the client's own tool
+//!   (`http/formats/client_calls.rs`).
 //! - [`runner`]: turns as detached, cancellable tasks (`runner/turn.rs`: a
 //!   turn's life and its end; `runner/sink.rs`: its events and step
 //!   records; `runner/resume.rs`: a turn taken over, or handed over at

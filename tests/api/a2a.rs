@@ -380,9 +380,64 @@ async fn every_a2a_error_has_its_code(backend: Backend) {
     assert!(app.provider.requests().is_empty(), "no turn began");
 }
 
+/// A tool the client runs (`metadata.clientTools`): the task goes
+/// `input-required` with the call as a data part; a message in the task
+/// with the result as a data part lets it go on.
+async fn a_task_waits_for_the_clients_own_tool(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::openai_tool_call("call_t1", "client__get_location", &json!({})),
+        Reply::openai_text("You are in Lyon."),
+    ]);
+    let tools =
+        json!({"clientTools": [{"name": "get_location", "description": "Where the user is"}]});
+    let sent = rpc(
+        &app,
+        request(
+            1,
+            "SendMessage",
+            json!({"message": message("Where am I?", json!({})), "metadata": tools}),
+        ),
+    )
+    .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{sent}"
+    );
+    let call = &task["status"]["message"]["parts"][1]["data"];
+    assert_eq!(
+        (&call["call_id"], &call["tool"], &call["runs"]),
+        (&json!("call_t1"), &json!("get_location"), &json!("client"))
+    );
+    let in_task = json!({"taskId": task["id"], "contextId": task["contextId"]});
+    let answer = |call_id: &str| {
+        let mut m = message("", in_task.clone());
+        m["parts"] = json!([{"data": {"call_id": call_id, "output": "Lyon, France"}}]);
+        m
+    };
+    let stray = rpc(
+        &app,
+        request(2, "SendMessage", json!({"message": answer("call_zz")})),
+    )
+    .await;
+    assert_eq!(stray["error"]["code"], -32602, "{stray}");
+    let done = rpc(
+        &app,
+        request(3, "SendMessage", json!({"message": answer("call_t1")})),
+    )
+    .await;
+    let task = &done["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "You are in Lyon.");
+    let sent = app.provider.requests()[1].body["messages"].to_string();
+    assert!(sent.contains("Lyon, France"), "{sent}");
+}
+
 on_both_backends!(
     a_task_is_a_turn_sent_streamed_read_and_listed,
     a_task_waits_for_input_and_is_answered_in_the_same_task,
     a_task_is_cancelled_and_subscribed_to,
     every_a2a_error_has_its_code,
+    a_task_waits_for_the_clients_own_tool,
 );

@@ -69,4 +69,99 @@ async fn an_agui_run_streams_the_turn_as_agui_events(backend: Backend) {
     );
 }
 
-on_both_backends!(an_agui_run_streams_the_turn_as_agui_events);
+/// A frontend tool: a call of it is `TOOL_CALL_*` and the run finishes;
+/// the next run's messages end with the tool message, and that run is the
+/// same turn after the call.
+async fn a_frontend_tool_ends_the_run_and_the_next_run_answers_it(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::openai_tool_call("call_a1", "client__get_location", &json!({})),
+        Reply::openai_text("You are in Paris."),
+    ]);
+    let run = |run_id: &str, messages: Value| {
+        app.client.post(app.url("/v1/agui")).json(&json!({
+            "threadId": "thread-tool",
+            "runId": run_id,
+            "tools": [{"name": "get_location", "description": "Where the user is",
+                       "parameters": {"type": "object", "properties": {}}}],
+            "messages": messages,
+        }))
+    };
+    let events = |body: String| -> Vec<Value> {
+        body.split("\n\n")
+            .filter_map(|f| f.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    };
+    let user = json!({"id": "u1", "role": "user", "content": "Where am I?"});
+    let first = events(
+        run("run-1", json!([user]))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    let types: Vec<&str> = first.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types[types.len() - 4..],
+        [
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "RUN_FINISHED"
+        ],
+        "{types:?}"
+    );
+    assert!(!types.contains(&"TOOL_CALL_RESULT"), "{types:?}");
+    let start = &first[types.len() - 4];
+    assert_eq!(
+        (&start["toolCallId"], &start["toolCallName"]),
+        (&json!("call_a1"), &json!("get_location"))
+    );
+    let tool_message = |call: &str| {
+        json!([user,
+            {"id": "a1", "role": "assistant", "toolCalls": [{"id": call, "type": "function",
+                "function": {"name": "get_location", "arguments": "{}"}}]},
+            {"id": "t1", "role": "tool", "toolCallId": call, "content": "Paris"}])
+    };
+    let stray = run("run-x", tool_message("call_other"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stray.status(), 404);
+    let problem: Value = stray.json().await.unwrap();
+    assert_eq!(problem["code"], "call_not_found");
+
+    let second = events(
+        run("run-2", tool_message("call_a1"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(second[0]["type"], "RUN_STARTED");
+    assert_eq!(second[0]["runId"], "run-2");
+    let text: String = second
+        .iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "You are in Paris.");
+    assert!(
+        !second
+            .iter()
+            .any(|e| e["type"].as_str().unwrap().starts_with("TOOL_CALL"))
+    );
+    assert_eq!(second.last().unwrap()["type"], "RUN_FINISHED");
+    let sent = app.provider.requests()[1].body["messages"].to_string();
+    assert!(sent.contains("Paris"), "{sent}");
+}
+
+on_both_backends!(
+    an_agui_run_streams_the_turn_as_agui_events,
+    a_frontend_tool_ends_the_run_and_the_next_run_answers_it,
+);

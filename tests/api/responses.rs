@@ -446,10 +446,44 @@ async fn what_the_responses_api_cannot_take_is_refused(backend: Backend) {
     let app = spawn_app(backend).await;
     for (body, status, code, field) in [
         (
-            json!({"input": "x", "tools": [{"type": "function", "name": "f", "parameters": {}}]}),
+            json!({"input": "x", "tools": [{"type": "web_search"}]}),
             422,
             "unsupported_parameter",
+            "tools[0]",
+        ),
+        (
+            json!({"input": "x", "tools": [
+                {"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}),
+            422,
+            "invalid_field",
             "tools",
+        ),
+        (
+            json!({"input": "x", "tools": [{"type": "function", "name": "f g"}]}),
+            422,
+            "invalid_field",
+            "tools",
+        ),
+        (
+            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}),
+            422,
+            "invalid_field",
+            "previous_response_id",
+        ),
+        (
+            json!({"previous_response_id": "resp_0", "input": [
+                {"type": "function_call_output", "call_id": "c", "output": "x"},
+                {"role": "user", "content": "and"}]}),
+            422,
+            "unsupported_parameter",
+            "input",
+        ),
+        (
+            json!({"previous_response_id": "resp_0", "input": [
+                {"type": "function_call_output", "call_id": "c", "output": 7}]}),
+            422,
+            "invalid_field",
+            "input[0].output",
         ),
         (
             json!({"input": "x", "previous_response_id": "resp_0", "conversation": "c"}),
@@ -459,7 +493,7 @@ async fn what_the_responses_api_cannot_take_is_refused(backend: Backend) {
         ),
         (json!({"input": 7}), 422, "invalid_field", "input"),
         (
-            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}),
+            json!({"input": [{"type": "reasoning", "summary": []}]}),
             422,
             "unsupported_parameter",
             "input[0]",
@@ -510,6 +544,8 @@ async fn what_the_responses_api_cannot_take_is_refused(backend: Backend) {
     for path in [
         "/v1/responses/resp_0123",
         "/v1/responses/resp_0123456789abcdef0123456789abcdef/input_items",
+        "/v1/responses/resp_0123456789abcdef0123456789abcdef_0",
+        "/v1/responses/resp_0123456789abcdef0123456789abcdef_x",
     ] {
         let (status, problem) = app.get_json(path).await;
         assert_eq!(
@@ -568,6 +604,98 @@ async fn a_responses_citations_are_annotations_of_its_message(backend: Backend) 
     assert_eq!(read["output"], done["output"]);
 }
 
+/// A `function` tool is the client's: a call of it ends the response with
+/// its `function_call` item while the turn waits; the next request answers
+/// it (`function_call_output` and `previous_response_id`), and its response
+/// is the same turn after the call.
+async fn a_function_call_is_answered_by_the_next_request(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::openai_tool_call("call_r1", "client__get_location", &json!({"precise": true})),
+        Reply::openai_text("You are in Lyon."),
+    ]);
+    let location = json!({"type": "function", "name": "get_location",
+        "description": "Where the user is", "parameters": {"type": "object"}});
+    let asked: Value = post(&app, json!({"input": "Where am I?", "tools": [location]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(asked["status"], "completed", "{asked}");
+    let call = asked["output"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (
+            &call["type"],
+            &call["call_id"],
+            &call["name"],
+            &call["arguments"]
+        ),
+        (
+            &json!("function_call"),
+            &json!("call_r1"),
+            &json!("get_location"),
+            &json!(r#"{"precise":true}"#)
+        ),
+        "{call}"
+    );
+    assert_eq!(asked["tools"][0]["name"], "get_location");
+    let offered = app.provider.requests()[0].body["tools"].to_string();
+    assert!(offered.contains("client__get_location"), "{offered}");
+    let first_id = asked["id"].as_str().unwrap();
+
+    let answer = |call_id: &str, stream: bool| {
+        json!({"previous_response_id": first_id, "stream": stream, "input": [
+            {"type": "function_call_output", "call_id": call_id, "output": "Lyon, France"}]})
+    };
+    let unknown = post(&app, answer("call_zz", false)).await;
+    assert_eq!(unknown.status(), 404);
+    let problem: Value = unknown.json().await.unwrap();
+    assert_eq!(problem["code"], "call_not_found");
+
+    let body = post(&app, answer("call_r1", true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events = stream_events(&body);
+    assert_eq!(
+        events[0]["type"],
+        "response.created",
+        "{:?}",
+        types(&events)
+    );
+    assert_eq!(events[0]["sequence_number"], 0);
+    let done = events.last().unwrap()["response"].clone();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["previous_response_id"], first_id);
+    let second_id = done["id"].as_str().unwrap();
+    assert!(
+        second_id.starts_with(&format!("{first_id}_")),
+        "{second_id} goes on from {first_id}"
+    );
+    assert_eq!(output_text(&done), "You are in Lyon.");
+    assert!(done["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    assert!(
+        !types(&events).contains(&"response.mcp_call.in_progress"),
+        "the client's call is not the service's: {:?}",
+        types(&events)
+    );
+    let sent = app.provider.requests()[1].body["messages"].to_string();
+    assert!(sent.contains("Lyon, France"), "{sent}");
+
+    // Each response reads back as it was streamed.
+    let (_, first) = app.get_json(&format!("/v1/responses/{first_id}")).await;
+    assert_eq!(first["output"], asked["output"]);
+    let (_, second) = app.get_json(&format!("/v1/responses/{second_id}")).await;
+    assert_eq!(output_text(&second), "You are in Lyon.");
+    assert_eq!(second["previous_response_id"], first_id);
+    // The turn is over: nothing waits for an answer.
+    let late = post(&app, answer("call_r1", false)).await;
+    assert_eq!(late.status(), 409);
+    let problem: Value = late.json().await.unwrap();
+    assert_eq!(problem["code"], "turn_not_running");
+}
+
 on_both_backends!(
     a_responses_citations_are_annotations_of_its_message,
     a_response_asked_again_with_its_key_runs_once,
@@ -576,4 +704,5 @@ on_both_backends!(
     responses_chain_by_previous_response_id_and_conversation,
     a_background_response_is_read_resumed_and_cancelled,
     what_the_responses_api_cannot_take_is_refused,
+    a_function_call_is_answered_by_the_next_request,
 );

@@ -58,6 +58,14 @@ async fn a_use_chat_request_streams_ui_message_chunks(backend: Backend) {
     assert_eq!(chunks[2]["toolName"], "local_search");
     assert_eq!(chunks[2]["input"], json!({"query": "Paris trip"}));
     assert_eq!(chunks[3]["toolCallId"], chunks[2]["toolCallId"]);
+    // The service runs it: the client's onToolCall must not.
+    assert_eq!(
+        (
+            &chunks[2]["providerExecuted"],
+            &chunks[3]["providerExecuted"]
+        ),
+        (&json!(true), &json!(true))
+    );
     let text: String = chunks
         .iter()
         .filter(|c| c["type"] == "text-delta")
@@ -121,7 +129,68 @@ async fn use_chat_resumes_the_running_turn_from_its_start(backend: Backend) {
     assert_eq!(resume().await.unwrap().status(), 204, "the turn is over");
 }
 
+/// A client-side tool: its call is `tool-input-available` (not
+/// `providerExecuted`, so `onToolCall` runs it) and the stream finishes;
+/// the next request's last message holds the result in that part, and its
+/// stream is the same turn after the call.
+async fn a_client_side_tool_is_answered_in_the_next_request(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::openai_tool_call("call_u1", "client__get_location", &json!({"precise": true})),
+        Reply::openai_text("You are in Lyon."),
+    ]);
+    let user =
+        json!({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Where am I?"}]});
+    let chat = |messages: Value| {
+        app.client.post(app.url("/v1/ui/chat")).json(&json!({
+            "id": "chat-tool",
+            "messages": messages,
+            "clientTools": [{"name": "get_location", "description": "Where the user is"}],
+        }))
+    };
+    let body = chat(json!([user]))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let first = chunks(&body);
+    let call = first
+        .iter()
+        .find(|c| c["type"] == "tool-input-available")
+        .unwrap();
+    assert_eq!(
+        (&call["toolCallId"], &call["toolName"], &call["input"]),
+        (
+            &json!("call_u1"),
+            &json!("get_location"),
+            &json!({"precise": true})
+        )
+    );
+    assert!(call.get("providerExecuted").is_none(), "{call}");
+    assert_eq!(first.last().unwrap()["type"], "finish");
+    assert!(body.ends_with("data: [DONE]\n\n"));
+
+    let answered = json!([user, {"id": "a1", "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-get_location", "toolCallId": "call_u1", "state": "output-available",
+         "input": {"precise": true}, "output": {"city": "Lyon"}}]}]);
+    let body = chat(answered).send().await.unwrap().text().await.unwrap();
+    let rest = chunks(&body);
+    let text: String = rest
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .map(|c| c["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "You are in Lyon.");
+    assert!(!rest.iter().any(|c| c["type"] == "tool-output-available"));
+    let sent = app.provider.requests()[1].body["messages"].to_string();
+    assert!(sent.contains(r#"{\"city\":\"Lyon\"}"#), "{sent}");
+}
+
 on_both_backends!(
     a_use_chat_request_streams_ui_message_chunks,
-    use_chat_resumes_the_running_turn_from_its_start
+    use_chat_resumes_the_running_turn_from_its_start,
+    a_client_side_tool_is_answered_in_the_next_request,
 );
