@@ -12,6 +12,7 @@
 //! error (the A2A codes), as the protocol's own server answers.
 
 mod card;
+mod params;
 mod task;
 
 use axum::{
@@ -28,7 +29,7 @@ use uuid::Uuid;
 
 use super::{
     Encoded, WireFormat,
-    client_calls::{ClientAnswer, answer_calls},
+    client_calls::answer_calls,
     jsonrpc::{
         self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
         result as rpc_result,
@@ -44,6 +45,7 @@ use crate::{
     store::{NewApproval, TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
+use params::{client_answers, history_length, message_text, task_id};
 use task::TaskFold;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -174,87 +176,6 @@ struct Caller {
     app: AppState,
     tenant: Tenant,
     id: Value,
-}
-
-/// A task's id as the protocol names it.
-fn task_id(params: &Value) -> Result<Uuid, RpcError> {
-    let raw = params["id"]
-        .as_str()
-        .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`id` (the task's id) is required"))?;
-    Uuid::try_parse(raw).map_err(|_| RpcError::new(TASK_NOT_FOUND, "task not found"))
-}
-
-/// `historyLength`, when given.
-fn history_length(params: &Value) -> Result<Option<usize>, RpcError> {
-    match &params["historyLength"] {
-        Value::Null => Ok(None),
-        n => n
-            .as_u64()
-            .map(|n| Some(n as usize))
-            .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`historyLength` must be a count")),
-    }
-}
-
-/// The text of a message's parts; parts that are not text are refused.
-fn message_text(message: &Value) -> Result<String, RpcError> {
-    let parts = message["parts"]
-        .as_array()
-        .filter(|p| !p.is_empty())
-        .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`message.parts` must hold a part"))?;
-    let mut texts = Vec::new();
-    for part in parts {
-        match part["text"].as_str() {
-            Some(text) => texts.push(text),
-            None => {
-                return Err(RpcError::new(
-                    CONTENT_TYPE_NOT_SUPPORTED,
-                    "only text parts are taken (text/plain)",
-                ));
-            }
-        }
-    }
-    Ok(texts.join("\n"))
-}
-
-/// The results of the client's calls a message in a waiting task gives:
-/// a data part `{call_id, output, is_error}` for each, or when one call
-/// alone waits (and no approval), the message's text. Empty when the
-/// message answers none (an approval's answer).
-fn client_answers(message: &Value, fold: &TaskFold) -> Result<Vec<ClientAnswer>, RpcError> {
-    let waiting = fold.client_calls();
-    let parts = message["parts"].as_array().map_or(&[][..], Vec::as_slice);
-    let data: Vec<&Value> = parts
-        .iter()
-        .filter_map(|p| p.get("data"))
-        .filter(|d| d.get("call_id").is_some())
-        .collect();
-    if data.is_empty() {
-        return match (waiting, fold.pending().is_empty()) {
-            ([call_id], true) => Ok(vec![ClientAnswer {
-                call_id: call_id.clone(),
-                output: message_text(message)?,
-                is_error: false,
-            }]),
-            ([], _) => Ok(Vec::new()),
-            _ => Err(RpcError::new(
-                INVALID_PARAMS,
-                "more than one call waits: answer each with a data part {call_id, output}",
-            )),
-        };
-    }
-    data.into_iter()
-        .map(|d| {
-            let call_id = d["call_id"].as_str().unwrap_or_default();
-            if !waiting.iter().any(|w| w == call_id) {
-                return Err(RpcError::new(
-                    INVALID_PARAMS,
-                    format!("the task does not wait for a call {call_id:?}"),
-                ));
-            }
-            let is_error = d["is_error"].as_bool().unwrap_or(false);
-            Ok(ClientAnswer::of(call_id, &d["output"], is_error))
-        })
-        .collect()
 }
 
 impl Caller {

@@ -24,7 +24,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
     ConversationTurn, Encoded, WireFormat,
-    client_calls::{ClientAnswer, Seen, Segment},
+    client_calls::{ClientAnswer, EndsAtClientCall, Segment},
     data_frame, declared_tools,
     retraction::{Say, StepText, ends_text},
     stream_turn,
@@ -150,24 +150,6 @@ impl Encoder {
         }
     }
 
-    /// A call of the client's tool: the run ends with it.
-    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
-        let mut out = Vec::new();
-        let said = self.said.other();
-        self.say(said, &mut out);
-        self.close_message(&mut out);
-        out.push(json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": tool}));
-        out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments.to_string()}));
-        out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
-        self.leave_step(&mut out);
-        out.push(json!({
-            "type": "RUN_FINISHED",
-            "threadId": self.thread_id,
-            "runId": self.run_id,
-        }));
-        out
-    }
-
     fn say(&mut self, said: Vec<Say>, out: &mut Vec<Value>) {
         for say in said {
             match say {
@@ -199,9 +181,29 @@ impl Encoder {
             }
         }
     }
+}
+
+impl EndsAtClientCall for Encoder {
+    /// A call of the client's tool: the run ends with it.
+    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        let said = self.said.other();
+        self.say(said, &mut out);
+        self.close_message(&mut out);
+        out.push(json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": tool}));
+        out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments.to_string()}));
+        out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
+        self.leave_step(&mut out);
+        out.push(json!({
+            "type": "RUN_FINISHED",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+        }));
+        out
+    }
 
     /// The events of `event`; the second value is true when the run ends.
-    fn encode(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
+    fn event(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
         let mut out = Vec::new();
         if ends_text(event) {
             let said = self.said.other();
@@ -378,19 +380,7 @@ impl WireFormat for AguiRun {
     }
 
     fn encode(&mut self, event: &StoredEvent) -> Encoded {
-        let (out, done) = match self.segment.see(event) {
-            Seen::Hidden => return Encoded::default(),
-            Seen::Shown(event) => self.encoder.encode(event),
-            Seen::Asked {
-                call_id,
-                tool,
-                arguments,
-            } => (self.encoder.client_call(call_id, tool, arguments), true),
-        };
-        Encoded {
-            frames: out.iter().map(data_frame).collect(),
-            done,
-        }
+        self.segment.encode(event, &mut self.encoder)
     }
 
     fn unreadable(&mut self) -> Vec<Bytes> {

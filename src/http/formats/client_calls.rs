@@ -166,6 +166,16 @@ pub async fn answered_until(app: &AppState, turn: &TurnRecord) -> Result<i64, Ap
     Ok(after)
 }
 
+/// The encoder of a format whose answer ends at a call of the client's
+/// tool, as JSON events (`data:` lines); [`Segment::encode`] feeds it.
+pub trait EndsAtClientCall {
+    /// The events of one of the turn's events; true: the answer ends.
+    fn event(&mut self, event: &TurnEvent) -> (Vec<Value>, bool);
+
+    /// The events of a call of the client's tool, which end the answer.
+    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value>;
+}
+
 /// What a [`Segment`] makes of one stored event.
 pub enum Seen<'e> {
     /// Left out: before the segment, a call asked again (a take-over), or
@@ -209,6 +219,27 @@ impl Segment {
     /// start, known once the events before this one were seen.
     pub fn previous_start(&self) -> Option<i64> {
         self.previous
+    }
+
+    /// The frames `encoder` makes of what the segment shows of `stored`.
+    pub fn encode(
+        &mut self,
+        stored: &StoredEvent,
+        encoder: &mut impl EndsAtClientCall,
+    ) -> super::Encoded {
+        let (events, done) = match self.see(stored) {
+            Seen::Hidden => return super::Encoded::default(),
+            Seen::Shown(event) => encoder.event(event),
+            Seen::Asked {
+                call_id,
+                tool,
+                arguments,
+            } => (encoder.client_call(call_id, tool, arguments), true),
+        };
+        super::Encoded {
+            frames: events.iter().map(super::data_frame).collect(),
+            done,
+        }
     }
 
     pub fn see<'e>(&mut self, stored: &'e StoredEvent) -> Seen<'e> {

@@ -18,17 +18,14 @@
 
 mod fold;
 mod request;
-
-use std::sync::Arc;
+mod stream;
 
 use axum::{
     Extension,
-    body::Bytes,
     extract::State,
     http::{HeaderMap, HeaderValue},
     response::{IntoResponse, Response},
 };
-use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::Digest as _;
@@ -36,26 +33,20 @@ use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{
-    Encoded, WireFormat,
-    client_calls::{ClientAnswer, Seen, Segment, answer_calls},
-    read_turn, stream_turn, typed,
-};
+use super::client_calls::{ClientAnswer, answer_calls};
 use crate::{
     app::AppState,
-    events::{StoredEvent, TurnEvent},
     http::{
         ApiQuery, Tenant,
         error::{ApiError, BadRequest, InvalidBody, NotFound, Problem},
         json::ApiJson,
     },
-    ids::{SessionKey, client_session_id},
+    ids::SessionKey,
     runner::CancelError,
-    store::{StoreError, TurnRecord, TurnStatus},
-    turn::TurnRequest,
+    store::{TurnRecord, TurnStatus},
 };
-use fold::{Head, ResponseFold};
 pub use request::CreateResponse;
+use stream::{Folding, find, folded, head, response_id, streamed};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -63,239 +54,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_response, delete_response))
         .routes(routes!(cancel_response))
         .routes(routes!(input_items))
-}
-
-/// The id of the response of `turn_id`.
-fn response_id(turn_id: Uuid) -> String {
-    format!("resp_{}", turn_id.simple())
-}
-
-/// The id of the response of `turn_id` that goes on after the call the
-/// client answered at seq `after` (0: the turn's first response).
-fn segment_id(turn_id: Uuid, after: i64) -> String {
-    if after == 0 {
-        response_id(turn_id)
-    } else {
-        format!("resp_{}_{after}", turn_id.simple())
-    }
-}
-
-/// The turn of a response id and where its segment starts; `None`: not
-/// one of ours.
-fn turn_of(response_id: &str) -> Option<(Uuid, i64)> {
-    let id = response_id.strip_prefix("resp_")?;
-    let (hex, after) = match id.split_once('_') {
-        Some((hex, after)) => (hex, after.parse().ok().filter(|n: &i64| *n > 0)?),
-        None => (id, 0),
-    };
-    (hex.len() == 32)
-        .then(|| Uuid::try_parse(hex).ok().map(|turn| (turn, after)))
-        .flatten()
-}
-
-/// The caller's turn a response id names and where the response starts in
-/// it, or 404 `response_not_found` (another tenant's is answered as one
-/// that does not exist).
-async fn find(app: &AppState, tenant: &Tenant, id: &str) -> Result<(TurnRecord, i64), ApiError> {
-    let (turn_id, after) = turn_of(id).ok_or(ApiError::ResponseNotFound)?;
-    let record = app
-        .store
-        .find_turn(turn_id)
-        .await?
-        .ok_or(ApiError::ResponseNotFound)?;
-    if SessionKey::from_stored(&record.session_id).tenant() != tenant.0 {
-        return Err(ApiError::ResponseNotFound);
-    }
-    Ok((record, after))
-}
-
-/// The fields of a response that come from what its turn was asked.
-fn head(turn_id: Uuid, session: &str, asked: &TurnRequest) -> Head {
-    Head {
-        id: response_id(turn_id),
-        created_at: 0,
-        model: String::new(),
-        conversation: client_session_id(session).to_owned(),
-        instructions: asked.skill_context.clone(),
-        metadata: json!(asked.metadata),
-        max_output_tokens: asked.max_output_tokens,
-        previous_response_id: asked.follows.map(response_id),
-        background: asked.background,
-        effort: asked.think_level.map(request::effort_name),
-        user: asked.user_id.clone(),
-        tools: request::shown_tools(asked),
-    }
-}
-
-/// The fold of one response of a turn fed with the turn's stored events:
-/// it learns which model the turn asked from `turn.started`, and begins
-/// with the response's first event.
-struct Folding {
-    fold: ResponseFold,
-    turn_id: Uuid,
-    segment: Segment,
-    model: Option<String>,
-    started: bool,
-}
-
-impl Folding {
-    /// The response of `turn_id` that starts after seq `after`.
-    fn new(mut head: Head, turn_id: Uuid, after: i64) -> Self {
-        head.id = segment_id(turn_id, after);
-        Self {
-            fold: ResponseFold::new(head),
-            turn_id,
-            segment: Segment::after(after),
-            model: None,
-            started: false,
-        }
-    }
-
-    /// The stream events `stored` adds (the response's first ones with
-    /// its first event).
-    fn feed(&mut self, stored: &StoredEvent) -> Vec<Value> {
-        if let Some(TurnEvent::TurnStarted { model, .. }) = typed(stored) {
-            self.model = Some(model.clone());
-        }
-        let seen = self.segment.see(stored);
-        if matches!(seen, Seen::Hidden) {
-            return Vec::new();
-        }
-        let mut out = Vec::new();
-        if !self.started {
-            self.started = true;
-            self.fold
-                .begin(stored.created_at.timestamp(), self.model.as_deref());
-            if self.segment.start() > 0 {
-                let previous = self.segment.previous_start().unwrap_or(0);
-                self.fold.follows(Some(segment_id(self.turn_id, previous)));
-            }
-            out = self.fold.start();
-        }
-        match seen {
-            Seen::Shown(event) => out.extend(self.fold.event(event)),
-            Seen::Asked {
-                call_id,
-                tool,
-                arguments,
-            } => out.extend(self.fold.function_call(call_id, tool, arguments)),
-            Seen::Hidden => {}
-        }
-        out
-    }
-
-    /// The response once it ends (the turn's end, or a call of the
-    /// client's), folded from `events`.
-    async fn until_ended(
-        mut self,
-        events: impl Stream<Item = Result<Arc<StoredEvent>, StoreError>>,
-    ) -> Result<Value, ApiError> {
-        let mut events = std::pin::pin!(events);
-        while let Some(event) = events.next().await {
-            self.feed(&*event?);
-            if self.fold.ended() {
-                return Ok(self.fold.response());
-            }
-        }
-        Err(ApiError::ShuttingDown)
-    }
-}
-
-/// The Responses stream of one turn: each stream event as `event:` and
-/// `data:` lines; those numbered up to `after` are left out (a resume).
-struct ResponseStream {
-    folding: Folding,
-    after: Option<u64>,
-    headers: Vec<(&'static str, String)>,
-}
-
-impl ResponseStream {
-    fn frames(&self, events: Vec<Value>) -> Vec<Bytes> {
-        events
-            .into_iter()
-            .filter(|e| {
-                let n = e["sequence_number"].as_u64();
-                self.after.is_none_or(|after| n.is_some_and(|n| n > after))
-            })
-            .map(|e| {
-                let kind = e["type"].as_str().unwrap_or("error").to_owned();
-                Bytes::from(format!("event: {kind}\ndata: {e}\n\n"))
-            })
-            .collect()
-    }
-}
-
-impl WireFormat for ResponseStream {
-    fn headers(&self, headers: &mut HeaderMap) {
-        for (name, value) in &self.headers {
-            if let Ok(value) = HeaderValue::from_str(value) {
-                headers.insert(*name, value);
-            }
-        }
-    }
-
-    fn encode(&mut self, event: &StoredEvent) -> Encoded {
-        let events = self.folding.feed(event);
-        Encoded {
-            frames: self.frames(events),
-            done: self.folding.fold.ended(),
-        }
-    }
-
-    fn unreadable(&mut self) -> Vec<Bytes> {
-        let error = self.folding.fold.error_event(
-            crate::http::formats::native::UNREADABLE_LOG_CODE,
-            "the event log cannot be read; resume with starting_after",
-        );
-        self.frames(vec![error])
-    }
-}
-
-/// The response of a turn that starts after seq `after`, folded from what
-/// its log holds now.
-async fn folded(app: &AppState, record: &TurnRecord, after: i64) -> Result<Value, ApiError> {
-    let head = head(record.id, &record.session_id, &record.request);
-    let mut folding = Folding::new(head, record.id, after);
-    read_turn(app.store.as_ref(), record, |event| {
-        folding.feed(event);
-        folding.fold.ended()
-    })
-    .await?;
-    let mut response = folding.fold.response();
-    if !folding.fold.ended() && record.status != TurnStatus::Running {
-        // Ended without its terminal event in the log (an old interrupt).
-        response["status"] = if record.status == TurnStatus::Cancelled {
-            "cancelled"
-        } else {
-            "failed"
-        }
-        .into();
-    }
-    Ok(response)
-}
-
-fn streamed(
-    app: &AppState,
-    folding: Folding,
-    after: Option<u64>,
-    session: &SessionKey,
-    turn_id: Uuid,
-    events: impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static,
-) -> Response {
-    let format = ResponseStream {
-        folding,
-        after,
-        headers: vec![
-            ("x-session-id", session.id().to_owned()),
-            ("x-turn-id", turn_id.to_string()),
-        ],
-    };
-    stream_turn(
-        format,
-        events,
-        app.sse_keepalive(),
-        app.runner.metrics().clone(),
-    )
 }
 
 /// Creates a response: runs a turn.

@@ -26,7 +26,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
     ConversationTurn, Encoded, WireFormat,
-    client_calls::{ClientAnswer, Seen, Segment},
+    client_calls::{ClientAnswer, EndsAtClientCall, Segment},
     data_frame, declared_tools,
     retraction::{Say, StepText, ends_text},
     stream_turn,
@@ -97,6 +97,21 @@ impl UiMessage {
     }
 }
 
+/// A tool call's `tool-input-available`: `providerExecuted` when the
+/// service runs it, so that the client's `onToolCall` runs only its own.
+fn tool_input(call_id: &str, tool: &str, arguments: &Value, by_service: bool) -> Value {
+    let mut chunk = json!({
+        "type": "tool-input-available",
+        "toolCallId": call_id,
+        "toolName": tool,
+        "input": arguments,
+    });
+    if by_service {
+        chunk["providerExecuted"] = true.into();
+    }
+    chunk
+}
+
 /// Turns the turn's events into UI message chunks.
 ///
 /// A text part cannot be taken back: a step the turn retracts and says
@@ -150,26 +165,23 @@ impl Encoder {
             }
         }
     }
+}
 
+impl EndsAtClientCall for Encoder {
     /// A call of the client's tool: the stream ends with it.
     fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
         let mut out = Vec::new();
         let said = self.said.other();
         self.say(said, &mut out);
         self.close_text(&mut out);
-        out.push(json!({
-            "type": "tool-input-available",
-            "toolCallId": call_id,
-            "toolName": tool,
-            "input": arguments,
-        }));
+        out.push(tool_input(call_id, tool, arguments, false));
         out.push(json!({"type": "finish-step"}));
         out.push(json!({"type": "finish"}));
         out
     }
 
     /// The chunks of `event`; the second value is true when the stream ends.
-    fn encode(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
+    fn event(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
         let mut out = Vec::new();
         if ends_text(event) {
             let said = self.said.other();
@@ -197,13 +209,7 @@ impl Encoder {
                 ..
             } => {
                 self.close_text(&mut out);
-                out.push(json!({
-                    "type": "tool-input-available",
-                    "toolCallId": call_id,
-                    "toolName": tool,
-                    "input": arguments,
-                    "providerExecuted": true,
-                }));
+                out.push(tool_input(call_id, tool, arguments, true));
             }
             TurnEvent::ToolFinished { .. } => match super::finished_call(event) {
                 Some((call_id, Ok(output))) => out.push(json!({
@@ -401,19 +407,7 @@ impl WireFormat for UiMessageStream {
     }
 
     fn encode(&mut self, event: &StoredEvent) -> Encoded {
-        let (chunks, done) = match self.segment.see(event) {
-            Seen::Hidden => return Encoded::default(),
-            Seen::Shown(event) => self.encoder.encode(event),
-            Seen::Asked {
-                call_id,
-                tool,
-                arguments,
-            } => (self.encoder.client_call(call_id, tool, arguments), true),
-        };
-        Encoded {
-            frames: chunks.iter().map(data_frame).collect(),
-            done,
-        }
+        self.segment.encode(event, &mut self.encoder)
     }
 
     fn unreadable(&mut self) -> Vec<Bytes> {
