@@ -177,16 +177,15 @@ fn wire_messages(messages: &[ChatMessage]) -> Vec<Value> {
 impl HttpAdapter for AnthropicProvider {
     const NAME: &'static str = "anthropic";
 
-    fn model(&self) -> &str {
-        &self.model
+    fn setup(&self) -> (&str, &Arc<Redactor>) {
+        (&self.model, &self.redactor)
     }
 
-    fn redactor(&self) -> &Arc<Redactor> {
-        &self.redactor
-    }
-
-    async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
-        let deadline = Instant::now() + request.timeout;
+    async fn open(
+        &self,
+        request: ChatRequest,
+        deadline: Instant,
+    ) -> Result<ProviderStream, ProviderError> {
         let mut http = self
             .client
             .post(self.endpoint.clone())

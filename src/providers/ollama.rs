@@ -124,16 +124,15 @@ fn wire_message(message: &ChatMessage) -> Value {
 impl HttpAdapter for OllamaProvider {
     const NAME: &'static str = "ollama";
 
-    fn model(&self) -> &str {
-        &self.model
+    fn setup(&self) -> (&str, &Arc<Redactor>) {
+        (&self.model, &self.redactor)
     }
 
-    fn redactor(&self) -> &Arc<Redactor> {
-        &self.redactor
-    }
-
-    async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
-        let deadline = Instant::now() + request.timeout;
+    async fn open(
+        &self,
+        request: ChatRequest,
+        deadline: Instant,
+    ) -> Result<ProviderStream, ProviderError> {
         let body = self.request_body(&request);
         let sent_think = body.get("think").is_some();
         let response = match self.send(&body, deadline).await {

@@ -198,16 +198,15 @@ impl OpenAiProvider {
 impl HttpAdapter for OpenAiProvider {
     const NAME: &'static str = "openai";
 
-    fn model(&self) -> &str {
-        &self.model
+    fn setup(&self) -> (&str, &Arc<Redactor>) {
+        (&self.model, &self.redactor)
     }
 
-    fn redactor(&self) -> &Arc<Redactor> {
-        &self.redactor
-    }
-
-    async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
-        let deadline = Instant::now() + request.timeout;
+    async fn open(
+        &self,
+        request: ChatRequest,
+        deadline: Instant,
+    ) -> Result<ProviderStream, ProviderError> {
         // The body as a JSON value is dropped once serialized: held across
         // the wait for the answer's headers it would cost every waiting
         // turn a copy of its prompt as a tree (about 5 KiB).

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use reqwest::Url;
+use tokio::time::Instant;
 
 use super::{ChatRequest, LlmProvider, ProviderError, ProviderFailure, ProviderStream};
 
@@ -177,14 +178,17 @@ pub trait HttpAdapter: Send + Sync + 'static {
     /// The provider's name (`openai`, `anthropic`, `ollama`).
     const NAME: &'static str;
 
-    /// The model used when a request names none.
-    fn model(&self) -> &str;
+    /// The model used when a request names none, and the adapter's
+    /// secrets.
+    fn setup(&self) -> (&str, &Arc<Redactor>);
 
-    /// The adapter's secrets.
-    fn redactor(&self) -> &Arc<Redactor>;
-
-    /// The answer's stream, before its errors are masked.
-    async fn open(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError>;
+    /// The answer's stream, before its errors are masked; nothing of it
+    /// waits past `deadline` (the request's timeout from now).
+    async fn open(
+        &self,
+        request: ChatRequest,
+        deadline: Instant,
+    ) -> Result<ProviderStream, ProviderError>;
 }
 
 #[async_trait::async_trait]
@@ -194,11 +198,12 @@ impl<A: HttpAdapter> LlmProvider for A {
     }
 
     fn default_model(&self) -> &str {
-        self.model()
+        self.setup().0
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
-        redacted(self.open(request).await, self.redactor())
+        let deadline = Instant::now() + request.timeout;
+        redacted(self.open(request, deadline).await, self.setup().1)
     }
 }
 

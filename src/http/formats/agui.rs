@@ -23,9 +23,9 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ConversationTurn, Encoded, WireFormat,
+    ConversationTurn, Encoded, ToolDeclaration, WireFormat,
     client_calls::{ClientAnswer, EndsAtClientCall, Segment},
-    data_frame, declared_tools,
+    data_frame,
     retraction::{Say, StepText, ends_text},
     stream_turn,
 };
@@ -54,20 +54,9 @@ pub struct RunAgentInput {
     run_id: Option<String>,
     #[schema(min_items = 1, max_items = 1000)]
     messages: Vec<AguiMessage>,
-    /// Tools the client runs itself (at most 32).
+    /// Frontend tools: tools the client runs itself (at most 32).
     #[serde(default)]
-    tools: Vec<AguiTool>,
-}
-
-/// A frontend tool.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct AguiTool {
-    name: String,
-    #[serde(default)]
-    description: String,
-    /// JSON schema of the arguments.
-    #[schema(value_type = Option<Object>)]
-    parameters: Option<Value>,
+    tools: Vec<ToolDeclaration>,
 }
 
 /// An AG-UI message: its text `content` is read, and of a `tool` message
@@ -310,30 +299,20 @@ async fn agui_run(
         .run_id
         .clone()
         .filter(|r| !r.trim().is_empty() && r.len() <= 128 && !r.chars().any(char::is_control));
-    let results = tool_results(&body.messages);
     let ConversationTurn {
         session_id,
         turn_id,
         after,
         events,
-    } = if results.is_empty() {
-        let tools = declared_tools(
-            "tools",
-            body.tools
-                .into_iter()
-                .map(|t| (t.name, t.description, t.parameters)),
-        )?;
-        ConversationTurn::start(
-            &app,
-            &tenant,
-            &body.thread_id,
-            body.messages.iter().map(|m| (m.role.as_str(), m.text())),
-            tools,
-        )
-        .await?
-    } else {
-        ConversationTurn::answered(&app, &tenant, &body.thread_id, results).await?
-    };
+    } = ConversationTurn::open(
+        &app,
+        &tenant,
+        &body.thread_id,
+        body.messages.iter().map(|m| (m.role.as_str(), m.text())),
+        tool_results(&body.messages),
+        ("tools", body.tools),
+    )
+    .await?;
     let session = session_id.id().to_owned();
     let run_id = run_id.unwrap_or_else(|| turn_id.to_string());
     let format = AguiRun {

@@ -198,6 +198,26 @@ impl ConversationTurn {
         })
     }
 
+    /// The turn a request of a format that sends the whole conversation
+    /// asks for: the session's waiting turn given `answers` (the results
+    /// of its client's calls the request brings), or else a new turn of
+    /// `messages` that may call the client's `tools`.
+    pub(crate) async fn open<'m>(
+        app: &crate::app::AppState,
+        tenant: &crate::http::Tenant,
+        session: &str,
+        messages: impl IntoIterator<Item = (&'m str, String)>,
+        answers: Vec<client_calls::ClientAnswer>,
+        tools: (&str, Vec<ToolDeclaration>),
+    ) -> Result<Self, crate::http::error::ApiError> {
+        if !answers.is_empty() {
+            return Self::answered(app, tenant, session, answers).await;
+        }
+        let (field, tools) = tools;
+        let tools = declared_tools(field, tools)?;
+        Self::start(app, tenant, session, messages, tools).await
+    }
+
     /// The turn of `session` that waits for `answers`, given them.
     pub(crate) async fn answered(
         app: &crate::app::AppState,
@@ -221,26 +241,44 @@ impl ConversationTurn {
     }
 }
 
+/// A tool the client runs, as AG-UI and the AI SDK declare one.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+pub struct ToolDeclaration {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// JSON schema of the arguments (an object schema; none: any object).
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<serde_json::Value>,
+}
+
 /// The client tools a format's request declares, checked: at most 32,
-/// each named once (`field` names the request's list).
+/// each named once (`field` names the request's list). A tool without a
+/// description is described by its name.
 pub(crate) fn declared_tools(
     field: &str,
-    tools: impl IntoIterator<Item = (String, String, Option<serde_json::Value>)>,
+    tools: impl IntoIterator<Item = ToolDeclaration>,
 ) -> Result<Vec<crate::turn::ClientTool>, crate::http::error::ApiError> {
     let invalid = |detail: String| crate::http::error::ApiError::InvalidField {
         field: field.to_owned(),
         detail,
     };
     let mut declared: Vec<crate::turn::ClientTool> = Vec::new();
-    for (at, (name, description, parameters)) in tools.into_iter().enumerate() {
+    for (at, tool) in tools.into_iter().enumerate() {
         if at == crate::turn::CLIENT_TOOLS_MAX {
             return Err(invalid(format!("`{field}` has more than 32 tools")));
         }
+        let ToolDeclaration {
+            name,
+            description,
+            parameters,
+        } = tool;
         let description = if description.trim().is_empty() {
             format!("The client's tool {name}.")
         } else {
             description
         };
+        let parameters = parameters.filter(|p| !p.is_null());
         let tool = crate::turn::ClientTool::checked(name, description, parameters, None)
             .map_err(|e| invalid(format!("{field}[{at}]: {e}")))?;
         if declared.iter().any(|other| other.name == tool.name) {

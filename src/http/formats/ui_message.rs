@@ -25,9 +25,9 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ConversationTurn, Encoded, WireFormat,
+    ConversationTurn, Encoded, ToolDeclaration, WireFormat,
     client_calls::{ClientAnswer, EndsAtClientCall, Segment},
-    data_frame, declared_tools,
+    data_frame,
     retraction::{Say, StepText, ends_text},
     stream_turn,
 };
@@ -58,8 +58,7 @@ pub struct UiChatRequest {
     /// Tools the client runs itself (at most 32): `name`, `description`,
     /// `parameters` (a JSON schema).
     #[serde(default, rename = "clientTools")]
-    #[schema(value_type = Vec<Object>)]
-    client_tools: Vec<Value>,
+    client_tools: Vec<ToolDeclaration>,
 }
 
 /// A UI message: its text parts are read.
@@ -293,28 +292,15 @@ async fn ui_chat(
         after,
         events,
         ..
-    } = if results.is_empty() {
-        let tools = declared_tools(
-            "clientTools",
-            body.client_tools.iter().map(|t| {
-                (
-                    t["name"].as_str().unwrap_or_default().to_owned(),
-                    t["description"].as_str().unwrap_or_default().to_owned(),
-                    Some(t["parameters"].clone()).filter(|p| !p.is_null()),
-                )
-            }),
-        )?;
-        ConversationTurn::start(
-            &app,
-            &tenant,
-            &body.id,
-            body.messages.iter().map(|m| (m.role.as_str(), m.text())),
-            tools,
-        )
-        .await?
-    } else {
-        ConversationTurn::answered(&app, &tenant, &body.id, results).await?
-    };
+    } = ConversationTurn::open(
+        &app,
+        &tenant,
+        &body.id,
+        body.messages.iter().map(|m| (m.role.as_str(), m.text())),
+        results,
+        ("clientTools", body.client_tools),
+    )
+    .await?;
     let format = UiMessageStream {
         turn_id,
         segment: Segment::after(after),

@@ -11,7 +11,7 @@ use crate::{
     app::AppState,
     http::{
         error::ApiError,
-        formats::{client_calls::ClientAnswer, declared_tools},
+        formats::{ToolDeclaration, client_calls::ClientAnswer, declared_tools},
     },
     providers::{ChatMessage, Role, ThinkLevel},
     turn::{ClientTool, TurnRequest},
@@ -297,12 +297,10 @@ impl CreateResponse {
         }
         declared_tools(
             "tools",
-            tools.iter().map(|tool| {
-                (
-                    tool["name"].as_str().unwrap_or_default().to_owned(),
-                    tool["description"].as_str().unwrap_or_default().to_owned(),
-                    Some(tool["parameters"].clone()).filter(|p| !p.is_null()),
-                )
+            tools.iter().map(|tool| ToolDeclaration {
+                name: tool["name"].as_str().unwrap_or_default().to_owned(),
+                description: tool["description"].as_str().unwrap_or_default().to_owned(),
+                parameters: Some(tool["parameters"].clone()),
             }),
         )
     }
