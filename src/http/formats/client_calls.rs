@@ -281,3 +281,100 @@ impl Segment {
         Seen::Shown(event)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn log(events: Vec<TurnEvent>) -> Vec<StoredEvent> {
+        let turn = uuid::Uuid::now_v7();
+        events
+            .into_iter()
+            .zip(1..)
+            .map(|(event, seq)| {
+                StoredEvent::from_event("s", turn, seq, event, chrono::Utc::now()).unwrap()
+            })
+            .collect()
+    }
+
+    fn requested(call_id: &str) -> TurnEvent {
+        TurnEvent::ToolRequested {
+            step: 1,
+            call_id: call_id.into(),
+            tool: "get_location".into(),
+            arguments: json!({}),
+        }
+    }
+
+    fn delta(text: &str) -> TurnEvent {
+        TurnEvent::MessageDelta {
+            step: 2,
+            text: text.into(),
+        }
+    }
+
+    /// What a segment shows of `log`: `text` for a delta, `?id` for a
+    /// call it ends at, nothing for the rest.
+    fn shown(segment: &mut Segment, log: &[StoredEvent]) -> Vec<String> {
+        log.iter()
+            .filter_map(|stored| match segment.see(stored) {
+                Seen::Hidden => None,
+                Seen::Asked { call_id, .. } => Some(format!("?{call_id}")),
+                Seen::Shown(TurnEvent::MessageDelta { text, .. }) => Some(text.clone()),
+                Seen::Shown(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_segment_shows_what_follows_its_call_and_each_call_once() {
+        let started = |call: &str| TurnEvent::ToolStarted {
+            step: 1,
+            wave: 1,
+            call_id: call.into(),
+            tool: "client__get_location".into(),
+            arguments: json!({}),
+        };
+        let log = log(vec![
+            delta("Let me look."),
+            started("c1"),
+            requested("c1"),
+            // A take-over asks for the same call again.
+            requested("c1"),
+            delta("You are in Lyon."),
+            requested("c2"),
+            delta("And now in Paris."),
+        ]);
+        // From the turn's start, up to the first call.
+        assert_eq!(
+            shown(&mut Segment::default(), &log),
+            [
+                "Let me look.",
+                "?c1",
+                "You are in Lyon.",
+                "?c2",
+                "And now in Paris."
+            ]
+        );
+        // After c1 (seq 3): its repeat and its start are not shown again.
+        let mut after_c1 = Segment::after(3);
+        assert_eq!(
+            shown(&mut after_c1, &log),
+            ["You are in Lyon.", "?c2", "And now in Paris."]
+        );
+        assert_eq!(
+            after_c1.previous_start(),
+            None,
+            "the turn's start came before"
+        );
+        let mut after_c2 = Segment::after(6);
+        assert_eq!(shown(&mut after_c2, &log), ["And now in Paris."]);
+        assert_eq!(
+            after_c2.previous_start(),
+            Some(3),
+            "c1's answer came before"
+        );
+    }
+}

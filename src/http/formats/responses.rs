@@ -173,7 +173,11 @@ async fn answer_function_calls(
     if body.stream {
         return Ok(streamed(app, folding, None, &session, record.id, events));
     }
-    let response = folding.until_ended(events).await?;
+    let response = if body.background {
+        folded(app, &record, answered.after).await?
+    } else {
+        folding.until_ended(events).await?
+    };
     Ok(with_ids(response, &session, record.id))
 }
 
