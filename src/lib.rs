@@ -20,7 +20,7 @@
 //! - [`runner`]: turns as detached, cancellable tasks (`runner/turn.rs`: a
 //!   turn's life and its end; `runner/sink.rs`: its events and step
 //!   records; `runner/resume.rs`: a turn taken over, or handed over at
-//!   shutdown); the event log writer (group commit), live fan-out,
+//!   shutdown, `runner/shutdown.rs`); the event log writer (group commit), live fan-out,
 //!   gap-free resumable subscriptions, the session queue
 //!   (`runner/queue.rs`), heartbeat, cancels and the sweep that takes
 //!   orphaned turns over.
