@@ -34,7 +34,7 @@ use super::{
         self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
         result as rpc_result,
     },
-    read_turn, stream_turn, typed,
+    read_turn, stream_for, typed,
 };
 use crate::{
     app::AppState,
@@ -329,12 +329,7 @@ impl Caller {
             quiet_until,
         };
         if streams {
-            return Ok(stream_turn(
-                stream,
-                events,
-                app.sse_keepalive(),
-                app.runner.metrics().clone(),
-            ));
+            return Ok(stream_for(app, stream, events));
         }
         // Blocking: until the task ends or waits for the client (or at
         // once, with `returnImmediately`, as it stands after its start).
@@ -473,12 +468,7 @@ impl Caller {
             fold: TaskFold::new(record.id.to_string(), session.id().to_owned()),
             quiet_until,
         };
-        Ok(stream_turn(
-            format,
-            events,
-            self.app.sse_keepalive(),
-            self.app.runner.metrics().clone(),
-        ))
+        Ok(stream_for(&self.app, format, events))
     }
 }
 

@@ -27,7 +27,7 @@ use super::{
     client_calls::{ClientAnswer, EndsAtClientCall, Segment},
     data_frame,
     retraction::{Say, StepText, ends_text},
-    stream_turn,
+    stream_for,
 };
 use crate::{
     app::AppState,
@@ -328,12 +328,7 @@ async fn agui_run(
             said: StepText::default(),
         },
     };
-    Ok(stream_turn(
-        format,
-        events,
-        app.sse_keepalive(),
-        app.runner.metrics().clone(),
-    ))
+    Ok(stream_for(&app, format, events))
 }
 
 /// The AG-UI events of one run.

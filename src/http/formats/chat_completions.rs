@@ -26,7 +26,7 @@ use uuid::Uuid;
 use super::{
     Encoded, WireFormat,
     retraction::{Say, StepText, ends_text},
-    stream_turn, typed,
+    stream_for, typed,
 };
 use crate::{
     app::AppState,
@@ -286,12 +286,7 @@ async fn chat_completions(
             include_usage,
             text: StepText::default(),
         };
-        stream_turn(
-            format,
-            events,
-            app.sse_keepalive(),
-            app.runner.metrics().clone(),
-        )
+        stream_for(&app, format, events)
     } else {
         let record = app
             .runner

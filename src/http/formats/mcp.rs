@@ -29,7 +29,7 @@ use super::{
         INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, error as rpc_error,
         is_message, result as rpc_result,
     },
-    stream_turn, typed,
+    stream_for, typed,
 };
 use crate::{
     app::{AppState, McpCallGuard, McpCalls},
@@ -292,12 +292,7 @@ async fn ask(
         turn_id,
         _guard: guard,
     };
-    Ok(stream_turn(
-        format,
-        events,
-        app.sse_keepalive(),
-        app.runner.metrics().clone(),
-    ))
+    Ok(stream_for(app, format, events))
 }
 
 /// The result of `ask` for an ended turn.

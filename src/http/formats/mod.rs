@@ -158,6 +158,20 @@ pub fn stream_turn<F: WireFormat>(
     response
 }
 
+/// [`stream_turn`] with the service's keep-alive interval and metrics.
+pub fn stream_for<F: WireFormat>(
+    app: &crate::app::AppState,
+    format: F,
+    events: impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static,
+) -> Response {
+    stream_turn(
+        format,
+        events,
+        app.sse_keepalive(),
+        app.runner.metrics().clone(),
+    )
+}
+
 /// A turn of the formats that send the whole conversation every time
 /// (`/v1/ui/chat`, `/v1/agui`): started from `messages` (role and text, the
 /// new user message last) in the session named `session`, or the

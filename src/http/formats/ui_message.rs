@@ -29,7 +29,7 @@ use super::{
     client_calls::{ClientAnswer, EndsAtClientCall, Segment},
     data_frame,
     retraction::{Say, StepText, ends_text},
-    stream_turn,
+    stream_for,
 };
 use crate::{
     app::AppState,
@@ -306,12 +306,7 @@ async fn ui_chat(
         segment: Segment::after(after),
         encoder: Encoder::default(),
     };
-    Ok(stream_turn(
-        format,
-        events,
-        app.sse_keepalive(),
-        app.runner.metrics().clone(),
-    ))
+    Ok(stream_for(&app, format, events))
 }
 
 /// `useChat`'s resume (`resume: true`, or `resumeStream()`, as its default
@@ -359,12 +354,7 @@ async fn ui_chat_resume(
         segment: Segment::after(after),
         encoder: Encoder::default(),
     };
-    Ok(stream_turn(
-        format,
-        events,
-        app.sse_keepalive(),
-        app.runner.metrics().clone(),
-    ))
+    Ok(stream_for(&app, format, events))
 }
 
 /// The UI message stream of one turn.

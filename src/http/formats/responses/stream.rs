@@ -26,7 +26,7 @@ use crate::{
         formats::{
             Encoded, WireFormat,
             client_calls::{Seen, Segment},
-            read_turn, stream_turn, typed,
+            read_turn, stream_for, typed,
         },
     },
     ids::{SessionKey, client_session_id},
@@ -267,10 +267,5 @@ pub(super) fn streamed(
             ("x-turn-id", turn_id.to_string()),
         ],
     };
-    stream_turn(
-        format,
-        events,
-        app.sse_keepalive(),
-        app.runner.metrics().clone(),
-    )
+    stream_for(app, format, events)
 }
