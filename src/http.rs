@@ -528,6 +528,19 @@ pub(crate) fn conversation_turn(
     })
 }
 
+/// The turn once it ended, for a caller that waits for its answer
+/// (503 `shutting_down` when the process stops first).
+pub(crate) async fn ended_turn(
+    app: &AppState,
+    session_id: &SessionKey,
+    turn_id: uuid::Uuid,
+) -> Result<crate::store::TurnRecord, ApiError> {
+    app.runner
+        .wait_for_end(session_id, turn_id)
+        .await?
+        .ok_or(ApiError::ShuttingDown)
+}
+
 /// A chat message's text: its `content` string, or the `text` of each of
 /// its parts, a line each.
 pub(crate) fn content_text(content: &Option<serde_json::Value>) -> String {

@@ -115,31 +115,18 @@ fn main() -> ExitCode {
         message,
     }) = &cli.command
     {
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(runtime) => runtime,
-            Err(e) => {
-                eprintln!("agent-harness: cannot start the async runtime: {e}");
-                return ExitCode::FAILURE;
-            }
+        return match runtime(&mut tokio::runtime::Builder::new_current_thread()) {
+            Ok(runtime) => runtime.block_on(chat::run(url, session.clone(), user.clone(), message)),
+            Err(code) => code,
         };
-        return runtime.block_on(chat::run(url, session.clone(), user.clone(), message));
     }
     if let Some(Command::Health { url }) = &cli.command {
         let url = url.clone().unwrap_or_else(|| {
             format!("http://127.0.0.1:{}/readyz", settings.server.listen.port())
         });
-        return match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
+        return match runtime(&mut tokio::runtime::Builder::new_current_thread()) {
             Ok(runtime) => runtime.block_on(health::run(&url)),
-            Err(e) => {
-                eprintln!("agent-harness: cannot start the async runtime: {e}");
-                ExitCode::FAILURE
-            }
+            Err(code) => code,
         };
     }
     if matches!(cli.command, Some(Command::Openapi)) {
@@ -154,16 +141,11 @@ fn main() -> ExitCode {
         };
     }
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(settings.worker_threads(cores))
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(settings.worker_threads(cores));
+    let runtime = match runtime(&mut builder) {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("agent-harness: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let telemetry = match telemetry::init(&settings) {
@@ -320,4 +302,13 @@ async fn serve(settings: Settings) -> Result<(), String> {
         }
     };
     result.map_err(|e| e.to_string())
+}
+
+/// The async runtime `builder` makes (with its I/O and timers), or the
+/// exit code of a process that could not start one (said on stderr).
+fn runtime(builder: &mut tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("agent-harness: cannot start the async runtime: {e}");
+        ExitCode::FAILURE
+    })
 }

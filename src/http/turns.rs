@@ -226,11 +226,7 @@ async fn start_turn(
             ),
         }
     } else {
-        let record = app
-            .runner
-            .wait_for_end(&session_id, turn_id)
-            .await?
-            .ok_or(ApiError::ShuttingDown)?;
+        let record = crate::http::ended_turn(&app, &session_id, turn_id).await?;
         finished_turn_response(record)?
     };
     let headers = response.headers_mut();

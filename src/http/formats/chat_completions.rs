@@ -288,11 +288,7 @@ async fn chat_completions(
         };
         stream_for(&app, format, events)
     } else {
-        let record = app
-            .runner
-            .wait_for_end(&session_id, turn_id)
-            .await?
-            .ok_or(ApiError::ShuttingDown)?;
+        let record = crate::http::ended_turn(&app, &session_id, turn_id).await?;
         match record.status {
             TurnStatus::Completed => {
                 let result = record.result.unwrap_or_default();

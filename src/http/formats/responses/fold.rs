@@ -147,16 +147,10 @@ impl ResponseFold {
                 ..
             } => {
                 self.close_message("completed", &mut out);
-                let item = json!({
-                    "type": "mcp_call",
-                    "id": call_item_id(call_id),
-                    "name": tool,
-                    "arguments": arguments.to_string(),
-                    "server_label": SERVER_LABEL,
-                    "status": "in_progress",
-                    "output": null,
-                    "error": null,
-                });
+                let mut item = server_item("mcp_call", call_item_id(call_id), tool, arguments);
+                item["status"] = "in_progress".into();
+                item["output"] = Value::Null;
+                item["error"] = Value::Null;
                 let index = self.add_item(item, &mut out);
                 let id = call_item_id(call_id);
                 out.push(self.numbered(
@@ -176,13 +170,8 @@ impl ResponseFold {
                 ..
             } => {
                 self.close_message("completed", &mut out);
-                let item = json!({
-                    "type": "mcp_approval_request",
-                    "id": format!("mcpr_{call_id}"),
-                    "name": tool,
-                    "arguments": arguments.to_string(),
-                    "server_label": SERVER_LABEL,
-                });
+                let id = format!("mcpr_{call_id}");
+                let item = server_item("mcp_approval_request", id, tool, arguments);
                 let index = self.add_item(item.clone(), &mut out);
                 out.push(self.numbered(
                     "response.output_item.done",
@@ -532,6 +521,18 @@ impl ResponseFold {
         let response = self.response();
         out.push(self.numbered(kind, json!({ "response": response })));
     }
+}
+
+/// An output item of the service's own tools (`server_label`
+/// [`SERVER_LABEL`]) naming a call of `tool`.
+fn server_item(kind: &str, id: String, tool: &str, arguments: &Value) -> Value {
+    json!({
+        "type": kind,
+        "id": id,
+        "name": tool,
+        "arguments": arguments.to_string(),
+        "server_label": SERVER_LABEL,
+    })
 }
 
 /// The item id of a server-side tool call.
