@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{
-    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure,
-    ProviderStream, Role, ThinkLevel, ThinkingBlock, ToolCall, Usage,
-    redact::{HttpAdapter, Redactor},
+    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure, Role,
+    ThinkLevel, ThinkingBlock, ToolCall, Usage,
+    redact::{HttpAdapter, Opened, Redactor},
     transport,
 };
 
@@ -177,15 +177,7 @@ fn wire_messages(messages: &[ChatMessage]) -> Vec<Value> {
 impl HttpAdapter for AnthropicProvider {
     const NAME: &'static str = "anthropic";
 
-    fn setup(&self) -> (&str, &Arc<Redactor>) {
-        (&self.model, &self.redactor)
-    }
-
-    async fn open(
-        &self,
-        request: ChatRequest,
-        deadline: Instant,
-    ) -> Result<ProviderStream, ProviderError> {
+    async fn open(&self, request: ChatRequest, deadline: Instant) -> Opened {
         let mut http = self
             .client
             .post(self.endpoint.clone())
@@ -198,6 +190,10 @@ impl HttpAdapter for AnthropicProvider {
             transport::open_events(http, deadline, self.idle_timeout, self.max_response_bytes)
                 .await?;
         Ok(parse_stream(events).boxed())
+    }
+
+    fn setup(&self) -> (&str, &Arc<Redactor>) {
+        (&self.model, &self.redactor)
     }
 }
 

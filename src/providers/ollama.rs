@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{
-    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure,
-    ProviderStream, Role, ThinkLevel, ToolCall, Usage,
-    redact::{HttpAdapter, Redactor},
+    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure, Role,
+    ThinkLevel, ToolCall, Usage,
+    redact::{HttpAdapter, Opened, Redactor},
     refusing::RefusingModels,
     stream, transport,
 };
@@ -124,15 +124,7 @@ fn wire_message(message: &ChatMessage) -> Value {
 impl HttpAdapter for OllamaProvider {
     const NAME: &'static str = "ollama";
 
-    fn setup(&self) -> (&str, &Arc<Redactor>) {
-        (&self.model, &self.redactor)
-    }
-
-    async fn open(
-        &self,
-        request: ChatRequest,
-        deadline: Instant,
-    ) -> Result<ProviderStream, ProviderError> {
+    async fn open(&self, request: ChatRequest, deadline: Instant) -> Opened {
         let body = self.request_body(&request);
         let sent_think = body.get("think").is_some();
         let response = match self.send(&body, deadline).await {
@@ -154,6 +146,10 @@ impl HttpAdapter for OllamaProvider {
             deadline,
         );
         Ok(parse_stream(lines).boxed())
+    }
+
+    fn setup(&self) -> (&str, &Arc<Redactor>) {
+        (&self.model, &self.redactor)
     }
 }
 

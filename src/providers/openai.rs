@@ -20,9 +20,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{
-    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderStream, Role,
-    ThinkLevel, ToolCall, Usage,
-    redact::{HttpAdapter, Redactor},
+    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, Role, ThinkLevel,
+    ToolCall, Usage,
+    redact::{HttpAdapter, Opened, Redactor},
     refusing::RefusingModels,
     transport,
 };
@@ -198,15 +198,7 @@ impl OpenAiProvider {
 impl HttpAdapter for OpenAiProvider {
     const NAME: &'static str = "openai";
 
-    fn setup(&self) -> (&str, &Arc<Redactor>) {
-        (&self.model, &self.redactor)
-    }
-
-    async fn open(
-        &self,
-        request: ChatRequest,
-        deadline: Instant,
-    ) -> Result<ProviderStream, ProviderError> {
+    async fn open(&self, request: ChatRequest, deadline: Instant) -> Opened {
         // The body as a JSON value is dropped once serialized: held across
         // the wait for the answer's headers it would cost every waiting
         // turn a copy of its prompt as a tree (about 5 KiB).
@@ -243,6 +235,10 @@ impl HttpAdapter for OpenAiProvider {
         )
         .await?;
         Ok(parse_stream(events).boxed())
+    }
+
+    fn setup(&self) -> (&str, &Arc<Redactor>) {
+        (&self.model, &self.redactor)
     }
 }
 

@@ -184,12 +184,11 @@ pub trait HttpAdapter: Send + Sync + 'static {
 
     /// The answer's stream, before its errors are masked; nothing of it
     /// waits past `deadline` (the request's timeout from now).
-    async fn open(
-        &self,
-        request: ChatRequest,
-        deadline: Instant,
-    ) -> Result<ProviderStream, ProviderError>;
+    async fn open(&self, request: ChatRequest, deadline: Instant) -> Opened;
 }
+
+/// What an adapter's [`HttpAdapter::open`] answers.
+pub type Opened = Result<ProviderStream, ProviderError>;
 
 #[async_trait::async_trait]
 impl<A: HttpAdapter> LlmProvider for A {
