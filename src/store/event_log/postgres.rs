@@ -201,13 +201,8 @@ where
     let phases: Vec<&str> = steps.iter().map(|s| s.phase).collect();
     let records: Vec<&str> = steps.iter().map(|s| s.record.as_str()).collect();
     let at: Vec<_> = steps.iter().map(|s| s.created_at).collect();
-    let _: i64 = sqlx::query_scalar(sql)
-        .bind(columns.session_id)
-        .bind(columns.seq)
-        .bind(columns.turn_id)
-        .bind(columns.event_type)
-        .bind(columns.payload)
-        .bind(columns.created_at)
+    let _: i64 = columns
+        .bound(sqlx::query_scalar(sql))
         .bind(leases.turn_id)
         .bind(leases.attempt)
         .bind(step_turns)
@@ -237,8 +232,9 @@ where
     E: sqlx::Executor<'c, Database = Postgres>,
 {
     let columns = EventColumns::of(events.map(|e| (e, false)));
-    let _: i64 = sqlx::query_scalar(
-        "WITH e AS ( \
+    let _: i64 = columns
+        .bound(sqlx::query_scalar(
+            "WITH e AS ( \
            SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
            $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
          ), logged AS ( \
@@ -250,15 +246,9 @@ where
            - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
               AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
               AND x.payload = e.payload))",
-    )
-    .bind(columns.session_id)
-    .bind(columns.seq)
-    .bind(columns.turn_id)
-    .bind(columns.event_type)
-    .bind(columns.payload)
-    .bind(columns.created_at)
-    .fetch_one(executor)
-    .await?;
+        ))
+        .fetch_one(executor)
+        .await?;
     Ok(())
 }
 
@@ -288,6 +278,24 @@ impl<'a> EventColumns<'a> {
             columns.terminal.push(terminal);
         }
         columns
+    }
+
+    /// `query` with the six event columns bound as its first parameters
+    /// (`$1`-`$6`: session ids, seqs, turn ids, types, payloads, times).
+    fn bound<'q>(
+        self,
+        query: sqlx::query::QueryScalar<'q, Postgres, i64, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryScalar<'q, Postgres, i64, sqlx::postgres::PgArguments>
+    where
+        'a: 'q,
+    {
+        query
+            .bind(self.session_id)
+            .bind(self.seq)
+            .bind(self.turn_id)
+            .bind(self.event_type)
+            .bind(self.payload)
+            .bind(self.created_at)
     }
 }
 
