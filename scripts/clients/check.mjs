@@ -1,7 +1,8 @@
 // The AI SDK reads agent-harness's /v1/ui/chat as useChat does: the SSE
 // body parsed and validated with the SDK's own chunk schema, then folded
 // into a UI message. And every event of /v1/agui passes @ag-ui/core's
-// schemas. A tool the client runs goes through both. Run by .ci/run with
+// schemas, and AG-UI's own HttpAgent runs a frontend tool. A tool the
+// client runs goes through both protocols. Run by .ci/run with
 // the binary to start.
 import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
@@ -9,6 +10,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseJsonEventStream } from '@ai-sdk/provider-utils';
+import { HttpAgent } from '@ag-ui/client';
 import { EventSchemas, RunAgentInputSchema } from '@ag-ui/core/schemas';
 import {
   DefaultChatTransport,
@@ -247,6 +249,28 @@ try {
   const said = second.filter((e) => e.type === 'TEXT_MESSAGE_CONTENT').map((e) => e.delta).join('');
   if (second[0].runId !== 'run-2' || !said.includes('Paris') || second.at(-1).type !== 'RUN_FINISHED') {
     throw new Error(`the run after the frontend tool: ${second.map((e) => e.type).join(' ')} ${said}`);
+  }
+  passed++;
+
+  // The same through AG-UI's own client (HttpAgent, which verifies the
+  // events' order as it applies them): the frontend tool's call becomes
+  // an assistant message, the tool message added to the agent goes back
+  // with its next run, and the answer comes.
+  const agent = new HttpAgent({
+    url: `http://127.0.0.1:${port}/v1/agui`,
+    threadId: 'agui-http-agent',
+    initialMessages: [{ id: 'u1', role: 'user', content: 'where am I?' }],
+  });
+  const called = await agent.runAgent({ runId: 'agent-run-1', tools: [location] });
+  const toolCall = called.newMessages.flatMap((m) => m.toolCalls ?? [])[0];
+  if (!toolCall || toolCall.function.name !== 'get_location') {
+    throw new Error(`HttpAgent saw no frontend tool call: ${JSON.stringify(called.newMessages)}`);
+  }
+  agent.addMessage({ id: 'agent-t1', role: 'tool', toolCallId: toolCall.id, content: 'Marseille' });
+  const answered = await agent.runAgent({ runId: 'agent-run-2', tools: [location] });
+  const reply = answered.newMessages.map((m) => m.content ?? '').join('');
+  if (!reply.includes('Marseille') || agent.messages.map((m) => m.role).join() !== 'user,assistant,tool,assistant') {
+    throw new Error(`HttpAgent after the frontend tool: ${JSON.stringify(agent.messages)}`);
   }
   passed++;
   console.log(`ai-sdk: ${passed} passed, 0 failed`);
