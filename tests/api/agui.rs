@@ -94,6 +94,24 @@ async fn a_frontend_tool_ends_the_run_and_the_next_run_answers_it(backend: Backe
             .collect()
     };
     let user = json!({"id": "u1", "role": "user", "content": "Where am I?"});
+    // A tool that cannot be declared is refused before any turn.
+    let refused = app
+        .client
+        .post(app.url("/v1/agui"))
+        .json(
+            &json!({"threadId": "thread-tool", "tools": [{"name": "no spaces"}],
+            "messages": [user]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(
+        (&problem["code"], &problem["field"]),
+        (&json!("invalid_field"), &json!("tools"))
+    );
+    assert!(app.provider.requests().is_empty(), "no turn began");
     let first = events(
         run("run-1", json!([user]))
             .send()

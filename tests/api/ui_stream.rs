@@ -148,6 +148,21 @@ async fn a_client_side_tool_is_answered_in_the_next_request(backend: Backend) {
             "clientTools": [{"name": "get_location", "description": "Where the user is"}],
         }))
     };
+    let twice = json!({"name": "get_location", "description": "Where the user is"});
+    let refused = app
+        .client
+        .post(app.url("/v1/ui/chat"))
+        .json(&json!({"id": "chat-tool", "messages": [user], "clientTools": [twice, twice]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(
+        (&problem["code"], &problem["field"]),
+        (&json!("invalid_field"), &json!("clientTools"))
+    );
+    assert!(app.provider.requests().is_empty(), "no turn began");
     let body = chat(json!([user]))
         .send()
         .await
