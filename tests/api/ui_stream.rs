@@ -204,8 +204,65 @@ async fn a_client_side_tool_is_answered_in_the_next_request(backend: Backend) {
     assert!(sent.contains(r#"{\"city\":\"Lyon\"}"#), "{sent}");
 }
 
+/// `useChat`'s resume of a turn that went on after a client-side tool
+/// starts after the call the client answered: the next call is asked,
+/// the answered one is not asked again.
+async fn use_chat_resumes_after_the_client_call_it_answered(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::openai_tool_call("call_r1", "client__get_location", &json!({})),
+        Reply::openai_tool_call("call_r2", "client__get_location", &json!({"precise": true})),
+    ]);
+    let user =
+        json!({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Where am I?"}]});
+    let chat = |messages: Value| {
+        app.client.post(app.url("/v1/ui/chat")).json(&json!({
+            "id": "chat-resume-tool",
+            "messages": messages,
+            "clientTools": [{"name": "get_location", "description": "Where the user is"}],
+        }))
+    };
+    let calls = |body: &str| -> Vec<String> {
+        chunks(body)
+            .iter()
+            .filter(|c| c["type"] == "tool-input-available")
+            .map(|c| c["toolCallId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let first = chat(json!([user]))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(calls(&first), ["call_r1"]);
+    let resume = || async {
+        app.client
+            .get(app.url("/v1/ui/chat/chat-resume-tool/stream"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    assert_eq!(calls(&resume().await), ["call_r1"], "nothing answered yet");
+    let answered = json!([user, {"id": "a1", "role": "assistant", "parts": [
+        {"type": "tool-get_location", "toolCallId": "call_r1", "state": "output-available",
+         "input": {}, "output": "Lyon"}]}]);
+    let second = chat(answered).send().await.unwrap().text().await.unwrap();
+    assert_eq!(calls(&second), ["call_r2"]);
+    assert_eq!(
+        calls(&resume().await),
+        ["call_r2"],
+        "after the answered call"
+    );
+}
+
 on_both_backends!(
     a_use_chat_request_streams_ui_message_chunks,
     use_chat_resumes_the_running_turn_from_its_start,
     a_client_side_tool_is_answered_in_the_next_request,
+    use_chat_resumes_after_the_client_call_it_answered,
 );

@@ -87,8 +87,8 @@ fn tool_results(messages: &[AguiMessage]) -> Vec<ClientAnswer> {
         .filter_map(|m| {
             let call_id = m.tool_call_id.as_deref()?;
             Some(match &m.error {
-                Some(error) => ClientAnswer::of(call_id, &Value::String(error.clone()), true),
-                None => ClientAnswer::of(call_id, &Value::String(m.text()), false),
+                Some(error) => ClientAnswer::text(call_id, error.clone(), true),
+                None => ClientAnswer::text(call_id, m.text(), false),
             })
         })
         .collect()

@@ -30,6 +30,15 @@ pub struct ClientAnswer {
 }
 
 impl ClientAnswer {
+    /// A result given as text.
+    pub fn text(call_id: &str, output: String, is_error: bool) -> Self {
+        Self {
+            call_id: call_id.to_owned(),
+            output,
+            is_error,
+        }
+    }
+
     /// A result given as any JSON: a string as it is, anything else as
     /// its JSON text.
     pub fn of(call_id: &str, output: &Value, is_error: bool) -> Self {
@@ -37,11 +46,7 @@ impl ClientAnswer {
             Value::String(text) => text.clone(),
             other => other.to_string(),
         };
-        Self {
-            call_id: call_id.to_owned(),
-            output,
-            is_error,
-        }
+        Self::text(call_id, output, is_error)
     }
 }
 

@@ -165,6 +165,10 @@ async fn answer_function_calls(
     let (record, _) = find(app, tenant, previous).await?;
     let answered = answer_calls(app, &record, outputs).await?;
     let session = SessionKey::from_stored(&record.session_id);
+    if body.background && !body.stream {
+        let response = folded(app, &record, answered.after).await?;
+        return Ok(with_ids(response, &session, record.id));
+    }
     let head = head(record.id, &record.session_id, &record.request);
     let folding = Folding::new(head, record.id, answered.after);
     let events = app
@@ -173,11 +177,7 @@ async fn answer_function_calls(
     if body.stream {
         return Ok(streamed(app, folding, None, &session, record.id, events));
     }
-    let response = if body.background {
-        folded(app, &record, answered.after).await?
-    } else {
-        folding.until_ended(events).await?
-    };
+    let response = folding.until_ended(events).await?;
     Ok(with_ids(response, &session, record.id))
 }
 

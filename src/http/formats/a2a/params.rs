@@ -65,11 +65,11 @@ pub(super) fn client_answers(
         .collect();
     if data.is_empty() {
         return match (waiting, fold.pending().is_empty()) {
-            ([call_id], true) => Ok(vec![ClientAnswer {
-                call_id: call_id.clone(),
-                output: message_text(message)?,
-                is_error: false,
-            }]),
+            ([call_id], true) => Ok(vec![ClientAnswer::text(
+                call_id,
+                message_text(message)?,
+                false,
+            )]),
             ([], _) => Ok(Vec::new()),
             _ => Err(RpcError::new(
                 INVALID_PARAMS,

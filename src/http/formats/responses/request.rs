@@ -345,14 +345,12 @@ impl CreateResponse {
                         invalid(&format!("input[{at}].call_id"), "a call id is needed")
                     })?;
                 let output = match &item["output"] {
-                    Value::String(text) => Value::String(text.clone()),
-                    Value::Array(parts) => Value::String(
-                        parts
-                            .iter()
-                            .filter_map(|p| p["text"].as_str())
-                            .collect::<Vec<_>>()
-                            .join("\n"),
-                    ),
+                    Value::String(text) => text.clone(),
+                    Value::Array(parts) => parts
+                        .iter()
+                        .filter_map(|p| p["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join("\n"),
                     _ => {
                         return Err(invalid(
                             &format!("input[{at}].output"),
@@ -360,7 +358,7 @@ impl CreateResponse {
                         ));
                     }
                 };
-                Ok(ClientAnswer::of(call_id, &output, false))
+                Ok(ClientAnswer::text(call_id, output, false))
             })
             .collect()
     }
