@@ -285,18 +285,21 @@ pub async fn isolate<T>(
     }
 }
 
+/// A tool's output too large for the prompt, and the call that gave it.
+#[derive(Debug, Clone, Copy)]
+pub struct LongOutput<'a> {
+    pub session_id: &'a str,
+    pub turn_id: uuid::Uuid,
+    pub call_id: &'a str,
+    pub tool: &'a str,
+    pub content: &'a str,
+}
+
 /// Where tool outputs too large for the prompt are kept.
 #[async_trait]
 pub trait ArtifactStore: Send + Sync {
-    /// Stores `content`; returns the artifact id.
-    async fn put(
-        &self,
-        session_id: &str,
-        turn_id: &str,
-        call_id: &str,
-        tool: &str,
-        content: &str,
-    ) -> Result<String, HookError>;
+    /// Keeps `output`; returns the artifact id.
+    async fn put(&self, output: LongOutput<'_>) -> Result<String, HookError>;
 }
 
 /// A pricing table is a cost tracker: it prices each call by its model.

@@ -40,40 +40,19 @@ fn millis(d: Duration) -> u64 {
 
 /// Runs `tool` for one call, in a span of its own (`execute_tool`, the
 /// GenAI conventions' name). Never panics; a panicking tool is a failure.
-pub async fn execute(
-    tracker: &TaskTracker,
-    tool: Arc<dyn Tool>,
-    ctx: ToolContext,
-    arguments: Value,
-    state: Arc<TurnRuntimeState>,
-    sink: Arc<dyn EventSink>,
-) -> Executed {
-    let name = tool.spec().name.clone();
-    let span = tracing::info_span!(
-        "gen_ai.execute_tool",
-        otel.name = format!("execute_tool {name}"),
+#[tracing::instrument(
+    name = "gen_ai.execute_tool",
+    skip_all,
+    fields(
+        otel.name = format!("execute_tool {}", tool.spec().name),
         gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = %name,
+        gen_ai.tool.name = %tool.spec().name,
         gen_ai.tool.call.id = %ctx.call_id,
         error.type = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
-    );
-    let executed = run(tracker, tool, ctx, arguments, state, sink)
-        .instrument(span.clone())
-        .await;
-    let error = match &executed {
-        Executed::Completed { .. } => None,
-        Executed::Failed { error, .. } => Some(error.kind.as_str()),
-        Executed::TimedOut { .. } => Some("timeout"),
-    };
-    if let Some(error) = error {
-        span.record("error.type", error);
-        span.record("otel.status_code", "ERROR");
-    }
-    executed
-}
-
-async fn run(
+    )
+)]
+pub async fn execute(
     tracker: &TaskTracker,
     tool: Arc<dyn Tool>,
     ctx: ToolContext,
@@ -129,27 +108,25 @@ async fn run(
     );
 
     let received = match tokio::time::timeout(timeout, &mut receiver).await {
-        Ok(received) => received.ok().flatten(),
+        Ok(received) => Some(received.ok().flatten()),
         Err(_) => {
             state.mark_trace_timed_out(&trace_id);
             // The tool may have completed just as the timeout fired.
-            match receiver.try_recv() {
-                Ok(result) => result,
-                Err(_) => {
-                    cancel.cancel();
-                    return Executed::TimedOut {
-                        retryable: retry_on_timeout,
-                        latency_ms: millis(timeout),
-                    };
-                }
-            }
+            receiver.try_recv().ok()
         }
     };
     let latency_ms = millis(started.elapsed());
-    match received {
-        Some(Ok(output)) => Executed::Completed { output, latency_ms },
-        Some(Err(error)) => Executed::Failed { error, latency_ms },
-        None => Executed::Failed {
+    let executed = match received {
+        None => {
+            cancel.cancel();
+            Executed::TimedOut {
+                retryable: retry_on_timeout,
+                latency_ms: millis(timeout),
+            }
+        }
+        Some(Some(Ok(output))) => Executed::Completed { output, latency_ms },
+        Some(Some(Err(error))) => Executed::Failed { error, latency_ms },
+        Some(None) => Executed::Failed {
             error: ToolError::new(
                 ToolErrorKind::Cancelled,
                 "the turn stopped before the tool finished",
@@ -157,5 +134,16 @@ async fn run(
             ),
             latency_ms,
         },
+    };
+    let error = match &executed {
+        Executed::Completed { .. } => None,
+        Executed::Failed { error, .. } => Some(error.kind.as_str()),
+        Executed::TimedOut { .. } => Some("timeout"),
+    };
+    if let Some(error) = error {
+        let span = tracing::Span::current();
+        span.record("error.type", error);
+        span.record("otel.status_code", "ERROR");
     }
+    executed
 }

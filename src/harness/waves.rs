@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     events::{ToolStatus, TurnEvent},
-    hooks::isolate,
+    hooks::{LongOutput, isolate},
     providers::{ChatMessage, ToolCall},
     tools::{Citation, EffectClass, Settled, ToolErrorKind},
 };
@@ -302,14 +302,14 @@ async fn show_output(env: &CallEnv<'_>, call: &ToolCall, content: &str) -> Shown
     }
     let stored = match &env.harness.artifacts {
         Some(store) => {
-            isolate(store.put(
-                &env.request.session_id,
-                &env.request.turn_id.to_string(),
-                &call.id,
-                &call.name,
+            let output = LongOutput {
+                session_id: &env.request.session_id,
+                turn_id: env.request.turn_id,
+                call_id: &call.id,
+                tool: &call.name,
                 content,
-            ))
-            .await
+            };
+            isolate(store.put(output)).await
         }
         None => Err(super::hooks::HookError("no artifact store".into())),
     };

@@ -435,14 +435,3 @@ fn in_stream_error(error: &Value) -> ProviderError {
         _ => ProviderError::Server(failure),
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    crate::providers::stream::testkit::any_split_parses_the_same!(
-        crate::providers::stream::sse_events,
-        parse_stream,
-        ["anthropic/tool_use.sse", "anthropic/thinking.sse"]
-    );
-}

@@ -270,14 +270,3 @@ where
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    crate::providers::stream::testkit::any_split_parses_the_same!(
-        crate::providers::stream::ndjson_lines,
-        parse_stream,
-        ["ollama/text.ndjson", "ollama/tool_calls.ndjson"]
-    );
-}

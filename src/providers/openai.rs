@@ -538,12 +538,6 @@ fn in_stream_error(error: &Value) -> ProviderError {
 mod tests {
     use super::*;
 
-    crate::providers::stream::testkit::any_split_parses_the_same!(
-        crate::providers::stream::sse_events,
-        parse_stream,
-        ["openai/after_tool.sse", "openai/multi_tool_interleaved.sse"]
-    );
-
     #[test]
     fn compatible_base_urls_keep_their_path_and_query() {
         let url = |base: &str| chat_completions_url(base).unwrap().to_string();

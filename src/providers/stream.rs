@@ -245,20 +245,25 @@ where
     }
 }
 
-/// Helpers for the adapters' property tests.
+/// Every adapter's recorded streams, cut anywhere, parse as they do whole.
 #[cfg(test)]
-pub(crate) mod testkit {
+mod any_split {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use futures::{Stream, StreamExt};
+    use futures::StreamExt;
     use tokio::time::Instant;
 
-    use crate::providers::{ProviderError, ProviderEvent};
+    use super::{ndjson_lines, sse_events};
+    use crate::providers::{ProviderError, ProviderEvent, anthropic, ollama, openai};
 
-    /// `body` cut at `cuts` (byte offsets, any order, may fall inside a
+    type Chunks = futures::stream::Iter<std::vec::IntoIter<Result<Bytes, ProviderError>>>;
+    type Parsed = futures::stream::LocalBoxStream<'static, Result<ProviderEvent, ProviderError>>;
+
+    /// `body` cut at `cuts` (each taken modulo its length, so any value is a
+    /// valid cut; a cut may fall inside a line, a field or a multi-byte
     /// UTF-8 character).
-    pub fn split(body: &str, cuts: &[usize]) -> Vec<Result<Bytes, ProviderError>> {
+    fn split(body: &str, cuts: &[usize]) -> Vec<Result<Bytes, ProviderError>> {
         let bytes = body.as_bytes();
         let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
         cuts.sort_unstable();
@@ -272,62 +277,51 @@ pub(crate) mod testkit {
         chunks
     }
 
-    /// A property test: any split of each fixture parses to what the whole
-    /// fixture parses to, and that is a success. `$frame` turns bytes into
-    /// frames (SSE events or NDJSON lines); `$parse` turns frames into
-    /// provider events.
-    macro_rules! any_split_parses_the_same {
-        ($frame:path, $parse:path, [$($fixture:literal),+ $(,)?]) => {
-            fn parse_split(body: &str, cuts: &[usize]) -> Vec<Result<ProviderEvent, ProviderError>> {
-                $crate::providers::stream::testkit::run(
-                    $crate::providers::stream::testkit::split(body, cuts),
-                    |bytes, idle, deadline| $parse($frame(bytes, idle, deadline)),
-                )
-            }
-
-            proptest::proptest! {
-                #[test]
-                fn any_split_of_a_stream_parses_the_same(
-                    cuts in proptest::collection::vec(0usize..100_000, 0..60)
-                ) {
-                    for body in [$(include_str!(concat!("../../tests/fixtures/", $fixture))),+] {
-                        let whole = parse_split(body, &[]);
-                        proptest::prop_assert!(whole.iter().all(Result::is_ok));
-                        proptest::prop_assert_eq!(parse_split(body, &cuts), whole);
-                    }
-                }
-            }
-        };
+    /// Each adapter's framing and parser, with its recorded bodies.
+    fn adapters() -> [(fn(Chunks, Duration, Instant) -> Parsed, &'static str); 6] {
+        fn openai(c: Chunks, idle: Duration, until: Instant) -> Parsed {
+            openai::parse_stream(sse_events(c, idle, until)).boxed_local()
+        }
+        fn anthropic(c: Chunks, idle: Duration, until: Instant) -> Parsed {
+            anthropic::parse_stream(sse_events(c, idle, until)).boxed_local()
+        }
+        fn ollama(c: Chunks, idle: Duration, until: Instant) -> Parsed {
+            ollama::parse_stream(ndjson_lines(c, idle, until)).boxed_local()
+        }
+        [
+            (openai, "openai/after_tool.sse"),
+            (openai, "openai/multi_tool_interleaved.sse"),
+            (anthropic, "anthropic/tool_use.sse"),
+            (anthropic, "anthropic/thinking.sse"),
+            (ollama, "ollama/text.ndjson"),
+            (ollama, "ollama/tool_calls.ndjson"),
+        ]
     }
-    pub(crate) use any_split_parses_the_same;
 
-    /// Runs a parser over the chunks and collects what it yields.
-    pub fn run<F, S>(
-        chunks: Vec<Result<Bytes, ProviderError>>,
-        parse: F,
-    ) -> Vec<Result<ProviderEvent, ProviderError>>
-    where
-        F: FnOnce(
-            futures::stream::Iter<std::vec::IntoIter<Result<Bytes, ProviderError>>>,
-            Duration,
-            Instant,
-        ) -> S,
-        S: Stream<Item = Result<ProviderEvent, ProviderError>>,
-    {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("a runtime");
-        runtime.block_on(async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            parse(
-                futures::stream::iter(chunks),
-                Duration::from_secs(60),
-                deadline,
-            )
-            .collect()
-            .await
-        })
+    proptest::proptest! {
+        #[test]
+        fn any_split_of_a_stream_parses_the_same(
+            cuts in proptest::collection::vec(0usize..100_000, 0..60)
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("a runtime");
+            for (parse, fixture) in adapters() {
+                let path = format!("{}/tests/fixtures/{fixture}", env!("CARGO_MANIFEST_DIR"));
+                let body = &std::fs::read_to_string(path).expect("a recorded body");
+                let run = |cuts: &[usize]| {
+                    runtime.block_on(async {
+                        let chunks = futures::stream::iter(split(body, cuts));
+                        let minute = Duration::from_secs(60);
+                        parse(chunks, minute, Instant::now() + minute).collect::<Vec<_>>().await
+                    })
+                };
+                let whole = run(&[]);
+                proptest::prop_assert!(!whole.is_empty() && whole.iter().all(Result::is_ok));
+                proptest::prop_assert_eq!(run(&cuts), whole);
+            }
+        }
     }
 }
 

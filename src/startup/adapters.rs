@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::{
     harness::hooks::{
         AgentCallbacks, ApprovalDecision, ApprovalGate, ApprovalRequest, ArtifactStore,
-        CheckpointRequest, CheckpointStore, ClientResult, ClientResults, HookError,
+        CheckpointRequest, CheckpointStore, ClientResult, ClientResults, HookError, LongOutput,
     },
     metrics::Metrics,
     store,
@@ -123,23 +123,16 @@ pub struct StoreArtifacts(pub Arc<dyn store::Store>);
 
 #[async_trait]
 impl ArtifactStore for StoreArtifacts {
-    async fn put(
-        &self,
-        session_id: &str,
-        turn_id: &str,
-        call_id: &str,
-        tool: &str,
-        content: &str,
-    ) -> Result<String, HookError> {
+    async fn put(&self, output: LongOutput<'_>) -> Result<String, HookError> {
         let id = format!("art_{}", Uuid::now_v7().simple());
         self.0
             .put_artifact(&store::NewArtifact {
                 id: id.clone(),
-                session_id: session_id.to_owned(),
-                turn_id: turn_id.to_owned(),
-                call_id: call_id.to_owned(),
-                tool: tool.to_owned(),
-                content: content.to_owned(),
+                session_id: output.session_id.to_owned(),
+                turn_id: output.turn_id.to_string(),
+                call_id: output.call_id.to_owned(),
+                tool: output.tool.to_owned(),
+                content: output.content.to_owned(),
                 created_at: Utc::now(),
             })
             .await

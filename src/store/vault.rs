@@ -79,10 +79,11 @@ pub fn vector_of(bytes: &[u8]) -> Option<Vec<f32>> {
     )
 }
 
-/// Search words a full-text query may carry: letters and digits only, so
-/// that nothing in them is query syntax.
-pub(crate) fn clean_terms(terms: &[String]) -> Vec<String> {
-    terms
+/// The search words a full-text query may carry: letters and digits only,
+/// so that nothing in them is query syntax. `None` when such a search
+/// finds nothing: no word is left, or `limit` is 0.
+pub(crate) fn searchable(terms: &[String], limit: u32) -> Option<Vec<String>> {
+    let terms: Vec<String> = terms
         .iter()
         .map(|t| {
             t.chars()
@@ -91,7 +92,8 @@ pub(crate) fn clean_terms(terms: &[String]) -> Vec<String> {
         })
         .filter(|t| !t.is_empty())
         .take(32)
-        .collect()
+        .collect();
+    (!terms.is_empty() && limit > 0).then_some(terms)
 }
 
 /// The vault's index.

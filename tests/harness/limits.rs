@@ -10,7 +10,7 @@ use agent_harness::{
     events::TurnEvent,
     harness::{
         HarnessOptions, MAX_STEPS_TEXT, TIMEOUT_TEXT, TurnError,
-        hooks::{ArtifactStore, HookError},
+        hooks::{ArtifactStore, HookError, LongOutput},
         state::TraceStatus,
     },
     providers::{
@@ -182,18 +182,11 @@ struct Artifacts(Mutex<Vec<(String, usize)>>);
 
 #[async_trait]
 impl ArtifactStore for Artifacts {
-    async fn put(
-        &self,
-        _: &str,
-        _: &str,
-        call_id: &str,
-        _: &str,
-        content: &str,
-    ) -> Result<String, HookError> {
+    async fn put(&self, output: LongOutput<'_>) -> Result<String, HookError> {
         self.0
             .lock()
             .unwrap()
-            .push((call_id.to_owned(), content.len()));
+            .push((output.call_id.to_owned(), output.content.len()));
         Ok("art-1".into())
     }
 }

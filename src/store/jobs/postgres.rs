@@ -11,7 +11,7 @@ use crate::store::{
     memories::MEMORIES_PER_SCOPE,
     postgres::PostgresStore,
     reader::{Reads, args, memory_columns},
-    vault::{clean_terms, vector_bytes},
+    vault::{searchable, vector_bytes},
 };
 
 #[async_trait]
@@ -22,10 +22,9 @@ impl Jobs for PostgresStore {
         terms: &[String],
         limit: u32,
     ) -> Result<Vec<MemoryRecord>> {
-        let terms = clean_terms(terms);
-        if terms.is_empty() || limit == 0 {
+        let Some(terms) = searchable(terms, limit) else {
             return Ok(Vec::new());
-        }
+        };
         let sql = concat!(
             "SELECT ",
             memory_columns!(),
@@ -52,13 +51,12 @@ impl Jobs for PostgresStore {
             #[sqlx(flatten)]
             memory: MemoryRecord,
         }
-        let terms = clean_terms(&query.terms);
-        if terms.is_empty() || *limit == 0 {
+        let Some(terms) = searchable(&query.terms, *limit) else {
             let preferences = self
                 .list_memories(scope, Some("preference"), *preferences)
                 .await?;
             return Ok((Vec::new(), preferences));
-        }
+        };
         let sql = concat!(
             "SELECT part, ",
             memory_columns!(),

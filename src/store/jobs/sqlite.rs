@@ -14,7 +14,7 @@ use crate::store::{
         SEARCH_MEMORY_TEXT, SqliteStore, any_of,
         writer::{insert_job, ts},
     },
-    vault::clean_terms,
+    vault::searchable,
 };
 
 #[async_trait]
@@ -26,10 +26,9 @@ impl Jobs for SqliteStore {
         terms: &[String],
         limit: u32,
     ) -> Result<Vec<MemoryRecord>> {
-        let terms = clean_terms(terms);
-        if terms.is_empty() || limit == 0 {
+        let Some(terms) = searchable(terms, limit) else {
             return Ok(Vec::new());
-        }
+        };
         self.reader()
             .rows(SEARCH_MEMORY_TEXT, args![any_of(&terms), scope, limit])
             .await

@@ -211,10 +211,9 @@ pub(in crate::store) fn memories_for_turn(
         jobs::LIST_MEMORIES,
         params![query.scope, "preference", i64::from(query.preferences)],
     )?;
-    let terms = crate::store::vault::clean_terms(&query.terms);
-    if terms.is_empty() || query.limit == 0 {
+    let Some(terms) = crate::store::vault::searchable(&query.terms, query.limit) else {
         return Ok((Vec::new(), preferences));
-    }
+    };
     let matches = memories(
         tx,
         super::SEARCH_MEMORY_TEXT,

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use sqlx::Postgres;
 
-use super::{HitRow, IndexedNote, VaultHit, VaultIndex, clean_terms, vector_bytes};
+use super::{HitRow, IndexedNote, VaultHit, VaultIndex, searchable, vector_bytes};
 use crate::store::Result;
 use crate::store::{postgres::PostgresStore, reader::Reads};
 
@@ -18,10 +18,9 @@ impl VaultIndex for PostgresStore {
     /// text): `ts_rank_cd` alone ranks a heading naming one word above a
     /// passage with all of them.
     async fn vault_search(&self, terms: &[String], limit: u32) -> Result<Vec<VaultHit>> {
-        let terms = clean_terms(terms);
-        if terms.is_empty() || limit == 0 {
+        let Some(terms) = searchable(terms, limit) else {
             return Ok(Vec::new());
-        }
+        };
         let mut sql = String::from("SELECT c.id, c.path, c.heading, c.anchor, c.text, (0");
         let mut bound = Vec::with_capacity(terms.len() + 2);
         for (n, term) in terms.iter().enumerate() {

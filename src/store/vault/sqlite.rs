@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use rusqlite::params;
 
-use super::{HitRow, IndexedNote, VaultHit, VaultIndex, clean_terms};
+use super::{HitRow, IndexedNote, VaultHit, VaultIndex, searchable};
 use crate::store::Result;
 use crate::store::{
     reader::{Reads, args},
@@ -17,10 +17,9 @@ impl VaultIndex for SqliteStore {
     /// FTS5 over heading and text, any of the terms, ranked by BM25 with
     /// the heading weighing four times the text.
     async fn vault_search(&self, terms: &[String], limit: u32) -> Result<Vec<VaultHit>> {
-        let terms = clean_terms(terms);
-        if terms.is_empty() || limit == 0 {
+        let Some(terms) = searchable(terms, limit) else {
             return Ok(Vec::new());
-        }
+        };
         let sql = "SELECT c.id, c.path, c.heading, c.anchor, c.text, -bm25(vault_fts, 4.0, 1.0) \
              FROM vault_fts JOIN vault_chunks c ON c.id = vault_fts.rowid \
              WHERE vault_fts MATCH $1 ORDER BY bm25(vault_fts, 4.0, 1.0), c.id LIMIT $2";
