@@ -10,28 +10,21 @@
 //! waits; the next run's `messages` end with its `tool` message (the
 //! result), and that run is the same turn after the call.
 
-use axum::{
-    Extension,
-    body::Bytes,
-    extract::State,
-    http::{HeaderMap, HeaderValue},
-    response::Response,
-};
+use axum::{Extension, extract::State, response::Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ConversationTurn, Encoded, ToolDeclaration, WireFormat,
-    client_calls::{ClientAnswer, EndsAtClientCall, Segment},
-    data_frame,
+    ConversationTurn, ToolDeclaration,
+    client_calls::{ClientAnswer, EndsAtClientCall, SegmentEncoder, SegmentStream},
     retraction::{Say, StepText, ends_text},
     stream_for,
 };
 use crate::{
     app::AppState,
-    events::{StoredEvent, TurnEvent},
+    events::TurnEvent,
     http::{
         Tenant,
         error::{ApiError, BadRequest, InvalidBody, Problem},
@@ -169,6 +162,20 @@ impl Encoder {
                 }
             }
         }
+    }
+}
+
+impl SegmentEncoder for Encoder {
+    fn start(&mut self, _: uuid::Uuid) -> Vec<Value> {
+        vec![json!({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id})]
+    }
+
+    fn unreadable(&mut self) -> Value {
+        json!({
+            "type": "RUN_ERROR",
+            "message": "the event log cannot be read",
+            "code": "event_log_unavailable",
+        })
     }
 }
 
@@ -315,53 +322,15 @@ async fn agui_run(
     .await?;
     let session = session_id.id().to_owned();
     let run_id = run_id.unwrap_or_else(|| turn_id.to_string());
-    let format = AguiRun {
-        turn_id,
-        segment: Segment::after(after),
-        encoder: Encoder {
-            thread_id: session,
-            run_id,
-            message: None,
-            last_message: None,
-            messages: 0,
-            step: None,
-            said: StepText::default(),
-        },
+    let encoder = Encoder {
+        thread_id: session,
+        run_id,
+        message: None,
+        last_message: None,
+        messages: 0,
+        step: None,
+        said: StepText::default(),
     };
+    let format = SegmentStream::new(turn_id, after, encoder);
     Ok(stream_for(&app, format, events))
-}
-
-/// The AG-UI events of one run.
-struct AguiRun {
-    turn_id: uuid::Uuid,
-    segment: Segment,
-    encoder: Encoder,
-}
-
-impl WireFormat for AguiRun {
-    fn headers(&self, headers: &mut HeaderMap) {
-        if let Ok(value) = HeaderValue::from_str(&self.turn_id.to_string()) {
-            headers.insert("x-turn-id", value);
-        }
-    }
-
-    fn start(&mut self) -> Vec<Bytes> {
-        vec![data_frame(&json!({
-            "type": "RUN_STARTED",
-            "threadId": self.encoder.thread_id,
-            "runId": self.encoder.run_id,
-        }))]
-    }
-
-    fn encode(&mut self, event: &StoredEvent) -> Encoded {
-        self.segment.encode(event, &mut self.encoder)
-    }
-
-    fn unreadable(&mut self) -> Vec<Bytes> {
-        vec![data_frame(&json!({
-            "type": "RUN_ERROR",
-            "message": "the event log cannot be read",
-            "code": "event_log_unavailable",
-        }))]
-    }
 }

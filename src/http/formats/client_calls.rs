@@ -10,9 +10,14 @@
 
 use std::collections::HashMap;
 
+use axum::{
+    body::Bytes,
+    http::{HeaderMap, HeaderValue},
+};
 use serde_json::Value;
+use uuid::Uuid;
 
-use super::{read_turn, typed};
+use super::{Encoded, WireFormat, data_frame, read_turn, typed};
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
@@ -181,6 +186,69 @@ pub trait EndsAtClientCall {
     fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value>;
 }
 
+/// The `data:` events of a format whose answer is one [`Segment`] of a
+/// turn, as [`SegmentStream`] sends them.
+pub trait SegmentEncoder: EndsAtClientCall + Send + 'static {
+    /// Headers beside `x-turn-id`.
+    fn headers(&self, _headers: &mut HeaderMap) {}
+
+    /// The events before the first of the turn `turn_id`.
+    fn start(&mut self, turn_id: Uuid) -> Vec<Value>;
+
+    /// The event that ends a stream whose log cannot be read.
+    fn unreadable(&mut self) -> Value;
+
+    /// Frames after the last event.
+    fn end(&mut self) -> Vec<Bytes> {
+        Vec::new()
+    }
+}
+
+/// One segment of the turn `turn_id`, encoded by `E`: AG-UI's run, the AI
+/// SDK's UI message stream.
+pub struct SegmentStream<E> {
+    turn_id: Uuid,
+    segment: Segment,
+    encoder: E,
+}
+
+impl<E: SegmentEncoder> SegmentStream<E> {
+    /// The events after `after` (0: from the turn's start).
+    pub fn new(turn_id: Uuid, after: i64, encoder: E) -> Self {
+        Self {
+            turn_id,
+            segment: Segment::after(after),
+            encoder,
+        }
+    }
+}
+
+impl<E: SegmentEncoder> WireFormat for SegmentStream<E> {
+    fn headers(&self, headers: &mut HeaderMap) {
+        self.encoder.headers(headers);
+        if let Ok(value) = HeaderValue::from_str(&self.turn_id.to_string()) {
+            headers.insert("x-turn-id", value);
+        }
+    }
+
+    fn start(&mut self) -> Vec<Bytes> {
+        let events = self.encoder.start(self.turn_id);
+        events.iter().map(data_frame).collect()
+    }
+
+    fn encode(&mut self, event: &StoredEvent) -> Encoded {
+        self.segment.encode(event, &mut self.encoder)
+    }
+
+    fn unreadable(&mut self) -> Vec<Bytes> {
+        vec![data_frame(&self.encoder.unreadable())]
+    }
+
+    fn end(&mut self) -> Vec<Bytes> {
+        self.encoder.end()
+    }
+}
+
 /// What a [`Segment`] makes of one stored event.
 pub enum Seen<'e> {
     /// Left out: before the segment, a call asked again (a take-over), or
@@ -227,13 +295,9 @@ impl Segment {
     }
 
     /// The frames `encoder` makes of what the segment shows of `stored`.
-    pub fn encode(
-        &mut self,
-        stored: &StoredEvent,
-        encoder: &mut impl EndsAtClientCall,
-    ) -> super::Encoded {
+    pub fn encode(&mut self, stored: &StoredEvent, encoder: &mut impl EndsAtClientCall) -> Encoded {
         let (events, done) = match self.see(stored) {
-            Seen::Hidden => return super::Encoded::default(),
+            Seen::Hidden => return Encoded::default(),
             Seen::Shown(event) => encoder.event(event),
             Seen::Asked {
                 call_id,
@@ -241,8 +305,8 @@ impl Segment {
                 arguments,
             } => (encoder.client_call(call_id, tool, arguments), true),
         };
-        super::Encoded {
-            frames: events.iter().map(super::data_frame).collect(),
+        Encoded {
+            frames: events.iter().map(data_frame).collect(),
             done,
         }
     }

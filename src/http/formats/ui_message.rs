@@ -25,15 +25,14 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ConversationTurn, Encoded, ToolDeclaration, WireFormat,
-    client_calls::{ClientAnswer, EndsAtClientCall, Segment},
-    data_frame,
+    ConversationTurn, ToolDeclaration,
+    client_calls::{ClientAnswer, EndsAtClientCall, SegmentEncoder, SegmentStream},
     retraction::{Say, StepText, ends_text},
     stream_for,
 };
 use crate::{
     app::AppState,
-    events::{StoredEvent, TurnEvent},
+    events::TurnEvent,
     http::{
         SessionPath, Tenant,
         error::{ApiError, BadRequest, InvalidBody, Problem},
@@ -163,6 +162,30 @@ impl Encoder {
                 }
             }
         }
+    }
+}
+
+impl SegmentEncoder for Encoder {
+    fn headers(&self, headers: &mut HeaderMap) {
+        headers.insert(
+            "x-vercel-ai-ui-message-stream",
+            HeaderValue::from_static("v1"),
+        );
+    }
+
+    fn start(&mut self, turn_id: uuid::Uuid) -> Vec<Value> {
+        vec![
+            json!({"type": "start", "messageId": turn_id.to_string()}),
+            json!({"type": "start-step"}),
+        ]
+    }
+
+    fn unreadable(&mut self) -> Value {
+        json!({"type": "error", "errorText": "the event log cannot be read"})
+    }
+
+    fn end(&mut self) -> Vec<Bytes> {
+        vec![Bytes::from_static(b"data: [DONE]\n\n")]
     }
 }
 
@@ -301,11 +324,7 @@ async fn ui_chat(
         ("clientTools", body.client_tools),
     )
     .await?;
-    let format = UiMessageStream {
-        turn_id,
-        segment: Segment::after(after),
-        encoder: Encoder::default(),
-    };
+    let format = SegmentStream::new(turn_id, after, Encoder::default());
     Ok(stream_for(&app, format, events))
 }
 
@@ -349,50 +368,6 @@ async fn ui_chat_resume(
         .runner
         .subscribe(session_id.as_str().to_owned(), turn_id, 0)
         .boxed();
-    let format = UiMessageStream {
-        turn_id,
-        segment: Segment::after(after),
-        encoder: Encoder::default(),
-    };
+    let format = SegmentStream::new(turn_id, after, Encoder::default());
     Ok(stream_for(&app, format, events))
-}
-
-/// The UI message stream of one turn.
-struct UiMessageStream {
-    turn_id: uuid::Uuid,
-    segment: Segment,
-    encoder: Encoder,
-}
-
-impl WireFormat for UiMessageStream {
-    fn headers(&self, headers: &mut HeaderMap) {
-        headers.insert(
-            "x-vercel-ai-ui-message-stream",
-            HeaderValue::from_static("v1"),
-        );
-        if let Ok(value) = HeaderValue::from_str(&self.turn_id.to_string()) {
-            headers.insert("x-turn-id", value);
-        }
-    }
-
-    fn start(&mut self) -> Vec<Bytes> {
-        vec![
-            data_frame(&json!({"type": "start", "messageId": self.turn_id.to_string()})),
-            data_frame(&json!({"type": "start-step"})),
-        ]
-    }
-
-    fn encode(&mut self, event: &StoredEvent) -> Encoded {
-        self.segment.encode(event, &mut self.encoder)
-    }
-
-    fn unreadable(&mut self) -> Vec<Bytes> {
-        vec![data_frame(
-            &json!({"type": "error", "errorText": "the event log cannot be read"}),
-        )]
-    }
-
-    fn end(&mut self) -> Vec<Bytes> {
-        vec![Bytes::from_static(b"data: [DONE]\n\n")]
-    }
 }
