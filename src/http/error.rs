@@ -39,6 +39,16 @@ pub struct NotFound(pub Problem);
 )]
 pub struct InvalidBody(pub Problem);
 
+/// `409 turn_already_running`: a request for a turn in a session (a chat,
+/// a thread, a conversation) that has one running.
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 409,
+    description = "The session already has a running turn (`turn_already_running`)",
+    content_type = "application/problem+json"
+)]
+pub struct TurnAlreadyRunning(pub Problem);
+
 /// A problem document (RFC 9457) with this service's extensions.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Problem {

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{
     app::AppState,
-    http::error::{BadRequest, NotFound, Problem},
+    http::error::{BadRequest, NotFound, Problem, TurnAlreadyRunning},
     ids::client_session_id,
     runner::{CancelError, CancelOutcome, QueuedStartError, StartError},
     store::{NewApproval, TurnRecord, TurnStatus},
@@ -141,7 +141,7 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
             (EventStream = "text/event-stream"),
         )),
         (status = 400, description = "Malformed JSON, bad session id or header", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "A turn is already running in this session", body = Problem, content_type = "application/problem+json"),
+        TurnAlreadyRunning,
         (status = 413, description = "Body over the limit", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field or reused idempotency key", body = Problem, content_type = "application/problem+json"),

@@ -27,7 +27,7 @@ use crate::{
     events::TurnEvent,
     http::{
         Tenant,
-        error::{ApiError, BadRequest, InvalidBody, Problem},
+        error::{ApiError, BadRequest, InvalidBody, TurnAlreadyRunning},
         json::ApiJson,
     },
 };
@@ -293,7 +293,7 @@ impl EndsAtClientCall for Encoder {
     responses(
         (status = 200, description = "AG-UI events (`data: {…}` lines)", content_type = "text/event-stream", body = crate::http::EventStream),
         BadRequest,
-        (status = 409, description = "The thread already has a running turn", body = Problem, content_type = "application/problem+json"),
+        TurnAlreadyRunning,
         InvalidBody,
     )
 )]

@@ -33,7 +33,7 @@ use crate::{
     events::{StoredEvent, TurnEvent},
     http::{
         Tenant,
-        error::{ApiError, BadRequest, InvalidBody, Problem},
+        error::{ApiError, BadRequest, InvalidBody, Problem, TurnAlreadyRunning},
         json::ApiJson,
         parse_session_id,
     },
@@ -246,7 +246,7 @@ fn usage_of(result: &TurnResult) -> Value {
     responses(
         (status = 200, description = "A `chat.completion`, or with `stream: true` a stream of `chat.completion.chunk`s ending with `[DONE]`", body = Object),
         BadRequest,
-        (status = 409, description = "The session already has a running turn", body = Problem, content_type = "application/problem+json"),
+        TurnAlreadyRunning,
         InvalidBody,
         (status = 502, description = "The provider failed (JSON mode)", body = Problem, content_type = "application/problem+json"),
     )

@@ -38,7 +38,7 @@ use crate::{
     app::AppState,
     http::{
         ApiQuery, Tenant,
-        error::{ApiError, BadRequest, InvalidBody, NotFound, Problem},
+        error::{ApiError, BadRequest, InvalidBody, NotFound, Problem, TurnAlreadyRunning},
         json::ApiJson,
     },
     ids::SessionKey,
@@ -67,7 +67,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 200, description = "A `response` object (its `status` says how the turn ended; with `background: true`, `in_progress` at once), or with `stream: true` its `ResponseStreamEvent`s (`event:` and `data:` lines)", body = Object),
         BadRequest,
         NotFound,
-        (status = 409, description = "The conversation already has a running turn", body = Problem, content_type = "application/problem+json"),
+        TurnAlreadyRunning,
         InvalidBody,
         (status = 422, description = "The idempotency key was used for another request (`idempotency_key_reused`), or a field is invalid (see `code`)", body = Problem, content_type = "application/problem+json"),
     )

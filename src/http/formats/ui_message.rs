@@ -35,7 +35,7 @@ use crate::{
     events::TurnEvent,
     http::{
         SessionPath, Tenant,
-        error::{ApiError, BadRequest, InvalidBody, Problem},
+        error::{ApiError, BadRequest, InvalidBody, TurnAlreadyRunning},
         json::ApiJson,
     },
 };
@@ -297,7 +297,7 @@ impl EndsAtClientCall for Encoder {
     responses(
         (status = 200, description = "UI message chunks (`data: {…}` lines, `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`", content_type = "text/event-stream", body = crate::http::EventStream),
         BadRequest,
-        (status = 409, description = "The chat already has a running turn", body = Problem, content_type = "application/problem+json"),
+        TurnAlreadyRunning,
         InvalidBody,
     )
 )]
