@@ -281,3 +281,110 @@ async fn after_a_cancelled_turn_a_late_tool_writes_nothing() {
     assert!(state.tool_results().is_empty(), "no result recorded");
     assert!(!mentions_secret(&sink.events()));
 }
+
+/// The fields of each closed `gen_ai.execute_tool` span, in the order the
+/// spans closed.
+#[derive(Clone, Default)]
+struct ToolSpans(Arc<Mutex<Vec<std::collections::BTreeMap<String, String>>>>);
+
+type Fields = std::collections::BTreeMap<String, String>;
+
+struct FieldVisitor<'a>(&'a mut Fields);
+
+impl tracing::field::Visit for FieldVisitor<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(
+            field.name().to_owned(),
+            format!("{value:?}").replace('"', ""),
+        );
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for ToolSpans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attributes: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attributes.metadata().name() != "gen_ai.execute_tool" {
+            return;
+        }
+        let mut fields = Fields::new();
+        attributes.record(&mut FieldVisitor(&mut fields));
+        ctx.span(id).unwrap().extensions_mut().insert(fields);
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let span = ctx.span(id).unwrap();
+        if let Some(fields) = span.extensions_mut().get_mut::<Fields>() {
+            values.record(&mut FieldVisitor(fields));
+        }
+    }
+
+    fn on_close(&self, id: tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        if let Some(fields) = ctx.span(&id).unwrap().extensions_mut().remove::<Fields>() {
+            self.0.lock().unwrap().push(fields);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_tool_call_has_a_span_that_says_how_it_failed() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let spans = ToolSpans::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let provider = scripted([
+        calls(vec![
+            call("c1", "fixed", json!({})),
+            call("c2", "broken", json!({})),
+            call("c3", "stubborn", json!({})),
+        ]),
+        text("done"),
+    ]);
+    let tools = vec![
+        Fixed::ok("fixed", ToolOutput::text("fine")) as Arc<dyn Tool>,
+        Fixed::err("broken", false),
+        Stubborn::new(Duration::from_secs(3)),
+    ];
+    let harness = builder(&provider, tools).build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(ran.text(), "done");
+    harness.wait_for_tool_tasks().await;
+
+    // (call, span name, error.type, otel.status_code)
+    let mut seen: Vec<[String; 4]> = spans
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            [
+                "gen_ai.tool.call.id",
+                "otel.name",
+                "error.type",
+                "otel.status_code",
+            ]
+            .map(|key| f.get(key).cloned().unwrap_or_default())
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ["c1", "execute_tool fixed", "", ""],
+            ["c2", "execute_tool broken", "failed", "ERROR"],
+            ["c3", "execute_tool stubborn", "timeout", "ERROR"],
+        ]
+        .map(|fields| fields.map(str::to_owned))
+    );
+}
