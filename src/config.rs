@@ -108,10 +108,11 @@ impl Settings {
         )
     }
 
-    /// A command with the settings' flags (and no subcommand).
+    /// A command with the settings' flags and variables (and no
+    /// subcommand).
     pub fn command() -> clap::Command {
         use clap::Args as _;
-        Self::augment_args(clap::Command::new("agent-harness"))
+        load::with_variables(Self::augment_args(clap::Command::new("agent-harness")))
     }
 
     /// Loads the settings of the process: its command line, its

@@ -20,7 +20,6 @@ pub struct DatabaseSettings {
     #[arg(
         id = "database.max_connections",
         long = "database-max-connections",
-        env = "HARNESS_DATABASE_MAX_CONNECTIONS",
         default_value_t = 10,
         value_parser = clap::value_parser!(u32).range(1..)
     )]
@@ -30,7 +29,6 @@ pub struct DatabaseSettings {
     #[arg(
         id = "database.acquire_timeout_ms",
         long = "database-acquire-timeout-ms",
-        env = "HARNESS_DATABASE_ACQUIRE_TIMEOUT_MS",
         default_value_t = 1000,
         value_parser = clap::value_parser!(u64).range(100..=60_000)
     )]
@@ -43,7 +41,6 @@ pub struct DatabaseSettings {
     #[arg(
         id = "database.call_timeout_ms",
         long = "database-call-timeout-ms",
-        env = "HARNESS_DATABASE_CALL_TIMEOUT_MS",
         default_value_t = 3000,
         value_parser = clap::value_parser!(u64).range(100..=600_000)
     )]
@@ -52,7 +49,6 @@ pub struct DatabaseSettings {
     #[arg(
         id = "database.event_batch_max",
         long = "event-batch-max",
-        env = "HARNESS_EVENT_BATCH_MAX",
         default_value_t = 512,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
     )]
@@ -61,7 +57,6 @@ pub struct DatabaseSettings {
     #[arg(
         id = "database.event_queue_capacity",
         long = "event-queue-capacity",
-        env = "HARNESS_EVENT_QUEUE_CAPACITY",
         default_value_t = 8192,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
     )]
@@ -72,7 +67,6 @@ pub struct DatabaseSettings {
     #[arg(
         id = "database.event_linger_ms",
         long = "event-linger-ms",
-        env = "HARNESS_EVENT_LINGER_MS",
         default_value_t = 2,
         value_parser = clap::value_parser!(u64).range(0..=100)
     )]

@@ -11,13 +11,12 @@ use crate::{providers::ThinkLevel, tools::PermissionMode};
 #[derive(Debug, Clone, clap::Args)]
 pub struct HarnessSettings {
     /// System prompt of every turn [default: the built-in prompt].
-    #[arg(id = "harness.system_prompt", long = "system-prompt", env = "HARNESS_SYSTEM_PROMPT", default_value = crate::harness::DEFAULT_SYSTEM_PROMPT, hide_default_value = true)]
+    #[arg(id = "harness.system_prompt", long = "system-prompt", default_value = crate::harness::DEFAULT_SYSTEM_PROMPT, hide_default_value = true)]
     pub system_prompt: String,
     /// Absolute deadline of a turn, in seconds.
     #[arg(
         id = "harness.turn_timeout_s",
         long = "turn-timeout-s",
-        env = "HARNESS_TURN_TIMEOUT_S",
         default_value_t = 60,
         value_parser = clap::value_parser!(u64).range(1..)
     )]
@@ -26,7 +25,6 @@ pub struct HarnessSettings {
     #[arg(
         id = "harness.max_steps",
         long = "max-steps",
-        env = "HARNESS_MAX_STEPS",
         default_value_t = 6,
         value_parser = clap::value_parser!(u32).range(1..=100)
     )]
@@ -35,7 +33,6 @@ pub struct HarnessSettings {
     #[arg(
         id = "harness.max_tool_calls",
         long = "max-tool-calls",
-        env = "HARNESS_MAX_TOOL_CALLS",
         default_value_t = 6,
         value_parser = clap::value_parser!(u32).range(1..=100)
     )]
@@ -44,7 +41,6 @@ pub struct HarnessSettings {
     #[arg(
         id = "harness.max_reflections",
         long = "max-reflections",
-        env = "HARNESS_MAX_REFLECTIONS",
         default_value_t = 4,
         value_parser = clap::value_parser!(u32).range(0..=100)
     )]
@@ -53,7 +49,6 @@ pub struct HarnessSettings {
     #[arg(
         id = "harness.think_level",
         long = "think-level",
-        env = "HARNESS_THINK_LEVEL",
         default_value = "off"
     )]
     pub think_level: ThinkLevel,
@@ -61,35 +56,33 @@ pub struct HarnessSettings {
     #[arg(
         id = "harness.reflect_every",
         long = "reflect-every",
-        env = "HARNESS_REFLECT_EVERY",
         default_value_t = 0
     )]
     pub reflect_every: u32,
     /// Run disjoint read-only tool calls in parallel.
-    #[arg(id = "harness.parallel_tools", long = "parallel-tools", env = "HARNESS_PARALLEL_TOOLS", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "harness.parallel_tools", long = "parallel-tools", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub parallel_tools: bool,
     /// Validate tool arguments against their schema.
-    #[arg(id = "harness.tool_validation", long = "tool-validation", env = "HARNESS_TOOL_VALIDATION", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "harness.tool_validation", long = "tool-validation", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub tool_validation: bool,
     /// Keep each turn's decision record (`support.chat.turn`), committed
     /// with the turn.
-    #[arg(id = "harness.record_decisions", long = "record-decisions", env = "HARNESS_RECORD_DECISIONS", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "harness.record_decisions", long = "record-decisions", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub record_decisions: bool,
     /// Let clients send `system` messages in a turn's history (`history`,
     /// and the earlier messages of `/v1/chat/completions`, `/v1/ui/chat`
     /// and `/v1/agui`); off, they are refused with 422
     /// `invalid_history_role`: a system message is trusted, and a client's
     /// text is not.
-    #[arg(id = "harness.allow_client_system_messages", long = "allow-client-system-messages", env = "HARNESS_ALLOW_CLIENT_SYSTEM_MESSAGES", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "harness.allow_client_system_messages", long = "allow-client-system-messages", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub allow_client_system_messages: bool,
     /// Offer only the tools most related to the message.
-    #[arg(id = "harness.semantic_tool_selection", long = "semantic-tool-selection", env = "HARNESS_SEMANTIC_TOOL_SELECTION", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "harness.semantic_tool_selection", long = "semantic-tool-selection", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub semantic_tool_selection: bool,
     /// Tools offered when selection is on.
     #[arg(
         id = "harness.max_tools_per_turn",
         long = "max-tools-per-turn",
-        env = "HARNESS_MAX_TOOLS_PER_TURN",
         default_value_t = 25,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
     )]
@@ -98,49 +91,34 @@ pub struct HarnessSettings {
     #[arg(
         id = "harness.tool_permission",
         long = "tool-permission",
-        env = "HARNESS_TOOL_PERMISSION",
         default_value = "auto"
     )]
     pub tool_permission: PermissionMode,
     /// Summarise older messages near the context limit.
-    #[arg(id = "harness.auto_compact", long = "auto-compact", env = "HARNESS_AUTO_COMPACT", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "harness.auto_compact", long = "auto-compact", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub auto_compact: bool,
     /// Context window of the model, in tokens.
     #[arg(
         id = "harness.context_window_tokens",
         long = "context-window-tokens",
-        env = "HARNESS_CONTEXT_WINDOW_TOKENS",
         default_value_t = 128_000,
         value_parser = clap::value_parser!(u64).range(1024..)
     )]
     pub context_window_tokens: u64,
     /// Prompt id, for provenance and judges.
-    #[arg(
-        id = "harness.prompt_id",
-        long = "prompt-id",
-        env = "HARNESS_PROMPT_ID"
-    )]
+    #[arg(id = "harness.prompt_id", long = "prompt-id")]
     pub prompt_id: Option<String>,
     /// Prompt version.
-    #[arg(
-        id = "harness.prompt_version",
-        long = "prompt-version",
-        env = "HARNESS_PROMPT_VERSION"
-    )]
+    #[arg(id = "harness.prompt_version", long = "prompt-version")]
     pub prompt_version: Option<String>,
     /// Effect classes whose tool calls wait for a person's approval
     /// (`approval.requested`), e.g. LOCAL_WRITE,DESTRUCTIVE [default: none].
-    #[arg(
-        id = "harness.approval_required",
-        long = "approval-required",
-        env = "HARNESS_APPROVAL_REQUIRED"
-    )]
+    #[arg(id = "harness.approval_required", long = "approval-required")]
     pub approval_required: Option<EffectList>,
     /// Stored messages used as history when a request brings none.
     #[arg(
         id = "harness.history_max_messages",
         long = "history-max-messages",
-        env = "HARNESS_HISTORY_MAX_MESSAGES",
         default_value_t = 50
     )]
     pub history_max_messages: u32,

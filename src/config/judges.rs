@@ -9,17 +9,16 @@ use crate::background::judges::JudgeList;
 #[derive(Debug, Clone, clap::Args)]
 pub struct JudgeSettings {
     /// Schedule the declared judges after turns (with HARNESS_PROMPT_ID).
-    #[arg(id = "judges.enabled", long = "judges-enabled", env = "HARNESS_JUDGES_ENABLED", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "judges.enabled", long = "judges-enabled", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub enabled: bool,
     /// The judges: a JSON list of {name, criteria, prompt_ids, threshold,
     /// model} (a `[[judges.list]]` table each in the file) [default: none].
-    #[arg(id = "judges.list", long = "judges", env = "HARNESS_JUDGES")]
+    #[arg(id = "judges.list", long = "judges")]
     pub list: Option<JudgeList>,
     /// Longest a judge's call may take, in seconds.
     #[arg(
         id = "judges.timeout_s",
         long = "judges-timeout-s",
-        env = "HARNESS_JUDGES_TIMEOUT_S",
         default_value_t = 30,
         value_parser = clap::value_parser!(u64).range(1..=300)
     )]
@@ -28,7 +27,6 @@ pub struct JudgeSettings {
     #[arg(
         id = "judges.max_output_tokens",
         long = "judges-max-output-tokens",
-        env = "HARNESS_JUDGES_MAX_OUTPUT_TOKENS",
         default_value_t = 300,
         value_parser = clap::value_parser!(u32).range(50..=8000)
     )]

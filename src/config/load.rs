@@ -7,6 +7,12 @@
 //! and one error path; clap's own reading of the environment is turned off
 //! for the parse (the environment is whatever `env` says, which lets tests
 //! pass their own) and kept for `--help`, which shows each variable.
+//!
+//! A setting is named once, by its id `section.key` (its key in the file)
+//! and its flag; its variable is the flag's name, upper-cased, after
+//! `HARNESS_` (`--max-steps`: `HARNESS_MAX_STEPS`), unless it names a
+//! variable of its own (`DATABASE_URL`, `OPENAI_API_KEY`, the
+//! OpenTelemetry ones).
 
 use std::ffi::OsString;
 
@@ -68,14 +74,7 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    // A setting's id is `section.key`; its value is shown as `<KEY>`.
-    let command = command.mut_args(|arg| match arg.get_id().as_str().split_once('.') {
-        Some((_, key)) => {
-            let shown = key.to_ascii_uppercase();
-            arg.value_name(shown)
-        }
-        _ => arg,
-    });
+    let command = with_variables(command);
     let flags: Vec<Flag> = command
         .get_arguments()
         .filter_map(|arg| {
@@ -183,6 +182,33 @@ where
                 .map(|(_, _, origin)| origin.clone())
         })),
     }
+}
+
+/// `command` with each setting's variable (see the module's comment) and
+/// its value shown as `<KEY>`: the command the service parses and shows
+/// in `--help`.
+pub fn with_variables(command: Command) -> Command {
+    command.mut_args(|arg| {
+        // A setting's id is `section.key`.
+        let Some((_, key)) = arg.get_id().as_str().split_once('.') else {
+            return arg;
+        };
+        let shown = key.to_ascii_uppercase();
+        let variable = match (arg.get_env(), arg.get_long()) {
+            (None, Some(long)) => Some(variable(long)),
+            _ => None,
+        };
+        let arg = arg.value_name(shown);
+        match variable {
+            Some(variable) => arg.env(variable),
+            None => arg,
+        }
+    })
+}
+
+/// The variable of the setting whose flag is `--{long}`.
+fn variable(long: &str) -> String {
+    format!("HARNESS_{}", long.to_ascii_uppercase().replace('-', "_"))
 }
 
 /// The value of `--config PATH` or `--config=PATH` on the command line.

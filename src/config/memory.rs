@@ -9,18 +9,17 @@ use clap::builder::BoolishValueParser;
 pub struct MemorySettings {
     /// Put the scope's relevant memories and its preferences in each
     /// turn's prompt.
-    #[arg(id = "memory.retrieval", long = "memory-retrieval", env = "HARNESS_MEMORY_RETRIEVAL", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "memory.retrieval", long = "memory-retrieval", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub retrieval: bool,
     /// After each completed turn, ask the turn's model (in the background)
     /// for facts and preferences worth remembering: one more model call per
     /// turn.
-    #[arg(id = "memory.extraction", long = "memory-extraction", env = "HARNESS_MEMORY_EXTRACTION", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "memory.extraction", long = "memory-extraction", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub extraction: bool,
     /// Background jobs (memory extraction, judges) run at once.
     #[arg(
         id = "memory.job_concurrency",
         long = "job-concurrency",
-        env = "HARNESS_JOB_CONCURRENCY",
         default_value_t = 4,
         value_parser = clap::value_parser!(u32).range(1..=64)
     )]
@@ -30,7 +29,6 @@ pub struct MemorySettings {
     #[arg(
         id = "memory.job_backlog_max",
         long = "job-backlog-max",
-        env = "HARNESS_JOB_BACKLOG_MAX",
         default_value_t = 1000,
         value_parser = clap::value_parser!(u64).range(1..=1_000_000)
     )]
@@ -39,7 +37,6 @@ pub struct MemorySettings {
     #[arg(
         id = "memory.top_k",
         long = "memory-top-k",
-        env = "HARNESS_MEMORY_TOP_K",
         default_value_t = 8,
         value_parser = clap::value_parser!(u32).range(1..=50)
     )]
@@ -48,7 +45,6 @@ pub struct MemorySettings {
     #[arg(
         id = "memory.timeout_s",
         long = "memory-timeout-s",
-        env = "HARNESS_MEMORY_TIMEOUT_S",
         default_value_t = 30,
         value_parser = clap::value_parser!(u64).range(1..=300)
     )]
@@ -57,12 +53,11 @@ pub struct MemorySettings {
     #[arg(
         id = "memory.max_output_tokens",
         long = "memory-max-output-tokens",
-        env = "HARNESS_MEMORY_MAX_OUTPUT_TOKENS",
         default_value_t = 400,
         value_parser = clap::value_parser!(u32).range(50..=8000)
     )]
     pub max_output_tokens: u32,
     /// Keep each turn's question and answer as a research observation.
-    #[arg(id = "memory.research_learner", long = "research-learner", env = "HARNESS_RESEARCH_LEARNER", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "memory.research_learner", long = "research-learner", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub research_learner: bool,
 }

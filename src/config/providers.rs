@@ -10,15 +10,10 @@ use crate::{providers::catalogue::ModelEntries, providers::pricing::PricingTable
 pub struct ProviderSettings {
     /// The provider chain, name:model in order of preference, e.g.
     /// openai:gpt-4o-mini,anthropic:claude-sonnet-4-6 [default: openai:{model}].
-    #[arg(id = "providers.chain", long = "providers", env = "HARNESS_PROVIDERS")]
+    #[arg(id = "providers.chain", long = "providers")]
     pub chain: Option<ProviderList>,
     /// Model used when the chain is not set.
-    #[arg(
-        id = "providers.model",
-        long = "model",
-        env = "HARNESS_MODEL",
-        default_value = "gpt-4o-mini"
-    )]
+    #[arg(id = "providers.model", long = "model", default_value = "gpt-4o-mini")]
     pub model: String,
     /// Base URL of the OpenAI-compatible API.
     #[arg(
@@ -58,7 +53,6 @@ pub struct ProviderSettings {
     #[arg(
         id = "providers.anthropic_max_tokens",
         long = "anthropic-max-tokens",
-        env = "HARNESS_ANTHROPIC_MAX_TOKENS",
         default_value_t = 4096,
         value_parser = clap::value_parser!(u32).range(1..)
     )]
@@ -76,7 +70,6 @@ pub struct ProviderSettings {
     #[arg(
         id = "providers.max_attempts",
         long = "provider-max-attempts",
-        env = "HARNESS_PROVIDER_MAX_ATTEMPTS",
         default_value_t = 3,
         value_parser = clap::value_parser!(u32).range(1..=10)
     )]
@@ -85,7 +78,6 @@ pub struct ProviderSettings {
     #[arg(
         id = "providers.retry_base_ms",
         long = "provider-retry-base-ms",
-        env = "HARNESS_PROVIDER_RETRY_BASE_MS",
         default_value_t = 200
     )]
     pub retry_base_ms: u64,
@@ -93,7 +85,6 @@ pub struct ProviderSettings {
     #[arg(
         id = "providers.retry_max_ms",
         long = "provider-retry-max-ms",
-        env = "HARNESS_PROVIDER_RETRY_MAX_MS",
         default_value_t = 5000
     )]
     pub retry_max_ms: u64,
@@ -101,7 +92,6 @@ pub struct ProviderSettings {
     #[arg(
         id = "providers.idle_timeout_s",
         long = "provider-idle-timeout-s",
-        env = "HARNESS_PROVIDER_IDLE_TIMEOUT_S",
         default_value_t = 60,
         value_parser = clap::value_parser!(u64).range(1..)
     )]
@@ -110,20 +100,18 @@ pub struct ProviderSettings {
     #[arg(
         id = "providers.connect_timeout_s",
         long = "provider-connect-timeout-s",
-        env = "HARNESS_PROVIDER_CONNECT_TIMEOUT_S",
         default_value_t = 10,
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub connect_timeout_s: u64,
     /// Largest provider response accepted, in bytes.
-    #[arg(id = "providers.max_response_bytes", long = "provider-max-response-bytes", env = "HARNESS_PROVIDER_MAX_RESPONSE_BYTES", default_value_t = 8 * 1024 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
+    #[arg(id = "providers.max_response_bytes", long = "provider-max-response-bytes", default_value_t = 8 * 1024 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
     pub max_response_bytes: usize,
     /// USD per million tokens by model, as JSON
     /// ({"gpt-4o-mini": {"input": 0.15, "output": 0.6}}); a table in the file.
     #[arg(
         id = "providers.pricing",
         long = "pricing",
-        env = "HARNESS_PRICING",
         default_value = "{}",
         hide_default_value = true
     )]
@@ -134,7 +122,6 @@ pub struct ProviderSettings {
     #[arg(
         id = "providers.models",
         long = "models",
-        env = "HARNESS_MODELS",
         default_value = "{}",
         hide_default_value = true
     )]

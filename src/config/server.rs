@@ -13,18 +13,16 @@ pub struct ServerSettings {
     #[arg(
         id = "server.listen",
         long = "listen",
-        env = "HARNESS_LISTEN",
         default_value = "127.0.0.1:8080"
     )]
     pub listen: SocketAddr,
     /// Largest request body, in bytes.
-    #[arg(id = "server.body_limit_bytes", long = "body-limit-bytes", env = "HARNESS_BODY_LIMIT_BYTES", default_value_t = 1024 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(id = "server.body_limit_bytes", long = "body-limit-bytes", default_value_t = 1024 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub body_limit_bytes: usize,
     /// Time a request's head has to arrive (a new connection's first from its accept, a later one from its first byte), in seconds.
     #[arg(
         id = "server.header_read_timeout_s",
         long = "header-read-timeout-s",
-        env = "HARNESS_HEADER_READ_TIMEOUT_S",
         default_value_t = 10,
         value_parser = clap::value_parser!(u64).range(1..)
     )]
@@ -34,7 +32,6 @@ pub struct ServerSettings {
     #[arg(
         id = "server.idle_timeout_s",
         long = "idle-timeout-s",
-        env = "HARNESS_IDLE_TIMEOUT_S",
         default_value_t = 75,
         value_parser = clap::value_parser!(u64).range(1..)
     )]
@@ -43,7 +40,6 @@ pub struct ServerSettings {
     #[arg(
         id = "server.body_read_timeout_s",
         long = "body-read-timeout-s",
-        env = "HARNESS_BODY_READ_TIMEOUT_S",
         default_value_t = 30,
         value_parser = clap::value_parser!(u64).range(1..)
     )]
@@ -52,35 +48,23 @@ pub struct ServerSettings {
     #[arg(
         id = "server.max_connections",
         long = "max-connections",
-        env = "HARNESS_MAX_CONNECTIONS",
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
     )]
     pub max_connections: Option<usize>,
     /// Browser origins allowed to call the API (CORS): a comma-separated
     /// list of scheme://host[:port], or `*` [default: none].
-    #[arg(
-        id = "server.cors_origins",
-        long = "cors-origins",
-        env = "HARNESS_CORS_ORIGINS"
-    )]
+    #[arg(id = "server.cors_origins", long = "cors-origins")]
     pub cors_origins: Option<CorsOrigins>,
     /// Whether requests need an API key (`Authorization: Bearer`, made with
     /// `agent-harness keys create`): on, off, or auto (on unless listening
     /// on loopback only).
-    #[arg(
-        id = "server.auth",
-        long = "auth",
-        env = "HARNESS_AUTH",
-        value_enum,
-        default_value = "auto"
-    )]
+    #[arg(id = "server.auth", long = "auth", value_enum, default_value = "auto")]
     pub auth: AuthMode,
     /// Requests a key may make per minute (a bucket that refills
     /// steadily; past it, 429 with Retry-After); 0: no limit.
     #[arg(
         id = "server.rate_limit_per_minute",
         long = "rate-limit-per-minute",
-        env = "HARNESS_RATE_LIMIT_PER_MINUTE",
         default_value_t = 600
     )]
     pub rate_limit_per_minute: u32,
@@ -88,7 +72,6 @@ pub struct ServerSettings {
     #[arg(
         id = "server.sse_keepalive_s",
         long = "sse-keepalive-s",
-        env = "HARNESS_SSE_KEEPALIVE_S",
         default_value_t = 15,
         value_parser = clap::value_parser!(u64).range(1..)
     )]
@@ -97,19 +80,17 @@ pub struct ServerSettings {
     #[arg(
         id = "server.shutdown_grace_s",
         long = "shutdown-grace-s",
-        env = "HARNESS_SHUTDOWN_GRACE_S",
         default_value_t = 30
     )]
     pub shutdown_grace_s: u64,
     /// Name of this replica: turns it left running are interrupted when it
     /// starts again [default: $HOSTNAME, else `local`].
-    #[arg(id = "server.instance_id", long = "instance-id", env = "HARNESS_INSTANCE_ID", default_value_t = default_instance_id(), hide_default_value = true)]
+    #[arg(id = "server.instance_id", long = "instance-id", default_value_t = default_instance_id(), hide_default_value = true)]
     pub instance_id: String,
     /// Seconds between heartbeats of running turns.
     #[arg(
         id = "server.heartbeat_interval_s",
         long = "heartbeat-interval-s",
-        env = "HARNESS_HEARTBEAT_INTERVAL_S",
         default_value_t = 5,
         value_parser = clap::value_parser!(u64).range(1..)
     )]
@@ -117,11 +98,7 @@ pub struct ServerSettings {
     /// A running turn whose heartbeat is older than this many seconds is an
     /// orphan [default: 1.5 heartbeat intervals, so that an orphan is taken
     /// over within two].
-    #[arg(
-        id = "server.stale_turn_after_s",
-        long = "stale-turn-after-s",
-        env = "HARNESS_STALE_TURN_AFTER_S"
-    )]
+    #[arg(id = "server.stale_turn_after_s", long = "stale-turn-after-s")]
     pub stale_turn_after_s: Option<u64>,
     /// Times a turn whose process died or shut down is taken over by
     /// another (or, on SQLite, by the service started again) before it
@@ -129,7 +106,6 @@ pub struct ServerSettings {
     #[arg(
         id = "server.turn_max_attempts",
         long = "turn-max-attempts",
-        env = "HARNESS_TURN_MAX_ATTEMPTS",
         default_value_t = 3,
         value_parser = clap::value_parser!(u32).range(0..=100)
     )]
@@ -139,7 +115,6 @@ pub struct ServerSettings {
     #[arg(
         id = "server.worker_threads",
         long = "worker-threads",
-        env = "HARNESS_WORKER_THREADS",
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024)
     )]
     pub worker_threads: Option<usize>,

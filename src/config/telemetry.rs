@@ -12,18 +12,12 @@ pub struct TelemetrySettings {
     #[arg(
         id = "telemetry.log_format",
         long = "log-format",
-        env = "HARNESS_LOG_FORMAT",
         value_enum,
         default_value = "text"
     )]
     pub log_format: LogFormat,
     /// tracing filter directives (RUST_LOG is read when this is not set).
-    #[arg(
-        id = "telemetry.log",
-        long = "log",
-        env = "HARNESS_LOG",
-        default_value = "info"
-    )]
+    #[arg(id = "telemetry.log", long = "log", default_value = "info")]
     pub log: String,
     /// OTLP/HTTP endpoint for traces [default: no trace export].
     #[arg(
@@ -61,10 +55,10 @@ pub struct TelemetrySettings {
     )]
     pub resource_attributes: Option<ResourceAttributes>,
     /// Record prompt and completion text on spans.
-    #[arg(id = "telemetry.capture_content", long = "telemetry-capture-content", env = "HARNESS_TELEMETRY_CAPTURE_CONTENT", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "telemetry.capture_content", long = "telemetry-capture-content", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub capture_content: bool,
     /// Keep message text out of decision records, spans and logs.
-    #[arg(id = "telemetry.redact_logs", long = "redact-logs", env = "HARNESS_REDACT_LOGS", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "telemetry.redact_logs", long = "redact-logs", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub redact_logs: bool,
 }
 

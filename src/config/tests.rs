@@ -211,6 +211,40 @@ fn the_file_is_in_sections_and_refuses_what_it_does_not_know() {
 }
 
 #[test]
+fn a_settings_variable_is_its_flag_after_harness_unless_it_is_a_standard_one() {
+    let standard = [
+        "DATABASE_URL",
+        "OPENAI_BASE_URL",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "OLLAMA_HOST",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_SERVICE_NAME",
+        "OTEL_RESOURCE_ATTRIBUTES",
+    ];
+    let mut named = Vec::new();
+    for arg in Settings::command().get_arguments() {
+        let long = arg.get_long().unwrap();
+        let env = arg.get_env().and_then(|e| e.to_str()).unwrap().to_owned();
+        let derived = format!("HARNESS_{}", long.to_uppercase().replace('-', "_"));
+        if env != derived {
+            named.push(env);
+        }
+    }
+    assert_eq!(named, standard);
+    // A variable named by the rule alone sets its setting.
+    let s = load(&[
+        ("HARNESS_PROVIDER_MAX_ATTEMPTS", "5"),
+        ("HARNESS_WEB_ALLOW", "10.0.0.0/8"),
+    ])
+    .unwrap();
+    assert_eq!(s.providers.max_attempts, 5);
+    assert!(s.web.allow.is_some());
+}
+
+#[test]
 fn help_lists_every_setting_with_its_variable() {
     let err = load_with(&["--help"], &[]).unwrap_err();
     let ConfigError::Cli(help) = err else {

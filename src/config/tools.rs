@@ -8,12 +8,12 @@ pub struct ToolSettings {
     /// method, url, headers, effect, timeout_s} (a `[[tools.http]]` table
     /// each in the file); `${NAME}` in a header value is read from the
     /// environment at start [default: none].
-    #[arg(id = "tools.http", long = "http-tools", env = "HARNESS_HTTP_TOOLS")]
+    #[arg(id = "tools.http", long = "http-tools")]
     pub http: Option<HttpToolList>,
     /// MCP servers whose tools join the registry as `{server}__{tool}`: a
     /// JSON list of {name, command, args, env} (stdio) or {name, url,
     /// headers} (streamable HTTP), each with an optional timeout_s (a
     /// `[[tools.mcp]]` table each in the file) [default: none].
-    #[arg(id = "tools.mcp", long = "mcp-servers", env = "HARNESS_MCP_SERVERS")]
+    #[arg(id = "tools.mcp", long = "mcp-servers")]
     pub mcp: Option<McpServerList>,
 }

@@ -11,24 +11,15 @@ use super::EmbeddingModel;
 #[derive(Debug, Clone, clap::Args)]
 pub struct VaultSettings {
     /// Folder of markdown notes (created by the first note written).
-    #[arg(
-        id = "vault.dir",
-        long = "vault-dir",
-        env = "HARNESS_VAULT_DIR",
-        default_value = "./vault"
-    )]
+    #[arg(id = "vault.dir", long = "vault-dir", default_value = "./vault")]
     pub dir: PathBuf,
     /// Index the vault when the service starts (in the background; turns
     /// are served meanwhile).
-    #[arg(id = "vault.index_on_start", long = "vault-index-on-start", env = "HARNESS_VAULT_INDEX_ON_START", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(id = "vault.index_on_start", long = "vault-index-on-start", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub index_on_start: bool,
     /// Embed chunks with this model for ranking by meaning beside words:
     /// openai:{model} (the OpenAI base URL's /embeddings) or ollama:{model}
     /// [default: none, words only].
-    #[arg(
-        id = "vault.embeddings",
-        long = "vault-embeddings",
-        env = "HARNESS_VAULT_EMBEDDINGS"
-    )]
+    #[arg(id = "vault.embeddings", long = "vault-embeddings")]
     pub embeddings: Option<EmbeddingModel>,
 }

@@ -10,21 +10,15 @@ use crate::{tools::web::WebConfig, tools::web::guard::NetGuard};
 pub struct WebSettings {
     /// A SearXNG-compatible search service (its JSON format); web_search
     /// exists only with one [default: none].
-    #[arg(
-        id = "web.search_url",
-        long = "web-search-url",
-        env = "HARNESS_WEB_SEARCH_URL",
-        hide_env_values = true
-    )]
+    #[arg(id = "web.search_url", long = "web-search-url", hide_env_values = true)]
     pub search_url: Option<HttpUrl>,
     /// Largest page fetch_url reads, in bytes (a longer one is cut there).
-    #[arg(id = "web.fetch_max_bytes", long = "web-fetch-max-bytes", env = "HARNESS_WEB_FETCH_MAX_BYTES", default_value_t = 2 * 1024 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=67_108_864))]
+    #[arg(id = "web.fetch_max_bytes", long = "web-fetch-max-bytes", default_value_t = 2 * 1024 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=67_108_864))]
     pub fetch_max_bytes: usize,
     /// Longest a search or a fetch may take, in seconds.
     #[arg(
         id = "web.timeout_s",
         long = "web-timeout-s",
-        env = "HARNESS_WEB_TIMEOUT_S",
         default_value_t = 15,
         value_parser = clap::value_parser!(u64).range(1..=300)
     )]
@@ -32,7 +26,7 @@ pub struct WebSettings {
     /// Hosts, addresses or networks fetch_url may reach although they are
     /// internal (loopback, private, link-local), comma-separated
     /// [default: none].
-    #[arg(id = "web.allow", long = "web-allow", env = "HARNESS_WEB_ALLOW")]
+    #[arg(id = "web.allow", long = "web-allow")]
     pub allow: Option<NetGuard>,
 }
 
