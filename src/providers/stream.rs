@@ -259,6 +259,9 @@ mod any_split {
 
     type Chunks = futures::stream::Iter<std::vec::IntoIter<Result<Bytes, ProviderError>>>;
     type Parsed = futures::stream::LocalBoxStream<'static, Result<ProviderEvent, ProviderError>>;
+    /// An adapter's framing and parser, over chunks, the idle timeout and
+    /// the deadline.
+    type Parse = fn(Chunks, Duration, Instant) -> Parsed;
 
     /// `body` cut at `cuts` (each taken modulo its length, so any value is a
     /// valid cut; a cut may fall inside a line, a field or a multi-byte
@@ -278,7 +281,7 @@ mod any_split {
     }
 
     /// Each adapter's framing and parser, with its recorded bodies.
-    fn adapters() -> [(fn(Chunks, Duration, Instant) -> Parsed, &'static str); 6] {
+    fn adapters() -> [(Parse, &'static str); 6] {
         fn openai(c: Chunks, idle: Duration, until: Instant) -> Parsed {
             openai::parse_stream(sse_events(c, idle, until)).boxed_local()
         }
