@@ -105,6 +105,16 @@ pub trait MemoryExtractor: Send + Sync {
     async fn extract_turn(&self, turn: &MemoryTurn) -> Result<Option<NewJob>, HookError>;
 }
 
+/// A turn's question and answer, for the research learner.
+#[derive(Debug, Clone, Copy)]
+pub struct Exchange<'a> {
+    pub session_id: &'a str,
+    pub user_text: &'a str,
+    pub assistant_text: &'a str,
+    /// The stored answer (`chat_message:{id}`).
+    pub source_id: &'a str,
+}
+
 #[async_trait]
 pub trait ResearchLearner: Send + Sync {
     /// Looks at the turn. What it returns is written with the turn's end,
@@ -113,10 +123,7 @@ pub trait ResearchLearner: Send + Sync {
     /// written at all if the turn's end is not stored.
     async fn observe_turn(
         &self,
-        session_id: &str,
-        user_text: &str,
-        assistant_text: &str,
-        source_event_id: &str,
+        exchange: Exchange<'_>,
     ) -> Result<Option<ObservationRecord>, HookError>;
 }
 

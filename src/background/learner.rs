@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 
 use crate::{
-    hooks::{HookError, ResearchLearner},
+    hooks::{Exchange, HookError, ResearchLearner},
     store::ObservationRecord,
 };
 
@@ -21,17 +21,14 @@ impl ResearchLearner for StoreLearner {
     /// Every turn is observed; the observation is stored with the turn's end.
     async fn observe_turn(
         &self,
-        session_id: &str,
-        user_text: &str,
-        assistant_text: &str,
-        source_event_id: &str,
+        exchange: Exchange<'_>,
     ) -> Result<Option<ObservationRecord>, HookError> {
         Ok(Some(ObservationRecord {
             id: format!("obs_{}", uuid::Uuid::now_v7().simple()),
-            session_id: session_id.to_owned(),
-            source_id: source_event_id.to_owned(),
-            user_text: crate::pii::redact_if(self.redact, user_text),
-            assistant_text: crate::pii::redact_if(self.redact, assistant_text),
+            session_id: exchange.session_id.to_owned(),
+            source_id: exchange.source_id.to_owned(),
+            user_text: crate::pii::redact_if(self.redact, exchange.user_text),
+            assistant_text: crate::pii::redact_if(self.redact, exchange.assistant_text),
             created_at: Utc::now(),
         }))
     }

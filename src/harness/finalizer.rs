@@ -21,7 +21,7 @@ use crate::turn::TurnResult;
 
 use super::{
     AgentHarness, EventSink, TurnOutput,
-    hooks::{HookError, JudgeRequest, MemoryTurn, isolate},
+    hooks::{Exchange, HookError, JudgeRequest, MemoryTurn, isolate},
     state::{CitationAccumulator, ToolResultRecord, WebCitation},
 };
 use crate::{
@@ -317,10 +317,14 @@ async fn observe_for_learner(
     failures: &mut Failures,
 ) -> Option<ObservationRecord> {
     let learner = harness.research_learner.as_ref()?;
-    let source = format!("chat_message:{assistant_message_id}");
-    match isolate(learner.observe_turn(&input.session_id, &input.asked.message, text, &source))
-        .await
-    {
+    let source_id = format!("chat_message:{assistant_message_id}");
+    let exchange = Exchange {
+        session_id: &input.session_id,
+        user_text: &input.asked.message,
+        assistant_text: text,
+        source_id: &source_id,
+    };
+    match isolate(learner.observe_turn(exchange)).await {
         Ok(observation) => observation,
         Err(e) => {
             failures.record("research_learner", Err(e));

@@ -7,8 +7,8 @@ use agent_harness::{
     harness::{
         HarnessOptions,
         hooks::{
-            AgentCallbacks, HookError, JudgeRequest, JudgeScheduler, MemoryExtractor, MemoryTurn,
-            ResearchLearner,
+            AgentCallbacks, Exchange, HookError, JudgeRequest, JudgeScheduler, MemoryExtractor,
+            MemoryTurn, ResearchLearner,
         },
     },
     providers::{
@@ -45,15 +45,13 @@ struct Learner(Mutex<Vec<(String, String)>>);
 impl ResearchLearner for Learner {
     async fn observe_turn(
         &self,
-        _: &str,
-        _: &str,
-        assistant: &str,
-        source: &str,
+        exchange: Exchange<'_>,
     ) -> Result<Option<agent_harness::store::ObservationRecord>, HookError> {
-        self.0
-            .lock()
-            .unwrap()
-            .push((assistant.to_owned(), source.to_owned()));
+        let seen = (
+            exchange.assistant_text.to_owned(),
+            exchange.source_id.to_owned(),
+        );
+        self.0.lock().unwrap().push(seen);
         Ok(None)
     }
 }
