@@ -81,13 +81,29 @@ pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> 
     let started = Instant::now();
     let sent = match target {
         Target::Direct { base } => {
+            let url = format!("{base}/v1/chat/completions");
+            let mut messages = vec![json!({"role": "user", "content": "Hi"})];
+            // A turn with a tool step asks the provider twice: its tool
+            // calls, then (their results given) its answer. The provider
+            // alone is asked the same two.
+            if crate::fake::Spec::parse(model).tools > 0 {
+                let body = json!({"model": model, "messages": messages, "stream": true});
+                let called = match client.post(&url).json(&body).send().await {
+                    Ok(response) if response.status().is_success() => response.bytes().await,
+                    _ => return Sample::default(),
+                };
+                if called.is_err() {
+                    return Sample::default();
+                }
+                messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_0", "type": "function", "function": {"name": "bench_sleep", "arguments": "{}"}}
+                ]}));
+                messages
+                    .push(json!({"role": "tool", "tool_call_id": "call_0", "content": "slept"}));
+            }
             client
-                .post(format!("{base}/v1/chat/completions"))
-                .json(&json!({
-                    "model": model,
-                    "messages": [{"role": "user", "content": "Hi"}],
-                    "stream": true,
-                }))
+                .post(url)
+                .json(&json!({"model": model, "messages": messages, "stream": true}))
         }
         Target::Harness { base } => turn(client, base, model),
         Target::Gateway { bases, next } => {
@@ -247,4 +263,28 @@ pub fn http_client() -> reqwest::Client {
         .tcp_nodelay(true)
         .build()
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::{Spec, serve_on};
+
+    /// The provider alone answers a turn with a tool step as the service
+    /// has it answered: tool calls, then the text.
+    #[tokio::test]
+    async fn the_provider_alone_answers_a_tool_step_and_then_the_text() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(serve_on(listener));
+        let http = reqwest::Client::new();
+        let direct = Target::Direct { base };
+        for tools in [0, 1, 3] {
+            let model = Spec::parse(&format!("bench/tools={tools}/toolms=0/n=5")).model();
+            let sample = request(&http, &direct, &model).await;
+            assert!(sample.ok, "tools={tools}");
+            assert_eq!(sample.gaps.len(), 4, "five tokens, tools={tools}");
+        }
+        server.abort();
+    }
 }

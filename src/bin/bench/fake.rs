@@ -100,12 +100,17 @@ fn busy(micros: u64) {
 }
 
 pub async fn serve(listen: SocketAddr) -> Result<(), String> {
-    let app = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .fallback(post(answer));
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("fake provider cannot bind {listen}: {e}"))?;
+    serve_on(listener).await
+}
+
+/// Serves the fake on `listener`.
+pub async fn serve_on(listener: tokio::net::TcpListener) -> Result<(), String> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(post(answer));
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
