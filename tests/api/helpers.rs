@@ -197,16 +197,15 @@ impl TestApp {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// `GET path`, its body as text.
+    pub async fn get_text(&self, path: &str) -> String {
+        let response = self.client.get(self.url(path)).send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     /// `GET /metrics`, as text.
     pub async fn metrics(&self) -> String {
-        self.client
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        self.get_text("/metrics").await
     }
 
     /// The value of one sample of `GET /metrics`: `name` with its labels,

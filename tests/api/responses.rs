@@ -160,16 +160,10 @@ async fn a_streamed_response_is_the_turn_as_response_stream_events(backend: Back
     // A resume after any event gives exactly the rest, from the log.
     for after in [0, 7, 18] {
         let body = app
-            .client
-            .get(app.url(&format!(
+            .get_text(&format!(
                 "/v1/responses/{id}?stream=true&starting_after={after}"
-            )))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+            ))
+            .await;
         assert_eq!(stream_events(&body), events[after + 1..], "after {after}");
     }
     // The turn is the session's, as any other.

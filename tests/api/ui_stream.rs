@@ -237,16 +237,7 @@ async fn use_chat_resumes_after_the_client_call_it_answered(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(calls(&first), ["call_r1"]);
-    let resume = || async {
-        app.client
-            .get(app.url("/v1/ui/chat/chat-resume-tool/stream"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    };
+    let resume = || app.get_text("/v1/ui/chat/chat-resume-tool/stream");
     assert_eq!(calls(&resume().await), ["call_r1"], "nothing answered yet");
     let answered = json!([user, {"id": "a1", "role": "assistant", "parts": [
         {"type": "tool-get_location", "toolCallId": "call_r1", "state": "output-available",
