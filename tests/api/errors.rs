@@ -623,7 +623,7 @@ async fn keys_a_provider_quotes_back_reach_no_client_event_row_or_log() {
     const KEY: &str = "sk-canary-7f3a9c2e5b1d";
     const QUERY_KEY: &str = "qk-canary-4e8d";
     let logs = Logs::default();
-    let _capture = tracing::subscriber::set_default(
+    let _capture = crate::support::capture::capture(
         tracing_subscriber::fmt()
             .with_writer(logs.clone())
             .with_max_level(tracing::Level::DEBUG)

@@ -341,8 +341,7 @@ where
 async fn each_tool_call_has_a_span_that_says_how_it_failed() {
     use tracing_subscriber::layer::SubscriberExt as _;
     let spans = ToolSpans::default();
-    let _default =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let _default = crate::capture::capture(tracing_subscriber::registry().with(spans.clone()));
     let provider = scripted([
         calls(vec![
             call("c1", "fixed", json!({})),

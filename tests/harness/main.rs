@@ -6,6 +6,8 @@
     reason = "test helpers fail loudly; the lint holds in the service code"
 )]
 
+#[path = "../support/capture.rs"]
+mod capture;
 mod durable;
 mod finalizer;
 mod gates;

@@ -283,8 +283,7 @@ async fn prompt_text_reaches_spans_only_when_asked() {
     use tracing_subscriber::layer::SubscriberExt;
     for capture in [false, true] {
         let recorded = Recorded::default();
-        let _guard =
-            tracing::subscriber::set_default(tracing_subscriber::registry().with(recorded.clone()));
+        let _guard = crate::capture::capture(tracing_subscriber::registry().with(recorded.clone()));
         let provider = scripted([text("secret answer")]);
         let harness = builder(&provider, vec![])
             .options(agent_harness::harness::HarnessOptions {

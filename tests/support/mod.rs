@@ -5,6 +5,7 @@
 
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
+pub mod capture;
 pub mod fake_provider;
 
 use std::{str::FromStr, sync::Arc};
