@@ -193,40 +193,44 @@ impl Drop for Serving {
     }
 }
 
+/// The service picks its own port (`127.0.0.1:0`) and the test reads it
+/// from the `listening` log line. (A port the test found free and handed
+/// over could be taken in between: two tests then shared one service, and
+/// the first to finish killed it under the other.)
 fn serve_demo() -> Serving {
+    use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
         .env_clear()
         .env("HARNESS_PROVIDERS", "demo:echo")
-        .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
+        .env("HARNESS_LISTEN", "127.0.0.1:0")
         .env(
             "DATABASE_URL",
             format!("sqlite://{}/h.db", dir.path().display()),
         )
         .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
         .env("HARNESS_LOG_FORMAT", "json")
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    let serving = Serving {
+    let mut logs = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let port = logs
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let line: serde_json::Value = serde_json::from_str(&line).ok()?;
+            (line["message"] == "listening").then(|| line["port"].as_u64())?
+        })
+        .expect("the service logs the port it listens on");
+    // The service goes on logging: read on, so that it never blocks on a
+    // full pipe. The reader ends when the service does.
+    std::thread::spawn(move || logs.for_each(drop));
+    Serving {
         child,
-        url,
+        url: format!("http://127.0.0.1:{port}"),
         _dir: dir,
-    };
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return serving;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    panic!("the service did not start");
 }
 
 #[test]
