@@ -11,12 +11,14 @@
 )]
 
 use std::{
-    process::{Command, Stdio},
+    process::Command,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use axum::{Router, body::Bytes, routing::post};
+#[path = "support/listening.rs"]
+mod listening;
 use serde_json::Value;
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -95,21 +97,16 @@ async fn a_turn_is_traced_in_the_callers_trace_with_typed_genai_spans() {
     let (collector_addr, received) = collector().await;
 
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let log = dir.path().join("service.log");
+    let (stdout, stderr) = listening::log_file(&log);
     let mut child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
         .env_clear()
         .env("HARNESS_PROVIDERS", "demo:echo")
-        .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
         .env(
             "DATABASE_URL",
             format!("sqlite://{}/h.db", dir.path().display()),
         )
         .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
-        .env("HARNESS_LOG_FORMAT", "json")
         .env(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             format!("http://{collector_addr}"),
@@ -120,11 +117,12 @@ async fn a_turn_is_traced_in_the_callers_trace_with_typed_genai_spans() {
             "OTEL_RESOURCE_ATTRIBUTES",
             "deployment.environment=test,service.name=overridden",
         )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .envs(listening::ANY_PORT)
+        .stdout(stdout)
+        .stderr(stderr)
         .spawn()
         .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
+    let base = listening::listening_at(&log).await;
     let client = reqwest::Client::new();
     wait_ready(&client, &base).await;
     // A turn that searches the notes (the demo provider calls a tool).
@@ -263,11 +261,8 @@ async fn observe_one_turn(redact: bool) -> Observed {
     let (collector_addr, received) = collector().await;
     let provider = failing_once_provider().await;
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let log = dir.path().join("service.log");
+    let (stdout, stderr) = listening::log_file(&log);
     let mut child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
         .env_clear()
         .env("HARNESS_PROVIDERS", "openai:gpt-4o-mini")
@@ -275,13 +270,11 @@ async fn observe_one_turn(redact: bool) -> Observed {
         .env("OPENAI_API_KEY", "sk-test")
         .env("HARNESS_PROVIDER_MAX_ATTEMPTS", "2")
         .env("HARNESS_PROVIDER_RETRY_BASE_MS", "10")
-        .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
         .env(
             "DATABASE_URL",
             format!("sqlite://{}/h.db", dir.path().display()),
         )
         .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
-        .env("HARNESS_LOG_FORMAT", "json")
         .env("HARNESS_LOG", "debug")
         .env("HARNESS_REDACT_LOGS", redact.to_string())
         .env(
@@ -289,18 +282,12 @@ async fn observe_one_turn(redact: bool) -> Observed {
             format!("http://{collector_addr}"),
         )
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .envs(listening::ANY_PORT)
+        .stdout(stdout)
+        .stderr(stderr)
         .spawn()
         .unwrap();
-    // Read as it is written: a full pipe would stop the service.
-    let mut stdout = child.stdout.take().unwrap();
-    let logs = std::thread::spawn(move || {
-        let mut logs = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut logs);
-        logs
-    });
-    let base = format!("http://127.0.0.1:{port}");
+    let base = listening::listening_at(&log).await;
     let client = reqwest::Client::new();
     wait_ready(&client, &base).await;
     let response = client
@@ -326,10 +313,7 @@ async fn observe_one_turn(redact: bool) -> Observed {
         .unwrap();
     assert!(stopped.success());
     let _ = tokio::task::spawn_blocking(move || child.wait()).await;
-    let logs = tokio::task::spawn_blocking(move || logs.join())
-        .await
-        .unwrap()
-        .unwrap();
+    let logs = std::fs::read_to_string(&log).unwrap();
     let spans = serde_json::to_string(&*received.lock().unwrap()).unwrap();
     Observed {
         logs,
@@ -420,18 +404,15 @@ async fn a_turn_taken_over_links_its_span_to_where_it_began() {
     let (asked, mut first_call) = tokio::sync::mpsc::channel(1);
     let provider = stalling_once_provider(asked).await;
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let start = || {
-        Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+    // Each life listens where it chooses and logs to a file of its own.
+    let start = |life: &str| {
+        let log = dir.path().join(format!("{life}.log"));
+        let (stdout, stderr) = listening::log_file(&log);
+        let child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
             .env_clear()
             .env("HARNESS_PROVIDERS", "openai:gpt-4o-mini")
             .env("OPENAI_BASE_URL", format!("http://{provider}/v1"))
             .env("OPENAI_API_KEY", "sk-test")
-            .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
             .env("HARNESS_INSTANCE_ID", "replica-1")
             .env(
                 "DATABASE_URL",
@@ -443,10 +424,12 @@ async fn a_turn_taken_over_links_its_span_to_where_it_began() {
                 format!("http://{collector_addr}"),
             )
             .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .envs(listening::ANY_PORT)
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
-            .unwrap()
+            .unwrap();
+        async move { (child, listening::listening_at(&log).await) }
     };
     let stop = |child: std::process::Child| async move {
         let stopped = Command::new("kill")
@@ -460,11 +443,10 @@ async fn a_turn_taken_over_links_its_span_to_where_it_began() {
             .unwrap()
             .unwrap();
     };
-    let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
 
     // The first life: the turn waits for the model when the service stops.
-    let first = start();
+    let (first, base) = start("first").await;
     wait_ready(&client, &base).await;
     let response = client
         .post(format!("{base}/sessions/s-linked/turns"))
@@ -484,7 +466,7 @@ async fn a_turn_taken_over_links_its_span_to_where_it_began() {
     drop(response);
 
     // The second life: taken over as the service starts, and finished.
-    let second = start();
+    let (second, base) = start("second").await;
     wait_ready(&client, &base).await;
     let mut status = Value::Null;
     for _ in 0..200 {

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    support::{Backend, TestDb},
+    support::{Backend, TestDb, listening},
 };
 
 /// How long a test waits for anything before it fails instead of hanging.
@@ -419,6 +419,8 @@ pub fn streamed_text(events: &[SseEvent]) -> String {
 pub struct ServiceProcess {
     child: std::process::Child,
     pub base: String,
+    /// Where its logs go unless the test named a file.
+    _logs: tempfile::TempDir,
 }
 
 impl ServiceProcess {
@@ -442,22 +444,10 @@ impl ServiceProcess {
         fd_limit: Option<u32>,
         logs: Option<&std::path::Path>,
     ) -> Self {
-        use std::process::{Command, Stdio};
-        let output = || match logs {
-            Some(path) => Stdio::from(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .unwrap(),
-            ),
-            None => Stdio::null(),
-        };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        use std::process::Command;
+        let dir = tempfile::tempdir().unwrap();
+        let log = logs.map_or_else(|| dir.path().join("service.log"), std::path::Path::to_owned);
+        let (stdout, stderr) = listening::log_file(&log);
         let binary = env!("CARGO_BIN_EXE_agent-harness");
         let mut command = match fd_limit {
             Some(limit) => {
@@ -473,7 +463,6 @@ impl ServiceProcess {
         let child = command
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HARNESS_LISTEN", format!("127.0.0.1:{port}"))
             .env("DATABASE_URL", database_url)
             .env("OPENAI_BASE_URL", &provider.base_url)
             .env("OPENAI_API_KEY", "sk-test-key")
@@ -481,15 +470,16 @@ impl ServiceProcess {
             .env("HARNESS_PROVIDER_MAX_ATTEMPTS", "1")
             .env("HARNESS_MEMORY_EXTRACTION", "false")
             .env("HARNESS_VAULT_DIR", "/nonexistent/agent-harness-test-vault")
-            .env("HARNESS_LOG_FORMAT", "json")
             .envs(env.iter().copied())
-            .stdout(output())
-            .stderr(output())
+            .envs(listening::ANY_PORT)
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let process = Self {
             child,
-            base: format!("http://127.0.0.1:{port}"),
+            base: listening::listening_at(&log).await,
+            _logs: dir,
         };
         let client = reqwest::Client::new();
         for _ in 0..400 {

@@ -7,6 +7,7 @@
 
 pub mod capture;
 pub mod fake_provider;
+pub mod listening;
 
 use std::{str::FromStr, sync::Arc};
 
