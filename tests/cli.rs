@@ -10,6 +10,13 @@
 
 use std::process::{Command, Output};
 
+#[allow(
+    dead_code,
+    reason = "this binary reads the log from a pipe, not a file"
+)]
+#[path = "support/listening.rs"]
+mod listening;
+
 fn harness(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_agent-harness"));
     command.env_clear().args(args);
@@ -194,22 +201,20 @@ impl Drop for Serving {
 }
 
 /// The service picks its own port (`127.0.0.1:0`) and the test reads it
-/// from the `listening` log line. (A port the test found free and handed
-/// over could be taken in between: two tests then shared one service, and
-/// the first to finish killed it under the other.)
+/// from the `listening` log line on its standard output (see
+/// `support/listening.rs` for why).
 fn serve_demo() -> Serving {
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
         .env_clear()
         .env("HARNESS_PROVIDERS", "demo:echo")
-        .env("HARNESS_LISTEN", "127.0.0.1:0")
         .env(
             "DATABASE_URL",
             format!("sqlite://{}/h.db", dir.path().display()),
         )
         .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
-        .env("HARNESS_LOG_FORMAT", "json")
+        .envs(listening::ANY_PORT)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -218,10 +223,7 @@ fn serve_demo() -> Serving {
     let port = logs
         .by_ref()
         .map_while(Result::ok)
-        .find_map(|line| {
-            let line: serde_json::Value = serde_json::from_str(&line).ok()?;
-            (line["message"] == "listening").then(|| line["port"].as_u64())?
-        })
+        .find_map(|line| listening::port_in(&line))
         .expect("the service logs the port it listens on");
     // The service goes on logging: read on, so that it never blocks on a
     // full pipe. The reader ends when the service does.

@@ -16,18 +16,21 @@ pub const ANY_PORT: [(&str, &str); 2] = [
 /// most).
 pub async fn listening_at(log: &Path) -> String {
     for _ in 0..400 {
-        let port = std::fs::read_to_string(log).ok().and_then(|logs| {
-            logs.lines().find_map(|line| {
-                let line: serde_json::Value = serde_json::from_str(line).ok()?;
-                (line["message"] == "listening").then(|| line["port"].as_u64())?
-            })
-        });
+        let port = std::fs::read_to_string(log)
+            .ok()
+            .and_then(|logs| logs.lines().find_map(port_in));
         if let Some(port) = port {
             return format!("http://127.0.0.1:{port}");
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("no `listening` line in {} within 10 s", log.display());
+}
+
+/// The port of a `listening` log line.
+pub fn port_in(line: &str) -> Option<u64> {
+    let line: serde_json::Value = serde_json::from_str(line).ok()?;
+    (line["message"] == "listening").then(|| line["port"].as_u64())?
 }
 
 /// A new file for the logs of one service process, for its standard output
