@@ -786,14 +786,7 @@ async fn a_password_in_a_provider_url_never_shows() {
         .unwrap();
     assert_eq!(answer.status(), 502);
     let answer = answer.text().await.unwrap();
-    let events = client
-        .get(service.url("/sessions/s-secret/events"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let events = service.get_text("/sessions/s-secret/events").await;
     assert!(events.contains("provider_unreachable"), "{events}");
     drop(service);
     let logs = std::fs::read_to_string(&logs).unwrap();

@@ -497,6 +497,12 @@ impl ServiceProcess {
         format!("{}{path}", self.base)
     }
 
+    /// The body of a GET of `path`, as text.
+    pub async fn get_text(&self, path: &str) -> String {
+        let response = reqwest::get(self.url(path)).await.unwrap();
+        response.text().await.unwrap()
+    }
+
     /// `host:port` to connect to.
     pub fn addr(&self) -> &str {
         self.base.trim_start_matches("http://")

@@ -315,14 +315,7 @@ async fn a_replica_shut_down_mid_turn_hands_it_over_at_once() {
     );
     let end = follower.read_to_end().await;
     assert_eq!(end.last().unwrap().event, "turn.completed");
-    let metrics = client
-        .get(replicas[1].url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = replicas[1].get_text("/metrics").await;
     assert!(
         metrics.contains("agent_harness_turn_takeovers_total{reason=\"shutdown\"} 1"),
         "{metrics}"

@@ -4,7 +4,32 @@
 
 use serde_json::{Value, json};
 
-use crate::{fake_provider::Reply, helpers::spawn_app, on_both_backends, support::Backend};
+use crate::{
+    fake_provider::Reply,
+    helpers::{TestApp, spawn_app},
+    on_both_backends,
+    support::Backend,
+};
+
+/// The user's message of the client-side tool tests.
+fn where_am_i() -> Value {
+    json!({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Where am I?"}]})
+}
+
+/// A useChat request of chat `id` that offers the client's `get_location`
+/// tool, with `messages`.
+fn location_chat<'a>(
+    app: &'a TestApp,
+    id: &'a str,
+) -> impl Fn(Value) -> reqwest::RequestBuilder + 'a {
+    move |messages| {
+        app.client.post(app.url("/v1/ui/chat")).json(&json!({
+            "id": id,
+            "messages": messages,
+            "clientTools": [{"name": "get_location", "description": "Where the user is"}],
+        }))
+    }
+}
 
 fn chunks(body: &str) -> Vec<Value> {
     body.split("\n\n")
@@ -139,15 +164,7 @@ async fn a_client_side_tool_is_answered_in_the_next_request(backend: Backend) {
         Reply::openai_tool_call("call_u1", "client__get_location", &json!({"precise": true})),
         Reply::openai_text("You are in Lyon."),
     ]);
-    let user =
-        json!({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Where am I?"}]});
-    let chat = |messages: Value| {
-        app.client.post(app.url("/v1/ui/chat")).json(&json!({
-            "id": "chat-tool",
-            "messages": messages,
-            "clientTools": [{"name": "get_location", "description": "Where the user is"}],
-        }))
-    };
+    let (user, chat) = (where_am_i(), location_chat(&app, "chat-tool"));
     let twice = json!({"name": "get_location", "description": "Where the user is"});
     let refused = app
         .client
@@ -213,15 +230,7 @@ async fn use_chat_resumes_after_the_client_call_it_answered(backend: Backend) {
         Reply::openai_tool_call("call_r1", "client__get_location", &json!({})),
         Reply::openai_tool_call("call_r2", "client__get_location", &json!({"precise": true})),
     ]);
-    let user =
-        json!({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Where am I?"}]});
-    let chat = |messages: Value| {
-        app.client.post(app.url("/v1/ui/chat")).json(&json!({
-            "id": "chat-resume-tool",
-            "messages": messages,
-            "clientTools": [{"name": "get_location", "description": "Where the user is"}],
-        }))
-    };
+    let (user, chat) = (where_am_i(), location_chat(&app, "chat-resume-tool"));
     let calls = |body: &str| -> Vec<String> {
         chunks(body)
             .iter()
