@@ -16,19 +16,15 @@ fn where_am_i() -> Value {
     json!({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "Where am I?"}]})
 }
 
-/// A useChat request of chat `id` that offers the client's `get_location`
-/// tool, with `messages`.
-fn location_chat<'a>(
-    app: &'a TestApp,
-    id: &'a str,
-) -> impl Fn(Value) -> reqwest::RequestBuilder + 'a {
-    move |messages| {
-        app.client.post(app.url("/v1/ui/chat")).json(&json!({
-            "id": id,
-            "messages": messages,
-            "clientTools": [{"name": "get_location", "description": "Where the user is"}],
-        }))
-    }
+/// The streamed body of a useChat request of chat `id` with `messages`,
+/// offering the client's `get_location` tool.
+async fn location_chat(app: &TestApp, id: &str, messages: Value) -> String {
+    let request = app.client.post(app.url("/v1/ui/chat")).json(&json!({
+        "id": id,
+        "messages": messages,
+        "clientTools": [{"name": "get_location", "description": "Where the user is"}],
+    }));
+    request.send().await.unwrap().text().await.unwrap()
 }
 
 fn chunks(body: &str) -> Vec<Value> {
@@ -164,7 +160,8 @@ async fn a_client_side_tool_is_answered_in_the_next_request(backend: Backend) {
         Reply::openai_tool_call("call_u1", "client__get_location", &json!({"precise": true})),
         Reply::openai_text("You are in Lyon."),
     ]);
-    let (user, chat) = (where_am_i(), location_chat(&app, "chat-tool"));
+    let user = where_am_i();
+    let chat = |messages| location_chat(&app, "chat-tool", messages);
     let twice = json!({"name": "get_location", "description": "Where the user is"});
     let refused = app
         .client
@@ -180,13 +177,7 @@ async fn a_client_side_tool_is_answered_in_the_next_request(backend: Backend) {
         (&json!("invalid_field"), &json!("clientTools"))
     );
     assert!(app.provider.requests().is_empty(), "no turn began");
-    let body = chat(json!([user]))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = chat(json!([user])).await;
     let first = chunks(&body);
     let call = first
         .iter()
@@ -208,7 +199,7 @@ async fn a_client_side_tool_is_answered_in_the_next_request(backend: Backend) {
         {"type": "step-start"},
         {"type": "tool-get_location", "toolCallId": "call_u1", "state": "output-available",
          "input": {"precise": true}, "output": {"city": "Lyon"}}]}]);
-    let body = chat(answered).send().await.unwrap().text().await.unwrap();
+    let body = chat(answered).await;
     let rest = chunks(&body);
     let text: String = rest
         .iter()
@@ -230,7 +221,8 @@ async fn use_chat_resumes_after_the_client_call_it_answered(backend: Backend) {
         Reply::openai_tool_call("call_r1", "client__get_location", &json!({})),
         Reply::openai_tool_call("call_r2", "client__get_location", &json!({"precise": true})),
     ]);
-    let (user, chat) = (where_am_i(), location_chat(&app, "chat-resume-tool"));
+    let user = where_am_i();
+    let chat = |messages| location_chat(&app, "chat-resume-tool", messages);
     let calls = |body: &str| -> Vec<String> {
         chunks(body)
             .iter()
@@ -238,20 +230,14 @@ async fn use_chat_resumes_after_the_client_call_it_answered(backend: Backend) {
             .map(|c| c["toolCallId"].as_str().unwrap().to_owned())
             .collect()
     };
-    let first = chat(json!([user]))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let first = chat(json!([user])).await;
     assert_eq!(calls(&first), ["call_r1"]);
     let resume = || app.get_text("/v1/ui/chat/chat-resume-tool/stream");
     assert_eq!(calls(&resume().await), ["call_r1"], "nothing answered yet");
     let answered = json!([user, {"id": "a1", "role": "assistant", "parts": [
         {"type": "tool-get_location", "toolCallId": "call_r1", "state": "output-available",
          "input": {}, "output": "Lyon"}]}]);
-    let second = chat(answered).send().await.unwrap().text().await.unwrap();
+    let second = chat(answered).await;
     assert_eq!(calls(&second), ["call_r2"]);
     assert_eq!(
         calls(&resume().await),
