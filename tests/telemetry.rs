@@ -17,9 +17,10 @@ use std::{
 };
 
 use axum::{Router, body::Bytes, routing::post};
+use serde_json::Value;
+
 #[path = "support/listening.rs"]
 mod listening;
-use serde_json::Value;
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN_ID: &str = "00f067aa0ba902b7";
