@@ -22,6 +22,7 @@
 //! | `TurnFinalizer` | [`finalizer`] |
 
 pub mod budget;
+pub mod call_ids;
 pub mod compaction;
 pub mod durable;
 pub mod executor;

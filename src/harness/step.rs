@@ -98,12 +98,15 @@ impl Turn<'_> {
         let step = state.budget.steps_used();
 
         // 4c: generation, streamed.
-        let Some(output) = self.call_model(step, &conversation.messages).await? else {
+        let Some(mut output) = self.call_model(step, &conversation.messages).await? else {
             state.set_timed_out();
             return Ok(Some((TIMEOUT_TEXT.to_owned(), StopReason::Deadline)));
         };
         state.add_tokens(&output.usage);
         state.add_cost(output.cost_usd);
+        // Before any event names them: approvals and client results are
+        // keyed by these ids.
+        super::call_ids::make_unique(&mut output.tool_calls, &conversation.messages, step);
 
         // 4d: terminal check.
         if output.tool_calls.is_empty() {

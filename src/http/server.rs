@@ -89,8 +89,8 @@ pub async fn serve(
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
                 // Out of file descriptors, most likely: wait a moment
@@ -120,6 +120,7 @@ pub async fn serve(
             router.clone(),
             slot.clone(),
             framing.clone(),
+            peer,
         ));
         // The head timer of each connection watches its own reads.
         let activity = Activity::new();
@@ -172,19 +173,24 @@ pub async fn serve(
 }
 
 /// The router as one connection's service: each request marks the
-/// connection busy until its response body is done; a chunked request
-/// whose head also had a `Content-Length` is refused (see `raw`).
+/// connection busy until its response body is done, and carries the
+/// peer's address (`ConnectInfo`); a chunked request whose head also had
+/// a `Content-Length` is refused (see `raw`).
 fn tracked_service(
     router: Router,
     slot: Arc<Slot>,
     framing: Framing,
+    peer: std::net::SocketAddr,
 ) -> impl tower::Service<
     Request<Incoming>,
     Response = Response,
     Error = Infallible,
     Future = impl Future<Output = Result<Response, Infallible>> + Send,
 > + Clone {
-    tower::service_fn(move |request: Request<Incoming>| {
+    tower::service_fn(move |mut request: Request<Incoming>| {
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
         let in_flight = slot.request();
         let router = router.clone();
         let chunked = request

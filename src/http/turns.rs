@@ -17,6 +17,7 @@ use super::{
 };
 use crate::{
     app::AppState,
+    events::TurnEvent,
     http::error::{BadRequest, NotFound, Problem, TurnAlreadyRunning},
     ids::client_session_id,
     runner::{CancelError, CancelOutcome, QueuedStartError, StartError},
@@ -468,7 +469,7 @@ pub struct ApprovalView {
     responses(
         (status = 200, description = "Recorded", body = ApprovalView),
         BadRequest,
-        NotFound,
+        (status = 404, description = "No such session or turn, or the call is not waiting for a decision (`call_not_found`)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The turn is not running (`turn_not_running`) or the call was decided (`approval_already_decided`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -501,6 +502,13 @@ async fn decide_approval(
             status: turn.status,
         });
     }
+    match approval_state(&app, &turn, &call_id).await? {
+        ApprovalState::Waiting => {}
+        ApprovalState::Decided => return Err(ApiError::ApprovalAlreadyDecided),
+        // A decision recorded ahead of its call would let that call run
+        // without asking anyone: only a call that waits gets one.
+        ApprovalState::NotWaiting => return Err(ApiError::CallNotFound),
+    }
     let recorded = app
         .store
         .decide_approval(&NewApproval {
@@ -519,4 +527,44 @@ async fn decide_approval(
         call_id,
         approved: body.approve,
     }))
+}
+
+/// Where a call of a turn stands with its approval, from the turn's log.
+enum ApprovalState {
+    /// Never asked about, or its wait ended undecided (timed out,
+    /// cancelled).
+    NotWaiting,
+    /// `approval.requested`, not resolved yet.
+    Waiting,
+    /// Approved or denied.
+    Decided,
+}
+
+async fn approval_state(
+    app: &AppState,
+    turn: &TurnRecord,
+    call_id: &str,
+) -> Result<ApprovalState, ApiError> {
+    let mut state = ApprovalState::NotWaiting;
+    super::formats::read_turn(app.store.as_ref(), turn, |stored| {
+        match super::formats::typed(stored) {
+            Some(TurnEvent::ApprovalRequested { call_id: id, .. }) if id == call_id => {
+                state = ApprovalState::Waiting;
+            }
+            Some(TurnEvent::ApprovalResolved {
+                call_id: id,
+                outcome,
+                ..
+            }) if id == call_id => {
+                state = match outcome.as_str() {
+                    "approved" | "denied" => ApprovalState::Decided,
+                    _ => ApprovalState::NotWaiting,
+                };
+            }
+            _ => {}
+        }
+        false
+    })
+    .await?;
+    Ok(state)
 }

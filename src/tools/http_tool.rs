@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{EffectClass, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSpec};
+use crate::providers::redact::Redactor;
 
 /// Largest answer read, in bytes.
 const MAX_ANSWER_BYTES: usize = 256 * 1024;
@@ -44,6 +45,10 @@ pub struct HttpToolConfig {
     /// a process that died is sent again, with the same key.
     #[serde(default)]
     pub idempotent: bool,
+    /// Follow the API's redirects, to the same origin only (default:
+    /// none is followed, and a 3xx is the tool's answer).
+    #[serde(default)]
+    pub follow_redirects: bool,
 }
 
 fn any_object() -> Value {
@@ -169,6 +174,12 @@ pub(crate) fn expand(value: &str, env: &dyn Fn(&str) -> Option<String>) -> Resul
 
 /// The URL with `{arg}` placeholders filled (percent-encoded); with
 /// `sample`, every placeholder takes `x` (to check the template).
+///
+/// A value in the path must be one segment: not empty, `.` or `..`, and
+/// without `/` (a `{name*}` placeholder takes several segments, none of
+/// them empty, `.` or `..`). A URL parser resolves `..` (and `%2E%2E`),
+/// so `tickets/{id}` with `id: ".."` would otherwise reach the template's
+/// parent.
 fn fill(template: &str, arguments: &Map<String, Value>, sample: bool) -> Result<String, ToolError> {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
@@ -177,7 +188,12 @@ fn fill(template: &str, arguments: &Map<String, Value>, sample: bool) -> Result<
         let close = rest[open..].find('}').ok_or_else(|| {
             ToolError::new(ToolErrorKind::Internal, "an unclosed `{` in the URL", false)
         })?;
-        let name = &rest[open + 1..open + close];
+        let placeholder = &rest[open + 1..open + close];
+        let (name, segments) = match placeholder.strip_suffix('*') {
+            Some(name) => (name, true),
+            None => (placeholder, false),
+        };
+        let in_path = !out.contains(['?', '#']);
         let value = if sample {
             "x".to_owned()
         } else {
@@ -194,11 +210,54 @@ fn fill(template: &str, arguments: &Map<String, Value>, sample: bool) -> Result<
                 }
             }
         };
-        out.push_str(&percent_encode(&value));
+        if in_path {
+            out.push_str(&path_value(name, &value, segments)?);
+        } else {
+            out.push_str(&percent_encode(&value));
+        }
         rest = &rest[open + close + 1..];
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// A path placeholder's value, encoded: one segment, or with `segments`,
+/// several joined by `/`; none empty, `.` or `..`.
+fn path_value(name: &str, value: &str, segments: bool) -> Result<String, ToolError> {
+    let parts: Vec<&str> = if segments {
+        value.split('/').collect()
+    } else {
+        vec![value]
+    };
+    let bad = |why: &str| {
+        Err(ToolError::new(
+            ToolErrorKind::InvalidInput,
+            format!("`{name}` {why}"),
+            true,
+        ))
+    };
+    for part in &parts {
+        match *part {
+            "" => return bad("must not be empty (nor hold an empty path segment)"),
+            "." | ".." => return bad("must not be `.` or `..`"),
+            part if part.contains('/') => return bad("must not hold `/`"),
+            _ => {}
+        }
+    }
+    Ok(parts
+        .iter()
+        .map(|part| percent_encode(part))
+        .collect::<Vec<_>>()
+        .join("/"))
+}
+
+/// The fixed start of a template's path: up to its first placeholder,
+/// cut back to the last `/` (the URL a call sends begins with it).
+fn fixed_prefix(template: &str) -> Option<String> {
+    let fixed = &template[..template.find(['{', '?', '#']).unwrap_or(template.len())];
+    let path = reqwest::Url::parse(fixed).ok()?.path().to_owned();
+    let cut = path.rfind('/').map_or(0, |i| i + 1);
+    Some(path[..cut].to_owned())
 }
 
 fn percent_encode(value: &str) -> String {
@@ -213,7 +272,21 @@ fn percent_encode(value: &str) -> String {
     out
 }
 
-/// The placeholders of a URL template.
+/// An error and its causes, as one line (a refused redirect says why only
+/// in its cause).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    // Bounded: a chain of causes is short and ends.
+    for _ in 0..8 {
+        let Some(next) = cause else { break };
+        text.push_str(&format!(": {next}"));
+        cause = next.source();
+    }
+    text
+}
+
+/// The argument names of a URL template's placeholders.
 fn placeholders(template: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut rest = template;
@@ -221,7 +294,8 @@ fn placeholders(template: &str) -> Vec<String> {
         let Some(close) = rest[open..].find('}') else {
             break;
         };
-        found.push(rest[open + 1..open + close].to_owned());
+        let placeholder = &rest[open + 1..open + close];
+        found.push(placeholder.trim_end_matches('*').to_owned());
         rest = &rest[open + close + 1..];
     }
     found
@@ -232,7 +306,11 @@ pub struct HttpTool {
     client: reqwest::Client,
     method: reqwest::Method,
     url: String,
+    /// Where every URL a call sends begins.
+    prefix: String,
     headers: reqwest::header::HeaderMap,
+    /// Masks the header values (tokens) in what a call says.
+    redactor: Redactor,
     spec: ToolSpec,
 }
 
@@ -244,8 +322,13 @@ impl HttpTool {
     ) -> Result<Self, String> {
         check(config)?;
         let mut headers = reqwest::header::HeaderMap::new();
+        let mut secrets = Vec::new();
         for (name, value) in &config.headers {
             let value = expand(value, &env)?;
+            // The whole value, and its token alone (`Bearer <token>`), as
+            // an API may quote either.
+            secrets.extend(value.split_whitespace().last().map(str::to_owned));
+            secrets.push(value.clone());
             let mut value = reqwest::header::HeaderValue::from_str(&value)
                 .map_err(|_| format!("the value of {name} is not a header value"))?;
             value.set_sensitive(true);
@@ -256,7 +339,28 @@ impl HttpTool {
             );
         }
         let timeout = Duration::from_secs(config.timeout_s.unwrap_or(30).clamp(1, 600));
+        let origin =
+            reqwest::Url::parse(&fill(&config.url, &Map::new(), true).map_err(|e| e.message)?)
+                .map_err(|e| e.to_string())?
+                .origin();
+        let redirects = if config.follow_redirects {
+            reqwest::redirect::Policy::custom(move |attempt| {
+                if attempt.previous().len() >= 5 {
+                    attempt.error("more than 5 redirects")
+                } else if attempt.url().origin() == origin {
+                    attempt.follow()
+                } else {
+                    let to = attempt.url().origin().ascii_serialization();
+                    attempt.error(format!(
+                        "a redirect to another origin ({to}) is not followed"
+                    ))
+                }
+            })
+        } else {
+            reqwest::redirect::Policy::none()
+        };
         let client = reqwest::Client::builder()
+            .redirect(redirects)
             .timeout(timeout)
             .user_agent(format!("agent-harness/{}", env!("CARGO_PKG_VERSION")))
             .build()
@@ -266,7 +370,9 @@ impl HttpTool {
             method: reqwest::Method::from_str(&config.method.to_ascii_uppercase())
                 .map_err(|e| e.to_string())?,
             url: config.url.clone(),
+            prefix: fixed_prefix(&config.url).ok_or("the URL must be an http or https URL")?,
             headers,
+            redactor: Redactor::new(secrets, None),
             spec: ToolSpec::new(
                 &config.name,
                 &config.description,
@@ -287,6 +393,14 @@ impl Tool for HttpTool {
     }
 
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
+        self.send(ctx, arguments)
+            .await
+            .map_err(|e| ToolError::new(e.kind, self.redactor.text(&e.message), e.retryable))
+    }
+}
+
+impl HttpTool {
+    async fn send(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         let arguments = arguments.as_object().cloned().unwrap_or_default();
         let url = fill(&self.url, &arguments, false)?;
         let used = placeholders(&self.url);
@@ -297,6 +411,15 @@ impl Tool for HttpTool {
         let mut url = reqwest::Url::parse(&url).map_err(|e| {
             ToolError::new(ToolErrorKind::InvalidInput, format!("not a URL: {e}"), true)
         })?;
+        // What `fill` refuses keeps this true; checked all the same, as
+        // the last word before anything is sent.
+        if !url.path().starts_with(&self.prefix) {
+            return Err(ToolError::new(
+                ToolErrorKind::InvalidInput,
+                format!("the arguments lead out of {}", self.prefix),
+                true,
+            ));
+        }
         let with_body = matches!(
             self.method,
             reqwest::Method::POST | reqwest::Method::PUT | reqwest::Method::PATCH
@@ -326,7 +449,7 @@ impl Tool for HttpTool {
         }
         let response = tokio::select! {
             response = request.send() => response.map_err(|e| {
-                let what = if e.is_timeout() { "timed out".to_owned() } else { format!("failed: {e}") };
+                let what = if e.is_timeout() { "timed out".to_owned() } else { format!("failed: {}", chain(&e)) };
                 ToolError::new(ToolErrorKind::Unavailable, format!("the request {what}"), true)
             })?,
             () = ctx.cancel.cancelled() => {
@@ -416,13 +539,53 @@ mod tests {
     }
 
     #[test]
-    fn placeholders_are_filled_encoded_and_secrets_come_from_the_environment() {
-        let args = json!({"id": "a/b c", "n": 3}).as_object().unwrap().clone();
+    fn a_path_argument_is_one_segment_unless_declared_as_several() {
+        let template = "https://x.example/projects/p1/tickets/{id}";
+        for bad in ["", ".", "..", "a/b", "../../admin"] {
+            let args = json!({"id": bad}).as_object().unwrap().clone();
+            let refused = fill(template, &args, false).unwrap_err();
+            assert_eq!(refused.kind, ToolErrorKind::InvalidInput, "{bad:?}");
+        }
+        let args = json!({"path": "docs/a b.md"}).as_object().unwrap().clone();
         assert_eq!(
-            fill("https://x.example/items/{id}?n={n}", &args, false).unwrap(),
-            "https://x.example/items/a%2Fb%20c?n=3"
+            fill("https://x.example/files/{path*}", &args, false).unwrap(),
+            "https://x.example/files/docs/a%20b.md"
+        );
+        for bad in ["docs/../secret", "docs//a", "/docs", "."] {
+            let args = json!({"path": bad}).as_object().unwrap().clone();
+            assert!(
+                fill("https://x.example/files/{path*}", &args, false).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(fixed_prefix(template).unwrap(), "/projects/p1/tickets/");
+        assert_eq!(
+            fixed_prefix("https://x.example/files/{p*}").unwrap(),
+            "/files/"
+        );
+        assert_eq!(fixed_prefix("https://x.example?q={q}").unwrap(), "/");
+        assert_eq!(
+            placeholders("https://x.example/{a}/{b*}?c={c}"),
+            ["a", "b", "c"]
+        );
+    }
+
+    #[test]
+    fn placeholders_are_filled_encoded_and_secrets_come_from_the_environment() {
+        let args = json!({"id": "a/b c", "n": 3, "name": "b c~"})
+            .as_object()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            fill("https://x.example/items/{name}?n={n}", &args, false).unwrap(),
+            "https://x.example/items/b%20c~?n=3"
         );
         assert!(fill("https://x.example/{missing}", &args, false).is_err());
+        // A query value may hold anything: it is encoded.
+        assert_eq!(
+            fill("https://x.example/items?q={id}", &args, false).unwrap(),
+            "https://x.example/items?q=a%2Fb%20c"
+        );
         let env = |name: &str| (name == "TOKEN").then(|| "s3cret".to_owned());
         assert_eq!(expand("Bearer ${TOKEN}", &env).unwrap(), "Bearer s3cret");
         assert!(

@@ -220,17 +220,27 @@ async fn a_task_waits_for_input_and_is_answered_in_the_same_task(backend: Backen
     let context = task["contextId"].as_str().unwrap().to_owned();
     assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
 
-    // An answer that is neither: refused, nothing decided.
-    let unclear = rpc(
-        &app,
-        request(
-            2,
-            "SendMessage",
-            json!({"message": message("maybe", json!({"taskId": id, "contextId": context}))}),
-        ),
-    )
-    .await;
-    assert_eq!(unclear["error"]["code"], -32602, "{unclear}");
+    // An answer that is neither word, whole: refused, nothing decided,
+    // the task still waits. (Before, "nothing to add" denied the call
+    // and "yesterday's plan is fine" approved it.)
+    for said in ["maybe", "nothing to add", "yesterday's plan is fine"] {
+        let unclear = rpc(
+            &app,
+            request(
+                2,
+                "SendMessage",
+                json!({"message": message(said, json!({"taskId": id, "contextId": context}))}),
+            ),
+        )
+        .await;
+        assert_eq!(unclear["error"]["code"], -32602, "{said}: {unclear}");
+        let task = rpc(&app, request(2, "GetTask", json!({"id": id}))).await;
+        assert_eq!(
+            task["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{said}: {task}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
     // Approved in the same task: the stream goes on from there.
     let results = stream_results(
         &app,
@@ -376,6 +386,24 @@ async fn every_a2a_error_has_its_code(backend: Backend) {
     ] {
         let answer = rpc(&app, body.clone()).await;
         assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+    }
+    // An id that cannot be echoed on every frame is refused, with
+    // `id: null`. (Before, a 900 KB id came back on each streamed frame.)
+    for id in [
+        json!("x".repeat(129)),
+        json!({"a": 1}),
+        json!([1]),
+        json!(true),
+    ] {
+        let mut body = request(
+            0,
+            "SendStreamingMessage",
+            json!({"message": message("hi", json!({}))}),
+        );
+        body["id"] = id.clone();
+        let answer = rpc(&app, body).await;
+        assert_eq!(answer["error"]["code"], -32600, "{id}: {answer}");
+        assert_eq!(answer["id"], Value::Null, "{id}");
     }
     assert!(app.provider.requests().is_empty(), "no turn began");
 }

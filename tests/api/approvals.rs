@@ -199,7 +199,144 @@ async fn a_cancel_or_the_deadline_ends_a_pending_approval(backend: Backend) {
     );
 }
 
+/// Posts a decision on `call` of `turn` in `session`.
+async fn decide(app: &TestApp, session: &str, turn: &str, call: &str, approve: bool) -> u16 {
+    let url = format!("/sessions/{session}/turns/{turn}/approvals/{call}");
+    let response = app
+        .client
+        .post(app.url(&url))
+        .json(&json!({"approve": approve}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    if status != 200 {
+        let problem: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(problem["code"], "call_not_found", "{problem}");
+    }
+    status
+}
+
+/// A provider that sends its calls without ids (older Ollama), or with
+/// `call_0` at every step (OpenAI-compatible servers that number afresh):
+/// the approval of step 1's `append_note` is not step 2's `write_note`'s,
+/// which waits for its own decision. (Before, both were `call_0`: the
+/// write ran at once and overwrote the note.)
+async fn each_write_waits_for_its_own_decision_whatever_ids_the_provider_sends(backend: Backend) {
+    for ollama in [true, false] {
+        let vault = vault_of(&[("notes/a.md", "# A\n")]);
+        let note = vault.path().join("notes/a.md");
+        let provider = FakeProvider::start().await;
+        let mut settings = test_settings(&provider);
+        settings.vault.dir = vault.path().to_owned();
+        settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
+        settings.harness.turn_timeout_s = 60;
+        if ollama {
+            settings.providers.chain = Some("ollama:llama3.2".parse().unwrap());
+            settings.providers.ollama_host = provider.root.parse().unwrap();
+        }
+        let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+        let append = json!({"path": "notes/a.md", "content": "appended"});
+        let write = json!({"path": "notes/a.md", "content": "overwritten"});
+        if ollama {
+            app.provider.enqueue([
+                Reply::ollama_tool_call("append_note", &append),
+                Reply::ollama_tool_call("write_note", &write),
+                Reply::ndjson("ollama/text.ndjson"),
+            ]);
+        } else {
+            app.provider.enqueue([
+                Reply::openai_tool_call("call_0", "append_note", &append),
+                Reply::openai_tool_call("call_0", "write_note", &write),
+                Reply::sse("openai/text.sse"),
+            ]);
+        }
+        let mut stream = app
+            .post_turn_sse(
+                "s-ids",
+                json!({"message": "Add to my note, then rewrite it."}),
+            )
+            .await;
+        let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+        let first = stream.read_until("approval.requested").await;
+        let first = first.last().unwrap().json();
+        assert_eq!(first["tool"], "append_note");
+        let first_id = first["call_id"].as_str().unwrap().to_owned();
+        assert_eq!(decide(&app, "s-ids", &turn, &first_id, true).await, 200);
+
+        let second = stream.read_until("approval.requested").await;
+        let second = second.last().unwrap().json();
+        assert_eq!(second["tool"], "write_note");
+        let second_id = second["call_id"].as_str().unwrap().to_owned();
+        assert_ne!(second_id, first_id, "ollama: {ollama}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            std::fs::read_to_string(&note).unwrap(),
+            "# A\nappended",
+            "the write waits for its own decision (ollama: {ollama})"
+        );
+        assert_eq!(decide(&app, "s-ids", &turn, &second_id, false).await, 200);
+        let rest = stream.read_to_end().await;
+        assert_eq!(types(&rest).last(), Some(&"turn.completed"), "{rest:?}");
+        assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\nappended");
+        if !ollama {
+            // The provider gets back a consistent pair: each call's id
+            // on the tool message that answers it.
+            let sent = &app.provider.requests()[2].body["messages"];
+            let called: Vec<&str> = sent
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
+                .map(|c| c["id"].as_str().unwrap())
+                .collect();
+            let answered: Vec<&str> = sent
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|m| m["tool_call_id"].as_str())
+                .collect();
+            assert_eq!(called, ["call_0", second_id.as_str()]);
+            assert_eq!(answered, called);
+        }
+    }
+}
+
+/// A decision for a call that is not waiting for one is refused and
+/// recorded nowhere: when the call comes, it waits. (Before, any id was
+/// recorded, and a write that came later ran without asking.)
+async fn no_call_is_approved_in_advance(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let app = app(backend, vault.path(), 60).await;
+    let gate = tokio_util::sync::CancellationToken::new();
+    app.provider.enqueue([
+        Reply::openai_tool_call(
+            "call_a1",
+            "write_note",
+            &json!({"path": "notes/a.md", "content": "changed"}),
+        )
+        .hold_head(&gate),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let mut stream = app
+        .post_turn_sse("s-early", json!({"message": "Change my note."}))
+        .await;
+    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    assert_eq!(decide(&app, "s-early", &turn, "call_a1", true).await, 404);
+    gate.cancel();
+    stream.read_until("approval.requested").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n", "it waits");
+    assert_eq!(decide(&app, "s-early", &turn, "call_a1", true).await, 200);
+    let rest = stream.read_to_end().await;
+    assert_eq!(types(&rest).last(), Some(&"turn.completed"));
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "changed");
+}
+
 on_both_backends!(
     writes_wait_for_a_person_who_approves_or_denies,
     a_cancel_or_the_deadline_ends_a_pending_approval,
+    each_write_waits_for_its_own_decision_whatever_ids_the_provider_sends,
+    no_call_is_approved_in_advance,
 );

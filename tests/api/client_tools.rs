@@ -212,7 +212,59 @@ async fn client_tools_that_cannot_be_are_refused(backend: Backend) {
     assert!(app.provider.requests().is_empty(), "no turn began");
 }
 
+/// A provider that names its calls `call_0` at every step: the client's
+/// result of step 1's call is not step 2's, which waits for its own.
+/// (Before, the second call got the first one's result at once.)
+async fn a_second_client_call_waits_for_its_own_result(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([
+        Reply::openai_tool_call("call_0", "client__get_location", &json!({})),
+        Reply::openai_tool_call("call_0", "client__get_location", &json!({"precise": true})),
+        Reply::openai_text("You moved from Lyon to Paris."),
+    ]);
+    let mut stream = app
+        .post_turn_sse(
+            "s-client-ids",
+            json!({"message": "Where am I now?", "client_tools": [location_tool()]}),
+        )
+        .await;
+    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let post = |call: String, output: &'static str| {
+        let url = format!("/sessions/s-client-ids/turns/{turn}/tool-results/{call}");
+        app.client
+            .post(app.url(&url))
+            .json(&json!({"output": output}))
+            .send()
+    };
+    let first = stream.read_until("tool.requested").await;
+    let first = first.last().unwrap().json()["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(post(first.clone(), "Lyon").await.unwrap().status(), 200);
+    let second = stream.read_until("tool.requested").await;
+    let second = second.last().unwrap().json();
+    assert_eq!(second["arguments"], json!({"precise": true}));
+    let second = second["call_id"].as_str().unwrap().to_owned();
+    assert_ne!(second, first);
+    // It waits: no second provider request past the first result.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(app.provider.requests().len(), 2);
+    assert_eq!(post(second, "Paris").await.unwrap().status(), 200);
+    let rest = stream.read_to_end().await;
+    let outputs: Vec<Value> = rest
+        .iter()
+        .filter(|e| e.event == "tool.finished")
+        .map(|e| e.json()["output"].clone())
+        .collect();
+    assert_eq!(outputs, [json!("Paris")]);
+    assert_eq!(rest.last().unwrap().event, "turn.completed");
+    let sent = app.provider.requests()[2].body["messages"].to_string();
+    assert!(sent.contains("Lyon") && sent.contains("Paris"), "{sent}");
+}
+
 on_both_backends!(
+    a_second_client_call_waits_for_its_own_result,
     a_client_tool_pauses_the_turn_until_its_result_is_posted,
     a_cancel_ends_the_wait_for_a_client_result,
     a_wait_for_a_client_result_survives_a_take_over,

@@ -115,11 +115,11 @@ async fn declared_http_tools_call_their_api_with_arguments_and_secret_headers() 
     );
 
     let (finished, message) = app
-        .call_tool("get_item", json!({"id": "a/1", "verbose": true}))
+        .call_tool("get_item", json!({"id": "a 1", "verbose": true}))
         .await;
     assert_eq!(finished["status"], "completed", "{finished}");
     assert!(message.contains("HTTP 200 OK"), "{message}");
-    assert!(message.contains(r#""id":"a/1""#), "{message}");
+    assert!(message.contains(r#""id":"a 1""#), "{message}");
     assert!(message.contains(r#""verbose":"true""#), "{message}");
 
     let (finished, message) = app
@@ -193,4 +193,147 @@ async fn a_get_without_query_arguments_has_no_question_mark() {
         .call_tool("raw", json!({"id": "T-42", "verbose": true}))
         .await;
     assert!(message.contains("/raw/T-42?verbose=true"), "{message}");
+}
+
+/// An API whose every request is counted by its path (and method), with a
+/// redirect to `elsewhere` and one within itself, and an error page that
+/// quotes the request's `Authorization`; returns its port and the count.
+async fn counting_api(elsewhere: u16) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::{extract::Request, response::IntoResponse};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let app = Router::new().fallback(move |request: Request| {
+        let log = log.clone();
+        async move {
+            let path = request.uri().path().to_owned();
+            log.lock()
+                .unwrap()
+                .push(format!("{} {path}", request.method()));
+            match path.as_str() {
+                "/moved-away" => (
+                    StatusCode::FOUND,
+                    [("location", format!("http://127.0.0.1:{elsewhere}/raw/x"))],
+                )
+                    .into_response(),
+                "/moved-here" => (
+                    StatusCode::FOUND,
+                    [("location", "/projects/p1/tickets/T-1".to_owned())],
+                )
+                    .into_response(),
+                "/echo" => (
+                    StatusCode::BAD_REQUEST,
+                    format!("you sent {:?}", request.headers()["authorization"]),
+                )
+                    .into_response(),
+                _ => (StatusCode::OK, path).into_response(),
+            }
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (port, seen)
+}
+
+/// An HTTP tool keeps to its template: `..` cannot reach the template's
+/// parent, redirects are followed only when declared and only to the same
+/// origin, and the configured header values never show in its errors.
+/// (Before, `DELETE …/tickets/{id}` with `id: ".."` deleted
+/// `/projects/p1/`, every redirect was followed anywhere, and the token an
+/// API quoted reached the model.)
+#[tokio::test]
+async fn an_http_tool_keeps_to_its_template_its_origin_and_its_secrets() {
+    let other = api().await;
+    let (port, seen) = counting_api(other).await;
+    let root = format!("http://127.0.0.1:{port}");
+    let declared = json!([
+        {
+            "name": "delete_ticket", "description": "Delete a ticket.", "method": "DELETE",
+            "url": format!("{root}/projects/p1/tickets/{{id}}"), "effect": "READ_ONLY",
+            "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}
+        },
+        {
+            "name": "get_file", "description": "Read a file.",
+            "url": format!("{root}/files/{{path*}}"), "effect": "READ_ONLY",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}
+        },
+        {
+            "name": "stay", "description": "Goes where it is sent.",
+            "url": format!("{root}/{{to}}"), "effect": "READ_ONLY",
+            "parameters": {"type": "object", "properties": {"to": {"type": "string"}}}
+        },
+        {
+            "name": "follow", "description": "Follows redirects.", "follow_redirects": true,
+            "url": format!("{root}/{{to}}"), "effect": "READ_ONLY",
+            "headers": {"Authorization": "Bearer ${TOKEN}"},
+            "parameters": {"type": "object", "properties": {"to": {"type": "string"}}}
+        }
+    ]);
+    let app = app_with(declared, |name| {
+        (name == "TOKEN").then(|| "tok-9f8e7d6c5b".to_owned())
+    })
+    .await;
+    for id in ["..", ".", "", "a/b", "../../admin"] {
+        let (finished, _) = app.call_tool("delete_ticket", json!({"id": id})).await;
+        assert_eq!(finished["status"], "failed", "{id:?}: {finished}");
+        assert!(
+            finished["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("invalid_input"),
+            "{id:?}: {finished}"
+        );
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    let (finished, _) = app.call_tool("delete_ticket", json!({"id": "T-1"})).await;
+    assert_eq!(finished["output"], "HTTP 200 OK\n/projects/p1/tickets/T-1");
+    let (finished, _) = app
+        .call_tool("get_file", json!({"path": "docs/a.md"}))
+        .await;
+    assert_eq!(finished["output"], "HTTP 200 OK\n/files/docs/a.md");
+    let (finished, _) = app
+        .call_tool("get_file", json!({"path": "docs/../../x"}))
+        .await;
+    assert_eq!(finished["status"], "failed", "{finished}");
+
+    // Not declared: the redirect is the answer.
+    let (finished, _) = app.call_tool("stay", json!({"to": "moved-here"})).await;
+    assert!(
+        finished["error"].as_str().unwrap().contains("answered 302"),
+        "{finished}"
+    );
+    // Declared: followed within the origin, refused out of it.
+    let (finished, _) = app.call_tool("follow", json!({"to": "moved-here"})).await;
+    assert_eq!(finished["output"], "HTTP 200 OK\n/projects/p1/tickets/T-1");
+    let (finished, _) = app.call_tool("follow", json!({"to": "moved-away"})).await;
+    assert_eq!(finished["status"], "failed", "{finished}");
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .contains("another origin"),
+        "{finished}"
+    );
+    // The token the API quotes back is masked.
+    let (finished, message) = app.call_tool("follow", json!({"to": "echo"})).await;
+    let error = finished["error"].as_str().unwrap();
+    assert!(error.contains("[redacted]"), "{error}");
+    assert!(!error.contains("tok-9f8e7d6c5b"), "{error}");
+    assert!(!message.contains("tok-9f8e7d6c5b"), "{message}");
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        [
+            "DELETE /projects/p1/tickets/T-1",
+            "GET /files/docs/a.md",
+            "GET /moved-here",
+            "GET /moved-here",
+            "GET /projects/p1/tickets/T-1",
+            "GET /moved-away",
+            "GET /echo",
+        ]
+    );
 }

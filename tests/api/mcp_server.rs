@@ -260,6 +260,26 @@ async fn what_is_not_mcp_is_refused_as_json_rpc_says(backend: Backend) {
         assert_eq!(answer["error"]["code"], code, "{method} {params}: {answer}");
         assert_eq!(answer["id"], 1);
     }
+    // An id or progress token that cannot be echoed on every frame is
+    // refused, with `id: null`. (Before, a 900 KB id came back on each
+    // streamed frame.)
+    let ask = |id: Value, token: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "ask", "arguments": {"message": "hi"}, "_meta": {"progressToken": token},
+        }})
+    };
+    for (id, token) in [
+        (json!("x".repeat(129)), json!(1)),
+        (json!({"a": 1}), json!(1)),
+        (json!(1), json!("t".repeat(129))),
+        (json!(1), json!([1])),
+    ] {
+        let response = rpc(&app, None, ask(id.clone(), token.clone())).await;
+        assert_eq!(response.status(), 400, "{id} {token}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        assert_eq!(answer["id"], Value::Null);
+    }
     assert!(app.provider.requests().is_empty(), "no turn began");
     let (status, _) = app.get_json("/sessions/x").await;
     assert_eq!(status, 404);

@@ -287,6 +287,11 @@ async fn fetch_url_refuses_internal_addresses_even_after_a_redirect_or_a_lookup(
             format!("http://0x7f000001:{port}/page"),
             "127.0.0.1 is a loopback".to_owned(),
         ),
+        // 6to4 of the loopback address.
+        (
+            format!("http://[2002:7f00:1::1]:{port}/page"),
+            "2002:7f00:1::1 is a loopback".to_owned(),
+        ),
         (
             "file:///etc/passwd".to_owned(),
             "only http and https".to_owned(),

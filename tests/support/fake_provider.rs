@@ -160,6 +160,15 @@ impl Reply {
         Self::raw_sse(&body)
     }
 
+    /// One Ollama tool call without an id, in the recorded shape of
+    /// `ollama/tool_call_local_search.ndjson` (the same lines, with this
+    /// call's name and arguments).
+    pub fn ollama_tool_call(name: &str, arguments: &serde_json::Value) -> Self {
+        let call = serde_json::json!({"model": "llama3.2", "created_at": "2025-11-20T10:20:01.118044Z", "message": {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": name, "arguments": arguments}}]}, "done": false});
+        let done = serde_json::json!({"model": "llama3.2", "created_at": "2025-11-20T10:20:01.401355Z", "message": {"role": "assistant", "content": ""}, "done_reason": "stop", "done": true, "total_duration": 612345678, "load_duration": 2811234, "prompt_eval_count": 402, "prompt_eval_duration": 120000000, "eval_count": 22, "eval_duration": 480000000});
+        Self::raw_ndjson(&format!("{call}\n{done}\n"))
+    }
+
     /// A 200 NDJSON stream from literal text.
     pub fn raw_ndjson(body: &str) -> Self {
         Self {

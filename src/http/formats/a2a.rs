@@ -45,7 +45,7 @@ use crate::{
     store::{NewApproval, TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
-use params::{client_answers, history_length, message_text, task_id};
+use params::{client_answers, decisions, history_length, message_text, task_id};
 use task::TaskFold;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -68,6 +68,7 @@ const UNSUPPORTED_OPERATION: i64 = -32004;
 const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
 
 /// A JSON-RPC error of a method.
+#[derive(Debug)]
 struct RpcError(i64, String);
 
 impl RpcError {
@@ -126,6 +127,9 @@ async fn a2a(
         Err(other) => return Err(other),
     };
     let id = message.get("id").cloned().unwrap_or(Value::Null);
+    if !jsonrpc::valid_id(&id) {
+        return Ok(answer(&jsonrpc::invalid_id()));
+    }
     let (Some(method), true) = (
         message.get("method").and_then(Value::as_str),
         jsonrpc::is_message(&message),
@@ -378,8 +382,8 @@ impl Caller {
     }
 
     /// A message in a task that waits for the client: the results of the
-    /// client's calls ([`client_answers`]), or a decision of the task's
-    /// pending approvals (text that starts with approve/yes or deny/no).
+    /// client's calls ([`client_answers`]), or decisions of the task's
+    /// pending approvals ([`decisions`]).
     async fn answer_pending(
         &self,
         turn_id: Uuid,
@@ -416,27 +420,15 @@ impl Caller {
             answer_calls(&self.app, &record, &answers).await?;
             return Ok((record, last_seq));
         }
-        let text = message_text(message)?;
-        let said = text.trim().to_lowercase();
-        let approve = if said.starts_with("approve") || said.starts_with("yes") {
-            true
-        } else if said.starts_with("deny") || said.starts_with("no") {
-            false
-        } else {
-            return Err(RpcError::new(
-                INVALID_PARAMS,
-                "answer a pending call with approve or deny",
-            ));
-        };
-        for call_id in fold.pending() {
+        for decision in decisions(message, fold.pending())? {
             self.app
                 .store
                 .decide_approval(&NewApproval {
                     session_id: session.as_str().to_owned(),
                     turn_id,
-                    call_id: call_id.clone(),
-                    approved: approve,
-                    reason: Some(format!("answered in the task: {}", text.trim())),
+                    call_id: decision.call_id,
+                    approved: decision.approve,
+                    reason: decision.reason,
                 })
                 .await?;
         }

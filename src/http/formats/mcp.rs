@@ -26,8 +26,8 @@ use uuid::Uuid;
 use super::{
     Encoded, WireFormat,
     jsonrpc::{
-        INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, error as rpc_error,
-        is_message, result as rpc_result,
+        self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
+        error as rpc_error, is_message, result as rpc_result,
     },
     stream_for, typed,
 };
@@ -94,6 +94,11 @@ async fn mcp(
         .to_owned();
     let method = fields.get("method").and_then(Value::as_str);
     let params = fields.get("params").cloned().unwrap_or(Value::Null);
+    // Both are echoed, the progress token on every progress frame.
+    let progress = &params["_meta"]["progressToken"];
+    if !fields.get("id").is_none_or(jsonrpc::valid_id) || !jsonrpc::valid_id(progress) {
+        return Ok(json_answer(StatusCode::BAD_REQUEST, &jsonrpc::invalid_id()));
+    }
     let Some(id) = fields.get("id").filter(|id| !id.is_null()).cloned() else {
         // A notification (or a client's response): taken, nothing to say.
         if method == Some("notifications/cancelled") {
@@ -140,7 +145,7 @@ async fn mcp(
                         id,
                         tenant,
                         mcp_session,
-                        progress: params["_meta"]["progressToken"].clone(),
+                        progress: progress.clone(),
                     };
                     return ask(&app, call, arguments, streams).await;
                 }

@@ -134,11 +134,19 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         let embedded = Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
         return is_public_v4(embedded);
     }
+    // 6to4 (2002::/16) reaches the IPv4 address in its next 32 bits.
+    if segments[0] == 0x2002 {
+        let embedded = Ipv4Addr::from((u32::from(segments[1]) << 16) | u32::from(segments[2]));
+        return is_public_v4(embedded);
+    }
     !(ip.is_unspecified()
         || ip.is_loopback()
         || ip.is_multicast()
+        || segments[..3] == [0x64, 0xff9b, 1] // local-use NAT64 (64:ff9b:1::/48)
+        || segments[..6] == [0, 0, 0, 0, 0xffff, 0] // SIIT's IPv4-translated (::ffff:0:0:0/96)
         || (segments[0] & 0xfe00) == 0xfc00 // unique local
         || (segments[0] & 0xffc0) == 0xfe80 // link-local
+        || (segments[0] & 0xffc0) == 0xfec0 // site-local (deprecated, still routed inside sites)
         || (segments[0] == 0x2001 && segments[1] == 0x0db8) // documentation
         || ip.to_ipv4().is_some()) // IPv4-compatible (deprecated)
 }
@@ -199,6 +207,19 @@ mod tests {
             "::ffff:169.254.169.254",
             "64:ff9b::7f00:1",
             "2001:db8::1",
+            // Local-use NAT64: whatever it embeds, a network of the site.
+            "64:ff9b:1::101:101",
+            "64:ff9b:1:ffff::a00:1",
+            // SIIT's IPv4-translated addresses.
+            "::ffff:0:a00:1",
+            "::ffff:0:101:101",
+            // 6to4 of private, loopback and metadata addresses.
+            "2002:a00:1::1",
+            "2002:7f00:1::",
+            "2002:a9fe:a9fe::1",
+            // Site-local.
+            "fec0::1",
+            "feff::1",
         ] {
             assert!(!is_public(internal.parse().unwrap()), "{internal}");
         }
@@ -207,6 +228,7 @@ mod tests {
             "1.1.1.1",
             "2606:4700:4700::1111",
             "64:ff9b::101:101",
+            "2002:101:101::1",
         ] {
             assert!(is_public(public.parse().unwrap()), "{public}");
         }

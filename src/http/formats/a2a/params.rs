@@ -8,6 +8,17 @@ use uuid::Uuid;
 use super::{CONTENT_TYPE_NOT_SUPPORTED, RpcError, TASK_NOT_FOUND, task::TaskFold};
 use crate::http::formats::{client_calls::ClientAnswer, jsonrpc::INVALID_PARAMS};
 
+/// The longest reason a decision may give (as on the native route).
+const MAX_REASON_CHARS: usize = 1000;
+
+/// A person's decision on one pending call.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Decision {
+    pub call_id: String,
+    pub approve: bool,
+    pub reason: Option<String>,
+}
+
 /// A task's id as the protocol names it.
 pub(super) fn task_id(params: &Value) -> Result<Uuid, RpcError> {
     let raw = params["id"]
@@ -61,7 +72,7 @@ pub(super) fn client_answers(
     let data: Vec<&Value> = parts
         .iter()
         .filter_map(|p| p.get("data"))
-        .filter(|d| d.get("call_id").is_some())
+        .filter(|d| d.get("call_id").is_some() && d.get("approve").is_none())
         .collect();
     if data.is_empty() {
         return match (waiting, fold.pending().is_empty()) {
@@ -90,4 +101,141 @@ pub(super) fn client_answers(
             Ok(ClientAnswer::of(call_id, &d["output"], is_error))
         })
         .collect()
+}
+
+/// The decisions a message in a waiting task gives on its `pending`
+/// approvals: a data part `{call_id, approve, reason?}` for each call it
+/// decides, or a message whose whole text is `approve` or `deny` (any
+/// case) for every pending call. Anything else decides nothing and is
+/// refused, so the calls keep waiting: a person's "nothing to add" is no
+/// denial, and "yesterday's plan is fine" no approval.
+pub(super) fn decisions(message: &Value, pending: &[String]) -> Result<Vec<Decision>, RpcError> {
+    let parts = message["parts"].as_array().map_or(&[][..], Vec::as_slice);
+    let data: Vec<&Value> = parts
+        .iter()
+        .filter_map(|p| p.get("data"))
+        .filter(|d| d.get("approve").is_some())
+        .collect();
+    if data.is_empty() {
+        let text = message_text(message)?;
+        let approve = match text.trim().to_lowercase().as_str() {
+            "approve" => true,
+            "deny" => false,
+            _ => {
+                return Err(RpcError::new(
+                    INVALID_PARAMS,
+                    "decide a pending call with a message whose whole text is approve or deny, \
+                     or a data part {call_id, approve, reason}; the call still waits",
+                ));
+            }
+        };
+        return Ok(pending
+            .iter()
+            .map(|call_id| Decision {
+                call_id: call_id.clone(),
+                approve,
+                reason: None,
+            })
+            .collect());
+    }
+    data.into_iter()
+        .map(|d| {
+            let call_id = d["call_id"].as_str().unwrap_or_default();
+            if !pending.iter().any(|p| p == call_id) {
+                return Err(RpcError::new(
+                    INVALID_PARAMS,
+                    format!("the task does not wait for a decision on a call {call_id:?}"),
+                ));
+            }
+            let approve = d["approve"]
+                .as_bool()
+                .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`approve` must be true or false"))?;
+            let reason = match &d["reason"] {
+                Value::Null => None,
+                Value::String(r) if r.chars().count() <= MAX_REASON_CHARS && !r.contains('\0') => {
+                    Some(r.trim().to_owned()).filter(|r| !r.is_empty())
+                }
+                _ => {
+                    return Err(RpcError::new(
+                        INVALID_PARAMS,
+                        format!(
+                            "`reason` must be text of at most {MAX_REASON_CHARS} characters \
+                             without U+0000"
+                        ),
+                    ));
+                }
+            };
+            Ok(Decision {
+                call_id: call_id.to_owned(),
+                approve,
+                reason,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn text(text: &str) -> Value {
+        json!({"parts": [{"text": text}]})
+    }
+
+    #[test]
+    fn only_the_whole_words_approve_or_deny_decide_by_text() {
+        let pending = vec!["c1".to_owned(), "c2".to_owned()];
+        for (said, approve) in [("approve", true), (" Deny\n", false), ("APPROVE", true)] {
+            let decided = decisions(&text(said), &pending).unwrap();
+            assert_eq!(decided.len(), 2, "{said:?}");
+            assert!(
+                decided
+                    .iter()
+                    .all(|d| d.approve == approve && d.reason.is_none())
+            );
+        }
+        for said in [
+            "nothing to add",
+            "yesterday's plan is fine",
+            "yes",
+            "no",
+            "approve it",
+            "deny, please",
+        ] {
+            assert!(decisions(&text(said), &pending).is_err(), "{said:?}");
+        }
+    }
+
+    #[test]
+    fn a_data_part_decides_its_own_call_with_a_bounded_reason() {
+        let pending = vec!["c1".to_owned(), "c2".to_owned()];
+        let part = |data: Value| json!({"parts": [{"data": data}]});
+        let decided = decisions(
+            &part(json!({"call_id": "c2", "approve": false, "reason": " not now "})),
+            &pending,
+        )
+        .unwrap();
+        assert_eq!(
+            decided,
+            [Decision {
+                call_id: "c2".into(),
+                approve: false,
+                reason: Some("not now".into()),
+            }]
+        );
+        for refused in [
+            json!({"call_id": "c9", "approve": true}),
+            json!({"call_id": "c1", "approve": "yes"}),
+            json!({"call_id": "c1", "approve": false, "reason": "x".repeat(1001)}),
+            json!({"call_id": "c1", "approve": false, "reason": "a\u{0}b"}),
+            json!({"call_id": "c1", "approve": false, "reason": 3}),
+        ] {
+            assert!(
+                decisions(&part(refused.clone()), &pending).is_err(),
+                "{refused}"
+            );
+        }
+    }
 }
