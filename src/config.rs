@@ -155,6 +155,25 @@ impl Settings {
         self.providers.chain()
     }
 
+    /// The models a request may name: the chain's and
+    /// `[providers.models]`'s, in that order. No other name reaches a
+    /// provider on the operator's account.
+    pub fn allowed_models(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        let listed = self.providers.models.0.keys().cloned();
+        for name in self
+            .provider_chain()
+            .into_iter()
+            .map(|p| p.model)
+            .chain(listed)
+        {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
     /// The async runtime's worker threads: the setting, else one a core.
     /// Fewer workers (one on two cores with SQLite, whose writer has a
     /// thread of its own) cost less CPU a turn at low load, as fewer idle

@@ -89,6 +89,10 @@ pub struct HarnessOptions {
     pub max_reflections: u32,
     /// OFF.
     pub think_level: ThinkLevel,
+    /// The operator's ceiling on a request's think level (HIGH).
+    pub max_think_level: ThinkLevel,
+    /// The operator's ceiling on a call's output tokens (none).
+    pub max_output_tokens: Option<u32>,
     /// 0: never; N: reflect on every N-th turn of a session.
     pub reflect_every: u32,
     /// Stream provider output (true: the service always streams).
@@ -132,6 +136,8 @@ impl Default for HarnessOptions {
             max_tool_calls: 6,
             max_reflections: 4,
             think_level: ThinkLevel::Off,
+            max_think_level: ThinkLevel::High,
+            max_output_tokens: None,
             reflect_every: 0,
             stream: true,
             system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),

@@ -12,6 +12,7 @@ mod health;
 pub mod json;
 mod limits;
 pub mod memory;
+mod origin;
 mod page;
 pub mod server;
 pub mod sessions;
@@ -231,6 +232,10 @@ pub fn router(app: AppState) -> Router {
             (app.clone(), auth),
             auth::authenticate,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            std::sync::Arc::new(origin::OriginGuard::new(&app.settings)),
+            origin::guard,
+        ))
         .layer(Extension(BodyLimit(body_limit)))
         .layer(Extension(BodyTimeout(body_timeout)))
         .layer(DefaultBodyLimit::max(body_limit))
@@ -436,6 +441,9 @@ impl From<crate::runner::StartError> for ApiError {
             StartError::IdempotencyMismatch(id) => Self::IdempotencyKeyReused(id),
             StartError::ShuttingDown => Self::ShuttingDown,
             StartError::SessionNotFound => Self::SessionNotFound,
+            StartError::ModelNotAllowed { model, allowed } => {
+                Self::ModelNotAllowed { model, allowed }
+            }
             StartError::Store(e) => e.into(),
         }
     }

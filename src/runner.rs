@@ -54,6 +54,8 @@ pub struct RunnerConfig {
     pub events: writer::WriterLimits,
     /// Woken when a turn's end has stored jobs for the background worker.
     pub jobs_queued: Arc<tokio::sync::Notify>,
+    /// The models a request may name ([`crate::config::Settings::allowed_models`]).
+    pub allowed_models: Vec<String>,
 }
 
 /// A turn that [`TurnRunner::start`] began, or found by its idempotency key.
@@ -86,6 +88,9 @@ pub enum StartError {
     /// The session belongs to another tenant.
     #[error("no such session")]
     SessionNotFound,
+    /// The request names a model the operator did not configure.
+    #[error("the model {model:?} is not offered here; allowed: {}", allowed.join(", "))]
+    ModelNotAllowed { model: String, allowed: Vec<String> },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -338,6 +343,16 @@ impl TurnRunner {
             return Err(StartError::ShuttingDown);
         }
         let inner = &self.inner;
+        // Every route that starts a turn comes here: a model the operator
+        // did not configure never reaches a provider.
+        if let Some(model) = spec.runtime_model.as_deref()
+            && !inner.config.allowed_models.iter().any(|m| m == model)
+        {
+            return Err(StartError::ModelNotAllowed {
+                model: model.to_owned(),
+                allowed: inner.config.allowed_models.clone(),
+            });
+        }
         let turn_id = Uuid::now_v7();
         let now = Utc::now().trunc_subsecs(6);
         let (provider, model) = inner.harness.resolve_provider_model(

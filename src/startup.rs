@@ -159,6 +159,8 @@ pub fn build_harness(
         max_tool_calls: settings.harness.max_tool_calls,
         max_reflections: settings.harness.max_reflections,
         think_level: settings.harness.think_level,
+        max_think_level: settings.harness.max_think_level,
+        max_output_tokens: settings.harness.max_output_tokens,
         reflect_every: settings.harness.reflect_every,
         system_prompt: settings.harness.system_prompt.clone(),
         prompt_id: settings.harness.prompt_id.clone(),
@@ -422,6 +424,7 @@ impl Application {
                     linger: Duration::from_millis(settings.database.event_linger_ms),
                 },
                 jobs_queued: jobs.clone(),
+                allowed_models: settings.allowed_models(),
             },
             metrics,
         );

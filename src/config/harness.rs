@@ -52,6 +52,23 @@ pub struct HarnessSettings {
         default_value = "off"
     )]
     pub think_level: ThinkLevel,
+    /// The most thinking a request may ask for: off, low, medium or high
+    /// (a request above it is lowered to it) [default: high].
+    #[arg(
+        id = "harness.max_think_level",
+        long = "max-think-level",
+        default_value = "high"
+    )]
+    pub max_think_level: ThinkLevel,
+    /// The most output tokens a provider call may ask for, whatever the
+    /// model (unknown models too) or the request says [default: the
+    /// model's own limit, or the request's].
+    #[arg(
+        id = "harness.max_output_tokens",
+        long = "max-output-tokens",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_output_tokens: Option<u32>,
     /// Reflect on every N-th turn of a session; 0 never.
     #[arg(
         id = "harness.reflect_every",

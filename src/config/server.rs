@@ -68,6 +68,22 @@ pub struct ServerSettings {
         default_value_t = 600
     )]
     pub rate_limit_per_minute: u32,
+    /// Failed authentications a client address may make per minute (a
+    /// bucket that refills steadily; past it, 429 `too_many_auth_failures`
+    /// before any key is looked up); 0: no limit.
+    #[arg(
+        id = "server.auth_failures_per_minute",
+        long = "auth-failures-per-minute",
+        default_value_t = 30
+    )]
+    pub auth_failures_per_minute: u32,
+    /// Browser origins that may call the service besides its own (a
+    /// comma-separated list of scheme://host[:port], or `*`); a request
+    /// from any other `Origin` is 403 `origin_not_allowed` on every route
+    /// while keys are off, and on `/mcp` always [default: none; the CORS
+    /// origins count too].
+    #[arg(id = "server.allowed_origins", long = "allowed-origins")]
+    pub allowed_origins: Option<CorsOrigins>,
     /// Seconds between SSE keep-alive comments.
     #[arg(
         id = "server.sse_keepalive_s",

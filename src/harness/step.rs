@@ -252,13 +252,23 @@ impl Turn<'_> {
         let model = self.model;
         let asked = &self.request.asked;
         let catalogue = harness.models.as_ref().and_then(|m| m.max_output(model));
+        let options = &harness.options;
+        // The operator's ceilings hold whatever the model or the request.
+        let max_output_tokens = [
+            catalogue,
+            asked.max_output_tokens,
+            options.max_output_tokens,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let call = ChatRequest {
-            max_output_tokens: match (catalogue, asked.max_output_tokens) {
-                (Some(most), Some(asked)) => Some(most.min(asked)),
-                (most, asked) => most.or(asked),
-            },
+            max_output_tokens,
             tools: self.offered.clone(),
-            think_level: asked.think_level.unwrap_or(harness.options.think_level),
+            think_level: asked
+                .think_level
+                .unwrap_or(options.think_level)
+                .min(options.max_think_level),
             provider: self.request.asked.runtime_provider.clone(),
             ..ChatRequest::new(model, messages.to_vec(), self.state.budget.remaining())
         };

@@ -12,12 +12,13 @@
 
 use std::{
     collections::HashMap,
+    net::{IpAddr, SocketAddr},
     sync::{Arc, Mutex},
     time::Instant,
 };
 
 use axum::{
-    extract::{RawPathParams, Request, State},
+    extract::{ConnectInfo, RawPathParams, Request, State},
     http::header,
     middleware::Next,
     response::Response,
@@ -41,26 +42,31 @@ pub(super) const OPEN_PATHS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub String);
 
-/// Keys and their request buckets.
-pub(super) struct Auth {
-    required: bool,
+/// Token buckets by key: `per_minute` tokens, refilled steadily.
+struct Buckets<K> {
     per_minute: u32,
-    /// Tokens left and when they were counted, by key id (one entry per
-    /// key that was used: at most as many as the keys made).
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    /// Tokens left and when they were counted, by key; at most
+    /// [`MAX_BUCKETS`] (full ones are dropped first, then the rest share
+    /// one bucket under `overflow`).
+    buckets: Mutex<HashMap<K, (f64, Instant)>>,
+    overflow: K,
 }
 
-impl Auth {
-    pub(super) fn new(app: &AppState) -> Arc<Self> {
-        Arc::new(Self {
-            required: app.settings.server.auth_required(),
-            per_minute: app.settings.server.rate_limit_per_minute,
+/// The most buckets kept (a key id or an address each).
+const MAX_BUCKETS: usize = 10_000;
+
+impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
+    fn new(per_minute: u32, overflow: K) -> Self {
+        Self {
+            per_minute,
             buckets: Mutex::new(HashMap::new()),
-        })
+            overflow,
+        }
     }
 
-    /// Takes a request from the key's bucket; `Err(seconds)` to wait.
-    fn take(&self, key_id: &str) -> Result<(), u64> {
+    /// Takes a token from `key`'s bucket (`take`), or only looks whether
+    /// one is there; `Err(seconds)` to wait.
+    fn spend(&self, key: &K, take: bool) -> Result<(), u64> {
         if self.per_minute == 0 {
             return Ok(());
         }
@@ -70,16 +76,77 @@ impl Auth {
         let Ok(mut buckets) = self.buckets.lock() else {
             return Ok(());
         };
-        let (tokens, at) = buckets.entry(key_id.to_owned()).or_insert((capacity, now));
-        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * per_second).min(capacity);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
+        let refilled = |(tokens, at): &(f64, Instant)| {
+            (tokens + now.duration_since(*at).as_secs_f64() * per_second).min(capacity)
+        };
+        if !buckets.contains_key(key) && buckets.len() >= MAX_BUCKETS {
+            buckets.retain(|_, bucket| refilled(bucket) < capacity);
+        }
+        let key = if buckets.contains_key(key) || buckets.len() < MAX_BUCKETS {
+            key
+        } else {
+            &self.overflow
+        };
+        let bucket = buckets.entry(key.clone()).or_insert((capacity, now));
+        bucket.0 = refilled(bucket);
+        bucket.1 = now;
+        if bucket.0 >= 1.0 {
+            if take {
+                bucket.0 -= 1.0;
+            }
             Ok(())
         } else {
-            let wait = (1.0 - *tokens) / per_second;
+            let wait = (1.0 - bucket.0) / per_second;
             Err(wait.ceil().max(1.0) as u64)
         }
+    }
+}
+
+/// Keys and their request buckets, and the failed authentications of
+/// each client address.
+pub(super) struct Auth {
+    required: bool,
+    requests: Buckets<String>,
+    failures: Buckets<IpAddr>,
+}
+
+impl Auth {
+    pub(super) fn new(app: &AppState) -> Arc<Self> {
+        let server = &app.settings.server;
+        Arc::new(Self {
+            required: server.auth_required(),
+            requests: Buckets::new(server.rate_limit_per_minute, String::new()),
+            failures: Buckets::new(
+                server.auth_failures_per_minute,
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            ),
+        })
+    }
+
+    /// Takes a request from the key's bucket; `Err(seconds)` to wait.
+    fn take(&self, key_id: &str) -> Result<(), u64> {
+        self.requests.spend(&key_id.to_owned(), true)
+    }
+}
+
+/// Who a failed authentication is counted against: the peer's address,
+/// an IPv6 one by its /64 (a host usually has the whole prefix).
+fn client_of(request: &Request) -> IpAddr {
+    let ip = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), |c| c.0.ip());
+    match ip {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            let mut segments = v6.segments();
+            segments[4..].fill(0);
+            IpAddr::V6(segments.into())
+        }
+        IpAddr::V6(v6) => IpAddr::V4(
+            v6.to_ipv4_mapped()
+                .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+        ),
+        v4 => v4,
     }
 }
 
@@ -99,6 +166,17 @@ pub(super) async fn authenticate(
     if OPEN_PATHS.contains(&request.uri().path()) {
         return Ok(next.run(request).await);
     }
+    // An address that keeps failing is refused before any lookup: its
+    // guesses cost the database nothing.
+    let client = client_of(&request);
+    auth.failures
+        .spend(&client, false)
+        .map_err(ApiError::AuthThrottled)?;
+    let failed = || {
+        // The failure is counted; its answer stays 401.
+        let _ = auth.failures.spend(&client, true);
+        ApiError::Unauthorized
+    };
     let key = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -106,13 +184,9 @@ pub(super) async fn authenticate(
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|k| !k.is_empty() && k.len() <= 256)
-        .ok_or(ApiError::Unauthorized)?;
+        .ok_or_else(failed)?;
     let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
-    let (key_id, tenant) = app
-        .store
-        .find_api_key(&hash)
-        .await?
-        .ok_or(ApiError::Unauthorized)?;
+    let (key_id, tenant) = app.store.find_api_key(&hash).await?.ok_or_else(failed)?;
     auth.take(&key_id).map_err(ApiError::RateLimited)?;
     request.extensions_mut().insert(Tenant(tenant));
     Ok(next.run(request).await)

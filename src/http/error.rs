@@ -130,6 +130,10 @@ pub enum ApiError {
     /// service does not take.
     #[error("{detail}")]
     Unsupported { field: String, detail: String },
+    /// 422 `model_not_allowed`: the request names a model the operator
+    /// did not configure (the chain's and `[providers.models]`'s).
+    #[error("the model {model:?} is not offered here; allowed: {}", allowed.join(", "))]
+    ModelNotAllowed { model: String, allowed: Vec<String> },
     /// 404 `call_not_found`: the turn asked the client for no such call.
     #[error("the turn asked for no such call")]
     CallNotFound,
@@ -149,6 +153,18 @@ pub enum ApiError {
     /// seconds given.
     #[error("too many requests for this key; retry in {0} s")]
     RateLimited(u64),
+    /// 429 `too_many_auth_failures`: this client address failed to
+    /// authenticate too often; retry after the seconds given.
+    #[error("too many failed authentications from this address; retry in {0} s")]
+    AuthThrottled(u64),
+    /// 421 `host_not_allowed`: with keys off, the request's `Host` is not
+    /// a loopback name (a page that rebound its name to this service).
+    #[error("the Host {0:?} is not served here: with keys off, use localhost, 127.0.0.1 or [::1]")]
+    HostNotAllowed(String),
+    /// 403 `origin_not_allowed`: a browser page of an origin that may not
+    /// call the service.
+    #[error("the origin {0:?} may not call this service (HARNESS_ALLOWED_ORIGINS)")]
+    OriginNotAllowed(String),
     /// 401 `unauthorized`: no key, or not a valid one.
     #[error("a valid API key is required (Authorization: Bearer <key>)")]
     Unauthorized,
@@ -224,10 +240,13 @@ impl ApiError {
             | Self::InvalidField { .. }
             | Self::InvalidHistoryRole(_)
             | Self::Unsupported { .. }
+            | Self::ModelNotAllowed { .. }
             | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
+            Self::HostNotAllowed(_) => StatusCode::MISDIRECTED_REQUEST,
+            Self::RateLimited(_) | Self::AuthThrottled(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
             Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -281,6 +300,7 @@ impl ApiError {
             Self::ArtifactNotFound => "artifact_not_found",
             Self::ResponseNotFound => "response_not_found",
             Self::CallNotFound => "call_not_found",
+            Self::ModelNotAllowed { .. } => "model_not_allowed",
             Self::ToolResultAlreadyPosted => "tool_result_already_posted",
             Self::ResponseInProgress(_) => "response_in_progress",
             Self::Unsupported { .. } => "unsupported_parameter",
@@ -288,6 +308,9 @@ impl ApiError {
             Self::CheckpointNotFound => "checkpoint_not_found",
             Self::Unauthorized => "unauthorized",
             Self::RateLimited(_) => "rate_limited",
+            Self::AuthThrottled(_) => "too_many_auth_failures",
+            Self::HostNotAllowed(_) => "host_not_allowed",
+            Self::OriginNotAllowed(_) => "origin_not_allowed",
             Self::ApprovalAlreadyDecided => "approval_already_decided",
             Self::CheckpointAlreadyRestored => "checkpoint_already_restored",
             Self::NoteRefused(_) => "note_refused",
@@ -398,7 +421,7 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
         }
-        if let Self::RateLimited(seconds) = self
+        if let Self::RateLimited(seconds) | Self::AuthThrottled(seconds) = self
             && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
         {
             response.headers_mut().insert(header::RETRY_AFTER, value);

@@ -99,3 +99,57 @@ async fn a_key_past_its_rate_gets_429_with_retry_after(backend: Backend) {
 }
 
 on_both_backends!(a_key_past_its_rate_gets_429_with_retry_after);
+
+/// An address that keeps failing to authenticate is throttled: past
+/// `HARNESS_AUTH_FAILURES_PER_MINUTE`, 429 `too_many_auth_failures` with
+/// `Retry-After`, before any key is looked up, so a valid key from there
+/// waits too; the probes stay open. (Before, guesses were unlimited.)
+async fn an_address_that_keeps_failing_to_authenticate_is_throttled(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth_failures_per_minute = 5;
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let store = app.db.open().await;
+    store
+        .create_api_key("key_ok", "acme", &hash("ah_ok"), chrono::Utc::now())
+        .await
+        .unwrap();
+    let get = |key: Option<&'static str>| {
+        let request = app.client.get(app.url("/tools"));
+        match key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+        .send()
+    };
+    // Successes do not count.
+    for _ in 0..6 {
+        assert_eq!(get(Some("ah_ok")).await.unwrap().status(), 200);
+    }
+    for key in [
+        Some("ah_guess1"),
+        None,
+        Some("ah_guess2"),
+        Some("ah_guess3"),
+        None,
+    ] {
+        assert_eq!(get(key).await.unwrap().status(), 401, "{key:?}");
+    }
+    for key in [Some("ah_guess4"), Some("ah_ok")] {
+        let throttled = get(key).await.unwrap();
+        assert_eq!(throttled.status(), 429, "{key:?}");
+        let wait: u64 = throttled.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=12).contains(&wait), "{wait}");
+        let problem: serde_json::Value = throttled.json().await.unwrap();
+        assert_eq!(problem["code"], "too_many_auth_failures");
+    }
+    let health = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+}
+
+on_both_backends!(an_address_that_keeps_failing_to_authenticate_is_throttled);

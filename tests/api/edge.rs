@@ -57,14 +57,14 @@ async fn slow_heads_are_cut_off_soon_and_idle_connections_later() {
     let mut slow = Vec::new();
     for _ in 0..20 {
         let mut tcp = connect(&app).await;
-        tcp.write_all(b"POST /sessions/s/turns HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        tcp.write_all(b"POST /sessions/s/turns HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
             .await
             .unwrap();
         slow.push(tcp);
     }
     // A keep-alive connection that goes quiet after one request.
     let mut idle = connect(&app).await;
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     // A connection that says nothing at all.
@@ -99,7 +99,7 @@ async fn a_body_that_trickles_in_gets_408_and_the_connection_closes() {
     let app = app_with_limits(None).await;
     let mut tcp = connect(&app).await;
     tcp.write_all(
-        b"POST /sessions/s-slow/turns HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"message\":",
+        b"POST /sessions/s-slow/turns HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"message\":",
     )
     .await
     .unwrap();
@@ -275,14 +275,14 @@ async fn smuggling_and_heads_hyper_refuses_get_problem_json_and_a_closed_connect
     let addr = service.addr();
     let post = |headers: &str, body: &str| {
         format!(
-            "POST /sessions/smuggled/turns HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{headers}\r\n{body}"
+            "POST /sessions/smuggled/turns HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{headers}\r\n{body}"
         )
         .into_bytes()
     };
     // Content-Length and Transfer-Encoding, in either order; the second
     // request on the connection is what a gateway reading the length
     // would pass on as part of the body.
-    let smuggled = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    let smuggled = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
     for headers in [
         "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n",
         "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n",
@@ -317,13 +317,13 @@ async fn smuggling_and_heads_hyper_refuses_get_problem_json_and_a_closed_connect
             "malformed_request",
         ),
         (
-            b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n".to_vec(),
+            b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Folded: a\r\n b\r\n\r\n".to_vec(),
             400,
             "malformed_request",
         ),
         (
             format!(
-                "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: {}\r\n\r\n",
                 "b".repeat(64 * 1024)
             )
             .into_bytes(),
@@ -339,7 +339,7 @@ async fn smuggling_and_heads_hyper_refuses_get_problem_json_and_a_closed_connect
     let answer = exchange(
         addr,
         format!(
-            "GET /{} HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /{} HTTP/1.1\r\nHost: localhost\r\n\r\n",
             "u".repeat(100 * 1024)
         )
         .as_bytes(),
@@ -370,7 +370,7 @@ async fn a_body_announced_over_the_limit_is_refused_before_100_continue() {
     let service = ServiceProcess::start(&db.sqlite_url(), &provider, &[], None).await;
     let mut tcp = TcpStream::connect(service.addr()).await.unwrap();
     tcp.write_all(
-        b"POST /sessions/big/turns HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 99999999\r\nExpect: 100-continue\r\n\r\n",
+        b"POST /sessions/big/turns HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 99999999\r\nExpect: 100-continue\r\n\r\n",
     )
     .await
     .unwrap();
@@ -415,4 +415,72 @@ async fn json_answers_are_neither_cached_nor_sniffed() {
     assert_eq!(turn.status(), 200);
     assert_eq!(session.status(), 200);
     assert_eq!(missing.status(), 404);
+}
+
+/// With keys off (the loopback default), a page cannot drive the service:
+/// a `Host` that is not a loopback name (a page that rebound its name to
+/// 127.0.0.1) is 421, an `Origin` neither the service's own nor allowed is
+/// 403, on every route, before anything runs. (Before, both were served.)
+#[tokio::test]
+async fn with_keys_off_a_foreign_host_or_origin_is_refused_on_every_route() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let provider = FakeProvider::start().await;
+    let service = ServiceProcess::start(
+        &db.sqlite_url(),
+        &provider,
+        &[("HARNESS_ALLOWED_ORIGINS", "https://app.example")],
+        None,
+    )
+    .await;
+    let addr = service.addr();
+    let request = |method: &str, path: &str, headers: &str| {
+        let body = r#"{"message":"hi"}"#;
+        format!(
+            "{method} {path} HTTP/1.1\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    };
+    for (method, path) in [
+        ("GET", "/healthz"),
+        ("POST", "/sessions/s-edge/turns"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/mcp"),
+        ("POST", "/a2a"),
+    ] {
+        for host in [
+            "evil.example",
+            "evil.example:8080",
+            "127.0.0.1.evil.example",
+        ] {
+            let answer = exchange(addr, &request(method, path, &format!("Host: {host}\r\n"))).await;
+            assert_eq!(
+                problem_of(&answer),
+                (421, "host_not_allowed".to_owned()),
+                "{method} {path} {host}"
+            );
+        }
+        for origin in ["https://evil.example", "null", "http://127.0.0.1:1"] {
+            let headers = format!("Host: {addr}\r\nOrigin: {origin}\r\n");
+            let answer = exchange(addr, &request(method, path, &headers)).await;
+            assert_eq!(
+                problem_of(&answer),
+                (403, "origin_not_allowed".to_owned()),
+                "{method} {path} {origin}"
+            );
+        }
+    }
+    assert!(provider.requests().is_empty(), "no turn began");
+    // A loopback name with any port, the service's own origin, and an
+    // allowed one pass.
+    let port = addr.rsplit(':').next().unwrap();
+    for headers in [
+        format!("Host: localhost:{port}\r\n"),
+        format!("Host: [::1]:{port}\r\n"),
+        format!("Host: {addr}\r\nOrigin: http://{addr}\r\n"),
+        format!("Host: {addr}\r\nOrigin: https://app.example\r\n"),
+    ] {
+        let answer = exchange(addr, &request("GET", "/healthz", &headers)).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{headers}: {answer}");
+    }
 }

@@ -88,3 +88,88 @@ async fn a_built_in_model_is_priced_without_settings() {
     let expected = (21.0 * 0.15 + 10.0 * 0.6) / 1_000_000.0;
     assert!((cost - expected).abs() < 1e-12, "{cost} != {expected}");
 }
+
+/// The operator chooses the models: a name outside the chain and
+/// `[providers.models]` is 422 `model_not_allowed` on every route that
+/// names one, with the allowed names, before any provider request.
+/// (Before, the native route and chat completions passed any name to the
+/// provider on the operator's account, and Responses ran the chain.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_operators_models_may_be_named() {
+    let app = app_on("gpt-4o-mini", |s| {
+        s.providers.models = r#"{"gpt-4.1-mini": {"context_window": 1000000}}"#.parse().unwrap();
+    })
+    .await;
+    let post = |path: &'static str, body: Value| app.client.post(app.url(path)).json(&body).send();
+    for (path, body) in [
+        (
+            "/sessions/s-models/turns",
+            json!({"message": "Hi", "runtime_model": "o9-ultra"}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "o9-ultra", "messages": [{"role": "user", "content": "Hi"}]}),
+        ),
+        ("/v1/responses", json!({"model": "o9-ultra", "input": "Hi"})),
+    ] {
+        let refused = post(path, body).await.unwrap();
+        assert_eq!(refused.status(), 422, "{path}");
+        let problem: Value = refused.json().await.unwrap();
+        assert_eq!(problem["code"], "model_not_allowed", "{path}: {problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("o9-ultra") && detail.contains("gpt-4o-mini, gpt-4.1-mini"),
+            "{detail}"
+        );
+    }
+    assert!(app.provider.requests().is_empty(), "no provider request");
+    // The configured ones run.
+    app.provider
+        .enqueue([Reply::openai_text("One."), Reply::openai_text("Two.")]);
+    let native = post(
+        "/sessions/s-models/turns",
+        json!({"message": "Hi", "runtime_model": "gpt-4.1-mini"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(native.status(), 200);
+    let chat = post(
+        "/v1/chat/completions",
+        json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(chat.status(), 200);
+    let sent: Vec<Value> = app
+        .provider
+        .requests()
+        .iter()
+        .map(|r| r.body["model"].clone())
+        .collect();
+    assert_eq!(sent, [json!("gpt-4.1-mini"), json!("gpt-4o-mini")]);
+}
+
+/// The operator's ceilings: `HARNESS_MAX_THINK_LEVEL` lowers a request's
+/// reasoning effort, `HARNESS_MAX_OUTPUT_TOKENS` caps every call, an
+/// unknown model's too. (Before, a request asked for what it liked.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_ceilings_hold_whatever_the_request_asks() {
+    let app = app_on("my-finetune", |s| {
+        s.harness.max_think_level = "low".parse().unwrap();
+        s.harness.max_output_tokens = Some(300);
+    })
+    .await;
+    app.provider
+        .enqueue([Reply::openai_text("Thought a little.")]);
+    let response = app
+        .client
+        .post(app.url("/v1/responses"))
+        .json(&json!({"model": "my-finetune", "input": "Think hard.", "reasoning": {"effort": "high"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let sent = &app.provider.requests()[0].body;
+    assert_eq!(sent["reasoning_effort"], "low", "{sent}");
+    assert_eq!(sent["max_completion_tokens"], 300, "{sent}");
+}

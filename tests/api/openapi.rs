@@ -195,7 +195,7 @@ async fn every_status_the_edge_answers_is_documented_where_it_is_answered() {
                 );
                 // Announced, not sent: the answer comes before the body.
                 let head = format!(
-                    "{method} {concrete} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    "{method} {concrete} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
                     2 * 1024 * 1024
                 );
                 answers.push(raw_status(&app.address, head.as_bytes()).await);

@@ -411,8 +411,8 @@ async fn a_response_asked_again_with_its_key_runs_once(backend: Backend) {
 }
 
 /// `model` runs the turn when the service is configured with it (its
-/// chain's, `HARNESS_MODEL`, `[providers.models]`); any other name runs
-/// the configured chain, and the answer says which model ran.
+/// chain's, `HARNESS_MODEL`, `[providers.models]`); any other name is
+/// refused (`model_not_allowed`: before, it quietly ran the chain).
 async fn a_responses_model_is_used_when_the_service_knows_it(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
@@ -427,13 +427,11 @@ async fn a_responses_model_is_used_when_the_service_knows_it(backend: Backend) {
         .unwrap();
     assert_eq!(app.provider.requests()[0].body["model"], "gpt-4.1-mini");
     assert_eq!(known["model"], "gpt-4.1-mini");
-    let unknown: Value = post(&app, json!({"input": "Hi", "model": "o9-ultra"}))
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(app.provider.requests()[1].body["model"], "gpt-4o-mini");
-    assert_eq!(unknown["model"], "gpt-4o-mini", "the model that ran");
+    let unknown = post(&app, json!({"input": "Hi", "model": "o9-ultra"})).await;
+    assert_eq!(unknown.status(), 422);
+    let problem: Value = unknown.json().await.unwrap();
+    assert_eq!(problem["code"], "model_not_allowed");
+    assert_eq!(app.provider.requests().len(), 1);
 }
 
 async fn what_the_responses_api_cannot_take_is_refused(backend: Backend) {

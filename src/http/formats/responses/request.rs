@@ -158,9 +158,15 @@ impl CreateResponse {
     }
 
     /// The model and provider `model` names, when the service is
-    /// configured with it.
+    /// configured with it; any other name but `agent-harness` (the
+    /// service's default) is kept, for the runner to refuse
+    /// (`model_not_allowed`).
     fn configured(&self, app: &AppState) -> Option<(Option<String>, String)> {
-        let model = self.model.as_deref().map(str::trim)?;
+        let model = self
+            .model
+            .as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty() && *m != "agent-harness")?;
         let providers = &app.settings.providers;
         if let Some(chain) = &providers.chain {
             if let Some(entry) = chain.0.iter().find(|entry| entry.model == model) {
@@ -169,11 +175,7 @@ impl CreateResponse {
         } else if providers.model == model {
             return Some((None, model.to_owned()));
         }
-        providers
-            .models
-            .0
-            .contains_key(model)
-            .then(|| (None, model.to_owned()))
+        Some((None, model.to_owned()))
     }
 
     /// The turn this request asks for (its session is the caller's
