@@ -110,7 +110,8 @@ pub trait Turns: Reads + Send + Sync + 'static {
     }
 
     /// A session's turns, newest first, before `before` (a turn id: ids
-    /// are UUID v7, in the order the turns began), at most `limit`.
+    /// are UUID v7, in the order the turns began), at most `limit`; a
+    /// hidden turn (a deleted response) is not among them.
     async fn list_turns(
         &self,
         session_id: &str,
@@ -122,7 +123,8 @@ pub trait Turns: Reads + Send + Sync + 'static {
                 let sql = concat!(
                     "SELECT ",
                     turn_columns!(),
-                    " FROM turns WHERE session_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+                    " FROM turns WHERE session_id = $1 AND id < $2 AND hidden_at IS NULL \
+                      ORDER BY id DESC LIMIT $3"
                 );
                 self.reader()
                     .rows(sql, args![session_id, before, limit])
@@ -132,7 +134,8 @@ pub trait Turns: Reads + Send + Sync + 'static {
                 let sql = concat!(
                     "SELECT ",
                     turn_columns!(),
-                    " FROM turns WHERE session_id = $1 ORDER BY id DESC LIMIT $2"
+                    " FROM turns WHERE session_id = $1 AND hidden_at IS NULL \
+                      ORDER BY id DESC LIMIT $2"
                 );
                 self.reader().rows(sql, args![session_id, limit]).await?
             }
@@ -154,11 +157,15 @@ pub trait Turns: Reads + Send + Sync + 'static {
             .transpose()
     }
 
-    /// A tenant's sessions, the most recently used first, at most `limit`.
+    /// A tenant's sessions, the most recently used first, at most `limit`;
+    /// a session whose every turn is hidden (deleted responses) is not
+    /// among them.
     async fn list_sessions(&self, tenant: &str, limit: u32) -> Result<Vec<SessionRecord>> {
         let sql = concat!(
             session_select!(),
-            " WHERE s.tenant = $1 ORDER BY s.updated_at DESC, s.id LIMIT $2"
+            " WHERE s.tenant = $1 \
+               AND EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.hidden_at IS NULL) \
+             ORDER BY s.updated_at DESC, s.id LIMIT $2"
         );
         self.reader()
             .rows::<SessionRow>(sql, args![tenant, limit])

@@ -688,7 +688,93 @@ async fn a_function_call_is_answered_by_the_next_request(backend: Backend) {
     assert_eq!(problem["code"], "turn_not_running");
 }
 
+async fn rpc(app: &TestApp, path: &str, body: Value) -> Value {
+    let response = app
+        .client
+        .post(app.url(path))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    response.json().await.unwrap()
+}
+
+/// A2A `ListTasks` of `session`, the error of `GetTask` of `task`, and MCP
+/// `list_sessions`.
+async fn lists(app: &TestApp, session: &str, task: &str) -> (Vec<String>, Value, Vec<String>) {
+    let ids = |list: &Value, key: &str| -> Vec<String> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item[key].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let tasks = rpc(
+        app,
+        "/a2a",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"contextId": session}}),
+    )
+    .await;
+    let got = rpc(
+        app,
+        "/a2a",
+        json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task}}),
+    )
+    .await;
+    let sessions = rpc(
+        app,
+        "/mcp",
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_sessions", "arguments": {}}}),
+    )
+    .await;
+    (
+        ids(&tasks["result"]["tasks"], "id"),
+        got["error"]["code"].clone(),
+        ids(
+            &sessions["result"]["structuredContent"]["sessions"],
+            "session_id",
+        ),
+    )
+}
+
+/// A deleted response is gone from every list: A2A `ListTasks` and
+/// `GetTask`, and MCP `list_sessions` when it was its session's only turn.
+/// (Before, it was hidden from the Responses routes alone.)
+async fn a_deleted_response_is_gone_from_every_list(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider.enqueue([Reply::openai_text("Noted.")]);
+    let response = post(&app, json!({"input": "Remember this"})).await;
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["x-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let id = response.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let task = uuid::Uuid::parse_str(id.trim_start_matches("resp_"))
+        .unwrap()
+        .to_string();
+    let (tasks, error, sessions) = lists(&app, &session, &task).await;
+    assert_eq!(tasks, std::slice::from_ref(&task));
+    assert_eq!(error, Value::Null);
+    assert_eq!(sessions, std::slice::from_ref(&session));
+    let deleted = app
+        .client
+        .delete(app.url(&format!("/v1/responses/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 200);
+    let (tasks, error, sessions) = lists(&app, &session, &task).await;
+    assert!(tasks.is_empty(), "{tasks:?}");
+    assert_eq!(error, -32001, "task not found");
+    assert!(sessions.is_empty(), "{sessions:?}");
+}
+
 on_both_backends!(
+    a_deleted_response_is_gone_from_every_list,
     a_responses_citations_are_annotations_of_its_message,
     a_response_asked_again_with_its_key_runs_once,
     a_responses_model_is_used_when_the_service_knows_it,
