@@ -41,8 +41,9 @@ pub use server::ServerSettings;
 pub use telemetry::TelemetrySettings;
 pub use tools::ToolSettings;
 pub use values::{
-    AuthMode, CorsOrigins, DatabaseUrl, EffectList, EmbeddingModel, HostUrl, HttpUrl, LogFormat,
-    OtlpProtocol, ProviderKind, ProviderList, ProviderRef, ResourceAttributes, Secret, redact_url,
+    AgentSkills, AuthMode, CorsOrigins, DatabaseUrl, EffectList, EmbeddingModel, HostUrl, HttpUrl,
+    LogFormat, OtlpProtocol, ProviderKind, ProviderList, ProviderRef, ResourceAttributes, Secret,
+    redact_url,
 };
 pub use vault::VaultSettings;
 pub use web::WebSettings;

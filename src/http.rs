@@ -214,6 +214,22 @@ fn cors_layer(origins: &CorsOrigins) -> CorsLayer {
         .max_age(std::time::Duration::from_secs(600))
 }
 
+/// `/metrics` alone, for the listener `HARNESS_METRICS_LISTEN` names.
+pub fn metrics_router(app: AppState) -> Router {
+    let (routes, _) = OpenApiRouter::new()
+        .merge(health::metrics_router())
+        .split_for_parts();
+    routes.with_state(app)
+}
+
+/// With `HARNESS_METRICS_LISTEN`, the main listener has no `/metrics`.
+async fn metrics_elsewhere(request: Request, next: axum::middleware::Next) -> Response {
+    if request.uri().path() == "/metrics" {
+        return ApiError::NotFound.into_response();
+    }
+    next.run(request).await
+}
+
 /// The whole HTTP application.
 pub fn router(app: AppState) -> Router {
     let body_limit = app.settings.server.body_limit_bytes;
@@ -269,6 +285,11 @@ pub fn router(app: AppState) -> Router {
         )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(axum::middleware::map_response(json_is_not_cached));
+    let routes = if app.settings.server.metrics_listen.is_some() {
+        routes.layer(axum::middleware::from_fn(metrics_elsewhere))
+    } else {
+        routes
+    };
     // Outermost: a preflight is answered before routing, and every answer
     // (errors too) carries the CORS headers.
     match cors {

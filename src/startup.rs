@@ -344,6 +344,8 @@ pub enum StartupError {
 /// A built service: store migrated, orphans recovered, socket bound.
 pub struct Application {
     listener: TcpListener,
+    /// `/metrics` alone, when `HARNESS_METRICS_LISTEN` sets it apart.
+    metrics_listener: Option<TcpListener>,
     port: u16,
     app: Arc<App>,
     shutdown: CancellationToken,
@@ -443,6 +445,31 @@ impl Application {
             .local_addr()
             .map_err(|source| StartupError::Bind { addr, source })?
             .port();
+        // The card and the links name where the service is: without a
+        // public URL, the address it bound (port 0 chose a port).
+        let mut settings = settings;
+        if settings.server.public_url.is_none()
+            && let Ok(bound) = listener.local_addr()
+        {
+            let host = if bound.ip().is_unspecified() {
+                format!("localhost:{}", bound.port())
+            } else {
+                bound.to_string()
+            };
+            settings.server.public_url = format!("http://{host}").parse().ok();
+        }
+        let metrics_listener = match settings.server.metrics_listen {
+            Some(addr) => {
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartupError::Bind { addr, source })?;
+                if let Ok(at) = listener.local_addr() {
+                    tracing::info!(addr = %at, "metrics listening");
+                }
+                Some(listener)
+            }
+            None => None,
+        };
         let app = Arc::new(App {
             settings,
             store,
@@ -455,6 +482,7 @@ impl Application {
         });
         Ok(Self {
             listener,
+            metrics_listener,
             port,
             app,
             shutdown: CancellationToken::new(),
@@ -481,6 +509,7 @@ impl Application {
     pub async fn run_until_stopped(self) -> Result<(), StartupError> {
         let Self {
             listener,
+            metrics_listener,
             app,
             shutdown,
             worker,
@@ -488,6 +517,18 @@ impl Application {
         } = self;
         let background = TaskTracker::new();
         worker.spawn(&background, shutdown.clone());
+        if let Some(metrics) = metrics_listener {
+            let router = http::metrics_router(app.clone());
+            let stop = shutdown.clone();
+            background.spawn(async move {
+                let served = axum::serve(metrics, router)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+                if let Err(e) = served {
+                    tracing::error!(error = %e, "the metrics listener stopped");
+                }
+            });
+        }
         if app.settings.vault.index_on_start {
             background.spawn(index_vault_at_start(app.vault.clone(), shutdown.clone()));
         }

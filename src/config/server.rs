@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{AuthMode, ConfigError, CorsOrigins, invalid};
+use super::{AgentSkills, AuthMode, ConfigError, CorsOrigins, HttpUrl, invalid};
 
 /// The HTTP edge and the life of the process among its replicas.
 #[derive(Debug, Clone, clap::Args)]
@@ -84,6 +84,22 @@ pub struct ServerSettings {
     /// origins count too].
     #[arg(id = "server.allowed_origins", long = "allowed-origins")]
     pub allowed_origins: Option<CorsOrigins>,
+    /// The URL clients reach the service at (behind a gateway, the
+    /// gateway's): the public agent card names it, never the request's
+    /// `Host` [default: http:// and the listen address, `localhost` for an
+    /// unspecified one].
+    #[arg(id = "server.public_url", long = "public-url")]
+    pub public_url: Option<HttpUrl>,
+    /// Serve `/metrics` on this address instead of the main listener
+    /// (which then answers it 404) [default: the main listener].
+    #[arg(id = "server.metrics_listen", long = "metrics-listen")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// The skills the public A2A agent card declares, as JSON
+    /// ([{"id", "name", "description", "tags"?, "examples"?}]) [default:
+    /// one `chat` skill]. The card names no tool; the extended card
+    /// (`GetExtendedAgentCard`, with a key when keys are on) lists them.
+    #[arg(id = "server.agent_skills", long = "agent-skills")]
+    pub agent_skills: Option<AgentSkills>,
     /// Seconds between SSE keep-alive comments.
     #[arg(
         id = "server.sse_keepalive_s",
@@ -137,6 +153,17 @@ pub struct ServerSettings {
 }
 
 impl ServerSettings {
+    /// Where clients reach the service, without a trailing `/`.
+    pub fn public_url(&self) -> String {
+        match &self.public_url {
+            Some(url) => url.as_str().trim_end_matches('/').to_owned(),
+            None if self.listen.ip().is_unspecified() => {
+                format!("http://localhost:{}", self.listen.port())
+            }
+            None => format!("http://{}", self.listen),
+        }
+    }
+
     /// Whether requests need a key, `auto` resolved by the listen address.
     pub fn auth_required(&self) -> bool {
         match self.auth {

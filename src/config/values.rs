@@ -479,3 +479,48 @@ mod resource_attribute_tests {
         assert!("=x".parse::<ResourceAttributes>().is_err());
     }
 }
+
+/// The skills the public A2A agent card declares: a JSON list of
+/// `{id, name, description, tags?, examples?}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSkills(pub Vec<serde_json::Value>);
+
+impl FromStr for AgentSkills {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let skills: Vec<serde_json::Value> =
+            serde_json::from_str(s).map_err(|e| format!("expected a JSON list of skills: {e}"))?;
+        if skills.is_empty() {
+            return Err("lists no skill".to_owned());
+        }
+        for (i, skill) in skills.iter().enumerate() {
+            let Some(fields) = skill.as_object() else {
+                return Err(format!("skill {i} is not an object"));
+            };
+            for required in ["id", "name", "description"] {
+                if fields
+                    .get(required)
+                    .and_then(serde_json::Value::as_str)
+                    .is_none_or(|v| v.trim().is_empty())
+                {
+                    return Err(format!("skill {i} needs a `{required}` (text)"));
+                }
+            }
+            for list in ["tags", "examples"] {
+                if fields.get(list).is_some_and(|v| {
+                    !v.as_array()
+                        .is_some_and(|items| items.iter().all(serde_json::Value::is_string))
+                }) {
+                    return Err(format!("skill {i}: `{list}` must be a list of text"));
+                }
+            }
+            if let Some(other) = fields
+                .keys()
+                .find(|k| !["id", "name", "description", "tags", "examples"].contains(&k.as_str()))
+            {
+                return Err(format!("skill {i}: unknown field `{other}`"));
+            }
+        }
+        Ok(Self(skills))
+    }
+}

@@ -21,6 +21,11 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(metrics))
 }
 
+/// `/metrics` alone.
+pub fn metrics_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(metrics))
+}
+
 /// Prometheus metrics.
 #[utoipa::path(
     get,

@@ -55,6 +55,80 @@ async fn stream_results(app: &TestApp, body: Value) -> Vec<Value> {
     results
 }
 
+fn skill_ids(card: &Value) -> Vec<String> {
+    card["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The public card is built from `HARNESS_PUBLIC_URL`, whatever `Host`
+/// the request sends, and lists the skills the operator declares and no
+/// tool; the extended card, behind the key, lists the tools. (Before, the
+/// card echoed the `Host` and listed every tool to anyone.)
+#[tokio::test]
+async fn the_public_card_shows_the_declared_skills_and_no_inventory() {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.public_url = Some("https://agents.example/".parse().unwrap());
+    settings.server.agent_skills = Some(
+        r#"[{"id": "travel", "name": "Travel", "description": "Plans trips.", "tags": ["travel"]}]"#
+            .parse()
+            .unwrap(),
+    );
+    let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+    let card: Value = app
+        .client
+        .get(app.url("/.well-known/agent-card.json"))
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        card["supportedInterfaces"][0]["url"],
+        "https://agents.example/a2a"
+    );
+    assert_eq!(skill_ids(&card), ["travel"]);
+    assert_eq!(card["capabilities"]["extendedAgentCard"], true);
+    assert!(!card.to_string().contains("write_note"), "{card}");
+    // The extended card needs the key.
+    let ask = request(1, "GetExtendedAgentCard", json!({}));
+    let anonymous = app
+        .client
+        .post(app.url("/a2a"))
+        .json(&ask)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let store = app.db.open().await;
+    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"ah_card"));
+    store
+        .create_api_key("key_card", "acme", &hash, chrono::Utc::now())
+        .await
+        .unwrap();
+    let extended: Value = app
+        .client
+        .post(app.url("/a2a"))
+        .bearer_auth("ah_card")
+        .json(&ask)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let skills = skill_ids(&extended["result"]);
+    assert_eq!(skills[0], "travel");
+    assert!(skills.contains(&"write_note".to_owned()), "{skills:?}");
+}
+
 async fn a_task_is_a_turn_sent_streamed_read_and_listed(backend: Backend) {
     let app = spawn_app(backend).await;
     let card: Value = app
@@ -73,16 +147,13 @@ async fn a_task_is_a_turn_sent_streamed_read_and_listed(backend: Backend) {
         (&interface["protocolBinding"], &interface["protocolVersion"]),
         (&json!("JSONRPC"), &json!("1.0"))
     );
-    assert!(interface["url"].as_str().unwrap().ends_with("/a2a"));
+    assert_eq!(interface["url"], app.url("/a2a"));
     assert!(card.get("securitySchemes").is_none(), "no keys, no scheme");
-    let skills: Vec<&str> = card["skills"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap())
-        .collect();
+    assert_eq!(skill_ids(&card), ["chat"], "the public card names no tool");
+    let extended = rpc(&app, request(9, "GetExtendedAgentCard", json!({}))).await;
+    let skills = skill_ids(&extended["result"]);
     assert!(
-        skills.contains(&"chat") && skills.contains(&"local_search"),
+        skills.contains(&"chat".to_owned()) && skills.contains(&"local_search".to_owned()),
         "{skills:?}"
     );
 

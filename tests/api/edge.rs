@@ -484,3 +484,48 @@ async fn with_keys_off_a_foreign_host_or_origin_is_refused_on_every_route() {
         assert!(answer.starts_with("HTTP/1.1 200"), "{headers}: {answer}");
     }
 }
+
+/// `/metrics` (its `tool` labels name the inventory) can live on a
+/// listener of its own, for the operator's network alone: the main
+/// listener then answers it 404. (Before, only the main listener had it.)
+#[tokio::test]
+async fn metrics_can_be_served_on_a_listener_of_their_own() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let provider = FakeProvider::start().await;
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("service.log");
+    let service = ServiceProcess::start_logging(
+        &db.sqlite_url(),
+        &provider,
+        &[("HARNESS_METRICS_LISTEN", "127.0.0.1:0")],
+        None,
+        Some(&log),
+    )
+    .await;
+    let metrics_addr = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["message"] == "metrics listening")
+        .and_then(|line| line["addr"].as_str().map(str::to_owned))
+        .expect("a `metrics listening` log line");
+    let client = reqwest::Client::new();
+    let main = client.get(service.url("/metrics")).send().await.unwrap();
+    assert_eq!(main.status(), 404);
+    let apart = client
+        .get(format!("http://{metrics_addr}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(apart.status(), 200);
+    assert!(
+        apart.text().await.unwrap().contains("# EOF"),
+        "OpenMetrics text"
+    );
+    let other = client
+        .get(format!("http://{metrics_addr}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404, "nothing else there");
+}

@@ -159,11 +159,12 @@ async fn a2a(
             .cancel(&params)
             .await
             .map(|t| answer(&rpc_result(&id, t))),
+        // Behind the key like every method here, when keys are on.
+        "GetExtendedAgentCard" => Ok(answer(&rpc_result(&id, card::extended_card(&app)))),
         "CreateTaskPushNotificationConfig"
         | "GetTaskPushNotificationConfig"
         | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig"
-        | "GetExtendedAgentCard" => Err(RpcError::new(
+        | "DeleteTaskPushNotificationConfig" => Err(RpcError::new(
             UNSUPPORTED_OPERATION,
             format!("{method} is not supported by this agent"),
         )),

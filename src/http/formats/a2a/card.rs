@@ -3,10 +3,9 @@
 
 use axum::{
     extract::State,
-    http::{HeaderMap, header},
     response::{IntoResponse, Response},
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::VERSION;
 use crate::{app::AppState, tools::EffectClass};
@@ -14,64 +13,51 @@ use crate::{app::AppState, tools::EffectClass};
 /// The extension that lets a client declare tools it runs itself.
 pub const CLIENT_TOOLS_EXTENSION: &str = "urn:agent-harness:a2a:client-tools:v1";
 
-/// The agent card: who this agent is and how to call it.
+/// The public agent card: who this agent is, the skills the operator
+/// declares, and how to call it. It is built from `HARNESS_PUBLIC_URL`,
+/// never from the request's `Host` (which a client chooses), and names no
+/// tool: the inventory is in the extended card ([`extended_card`]).
 #[utoipa::path(
     get,
     path = "/.well-known/agent-card.json",
     tag = "a2a",
-    responses((status = 200, description = "The A2A agent card (https://a2a-protocol.org/v1.0.0/specification/#agent-card)", body = Object))
+    responses((status = 200, description = "The public A2A agent card (https://a2a-protocol.org/v1.0.0/specification/#agent-card): the declared skills, no tool names", body = Object))
 )]
-pub(super) async fn agent_card(State(app): State<AppState>, headers: HeaderMap) -> Response {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("localhost");
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .filter(|p| *p == "https")
-        .unwrap_or("http");
-    let registry = app.runner.harness().tools();
-    let mut skills = vec![json!({
-        "id": "chat",
-        "name": "Chat",
-        "description": "Answers a message in a conversation (the context), searching the \
-                        notes it holds and using its tools on the way; cites its sources.",
-        "tags": ["chat", "research"],
-        "examples": ["Plan a Paris trip", "What do my notes say about Lyon?"],
-    })];
-    for (tool, permitted) in registry.all() {
-        let spec = tool.spec();
-        if !permitted {
-            continue;
-        }
-        let effect = match spec.effect {
-            EffectClass::ReadOnly => "read_only",
-            EffectClass::LocalWrite => "local_write",
-            EffectClass::Network => "network",
-            EffectClass::Destructive => "destructive",
-        };
-        skills.push(json!({
-            "id": spec.name,
-            "name": spec.name,
-            "description": spec.description,
-            "tags": ["tool", effect],
-        }));
+pub(super) async fn agent_card(State(app): State<AppState>) -> Response {
+    axum::Json(public_card(&app)).into_response()
+}
+
+/// The skills the operator declares (`HARNESS_AGENT_SKILLS`), else one
+/// `chat` skill.
+fn declared_skills(app: &AppState) -> Vec<Value> {
+    match &app.settings.server.agent_skills {
+        Some(skills) => skills.0.clone(),
+        None => vec![json!({
+            "id": "chat",
+            "name": "Chat",
+            "description": "Answers a message in a conversation (the context), searching the \
+                            notes it holds and using its tools on the way; cites its sources.",
+            "tags": ["chat", "research"],
+            "examples": ["Plan a Paris trip", "What do my notes say about Lyon?"],
+        })],
     }
+}
+
+fn public_card(app: &AppState) -> Value {
     let mut card = json!({
         "name": "agent-harness",
         "description": "An LLM agent: each message in a context runs one turn of a \
                         tool-using agent, streamed and kept in its log.",
         "version": env!("CARGO_PKG_VERSION"),
         "supportedInterfaces": [{
-            "url": format!("{scheme}://{host}/a2a"),
+            "url": format!("{}/a2a", app.settings.server.public_url()),
             "protocolBinding": "JSONRPC",
             "protocolVersion": VERSION,
         }],
         "capabilities": {
             "streaming": true,
             "pushNotifications": false,
-            "extendedAgentCard": false,
+            "extendedAgentCard": true,
             "extensions": [{
                 "uri": CLIENT_TOOLS_EXTENSION,
                 "description": "Tools the client runs: declare them in the request's \
@@ -85,7 +71,7 @@ pub(super) async fn agent_card(State(app): State<AppState>, headers: HeaderMap) 
         },
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain", "application/json"],
-        "skills": skills,
+        "skills": declared_skills(app),
     });
     if app.settings.server.auth_required() {
         card["securitySchemes"] = json!({"bearer": {"httpAuthSecurityScheme": {
@@ -94,5 +80,34 @@ pub(super) async fn agent_card(State(app): State<AppState>, headers: HeaderMap) 
         }}});
         card["securityRequirements"] = json!([{"schemes": {"bearer": {"list": []}}}]);
     }
-    axum::Json(card).into_response()
+    card
+}
+
+/// The extended card (`GetExtendedAgentCard`, behind the key when keys
+/// are on): the public card, and a skill for each tool the agent may use.
+pub(super) fn extended_card(app: &AppState) -> Value {
+    let mut card = public_card(app);
+    let registry = app.runner.harness().tools();
+    let tools = registry
+        .all()
+        .filter(|(_, permitted)| *permitted)
+        .map(|(tool, _)| {
+            let spec = tool.spec();
+            let effect = match spec.effect {
+                EffectClass::ReadOnly => "read_only",
+                EffectClass::LocalWrite => "local_write",
+                EffectClass::Network => "network",
+                EffectClass::Destructive => "destructive",
+            };
+            json!({
+                "id": spec.name,
+                "name": spec.name,
+                "description": spec.description,
+                "tags": ["tool", effect],
+            })
+        });
+    if let Some(skills) = card["skills"].as_array_mut() {
+        skills.extend(tools);
+    }
+    card
 }
