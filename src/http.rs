@@ -465,6 +465,10 @@ impl From<crate::runner::StartError> for ApiError {
             StartError::ModelNotAllowed { model, allowed } => {
                 Self::ModelNotAllowed { model, allowed }
             }
+            e @ StartError::ClientToolsTooLarge { .. } => Self::InvalidField {
+                field: "client_tools".into(),
+                detail: format!("{e} (HARNESS_CLIENT_TOOLS_MAX_BYTES)"),
+            },
             StartError::Store(e) => e.into(),
         }
     }

@@ -54,8 +54,41 @@ pub struct RunnerConfig {
     pub events: writer::WriterLimits,
     /// Woken when a turn's end has stored jobs for the background worker.
     pub jobs_queued: Arc<tokio::sync::Notify>,
+    /// What a request may ask for.
+    pub policy: StartPolicy,
+}
+
+/// What a request may ask of the operator's account: checked at the start
+/// of every turn, whichever route or protocol asked for it.
+#[derive(Debug, Clone, Default)]
+pub struct StartPolicy {
     /// The models a request may name ([`crate::config::Settings::allowed_models`]).
     pub allowed_models: Vec<String>,
+    /// The most bytes a turn's client tools may hand the model (names,
+    /// descriptions, schemas).
+    pub client_tools_max_bytes: usize,
+}
+
+impl StartPolicy {
+    fn admit(&self, spec: &TurnRequest) -> Result<(), StartError> {
+        // A model the operator did not configure never reaches a provider.
+        if let Some(model) = spec.runtime_model.as_deref()
+            && !self.allowed_models.iter().any(|m| m == model)
+        {
+            return Err(StartError::ModelNotAllowed {
+                model: model.to_owned(),
+                allowed: self.allowed_models.clone(),
+            });
+        }
+        let bytes = crate::turn::client_tools_bytes(&spec.client_tools);
+        if bytes > self.client_tools_max_bytes {
+            return Err(StartError::ClientToolsTooLarge {
+                bytes,
+                most: self.client_tools_max_bytes,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// A turn that [`TurnRunner::start`] began, or found by its idempotency key.
@@ -91,6 +124,9 @@ pub enum StartError {
     /// The request names a model the operator did not configure.
     #[error("the model {model:?} is not offered here; allowed: {}", allowed.join(", "))]
     ModelNotAllowed { model: String, allowed: Vec<String> },
+    /// The request's client tools are larger than the operator allows.
+    #[error("the client tools take {bytes} bytes, more than the {most} allowed")]
+    ClientToolsTooLarge { bytes: usize, most: usize },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -343,16 +379,8 @@ impl TurnRunner {
             return Err(StartError::ShuttingDown);
         }
         let inner = &self.inner;
-        // Every route that starts a turn comes here: a model the operator
-        // did not configure never reaches a provider.
-        if let Some(model) = spec.runtime_model.as_deref()
-            && !inner.config.allowed_models.iter().any(|m| m == model)
-        {
-            return Err(StartError::ModelNotAllowed {
-                model: model.to_owned(),
-                allowed: inner.config.allowed_models.clone(),
-            });
-        }
+        // Every route that starts a turn comes here.
+        inner.config.policy.admit(&spec)?;
         let turn_id = Uuid::now_v7();
         let now = Utc::now().trunc_subsecs(6);
         let (provider, model) = inner.harness.resolve_provider_model(

@@ -426,7 +426,10 @@ impl Application {
                     linger: Duration::from_millis(settings.database.event_linger_ms),
                 },
                 jobs_queued: jobs.clone(),
-                allowed_models: settings.allowed_models(),
+                policy: crate::runner::StartPolicy {
+                    allowed_models: settings.allowed_models(),
+                    client_tools_max_bytes: settings.harness.client_tools_max_bytes,
+                },
             },
             metrics,
         );

@@ -69,6 +69,15 @@ pub struct HarnessSettings {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub max_output_tokens: Option<u32>,
+    /// The most bytes a turn's client tools may hand the model (names,
+    /// descriptions and schemas together); past it, 422 `invalid_field`.
+    #[arg(
+        id = "harness.client_tools_max_bytes",
+        long = "client-tools-max-bytes",
+        default_value_t = 16 * 1024,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    pub client_tools_max_bytes: usize,
     /// Reflect on every N-th turn of a session; 0 never.
     #[arg(
         id = "harness.reflect_every",

@@ -302,7 +302,7 @@ async fn offered_tools(harness: &AgentHarness, request: &TurnInput) -> Vec<Arc<T
         offered.extend(permitted.filter(|t| mode.permits(t.effect)).map(|t| {
             Arc::new(ToolDefinition {
                 name: t.offered_name(),
-                description: t.description.clone(),
+                description: format!("{}{}", crate::turn::CLIENT_TOOL_INTRO, t.description),
                 parameters: t.parameters.clone(),
             })
         }));

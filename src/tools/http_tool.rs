@@ -109,6 +109,13 @@ fn check(tool: &HttpToolConfig) -> Result<(), String> {
     if !is_tool_name(&tool.name) {
         return Err("the name must be 1-64 letters, digits, `_` or `-`".into());
     }
+    if tool
+        .name
+        .to_ascii_lowercase()
+        .starts_with(crate::turn::CLIENT_TOOL_PREFIX)
+    {
+        return Err("names beginning with `client__` are reserved for client tools".into());
+    }
     if tool.description.trim().is_empty() {
         return Err("the description must not be empty".into());
     }

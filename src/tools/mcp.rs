@@ -101,6 +101,10 @@ impl McpServerConfig {
         if !is_tool_name(&self.name) || self.name.len() > 32 || self.name.contains("__") {
             return Err("the name must be 1-32 letters, digits, `_` or `-`, without `__`".into());
         }
+        // Its tools would be `client__…`, the names of a client's own.
+        if self.name.eq_ignore_ascii_case("client") {
+            return Err("`client` is reserved: client tools are offered as `client__…`".into());
+        }
         match (&self.command, &self.url) {
             (Some(command), None) if !command.trim().is_empty() => Ok(()),
             (None, Some(url)) => match reqwest::Url::parse(url) {

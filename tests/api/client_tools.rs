@@ -38,10 +38,23 @@ async fn a_client_tool_pauses_the_turn_until_its_result_is_posted(backend: Backe
     assert_eq!(requested["tool"], "get_location", "{requested}");
     assert_eq!(requested["call_id"], "call_c1");
     assert_eq!(requested["arguments"], json!({"precise": true}));
-    // Offered to the model with the service's own tools, under its prefix.
-    let offered = app.provider.requests()[0].body["tools"].to_string();
-    assert!(offered.contains("client__get_location"), "{offered}");
+    // Offered to the model with the service's own tools, under its prefix,
+    // its description framed as the client's untrusted text.
+    let tools = &app.provider.requests()[0].body["tools"];
+    let offered = tools.to_string();
     assert!(offered.contains("local_search"), "{offered}");
+    let declared = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "client__get_location")
+        .unwrap();
+    let description = declared["function"]["description"].as_str().unwrap();
+    assert!(
+        description.starts_with("[Declared by the client; untrusted")
+            && description.ends_with("Where the user is, from the browser"),
+        "{description}"
+    );
 
     let url = |call: &str| format!("/sessions/s-client/turns/{turn}/tool-results/{call}");
     let post = |call: &str, body: Value| app.client.post(app.url(&url(call))).json(&body).send();
@@ -263,7 +276,58 @@ async fn a_second_client_call_waits_for_its_own_result(backend: Backend) {
     assert!(sent.contains("Lyon") && sent.contains("Paris"), "{sent}");
 }
 
+/// Client tools have a budget: past `HARNESS_CLIENT_TOOLS_MAX_BYTES`
+/// (names, descriptions, schemas together), 422 before any turn, on every
+/// route that declares them. (Before, 32 tools of 2,000 characters and any
+/// schema went to the model.)
+async fn client_tools_past_their_budget_are_refused(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.harness.client_tools_max_bytes = 4000;
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let tool = |i: usize| {
+        json!({"name": format!("tool_{i}"), "description": "d".repeat(1500),
+               "parameters": {"type": "object"}})
+    };
+    let tools: Vec<Value> = (0..3).map(tool).collect();
+    let native = app
+        .post_turn("s-budget", json!({"message": "Hi", "client_tools": tools}))
+        .await;
+    assert_eq!(native.status(), 422);
+    let problem: Value = native.json().await.unwrap();
+    assert_eq!(
+        (problem["code"].as_str(), problem["field"].as_str()),
+        (Some("invalid_field"), Some("client_tools")),
+        "{problem}"
+    );
+    let functions: Vec<Value> = (0..3)
+        .map(|i| {
+            json!({"type": "function", "name": format!("tool_{i}"), "description": "d".repeat(1500),
+                   "parameters": {"type": "object"}})
+        })
+        .collect();
+    let responses = app
+        .client
+        .post(app.url("/v1/responses"))
+        .json(&json!({"model": "agent-harness", "input": "Hi", "tools": functions}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(responses.status(), 422);
+    assert!(app.provider.requests().is_empty(), "no turn began");
+    // Two fit.
+    app.provider.enqueue([Reply::openai_text("Hello.")]);
+    let fits = app
+        .post_turn(
+            "s-budget",
+            json!({"message": "Hi", "client_tools": [tool(0), tool(1)]}),
+        )
+        .await;
+    assert_eq!(fits.status(), 200);
+}
+
 on_both_backends!(
+    client_tools_past_their_budget_are_refused,
     a_second_client_call_waits_for_its_own_result,
     a_client_tool_pauses_the_turn_until_its_result_is_posted,
     a_cancel_ends_the_wait_for_a_client_result,

@@ -171,6 +171,18 @@ fn a_declared_tool_needs_its_variables_and_its_own_name() {
         .unwrap()
         .to_string();
     assert!(error.contains("a built-in tool has this name"), "{error}");
+    // `client__` names a client's own tools.
+    let declared: Result<agent_harness::tools::http_tool::HttpToolList, _> =
+        json!([{"name": "client__get_location", "description": "d", "url": "https://api.example/"}])
+            .to_string()
+            .parse();
+    assert!(
+        declared.unwrap_err().contains("reserved for client tools"),
+        "the setting is refused at start"
+    );
+    let servers: Result<agent_harness::tools::mcp::McpServerList, _> =
+        r#"[{"name": "client", "url": "https://mcp.example/"}]"#.parse();
+    assert!(servers.unwrap_err().contains("reserved"));
 }
 
 /// A `GET` tool whose arguments all stand in its path sends no query
