@@ -165,6 +165,14 @@ pub enum TurnEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// The tenant has used more than 80% of its tokens of the UTC day
+    /// (`HARNESS_TENANT_TOKENS_PER_DAY`): a turn that would start past all
+    /// of them is refused (429 `quota_exceeded`).
+    #[serde(rename = "quota.warning")]
+    QuotaWarning {
+        tokens_today: u64,
+        tokens_per_day: u64,
+    },
     /// A timed-out tool finished while the turn was still running; its
     /// result was discarded.
     #[serde(rename = "tool.late")]
@@ -255,6 +263,7 @@ impl TurnEvent {
             Self::ToolRequested { .. } => "tool.requested",
             Self::ToolFinished { .. } => "tool.finished",
             Self::ToolLate { .. } => "tool.late",
+            Self::QuotaWarning { .. } => "quota.warning",
             Self::ApprovalRequested { .. } => "approval.requested",
             Self::ApprovalResolved { .. } => "approval.resolved",
             Self::Reflection { .. } => "reflection",

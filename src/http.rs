@@ -9,6 +9,7 @@ mod conn_timer;
 pub mod error;
 pub mod formats;
 mod health;
+mod inflight;
 pub mod json;
 mod limits;
 pub mod memory;
@@ -18,6 +19,7 @@ pub mod server;
 pub mod sessions;
 pub mod tools;
 pub mod turns;
+mod usage;
 pub mod vault;
 
 use std::sync::OnceLock;
@@ -76,6 +78,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(health::router())
         .merge(vault::router())
         .merge(tools::router())
+        .merge(usage::router())
         .merge(memory::router())
         .merge(formats::chat_completions::router())
         .merge(formats::responses::router())
@@ -114,8 +117,16 @@ fn add_edge_responses(api: &mut utoipa::openapi::OpenApi) {
             )
             .build()
     };
-    let every: [(&str, &str); 3] = [
+    let every: [(&str, &str); 5] = [
         ("400", "Bad request (see `code`)"),
+        (
+            "403",
+            "A browser page of an origin that may not call the service (`origin_not_allowed`)",
+        ),
+        (
+            "421",
+            "With keys off, a `Host` that is not a loopback name (`host_not_allowed`)",
+        ),
         ("414", "The path and query are too long (`uri_too_long`)"),
         ("431", "The headers are too large (`headers_too_large`)"),
     ];
@@ -126,7 +137,10 @@ fn add_edge_responses(api: &mut utoipa::openapi::OpenApi) {
         ),
         (
             "429",
-            "The key's requests per minute are used up (`rate_limited`)",
+            "Too many (see `code`): the key's requests per minute (`rate_limited`), failed \
+             authentications from this address (`too_many_auth_failures`), the tenant's \
+             requests in flight (`too_many_streams`); where a turn starts, the tenant's running \
+             turns (`tenant_busy`) or its tokens of the day (`quota_exceeded`)",
         ),
         ("503", "The service is unavailable (see `code`)"),
     ];
@@ -237,6 +251,11 @@ pub fn router(app: AppState) -> Router {
     let cors = app.settings.server.cors_origins.clone();
     let (routes, _) = api_router().split_for_parts();
     let auth = auth::Auth::new(&app);
+    let max_connections = app
+        .settings
+        .server
+        .max_connections
+        .unwrap_or_else(server::default_max_connections);
     let routes = routes
         .route_layer(axum::middleware::from_fn_with_state(
             app.clone(),
@@ -244,6 +263,10 @@ pub fn router(app: AppState) -> Router {
         ))
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(axum::middleware::from_fn_with_state(
+            (app.clone(), inflight::InFlight::new(max_connections)),
+            inflight::admit,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             (app.clone(), auth),
             auth::authenticate,
@@ -465,6 +488,16 @@ impl From<crate::runner::StartError> for ApiError {
             StartError::ModelNotAllowed { model, allowed } => {
                 Self::ModelNotAllowed { model, allowed }
             }
+            StartError::TenantBusy(most) => Self::TenantBusy(most),
+            StartError::QuotaExceeded {
+                used,
+                limit,
+                retry_after,
+            } => Self::QuotaExceeded {
+                used,
+                limit,
+                retry_after,
+            },
             e @ StartError::ClientToolsTooLarge { .. } => Self::InvalidField {
                 field: "client_tools".into(),
                 detail: format!("{e} (HARNESS_CLIENT_TOOLS_MAX_BYTES)"),

@@ -48,6 +48,11 @@ enum Command {
         #[command(subcommand)]
         action: KeyAction,
     },
+    /// Set or list tenants' own limits (over `HARNESS_TENANT_*`).
+    Tenants {
+        #[command(subcommand)]
+        action: TenantAction,
+    },
     /// Send a message to a running service and print the answer as it
     /// streams (tool activity on standard error).
     Chat {
@@ -80,6 +85,27 @@ fn load() -> Result<Cli, ConfigError> {
     let cli = Cli::from_arg_matches(&matches).map_err(ConfigError::Cli)?;
     cli.settings.validate()?;
     Ok(cli)
+}
+
+#[derive(Debug, Subcommand)]
+enum TenantAction {
+    /// Set a tenant's own limits; a limit not given keeps the service's
+    /// default (and clears one set before). Replicas take it within 5 s.
+    Set {
+        /// The tenant (1-128 characters of `[A-Za-z0-9._:-]`).
+        tenant: String,
+        /// Running turns at once, across replicas.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        max_running_turns: Option<u32>,
+        /// Requests in flight at once, per process.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        max_streams: Option<u32>,
+        /// Input and output tokens per UTC day.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        tokens_per_day: Option<u64>,
+    },
+    /// List the tenants with limits of their own.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,6 +185,7 @@ fn main() -> ExitCode {
             Some(Command::Migrate) => migrate(&settings).await,
             Some(Command::IndexVault) => index_vault(&settings).await,
             Some(Command::Keys { action }) => keys(&settings, action).await,
+            Some(Command::Tenants { action }) => tenants(&settings, action).await,
             _ => serve(settings).await,
         };
         telemetry.shutdown();
@@ -190,6 +217,48 @@ async fn migrated_store(settings: &Settings) -> Result<std::sync::Arc<dyn store:
 async fn migrate(settings: &Settings) -> Result<(), String> {
     let store = migrated_store(settings).await?;
     tracing::info!(backend = store.backend(), "migrations applied");
+    Ok(())
+}
+
+async fn tenants(settings: &Settings, action: TenantAction) -> Result<(), String> {
+    let store = migrated_store(settings).await?;
+    let mut stdout = std::io::stdout().lock();
+    let shown = |e: std::io::Error| format!("cannot write: {e}");
+    let line = |tenant: &str, limits: &store::TenantLimits| {
+        let or_default = |limit: Option<String>| limit.unwrap_or_else(|| "default".to_owned());
+        format!(
+            "{tenant} max_running_turns={} max_streams={} tokens_per_day={}",
+            or_default(limits.max_running_turns.map(|n| n.to_string())),
+            or_default(limits.max_streams.map(|n| n.to_string())),
+            or_default(limits.tokens_per_day.map(|n| n.to_string())),
+        )
+    };
+    match action {
+        TenantAction::Set {
+            tenant,
+            max_running_turns,
+            max_streams,
+            tokens_per_day,
+        } => {
+            agent_harness::ids::SessionId::parse(&tenant)
+                .map_err(|e| format!("the tenant is not valid: {e}"))?;
+            let limits = store::TenantLimits {
+                max_running_turns,
+                max_streams,
+                tokens_per_day,
+            };
+            store
+                .set_tenant_limits(&tenant, &limits, chrono::Utc::now())
+                .await
+                .map_err(|e| e.to_string())?;
+            writeln!(stdout, "{}", line(&tenant, &limits)).map_err(shown)?;
+        }
+        TenantAction::List => {
+            for (tenant, limits) in store.list_tenants().await.map_err(|e| e.to_string())? {
+                writeln!(stdout, "{}", line(&tenant, &limits)).map_err(shown)?;
+            }
+        }
+    }
     Ok(())
 }
 

@@ -16,7 +16,7 @@ mod subscribe;
 mod turn;
 mod writer;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use chrono::{SubsecRound, Utc};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -29,8 +29,8 @@ use crate::{
     ids::SessionKey,
     metrics::Metrics,
     store::{
-        BeginTurnError, NewTurn, Orphan, OrphanScope, Store, StoreError, TurnReads, TurnRecord,
-        TurnStatus,
+        BeginTurnError, NewTurn, Orphan, OrphanScope, Store, StoreError, TenantLimits, TurnReads,
+        TurnRecord, TurnStatus,
     },
     turn::{TurnRequest, WebMode},
 };
@@ -67,6 +67,8 @@ pub struct StartPolicy {
     /// The most bytes a turn's client tools may hand the model (names,
     /// descriptions, schemas).
     pub client_tools_max_bytes: usize,
+    /// Each tenant's limits where it has none of its own.
+    pub tenant_defaults: TenantLimits,
 }
 
 impl StartPolicy {
@@ -127,6 +129,17 @@ pub enum StartError {
     /// The request's client tools are larger than the operator allows.
     #[error("the client tools take {bytes} bytes, more than the {most} allowed")]
     ClientToolsTooLarge { bytes: usize, most: usize },
+    /// The tenant runs as many turns as it may.
+    #[error("the tenant runs {0} turns, as many as it may at once; retry when one ends")]
+    TenantBusy(u32),
+    /// The tenant used its tokens of the UTC day.
+    #[error("the tenant used {used} of its {limit} tokens of today (UTC); retry after the reset")]
+    QuotaExceeded {
+        used: u64,
+        limit: u64,
+        /// Seconds until the next UTC midnight.
+        retry_after: u64,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -189,7 +202,15 @@ struct Inner {
     /// The turns this process handed over at shutdown: session, turn and
     /// the attempt it held (a claim raises it).
     handed_over: std::sync::Mutex<Vec<(String, Uuid, u32)>>,
+    /// Tenants' own limits as last read, and when.
+    tenant_limits: std::sync::Mutex<HashMap<String, (std::time::Instant, TenantLimits)>>,
 }
+
+/// How long a tenant's own limits are taken as read.
+const LIMITS_TTL: Duration = Duration::from_secs(5);
+
+/// Tenants whose limits are kept at once.
+const LIMITS_CACHED: usize = 10_000;
 
 impl TurnRunner {
     /// Builds the runner and starts its writer and heartbeat.
@@ -232,6 +253,7 @@ impl TurnRunner {
                 close_streams: CancellationToken::new(),
                 streams: TaskTracker::new(),
                 handed_over: std::sync::Mutex::default(),
+                tenant_limits: std::sync::Mutex::default(),
             }),
         };
         let heartbeat_runner = runner.clone();
@@ -368,6 +390,74 @@ impl TurnRunner {
         warnings
     }
 
+    /// A tenant's limits: its own over the defaults, read at most every
+    /// [`LIMITS_TTL`] (`agent-harness tenants set` takes effect within it).
+    pub async fn tenant_limits(&self, tenant: &str) -> Result<TenantLimits, StoreError> {
+        let inner = &self.inner;
+        let now = std::time::Instant::now();
+        let cached = inner
+            .tenant_limits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(tenant)
+            .filter(|(at, _)| now.duration_since(*at) < LIMITS_TTL)
+            .map(|(_, limits)| *limits);
+        let own = match cached {
+            Some(own) => own,
+            None => {
+                let own = inner.store.tenant_limits(tenant).await?;
+                let mut cache = inner
+                    .tenant_limits
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Bounded: past so many tenants, start again.
+                if cache.len() >= LIMITS_CACHED {
+                    cache.clear();
+                }
+                cache.insert(tenant.to_owned(), (now, own));
+                own
+            }
+        };
+        Ok(own.over(inner.config.policy.tenant_defaults))
+    }
+
+    /// The tenant's quota of the day: refused when used up, a warning past
+    /// 80%.
+    async fn quota(
+        &self,
+        tenant: &str,
+        limits: &TenantLimits,
+    ) -> Result<Option<TurnEvent>, StartError> {
+        let Some(limit) = limits.tokens_per_day else {
+            return Ok(None);
+        };
+        let now = Utc::now();
+        let today = now.date_naive();
+        let used = self.inner.store.usage(tenant, today, today).await?.tokens();
+        if used >= limit {
+            let midnight = today
+                .succ_opt()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map_or(now, |m| m.and_utc());
+            let retry_after = u64::try_from((midnight - now).num_seconds())
+                .unwrap_or(0)
+                .max(1);
+            return Err(StartError::QuotaExceeded {
+                used,
+                limit,
+                retry_after,
+            });
+        }
+        Ok(
+            (used.saturating_mul(5) >= limit.saturating_mul(4)).then_some(
+                TurnEvent::QuotaWarning {
+                    tokens_today: used,
+                    tokens_per_day: limit,
+                },
+            ),
+        )
+    }
+
     /// Begins a turn of a tenant's session and starts it in the background.
     pub async fn start(
         &self,
@@ -381,6 +471,8 @@ impl TurnRunner {
         let inner = &self.inner;
         // Every route that starts a turn comes here.
         inner.config.policy.admit(&spec)?;
+        let limits = self.tenant_limits(session_id.tenant()).await?;
+        let quota_warning = self.quota(session_id.tenant(), &limits).await?;
         let turn_id = Uuid::now_v7();
         let now = Utc::now().trunc_subsecs(6);
         let (provider, model) = inner.harness.resolve_provider_model(
@@ -421,6 +513,7 @@ impl TurnRunner {
                     .then_some(inner.config.history_max_messages),
                 memory: inner.harness.memory_query(&memory_scope, &spec.message),
             },
+            max_running: limits.max_running_turns,
         };
         let began = match inner.store.begin_turn(&new_turn).await {
             Ok(began) => began,
@@ -440,6 +533,11 @@ impl TurnRunner {
                 };
             }
             Err(BeginTurnError::SessionNotFound) => return Err(StartError::SessionNotFound),
+            Err(BeginTurnError::TenantBusy) => {
+                return Err(StartError::TenantBusy(
+                    limits.max_running_turns.unwrap_or_default(),
+                ));
+            }
             Err(BeginTurnError::Store(e)) => return Err(e.into()),
         };
         inner.metrics.turn_started();
@@ -455,7 +553,13 @@ impl TurnRunner {
         let first_seq = began.first_seq;
         inner.turns.spawn(
             runner
-                .drive(live.clone(), Arc::new(spec), began, memory_scope)
+                .drive(
+                    live.clone(),
+                    Arc::new(spec),
+                    began,
+                    memory_scope,
+                    quota_warning,
+                )
                 .instrument(span),
         );
         Ok(StartedTurn {

@@ -429,6 +429,7 @@ impl Application {
                 policy: crate::runner::StartPolicy {
                     allowed_models: settings.allowed_models(),
                     client_tools_max_bytes: settings.harness.client_tools_max_bytes,
+                    tenant_defaults: settings.server.tenant_defaults(),
                 },
             },
             metrics,

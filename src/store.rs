@@ -29,6 +29,7 @@ pub mod postgres;
 pub mod reader;
 pub mod records;
 pub mod sqlite;
+pub mod tenants;
 pub mod turns;
 pub mod vault;
 
@@ -51,6 +52,7 @@ pub use records::{
     NewApproval, NewArtifact, NewCheckpoint, NewDecision, NewMessage, NewStep, NewToolResult,
     NewTurn, SessionRecord, TurnContext, TurnFinish, TurnReads, TurnRecord, TurnStatus,
 };
+pub use tenants::{TenantLimits, Tenants, UsageTotals};
 pub use turns::Turns;
 pub use vault::{IndexedNote, NoteState, VaultChunk, VaultHit, VaultIndex};
 
@@ -126,6 +128,10 @@ pub enum BeginTurnError {
     /// exist. Nothing was written.
     #[error("no such session")]
     SessionNotFound,
+    /// The tenant runs as many turns as it may (`NewTurn::max_running`).
+    /// Nothing was written.
+    #[error("the tenant runs as many turns as it may")]
+    TenantBusy,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -192,7 +198,7 @@ pub struct Readiness {
 /// database itself answers. Callers that need one concern take its trait
 /// (the vault a [`VaultIndex`], the background worker [`Jobs`]).
 #[async_trait]
-pub trait Store: EventLog + Turns + Jobs + VaultIndex + Access {
+pub trait Store: EventLog + Turns + Jobs + VaultIndex + Access + Tenants {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
 

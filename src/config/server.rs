@@ -100,6 +100,35 @@ pub struct ServerSettings {
     /// (`GetExtendedAgentCard`, with a key when keys are on) lists them.
     #[arg(id = "server.agent_skills", long = "agent-skills")]
     pub agent_skills: Option<AgentSkills>,
+    /// Running turns a tenant may have at once, counted across replicas
+    /// (in the database); past it, 429 `tenant_busy`. A tenant's own limit
+    /// (`agent-harness tenants set`) overrides it.
+    #[arg(
+        id = "server.tenant_max_running_turns",
+        long = "tenant-max-running-turns",
+        default_value_t = 64,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub tenant_max_running_turns: u32,
+    /// Requests a tenant may have in flight in one process (open event
+    /// streams, queue waits, callers waiting for a turn's end); past it,
+    /// 429 `too_many_streams`. A tenant's own limit overrides it.
+    #[arg(
+        id = "server.tenant_max_streams",
+        long = "tenant-max-streams",
+        default_value_t = 256,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub tenant_max_streams: u32,
+    /// Input and output tokens a tenant's turns may use per UTC day; a
+    /// turn that would start past it is refused (429 `quota_exceeded`)
+    /// [default: no quota]. A tenant's own quota overrides it.
+    #[arg(
+        id = "server.tenant_tokens_per_day",
+        long = "tenant-tokens-per-day",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub tenant_tokens_per_day: Option<u64>,
     /// Seconds between SSE keep-alive comments.
     #[arg(
         id = "server.sse_keepalive_s",
@@ -153,6 +182,15 @@ pub struct ServerSettings {
 }
 
 impl ServerSettings {
+    /// The tenants' limits where a tenant has none of its own.
+    pub fn tenant_defaults(&self) -> crate::store::TenantLimits {
+        crate::store::TenantLimits {
+            max_running_turns: Some(self.tenant_max_running_turns),
+            max_streams: Some(self.tenant_max_streams),
+            tokens_per_day: self.tenant_tokens_per_day,
+        }
+    }
+
     /// Where clients reach the service, without a trailing `/`.
     pub fn public_url(&self) -> String {
         match &self.public_url {

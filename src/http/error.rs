@@ -157,6 +157,22 @@ pub enum ApiError {
     /// authenticate too often; retry after the seconds given.
     #[error("too many failed authentications from this address; retry in {0} s")]
     AuthThrottled(u64),
+    /// 429 `tenant_busy`: the tenant runs as many turns as it may
+    /// (`HARNESS_TENANT_MAX_RUNNING_TURNS`, across replicas).
+    #[error("this tenant runs {0} turns, as many as it may at once; retry when one ends")]
+    TenantBusy(u32),
+    /// 429 `too_many_streams`: the tenant has as many requests in flight
+    /// in this process as it may (`HARNESS_TENANT_MAX_STREAMS`), or every
+    /// connection left for requests is taken.
+    #[error("{0}")]
+    TooManyStreams(String),
+    /// 429 `quota_exceeded`: the tenant used its tokens of the UTC day.
+    #[error("this tenant used {used} of its {limit} tokens of today (UTC); retry after the reset")]
+    QuotaExceeded {
+        used: u64,
+        limit: u64,
+        retry_after: u64,
+    },
     /// 421 `host_not_allowed`: with keys off, the request's `Host` is not
     /// a loopback name (a page that rebound its name to this service).
     #[error("the Host {0:?} is not served here: with keys off, use localhost, 127.0.0.1 or [::1]")]
@@ -246,7 +262,11 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
             Self::HostNotAllowed(_) => StatusCode::MISDIRECTED_REQUEST,
-            Self::RateLimited(_) | Self::AuthThrottled(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited(_)
+            | Self::AuthThrottled(_)
+            | Self::TenantBusy(_)
+            | Self::TooManyStreams(_)
+            | Self::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
             Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -309,6 +329,9 @@ impl ApiError {
             Self::Unauthorized => "unauthorized",
             Self::RateLimited(_) => "rate_limited",
             Self::AuthThrottled(_) => "too_many_auth_failures",
+            Self::TenantBusy(_) => "tenant_busy",
+            Self::TooManyStreams(_) => "too_many_streams",
+            Self::QuotaExceeded { .. } => "quota_exceeded",
             Self::HostNotAllowed(_) => "host_not_allowed",
             Self::OriginNotAllowed(_) => "origin_not_allowed",
             Self::ApprovalAlreadyDecided => "approval_already_decided",
@@ -358,7 +381,7 @@ impl ApiError {
     /// this instance is shutting down (another replica answers sooner).
     pub fn retry_after(&self) -> Option<&'static str> {
         match self {
-            Self::StoreUnavailable(_) => Some("1"),
+            Self::StoreUnavailable(_) | Self::TenantBusy(_) | Self::TooManyStreams(_) => Some("1"),
             Self::ShuttingDown => Some("5"),
             _ => None,
         }
@@ -421,7 +444,12 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
         }
-        if let Self::RateLimited(seconds) | Self::AuthThrottled(seconds) = self
+        if let Self::RateLimited(seconds)
+        | Self::AuthThrottled(seconds)
+        | Self::QuotaExceeded {
+            retry_after: seconds,
+            ..
+        } = self
             && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
         {
             response.headers_mut().insert(header::RETRY_AFTER, value);

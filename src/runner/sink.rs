@@ -42,6 +42,8 @@ pub(super) struct TurnSink {
     /// Calls waiting for a person's decision (at most the turn's tool
     /// calls).
     pub(super) waiting: std::sync::Mutex<Vec<String>>,
+    /// What this attempt's provider calls used, for its tenant's usage.
+    pub(super) used: std::sync::Mutex<crate::store::UsageTotals>,
     /// The next seq; `None` once the terminal event took its seq. Held
     /// while an event is numbered and queued, so queue order is seq order.
     pub(super) next_seq: Mutex<Option<i64>>,
@@ -73,8 +75,19 @@ impl TurnSink {
                 step: Some(_),
                 input_tokens,
                 output_tokens,
+                cost_usd,
                 ..
-            } => self.metrics.tokens(*input_tokens, *output_tokens),
+            } => {
+                self.metrics.tokens(*input_tokens, *output_tokens);
+                if let Ok(mut used) = self.used.lock() {
+                    used.input_tokens = used.input_tokens.saturating_add(*input_tokens);
+                    used.output_tokens = used.output_tokens.saturating_add(*output_tokens);
+                    used.cost_usd = match (used.cost_usd, cost_usd) {
+                        (Some(a), Some(b)) => Some(a + b),
+                        (a, b) => a.or(*b),
+                    };
+                }
+            }
             TurnEvent::ToolFinished {
                 tool,
                 status,

@@ -39,9 +39,15 @@ impl TurnRunner {
         spec: Arc<TurnRequest>,
         began: BeganTurn,
         memory_scope: String,
+        quota_warning: Option<TurnEvent>,
     ) {
         let started = tokio::time::Instant::now();
         let sink = self.sink(&live, began.first_seq + 1, started);
+        if let Some(warning) = quota_warning {
+            // Only the event is lost if it cannot be written; the turn's
+            // next event finds the log's trouble.
+            let _ = crate::harness::EventSink::emit(sink.as_ref(), warning).await;
+        }
         let run = self.execute(&live, &spec, began, memory_scope, sink.clone());
         self.conclude(&live, &sink, started, run).await;
     }
@@ -62,6 +68,7 @@ impl TurnRunner {
             began,
             answered: std::sync::atomic::AtomicBool::new(false),
             waiting: std::sync::Mutex::default(),
+            used: std::sync::Mutex::default(),
             next_seq: Mutex::new(Some(next_seq)),
             after_delta: std::sync::atomic::AtomicBool::new(false),
         })
@@ -98,6 +105,8 @@ impl TurnRunner {
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
         if matches!(outcome, Outcome::HandedOver) {
             self.hand_over(live, sink).await;
+            // Billed, whoever finishes the turn.
+            self.record_usage(live, sink).await;
             inner
                 .handed_over
                 .lock()
@@ -120,9 +129,34 @@ impl TurnRunner {
             }
         };
         tracing::Span::current().record("turn.status", status.as_str());
+        self.record_usage(live, sink).await;
         live.closed.cancel();
         inner.live.remove(live.turn_id);
         inner.metrics.turn_finished(status, started.elapsed());
+    }
+
+    /// Adds what this attempt's provider calls used to its tenant's day.
+    /// Written after the turn's end: a process that dies in between loses
+    /// that turn's count (the quota errs on the tenant's side), never a
+    /// turn.
+    async fn record_usage(&self, live: &LiveTurn, sink: &TurnSink) {
+        let used = *sink
+            .used
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if used.tokens() == 0 && used.cost_usd.is_none() {
+            return;
+        }
+        let session = crate::ids::SessionKey::from_stored(&live.session_id);
+        let day = Utc::now().date_naive();
+        if let Err(e) = self
+            .inner
+            .store
+            .add_usage(session.tenant(), day, &used)
+            .await
+        {
+            tracing::warn!(error = %e, "the turn's usage could not be counted");
+        }
     }
 
     /// Loads history and runs the harness.

@@ -80,6 +80,9 @@ pub struct NewTurn {
     /// What the turn will read first, for a backend that answers it with
     /// the begin (see [`TurnReads`]).
     pub reads: TurnReads,
+    /// The most running turns the tenant may have: the begin refuses the
+    /// turn ([`super::BeginTurnError::TenantBusy`]) when it has as many.
+    pub max_running: Option<u32>,
 }
 
 /// The reads a turn makes before its first provider call. A backend may

@@ -161,8 +161,9 @@ async fn silent_sockets_past_the_limit_lock_nobody_out_and_are_closed_by_the_hea
 }
 
 #[tokio::test]
-async fn when_every_slot_has_a_request_in_flight_a_new_connection_is_closed_at_once() {
-    let app = app_with_limits(Some(2)).await;
+async fn requests_never_hold_the_slots_kept_for_the_probes() {
+    // Four connections: two are kept from requests (`reserved`).
+    let app = app_with_limits(Some(4)).await;
     // Two streams in flight: the provider holds both turns.
     let gate = tokio_util::sync::CancellationToken::new();
     app.provider.enqueue([
@@ -177,17 +178,32 @@ async fn when_every_slot_has_a_request_in_flight_a_new_connection_is_closed_at_o
         .await;
     first.read_until("message.delta").await;
     second.read_until("message.delta").await;
-    let mut extra = connect(&app).await;
-    let started = Instant::now();
-    let (answer, closed) = read_until_closed(&mut extra).await;
-    assert_eq!(answer, "");
-    assert!(closed - started < Duration::from_millis(500));
-    // The streams were not cut for it, and end as they should.
+    // A third request is refused at once, on a slot it gives back; before,
+    // it took the last slot, and the probes found none.
+    let third = app
+        .client
+        .post(app.url("/sessions/busy-3/turns"))
+        .json(&serde_json::json!({"message": "Hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(third.status(), 429);
+    let problem: Value = third.json().await.unwrap();
+    assert_eq!(problem["code"], "too_many_streams");
+    for probe in ["/healthz", "/readyz", "/metrics"] {
+        let answered = tokio::time::timeout(
+            Duration::from_secs(2),
+            reqwest::Client::new().get(app.url(probe)).send(),
+        )
+        .await
+        .expect("a probe gets a connection")
+        .unwrap();
+        assert_eq!(answered.status(), 200, "{probe}");
+    }
+    // The streams were not cut for them, and end as they should.
     gate.cancel();
     assert!(first.read_to_end().await.last().unwrap().is_terminal());
     assert!(second.read_to_end().await.last().unwrap().is_terminal());
-    let (status, _) = app.get_json("/healthz").await;
-    assert_eq!(status, 200);
 }
 
 #[tokio::test]

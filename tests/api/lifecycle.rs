@@ -36,6 +36,7 @@ fn left_running(session: &str, instance: &str, process: &str) -> NewTurn {
         })
         .unwrap(),
         reads: Default::default(),
+        max_running: None,
         traceparent: None,
     }
 }

@@ -37,6 +37,7 @@ mod replicas;
 mod responses;
 mod stops;
 mod takeover;
+mod tenant_limits;
 mod tenants;
 mod tool_turn;
 mod tools;

@@ -206,6 +206,9 @@ async fn one_turn_runs_per_session_across_replicas_under_a_thousand_racing_posts
         match status {
             200 => started.push(stream.unwrap()),
             409 => assert_eq!(problem["code"], "turn_already_running", "{problem}"),
+            // Past the tenant's requests in flight on a replica: refused
+            // before anything, as it should be.
+            429 => assert_eq!(problem["code"], "too_many_streams", "{problem}"),
             other => panic!("{other}: {problem}"),
         }
     }
@@ -665,4 +668,61 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
         last["result"]["content"][0]["text"],
         "Hello! How can I help you today?"
     );
+}
+
+/// A tenant's running turns are counted in the database: two replicas do
+/// not give it twice its share. (Before, nothing limited them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_running_turns_are_counted_across_replicas() {
+    if !postgres_or_skip().await {
+        return;
+    }
+    let db = TestDb::new(Backend::Postgres).await;
+    db.open().await;
+    let provider = FakeProvider::start().await;
+    let mut replicas = Vec::new();
+    for instance in ["replica-0", "replica-1"] {
+        replicas.push(
+            ServiceProcess::start(
+                &db.postgres_service_url(),
+                &provider,
+                &[
+                    ("HARNESS_INSTANCE_ID", instance),
+                    ("HARNESS_TENANT_MAX_RUNNING_TURNS", "2"),
+                ],
+                None,
+            )
+            .await,
+        );
+    }
+    let client = reqwest::Client::new();
+    let gate = CancellationToken::new();
+    provider.enqueue([
+        Reply::openai_text("one").hold_head(&gate),
+        Reply::openai_text("two").hold_head(&gate),
+    ]);
+    let mut held = Vec::new();
+    for (session, replica) in [("s-share-1", 0), ("s-share-2", 1)] {
+        let mut stream = post_turn_sse(&client, &replicas[replica], session).await;
+        stream.read_until("turn.started").await;
+        held.push(stream);
+    }
+    for replica in &replicas {
+        let refused = client
+            .post(replica.url("/sessions/s-share-3/turns"))
+            .json(&json!({"message": "Hi"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 429);
+        let problem: Value = refused.json().await.unwrap();
+        assert_eq!(problem["code"], "tenant_busy");
+    }
+    gate.cancel();
+    for mut stream in held {
+        assert_eq!(
+            stream.read_to_end().await.last().unwrap().event,
+            "turn.completed"
+        );
+    }
 }

@@ -60,6 +60,8 @@ enum Expect {
     A2aNotFound,
     /// The agent card: open, and it names the keys' scheme.
     AgentCard,
+    /// The caller's own tenant's usage and limits.
+    OwnUsage,
 }
 
 /// One operation of the document, as the other tenant sends it.
@@ -93,6 +95,7 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str) -> Option<Attemp
         }
         ("POST", "/vault/reindex") => simple(Expect::Open),
         ("GET" | "DELETE", "/memories") => simple(Expect::Empty),
+        ("GET", "/usage") => simple(Expect::OwnUsage),
         ("POST", "/checkpoints/{checkpoint_id}/restore") => {
             simple(Expect::Missing("checkpoint_not_found"))
         }
@@ -392,6 +395,11 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                 assert_eq!(status, 200, "{method} {path}: {body}");
                 let scheme = &body["securitySchemes"]["bearer"]["httpAuthSecurityScheme"];
                 assert_eq!(scheme["scheme"], "Bearer", "{body}");
+            }
+            Expect::OwnUsage => {
+                assert_eq!(status, 200, "{method} {path}: {body}");
+                assert_eq!(body["tenant"], "globex", "{body}");
+                assert!(!body.to_string().contains("acme"), "{body}");
             }
             Expect::NoContent => assert_eq!(
                 (status, &body),

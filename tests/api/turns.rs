@@ -181,7 +181,16 @@ async fn the_provider_gets_the_prompt_in_the_seeds_order(backend: Backend) {
 }
 
 async fn history_in_the_request_replaces_the_stored_one(backend: Backend) {
-    let app = spawn_app(backend).await;
+    // A model the operator offers beside the chain's.
+    let provider = crate::fake_provider::FakeProvider::start().await;
+    let mut settings = crate::helpers::test_settings(&provider);
+    settings.providers.models = r#"{"gpt-4.1": {"context_window": 1000000}}"#.parse().unwrap();
+    let app = crate::helpers::spawn_app_with(
+        crate::support::TestDb::new(backend).await,
+        provider,
+        settings,
+    )
+    .await;
     app.provider
         .enqueue([Reply::sse("openai/text.sse"), Reply::sse("openai/text.sse")]);
     app.post_turn("s-h", json!({"message": "stored"})).await;

@@ -41,6 +41,7 @@ fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
         })
         .unwrap(),
         reads: Default::default(),
+        max_running: None,
         traceparent: None,
     }
 }

@@ -43,6 +43,7 @@ async fn rig(linger: Duration) -> Rig {
             created_at: chrono::Utc::now(),
             started_payload: "{}".into(),
             reads: Default::default(),
+            max_running: None,
             traceparent: None,
         })
         .await

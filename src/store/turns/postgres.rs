@@ -31,14 +31,19 @@ impl Turns for PostgresStore {
         // turn of the session runs, so `last_seq` is the session's newest
         // event: the turn starts after it. The row that always comes back
         // says why nothing was written; the caller names the conflict.
-        type Began = (Option<i64>, Option<f64>, Option<i64>, bool);
+        type Began = (Option<i64>, Option<f64>, Option<i64>, bool, bool);
         let request = serde_json::to_string(&turn.request)
             .map_err(|e| StoreError::Corrupt(format!("turn request: {e}")))?;
         let statement = sqlx::query_as::<_, Began>(
-            "WITH s AS ( \
+            "WITH busy AS ( \
+               SELECT $11::int8 IS NOT NULL AND (SELECT count(*) FROM turns t \
+                 JOIN sessions o ON o.id = t.session_id \
+                 WHERE t.status = 'running' AND o.tenant = $3) >= $11::int8 AS at_most \
+             ), s AS ( \
                INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
                SELECT $1, $2, $2, 1, 1, $3 \
                WHERE NOT EXISTS (SELECT 1 FROM turns WHERE session_id = $1 AND status = 'running') \
+               AND NOT (SELECT at_most FROM busy) \
                AND ($6::text IS NULL OR NOT EXISTS \
                  (SELECT 1 FROM turns WHERE session_id = $1 AND idempotency_key = $6)) \
                ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
@@ -54,7 +59,8 @@ impl Turns for PostgresStore {
                SELECT $1, s.last_seq, $4, 'turn.started', $9, $2 FROM s \
              ) \
              SELECT s.turn_count, s.cost_usd, s.last_seq, \
-               EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND tenant <> $3) \
+               EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND tenant <> $3), \
+               (SELECT at_most FROM busy) \
              FROM (VALUES (1)) AS one LEFT JOIN s ON TRUE",
         )
         .bind(&turn.session_id)
@@ -67,16 +73,20 @@ impl Turns for PostgresStore {
         .bind(&turn.owner_process)
         .bind(&turn.started_payload)
         .bind(&turn.traceparent)
+        .bind(turn.max_running.map(i64::from))
         .fetch_one(self.writer());
         match self.bounded(async { Ok(statement.await?) }).await {
-            Ok((Some(turn_count), session_cost, Some(seq), _)) => Ok(BeganTurn {
+            Ok((Some(turn_count), session_cost, Some(seq), _, _)) => Ok(BeganTurn {
                 first_seq: seq,
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
                 session_cost_before: session_cost,
                 // Read by the turn: each read is its own round trip here.
                 context: TurnContext::default(),
             }),
-            Ok((_, _, _, true)) => Err(BeginTurnError::SessionNotFound),
+            Ok((_, _, _, true, _)) => Err(BeginTurnError::SessionNotFound),
+            // Counted in the statement's snapshot: turns starting at the
+            // same instant on other replicas may pass it together.
+            Ok((_, _, _, _, true)) => Err(BeginTurnError::TenantBusy),
             // A running turn or a used idempotency key: nothing was
             // written; the caller finds which.
             Ok(_) => Err(StoreError::Conflict.into()),

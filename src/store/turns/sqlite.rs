@@ -22,6 +22,15 @@ use crate::{
     },
 };
 
+/// What one try of a begin found.
+enum BeginTry {
+    Began(BeganTurn),
+    /// The session is another tenant's (nothing written).
+    SessionNotFound,
+    /// The tenant runs as many turns as it may (nothing written).
+    TenantBusy,
+}
+
 #[async_trait]
 impl Turns for SqliteStore {
     /// Begins a turn; [`StoreError::Conflict`]: a unique index refused it
@@ -33,6 +42,19 @@ impl Turns for SqliteStore {
             .map_err(|e| StoreError::Corrupt(format!("turn request: {e}")))?;
         let began = self.writes.run(move |tx| {
             let created = ts(turn.created_at);
+            // One writer: the count and the insert cannot interleave with
+            // another start, on any replica.
+            if let Some(most) = turn.max_running {
+                let running: i64 = tx
+                    .prepare_cached(
+                        "SELECT count(*) FROM turns t JOIN sessions s ON s.id = t.session_id \
+                         WHERE t.status = 'running' AND s.tenant = ?1",
+                    )?
+                    .query_row(params![turn.tenant], |row| row.get(0))?;
+                if running >= i64::from(most) {
+                    return Ok(BeginTry::TenantBusy);
+                }
+            }
             // A session of another tenant is left as it is (no row comes back).
             let began: Option<(i64, Option<f64>, i64)> = tx
                 .prepare_cached(
@@ -48,7 +70,7 @@ impl Turns for SqliteStore {
                 })
                 .optional()?;
             let Some((turn_count, session_cost, seq)) = began else {
-                return Ok(None);
+                return Ok(BeginTry::SessionNotFound);
             };
             let inserted = tx
                 .prepare_cached(
@@ -101,7 +123,7 @@ impl Turns for SqliteStore {
                 .memory
                 .as_ref()
                 .and_then(|query| answered("memories", memories_for_turn(tx, query)));
-            Ok(Some(BeganTurn {
+            Ok(BeginTry::Began(BeganTurn {
                 first_seq: seq,
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
                 session_cost_before: session_cost,
@@ -109,7 +131,11 @@ impl Turns for SqliteStore {
             }))
         })
         .await?;
-        began.ok_or(BeginTurnError::SessionNotFound)
+        match began {
+            BeginTry::Began(began) => Ok(began),
+            BeginTry::SessionNotFound => Err(BeginTurnError::SessionNotFound),
+            BeginTry::TenantBusy => Err(BeginTurnError::TenantBusy),
+        }
     }
 
     async fn request_cancel(&self, turn_id: Uuid) -> Result<bool> {

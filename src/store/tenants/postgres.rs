@@ -1,0 +1,59 @@
+//! [`Tenants`] on Postgres: plain sqlx, each call bounded by the call
+//! timeout (see [`PostgresStore::bounded`]).
+
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+
+use super::{TenantLimits, Tenants, UsageTotals, day_key};
+use crate::store::{Result, postgres::PostgresStore, reader::args};
+
+fn signed(value: Option<u64>) -> Option<i64> {
+    value.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+#[async_trait]
+impl Tenants for PostgresStore {
+    async fn set_tenant_limits(
+        &self,
+        tenant: &str,
+        limits: &TenantLimits,
+        at: DateTime<Utc>,
+    ) -> Result<()> {
+        let sql = "INSERT INTO tenants (tenant, max_running_turns, max_streams, tokens_per_day, \
+                   updated_at) VALUES ($1, $2, $3, $4, $5) \
+                   ON CONFLICT (tenant) DO UPDATE SET \
+                   max_running_turns = excluded.max_running_turns, \
+                   max_streams = excluded.max_streams, \
+                   tokens_per_day = excluded.tokens_per_day, \
+                   updated_at = excluded.updated_at";
+        let args = args![
+            tenant,
+            limits.max_running_turns.map(i64::from),
+            limits.max_streams.map(i64::from),
+            signed(limits.tokens_per_day),
+            at
+        ];
+        self.execute(sql, args).await?;
+        Ok(())
+    }
+
+    async fn add_usage(&self, tenant: &str, day: NaiveDate, used: &UsageTotals) -> Result<()> {
+        let sql = "INSERT INTO tenant_usage (tenant, day, input_tokens, output_tokens, cost_usd) \
+                   VALUES ($1, $2, $3, $4, $5) \
+                   ON CONFLICT (tenant, day) DO UPDATE SET \
+                   input_tokens = tenant_usage.input_tokens + excluded.input_tokens, \
+                   output_tokens = tenant_usage.output_tokens + excluded.output_tokens, \
+                   cost_usd = COALESCE(tenant_usage.cost_usd + excluded.cost_usd, \
+                   tenant_usage.cost_usd, excluded.cost_usd)";
+        let day = day_key(day);
+        let args = args![
+            tenant,
+            day.as_str(),
+            signed(Some(used.input_tokens)),
+            signed(Some(used.output_tokens)),
+            used.cost_usd
+        ];
+        self.execute(sql, args).await?;
+        Ok(())
+    }
+}
