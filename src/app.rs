@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use crate::{
     config::Settings, ids::SessionKey, runner::TurnRunner, store::Store, tools::mcp::McpHub,
-    vault::Vault,
+    vault::Vaults,
 };
 
 /// What handlers need, built once at start.
@@ -15,7 +15,8 @@ pub struct App {
     pub store: Arc<dyn Store>,
     pub runner: TurnRunner,
     /// The notes folder and its index.
-    pub vault: Arc<Vault>,
+    /// Each tenant's vault.
+    pub vaults: Arc<Vaults>,
     /// The MCP servers whose tools are in the registry.
     pub mcp: Arc<McpHub>,
     /// Wakes tool calls waiting in this process, for an approval or for a

@@ -351,6 +351,17 @@ async fn index_vault(settings: &Settings) -> Result<(), String> {
         writeln!(stdout, "skipped {}: {}", skipped.path, skipped.reason)
             .map_err(|e| format!("cannot write the summary: {e}"))?;
     }
+    // Each tenant's own vault with a folder (`{folder}/.tenants/{tenant}`).
+    let vaults = vault::Vaults::new(vault, settings.vault.sharing());
+    for tenant in vaults.tenants_with_folders(usize::MAX) {
+        let report = vaults
+            .of_tenant(&tenant)
+            .reindex(&())
+            .await
+            .map_err(|e| e.to_string())?;
+        writeln!(stdout, "indexed tenant {tenant}: {}", report.summary())
+            .map_err(|e| format!("cannot write the summary: {e}"))?;
+    }
     Ok(())
 }
 

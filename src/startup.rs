@@ -42,7 +42,7 @@ use crate::{
         retrieval::{GetContextPack, LocalSearch},
         web::{FetchUrl, WebSearch},
     },
-    vault::{Vault, VaultError},
+    vault::{Vault, VaultError, Vaults},
 };
 
 /// The provider chain of the settings (already validated).
@@ -122,18 +122,19 @@ fn provider_names(settings: &Settings) -> Vec<String> {
 pub fn build_harness(
     settings: &Settings,
     store: Arc<dyn store::Store>,
-    vault: Arc<Vault>,
+    vaults: Arc<Vaults>,
     provider: Arc<dyn LlmProvider>,
     extra_tools: Vec<Arc<dyn Tool>>,
     approvals: Arc<tokio::sync::Notify>,
     callbacks: Arc<dyn AgentCallbacks>,
 ) -> AgentHarness {
     let tools = ToolRegistry::new(settings.harness.tool_permission)
-        .register(Arc::new(GetContextPack::new(vault.clone())))
-        .register(Arc::new(LocalSearch::new(store.clone(), vault.clone())))
-        .register(Arc::new(ReadNote::new(vault.clone())))
-        .register(Arc::new(WriteNote::replace(vault.clone())))
-        .register(Arc::new(WriteNote::append(vault.clone())));
+        .register(Arc::new(GetContextPack::new(vaults.clone())))
+        .register(Arc::new(LocalSearch::new(store.clone(), vaults.clone())))
+        .register(Arc::new(ReadNote::new(vaults.clone())))
+        .register(Arc::new(WriteNote::replace(vaults.clone())))
+        .register(Arc::new(WriteNote::append(vaults.clone())));
+    let vault = vaults.default_vault();
     let web = settings.web.config();
     let tools = match &web.search_url {
         Some(url) => match WebSearch::new(url, web.timeout) {
@@ -189,7 +190,7 @@ pub fn build_harness(
         .models(models.clone())
         .artifacts(Arc::new(StoreArtifacts(store.clone())))
         .checkpoint_store(Arc::new(VaultCheckpoints {
-            vault: vault.clone(),
+            vaults: vaults.clone(),
             store: store.clone(),
         }))
         .cost_tracker(models)
@@ -380,7 +381,11 @@ impl Application {
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Self, StartupError> {
         let provider_names = provider_names(&settings);
-        let vault = Arc::new(build_vault(&settings, store.clone())?);
+        let vaults = Arc::new(Vaults::new(
+            build_vault(&settings, store.clone())?,
+            settings.vault.sharing(),
+        ));
+        let vault = vaults.default_vault().clone();
         let jobs = Arc::new(tokio::sync::Notify::new());
         let approvals = Arc::new(tokio::sync::Notify::new());
         let metrics = Arc::new(Metrics::default());
@@ -404,7 +409,7 @@ impl Application {
         let harness = Arc::new(build_harness(
             &settings,
             store.clone(),
-            vault.clone(),
+            vaults.clone(),
             provider,
             tools,
             approvals.clone(),
@@ -478,7 +483,7 @@ impl Application {
             settings,
             store,
             runner,
-            vault,
+            vaults,
             mcp: Arc::new(mcp),
             approvals_decided: approvals,
             mcp_calls: crate::app::McpCalls::default(),
@@ -534,7 +539,7 @@ impl Application {
             });
         }
         if app.settings.vault.index_on_start {
-            background.spawn(index_vault_at_start(app.vault.clone(), shutdown.clone()));
+            background.spawn(index_vaults_at_start(app.vaults.clone(), shutdown.clone()));
         }
         background.close();
         let router = http::router(app.clone());
@@ -584,7 +589,15 @@ impl Application {
 
 /// Indexes the vault in the background at start; a missing folder is no
 /// vault, not an error. Stops when the service shuts down.
-async fn index_vault_at_start(vault: Arc<Vault>, shutdown: CancellationToken) {
+async fn index_vaults_at_start(vaults: Arc<Vaults>, shutdown: CancellationToken) {
+    index_vault_at_start(vaults.default_vault(), &shutdown).await;
+    // The tenants' vaults that have a folder (bounded: as many as kept).
+    for tenant in vaults.tenants_with_folders(1_000) {
+        index_vault_at_start(&vaults.of_tenant(&tenant), &shutdown).await;
+    }
+}
+
+async fn index_vault_at_start(vault: &Vault, shutdown: &CancellationToken) {
     tokio::select! {
         result = vault.reindex(&()) => match result {
             Ok(report) => tracing::info!(summary = %report.summary(), "vault indexed"),

@@ -278,7 +278,8 @@ pub trait Tool: Send + Sync + 'static {
     /// taken before it ran (`before`: none when the call never got past
     /// its checkpoint). Asked only of a tool that is neither read-only nor
     /// idempotent. Default: nothing tells.
-    async fn settle(&self, _arguments: &Value, _before: &[Saved]) -> Settled {
+    /// `session_id`: the call's session, as stored.
+    async fn settle(&self, _session_id: &str, _arguments: &Value, _before: &[Saved]) -> Settled {
         Settled::Unknown
     }
 }

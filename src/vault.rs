@@ -10,6 +10,7 @@
 pub mod chunk;
 mod files;
 pub mod paths;
+mod vaults;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -22,6 +23,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use files::{Found, read_capped, replace_file, walk};
+pub use vaults::{Sharing, Vaults};
 
 use crate::{
     providers::embeddings::{self, Embedder},
@@ -159,6 +161,9 @@ pub enum NoteError {
     Io(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The vault is shared, and only the operator's tenant writes to it.
+    #[error("this vault is shared and read-only here (HARNESS_VAULT_SHARED_WRITABLE)")]
+    ReadOnly,
 }
 
 /// How a write changes a note.
@@ -205,6 +210,12 @@ fn written(
 /// The vault folder and the index of it.
 pub struct Vault {
     root: PathBuf,
+    /// Which vault of the index this is: `""` for the default tenant's
+    /// (and the shared one), else its tenant (see `store::vault::note_key`).
+    name: String,
+    /// Writes are refused (a shared vault, for the tenants other than the
+    /// operator's, unless they may write).
+    read_only: bool,
     store: Arc<dyn VaultIndex>,
     indexing: tokio::sync::Mutex<()>,
     /// One write at a time in this process, so that an append never loses
@@ -221,11 +232,38 @@ impl Vault {
     pub fn new(root: impl Into<PathBuf>, store: Arc<dyn VaultIndex>) -> Self {
         Self {
             root: root.into(),
+            name: String::new(),
+            read_only: false,
             store,
             indexing: tokio::sync::Mutex::new(()),
             writing: tokio::sync::Mutex::new(()),
             embedder: None,
             vectors: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Another vault of the same index and embedder: named `name` in the
+    /// index, at `root`.
+    pub fn sibling(&self, name: &str, root: PathBuf, read_only: bool) -> Self {
+        Self {
+            root,
+            name: name.to_owned(),
+            read_only,
+            embedder: self.embedder.clone(),
+            ..Self::new(PathBuf::new(), self.store.clone())
+        }
+    }
+
+    /// Its name in the index (`""`: the default tenant's, or the shared).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn writable(&self) -> Result<(), NoteError> {
+        if self.read_only {
+            Err(NoteError::ReadOnly)
+        } else {
+            Ok(())
         }
     }
 
@@ -290,7 +328,7 @@ impl Vault {
                 _ => {
                     let read = self
                         .store
-                        .vault_vectors(&model, MAX_VECTORS)
+                        .vault_vectors(&self.name, &model, MAX_VECTORS)
                         .await
                         .map_err(
                             |e| tracing::warn!(error = %e, "cannot read the vault's embeddings"),
@@ -356,6 +394,7 @@ impl Vault {
         content: &str,
         mode: WriteMode,
     ) -> Result<(String, usize), NoteError> {
+        self.writable()?;
         let _one_at_a_time = self.writing.lock().await;
         let note = self.resolve(path, true)?;
         let now = match mode {
@@ -416,6 +455,7 @@ impl Vault {
 
     /// Puts a note back as a checkpoint saw it: its bytes, or no file.
     pub async fn restore(&self, path: &str, bytes: Option<&[u8]>) -> Result<String, NoteError> {
+        self.writable()?;
         let _one_at_a_time = self.writing.lock().await;
         let note = self.resolve(path, true)?;
         replace_file(&note.absolute, bytes).await?;
@@ -428,12 +468,12 @@ impl Vault {
         match bytes.map(std::str::from_utf8) {
             Some(Ok(text)) => {
                 let note = self.indexed(relative, text).await;
-                self.store.vault_put_note(&note).await
+                self.store.vault_put_note(&self.name, &note).await
             }
             Some(Err(_)) | None => {
                 *self.vectors.lock().await = None;
                 self.store
-                    .vault_remove_notes(&[relative.to_owned()])
+                    .vault_remove_notes(&self.name, &[relative.to_owned()])
                     .await
                     .map(drop)
             }
@@ -460,11 +500,11 @@ impl Vault {
     pub async fn search(&self, query: &str, limit: u32) -> Result<Vec<VaultHit>, StoreError> {
         let terms = query_terms(query);
         if self.embedder.is_none() {
-            return self.store.vault_search(&terms, limit).await;
+            return self.store.vault_search(&self.name, &terms, limit).await;
         }
         let wide = limit.saturating_mul(3).max(10);
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        let mut words = self.store.vault_search(&terms, wide).await?;
+        let mut words = self.store.vault_search(&self.name, &terms, wide).await?;
         let Some(meaning) = self
             .nearest(query, usize::try_from(wide).unwrap_or(30))
             .await
@@ -485,7 +525,7 @@ impl Vault {
             .filter(|id| !words.iter().any(|hit| hit.id == *id))
             .collect();
         let mut hits = words;
-        hits.extend(self.store.vault_chunks(&missing).await?);
+        hits.extend(self.store.vault_chunks(&self.name, &missing).await?);
         for hit in &mut hits {
             hit.score = scores.get(&hit.id).copied().unwrap_or(0.0);
         }
@@ -500,13 +540,31 @@ impl Vault {
     pub async fn reindex(&self, progress: &dyn Progress) -> Result<IndexReport, VaultError> {
         let _one_at_a_time = self.indexing.lock().await;
         let started = Instant::now();
-        let root = self.canonical_root()?;
+        let root = match self.canonical_root() {
+            Ok(root) => root,
+            // A tenant's vault is made by its first write: until then it
+            // is empty (and its path no business of the tenant's).
+            Err(VaultError::Missing(_)) if !self.name.is_empty() => {
+                let gone: Vec<String> = self
+                    .store
+                    .vault_notes(&self.name)
+                    .await?
+                    .into_keys()
+                    .collect();
+                let removed = self.store.vault_remove_notes(&self.name, &gone).await?;
+                return Ok(IndexReport {
+                    removed: usize::try_from(removed).unwrap_or(usize::MAX),
+                    ..IndexReport::default()
+                });
+            }
+            Err(e) => return Err(e),
+        };
         let (found, mut report) = tokio::task::spawn_blocking(move || walk(&root))
             .await
             .map_err(|e| VaultError::Io(format!("the folder walk stopped: {e}")))??;
         report.notes = found.len();
         progress.found(found.len());
-        let mut indexed: HashMap<String, NoteState> = self.store.vault_notes().await?;
+        let mut indexed: HashMap<String, NoteState> = self.store.vault_notes(&self.name).await?;
         for (done, note) in found.iter().enumerate() {
             let previous = indexed.remove(&note.relative);
             self.index_note(note, previous.as_ref(), &mut report)
@@ -514,8 +572,8 @@ impl Vault {
             progress.indexed(done + 1, &note.relative);
         }
         let gone: Vec<String> = indexed.into_keys().collect();
-        report.removed =
-            usize::try_from(self.store.vault_remove_notes(&gone).await?).unwrap_or(usize::MAX);
+        report.removed = usize::try_from(self.store.vault_remove_notes(&self.name, &gone).await?)
+            .unwrap_or(usize::MAX);
         report.took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok(report)
     }
@@ -551,7 +609,7 @@ impl Vault {
         if indexed.embedding_model.is_some() {
             report.embedded_chunks += indexed.chunks.len();
         }
-        self.store.vault_put_note(&indexed).await?;
+        self.store.vault_put_note(&self.name, &indexed).await?;
         if previous.is_some() {
             report.updated += 1;
         } else {

@@ -22,4 +22,26 @@ pub struct VaultSettings {
     /// [default: none, words only].
     #[arg(id = "vault.embeddings", long = "vault-embeddings")]
     pub embeddings: Option<EmbeddingModel>,
+    /// One vault for all tenants (the folder itself), instead of each
+    /// tenant its own under `{folder}/.tenants/{tenant}/`; only the
+    /// `default` tenant writes to a shared vault, unless
+    /// HARNESS_VAULT_SHARED_WRITABLE.
+    #[arg(id = "vault.shared", long = "vault-shared", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub shared: bool,
+    /// Every tenant may write to a shared vault.
+    #[arg(id = "vault.shared_writable", long = "vault-shared-writable", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub shared_writable: bool,
+}
+
+impl VaultSettings {
+    /// How the tenants share the folder.
+    pub fn sharing(&self) -> crate::vault::Sharing {
+        if self.shared {
+            crate::vault::Sharing::Shared {
+                writable: self.shared_writable,
+            }
+        } else {
+            crate::vault::Sharing::PerTenant
+        }
+    }
 }

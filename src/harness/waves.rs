@@ -227,9 +227,12 @@ async fn settle(env: &CallEnv<'_>, call: &ToolCall) -> Settled {
     };
     // A tool's own code: a panic in it is an unknown outcome, not a
     // crashed turn.
-    isolate(async { Ok::<_, crate::hooks::HookError>(tool.settle(&arguments, &before).await) })
-        .await
-        .unwrap_or(Settled::Unknown)
+    let session = &env.request.session_id;
+    isolate(async {
+        Ok::<_, crate::hooks::HookError>(tool.settle(session, &arguments, &before).await)
+    })
+    .await
+    .unwrap_or(Settled::Unknown)
 }
 
 /// What the model is told of a call that may or may not have changed

@@ -1,12 +1,18 @@
 //! `/vault`: the notes folder's index.
 
-use axum::extract::{Path, State};
+use axum::{
+    Extension,
+    extract::{Path, State},
+};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::error::{ApiError, Problem};
+use super::{
+    Tenant,
+    error::{ApiError, Problem},
+};
 use crate::{
     app::AppState,
     store::NewCheckpoint,
@@ -82,7 +88,10 @@ async fn restore_checkpoint(
     if checkpoint.restored_at.is_some() {
         return Err(ApiError::CheckpointAlreadyRestored);
     }
-    let (note, now) = app.vault.snapshot(&checkpoint.path).await?;
+    // The checkpoint's own tenant's vault (`check_owner` let only that
+    // tenant's key this far).
+    let vault = app.vaults.of_session(&checkpoint.session_id);
+    let (note, now) = vault.snapshot(&checkpoint.path).await?;
     let undo = NewCheckpoint {
         id: new_checkpoint_id(),
         session_id: checkpoint.session_id.clone(),
@@ -94,9 +103,7 @@ async fn restore_checkpoint(
         created_at: Utc::now(),
     };
     app.store.put_checkpoint(&undo).await?;
-    app.vault
-        .restore(&checkpoint.path, content.as_deref())
-        .await?;
+    vault.restore(&checkpoint.path, content.as_deref()).await?;
     // Two restores at once write the same bytes; one of them says so.
     if !app
         .store
@@ -152,8 +159,11 @@ impl From<VaultError> for ApiError {
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
     )
 )]
-async fn reindex_vault(State(app): State<AppState>) -> Result<axum::Json<IndexReport>, ApiError> {
-    let report = app.vault.reindex(&()).await?;
+async fn reindex_vault(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+) -> Result<axum::Json<IndexReport>, ApiError> {
+    let report = app.vaults.of_tenant(&tenant.0).reindex(&()).await?;
     tracing::info!(summary = %report.summary(), "vault indexed");
     Ok(axum::Json(report))
 }

@@ -16,7 +16,7 @@ use crate::{
     metrics::Metrics,
     store,
     tools::Saved,
-    vault::Vault,
+    vault::Vaults,
 };
 
 /// What the harness reports to the service's metrics.
@@ -144,7 +144,7 @@ impl ArtifactStore for StoreArtifacts {
 /// Saves the notes a write is about to change (resource keys `note:…`)
 /// as checkpoints in the store.
 pub struct VaultCheckpoints {
-    pub vault: Arc<Vault>,
+    pub vaults: Arc<Vaults>,
     pub store: Arc<dyn store::Store>,
 }
 
@@ -164,7 +164,8 @@ impl CheckpointStore for VaultCheckpoints {
             let Some(path) = crate::tools::notes::path_of_key(key) else {
                 continue;
             };
-            let (note, content) = self.vault.snapshot(path).await.map_err(HookError::new)?;
+            let vault = self.vaults.of_session(&request.session_id);
+            let (note, content) = vault.snapshot(path).await.map_err(HookError::new)?;
             let id = crate::http::vault::new_checkpoint_id();
             self.store
                 .put_checkpoint(&store::NewCheckpoint {

@@ -96,70 +96,120 @@ pub(crate) fn searchable(terms: &[String], limit: u32) -> Option<Vec<String>> {
     (!terms.is_empty() && limit > 0).then_some(terms)
 }
 
-/// The vault's index.
+/// The index's key of the note at `path` of `vault` (`""`: the default
+/// tenant's vault, and the shared one; else a tenant's): a tenant's notes
+/// are keyed `{tenant}:{path}` (a vault path holds no `:`), so the
+/// default tenant's keys are its paths, as before vaults were per tenant.
+pub fn note_key(vault: &str, path: &str) -> String {
+    if vault.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{vault}:{path}")
+    }
+}
+
+/// The path of a key of `vault` ([`note_key`] undone).
+pub fn path_of_key(vault: &str, key: String) -> String {
+    if vault.is_empty() {
+        return key;
+    }
+    match key
+        .strip_prefix(vault)
+        .and_then(|rest| rest.strip_prefix(':'))
+    {
+        Some(path) => path.to_owned(),
+        None => key,
+    }
+}
+
+/// The vault's index: each method names the vault (see [`note_key`]), and
+/// sees nothing of another.
 #[async_trait]
 pub trait VaultIndex: Reads + Send + Sync + 'static {
-    /// What the index holds of each vault note, by path.
-    async fn vault_notes(&self) -> Result<HashMap<String, NoteState>> {
-        let sql = "SELECT path, content_hash, embedding_model FROM vault_notes";
-        let rows: Vec<(String, String, Option<String>)> = self.reader().rows(sql, args![]).await?;
+    /// What the index holds of each note of `vault`, by path.
+    async fn vault_notes(&self, vault: &str) -> Result<HashMap<String, NoteState>> {
+        let sql = "SELECT path, content_hash, embedding_model FROM vault_notes WHERE vault = $1";
+        let rows: Vec<(String, String, Option<String>)> =
+            self.reader().rows(sql, args![vault]).await?;
         Ok(rows
             .into_iter()
-            .map(|(path, content_hash, embedding_model)| {
+            .map(|(key, content_hash, embedding_model)| {
                 let state = NoteState {
                     content_hash,
                     embedding_model,
                 };
-                (path, state)
+                (path_of_key(vault, key), state)
             })
             .collect())
     }
 
-    /// Indexes a note, replacing what was indexed at its path.
-    async fn vault_put_note(&self, note: &IndexedNote) -> Result<()>;
+    /// Indexes a note of `vault`, replacing what was indexed at its path.
+    async fn vault_put_note(&self, vault: &str, note: &IndexedNote) -> Result<()>;
 
-    /// Removes notes (and their chunks) from the index; returns how many were there.
-    async fn vault_remove_notes(&self, paths: &[String]) -> Result<u64>;
+    /// Removes notes of `vault` (and their chunks) from the index; returns
+    /// how many were there.
+    async fn vault_remove_notes(&self, vault: &str, paths: &[String]) -> Result<u64>;
 
-    /// Chunks matching any of `terms` (words), best first.
-    async fn vault_search(&self, terms: &[String], limit: u32) -> Result<Vec<VaultHit>>;
+    /// Chunks of `vault` matching any of `terms` (words), best first.
+    async fn vault_search(
+        &self,
+        vault: &str,
+        terms: &[String],
+        limit: u32,
+    ) -> Result<Vec<VaultHit>>;
 
-    /// The embeddings `model` made, by chunk id, at most `limit`.
-    async fn vault_vectors(&self, model: &str, limit: u32) -> Result<Vec<(i64, Vec<f32>)>> {
+    /// The embeddings `model` made of `vault`'s chunks, by chunk id, at
+    /// most `limit`.
+    async fn vault_vectors(
+        &self,
+        vault: &str,
+        model: &str,
+        limit: u32,
+    ) -> Result<Vec<(i64, Vec<f32>)>> {
         let sql = "SELECT c.id, c.embedding FROM vault_chunks c \
              JOIN vault_notes n ON n.path = c.path \
-             WHERE n.embedding_model = $1 AND c.embedding IS NOT NULL ORDER BY c.id LIMIT $2";
-        let rows: Vec<(i64, Vec<u8>)> = self.reader().rows(sql, args![model, limit]).await?;
+             WHERE c.vault = $3 AND n.embedding_model = $1 AND c.embedding IS NOT NULL \
+             ORDER BY c.id LIMIT $2";
+        let rows: Vec<(i64, Vec<u8>)> = self.reader().rows(sql, args![model, limit, vault]).await?;
         Ok(rows
             .into_iter()
             .filter_map(|(id, bytes)| vector_of(&bytes).map(|v| (id, v)))
             .collect())
     }
 
-    /// Chunks by id (score 0), in no particular order; ids no longer
-    /// indexed are left out.
-    async fn vault_chunks(&self, ids: &[i64]) -> Result<Vec<VaultHit>> {
+    /// Chunks of `vault` by id (score 0), in no particular order; ids no
+    /// longer indexed (or of another vault) are left out.
+    async fn vault_chunks(&self, vault: &str, ids: &[i64]) -> Result<Vec<VaultHit>> {
         let ids = &ids[..ids.len().min(256)];
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let list: Vec<String> = (1..=ids.len()).map(|n| format!("${n}")).collect();
+        let list: Vec<String> = (2..=ids.len() + 1).map(|n| format!("${n}")).collect();
         let sql = format!(
-            "SELECT id, path, heading, anchor, text FROM vault_chunks WHERE id IN ({})",
+            "SELECT id, path, heading, anchor, text FROM vault_chunks \
+             WHERE vault = $1 AND id IN ({})",
             list.join(", ")
         );
-        let bound = ids.iter().map(|id| (*id).into()).collect();
+        let mut bound = vec![vault.to_owned().into()];
+        bound.extend(ids.iter().map(|id| (*id).into()));
         let rows: Vec<(i64, String, String, String, String)> =
             self.reader().rows(sqlx::AssertSqlSafe(sql), bound).await?;
         Ok(rows
             .into_iter()
-            .map(|(id, path, heading, anchor, text)| (id, path, heading, anchor, text, 0.0).into())
+            .map(|(id, key, heading, anchor, text)| {
+                (id, path_of_key(vault, key), heading, anchor, text, 0.0).into()
+            })
             .collect())
     }
 }
 
 /// A [`VaultHit`] as selected: id, path, heading, anchor, text, score.
 type HitRow = (i64, String, String, String, String, f64);
+
+/// The hit of a row of `vault`: its key made a path again.
+fn hit_of(vault: &str, (id, key, heading, anchor, text, score): HitRow) -> VaultHit {
+    (id, path_of_key(vault, key), heading, anchor, text, score).into()
+}
 
 impl From<HitRow> for VaultHit {
     fn from((id, path, heading, anchor, text, score): HitRow) -> Self {

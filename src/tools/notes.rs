@@ -16,7 +16,7 @@ use super::{
     Citation, EffectClass, Saved, Settled, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput,
     ToolSpec,
 };
-use crate::vault::{NoteError, Vault, WriteMode, WriteSettled, paths};
+use crate::vault::{NoteError, Vault, Vaults, WriteMode, WriteSettled, paths};
 
 /// Largest content one write takes, in bytes.
 pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
@@ -62,6 +62,9 @@ fn check_path(vault: &Vault, arguments: &Value, for_write: bool) -> Result<(), S
 fn tool_error(e: NoteError) -> ToolError {
     match e {
         NoteError::Path(e) => ToolError::new(ToolErrorKind::PermissionDenied, e.to_string(), false),
+        NoteError::ReadOnly => {
+            ToolError::new(ToolErrorKind::PermissionDenied, e.to_string(), false)
+        }
         NoteError::NotFound(_) => ToolError::new(ToolErrorKind::NotFound, e.to_string(), true),
         NoteError::TooLarge { .. } | NoteError::NotText(_) => {
             ToolError::new(ToolErrorKind::InvalidInput, e.to_string(), true)
@@ -80,14 +83,14 @@ fn path_argument(arguments: &Value) -> Result<&str, ToolError> {
 
 /// `read_note`: a whole note by its path.
 pub struct ReadNote {
-    vault: Arc<Vault>,
+    vaults: Arc<Vaults>,
     spec: ToolSpec,
 }
 
 impl ReadNote {
-    pub fn new(vault: Arc<Vault>) -> Self {
+    pub fn new(vaults: Arc<Vaults>) -> Self {
         Self {
-            vault,
+            vaults,
             spec: ToolSpec::new(
                 "read_note",
                 "Read a whole note of the user's vault by its path (e.g. notes/project.md, \
@@ -117,12 +120,13 @@ impl Tool for ReadNote {
     }
 
     fn check(&self, arguments: &Value) -> Result<(), String> {
-        check_path(&self.vault, arguments, false)
+        check_path(self.vaults.default_vault(), arguments, false)
     }
 
-    async fn call(&self, _ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         let path = path_argument(&arguments)?;
-        let (note, text) = self.vault.read_note(path).await.map_err(tool_error)?;
+        let vault = self.vaults.of_session(&ctx.session_id);
+        let (note, text) = vault.read_note(path).await.map_err(tool_error)?;
         Ok(ToolOutput {
             content: text,
             citations: vec![Citation::Local {
@@ -134,16 +138,16 @@ impl Tool for ReadNote {
 
 /// `write_note` and `append_note`.
 pub struct WriteNote {
-    vault: Arc<Vault>,
+    vaults: Arc<Vaults>,
     mode: WriteMode,
     spec: ToolSpec,
 }
 
 impl WriteNote {
     /// `write_note`: replaces a note, or makes it.
-    pub fn replace(vault: Arc<Vault>) -> Self {
+    pub fn replace(vaults: Arc<Vaults>) -> Self {
         Self::new(
-            vault,
+            vaults,
             WriteMode::Replace,
             "write_note",
             "Write a note of the user's vault: the content replaces the note (or makes it). \
@@ -152,9 +156,9 @@ impl WriteNote {
     }
 
     /// `append_note`: adds to the end of a note, or makes it.
-    pub fn append(vault: Arc<Vault>) -> Self {
+    pub fn append(vaults: Arc<Vaults>) -> Self {
         Self::new(
-            vault,
+            vaults,
             WriteMode::Append,
             "append_note",
             "Add text at the end of a note of the user's vault, on a line of its own \
@@ -162,9 +166,9 @@ impl WriteNote {
         )
     }
 
-    fn new(vault: Arc<Vault>, mode: WriteMode, name: &str, description: &str) -> Self {
+    fn new(vaults: Arc<Vaults>, mode: WriteMode, name: &str, description: &str) -> Self {
         Self {
-            vault,
+            vaults,
             mode,
             spec: ToolSpec::new(
                 name,
@@ -195,23 +199,24 @@ impl Tool for WriteNote {
     }
 
     fn check(&self, arguments: &Value) -> Result<(), String> {
-        check_path(&self.vault, arguments, true)
+        check_path(self.vaults.default_vault(), arguments, true)
     }
 
-    async fn call(&self, _ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         let path = path_argument(&arguments)?;
         let content = arguments["content"].as_str().ok_or_else(|| {
             ToolError::new(ToolErrorKind::InvalidInput, "`content` is required", true)
         })?;
         let (relative, bytes) = self
-            .vault
+            .vaults
+            .of_session(&ctx.session_id)
             .write_note(path, content, self.mode)
             .await
             .map_err(tool_error)?;
         Ok(self.answer(&relative, bytes))
     }
 
-    async fn settle(&self, arguments: &Value, before: &[Saved]) -> Settled {
+    async fn settle(&self, session_id: &str, arguments: &Value, before: &[Saved]) -> Settled {
         let (Ok(path), Some(content)) = (path_argument(arguments), arguments["content"].as_str())
         else {
             return Settled::Unknown;
@@ -222,7 +227,8 @@ impl Tool for WriteNote {
             return Settled::NotLanded;
         };
         match self
-            .vault
+            .vaults
+            .of_session(session_id)
             .settle_write(path, content, self.mode, saved.content.as_deref())
             .await
         {

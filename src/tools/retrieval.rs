@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     store::{MessageRecord, Turns, VaultHit},
-    vault::{Vault, query_terms},
+    vault::{Vault, Vaults, query_terms},
 };
 
 /// Stored messages of the session matching `query`, best first (most
@@ -109,14 +109,14 @@ fn parse_query(arguments: &Value, ctx: &ToolContext) -> Result<(String, usize), 
 /// `get_context_pack`: the vault's facts relevant to a query, as a JSON
 /// pack (`relevant_facts`: anchor, heading, text, score; `preferences`).
 pub struct GetContextPack {
-    vault: Arc<Vault>,
+    vaults: Arc<Vaults>,
     spec: ToolSpec,
 }
 
 impl GetContextPack {
-    pub fn new(vault: Arc<Vault>) -> Self {
+    pub fn new(vaults: Arc<Vaults>) -> Self {
         Self {
-            vault,
+            vaults,
             spec: ToolSpec::new(
                 "get_context_pack",
                 "Get a pack of facts from the user's notes relevant to a query, as JSON: \
@@ -136,7 +136,8 @@ impl Tool for GetContextPack {
 
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         let (query, top_k) = parse_query(&arguments, &ctx)?;
-        let hits = search_vault(&self.vault, &query, top_k).await?;
+        let vault = self.vaults.of_session(&ctx.session_id);
+        let hits = search_vault(&vault, &query, top_k).await?;
         let facts: Vec<Value> = hits
             .iter()
             .map(|hit| {
@@ -162,15 +163,15 @@ impl Tool for GetContextPack {
 /// a query.
 pub struct LocalSearch {
     store: Arc<dyn Turns>,
-    vault: Arc<Vault>,
+    vaults: Arc<Vaults>,
     spec: ToolSpec,
 }
 
 impl LocalSearch {
-    pub fn new(store: Arc<dyn Turns>, vault: Arc<Vault>) -> Self {
+    pub fn new(store: Arc<dyn Turns>, vaults: Arc<Vaults>) -> Self {
         Self {
             store,
-            vault,
+            vaults,
             spec: ToolSpec::new(
                 "local_search",
                 "Search the user's notes and the past conversation of this session for a \
@@ -191,8 +192,9 @@ impl Tool for LocalSearch {
 
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
         let (query, top_k) = parse_query(&arguments, &ctx)?;
+        let vault = self.vaults.of_session(&ctx.session_id);
         let (notes, messages) = tokio::join!(
-            search_vault(&self.vault, &query, top_k),
+            search_vault(&vault, &query, top_k),
             search_messages(self.store.as_ref(), &ctx, &query, top_k)
         );
         let (notes, messages) = (notes?, messages?);

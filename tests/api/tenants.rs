@@ -235,7 +235,8 @@ async fn send(
 
 async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     let vault = vault_of(&[("notes/a.md", "# A\n")]);
-    let note = vault.path().join("notes/a.md");
+    // Acme writes in its own vault.
+    let note = vault.path().join(".tenants/acme/notes/a.md");
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     settings.server.auth = agent_harness::config::AuthMode::On;
@@ -727,3 +728,142 @@ async fn the_same_session_id_in_two_tenants_is_two_sessions(backend: Backend) {
 }
 
 on_both_backends!(the_same_session_id_in_two_tenants_is_two_sessions);
+
+/// Each tenant its own vault: a note one tenant writes is in its own
+/// folder (`{vault}/.tenants/{tenant}/`), and another tenant can neither
+/// read it, find it, overwrite it nor see the operator's notes; its own
+/// write of the same path is its own note. (Before, every tenant read and
+/// wrote the one folder.)
+async fn each_tenant_has_its_own_vault(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n\nThe operator's plans for Lyon.\n")]);
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.vault.dir = vault.path().to_owned();
+    let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let store = app.db.open().await;
+    for (id, tenant, key) in [("key_a", "acme", "ah_a"), ("key_b", "globex", "ah_b")] {
+        store
+            .create_api_key(id, tenant, &hash(key), chrono::Utc::now())
+            .await
+            .unwrap();
+    }
+    let write = |content: &str| json!({"path": "notes/plan.md", "content": content});
+    let status = |finished: &Value| finished["status"].as_str().unwrap().to_owned();
+
+    app.client = client_with_key("ah_a");
+    let (finished, _) = app
+        .call_tool("write_note", write("# Plan\n\nAcme goes to Paris."))
+        .await;
+    assert_eq!(status(&finished), "completed", "{finished}");
+    let acme_note = vault.path().join(".tenants/acme/notes/plan.md");
+    assert!(acme_note.exists());
+    assert!(!vault.path().join("notes/plan.md").exists());
+    let (_, found) = app
+        .call_tool("local_search", json!({"query": "Paris"}))
+        .await;
+    assert!(found.contains("notes/plan.md"), "{found}");
+
+    app.client = client_with_key("ah_b");
+    for (tool, arguments) in [
+        ("read_note", json!({"path": "notes/plan.md"})),
+        ("read_note", json!({"path": "notes/a.md"})),
+        ("read_note", json!({"path": "../acme/notes/plan.md"})),
+        ("read_note", json!({"path": ".tenants/acme/notes/plan.md"})),
+    ] {
+        let (finished, message) = app.call_tool(tool, arguments.clone()).await;
+        assert!(
+            ["failed", "denied"].contains(&status(&finished).as_str()),
+            "{arguments}: {finished}"
+        );
+        assert!(
+            !message.contains("Paris") && !message.contains("Lyon"),
+            "{message}"
+        );
+    }
+    for query in ["Paris", "Lyon"] {
+        let (_, found) = app.call_tool("local_search", json!({"query": query})).await;
+        assert!(found.contains("No results"), "{query}: {found}");
+    }
+    let (finished, _) = app
+        .call_tool("write_note", write("# Plan\n\nGlobex stays home."))
+        .await;
+    assert_eq!(status(&finished), "completed");
+    assert_eq!(
+        std::fs::read_to_string(&acme_note).unwrap(),
+        "# Plan\n\nAcme goes to Paris."
+    );
+    assert_eq!(
+        std::fs::read_to_string(vault.path().join(".tenants/globex/notes/plan.md")).unwrap(),
+        "# Plan\n\nGlobex stays home."
+    );
+    // Its context pack is made of its own notes only.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    app.post_turn_sse(
+        "s-pack",
+        json!({"message": "What are the plans for Paris and Lyon?"}),
+    )
+    .await
+    .read_to_end()
+    .await;
+    let sent = app.provider.requests().last().unwrap().body["messages"].to_string();
+    assert!(
+        !sent.contains("Acme goes") && !sent.contains("operator's plans"),
+        "{sent}"
+    );
+    // Its reindex is of its own folder.
+    let report: Value = app
+        .client
+        .post(app.url("/vault/reindex"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(report["notes"], 1, "{report}");
+}
+
+/// `HARNESS_VAULT_SHARED=true`: one vault, which the other tenants read
+/// and only the operator's tenant writes.
+async fn a_shared_vault_is_read_only_for_the_tenants(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n\nThe operator's plans for Lyon.\n")]);
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.vault.dir = vault.path().to_owned();
+    settings.vault.shared = true;
+    let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let store = app.db.open().await;
+    store
+        .create_api_key("key_b", "globex", &hash("ah_b"), chrono::Utc::now())
+        .await
+        .unwrap();
+    app.client = client_with_key("ah_b");
+    let (finished, message) = app
+        .call_tool("read_note", json!({"path": "notes/a.md"}))
+        .await;
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert!(message.contains("Lyon"), "{message}");
+    let (finished, _) = app
+        .call_tool(
+            "write_note",
+            json!({"path": "notes/a.md", "content": "mine now"}),
+        )
+        .await;
+    assert_eq!(finished["status"], "failed", "{finished}");
+    assert!(
+        finished["error"].as_str().unwrap().contains("read-only"),
+        "{finished}"
+    );
+    assert!(
+        std::fs::read_to_string(vault.path().join("notes/a.md"))
+            .unwrap()
+            .contains("Lyon")
+    );
+}
+
+on_both_backends!(
+    each_tenant_has_its_own_vault,
+    a_shared_vault_is_read_only_for_the_tenants
+);

@@ -544,7 +544,12 @@ impl Tool for Settling {
         self.probe.call(ctx, arguments).await
     }
 
-    async fn settle(&self, arguments: &serde_json::Value, before: &[Saved]) -> Settled {
+    async fn settle(
+        &self,
+        _session: &str,
+        arguments: &serde_json::Value,
+        before: &[Saved],
+    ) -> Settled {
         let key = arguments["key"].as_str().unwrap_or_default().to_owned();
         let saved = before
             .iter()

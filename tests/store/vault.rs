@@ -8,7 +8,7 @@ use agent_harness::{
     startup::VaultCheckpoints,
     store::{IndexedNote, VaultChunk},
     tools::{Saved, Settled, Tool, ToolOutput, notes::WriteNote},
-    vault::Vault,
+    vault::{Vault, Vaults},
 };
 use serde_json::json;
 
@@ -123,21 +123,21 @@ async fn vault_search_takes_any_words_and_index_writes_replace(backend: Backend)
         }],
     };
     store
-        .vault_put_note(&note("apples and pears"))
+        .vault_put_note("", &note("apples and pears"))
         .await
         .unwrap();
-    store.vault_put_note(&note("plums only")).await.unwrap();
+    store.vault_put_note("", &note("plums only")).await.unwrap();
     let terms = |words: &[&str]| words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
     assert!(
         store
-            .vault_search(&terms(&["apples"]), 5)
+            .vault_search("", &terms(&["apples"]), 5)
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
         store
-            .vault_search(&terms(&["plums"]), 5)
+            .vault_search("", &terms(&["plums"]), 5)
             .await
             .unwrap()
             .len(),
@@ -153,29 +153,29 @@ async fn vault_search_takes_any_words_and_index_writes_replace(backend: Backend)
         "!plums",
         "''",
     ] {
-        let hits = store.vault_search(&terms(&[odd]), 5).await;
+        let hits = store.vault_search("", &terms(&[odd]), 5).await;
         assert!(hits.is_ok(), "{odd}: {hits:?}");
     }
-    assert!(store.vault_search(&[], 5).await.unwrap().is_empty());
+    assert!(store.vault_search("", &[], 5).await.unwrap().is_empty());
     assert_eq!(
-        store.vault_notes().await.unwrap()["a.md"].content_hash,
+        store.vault_notes("").await.unwrap()["a.md"].content_hash,
         "h-plums only"
     );
     assert_eq!(
         store
-            .vault_remove_notes(&terms(&["a.md", "b.md"]))
+            .vault_remove_notes("", &terms(&["a.md", "b.md"]))
             .await
             .unwrap(),
         1
     );
     assert!(
         store
-            .vault_search(&terms(&["plums"]), 5)
+            .vault_search("", &terms(&["plums"]), 5)
             .await
             .unwrap()
             .is_empty()
     );
-    assert!(store.vault_notes().await.unwrap().is_empty());
+    assert!(store.vault_notes("").await.unwrap().is_empty());
 }
 
 async fn embeddings_are_kept_by_model_and_chunks_read_by_id(backend: Backend) {
@@ -187,41 +187,47 @@ async fn embeddings_are_kept_by_model_and_chunks_read_by_id(backend: Backend) {
         embedding: Some(vector),
     };
     store
-        .vault_put_note(&IndexedNote {
-            path: "e.md".into(),
-            content_hash: "h".into(),
-            bytes: 2,
-            embedding_model: Some("openai:m".into()),
-            chunks: vec![
-                chunk("one", vec![0.5, -1.25, 3.0]),
-                chunk("two", vec![1.0, 0.0, f32::MIN_POSITIVE]),
-            ],
-        })
+        .vault_put_note(
+            "",
+            &IndexedNote {
+                path: "e.md".into(),
+                content_hash: "h".into(),
+                bytes: 2,
+                embedding_model: Some("openai:m".into()),
+                chunks: vec![
+                    chunk("one", vec![0.5, -1.25, 3.0]),
+                    chunk("two", vec![1.0, 0.0, f32::MIN_POSITIVE]),
+                ],
+            },
+        )
         .await
         .unwrap();
-    let vectors = store.vault_vectors("openai:m", 10).await.unwrap();
+    let vectors = store.vault_vectors("", "openai:m", 10).await.unwrap();
     assert_eq!(vectors.len(), 2);
     assert_eq!(vectors[0].1, [0.5, -1.25, 3.0]);
     assert_eq!(vectors[1].1, [1.0, 0.0, f32::MIN_POSITIVE]);
     assert!(
         store
-            .vault_vectors("ollama:other", 10)
+            .vault_vectors("", "ollama:other", 10)
             .await
             .unwrap()
             .is_empty()
     );
-    assert_eq!(store.vault_vectors("openai:m", 1).await.unwrap().len(), 1);
-    let state = &store.vault_notes().await.unwrap()["e.md"];
+    assert_eq!(
+        store.vault_vectors("", "openai:m", 1).await.unwrap().len(),
+        1
+    );
+    let state = &store.vault_notes("").await.unwrap()["e.md"];
     assert_eq!(state.embedding_model.as_deref(), Some("openai:m"));
     let ids: Vec<i64> = vectors.iter().map(|(id, _)| *id).collect();
     let mut read = store
-        .vault_chunks(&[ids[1], ids[0], 999_999])
+        .vault_chunks("", &[ids[1], ids[0], 999_999])
         .await
         .unwrap();
     read.sort_by_key(|hit| hit.id);
     let texts: Vec<&str> = read.iter().map(|hit| hit.text.as_str()).collect();
     assert_eq!(texts, ["one", "two"]);
-    assert!(store.vault_chunks(&[]).await.unwrap().is_empty());
+    assert!(store.vault_chunks("", &[]).await.unwrap().is_empty());
 }
 
 /// A write that started in a process that died is told by its
@@ -235,8 +241,9 @@ async fn a_started_write_is_settled_by_its_checkpoint(backend: Backend) {
     vault.reindex(&()).await.unwrap();
     let turn = super::new_turn("s-vault", None);
     store.begin_turn(&turn).await.unwrap();
+    let vaults = Arc::new(Vaults::one(vault.clone()));
     let checkpoints = VaultCheckpoints {
-        vault: vault.clone(),
+        vaults: vaults.clone(),
         store: store.clone(),
     };
     let turn_id = turn.id.to_string();
@@ -267,12 +274,18 @@ async fn a_started_write_is_settled_by_its_checkpoint(backend: Backend) {
 
     // Not landed: the note is as the checkpoint saved it.
     let (tool, saved, arguments) =
-        settle(WriteNote::append(vault.clone()), "c1", "Water daily.").await;
+        settle(WriteNote::append(vaults.clone()), "c1", "Water daily.").await;
     assert_eq!(saved.len(), 1);
     assert_eq!(saved[0].content.as_deref(), Some(&original[..]));
-    assert_eq!(tool.settle(&arguments, &saved).await, Settled::NotLanded);
+    assert_eq!(
+        tool.settle("s-vault", &arguments, &saved).await,
+        Settled::NotLanded
+    );
     // No checkpoint: the call never got past its gate.
-    assert_eq!(tool.settle(&arguments, &[]).await, Settled::NotLanded);
+    assert_eq!(
+        tool.settle("s-vault", &arguments, &[]).await,
+        Settled::NotLanded
+    );
 
     // Landed: the file was renamed into place, and the process died
     // before indexing it; the answer is the write's, and the index is
@@ -283,7 +296,7 @@ async fn a_started_write_is_settled_by_its_checkpoint(backend: Backend) {
     }
     appended.extend_from_slice(b"Water daily.");
     std::fs::write(&note, &appended).unwrap();
-    let Settled::Landed(output) = tool.settle(&arguments, &saved).await else {
+    let Settled::Landed(output) = tool.settle("s-vault", &arguments, &saved).await else {
         panic!("the append landed");
     };
     assert_eq!(
@@ -306,21 +319,27 @@ async fn a_started_write_is_settled_by_its_checkpoint(backend: Backend) {
 
     // Changed since by something else: nothing tells.
     std::fs::write(&note, "# Garden\n\nSomeone else's words.\n").unwrap();
-    assert_eq!(tool.settle(&arguments, &saved).await, Settled::Unknown);
+    assert_eq!(
+        tool.settle("s-vault", &arguments, &saved).await,
+        Settled::Unknown
+    );
 
     // A replace of a note that did not exist: landed once the note holds
     // the content, not landed while it is missing.
-    let (tool, _, _) = settle(WriteNote::replace(vault.clone()), "c2", "").await;
+    let (tool, _, _) = settle(WriteNote::replace(vaults.clone()), "c2", "").await;
     let new = dir.path().join("notes/new.md");
     let saved = [Saved {
         path: "notes/new.md".into(),
         content: None,
     }];
     let arguments = json!({"path": "notes/new.md", "content": "# New\n"});
-    assert_eq!(tool.settle(&arguments, &saved).await, Settled::NotLanded);
+    assert_eq!(
+        tool.settle("s-vault", &arguments, &saved).await,
+        Settled::NotLanded
+    );
     std::fs::write(&new, "# New\n").unwrap();
     assert_eq!(
-        tool.settle(&arguments, &saved).await,
+        tool.settle("s-vault", &arguments, &saved).await,
         Settled::Landed(ToolOutput::text("Wrote notes/new.md (6 bytes now)."))
     );
 }

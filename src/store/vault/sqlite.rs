@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use rusqlite::params;
 
-use super::{HitRow, IndexedNote, VaultHit, VaultIndex, searchable};
+use super::{HitRow, IndexedNote, VaultHit, VaultIndex, hit_of, note_key, searchable};
 use crate::store::Result;
 use crate::store::{
     reader::{Reads, args},
@@ -16,47 +16,55 @@ use crate::store::{
 impl VaultIndex for SqliteStore {
     /// FTS5 over heading and text, any of the terms, ranked by BM25 with
     /// the heading weighing four times the text.
-    async fn vault_search(&self, terms: &[String], limit: u32) -> Result<Vec<VaultHit>> {
+    async fn vault_search(
+        &self,
+        vault: &str,
+        terms: &[String],
+        limit: u32,
+    ) -> Result<Vec<VaultHit>> {
         let Some(terms) = searchable(terms, limit) else {
             return Ok(Vec::new());
         };
         let sql = "SELECT c.id, c.path, c.heading, c.anchor, c.text, -bm25(vault_fts, 4.0, 1.0) \
              FROM vault_fts JOIN vault_chunks c ON c.id = vault_fts.rowid \
-             WHERE vault_fts MATCH $1 ORDER BY bm25(vault_fts, 4.0, 1.0), c.id LIMIT $2";
+             WHERE vault_fts MATCH $1 AND c.vault = $3 \
+             ORDER BY bm25(vault_fts, 4.0, 1.0), c.id LIMIT $2";
         let rows: Vec<HitRow> = self
             .reader()
-            .rows(sql, args![any_of(&terms), limit])
+            .rows(sql, args![any_of(&terms), limit, vault])
             .await?;
-        Ok(rows.into_iter().map(VaultHit::from).collect())
+        Ok(rows.into_iter().map(|row| hit_of(vault, row)).collect())
     }
 
-    async fn vault_put_note(&self, note: &IndexedNote) -> Result<()> {
+    async fn vault_put_note(&self, vault: &str, note: &IndexedNote) -> Result<()> {
         let note = note.clone();
+        let (vault, key) = (vault.to_owned(), note_key(vault, &note.path));
         self.writes.run(move |connection| {
             connection
                 .prepare_cached("DELETE FROM vault_chunks WHERE path = ?1")?
-                .execute(params![note.path])?;
+                .execute(params![key])?;
             connection
                 .prepare_cached(
-                    "INSERT INTO vault_notes (path, content_hash, bytes, indexed_at, embedding_model) \
-                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (path) DO UPDATE SET \
+                    "INSERT INTO vault_notes (path, content_hash, bytes, indexed_at, embedding_model, \
+                     vault) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (path) DO UPDATE SET \
                      content_hash = excluded.content_hash, bytes = excluded.bytes, \
                      indexed_at = excluded.indexed_at, embedding_model = excluded.embedding_model",
                 )?
                 .execute(params![
-                    note.path,
+                    key,
                     note.content_hash,
                     note.bytes,
                     ts(Utc::now()),
-                    note.embedding_model
+                    note.embedding_model,
+                    vault
                 ])?;
             let mut insert = connection.prepare_cached(
-                "INSERT INTO vault_chunks (path, ordinal, heading, anchor, text, embedding) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO vault_chunks (path, ordinal, heading, anchor, text, embedding, vault) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?;
             for (ordinal, chunk) in note.chunks.iter().enumerate() {
                 insert.execute(params![
-                    note.path,
+                    key,
                     i64::try_from(ordinal).unwrap_or(i64::MAX),
                     chunk.heading,
                     chunk.anchor,
@@ -64,7 +72,8 @@ impl VaultIndex for SqliteStore {
                     chunk
                         .embedding
                         .as_deref()
-                        .map(crate::store::vault::vector_bytes)
+                        .map(crate::store::vault::vector_bytes),
+                    vault
                 ])?;
             }
             Ok(())
@@ -73,11 +82,11 @@ impl VaultIndex for SqliteStore {
     }
 
     /// Removes notes and their chunks from the index.
-    async fn vault_remove_notes(&self, paths: &[String]) -> Result<u64> {
+    async fn vault_remove_notes(&self, vault: &str, paths: &[String]) -> Result<u64> {
         if paths.is_empty() {
             return Ok(0);
         }
-        let paths = paths.to_vec();
+        let paths: Vec<String> = paths.iter().map(|p| note_key(vault, p)).collect();
         self.writes
             .run(move |connection| {
                 let mut removed = 0;
