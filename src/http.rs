@@ -15,6 +15,7 @@ mod limits;
 pub mod memory;
 mod origin;
 mod page;
+pub(crate) mod schemas;
 pub mod server;
 pub mod sessions;
 pub mod tools;
@@ -187,7 +188,7 @@ pub fn openapi_yaml() -> &'static str {
     get,
     path = "/openapi.yaml",
     tag = "operations",
-    responses((status = 200, description = "The OpenAPI 3.1 description", content_type = "application/yaml", body = String))
+    responses((status = 200, description = "The OpenAPI 3.1 description (a YAML document: a map)", content_type = "application/yaml", body = Object))
 )]
 async fn openapi_document() -> Response {
     ([(header::CONTENT_TYPE, "application/yaml")], openapi_yaml()).into_response()
@@ -359,16 +360,27 @@ async fn fallback(request: Request) -> ApiError {
     ApiError::NotFound
 }
 
-/// A `text/event-stream` body (not one JSON object): each event is an
-/// `id:` line (its `seq`), an `event:` line (its `type`) and one `data:`
-/// line holding an `EventEnvelope` as JSON, then a blank line. Lines that
-/// start with `:` are keep-alive comments. The stream ends after the
-/// turn's terminal event (`turn.completed`, `turn.failed`,
-/// `turn.cancelled`, `turn.interrupted`); a stream that cannot read the
-/// log ends with a `turn.failed` (`event_log_unavailable`) without `id:`.
+/// One event of a `text/event-stream` body (the schema is of each event,
+/// as OpenAPI 3.2's `itemSchema` says it and SSE clients read it). On the
+/// native routes each event is an `id:` line (its `seq`), an `event:`
+/// line (its `type`) and one `data:` line holding an `EventEnvelope` as
+/// JSON, then a blank line; lines that start with `:` are keep-alive
+/// comments. The stream ends after the turn's terminal event
+/// (`turn.completed`, `turn.failed`, `turn.cancelled`,
+/// `turn.interrupted`); a stream that cannot read the log ends with a
+/// `turn.failed` (`event_log_unavailable`) without `id:`.
 #[derive(utoipa::ToSchema)]
 #[expect(dead_code, reason = "describes the stream; the SSE encoder writes it")]
-pub(crate) struct EventStream(String);
+pub(crate) struct EventStream {
+    /// `event:`: the event's type, where the format names one.
+    event: Option<String>,
+    /// `data:`: the event, as JSON (`[DONE]` ends the AI SDK's stream).
+    data: String,
+    /// `id:`: the event's `seq`, where the format resumes.
+    id: Option<String>,
+    /// `retry:`, never sent.
+    retry: Option<u64>,
+}
 
 /// A route's query string as `T`; one that does not parse is refused with
 /// 400 `invalid_query` (its reason in `detail`), before the handler runs.
@@ -453,6 +465,7 @@ pub(crate) struct CallPath {
     #[param(value_type = Uuid)]
     pub turn_id: String,
     /// The call's id, as `approval.requested` names it
+    #[param(pattern = "^[A-Za-z0-9_.:-]{1,200}$")]
     pub call_id: String,
 }
 

@@ -31,10 +31,13 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[serde(deny_unknown_fields)]
 pub struct MemoryQuery {
     /// `user:{user_id}` or `session:{session_id}`.
+    #[param(pattern = "^(user|session):[A-Za-z0-9._:-]{1,128}$")]
     scope: String,
     /// `fact` or `preference` (listing only).
+    #[param(pattern = "^(fact|preference)$")]
     kind: Option<String>,
     /// One memory, by id (forgetting only; without it, all of the scope).
+    #[param(min_length = 1)]
     id: Option<String>,
     /// At most this many, 1-1000 (default 100; listing only).
     #[param(minimum = 1, maximum = 1000)]

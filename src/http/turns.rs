@@ -480,7 +480,9 @@ async fn decide_approval(
     ApiJson(body): ApiJson<ApprovalBody>,
 ) -> Result<axum::Json<ApprovalView>, ApiError> {
     let turn_id = parse_turn_id(&turn_id)?;
-    if call_id.is_empty() || call_id.len() > 200 || call_id.chars().any(char::is_control) {
+    // As the harness makes them (`harness::call_ids`).
+    let id_char = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':');
+    if call_id.is_empty() || call_id.len() > 200 || !call_id.bytes().all(id_char) {
         return Err(ApiError::InvalidQuery("`call_id` is not a call id".into()));
     }
     let reason = body.reason.filter(|r| !r.trim().is_empty());

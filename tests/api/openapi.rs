@@ -109,7 +109,13 @@ fn the_document_states_the_servers_constraints() {
     // Every route under /sessions/{session_id}, and useChat's resume.
     assert_eq!(session_params, 16);
     let schemas = &doc["components"]["schemas"];
-    assert_eq!(schemas["EventStream"]["type"], "string");
+    // The schema of each event (what an SSE client, and schemathesis,
+    // checks), with its `data`.
+    assert_eq!(schemas["EventStream"]["type"], "object");
+    assert_eq!(
+        schemas["EventStream"]["required"],
+        serde_json::json!(["data"])
+    );
     let body = &schemas["TurnBody"];
     assert!(
         body["required"]

@@ -106,7 +106,7 @@ fn answer(message: &Value) -> Response {
     post,
     path = "/a2a",
     tag = "a2a",
-    request_body(content = Object, description = "One JSON-RPC 2.0 request of A2A 1.0 (https://a2a-protocol.org/v1.0.0/specification/#jsonrpc-transport): SendMessage, SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask"),
+    request_body(content = Value, description = "Any JSON: one JSON-RPC 2.0 request of A2A 1.0 is answered, anything else gets a JSON-RPC error with HTTP 200, as the protocol says. One request of A2A 1.0 (https://a2a-protocol.org/v1.0.0/specification/#jsonrpc-transport): SendMessage, SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask"),
     responses(
         (status = 200, description = "The JSON-RPC result or error, or for the streaming methods a stream of JSON-RPC results (`StreamResponse`s)", body = Object),
     )

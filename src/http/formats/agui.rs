@@ -42,6 +42,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[serde(rename_all = "camelCase")]
 pub struct RunAgentInput {
     /// The thread: the service's session.
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
     thread_id: String,
     /// The client's id for this run (echoed in the run's events).
     run_id: Option<String>,
@@ -57,8 +58,9 @@ pub struct RunAgentInput {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AguiMessage {
+    #[schema(pattern = "^(developer|system|user|assistant|tool|activity)$")]
     role: String,
-    #[schema(value_type = Object)]
+    #[schema(schema_with = crate::http::schemas::text_or_parts)]
     content: Option<Value>,
     tool_call_id: Option<String>,
     /// A `tool` message's error: the call failed.

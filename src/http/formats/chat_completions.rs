@@ -72,8 +72,9 @@ pub struct StreamOptions {
 /// read).
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct CompatMessage {
+    #[schema(pattern = "^(system|developer|user|assistant|tool|function)$")]
     role: String,
-    #[schema(value_type = Object)]
+    #[schema(schema_with = crate::http::schemas::text_or_parts)]
     content: Option<Value>,
 }
 

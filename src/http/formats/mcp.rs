@@ -49,6 +49,20 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// newest first.
 const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
+/// One JSON-RPC 2.0 message, as the document describes it (the handler
+/// reads the JSON itself).
+#[derive(utoipa::ToSchema)]
+#[expect(dead_code, reason = "the OpenAPI document's schema of the body")]
+struct McpMessage {
+    #[schema(pattern = "^2\\.0$")]
+    jsonrpc: String,
+    #[schema(schema_with = crate::http::schemas::jsonrpc_id)]
+    id: Option<Value>,
+    method: Option<String>,
+    /// Any JSON: a notification's is not read.
+    params: Option<Value>,
+}
+
 /// Sessions `list_sessions` answers at most.
 const LIST_MAX: u32 = 100;
 
@@ -68,11 +82,14 @@ fn text_result(text: &str, is_error: bool) -> Value {
     post,
     path = "/mcp",
     tag = "mcp",
-    request_body(content = Object, description = "One JSON-RPC 2.0 message of the Model Context Protocol (streamable HTTP transport, https://modelcontextprotocol.io/specification/2025-11-25/basic/transports)"),
+    request_body(content = McpMessage, description = "One JSON-RPC 2.0 message of the Model Context Protocol (streamable HTTP transport, https://modelcontextprotocol.io/specification/2025-11-25/basic/transports)"),
     responses(
         (status = 200, description = "The JSON-RPC answer (`application/json`), or for `tools/call` of `ask` with `Accept: text/event-stream` a stream of JSON-RPC messages (`notifications/progress`, then the answer)", body = Object),
         (status = 202, description = "A notification or a response, taken"),
-        (status = 400, description = "Not a JSON-RPC message (a JSON-RPC error, code -32600), or bad JSON (see `code`)", body = Object),
+        (status = 400, description = "Not a JSON-RPC message (a JSON-RPC error, code -32600), or not JSON at all (a problem, `invalid_json`)", content(
+            (Object = "application/json"),
+            (crate::http::error::Problem = "application/problem+json"),
+        )),
     )
 )]
 async fn mcp(
@@ -92,6 +109,14 @@ async fn mcp(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
+    // A `method` that is not text is no request, no notification, no
+    // response.
+    if fields.get("method").is_some_and(|m| !m.is_string()) {
+        return Ok(json_answer(
+            StatusCode::BAD_REQUEST,
+            &rpc_error(&Value::Null, INVALID_REQUEST, "`method` must be a string"),
+        ));
+    }
     let method = fields.get("method").and_then(Value::as_str);
     let params = fields.get("params").cloned().unwrap_or(Value::Null);
     // Both are echoed, the progress token on every progress frame.

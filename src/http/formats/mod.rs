@@ -258,6 +258,7 @@ impl ConversationTurn {
 /// A tool the client runs, as AG-UI and the AI SDK declare one.
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 pub struct ToolDeclaration {
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,56}$")]
     pub name: String,
     #[serde(default)]
     pub description: String,

@@ -50,6 +50,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct UiChatRequest {
     /// The chat: the service's session.
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
     id: String,
     /// The conversation, the new user message last.
     #[schema(min_items = 1, max_items = 1000)]
@@ -63,9 +64,10 @@ pub struct UiChatRequest {
 /// A UI message: its text parts are read.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct UiMessage {
+    #[schema(pattern = "^(system|user|assistant)$")]
     role: String,
     #[serde(default)]
-    #[schema(value_type = Vec<Object>)]
+    #[schema(schema_with = crate::http::schemas::typed_parts)]
     parts: Vec<Value>,
 }
 

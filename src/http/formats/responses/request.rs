@@ -33,15 +33,17 @@ pub struct CreateResponse {
     model: Option<String>,
     /// The user's message: a string, or message items (`role`, `content`
     /// as a string or `input_text` parts), the user's new one last.
-    #[schema(value_type = Object)]
+    #[schema(schema_with = crate::http::schemas::text_or_items)]
     input: Value,
     /// Instructions for this response: added to the prompt as the
     /// client's (untrusted) context, beneath the operator's system prompt.
     instructions: Option<String>,
-    /// Continue that response's conversation (its session).
+    /// Continue that response's conversation (its session); not with
+    /// `conversation`.
+    #[schema(pattern = "^resp_[0-9a-f]{32}(_[0-9]+)?$")]
     pub(super) previous_response_id: Option<String>,
     /// The conversation (a session id, or `{"id": …}`) to add to.
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = crate::http::schemas::conversation)]
     conversation: Option<Value>,
     #[serde(default)]
     pub(super) stream: bool,
