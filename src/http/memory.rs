@@ -63,6 +63,10 @@ impl MemoryQuery {
                 "`kind` must be fact or preference".into(),
             ));
         }
+        // An empty `id` is a client's slip, not "all of them".
+        if query.id.as_deref().is_some_and(str::is_empty) {
+            return Err(ApiError::InvalidQuery("`id` must not be empty".into()));
+        }
         if query.limit.is_some_and(|l| !(1..=1000).contains(&l)) {
             return Err(ApiError::InvalidQuery(
                 "`limit` must be between 1 and 1000".into(),

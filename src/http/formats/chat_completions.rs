@@ -59,6 +59,7 @@ pub struct ChatCompletionRequest {
     stream: bool,
     stream_options: Option<StreamOptions>,
     /// The session, when no `X-Session-Id` header names one.
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
     user: Option<String>,
 }
 
@@ -243,7 +244,7 @@ fn usage_of(result: &TurnResult) -> Value {
     path = "/v1/chat/completions",
     tag = "turns",
     request_body = ChatCompletionRequest,
-    params(("X-Session-Id" = Option<String>, Header, description = "The session (1-128 characters of `[A-Za-z0-9._:-]`)")),
+    params(("X-Session-Id" = Option<String>, Header, pattern = "^[A-Za-z0-9._:-]{1,128}$", description = "The session (1-128 characters of `[A-Za-z0-9._:-]`)")),
     responses(
         (status = 200, description = "A `chat.completion`, or with `stream: true` a stream of `chat.completion.chunk`s ending with `[DONE]`", body = Object),
         BadRequest,

@@ -111,7 +111,10 @@ async fn mcp(
         .to_owned();
     // A `method` that is not text is no request, no notification, no
     // response.
-    if fields.get("method").is_some_and(|m| !m.is_string()) {
+    if fields
+        .get("method")
+        .is_some_and(|m| !m.is_string() && !m.is_null())
+    {
         return Ok(json_answer(
             StatusCode::BAD_REQUEST,
             &rpc_error(&Value::Null, INVALID_REQUEST, "`method` must be a string"),
