@@ -472,6 +472,14 @@ impl TurnRunner {
         // Every route that starts a turn comes here.
         inner.config.policy.admit(&spec)?;
         let limits = self.tenant_limits(session_id.tenant()).await?;
+        // The turns this process runs are among the tenant's: when they
+        // alone fill its share, the database need not be asked (a flood's
+        // refusals then cost no write, and hold no other tenant's back).
+        if let Some(most) = limits.max_running_turns
+            && inner.live.count_of_tenant(session_id.tenant()) >= most as usize
+        {
+            return Err(StartError::TenantBusy(most));
+        }
         let quota_warning = self.quota(session_id.tenant(), &limits).await?;
         let turn_id = Uuid::now_v7();
         let now = Utc::now().trunc_subsecs(6);

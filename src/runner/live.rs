@@ -151,6 +151,14 @@ impl LiveTurns {
         self.lock().remove(&turn_id);
     }
 
+    /// How many of the turns running here are of `tenant`'s sessions.
+    pub fn count_of_tenant(&self, tenant: &str) -> usize {
+        self.lock()
+            .values()
+            .filter(|turn| crate::ids::SessionKey::from_stored(&turn.session_id).tenant() == tenant)
+            .count()
+    }
+
     pub fn ids(&self) -> Vec<Uuid> {
         self.lock().keys().copied().collect()
     }
