@@ -204,6 +204,10 @@ struct Inner {
     handed_over: std::sync::Mutex<Vec<(String, Uuid, u32)>>,
     /// Tenants' own limits as last read, and when.
     tenant_limits: std::sync::Mutex<HashMap<String, (std::time::Instant, TenantLimits)>>,
+    /// Held while the limits are read: a burst of requests that finds
+    /// them stale reads them once, not once each (a thousand reads at once
+    /// would drain the pool).
+    reading_limits: tokio::sync::Mutex<()>,
 }
 
 /// How long a tenant's own limits are taken as read.
@@ -254,6 +258,7 @@ impl TurnRunner {
                 streams: TaskTracker::new(),
                 handed_over: std::sync::Mutex::default(),
                 tenant_limits: std::sync::Mutex::default(),
+                reading_limits: tokio::sync::Mutex::new(()),
             }),
         };
         let heartbeat_runner = runner.clone();
@@ -394,17 +399,24 @@ impl TurnRunner {
     /// [`LIMITS_TTL`] (`agent-harness tenants set` takes effect within it).
     pub async fn tenant_limits(&self, tenant: &str) -> Result<TenantLimits, StoreError> {
         let inner = &self.inner;
-        let now = std::time::Instant::now();
-        let cached = inner
-            .tenant_limits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(tenant)
-            .filter(|(at, _)| now.duration_since(*at) < LIMITS_TTL)
-            .map(|(_, limits)| *limits);
-        let own = match cached {
+        let cached = || {
+            inner
+                .tenant_limits
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(tenant)
+                .filter(|(at, _)| at.elapsed() < LIMITS_TTL)
+                .map(|(_, limits)| *limits)
+        };
+        let own = match cached() {
             Some(own) => own,
             None => {
+                let _one_read = inner.reading_limits.lock().await;
+                // Another request may have read them meanwhile.
+                if let Some(own) = cached() {
+                    return Ok(own.over(inner.config.policy.tenant_defaults));
+                }
+                let now = std::time::Instant::now();
                 let own = inner.store.tenant_limits(tenant).await?;
                 let mut cache = inner
                     .tenant_limits

@@ -13,18 +13,14 @@
 
 use std::{
     collections::HashMap,
-    pin::Pin,
     sync::{Arc, Mutex, PoisonError},
-    task::{Context, Poll},
 };
 
 use axum::{
-    body::{Body, HttpBody},
     extract::{Request, State},
     middleware::Next,
     response::Response,
 };
-use hyper::body::{Frame, SizeHint};
 
 use super::{Tenant, auth::OPEN_PATHS, error::ApiError};
 use crate::app::AppState;
@@ -135,38 +131,7 @@ pub(super) async fn admit(
         .unwrap_or(u32::MAX);
     let permit = in_flight.take(&tenant, most)?;
     let response = next.run(request).await;
-    Ok(response.map(|body| {
-        Body::new(PermitBody {
-            body,
-            _permit: permit,
-        })
-    }))
-}
-
-/// A response body that holds its request's [`Permit`].
-struct PermitBody {
-    body: Body,
-    _permit: Permit,
-}
-
-impl HttpBody for PermitBody {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+    Ok(response.map(|body| super::server::Holding::body(body, permit)))
 }
 
 #[cfg(test)]

@@ -51,7 +51,7 @@ use super::{
     error::ApiError,
 };
 use raw::{Framing, TrackedIo};
-use slots::{InFlight, Slot, Slots};
+use slots::{Slot, Slots};
 
 /// Limits of the connection loop.
 #[derive(Debug, Clone, Copy)]
@@ -206,19 +206,26 @@ fn tracked_service(
             } else {
                 router.oneshot(request.map(Body::new)).await?
             };
-            Ok(response.map(|body| Body::new(TrackedBody { body, in_flight })))
+            Ok(response.map(|body| Holding::body(body, in_flight)))
         }
     })
 }
 
-/// A response body that holds its connection's [`InFlight`] guard.
-struct TrackedBody {
+/// A response body that holds `G` (a guard: its connection's
+/// `InFlight`, a tenant's permit) until the body is done.
+pub(crate) struct Holding<G> {
     body: Body,
-    #[expect(dead_code, reason = "held for its Drop")]
-    in_flight: InFlight,
+    _held: G,
 }
 
-impl HttpBody for TrackedBody {
+impl<G: Send + Unpin + 'static> Holding<G> {
+    /// `body`, holding `held` while it lives.
+    pub(crate) fn body(body: Body, held: G) -> Body {
+        Body::new(Self { body, _held: held })
+    }
+}
+
+impl<G: Send + Unpin + 'static> HttpBody for Holding<G> {
     type Data = axum::body::Bytes;
     type Error = axum::Error;
 

@@ -1,7 +1,7 @@
 //! What a tenant may spend: running turns (counted in the database),
 //! requests in flight, tokens per day; and `GET /usage`.
 
-use reqwest::{Client, header};
+use reqwest::Client;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -10,16 +10,8 @@ use crate::{
     helpers::{SseStream, TestApp, spawn_app_with, test_settings, types},
     on_both_backends,
     support::{Backend, TestDb},
+    tenants::{client_with_key, make_keys},
 };
-
-fn client_with_key(key: &str) -> Client {
-    let mut headers = header::HeaderMap::new();
-    headers.insert(
-        header::AUTHORIZATION,
-        header::HeaderValue::from_str(&format!("Bearer {key}")).unwrap(),
-    );
-    Client::builder().default_headers(headers).build().unwrap()
-}
 
 /// An app with keys on and two tenants, `acme` (the app's client) and
 /// `globex` (the second client).
@@ -32,14 +24,11 @@ async fn two_tenants(
     settings.server.auth = agent_harness::config::AuthMode::On;
     configure(&mut settings);
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    let store = app.db.open().await;
-    for (id, tenant, key) in [("key_a", "acme", "ah_a"), ("key_b", "globex", "ah_b")] {
-        let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
-        store
-            .create_api_key(id, tenant, &hash, chrono::Utc::now())
-            .await
-            .unwrap();
-    }
+    make_keys(
+        &app,
+        &[("key_a", "acme", "ah_a"), ("key_b", "globex", "ah_b")],
+    )
+    .await;
     app.client = client_with_key("ah_a");
     (app, client_with_key("ah_b"))
 }

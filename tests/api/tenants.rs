@@ -23,7 +23,7 @@ const EXTRACTED: &str = r#"{"memories": [
 /// A memory extraction that found nothing.
 const NOTHING_EXTRACTED: &str = r#"{"memories": []}"#;
 
-fn client_with_key(key: &str) -> Client {
+pub(crate) fn client_with_key(key: &str) -> Client {
     let mut headers = header::HeaderMap::new();
     headers.insert(
         header::AUTHORIZATION,
@@ -34,6 +34,17 @@ fn client_with_key(key: &str) -> Client {
 
 fn hash(key: &str) -> String {
     hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()))
+}
+
+/// Makes each (key id, tenant, key) in the app's store.
+pub(crate) async fn make_keys(app: &TestApp, keys: &[(&str, &str, &str)]) {
+    let store = app.db.open().await;
+    for (id, tenant, key) in keys {
+        store
+            .create_api_key(id, tenant, &hash(key), chrono::Utc::now())
+            .await
+            .unwrap();
+    }
 }
 
 /// What a request of the other tenant gets: a status and, for a problem,
@@ -741,13 +752,11 @@ async fn each_tenant_has_its_own_vault(backend: Backend) {
     settings.server.auth = agent_harness::config::AuthMode::On;
     settings.vault.dir = vault.path().to_owned();
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    let store = app.db.open().await;
-    for (id, tenant, key) in [("key_a", "acme", "ah_a"), ("key_b", "globex", "ah_b")] {
-        store
-            .create_api_key(id, tenant, &hash(key), chrono::Utc::now())
-            .await
-            .unwrap();
-    }
+    make_keys(
+        &app,
+        &[("key_a", "acme", "ah_a"), ("key_b", "globex", "ah_b")],
+    )
+    .await;
     let write = |content: &str| json!({"path": "notes/plan.md", "content": content});
     let status = |finished: &Value| finished["status"].as_str().unwrap().to_owned();
 
@@ -834,11 +843,7 @@ async fn a_shared_vault_is_read_only_for_the_tenants(backend: Backend) {
     settings.vault.dir = vault.path().to_owned();
     settings.vault.shared = true;
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    let store = app.db.open().await;
-    store
-        .create_api_key("key_b", "globex", &hash("ah_b"), chrono::Utc::now())
-        .await
-        .unwrap();
+    make_keys(&app, &[("key_b", "globex", "ah_b")]).await;
     app.client = client_with_key("ah_b");
     let (finished, message) = app
         .call_tool("read_note", json!({"path": "notes/a.md"}))
