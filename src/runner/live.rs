@@ -47,6 +47,10 @@ pub struct LiveTurn {
     pub write_failed: CancellationToken,
     /// The first seq of the turn's events that could not be written.
     first_lost: Mutex<Option<i64>>,
+    /// Set before the turn's end is committed (so before any client sees
+    /// its terminal event): it no longer counts among its tenant's
+    /// running turns here.
+    pub ending: std::sync::atomic::AtomicBool,
 }
 
 impl LiveTurn {
@@ -138,6 +142,7 @@ impl LiveTurns {
             closed: CancellationToken::new(),
             write_failed: CancellationToken::new(),
             first_lost: Mutex::new(None),
+            ending: std::sync::atomic::AtomicBool::new(false),
         });
         self.lock().insert(turn_id, turn.clone());
         turn
@@ -155,6 +160,7 @@ impl LiveTurns {
     pub fn count_of_tenant(&self, tenant: &str) -> usize {
         self.lock()
             .values()
+            .filter(|turn| !turn.ending.load(std::sync::atomic::Ordering::Acquire))
             .filter(|turn| crate::ids::SessionKey::from_stored(&turn.session_id).tenant() == tenant)
             .count()
     }

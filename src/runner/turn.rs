@@ -230,6 +230,10 @@ impl TurnRunner {
         // (cancelled, interrupted, failed) is resolved first: a client
         // never sees a request left open by a terminal event.
         sink.resolve_waiting(outcome.status()).await;
+        // Before the end can be seen: a client that saw it and starts
+        // again at once finds a place free (see `count_of_tenant`).
+        live.ending
+            .store(true, std::sync::atomic::Ordering::Release);
         let seq = sink.close().await;
         let finish = build_finish(live, outcome, seq)
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
