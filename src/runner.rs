@@ -485,14 +485,19 @@ impl TurnRunner {
         inner.config.policy.admit(&spec)?;
         let limits = self.tenant_limits(session_id.tenant()).await?;
         // The turns this process runs are among the tenant's: when they
-        // alone fill its share, the database need not be asked (a flood's
-        // refusals then cost no write, and hold no other tenant's back).
-        if let Some(most) = limits.max_running_turns
-            && inner.live.count_of_tenant(session_id.tenant()) >= most as usize
-        {
-            return Err(StartError::TenantBusy(most));
-        }
-        let quota_warning = self.quota(session_id.tenant(), &limits).await?;
+        // alone fill its share, no turn is written (a flood's refusals
+        // then cost no write, and hold no other tenant's back).
+        let busy_here = limits
+            .max_running_turns
+            .filter(|most| inner.live.count_of_tenant(session_id.tenant()) >= *most as usize)
+            .map(StartError::TenantBusy);
+        // Held back, not refused yet: a request sent again with its key
+        // still gets its turn (see `Turns::begin_turn`).
+        let (quota_warning, held_back) = match self.quota(session_id.tenant(), &limits).await {
+            Ok(warning) => (warning, busy_here),
+            Err(exceeded @ StartError::QuotaExceeded { .. }) => (None, Some(exceeded)),
+            Err(other) => return Err(other),
+        };
         let turn_id = Uuid::now_v7();
         let now = Utc::now().trunc_subsecs(6);
         let (provider, model) = inner.harness.resolve_provider_model(
@@ -534,6 +539,7 @@ impl TurnRunner {
                 memory: inner.harness.memory_query(&memory_scope, &spec.message),
             },
             max_running: limits.max_running_turns,
+            held_back: held_back.is_some(),
         };
         let began = match inner.store.begin_turn(&new_turn).await {
             Ok(began) => began,
@@ -557,6 +563,9 @@ impl TurnRunner {
                 return Err(StartError::TenantBusy(
                     limits.max_running_turns.unwrap_or_default(),
                 ));
+            }
+            Err(BeginTurnError::HeldBack) => {
+                return Err(held_back.unwrap_or(StartError::TenantBusy(0)));
             }
             Err(BeginTurnError::Store(e)) => return Err(e.into()),
         };

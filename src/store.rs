@@ -132,6 +132,10 @@ pub enum BeginTurnError {
     /// Nothing was written.
     #[error("the tenant runs as many turns as it may")]
     TenantBusy,
+    /// The caller held the turn back (`NewTurn::held_back`) and it has no
+    /// conflict to answer with. Nothing was written.
+    #[error("the turn was held back")]
+    HeldBack,
     #[error(transparent)]
     Store(#[from] StoreError),
 }

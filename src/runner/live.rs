@@ -32,6 +32,8 @@ pub type Committed = Arc<[Arc<StoredEvent>]>;
 #[derive(Debug)]
 pub struct LiveTurn {
     pub session_id: String,
+    /// The session's tenant (counted per start: read once here).
+    tenant: String,
     pub turn_id: Uuid,
     /// The turn's lease: its writes hold this attempt.
     pub attempt: u32,
@@ -135,6 +137,9 @@ impl LiveTurns {
         let (sender, _) = broadcast::channel(BROADCAST_CAPACITY);
         let turn = Arc::new(LiveTurn {
             session_id: session_id.to_owned(),
+            tenant: crate::ids::SessionKey::from_stored(session_id)
+                .tenant()
+                .to_owned(),
             turn_id,
             attempt,
             sender,
@@ -161,7 +166,7 @@ impl LiveTurns {
         self.lock()
             .values()
             .filter(|turn| !turn.ending.load(std::sync::atomic::Ordering::Acquire))
-            .filter(|turn| crate::ids::SessionKey::from_stored(&turn.session_id).tenant() == tenant)
+            .filter(|turn| turn.tenant == tenant)
             .count()
     }
 

@@ -117,6 +117,9 @@ impl TurnRunner {
             inner.metrics.turn_handed_over();
             return;
         }
+        // Before the end is seen: the tenant's next turn, started as soon
+        // as a client sees this one end, finds it counted.
+        self.record_usage(live, sink).await;
         let status = match self.finish(live, sink, outcome).await {
             Ok(Some(status)) => status,
             Ok(None) => {
@@ -129,16 +132,15 @@ impl TurnRunner {
             }
         };
         tracing::Span::current().record("turn.status", status.as_str());
-        self.record_usage(live, sink).await;
         live.closed.cancel();
         inner.live.remove(live.turn_id);
         inner.metrics.turn_finished(status, started.elapsed());
     }
 
-    /// Adds what this attempt's provider calls used to its tenant's day.
-    /// Written after the turn's end: a process that dies in between loses
-    /// that turn's count (the quota errs on the tenant's side), never a
-    /// turn.
+    /// Adds what this attempt's provider calls used to its tenant's day,
+    /// before the turn's end is committed (the calls were billed, however
+    /// the turn ends). A process that dies before it loses that attempt's
+    /// count (the quota errs on the tenant's side), never a turn.
     async fn record_usage(&self, live: &LiveTurn, sink: &TurnSink) {
         let used = *sink
             .used

@@ -83,6 +83,11 @@ pub struct NewTurn {
     /// The most running turns the tenant may have: the begin refuses the
     /// turn ([`super::BeginTurnError::TenantBusy`]) when it has as many.
     pub max_running: Option<u32>,
+    /// The caller refuses the turn (its tenant is at a limit the caller
+    /// knows of): nothing is written, and the begin answers the turn's
+    /// conflict if it has one (its key's turn, the session's running
+    /// one), else [`super::BeginTurnError::HeldBack`].
+    pub held_back: bool,
 }
 
 /// The reads a turn makes before its first provider call. A backend may

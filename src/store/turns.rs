@@ -62,13 +62,29 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// index refusing the turn names a conflict that may be gone by the
     /// time it is looked up (the running turn ended in between): then the
     /// session is free, so the begin is tried again.
+    ///
+    /// A turn held back (`NewTurn::held_back`, or refused as its tenant's
+    /// one too many) is answered by its conflict when it has one, so that
+    /// a request sent again with its key still finds its turn, and a
+    /// session's running turn still says so (a queued start waits on it).
     async fn begin_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
+        let held_back = |refusal: BeginTurnError| async move {
+            Err(begin_conflict(self.reader(), turn)
+                .await?
+                .unwrap_or(refusal))
+        };
+        if turn.held_back {
+            return held_back(BeginTurnError::HeldBack).await;
+        }
         for _ in 0..BEGIN_ATTEMPTS {
             match self.insert_turn(turn).await {
                 Err(BeginTurnError::Store(StoreError::Conflict)) => {
                     if let Some(conflict) = begin_conflict(self.reader(), turn).await? {
                         return Err(conflict);
                     }
+                }
+                Err(BeginTurnError::TenantBusy) => {
+                    return held_back(BeginTurnError::TenantBusy).await;
                 }
                 other => return other,
             }

@@ -107,12 +107,7 @@ async fn the_public_card_shows_the_declared_skills_and_no_inventory() {
         .await
         .unwrap();
     assert_eq!(anonymous.status(), 401);
-    let store = app.db.open().await;
-    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"ah_card"));
-    store
-        .create_api_key("key_card", "acme", &hash, chrono::Utc::now())
-        .await
-        .unwrap();
+    crate::tenants::make_keys(&app, &[("key_card", "acme", "ah_card")]).await;
     let extended: Value = app
         .client
         .post(app.url("/a2a"))

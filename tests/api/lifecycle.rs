@@ -37,6 +37,7 @@ fn left_running(session: &str, instance: &str, process: &str) -> NewTurn {
         .unwrap(),
         reads: Default::default(),
         max_running: None,
+        held_back: false,
         traceparent: None,
     }
 }

@@ -72,13 +72,30 @@ async fn a_tenant_runs_at_most_its_turns_and_no_more(backend: Backend) {
     let gate = CancellationToken::new();
     app.provider
         .enqueue((0..3).map(|_| Reply::openai_text("Done.").hold_head(&gate)));
-    let mut held = Vec::new();
-    for session in ["a-1", "a-2"] {
-        let response = start(&app.client, &app, session).await;
-        assert_eq!(response.status(), 200);
-        held.push(SseStream::new(response).await);
-    }
+    let keyed = || {
+        app.client
+            .post(app.url("/sessions/a-1/turns"))
+            .header("accept", "text/event-stream")
+            .header("idempotency-key", "k-1")
+            .json(&json!({"message": "Hi"}))
+            .send()
+    };
+    let first = keyed().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let first_turn = first.headers()["x-turn-id"].clone();
+    let mut held = vec![SseStream::new(first).await];
+    let response = start(&app.client, &app, "a-2").await;
+    assert_eq!(response.status(), 200);
+    held.push(SseStream::new(response).await);
     refused(start(&app.client, &app, "a-3").await, "tenant_busy").await;
+    // At its limit, a request sent again with its key still gets its turn,
+    // and a session's running turn still says so. (Before, both were 429.)
+    let again = keyed().await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["x-turn-id"], first_turn);
+    drop(again);
+    let running = start(&app.client, &app, "a-2").await;
+    assert_eq!(running.status(), 409);
     let background = app
         .client
         .post(app.url("/v1/responses"))

@@ -42,6 +42,7 @@ fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
         .unwrap(),
         reads: Default::default(),
         max_running: None,
+        held_back: false,
         traceparent: None,
     }
 }

@@ -44,6 +44,7 @@ async fn rig(linger: Duration) -> Rig {
             started_payload: "{}".into(),
             reads: Default::default(),
             max_running: None,
+            held_back: false,
             traceparent: None,
         })
         .await
