@@ -113,6 +113,15 @@ struct Point {
     errors: usize,
 }
 
+/// [`crate::fake::offered_models`] as `HARNESS_MODELS` says them.
+fn offered_models_json() -> String {
+    let entries: serde_json::Map<String, serde_json::Value> = crate::fake::offered_models()
+        .into_iter()
+        .map(|model| (model, serde_json::json!({})))
+        .collect();
+    serde_json::Value::Object(entries).to_string()
+}
+
 /// The settings every binary gets, by name, for the report and the
 /// process. Old binaries ignore the names they do not know.
 fn environment(database_url: &str, provider: &str) -> Vec<(&'static str, String)> {
@@ -122,6 +131,9 @@ fn environment(database_url: &str, provider: &str) -> Vec<(&'static str, String)
         ("ANTHROPIC_BASE_URL", provider.to_owned()),
         ("HARNESS_PROVIDERS", "openai:bench".to_owned()),
         ("HARNESS_PROVIDER_MAX_ATTEMPTS", "1".to_owned()),
+        // The bench's models, which binaries since 2026-11-27 require the
+        // operator to list.
+        ("HARNESS_MODELS", offered_models_json()),
         // The default of binaries before 2026-11-24 was on; the issue's
         // A/B ran with it off, and so does this one.
         ("HARNESS_MEMORY_EXTRACTION", "false".to_owned()),

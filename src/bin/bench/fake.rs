@@ -82,6 +82,41 @@ impl Spec {
     }
 }
 
+/// Every model the bench's scenarios and comparison name: the service
+/// offers only the models its operator lists (`[providers.models]`), so
+/// the bench lists these.
+pub fn offered_models() -> Vec<String> {
+    let realistic = Spec::realistic();
+    let slow = Spec {
+        ttft_ms: 200,
+        itl_ms: 20,
+        ..realistic
+    };
+    let tool_step = Spec {
+        tools: 1,
+        tool_ms: 0,
+        ..realistic
+    };
+    let mut models: Vec<String> = [realistic, slow, tool_step]
+        .iter()
+        .map(Spec::model)
+        .collect();
+    models.extend(
+        [
+            "bench/n=1",
+            "bench/n=20",
+            "bench/n=2000",
+            "bench/itl=50/n=200",
+            "bench/ttft=25/n=20",
+            "bench/ttft=60000/n=1",
+            "bench/tools=6/toolms=100/n=10",
+        ]
+        .iter()
+        .map(|name| Spec::parse(name).model()),
+    );
+    models
+}
+
 /// Burns `micros` of CPU, as a real server's per-chunk work (tokenising,
 /// serialising, framing) does. It spins on the clock, so on a machine
 /// whose cores are all busy it costs wall time more than CPU.

@@ -173,7 +173,7 @@ fn free_addr() -> Result<SocketAddr, String> {
 
 /// Starts this binary with `args`; under `wrapper` (a profiler's command
 /// line, e.g. `heaptrack`) when one is given.
-fn spawn(args: &[String], wrapper: Option<&str>) -> Result<Child, String> {
+fn spawn(args: &[String], env: &[(&str, String)], wrapper: Option<&str>) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let mut words = wrapper.into_iter().flat_map(str::split_whitespace);
     let mut command = match words.next() {
@@ -186,6 +186,7 @@ fn spawn(args: &[String], wrapper: Option<&str>) -> Result<Child, String> {
     };
     command
         .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -237,6 +238,7 @@ pub async fn start_fake() -> Result<Proc, String> {
     let addr = free_addr()?;
     let child = spawn(
         &["fake-provider".into(), "--listen".into(), addr.to_string()],
+        &[],
         None,
     )?;
     let proc = Proc { child, addr };
@@ -250,6 +252,16 @@ pub async fn start_harness(
     database_url: &str,
     provider: &str,
     turn_timeout_s: u64,
+) -> Result<(Proc, Duration), String> {
+    start_harness_with(database_url, provider, turn_timeout_s, &[]).await
+}
+
+/// [`start_harness`] with more `HARNESS_…` settings in its environment.
+pub async fn start_harness_with(
+    database_url: &str,
+    provider: &str,
+    turn_timeout_s: u64,
+    env: &[(&str, String)],
 ) -> Result<(Proc, Duration), String> {
     let addr = free_addr()?;
     let args = [
@@ -265,7 +277,11 @@ pub async fn start_harness(
     ];
     // A profiler to run agent-harness under (BENCHMARKS.md, "Profiles").
     let wrapper = std::env::var("BENCH_HARNESS_WRAPPER").ok();
-    let child = spawn(&args, wrapper.as_deref().filter(|w| !w.trim().is_empty()))?;
+    let child = spawn(
+        &args,
+        env,
+        wrapper.as_deref().filter(|w| !w.trim().is_empty()),
+    )?;
     let proc = Proc { child, addr };
     let ready = wait_ready(&format!("{}/readyz", proc.url())).await?;
     Ok((proc, ready))
@@ -327,6 +343,9 @@ pub async fn serve_harness(
     settings.providers.chain = Some("openai:bench,anthropic:bench".parse()?);
     settings.providers.max_attempts = 1;
     settings.harness.turn_timeout_s = turn_timeout_s;
+    for model in crate::fake::offered_models() {
+        settings.providers.models.0.entry(model).or_default();
+    }
     // Everything else is the service's default (memory extraction is off
     // by default; `bench run` prints what it changes).
     settings.validate().map_err(|e| e.to_string())?;
