@@ -251,12 +251,13 @@ pub fn router(app: AppState) -> Router {
     let body_timeout = std::time::Duration::from_secs(app.settings.server.body_read_timeout_s);
     let cors = app.settings.server.cors_origins.clone();
     let (routes, _) = api_router().split_for_parts();
-    let auth = auth::Auth::new(&app);
     let max_connections = app
         .settings
         .server
         .max_connections
         .unwrap_or_else(server::default_max_connections);
+    let in_flight = inflight::InFlight::new(max_connections);
+    let auth = auth::Auth::new(&app, in_flight.clone());
     let routes = routes
         .route_layer(axum::middleware::from_fn_with_state(
             app.clone(),
@@ -265,7 +266,7 @@ pub fn router(app: AppState) -> Router {
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn_with_state(
-            (app.clone(), inflight::InFlight::new(max_connections)),
+            (app.clone(), in_flight),
             inflight::admit,
         ))
         .layer(axum::middleware::from_fn_with_state(

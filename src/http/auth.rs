@@ -108,10 +108,25 @@ pub(super) struct Auth {
     required: bool,
     requests: Buckets<String>,
     failures: Buckets<IpAddr>,
+    /// Keys this process has verified lately, by hash: what a request
+    /// that will be refused anyway is refused by (see [`authenticate`]).
+    known: Mutex<HashMap<String, Known>>,
+    in_flight: Arc<super::inflight::InFlight>,
 }
 
+/// A key as the store last answered for it.
+#[derive(Clone)]
+struct Known {
+    key_id: String,
+    tenant: String,
+    at: Instant,
+}
+
+/// How long a verified key is remembered for refusals.
+const KNOWN_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Auth {
-    pub(super) fn new(app: &AppState) -> Arc<Self> {
+    pub(super) fn new(app: &AppState, in_flight: Arc<super::inflight::InFlight>) -> Arc<Self> {
         let server = &app.settings.server;
         Arc::new(Self {
             required: server.auth_required(),
@@ -120,7 +135,47 @@ impl Auth {
                 server.auth_failures_per_minute,
                 IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
             ),
+            known: Mutex::new(HashMap::new()),
+            in_flight,
         })
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The key of `hash` as verified within [`KNOWN_FOR`].
+    fn recall(&self, hash: &str) -> Option<Known> {
+        self.known()
+            .get(hash)
+            .filter(|k| k.at.elapsed() < KNOWN_FOR)
+            .cloned()
+    }
+
+    /// Remembers a verified key, or forgets one the store no longer has;
+    /// at most [`MAX_BUCKETS`] (when full, the stale go, then all).
+    fn remember(&self, hash: &str, verified: Option<(&str, &str)>) {
+        let mut known = self.known();
+        let Some((key_id, tenant)) = verified else {
+            known.remove(hash);
+            return;
+        };
+        if known.len() >= MAX_BUCKETS && !known.contains_key(hash) {
+            known.retain(|_, k| k.at.elapsed() < KNOWN_FOR);
+            if known.len() >= MAX_BUCKETS {
+                known.clear();
+            }
+        }
+        known.insert(
+            hash.to_owned(),
+            Known {
+                key_id: key_id.to_owned(),
+                tenant: tenant.to_owned(),
+                at: Instant::now(),
+            },
+        );
     }
 
     /// Takes a request from the key's bucket; `Err(seconds)` to wait.
@@ -186,8 +241,23 @@ pub(super) async fn authenticate(
         .filter(|k| !k.is_empty() && k.len() <= 256)
         .ok_or_else(failed)?;
     let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
-    let (key_id, tenant) = app.store.find_api_key(&hash).await?.ok_or_else(failed)?;
-    auth.take(&key_id).map_err(ApiError::RateLimited)?;
+    // A key verified lately whose request would be refused anyway (its
+    // rate, its tenant's requests in flight) is refused from what this
+    // process knows: a tenant's flood costs the database nothing. Every
+    // request that goes on is verified with the store, so a revoked key
+    // is refused at once.
+    let recalled = auth.recall(&hash);
+    if let Some(known) = &recalled {
+        auth.take(&known.key_id).map_err(ApiError::RateLimited)?;
+        let most = super::inflight::max_streams(&app, &known.tenant).await?;
+        auth.in_flight.check(&known.tenant, most)?;
+    }
+    let found = app.store.find_api_key(&hash).await?;
+    auth.remember(&hash, found.as_ref().map(|(k, t)| (k.as_str(), t.as_str())));
+    let (key_id, tenant) = found.ok_or_else(failed)?;
+    if recalled.as_ref().is_none_or(|k| k.key_id != key_id) {
+        auth.take(&key_id).map_err(ApiError::RateLimited)?;
+    }
     request.extensions_mut().insert(Tenant(tenant));
     Ok(next.run(request).await)
 }

@@ -61,10 +61,14 @@ impl InFlight {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A permit for one more request of `tenant`, if it may have one.
-    fn take(self: &Arc<Self>, tenant: &str, most: u32) -> Result<Permit, ApiError> {
-        let mut held = self.lock();
-        if held.total >= self.most {
+    /// Whether `tenant` may have one more request (`most` its own limit).
+    pub(super) fn check(&self, tenant: &str, most: u32) -> Result<(), ApiError> {
+        Self::room(&self.lock(), self.most, tenant, most).map(|_| ())
+    }
+
+    /// The requests `tenant` holds, if it may have one more.
+    fn room(held: &Held, all: usize, tenant: &str, most: u32) -> Result<u32, ApiError> {
+        if held.total >= all {
             return Err(ApiError::TooManyStreams(
                 "every connection left for requests is taken; retry in a moment".into(),
             ));
@@ -76,6 +80,13 @@ impl InFlight {
                  (HARNESS_TENANT_MAX_STREAMS); close one or retry when one ends"
             )));
         }
+        Ok(mine)
+    }
+
+    /// A permit for one more request of `tenant`, if it may have one.
+    fn take(self: &Arc<Self>, tenant: &str, most: u32) -> Result<Permit, ApiError> {
+        let mut held = self.lock();
+        let mine = Self::room(&held, self.most, tenant, most)?;
         held.by_tenant.insert(tenant.to_owned(), mine + 1);
         held.total += 1;
         Ok(Permit {
@@ -112,6 +123,16 @@ impl Drop for Permit {
     }
 }
 
+/// The requests `tenant` may hold open in this process.
+pub(super) async fn max_streams(app: &AppState, tenant: &str) -> Result<u32, ApiError> {
+    Ok(app
+        .runner
+        .tenant_limits(tenant)
+        .await?
+        .max_streams
+        .unwrap_or(u32::MAX))
+}
+
 /// Admits a tenant's request if it may hold one more (see the module);
 /// the permit lives as long as the response's body.
 pub(super) async fn admit(
@@ -123,12 +144,7 @@ pub(super) async fn admit(
     let Some(tenant) = tenant.filter(|_| !OPEN_PATHS.contains(&request.uri().path())) else {
         return Ok(next.run(request).await);
     };
-    let most = app
-        .runner
-        .tenant_limits(&tenant)
-        .await?
-        .max_streams
-        .unwrap_or(u32::MAX);
+    let most = max_streams(&app, &tenant).await?;
     let permit = in_flight.take(&tenant, most)?;
     let response = next.run(request).await;
     Ok(response.map(|body| super::server::Holding::body(body, permit)))

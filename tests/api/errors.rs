@@ -596,7 +596,7 @@ async fn answer_refused(event_batch_max: Option<usize>) {
 
 /// Everything the service logs, captured (for one current-thread test).
 #[derive(Clone, Default)]
-struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+pub(crate) struct Logs(pub(crate) std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl std::io::Write for Logs {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -242,6 +242,79 @@ async fn a_tenant_holds_at_most_its_streams(backend: Backend) {
     assert_eq!(served, 1);
 }
 
+/// A tenant's requests past its limits cost the store nothing: its key,
+/// verified lately, is refused from what the process knows, so a flood of
+/// them reads no key from the database; a request that goes on is still
+/// verified, so a revoked key is refused at once. (Before, every refusal
+/// read its key first.) On Postgres, whose queries are logged on the
+/// test's thread.
+#[tokio::test]
+async fn a_flood_past_a_tenants_streams_reads_no_key() {
+    use tracing_subscriber::{Layer, layer::SubscriberExt};
+    let logs = crate::errors::Logs::default();
+    let _capture = crate::support::capture::capture(
+        tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(logs.clone())
+                .with_filter(
+                    tracing_subscriber::filter::Targets::new()
+                        .with_target("sqlx::query", tracing::Level::DEBUG),
+                ),
+        ),
+    );
+    let (app, globex) = two_tenants(Backend::Postgres, |s| s.server.tenant_max_streams = 1).await;
+    let key_reads = || {
+        String::from_utf8_lossy(&logs.0.lock().unwrap())
+            .matches("FROM api_keys")
+            .count()
+    };
+    let gate = CancellationToken::new();
+    app.provider
+        .enqueue([Reply::openai_text("Streamed.").hold_head(&gate)]);
+    let held = SseStream::new(start(&app.client, &app, "fl-1").await).await;
+    assert!(key_reads() > 0, "the store's queries are captured");
+    let before = key_reads();
+    for _ in 0..20 {
+        let response = app.client.get(app.url("/tools")).send().await.unwrap();
+        refused(response, "too_many_streams").await;
+    }
+    assert_eq!(key_reads(), before, "refused without reading the key");
+    // The other tenant is served, and verified.
+    assert_eq!(
+        globex.get(app.url("/tools")).send().await.unwrap().status(),
+        200
+    );
+    assert_eq!(key_reads(), before + 1);
+    gate.cancel();
+    let mut held = held;
+    held.read_to_end().await;
+    drop(held);
+    // Revoked: the next request that would be served is refused at once.
+    let store = app.db.open().await;
+    assert!(
+        store
+            .revoke_api_key("key_a", chrono::Utc::now())
+            .await
+            .unwrap()
+    );
+    let mut status = 0;
+    for _ in 0..50 {
+        status = app
+            .client
+            .get(app.url("/tools"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        if status != 429 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, 401, "a revoked key");
+}
+
 on_both_backends!(
     a_tenant_runs_at_most_its_turns_and_no_more,
     a_tenant_past_its_tokens_of_the_day_is_refused,

@@ -15,6 +15,7 @@ mod fake;
 mod procs;
 mod scenarios;
 mod stats;
+mod tenants;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
