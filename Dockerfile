@@ -6,8 +6,12 @@ WORKDIR /src
 # The dependencies first, in a layer of their own: rebuilt only when
 # Cargo.toml or Cargo.lock change, not on every change of the sources.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src \
+# The workspace names the bench; only its manifest is needed to build the
+# service.
+COPY bench/Cargo.toml bench/Cargo.toml
+RUN mkdir -p src bench/src \
     && echo 'fn main() {}' > src/main.rs \
+    && echo 'fn main() {}' > bench/src/main.rs \
     && touch src/lib.rs \
     && cargo build --release --locked --bin agent-harness \
     && rm -rf src target/release/agent-harness* \

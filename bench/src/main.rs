@@ -1,6 +1,6 @@
 //! `bench`: what agent-harness adds on top of an LLM provider, measured.
 //!
-//! One command (`cargo run --release --bin bench -- run`) starts, on
+//! One command (`cargo run --release -p bench -- run`) starts, on
 //! loopback, a fast fake provider (OpenAI and Anthropic streaming formats)
 //! and agent-harness (this same release binary, in its own process), then
 //! drives both with the same SSE-aware load client and prints, per
