@@ -220,30 +220,7 @@ pub trait ApprovalGate: Send + Sync {
     ) -> ApprovalDecision;
 }
 
-/// What became of a call of a tool the client runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClientResult {
-    /// The client posted it (`is_error`: its tool failed, `output` says why).
-    Posted { output: String, is_error: bool },
-    /// The turn's deadline came first.
-    TimedOut,
-    /// The turn was cancelled while it waited.
-    Cancelled,
-}
-
-/// Waits for the results clients post for calls of their own tools.
-#[async_trait]
-pub trait ClientResults: Send + Sync {
-    /// Waits for the result of `call_id` of `turn_id`, at most `within`, and
-    /// no longer than `cancel` stays uncancelled.
-    async fn wait(
-        &self,
-        turn_id: uuid::Uuid,
-        call_id: &str,
-        within: std::time::Duration,
-        cancel: &tokio_util::sync::CancellationToken,
-    ) -> ClientResult;
-}
+pub use crate::tools::client::{ClientResult, ClientResults};
 
 /// Accumulates token cost per session.
 pub trait CostTracker: Send + Sync {

@@ -152,7 +152,7 @@ fn add_edge_responses(api: &mut utoipa::openapi::OpenApi) {
         ("422", "JSON of the wrong shape (`invalid_body`)"),
     ];
     for (path, item) in api.paths.paths.iter_mut() {
-        let open = auth::OPEN_PATHS.contains(&path.as_str());
+        let open = OPEN_PATHS.contains(&path.as_str());
         for operation in [&mut item.get, &mut item.post, &mut item.delete]
             .into_iter()
             .flatten()
@@ -244,6 +244,16 @@ async fn metrics_elsewhere(request: Request, next: axum::middleware::Next) -> Re
     }
     next.run(request).await
 }
+
+/// Paths anyone may ask for: probes, metrics, the contract and the page.
+const OPEN_PATHS: &[&str] = &[
+    "/",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/openapi.yaml",
+    "/.well-known/agent-card.json",
+];
 
 /// The whole HTTP application.
 pub fn router(app: AppState) -> Router {

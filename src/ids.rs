@@ -114,6 +114,10 @@ pub fn client_session_id(stored: &str) -> &str {
     client_scope(stored)
 }
 
+/// The prefix of a client tool's name as the model sees it: no tool of the
+/// service's has it, so a client's tool cannot shadow one.
+pub const CLIENT_TOOL_PREFIX: &str = "client__";
+
 #[cfg(test)]
 mod tests {
     use super::*;

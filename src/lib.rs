@@ -48,10 +48,13 @@
 //!   text, and the masking of personal data in what is written for
 //!   observation (`HARNESS_REDACT_LOGS`).
 //!
-//! The vocabulary, `providers`, `store`, `tools`, `vault`, `background` and
-//! `metrics` import nothing from the layers above them (the harness, the
-//! runner, the edge, start-up, configuration); `tests/architecture.rs`
-//! parses the sources to check it.
+//! The layers, lowest first: `ids` and `pii`; `providers`; `turn`;
+//! `events`; `store`; `metrics` and `vault`; `tools`; `hooks`;
+//! `background`; `harness`; `config`; `telemetry`; `runner`; `app`; `http`;
+//! `startup` (and the binary's `cli`). A module imports only from its own
+//! layer and those below, and no two files import each other, around a
+//! circle or directly: `tests/architecture.rs` parses the sources to check
+//! both.
 
 pub mod app;
 pub mod background;

@@ -22,6 +22,7 @@
 //! store as it was.
 
 pub mod access;
+mod deadline;
 pub mod event_log;
 pub mod jobs;
 pub mod memories;

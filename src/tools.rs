@@ -37,19 +37,7 @@ pub const BUILTIN_TOOLS: &[&str] = &[
 /// Default per-tool timeout (seeds: `TOOL_CALL_TIMEOUT_S = 45`).
 pub const TOOL_CALL_TIMEOUT: Duration = Duration::from_secs(45);
 
-/// What running a tool may touch; decides how calls are scheduled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum EffectClass {
-    /// Reads only; may run in parallel with other reads of other resources.
-    ReadOnly,
-    /// Writes local state (the vault, files).
-    LocalWrite,
-    /// Talks to the outside world.
-    Network,
-    /// Deletes or overwrites what cannot be restored.
-    Destructive,
-}
+pub use crate::turn::EffectClass;
 
 /// The static description of a tool.
 #[derive(Debug, Clone)]

@@ -10,6 +10,20 @@ use utoipa::ToSchema;
 
 use crate::providers::{ChatMessage, ThinkLevel};
 
+/// What running a tool may touch; decides how calls are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EffectClass {
+    /// Reads only; may run in parallel with other reads of other resources.
+    ReadOnly,
+    /// Writes local state (the vault, files).
+    LocalWrite,
+    /// Talks to the outside world.
+    Network,
+    /// Deletes or overwrites what cannot be restored.
+    Destructive,
+}
+
 /// What a turn is asked: validated once, at the edge (each client format
 /// builds one), stored with the turn as JSON and read back as this type
 /// (an idempotent replay compares it), and handed down to the harness.
@@ -49,9 +63,7 @@ pub struct TurnRequest {
     pub client_tools: Vec<ClientTool>,
 }
 
-/// The prefix of a client tool's name as the model sees it: no tool of the
-/// service's has it, so a client's tool cannot shadow one.
-pub const CLIENT_TOOL_PREFIX: &str = "client__";
+pub use crate::ids::CLIENT_TOOL_PREFIX;
 
 /// A tool the client runs itself, declared with its turn. The turn pauses
 /// at a call of it (`tool.requested`) until the client posts the result.
@@ -64,7 +76,7 @@ pub struct ClientTool {
     pub parameters: serde_json::Value,
     /// What the tool does, as the client declares it (it goes through the
     /// same gates as the service's tools).
-    pub effect: crate::tools::EffectClass,
+    pub effect: EffectClass,
 }
 
 /// What the model reads before a client tool's own description: the
@@ -94,7 +106,7 @@ impl ClientTool {
         name: String,
         description: String,
         parameters: Option<serde_json::Value>,
-        effect: Option<crate::tools::EffectClass>,
+        effect: Option<EffectClass>,
     ) -> Result<Self, String> {
         let named = (1..=56).contains(&name.len())
             && name
@@ -121,7 +133,7 @@ impl ClientTool {
             name,
             description,
             parameters,
-            effect: effect.unwrap_or(crate::tools::EffectClass::LocalWrite),
+            effect: effect.unwrap_or(EffectClass::LocalWrite),
         })
     }
 

@@ -1,12 +1,13 @@
-//! The layers: the shared vocabulary and the lower layers (providers, the
-//! store, tools, events, the vault, the background collaborators, metrics) import nothing from
-//! the layers that use them (the harness, the runner, the HTTP edge,
-//! start-up and configuration), so the modules form no cycle.
+//! The layers: every top-level module of `src` has its place in
+//! [`LAYERS`], lowest first, and imports only from its own layer and those
+//! below it; and no two files import each other, directly or around a
+//! circle (a module and the modules inside it aside: a parent declares its
+//! children and re-exports them).
 //!
 //! The sources are parsed, not searched as text: every path counts, in a
 //! `use` of any shape (`use crate::{a, harness::X}`, `use super::super::…`,
-//! renames, globs) or written out in code, resolved against the module
-//! the file is.
+//! renames, globs) or written out in code or in a macro's tokens, resolved
+//! against the module the file is.
 
 #![allow(
     clippy::unwrap_used,
@@ -18,28 +19,35 @@ use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;
 
-/// Files and folders of the lower layers, relative to `src/`.
-const LOWER: &[&str] = &[
-    "providers.rs",
-    "providers",
-    "store.rs",
-    "store",
-    "tools.rs",
-    "tools",
-    "events.rs",
-    "turn.rs",
-    "ids.rs",
-    "pii.rs",
-    "hooks.rs",
-    "vault.rs",
-    "vault",
-    "background.rs",
-    "background",
-    "metrics.rs",
+/// The top-level modules of `src`, lowest layer first: the vocabulary
+/// (identifiers, masking), the providers, what a turn is asked and
+/// answers, its events, the store, what the store serves (metrics, the
+/// vault), the tools, the harness's collaborators (hooks, the background
+/// jobs), the harness, configuration and telemetry, the runner, the state
+/// handlers share, the HTTP edge, start-up and the command line.
+const LAYERS: &[&[&str]] = &[
+    &["ids", "pii"],
+    &["providers"],
+    &["turn"],
+    &["events"],
+    &["store"],
+    &["metrics", "vault"],
+    &["tools"],
+    &["hooks"],
+    &["background"],
+    &["harness"],
+    &["config"],
+    &["telemetry"],
+    &["runner"],
+    &["app"],
+    &["http"],
+    &["startup", "cli"],
 ];
 
-/// The top-level modules a lower layer must not name.
-const UPPER: &[&str] = &["harness", "http", "runner", "startup", "app", "config"];
+/// The layer of a top-level module; `None` for the crate roots.
+fn layer(top: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&top))
+}
 
 fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
     if path.is_dir() {
@@ -128,7 +136,21 @@ impl Paths {
     }
 }
 
+/// Whether an item is compiled for tests only (`#[cfg(test)]`): a unit
+/// test may use its module's neighbours without making them a circle.
+fn for_tests(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+    })
+}
+
 impl<'ast> Visit<'ast> for Paths {
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if !for_tests(&item.attrs) {
+            syn::visit::visit_item_mod(self, item);
+        }
+    }
+
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
         self.use_tree(&mut Vec::new(), &item.tree);
     }
@@ -216,23 +238,61 @@ fn flatten(stream: proc_macro2::TokenStream, out: &mut Vec<Token>) {
     }
 }
 
-/// The upward imports of the files `files` (under `src`).
-fn upward_imports(src: &Path, files: &[PathBuf]) -> Vec<String> {
-    let mut offences = Vec::new();
+/// A file of `src`, its module path and the paths it names from the crate
+/// root (with their lines).
+struct Source {
+    file: PathBuf,
+    module: Vec<String>,
+    found: Vec<(Vec<String>, usize)>,
+}
+
+/// Every file of `src` but the crate roots.
+fn imports(src: &Path) -> Vec<Source> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut out = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(file).unwrap();
+        let module = module_of(src, &file);
+        if module.is_empty() || module == ["main"] {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
         let syntax = syn::parse_file(&text)
             .unwrap_or_else(|e| panic!("{} does not parse: {e}", file.display()));
         let mut paths = Paths {
-            module: module_of(src, file),
+            module: module.clone(),
             found: Vec::new(),
         };
         paths.visit_file(&syntax);
-        for (path, line) in paths.found {
-            if path
-                .first()
-                .is_some_and(|top| UPPER.contains(&top.as_str()))
-            {
+        out.push(Source {
+            file,
+            module,
+            found: paths.found,
+        });
+    }
+    out
+}
+
+/// The imports that run upward (`file:line: crate::path`).
+fn upward_imports(src: &Path) -> Vec<String> {
+    let mut offences = Vec::new();
+    for Source {
+        file,
+        module,
+        found,
+    } in imports(src)
+    {
+        let here = layer(&module[0]).unwrap_or_else(|| {
+            panic!(
+                "{}: src/{} has no place in LAYERS",
+                file.display(),
+                module[0]
+            )
+        });
+        for (path, line) in found {
+            let Some(top) = path.first() else { continue };
+            if layer(top).is_some_and(|there| there > here) {
                 offences.push(format!(
                     "{}:{line}: crate::{}",
                     file.display(),
@@ -244,27 +304,88 @@ fn upward_imports(src: &Path, files: &[PathBuf]) -> Vec<String> {
     offences
 }
 
-fn lower_files(src: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for lower in LOWER {
-        let path = src.join(lower);
-        assert!(path.exists(), "{lower} is a lower layer of src/");
-        rust_files(&path, &mut files);
+/// The circles of imports between files (each as `a -> b -> … -> a`).
+fn circles(src: &Path) -> Vec<String> {
+    let all = imports(src);
+    let modules: Vec<Vec<String>> = all.iter().map(|s| s.module.clone()).collect();
+    // The file a path names: the longest module that begins it.
+    let owner = |path: &[String]| -> Option<usize> {
+        (0..modules.len())
+            .filter(|&i| path.starts_with(&modules[i]))
+            .max_by_key(|&i| modules[i].len())
+    };
+    let nested = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
+    let mut edges: Vec<std::collections::BTreeSet<usize>> = vec![Default::default(); all.len()];
+    for (from, source) in all.iter().enumerate() {
+        let module = &source.module;
+        for (path, _) in &source.found {
+            if let Some(to) = owner(path)
+                && !nested(module, &modules[to])
+            {
+                edges[from].insert(to);
+            }
+        }
     }
-    files
+    // A circle through each file, found by a search from it (the files are
+    // few: a few hundred).
+    let name = |i: usize| modules[i].join("::");
+    let mut found = std::collections::BTreeSet::new();
+    for start in 0..all.len() {
+        let mut stack = vec![(start, vec![start])];
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some((at, trail)) = stack.pop() {
+            for &next in &edges[at] {
+                if next == start {
+                    let mut circle = trail.clone();
+                    // One spelling per circle: from its least file.
+                    let least = circle
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, f)| **f)
+                        .map_or(0, |(i, _)| i);
+                    circle.rotate_left(least);
+                    found.insert(
+                        circle
+                            .iter()
+                            .chain(circle.first())
+                            .map(|&i| name(i))
+                            .collect::<Vec<_>>()
+                            .join(" -> "),
+                    );
+                } else if next > start && seen.insert(next) {
+                    let mut longer = trail.clone();
+                    longer.push(next);
+                    stack.push((next, longer));
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
 }
 
 #[test]
-fn lower_layers_import_nothing_from_the_layers_above() {
+fn no_module_imports_from_a_layer_above_it() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let files = lower_files(&src);
-    assert!(files.len() >= 30, "the lower layers were found: {files:?}");
-    let offences = upward_imports(&src, &files);
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let top = name.trim_end_matches(".rs");
+        if !["lib", "main"].contains(&top) {
+            assert!(layer(top).is_some(), "src/{name} has no place in LAYERS");
+        }
+    }
+    let offences = upward_imports(&src);
     assert!(
         offences.is_empty(),
         "upward imports:\n{}",
         offences.join("\n")
     );
+}
+
+#[test]
+fn no_files_import_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = circles(&src);
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
 }
 
 /// The check itself: a scratch copy of `src` with upward imports planted
@@ -303,7 +424,7 @@ fn an_upward_import_of_any_shape_is_found() {
         text.push('\n');
         std::fs::write(&path, text).unwrap();
     }
-    let offences = upward_imports(&copy, &lower_files(&copy));
+    let offences = upward_imports(&copy);
     for (file, upper) in [
         ("store.rs", "crate::harness::AgentHarness"),
         ("tools.rs", "crate::config::Settings"),
@@ -334,4 +455,27 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+/// The other check: a circle planted between two files that import each
+/// other only one way today is found.
+#[test]
+fn a_planted_circle_is_found() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let scratch = tempfile::tempdir().unwrap();
+    let copy = scratch.path().join("src");
+    copy_dir(&src, &copy);
+    // `store/postgres.rs` uses `store/reader.rs`; the planted line makes
+    // the reader use the Postgres backend back (as it did before).
+    let path = copy.join("store/reader.rs");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str("\nfn planted() { let _ = super::postgres::PostgresStore::connect; }\n");
+    std::fs::write(&path, text).unwrap();
+    let found = circles(&copy);
+    assert!(
+        found
+            .iter()
+            .any(|c| c.contains("store::postgres") && c.contains("store::reader")),
+        "{found:#?}"
+    );
 }

@@ -12,10 +12,7 @@
 //! state the next step starts from: a pure function, so a turn taken over
 //! by another process goes on from exactly where its owner left it.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-};
+use std::{collections::HashMap, sync::Arc};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -24,11 +21,11 @@ use tokio::time::Instant;
 use super::{
     budget::{BudgetLimits, TurnBudget},
     replay::ReplayControl,
-    state::{CitationAccumulator, ToolResultRecord, TurnRuntimeState},
+    state::{StateSnapshot, ToolResultRecord, TurnRuntimeState},
 };
 use crate::{
     events::{ToolStatus, TurnEvent},
-    providers::{ChatMessage, Usage},
+    providers::ChatMessage,
 };
 
 /// Where a step stood when its record was written.
@@ -66,24 +63,6 @@ pub struct Prepared {
     /// the turn's first record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<Vec<ChatMessage>>,
-}
-
-/// A turn's counters and collections after a step (all but the
-/// conversation and the tool results, which records carry as additions).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct StateSnapshot {
-    pub steps: u32,
-    pub tool_calls: u32,
-    pub reflections: u32,
-    pub usage: Usage,
-    pub cost_usd: Option<f64>,
-    pub citations: CitationAccumulator,
-    pub blocked_tools: Vec<String>,
-    pub repair_counts: BTreeMap<String, u32>,
-    /// The calls that completed, for the replay gate: `(tool, canonical
-    /// arguments, call id)`, sorted.
-    pub completed_calls: Vec<(String, String, String)>,
-    pub context_compacted: bool,
 }
 
 /// One step's record.

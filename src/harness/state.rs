@@ -11,7 +11,7 @@
 //! [`TurnRuntimeState::complete_trace`], and must write nothing.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::{
         Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering},
@@ -20,7 +20,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{budget::TurnBudget, durable::StateSnapshot, replay::ReplayControl};
+use super::{budget::TurnBudget, replay::ReplayControl};
 use crate::providers::Usage;
 pub use crate::{hooks::ToolResultRecord, turn::WebCitation};
 
@@ -336,6 +336,24 @@ impl TurnRuntimeState {
     pub fn is_accepting_writes(&self) -> bool {
         self.writes_open.load(Ordering::Acquire)
     }
+}
+
+/// A turn's counters and collections after a step (all but the
+/// conversation and the tool results, which records carry as additions).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateSnapshot {
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub reflections: u32,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub citations: CitationAccumulator,
+    pub blocked_tools: Vec<String>,
+    pub repair_counts: BTreeMap<String, u32>,
+    /// The calls that completed, for the replay gate: `(tool, canonical
+    /// arguments, call id)`, sorted.
+    pub completed_calls: Vec<(String, String, String)>,
+    pub context_compacted: bool,
 }
 
 #[cfg(test)]

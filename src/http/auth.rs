@@ -24,18 +24,8 @@ use axum::{
     response::Response,
 };
 
-use super::error::ApiError;
+use super::{OPEN_PATHS, error::ApiError};
 use crate::{app::AppState, ids::DEFAULT_TENANT};
-
-/// Paths anyone may ask for: probes, metrics, the contract and the page.
-pub(super) const OPEN_PATHS: &[&str] = &[
-    "/",
-    "/healthz",
-    "/readyz",
-    "/metrics",
-    "/openapi.yaml",
-    "/.well-known/agent-card.json",
-];
 
 /// The tenant of the request: its key's, or [`DEFAULT_TENANT`] when keys
 /// are not required.

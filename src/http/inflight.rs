@@ -22,7 +22,7 @@ use axum::{
     response::Response,
 };
 
-use super::{Tenant, auth::OPEN_PATHS, error::ApiError};
+use super::{OPEN_PATHS, Tenant, error::ApiError};
 use crate::app::AppState;
 
 /// The connections kept from tenants' requests out of `max_connections`.

@@ -87,7 +87,7 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
             .rev()
             .flat_map(|m| &m.tool_calls)
             .find(|c| tool.tool_call_id.as_deref() == Some(c.id.as_str()))
-            .is_some_and(|c| c.name.starts_with(crate::turn::CLIENT_TOOL_PREFIX));
+            .is_some_and(|c| c.name.starts_with(crate::ids::CLIENT_TOOL_PREFIX));
         let said = if client_call {
             "Your tool answered"
         } else {
@@ -116,7 +116,7 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
     if let Some(tool) = request
         .tools
         .iter()
-        .find(|t| t.name.starts_with(crate::turn::CLIENT_TOOL_PREFIX))
+        .find(|t| t.name.starts_with(crate::ids::CLIENT_TOOL_PREFIX))
     {
         let call = ToolCall {
             id: format!("call_demo_{}", uuid::Uuid::now_v7().simple()),

@@ -230,7 +230,7 @@ impl Reader<'_> {
             Self::Sqlite(pool) => Ok(bind_all(sqlx::query_as(sql), args).fetch_all(pool).await?),
             Self::Postgres { pool, limit } => {
                 let read = bind_all(sqlx::query_as(sql), args).fetch_all(pool);
-                super::postgres::within(limit, read).await
+                super::deadline::within(limit, read).await
             }
         }
     }
@@ -247,7 +247,7 @@ impl Reader<'_> {
                 .await?),
             Self::Postgres { pool, limit } => {
                 let read = bind_all(sqlx::query_as(sql), args).fetch_optional(pool);
-                super::postgres::within(limit, read).await
+                super::deadline::within(limit, read).await
             }
         }
     }

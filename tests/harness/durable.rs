@@ -9,10 +9,10 @@ use agent_harness::{
     harness::{
         AgentHarness, EventSink, HarnessOptions, SinkError, TurnInput,
         compaction::ContextWarningTracker,
-        durable::{PriorCall, PriorCalls, Resume, StateSnapshot, StepPhase, StepRecord, rebuild},
+        durable::{PriorCall, PriorCalls, Resume, StepPhase, StepRecord, rebuild},
         hooks::{ApprovalDecision, ApprovalGate, ApprovalRequest, CostTracker},
         replay::ReplayControl,
-        state::{ToolResultRecord, TurnRuntimeState},
+        state::{StateSnapshot, ToolResultRecord, TurnRuntimeState},
         thinking::ThinkLevel,
     },
     providers::{
