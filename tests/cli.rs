@@ -335,13 +335,8 @@ fn health_exits_zero_for_a_ready_service_and_one_otherwise() {
     assert_eq!(down.status.code(), Some(1), "{down:?}");
 }
 
-/// The README names only settings that exist, and every setting is in the
-/// README: the variables the README names (`HARNESS_…`, `OPENAI_…`,
-/// `ANTHROPIC_…`, `OLLAMA_…`, `OTEL_…`, `DATABASE_…`) are exactly those
-/// `--help` lists. (Before, the README named a `record_decisions` switch
-/// that had no setting.)
-#[test]
-fn the_readme_and_help_name_the_same_settings() {
+/// The settings' variables that `--help` lists.
+fn listed_settings() -> std::collections::BTreeSet<String> {
     let out = harness(&["--help"], &[]);
     assert!(out.status.success(), "{out:?}");
     let help = String::from_utf8(out.stdout).unwrap();
@@ -352,8 +347,11 @@ fn the_readme_and_help_name_the_same_settings() {
         .map(str::to_owned)
         .collect();
     assert!(listed.len() > 50, "{listed:?}");
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    listed
+}
+
+/// The settings' variables a page names.
+fn named_settings(text: &str) -> std::collections::BTreeSet<String> {
     let prefixes = [
         "HARNESS_",
         "OPENAI_",
@@ -362,20 +360,126 @@ fn the_readme_and_help_name_the_same_settings() {
         "OTEL_",
         "DATABASE_",
     ];
-    let named: std::collections::BTreeSet<String> = readme
-        .split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+    text.split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
         .filter(|word| prefixes.iter().any(|p| word.starts_with(p)))
         .map(|word| word.trim_end_matches('_').to_owned())
         .filter(|word| !prefixes.contains(&format!("{word}_").as_str()))
-        .collect();
-    let unknown: Vec<_> = named.difference(&listed).collect();
-    assert!(
-        unknown.is_empty(),
-        "the README names settings that do not exist: {unknown:?}"
-    );
-    let undocumented: Vec<_> = listed.difference(&named).collect();
+        .collect()
+}
+
+/// The README and the pages of `docs/` name only settings that exist, and
+/// the configuration page names every one. (Before, the README named a
+/// `record_decisions` switch that had no setting.)
+#[test]
+fn the_docs_and_help_name_the_same_settings() {
+    let listed = listed_settings();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    for page in &pages {
+        let named = named_settings(&std::fs::read_to_string(page).unwrap());
+        let unknown: Vec<_> = named.difference(&listed).collect();
+        assert!(
+            unknown.is_empty(),
+            "{} names settings that do not exist: {unknown:?}",
+            page.display()
+        );
+    }
+    let configuration =
+        named_settings(&std::fs::read_to_string(root.join("docs/configuration.md")).unwrap());
+    let undocumented: Vec<_> = listed.difference(&configuration).collect();
     assert!(
         undocumented.is_empty(),
-        "settings the README does not name: {undocumented:?}"
+        "settings docs/configuration.md does not name: {undocumented:?}"
+    );
+}
+
+/// One line of a Markdown table's cell.
+fn cell(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
+}
+
+/// The tables of every setting, by section, from the settings' own
+/// definitions: the file key, the variable, the flag, the default and the
+/// help text.
+fn settings_tables() -> String {
+    let command = agent_harness::config::Settings::command();
+    let mut out = String::new();
+    let mut section: Option<String> = None;
+    for arg in command.get_arguments() {
+        let id = arg.get_id().as_str();
+        let Some(long) = arg.get_long() else { continue };
+        if ["help", "version"].contains(&long) {
+            continue;
+        }
+        let (table, key) = id.split_once('.').unwrap_or(("", id));
+        if section.as_deref() != Some(table) {
+            let heading = match table {
+                "" => "The command line".to_owned(),
+                table => format!("`[{table}]`"),
+            };
+            out.push_str(&format!(
+                "\n### {heading}\n\n| file key | environment | flag | default | what it sets |\n|---|---|---|---|---|\n"
+            ));
+            section = Some(table.to_owned());
+        }
+        let env = arg
+            .get_env()
+            .map(|e| format!("`{}`", e.to_string_lossy()))
+            .unwrap_or_default();
+        let default: Vec<String> = arg
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_string_lossy().into_owned())
+            .filter(|v| !v.is_empty())
+            .collect();
+        let default = if default.is_empty() || arg.is_hide_default_value_set() {
+            String::new()
+        } else {
+            format!("`{}`", default.join(","))
+        };
+        let help = arg
+            .get_long_help()
+            .or_else(|| arg.get_help())
+            .map(|h| cell(&h.to_string()))
+            .unwrap_or_default();
+        let key = if table.is_empty() {
+            String::new()
+        } else {
+            format!("`{key}`")
+        };
+        out.push_str(&format!(
+            "| {key} | {env} | `--{long}` | {default} | {help} |\n"
+        ));
+    }
+    out
+}
+
+/// `docs/configuration.md` lists every setting as the settings define it:
+/// the tables between its markers are generated (`UPDATE_DOCS=1` writes
+/// them), so the page cannot drift from the code.
+#[test]
+fn the_configuration_page_is_generated_from_the_settings() {
+    const START: &str = "<!-- generated: settings -->\n";
+    const END: &str = "<!-- end of generated settings -->";
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
+    let page = std::fs::read_to_string(path).unwrap();
+    let (head, rest) = page.split_once(START).expect("the page's start marker");
+    let (_, tail) = rest.split_once(END).expect("the page's end marker");
+    let generated = format!("{head}{START}{}{END}{tail}", settings_tables());
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(path, &generated).unwrap();
+    }
+    assert!(
+        page == generated,
+        "docs/configuration.md is stale: run `UPDATE_DOCS=1 cargo test --test cli configuration_page`"
     );
 }
