@@ -483,3 +483,74 @@ fn the_configuration_page_is_generated_from_the_settings() {
         "docs/configuration.md is stale: run `UPDATE_DOCS=1 cargo test --test cli configuration_page`"
     );
 }
+
+/// A heading's anchor as Markdown renderers make it.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == '_' || *c == ' ')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a page's headings (not of lines in its code blocks).
+fn anchors(text: &str) -> std::collections::BTreeSet<String> {
+    let mut code = false;
+    let mut out = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            code = !code;
+        } else if !code && line.starts_with('#') {
+            out.insert(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// Every link between the README and the pages of `docs/` reaches a file
+/// that exists and, when it names one, a heading of it: the pages were
+/// split out of one README, and a moved section must not leave a dead link.
+#[test]
+fn the_docs_links_reach_their_pages_and_headings() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let mut dead = Vec::new();
+    let mut links = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (_, rest) in text.match_indices("](").map(|(i, _)| ((), &text[i + 2..])) {
+            let Some(link) = rest.split(')').next() else {
+                continue;
+            };
+            if link.contains("://") || link.contains(' ') || link.starts_with("mailto:") {
+                continue;
+            }
+            links += 1;
+            let (path, fragment) = link.split_once('#').unwrap_or((link, ""));
+            let target = if path.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(path)
+            };
+            let Ok(target_text) = std::fs::read_to_string(&target) else {
+                if !target.is_dir() {
+                    dead.push(format!("{}: {link}", page.display()));
+                }
+                continue;
+            };
+            if !fragment.is_empty() && !anchors(&target_text).contains(fragment) {
+                dead.push(format!("{}: {link}", page.display()));
+            }
+        }
+    }
+    assert!(links > 30, "the links were found: {links}");
+    assert!(dead.is_empty(), "dead links:\n{}", dead.join("\n"));
+}

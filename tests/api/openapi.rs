@@ -234,7 +234,7 @@ async fn raw_status(address: &str, request: &[u8]) -> reqwest::StatusCode {
     reqwest::StatusCode::from_u16(status).unwrap()
 }
 
-/// Every decision strategy the document (and the README) names is one the
+/// Every decision strategy the document (and the API's page) names is one the
 /// service gives, and each one it gives is named. (Before, the document
 /// said `tool_augmented` where the service says `tool_assisted`.)
 #[test]
@@ -246,8 +246,8 @@ fn the_strategies_documented_are_the_ones_given() {
             agent_harness::http::openapi_yaml().to_string(),
         ),
         (
-            "README.md",
-            std::fs::read_to_string(format!("{}/README.md", env!("CARGO_MANIFEST_DIR"))).unwrap(),
+            "docs/api.md",
+            std::fs::read_to_string(format!("{}/docs/api.md", env!("CARGO_MANIFEST_DIR"))).unwrap(),
         ),
     ];
     for (name, text) in documents {
