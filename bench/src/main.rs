@@ -5,7 +5,7 @@
 //! and agent-harness (this same release binary, in its own process), then
 //! drives both with the same SSE-aware load client and prints, per
 //! scenario, the figures straight from the provider beside the figures
-//! through agent-harness. See BENCHMARKS.md.
+//! through agent-harness. See docs/benchmarks.md.
 
 #![allow(clippy::print_stdout, reason = "the bench prints its report on stdout")]
 
@@ -46,7 +46,7 @@ enum Command {
         streams: Option<usize>,
     },
     /// Run agent-harness binaries alternately on the same workloads and
-    /// print their figures side by side (see BENCHMARKS.md).
+    /// print their figures side by side (see docs/benchmarks.md).
     Compare {
         /// Release binaries of agent-harness, the one to compare against first.
         #[arg(required = true, num_args = 2..)]

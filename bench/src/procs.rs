@@ -275,7 +275,7 @@ pub async fn start_harness_with(
         "--turn-timeout-s".into(),
         turn_timeout_s.to_string(),
     ];
-    // A profiler to run agent-harness under (BENCHMARKS.md, "Profiles").
+    // A profiler to run agent-harness under (docs/benchmarks.md, "Profiles").
     let wrapper = std::env::var("BENCH_HARNESS_WRAPPER").ok();
     let child = spawn(
         &args,

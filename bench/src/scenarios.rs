@@ -1,6 +1,6 @@
-//! The scenarios of BENCHMARKS.md, one function each in the order that
+//! The scenarios of docs/benchmarks.md, one function each in the order that
 //! document gives them. One file over 600 lines on purpose: each scenario
-//! is read beside the others it is compared with, as BENCHMARKS.md does.
+//! is read beside the others it is compared with, as docs/benchmarks.md does.
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! sqlx's SQLite driver also runs each connection on a thread of its own,
 //! but hands every statement across (`BEGIN` and `COMMIT` included): a turn
 //! took about 16 thread hand-offs, which was most of its cost (see
-//! BENCHMARKS.md). Here each write is one hand-off, and the jobs waiting
+//! docs/benchmarks.md). Here each write is one hand-off, and the jobs waiting
 //! when the thread comes round share one transaction (group commit), each
 //! in a savepoint of its own (a job alone needs none): a job that fails is
 //! rolled back alone, and no job hears "done" before the shared commit
@@ -93,7 +93,7 @@ where
 /// Runs `group` in one transaction, each job in its own savepoint; a
 /// job alone runs in the transaction itself (a savepoint copies each page
 /// it changes to a sub-journal first: a third of the writer's time under
-/// 1,000 streams, see BENCHMARKS.md).
+/// 1,000 streams, see docs/benchmarks.md).
 fn run_group(connection: &mut Connection, group: &mut [Box<dyn Job>]) -> Result<(), String> {
     let mut tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -198,7 +198,7 @@ pub(in crate::store) fn memories_for_turn(
     // Most scopes have no memories (a new user, extraction off): one
     // index probe answers them, not a full-text query (whose set-up was
     // most of a begin's time on this thread, and every begin queued
-    // behind it waited it out: BENCHMARKS.md, "Issue 23").
+    // behind it waited it out: docs/benchmarks.md, "Issue 23").
     let any: Option<i64> = tx
         .prepare_cached("SELECT 1 FROM memories WHERE scope = ?1 LIMIT 1")?
         .query_row(params![query.scope], |row| row.get(0))
@@ -325,7 +325,7 @@ impl Writer {
     /// that its next write starts the WAL over. The writer's own
     /// checkpoint at 16,000 pages stays as the backstop. Under 1,000
     /// streams this took the writer thread's time in checkpoints from 33%
-    /// to 13% (BENCHMARKS.md). The thread ends when the writer thread does.
+    /// to 13% (docs/benchmarks.md). The thread ends when the writer thread does.
     fn start_checkpointer(
         path: &Path,
         restart_due: Arc<AtomicBool>,
