@@ -58,6 +58,9 @@ pub struct ToolSpec {
     /// run again (HTTP tools send the same `Idempotency-Key`), not ended
     /// `unknown`.
     pub idempotent: bool,
+    /// `parameters` compiled, once, at the first call that is validated
+    /// (shared by the spec's clones); the schema is not changed after.
+    validator: Arc<std::sync::OnceLock<Result<jsonschema::Validator, String>>>,
 }
 
 impl ToolSpec {
@@ -71,7 +74,17 @@ impl ToolSpec {
             retry_on_timeout: true,
             source: "builtin".to_owned(),
             idempotent: false,
+            validator: Arc::default(),
         }
+    }
+
+    /// The arguments' schema compiled: once for the spec and its clones,
+    /// not at every call.
+    pub fn validator(&self) -> Result<&jsonschema::Validator, &str> {
+        self.validator
+            .get_or_init(|| jsonschema::validator_for(&self.parameters).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(String::as_str)
     }
 
     pub fn with_idempotent(mut self, idempotent: bool) -> Self {

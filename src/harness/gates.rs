@@ -257,13 +257,8 @@ async fn pre_hook(env: &CallEnv<'_>, call: &ToolCall) -> Result<(), Refused> {
 /// (a path out of the vault), which holds either way.
 fn valid_arguments(env: &CallEnv<'_>, call: &ToolCall, tool: &dyn Tool) -> Result<Value, Refused> {
     let arguments = if env.harness.options.enable_tool_validation {
-        validation::validate(
-            env.state,
-            &call.id,
-            &tool.spec().parameters,
-            &call.arguments,
-        )
-        .map_err(|message| denied(DenyReason::Validation, message))?
+        validation::validate(env.state, &call.id, tool.spec(), &call.arguments)
+            .map_err(|message| denied(DenyReason::Validation, message))?
     } else {
         serde_json::from_str(&call.arguments).unwrap_or(Value::Object(Default::default()))
     };

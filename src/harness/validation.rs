@@ -11,6 +11,7 @@
 use serde_json::{Map, Value};
 
 use super::state::TurnRuntimeState;
+use crate::tools::ToolSpec;
 
 /// Repair attempts per call before it is denied.
 pub const MAX_REPAIR_ATTEMPTS: u32 = 2;
@@ -19,10 +20,12 @@ pub const MAX_REPAIR_ATTEMPTS: u32 = 2;
 pub fn validate(
     state: &TurnRuntimeState,
     call_id: &str,
-    schema: &Value,
+    spec: &ToolSpec,
     raw_arguments: &str,
 ) -> Result<Value, String> {
-    let validator = jsonschema::validator_for(schema)
+    let schema = &spec.parameters;
+    let validator = spec
+        .validator()
         .map_err(|e| format!("the tool's schema is invalid: {e}"))?;
     let mut arguments = match serde_json::from_str::<Value>(raw_arguments) {
         Ok(value) => value,
@@ -134,7 +137,16 @@ mod tests {
         TurnRuntimeState::new("s", TurnBudget::create(BudgetLimits::default()))
     }
 
-    fn schema() -> Value {
+    fn schema() -> ToolSpec {
+        ToolSpec::new(
+            "search",
+            "",
+            schema_json(),
+            crate::tools::EffectClass::ReadOnly,
+        )
+    }
+
+    fn schema_json() -> Value {
         json!({
             "type": "object",
             "properties": {
@@ -145,6 +157,20 @@ mod tests {
             "required": ["query"],
             "additionalProperties": false
         })
+    }
+
+    /// The schema is compiled once for a tool and its clones, not at every
+    /// call (before, every validated call compiled it again).
+    #[test]
+    fn a_tools_schema_is_compiled_once() {
+        let spec = schema();
+        let clone = spec.clone();
+        let first: *const jsonschema::Validator = spec.validator().unwrap();
+        let again: *const jsonschema::Validator = clone.validator().unwrap();
+        assert!(std::ptr::eq(first, again));
+        let state = state();
+        validate(&state, "c1", &clone, r#"{"query":"x"}"#).unwrap();
+        assert!(std::ptr::eq(first, spec.validator().unwrap()));
     }
 
     #[test]
