@@ -367,13 +367,8 @@ fn named_settings(text: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// The README and the pages of `docs/` name only settings that exist, and
-/// the configuration page names every one. (Before, the README named a
-/// `record_decisions` switch that had no setting.)
-#[test]
-fn the_docs_and_help_name_the_same_settings() {
-    let listed = listed_settings();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+/// The README and the pages of `docs/`.
+fn doc_pages(root: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut pages = vec![root.join("README.md")];
     for entry in std::fs::read_dir(root.join("docs")).unwrap() {
         let path = entry.unwrap().path();
@@ -381,6 +376,17 @@ fn the_docs_and_help_name_the_same_settings() {
             pages.push(path);
         }
     }
+    pages
+}
+
+/// The README and the pages of `docs/` name only settings that exist, and
+/// the configuration page names every one. (Before, the README named a
+/// `record_decisions` switch that had no setting.)
+#[test]
+fn the_docs_and_help_name_the_same_settings() {
+    let listed = listed_settings();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pages = doc_pages(root);
     for page in &pages {
         let named = named_settings(&std::fs::read_to_string(page).unwrap());
         let unknown: Vec<_> = named.difference(&listed).collect();
@@ -515,13 +521,7 @@ fn anchors(text: &str) -> std::collections::BTreeSet<String> {
 #[test]
 fn the_docs_links_reach_their_pages_and_headings() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut pages = vec![root.join("README.md")];
-    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "md") {
-            pages.push(path);
-        }
-    }
+    let pages = doc_pages(root);
     let mut dead = Vec::new();
     let mut links = 0;
     for page in &pages {

@@ -43,6 +43,17 @@ async fn start(client: &Client, app: &TestApp, session: &str) -> reqwest::Respon
         .unwrap()
 }
 
+/// The status `GET /tools` answers `client`.
+async fn tools_status(client: &Client, app: &TestApp) -> u16 {
+    client
+        .get(app.url("/tools"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
 async fn refused(response: reqwest::Response, code: &str) -> Value {
     assert_eq!(response.status(), 429, "{code}");
     assert!(response.headers().contains_key("retry-after"), "{code}");
@@ -225,15 +236,7 @@ async fn a_tenant_holds_at_most_its_streams(backend: Backend) {
     // Given back once the streams ended.
     let mut served = 0;
     for _ in 0..50 {
-        if app
-            .client
-            .get(app.url("/tools"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            == 200
-        {
+        if tools_status(&app.client, &app).await == 200 {
             served += 1;
             break;
         }
@@ -299,14 +302,7 @@ async fn a_flood_past_a_tenants_streams_reads_no_key() {
     );
     let mut status = 0;
     for _ in 0..50 {
-        status = app
-            .client
-            .get(app.url("/tools"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16();
+        status = tools_status(&app.client, &app).await;
         if status != 429 {
             break;
         }
