@@ -243,9 +243,17 @@ pub(super) async fn authenticate(
         auth.in_flight.check(&known.tenant, most)?;
     }
     let found = app.store.find_api_key(&hash).await?;
-    auth.remember(&hash, found.as_ref().map(|(k, t)| (k.as_str(), t.as_str())));
+    let verified = found.as_ref().map(|(k, t)| (k.as_str(), t.as_str()));
+    let same = recalled
+        .as_ref()
+        .is_some_and(|k| verified == Some((k.key_id.as_str(), k.tenant.as_str())));
+    // What was recalled stands until it is a minute old: a request of a
+    // key this process knows writes nothing here.
+    if !same {
+        auth.remember(&hash, verified);
+    }
     let (key_id, tenant) = found.ok_or_else(failed)?;
-    if recalled.as_ref().is_none_or(|k| k.key_id != key_id) {
+    if !same {
         auth.take(&key_id).map_err(ApiError::RateLimited)?;
     }
     request.extensions_mut().insert(Tenant(tenant));
