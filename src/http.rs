@@ -6,20 +6,15 @@
 
 mod auth;
 mod conn_timer;
-pub mod error;
-pub mod formats;
 mod health;
 mod inflight;
-pub mod json;
 mod limits;
 pub mod memory;
 mod origin;
 mod page;
-pub(crate) mod schemas;
 pub mod server;
 pub mod sessions;
 pub mod tools;
-pub mod turns;
 mod usage;
 pub mod vault;
 
@@ -38,17 +33,22 @@ use tower_http::{
 };
 use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
-use uuid::Uuid;
 
+pub use crate::ids::Tenant;
+use crate::protocols::{
+    self as formats,
+    endpoint::{known_session, not_found_in},
+    error::{self, ApiError, Problem},
+    json::{BodyLimit, BodyTimeout},
+    native::{self as turns, stream::EventStream},
+    paths::{ApiQuery, ArtifactPath, SessionPath, TurnPath, parse_turn_id},
+};
 use crate::{
     app::AppState,
     config::CorsOrigins,
     events::{EventEnvelope, TurnEvent},
-    ids::{SessionId, SessionIdError, SessionKey},
+    ids::SessionIdError,
 };
-pub use auth::Tenant;
-use error::{ApiError, Problem};
-use json::{BodyLimit, BodyTimeout};
 pub use limits::HYPER_MAX_HEAD_BYTES;
 
 #[derive(OpenApi)]
@@ -369,321 +369,4 @@ async fn fallback(request: Request) -> ApiError {
         return ApiError::InvalidSessionId(SessionIdError::Empty);
     }
     ApiError::NotFound
-}
-
-/// One event of a `text/event-stream` body (the schema is of each event,
-/// as OpenAPI 3.2's `itemSchema` says it and SSE clients read it). On the
-/// native routes each event is an `id:` line (its `seq`), an `event:`
-/// line (its `type`) and one `data:` line holding an `EventEnvelope` as
-/// JSON, then a blank line; lines that start with `:` are keep-alive
-/// comments. The stream ends after the turn's terminal event
-/// (`turn.completed`, `turn.failed`, `turn.cancelled`,
-/// `turn.interrupted`); a stream that cannot read the log ends with a
-/// `turn.failed` (`event_log_unavailable`) without `id:`.
-#[derive(utoipa::ToSchema)]
-#[expect(dead_code, reason = "describes the stream; the SSE encoder writes it")]
-pub(crate) struct EventStream {
-    /// `event:`: the event's type, where the format names one.
-    event: Option<String>,
-    /// `data:`: the event, as JSON (`[DONE]` ends the AI SDK's stream).
-    data: String,
-    /// `id:`: the event's `seq`, where the format resumes.
-    id: Option<String>,
-    /// `retry:`, never sent.
-    retry: Option<u64>,
-}
-
-/// A route's query string as `T`; one that does not parse is refused with
-/// 400 `invalid_query` (its reason in `detail`), before the handler runs.
-pub(crate) struct ApiQuery<T>(pub T);
-
-impl<S, T> axum::extract::FromRequestParts<S> for ApiQuery<T>
-where
-    S: Send + Sync,
-    T: serde::de::DeserializeOwned,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, ApiError> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Query(query)| Self(query))
-            .map_err(|e| ApiError::InvalidQuery(e.body_text()))
-    }
-}
-
-/// The session a route's `{session_id}` names, as the caller's tenant's
-/// session (an id that is not one is refused with 400
-/// `invalid_session_id`, before the handler runs).
-#[derive(Debug, utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-pub(crate) struct SessionPath {
-    /// 1-128 characters of `[A-Za-z0-9._:-]`
-    #[param(value_type = String, pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)]
-    pub session_id: SessionKey,
-}
-
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SessionPath {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, ApiError> {
-        let params = axum::extract::RawPathParams::from_request_parts(parts, state)
-            .await
-            .map_err(not_utf8)?;
-        let raw = params
-            .iter()
-            .find(|(name, _)| *name == "session_id")
-            .map(|(_, value)| value.to_owned())
-            .ok_or_else(|| ApiError::Internal("the route has no {session_id}".into()))?;
-        let tenant = parts
-            .extensions
-            .get::<Tenant>()
-            .ok_or_else(|| ApiError::Internal("no tenant for the request".into()))?;
-        Ok(Self {
-            session_id: parse_session_id(&raw, tenant)?,
-        })
-    }
-}
-
-/// A route's `{turn_id}` beside its `{session_id}` (parsed by the handler:
-/// 400 `invalid_turn_id`).
-#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-pub(crate) struct TurnPath {
-    /// The turn's id
-    #[param(value_type = Uuid)]
-    pub turn_id: String,
-}
-
-/// A route's `{artifact_id}` beside its `{session_id}`.
-#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-pub(crate) struct ArtifactPath {
-    pub artifact_id: String,
-}
-
-/// A route's `{turn_id}` and `{call_id}` (an approval's).
-#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-pub(crate) struct CallPath {
-    /// The turn's id
-    #[param(value_type = Uuid)]
-    pub turn_id: String,
-    /// The call's id, as `approval.requested` names it
-    #[param(pattern = "^[A-Za-z0-9_.:-]{1,200}$")]
-    pub call_id: String,
-}
-
-/// A path whose parameter is not UTF-8 once percent-decoded (`%FF`): the
-/// parameter's own 400, named by axum's message (``… in `turn_id` ``).
-fn not_utf8(rejection: axum::extract::rejection::RawPathParamsRejection) -> ApiError {
-    let text = rejection.body_text();
-    if text.contains("`session_id`") {
-        ApiError::InvalidSessionId(crate::ids::SessionIdError::BadCharacter)
-    } else if text.contains("`turn_id`") {
-        ApiError::InvalidTurnId
-    } else {
-        ApiError::InvalidQuery(text)
-    }
-}
-
-/// The caller's session of a client's id: ids are per tenant, so the
-/// key alone can only ever reach the caller's own sessions.
-pub(crate) fn parse_session_id(raw: &str, tenant: &Tenant) -> Result<SessionKey, ApiError> {
-    let id = SessionId::parse(raw).map_err(ApiError::InvalidSessionId)?;
-    Ok(SessionKey::new(&tenant.0, &id))
-}
-
-/// The problem a turn that could not start answers with.
-impl From<crate::runner::StartError> for ApiError {
-    fn from(e: crate::runner::StartError) -> Self {
-        use crate::runner::StartError;
-        match e {
-            StartError::AlreadyRunning(id) => Self::TurnAlreadyRunning(id),
-            StartError::IdempotencyMismatch(id) => Self::IdempotencyKeyReused(id),
-            StartError::ShuttingDown => Self::ShuttingDown,
-            StartError::SessionNotFound => Self::SessionNotFound,
-            StartError::ModelNotAllowed { model, allowed } => {
-                Self::ModelNotAllowed { model, allowed }
-            }
-            StartError::TenantBusy(most) => Self::TenantBusy(most),
-            StartError::QuotaExceeded {
-                used,
-                limit,
-                retry_after,
-            } => Self::QuotaExceeded {
-                used,
-                limit,
-                retry_after,
-            },
-            e @ StartError::ClientToolsTooLarge { .. } => Self::InvalidField {
-                field: "client_tools".into(),
-                detail: format!("{e} (HARNESS_CLIENT_TOOLS_MAX_BYTES)"),
-            },
-            StartError::Store(e) => e.into(),
-        }
-    }
-}
-
-/// A turn's committed events from its start, for the wire formats that
-/// stream a turn they started.
-pub(crate) fn follow_started(
-    app: &AppState,
-    session_id: &SessionKey,
-    started: crate::runner::StartedTurn,
-) -> futures::stream::BoxStream<
-    'static,
-    Result<std::sync::Arc<crate::events::StoredEvent>, crate::store::StoreError>,
-> {
-    use futures::StreamExt;
-    let session = session_id.as_str().to_owned();
-    match started.live {
-        Some(start) => app.runner.subscribe_started(session, start).boxed(),
-        None => app
-            .runner
-            .subscribe(session, started.turn_id, started.first_seq - 1)
-            .boxed(),
-    }
-}
-
-/// A client's history may carry `system` messages only when the operator
-/// allows it (`HARNESS_ALLOW_CLIENT_SYSTEM_MESSAGES`): the model trusts a
-/// system message, and a client's text is not to be trusted.
-pub(crate) fn refuse_client_system(allowed: bool) -> Result<(), ApiError> {
-    if allowed {
-        return Ok(());
-    }
-    Err(ApiError::InvalidHistoryRole(
-        "the history holds a `system` (or `developer`) message; the service takes instructions \
-         only from its operator (HARNESS_ALLOW_CLIENT_SYSTEM_MESSAGES allows them)"
-            .into(),
-    ))
-}
-
-/// The turn a chat wire format asks for when it sends the whole
-/// conversation (`messages` as role and text, at most 1,000): the newest
-/// must be the user's and is the turn's message; the earlier user and
-/// assistant messages are its history, and system (or developer) ones
-/// too where the operator allows them (see [`refuse_client_system`]).
-pub(crate) fn conversation_turn(
-    messages: &[(&str, String)],
-    allow_system: bool,
-) -> Result<crate::turn::TurnRequest, ApiError> {
-    use crate::providers::{ChatMessage, Role};
-    let invalid = |detail: &str| ApiError::InvalidField {
-        field: "messages".into(),
-        detail: detail.into(),
-    };
-    let Some(((role, message), earlier)) = messages.split_last() else {
-        return Err(invalid("`messages` must not be empty"));
-    };
-    if messages.len() > 1000 {
-        return Err(invalid("`messages` has more than 1000 messages"));
-    }
-    if *role != "user" {
-        return Err(invalid("the last message must be the user's"));
-    }
-    if message.trim().is_empty() {
-        return Err(ApiError::MessageRequired);
-    }
-    if messages.iter().any(|(_, text)| text.contains('\0')) {
-        return Err(invalid("a message contains U+0000"));
-    }
-    if earlier
-        .iter()
-        .any(|(role, _)| role.parse() == Ok(Role::System))
-    {
-        refuse_client_system(allow_system)?;
-    }
-    let history = earlier
-        .iter()
-        .filter_map(|(role, text)| {
-            // A client's tool results (and unknown roles) are left out.
-            let role = role
-                .parse::<Role>()
-                .ok()
-                .filter(|r| r.is_conversational())?;
-            Some(ChatMessage::new(role, text.clone()))
-        })
-        .collect();
-    Ok(crate::turn::TurnRequest {
-        history: Some(history),
-        ..crate::turn::TurnRequest::new(message.clone())
-    })
-}
-
-/// The turn once it ended, for a caller that waits for its answer
-/// (503 `shutting_down` when the process stops first).
-pub(crate) async fn ended_turn(
-    app: &AppState,
-    session_id: &SessionKey,
-    turn_id: uuid::Uuid,
-) -> Result<crate::store::TurnRecord, ApiError> {
-    app.runner
-        .wait_for_end(session_id, turn_id)
-        .await?
-        .ok_or(ApiError::ShuttingDown)
-}
-
-/// A chat message's text: its `content` string, or the `text` of each of
-/// its parts, a line each.
-pub(crate) fn content_text(content: &Option<serde_json::Value>) -> String {
-    use serde_json::Value;
-    match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
-/// A completed tool call's output as the wire formats carry it (one text):
-/// its first 2,000 characters, and where the whole is when it is longer.
-pub(crate) fn shown_tool_output(output: Option<String>, artifact_id: Option<&str>) -> String {
-    let mut text = output.unwrap_or_default();
-    if let Some(id) = artifact_id {
-        text.push_str(&format!(
-            "\n[the output goes on: the whole is artifact {id} of this session]"
-        ));
-    }
-    text
-}
-
-/// The session, or 404 `session_not_found`.
-pub(crate) async fn known_session(
-    app: &AppState,
-    session_id: &SessionKey,
-) -> Result<crate::store::SessionRecord, ApiError> {
-    app.store
-        .get_session(session_id.as_str())
-        .await?
-        .ok_or(ApiError::SessionNotFound)
-}
-
-/// What a route answers when the thing it names is not in the session:
-/// `session_not_found` when the session itself does not exist (looked up
-/// only on this path, so a found turn costs one read), else `missing`.
-pub(crate) async fn not_found_in(
-    app: &AppState,
-    session_id: &SessionKey,
-    missing: ApiError,
-) -> ApiError {
-    match app.store.get_session(session_id.as_str()).await {
-        Ok(Some(_)) => missing,
-        Ok(None) => ApiError::SessionNotFound,
-        Err(e) => e.into(),
-    }
-}
-
-pub(crate) fn parse_turn_id(raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|_| ApiError::InvalidTurnId)
 }

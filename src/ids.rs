@@ -50,6 +50,11 @@ impl fmt::Display for SessionId {
 /// or before keys were turned on).
 pub const DEFAULT_TENANT: &str = "default";
 
+/// The tenant of a request: its key's, or [`DEFAULT_TENANT`] when keys
+/// are not required (the HTTP edge puts it into every request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant(pub String);
+
 /// The stored form of a memory scope (`user:…` or `session:…`) of a
 /// tenant: the default tenant's scopes as they are, another's behind
 /// `{tenant}/`. Neither a tenant nor a scope holds a `/`, so two tenants'

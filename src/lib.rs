@@ -16,6 +16,7 @@ pub mod http;
 pub mod ids;
 pub mod metrics;
 pub mod pii;
+pub mod protocols;
 pub mod providers;
 pub mod runner;
 pub mod startup;

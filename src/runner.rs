@@ -8,11 +8,13 @@
 
 mod heartbeat;
 pub mod live;
+mod orphans;
 mod queue;
 mod resume;
 mod shutdown;
 mod sink;
 mod subscribe;
+mod tenancy;
 mod turn;
 mod writer;
 
@@ -29,8 +31,7 @@ use crate::{
     ids::SessionKey,
     metrics::Metrics,
     store::{
-        BeginTurnError, NewTurn, Orphan, OrphanScope, Store, StoreError, TenantLimits, TurnReads,
-        TurnRecord, TurnStatus,
+        BeginTurnError, NewTurn, Store, StoreError, TenantLimits, TurnReads, TurnRecord, TurnStatus,
     },
     turn::{TurnRequest, WebMode},
 };
@@ -299,88 +300,6 @@ impl TurnRunner {
         self.inner.draining.is_cancelled()
     }
 
-    /// Marks turns left running by a dead process as interrupted. Run at
-    /// start, before serving; the heartbeat repeats it for stale turns.
-    pub async fn recover_orphans(&self) -> Result<usize, StoreError> {
-        let mut total = 0;
-        // Bounded: each call interrupts up to a page of orphans.
-        for _ in 0..1000 {
-            let done = self.sweep_orphans().await?;
-            total += done;
-            if done == 0 {
-                break;
-            }
-        }
-        Ok(total)
-    }
-
-    async fn sweep_orphans(&self) -> Result<usize, StoreError> {
-        // A process on its way out takes nothing over.
-        if self.is_draining() {
-            return Ok(0);
-        }
-        let now = Utc::now();
-        let stale = chrono::Duration::from_std(self.inner.config.stale_turn_after)
-            .unwrap_or(chrono::Duration::MAX);
-        let scope = OrphanScope {
-            instance: self.inner.config.instance_id.clone(),
-            process: self.inner.process_id.clone(),
-            stale_before: now.checked_sub_signed(stale).unwrap_or(now),
-            alive: self.inner.live.ids().into_iter().collect(),
-            max_attempts: self.inner.config.max_attempts,
-        };
-        let taken = self
-            .inner
-            .store
-            .take_orphans(&scope, "owner_lost", now)
-            .await?;
-        let count = taken.len();
-        for orphan in taken {
-            match orphan {
-                Orphan::Interrupted(event) => {
-                    tracing::warn!(turn.id = %event.turn_id, session.id = %event.session_id, "interrupted an orphaned turn: its take-overs ran out");
-                }
-                Orphan::Claimed {
-                    turn,
-                    next_seq,
-                    released,
-                } => {
-                    tracing::warn!(turn.id = %turn.id, session.id = %turn.session_id, attempt = turn.attempt, released, "took over an orphaned turn");
-                    self.inner.metrics.turn_taken_over(released);
-                    self.resume(*turn, next_seq);
-                }
-            }
-        }
-        Ok(count)
-    }
-
-    /// Goes on with a turn this process has just taken over.
-    fn resume(&self, turn: TurnRecord, next_seq: i64) {
-        let inner = &self.inner;
-        inner.metrics.turn_started();
-        let live = inner.live.insert(&turn.session_id, turn.id, turn.attempt);
-        // A trace of its own (this is no request's work), linked to the
-        // span that began the turn.
-        let span = tracing::info_span!(
-            parent: None,
-            "turn",
-            otel.name = "invoke_agent",
-            gen_ai.operation.name = "invoke_agent",
-            turn.id = %turn.id,
-            session.id = %turn.session_id,
-            turn.attempt = i64::from(turn.attempt),
-            turn.status = tracing::field::Empty,
-        );
-        if let Some(first) = &turn.traceparent {
-            crate::telemetry::link_to(&span, first);
-        }
-        inner.turns.spawn(
-            self.clone()
-                .drive_resumed(live, turn, next_seq)
-                .instrument(span),
-        );
-    }
-
     /// What a turn of `spec` will do otherwise than it asks.
     fn warnings(&self, spec: &TurnRequest) -> Vec<String> {
         let mut warnings = Vec::new();
@@ -393,81 +312,6 @@ impl TurnRunner {
             );
         }
         warnings
-    }
-
-    /// A tenant's limits: its own over the defaults, read at most every
-    /// [`LIMITS_TTL`] (`agent-harness tenants set` takes effect within it).
-    pub async fn tenant_limits(&self, tenant: &str) -> Result<TenantLimits, StoreError> {
-        let inner = &self.inner;
-        let cached = || {
-            inner
-                .tenant_limits
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(tenant)
-                .filter(|(at, _)| at.elapsed() < LIMITS_TTL)
-                .map(|(_, limits)| *limits)
-        };
-        let own = match cached() {
-            Some(own) => own,
-            None => {
-                let _one_read = inner.reading_limits.lock().await;
-                // Another request may have read them meanwhile.
-                if let Some(own) = cached() {
-                    return Ok(own.over(inner.config.policy.tenant_defaults));
-                }
-                let now = std::time::Instant::now();
-                let own = inner.store.tenant_limits(tenant).await?;
-                let mut cache = inner
-                    .tenant_limits
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                // Bounded: past so many tenants, start again.
-                if cache.len() >= LIMITS_CACHED {
-                    cache.clear();
-                }
-                cache.insert(tenant.to_owned(), (now, own));
-                own
-            }
-        };
-        Ok(own.over(inner.config.policy.tenant_defaults))
-    }
-
-    /// The tenant's quota of the day: refused when used up, a warning past
-    /// 80%.
-    async fn quota(
-        &self,
-        tenant: &str,
-        limits: &TenantLimits,
-    ) -> Result<Option<TurnEvent>, StartError> {
-        let Some(limit) = limits.tokens_per_day else {
-            return Ok(None);
-        };
-        let now = Utc::now();
-        let today = now.date_naive();
-        let used = self.inner.store.usage(tenant, today, today).await?.tokens();
-        if used >= limit {
-            let midnight = today
-                .succ_opt()
-                .and_then(|d| d.and_hms_opt(0, 0, 0))
-                .map_or(now, |m| m.and_utc());
-            let retry_after = u64::try_from((midnight - now).num_seconds())
-                .unwrap_or(0)
-                .max(1);
-            return Err(StartError::QuotaExceeded {
-                used,
-                limit,
-                retry_after,
-            });
-        }
-        Ok(
-            (used.saturating_mul(5) >= limit.saturating_mul(4)).then_some(
-                TurnEvent::QuotaWarning {
-                    tokens_today: used,
-                    tokens_per_day: limit,
-                },
-            ),
-        )
     }
 
     /// Begins a turn of a tenant's session and starts it in the background.

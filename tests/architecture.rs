@@ -24,7 +24,8 @@ use syn::visit::Visit;
 /// answers, its events, the store, what the store serves (metrics, the
 /// vault), the tools, the harness's collaborators (hooks, the background
 /// jobs), the harness, configuration and telemetry, the runner, the state
-/// handlers share, the HTTP edge, start-up and the command line.
+/// handlers share, the protocols a turn is asked in, the HTTP edge,
+/// start-up and the command line.
 const LAYERS: &[&[&str]] = &[
     &["ids", "pii"],
     &["providers"],
@@ -40,6 +41,7 @@ const LAYERS: &[&[&str]] = &[
     &["telemetry"],
     &["runner"],
     &["app"],
+    &["protocols"],
     &["http"],
     &["startup", "cli"],
 ];

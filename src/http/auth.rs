@@ -25,12 +25,10 @@ use axum::{
 };
 
 use super::{OPEN_PATHS, error::ApiError};
-use crate::{app::AppState, ids::DEFAULT_TENANT};
-
-/// The tenant of the request: its key's, or [`DEFAULT_TENANT`] when keys
-/// are not required.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tenant(pub String);
+use crate::{
+    app::AppState,
+    ids::{DEFAULT_TENANT, Tenant},
+};
 
 /// Token buckets by key: `per_minute` tokens, refilled steadily.
 struct Buckets<K> {

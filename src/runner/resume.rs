@@ -162,26 +162,10 @@ impl TurnRunner {
     /// The events of a running turn so far, in seq order (at most
     /// [`TURN_EVENTS_READ_MAX`]).
     async fn turn_events(&self, turn: &TurnRecord) -> Result<Vec<StoredEvent>, TurnFailure> {
-        const PAGE: u32 = 1000;
-        let mut events: Vec<StoredEvent> = Vec::new();
-        let mut after = turn.first_seq - 1;
-        while events.len() < TURN_EVENTS_READ_MAX {
-            let page = self
-                .inner
-                .store
-                .list_events(&turn.session_id, Some(turn.id), after, PAGE)
-                .await
-                .map_err(TurnFailure::History)?;
-            let full = page.len() == PAGE as usize;
-            if let Some(last) = page.last() {
-                after = last.seq;
-            }
-            events.extend(page);
-            if !full {
-                break;
-            }
-        }
-        Ok(events)
+        crate::store::TurnLogCursor::of(turn)
+            .all(self.inner.store.as_ref(), TURN_EVENTS_READ_MAX)
+            .await
+            .map_err(TurnFailure::History)
     }
 }
 

@@ -16,11 +16,8 @@ use uuid::Uuid;
 use super::{LiveStart, TurnRunner};
 use crate::{
     events::StoredEvent,
-    store::{StoreError, TurnStatus},
+    store::{StoreError, TurnLogCursor, TurnStatus},
 };
-
-/// Events read from the log per query.
-const PAGE: u32 = 500;
 
 /// Tries of a log read before the stream gives up on the log: the first
 /// pause is [`READ_RETRY_FIRST`], doubled each time (about 1.4 s in all).
@@ -92,10 +89,10 @@ impl TurnRunner {
         async_stream::try_stream! {
             let _open = open;
             let inner = &runner.inner;
-            let mut last = after;
+            let mut log = TurnLogCursor::new(&session_id, turn_id, after);
             let (live, mut receiver, mut skip_first_read) = match start {
                 Some(start) => {
-                    last = start.started.seq;
+                    log.passed(start.started.seq);
                     yield start.started;
                     (Some(start.live), Some(start.receiver), true)
                 }
@@ -110,24 +107,21 @@ impl TurnRunner {
             // (the terminal event may just have been committed), then end.
             let mut closing = false;
             loop {
-                // Everything committed after `last`, page by page (skipped
-                // once for a stream that starts from a known first event).
+                // Everything committed after the cursor, page by page
+                // (skipped once for a stream that starts from a known
+                // first event).
                 let mut reading = !std::mem::take(&mut skip_first_read);
                 while reading {
-                    let page = retrying(&inner.close_streams, || {
-                        inner.store.list_events(&session_id, Some(turn_id), last, PAGE)
-                    })
-                    .await?;
-                    let full = page.len() == PAGE as usize;
+                    let page = retrying(&inner.close_streams, || log.read(inner.store.as_ref()))
+                        .await?;
+                    reading = log.took(&page);
                     for event in page {
-                        last = event.seq;
                         let terminal = event.is_terminal();
                         yield Arc::new(event);
                         if terminal {
                             return;
                         }
                     }
-                    reading = full;
                 }
                 if closing {
                     return;
@@ -141,14 +135,14 @@ impl TurnRunner {
                                 Ok(events) => {
                                     let mut gap = false;
                                     for event in events.iter() {
-                                        if event.seq <= last {
+                                        if event.seq <= log.after() {
                                             continue;
                                         }
-                                        if event.seq != last + 1 {
+                                        if event.seq != log.after() + 1 {
                                             gap = true;
                                             break;
                                         }
-                                        last = event.seq;
+                                        log.passed(event.seq);
                                         let terminal = event.is_terminal();
                                         yield event.clone();
                                         if terminal {
@@ -198,14 +192,19 @@ impl TurnRunner {
                     })
                     .await?;
                     if record.is_none_or(|r| r.status != TurnStatus::Running) {
-                        let tail = retrying(&inner.close_streams, || {
-                            inner.store.list_events(&session_id, Some(turn_id), last, PAGE)
-                        })
-                        .await?;
-                        for event in tail {
-                            yield Arc::new(event);
+                        // The rest of its log, every page of it.
+                        loop {
+                            let page =
+                                retrying(&inner.close_streams, || log.read(inner.store.as_ref()))
+                                    .await?;
+                            let more = log.took(&page);
+                            for event in page {
+                                yield Arc::new(event);
+                            }
+                            if !more {
+                                return;
+                            }
                         }
-                        return;
                     }
                 }
             }

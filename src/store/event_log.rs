@@ -4,6 +4,7 @@
 //! The read is written once here; each backend's writes stand side by
 //! side in `event_log/sqlite.rs` and `event_log/postgres.rs`.
 
+pub mod cursor;
 pub(super) mod postgres;
 mod sqlite;
 

@@ -15,7 +15,7 @@ use agent_harness::{
     events::{StoredEvent, TurnEvent},
     store::{
         Batch, BeginTurnError, Lease, NewDecision, NewMessage, NewStep, NewTurn, Orphan,
-        OrphanScope, Store, TurnFinish, TurnStatus,
+        OrphanScope, Store, TurnFinish, TurnLogCursor, TurnStatus, event_log::cursor,
     },
     turn::TurnRequest,
 };
@@ -634,6 +634,58 @@ async fn events_and_messages_page_in_order(backend: Backend) {
     assert_eq!(texts, ["answer 1", "hi", "answer 2"]);
 }
 
+/// One cursor pages every reader of a turn's log: it reads past a page
+/// boundary to the end, moves past what it was given, and stops where
+/// its reader has what it needs.
+async fn a_turn_log_cursor_reads_every_page_of_its_turn(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let other = new_turn("s1", None);
+    store.begin_turn(&other).await.unwrap();
+    store
+        .write_batch(&[], &[&completed(&other, 2, "before")])
+        .await
+        .unwrap();
+    let turn = new_turn("s1", None);
+    let first_seq = store.begin_turn(&turn).await.unwrap().first_seq;
+    let page = cursor::PAGE as i64;
+    // Two full pages and a part of one, the terminal event last.
+    let deltas: Vec<_> = (1..2 * page + 10)
+        .map(|k| delta(&turn, first_seq + k, "x"))
+        .collect();
+    let last = first_seq + 2 * page + 10;
+    store
+        .write_batch(&deltas, &[&completed(&turn, last, "done")])
+        .await
+        .unwrap();
+    let record = store.get_turn("s1", turn.id).await.unwrap().unwrap();
+
+    let mut all = TurnLogCursor::of(&record);
+    let events = all.all(store.as_ref(), usize::MAX).await.unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (first_seq..=last).collect::<Vec<_>>());
+    assert!(events.iter().all(|e| e.turn_id == turn.id));
+    assert_eq!(all.after(), last);
+    assert!(all.read(store.as_ref()).await.unwrap().is_empty());
+
+    let mut seen = Vec::new();
+    TurnLogCursor::of(&record)
+        .each(store.as_ref(), |event| {
+            seen.push(event.seq);
+            event.seq == first_seq + page + 3
+        })
+        .await
+        .unwrap();
+    assert_eq!(seen, (first_seq..=first_seq + page + 3).collect::<Vec<_>>());
+
+    let mut moved = TurnLogCursor::new("s1", turn.id, first_seq);
+    moved.passed(last - 2);
+    let tail = moved.all(store.as_ref(), usize::MAX).await.unwrap();
+    assert_eq!(
+        tail.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [last - 1, last]
+    );
+}
+
 async fn stored_events_are_byte_for_byte_what_was_written(backend: Backend) {
     let (_db, store) = store(backend).await;
     let turn = new_turn("s1", None);
@@ -1123,6 +1175,7 @@ on_both_backends!(
     a_failed_batch_of_events_alone_writes_nothing,
     concurrent_writes_fail_alone,
     events_and_messages_page_in_order,
+    a_turn_log_cursor_reads_every_page_of_its_turn,
     stored_events_are_byte_for_byte_what_was_written,
     heartbeat_reports_requested_cancellations,
     orphans_are_interrupted_once_with_a_final_event,

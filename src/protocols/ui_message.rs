@@ -33,10 +33,11 @@ use super::{
 use crate::{
     app::AppState,
     events::TurnEvent,
-    http::{
-        SessionPath, Tenant,
+    ids::Tenant,
+    protocols::{
         error::{ApiError, BadRequest, InvalidBody, TurnAlreadyRunning},
         json::ApiJson,
+        paths::SessionPath,
     },
 };
 
@@ -67,7 +68,7 @@ pub struct UiMessage {
     #[schema(pattern = "^(system|user|assistant)$")]
     role: String,
     #[serde(default)]
-    #[schema(schema_with = crate::http::schemas::typed_parts)]
+    #[schema(schema_with = crate::protocols::schemas::typed_parts)]
     parts: Vec<Value>,
 }
 
@@ -297,7 +298,7 @@ impl EndsAtClientCall for Encoder {
     tag = "turns",
     request_body = UiChatRequest,
     responses(
-        (status = 200, description = "UI message chunks (`data: {…}` lines, `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`", content_type = "text/event-stream", body = crate::http::EventStream),
+        (status = 200, description = "UI message chunks (`data: {…}` lines, `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`", content_type = "text/event-stream", body = crate::protocols::native::stream::EventStream),
         BadRequest,
         TurnAlreadyRunning,
         InvalidBody,
@@ -341,7 +342,7 @@ async fn ui_chat(
     tag = "turns",
     params(SessionPath),
     responses(
-        (status = 200, description = "The running turn's UI message chunks from its start, as `POST /v1/ui/chat` streams them", content_type = "text/event-stream", body = crate::http::EventStream),
+        (status = 200, description = "The running turn's UI message chunks from its start, as `POST /v1/ui/chat` streams them", content_type = "text/event-stream", body = crate::protocols::native::stream::EventStream),
         (status = 204, description = "No turn of the chat is running"),
         BadRequest,
     )

@@ -21,7 +21,7 @@ use super::{Encoded, WireFormat, data_frame, read_turn, typed};
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
-    http::error::ApiError,
+    protocols::error::ApiError,
     store::{NewToolResult, TurnRecord, TurnStatus},
     turn::CLIENT_TOOL_PREFIX,
 };

@@ -14,7 +14,7 @@
 //!   `.completed` or `.failed` with its output or error.
 //! - A call waiting for a person is an `mcp_approval_request` item.
 //! - A call of a tool the client runs is a `function_call` item, and the
-//!   response ends with it (see [`crate::http::formats::client_calls`]).
+//!   response ends with it (see [`crate::protocols::client_calls`]).
 //! - Citations are annotations of the open message (`url_citation` for
 //!   the web, `file_citation` for a vault anchor), at the text's end.
 //! - Text the turn retracts and says differently (a provider retry, a
@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 
 use crate::{
     events::TurnEvent,
-    http::formats::retraction::{Say, StepText, ends_text},
+    protocols::retraction::{Say, StepText, ends_text},
     turn::{StopReason, TurnResult},
 };
 
@@ -159,7 +159,7 @@ impl ResponseFold {
                 ));
             }
             TurnEvent::ToolFinished { .. } => {
-                if let Some((call_id, shown)) = crate::http::formats::finished_call(event) {
+                if let Some((call_id, shown)) = crate::protocols::finished_call(event) {
                     self.finish_call(call_id, shown, &mut out);
                 }
             }
@@ -437,7 +437,7 @@ impl ResponseFold {
     fn finish_call(
         &mut self,
         call_id: &str,
-        shown: crate::http::formats::CallResult<'_>,
+        shown: crate::protocols::CallResult<'_>,
         out: &mut Vec<Value>,
     ) {
         let id = call_item_id(call_id);

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::{
     events::{StoredEvent, TurnEvent},
-    http::formats::retraction::{Say, StepText, ends_text},
+    protocols::retraction::{Say, StepText, ends_text},
 };
 
 pub const WORKING: &str = "TASK_STATE_WORKING";

@@ -12,23 +12,31 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{
-    ApiQuery, CallPath, EventStream, SessionPath, TurnPath, error::ApiError,
-    formats::native as sse, json::ApiJson, parse_turn_id,
+    endpoint::{Started, completed, name_turn},
+    error::ApiError,
+    json::ApiJson,
+    paths::{ApiQuery, CallPath, SessionPath, TurnPath, parse_turn_id},
 };
 use crate::{
     app::AppState,
     events::TurnEvent,
-    http::error::{BadRequest, NotFound, Problem, TurnAlreadyRunning},
     ids::client_session_id,
+    protocols::error::{BadRequest, NotFound, Problem, TurnAlreadyRunning},
     runner::{CancelError, CancelOutcome, QueuedStartError, StartError},
     store::{NewApproval, TurnRecord, TurnStatus},
     turn::{TurnRequest, TurnResult},
 };
 
 mod body;
+pub mod stream;
 mod tool_results;
 
-pub use body::{HistoryMessage, HistoryRole, Multitask, TurnBody};
+use stream::{self as sse, EventStream};
+
+pub use body::{
+    ClientToolBody, HistoryMessage, HistoryRole, Multitask, TurnBody, checked_client_tools,
+    checked_message, checked_user_id,
+};
 use body::{MULTITASK_WAIT_MAX, admit};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -203,72 +211,35 @@ async fn start_turn(
             other => break other?,
         }
     };
-    let turn_id = started.turn_id;
-    let mut response = if wants_event_stream(&headers) {
-        let metrics = app.runner.metrics().clone();
-        let session = session_id.as_str().to_owned();
+    let started = Started::of(session_id, started);
+    let (turn_id, replayed) = (started.turn_id, started.replayed);
+    let location = format!("/sessions/{}/turns/{turn_id}", started.session.id());
+    let response = if wants_event_stream(&headers) {
         let turn = sse::TurnRef {
-            session_id: session_id.id().to_owned(),
+            session_id: started.session.id().to_owned(),
             turn_id,
         };
-        match started.live {
-            Some(start) => sse::response(
-                turn,
-                app.runner.subscribe_started(session, start),
-                app.sse_keepalive(),
-                metrics,
-            ),
-            None => sse::response(
-                turn,
-                app.runner
-                    .subscribe(session, turn_id, started.first_seq - 1),
-                app.sse_keepalive(),
-                metrics,
-            ),
-        }
+        let metrics = app.runner.metrics().clone();
+        sse::response(turn, started.events(&app), app.sse_keepalive(), metrics)
     } else {
-        let record = crate::http::ended_turn(&app, &session_id, turn_id).await?;
-        finished_turn_response(record)?
+        let (record, result) = completed(started.ended(&app).await?)?;
+        axum::Json(TurnResponse {
+            session_id: client_session_id(&record.session_id).to_owned(),
+            turn_id,
+            status: record.status,
+            result,
+        })
+        .into_response()
     };
+    let mut response = name_turn(response, None, turn_id);
     let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
-        headers.insert("x-turn-id", value);
-    }
-    if let Ok(value) =
-        HeaderValue::from_str(&format!("/sessions/{}/turns/{turn_id}", session_id.id()))
-    {
+    if let Ok(value) = HeaderValue::from_str(&location) {
         headers.insert(header::CONTENT_LOCATION, value);
     }
-    if started.replayed {
+    if replayed {
         headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(response)
-}
-
-/// The JSON answer for a turn that ended.
-fn finished_turn_response(record: TurnRecord) -> Result<Response, ApiError> {
-    let turn_id = record.id;
-    match record.status {
-        TurnStatus::Completed => {
-            let result = record.result.unwrap_or_default();
-            Ok(axum::Json(TurnResponse {
-                session_id: client_session_id(&record.session_id).to_owned(),
-                turn_id,
-                status: record.status,
-                result,
-            })
-            .into_response())
-        }
-        TurnStatus::Failed => Err(ApiError::TurnFailed {
-            turn_id,
-            code: record.error_code.unwrap_or_else(|| "internal".into()),
-            message: record
-                .error_message
-                .unwrap_or_else(|| "the turn failed".into()),
-        }),
-        TurnStatus::Cancelled => Err(ApiError::TurnCancelled(turn_id)),
-        TurnStatus::Interrupted | TurnStatus::Running => Err(ApiError::TurnInterrupted(turn_id)),
-    }
 }
 
 /// A turn's status and result.
@@ -292,7 +263,7 @@ async fn get_turn(
 ) -> Result<axum::Json<TurnView>, ApiError> {
     let turn_id = parse_turn_id(&turn_id)?;
     let Some(record) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
-        return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
+        return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
     Ok(axum::Json(record.into()))
 }
@@ -355,7 +326,7 @@ async fn turn_events(
         ));
     }
     let Some(turn) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
-        return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
+        return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
     // Nothing of this turn comes before its first event.
     let after = after.max(turn.first_seq - 1);
@@ -430,7 +401,7 @@ async fn cancel_turn(
         )
             .into_response()),
         Err(CancelError::NotFound) => {
-            Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await)
+            Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await)
         }
         Err(CancelError::NotRunning(status)) => Err(ApiError::TurnNotRunning { turn_id, status }),
         Err(CancelError::Store(e)) => Err(e.into()),
@@ -496,7 +467,7 @@ async fn decide_approval(
         });
     }
     let Some(turn) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
-        return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
+        return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
     if turn.status != TurnStatus::Running {
         return Err(ApiError::TurnNotRunning {
@@ -548,8 +519,8 @@ async fn approval_state(
     call_id: &str,
 ) -> Result<ApprovalState, ApiError> {
     let mut state = ApprovalState::NotWaiting;
-    super::formats::read_turn(app.store.as_ref(), turn, |stored| {
-        match super::formats::typed(stored) {
+    super::read_turn(app.store.as_ref(), turn, |stored| {
+        match super::typed(stored) {
             Some(TurnEvent::ApprovalRequested { call_id: id, .. }) if id == call_id => {
                 state = ApprovalState::Waiting;
             }

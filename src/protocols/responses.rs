@@ -23,7 +23,7 @@ mod stream;
 use axum::{
     Extension,
     extract::State,
-    http::{HeaderMap, HeaderValue},
+    http::HeaderMap,
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
@@ -36,12 +36,13 @@ use uuid::Uuid;
 use super::client_calls::{ClientAnswer, answer_calls};
 use crate::{
     app::AppState,
-    http::{
-        ApiQuery, Tenant,
+    ids::{SessionKey, Tenant},
+    protocols::{
+        endpoint::{Started, name_turn, named_session},
         error::{ApiError, BadRequest, InvalidBody, NotFound, Problem, TurnAlreadyRunning},
         json::ApiJson,
+        paths::ApiQuery,
     },
-    ids::SessionKey,
     runner::CancelError,
     store::{TurnRecord, TurnStatus},
 };
@@ -78,7 +79,7 @@ async fn create_response(
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateResponse>,
 ) -> Result<Response, ApiError> {
-    let key = crate::http::turns::idempotency_key(&headers)?;
+    let key = crate::protocols::native::idempotency_key(&headers)?;
     let outputs = body.function_outputs()?;
     if !outputs.is_empty() {
         return answer_function_calls(&app, &tenant, &body, &outputs).await;
@@ -96,30 +97,28 @@ async fn create_response(
             asked.follows = Some(record.id);
             SessionKey::from_stored(&record.session_id)
         }
-        (None, Some(conversation)) => crate::http::parse_session_id(conversation, &tenant)?,
+        (None, Some(conversation)) => named_session(Some(conversation), "resp", &tenant)?,
         // A new conversation; one named by the request's key when it has
         // one, so that the request sent again finds its turn there.
-        (None, None) => {
-            let name = match &key {
-                Some(key) => {
-                    let digest = sha2::Sha256::digest(key.as_bytes());
-                    hex::encode(&digest[..16])
-                }
-                None => Uuid::now_v7().simple().to_string(),
-            };
-            crate::http::parse_session_id(&format!("resp-{name}"), &tenant)?
-        }
+        (None, None) => match &key {
+            Some(key) => {
+                let digest = sha2::Sha256::digest(key.as_bytes());
+                let name = format!("resp-{}", hex::encode(&digest[..16]));
+                named_session(Some(&name), "resp", &tenant)?
+            }
+            None => named_session(None, "resp", &tenant)?,
+        },
     };
     let start_head = head(Uuid::nil(), session.as_str(), &asked);
     let (_, model) = app.runner.harness().resolve_provider_model(
         asked.runtime_provider.as_deref(),
         asked.runtime_model.as_deref(),
     );
-    let started = app.runner.start(&session, asked, key).await?;
+    let started = Started::start(&app, session.clone(), asked, key).await?;
     let turn_id = started.turn_id;
     let folding = Folding::new(start_head, turn_id, 0);
     if body.stream {
-        let events = crate::http::follow_started(&app, &session, started);
+        let events = started.events(&app);
         return Ok(streamed(&app, folding, None, &session, turn_id, events));
     }
     let response = if started.replayed && body.background {
@@ -133,23 +132,14 @@ async fn create_response(
             .begin(chrono::Utc::now().timestamp(), Some(&model));
         folding.fold.response()
     } else {
-        let events = crate::http::follow_started(&app, &session, started);
-        folding.until_ended(events).await?
+        folding.until_ended(started.events(&app)).await?
     };
     Ok(with_ids(response, &session, turn_id))
 }
 
 /// A response object, with the headers that name its session and turn.
 fn with_ids(response: Value, session: &SessionKey, turn_id: Uuid) -> Response {
-    let mut response = axum::Json(response).into_response();
-    let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::from_str(session.id()) {
-        headers.insert("x-session-id", value);
-    }
-    if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
-        headers.insert("x-turn-id", value);
-    }
-    response
+    name_turn(axum::Json(response).into_response(), Some(session), turn_id)
 }
 
 /// A request that answers the client's calls of `previous_response_id`

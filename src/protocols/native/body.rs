@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use crate::{
     app::AppState,
-    http::error::ApiError,
+    protocols::error::ApiError,
     providers::{ChatMessage, Role},
     turn::{TurnRequest, WebMode},
 };
@@ -128,22 +128,7 @@ impl TryFrom<TurnBody> for TurnRequest {
     type Error = ApiError;
 
     fn try_from(body: TurnBody) -> Result<Self, ApiError> {
-        let message = body
-            .message
-            .filter(|m| !m.trim().is_empty())
-            .ok_or(ApiError::MessageRequired)?;
-        // U+0000 is valid JSON but no chat text needs it, and Postgres text
-        // cannot hold it: refused the same way on both backends.
-        let no_nul = |field: &str, text: &str| -> Result<(), ApiError> {
-            if text.contains('\0') {
-                return Err(ApiError::InvalidField {
-                    field: field.into(),
-                    detail: format!("`{field}` contains U+0000, which is not accepted"),
-                });
-            }
-            Ok(())
-        };
-        no_nul("message", &message)?;
+        let message = checked_message(body.message)?;
         if let Some(skill) = &body.skill_context {
             no_nul("skill_context", skill)?;
         }
@@ -196,41 +181,8 @@ impl TryFrom<TurnBody> for TurnRequest {
             ),
             None => None,
         };
-        let declared = body.client_tools.unwrap_or_default();
-        if declared.len() > crate::turn::CLIENT_TOOLS_MAX {
-            return Err(ApiError::InvalidField {
-                field: "client_tools".into(),
-                detail: "`client_tools` has more than 32 tools".into(),
-            });
-        }
-        let mut client_tools: Vec<crate::turn::ClientTool> = Vec::new();
-        for (i, t) in declared.into_iter().enumerate() {
-            let tool =
-                crate::turn::ClientTool::checked(t.name, t.description, t.parameters, t.effect)
-                    .map_err(|detail| ApiError::InvalidField {
-                        field: format!("client_tools[{i}]"),
-                        detail,
-                    })?;
-            if client_tools.iter().any(|other| other.name == tool.name) {
-                return Err(ApiError::InvalidField {
-                    field: format!("client_tools[{i}]"),
-                    detail: format!("two client tools are named {:?}", tool.name),
-                });
-            }
-            client_tools.push(tool);
-        }
-        let user_id = match body.user_id {
-            Some(user) => Some(
-                crate::ids::SessionId::parse(&user)
-                    .map_err(|e| ApiError::InvalidField {
-                        field: "user_id".into(),
-                        detail: format!("`user_id` is not valid: {e}"),
-                    })?
-                    .as_str()
-                    .to_owned(),
-            ),
-            None => None,
-        };
+        let client_tools = checked_client_tools(body.client_tools.unwrap_or_default())?;
+        let user_id = checked_user_id(body.user_id)?;
         Ok(TurnRequest {
             user_id,
             message,
@@ -247,9 +199,72 @@ impl TryFrom<TurnBody> for TurnRequest {
     }
 }
 
+/// U+0000 is valid JSON but no chat text needs it, and Postgres text
+/// cannot hold it: refused the same way on both backends.
+fn no_nul(field: &str, text: &str) -> Result<(), ApiError> {
+    if text.contains('\0') {
+        return Err(ApiError::InvalidField {
+            field: field.into(),
+            detail: format!("`{field}` contains U+0000, which is not accepted"),
+        });
+    }
+    Ok(())
+}
+
+/// A turn's user message, as every protocol takes it: there, not blank,
+/// without U+0000.
+pub fn checked_message(message: Option<String>) -> Result<String, ApiError> {
+    let message = message
+        .filter(|m| !m.trim().is_empty())
+        .ok_or(ApiError::MessageRequired)?;
+    no_nul("message", &message)?;
+    Ok(message)
+}
+
+/// Whose memories a turn reads: an id of the session id's alphabet.
+pub fn checked_user_id(user_id: Option<String>) -> Result<Option<String>, ApiError> {
+    let Some(user) = user_id else {
+        return Ok(None);
+    };
+    let id = crate::ids::SessionId::parse(&user).map_err(|e| ApiError::InvalidField {
+        field: "user_id".into(),
+        detail: format!("`user_id` is not valid: {e}"),
+    })?;
+    Ok(Some(id.as_str().to_owned()))
+}
+
+/// The tools a client declares for a turn: at most 32, each checked and
+/// named once.
+pub fn checked_client_tools(
+    declared: Vec<ClientToolBody>,
+) -> Result<Vec<crate::turn::ClientTool>, ApiError> {
+    if declared.len() > crate::turn::CLIENT_TOOLS_MAX {
+        return Err(ApiError::InvalidField {
+            field: "client_tools".into(),
+            detail: "`client_tools` has more than 32 tools".into(),
+        });
+    }
+    let mut client_tools: Vec<crate::turn::ClientTool> = Vec::new();
+    for (i, t) in declared.into_iter().enumerate() {
+        let tool = crate::turn::ClientTool::checked(t.name, t.description, t.parameters, t.effect)
+            .map_err(|detail| ApiError::InvalidField {
+                field: format!("client_tools[{i}]"),
+                detail,
+            })?;
+        if client_tools.iter().any(|other| other.name == tool.name) {
+            return Err(ApiError::InvalidField {
+                field: format!("client_tools[{i}]"),
+                detail: format!("two client tools are named {:?}", tool.name),
+            });
+        }
+        client_tools.push(tool);
+    }
+    Ok(client_tools)
+}
+
 /// Whether this service takes `request`: its provider is one of the
 /// chain's, and it brings system messages only where the operator allows
-/// them (see [`crate::http::refuse_client_system`]).
+/// them (see [`crate::protocols::endpoint::refuse_client_system`]).
 pub(super) fn admit(request: &TurnRequest, app: &AppState) -> Result<(), ApiError> {
     if let Some(provider) = &request.runtime_provider
         && !app.provider_names.iter().any(|p| p == provider)
@@ -268,7 +283,9 @@ pub(super) fn admit(request: &TurnRequest, app: &AppState) -> Result<(), ApiErro
         .flatten()
         .any(|m| m.role == Role::System)
     {
-        crate::http::refuse_client_system(app.settings.harness.allow_client_system_messages)?;
+        crate::protocols::endpoint::refuse_client_system(
+            app.settings.harness.allow_client_system_messages,
+        )?;
     }
     Ok(())
 }

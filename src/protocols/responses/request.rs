@@ -9,9 +9,10 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
-    http::{
+    protocols::{
+        client_calls::ClientAnswer,
         error::ApiError,
-        formats::{ToolDeclaration, client_calls::ClientAnswer, declared_tools},
+        parts::{ToolDeclaration, declared_tools},
     },
     providers::{ChatMessage, Role, ThinkLevel},
     turn::{ClientTool, TurnRequest},
@@ -33,7 +34,7 @@ pub struct CreateResponse {
     model: Option<String>,
     /// The user's message: a string, or message items (`role`, `content`
     /// as a string or `input_text` parts), the user's new one last.
-    #[schema(schema_with = crate::http::schemas::text_or_items)]
+    #[schema(schema_with = crate::protocols::schemas::text_or_items)]
     input: Value,
     /// Instructions for this response: added to the prompt as the
     /// client's (untrusted) context, beneath the operator's system prompt.
@@ -43,7 +44,7 @@ pub struct CreateResponse {
     #[schema(pattern = "^resp_[0-9a-f]{32}(_[0-9]+)?$")]
     pub(super) previous_response_id: Option<String>,
     /// The conversation (a session id, or `{"id": …}`) to add to.
-    #[schema(schema_with = crate::http::schemas::conversation)]
+    #[schema(schema_with = crate::protocols::schemas::conversation)]
     conversation: Option<Value>,
     #[serde(default)]
     pub(super) stream: bool,
@@ -214,7 +215,7 @@ impl CreateResponse {
             .iter()
             .map(|(role, text)| (role.as_str(), text.clone()))
             .collect();
-        let mut asked = crate::http::conversation_turn(
+        let mut asked = crate::protocols::endpoint::conversation_turn(
             &pairs,
             app.settings.harness.allow_client_system_messages,
         )

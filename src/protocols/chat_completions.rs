@@ -14,30 +14,28 @@ use axum::{
     Extension,
     body::Bytes,
     extract::State,
-    http::{HeaderMap, HeaderValue},
+    http::HeaderMap,
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
-use uuid::Uuid;
 
 use super::{
     Encoded, WireFormat,
     retraction::{Say, StepText, ends_text},
-    stream_for, typed,
+    typed,
 };
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
-    http::{
-        Tenant,
+    ids::Tenant,
+    protocols::{
+        endpoint::{Started, completed, name_turn, named_session},
         error::{ApiError, BadRequest, InvalidBody, Problem, TurnAlreadyRunning},
         json::ApiJson,
-        parse_session_id,
     },
-    store::TurnStatus,
     turn::{TurnRequest, TurnResult},
 };
 
@@ -75,7 +73,7 @@ pub struct StreamOptions {
 pub struct CompatMessage {
     #[schema(pattern = "^(system|developer|user|assistant|tool|function)$")]
     role: String,
-    #[schema(schema_with = crate::http::schemas::text_or_parts)]
+    #[schema(schema_with = crate::protocols::schemas::text_or_parts)]
     content: Option<Value>,
 }
 
@@ -105,9 +103,14 @@ impl ChatCompletionRequest {
         let messages: Vec<(&str, String)> = self
             .messages
             .iter()
-            .map(|m| (m.role.as_str(), crate::http::content_text(&m.content)))
+            .map(|m| {
+                (
+                    m.role.as_str(),
+                    crate::protocols::parts::content_text(&m.content),
+                )
+            })
             .collect();
-        let spec = crate::http::conversation_turn(&messages, allow_system)?;
+        let spec = crate::protocols::endpoint::conversation_turn(&messages, allow_system)?;
         let model = self
             .model
             .as_deref()
@@ -264,73 +267,42 @@ async fn chat_completions(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
         .or_else(|| body.user.clone());
-    let session_id = match named {
-        Some(name) => parse_session_id(&name, &tenant)?,
-        None => parse_session_id(&format!("chatcmpl-{}", Uuid::now_v7().simple()), &tenant)?,
-    };
+    let session_id = named_session(named.as_deref(), "chatcmpl", &tenant)?;
     let spec = body.spec(app.settings.harness.allow_client_system_messages)?;
     let (_, model) = app
         .runner
         .harness()
         .resolve_provider_model(None, spec.runtime_model.as_deref());
-    let started = app.runner.start(&session_id, spec, None).await?;
-    let turn_id = started.turn_id;
+    let started = Started::start(&app, session_id, spec, None).await?;
     let completion = Completion {
-        id: format!("chatcmpl-{}", turn_id.simple()),
+        id: format!("chatcmpl-{}", started.turn_id.simple()),
         created: chrono::Utc::now().timestamp(),
         model,
     };
-    let mut response = if body.stream {
+    if body.stream {
         let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
-        let events = crate::http::follow_started(&app, &session_id, started);
         let format = ChunkStream {
             completion,
             include_usage,
             text: StepText::default(),
         };
-        stream_for(&app, format, events)
-    } else {
-        let record = crate::http::ended_turn(&app, &session_id, turn_id).await?;
-        match record.status {
-            TurnStatus::Completed => {
-                let result = record.result.unwrap_or_default();
-                axum::Json(json!({
-                    "id": completion.id,
-                    "object": "chat.completion",
-                    "created": completion.created,
-                    "model": completion.model,
-                    "system_fingerprint": null,
-                    "choices": [{
-                        "index": 0,
-                        "message": {"role": "assistant", "content": result.text, "refusal": null},
-                        "logprobs": null,
-                        "finish_reason": "stop",
-                    }],
-                    "usage": usage_of(&result),
-                }))
-                .into_response()
-            }
-            TurnStatus::Failed => {
-                return Err(ApiError::TurnFailed {
-                    turn_id,
-                    code: record.error_code.unwrap_or_else(|| "internal".into()),
-                    message: record
-                        .error_message
-                        .unwrap_or_else(|| "the turn failed".into()),
-                });
-            }
-            TurnStatus::Cancelled => return Err(ApiError::TurnCancelled(turn_id)),
-            TurnStatus::Interrupted | TurnStatus::Running => {
-                return Err(ApiError::TurnInterrupted(turn_id));
-            }
-        }
-    };
-    let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::from_str(session_id.id()) {
-        headers.insert("x-session-id", value);
+        return Ok(started.stream(&app, format));
     }
-    if let Ok(value) = HeaderValue::from_str(&turn_id.to_string()) {
-        headers.insert("x-turn-id", value);
-    }
-    Ok(response)
+    let (_, result) = completed(started.ended(&app).await?)?;
+    let response = axum::Json(json!({
+        "id": completion.id,
+        "object": "chat.completion",
+        "created": completion.created,
+        "model": completion.model,
+        "system_fingerprint": null,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": result.text, "refusal": null},
+            "logprobs": null,
+            "finish_reason": "stop",
+        }],
+        "usage": usage_of(&result),
+    }))
+    .into_response();
+    Ok(name_turn(response, Some(&started.session), started.turn_id))
 }

@@ -6,7 +6,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{CONTENT_TYPE_NOT_SUPPORTED, RpcError, TASK_NOT_FOUND, task::TaskFold};
-use crate::http::formats::{client_calls::ClientAnswer, jsonrpc::INVALID_PARAMS};
+use crate::protocols::{client_calls::ClientAnswer, jsonrpc::INVALID_PARAMS};
 
 /// The longest reason a decision may give (as on the native route).
 const MAX_REASON_CHARS: usize = 1000;

@@ -34,8 +34,14 @@ use super::{
 use crate::{
     app::{AppState, McpCallGuard, McpCalls},
     events::{StoredEvent, TurnEvent},
-    http::{Tenant, error::ApiError, json::ApiJson, parse_session_id, turns::TurnBody},
-    ids::SessionKey,
+    ids::{SessionKey, Tenant},
+    protocols::{
+        endpoint::{Started, named_session},
+        error::ApiError,
+        json::ApiJson,
+        native::{checked_message, checked_user_id},
+        paths::parse_session_id,
+    },
     store::{TurnRecord, TurnStatus},
     tools::EffectClass,
     turn::{TurnRequest, TurnResult},
@@ -56,7 +62,7 @@ const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-
 struct McpMessage {
     #[schema(pattern = "^2\\.0$")]
     jsonrpc: String,
-    #[schema(schema_with = crate::http::schemas::jsonrpc_id)]
+    #[schema(schema_with = crate::protocols::schemas::jsonrpc_id)]
     id: Option<Value>,
     method: Option<String>,
     /// Any JSON: a notification's is not read.
@@ -88,7 +94,7 @@ fn text_result(text: &str, is_error: bool) -> Value {
         (status = 202, description = "A notification or a response, taken"),
         (status = 400, description = "Not a JSON-RPC message (a JSON-RPC error, code -32600), or not JSON at all (a problem, `invalid_json`)", content(
             (Object = "application/json"),
-            (crate::http::error::Problem = "application/problem+json"),
+            (crate::protocols::error::Problem = "application/problem+json"),
         )),
     )
 )]
@@ -276,24 +282,30 @@ async fn ask(
             &rpc_error(&call.id, INVALID_PARAMS, &detail),
         ))
     };
-    let session_arg = arguments["session_id"].as_str().map(str::to_owned);
-    let body: Result<TurnBody, _> = serde_json::from_value(json!({
-        "message": arguments["message"],
-        "user_id": arguments["user_id"],
-    }));
-    let asked = match body.map(TurnRequest::try_from) {
-        Ok(Ok(asked)) => asked,
-        Ok(Err(e)) => return invalid(e.to_string()),
-        Err(e) => return invalid(format!("`ask` takes message, session_id, user_id: {e}")),
+    let text = |field: &str| match &arguments[field] {
+        Value::Null => Ok(None),
+        Value::String(text) => Ok(Some(text.clone())),
+        _ => Err(format!(
+            "`ask` takes message, session_id, user_id: `{field}` must be a string"
+        )),
     };
-    let session = match &session_arg {
-        Some(id) => match parse_session_id(id, &call.tenant) {
-            Ok(session) => session,
-            Err(e) => return invalid(e.to_string()),
-        },
-        None => parse_session_id(&format!("mcp-{}", Uuid::now_v7().simple()), &call.tenant)?,
+    let asked = text("message").and_then(|message| {
+        let user_id = text("user_id")?;
+        let checked = |e: ApiError| e.to_string();
+        Ok(TurnRequest {
+            user_id: checked_user_id(user_id).map_err(checked)?,
+            ..TurnRequest::new(checked_message(message).map_err(checked)?)
+        })
+    });
+    let asked = match asked {
+        Ok(asked) => asked,
+        Err(detail) => return invalid(detail),
     };
-    let started = match app.runner.start(&session, asked, None).await {
+    let session = match named_session(arguments["session_id"].as_str(), "mcp", &call.tenant) {
+        Ok(session) => session,
+        Err(e) => return invalid(e.to_string()),
+    };
+    let started = match Started::start(app, session.clone(), asked, None).await {
         Ok(started) => started,
         Err(e) => {
             let e = ApiError::from(e);
@@ -316,7 +328,7 @@ async fn ask(
         let answer = rpc_result(&call.id, answer_of(&session, &record));
         return Ok(json_answer(StatusCode::OK, &answer));
     }
-    let events = crate::http::follow_started(app, &session, started);
+    let events = started.events(app);
     let format = AskStream {
         id: call.id,
         progress: call.progress,

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::Stream;
 use uuid::Uuid;
 
-use super::{Encoded, WireFormat, stream_turn};
+use crate::protocols::{Encoded, WireFormat, stream_turn};
 use crate::{events::StoredEvent, metrics::Metrics, store::StoreError};
 
 /// The native format: every event, as it is in the log.
@@ -132,4 +132,25 @@ mod tests {
         assert_eq!(data["turn_id"], turn.turn_id.to_string());
         assert!(data.get("seq").is_none());
     }
+}
+/// One event of a `text/event-stream` body (the schema is of each event,
+/// as OpenAPI 3.2's `itemSchema` says it and SSE clients read it). On the
+/// native routes each event is an `id:` line (its `seq`), an `event:`
+/// line (its `type`) and one `data:` line holding an `EventEnvelope` as
+/// JSON, then a blank line; lines that start with `:` are keep-alive
+/// comments. The stream ends after the turn's terminal event
+/// (`turn.completed`, `turn.failed`, `turn.cancelled`,
+/// `turn.interrupted`); a stream that cannot read the log ends with a
+/// `turn.failed` (`event_log_unavailable`) without `id:`.
+#[derive(utoipa::ToSchema)]
+#[expect(dead_code, reason = "describes the stream; the SSE encoder writes it")]
+pub(crate) struct EventStream {
+    /// `event:`: the event's type, where the format names one.
+    event: Option<String>,
+    /// `data:`: the event, as JSON (`[DONE]` ends the AI SDK's stream).
+    data: String,
+    /// `id:`: the event's `seq`, where the format resumes.
+    id: Option<String>,
+    /// `retry:`, never sent.
+    retry: Option<u64>,
 }

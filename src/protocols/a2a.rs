@@ -39,8 +39,14 @@ use super::{
 use crate::{
     app::AppState,
     events::StoredEvent,
-    http::{Tenant, error::ApiError, json::ApiJson, parse_session_id},
-    ids::SessionKey,
+    ids::{SessionKey, Tenant},
+    protocols::{
+        endpoint::{Started, named_session},
+        error::ApiError,
+        json::ApiJson,
+        native::{ClientToolBody, checked_client_tools, checked_message},
+        paths::parse_session_id,
+    },
     runner::CancelError,
     store::{NewApproval, TurnRecord, TurnStatus},
     turn::TurnRequest,
@@ -321,10 +327,9 @@ impl Caller {
                 None => {
                     let text = message_text(message)?;
                     let tools = &params["metadata"]["clientTools"];
-                    let (session, started) = self.begin(message, text, tools).await?;
-                    let turn_id = started.turn_id;
-                    let events = crate::http::follow_started(app, &session, started);
-                    (session, turn_id, events, 0)
+                    let started = self.begin(message, text, tools).await?;
+                    let (session, turn_id) = (started.session.clone(), started.turn_id);
+                    (session, turn_id, started.events(app), 0)
                 }
             };
         let fold = TaskFold::new(turn_id.to_string(), session.id().to_owned());
@@ -360,20 +365,21 @@ impl Caller {
         message: &Value,
         text: String,
         client_tools: &Value,
-    ) -> Result<(SessionKey, crate::runner::StartedTurn), RpcError> {
-        let session = match message["contextId"].as_str().filter(|c| !c.is_empty()) {
-            Some(context) => parse_session_id(context, &self.tenant)?,
-            None => parse_session_id(&format!("a2a-{}", Uuid::now_v7().simple()), &self.tenant)?,
+    ) -> Result<Started, RpcError> {
+        let context = message["contextId"].as_str().filter(|c| !c.is_empty());
+        let session = named_session(context, "a2a", &self.tenant)?;
+        let declared: Vec<ClientToolBody> = match client_tools {
+            Value::Null => Vec::new(),
+            tools => serde_json::from_value(tools.clone()).map_err(|e| {
+                RpcError::new(INVALID_PARAMS, format!("`metadata.clientTools`: {e}"))
+            })?,
         };
-        let mut body = json!({"message": text});
-        if !client_tools.is_null() {
-            body["client_tools"] = client_tools.clone();
-        }
-        let body: crate::http::turns::TurnBody = serde_json::from_value(body)
-            .map_err(|e| RpcError::new(INVALID_PARAMS, format!("`metadata.clientTools`: {e}")))?;
-        let asked = TurnRequest::try_from(body)?;
-        match self.app.runner.start(&session, asked, None).await {
-            Ok(started) => Ok((session, started)),
+        let asked = TurnRequest {
+            client_tools: checked_client_tools(declared)?,
+            ..TurnRequest::new(checked_message(Some(text))?)
+        };
+        match Started::start(&self.app, session, asked, None).await {
+            Ok(started) => Ok(started),
             Err(crate::runner::StartError::AlreadyRunning(running)) => Err(RpcError::new(
                 UNSUPPORTED_OPERATION,
                 format!("the context already runs task {running}: wait for it, or cancel it"),

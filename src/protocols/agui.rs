@@ -25,8 +25,8 @@ use super::{
 use crate::{
     app::AppState,
     events::TurnEvent,
-    http::{
-        Tenant,
+    ids::Tenant,
+    protocols::{
         error::{ApiError, BadRequest, InvalidBody, TurnAlreadyRunning},
         json::ApiJson,
     },
@@ -60,7 +60,7 @@ pub struct RunAgentInput {
 pub struct AguiMessage {
     #[schema(pattern = "^(developer|system|user|assistant|tool|activity)$")]
     role: String,
-    #[schema(schema_with = crate::http::schemas::text_or_parts)]
+    #[schema(schema_with = crate::protocols::schemas::text_or_parts)]
     content: Option<Value>,
     tool_call_id: Option<String>,
     /// A `tool` message's error: the call failed.
@@ -69,7 +69,7 @@ pub struct AguiMessage {
 
 impl AguiMessage {
     fn text(&self) -> String {
-        crate::http::content_text(&self.content)
+        crate::protocols::parts::content_text(&self.content)
     }
 }
 
@@ -293,7 +293,7 @@ impl EndsAtClientCall for Encoder {
     tag = "turns",
     request_body = RunAgentInput,
     responses(
-        (status = 200, description = "AG-UI events (`data: {…}` lines)", content_type = "text/event-stream", body = crate::http::EventStream),
+        (status = 200, description = "AG-UI events (`data: {…}` lines)", content_type = "text/event-stream", body = crate::protocols::native::stream::EventStream),
         BadRequest,
         TurnAlreadyRunning,
         InvalidBody,

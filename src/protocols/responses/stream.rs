@@ -4,11 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::{
-    body::Bytes,
-    http::{HeaderMap, HeaderValue},
-    response::Response,
-};
+use axum::{body::Bytes, response::Response};
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -20,16 +16,14 @@ use super::{
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
-    http::{
-        Tenant,
+    ids::{SessionKey, Tenant, client_session_id},
+    protocols::{
+        Encoded, WireFormat,
+        client_calls::{Seen, Segment},
+        endpoint::name_turn,
         error::ApiError,
-        formats::{
-            Encoded, WireFormat,
-            client_calls::{Seen, Segment},
-            read_turn, stream_for, typed,
-        },
+        read_turn, stream_for, typed,
     },
-    ids::{SessionKey, client_session_id},
     store::{StoreError, TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
@@ -179,7 +173,6 @@ impl Folding {
 struct ResponseStream {
     folding: Folding,
     after: Option<u64>,
-    headers: Vec<(&'static str, String)>,
 }
 
 impl ResponseStream {
@@ -199,14 +192,6 @@ impl ResponseStream {
 }
 
 impl WireFormat for ResponseStream {
-    fn headers(&self, headers: &mut HeaderMap) {
-        for (name, value) in &self.headers {
-            if let Ok(value) = HeaderValue::from_str(value) {
-                headers.insert(*name, value);
-            }
-        }
-    }
-
     fn encode(&mut self, event: &StoredEvent) -> Encoded {
         let events = self.folding.feed(event);
         Encoded {
@@ -217,7 +202,7 @@ impl WireFormat for ResponseStream {
 
     fn unreadable(&mut self) -> Vec<Bytes> {
         let error = self.folding.fold.error_event(
-            crate::http::formats::native::UNREADABLE_LOG_CODE,
+            crate::protocols::native::stream::UNREADABLE_LOG_CODE,
             "the event log cannot be read; resume with starting_after",
         );
         self.frames(vec![error])
@@ -259,13 +244,6 @@ pub(super) fn streamed(
     turn_id: Uuid,
     events: impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static,
 ) -> Response {
-    let format = ResponseStream {
-        folding,
-        after,
-        headers: vec![
-            ("x-session-id", session.id().to_owned()),
-            ("x-turn-id", turn_id.to_string()),
-        ],
-    };
-    stream_for(app, format, events)
+    let format = ResponseStream { folding, after };
+    name_turn(stream_for(app, format, events), Some(session), turn_id)
 }

@@ -7,12 +7,11 @@ use utoipa::ToSchema;
 
 use crate::{
     app::AppState,
-    http::{
-        CallPath, SessionPath,
+    protocols::{
+        client_calls::{ClientAnswer, answer_calls},
         error::{ApiError, BadRequest, NotFound, Problem},
-        formats::client_calls::{ClientAnswer, answer_calls},
         json::ApiJson,
-        parse_turn_id,
+        paths::{CallPath, SessionPath, parse_turn_id},
     },
 };
 
@@ -64,7 +63,12 @@ pub(super) async fn post_tool_result(
         });
     }
     let Some(turn) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
-        return Err(crate::http::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
+        return Err(crate::protocols::endpoint::not_found_in(
+            &app,
+            &session_id,
+            ApiError::TurnNotFound,
+        )
+        .await);
     };
     let is_error = body.is_error.unwrap_or(false);
     let answer = ClientAnswer {
