@@ -175,7 +175,7 @@ impl HarnessOptions {
 /// Everything one turn needs from its caller.
 #[derive(Debug, Clone)]
 pub struct TurnInput {
-    pub session_id: String,
+    pub session_id: crate::ids::SessionKey,
     pub turn_id: Uuid,
     /// 1-based number of this turn in its session.
     pub turn_number: u64,

@@ -86,7 +86,7 @@ pub trait MemoryRetriever: Send + Sync {
 pub struct MemoryTurn {
     /// Whose memories: `user:{id}` or `session:{id}`.
     pub scope: String,
-    pub session_id: String,
+    pub session_id: crate::ids::SessionKey,
     pub turn_id: String,
     pub user_message: String,
     pub assistant_message: String,
@@ -132,7 +132,7 @@ pub trait ResearchLearner: Send + Sync {
 pub struct JudgeRequest {
     pub prompt_id: String,
     pub prompt_version: String,
-    pub session_id: String,
+    pub session_id: crate::ids::SessionKey,
     pub turn_id: String,
     pub user_message: String,
     pub response: String,
@@ -158,7 +158,7 @@ pub trait JudgeScheduler: Send + Sync {
 /// A write about to run, whose resources are to be saved first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointRequest {
-    pub session_id: String,
+    pub session_id: crate::ids::SessionKey,
     pub turn_id: String,
     pub call_id: String,
     pub tool: String,
@@ -188,7 +188,7 @@ pub trait CheckpointStore: Send + Sync {
 /// A tool call waiting for a person's approval.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalRequest {
-    pub session_id: String,
+    pub session_id: crate::ids::SessionKey,
     pub turn_id: String,
     pub call_id: String,
     pub tool: String,

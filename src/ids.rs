@@ -76,7 +76,8 @@ pub fn client_scope(stored: &str) -> &str {
 /// its id, another tenant's under `{tenant}/{id}` (as [`tenant_scope`]).
 /// Every tenant has its own ids: the same id in two tenants is two
 /// sessions, and nothing a tenant does reaches (or hints at) another's.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct SessionKey(String);
 
 impl SessionKey {
@@ -87,6 +88,11 @@ impl SessionKey {
     /// The key of a session as the store holds it.
     pub fn from_stored(stored: &str) -> Self {
         Self(stored.to_owned())
+    }
+
+    /// The key of a session as the store holds it, taken.
+    pub fn stored(stored: String) -> Self {
+        Self(stored)
     }
 
     /// The stored key (what every table's `session_id` holds).
@@ -104,6 +110,28 @@ impl SessionKey {
         self.0
             .split_once('/')
             .map_or(DEFAULT_TENANT, |(tenant, _)| tenant)
+    }
+}
+
+/// The key the store holds as `stored`.
+impl From<String> for SessionKey {
+    fn from(stored: String) -> Self {
+        Self(stored)
+    }
+}
+
+impl From<&str> for SessionKey {
+    fn from(stored: &str) -> Self {
+        Self(stored.to_owned())
+    }
+}
+
+/// A key reads as the stored text it is, wherever the store takes one.
+impl std::ops::Deref for SessionKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
     }
 }
 

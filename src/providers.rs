@@ -122,12 +122,150 @@ mod role_tests {
     }
 }
 
-/// A tool call requested by the model; `arguments` is the raw JSON text.
+/// A tool call requested by the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
     pub id: String,
     pub name: String,
-    pub arguments: String,
+    pub arguments: Arguments,
+}
+
+/// A tool call's arguments: the text the model sent (what goes back to it
+/// in the conversation, and what is stored), parsed once, where the call
+/// is made: every gate, the scheduler, replay and the events read the
+/// parsed value. Text that is not JSON is one case, kept with why
+/// ([`Arguments::json`] is `None`, [`Arguments::error`] says why).
+#[derive(Debug, Clone)]
+pub struct Arguments {
+    raw: String,
+    parsed: Result<serde_json::Value, String>,
+}
+
+impl Arguments {
+    pub fn new(raw: String) -> Self {
+        let parsed = serde_json::from_str(&raw).map_err(|e| e.to_string());
+        Self { raw, parsed }
+    }
+
+    /// The text as the model sent it.
+    pub fn raw(&self) -> &str {
+        &self.raw
+    }
+
+    /// The text, for a call made anew from it.
+    pub fn into_raw(self) -> String {
+        self.raw
+    }
+
+    /// The arguments as JSON (any value: whether it is the object a tool
+    /// takes is for validation to say); `None` for text that is not JSON.
+    pub fn json(&self) -> Option<&serde_json::Value> {
+        self.parsed.as_ref().ok()
+    }
+
+    /// Why the text is not JSON; `None` when it is.
+    pub fn error(&self) -> Option<&str> {
+        self.parsed.as_ref().err().map(String::as_str)
+    }
+
+    /// The arguments as an event shows them: the JSON, or the text as a
+    /// JSON string when it is not JSON.
+    pub fn shown(&self) -> serde_json::Value {
+        self.json()
+            .cloned()
+            .unwrap_or_else(|| serde_json::Value::String(self.raw.clone()))
+    }
+
+    /// The arguments a provider's wire format sends back as an object:
+    /// the JSON, or an empty object for text that is not JSON.
+    pub fn or_empty_object(&self) -> serde_json::Value {
+        self.json()
+            .cloned()
+            .unwrap_or_else(|| serde_json::Value::Object(serde_json::Map::new()))
+    }
+}
+
+impl From<String> for Arguments {
+    fn from(raw: String) -> Self {
+        Self::new(raw)
+    }
+}
+
+impl From<&str> for Arguments {
+    fn from(raw: &str) -> Self {
+        Self::new(raw.to_owned())
+    }
+}
+
+/// Two calls' arguments are the same when the model sent the same text.
+impl PartialEq for Arguments {
+    fn eq(&self, other: &Self) -> bool {
+        self.raw == other.raw
+    }
+}
+
+impl Eq for Arguments {}
+
+/// Stored and sent as the text the model sent.
+impl Serialize for Arguments {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.raw)
+    }
+}
+
+impl<'de> Deserialize<'de> for Arguments {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::new)
+    }
+}
+
+#[cfg(test)]
+mod arguments_tests {
+    use serde_json::json;
+
+    use super::{Arguments, ToolCall};
+
+    #[test]
+    fn arguments_are_parsed_where_the_call_is_made() {
+        let call = Arguments::from(r#"{"q": "paris", "k": 2}"#);
+        assert_eq!(call.json(), Some(&json!({"q": "paris", "k": 2})));
+        assert_eq!(call.error(), None);
+        assert_eq!(call.shown(), json!({"q": "paris", "k": 2}));
+        assert_eq!(call.raw(), r#"{"q": "paris", "k": 2}"#);
+    }
+
+    #[test]
+    fn text_that_is_not_json_is_one_case_with_its_reason() {
+        let call = Arguments::from("{\"q\": ");
+        assert_eq!(call.json(), None);
+        assert!(
+            call.error().is_some_and(|e| e.contains("EOF")),
+            "{:?}",
+            call.error()
+        );
+        // An event shows the text; a provider's wire gets an empty object.
+        assert_eq!(call.shown(), json!("{\"q\": "));
+        assert_eq!(call.or_empty_object(), json!({}));
+    }
+
+    /// A call is stored and sent back as the text the model sent, so
+    /// records written before the arguments were typed read the same.
+    #[test]
+    fn a_call_is_stored_as_the_text_the_model_sent() {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "search".into(),
+            arguments: r#"{"k":1,  "q":"a"}"#.into(),
+        };
+        let stored = serde_json::to_string(&call).unwrap();
+        assert_eq!(
+            stored,
+            r#"{"id":"c1","name":"search","arguments":"{\"k\":1,  \"q\":\"a\"}"}"#
+        );
+        let read: ToolCall = serde_json::from_str(&stored).unwrap();
+        assert_eq!(read, call);
+        assert_eq!(read.arguments.json(), Some(&json!({"k": 1, "q": "a"})));
+    }
 }
 
 /// A provider's reasoning that must travel back with its assistant message
@@ -372,7 +510,10 @@ impl ProviderEvent {
             Self::ToolCall(call) => Self::ToolCall(ToolCall {
                 id: without_nul(call.id),
                 name: without_nul(call.name),
-                arguments: without_nul(call.arguments),
+                arguments: match call.arguments.raw().contains('\0') {
+                    true => Arguments::new(without_nul(call.arguments.into_raw())),
+                    false => call.arguments,
+                },
             }),
             other => other,
         }

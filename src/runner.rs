@@ -202,7 +202,7 @@ struct Inner {
     streams: TaskTracker,
     /// The turns this process handed over at shutdown: session, turn and
     /// the attempt it held (a claim raises it).
-    handed_over: std::sync::Mutex<Vec<(String, Uuid, u32)>>,
+    handed_over: std::sync::Mutex<Vec<(SessionKey, Uuid, u32)>>,
     /// Tenants' own limits as last read, and when.
     tenant_limits: std::sync::Mutex<HashMap<String, (std::time::Instant, TenantLimits)>>,
     /// Held while the limits are read: a burst of requests that finds
@@ -414,7 +414,7 @@ impl TurnRunner {
             Err(BeginTurnError::Store(e)) => return Err(e.into()),
         };
         inner.metrics.turn_started();
-        let live = inner.live.insert(session_id.as_str(), turn_id, 0);
+        let live = inner.live.insert(session_id, turn_id, 0);
         // Subscribed before the task can publish anything: the caller's
         // stream starts from the known `turn.started` without a log read.
         let receiver = live.subscribe();

@@ -123,7 +123,7 @@ impl ToolSpec {
 /// What a tool call knows of its turn.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
-    pub session_id: String,
+    pub session_id: crate::ids::SessionKey,
     pub turn_id: Uuid,
     /// 1-based number of the turn in its session.
     pub turn_number: u64,

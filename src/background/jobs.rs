@@ -478,7 +478,7 @@ impl BackgroundWorker {
         let score = verdict.score.clamp(0.0, 1.0);
         let judgement = JudgementRecord {
             id: format!("jdg_{}", Uuid::now_v7().simple()),
-            session_id: task.session_id.clone(),
+            session_id: task.session_id.as_str().to_owned(),
             turn_id: task.turn_id.clone(),
             judge: judge.clone(),
             prompt_id: task.prompt_id.clone(),

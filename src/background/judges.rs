@@ -158,7 +158,7 @@ impl JudgeScheduler for JudgePanel {
             scheduled.push(NewJob {
                 id: new_job_id(),
                 kind: JOB_JUDGE.into(),
-                session_id: request.session_id.clone(),
+                session_id: request.session_id.as_str().to_owned(),
                 turn_id: request.turn_id.clone(),
                 payload: serde_json::to_string(&job).map_err(HookError::new)?,
                 at: Utc::now(),

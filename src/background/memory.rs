@@ -188,7 +188,7 @@ impl MemoryExtractor for QueuedExtraction {
     async fn extract_turn(&self, turn: &MemoryTurn) -> Result<Option<NewJob>, HookError> {
         let job = ExtractionJob {
             scope: turn.scope.clone(),
-            session_id: turn.session_id.clone(),
+            session_id: turn.session_id.as_str().to_owned(),
             turn_id: turn.turn_id.clone(),
             user_message: turn.user_message.clone(),
             assistant_message: turn.assistant_message.clone(),
@@ -198,7 +198,7 @@ impl MemoryExtractor for QueuedExtraction {
         Ok(Some(NewJob {
             id: new_job_id(),
             kind: JOB_MEMORY.into(),
-            session_id: turn.session_id.clone(),
+            session_id: turn.session_id.as_str().to_owned(),
             turn_id: turn.turn_id.clone(),
             payload: serde_json::to_string(&job).map_err(HookError::new)?,
             at: Utc::now(),

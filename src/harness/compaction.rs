@@ -26,7 +26,7 @@ pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
             let chars = m.content.chars().count()
                 + m.tool_calls
                     .iter()
-                    .map(|c| c.name.len() + c.arguments.chars().count())
+                    .map(|c| c.name.len() + c.arguments.raw().chars().count())
                     .sum::<usize>();
             (chars as u64).div_ceil(4) + 4
         })

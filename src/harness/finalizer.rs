@@ -98,7 +98,7 @@ pub fn messages_to_text(messages: &[ChatMessage]) -> String {
 
 /// What the finalizer gets from the loop.
 pub(super) struct FinalizeInput {
-    pub session_id: String,
+    pub session_id: crate::ids::SessionKey,
     pub turn_id: Uuid,
     /// What the turn was asked.
     pub asked: std::sync::Arc<crate::turn::TurnRequest>,

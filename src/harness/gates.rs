@@ -260,7 +260,7 @@ fn valid_arguments(env: &CallEnv<'_>, call: &ToolCall, tool: &dyn Tool) -> Resul
         validation::validate(env.state, &call.id, tool.spec(), &call.arguments)
             .map_err(|message| denied(DenyReason::Validation, message))?
     } else {
-        serde_json::from_str(&call.arguments).unwrap_or(Value::Object(Default::default()))
+        call.arguments.or_empty_object()
     };
     tool.check(&arguments)
         .map_err(|message| denied(DenyReason::Validation, message))?;

@@ -7,7 +7,7 @@ use std::{
     sync::{Mutex, PoisonError},
 };
 
-use serde_json::Value;
+use crate::providers::Arguments;
 
 use super::prepare::canonical_json;
 
@@ -18,15 +18,15 @@ pub struct ReplayControl {
 }
 
 impl ReplayControl {
-    fn key(tool: &str, arguments: &str) -> (String, String) {
-        let canonical = serde_json::from_str::<Value>(arguments)
-            .map(|v| canonical_json(&v))
-            .unwrap_or_else(|_| arguments.trim().to_owned());
+    fn key(tool: &str, arguments: &Arguments) -> (String, String) {
+        let canonical = arguments
+            .json()
+            .map_or_else(|| arguments.raw().trim().to_owned(), canonical_json);
         (tool.to_owned(), canonical)
     }
 
     /// The call id of an earlier identical call that completed, if any.
-    pub fn should_skip(&self, tool: &str, arguments: &str) -> Option<String> {
+    pub fn should_skip(&self, tool: &str, arguments: &Arguments) -> Option<String> {
         self.completed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -59,7 +59,7 @@ impl ReplayControl {
     }
 
     /// Records a completed call.
-    pub fn record_completed(&self, tool: &str, arguments: &str, call_id: &str) {
+    pub fn record_completed(&self, tool: &str, arguments: &Arguments, call_id: &str) {
         self.completed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -75,15 +75,24 @@ mod tests {
     #[test]
     fn identical_calls_match_whatever_the_key_order() {
         let replay = ReplayControl::default();
-        assert_eq!(replay.should_skip("search", r#"{"q":"a","k":1}"#), None);
-        replay.record_completed("search", r#"{"q":"a","k":1}"#, "call_1");
+        assert_eq!(
+            replay.should_skip("search", &r#"{"q":"a","k":1}"#.into()),
+            None
+        );
+        replay.record_completed("search", &r#"{"q":"a","k":1}"#.into(), "call_1");
         assert_eq!(
             replay
-                .should_skip("search", r#"{"k":1, "q":"a"}"#)
+                .should_skip("search", &r#"{"k":1, "q":"a"}"#.into())
                 .as_deref(),
             Some("call_1")
         );
-        assert_eq!(replay.should_skip("search", r#"{"q":"b","k":1}"#), None);
-        assert_eq!(replay.should_skip("other", r#"{"q":"a","k":1}"#), None);
+        assert_eq!(
+            replay.should_skip("search", &r#"{"q":"b","k":1}"#.into()),
+            None
+        );
+        assert_eq!(
+            replay.should_skip("other", &r#"{"q":"a","k":1}"#.into()),
+            None
+        );
     }
 }

@@ -58,10 +58,8 @@ pub fn schedule(calls: &[ToolCall], registry: &ToolRegistry, parallel_enabled: b
             });
             continue;
         }
-        let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
-        let call_keys = tool
-            .map(|t| t.resource_keys(&arguments))
-            .unwrap_or_default();
+        let arguments = call.arguments.json().unwrap_or(&Value::Null);
+        let call_keys = tool.map(|t| t.resource_keys(arguments)).unwrap_or_default();
         if call_keys.iter().any(|k| keys.contains(k)) {
             close(&mut group, &mut keys, &mut waves);
         }
@@ -111,7 +109,7 @@ mod tests {
         ToolCall {
             id: format!("{name}-{key}"),
             name: name.into(),
-            arguments: json!({ "key": key }).to_string(),
+            arguments: json!({ "key": key }).to_string().into(),
         }
     }
 

@@ -81,7 +81,7 @@ impl CitationAccumulator {
 /// The mutable state of one turn.
 #[derive(Debug)]
 pub struct TurnRuntimeState {
-    pub session_id: String,
+    pub session_id: crate::ids::SessionKey,
     pub budget: TurnBudget,
     tokens: Mutex<Usage>,
     cost_usd: Mutex<Option<f64>>,
@@ -98,7 +98,7 @@ pub struct TurnRuntimeState {
 }
 
 impl TurnRuntimeState {
-    pub fn new(session_id: impl Into<String>, budget: TurnBudget) -> Self {
+    pub fn new(session_id: impl Into<crate::ids::SessionKey>, budget: TurnBudget) -> Self {
         Self {
             session_id: session_id.into(),
             budget,
@@ -121,7 +121,7 @@ impl TurnRuntimeState {
     /// counters, usage, citations, blocks, repairs and tool results; its
     /// budget's counters are `budget`'s own.
     pub fn restore(
-        session_id: impl Into<String>,
+        session_id: impl Into<crate::ids::SessionKey>,
         budget: TurnBudget,
         snapshot: &StateSnapshot,
         tool_results: Vec<ToolResultRecord>,

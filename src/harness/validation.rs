@@ -11,7 +11,7 @@
 use serde_json::{Map, Value};
 
 use super::state::TurnRuntimeState;
-use crate::tools::ToolSpec;
+use crate::{providers::Arguments, tools::ToolSpec};
 
 /// Repair attempts per call before it is denied.
 pub const MAX_REPAIR_ATTEMPTS: u32 = 2;
@@ -21,15 +21,16 @@ pub fn validate(
     state: &TurnRuntimeState,
     call_id: &str,
     spec: &ToolSpec,
-    raw_arguments: &str,
+    arguments: &Arguments,
 ) -> Result<Value, String> {
     let schema = &spec.parameters;
     let validator = spec
         .validator()
         .map_err(|e| format!("the tool's schema is invalid: {e}"))?;
-    let mut arguments = match serde_json::from_str::<Value>(raw_arguments) {
-        Ok(value) => value,
-        Err(e) => {
+    let mut arguments = match (arguments.json(), arguments.error()) {
+        (Some(value), _) => value.clone(),
+        (None, e) => {
+            let e = e.unwrap_or_default();
             return Err(format!(
                 "arguments are not valid JSON ({e}); send a JSON object"
             ));
@@ -169,14 +170,20 @@ mod tests {
         let again: *const jsonschema::Validator = clone.validator().unwrap();
         assert!(std::ptr::eq(first, again));
         let state = state();
-        validate(&state, "c1", &clone, r#"{"query":"x"}"#).unwrap();
+        validate(&state, "c1", &clone, &r#"{"query":"x"}"#.into()).unwrap();
         assert!(std::ptr::eq(first, spec.validator().unwrap()));
     }
 
     #[test]
     fn valid_arguments_pass_untouched() {
         let state = state();
-        let args = validate(&state, "c1", &schema(), r#"{"query":"x","top_k":3}"#).unwrap();
+        let args = validate(
+            &state,
+            "c1",
+            &schema(),
+            &r#"{"query":"x","top_k":3}"#.into(),
+        )
+        .unwrap();
         assert_eq!(args, json!({"query": "x", "top_k": 3}));
         assert_eq!(state.repair_count("c1"), 0);
     }
@@ -188,7 +195,7 @@ mod tests {
             &state,
             "c1",
             &schema(),
-            r#"{"query":"x","top_k":"3","exact":"true","mood":"happy"}"#,
+            &r#"{"query":"x","top_k":"3","exact":"true","mood":"happy"}"#.into(),
         )
         .unwrap();
         assert_eq!(args, json!({"query": "x", "top_k": 3, "exact": true}));
@@ -200,7 +207,7 @@ mod tests {
         let state = state();
         let raw = serde_json::to_string(&json!(r#"{"query":"x"}"#)).unwrap();
         assert_eq!(
-            validate(&state, "c1", &schema(), &raw).unwrap(),
+            validate(&state, "c1", &schema(), &raw.into()).unwrap(),
             json!({"query": "x"})
         );
     }
@@ -208,7 +215,7 @@ mod tests {
     #[test]
     fn what_cannot_be_repaired_is_denied_with_the_reasons() {
         let state = state();
-        let err = validate(&state, "c1", &schema(), r#"{"top_k":"many"}"#).unwrap_err();
+        let err = validate(&state, "c1", &schema(), &r#"{"top_k":"many"}"#.into()).unwrap_err();
         assert!(err.contains("\"query\" is a required property"), "{err}");
         assert!(err.contains("/top_k"), "{err}");
         assert!(state.repair_count("c1") <= MAX_REPAIR_ATTEMPTS);
@@ -219,7 +226,13 @@ mod tests {
         let state = state();
         state.count_repair("c1");
         state.count_repair("c1");
-        let err = validate(&state, "c1", &schema(), r#"{"query":"x","top_k":"3"}"#).unwrap_err();
+        let err = validate(
+            &state,
+            "c1",
+            &schema(),
+            &r#"{"query":"x","top_k":"3"}"#.into(),
+        )
+        .unwrap_err();
         assert!(err.contains("/top_k"), "{err}");
         assert_eq!(state.repair_count("c1"), MAX_REPAIR_ATTEMPTS);
     }
@@ -227,7 +240,7 @@ mod tests {
     #[test]
     fn broken_json_is_denied() {
         let state = state();
-        let err = validate(&state, "c1", &schema(), r#"{"query": "#).unwrap_err();
+        let err = validate(&state, "c1", &schema(), &r#"{"query": "#.into()).unwrap_err();
         assert!(err.contains("not valid JSON"), "{err}");
     }
 }

@@ -4,8 +4,6 @@
 //! output kept as an artifact), the client's `tool.finished`, and the
 //! turn's state.
 
-use serde_json::Value;
-
 use super::{
     durable::PriorCall,
     executor::Executed,
@@ -46,8 +44,7 @@ pub(super) async fn run_waves(
                 // Its `tool.started` is in the log already.
                 continue;
             }
-            let arguments = serde_json::from_str(&call.arguments)
-                .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+            let arguments = call.arguments.shown();
             env.sink
                 .emit(TurnEvent::ToolStarted {
                     step: env.step,
@@ -213,7 +210,7 @@ async fn settle(env: &CallEnv<'_>, call: &ToolCall) -> Settled {
     ) else {
         return Settled::Unknown;
     };
-    let Ok(arguments) = serde_json::from_str::<Value>(&call.arguments) else {
+    let Some(arguments) = call.arguments.json() else {
         return Settled::Unknown;
     };
     let turn_id = env.request.turn_id.to_string();
@@ -229,7 +226,7 @@ async fn settle(env: &CallEnv<'_>, call: &ToolCall) -> Settled {
     // crashed turn.
     let session = &env.request.session_id;
     isolate(async {
-        Ok::<_, crate::hooks::HookError>(tool.settle(session, &arguments, &before).await)
+        Ok::<_, crate::hooks::HookError>(tool.settle(session, arguments, &before).await)
     })
     .await
     .unwrap_or(Settled::Unknown)

@@ -39,7 +39,7 @@ use super::{
 use crate::{
     app::AppState,
     events::StoredEvent,
-    ids::{SessionKey, Tenant},
+    ids::Tenant,
     protocols::{
         endpoint::{Started, named_session},
         error::ApiError,
@@ -199,7 +199,7 @@ impl Caller {
             .find_turn(turn_id)
             .await?
             .ok_or_else(|| RpcError::new(TASK_NOT_FOUND, "task not found"))?;
-        if SessionKey::from_stored(&record.session_id).tenant() != self.tenant.0 {
+        if record.session_id.clone().tenant() != self.tenant.0 {
             return Err(RpcError::new(TASK_NOT_FOUND, "task not found"));
         }
         Ok(record)
@@ -207,7 +207,7 @@ impl Caller {
 
     /// The task of a turn, folded from what its log holds now.
     async fn fold(&self, record: &TurnRecord) -> Result<TaskFold, RpcError> {
-        let session = SessionKey::from_stored(&record.session_id);
+        let session = record.session_id.clone();
         let mut fold = TaskFold::new(record.id.to_string(), session.id().to_owned());
         read_turn(self.app.store.as_ref(), record, |stored| {
             if let Some(event) = typed(stored) {
@@ -281,7 +281,7 @@ impl Caller {
 
     async fn cancel(&self, params: &Value) -> Result<Value, RpcError> {
         let record = self.turn(task_id(params)?).await?;
-        let session = SessionKey::from_stored(&record.session_id);
+        let session = record.session_id.clone();
         match self.app.runner.cancel(&session, record.id).await {
             Ok(_) => {}
             Err(CancelError::NotFound) => {
@@ -321,7 +321,7 @@ impl Caller {
                         .runner
                         .subscribe(record.session_id.clone(), turn_id, record.first_seq - 1)
                         .boxed();
-                    let session = SessionKey::from_stored(&record.session_id);
+                    let session = record.session_id.clone();
                     (session, turn_id, events, last_seq)
                 }
                 None => {
@@ -397,7 +397,7 @@ impl Caller {
         message: &Value,
     ) -> Result<(TurnRecord, i64), RpcError> {
         let record = self.turn(turn_id).await?;
-        let session = SessionKey::from_stored(&record.session_id);
+        let session = record.session_id.clone();
         if record.status != TurnStatus::Running {
             return Err(RpcError::new(
                 UNSUPPORTED_OPERATION,
@@ -451,7 +451,7 @@ impl Caller {
                 format!("the task ended ({}): read it with GetTask", record.status),
             ));
         }
-        let session = SessionKey::from_stored(&record.session_id);
+        let session = record.session_id.clone();
         let quiet_until = self
             .app
             .store

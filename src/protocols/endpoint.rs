@@ -105,7 +105,7 @@ impl Started {
 
     /// The turn's committed events from its start.
     pub fn events(self, app: &AppState) -> TurnEvents {
-        let session = self.session.as_str().to_owned();
+        let session = self.session.clone();
         match self.turn.live {
             Some(start) => app.runner.subscribe_started(session, start).boxed(),
             None => app

@@ -20,7 +20,6 @@ use super::{
 use crate::{
     app::AppState,
     events::TurnEvent,
-    ids::client_session_id,
     protocols::error::{BadRequest, NotFound, Problem, TurnAlreadyRunning},
     runner::{CancelError, CancelOutcome, QueuedStartError, StartError},
     store::{NewApproval, TurnRecord, TurnStatus},
@@ -83,7 +82,7 @@ impl From<TurnRecord> for TurnView {
     fn from(r: TurnRecord) -> Self {
         Self {
             turn_id: r.id,
-            session_id: client_session_id(&r.session_id).to_owned(),
+            session_id: r.session_id.id().to_owned(),
             status: r.status,
             created_at: r.created_at,
             finished_at: r.finished_at,
@@ -224,7 +223,7 @@ async fn start_turn(
     } else {
         let (record, result) = completed(started.ended(&app).await?)?;
         axum::Json(TurnResponse {
-            session_id: client_session_id(&record.session_id).to_owned(),
+            session_id: record.session_id.id().to_owned(),
             turn_id,
             status: record.status,
             result,
@@ -341,9 +340,7 @@ async fn turn_events(
     {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let events = app
-        .runner
-        .subscribe(session_id.as_str().to_owned(), turn_id, after);
+    let events = app.runner.subscribe(session_id.clone(), turn_id, after);
     Ok(sse::response(
         sse::TurnRef {
             session_id: session_id.id().to_owned(),

@@ -95,7 +95,7 @@ async fn create_response(
         (Some(previous), None) => {
             let (record, _) = find(&app, &tenant, previous).await?;
             asked.follows = Some(record.id);
-            SessionKey::from_stored(&record.session_id)
+            record.session_id.clone()
         }
         (None, Some(conversation)) => named_session(Some(conversation), "resp", &tenant)?,
         // A new conversation; one named by the request's key when it has
@@ -109,7 +109,7 @@ async fn create_response(
             None => named_session(None, "resp", &tenant)?,
         },
     };
-    let start_head = head(Uuid::nil(), session.as_str(), &asked);
+    let start_head = head(Uuid::nil(), &session, &asked);
     let (_, model) = app.runner.harness().resolve_provider_model(
         asked.runtime_provider.as_deref(),
         asked.runtime_model.as_deref(),
@@ -154,7 +154,7 @@ async fn answer_function_calls(
     let previous = body.previous_response_id.as_deref().unwrap_or_default();
     let (record, _) = find(app, tenant, previous).await?;
     let answered = answer_calls(app, &record, outputs).await?;
-    let session = SessionKey::from_stored(&record.session_id);
+    let session = record.session_id.clone();
     if body.background && !body.stream {
         let response = folded(app, &record, answered.after).await?;
         return Ok(with_ids(response, &session, record.id));
@@ -250,7 +250,7 @@ async fn get_response(
     if !query.stream {
         return Ok(axum::Json(folded(&app, &record, after).await?).into_response());
     }
-    let session = SessionKey::from_stored(&record.session_id);
+    let session = record.session_id.clone();
     let head = head(record.id, &record.session_id, &record.request);
     let folding = Folding::new(head, record.id, after);
     let events = app
@@ -315,7 +315,7 @@ async fn cancel_response(
         tenant,
     }: ResponseTurn,
 ) -> Result<Response, ApiError> {
-    let session = SessionKey::from_stored(&record.session_id);
+    let session = record.session_id.clone();
     match app.runner.cancel(&session, record.id).await {
         Ok(_) => {}
         Err(CancelError::NotFound) => return Err(ApiError::ResponseNotFound),

@@ -367,10 +367,7 @@ async fn ui_chat_resume(
     let turn_id = turn.id;
     // A turn that went on after calls of the client's: from the last.
     let after = super::client_calls::answered_until(&app, &turn).await?;
-    let events = app
-        .runner
-        .subscribe(session_id.as_str().to_owned(), turn_id, 0)
-        .boxed();
+    let events = app.runner.subscribe(session_id.clone(), turn_id, 0).boxed();
     let format = SegmentStream::new(turn_id, after, Encoder::default());
     Ok(stream_for(&app, format, events))
 }

@@ -156,8 +156,7 @@ fn wire_messages(messages: &[ChatMessage]) -> Vec<Value> {
                     blocks.push(json!({"type": "text", "text": message.content}));
                 }
                 for call in &message.tool_calls {
-                    let input: Value = serde_json::from_str(&call.arguments)
-                        .unwrap_or_else(|_| Value::Object(Default::default()));
+                    let input = call.arguments.or_empty_object();
                     blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
                 }
                 ("assistant", blocks)
@@ -372,7 +371,7 @@ where
                             serde_json::from_str::<Value>(&arguments).map_err(|e| {
                                 ProviderError::Protocol(format!("tool input of {name} is not JSON: {e}"))
                             })?;
-                            yield ProviderEvent::ToolCall(ToolCall { id, name, arguments });
+                            yield ProviderEvent::ToolCall(ToolCall { id, name, arguments: arguments.into() });
                         }
                         Some(Block::Thinking { text, signature }) => {
                             yield ProviderEvent::Thinking(ThinkingBlock { text, signature });

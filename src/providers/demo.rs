@@ -108,7 +108,7 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
         let call = ToolCall {
             id: format!("call_demo_{}", uuid::Uuid::now_v7().simple()),
             name: "local_search".to_owned(),
-            arguments: serde_json::json!({ "query": message }).to_string(),
+            arguments: serde_json::json!({ "query": message }).to_string().into(),
         };
         return (String::new(), vec![call]);
     }
@@ -121,7 +121,7 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
         let call = ToolCall {
             id: format!("call_demo_{}", uuid::Uuid::now_v7().simple()),
             name: tool.name.clone(),
-            arguments: serde_json::json!({}).to_string(),
+            arguments: serde_json::json!({}).to_string().into(),
         };
         return (String::new(), vec![call]);
     }

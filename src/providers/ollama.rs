@@ -110,8 +110,7 @@ fn wire_message(message: &ChatMessage) -> Value {
             "role": "assistant",
             "content": message.content,
             "tool_calls": message.tool_calls.iter().map(|c| {
-                let arguments: Value = serde_json::from_str(&c.arguments)
-                    .unwrap_or_else(|_| Value::Object(Default::default()));
+                let arguments = c.arguments.or_empty_object();
                 json!({"function": {"name": c.name, "arguments": arguments}})
             }).collect::<Vec<_>>(),
         }),
@@ -249,7 +248,7 @@ where
                         Value::String(text) => text,
                         other => other.to_string(),
                     };
-                    yield ProviderEvent::ToolCall(ToolCall { id, name: call.function.name, arguments });
+                    yield ProviderEvent::ToolCall(ToolCall { id, name: call.function.name, arguments: arguments.into() });
                 }
             }
             if parsed.done {

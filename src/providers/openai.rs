@@ -170,7 +170,7 @@ fn wire_message(message: &ChatMessage) -> Value {
             "tool_calls": message.tool_calls.iter().map(|c| json!({
                 "id": c.id,
                 "type": "function",
-                "function": { "name": c.name, "arguments": c.arguments },
+                "function": { "name": c.name, "arguments": c.arguments.raw() },
             })).collect::<Vec<_>>(),
         }),
         Role::Tool => json!({
@@ -334,7 +334,7 @@ fn parse_completion(body: &[u8]) -> Result<Vec<ProviderEvent>, ProviderError> {
                 .filter(|id| !id.is_empty())
                 .unwrap_or_else(|| format!("call_{index}")),
             name: call.function.name,
-            arguments,
+            arguments: arguments.into(),
         }));
     }
     if let Some(usage) = completion.usage {
@@ -505,7 +505,7 @@ where
             }
             let id = if call.id.is_empty() { format!("call_{index}") } else { call.id };
             let arguments = if call.arguments.trim().is_empty() { "{}".to_owned() } else { call.arguments };
-            yield ProviderEvent::ToolCall(ToolCall { id, name: call.name, arguments });
+            yield ProviderEvent::ToolCall(ToolCall { id, name: call.name, arguments: arguments.into() });
         }
         let reason = finish.unwrap_or(if had_calls { FinishReason::ToolCalls } else { FinishReason::Stop });
         yield ProviderEvent::Finished(reason);

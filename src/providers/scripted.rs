@@ -41,7 +41,7 @@ pub fn call(id: &str, name: &str, arguments: serde_json::Value) -> ToolCall {
     ToolCall {
         id: id.to_owned(),
         name: name.to_owned(),
-        arguments: arguments.to_string(),
+        arguments: arguments.to_string().into(),
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::{events::StoredEvent, store::Lease};
+use crate::{events::StoredEvent, ids::SessionKey, store::Lease};
 
 /// Commits a slow subscriber may fall behind before it re-reads the log.
 /// The ring is allocated whole for every running turn (about 48 bytes a
@@ -31,7 +31,7 @@ pub type Committed = Arc<[Arc<StoredEvent>]>;
 /// One running turn of this process.
 #[derive(Debug)]
 pub struct LiveTurn {
-    pub session_id: String,
+    pub session_id: SessionKey,
     /// The session's tenant (counted per start: read once here).
     tenant: String,
     pub turn_id: Uuid,
@@ -133,13 +133,11 @@ pub struct LiveTurns {
 }
 
 impl LiveTurns {
-    pub fn insert(&self, session_id: &str, turn_id: Uuid, attempt: u32) -> Arc<LiveTurn> {
+    pub fn insert(&self, session_id: &SessionKey, turn_id: Uuid, attempt: u32) -> Arc<LiveTurn> {
         let (sender, _) = broadcast::channel(BROADCAST_CAPACITY);
         let turn = Arc::new(LiveTurn {
-            session_id: session_id.to_owned(),
-            tenant: crate::ids::SessionKey::from_stored(session_id)
-                .tenant()
-                .to_owned(),
+            session_id: session_id.clone(),
+            tenant: session_id.tenant().to_owned(),
             turn_id,
             attempt,
             sender,

@@ -96,19 +96,19 @@ impl TurnRunner {
             .map_err(|e| TurnFailure::Turn(e.into()))?;
         }
         let session = store
-            .get_session(&turn.session_id)
+            .get_session(turn.session_id.as_str())
             .await
             .map_err(TurnFailure::History)?;
         let history = match &turn.request.history {
             Some(history) => history.clone(),
             None => chat_messages(
                 store
-                    .recent_messages(&turn.session_id, inner.config.history_max_messages)
+                    .recent_messages(turn.session_id.as_str(), inner.config.history_max_messages)
                     .await
                     .map_err(TurnFailure::History)?,
             ),
         };
-        let key = crate::ids::SessionKey::from_stored(&turn.session_id);
+        let key = turn.session_id.clone();
         let request = TurnInput {
             session_id: turn.session_id.clone(),
             turn_id: turn.id,
@@ -133,7 +133,7 @@ impl TurnRunner {
             // No step was recorded: nothing the turn did must be kept; it
             // starts over, within its own deadline.
             let state = Arc::new(TurnRuntimeState::new(
-                &request.session_id,
+                request.session_id.clone(),
                 TurnBudget::resume(limits, deadline, [0, 0, 0]),
             ));
             return harness

@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::{LiveStart, TurnRunner};
 use crate::{
     events::StoredEvent,
+    ids::SessionKey,
     store::{StoreError, TurnLogCursor, TurnStatus},
 };
 
@@ -58,7 +59,7 @@ impl TurnRunner {
     /// the service shuts down.
     pub fn subscribe(
         &self,
-        session_id: String,
+        session_id: SessionKey,
         turn_id: Uuid,
         after: i64,
     ) -> impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static {
@@ -70,7 +71,7 @@ impl TurnRunner {
     /// emit anything: no log read is needed to begin.
     pub fn subscribe_started(
         &self,
-        session_id: String,
+        session_id: SessionKey,
         start: LiveStart,
     ) -> impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static {
         let turn_id = start.live.turn_id;
@@ -79,7 +80,7 @@ impl TurnRunner {
 
     fn follow(
         &self,
-        session_id: String,
+        session_id: SessionKey,
         turn_id: Uuid,
         after: i64,
         start: Option<LiveStart>,
@@ -89,7 +90,7 @@ impl TurnRunner {
         async_stream::try_stream! {
             let _open = open;
             let inner = &runner.inner;
-            let mut log = TurnLogCursor::new(&session_id, turn_id, after);
+            let mut log = TurnLogCursor::new(session_id.as_str(), turn_id, after);
             let (live, mut receiver, mut skip_first_read) = match start {
                 Some(start) => {
                     log.passed(start.started.seq);
@@ -188,7 +189,7 @@ impl TurnRunner {
                 // cannot produce one any more; do not wait forever.
                 if idle_polls.is_multiple_of(20) {
                     let record = retrying(&inner.close_streams, || {
-                        inner.store.get_turn(&session_id, turn_id)
+                        inner.store.get_turn(session_id.as_str(), turn_id)
                     })
                     .await?;
                     if record.is_none_or(|r| r.status != TurnStatus::Running) {

@@ -149,7 +149,7 @@ impl TurnRunner {
         if used.tokens() == 0 && used.cost_usd.is_none() {
             return;
         }
-        let session = crate::ids::SessionKey::from_stored(&live.session_id);
+        let session = live.session_id.clone();
         let day = Utc::now().date_naive();
         if let Err(e) = self
             .inner

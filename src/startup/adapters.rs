@@ -170,7 +170,7 @@ impl CheckpointStore for VaultCheckpoints {
             self.store
                 .put_checkpoint(&store::NewCheckpoint {
                     id: id.clone(),
-                    session_id: request.session_id.clone(),
+                    session_id: request.session_id.as_str().to_owned(),
                     turn_id: request.turn_id.clone(),
                     call_id: request.call_id.clone(),
                     tool: request.tool.clone(),

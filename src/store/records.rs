@@ -11,6 +11,7 @@ use super::StoreError;
 use crate::store::Result;
 use crate::{
     events::StoredEvent,
+    ids::SessionKey,
     turn::{TurnRequest, TurnResult},
 };
 
@@ -150,7 +151,7 @@ pub struct TurnFinish {
     /// The lease the finish holds: it applies only while the turn is
     /// still this attempt's.
     pub attempt: u32,
-    pub session_id: String,
+    pub session_id: SessionKey,
     pub status: TurnStatus,
     pub result: Option<String>,
     pub error_code: Option<String>,
@@ -283,7 +284,7 @@ pub struct ArtifactRecord {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnRecord {
     pub id: Uuid,
-    pub session_id: String,
+    pub session_id: SessionKey,
     pub status: TurnStatus,
     pub request: TurnRequest,
     /// A completed turn's result.
@@ -405,7 +406,7 @@ impl TryFrom<rows::TurnRow> for TurnRecord {
     fn try_from(r: rows::TurnRow) -> Result<Self> {
         Ok(Self {
             id: parse_uuid(&r.id)?,
-            session_id: r.session_id,
+            session_id: SessionKey::stored(r.session_id),
             status: r.status.parse()?,
             request: serde_json::from_str(&r.request)
                 .map_err(|e| StoreError::Corrupt(format!("turn request: {e}")))?,

@@ -376,7 +376,7 @@ const TURNS: usize = 40;
 /// A flood by one tenant, at ten times its limits, holds no turn of
 /// another back: every one of them is served while the flood is refused.
 /// How much it slows them is the bench's to measure (`bench run
-/// --scenarios tenants`, docs/benchmarks.md "Issue 37"), not a test's.
+/// --scenarios tenants`, docs/benchmarks.md "Tenants"), not a test's.
 async fn a_flood_by_one_tenant_holds_no_other_back(backend: Backend) {
     let (app, globex) = two_tenants(backend, |s| {
         s.server.tenant_max_running_turns = 4;

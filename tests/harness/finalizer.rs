@@ -243,7 +243,7 @@ impl JudgeScheduler for Judges {
         let job = |judge: &str| agent_harness::store::NewJob {
             id: format!("job-{judge}"),
             kind: "judge".into(),
-            session_id: request.session_id.clone(),
+            session_id: request.session_id.as_str().to_owned(),
             turn_id: request.turn_id.clone(),
             payload: "{}".into(),
             at: chrono::Utc::now(),

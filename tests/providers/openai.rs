@@ -99,7 +99,7 @@ async fn interleaved_tool_call_deltas_assemble_by_index() {
         (
             calls[0].id.as_str(),
             calls[0].name.as_str(),
-            calls[0].arguments.as_str()
+            calls[0].arguments.raw()
         ),
         (
             "call_A1b2C3d4E5f6G7h8I9j0K1l2",
@@ -111,7 +111,7 @@ async fn interleaved_tool_call_deltas_assemble_by_index() {
         (
             calls[1].id.as_str(),
             calls[1].name.as_str(),
-            calls[1].arguments.as_str()
+            calls[1].arguments.raw()
         ),
         (
             "call_M3n4O5p6Q7r8S9t0U1v2W3x4",

@@ -71,7 +71,7 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
     TurnFinish {
         turn_id: turn.id,
         attempt: 0,
-        session_id: turn.session_id.clone(),
+        session_id: turn.session_id.clone().into(),
         status: TurnStatus::Completed,
         result: Some(serde_json::to_string(&result).unwrap()),
         error_code: None,

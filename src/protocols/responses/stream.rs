@@ -16,7 +16,7 @@ use super::{
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
-    ids::{SessionKey, Tenant, client_session_id},
+    ids::{SessionKey, Tenant},
     protocols::{
         Encoded, WireFormat,
         client_calls::{Seen, Segment},
@@ -70,19 +70,19 @@ pub(super) async fn find(
         .find_turn(turn_id)
         .await?
         .ok_or(ApiError::ResponseNotFound)?;
-    if SessionKey::from_stored(&record.session_id).tenant() != tenant.0 {
+    if record.session_id.clone().tenant() != tenant.0 {
         return Err(ApiError::ResponseNotFound);
     }
     Ok((record, after))
 }
 
 /// The fields of a response that come from what its turn was asked.
-pub(super) fn head(turn_id: Uuid, session: &str, asked: &TurnRequest) -> Head {
+pub(super) fn head(turn_id: Uuid, session: &SessionKey, asked: &TurnRequest) -> Head {
     Head {
         id: response_id(turn_id),
         created_at: 0,
         model: String::new(),
-        conversation: client_session_id(session).to_owned(),
+        conversation: session.id().to_owned(),
         instructions: asked.skill_context.clone(),
         metadata: json!(asked.metadata),
         max_output_tokens: asked.max_output_tokens,

@@ -49,7 +49,8 @@ async fn rig(linger: Duration) -> Rig {
         })
         .await
         .unwrap();
-    let live = LiveTurns::default().insert("s-linger", turn_id, 0);
+    let live =
+        LiveTurns::default().insert(&crate::ids::SessionKey::from_stored("s-linger"), turn_id, 0);
     let tracker = TaskTracker::new();
     let stop = CancellationToken::new();
     let writer = EventWriter::spawn(
@@ -212,8 +213,12 @@ async fn a_stopping_writer_commits_the_text_it_holds() {
 async fn a_commit_of_many_events_reaches_a_subscriber_in_one_message() {
     let turns = LiveTurns::default();
     let turn_id = uuid::Uuid::now_v7();
-    let live = turns.insert("s", turn_id, 0);
-    let other = turns.insert("t", uuid::Uuid::now_v7(), 0);
+    let live = turns.insert(&crate::ids::SessionKey::from_stored("s"), turn_id, 0);
+    let other = turns.insert(
+        &crate::ids::SessionKey::from_stored("t"),
+        uuid::Uuid::now_v7(),
+        0,
+    );
     let mut receiver = live.subscribe();
     let event = |live: &Arc<LiveTurn>, seq: i64| Command::Append {
         event: Arc::new(

@@ -36,7 +36,7 @@ impl TurnLogCursor {
 
     /// A turn's events from its first.
     pub fn of(turn: &TurnRecord) -> Self {
-        Self::new(&turn.session_id, turn.id, turn.first_seq - 1)
+        Self::new(turn.session_id.as_str(), turn.id, turn.first_seq - 1)
     }
 
     /// The seq read up to.

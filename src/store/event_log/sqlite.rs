@@ -94,7 +94,7 @@ impl EventLog for SqliteStore {
                     for m in &finish.messages {
                         message.execute(params![
                             m.id.to_string(),
-                            finish.session_id,
+                            finish.session_id.as_str(),
                             turn_id,
                             m.role,
                             m.content,
@@ -108,7 +108,7 @@ impl EventLog for SqliteStore {
                     )?
                     .execute(params![
                         d.id.to_string(),
-                        finish.session_id,
+                        finish.session_id.as_str(),
                         turn_id,
                         d.decision_key,
                         d.strategy,
@@ -128,7 +128,7 @@ impl EventLog for SqliteStore {
                     )?
                     .execute(params![
                         at,
-                        finish.session_id,
+                        finish.session_id.as_str(),
                         finish.cost_usd,
                         finish.terminal.seq
                     ])?;

@@ -198,7 +198,8 @@ pub(in crate::store) fn memories_for_turn(
     // Most scopes have no memories (a new user, extraction off): one
     // index probe answers them, not a full-text query (whose set-up was
     // most of a begin's time on this thread, and every begin queued
-    // behind it waited it out: docs/benchmarks.md, "Issue 23").
+    // behind it waited it out: issue 23's profile, in the git history of
+    // docs/benchmarks.md).
     let any: Option<i64> = tx
         .prepare_cached("SELECT 1 FROM memories WHERE scope = ?1 LIMIT 1")?
         .query_row(params![query.scope], |row| row.get(0))
