@@ -33,6 +33,7 @@ mod models;
 mod multitask;
 mod openai_compat;
 mod openapi;
+mod quickstart;
 mod replicas;
 mod responses;
 mod stops;
