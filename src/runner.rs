@@ -300,6 +300,56 @@ impl TurnRunner {
         self.inner.draining.is_cancelled()
     }
 
+    /// The tenant's limits, and what they make of a turn about to begin.
+    async fn admission(&self, tenant: &str) -> Result<Admission, StartError> {
+        let limits = self.tenant_limits(tenant).await?;
+        // The turns this process runs are among the tenant's: when they
+        // alone fill its share, no turn is written (a flood's refusals
+        // then cost no write, and hold no other tenant's back).
+        let busy_here = limits
+            .max_running_turns
+            .filter(|most| self.inner.live.count_of_tenant(tenant) >= *most as usize)
+            .map(StartError::TenantBusy);
+        // Held back, not refused yet: a request sent again with its key
+        // still gets its turn (see `Turns::begin_turn`).
+        let (quota_warning, held_back) = match self.quota(tenant, &limits).await {
+            Ok(warning) => (warning, busy_here),
+            Err(exceeded @ StartError::QuotaExceeded { .. }) => (None, Some(exceeded)),
+            Err(other) => return Err(other),
+        };
+        Ok(Admission {
+            limits,
+            quota_warning,
+            held_back,
+        })
+    }
+
+    /// The `turn.started` of a turn of `spec`: its message, the provider
+    /// and model it runs on, and what it will do otherwise than it asks.
+    fn started_event(&self, spec: &TurnRequest) -> TurnEvent {
+        let (provider, model) = self.inner.harness.resolve_provider_model(
+            spec.runtime_provider.as_deref(),
+            spec.runtime_model.as_deref(),
+        );
+        TurnEvent::TurnStarted {
+            message: spec.message.clone(),
+            provider,
+            model,
+            warnings: self.warnings(spec),
+        }
+    }
+
+    /// What a turn of `spec` reads before its first provider call.
+    fn first_reads(&self, spec: &TurnRequest, memory_scope: &str) -> TurnReads {
+        TurnReads {
+            history: spec
+                .history
+                .is_none()
+                .then_some(self.inner.config.history_max_messages),
+            memory: self.inner.harness.memory_query(memory_scope, &spec.message),
+        }
+    }
+
     /// What a turn of `spec` will do otherwise than it asks.
     fn warnings(&self, spec: &TurnRequest) -> Vec<String> {
         let mut warnings = Vec::new();
@@ -327,43 +377,17 @@ impl TurnRunner {
         let inner = &self.inner;
         // Every route that starts a turn comes here.
         inner.config.policy.admit(&spec)?;
-        let limits = self.tenant_limits(session_id.tenant()).await?;
-        // The turns this process runs are among the tenant's: when they
-        // alone fill its share, no turn is written (a flood's refusals
-        // then cost no write, and hold no other tenant's back).
-        let busy_here = limits
-            .max_running_turns
-            .filter(|most| inner.live.count_of_tenant(session_id.tenant()) >= *most as usize)
-            .map(StartError::TenantBusy);
-        // Held back, not refused yet: a request sent again with its key
-        // still gets its turn (see `Turns::begin_turn`).
-        let (quota_warning, held_back) = match self.quota(session_id.tenant(), &limits).await {
-            Ok(warning) => (warning, busy_here),
-            Err(exceeded @ StartError::QuotaExceeded { .. }) => (None, Some(exceeded)),
-            Err(other) => return Err(other),
-        };
+        let Admission {
+            limits,
+            quota_warning,
+            held_back,
+        } = self.admission(session_id.tenant()).await?;
         let turn_id = Uuid::now_v7();
         let now = Utc::now().trunc_subsecs(6);
-        let (provider, model) = inner.harness.resolve_provider_model(
-            spec.runtime_provider.as_deref(),
-            spec.runtime_model.as_deref(),
-        );
-        let started = TurnEvent::TurnStarted {
-            message: spec.message.clone(),
-            provider,
-            model,
-            warnings: self.warnings(&spec),
-        };
+        let started = self.started_event(&spec);
         let encode = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
         let memory_scope = spec.memory_scope(session_id);
-        let span = tracing::info_span!(
-            "turn",
-            otel.name = "invoke_agent",
-            gen_ai.operation.name = "invoke_agent",
-            turn.id = %turn_id,
-            session.id = %session_id,
-            turn.status = tracing::field::Empty,
-        );
+        let span = turn_span(turn_id, session_id);
         let new_turn = NewTurn {
             id: turn_id,
             session_id: session_id.as_str().to_owned(),
@@ -375,43 +399,13 @@ impl TurnRunner {
             created_at: now,
             started_payload: serde_json::to_string(&started).map_err(encode)?,
             traceparent: crate::telemetry::traceparent(&span),
-            reads: TurnReads {
-                history: spec
-                    .history
-                    .is_none()
-                    .then_some(inner.config.history_max_messages),
-                memory: inner.harness.memory_query(&memory_scope, &spec.message),
-            },
+            reads: self.first_reads(&spec, &memory_scope),
             max_running: limits.max_running_turns,
             held_back: held_back.is_some(),
         };
         let began = match inner.store.begin_turn(&new_turn).await {
             Ok(began) => began,
-            Err(BeginTurnError::AlreadyRunning(running)) => {
-                return Err(StartError::AlreadyRunning(running));
-            }
-            Err(BeginTurnError::IdempotencyKeyExists(existing)) => {
-                return if existing.request == new_turn.request {
-                    Ok(StartedTurn {
-                        turn_id: existing.id,
-                        replayed: true,
-                        first_seq: existing.first_seq,
-                        live: None,
-                    })
-                } else {
-                    Err(StartError::IdempotencyMismatch(existing.id))
-                };
-            }
-            Err(BeginTurnError::SessionNotFound) => return Err(StartError::SessionNotFound),
-            Err(BeginTurnError::TenantBusy) => {
-                return Err(StartError::TenantBusy(
-                    limits.max_running_turns.unwrap_or_default(),
-                ));
-            }
-            Err(BeginTurnError::HeldBack) => {
-                return Err(held_back.unwrap_or(StartError::TenantBusy(0)));
-            }
-            Err(BeginTurnError::Store(e)) => return Err(e.into()),
+            Err(refused) => return not_begun(refused, &new_turn, &limits, held_back),
         };
         inner.metrics.turn_started();
         let live = inner.live.insert(session_id, turn_id, 0);
@@ -517,5 +511,58 @@ impl TurnRunner {
     /// A token cancelled when open streams must end.
     pub fn streams_closed(&self) -> CancellationToken {
         self.inner.close_streams.clone()
+    }
+}
+
+/// The span of a turn a request began (its trace is the request's).
+fn turn_span(turn_id: Uuid, session_id: &SessionKey) -> tracing::Span {
+    tracing::info_span!(
+        "turn",
+        otel.name = "invoke_agent",
+        gen_ai.operation.name = "invoke_agent",
+        turn.id = %turn_id,
+        session.id = %session_id,
+        turn.status = tracing::field::Empty,
+    )
+}
+
+/// What a tenant's limits make of a turn about to begin.
+struct Admission {
+    limits: TenantLimits,
+    /// `quota.warning`, when the tenant is past 80% of its quota.
+    quota_warning: Option<TurnEvent>,
+    /// Why the turn is held back (its tenant is at a limit): the begin
+    /// writes nothing, and answers the turn's conflict if it has one.
+    held_back: Option<StartError>,
+}
+
+/// What a begin the store refused answers: the turn its idempotency key
+/// names when the request is the same, else the refusal.
+fn not_begun(
+    refused: BeginTurnError,
+    new_turn: &NewTurn,
+    limits: &TenantLimits,
+    held_back: Option<StartError>,
+) -> Result<StartedTurn, StartError> {
+    match refused {
+        BeginTurnError::AlreadyRunning(running) => Err(StartError::AlreadyRunning(running)),
+        BeginTurnError::IdempotencyKeyExists(existing) => {
+            if existing.request == new_turn.request {
+                Ok(StartedTurn {
+                    turn_id: existing.id,
+                    replayed: true,
+                    first_seq: existing.first_seq,
+                    live: None,
+                })
+            } else {
+                Err(StartError::IdempotencyMismatch(existing.id))
+            }
+        }
+        BeginTurnError::SessionNotFound => Err(StartError::SessionNotFound),
+        BeginTurnError::TenantBusy => Err(StartError::TenantBusy(
+            limits.max_running_turns.unwrap_or_default(),
+        )),
+        BeginTurnError::HeldBack => Err(held_back.unwrap_or(StartError::TenantBusy(0))),
+        BeginTurnError::Store(e) => Err(e.into()),
     }
 }

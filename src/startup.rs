@@ -124,25 +124,7 @@ impl Application {
         let runner = TurnRunner::start_runner(
             store.clone(),
             harness,
-            RunnerConfig {
-                instance_id: settings.server.instance_id.clone(),
-                history_max_messages: settings.harness.history_max_messages,
-                heartbeat_interval: Duration::from_secs(settings.server.heartbeat_interval_s),
-                stale_turn_after: settings.server.stale_turn_after(),
-                max_attempts: settings.server.turn_max_attempts,
-                poll_interval: Duration::from_millis(250),
-                events: crate::runner::WriterLimits {
-                    capacity: settings.database.event_queue_capacity,
-                    batch_max: settings.database.event_batch_max,
-                    linger: Duration::from_millis(settings.database.event_linger_ms),
-                },
-                jobs_queued: jobs.clone(),
-                policy: crate::runner::StartPolicy {
-                    allowed_models: settings.allowed_models(),
-                    client_tools_max_bytes: settings.harness.client_tools_max_bytes,
-                    tenant_defaults: settings.server.tenant_defaults(),
-                },
-            },
+            runner_config(&settings, jobs.clone()),
             metrics,
         );
         let recovered = runner.recover_orphans().await?;
@@ -152,37 +134,9 @@ impl Application {
                 "interrupted turns left running by a previous process"
             );
         }
-        let addr = settings.server.listen;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartupError::Bind { addr, source })?;
-        let port = listener
-            .local_addr()
-            .map_err(|source| StartupError::Bind { addr, source })?
-            .port();
-        // The card and the links name where the service is: without a
-        // public URL, the address it bound (port 0 chose a port).
-        let mut settings = settings;
-        if settings.server.public_url.is_none()
-            && let Ok(bound) = listener.local_addr()
-        {
-            let host = if bound.ip().is_unspecified() {
-                format!("localhost:{}", bound.port())
-            } else {
-                bound.to_string()
-            };
-            settings.server.public_url = format!("http://{host}").parse().ok();
-        }
+        let (listener, port, settings) = listen(settings).await?;
         let metrics_listener = match settings.server.metrics_listen {
-            Some(addr) => {
-                let listener = TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| StartupError::Bind { addr, source })?;
-                if let Ok(at) = listener.local_addr() {
-                    tracing::info!(addr = %at, "metrics listening");
-                }
-                Some(listener)
-            }
+            Some(addr) => Some(bind(addr, "metrics").await?),
             None => None,
         };
         let app = Arc::new(App {
@@ -295,6 +249,62 @@ impl Application {
 
 /// Indexes the vault in the background at start; a missing folder is no
 /// vault, not an error. Stops when the service shuts down.
+/// The runner's settings.
+fn runner_config(settings: &Settings, jobs_queued: Arc<tokio::sync::Notify>) -> RunnerConfig {
+    RunnerConfig {
+        instance_id: settings.server.instance_id.clone(),
+        history_max_messages: settings.harness.history_max_messages,
+        heartbeat_interval: Duration::from_secs(settings.server.heartbeat_interval_s),
+        stale_turn_after: settings.server.stale_turn_after(),
+        max_attempts: settings.server.turn_max_attempts,
+        poll_interval: Duration::from_millis(250),
+        events: crate::runner::WriterLimits {
+            capacity: settings.database.event_queue_capacity,
+            batch_max: settings.database.event_batch_max,
+            linger: Duration::from_millis(settings.database.event_linger_ms),
+        },
+        jobs_queued,
+        policy: crate::runner::StartPolicy {
+            allowed_models: settings.allowed_models(),
+            client_tools_max_bytes: settings.harness.client_tools_max_bytes,
+            tenant_defaults: settings.server.tenant_defaults(),
+        },
+    }
+}
+
+/// A listener on `addr` (`what` names it in the log).
+async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, StartupError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartupError::Bind { addr, source })?;
+    if let Ok(at) = listener.local_addr() {
+        tracing::info!(addr = %at, "{what} listening");
+    }
+    Ok(listener)
+}
+
+/// The service's listener, its port, and the settings with the public URL
+/// the agent card and the links name: without one set, the address it
+/// bound (port 0 chose a port).
+async fn listen(mut settings: Settings) -> Result<(TcpListener, u16, Settings), StartupError> {
+    let addr = settings.server.listen;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartupError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartupError::Bind { addr, source })?;
+    if settings.server.public_url.is_none() {
+        let host = if bound.ip().is_unspecified() {
+            format!("localhost:{}", bound.port())
+        } else {
+            bound.to_string()
+        };
+        settings.server.public_url = format!("http://{host}").parse().ok();
+    }
+    Ok((listener, bound.port(), settings))
+}
+
 async fn index_vaults_at_start(vaults: Arc<Vaults>, shutdown: CancellationToken) {
     index_vault_at_start(vaults.default_vault(), &shutdown).await;
     // The tenants' vaults that have a folder (bounded: as many as kept).

@@ -497,6 +497,13 @@ impl BackgroundWorker {
             .put_judgement(&judgement)
             .await
             .map_err(|e| retry(job, e.to_string()))?;
+        self.announce(job, &judgement).await;
+        Ok(())
+    }
+
+    /// Says a judgement in its session's log: at once, or, while a turn of
+    /// the session runs, by a job of its own.
+    async fn announce(&self, job: &JobRecord, judgement: &JudgementRecord) {
         let event = EventJob {
             session_id: judgement.session_id.clone(),
             event_turn_id: Uuid::now_v7(),
@@ -527,7 +534,6 @@ impl BackgroundWorker {
                 }
             }
         }
-        Ok(())
     }
 
     /// Appends a judgement's event to its session's log; false while a

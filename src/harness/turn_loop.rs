@@ -58,21 +58,7 @@ pub(super) async fn run(
 
     // Stage 2 happened when `state` was made: budget and deadline.
     // Stage 3: message assembly.
-    let system_prompt = harness
-        .thinking
-        .system_prompt(&harness.options.system_prompt);
-    let prep = TurnPreparer.prepare(
-        harness.provider.as_ref(),
-        &PrepareInput {
-            session_id: &request.session_id,
-            history: &request.history,
-            asked: &request.asked,
-            context_pack: &context_pack,
-            memory_context_text: &memory.text,
-            system_prompt: &system_prompt,
-            today: chrono::Utc::now().date_naive(),
-        },
-    );
+    let prep = assemble(harness, &request, &context_pack, &memory.text);
     state.set_prompt_render_hash(&prep.prompt_render_hash);
     if let Some(prompt_id) = &harness.options.prompt_id {
         sink.emit(TurnEvent::PromptRendered {
@@ -112,6 +98,31 @@ pub(super) async fn run(
         recorded: Recorded::default(),
     };
     go_on(harness, &request, going, conversation).await
+}
+
+/// Stage 3: the turn's prompt, from its history, the context pack and the
+/// memories.
+fn assemble(
+    harness: &AgentHarness,
+    request: &TurnInput,
+    context_pack: &serde_json::Value,
+    memory_text: &str,
+) -> super::prepare::TurnPreparation {
+    let system_prompt = harness
+        .thinking
+        .system_prompt(&harness.options.system_prompt);
+    TurnPreparer.prepare(
+        harness.provider.as_ref(),
+        &PrepareInput {
+            session_id: &request.session_id,
+            history: &request.history,
+            asked: &request.asked,
+            context_pack,
+            memory_context_text: memory_text,
+            system_prompt: &system_prompt,
+            today: chrono::Utc::now().date_naive(),
+        },
+    )
 }
 
 /// A turn going on from its records in a process that did not begin it:

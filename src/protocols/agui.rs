@@ -238,24 +238,7 @@ impl EndsAtClientCall for Encoder {
                 out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments.to_string()}));
                 out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
             }
-            TurnEvent::ToolFinished { .. } => {
-                let Some((call_id, shown)) = super::finished_call(event) else {
-                    return (out, false);
-                };
-                let content = match shown {
-                    Ok(output) => output,
-                    Err((status, Some(why))) => format!("{}: {why}", status.as_str()),
-                    Err((status, None)) => status.as_str().to_owned(),
-                };
-                self.messages += 1;
-                out.push(json!({
-                    "type": "TOOL_CALL_RESULT",
-                    "messageId": format!("{}-m{}", self.run_id, self.messages),
-                    "toolCallId": call_id,
-                    "content": content,
-                    "role": "tool",
-                }));
-            }
+            TurnEvent::ToolFinished { .. } => out.extend(self.tool_result(event)),
             TurnEvent::TurnCompleted { result } => {
                 self.leave_step(&mut out);
                 out.push(json!({
@@ -283,6 +266,26 @@ impl EndsAtClientCall for Encoder {
             _ => {}
         }
         (out, false)
+    }
+}
+
+impl Encoder {
+    /// The `TOOL_CALL_RESULT` of a `tool.finished`.
+    fn tool_result(&mut self, event: &TurnEvent) -> Option<Value> {
+        let (call_id, shown) = super::finished_call(event)?;
+        let content = match shown {
+            Ok(output) => output,
+            Err((status, Some(why))) => format!("{}: {why}", status.as_str()),
+            Err((status, None)) => status.as_str().to_owned(),
+        };
+        self.messages += 1;
+        Some(json!({
+            "type": "TOOL_CALL_RESULT",
+            "messageId": format!("{}-m{}", self.run_id, self.messages),
+            "toolCallId": call_id,
+            "content": content,
+            "role": "tool",
+        }))
     }
 }
 

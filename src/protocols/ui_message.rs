@@ -251,24 +251,7 @@ impl EndsAtClientCall for Encoder {
                 })),
                 None => {}
             },
-            TurnEvent::Citations { local, web } => {
-                for (i, source) in web.iter().enumerate() {
-                    out.push(json!({
-                        "type": "source-url",
-                        "sourceId": format!("web-{}", i + 1),
-                        "url": source.url,
-                        "title": source.title,
-                    }));
-                }
-                for (i, anchor) in local.iter().enumerate() {
-                    out.push(json!({
-                        "type": "source-document",
-                        "sourceId": format!("local-{}", i + 1),
-                        "mediaType": "text/markdown",
-                        "title": anchor,
-                    }));
-                }
-            }
+            TurnEvent::Citations { local, web } => out.extend(sources(local, web)),
             TurnEvent::TurnCompleted { .. } => {
                 self.close_text(&mut out);
                 out.push(json!({"type": "finish-step"}));
@@ -289,6 +272,28 @@ impl EndsAtClientCall for Encoder {
         }
         (out, false)
     }
+}
+
+/// A turn's citations as the stream's sources: the web's as URLs, the
+/// vault's as documents.
+fn sources(local: &[String], web: &[crate::turn::WebCitation]) -> Vec<Value> {
+    let urls = web.iter().enumerate().map(|(i, source)| {
+        json!({
+            "type": "source-url",
+            "sourceId": format!("web-{}", i + 1),
+            "url": source.url,
+            "title": source.title,
+        })
+    });
+    let documents = local.iter().enumerate().map(|(i, anchor)| {
+        json!({
+            "type": "source-document",
+            "sourceId": format!("local-{}", i + 1),
+            "mediaType": "text/markdown",
+            "title": anchor,
+        })
+    });
+    urls.chain(documents).collect()
 }
 
 /// A turn for `useChat`, answered as a UI message stream (v1).

@@ -71,29 +71,7 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
     }
     let last = request.messages.last();
     if let Some(tool) = last.filter(|m| m.role == Role::Tool) {
-        // The tool's own words, without the harness's fence around them.
-        let found: String = tool
-            .content
-            .lines()
-            .filter(|line| !line.starts_with("<<<") && !line.starts_with("Tool result ("))
-            .collect::<Vec<_>>()
-            .join("\n")
-            .chars()
-            .take(600)
-            .collect();
-        let client_call = request
-            .messages
-            .iter()
-            .rev()
-            .flat_map(|m| &m.tool_calls)
-            .find(|c| tool.tool_call_id.as_deref() == Some(c.id.as_str()))
-            .is_some_and(|c| c.name.starts_with(crate::ids::CLIENT_TOOL_PREFIX));
-        let said = if client_call {
-            "Your tool answered"
-        } else {
-            "Here is what the search found"
-        };
-        return (format!("{said}:\n\n{found}"), Vec::new());
+        return (after_tool(request, tool), Vec::new());
     }
     let message = request
         .messages
@@ -132,6 +110,33 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
         ),
         Vec::new(),
     )
+}
+
+/// What the demo says of a tool's result: the tool's own words, without
+/// the harness's fence around them.
+fn after_tool(request: &ChatRequest, tool: &super::ChatMessage) -> String {
+    let found: String = tool
+        .content
+        .lines()
+        .filter(|line| !line.starts_with("<<<") && !line.starts_with("Tool result ("))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .chars()
+        .take(600)
+        .collect();
+    let client_call = request
+        .messages
+        .iter()
+        .rev()
+        .flat_map(|m| &m.tool_calls)
+        .find(|c| tool.tool_call_id.as_deref() == Some(c.id.as_str()))
+        .is_some_and(|c| c.name.starts_with(crate::ids::CLIENT_TOOL_PREFIX));
+    let said = if client_call {
+        "Your tool answered"
+    } else {
+        "Here is what the search found"
+    };
+    format!("{said}:\n\n{found}")
 }
 
 #[async_trait]

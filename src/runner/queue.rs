@@ -71,6 +71,22 @@ impl Drop for QueueTicket {
 }
 
 impl TurnRunner {
+    /// A start that finds the session busy says which turn runs there.
+    async fn try_start(
+        &self,
+        session_id: &SessionKey,
+        spec: &TurnRequest,
+        idempotency_key: &Option<String>,
+    ) -> Result<Result<StartedTurn, Uuid>, StartError> {
+        match self
+            .start(session_id, spec.clone(), idempotency_key.clone())
+            .await
+        {
+            Err(StartError::AlreadyRunning(running)) => Ok(Err(running)),
+            other => other.map(Ok),
+        }
+    }
+
     /// Begins a turn of `session_id` after the turns queued before it:
     /// `multitask: enqueue`. A request that finds the session busy, or
     /// others already waiting, takes a ticket in the session's queue (in
@@ -90,14 +106,9 @@ impl TurnRunner {
             .queue_head(session_id.as_str(), stale())
             .await?
             .is_none()
+            && let Ok(started) = self.try_start(session_id, &spec, &idempotency_key).await?
         {
-            match self
-                .start(session_id, spec.clone(), idempotency_key.clone())
-                .await
-            {
-                Err(StartError::AlreadyRunning(_)) => {}
-                other => return Ok(other?),
-            }
+            return Ok(started);
         }
         let ticket = QueueTicket {
             runner: self.clone(),
@@ -111,12 +122,9 @@ impl TurnRunner {
         loop {
             if tokio::time::Instant::now() >= deadline {
                 // One last try, in or out of turn: the wait is over.
-                return match self.start(session_id, spec, idempotency_key).await {
-                    Err(StartError::AlreadyRunning(running)) => {
-                        Err(QueuedStartError::TimedOut(running))
-                    }
-                    other => {
-                        let started = other?;
+                return match self.try_start(session_id, &spec, &idempotency_key).await? {
+                    Err(running) => Err(QueuedStartError::TimedOut(running)),
+                    Ok(started) => {
                         ticket.leave().await;
                         Ok(started)
                     }
@@ -138,13 +146,9 @@ impl TurnRunner {
                 continue;
             }
             if store.queue_head(session_id.as_str(), stale()).await? == Some(ticket.ticket) {
-                match self
-                    .start(session_id, spec.clone(), idempotency_key.clone())
-                    .await
-                {
-                    Err(StartError::AlreadyRunning(running)) => waiting_for = Some(running),
-                    other => {
-                        let started = other?;
+                match self.try_start(session_id, &spec, &idempotency_key).await? {
+                    Err(running) => waiting_for = Some(running),
+                    Ok(started) => {
                         ticket.leave().await;
                         return Ok(started);
                     }

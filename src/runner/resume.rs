@@ -66,16 +66,7 @@ impl TurnRunner {
         sink: Arc<TurnSink>,
     ) -> Result<TurnOutput, TurnFailure> {
         let inner = &self.inner;
-        let store = &inner.store;
-        let records = store
-            .step_records(turn.id)
-            .await
-            .map_err(TurnFailure::History)?
-            .iter()
-            .map(|record| serde_json::from_str::<StepRecord>(record))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| TurnFailure::Records(e.to_string()))?;
-        let from = durable::rebuild(&records).map_err(|e| TurnFailure::Records(e.to_string()))?;
+        let from = self.recorded(turn).await?;
         let events = self.turn_events(turn).await?;
         let from_step = from.as_ref().map_or(0, |f| f.step);
         sink.emit(TurnEvent::TurnResumed {
@@ -95,33 +86,7 @@ impl TurnRunner {
             .await
             .map_err(|e| TurnFailure::Turn(e.into()))?;
         }
-        let session = store
-            .get_session(turn.session_id.as_str())
-            .await
-            .map_err(TurnFailure::History)?;
-        let history = match &turn.request.history {
-            Some(history) => history.clone(),
-            None => chat_messages(
-                store
-                    .recent_messages(turn.session_id.as_str(), inner.config.history_max_messages)
-                    .await
-                    .map_err(TurnFailure::History)?,
-            ),
-        };
-        let key = turn.session_id.clone();
-        let request = TurnInput {
-            session_id: turn.session_id.clone(),
-            turn_id: turn.id,
-            turn_number: session
-                .as_ref()
-                .map_or(1, |s| u64::try_from(s.turn_count).unwrap_or(1)),
-            history,
-            asked: Arc::new(turn.request.clone()),
-            session_cost_before: session.and_then(|s| s.cost_usd),
-            memory_scope: turn.request.memory_scope(&key),
-            memories: None,
-            handover: inner.handover.clone(),
-        };
+        let request = self.resumed_input(turn).await?;
         // The deadline and the elapsed time count from the turn's start.
         let age = (Utc::now() - turn.created_at).to_std().unwrap_or_default();
         let now = tokio::time::Instant::now();
@@ -157,6 +122,56 @@ impl TurnRunner {
             .resume_turn(request, sink, resume)
             .await
             .map_err(TurnFailure::Turn)
+    }
+
+    /// Where a turn's step records leave it (`None`: no step recorded).
+    async fn recorded(&self, turn: &TurnRecord) -> Result<Option<durable::Resumed>, TurnFailure> {
+        let records = self
+            .inner
+            .store
+            .step_records(turn.id)
+            .await
+            .map_err(TurnFailure::History)?
+            .iter()
+            .map(|record| serde_json::from_str::<StepRecord>(record))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| TurnFailure::Records(e.to_string()))?;
+        durable::rebuild(&records).map_err(|e| TurnFailure::Records(e.to_string()))
+    }
+
+    /// What a turn taken over is asked, as its begin read it: its session's
+    /// history (or its own), its number, the session's cost so far.
+    async fn resumed_input(&self, turn: &TurnRecord) -> Result<TurnInput, TurnFailure> {
+        let inner = &self.inner;
+        let store = &inner.store;
+        let session = store
+            .get_session(turn.session_id.as_str())
+            .await
+            .map_err(TurnFailure::History)?;
+        let history = match &turn.request.history {
+            Some(history) => history.clone(),
+            None => chat_messages(
+                store
+                    .recent_messages(turn.session_id.as_str(), inner.config.history_max_messages)
+                    .await
+                    .map_err(TurnFailure::History)?,
+            ),
+        };
+        let key = turn.session_id.clone();
+        let request = TurnInput {
+            session_id: turn.session_id.clone(),
+            turn_id: turn.id,
+            turn_number: session
+                .as_ref()
+                .map_or(1, |s| u64::try_from(s.turn_count).unwrap_or(1)),
+            history,
+            asked: Arc::new(turn.request.clone()),
+            session_cost_before: session.and_then(|s| s.cost_usd),
+            memory_scope: turn.request.memory_scope(&key),
+            memories: None,
+            handover: inner.handover.clone(),
+        };
+        Ok(request)
     }
 
     /// The events of a running turn so far, in seq order (at most

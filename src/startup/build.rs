@@ -120,60 +120,10 @@ pub fn build_harness(
     approvals: Arc<tokio::sync::Notify>,
     callbacks: Arc<dyn AgentCallbacks>,
 ) -> AgentHarness {
-    let tools = ToolRegistry::new(settings.harness.tool_permission)
-        .register(Arc::new(GetContextPack::new(vaults.clone())))
-        .register(Arc::new(LocalSearch::new(store.clone(), vaults.clone())))
-        .register(Arc::new(ReadNote::new(vaults.clone())))
-        .register(Arc::new(WriteNote::replace(vaults.clone())))
-        .register(Arc::new(WriteNote::append(vaults.clone())));
+    let tools = builtin_tools(settings, &store, &vaults);
     let vault = vaults.default_vault();
-    let web = settings.web.config();
-    let tools = match &web.search_url {
-        Some(url) => match WebSearch::new(url, web.timeout) {
-            Ok(search) => tools.register(Arc::new(search)),
-            Err(e) => {
-                tracing::error!(error = %e, "web_search is unavailable");
-                tools
-            }
-        },
-        None => tools,
-    };
-    let tools = match FetchUrl::new(&web, store.clone()) {
-        Ok(fetch) => tools.register(Arc::new(fetch)),
-        Err(e) => {
-            tracing::error!(error = %e, "fetch_url is unavailable");
-            tools
-        }
-    };
     let tools = extra_tools.into_iter().fold(tools, ToolRegistry::register);
-    let options = HarnessOptions {
-        max_steps: settings.harness.max_steps,
-        timeout: settings.harness.turn_timeout(),
-        max_tool_calls: settings.harness.max_tool_calls,
-        max_reflections: settings.harness.max_reflections,
-        think_level: settings.harness.think_level,
-        max_think_level: settings.harness.max_think_level,
-        max_output_tokens: settings.harness.max_output_tokens,
-        reflect_every: settings.harness.reflect_every,
-        system_prompt: settings.harness.system_prompt.clone(),
-        prompt_id: settings.harness.prompt_id.clone(),
-        prompt_version: settings.harness.prompt_version.clone(),
-        redact_logs: settings.telemetry.redact_logs,
-        capture_content: settings.telemetry.capture_content && !settings.telemetry.redact_logs,
-        parallel_enabled: settings.harness.parallel_tools,
-        enable_tool_validation: settings.harness.tool_validation,
-        enable_semantic_selection: settings.harness.semantic_tool_selection,
-        max_tools_per_turn: settings.harness.max_tools_per_turn,
-        auto_compact: settings.harness.auto_compact,
-        record_decisions: settings.harness.record_decisions,
-        approval_effects: settings
-            .harness
-            .approval_required
-            .as_ref()
-            .map(|list| list.0.clone())
-            .unwrap_or_default(),
-        ..HarnessOptions::default()
-    };
+    let options = harness_options(settings);
     let models = Arc::new(settings.model_catalogue());
     let mut builder = AgentHarness::builder(provider)
         .tools(tools)
@@ -224,6 +174,71 @@ pub fn build_harness(
         )));
     }
     builder.build()
+}
+
+/// The service's own tools: the vault's, and the web's where they can
+/// be made (one that cannot is logged and left out).
+fn builtin_tools(
+    settings: &Settings,
+    store: &Arc<dyn store::Store>,
+    vaults: &Arc<Vaults>,
+) -> ToolRegistry {
+    let tools = ToolRegistry::new(settings.harness.tool_permission)
+        .register(Arc::new(GetContextPack::new(vaults.clone())))
+        .register(Arc::new(LocalSearch::new(store.clone(), vaults.clone())))
+        .register(Arc::new(ReadNote::new(vaults.clone())))
+        .register(Arc::new(WriteNote::replace(vaults.clone())))
+        .register(Arc::new(WriteNote::append(vaults.clone())));
+    let web = settings.web.config();
+    let tools = match &web.search_url {
+        Some(url) => match WebSearch::new(url, web.timeout) {
+            Ok(search) => tools.register(Arc::new(search)),
+            Err(e) => {
+                tracing::error!(error = %e, "web_search is unavailable");
+                tools
+            }
+        },
+        None => tools,
+    };
+    match FetchUrl::new(&web, store.clone()) {
+        Ok(fetch) => tools.register(Arc::new(fetch)),
+        Err(e) => {
+            tracing::error!(error = %e, "fetch_url is unavailable");
+            tools
+        }
+    }
+}
+
+/// The harness's options, from the settings.
+fn harness_options(settings: &Settings) -> HarnessOptions {
+    HarnessOptions {
+        max_steps: settings.harness.max_steps,
+        timeout: settings.harness.turn_timeout(),
+        max_tool_calls: settings.harness.max_tool_calls,
+        max_reflections: settings.harness.max_reflections,
+        think_level: settings.harness.think_level,
+        max_think_level: settings.harness.max_think_level,
+        max_output_tokens: settings.harness.max_output_tokens,
+        reflect_every: settings.harness.reflect_every,
+        system_prompt: settings.harness.system_prompt.clone(),
+        prompt_id: settings.harness.prompt_id.clone(),
+        prompt_version: settings.harness.prompt_version.clone(),
+        redact_logs: settings.telemetry.redact_logs,
+        capture_content: settings.telemetry.capture_content && !settings.telemetry.redact_logs,
+        parallel_enabled: settings.harness.parallel_tools,
+        enable_tool_validation: settings.harness.tool_validation,
+        enable_semantic_selection: settings.harness.semantic_tool_selection,
+        max_tools_per_turn: settings.harness.max_tools_per_turn,
+        auto_compact: settings.harness.auto_compact,
+        record_decisions: settings.harness.record_decisions,
+        approval_effects: settings
+            .harness
+            .approval_required
+            .as_ref()
+            .map(|list| list.0.clone())
+            .unwrap_or_default(),
+        ..HarnessOptions::default()
+    }
 }
 
 /// The worker that runs memory extraction and judges after turns.

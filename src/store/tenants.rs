@@ -57,6 +57,11 @@ pub fn day_key(day: NaiveDate) -> String {
     day.format("%Y-%m-%d").to_string()
 }
 
+/// A count as a column holds it (past `i64::MAX`: `i64::MAX`).
+fn signed(value: Option<u64>) -> Option<i64> {
+    value.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
 fn limit<T: TryFrom<i64>>(value: Option<i64>) -> Option<T> {
     value.and_then(|v| T::try_from(v).ok())
 }

@@ -7,10 +7,6 @@ use chrono::{DateTime, NaiveDate, Utc};
 use super::{TenantLimits, Tenants, UsageTotals, day_key};
 use crate::store::{Result, postgres::PostgresStore, reader::args};
 
-fn signed(value: Option<u64>) -> Option<i64> {
-    value.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
-}
-
 #[async_trait]
 impl Tenants for PostgresStore {
     async fn set_tenant_limits(
@@ -30,7 +26,7 @@ impl Tenants for PostgresStore {
             tenant,
             limits.max_running_turns.map(i64::from),
             limits.max_streams.map(i64::from),
-            signed(limits.tokens_per_day),
+            super::signed(limits.tokens_per_day),
             at
         ];
         self.execute(sql, args).await?;
@@ -49,8 +45,8 @@ impl Tenants for PostgresStore {
         let args = args![
             tenant,
             day.as_str(),
-            signed(Some(used.input_tokens)),
-            signed(Some(used.output_tokens)),
+            super::signed(Some(used.input_tokens)),
+            super::signed(Some(used.output_tokens)),
             used.cost_usd
         ];
         self.execute(sql, args).await?;

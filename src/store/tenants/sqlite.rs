@@ -10,10 +10,6 @@ use crate::store::{
     sqlite::{SqliteStore, writer::ts},
 };
 
-fn signed(value: Option<u64>) -> Option<i64> {
-    value.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
-}
-
 #[async_trait]
 impl Tenants for SqliteStore {
     async fn set_tenant_limits(
@@ -39,7 +35,7 @@ impl Tenants for SqliteStore {
                         tenant,
                         limits.max_running_turns,
                         limits.max_streams,
-                        signed(limits.tokens_per_day),
+                        super::signed(limits.tokens_per_day),
                         ts(at)
                     ])?;
                 Ok(())
@@ -64,8 +60,8 @@ impl Tenants for SqliteStore {
                     .execute(params![
                         tenant,
                         day_key(day),
-                        signed(Some(used.input_tokens)),
-                        signed(Some(used.output_tokens)),
+                        super::signed(Some(used.input_tokens)),
+                        super::signed(Some(used.output_tokens)),
                         used.cost_usd
                     ])?;
                 Ok(())
