@@ -481,3 +481,131 @@ fn a_planted_circle_is_found() {
         "{found:#?}"
     );
 }
+
+/// The longest a file of `src` may be, in lines.
+const FILE_LINES_MAX: usize = 600;
+/// A function longer than this many lines is a long one…
+const LONG_FUNCTION_LINES: usize = 80;
+/// …and `src` has at most this many long ones (the test code of a file,
+/// `#[cfg(test)]`, aside).
+const LONG_FUNCTIONS_MAX: usize = 20;
+
+/// Every function of a file with a body (free, in an `impl`, a trait's
+/// default), outside test modules: `(name, line of its fn, lines)`.
+struct Functions(Vec<(String, usize, usize)>);
+
+impl Functions {
+    /// A function from its `fn` to its closing brace (its doc comment
+    /// and attributes aside).
+    fn note(&mut self, sig: &syn::Signature, body: &syn::Block) {
+        let start = sig.fn_token.span.start().line;
+        let end = body.brace_token.span.close().end().line;
+        self.0.push((sig.ident.to_string(), start, end - start + 1));
+    }
+}
+
+impl<'ast> Visit<'ast> for Functions {
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if !for_tests(&item.attrs) {
+            syn::visit::visit_item_mod(self, item);
+        }
+    }
+
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        if !for_tests(&item.attrs) {
+            self.note(&item.sig, &item.block);
+            syn::visit::visit_item_fn(self, item);
+        }
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        if !for_tests(&item.attrs) {
+            self.note(&item.sig, &item.block);
+            syn::visit::visit_impl_item_fn(self, item);
+        }
+    }
+
+    fn visit_trait_item_fn(&mut self, item: &'ast syn::TraitItemFn) {
+        if let Some(body) = &item.default {
+            self.note(&item.sig, body);
+        }
+        syn::visit::visit_trait_item_fn(self, item);
+    }
+}
+
+/// Each file of `src` over [`FILE_LINES_MAX`] lines, and each function
+/// over [`LONG_FUNCTION_LINES`] (`file:line name (lines)`), longest first.
+fn sizes(src: &Path) -> (Vec<String>, Vec<String>) {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let (mut long_files, mut long_functions) = (Vec::new(), Vec::new());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines = text.lines().count();
+        if lines > FILE_LINES_MAX {
+            long_files.push(format!("{} ({lines} lines)", file.display()));
+        }
+        let syntax = syn::parse_file(&text).unwrap();
+        let mut functions = Functions(Vec::new());
+        functions.visit_file(&syntax);
+        for (name, line, lines) in functions.0 {
+            if lines > LONG_FUNCTION_LINES {
+                long_functions.push((lines, format!("{}:{line} {name} ({lines})", file.display())));
+            }
+        }
+    }
+    long_functions.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    (
+        long_files,
+        long_functions.into_iter().map(|(_, f)| f).collect(),
+    )
+}
+
+/// No file of `src` is over 600 lines, and at most 20 functions are over
+/// 80: a long function is a place where two things are done as one.
+#[test]
+fn files_and_functions_stay_short() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (long_files, long_functions) = sizes(&src);
+    assert!(long_files.is_empty(), "{long_files:#?}");
+    assert!(
+        long_functions.len() <= LONG_FUNCTIONS_MAX,
+        "{} functions over {LONG_FUNCTION_LINES} lines (at most {LONG_FUNCTIONS_MAX}):\n{long_functions:#?}",
+        long_functions.len()
+    );
+}
+
+/// The size check finds a file and a function planted too long in a
+/// scratch copy.
+#[test]
+fn a_planted_long_file_and_function_are_found() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let scratch = tempfile::tempdir().unwrap();
+    let copy = scratch.path().join("src");
+    copy_dir(&src, &copy);
+    let (_, before) = sizes(&copy);
+    let body: String = (0..LONG_FUNCTION_LINES)
+        .map(|i| format!("    let _ = {i};\n"))
+        .collect();
+    let planted = format!("\nfn planted_long() {{\n{body}}}\n");
+    let path = copy.join("ids.rs");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(&planted);
+    text.push_str(&"\n".repeat(FILE_LINES_MAX));
+    std::fs::write(&path, text).unwrap();
+    let (long_files, long_functions) = sizes(&copy);
+    assert!(
+        long_files.iter().any(|f| f.contains("ids.rs")),
+        "{long_files:#?}"
+    );
+    assert_eq!(
+        long_functions.len(),
+        before.len() + 1,
+        "{long_functions:#?}"
+    );
+    assert!(
+        long_functions.iter().any(|f| f.contains("planted_long")),
+        "{long_functions:#?}"
+    );
+}

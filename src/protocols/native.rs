@@ -169,47 +169,7 @@ async fn start_turn(
     let multitask = body.multitask.unwrap_or_default();
     let spec = TurnRequest::try_from(body)?;
     admit(&spec, &app)?;
-    // A running turn is waited for (or cancelled first) up to the turn
-    // deadline and a margin, never longer than MULTITASK_WAIT_MAX.
-    let deadline = tokio::time::Instant::now()
-        + (app.settings.harness.turn_timeout() + std::time::Duration::from_secs(30))
-            .min(MULTITASK_WAIT_MAX);
-    let started = loop {
-        if multitask == Multitask::Enqueue {
-            break match app
-                .runner
-                .start_queued(&session_id, spec.clone(), key.clone(), deadline)
-                .await
-            {
-                Ok(started) => started,
-                Err(QueuedStartError::TimedOut(running)) => {
-                    return Err(ApiError::TurnAlreadyRunning(running));
-                }
-                Err(QueuedStartError::Start(e)) => return Err(e.into()),
-            };
-        }
-        match app
-            .runner
-            .start(&session_id, spec.clone(), key.clone())
-            .await
-        {
-            Err(StartError::AlreadyRunning(running)) if multitask != Multitask::Reject => {
-                if multitask == Multitask::Interrupt {
-                    // Ended already, or asked to end: either way, wait.
-                    let _ = app.runner.cancel(&session_id, running).await;
-                }
-                let waited = tokio::time::timeout_at(
-                    deadline,
-                    app.runner.wait_for_end(&session_id, running),
-                )
-                .await;
-                if waited.is_err() {
-                    return Err(ApiError::TurnAlreadyRunning(running));
-                }
-            }
-            other => break other?,
-        }
-    };
+    let started = start_as_asked(&app, &session_id, spec, key, multitask).await?;
     let started = Started::of(session_id, started);
     let (turn_id, replayed) = (started.turn_id, started.replayed);
     let location = format!("/sessions/{}/turns/{turn_id}", started.session.id());
@@ -239,6 +199,57 @@ async fn start_turn(
         headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(response)
+}
+
+/// Starts the turn as `multitask` asks when the session already runs one:
+/// refused, queued behind it, or after cancelling it. A running turn is
+/// waited for up to the turn deadline and a margin, never longer than
+/// [`MULTITASK_WAIT_MAX`].
+async fn start_as_asked(
+    app: &AppState,
+    session_id: &crate::ids::SessionKey,
+    spec: TurnRequest,
+    key: Option<String>,
+    multitask: Multitask,
+) -> Result<crate::runner::StartedTurn, ApiError> {
+    // Bounded: every wait ends by the deadline.
+    let deadline = tokio::time::Instant::now()
+        + (app.settings.harness.turn_timeout() + std::time::Duration::from_secs(30))
+            .min(MULTITASK_WAIT_MAX);
+    loop {
+        if multitask == Multitask::Enqueue {
+            return match app
+                .runner
+                .start_queued(session_id, spec.clone(), key.clone(), deadline)
+                .await
+            {
+                Ok(started) => Ok(started),
+                Err(QueuedStartError::TimedOut(running)) => {
+                    Err(ApiError::TurnAlreadyRunning(running))
+                }
+                Err(QueuedStartError::Start(e)) => Err(e.into()),
+            };
+        }
+        match app
+            .runner
+            .start(session_id, spec.clone(), key.clone())
+            .await
+        {
+            Err(StartError::AlreadyRunning(running)) if multitask != Multitask::Reject => {
+                if multitask == Multitask::Interrupt {
+                    // Ended already, or asked to end: either way, wait.
+                    let _ = app.runner.cancel(session_id, running).await;
+                }
+                let waited =
+                    tokio::time::timeout_at(deadline, app.runner.wait_for_end(session_id, running))
+                        .await;
+                if waited.is_err() {
+                    return Err(ApiError::TurnAlreadyRunning(running));
+                }
+            }
+            other => return Ok(other?),
+        }
+    }
 }
 
 /// A turn's status and result.

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    helpers::{TestApp, spawn_app_with, test_settings, types, vault_of},
+    helpers::{TestApp, first_event, spawn_app_with, test_settings, types, vault_of},
     on_both_backends,
     support::{Backend, TestDb},
 };
@@ -42,7 +42,7 @@ async fn writes_wait_for_a_person_who_approves_or_denies(backend: Backend) {
     let mut stream = app
         .post_turn_sse("s-appr", json!({"message": "Change my note."}))
         .await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     let asked = stream.read_until("approval.requested").await;
     assert_eq!(asked.last().unwrap().json()["tool"], "write_note");
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -52,38 +52,18 @@ async fn writes_wait_for_a_person_who_approves_or_denies(backend: Backend) {
         "nothing ran yet"
     );
     let url = format!("/sessions/s-appr/turns/{turn}/approvals/call_a1");
-    let response = app
-        .client
-        .post(app.url(&url))
-        .json(&json!({"approve": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    let (status, _) = app.post_body(&url, json!({"approve": true})).await;
+    assert_eq!(status, 200);
     let events = stream.read_to_end().await;
-    let resolved = events
-        .iter()
-        .find(|e| e.event == "approval.resolved")
-        .unwrap()
-        .json();
+    let resolved = first_event(&events, "approval.resolved");
     assert_eq!(resolved["outcome"], "approved");
-    let finished = events
-        .iter()
-        .find(|e| e.event == "tool.finished")
-        .unwrap()
-        .json();
+    let finished = first_event(&events, "tool.finished");
     assert_eq!(finished["status"], "completed");
     assert_eq!(std::fs::read_to_string(&note).unwrap(), "changed");
     assert_eq!(types(&events).last(), Some(&"turn.completed"));
     // The turn is over: nothing more to decide.
-    let response = app
-        .client
-        .post(app.url(&url))
-        .json(&json!({"approve": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 409);
+    let (status, _) = app.post_body(&url, json!({"approve": true})).await;
+    assert_eq!(status, 409);
 
     // Denied: the call never runs; the model hears why.
     std::fs::write(&note, "# A\n").unwrap();
@@ -91,17 +71,13 @@ async fn writes_wait_for_a_person_who_approves_or_denies(backend: Backend) {
     let mut stream = app
         .post_turn_sse("s-appr", json!({"message": "Change it again."}))
         .await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     stream.read_until("approval.requested").await;
     let url = format!("/sessions/s-appr/turns/{turn}/approvals/call_a1");
-    let response = app
-        .client
-        .post(app.url(&url))
-        .json(&json!({"approve": false, "reason": "not today"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    let (status, _) = app
+        .post_body(&url, json!({"approve": false, "reason": "not today"}))
+        .await;
+    assert_eq!(status, 200);
     let again = app
         .client
         .post(app.url(&url))
@@ -114,11 +90,7 @@ async fn writes_wait_for_a_person_who_approves_or_denies(backend: Backend) {
         "the first decision stands"
     );
     let events = stream.read_to_end().await;
-    let finished = events
-        .iter()
-        .find(|e| e.event == "tool.finished")
-        .unwrap()
-        .json();
+    let finished = first_event(&events, "tool.finished");
     assert_eq!(
         (finished["status"].as_str(), finished["reason"].as_str()),
         (Some("denied"), Some("approval"))
@@ -136,7 +108,7 @@ async fn a_cancel_or_the_deadline_ends_a_pending_approval(backend: Backend) {
     let mut stream = app
         .post_turn_sse("s-appr-c", json!({"message": "Change my note."}))
         .await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     stream.read_until("approval.requested").await;
     let started = Instant::now();
     let (status, _) = app
@@ -186,11 +158,7 @@ async fn a_cancel_or_the_deadline_ends_a_pending_approval(backend: Backend) {
         "{:?}",
         started.elapsed()
     );
-    let resolved = events
-        .iter()
-        .find(|e| e.event == "approval.resolved")
-        .unwrap()
-        .json();
+    let resolved = first_event(&events, "approval.resolved");
     assert_eq!(resolved["outcome"], "timed_out");
     assert!(events.last().unwrap().is_terminal());
     assert_eq!(
@@ -257,7 +225,7 @@ async fn each_write_waits_for_its_own_decision_whatever_ids_the_provider_sends(b
                 json!({"message": "Add to my note, then rewrite it."}),
             )
             .await;
-        let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+        let turn = stream.turn_id();
         let first = stream.read_until("approval.requested").await;
         let first = first.last().unwrap().json();
         assert_eq!(first["tool"], "append_note");
@@ -322,7 +290,7 @@ async fn no_call_is_approved_in_advance(backend: Backend) {
     let mut stream = app
         .post_turn_sse("s-early", json!({"message": "Change my note."}))
         .await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     assert_eq!(decide(&app, "s-early", &turn, "call_a1", true).await, 404);
     gate.cancel();
     stream.read_until("approval.requested").await;

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    helpers::{TestApp, spawn_app_with, streamed_text, test_settings, types},
+    helpers::{TestApp, first_event, spawn_app_with, streamed_text, test_settings, types},
     support::{Backend, TestDb},
 };
 
@@ -260,7 +260,7 @@ async fn priced_models_report_turn_and_session_costs() {
         .await
         .read_to_end()
         .await;
-    let usage = first.iter().find(|e| e.event == "usage").unwrap().json();
+    let usage = first_event(&first, "usage");
     assert!((usage["cost_usd"].as_f64().unwrap() - per_turn).abs() < 1e-12);
     let result = &first.last().unwrap().json()["result"];
     assert!((result["cost_usd"].as_f64().unwrap() - per_turn).abs() < 1e-12);

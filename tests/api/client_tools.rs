@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    helpers::{spawn_app, spawn_app_with, test_settings, types},
+    helpers::{first_event, spawn_app, spawn_app_with, test_settings, types},
     on_both_backends,
     support::{Backend, TestDb},
 };
@@ -32,7 +32,7 @@ async fn a_client_tool_pauses_the_turn_until_its_result_is_posted(backend: Backe
             json!({"message": "Where am I?", "client_tools": [location_tool()]}),
         )
         .await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     let before = stream.read_until("tool.requested").await;
     let requested = before.last().unwrap().json();
     assert_eq!(requested["tool"], "get_location", "{requested}");
@@ -68,11 +68,7 @@ async fn a_client_tool_pauses_the_turn_until_its_result_is_posted(backend: Backe
         .unwrap();
     assert_eq!(answered.status(), 200);
     let rest = stream.read_to_end().await;
-    let finished = rest
-        .iter()
-        .find(|e| e.event == "tool.finished")
-        .unwrap()
-        .json();
+    let finished = first_event(&rest, "tool.finished");
     assert_eq!(
         (&finished["status"], &finished["output"]),
         (&json!("completed"), &json!("Lyon, France"))
@@ -106,7 +102,7 @@ async fn a_cancel_ends_the_wait_for_a_client_result(backend: Backend) {
             json!({"message": "Where am I?", "client_tools": [location_tool()]}),
         )
         .await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     stream.read_until("tool.requested").await;
     let (status, _) = app
         .post_json(&format!("/sessions/s-client-cancel/turns/{turn}/cancel"))
@@ -141,7 +137,7 @@ async fn a_wait_for_a_client_result_survives_a_take_over(backend: Backend) {
             json!({"message": "Where am I?", "client_tools": [location_tool()]}),
         )
         .await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     stream.read_until("tool.requested").await;
     app.stop().await;
 
@@ -241,7 +237,7 @@ async fn a_second_client_call_waits_for_its_own_result(backend: Backend) {
             json!({"message": "Where am I now?", "client_tools": [location_tool()]}),
         )
         .await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     let post = |call: String, output: &'static str| {
         let url = format!("/sessions/s-client-ids/turns/{turn}/tool-results/{call}");
         app.client
@@ -306,14 +302,13 @@ async fn client_tools_past_their_budget_are_refused(backend: Backend) {
                    "parameters": {"type": "object"}})
         })
         .collect();
-    let responses = app
-        .client
-        .post(app.url("/v1/responses"))
-        .json(&json!({"model": "agent-harness", "input": "Hi", "tools": functions}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(responses.status(), 422);
+    let (status, _) = app
+        .post_body(
+            "/v1/responses",
+            json!({"model": "agent-harness", "input": "Hi", "tools": functions}),
+        )
+        .await;
+    assert_eq!(status, 422);
     assert!(app.provider.requests().is_empty(), "no turn began");
     // Two fit.
     app.provider.enqueue([Reply::openai_text("Hello.")]);

@@ -352,7 +352,7 @@ async fn unknown_sessions_turns_routes_and_bad_queries_are_named() {
 async fn assert_provider_failure(app: &TestApp, session: &str, code: &str) {
     let mut stream = app.post_turn_sse(session, json!({"message": "Hi"})).await;
     assert_eq!(stream.status, 200);
-    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn_id = stream.turn_id();
     let events = stream.read_to_end().await;
     let last = events.last().unwrap();
     assert_eq!(last.event, "turn.failed", "{:?}", types(&events));
@@ -557,7 +557,7 @@ async fn answer_refused(event_batch_max: Option<usize>) {
     let mut stream = app
         .post_turn_sse("s-refused", json!({"message": "Hi"}))
         .await;
-    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn_id = stream.turn_id();
     let events = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end())
         .await
         .expect("the turn ends within seconds");
@@ -819,7 +819,7 @@ async fn a_turn_that_lost_events_names_the_missing_range_in_its_end() {
         "one ", "two ", "lose-me ", "four ", "five",
     ])]);
     let mut stream = app.post_turn_sse("s-lost", json!({"message": "Hi"})).await;
-    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn_id = stream.turn_id();
     let live = stream.read_to_end().await;
     let end = live.last().unwrap().json();
     assert_eq!(end["type"], "turn.failed", "{end}");

@@ -38,7 +38,7 @@ async fn a_database_that_goes_down_fails_requests_fast_and_ends_streams_with_a_t
         Reply::sse("openai/text.sse"),
     ]);
     let mut stream = app.post_turn_sse("s-down", json!({"message": "Hi"})).await;
-    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn_id = stream.turn_id();
     stream.read_until("message.delta").await;
     proxy.cut();
 
@@ -127,7 +127,7 @@ async fn a_batch_whose_commit_answer_was_lost_is_retried_without_a_duplicate() {
     let mut a = app
         .post_turn_sse("s-streaming", json!({"message": "Hi"}))
         .await;
-    let a_turn = a.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let a_turn = a.turn_id();
     let mut a_live = a.read_until("message.delta").await;
     app.provider
         .enqueue([Reply::text(200, "text/event-stream", &whole)]);
@@ -135,7 +135,7 @@ async fn a_batch_whose_commit_answer_was_lost_is_retried_without_a_duplicate() {
     let mut b = app
         .post_turn_sse("s-ending", json!({"message": "Hi"}))
         .await;
-    let b_turn = b.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let b_turn = b.turn_id();
     let b_live = b.read_to_end().await;
     a_live.extend(a.read_to_end().await);
     assert!(proxy.commit_was_cut(), "a commit was cut");
@@ -212,7 +212,7 @@ async fn partition_while_streaming(
         app.provider.enqueue([answer()]);
         let session = format!("s-partition-{i}");
         let mut stream = app.post_turn_sse(&session, json!({"message": "Hi"})).await;
-        let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+        let turn = stream.turn_id();
         stream.read_until("message.delta").await;
         turns.push((session, turn, stream));
     }

@@ -226,6 +226,20 @@ impl TestApp {
         response.send().await.unwrap().text().await.unwrap()
     }
 
+    /// `POST path` with `body` as JSON: the status, and the answer's
+    /// JSON (`null` when it has none).
+    pub async fn post_body(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .client
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn post_json(&self, path: &str) -> (u16, Value) {
         let response = self.client.post(self.url(path)).send().await.unwrap();
         let status = response.status().as_u16();
@@ -314,6 +328,11 @@ pub struct SseStream {
 }
 
 impl SseStream {
+    /// The turn the stream's response names (`x-turn-id`).
+    pub fn turn_id(&self) -> String {
+        self.headers["x-turn-id"].to_str().unwrap().to_owned()
+    }
+
     pub async fn new(response: reqwest::Response) -> Self {
         Self {
             status: response.status().as_u16(),
@@ -401,6 +420,15 @@ impl SseStream {
 }
 
 /// Event types of a list of events.
+/// The first event of type `event` among `events`, as JSON.
+pub fn first_event(events: &[SseEvent], event: &str) -> Value {
+    events
+        .iter()
+        .find(|e| e.event == event)
+        .unwrap_or_else(|| panic!("no {event} among {:?}", types(events)))
+        .json()
+}
+
 pub fn types(events: &[SseEvent]) -> Vec<&str> {
     events.iter().map(|e| e.event.as_str()).collect()
 }

@@ -257,7 +257,7 @@ async fn a_cancel_sent_to_another_replica_stops_the_turn_within_a_second() {
     let mut stream = owner
         .post_turn_sse("s-remote", json!({"message": "Hi"}))
         .await;
-    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn_id = stream.turn_id();
     stream.read_until("message.delta").await;
     let asked = tokio::time::Instant::now();
     let (status, _) = other

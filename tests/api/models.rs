@@ -161,14 +161,8 @@ async fn the_operators_ceilings_hold_whatever_the_request_asks() {
     .await;
     app.provider
         .enqueue([Reply::openai_text("Thought a little.")]);
-    let response = app
-        .client
-        .post(app.url("/v1/responses"))
-        .json(&json!({"model": "my-finetune", "input": "Think hard.", "reasoning": {"effort": "high"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    let (status, _) = app.post_body("/v1/responses", json!({"model": "my-finetune", "input": "Think hard.", "reasoning": {"effort": "high"}})).await;
+    assert_eq!(status, 200);
     let sent = &app.provider.requests()[0].body;
     assert_eq!(sent["reasoning_effort"], "low", "{sent}");
     assert_eq!(sent["max_completion_tokens"], 300, "{sent}");

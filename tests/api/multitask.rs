@@ -29,7 +29,7 @@ async fn a_turn_can_wait_for_the_running_one_or_end_it(backend: Backend) {
     let mut first = app
         .post_turn_sse("s-multi", json!({"message": "first"}))
         .await;
-    let first_id = first.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let first_id = first.turn_id();
     first.read_until("turn.started").await;
 
     // The default refuses; an unknown mode is a bad request.
@@ -82,7 +82,7 @@ async fn a_turn_can_wait_for_the_running_one_or_end_it(backend: Backend) {
     let mut third = app
         .post_turn_sse("s-multi", json!({"message": "third"}))
         .await;
-    let third_id = third.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let third_id = third.turn_id();
     // Its provider answer has begun (the held reply is taken).
     third.read_until("message.delta").await;
     let (status, fourth) = post(

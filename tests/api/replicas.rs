@@ -107,7 +107,7 @@ async fn a_stream_reattached_on_another_replica_gets_every_event_once() {
 
     // Started on replica 0; the connection drops after the first delta.
     let mut first = post_turn_sse(&client, &replicas[0], "s-moves").await;
-    let turn = first.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = first.turn_id();
     let before = first.read_until("message.delta").await;
     drop(first);
     let last = before.last().unwrap().seq();
@@ -153,7 +153,7 @@ async fn a_cancel_through_any_replica_stops_the_turn_within_a_second() {
     for (session, through) in [("s-cancel-1", 1), ("s-cancel-2", 2)] {
         provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
         let mut stream = post_turn_sse(&client, &replicas[0], session).await;
-        let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+        let turn = stream.turn_id();
         stream.read_until("message.delta").await;
         let asked = Instant::now();
         let response = client
@@ -243,7 +243,7 @@ async fn a_replica_killed_mid_turn_has_its_turn_finished_by_another_within_two_h
         Reply::sse("openai/text.sse"),
     ]);
     let mut stream = post_turn_sse(&client, &replicas[0], "s-killed").await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     stream.read_until("message.delta").await;
     // A follower on the other replica, to see the end arrive.
     let mut follower = follow(&client, &replicas[1], "s-killed", &turn, None).await;
@@ -301,7 +301,7 @@ async fn a_replica_shut_down_mid_turn_hands_it_over_at_once() {
         Reply::sse("openai/text.sse"),
     ]);
     let mut stream = post_turn_sse(&client, &replicas[0], "s-deploy").await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     stream.read_until("message.delta").await;
     let mut follower = follow(&client, &replicas[1], "s-deploy", &turn, None).await;
     follower.read_until("message.delta").await;
@@ -399,7 +399,7 @@ async fn a_frozen_replica_that_wakes_writes_nothing_for_a_turn_taken_over() {
         Reply::sse("openai/text.sse"),
     ]);
     let mut stream = post_turn_sse(&client, &replicas[0], "s-frozen").await;
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     // Far into its answer when it freezes (a late wake has much to write).
     for _ in 0..30 {
         stream.read_until("message.delta").await;

@@ -223,7 +223,7 @@ async fn round(
         .unwrap();
     let mut stream = SseStream::new(response).await;
     assert_eq!(stream.status, 200);
-    let turn = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn = stream.turn_id();
     let mut seen: Vec<SseEvent> = Vec::new();
     let until = Instant::now() + kill_after(number);
     let mut ended = false;

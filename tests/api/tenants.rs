@@ -283,17 +283,11 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
             json!({"message": "I live in Lyon. Change my note.", "user_id": "ann"}),
         )
         .await;
-    let first = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let first = stream.turn_id();
     stream.read_until("approval.requested").await;
     let url = format!("/sessions/{session}/turns/{first}/approvals/call_w1");
-    let response = app
-        .client
-        .post(app.url(&url))
-        .json(&json!({"approve": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    let (status, _) = app.post_body(&url, json!({"approve": true})).await;
+    assert_eq!(status, 200);
     stream.read_to_end().await;
     let memories = wait_for_memories(&app).await;
     assert_eq!(memories[0]["scope"], "user:ann", "{memories:?}");
@@ -317,7 +311,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     let mut stream = app
         .post_turn_sse(session, json!({"message": "Once more.", "user_id": "ann"}))
         .await;
-    let second = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let second = stream.turn_id();
     stream.read_until("approval.requested").await;
 
     let (_, before) = app.get_json(&format!("/sessions/{session}")).await;
@@ -520,14 +514,8 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
 
     // Acme's own key still decides its turn.
     let url = format!("/sessions/{session}/turns/{second}/approvals/call_w2");
-    let response = app
-        .client
-        .post(app.url(&url))
-        .json(&json!({"approve": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    let (status, _) = app.post_body(&url, json!({"approve": true})).await;
+    assert_eq!(status, 200);
     let events = stream.read_to_end().await;
     assert_eq!(events.last().unwrap().event, "turn.completed");
     assert!(events.iter().all(|e| e.json()["session_id"] == session));

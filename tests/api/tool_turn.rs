@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use crate::{
     fake_provider::Reply,
-    helpers::{spawn_app, types},
+    helpers::{first_event, spawn_app, types},
     on_both_backends,
     support::Backend,
 };
@@ -340,11 +340,7 @@ async fn a_tools_output_reaches_the_client_in_every_format() {
             .await
             .read_to_end()
             .await;
-        let finished = events
-            .iter()
-            .find(|e| e.event == "tool.finished")
-            .unwrap()
-            .json();
+        let finished = first_event(&events, "tool.finished");
         let output = finished["output"].as_str().unwrap();
         assert_eq!(output, text.chars().take(2_000).collect::<String>());
         if whole {

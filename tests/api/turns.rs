@@ -5,7 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    helpers::{spawn_app, spawn_app_with_vault, streamed_text, types, vault_of},
+    helpers::{first_event, spawn_app, spawn_app_with_vault, streamed_text, types, vault_of},
     on_both_backends,
     support::{Backend, TestDb},
 };
@@ -24,7 +24,7 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
             .unwrap()
             .starts_with("text/event-stream")
     );
-    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn_id = stream.turn_id();
     let events = stream.read_to_end().await;
 
     let mut expected = vec!["turn.started"];
@@ -81,11 +81,7 @@ async fn a_streamed_turn_delivers_its_events_in_seq_order(backend: Backend) {
         ]
     );
     // The decision's assistant message is the stored one.
-    let decision = events
-        .iter()
-        .find(|e| e.event == "decision")
-        .unwrap()
-        .json();
+    let decision = first_event(&events, "decision");
     let assistant = &messages["messages"][1];
     assert!(assistant["message_id"].is_string(), "{assistant}");
     assert_eq!(
@@ -256,11 +252,7 @@ async fn an_unknown_tool_gets_an_error_result_and_the_loop_goes_on(backend: Back
         .filter_map(|e| e.json()["step"].as_u64())
         .collect();
     assert_eq!(steps, [1, 2]);
-    let finished = events
-        .iter()
-        .find(|e| e.event == "tool.finished")
-        .unwrap()
-        .json();
+    let finished = first_event(&events, "tool.finished");
     assert_eq!(finished["tool"], "get_weather");
     assert_eq!(finished["status"], "failed");
     assert!(
@@ -312,7 +304,7 @@ async fn a_client_that_disconnects_reattaches_and_misses_nothing(backend: Backen
         .enqueue([Reply::sse("openai/text.sse").hold_after(4, &gate)]);
 
     let mut first = app.post_turn_sse("s-re", json!({"message": "Hi"})).await;
-    let turn_id = first.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn_id = first.turn_id();
     let mut seen = first.read_until("message.delta").await;
     seen.push(first.next().await.unwrap());
     drop(first); // the client goes away mid-turn
@@ -355,7 +347,7 @@ async fn a_live_subscriber_sees_the_same_events_as_a_replay(backend: Backend) {
     app.provider
         .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
     let mut poster = app.post_turn_sse("s-live", json!({"message": "Hi"})).await;
-    let turn_id = poster.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn_id = poster.turn_id();
     poster.read_until("message.delta").await;
     // A second client attaches while the turn runs, from `?after=0`.
     let response = app
@@ -383,7 +375,7 @@ async fn cancel_stops_a_running_turn_and_ends_its_stream(backend: Backend) {
     app.provider
         .enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
     let mut stream = app.post_turn_sse("s-c", json!({"message": "Hi"})).await;
-    let turn_id = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let turn_id = stream.turn_id();
     stream.read_until("message.delta").await;
 
     let (status, body) = app
@@ -417,7 +409,7 @@ async fn a_second_turn_while_one_runs_gets_409_naming_it(backend: Backend) {
     app.provider
         .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
     let mut stream = app.post_turn_sse("s-409", json!({"message": "Hi"})).await;
-    let running = stream.headers["x-turn-id"].to_str().unwrap().to_owned();
+    let running = stream.turn_id();
     stream.read_until("turn.started").await;
 
     let response = app.post_turn("s-409", json!({"message": "me too"})).await;

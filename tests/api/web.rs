@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::{
     fake_provider::{FakeProvider, Reply, fixture},
-    helpers::{TestApp, spawn_app_with, test_settings, types},
+    helpers::{TestApp, first_event, spawn_app_with, test_settings, types},
     support::{Backend, TestDb},
 };
 
@@ -156,11 +156,7 @@ async fn web_search_returns_results_as_web_citations_only_with_web_mode_on() {
             {"title": "Eurostar - Wikipedia", "url": "https://en.wikipedia.org/wiki/Eurostar"}
         ])
     );
-    let decision = events
-        .iter()
-        .find(|e| e.event == "decision")
-        .unwrap()
-        .json();
+    let decision = first_event(&events, "decision");
     assert_eq!(decision["strategy"], "web_augmented");
 
     // With web_mode off the web tools are neither offered nor run.
