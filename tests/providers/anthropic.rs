@@ -37,18 +37,7 @@ async fn a_text_stream_parses_and_the_request_is_exact() {
     let (events, error) = collect(&provider(&fake), conversation()).await;
     assert_eq!(error, None);
     assert_eq!(text(&events), "Hello! How can I help you today?");
-    assert_eq!(
-        events[events.len() - 2..],
-        [
-            ProviderEvent::Usage(Usage {
-                input_tokens: 25,
-                output_tokens: 12,
-                cache_read_tokens: 0,
-                cache_creation_tokens: 0
-            }),
-            ProviderEvent::Finished(FinishReason::Stop),
-        ]
-    );
+    crate::ends_with_usage(&events, 25, 12);
     let sent = &fake.requests()[0];
     assert_eq!(sent.path, "/v1/messages");
     assert_eq!(sent.headers["x-api-key"], "sk-ant-test");

@@ -85,3 +85,21 @@ pub fn text(events: &[ProviderEvent]) -> String {
         })
         .collect()
 }
+
+/// The last two events of a stream that ended well: its usage (these
+/// tokens, nothing cached), then `stop`.
+pub fn ends_with_usage(events: &[ProviderEvent], input_tokens: u64, output_tokens: u64) {
+    use agent_harness::providers::{FinishReason, Usage};
+    assert_eq!(
+        events[events.len() - 2..],
+        [
+            ProviderEvent::Usage(Usage {
+                input_tokens,
+                output_tokens,
+                cache_read_tokens: 0,
+                cache_creation_tokens: 0
+            }),
+            ProviderEvent::Finished(FinishReason::Stop),
+        ]
+    );
+}

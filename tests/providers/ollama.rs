@@ -36,18 +36,7 @@ async fn a_text_stream_parses_and_the_request_is_exact() {
     let (events, error) = collect(&provider(&fake), conversation()).await;
     assert_eq!(error, None);
     assert_eq!(text(&events), "Hello! How can I help?");
-    assert_eq!(
-        events[events.len() - 2..],
-        [
-            ProviderEvent::Usage(Usage {
-                input_tokens: 26,
-                output_tokens: 7,
-                cache_read_tokens: 0,
-                cache_creation_tokens: 0
-            }),
-            ProviderEvent::Finished(FinishReason::Stop),
-        ]
-    );
+    crate::ends_with_usage(&events, 26, 7);
     let sent = &fake.requests()[0];
     assert_eq!(sent.path, "/api/chat");
     assert_eq!(
