@@ -390,7 +390,7 @@ impl TurnRunner {
         let span = turn_span(turn_id, session_id);
         let new_turn = NewTurn {
             id: turn_id,
-            session_id: session_id.as_str().to_owned(),
+            session_id: session_id.clone(),
             tenant: session_id.tenant().to_owned(),
             request: spec.clone(),
             idempotency_key,

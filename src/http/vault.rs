@@ -94,7 +94,7 @@ async fn restore_checkpoint(
     let (note, now) = vault.snapshot(&checkpoint.path).await?;
     let undo = NewCheckpoint {
         id: new_checkpoint_id(),
-        session_id: checkpoint.session_id.clone(),
+        session_id: checkpoint.session_id.clone().into(),
         turn_id: checkpoint.turn_id.clone(),
         call_id: checkpoint.id.clone(),
         tool: "restore".to_owned(),

@@ -431,7 +431,7 @@ impl Caller {
             self.app
                 .store
                 .decide_approval(&NewApproval {
-                    session_id: session.as_str().to_owned(),
+                    session_id: session.clone(),
                     turn_id,
                     call_id: decision.call_id,
                     approved: decision.approve,

@@ -114,7 +114,7 @@ pub async fn answer_calls(
         all_new &= app
             .store
             .post_tool_result(&NewToolResult {
-                session_id: turn.session_id.as_str().to_owned(),
+                session_id: turn.session_id.clone(),
                 turn_id: turn.id,
                 call_id: answer.call_id.clone(),
                 output: answer.output.clone(),

@@ -493,7 +493,7 @@ async fn decide_approval(
     let recorded = app
         .store
         .decide_approval(&NewApproval {
-            session_id: session_id.as_str().to_owned(),
+            session_id: session_id.clone(),
             turn_id,
             call_id: call_id.clone(),
             approved: body.approve,

@@ -90,7 +90,7 @@ impl TurnRunner {
         async_stream::try_stream! {
             let _open = open;
             let inner = &runner.inner;
-            let mut log = TurnLogCursor::new(session_id.as_str(), turn_id, after);
+            let mut log = TurnLogCursor::new(&session_id, turn_id, after);
             let (live, mut receiver, mut skip_first_read) = match start {
                 Some(start) => {
                     log.passed(start.started.seq);

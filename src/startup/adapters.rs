@@ -128,7 +128,7 @@ impl ArtifactStore for StoreArtifacts {
         self.0
             .put_artifact(&store::NewArtifact {
                 id: id.clone(),
-                session_id: output.session_id.to_owned(),
+                session_id: output.session_id.into(),
                 turn_id: output.turn_id.to_string(),
                 call_id: output.call_id.to_owned(),
                 tool: output.tool.to_owned(),
@@ -170,7 +170,7 @@ impl CheckpointStore for VaultCheckpoints {
             self.store
                 .put_checkpoint(&store::NewCheckpoint {
                     id: id.clone(),
-                    session_id: request.session_id.as_str().to_owned(),
+                    session_id: request.session_id.clone(),
                     turn_id: request.turn_id.clone(),
                     call_id: request.call_id.clone(),
                     tool: request.tool.clone(),

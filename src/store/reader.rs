@@ -139,6 +139,12 @@ impl<'a> From<&'a String> for Arg<'a> {
     }
 }
 
+impl<'a> From<&'a crate::ids::SessionKey> for Arg<'a> {
+    fn from(value: &'a crate::ids::SessionKey) -> Self {
+        Self::Text(value.as_str())
+    }
+}
+
 impl From<String> for Arg<'_> {
     fn from(value: String) -> Self {
         Self::Owned(value)

@@ -62,7 +62,7 @@ impl FromStr for TurnStatus {
 #[derive(Debug, Clone)]
 pub struct NewTurn {
     pub id: Uuid,
-    pub session_id: String,
+    pub session_id: SessionKey,
     /// Whose session: a new session becomes the tenant's; a session of
     /// another tenant is not found.
     pub tenant: String,
@@ -190,7 +190,7 @@ pub struct NewStep {
 /// A person's decision on a call waiting for approval.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewApproval {
-    pub session_id: String,
+    pub session_id: SessionKey,
     pub turn_id: Uuid,
     pub call_id: String,
     pub approved: bool,
@@ -201,7 +201,7 @@ pub struct NewApproval {
 /// What a client posted for a call of a tool it runs itself.
 #[derive(Debug, Clone)]
 pub struct NewToolResult {
-    pub session_id: String,
+    pub session_id: SessionKey,
     pub turn_id: Uuid,
     pub call_id: String,
     pub output: String,
@@ -213,7 +213,7 @@ pub struct NewToolResult {
 #[derive(Debug, Clone)]
 pub struct NewArtifact {
     pub id: String,
-    pub session_id: String,
+    pub session_id: SessionKey,
     pub turn_id: String,
     pub call_id: String,
     pub tool: String,
@@ -225,7 +225,7 @@ pub struct NewArtifact {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewCheckpoint {
     pub id: String,
-    pub session_id: String,
+    pub session_id: SessionKey,
     pub turn_id: String,
     pub call_id: String,
     pub tool: String,

@@ -117,3 +117,10 @@ impl Store for SqliteStore {
         self.reader().readiness(&Self::MIGRATOR).await
     }
 }
+
+/// A session key binds as the text it is.
+impl rusqlite::ToSql for crate::ids::SessionKey {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(rusqlite::types::ToSqlOutput::from(self.as_str()))
+    }
+}

@@ -371,7 +371,7 @@ impl Tool for FetchUrl {
         self.store
             .put_artifact(&NewArtifact {
                 id,
-                session_id: ctx.session_id.as_str().to_owned(),
+                session_id: ctx.session_id.clone(),
                 turn_id: ctx.turn_id.to_string(),
                 call_id: ctx.call_id.clone(),
                 tool: self.spec.name.clone(),

@@ -26,7 +26,7 @@ use uuid::Uuid;
 fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
     NewTurn {
         id: Uuid::now_v7(),
-        session_id: session.to_owned(),
+        session_id: session.into(),
         tenant: agent_harness::ids::DEFAULT_TENANT.to_owned(),
         request: TurnRequest::new("hi"),
         idempotency_key: key.map(str::to_owned),
@@ -71,7 +71,7 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
     TurnFinish {
         turn_id: turn.id,
         attempt: 0,
-        session_id: turn.session_id.clone().into(),
+        session_id: turn.session_id.clone(),
         status: TurnStatus::Completed,
         result: Some(serde_json::to_string(&result).unwrap()),
         error_code: None,
@@ -96,7 +96,7 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
         }),
         observation: Some(agent_harness::store::ObservationRecord {
             id: format!("obs_{}", Uuid::now_v7().simple()),
-            session_id: turn.session_id.clone(),
+            session_id: turn.session_id.to_string(),
             source_id: format!("chat_message:{}", turn.id),
             user_text: "hi".into(),
             assistant_text: text.into(),
@@ -105,7 +105,7 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
         jobs: vec![agent_harness::store::NewJob {
             id: format!("job_{}", Uuid::now_v7().simple()),
             kind: "memory_extraction".into(),
-            session_id: turn.session_id.clone(),
+            session_id: turn.session_id.to_string(),
             turn_id: turn.id.to_string(),
             payload: serde_json::json!({ "answer": text }).to_string(),
             at: Utc::now(),
@@ -677,7 +677,7 @@ async fn a_turn_log_cursor_reads_every_page_of_its_turn(backend: Backend) {
         .unwrap();
     assert_eq!(seen, (first_seq..=first_seq + page + 3).collect::<Vec<_>>());
 
-    let mut moved = TurnLogCursor::new("s1", turn.id, first_seq);
+    let mut moved = TurnLogCursor::new(&"s1".into(), turn.id, first_seq);
     moved.passed(last - 2);
     let tail = moved.all(store.as_ref(), usize::MAX).await.unwrap();
     assert_eq!(
@@ -1037,7 +1037,7 @@ async fn heartbeats_and_begins_never_deadlock_with_turn_ends(backend: Backend) {
         };
         let beginning = {
             let store = store.clone();
-            let sessions: Vec<String> = turns.iter().map(|t| t.session_id.clone()).collect();
+            let sessions: Vec<String> = turns.iter().map(|t| t.session_id.to_string()).collect();
             tokio::spawn(async move {
                 for session in sessions.iter().rev() {
                     match store.begin_turn(&new_turn(session, None)).await {

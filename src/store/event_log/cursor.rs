@@ -7,6 +7,7 @@ use uuid::Uuid;
 use super::EventLog;
 use crate::{
     events::StoredEvent,
+    ids::SessionKey,
     store::{Result, TurnRecord},
 };
 
@@ -18,7 +19,7 @@ pub const PAGE: u32 = 500;
 /// [`PAGE`] is the log's end for now (a follower reads again later).
 #[derive(Debug, Clone)]
 pub struct TurnLogCursor {
-    session_id: String,
+    session_id: SessionKey,
     turn_id: Uuid,
     after: i64,
 }
@@ -26,9 +27,9 @@ pub struct TurnLogCursor {
 impl TurnLogCursor {
     /// The events of `turn_id` (of the session stored as `session_id`)
     /// after seq `after`.
-    pub fn new(session_id: &str, turn_id: Uuid, after: i64) -> Self {
+    pub fn new(session_id: &SessionKey, turn_id: Uuid, after: i64) -> Self {
         Self {
-            session_id: session_id.to_owned(),
+            session_id: session_id.clone(),
             turn_id,
             after,
         }
@@ -36,7 +37,7 @@ impl TurnLogCursor {
 
     /// A turn's events from its first.
     pub fn of(turn: &TurnRecord) -> Self {
-        Self::new(turn.session_id.as_str(), turn.id, turn.first_seq - 1)
+        Self::new(&turn.session_id, turn.id, turn.first_seq - 1)
     }
 
     /// The seq read up to.

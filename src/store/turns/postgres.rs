@@ -63,7 +63,7 @@ impl Turns for PostgresStore {
                (SELECT at_most FROM busy) \
              FROM (VALUES (1)) AS one LEFT JOIN s ON TRUE",
         )
-        .bind(&turn.session_id)
+        .bind(turn.session_id.as_str())
         .bind(turn.created_at)
         .bind(&turn.tenant)
         .bind(turn.id.to_string())
