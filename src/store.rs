@@ -41,7 +41,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use access::{Access, ApiKeyRow};
-pub use event_log::{Batch, EventLog, cursor::TurnLogCursor};
+pub use event_log::{Batch, EventLog, cursor::TurnLogCursor, step_records_as};
 pub use jobs::Jobs;
 pub use memories::{
     JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob,

@@ -238,8 +238,11 @@ fn client_tool(env: &CallEnv<'_>, name: &str) -> Option<Arc<dyn Tool>> {
     let results = env.harness.client_results.clone()?;
     let declared = env.request.asked.client_tool(name)?;
     let within = env.state.budget.remaining();
+    let spec = env
+        .state
+        .client_spec(name, || crate::tools::client::ClientCall::spec_of(declared));
     Some(Arc::new(crate::tools::client::ClientCall::new(
-        declared, results, within,
+        &spec, results, within,
     )))
 }
 

@@ -90,6 +90,9 @@ pub struct TurnRuntimeState {
     tool_results: Mutex<Vec<ToolResultRecord>>,
     blocked_tool_names: Mutex<HashSet<String>>,
     validation_repair_counts: Mutex<HashMap<String, u32>>,
+    /// The specs of the client's tools this turn called, by name: one
+    /// each, its schema compiled once (at most one per declared tool).
+    client_specs: Mutex<HashMap<String, crate::tools::ToolSpec>>,
     final_text: Mutex<String>,
     timed_out: AtomicBool,
     prompt_render_hash: Mutex<String>,
@@ -98,6 +101,20 @@ pub struct TurnRuntimeState {
 }
 
 impl TurnRuntimeState {
+    /// The spec of the client's tool `name` this turn, made by `make` the
+    /// first time a call asks for it; every later call shares it (and its
+    /// compiled schema).
+    pub fn client_spec(
+        &self,
+        name: &str,
+        make: impl FnOnce() -> crate::tools::ToolSpec,
+    ) -> crate::tools::ToolSpec {
+        lock(&self.client_specs)
+            .entry(name.to_owned())
+            .or_insert_with(make)
+            .clone()
+    }
+
     pub fn new(session_id: impl Into<crate::ids::SessionKey>, budget: TurnBudget) -> Self {
         Self {
             session_id: session_id.into(),
@@ -109,6 +126,7 @@ impl TurnRuntimeState {
             tool_results: Mutex::default(),
             blocked_tool_names: Mutex::default(),
             validation_repair_counts: Mutex::default(),
+            client_specs: Mutex::default(),
             final_text: Mutex::default(),
             timed_out: AtomicBool::new(false),
             prompt_render_hash: Mutex::default(),
@@ -363,6 +381,32 @@ mod tests {
 
     fn state() -> TurnRuntimeState {
         TurnRuntimeState::new("s", TurnBudget::create(BudgetLimits::default()))
+    }
+
+    /// Every call of a client's tool in a turn shares one spec and one
+    /// compiled schema (before, each call made its spec, and compiled the
+    /// schema, again).
+    #[test]
+    fn a_client_tools_schema_is_compiled_once_a_turn() {
+        use crate::tools::client::ClientCall;
+        let state = state();
+        let declared = crate::turn::ClientTool::checked(
+            "pick_date".into(),
+            "Asks the user for a date.".into(),
+            Some(serde_json::json!({"type": "object", "properties": {"day": {"type": "string"}}})),
+            None,
+        )
+        .unwrap();
+        let made = std::sync::atomic::AtomicU32::new(0);
+        let make = || {
+            made.fetch_add(1, Ordering::Relaxed);
+            ClientCall::spec_of(&declared)
+        };
+        let first = state.client_spec("client__pick_date", make);
+        let compiled: *const jsonschema::Validator = first.validator().unwrap();
+        let again = state.client_spec("client__pick_date", || ClientCall::spec_of(&declared));
+        assert!(std::ptr::eq(compiled, again.validator().unwrap()));
+        assert_eq!(made.load(Ordering::Relaxed), 1);
     }
 
     #[test]

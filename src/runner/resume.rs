@@ -19,7 +19,7 @@ use crate::{
         durable::{self, PriorCalls, Resume, StepPhase, StepRecord},
         state::TurnRuntimeState,
     },
-    store::{Lease, TurnRecord},
+    store::{Lease, StoreError, TurnRecord, step_records_as},
 };
 
 impl TurnRunner {
@@ -126,16 +126,12 @@ impl TurnRunner {
 
     /// Where a turn's step records leave it (`None`: no step recorded).
     async fn recorded(&self, turn: &TurnRecord) -> Result<Option<durable::Resumed>, TurnFailure> {
-        let records = self
-            .inner
-            .store
-            .step_records(turn.id)
+        let records = step_records_as::<StepRecord>(self.inner.store.as_ref(), turn.id)
             .await
-            .map_err(TurnFailure::History)?
-            .iter()
-            .map(|record| serde_json::from_str::<StepRecord>(record))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| TurnFailure::Records(e.to_string()))?;
+            .map_err(|e| match e {
+                StoreError::Corrupt(why) => TurnFailure::Records(why),
+                other => TurnFailure::History(other),
+            })?;
         durable::rebuild(&records).map_err(|e| TurnFailure::Records(e.to_string()))
     }
 

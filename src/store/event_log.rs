@@ -21,6 +21,25 @@ use super::{
 use crate::events::StoredEvent;
 use crate::store::Result;
 
+/// A turn's step records, in the order they were written, each read back
+/// as the type it was written from (`T`, the harness's record): one that
+/// does not read as `T` is [`super::StoreError::Corrupt`].
+pub async fn step_records_as<T: serde::de::DeserializeOwned>(
+    log: &(impl EventLog + ?Sized),
+    turn_id: Uuid,
+) -> Result<Vec<T>> {
+    log.step_records(turn_id)
+        .await?
+        .iter()
+        .enumerate()
+        .map(|(at, record)| {
+            serde_json::from_str(record).map_err(|e| {
+                super::StoreError::Corrupt(format!("step record {} of turn {turn_id}: {e}", at + 1))
+            })
+        })
+        .collect()
+}
+
 /// What one commit of the event writer holds.
 #[derive(Debug, Clone, Copy)]
 pub struct Batch<'a> {

@@ -41,11 +41,12 @@ pub struct ClientCall {
 }
 
 impl ClientCall {
-    /// The tool `declared` by its turn's client, waiting at most `within`.
-    pub fn new(declared: &ClientTool, results: Arc<dyn ClientResults>, within: Duration) -> Self {
+    /// The spec of the tool `declared` by its turn's client: made once a
+    /// turn, so that its schema is compiled once for every call of it.
+    pub fn spec_of(declared: &ClientTool) -> ToolSpec {
         // Waiting again for a result is harmless (it is kept by call id):
         // a call a process that died was waiting on is waited on again.
-        let spec = ToolSpec::new(
+        ToolSpec::new(
             &declared.offered_name(),
             &declared.description,
             declared.parameters.clone(),
@@ -53,8 +54,14 @@ impl ClientCall {
         )
         .with_source("client")
         .with_idempotent(true)
-        .with_timeout(within);
-        Self { spec, results }
+    }
+
+    /// A call of the client's tool of `spec`, waiting at most `within`.
+    pub fn new(spec: &ToolSpec, results: Arc<dyn ClientResults>, within: Duration) -> Self {
+        Self {
+            spec: spec.clone().with_timeout(within),
+            results,
+        }
     }
 }
 

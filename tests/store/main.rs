@@ -15,7 +15,8 @@ use agent_harness::{
     events::{StoredEvent, TurnEvent},
     store::{
         Batch, BeginTurnError, Lease, NewDecision, NewMessage, NewStep, NewTurn, Orphan,
-        OrphanScope, Store, TurnFinish, TurnLogCursor, TurnStatus, event_log::cursor,
+        OrphanScope, Store, StoreError, TurnFinish, TurnLogCursor, TurnStatus, event_log::cursor,
+        step_records_as,
     },
     turn::TurnRequest,
 };
@@ -1084,6 +1085,66 @@ fn step(turn: &NewTurn, step: u32, phase: &'static str) -> NewStep {
     }
 }
 
+/// Step records come back as the type they were written from, in order;
+/// one that is not that type is `Corrupt`, naming the record.
+async fn step_records_come_back_typed(backend: Backend) {
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Record {
+        step: u32,
+        phase: String,
+    }
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s-typed", None);
+    store.begin_turn(&turn).await.unwrap();
+    let leases = [Lease {
+        turn_id: turn.id,
+        attempt: 0,
+    }];
+    let (first, second) = (step(&turn, 1, "answered"), step(&turn, 1, "finished"));
+    store
+        .commit(Batch {
+            events: &[],
+            steps: &[&second, &first],
+            finishes: &[],
+            leases: &leases,
+            fence: true,
+        })
+        .await
+        .unwrap();
+    let read: Vec<Record> = step_records_as(store.as_ref(), turn.id).await.unwrap();
+    assert_eq!(
+        read,
+        [
+            Record {
+                step: 1,
+                phase: "answered".into()
+            },
+            Record {
+                step: 1,
+                phase: "finished".into()
+            },
+        ]
+    );
+    let broken = NewStep {
+        record: "{\"step\": \"two\"}".into(),
+        ..step(&turn, 2, "answered")
+    };
+    store
+        .commit(Batch {
+            events: &[],
+            steps: &[&broken],
+            finishes: &[],
+            leases: &leases,
+            fence: true,
+        })
+        .await
+        .unwrap();
+    match step_records_as::<Record>(store.as_ref(), turn.id).await {
+        Err(StoreError::Corrupt(why)) => assert!(why.contains("step record 3"), "{why}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
 /// Step records are committed with the events before them, read back in
 /// step order, kept as they were when a batch is tried again, and gone
 /// with the turn's end (a turn that ended needs none).
@@ -1160,6 +1221,7 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
 
 on_both_backends!(
     step_records_live_as_long_as_their_turn,
+    step_records_come_back_typed,
     heartbeats_and_begins_never_deadlock_with_turn_ends,
     begin_creates_the_session_and_numbers_after_existing_events,
     one_running_turn_per_session,
