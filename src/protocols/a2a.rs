@@ -317,10 +317,7 @@ impl Caller {
                     let turn_id = Uuid::try_parse(task)
                         .map_err(|_| RpcError::new(TASK_NOT_FOUND, "task not found"))?;
                     let (record, last_seq) = self.answer_pending(turn_id, message).await?;
-                    let events = app
-                        .runner
-                        .subscribe(record.session_id.clone(), turn_id, record.first_seq - 1)
-                        .boxed();
+                    let events = crate::protocols::endpoint::follow(app, &record);
                     let session = record.session_id.clone();
                     (session, turn_id, events, last_seq)
                 }
@@ -458,10 +455,7 @@ impl Caller {
             .get_session(session.as_str())
             .await?
             .map_or(0, |s| s.last_seq);
-        let events =
-            self.app
-                .runner
-                .subscribe(record.session_id.clone(), record.id, record.first_seq - 1);
+        let events = crate::protocols::endpoint::follow(&self.app, &record);
         let format = TaskStream {
             id: self.id.clone(),
             fold: TaskFold::new(record.id.to_string(), session.id().to_owned()),

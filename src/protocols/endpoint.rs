@@ -130,6 +130,14 @@ impl Started {
     }
 }
 
+/// A turn's events from its first, followed live (from the log where it
+/// runs on another replica, or ended): a protocol's re-attach.
+pub fn follow(app: &AppState, turn: &TurnRecord) -> TurnEvents {
+    app.runner
+        .subscribe(turn.session_id.clone(), turn.id, turn.first_seq - 1)
+        .boxed()
+}
+
 /// A turn's events as a protocol streams or folds them.
 pub type TurnEvents = BoxStream<'static, Result<Arc<StoredEvent>, StoreError>>;
 
@@ -345,10 +353,7 @@ impl ConversationTurn {
         let session_id = parse_session_id(session, tenant)?;
         let (turn, answered) =
             client_calls::answer_waiting(app, session_id.as_str(), answers).await?;
-        let events = app
-            .runner
-            .subscribe(turn.session_id.clone(), turn.id, turn.first_seq - 1)
-            .boxed();
+        let events = follow(app, &turn);
         Ok(Self {
             session_id,
             turn_id: turn.id,

@@ -161,9 +161,7 @@ async fn answer_function_calls(
     }
     let head = head(record.id, &record.session_id, &record.request);
     let folding = Folding::new(head, record.id, answered.after);
-    let events = app
-        .runner
-        .subscribe(record.session_id.clone(), record.id, record.first_seq - 1);
+    let events = crate::protocols::endpoint::follow(app, &record);
     if body.stream {
         return Ok(streamed(app, folding, None, &session, record.id, events));
     }
@@ -253,9 +251,7 @@ async fn get_response(
     let session = record.session_id.clone();
     let head = head(record.id, &record.session_id, &record.request);
     let folding = Folding::new(head, record.id, after);
-    let events = app
-        .runner
-        .subscribe(record.session_id.clone(), record.id, record.first_seq - 1);
+    let events = crate::protocols::endpoint::follow(&app, &record);
     Ok(streamed(
         &app,
         folding,
