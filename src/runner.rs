@@ -449,7 +449,7 @@ impl TurnRunner {
     ) -> Result<CancelOutcome, CancelError> {
         let store = &self.inner.store;
         let record = store
-            .get_turn(session_id.as_str(), turn_id)
+            .get_turn(session_id, turn_id)
             .await?
             .ok_or(CancelError::NotFound)?;
         if record.status != TurnStatus::Running {
@@ -461,7 +461,7 @@ impl TurnRunner {
             // so the answer can carry the final status.
             let _ = tokio::time::timeout(Duration::from_secs(5), live.closed.cancelled()).await;
         } else if !store.request_cancel(turn_id).await? {
-            let record = store.get_turn(session_id.as_str(), turn_id).await?;
+            let record = store.get_turn(session_id, turn_id).await?;
             return Err(CancelError::NotRunning(
                 record.map_or(TurnStatus::Interrupted, |r| r.status),
             ));
@@ -469,7 +469,7 @@ impl TurnRunner {
             return Ok(CancelOutcome::Requested);
         }
         let record = store
-            .get_turn(session_id.as_str(), turn_id)
+            .get_turn(session_id, turn_id)
             .await?
             .ok_or(CancelError::NotFound)?;
         Ok(CancelOutcome::Ended(Box::new(record)))
@@ -489,11 +489,7 @@ impl TurnRunner {
             }
         }
         loop {
-            let record = self
-                .inner
-                .store
-                .get_turn(session_id.as_str(), turn_id)
-                .await?;
+            let record = self.inner.store.get_turn(session_id, turn_id).await?;
             match record {
                 Some(r) if r.status == TurnStatus::Running => {}
                 other => return Ok(other),

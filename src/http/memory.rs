@@ -172,13 +172,10 @@ async fn list_judgements(
     Path(TurnPath { turn_id }): Path<TurnPath>,
 ) -> Result<axum::Json<JudgementList>, ApiError> {
     let turn_id = parse_turn_id(&turn_id)?;
-    let Some(_) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
+    let Some(_) = app.store.get_turn(&session_id, turn_id).await? else {
         return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
-    let mut judgements = app
-        .store
-        .list_judgements(session_id.as_str(), turn_id)
-        .await?;
+    let mut judgements = app.store.list_judgements(&session_id, turn_id).await?;
     for judgement in &mut judgements {
         judgement.session_id = session_id.id().to_owned();
     }
@@ -232,7 +229,7 @@ async fn list_jobs(
 ) -> Result<axum::Json<JobList>, ApiError> {
     let limit = newest(query)?;
     super::known_session(&app, &session_id).await?;
-    let jobs = app.store.list_jobs(session_id.as_str(), limit).await?;
+    let jobs = app.store.list_jobs(&session_id, limit).await?;
     Ok(axum::Json(JobList { jobs }))
 }
 
@@ -264,10 +261,7 @@ async fn list_observations(
 ) -> Result<axum::Json<ObservationList>, ApiError> {
     let limit = newest(query)?;
     super::known_session(&app, &session_id).await?;
-    let mut observations = app
-        .store
-        .list_observations(session_id.as_str(), limit)
-        .await?;
+    let mut observations = app.store.list_observations(&session_id, limit).await?;
     for observation in &mut observations {
         observation.session_id = session_id.id().to_owned();
     }

@@ -118,10 +118,7 @@ async fn list_messages(
 ) -> Result<axum::Json<MessagePage>, ApiError> {
     let (after, limit) = PageQuery::parse(query)?;
     super::known_session(&app, &session_id).await?;
-    let messages = app
-        .store
-        .list_messages(session_id.as_str(), after, limit)
-        .await?;
+    let messages = app.store.list_messages(&session_id, after, limit).await?;
     let next_after = (messages.len() == limit as usize)
         .then(|| messages.last().map(|m| m.id))
         .flatten();
@@ -162,7 +159,7 @@ async fn list_events(
     super::known_session(&app, &session_id).await?;
     let events = app
         .store
-        .list_events(session_id.as_str(), None, after, limit)
+        .list_events(&session_id, None, after, limit)
         .await?;
     // The envelopes are already JSON: splice them instead of reparsing.
     let mut body = String::with_capacity(
@@ -255,7 +252,7 @@ async fn list_decisions(
     let decisions = app
         .store
         .list_decisions(
-            session_id.as_str(),
+            &session_id,
             query.after.as_deref(),
             query.strategy.as_deref(),
             limit,
@@ -299,10 +296,7 @@ async fn list_checkpoints(
 ) -> Result<axum::Json<CheckpointList>, ApiError> {
     let limit = page_limit(query.limit)?;
     super::known_session(&app, &session_id).await?;
-    let mut checkpoints = app
-        .store
-        .list_checkpoints(session_id.as_str(), limit)
-        .await?;
+    let mut checkpoints = app.store.list_checkpoints(&session_id, limit).await?;
     for checkpoint in &mut checkpoints {
         checkpoint.session_id = session_id.id().to_owned();
     }
@@ -327,11 +321,7 @@ async fn get_artifact(
     SessionPath { session_id }: SessionPath,
     Path(ArtifactPath { artifact_id }): Path<ArtifactPath>,
 ) -> Result<axum::Json<ArtifactRecord>, ApiError> {
-    let Some(mut artifact) = app
-        .store
-        .get_artifact(session_id.as_str(), &artifact_id)
-        .await?
-    else {
+    let Some(mut artifact) = app.store.get_artifact(&session_id, &artifact_id).await? else {
         return Err(super::not_found_in(&app, &session_id, ApiError::ArtifactNotFound).await);
     };
     artifact.session_id = session_id.id().to_owned();

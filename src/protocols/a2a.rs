@@ -254,7 +254,7 @@ impl Caller {
         let mut turns = self
             .app
             .store
-            .list_turns(session.as_str(), before, size + 1)
+            .list_turns(&session, before, size + 1)
             .await?;
         let more = turns.len() > size as usize;
         turns.truncate(size as usize);
@@ -409,7 +409,7 @@ impl Caller {
         let last_seq = self
             .app
             .store
-            .get_session(session.as_str())
+            .get_session(&session)
             .await?
             .map_or(0, |s| s.last_seq);
         let fold = self.fold(&record).await?;
@@ -452,7 +452,7 @@ impl Caller {
         let quiet_until = self
             .app
             .store
-            .get_session(session.as_str())
+            .get_session(&session)
             .await?
             .map_or(0, |s| s.last_seq);
         let events = crate::protocols::endpoint::follow(&self.app, &record);

@@ -132,7 +132,7 @@ pub async fn answer_calls(
 /// and where its stream goes on. None of them: `call_not_found`.
 pub async fn answer_waiting(
     app: &AppState,
-    session: &str,
+    session: &crate::ids::SessionKey,
     answers: Vec<ClientAnswer>,
 ) -> Result<(TurnRecord, Answered), ApiError> {
     let running = app

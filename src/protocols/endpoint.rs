@@ -266,7 +266,7 @@ pub(crate) async fn known_session(
     session_id: &SessionKey,
 ) -> Result<crate::store::SessionRecord, ApiError> {
     app.store
-        .get_session(session_id.as_str())
+        .get_session(session_id)
         .await?
         .ok_or(ApiError::SessionNotFound)
 }
@@ -279,7 +279,7 @@ pub(crate) async fn not_found_in(
     session_id: &SessionKey,
     missing: ApiError,
 ) -> ApiError {
-    match app.store.get_session(session_id.as_str()).await {
+    match app.store.get_session(session_id).await {
         Ok(Some(_)) => missing,
         Ok(None) => ApiError::SessionNotFound,
         Err(e) => e.into(),
@@ -351,8 +351,7 @@ impl ConversationTurn {
         answers: Vec<client_calls::ClientAnswer>,
     ) -> Result<Self, ApiError> {
         let session_id = parse_session_id(session, tenant)?;
-        let (turn, answered) =
-            client_calls::answer_waiting(app, session_id.as_str(), answers).await?;
+        let (turn, answered) = client_calls::answer_waiting(app, &session_id, answers).await?;
         let events = follow(app, &turn);
         Ok(Self {
             session_id,

@@ -492,11 +492,11 @@ async fn get_session(
         Ok(session_id) => session_id,
         Err(e) => return Ok(rpc_error(id, INVALID_PARAMS, &e.to_string())),
     };
-    let Some(mut session) = app.store.get_session(session_id.as_str()).await? else {
+    let Some(mut session) = app.store.get_session(&session_id).await? else {
         return Ok(rpc_result(id, text_result("session not found", true)));
     };
     session.id = session_id.id().to_owned();
-    let messages = app.store.recent_messages(session_id.as_str(), 20).await?;
+    let messages = app.store.recent_messages(&session_id, 20).await?;
     let messages: Vec<BTreeMap<&str, Value>> = messages
         .iter()
         .map(|m| BTreeMap::from([("role", json!(m.role)), ("content", json!(m.content))]))

@@ -272,7 +272,7 @@ async fn get_turn(
     Path(TurnPath { turn_id }): Path<TurnPath>,
 ) -> Result<axum::Json<TurnView>, ApiError> {
     let turn_id = parse_turn_id(&turn_id)?;
-    let Some(record) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
+    let Some(record) = app.store.get_turn(&session_id, turn_id).await? else {
         return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
     Ok(axum::Json(record.into()))
@@ -335,7 +335,7 @@ async fn turn_events(
             "`after` must not be negative".into(),
         ));
     }
-    let Some(turn) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
+    let Some(turn) = app.store.get_turn(&session_id, turn_id).await? else {
         return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
     // Nothing of this turn comes before its first event.
@@ -345,7 +345,7 @@ async fn turn_events(
     if turn.status != TurnStatus::Running
         && app
             .store
-            .list_events(session_id.as_str(), Some(turn_id), after, 1)
+            .list_events(&session_id, Some(turn_id), after, 1)
             .await?
             .is_empty()
     {
@@ -474,7 +474,7 @@ async fn decide_approval(
             detail: "`reason` is longer than 1000 characters or contains U+0000".into(),
         });
     }
-    let Some(turn) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
+    let Some(turn) = app.store.get_turn(&session_id, turn_id).await? else {
         return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
     if turn.status != TurnStatus::Running {

@@ -359,11 +359,11 @@ async fn ui_chat_resume(
     let running = app
         .runner
         .store()
-        .get_session(session_id.as_str())
+        .get_session(&session_id)
         .await?
         .and_then(|session| session.running_turn_id);
     let turn = match running {
-        Some(id) => app.store.get_turn(session_id.as_str(), id).await?,
+        Some(id) => app.store.get_turn(&session_id, id).await?,
         None => None,
     };
     let Some(turn) = turn else {

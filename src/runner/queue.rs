@@ -102,19 +102,14 @@ impl TurnRunner {
     ) -> Result<StartedTurn, QueuedStartError> {
         let store = &self.inner.store;
         let stale = || now_ms() - QUEUE_TICKET_STALE_MS;
-        if store
-            .queue_head(session_id.as_str(), stale())
-            .await?
-            .is_none()
+        if store.queue_head(session_id, stale()).await?.is_none()
             && let Ok(started) = self.try_start(session_id, &spec, &idempotency_key).await?
         {
             return Ok(started);
         }
         let ticket = QueueTicket {
             runner: self.clone(),
-            ticket: store
-                .enqueue_turn(session_id.as_str(), now_ms(), stale())
-                .await?,
+            ticket: store.enqueue_turn(session_id, now_ms(), stale()).await?,
             left: false,
         };
         let mut touched = tokio::time::Instant::now();
@@ -145,7 +140,7 @@ impl TurnRunner {
                 }
                 continue;
             }
-            if store.queue_head(session_id.as_str(), stale()).await? == Some(ticket.ticket) {
+            if store.queue_head(session_id, stale()).await? == Some(ticket.ticket) {
                 match self.try_start(session_id, &spec, &idempotency_key).await? {
                     Err(running) => waiting_for = Some(running),
                     Ok(started) => {
@@ -155,7 +150,7 @@ impl TurnRunner {
                 }
             } else {
                 // The head is about to begin; its turn is waited for then.
-                match store.get_session(session_id.as_str()).await? {
+                match store.get_session(session_id).await? {
                     Some(session) if session.running_turn_id.is_some() => {
                         waiting_for = session.running_turn_id;
                     }

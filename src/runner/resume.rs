@@ -141,14 +141,14 @@ impl TurnRunner {
         let inner = &self.inner;
         let store = &inner.store;
         let session = store
-            .get_session(turn.session_id.as_str())
+            .get_session(&turn.session_id)
             .await
             .map_err(TurnFailure::History)?;
         let history = match &turn.request.history {
             Some(history) => history.clone(),
             None => chat_messages(
                 store
-                    .recent_messages(turn.session_id.as_str(), inner.config.history_max_messages)
+                    .recent_messages(&turn.session_id, inner.config.history_max_messages)
                     .await
                     .map_err(TurnFailure::History)?,
             ),

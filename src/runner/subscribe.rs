@@ -189,7 +189,7 @@ impl TurnRunner {
                 // cannot produce one any more; do not wait forever.
                 if idle_polls.is_multiple_of(20) {
                     let record = retrying(&inner.close_streams, || {
-                        inner.store.get_turn(session_id.as_str(), turn_id)
+                        inner.store.get_turn(&session_id, turn_id)
                     })
                     .await?;
                     if record.is_none_or(|r| r.status != TurnStatus::Running) {

@@ -193,7 +193,11 @@ impl CheckpointStore for VaultCheckpoints {
     ) -> Result<Vec<Saved>, HookError> {
         let saved = self
             .store
-            .call_checkpoints(session_id, turn_id, call_id)
+            .call_checkpoints(
+                &crate::ids::SessionKey::from_stored(session_id),
+                turn_id,
+                call_id,
+            )
             .await
             .map_err(HookError::new)?;
         Ok(saved

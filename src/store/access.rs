@@ -16,6 +16,7 @@ use super::{
     ArtifactRecord, CheckpointRecord, NewApproval, NewArtifact, NewCheckpoint, NewToolResult,
     reader::{Reads, args},
 };
+use crate::ids::SessionKey;
 use crate::store::Result;
 
 /// An API key as listed: id, tenant, created, revoked.
@@ -88,7 +89,7 @@ pub trait Access: Reads + Send + Sync + 'static {
     /// The newest `limit` checkpoints of a session, oldest first.
     async fn list_checkpoints(
         &self,
-        session_id: &str,
+        session_id: &SessionKey,
         limit: u32,
     ) -> Result<Vec<CheckpointRecord>> {
         let sql = format!(
@@ -122,7 +123,7 @@ pub trait Access: Reads + Send + Sync + 'static {
     /// note path and saved bytes (`None`: there was no note).
     async fn call_checkpoints(
         &self,
-        session_id: &str,
+        session_id: &SessionKey,
         turn_id: &str,
         call_id: &str,
     ) -> Result<Vec<(String, String, Option<Vec<u8>>)>> {
@@ -150,7 +151,7 @@ pub trait Access: Reads + Send + Sync + 'static {
     /// An artifact of a session.
     async fn get_artifact(
         &self,
-        session_id: &str,
+        session_id: &SessionKey,
         artifact_id: &str,
     ) -> Result<Option<ArtifactRecord>> {
         let sql = "SELECT id, session_id, turn_id, call_id, tool, content, created_at \

@@ -19,6 +19,7 @@ use super::{
     records::rows::EventRow,
 };
 use crate::events::StoredEvent;
+use crate::ids::SessionKey;
 use crate::store::Result;
 
 /// A turn's step records, in the order they were written, each read back
@@ -111,7 +112,7 @@ pub trait EventLog: Reads + Send + Sync + 'static {
     /// `first_seq - 1`: the scan starts there.
     async fn list_events(
         &self,
-        session_id: &str,
+        session_id: &SessionKey,
         turn_id: Option<Uuid>,
         after: i64,
         limit: u32,

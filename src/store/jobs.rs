@@ -17,6 +17,7 @@ use super::{
     MemoryRecord, NewJob, NewMemory, ObservationRecord,
     reader::{Reads, args, memory_columns},
 };
+use crate::ids::SessionKey;
 use crate::store::Result;
 
 /// A scope's memories, newest first: `$1` scope, `$2` kind or NULL, `$3` limit.
@@ -114,7 +115,7 @@ pub trait Jobs: Reads + Send + Sync + 'static {
     async fn shed_jobs(&self, kind: &str, keep: u64, why: &str, now: DateTime<Utc>) -> Result<u64>;
 
     /// The newest `limit` jobs of a session, oldest first.
-    async fn list_jobs(&self, session_id: &str, limit: u32) -> Result<Vec<JobSummary>> {
+    async fn list_jobs(&self, session_id: &SessionKey, limit: u32) -> Result<Vec<JobSummary>> {
         let sql = "SELECT id, kind, turn_id, status, attempts, last_error, input_tokens, \
              output_tokens, cost_usd, created_at, updated_at FROM background_jobs \
              WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2";
@@ -129,7 +130,7 @@ pub trait Jobs: Reads + Send + Sync + 'static {
     /// The judgements of a turn, oldest first.
     async fn list_judgements(
         &self,
-        session_id: &str,
+        session_id: &SessionKey,
         turn_id: Uuid,
     ) -> Result<Vec<JudgementRecord>> {
         let sql = "SELECT id, session_id, turn_id, judge, prompt_id, prompt_version, score, \
@@ -141,7 +142,7 @@ pub trait Jobs: Reads + Send + Sync + 'static {
     /// The newest `limit` observations of a session, oldest first.
     async fn list_observations(
         &self,
-        session_id: &str,
+        session_id: &SessionKey,
         limit: u32,
     ) -> Result<Vec<ObservationRecord>> {
         let sql = "SELECT id, session_id, source_id, user_text, assistant_text, created_at \

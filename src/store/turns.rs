@@ -22,6 +22,7 @@ use super::{
         rows::{DecisionRow, MessageRow, SessionRow, TurnRow},
     },
 };
+use crate::ids::SessionKey;
 use crate::store::Result;
 
 /// A session's last messages, newest first: `$1` session, `$2` limit.
@@ -97,7 +98,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// turn, a used idempotency key) and nothing was written.
     async fn insert_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError>;
 
-    async fn get_turn(&self, session_id: &str, turn_id: Uuid) -> Result<Option<TurnRecord>> {
+    async fn get_turn(&self, session_id: &SessionKey, turn_id: Uuid) -> Result<Option<TurnRecord>> {
         let sql = concat!(
             "SELECT ",
             turn_columns!(),
@@ -130,7 +131,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// hidden turn (a deleted response) is not among them.
     async fn list_turns(
         &self,
-        session_id: &str,
+        session_id: &SessionKey,
         before: Option<Uuid>,
         limit: u32,
     ) -> Result<Vec<TurnRecord>> {
@@ -164,7 +165,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// not there.
     async fn hide_turn(&self, turn_id: Uuid, now: DateTime<Utc>) -> Result<bool>;
 
-    async fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
+    async fn get_session(&self, session_id: &SessionKey) -> Result<Option<SessionRecord>> {
         let sql = concat!(session_select!(), " WHERE s.id = $1");
         self.reader()
             .row::<SessionRow>(sql, args![session_id])
@@ -192,7 +193,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     }
 
     /// The tenant a session belongs to; `None`: no such session.
-    async fn session_tenant(&self, session_id: &str) -> Result<Option<String>> {
+    async fn session_tenant(&self, session_id: &SessionKey) -> Result<Option<String>> {
         let sql = "SELECT tenant FROM sessions WHERE id = $1";
         let row: Option<(String,)> = self.reader().row(sql, args![session_id]).await?;
         Ok(row.map(|(tenant,)| tenant))
@@ -201,7 +202,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// History of a session in order, after message id `after`.
     async fn list_messages(
         &self,
-        session_id: &str,
+        session_id: &SessionKey,
         after: i64,
         limit: u32,
     ) -> Result<Vec<MessageRecord>> {
@@ -215,7 +216,11 @@ pub trait Turns: Reads + Send + Sync + 'static {
     }
 
     /// The last `limit` messages of a session, oldest first.
-    async fn recent_messages(&self, session_id: &str, limit: u32) -> Result<Vec<MessageRecord>> {
+    async fn recent_messages(
+        &self,
+        session_id: &SessionKey,
+        limit: u32,
+    ) -> Result<Vec<MessageRecord>> {
         let rows: Vec<MessageRow> = self
             .reader()
             .rows(RECENT_MESSAGES, args![session_id, limit])
@@ -227,7 +232,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// newest first.
     async fn search_messages(
         &self,
-        session_id: &str,
+        session_id: &SessionKey,
         terms: &[String],
         limit: u32,
     ) -> Result<Vec<MessageRecord>> {
@@ -258,7 +263,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// given, at most `limit`.
     async fn list_decisions(
         &self,
-        session_id: &str,
+        session_id: &SessionKey,
         after: Option<&str>,
         strategy: Option<&str>,
         limit: u32,
@@ -319,11 +324,16 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// Takes a place in the queue of `session_id` (passing over, and
     /// removing, the session's tickets not kept alive since `stale_ms`);
     /// returns its ticket. Times are milliseconds since the epoch.
-    async fn enqueue_turn(&self, session_id: &str, now_ms: i64, stale_ms: i64) -> Result<i64>;
+    async fn enqueue_turn(
+        &self,
+        session_id: &SessionKey,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64>;
 
     /// The ticket that goes next in `session_id`'s queue: the lowest kept
     /// alive since `stale_ms`.
-    async fn queue_head(&self, session_id: &str, stale_ms: i64) -> Result<Option<i64>> {
+    async fn queue_head(&self, session_id: &SessionKey, stale_ms: i64) -> Result<Option<i64>> {
         let sql = "SELECT MIN(ticket) FROM turn_queue WHERE session_id = $1 AND alive_ms >= $2";
         self.reader()
             .value::<Option<i64>>(sql, args![session_id, stale_ms])

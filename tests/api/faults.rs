@@ -231,7 +231,11 @@ async fn partition_while_streaming(
     for (session, turn, _) in &turns {
         let turn_id = turn.parse().unwrap();
         let record = loop {
-            let record = store.get_turn(session, turn_id).await.unwrap().unwrap();
+            let record = store
+                .get_turn(&session.as_str().into(), turn_id)
+                .await
+                .unwrap()
+                .unwrap();
             if record.status != TurnStatus::Running {
                 break record;
             }

@@ -309,7 +309,7 @@ async fn with_take_over_off_shutdown_interrupts_turns_still_running_after_the_gr
         .db
         .open()
         .await
-        .get_turn("s-down", turn_id)
+        .get_turn(&"s-down".into(), turn_id)
         .await
         .unwrap()
         .unwrap();
@@ -339,10 +339,18 @@ async fn with_take_over_off_shutdown_lets_a_turn_finish_within_the_grace_period(
     assert_eq!(rest.last().unwrap().event, "turn.completed");
     app.stop().await;
     let store = app.db.open().await;
-    let record = store.get_turn("s-grace", turn_id).await.unwrap().unwrap();
+    let record = store
+        .get_turn(&"s-grace".into(), turn_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.status, TurnStatus::Completed);
     assert_eq!(
-        store.list_messages("s-grace", 0, 10).await.unwrap().len(),
+        store
+            .list_messages(&"s-grace".into(), 0, 10)
+            .await
+            .unwrap()
+            .len(),
         2
     );
 }
@@ -399,7 +407,7 @@ async fn a_turn_handed_over_at_shutdown_goes_on_when_the_service_starts_again(ba
         .db
         .open()
         .await
-        .get_turn("s-over", turn_id)
+        .get_turn(&"s-over".into(), turn_id)
         .await
         .unwrap()
         .unwrap();

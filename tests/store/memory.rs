@@ -273,7 +273,7 @@ async fn jobs_are_claimed_once_retried_and_reclaimed_when_stale(backend: Backend
         )
         .await
         .unwrap();
-    let jobs = store.list_jobs("s1", 10).await.unwrap();
+    let jobs = store.list_jobs(&"s1".into(), 10).await.unwrap();
     let states: Vec<(&str, &str, i64, i64)> = jobs
         .iter()
         .map(|j| {
@@ -337,7 +337,11 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
     let between = agent_harness::events::StoredEvent::new("s1", event_turn, 0, &event, at).unwrap();
     assert!(!store.append_session_event(&between).await.unwrap());
     assert_eq!(
-        store.list_events("s1", None, 0, 100).await.unwrap().len(),
+        store
+            .list_events(&"s1".into(), None, 0, 100)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     store
@@ -345,13 +349,13 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
         .await
         .unwrap();
     assert!(store.append_session_event(&between).await.unwrap());
-    let events = store.list_events("s1", None, 0, 100).await.unwrap();
+    let events = store.list_events(&"s1".into(), None, 0, 100).await.unwrap();
     let last = events.last().unwrap();
     assert_eq!(
         (last.seq, last.event_type.as_str(), last.turn_id),
         (3, "judgement", event_turn)
     );
-    let judged = store.list_judgements("s1", turn.id).await.unwrap();
+    let judged = store.list_judgements(&"s1".into(), turn.id).await.unwrap();
     assert_eq!(judged, [record]);
     // The next turn starts after it.
     let next = new_turn("s1", None);
@@ -366,12 +370,18 @@ async fn observations_are_kept_per_session(backend: Backend) {
     let finish = completed(&turn, seq, "a");
     let observation = finish.observation.clone().unwrap();
     store.write_batch(&[], &[&finish]).await.unwrap();
-    let mut read = store.list_observations("s1", 10).await.unwrap();
+    let mut read = store.list_observations(&"s1".into(), 10).await.unwrap();
     assert_eq!(read.len(), 1);
     // Timestamps come back at the stores' precision.
     read[0].created_at = observation.created_at;
     assert_eq!(read, [observation]);
-    assert!(store.list_observations("s2", 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_observations(&"s2".into(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// The backlog is the waiting jobs of every session; shedding gives up
@@ -438,8 +448,8 @@ async fn a_backlog_is_counted_and_shed_oldest_first_by_kind(backend: Backend) {
         1
     );
     let jobs: Vec<(String, String)> = [
-        store.list_jobs("s0", 10).await.unwrap(),
-        store.list_jobs("s1", 10).await.unwrap(),
+        store.list_jobs(&"s0".into(), 10).await.unwrap(),
+        store.list_jobs(&"s1".into(), 10).await.unwrap(),
     ]
     .concat()
     .into_iter()
@@ -513,7 +523,7 @@ async fn a_begin_answers_the_turns_first_reads_as_the_reads_would(backend: Backe
         ..query(&["Loire"])
     });
     let began = store.begin_turn(&second).await.unwrap();
-    let history = store.recent_messages("s-reads", 10).await.unwrap();
+    let history = store.recent_messages(&"s-reads".into(), 10).await.unwrap();
     assert_eq!(history.len(), 2);
     assert_eq!(history[0].role, "user");
     let none = store
@@ -568,7 +578,11 @@ async fn a_begin_whose_first_read_fails_still_begins_on_sqlite() {
     assert_eq!(began.turn_number, 1);
     assert_eq!(began.context.history, Some(Vec::new()));
     assert_eq!(began.context.memories, None, "left to the turn");
-    let record = store.get_turn("s-broken", turn.id).await.unwrap().unwrap();
+    let record = store
+        .get_turn(&"s-broken".into(), turn.id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(record.status, agent_harness::store::TurnStatus::Running);
 }
 

@@ -62,7 +62,7 @@ pub(super) async fn post_tool_result(
             detail: "`output` contains U+0000, which is not accepted".into(),
         });
     }
-    let Some(turn) = app.store.get_turn(session_id.as_str(), turn_id).await? else {
+    let Some(turn) = app.store.get_turn(&session_id, turn_id).await? else {
         return Err(crate::protocols::endpoint::not_found_in(
             &app,
             &session_id,

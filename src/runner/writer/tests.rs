@@ -198,7 +198,12 @@ async fn a_stopping_writer_commits_the_text_it_holds() {
         .expect("the writer ended");
     assert_eq!(
         rig.store
-            .list_events("s-linger", Some(rig.live.turn_id), rig.first_seq, 100)
+            .list_events(
+                &"s-linger".into(),
+                Some(rig.live.turn_id),
+                rig.first_seq,
+                100
+            )
             .await
             .unwrap()
             .len(),

@@ -24,6 +24,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::ids::SessionKey;
 use crate::store::Result;
 use crate::{
     events::StoredEvent,
@@ -160,7 +161,7 @@ pub(in crate::store) fn answered<T>(read: &str, result: Result<T>) -> Option<T> 
 /// [`crate::store::Turns::recent_messages`], on the writer's connection.
 pub(in crate::store) fn recent_messages(
     tx: &Connection,
-    session_id: &str,
+    session_id: &SessionKey,
     limit: u32,
 ) -> Result<Vec<MessageRecord>> {
     let mut statement = tx.prepare_cached(turns::RECENT_MESSAGES)?;

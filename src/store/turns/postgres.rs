@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use sqlx::Postgres;
 
 use super::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, Turns};
+use crate::ids::SessionKey;
 use crate::store::Result;
 use crate::{
     events::{StoredEvent, TurnEvent},
@@ -179,18 +180,23 @@ impl Turns for PostgresStore {
         .await
     }
 
-    async fn enqueue_turn(&self, session_id: &str, now_ms: i64, stale_ms: i64) -> Result<i64> {
+    async fn enqueue_turn(
+        &self,
+        session_id: &SessionKey,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64> {
         self.bounded(async {
             let mut tx = self.begin_write().await?;
             sqlx::query("DELETE FROM turn_queue WHERE session_id = $1 AND alive_ms < $2")
-                .bind(session_id)
+                .bind(session_id.as_str())
                 .bind(stale_ms)
                 .execute(&mut *tx)
                 .await?;
             let ticket: i64 = sqlx::query_scalar(
                 "INSERT INTO turn_queue (session_id, alive_ms) VALUES ($1, $2) RETURNING ticket",
             )
-            .bind(session_id)
+            .bind(session_id.as_str())
             .bind(now_ms)
             .fetch_one(&mut *tx)
             .await?;

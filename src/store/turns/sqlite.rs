@@ -6,6 +6,7 @@ use rusqlite::{OptionalExtension, params};
 use uuid::Uuid;
 
 use super::{ORPHANS_PER_SWEEP, Turns};
+use crate::ids::SessionKey;
 use crate::store::Result;
 use crate::{
     events::{StoredEvent, TurnEvent},
@@ -192,7 +193,12 @@ impl Turns for SqliteStore {
             .await
     }
 
-    async fn enqueue_turn(&self, session_id: &str, now_ms: i64, stale_ms: i64) -> Result<i64> {
+    async fn enqueue_turn(
+        &self,
+        session_id: &SessionKey,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> Result<i64> {
         let session_id = session_id.to_owned();
         self.writes
             .run(move |connection| {
@@ -315,7 +321,7 @@ impl Turns for SqliteStore {
             }
             // Read back as claimed (the writer is this process's only one).
             let turn = self
-                .get_turn(&session_id, parse_uuid(&turn_id)?)
+                .get_turn(&SessionKey::from_stored(&session_id), parse_uuid(&turn_id)?)
                 .await?
                 .ok_or_else(|| StoreError::Corrupt(format!("claimed turn {turn_id} is gone")))?;
             taken.push(Orphan::Claimed {
