@@ -24,6 +24,11 @@ use chrono::{Duration, Utc};
 use support::{Backend, TestDb};
 use uuid::Uuid;
 
+/// The stored key of the default tenant's session `id`.
+pub fn key(id: &str) -> agent_harness::ids::SessionKey {
+    agent_harness::ids::SessionKey::from_stored(id)
+}
+
 fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
     NewTurn {
         id: Uuid::now_v7(),
@@ -148,12 +153,12 @@ async fn begin_creates_the_session_and_numbers_after_existing_events(backend: Ba
     let other_session = new_turn("s2", None);
     assert_eq!(store.begin_turn(&other_session).await.unwrap().first_seq, 1);
 
-    let session = store.get_session(&"s1".into()).await.unwrap().unwrap();
+    let session = store.get_session(&key("s1")).await.unwrap().unwrap();
     assert_eq!(session.turn_count, 2);
     assert_eq!(session.last_seq, 5);
     assert_eq!(session.running_turn_id, Some(second.id));
     let turn = store
-        .get_turn(&"s1".into(), second.id)
+        .get_turn(&key("s1"), second.id)
         .await
         .unwrap()
         .unwrap();
@@ -161,7 +166,7 @@ async fn begin_creates_the_session_and_numbers_after_existing_events(backend: Ba
     assert_eq!(turn.first_seq, 5);
     assert!(
         store
-            .get_turn(&"s2".into(), second.id)
+            .get_turn(&key("s2"), second.id)
             .await
             .unwrap()
             .is_none(),
@@ -178,11 +183,11 @@ async fn one_running_turn_per_session(backend: Backend) {
         other => panic!("expected AlreadyRunning, got {other:?}"),
     }
     // The refused turn left nothing behind.
-    let events = store.list_events(&"s1".into(), None, 0, 100).await.unwrap();
+    let events = store.list_events(&key("s1"), None, 0, 100).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(
         store
-            .get_session(&"s1".into())
+            .get_session(&key("s1"))
             .await
             .unwrap()
             .unwrap()
@@ -211,7 +216,7 @@ async fn concurrent_begins_let_exactly_one_turn_run(backend: Backend) {
     assert_eq!((started, refused), (1, 7));
     assert_eq!(
         store
-            .list_events(&"race".into(), None, 0, 100)
+            .list_events(&key("race"), None, 0, 100)
             .await
             .unwrap()
             .len(),
@@ -253,13 +258,13 @@ async fn a_session_stays_with_the_tenant_that_made_it(backend: Backend) {
         .unwrap();
     assert_eq!(
         store
-            .session_tenant(&"s-owned".into())
+            .session_tenant(&key("s-owned"))
             .await
             .unwrap()
             .as_deref(),
         Some("acme")
     );
-    let before = store.get_session(&"s-owned".into()).await.unwrap().unwrap();
+    let before = store.get_session(&key("s-owned")).await.unwrap().unwrap();
     // Another tenant's begin is refused and writes nothing.
     let mut other = new_turn("s-owned", None);
     other.tenant = "globex".to_owned();
@@ -267,21 +272,21 @@ async fn a_session_stays_with_the_tenant_that_made_it(backend: Backend) {
         Err(BeginTurnError::SessionNotFound) => {}
         other => panic!("expected SessionNotFound, got {other:?}"),
     }
-    let after = store.get_session(&"s-owned".into()).await.unwrap().unwrap();
+    let after = store.get_session(&key("s-owned")).await.unwrap().unwrap();
     assert_eq!(
         (after.turn_count, after.last_seq, after.updated_at),
         (1, before.last_seq, before.updated_at)
     );
     assert!(
         store
-            .get_turn(&"s-owned".into(), other.id)
+            .get_turn(&key("s-owned"), other.id)
             .await
             .unwrap()
             .is_none()
     );
     assert_eq!(
         store
-            .session_tenant(&"s-owned".into())
+            .session_tenant(&key("s-owned"))
             .await
             .unwrap()
             .as_deref(),
@@ -291,7 +296,7 @@ async fn a_session_stays_with_the_tenant_that_made_it(backend: Backend) {
     let mut next = new_turn("s-owned", None);
     next.tenant = "acme".to_owned();
     assert_eq!(store.begin_turn(&next).await.unwrap().turn_number, 2);
-    assert_eq!(store.session_tenant(&"s-none".into()).await.unwrap(), None);
+    assert_eq!(store.session_tenant(&key("s-none")).await.unwrap(), None);
 }
 
 async fn a_turn_reads_back_its_request_and_result_as_they_were_given(backend: Backend) {
@@ -320,22 +325,14 @@ async fn a_turn_reads_back_its_request_and_result_as_they_were_given(backend: Ba
         ..TurnRequest::new("now?")
     };
     store.begin_turn(&turn).await.unwrap();
-    let running = store
-        .get_turn(&"s1".into(), turn.id)
-        .await
-        .unwrap()
-        .unwrap();
+    let running = store.get_turn(&key("s1"), turn.id).await.unwrap().unwrap();
     assert_eq!(running.request, turn.request);
     assert_eq!(running.result, None);
     store
         .write_batch(&[], &[&completed(&turn, 2, "Typed.")])
         .await
         .unwrap();
-    let ended = store
-        .get_turn(&"s1".into(), turn.id)
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = store.get_turn(&key("s1"), turn.id).await.unwrap().unwrap();
     assert_eq!(ended.request, turn.request);
     let result = ended.result.unwrap();
     assert_eq!(result.text, "Typed.");
@@ -361,14 +358,14 @@ async fn a_turn_is_found_by_its_id_alone_until_it_is_hidden(backend: Backend) {
     assert!(store.find_turn(turn.id).await.unwrap().is_none());
     // The session keeps it: its turn, history and log are as they were.
     let kept = store
-        .get_turn(&"s-find".into(), turn.id)
+        .get_turn(&key("s-find"), turn.id)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(kept.status, TurnStatus::Completed);
     assert_eq!(
         store
-            .list_messages(&"s-find".into(), 0, 10)
+            .list_messages(&key("s-find"), 0, 10)
             .await
             .unwrap()
             .len(),
@@ -418,22 +415,18 @@ async fn a_finish_commits_messages_decision_and_terminal_event_together(backend:
         .await
         .unwrap();
     assert_eq!(applied, vec![true]);
-    let record = store
-        .get_turn(&"s1".into(), turn.id)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = store.get_turn(&key("s1"), turn.id).await.unwrap().unwrap();
     assert_eq!(record.status, TurnStatus::Completed);
     assert!(record.finished_at.is_some());
     assert_eq!(record.result.unwrap().text, "Hello");
-    let messages = store.list_messages(&"s1".into(), 0, 10).await.unwrap();
+    let messages = store.list_messages(&key("s1"), 0, 10).await.unwrap();
     let roles: Vec<_> = messages
         .iter()
         .map(|m| (m.role.as_str(), m.content.as_str()))
         .collect();
     assert_eq!(roles, [("user", "hi"), ("assistant", "Hello")]);
     let types: Vec<_> = store
-        .list_events(&"s1".into(), Some(turn.id), 0, 10)
+        .list_events(&key("s1"), Some(turn.id), 0, 10)
         .await
         .unwrap()
         .into_iter()
@@ -455,16 +448,12 @@ async fn a_finish_commits_messages_decision_and_terminal_event_together(backend:
         .unwrap();
     assert_eq!(again, vec![false]);
     assert_eq!(
-        store
-            .list_messages(&"s1".into(), 0, 10)
-            .await
-            .unwrap()
-            .len(),
+        store.list_messages(&key("s1"), 0, 10).await.unwrap().len(),
         2
     );
     assert_eq!(
         store
-            .list_events(&"s1".into(), None, 0, 10)
+            .list_events(&key("s1"), None, 0, 10)
             .await
             .unwrap()
             .len(),
@@ -579,7 +568,7 @@ async fn a_failed_batch_writes_nothing(backend: Backend) {
     assert!(result.is_err());
     assert_eq!(
         store
-            .list_events(&"s1".into(), None, 0, 10)
+            .list_events(&key("s1"), None, 0, 10)
             .await
             .unwrap()
             .len(),
@@ -587,24 +576,20 @@ async fn a_failed_batch_writes_nothing(backend: Backend) {
     );
     assert!(
         store
-            .list_messages(&"s1".into(), 0, 10)
+            .list_messages(&key("s1"), 0, 10)
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         store
-            .list_observations(&"s1".into(), 10)
+            .list_observations(&key("s1"), 10)
             .await
             .unwrap()
             .is_empty()
     );
-    assert!(store.list_jobs(&"s1".into(), 10).await.unwrap().is_empty());
-    let record = store
-        .get_turn(&"s1".into(), turn.id)
-        .await
-        .unwrap()
-        .unwrap();
+    assert!(store.list_jobs(&key("s1"), 10).await.unwrap().is_empty());
+    let record = store.get_turn(&key("s1"), turn.id).await.unwrap().unwrap();
     assert_eq!(record.status, TurnStatus::Running);
 }
 
@@ -621,7 +606,7 @@ async fn a_failed_batch_of_events_alone_writes_nothing(backend: Backend) {
     assert!(store.write_batch(&batch, &[]).await.is_err());
     assert_eq!(
         store
-            .list_events(&"s1".into(), None, 0, 10)
+            .list_events(&key("s1"), None, 0, 10)
             .await
             .unwrap()
             .len(),
@@ -633,7 +618,7 @@ async fn a_failed_batch_of_events_alone_writes_nothing(backend: Backend) {
     assert!(store.write_batch(&big, &[]).await.is_err());
     assert_eq!(
         store
-            .list_events(&"s1".into(), None, 0, 1000)
+            .list_events(&key("s1"), None, 0, 1000)
             .await
             .unwrap()
             .len(),
@@ -643,7 +628,7 @@ async fn a_failed_batch_of_events_alone_writes_nothing(backend: Backend) {
     store.write_batch(&big, &[]).await.unwrap();
     assert_eq!(
         store
-            .list_events(&"s1".into(), None, 0, 1000)
+            .list_events(&key("s1"), None, 0, 1000)
             .await
             .unwrap()
             .len(),
@@ -718,16 +703,13 @@ async fn events_and_messages_page_in_order(backend: Backend) {
             .unwrap();
         next_seq += 6;
     }
-    let page = store.list_events(&"s1".into(), None, 5, 4).await.unwrap();
+    let page = store.list_events(&key("s1"), None, 5, 4).await.unwrap();
     assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), [6, 7, 8, 9]);
-    let all = store
-        .list_events(&"s1".into(), None, 0, 1000)
-        .await
-        .unwrap();
+    let all = store.list_events(&key("s1"), None, 0, 1000).await.unwrap();
     assert_eq!(all.len(), 18);
     let second_turn = all[6].turn_id;
     let of_turn = store
-        .list_events(&"s1".into(), Some(second_turn), 0, 100)
+        .list_events(&key("s1"), Some(second_turn), 0, 100)
         .await
         .unwrap();
     assert_eq!(
@@ -735,14 +717,14 @@ async fn events_and_messages_page_in_order(backend: Backend) {
         (7..=12).collect::<Vec<_>>()
     );
 
-    let messages = store.list_messages(&"s1".into(), 0, 100).await.unwrap();
+    let messages = store.list_messages(&key("s1"), 0, 100).await.unwrap();
     assert_eq!(messages.len(), 6);
     let after = store
-        .list_messages(&"s1".into(), messages[1].id, 2)
+        .list_messages(&key("s1"), messages[1].id, 2)
         .await
         .unwrap();
     assert_eq!(after, messages[2..4].to_vec());
-    let recent = store.recent_messages(&"s1".into(), 3).await.unwrap();
+    let recent = store.recent_messages(&key("s1"), 3).await.unwrap();
     let texts: Vec<_> = recent.iter().map(|m| m.content.as_str()).collect();
     assert_eq!(texts, ["answer 1", "hi", "answer 2"]);
 }
@@ -770,11 +752,7 @@ async fn a_turn_log_cursor_reads_every_page_of_its_turn(backend: Backend) {
         .write_batch(&deltas, &[&completed(&turn, last, "done")])
         .await
         .unwrap();
-    let record = store
-        .get_turn(&"s1".into(), turn.id)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = store.get_turn(&key("s1"), turn.id).await.unwrap().unwrap();
 
     let mut all = TurnLogCursor::of(&record);
     let events = all.all(store.as_ref(), usize::MAX).await.unwrap();
@@ -794,7 +772,7 @@ async fn a_turn_log_cursor_reads_every_page_of_its_turn(backend: Backend) {
         .unwrap();
     assert_eq!(seen, (first_seq..=first_seq + page + 3).collect::<Vec<_>>());
 
-    let mut moved = TurnLogCursor::new(&"s1".into(), turn.id, first_seq);
+    let mut moved = TurnLogCursor::new(&key("s1"), turn.id, first_seq);
     moved.passed(last - 2);
     let tail = moved.all(store.as_ref(), usize::MAX).await.unwrap();
     assert_eq!(
@@ -812,7 +790,7 @@ async fn stored_events_are_byte_for_byte_what_was_written(backend: Backend) {
         .write_batch(std::slice::from_ref(&written), &[])
         .await
         .unwrap();
-    let read = store.list_events(&"s1".into(), None, 1, 10).await.unwrap();
+    let read = store.list_events(&key("s1"), None, 1, 10).await.unwrap();
     assert_eq!(read[0], *written);
     assert_eq!(read[0].envelope_json(), written.envelope_json());
 }
@@ -1076,7 +1054,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
         .unwrap();
     assert_eq!(ended, [true]);
     let events = store
-        .list_events(&"s-take".into(), None, 0, 100)
+        .list_events(&key("s-take"), None, 0, 100)
         .await
         .unwrap();
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
@@ -1122,7 +1100,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
     );
     assert_eq!(events.len(), 1);
     let record = store
-        .get_turn(&"s-doomed".into(), doomed.id)
+        .get_turn(&key("s-doomed"), doomed.id)
         .await
         .unwrap()
         .unwrap();
@@ -1379,28 +1357,28 @@ async fn message_search_matches_any_term_newest_first(backend: Backend) {
             .unwrap();
     }
     let found = store
-        .search_messages(&"s1".into(), &["paris".into(), "budget".into()], 10)
+        .search_messages(&key("s1"), &["paris".into(), "budget".into()], 10)
         .await
         .unwrap();
     let texts: Vec<_> = found.iter().map(|m| m.content.as_str()).collect();
     assert_eq!(texts, ["Budget for the trip", "Trip to Paris in May"]);
     assert!(
         store
-            .search_messages(&"s2".into(), &["paris".into()], 10)
+            .search_messages(&key("s2"), &["paris".into()], 10)
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         store
-            .search_messages(&"s1".into(), &[], 10)
+            .search_messages(&key("s1"), &[], 10)
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         store
-            .search_messages(&"s1".into(), &["zzz".into()], 10)
+            .search_messages(&key("s1"), &["zzz".into()], 10)
             .await
             .unwrap()
             .is_empty()
@@ -1426,7 +1404,7 @@ async fn artifacts_and_decisions_are_kept_per_session(backend: Backend) {
     };
     store.put_artifact(&artifact).await.unwrap();
     let read = store
-        .get_artifact(&"s1".into(), "art_1")
+        .get_artifact(&key("s1"), "art_1")
         .await
         .unwrap()
         .unwrap();
@@ -1434,13 +1412,13 @@ async fn artifacts_and_decisions_are_kept_per_session(backend: Backend) {
     assert_eq!(read.call_id, "c1");
     assert!(
         store
-            .get_artifact(&"s2".into(), "art_1")
+            .get_artifact(&key("s2"), "art_1")
             .await
             .unwrap()
             .is_none()
     );
     let decisions = store
-        .list_decisions(&"s1".into(), None, None, 10)
+        .list_decisions(&key("s1"), None, None, 10)
         .await
         .unwrap();
     assert_eq!(decisions.len(), 1);
@@ -1448,7 +1426,7 @@ async fn artifacts_and_decisions_are_kept_per_session(backend: Backend) {
     assert_eq!(decisions[0].turn_id, turn.id.to_string());
     assert!(
         store
-            .list_decisions(&"s2".into(), None, None, 10)
+            .list_decisions(&key("s2"), None, None, 10)
             .await
             .unwrap()
             .is_empty()
@@ -1456,14 +1434,14 @@ async fn artifacts_and_decisions_are_kept_per_session(backend: Backend) {
     let after = decisions[0].id.clone();
     assert!(
         store
-            .list_decisions(&"s1".into(), Some(&after), None, 10)
+            .list_decisions(&key("s1"), Some(&after), None, 10)
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         store
-            .list_decisions(&"s1".into(), None, Some("web_augmented"), 10)
+            .list_decisions(&key("s1"), None, Some("web_augmented"), 10)
             .await
             .unwrap()
             .is_empty()
@@ -1745,7 +1723,7 @@ async fn sqlite_commits_reach_the_database_file_in_the_background() {
     }
     // And the data reads back whole through the readers.
     let read = store
-        .list_events(&"s1".into(), Some(turn.id), 1, 2000)
+        .list_events(&key("s1"), Some(turn.id), 1, 2000)
         .await
         .unwrap();
     assert_eq!(read.len(), 1000);
@@ -1777,7 +1755,7 @@ async fn sqlite_wal_stays_bounded_under_sustained_writes() {
     let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     assert!(size < 90_000_000, "the WAL grew to {size} bytes");
     let last = store
-        .list_events(&"s1".into(), Some(turn.id), seq - 1, 10)
+        .list_events(&key("s1"), Some(turn.id), seq - 1, 10)
         .await
         .unwrap();
     assert_eq!(last.len(), 1);
@@ -1802,7 +1780,7 @@ async fn a_batch_written_twice_is_stored_once_and_only_a_different_event_conflic
     store.write_batch(&deltas, &[]).await.unwrap();
     assert_eq!(
         store
-            .list_events(&"s1".into(), None, 0, 10)
+            .list_events(&key("s1"), None, 0, 10)
             .await
             .unwrap()
             .len(),
@@ -1822,22 +1800,18 @@ async fn a_batch_written_twice_is_stored_once_and_only_a_different_event_conflic
     );
     assert_eq!(
         store
-            .list_events(&"s1".into(), None, 0, 10)
+            .list_events(&key("s1"), None, 0, 10)
             .await
             .unwrap()
             .len(),
         5
     );
     assert_eq!(
-        store
-            .list_messages(&"s1".into(), 0, 10)
-            .await
-            .unwrap()
-            .len(),
+        store.list_messages(&key("s1"), 0, 10).await.unwrap().len(),
         2
     );
-    assert_eq!(store.list_jobs(&"s1".into(), 10).await.unwrap().len(), 1);
-    let session = store.get_session(&"s1".into()).await.unwrap().unwrap();
+    assert_eq!(store.list_jobs(&key("s1"), 10).await.unwrap().len(), 1);
+    let session = store.get_session(&key("s1")).await.unwrap().unwrap();
     assert_eq!(session.cost_usd, Some(0.25), "the totals counted once");
     // Another event at a stored seq: refused, and nothing of its batch
     // is written.
@@ -1849,14 +1823,14 @@ async fn a_batch_written_twice_is_stored_once_and_only_a_different_event_conflic
     assert!(refused.is_err(), "{refused:?}");
     assert_eq!(
         store
-            .list_events(&"s2".into(), None, 0, 10)
+            .list_events(&key("s2"), None, 0, 10)
             .await
             .unwrap()
             .len(),
         1
     );
     let texts: Vec<String> = store
-        .list_events(&"s1".into(), None, 0, 10)
+        .list_events(&key("s1"), None, 0, 10)
         .await
         .unwrap()
         .iter()

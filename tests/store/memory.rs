@@ -7,7 +7,7 @@ use agent_harness::{
 use chrono::{Duration, SubsecRound, Utc};
 use uuid::Uuid;
 
-use super::{Backend, completed, new_turn, store};
+use super::{Backend, completed, key, new_turn, store};
 
 fn memory(scope: &str, key: &str, content: &str) -> NewMemory {
     NewMemory {
@@ -273,7 +273,7 @@ async fn jobs_are_claimed_once_retried_and_reclaimed_when_stale(backend: Backend
         )
         .await
         .unwrap();
-    let jobs = store.list_jobs(&"s1".into(), 10).await.unwrap();
+    let jobs = store.list_jobs(&key("s1"), 10).await.unwrap();
     let states: Vec<(&str, &str, i64, i64)> = jobs
         .iter()
         .map(|j| {
@@ -338,7 +338,7 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
     assert!(!store.append_session_event(&between).await.unwrap());
     assert_eq!(
         store
-            .list_events(&"s1".into(), None, 0, 100)
+            .list_events(&key("s1"), None, 0, 100)
             .await
             .unwrap()
             .len(),
@@ -349,13 +349,13 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
         .await
         .unwrap();
     assert!(store.append_session_event(&between).await.unwrap());
-    let events = store.list_events(&"s1".into(), None, 0, 100).await.unwrap();
+    let events = store.list_events(&key("s1"), None, 0, 100).await.unwrap();
     let last = events.last().unwrap();
     assert_eq!(
         (last.seq, last.event_type.as_str(), last.turn_id),
         (3, "judgement", event_turn)
     );
-    let judged = store.list_judgements(&"s1".into(), turn.id).await.unwrap();
+    let judged = store.list_judgements(&key("s1"), turn.id).await.unwrap();
     assert_eq!(judged, [record]);
     // The next turn starts after it.
     let next = new_turn("s1", None);
@@ -370,14 +370,14 @@ async fn observations_are_kept_per_session(backend: Backend) {
     let finish = completed(&turn, seq, "a");
     let observation = finish.observation.clone().unwrap();
     store.write_batch(&[], &[&finish]).await.unwrap();
-    let mut read = store.list_observations(&"s1".into(), 10).await.unwrap();
+    let mut read = store.list_observations(&key("s1"), 10).await.unwrap();
     assert_eq!(read.len(), 1);
     // Timestamps come back at the stores' precision.
     read[0].created_at = observation.created_at;
     assert_eq!(read, [observation]);
     assert!(
         store
-            .list_observations(&"s2".into(), 10)
+            .list_observations(&key("s2"), 10)
             .await
             .unwrap()
             .is_empty()
@@ -448,8 +448,8 @@ async fn a_backlog_is_counted_and_shed_oldest_first_by_kind(backend: Backend) {
         1
     );
     let jobs: Vec<(String, String)> = [
-        store.list_jobs(&"s0".into(), 10).await.unwrap(),
-        store.list_jobs(&"s1".into(), 10).await.unwrap(),
+        store.list_jobs(&key("s0"), 10).await.unwrap(),
+        store.list_jobs(&key("s1"), 10).await.unwrap(),
     ]
     .concat()
     .into_iter()
@@ -523,7 +523,7 @@ async fn a_begin_answers_the_turns_first_reads_as_the_reads_would(backend: Backe
         ..query(&["Loire"])
     });
     let began = store.begin_turn(&second).await.unwrap();
-    let history = store.recent_messages(&"s-reads".into(), 10).await.unwrap();
+    let history = store.recent_messages(&key("s-reads"), 10).await.unwrap();
     assert_eq!(history.len(), 2);
     assert_eq!(history[0].role, "user");
     let none = store
@@ -579,7 +579,7 @@ async fn a_begin_whose_first_read_fails_still_begins_on_sqlite() {
     assert_eq!(began.context.history, Some(Vec::new()));
     assert_eq!(began.context.memories, None, "left to the turn");
     let record = store
-        .get_turn(&"s-broken".into(), turn.id)
+        .get_turn(&key("s-broken"), turn.id)
         .await
         .unwrap()
         .unwrap();
