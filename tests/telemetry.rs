@@ -22,6 +22,11 @@ use serde_json::Value;
 #[path = "support/listening.rs"]
 mod listening;
 
+#[path = "support/fake_provider.rs"]
+mod fake_provider;
+
+use fake_provider::{FakeProvider, Reply};
+
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN_ID: &str = "00f067aa0ba902b7";
 
@@ -207,43 +212,20 @@ async fn a_turn_is_traced_in_the_callers_trace_with_typed_genai_spans() {
     );
 }
 
-/// A fake OpenAI endpoint: its first answer is a 500 whose message quotes
+/// The fake provider: its first answer is a 500 whose message quotes
 /// personal data (as an upstream error may quote the request), then the
 /// recorded text answer.
-async fn failing_once_provider() -> std::net::SocketAddr {
-    let calls = Arc::new(Mutex::new(0u32));
-    let provider = Router::new().route(
-        "/v1/chat/completions",
-        post(move || {
-            let calls = calls.clone();
-            async move {
-                let call = {
-                    let mut calls = calls.lock().unwrap();
-                    *calls += 1;
-                    *calls
-                };
-                if call == 1 {
-                    return axum::response::Response::builder()
-                        .status(500)
-                        .header("content-type", "application/json")
-                        .body(axum::body::Body::from(
-                            r#"{"error":{"message":"upstream failed on a message from bob@example.com (card 4111 1111 1111 1111, phone +1 (555) 123-4567)","type":"server_error"}}"#,
-                        ))
-                        .unwrap();
-                }
-                axum::response::Response::builder()
-                    .header("content-type", "text/event-stream")
-                    .body(axum::body::Body::from(include_str!(
-                        "fixtures/openai/text.sse"
-                    )))
-                    .unwrap()
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, provider).await });
-    addr
+async fn failing_once_provider() -> FakeProvider {
+    let provider = FakeProvider::start().await;
+    provider.enqueue([
+        Reply::text(
+            500,
+            "application/json",
+            r#"{"error":{"message":"upstream failed on a message from bob@example.com (card 4111 1111 1111 1111, phone +1 (555) 123-4567)","type":"server_error"}}"#,
+        ),
+        Reply::sse("openai/text.sse"),
+    ]);
+    provider
 }
 
 /// What the service wrote for observation in one turn with personal data
@@ -261,13 +243,14 @@ struct Observed {
 async fn observe_one_turn(redact: bool) -> Observed {
     let (collector_addr, received) = collector().await;
     let provider = failing_once_provider().await;
+    let provider_url = provider.base_url.clone();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("service.log");
     let (stdout, stderr) = listening::log_file(&log);
     let mut child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
         .env_clear()
         .env("HARNESS_PROVIDERS", "openai:gpt-4o-mini")
-        .env("OPENAI_BASE_URL", format!("http://{provider}/v1"))
+        .env("OPENAI_BASE_URL", &provider_url)
         .env("OPENAI_API_KEY", "sk-test")
         .env("HARNESS_PROVIDER_MAX_ATTEMPTS", "2")
         .env("HARNESS_PROVIDER_RETRY_BASE_MS", "10")
@@ -362,48 +345,21 @@ async fn with_redaction_nothing_written_for_observation_shows_personal_data() {
     assert!(masked.logs.contains("[redacted]"), "{}", masked.logs);
 }
 
-/// A fake OpenAI endpoint whose first answer never comes (its caller is
-/// told through `asked`), then the recorded text answer.
-async fn stalling_once_provider(asked: tokio::sync::mpsc::Sender<()>) -> std::net::SocketAddr {
-    let calls = Arc::new(Mutex::new(0u32));
-    let provider = Router::new().route(
-        "/v1/chat/completions",
-        post(move || {
-            let calls = calls.clone();
-            let asked = asked.clone();
-            async move {
-                let call = {
-                    let mut calls = calls.lock().unwrap();
-                    *calls += 1;
-                    *calls
-                };
-                if call == 1 {
-                    let _ = asked.send(()).await;
-                    tokio::time::sleep(Duration::from_secs(120)).await;
-                }
-                axum::response::Response::builder()
-                    .header("content-type", "text/event-stream")
-                    .body(axum::body::Body::from(include_str!(
-                        "fixtures/openai/text.sse"
-                    )))
-                    .unwrap()
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, provider).await });
-    addr
-}
-
 /// A turn handed over at shutdown and taken over when the service starts
 /// again: the span of its second life is a trace of its own, linked to the
 /// span that began the turn in the caller's trace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_taken_over_links_its_span_to_where_it_began() {
     let (collector_addr, received) = collector().await;
-    let (asked, mut first_call) = tokio::sync::mpsc::channel(1);
-    let provider = stalling_once_provider(asked).await;
+    // The first answer never comes; the life that takes the turn over
+    // gets the recorded text.
+    let provider = FakeProvider::start().await;
+    let never = tokio_util::sync::CancellationToken::new();
+    provider.enqueue([
+        Reply::sse("openai/text.sse").hold_head(&never),
+        Reply::sse("openai/text.sse"),
+    ]);
+    let provider_url = provider.base_url.clone();
     let dir = tempfile::tempdir().unwrap();
     // Each life listens where it chooses and logs to a file of its own.
     let start = |life: &str| {
@@ -412,7 +368,7 @@ async fn a_turn_taken_over_links_its_span_to_where_it_began() {
         let child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
             .env_clear()
             .env("HARNESS_PROVIDERS", "openai:gpt-4o-mini")
-            .env("OPENAI_BASE_URL", format!("http://{provider}/v1"))
+            .env("OPENAI_BASE_URL", &provider_url)
             .env("OPENAI_API_KEY", "sk-test")
             .env("HARNESS_INSTANCE_ID", "replica-1")
             .env(
@@ -459,10 +415,14 @@ async fn a_turn_taken_over_links_its_span_to_where_it_began() {
         .unwrap();
     assert_eq!(response.status(), 200);
     let turn_id = response.headers()["x-turn-id"].to_str().unwrap().to_owned();
-    tokio::time::timeout(Duration::from_secs(10), first_call.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let asked = tokio::time::Instant::now() + Duration::from_secs(10);
+    while provider.requests().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < asked,
+            "the provider was never asked"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     stop(first).await;
     drop(response);
 
