@@ -24,6 +24,16 @@ use chrono::{Duration, Utc};
 use support::{Backend, TestDb};
 use uuid::Uuid;
 
+/// How many events the default tenant's session `id` holds (at most
+/// 1,000 are read).
+async fn events_in(store: &dyn Store, id: &str) -> usize {
+    store
+        .list_events(&key(id), None, 0, 1000)
+        .await
+        .unwrap()
+        .len()
+}
+
 /// The stored key of the default tenant's session `id`.
 pub fn key(id: &str) -> agent_harness::ids::SessionKey {
     agent_harness::ids::SessionKey::from_stored(id)
@@ -214,14 +224,7 @@ async fn concurrent_begins_let_exactly_one_turn_run(backend: Backend) {
         }
     }
     assert_eq!((started, refused), (1, 7));
-    assert_eq!(
-        store
-            .list_events(&key("race"), None, 0, 100)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(events_in(store.as_ref(), "race").await, 1);
 }
 
 async fn an_idempotency_key_names_its_turn(backend: Backend) {
@@ -451,14 +454,7 @@ async fn a_finish_commits_messages_decision_and_terminal_event_together(backend:
         store.list_messages(&key("s1"), 0, 10).await.unwrap().len(),
         2
     );
-    assert_eq!(
-        store
-            .list_events(&key("s1"), None, 0, 10)
-            .await
-            .unwrap()
-            .len(),
-        4
-    );
+    assert_eq!(events_in(store.as_ref(), "s1").await, 4);
 }
 
 /// One batch ends the turns of several sessions, given in no particular
@@ -566,14 +562,7 @@ async fn a_failed_batch_writes_nothing(backend: Backend) {
         )
         .await;
     assert!(result.is_err());
-    assert_eq!(
-        store
-            .list_events(&key("s1"), None, 0, 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(events_in(store.as_ref(), "s1").await, 1);
     assert!(
         store
             .list_messages(&key("s1"), 0, 10)
@@ -604,36 +593,15 @@ async fn a_failed_batch_of_events_alone_writes_nothing(backend: Backend) {
         delta(&turn, 1, "dup"),
     ];
     assert!(store.write_batch(&batch, &[]).await.is_err());
-    assert_eq!(
-        store
-            .list_events(&key("s1"), None, 0, 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(events_in(store.as_ref(), "s1").await, 1);
     // A big batch is equally whole.
     let mut big: Vec<_> = (2..=201).map(|seq| delta(&turn, seq, "x")).collect();
     big.push(delta(&turn, 150, "dup"));
     assert!(store.write_batch(&big, &[]).await.is_err());
-    assert_eq!(
-        store
-            .list_events(&key("s1"), None, 0, 1000)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(events_in(store.as_ref(), "s1").await, 1);
     big.pop();
     store.write_batch(&big, &[]).await.unwrap();
-    assert_eq!(
-        store
-            .list_events(&key("s1"), None, 0, 1000)
-            .await
-            .unwrap()
-            .len(),
-        201
-    );
+    assert_eq!(events_in(store.as_ref(), "s1").await, 201);
 }
 
 async fn concurrent_writes_fail_alone(backend: Backend) {
@@ -1778,14 +1746,7 @@ async fn a_batch_written_twice_is_stored_once_and_only_a_different_event_conflic
     let deltas = [delta(&turn, 2, "a"), delta(&turn, 3, "b")];
     store.write_batch(&deltas, &[]).await.unwrap();
     store.write_batch(&deltas, &[]).await.unwrap();
-    assert_eq!(
-        store
-            .list_events(&key("s1"), None, 0, 10)
-            .await
-            .unwrap()
-            .len(),
-        3
-    );
+    assert_eq!(events_in(store.as_ref(), "s1").await, 3);
     let last = [delta(&turn, 4, "c")];
     let finish = completed(&turn, 5, "abc");
     assert_eq!(
@@ -1798,14 +1759,7 @@ async fn a_batch_written_twice_is_stored_once_and_only_a_different_event_conflic
         store.write_batch(&last, &[&finish]).await.unwrap(),
         vec![true]
     );
-    assert_eq!(
-        store
-            .list_events(&key("s1"), None, 0, 10)
-            .await
-            .unwrap()
-            .len(),
-        5
-    );
+    assert_eq!(events_in(store.as_ref(), "s1").await, 5);
     assert_eq!(
         store.list_messages(&key("s1"), 0, 10).await.unwrap().len(),
         2
@@ -1821,14 +1775,7 @@ async fn a_batch_written_twice_is_stored_once_and_only_a_different_event_conflic
         .write_batch(&[delta(&other, 2, "new"), delta(&turn, 3, "not b")], &[])
         .await;
     assert!(refused.is_err(), "{refused:?}");
-    assert_eq!(
-        store
-            .list_events(&key("s2"), None, 0, 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(events_in(store.as_ref(), "s2").await, 1);
     let texts: Vec<String> = store
         .list_events(&key("s1"), None, 0, 10)
         .await
