@@ -36,7 +36,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 pub use crate::ids::Tenant;
 use crate::protocols::{
-    self as formats,
+    self as protocols,
     endpoint::{known_session, not_found_in},
     error::{self, ApiError, Problem},
     json::{BodyLimit, BodyTimeout},
@@ -81,12 +81,12 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(tools::router())
         .merge(usage::router())
         .merge(memory::router())
-        .merge(formats::chat_completions::router())
-        .merge(formats::responses::router())
-        .merge(formats::mcp::router())
-        .merge(formats::a2a::router())
-        .merge(formats::ui_message::router())
-        .merge(formats::agui::router())
+        .merge(protocols::chat_completions::router())
+        .merge(protocols::responses::router())
+        .merge(protocols::mcp::router())
+        .merge(protocols::a2a::router())
+        .merge(protocols::ui_message::router())
+        .merge(protocols::agui::router())
         .merge(page::router())
         .routes(routes!(openapi_document))
 }

@@ -126,7 +126,10 @@ impl Started {
     /// The turn once it ended (503 `shutting_down` when the process
     /// stops first).
     pub async fn ended(&self, app: &AppState) -> Result<TurnRecord, ApiError> {
-        ended_turn(app, &self.session, self.turn_id).await
+        app.runner
+            .wait_for_end(&self.session, self.turn_id)
+            .await?
+            .ok_or(ApiError::ShuttingDown)
     }
 }
 
@@ -245,19 +248,6 @@ pub(crate) fn conversation_turn(
         history: Some(history),
         ..crate::turn::TurnRequest::new(message.clone())
     })
-}
-
-/// The turn once it ended, for a caller that waits for its answer
-/// (503 `shutting_down` when the process stops first).
-pub(crate) async fn ended_turn(
-    app: &AppState,
-    session_id: &SessionKey,
-    turn_id: uuid::Uuid,
-) -> Result<crate::store::TurnRecord, ApiError> {
-    app.runner
-        .wait_for_end(session_id, turn_id)
-        .await?
-        .ok_or(ApiError::ShuttingDown)
 }
 
 /// The session, or 404 `session_not_found`.
