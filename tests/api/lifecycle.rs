@@ -292,11 +292,7 @@ async fn with_take_over_off_shutdown_interrupts_turns_still_running_after_the_gr
     app.provider
         .enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
     let mut stream = app.post_turn_sse("s-down", json!({"message": "Hi"})).await;
-    let turn_id: Uuid = stream.headers["x-turn-id"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let turn_id: Uuid = stream.turn_id().parse().unwrap();
     stream.read_until("message.delta").await;
 
     app.shutdown_token().cancel();
@@ -325,11 +321,7 @@ async fn with_take_over_off_shutdown_lets_a_turn_finish_within_the_grace_period(
     app.provider
         .enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
     let mut stream = app.post_turn_sse("s-grace", json!({"message": "Hi"})).await;
-    let turn_id: Uuid = stream.headers["x-turn-id"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let turn_id: Uuid = stream.turn_id().parse().unwrap();
     stream.read_until("message.delta").await;
 
     app.shutdown_token().cancel();
@@ -378,11 +370,7 @@ async fn a_turn_handed_over_at_shutdown_goes_on_when_the_service_starts_again(ba
     app.provider
         .enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
     let mut stream = app.post_turn_sse("s-over", json!({"message": "Hi"})).await;
-    let turn_id: Uuid = stream.headers["x-turn-id"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let turn_id: Uuid = stream.turn_id().parse().unwrap();
     let head = stream.read_until("message.delta").await;
 
     let asked = tokio::time::Instant::now();
