@@ -36,7 +36,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 pub use crate::ids::Tenant;
 use crate::protocols::{
-    self as protocols,
+    self,
     endpoint::{known_session, not_found_in},
     error::{self, ApiError, Problem},
     json::{BodyLimit, BodyTimeout},
