@@ -206,15 +206,8 @@ impl Drop for Serving {
 fn serve_demo() -> Serving {
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
-        .env_clear()
+    let mut child = listening::service_in(dir.path())
         .env("HARNESS_PROVIDERS", "demo:echo")
-        .env(
-            "DATABASE_URL",
-            format!("sqlite://{}/h.db", dir.path().display()),
-        )
-        .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
-        .envs(listening::ANY_PORT)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()

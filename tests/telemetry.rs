@@ -52,6 +52,16 @@ fn spans(exports: &[Value]) -> Vec<(Value, Value)> {
 
 /// An OTLP/HTTP JSON collector on loopback: its address, and every export
 /// it received.
+/// The service (its SQLite file and vault in `dir`, any port) exporting
+/// OTLP/HTTP JSON to the collector at `collector`.
+fn traced_service(dir: &std::path::Path, collector: std::net::SocketAddr) -> Command {
+    let mut command = listening::service_in(dir);
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{collector}"))
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json");
+    command
+}
+
 async fn collector() -> (std::net::SocketAddr, Arc<Mutex<Vec<Value>>>) {
     let received: Arc<Mutex<Vec<Value>>> = Arc::default();
     let sink = received.clone();
@@ -105,25 +115,13 @@ async fn a_turn_is_traced_in_the_callers_trace_with_typed_genai_spans() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("service.log");
     let (stdout, stderr) = listening::log_file(&log);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
-        .env_clear()
+    let mut child = traced_service(dir.path(), collector_addr)
         .env("HARNESS_PROVIDERS", "demo:echo")
-        .env(
-            "DATABASE_URL",
-            format!("sqlite://{}/h.db", dir.path().display()),
-        )
-        .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
-        .env(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://{collector_addr}"),
-        )
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
         .env("OTEL_SERVICE_NAME", "harness-under-test")
         .env(
             "OTEL_RESOURCE_ATTRIBUTES",
             "deployment.environment=test,service.name=overridden",
         )
-        .envs(listening::ANY_PORT)
         .stdout(stdout)
         .stderr(stderr)
         .spawn()
@@ -247,26 +245,14 @@ async fn observe_one_turn(redact: bool) -> Observed {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("service.log");
     let (stdout, stderr) = listening::log_file(&log);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
-        .env_clear()
+    let mut child = traced_service(dir.path(), collector_addr)
         .env("HARNESS_PROVIDERS", "openai:gpt-4o-mini")
         .env("OPENAI_BASE_URL", &provider_url)
         .env("OPENAI_API_KEY", "sk-test")
         .env("HARNESS_PROVIDER_MAX_ATTEMPTS", "2")
         .env("HARNESS_PROVIDER_RETRY_BASE_MS", "10")
-        .env(
-            "DATABASE_URL",
-            format!("sqlite://{}/h.db", dir.path().display()),
-        )
-        .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
         .env("HARNESS_LOG", "debug")
         .env("HARNESS_REDACT_LOGS", redact.to_string())
-        .env(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://{collector_addr}"),
-        )
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-        .envs(listening::ANY_PORT)
         .stdout(stdout)
         .stderr(stderr)
         .spawn()
@@ -365,23 +351,11 @@ async fn a_turn_taken_over_links_its_span_to_where_it_began() {
     let start = |life: &str| {
         let log = dir.path().join(format!("{life}.log"));
         let (stdout, stderr) = listening::log_file(&log);
-        let child = Command::new(env!("CARGO_BIN_EXE_agent-harness"))
-            .env_clear()
+        let child = traced_service(dir.path(), collector_addr)
             .env("HARNESS_PROVIDERS", "openai:gpt-4o-mini")
             .env("OPENAI_BASE_URL", &provider_url)
             .env("OPENAI_API_KEY", "sk-test")
             .env("HARNESS_INSTANCE_ID", "replica-1")
-            .env(
-                "DATABASE_URL",
-                format!("sqlite://{}/h.db", dir.path().display()),
-            )
-            .env("HARNESS_VAULT_DIR", dir.path().join("vault"))
-            .env(
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://{collector_addr}"),
-            )
-            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-            .envs(listening::ANY_PORT)
             .stdout(stdout)
             .stderr(stderr)
             .spawn()

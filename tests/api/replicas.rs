@@ -62,6 +62,28 @@ async fn post_turn_sse(client: &reqwest::Client, replica: &Replica, session: &st
     SseStream::new(response).await
 }
 
+/// The provider's next answer stops after its third chunk until `gate` is
+/// cancelled; the one after it is `then` (the step asked again by the
+/// replica that takes the turn over).
+fn held_then(provider: &FakeProvider, gate: &CancellationToken, then: &str) {
+    provider.enqueue([
+        Reply::sse("openai/text.sse").hold_after(3, gate),
+        Reply::sse(then),
+    ]);
+}
+
+/// A turn started on `replica`, read up to its first text.
+async fn mid_answer(
+    client: &reqwest::Client,
+    replica: &Replica,
+    session: &str,
+) -> (SseStream, String) {
+    let mut stream = post_turn_sse(client, replica, session).await;
+    let turn = stream.turn_id();
+    stream.read_until("message.delta").await;
+    (stream, turn)
+}
+
 async fn follow(
     client: &reqwest::Client,
     replica: &Replica,
@@ -152,9 +174,7 @@ async fn a_cancel_through_any_replica_stops_the_turn_within_a_second() {
     let never = CancellationToken::new();
     for (session, through) in [("s-cancel-1", 1), ("s-cancel-2", 2)] {
         provider.enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
-        let mut stream = post_turn_sse(&client, &replicas[0], session).await;
-        let turn = stream.turn_id();
-        stream.read_until("message.delta").await;
+        let (mut stream, turn) = mid_answer(&client, &replicas[0], session).await;
         let asked = Instant::now();
         let response = client
             .post(replicas[through].url(&format!("/sessions/{session}/turns/{turn}/cancel")))
@@ -237,14 +257,9 @@ async fn a_replica_killed_mid_turn_has_its_turn_finished_by_another_within_two_h
     };
     let client = reqwest::Client::new();
     let never = CancellationToken::new();
-    provider.enqueue([
-        Reply::sse("openai/text.sse").hold_after(3, &never),
-        // The step asked again by the replica that takes the turn over.
-        Reply::sse("openai/text.sse"),
-    ]);
-    let mut stream = post_turn_sse(&client, &replicas[0], "s-killed").await;
-    let turn = stream.turn_id();
-    stream.read_until("message.delta").await;
+    // The step asked again by the replica that takes the turn over.
+    held_then(&provider, &never, "openai/text.sse");
+    let (_stream, turn) = mid_answer(&client, &replicas[0], "s-killed").await;
     // A follower on the other replica, to see the end arrive.
     let mut follower = follow(&client, &replicas[1], "s-killed", &turn, None).await;
 
@@ -296,13 +311,8 @@ async fn a_replica_shut_down_mid_turn_hands_it_over_at_once() {
     };
     let client = reqwest::Client::new();
     let never = CancellationToken::new();
-    provider.enqueue([
-        Reply::sse("openai/text.sse").hold_after(3, &never),
-        Reply::sse("openai/text.sse"),
-    ]);
-    let mut stream = post_turn_sse(&client, &replicas[0], "s-deploy").await;
-    let turn = stream.turn_id();
-    stream.read_until("message.delta").await;
+    held_then(&provider, &never, "openai/text.sse");
+    let (_stream, turn) = mid_answer(&client, &replicas[0], "s-deploy").await;
     let mut follower = follow(&client, &replicas[1], "s-deploy", &turn, None).await;
     follower.read_until("message.delta").await;
 
@@ -336,10 +346,7 @@ async fn a_json_caller_asking_again_with_its_key_gets_the_turn_finished_elsewher
     };
     let client = reqwest::Client::new();
     let never = CancellationToken::new();
-    provider.enqueue([
-        Reply::sse("openai/text.sse").hold_after(3, &never),
-        Reply::sse("openai/text.sse"),
-    ]);
+    held_then(&provider, &never, "openai/text.sse");
     let ask = |replica: &Replica| {
         client
             .post(replica.url("/sessions/s-json/turns"))
@@ -478,10 +485,7 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
     let never = CancellationToken::new();
 
     // The AI SDK's stream, said again alike.
-    provider.enqueue([
-        Reply::sse("openai/text.sse").hold_after(3, &never),
-        Reply::sse("openai/text.sse"),
-    ]);
+    held_then(&provider, &never, "openai/text.sse");
     let response = client
         .post(replicas[0].url("/v1/ui/chat"))
         .json(&json!({"id": "s-ui", "messages": [{"role": "user", "parts": [{"type": "text", "text": "Hi"}]}]}))
@@ -508,10 +512,7 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
 
     // AG-UI, said again otherwise: a replica that was not shut down takes
     // it over.
-    provider.enqueue([
-        Reply::sse("openai/text.sse").hold_after(3, &never),
-        Reply::sse("openai/after_tool.sse"),
-    ]);
+    held_then(&provider, &never, "openai/after_tool.sse");
     let response = client
         .post(replicas[1].url("/v1/agui"))
         .json(&json!({
@@ -561,10 +562,7 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
     // The Responses API, said again otherwise: the first message item
     // ends `incomplete`, the new text is a message item of its own, and
     // the events stay numbered one by one.
-    provider.enqueue([
-        Reply::sse("openai/text.sse").hold_after(3, &never),
-        Reply::sse("openai/after_tool.sse"),
-    ]);
+    held_then(&provider, &never, "openai/after_tool.sse");
     let response = client
         .post(replicas[2].url("/v1/responses"))
         .json(&json!({"input": "Hi", "stream": true}))
@@ -595,10 +593,7 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
 
     // A2A, said again otherwise: the answer's artifact is replaced
     // (`append: false`) by the new text, and the task completes.
-    provider.enqueue([
-        Reply::sse("openai/text.sse").hold_after(3, &never),
-        Reply::sse("openai/after_tool.sse"),
-    ]);
+    held_then(&provider, &never, "openai/after_tool.sse");
     let response = client
         .post(replicas[3].url("/a2a"))
         .json(
@@ -639,10 +634,7 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
 
     // MCP's ask: its progress goes on from the new owner, and the result
     // is the turn's whole answer.
-    provider.enqueue([
-        Reply::sse("openai/text.sse").hold_after(3, &never),
-        Reply::sse("openai/text.sse"),
-    ]);
+    held_then(&provider, &never, "openai/text.sse");
     let response = client
         .post(replicas[4].url("/mcp"))
         .header("accept", "application/json, text/event-stream")

@@ -63,6 +63,18 @@ fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
     }
 }
 
+/// A fenced batch under `leases` that writes nothing: a test names what
+/// it adds (`Batch { events: ..., ..fenced(&leases) }`).
+fn fenced(leases: &[Lease]) -> Batch<'_> {
+    Batch {
+        events: &[],
+        steps: &[],
+        finishes: &[],
+        leases,
+        fence: true,
+    }
+}
+
 fn delta(turn: &NewTurn, seq: i64, text: &str) -> Arc<StoredEvent> {
     Arc::new(
         StoredEvent::new(
@@ -906,10 +918,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
     store
         .commit(Batch {
             events: &[delta(&turn, 2, "half an ans")],
-            steps: &[],
-            finishes: &[],
-            leases: &first(0),
-            fence: true,
+            ..fenced(&first(0))
         })
         .await
         .unwrap();
@@ -954,9 +963,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
             .commit(Batch {
                 events: &events,
                 steps: &steps,
-                finishes: &[],
-                leases: &first(0),
-                fence: true,
+                ..fenced(&first(0))
             })
             .await;
         assert!(refused.is_err(), "{refused:?}");
@@ -965,11 +972,8 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
     assert_eq!(
         store
             .commit(Batch {
-                events: &[],
-                steps: &[],
                 finishes: &[&old_end],
-                leases: &first(0),
-                fence: true,
+                ..fenced(&first(0))
             })
             .await
             .unwrap(),
@@ -983,10 +987,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
     store
         .commit(Batch {
             events: &[delta(&turn, 3, "whole")],
-            steps: &[],
-            finishes: &[],
-            leases: &first(1),
-            fence: true,
+            ..fenced(&first(1))
         })
         .await
         .unwrap();
@@ -1013,10 +1014,8 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
     let ended = store
         .commit(Batch {
             events: &[delta(&turn, 4, " answer")],
-            steps: &[],
             finishes: &[&end],
-            leases: &first(2),
-            fence: true,
+            ..fenced(&first(2))
         })
         .await
         .unwrap();
@@ -1168,11 +1167,8 @@ async fn step_records_come_back_typed(backend: Backend) {
     let (first, second) = (step(&turn, 1, "answered"), step(&turn, 1, "finished"));
     store
         .commit(Batch {
-            events: &[],
             steps: &[&second, &first],
-            finishes: &[],
-            leases: &leases,
-            fence: true,
+            ..fenced(&leases)
         })
         .await
         .unwrap();
@@ -1196,11 +1192,8 @@ async fn step_records_come_back_typed(backend: Backend) {
     };
     store
         .commit(Batch {
-            events: &[],
             steps: &[&broken],
-            finishes: &[],
-            leases: &leases,
-            fence: true,
+            ..fenced(&leases)
         })
         .await
         .unwrap();
@@ -1229,19 +1222,14 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
         .commit(Batch {
             events: &[delta(&turn, 2, "a")],
             steps: &[&second, &finished],
-            finishes: &[],
-            leases: &leases,
-            fence: true,
+            ..fenced(&leases)
         })
         .await
         .unwrap();
     store
         .commit(Batch {
-            events: &[],
             steps: &[&answered],
-            finishes: &[],
-            leases: &leases,
-            fence: true,
+            ..fenced(&leases)
         })
         .await
         .unwrap();
@@ -1253,11 +1241,8 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
     };
     store
         .commit(Batch {
-            events: &[],
             steps: &[&again],
-            finishes: &[],
-            leases: &leases,
-            fence: true,
+            ..fenced(&leases)
         })
         .await
         .unwrap();
@@ -1272,11 +1257,9 @@ async fn step_records_live_as_long_as_their_turn(backend: Backend) {
     let last = step(&turn, 2, "finished");
     let ended = store
         .commit(Batch {
-            events: &[],
             steps: &[&last],
             finishes: &[&completed(&turn, 3, "done")],
-            leases: &leases,
-            fence: true,
+            ..fenced(&leases)
         })
         .await
         .unwrap();

@@ -43,3 +43,15 @@ pub fn log_file(path: &Path) -> (std::process::Stdio, std::process::Stdio) {
         .unwrap();
     (file.try_clone().unwrap().into(), file.into())
 }
+
+/// The service binary with nothing of this process's environment: its
+/// SQLite file and its vault in `dir`, its port its own (see [`ANY_PORT`]).
+pub fn service_in(dir: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+    command
+        .env_clear()
+        .env("DATABASE_URL", format!("sqlite://{}/h.db", dir.display()))
+        .env("HARNESS_VAULT_DIR", dir.join("vault"))
+        .envs(ANY_PORT);
+    command
+}
