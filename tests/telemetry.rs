@@ -22,10 +22,14 @@ use serde_json::Value;
 #[path = "support/listening.rs"]
 mod listening;
 
+#[path = "support/reply.rs"]
+mod reply;
+
 #[path = "support/fake_provider.rs"]
 mod fake_provider;
 
 use fake_provider::{FakeProvider, Reply};
+use reply::JsonReply as _;
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN_ID: &str = "00f067aa0ba902b7";
@@ -407,12 +411,8 @@ async fn a_turn_taken_over_links_its_span_to_where_it_began() {
     for _ in 0..200 {
         let turn: Value = client
             .get(format!("{base}/sessions/s-linked/turns/{turn_id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .json_reply()
+            .await;
         status = turn["status"].clone();
         if status != "running" {
             break;

@@ -3,6 +3,7 @@
 //! (`scripts/a2a_sdk_check.py`, every answer parsed strictly by the SDK's
 //! protobuf types); here each exchange and each error code is checked.
 
+use crate::support::reply::JsonReply as _;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -84,12 +85,8 @@ async fn the_public_card_shows_the_declared_skills_and_no_inventory() {
         .client
         .get(app.url("/.well-known/agent-card.json"))
         .header("host", "evil.example")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_reply()
+        .await;
     assert_eq!(
         card["supportedInterfaces"][0]["url"],
         "https://agents.example/a2a"
@@ -113,12 +110,8 @@ async fn the_public_card_shows_the_declared_skills_and_no_inventory() {
         .post(app.url("/a2a"))
         .bearer_auth("ah_card")
         .json(&ask)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_reply()
+        .await;
     let skills = skill_ids(&extended["result"]);
     assert_eq!(skills[0], "travel");
     assert!(skills.contains(&"write_note".to_owned()), "{skills:?}");
@@ -129,12 +122,8 @@ async fn a_task_is_a_turn_sent_streamed_read_and_listed(backend: Backend) {
     let card: Value = app
         .client
         .get(app.url("/.well-known/agent-card.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_reply()
+        .await;
     assert_eq!(card["name"], "agent-harness");
     assert_eq!(card["capabilities"]["streaming"], true);
     let interface = &card["supportedInterfaces"][0];

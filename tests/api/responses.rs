@@ -2,6 +2,7 @@
 //! `openai` SDK reads it in `.ci/run` (`scripts/openai_sdk_check.py`, with
 //! its typed stream events); here each stream event and object is checked.
 
+use crate::support::reply::JsonReply as _;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -328,12 +329,8 @@ async fn a_background_response_is_read_resumed_and_cancelled(backend: Backend) {
     let deleted: Value = app
         .client
         .delete(app.url(&format!("/v1/responses/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_reply()
+        .await;
     assert_eq!(
         deleted,
         json!({"id": id, "object": "response", "deleted": true})

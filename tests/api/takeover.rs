@@ -8,6 +8,7 @@
 //! `TAKEOVER_KILLS` sets the kills per backend (default 10; the note of
 //! issue 25 gives the figures of a 200-kill run).
 
+use crate::support::reply::JsonReply as _;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -515,12 +516,8 @@ async fn a_turn_that_kills_its_process_every_time_ends_interrupted_after_its_tak
     assert_eq!(status, "interrupted");
     let log: Value = client
         .get(process.url("/sessions/s-fragile/events"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_reply()
+        .await;
     let types: Vec<&str> = log["events"]
         .as_array()
         .unwrap()

@@ -1,6 +1,7 @@
 //! What a tenant may spend: running turns (counted in the database),
 //! requests in flight, tokens per day; and `GET /usage`.
 
+use crate::support::reply::JsonReply as _;
 use reqwest::Client;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -183,14 +184,7 @@ async fn a_tenant_past_its_tokens_of_the_day_is_refused(backend: Backend) {
     assert_eq!(usage["limits"]["tokens_per_day"], 350);
     assert_eq!(usage["limits"]["max_running_turns"], 64);
     // Another tenant's day is its own.
-    let theirs: Value = globex
-        .get(app.url("/usage"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let theirs: Value = globex.get(app.url("/usage")).json_reply().await;
     assert_eq!(
         (&theirs["tenant"], &theirs["today"]["tokens"]),
         (&json!("globex"), &json!(0))

@@ -4,6 +4,7 @@
 //! and cannot tell it from a session that never existed; a turn it posts
 //! to the same id is a session of its own.
 
+use crate::support::reply::JsonReply as _;
 use std::time::Duration;
 
 use reqwest::{Client, Method, header};
@@ -812,12 +813,8 @@ async fn each_tenant_has_its_own_vault(backend: Backend) {
     let report: Value = app
         .client
         .post(app.url("/vault/reindex"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_reply()
+        .await;
     assert_eq!(report["notes"], 1, "{report}");
 }
 

@@ -8,6 +8,7 @@
 pub mod capture;
 pub mod fake_provider;
 pub mod listening;
+pub mod reply;
 
 use std::{str::FromStr, sync::Arc};
 
