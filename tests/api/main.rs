@@ -27,6 +27,7 @@ mod helpers;
 mod http_tools;
 mod lifecycle;
 mod mcp;
+mod mcp_current;
 mod mcp_server;
 mod memory;
 mod models;

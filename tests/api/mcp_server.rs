@@ -79,10 +79,10 @@ async fn an_mcp_host_asks_the_agent_and_reads_its_sessions(backend: Backend) {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["ask", "list_sessions", "get_session"]);
+    assert_eq!(names, ["list_sessions", "get_session", "ask"]);
     // The test app's tools include the vault's writes.
     assert_eq!(
-        tools["result"]["tools"][0]["annotations"]["readOnlyHint"],
+        tools["result"]["tools"][2]["annotations"]["readOnlyHint"],
         false
     );
 
@@ -223,8 +223,7 @@ async fn what_is_not_mcp_is_refused_as_json_rpc_says(backend: Backend) {
     let error: Value = response.json().await.unwrap();
     assert_eq!(error["error"]["code"], -32600);
     for (method, params, code) in [
-        ("server/discover", json!({}), -32601),
-        ("resources/list", json!({}), -32601),
+        ("sampling/createMessage", json!({}), -32601),
         (
             "tools/call",
             json!({"name": "nope", "arguments": {}}),

@@ -1,0 +1,314 @@
+//! MCP 2026-07-28, served by the official Rust SDK's server (rmcp): no
+//! handshake and no session, every request carries its `_meta` (protocol
+//! version, client capabilities) and the `Mcp-Method`/`Mcp-Name` headers,
+//! which rmcp validates, with `server/discover`, caching hints and
+//! `resultType` on every result. This file is what the agent adds: its
+//! tools, and tasks that are turns (the `io.modelcontextprotocol/tasks`
+//! extension): `ask` from a client that declares the extension answers a
+//! task at once, and `tasks/get` reads the turn from the store, on any
+//! replica.
+
+use std::sync::Arc;
+
+use axum::{
+    body::Body,
+    http::{HeaderMap, Method, Request},
+    response::Response,
+};
+use futures::StreamExt as _;
+use rmcp::{
+    ErrorData as McpError, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+        CreateTaskResult, DetailedTask, GetTaskParams, GetTaskResult, Implementation,
+        ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ResultType,
+        ServerCapabilities, ServerConfig, Task, TaskPayload, TaskStatus, Tool,
+    },
+    service::{RequestContext, RoleServer},
+    transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::never::NeverSessionManager,
+    },
+};
+use serde_json::Value;
+use tower::ServiceExt as _;
+use uuid::Uuid;
+
+use super::{
+    legacy::VERSIONS,
+    tools::{self, Answer, Asked},
+};
+use crate::{
+    app::AppState,
+    events::TurnEvent,
+    ids::Tenant,
+    protocols::{error::ApiError, typed},
+    store::{TurnRecord, TurnStatus},
+};
+
+/// How often a client should poll a task, in ms.
+const POLL_INTERVAL_MS: u64 = 1_000;
+
+const INSTRUCTIONS: &str = "Call `ask` with a message to run one turn of this agent; pass the \
+                            `session_id` it answers to go on with the conversation.";
+
+/// Whether a request speaks 2026-07-28 (or a version after the legacy
+/// ones, which rmcp then refuses as unsupported): its
+/// `MCP-Protocol-Version` header names no legacy version, or without the
+/// header its `_meta` names a protocol version, or it is a discovery.
+pub(super) fn asks_for(headers: &HeaderMap, message: &Value) -> bool {
+    match headers
+        .get("mcp-protocol-version")
+        .map(|v| v.to_str().unwrap_or_default().trim())
+    {
+        Some(version) => !VERSIONS.contains(&version),
+        None => {
+            !message["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].is_null()
+                || message["method"] == "server/discover"
+        }
+    }
+}
+
+/// Answers one request through rmcp's streamable HTTP server, statelessly.
+pub(super) async fn answer(
+    app: AppState,
+    tenant: Tenant,
+    headers: HeaderMap,
+    message: &Value,
+) -> Result<Response, ApiError> {
+    let body = serde_json::to_vec(message).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut request = Request::new(Body::from(body));
+    *request.method_mut() = Method::POST;
+    *request.headers_mut() = headers;
+    request.extensions_mut().insert(tenant);
+    // The service's own layers check Host and Origin, and bound bodies.
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .disable_allowed_hosts();
+    let server = Current { app };
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let response = service
+        .oneshot(request)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(response.map(Body::new))
+}
+
+/// The agent as an rmcp server handler, for one request.
+#[derive(Clone)]
+struct Current {
+    app: AppState,
+}
+
+/// The caller's tenant, which the auth layer put on the request.
+fn tenant_of(context: &RequestContext<RoleServer>) -> Result<Tenant, McpError> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Tenant>())
+        .cloned()
+        .ok_or_else(|| McpError::internal_error("no tenant for the request", None))
+}
+
+fn internal(e: impl std::fmt::Display) -> McpError {
+    McpError::internal_error(e.to_string(), None)
+}
+
+/// A tool result as rmcp's type: complete (not a task, nor input asked).
+fn tool_result(result: Value) -> Result<CallToolResult, McpError> {
+    let mut result: CallToolResult = serde_json::from_value(result).map_err(internal)?;
+    result.result_type = Some(ResultType::COMPLETE);
+    Ok(result)
+}
+
+/// A tool call's answer as rmcp's response.
+fn complete(answer: Result<Answer, ApiError>) -> Result<CallToolResponse, McpError> {
+    match answer.map_err(internal)? {
+        Ok(result) => Ok(CallToolResponse::Complete(tool_result(result)?)),
+        Err(detail) => Err(McpError::invalid_params(detail, None)),
+    }
+}
+
+fn task_not_found() -> McpError {
+    McpError::invalid_params("task not found", None)
+}
+
+impl Current {
+    /// `ask`: a task at once for a client that declared the tasks
+    /// extension, else the turn's answer when it ends (its text as
+    /// progress notifications when the call names a progress token).
+    async fn ask(
+        &self,
+        tenant: &Tenant,
+        arguments: &Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let (session, started) = match tools::start_ask(&self.app, tenant, arguments).await {
+            Asked::Started(session, started) => (session, started),
+            Asked::Invalid(detail) => return Err(McpError::invalid_params(detail, None)),
+            Asked::Refused(result) => return Ok(CallToolResponse::Complete(tool_result(result)?)),
+        };
+        let tasks = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        if tasks {
+            let now = chrono::Utc::now().to_rfc3339();
+            let handle = task(started.turn_id, TaskStatus::Working, now.clone(), now);
+            return Ok(CallToolResponse::Task(CreateTaskResult::new(handle)));
+        }
+        let turn_id = started.turn_id;
+        if let Some(token) = context.meta.get_progress_token() {
+            let mut events = started.events(&self.app);
+            let mut done = 0u32;
+            while let Some(event) = events.next().await {
+                let Ok(event) = event else { break };
+                match typed(&event) {
+                    Some(TurnEvent::MessageDelta { text, .. }) => {
+                        done += 1;
+                        let note = ProgressNotificationParam::new(token.clone(), f64::from(done))
+                            .with_message(text.clone());
+                        if context.peer.notify_progress(note).await.is_err() {
+                            break;
+                        }
+                    }
+                    Some(event) if event.is_terminal() => break,
+                    _ => {}
+                }
+            }
+        }
+        let record = self
+            .app
+            .runner
+            .wait_for_end(&session, turn_id)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| internal(ApiError::ShuttingDown))?;
+        let result = tool_result(tools::answer_of(&session, &record))?;
+        Ok(CallToolResponse::Complete(result))
+    }
+
+    /// The caller's turn of a task id; another tenant's is one that does
+    /// not exist.
+    async fn turn(&self, tenant: &Tenant, task_id: &str) -> Result<TurnRecord, McpError> {
+        let turn_id = Uuid::parse_str(task_id).map_err(|_| task_not_found())?;
+        let record = self
+            .app
+            .store
+            .find_turn(turn_id)
+            .await
+            .map_err(internal)?
+            .ok_or_else(task_not_found)?;
+        if record.session_id.clone().tenant() != tenant.0 {
+            return Err(task_not_found());
+        }
+        Ok(record)
+    }
+}
+
+/// A task's metadata.
+fn task(turn_id: Uuid, status: TaskStatus, created_at: String, updated_at: String) -> Task {
+    // Kept as long as its turn is: no expiry of its own (`ttlMs: null`).
+    Task::new(turn_id.to_string(), status, created_at, updated_at)
+        .with_poll_interval_ms(POLL_INTERVAL_MS)
+}
+
+/// A turn as a task: working while it runs; a turn that ended otherwise
+/// than completed is a tool error of a completed task (a task fails only
+/// on a protocol error), and a cancelled one is cancelled.
+fn detailed(record: &TurnRecord) -> Result<DetailedTask, McpError> {
+    let payload = match record.status {
+        TurnStatus::Running => TaskPayload::Working,
+        TurnStatus::Cancelled => TaskPayload::Cancelled,
+        _ => {
+            let session = record.session_id.clone();
+            match tools::answer_of(&session, record) {
+                Value::Object(result) => TaskPayload::Completed { result },
+                _ => return Err(internal("a tool result is an object")),
+            }
+        }
+    };
+    let updated = record.finished_at.unwrap_or(record.created_at).to_rfc3339();
+    let meta = task(
+        record.id,
+        payload.status(),
+        record.created_at.to_rfc3339(),
+        updated,
+    );
+    Ok(DetailedTask::new(meta, payload))
+}
+
+impl ServerHandler for Current {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "agent-harness",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = tools::definitions(&self.app)
+            .into_iter()
+            .map(serde_json::from_value::<Tool>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(internal)?;
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let tenant = tenant_of(&context)?;
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        match request.name.as_ref() {
+            "ask" => self.ask(&tenant, &arguments, &context).await,
+            "list_sessions" => complete(tools::list_sessions(&self.app, &tenant, &arguments).await),
+            "get_session" => complete(tools::get_session(&self.app, &tenant, &arguments).await),
+            other => Err(McpError::invalid_params(
+                format!("unknown tool {other:?}"),
+                None,
+            )),
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let tenant = tenant_of(&context)?;
+        let record = self.turn(&tenant, &request.task_id).await?;
+        Ok(GetTaskResult::new(detailed(&record)?))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let tenant = tenant_of(&context)?;
+        let record = self.turn(&tenant, &request.task_id).await?;
+        if record.status == TurnStatus::Running
+            && let Err(e) = self.app.runner.cancel(&record.session_id, record.id).await
+        {
+            tracing::debug!(error = %e, turn.id = %record.id, "a task cancel found its turn ended");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,271 @@
+//! MCP as versions up to 2025-11-25 speak it: an `initialize` handshake,
+//! then one JSON-RPC message a `POST`. No state is kept between requests,
+//! so any replica answers any of them: `initialize` names an
+//! `Mcp-Session-Id` that only scopes request ids, so that a
+//! `notifications/cancelled` finds the turn of the call it names (on the
+//! replica that runs that call).
+
+use axum::{
+    body::Bytes,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::tools::{self, Answer, Asked};
+use crate::{
+    app::{AppState, McpCallGuard, McpCalls},
+    events::{StoredEvent, TurnEvent},
+    ids::{SessionKey, Tenant},
+    protocols::{
+        Encoded, WireFormat,
+        error::ApiError,
+        jsonrpc::{
+            self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
+            error as rpc_error, is_message, result as rpc_result,
+        },
+        stream_for, typed,
+    },
+};
+
+/// The protocol versions of the `initialize` handshake, newest first.
+pub(super) const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+fn json_answer(status: StatusCode, message: &Value) -> Response {
+    (status, axum::Json(message)).into_response()
+}
+
+/// The JSON-RPC answer of a tool call.
+fn answered(id: &Value, answer: Answer) -> Value {
+    match answer {
+        Ok(result) => rpc_result(id, result),
+        Err(detail) => rpc_error(id, INVALID_PARAMS, &detail),
+    }
+}
+
+/// Answers one JSON-RPC message.
+pub(super) async fn answer(
+    app: AppState,
+    tenant: Tenant,
+    headers: &HeaderMap,
+    message: Value,
+) -> Result<Response, ApiError> {
+    let Some(fields) = message.as_object().filter(|_| is_message(&message)) else {
+        return Ok(json_answer(
+            StatusCode::BAD_REQUEST,
+            &rpc_error(&Value::Null, INVALID_REQUEST, "not a JSON-RPC 2.0 message"),
+        ));
+    };
+    let mcp_session = headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    // A `method` that is not text is no request, no notification, no
+    // response.
+    if fields
+        .get("method")
+        .is_some_and(|m| !m.is_string() && !m.is_null())
+    {
+        return Ok(json_answer(
+            StatusCode::BAD_REQUEST,
+            &rpc_error(&Value::Null, INVALID_REQUEST, "`method` must be a string"),
+        ));
+    }
+    let method = fields.get("method").and_then(Value::as_str);
+    let params = fields.get("params").cloned().unwrap_or(Value::Null);
+    // Both are echoed, the progress token on every progress frame.
+    let progress = &params["_meta"]["progressToken"];
+    if !fields.get("id").is_none_or(jsonrpc::valid_id) || !jsonrpc::valid_id(progress) {
+        return Ok(json_answer(StatusCode::BAD_REQUEST, &jsonrpc::invalid_id()));
+    }
+    let Some(id) = fields.get("id").filter(|id| !id.is_null()).cloned() else {
+        // A notification (or a client's response): taken, nothing to say.
+        if method == Some("notifications/cancelled") {
+            cancel(&app, &tenant, &mcp_session, &params["requestId"]).await;
+        }
+        return Ok(StatusCode::ACCEPTED.into_response());
+    };
+    let Some(method) = method else {
+        // A response to a request of ours: this server asks nothing.
+        return Ok(StatusCode::ACCEPTED.into_response());
+    };
+    let answer = match method {
+        "initialize" => {
+            let asked = params["protocolVersion"].as_str().unwrap_or_default();
+            let version = VERSIONS
+                .iter()
+                .find(|v| **v == asked)
+                .unwrap_or(&VERSIONS[0]);
+            let result = json!({
+                "protocolVersion": version,
+                "capabilities": {"tools": {"listChanged": false}},
+                "serverInfo": {"name": "agent-harness", "version": env!("CARGO_PKG_VERSION")},
+                "instructions": "Call `ask` with a message to run one turn of this agent; \
+                                 pass the `session_id` it answers to go on with the conversation.",
+            });
+            let mut response = json_answer(StatusCode::OK, &rpc_result(&id, result));
+            if let Ok(value) = HeaderValue::from_str(&Uuid::now_v7().to_string()) {
+                response.headers_mut().insert(SESSION_HEADER, value);
+            }
+            return Ok(response);
+        }
+        "ping" => rpc_result(&id, json!({})),
+        "tools/list" => rpc_result(&id, json!({"tools": tools::definitions(&app)})),
+        "tools/call" => {
+            let name = params["name"].as_str().unwrap_or_default();
+            let arguments = &params["arguments"];
+            match name {
+                "ask" => {
+                    let streams = headers
+                        .get(header::ACCEPT)
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(|v| v.contains("text/event-stream"));
+                    let call = Call {
+                        id,
+                        tenant,
+                        mcp_session,
+                        progress: progress.clone(),
+                    };
+                    return ask(&app, call, arguments, streams).await;
+                }
+                "list_sessions" => {
+                    answered(&id, tools::list_sessions(&app, &tenant, arguments).await?)
+                }
+                "get_session" => answered(&id, tools::get_session(&app, &tenant, arguments).await?),
+                other => rpc_error(&id, INVALID_PARAMS, &format!("unknown tool {other:?}")),
+            }
+        }
+        other => rpc_error(
+            &id,
+            METHOD_NOT_FOUND,
+            &format!("method {other:?} not found"),
+        ),
+    };
+    Ok(json_answer(StatusCode::OK, &answer))
+}
+
+/// A `tools/call` of `ask`, and who made it.
+struct Call {
+    id: Value,
+    tenant: Tenant,
+    mcp_session: String,
+    /// `_meta.progressToken` (null: no progress wanted).
+    progress: Value,
+}
+
+async fn ask(
+    app: &AppState,
+    call: Call,
+    arguments: &Value,
+    streams: bool,
+) -> Result<Response, ApiError> {
+    let (session, started) = match tools::start_ask(app, &call.tenant, arguments).await {
+        Asked::Started(session, started) => (session, started),
+        Asked::Invalid(detail) => {
+            let answer = rpc_error(&call.id, INVALID_PARAMS, &detail);
+            return Ok(json_answer(StatusCode::OK, &answer));
+        }
+        Asked::Refused(result) => {
+            return Ok(json_answer(StatusCode::OK, &rpc_result(&call.id, result)));
+        }
+    };
+    let turn_id = started.turn_id;
+    let guard = McpCalls::track(
+        app,
+        &call.tenant.0,
+        &call.mcp_session,
+        &call.id,
+        (session.clone(), turn_id),
+    );
+    if !streams {
+        let record = app.runner.wait_for_end(&session, turn_id).await?;
+        drop(guard);
+        let record = record.ok_or(ApiError::ShuttingDown)?;
+        let answer = rpc_result(&call.id, tools::answer_of(&session, &record));
+        return Ok(json_answer(StatusCode::OK, &answer));
+    }
+    let events = started.events(app);
+    let format = AskStream {
+        id: call.id,
+        progress: call.progress,
+        done: 0,
+        session,
+        turn_id,
+        _guard: guard,
+    };
+    Ok(stream_for(app, format, events))
+}
+
+/// `ask`'s answer as a stream of JSON-RPC messages: each text delta a
+/// `notifications/progress` (when the call named a progress token), then
+/// the call's result.
+struct AskStream {
+    id: Value,
+    progress: Value,
+    done: u64,
+    session: SessionKey,
+    turn_id: Uuid,
+    /// Untracks the call when the stream ends.
+    _guard: McpCallGuard,
+}
+
+fn message_frame(message: &Value) -> Bytes {
+    Bytes::from(format!("event: message\ndata: {message}\n\n"))
+}
+
+impl WireFormat for AskStream {
+    fn encode(&mut self, event: &StoredEvent) -> Encoded {
+        let Some(event) = typed(event) else {
+            return Encoded::default();
+        };
+        let ended =
+            |result: Value| Encoded::last(vec![message_frame(&rpc_result(&self.id, result))]);
+        match event {
+            TurnEvent::MessageDelta { text, .. } if !self.progress.is_null() => {
+                self.done += 1;
+                let note = json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/progress",
+                    "params": {"progressToken": self.progress, "progress": self.done, "message": text},
+                });
+                Encoded::frames(vec![message_frame(&note)])
+            }
+            TurnEvent::TurnCompleted { result } => {
+                ended(tools::completed(&self.session, self.turn_id, result))
+            }
+            TurnEvent::TurnFailed { code, message, .. } => {
+                ended(tools::text_result(&format!("{code}: {message}"), true))
+            }
+            TurnEvent::TurnCancelled { reason } => {
+                ended(tools::text_result(&format!("cancelled: {reason}"), true))
+            }
+            TurnEvent::TurnInterrupted { reason } => {
+                ended(tools::text_result(&format!("interrupted: {reason}"), true))
+            }
+            _ => Encoded::default(),
+        }
+    }
+
+    fn unreadable(&mut self) -> Vec<Bytes> {
+        vec![message_frame(&rpc_error(
+            &self.id,
+            INTERNAL_ERROR,
+            "the event log cannot be read; the turn goes on: read it with get_session",
+        ))]
+    }
+}
+
+/// A `notifications/cancelled` of a call this process answers: its turn
+/// is cancelled.
+async fn cancel(app: &AppState, tenant: &Tenant, mcp_session: &str, request: &Value) {
+    let Some((session, turn_id)) = app.mcp_calls.find(&tenant.0, mcp_session, request) else {
+        return;
+    };
+    if let Err(e) = app.runner.cancel(&session, turn_id).await {
+        tracing::debug!(error = %e, turn.id = %turn_id, "an MCP cancel found its turn ended");
+    }
+}

@@ -1,0 +1,333 @@
+//! `/mcp` as MCP 2026-07-28 speaks it: no handshake, `_meta` and the
+//! `Mcp-Method`/`Mcp-Name` headers on every request, `server/discover`,
+//! and `ask` as a task (the turn) for a client that declares the tasks
+//! extension. The official conformance suite checks the wire in
+//! `.ci/run` (`scripts/mcp_conformance_check.py`); here the behaviour.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{TestApp, spawn_app, spawn_app_with, test_settings},
+    on_both_backends,
+    support::{Backend, TestDb},
+};
+
+const VERSION: &str = "2026-07-28";
+
+/// The `_meta` of a request; `tasks` declares the tasks extension.
+fn meta(tasks: bool) -> Value {
+    let capabilities = if tasks {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    })
+}
+
+/// A request with the headers 2026-07-28 asks for; `name` is `Mcp-Name`.
+async fn request(
+    app: &TestApp,
+    key: Option<&str>,
+    method: &str,
+    name: Option<&str>,
+    mut params: Value,
+    tasks: bool,
+) -> (u16, Value) {
+    params["_meta"] = meta(tasks);
+    let mut request = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", VERSION)
+        .header("mcp-method", method)
+        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}));
+    if let Some(name) = name {
+        request = request.header("mcp-name", name);
+    }
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+async fn a_2026_client_discovers_lists_and_asks(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let (status, discovered) = request(&app, None, "server/discover", None, json!({}), false).await;
+    assert_eq!(status, 200, "{discovered}");
+    let result = &discovered["result"];
+    assert!(
+        result["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(VERSION)),
+        "{result}"
+    );
+    assert!(result["capabilities"]["tools"].is_object(), "{result}");
+    assert!(
+        result["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
+        "{result}"
+    );
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "agent-harness"
+    );
+
+    let (_, listed) = request(&app, None, "tools/list", None, json!({}), false).await;
+    let result = &listed["result"];
+    assert_eq!(result["resultType"], "complete");
+    assert!(
+        result["ttlMs"].is_u64() && result["cacheScope"].is_string(),
+        "{result}"
+    );
+    let names: Vec<&str> = result["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["list_sessions", "get_session", "ask"]);
+
+    // Without the tasks extension, `ask` answers when its turn ends.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let (status, asked) = request(
+        &app,
+        None,
+        "tools/call",
+        Some("ask"),
+        json!({"name": "ask", "arguments": {"message": "Hi", "session_id": "s-2026"}}),
+        false,
+    )
+    .await;
+    assert_eq!(status, 200, "{asked}");
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "complete", "{asked}");
+    assert_eq!(
+        result["content"][0]["text"],
+        "Hello! How can I help you today?"
+    );
+    assert_eq!(result["structuredContent"]["session_id"], "s-2026");
+    let (status, session) = app.get_json("/sessions/s-2026").await;
+    assert_eq!((status, &session["turn_count"]), (200, &json!(1)));
+}
+
+async fn headers_and_meta_that_disagree_are_refused(backend: Backend) {
+    let app = spawn_app(backend).await;
+    // Mcp-Name names another tool than the body.
+    let (status, refused) = request(
+        &app,
+        None,
+        "tools/call",
+        Some("get_session"),
+        json!({"name": "list_sessions", "arguments": {}}),
+        false,
+    )
+    .await;
+    assert_eq!((status, &refused["error"]["code"]), (400, &json!(-32020)));
+    // No `_meta`: invalid params, 400.
+    let response = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", VERSION)
+        .header("mcp-method", "tools/list")
+        .json(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let refused: Value = response.json().await.unwrap();
+    assert_eq!(
+        (&refused["error"]["code"], &refused["id"]),
+        (&json!(-32602), &json!(3))
+    );
+    // The handshake is gone in 2026-07-28: 404, method not found.
+    let (status, refused) = request(&app, None, "initialize", None, json!({}), false).await;
+    assert_eq!((status, &refused["error"]["code"]), (404, &json!(-32601)));
+    assert!(app.provider.requests().is_empty(), "no turn began");
+}
+
+/// Polls `tasks/get` until the task leaves `working`.
+async fn settled(app: &TestApp, key: Option<&str>, task_id: &str) -> Value {
+    for _ in 0..200 {
+        let (status, got) = request(
+            app,
+            key,
+            "tasks/get",
+            Some(task_id),
+            json!({"taskId": task_id}),
+            true,
+        )
+        .await;
+        assert_eq!(status, 200, "{got}");
+        if got["result"]["status"] != "working" {
+            return got["result"].clone();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("task {task_id} still working");
+}
+
+async fn ask_is_a_task_that_is_the_turn(backend: Backend) {
+    let app = spawn_app(backend).await;
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").pace(Duration::from_millis(20))]);
+    let (status, created) = request(
+        &app,
+        None,
+        "tools/call",
+        Some("ask"),
+        json!({"name": "ask", "arguments": {"message": "Hi", "session_id": "s-task"}}),
+        true,
+    )
+    .await;
+    assert_eq!(status, 200, "{created}");
+    let result = &created["result"];
+    assert_eq!(result["resultType"], "task", "{created}");
+    assert_eq!(result["status"], "working");
+    let task_id = result["taskId"].as_str().unwrap().to_owned();
+    // The task is the session's turn.
+    let (status, turn) = app
+        .get_json(&format!("/sessions/s-task/turns/{task_id}"))
+        .await;
+    assert_eq!(status, 200, "{turn}");
+
+    let done = settled(&app, None, &task_id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "Hello! How can I help you today?"
+    );
+    assert_eq!(done["result"]["isError"], false);
+
+    // An unknown task, or one that is not a uuid: invalid params.
+    for unknown in [uuid::Uuid::now_v7().to_string(), "nope".to_owned()] {
+        let (_, refused) = request(
+            &app,
+            None,
+            "tasks/get",
+            Some(&unknown),
+            json!({"taskId": unknown}),
+            true,
+        )
+        .await;
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    }
+    // Cancelling a task that ended is an empty ack.
+    let (status, ack) = request(
+        &app,
+        None,
+        "tasks/cancel",
+        Some(&task_id),
+        json!({"taskId": task_id}),
+        true,
+    )
+    .await;
+    assert_eq!(
+        (status, &ack["result"]["resultType"]),
+        (200, &json!("complete"))
+    );
+}
+
+async fn a_task_cancelled_ends_its_turn_cancelled(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let gate = tokio_util::sync::CancellationToken::new();
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
+    let (_, created) = request(
+        &app,
+        None,
+        "tools/call",
+        Some("ask"),
+        json!({"name": "ask", "arguments": {"message": "Hi", "session_id": "s-cancel"}}),
+        true,
+    )
+    .await;
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let (status, ack) = request(
+        &app,
+        None,
+        "tasks/cancel",
+        Some(&task_id),
+        json!({"taskId": task_id}),
+        true,
+    )
+    .await;
+    assert_eq!(
+        (status, &ack["result"]["resultType"]),
+        (200, &json!("complete"))
+    );
+    let done = settled(&app, None, &task_id).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    let (_, turn) = app
+        .get_json(&format!("/sessions/s-cancel/turns/{task_id}"))
+        .await;
+    assert_eq!(turn["status"], "cancelled");
+}
+
+async fn another_tenants_task_does_not_exist(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    crate::tenants::make_keys(
+        &app,
+        &[
+            ("k-acme", "acme", "ah_acme"),
+            ("k-globex", "globex", "ah_globex"),
+        ],
+    )
+    .await;
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let (_, created) = request(
+        &app,
+        Some("ah_acme"),
+        "tools/call",
+        Some("ask"),
+        json!({"name": "ask", "arguments": {"message": "Hi", "session_id": "s-mine"}}),
+        true,
+    )
+    .await;
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let done = settled(&app, Some("ah_acme"), &task_id).await;
+    assert_eq!(done["status"], "completed");
+    for method in ["tasks/get", "tasks/cancel"] {
+        let (_, refused) = request(
+            &app,
+            Some("ah_globex"),
+            method,
+            Some(&task_id),
+            json!({"taskId": task_id}),
+            true,
+        )
+        .await;
+        assert_eq!(refused["error"]["code"], -32602, "{method}: {refused}");
+        assert_eq!(refused["error"]["message"], "task not found");
+    }
+    let (_, theirs) = request(
+        &app,
+        Some("ah_globex"),
+        "tools/call",
+        Some("list_sessions"),
+        json!({"name": "list_sessions", "arguments": {}}),
+        false,
+    )
+    .await;
+    assert_eq!(theirs["result"]["structuredContent"]["sessions"], json!([]));
+}
+
+on_both_backends!(
+    a_2026_client_discovers_lists_and_asks,
+    headers_and_meta_that_disagree_are_refused,
+    ask_is_a_task_that_is_the_turn,
+    a_task_cancelled_ends_its_turn_cancelled,
+    another_tenants_task_does_not_exist,
+);
