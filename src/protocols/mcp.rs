@@ -11,6 +11,7 @@
 
 mod current;
 mod legacy;
+mod resources;
 mod tools;
 
 use axum::{Extension, extract::State, http::HeaderMap, response::Response};

@@ -324,7 +324,93 @@ async fn another_tenants_task_does_not_exist(backend: Backend) {
     assert_eq!(theirs["result"]["structuredContent"]["sessions"], json!([]));
 }
 
+/// The caller's notes are resources in both versions: listed, read, and
+/// their paths completed; a note that is not there is not found.
+async fn vault_notes_are_resources_in_both_versions(backend: Backend) {
+    let vault = crate::helpers::vault_of(&[
+        ("notes/paris.md", "# Paris\n\nThe Louvre.\n"),
+        ("notes/rome.md", "# Rome\n"),
+    ]);
+    let app = crate::helpers::spawn_app_with_vault(backend, vault.path()).await;
+    // 2025-11-25 (no `_meta`, no version header: the handshake versions).
+    let legacy = |method: &str, params: Value| {
+        app.client
+            .post(app.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .send()
+    };
+    let listed: Value = legacy("resources/list", json!({}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let uris: Vec<&str> = listed["result"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(uris, ["vault:///notes/paris.md", "vault:///notes/rome.md"]);
+    let read: Value = legacy("resources/read", json!({"uri": "vault:///notes/paris.md"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        read["result"]["contents"][0]["text"],
+        "# Paris\n\nThe Louvre.\n"
+    );
+    let missing: Value = legacy("resources/read", json!({"uri": "vault:///notes/oslo.md"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(missing["error"]["code"], -32002, "{missing}");
+    assert_eq!(missing["error"]["data"]["uri"], "vault:///notes/oslo.md");
+
+    // 2026-07-28: the same, with caching hints; not found is invalid params.
+    let (_, listed) = request(&app, None, "resources/list", None, json!({}), false).await;
+    assert_eq!(
+        listed["result"]["resources"][1]["uri"],
+        "vault:///notes/rome.md"
+    );
+    assert!(listed["result"]["ttlMs"].is_u64(), "{listed}");
+    let escape = "vault:///../outside.md";
+    let (_, refused) = request(
+        &app,
+        None,
+        "resources/read",
+        Some(escape),
+        json!({"uri": escape}),
+        false,
+    )
+    .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let (_, completed) = request(
+        &app,
+        None,
+        "completion/complete",
+        None,
+        json!({
+            "ref": {"type": "ref/resource", "uri": "vault:///{+path}"},
+            "argument": {"name": "path", "value": "notes/p"},
+        }),
+        false,
+    )
+    .await;
+    assert_eq!(
+        completed["result"]["completion"]["values"],
+        json!(["notes/paris.md"]),
+        "{completed}"
+    );
+}
+
 on_both_backends!(
+    vault_notes_are_resources_in_both_versions,
     a_2026_client_discovers_lists_and_asks,
     headers_and_meta_that_disagree_are_refused,
     ask_is_a_task_that_is_the_turn,

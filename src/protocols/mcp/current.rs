@@ -20,8 +20,10 @@ use rmcp::{
     ErrorData as McpError, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
-        CreateTaskResult, DetailedTask, GetTaskParams, GetTaskResult, Implementation,
-        ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ResultType,
+        CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask, GetTaskParams,
+        GetTaskResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+        ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType,
         ServerCapabilities, ServerConfig, Task, TaskPayload, TaskStatus, Tool,
     },
     service::{RequestContext, RoleServer},
@@ -35,6 +37,7 @@ use uuid::Uuid;
 
 use super::{
     legacy::VERSIONS,
+    resources::{self, Unreadable},
     tools::{self, Answer, Asked},
 };
 use crate::{
@@ -284,6 +287,71 @@ impl ServerHandler for Current {
                 format!("unknown tool {other:?}"),
                 None,
             )),
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let tenant = tenant_of(&context)?;
+        let listed = resources::list(&self.app, &tenant)
+            .await
+            .map_err(internal)?;
+        let listed = serde_json::from_value(Value::Array(listed)).map_err(internal)?;
+        Ok(ListResourcesResult::with_all_items(listed))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let templates =
+            serde_json::from_value(Value::Array(resources::templates())).map_err(internal)?;
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let tenant = tenant_of(&context)?;
+        match resources::read(&self.app, &tenant, &request.uri).await {
+            Ok(contents) => {
+                let mut result: ReadResourceResult =
+                    serde_json::from_value(contents).map_err(internal)?;
+                result.result_type = Some(ResultType::COMPLETE);
+                Ok(ReadResourceResponse::Complete(result))
+            }
+            Err(Unreadable::NotFound(message)) => Err(McpError::resource_not_found(
+                message,
+                Some(serde_json::json!({"uri": request.uri})),
+            )),
+            Err(Unreadable::Failed(e)) => Err(internal(e)),
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let tenant = tenant_of(&context)?;
+        let params = serde_json::to_value(&request).map_err(internal)?;
+        match resources::complete(&self.app, &tenant, &params)
+            .await
+            .map_err(internal)?
+        {
+            Ok(result) => {
+                let mut result: CompleteResult =
+                    serde_json::from_value(result).map_err(internal)?;
+                result.result_type = Some(ResultType::COMPLETE);
+                Ok(result)
+            }
+            Err(detail) => Err(McpError::invalid_params(detail, None)),
         }
     }
 

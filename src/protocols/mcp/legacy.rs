@@ -13,7 +13,10 @@ use axum::{
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::tools::{self, Answer, Asked};
+use super::{
+    resources::{self, Unreadable},
+    tools::{self, Answer, Asked},
+};
 use crate::{
     app::{AppState, McpCallGuard, McpCalls},
     events::{StoredEvent, TurnEvent},
@@ -33,6 +36,21 @@ use crate::{
 pub(super) const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The levels `logging/setLevel` takes (RFC 5424's, as MCP names them).
+const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// MCP's code for a resource that is not there (up to 2025-11-25).
+const RESOURCE_NOT_FOUND: i64 = -32002;
 
 fn json_answer(status: StatusCode, message: &Value) -> Response {
     (status, axum::Json(message)).into_response()
@@ -102,7 +120,12 @@ pub(super) async fn answer(
                 .unwrap_or(&VERSIONS[0]);
             let result = json!({
                 "protocolVersion": version,
-                "capabilities": {"tools": {"listChanged": false}},
+                "capabilities": {
+                    "tools": {"listChanged": false},
+                    "resources": {"listChanged": false},
+                    "completions": {},
+                    "logging": {},
+                },
                 "serverInfo": {"name": "agent-harness", "version": env!("CARGO_PKG_VERSION")},
                 "instructions": "Call `ask` with a message to run one turn of this agent; \
                                  pass the `session_id` it answers to go on with the conversation.",
@@ -114,6 +137,32 @@ pub(super) async fn answer(
             return Ok(response);
         }
         "ping" => rpc_result(&id, json!({})),
+        "logging/setLevel" => match params["level"].as_str() {
+            Some(level) if LOG_LEVELS.contains(&level) => rpc_result(&id, json!({})),
+            _ => rpc_error(
+                &id,
+                INVALID_PARAMS,
+                &format!("`level` must be one of {}", LOG_LEVELS.join(", ")),
+            ),
+        },
+        "resources/list" => {
+            let listed = resources::list(&app, &tenant).await?;
+            rpc_result(&id, json!({"resources": listed}))
+        }
+        "resources/templates/list" => {
+            rpc_result(&id, json!({"resourceTemplates": resources::templates()}))
+        }
+        "resources/read" => match params["uri"].as_str() {
+            None => rpc_error(&id, INVALID_PARAMS, "`uri` is required"),
+            Some(uri) => match resources::read(&app, &tenant, uri).await {
+                Ok(contents) => rpc_result(&id, contents),
+                Err(Unreadable::NotFound(message)) => json!({"jsonrpc": "2.0", "id": id, "error": {
+                    "code": RESOURCE_NOT_FOUND, "message": message, "data": {"uri": uri},
+                }}),
+                Err(Unreadable::Failed(e)) => return Err(e),
+            },
+        },
+        "completion/complete" => answered(&id, resources::complete(&app, &tenant, &params).await?),
         "tools/list" => rpc_result(&id, json!({"tools": tools::definitions(&app)})),
         "tools/call" => {
             let name = params["name"].as_str().unwrap_or_default();

@@ -1,0 +1,158 @@
+//! What `/mcp` offers to read, whichever protocol version asks: the
+//! caller's vault notes (`vault:///{path}`) and its sessions' transcripts
+//! (`session:///{session_id}`), and completion of a note's path.
+
+use serde_json::{Value, json};
+
+use crate::{
+    app::AppState,
+    ids::Tenant,
+    protocols::{error::ApiError, paths::parse_session_id},
+    vault::NoteError,
+};
+
+const NOTE_SCHEME: &str = "vault:///";
+const SESSION_SCHEME: &str = "session:///";
+
+/// Notes `resources/list` names at most (the first, by path).
+const LIST_MAX: usize = 1000;
+
+/// Messages a transcript holds at most (the newest).
+const TRANSCRIPT_MAX: u32 = 200;
+
+/// Paths a completion offers at most (the spec's cap).
+const COMPLETION_MAX: usize = 100;
+
+/// Why a resource cannot be read.
+pub(super) enum Unreadable {
+    /// No such resource of the caller's (another tenant's included).
+    NotFound(String),
+    Failed(ApiError),
+}
+
+impl From<crate::store::StoreError> for Unreadable {
+    fn from(e: crate::store::StoreError) -> Self {
+        Self::Failed(e.into())
+    }
+}
+
+/// The caller's indexed notes, by path.
+async fn note_paths(app: &AppState, tenant: &Tenant) -> Result<Vec<String>, ApiError> {
+    let vault = app.vaults.of_tenant(&tenant.0);
+    let notes = app.store.vault_notes(vault.name()).await?;
+    let mut paths: Vec<String> = notes.into_keys().collect();
+    paths.sort();
+    Ok(paths)
+}
+
+/// `resources/list`: the caller's notes.
+pub(super) async fn list(app: &AppState, tenant: &Tenant) -> Result<Vec<Value>, ApiError> {
+    let paths = note_paths(app, tenant).await?;
+    Ok(paths
+        .into_iter()
+        .take(LIST_MAX)
+        .map(|path| {
+            json!({
+                "uri": format!("{NOTE_SCHEME}{path}"),
+                "name": path,
+                "title": path,
+                "mimeType": "text/markdown",
+            })
+        })
+        .collect())
+}
+
+/// `resources/templates/list`: a note by its path, a session's transcript.
+pub(super) fn templates() -> Vec<Value> {
+    vec![
+        json!({
+            "uriTemplate": format!("{NOTE_SCHEME}{{+path}}"),
+            "name": "note",
+            "title": "A vault note",
+            "description": "A Markdown note of the caller's vault, by its path in the vault.",
+            "mimeType": "text/markdown",
+        }),
+        json!({
+            "uriTemplate": format!("{SESSION_SCHEME}{{session_id}}"),
+            "name": "transcript",
+            "title": "A session's transcript",
+            "description": "The newest messages of a session of the caller's, oldest first.",
+            "mimeType": "application/json",
+        }),
+    ]
+}
+
+/// `resources/read`: the contents of one resource.
+pub(super) async fn read(app: &AppState, tenant: &Tenant, uri: &str) -> Result<Value, Unreadable> {
+    let not_found = || Unreadable::NotFound(format!("resource {uri} not found"));
+    if let Some(path) = uri.strip_prefix(NOTE_SCHEME) {
+        let vault = app.vaults.of_tenant(&tenant.0);
+        let text = match vault.read_note(path).await {
+            Ok((_, text)) => text,
+            Err(NoteError::Path(_) | NoteError::NotFound(_) | NoteError::NotText(_)) => {
+                return Err(not_found());
+            }
+            Err(e) => return Err(Unreadable::Failed(ApiError::Internal(e.to_string()))),
+        };
+        return Ok(json!({"contents": [{"uri": uri, "mimeType": "text/markdown", "text": text}]}));
+    }
+    if let Some(id) = uri.strip_prefix(SESSION_SCHEME) {
+        let session = parse_session_id(id, tenant).map_err(|_| not_found())?;
+        if app.store.get_session(&session).await?.is_none() {
+            return Err(not_found());
+        }
+        let messages = app.store.recent_messages(&session, TRANSCRIPT_MAX).await?;
+        let messages: Vec<Value> = messages
+            .iter()
+            .map(|m| json!({"role": m.role, "content": m.content, "created_at": m.created_at}))
+            .collect();
+        let text = serde_json::to_string(&json!({"session_id": id, "messages": messages}))
+            .unwrap_or_default();
+        return Ok(
+            json!({"contents": [{"uri": uri, "mimeType": "application/json", "text": text}]}),
+        );
+    }
+    Err(not_found())
+}
+
+/// `completion/complete`: for the note template's `path`, the caller's
+/// note paths that start with what is typed; nothing for any other
+/// argument or template. Prompts are not served, so a prompt reference is
+/// invalid.
+pub(super) async fn complete(
+    app: &AppState,
+    tenant: &Tenant,
+    params: &Value,
+) -> Result<Result<Value, String>, ApiError> {
+    let reference = &params["ref"];
+    let (Some(kind), Some(argument), Some(typed)) = (
+        reference["type"].as_str(),
+        params["argument"]["name"].as_str(),
+        params["argument"]["value"].as_str(),
+    ) else {
+        return Ok(Err("`ref` and `argument` (name, value) are required".into()));
+    };
+    if kind != "ref/resource" {
+        return Ok(Err(format!(
+            "{kind:?} is not completed here: only ref/resource is"
+        )));
+    }
+    let note_path =
+        reference["uri"].as_str() == Some(&format!("{NOTE_SCHEME}{{+path}}")) && argument == "path";
+    let (values, total) = if note_path {
+        let matching: Vec<String> = note_paths(app, tenant)
+            .await?
+            .into_iter()
+            .filter(|path| path.starts_with(typed))
+            .collect();
+        let total = matching.len();
+        (matching.into_iter().take(COMPLETION_MAX).collect(), total)
+    } else {
+        (Vec::new(), 0)
+    };
+    Ok(Ok(json!({"completion": {
+        "values": values,
+        "total": total,
+        "hasMore": total > COMPLETION_MAX,
+    }})))
+}
