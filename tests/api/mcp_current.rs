@@ -59,6 +59,18 @@ async fn request(
     (status, response.json().await.unwrap())
 }
 
+/// `ask` of "Hi" in `session`, by the caller of `key`.
+async fn ask(app: &TestApp, key: Option<&str>, session: &str, tasks: bool) -> (u16, Value) {
+    let params = json!({"name": "ask", "arguments": {"message": "Hi", "session_id": session}});
+    request(app, key, "tools/call", Some("ask"), params, tasks).await
+}
+
+/// `tasks/get` or `tasks/cancel` of `task_id`, by the caller of `key`.
+async fn on_task(app: &TestApp, key: Option<&str>, method: &str, task_id: &str) -> (u16, Value) {
+    let params = json!({"taskId": task_id});
+    request(app, key, method, Some(task_id), params, true).await
+}
+
 async fn a_2026_client_discovers_lists_and_asks(backend: Backend) {
     let app = spawn_app(backend).await;
     let (status, discovered) = request(&app, None, "server/discover", None, json!({}), false).await;
@@ -98,15 +110,7 @@ async fn a_2026_client_discovers_lists_and_asks(backend: Backend) {
 
     // Without the tasks extension, `ask` answers when its turn ends.
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
-    let (status, asked) = request(
-        &app,
-        None,
-        "tools/call",
-        Some("ask"),
-        json!({"name": "ask", "arguments": {"message": "Hi", "session_id": "s-2026"}}),
-        false,
-    )
-    .await;
+    let (status, asked) = ask(&app, None, "s-2026", false).await;
     assert_eq!(status, 200, "{asked}");
     let result = &asked["result"];
     assert_eq!(result["resultType"], "complete", "{asked}");
@@ -158,15 +162,7 @@ async fn headers_and_meta_that_disagree_are_refused(backend: Backend) {
 /// Polls `tasks/get` until the task leaves `working`.
 async fn settled(app: &TestApp, key: Option<&str>, task_id: &str) -> Value {
     for _ in 0..200 {
-        let (status, got) = request(
-            app,
-            key,
-            "tasks/get",
-            Some(task_id),
-            json!({"taskId": task_id}),
-            true,
-        )
-        .await;
+        let (status, got) = on_task(app, key, "tasks/get", task_id).await;
         assert_eq!(status, 200, "{got}");
         if got["result"]["status"] != "working" {
             return got["result"].clone();
@@ -180,15 +176,7 @@ async fn ask_is_a_task_that_is_the_turn(backend: Backend) {
     let app = spawn_app(backend).await;
     app.provider
         .enqueue([Reply::sse("openai/text.sse").pace(Duration::from_millis(20))]);
-    let (status, created) = request(
-        &app,
-        None,
-        "tools/call",
-        Some("ask"),
-        json!({"name": "ask", "arguments": {"message": "Hi", "session_id": "s-task"}}),
-        true,
-    )
-    .await;
+    let (status, created) = ask(&app, None, "s-task", true).await;
     assert_eq!(status, 200, "{created}");
     let result = &created["result"];
     assert_eq!(result["resultType"], "task", "{created}");
@@ -210,27 +198,11 @@ async fn ask_is_a_task_that_is_the_turn(backend: Backend) {
 
     // An unknown task, or one that is not a uuid: invalid params.
     for unknown in [uuid::Uuid::now_v7().to_string(), "nope".to_owned()] {
-        let (_, refused) = request(
-            &app,
-            None,
-            "tasks/get",
-            Some(&unknown),
-            json!({"taskId": unknown}),
-            true,
-        )
-        .await;
+        let (_, refused) = on_task(&app, None, "tasks/get", &unknown).await;
         assert_eq!(refused["error"]["code"], -32602, "{refused}");
     }
     // Cancelling a task that ended is an empty ack.
-    let (status, ack) = request(
-        &app,
-        None,
-        "tasks/cancel",
-        Some(&task_id),
-        json!({"taskId": task_id}),
-        true,
-    )
-    .await;
+    let (status, ack) = on_task(&app, None, "tasks/cancel", &task_id).await;
     assert_eq!(
         (status, &ack["result"]["resultType"]),
         (200, &json!("complete"))
@@ -242,25 +214,9 @@ async fn a_task_cancelled_ends_its_turn_cancelled(backend: Backend) {
     let gate = tokio_util::sync::CancellationToken::new();
     app.provider
         .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
-    let (_, created) = request(
-        &app,
-        None,
-        "tools/call",
-        Some("ask"),
-        json!({"name": "ask", "arguments": {"message": "Hi", "session_id": "s-cancel"}}),
-        true,
-    )
-    .await;
+    let (_, created) = ask(&app, None, "s-cancel", true).await;
     let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
-    let (status, ack) = request(
-        &app,
-        None,
-        "tasks/cancel",
-        Some(&task_id),
-        json!({"taskId": task_id}),
-        true,
-    )
-    .await;
+    let (status, ack) = on_task(&app, None, "tasks/cancel", &task_id).await;
     assert_eq!(
         (status, &ack["result"]["resultType"]),
         (200, &json!("complete"))
@@ -287,28 +243,12 @@ async fn another_tenants_task_does_not_exist(backend: Backend) {
     )
     .await;
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
-    let (_, created) = request(
-        &app,
-        Some("ah_acme"),
-        "tools/call",
-        Some("ask"),
-        json!({"name": "ask", "arguments": {"message": "Hi", "session_id": "s-mine"}}),
-        true,
-    )
-    .await;
+    let (_, created) = ask(&app, Some("ah_acme"), "s-mine", true).await;
     let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
     let done = settled(&app, Some("ah_acme"), &task_id).await;
     assert_eq!(done["status"], "completed");
     for method in ["tasks/get", "tasks/cancel"] {
-        let (_, refused) = request(
-            &app,
-            Some("ah_globex"),
-            method,
-            Some(&task_id),
-            json!({"taskId": task_id}),
-            true,
-        )
-        .await;
+        let (_, refused) = on_task(&app, Some("ah_globex"), method, &task_id).await;
         assert_eq!(refused["error"]["code"], -32602, "{method}: {refused}");
         assert_eq!(refused["error"]["message"], "task not found");
     }
