@@ -19,8 +19,9 @@ def free_port() -> int:
 @contextlib.contextmanager
 def running(binary: str, **settings: str):
     """Yields the base URL of the running service; `settings` are more
-    `HARNESS_…` variables."""
+    `HARNESS_…` variables, in which `{port}` is the port taken."""
     port = free_port()
+    settings = {name: value.replace("{port}", str(port)) for name, value in settings.items()}
     with tempfile.TemporaryDirectory() as folder:
         env = {
             "PATH": os.environ.get("PATH", ""),

@@ -253,6 +253,7 @@ const OPEN_PATHS: &[&str] = &[
     "/metrics",
     "/openapi.yaml",
     "/.well-known/agent-card.json",
+    "/a2a/.well-known/agent-card.json",
 ];
 
 /// The whole HTTP application.

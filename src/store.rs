@@ -51,7 +51,7 @@ pub use reader::{Reader, Reads};
 pub use records::{
     ArtifactRecord, CheckpointRecord, DecisionRecord, Lease, MemoryQuery, MessageRecord,
     NewApproval, NewArtifact, NewCheckpoint, NewDecision, NewMessage, NewStep, NewToolResult,
-    NewTurn, SessionRecord, TurnContext, TurnFinish, TurnReads, TurnRecord, TurnStatus,
+    NewTurn, SessionRecord, TurnContext, TurnFilter, TurnFinish, TurnReads, TurnRecord, TurnStatus,
 };
 pub use tenants::{TenantLimits, Tenants, UsageTotals};
 pub use turns::Turns;

@@ -6,7 +6,7 @@
 //! `SendMessage` and `SendStreamingMessage` begin a turn, or answer the
 //! call a task waits on (`input-required`: a pending approval, or a call
 //! of a tool the client runs, declared in the request's
-//! `metadata.clientTools`) with a message in that task; `GetTask`, `ListTasks` (one context, paged),
+//! `metadata.clientTools`) with a message in that task; `GetTask`, `ListTasks` (the caller's tasks, filtered and paged),
 //! `CancelTask` and `SubscribeToTask` (the task's log, from any replica)
 //! read and stop them. Every answer is HTTP 200 with a JSON-RPC result or
 //! error (the A2A codes), as the protocol's own server answers.
@@ -45,7 +45,6 @@ use crate::{
         error::ApiError,
         json::ApiJson,
         native::{ClientToolBody, checked_client_tools, checked_message},
-        paths::parse_session_id,
     },
     runner::CancelError,
     store::{NewApproval, TurnRecord, TurnStatus},
@@ -57,19 +56,17 @@ use task::TaskFold;
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(card::agent_card))
+        .routes(routes!(card::agent_card_at_endpoint))
         .routes(routes!(a2a))
 }
 
 /// The protocol version served.
 const VERSION: &str = "1.0";
 
-/// Tasks a `ListTasks` page holds at most (and by default).
-const PAGE_MAX: u32 = 100;
-const PAGE_DEFAULT: u32 = 50;
-
 // A2A's error codes (beside JSON-RPC's).
 const TASK_NOT_FOUND: i64 = -32001;
 const TASK_NOT_CANCELABLE: i64 = -32002;
+const PUSH_NOTIFICATION_NOT_SUPPORTED: i64 = -32003;
 const UNSUPPORTED_OPERATION: i64 = -32004;
 const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
 
@@ -171,7 +168,7 @@ async fn a2a(
         | "GetTaskPushNotificationConfig"
         | "ListTaskPushNotificationConfigs"
         | "DeleteTaskPushNotificationConfig" => Err(RpcError::new(
-            UNSUPPORTED_OPERATION,
+            PUSH_NOTIFICATION_NOT_SUPPORTED,
             format!("{method} is not supported by this agent"),
         )),
         other => Err(RpcError::new(
@@ -225,57 +222,46 @@ impl Caller {
         Ok(self.fold(&record).await?.task(history))
     }
 
+    /// The caller's tasks, newest first, that the params' filters take
+    /// (`contextId`, `status`, `statusTimestampAfter`), a page at a time.
     async fn list(&self, params: &Value) -> Result<Value, RpcError> {
-        let context = params["contextId"].as_str().ok_or_else(|| {
-            RpcError::new(
-                INVALID_PARAMS,
-                "`contextId` is required: tasks are listed by context",
-            )
-        })?;
-        let session = parse_session_id(context, &self.tenant)?;
-        let size = match &params["pageSize"] {
-            Value::Null => PAGE_DEFAULT,
-            n => n
-                .as_u64()
-                .filter(|n| (1..=u64::from(PAGE_MAX)).contains(n))
-                .map(|n| n as u32)
-                .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`pageSize` must be 1-100"))?,
-        };
-        let before = match params["pageToken"].as_str().filter(|t| !t.is_empty()) {
-            Some(token) => Some(
-                Uuid::try_parse(token)
-                    .map_err(|_| RpcError::new(INVALID_PARAMS, "`pageToken` is not ours"))?,
-            ),
-            None => None,
-        };
-        let history = history_length(params)?;
-        let with_artifacts = params["includeArtifacts"].as_bool().unwrap_or(false);
-        // One more than the page: whether a next page exists.
-        let mut turns = self
+        let query = params::list_query(params, &self.tenant)?;
+        if query.state.is_some() && query.filter.statuses.is_empty() {
+            return Ok(json!({"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}));
+        }
+        let (mut turns, total) = self
             .app
             .store
-            .list_turns(&session, before, size + 1)
+            .list_tenant_turns(&self.tenant.0, &query.filter, query.before, query.size + 1)
             .await?;
-        let more = turns.len() > size as usize;
-        turns.truncate(size as usize);
+        // One more than the page: whether a next page exists.
+        let more = turns.len() > query.size as usize;
+        turns.truncate(query.size as usize);
         let mut tasks = Vec::new();
         for record in &turns {
-            let mut task = self.fold(record).await?.task(history);
-            if !with_artifacts && let Some(fields) = task.as_object_mut() {
+            let mut task = self.fold(record).await?.task(query.history);
+            if query
+                .state
+                .is_some_and(|state| task["status"]["state"] != state)
+            {
+                continue;
+            }
+            if !query.artifacts
+                && let Some(fields) = task.as_object_mut()
+            {
                 fields.remove("artifacts");
             }
             tasks.push(task);
         }
-        let next = if more {
-            turns.last().map(|t| t.id.to_string()).unwrap_or_default()
-        } else {
-            String::new()
+        let next = match (more, turns.last()) {
+            (true, Some(last)) => last.id.to_string(),
+            _ => String::new(),
         };
         Ok(json!({
             "tasks": tasks,
             "nextPageToken": next,
-            "pageSize": size,
-            "totalSize": tasks.len(),
+            "pageSize": tasks.len(),
+            "totalSize": total,
         }))
     }
 

@@ -3,7 +3,8 @@
 //! turn, a tool call and citations at once. It echoes the message word by
 //! word; a message asking to search (or about notes) first calls
 //! `local_search` when it is offered, then reports what it found; a message
-//! asking it to answer slowly waits [`SLOW_PAUSE`] before its first word
+//! asking it to answer slowly (or any message, as the model `slow`) waits
+//! [`SLOW_PAUSE`] before its first word
 //! (a slow model: the stream's keep-alives show); a turn that offers tools
 //! the client runs calls the first of them and reports what it answered.
 //! The side calls of memory and judges get the JSON they ask for, empty.
@@ -23,6 +24,10 @@ const WORD_DELAY: Duration = Duration::from_millis(25);
 
 /// The wait before the first word of a message that asks for `slowly`.
 const SLOW_PAUSE: Duration = Duration::from_millis(2500);
+
+/// The model (`HARNESS_PROVIDERS=demo:slow`) that answers every message
+/// slowly: a conformance suite sees its tasks working, and can cancel them.
+const SLOW_MODEL: &str = "slow";
 
 /// Whether the user's last message asks for a slow answer.
 fn asks_slowly(request: &ChatRequest) -> bool {
@@ -151,7 +156,7 @@ impl LlmProvider for DemoProvider {
 
     async fn stream(&self, request: ChatRequest) -> Result<ProviderStream, ProviderError> {
         let (text, calls) = answer(&request);
-        let pause = if asks_slowly(&request) {
+        let pause = if self.model == SLOW_MODEL || asks_slowly(&request) {
             SLOW_PAUSE
         } else {
             Duration::ZERO

@@ -280,6 +280,19 @@ pub struct ArtifactRecord {
     pub created_at: DateTime<Utc>,
 }
 
+/// Which of a tenant's turns a list across its sessions holds (A2A's
+/// `ListTasks`): each filter left `None` takes every turn.
+#[derive(Debug, Clone, Default)]
+pub struct TurnFilter {
+    /// Only this session's turns.
+    pub session: Option<crate::ids::SessionKey>,
+    /// Only turns in one of these statuses (at most two are read).
+    pub statuses: Vec<TurnStatus>,
+    /// Only turns whose status changed at or after this (the end of an
+    /// ended turn, the last heartbeat of a running one).
+    pub changed_since: Option<DateTime<Utc>>,
+}
+
 /// A turn as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnRecord {

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::{
     Announcements, BeganTurn, BeginTurnError, DecisionRecord, Lease, MessageRecord, NewTurn,
-    Orphan, OrphanScope, SessionRecord, StoreError, TurnRecord,
+    Orphan, OrphanScope, SessionRecord, StoreError, TurnFilter, TurnRecord,
     reader::{Reader, Reads, args, turn_columns},
     records::{
         parse_uuid,
@@ -158,6 +158,66 @@ pub trait Turns: Reads + Send + Sync + 'static {
             }
         };
         rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    /// A tenant's turns across its sessions, newest first, that `filter`
+    /// takes, before `before` (a turn id, as [`Self::list_turns`]), at
+    /// most `limit`; and how many turns the filter takes in all. Hidden
+    /// turns are not among them.
+    async fn list_tenant_turns(
+        &self,
+        tenant: &str,
+        filter: &TurnFilter,
+        before: Option<Uuid>,
+        limit: u32,
+    ) -> Result<(Vec<TurnRecord>, u64)> {
+        // Each filter is a parameter that is NULL when not asked for.
+        const WHERE: &str = " FROM turns t JOIN sessions s ON s.id = t.session_id \
+             WHERE s.tenant = $1 AND t.hidden_at IS NULL \
+               AND ($2 IS NULL OR t.session_id = $2) \
+               AND ($3 IS NULL OR t.status = $3 OR t.status = $4) \
+               AND ($5 IS NULL OR COALESCE(t.finished_at, t.heartbeat_at) >= $5)";
+        let session = filter.session.as_ref().map(|s| s.as_str());
+        let mut statuses = filter.statuses.iter().map(|s| s.as_str());
+        let first = statuses.next();
+        let second = statuses.next().or(first);
+        let since = filter.changed_since;
+        let count_sql = format!("SELECT COUNT(*){WHERE}");
+        let (total,): (i64,) = self
+            .reader()
+            .row(
+                sqlx::AssertSqlSafe(count_sql),
+                args![tenant, session, first, second, since],
+            )
+            .await?
+            .unwrap_or((0,));
+        let before = before.map(|b| b.to_string());
+        let page_args = args![
+            tenant,
+            session,
+            first,
+            second,
+            since,
+            before.as_deref(),
+            limit
+        ];
+        let page_sql = format!(
+            "SELECT {}{WHERE} AND ($6 IS NULL OR t.id < $6) ORDER BY t.id DESC LIMIT $7",
+            turn_columns!()
+                .split(", ")
+                .map(|c| format!("t.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let rows: Vec<TurnRow> = self
+            .reader()
+            .rows(sqlx::AssertSqlSafe(page_sql), page_args)
+            .await?;
+        let turns = rows
+            .into_iter()
+            .map(TryInto::try_into)
+            .collect::<Result<Vec<_>>>()?;
+        Ok((turns, u64::try_from(total).unwrap_or(0)))
     }
 
     /// Hides an ended turn from [`Self::find_turn`] (its session's log and

@@ -376,6 +376,88 @@ async fn a_task_is_cancelled_and_subscribed_to(backend: Backend) {
     assert_eq!(late["error"]["code"], -32004, "{late}");
 }
 
+/// `ListTasks` without a context lists every task of the caller, newest
+/// first, and each filter narrows it: a context, a state, a status time;
+/// a page at a time, with the count of all it matches. (Before, a list
+/// without `contextId` was refused.)
+async fn the_callers_tasks_are_listed_across_contexts_and_filtered(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let send = |text: &'static str, context: &'static str| {
+        let body = request(
+            1,
+            "SendMessage",
+            json!({"message": message(text, json!({"contextId": context}))}),
+        );
+        let app = &app;
+        async move {
+            let sent = rpc(app, body).await;
+            sent["result"]["task"]["id"].as_str().unwrap().to_owned()
+        }
+    };
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let first = send("one", "ctx-a").await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let after_first = chrono::Utc::now().to_rfc3339();
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let second = send("two", "ctx-b").await;
+    app.provider.enqueue([Reply::body(
+        401,
+        "application/json",
+        "openai/error_401.json",
+    )]);
+    let third = send("three", "ctx-a").await;
+    let list = |params: Value| {
+        let app = &app;
+        async move { rpc(app, request(2, "ListTasks", params)).await["result"].clone() }
+    };
+    let ids = |page: &Value| -> Vec<String> {
+        page["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    let all = list(json!({})).await;
+    assert_eq!(
+        ids(&all),
+        [third.as_str(), second.as_str(), first.as_str()],
+        "{all}"
+    );
+    assert_eq!(all["totalSize"], 3);
+    assert_eq!(all["pageSize"], 3);
+    assert_eq!(all["nextPageToken"], "");
+    assert!(all["tasks"][1].get("artifacts").is_none());
+    assert_eq!(all["tasks"][0]["status"]["state"], "TASK_STATE_FAILED");
+
+    let by_context = list(json!({"contextId": "ctx-a"})).await;
+    assert_eq!(ids(&by_context), [third.as_str(), first.as_str()]);
+    assert_eq!(by_context["totalSize"], 2);
+    let failed = list(json!({"status": "TASK_STATE_FAILED"})).await;
+    assert_eq!(ids(&failed), [third.as_str()]);
+    assert_eq!(failed["totalSize"], 1);
+    let both = list(json!({"status": "TASK_STATE_COMPLETED", "contextId": "ctx-a"})).await;
+    assert_eq!(ids(&both), [first.as_str()]);
+    let since = list(json!({"statusTimestampAfter": after_first})).await;
+    assert_eq!(ids(&since), [third.as_str(), second.as_str()], "{since}");
+    for never in ["TASK_STATE_REJECTED", "TASK_STATE_INPUT_REQUIRED"] {
+        let none = list(json!({"status": never})).await;
+        assert_eq!(none["tasks"], json!([]), "{never}");
+    }
+
+    let page = list(json!({"pageSize": 2, "historyLength": 0, "includeArtifacts": true})).await;
+    assert_eq!(ids(&page), [third.as_str(), second.as_str()]);
+    assert_eq!(page["totalSize"], 3);
+    assert_eq!(page["pageSize"], 2);
+    assert_eq!(page["tasks"][0]["history"], json!([]));
+    assert!(page["tasks"][1]["artifacts"].is_array());
+    let token = page["nextPageToken"].as_str().unwrap().to_owned();
+    let rest = list(json!({"pageSize": 2, "pageToken": token})).await;
+    assert_eq!(ids(&rest), [first.as_str()]);
+    assert_eq!(rest["nextPageToken"], "");
+}
+
 async fn every_a2a_error_has_its_code(backend: Backend) {
     let app = spawn_app(backend).await;
     let raw = app
@@ -404,9 +486,22 @@ async fn every_a2a_error_has_its_code(backend: Backend) {
             request(1, "SubscribeToTask", json!({"id": unknown_task})),
             -32001,
         ),
-        (request(1, "ListTasks", json!({})), -32602),
         (
             request(1, "ListTasks", json!({"contextId": "c", "pageSize": 0})),
+            -32602,
+        ),
+        (request(1, "ListTasks", json!({"pageSize": 101})), -32602),
+        (request(1, "ListTasks", json!({"status": "DONE"})), -32602),
+        (
+            request(1, "ListTasks", json!({"statusTimestampAfter": "yesterday"})),
+            -32602,
+        ),
+        (
+            request(1, "ListTasks", json!({"pageToken": "page-2"})),
+            -32602,
+        ),
+        (
+            request(1, "ListTasks", json!({"includeArtifacts": "yes"})),
             -32602,
         ),
         (request(1, "SendMessage", json!({})), -32602),
@@ -436,7 +531,7 @@ async fn every_a2a_error_has_its_code(backend: Backend) {
         ),
         (
             request(1, "CreateTaskPushNotificationConfig", json!({})),
-            -32004,
+            -32003,
         ),
     ] {
         let answer = rpc(&app, body.clone()).await;
@@ -522,5 +617,49 @@ on_both_backends!(
     a_task_waits_for_input_and_is_answered_in_the_same_task,
     a_task_is_cancelled_and_subscribed_to,
     every_a2a_error_has_its_code,
+    the_callers_tasks_are_listed_across_contexts_and_filtered,
+    another_tenants_tasks_are_not_listed,
     a_task_waits_for_the_clients_own_tool,
 );
+
+/// Another tenant's tasks are neither listed nor counted, whatever the
+/// filter names (its context id too).
+async fn another_tenants_tasks_are_not_listed(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    crate::tenants::make_keys(
+        &app,
+        &[
+            ("k-acme", "acme", "ah_acme"),
+            ("k-globex", "globex", "ah_globex"),
+        ],
+    )
+    .await;
+    app.client = crate::tenants::client_with_key("ah_acme");
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let sent = rpc(
+        &app,
+        request(
+            1,
+            "SendMessage",
+            json!({"message": message("hi", json!({"contextId": "ctx-acme"}))}),
+        ),
+    )
+    .await;
+    let task = sent["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let mine = rpc(&app, request(2, "ListTasks", json!({}))).await;
+    assert_eq!(mine["result"]["tasks"][0]["id"], task.as_str());
+
+    app.client = crate::tenants::client_with_key("ah_globex");
+    for params in [
+        json!({}),
+        json!({"contextId": "ctx-acme"}),
+        json!({"status": "TASK_STATE_COMPLETED"}),
+    ] {
+        let theirs = rpc(&app, request(3, "ListTasks", params.clone())).await;
+        assert_eq!(theirs["result"]["tasks"], json!([]), "{params}: {theirs}");
+        assert_eq!(theirs["result"]["totalSize"], 0, "{params}");
+    }
+}

@@ -349,6 +349,148 @@ async fn vault_notes_are_resources_in_both_versions(backend: Backend) {
     );
 }
 
+/// Resources are the caller's own: another tenant's note and transcript
+/// are not listed, not read and not completed, in either version, and
+/// the answer is the one for a note that was never written.
+async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backend) {
+    let vault = crate::helpers::vault_of(&[("notes/a.md", "# A\n\nThe operator's plans.\n")]);
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.vault.dir = vault.path().to_owned();
+    let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    crate::tenants::make_keys(
+        &app,
+        &[
+            ("k-acme", "acme", "ah_acme"),
+            ("k-globex", "globex", "ah_globex"),
+        ],
+    )
+    .await;
+    app.client = crate::tenants::client_with_key("ah_acme");
+    let plan = json!({"path": "notes/plan.md", "content": "# Plan\n\nAcme goes to Paris."});
+    let (finished, _) = app.call_tool("write_note", plan).await;
+    assert_eq!(finished["status"], "completed", "{finished}");
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let (_, created) = ask(&app, Some("ah_acme"), "s-acme", false).await;
+    assert!(created["result"]["content"].is_array(), "{created}");
+    let (_, mine) = request(
+        &app,
+        Some("ah_acme"),
+        "resources/list",
+        None,
+        json!({}),
+        false,
+    )
+    .await;
+    assert_eq!(
+        mine["result"]["resources"][0]["uri"], "vault:///notes/plan.md",
+        "{mine}"
+    );
+
+    app.client = reqwest::Client::new();
+    let legacy = |method: &str, params: Value| {
+        app.client
+            .post(app.url("/mcp"))
+            .bearer_auth("ah_globex")
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .send()
+    };
+    let listed: Value = legacy("resources/list", json!({}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["result"]["resources"], json!([]), "{listed}");
+    let (_, listed) = request(
+        &app,
+        Some("ah_globex"),
+        "resources/list",
+        None,
+        json!({}),
+        false,
+    )
+    .await;
+    assert_eq!(listed["result"]["resources"], json!([]), "{listed}");
+    for uri in [
+        "vault:///notes/plan.md",
+        "vault:///notes/a.md",
+        "vault:///.tenants/acme/notes/plan.md",
+        "session:///s-acme",
+    ] {
+        let read: Value = legacy("resources/read", json!({"uri": uri}))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(read["error"]["code"].is_i64(), "{uri}: {read}");
+        assert!(!read.to_string().contains("Paris"), "{read}");
+        let (_, read) = request(
+            &app,
+            Some("ah_globex"),
+            "resources/read",
+            Some(uri),
+            json!({"uri": uri}),
+            false,
+        )
+        .await;
+        assert_eq!(read["error"]["code"], -32602, "{uri}: {read}");
+        assert!(!read.to_string().contains("Paris"), "{read}");
+    }
+    let never: Value = legacy("resources/read", json!({"uri": "session:///s-never"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let theirs: Value = legacy("resources/read", json!({"uri": "session:///s-acme"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        never["error"]["message"],
+        theirs["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("s-acme", "s-never"),
+        "{theirs}"
+    );
+    let complete = json!({
+        "ref": {"type": "ref/resource", "uri": "vault:///{+path}"},
+        "argument": {"name": "path", "value": "notes/"},
+    });
+    let completed: Value = legacy("completion/complete", complete.clone())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        completed["result"]["completion"]["values"],
+        json!([]),
+        "{completed}"
+    );
+    let (_, completed) = request(
+        &app,
+        Some("ah_globex"),
+        "completion/complete",
+        None,
+        complete,
+        false,
+    )
+    .await;
+    assert_eq!(
+        completed["result"]["completion"]["values"],
+        json!([]),
+        "{completed}"
+    );
+}
+
 on_both_backends!(
     vault_notes_are_resources_in_both_versions,
     a_2026_client_discovers_lists_and_asks,
@@ -356,4 +498,5 @@ on_both_backends!(
     ask_is_a_task_that_is_the_turn,
     a_task_cancelled_ends_its_turn_cancelled,
     another_tenants_task_does_not_exist,
+    another_tenants_notes_and_transcripts_are_not_resources,
 );

@@ -159,6 +159,7 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str) -> Option<Attemp
             simple(Expect::Missing("response_not_found"))
         }
         ("GET", "/.well-known/agent-card.json") => simple(Expect::AgentCard),
+        ("GET", "/a2a/.well-known/agent-card.json") => simple(Expect::AgentCard),
         ("POST", "/a2a") => with_body(
             Expect::A2aNotFound,
             json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": turn}}),

@@ -27,6 +27,19 @@ pub(super) async fn agent_card(State(app): State<AppState>) -> Response {
     axum::Json(public_card(&app)).into_response()
 }
 
+/// The public card again, under the JSON-RPC endpoint's own URL: clients
+/// and suites given that URL (the TCK, `A2ACardResolver(base_url)`) look
+/// for the card there.
+#[utoipa::path(
+    get,
+    path = "/a2a/.well-known/agent-card.json",
+    tag = "a2a",
+    responses((status = 200, description = "The public A2A agent card, as at `/.well-known/agent-card.json`", body = Object))
+)]
+pub(super) async fn agent_card_at_endpoint(state: State<AppState>) -> Response {
+    agent_card(state).await
+}
+
 /// The skills the operator declares (`HARNESS_AGENT_SKILLS`), else one
 /// `chat` skill.
 fn declared_skills(app: &AppState) -> Vec<Value> {

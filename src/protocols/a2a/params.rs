@@ -5,8 +5,99 @@
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{CONTENT_TYPE_NOT_SUPPORTED, RpcError, TASK_NOT_FOUND, task::TaskFold};
-use crate::protocols::{client_calls::ClientAnswer, jsonrpc::INVALID_PARAMS};
+use super::{CONTENT_TYPE_NOT_SUPPORTED, RpcError, TASK_NOT_FOUND, task, task::TaskFold};
+use crate::{
+    ids::Tenant,
+    protocols::{client_calls::ClientAnswer, jsonrpc::INVALID_PARAMS, paths::parse_session_id},
+    store::{TurnFilter, TurnStatus},
+};
+
+/// Tasks a `ListTasks` page holds at most, and by default.
+const PAGE_MAX: u32 = 100;
+const PAGE_DEFAULT: u32 = 50;
+
+/// What a `ListTasks` asks for.
+#[derive(Debug)]
+pub(super) struct ListQuery {
+    pub filter: TurnFilter,
+    /// The state a listed task is in, when the stored status alone does
+    /// not say (a running turn works or waits); one no turn is left in
+    /// lists nothing.
+    pub state: Option<&'static str>,
+    /// The page token: the last task of the page before.
+    pub before: Option<Uuid>,
+    pub size: u32,
+    pub history: Option<usize>,
+    pub artifacts: bool,
+}
+
+fn invalid(message: impl Into<String>) -> RpcError {
+    RpcError::new(INVALID_PARAMS, message)
+}
+
+/// A `ListTasks`'s params, read and checked.
+pub(super) fn list_query(params: &Value, tenant: &Tenant) -> Result<ListQuery, RpcError> {
+    let session = match params["contextId"].as_str().filter(|c| !c.is_empty()) {
+        Some(context) => Some(parse_session_id(context, tenant)?),
+        None => None,
+    };
+    // A state asked for: the stored statuses that may hold it, and for a
+    // running turn, the state its fold must be in (working or waiting).
+    let (statuses, state) = match params["status"].as_str().filter(|s| !s.is_empty()) {
+        None | Some("TASK_STATE_UNSPECIFIED") => (Vec::new(), None),
+        Some(task::WORKING) => (vec![TurnStatus::Running], Some(task::WORKING)),
+        Some(task::INPUT_REQUIRED) => (vec![TurnStatus::Running], Some(task::INPUT_REQUIRED)),
+        Some(task::COMPLETED) => (vec![TurnStatus::Completed], None),
+        Some(task::FAILED) => (vec![TurnStatus::Failed, TurnStatus::Interrupted], None),
+        Some(task::CANCELED) => (vec![TurnStatus::Cancelled], None),
+        // States a turn is never left in: nothing matches.
+        Some("TASK_STATE_SUBMITTED" | "TASK_STATE_REJECTED" | "TASK_STATE_AUTH_REQUIRED") => {
+            (Vec::new(), Some("never"))
+        }
+        Some(other) => return Err(invalid(format!("`status`: {other:?} is not a task state"))),
+    };
+    let changed_since = match &params["statusTimestampAfter"] {
+        Value::Null => None,
+        at => Some(
+            at.as_str()
+                .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+                .ok_or_else(|| invalid("`statusTimestampAfter` must be an RFC 3339 timestamp"))?
+                .to_utc(),
+        ),
+    };
+    let size = match &params["pageSize"] {
+        Value::Null => PAGE_DEFAULT,
+        n => n
+            .as_u64()
+            .filter(|n| (1..=u64::from(PAGE_MAX)).contains(n))
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| invalid(format!("`pageSize` must be 1-{PAGE_MAX}")))?,
+    };
+    let before = match params["pageToken"].as_str().filter(|t| !t.is_empty()) {
+        Some(token) => {
+            Some(Uuid::try_parse(token).map_err(|_| invalid("`pageToken` is not one we gave"))?)
+        }
+        None => None,
+    };
+    let artifacts = match &params["includeArtifacts"] {
+        Value::Null => false,
+        flag => flag
+            .as_bool()
+            .ok_or_else(|| invalid("`includeArtifacts` must be true or false"))?,
+    };
+    Ok(ListQuery {
+        filter: TurnFilter {
+            session,
+            statuses,
+            changed_since,
+        },
+        state,
+        before,
+        size,
+        history: history_length(params)?,
+        artifacts,
+    })
+}
 
 /// The longest reason a decision may give (as on the native route).
 const MAX_REASON_CHARS: usize = 1000;
