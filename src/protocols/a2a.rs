@@ -13,6 +13,7 @@
 
 mod card;
 mod params;
+mod rest;
 mod task;
 
 use axum::{
@@ -57,6 +58,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(card::agent_card))
         .routes(routes!(card::agent_card_at_endpoint))
+        .merge(rest::router())
         .routes(routes!(a2a))
 }
 
@@ -144,7 +146,7 @@ async fn a2a(
     let caller = Caller {
         app: app.clone(),
         tenant,
-        id: id.clone(),
+        binding: Binding::JsonRpc(id.clone()),
     };
     let result = match method {
         "SendMessage" => caller.send(&params, false).await,
@@ -179,11 +181,37 @@ async fn a2a(
     Ok(result.unwrap_or_else(|e| answer(&rpc_error(&id, e))))
 }
 
-/// Who called, and with what request id.
+/// How a caller's answers are framed: JSON-RPC's (each result inside a
+/// response with the request's id) or HTTP+JSON's (the bare object).
+#[derive(Debug, Clone)]
+enum Binding {
+    JsonRpc(Value),
+    Rest,
+}
+
+impl Binding {
+    /// A result (a `Task`, a `StreamResponse`, …) as this binding says it.
+    fn result(&self, value: Value) -> Value {
+        match self {
+            Self::JsonRpc(id) => rpc_result(id, value),
+            Self::Rest => value,
+        }
+    }
+
+    /// An error as this binding says it inside a stream.
+    fn error(&self, error: RpcError) -> Value {
+        match self {
+            Self::JsonRpc(id) => rpc_error(id, error),
+            Self::Rest => rest::problem_body(&error),
+        }
+    }
+}
+
+/// Who called, and how the answer is framed.
 struct Caller {
     app: AppState,
     tenant: Tenant,
-    id: Value,
+    binding: Binding,
 }
 
 impl Caller {
@@ -291,6 +319,14 @@ impl Caller {
         if !message.is_object() {
             return Err(RpcError::new(INVALID_PARAMS, "`message` is required"));
         }
+        for field in ["contextId", "taskId"] {
+            if !matches!(message[field], Value::Null | Value::String(_)) {
+                return Err(RpcError::new(
+                    INVALID_PARAMS,
+                    format!("`message.{field}` must be a string"),
+                ));
+            }
+        }
         let configuration = &params["configuration"];
         let immediately = configuration["returnImmediately"]
             .as_bool()
@@ -317,7 +353,7 @@ impl Caller {
             };
         let fold = TaskFold::new(turn_id.to_string(), session.id().to_owned());
         let mut stream = TaskStream {
-            id: self.id.clone(),
+            binding: self.binding.clone(),
             fold,
             quiet_until,
         };
@@ -335,10 +371,9 @@ impl Caller {
                 break;
             }
         }
-        Ok(answer(&rpc_result(
-            &self.id,
-            json!({"task": stream.fold.task(history)}),
-        )))
+        Ok(answer(
+            &self.binding.result(json!({"task": stream.fold.task(history)})),
+        ))
     }
 
     /// Begins a turn of `message` in its context (a new one when it names
@@ -443,7 +478,7 @@ impl Caller {
             .map_or(0, |s| s.last_seq);
         let events = crate::protocols::endpoint::follow(&self.app, &record);
         let format = TaskStream {
-            id: self.id.clone(),
+            binding: self.binding.clone(),
             fold: TaskFold::new(record.id.to_string(), session.id().to_owned()),
             quiet_until,
         };
@@ -457,7 +492,7 @@ impl Caller {
 /// answer to a task that waited) are folded without a word, and the task
 /// as it stands then is the first thing said.
 struct TaskStream {
-    id: Value,
+    binding: Binding,
     fold: TaskFold,
     quiet_until: i64,
 }
@@ -478,7 +513,7 @@ impl WireFormat for TaskStream {
         };
         let frames = said
             .into_iter()
-            .map(|result| super::data_frame(&rpc_result(&self.id, result)))
+            .map(|result| super::data_frame(&self.binding.result(result)))
             .collect();
         Encoded {
             frames,
@@ -492,6 +527,6 @@ impl WireFormat for TaskStream {
             INTERNAL_ERROR,
             "the task's log cannot be read; subscribe again",
         );
-        vec![super::data_frame(&rpc_error(&self.id, error))]
+        vec![super::data_frame(&self.binding.error(error))]
     }
 }

@@ -74,6 +74,8 @@ enum Expect {
     AgentCard,
     /// The caller's own tenant's usage and limits.
     OwnUsage,
+    /// Refused whatever it names (400, this code): a feature not offered.
+    Unsupported(&'static str),
 }
 
 /// One operation of the document, as the other tenant sends it.
@@ -159,6 +161,22 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str) -> Option<Attemp
             simple(Expect::Missing("response_not_found"))
         }
         ("GET", "/.well-known/agent-card.json") => simple(Expect::AgentCard),
+        ("GET", "/extendedAgentCard") => simple(Expect::Open),
+        ("GET", "/tasks") => simple(Expect::Empty),
+        // `POST` is sent as `/tasks/{id}:cancel` (see the walk).
+        ("GET" | "POST", "/tasks/{id}") => simple(Expect::Missing("task_not_found")),
+        (
+            "GET" | "POST" | "DELETE",
+            "/tasks/{id}/pushNotificationConfigs" | "/tasks/{id}/pushNotificationConfigs/{config_id}",
+        ) => with_body(
+            Expect::Unsupported("push_notification_not_supported"),
+            json!({"url": "https://example.com/hook"}),
+        ),
+        ("POST", "/message:send" | "/message:stream") => with_body(
+            Expect::OwnSession,
+            json!({"message": {"messageId": "m1", "role": "ROLE_USER",
+                   "parts": [{"text": user_message}], "contextId": session}}),
+        ),
         ("GET", "/a2a/.well-known/agent-card.json") => simple(Expect::AgentCard),
         ("POST", "/a2a") => with_body(
             Expect::A2aNotFound,
@@ -220,6 +238,19 @@ fn fill(template: &str, known: &Known) -> String {
         .replace("{artifact_id}", &known.artifact)
         .replace("{checkpoint_id}", &known.checkpoint)
         .replace("{response_id}", &known.response)
+        .replace("{id}", &known.turn)
+        .replace("{config_id}", "cfg-1")
+}
+
+/// The path a walk sends for an operation: its template filled, with
+/// what the template cannot say (a query, an action after the id).
+fn concrete(method: &str, template: &str, known: &Known) -> String {
+    let path = fill(template, known);
+    match (method, template) {
+        (_, "/memories") => "/memories?scope=user:ann".to_owned(),
+        ("POST", "/tasks/{id}") => format!("{path}:cancel"),
+        _ => path,
+    }
 }
 
 async fn send(
@@ -332,6 +363,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     let never = Known {
         session: "s-never-made".to_owned(),
         checkpoint: "ckpt_never_made".to_owned(),
+        turn: "0190a5c4-0000-7000-8000-000000000000".to_owned(),
         ..known_clone(&known)
     };
 
@@ -345,11 +377,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     for (method, template) in &operations {
         let attempt = attempt(method, template, session, &second)
             .unwrap_or_else(|| panic!("{method} {template}: no attempt for this operation"));
-        let path = fill(template, &known);
-        let path = match template.as_str() {
-            "/memories" => "/memories?scope=user:ann".to_owned(),
-            _ => path,
-        };
+        let path = concrete(method, template, &known);
         if attempt.expect == Expect::OwnSession {
             // Its turn and the memory extraction after it, in either
             // order: an answer that is also an extraction of nothing.
@@ -369,7 +397,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                 // Exactly what a session (or checkpoint) that was never
                 // made gets, except that posting a turn would make one.
                 if template != "/sessions/{session_id}/turns" && !template.starts_with("/v1/") {
-                    let never_path = fill(template, &never);
+                    let never_path = concrete(method, template, &never);
                     let (never_status, never_body) =
                         send(&other, &app, method, &never_path, &attempt).await;
                     assert_eq!(
@@ -380,10 +408,16 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                 }
             }
             Expect::Open => assert_eq!(status, 200, "{method} {path}: {body}"),
+            Expect::Unsupported(code) => assert_eq!(
+                (status, body["code"].as_str()),
+                (400, Some(code)),
+                "{method} {path}: {body}"
+            ),
             Expect::Empty => {
                 assert_eq!(status, 200, "{method} {path}: {body}");
-                let empty =
-                    body["memories"].as_array().is_some_and(Vec::is_empty) || body["deleted"] == 0;
+                let empty = body["memories"].as_array().is_some_and(Vec::is_empty)
+                    || body["deleted"] == 0
+                    || body["tasks"].as_array().is_some_and(Vec::is_empty) && body["totalSize"] == 0;
                 assert!(empty, "{method} {path}: {body}");
             }
             Expect::OwnSession => assert_eq!(status, 200, "{method} {path}: {body}"),
@@ -422,10 +456,10 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
             attempt(m, t, session, &second).is_some_and(|a| a.expect == Expect::OwnSession)
         })
         .count();
-    assert_eq!(own_sessions, 5);
+    assert_eq!(own_sessions, 7);
     let own = attempt("GET", "/sessions/{session_id}", session, &second).unwrap();
     let (_, own) = send(&other, &app, "GET", &format!("/sessions/{session}"), &own).await;
-    assert_eq!(own["turn_count"], 5, "{own}");
+    assert_eq!(own["turn_count"], 7, "{own}");
     assert_ne!(own["created_at"], before["created_at"]);
 
     // Nor can Globex continue Acme's response: it is not found, as one

@@ -62,11 +62,20 @@ fn public_card(app: &AppState) -> Value {
         "description": "An LLM agent: each message in a context runs one turn of a \
                         tool-using agent, streamed and kept in its log.",
         "version": env!("CARGO_PKG_VERSION"),
-        "supportedInterfaces": [{
-            "url": format!("{}/a2a", app.settings.server.public_url()),
-            "protocolBinding": "JSONRPC",
-            "protocolVersion": VERSION,
-        }],
+        "supportedInterfaces": [
+            {
+                "url": format!("{}/a2a", app.settings.server.public_url()),
+                "protocolBinding": "JSONRPC",
+                "protocolVersion": VERSION,
+            },
+            {
+                // The HTTP+JSON routes are at the paths the specification
+                // gives, from the root (`/message:send`, `/tasks/{id}`).
+                "url": app.settings.server.public_url(),
+                "protocolBinding": "HTTP+JSON",
+                "protocolVersion": VERSION,
+            },
+        ],
         "capabilities": {
             "streaming": true,
             "pushNotifications": false,

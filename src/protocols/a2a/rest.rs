@@ -1,0 +1,471 @@
+//! A2A's HTTP+JSON binding (A2A 1.0, §11): the tasks of the JSON-RPC
+//! endpoint, behind the paths the specification gives, relative to the
+//! interface URL the card names for it (the service's root). Answers are
+//! the bare protobuf-JSON objects; a stream is SSE of `StreamResponse`s;
+//! an error is `application/problem+json` with the A2A error's `type` URI
+//! (§5.4) and this service's stable `code`.
+//!
+//! A task's action rides on its id (`/tasks/{id}:cancel`); the router
+//! takes `/tasks/{id}` and reads the suffix here.
+
+use std::collections::HashMap;
+
+use axum::{
+    Extension,
+    extract::{Path, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::{Value, json};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::{
+    Binding, CONTENT_TYPE_NOT_SUPPORTED, Caller, PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError,
+    TASK_NOT_CANCELABLE, TASK_NOT_FOUND, UNSUPPORTED_OPERATION, card,
+};
+use crate::{
+    app::AppState,
+    ids::Tenant,
+    protocols::{
+        error::{ApiError, BadRequest, NotFound, Problem},
+        json::ApiJson,
+        jsonrpc::INVALID_PARAMS,
+        paths::ApiQuery,
+    },
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(send_message))
+        .routes(routes!(stream_message))
+        .routes(routes!(list_tasks))
+        .routes(routes!(get_task, act_on_task))
+        .routes(routes!(create_push_config, list_push_configs))
+        .routes(routes!(get_push_config, delete_push_config))
+        .routes(routes!(extended_agent_card))
+}
+
+/// An A2A error as a problem document's fields: the HTTP status, the
+/// name of its `type` URI (A2A 1.0 §5.4; none for JSON-RPC's own
+/// errors), a title and this service's code.
+fn kind(code: i64) -> (StatusCode, &'static str, &'static str, &'static str) {
+    match code {
+        TASK_NOT_FOUND => (
+            StatusCode::NOT_FOUND,
+            "task-not-found",
+            "Task not found",
+            "task_not_found",
+        ),
+        TASK_NOT_CANCELABLE => (
+            StatusCode::CONFLICT,
+            "task-not-cancelable",
+            "Task not cancelable",
+            "task_not_cancelable",
+        ),
+        PUSH_NOTIFICATION_NOT_SUPPORTED => (
+            StatusCode::BAD_REQUEST,
+            "push-notification-not-supported",
+            "Push notifications not supported",
+            "push_notification_not_supported",
+        ),
+        UNSUPPORTED_OPERATION => (
+            StatusCode::BAD_REQUEST,
+            "unsupported-operation",
+            "Unsupported operation",
+            "unsupported_operation",
+        ),
+        CONTENT_TYPE_NOT_SUPPORTED => (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content-type-not-supported",
+            "Content type not supported",
+            "content_type_not_supported",
+        ),
+        INVALID_PARAMS => (
+            StatusCode::BAD_REQUEST,
+            "",
+            "Invalid params",
+            "invalid_params",
+        ),
+        _ => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "",
+            "Internal error",
+            "internal",
+        ),
+    }
+}
+
+/// The problem document of an A2A error.
+pub(super) fn problem_body(RpcError(code, detail): &RpcError) -> Value {
+    let (status, name, title, stable) = kind(*code);
+    let problem_type = if name.is_empty() {
+        format!("urn:agent-harness:problem:{stable}")
+    } else {
+        format!("https://a2a-protocol.org/errors/{name}")
+    };
+    json!({
+        "type": problem_type,
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+        "code": stable,
+    })
+}
+
+fn problem(error: &RpcError) -> Response {
+    let status = kind(error.0).0;
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        axum::Json(problem_body(error)),
+    )
+        .into_response()
+}
+
+fn caller(app: AppState, tenant: Tenant) -> Caller {
+    Caller {
+        app,
+        tenant,
+        binding: Binding::Rest,
+    }
+}
+
+/// A task's value, or its problem.
+fn answer(result: Result<Value, RpcError>) -> Response {
+    match result {
+        Ok(value) => axum::Json(value).into_response(),
+        Err(error) => problem(&error),
+    }
+}
+
+/// A `SendMessageRequest` (A2A 1.0) as this agent takes it: the fields it
+/// reads (`configuration` and `metadata` are objects it reads
+/// `returnImmediately`, `historyLength` and `clientTools` of).
+#[allow(dead_code)] // The schema of what the handler reads as JSON.
+#[derive(utoipa::ToSchema)]
+#[schema(as = A2aSendMessageRequest)]
+struct SendMessageBody {
+    message: MessageBody,
+}
+
+/// A message: its parts, text only (or, in a task that waits for the
+/// client, data parts that answer it).
+#[allow(dead_code)]
+#[derive(utoipa::ToSchema)]
+#[schema(as = A2aMessage)]
+struct MessageBody {
+    #[schema(min_items = 1)]
+    parts: Vec<TextPart>,
+    /// The context (a session of the caller's): a new one when not given.
+    #[serde(rename = "contextId")]
+    #[schema(pattern = "^[A-Za-z0-9._:-]{0,128}$")]
+    context_id: Option<String>,
+    /// The task this message answers (one waiting for the client).
+    #[serde(rename = "taskId")]
+    #[schema(pattern = "^$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
+    task_id: Option<String>,
+}
+
+#[allow(dead_code)]
+#[derive(utoipa::ToSchema)]
+#[schema(as = A2aTextPart)]
+struct TextPart {
+    /// Not blank, without U+0000.
+    #[schema(min_length = 1, pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$")]
+    text: String,
+}
+
+/// Sends a message: begins a task, or answers the one it names that
+/// waits for input; waits for the task to end or to wait again, unless
+/// `configuration.returnImmediately`.
+#[utoipa::path(
+    post,
+    path = "/message:send",
+    tag = "a2a",
+    request_body(content = SendMessageBody, description = "A `SendMessageRequest` (A2A 1.0): `message`, optional `configuration` and `metadata`"),
+    responses(
+        (status = 200, description = "A `SendMessageResponse`: `{task}`", body = Object),
+        (status = 400, description = "A2A error (`type` from A2A 1.0 §5.4, see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The task the message names is not the caller's (`task_not_found`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "A part that is not text (`content_type_not_supported`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn send_message(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    ApiJson(request): ApiJson<Value>,
+) -> Response {
+    caller(app, tenant)
+        .send(&request, false)
+        .await
+        .unwrap_or_else(|e| problem(&e))
+}
+
+/// Sends a message and streams the task: the task first, then its status
+/// and artifact updates, until it ends or waits for input.
+#[utoipa::path(
+    post,
+    path = "/message:stream",
+    tag = "a2a",
+    request_body(content = SendMessageBody, description = "A `SendMessageRequest` (A2A 1.0)"),
+    responses(
+        (status = 200, description = "Server-sent events, each `data:` a `StreamResponse`", body = crate::protocols::native::stream::EventStream, content_type = "text/event-stream"),
+        (status = 400, description = "A2A error (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The task the message names is not the caller's (`task_not_found`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "A part that is not text (`content_type_not_supported`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn stream_message(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    ApiJson(request): ApiJson<Value>,
+) -> Response {
+    caller(app, tenant)
+        .send(&request, true)
+        .await
+        .unwrap_or_else(|e| problem(&e))
+}
+
+/// `GET /tasks`'s query (A2A 1.0 `ListTasksRequest`, camelCase).
+#[derive(Debug, serde::Deserialize, serde::Serialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query, rename_all = "camelCase")]
+struct TasksQuery {
+    /// Only this context's tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[param(pattern = "^[A-Za-z0-9._:-]{0,128}$")]
+    context_id: Option<String>,
+    /// Only tasks in this state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<TaskState>)]
+    status: Option<String>,
+    /// Tasks a page holds: 1-100, 50 when not given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 100)]
+    page_size: Option<u32>,
+    /// The `nextPageToken` of the page before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[param(pattern = "^$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
+    page_token: Option<String>,
+    /// Messages of each task's history kept, the newest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history_length: Option<u32>,
+    /// Only tasks whose status changed at or after this (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[param(format = DateTime)]
+    status_timestamp_after: Option<String>,
+    /// Whether each task carries its artifacts (false when not given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    include_artifacts: Option<bool>,
+}
+
+/// The caller's tasks, newest first, filtered and a page at a time.
+#[utoipa::path(
+    get,
+    path = "/tasks",
+    tag = "a2a",
+    params(TasksQuery),
+    responses(
+        (status = 200, description = "A `ListTasksResponse`: `tasks`, `nextPageToken`, `pageSize`, `totalSize`", body = Object),
+        BadRequest,
+    )
+)]
+async fn list_tasks(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    ApiQuery(query): ApiQuery<TasksQuery>,
+) -> Response {
+    let params = serde_json::to_value(&query).unwrap_or_default();
+    answer(caller(app, tenant).list(&params).await)
+}
+
+/// A task's state (A2A 1.0 `TaskState`).
+#[allow(dead_code)]
+#[derive(utoipa::ToSchema)]
+#[schema(as = A2aTaskState)]
+enum TaskState {
+    #[schema(rename = "TASK_STATE_UNSPECIFIED")]
+    Unspecified,
+    #[schema(rename = "TASK_STATE_SUBMITTED")]
+    Submitted,
+    #[schema(rename = "TASK_STATE_WORKING")]
+    Working,
+    #[schema(rename = "TASK_STATE_INPUT_REQUIRED")]
+    InputRequired,
+    #[schema(rename = "TASK_STATE_COMPLETED")]
+    Completed,
+    #[schema(rename = "TASK_STATE_FAILED")]
+    Failed,
+    #[schema(rename = "TASK_STATE_CANCELED")]
+    Canceled,
+    #[schema(rename = "TASK_STATE_REJECTED")]
+    Rejected,
+    #[schema(rename = "TASK_STATE_AUTH_REQUIRED")]
+    AuthRequired,
+}
+
+/// `{id}` of `/tasks/{id}`: a task's id, and the action after a `:`.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+struct TaskPath {
+    /// The task's id; after it `:cancel` or `:subscribe` on `POST` (and
+    /// `:subscribe` on `GET`, as the proto's binding has it).
+    id: String,
+}
+
+/// `{id}` split at its action.
+fn split(id: &str) -> (&str, Option<&str>) {
+    match id.rsplit_once(':') {
+        Some((task, action)) => (task, Some(action)),
+        None => (id, None),
+    }
+}
+
+/// `/tasks/{id}` with an action the method does not take: the route
+/// that is not there.
+fn no_such_route() -> Response {
+    ApiError::NotFound.into_response()
+}
+
+/// `GET /tasks/{id}` reads a task (`historyLength` in the query);
+/// `GET /tasks/{id}:subscribe` streams it.
+#[utoipa::path(
+    get,
+    path = "/tasks/{id}",
+    tag = "a2a",
+    params(TaskPath, ("historyLength" = Option<u32>, Query, description = "Messages of the history kept, the newest")),
+    responses(
+        (status = 200, description = "The `Task`, or for `{id}:subscribe` server-sent events of `StreamResponse`s", body = Object),
+        BadRequest,
+        NotFound,
+    )
+)]
+async fn get_task(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(TaskPath { id }): Path<TaskPath>,
+    ApiQuery(query): ApiQuery<HashMap<String, String>>,
+) -> Response {
+    let caller = caller(app, tenant);
+    match split(&id) {
+        (task, None) => {
+            let mut params = json!({"id": task});
+            if let Some(length) = query.get("historyLength") {
+                params["historyLength"] = length
+                    .parse::<u64>()
+                    .map_or_else(|_| json!(length), |n| json!(n));
+            }
+            answer(caller.get(&params).await)
+        }
+        (task, Some("subscribe")) => caller
+            .subscribe(&json!({"id": task}))
+            .await
+            .unwrap_or_else(|e| problem(&e)),
+        _ => no_such_route(),
+    }
+}
+
+/// `POST /tasks/{id}:cancel` cancels a task; `POST /tasks/{id}:subscribe`
+/// streams it until it ends or waits for input.
+#[utoipa::path(
+    post,
+    path = "/tasks/{id}",
+    tag = "a2a",
+    params(TaskPath),
+    responses(
+        (status = 200, description = "`{id}:cancel`: the `Task`, canceled; `{id}:subscribe`: server-sent events of `StreamResponse`s", body = Object),
+        (status = 400, description = "The task ended: there is nothing to subscribe to (`unsupported_operation`)", body = Problem, content_type = "application/problem+json"),
+        NotFound,
+        (status = 409, description = "The task ended: it cannot be canceled (`task_not_cancelable`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn act_on_task(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(TaskPath { id }): Path<TaskPath>,
+) -> Response {
+    let caller = caller(app, tenant);
+    match split(&id) {
+        (task, Some("cancel")) => answer(caller.cancel(&json!({"id": task})).await),
+        (task, Some("subscribe")) => caller
+            .subscribe(&json!({"id": task}))
+            .await
+            .unwrap_or_else(|e| problem(&e)),
+        _ => no_such_route(),
+    }
+}
+
+fn push_not_supported() -> Response {
+    problem(&RpcError::new(
+        PUSH_NOTIFICATION_NOT_SUPPORTED,
+        "push notifications are not supported by this agent",
+    ))
+}
+
+/// A task's push notification configurations: not supported (the card
+/// says `pushNotifications: false`).
+#[utoipa::path(
+    post,
+    path = "/tasks/{id}/pushNotificationConfigs",
+    tag = "a2a",
+    params(("id" = String, Path, description = "The task's id")),
+    request_body(content = Value, description = "A `TaskPushNotificationConfig`"),
+    responses((status = 400, description = "`push_notification_not_supported`", body = Problem, content_type = "application/problem+json"))
+)]
+async fn create_push_config(Path(_id): Path<String>) -> Response {
+    push_not_supported()
+}
+
+/// As [`create_push_config`].
+#[utoipa::path(
+    get,
+    path = "/tasks/{id}/pushNotificationConfigs",
+    tag = "a2a",
+    params(("id" = String, Path, description = "The task's id")),
+    responses((status = 400, description = "`push_notification_not_supported`", body = Problem, content_type = "application/problem+json"))
+)]
+async fn list_push_configs(Path(_id): Path<String>) -> Response {
+    push_not_supported()
+}
+
+/// As [`create_push_config`].
+#[utoipa::path(
+    get,
+    path = "/tasks/{id}/pushNotificationConfigs/{config_id}",
+    tag = "a2a",
+    params(
+        ("id" = String, Path, description = "The task's id"),
+        ("config_id" = String, Path, description = "The configuration's id"),
+    ),
+    responses((status = 400, description = "`push_notification_not_supported`", body = Problem, content_type = "application/problem+json"))
+)]
+async fn get_push_config(Path(_ids): Path<(String, String)>) -> Response {
+    push_not_supported()
+}
+
+/// As [`create_push_config`].
+#[utoipa::path(
+    delete,
+    path = "/tasks/{id}/pushNotificationConfigs/{config_id}",
+    tag = "a2a",
+    params(
+        ("id" = String, Path, description = "The task's id"),
+        ("config_id" = String, Path, description = "The configuration's id"),
+    ),
+    responses((status = 400, description = "`push_notification_not_supported`", body = Problem, content_type = "application/problem+json"))
+)]
+async fn delete_push_config(Path(_ids): Path<(String, String)>) -> Response {
+    push_not_supported()
+}
+
+/// The extended agent card (behind the key when keys are on): the public
+/// card, and a skill for each tool the agent may use.
+#[utoipa::path(
+    get,
+    path = "/extendedAgentCard",
+    tag = "a2a",
+    responses((status = 200, description = "The extended `AgentCard`", body = Object))
+)]
+async fn extended_agent_card(State(app): State<AppState>) -> Response {
+    axum::Json(card::extended_card(&app)).into_response()
+}
