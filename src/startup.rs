@@ -198,6 +198,10 @@ impl Application {
                 }
             });
         }
+        background.spawn(crate::protocols::a2a::push::deliver(
+            app.clone(),
+            shutdown.clone(),
+        ));
         if app.settings.vault.index_on_start {
             background.spawn(index_vaults_at_start(app.vaults.clone(), shutdown.clone()));
         }

@@ -27,6 +27,7 @@ pub mod event_log;
 pub mod jobs;
 pub mod memories;
 pub mod postgres;
+pub mod pushes;
 pub mod reader;
 pub mod records;
 pub mod sqlite;
@@ -47,6 +48,7 @@ pub use memories::{
     JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob,
     NewMemory, ObservationRecord,
 };
+pub use pushes::{PushAuth, PushConfig, PushDelivery, PushProgress, Pushes};
 pub use reader::{Reader, Reads};
 pub use records::{
     ArtifactRecord, CheckpointRecord, DecisionRecord, Lease, MemoryQuery, MessageRecord,
@@ -203,7 +205,7 @@ pub struct Readiness {
 /// database itself answers. Callers that need one concern take its trait
 /// (the vault a [`VaultIndex`], the background worker [`Jobs`]).
 #[async_trait]
-pub trait Store: EventLog + Turns + Jobs + VaultIndex + Access + Tenants {
+pub trait Store: EventLog + Turns + Jobs + VaultIndex + Access + Tenants + Pushes {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
 

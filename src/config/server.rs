@@ -144,6 +144,11 @@ pub struct ServerSettings {
         default_value_t = 30
     )]
     pub shutdown_grace_s: u64,
+    /// Let A2A push notifications go to loopback, private, link-local and
+    /// other internal addresses (tests, private networks); by default
+    /// only public addresses are pushed to.
+    #[arg(id = "server.outbound_allow_private", long = "outbound-allow-private", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub outbound_allow_private: bool,
     /// Name of this replica: turns it left running are interrupted when it
     /// starts again [default: $HOSTNAME, else `local`].
     #[arg(id = "server.instance_id", long = "instance-id", default_value_t = default_instance_id(), hide_default_value = true)]

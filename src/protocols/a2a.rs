@@ -13,6 +13,7 @@
 
 mod card;
 mod params;
+pub mod push;
 mod rest;
 mod task;
 
@@ -48,7 +49,7 @@ use crate::{
         native::{ClientToolBody, checked_client_tools, checked_message},
     },
     runner::CancelError,
-    store::{NewApproval, TurnRecord, TurnStatus},
+    store::{NewApproval, PushConfig, TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
 use params::{client_answers, decisions, history_length, message_text, task_id};
@@ -142,7 +143,8 @@ async fn a2a(
         let error = RpcError::new(INVALID_REQUEST, "not a JSON-RPC 2.0 request");
         return Ok(answer(&rpc_error(&id, error)));
     };
-    let params = message.get("params").cloned().unwrap_or_else(|| json!({}));
+    let mut params = message.get("params").cloned().unwrap_or_else(|| json!({}));
+    params::json_names(&mut params);
     let caller = Caller {
         app: app.clone(),
         tenant,
@@ -152,33 +154,27 @@ async fn a2a(
         "SendMessage" => caller.send(&params, false).await,
         "SendStreamingMessage" => caller.send(&params, true).await,
         "SubscribeToTask" => caller.subscribe(&params).await,
-        "GetTask" => caller
-            .get(&params)
+        other => caller
+            .call(other, &params)
             .await
-            .map(|t| answer(&rpc_result(&id, t))),
-        "ListTasks" => caller
-            .list(&params)
-            .await
-            .map(|t| answer(&rpc_result(&id, t))),
-        "CancelTask" => caller
-            .cancel(&params)
-            .await
-            .map(|t| answer(&rpc_result(&id, t))),
-        // Behind the key like every method here, when keys are on.
-        "GetExtendedAgentCard" => Ok(answer(&rpc_result(&id, card::extended_card(&app)))),
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => Err(RpcError::new(
-            PUSH_NOTIFICATION_NOT_SUPPORTED,
-            format!("{method} is not supported by this agent"),
-        )),
-        other => Err(RpcError::new(
-            METHOD_NOT_FOUND,
-            format!("method {other:?} not found"),
-        )),
+            .map(|value| answer(&rpc_result(&id, value))),
     };
-    Ok(result.unwrap_or_else(|e| answer(&rpc_error(&id, e))))
+    // A streaming method's error is a stream too: one event, the error
+    // (as the protocol's own server answers, and its clients read).
+    let streams = matches!(method, "SendStreamingMessage" | "SubscribeToTask");
+    Ok(result.unwrap_or_else(|e| match streams {
+        true => error_stream(&rpc_error(&id, e)),
+        false => answer(&rpc_error(&id, e)),
+    }))
+}
+
+/// A stream of one event: `error`.
+fn error_stream(error: &Value) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+        super::data_frame(error),
+    )
+        .into_response()
 }
 
 /// How a caller's answers are framed: JSON-RPC's (each result inside a
@@ -215,6 +211,26 @@ struct Caller {
 }
 
 impl Caller {
+    /// A method that answers one object (every one but those that send
+    /// and stream).
+    async fn call(&self, method: &str, params: &Value) -> Result<Value, RpcError> {
+        match method {
+            "GetTask" => self.get(params).await,
+            "ListTasks" => self.list(params).await,
+            "CancelTask" => self.cancel(params).await,
+            // Behind the key like every method here, when keys are on.
+            "GetExtendedAgentCard" => Ok(card::extended_card(&self.app)),
+            "CreateTaskPushNotificationConfig" => self.create_push(params).await,
+            "GetTaskPushNotificationConfig" => self.get_push(params).await,
+            "ListTaskPushNotificationConfigs" => self.list_pushes(params).await,
+            "DeleteTaskPushNotificationConfig" => self.delete_push(params).await,
+            other => Err(RpcError::new(
+                METHOD_NOT_FOUND,
+                format!("method {other:?} not found"),
+            )),
+        }
+    }
+
     /// The caller's turn of a task id, or `TaskNotFound` (another
     /// tenant's is answered as one that does not exist).
     async fn turn(&self, turn_id: Uuid) -> Result<TurnRecord, RpcError> {
@@ -333,12 +349,26 @@ impl Caller {
             .unwrap_or(false);
         let history = history_length(configuration)?;
         let app = &self.app;
+        // A configuration for the task's pushes, checked before anything
+        // begins (its task id is the task's).
+        let push = match &configuration["taskPushNotificationConfig"] {
+            Value::Null => None,
+            given => Some(push::parse_config(&self.app, Uuid::nil(), given)?),
+        };
         let (session, turn_id, events, quiet_until) =
             match message["taskId"].as_str().filter(|t| !t.is_empty()) {
                 Some(task) => {
                     let turn_id = Uuid::try_parse(task)
                         .map_err(|_| RpcError::new(TASK_NOT_FOUND, "task not found"))?;
                     let (record, last_seq) = self.answer_pending(turn_id, message).await?;
+                    if let Some(config) = &push {
+                        let config = PushConfig {
+                            task_id: turn_id,
+                            ..config.clone()
+                        };
+                        self.register_push(&record.session_id, &config, last_seq)
+                            .await?;
+                    }
                     let events = crate::protocols::endpoint::follow(app, &record);
                     let session = record.session_id.clone();
                     (session, turn_id, events, last_seq)
@@ -348,6 +378,14 @@ impl Caller {
                     let tools = &params["metadata"]["clientTools"];
                     let started = self.begin(message, text, tools).await?;
                     let (session, turn_id) = (started.session.clone(), started.turn_id);
+                    if let Some(config) = &push {
+                        // Every update of the task, from its start.
+                        let config = PushConfig {
+                            task_id: turn_id,
+                            ..config.clone()
+                        };
+                        self.register_push(&session, &config, 0).await?;
+                    }
                     (session, turn_id, started.events(app), 0)
                 }
             };
@@ -372,7 +410,9 @@ impl Caller {
             }
         }
         Ok(answer(
-            &self.binding.result(json!({"task": stream.fold.task(history)})),
+            &self
+                .binding
+                .result(json!({"task": stream.fold.task(history)})),
         ))
     }
 

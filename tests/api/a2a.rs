@@ -27,7 +27,14 @@ async fn rpc(app: &TestApp, body: Value) -> Value {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    response.json().await.unwrap()
+    let streams = response.headers()["content-type"] == "text/event-stream";
+    let text = response.text().await.unwrap();
+    // A streaming method's error: a stream of that one event.
+    let json = match streams {
+        true => text.strip_prefix("data: ").unwrap().trim_end(),
+        false => &text,
+    };
+    serde_json::from_str(json).unwrap()
 }
 
 fn message(text: &str, extra: Value) -> Value {
@@ -531,12 +538,36 @@ async fn every_a2a_error_has_its_code(backend: Backend) {
         ),
         (
             request(1, "CreateTaskPushNotificationConfig", json!({})),
-            -32003,
+            -32602,
+        ),
+        (
+            request(
+                1,
+                "GetTaskPushNotificationConfig",
+                json!({"taskId": unknown_task, "id": "c1"}),
+            ),
+            -32001,
         ),
     ] {
         let answer = rpc(&app, body.clone()).await;
         assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
     }
+    // A streaming method's error is a stream of that one event.
+    let response = app
+        .client
+        .post(app.url("/a2a"))
+        .json(&request(7, "SubscribeToTask", json!({"id": unknown_task})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut stream = SseStream::new(response).await;
+    let only = stream.next().await.unwrap().json();
+    assert_eq!(
+        (&only["id"], &only["error"]["code"]),
+        (&json!(7), &json!(-32001))
+    );
+    assert!(stream.next().await.is_none());
     // An id that cannot be echoed on every frame is refused, with
     // `id: null`. (Before, a 900 KB id came back on each streamed frame.)
     for id in [

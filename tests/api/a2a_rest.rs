@@ -134,7 +134,10 @@ async fn a_task_is_cancelled_and_subscribed_to_over_rest(backend: Backend) {
         Some(send_request("Hi", "ctx-cancel", true)),
     )
     .await;
-    assert_eq!(sent["task"]["status"]["state"], "TASK_STATE_WORKING", "{sent}");
+    assert_eq!(
+        sent["task"]["status"]["state"], "TASK_STATE_WORKING",
+        "{sent}"
+    );
     let id = sent["task"]["id"].as_str().unwrap().to_owned();
     let response = app
         .client
@@ -162,11 +165,17 @@ async fn a_task_is_cancelled_and_subscribed_to_over_rest(backend: Backend) {
 
     let (status, again) = call(&app, "POST", &format!("/tasks/{id}:cancel"), None).await;
     assert_eq!(status, 409);
-    assert_eq!(again["type"], "https://a2a-protocol.org/errors/task-not-cancelable");
+    assert_eq!(
+        again["type"],
+        "https://a2a-protocol.org/errors/task-not-cancelable"
+    );
     assert_eq!(again["code"], "task_not_cancelable");
     let (status, late) = call(&app, "POST", &format!("/tasks/{id}:subscribe"), None).await;
     assert_eq!(status, 400);
-    assert_eq!(late["type"], "https://a2a-protocol.org/errors/unsupported-operation");
+    assert_eq!(
+        late["type"],
+        "https://a2a-protocol.org/errors/unsupported-operation"
+    );
 }
 
 /// Every refusal is a problem document: the A2A error's status and
@@ -174,17 +183,66 @@ async fn a_task_is_cancelled_and_subscribed_to_over_rest(backend: Backend) {
 async fn every_rest_error_is_a_problem_with_its_type(backend: Backend) {
     let app = spawn_app(backend).await;
     let unknown = "0190a5c4-0000-7000-8000-000000000000";
-    let data_part = json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"x": 1}}]}});
+    let data_part =
+        json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"x": 1}}]}});
     for (method, path, body, status, code) in [
-        ("GET", format!("/tasks/{unknown}"), None, 404, "task_not_found"),
-        ("GET", "/tasks/not-a-task".into(), None, 404, "task_not_found"),
-        ("POST", format!("/tasks/{unknown}:cancel"), None, 404, "task_not_found"),
-        ("POST", format!("/tasks/{unknown}:pause"), None, 404, "not_found"),
+        (
+            "GET",
+            format!("/tasks/{unknown}"),
+            None,
+            404,
+            "task_not_found",
+        ),
+        (
+            "GET",
+            "/tasks/not-a-task".into(),
+            None,
+            404,
+            "task_not_found",
+        ),
+        (
+            "POST",
+            format!("/tasks/{unknown}:cancel"),
+            None,
+            404,
+            "task_not_found",
+        ),
+        (
+            "POST",
+            format!("/tasks/{unknown}:pause"),
+            None,
+            404,
+            "not_found",
+        ),
         ("POST", format!("/tasks/{unknown}"), None, 404, "not_found"),
-        ("GET", "/tasks?pageSize=0".into(), None, 400, "invalid_params"),
-        ("GET", "/tasks?status=DONE".into(), None, 400, "invalid_params"),
-        ("GET", "/tasks?pageSize=many".into(), None, 400, "invalid_query"),
-        ("POST", "/message:send".into(), Some(json!({})), 400, "invalid_params"),
+        (
+            "GET",
+            "/tasks?pageSize=0".into(),
+            None,
+            400,
+            "invalid_params",
+        ),
+        (
+            "GET",
+            "/tasks?status=DONE".into(),
+            None,
+            400,
+            "invalid_params",
+        ),
+        (
+            "GET",
+            "/tasks?pageSize=many".into(),
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "POST",
+            "/message:send".into(),
+            Some(json!({})),
+            400,
+            "invalid_params",
+        ),
         (
             "POST",
             "/message:send".into(),
@@ -196,8 +254,15 @@ async fn every_rest_error_is_a_problem_with_its_type(backend: Backend) {
             "POST",
             format!("/tasks/{unknown}/pushNotificationConfigs"),
             Some(json!({"url": "https://example.com/hook"})),
-            400,
-            "push_notification_not_supported",
+            404,
+            "task_not_found",
+        ),
+        (
+            "GET",
+            format!("/tasks/{unknown}/pushNotificationConfigs/c1"),
+            None,
+            404,
+            "task_not_found",
         ),
     ] {
         let (got, problem) = call(&app, method, &path, body).await;

@@ -13,6 +13,7 @@ mod support;
 use support::fake_provider;
 
 mod a2a;
+mod a2a_push;
 mod a2a_rest;
 mod agui;
 mod approvals;

@@ -1768,3 +1768,139 @@ async fn a_batch_written_twice_is_stored_once_and_only_a_different_event_conflic
         .collect();
     assert!(texts[2].contains("\"b\""), "{texts:?}");
 }
+
+fn push_config(task_id: Uuid, id: &str) -> agent_harness::store::PushConfig {
+    agent_harness::store::PushConfig {
+        task_id,
+        id: id.into(),
+        url: "https://hooks.example.com/a2a".into(),
+        token: Some("t".into()),
+        auth: None,
+        created_at: Utc::now(),
+    }
+}
+
+/// A push delivery is held by one replica at a time: a claim takes what
+/// is due and free; a live lease keeps it from others, one that ran out
+/// or was given back does not; only the holder records progress, which
+/// the next claim starts from.
+async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
+    use agent_harness::store::PushProgress;
+    let (_db, store) = store(backend).await;
+    let turn = new_turn("s-push", None);
+    store.begin_turn(&turn).await.unwrap();
+    assert!(
+        store
+            .put_push_config(&push_config(turn.id, "c1"), &key("s-push"), 1)
+            .await
+            .unwrap()
+    );
+    let now = Utc::now();
+    let taken = store
+        .claim_pushes("a", now, now + Duration::seconds(30), 10)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!((taken[0].sent_seq, taken[0].config.id.as_str()), (1, "c1"));
+    assert!(
+        store
+            .claim_pushes("b", now, now + Duration::seconds(30), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "held by a"
+    );
+    let progress = PushProgress {
+        sent_seq: 3,
+        attempts: 0,
+        failing_since: None,
+        next_at: now,
+        done: false,
+        last_error: None,
+    };
+    assert!(
+        !store
+            .record_push(turn.id, "c1", "b", &progress, true)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .record_push(turn.id, "c1", "a", &progress, false)
+            .await
+            .unwrap()
+    );
+    // Its lease runs out: b takes it, from where a got.
+    let later = now + Duration::seconds(31);
+    let taken = store
+        .claim_pushes("b", later, later + Duration::seconds(30), 10)
+        .await
+        .unwrap();
+    assert_eq!(taken[0].sent_seq, 3);
+    assert!(
+        !store
+            .record_push(turn.id, "c1", "a", &progress, true)
+            .await
+            .unwrap(),
+        "a lost it"
+    );
+    // Given back at once by a replica that stops.
+    store.release_pushes("b").await.unwrap();
+    let taken = store
+        .claim_pushes("c", later, later + Duration::seconds(30), 10)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    // Done: never due again; a replacement keeps the cursor; at most ten.
+    let done = PushProgress {
+        done: true,
+        ..progress
+    };
+    assert!(
+        store
+            .record_push(turn.id, "c1", "c", &done, true)
+            .await
+            .unwrap()
+    );
+    let much_later = later + Duration::days(3);
+    assert!(
+        store
+            .claim_pushes("d", much_later, much_later, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    for n in 2..=10 {
+        let id = format!("c{n}");
+        assert!(
+            store
+                .put_push_config(&push_config(turn.id, &id), &key("s-push"), 0)
+                .await
+                .unwrap()
+        );
+    }
+    assert!(
+        !store
+            .put_push_config(&push_config(turn.id, "c11"), &key("s-push"), 0)
+            .await
+            .unwrap()
+    );
+    let mut replaced = push_config(turn.id, "c1");
+    replaced.url = "https://hooks.example.com/new".into();
+    assert!(
+        store
+            .put_push_config(&replaced, &key("s-push"), 0)
+            .await
+            .unwrap()
+    );
+    let listed = store.push_configs(turn.id).await.unwrap();
+    assert_eq!(listed.len(), 10);
+    assert_eq!(
+        store.push_config(turn.id, "c1").await.unwrap().unwrap().url,
+        replaced.url
+    );
+    assert!(store.delete_push_config(turn.id, "c1").await.unwrap());
+    assert!(!store.delete_push_config(turn.id, "c1").await.unwrap());
+}
+
+on_both_backends!(a_push_delivery_is_held_by_one_replica_at_a_time);

@@ -78,7 +78,7 @@ fn public_card(app: &AppState) -> Value {
         ],
         "capabilities": {
             "streaming": true,
-            "pushNotifications": false,
+            "pushNotifications": true,
             "extendedAgentCard": true,
             "extensions": [{
                 "uri": CLIENT_TOOLS_EXTENSION,

@@ -110,6 +110,54 @@ pub(super) struct Decision {
     pub reason: Option<String>,
 }
 
+/// Protobuf's JSON mapping lets a field be named by its proto name too
+/// (`task_id` for `taskId`): the fields of a request's params, and of its
+/// message, configuration and push configuration, are renamed to the JSON
+/// names here (the contents of `metadata` and of data parts are the
+/// client's and are left as they are).
+pub(super) fn json_names(params: &mut Value) {
+    fn rename(object: &mut Value) {
+        let Some(fields) = object.as_object_mut() else {
+            return;
+        };
+        let proto_names: Vec<String> = fields.keys().filter(|k| k.contains('_')).cloned().collect();
+        for name in proto_names {
+            let mut camel = String::with_capacity(name.len());
+            let mut upper = false;
+            for c in name.chars() {
+                match (c, upper) {
+                    ('_', _) => upper = true,
+                    (c, true) => {
+                        camel.extend(c.to_uppercase());
+                        upper = false;
+                    }
+                    (c, false) => camel.push(c),
+                }
+            }
+            if !fields.contains_key(&camel)
+                && let Some(value) = fields.remove(&name)
+            {
+                fields.insert(camel, value);
+            }
+        }
+    }
+    rename(params);
+    for nested in ["message", "configuration", "authentication"] {
+        if let Some(object) = params.get_mut(nested) {
+            rename(object);
+        }
+    }
+    if let Some(push) = params
+        .get_mut("configuration")
+        .and_then(|c| c.get_mut("taskPushNotificationConfig"))
+    {
+        rename(push);
+        if let Some(auth) = push.get_mut("authentication") {
+            rename(auth);
+        }
+    }
+}
+
 /// A task's id as the protocol names it.
 pub(super) fn task_id(params: &Value) -> Result<Uuid, RpcError> {
     let raw = params["id"]
@@ -273,6 +321,33 @@ mod tests {
 
     fn text(text: &str) -> Value {
         json!({"parts": [{"text": text}]})
+    }
+
+    #[test]
+    fn proto_names_are_read_as_json_names_outside_the_clients_data() {
+        let mut params = json!({
+            "task_id": "t1",
+            "history_length": 2,
+            "message": {"context_id": "c", "parts": [{"data": {"call_id": "x"}}]},
+            "configuration": {"return_immediately": true,
+                "task_push_notification_config": {"url": "u", "authentication": {"scheme": "Bearer"}}},
+            "metadata": {"client_tools": []},
+        });
+        json_names(&mut params);
+        assert_eq!(params["taskId"], "t1");
+        assert_eq!(params["historyLength"], 2);
+        assert_eq!(params["message"]["contextId"], "c");
+        assert_eq!(params["message"]["parts"][0]["data"]["call_id"], "x");
+        assert_eq!(params["configuration"]["returnImmediately"], true);
+        assert_eq!(
+            params["configuration"]["taskPushNotificationConfig"]["url"],
+            "u"
+        );
+        assert!(params["metadata"].get("client_tools").is_some());
+        // The JSON name wins when both are given.
+        let mut both = json!({"taskId": "json", "task_id": "proto"});
+        json_names(&mut both);
+        assert_eq!(both["taskId"], "json");
     }
 
     #[test]

@@ -162,7 +162,9 @@ struct MessageBody {
     context_id: Option<String>,
     /// The task this message answers (one waiting for the client).
     #[serde(rename = "taskId")]
-    #[schema(pattern = "^$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
+    #[schema(
+        pattern = "^$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     task_id: Option<String>,
 }
 
@@ -193,8 +195,9 @@ struct TextPart {
 async fn send_message(
     State(app): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    ApiJson(request): ApiJson<Value>,
+    ApiJson(mut request): ApiJson<Value>,
 ) -> Response {
+    super::params::json_names(&mut request);
     caller(app, tenant)
         .send(&request, false)
         .await
@@ -218,8 +221,9 @@ async fn send_message(
 async fn stream_message(
     State(app): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    ApiJson(request): ApiJson<Value>,
+    ApiJson(mut request): ApiJson<Value>,
 ) -> Response {
+    super::params::json_names(&mut request);
     caller(app, tenant)
         .send(&request, true)
         .await
@@ -245,7 +249,9 @@ struct TasksQuery {
     page_size: Option<u32>,
     /// The `nextPageToken` of the page before.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[param(pattern = "^$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
+    #[param(
+        pattern = "^$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     page_token: Option<String>,
     /// Messages of each task's history kept, the newest.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -395,40 +401,64 @@ async fn act_on_task(
     }
 }
 
-fn push_not_supported() -> Response {
-    problem(&RpcError::new(
-        PUSH_NOTIFICATION_NOT_SUPPORTED,
-        "push notifications are not supported by this agent",
-    ))
+/// `{id}` and `{config_id}` of a configuration's route.
+#[derive(Debug, serde::Deserialize)]
+struct ConfigPath {
+    id: String,
+    config_id: String,
 }
 
-/// A task's push notification configurations: not supported (the card
-/// says `pushNotifications: false`).
+/// Makes a push notification configuration for the task: its updates
+/// from now on are POSTed to the URL (see docs/a2a.md).
 #[utoipa::path(
     post,
     path = "/tasks/{id}/pushNotificationConfigs",
     tag = "a2a",
     params(("id" = String, Path, description = "The task's id")),
-    request_body(content = Value, description = "A `TaskPushNotificationConfig`"),
-    responses((status = 400, description = "`push_notification_not_supported`", body = Problem, content_type = "application/problem+json"))
+    request_body(content = PushConfigBody, description = "A `TaskPushNotificationConfig` (its `taskId` is the path's)"),
+    responses(
+        (status = 200, description = "The `TaskPushNotificationConfig` made (its `id` given or made)", body = Object),
+        (status = 400, description = "A URL refused, or a field that is not valid (`invalid_params`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such task of the caller's (`task_not_found`)", body = Problem, content_type = "application/problem+json"),
+    )
 )]
-async fn create_push_config(Path(_id): Path<String>) -> Response {
-    push_not_supported()
+async fn create_push_config(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    ApiJson(mut config): ApiJson<Value>,
+) -> Response {
+    super::params::json_names(&mut config);
+    if let Some(fields) = config.as_object_mut() {
+        fields.insert("taskId".into(), json!(id));
+    }
+    answer(caller(app, tenant).create_push(&config).await)
 }
 
-/// As [`create_push_config`].
+/// A task's push notification configurations.
 #[utoipa::path(
     get,
     path = "/tasks/{id}/pushNotificationConfigs",
     tag = "a2a",
     params(("id" = String, Path, description = "The task's id")),
-    responses((status = 400, description = "`push_notification_not_supported`", body = Problem, content_type = "application/problem+json"))
+    responses(
+        (status = 200, description = "A `ListTaskPushNotificationConfigsResponse`: `configs`, `nextPageToken`", body = Object),
+        NotFound,
+    )
 )]
-async fn list_push_configs(Path(_id): Path<String>) -> Response {
-    push_not_supported()
+async fn list_push_configs(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Response {
+    answer(
+        caller(app, tenant)
+            .list_pushes(&json!({"taskId": id}))
+            .await,
+    )
 }
 
-/// As [`create_push_config`].
+/// One push notification configuration of a task.
 #[utoipa::path(
     get,
     path = "/tasks/{id}/pushNotificationConfigs/{config_id}",
@@ -437,13 +467,22 @@ async fn list_push_configs(Path(_id): Path<String>) -> Response {
         ("id" = String, Path, description = "The task's id"),
         ("config_id" = String, Path, description = "The configuration's id"),
     ),
-    responses((status = 400, description = "`push_notification_not_supported`", body = Problem, content_type = "application/problem+json"))
+    responses(
+        (status = 200, description = "The `TaskPushNotificationConfig`", body = Object),
+        NotFound,
+    )
 )]
-async fn get_push_config(Path(_ids): Path<(String, String)>) -> Response {
-    push_not_supported()
+async fn get_push_config(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(ConfigPath { id, config_id }): Path<ConfigPath>,
+) -> Response {
+    let params = json!({"taskId": id, "id": config_id});
+    answer(caller(app, tenant).get_push(&params).await)
 }
 
-/// As [`create_push_config`].
+/// Deletes a push notification configuration of a task: nothing more is
+/// pushed to it.
 #[utoipa::path(
     delete,
     path = "/tasks/{id}/pushNotificationConfigs/{config_id}",
@@ -452,10 +491,35 @@ async fn get_push_config(Path(_ids): Path<(String, String)>) -> Response {
         ("id" = String, Path, description = "The task's id"),
         ("config_id" = String, Path, description = "The configuration's id"),
     ),
-    responses((status = 400, description = "`push_notification_not_supported`", body = Problem, content_type = "application/problem+json"))
+    responses(
+        (status = 200, description = "`{}`", body = Object),
+        NotFound,
+    )
 )]
-async fn delete_push_config(Path(_ids): Path<(String, String)>) -> Response {
-    push_not_supported()
+async fn delete_push_config(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(ConfigPath { id, config_id }): Path<ConfigPath>,
+) -> Response {
+    let params = json!({"taskId": id, "id": config_id});
+    answer(caller(app, tenant).delete_push(&params).await)
+}
+
+/// A `TaskPushNotificationConfig` as this agent takes it.
+#[allow(dead_code)] // The schema of what the handler reads as JSON.
+#[derive(utoipa::ToSchema)]
+#[schema(as = A2aPushConfig)]
+struct PushConfigBody {
+    /// Where the task's updates are POSTed: http(s), a public address
+    /// unless `HARNESS_OUTBOUND_ALLOW_PRIVATE=true`.
+    #[schema(min_length = 1, max_length = 2048, pattern = "^https?://")]
+    url: String,
+    /// The configuration's id: made when not given.
+    #[schema(pattern = "^[A-Za-z0-9._:-]{0,128}$")]
+    id: Option<String>,
+    /// Sent as `X-A2A-Notification-Token`.
+    #[schema(max_length = 512, pattern = "^[\\x20-\\x7E]*$")]
+    token: Option<String>,
 }
 
 /// The extended agent card (behind the key when keys are on): the public
