@@ -4,21 +4,24 @@ Run by .ci/run after `cargo test`: starts the binary given (the `demo`
 provider, a fresh SQLite file, a free loopback port, an approval asked for
 note writes), resolves the agent card, then sends (blocking and streamed),
 gets, lists, cancels and subscribes, and answers an approval that puts a
-task in `input-required` with a second message in the same task, and runs
-a tool of its own the task asks it to call. Every
+task in `input-required` with a second message in the same task, runs
+a tool of its own the task asks it to call, and has a task's updates
+pushed to a webhook of its own. Every
 body the service answered is parsed again, strictly, by the SDK's own
 protobuf types: an unknown field fails.
 """
 
+import http.server
 import json
 import sys
+import threading
 import time
 
 import anyio
 import httpx
 from a2a.client import ClientConfig, create_client
 from a2a.types import a2a_pb2 as a2a
-from google.protobuf import json_format
+from google.protobuf import empty_pb2, json_format
 from google.protobuf.struct_pb2 import Struct
 
 import service
@@ -63,7 +66,43 @@ RESULT_TYPES = {
     "GetTask": a2a.Task,
     "CancelTask": a2a.Task,
     "ListTasks": a2a.ListTasksResponse,
+    "CreateTaskPushNotificationConfig": a2a.TaskPushNotificationConfig,
+    "GetTaskPushNotificationConfig": a2a.TaskPushNotificationConfig,
+    "ListTaskPushNotificationConfigs": a2a.ListTaskPushNotificationConfigsResponse,
+    "DeleteTaskPushNotificationConfig": empty_pb2.Empty,
 }
+
+
+class Webhook:
+    """A push receiver on loopback: keeps each POST's headers and body."""
+
+    def __init__(self) -> None:
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                received.append((headers, json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    async def until_state(self, state: int, seconds: float = 20) -> list:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for _, body in self.received:
+                update = json_format.ParseDict(body, a2a.StreamResponse())
+                if update.HasField("status_update") and update.status_update.status.state == state:
+                    return self.received
+            await anyio.sleep(0.1)
+        raise AssertionError(f"no push said {state}: {self.received}")
 
 
 def strictly_parsed(seen: list[tuple[str, bytes]]) -> int:
@@ -215,13 +254,61 @@ async def checks(base: str, tee: Tee) -> int:
     done = await blocking.get_task(a2a.GetTaskRequest(id=asked.task.id))
     text = done.artifacts[0].parts[0].text
     assert text.startswith("Your tool answered") and "Lyon, France" in text, done
+
+    # Push notifications: a configuration for a slow task; its updates
+    # reach the webhook with the token and credentials, each a
+    # StreamResponse the SDK parses strictly.
+    webhook = Webhook()
+    [slow] = await collect(
+        blocking.send_message(
+            a2a.SendMessageRequest(
+                message=user_message("answer slowly, push me"),
+                configuration=a2a.SendMessageConfiguration(return_immediately=True),
+            )
+        )
+    )
+    assert card.capabilities.push_notifications, card
+    made = await blocking.create_task_push_notification_config(
+        a2a.TaskPushNotificationConfig(
+            task_id=slow.task.id,
+            id="hook-1",
+            url=webhook.url,
+            token="task-token",
+            authentication=a2a.AuthenticationInfo(scheme="Bearer", credentials="s3cret"),
+        )
+    )
+    assert made.id == "hook-1" and made.url == webhook.url, made
+    got = await blocking.get_task_push_notification_config(
+        a2a.GetTaskPushNotificationConfigRequest(task_id=slow.task.id, id="hook-1")
+    )
+    assert got.token == "task-token", got
+    listed = await blocking.list_task_push_notification_configs(
+        a2a.ListTaskPushNotificationConfigsRequest(task_id=slow.task.id)
+    )
+    assert [c.id for c in listed.configs] == ["hook-1"], listed
+    pushes = await webhook.until_state(a2a.TASK_STATE_COMPLETED)
+    for headers, body in pushes:
+        assert headers["authorization"] == "Bearer s3cret", headers
+        assert headers["x-a2a-notification-token"] == "task-token", headers
+        json_format.ParseDict(body, a2a.StreamResponse(), ignore_unknown_fields=False)
+    await blocking.delete_task_push_notification_config(
+        a2a.DeleteTaskPushNotificationConfigRequest(task_id=slow.task.id, id="hook-1")
+    )
+    listed = await blocking.list_task_push_notification_configs(
+        a2a.ListTaskPushNotificationConfigsRequest(task_id=slow.task.id)
+    )
+    assert not listed.configs, listed
+    webhook.server.shutdown()
     await http.aclose()
-    return 8
+    return 9
 
 
 def main(binary: str) -> None:
     # The demo's search asks for approval: a task that waits.
-    with service.running(binary, HARNESS_APPROVAL_REQUIRED="READ_ONLY") as base:
+    # The webhook of the push round trip is on loopback.
+    with service.running(
+        binary, HARNESS_APPROVAL_REQUIRED="READ_ONLY", HARNESS_OUTBOUND_ALLOW_PRIVATE="true"
+    ) as base:
         tee = Tee()
         passed = anyio.run(checks, base, tee)
         parsed = strictly_parsed(tee.seen)

@@ -49,7 +49,7 @@ use crate::{
         native::{ClientToolBody, checked_client_tools, checked_message},
     },
     runner::CancelError,
-    store::{NewApproval, PushConfig, TurnRecord, TurnStatus},
+    store::{NewApproval, TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
 use params::{client_answers, decisions, history_length, message_text, task_id};
@@ -331,18 +331,7 @@ impl Caller {
 
     /// `SendMessage` / `SendStreamingMessage`.
     async fn send(&self, params: &Value, streams: bool) -> Result<Response, RpcError> {
-        let message = &params["message"];
-        if !message.is_object() {
-            return Err(RpcError::new(INVALID_PARAMS, "`message` is required"));
-        }
-        for field in ["contextId", "taskId"] {
-            if !matches!(message[field], Value::Null | Value::String(_)) {
-                return Err(RpcError::new(
-                    INVALID_PARAMS,
-                    format!("`message.{field}` must be a string"),
-                ));
-            }
-        }
+        let message = params::message(params)?;
         let configuration = &params["configuration"];
         let immediately = configuration["returnImmediately"]
             .as_bool()
@@ -361,14 +350,8 @@ impl Caller {
                     let turn_id = Uuid::try_parse(task)
                         .map_err(|_| RpcError::new(TASK_NOT_FOUND, "task not found"))?;
                     let (record, last_seq) = self.answer_pending(turn_id, message).await?;
-                    if let Some(config) = &push {
-                        let config = PushConfig {
-                            task_id: turn_id,
-                            ..config.clone()
-                        };
-                        self.register_push(&record.session_id, &config, last_seq)
-                            .await?;
-                    }
+                    self.push_to(push.as_ref(), &record.session_id, turn_id, last_seq)
+                        .await?;
                     let events = crate::protocols::endpoint::follow(app, &record);
                     let session = record.session_id.clone();
                     (session, turn_id, events, last_seq)
@@ -378,14 +361,8 @@ impl Caller {
                     let tools = &params["metadata"]["clientTools"];
                     let started = self.begin(message, text, tools).await?;
                     let (session, turn_id) = (started.session.clone(), started.turn_id);
-                    if let Some(config) = &push {
-                        // Every update of the task, from its start.
-                        let config = PushConfig {
-                            task_id: turn_id,
-                            ..config.clone()
-                        };
-                        self.register_push(&session, &config, 0).await?;
-                    }
+                    // Every update of the task, from its start.
+                    self.push_to(push.as_ref(), &session, turn_id, 0).await?;
                     (session, turn_id, started.events(app), 0)
                 }
             };

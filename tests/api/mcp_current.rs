@@ -119,6 +119,18 @@ async fn a_2026_client_discovers_lists_and_asks(backend: Backend) {
         "Hello! How can I help you today?"
     );
     assert_eq!(result["structuredContent"]["session_id"], "s-2026");
+    // ... and holds every field `ask`'s output schema requires, of its type.
+    let schema = &listed["result"]["tools"][2]["outputSchema"];
+    for field in schema["required"].as_array().unwrap() {
+        let field = field.as_str().unwrap();
+        let value = &result["structuredContent"][field];
+        let kind = match value {
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            other => panic!("{field}: {other}"),
+        };
+        assert_eq!(schema["properties"][field]["type"], kind, "{field}");
+    }
     let (status, session) = app.get_json("/sessions/s-2026").await;
     assert_eq!((status, &session["turn_count"]), (200, &json!(1)));
 }

@@ -158,6 +158,21 @@ pub(super) fn json_names(params: &mut Value) {
     }
 }
 
+/// The `message` of a `SendMessage`: an object, whose ids are strings
+/// when given.
+pub(super) fn message(params: &Value) -> Result<&Value, RpcError> {
+    let message = &params["message"];
+    if !message.is_object() {
+        return Err(invalid("`message` is required"));
+    }
+    for field in ["contextId", "taskId"] {
+        if !matches!(message[field], Value::Null | Value::String(_)) {
+            return Err(invalid(format!("`message.{field}` must be a string")));
+        }
+    }
+    Ok(message)
+}
+
 /// A task's id as the protocol names it.
 pub(super) fn task_id(params: &Value) -> Result<Uuid, RpcError> {
     let raw = params["id"]

@@ -87,6 +87,21 @@ pub(super) fn definitions(app: &AppState) -> Vec<Value> {
                 },
                 "required": ["message"],
             },
+            // What `structuredContent` holds when the turn completed (a
+            // turn that did not is an error result, its text the reason).
+            "outputSchema": {
+                "type": "object",
+                "properties": {
+                    "session_id": {"type": "string", "description": "The session the turn ran in"},
+                    "turn_id": {"type": "string", "format": "uuid"},
+                    "text": {"type": "string", "description": "The agent's answer"},
+                    "local_citations": {"type": "array", "items": {"type": "object"},
+                                        "description": "The notes the answer cites"},
+                    "web_citations": {"type": "array", "items": {"type": "object"},
+                                      "description": "The web pages the answer cites"},
+                },
+                "required": ["session_id", "turn_id", "text", "local_citations", "web_citations"],
+            },
             "annotations": {
                 "title": "Ask the agent",
                 "readOnlyHint": !writes,

@@ -1,0 +1,358 @@
+//! The delivery of a task's updates to its push configurations: at
+//! least once, in order per task and configuration, from the task's log
+//! (see the parent module).
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::Utc;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::guard;
+use crate::{
+    app::AppState,
+    protocols::{a2a::task::TaskFold, read_turn, typed},
+    store::{PushAuth, PushConfig, PushDelivery, PushProgress, StoreError},
+    tools::web::guard::GuardedResolver,
+};
+
+/// How often a replica looks for pushes that are due.
+const POLL: Duration = Duration::from_millis(250);
+/// How long a replica holds the configurations it took.
+const LEASE: Duration = Duration::from_secs(30);
+/// Configurations a replica takes a round, and delivers at once.
+const BATCH: u32 = 16;
+const AT_ONCE: usize = 8;
+/// A push's wait for its answer.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// A running task's next look, once what it said is delivered.
+const RUNNING_AGAIN: Duration = Duration::from_millis(500);
+/// The longest wait between two tries of a failing push.
+const BACKOFF_MAX: Duration = Duration::from_secs(600);
+/// How long a failing push is tried before it is given up.
+pub const GIVE_UP_AFTER: Duration = Duration::from_secs(25 * 3600);
+
+/// The pushes of each event of a task's log after `after`: its status
+/// updates as they come (text deltas are not pushed), and before the
+/// end, the answer as one whole artifact.
+struct Outbox {
+    fold: TaskFold,
+    after: i64,
+    events: Vec<(i64, Vec<Value>)>,
+}
+
+impl Outbox {
+    fn feed(&mut self, stored: &crate::events::StoredEvent) -> bool {
+        let Some(event) = typed(stored) else {
+            return self.fold.ended();
+        };
+        let said = self.fold.event(stored, event);
+        if stored.seq > self.after {
+            let mut pushes = Vec::new();
+            for update in said {
+                if update.get("artifactUpdate").is_some() {
+                    continue;
+                }
+                if self.fold.ended() && update.get("statusUpdate").is_some() {
+                    pushes.extend(self.whole_answer());
+                }
+                pushes.push(update);
+            }
+            self.events.push((stored.seq, pushes));
+        }
+        self.fold.ended()
+    }
+
+    /// The task's artifacts, each whole.
+    fn whole_answer(&self) -> Vec<Value> {
+        let task = self.fold.task(None);
+        task["artifacts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|artifact| {
+                json!({"artifactUpdate": {
+                    "taskId": task["id"],
+                    "contextId": task["contextId"],
+                    "artifact": artifact,
+                    "append": false,
+                    "lastChunk": true,
+                }})
+            })
+            .collect()
+    }
+}
+
+/// Delivers pushes until `stop`: this replica's part of every tenant's.
+pub async fn deliver(app: AppState, stop: CancellationToken) {
+    let owner = format!("{}:{}", app.settings.server.instance_id, Uuid::now_v7());
+    let mut client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(PUSH_TIMEOUT)
+        .connect_timeout(PUSH_TIMEOUT);
+    if let Some(guard) = guard(&app) {
+        client = client.dns_resolver(Arc::new(GuardedResolver(guard)));
+    }
+    let client = match client.build() {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::error!(error = %e, "push notifications cannot be sent: no HTTP client");
+            return;
+        }
+    };
+    let pusher = Pusher { app, owner, client };
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(POLL) => {}
+        }
+        let now = Utc::now();
+        let lease_until = now + LEASE;
+        let claimed = match pusher
+            .app
+            .store
+            .claim_pushes(&pusher.owner, now, lease_until, BATCH)
+            .await
+        {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                tracing::warn!(error = %e, "push notifications: the due ones cannot be read");
+                continue;
+            }
+        };
+        let round = futures::stream::iter(claimed)
+            .for_each_concurrent(AT_ONCE, |delivery| pusher.deliver_one(delivery));
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = round => {}
+        }
+    }
+    // What this replica held goes to the others now (each cursor is where
+    // the last acknowledged push left it).
+    if let Err(e) = pusher.app.store.release_pushes(&pusher.owner).await {
+        tracing::warn!(error = %e, "push: leases not given back; they run out");
+    }
+}
+
+struct Pusher {
+    app: AppState,
+    owner: String,
+    client: reqwest::Client,
+}
+
+impl Pusher {
+    /// Sends what one configuration has not acknowledged yet, then
+    /// records where it got and gives its lease back.
+    async fn deliver_one(&self, delivery: PushDelivery) {
+        let config = &delivery.config;
+        let progress = match self.outbox(&delivery).await {
+            Ok(Some(outbox)) => self.send(&delivery, outbox).await,
+            // The task is gone: nothing more to say.
+            Ok(None) => PushProgress {
+                sent_seq: delivery.sent_seq,
+                attempts: 0,
+                failing_since: None,
+                next_at: Utc::now(),
+                done: true,
+                last_error: None,
+            },
+            Err(e) => {
+                tracing::warn!(task_id = %config.task_id, error = %e, "push: the task's log cannot be read");
+                PushProgress {
+                    sent_seq: delivery.sent_seq,
+                    attempts: delivery.attempts,
+                    failing_since: delivery.failing_since,
+                    next_at: Utc::now() + LEASE,
+                    done: false,
+                    last_error: Some(e.to_string()),
+                }
+            }
+        };
+        self.record(config, &progress, true).await;
+    }
+
+    async fn record(&self, config: &PushConfig, progress: &PushProgress, release: bool) {
+        let recorded = self
+            .app
+            .store
+            .record_push(config.task_id, &config.id, &self.owner, progress, release)
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(task_id = %config.task_id, error = %e, "push: progress not recorded");
+        }
+    }
+
+    /// The task's pushes after the cursor; `None`: no such task.
+    async fn outbox(&self, delivery: &PushDelivery) -> Result<Option<Outbox>, StoreError> {
+        let task_id = delivery.config.task_id;
+        let Some(record) = self.app.store.find_turn(task_id).await? else {
+            return Ok(None);
+        };
+        let mut outbox = Outbox {
+            fold: TaskFold::new(task_id.to_string(), record.session_id.id().to_owned()),
+            after: delivery.sent_seq,
+            events: Vec::new(),
+        };
+        read_turn(self.app.store.as_ref(), &record, |stored| {
+            outbox.feed(stored)
+        })
+        .await?;
+        Ok(Some(outbox))
+    }
+
+    /// POSTs the outbox's pushes in order; the cursor moves after each
+    /// event whose pushes all went. The first failure stops the round.
+    async fn send(&self, delivery: &PushDelivery, outbox: Outbox) -> PushProgress {
+        let config = &delivery.config;
+        let mut sent_seq = delivery.sent_seq;
+        for (seq, pushes) in &outbox.events {
+            for push in pushes {
+                if let Err(error) = self.post(config, push).await {
+                    return failed(delivery, sent_seq, error);
+                }
+            }
+            if !pushes.is_empty() && *seq > sent_seq {
+                sent_seq = *seq;
+                let progress = PushProgress {
+                    sent_seq,
+                    attempts: 0,
+                    failing_since: None,
+                    next_at: Utc::now(),
+                    done: false,
+                    last_error: None,
+                };
+                self.record(config, &progress, false).await;
+            }
+            sent_seq = sent_seq.max(*seq);
+        }
+        let ended = outbox.fold.ended();
+        PushProgress {
+            sent_seq,
+            attempts: 0,
+            failing_since: None,
+            next_at: Utc::now() + RUNNING_AGAIN,
+            done: ended,
+            last_error: None,
+        }
+    }
+
+    async fn post(&self, config: &PushConfig, body: &Value) -> Result<(), String> {
+        let url = reqwest::Url::parse(&config.url).map_err(|e| e.to_string())?;
+        if let Some(guard) = guard(&self.app) {
+            guard.check_url(&url).map_err(|e| e.to_string())?;
+        }
+        let mut request = self.client.post(url).json(body);
+        if let Some(token) = &config.token {
+            request = request.header("X-A2A-Notification-Token", token);
+        }
+        if let Some(PushAuth {
+            scheme,
+            credentials: Some(credentials),
+        }) = &config.auth
+        {
+            request = request.header("Authorization", format!("{scheme} {credentials}"));
+        }
+        match request.send().await {
+            Ok(response) if response.status().is_success() => Ok(()),
+            Ok(response) => Err(format!("the URL answered {}", response.status())),
+            Err(e) => Err(format!("the URL could not be reached: {e}")),
+        }
+    }
+}
+
+/// A delivery's state after a failed push: tried again with backoff,
+/// until it has failed for [`GIVE_UP_AFTER`].
+fn failed(delivery: &PushDelivery, sent_seq: i64, error: String) -> PushProgress {
+    let now = Utc::now();
+    let (attempts, failing_since) = if sent_seq > delivery.sent_seq {
+        // Something went through this round: a fresh failure.
+        (1, now)
+    } else {
+        (
+            delivery.attempts.saturating_add(1),
+            delivery.failing_since.unwrap_or(now),
+        )
+    };
+    let given_up = now - failing_since >= since(GIVE_UP_AFTER);
+    let config = &delivery.config;
+    if given_up {
+        tracing::warn!(task_id = %config.task_id, config = %config.id, %error, "push: given up");
+    } else {
+        tracing::info!(task_id = %config.task_id, config = %config.id, attempts, %error, "push failed; tried again later");
+    }
+    PushProgress {
+        sent_seq,
+        attempts,
+        failing_since: Some(failing_since),
+        next_at: now + backoff(attempts),
+        done: given_up,
+        last_error: Some(error),
+    }
+}
+
+fn since(duration: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+}
+
+/// The wait before try `attempts + 1`: 1 s, doubling, at most
+/// [`BACKOFF_MAX`].
+fn backoff(attempts: u32) -> chrono::Duration {
+    let doubled = Duration::from_secs(1).saturating_mul(1 << attempts.min(16));
+    since(doubled.min(BACKOFF_MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_most() {
+        assert_eq!(backoff(0), chrono::Duration::seconds(1));
+        assert_eq!(backoff(3), chrono::Duration::seconds(8));
+        assert_eq!(backoff(40), chrono::Duration::seconds(600));
+    }
+
+    #[test]
+    fn a_push_failing_for_a_day_and_an_hour_is_given_up() {
+        let config = PushConfig {
+            task_id: Uuid::now_v7(),
+            id: "c".into(),
+            url: "https://example.com/hook".into(),
+            token: None,
+            auth: None,
+            created_at: Utc::now(),
+        };
+        let delivery = |failing_since| PushDelivery {
+            config: config.clone(),
+            session_id: "s".into(),
+            sent_seq: 4,
+            attempts: 9,
+            failing_since: Some(failing_since),
+        };
+        let recent = failed(
+            &delivery(Utc::now() - chrono::Duration::hours(24)),
+            4,
+            "503".into(),
+        );
+        assert!(!recent.done);
+        assert_eq!(recent.attempts, 10);
+        let old = failed(
+            &delivery(Utc::now() - chrono::Duration::hours(26)),
+            4,
+            "503".into(),
+        );
+        assert!(old.done);
+        let moved = failed(
+            &delivery(Utc::now() - chrono::Duration::hours(26)),
+            6,
+            "503".into(),
+        );
+        assert!(
+            !moved.done,
+            "a push that went through starts the clock again"
+        );
+        assert_eq!(moved.attempts, 1);
+    }
+}
