@@ -100,6 +100,13 @@ pub struct ServerSettings {
     /// (`GetExtendedAgentCard`, with a key when keys are on) lists them.
     #[arg(id = "server.agent_skills", long = "agent-skills")]
     pub agent_skills: Option<AgentSkills>,
+    /// The agent profiles the MCP server offers as prompts, as JSON
+    /// ([{"name", "text" with {{argument}}s, "arguments"?: [{"name",
+    /// "description"?, "required"?, "values"?}], "title"?,
+    /// "description"?}]) [default: one `research` profile, its `topic`
+    /// required].
+    #[arg(id = "server.agent_profiles", long = "agent-profiles")]
+    pub agent_profiles: Option<super::AgentProfiles>,
     /// Running turns a tenant may have at once, counted across replicas
     /// (in the database); past it, 429 `tenant_busy`. A tenant's own limit
     /// (`agent-harness tenants set`) overrides it.

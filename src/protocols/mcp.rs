@@ -11,6 +11,7 @@
 
 mod current;
 mod legacy;
+mod prompts;
 mod resources;
 mod tools;
 

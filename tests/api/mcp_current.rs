@@ -503,6 +503,122 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
     );
 }
 
+/// The operator's agent profiles are prompts in both versions: listed
+/// with their arguments, got with the caller's values in their text, an
+/// argument completed from the values the operator lists; a missing
+/// required argument, an unknown one and an unknown prompt are invalid
+/// params. Without profiles, the one `research` profile is offered.
+async fn agent_profiles_are_prompts_in_both_versions(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.agent_profiles = Some(
+        r#"[{"name": "trip", "title": "Plan a trip", "text": "Plan {{days}} days in {{city}}.",
+             "arguments": [{"name": "city", "required": true, "values": ["Paris", "Prague", "Rome"]},
+                           {"name": "days", "description": "How long"}]}]"#
+            .parse()
+            .unwrap(),
+    );
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let legacy = |method: &str, params: Value| {
+        app.client
+            .post(app.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .send()
+    };
+    let listed: Value = legacy("prompts/list", json!({}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let prompt = &listed["result"]["prompts"][0];
+    assert_eq!(prompt["name"], "trip", "{listed}");
+    assert_eq!(prompt["arguments"][0], json!({"name": "city", "required": true}));
+    assert_eq!(prompt["arguments"][1]["description"], "How long");
+    let got: Value = legacy(
+        "prompts/get",
+        json!({"name": "trip", "arguments": {"city": "Lyon", "days": "3"}}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        got["result"]["messages"][0],
+        json!({"role": "user", "content": {"type": "text", "text": "Plan 3 days in Lyon."}})
+    );
+    for params in [
+        json!({"name": "trip", "arguments": {"days": "3"}}),
+        json!({"name": "trip", "arguments": {"city": "Lyon", "budget": "low"}}),
+        json!({"name": "trip", "arguments": {"city": 3}}),
+        json!({"name": "nowhere"}),
+    ] {
+        let refused: Value = legacy("prompts/get", params.clone())
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(refused["error"]["code"], -32602, "{params}: {refused}");
+    }
+
+    let (_, listed) = request(&app, None, "prompts/list", None, json!({}), false).await;
+    assert_eq!(listed["result"]["prompts"][0]["title"], "Plan a trip", "{listed}");
+    assert!(listed["result"]["ttlMs"].is_u64(), "{listed}");
+    let (_, got) = request(
+        &app,
+        None,
+        "prompts/get",
+        Some("trip"),
+        json!({"name": "trip", "arguments": {"city": "Rome"}}),
+        false,
+    )
+    .await;
+    assert_eq!(
+        got["result"]["messages"][0]["content"]["text"],
+        "Plan  days in Rome."
+    );
+    let (_, refused) = request(
+        &app,
+        None,
+        "prompts/get",
+        Some("trip"),
+        json!({"name": "trip", "arguments": {}}),
+        false,
+    )
+    .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let (_, completed) = request(
+        &app,
+        None,
+        "completion/complete",
+        None,
+        json!({"ref": {"type": "ref/prompt", "name": "trip"},
+               "argument": {"name": "city", "value": "p"}}),
+        false,
+    )
+    .await;
+    assert_eq!(
+        completed["result"]["completion"]["values"],
+        json!(["Paris", "Prague"]),
+        "{completed}"
+    );
+    let (_, discovered) = request(&app, None, "server/discover", None, json!({}), false).await;
+    assert!(discovered["result"]["capabilities"]["prompts"].is_object(), "{discovered}");
+
+    let plain = spawn_app(backend).await;
+    let (_, listed) = request(&plain, None, "prompts/list", None, json!({}), false).await;
+    let names: Vec<&str> = listed["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["research"]);
+}
+
 on_both_backends!(
     vault_notes_are_resources_in_both_versions,
     a_2026_client_discovers_lists_and_asks,
@@ -511,4 +627,5 @@ on_both_backends!(
     a_task_cancelled_ends_its_turn_cancelled,
     another_tenants_task_does_not_exist,
     another_tenants_notes_and_transcripts_are_not_resources,
+    agent_profiles_are_prompts_in_both_versions,
 );

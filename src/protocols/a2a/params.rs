@@ -185,10 +185,15 @@ pub(super) fn task_id(params: &Value) -> Result<Uuid, RpcError> {
 pub(super) fn history_length(params: &Value) -> Result<Option<usize>, RpcError> {
     match &params["historyLength"] {
         Value::Null => Ok(None),
+        // An int32 in the proto.
         n => n
             .as_u64()
-            .map(|n| Some(n as usize))
-            .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`historyLength` must be a count")),
+            .filter(|n| *n <= i32::MAX as u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                RpcError::new(INVALID_PARAMS, "`historyLength` must be a count (int32)")
+            }),
     }
 }
 

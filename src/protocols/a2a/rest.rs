@@ -255,6 +255,7 @@ struct TasksQuery {
     page_token: Option<String>,
     /// Messages of each task's history kept, the newest.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[param(maximum = 2147483647)]
     history_length: Option<u32>,
     /// Only tasks whose status changed at or after this (RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -339,7 +340,7 @@ fn no_such_route() -> Response {
     get,
     path = "/tasks/{id}",
     tag = "a2a",
-    params(TaskPath, ("historyLength" = Option<u32>, Query, description = "Messages of the history kept, the newest")),
+    params(TaskPath, ("historyLength" = Option<u32>, Query, maximum = 2147483647, description = "Messages of the history kept, the newest")),
     responses(
         (status = 200, description = "The `Task`, or for `{id}:subscribe` server-sent events of `StreamResponse`s", body = Object),
         BadRequest,

@@ -20,9 +20,10 @@ use rmcp::{
     ErrorData as McpError, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
-        CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask, GetTaskParams,
-        GetTaskResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+        CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask,
+        GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams,
+        GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
         ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType,
         ServerCapabilities, ServerConfig, Task, TaskPayload, TaskStatus, Tool,
     },
@@ -37,6 +38,7 @@ use uuid::Uuid;
 
 use super::{
     legacy::VERSIONS,
+    prompts,
     resources::{self, Unreadable},
     tools::{self, Answer, Asked},
 };
@@ -248,6 +250,9 @@ impl ServerHandler for Current {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_completions()
+                .enable_prompts()
+                .enable_resources()
                 .enable_tools()
                 .enable_tasks()
                 .build(),
@@ -287,6 +292,33 @@ impl ServerHandler for Current {
                 format!("unknown tool {other:?}"),
                 None,
             )),
+        }
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let listed =
+            serde_json::from_value(Value::Array(prompts::list(&self.app))).map_err(internal)?;
+        Ok(ListPromptsResult::with_all_items(listed))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let params = serde_json::to_value(&request).map_err(internal)?;
+        match prompts::get(&self.app, &params) {
+            Ok(prompt) => {
+                let mut result: GetPromptResult =
+                    serde_json::from_value(prompt).map_err(internal)?;
+                result.result_type = Some(ResultType::COMPLETE);
+                Ok(GetPromptResponse::Complete(result))
+            }
+            Err(detail) => Err(McpError::invalid_params(detail, None)),
         }
     }
 

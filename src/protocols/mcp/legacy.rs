@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::{
+    prompts,
     resources::{self, Unreadable},
     tools::{self, Answer, Asked},
 };
@@ -123,6 +124,7 @@ pub(super) async fn answer(
                 "capabilities": {
                     "tools": {"listChanged": false},
                     "resources": {"listChanged": false},
+                    "prompts": {"listChanged": false},
                     "completions": {},
                     "logging": {},
                 },
@@ -163,6 +165,11 @@ pub(super) async fn answer(
             },
         },
         "completion/complete" => answered(&id, resources::complete(&app, &tenant, &params).await?),
+        "prompts/list" => rpc_result(&id, json!({"prompts": prompts::list(&app)})),
+        "prompts/get" => match prompts::get(&app, &params) {
+            Ok(prompt) => rpc_result(&id, prompt),
+            Err(detail) => rpc_error(&id, INVALID_PARAMS, &detail),
+        },
         "tools/list" => rpc_result(&id, json!({"tools": tools::definitions(&app)})),
         "tools/call" => {
             let name = params["name"].as_str().unwrap_or_default();

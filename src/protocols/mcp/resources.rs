@@ -116,9 +116,9 @@ pub(super) async fn read(app: &AppState, tenant: &Tenant, uri: &str) -> Result<V
 }
 
 /// `completion/complete`: for the note template's `path`, the caller's
-/// note paths that start with what is typed; nothing for any other
-/// argument or template. Prompts are not served, so a prompt reference is
-/// invalid.
+/// note paths that start with what is typed; for a prompt's argument, the
+/// values its profile lists ([`super::prompts::complete`]); nothing for
+/// any other argument or template.
 pub(super) async fn complete(
     app: &AppState,
     tenant: &Tenant,
@@ -132,9 +132,20 @@ pub(super) async fn complete(
     ) else {
         return Ok(Err("`ref` and `argument` (name, value) are required".into()));
     };
+    if kind == "ref/prompt" {
+        let name = reference["name"].as_str().unwrap_or_default();
+        return Ok(super::prompts::complete(app, name, argument, typed).map(|matching| {
+            let total = matching.len();
+            json!({"completion": {
+                "values": matching.into_iter().take(COMPLETION_MAX).collect::<Vec<_>>(),
+                "total": total,
+                "hasMore": total > COMPLETION_MAX,
+            }})
+        }));
+    }
     if kind != "ref/resource" {
         return Ok(Err(format!(
-            "{kind:?} is not completed here: only ref/resource is"
+            "{kind:?} is not completed here: ref/resource and ref/prompt are"
         )));
     }
     let note_path =
