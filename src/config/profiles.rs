@@ -96,7 +96,9 @@ impl AgentProfile {
     fn check(&self) -> Result<(), String> {
         let name = &self.name;
         if !named(name, b"_-") {
-            return Err(format!("profile {name:?}: a name is 1-64 characters of [A-Za-z0-9_-]"));
+            return Err(format!(
+                "profile {name:?}: a name is 1-64 characters of [A-Za-z0-9_-]"
+            ));
         }
         if self.text.trim().is_empty() || self.text.len() > TEXT_MAX || self.text.contains('\0') {
             return Err(format!(
@@ -116,7 +118,9 @@ impl AgentProfile {
                 ));
             }
             if argument.values.len() > VALUES_MAX {
-                return Err(format!("profile {name}: at most {VALUES_MAX} values an argument"));
+                return Err(format!(
+                    "profile {name}: at most {VALUES_MAX} values an argument"
+                ));
             }
         }
         if let Some(unknown) = variables(&self.text)

@@ -534,7 +534,10 @@ async fn agent_profiles_are_prompts_in_both_versions(backend: Backend) {
         .unwrap();
     let prompt = &listed["result"]["prompts"][0];
     assert_eq!(prompt["name"], "trip", "{listed}");
-    assert_eq!(prompt["arguments"][0], json!({"name": "city", "required": true}));
+    assert_eq!(
+        prompt["arguments"][0],
+        json!({"name": "city", "required": true})
+    );
     assert_eq!(prompt["arguments"][1]["description"], "How long");
     let got: Value = legacy(
         "prompts/get",
@@ -565,7 +568,10 @@ async fn agent_profiles_are_prompts_in_both_versions(backend: Backend) {
     }
 
     let (_, listed) = request(&app, None, "prompts/list", None, json!({}), false).await;
-    assert_eq!(listed["result"]["prompts"][0]["title"], "Plan a trip", "{listed}");
+    assert_eq!(
+        listed["result"]["prompts"][0]["title"], "Plan a trip",
+        "{listed}"
+    );
     assert!(listed["result"]["ttlMs"].is_u64(), "{listed}");
     let (_, got) = request(
         &app,
@@ -606,7 +612,10 @@ async fn agent_profiles_are_prompts_in_both_versions(backend: Backend) {
         "{completed}"
     );
     let (_, discovered) = request(&app, None, "server/discover", None, json!({}), false).await;
-    assert!(discovered["result"]["capabilities"]["prompts"].is_object(), "{discovered}");
+    assert!(
+        discovered["result"]["capabilities"]["prompts"].is_object(),
+        "{discovered}"
+    );
 
     let plain = spawn_app(backend).await;
     let (_, listed) = request(&plain, None, "prompts/list", None, json!({}), false).await;
@@ -619,6 +628,38 @@ async fn agent_profiles_are_prompts_in_both_versions(backend: Backend) {
     assert_eq!(names, ["research"]);
 }
 
+/// The task is the turn, so it outlives its replica: a task begun on one
+/// service that stops mid-answer is taken over when the service starts
+/// again on the same database, and `tasks/get` there reads it to its end.
+async fn a_task_outlives_the_replica_it_began_on(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let settings = test_settings(&provider);
+    let mut first = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let never = tokio_util::sync::CancellationToken::new();
+    first
+        .provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
+    let (_, created) = ask(&first, None, "s-durable", true).await;
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let (_, working) = on_task(&first, None, "tasks/get", &task_id).await;
+    assert_eq!(working["result"]["status"], "working", "{working}");
+    first.stop().await;
+
+    let db = std::mem::replace(&mut first.db, TestDb::new(backend).await);
+    drop(first);
+    let provider = FakeProvider::start().await;
+    provider.enqueue([Reply::sse("openai/text.sse")]);
+    let settings = test_settings(&provider);
+    let second = spawn_app_with(db, provider, settings).await;
+    let done = settled(&second, None, &task_id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Hello! How can I help you today?",
+        "{done}"
+    );
+    never.cancel();
+}
+
 on_both_backends!(
     vault_notes_are_resources_in_both_versions,
     a_2026_client_discovers_lists_and_asks,
@@ -628,4 +669,5 @@ on_both_backends!(
     another_tenants_task_does_not_exist,
     another_tenants_notes_and_transcripts_are_not_resources,
     agent_profiles_are_prompts_in_both_versions,
+    a_task_outlives_the_replica_it_began_on,
 );

@@ -21,9 +21,9 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
         CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask,
-        GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams,
-        GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
-        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+        GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult,
+        Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+        ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
         ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType,
         ServerCapabilities, ServerConfig, Task, TaskPayload, TaskStatus, Tool,
     },

@@ -44,8 +44,10 @@ pub(super) fn list(app: &AppState) -> Vec<Value> {
                 })
                 .collect();
             let mut prompt = json!({"name": profile.name, "arguments": arguments});
-            for (field, value) in [("title", &profile.title), ("description", &profile.description)]
-            {
+            for (field, value) in [
+                ("title", &profile.title),
+                ("description", &profile.description),
+            ] {
                 if let Some(value) = value {
                     prompt[field] = json!(value);
                 }

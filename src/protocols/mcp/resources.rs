@@ -134,14 +134,16 @@ pub(super) async fn complete(
     };
     if kind == "ref/prompt" {
         let name = reference["name"].as_str().unwrap_or_default();
-        return Ok(super::prompts::complete(app, name, argument, typed).map(|matching| {
-            let total = matching.len();
-            json!({"completion": {
-                "values": matching.into_iter().take(COMPLETION_MAX).collect::<Vec<_>>(),
-                "total": total,
-                "hasMore": total > COMPLETION_MAX,
-            }})
-        }));
+        return Ok(
+            super::prompts::complete(app, name, argument, typed).map(|matching| {
+                let total = matching.len();
+                json!({"completion": {
+                    "values": matching.into_iter().take(COMPLETION_MAX).collect::<Vec<_>>(),
+                    "total": total,
+                    "hasMore": total > COMPLETION_MAX,
+                }})
+            }),
+        );
     }
     if kind != "ref/resource" {
         return Ok(Err(format!(
