@@ -4,16 +4,98 @@ Run by .ci/run after `cargo test`: starts the binary given (the `demo`
 provider, a fresh SQLite file, a free loopback port), connects with the
 SDK's streamable HTTP client, lists the tools, calls `ask` with progress,
 reads the sessions, cancels a slow `ask` (the SDK sends
-`notifications/cancelled` when its call is abandoned), stops the binary.
+`notifications/cancelled` when its call is abandoned); then, as a
+2026-07-28 client (`Client`, which discovers the version) with the tasks
+extension (`io.modelcontextprotocol/tasks`, written here against the SDK's
+`ClientExtension` interface, as the SDK ships no tasks client), runs `ask`
+as a task polled to its end and cancels another; stops the binary.
 """
 
 import sys
+from typing import Any, Literal
 
 import anyio
-from mcp import ClientSession
+from mcp import Client, ClientSession
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, Request, RequestParams, Result
+from pydantic import ConfigDict, Field, TypeAdapter
 
 import service
+
+TASKS = "io.modelcontextprotocol/tasks"
+
+
+class TaskCreated(Result):
+    """What `tools/call` answers a client of the tasks extension: a task."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"] = Field(alias="resultType")
+    task_id: str = Field(alias="taskId")
+    status: str
+
+
+class TaskParams(RequestParams):
+    task_id: str = Field(alias="taskId")
+
+
+class GetTask(Request[TaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    name_param = "taskId"
+
+
+class CancelTask(Request[TaskParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    name_param = "taskId"
+
+
+ANY = TypeAdapter(dict[str, Any])
+
+
+class Tasks(ClientExtension):
+    """The tasks extension: a task `tools/call` answers is polled with
+    `tasks/get` until it ends, and its result is the call's."""
+
+    identifier = TASKS
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def claims(self):
+        return (ResultClaim(result_type="task", model=TaskCreated, resolve=self.finish),)
+
+    async def finish(self, created: TaskCreated, ctx: ClaimContext) -> CallToolResult:
+        for _ in range(400):
+            got = await ctx.session.send_request(GetTask(params=TaskParams(taskId=created.task_id)), ANY)
+            self.seen.append((created.task_id, got["status"]))
+            if got["status"] != "working":
+                return CallToolResult.model_validate(got["result"])
+            await anyio.sleep(0.05)
+        raise AssertionError(f"task {created.task_id} still working")
+
+
+async def task_checks(url: str) -> int:
+    tasks = Tasks()
+    async with Client(url, extensions=[tasks]) as client:
+        assert client.session.protocol_version == "2026-07-28", client.session.protocol_version
+        result = await client.call_tool("ask", {"message": "answer slowly", "session_id": "mcp-task"})
+        assert not result.is_error and result.content[0].text.startswith("Echo: answer slowly"), result
+        statuses = [status for _, status in tasks.seen]
+        assert statuses[0] == "working" and statuses[-1] == "completed", statuses
+        session = client.session
+        # A second, cancelled while it works.
+        created = await session.call_tool(
+            "ask", {"message": "answer slowly", "session_id": "mcp-task-cancel"}, allow_claimed=True
+        )
+        assert isinstance(created, TaskCreated) and created.status == "working", created
+        await session.send_request(CancelTask(params=TaskParams(taskId=created.task_id)), ANY)
+        for _ in range(100):
+            got = await session.send_request(GetTask(params=TaskParams(taskId=created.task_id)), ANY)
+            if got["status"] != "working":
+                break
+            await anyio.sleep(0.05)
+        assert got["status"] == "cancelled", got
+    return 2
 
 
 async def checks(url: str) -> int:
@@ -74,6 +156,7 @@ async def checks(url: str) -> int:
 def main(binary: str) -> None:
     with service.running(binary) as base:
         passed = anyio.run(checks, f"{base}/mcp")
+        passed += anyio.run(task_checks, f"{base}/mcp")
         print(f"mcp-sdk: {passed} passed, 0 failed")
 
 
