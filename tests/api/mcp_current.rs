@@ -660,6 +660,145 @@ async fn a_task_outlives_the_replica_it_began_on(backend: Backend) {
     never.cancel();
 }
 
+/// An app whose note writes wait for a person, its vault in `vault`, its
+/// model asking to write a note and then answering.
+async fn app_asking_approval(backend: Backend, vault: &std::path::Path) -> TestApp {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
+    settings.vault.dir = vault.to_owned();
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    app.provider.enqueue([
+        Reply::openai_tool_call(
+            "call_w1",
+            "write_note",
+            &json!({"path": "notes/plan.md", "content": "# Plan"}),
+        ),
+        Reply::sse("openai/text.sse"),
+    ]);
+    app
+}
+
+/// `ask` again with an input-required result's `requestState` and the
+/// responses to its requests.
+async fn answer(app: &TestApp, state: &Value, responses: Value) -> Value {
+    let params = json!({
+        "name": "ask",
+        "arguments": {"message": "Hi", "session_id": "s-approve"},
+        "inputResponses": responses,
+        "requestState": state,
+    });
+    request(app, None, "tools/call", Some("ask"), params, false)
+        .await
+        .1
+}
+
+/// A turn that waits for a person's approval answers `ask` with an
+/// input-required result (an elicitation per waiting call, keyed by its
+/// id); `ask` again with its `requestState` and an accepting response
+/// decides the call and answers the turn's end. A `requestState` that is
+/// not the caller's turn is refused; a response missing or cancelled asks
+/// again. (Before, the call waited until the turn's deadline.)
+async fn a_call_waiting_for_approval_is_an_input_required_result(backend: Backend) {
+    let vault = crate::helpers::vault_of(&[]);
+    let app = app_asking_approval(backend, vault.path()).await;
+    let (status, asked) = ask(&app, None, "s-approve", false).await;
+    assert_eq!(status, 200, "{asked}");
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "input_required", "{asked}");
+    let request = &result["inputRequests"]["call_w1"];
+    assert_eq!(request["method"], "elicitation/create", "{asked}");
+    assert_eq!(
+        request["params"]["requestedSchema"]["required"],
+        json!(["approve"])
+    );
+    let state = result["requestState"].clone();
+    let (_, session) = app.get_json("/sessions/s-approve").await;
+    assert_eq!(state, session["running_turn_id"], "the state is the turn");
+
+    for forged in [
+        json!("not-a-turn"),
+        json!("0190a5c4-0000-7000-8000-000000000000"),
+    ] {
+        let refused = answer(&app, &forged, json!({})).await;
+        assert_eq!(refused["error"]["code"], -32602, "{forged}: {refused}");
+    }
+    for undecided in [json!({}), json!({"call_w1": {"action": "cancel"}})] {
+        let again = answer(&app, &state, undecided.clone()).await;
+        assert_eq!(
+            again["result"]["resultType"], "input_required",
+            "{undecided}: {again}"
+        );
+        assert!(again["result"]["inputRequests"]["call_w1"].is_object());
+    }
+    assert!(
+        !vault.path().join("notes/plan.md").exists(),
+        "nothing ran yet"
+    );
+    let done = answer(
+        &app,
+        &state,
+        json!({"call_w1": {"action": "accept", "content": {"approve": true}}}),
+    )
+    .await;
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "Hello! How can I help you today?"
+    );
+    assert!(vault.path().join("notes/plan.md").exists());
+}
+
+/// As a task: `tasks/get` says `input_required` with the requests, and
+/// `tasks/update` answers them; a declined call is not run. A key that is
+/// not an outstanding request is refused.
+async fn a_task_waiting_for_approval_is_answered_with_tasks_update(backend: Backend) {
+    let vault = crate::helpers::vault_of(&[]);
+    let app = app_asking_approval(backend, vault.path()).await;
+    let (_, created) = ask(&app, None, "s-approve", true).await;
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let mut got = Value::Null;
+    for _ in 0..200 {
+        got = on_task(&app, None, "tasks/get", &task_id).await.1;
+        if got["result"]["status"] == "input_required" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(got["result"]["status"], "input_required", "{got}");
+    assert!(
+        got["result"]["inputRequests"]["call_w1"].is_object(),
+        "{got}"
+    );
+    let update = |responses: Value| {
+        let params = json!({"taskId": task_id, "inputResponses": responses});
+        let app = &app;
+        let task_id = task_id.clone();
+        async move {
+            request(app, None, "tasks/update", Some(&task_id), params, true)
+                .await
+                .1
+        }
+    };
+    let stray = update(json!({"call_zz": {"action": "decline"}})).await;
+    assert_eq!(stray["error"]["code"], -32602, "{stray}");
+    let updated = update(json!({"call_w1": {"action": "decline"}})).await;
+    assert!(updated.get("error").is_none(), "{updated}");
+    // Until the turn takes the decision, it still waits.
+    for _ in 0..200 {
+        got = on_task(&app, None, "tasks/get", &task_id).await.1;
+        if !["working", "input_required"].contains(&got["result"]["status"].as_str().unwrap()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(got["result"]["status"], "completed", "{got}");
+    assert!(
+        !vault.path().join("notes/plan.md").exists(),
+        "declined: not run"
+    );
+}
+
 on_both_backends!(
     vault_notes_are_resources_in_both_versions,
     a_2026_client_discovers_lists_and_asks,
@@ -670,4 +809,6 @@ on_both_backends!(
     another_tenants_notes_and_transcripts_are_not_resources,
     agent_profiles_are_prompts_in_both_versions,
     a_task_outlives_the_replica_it_began_on,
+    a_call_waiting_for_approval_is_an_input_required_result,
+    a_task_waiting_for_approval_is_answered_with_tasks_update,
 );

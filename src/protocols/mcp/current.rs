@@ -6,7 +6,10 @@
 //! tools, and tasks that are turns (the `io.modelcontextprotocol/tasks`
 //! extension): `ask` from a client that declares the extension answers a
 //! task at once, and `tasks/get` reads the turn from the store, on any
-//! replica.
+//! replica; and input-required results, for a turn that waits for a
+//! person's approval (see `current/input.rs`).
+
+mod input;
 
 use std::sync::Arc;
 
@@ -22,10 +25,11 @@ use rmcp::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
         CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask,
         GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult,
-        Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType,
-        ServerCapabilities, ServerConfig, Task, TaskPayload, TaskStatus, Tool,
+        Implementation, InputRequests, InputRequiredResult, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse,
+        ReadResourceResult, ResultType, ServerCapabilities, ServerConfig, Task, TaskPayload,
+        TaskStatus, Tool, UpdateTaskParams,
     },
     service::{RequestContext, RoleServer},
     transport::streamable_http_server::{
@@ -45,8 +49,8 @@ use super::{
 use crate::{
     app::AppState,
     events::TurnEvent,
-    ids::Tenant,
-    protocols::{error::ApiError, typed},
+    ids::{SessionKey, Tenant},
+    protocols::{endpoint::TurnEvents, error::ApiError, typed},
     store::{TurnRecord, TurnStatus},
 };
 
@@ -166,34 +170,115 @@ impl Current {
             return Ok(CallToolResponse::Task(CreateTaskResult::new(handle)));
         }
         let turn_id = started.turn_id;
-        if let Some(token) = context.meta.get_progress_token() {
-            let mut events = started.events(&self.app);
-            let mut done = 0u32;
-            while let Some(event) = events.next().await {
-                let Ok(event) = event else { break };
-                match typed(&event) {
-                    Some(TurnEvent::MessageDelta { text, .. }) => {
-                        done += 1;
-                        let note = ProgressNotificationParam::new(token.clone(), f64::from(done))
-                            .with_message(text.clone());
-                        if context.peer.notify_progress(note).await.is_err() {
-                            break;
-                        }
+        let events = started.events(&self.app);
+        self.settle(&session, turn_id, events, 0, context).await
+    }
+
+    /// Follows a turn until it ends, or until a call asks for a person's
+    /// approval after `quiet_until` (a seq of its session's log): then the
+    /// answer is an input-required result. Each text delta is a progress
+    /// notification when the call names a progress token.
+    async fn settle(
+        &self,
+        session: &SessionKey,
+        turn_id: Uuid,
+        mut events: TurnEvents,
+        quiet_until: i64,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let token = context.meta.get_progress_token();
+        let mut done = 0u32;
+        let mut asked = false;
+        while let Some(event) = events.next().await {
+            let Ok(event) = event else { break };
+            let fresh = event.seq > quiet_until;
+            match typed(&event) {
+                Some(TurnEvent::MessageDelta { text, .. }) if fresh => {
+                    let Some(token) = &token else { continue };
+                    done += 1;
+                    let note = ProgressNotificationParam::new(token.clone(), f64::from(done))
+                        .with_message(text.clone());
+                    if context.peer.notify_progress(note).await.is_err() {
+                        break;
                     }
-                    Some(event) if event.is_terminal() => break,
-                    _ => {}
                 }
+                Some(TurnEvent::ApprovalRequested { .. }) if fresh => {
+                    asked = true;
+                    break;
+                }
+                Some(event) if event.is_terminal() => break,
+                _ => {}
+            }
+        }
+        if asked
+            && let Some(record) = self
+                .app
+                .store
+                .get_turn(session, turn_id)
+                .await
+                .map_err(internal)?
+            && record.status == TurnStatus::Running
+        {
+            let waiting = input::waiting(&self.app, &record).await.map_err(internal)?;
+            if !waiting.is_empty() {
+                return input_required(turn_id, &waiting);
             }
         }
         let record = self
             .app
             .runner
-            .wait_for_end(&session, turn_id)
+            .wait_for_end(session, turn_id)
             .await
             .map_err(internal)?
             .ok_or_else(|| internal(ApiError::ShuttingDown))?;
-        let result = tool_result(tools::answer_of(&session, &record))?;
+        let result = tool_result(tools::answer_of(session, &record))?;
         Ok(CallToolResponse::Complete(result))
+    }
+
+    /// `ask` again with the answers to an input-required result: its
+    /// `requestState` names the caller's running turn, and each response
+    /// decides the call it is keyed by. Calls left undecided are asked
+    /// again; once every call is decided, the turn goes on.
+    async fn answer_input(
+        &self,
+        tenant: &Tenant,
+        state: &str,
+        responses: rmcp::model::InputResponses,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let record = self.turn(tenant, state).await.map_err(|_| {
+            McpError::invalid_params(
+                "`requestState` is not one this server gave to the caller",
+                None,
+            )
+        })?;
+        let session = record.session_id.clone();
+        if record.status != TurnStatus::Running {
+            let result = tool_result(tools::answer_of(&session, &record))?;
+            return Ok(CallToolResponse::Complete(result));
+        }
+        let waiting = input::waiting(&self.app, &record).await.map_err(internal)?;
+        let responses: serde_json::Map<String, Value> = responses.into_iter().collect();
+        let (decided, undecided) = input::decisions(&responses, &waiting)
+            .map_err(|why| McpError::invalid_params(why, None))?;
+        let quiet_until = self
+            .app
+            .store
+            .get_session(&session)
+            .await
+            .map_err(internal)?
+            .map_or(0, |s| s.last_seq);
+        if !decided.is_empty() {
+            input::decide(&self.app, &record, decided)
+                .await
+                .map_err(internal)?;
+        }
+        if !undecided.is_empty() {
+            return input_required(record.id, &undecided);
+        }
+        let events = crate::protocols::endpoint::follow(&self.app, &record);
+        self.settle(&session, record.id, events, quiet_until, context)
+            .await
     }
 
     /// The caller's turn of a task id; another tenant's is one that does
@@ -214,6 +299,17 @@ impl Current {
     }
 }
 
+/// An input-required result asking for a decision on each call that
+/// waits; its `requestState` is the turn's id.
+fn input_required(turn_id: Uuid, waiting: &[input::Waiting]) -> Result<CallToolResponse, McpError> {
+    let requests: InputRequests =
+        serde_json::from_value(input::requests(waiting)).map_err(internal)?;
+    Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
+        Some(requests),
+        Some(turn_id.to_string()),
+    )))
+}
+
 /// A task's metadata.
 fn task(turn_id: Uuid, status: TaskStatus, created_at: String, updated_at: String) -> Task {
     // Kept as long as its turn is: no expiry of its own (`ttlMs: null`).
@@ -224,8 +320,11 @@ fn task(turn_id: Uuid, status: TaskStatus, created_at: String, updated_at: Strin
 /// A turn as a task: working while it runs; a turn that ended otherwise
 /// than completed is a tool error of a completed task (a task fails only
 /// on a protocol error), and a cancelled one is cancelled.
-fn detailed(record: &TurnRecord) -> Result<DetailedTask, McpError> {
+fn detailed(record: &TurnRecord, waiting: &[input::Waiting]) -> Result<DetailedTask, McpError> {
     let payload = match record.status {
+        TurnStatus::Running if !waiting.is_empty() => TaskPayload::InputRequired {
+            input_requests: serde_json::from_value(input::requests(waiting)).map_err(internal)?,
+        },
         TurnStatus::Running => TaskPayload::Working,
         TurnStatus::Cancelled => TaskPayload::Cancelled,
         _ => {
@@ -283,6 +382,12 @@ impl ServerHandler for Current {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let tenant = tenant_of(&context)?;
+        if let Some(state) = &request.request_state
+            && request.name == "ask"
+        {
+            let responses = request.input_responses.clone().unwrap_or_default();
+            return self.answer_input(&tenant, state, responses, &context).await;
+        }
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         match request.name.as_ref() {
             "ask" => self.ask(&tenant, &arguments, &context).await,
@@ -394,7 +499,44 @@ impl ServerHandler for Current {
     ) -> Result<GetTaskResult, McpError> {
         let tenant = tenant_of(&context)?;
         let record = self.turn(&tenant, &request.task_id).await?;
-        Ok(GetTaskResult::new(detailed(&record)?))
+        let waiting = match record.status {
+            TurnStatus::Running => input::waiting(&self.app, &record).await.map_err(internal)?,
+            _ => Vec::new(),
+        };
+        Ok(GetTaskResult::new(detailed(&record, &waiting)?))
+    }
+
+    /// `tasks/update`: the answers to a task's input requests, each
+    /// deciding the call it is keyed by; a key that is not an outstanding
+    /// request is invalid params.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let tenant = tenant_of(&context)?;
+        let record = self.turn(&tenant, &request.task_id).await?;
+        let waiting = match record.status {
+            TurnStatus::Running => input::waiting(&self.app, &record).await.map_err(internal)?,
+            _ => Vec::new(),
+        };
+        if let Some(stray) = request
+            .input_responses
+            .keys()
+            .find(|key| !waiting.iter().any(|w| &w.call_id == *key))
+        {
+            return Err(McpError::invalid_params(
+                format!("{stray:?} is not an outstanding input request of the task"),
+                None,
+            ));
+        }
+        let responses: serde_json::Map<String, Value> =
+            request.input_responses.into_iter().collect();
+        let (decided, _) = input::decisions(&responses, &waiting)
+            .map_err(|why| McpError::invalid_params(why, None))?;
+        input::decide(&self.app, &record, decided)
+            .await
+            .map_err(internal)
     }
 
     async fn cancel_task(

@@ -1,0 +1,279 @@
+//! Input-required results (MCP 2026-07-28, SEP-2322) for `ask`: a turn
+//! that waits for a person's approval of a tool call answers the call with
+//! an `input_required` result: one `elicitation/create` request per call
+//! that waits (its key the call id, its form `{approve, reason?}`), and
+//! `requestState`, the turn's id. The client calls `ask` again with
+//! `inputResponses` and that `requestState`; the answers decide the calls
+//! and the turn goes on, to its end or to the next approval. As a task,
+//! the turn's `tasks/get` is `input_required` with the same requests, and
+//! `tasks/update` answers them.
+//!
+//! `requestState` is checked, not trusted: it must name a running turn of
+//! the caller's tenant (anything else is refused as invalid params), and
+//! an answer decides only a call that waits in that turn. A response that
+//! is `cancel` decides nothing (the call is asked again); `decline` denies.
+
+use serde_json::{Value, json};
+
+use crate::{
+    app::AppState,
+    events::TurnEvent,
+    protocols::{read_turn, typed},
+    store::{NewApproval, StoreError, TurnRecord},
+};
+
+/// The longest reason a decision may give (as on the native route).
+const REASON_MAX_CHARS: usize = 1000;
+/// The most of a call's arguments an elicitation's message shows.
+const ARGUMENTS_SHOWN: usize = 2000;
+
+/// A call that waits for a person's decision.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Waiting {
+    pub call_id: String,
+    pub tool: String,
+    pub arguments: Value,
+}
+
+/// The calls of a turn that wait now, folded from its events.
+#[derive(Debug, Default)]
+pub(super) struct Approvals {
+    waiting: Vec<Waiting>,
+    ended: bool,
+}
+
+impl Approvals {
+    pub fn event(&mut self, event: &TurnEvent) {
+        match event {
+            TurnEvent::ApprovalRequested {
+                call_id,
+                tool,
+                arguments,
+                ..
+            } if !self.waiting.iter().any(|w| &w.call_id == call_id) => {
+                self.waiting.push(Waiting {
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    arguments: arguments.clone(),
+                });
+            }
+            TurnEvent::ApprovalResolved { call_id, .. } => {
+                self.waiting.retain(|w| &w.call_id != call_id);
+            }
+            event if event.is_terminal() => {
+                self.ended = true;
+                self.waiting.clear();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The calls that wait in the turn now.
+pub(super) async fn waiting(
+    app: &AppState,
+    record: &TurnRecord,
+) -> Result<Vec<Waiting>, StoreError> {
+    let mut approvals = Approvals::default();
+    read_turn(app.store.as_ref(), record, |stored| {
+        if let Some(event) = typed(stored) {
+            approvals.event(event);
+        }
+        approvals.ended
+    })
+    .await?;
+    Ok(approvals.waiting)
+}
+
+/// The input requests of the calls that wait: an elicitation each, keyed
+/// by its call id.
+pub(super) fn requests(waiting: &[Waiting]) -> Value {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "approve": {"type": "boolean", "title": "Approve",
+                        "description": "Run the call (true) or refuse it (false)"},
+            "reason": {"type": "string", "title": "Reason", "maxLength": REASON_MAX_CHARS,
+                       "description": "Why, for the agent (optional)"},
+        },
+        "required": ["approve"],
+    });
+    let requests = waiting
+        .iter()
+        .map(|call| {
+            let mut arguments = call.arguments.to_string();
+            if arguments.len() > ARGUMENTS_SHOWN {
+                let cut = (0..=ARGUMENTS_SHOWN)
+                    .rev()
+                    .find(|i| arguments.is_char_boundary(*i))
+                    .unwrap_or(0);
+                arguments.truncate(cut);
+                arguments.push('…');
+            }
+            let message = format!(
+                "The agent asks to run {} with {arguments}. Approve it?",
+                call.tool
+            );
+            let request = json!({"method": "elicitation/create", "params": {
+                "mode": "form",
+                "message": message,
+                "requestedSchema": schema,
+            }});
+            (call.call_id.clone(), request)
+        })
+        .collect();
+    Value::Object(requests)
+}
+
+/// What a person's response to a call's elicitation says.
+#[derive(Debug, PartialEq)]
+pub(super) enum Answer {
+    Decided {
+        approve: bool,
+        reason: Option<String>,
+    },
+    /// `cancel`: no decision; the call is asked again.
+    Undecided,
+    Invalid(String),
+}
+
+pub(super) fn answer(response: &Value) -> Answer {
+    match response["action"].as_str() {
+        Some("accept") => {
+            let Some(approve) = response["content"]["approve"].as_bool() else {
+                return Answer::Invalid("`content.approve` must be true or false".into());
+            };
+            let reason = match &response["content"]["reason"] {
+                Value::Null => None,
+                Value::String(r) if r.chars().count() <= REASON_MAX_CHARS && !r.contains('\0') => {
+                    Some(r.trim().to_owned()).filter(|r| !r.is_empty())
+                }
+                _ => {
+                    return Answer::Invalid(format!(
+                        "`content.reason` must be text of at most {REASON_MAX_CHARS} characters \
+                         without U+0000"
+                    ));
+                }
+            };
+            Answer::Decided { approve, reason }
+        }
+        Some("decline") => Answer::Decided {
+            approve: false,
+            reason: None,
+        },
+        Some("cancel") => Answer::Undecided,
+        _ => Answer::Invalid("`action` must be accept, decline or cancel".into()),
+    }
+}
+
+/// The responses' decisions on the calls that wait, and the calls they
+/// leave undecided. `Err`: a response that cannot be read.
+pub(super) fn decisions(
+    responses: &serde_json::Map<String, Value>,
+    waiting: &[Waiting],
+) -> Result<(Vec<NewDecision>, Vec<Waiting>), String> {
+    let mut decided = Vec::new();
+    let mut undecided = Vec::new();
+    for call in waiting {
+        match responses.get(&call.call_id).map(answer) {
+            Some(Answer::Decided { approve, reason }) => decided.push(NewDecision {
+                call_id: call.call_id.clone(),
+                approve,
+                reason,
+            }),
+            Some(Answer::Invalid(why)) => return Err(format!("{}: {why}", call.call_id)),
+            Some(Answer::Undecided) | None => undecided.push(call.clone()),
+        }
+    }
+    Ok((decided, undecided))
+}
+
+/// A decision on one call.
+#[derive(Debug, PartialEq)]
+pub(super) struct NewDecision {
+    pub call_id: String,
+    pub approve: bool,
+    pub reason: Option<String>,
+}
+
+/// Records the decisions and wakes the turn that waits on them.
+pub(super) async fn decide(
+    app: &AppState,
+    record: &TurnRecord,
+    decided: Vec<NewDecision>,
+) -> Result<(), StoreError> {
+    for decision in decided {
+        app.store
+            .decide_approval(&NewApproval {
+                session_id: record.session_id.clone(),
+                turn_id: record.id,
+                call_id: decision.call_id,
+                approved: decision.approve,
+                reason: decision.reason,
+            })
+            .await?;
+    }
+    app.approvals_decided.notify_waiters();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str) -> Waiting {
+        Waiting {
+            call_id: id.into(),
+            tool: "write_note".into(),
+            arguments: json!({"path": "notes/a.md"}),
+        }
+    }
+
+    #[test]
+    fn only_an_accept_or_a_decline_decides() {
+        let waiting = [call("c1"), call("c2"), call("c3")];
+        let responses = json!({
+            "c1": {"action": "accept", "content": {"approve": true, "reason": " fine "}},
+            "c2": {"action": "cancel"},
+            "other": {"action": "accept", "content": {"approve": true}},
+        });
+        let (decided, undecided) = decisions(responses.as_object().unwrap(), &waiting).unwrap();
+        assert_eq!(
+            decided,
+            [NewDecision {
+                call_id: "c1".into(),
+                approve: true,
+                reason: Some("fine".into())
+            }]
+        );
+        assert_eq!(undecided, [call("c2"), call("c3")]);
+        let declined = json!({"c1": {"action": "decline"}});
+        let (decided, _) = decisions(declined.as_object().unwrap(), &waiting).unwrap();
+        assert!(!decided[0].approve);
+        for bad in [
+            json!({"c1": {"action": "accept", "content": {"approve": "yes"}}}),
+            json!({"c1": {"action": "accept", "content": {}}}),
+            json!({"c1": {"action": "ok"}}),
+            json!({"c1": {"action": "accept", "content": {"approve": false, "reason": 3}}}),
+        ] {
+            assert!(
+                decisions(bad.as_object().unwrap(), &waiting).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_waiting_call_is_one_elicitation() {
+        let requests = requests(&[call("c1"), call("c2")]);
+        assert_eq!(requests["c1"]["method"], "elicitation/create");
+        let form = &requests["c2"]["params"]["requestedSchema"];
+        assert_eq!(form["required"], json!(["approve"]));
+        assert!(
+            requests["c1"]["params"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("write_note")
+        );
+    }
+}
