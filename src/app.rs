@@ -26,6 +26,44 @@ pub struct App {
     pub provider_names: Vec<String>,
     /// Turns that MCP `tools/call` requests of this process are answering.
     pub mcp_calls: McpCalls,
+    pub mcp_log_levels: McpLogLevels,
+}
+
+/// The log level each MCP session (the versions up to 2025-11-25, with
+/// their `Mcp-Session-Id`) set with `logging/setLevel`, by tenant and
+/// session: its `ask` streams carry the turn's log messages at or above
+/// it. Kept by this process; bounded: past [`McpLogLevels::MAX`] sessions
+/// a new one's level is not kept (it gets no log messages).
+#[derive(Debug, Default)]
+pub struct McpLogLevels(std::sync::Mutex<std::collections::HashMap<String, usize>>);
+
+impl McpLogLevels {
+    pub const MAX: usize = 10_000;
+
+    fn key(tenant: &str, session: &str) -> String {
+        format!("{tenant}\u{0}{session}")
+    }
+
+    /// Sets a session's level (an index of the RFC 5424 levels, debug 0).
+    pub fn set(&self, tenant: &str, session: &str, level: usize) {
+        let mut levels = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = Self::key(tenant, session);
+        if levels.len() < Self::MAX || levels.contains_key(&key) {
+            levels.insert(key, level);
+        }
+    }
+
+    /// A session's level, if it set one.
+    pub fn get(&self, tenant: &str, session: &str) -> Option<usize> {
+        let levels = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        levels.get(&Self::key(tenant, session)).copied()
+    }
 }
 
 /// The turns MCP `tools/call` requests of this process are answering, by

@@ -147,6 +147,7 @@ impl Application {
             mcp: Arc::new(mcp),
             approvals_decided: approvals,
             mcp_calls: crate::app::McpCalls::default(),
+            mcp_log_levels: crate::app::McpLogLevels::default(),
             provider_names,
         });
         Ok(Self {

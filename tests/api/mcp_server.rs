@@ -286,8 +286,102 @@ async fn what_is_not_mcp_is_refused_as_json_rpc_says(backend: Backend) {
     assert_eq!(get.status(), 405, "no server-initiated stream");
 }
 
+/// The messages of a streamed `ask`, read to its answer.
+async fn streamed_ask(app: &TestApp, session: &str, id: u64) -> Vec<Value> {
+    let response = rpc(
+        app,
+        Some(session),
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "ask", "arguments": {"message": "Search my notes.", "session_id": "s-logs"},
+        }}),
+    )
+    .await;
+    let mut stream = SseStream::new(response).await;
+    let mut messages = Vec::new();
+    while let Some(event) = stream.next().await {
+        messages.push(event.json());
+    }
+    messages
+}
+
+/// A session that set a level with `logging/setLevel` gets the turn's log
+/// messages at or above it in its `ask` streams (a tool's start and end);
+/// one that set none, or a higher level, gets none.
+async fn a_session_gets_the_turns_log_messages_at_its_level(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}
+    }});
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let response = rpc(&app, None, initialize.clone()).await;
+        sessions.push(
+            response.headers()["mcp-session-id"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let (info, quiet) = (&sessions[0], &sessions[1]);
+    let set = |session: &str, level: &str| {
+        let message = json!({"jsonrpc": "2.0", "id": 1, "method": "logging/setLevel",
+                             "params": {"level": level}});
+        let session = session.to_owned();
+        let app = &app;
+        async move {
+            rpc(app, Some(&session), message)
+                .await
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(set(info, "info").await["result"], json!({}));
+    assert_eq!(set(quiet, "error").await["result"], json!({}));
+    let search = || {
+        [
+            Reply::openai_tool_call("call_s1", "local_search", &json!({"query": "Paris"})),
+            Reply::sse("openai/text.sse"),
+        ]
+    };
+    app.provider.enqueue(search());
+    let messages = streamed_ask(&app, info, 2).await;
+    let logs: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .collect();
+    let events: Vec<(&str, &str)> = logs
+        .iter()
+        .map(|m| {
+            (
+                m["params"]["level"].as_str().unwrap(),
+                m["params"]["data"]["event"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [("info", "tool.started"), ("info", "tool.finished")],
+        "{messages:?}"
+    );
+    assert_eq!(logs[0]["params"]["data"]["tool"], "local_search");
+    assert_eq!(logs[1]["params"]["data"]["status"], "completed");
+    assert_eq!(messages.last().unwrap()["id"], 2);
+
+    app.provider.enqueue(search());
+    let messages = streamed_ask(&app, quiet, 3).await;
+    assert!(
+        messages
+            .iter()
+            .all(|m| m["method"] != "notifications/message"),
+        "{messages:?}"
+    );
+}
+
 on_both_backends!(
     an_mcp_host_asks_the_agent_and_reads_its_sessions,
     a_cancel_notification_cancels_the_turn_of_its_call,
     what_is_not_mcp_is_refused_as_json_rpc_says,
+    a_session_gets_the_turns_log_messages_at_its_level,
 );

@@ -241,7 +241,7 @@ struct TasksQuery {
     context_id: Option<String>,
     /// Only tasks in this state.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[param(value_type = Option<TaskState>)]
+    #[param(value_type = Option<TaskState>, inline)]
     status: Option<String>,
     /// Tasks a page holds: 1-100, 50 when not given.
     #[serde(skip_serializing_if = "Option::is_none")]

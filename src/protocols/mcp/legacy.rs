@@ -140,7 +140,15 @@ pub(super) async fn answer(
         }
         "ping" => rpc_result(&id, json!({})),
         "logging/setLevel" => match params["level"].as_str() {
-            Some(level) if LOG_LEVELS.contains(&level) => rpc_result(&id, json!({})),
+            Some(level) if LOG_LEVELS.contains(&level) => {
+                if let (Some(index), false) = (
+                    LOG_LEVELS.iter().position(|l| *l == level),
+                    mcp_session.is_empty(),
+                ) {
+                    app.mcp_log_levels.set(&tenant.0, &mcp_session, index);
+                }
+                rpc_result(&id, json!({}))
+            }
             _ => rpc_error(
                 &id,
                 INVALID_PARAMS,
@@ -246,6 +254,7 @@ async fn ask(
     }
     let events = started.events(app);
     let format = AskStream {
+        log_level: app.mcp_log_levels.get(&call.tenant.0, &call.mcp_session),
         id: call.id,
         progress: call.progress,
         done: 0,
@@ -260,6 +269,9 @@ async fn ask(
 /// `notifications/progress` (when the call named a progress token), then
 /// the call's result.
 struct AskStream {
+    /// The session's `logging/setLevel` (an index of [`LOG_LEVELS`]): the
+    /// turn's log messages at or above it are sent.
+    log_level: Option<usize>,
     id: Value,
     progress: Value,
     done: u64,
@@ -267,6 +279,27 @@ struct AskStream {
     turn_id: Uuid,
     /// Untracks the call when the stream ends.
     _guard: McpCallGuard,
+}
+
+impl AskStream {
+    /// A `notifications/message` of the turn, when the session asked for
+    /// messages at `level` or above.
+    fn log(&self, level: &str, data: Value) -> Encoded {
+        let wanted = LOG_LEVELS
+            .iter()
+            .position(|l| *l == level)
+            .zip(self.log_level)
+            .is_some_and(|(at, least)| at >= least);
+        if !wanted {
+            return Encoded::default();
+        }
+        let note = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/message",
+            "params": {"level": level, "logger": "agent-harness", "data": data},
+        });
+        Encoded::frames(vec![message_frame(&note)])
+    }
 }
 
 fn message_frame(message: &Value) -> Bytes {
@@ -290,6 +323,32 @@ impl WireFormat for AskStream {
                 });
                 Encoded::frames(vec![message_frame(&note)])
             }
+            TurnEvent::ToolStarted { call_id, tool, .. } => self.log(
+                "info",
+                json!({"event": "tool.started", "tool": tool, "call_id": call_id}),
+            ),
+            TurnEvent::ToolFinished {
+                call_id,
+                tool,
+                status,
+                error,
+                ..
+            } => {
+                let level = match status {
+                    crate::events::ToolStatus::Completed => "info",
+                    _ => "warning",
+                };
+                let mut data = json!({"event": "tool.finished", "tool": tool,
+                                      "call_id": call_id, "status": status});
+                if let Some(error) = error {
+                    data["error"] = json!(error);
+                }
+                self.log(level, data)
+            }
+            TurnEvent::ApprovalRequested { call_id, tool, .. } => self.log(
+                "notice",
+                json!({"event": "approval.requested", "tool": tool, "call_id": call_id}),
+            ),
             TurnEvent::TurnCompleted { result } => {
                 ended(tools::completed(&self.session, self.turn_id, result))
             }
