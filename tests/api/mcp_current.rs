@@ -501,6 +501,30 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
         json!([]),
         "{completed}"
     );
+    // A listen of Globex's on the path of Acme's note follows Globex's own
+    // (none): Acme's writes say nothing to it.
+    let mut params = json!({"notifications": {"resourceSubscriptions": ["vault:///notes/plan.md"]}});
+    params["_meta"] = meta(false);
+    let response = app
+        .client
+        .post(app.url("/mcp"))
+        .bearer_auth("ah_globex")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", VERSION)
+        .header("mcp-method", "subscriptions/listen")
+        .json(&json!({"jsonrpc": "2.0", "id": 9, "method": "subscriptions/listen", "params": params}))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = crate::helpers::SseStream::new(response).await;
+    let acknowledged = stream.next().await.unwrap().json();
+    assert_eq!(acknowledged["method"], "notifications/subscriptions/acknowledged");
+    let acme_note = vault.path().join(".tenants/acme/notes/plan.md");
+    for n in 0..3 {
+        std::fs::write(&acme_note, format!("# Plan\n\nAcme goes to Rome, {n}.")).unwrap();
+        let said = tokio::time::timeout(Duration::from_millis(1200), stream.next()).await;
+        assert!(said.is_err(), "{:?}", said.map(|e| e.map(|e| e.json())));
+    }
 }
 
 /// The operator's agent profiles are prompts in both versions: listed
@@ -799,6 +823,83 @@ async fn a_task_waiting_for_approval_is_answered_with_tasks_update(backend: Back
     );
 }
 
+/// `subscriptions/listen`: the stream acknowledges the resources of this
+/// server it follows (not another server's URI), then says when a
+/// followed note changes and when the list of notes does; it stops with
+/// the client.
+async fn a_listen_says_when_a_followed_note_changes(backend: Backend) {
+    let vault = crate::helpers::vault_of(&[("notes/a.md", "# A\n")]);
+    let app = crate::helpers::spawn_app_with_vault(backend, vault.path()).await;
+    let mut params = json!({"notifications": {
+        "resourceSubscriptions": ["vault:///notes/a.md", "https://elsewhere.example/x"],
+        "resourcesListChanged": true,
+    }});
+    params["_meta"] = meta(false);
+    let response = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", VERSION)
+        .header("mcp-method", "subscriptions/listen")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen", "params": params}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = crate::helpers::SseStream::new(response).await;
+    let acknowledged = stream.next().await.unwrap().json();
+    assert_eq!(
+        acknowledged["method"], "notifications/subscriptions/acknowledged",
+        "{acknowledged}"
+    );
+    assert_eq!(
+        acknowledged["params"]["notifications"]["resourceSubscriptions"],
+        json!(["vault:///notes/a.md"]),
+        "{acknowledged}"
+    );
+
+    // A change is one the listen saw the note without: the note is
+    // written until one is said (the first write may come before the
+    // listen's first look).
+    let mut updated = Value::Null;
+    for n in 0..8 {
+        let text = format!("# A\n\nChanged {n} times.\n");
+        std::fs::write(vault.path().join("notes/a.md"), text).unwrap();
+        if let Ok(event) = tokio::time::timeout(Duration::from_millis(1500), stream.next()).await {
+            updated = event.unwrap().json();
+            break;
+        }
+    }
+    assert_eq!(
+        updated["method"], "notifications/resources/updated",
+        "{updated}"
+    );
+    assert_eq!(updated["params"]["uri"], "vault:///notes/a.md");
+
+    std::fs::write(vault.path().join("notes/b.md"), "# B\n").unwrap();
+    let (status, _) = app.post_json("/vault/reindex").await;
+    assert_eq!(status, 200);
+    // The list was seen without b.md: this change is said (after, maybe,
+    // more updates of a.md, whose write a look may have seen half done).
+    let mut changed = Value::Null;
+    for _ in 0..10 {
+        let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await
+        else {
+            break;
+        };
+        changed = event.json();
+        if changed["method"] != "notifications/resources/updated" {
+            break;
+        }
+    }
+    assert_eq!(
+        changed["method"], "notifications/resources/list_changed",
+        "{changed}"
+    );
+}
+
 on_both_backends!(
     vault_notes_are_resources_in_both_versions,
     a_2026_client_discovers_lists_and_asks,
@@ -811,4 +912,5 @@ on_both_backends!(
     a_task_outlives_the_replica_it_began_on,
     a_call_waiting_for_approval_is_an_input_required_result,
     a_task_waiting_for_approval_is_answered_with_tasks_update,
+    a_listen_says_when_a_followed_note_changes,
 );

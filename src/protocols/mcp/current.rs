@@ -10,6 +10,7 @@
 //! person's approval (see `current/input.rs`).
 
 mod input;
+mod listen;
 
 use std::sync::Arc;
 
@@ -28,10 +29,10 @@ use rmcp::{
         Implementation, InputRequests, InputRequiredResult, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
         ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse,
-        ReadResourceResult, ResultType, ServerCapabilities, ServerConfig, Task, TaskPayload,
-        TaskStatus, Tool, UpdateTaskParams,
+        ReadResourceResult, ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter, Task,
+        TaskPayload, TaskStatus, Tool, UpdateTaskParams,
     },
-    service::{RequestContext, RoleServer},
+    service::{RequestContext, RoleServer, SubscriptionContext},
     transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::never::NeverSessionManager,
     },
@@ -352,6 +353,8 @@ impl ServerHandler for Current {
                 .enable_completions()
                 .enable_prompts()
                 .enable_resources()
+                .enable_resources_subscribe()
+                .enable_resources_list_changed()
                 .enable_tools()
                 .enable_tasks()
                 .build(),
@@ -425,6 +428,17 @@ impl ServerHandler for Current {
             }
             Err(detail) => Err(McpError::invalid_params(detail, None)),
         }
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        listen::accepted(requested)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        self.listen_until_cancelled(context).await
     }
 
     async fn list_resources(

@@ -36,6 +36,11 @@ impl From<crate::store::StoreError> for Unreadable {
     }
 }
 
+/// Whether a URI is of this server's schemes (a note or a transcript).
+pub(super) fn is_ours(uri: &str) -> bool {
+    uri.starts_with(NOTE_SCHEME) || uri.starts_with(SESSION_SCHEME)
+}
+
 /// The caller's indexed notes, by path.
 async fn note_paths(app: &AppState, tenant: &Tenant) -> Result<Vec<String>, ApiError> {
     let vault = app.vaults.of_tenant(&tenant.0);

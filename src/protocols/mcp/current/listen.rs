@@ -1,0 +1,133 @@
+//! `subscriptions/listen` (MCP 2026-07-28): one long-lived request whose
+//! stream says when a resource the client named changes
+//! (`notifications/resources/updated`) and when the caller's list of
+//! notes changes (`notifications/resources/list_changed`). No state
+//! outlives the request, so any replica serves it: each look reads the
+//! resources as `resources/read` does, for the caller's tenant only (a
+//! note path and a session id name the caller's own), and compares them
+//! with the look before.
+
+use std::{
+    collections::BTreeMap,
+    hash::{DefaultHasher, Hash, Hasher},
+    time::Duration,
+};
+
+use rmcp::{
+    ErrorData as McpError,
+    model::{
+        Notification, ResourceListChangedNotification, ResourceUpdatedNotificationParam,
+        ServerNotification, SubscriptionFilter,
+    },
+    service::SubscriptionContext,
+};
+use serde_json::json;
+
+use super::{Current, tenant_of};
+use crate::{
+    app::AppState,
+    ids::Tenant,
+    protocols::mcp::resources::{self, Unreadable},
+};
+
+/// How often a listen looks for changes.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// Resources one listen follows at most.
+const URIS_MAX: usize = 100;
+
+/// What a listen takes of what the client asks: the resources of this
+/// server's schemes (at most [`URIS_MAX`]) and the list of notes; the
+/// tools and prompts never change while the service runs.
+pub(super) fn accepted(requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+    let uris: Vec<String> = requested
+        .resource_subscriptions
+        .iter()
+        .flatten()
+        .filter(|uri| resources::is_ours(uri))
+        .take(URIS_MAX)
+        .cloned()
+        .collect();
+    serde_json::from_value(json!({
+        "resourcesListChanged": true,
+        "resourceSubscriptions": uris,
+    }))
+    .ok()
+}
+
+/// A resource as it reads now, hashed; `None`: it could not be read (the
+/// look after tries again).
+async fn fingerprint(app: &AppState, tenant: &Tenant, uri: &str) -> Option<u64> {
+    let read = match resources::read(app, tenant, uri).await {
+        Ok(contents) => contents.to_string(),
+        Err(Unreadable::NotFound(_)) => String::new(),
+        Err(Unreadable::Failed(_)) => return None,
+    };
+    let mut hasher = DefaultHasher::new();
+    read.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+async fn list_fingerprint(app: &AppState, tenant: &Tenant) -> Option<u64> {
+    let listed = resources::list(app, tenant).await.ok()?;
+    let mut hasher = DefaultHasher::new();
+    serde_json::Value::Array(listed)
+        .to_string()
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+impl Current {
+    /// Runs one listen until the client ends it.
+    pub(super) async fn listen_until_cancelled(
+        &self,
+        context: SubscriptionContext,
+    ) -> Result<(), McpError> {
+        let tenant = tenant_of(context.request_context())?;
+        let accepted = context.accepted().clone();
+        let uris = accepted.resource_subscriptions.unwrap_or_default();
+        let lists = accepted.resources_list_changed == Some(true);
+        let mut seen = BTreeMap::new();
+        for uri in &uris {
+            seen.insert(uri.clone(), fingerprint(&self.app, &tenant, uri).await);
+        }
+        let mut list = if lists {
+            list_fingerprint(&self.app, &tenant).await
+        } else {
+            None
+        };
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                () = tokio::time::sleep(LOOK_EVERY) => {}
+            }
+            for uri in &uris {
+                let now = fingerprint(&self.app, &tenant, uri).await;
+                let before = seen.get(uri).copied().flatten();
+                if now.is_some() && now != before {
+                    seen.insert(uri.clone(), now);
+                    if before.is_some() {
+                        let updated = ServerNotification::ResourceUpdatedNotification(
+                            Notification::new(ResourceUpdatedNotificationParam::new(uri.clone())),
+                        );
+                        if context.sink().send(updated).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            if lists {
+                let now = list_fingerprint(&self.app, &tenant).await;
+                if now.is_some() && now != list {
+                    let changed = list.is_some();
+                    list = now;
+                    let note = ServerNotification::ResourceListChangedNotification(
+                        ResourceListChangedNotification::default(),
+                    );
+                    if changed && context.sink().send(note).await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
