@@ -503,7 +503,8 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
     );
     // A listen of Globex's on the path of Acme's note follows Globex's own
     // (none): Acme's writes say nothing to it.
-    let mut params = json!({"notifications": {"resourceSubscriptions": ["vault:///notes/plan.md"]}});
+    let mut params =
+        json!({"notifications": {"resourceSubscriptions": ["vault:///notes/plan.md"]}});
     params["_meta"] = meta(false);
     let response = app
         .client
@@ -512,13 +513,18 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", VERSION)
         .header("mcp-method", "subscriptions/listen")
-        .json(&json!({"jsonrpc": "2.0", "id": 9, "method": "subscriptions/listen", "params": params}))
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 9, "method": "subscriptions/listen", "params": params}),
+        )
         .send()
         .await
         .unwrap();
     let mut stream = crate::helpers::SseStream::new(response).await;
     let acknowledged = stream.next().await.unwrap().json();
-    assert_eq!(acknowledged["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        acknowledged["method"],
+        "notifications/subscriptions/acknowledged"
+    );
     let acme_note = vault.path().join(".tenants/acme/notes/plan.md");
     for n in 0..3 {
         std::fs::write(&acme_note, format!("# Plan\n\nAcme goes to Rome, {n}.")).unwrap();

@@ -5,7 +5,8 @@
 //! outlives the request, so any replica serves it: each look reads the
 //! resources as `resources/read` does, for the caller's tenant only (a
 //! note path and a session id name the caller's own), and compares them
-//! with the look before.
+//! with the look before. It ends when the client ends it, or when the
+//! service shuts down (the final result says so).
 
 use std::{
     collections::BTreeMap,
@@ -95,9 +96,12 @@ impl Current {
         } else {
             None
         };
+        // The service's shutdown ends it as it ends every stream.
+        let closing = self.app.runner.streams_closed();
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),
+                () = closing.cancelled() => return Ok(()),
                 () = tokio::time::sleep(LOOK_EVERY) => {}
             }
             for uri in &uris {
