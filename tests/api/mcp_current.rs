@@ -59,6 +59,20 @@ async fn request(
     (status, response.json().await.unwrap())
 }
 
+/// A request of the handshake versions (no `_meta`, no version header),
+/// by the caller of `key`, and its JSON answer.
+async fn legacy(app: &TestApp, key: Option<&str>, method: &str, params: Value) -> Value {
+    let mut request = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// `ask` of "Hi" in `session`, by the caller of `key`.
 async fn ask(app: &TestApp, key: Option<&str>, session: &str, tasks: bool) -> (u16, Value) {
     let params = json!({"name": "ask", "arguments": {"message": "Hi", "session_id": session}});
@@ -285,19 +299,7 @@ async fn vault_notes_are_resources_in_both_versions(backend: Backend) {
     ]);
     let app = crate::helpers::spawn_app_with_vault(backend, vault.path()).await;
     // 2025-11-25 (no `_meta`, no version header: the handshake versions).
-    let legacy = |method: &str, params: Value| {
-        app.client
-            .post(app.url("/mcp"))
-            .header("accept", "application/json, text/event-stream")
-            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-            .send()
-    };
-    let listed: Value = legacy("resources/list", json!({}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = legacy(&app, None, "resources/list", json!({})).await;
     let uris: Vec<&str> = listed["result"]["resources"]
         .as_array()
         .unwrap()
@@ -305,22 +307,24 @@ async fn vault_notes_are_resources_in_both_versions(backend: Backend) {
         .map(|r| r["uri"].as_str().unwrap())
         .collect();
     assert_eq!(uris, ["vault:///notes/paris.md", "vault:///notes/rome.md"]);
-    let read: Value = legacy("resources/read", json!({"uri": "vault:///notes/paris.md"}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let read: Value = legacy(
+        &app,
+        None,
+        "resources/read",
+        json!({"uri": "vault:///notes/paris.md"}),
+    )
+    .await;
     assert_eq!(
         read["result"]["contents"][0]["text"],
         "# Paris\n\nThe Louvre.\n"
     );
-    let missing: Value = legacy("resources/read", json!({"uri": "vault:///notes/oslo.md"}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let missing: Value = legacy(
+        &app,
+        None,
+        "resources/read",
+        json!({"uri": "vault:///notes/oslo.md"}),
+    )
+    .await;
     assert_eq!(missing["error"]["code"], -32002, "{missing}");
     assert_eq!(missing["error"]["data"]["uri"], "vault:///notes/oslo.md");
 
@@ -401,20 +405,7 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
     );
 
     app.client = reqwest::Client::new();
-    let legacy = |method: &str, params: Value| {
-        app.client
-            .post(app.url("/mcp"))
-            .bearer_auth("ah_globex")
-            .header("accept", "application/json, text/event-stream")
-            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-            .send()
-    };
-    let listed: Value = legacy("resources/list", json!({}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = legacy(&app, Some("ah_globex"), "resources/list", json!({})).await;
     assert_eq!(listed["result"]["resources"], json!([]), "{listed}");
     let (_, listed) = request(
         &app,
@@ -432,12 +423,13 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
         "vault:///.tenants/acme/notes/plan.md",
         "session:///s-acme",
     ] {
-        let read: Value = legacy("resources/read", json!({"uri": uri}))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let read: Value = legacy(
+            &app,
+            Some("ah_globex"),
+            "resources/read",
+            json!({"uri": uri}),
+        )
+        .await;
         assert!(read["error"]["code"].is_i64(), "{uri}: {read}");
         assert!(!read.to_string().contains("Paris"), "{read}");
         let (_, read) = request(
@@ -452,18 +444,20 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
         assert_eq!(read["error"]["code"], -32602, "{uri}: {read}");
         assert!(!read.to_string().contains("Paris"), "{read}");
     }
-    let never: Value = legacy("resources/read", json!({"uri": "session:///s-never"}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let theirs: Value = legacy("resources/read", json!({"uri": "session:///s-acme"}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let never: Value = legacy(
+        &app,
+        Some("ah_globex"),
+        "resources/read",
+        json!({"uri": "session:///s-never"}),
+    )
+    .await;
+    let theirs: Value = legacy(
+        &app,
+        Some("ah_globex"),
+        "resources/read",
+        json!({"uri": "session:///s-acme"}),
+    )
+    .await;
     assert_eq!(
         never["error"]["message"],
         theirs["error"]["message"]
@@ -476,12 +470,13 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
         "ref": {"type": "ref/resource", "uri": "vault:///{+path}"},
         "argument": {"name": "path", "value": "notes/"},
     });
-    let completed: Value = legacy("completion/complete", complete.clone())
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let completed: Value = legacy(
+        &app,
+        Some("ah_globex"),
+        "completion/complete",
+        complete.clone(),
+    )
+    .await;
     assert_eq!(
         completed["result"]["completion"]["values"],
         json!([]),
@@ -549,19 +544,7 @@ async fn agent_profiles_are_prompts_in_both_versions(backend: Backend) {
             .unwrap(),
     );
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    let legacy = |method: &str, params: Value| {
-        app.client
-            .post(app.url("/mcp"))
-            .header("accept", "application/json, text/event-stream")
-            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-            .send()
-    };
-    let listed: Value = legacy("prompts/list", json!({}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = legacy(&app, None, "prompts/list", json!({})).await;
     let prompt = &listed["result"]["prompts"][0];
     assert_eq!(prompt["name"], "trip", "{listed}");
     assert_eq!(
@@ -570,14 +553,12 @@ async fn agent_profiles_are_prompts_in_both_versions(backend: Backend) {
     );
     assert_eq!(prompt["arguments"][1]["description"], "How long");
     let got: Value = legacy(
+        &app,
+        None,
         "prompts/get",
         json!({"name": "trip", "arguments": {"city": "Lyon", "days": "3"}}),
     )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         got["result"]["messages"][0],
         json!({"role": "user", "content": {"type": "text", "text": "Plan 3 days in Lyon."}})
@@ -588,12 +569,7 @@ async fn agent_profiles_are_prompts_in_both_versions(backend: Backend) {
         json!({"name": "trip", "arguments": {"city": 3}}),
         json!({"name": "nowhere"}),
     ] {
-        let refused: Value = legacy("prompts/get", params.clone())
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let refused: Value = legacy(&app, None, "prompts/get", params.clone()).await;
         assert_eq!(refused["error"]["code"], -32602, "{params}: {refused}");
     }
 
