@@ -148,6 +148,16 @@ pub trait Pushes: Reads + Send + Sync + 'static {
     /// another replica goes on at once rather than when they run out.
     async fn release_pushes(&self, owner: &str) -> Result<()>;
 
+    /// Whether any delivery is due and free: a read, so that an idle
+    /// replica's look costs no write (on SQLite, no job on the writer
+    /// thread).
+    async fn pushes_due(&self, now: DateTime<Utc>) -> Result<bool> {
+        let sql = "SELECT COUNT(*) FROM (SELECT 1 FROM push_configs WHERE NOT done \
+                   AND next_at <= $1 AND (lease_until IS NULL OR lease_until < $1) LIMIT 1) due";
+        let (due,): (i64,) = self.reader().row(sql, args![now]).await?.unwrap_or((0,));
+        Ok(due > 0)
+    }
+
     /// A task's configurations, oldest first.
     async fn push_configs(&self, task_id: Uuid) -> Result<Vec<PushConfig>> {
         let sql = format!(

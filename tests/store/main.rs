@@ -1796,11 +1796,13 @@ async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
             .unwrap()
     );
     let now = Utc::now();
+    assert!(store.pushes_due(now).await.unwrap());
     let taken = store
         .claim_pushes("a", now, now + Duration::seconds(30), 10)
         .await
         .unwrap();
     assert_eq!(taken.len(), 1);
+    assert!(!store.pushes_due(now).await.unwrap(), "held by a");
     assert_eq!((taken[0].sent_seq, taken[0].config.id.as_str()), (1, "c1"));
     assert!(
         store

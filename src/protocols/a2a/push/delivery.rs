@@ -109,6 +109,14 @@ pub async fn deliver(app: AppState, stop: CancellationToken) {
             () = tokio::time::sleep(POLL) => {}
         }
         let now = Utc::now();
+        match pusher.app.store.pushes_due(now).await {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "push notifications: the due ones cannot be read");
+                continue;
+            }
+        }
         let lease_until = now + LEASE;
         let claimed = match pusher
             .app
