@@ -144,8 +144,9 @@ pub trait Pushes: Reads + Send + Sync + 'static {
         release: bool,
     ) -> Result<bool>;
 
-    /// Gives up every lease `owner` holds (a replica that stops), so that
-    /// another replica goes on at once rather than when they run out.
+    /// Gives up every lease held by `owner` or by an owner it begins (a
+    /// replica names each claim `{owner}:{n}`): a replica that stops, so
+    /// that another goes on at once rather than when the leases run out.
     async fn release_pushes(&self, owner: &str) -> Result<()>;
 
     /// Whether any delivery is due and free: a read, so that an idle

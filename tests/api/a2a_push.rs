@@ -25,6 +25,19 @@ struct Received {
     pushes: Vec<(HeaderMap, Value)>,
     fail_next: usize,
     refused: usize,
+    /// Never answer (each request waits until its sender gives up).
+    hang: bool,
+    hanging: usize,
+    most_hanging: usize,
+}
+
+/// One request that hangs, counted while it does.
+struct Hanging(Arc<Mutex<Received>>);
+
+impl Drop for Hanging {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().hanging -= 1;
+    }
 }
 
 /// A webhook on loopback that keeps what is POSTed to it.
@@ -43,6 +56,18 @@ impl Receiver {
             headers: HeaderMap,
             axum::Json(body): axum::Json<Value>,
         ) -> StatusCode {
+            let hang = {
+                let mut held = state.lock().unwrap();
+                if held.hang {
+                    held.hanging += 1;
+                    held.most_hanging = held.most_hanging.max(held.hanging);
+                }
+                held.hang
+            };
+            if hang {
+                let _counted = Hanging(state.clone());
+                std::future::pending::<()>().await;
+            }
             let mut state = state.lock().unwrap();
             if state.fail_next > 0 {
                 state.fail_next -= 1;
@@ -61,6 +86,16 @@ impl Receiver {
 
     fn fail_next(&self, count: usize) {
         self.state.lock().unwrap().fail_next = count;
+    }
+
+    fn hang(&self) {
+        self.state.lock().unwrap().hang = true;
+    }
+
+    /// The most requests that hung at once, and how many hang now.
+    fn hanging(&self) -> (usize, usize) {
+        let state = self.state.lock().unwrap();
+        (state.most_hanging, state.hanging)
     }
 
     fn refused(&self) -> usize {
@@ -365,8 +400,69 @@ async fn another_replica_delivers_what_a_stopped_one_left_on_postgres() {
     another_replica_delivers_what_a_stopped_one_left().await;
 }
 
+/// One tenant's receivers that never answer hold at most its share of a
+/// replica's deliveries (4): another tenant's pushes go out meanwhile.
+/// (Before, a round of 16 waited for its slowest, 8 at once.)
+async fn a_tenants_stuck_receivers_do_not_hold_up_anothers_pushes(backend: Backend) {
+    let stuck = Receiver::start().await;
+    stuck.hang();
+    let receiver = Receiver::start().await;
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.outbound_allow_private = true;
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    crate::tenants::make_keys(
+        &app,
+        &[
+            ("k-acme", "acme", "ah_acme"),
+            ("k-globex", "globex", "ah_globex"),
+        ],
+    )
+    .await;
+    app.client = crate::tenants::client_with_key("ah_acme");
+    // Two running tasks of Acme's, ten configurations each: at their end,
+    // twenty deliveries to a receiver that never answers.
+    let gate = tokio_util::sync::CancellationToken::new();
+    for _ in 0..2 {
+        app.provider
+            .enqueue([Reply::sse("openai/text.sse").hold_after(3, &gate)]);
+        let mut params = send_with_push("Hi", json!({"url": stuck.url}));
+        params["configuration"]["returnImmediately"] = json!(true);
+        let sent = rpc(&app, "SendMessage", params).await;
+        let task = sent["result"]["task"]["id"].as_str().unwrap().to_owned();
+        for n in 0..9 {
+            let config = json!({"taskId": task, "id": format!("more-{n}"), "url": stuck.url});
+            let made = rpc(&app, "CreateTaskPushNotificationConfig", config).await;
+            assert!(made["result"].is_object(), "{made}");
+        }
+    }
+    gate.cancel();
+    for _ in 0..100 {
+        if stuck.hanging().1 >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(stuck.hanging().1 > 0, "acme's pushes are stuck");
+
+    app.client = crate::tenants::client_with_key("ah_globex");
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    rpc(
+        &app,
+        "SendMessage",
+        send_with_push("Hi", json!({"url": receiver.url})),
+    )
+    .await;
+    let pushes = receiver.until_the_end().await;
+    assert_eq!(said(&pushes).last().unwrap(), "status TASK_STATE_COMPLETED");
+    let (most, _) = stuck.hanging();
+    assert!(most <= 4, "acme held {most} deliveries at once");
+}
+
 on_both_backends!(
     a_tasks_updates_are_pushed_in_order_with_its_credentials,
     a_failing_receiver_is_tried_again_and_misses_nothing,
     push_configs_are_made_read_listed_and_deleted,
+    a_tenants_stuck_receivers_do_not_hold_up_anothers_pushes,
 );

@@ -1835,7 +1835,7 @@ async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
     // Its lease runs out: b takes it, from where a got.
     let later = now + Duration::seconds(31);
     let taken = store
-        .claim_pushes("b", later, later + Duration::seconds(30), 10)
+        .claim_pushes("b:1", later, later + Duration::seconds(30), 10)
         .await
         .unwrap();
     assert_eq!(taken[0].sent_seq, 3);
@@ -1846,7 +1846,9 @@ async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
             .unwrap(),
         "a lost it"
     );
-    // Given back at once by a replica that stops.
+    // Given back at once by a replica that stops (its claims `b:{n}`).
+    store.release_pushes("a").await.unwrap();
+    assert!(!store.pushes_due(later).await.unwrap(), "still b's");
     store.release_pushes("b").await.unwrap();
     let taken = store
         .claim_pushes("c", later, later + Duration::seconds(30), 10)

@@ -112,7 +112,7 @@ impl Pushes for PostgresStore {
 
     async fn release_pushes(&self, owner: &str) -> Result<()> {
         let sql = "UPDATE push_configs SET lease_owner = NULL, lease_until = NULL \
-                   WHERE lease_owner = $1";
+                   WHERE substr(lease_owner, 1, length($1)) = $1";
         self.execute(sql, args![owner]).await?;
         Ok(())
     }

@@ -151,7 +151,7 @@ impl Pushes for SqliteStore {
                 connection
                     .prepare_cached(
                         "UPDATE push_configs SET lease_owner = NULL, lease_until = NULL \
-                         WHERE lease_owner = ?1",
+                         WHERE substr(lease_owner, 1, length(?1)) = ?1",
                     )?
                     .execute(params![owner])?;
                 Ok(())

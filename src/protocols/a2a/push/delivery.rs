@@ -5,8 +5,8 @@
 use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
-use futures::StreamExt;
 use serde_json::{Value, json};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -22,9 +22,9 @@ use crate::{
 const POLL: Duration = Duration::from_millis(250);
 /// How long a replica holds the configurations it took.
 const LEASE: Duration = Duration::from_secs(30);
-/// Configurations a replica takes a round, and delivers at once.
-const BATCH: u32 = 16;
-const AT_ONCE: usize = 8;
+/// Deliveries a replica runs at once, and of them, one tenant's at most.
+const IN_FLIGHT: usize = 32;
+const PER_TENANT: usize = 4;
 /// A push's wait for its answer.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// A running task's next look, once what it said is delivered.
@@ -102,11 +102,19 @@ pub async fn deliver(app: AppState, stop: CancellationToken) {
             return;
         }
     };
-    let pusher = Pusher { app, owner, client };
+    let pusher = Arc::new(Pusher { app, client });
+    let mut running: JoinSet<()> = JoinSet::new();
+    let tenants = Arc::new(InFlight::default());
+    let mut claims = 0u64;
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
             () = tokio::time::sleep(POLL) => {}
+        }
+        while running.try_join_next().is_some() {}
+        let free = IN_FLIGHT.saturating_sub(running.len());
+        if free == 0 {
+            continue;
         }
         let now = Utc::now();
         match pusher.app.store.pushes_due(now).await {
@@ -117,46 +125,125 @@ pub async fn deliver(app: AppState, stop: CancellationToken) {
                 continue;
             }
         }
-        let lease_until = now + LEASE;
-        let claimed = match pusher
+        // Each claim its own owner, so that it reads back only what it
+        // took (not what this replica is still delivering).
+        claims += 1;
+        let claim = format!("{owner}:{claims}");
+        let taken = pusher
             .app
             .store
-            .claim_pushes(&pusher.owner, now, lease_until, BATCH)
-            .await
-        {
+            .claim_pushes(
+                &claim,
+                now,
+                now + LEASE,
+                u32::try_from(free).unwrap_or(u32::MAX),
+            )
+            .await;
+        let claimed = match taken {
             Ok(claimed) => claimed,
             Err(e) => {
-                tracing::warn!(error = %e, "push notifications: the due ones cannot be read");
+                tracing::warn!(error = %e, "push notifications: the due ones cannot be taken");
                 continue;
             }
         };
-        let round = futures::stream::iter(claimed)
-            .for_each_concurrent(AT_ONCE, |delivery| pusher.deliver_one(delivery));
-        tokio::select! {
-            () = stop.cancelled() => break,
-            () = round => {}
+        for delivery in claimed {
+            let tenant = delivery.session_id.tenant().to_owned();
+            // A tenant has at most its share of the slots: another's
+            // slow receivers do not hold up its pushes.
+            let Some(slot) = tenants.take(&tenant) else {
+                let progress = PushProgress::unchanged(&delivery, now + POLL);
+                pusher
+                    .record(&claim, &delivery.config, &progress, true)
+                    .await;
+                continue;
+            };
+            let (pusher, claim) = (pusher.clone(), claim.clone());
+            running.spawn(async move {
+                let _slot = slot;
+                pusher.deliver_one(&claim, delivery).await;
+            });
         }
     }
+    running.abort_all();
+    while running.join_next().await.is_some() {}
     // What this replica held goes to the others now (each cursor is where
     // the last acknowledged push left it).
-    if let Err(e) = pusher.app.store.release_pushes(&pusher.owner).await {
+    if let Err(e) = pusher.app.store.release_pushes(&owner).await {
         tracing::warn!(error = %e, "push: leases not given back; they run out");
+    }
+}
+
+/// The deliveries in flight in this replica, by tenant.
+#[derive(Default)]
+struct InFlight(std::sync::Mutex<std::collections::HashMap<String, usize>>);
+
+impl InFlight {
+    /// A slot for one more delivery of `tenant`, unless it has its share.
+    fn take(self: &Arc<Self>, tenant: &str) -> Option<Slot> {
+        let mut counts = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = counts.entry(tenant.to_owned()).or_default();
+        if *count >= PER_TENANT {
+            return None;
+        }
+        *count += 1;
+        Some(Slot {
+            in_flight: self.clone(),
+            tenant: tenant.to_owned(),
+        })
+    }
+}
+
+/// One delivery's place in [`InFlight`], given back when dropped.
+struct Slot {
+    in_flight: Arc<InFlight>,
+    tenant: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self
+            .in_flight
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.tenant) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.tenant);
+            }
+        }
     }
 }
 
 struct Pusher {
     app: AppState,
-    owner: String,
     client: reqwest::Client,
+}
+
+impl PushProgress {
+    /// A delivery given back as it was, tried again at `next_at`.
+    fn unchanged(delivery: &PushDelivery, next_at: chrono::DateTime<Utc>) -> Self {
+        Self {
+            sent_seq: delivery.sent_seq,
+            attempts: delivery.attempts,
+            failing_since: delivery.failing_since,
+            next_at,
+            done: false,
+            last_error: None,
+        }
+    }
 }
 
 impl Pusher {
     /// Sends what one configuration has not acknowledged yet, then
     /// records where it got and gives its lease back.
-    async fn deliver_one(&self, delivery: PushDelivery) {
+    async fn deliver_one(&self, claim: &str, delivery: PushDelivery) {
         let config = &delivery.config;
         let progress = match self.outbox(&delivery).await {
-            Ok(Some(outbox)) => self.send(&delivery, outbox).await,
+            Ok(Some(outbox)) => self.send(claim, &delivery, outbox).await,
             // The task is gone: nothing more to say.
             Ok(None) => PushProgress {
                 sent_seq: delivery.sent_seq,
@@ -178,14 +265,20 @@ impl Pusher {
                 }
             }
         };
-        self.record(config, &progress, true).await;
+        self.record(claim, config, &progress, true).await;
     }
 
-    async fn record(&self, config: &PushConfig, progress: &PushProgress, release: bool) {
+    async fn record(
+        &self,
+        claim: &str,
+        config: &PushConfig,
+        progress: &PushProgress,
+        release: bool,
+    ) {
         let recorded = self
             .app
             .store
-            .record_push(config.task_id, &config.id, &self.owner, progress, release)
+            .record_push(config.task_id, &config.id, claim, progress, release)
             .await;
         if let Err(e) = recorded {
             tracing::warn!(task_id = %config.task_id, error = %e, "push: progress not recorded");
@@ -212,7 +305,7 @@ impl Pusher {
 
     /// POSTs the outbox's pushes in order; the cursor moves after each
     /// event whose pushes all went. The first failure stops the round.
-    async fn send(&self, delivery: &PushDelivery, outbox: Outbox) -> PushProgress {
+    async fn send(&self, claim: &str, delivery: &PushDelivery, outbox: Outbox) -> PushProgress {
         let config = &delivery.config;
         let mut sent_seq = delivery.sent_seq;
         for (seq, pushes) in &outbox.events {
@@ -231,7 +324,7 @@ impl Pusher {
                     done: false,
                     last_error: None,
                 };
-                self.record(config, &progress, false).await;
+                self.record(claim, config, &progress, false).await;
             }
             sent_seq = sent_seq.max(*seq);
         }
