@@ -88,19 +88,8 @@ impl Outbox {
 /// Delivers pushes until `stop`: this replica's part of every tenant's.
 pub async fn deliver(app: AppState, stop: CancellationToken) {
     let owner = format!("{}:{}", app.settings.server.instance_id, Uuid::now_v7());
-    let mut client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(PUSH_TIMEOUT)
-        .connect_timeout(PUSH_TIMEOUT);
-    if let Some(guard) = guard(&app) {
-        client = client.dns_resolver(Arc::new(GuardedResolver(guard)));
-    }
-    let client = match client.build() {
-        Ok(client) => client,
-        Err(e) => {
-            tracing::error!(error = %e, "push notifications cannot be sent: no HTTP client");
-            return;
-        }
+    let Some(client) = http_client(&app) else {
+        return;
     };
     let pusher = Arc::new(Pusher { app, client });
     let mut running: JoinSet<()> = JoinSet::new();
@@ -117,35 +106,11 @@ pub async fn deliver(app: AppState, stop: CancellationToken) {
             continue;
         }
         let now = Utc::now();
-        match pusher.app.store.pushes_due(now).await {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "push notifications: the due ones cannot be read");
-                continue;
-            }
-        }
         // Each claim its own owner, so that it reads back only what it
         // took (not what this replica is still delivering).
         claims += 1;
         let claim = format!("{owner}:{claims}");
-        let taken = pusher
-            .app
-            .store
-            .claim_pushes(
-                &claim,
-                now,
-                now + LEASE,
-                u32::try_from(free).unwrap_or(u32::MAX),
-            )
-            .await;
-        let claimed = match taken {
-            Ok(claimed) => claimed,
-            Err(e) => {
-                tracing::warn!(error = %e, "push notifications: the due ones cannot be taken");
-                continue;
-            }
-        };
+        let claimed = pusher.claim(&claim, now, free).await;
         for delivery in claimed {
             let tenant = delivery.session_id.tenant().to_owned();
             // A tenant has at most its share of the slots: another's
@@ -237,7 +202,57 @@ impl PushProgress {
     }
 }
 
+/// The client pushes go out with: no redirects, bounded waits, and the
+/// outbound guard's resolver (unless private addresses are allowed).
+fn http_client(app: &AppState) -> Option<reqwest::Client> {
+    let mut client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(PUSH_TIMEOUT)
+        .connect_timeout(PUSH_TIMEOUT);
+    if let Some(guard) = guard(app) {
+        client = client.dns_resolver(Arc::new(GuardedResolver(guard)));
+    }
+    match client.build() {
+        Ok(client) => Some(client),
+        Err(e) => {
+            tracing::error!(error = %e, "push notifications cannot be sent: no HTTP client");
+            None
+        }
+    }
+}
+
 impl Pusher {
+    /// Takes up to `free` deliveries that are due, as `claim`: none when
+    /// none is due (a read, no write) or the store fails (logged).
+    async fn claim(
+        &self,
+        claim: &str,
+        now: chrono::DateTime<Utc>,
+        free: usize,
+    ) -> Vec<PushDelivery> {
+        match self.app.store.pushes_due(now).await {
+            Ok(true) => {}
+            Ok(false) => return Vec::new(),
+            Err(e) => {
+                tracing::warn!(error = %e, "push notifications: the due ones cannot be read");
+                return Vec::new();
+            }
+        }
+        let limit = u32::try_from(free).unwrap_or(u32::MAX);
+        match self
+            .app
+            .store
+            .claim_pushes(claim, now, now + LEASE, limit)
+            .await
+        {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                tracing::warn!(error = %e, "push notifications: the due ones cannot be taken");
+                Vec::new()
+            }
+        }
+    }
+
     /// Sends what one configuration has not acknowledged yet, then
     /// records where it got and gives its lease back.
     async fn deliver_one(&self, claim: &str, delivery: PushDelivery) {
