@@ -882,6 +882,57 @@ async fn a_listen_says_when_a_followed_note_changes(backend: Backend) {
     );
 }
 
+/// `get_session`'s `session_id` is mirrored into `Mcp-Param-Session-Id`
+/// (SEP-2243): a header that matches the body is taken (an id that
+/// names no session is "session not found", a tool error); one that
+/// differs, or is missing while the body has the value, is refused.
+async fn a_session_id_header_must_match_the_body(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let (_, listed) = request(&app, None, "tools/list", None, json!({}), false).await;
+    let get_session = &listed["result"]["tools"][1];
+    assert_eq!(
+        get_session["inputSchema"]["properties"]["session_id"]["x-mcp-header"], "Session-Id",
+        "{get_session}"
+    );
+    let call = |header: Option<&'static str>, session: &'static str| {
+        let mut params = json!({"name": "get_session", "arguments": {"session_id": session}});
+        params["_meta"] = meta(false);
+        let mut request = app
+            .client
+            .post(app.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", VERSION)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "get_session")
+            .json(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params}));
+        if let Some(header) = header {
+            request = request.header("mcp-param-session-id", header);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap(),
+            )
+        }
+    };
+    let (status, taken) = call(Some("s-none"), "s-none").await;
+    assert_eq!(status, 200, "{taken}");
+    assert_eq!(taken["result"]["isError"], true);
+    assert_eq!(taken["result"]["content"][0]["text"], "session not found");
+    let (status, odd) = call(Some("SGVsbG8="), "SGVsbG8=").await;
+    assert_eq!(
+        (status, &odd["result"]["isError"]),
+        (200, &json!(true)),
+        "{odd}"
+    );
+    for (header, body) in [(Some("s-other"), "s-none"), (None, "s-none")] {
+        let (status, refused) = call(header, body).await;
+        assert_eq!(status, 400, "{header:?}: {refused}");
+        assert!(refused["error"]["code"].is_i64(), "{refused}");
+    }
+}
+
 on_both_backends!(
     vault_notes_are_resources_in_both_versions,
     a_2026_client_discovers_lists_and_asks,
@@ -895,4 +946,5 @@ on_both_backends!(
     a_call_waiting_for_approval_is_an_input_required_result,
     a_task_waiting_for_approval_is_answered_with_tasks_update,
     a_listen_says_when_a_followed_note_changes,
+    a_session_id_header_must_match_the_body,
 );

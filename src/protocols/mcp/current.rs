@@ -379,6 +379,15 @@ impl ServerHandler for Current {
         Ok(ListToolsResult::with_all_items(tools))
     }
 
+    /// A tool's definition, for rmcp's check of the `Mcp-Param-*`
+    /// headers a 2026-07-28 request carries against its arguments.
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools::definitions(&self.app)
+            .into_iter()
+            .find(|tool| tool["name"] == name)
+            .and_then(|tool| serde_json::from_value(tool).ok())
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,

@@ -33,6 +33,26 @@ pub(super) fn text_result(text: &str, is_error: bool) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": is_error})
 }
 
+/// What `ask`'s `structuredContent` holds when the turn completed (a turn
+/// that did not is an error result, its text the reason).
+fn ask_output() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "session_id": {"type": "string", "description": "The session the turn ran in"},
+            "turn_id": {"type": "string", "format": "uuid"},
+            "text": {"type": "string", "description": "The agent's answer"},
+            "local_citations": {"type": "array", "items": {"type": "string"},
+                                "description": "The notes the answer cites (their anchors)"},
+            "web_citations": {"type": "array", "description": "The web pages the answer cites",
+                              "items": {"type": "object", "required": ["title", "url"],
+                                        "properties": {"title": {"type": "string"},
+                                                       "url": {"type": "string"}}}},
+        },
+        "required": ["session_id", "turn_id", "text", "local_citations", "web_citations"],
+    })
+}
+
 /// The tools, with honest annotations: `ask` reads only when every tool
 /// the turn may run reads only. The readers come first: a client that
 /// tries the first tool with no arguments gets an answer.
@@ -66,7 +86,14 @@ pub(super) fn definitions(app: &AppState) -> Vec<Value> {
                             last messages.",
             "inputSchema": {
                 "type": "object",
-                "properties": {"session_id": session_id},
+                // Mirrored into `Mcp-Param-Session-Id` by 2026-07-28
+                // clients (SEP-2243), so that a gateway can route a
+                // session's reads without parsing the body.
+                "properties": {"session_id": {
+                    "type": "string",
+                    "description": "A session of the caller's",
+                    "x-mcp-header": "Session-Id",
+                }},
                 "required": ["session_id"],
             },
             "annotations": {"title": "Get a session", "readOnlyHint": true, "openWorldHint": false},
@@ -87,21 +114,7 @@ pub(super) fn definitions(app: &AppState) -> Vec<Value> {
                 },
                 "required": ["message"],
             },
-            // What `structuredContent` holds when the turn completed (a
-            // turn that did not is an error result, its text the reason).
-            "outputSchema": {
-                "type": "object",
-                "properties": {
-                    "session_id": {"type": "string", "description": "The session the turn ran in"},
-                    "turn_id": {"type": "string", "format": "uuid"},
-                    "text": {"type": "string", "description": "The agent's answer"},
-                    "local_citations": {"type": "array", "items": {"type": "object"},
-                                        "description": "The notes the answer cites"},
-                    "web_citations": {"type": "array", "items": {"type": "object"},
-                                      "description": "The web pages the answer cites"},
-                },
-                "required": ["session_id", "turn_id", "text", "local_citations", "web_citations"],
-            },
+            "outputSchema": ask_output(),
             "annotations": {
                 "title": "Ask the agent",
                 "readOnlyHint": !writes,
@@ -223,9 +236,9 @@ pub(super) async fn get_session(
     let Some(raw) = arguments["session_id"].as_str() else {
         return Ok(Err("`session_id` is required".into()));
     };
-    let session_id = match parse_session_id(raw, tenant) {
-        Ok(session_id) => session_id,
-        Err(e) => return Ok(Err(e.to_string())),
+    // An id that cannot be a session's names none: as one never made.
+    let Ok(session_id) = parse_session_id(raw, tenant) else {
+        return Ok(Ok(text_result("session not found", true)));
     };
     let Some(mut session) = app.store.get_session(&session_id).await? else {
         return Ok(Ok(text_result("session not found", true)));
