@@ -790,15 +790,15 @@ async fn a_task_waiting_for_approval_is_answered_with_tasks_update(backend: Back
     assert_eq!(stray["error"]["code"], -32602, "{stray}");
     let updated = update(json!({"call_w1": {"action": "decline"}})).await;
     assert!(updated.get("error").is_none(), "{updated}");
-    // Until the turn takes the decision, it still waits.
-    for _ in 0..200 {
-        got = on_task(&app, None, "tasks/get", &task_id).await.1;
-        if !["working", "input_required"].contains(&got["result"]["status"].as_str().unwrap()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(got["result"]["status"], "completed", "{got}");
+    // Decided: it asks no more, even before the turn takes the decision
+    // up (and the same answer again is refused, as not outstanding).
+    let (_, after) = on_task(&app, None, "tasks/get", &task_id).await;
+    assert_ne!(after["result"]["status"], "input_required", "{after}");
+    let again =
+        update(json!({"call_w1": {"action": "accept", "content": {"approve": true}}})).await;
+    assert_eq!(again["error"]["code"], -32602, "{again}");
+    let done = settled(&app, None, &task_id).await;
+    assert_eq!(done["status"], "completed", "{done}");
     assert!(
         !vault.path().join("notes/plan.md").exists(),
         "declined: not run"

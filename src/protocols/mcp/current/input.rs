@@ -69,7 +69,9 @@ impl Approvals {
     }
 }
 
-/// The calls that wait in the turn now.
+/// The calls that wait in the turn now: asked for, and neither resolved
+/// in its log nor decided already (a decision the turn has not taken up
+/// yet is not asked for again).
 pub(super) async fn waiting(
     app: &AppState,
     record: &TurnRecord,
@@ -82,7 +84,18 @@ pub(super) async fn waiting(
         approvals.ended
     })
     .await?;
-    Ok(approvals.waiting)
+    let mut undecided = Vec::new();
+    for call in approvals.waiting {
+        if app
+            .store
+            .get_approval(record.id, &call.call_id)
+            .await?
+            .is_none()
+        {
+            undecided.push(call);
+        }
+    }
+    Ok(undecided)
 }
 
 /// The input requests of the calls that wait: an elicitation each, keyed
