@@ -298,6 +298,7 @@ impl Encoder {
     responses(
         (status = 200, description = "AG-UI events (`data: {…}` lines)", content_type = "text/event-stream", body = crate::protocols::native::stream::EventStream),
         BadRequest,
+        (status = 404, description = "A `tool` message answers a call the thread's turn did not ask for (`call_not_found`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
         TurnAlreadyRunning,
         InvalidBody,
     )
