@@ -65,7 +65,10 @@ pub fn router() -> OpenApiRouter<AppState> {
     request_body = CreateResponse,
     params(("Idempotency-Key" = Option<String>, Header, description = "Sending the request again with the same key answers the same response (its turn runs once): 1-255 visible ASCII characters", pattern = r"^[\x21-\x7E]{1,255}$", nullable = false)),
     responses(
-        (status = 200, description = "A `response` object (its `status` says how the turn ended; with `background: true`, `in_progress` at once), or with `stream: true` its `ResponseStreamEvent`s (`event:` and `data:` lines)", body = Object),
+        (status = 200, description = "A `response` object (its `status` says how the turn ended; with `background: true`, `in_progress` at once), or with `stream: true` its `ResponseStreamEvent`s (`event:` and `data:` lines)", content(
+            (Object = "application/json"),
+            (crate::protocols::native::stream::EventStream = "text/event-stream"),
+        )),
         BadRequest,
         NotFound,
         TurnAlreadyRunning,
@@ -235,7 +238,10 @@ pub(crate) struct ReadQuery {
     tag = "responses",
     params(ResponsePath, ReadQuery),
     responses(
-        (status = 200, description = "The `response` object, or with `stream=true` its `ResponseStreamEvent`s after `starting_after`", body = Object),
+        (status = 200, description = "The `response` object, or with `stream=true` its `ResponseStreamEvent`s after `starting_after`", content(
+            (Object = "application/json"),
+            (crate::protocols::native::stream::EventStream = "text/event-stream"),
+        )),
         BadRequest,
         NotFound,
     )
@@ -245,6 +251,15 @@ async fn get_response(
     ApiQuery(query): ApiQuery<ReadQuery>,
     ResponseTurn { record, after, .. }: ResponseTurn,
 ) -> Result<Response, ApiError> {
+    // A sequence number is an int64, as the document says.
+    if query
+        .starting_after
+        .is_some_and(|n| i64::try_from(n).is_err())
+    {
+        return Err(ApiError::InvalidQuery(
+            "`starting_after` must be at most 9223372036854775807".into(),
+        ));
+    }
     if !query.stream {
         return Ok(axum::Json(folded(&app, &record, after).await?).into_response());
     }

@@ -167,6 +167,17 @@ async fn a_streamed_response_is_the_turn_as_response_stream_events(backend: Back
             .await;
         assert_eq!(stream_events(&body), events[after + 1..], "after {after}");
     }
+    // A sequence number past int64 is refused (it was taken, and ignored).
+    let (status, refused) = app
+        .get_json(&format!(
+            "/v1/responses/{id}?starting_after=9223372036854775808"
+        ))
+        .await;
+    assert_eq!(
+        (status, &refused["code"]),
+        (400, &json!("invalid_query")),
+        "{refused}"
+    );
     // The turn is the session's, as any other.
     let (_, turn) = app
         .get_json(&format!("/sessions/{session}/turns/{turn}"))
