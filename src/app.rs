@@ -1,11 +1,21 @@
 //! The application state shared by every handler.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use tokio::time::Instant;
 
 use uuid::Uuid;
 
 use crate::{
-    config::Settings, ids::SessionKey, runner::TurnRunner, store::Store, tools::mcp::McpHub,
+    config::Settings,
+    ids::{SessionKey, Tenant},
+    runner::TurnRunner,
+    store::Store,
+    tools::mcp::McpHub,
     vault::Vaults,
 };
 
@@ -27,6 +37,9 @@ pub struct App {
     /// Turns that MCP `tools/call` requests of this process are answering.
     pub mcp_calls: McpCalls,
     pub mcp_log_levels: McpLogLevels,
+    /// The MCP sessions (up to 2025-11-25) this process began, with the
+    /// resources each follows.
+    pub mcp_subscriptions: McpSubscriptions,
 }
 
 /// The log level each MCP session (the versions up to 2025-11-25, with
@@ -148,3 +161,107 @@ impl App {
 
 /// Axum state: a cheap handle on [`App`].
 pub type AppState = Arc<App>;
+
+/// MCP sessions a process keeps at most; past it the ones idle longest go.
+const MCP_SESSIONS_MAX: usize = 10_000;
+/// Resources one session follows at most.
+pub const MCP_URIS_MAX: usize = 100;
+/// A session neither asked nor streamed to for this long is forgotten.
+const MCP_IDLE: Duration = Duration::from_secs(3600);
+
+#[derive(Debug)]
+struct Watched {
+    uris: BTreeSet<String>,
+    /// When the session last asked something or was streamed to.
+    seen: Instant,
+    /// The stream that serves it: a new `GET` ends the one before (each
+    /// notification goes to one stream, as the transport says).
+    stream: u64,
+}
+
+/// The MCP sessions (up to 2025-11-25) `initialize` began in this
+/// process, with the resources each follows (`resources/subscribe`), by
+/// tenant and session: the session's `GET /mcp` stream says when one
+/// changes.
+#[derive(Debug, Default)]
+pub struct McpSubscriptions(Mutex<HashMap<(String, String), Watched>>);
+
+/// Why a subscription is not taken.
+pub enum SubscribeRefused {
+    /// The session was not begun by this process (or was forgotten).
+    UnknownSession,
+    TooMany,
+}
+
+impl McpSubscriptions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Watched>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps a session `initialize` began; when full, the session idle
+    /// longest (past [`MCP_IDLE`] first) makes room.
+    pub fn begin(&self, tenant: &Tenant, session: &str) {
+        let mut sessions = self.lock();
+        let now = Instant::now();
+        sessions.retain(|_, watched| now.duration_since(watched.seen) < MCP_IDLE);
+        if sessions.len() >= MCP_SESSIONS_MAX
+            && let Some(oldest) = sessions
+                .iter()
+                .min_by_key(|(_, watched)| watched.seen)
+                .map(|(key, _)| key.clone())
+        {
+            sessions.remove(&oldest);
+        }
+        sessions.insert(
+            (tenant.0.clone(), session.to_owned()),
+            Watched {
+                uris: BTreeSet::new(),
+                seen: now,
+                stream: 0,
+            },
+        );
+    }
+
+    pub fn subscribe(
+        &self,
+        tenant: &Tenant,
+        session: &str,
+        uri: &str,
+    ) -> Result<(), SubscribeRefused> {
+        let mut sessions = self.lock();
+        let watched = sessions
+            .get_mut(&(tenant.0.clone(), session.to_owned()))
+            .ok_or(SubscribeRefused::UnknownSession)?;
+        watched.seen = Instant::now();
+        if watched.uris.len() >= MCP_URIS_MAX && !watched.uris.contains(uri) {
+            return Err(SubscribeRefused::TooMany);
+        }
+        watched.uris.insert(uri.to_owned());
+        Ok(())
+    }
+
+    pub fn unsubscribe(&self, tenant: &Tenant, session: &str, uri: &str) {
+        if let Some(watched) = self.lock().get_mut(&(tenant.0.clone(), session.to_owned())) {
+            watched.seen = Instant::now();
+            watched.uris.remove(uri);
+        }
+    }
+
+    /// Makes `stream` the session's stream; `None`: no such session.
+    pub fn take(&self, key: &(String, String)) -> Option<u64> {
+        let mut sessions = self.lock();
+        let watched = sessions.get_mut(key)?;
+        watched.stream += 1;
+        watched.seen = Instant::now();
+        Some(watched.stream)
+    }
+
+    /// What `stream` follows now; `None`: another stream took the
+    /// session, or it was forgotten.
+    pub fn followed(&self, key: &(String, String), stream: u64) -> Option<Vec<String>> {
+        let mut sessions = self.lock();
+        let watched = sessions.get_mut(key).filter(|w| w.stream == stream)?;
+        watched.seen = Instant::now();
+        Some(watched.uris.iter().cloned().collect())
+    }
+}

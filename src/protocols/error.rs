@@ -187,6 +187,10 @@ pub enum ApiError {
     /// 404 `checkpoint_not_found`.
     #[error("checkpoint not found")]
     CheckpointNotFound,
+    /// 404 `mcp_session_not_found`: an MCP session (up to 2025-11-25)
+    /// this process did not begin, or forgot; the client begins another.
+    #[error("no such MCP session here: send `initialize` for a new one")]
+    McpSessionNotFound,
     /// 409 `checkpoint_already_restored`.
     #[error("the checkpoint was already restored (its own restore made a checkpoint to undo it)")]
     CheckpointAlreadyRestored,
@@ -278,6 +282,7 @@ impl ApiError {
             | Self::ArtifactNotFound
             | Self::VaultNotFound(_)
             | Self::CheckpointNotFound
+            | Self::McpSessionNotFound
             | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::TurnAlreadyRunning(_)
@@ -326,6 +331,7 @@ impl ApiError {
             Self::Unsupported { .. } => "unsupported_parameter",
             Self::VaultNotFound(_) => "vault_not_found",
             Self::CheckpointNotFound => "checkpoint_not_found",
+            Self::McpSessionNotFound => "mcp_session_not_found",
             Self::Unauthorized => "unauthorized",
             Self::RateLimited(_) => "rate_limited",
             Self::AuthThrottled(_) => "too_many_auth_failures",

@@ -14,6 +14,7 @@ mod legacy;
 mod prompts;
 mod resources;
 mod tools;
+mod watch;
 
 use axum::{Extension, extract::State, http::HeaderMap, response::Response};
 use serde_json::Value;
@@ -26,7 +27,7 @@ use crate::{
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(mcp))
+    OpenApiRouter::new().routes(routes!(mcp, mcp_stream))
 }
 
 /// One JSON-RPC 2.0 message, as the document describes it (the handler
@@ -68,4 +69,34 @@ async fn mcp(
         return current::answer(app, tenant, headers, &message).await;
     }
     legacy::answer(app, tenant, &headers, message).await
+}
+
+/// The notifications of an MCP session (versions up to 2025-11-25): that
+/// a resource it subscribed to changed.
+#[utoipa::path(
+    get,
+    path = "/mcp",
+    tag = "mcp",
+    params(
+        ("Mcp-Session-Id" = String, Header, description = "The session `initialize` began (on this replica: it keeps the session's subscriptions)"),
+    ),
+    responses(
+        (status = 200, description = "A stream of JSON-RPC notifications (`notifications/resources/updated`), until the client leaves or another `GET` of the session takes over", content_type = "text/event-stream", body = crate::protocols::native::stream::EventStream),
+        (status = 400, description = "No `Mcp-Session-Id` (`invalid_header`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "A session this replica did not begin, or forgot after an hour idle (`mcp_session_not_found`): send `initialize` again", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn mcp_stream(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let session = headers
+        .get("mcp-session-id")
+        .ok_or(ApiError::InvalidHeader {
+            name: "Mcp-Session-Id",
+            detail: "the session `initialize` began is required".into(),
+        })?;
+    // A value that is not text names no session this process began.
+    watch::stream(app, tenant, session.to_str().unwrap_or_default())
 }

@@ -2,6 +2,8 @@
 //! MCP Python SDK uses it in `.ci/run` (`scripts/mcp_sdk_check.py`); here
 //! each JSON-RPC exchange is checked.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -282,8 +284,11 @@ async fn what_is_not_mcp_is_refused_as_json_rpc_says(backend: Backend) {
     assert!(app.provider.requests().is_empty(), "no turn began");
     let (status, _) = app.get_json("/sessions/x").await;
     assert_eq!(status, 404);
+    // A server-initiated stream is a session's: none without one.
     let get = app.client.get(app.url("/mcp")).send().await.unwrap();
-    assert_eq!(get.status(), 405, "no server-initiated stream");
+    assert_eq!(get.status(), 400);
+    let delete = app.client.delete(app.url("/mcp")).send().await.unwrap();
+    assert_eq!(delete.status(), 405, "a session is not ended by DELETE");
 }
 
 /// The messages of a streamed `ask`, read to its answer.
@@ -379,8 +384,114 @@ async fn a_session_gets_the_turns_log_messages_at_its_level(backend: Backend) {
     );
 }
 
+/// `resources/subscribe` (up to 2025-11-25): a session follows a note of
+/// the caller's, and its `GET /mcp` stream says when the note changes;
+/// after `resources/unsubscribe` it says nothing more. Another server's
+/// URI is refused; a stream needs a session this process began, and a
+/// second `GET` of the session ends the first.
+async fn a_subscribed_note_says_when_it_changes(backend: Backend) {
+    let vault = crate::helpers::vault_of(&[("notes/a.md", "# A\n")]);
+    let app = crate::helpers::spawn_app_with_vault(backend, vault.path()).await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}
+    }});
+    let response = rpc(&app, None, initialize).await;
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let begun: Value = response.json().await.unwrap();
+    assert_eq!(
+        begun["result"]["capabilities"]["resources"]["subscribe"], true,
+        "{begun}"
+    );
+    let ask = |id: u64, method: &'static str, uri: &'static str| {
+        let session = session.clone();
+        let app = &app;
+        async move {
+            let message = json!({"jsonrpc": "2.0", "id": id, "method": method,
+                                 "params": {"uri": uri}});
+            let answer: Value = rpc(app, Some(&session), message)
+                .await
+                .json()
+                .await
+                .unwrap();
+            answer
+        }
+    };
+    let elsewhere = ask(1, "resources/subscribe", "test://watched-resource").await;
+    assert_eq!(elsewhere["error"]["code"], -32602, "{elsewhere}");
+    assert_eq!(elsewhere["error"]["data"]["uri"], "test://watched-resource");
+    let taken = ask(2, "resources/subscribe", "vault:///notes/a.md").await;
+    assert_eq!(taken["result"], json!({}), "{taken}");
+
+    let open = |session: Option<String>| {
+        let mut request = app
+            .client
+            .get(app.url("/mcp"))
+            .header("accept", "text/event-stream");
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let none = open(None).await.unwrap();
+    assert_eq!(none.status(), 400);
+    let problem: Value = none.json().await.unwrap();
+    assert_eq!(problem["code"], "invalid_header", "{problem}");
+    let unknown = open(Some("0190a5c4-0000-7000-8000-000000000000".into()))
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    let problem: Value = unknown.json().await.unwrap();
+    assert_eq!(problem["code"], "mcp_session_not_found", "{problem}");
+
+    let response = open(Some(session.clone())).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut stream = SseStream::new(response).await;
+    // The stream's first look is what changes are from: the note is
+    // written until one is said.
+    let mut updated = Value::Null;
+    for n in 0..8 {
+        let text = format!("# A\n\nChanged {n} times.\n");
+        std::fs::write(vault.path().join("notes/a.md"), text).unwrap();
+        if let Ok(event) = tokio::time::timeout(Duration::from_millis(1500), stream.next()).await {
+            updated = event.unwrap().json();
+            break;
+        }
+    }
+    assert_eq!(
+        updated["method"], "notifications/resources/updated",
+        "{updated}"
+    );
+    assert_eq!(updated["params"]["uri"], "vault:///notes/a.md");
+
+    let gone = ask(3, "resources/unsubscribe", "vault:///notes/a.md").await;
+    assert_eq!(gone["result"], json!({}), "{gone}");
+    // A look may have caught the last write half done: what it said
+    // before the unsubscribe is read first.
+    while let Ok(event) = tokio::time::timeout(Duration::from_millis(1500), stream.next()).await {
+        assert_eq!(
+            event.unwrap().json()["method"],
+            "notifications/resources/updated"
+        );
+    }
+    std::fs::write(vault.path().join("notes/a.md"), "# A\n\nUnfollowed.\n").unwrap();
+    let silent = tokio::time::timeout(Duration::from_secs(3), stream.next()).await;
+    assert!(silent.is_err(), "nothing after the unsubscribe");
+
+    // A second stream of the session takes over: the first ends.
+    let second = open(Some(session.clone())).await.unwrap();
+    assert_eq!(second.status(), 200);
+    let ended = tokio::time::timeout(Duration::from_secs(5), stream.next()).await;
+    assert!(matches!(ended, Ok(None)), "the first stream ends");
+}
+
 on_both_backends!(
     an_mcp_host_asks_the_agent_and_reads_its_sessions,
+    a_subscribed_note_says_when_it_changes,
     a_cancel_notification_cancels_the_turn_of_its_call,
     what_is_not_mcp_is_refused_as_json_rpc_says,
     a_session_gets_the_turns_log_messages_at_its_level,

@@ -85,7 +85,7 @@ struct Attempt {
 
 /// The attempt for each operation of the document; `None`: the test does
 /// not know the operation (a new route must be added here).
-fn attempt(method: &str, path: &str, session: &str, turn: &str) -> Option<Attempt> {
+fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Option<Attempt> {
     let simple = |expect| {
         Some(Attempt {
             expect,
@@ -181,6 +181,12 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str) -> Option<Attemp
             Expect::A2aNotFound,
             json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": turn}}),
         ),
+        // Acme's MCP session (2025-11-25), which follows its note.
+        ("GET", "/mcp") => Some(Attempt {
+            expect: Expect::Missing("mcp_session_not_found"),
+            body: None,
+            headers: vec![("mcp-session-id", mcp.to_owned())],
+        }),
         ("POST", "/mcp") => with_body(
             Expect::McpNotFound,
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -198,6 +204,40 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str) -> Option<Attemp
         ),
         _ => None,
     }
+}
+
+/// An MCP session (2025-11-25) of the app's client that follows a note.
+async fn acme_mcp_session(app: &TestApp) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}
+    }});
+    let response = app
+        .client
+        .post(app.url("/mcp"))
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    let mcp = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let subscribe = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe",
+                           "params": {"uri": "vault:///notes/a.md"}});
+    let answer: Value = app
+        .client
+        .post(app.url("/mcp"))
+        .header("mcp-session-id", &mcp)
+        .json(&subscribe)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    mcp
 }
 
 /// Every (method, path template) of the served document.
@@ -352,6 +392,9 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     let second = stream.turn_id();
     stream.read_until("approval.requested").await;
 
+    // It follows its note over MCP (2025-11-25).
+    let mcp = acme_mcp_session(&app).await;
+
     let (_, before) = app.get_json(&format!("/sessions/{session}")).await;
     let (_, events_before) = app
         .get_json(&format!("/sessions/{session}/events?limit=1000"))
@@ -377,10 +420,10 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     let mut operations = operations();
     assert!(operations.len() >= 25, "{operations:?}");
     operations.sort_by_key(|(method, template)| {
-        attempt(method, template, session, &second).map(|a| a.expect == Expect::OwnSession)
+        attempt(method, template, session, &second, &mcp).map(|a| a.expect == Expect::OwnSession)
     });
     for (method, template) in &operations {
-        let attempt = attempt(method, template, session, &second)
+        let attempt = attempt(method, template, session, &second, &mcp)
             .unwrap_or_else(|| panic!("{method} {template}: no attempt for this operation"));
         let path = concrete(method, template, &known);
         if attempt.expect == Expect::OwnSession {
@@ -454,11 +497,11 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     let own_sessions = operations
         .iter()
         .filter(|(m, t)| {
-            attempt(m, t, session, &second).is_some_and(|a| a.expect == Expect::OwnSession)
+            attempt(m, t, session, &second, &mcp).is_some_and(|a| a.expect == Expect::OwnSession)
         })
         .count();
     assert_eq!(own_sessions, 7);
-    let own = attempt("GET", "/sessions/{session_id}", session, &second).unwrap();
+    let own = attempt("GET", "/sessions/{session_id}", session, &second, &mcp).unwrap();
     let (_, own) = send(&other, &app, "GET", &format!("/sessions/{session}"), &own).await;
     assert_eq!(own["turn_count"], 7, "{own}");
     assert_ne!(own["created_at"], before["created_at"]);

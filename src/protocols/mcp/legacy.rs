@@ -19,7 +19,7 @@ use super::{
     tools::{self, Answer, Asked},
 };
 use crate::{
-    app::{AppState, McpCallGuard, McpCalls},
+    app::{AppState, MCP_URIS_MAX, McpCallGuard, McpCalls, SubscribeRefused},
     events::{StoredEvent, TurnEvent},
     ids::{SessionKey, Tenant},
     protocols::{
@@ -123,7 +123,7 @@ pub(super) async fn answer(
                 "protocolVersion": version,
                 "capabilities": {
                     "tools": {"listChanged": false},
-                    "resources": {"listChanged": false},
+                    "resources": {"subscribe": true, "listChanged": false},
                     "prompts": {"listChanged": false},
                     "completions": {},
                     "logging": {},
@@ -133,8 +133,10 @@ pub(super) async fn answer(
                                  pass the `session_id` it answers to go on with the conversation.",
             });
             let mut response = json_answer(StatusCode::OK, &rpc_result(&id, result));
-            if let Ok(value) = HeaderValue::from_str(&Uuid::now_v7().to_string()) {
+            let session = Uuid::now_v7().to_string();
+            if let Ok(value) = HeaderValue::from_str(&session) {
                 response.headers_mut().insert(SESSION_HEADER, value);
+                app.mcp_subscriptions.begin(&tenant, &session);
             }
             return Ok(response);
         }
@@ -158,6 +160,9 @@ pub(super) async fn answer(
         "resources/list" => {
             let listed = resources::list(&app, &tenant).await?;
             rpc_result(&id, json!({"resources": listed}))
+        }
+        "resources/subscribe" | "resources/unsubscribe" => {
+            subscription(&app, &tenant, &mcp_session, &id, method, &params)
         }
         "resources/templates/list" => {
             rpc_result(&id, json!({"resourceTemplates": resources::templates()}))
@@ -210,6 +215,46 @@ pub(super) async fn answer(
         ),
     };
     Ok(json_answer(StatusCode::OK, &answer))
+}
+
+/// `resources/subscribe` and `resources/unsubscribe`: the session's
+/// `GET /mcp` stream says when a followed resource changes.
+fn subscription(
+    app: &AppState,
+    tenant: &Tenant,
+    mcp_session: &str,
+    id: &Value,
+    method: &str,
+    params: &Value,
+) -> Value {
+    let Some(uri) = params["uri"].as_str() else {
+        return rpc_error(id, INVALID_PARAMS, "`uri` is required");
+    };
+    if !resources::is_ours(uri) {
+        let message =
+            format!("{uri:?} is not a resource of this server (vault:/// or session:///)");
+        return json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": INVALID_PARAMS, "message": message, "data": {"uri": uri},
+        }});
+    }
+    if method == "resources/unsubscribe" {
+        app.mcp_subscriptions.unsubscribe(tenant, mcp_session, uri);
+        return rpc_result(id, json!({}));
+    }
+    match app.mcp_subscriptions.subscribe(tenant, mcp_session, uri) {
+        Ok(()) => rpc_result(id, json!({})),
+        Err(SubscribeRefused::UnknownSession) => rpc_error(
+            id,
+            INVALID_REQUEST,
+            "resources/subscribe needs the Mcp-Session-Id that `initialize` gave, \
+             sent to the replica that gave it",
+        ),
+        Err(SubscribeRefused::TooMany) => rpc_error(
+            id,
+            INVALID_PARAMS,
+            &format!("a session follows at most {MCP_URIS_MAX} resources"),
+        ),
+    }
 }
 
 /// A `tools/call` of `ask`, and who made it.

@@ -2,6 +2,8 @@
 //! caller's vault notes (`vault:///{path}`) and its sessions' transcripts
 //! (`session:///{session_id}`), and completion of a note's path.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
+
 use serde_json::{Value, json};
 
 use crate::{
@@ -173,4 +175,17 @@ pub(super) async fn complete(
         "total": total,
         "hasMore": total > COMPLETION_MAX,
     }})))
+}
+
+/// A resource as it reads now, hashed; `None`: it could not be read (the
+/// look after tries again).
+pub(super) async fn fingerprint(app: &AppState, tenant: &Tenant, uri: &str) -> Option<u64> {
+    let read = match read(app, tenant, uri).await {
+        Ok(contents) => contents.to_string(),
+        Err(Unreadable::NotFound(_)) => String::new(),
+        Err(Unreadable::Failed(_)) => return None,
+    };
+    let mut hasher = DefaultHasher::new();
+    read.hash(&mut hasher);
+    Some(hasher.finish())
 }

@@ -25,11 +25,7 @@ use rmcp::{
 use serde_json::json;
 
 use super::{Current, tenant_of};
-use crate::{
-    app::AppState,
-    ids::Tenant,
-    protocols::mcp::resources::{self, Unreadable},
-};
+use crate::{app::AppState, ids::Tenant, protocols::mcp::resources};
 
 /// How often a listen looks for changes.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -55,19 +51,6 @@ pub(super) fn accepted(requested: &SubscriptionFilter) -> Option<SubscriptionFil
     .ok()
 }
 
-/// A resource as it reads now, hashed; `None`: it could not be read (the
-/// look after tries again).
-async fn fingerprint(app: &AppState, tenant: &Tenant, uri: &str) -> Option<u64> {
-    let read = match resources::read(app, tenant, uri).await {
-        Ok(contents) => contents.to_string(),
-        Err(Unreadable::NotFound(_)) => String::new(),
-        Err(Unreadable::Failed(_)) => return None,
-    };
-    let mut hasher = DefaultHasher::new();
-    read.hash(&mut hasher);
-    Some(hasher.finish())
-}
-
 async fn list_fingerprint(app: &AppState, tenant: &Tenant) -> Option<u64> {
     let listed = resources::list(app, tenant).await.ok()?;
     let mut hasher = DefaultHasher::new();
@@ -89,7 +72,10 @@ impl Current {
         let lists = accepted.resources_list_changed == Some(true);
         let mut seen = BTreeMap::new();
         for uri in &uris {
-            seen.insert(uri.clone(), fingerprint(&self.app, &tenant, uri).await);
+            seen.insert(
+                uri.clone(),
+                resources::fingerprint(&self.app, &tenant, uri).await,
+            );
         }
         let mut list = if lists {
             list_fingerprint(&self.app, &tenant).await
@@ -105,7 +91,7 @@ impl Current {
                 () = tokio::time::sleep(LOOK_EVERY) => {}
             }
             for uri in &uris {
-                let now = fingerprint(&self.app, &tenant, uri).await;
+                let now = resources::fingerprint(&self.app, &tenant, uri).await;
                 let before = seen.get(uri).copied().flatten();
                 if now.is_some() && now != before {
                     seen.insert(uri.clone(), now);

@@ -1,0 +1,88 @@
+//! `resources/subscribe` of the versions up to 2025-11-25: a session
+//! (the `Mcp-Session-Id` that `initialize` gave) names the resources it
+//! follows, and its `GET /mcp` stream says when one of them changes
+//! (`notifications/resources/updated`).
+//!
+//! Unlike the rest of those versions, this is state: the process that
+//! answered `initialize` keeps the session's subscriptions, and only its
+//! `GET /mcp` serves them (a gateway routes a session to one replica, by
+//! its `Mcp-Session-Id`, for these). Elsewhere the stream is refused 404
+//! `mcp_session_not_found`, the answer the transport gives for a session
+//! the server does not know: the client begins a new one. 2026-07-28 has
+//! no sessions: its `subscriptions/listen` keeps no state at all.
+
+use std::{collections::BTreeMap, convert::Infallible, time::Duration};
+
+use axum::{
+    body::Body,
+    http::{HeaderValue, header},
+    response::{IntoResponse, Response},
+};
+use bytes::Bytes;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::resources;
+use crate::{app::AppState, ids::Tenant, protocols::error::ApiError, protocols::sse::KEEP_ALIVE};
+
+/// How often a stream looks for changes.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// A keep-alive comment after this long without a notification.
+const QUIET: Duration = Duration::from_secs(15);
+
+/// `GET /mcp` of a session: its notifications, until the client leaves,
+/// another `GET` of the session takes over, or the service shuts down.
+pub(super) fn stream(app: AppState, tenant: Tenant, session: &str) -> Result<Response, ApiError> {
+    let key = (tenant.0.clone(), session.to_owned());
+    let stream_id = app
+        .mcp_subscriptions
+        .take(&key)
+        .ok_or(ApiError::McpSessionNotFound)?;
+    let closing = app.runner.streams_closed();
+    let body = async_stream::stream! {
+        let mut seen: BTreeMap<String, Option<u64>> = BTreeMap::new();
+        let mut quiet_since = Instant::now();
+        while let Some(uris) = app.mcp_subscriptions.followed(&key, stream_id) {
+            seen.retain(|uri, _| uris.contains(uri));
+            for uri in uris {
+                let now = resources::fingerprint(&app, &tenant, &uri).await;
+                match seen.insert(uri.clone(), now) {
+                    // First look: what it is now is what changes are from.
+                    None => {}
+                    Some(before) if now.is_some() && before.is_some() && now != before => {
+                        let note = json!({
+                            "jsonrpc": "2.0",
+                            "method": "notifications/resources/updated",
+                            "params": {"uri": uri},
+                        });
+                        quiet_since = Instant::now();
+                        yield Ok::<_, Infallible>(Bytes::from(format!(
+                            "event: message\ndata: {note}\n\n"
+                        )));
+                    }
+                    // Unreadable now: the look after compares with before.
+                    Some(before) if now.is_none() => {
+                        seen.insert(uri, before);
+                    }
+                    Some(_) => {}
+                }
+            }
+            if quiet_since.elapsed() >= QUIET {
+                quiet_since = Instant::now();
+                yield Ok(Bytes::from_static(KEEP_ALIVE));
+            }
+            tokio::select! {
+                () = closing.cancelled() => break,
+                () = tokio::time::sleep(LOOK_EVERY) => {}
+            }
+        }
+    };
+    let mut response = Body::from_stream(body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
+}
