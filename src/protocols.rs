@@ -14,6 +14,7 @@
 
 pub mod a2a;
 pub mod agui;
+pub mod approvals;
 pub mod chat_completions;
 pub mod client_calls;
 pub mod endpoint;

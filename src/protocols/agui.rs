@@ -9,6 +9,13 @@
 //! `TOOL_CALL_START`/`ARGS`/`END` and the run finishes while the turn
 //! waits; the next run's `messages` end with its `tool` message (the
 //! result), and that run is the same turn after the call.
+//!
+//! A call that waits for a person's approval ends the run with AG-UI's
+//! interrupt outcome (`RUN_FINISHED` `outcome: {type: "interrupt",
+//! interrupts: [{id, reason: "tool_approval", toolCallId, …}]}`); the next
+//! run's `resume` answers it (`payload: {approved, reason?}`, or
+//! `status: "cancelled"`, a denial), and that run is the same turn after
+//! the decision.
 
 use axum::{Extension, extract::State, response::Response};
 use serde::Deserialize;
@@ -18,7 +25,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
     ConversationTurn, ToolDeclaration,
-    client_calls::{ClientAnswer, EndsAtClientCall, SegmentEncoder, SegmentStream},
+    approvals::ClientDecision,
+    client_calls::{ClientAnswer, EndsAtClientCall, Replies, SegmentEncoder, SegmentStream},
     retraction::{Say, StepText, ends_text},
     stream_for,
 };
@@ -51,6 +59,59 @@ pub struct RunAgentInput {
     /// Frontend tools: tools the client runs itself (at most 32).
     #[serde(default)]
     tools: Vec<ToolDeclaration>,
+    /// Answers to the interrupts that ended the thread's previous run.
+    #[serde(default)]
+    #[schema(max_items = 100)]
+    resume: Vec<ResumeEntry>,
+}
+
+/// An answer to one interrupt (a call that waits for approval).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeEntry {
+    /// The interrupt's `id`: the call's `toolCallId`.
+    interrupt_id: String,
+    status: ResumeStatus,
+    /// The decision: `{"approved": true|false, "reason"?: "…"}`.
+    payload: Option<Value>,
+}
+
+/// Whether the interrupt was answered, or abandoned (a denial).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ResumeStatus {
+    Resolved,
+    Cancelled,
+}
+
+/// The decisions `resume` brings.
+fn decisions(resume: &[ResumeEntry]) -> Result<Vec<ClientDecision>, ApiError> {
+    resume
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let field = format!("resume[{i}].payload");
+            let (approve, reason) = match entry.status {
+                ResumeStatus::Cancelled => {
+                    (false, Some("the person cancelled the approval".to_owned()))
+                }
+                ResumeStatus::Resolved => {
+                    let payload = entry.payload.as_ref().unwrap_or(&Value::Null);
+                    let approved = payload["approved"].as_bool().or(payload.as_bool());
+                    let Some(approved) = approved else {
+                        return Err(ApiError::InvalidField {
+                            field: field.clone(),
+                            detail: format!(
+                                "`{field}` must be {{\"approved\": true|false, \"reason\"?: \"…\"}}"
+                            ),
+                        });
+                    };
+                    (approved, payload["reason"].as_str().map(str::to_owned))
+                }
+            };
+            ClientDecision::new(&entry.interrupt_id, approve, reason, &field)
+        })
+        .collect()
 }
 
 /// An AG-UI message: its text `content` is read, and of a `tool` message
@@ -200,6 +261,35 @@ impl EndsAtClientCall for Encoder {
         out
     }
 
+    /// A call that waits for approval: the run ends with an interrupt.
+    fn approval(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        let said = self.said.other();
+        self.say(said, &mut out);
+        self.leave_step(&mut out);
+        out.push(json!({
+            "type": "RUN_FINISHED",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+            "outcome": {"type": "interrupt", "interrupts": [{
+                "id": call_id,
+                "reason": "tool_approval",
+                "message": format!("{tool} waits for your approval"),
+                "toolCallId": call_id,
+                "responseSchema": {
+                    "type": "object",
+                    "properties": {
+                        "approved": {"type": "boolean"},
+                        "reason": {"type": "string", "maxLength": 1000},
+                    },
+                    "required": ["approved"],
+                },
+                "metadata": {"tool": tool, "arguments": arguments},
+            }]},
+        }));
+        out
+    }
+
     /// The events of `event`; the second value is true when the run ends.
     fn event(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
         let mut out = Vec::new();
@@ -322,7 +412,10 @@ async fn agui_run(
         &tenant,
         &body.thread_id,
         body.messages.iter().map(|m| (m.role.as_str(), m.text())),
-        tool_results(&body.messages),
+        Replies {
+            answers: tool_results(&body.messages),
+            decisions: decisions(&body.resume)?,
+        },
         ("tools", body.tools),
     )
     .await?;

@@ -17,7 +17,11 @@ use axum::{
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Encoded, WireFormat, data_frame, read_turn, typed};
+use super::{
+    Encoded, WireFormat,
+    approvals::{ApprovalState, ClientDecision, approvals, decide},
+    data_frame, read_turn, typed,
+};
 use crate::{
     app::AppState,
     events::{StoredEvent, TurnEvent},
@@ -126,14 +130,29 @@ pub async fn answer_calls(
     Ok(Answered { after, all_new })
 }
 
-/// The results among `answers` of calls the running turn of `session`
-/// asked its client for, recorded (the others, such as earlier calls of
+/// What the next request of a protocol brings for its session's waiting
+/// turn: results of calls of the client's tools, and decisions on calls
+/// that wait for a person.
+#[derive(Debug, Default)]
+pub struct Replies {
+    pub answers: Vec<ClientAnswer>,
+    pub decisions: Vec<ClientDecision>,
+}
+
+impl Replies {
+    pub fn is_empty(&self) -> bool {
+        self.answers.is_empty() && self.decisions.is_empty()
+    }
+}
+
+/// The results and decisions among `replies` for calls the running turn
+/// of `session` waits for, recorded (the others, such as earlier calls of
 /// the conversation a client sends back whole, are left out); the turn
 /// and where its stream goes on. None of them: `call_not_found`.
 pub async fn answer_waiting(
     app: &AppState,
     session: &crate::ids::SessionKey,
-    answers: Vec<ClientAnswer>,
+    replies: Replies,
 ) -> Result<(TurnRecord, Answered), ApiError> {
     let running = app
         .store
@@ -147,21 +166,71 @@ pub async fn answer_waiting(
         .await?
         .ok_or(ApiError::CallNotFound)?;
     let asked = requested(app, &turn).await?;
-    let answers: Vec<ClientAnswer> = answers
-        .into_iter()
-        .filter(|a| asked.contains_key(&a.call_id))
-        .collect();
-    if answers.is_empty() {
+    let waiting = approvals(app, &turn).await?;
+    let replies = Replies {
+        answers: replies
+            .answers
+            .into_iter()
+            .filter(|a| asked.contains_key(&a.call_id))
+            .collect(),
+        decisions: replies
+            .decisions
+            .into_iter()
+            .filter(|d| {
+                waiting
+                    .get(&d.call_id)
+                    .is_some_and(|(state, _)| *state == ApprovalState::Waiting)
+            })
+            .collect(),
+    };
+    if replies.is_empty() {
         return Err(ApiError::CallNotFound);
     }
-    let answered = answer_calls(app, &turn, &answers).await?;
+    let answered = answer_turn(app, &turn, replies).await?;
     Ok((turn, answered))
 }
 
+/// Records `replies` for `turn`: each result for a call it asked its
+/// client for, each decision for a call that waits for one (else
+/// `call_not_found`, or `approval_already_decided`).
+pub async fn answer_turn(
+    app: &AppState,
+    turn: &TurnRecord,
+    replies: Replies,
+) -> Result<Answered, ApiError> {
+    let mut answered = if replies.answers.is_empty() {
+        Answered {
+            after: 0,
+            all_new: true,
+        }
+    } else {
+        answer_calls(app, turn, &replies.answers).await?
+    };
+    if replies.decisions.is_empty() {
+        return Ok(answered);
+    }
+    let waiting = approvals(app, turn).await?;
+    for decision in &replies.decisions {
+        let found = waiting.get(&decision.call_id).copied();
+        decide(app, turn, found.map(|(state, _)| state), decision).await?;
+        if let Some((_, seq)) = found {
+            answered.after = answered.after.max(seq);
+        }
+    }
+    Ok(answered)
+}
+
 /// Where the stream of `turn` that a client following it now wants starts:
-/// after the newest call of the client's that has its result (0: none).
+/// after the newest call of the client's that has its result, or the
+/// newest approval that was decided (0: none).
 pub async fn answered_until(app: &AppState, turn: &TurnRecord) -> Result<i64, ApiError> {
-    let mut after = 0;
+    let mut after = approvals(app, turn)
+        .await?
+        .into_values()
+        .filter(|(state, _)| *state != ApprovalState::Waiting)
+        .map(|(_, seq)| seq)
+        .max()
+        .unwrap_or(0);
     for (call_id, seq) in requested(app, turn).await? {
         if seq > after
             && app
@@ -184,6 +253,10 @@ pub trait EndsAtClientCall {
 
     /// The events of a call of the client's tool, which end the answer.
     fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value>;
+
+    /// The events of a call that waits for a person's decision, which end
+    /// the answer: the next request brings the decision.
+    fn approval(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value>;
 }
 
 /// The `data:` events of a format whose answer is one [`Segment`] of a
@@ -261,6 +334,12 @@ pub enum Seen<'e> {
         tool: &'e str,
         arguments: &'e Value,
     },
+    /// A call that waits for a person: the segment ends with it.
+    Approval {
+        call_id: &'e str,
+        tool: &'e str,
+        arguments: &'e Value,
+    },
 }
 
 /// The part of a turn's stream one answer of a protocol shows: the events
@@ -304,6 +383,11 @@ impl Segment {
                 tool,
                 arguments,
             } => (encoder.client_call(call_id, tool, arguments), true),
+            Seen::Approval {
+                call_id,
+                tool,
+                arguments,
+            } => (encoder.approval(call_id, tool, arguments), true),
         };
         Encoded {
             frames: events.iter().map(data_frame).collect(),
@@ -315,29 +399,55 @@ impl Segment {
         let Some(event) = typed(stored) else {
             return Seen::Hidden;
         };
-        if let TurnEvent::ToolRequested {
-            call_id,
-            tool,
-            arguments,
-            ..
-        } = event
-        {
-            if self.asked.contains(call_id) {
-                return Seen::Hidden;
-            }
-            self.asked.push(call_id.clone());
-            if stored.seq < self.after {
-                self.previous = Some(stored.seq);
-            }
-            if stored.seq <= self.after {
-                return Seen::Hidden;
-            }
-            return Seen::Asked {
+        let (asked, approval) = match event {
+            TurnEvent::ToolRequested {
                 call_id,
                 tool,
                 arguments,
-            };
+                ..
+            } => ((call_id, tool, arguments), false),
+            TurnEvent::ApprovalRequested {
+                call_id,
+                tool,
+                arguments,
+                ..
+            } => ((call_id, tool, arguments), true),
+            _ => return self.shown(stored, event),
+        };
+        let (call_id, tool, arguments) = asked;
+        // A take-over asks again: each is shown once. Approvals apart
+        // from results (a client's call may wait for both).
+        let key = if approval {
+            format!("approval:{call_id}")
+        } else {
+            call_id.clone()
+        };
+        if self.asked.contains(&key) {
+            return Seen::Hidden;
         }
+        self.asked.push(key);
+        if stored.seq < self.after {
+            self.previous = Some(stored.seq);
+        }
+        if stored.seq <= self.after {
+            Seen::Hidden
+        } else if approval {
+            Seen::Approval {
+                call_id,
+                tool,
+                arguments,
+            }
+        } else {
+            Seen::Asked {
+                call_id,
+                tool,
+                arguments,
+            }
+        }
+    }
+
+    /// What the segment shows of an event that asks the client nothing.
+    fn shown<'e>(&self, stored: &StoredEvent, event: &'e TurnEvent) -> Seen<'e> {
         let client_call = match event {
             TurnEvent::ToolStarted { tool, .. } | TurnEvent::ToolFinished { tool, .. } => {
                 tool.starts_with(CLIENT_TOOL_PREFIX)

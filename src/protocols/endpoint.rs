@@ -314,34 +314,35 @@ impl ConversationTurn {
     }
 
     /// The turn a request of a format that sends the whole conversation
-    /// asks for: the session's waiting turn given `answers` (the results
-    /// of its client's calls the request brings), or else a new turn of
+    /// asks for: the session's waiting turn given `replies` (the results
+    /// of its client's calls and the decisions on its calls that wait for
+    /// a person, that the request brings), or else a new turn of
     /// `messages` that may call the client's `tools`.
     pub(crate) async fn open<'m>(
         app: &AppState,
         tenant: &Tenant,
         session: &str,
         messages: impl IntoIterator<Item = (&'m str, String)>,
-        answers: Vec<client_calls::ClientAnswer>,
+        replies: client_calls::Replies,
         tools: (&str, Vec<ToolDeclaration>),
     ) -> Result<Self, ApiError> {
-        if !answers.is_empty() {
-            return Self::answered(app, tenant, session, answers).await;
+        if !replies.is_empty() {
+            return Self::answered(app, tenant, session, replies).await;
         }
         let (field, tools) = tools;
         let tools = declared_tools(field, tools)?;
         Self::start(app, tenant, session, messages, tools).await
     }
 
-    /// The turn of `session` that waits for `answers`, given them.
+    /// The turn of `session` that waits for `replies`, given them.
     pub(crate) async fn answered(
         app: &AppState,
         tenant: &Tenant,
         session: &str,
-        answers: Vec<client_calls::ClientAnswer>,
+        replies: client_calls::Replies,
     ) -> Result<Self, ApiError> {
         let session_id = parse_session_id(session, tenant)?;
-        let (turn, answered) = client_calls::answer_waiting(app, &session_id, answers).await?;
+        let (turn, answered) = client_calls::answer_waiting(app, &session_id, replies).await?;
         let events = follow(app, &turn);
         Ok(Self {
             session_id,

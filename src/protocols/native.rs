@@ -12,6 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{
+    approvals::{ClientDecision, approvals, decide},
     endpoint::{Started, completed, name_turn},
     error::ApiError,
     json::ApiJson,
@@ -19,10 +20,9 @@ use super::{
 };
 use crate::{
     app::AppState,
-    events::TurnEvent,
     protocols::error::{BadRequest, NotFound, Problem, TurnAlreadyRunning},
     runner::{CancelError, CancelOutcome, QueuedStartError, StartError},
-    store::{NewApproval, TurnRecord, TurnStatus},
+    store::{TurnRecord, TurnStatus},
     turn::{TurnRequest, TurnResult},
 };
 
@@ -464,88 +464,18 @@ async fn decide_approval(
     if call_id.is_empty() || call_id.len() > 200 || !call_id.bytes().all(id_char) {
         return Err(ApiError::InvalidQuery("`call_id` is not a call id".into()));
     }
-    let reason = body.reason.filter(|r| !r.trim().is_empty());
-    if reason
-        .as_deref()
-        .is_some_and(|r| r.chars().count() > 1000 || r.contains('\0'))
-    {
-        return Err(ApiError::InvalidField {
-            field: "reason".into(),
-            detail: "`reason` is longer than 1000 characters or contains U+0000".into(),
-        });
-    }
+    let decision = ClientDecision::new(&call_id, body.approve, body.reason, "reason")?;
     let Some(turn) = app.store.get_turn(&session_id, turn_id).await? else {
         return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
-    if turn.status != TurnStatus::Running {
-        return Err(ApiError::TurnNotRunning {
-            turn_id,
-            status: turn.status,
-        });
-    }
-    match approval_state(&app, &turn, &call_id).await? {
-        ApprovalState::Waiting => {}
-        ApprovalState::Decided => return Err(ApiError::ApprovalAlreadyDecided),
-        // A decision recorded ahead of its call would let that call run
-        // without asking anyone: only a call that waits gets one.
-        ApprovalState::NotWaiting => return Err(ApiError::CallNotFound),
-    }
-    let recorded = app
-        .store
-        .decide_approval(&NewApproval {
-            session_id: session_id.clone(),
-            turn_id,
-            call_id: call_id.clone(),
-            approved: body.approve,
-            reason: reason.clone(),
-        })
-        .await?;
-    if !recorded {
-        return Err(ApiError::ApprovalAlreadyDecided);
-    }
-    app.approvals_decided.notify_waiters();
+    let state = if turn.status == TurnStatus::Running {
+        approvals(&app, &turn).await?.get(&call_id).map(|(s, _)| *s)
+    } else {
+        None
+    };
+    decide(&app, &turn, state, &decision).await?;
     Ok(axum::Json(ApprovalView {
         call_id,
         approved: body.approve,
     }))
-}
-
-/// Where a call of a turn stands with its approval, from the turn's log.
-enum ApprovalState {
-    /// Never asked about, or its wait ended undecided (timed out,
-    /// cancelled).
-    NotWaiting,
-    /// `approval.requested`, not resolved yet.
-    Waiting,
-    /// Approved or denied.
-    Decided,
-}
-
-async fn approval_state(
-    app: &AppState,
-    turn: &TurnRecord,
-    call_id: &str,
-) -> Result<ApprovalState, ApiError> {
-    let mut state = ApprovalState::NotWaiting;
-    super::read_turn(app.store.as_ref(), turn, |stored| {
-        match super::typed(stored) {
-            Some(TurnEvent::ApprovalRequested { call_id: id, .. }) if id == call_id => {
-                state = ApprovalState::Waiting;
-            }
-            Some(TurnEvent::ApprovalResolved {
-                call_id: id,
-                outcome,
-                ..
-            }) if id == call_id => {
-                state = match outcome.as_str() {
-                    "approved" | "denied" => ApprovalState::Decided,
-                    _ => ApprovalState::NotWaiting,
-                };
-            }
-            _ => {}
-        }
-        false
-    })
-    .await?;
-    Ok(state)
 }

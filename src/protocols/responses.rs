@@ -33,7 +33,7 @@ use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::client_calls::{ClientAnswer, answer_calls};
+use super::client_calls::{Replies, answer_turn};
 use crate::{
     app::AppState,
     ids::{SessionKey, Tenant},
@@ -83,9 +83,9 @@ async fn create_response(
     ApiJson(body): ApiJson<CreateResponse>,
 ) -> Result<Response, ApiError> {
     let key = crate::protocols::native::idempotency_key(&headers)?;
-    let outputs = body.function_outputs()?;
-    if !outputs.is_empty() {
-        return answer_function_calls(&app, &tenant, &body, &outputs).await;
+    let replies = body.replies()?;
+    if !replies.is_empty() {
+        return answer_function_calls(&app, &tenant, &body, replies).await;
     }
     let mut asked = body.turn_request(&app)?;
     let session = match (&body.previous_response_id, body.conversation_id()?) {
@@ -145,18 +145,19 @@ fn with_ids(response: Value, session: &SessionKey, turn_id: Uuid) -> Response {
     name_turn(axum::Json(response).into_response(), Some(session), turn_id)
 }
 
-/// A request that answers the client's calls of `previous_response_id`
-/// (`function_call_output` items): the results go to the waiting turn,
-/// and the response is that turn after the calls.
+/// A request that answers `previous_response_id` (`function_call_output`
+/// items for the client's calls, `mcp_approval_response` items for calls
+/// that wait for a person): the replies go to the waiting turn, and the
+/// response is that turn after the calls.
 async fn answer_function_calls(
     app: &AppState,
     tenant: &Tenant,
     body: &CreateResponse,
-    outputs: &[ClientAnswer],
+    replies: Replies,
 ) -> Result<Response, ApiError> {
     let previous = body.previous_response_id.as_deref().unwrap_or_default();
     let (record, _) = find(app, tenant, previous).await?;
-    let answered = answer_calls(app, &record, outputs).await?;
+    let answered = answer_turn(app, &record, replies).await?;
     let session = record.session_id.clone();
     if body.background && !body.stream {
         let response = folded(app, &record, answered.after).await?;

@@ -10,6 +10,13 @@
 //! (assistant) message carries the result in that tool part
 //! (`output-available` or `output-error`, as `addToolResult` leaves it),
 //! and its stream is the same turn after the call.
+//!
+//! A call that waits for a person's approval is `tool-approval-request`
+//! (`approvalId`, `toolCallId`) and the stream finishes while the turn
+//! waits; the next request's last (assistant) message carries the
+//! decision in that tool part (`approval-responded`, `approval: {id,
+//! approved, reason?}`, as `addToolApprovalResponse` leaves it), and its
+//! stream is the same turn after the decision.
 
 use axum::{
     Extension,
@@ -26,7 +33,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
     ConversationTurn, ToolDeclaration,
-    client_calls::{ClientAnswer, EndsAtClientCall, SegmentEncoder, SegmentStream},
+    approvals::ClientDecision,
+    client_calls::{ClientAnswer, EndsAtClientCall, Replies, SegmentEncoder, SegmentStream},
     retraction::{Say, StepText, ends_text},
     stream_for,
 };
@@ -73,6 +81,33 @@ pub struct UiMessage {
 }
 
 impl UiMessage {
+    /// The decisions on calls that waited for approval the message's tool
+    /// parts hold.
+    fn decisions(&self) -> Result<Vec<ClientDecision>, ApiError> {
+        self.parts
+            .iter()
+            .filter(|part| part["state"] == "approval-responded")
+            .filter_map(|part| {
+                let call_id = part["toolCallId"].as_str()?;
+                let approval = &part["approval"];
+                Some(match approval["approved"].as_bool() {
+                    Some(approved) => ClientDecision::new(
+                        call_id,
+                        approved,
+                        approval["reason"].as_str().map(str::to_owned),
+                        "approval.reason",
+                    ),
+                    None => Err(ApiError::InvalidField {
+                        field: "approval.approved".into(),
+                        detail: "an `approval-responded` tool part's `approval.approved` \
+                                 must be a boolean"
+                            .into(),
+                    }),
+                })
+            })
+            .collect()
+    }
+
     /// The results of tool calls the message's tool parts hold.
     fn tool_results(&self) -> Vec<ClientAnswer> {
         self.parts
@@ -205,6 +240,23 @@ impl EndsAtClientCall for Encoder {
         out
     }
 
+    /// A call that waits for approval (its `tool-input-available` was
+    /// sent): the stream ends with the request.
+    fn approval(&mut self, call_id: &str, _tool: &str, _arguments: &Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        let said = self.said.other();
+        self.say(said, &mut out);
+        self.close_text(&mut out);
+        out.push(json!({
+            "type": "tool-approval-request",
+            "approvalId": format!("approval-{call_id}"),
+            "toolCallId": call_id,
+        }));
+        out.push(json!({"type": "finish-step"}));
+        out.push(json!({"type": "finish"}));
+        out
+    }
+
     /// The chunks of `event`; the second value is true when the stream ends.
     fn event(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
         let mut out = Vec::new();
@@ -315,9 +367,12 @@ async fn ui_chat(
     Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<UiChatRequest>,
 ) -> Result<Response, ApiError> {
-    let results = match body.messages.last() {
-        Some(last) if last.role == "assistant" => last.tool_results(),
-        _ => Vec::new(),
+    let replies = match body.messages.last() {
+        Some(last) if last.role == "assistant" => Replies {
+            answers: last.tool_results(),
+            decisions: last.decisions()?,
+        },
+        _ => Replies::default(),
     };
     let ConversationTurn {
         turn_id,
@@ -329,7 +384,7 @@ async fn ui_chat(
         &tenant,
         &body.id,
         body.messages.iter().map(|m| (m.role.as_str(), m.text())),
-        results,
+        replies,
         ("clientTools", body.client_tools),
     )
     .await?;

@@ -12,7 +12,9 @@
 //! - A server-side tool call is an `mcp_call` item (server label
 //!   `agent-harness`): `response.mcp_call.in_progress`, then
 //!   `.completed` or `.failed` with its output or error.
-//! - A call waiting for a person is an `mcp_approval_request` item.
+//! - A call waiting for a person is an `mcp_approval_request` item, and
+//!   the response ends with it (the next request's
+//!   `mcp_approval_response` decides).
 //! - A call of a tool the client runs is a `function_call` item, and the
 //!   response ends with it (see [`crate::protocols::client_calls`]).
 //! - Citations are annotations of the open message (`url_citation` for
@@ -28,6 +30,9 @@ use crate::{
     protocols::retraction::{Say, StepText, ends_text},
     turn::{StopReason, TurnResult},
 };
+
+/// What an `mcp_approval_request` item's id is: this, then the call's id.
+pub const APPROVAL_PREFIX: &str = "mcpr_";
 
 /// The label of the server that runs the service's own tools.
 pub const SERVER_LABEL: &str = "agent-harness";
@@ -76,6 +81,10 @@ pub struct ResponseFold {
     error: Value,
     incomplete: Value,
     ended: bool,
+    /// Calls an earlier response of the turn began, which waited for a
+    /// person (by call id: tool and arguments): this one shows their end
+    /// (bounded by the turn's calls).
+    earlier_calls: Vec<(String, String, Value)>,
 }
 
 impl ResponseFold {
@@ -93,7 +102,15 @@ impl ResponseFold {
             error: Value::Null,
             incomplete: Value::Null,
             ended: false,
+            earlier_calls: Vec::new(),
         }
+    }
+
+    /// A call an earlier response of the turn began (its `tool.started`
+    /// before this response's start): an approved call ends in this one.
+    pub fn began_earlier(&mut self, call_id: &str, tool: &str, arguments: &Value) {
+        self.earlier_calls
+            .push((call_id.to_owned(), tool.to_owned(), arguments.clone()));
     }
 
     /// Whether the turn ended.
@@ -162,21 +179,6 @@ impl ResponseFold {
                 if let Some((call_id, shown)) = crate::protocols::finished_call(event) {
                     self.finish_call(call_id, shown, &mut out);
                 }
-            }
-            TurnEvent::ApprovalRequested {
-                call_id,
-                tool,
-                arguments,
-                ..
-            } => {
-                self.close_message("completed", &mut out);
-                let id = format!("mcpr_{call_id}");
-                let item = server_item("mcp_approval_request", id, tool, arguments);
-                let index = self.add_item(item.clone(), &mut out);
-                out.push(self.numbered(
-                    "response.output_item.done",
-                    json!({"output_index": index, "item": item}),
-                ));
             }
             TurnEvent::Citations { local, web } => self.cite(local, web, &mut out),
             TurnEvent::TurnCompleted { result } => {
@@ -256,6 +258,23 @@ impl ResponseFold {
         if let Some(slot) = self.output.get_mut(index) {
             *slot = item.clone();
         }
+        out.push(self.numbered(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        ));
+        self.end("completed", "response.completed", &mut out);
+        out
+    }
+
+    /// A call that waits for a person: an `mcp_approval_request` item
+    /// (`mcpr_<call id>`), and the response ends with it; the next
+    /// request's `mcp_approval_response` decides.
+    pub fn approval_request(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        self.close_message("completed", &mut out);
+        let id = format!("{APPROVAL_PREFIX}{call_id}");
+        let item = server_item("mcp_approval_request", id, tool, arguments);
+        let index = self.add_item(item.clone(), &mut out);
         out.push(self.numbered(
             "response.output_item.done",
             json!({"output_index": index, "item": item}),
@@ -441,8 +460,24 @@ impl ResponseFold {
         out: &mut Vec<Value>,
     ) {
         let id = call_item_id(call_id);
-        let Some(index) = self.output.iter().position(|item| item["id"] == id) else {
-            return;
+        let found = self.output.iter().position(|item| item["id"] == id);
+        let index = match found {
+            Some(index) => index,
+            // Begun in the response that asked for its approval.
+            None => {
+                let Some((_, tool, arguments)) =
+                    self.earlier_calls.iter().find(|(c, ..)| c == call_id)
+                else {
+                    return;
+                };
+                let mut item = server_item("mcp_call", id.clone(), tool, arguments);
+                item["status"] = "in_progress".into();
+                item["output"] = Value::Null;
+                item["error"] = Value::Null;
+                item["approval_request_id"] = format!("{APPROVAL_PREFIX}{call_id}").into();
+                self.close_message("completed", out);
+                self.add_item(item, out)
+            }
         };
         let Some(item) = self.output.get_mut(index) else {
             return;

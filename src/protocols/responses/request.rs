@@ -9,8 +9,10 @@ use uuid::Uuid;
 
 use crate::{
     app::AppState,
+    protocols::responses::fold::APPROVAL_PREFIX,
     protocols::{
-        client_calls::ClientAnswer,
+        approvals::ClientDecision,
+        client_calls::{ClientAnswer, Replies},
         error::ApiError,
         parts::{ToolDeclaration, declared_tools},
     },
@@ -310,63 +312,106 @@ impl CreateResponse {
         )
     }
 
-    /// The results of the client's calls the input carries
-    /// (`function_call_output` items); empty when it carries none. Input
-    /// that has them has nothing else.
-    pub fn function_outputs(&self) -> Result<Vec<ClientAnswer>, ApiError> {
+    /// What the input brings for the turn of `previous_response_id`: the
+    /// results of the client's calls (`function_call_output` items) and
+    /// decisions on calls that wait for a person (`mcp_approval_response`
+    /// items); empty when it carries none. Input that has them has
+    /// nothing else.
+    pub fn replies(&self) -> Result<Replies, ApiError> {
         let Value::Array(items) = &self.input else {
-            return Ok(Vec::new());
+            return Ok(Replies::default());
         };
-        let outputs = items
+        let replies = items
             .iter()
-            .filter(|item| item["type"] == "function_call_output")
+            .filter(|item| REPLY_ITEMS.contains(&item["type"].as_str().unwrap_or_default()))
             .count();
-        if outputs == 0 {
-            return Ok(Vec::new());
+        if replies == 0 {
+            return Ok(Replies::default());
         }
-        if outputs < items.len() {
+        if replies < items.len() {
             return Err(ApiError::Unsupported {
                 field: "input".into(),
-                detail: "input that answers function calls has only `function_call_output` \
-                         items: the turn that asked goes on"
+                detail: "input that answers function calls or approval requests has only \
+                         `function_call_output` and `mcp_approval_response` items: the turn \
+                         that asked goes on"
                     .into(),
             });
         }
         if self.previous_response_id.is_none() {
             return Err(invalid(
                 "previous_response_id",
-                "`function_call_output` answers the response that asked: name it in \
-                 `previous_response_id`",
+                "`function_call_output` and `mcp_approval_response` answer the response that \
+                 asked: name it in `previous_response_id`",
             ));
         }
-        items
-            .iter()
-            .enumerate()
-            .map(|(at, item)| {
-                let call_id = item["call_id"]
-                    .as_str()
-                    .filter(|id| !id.is_empty())
-                    .ok_or_else(|| {
-                        invalid(&format!("input[{at}].call_id"), "a call id is needed")
-                    })?;
-                let output = match &item["output"] {
-                    Value::String(text) => text.clone(),
-                    Value::Array(parts) => parts
-                        .iter()
-                        .filter_map(|p| p["text"].as_str())
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                    _ => {
-                        return Err(invalid(
-                            &format!("input[{at}].output"),
-                            "`output` must be a string or text parts",
-                        ));
-                    }
-                };
-                Ok(ClientAnswer::text(call_id, output, false))
-            })
-            .collect()
+        let mut replies = Replies::default();
+        for (at, item) in items.iter().enumerate() {
+            if item["type"] == "mcp_approval_response" {
+                replies.decisions.push(decision(at, item)?);
+            } else {
+                replies.answers.push(function_output(at, item)?);
+            }
+        }
+        Ok(replies)
     }
+}
+
+/// The input items that answer the response named by
+/// `previous_response_id`.
+const REPLY_ITEMS: [&str; 2] = ["function_call_output", "mcp_approval_response"];
+
+fn function_output(at: usize, item: &Value) -> Result<ClientAnswer, ApiError> {
+    let call_id = item["call_id"]
+        .as_str()
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| invalid(&format!("input[{at}].call_id"), "a call id is needed"))?;
+    let output = match &item["output"] {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => {
+            return Err(invalid(
+                &format!("input[{at}].output"),
+                "`output` must be a string or text parts",
+            ));
+        }
+    };
+    Ok(ClientAnswer::text(call_id, output, false))
+}
+
+/// An `mcp_approval_response`: `approval_request_id` names the
+/// `mcp_approval_request` item (`mcpr_<call id>`).
+fn decision(at: usize, item: &Value) -> Result<ClientDecision, ApiError> {
+    let call_id = item["approval_request_id"]
+        .as_str()
+        .and_then(|id| id.strip_prefix(APPROVAL_PREFIX))
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| {
+            invalid(
+                &format!("input[{at}].approval_request_id"),
+                "the id of an `mcp_approval_request` item (`mcpr_…`) is needed",
+            )
+        })?;
+    let approve = item["approve"].as_bool().ok_or_else(|| {
+        invalid(
+            &format!("input[{at}].approve"),
+            "`approve` must be true or false",
+        )
+    })?;
+    let reason = match &item["reason"] {
+        Value::Null => None,
+        Value::String(reason) => Some(reason.clone()),
+        _ => {
+            return Err(invalid(
+                &format!("input[{at}].reason"),
+                "`reason` must be a string",
+            ));
+        }
+    };
+    ClientDecision::new(call_id, approve, reason, &format!("input[{at}].reason"))
 }
 
 /// The request's tools as a response shows them.

@@ -126,6 +126,16 @@ impl Folding {
         }
         let seen = self.segment.see(stored);
         if matches!(seen, Seen::Hidden) {
+            if let Some(TurnEvent::ToolStarted {
+                call_id,
+                tool,
+                arguments,
+                ..
+            }) = typed(stored)
+                && stored.seq <= self.segment.start()
+            {
+                self.fold.began_earlier(call_id, tool, arguments);
+            }
             return Vec::new();
         }
         let mut out = Vec::new();
@@ -146,6 +156,11 @@ impl Folding {
                 tool,
                 arguments,
             } => out.extend(self.fold.function_call(call_id, tool, arguments)),
+            Seen::Approval {
+                call_id,
+                tool,
+                arguments,
+            } => out.extend(self.fold.approval_request(call_id, tool, arguments)),
             Seen::Hidden => {}
         }
         out

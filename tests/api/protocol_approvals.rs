@@ -1,0 +1,298 @@
+//! A write that waits for a person, decided in each protocol's own
+//! shape: AG-UI's interrupt and `resume`, the AI SDK's
+//! `tool-approval-request` and `approval-responded` tool part, Responses'
+//! `mcp_approval_request` and `mcp_approval_response`. Each answer ends at
+//! the request while the turn waits; the next request decides, and its
+//! answer is the same turn after the decision. (The official clients of
+//! each run the same round trips in `.ci/run`.)
+
+use serde_json::{Value, json};
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{TestApp, spawn_app_with, test_settings, vault_of},
+    on_both_backends,
+    support::{Backend, TestDb},
+};
+
+async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.vault.dir = vault.to_owned();
+    settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
+    spawn_app_with(TestDb::new(backend).await, provider, settings).await
+}
+
+fn script(app: &TestApp, call: &str) {
+    app.provider.enqueue([
+        Reply::openai_tool_call(
+            call,
+            "write_note",
+            &json!({"path": "notes/a.md", "content": "changed"}),
+        ),
+        Reply::sse("openai/text.sse"),
+    ]);
+}
+
+/// The `data:` events of an SSE body.
+fn data_events(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+async fn post(app: &TestApp, path: &str, body: &Value) -> (u16, String) {
+    let response = app
+        .client
+        .post(app.url(path))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+async fn running_turn(app: &TestApp, session: &str) -> Value {
+    let (status, session) = app.get_json(&format!("/sessions/{session}")).await;
+    assert_eq!(status, 200, "{session}");
+    session["running_turn_id"].clone()
+}
+
+async fn agui_waits_with_an_interrupt_and_resume_decides(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let app = app(backend, vault.path()).await;
+    script(&app, "call_g1");
+    let input = json!({
+        "threadId": "agui-approve", "runId": "r1",
+        "messages": [{"id": "u1", "role": "user", "content": "Change my note."}],
+    });
+    let (status, body) = post(&app, "/v1/agui", &input).await;
+    assert_eq!(status, 200, "{body}");
+    let events = data_events(&body);
+    let finished = events.last().unwrap();
+    assert_eq!(finished["type"], "RUN_FINISHED", "{body}");
+    let interrupt = &finished["outcome"]["interrupts"][0];
+    assert_eq!(finished["outcome"]["type"], "interrupt", "{finished}");
+    assert_eq!(interrupt["id"], "call_g1");
+    assert_eq!(interrupt["toolCallId"], "call_g1");
+    assert_eq!(interrupt["reason"], "tool_approval");
+    assert_eq!(interrupt["metadata"]["tool"], "write_note");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "TOOL_CALL_START" && e["toolCallId"] == "call_g1"),
+        "{body}"
+    );
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
+    let turn = running_turn(&app, "agui-approve").await;
+    assert!(turn.is_string(), "the turn waits");
+
+    // A payload that is no decision is refused; nothing is decided.
+    let mut next = input.clone();
+    next["runId"] = "r2".into();
+    next["resume"] =
+        json!([{"interruptId": "call_g1", "status": "resolved", "payload": {"ok": 1}}]);
+    let (status, body) = post(&app, "/v1/agui", &next).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("resume[0].payload"), "{body}");
+    // An interrupt the turn does not wait on is not found.
+    next["resume"] = json!([{"interruptId": "call_other", "status": "resolved",
+                             "payload": {"approved": true}}]);
+    let (status, body) = post(&app, "/v1/agui", &next).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("call_not_found"), "{body}");
+
+    next["resume"] = json!([{"interruptId": "call_g1", "status": "resolved",
+                             "payload": {"approved": true}}]);
+    let (status, body) = post(&app, "/v1/agui", &next).await;
+    assert_eq!(status, 200, "{body}");
+    let events = data_events(&body);
+    assert_eq!(events[0]["type"], "RUN_STARTED");
+    assert_eq!(events[0]["runId"], "r2");
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "TOOL_CALL_RESULT")
+        .expect("the approved call's result");
+    assert_eq!(result["toolCallId"], "call_g1");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "RUN_FINISHED", "{body}");
+    assert!(last["outcome"].is_null(), "a completed run: {last}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "changed");
+
+    // Cancelled is a denial: the write does not run.
+    std::fs::write(&note, "# A\n").unwrap();
+    script(&app, "call_g2");
+    let mut again = input.clone();
+    again["runId"] = "r3".into();
+    again["messages"] = json!([{"id": "u2", "role": "user", "content": "Once more."}]);
+    let (_, body) = post(&app, "/v1/agui", &again).await;
+    assert_eq!(
+        data_events(&body).last().unwrap()["outcome"]["interrupts"][0]["id"],
+        "call_g2"
+    );
+    again["runId"] = "r4".into();
+    again["resume"] = json!([{"interruptId": "call_g2", "status": "cancelled"}]);
+    let (status, body) = post(&app, "/v1/agui", &again).await;
+    assert_eq!(status, 200, "{body}");
+    let result = data_events(&body)
+        .into_iter()
+        .find(|e| e["type"] == "TOOL_CALL_RESULT")
+        .expect("the denied call's result");
+    assert!(
+        result["content"].as_str().unwrap().contains("denied"),
+        "{result}"
+    );
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
+}
+
+async fn use_chat_asks_for_approval_and_the_next_request_decides(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let app = app(backend, vault.path()).await;
+    script(&app, "call_u1");
+    let user = json!({"id": "m1", "role": "user",
+                      "parts": [{"type": "text", "text": "Change my note."}]});
+    let (status, body) = post(
+        &app,
+        "/v1/ui/chat",
+        &json!({"id": "chat-approve", "messages": [user]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let chunks = data_events(&body);
+    let types: Vec<&str> = chunks.iter().map(|c| c["type"].as_str().unwrap()).collect();
+    let at = types
+        .iter()
+        .position(|t| *t == "tool-approval-request")
+        .unwrap_or_else(|| panic!("{types:?}"));
+    assert_eq!(types[at + 1..], ["finish-step", "finish"], "{types:?}");
+    let request = &chunks[at];
+    assert_eq!(request["toolCallId"], "call_u1");
+    let approval_id = request["approvalId"].as_str().unwrap().to_owned();
+    assert!(
+        chunks
+            .iter()
+            .any(|c| c["type"] == "tool-input-available" && c["toolCallId"] == "call_u1"),
+        "{types:?}"
+    );
+    assert!(running_turn(&app, "chat-approve").await.is_string());
+
+    // useChat's resume while it waits starts from the turn's start: the
+    // request again.
+    let resumed = app.get_text("/v1/ui/chat/chat-approve/stream").await;
+    assert!(resumed.contains("tool-approval-request"), "{resumed}");
+
+    // addToolApprovalResponse leaves the tool part `approval-responded`.
+    let assistant = json!({"id": "a1", "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-write_note", "toolCallId": "call_u1", "state": "approval-responded",
+         "input": {"path": "notes/a.md", "content": "changed"},
+         "approval": {"id": approval_id, "approved": false, "reason": "not today"}},
+    ]});
+    let (status, body) = post(
+        &app,
+        "/v1/ui/chat",
+        &json!({"id": "chat-approve", "messages": [user, assistant]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let chunks = data_events(&body);
+    let error = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-output-error")
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(error["toolCallId"], "call_u1");
+    assert!(
+        error["errorText"].as_str().unwrap().contains("not today"),
+        "{error}"
+    );
+    assert!(
+        !chunks.iter().any(|c| c["type"] == "tool-approval-request"),
+        "after the decision: {body}"
+    );
+    assert_eq!(chunks.last().unwrap()["type"], "finish", "{body}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
+
+    // The same message sent again decides nothing more: nothing waits.
+    let (status, body) = post(
+        &app,
+        "/v1/ui/chat",
+        &json!({"id": "chat-approve", "messages": [user, assistant]}),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+}
+
+async fn responses_end_at_an_approval_request_and_the_next_response_decides(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let app = app(backend, vault.path()).await;
+    script(&app, "call_r1");
+    let (status, body) = post(&app, "/v1/responses", &json!({"input": "Change my note."})).await;
+    assert_eq!(status, 200, "{body}");
+    let first: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(first["status"], "completed", "{first}");
+    let asked = first["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|item| item["type"] == "mcp_approval_request")
+        .unwrap_or_else(|| panic!("{first}"));
+    assert_eq!(asked["id"], "mcpr_call_r1");
+    assert_eq!(asked["name"], "write_note");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
+
+    // A reply without the response it answers, or naming no request.
+    let answer = |id: &str| json!([{"type": "mcp_approval_response", "approval_request_id": id, "approve": true}]);
+    let (status, body) = post(
+        &app,
+        "/v1/responses",
+        &json!({"input": answer("mcpr_call_r1")}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    let (status, body) = post(
+        &app,
+        "/v1/responses",
+        &json!({"previous_response_id": first["id"], "input": answer("call_r1")}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+
+    let (status, body) = post(
+        &app,
+        "/v1/responses",
+        &json!({"previous_response_id": first["id"], "input": answer("mcpr_call_r1")}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let second: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(second["status"], "completed", "{second}");
+    assert_eq!(second["previous_response_id"], first["id"], "{second}");
+    let call = second["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|item| item["type"] == "mcp_call")
+        .unwrap_or_else(|| panic!("{second}"));
+    assert_eq!(call["status"], "completed", "{call}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "changed");
+
+    // Decided: the same answer again is refused.
+    let (status, body) = post(
+        &app,
+        "/v1/responses",
+        &json!({"previous_response_id": first["id"], "input": answer("mcpr_call_r1")}),
+    )
+    .await;
+    assert!(status == 409 || status == 404, "{status} {body}");
+}
+
+on_both_backends!(
+    agui_waits_with_an_interrupt_and_resume_decides,
+    use_chat_asks_for_approval_and_the_next_request_decides,
+    responses_end_at_an_approval_request_and_the_next_response_decides,
+);
