@@ -495,12 +495,14 @@ mod tests {
     }
 
     /// What a segment shows of `log`: `text` for a delta, `?id` for a
-    /// call it ends at, nothing for the rest.
+    /// client's call it ends at, `!id` for an approval it ends at, nothing
+    /// for the rest.
     fn shown(segment: &mut Segment, log: &[StoredEvent]) -> Vec<String> {
         log.iter()
             .filter_map(|stored| match segment.see(stored) {
                 Seen::Hidden => None,
                 Seen::Asked { call_id, .. } => Some(format!("?{call_id}")),
+                Seen::Approval { call_id, .. } => Some(format!("!{call_id}")),
                 Seen::Shown(TurnEvent::MessageDelta { text, .. }) => Some(text.clone()),
                 Seen::Shown(_) => None,
             })
@@ -555,5 +557,30 @@ mod tests {
             Some(3),
             "c1's answer came before"
         );
+    }
+
+    #[test]
+    fn a_segment_ends_at_an_approval_and_shows_each_once() {
+        let approval = |call: &str| TurnEvent::ApprovalRequested {
+            step: 1,
+            call_id: call.into(),
+            tool: "write_note".into(),
+            arguments: json!({}),
+        };
+        let log = log(vec![
+            delta("Let me write."),
+            approval("w1"),
+            // A take-over asks again.
+            approval("w1"),
+            delta("Written."),
+            requested("c1"),
+        ]);
+        assert_eq!(
+            shown(&mut Segment::default(), &log),
+            ["Let me write.", "!w1", "Written.", "?c1"]
+        );
+        let mut after_w1 = Segment::after(2);
+        assert_eq!(shown(&mut after_w1, &log), ["Written.", "?c1"]);
+        assert_eq!(after_w1.previous_start(), None);
     }
 }
