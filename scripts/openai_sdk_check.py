@@ -4,7 +4,8 @@
 Run by .ci/run after `cargo test`: starts the binary given (the `demo`
 provider, a fresh SQLite file, a free loopback port), makes JSON and
 streamed completions and responses with the SDK (a function tool the
-client runs among them; every stream event of a
+client runs among them, and a write that waits for approval, answered
+with `mcp_approval_response`, streamed and not; every stream event of a
 response validated by the SDK's own `ResponseStreamEvent` union, so an
 event of no documented type, or one missing a field, fails), checks what
 comes back, stops the binary.
@@ -153,6 +154,52 @@ def client_tool_checks(client: OpenAI) -> int:
     return 2
 
 
+def approval_checks(client: OpenAI) -> int:
+    """A write that waits for a person (the service's approval policy):
+    the response ends at an `mcp_approval_request` item; the next request
+    answers it with an `mcp_approval_response`, and the same turn goes on
+    with the write."""
+    asked = client.responses.create(model="agent-harness", input="write a note about Lyon")
+    assert asked.status == "completed", asked
+    [request] = [o for o in asked.output if o.type == "mcp_approval_request"]
+    assert request.name == "write_note" and request.server_label == "agent-harness", request
+    answered = client.responses.create(
+        model="agent-harness",
+        previous_response_id=asked.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}],
+    )
+    assert answered.status == "completed", answered
+    [call] = [o for o in answered.output if o.type == "mcp_call"]
+    assert call.name == "write_note" and call.error is None, call
+    assert answered.output_text.startswith("The note tool said"), answered.output_text
+
+    # Streamed, and denied: the call fails with the reason, the turn ends.
+    events = typed_events(client.responses.create(model="agent-harness", input="write a note about Nice", stream=True))
+    assert events[-1].type == "response.completed", events[-1]
+    [request] = [o for o in events[-1].response.output if o.type == "mcp_approval_request"]
+    rest = typed_events(
+        client.responses.create(
+            model="agent-harness",
+            previous_response_id=events[-1].response.id,
+            input=[
+                {
+                    "type": "mcp_approval_response",
+                    "approval_request_id": request.id,
+                    "approve": False,
+                    "reason": "not this one",
+                }
+            ],
+            stream=True,
+        )
+    )
+    assert rest[-1].type == "response.completed", rest[-1]
+    failed = [e for e in rest if e.type == "response.mcp_call.failed"]
+    assert failed, [e.type for e in rest]
+    [call] = [o for o in rest[-1].response.output if o.type == "mcp_call"]
+    assert "not this one" in str(call.error), call
+    return 2
+
+
 def main(binary: str) -> None:
     # Keep-alive comments every second: the slow answer below waits 2.5 s
     # for its first word, so the SDK reads some.
@@ -190,7 +237,11 @@ def main(binary: str) -> None:
         assert text.startswith("Echo: answer slowly"), text
         assert time.monotonic() - started >= 2.0, "the answer was not slow"
         passed = 3 + responses_checks(client)
-        print(f"openai-sdk: {passed} passed, 0 failed")
+    # The same service, whose writes wait for a person.
+    with service.running(binary, HARNESS_APPROVAL_REQUIRED="LOCAL_WRITE") as base:
+        client = OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+        passed += approval_checks(client)
+    print(f"openai-sdk: {passed} passed, 0 failed")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 // body parsed and validated with the SDK's own chunk schema, then folded
 // into a UI message. And every event of /v1/agui passes @ag-ui/core's
 // schemas, and AG-UI's own HttpAgent runs a frontend tool. A tool the
-// client runs goes through both protocols. Run by .ci/run with
-// the binary to start.
+// client runs goes through both protocols, and so does a write that waits
+// for approval (the AI SDK's approval parts, AG-UI's interrupt and
+// resume). Run by .ci/run with the binary to start.
 import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -14,6 +15,7 @@ import { HttpAgent } from '@ag-ui/client';
 import { EventSchemas, RunAgentInputSchema } from '@ag-ui/core/schemas';
 import {
   DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
   lastAssistantMessageIsCompleteWithToolCalls,
   readUIMessageStream,
   uiMessageChunkSchema,
@@ -29,25 +31,26 @@ const freePort = () =>
   });
 
 const binary = process.argv[2];
-const port = await freePort();
-const folder = mkdtempSync(join(tmpdir(), 'ui-check-'));
-const service = spawn(binary, [], {
-  env: {
-    PATH: process.env.PATH,
-    HARNESS_PROVIDERS: 'demo:echo',
-    HARNESS_LISTEN: `127.0.0.1:${port}`,
-    DATABASE_URL: `sqlite://${folder}/h.db`,
-    HARNESS_VAULT_DIR: `${folder}/vault`,
-    HARNESS_LOG_FORMAT: 'json',
-    // Keep-alive comments every second: the slow answers below wait 2.5 s
-    // for their first word, so the parsers read some.
-    HARNESS_SSE_KEEPALIVE_S: '1',
-  },
-  stdio: 'ignore',
-});
-
-let passed = 0;
-try {
+// The service on a free port, with `settings` beside the defaults, once
+// it answers.
+const start = async (settings) => {
+  const port = await freePort();
+  const folder = mkdtempSync(join(tmpdir(), 'ui-check-'));
+  const service = spawn(binary, [], {
+    env: {
+      PATH: process.env.PATH,
+      HARNESS_PROVIDERS: 'demo:echo',
+      HARNESS_LISTEN: `127.0.0.1:${port}`,
+      DATABASE_URL: `sqlite://${folder}/h.db`,
+      HARNESS_VAULT_DIR: `${folder}/vault`,
+      HARNESS_LOG_FORMAT: 'json',
+      // Keep-alive comments every second: the slow answers below wait 2.5 s
+      // for their first word, so the parsers read some.
+      HARNESS_SSE_KEEPALIVE_S: '1',
+      ...settings,
+    },
+    stdio: 'ignore',
+  });
   for (let i = 0; i < 200; i++) {
     try {
       await fetch(`http://127.0.0.1:${port}/healthz`);
@@ -56,8 +59,17 @@ try {
       await new Promise((r) => setTimeout(r, 50));
     }
   }
-  const post = (path, body) =>
-    fetch(`http://127.0.0.1:${port}${path}`, {
+  return { port, service };
+};
+// One without approvals, one whose writes (the demo's notes, the client's
+// tools) wait for a person.
+const { port, service } = await start({});
+const approving = await start({ HARNESS_APPROVAL_REQUIRED: 'LOCAL_WRITE' });
+
+let passed = 0;
+try {
+  const post = (path, body, at = port) =>
+    fetch(`http://127.0.0.1:${at}${path}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(body),
@@ -273,7 +285,61 @@ try {
     throw new Error(`HttpAgent after the frontend tool: ${JSON.stringify(agent.messages)}`);
   }
   passed++;
+
+  // A write that waits for approval, through the AI SDK: the stream stops
+  // at tool-approval-request (the part `approval-requested`); the next
+  // request carries the decision in that part, as addToolApprovalResponse
+  // leaves it, and the same turn writes and answers.
+  const writer = { id: 'w1', role: 'user', parts: [{ type: 'text', text: 'write a note about Lyon' }] };
+  const waiting = await read(
+    await post('/v1/ui/chat', { id: 'chat-approval', trigger: 'submit-message', messages: [writer] }, approving.port),
+  );
+  const writeCall = waiting.parts.find((p) => p.type === 'tool-write_note' || p.toolName === 'write_note');
+  if (!writeCall || writeCall.state !== 'approval-requested' || !writeCall.approval?.id) {
+    throw new Error(`no approval asked: ${JSON.stringify(waiting.parts)}`);
+  }
+  const decided = {
+    ...waiting,
+    parts: waiting.parts.map((p) =>
+      p === writeCall ? { ...p, state: 'approval-responded', approval: { id: p.approval.id, approved: true } } : p,
+    ),
+  };
+  if (!lastAssistantMessageIsCompleteWithApprovalResponses({ messages: [writer, decided] })) {
+    throw new Error('the SDK would not send the decision on');
+  }
+  const written = await read(
+    await post('/v1/ui/chat', { id: 'chat-approval', trigger: 'submit-message', messages: [writer, decided] }, approving.port),
+    decided,
+  );
+  const writtenCall = written.parts.find((p) => p.toolCallId === writeCall.toolCallId);
+  if (writtenCall?.state !== 'output-available' || !textOf(written).startsWith('The note tool said')) {
+    throw new Error(`after the approval: ${JSON.stringify(written.parts)}`);
+  }
+  passed++;
+
+  // The same through AG-UI's HttpAgent: the run finishes with an
+  // interrupt (pendingInterrupts); the next run's resume approves it.
+  const approver = new HttpAgent({
+    url: `http://127.0.0.1:${approving.port}/v1/agui`,
+    threadId: 'agui-approval',
+    initialMessages: [{ id: 'u1', role: 'user', content: 'write a note about Nice' }],
+  });
+  await approver.runAgent({ runId: 'approval-run-1' });
+  const [interrupt] = approver.pendingInterrupts;
+  if (approver.pendingInterrupts.length !== 1 || interrupt.reason !== 'tool_approval' || !interrupt.toolCallId) {
+    throw new Error(`HttpAgent saw no interrupt: ${JSON.stringify(approver.pendingInterrupts)}`);
+  }
+  const resumedRun = await approver.runAgent({
+    runId: 'approval-run-2',
+    resume: [{ interruptId: interrupt.id, status: 'resolved', payload: { approved: true } }],
+  });
+  const afterApproval = resumedRun.newMessages.map((m) => m.content ?? '').join('');
+  if (!afterApproval.includes('The note tool said') || approver.pendingInterrupts.length !== 0) {
+    throw new Error(`HttpAgent after the approval: ${JSON.stringify(approver.messages)}`);
+  }
+  passed++;
   console.log(`ai-sdk: ${passed} passed, 0 failed`);
 } finally {
   service.kill();
+  approving.service.kill();
 }

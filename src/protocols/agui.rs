@@ -26,7 +26,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     ConversationTurn, ToolDeclaration,
     approvals::ClientDecision,
-    client_calls::{ClientAnswer, EndsAtClientCall, Replies, SegmentEncoder, SegmentStream},
+    client_calls::{
+        ClientAnswer, EndsAtClientCall, Replies, SegmentEncoder, SegmentStream, client_name,
+    },
     retraction::{Say, StepText, ends_text},
     stream_for,
 };
@@ -263,6 +265,7 @@ impl EndsAtClientCall for Encoder {
 
     /// A call that waits for approval: the run ends with an interrupt.
     fn approval(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
+        let (tool, _) = client_name(tool);
         let mut out = Vec::new();
         let said = self.said.other();
         self.say(said, &mut out);

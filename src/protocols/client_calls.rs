@@ -245,6 +245,15 @@ pub async fn answered_until(app: &AppState, turn: &TurnRecord) -> Result<i64, Ap
     Ok(after)
 }
 
+/// A tool's name as the client knows it, and whether the client runs it
+/// (its registry name has the client prefix).
+pub fn client_name(tool: &str) -> (&str, bool) {
+    match tool.strip_prefix(CLIENT_TOOL_PREFIX) {
+        Some(name) => (name, true),
+        None => (tool, false),
+    }
+}
+
 /// The encoder of a format whose answer ends at a call of the client's
 /// tool, as JSON events (`data:` lines); [`Segment::encode`] feeds it.
 pub trait EndsAtClientCall {

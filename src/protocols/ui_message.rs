@@ -34,7 +34,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     ConversationTurn, ToolDeclaration,
     approvals::ClientDecision,
-    client_calls::{ClientAnswer, EndsAtClientCall, Replies, SegmentEncoder, SegmentStream},
+    client_calls::{
+        ClientAnswer, EndsAtClientCall, Replies, SegmentEncoder, SegmentStream, client_name,
+    },
     retraction::{Say, StepText, ends_text},
     stream_for,
 };
@@ -240,13 +242,17 @@ impl EndsAtClientCall for Encoder {
         out
     }
 
-    /// A call that waits for approval (its `tool-input-available` was
-    /// sent): the stream ends with the request.
-    fn approval(&mut self, call_id: &str, _tool: &str, _arguments: &Value) -> Vec<Value> {
+    /// A call that waits for approval: the stream ends with the request
+    /// (after the call's `tool-input-available`, which a call of the
+    /// client's has not had).
+    fn approval(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
         let mut out = Vec::new();
         let said = self.said.other();
         self.say(said, &mut out);
         self.close_text(&mut out);
+        if let (name, true) = client_name(tool) {
+            out.push(tool_input(call_id, name, arguments, false));
+        }
         out.push(json!({
             "type": "tool-approval-request",
             "approvalId": format!("approval-{call_id}"),

@@ -3,6 +3,9 @@
 //! turn, a tool call and citations at once. It echoes the message word by
 //! word; a message asking to search (or about notes) first calls
 //! `local_search` when it is offered, then reports what it found; a message
+//! asking it to write a note calls `write_note` (`notes/demo.md`, the
+//! message as its text) when it is offered, then says what the tool said
+//! (a write an operator may make wait for approval); a message
 //! asking it to answer slowly (or any message, as the model `slow`) waits
 //! [`SLOW_PAUSE`] before its first word
 //! (a slow model: the stream's keep-alives show); a turn that offers tools
@@ -24,6 +27,9 @@ const WORD_DELAY: Duration = Duration::from_millis(25);
 
 /// The wait before the first word of a message that asks for `slowly`.
 const SLOW_PAUSE: Duration = Duration::from_millis(2500);
+
+/// The note a message asking to write one writes.
+const DEMO_NOTE: &str = "notes/demo.md";
 
 /// The model (`HARNESS_PROVIDERS=demo:slow`) that answers every message
 /// slowly: a conformance suite sees its tasks working, and can cancel them.
@@ -95,6 +101,17 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
         };
         return (String::new(), vec![call]);
     }
+    let writes = lower.contains("write") && lower.contains("note");
+    if writes && request.tools.iter().any(|t| t.name == "write_note") {
+        let call = ToolCall {
+            id: format!("call_demo_{}", uuid::Uuid::now_v7().simple()),
+            name: "write_note".to_owned(),
+            arguments: serde_json::json!({ "path": DEMO_NOTE, "content": message })
+                .to_string()
+                .into(),
+        };
+        return (String::new(), vec![call]);
+    }
     // A tool the client runs, offered: the demo calls the first one.
     if let Some(tool) = request
         .tools
@@ -129,17 +146,17 @@ fn after_tool(request: &ChatRequest, tool: &super::ChatMessage) -> String {
         .chars()
         .take(600)
         .collect();
-    let client_call = request
+    let call = request
         .messages
         .iter()
         .rev()
         .flat_map(|m| &m.tool_calls)
         .find(|c| tool.tool_call_id.as_deref() == Some(c.id.as_str()))
-        .is_some_and(|c| c.name.starts_with(crate::ids::CLIENT_TOOL_PREFIX));
-    let said = if client_call {
-        "Your tool answered"
-    } else {
-        "Here is what the search found"
+        .map(|c| c.name.as_str());
+    let said = match call {
+        Some(name) if name.starts_with(crate::ids::CLIENT_TOOL_PREFIX) => "Your tool answered",
+        Some("write_note") => "The note tool said",
+        _ => "Here is what the search found",
     };
     format!("{said}:\n\n{found}")
 }

@@ -273,6 +273,7 @@ impl ResponseFold {
         let mut out = Vec::new();
         self.close_message("completed", &mut out);
         let id = format!("{APPROVAL_PREFIX}{call_id}");
+        let (tool, _) = crate::protocols::client_calls::client_name(tool);
         let item = server_item("mcp_approval_request", id, tool, arguments);
         let index = self.add_item(item.clone(), &mut out);
         out.push(self.numbered(
