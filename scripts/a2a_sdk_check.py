@@ -214,6 +214,24 @@ async def checks(base: str, tee: Tee) -> int:
     assert events[0].HasField("task"), events[0]
     assert events[-1].status_update.status.state == a2a.TASK_STATE_COMPLETED, events[-1]
 
+    # A write that waits for approval, approved the same way: the note is
+    # written and the answer says so.
+    [asked] = await collect(
+        blocking.send_message(a2a.SendMessageRequest(message=user_message("write a note about Paris")))
+    )
+    assert asked.task.status.state == a2a.TASK_STATE_INPUT_REQUIRED, asked
+    assert "write_note" in asked.task.status.message.parts[0].text, asked
+    [written] = await collect(
+        blocking.send_message(
+            a2a.SendMessageRequest(
+                message=user_message("approve", task_id=asked.task.id, context_id=asked.task.context_id)
+            )
+        )
+    )
+    assert written.task.status.state == a2a.TASK_STATE_COMPLETED, written
+    said = " ".join(p.text for a in written.task.artifacts for p in a.parts)
+    assert "The note tool said" in said, written
+
     # A tool the client runs (the card's extension): input-required with
     # the call as a data part, answered by a data part in the same task.
     [extension] = card.capabilities.extensions
@@ -300,14 +318,15 @@ async def checks(base: str, tee: Tee) -> int:
     assert not listed.configs, listed
     webhook.server.shutdown()
     await http.aclose()
-    return 9
+    return 10
 
 
 def main(binary: str) -> None:
-    # The demo's search asks for approval: a task that waits.
+    # The demo's search and its note writes ask for approval: tasks that
+    # wait.
     # The webhook of the push round trip is on loopback.
     with service.running(
-        binary, HARNESS_APPROVAL_REQUIRED="READ_ONLY", HARNESS_OUTBOUND_ALLOW_PRIVATE="true"
+        binary, HARNESS_APPROVAL_REQUIRED="READ_ONLY,LOCAL_WRITE", HARNESS_OUTBOUND_ALLOW_PRIVATE="true"
     ) as base:
         tee = Tee()
         passed = anyio.run(checks, base, tee)

@@ -8,7 +8,11 @@ reads the sessions, cancels a slow `ask` (the SDK sends
 2026-07-28 client (`Client`, which discovers the version) with the tasks
 extension (`io.modelcontextprotocol/tasks`, written here against the SDK's
 `ClientExtension` interface, as the SDK ships no tasks client), runs `ask`
-as a task polled to its end and cancels another; stops the binary.
+as a task polled to its end and cancels another. Against a second binary
+whose writes wait for approval, a write is approved through the SDK's
+elicitation callback: as `elicitation/create` on the call's stream
+(2025-11-25) and as an input-required result (2026-07-28). Stops the
+binaries.
 """
 
 import sys
@@ -18,7 +22,7 @@ import anyio
 from mcp import Client, ClientSession
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
-from mcp_types import CallToolResult, Request, RequestParams, Result
+from mcp_types import CallToolResult, ElicitResult, Request, RequestParams, Result
 from pydantic import ConfigDict, Field, TypeAdapter
 
 import service
@@ -153,11 +157,40 @@ async def checks(url: str) -> int:
     return 4
 
 
+async def approval_checks(url: str) -> int:
+    """A write that waits for a person, approved by the SDK's elicitation
+    callback in both versions."""
+    asked = []
+
+    async def approve(context, params) -> ElicitResult:
+        asked.append(params.message)
+        assert params.requested_schema["required"] == ["approve"], params
+        return ElicitResult(action="accept", content={"approve": True})
+
+    async with streamable_http_client(url) as streams:
+        async with ClientSession(streams[0], streams[1], elicitation_callback=approve) as session:
+            await session.initialize()
+            result = await session.call_tool("ask", {"message": "write a note about Lyon", "session_id": "mcp-write"})
+            assert not result.is_error, result
+            assert result.content[0].text.startswith("The note tool said"), result
+    assert len(asked) == 1 and "write_note" in asked[0], asked
+
+    async with Client(url, elicitation_callback=approve) as client:
+        assert client.session.protocol_version == "2026-07-28", client.session.protocol_version
+        result = await client.call_tool("ask", {"message": "write a note about Nice", "session_id": "mcp-write-2026"})
+        assert not result.is_error, result
+        assert result.content[0].text.startswith("The note tool said"), result
+    assert len(asked) == 2, asked
+    return 2
+
+
 def main(binary: str) -> None:
     with service.running(binary) as base:
         passed = anyio.run(checks, f"{base}/mcp")
         passed += anyio.run(task_checks, f"{base}/mcp")
-        print(f"mcp-sdk: {passed} passed, 0 failed")
+    with service.running(binary, HARNESS_APPROVAL_REQUIRED="LOCAL_WRITE") as base:
+        passed += anyio.run(approval_checks, f"{base}/mcp")
+    print(f"mcp-sdk: {passed} passed, 0 failed")
 
 
 if __name__ == "__main__":

@@ -37,9 +37,9 @@ pub struct App {
     /// Turns that MCP `tools/call` requests of this process are answering.
     pub mcp_calls: McpCalls,
     pub mcp_log_levels: McpLogLevels,
-    /// The MCP sessions (up to 2025-11-25) this process began, with the
-    /// resources each follows.
-    pub mcp_subscriptions: McpSubscriptions,
+    /// The MCP sessions (up to 2025-11-25) this process began: their
+    /// subscriptions and elicitations.
+    pub mcp_sessions: McpSessions,
 }
 
 /// The log level each MCP session (the versions up to 2025-11-25, with
@@ -166,6 +166,8 @@ pub type AppState = Arc<App>;
 const MCP_SESSIONS_MAX: usize = 10_000;
 /// Resources one session follows at most.
 pub const MCP_URIS_MAX: usize = 100;
+/// Approvals asked of one session by elicitation and not answered, at most.
+const MCP_ASKED_MAX: usize = 100;
 /// A session neither asked nor streamed to for this long is forgotten.
 const MCP_IDLE: Duration = Duration::from_secs(3600);
 
@@ -177,14 +179,20 @@ struct Watched {
     /// The stream that serves it: a new `GET` ends the one before (each
     /// notification goes to one stream, as the transport says).
     stream: u64,
+    /// Whether the client takes `elicitation/create` (its `initialize`
+    /// said so).
+    elicits: bool,
+    /// The approvals asked of it by elicitation, by request id: the
+    /// session, turn and call each decides.
+    asked: HashMap<String, (SessionKey, Uuid, String)>,
 }
 
 /// The MCP sessions (up to 2025-11-25) `initialize` began in this
-/// process, with the resources each follows (`resources/subscribe`), by
-/// tenant and session: the session's `GET /mcp` stream says when one
-/// changes.
+/// process, by tenant and session: the resources each follows
+/// (`resources/subscribe`; the session's `GET /mcp` stream says when one
+/// changes), and the approvals asked of its client by elicitation.
 #[derive(Debug, Default)]
-pub struct McpSubscriptions(Mutex<HashMap<(String, String), Watched>>);
+pub struct McpSessions(Mutex<HashMap<(String, String), Watched>>);
 
 /// Why a subscription is not taken.
 pub enum SubscribeRefused {
@@ -193,14 +201,14 @@ pub enum SubscribeRefused {
     TooMany,
 }
 
-impl McpSubscriptions {
+impl McpSessions {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Watched>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Keeps a session `initialize` began; when full, the session idle
     /// longest (past [`MCP_IDLE`] first) makes room.
-    pub fn begin(&self, tenant: &Tenant, session: &str) {
+    pub fn begin(&self, tenant: &Tenant, session: &str, elicits: bool) {
         let mut sessions = self.lock();
         let now = Instant::now();
         sessions.retain(|_, watched| now.duration_since(watched.seen) < MCP_IDLE);
@@ -218,6 +226,8 @@ impl McpSubscriptions {
                 uris: BTreeSet::new(),
                 seen: now,
                 stream: 0,
+                elicits,
+                asked: HashMap::new(),
             },
         );
     }
@@ -245,6 +255,40 @@ impl McpSubscriptions {
             watched.seen = Instant::now();
             watched.uris.remove(uri);
         }
+    }
+
+    /// The id of an `elicitation/create` that asks the session's client
+    /// to decide on `call` (session, turn, call id); `None`: the client
+    /// takes no elicitation, the session is not this process's, or it has
+    /// [`MCP_ASKED_MAX`] questions open.
+    pub fn ask(
+        &self,
+        tenant: &Tenant,
+        session: &str,
+        call: (SessionKey, Uuid, String),
+    ) -> Option<String> {
+        let mut sessions = self.lock();
+        let watched = sessions
+            .get_mut(&(tenant.0.clone(), session.to_owned()))
+            .filter(|w| w.elicits && w.asked.len() < MCP_ASKED_MAX)?;
+        watched.seen = Instant::now();
+        let id = format!("approval-{}", Uuid::now_v7().simple());
+        watched.asked.insert(id.clone(), call);
+        Some(id)
+    }
+
+    /// The call an answered `elicitation/create` of the session decides
+    /// (forgotten once answered).
+    pub fn answered(
+        &self,
+        tenant: &Tenant,
+        session: &str,
+        id: &str,
+    ) -> Option<(SessionKey, Uuid, String)> {
+        let mut sessions = self.lock();
+        let watched = sessions.get_mut(&(tenant.0.clone(), session.to_owned()))?;
+        watched.seen = Instant::now();
+        watched.asked.remove(id)
     }
 
     /// Makes `stream` the session's stream; `None`: no such session.

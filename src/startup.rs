@@ -148,7 +148,7 @@ impl Application {
             approvals_decided: approvals,
             mcp_calls: crate::app::McpCalls::default(),
             mcp_log_levels: crate::app::McpLogLevels::default(),
-            mcp_subscriptions: crate::app::McpSubscriptions::default(),
+            mcp_sessions: crate::app::McpSessions::default(),
             provider_names,
         });
         Ok(Self {

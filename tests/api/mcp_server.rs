@@ -489,7 +489,114 @@ async fn a_subscribed_note_says_when_it_changes(backend: Backend) {
     assert!(matches!(ended, Ok(None)), "the first stream ends");
 }
 
+/// A streamed `ask` whose write waits for approval asks the client with
+/// `elicitation/create` when its `initialize` took elicitation; the
+/// client's answer (a JSON-RPC response) decides, and the same stream
+/// goes on to the call's result. A client that took none is not asked.
+async fn an_elicitation_asks_the_client_to_approve_a_write(backend: Backend) {
+    let vault = crate::helpers::vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let provider = crate::fake_provider::FakeProvider::start().await;
+    let mut settings = crate::helpers::test_settings(&provider);
+    settings.vault.dir = vault.path().to_owned();
+    settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
+    let app = crate::helpers::spawn_app_with(
+        crate::support::TestDb::new(backend).await,
+        provider,
+        settings,
+    )
+    .await;
+    let begin = |capabilities: Value| {
+        let app = &app;
+        async move {
+            let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": capabilities,
+                "clientInfo": {"name": "test", "version": "1"}
+            }});
+            let response = rpc(app, None, initialize).await;
+            response.headers()["mcp-session-id"]
+                .to_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let ask = |session: String, id: u64, chat: &'static str| {
+        let app = &app;
+        async move {
+            let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                "name": "ask", "arguments": {"message": "Change my note.", "session_id": chat},
+            }});
+            SseStream::new(rpc(app, Some(&session), message).await).await
+        }
+    };
+    let script = |call: &str| {
+        app.provider.enqueue([
+            Reply::openai_tool_call(
+                call,
+                "write_note",
+                &json!({"path": "notes/a.md", "content": "changed"}),
+            ),
+            Reply::sse("openai/text.sse"),
+        ]);
+    };
+
+    let session = begin(json!({"elicitation": {}})).await;
+    script("call_e1");
+    let mut stream = ask(session.clone(), 7, "s-elicit").await;
+    let request = loop {
+        let message = stream.next().await.expect("an elicitation").json();
+        if message["method"] == "elicitation/create" {
+            break message;
+        }
+    };
+    assert!(request["id"].is_string(), "{request}");
+    let schema = &request["params"]["requestedSchema"];
+    assert_eq!(
+        schema["properties"]["approve"]["type"], "boolean",
+        "{request}"
+    );
+    assert!(
+        request["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("write_note"),
+        "{request}"
+    );
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
+    // Another MCP session's answer does not decide it.
+    let other = begin(json!({"elicitation": {}})).await;
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"],
+                        "result": {"action": "accept", "content": {"approve": true}}});
+    assert_eq!(rpc(&app, Some(&other), answer.clone()).await.status(), 202);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
+    assert_eq!(rpc(&app, Some(&session), answer).await.status(), 202);
+    let mut result = Value::Null;
+    while let Some(event) = stream.next().await {
+        let message = event.json();
+        if message["id"] == 7 {
+            result = message;
+        }
+    }
+    assert_eq!(result["result"]["isError"], false, "{result}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "changed");
+
+    // A client that takes no elicitation is not asked: the call waits for
+    // a decision from elsewhere.
+    let quiet = begin(json!({})).await;
+    script("call_e2");
+    let mut stream = ask(quiet, 8, "s-quiet").await;
+    let mut seen = Vec::new();
+    while let Ok(Some(event)) =
+        tokio::time::timeout(Duration::from_millis(1500), stream.next()).await
+    {
+        seen.push(event.json()["method"].clone());
+    }
+    assert!(!seen.contains(&json!("elicitation/create")), "{seen:?}");
+}
+
 on_both_backends!(
+    an_elicitation_asks_the_client_to_approve_a_write,
     an_mcp_host_asks_the_agent_and_reads_its_sessions,
     a_subscribed_note_says_when_it_changes,
     a_cancel_notification_cancels_the_turn_of_its_call,

@@ -24,6 +24,7 @@ use crate::{
     ids::{SessionKey, Tenant},
     protocols::{
         Encoded, WireFormat,
+        approvals::{ClientDecision, approvals, decide},
         error::ApiError,
         jsonrpc::{
             self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
@@ -109,7 +110,8 @@ pub(super) async fn answer(
         return Ok(StatusCode::ACCEPTED.into_response());
     };
     let Some(method) = method else {
-        // A response to a request of ours: this server asks nothing.
+        // A response to a request of ours: an elicitation's answer.
+        elicited(&app, &tenant, &mcp_session, &id, fields).await;
         return Ok(StatusCode::ACCEPTED.into_response());
     };
     let answer = match method {
@@ -136,7 +138,8 @@ pub(super) async fn answer(
             let session = Uuid::now_v7().to_string();
             if let Ok(value) = HeaderValue::from_str(&session) {
                 response.headers_mut().insert(SESSION_HEADER, value);
-                app.mcp_subscriptions.begin(&tenant, &session);
+                let elicits = params["capabilities"]["elicitation"].is_object();
+                app.mcp_sessions.begin(&tenant, &session, elicits);
             }
             return Ok(response);
         }
@@ -238,10 +241,10 @@ fn subscription(
         }});
     }
     if method == "resources/unsubscribe" {
-        app.mcp_subscriptions.unsubscribe(tenant, mcp_session, uri);
+        app.mcp_sessions.unsubscribe(tenant, mcp_session, uri);
         return rpc_result(id, json!({}));
     }
-    match app.mcp_subscriptions.subscribe(tenant, mcp_session, uri) {
+    match app.mcp_sessions.subscribe(tenant, mcp_session, uri) {
         Ok(()) => rpc_result(id, json!({})),
         Err(SubscribeRefused::UnknownSession) => rpc_error(
             id,
@@ -300,6 +303,10 @@ async fn ask(
     let events = started.events(app);
     let format = AskStream {
         log_level: app.mcp_log_levels.get(&call.tenant.0, &call.mcp_session),
+        app: app.clone(),
+        tenant: call.tenant,
+        mcp_session: call.mcp_session,
+        elicited: Vec::new(),
         id: call.id,
         progress: call.progress,
         done: 0,
@@ -317,6 +324,11 @@ struct AskStream {
     /// The session's `logging/setLevel` (an index of [`LOG_LEVELS`]): the
     /// turn's log messages at or above it are sent.
     log_level: Option<usize>,
+    app: AppState,
+    tenant: Tenant,
+    mcp_session: String,
+    /// The calls whose approval was asked by elicitation (each once).
+    elicited: Vec<String>,
     id: Value,
     progress: Value,
     done: u64,
@@ -344,6 +356,87 @@ impl AskStream {
             "params": {"level": level, "logger": "agent-harness", "data": data},
         });
         Encoded::frames(vec![message_frame(&note)])
+    }
+}
+
+impl AskStream {
+    /// An `elicitation/create` that asks the client to approve a call
+    /// (once a call; none when the client takes no elicitation).
+    fn elicit(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Option<Bytes> {
+        if self.elicited.iter().any(|c| c == call_id) {
+            return None;
+        }
+        let asked = (self.session.clone(), self.turn_id, call_id.to_owned());
+        let id = self
+            .app
+            .mcp_sessions
+            .ask(&self.tenant, &self.mcp_session, asked)?;
+        self.elicited.push(call_id.to_owned());
+        let request = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "elicitation/create",
+            "params": {
+                "mode": "form",
+                "message": format!("{tool} waits for your approval; its arguments: {arguments}"),
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {
+                        "approve": {"type": "boolean", "title": "Approve",
+                                    "description": "Let the call run"},
+                        "reason": {"type": "string", "title": "Reason", "maxLength": 1000,
+                                   "description": "Why not (the model is told)"},
+                    },
+                    "required": ["approve"],
+                },
+            },
+        });
+        Some(message_frame(&request))
+    }
+}
+
+/// The client's answer to an `elicitation/create` of this session: the
+/// call it asked about is approved (`accept` with `approve: true`, the
+/// form 2026-07-28's input-required asks for too) or
+/// denied (anything else, with its reason). An answer to no question of
+/// the session's is taken and does nothing.
+async fn elicited(
+    app: &AppState,
+    tenant: &Tenant,
+    mcp_session: &str,
+    id: &Value,
+    answer: &serde_json::Map<String, Value>,
+) {
+    let Some((session, turn_id, call_id)) = id
+        .as_str()
+        .and_then(|id| app.mcp_sessions.answered(tenant, mcp_session, id))
+    else {
+        return;
+    };
+    let result = answer.get("result").unwrap_or(&Value::Null);
+    let content = &result["content"];
+    let (approve, reason) = match result["action"].as_str() {
+        Some("accept") => (
+            content["approve"] == true,
+            content["reason"].as_str().map(str::to_owned),
+        ),
+        Some("decline") => (false, Some("the person declined".to_owned())),
+        _ => (false, Some("the client did not ask anyone".to_owned())),
+    };
+    let decision = ClientDecision::new(&call_id, approve, reason, "content.reason")
+        .or_else(|_| ClientDecision::new(&call_id, approve, None, "content.reason"));
+    let decided = async {
+        let decision = decision?;
+        let turn = app
+            .store
+            .get_turn(&session, turn_id)
+            .await?
+            .ok_or(ApiError::TurnNotFound)?;
+        let state = approvals(app, &turn).await?.get(&call_id).map(|(s, _)| *s);
+        decide(app, &turn, state, &decision).await
+    };
+    if let Err(e) = decided.await {
+        tracing::debug!(error = %e, turn.id = %turn_id, "an elicited decision was not taken");
     }
 }
 
@@ -390,10 +483,19 @@ impl WireFormat for AskStream {
                 }
                 self.log(level, data)
             }
-            TurnEvent::ApprovalRequested { call_id, tool, .. } => self.log(
-                "notice",
-                json!({"event": "approval.requested", "tool": tool, "call_id": call_id}),
-            ),
+            TurnEvent::ApprovalRequested {
+                call_id,
+                tool,
+                arguments,
+                ..
+            } => {
+                let mut out = self.log(
+                    "notice",
+                    json!({"event": "approval.requested", "tool": tool, "call_id": call_id}),
+                );
+                out.frames.extend(self.elicit(call_id, tool, arguments));
+                out
+            }
             TurnEvent::TurnCompleted { result } => {
                 ended(tools::completed(&self.session, self.turn_id, result))
             }

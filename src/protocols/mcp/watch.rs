@@ -35,14 +35,14 @@ const QUIET: Duration = Duration::from_secs(15);
 pub(super) fn stream(app: AppState, tenant: Tenant, session: &str) -> Result<Response, ApiError> {
     let key = (tenant.0.clone(), session.to_owned());
     let stream_id = app
-        .mcp_subscriptions
+        .mcp_sessions
         .take(&key)
         .ok_or(ApiError::McpSessionNotFound)?;
     let closing = app.runner.streams_closed();
     let body = async_stream::stream! {
         let mut seen: BTreeMap<String, Option<u64>> = BTreeMap::new();
         let mut quiet_since = Instant::now();
-        while let Some(uris) = app.mcp_subscriptions.followed(&key, stream_id) {
+        while let Some(uris) = app.mcp_sessions.followed(&key, stream_id) {
             seen.retain(|uri, _| uris.contains(uri));
             for uri in uris {
                 let now = resources::fingerprint(&app, &tenant, &uri).await;
