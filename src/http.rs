@@ -17,6 +17,7 @@ pub mod sessions;
 pub mod tools;
 mod usage;
 pub mod vault;
+pub mod webhooks;
 
 use std::sync::OnceLock;
 
@@ -80,6 +81,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(vault::router())
         .merge(tools::router())
         .merge(usage::router())
+        .merge(webhooks::router())
         .merge(memory::router())
         .merge(protocols::chat_completions::router())
         .merge(protocols::responses::router())

@@ -204,6 +204,10 @@ impl Application {
             app.clone(),
             shutdown.clone(),
         ));
+        background.spawn(crate::http::webhooks::deliver(
+            app.clone(),
+            shutdown.clone(),
+        ));
         if app.settings.vault.index_on_start {
             background.spawn(index_vaults_at_start(app.vaults.clone(), shutdown.clone()));
         }

@@ -34,6 +34,7 @@ pub mod sqlite;
 pub mod tenants;
 pub mod turns;
 pub mod vault;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -58,6 +59,9 @@ pub use records::{
 pub use tenants::{TenantLimits, Tenants, UsageTotals};
 pub use turns::Turns;
 pub use vault::{IndexedNote, NoteState, VaultChunk, VaultHit, VaultIndex};
+pub use webhooks::{
+    DeliveryOutcome, HeldDelivery, OPERATOR_WEBHOOK_ID, Webhook, WebhookDelivery, Webhooks,
+};
 
 /// A store call's outcome: its value, or why the database layer failed.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -205,7 +209,9 @@ pub struct Readiness {
 /// database itself answers. Callers that need one concern take its trait
 /// (the vault a [`VaultIndex`], the background worker [`Jobs`]).
 #[async_trait]
-pub trait Store: EventLog + Turns + Jobs + VaultIndex + Access + Tenants + Pushes {
+pub trait Store:
+    EventLog + Turns + Jobs + VaultIndex + Access + Tenants + Pushes + Webhooks
+{
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
 

@@ -27,7 +27,7 @@ use syn::visit::Visit;
 /// handlers share, the protocols a turn is asked in, the HTTP edge,
 /// start-up and the command line.
 const LAYERS: &[&[&str]] = &[
-    &["ids", "pii"],
+    &["ids", "pii", "signing"],
     &["providers"],
     &["turn"],
     &["events"],

@@ -156,6 +156,19 @@ pub struct ServerSettings {
     /// only public addresses are pushed to.
     #[arg(id = "server.outbound_allow_private", long = "outbound-allow-private", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub outbound_allow_private: bool,
+    /// The operator's webhook endpoint: every tenant's turn and response
+    /// events are POSTed to it, signed with HARNESS_WEBHOOK_SECRET
+    /// (Standard Webhooks) [default: none].
+    #[arg(id = "server.webhook_url", long = "webhook-url")]
+    pub webhook_url: Option<HttpUrl>,
+    /// The secret the operator's webhooks are signed with: `whsec_` and at
+    /// least 24 bytes, base64 (required with HARNESS_WEBHOOK_URL).
+    #[arg(
+        id = "server.webhook_secret",
+        long = "webhook-secret",
+        hide_env_values = true
+    )]
+    pub webhook_secret: Option<String>,
     /// Name of this replica: turns it left running are interrupted when it
     /// starts again [default: $HOSTNAME, else `local`].
     #[arg(id = "server.instance_id", long = "instance-id", default_value_t = default_instance_id(), hide_default_value = true)]
@@ -240,6 +253,21 @@ impl ServerSettings {
                 "HARNESS_STALE_TURN_AFTER_S",
                 "must be more than HARNESS_HEARTBEAT_INTERVAL_S",
             ));
+        }
+        match (&self.webhook_url, &self.webhook_secret) {
+            (Some(_), None) => {
+                return Err(invalid(
+                    "HARNESS_WEBHOOK_SECRET",
+                    "is required with HARNESS_WEBHOOK_URL",
+                ));
+            }
+            (_, Some(secret)) if !crate::signing::secret_is_valid(secret) => {
+                return Err(invalid(
+                    "HARNESS_WEBHOOK_SECRET",
+                    "must be `whsec_` and at least 24 bytes, base64",
+                ));
+            }
+            _ => {}
         }
         if self.instance_id.is_empty() || self.instance_id.len() > 128 {
             return Err(invalid(

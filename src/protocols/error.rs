@@ -187,6 +187,13 @@ pub enum ApiError {
     /// 404 `checkpoint_not_found`.
     #[error("checkpoint not found")]
     CheckpointNotFound,
+    /// 404 `webhook_not_found`: no such endpoint of the caller's.
+    #[error("webhook not found")]
+    WebhookNotFound,
+    /// 409 `webhook_limit_reached`: the tenant has as many endpoints as it
+    /// may.
+    #[error("this tenant has {0} webhook endpoints, as many as it may; delete one first")]
+    WebhookLimit(u32),
     /// 404 `mcp_session_not_found`: an MCP session (up to 2025-11-25)
     /// this process did not begin, or forgot; the client begins another.
     #[error("no such MCP session here: send `initialize` for a new one")]
@@ -283,6 +290,7 @@ impl ApiError {
             | Self::VaultNotFound(_)
             | Self::CheckpointNotFound
             | Self::McpSessionNotFound
+            | Self::WebhookNotFound
             | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::TurnAlreadyRunning(_)
@@ -292,6 +300,7 @@ impl ApiError {
             | Self::TurnCancelled(_)
             | Self::CheckpointAlreadyRestored
             | Self::ApprovalAlreadyDecided
+            | Self::WebhookLimit(_)
             | Self::NoteRefused(_) => StatusCode::CONFLICT,
             Self::TurnFailed { code, .. } if code.starts_with("provider_") => {
                 StatusCode::BAD_GATEWAY
@@ -332,6 +341,8 @@ impl ApiError {
             Self::VaultNotFound(_) => "vault_not_found",
             Self::CheckpointNotFound => "checkpoint_not_found",
             Self::McpSessionNotFound => "mcp_session_not_found",
+            Self::WebhookNotFound => "webhook_not_found",
+            Self::WebhookLimit(_) => "webhook_limit_reached",
             Self::Unauthorized => "unauthorized",
             Self::RateLimited(_) => "rate_limited",
             Self::AuthThrottled(_) => "too_many_auth_failures",

@@ -50,3 +50,4 @@ mod turns;
 mod ui_stream;
 mod vault;
 mod web;
+mod webhooks;

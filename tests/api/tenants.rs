@@ -74,6 +74,8 @@ enum Expect {
     AgentCard,
     /// The caller's own tenant's usage and limits.
     OwnUsage,
+    /// Made (201): the caller's own, nothing of the other's in it.
+    Created,
 }
 
 /// One operation of the document, as the other tenant sends it.
@@ -108,6 +110,15 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
         ("POST", "/vault/reindex") => simple(Expect::Open),
         ("GET" | "DELETE", "/memories") => simple(Expect::Empty),
         ("GET", "/usage") => simple(Expect::OwnUsage),
+        ("GET", "/webhooks") => simple(Expect::Empty),
+        ("POST", "/webhooks") => with_body(
+            Expect::Created,
+            json!({"url": "https://example.com/globex", "events": ["turn.completed"]}),
+        ),
+        ("GET" | "DELETE", "/webhooks/{webhook_id}")
+        | ("GET", "/webhooks/{webhook_id}/deliveries") => {
+            simple(Expect::Missing("webhook_not_found"))
+        }
         ("POST", "/checkpoints/{checkpoint_id}/restore") => {
             simple(Expect::Missing("checkpoint_not_found"))
         }
@@ -267,6 +278,7 @@ struct Known {
     artifact: String,
     checkpoint: String,
     response: String,
+    webhook: String,
 }
 
 fn fill(template: &str, known: &Known) -> String {
@@ -279,6 +291,7 @@ fn fill(template: &str, known: &Known) -> String {
         .replace("{response_id}", &known.response)
         .replace("{id}", &known.turn)
         .replace("{config_id}", "cfg-1")
+        .replace("{webhook_id}", &known.webhook)
 }
 
 /// The path a walk sends for an operation: its template filled, with
@@ -392,8 +405,15 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     let second = stream.turn_id();
     stream.read_until("approval.requested").await;
 
-    // It follows its note over MCP (2025-11-25).
+    // It follows its note over MCP (2025-11-25), and has a webhook.
     let mcp = acme_mcp_session(&app).await;
+    let (status, hook) = app
+        .post_body(
+            "/webhooks",
+            json!({"url": "https://example.com/acme", "events": ["turn.completed"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{hook}");
 
     let (_, before) = app.get_json(&format!("/sessions/{session}")).await;
     let (_, events_before) = app
@@ -407,11 +427,13 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         artifact: "art_0".to_owned(),
         checkpoint: checkpoint.clone(),
         response: format!("resp_{}", second.replace('-', "")),
+        webhook: hook["id"].as_str().unwrap().to_owned(),
     };
     let never = Known {
         session: "s-never-made".to_owned(),
         checkpoint: "ckpt_never_made".to_owned(),
         turn: "0190a5c4-0000-7000-8000-000000000000".to_owned(),
+        webhook: "wh_never_made".to_owned(),
         ..known_clone(&known)
     };
 
@@ -460,6 +482,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                 assert_eq!(status, 200, "{method} {path}: {body}");
                 let empty = body["memories"].as_array().is_some_and(Vec::is_empty)
                     || body["deleted"] == 0
+                    || body["webhooks"].as_array().is_some_and(Vec::is_empty)
                     || body["tasks"].as_array().is_some_and(Vec::is_empty)
                         && body["totalSize"] == 0;
                 assert!(empty, "{method} {path}: {body}");
@@ -481,6 +504,11 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                 assert_eq!(status, 200, "{method} {path}: {body}");
                 let scheme = &body["securitySchemes"]["bearer"]["httpAuthSecurityScheme"];
                 assert_eq!(scheme["scheme"], "Bearer", "{body}");
+            }
+            Expect::Created => {
+                assert_eq!(status, 201, "{method} {path}: {body}");
+                assert_ne!(body["id"], known.webhook.as_str(), "{body}");
+                assert!(!body.to_string().contains("acme"), "{body}");
             }
             Expect::OwnUsage => {
                 assert_eq!(status, 200, "{method} {path}: {body}");
@@ -626,6 +654,7 @@ fn known_clone(known: &Known) -> Known {
         artifact: known.artifact.clone(),
         checkpoint: known.checkpoint.clone(),
         response: known.response.clone(),
+        webhook: known.webhook.clone(),
     }
 }
 

@@ -18,7 +18,7 @@
 //! configuration is made, and on every address its host resolves to when
 //! a push is sent; redirects are not followed).
 
-mod delivery;
+pub(crate) mod delivery;
 
 use std::sync::Arc;
 
@@ -62,8 +62,8 @@ fn header_text(config: &Value, field: &str, max: usize) -> Result<Option<String>
     }
 }
 
-/// The outbound guard of push URLs.
-fn guard(app: &AppState) -> Option<Arc<NetGuard>> {
+/// The outbound guard of push and webhook URLs.
+pub(crate) fn guard(app: &AppState) -> Option<Arc<NetGuard>> {
     (!app.settings.server.outbound_allow_private).then(|| Arc::new(NetGuard::default()))
 }
 
@@ -80,6 +80,18 @@ fn checked_url(app: &AppState, raw: &Value) -> Result<String, RpcError> {
         .check_url(&url)
         .map_err(|refused| invalid(format!("`url` refused: {refused}")))?;
     Ok(url.to_string())
+}
+
+/// An outbound URL (a push's, a webhook's), checked: http(s), no
+/// credentials in it, and an address written in it public (unless
+/// private ones are allowed); the reason when it is refused.
+pub(crate) fn checked_outbound(app: &AppState, raw: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(raw).map_err(|e| e.to_string())?;
+    let guard = guard(app).unwrap_or_else(|| Arc::new(everything()));
+    guard
+        .check_url(&url)
+        .map_err(|refused| refused.to_string())?;
+    Ok(url)
 }
 
 /// A guard that lets every address through (private ones allowed).

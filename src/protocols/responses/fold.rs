@@ -23,6 +23,8 @@
 //!   take-over) closes its message `incomplete`; the new text opens a
 //!   new message. Text said again the same is held back ([`StepText`]).
 
+mod calls;
+
 use serde_json::{Map, Value, json};
 
 use crate::{
@@ -164,11 +166,7 @@ impl ResponseFold {
                 ..
             } => {
                 self.close_message("completed", &mut out);
-                let mut item = server_item("mcp_call", call_item_id(call_id), tool, arguments);
-                item["status"] = "in_progress".into();
-                item["output"] = Value::Null;
-                item["error"] = Value::Null;
-                let index = self.add_item(item, &mut out);
+                let index = self.add_item(running_call(call_id, tool, arguments), &mut out);
                 let id = call_item_id(call_id);
                 out.push(self.numbered(
                     "response.mcp_call.in_progress",
@@ -225,62 +223,6 @@ impl ResponseFold {
             }
             _ => {}
         }
-        out
-    }
-
-    /// The stream events of a call of the client's tool: a
-    /// `function_call` item, and the response ends (`completed`) to let
-    /// the client run it.
-    pub fn function_call(&mut self, call_id: &str, name: &str, arguments: &Value) -> Vec<Value> {
-        let mut out = Vec::new();
-        self.close_message("completed", &mut out);
-        let id = format!("fc_{call_id}");
-        let arguments = arguments.to_string();
-        let mut item = json!({
-            "type": "function_call",
-            "id": id,
-            "call_id": call_id,
-            "name": name,
-            "arguments": "",
-            "status": "in_progress",
-        });
-        let index = self.add_item(item.clone(), &mut out);
-        out.push(self.numbered(
-            "response.function_call_arguments.delta",
-            json!({"item_id": id, "output_index": index, "delta": arguments}),
-        ));
-        out.push(self.numbered(
-            "response.function_call_arguments.done",
-            json!({"item_id": id, "output_index": index, "name": name, "arguments": arguments}),
-        ));
-        item["arguments"] = arguments.into();
-        item["status"] = "completed".into();
-        if let Some(slot) = self.output.get_mut(index) {
-            *slot = item.clone();
-        }
-        out.push(self.numbered(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
-        ));
-        self.end("completed", "response.completed", &mut out);
-        out
-    }
-
-    /// A call that waits for a person: an `mcp_approval_request` item
-    /// (`mcpr_<call id>`), and the response ends with it; the next
-    /// request's `mcp_approval_response` decides.
-    pub fn approval_request(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
-        let mut out = Vec::new();
-        self.close_message("completed", &mut out);
-        let id = format!("{APPROVAL_PREFIX}{call_id}");
-        let (tool, _) = crate::protocols::client_calls::client_name(tool);
-        let item = server_item("mcp_approval_request", id, tool, arguments);
-        let index = self.add_item(item.clone(), &mut out);
-        out.push(self.numbered(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
-        ));
-        self.end("completed", "response.completed", &mut out);
         out
     }
 
@@ -471,10 +413,7 @@ impl ResponseFold {
                 else {
                     return;
                 };
-                let mut item = server_item("mcp_call", id.clone(), tool, arguments);
-                item["status"] = "in_progress".into();
-                item["output"] = Value::Null;
-                item["error"] = Value::Null;
+                let mut item = running_call(call_id, tool, arguments);
                 item["approval_request_id"] = format!("{APPROVAL_PREFIX}{call_id}").into();
                 self.close_message("completed", out);
                 self.add_item(item, out)
@@ -569,6 +508,15 @@ fn server_item(kind: &str, id: String, tool: &str, arguments: &Value) -> Value {
         "arguments": arguments.to_string(),
         "server_label": SERVER_LABEL,
     })
+}
+
+/// A server-side tool call's `mcp_call` item as it starts.
+fn running_call(call_id: &str, tool: &str, arguments: &Value) -> Value {
+    let mut item = server_item("mcp_call", call_item_id(call_id), tool, arguments);
+    item["status"] = "in_progress".into();
+    item["output"] = Value::Null;
+    item["error"] = Value::Null;
+    item
 }
 
 /// The item id of a server-side tool call.

@@ -138,13 +138,14 @@ pub async fn deliver(app: AppState, stop: CancellationToken) {
     }
 }
 
-/// The deliveries in flight in this replica, by tenant.
+/// The deliveries in flight in this replica, by tenant (pushes here,
+/// webhooks in `http::webhooks::delivery`).
 #[derive(Default)]
-struct InFlight(std::sync::Mutex<std::collections::HashMap<String, usize>>);
+pub(crate) struct InFlight(std::sync::Mutex<std::collections::HashMap<String, usize>>);
 
 impl InFlight {
     /// A slot for one more delivery of `tenant`, unless it has its share.
-    fn take(self: &Arc<Self>, tenant: &str) -> Option<Slot> {
+    pub(crate) fn take(self: &Arc<Self>, tenant: &str) -> Option<Slot> {
         let mut counts = self
             .0
             .lock()
@@ -162,7 +163,7 @@ impl InFlight {
 }
 
 /// One delivery's place in [`InFlight`], given back when dropped.
-struct Slot {
+pub(crate) struct Slot {
     in_flight: Arc<InFlight>,
     tenant: String,
 }
@@ -408,13 +409,13 @@ fn failed(delivery: &PushDelivery, sent_seq: i64, error: String) -> PushProgress
     }
 }
 
-fn since(duration: Duration) -> chrono::Duration {
+pub(crate) fn since(duration: Duration) -> chrono::Duration {
     chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
 }
 
 /// The wait before try `attempts + 1`: 1 s, doubling, at most
 /// [`BACKOFF_MAX`].
-fn backoff(attempts: u32) -> chrono::Duration {
+pub(crate) fn backoff(attempts: u32) -> chrono::Duration {
     let doubled = Duration::from_secs(1).saturating_mul(1 << attempts.min(16));
     since(doubled.min(BACKOFF_MAX))
 }
