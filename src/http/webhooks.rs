@@ -56,14 +56,60 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct NewWebhook {
     /// Where the events are POSTed: http(s), a public address (private
     /// ones only with `HARNESS_OUTBOUND_ALLOW_PRIVATE=true`).
-    #[schema(min_length = 1, max_length = 2048)]
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = "^https?://[^/?#@\\s]+([/?#][^\\s]*)?$"
+    )]
     url: String,
     /// The event types wanted (at least one): `turn.completed`,
     /// `turn.failed`, `turn.cancelled`, `turn.waiting`,
     /// `response.completed`, `response.failed`, `response.cancelled`,
     /// `response.incomplete`.
-    #[schema(min_items = 1, max_items = 8)]
-    events: Vec<String>,
+    #[schema(min_items = 1, max_items = 8, inline)]
+    events: Vec<EventType>,
+}
+
+/// An event type an endpoint may want.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+pub enum EventType {
+    #[serde(rename = "turn.completed")]
+    TurnCompleted,
+    #[serde(rename = "turn.failed")]
+    TurnFailed,
+    #[serde(rename = "turn.cancelled")]
+    TurnCancelled,
+    #[serde(rename = "turn.waiting")]
+    TurnWaiting,
+    #[serde(rename = "response.completed")]
+    ResponseCompleted,
+    #[serde(rename = "response.failed")]
+    ResponseFailed,
+    #[serde(rename = "response.cancelled")]
+    ResponseCancelled,
+    #[serde(rename = "response.incomplete")]
+    ResponseIncomplete,
+}
+
+impl EventType {
+    const ALL: [Self; 8] = [
+        Self::TurnCompleted,
+        Self::TurnFailed,
+        Self::TurnCancelled,
+        Self::TurnWaiting,
+        Self::ResponseCompleted,
+        Self::ResponseFailed,
+        Self::ResponseCancelled,
+        Self::ResponseIncomplete,
+    ];
+
+    /// Its name on the wire.
+    fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .position(|t| *t == self)
+            .map_or("", |at| EVENT_TYPES[at])
+    }
 }
 
 /// An endpoint (its secret only in the answer that made it).
@@ -137,19 +183,10 @@ async fn create_webhook(
     }
     let url = checked_outbound(&app, &body.url)
         .map_err(|why| invalid("url", format!("`url` refused: {why}")))?;
-    let mut events: Vec<String> = Vec::new();
-    for event in &body.events {
-        if !EVENT_TYPES.contains(&event.as_str()) {
-            return Err(invalid(
-                "events",
-                format!(
-                    "unknown event type {event:?}; one of {}",
-                    EVENT_TYPES.join(", ")
-                ),
-            ));
-        }
-        if !events.contains(event) {
-            events.push(event.clone());
+    let mut events: Vec<&str> = Vec::new();
+    for event in body.events {
+        if !events.contains(&event.name()) {
+            events.push(event.name());
         }
     }
     if events.is_empty() {

@@ -718,3 +718,83 @@ async fn a_tenants_running_turns_are_counted_across_replicas() {
         );
     }
 }
+
+/// A webhook's message lives in the database with the event it says: the
+/// replica that ran the turn is killed while its receiver is down, and
+/// the other replica delivers it once the receiver is up, under the same
+/// `webhook-id`. (Before, nothing sent webhooks.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_of_a_killed_replica_is_delivered_by_another() {
+    if !postgres_or_skip().await {
+        return;
+    }
+    let db = TestDb::new(Backend::Postgres).await;
+    db.open().await;
+    let provider = FakeProvider::start().await;
+    let mut replicas = Vec::new();
+    for instance in ["replica-0", "replica-1"] {
+        replicas.push(
+            ServiceProcess::start(
+                &db.postgres_service_url(),
+                &provider,
+                &[
+                    ("HARNESS_INSTANCE_ID", instance),
+                    ("HARNESS_OUTBOUND_ALLOW_PRIVATE", "true"),
+                ],
+                None,
+            )
+            .await,
+        );
+    }
+    let (receiver, url) = crate::webhooks::Receiver::start().await;
+    receiver
+        .failing
+        .store(u32::MAX, std::sync::atomic::Ordering::SeqCst);
+    let client = reqwest::Client::new();
+    let made: Value = client
+        .post(replicas[0].url("/webhooks"))
+        .json(&json!({"url": url, "events": ["turn.completed"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let hook = made["id"].as_str().unwrap().to_owned();
+    provider.enqueue([Reply::sse("openai/text.sse")]);
+    let mut stream = post_turn_sse(&client, &replicas[0], "s-hook-kill").await;
+    let turn = stream.turn_id();
+    stream.read_to_end().await;
+    // Tried, and refused, at least once; then the replica that ran the
+    // turn dies.
+    let (headers, _) = receiver.wait_for("turn.completed", Some(&turn)).await;
+    let id = headers["webhook-id"].to_str().unwrap().to_owned();
+    replicas[0].kill();
+    receiver
+        .failing
+        .store(0, std::sync::atomic::Ordering::SeqCst);
+    let mut delivered = Value::Null;
+    for _ in 0..400 {
+        let (_, listed) = get_json(
+            &client,
+            replicas[1].url(&format!("/webhooks/{hook}/deliveries")),
+        )
+        .await;
+        delivered = listed["deliveries"][0].clone();
+        if delivered["status"] == "delivered" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(delivered["status"], "delivered", "{delivered}");
+    assert_eq!(delivered["id"], id.as_str());
+    let ids: Vec<String> = receiver
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(h, _)| h["webhook-id"].to_str().unwrap().to_owned())
+        .collect();
+    assert!(ids.iter().all(|seen| *seen == id), "{ids:?}");
+    assert!(ids.len() >= 2, "{ids:?}");
+}
