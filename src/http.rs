@@ -98,6 +98,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     let (_, mut api) = api_router().split_for_parts();
     api.info.version = env!("CARGO_PKG_VERSION").to_owned();
     add_edge_responses(&mut api);
+    webhooks::document(&mut api);
     api
 }
 

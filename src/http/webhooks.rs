@@ -382,3 +382,117 @@ async fn list_deliveries(
         deliveries: deliveries.into_iter().map(DeliveryView::of).collect(),
     }))
 }
+
+/// A message an endpoint is sent (OpenAI's webhook shape), signed with
+/// the `webhook-id`, `webhook-timestamp` and `webhook-signature` headers.
+#[derive(ToSchema)]
+#[expect(dead_code, reason = "the OpenAPI document's schema of a message")]
+struct WebhookMessage {
+    /// The message's `webhook-id`: the same on every try.
+    id: String,
+    #[schema(pattern = "^event$")]
+    object: String,
+    /// The event's time, in seconds.
+    created_at: i64,
+    #[schema(inline)]
+    r#type: EventType,
+    data: WebhookData,
+}
+
+/// What a message says.
+#[derive(ToSchema)]
+#[expect(dead_code, reason = "the OpenAPI document's schema of a message")]
+enum WebhookData {
+    /// `turn.completed`, `turn.failed`, `turn.cancelled`.
+    TurnEnded {
+        session_id: String,
+        turn_id: uuid::Uuid,
+        status: String,
+        /// `turn.completed`: the answer.
+        text: Option<String>,
+        stop_reason: Option<String>,
+        /// `turn.failed`: its code and message.
+        code: Option<String>,
+        message: Option<String>,
+        /// `turn.cancelled`: why.
+        reason: Option<String>,
+    },
+    /// `turn.waiting`: a call waits for a person or the client.
+    TurnWaiting {
+        session_id: String,
+        turn_id: uuid::Uuid,
+        #[schema(pattern = "^(approval|client_tool)$")]
+        waiting_for: String,
+        call_id: String,
+        tool: String,
+        arguments: serde_json::Value,
+        /// The native route that answers it: `method`, `path`, an example
+        /// `body`.
+        answer: serde_json::Value,
+    },
+    /// `response.*`: a background response ended.
+    Response {
+        /// `resp_…`
+        id: String,
+    },
+}
+
+/// The messages in the document's `webhooks`, one for each event type.
+pub fn document(api: &mut utoipa::openapi::OpenApi) {
+    use utoipa::{
+        PartialSchema,
+        openapi::{
+            ContentBuilder, HttpMethod, PathItem, PathsBuilder, Ref, ResponseBuilder,
+            path::{OperationBuilder, ParameterBuilder, ParameterIn},
+            request_body::RequestBodyBuilder,
+        },
+    };
+    let components = api.components.get_or_insert_with(Default::default);
+    components
+        .schemas
+        .insert("WebhookMessage".into(), WebhookMessage::schema());
+    components
+        .schemas
+        .insert("WebhookData".into(), WebhookData::schema());
+    let header = |name: &str, description: &str| {
+        ParameterBuilder::new()
+            .name(name)
+            .parameter_in(ParameterIn::Header)
+            .required(utoipa::openapi::Required::True)
+            .description(Some(description))
+            .schema(Some(String::schema()))
+            .build()
+    };
+    let mut paths = PathsBuilder::new();
+    for event in EVENT_TYPES {
+        let operation = OperationBuilder::new()
+            .summary(Some(format!("`{event}`, POSTed to each endpoint that wants it")))
+            .parameters(Some([
+                header("webhook-id", "The message's id, the same on every try"),
+                header("webhook-timestamp", "When this try was sent, in seconds"),
+                header(
+                    "webhook-signature",
+                    "`v1,` and the base64 HMAC-SHA256 of `{id}.{timestamp}.{body}` (Standard Webhooks)",
+                ),
+            ]))
+            .request_body(Some(
+                RequestBodyBuilder::new()
+                    .content(
+                        "application/json",
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("WebhookMessage")))
+                            .build(),
+                    )
+                    .build(),
+            ))
+            .response(
+                "2XX",
+                ResponseBuilder::new()
+                    .description("Taken; anything else is tried again")
+                    .build(),
+            )
+            .build();
+        paths = paths.path(event, PathItem::new(HttpMethod::Post, operation));
+    }
+    api.webhooks = Some(paths.build());
+}

@@ -261,3 +261,42 @@ fn the_strategies_documented_are_the_ones_given() {
         assert_eq!(named, given, "{name}");
     }
 }
+
+/// The document's `webhooks` name every message an endpoint may be sent,
+/// each with its signature headers and the message's schema.
+#[test]
+fn the_document_lists_every_webhook_message() {
+    let api = serde_json::to_value(agent_harness::http::openapi()).unwrap();
+    let webhooks = api["webhooks"].as_object().expect("a webhooks section");
+    let listed: Vec<&str> = webhooks.keys().map(String::as_str).collect();
+    let mut types = agent_harness::http::webhooks::EVENT_TYPES.to_vec();
+    types.sort_unstable();
+    assert_eq!(listed, types);
+    for (name, item) in webhooks {
+        let post = &item["post"];
+        let headers: Vec<&str> = post["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            headers,
+            ["webhook-id", "webhook-timestamp", "webhook-signature"],
+            "{name}"
+        );
+        assert_eq!(
+            post["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/WebhookMessage"
+        );
+    }
+    let message = &api["components"]["schemas"]["WebhookMessage"];
+    assert_eq!(
+        message["properties"]["type"]["enum"]
+            .as_array()
+            .unwrap()
+            .len(),
+        8
+    );
+    assert!(api["components"]["schemas"]["WebhookData"].is_object());
+}
