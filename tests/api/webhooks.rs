@@ -144,7 +144,7 @@ async fn a_tenants_endpoint_gets_its_turns_events_signed(backend: Backend) {
     let (status, made) = app
         .post_body(
             "/webhooks",
-            json!({"url": acme_url, "events": ["turn.completed", "turn.waiting"]}),
+            json!({"url": acme_url, "events": ["turn.completed", "turn.waiting", "response.completed"]}),
         )
         .await;
     assert_eq!(status, 201, "{made}");
@@ -243,6 +243,18 @@ async fn a_tenants_endpoint_gets_its_turns_events_signed(backend: Backend) {
         .await;
     assert_eq!(status, 200, "{answer}");
     acme_hook.wait_for("turn.completed", Some(&turn_id)).await;
+
+    // A background response's end, as OpenAI says it.
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let (status, background) = app
+        .post_body(
+            "/v1/responses",
+            json!({"input": "Hello.", "background": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{background}");
+    let (_, ended) = acme_hook.wait_for("response.completed", None).await;
+    assert_eq!(ended["data"]["id"], background["id"], "{ended}");
 
     // Nothing of Acme's reached Globex's endpoint.
     assert!(
