@@ -224,13 +224,16 @@ pub async fn answer_turn(
 /// after the newest call of the client's that has its result, or the
 /// newest approval that was decided (0: none).
 pub async fn answered_until(app: &AppState, turn: &TurnRecord) -> Result<i64, ApiError> {
-    let mut after = approvals(app, turn)
-        .await?
-        .into_values()
-        .filter(|(state, _)| *state != ApprovalState::Waiting)
-        .map(|(_, seq)| seq)
-        .max()
-        .unwrap_or(0);
+    let mut after = 0;
+    for (call_id, (state, seq)) in approvals(app, turn).await? {
+        // Decided: resolved in the log, or (the turn not woken yet) in
+        // the store.
+        let decided = state != ApprovalState::Waiting
+            || app.store.get_approval(turn.id, &call_id).await?.is_some();
+        if decided {
+            after = after.max(seq);
+        }
+    }
     for (call_id, seq) in requested(app, turn).await? {
         if seq > after
             && app

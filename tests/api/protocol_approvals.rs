@@ -291,7 +291,77 @@ async fn responses_end_at_an_approval_request_and_the_next_response_decides(back
     assert!(status == 409 || status == 404, "{status} {body}");
 }
 
+/// `useChat`'s resume of a turn that went on after a decision starts
+/// after the decided approval: the call's result and what follows, not
+/// the request again.
+async fn use_chat_resumes_after_the_decided_approval(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let app = app(backend, vault.path()).await;
+    let gate = tokio_util::sync::CancellationToken::new();
+    app.provider.enqueue([
+        Reply::openai_tool_call(
+            "call_v1",
+            "write_note",
+            &json!({"path": "notes/a.md", "content": "changed"}),
+        ),
+        Reply::sse("openai/text.sse").hold_head(&gate),
+    ]);
+    let user = json!({"id": "m1", "role": "user",
+                      "parts": [{"type": "text", "text": "Change my note."}]});
+    let (_, body) = post(
+        &app,
+        "/v1/ui/chat",
+        &json!({"id": "chat-resume", "messages": [user]}),
+    )
+    .await;
+    let chunks = data_events(&body);
+    let approval_id = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-approval-request")
+        .unwrap_or_else(|| panic!("{body}"))["approvalId"]
+        .clone();
+    let assistant = json!({"id": "a1", "role": "assistant", "parts": [
+        {"type": "tool-write_note", "toolCallId": "call_v1", "state": "approval-responded",
+         "input": {}, "approval": {"id": approval_id, "approved": true}},
+    ]});
+    // The decision's answer streams while the model is held.
+    let going_on = app
+        .client
+        .post(app.url("/v1/ui/chat"))
+        .json(&json!({"id": "chat-resume", "messages": [user, assistant]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(going_on.status(), 200);
+    let resumed = app
+        .client
+        .get(app.url("/v1/ui/chat/chat-resume/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = crate::helpers::SseStream::new(resumed).await;
+    let mut seen = Vec::new();
+    while let Some(event) = resumed.next().await {
+        if event.data == "[DONE]" {
+            break;
+        }
+        let chunk = event.json();
+        let output = chunk["type"] == "tool-output-available";
+        seen.push(chunk);
+        if output {
+            gate.cancel();
+        }
+    }
+    let types: Vec<&str> = seen.iter().map(|c| c["type"].as_str().unwrap()).collect();
+    assert!(types.contains(&"tool-output-available"), "{types:?}");
+    assert!(!types.contains(&"tool-approval-request"), "{types:?}");
+    assert_eq!(types.last(), Some(&"finish"), "{types:?}");
+    going_on.text().await.unwrap();
+}
+
 on_both_backends!(
+    use_chat_resumes_after_the_decided_approval,
     agui_waits_with_an_interrupt_and_resume_decides,
     use_chat_asks_for_approval_and_the_next_request_decides,
     responses_end_at_an_approval_request_and_the_next_response_decides,
