@@ -22,21 +22,31 @@ const HEARTBEAT_S: u64 = 1;
 /// One service process on the test's Postgres database.
 type Replica = ServiceProcess;
 
-async fn start_replica(db: &TestDb, provider: &FakeProvider, instance: &str) -> Replica {
+async fn start_replica(
+    db: &TestDb,
+    provider: &FakeProvider,
+    instance: &str,
+    settings: &[(&str, &str)],
+) -> Replica {
     let heartbeat = HEARTBEAT_S.to_string();
-    ServiceProcess::start(
-        &db.postgres_service_url(),
-        provider,
-        &[
-            ("HARNESS_INSTANCE_ID", instance),
-            ("HARNESS_HEARTBEAT_INTERVAL_S", &heartbeat),
-        ],
-        None,
-    )
-    .await
+    let mut env = vec![
+        ("HARNESS_INSTANCE_ID", instance),
+        ("HARNESS_HEARTBEAT_INTERVAL_S", heartbeat.as_str()),
+    ];
+    env.extend_from_slice(settings);
+    ServiceProcess::start(&db.postgres_service_url(), provider, &env, None).await
 }
 
 async fn replicas(count: usize) -> Option<(TestDb, FakeProvider, Vec<Replica>)> {
+    replicas_with(count, &[]).await
+}
+
+/// `count` replicas with `settings` beside the defaults; `None` without
+/// Postgres.
+async fn replicas_with(
+    count: usize,
+    settings: &[(&str, &str)],
+) -> Option<(TestDb, FakeProvider, Vec<Replica>)> {
     if !postgres_or_skip().await {
         return None;
     }
@@ -46,7 +56,8 @@ async fn replicas(count: usize) -> Option<(TestDb, FakeProvider, Vec<Replica>)> 
     let provider = FakeProvider::start().await;
     let mut started = Vec::new();
     for i in 0..count {
-        started.push(start_replica(&db, &provider, &format!("replica-{i}")).await);
+        let instance = format!("replica-{i}");
+        started.push(start_replica(&db, &provider, &instance, settings).await);
     }
     Some((db, provider, started))
 }
@@ -666,27 +677,11 @@ async fn a_wire_format_stream_on_a_replica_shut_down_sees_the_turn_through() {
 /// not give it twice its share. (Before, nothing limited them.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_running_turns_are_counted_across_replicas() {
-    if !postgres_or_skip().await {
+    let Some((_db, provider, replicas)) =
+        replicas_with(2, &[("HARNESS_TENANT_MAX_RUNNING_TURNS", "2")]).await
+    else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
-    db.open().await;
-    let provider = FakeProvider::start().await;
-    let mut replicas = Vec::new();
-    for instance in ["replica-0", "replica-1"] {
-        replicas.push(
-            ServiceProcess::start(
-                &db.postgres_service_url(),
-                &provider,
-                &[
-                    ("HARNESS_INSTANCE_ID", instance),
-                    ("HARNESS_TENANT_MAX_RUNNING_TURNS", "2"),
-                ],
-                None,
-            )
-            .await,
-        );
-    }
+    };
     let client = reqwest::Client::new();
     let gate = CancellationToken::new();
     provider.enqueue([
@@ -725,27 +720,11 @@ async fn a_tenants_running_turns_are_counted_across_replicas() {
 /// `webhook-id`. (Before, nothing sent webhooks.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_of_a_killed_replica_is_delivered_by_another() {
-    if !postgres_or_skip().await {
+    let Some((_db, provider, mut replicas)) =
+        replicas_with(2, &[("HARNESS_OUTBOUND_ALLOW_PRIVATE", "true")]).await
+    else {
         return;
-    }
-    let db = TestDb::new(Backend::Postgres).await;
-    db.open().await;
-    let provider = FakeProvider::start().await;
-    let mut replicas = Vec::new();
-    for instance in ["replica-0", "replica-1"] {
-        replicas.push(
-            ServiceProcess::start(
-                &db.postgres_service_url(),
-                &provider,
-                &[
-                    ("HARNESS_INSTANCE_ID", instance),
-                    ("HARNESS_OUTBOUND_ALLOW_PRIVATE", "true"),
-                ],
-                None,
-            )
-            .await,
-        );
-    }
+    };
     let (receiver, url) = crate::webhooks::Receiver::start().await;
     receiver
         .failing

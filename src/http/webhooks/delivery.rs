@@ -10,7 +10,6 @@ use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -19,7 +18,7 @@ use crate::{
     events::TurnEvent,
     protocols::{
         a2a::push::{
-            delivery::{InFlight, backoff, since},
+            delivery::{Leased, backoff, run_outbox, since},
             guard,
         },
         typed,
@@ -29,12 +28,8 @@ use crate::{
     turn::StopReason,
 };
 
-/// How often a replica looks for deliveries that are due.
-const POLL: Duration = Duration::from_millis(250);
 /// How long a replica holds the deliveries it took.
 const LEASE: Duration = Duration::from_secs(30);
-/// Deliveries a replica runs at once.
-const IN_FLIGHT: usize = 32;
 /// A delivery's wait for its answer.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a failing delivery is tried before it is given up.
@@ -62,47 +57,38 @@ pub async fn deliver(app: AppState, stop: CancellationToken) {
     if let Err(e) = put_operator(&app).await {
         tracing::error!(error = %e, "webhooks: the operator's endpoint was not saved");
     }
-    let owner = format!("{}:{}", app.settings.server.instance_id, Uuid::now_v7());
     let Some(client) = http_client(&app) else {
         return;
     };
-    let sender = Arc::new(Sender { app, client });
-    let mut running: JoinSet<()> = JoinSet::new();
-    let tenants = Arc::new(InFlight::default());
-    let mut claims = 0u64;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => break,
-            () = tokio::time::sleep(POLL) => {}
-        }
-        while running.try_join_next().is_some() {}
-        let free = IN_FLIGHT.saturating_sub(running.len());
-        if free == 0 {
-            continue;
-        }
-        let now = Utc::now();
-        claims += 1;
-        let claim = format!("{owner}:{claims}");
-        for held in sender.claim(&claim, now, free).await {
-            // A tenant has at most its share of the slots: another's slow
-            // receivers do not hold up its messages.
-            let Some(slot) = tenants.take(&held.delivery.tenant) else {
-                let outcome = unchanged(&held, now + POLL);
-                sender.record(&claim, &held, &outcome).await;
-                continue;
-            };
-            let (sender, claim) = (sender.clone(), claim.clone());
-            running.spawn(async move {
-                let _slot = slot;
-                let outcome = sender.send(&held).await;
-                sender.record(&claim, &held, &outcome).await;
-            });
-        }
+    let owner = format!("{}:{}", app.settings.server.instance_id, Uuid::now_v7());
+    run_outbox(Arc::new(Sender { app, client }), owner, stop).await;
+}
+
+#[async_trait::async_trait]
+impl Leased for Sender {
+    type Item = HeldDelivery;
+
+    fn tenant(item: &HeldDelivery) -> String {
+        item.delivery.tenant.clone()
     }
-    running.abort_all();
-    while running.join_next().await.is_some() {}
-    if let Err(e) = sender.app.store.release_webhook_deliveries(&owner).await {
-        tracing::warn!(error = %e, "webhooks: leases not given back; they run out");
+
+    async fn claim(&self, claim: &str, now: DateTime<Utc>, free: usize) -> Vec<HeldDelivery> {
+        Sender::claim(self, claim, now, free).await
+    }
+
+    async fn put_back(&self, claim: &str, item: HeldDelivery, next_at: DateTime<Utc>) {
+        self.record(claim, &item, &unchanged(&item, next_at)).await;
+    }
+
+    async fn deliver(&self, claim: &str, item: HeldDelivery) {
+        let outcome = self.send(&item).await;
+        self.record(claim, &item, &outcome).await;
+    }
+
+    async fn release(&self, owner: &str) {
+        if let Err(e) = self.app.store.release_webhook_deliveries(owner).await {
+            tracing::warn!(error = %e, "webhooks: leases not given back; they run out");
+        }
     }
 }
 

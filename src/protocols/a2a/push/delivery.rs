@@ -18,11 +18,12 @@ use crate::{
     tools::web::guard::GuardedResolver,
 };
 
-/// How often a replica looks for pushes that are due.
+/// How often a replica looks for pushes (and webhooks) that are due.
 const POLL: Duration = Duration::from_millis(250);
 /// How long a replica holds the configurations it took.
 const LEASE: Duration = Duration::from_secs(30);
-/// Deliveries a replica runs at once, and of them, one tenant's at most.
+/// Deliveries a replica runs at once, and of them, one tenant's at most
+/// (pushes and webhooks alike).
 const IN_FLIGHT: usize = 32;
 const PER_TENANT: usize = 4;
 /// A push's wait for its answer.
@@ -87,11 +88,41 @@ impl Outbox {
 
 /// Delivers pushes until `stop`: this replica's part of every tenant's.
 pub async fn deliver(app: AppState, stop: CancellationToken) {
-    let owner = format!("{}:{}", app.settings.server.instance_id, Uuid::now_v7());
     let Some(client) = http_client(&app) else {
         return;
     };
-    let pusher = Arc::new(Pusher { app, client });
+    let owner = format!("{}:{}", app.settings.server.instance_id, Uuid::now_v7());
+    run_outbox(Arc::new(Pusher { app, client }), owner, stop).await;
+}
+
+/// Work that replicas share through leases: each looks for what is due,
+/// claims some of it, and delivers it ([`run_outbox`]): push
+/// notifications, webhooks.
+#[async_trait::async_trait]
+pub(crate) trait Leased: Send + Sync + 'static {
+    type Item: Send + 'static;
+
+    /// Whose it is.
+    fn tenant(item: &Self::Item) -> String;
+
+    /// Up to `free` items that are due, taken as `claim`.
+    async fn claim(&self, claim: &str, now: chrono::DateTime<Utc>, free: usize) -> Vec<Self::Item>;
+
+    /// Gives an item back untried, due again at `next_at`.
+    async fn put_back(&self, claim: &str, item: Self::Item, next_at: chrono::DateTime<Utc>);
+
+    /// Delivers one item and records how it went.
+    async fn deliver(&self, claim: &str, item: Self::Item);
+
+    /// Gives up every lease of `owner` (a replica that stops).
+    async fn release(&self, owner: &str);
+}
+
+/// Runs `outbox` until `stop`: every [`POLL`], up to [`IN_FLIGHT`]
+/// deliveries at once, at most [`PER_TENANT`] of one tenant's (another's
+/// slow receivers do not hold up its own). Each claim has its own owner,
+/// `{owner}:{n}`, so that it reads back only what it took.
+pub(crate) async fn run_outbox<O: Leased>(outbox: Arc<O>, owner: String, stop: CancellationToken) {
     let mut running: JoinSet<()> = JoinSet::new();
     let tenants = Arc::new(InFlight::default());
     let mut claims = 0u64;
@@ -106,46 +137,68 @@ pub async fn deliver(app: AppState, stop: CancellationToken) {
             continue;
         }
         let now = Utc::now();
-        // Each claim its own owner, so that it reads back only what it
-        // took (not what this replica is still delivering).
         claims += 1;
         let claim = format!("{owner}:{claims}");
-        let claimed = pusher.claim(&claim, now, free).await;
-        for delivery in claimed {
-            let tenant = delivery.session_id.tenant().to_owned();
-            // A tenant has at most its share of the slots: another's
-            // slow receivers do not hold up its pushes.
-            let Some(slot) = tenants.take(&tenant) else {
-                let progress = PushProgress::unchanged(&delivery, now + POLL);
-                pusher
-                    .record(&claim, &delivery.config, &progress, true)
-                    .await;
+        for item in outbox.claim(&claim, now, free).await {
+            let Some(slot) = tenants.take(&O::tenant(&item)) else {
+                outbox.put_back(&claim, item, now + since(POLL)).await;
                 continue;
             };
-            let (pusher, claim) = (pusher.clone(), claim.clone());
+            let (outbox, claim) = (outbox.clone(), claim.clone());
             running.spawn(async move {
                 let _slot = slot;
-                pusher.deliver_one(&claim, delivery).await;
+                outbox.deliver(&claim, item).await;
             });
         }
     }
     running.abort_all();
     while running.join_next().await.is_some() {}
-    // What this replica held goes to the others now (each cursor is where
-    // the last acknowledged push left it).
-    if let Err(e) = pusher.app.store.release_pushes(&owner).await {
-        tracing::warn!(error = %e, "push: leases not given back; they run out");
+    // What this replica held goes to the others now.
+    outbox.release(&owner).await;
+}
+
+#[async_trait::async_trait]
+impl Leased for Pusher {
+    type Item = PushDelivery;
+
+    fn tenant(item: &PushDelivery) -> String {
+        item.session_id.tenant().to_owned()
+    }
+
+    async fn claim(
+        &self,
+        claim: &str,
+        now: chrono::DateTime<Utc>,
+        free: usize,
+    ) -> Vec<PushDelivery> {
+        Pusher::claim(self, claim, now, free).await
+    }
+
+    async fn put_back(&self, claim: &str, item: PushDelivery, next_at: chrono::DateTime<Utc>) {
+        let progress = PushProgress::unchanged(&item, next_at);
+        self.record(claim, &item.config, &progress, true).await;
+    }
+
+    async fn deliver(&self, claim: &str, item: PushDelivery) {
+        self.deliver_one(claim, item).await;
+    }
+
+    async fn release(&self, owner: &str) {
+        // Each cursor stays where the last acknowledged push left it.
+        if let Err(e) = self.app.store.release_pushes(owner).await {
+            tracing::warn!(error = %e, "push: leases not given back; they run out");
+        }
     }
 }
 
 /// The deliveries in flight in this replica, by tenant (pushes here,
 /// webhooks in `http::webhooks::delivery`).
 #[derive(Default)]
-pub(crate) struct InFlight(std::sync::Mutex<std::collections::HashMap<String, usize>>);
+struct InFlight(std::sync::Mutex<std::collections::HashMap<String, usize>>);
 
 impl InFlight {
     /// A slot for one more delivery of `tenant`, unless it has its share.
-    pub(crate) fn take(self: &Arc<Self>, tenant: &str) -> Option<Slot> {
+    fn take(self: &Arc<Self>, tenant: &str) -> Option<Slot> {
         let mut counts = self
             .0
             .lock()
@@ -163,7 +216,7 @@ impl InFlight {
 }
 
 /// One delivery's place in [`InFlight`], given back when dropped.
-pub(crate) struct Slot {
+struct Slot {
     in_flight: Arc<InFlight>,
     tenant: String,
 }
