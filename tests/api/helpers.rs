@@ -589,3 +589,25 @@ impl Drop for ServiceProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Writes `notes/a.md` under `vault` until `stream` (an MCP stream that
+/// follows it) says `notifications/resources/updated` of it: a change is
+/// one the stream saw the note without, and its first look may come
+/// after the first write.
+pub async fn note_changes_said(vault: &std::path::Path, stream: &mut SseStream) {
+    let mut updated = Value::Null;
+    for n in 0..8 {
+        let text = format!("# A\n\nChanged {n} times.\n");
+        std::fs::write(vault.join("notes/a.md"), text).unwrap();
+        let next = tokio::time::timeout(std::time::Duration::from_millis(1500), stream.next());
+        if let Ok(event) = next.await {
+            updated = event.unwrap().json();
+            break;
+        }
+    }
+    assert_eq!(
+        updated["method"], "notifications/resources/updated",
+        "{updated}"
+    );
+    assert_eq!(updated["params"]["uri"], "vault:///notes/a.md");
+}

@@ -842,23 +842,7 @@ async fn a_listen_says_when_a_followed_note_changes(backend: Backend) {
         "{acknowledged}"
     );
 
-    // A change is one the listen saw the note without: the note is
-    // written until one is said (the first write may come before the
-    // listen's first look).
-    let mut updated = Value::Null;
-    for n in 0..8 {
-        let text = format!("# A\n\nChanged {n} times.\n");
-        std::fs::write(vault.path().join("notes/a.md"), text).unwrap();
-        if let Ok(event) = tokio::time::timeout(Duration::from_millis(1500), stream.next()).await {
-            updated = event.unwrap().json();
-            break;
-        }
-    }
-    assert_eq!(
-        updated["method"], "notifications/resources/updated",
-        "{updated}"
-    );
-    assert_eq!(updated["params"]["uri"], "vault:///notes/a.md");
+    crate::helpers::note_changes_said(vault.path(), &mut stream).await;
 
     std::fs::write(vault.path().join("notes/b.md"), "# B\n").unwrap();
     let (status, _) = app.post_json("/vault/reindex").await;

@@ -451,22 +451,7 @@ async fn a_subscribed_note_says_when_it_changes(backend: Backend) {
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let mut stream = SseStream::new(response).await;
-    // The stream's first look is what changes are from: the note is
-    // written until one is said.
-    let mut updated = Value::Null;
-    for n in 0..8 {
-        let text = format!("# A\n\nChanged {n} times.\n");
-        std::fs::write(vault.path().join("notes/a.md"), text).unwrap();
-        if let Ok(event) = tokio::time::timeout(Duration::from_millis(1500), stream.next()).await {
-            updated = event.unwrap().json();
-            break;
-        }
-    }
-    assert_eq!(
-        updated["method"], "notifications/resources/updated",
-        "{updated}"
-    );
-    assert_eq!(updated["params"]["uri"], "vault:///notes/a.md");
+    crate::helpers::note_changes_said(vault.path(), &mut stream).await;
 
     let gone = ask(3, "resources/unsubscribe", "vault:///notes/a.md").await;
     assert_eq!(gone["result"], json!({}), "{gone}");
