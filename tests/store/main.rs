@@ -1908,3 +1908,135 @@ async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
 }
 
 on_both_backends!(a_push_delivery_is_held_by_one_replica_at_a_time);
+
+fn webhook(id: &str, tenant: &str, events: &str) -> agent_harness::store::Webhook {
+    agent_harness::store::Webhook {
+        id: id.into(),
+        tenant: tenant.into(),
+        url: "https://hooks.example.com/x".into(),
+        events: events.into(),
+        secret: "whsec_c2VjcmV0LW9mLXRoZS1vcGVyYXRvci1mb3ItY2k=".into(),
+        created_at: Utc::now(),
+    }
+}
+
+/// The event log writes webhook deliveries in the event's transaction:
+/// one for each endpoint of the event's tenant (and the operator's) that
+/// wants its type; a delivery is held by one replica at a time, recorded
+/// only by its holder, and given back by a replica that stops.
+async fn a_logged_event_has_its_webhook_deliveries(backend: Backend) {
+    use agent_harness::store::DeliveryOutcome;
+    let (_db, store) = store(backend).await;
+    for hook in [
+        webhook("wh_acme", "acme", r#"["turn.completed"]"#),
+        webhook("wh_acme_waits", "acme", r#"["turn.waiting"]"#),
+        webhook("wh_globex", "globex", r#"["turn.completed"]"#),
+    ] {
+        assert!(store.create_webhook(&hook, 2).await.unwrap());
+    }
+    assert!(
+        !store
+            .create_webhook(&webhook("wh_acme_3", "acme", "[]"), 2)
+            .await
+            .unwrap(),
+        "acme has two, as many as it may"
+    );
+    let operator = webhook(
+        agent_harness::store::OPERATOR_WEBHOOK_ID,
+        "*",
+        r#"["turn.completed"]"#,
+    );
+    store.put_operator_webhook(Some(&operator)).await.unwrap();
+
+    let mut turn = new_turn("acme/s-hook", None);
+    turn.tenant = "acme".into();
+    store.begin_turn(&turn).await.unwrap();
+    store
+        .write_batch(&[delta(&turn, 2, "a")], &[&completed(&turn, 3, "done")])
+        .await
+        .unwrap();
+    let listed = |id: &'static str| {
+        let store = store.clone();
+        async move { store.webhook_deliveries(id, None, 10).await.unwrap() }
+    };
+    let acme = listed("wh_acme").await;
+    assert_eq!(acme.len(), 1, "the end, not the delta: {acme:?}");
+    assert_eq!((acme[0].seq, acme[0].kind.as_str()), (3, "turn"));
+    assert_eq!(acme[0].tenant, "acme");
+    assert_eq!(acme[0].id, format!("msg_{}_3", turn.id.simple()));
+    assert!(listed("wh_acme_waits").await.is_empty(), "not a wait");
+    assert!(listed("wh_globex").await.is_empty(), "another tenant's");
+    assert_eq!(
+        listed(agent_harness::store::OPERATOR_WEBHOOK_ID)
+            .await
+            .len(),
+        1
+    );
+    assert!(
+        store.webhooks("globex").await.unwrap()[0].id == "wh_globex"
+            && store.webhook("globex", "wh_acme").await.unwrap().is_none()
+    );
+
+    let now = Utc::now();
+    assert!(store.webhook_deliveries_due(now).await.unwrap());
+    let taken = store
+        .claim_webhook_deliveries("a:1", now, now + Duration::seconds(30), 10)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 2, "acme's and the operator's");
+    assert!(!store.webhook_deliveries_due(now).await.unwrap(), "held");
+    assert!(
+        store
+            .claim_webhook_deliveries("b:1", now, now + Duration::seconds(30), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let held = taken
+        .iter()
+        .find(|h| h.delivery.webhook_id == "wh_acme")
+        .unwrap();
+    assert_eq!(held.url, "https://hooks.example.com/x");
+    let delivered = DeliveryOutcome {
+        status: "delivered",
+        attempts: 1,
+        next_at: now,
+        last_status: Some(204),
+        last_error: None,
+        delivered_at: Some(now),
+    };
+    let d = &held.delivery;
+    assert!(
+        !store
+            .record_webhook_delivery(&d.webhook_id, &d.id, "b:1", &delivered)
+            .await
+            .unwrap(),
+        "not b's"
+    );
+    assert!(
+        store
+            .record_webhook_delivery(&d.webhook_id, &d.id, "a:1", &delivered)
+            .await
+            .unwrap()
+    );
+    assert_eq!(listed("wh_acme").await[0].status, "delivered");
+    // The operator's is given back by a replica that stops (`a`, its
+    // claims `a:{n}`), and another takes it.
+    store.release_webhook_deliveries("a").await.unwrap();
+    let again = store
+        .claim_webhook_deliveries("b:2", now, now + Duration::seconds(30), 10)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        again[0].delivery.webhook_id,
+        agent_harness::store::OPERATOR_WEBHOOK_ID
+    );
+    // A deleted endpoint's deliveries go with it; another tenant cannot
+    // delete it.
+    assert!(!store.delete_webhook("globex", "wh_acme").await.unwrap());
+    assert!(store.delete_webhook("acme", "wh_acme").await.unwrap());
+    assert!(listed("wh_acme").await.is_empty());
+}
+
+on_both_backends!(a_logged_event_has_its_webhook_deliveries);
