@@ -86,8 +86,17 @@ pub enum ResumeStatus {
     Cancelled,
 }
 
+/// Interrupts one `resume` answers at most.
+const RESUME_MAX: usize = 100;
+
 /// The decisions `resume` brings.
 fn decisions(resume: &[ResumeEntry]) -> Result<Vec<ClientDecision>, ApiError> {
+    if resume.len() > RESUME_MAX {
+        return Err(ApiError::InvalidField {
+            field: "resume".into(),
+            detail: format!("`resume` answers at most {RESUME_MAX} interrupts"),
+        });
+    }
     resume
         .iter()
         .enumerate()

@@ -98,6 +98,15 @@ async fn agui_waits_with_an_interrupt_and_resume_decides(backend: Backend) {
     let (status, body) = post(&app, "/v1/agui", &next).await;
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("resume[0].payload"), "{body}");
+    // More answers than a run may carry.
+    next["resume"] = serde_json::Value::Array(
+        (0..101)
+            .map(|i| json!({"interruptId": format!("c{i}"), "status": "cancelled"}))
+            .collect(),
+    );
+    let (status, body) = post(&app, "/v1/agui", &next).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("\"field\":\"resume\""), "{body}");
     // An interrupt the turn does not wait on is not found.
     next["resume"] = json!([{"interruptId": "call_other", "status": "resolved",
                              "payload": {"approved": true}}]);
