@@ -1,9 +1,11 @@
 //! MCP as versions up to 2025-11-25 speak it: an `initialize` handshake,
-//! then one JSON-RPC message a `POST`. No state is kept between requests,
-//! so any replica answers any of them: `initialize` names an
-//! `Mcp-Session-Id` that only scopes request ids, so that a
-//! `notifications/cancelled` finds the turn of the call it names (on the
-//! replica that runs that call).
+//! then one JSON-RPC message a `POST`. Any replica answers any of them:
+//! `initialize` names an `Mcp-Session-Id` that scopes request ids, so
+//! that a `notifications/cancelled` finds the turn of the call it names
+//! (on the replica that runs that call). The one state is the session's
+//! own, kept by the replica that began it (`app::McpSessions`): the
+//! resources it follows (`resources/subscribe`, streamed by `GET /mcp`,
+//! [`super::watch`]) and the approvals asked of it by elicitation.
 
 use axum::{
     body::Bytes,
