@@ -702,3 +702,87 @@ async fn a_rolling_restart_under_load_completes_every_turn() {
         writes.len()
     );
 }
+
+/// A write that waits for a person outlives its process: the process is
+/// killed with SIGKILL while the call waits, the service starts again on
+/// the same SQLite file, the person's decision goes to the new process,
+/// and the turn ends with the write done once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_a_person_outlives_its_process() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    db.open().await;
+    let url = db.sqlite_url();
+    let vault = crate::helpers::vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let provider = FakeProvider::start().await;
+    provider.respond_with(Arc::new(|body: &Value| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        if body["tools"].is_array() && !messages.iter().any(|m| m["role"] == "tool") {
+            Reply::openai_tool_call(
+                "call_wait",
+                "write_note",
+                &json!({"path": "notes/a.md", "content": "decided later"}),
+            )
+        } else {
+            Reply::openai_text("Written.")
+        }
+    }));
+    let vault_dir = vault.path().to_str().unwrap().to_owned();
+    let env = [
+        ("HARNESS_INSTANCE_ID", "waiting"),
+        ("HARNESS_APPROVAL_REQUIRED", "LOCAL_WRITE"),
+        ("HARNESS_VAULT_DIR", vault_dir.as_str()),
+    ];
+    let mut process = ServiceProcess::start(&url, &provider, &env, None).await;
+    let client = reqwest::Client::new();
+    let response = client
+        .post(process.url("/sessions/s-waits/turns"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"message": "Change my note."}))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = SseStream::new(response).await;
+    let turn = stream.turn_id();
+    stream.read_until("approval.requested").await;
+    process.kill();
+    process = ServiceProcess::start(&url, &provider, &env, None).await;
+    let decided = client
+        .post(process.url(&format!(
+            "/sessions/s-waits/turns/{turn}/approvals/call_wait"
+        )))
+        .json(&json!({"approve": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), 200);
+    let mut record = Value::Null;
+    for _ in 0..200 {
+        record = client
+            .get(process.url(&format!("/sessions/s-waits/turns/{turn}")))
+            .json_reply()
+            .await;
+        if record["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "decided later");
+    let log: Value = client
+        .get(process.url("/sessions/s-waits/events?limit=1000"))
+        .json_reply()
+        .await;
+    let events = log["events"].as_array().unwrap();
+    let resolved: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "approval.resolved")
+        .collect();
+    assert_eq!(resolved.len(), 1, "{events:?}");
+    assert_eq!(resolved[0]["outcome"], "approved");
+    let writes = events
+        .iter()
+        .filter(|e| e["type"] == "tool.finished" && e["tool"] == "write_note")
+        .count();
+    assert_eq!(writes, 1, "the write ran once");
+}
