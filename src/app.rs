@@ -168,7 +168,8 @@ const MCP_SESSIONS_MAX: usize = 10_000;
 pub const MCP_URIS_MAX: usize = 100;
 /// Approvals asked of one session by elicitation and not answered, at most.
 const MCP_ASKED_MAX: usize = 100;
-/// A session neither asked nor streamed to for this long is forgotten.
+/// When full, a session neither asked nor streamed to for this long is
+/// forgotten first.
 const MCP_IDLE: Duration = Duration::from_secs(3600);
 
 #[derive(Debug)]
@@ -211,7 +212,11 @@ impl McpSessions {
     pub fn begin(&self, tenant: &Tenant, session: &str, elicits: bool) {
         let mut sessions = self.lock();
         let now = Instant::now();
-        sessions.retain(|_, watched| now.duration_since(watched.seen) < MCP_IDLE);
+        if sessions.len() >= MCP_SESSIONS_MAX {
+            // Full: the idle ones go first (a sweep only then, not at
+            // every `initialize`).
+            sessions.retain(|_, watched| now.duration_since(watched.seen) < MCP_IDLE);
+        }
         if sessions.len() >= MCP_SESSIONS_MAX
             && let Some(oldest) = sessions
                 .iter()
@@ -307,5 +312,41 @@ impl McpSessions {
         let watched = sessions.get_mut(key).filter(|w| w.stream == stream)?;
         watched.seen = Instant::now();
         Some(watched.uris.iter().cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past the most sessions, a new one takes the place of the session
+    /// idle longest; one still in use stays, and so does its question.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_set_of_mcp_sessions_forgets_the_idlest() {
+        let sessions = McpSessions::default();
+        let tenant = Tenant("acme".into());
+        for n in 0..MCP_SESSIONS_MAX {
+            sessions.begin(&tenant, &format!("s{n}"), n == 0);
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        // s0 asks something: now the most recent; s1 is the idlest.
+        let asked = sessions.ask(
+            &tenant,
+            "s0",
+            (
+                SessionKey::from_stored("acme/x"),
+                Uuid::now_v7(),
+                "c".into(),
+            ),
+        );
+        let asked = asked.expect("s0 takes elicitation");
+        sessions.begin(&tenant, "new", false);
+        assert!(sessions.subscribe(&tenant, "s1", "vault:///a.md").is_err());
+        assert!(sessions.subscribe(&tenant, "s2", "vault:///a.md").is_ok());
+        assert!(sessions.subscribe(&tenant, "new", "vault:///a.md").is_ok());
+        assert!(sessions.answered(&tenant, "s0", &asked).is_some());
+        // Another tenant's session of the same id is not this one.
+        let other = Tenant("globex".into());
+        assert!(sessions.answered(&other, "s0", &asked).is_none());
     }
 }

@@ -26,17 +26,16 @@ use crate::{
 
 pub use delivery::deliver;
 
-/// The event types an endpoint may want.
-pub const EVENT_TYPES: [&str; 8] = [
-    "turn.completed",
-    "turn.failed",
-    "turn.cancelled",
-    "turn.waiting",
-    "response.completed",
-    "response.failed",
-    "response.cancelled",
-    "response.incomplete",
-];
+/// The event types an endpoint may want, by name.
+pub const EVENT_TYPES: [&str; 8] = {
+    let mut names = [""; 8];
+    let mut i = 0;
+    while i < EventType::ALL.len() {
+        names[i] = EventType::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 /// Endpoints a tenant has at most.
 pub const WEBHOOKS_PER_TENANT: u32 = 10;
@@ -104,11 +103,17 @@ impl EventType {
     ];
 
     /// Its name on the wire.
-    fn name(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .position(|t| *t == self)
-            .map_or("", |at| EVENT_TYPES[at])
+    const fn name(self) -> &'static str {
+        match self {
+            Self::TurnCompleted => "turn.completed",
+            Self::TurnFailed => "turn.failed",
+            Self::TurnCancelled => "turn.cancelled",
+            Self::TurnWaiting => "turn.waiting",
+            Self::ResponseCompleted => "response.completed",
+            Self::ResponseFailed => "response.failed",
+            Self::ResponseCancelled => "response.cancelled",
+            Self::ResponseIncomplete => "response.incomplete",
+        }
     }
 }
 

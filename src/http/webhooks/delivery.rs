@@ -326,27 +326,28 @@ fn event_data(
             tool,
             arguments,
             ..
-        } => (
-            "turn.waiting",
-            json!({"session_id": session, "turn_id": turn, "waiting_for": "approval",
-                   "call_id": call_id, "tool": tool, "arguments": arguments,
-                   "answer": answer(
-                       &format!("/sessions/{session}/turns/{turn}/approvals/{call_id}"),
-                       json!({"approve": true}))}),
-        ),
-        TurnEvent::ToolRequested {
+        }
+        | TurnEvent::ToolRequested {
             call_id,
             tool,
             arguments,
             ..
-        } => (
-            "turn.waiting",
-            json!({"session_id": session, "turn_id": turn, "waiting_for": "client_tool",
-                   "call_id": call_id, "tool": tool, "arguments": arguments,
-                   "answer": answer(
-                       &format!("/sessions/{session}/turns/{turn}/tool-results/{call_id}"),
-                       json!({"output": "…"}))}),
-        ),
+        } => {
+            let (waiting_for, route, body) = match event {
+                TurnEvent::ApprovalRequested { .. } => {
+                    ("approval", "approvals", json!({"approve": true}))
+                }
+                _ => ("client_tool", "tool-results", json!({"output": "…"})),
+            };
+            (
+                "turn.waiting",
+                json!({"session_id": session, "turn_id": turn, "waiting_for": waiting_for,
+                       "call_id": call_id, "tool": tool, "arguments": arguments,
+                       "answer": answer(
+                           &format!("/sessions/{session}/turns/{turn}/{route}/{call_id}"),
+                           body)}),
+            )
+        }
         _ => return None,
     })
 }
