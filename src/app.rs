@@ -42,6 +42,16 @@ pub struct App {
     pub mcp_sessions: McpSessions,
 }
 
+impl App {
+    /// An answer (a decision, a client's result) for a waiting call of
+    /// `turn_id` is in the store: the wait is woken where it runs in this
+    /// process, or the turn where it is parked (it goes on here).
+    pub async fn answered(&self, turn_id: uuid::Uuid) {
+        self.approvals_decided.notify_waiters();
+        self.runner.wake(turn_id).await;
+    }
+}
+
 /// The log level each MCP session (the versions up to 2025-11-25, with
 /// their `Mcp-Session-Id`) set with `logging/setLevel`, by tenant and
 /// session: its `ask` streams carry the turn's log messages at or above

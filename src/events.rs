@@ -116,7 +116,9 @@ pub enum TurnEvent {
     /// A call of a tool the client runs itself: the turn waits for its
     /// result, posted to `POST
     /// /sessions/{session_id}/turns/{turn_id}/tool-results/{call_id}`
-    /// (`tool` is the client's name for it, without `client__`).
+    /// (`tool` is the client's name for it, without `client__`), until
+    /// `expires_at` (`HARNESS_APPROVAL_TIMEOUT` after it was asked); then
+    /// the call ends `timed_out`.
     #[serde(rename = "tool.requested")]
     ToolRequested {
         step: u32,
@@ -124,6 +126,8 @@ pub enum TurnEvent {
         tool: String,
         #[schema(value_type = Object)]
         arguments: serde_json::Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
     },
     /// A tool call ended: `completed`, `failed`, `timed_out` or `denied`
     /// (with `reason`: `duplicate`, `blocked`, `pre_hook`, `validation`, `budget`).
@@ -147,7 +151,9 @@ pub enum TurnEvent {
         latency_ms: u64,
     },
     /// A tool call waits for a person: `POST
-    /// /sessions/{session_id}/turns/{turn_id}/approvals/{call_id}` decides.
+    /// /sessions/{session_id}/turns/{turn_id}/approvals/{call_id}` decides,
+    /// until `expires_at` (`HARNESS_APPROVAL_TIMEOUT` after it was asked);
+    /// then it resolves `timed_out`.
     #[serde(rename = "approval.requested")]
     ApprovalRequested {
         step: u32,
@@ -155,9 +161,11 @@ pub enum TurnEvent {
         tool: String,
         #[schema(value_type = Object)]
         arguments: serde_json::Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
     },
     /// The decision on a call that waited: `approved`, `denied`,
-    /// `timed_out` (the turn's deadline came first) or `cancelled`.
+    /// `timed_out` (its `expires_at` came first) or `cancelled`.
     #[serde(rename = "approval.resolved")]
     ApprovalResolved {
         call_id: String,

@@ -38,6 +38,7 @@ mod step;
 pub mod thinking;
 mod turn_loop;
 pub mod validation;
+mod waits;
 pub mod waves;
 
 use std::{sync::Arc, time::Duration};
@@ -126,6 +127,14 @@ pub struct HarnessOptions {
     /// Calls of these effect classes wait for a person's approval (with an
     /// approval gate; none by default).
     pub approval_effects: Vec<crate::tools::EffectClass>,
+    /// How long a call waits for a person's decision or a client's result
+    /// before it ends `timed_out` (apart from the turn's compute
+    /// deadline, which stands still meanwhile).
+    pub wait_timeout: Duration,
+    /// How long a wait keeps the turn running here before the turn is
+    /// parked ([`TurnError::Parked`]) to go on when the answer comes
+    /// (`None`: never parked; it waits here until `wait_timeout`).
+    pub park_after: Option<Duration>,
 }
 
 impl Default for HarnessOptions {
@@ -157,6 +166,8 @@ impl Default for HarnessOptions {
             auto_compact: true,
             record_decisions: true,
             approval_effects: Vec::new(),
+            wait_timeout: Duration::from_secs(24 * 60 * 60),
+            park_after: None,
         }
     }
 }
@@ -244,6 +255,20 @@ pub enum TurnError {
     /// boundary, its records say where it stands.
     #[error("the turn was handed over to another process")]
     HandedOver,
+    /// Calls of the turn wait for answers from outside (a person, a
+    /// client) longer than it keeps running: it stopped where its records
+    /// say, to go on when an answer comes or the wait ends.
+    #[error("the turn waits for an answer")]
+    Parked(Parked),
+}
+
+/// Where a parked turn waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parked {
+    /// When the first of its waits ends unanswered.
+    pub until: chrono::DateTime<chrono::Utc>,
+    /// The calls that wait.
+    pub calls: Vec<String>,
 }
 
 impl TurnError {
@@ -253,6 +278,7 @@ impl TurnError {
             Self::Provider(e) => e.code(),
             Self::Sink(_) => "event_log_unavailable",
             Self::HandedOver => "handed_over",
+            Self::Parked(_) => "parked",
         }
     }
 }

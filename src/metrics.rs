@@ -78,6 +78,8 @@ pub struct Metrics {
     turns_running: Gauge,
     turns_finished: Family<StatusLabels, Counter>,
     takeovers: Family<ReasonLabels, Counter>,
+    parks: Counter,
+    unparks: Counter,
     events_persisted: Counter,
     event_batches: Counter,
     event_batch_failures: Counter,
@@ -107,6 +109,8 @@ impl Default for Metrics {
             turns_running: Gauge::default(),
             turns_finished: Family::default(),
             takeovers: Family::default(),
+            parks: Counter::default(),
+            unparks: Counter::default(),
             events_persisted: Counter::default(),
             event_batches: Counter::default(),
             event_batch_failures: Counter::default(),
@@ -149,6 +153,16 @@ impl Default for Metrics {
             "agent_harness_turn_takeovers",
             "Turns this process took over from another, by why their owner let go: it died (crash) or handed them over (shutdown)",
             metrics.takeovers.clone(),
+        );
+        registry.register(
+            "agent_harness_turns_parked",
+            "Turns this process parked in the database to wait for an answer (a person's decision, a client's result)",
+            metrics.parks.clone(),
+        );
+        registry.register(
+            "agent_harness_turns_unparked",
+            "Parked turns this process went on with (answered, or their wait ended)",
+            metrics.unparks.clone(),
         );
         registry.register(
             "agent_harness_events_persisted",
@@ -251,6 +265,17 @@ impl Metrics {
     pub fn turn_taken_over(&self, released: bool) {
         let reason = if released { "shutdown" } else { "crash" };
         self.takeovers.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// A turn this process parked: it runs here no more.
+    pub fn turn_parked(&self) {
+        self.parks.inc();
+        self.turns_running.dec();
+    }
+
+    /// A parked turn this process goes on with (counted as started).
+    pub fn turn_unparked(&self) {
+        self.unparks.inc();
     }
 
     /// A turn this process gave up for another to go on with.

@@ -466,7 +466,13 @@ impl TurnRunner {
                 record.map_or(TurnStatus::Interrupted, |r| r.status),
             ));
         } else {
-            return Ok(CancelOutcome::Requested);
+            // Parked: no process runs it; this one takes it over, and it
+            // ends cancelled at once.
+            self.wake(turn_id).await;
+            let Some(live) = self.inner.live.get(turn_id) else {
+                return Ok(CancelOutcome::Requested);
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(5), live.closed.cancelled()).await;
         }
         let record = store
             .get_turn(session_id, turn_id)

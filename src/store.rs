@@ -160,8 +160,11 @@ pub struct OrphanScope {
     /// however late their heartbeat (a busy moment must not end them).
     pub alive: std::collections::HashSet<Uuid>,
     /// Take-overs a turn may have: an orphan taken over this many times
-    /// already ends `interrupted` (0: every orphan does).
+    /// already ends `interrupted` (0: every orphan does). A parked
+    /// turn's resumptions do not count.
     pub max_attempts: u32,
+    /// Only this turn (a parked turn an answer has just woken here).
+    pub only: Option<Uuid>,
 }
 
 /// What a sweep did with an orphan.
@@ -174,6 +177,9 @@ pub enum Orphan {
         next_seq: i64,
         /// Its owner released it (shutdown) rather than died.
         released: bool,
+        /// It was parked, waiting for an answer (which came, or its wait's
+        /// deadline did): not a take-over.
+        woken: bool,
     },
     /// It ended `interrupted` with this event: its take-overs ran out.
     Interrupted(Box<crate::events::StoredEvent>),
@@ -184,7 +190,8 @@ pub enum Orphan {
 pub enum Announcement {
     /// Someone asked for this turn's cancellation.
     Cancel(Uuid),
-    /// Its owner gave this turn up (shutdown): take it over.
+    /// Its owner gave this turn up (shutdown), or it was parked and an
+    /// answer woke it: take it over.
     Released(Uuid),
 }
 

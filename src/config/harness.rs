@@ -4,7 +4,7 @@ use clap::ArgAction;
 use clap::builder::BoolishValueParser;
 use std::time::Duration;
 
-use super::EffectList;
+use super::{EffectList, Span};
 use crate::{providers::ThinkLevel, tools::PermissionMode};
 
 /// The turn loop: limits, tools, reflection, compaction, the prompt.
@@ -141,6 +141,21 @@ pub struct HarnessSettings {
     /// (`approval.requested`), e.g. LOCAL_WRITE,DESTRUCTIVE [default: none].
     #[arg(id = "harness.approval_required", long = "approval-required")]
     pub approval_required: Option<EffectList>,
+    /// How long a call waits for a person's decision or a client tool's
+    /// result before it ends `timed_out`: a span such as `24h`, `90m` or
+    /// `3s` (at most 30 days). The turn's compute deadline stands still
+    /// while it waits.
+    #[arg(
+        id = "harness.approval_timeout",
+        long = "approval-timeout",
+        default_value = "24h"
+    )]
+    pub approval_timeout: Span,
+    /// How long a waiting turn keeps its worker before it is parked in the
+    /// database (no worker, no lease) to go on, on whichever replica, when
+    /// the answer comes: a span such as `10s` (`0s`: parked at once).
+    #[arg(id = "harness.park_after", long = "park-after", default_value = "10s")]
+    pub park_after: Span,
     /// Stored messages used as history when a request brings none.
     #[arg(
         id = "harness.history_max_messages",

@@ -371,6 +371,46 @@ fn approval_effects_are_effect_classes() {
 }
 
 #[test]
+fn waits_are_spans_of_time() {
+    let s = load(&[]).unwrap();
+    assert_eq!(s.harness.approval_timeout.0, Duration::from_secs(24 * 3600));
+    assert_eq!(s.harness.park_after.0, Duration::from_secs(10));
+    let s = load(&[
+        ("HARNESS_APPROVAL_TIMEOUT", "1h30m"),
+        ("HARNESS_PARK_AFTER", "250ms"),
+    ])
+    .unwrap();
+    assert_eq!(s.harness.approval_timeout.0, Duration::from_secs(5400));
+    assert_eq!(s.harness.park_after.0, Duration::from_millis(250));
+    assert_eq!(
+        load(&[("HARNESS_PARK_AFTER", "0s")])
+            .unwrap()
+            .harness
+            .park_after
+            .0,
+        Duration::ZERO
+    );
+    for bad in [
+        "24",
+        "h",
+        "3 s",
+        "2w",
+        "31d",
+        "1.5h",
+        "-3s",
+        "9999999999999s",
+    ] {
+        let err = load(&[("HARNESS_APPROVAL_TIMEOUT", bad)])
+            .map(|s| s.harness.approval_timeout)
+            .expect_err(bad);
+        assert!(
+            err.to_string().starts_with("HARNESS_APPROVAL_TIMEOUT: "),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
+#[test]
 fn auth_is_on_by_default_beyond_loopback() {
     assert!(!load(&[]).unwrap().server.auth_required(), "127.0.0.1");
     assert!(

@@ -232,6 +232,52 @@ impl FromStr for EffectList {
     }
 }
 
+/// A span of time: whole numbers with units, `ms`, `s`, `m`, `h` or `d`,
+/// one after another (`24h`, `1h30m`, `3s`, `0s`), at most 30 days.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span(pub std::time::Duration);
+
+/// The longest [`Span`].
+const SPAN_MAX: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 60 * 60);
+
+impl FromStr for Span {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let shape = || format!("{s:?} is not a span such as 24h, 90m, 3s or 1h30m");
+        let mut total: u128 = 0;
+        let mut rest = s.trim();
+        if rest.is_empty() {
+            return Err(shape());
+        }
+        // Bounded: each piece takes at least two characters of `rest`.
+        while !rest.is_empty() {
+            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            let unit_len = rest[digits..]
+                .find(|c: char| c.is_ascii_digit())
+                .unwrap_or(rest.len() - digits);
+            if digits == 0 || digits > 12 || unit_len == 0 {
+                return Err(shape());
+            }
+            let number: u128 = rest[..digits].parse().map_err(|_| shape())?;
+            let millis_per = match &rest[digits..digits + unit_len] {
+                "ms" => 1,
+                "s" => 1_000,
+                "m" => 60_000,
+                "h" => 3_600_000,
+                "d" => 86_400_000,
+                _ => return Err(shape()),
+            };
+            total = total.saturating_add(number.saturating_mul(millis_per));
+            rest = &rest[digits + unit_len..];
+        }
+        let span = std::time::Duration::from_millis(u64::try_from(total).unwrap_or(u64::MAX));
+        if span > SPAN_MAX {
+            return Err(format!("{s:?} is longer than 30 days"));
+        }
+        Ok(Self(span))
+    }
+}
+
 /// Origins allowed to call the API from a browser.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CorsOrigins {

@@ -5,7 +5,10 @@
 //! [`TurnBudget::remaining`] clamps every provider call and tool timeout.
 
 use std::{
-    sync::atomic::{AtomicU32, Ordering},
+    sync::{
+        Mutex,
+        atomic::{AtomicU32, Ordering},
+    },
     time::Duration,
 };
 
@@ -39,6 +42,42 @@ pub struct TurnBudget {
     steps: AtomicU32,
     tool_calls: AtomicU32,
     reflections: AtomicU32,
+    /// Time spent waiting for answers from outside: the deadline moves by
+    /// as much.
+    waits: Mutex<WaitClock>,
+}
+
+/// The waits for answers from outside (a person, a client) of a turn:
+/// while any is open the turn's clock stands still.
+#[derive(Debug, Default)]
+struct WaitClock {
+    /// Waits open now.
+    open: u32,
+    /// Since when one has been open.
+    since: Option<Instant>,
+    /// What closed stretches of waiting lasted.
+    paused: Duration,
+}
+
+impl WaitClock {
+    fn waited(&self, now: Instant) -> Duration {
+        self.paused + self.since.map_or(Duration::ZERO, |since| now - since)
+    }
+}
+
+/// An open wait: the turn's clock goes on when the last is dropped.
+pub struct Waiting<'b>(&'b TurnBudget);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut clock = self.0.clock();
+        clock.open = clock.open.saturating_sub(1);
+        if clock.open == 0
+            && let Some(since) = clock.since.take()
+        {
+            clock.paused += Instant::now() - since;
+        }
+    }
 }
 
 fn claim(counter: &AtomicU32, max: u32) -> bool {
@@ -58,6 +97,7 @@ impl TurnBudget {
             steps: AtomicU32::new(0),
             tool_calls: AtomicU32::new(0),
             reflections: AtomicU32::new(0),
+            waits: Mutex::default(),
         }
     }
 
@@ -71,6 +111,7 @@ impl TurnBudget {
             steps: AtomicU32::new(steps),
             tool_calls: AtomicU32::new(tool_calls),
             reflections: AtomicU32::new(reflections),
+            waits: Mutex::default(),
         }
     }
 
@@ -105,13 +146,33 @@ impl TurnBudget {
         self.reflections.load(Ordering::Acquire)
     }
 
+    fn clock(&self) -> std::sync::MutexGuard<'_, WaitClock> {
+        self.waits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The deadline as it stands: moved by the time spent waiting for
+    /// answers from outside.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        self.deadline + self.clock().waited(Instant::now())
     }
 
     /// Time left before the deadline (zero once it passed).
     pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// Stops the turn's clock until the returned guard (and every other
+    /// open one) is dropped: the time a call waits for a person or a
+    /// client is not the turn's compute time.
+    pub fn wait(&self) -> Waiting<'_> {
+        let mut clock = self.clock();
+        clock.open += 1;
+        if clock.since.is_none() {
+            clock.since = Some(Instant::now());
+        }
+        Waiting(self)
     }
 
     pub fn is_expired(&self) -> bool {
@@ -180,5 +241,30 @@ mod tests {
         tokio::time::advance(Duration::from_secs(7)).await;
         assert!(budget.is_expired());
         assert_eq!(budget.remaining(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_clock_stands_still_while_any_wait_is_open() {
+        let budget = TurnBudget::create(BudgetLimits {
+            timeout: Duration::from_secs(10),
+            ..BudgetLimits::default()
+        });
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let first = budget.wait();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let second = budget.wait();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        drop(first);
+        assert_eq!(budget.remaining(), Duration::from_secs(8), "still waiting");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        drop(second);
+        assert_eq!(budget.remaining(), Duration::from_secs(8), "40 s of waits");
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(budget.remaining(), Duration::from_secs(5));
+        let third = budget.wait();
+        tokio::time::advance(Duration::from_secs(60)).await;
+        drop(third);
+        assert!(!budget.is_expired());
+        assert_eq!(budget.remaining(), Duration::from_secs(5));
     }
 }

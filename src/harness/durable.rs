@@ -12,6 +12,7 @@
 //! state the next step starts from: a pure function, so a turn taken over
 //! by another process goes on from exactly where its owner left it.
 
+use chrono::{DateTime, Utc};
 use std::{collections::HashMap, sync::Arc};
 
 use serde::{Deserialize, Serialize};
@@ -211,12 +212,18 @@ pub fn rebuild(records: &[StepRecord]) -> Result<Option<Resumed>, RebuildError> 
 }
 
 /// What the log shows of a call of the step a turn goes on from (the
-/// one its last record left answered), written by the process that died.
+/// one its last record left answered), written by a process that died or
+/// by the same turn before it was parked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PriorCall {
-    /// Its `tool.started` is there, its end is not. `awaiting_approval`:
-    /// it was waiting for a person (never ran).
-    Started { awaiting_approval: bool },
+    /// Its `tool.started` is there, its end is not.
+    Started {
+        /// It waits for a person's decision (asked, not resolved: it never
+        /// ran).
+        approval: Option<Asked>,
+        /// The client was asked to run it (`tool.requested`).
+        client: Option<Asked>,
+    },
     /// Its `tool.finished` is there: it is not run again.
     Ended {
         status: ToolStatus,
@@ -228,6 +235,15 @@ pub enum PriorCall {
     },
 }
 
+/// An answer the log shows was asked for: it is not asked again, and the
+/// wait for it keeps its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asked {
+    /// When the wait ends unanswered (`None`: a log from before waits had
+    /// one).
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
 /// The calls of one step as the log shows them, by call id.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PriorCalls(pub HashMap<String, PriorCall>);
@@ -236,7 +252,8 @@ impl PriorCalls {
     /// What `events` (a turn's, in seq order) show of the calls of `step`.
     pub fn of_step<'e>(events: impl IntoIterator<Item = &'e TurnEvent>, step: u32) -> Self {
         let mut calls = HashMap::new();
-        let mut waiting: HashMap<String, bool> = HashMap::new();
+        let mut approvals: HashMap<String, Option<Asked>> = HashMap::new();
+        let mut clients: HashMap<String, Asked> = HashMap::new();
         for event in events {
             match event {
                 TurnEvent::ToolStarted {
@@ -245,17 +262,39 @@ impl PriorCalls {
                     calls.insert(
                         call_id.clone(),
                         PriorCall::Started {
-                            awaiting_approval: false,
+                            approval: None,
+                            client: None,
                         },
                     );
                 }
                 TurnEvent::ApprovalRequested {
-                    step: s, call_id, ..
+                    step: s,
+                    call_id,
+                    expires_at,
+                    ..
                 } if *s == step => {
-                    waiting.insert(call_id.clone(), true);
+                    approvals.insert(
+                        call_id.clone(),
+                        Some(Asked {
+                            expires_at: *expires_at,
+                        }),
+                    );
                 }
                 TurnEvent::ApprovalResolved { call_id, .. } => {
-                    waiting.insert(call_id.clone(), false);
+                    approvals.insert(call_id.clone(), None);
+                }
+                TurnEvent::ToolRequested {
+                    step: s,
+                    call_id,
+                    expires_at,
+                    ..
+                } if *s == step => {
+                    clients.insert(
+                        call_id.clone(),
+                        Asked {
+                            expires_at: *expires_at,
+                        },
+                    );
                 }
                 TurnEvent::ToolFinished {
                     step: s,
@@ -284,8 +323,9 @@ impl PriorCalls {
             }
         }
         for (call_id, prior) in &mut calls {
-            if let PriorCall::Started { awaiting_approval } = prior {
-                *awaiting_approval = waiting.get(call_id).copied().unwrap_or(false);
+            if let PriorCall::Started { approval, client } = prior {
+                *approval = approvals.get(call_id).copied().flatten();
+                *client = clients.get(call_id).copied();
             }
         }
         Self(calls)

@@ -23,12 +23,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     AgentHarness, EventSink, TurnInput,
-    durable::PriorCalls,
+    durable::{PriorCall, PriorCalls},
     executor::{self, Executed},
     hooks::{ApprovalDecision, ApprovalRequest, CheckpointRequest, isolate},
     replay::ReplayControl,
     state::TurnRuntimeState,
     validation,
+    waits::{self, Wait},
 };
 use crate::{
     events::{ToolStatus, TurnEvent},
@@ -80,6 +81,11 @@ pub enum ToolOutcome {
         content: String,
         latency_ms: u64,
     },
+    /// No end yet: it waits for an answer from outside (a person, a
+    /// client) until `until`, and the turn is parked meanwhile.
+    Parked {
+        until: chrono::DateTime<chrono::Utc>,
+    },
 }
 
 impl ToolOutcome {
@@ -101,6 +107,8 @@ impl ToolOutcome {
             Self::Executed(Executed::TimedOut { .. }) => ToolStatus::TimedOut,
             Self::Denied { .. } => ToolStatus::Denied,
             Self::Logged { status, .. } => *status,
+            // Never reported: the turn stops before its end.
+            Self::Parked { .. } => ToolStatus::Unknown,
         }
     }
 
@@ -126,7 +134,7 @@ impl ToolOutcome {
                 | Executed::TimedOut { latency_ms, .. },
             )
             | Self::Logged { latency_ms, .. } => *latency_ms,
-            Self::Denied { .. } => 0,
+            Self::Denied { .. } | Self::Parked { .. } => 0,
         }
     }
 }
@@ -237,7 +245,7 @@ fn permitted(env: &CallEnv<'_>, call: &ToolCall) -> Result<Arc<dyn Tool>, Refuse
 fn client_tool(env: &CallEnv<'_>, name: &str) -> Option<Arc<dyn Tool>> {
     let results = env.harness.client_results.clone()?;
     let declared = env.request.asked.client_tool(name)?;
-    let within = env.state.budget.remaining();
+    let within = env.harness.options.wait_timeout;
     let spec = env
         .state
         .client_spec(name, || crate::tools::client::ClientCall::spec_of(declared));
@@ -282,8 +290,9 @@ fn within_budget(env: &CallEnv<'_>) -> Result<(), Refused> {
     }
 }
 
-/// Gate 5a: a person's approval, for the configured effect classes. The turn's
-/// deadline keeps running; a cancel ends the wait.
+/// Gate 5a: a person's approval, for the configured effect classes, until
+/// the wait's deadline (the turn's own stands still meanwhile); a cancel
+/// ends the wait, and a long one parks the turn.
 async fn approved(
     env: &CallEnv<'_>,
     call: &ToolCall,
@@ -301,24 +310,38 @@ async fn approved(
     {
         return Ok(());
     }
-    let _ = env
-        .sink
-        .emit(TurnEvent::ApprovalRequested {
-            step: env.step,
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
-            arguments: arguments.clone(),
-        })
-        .await;
+    // Asked already (the turn goes on after a park or a take-over): not
+    // asked again, and its wait keeps its deadline.
+    let until = match env.prior.get(&call.id) {
+        Some(PriorCall::Started {
+            approval: Some(asked),
+            ..
+        }) => waits::deadline_of(*asked, &harness.options),
+        _ => {
+            let until = waits::new_deadline(&harness.options);
+            let _ = env
+                .sink
+                .emit(TurnEvent::ApprovalRequested {
+                    step: env.step,
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    arguments: arguments.clone(),
+                    expires_at: Some(until),
+                })
+                .await;
+            until
+        }
+    };
     let request = ApprovalRequest {
         session_id: env.request.session_id.clone(),
         turn_id: env.request.turn_id.to_string(),
         call_id: call.id.clone(),
         tool: call.name.clone(),
     };
-    let decision = gate
-        .decide(&request, env.state.budget.remaining(), env.turn_cancel)
-        .await;
+    let decision = match waits::decision(env, gate.as_ref(), &request, until).await {
+        Wait::Ended(decision) => decision,
+        Wait::Parked(until) => return Err(Box::new(ToolOutcome::Parked { until })),
+    };
     let (outcome, reason) = match &decision {
         ApprovalDecision::Approved => ("approved", None),
         ApprovalDecision::Denied { reason } => ("denied", Some(reason.clone())),
@@ -383,8 +406,8 @@ async fn checkpointed(
     }
 }
 
-/// Steps 6-8: the bounded executor, then the post-hook (best effort) and the
-/// replay record.
+/// Steps 6-8: the bounded executor (or, for a client's tool, the wait for
+/// its result), then the post-hook (best effort) and the replay record.
 async fn run(
     env: &CallEnv<'_>,
     call: &ToolCall,
@@ -392,38 +415,33 @@ async fn run(
     arguments: Value,
 ) -> ToolOutcome {
     let harness = env.harness;
-    if let Some(name) = call.name.strip_prefix(crate::turn::CLIENT_TOOL_PREFIX)
+    let executed = if let Some(name) = call.name.strip_prefix(crate::turn::CLIENT_TOOL_PREFIX)
         && tool.spec().source == "client"
     {
-        // The client runs it: it is told, and the call waits for its result.
-        let _ = env
-            .sink
-            .emit(TurnEvent::ToolRequested {
-                step: env.step,
-                call_id: call.id.clone(),
-                tool: name.to_owned(),
-                arguments: arguments.clone(),
-            })
-            .await;
-    }
-    let ctx = ToolContext {
-        session_id: env.request.session_id.clone(),
-        turn_id: env.request.turn_id,
-        turn_number: env.request.turn_number,
-        call_id: call.id.clone(),
-        top_k: env.request.asked.top_k,
-        web_mode: env.request.asked.web_mode,
-        cancel: env.turn_cancel.child_token(),
+        match client_call(env, call, name, arguments).await {
+            Wait::Ended(executed) => executed,
+            Wait::Parked(until) => return ToolOutcome::Parked { until },
+        }
+    } else {
+        let ctx = ToolContext {
+            session_id: env.request.session_id.clone(),
+            turn_id: env.request.turn_id,
+            turn_number: env.request.turn_number,
+            call_id: call.id.clone(),
+            top_k: env.request.asked.top_k,
+            web_mode: env.request.asked.web_mode,
+            cancel: env.turn_cancel.child_token(),
+        };
+        executor::execute(
+            &harness.tasks,
+            tool,
+            ctx,
+            arguments,
+            env.state.clone(),
+            env.sink.clone(),
+        )
+        .await
     };
-    let executed = executor::execute(
-        &harness.tasks,
-        tool,
-        ctx,
-        arguments,
-        env.state.clone(),
-        env.sink.clone(),
-    )
-    .await;
     let outcome = ToolOutcome::Executed(executed);
     // A tool that failed for good is blocked at once: a later call of it in
     // this very step (the next wave) is denied, not run again.
@@ -444,4 +462,83 @@ async fn run(
             .record_completed(&call.name, &call.arguments, &call.id);
     }
     outcome
+}
+
+/// A call of the client's own tool (`name`, as the client knows it): the
+/// client is told (once: not again when the turn goes on after a park or
+/// a take-over), and the call waits for its result until the wait's
+/// deadline.
+async fn client_call(
+    env: &CallEnv<'_>,
+    call: &ToolCall,
+    name: &str,
+    arguments: Value,
+) -> Wait<Executed> {
+    let options = &env.harness.options;
+    let Some(results) = env.harness.client_results.clone() else {
+        return Wait::Ended(Executed::Failed {
+            error: ToolError::new(
+                ToolErrorKind::Internal,
+                "this service takes no results of clients' tools",
+                false,
+            ),
+            latency_ms: 0,
+        });
+    };
+    let until = match env.prior.get(&call.id) {
+        Some(PriorCall::Started {
+            client: Some(asked),
+            ..
+        }) => waits::deadline_of(*asked, options),
+        _ => {
+            let until = waits::new_deadline(options);
+            let _ = env
+                .sink
+                .emit(TurnEvent::ToolRequested {
+                    step: env.step,
+                    call_id: call.id.clone(),
+                    tool: name.to_owned(),
+                    arguments,
+                    expires_at: Some(until),
+                })
+                .await;
+            until
+        }
+    };
+    let started = tokio::time::Instant::now();
+    let result = match waits::client_result(env, results.as_ref(), &call.id, until).await {
+        Wait::Ended(result) => result,
+        Wait::Parked(until) => return Wait::Parked(until),
+    };
+    let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    use crate::tools::client::ClientResult;
+    Wait::Ended(match result {
+        ClientResult::Posted {
+            output,
+            is_error: false,
+        } => Executed::Completed {
+            output: crate::tools::ToolOutput::text(output),
+            latency_ms,
+        },
+        ClientResult::Posted {
+            output,
+            is_error: true,
+        } => Executed::Failed {
+            error: ToolError::new(ToolErrorKind::Failed, output, true),
+            latency_ms,
+        },
+        // The client may still answer a later call of it.
+        ClientResult::TimedOut => Executed::TimedOut {
+            retryable: true,
+            latency_ms,
+        },
+        ClientResult::Cancelled => Executed::Failed {
+            error: ToolError::new(
+                ToolErrorKind::Cancelled,
+                "the turn was cancelled while it waited for the client",
+                false,
+            ),
+            latency_ms,
+        },
+    })
 }

@@ -132,15 +132,21 @@ impl Turn<'_> {
         // one carries the answer too, and a process that dies mid-wave
         // leaves the step to be asked again (reads are safe to redo), which
         // spares every read-only step a row.
-        // A call of the client's own tool is recorded too: the client
-        // answers that call (its id), so a successor waits on the same one.
-        let changes =
-            output.tool_calls.iter().any(|call| {
-                self.request.asked.client_tool(&call.name).is_some()
-                    || self.harness.tools.get(&call.name).is_some_and(|tool| {
-                        tool.spec().effect != crate::tools::EffectClass::ReadOnly
-                    })
-            });
+        // A call of the client's own tool is recorded too, and one that
+        // waits for a person's approval: the client (or the person)
+        // answers that call (its id), so a successor, or the turn going on
+        // after a park, waits on the same one.
+        let approved = |effect| {
+            self.harness.approvals.is_some()
+                && self.harness.options.approval_effects.contains(&effect)
+        };
+        let changes = output.tool_calls.iter().any(|call| {
+            self.request.asked.client_tool(&call.name).is_some()
+                || self.harness.tools.get(&call.name).is_some_and(|tool| {
+                    let effect = tool.spec().effect;
+                    effect != crate::tools::EffectClass::ReadOnly || approved(effect)
+                })
+        });
         if changes {
             self.record(conversation, step, StepPhase::Answered, true)
                 .await?;
@@ -178,7 +184,10 @@ impl Turn<'_> {
             step,
             prior,
         };
-        let (tool_messages, any_error) = waves::run_waves(&env, calls, &waves).await?;
+        let (tool_messages, any_error) = match waves::run_waves(&env, calls, &waves).await? {
+            waves::Waves::Ran(messages, any_error) => (messages, any_error),
+            waves::Waves::Parked(parked) => return Err(TurnError::Parked(parked)),
+        };
         conversation.messages.extend(tool_messages);
 
         // 4h: reflection.

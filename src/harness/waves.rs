@@ -26,13 +26,22 @@ pub const TOOL_MESSAGE_MAX_CHARS: usize = 12_000;
 /// Characters of an oversized output kept inline next to its reference.
 const ARTIFACT_PREVIEW_CHARS: usize = 2_000;
 
-/// Runs a step's waves; returns the tool messages in call order and
-/// whether any call ended in error.
+/// How a step's waves ended.
+pub(super) enum Waves {
+    /// Every call ended: the tool messages in call order, and whether any
+    /// call ended in error.
+    Ran(Vec<ChatMessage>, bool),
+    /// Calls of the last wave that ran wait for answers from outside: the
+    /// turn parks (the wave's other calls ended, and said so).
+    Parked(super::Parked),
+}
+
+/// Runs a step's waves.
 pub(super) async fn run_waves(
     env: &CallEnv<'_>,
     calls: &[ToolCall],
     waves: &[Wave],
-) -> Result<(Vec<ChatMessage>, bool), super::SinkError> {
+) -> Result<Waves, super::SinkError> {
     let mut outcomes: Vec<Option<(ToolOutcome, Option<Shown>)>> =
         std::iter::repeat_with(|| None).take(calls.len()).collect();
     let mut any_error = false;
@@ -65,8 +74,18 @@ pub(super) async fn run_waves(
             results
         };
         // Reported in call order, whatever order they finished in.
+        let mut parked: Option<super::Parked> = None;
         for (&i, outcome) in wave.calls.iter().zip(results) {
             let call = &calls[i];
+            if let ToolOutcome::Parked { until } = outcome {
+                let park = parked.get_or_insert(super::Parked {
+                    until,
+                    calls: Vec::new(),
+                });
+                park.until = park.until.min(until);
+                park.calls.push(call.id.clone());
+                continue;
+            }
             any_error |= outcome.is_error();
             if let Some(PriorCall::Ended { .. }) = env.prior.get(&call.id) {
                 // Its end is in the log: the client has it.
@@ -110,6 +129,9 @@ pub(super) async fn run_waves(
                 .await?;
             outcomes[i] = Some((outcome, shown));
         }
+        if let Some(parked) = parked {
+            return Ok(Waves::Parked(parked));
+        }
     }
     let mut messages = Vec::with_capacity(calls.len());
     for (call, outcome) in calls.iter().zip(outcomes) {
@@ -129,7 +151,7 @@ pub(super) async fn run_waves(
             fence_tool_content(&outcome, content),
         ));
     }
-    Ok((messages, any_error))
+    Ok(Waves::Ran(messages, any_error))
 }
 
 /// A call of the step, as the log left it when the turn goes on from a
@@ -174,28 +196,28 @@ async fn resolve(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome {
                 latency_ms: *latency_ms,
             }
         }
-        Some(PriorCall::Started {
-            awaiting_approval: false,
-        }) if !safe_to_run_again(env, call) => match settle(env, call).await {
-            Settled::Landed(output) => {
-                env.state.budget.claim_tool_call();
-                env.replay
-                    .record_completed(&call.name, &call.arguments, &call.id);
-                ToolOutcome::Executed(Executed::Completed {
-                    output,
-                    latency_ms: 0,
-                })
-            }
-            Settled::NotLanded => exec_call(env, call).await,
-            Settled::Unknown => {
-                env.state.budget.claim_tool_call();
-                ToolOutcome::Logged {
-                    status: ToolStatus::Unknown,
-                    content: OUTCOME_UNKNOWN.to_owned(),
-                    latency_ms: 0,
+        Some(PriorCall::Started { approval: None, .. }) if !safe_to_run_again(env, call) => {
+            match settle(env, call).await {
+                Settled::Landed(output) => {
+                    env.state.budget.claim_tool_call();
+                    env.replay
+                        .record_completed(&call.name, &call.arguments, &call.id);
+                    ToolOutcome::Executed(Executed::Completed {
+                        output,
+                        latency_ms: 0,
+                    })
+                }
+                Settled::NotLanded => exec_call(env, call).await,
+                Settled::Unknown => {
+                    env.state.budget.claim_tool_call();
+                    ToolOutcome::Logged {
+                        status: ToolStatus::Unknown,
+                        content: OUTCOME_UNKNOWN.to_owned(),
+                        latency_ms: 0,
+                    }
                 }
             }
-        },
+        }
         _ => exec_call(env, call).await,
     }
 }
@@ -377,6 +399,7 @@ fn message_content(outcome: &ToolOutcome, shown: Option<Shown>) -> String {
             format!("Denied ({}): {message}", reason.as_str())
         }
         ToolOutcome::Logged { content, .. } => content.clone(),
+        ToolOutcome::Parked { .. } => "the call waits for an answer".to_owned(),
     }
 }
 

@@ -431,6 +431,9 @@ enum WebhookData {
         call_id: String,
         tool: String,
         arguments: serde_json::Value,
+        /// When the wait ends unanswered (`HARNESS_APPROVAL_TIMEOUT` after
+        /// it began): the call then ends `timed_out`.
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
         /// The native route that answers it: `method`, `path`, an example
         /// `body`.
         answer: serde_json::Value,

@@ -474,7 +474,7 @@ impl Caller {
                 })
                 .await?;
         }
-        self.app.approvals_decided.notify_waiters();
+        self.app.answered(turn_id).await;
         Ok((record, last_seq))
     }
 

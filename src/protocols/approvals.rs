@@ -133,6 +133,6 @@ pub async fn decide(
     if !recorded {
         return Err(ApiError::ApprovalAlreadyDecided);
     }
-    app.approvals_decided.notify_waiters();
+    app.answered(turn.id).await;
     Ok(())
 }

@@ -126,7 +126,7 @@ pub async fn answer_calls(
             })
             .await?;
     }
-    app.approvals_decided.notify_waiters();
+    app.answered(turn.id).await;
     Ok(Answered { after, all_new })
 }
 
@@ -496,6 +496,7 @@ mod tests {
             call_id: call_id.into(),
             tool: "get_location".into(),
             arguments: json!({}),
+            expires_at: None,
         }
     }
 
@@ -578,6 +579,7 @@ mod tests {
             call_id: call.into(),
             tool: "write_note".into(),
             arguments: json!({}),
+            expires_at: None,
         };
         let log = log(vec![
             delta("Let me write."),

@@ -29,6 +29,7 @@ use crate::{
 mod body;
 pub mod stream;
 mod tool_results;
+mod waiting;
 
 use stream::{self as sse, EventStream};
 
@@ -70,6 +71,12 @@ pub struct TurnView {
     pub first_seq: i64,
     pub result: Option<TurnResult>,
     pub error: Option<TurnErrorView>,
+    /// A running turn parked in the database while it waits for an answer
+    /// (a person's decision, a client's result; no process runs it
+    /// meanwhile): when the wait ends unanswered, or, once an answer has
+    /// come, the moment it did (until a process takes the turn up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked_until: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -92,6 +99,7 @@ impl From<TurnRecord> for TurnView {
                 code,
                 message: r.error_message,
             }),
+            parked_until: r.parked_until,
         }
     }
 }
@@ -148,6 +156,7 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
             (TurnResponse = "application/json"),
             (EventStream = "text/event-stream"),
         )),
+        (status = 202, description = "JSON: a call of the turn waits for an answer (a person's decision, the client's result); the turn goes on once it is answered", body = waiting::TurnWaiting),
         (status = 400, description = "Malformed JSON, bad session id or header", body = Problem, content_type = "application/problem+json"),
         TurnAlreadyRunning,
         (status = 413, description = "Body over the limit", body = Problem, content_type = "application/problem+json"),
@@ -181,14 +190,29 @@ async fn start_turn(
         let metrics = app.runner.metrics().clone();
         sse::response(turn, started.events(&app), app.sse_keepalive(), metrics)
     } else {
-        let (record, result) = completed(started.ended(&app).await?)?;
-        axum::Json(TurnResponse {
-            session_id: record.session_id.id().to_owned(),
-            turn_id,
-            status: record.status,
-            result,
-        })
-        .into_response()
+        let session = started.session.id().to_owned();
+        match waiting::ended_or_waiting(&app, started).await? {
+            waiting::Ending::Ended(record) => {
+                let (record, result) = completed(record)?;
+                axum::Json(TurnResponse {
+                    session_id: record.session_id.id().to_owned(),
+                    turn_id,
+                    status: record.status,
+                    result,
+                })
+                .into_response()
+            }
+            waiting::Ending::Waiting(call) => (
+                StatusCode::ACCEPTED,
+                axum::Json(waiting::TurnWaiting {
+                    session_id: session,
+                    turn_id,
+                    status: TurnStatus::Running,
+                    waiting: call,
+                }),
+            )
+                .into_response(),
+        }
     };
     let mut response = name_turn(response, None, turn_id);
     let headers = response.headers_mut();

@@ -24,6 +24,30 @@ impl TurnRunner {
     }
 
     pub(super) async fn sweep_orphans(&self) -> Result<usize, StoreError> {
+        self.take_over(None).await
+    }
+
+    /// An answer (a decision, a client's result) or a cancel came for
+    /// `turn_id`: when it is parked, it is made due and taken over here at
+    /// once (or, by a process on its way out, left to the others' sweeps).
+    /// A failure leaves it parked until its wait ends; it then finds the
+    /// answer.
+    pub async fn wake(&self, turn_id: uuid::Uuid) {
+        match self.inner.store.wake_turn(turn_id, Utc::now()).await {
+            Ok(true) => {
+                if let Err(e) = self.take_over(Some(turn_id)).await {
+                    tracing::warn!(error = %e, turn.id = %turn_id, "a woken turn was not taken over here; a sweep will");
+                }
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, turn.id = %turn_id, "a parked turn could not be woken; it goes on when its wait ends");
+            }
+        }
+    }
+
+    /// Takes over orphans (`only` that one, when given).
+    async fn take_over(&self, only: Option<uuid::Uuid>) -> Result<usize, StoreError> {
         // A process on its way out takes nothing over.
         if self.is_draining() {
             return Ok(0);
@@ -37,6 +61,7 @@ impl TurnRunner {
             stale_before: now.checked_sub_signed(stale).unwrap_or(now),
             alive: self.inner.live.ids().into_iter().collect(),
             max_attempts: self.inner.config.max_attempts,
+            only,
         };
         let taken = self
             .inner
@@ -52,7 +77,18 @@ impl TurnRunner {
                 Orphan::Claimed {
                     turn,
                     next_seq,
+                    woken: true,
+                    ..
+                } => {
+                    tracing::info!(turn.id = %turn.id, session.id = %turn.session_id, attempt = turn.attempt, "a parked turn goes on");
+                    self.inner.metrics.turn_unparked();
+                    self.resume(*turn, next_seq);
+                }
+                Orphan::Claimed {
+                    turn,
+                    next_seq,
                     released,
+                    woken: false,
                 } => {
                     tracing::warn!(turn.id = %turn.id, session.id = %turn.session_id, attempt = turn.attempt, released, "took over an orphaned turn");
                     self.inner.metrics.turn_taken_over(released);

@@ -28,7 +28,20 @@ impl TurnRunner {
     pub(super) async fn drive_resumed(self, live: Arc<LiveTurn>, turn: TurnRecord, next_seq: i64) {
         let started = tokio::time::Instant::now();
         let sink = self.sink(&live, next_seq, started);
-        let run = self.execute_resumed(&live, &turn, sink.clone());
+        let events = self.turn_events(&turn).await;
+        if let Ok(events) = &events {
+            // An end that comes first resolves them.
+            sink.waiting_in(events);
+        }
+        // Cancelled while no process ran it (parked): it ends so at once.
+        if turn.cancel_requested {
+            live.cancel.cancel();
+        }
+        let run = async {
+            let events = events?;
+            self.execute_resumed(&live, &turn, sink.clone(), events)
+                .await
+        };
         self.conclude(&live, &sink, started, run).await;
     }
 
@@ -56,6 +69,59 @@ impl TurnRunner {
         }
     }
 
+    /// Parks the turn: nothing more is written for it here, what was
+    /// queued is committed, and it waits in the database, owned by no
+    /// process, until an answer wakes it or `parked.until`. A park that
+    /// cannot be written leaves the turn to the sweep, once its heartbeat
+    /// is stale (the one that takes it over waits again).
+    pub(super) async fn park(
+        &self,
+        live: &Arc<LiveTurn>,
+        sink: &TurnSink,
+        parked: &crate::harness::Parked,
+    ) {
+        let inner = &self.inner;
+        sink.close().await;
+        if let Err(e) = inner.writer.flush(live).await {
+            tracing::warn!(error = %e, "the turn's last events were not committed before it parked");
+        }
+        let lease = Lease {
+            turn_id: live.turn_id,
+            attempt: live.attempt,
+        };
+        match inner
+            .store
+            .park_turn(&lease, parked.until, Utc::now())
+            .await
+        {
+            Ok(true) => tracing::info!(until = %parked.until, calls = ?parked.calls, "turn parked"),
+            Ok(false) => tracing::warn!("the turn was no longer this process's to park"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the turn's park was not written; the sweep takes it over once its heartbeat is stale");
+            }
+        }
+    }
+
+    /// Whether any of `calls` of the turn has its answer in the store (a
+    /// decision, a client's result), or someone asked for it to stop.
+    pub(super) async fn answered(&self, live: &LiveTurn, calls: &[String]) -> bool {
+        let store = &self.inner.store;
+        let turn_id = live.turn_id;
+        if let Ok(Some(turn)) = store.get_turn(&live.session_id, turn_id).await
+            && turn.cancel_requested
+        {
+            return true;
+        }
+        for call in calls {
+            let decided = store.get_approval(turn_id, call).await;
+            let posted = store.get_tool_result(turn_id, call).await;
+            if matches!(decided, Ok(Some(_))) || matches!(posted, Ok(Some(_))) {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Reads what a turn taken over left (its records and its events), says
     /// `turn.resumed` (and retracts the text of a step it did not finish),
     /// and goes on with it.
@@ -64,10 +130,10 @@ impl TurnRunner {
         live: &LiveTurn,
         turn: &TurnRecord,
         sink: Arc<TurnSink>,
+        events: Vec<StoredEvent>,
     ) -> Result<TurnOutput, TurnFailure> {
         let inner = &self.inner;
         let from = self.recorded(turn).await?;
-        let events = self.turn_events(turn).await?;
         let from_step = from.as_ref().map_or(0, |f| f.step);
         sink.emit(TurnEvent::TurnResumed {
             owner: inner.config.instance_id.clone(),
@@ -87,8 +153,12 @@ impl TurnRunner {
             .map_err(|e| TurnFailure::Turn(e.into()))?;
         }
         let request = self.resumed_input(turn).await?;
-        // The deadline and the elapsed time count from the turn's start.
-        let age = (Utc::now() - turn.created_at).to_std().unwrap_or_default();
+        // The deadline and the elapsed time count from the turn's start,
+        // less what its parks lasted.
+        let age = (Utc::now() - turn.created_at)
+            .to_std()
+            .unwrap_or_default()
+            .saturating_sub(turn.waited);
         let now = tokio::time::Instant::now();
         let started = now.checked_sub(age).unwrap_or(now);
         let harness = &inner.harness;

@@ -108,6 +108,19 @@ impl TurnSink {
         }
     }
 
+    /// Takes the calls a turn's log shows waiting for a person (a turn
+    /// going on after a park or a take-over).
+    pub(super) fn waiting_in(&self, events: &[crate::events::StoredEvent]) {
+        for event in events.iter().filter_map(|e| e.event()) {
+            if matches!(
+                event,
+                TurnEvent::ApprovalRequested { .. } | TurnEvent::ApprovalResolved { .. }
+            ) {
+                self.observe(event);
+            }
+        }
+    }
+
     /// Resolves the calls still waiting for a person, as `cancelled`, with
     /// why the turn ended.
     pub(super) async fn resolve_waiting(&self, status: TurnStatus) {

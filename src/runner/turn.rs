@@ -99,10 +99,24 @@ impl TurnRunner {
             result = run => match result {
                 Ok(output) => Outcome::Completed(Box::new(output)),
                 Err(TurnFailure::Turn(TurnError::HandedOver)) => Outcome::HandedOver,
+                Err(TurnFailure::Turn(TurnError::Parked(parked))) => Outcome::Parked(parked),
                 Err(failure) => Outcome::Failed(failure),
             },
         };
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
+        if let Outcome::Parked(parked) = outcome {
+            self.park(live, sink, &parked).await;
+            self.record_usage(live, sink).await;
+            live.closed.cancel();
+            inner.live.remove(live.turn_id);
+            inner.metrics.turn_parked();
+            // An answer or a cancel that came as it parked (its wake found
+            // the turn not parked yet) wakes it now.
+            if self.answered(live, &parked.calls).await {
+                self.wake(live.turn_id).await;
+            }
+            return;
+        }
         if matches!(outcome, Outcome::HandedOver) {
             self.hand_over(live, sink).await;
             // Billed, whoever finishes the turn.
@@ -393,6 +407,8 @@ enum Outcome {
     Interrupted,
     /// Given up for another process to go on with (shutdown).
     HandedOver,
+    /// Waiting for answers from outside, in the database.
+    Parked(crate::harness::Parked),
 }
 
 impl Outcome {
@@ -402,6 +418,7 @@ impl Outcome {
             Self::Failed(_) => TurnStatus::Failed,
             Self::Cancelled => TurnStatus::Cancelled,
             Self::Interrupted | Self::HandedOver => TurnStatus::Interrupted,
+            Self::Parked(_) => TurnStatus::Running,
         }
     }
 }
@@ -444,7 +461,7 @@ fn build_finish(
                 reason: "cancel_requested".into(),
             }
         }
-        Outcome::Interrupted | Outcome::HandedOver => {
+        Outcome::Interrupted | Outcome::HandedOver | Outcome::Parked(_) => {
             error_code = Some("interrupted".into());
             error_message = Some("the service shut down".into());
             TurnEvent::TurnInterrupted {

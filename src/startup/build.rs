@@ -237,6 +237,8 @@ fn harness_options(settings: &Settings) -> HarnessOptions {
             .as_ref()
             .map(|list| list.0.clone())
             .unwrap_or_default(),
+        wait_timeout: settings.harness.approval_timeout.0,
+        park_after: Some(settings.harness.park_after.0),
         ..HarnessOptions::default()
     }
 }

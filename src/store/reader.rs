@@ -29,7 +29,8 @@ use crate::store::Result;
 macro_rules! turn_columns {
     () => {
         "id, session_id, status, request, result, error_code, error_message, \
-         owner_instance, attempt, first_seq, created_at, finished_at, traceparent"
+         owner_instance, attempt, first_seq, created_at, finished_at, traceparent, \
+         parked_until, waited_ms, cancel_requested"
     };
 }
 pub(super) use turn_columns;

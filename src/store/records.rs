@@ -313,6 +313,13 @@ pub struct TurnRecord {
     /// The trace context (W3C `traceparent`) of the span that began the
     /// turn, when traces are exported.
     pub traceparent: Option<String>,
+    /// Parked (waiting for a person or a client, owned by no process):
+    /// when it is due to go on, unanswered. `None`: not parked.
+    pub parked_until: Option<DateTime<Utc>>,
+    /// What its parks lasted in all: its compute deadline moves by as much.
+    pub waited: std::time::Duration,
+    /// Someone asked for it to stop.
+    pub cancel_requested: bool,
 }
 
 // Its `id` as stored is the tenant's key; the API shows the client's id.
@@ -369,6 +376,9 @@ pub(super) mod rows {
         pub created_at: DateTime<Utc>,
         pub finished_at: Option<DateTime<Utc>>,
         pub traceparent: Option<String>,
+        pub parked_until: Option<DateTime<Utc>>,
+        pub waited_ms: i64,
+        pub cancel_requested: bool,
     }
 
     #[derive(sqlx::FromRow)]
@@ -436,6 +446,9 @@ impl TryFrom<rows::TurnRow> for TurnRecord {
             created_at: r.created_at,
             finished_at: r.finished_at,
             traceparent: r.traceparent,
+            parked_until: r.parked_until,
+            waited: std::time::Duration::from_millis(u64::try_from(r.waited_ms).unwrap_or(0)),
+            cancel_requested: r.cancel_requested,
         })
     }
 }

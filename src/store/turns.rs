@@ -360,6 +360,21 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// lease no longer held it.
     async fn release_turn(&self, lease: &Lease) -> Result<bool>;
 
+    /// Parks a running turn, while `lease` holds it: no process owns it
+    /// until it is woken ([`Turns::wake_turn`]) or `until` passes,
+    /// and a sweep then takes it over (not counted as a take-over); false
+    /// when the lease no longer held it.
+    async fn park_turn(
+        &self,
+        lease: &Lease,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+
+    /// Makes a parked turn due at once (an answer came, or a cancel), and
+    /// announces it where the backend can; false when it is not parked.
+    async fn wake_turn(&self, turn_id: Uuid, now: DateTime<Utc>) -> Result<bool>;
+
     /// Refreshes the heartbeat of these running turns, each while its
     /// lease holds (a turn taken over is another process's to keep alive);
     /// returns those it refreshed, each with whether its cancellation was
@@ -405,6 +420,12 @@ pub trait Turns: Reads + Send + Sync + 'static {
 
     /// Leaves the queue (the turn began, or the request gave up).
     async fn leave_queue(&self, ticket: i64) -> Result<()>;
+}
+
+/// Milliseconds from `parked_at` to `now` (none when the clock went back):
+/// what a park lasted.
+fn waited_ms(parked_at: DateTime<Utc>, now: DateTime<Utc>) -> i64 {
+    (now - parked_at).num_milliseconds().max(0)
 }
 
 /// Why a unique index refused `turn` (after its transaction rolled back):

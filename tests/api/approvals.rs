@@ -145,8 +145,14 @@ async fn a_cancel_or_the_deadline_ends_a_pending_approval(backend: Backend) {
         "# A\n"
     );
 
-    // The deadline: nobody decides, the call is not run, the turn ends.
-    let app = crate::approvals::app(backend, vault.path(), 1).await;
+    // The wait's own deadline (`HARNESS_APPROVAL_TIMEOUT`), not the
+    // turn's: nobody decides, the call is not run, the turn ends.
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.vault.dir = vault.path().to_owned();
+    settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
+    settings.harness.approval_timeout = "1s".parse().unwrap();
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     script(&app);
     let started = Instant::now();
     let mut stream = app
@@ -158,13 +164,33 @@ async fn a_cancel_or_the_deadline_ends_a_pending_approval(backend: Backend) {
         "{:?}",
         started.elapsed()
     );
+    let asked = first_event(&events, "approval.requested");
+    let expires: chrono::DateTime<chrono::Utc> =
+        asked["expires_at"].as_str().unwrap().parse().unwrap();
+    let left = expires - chrono::Utc::now();
+    assert!(left < chrono::Duration::seconds(1), "{asked}");
     let resolved = first_event(&events, "approval.resolved");
     assert_eq!(resolved["outcome"], "timed_out");
-    assert!(events.last().unwrap().is_terminal());
+    assert_eq!(types(&events).last(), Some(&"turn.completed"));
     assert_eq!(
         std::fs::read_to_string(vault.path().join("notes/a.md")).unwrap(),
         "# A\n"
     );
+
+    // The turn's compute deadline stands still while a person thinks: a
+    // decision after it would have passed still runs the write.
+    let app = crate::approvals::app(backend, vault.path(), 1).await;
+    script(&app);
+    let mut stream = app
+        .post_turn_sse("s-appr-t", json!({"message": "Change my note."}))
+        .await;
+    let turn = stream.turn_id();
+    stream.read_until("approval.requested").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(decide(&app, "s-appr-t", &turn, "call_a1", true).await, 200);
+    let events = stream.read_to_end().await;
+    assert_eq!(first_event(&events, "tool.finished")["status"], "completed");
+    assert_eq!(types(&events).last(), Some(&"turn.completed"));
 }
 
 /// Posts a decision on `call` of `turn` in `session`.

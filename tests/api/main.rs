@@ -36,6 +36,7 @@ mod models;
 mod multitask;
 mod openai_compat;
 mod openapi;
+mod parked;
 mod protocol_approvals;
 mod quickstart;
 mod replicas;

@@ -3,8 +3,10 @@
 //! `tool-approval-request` and `approval-responded` tool part, Responses'
 //! `mcp_approval_request` and `mcp_approval_response`. Each answer ends at
 //! the request while the turn waits; the next request decides, and its
-//! answer is the same turn after the decision. (The official clients of
-//! each run the same round trips in `.ci/run`.)
+//! answer is the same turn after the decision. The turn parks as soon as
+//! it waits (`HARNESS_PARK_AFTER=0s`), as it does when a person takes
+//! their time: the decision wakes it. (The official clients of each run
+//! the same round trips in `.ci/run`, with the default hold.)
 
 use serde_json::{Value, json};
 
@@ -20,6 +22,7 @@ async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
     let mut settings = test_settings(&provider);
     settings.vault.dir = vault.to_owned();
     settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
+    settings.harness.park_after = "0s".parse().unwrap();
     spawn_app_with(TestDb::new(backend).await, provider, settings).await
 }
 
@@ -54,10 +57,23 @@ async fn post(app: &TestApp, path: &str, body: &Value) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
+/// The session's running turn, once it is parked: the decision that
+/// follows wakes it.
 async fn running_turn(app: &TestApp, session: &str) -> Value {
-    let (status, session) = app.get_json(&format!("/sessions/{session}")).await;
-    assert_eq!(status, 200, "{session}");
-    session["running_turn_id"].clone()
+    let (status, body) = app.get_json(&format!("/sessions/{session}")).await;
+    assert_eq!(status, 200, "{body}");
+    let turn = body["running_turn_id"].clone();
+    let id = turn.as_str().unwrap_or_else(|| panic!("{body}"));
+    for _ in 0..500 {
+        let (_, record) = app
+            .get_json(&format!("/sessions/{session}/turns/{id}"))
+            .await;
+        if record["parked_until"].is_string() {
+            return turn;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("turn {id} never parked");
 }
 
 async fn agui_waits_with_an_interrupt_and_resume_decides(backend: Backend) {

@@ -753,7 +753,9 @@ async fn a_webhook_of_a_killed_replica_is_delivered_by_another() {
         .failing
         .store(0, std::sync::atomic::Ordering::SeqCst);
     let mut delivered = Value::Null;
-    for _ in 0..400 {
+    // Its tries back off (1 s doubling): on a loaded machine the one after
+    // the kill may come 30 s after the first.
+    for _ in 0..1200 {
         let (_, listed) = get_json(
             &client,
             replicas[1].url(&format!("/webhooks/{hook}/deliveries")),
@@ -776,4 +778,84 @@ async fn a_webhook_of_a_killed_replica_is_delivered_by_another() {
         .collect();
     assert!(ids.iter().all(|seen| *seen == id), "{ids:?}");
     assert!(ids.len() >= 2, "{ids:?}");
+}
+
+/// A turn waiting for a person is parked by the replica that ran it (no
+/// worker, no lease); that replica is killed; the decision, sent to
+/// another replica, wakes the turn there, at once (not at its wait's end
+/// a day later), and the write runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_turn_goes_on_where_its_decision_comes_after_its_replica_died() {
+    let vault = crate::helpers::vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let vault_dir = vault.path().to_str().unwrap().to_owned();
+    let settings = [
+        ("HARNESS_APPROVAL_REQUIRED", "LOCAL_WRITE"),
+        ("HARNESS_PARK_AFTER", "0s"),
+        ("HARNESS_VAULT_DIR", vault_dir.as_str()),
+    ];
+    let Some((_db, provider, mut replicas)) = replicas_with(2, &settings).await else {
+        return;
+    };
+    provider.enqueue([
+        Reply::openai_tool_call(
+            "call_w",
+            "write_note",
+            &json!({"path": "notes/a.md", "content": "decided elsewhere"}),
+        ),
+        Reply::openai_text("Written."),
+    ]);
+    let client = reqwest::Client::new();
+    let response = client
+        .post(replicas[0].url("/sessions/s-parked/turns"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"message": "Change my note."}))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = SseStream::new(response).await;
+    let turn = stream.turn_id();
+    stream.read_until("approval.requested").await;
+    let record_url = |replica: &Replica| replica.url(&format!("/sessions/s-parked/turns/{turn}"));
+    let mut parked = false;
+    for _ in 0..250 {
+        let (_, record) = get_json(&client, record_url(&replicas[1])).await;
+        if record["parked_until"].is_string() {
+            parked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(parked, "the turn never parked");
+    replicas[0].kill();
+
+    let decided = Instant::now();
+    let answer = client
+        .post(replicas[1].url(&format!("/sessions/s-parked/turns/{turn}/approvals/call_w")))
+        .json(&json!({"approve": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let mut follower = follow(&client, &replicas[1], "s-parked", &turn, None).await;
+    let rest = follower.read_to_end().await;
+    assert!(
+        decided.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        decided.elapsed()
+    );
+    let resumed = rest.iter().find(|e| e.event == "turn.resumed").unwrap();
+    assert_eq!(resumed.json()["owner"], "replica-1");
+    assert_eq!(rest.last().unwrap().event, "turn.completed");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "decided elsewhere");
+    let writes = rest
+        .iter()
+        .filter(|e| e.event == "tool.finished" && e.json()["tool"] == "write_note")
+        .count();
+    assert_eq!(writes, 1);
+    let metrics = replicas[1].get_text("/metrics").await;
+    assert!(
+        metrics.contains("agent_harness_turns_unparked_total 1"),
+        "{metrics}"
+    );
 }

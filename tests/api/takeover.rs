@@ -786,3 +786,90 @@ async fn a_wait_for_a_person_outlives_its_process() {
         .count();
     assert_eq!(writes, 1, "the write ran once");
 }
+
+/// A parked wait outlives a restart: the turn waits for a person in the
+/// database (`HARNESS_PARK_AFTER=0s`), the service is stopped (SIGTERM)
+/// and started again on the same SQLite file, and the decision, posted to
+/// the new process, wakes the turn there at once; the write runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_wait_outlives_a_restart() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    db.open().await;
+    let url = db.sqlite_url();
+    let vault = crate::helpers::vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let provider = FakeProvider::start().await;
+    provider.enqueue([
+        Reply::openai_tool_call(
+            "call_park",
+            "write_note",
+            &json!({"path": "notes/a.md", "content": "decided after a restart"}),
+        ),
+        Reply::openai_text("Written."),
+    ]);
+    let vault_dir = vault.path().to_str().unwrap().to_owned();
+    let env = [
+        ("HARNESS_INSTANCE_ID", "parking"),
+        ("HARNESS_APPROVAL_REQUIRED", "LOCAL_WRITE"),
+        ("HARNESS_PARK_AFTER", "0s"),
+        ("HARNESS_VAULT_DIR", vault_dir.as_str()),
+    ];
+    let mut process = ServiceProcess::start(&url, &provider, &env, None).await;
+    let client = reqwest::Client::new();
+    let response = client
+        .post(process.url("/sessions/s-parks/turns"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"message": "Change my note."}))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = SseStream::new(response).await;
+    let turn = stream.turn_id();
+    stream.read_until("approval.requested").await;
+    let record_url = format!("/sessions/s-parks/turns/{turn}");
+    let mut record = Value::Null;
+    for _ in 0..250 {
+        record = client.get(process.url(&record_url)).json_reply().await;
+        if record["parked_until"].is_string() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(record["parked_until"].is_string(), "{record}");
+    process.terminate().await;
+    process = ServiceProcess::start(&url, &provider, &env, None).await;
+    // Still parked: the new process took nothing over at its start.
+    let record: Value = client.get(process.url(&record_url)).json_reply().await;
+    assert_eq!(record["status"], "running", "{record}");
+    assert!(record["parked_until"].is_string(), "{record}");
+    let decided = client
+        .post(process.url(&format!(
+            "/sessions/s-parks/turns/{turn}/approvals/call_park"
+        )))
+        .json(&json!({"approve": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), 200);
+    let mut record = Value::Null;
+    for _ in 0..100 {
+        record = client.get(process.url(&record_url)).json_reply().await;
+        if record["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(
+        std::fs::read_to_string(&note).unwrap(),
+        "decided after a restart"
+    );
+    let log: Value = client
+        .get(process.url("/sessions/s-parks/events?limit=1000"))
+        .json_reply()
+        .await;
+    let events = log["events"].as_array().unwrap();
+    let count = |kind: &str| events.iter().filter(|e| e["type"] == kind).count();
+    assert_eq!(count("approval.requested"), 1, "{events:?}");
+    assert_eq!(count("tool.finished"), 1, "the write ran once");
+}

@@ -319,7 +319,8 @@ async fn a_step_taken_over_runs_each_call_at_most_once() {
         latency_ms: 3,
     };
     let started = PriorCall::Started {
-        awaiting_approval: false,
+        approval: None,
+        client: None,
     };
     // What the log showed of its calls: c1-c3 started, c4 ended.
     let taken = take_over(
@@ -371,7 +372,8 @@ async fn a_started_write_is_settled_by_what_its_checkpoint_tells() {
     let write = Settling::new();
     let saved = Arc::new(SavedPerCall::default());
     let started = || PriorCall::Started {
-        awaiting_approval: false,
+        approval: None,
+        client: None,
     };
     let taken = take_over(
         vec![write.clone()],

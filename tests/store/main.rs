@@ -843,6 +843,7 @@ async fn orphans_are_interrupted_once_with_a_final_event(backend: Backend) {
         stale_before: now - Duration::minutes(1),
         alive: [late.id].into(),
         max_attempts: 0,
+        only: None,
     };
     let events = interrupted_only(store.take_orphans(&scope, "owner_lost", now).await.unwrap());
     let mut interrupted: Vec<_> = events.iter().map(|e| e.turn_id).collect();
@@ -928,6 +929,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
         stale_before: now - Duration::minutes(1),
         alive: Default::default(),
         max_attempts: 3,
+        only: None,
     };
     let taken = store.take_orphans(&scope, "owner_lost", now).await.unwrap();
     let [
@@ -935,6 +937,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
             turn: claimed,
             next_seq,
             released: false,
+            woken: false,
         },
     ] = &taken[..]
     else {
@@ -1005,7 +1008,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
     assert!(
         matches!(
             &taken[..],
-            [Orphan::Claimed { turn: t, next_seq: 4, released: true }] if t.attempt == 2
+            [Orphan::Claimed { turn: t, next_seq: 4, released: true, woken: false }] if t.attempt == 2
         ),
         "{taken:?}"
     );
@@ -1072,6 +1075,139 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
         .unwrap()
         .unwrap();
     assert_eq!(record.status, TurnStatus::Interrupted);
+}
+
+/// A parked turn (waiting for an answer) is no orphan until it is due:
+/// woken, or its wait's deadline passed. Taking it then is no take-over
+/// (however few a turn may have), the park's length is added to what it
+/// waited, and it holds none of its tenant's running places meanwhile.
+async fn a_parked_turn_is_taken_only_when_due_and_not_as_a_takeover(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let now = Utc::now();
+    let turn = new_turn("s-park", None);
+    store.begin_turn(&turn).await.unwrap();
+    let lease = |attempt| Lease {
+        turn_id: turn.id,
+        attempt,
+    };
+    assert!(
+        !store.wake_turn(turn.id, now).await.unwrap(),
+        "not parked: nothing to wake"
+    );
+    assert!(
+        store
+            .park_turn(&lease(0), now + Duration::hours(1), now)
+            .await
+            .unwrap()
+    );
+    let parked = store
+        .get_turn(&key("s-park"), turn.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(parked.status, TurnStatus::Running);
+    assert_eq!(
+        parked.parked_until.map(|t| t.timestamp_millis()),
+        Some((now + Duration::hours(1)).timestamp_millis())
+    );
+    // Its tenant may run one turn: the parked one does not count.
+    let mut other = new_turn("s-park-other", None);
+    other.max_running = Some(1);
+    store.begin_turn(&other).await.unwrap();
+    let mut third = new_turn("s-park-third", None);
+    third.max_running = Some(1);
+    assert!(matches!(
+        store.begin_turn(&third).await,
+        Err(BeginTurnError::TenantBusy)
+    ));
+    // Every orphan is interrupted at once (no take-overs), and every
+    // heartbeat is stale (but the other turn's, running in the sweeping
+    // process): the parked turn is neither.
+    let sweep = |at: chrono::DateTime<Utc>| OrphanScope {
+        instance: "instance-b".into(),
+        process: "process-b".into(),
+        stale_before: at,
+        alive: [other.id].into(),
+        max_attempts: 0,
+        only: None,
+    };
+    let at = |minutes| now + Duration::minutes(minutes);
+    assert_eq!(
+        store
+            .take_orphans(&sweep(at(1)), "owner_lost", at(1))
+            .await
+            .unwrap(),
+        []
+    );
+
+    // An answer wakes it: the process it woke takes it (and only it: the
+    // other turn is as stale), as a parked turn's resumption, 2 minutes
+    // after it parked.
+    assert!(store.wake_turn(turn.id, at(1)).await.unwrap());
+    let only = OrphanScope {
+        only: Some(turn.id),
+        alive: Default::default(),
+        ..sweep(at(2))
+    };
+    let taken = store
+        .take_orphans(&only, "owner_lost", at(2))
+        .await
+        .unwrap();
+    let [
+        Orphan::Claimed {
+            turn: claimed,
+            woken: true,
+            released: true,
+            ..
+        },
+    ] = &taken[..]
+    else {
+        panic!("expected the parked turn, got {taken:?}");
+    };
+    assert_eq!(claimed.attempt, 1, "a new lease");
+    assert_eq!(claimed.parked_until, None);
+    assert_eq!(claimed.waited.as_secs(), 120);
+    assert!(!store.wake_turn(turn.id, at(2)).await.unwrap());
+    // The old lease parks nothing; the new one parks it again, and the
+    // wait's end makes it due with no answer.
+    assert!(!store.park_turn(&lease(0), at(5), at(3)).await.unwrap());
+    assert!(store.park_turn(&lease(1), at(5), at(3)).await.unwrap());
+    assert_eq!(
+        store
+            .take_orphans(&sweep(at(4)), "owner_lost", at(4))
+            .await
+            .unwrap(),
+        []
+    );
+    let taken = store
+        .take_orphans(&sweep(at(5)), "owner_lost", at(5))
+        .await
+        .unwrap();
+    let [
+        Orphan::Claimed {
+            turn: claimed,
+            woken: true,
+            ..
+        },
+    ] = &taken[..]
+    else {
+        panic!("expected the parked turn when its wait ended, got {taken:?}");
+    };
+    assert_eq!(claimed.attempt, 2);
+    assert_eq!(claimed.waited.as_secs(), 120 + 120);
+    // Taken over twice, both times parked: the sweep that takes over
+    // nothing (no take-overs allowed) interrupts the turn only now, as an
+    // orphan of its stale owner.
+    let events = interrupted_only(
+        store
+            .take_orphans(&sweep(at(10)), "owner_lost", at(10))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        events.iter().map(|e| e.turn_id).collect::<Vec<_>>(),
+        [turn.id]
+    );
 }
 
 /// Turn ends race heartbeats over the same turns and new turns of the same
@@ -1290,6 +1426,7 @@ on_both_backends!(
     heartbeat_reports_requested_cancellations,
     orphans_are_interrupted_once_with_a_final_event,
     an_orphan_is_taken_over_and_its_lost_owner_writes_nothing,
+    a_parked_turn_is_taken_only_when_due_and_not_as_a_takeover,
     readiness_reports_pending_migrations,
 );
 

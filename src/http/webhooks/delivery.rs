@@ -325,12 +325,14 @@ fn event_data(
             call_id,
             tool,
             arguments,
+            expires_at,
             ..
         }
         | TurnEvent::ToolRequested {
             call_id,
             tool,
             arguments,
+            expires_at,
             ..
         } => {
             let (waiting_for, route, body) = match event {
@@ -343,6 +345,7 @@ fn event_data(
                 "turn.waiting",
                 json!({"session_id": session, "turn_id": turn, "waiting_for": waiting_for,
                        "call_id": call_id, "tool": tool, "arguments": arguments,
+                       "expires_at": expires_at,
                        "answer": answer(
                            &format!("/sessions/{session}/turns/{turn}/{route}/{call_id}"),
                            body)}),
@@ -415,6 +418,7 @@ mod tests {
                 call_id: "call_1".into(),
                 tool: "write_note".into(),
                 arguments: json!({"path": "a.md"}),
+                expires_at: None,
             },
         )
         .unwrap();

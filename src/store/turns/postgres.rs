@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use sqlx::Postgres;
 
-use super::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, Turns};
+use super::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, Turns, waited_ms};
 use crate::ids::SessionKey;
 use crate::store::Result;
 use crate::{
@@ -39,7 +39,8 @@ impl Turns for PostgresStore {
             "WITH busy AS ( \
                SELECT $11::int8 IS NOT NULL AND (SELECT count(*) FROM turns t \
                  JOIN sessions o ON o.id = t.session_id \
-                 WHERE t.status = 'running' AND o.tenant = $3) >= $11::int8 AS at_most \
+                 WHERE t.status = 'running' AND t.parked_until IS NULL AND o.tenant = $3) \
+                 >= $11::int8 AS at_most \
              ), s AS ( \
                INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
                SELECT $1, $2, $2, 1, 1, $3 \
@@ -225,15 +226,20 @@ impl Turns for PostgresStore {
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<Orphan>> {
         self.bounded(async {
+            let only = scope.only.map(|id| id.to_string());
             let candidates: Vec<(String, String)> = sqlx::query_as(
                 "SELECT id, session_id FROM turns WHERE status = 'running' \
                  AND ((owner_instance = $1 AND owner_process <> $2) OR heartbeat_at < $3) \
+                 AND (parked_until IS NULL OR parked_until <= $5) \
+                 AND ($6::text IS NULL OR id = $6) \
                  ORDER BY created_at LIMIT $4",
             )
             .bind(&scope.instance)
             .bind(&scope.process)
             .bind(scope.stale_before)
             .bind(ORPHANS_PER_SWEEP)
+            .bind(now)
+            .bind(&only)
             .fetch_all(self.control())
             .await?;
             let mut taken = Vec::with_capacity(candidates.len());
@@ -247,18 +253,22 @@ impl Turns for PostgresStore {
                 // since the candidates were read keeps its turn. The row is
                 // locked for update: its owner's events in flight (which
                 // share-lock it) land first, or are refused after.
-                let held: Option<(i32, String)> = sqlx::query_as(
-                    "SELECT attempt, owner_process FROM turns WHERE id = $1 AND status = 'running' \
+                type Held = (i32, i32, String, Option<chrono::DateTime<chrono::Utc>>);
+                let held: Option<Held> = sqlx::query_as(
+                    "SELECT attempt, resumes, owner_process, parked_at FROM turns \
+                     WHERE id = $1 AND status = 'running' \
                      AND ((owner_instance = $2 AND owner_process <> $3) OR heartbeat_at < $4) \
+                     AND (parked_until IS NULL OR parked_until <= $5) \
                      FOR UPDATE",
                 )
                 .bind(&turn_id)
                 .bind(&scope.instance)
                 .bind(&scope.process)
                 .bind(scope.stale_before)
+                .bind(now)
                 .fetch_optional(&mut *tx)
                 .await?;
-                let Some((attempt, owner_process)) = held else {
+                let Some((attempt, resumes, owner_process, parked_at)) = held else {
                     continue;
                 };
                 let next_seq: i64 = sqlx::query_scalar(
@@ -267,10 +277,17 @@ impl Turns for PostgresStore {
                 .bind(&session_id)
                 .fetch_one(&mut *tx)
                 .await?;
-                if u32::try_from(attempt).unwrap_or(u32::MAX) < scope.max_attempts {
+                let takeovers = u32::try_from(attempt.saturating_sub(resumes)).unwrap_or(u32::MAX);
+                if parked_at.is_some() || takeovers < scope.max_attempts {
+                    // A parked turn woken is not a take-over; what the
+                    // park lasted moves its compute deadline.
+                    let waited = parked_at.map_or(0, |at| waited_ms(at, now));
                     let sql = concat!(
                         "UPDATE turns SET owner_instance = $2, owner_process = $3, \
-                         heartbeat_at = $4, attempt = attempt + 1 WHERE id = $1 RETURNING ",
+                         heartbeat_at = $4, attempt = attempt + 1, \
+                         resumes = resumes + CASE WHEN parked_at IS NULL THEN 0 ELSE 1 END, \
+                         waited_ms = waited_ms + $5, parked_at = NULL, parked_until = NULL \
+                         WHERE id = $1 RETURNING ",
                         turn_columns!()
                     );
                     let row: TurnRow = sqlx::query_as(sql)
@@ -278,6 +295,7 @@ impl Turns for PostgresStore {
                         .bind(&scope.instance)
                         .bind(&scope.process)
                         .bind(now)
+                        .bind(waited)
                         .fetch_one(&mut *tx)
                         .await?;
                     tx.commit().await?;
@@ -285,6 +303,7 @@ impl Turns for PostgresStore {
                         turn: Box::new(row.try_into()?),
                         next_seq,
                         released: owner_process.is_empty(),
+                        woken: parked_at.is_some(),
                     });
                     continue;
                 }
@@ -356,6 +375,53 @@ impl Turns for PostgresStore {
             }
         };
         Ok(Some(announcements.boxed()))
+    }
+
+    async fn park_turn(
+        &self,
+        lease: &Lease,
+        until: chrono::DateTime<chrono::Utc>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool> {
+        let sql = "UPDATE turns SET owner_process = '', heartbeat_at = 'epoch', \
+                   parked_at = $3, parked_until = $4 \
+                   WHERE id = $1 AND attempt = $2 AND status = 'running'";
+        let parked = self
+            .execute(
+                sql,
+                args![
+                    lease.turn_id.to_string(),
+                    i64::from(lease.attempt),
+                    now,
+                    until
+                ],
+            )
+            .await?;
+        Ok(parked == 1)
+    }
+
+    async fn wake_turn(
+        &self,
+        turn_id: uuid::Uuid,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool> {
+        self.bounded(async {
+            // Announced as a release: every listening replica sweeps.
+            let woken: Vec<(String,)> = sqlx::query_as(
+                "WITH w AS ( \
+                   UPDATE turns SET parked_until = LEAST(parked_until, $2) \
+                   WHERE id = $1 AND status = 'running' AND parked_until IS NOT NULL RETURNING id \
+                 ) SELECT w.id FROM w, pg_notify($3, $4 || w.id) n",
+            )
+            .bind(turn_id.to_string())
+            .bind(now)
+            .bind(CANCEL_CHANNEL)
+            .bind(RELEASED_PREFIX)
+            .fetch_all(self.control())
+            .await?;
+            Ok(!woken.is_empty())
+        })
+        .await
     }
 
     async fn release_turn(&self, lease: &Lease) -> Result<bool> {

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, params};
 use uuid::Uuid;
 
-use super::{ORPHANS_PER_SWEEP, Turns};
+use super::{ORPHANS_PER_SWEEP, Turns, waited_ms};
 use crate::ids::SessionKey;
 use crate::store::Result;
 use crate::{
@@ -16,12 +16,22 @@ use crate::{
         sqlite::{
             SqliteStore,
             writer::{
-                answered, insert_events, is_unique_violation, memories_for_turn, recent_messages,
-                ts,
+                answered, insert_events, is_unique_violation, memories_for_turn, parse_ts,
+                recent_messages, ts,
             },
         },
     },
 };
+
+/// A running turn a sweep may take over, as it reads it.
+struct Candidate {
+    turn_id: String,
+    session_id: String,
+    attempt: u32,
+    resumes: u32,
+    owner_process: String,
+    parked_at: Option<String>,
+}
 
 /// What one try of a begin found.
 enum BeginTry {
@@ -49,7 +59,7 @@ impl Turns for SqliteStore {
                 let running: i64 = tx
                     .prepare_cached(
                         "SELECT count(*) FROM turns t JOIN sessions s ON s.id = t.session_id \
-                         WHERE t.status = 'running' AND s.tenant = ?1",
+                         WHERE t.status = 'running' AND t.parked_until IS NULL AND s.tenant = ?1",
                     )?
                     .query_row(params![turn.tenant], |row| row.get(0))?;
                 if running >= i64::from(most) {
@@ -249,11 +259,14 @@ impl Turns for SqliteStore {
         let outcomes = self
             .writes
             .run(move |tx| {
-                let candidates: Vec<(String, String, u32, String)> = tx
+                let at = ts(now);
+                let only = scope.only.map(|id| id.to_string());
+                let candidates: Vec<Candidate> = tx
                     .prepare_cached(
-                        "SELECT id, session_id, attempt, owner_process FROM turns \
+                        "SELECT id, session_id, attempt, resumes, owner_process, parked_at FROM turns \
                      WHERE status = 'running' \
                      AND ((owner_instance = ?1 AND owner_process <> ?2) OR heartbeat_at < ?3) \
+                     AND (parked_until IS NULL OR parked_until <= ?5) AND (?6 IS NULL OR id = ?6) \
                      ORDER BY created_at LIMIT ?4",
                     )?
                     .query_map(
@@ -261,14 +274,32 @@ impl Turns for SqliteStore {
                             scope.instance,
                             scope.process,
                             ts(scope.stale_before),
-                            ORPHANS_PER_SWEEP
+                            ORPHANS_PER_SWEEP,
+                            at,
+                            only
                         ],
-                        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+                        |row| {
+                            Ok(Candidate {
+                                turn_id: row.get(0)?,
+                                session_id: row.get(1)?,
+                                attempt: row.get(2)?,
+                                resumes: row.get(3)?,
+                                owner_process: row.get(4)?,
+                                parked_at: row.get(5)?,
+                            })
+                        },
                     )?
                     .collect::<Result<_, _>>()?;
-                let at = ts(now);
                 let mut outcomes = Vec::with_capacity(candidates.len());
-                for (turn_id, session_id, attempt, owner_process) in candidates {
+                for candidate in candidates {
+                    let Candidate {
+                        turn_id,
+                        session_id,
+                        attempt,
+                        resumes,
+                        owner_process,
+                        parked_at,
+                    } = candidate;
                     let released = owner_process.is_empty();
                     if scope.alive.contains(&parse_uuid(&turn_id)?) {
                         continue;
@@ -278,7 +309,30 @@ impl Turns for SqliteStore {
                             "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?1",
                         )?
                         .query_row(params![session_id], |row| row.get(0))?;
-                    if attempt < scope.max_attempts {
+                    let parked = match parked_at.as_deref() {
+                        Some(raw) => Some(parse_ts(raw)?),
+                        None => None,
+                    };
+                    if let Some(parked_at) = parked {
+                        // Woken: not a take-over; what the park lasted
+                        // moves the turn's compute deadline.
+                        tx.prepare_cached(
+                            "UPDATE turns SET owner_instance = ?2, owner_process = ?3, \
+                             heartbeat_at = ?4, attempt = attempt + 1, resumes = resumes + 1, \
+                             waited_ms = waited_ms + ?5, parked_at = NULL, parked_until = NULL \
+                             WHERE id = ?1",
+                        )?
+                        .execute(params![
+                            turn_id,
+                            scope.instance,
+                            scope.process,
+                            at,
+                            waited_ms(parked_at, now)
+                        ])?;
+                        outcomes.push((session_id, turn_id, next_seq, released, true, None));
+                        continue;
+                    }
+                    if attempt.saturating_sub(resumes) < scope.max_attempts {
                         tx.prepare_cached(
                             "UPDATE turns SET owner_instance = ?2, owner_process = ?3, \
                              heartbeat_at = ?4, attempt = attempt + 1 WHERE id = ?1",
@@ -289,7 +343,7 @@ impl Turns for SqliteStore {
                             scope.process,
                             at
                         ])?;
-                        outcomes.push((session_id, turn_id, next_seq, released, None));
+                        outcomes.push((session_id, turn_id, next_seq, released, false, None));
                         continue;
                     }
                     tx.prepare_cached(
@@ -308,13 +362,13 @@ impl Turns for SqliteStore {
                     insert_events(tx, std::iter::once(&stored))?;
                     tx.prepare_cached("UPDATE sessions SET last_seq = ?1 WHERE id = ?2")?
                         .execute(params![next_seq, session_id])?;
-                    outcomes.push((session_id, turn_id, next_seq, released, Some(stored)));
+                    outcomes.push((session_id, turn_id, next_seq, released, false, Some(stored)));
                 }
                 Ok(outcomes)
             })
             .await?;
         let mut taken = Vec::with_capacity(outcomes.len());
-        for (session_id, turn_id, next_seq, released, interrupted) in outcomes {
+        for (session_id, turn_id, next_seq, released, woken, interrupted) in outcomes {
             if let Some(stored) = interrupted {
                 taken.push(Orphan::Interrupted(Box::new(stored)));
                 continue;
@@ -328,9 +382,51 @@ impl Turns for SqliteStore {
                 turn: Box::new(turn),
                 next_seq,
                 released,
+                woken,
             });
         }
         Ok(taken)
+    }
+
+    async fn park_turn(
+        &self,
+        lease: &Lease,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let lease = *lease;
+        self.writes
+            .run(move |connection| {
+                let parked = connection
+                    .prepare_cached(
+                        "UPDATE turns SET owner_process = '', heartbeat_at = ?3, \
+                         parked_at = ?4, parked_until = ?5 \
+                         WHERE id = ?1 AND attempt = ?2 AND status = 'running'",
+                    )?
+                    .execute(params![
+                        lease.turn_id.to_string(),
+                        lease.attempt,
+                        ts(DateTime::<Utc>::UNIX_EPOCH),
+                        ts(now),
+                        ts(until)
+                    ])?;
+                Ok(parked == 1)
+            })
+            .await
+    }
+
+    async fn wake_turn(&self, turn_id: Uuid, now: DateTime<Utc>) -> Result<bool> {
+        self.writes
+            .run(move |connection| {
+                let woken = connection
+                    .prepare_cached(
+                        "UPDATE turns SET parked_until = MIN(parked_until, ?2) \
+                         WHERE id = ?1 AND status = 'running' AND parked_until IS NOT NULL",
+                    )?
+                    .execute(params![turn_id.to_string(), ts(now)])?;
+                Ok(woken == 1)
+            })
+            .await
     }
 
     async fn release_turn(&self, lease: &Lease) -> Result<bool> {

@@ -226,7 +226,7 @@ pub(super) async fn decide(
             })
             .await?;
     }
-    app.approvals_decided.notify_waiters();
+    app.answered(record.id).await;
     Ok(())
 }
 
