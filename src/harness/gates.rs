@@ -153,6 +153,17 @@ pub(super) struct CallEnv<'a> {
     pub prior: &'a PriorCalls,
 }
 
+impl CallEnv<'_> {
+    /// What a wait of one of its calls needs.
+    fn waiter(&self) -> waits::Waiter<'_> {
+        waits::Waiter {
+            options: &self.harness.options,
+            budget: &self.state.budget,
+            cancel: self.turn_cancel,
+        }
+    }
+}
+
 /// Runs one call through the gates. Never fails.
 pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome {
     match admit(env, call).await {
@@ -338,7 +349,7 @@ async fn approved(
         call_id: call.id.clone(),
         tool: call.name.clone(),
     };
-    let decision = match waits::decision(env, gate.as_ref(), &request, until).await {
+    let decision = match waits::decision(env.waiter(), gate.as_ref(), &request, until).await {
         Wait::Ended(decision) => decision,
         Wait::Parked(until) => return Err(Box::new(ToolOutcome::Parked { until })),
     };
@@ -506,10 +517,13 @@ async fn client_call(
         }
     };
     let started = tokio::time::Instant::now();
-    let result = match waits::client_result(env, results.as_ref(), &call.id, until).await {
-        Wait::Ended(result) => result,
-        Wait::Parked(until) => return Wait::Parked(until),
-    };
+    let waiter = env.waiter();
+    let turn_id = env.request.turn_id;
+    let result =
+        match waits::client_result(waiter, results.as_ref(), turn_id, &call.id, until).await {
+            Wait::Ended(result) => result,
+            Wait::Parked(until) => return Wait::Parked(until),
+        };
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     use crate::tools::client::ClientResult;
     Wait::Ended(match result {

@@ -13,13 +13,24 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use tokio_util::sync::CancellationToken;
+
 use super::{
     HarnessOptions,
+    budget::TurnBudget,
     durable::Asked,
-    gates::CallEnv,
     hooks::{ApprovalDecision, ApprovalGate, ApprovalRequest},
 };
 use crate::tools::client::{ClientResult, ClientResults};
+
+/// What a wait needs of its turn.
+pub(super) struct Waiter<'a> {
+    pub options: &'a HarnessOptions,
+    /// Its clock stands still while the wait lasts.
+    pub budget: &'a TurnBudget,
+    /// Ends the wait (`Cancelled`).
+    pub cancel: &'a CancellationToken,
+}
 
 /// How a wait here ended.
 pub(super) enum Wait<T> {
@@ -59,14 +70,14 @@ fn here(options: &HarnessOptions, until: DateTime<Utc>) -> (Duration, bool) {
 
 /// Waits for a person's decision on `request`'s call.
 pub(super) async fn decision(
-    env: &CallEnv<'_>,
+    waiter: Waiter<'_>,
     gate: &dyn ApprovalGate,
     request: &ApprovalRequest,
     until: DateTime<Utc>,
 ) -> Wait<ApprovalDecision> {
-    let (within, parks) = here(&env.harness.options, until);
-    let _waiting = env.state.budget.wait();
-    match gate.decide(request, within, env.turn_cancel).await {
+    let (within, parks) = here(waiter.options, until);
+    let _waiting = waiter.budget.wait();
+    match gate.decide(request, within, waiter.cancel).await {
         ApprovalDecision::TimedOut if parks => Wait::Parked(until),
         decision => Wait::Ended(decision),
     }
@@ -74,17 +85,15 @@ pub(super) async fn decision(
 
 /// Waits for the result the client posts for `call_id`.
 pub(super) async fn client_result(
-    env: &CallEnv<'_>,
+    waiter: Waiter<'_>,
     results: &dyn ClientResults,
+    turn_id: uuid::Uuid,
     call_id: &str,
     until: DateTime<Utc>,
 ) -> Wait<ClientResult> {
-    let (within, parks) = here(&env.harness.options, until);
-    let _waiting = env.state.budget.wait();
-    match results
-        .wait(env.request.turn_id, call_id, within, env.turn_cancel)
-        .await
-    {
+    let (within, parks) = here(waiter.options, until);
+    let _waiting = waiter.budget.wait();
+    match results.wait(turn_id, call_id, within, waiter.cancel).await {
         ClientResult::TimedOut if parks => Wait::Parked(until),
         result => Wait::Ended(result),
     }

@@ -193,7 +193,7 @@ async fn start_turn(
         let session = started.session.id().to_owned();
         match waiting::ended_or_waiting(&app, started).await? {
             waiting::Ending::Ended(record) => {
-                let (record, result) = completed(record)?;
+                let (record, result) = completed(*record)?;
                 axum::Json(TurnResponse {
                     session_id: record.session_id.id().to_owned(),
                     turn_id,
@@ -342,6 +342,12 @@ async fn turn_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let turn_id = parse_turn_id(&turn_id)?;
+    // A bad query is refused, even when the header would take its place.
+    if query.after.is_some_and(|after| after < 0) {
+        return Err(ApiError::InvalidQuery(
+            "`after` must not be negative".into(),
+        ));
+    }
     let after = match headers.get("last-event-id") {
         Some(raw) => raw
             .to_str()
@@ -354,11 +360,6 @@ async fn turn_events(
             })?,
         None => query.after.unwrap_or(0),
     };
-    if after < 0 {
-        return Err(ApiError::InvalidQuery(
-            "`after` must not be negative".into(),
-        ));
-    }
     let Some(turn) = app.store.get_turn(&session_id, turn_id).await? else {
         return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };

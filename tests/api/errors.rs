@@ -323,6 +323,22 @@ async fn unknown_sessions_turns_routes_and_bad_queries_are_named() {
         response.json::<Value>().await.unwrap()["code"],
         "invalid_header"
     );
+    // A bad `after` is refused even beside a good header (before, the
+    // header hid it: schemathesis found it).
+    let response = app
+        .client
+        .get(app.url(&format!(
+            "/sessions/s-known/turns/{turn_id}/events?after=-1"
+        )))
+        .header("last-event-id", "0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["code"],
+        "invalid_query"
+    );
     let (status, body) = app
         .post_json(&format!("/sessions/s-known/turns/{unknown_turn}/cancel"))
         .await;

@@ -18,11 +18,17 @@ use crate::{
 };
 
 async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
+    app_waiting(backend, vault, "24h").await
+}
+
+/// [`app`], its waits ending after `approval_timeout`.
+async fn app_waiting(backend: Backend, vault: &std::path::Path, approval_timeout: &str) -> TestApp {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     settings.vault.dir = vault.to_owned();
     settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
     settings.harness.park_after = "0s".parse().unwrap();
+    settings.harness.approval_timeout = approval_timeout.parse().unwrap();
     spawn_app_with(TestDb::new(backend).await, provider, settings).await
 }
 
@@ -385,7 +391,83 @@ async fn use_chat_resumes_after_the_decided_approval(backend: Backend) {
     going_on.text().await.unwrap();
 }
 
+/// Nobody decides: the wait ends (`HARNESS_APPROVAL_TIMEOUT`) while the
+/// turn is parked, and the turn goes on; `useChat`'s resume then starts
+/// with the call ending `timed_out` (a `tool-output-error`), then the rest
+/// of the turn.
+async fn use_chat_sees_a_wait_end_unanswered(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let app = app_waiting(backend, vault.path(), "2s").await;
+    let gate = tokio_util::sync::CancellationToken::new();
+    app.provider.enqueue([
+        Reply::openai_tool_call(
+            "call_x1",
+            "write_note",
+            &json!({"path": "notes/a.md", "content": "changed"}),
+        ),
+        Reply::sse("openai/text.sse").hold_head(&gate),
+    ]);
+    let user = json!({"id": "m1", "role": "user",
+                      "parts": [{"type": "text", "text": "Change my note."}]});
+    let (_, body) = post(
+        &app,
+        "/v1/ui/chat",
+        &json!({"id": "chat-late", "messages": [user]}),
+    )
+    .await;
+    assert!(body.contains("tool-approval-request"), "{body}");
+    assert!(running_turn(&app, "chat-late").await.is_string());
+    // The wait ends; the model is held while the resume attaches.
+    let mut resolved = false;
+    for _ in 0..300 {
+        let (_, log) = app.get_json("/sessions/chat-late/events").await;
+        resolved = log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "approval.resolved");
+        if resolved {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(resolved, "the wait never ended");
+    let resumed = app
+        .client
+        .get(app.url("/v1/ui/chat/chat-late/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = crate::helpers::SseStream::new(resumed).await;
+    let mut seen = Vec::new();
+    while let Some(event) = resumed.next().await {
+        if event.data == "[DONE]" {
+            break;
+        }
+        let chunk = event.json();
+        if chunk["type"] == "tool-output-error" {
+            gate.cancel();
+        }
+        seen.push(chunk);
+    }
+    let ended = seen
+        .iter()
+        .find(|c| c["type"] == "tool-output-error" && c["toolCallId"] == "call_x1")
+        .unwrap_or_else(|| panic!("{seen:?}"));
+    let why = ended["errorText"].as_str().unwrap();
+    assert!(why.contains("timed_out"), "{why}");
+    assert!(
+        !seen.iter().any(|c| c["type"] == "tool-approval-request"),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last().unwrap()["type"], "finish", "{seen:?}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
+}
+
 on_both_backends!(
+    use_chat_sees_a_wait_end_unanswered,
     use_chat_resumes_after_the_decided_approval,
     agui_waits_with_an_interrupt_and_resume_decides,
     use_chat_asks_for_approval_and_the_next_request_decides,

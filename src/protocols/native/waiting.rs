@@ -51,7 +51,7 @@ pub struct WaitingCall {
 /// How a JSON caller's wait for its turn ended.
 pub(super) enum Ending {
     /// The turn ended.
-    Ended(TurnRecord),
+    Ended(Box<TurnRecord>),
     /// A call of the turn waits for an answer.
     Waiting(WaitingCall),
 }
@@ -112,6 +112,6 @@ pub(super) async fn ended_or_waiting(app: &AppState, started: Started) -> Result
     app.runner
         .wait_for_end(&session, turn_id)
         .await?
-        .map(Ending::Ended)
+        .map(|record| Ending::Ended(Box::new(record)))
         .ok_or(ApiError::ShuttingDown)
 }
