@@ -23,6 +23,7 @@
 
 pub mod access;
 mod deadline;
+pub mod erase;
 pub mod event_log;
 pub mod jobs;
 pub mod memories;
@@ -43,6 +44,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use access::{Access, ApiKeyRow};
+pub use erase::{Erase, Erased};
 pub use event_log::{Batch, EventLog, cursor::TurnLogCursor, step_records_as};
 pub use jobs::Jobs;
 pub use memories::{
@@ -217,7 +219,7 @@ pub struct Readiness {
 /// (the vault a [`VaultIndex`], the background worker [`Jobs`]).
 #[async_trait]
 pub trait Store:
-    EventLog + Turns + Jobs + VaultIndex + Access + Tenants + Pushes + Webhooks
+    EventLog + Turns + Jobs + VaultIndex + Access + Tenants + Pushes + Webhooks + Erase
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

@@ -18,9 +18,11 @@ use crate::{
     store::{ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord, SessionRecord},
 };
 
+mod erase;
+
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(get_session))
+        .routes(routes!(get_session, erase::erase_session))
         .routes(routes!(list_messages))
         .routes(routes!(list_events))
         .routes(routes!(list_decisions))

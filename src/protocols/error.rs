@@ -214,6 +214,10 @@ pub enum ApiError {
     /// 409 `turn_already_running`.
     #[error("the session already has a running turn {0}")]
     TurnAlreadyRunning(Uuid),
+    /// 409 `turn_running`: the session's turn did not end in time for
+    /// the session to be erased.
+    #[error("the session's turn {0} is still running")]
+    TurnRunning(Uuid),
     /// 409 `turn_not_running`.
     #[error("the turn is not running (status {status})")]
     TurnNotRunning { turn_id: Uuid, status: TurnStatus },
@@ -294,6 +298,7 @@ impl ApiError {
             | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::TurnAlreadyRunning(_)
+            | Self::TurnRunning(_)
             | Self::TurnNotRunning { .. }
             | Self::ResponseInProgress(_)
             | Self::ToolResultAlreadyPosted
@@ -357,6 +362,7 @@ impl ApiError {
             Self::NotFound => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::TurnAlreadyRunning(_) => "turn_already_running",
+            Self::TurnRunning(_) => "turn_running",
             Self::TurnNotRunning { .. } => "turn_not_running",
             Self::IdempotencyKeyReused(_) => "idempotency_key_reused",
             Self::TurnFailed { code, .. } => code,
@@ -371,6 +377,7 @@ impl ApiError {
     fn turn_id(&self) -> Option<Uuid> {
         match self {
             Self::TurnAlreadyRunning(id)
+            | Self::TurnRunning(id)
             | Self::IdempotencyKeyReused(id)
             | Self::TurnCancelled(id)
             | Self::TurnInterrupted(id)

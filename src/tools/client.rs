@@ -1,5 +1,8 @@
 //! A tool the client runs itself ([`crate::turn::ClientTool`]): a call of
-//! it waits for the result the client posts, within the turn's deadline.
+//! it waits for the result the client posts. The harness waits for it
+//! itself (`harness/waits.rs`: the wait's own deadline, a park when it
+//! lasts); [`ClientCall::call`] is the same wait for a caller that runs
+//! the tool as any other, within its spec's timeout.
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,7 +17,7 @@ use crate::turn::ClientTool;
 pub enum ClientResult {
     /// The client posted it (`is_error`: its tool failed, `output` says why).
     Posted { output: String, is_error: bool },
-    /// The turn's deadline came first.
+    /// The wait's deadline came first.
     TimedOut,
     /// The turn was cancelled while it waited.
     Cancelled,

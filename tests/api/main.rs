@@ -23,6 +23,7 @@ mod client_tools;
 mod cors;
 mod decisions;
 mod edge;
+mod erase;
 mod errors;
 mod faults;
 mod helpers;

@@ -147,9 +147,8 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
             | "/sessions/{session_id}/turns/{turn_id}/events"
             | "/sessions/{session_id}/turns/{turn_id}/judgements",
         )
-        | ("POST", "/sessions/{session_id}/turns/{turn_id}/cancel") => {
-            simple(Expect::Missing("session_not_found"))
-        }
+        | ("POST", "/sessions/{session_id}/turns/{turn_id}/cancel")
+        | ("DELETE", "/sessions/{session_id}") => simple(Expect::Missing("session_not_found")),
         ("POST", "/v1/chat/completions") => Some(Attempt {
             expect: Expect::OwnSession,
             body: Some(json!({"messages": [{"role": "user", "content": user_message}]})),

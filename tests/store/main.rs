@@ -1603,7 +1603,8 @@ async fn session_contents(store: &dyn Store, key: &str) -> String {
 }
 
 /// Adds (`up`) or drops the table and the columns that migrations after
-/// the move to per-tenant ids made and the service's writes touch.
+/// the move to per-tenant ids made and the service's writes (or reads)
+/// touch.
 async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
     match (backend, up) {
         (Backend::Sqlite, true) => {
@@ -1617,6 +1618,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 "../../migrations/sqlite/0019_turn_traceparent.sql"
             ))
             .await;
+            db.execute_sqlite(include_str!("../../migrations/sqlite/0027_turn_parked.sql"))
+                .await;
         }
         (Backend::Postgres, true) => {
             db.execute_postgres(include_str!(
@@ -1631,11 +1634,19 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 "../../migrations/postgres/0021_turn_traceparent.sql"
             ))
             .await;
+            db.execute_postgres(include_str!(
+                "../../migrations/postgres/0030_turn_parked.sql"
+            ))
+            .await;
         }
         (Backend::Sqlite, false) => {
             db.execute_sqlite(
                 "DROP TABLE turn_steps; ALTER TABLE turns DROP COLUMN attempt; \
-                 ALTER TABLE turns DROP COLUMN traceparent;",
+                 ALTER TABLE turns DROP COLUMN traceparent; \
+                 ALTER TABLE turns DROP COLUMN parked_at; \
+                 ALTER TABLE turns DROP COLUMN parked_until; \
+                 ALTER TABLE turns DROP COLUMN waited_ms; \
+                 ALTER TABLE turns DROP COLUMN resumes;",
             )
             .await;
         }
@@ -1643,6 +1654,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
             db.execute_postgres(
                 "DROP TABLE turn_steps; ALTER TABLE turns DROP COLUMN attempt; \
                  ALTER TABLE turns DROP COLUMN traceparent; \
+                 ALTER TABLE turns DROP COLUMN parked_at, DROP COLUMN parked_until, \
+                 DROP COLUMN waited_ms, DROP COLUMN resumes; \
                  DROP FUNCTION harness_lease_lost(BIGINT);",
             )
             .await;

@@ -170,6 +170,96 @@ impl TestDb {
         pool.close().await;
     }
 
+    /// Every table of this database's schema, read from its catalogue (a
+    /// table a migration adds is in it), with how many of its rows hold
+    /// any of `needles` in any column (each column read as text).
+    pub async fn rows_naming(&self, needles: &[String]) -> std::collections::BTreeMap<String, i64> {
+        let matches = |columns: &[String]| {
+            let mut any = Vec::new();
+            for column in columns {
+                for needle in needles {
+                    assert!(
+                        needle
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "-_/:".contains(c)),
+                        "{needle}"
+                    );
+                    any.push(format!("CAST(\"{column}\" AS TEXT) LIKE '%{needle}%'"));
+                }
+            }
+            any.join(" OR ")
+        };
+        let mut found = std::collections::BTreeMap::new();
+        match self.backend {
+            Backend::Sqlite => {
+                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect(&self.sqlite_url())
+                    .await
+                    .expect("open SQLite");
+                let tables: Vec<(String,)> = sqlx::query_as(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' \
+                     AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_sqlx%'",
+                )
+                .fetch_all(&pool)
+                .await
+                .expect("the catalogue");
+                for (table,) in tables {
+                    let columns: Vec<(String,)> =
+                        sqlx::query_as("SELECT name FROM pragma_table_info(?1)")
+                            .bind(&table)
+                            .fetch_all(&pool)
+                            .await
+                            .expect("the columns");
+                    let columns: Vec<String> = columns.into_iter().map(|(c,)| c).collect();
+                    let sql = format!(
+                        "SELECT count(*) FROM \"{table}\" WHERE {}",
+                        matches(&columns)
+                    );
+                    let (count,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                        .fetch_one(&pool)
+                        .await
+                        .expect("a scan");
+                    found.insert(table, count);
+                }
+                pool.close().await;
+            }
+            Backend::Postgres => {
+                let pool = self.schema_pool().await;
+                let tables: Vec<(String,)> = sqlx::query_as(
+                    "SELECT table_name::text FROM information_schema.tables \
+                     WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' \
+                     AND table_name NOT LIKE '_sqlx%'",
+                )
+                .fetch_all(&pool)
+                .await
+                .expect("the catalogue");
+                for (table,) in tables {
+                    let columns: Vec<(String,)> = sqlx::query_as(
+                        "SELECT column_name::text FROM information_schema.columns \
+                         WHERE table_schema = current_schema() AND table_name = $1",
+                    )
+                    .bind(&table)
+                    .fetch_all(&pool)
+                    .await
+                    .expect("the columns");
+                    let columns: Vec<String> = columns.into_iter().map(|(c,)| c).collect();
+                    let sql = format!(
+                        "SELECT count(*) FROM \"{table}\" WHERE {}",
+                        matches(&columns)
+                    );
+                    let (count,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                        .fetch_one(&pool)
+                        .await
+                        .expect("a scan");
+                    found.insert(table, count);
+                }
+                pool.close().await;
+            }
+        }
+        found
+    }
+
     /// Runs `sql` in this SQLite database.
     pub async fn execute_sqlite(&self, sql: &str) {
         let pool = sqlx::sqlite::SqlitePoolOptions::new()

@@ -1,0 +1,70 @@
+//! `DELETE /sessions/{session_id}`: the session and everything it owns,
+//! erased (see [`crate::store::Erase`]).
+
+use std::time::Duration;
+
+use axum::{
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+
+use super::{super::error::ApiError, SessionPath};
+use crate::{
+    app::AppState,
+    http::error::{BadRequest, NotFound},
+    store::Erased,
+};
+
+/// How long an erase waits for the session's running turn to end once
+/// cancelled.
+const TURN_END_WAIT: Duration = Duration::from_secs(10);
+
+/// Tries of an erase that finds a turn begun after its cancel (bounded).
+const TRIES: usize = 3;
+
+/// Erases a session: its turns (a running one is cancelled first), their
+/// events, messages, decisions, artifacts, checkpoints, approvals,
+/// client-tool results, background jobs, judgements and observations, its
+/// queue tickets, push configurations and webhook deliveries, and the
+/// memories extracted from it or kept in its own scope. Another tenant's
+/// session, or one erased already, is 404.
+#[utoipa::path(
+    delete,
+    path = "/sessions/{session_id}",
+    tag = "sessions",
+    params(SessionPath),
+    responses(
+        (status = 204, description = "Erased"),
+        BadRequest,
+        NotFound,
+        (status = 409, description = "The session's turn did not end in time (`turn_running`)", body = crate::http::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(super) async fn erase_session(
+    State(app): State<AppState>,
+    SessionPath { session_id }: SessionPath,
+) -> Result<Response, ApiError> {
+    for _ in 0..TRIES {
+        match app.store.erase_session(&session_id).await? {
+            Erased::Erased => return Ok(StatusCode::NO_CONTENT.into_response()),
+            Erased::NotFound => return Err(ApiError::SessionNotFound),
+            Erased::Running(turn) => {
+                // Ended already, or asked to end (a parked turn ends at
+                // once): either way, wait for its end.
+                let _ = app.runner.cancel(&session_id, turn).await;
+                let ended =
+                    tokio::time::timeout(TURN_END_WAIT, app.runner.wait_for_end(&session_id, turn))
+                        .await;
+                if !matches!(ended, Ok(Ok(Some(_)))) {
+                    return Err(ApiError::TurnRunning(turn));
+                }
+            }
+        }
+    }
+    match app.store.erase_session(&session_id).await? {
+        Erased::Erased => Ok(StatusCode::NO_CONTENT.into_response()),
+        Erased::NotFound => Err(ApiError::SessionNotFound),
+        Erased::Running(turn) => Err(ApiError::TurnRunning(turn)),
+    }
+}

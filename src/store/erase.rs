@@ -1,0 +1,86 @@
+//! Erasing a session and everything it owns, in one transaction: its
+//! turns and their records, events, messages, decisions, artifacts,
+//! checkpoints, approvals, client-tool results, background jobs,
+//! judgements, observations, queue tickets, push configurations, webhook
+//! deliveries, and the memories extracted from it (or kept in its own
+//! scope). Nothing is erased while a turn of the session runs (or waits,
+//! parked).
+//!
+//! The statements are written once here, in the SQL both backends read
+//! (`$1` is the session's stored key, `$2` its own memory scope); each
+//! backend runs them in its own transaction (`erase/sqlite.rs`,
+//! `erase/postgres.rs`).
+
+mod postgres;
+mod sqlite;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::{ids::SessionKey, store::Result};
+
+/// What an erase found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Erased {
+    /// The session and all it owned are gone.
+    Erased,
+    /// There was no such session (nothing was written).
+    NotFound,
+    /// A turn of the session runs (nothing was written).
+    Running(Uuid),
+}
+
+/// Erases sessions.
+#[async_trait]
+pub trait Erase: Send + Sync {
+    /// Erases the session `key` and every row it owns, unless a turn of it
+    /// runs.
+    async fn erase_session(&self, key: &SessionKey) -> Result<Erased>;
+}
+
+/// The statements that erase a session's rows, children before parents;
+/// `true`: it takes the session's memory scope as `$2`.
+const ERASE: &[(&str, bool)] = &[
+    (
+        "DELETE FROM webhook_deliveries WHERE session_id = $1",
+        false,
+    ),
+    ("DELETE FROM push_configs WHERE session_id = $1", false),
+    (
+        "DELETE FROM turn_steps WHERE turn_id IN (SELECT id FROM turns WHERE session_id = $1)",
+        false,
+    ),
+    (
+        "DELETE FROM client_tool_results WHERE session_id = $1",
+        false,
+    ),
+    ("DELETE FROM approvals WHERE session_id = $1", false),
+    ("DELETE FROM judgements WHERE session_id = $1", false),
+    (
+        "DELETE FROM research_observations WHERE session_id = $1",
+        false,
+    ),
+    ("DELETE FROM background_jobs WHERE session_id = $1", false),
+    ("DELETE FROM checkpoints WHERE session_id = $1", false),
+    ("DELETE FROM artifacts WHERE session_id = $1", false),
+    ("DELETE FROM decisions WHERE session_id = $1", false),
+    ("DELETE FROM messages WHERE session_id = $1", false),
+    (
+        "DELETE FROM memories WHERE source_session_id = $1 OR scope = $2",
+        true,
+    ),
+    ("DELETE FROM turn_queue WHERE session_id = $1", false),
+    ("DELETE FROM events WHERE session_id = $1", false),
+    ("DELETE FROM turns WHERE session_id = $1", false),
+];
+
+/// The running turn of a session, read under the erase's lock.
+const RUNNING: &str = "SELECT id FROM turns WHERE session_id = $1 AND status = 'running' LIMIT 1";
+
+/// The session's row, last.
+const SESSION: &str = "DELETE FROM sessions WHERE id = $1";
+
+/// The memory scope a session's own memories are kept in.
+fn own_scope(key: &SessionKey) -> String {
+    crate::ids::tenant_scope(key.tenant(), &format!("session:{}", key.id()))
+}

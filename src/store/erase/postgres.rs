@@ -1,0 +1,51 @@
+//! [`Erase`] on Postgres: one transaction that holds the session's row
+//! (a turn cannot begin in it meanwhile).
+
+use async_trait::async_trait;
+
+use super::{ERASE, Erase, Erased, RUNNING, SESSION, own_scope};
+use crate::{
+    ids::SessionKey,
+    store::{Result, postgres::PostgresStore, records::parse_uuid},
+};
+
+#[async_trait]
+impl Erase for PostgresStore {
+    async fn erase_session(&self, key: &SessionKey) -> Result<Erased> {
+        let scope = own_scope(key);
+        self.bounded(async {
+            let mut tx = self.begin_write().await?;
+            sqlx::query("SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE")
+                .bind(key.as_str())
+                .execute(&mut *tx)
+                .await?;
+            let running: Option<(String,)> = sqlx::query_as(RUNNING)
+                .bind(key.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+            if let Some((turn,)) = running {
+                return Ok(Erased::Running(parse_uuid(&turn)?));
+            }
+            for (sql, with_scope) in ERASE {
+                let statement = sqlx::query(sqlx::AssertSqlSafe(*sql)).bind(key.as_str());
+                let statement = if *with_scope {
+                    statement.bind(&scope)
+                } else {
+                    statement
+                };
+                statement.execute(&mut *tx).await?;
+            }
+            let gone = sqlx::query(SESSION)
+                .bind(key.as_str())
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(if gone.rows_affected() == 1 {
+                Erased::Erased
+            } else {
+                Erased::NotFound
+            })
+        })
+        .await
+    }
+}

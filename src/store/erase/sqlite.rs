@@ -1,0 +1,42 @@
+//! [`Erase`] on SQLite: one job on the writer thread (one transaction).
+
+use async_trait::async_trait;
+use rusqlite::{OptionalExtension, params};
+
+use super::{ERASE, Erase, Erased, RUNNING, SESSION, own_scope};
+use crate::{
+    ids::SessionKey,
+    store::{Result, records::parse_uuid, sqlite::SqliteStore},
+};
+
+#[async_trait]
+impl Erase for SqliteStore {
+    async fn erase_session(&self, key: &SessionKey) -> Result<Erased> {
+        let (key, scope) = (key.as_str().to_owned(), own_scope(key));
+        self.writes
+            .run(move |tx| {
+                let running: Option<String> = tx
+                    .prepare_cached(RUNNING)?
+                    .query_row(params![key], |row| row.get(0))
+                    .optional()?;
+                if let Some(turn) = running {
+                    return Ok(Erased::Running(parse_uuid(&turn)?));
+                }
+                for (sql, with_scope) in ERASE {
+                    let mut statement = tx.prepare_cached(sql)?;
+                    if *with_scope {
+                        statement.execute(params![key, scope])?;
+                    } else {
+                        statement.execute(params![key])?;
+                    }
+                }
+                let gone = tx.prepare_cached(SESSION)?.execute(params![key])?;
+                Ok(if gone == 1 {
+                    Erased::Erased
+                } else {
+                    Erased::NotFound
+                })
+            })
+            .await
+    }
+}

@@ -1,0 +1,281 @@
+//! `DELETE /sessions/{id}`: the session and everything it owns, erased.
+//! The proof reads the database's catalogue, so a table a migration adds
+//! is scanned too: no row of any table names the session or its turns
+//! after the erase.
+
+use std::sync::Arc;
+
+use agent_harness::store::{JudgementRecord, NewArtifact, NewJob, NewMemory};
+use serde_json::{Value, json};
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{TestApp, spawn_app_with, test_settings, types, vault_of},
+    on_both_backends,
+    support::{Backend, TestDb},
+};
+
+async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
+    let provider = FakeProvider::start().await;
+    provider.respond_with(Arc::new(|body: &Value| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let asked = messages
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .map(|m| m["content"].to_string())
+            .unwrap_or_default();
+        let answered = messages
+            .iter()
+            .rev()
+            .take_while(|m| m["role"] != "user")
+            .any(|m| m["role"] == "tool");
+        if asked.contains("Change my note") && !answered {
+            Reply::openai_tool_call(
+                "call_e1",
+                "write_note",
+                &json!({"path": "notes/a.md", "content": "changed"}),
+            )
+        } else if asked.contains("Where am I") && !answered {
+            Reply::openai_tool_call("call_e2", "client__get_location", &json!({}))
+        } else {
+            Reply::openai_text("Done.")
+        }
+    }));
+    let mut settings = test_settings(&provider);
+    settings.vault.dir = vault.to_owned();
+    settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
+    settings.server.outbound_allow_private = true;
+    spawn_app_with(TestDb::new(backend).await, provider, settings).await
+}
+
+/// A session with a row of every kind a turn leaves: a write approved (its
+/// approval, checkpoint, step records), a client tool's result, the
+/// events, messages and decisions, a webhook delivery; and, as the
+/// background work leaves them, an artifact, a job, a judgement and
+/// memories (one extracted from it into its user's scope, one in its own);
+/// the research learner leaves its observations.
+/// Returns the session's key and its turns' ids.
+async fn a_full_session(app: &TestApp, session: &str) -> Vec<String> {
+    let (status, _) = app
+        .post_body(
+            "/webhooks",
+            json!({"url": "http://127.0.0.1:9/hook", "events": ["turn.completed"]}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let mut turns = Vec::new();
+    let mut stream = app
+        .post_turn_sse(session, json!({"message": "Change my note."}))
+        .await;
+    let turn = stream.turn_id();
+    stream.read_until("approval.requested").await;
+    let url = format!("/sessions/{session}/turns/{turn}/approvals/call_e1");
+    assert_eq!(app.post_body(&url, json!({"approve": true})).await.0, 200);
+    assert_eq!(
+        types(&stream.read_to_end().await).last(),
+        Some(&"turn.completed")
+    );
+    turns.push(turn);
+
+    let location = json!({"name": "get_location", "description": "Where",
+                          "parameters": {"type": "object"}, "effect": "READ_ONLY"});
+    let mut stream = app
+        .post_turn_sse(
+            session,
+            json!({"message": "Where am I?", "client_tools": [location]}),
+        )
+        .await;
+    let turn = stream.turn_id();
+    stream.read_until("tool.requested").await;
+    let url = format!("/sessions/{session}/turns/{turn}/tool-results/call_e2");
+    assert_eq!(app.post_body(&url, json!({"output": "Lyon"})).await.0, 200);
+    assert_eq!(
+        types(&stream.read_to_end().await).last(),
+        Some(&"turn.completed")
+    );
+    turns.push(turn.clone());
+
+    let store = app.db.open().await;
+    let key = agent_harness::ids::tenant_scope(agent_harness::ids::DEFAULT_TENANT, session);
+    let key = agent_harness::ids::SessionKey::from_stored(&key);
+    let now = chrono::Utc::now();
+    store
+        .put_artifact(&NewArtifact {
+            id: format!("art_{}", uuid::Uuid::now_v7().simple()),
+            session_id: key.clone(),
+            turn_id: turn.clone(),
+            call_id: "call_e2".into(),
+            tool: "get_location".into(),
+            content: "a long output".into(),
+            created_at: now,
+        })
+        .await
+        .unwrap();
+    store
+        .enqueue_job(&NewJob {
+            id: uuid::Uuid::now_v7().to_string(),
+            kind: "judge".into(),
+            session_id: key.as_str().to_owned(),
+            turn_id: turn.clone(),
+            payload: "{}".into(),
+            at: now,
+        })
+        .await
+        .unwrap();
+    store
+        .put_judgement(&JudgementRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            session_id: key.as_str().to_owned(),
+            turn_id: turn.clone(),
+            judge: "helpfulness".into(),
+            prompt_id: "p".into(),
+            prompt_version: "1".into(),
+            score: 0.9,
+            passed: true,
+            rationale: "fine".into(),
+            provider: "openai".into(),
+            model: "m".into(),
+            created_at: now,
+        })
+        .await
+        .unwrap();
+    let own_scope = agent_harness::ids::tenant_scope(
+        agent_harness::ids::DEFAULT_TENANT,
+        &format!("session:{session}"),
+    );
+    let user_scope =
+        agent_harness::ids::tenant_scope(agent_harness::ids::DEFAULT_TENANT, "user:u1");
+    for (scope, memory_key) in [(own_scope, "city"), (user_scope, "home")] {
+        store
+            .upsert_memory(&NewMemory {
+                id: uuid::Uuid::now_v7().to_string(),
+                scope,
+                kind: "fact".into(),
+                key: memory_key.into(),
+                content: "Lives in Lyon".into(),
+                source_session_id: key.as_str().to_owned(),
+                source_turn_id: turn.clone(),
+                embedding: None,
+                embedding_model: None,
+                at: now,
+            })
+            .await
+            .unwrap();
+    }
+    turns
+}
+
+/// Every kind of row a session owns is erased, on either backend: after
+/// the erase no table of the schema holds the session's key or one of its
+/// turns' ids. Another session is left whole; a second erase is 404.
+async fn an_erased_session_leaves_no_row_in_any_table(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let app = app(backend, vault.path()).await;
+    let session = format!("s-erase-{}", uuid::Uuid::now_v7().simple());
+    let turns = a_full_session(&app, &session).await;
+    let kept = format!("s-kept-{}", uuid::Uuid::now_v7().simple());
+    let kept_turns = a_full_session(&app, &kept).await;
+
+    let mut needles = vec![session.clone()];
+    needles.extend(turns.iter().cloned());
+    let before = app.db.rows_naming(&needles).await;
+    let holding: Vec<&str> = before
+        .iter()
+        .filter(|(_, count)| **count > 0)
+        .map(|(table, _)| table.as_str())
+        .collect();
+    for table in [
+        "sessions",
+        "turns",
+        "events",
+        "messages",
+        "decisions",
+        "approvals",
+        "checkpoints",
+        "client_tool_results",
+        "artifacts",
+        "background_jobs",
+        "judgements",
+        "research_observations",
+        "memories",
+        "webhook_deliveries",
+    ] {
+        assert!(holding.contains(&table), "{table}: {before:?}");
+    }
+
+    let response = app
+        .client
+        .delete(app.url(&format!("/sessions/{session}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    let after = app.db.rows_naming(&needles).await;
+    let left: Vec<(&String, &i64)> = after.iter().filter(|(_, count)| **count > 0).collect();
+    assert!(left.is_empty(), "rows left: {left:?}");
+
+    // The other session is whole.
+    let mut others = vec![kept.clone()];
+    others.extend(kept_turns);
+    let other = app.db.rows_naming(&others).await;
+    for table in ["sessions", "turns", "events", "approvals", "memories"] {
+        assert!(other[table] > 0, "{table}: {other:?}");
+    }
+    let (status, body) = app.get_json(&format!("/sessions/{session}")).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("session_not_found"))
+    );
+    let again = app
+        .client
+        .delete(app.url(&format!("/sessions/{session}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 404);
+    let problem: Value = again.json().await.unwrap();
+    assert_eq!(problem["code"], "session_not_found");
+}
+
+/// A session whose turn runs (here: waiting for a person) is erased once
+/// the turn is cancelled: the DELETE ends it first. (The step records a
+/// running turn keeps, which its end deletes, are erased with it.)
+async fn a_running_turn_is_cancelled_before_its_session_is_erased(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let app = app(backend, vault.path()).await;
+    let mut stream = app
+        .post_turn_sse("s-erase-running", json!({"message": "Change my note."}))
+        .await;
+    let turn = stream.turn_id();
+    stream.read_until("approval.requested").await;
+    let held = app
+        .db
+        .rows_naming(&["s-erase-running".to_owned(), turn.clone()])
+        .await;
+    assert!(held["turn_steps"] > 0, "{held:?}");
+    let response = app
+        .client
+        .delete(app.url("/sessions/s-erase-running"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    let rest = stream.read_to_end().await;
+    assert_eq!(types(&rest).last(), Some(&"turn.cancelled"), "{rest:?}");
+    let left = app
+        .db
+        .rows_naming(&["s-erase-running".to_owned(), turn])
+        .await;
+    assert!(left.values().all(|count| *count == 0), "{left:?}");
+    assert_eq!(
+        std::fs::read_to_string(vault.path().join("notes/a.md")).unwrap(),
+        "# A\n",
+        "the write never ran"
+    );
+}
+
+on_both_backends!(
+    an_erased_session_leaves_no_row_in_any_table,
+    a_running_turn_is_cancelled_before_its_session_is_erased,
+);
