@@ -103,6 +103,10 @@ enum TenantAction {
         /// Input and output tokens per UTC day.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         tokens_per_day: Option<u64>,
+        /// How long its sessions are kept after their last activity (a
+        /// span such as `30d`, `12h` or `90s`).
+        #[arg(long)]
+        retention: Option<agent_harness::config::Span>,
     },
     /// List the tenants with limits of their own.
     List,
@@ -227,10 +231,11 @@ async fn tenants(settings: &Settings, action: TenantAction) -> Result<(), String
     let line = |tenant: &str, limits: &store::TenantLimits| {
         let or_default = |limit: Option<String>| limit.unwrap_or_else(|| "default".to_owned());
         format!(
-            "{tenant} max_running_turns={} max_streams={} tokens_per_day={}",
+            "{tenant} max_running_turns={} max_streams={} tokens_per_day={} retention_s={}",
             or_default(limits.max_running_turns.map(|n| n.to_string())),
             or_default(limits.max_streams.map(|n| n.to_string())),
             or_default(limits.tokens_per_day.map(|n| n.to_string())),
+            or_default(limits.retention_s.map(|n| n.to_string())),
         )
     };
     match action {
@@ -239,6 +244,7 @@ async fn tenants(settings: &Settings, action: TenantAction) -> Result<(), String
             max_running_turns,
             max_streams,
             tokens_per_day,
+            retention,
         } => {
             agent_harness::ids::SessionId::parse(&tenant)
                 .map_err(|e| format!("the tenant is not valid: {e}"))?;
@@ -246,6 +252,7 @@ async fn tenants(settings: &Settings, action: TenantAction) -> Result<(), String
                 max_running_turns,
                 max_streams,
                 tokens_per_day,
+                retention_s: retention.map(|span| span.0.as_secs().max(1)),
             };
             store
                 .set_tenant_limits(&tenant, &limits, chrono::Utc::now())

@@ -80,6 +80,7 @@ pub struct Metrics {
     takeovers: Family<ReasonLabels, Counter>,
     parks: Counter,
     unparks: Counter,
+    retention_erased: Counter,
     events_persisted: Counter,
     event_batches: Counter,
     event_batch_failures: Counter,
@@ -111,6 +112,7 @@ impl Default for Metrics {
             takeovers: Family::default(),
             parks: Counter::default(),
             unparks: Counter::default(),
+            retention_erased: Counter::default(),
             events_persisted: Counter::default(),
             event_batches: Counter::default(),
             event_batch_failures: Counter::default(),
@@ -163,6 +165,11 @@ impl Default for Metrics {
             "agent_harness_turns_unparked",
             "Parked turns this process went on with (answered, or their wait ended)",
             metrics.unparks.clone(),
+        );
+        registry.register(
+            "agent_harness_retention_erased",
+            "Sessions the retention sweep erased (inactive past their tenant's retention)",
+            metrics.retention_erased.clone(),
         );
         registry.register(
             "agent_harness_events_persisted",
@@ -265,6 +272,11 @@ impl Metrics {
     pub fn turn_taken_over(&self, released: bool) {
         let reason = if released { "shutdown" } else { "crash" };
         self.takeovers.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// A session the retention sweep erased.
+    pub fn retention_erased(&self) {
+        self.retention_erased.inc();
     }
 
     /// A turn this process parked: it runs here no more.

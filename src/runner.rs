@@ -11,6 +11,7 @@ pub mod live;
 mod orphans;
 mod queue;
 mod resume;
+mod retention;
 mod shutdown;
 mod sink;
 mod subscribe;
@@ -57,6 +58,17 @@ pub struct RunnerConfig {
     pub jobs_queued: Arc<tokio::sync::Notify>,
     /// What a request may ask for.
     pub policy: StartPolicy,
+    /// How long sessions are kept.
+    pub retention: Retention,
+}
+
+/// How long sessions are kept after their last activity, and how often
+/// the sweep that erases older ones runs ([`TurnRunner::sweep_retention`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// The service's (`None`: forever); a tenant's own overrides it.
+    pub default: Option<Duration>,
+    pub every: Duration,
 }
 
 /// What a request may ask of the operator's account: checked at the start
@@ -276,6 +288,10 @@ impl TurnRunner {
                 runner.clone(),
                 runner.inner.stop_background.clone(),
             ));
+        runner.inner.background.spawn(retention::run(
+            runner.clone(),
+            runner.inner.stop_background.clone(),
+        ));
         runner
     }
 

@@ -279,6 +279,10 @@ fn runner_config(settings: &Settings, jobs_queued: Arc<tokio::sync::Notify>) -> 
             client_tools_max_bytes: settings.harness.client_tools_max_bytes,
             tenant_defaults: settings.server.tenant_defaults(),
         },
+        retention: crate::runner::Retention {
+            default: settings.server.retention.map(|span| span.0),
+            every: settings.server.retention_sweep_interval.0,
+        },
     }
 }
 

@@ -148,7 +148,8 @@ pub struct HarnessSettings {
     #[arg(
         id = "harness.approval_timeout",
         long = "approval-timeout",
-        default_value = "24h"
+        default_value = "24h",
+        value_parser = Span::of_a_wait
     )]
     pub approval_timeout: Span,
     /// How long a waiting turn keeps its worker before it is parked in the

@@ -136,6 +136,20 @@ pub struct ServerSettings {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub tenant_tokens_per_day: Option<u64>,
+    /// How long a session is kept after its last activity: a span such as
+    /// `30d`, `12h` or `90s`; older sessions are erased whole (as `DELETE
+    /// /sessions/{id}` does), never one whose turn runs or waits [default:
+    /// kept forever]. A tenant's own retention (`agent-harness tenants
+    /// set --retention`) overrides it.
+    #[arg(id = "server.retention", long = "retention")]
+    pub retention: Option<super::Span>,
+    /// How often the retention sweep runs (on one replica at a time).
+    #[arg(
+        id = "server.retention_sweep_interval",
+        long = "retention-sweep-interval",
+        default_value = "10m"
+    )]
+    pub retention_sweep_interval: super::Span,
     /// Seconds between SSE keep-alive comments.
     #[arg(
         id = "server.sse_keepalive_s",
@@ -213,6 +227,7 @@ impl ServerSettings {
             max_running_turns: Some(self.tenant_max_running_turns),
             max_streams: Some(self.tenant_max_streams),
             tokens_per_day: self.tenant_tokens_per_day,
+            retention_s: self.retention.map(|span| span.0.as_secs().max(1)),
         }
     }
 

@@ -390,6 +390,16 @@ fn waits_are_spans_of_time() {
             .0,
         Duration::ZERO
     );
+    let s = load(&[("HARNESS_RETENTION", "365d")]).unwrap();
+    assert_eq!(
+        s.server.retention.map(|r| r.0),
+        Some(Duration::from_secs(365 * 86400))
+    );
+    assert_eq!(
+        s.server.retention_sweep_interval.0,
+        Duration::from_secs(600)
+    );
+    assert_eq!(load(&[]).unwrap().server.retention, None);
     for bad in [
         "24",
         "h",

@@ -233,12 +233,23 @@ impl FromStr for EffectList {
 }
 
 /// A span of time: whole numbers with units, `ms`, `s`, `m`, `h` or `d`,
-/// one after another (`24h`, `1h30m`, `3s`, `0s`), at most 30 days.
+/// one after another (`24h`, `1h30m`, `3s`, `0s`), at most 10 years.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span(pub std::time::Duration);
 
 /// The longest [`Span`].
-const SPAN_MAX: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 60 * 60);
+const SPAN_MAX: std::time::Duration = std::time::Duration::from_secs(3650 * 24 * 60 * 60);
+
+impl Span {
+    /// A span of at most 30 days (the longest a call waits for an answer).
+    pub fn of_a_wait(s: &str) -> Result<Self, String> {
+        let span: Self = s.parse()?;
+        if span.0 > std::time::Duration::from_secs(30 * 24 * 60 * 60) {
+            return Err(format!("{s:?} is longer than 30 days"));
+        }
+        Ok(span)
+    }
+}
 
 impl FromStr for Span {
     type Err = String;
@@ -272,7 +283,7 @@ impl FromStr for Span {
         }
         let span = std::time::Duration::from_millis(u64::try_from(total).unwrap_or(u64::MAX));
         if span > SPAN_MAX {
-            return Err(format!("{s:?} is longer than 30 days"));
+            return Err(format!("{s:?} is longer than 10 years"));
         }
         Ok(Self(span))
     }

@@ -24,6 +24,8 @@ pub struct TenantLimits {
     pub max_streams: Option<u32>,
     /// Input and output tokens per UTC day.
     pub tokens_per_day: Option<u64>,
+    /// Seconds of inactivity after which a session is erased.
+    pub retention_s: Option<u64>,
 }
 
 impl TenantLimits {
@@ -33,6 +35,7 @@ impl TenantLimits {
             max_running_turns: self.max_running_turns.or(defaults.max_running_turns),
             max_streams: self.max_streams.or(defaults.max_streams),
             tokens_per_day: self.tokens_per_day.or(defaults.tokens_per_day),
+            retention_s: self.retention_s.or(defaults.retention_s),
         }
     }
 }
@@ -70,13 +73,14 @@ fn count(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-type LimitsRow = (Option<i64>, Option<i64>, Option<i64>);
+type LimitsRow = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
 
-fn limits_of((running, streams, tokens): LimitsRow) -> TenantLimits {
+fn limits_of((running, streams, tokens, retention): LimitsRow) -> TenantLimits {
     TenantLimits {
         max_running_turns: limit(running),
         max_streams: limit(streams),
         tokens_per_day: limit(tokens),
+        retention_s: limit(retention),
     }
 }
 
@@ -96,24 +100,56 @@ pub trait Tenants: Reads + Send + Sync + 'static {
 
     /// A tenant's own limits (all `None` when it has none).
     async fn tenant_limits(&self, tenant: &str) -> Result<TenantLimits> {
-        let sql = "SELECT max_running_turns, max_streams, tokens_per_day FROM tenants \
-                   WHERE tenant = $1";
+        let sql = "SELECT max_running_turns, max_streams, tokens_per_day, retention_s \
+                   FROM tenants WHERE tenant = $1";
         let row: Option<LimitsRow> = self.reader().row(sql, args![tenant]).await?;
         Ok(row.map(limits_of).unwrap_or_default())
     }
 
     /// Every tenant with limits of its own, by name.
     async fn list_tenants(&self) -> Result<Vec<(String, TenantLimits)>> {
-        let sql = "SELECT tenant, max_running_turns, max_streams, tokens_per_day FROM tenants \
-                   ORDER BY tenant";
-        let rows: Vec<(String, Option<i64>, Option<i64>, Option<i64>)> =
-            self.reader().rows(sql, args![]).await?;
+        let sql = "SELECT tenant, max_running_turns, max_streams, tokens_per_day, retention_s \
+                   FROM tenants ORDER BY tenant";
+        type Row = (String, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+        let rows: Vec<Row> = self.reader().rows(sql, args![]).await?;
         Ok(rows
             .into_iter()
-            .map(|(tenant, running, streams, tokens)| {
-                (tenant, limits_of((running, streams, tokens)))
+            .map(|(tenant, running, streams, tokens, retention)| {
+                (tenant, limits_of((running, streams, tokens, retention)))
             })
             .collect())
+    }
+
+    /// Takes (or keeps) the lease `name` for `holder` until `until`,
+    /// unless another holder's runs past `now`; whether `holder` has it.
+    async fn take_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+
+    /// Sessions whose last activity is before `before` and whose turns
+    /// have all ended, oldest first, at most `limit`: those of `tenant`
+    /// (`Some`), or (`None`) those of every tenant without a retention of
+    /// its own.
+    async fn inactive_sessions(
+        &self,
+        tenant: Option<&str>,
+        before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<String>> {
+        let sql = "SELECT s.id FROM sessions s WHERE s.updated_at < $1 AND CASE WHEN $2 IS NULL \
+                   THEN s.tenant NOT IN (SELECT tenant FROM tenants WHERE retention_s IS NOT NULL) \
+                   ELSE s.tenant = $2 END \
+                   AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id \
+                   AND t.status = 'running') ORDER BY s.updated_at, s.id LIMIT $3";
+        let rows: Vec<(String,)> = self
+            .reader()
+            .rows(sql, args![before, tenant, limit])
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
     /// A tenant's tokens and cost from `first` to `last` (UTC days, both

@@ -275,7 +275,63 @@ async fn a_running_turn_is_cancelled_before_its_session_is_erased(backend: Backe
     );
 }
 
+/// `HARNESS_RETENTION`: a session inactive for longer is erased whole by
+/// the sweep (every `HARNESS_RETENTION_SWEEP_INTERVAL`), and counted; a
+/// session whose turn still waits (for a client's result, here) is kept,
+/// however old.
+async fn the_retention_sweep_erases_inactive_sessions_and_keeps_waiting_ones(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    provider.respond_with(Arc::new(|body: &Value| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        if body["tools"].to_string().contains("client__get_location")
+            && !messages.iter().any(|m| m["role"] == "tool")
+        {
+            Reply::openai_tool_call("call_r1", "client__get_location", &json!({}))
+        } else {
+            Reply::openai_text("Done.")
+        }
+    }));
+    let mut settings = test_settings(&provider);
+    settings.server.retention = Some("2s".parse().unwrap());
+    settings.server.retention_sweep_interval = "1s".parse().unwrap();
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let response = app
+        .post_turn("s-ret-old", json!({"message": "Hello."}))
+        .await;
+    assert_eq!(response.status(), 200);
+    let turn: Value = response.json().await.unwrap();
+    let turn = turn["turn_id"].as_str().unwrap().to_owned();
+    let location = json!({"name": "get_location", "description": "Where",
+                          "parameters": {"type": "object"}, "effect": "READ_ONLY"});
+    let mut waiting = app
+        .post_turn_sse(
+            "s-ret-waiting",
+            json!({"message": "Where am I?", "client_tools": [location]}),
+        )
+        .await;
+    waiting.read_until("tool.requested").await;
+
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (status, _) = app.get_json("/sessions/s-ret-old").await;
+        if status == 404 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never erased");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let left = app.db.rows_naming(&["s-ret-old".to_owned(), turn]).await;
+    assert!(left.values().all(|count| *count == 0), "{left:?}");
+    assert!(app.metric("agent_harness_retention_erased_total").await >= 1.0);
+    // Older than the retention by now, but its turn waits.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let (status, session) = app.get_json("/sessions/s-ret-waiting").await;
+    assert_eq!(status, 200, "{session}");
+    assert!(session["running_turn_id"].is_string(), "{session}");
+}
+
 on_both_backends!(
+    the_retention_sweep_erases_inactive_sessions_and_keeps_waiting_ones,
     an_erased_session_leaves_no_row_in_any_table,
     a_running_turn_is_cancelled_before_its_session_is_erased,
 );

@@ -1210,6 +1210,119 @@ async fn a_parked_turn_is_taken_only_when_due_and_not_as_a_takeover(backend: Bac
     );
 }
 
+/// What the retention sweep reads: sessions inactive since before a time,
+/// whose turns have all ended, of one tenant, or of every tenant without a
+/// retention of its own; and the lease that lets one replica sweep.
+async fn retention_finds_the_inactive_sessions_of_each_tenant_and_one_sweeper(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    let now = Utc::now();
+    let mut made = Vec::new();
+    for (tenant, session, ends) in [
+        ("default", "r-old", true),
+        ("default", "r-running", false),
+        ("acme", "r-acme", true),
+    ] {
+        let mut turn = new_turn(session, None);
+        turn.tenant = tenant.to_owned();
+        turn.created_at = now - Duration::hours(2);
+        let key = agent_harness::ids::tenant_scope(tenant, session);
+        turn.session_id = agent_harness::ids::SessionKey::from_stored(&key);
+        store.begin_turn(&turn).await.unwrap();
+        if ends {
+            let mut end = completed(&turn, 2, "done");
+            end.terminal = Arc::new(
+                StoredEvent::new(
+                    &turn.session_id,
+                    turn.id,
+                    2,
+                    &TurnEvent::TurnCompleted {
+                        result: Default::default(),
+                    },
+                    now - Duration::hours(2),
+                )
+                .unwrap(),
+            );
+            store.write_batch(&[], &[&end]).await.unwrap();
+        }
+        made.push(key);
+    }
+    let before = now - Duration::hours(1);
+    let mut all = store.inactive_sessions(None, before, 100).await.unwrap();
+    all.sort();
+    let mut expected = vec![made[0].clone(), made[2].clone()];
+    expected.sort();
+    assert_eq!(all, expected, "not the running one");
+    // Acme keeps its sessions for a time of its own: the service's sweep
+    // passes them over, Acme's finds them.
+    store
+        .set_tenant_limits(
+            "acme",
+            &agent_harness::store::TenantLimits {
+                retention_s: Some(86_400),
+                ..Default::default()
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.tenant_limits("acme").await.unwrap().retention_s,
+        Some(86_400)
+    );
+    assert_eq!(
+        store.inactive_sessions(None, before, 100).await.unwrap(),
+        [made[0].clone()]
+    );
+    assert_eq!(
+        store
+            .inactive_sessions(Some("acme"), before, 100)
+            .await
+            .unwrap(),
+        [made[2].clone()]
+    );
+    assert!(
+        store
+            .inactive_sessions(None, now - Duration::hours(3), 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // One holder at a time, until its lease runs out.
+    let until = now + Duration::minutes(1);
+    assert!(
+        store
+            .take_lease("retention", "a", until, now)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .take_lease("retention", "b", until, now)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .take_lease("retention", "a", until, now)
+            .await
+            .unwrap()
+    );
+    let later = now + Duration::minutes(2);
+    assert!(
+        store
+            .take_lease("retention", "b", later + Duration::minutes(1), later)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .take_lease("retention", "a", later, later)
+            .await
+            .unwrap()
+    );
+}
+
 /// Turn ends race heartbeats over the same turns and new turns of the same
 /// sessions: on Postgres, rows locked in different orders deadlock (the
 /// database then kills one transaction).
@@ -1427,6 +1540,7 @@ on_both_backends!(
     orphans_are_interrupted_once_with_a_final_event,
     an_orphan_is_taken_over_and_its_lost_owner_writes_nothing,
     a_parked_turn_is_taken_only_when_due_and_not_as_a_takeover,
+    retention_finds_the_inactive_sessions_of_each_tenant_and_one_sweeper,
     readiness_reports_pending_migrations,
 );
 

@@ -16,21 +16,39 @@ impl Tenants for PostgresStore {
         at: DateTime<Utc>,
     ) -> Result<()> {
         let sql = "INSERT INTO tenants (tenant, max_running_turns, max_streams, tokens_per_day, \
-                   updated_at) VALUES ($1, $2, $3, $4, $5) \
+                   retention_s, updated_at) VALUES ($1, $2, $3, $4, $6, $5) \
                    ON CONFLICT (tenant) DO UPDATE SET \
                    max_running_turns = excluded.max_running_turns, \
                    max_streams = excluded.max_streams, \
                    tokens_per_day = excluded.tokens_per_day, \
+                   retention_s = excluded.retention_s, \
                    updated_at = excluded.updated_at";
         let args = args![
             tenant,
             limits.max_running_turns.map(i64::from),
             limits.max_streams.map(i64::from),
             super::signed(limits.tokens_per_day),
-            at
+            at,
+            super::signed(limits.retention_s)
         ];
         self.execute(sql, args).await?;
         Ok(())
+    }
+
+    async fn take_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let sql = "INSERT INTO service_leases (name, holder, until) VALUES ($1, $2, $3) \
+                   ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                   until = excluded.until \
+                   WHERE service_leases.holder = excluded.holder \
+                   OR service_leases.until < $4";
+        let taken = self.execute(sql, args![name, holder, until, now]).await?;
+        Ok(taken == 1)
     }
 
     async fn add_usage(&self, tenant: &str, day: NaiveDate, used: &UsageTotals) -> Result<()> {

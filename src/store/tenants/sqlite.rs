@@ -24,11 +24,12 @@ impl Tenants for SqliteStore {
                 connection
                     .prepare_cached(
                         "INSERT INTO tenants (tenant, max_running_turns, max_streams, \
-                         tokens_per_day, updated_at) VALUES (?1, ?2, ?3, ?4, ?5) \
+                         tokens_per_day, retention_s, updated_at) VALUES (?1, ?2, ?3, ?4, ?6, ?5) \
                          ON CONFLICT (tenant) DO UPDATE SET \
                          max_running_turns = excluded.max_running_turns, \
                          max_streams = excluded.max_streams, \
                          tokens_per_day = excluded.tokens_per_day, \
+                         retention_s = excluded.retention_s, \
                          updated_at = excluded.updated_at",
                     )?
                     .execute(params![
@@ -36,9 +37,34 @@ impl Tenants for SqliteStore {
                         limits.max_running_turns,
                         limits.max_streams,
                         super::signed(limits.tokens_per_day),
-                        ts(at)
+                        ts(at),
+                        super::signed(limits.retention_s)
                     ])?;
                 Ok(())
+            })
+            .await
+    }
+
+    async fn take_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.writes
+            .run(move |connection| {
+                let taken = connection
+                    .prepare_cached(
+                        "INSERT INTO service_leases (name, holder, until) VALUES (?1, ?2, ?3) \
+                         ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                         until = excluded.until \
+                         WHERE service_leases.holder = excluded.holder \
+                         OR service_leases.until < ?4",
+                    )?
+                    .execute(params![name, holder, ts(until), ts(now)])?;
+                Ok(taken == 1)
             })
             .await
     }

@@ -1,0 +1,105 @@
+//! The retention sweep: a session inactive for longer than its tenant's
+//! retention (`HARNESS_RETENTION`, or the tenant's own) is erased whole,
+//! as `DELETE /sessions/{id}` erases it, in bounded batches, by one
+//! replica at a time (a lease in the store), never one whose turn runs or
+//! waits.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use super::TurnRunner;
+use crate::{
+    ids::SessionKey,
+    store::{Erased, StoreError},
+};
+
+/// The lease's name.
+const LEASE: &str = "retention";
+
+/// Sessions a batch reads.
+const BATCH: u32 = 100;
+
+/// Batches a scope (the service's retention, or one tenant's) takes in one
+/// sweep, at most: the next sweep goes on.
+const BATCHES: usize = 10;
+
+/// Sweeps every `HARNESS_RETENTION_SWEEP_INTERVAL` until `stop`.
+pub(super) async fn run(runner: TurnRunner, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(runner.inner.config.retention.every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match runner.sweep_retention().await {
+            Ok(0) => {}
+            Ok(erased) => tracing::info!(erased, "retention: sessions erased"),
+            Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
+        }
+    }
+}
+
+impl TurnRunner {
+    /// One sweep, when this process holds the lease: the sessions it
+    /// erased.
+    pub async fn sweep_retention(&self) -> Result<u64, StoreError> {
+        let inner = &self.inner;
+        let retention = inner.config.retention;
+        let now = Utc::now();
+        // Held for two intervals: a holder that dies leaves the sweep to
+        // another replica after that.
+        let held = chrono::Duration::from_std(retention.every.saturating_mul(2))
+            .unwrap_or_else(|_| chrono::Duration::days(1));
+        let until = now.checked_add_signed(held).unwrap_or(now);
+        if !inner
+            .store
+            .take_lease(LEASE, &inner.process_id, until, now)
+            .await?
+        {
+            return Ok(0);
+        }
+        let mut scopes: Vec<(Option<String>, Duration)> = Vec::new();
+        if let Some(kept) = retention.default {
+            scopes.push((None, kept));
+        }
+        for (tenant, limits) in inner.store.list_tenants().await? {
+            if let Some(seconds) = limits.retention_s {
+                scopes.push((Some(tenant), Duration::from_secs(seconds)));
+            }
+        }
+        let mut erased = 0;
+        for (tenant, kept) in scopes {
+            let kept = chrono::Duration::from_std(kept).unwrap_or(chrono::Duration::MAX);
+            let Some(before) = now.checked_sub_signed(kept) else {
+                continue;
+            };
+            for _ in 0..BATCHES {
+                let inactive = inner
+                    .store
+                    .inactive_sessions(tenant.as_deref(), before, BATCH)
+                    .await?;
+                for id in &inactive {
+                    // A turn that began since the read keeps its session.
+                    if inner
+                        .store
+                        .erase_session(&SessionKey::from_stored(id))
+                        .await?
+                        == Erased::Erased
+                    {
+                        erased += 1;
+                        inner.metrics.retention_erased();
+                    }
+                }
+                if inactive.len() < BATCH as usize {
+                    break;
+                }
+            }
+        }
+        Ok(erased)
+    }
+}
