@@ -16,6 +16,7 @@ pub mod server;
 pub mod sessions;
 pub mod tools;
 mod usage;
+mod users;
 pub mod vault;
 pub mod webhooks;
 
@@ -83,6 +84,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(usage::router())
         .merge(webhooks::router())
         .merge(memory::router())
+        .merge(users::router())
         .merge(protocols::chat_completions::router())
         .merge(protocols::responses::router())
         .merge(protocols::mcp::router())

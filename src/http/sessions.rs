@@ -18,7 +18,7 @@ use crate::{
     store::{ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord, SessionRecord},
 };
 
-mod erase;
+pub(crate) mod erase;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -93,6 +93,9 @@ pub enum ApiError {
     /// 400 `invalid_session_id`.
     #[error("invalid session id: {0}")]
     InvalidSessionId(SessionIdError),
+    /// 400 `invalid_user_id`: a user id in a path.
+    #[error("invalid user id: {0}")]
+    InvalidUserId(SessionIdError),
     /// 400 `invalid_turn_id`: not a UUID.
     #[error("turn id must be a UUID")]
     InvalidTurnId,
@@ -190,6 +193,10 @@ pub enum ApiError {
     /// 404 `webhook_not_found`: no such endpoint of the caller's.
     #[error("webhook not found")]
     WebhookNotFound,
+    /// 404 `user_not_found`: no session and no memory of the user, in the
+    /// caller's tenant.
+    #[error("no such user")]
+    UserNotFound,
     /// 409 `webhook_limit_reached`: the tenant has as many endpoints as it
     /// may.
     #[error("this tenant has {0} webhook endpoints, as many as it may; delete one first")]
@@ -262,6 +269,7 @@ impl ApiError {
         match self {
             Self::InvalidJson(_)
             | Self::InvalidSessionId(_)
+            | Self::InvalidUserId(_)
             | Self::InvalidTurnId
             | Self::InvalidQuery(_)
             | Self::InvalidHeader { .. }
@@ -295,6 +303,7 @@ impl ApiError {
             | Self::CheckpointNotFound
             | Self::McpSessionNotFound
             | Self::WebhookNotFound
+            | Self::UserNotFound
             | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::TurnAlreadyRunning(_)
@@ -325,6 +334,7 @@ impl ApiError {
             Self::InvalidField { .. } => "invalid_field",
             Self::InvalidHistoryRole(_) => "invalid_history_role",
             Self::InvalidSessionId(_) => "invalid_session_id",
+            Self::InvalidUserId(_) => "invalid_user_id",
             Self::InvalidTurnId => "invalid_turn_id",
             Self::InvalidQuery(_) => "invalid_query",
             Self::InvalidHeader { .. } => "invalid_header",
@@ -347,6 +357,7 @@ impl ApiError {
             Self::CheckpointNotFound => "checkpoint_not_found",
             Self::McpSessionNotFound => "mcp_session_not_found",
             Self::WebhookNotFound => "webhook_not_found",
+            Self::UserNotFound => "user_not_found",
             Self::WebhookLimit(_) => "webhook_limit_reached",
             Self::Unauthorized => "unauthorized",
             Self::RateLimited(_) => "rate_limited",

@@ -36,6 +36,19 @@ pub trait Erase: Send + Sync {
     /// Erases the session `key` and every row it owns, unless a turn of it
     /// runs.
     async fn erase_session(&self, key: &SessionKey) -> Result<Erased>;
+
+    /// The stored keys of `tenant`'s sessions in which `user` asked a
+    /// turn (its `user_id`), at most `limit`.
+    async fn sessions_of_user(&self, tenant: &str, user: &str, limit: u32) -> Result<Vec<String>>;
+}
+
+/// The sessions of a user, given how the backend reads a turn request's
+/// `user_id` (`{user}`: the expression).
+fn sessions_of_user_sql(user: &str) -> String {
+    format!(
+        "SELECT DISTINCT t.session_id FROM turns t JOIN sessions s ON s.id = t.session_id \
+         WHERE s.tenant = $1 AND {user} = $2 ORDER BY t.session_id LIMIT $3"
+    )
 }
 
 /// The statements that erase a session's rows, children before parents;

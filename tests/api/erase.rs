@@ -330,7 +330,75 @@ async fn the_retention_sweep_erases_inactive_sessions_and_keeps_waiting_ones(bac
     assert!(session["running_turn_id"].is_string(), "{session}");
 }
 
+/// `DELETE /users/{id}`: every session in which the user asked a turn is
+/// erased whole, with the memories of their scope; another user's
+/// session and memories stay. A user with nothing left is 404.
+async fn a_user_is_erased_with_their_sessions_and_memories(backend: Backend) {
+    let vault = vault_of(&[]);
+    let app = app(backend, vault.path()).await;
+    let mut turns = Vec::new();
+    for (session, user) in [("s-u1-a", "u1"), ("s-u1-b", "u1"), ("s-u2", "u2")] {
+        let response = app
+            .post_turn(session, json!({"message": "Hello.", "user_id": user}))
+            .await;
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        turns.push(body["turn_id"].as_str().unwrap().to_owned());
+    }
+    let store = app.db.open().await;
+    for user in ["u1", "u2"] {
+        store
+            .upsert_memory(&NewMemory {
+                id: uuid::Uuid::now_v7().to_string(),
+                scope: agent_harness::ids::tenant_scope(
+                    agent_harness::ids::DEFAULT_TENANT,
+                    &format!("user:{user}"),
+                ),
+                kind: "fact".into(),
+                key: "home".into(),
+                content: "Lives in Lyon".into(),
+                source_session_id: format!("s-{user}-x"),
+                source_turn_id: uuid::Uuid::now_v7().to_string(),
+                embedding: None,
+                embedding_model: None,
+                at: chrono::Utc::now(),
+            })
+            .await
+            .unwrap();
+    }
+    let erase = || app.client.delete(app.url("/users/u1")).send();
+    assert_eq!(erase().await.unwrap().status(), 204);
+    let gone = [
+        "s-u1-a".to_owned(),
+        "s-u1-b".to_owned(),
+        turns[0].clone(),
+        turns[1].clone(),
+    ];
+    let left = app.db.rows_naming(&gone).await;
+    assert!(left.values().all(|count| *count == 0), "{left:?}");
+    let (_, memories) = app.get_json("/memories?scope=user:u1").await;
+    assert_eq!(memories["memories"], json!([]), "{memories}");
+    let (status, _) = app.get_json("/sessions/s-u2").await;
+    assert_eq!(status, 200);
+    let (_, memories) = app.get_json("/memories?scope=user:u2").await;
+    assert_eq!(memories["memories"].as_array().map(Vec::len), Some(1));
+    let again = erase().await.unwrap();
+    assert_eq!(again.status(), 404);
+    let problem: Value = again.json().await.unwrap();
+    assert_eq!(problem["code"], "user_not_found");
+    let bad = app
+        .client
+        .delete(app.url("/users/no%20spaces"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let problem: Value = bad.json().await.unwrap();
+    assert_eq!(problem["code"], "invalid_user_id");
+}
+
 on_both_backends!(
+    a_user_is_erased_with_their_sessions_and_memories,
     the_retention_sweep_erases_inactive_sessions_and_keeps_waiting_ones,
     an_erased_session_leaves_no_row_in_any_table,
     a_running_turn_is_cancelled_before_its_session_is_erased,

@@ -109,6 +109,7 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
         }
         ("POST", "/vault/reindex") => simple(Expect::Open),
         ("GET" | "DELETE", "/memories") => simple(Expect::Empty),
+        ("DELETE", "/users/{user_id}") => simple(Expect::Missing("user_not_found")),
         ("GET", "/usage") => simple(Expect::OwnUsage),
         ("GET", "/webhooks") => simple(Expect::Empty),
         ("POST", "/webhooks") => with_body(
@@ -291,6 +292,8 @@ fn fill(template: &str, known: &Known) -> String {
         .replace("{id}", &known.turn)
         .replace("{config_id}", "cfg-1")
         .replace("{webhook_id}", &known.webhook)
+        // Acme's user: Globex erasing them finds no one.
+        .replace("{user_id}", "ann")
 }
 
 /// The path a walk sends for an operation: its template filled, with

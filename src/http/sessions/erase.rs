@@ -13,6 +13,7 @@ use super::{super::error::ApiError, SessionPath};
 use crate::{
     app::AppState,
     http::error::{BadRequest, NotFound},
+    ids::SessionKey,
     store::Erased,
 };
 
@@ -45,26 +46,36 @@ pub(super) async fn erase_session(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
 ) -> Result<Response, ApiError> {
+    if erase(&app, &session_id).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::SessionNotFound)
+    }
+}
+
+/// Erases the session `key`, its running turn cancelled first; false when
+/// there was no such session. 409 `turn_running` when the turn did not
+/// end in time (nothing of the session is erased then).
+pub(crate) async fn erase(app: &AppState, key: &SessionKey) -> Result<bool, ApiError> {
     for _ in 0..TRIES {
-        match app.store.erase_session(&session_id).await? {
-            Erased::Erased => return Ok(StatusCode::NO_CONTENT.into_response()),
-            Erased::NotFound => return Err(ApiError::SessionNotFound),
+        match app.store.erase_session(key).await? {
+            Erased::Erased => return Ok(true),
+            Erased::NotFound => return Ok(false),
             Erased::Running(turn) => {
                 // Ended already, or asked to end (a parked turn ends at
                 // once): either way, wait for its end.
-                let _ = app.runner.cancel(&session_id, turn).await;
+                let _ = app.runner.cancel(key, turn).await;
                 let ended =
-                    tokio::time::timeout(TURN_END_WAIT, app.runner.wait_for_end(&session_id, turn))
-                        .await;
+                    tokio::time::timeout(TURN_END_WAIT, app.runner.wait_for_end(key, turn)).await;
                 if !matches!(ended, Ok(Ok(Some(_)))) {
                     return Err(ApiError::TurnRunning(turn));
                 }
             }
         }
     }
-    match app.store.erase_session(&session_id).await? {
-        Erased::Erased => Ok(StatusCode::NO_CONTENT.into_response()),
-        Erased::NotFound => Err(ApiError::SessionNotFound),
+    match app.store.erase_session(key).await? {
+        Erased::Erased => Ok(true),
+        Erased::NotFound => Ok(false),
         Erased::Running(turn) => Err(ApiError::TurnRunning(turn)),
     }
 }

@@ -3,10 +3,15 @@
 
 use async_trait::async_trait;
 
-use super::{ERASE, Erase, Erased, RUNNING, SESSION, own_scope};
+use super::{ERASE, Erase, Erased, RUNNING, SESSION, own_scope, sessions_of_user_sql};
 use crate::{
     ids::SessionKey,
-    store::{Result, postgres::PostgresStore, records::parse_uuid},
+    store::{
+        Result,
+        postgres::PostgresStore,
+        reader::{Reads, args},
+        records::parse_uuid,
+    },
 };
 
 #[async_trait]
@@ -47,5 +52,14 @@ impl Erase for PostgresStore {
             })
         })
         .await
+    }
+
+    async fn sessions_of_user(&self, tenant: &str, user: &str, limit: u32) -> Result<Vec<String>> {
+        let sql = sessions_of_user_sql("(t.request::jsonb ->> 'user_id')");
+        let rows: Vec<(String,)> = self
+            .reader()
+            .rows(sqlx::AssertSqlSafe(sql), args![tenant, user, limit])
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 }

@@ -3,10 +3,15 @@
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
 
-use super::{ERASE, Erase, Erased, RUNNING, SESSION, own_scope};
+use super::{ERASE, Erase, Erased, RUNNING, SESSION, own_scope, sessions_of_user_sql};
 use crate::{
     ids::SessionKey,
-    store::{Result, records::parse_uuid, sqlite::SqliteStore},
+    store::{
+        Result,
+        reader::{Reads, args},
+        records::parse_uuid,
+        sqlite::SqliteStore,
+    },
 };
 
 #[async_trait]
@@ -38,5 +43,14 @@ impl Erase for SqliteStore {
                 })
             })
             .await
+    }
+
+    async fn sessions_of_user(&self, tenant: &str, user: &str, limit: u32) -> Result<Vec<String>> {
+        let sql = sessions_of_user_sql("json_extract(t.request, '$.user_id')");
+        let rows: Vec<(String,)> = self
+            .reader()
+            .rows(sqlx::AssertSqlSafe(sql), args![tenant, user, limit])
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 }

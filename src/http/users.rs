@@ -1,0 +1,84 @@
+//! `DELETE /users/{user_id}`: a user forgotten, within the caller's
+//! tenant: every session in which they asked a turn (`user_id`), erased
+//! whole as `DELETE /sessions/{id}` erases one, and the memories of their
+//! scope (`user:{user_id}`).
+
+use axum::{
+    Extension,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use serde::Deserialize;
+use utoipa::IntoParams;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::{Tenant, error::ApiError};
+use crate::{
+    app::AppState,
+    http::error::{BadRequest, NotFound},
+    ids::{SessionId, SessionKey, tenant_scope},
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(erase_user))
+}
+
+/// Sessions read a page at a time.
+const PAGE: u32 = 100;
+
+/// Pages, at most: 10,000 sessions a request (a second `DELETE` goes on).
+const PAGES: usize = 100;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct UserPath {
+    /// The user's id, as turns name it (`user_id`): 1-128 characters of
+    /// `[A-Za-z0-9._:-]`.
+    #[param(min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9._:-]+$")]
+    user_id: String,
+}
+
+/// Erases a user: their sessions (a running turn cancelled first) and
+/// their memories. 404 `user_not_found` when the tenant has neither.
+#[utoipa::path(
+    delete,
+    path = "/users/{user_id}",
+    tag = "memory",
+    params(UserPath),
+    responses(
+        (status = 204, description = "Erased"),
+        BadRequest,
+        NotFound,
+        (status = 409, description = "A session's turn did not end in time (`turn_running`); the sessions erased before it stay erased", body = crate::http::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn erase_user(
+    State(app): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(UserPath { user_id }): Path<UserPath>,
+) -> Result<Response, ApiError> {
+    let user = SessionId::parse(&user_id).map_err(ApiError::InvalidUserId)?;
+    let mut erased = 0u64;
+    for _ in 0..PAGES {
+        let sessions = app
+            .store
+            .sessions_of_user(&tenant.0, user.as_str(), PAGE)
+            .await?;
+        if sessions.is_empty() {
+            break;
+        }
+        for id in &sessions {
+            if super::sessions::erase::erase(&app, &SessionKey::from_stored(id)).await? {
+                erased += 1;
+            }
+        }
+    }
+    let scope = tenant_scope(&tenant.0, &format!("user:{}", user.as_str()));
+    let forgotten = app.store.delete_memories(&scope, None).await?;
+    tracing::info!(sessions = erased, memories = forgotten, "user erased");
+    if erased == 0 && forgotten == 0 {
+        return Err(ApiError::UserNotFound);
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
