@@ -53,6 +53,16 @@ async fn app(backend: Backend, vault: &std::path::Path, approval_timeout: &str) 
     spawn_app_with(TestDb::new(backend).await, provider, settings).await
 }
 
+/// The client's tool the model calls when asked where the user is.
+fn location() -> Value {
+    json!({
+        "name": "get_location",
+        "description": "Where the user is",
+        "parameters": {"type": "object", "properties": {}},
+        "effect": "READ_ONLY",
+    })
+}
+
 /// The turn's record once it is parked.
 async fn parked(app: &TestApp, session: &str, turn: &str) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -173,16 +183,10 @@ async fn a_parked_wait_that_ends_unanswered_resolves_timed_out(backend: Backend)
     let told = app.provider.requests().last().unwrap().body["messages"].to_string();
     assert!(told.contains("timed_out"), "{told}");
 
-    let location = json!({
-        "name": "get_location",
-        "description": "Where the user is",
-        "parameters": {"type": "object", "properties": {}},
-        "effect": "READ_ONLY",
-    });
     let mut stream = app
         .post_turn_sse(
             "s-late-client",
-            json!({"message": "Where am I?", "client_tools": [location]}),
+            json!({"message": "Where am I?", "client_tools": [location()]}),
         )
         .await;
     let turn = stream.turn_id();
@@ -207,16 +211,10 @@ async fn a_parked_wait_that_ends_unanswered_resolves_timed_out(backend: Backend)
 async fn a_parked_client_call_goes_on_with_its_result(backend: Backend) {
     let vault = vault_of(&[]);
     let app = app(backend, vault.path(), "24h").await;
-    let location = json!({
-        "name": "get_location",
-        "description": "Where the user is",
-        "parameters": {"type": "object", "properties": {}},
-        "effect": "READ_ONLY",
-    });
     let mut stream = app
         .post_turn_sse(
             "s-park-client",
-            json!({"message": "Where am I?", "client_tools": [location]}),
+            json!({"message": "Where am I?", "client_tools": [location()]}),
         )
         .await;
     let turn = stream.turn_id();
