@@ -315,7 +315,45 @@ async fn a_json_caller_is_told_what_its_turn_waits_for(backend: Backend) {
     );
 }
 
+/// While a turn is parked, its session's other turns follow the
+/// multitask policy as for any running turn: refused by default (409),
+/// and `interrupt` ends the parked turn (cancelled, at once) and runs the
+/// new one.
+async fn a_parked_turn_holds_its_session_under_the_multitask_policy(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let app = app(backend, vault.path(), "24h").await;
+    let mut stream = app
+        .post_turn_sse("s-park-multi", json!({"message": "Change my note."}))
+        .await;
+    let turn = stream.turn_id();
+    stream.read_until("approval.requested").await;
+    parked(&app, "s-park-multi", &turn).await;
+    let refused = app
+        .post_turn("s-park-multi", json!({"message": "Hello."}))
+        .await;
+    assert_eq!(refused.status(), 409);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(problem["code"], "turn_already_running");
+    assert_eq!(problem["turn_id"], turn.as_str());
+    let next = app
+        .post_turn(
+            "s-park-multi",
+            json!({"message": "Hello.", "multitask": "interrupt"}),
+        )
+        .await;
+    assert_eq!(next.status(), 200);
+    let next: Value = next.json().await.unwrap();
+    assert_eq!(next["status"], "completed", "{next}");
+    let rest = stream.read_to_end().await;
+    assert_eq!(types(&rest).last(), Some(&"turn.cancelled"), "{rest:?}");
+    assert_eq!(
+        std::fs::read_to_string(vault.path().join("notes/a.md")).unwrap(),
+        "# A\n"
+    );
+}
+
 on_both_backends!(
+    a_parked_turn_holds_its_session_under_the_multitask_policy,
     a_json_caller_is_told_what_its_turn_waits_for,
     a_waiting_turn_parks_and_goes_on_when_the_decision_comes,
     a_parked_wait_that_ends_unanswered_resolves_timed_out,
