@@ -49,6 +49,25 @@ pub fn test_settings(provider: &FakeProvider) -> Settings {
     settings
 }
 
+/// What a provider request asks: the text of its last user message, and
+/// whether a tool has answered since (the model asked for a call, and it
+/// ended).
+pub fn asked_and_answered(body: &Value) -> (String, bool) {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let asked = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .map(|m| m["content"].to_string())
+        .unwrap_or_default();
+    let answered = messages
+        .iter()
+        .rev()
+        .take_while(|m| m["role"] != "user")
+        .any(|m| m["role"] == "tool");
+    (asked, answered)
+}
+
 /// A vault folder holding `notes` (path, text).
 pub fn vault_of(notes: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

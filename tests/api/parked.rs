@@ -22,14 +22,7 @@ use crate::{
 async fn app(backend: Backend, vault: &std::path::Path, approval_timeout: &str) -> TestApp {
     let provider = FakeProvider::start().await;
     provider.respond_with(Arc::new(|body: &Value| {
-        let messages = body["messages"].as_array().cloned().unwrap_or_default();
-        let asked = messages
-            .iter()
-            .rev()
-            .find(|m| m["role"] == "user")
-            .map(|m| m["content"].to_string())
-            .unwrap_or_default();
-        let answered = messages.iter().any(|m| m["role"] == "tool");
+        let (asked, answered) = crate::helpers::asked_and_answered(body);
         if asked.contains("Change my note") && !answered {
             Reply::openai_tool_call(
                 "call_p1",

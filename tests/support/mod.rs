@@ -190,72 +190,55 @@ impl TestDb {
             any.join(" OR ")
         };
         let mut found = std::collections::BTreeMap::new();
+        // One scan, written once for both backends' pools: the catalogue's
+        // tables, each one's columns, then a count of its rows naming any
+        // needle.
+        macro_rules! scan {
+            ($pool:expr, $tables:expr, $columns:expr) => {{
+                let pool = $pool;
+                let tables: Vec<(String,)> = sqlx::query_as($tables)
+                    .fetch_all(&pool)
+                    .await
+                    .expect("the catalogue");
+                for (table,) in tables {
+                    let columns: Vec<(String,)> = sqlx::query_as($columns)
+                        .bind(&table)
+                        .fetch_all(&pool)
+                        .await
+                        .expect("the columns");
+                    let columns: Vec<String> = columns.into_iter().map(|(c,)| c).collect();
+                    let sql = format!(
+                        "SELECT count(*) FROM \"{table}\" WHERE {}",
+                        matches(&columns)
+                    );
+                    let (count,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                        .fetch_one(&pool)
+                        .await
+                        .expect("a scan");
+                    found.insert(table, count);
+                }
+                pool.close().await;
+            }};
+        }
         match self.backend {
-            Backend::Sqlite => {
-                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            Backend::Sqlite => scan!(
+                sqlx::sqlite::SqlitePoolOptions::new()
                     .max_connections(1)
                     .connect(&self.sqlite_url())
                     .await
-                    .expect("open SQLite");
-                let tables: Vec<(String,)> = sqlx::query_as(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' \
-                     AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_sqlx%'",
-                )
-                .fetch_all(&pool)
-                .await
-                .expect("the catalogue");
-                for (table,) in tables {
-                    let columns: Vec<(String,)> =
-                        sqlx::query_as("SELECT name FROM pragma_table_info(?1)")
-                            .bind(&table)
-                            .fetch_all(&pool)
-                            .await
-                            .expect("the columns");
-                    let columns: Vec<String> = columns.into_iter().map(|(c,)| c).collect();
-                    let sql = format!(
-                        "SELECT count(*) FROM \"{table}\" WHERE {}",
-                        matches(&columns)
-                    );
-                    let (count,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                        .fetch_one(&pool)
-                        .await
-                        .expect("a scan");
-                    found.insert(table, count);
-                }
-                pool.close().await;
-            }
-            Backend::Postgres => {
-                let pool = self.schema_pool().await;
-                let tables: Vec<(String,)> = sqlx::query_as(
-                    "SELECT table_name::text FROM information_schema.tables \
-                     WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' \
-                     AND table_name NOT LIKE '_sqlx%'",
-                )
-                .fetch_all(&pool)
-                .await
-                .expect("the catalogue");
-                for (table,) in tables {
-                    let columns: Vec<(String,)> = sqlx::query_as(
-                        "SELECT column_name::text FROM information_schema.columns \
-                         WHERE table_schema = current_schema() AND table_name = $1",
-                    )
-                    .bind(&table)
-                    .fetch_all(&pool)
-                    .await
-                    .expect("the columns");
-                    let columns: Vec<String> = columns.into_iter().map(|(c,)| c).collect();
-                    let sql = format!(
-                        "SELECT count(*) FROM \"{table}\" WHERE {}",
-                        matches(&columns)
-                    );
-                    let (count,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                        .fetch_one(&pool)
-                        .await
-                        .expect("a scan");
-                    found.insert(table, count);
-                }
-                pool.close().await;
-            }
+                    .expect("open SQLite"),
+                "SELECT name FROM sqlite_master WHERE type = 'table' \
+                 AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_sqlx%'",
+                "SELECT name FROM pragma_table_info(?1)"
+            ),
+            Backend::Postgres => scan!(
+                self.schema_pool().await,
+                "SELECT table_name::text FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' \
+                 AND table_name NOT LIKE '_sqlx%'",
+                "SELECT column_name::text FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = $1"
+            ),
         }
         found
     }
