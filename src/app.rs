@@ -14,7 +14,10 @@ use crate::{
     config::Settings,
     ids::{SessionKey, Tenant},
     runner::TurnRunner,
-    store::Store,
+    store::{
+        Store,
+        audit::{AuditEntry, kinds},
+    },
     tools::mcp::McpHub,
     vault::Vaults,
 };
@@ -43,6 +46,27 @@ pub struct App {
 }
 
 impl App {
+    /// Records a person's decision on a call waiting for approval, and
+    /// who made it in the audit trail; false when the call was already
+    /// decided (the first decision stands).
+    pub async fn decide_approval(
+        &self,
+        approval: &crate::store::NewApproval,
+    ) -> Result<bool, crate::store::StoreError> {
+        let recorded = self.store.decide_approval(approval).await?;
+        if recorded {
+            let entry = AuditEntry::new(approval.session_id.tenant(), kinds::APPROVAL_DECIDED)
+                .subject(format!("{}/{}", approval.turn_id, approval.call_id))
+                .outcome(if approval.approved {
+                    "approved"
+                } else {
+                    "denied"
+                });
+            self.store.record(entry).await;
+        }
+        Ok(recorded)
+    }
+
     /// An answer (a decision, a client's result) for a waiting call of
     /// `turn_id` is in the store: the wait is woken where it runs in this
     /// process, or the turn where it is parked (it goes on here).

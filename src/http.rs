@@ -4,6 +4,7 @@
 //! runner or the store. `openapi.yaml` is generated from the same routes
 //! (and a test keeps the checked-in copy equal to it).
 
+mod admin;
 mod auth;
 mod conn_timer;
 mod health;
@@ -85,6 +86,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(webhooks::router())
         .merge(memory::router())
         .merge(users::router())
+        .merge(admin::router())
         .merge(protocols::chat_completions::router())
         .merge(protocols::responses::router())
         .merge(protocols::mcp::router())

@@ -55,6 +55,14 @@ pub const DEFAULT_TENANT: &str = "default";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub String);
 
+/// Who a request is: the name the audit trail gives them (a key's id,
+/// `local` with keys off), and whether they may use the admin routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub actor: String,
+    pub admin: bool,
+}
+
 /// The stored form of a memory scope (`user:…` or `session:…`) of a
 /// tenant: the default tenant's scopes as they are, another's behind
 /// `{tenant}/`. Neither a tenant nor a scope holds a `/`, so two tenants'

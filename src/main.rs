@@ -10,7 +10,12 @@ use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 use agent_harness::{
     config::{self, ConfigError, Settings},
-    startup, store, telemetry, vault,
+    startup,
+    store::{
+        self,
+        audit::{AuditEntry, kinds},
+    },
+    telemetry, vault,
 };
 
 mod cli;
@@ -53,6 +58,8 @@ enum Command {
         #[command(subcommand)]
         action: TenantAction,
     },
+    /// Print the audit trail, oldest first, one JSON object a line.
+    Audit(AuditArgs),
     /// Send a message to a running service and print the answer as it
     /// streams (tool activity on standard error).
     Chat {
@@ -87,6 +94,23 @@ fn load() -> Result<Cli, ConfigError> {
     Ok(cli)
 }
 
+/// Which rows of the audit trail to print.
+#[derive(Debug, clap::Args)]
+struct AuditArgs {
+    /// One tenant's rows.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// One kind (`key.created`, `session.erased`, `auth.failed`, ...).
+    #[arg(long)]
+    kind: Option<String>,
+    /// Rows at or after this time (RFC 3339).
+    #[arg(long)]
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Rows at most.
+    #[arg(long, default_value_t = 1000)]
+    limit: u32,
+}
+
 #[derive(Debug, Subcommand)]
 enum TenantAction {
     /// Set a tenant's own limits; a limit not given keeps the service's
@@ -117,11 +141,16 @@ enum KeyAction {
     /// Make a key for a tenant; the key is printed once and only its hash
     /// is kept.
     Create {
-        /// The tenant (1-128 characters of `[A-Za-z0-9._:-]`).
+        /// The tenant (1-128 characters of `[A-Za-z0-9._:-]`); an admin
+        /// key's is `default` unless given.
+        #[arg(long, required_unless_present = "admin")]
+        tenant: Option<String>,
+        /// An admin key: it may also use the admin routes (erase a tenant,
+        /// import a session, read the audit trail).
         #[arg(long)]
-        tenant: String,
+        admin: bool,
     },
-    /// List the keys (id, tenant, made, revoked).
+    /// List the keys (id, tenant, admin, made, revoked).
     List,
     /// Revoke a key by its id.
     Revoke { id: String },
@@ -190,6 +219,7 @@ fn main() -> ExitCode {
             Some(Command::IndexVault) => index_vault(&settings).await,
             Some(Command::Keys { action }) => keys(&settings, action).await,
             Some(Command::Tenants { action }) => tenants(&settings, action).await,
+            Some(Command::Audit(args)) => print_audit(&settings, args).await,
             _ => serve(settings).await,
         };
         telemetry.shutdown();
@@ -274,7 +304,8 @@ async fn keys(settings: &Settings, action: KeyAction) -> Result<(), String> {
     let mut stdout = std::io::stdout().lock();
     let shown = |e: std::io::Error| format!("cannot write: {e}");
     match action {
-        KeyAction::Create { tenant } => {
+        KeyAction::Create { tenant, admin } => {
+            let tenant = tenant.unwrap_or_else(|| agent_harness::ids::DEFAULT_TENANT.to_owned());
             agent_harness::ids::SessionId::parse(&tenant)
                 .map_err(|e| format!("the tenant is not valid: {e}"))?;
             let key = format!(
@@ -285,18 +316,27 @@ async fn keys(settings: &Settings, action: KeyAction) -> Result<(), String> {
             let id = format!("key_{}", uuid::Uuid::now_v7().simple());
             let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
             store
-                .create_api_key(&id, &tenant, &hash, chrono::Utc::now())
+                .create_api_key(&id, &tenant, &hash, admin, chrono::Utc::now())
                 .await
                 .map_err(|e| e.to_string())?;
+            let made = if admin { "admin" } else { "tenant" };
+            audit(
+                &*store,
+                AuditEntry::new(&tenant, kinds::KEY_CREATED)
+                    .subject(&id)
+                    .outcome(made),
+            )
+            .await?;
             writeln!(stdout, "{key}").map_err(shown)?;
             eprintln!("key {id} for tenant {tenant}: keep it now, it is not shown again");
         }
         KeyAction::List => {
-            for (id, tenant, created, revoked) in
+            for (id, tenant, admin, created, revoked) in
                 store.list_api_keys().await.map_err(|e| e.to_string())?
             {
                 let revoked = revoked.map_or_else(String::new, |r| format!(" revoked {r}"));
-                writeln!(stdout, "{id} {tenant} {created}{revoked}").map_err(shown)?;
+                let admin = if admin { " admin" } else { "" };
+                writeln!(stdout, "{id} {tenant}{admin} {created}{revoked}").map_err(shown)?;
             }
         }
         KeyAction::Revoke { id } => {
@@ -307,10 +347,61 @@ async fn keys(settings: &Settings, action: KeyAction) -> Result<(), String> {
             {
                 return Err(format!("no active key {id}"));
             }
+            let tenant = store
+                .api_key_tenant(&id)
+                .await
+                .map_err(|e| e.to_string())?
+                .unwrap_or_default();
+            audit(
+                &*store,
+                AuditEntry::new(&tenant, kinds::KEY_REVOKED).subject(&id),
+            )
+            .await?;
             writeln!(stdout, "revoked {id}").map_err(shown)?;
         }
     }
     Ok(())
+}
+
+/// Prints the rows of the audit trail `filter` selects, a page at a time.
+async fn print_audit(settings: &Settings, args: AuditArgs) -> Result<(), String> {
+    let store = migrated_store(settings).await?;
+    let mut filter = store::AuditFilter {
+        tenant: args.tenant,
+        kind: args.kind,
+        since: args.since,
+        until: None,
+        after: 0,
+        limit: args.limit,
+    };
+    let mut stdout = std::io::stdout().lock();
+    let mut left = filter.limit;
+    while left > 0 {
+        filter.limit = left.min(500);
+        let rows = store.audit_rows(&filter).await.map_err(|e| e.to_string())?;
+        for row in &rows {
+            let line = serde_json::to_string(row).map_err(|e| e.to_string())?;
+            writeln!(stdout, "{line}").map_err(|e| format!("cannot write: {e}"))?;
+        }
+        match rows.last() {
+            Some(last) if rows.len() == filter.limit as usize => filter.after = last.id,
+            _ => break,
+        }
+        left -= filter.limit;
+    }
+    Ok(())
+}
+
+/// Adds a row of the command line's doing to the audit trail.
+async fn audit(store: &dyn store::Store, entry: AuditEntry) -> Result<(), String> {
+    let entry = AuditEntry {
+        actor: "cli".to_owned(),
+        ..entry
+    };
+    store
+        .audit(&entry, chrono::Utc::now())
+        .await
+        .map_err(|e| format!("cannot write the audit trail: {e}"))
 }
 
 /// A progress bar on a terminal.

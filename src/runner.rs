@@ -69,6 +69,8 @@ pub struct Retention {
     /// The service's (`None`: forever); a tenant's own overrides it.
     pub default: Option<Duration>,
     pub every: Duration,
+    /// How long the audit trail keeps a row (`None`: forever).
+    pub audit: Option<Duration>,
 }
 
 /// What a request may ask of the operator's account: checked at the start

@@ -282,6 +282,7 @@ fn runner_config(settings: &Settings, jobs_queued: Arc<tokio::sync::Notify>) -> 
         retention: crate::runner::Retention {
             default: settings.server.retention.map(|span| span.0),
             every: settings.server.retention_sweep_interval.0,
+            audit: settings.server.audit_retention.map(|span| span.0),
         },
     }
 }

@@ -22,6 +22,7 @@
 //! store as it was.
 
 pub mod access;
+pub mod audit;
 mod deadline;
 pub mod erase;
 pub mod event_log;
@@ -43,7 +44,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-pub use access::{Access, ApiKeyRow};
+pub use access::{Access, ApiKeyRow, FoundKey};
+pub use audit::{Audit, AuditEntry, AuditFilter, AuditRow};
 pub use erase::{Erase, Erased};
 pub use event_log::{Batch, EventLog, cursor::TurnLogCursor, step_records_as};
 pub use jobs::Jobs;
@@ -219,7 +221,7 @@ pub struct Readiness {
 /// (the vault a [`VaultIndex`], the background worker [`Jobs`]).
 #[async_trait]
 pub trait Store:
-    EventLog + Turns + Jobs + VaultIndex + Access + Tenants + Pushes + Webhooks + Erase
+    EventLog + Turns + Jobs + VaultIndex + Access + Tenants + Pushes + Webhooks + Erase + Audit
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

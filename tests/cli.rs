@@ -309,6 +309,64 @@ fn keys_are_made_listed_and_revoked_and_only_their_hash_is_kept() {
 }
 
 #[test]
+fn an_admin_key_is_made_and_the_audit_trail_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/h.db", dir.path().display());
+    let env = [("DATABASE_URL", db.as_str())];
+    // A tenant key needs its tenant; an admin key is the default's.
+    let out = harness(&["keys", "create"], &env);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = harness(&["keys", "create", "--admin"], &env);
+    assert!(out.status.success(), "{out:?}");
+    let out = harness(&["keys", "create", "--tenant", "acme"], &env);
+    assert!(out.status.success(), "{out:?}");
+    let out = harness(&["keys", "list"], &env);
+    let listed = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert!(lines[0].contains(" default admin "), "{listed}");
+    assert!(
+        lines[1].contains(" acme ") && !lines[1].contains("admin"),
+        "{listed}"
+    );
+    let acme = lines[1].split_whitespace().next().unwrap();
+    assert!(harness(&["keys", "revoke", acme], &env).status.success());
+
+    let out = harness(&["audit"], &env);
+    assert!(out.status.success(), "{out:?}");
+    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let kinds: Vec<(&str, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap(),
+                r["tenant"].as_str().unwrap(),
+                r["actor"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("key.created", "default", "cli"),
+            ("key.created", "acme", "cli"),
+            ("key.revoked", "acme", "cli")
+        ]
+    );
+    assert_eq!(rows[0]["outcome"], "admin");
+    assert_eq!(rows[2]["subject"], acme);
+    let out = harness(
+        &["audit", "--tenant", "acme", "--kind", "key.revoked"],
+        &env,
+    );
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 1);
+}
+
+#[test]
 fn health_exits_zero_for_a_ready_service_and_one_otherwise() {
     let serving = serve_demo();
     let port = serving.url.rsplit(':').next().unwrap().to_owned();

@@ -150,6 +150,22 @@ pub struct ServerSettings {
         default_value = "10m"
     )]
     pub retention_sweep_interval: super::Span,
+    /// How long the audit trail keeps a row: a span such as `400d`;
+    /// older rows are removed by the retention sweep [default: kept
+    /// forever].
+    #[arg(id = "server.audit_retention", long = "audit-retention")]
+    pub audit_retention: Option<super::Span>,
+    /// With keys off, let callers use the admin routes (erase a tenant,
+    /// import a session, read the audit trail); with keys on, only an
+    /// admin key may (`agent-harness keys create --admin`).
+    #[arg(
+        id = "server.allow_local_admin",
+        long = "allow-local-admin",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub allow_local_admin: bool,
     /// Seconds between SSE keep-alive comments.
     #[arg(
         id = "server.sse_keepalive_s",

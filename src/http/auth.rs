@@ -27,7 +27,11 @@ use axum::{
 use super::{OPEN_PATHS, error::ApiError};
 use crate::{
     app::AppState,
-    ids::{DEFAULT_TENANT, Tenant},
+    ids::{Caller, DEFAULT_TENANT, Tenant},
+    store::{
+        FoundKey,
+        audit::{AuditEntry, acting_as, kinds},
+    },
 };
 
 /// Token buckets by key: `per_minute` tokens, refilled steadily.
@@ -94,6 +98,8 @@ impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
 /// each client address.
 pub(super) struct Auth {
     required: bool,
+    /// With keys off: callers may use the admin routes.
+    local_admin: bool,
     requests: Buckets<String>,
     failures: Buckets<IpAddr>,
     /// Keys this process has verified lately, by hash: what a request
@@ -107,6 +113,7 @@ pub(super) struct Auth {
 struct Known {
     key_id: String,
     tenant: String,
+    admin: bool,
     at: Instant,
 }
 
@@ -118,6 +125,7 @@ impl Auth {
         let server = &app.settings.server;
         Arc::new(Self {
             required: server.auth_required(),
+            local_admin: server.allow_local_admin,
             requests: Buckets::new(server.rate_limit_per_minute, String::new()),
             failures: Buckets::new(
                 server.auth_failures_per_minute,
@@ -144,9 +152,9 @@ impl Auth {
 
     /// Remembers a verified key, or forgets one the store no longer has;
     /// at most [`MAX_BUCKETS`] (when full, the stale go, then all).
-    fn remember(&self, hash: &str, verified: Option<(&str, &str)>) {
+    fn remember(&self, hash: &str, verified: Option<&FoundKey>) {
         let mut known = self.known();
-        let Some((key_id, tenant)) = verified else {
+        let Some((key_id, tenant, admin)) = verified else {
             known.remove(hash);
             return;
         };
@@ -159,8 +167,9 @@ impl Auth {
         known.insert(
             hash.to_owned(),
             Known {
-                key_id: key_id.to_owned(),
-                tenant: tenant.to_owned(),
+                key_id: key_id.clone(),
+                tenant: tenant.clone(),
+                admin: *admin,
                 at: Instant::now(),
             },
         );
@@ -201,10 +210,15 @@ pub(super) async fn authenticate(
     next: Next,
 ) -> Result<Response, ApiError> {
     if !auth.required {
+        let caller = Caller {
+            actor: "local".to_owned(),
+            admin: auth.local_admin,
+        };
         request
             .extensions_mut()
             .insert(Tenant(DEFAULT_TENANT.to_owned()));
-        return Ok(next.run(request).await);
+        request.extensions_mut().insert(caller);
+        return Ok(acting_as("local".to_owned(), next.run(request)).await);
     }
     if OPEN_PATHS.contains(&request.uri().path()) {
         return Ok(next.run(request).await);
@@ -215,19 +229,16 @@ pub(super) async fn authenticate(
     auth.failures
         .spend(&client, false)
         .map_err(ApiError::AuthThrottled)?;
-    let failed = || {
-        // The failure is counted; its answer stays 401.
-        let _ = auth.failures.spend(&client, true);
-        ApiError::Unauthorized
-    };
     let key = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
-        .filter(|k| !k.is_empty() && k.len() <= 256)
-        .ok_or_else(failed)?;
+        .filter(|k| !k.is_empty() && k.len() <= 256);
+    let Some(key) = key else {
+        return Err(failed(&app, &auth, client).await);
+    };
     let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
     // A key verified lately whose request would be refused anyway (its
     // rate, its tenant's requests in flight) is refused from what this
@@ -241,25 +252,47 @@ pub(super) async fn authenticate(
         auth.in_flight.check(&known.tenant, most)?;
     }
     let found = app.store.find_api_key(&hash).await?;
-    let verified = found.as_ref().map(|(k, t)| (k.as_str(), t.as_str()));
     let same = recalled
         .as_ref()
-        .is_some_and(|k| verified == Some((k.key_id.as_str(), k.tenant.as_str())));
+        .is_some_and(|k| found.as_ref() == Some(&(k.key_id.clone(), k.tenant.clone(), k.admin)));
     // What was recalled stands until it is a minute old: a request of a
     // key this process knows writes nothing here.
     if !same {
-        auth.remember(&hash, verified);
+        auth.remember(&hash, found.as_ref());
     }
-    let (key_id, tenant) = found.ok_or_else(failed)?;
+    let Some((key_id, tenant, admin)) = found else {
+        return Err(failed(&app, &auth, client).await);
+    };
     if !same {
         auth.take(&key_id).map_err(ApiError::RateLimited)?;
     }
     request.extensions_mut().insert(Tenant(tenant));
-    Ok(next.run(request).await)
+    request.extensions_mut().insert(Caller {
+        actor: key_id.clone(),
+        admin,
+    });
+    Ok(acting_as(key_id, next.run(request)).await)
+}
+
+/// A failed authentication: counted against the address (its answer
+/// stays 401) and in the audit trail, one row per address and minute.
+async fn failed(app: &AppState, auth: &Auth, client: IpAddr) -> ApiError {
+    let _ = auth.failures.spend(&client, true);
+    if let Err(e) = app
+        .store
+        .audit_auth_failure(&client.to_string(), chrono::Utc::now())
+        .await
+    {
+        tracing::error!(error = %e, "the failed authentication was not audited");
+    }
+    ApiError::Unauthorized
 }
 
 /// After routing: the checkpoint a route names must be the caller's;
 /// another tenant's is `checkpoint_not_found`, as if it did not exist.
+/// A request answered 404 that named another tenant's session, turn,
+/// task, response or checkpoint is in the audit trail (its answer is the
+/// same).
 pub(super) async fn check_owner(
     State(app): State<AppState>,
     params: Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
@@ -276,13 +309,50 @@ pub(super) async fn check_owner(
         // resource.
         return Ok(next.run(request).await);
     };
-    for (name, value) in &params {
+    let named: Vec<(String, String)> = params
+        .iter()
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect();
+    let method = request.method().clone();
+    for (name, value) in &named {
         if name == "checkpoint_id"
             && let Some(owner) = app.store.checkpoint_tenant(value).await?
             && owner != tenant
         {
+            refused(&app, &owner, &tenant, &method, value).await;
             return Err(ApiError::CheckpointNotFound);
         }
     }
-    Ok(next.run(request).await)
+    let response = next.run(request).await;
+    if response.status() == axum::http::StatusCode::NOT_FOUND {
+        for (name, value) in &named {
+            if let Some(owner) = owner_elsewhere(&app, &tenant, name, value).await {
+                refused(&app, &owner, &tenant, &method, value).await;
+            }
+        }
+    }
+    Ok(response)
+}
+
+/// The other tenant that holds what a path parameter names, if one does.
+async fn owner_elsewhere(app: &AppState, tenant: &str, name: &str, value: &str) -> Option<String> {
+    let owner = match name {
+        "session_id" => app.store.session_elsewhere(tenant, value).await,
+        "turn_id" | "id" | "response_id" => {
+            let id = value.strip_prefix("resp_").unwrap_or(value);
+            let id = id.split('_').next().unwrap_or(id);
+            let turn = uuid::Uuid::parse_str(id).ok()?;
+            app.store.tenant_of_turn(turn).await
+        }
+        _ => return None,
+    };
+    owner.ok().flatten().filter(|owner| owner != tenant)
+}
+
+/// Records a refusal of `owner`'s `id` to a caller of `tenant`.
+async fn refused(app: &AppState, owner: &str, tenant: &str, method: &axum::http::Method, id: &str) {
+    let entry = AuditEntry::new(owner, kinds::REFUSED_OTHER_TENANT)
+        .subject(id)
+        .outcome(format!("{method} by tenant {tenant}"));
+    app.store.record(entry).await;
 }

@@ -18,6 +18,7 @@ use crate::{
     app::AppState,
     http::error::{BadRequest, NotFound},
     ids::{SessionId, SessionKey, tenant_scope},
+    store::audit::{AuditEntry, kinds},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -80,5 +81,9 @@ async fn erase_user(
     if erased == 0 && forgotten == 0 {
         return Err(ApiError::UserNotFound);
     }
+    let entry = AuditEntry::new(&tenant.0, kinds::USER_ERASED)
+        .subject(user.as_str())
+        .outcome(format!("{erased} sessions, {forgotten} memories"));
+    app.store.record(entry).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

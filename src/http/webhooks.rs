@@ -21,7 +21,10 @@ use crate::{
     app::AppState,
     http::error::BadRequest,
     protocols::{a2a::push::checked_outbound, json::ApiJson},
-    store::{Webhook, WebhookDelivery},
+    store::{
+        Webhook, WebhookDelivery,
+        audit::{AuditEntry, kinds},
+    },
 };
 
 pub use delivery::deliver;
@@ -208,6 +211,8 @@ async fn create_webhook(
     if !app.store.create_webhook(&hook, WEBHOOKS_PER_TENANT).await? {
         return Err(ApiError::WebhookLimit(WEBHOOKS_PER_TENANT));
     }
+    let entry = AuditEntry::new(&tenant.0, kinds::WEBHOOK_CREATED).subject(&hook.id);
+    app.store.record(entry).await;
     Ok((StatusCode::CREATED, axum::Json(WebhookView::of(hook, true))).into_response())
 }
 
@@ -276,6 +281,8 @@ async fn delete_webhook(
     Path(WebhookPath { webhook_id }): Path<WebhookPath>,
 ) -> Result<StatusCode, ApiError> {
     if app.store.delete_webhook(&tenant.0, &webhook_id).await? {
+        let entry = AuditEntry::new(&tenant.0, kinds::WEBHOOK_DELETED).subject(&webhook_id);
+        app.store.record(entry).await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::WebhookNotFound)

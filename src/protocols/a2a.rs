@@ -464,7 +464,6 @@ impl Caller {
         }
         for decision in decisions(message, fold.pending())? {
             self.app
-                .store
                 .decide_approval(&NewApproval {
                     session_id: session.clone(),
                     turn_id,

@@ -121,7 +121,6 @@ pub async fn decide(
         Some(ApprovalState::Ended) | None => return Err(ApiError::CallNotFound),
     }
     let recorded = app
-        .store
         .decide_approval(&NewApproval {
             session_id: turn.session_id.clone(),
             turn_id: turn.id,

@@ -96,6 +96,9 @@ pub enum ApiError {
     /// 400 `invalid_user_id`: a user id in a path.
     #[error("invalid user id: {0}")]
     InvalidUserId(SessionIdError),
+    /// 400 `invalid_tenant`: a tenant's name is not valid.
+    #[error("invalid tenant: {0}")]
+    InvalidTenant(SessionIdError),
     /// 400 `invalid_turn_id`: not a UUID.
     #[error("turn id must be a UUID")]
     InvalidTurnId,
@@ -184,6 +187,10 @@ pub enum ApiError {
     /// call the service.
     #[error("the origin {0:?} may not call this service (HARNESS_ALLOWED_ORIGINS)")]
     OriginNotAllowed(String),
+    /// 403 `admin_required`: an admin route asked with a tenant's key
+    /// (or, with keys off, without `HARNESS_ALLOW_LOCAL_ADMIN`).
+    #[error("this route needs an admin key (agent-harness keys create --admin)")]
+    AdminRequired,
     /// 401 `unauthorized`: no key, or not a valid one.
     #[error("a valid API key is required (Authorization: Bearer <key>)")]
     Unauthorized,
@@ -270,6 +277,7 @@ impl ApiError {
             Self::InvalidJson(_)
             | Self::InvalidSessionId(_)
             | Self::InvalidUserId(_)
+            | Self::InvalidTenant(_)
             | Self::InvalidTurnId
             | Self::InvalidQuery(_)
             | Self::InvalidHeader { .. }
@@ -283,7 +291,7 @@ impl ApiError {
             | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
+            Self::OriginNotAllowed(_) | Self::AdminRequired => StatusCode::FORBIDDEN,
             Self::HostNotAllowed(_) => StatusCode::MISDIRECTED_REQUEST,
             Self::RateLimited(_)
             | Self::AuthThrottled(_)
@@ -335,6 +343,7 @@ impl ApiError {
             Self::InvalidHistoryRole(_) => "invalid_history_role",
             Self::InvalidSessionId(_) => "invalid_session_id",
             Self::InvalidUserId(_) => "invalid_user_id",
+            Self::InvalidTenant(_) => "invalid_tenant",
             Self::InvalidTurnId => "invalid_turn_id",
             Self::InvalidQuery(_) => "invalid_query",
             Self::InvalidHeader { .. } => "invalid_header",
@@ -360,6 +369,7 @@ impl ApiError {
             Self::UserNotFound => "user_not_found",
             Self::WebhookLimit(_) => "webhook_limit_reached",
             Self::Unauthorized => "unauthorized",
+            Self::AdminRequired => "admin_required",
             Self::RateLimited(_) => "rate_limited",
             Self::AuthThrottled(_) => "too_many_auth_failures",
             Self::TenantBusy(_) => "tenant_busy",

@@ -13,7 +13,10 @@ use tokio_util::sync::CancellationToken;
 use super::TurnRunner;
 use crate::{
     ids::SessionKey,
-    store::{Erased, StoreError},
+    store::{
+        Erased, StoreError,
+        audit::{AuditEntry, kinds},
+    },
 };
 
 /// The lease's name.
@@ -85,14 +88,20 @@ impl TurnRunner {
                     .await?;
                 for id in &inactive {
                     // A turn that began since the read keeps its session.
-                    if inner
-                        .store
-                        .erase_session(&SessionKey::from_stored(id))
-                        .await?
-                        == Erased::Erased
-                    {
+                    let key = SessionKey::from_stored(id);
+                    if inner.store.erase_session(&key).await? == Erased::Erased {
                         erased += 1;
                         inner.metrics.retention_erased();
+                        let entry = AuditEntry::new(key.tenant(), kinds::SESSION_ERASED)
+                            .subject(key.id())
+                            .outcome("retention");
+                        inner
+                            .store
+                            .record(AuditEntry {
+                                actor: "retention".to_owned(),
+                                ..entry
+                            })
+                            .await;
                     }
                 }
                 if inactive.len() < BATCH as usize {
@@ -100,6 +109,38 @@ impl TurnRunner {
                 }
             }
         }
+        if let Some(kept) = retention.audit {
+            self.trim_audit(now, kept).await?;
+        }
+        if erased > 0 {
+            let entry = AuditEntry::new("*", kinds::RETENTION_SWEPT).outcome(erased.to_string());
+            inner
+                .store
+                .record(AuditEntry {
+                    actor: "retention".to_owned(),
+                    ..entry
+                })
+                .await;
+        }
         Ok(erased)
+    }
+
+    /// Removes the audit rows older than `kept`, in bounded batches.
+    async fn trim_audit(
+        &self,
+        now: chrono::DateTime<Utc>,
+        kept: Duration,
+    ) -> Result<(), StoreError> {
+        let kept = chrono::Duration::from_std(kept).unwrap_or(chrono::Duration::MAX);
+        let Some(before) = now.checked_sub_signed(kept) else {
+            return Ok(());
+        };
+        for _ in 0..BATCHES {
+            let trimmed = self.inner.store.trim_audit(before, BATCH * 10).await?;
+            if trimmed < u64::from(BATCH * 10) {
+                break;
+            }
+        }
+        Ok(())
     }
 }

@@ -19,8 +19,11 @@ use super::{
 use crate::ids::SessionKey;
 use crate::store::Result;
 
-/// An API key as listed: id, tenant, created, revoked.
-pub type ApiKeyRow = (String, String, DateTime<Utc>, Option<DateTime<Utc>>);
+/// An API key as listed: id, tenant, admin, created, revoked.
+pub type ApiKeyRow = (String, String, bool, DateTime<Utc>, Option<DateTime<Utc>>);
+
+/// A key as found: its id, its tenant, whether it is an admin key.
+pub type FoundKey = (String, String, bool);
 
 /// The columns of a [`CheckpointRecord`].
 const CHECKPOINT_COLUMNS: &str =
@@ -29,27 +32,50 @@ const CHECKPOINT_COLUMNS: &str =
 /// Keys, approvals, checkpoints and artifacts.
 #[async_trait]
 pub trait Access: Reads + Send + Sync + 'static {
-    /// Keeps an API key's hash for `tenant`.
+    /// Keeps an API key's hash for `tenant` (`admin`: an admin key).
     async fn create_api_key(
         &self,
         id: &str,
         tenant: &str,
         key_hash: &str,
+        admin: bool,
         at: DateTime<Utc>,
     ) -> Result<()>;
 
-    /// The key (id, tenant) of a hash, unless revoked.
-    async fn find_api_key(&self, key_hash: &str) -> Result<Option<(String, String)>> {
-        let sql = "SELECT id, tenant FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL";
+    /// The key of a hash, unless revoked.
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<FoundKey>> {
+        let sql = "SELECT id, tenant, admin FROM api_keys \
+                   WHERE key_hash = $1 AND revoked_at IS NULL";
         self.reader().row(sql, args![key_hash]).await
     }
 
     /// Revokes a key; false when there is no such key (or it already was).
     async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool>;
 
+    /// The tenant of the key `id`.
+    async fn api_key_tenant(&self, id: &str) -> Result<Option<String>> {
+        let sql = "SELECT tenant FROM api_keys WHERE id = $1";
+        let row: Option<(String,)> = self.reader().row(sql, args![id]).await?;
+        Ok(row.map(|(tenant,)| tenant))
+    }
+
+    /// Revokes every key of `tenant`; their ids.
+    async fn revoke_tenant_keys(&self, tenant: &str, at: DateTime<Utc>) -> Result<Vec<String>> {
+        let sql = "SELECT id FROM api_keys WHERE tenant = $1 AND revoked_at IS NULL ORDER BY id";
+        let ids: Vec<(String,)> = self.reader().rows(sql, args![tenant]).await?;
+        let mut revoked = Vec::with_capacity(ids.len());
+        for (id,) in ids {
+            if self.revoke_api_key(&id, at).await? {
+                revoked.push(id);
+            }
+        }
+        Ok(revoked)
+    }
+
     /// Keys, oldest first.
     async fn list_api_keys(&self) -> Result<Vec<ApiKeyRow>> {
-        let sql = "SELECT id, tenant, created_at, revoked_at FROM api_keys ORDER BY created_at, id";
+        let sql = "SELECT id, tenant, admin, created_at, revoked_at FROM api_keys \
+                   ORDER BY created_at, id";
         self.reader().rows(sql, args![]).await
     }
 

@@ -17,7 +17,13 @@ mod sqlite;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::{ids::SessionKey, store::Result};
+use crate::{
+    ids::SessionKey,
+    store::{
+        Result,
+        reader::{Reads, args},
+    },
+};
 
 /// What an erase found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +38,7 @@ pub enum Erased {
 
 /// Erases sessions.
 #[async_trait]
-pub trait Erase: Send + Sync {
+pub trait Erase: Reads + Send + Sync {
     /// Erases the session `key` and every row it owns, unless a turn of it
     /// runs.
     async fn erase_session(&self, key: &SessionKey) -> Result<Erased>;
@@ -40,6 +46,43 @@ pub trait Erase: Send + Sync {
     /// The stored keys of `tenant`'s sessions in which `user` asked a
     /// turn (its `user_id`), at most `limit`.
     async fn sessions_of_user(&self, tenant: &str, user: &str, limit: u32) -> Result<Vec<String>>;
+
+    /// The stored keys of `tenant`'s sessions, at most `limit`.
+    async fn sessions_of_tenant(&self, tenant: &str, limit: u32) -> Result<Vec<String>> {
+        let sql = "SELECT id FROM sessions WHERE tenant = $1 ORDER BY id LIMIT $2";
+        let rows: Vec<(String,)> = self.reader().rows(sql, args![tenant, limit]).await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// Erases what `tenant` holds outside its sessions, in one
+    /// transaction: its memories, webhook endpoints and their deliveries,
+    /// its own limits, its usage, and its own vault's index (see
+    /// [`tenant_statements`]). Its sessions are erased first, one by one.
+    async fn erase_tenant_rest(&self, tenant: &str) -> Result<()>;
+}
+
+/// The statements that erase what a tenant holds outside its sessions;
+/// each takes the tenant as `$1`. The default tenant's memories are the
+/// scopes without a tenant's prefix; its vault is the operator's folder,
+/// whose index stays.
+fn tenant_statements(tenant: &str) -> Vec<&'static str> {
+    let mut statements = vec![
+        "DELETE FROM webhook_deliveries WHERE tenant = $1 \
+         OR webhook_id IN (SELECT id FROM webhooks WHERE tenant = $1)",
+        "DELETE FROM webhooks WHERE tenant = $1",
+        "DELETE FROM tenant_usage WHERE tenant = $1",
+        "DELETE FROM tenants WHERE tenant = $1",
+    ];
+    if tenant == crate::ids::DEFAULT_TENANT {
+        statements.push("DELETE FROM memories WHERE scope NOT LIKE '%/%' AND $1 = $1");
+    } else {
+        statements.extend([
+            "DELETE FROM memories WHERE substr(scope, 1, length($1) + 1) = $1 || '/'",
+            "DELETE FROM vault_chunks WHERE vault = $1",
+            "DELETE FROM vault_notes WHERE vault = $1",
+        ]);
+    }
+    statements
 }
 
 /// The sessions of a user, given how the backend reads a turn request's

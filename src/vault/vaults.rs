@@ -89,6 +89,20 @@ impl Vaults {
         self.tenants_root().join(name)
     }
 
+    /// Forgets `tenant`'s own vault: the folder its notes were in, to be
+    /// removed (`None`: it has none of its own; the default tenant's and
+    /// the shared vault are the operator's folder).
+    pub fn forget_tenant(&self, tenant: &str) -> Option<PathBuf> {
+        if tenant == DEFAULT_TENANT || self.sharing != Sharing::PerTenant {
+            return None;
+        }
+        self.built
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(tenant);
+        Some(self.folder_of(tenant))
+    }
+
     /// The vault of `tenant`.
     pub fn of_tenant(&self, tenant: &str) -> Arc<Vault> {
         if tenant == DEFAULT_TENANT || self.sharing == (Sharing::Shared { writable: true }) {

@@ -21,7 +21,13 @@ async fn requests_need_a_valid_key_when_auth_is_on(backend: Backend) {
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let store = app.db.open().await;
     store
-        .create_api_key("key_1", "acme", &hash("ah_secret"), chrono::Utc::now())
+        .create_api_key(
+            "key_1",
+            "acme",
+            &hash("ah_secret"),
+            false,
+            chrono::Utc::now(),
+        )
         .await
         .unwrap();
 
@@ -76,7 +82,7 @@ async fn a_key_past_its_rate_gets_429_with_retry_after(backend: Backend) {
     let store = app.db.open().await;
     for (id, key) in [("key_a", "ah_a"), ("key_b", "ah_b")] {
         store
-            .create_api_key(id, "acme", &hash(key), chrono::Utc::now())
+            .create_api_key(id, "acme", &hash(key), false, chrono::Utc::now())
             .await
             .unwrap();
     }
@@ -112,7 +118,7 @@ async fn an_address_that_keeps_failing_to_authenticate_is_throttled(backend: Bac
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let store = app.db.open().await;
     store
-        .create_api_key("key_ok", "acme", &hash("ah_ok"), chrono::Utc::now())
+        .create_api_key("key_ok", "acme", &hash("ah_ok"), false, chrono::Utc::now())
         .await
         .unwrap();
     let get = |key: Option<&'static str>| {

@@ -5,7 +5,10 @@
 
 use std::sync::Arc;
 
-use agent_harness::store::{JudgementRecord, NewArtifact, NewJob, NewMemory};
+use agent_harness::{
+    ids::DEFAULT_TENANT,
+    store::{JudgementRecord, NewArtifact, NewJob, NewMemory},
+};
 use serde_json::{Value, json};
 
 use crate::{
@@ -15,7 +18,16 @@ use crate::{
     support::{Backend, TestDb},
 };
 
-async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
+pub(crate) async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
+    app_with(backend, vault, |_| {}).await
+}
+
+/// The erase tests' app, with `tweak`'s settings.
+pub(crate) async fn app_with(
+    backend: Backend,
+    vault: &std::path::Path,
+    tweak: impl FnOnce(&mut agent_harness::config::Settings),
+) -> TestApp {
     let provider = FakeProvider::start().await;
     provider.respond_with(Arc::new(|body: &Value| {
         let (asked, answered) = crate::helpers::asked_and_answered(body);
@@ -35,6 +47,7 @@ async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
     settings.vault.dir = vault.to_owned();
     settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
     settings.server.outbound_allow_private = true;
+    tweak(&mut settings);
     spawn_app_with(TestDb::new(backend).await, provider, settings).await
 }
 
@@ -45,7 +58,7 @@ async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
 /// memories (one extracted from it into its user's scope, one in its own);
 /// the research learner leaves its observations.
 /// Returns the session's key and its turns' ids.
-async fn a_full_session(app: &TestApp, session: &str) -> Vec<String> {
+pub(crate) async fn a_full_session(app: &TestApp, tenant: &str, session: &str) -> Vec<String> {
     let (status, _) = app
         .post_body(
             "/webhooks",
@@ -86,7 +99,7 @@ async fn a_full_session(app: &TestApp, session: &str) -> Vec<String> {
     turns.push(turn.clone());
 
     let store = app.db.open().await;
-    let key = agent_harness::ids::tenant_scope(agent_harness::ids::DEFAULT_TENANT, session);
+    let key = agent_harness::ids::tenant_scope(tenant, session);
     let key = agent_harness::ids::SessionKey::from_stored(&key);
     let now = chrono::Utc::now();
     store
@@ -129,12 +142,8 @@ async fn a_full_session(app: &TestApp, session: &str) -> Vec<String> {
         })
         .await
         .unwrap();
-    let own_scope = agent_harness::ids::tenant_scope(
-        agent_harness::ids::DEFAULT_TENANT,
-        &format!("session:{session}"),
-    );
-    let user_scope =
-        agent_harness::ids::tenant_scope(agent_harness::ids::DEFAULT_TENANT, "user:u1");
+    let own_scope = agent_harness::ids::tenant_scope(tenant, &format!("session:{session}"));
+    let user_scope = agent_harness::ids::tenant_scope(tenant, "user:u1");
     for (scope, memory_key) in [(own_scope, "city"), (user_scope, "home")] {
         store
             .upsert_memory(&NewMemory {
@@ -162,9 +171,9 @@ async fn an_erased_session_leaves_no_row_in_any_table(backend: Backend) {
     let vault = vault_of(&[("notes/a.md", "# A\n")]);
     let app = app(backend, vault.path()).await;
     let session = format!("s-erase-{}", uuid::Uuid::now_v7().simple());
-    let turns = a_full_session(&app, &session).await;
+    let turns = a_full_session(&app, DEFAULT_TENANT, &session).await;
     let kept = format!("s-kept-{}", uuid::Uuid::now_v7().simple());
-    let kept_turns = a_full_session(&app, &kept).await;
+    let kept_turns = a_full_session(&app, DEFAULT_TENANT, &kept).await;
 
     let mut needles = vec![session.clone()];
     needles.extend(turns.iter().cloned());

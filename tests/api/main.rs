@@ -15,6 +15,7 @@ use support::fake_provider;
 mod a2a;
 mod a2a_push;
 mod a2a_rest;
+mod admin;
 mod agui;
 mod approvals;
 mod auth;

@@ -42,7 +42,7 @@ pub(crate) async fn make_keys(app: &TestApp, keys: &[(&str, &str, &str)]) {
     let store = app.db.open().await;
     for (id, tenant, key) in keys {
         store
-            .create_api_key(id, tenant, &hash(key), chrono::Utc::now())
+            .create_api_key(id, tenant, &hash(key), false, chrono::Utc::now())
             .await
             .unwrap();
     }
@@ -76,6 +76,8 @@ enum Expect {
     OwnUsage,
     /// Made (201): the caller's own, nothing of the other's in it.
     Created,
+    /// An admin route: a tenant's key is refused (403 `admin_required`).
+    AdminOnly,
 }
 
 /// One operation of the document, as the other tenant sends it.
@@ -110,6 +112,7 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
         ("POST", "/vault/reindex") => simple(Expect::Open),
         ("GET" | "DELETE", "/memories") => simple(Expect::Empty),
         ("DELETE", "/users/{user_id}") => simple(Expect::Missing("user_not_found")),
+        ("DELETE", "/tenants/{tenant}") | ("GET", "/audit") => simple(Expect::AdminOnly),
         ("GET", "/usage") => simple(Expect::OwnUsage),
         ("GET", "/webhooks") => simple(Expect::Empty),
         ("POST", "/webhooks") => with_body(
@@ -294,6 +297,8 @@ fn fill(template: &str, known: &Known) -> String {
         .replace("{webhook_id}", &known.webhook)
         // Acme's user: Globex erasing them finds no one.
         .replace("{user_id}", "ann")
+        // Acme itself: Globex's key may not erase it.
+        .replace("{tenant}", "acme")
 }
 
 /// The path a walk sends for an operation: its template filled, with
@@ -351,7 +356,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     let store = app.db.open().await;
     for (id, tenant, key) in [("key_a", "acme", "ah_a"), ("key_b", "globex", "ah_b")] {
         store
-            .create_api_key(id, tenant, &hash(key), chrono::Utc::now())
+            .create_api_key(id, tenant, &hash(key), false, chrono::Utc::now())
             .await
             .unwrap();
     }
@@ -512,6 +517,11 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                 assert_ne!(body["id"], known.webhook.as_str(), "{body}");
                 assert!(!body.to_string().contains("acme"), "{body}");
             }
+            Expect::AdminOnly => assert_eq!(
+                (status, body["code"].as_str()),
+                (403, Some("admin_required")),
+                "{method} {path}: {body}"
+            ),
             Expect::OwnUsage => {
                 assert_eq!(status, 200, "{method} {path}: {body}");
                 assert_eq!(body["tenant"], "globex", "{body}");
@@ -709,7 +719,7 @@ async fn the_same_session_id_in_two_tenants_is_two_sessions(backend: Backend) {
     let store = app.db.open().await;
     for (id, tenant, key) in [("key_a", "acme", "ah_a"), ("key_b", "globex", "ah_b")] {
         store
-            .create_api_key(id, tenant, &hash(key), chrono::Utc::now())
+            .create_api_key(id, tenant, &hash(key), false, chrono::Utc::now())
             .await
             .unwrap();
     }

@@ -1541,8 +1541,72 @@ on_both_backends!(
     an_orphan_is_taken_over_and_its_lost_owner_writes_nothing,
     a_parked_turn_is_taken_only_when_due_and_not_as_a_takeover,
     retention_finds_the_inactive_sessions_of_each_tenant_and_one_sweeper,
+    the_audit_trail_counts_failures_per_minute_and_trims_only_old_rows,
     readiness_reports_pending_migrations,
 );
+
+/// The audit trail: rows read back by filter and page; failed
+/// authentications of one address in one minute are one row with their
+/// count; the trim removes only rows older than its time.
+async fn the_audit_trail_counts_failures_per_minute_and_trims_only_old_rows(backend: Backend) {
+    use agent_harness::store::{AuditEntry, AuditFilter, audit::kinds};
+    let (_db, store) = store(backend).await;
+    let ago = (Utc::now() - Duration::days(10)).timestamp();
+    let minute = chrono::DateTime::from_timestamp(ago - ago % 60, 0).unwrap();
+    for at in [minute, minute + Duration::seconds(30)] {
+        store.audit_auth_failure("10.0.0.1", at).await.unwrap();
+    }
+    store
+        .audit_auth_failure("10.0.0.1", minute + Duration::seconds(60))
+        .await
+        .unwrap();
+    store.audit_auth_failure("10.0.0.2", minute).await.unwrap();
+    let entry = AuditEntry::new("acme", kinds::SESSION_ERASED).subject("s1");
+    store.audit(&entry, Utc::now()).await.unwrap();
+    let all = AuditFilter {
+        limit: 100,
+        ..Default::default()
+    };
+    let rows = store.audit_rows(&all).await.unwrap();
+    let counts: Vec<(Option<&str>, i64)> = rows
+        .iter()
+        .map(|r| (r.address.as_deref(), r.count))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            (Some("10.0.0.1"), 2),
+            (Some("10.0.0.1"), 1),
+            (Some("10.0.0.2"), 1),
+            (None, 1)
+        ]
+    );
+    assert_eq!(rows[0].at, minute);
+    assert_eq!(rows[3].actor, "service");
+    assert_eq!(rows[3].tenant.as_deref(), Some("acme"));
+    let acme = AuditFilter {
+        tenant: Some("acme".into()),
+        ..all.clone()
+    };
+    assert_eq!(store.audit_rows(&acme).await.unwrap(), rows[3..]);
+    let page = AuditFilter {
+        after: rows[1].id,
+        limit: 1,
+        ..all.clone()
+    };
+    assert_eq!(store.audit_rows(&page).await.unwrap(), rows[2..3]);
+    let trimmed = store
+        .trim_audit(Utc::now() - Duration::days(1), 2)
+        .await
+        .unwrap();
+    assert_eq!(trimmed, 2);
+    let trimmed = store
+        .trim_audit(Utc::now() - Duration::days(1), 10)
+        .await
+        .unwrap();
+    assert_eq!(trimmed, 1);
+    assert_eq!(store.audit_rows(&all).await.unwrap(), rows[3..]);
+}
 
 async fn message_search_matches_any_term_newest_first(backend: Backend) {
     let (_db, store) = store(backend).await;

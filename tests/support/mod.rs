@@ -172,7 +172,10 @@ impl TestDb {
 
     /// Every table of this database's schema, read from its catalogue (a
     /// table a migration adds is in it), with how many of its rows hold
-    /// any of `needles` in any column (each column read as text).
+    /// any of `needles` in any column (each column read as text). The
+    /// audit trail is left out: it keeps the ids of what was done to
+    /// erased data, by design, and never its content (`admin.rs` checks
+    /// both).
     pub async fn rows_naming(&self, needles: &[String]) -> std::collections::BTreeMap<String, i64> {
         let matches = |columns: &[String]| {
             let mut any = Vec::new();
@@ -201,6 +204,9 @@ impl TestDb {
                     .await
                     .expect("the catalogue");
                 for (table,) in tables {
+                    if table == "audit" {
+                        continue;
+                    }
                     let columns: Vec<(String,)> = sqlx::query_as($columns)
                         .bind(&table)
                         .fetch_all(&pool)

@@ -14,7 +14,10 @@ use crate::{
     app::AppState,
     http::error::{BadRequest, NotFound},
     ids::SessionKey,
-    store::Erased,
+    store::{
+        Erased,
+        audit::{AuditEntry, kinds},
+    },
 };
 
 /// How long an erase waits for the session's running turn to end once
@@ -47,6 +50,9 @@ pub(super) async fn erase_session(
     SessionPath { session_id }: SessionPath,
 ) -> Result<Response, ApiError> {
     if erase(&app, &session_id).await? {
+        let entry =
+            AuditEntry::new(session_id.tenant(), kinds::SESSION_ERASED).subject(session_id.id());
+        app.store.record(entry).await;
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError::SessionNotFound)

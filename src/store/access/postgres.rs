@@ -69,10 +69,13 @@ impl Access for PostgresStore {
         id: &str,
         tenant: &str,
         key_hash: &str,
+        admin: bool,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<()> {
-        let sql = "INSERT INTO api_keys (id, tenant, key_hash, created_at) VALUES ($1, $2, $3, $4)";
-        self.execute(sql, args![id, tenant, key_hash, at]).await?;
+        let sql = "INSERT INTO api_keys (id, tenant, key_hash, admin, created_at) \
+                   VALUES ($1, $2, $3, $4, $5)";
+        self.execute(sql, args![id, tenant, key_hash, admin, at])
+            .await?;
         Ok(())
     }
 

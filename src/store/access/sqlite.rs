@@ -86,18 +86,21 @@ impl Access for SqliteStore {
         id: &str,
         tenant: &str,
         key_hash: &str,
+        admin: bool,
         at: DateTime<Utc>,
     ) -> Result<()> {
         let (id, tenant, key_hash) = (id.to_owned(), tenant.to_owned(), key_hash.to_owned());
-        self.writes.run(move |connection| {
-            connection
-                .prepare_cached(
-                    "INSERT INTO api_keys (id, tenant, key_hash, created_at) VALUES (?1, ?2, ?3, ?4)",
-                )?
-                .execute(params![id, tenant, key_hash, ts(at)])?;
-            Ok(())
-        })
-        .await
+        self.writes
+            .run(move |connection| {
+                connection
+                    .prepare_cached(
+                        "INSERT INTO api_keys (id, tenant, key_hash, admin, created_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?
+                    .execute(params![id, tenant, key_hash, admin, ts(at)])?;
+                Ok(())
+            })
+            .await
     }
 
     async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool> {

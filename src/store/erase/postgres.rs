@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 
-use super::{ERASE, Erase, Erased, RUNNING, SESSION, own_scope, sessions_of_user_sql};
+use super::{
+    ERASE, Erase, Erased, RUNNING, SESSION, own_scope, sessions_of_user_sql, tenant_statements,
+};
 use crate::{
     ids::SessionKey,
     store::{
@@ -61,5 +63,20 @@ impl Erase for PostgresStore {
             .rows(sqlx::AssertSqlSafe(sql), args![tenant, user, limit])
             .await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    async fn erase_tenant_rest(&self, tenant: &str) -> Result<()> {
+        self.bounded(async {
+            let mut tx = self.begin_write().await?;
+            for sql in tenant_statements(tenant) {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(tenant)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
     }
 }

@@ -3,7 +3,9 @@
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
 
-use super::{ERASE, Erase, Erased, RUNNING, SESSION, own_scope, sessions_of_user_sql};
+use super::{
+    ERASE, Erase, Erased, RUNNING, SESSION, own_scope, sessions_of_user_sql, tenant_statements,
+};
 use crate::{
     ids::SessionKey,
     store::{
@@ -52,5 +54,17 @@ impl Erase for SqliteStore {
             .rows(sqlx::AssertSqlSafe(sql), args![tenant, user, limit])
             .await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    async fn erase_tenant_rest(&self, tenant: &str) -> Result<()> {
+        let tenant = tenant.to_owned();
+        self.writes
+            .run(move |tx| {
+                for sql in tenant_statements(&tenant) {
+                    tx.prepare_cached(sql)?.execute(params![tenant])?;
+                }
+                Ok(())
+            })
+            .await
     }
 }

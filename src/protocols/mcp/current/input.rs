@@ -216,15 +216,14 @@ pub(super) async fn decide(
     decided: Vec<NewDecision>,
 ) -> Result<(), StoreError> {
     for decision in decided {
-        app.store
-            .decide_approval(&NewApproval {
-                session_id: record.session_id.clone(),
-                turn_id: record.id,
-                call_id: decision.call_id,
-                approved: decision.approve,
-                reason: decision.reason,
-            })
-            .await?;
+        app.decide_approval(&NewApproval {
+            session_id: record.session_id.clone(),
+            turn_id: record.id,
+            call_id: decision.call_id,
+            approved: decision.approve,
+            reason: decision.reason,
+        })
+        .await?;
     }
     app.answered(record.id).await;
     Ok(())

@@ -1,0 +1,232 @@
+//! The admin routes, for an admin key only (`agent-harness keys create
+//! --admin`; with keys off, only with `HARNESS_ALLOW_LOCAL_ADMIN=true`):
+//! `DELETE /tenants/{tenant}` erases a tenant's data and revokes its
+//! keys, `GET /audit` reads the audit trail. Another key is refused 403
+//! `admin_required`.
+
+use axum::{
+    Json,
+    extract::{FromRequestParts, Path, State},
+    http::{StatusCode, request::Parts},
+    response::{IntoResponse, Response},
+};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::{ApiQuery, error::ApiError};
+use crate::{
+    app::AppState,
+    http::error::BadRequest,
+    ids::{Caller, SessionId, SessionKey},
+    store::{
+        AuditFilter, AuditRow,
+        audit::{AuditEntry, kinds},
+    },
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(erase_tenant))
+        .routes(routes!(list_audit))
+}
+
+/// A request of an admin: any other is 403 `admin_required`.
+pub struct Admin;
+
+impl<S: Send + Sync> FromRequestParts<S> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        match parts.extensions.get::<Caller>() {
+            Some(caller) if caller.admin => Ok(Self),
+            _ => Err(ApiError::AdminRequired),
+        }
+    }
+}
+
+/// Sessions read a page at a time.
+const PAGE: u32 = 100;
+
+/// Pages a request erases at most (10,000 sessions): past them, the
+/// answer is 202 and a second `DELETE` goes on.
+const PAGES: usize = 100;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct TenantPath {
+    /// The tenant: 1-128 characters of `[A-Za-z0-9._:-]`.
+    #[param(min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9._:-]+$")]
+    tenant: String,
+}
+
+/// A tenant's erase that has more to do.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TenantErasing {
+    pub tenant: String,
+    /// Sessions this request erased.
+    pub sessions_erased: u64,
+    /// Always `false`: send the `DELETE` again to go on.
+    pub done: bool,
+}
+
+/// Erases a tenant: its keys are revoked first, then each of its sessions
+/// is erased as `DELETE /sessions/{id}` erases one (a running turn
+/// cancelled first), then its memories, webhook endpoints and their
+/// deliveries, its own limits and usage, and its own vault (index and
+/// folder). 204 when nothing of it is left; 202 when more sessions remain
+/// than one request erases (send it again).
+#[utoipa::path(
+    delete,
+    path = "/tenants/{tenant}",
+    tag = "operations",
+    params(TenantPath),
+    responses(
+        (status = 204, description = "Erased"),
+        (status = 202, description = "Sessions remain: send the DELETE again", body = TenantErasing),
+        BadRequest,
+        (status = 403, description = "Not an admin key (`admin_required`)", body = crate::http::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A session's turn did not end in time (`turn_running`); what was erased before it stays erased", body = crate::http::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn erase_tenant(
+    _: Admin,
+    State(app): State<AppState>,
+    Path(TenantPath { tenant }): Path<TenantPath>,
+) -> Result<Response, ApiError> {
+    let tenant = SessionId::parse(&tenant).map_err(ApiError::InvalidTenant)?;
+    let tenant = tenant.as_str();
+    // No key of the tenant begins anything while its data goes.
+    for key in app.store.revoke_tenant_keys(tenant, Utc::now()).await? {
+        let entry = AuditEntry::new(tenant, kinds::KEY_REVOKED).subject(key);
+        app.store.record(entry).await;
+    }
+    let mut erased = 0u64;
+    for _ in 0..PAGES {
+        let sessions = app.store.sessions_of_tenant(tenant, PAGE).await?;
+        if sessions.is_empty() {
+            break;
+        }
+        for id in &sessions {
+            if super::sessions::erase::erase(&app, &SessionKey::from_stored(id)).await? {
+                erased += 1;
+            }
+        }
+    }
+    if !app.store.sessions_of_tenant(tenant, 1).await?.is_empty() {
+        let entry = AuditEntry::new(tenant, kinds::TENANT_ERASED)
+            .outcome(format!("{erased} sessions, more remain"));
+        app.store.record(entry).await;
+        let body = TenantErasing {
+            tenant: tenant.to_owned(),
+            sessions_erased: erased,
+            done: false,
+        };
+        return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
+    }
+    app.store.erase_tenant_rest(tenant).await?;
+    if let Some(folder) = app.vaults.forget_tenant(tenant) {
+        match tokio::fs::remove_dir_all(&folder).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(ApiError::Internal(format!(
+                    "cannot remove the tenant's vault folder: {e}"
+                )));
+            }
+        }
+    }
+    tracing::info!(tenant, sessions = erased, "tenant erased");
+    let entry = AuditEntry::new(tenant, kinds::TENANT_ERASED).outcome(format!("{erased} sessions"));
+    app.store.record(entry).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Which audit rows to read.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    /// One tenant's rows.
+    #[param(min_length = 1, max_length = 128)]
+    tenant: Option<String>,
+    /// One kind: key.created, key.revoked, approval.decided,
+    /// session.erased, user.erased, tenant.erased, session.exported,
+    /// session.imported, retention.swept, webhook.created,
+    /// webhook.deleted, refused.other_tenant, auth.failed.
+    kind: Option<String>,
+    /// Rows at or after this time (RFC 3339).
+    since: Option<DateTime<Utc>>,
+    /// Rows before this time (RFC 3339).
+    until: Option<DateTime<Utc>>,
+    /// Rows after this id (the last page's `next_after`).
+    #[param(minimum = 0)]
+    after: Option<i64>,
+    /// Rows at most (1-1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// A page of the audit trail.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AuditPage {
+    pub audit: Vec<AuditRow>,
+    /// Cursor for the next page; absent on the last one.
+    pub next_after: Option<i64>,
+}
+
+/// The audit trail, oldest first: who did what to whose data, never what
+/// was said.
+#[utoipa::path(
+    get,
+    path = "/audit",
+    tag = "operations",
+    params(AuditQuery),
+    responses(
+        (status = 200, description = "A page of rows", body = AuditPage),
+        BadRequest,
+        (status = 403, description = "Not an admin key (`admin_required`)", body = crate::http::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn list_audit(
+    _: Admin,
+    State(app): State<AppState>,
+    ApiQuery(query): ApiQuery<AuditQuery>,
+) -> Result<Json<AuditPage>, ApiError> {
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::InvalidQuery(
+            "`limit` must be between 1 and 1000".into(),
+        ));
+    }
+    let after = query.after.unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::InvalidQuery(
+            "`after` must not be negative".into(),
+        ));
+    }
+    if let Some(kind) = &query.kind
+        && !kinds::ALL.contains(&kind.as_str())
+    {
+        return Err(ApiError::InvalidQuery(format!(
+            "`kind` must be one of {}",
+            kinds::ALL.join(", ")
+        )));
+    }
+    if let Some(tenant) = &query.tenant {
+        SessionId::parse(tenant).map_err(ApiError::InvalidTenant)?;
+    }
+    let filter = AuditFilter {
+        tenant: query.tenant,
+        kind: query.kind,
+        since: query.since,
+        until: query.until,
+        after,
+        limit,
+    };
+    let audit = app.store.audit_rows(&filter).await?;
+    let next_after = (audit.len() == limit as usize)
+        .then(|| audit.last().map(|row| row.id))
+        .flatten();
+    Ok(Json(AuditPage { audit, next_after }))
+}
