@@ -34,6 +34,11 @@ def main(binary: str) -> int:
                 "--baseline", baseline,
             ],
             cwd=os.environ.get("TMPDIR", "/tmp"),
+            env={
+                **os.environ,
+                "SCHEMATHESIS_HOOKS": "hooks",
+                "PYTHONPATH": os.path.join(HERE, "openapi"),
+            },
             check=False,
         )
     return run.returncode

@@ -4,7 +4,7 @@
 //! runner or the store. `openapi.yaml` is generated from the same routes
 //! (and a test keeps the checked-in copy equal to it).
 
-mod admin;
+pub(crate) mod admin;
 mod auth;
 mod conn_timer;
 mod health;

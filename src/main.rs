@@ -60,6 +60,15 @@ enum Command {
     },
     /// Print the audit trail, oldest first, one JSON object a line.
     Audit(AuditArgs),
+    /// Make a session from an export (`GET /sessions/{id}/export`), in
+    /// this database, for a tenant; whole or not at all.
+    Import {
+        /// The export (JSON Lines); `-` reads standard input.
+        file: std::path::PathBuf,
+        /// The tenant the session is made for.
+        #[arg(long, default_value = "default")]
+        tenant: String,
+    },
     /// Send a message to a running service and print the answer as it
     /// streams (tool activity on standard error).
     Chat {
@@ -220,6 +229,7 @@ fn main() -> ExitCode {
             Some(Command::Keys { action }) => keys(&settings, action).await,
             Some(Command::Tenants { action }) => tenants(&settings, action).await,
             Some(Command::Audit(args)) => print_audit(&settings, args).await,
+            Some(Command::Import { file, tenant }) => import(&settings, &file, &tenant).await,
             _ => serve(settings).await,
         };
         telemetry.shutdown();
@@ -390,6 +400,38 @@ async fn print_audit(settings: &Settings, args: AuditArgs) -> Result<(), String>
         left -= filter.limit;
     }
     Ok(())
+}
+
+/// The largest export `import` reads.
+const IMPORT_MAX_BYTES: u64 = 1 << 30;
+
+/// Imports the export in `file` for `tenant`; prints what was made.
+async fn import(settings: &Settings, file: &std::path::Path, tenant: &str) -> Result<(), String> {
+    use std::io::Read as _;
+    agent_harness::ids::SessionId::parse(tenant)
+        .map_err(|e| format!("the tenant is not valid: {e}"))?;
+    let mut text = String::new();
+    let read = if file.as_os_str() == "-" {
+        std::io::stdin()
+            .take(IMPORT_MAX_BYTES + 1)
+            .read_to_string(&mut text)
+    } else {
+        std::fs::File::open(file)
+            .and_then(|f| f.take(IMPORT_MAX_BYTES + 1).read_to_string(&mut text))
+    };
+    read.map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    if text.len() as u64 > IMPORT_MAX_BYTES {
+        return Err(format!("{} is larger than 1 GiB", file.display()));
+    }
+    let store = migrated_store(settings).await?;
+    let made = store::audit::acting_as(
+        "cli".to_owned(),
+        agent_harness::http::sessions::export::import(&store, tenant, &text),
+    )
+    .await
+    .map_err(|e| format!("{} ({})", e, e.code()))?;
+    let shown = serde_json::to_string(&made).map_err(|e| e.to_string())?;
+    writeln!(std::io::stdout().lock(), "{shown}").map_err(|e| format!("cannot write: {e}"))
 }
 
 /// Adds a row of the command line's doing to the audit trail.

@@ -26,6 +26,7 @@ pub mod audit;
 mod deadline;
 pub mod erase;
 pub mod event_log;
+pub mod export;
 pub mod jobs;
 pub mod memories;
 pub mod postgres;
@@ -48,6 +49,7 @@ pub use access::{Access, ApiKeyRow, FoundKey};
 pub use audit::{Audit, AuditEntry, AuditFilter, AuditRow};
 pub use erase::{Erase, Erased};
 pub use event_log::{Batch, EventLog, cursor::TurnLogCursor, step_records_as};
+pub use export::{Export, Imported};
 pub use jobs::Jobs;
 pub use memories::{
     JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob,
@@ -221,7 +223,7 @@ pub struct Readiness {
 /// (the vault a [`VaultIndex`], the background worker [`Jobs`]).
 #[async_trait]
 pub trait Store:
-    EventLog + Turns + Jobs + VaultIndex + Access + Tenants + Pushes + Webhooks + Erase + Audit
+    EventLog + Turns + Jobs + VaultIndex + Access + Tenants + Pushes + Webhooks + Erase + Audit + Export
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

@@ -10,6 +10,8 @@
 
 use std::process::{Command, Output};
 
+use serde_json::json;
+
 #[allow(
     dead_code,
     reason = "this binary reads the log from a pipe, not a file"
@@ -364,6 +366,60 @@ fn an_admin_key_is_made_and_the_audit_trail_printed() {
         &env,
     );
     assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 1);
+}
+
+#[test]
+fn an_export_is_imported_for_a_tenant_whole_or_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/h.db", dir.path().display());
+    let env = [("DATABASE_URL", db.as_str())];
+    let turn = "018f0000-0000-7000-8000-0000000000a1";
+    let at = "2026-11-28T03:00:00.000001Z";
+    let lines = [
+        json!({"format": "agent-harness/session", "version": 1, "exported_at": at,
+               "backend": "sqlite", "local": ["header.exported_at", "header.backend", "session.tenant"]}),
+        json!({"type": "session", "id": "s-cli", "tenant": "elsewhere", "created_at": at,
+               "updated_at": at, "turn_count": 1, "last_seq": 1, "cost_usd": null}),
+        json!({"type": "turn", "id": turn, "status": "completed", "request": "{}",
+               "idempotency_key": null, "result": "{}", "error_code": null,
+               "error_message": null, "first_seq": 1, "created_at": at, "finished_at": at,
+               "cost_usd": null, "attempt": 0, "traceparent": null, "hidden_at": null,
+               "waited_ms": 0, "resumes": 0}),
+        json!({"type": "event", "seq": 1, "turn_id": turn, "event": "turn.completed",
+               "payload": "{}", "created_at": at}),
+        json!({"type": "end", "lines": 4}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let file = dir.path().join("s.jsonl");
+    std::fs::write(&file, &text).unwrap();
+    let path = file.to_str().unwrap();
+    let out = harness(&["import", path, "--tenant", "acme"], &env);
+    assert!(out.status.success(), "{out:?}");
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        made,
+        json!({"session_id": "s-cli", "tenant": "acme", "rows": 2})
+    );
+    // Again: the tenant has it; nothing more is written.
+    let out = harness(&["import", path, "--tenant", "acme"], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("session_exists"),
+        "{out:?}"
+    );
+    // Cut short: refused, naming the line.
+    std::fs::write(&file, text.lines().take(4).collect::<Vec<_>>().join("\n")).unwrap();
+    let out = harness(&["import", path, "--tenant", "globex"], &env);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("line 5") && said.contains("invalid_import"),
+        "{said}"
+    );
+    let out = harness(&["audit", "--kind", "session.imported"], &env);
+    let rows: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].contains("\"actor\":\"cli\"") && rows[0].contains("\"tenant\":\"acme\""));
 }
 
 #[test]

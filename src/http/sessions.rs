@@ -19,10 +19,17 @@ use crate::{
 };
 
 pub(crate) mod erase;
+pub mod export;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(get_session, erase::erase_session))
+        .routes(routes!(
+            export::import_session,
+            export::get_named_import,
+            export::delete_named_import
+        ))
+        .routes(routes!(export::export_session))
         .routes(routes!(list_messages))
         .routes(routes!(list_events))
         .routes(routes!(list_decisions))

@@ -191,6 +191,17 @@ pub enum ApiError {
     /// (or, with keys off, without `HARNESS_ALLOW_LOCAL_ADMIN`).
     #[error("this route needs an admin key (agent-harness keys create --admin)")]
     AdminRequired,
+    /// 422 `invalid_import`: an export that cannot be imported (its line
+    /// and what is wrong).
+    #[error("{0}")]
+    InvalidImport(String),
+    /// 409 `session_exists`: an import of a session the tenant has.
+    #[error("the tenant has a session of that id already")]
+    SessionExists,
+    /// 409 `import_conflict`: an import whose ids (of `table`) are taken
+    /// in this deployment.
+    #[error("ids of the export's {0} are taken here (it was imported before, for another tenant)")]
+    ImportConflict(&'static str),
     /// 401 `unauthorized`: no key, or not a valid one.
     #[error("a valid API key is required (Authorization: Bearer <key>)")]
     Unauthorized,
@@ -288,6 +299,7 @@ impl ApiError {
             | Self::InvalidHistoryRole(_)
             | Self::Unsupported { .. }
             | Self::ModelNotAllowed { .. }
+            | Self::InvalidImport(_)
             | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -323,6 +335,8 @@ impl ApiError {
             | Self::CheckpointAlreadyRestored
             | Self::ApprovalAlreadyDecided
             | Self::WebhookLimit(_)
+            | Self::SessionExists
+            | Self::ImportConflict(_)
             | Self::NoteRefused(_) => StatusCode::CONFLICT,
             Self::TurnFailed { code, .. } if code.starts_with("provider_") => {
                 StatusCode::BAD_GATEWAY
@@ -370,6 +384,9 @@ impl ApiError {
             Self::WebhookLimit(_) => "webhook_limit_reached",
             Self::Unauthorized => "unauthorized",
             Self::AdminRequired => "admin_required",
+            Self::InvalidImport(_) => "invalid_import",
+            Self::SessionExists => "session_exists",
+            Self::ImportConflict(_) => "import_conflict",
             Self::RateLimited(_) => "rate_limited",
             Self::AuthThrottled(_) => "too_many_auth_failures",
             Self::TenantBusy(_) => "tenant_busy",

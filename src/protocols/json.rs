@@ -30,27 +30,57 @@ where
         if !is_json {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let limit = req
-            .extensions()
-            .get::<BodyLimit>()
-            .map_or(usize::MAX, |l| l.0);
-        let timeout = req
-            .extensions()
-            .get::<BodyTimeout>()
-            .map_or(std::time::Duration::MAX, |t| t.0);
-        // The whole body within the timeout: a client trickling it in a
-        // byte at a time does not hold the connection for long.
-        let bytes = tokio::time::timeout(timeout, Bytes::from_request(req, state))
-            .await
-            .map_err(|_| ApiError::RequestTimeout(timeout.as_secs()))?
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge(limit)
-                } else {
-                    ApiError::InvalidJson(rejection.body_text())
-                }
-            })?;
+        let bytes = read_body(req, state).await?;
         parse(&bytes).map(ApiJson)
+    }
+}
+
+/// The whole body, within the body limit and the body timeout.
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    let limit = req
+        .extensions()
+        .get::<BodyLimit>()
+        .map_or(usize::MAX, |l| l.0);
+    let timeout = req
+        .extensions()
+        .get::<BodyTimeout>()
+        .map_or(std::time::Duration::MAX, |t| t.0);
+    // The whole body within the timeout: a client trickling it in a
+    // byte at a time does not hold the connection for long.
+    tokio::time::timeout(timeout, Bytes::from_request(req, state))
+        .await
+        .map_err(|_| ApiError::RequestTimeout(timeout.as_secs()))?
+        .map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(limit)
+            } else {
+                ApiError::InvalidJson(rejection.body_text())
+            }
+        })
+}
+
+/// A JSON Lines body (`application/jsonl` or `application/x-ndjson`), as
+/// text.
+pub struct JsonLines(pub String);
+
+impl<S: Send + Sync> FromRequest<S> for JsonLines {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let is_lines = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .is_some_and(|v| v == "application/jsonl" || v == "application/x-ndjson");
+        if !is_lines {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes = read_body(req, state).await?;
+        String::from_utf8(bytes.to_vec())
+            .map(JsonLines)
+            .map_err(|_| ApiError::InvalidJson("the body is not UTF-8".into()))
     }
 }
 

@@ -26,6 +26,7 @@ mod decisions;
 mod edge;
 mod erase;
 mod errors;
+mod export;
 mod faults;
 mod helpers;
 mod http_tools;

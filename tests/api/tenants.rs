@@ -112,7 +112,12 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
         ("POST", "/vault/reindex") => simple(Expect::Open),
         ("GET" | "DELETE", "/memories") => simple(Expect::Empty),
         ("DELETE", "/users/{user_id}") => simple(Expect::Missing("user_not_found")),
-        ("DELETE", "/tenants/{tenant}") | ("GET", "/audit") => simple(Expect::AdminOnly),
+        ("DELETE", "/tenants/{tenant}") | ("GET", "/audit") | ("POST", "/sessions/import") => {
+            simple(Expect::AdminOnly)
+        }
+        ("GET", "/sessions/{session_id}/export") | ("GET" | "DELETE", "/sessions/import") => {
+            simple(Expect::Missing("session_not_found"))
+        }
         ("GET", "/usage") => simple(Expect::OwnUsage),
         ("GET", "/webhooks") => simple(Expect::Empty),
         ("POST", "/webhooks") => with_body(

@@ -1,0 +1,234 @@
+//! An export read back: every line checked against the format before
+//! anything is written (its version, each line's type and columns, their
+//! kinds, the order of the parts, turns that ended, rows of the session's
+//! own turns, the closing line's count).
+
+use std::collections::HashSet;
+
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+use super::{Cell, Column, FORMAT, Kind, PARTS, Part, SESSION, VERSION};
+use crate::ids::SessionId;
+
+/// An export, checked.
+#[derive(Debug)]
+pub struct Parsed {
+    /// The session's id, as clients name it.
+    pub id: SessionId,
+    /// The session's columns ([`SESSION`]).
+    pub session: Vec<Cell>,
+    /// Each row, in the order of the lines.
+    pub rows: Vec<(&'static Part, Vec<Cell>)>,
+}
+
+/// Why an export cannot be imported: the line (from 1) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct ImportError {
+    pub line: usize,
+    pub message: String,
+}
+
+fn invalid(line: usize, message: impl Into<String>) -> ImportError {
+    ImportError {
+        line,
+        message: message.into(),
+    }
+}
+
+/// The statuses of a turn that ended: an export holds no other.
+const ENDED: [&str; 4] = ["completed", "failed", "cancelled", "interrupted"];
+
+/// Reads an export (see [`super`]).
+pub fn parse(text: &str) -> Result<Parsed, ImportError> {
+    let mut lines = text.lines().enumerate().map(|(i, line)| (i + 1, line));
+    let (n, first) = lines
+        .next()
+        .ok_or_else(|| invalid(1, "the export is empty"))?;
+    check_header(n, first)?;
+    let (n, second) = lines
+        .next()
+        .ok_or_else(|| invalid(2, "the session's line is missing"))?;
+    let (id, session) = session_line(n, second)?;
+    let mut rows = Vec::new();
+    let mut turns = HashSet::new();
+    let mut at_part = 0;
+    let mut ended = false;
+    for (n, text) in lines {
+        if ended {
+            return Err(invalid(n, "nothing may follow the `end` line"));
+        }
+        let line = object(n, text)?;
+        let kind = line.get("type").and_then(Value::as_str).unwrap_or_default();
+        if kind == "end" {
+            let count = line.get("lines").and_then(Value::as_u64);
+            if line.len() != 2 || count != Some(n as u64 - 1) {
+                return Err(invalid(
+                    n,
+                    format!("the `end` line must count the {} lines before it", n - 1),
+                ));
+            }
+            ended = true;
+            continue;
+        }
+        let Some(index) = PARTS.iter().position(|p| p.line == kind) else {
+            return Err(invalid(n, format!("no line type `{kind}`")));
+        };
+        if index < at_part {
+            return Err(invalid(
+                n,
+                format!("a `{kind}` line after the `{}` lines", PARTS[at_part].line),
+            ));
+        }
+        at_part = index;
+        let part = &PARTS[index];
+        let row = cells(n, part, line)?;
+        check_turn(n, part, &row, &mut turns)?;
+        rows.push((part, row));
+    }
+    if !ended {
+        return Err(invalid(
+            text.lines().count() + 1,
+            "the export ends without its `end` line (it was cut short)",
+        ));
+    }
+    Ok(Parsed { id, session, rows })
+}
+
+/// The first line: this format, this version.
+fn check_header(n: usize, text: &str) -> Result<(), ImportError> {
+    let header = object(n, text)?;
+    if header.get("format").and_then(Value::as_str) != Some(FORMAT) {
+        return Err(invalid(
+            n,
+            format!("the first line names no format `{FORMAT}`"),
+        ));
+    }
+    match header.get("version").and_then(Value::as_u64) {
+        Some(VERSION) => Ok(()),
+        other => Err(invalid(
+            n,
+            format!("version {other:?} is not read here (only {VERSION})"),
+        )),
+    }
+}
+
+/// The session's line: its id and its columns (its tenant is local: the
+/// importer's is the session's).
+fn session_line(n: usize, text: &str) -> Result<(SessionId, Vec<Cell>), ImportError> {
+    let mut line = object(n, text)?;
+    expect_type(n, &line, SESSION.line)?;
+    let id = match line.remove("id") {
+        Some(Value::String(id)) => {
+            SessionId::parse(&id).map_err(|e| invalid(n, format!("`id`: {e}")))?
+        }
+        _ => return Err(invalid(n, "`id` must be the session's id")),
+    };
+    line.remove("tenant");
+    Ok((id, cells(n, &SESSION, line)?))
+}
+
+/// A turn is a UUID that ended; a row of a turn names one of the
+/// session's turns (given before it).
+fn check_turn(
+    n: usize,
+    part: &Part,
+    row: &[Cell],
+    turns: &mut HashSet<String>,
+) -> Result<(), ImportError> {
+    let turn_id = part
+        .columns
+        .iter()
+        .position(|c| c.name == "turn_id" || (part.line == "turn" && c.name == "id"));
+    if let Some(Cell::Text(turn)) = turn_id.map(|i| &row[i]) {
+        if part.line == "turn" {
+            uuid::Uuid::parse_str(turn).map_err(|_| invalid(n, "`id`: a turn's id is a UUID"))?;
+            turns.insert(turn.clone());
+        } else if !turns.contains(turn) {
+            return Err(invalid(
+                n,
+                format!("`turn_id` {turn} is no turn of the session"),
+            ));
+        }
+    }
+    if part.line == "turn"
+        && let Some(Cell::Text(status)) = status_of(row)
+        && !ENDED.contains(&status.as_str())
+    {
+        return Err(invalid(n, format!("a turn that ended, not `{status}`")));
+    }
+    Ok(())
+}
+
+fn status_of(row: &[Cell]) -> Option<&Cell> {
+    let index = PARTS[0].columns.iter().position(|c| c.name == "status")?;
+    row.get(index)
+}
+
+fn object(n: usize, text: &str) -> Result<Map<String, Value>, ImportError> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(_) => Err(invalid(n, "a line is one JSON object")),
+        Err(e) => Err(invalid(n, format!("not JSON: {e}"))),
+    }
+}
+
+fn expect_type(n: usize, line: &Map<String, Value>, kind: &str) -> Result<(), ImportError> {
+    if line.get("type").and_then(Value::as_str) == Some(kind) {
+        Ok(())
+    } else {
+        Err(invalid(n, format!("a `{kind}` line is expected here")))
+    }
+}
+
+/// A line's columns, in `part`'s order, each of its kind; no other field.
+fn cells(n: usize, part: &Part, mut line: Map<String, Value>) -> Result<Vec<Cell>, ImportError> {
+    line.remove("type");
+    let mut row = Vec::with_capacity(part.columns.len());
+    for column in part.columns {
+        let value = line.remove(column.field).unwrap_or(Value::Null);
+        row.push(cell(n, column, value)?);
+    }
+    if let Some(name) = line.keys().next() {
+        return Err(invalid(
+            n,
+            format!("no field `{name}` in a `{}` line", part.line),
+        ));
+    }
+    Ok(row)
+}
+
+fn cell(n: usize, column: &Column, value: Value) -> Result<Cell, ImportError> {
+    let wrong = |what: &str| invalid(n, format!("`{}` must be {what}", column.field));
+    let cell = match (column.kind, value) {
+        (_, Value::Null) if column.null => Cell::Null,
+        (_, Value::Null) => return Err(wrong("given")),
+        (Kind::Text, Value::String(text)) => Cell::Text(text),
+        (Kind::Text, _) => return Err(wrong("a string")),
+        (Kind::Int, Value::Number(number)) => {
+            Cell::Int(number.as_i64().ok_or_else(|| wrong("an integer"))?)
+        }
+        (Kind::Int, _) => return Err(wrong("an integer")),
+        (Kind::Real, Value::Number(number)) => {
+            Cell::Real(number.as_f64().ok_or_else(|| wrong("a number"))?)
+        }
+        (Kind::Real, _) => return Err(wrong("a number")),
+        (Kind::Flag, Value::Bool(flag)) => Cell::Flag(flag),
+        (Kind::Flag, _) => return Err(wrong("true or false")),
+        (Kind::At, Value::String(text)) => Cell::At(
+            DateTime::parse_from_rfc3339(&text)
+                .map_err(|_| wrong("an RFC 3339 time"))?
+                .with_timezone(&Utc),
+        ),
+        (Kind::At, _) => return Err(wrong("an RFC 3339 time")),
+        (Kind::Bytes, Value::String(text)) => Cell::Bytes(
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|_| wrong("base64"))?,
+        ),
+        (Kind::Bytes, _) => return Err(wrong("base64")),
+    };
+    Ok(cell)
+}

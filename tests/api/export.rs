@@ -1,0 +1,351 @@
+//! `GET /sessions/{id}/export` and `POST /sessions/import`: a session
+//! carried to another deployment, SQLite to Postgres and back, whole; an
+//! export of the import is the same bytes but the fields the format marks
+//! local.
+
+use serde_json::{Value, json};
+
+use crate::{
+    erase::{a_full_session, app_with},
+    helpers::{TestApp, vault_of},
+    on_both_backends,
+    support::{Backend, postgres_or_skip},
+    tenants::client_with_key,
+};
+
+/// An app whose caller (keys off) may use the admin routes.
+async fn local_admin(backend: Backend, vault: &std::path::Path) -> TestApp {
+    app_with(backend, vault, |settings| {
+        settings.server.allow_local_admin = true;
+    })
+    .await
+}
+
+async fn export(client: &reqwest::Client, app: &TestApp, session: &str) -> (u16, String) {
+    let response = client
+        .get(app.url(&format!("/sessions/{session}/export")))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    if status == 200 {
+        assert_eq!(response.headers()["content-type"], "application/jsonl");
+    }
+    (status, response.text().await.unwrap())
+}
+
+async fn import(client: &reqwest::Client, app: &TestApp, query: &str, body: &str) -> (u16, Value) {
+    let response = client
+        .post(app.url(&format!("/sessions/import{query}")))
+        .header("content-type", "application/jsonl")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// The lines of an export without its local fields (the format names
+/// them on its first line).
+fn without_local(text: &str) -> Vec<String> {
+    let mut lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let local: Vec<String> = lines[0]["local"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|name| name.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        local,
+        ["header.exported_at", "header.backend", "session.tenant"]
+    );
+    for name in &local {
+        let (line, field) = name.split_once('.').unwrap();
+        let at = usize::from(line == "session");
+        lines[at].as_object_mut().unwrap().remove(field);
+    }
+    // Each line as the export wrote it, but the two with local fields.
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| {
+            if i < 2 {
+                lines[i].to_string()
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect()
+}
+
+/// A session with every kind of row, exported from SQLite, imported into
+/// Postgres and exported again: the same bytes but the local fields; and
+/// back into SQLite: the same again. The imported session reads as the
+/// first did, and its next turn sees its history.
+async fn an_export_carried_between_backends_exports_the_same_bytes() {
+    if !postgres_or_skip().await {
+        return;
+    }
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let first = local_admin(Backend::Sqlite, vault.path()).await;
+    let turns = a_full_session(&first, "default", "s-carried").await;
+    let (status, exported) = export(&first.client, &first, "s-carried").await;
+    assert_eq!(status, 200, "{exported}");
+    let types: Vec<String> = exported
+        .lines()
+        .map(|line| {
+            let line: Value = serde_json::from_str(line).unwrap();
+            line["type"].as_str().unwrap_or("header").to_owned()
+        })
+        .collect();
+    for kind in [
+        "header",
+        "session",
+        "turn",
+        "event",
+        "message",
+        "decision",
+        "approval",
+        "tool_result",
+        "artifact",
+        "checkpoint",
+        "judgement",
+        "observation",
+        "end",
+    ] {
+        assert!(types.contains(&kind.to_owned()), "{kind}: {types:?}");
+    }
+    let header: Value = serde_json::from_str(exported.lines().next().unwrap()).unwrap();
+    assert_eq!(header["format"], "agent-harness/session");
+    assert_eq!(header["version"], 1);
+    assert_eq!(header["backend"], "sqlite");
+    let end: Value = serde_json::from_str(exported.lines().last().unwrap()).unwrap();
+    assert_eq!(end["lines"], exported.lines().count() - 1);
+    assert!(exported.contains(&turns[0]) && exported.contains("call_e1"));
+
+    let second = local_admin(Backend::Postgres, vault.path()).await;
+    let (status, made) = import(&second.client, &second, "", &exported).await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["session_id"], "s-carried");
+    assert_eq!(made["tenant"], "default");
+    let (_, again) = export(&second.client, &second, "s-carried").await;
+    assert_ne!(again, exported, "the local fields differ");
+    assert_eq!(without_local(&again), without_local(&exported));
+
+    let third = local_admin(Backend::Sqlite, vault.path()).await;
+    let (status, made) = import(&third.client, &third, "", &again).await;
+    assert_eq!(status, 201, "{made}");
+    let (_, back) = export(&third.client, &third, "s-carried").await;
+    assert_eq!(without_local(&back), without_local(&exported));
+
+    // The imported session reads as the first: its history and its log.
+    for path in ["/messages", "/events", "/decisions"] {
+        let (_, before) = first.get_json(&format!("/sessions/s-carried{path}")).await;
+        let (status, after) = second.get_json(&format!("/sessions/s-carried{path}")).await;
+        assert_eq!(status, 200);
+        assert_eq!(after, before, "{path}");
+    }
+    let (_, session) = second.get_json("/sessions/s-carried").await;
+    assert_eq!(session["turn_count"], 2, "{session}");
+    // Its next turn goes on from its history.
+    let response = second
+        .post_turn("s-carried", json!({"message": "And now?"}))
+        .await;
+    assert_eq!(response.status(), 200);
+    let asked = second.provider.requests().last().unwrap().body.to_string();
+    assert!(
+        asked.contains("Change my note") && asked.contains("Where am I"),
+        "{asked}"
+    );
+    // The audit trail of each side has what was done.
+    let (_, rows) = first.get_json("/audit?kind=session.exported").await;
+    assert_eq!(rows["audit"][0]["subject"], "s-carried", "{rows}");
+    let (_, rows) = second.get_json("/audit?kind=session.imported").await;
+    assert_eq!(rows["audit"][0]["actor"], "local", "{rows}");
+}
+
+/// An import is whole or nothing: every way an export can be wrong is
+/// 422 `invalid_import` naming its line, with nothing written; a session
+/// the tenant has is 409 `session_exists`; the same export for another
+/// tenant of the same deployment (its ids taken) is 409
+/// `import_conflict`, with nothing written.
+async fn a_bad_import_writes_nothing(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let app = local_admin(backend, vault.path()).await;
+    a_full_session(&app, "default", "s-bad").await;
+    let (_, exported) = export(&app.client, &app, "s-bad").await;
+    let lines: Vec<&str> = exported.lines().collect();
+    let renamed = exported.replacen("\"id\":\"s-bad\"", "\"id\":\"s-new\"", 1);
+    let cut = lines[..lines.len() - 1].join("\n");
+    let turn: Value = serde_json::from_str(lines[2]).unwrap();
+    let running = exported.replacen("\"status\":\"completed\"", "\"status\":\"running\"", 1);
+    let unknown = exported.replacen("\"type\":\"approval\"", "\"type\":\"approval\",\"x\":1", 1);
+    let stranger = exported.replacen(
+        &format!("\"turn_id\":\"{}\"", turn["id"].as_str().unwrap()),
+        "\"turn_id\":\"018f0000-0000-7000-8000-000000000000\"",
+        1,
+    );
+    let version = exported.replacen("\"version\":1", "\"version\":2", 1);
+    for (name, body, line) in [
+        ("cut short", cut.clone(), lines.len()),
+        ("a running turn", running.replacen("s-bad", "s-new", 1), 3),
+        ("an unknown field", unknown, 0),
+        ("a stranger's turn", stranger, 0),
+        ("another version", version, 1),
+        ("not JSON", "{".to_owned(), 1),
+        ("empty", String::new(), 1),
+    ] {
+        let (status, problem) = import(&app.client, &app, "", &body).await;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (422, Some("invalid_import")),
+            "{name}: {problem}"
+        );
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        if line > 0 {
+            assert!(
+                detail.starts_with(&format!("line {line}:")),
+                "{name}: {detail}"
+            );
+        }
+    }
+    let (status, problem) = import(&app.client, &app, "", &exported).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("session_exists"))
+    );
+    // The same rows under another id: its turns' ids are taken here.
+    let (status, problem) = import(&app.client, &app, "", &renamed).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("import_conflict")),
+        "{problem}"
+    );
+    let left = app.db.rows_naming(&["s-new".to_owned()]).await;
+    assert!(left.values().all(|count| *count == 0), "{left:?}");
+    let response = app
+        .client
+        .post(app.url("/sessions/import"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 415);
+    // A session named `import` is still a session.
+    assert_eq!(
+        app.post_turn("import", json!({"message": "Hi."}))
+            .await
+            .status(),
+        200
+    );
+    let (status, session) = app.get_json("/sessions/import").await;
+    assert_eq!((status, &session["session_id"]), (200, &json!("import")));
+    let erased = app
+        .client
+        .delete(app.url("/sessions/import"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(erased.status(), 204);
+}
+
+/// With keys: a tenant exports its own session only (another's is the
+/// never-made 404, in the audit trail); a running one is 409; only an
+/// admin key imports, for the tenant it names.
+async fn a_tenant_exports_its_own_and_an_admin_imports(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let mut app = app_with(backend, vault.path(), |settings| {
+        settings.server.auth = agent_harness::config::AuthMode::On;
+    })
+    .await;
+    let store = app.db.open().await;
+    for (id, tenant, key, admin) in [
+        ("key_acme", "acme", "ah_acme", false),
+        ("key_globex", "globex", "ah_globex", false),
+        ("key_ops", "ops", "ah_ops", true),
+    ] {
+        let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
+        store
+            .create_api_key(id, tenant, &hash, admin, chrono::Utc::now())
+            .await
+            .unwrap();
+    }
+    let (acme, globex, ops) = (
+        client_with_key("ah_acme"),
+        client_with_key("ah_globex"),
+        client_with_key("ah_ops"),
+    );
+    app.client = acme.clone();
+    a_full_session(&app, "acme", "s-acme").await;
+    let (status, exported) = export(&acme, &app, "s-acme").await;
+    assert_eq!(status, 200);
+    assert!(!exported.contains("acme/"), "no stored key: {exported}");
+
+    let (status, body) = export(&globex, &app, "s-acme").await;
+    let problem: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (404, Some("session_not_found"))
+    );
+    let (_, rows) = {
+        let response = ops
+            .get(app.url("/audit?kind=refused.other_tenant"))
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.json::<Value>().await.unwrap())
+    };
+    assert_eq!(rows["audit"][0]["tenant"], "acme", "{rows}");
+    assert_eq!(
+        rows["audit"][0]["outcome"], "GET by tenant globex",
+        "{rows}"
+    );
+
+    let (status, problem) = import(&acme, &app, "?tenant=globex", &exported).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (403, Some("admin_required"))
+    );
+    // Erased here, the session comes back for Globex, whole.
+    assert_eq!(
+        acme.delete(app.url("/sessions/s-acme"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
+    let (status, made) = import(&ops, &app, "?tenant=globex", &exported).await;
+    assert_eq!(status, 201, "{made}");
+    let (status, again) = export(&globex, &app, "s-acme").await;
+    assert_eq!(status, 200);
+    assert_eq!(without_local(&again), without_local(&exported));
+    let (status, _) = export(&acme, &app, "s-acme").await;
+    assert_eq!(status, 404);
+
+    // A running turn: not exported.
+    app.client = globex.clone();
+    let mut stream = app
+        .post_turn_sse("s-acme", json!({"message": "Change my note."}))
+        .await;
+    stream.read_until("approval.requested").await;
+    let (status, body) = export(&globex, &app, "s-acme").await;
+    let problem: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("turn_running"))
+    );
+}
+
+on_both_backends!(
+    a_bad_import_writes_nothing,
+    a_tenant_exports_its_own_and_an_admin_imports,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_carried_between_backends() {
+    an_export_carried_between_backends_exports_the_same_bytes().await;
+}
