@@ -292,7 +292,13 @@ async fn the_retention_sweep_erases_inactive_sessions_and_keeps_waiting_ones(bac
     let mut settings = test_settings(&provider);
     settings.server.retention = Some("2s".parse().unwrap());
     settings.server.retention_sweep_interval = "1s".parse().unwrap();
+    settings.server.audit_retention = Some("1h".parse().unwrap());
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    // An audit row older than the trail's retention.
+    let store = app.db.open().await;
+    let old = agent_harness::store::AuditEntry::new("default", "webhook.created").subject("wh_old");
+    let two_hours_ago = chrono::Utc::now() - chrono::Duration::hours(2);
+    store.audit(&old, two_hours_ago).await.unwrap();
     let response = app
         .post_turn("s-ret-old", json!({"message": "Hello."}))
         .await;
@@ -321,6 +327,38 @@ async fn the_retention_sweep_erases_inactive_sessions_and_keeps_waiting_ones(bac
     let left = app.db.rows_naming(&["s-ret-old".to_owned(), turn]).await;
     assert!(left.values().all(|count| *count == 0), "{left:?}");
     assert!(app.metric("agent_harness_retention_erased_total").await >= 1.0);
+    // The trail says the sweep erased it (its row of the sweep comes after
+    // the erase), and no longer holds the old row.
+    let filter = agent_harness::store::AuditFilter {
+        limit: 100,
+        ..Default::default()
+    };
+    let rows = loop {
+        let rows = store.audit_rows(&filter).await.unwrap();
+        if rows.iter().any(|r| r.kind == "retention.swept") {
+            break rows;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{rows:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let seen: Vec<(&str, &str, Option<&str>)> = rows
+        .iter()
+        .map(|r| (r.kind.as_str(), r.actor.as_str(), r.subject.as_deref()))
+        .collect();
+    assert!(
+        seen.contains(&("session.erased", "retention", Some("s-ret-old"))),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&("retention.swept", "retention", None)),
+        "{seen:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|(_, _, subject)| *subject == Some("wh_old")),
+        "{seen:?}"
+    );
     // Older than the retention by now, but its turn waits.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let (status, session) = app.get_json("/sessions/s-ret-waiting").await;
