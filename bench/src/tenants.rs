@@ -34,7 +34,7 @@ async fn make_keys(url: &str, keys: &[(&str, &str)]) -> Result<(), String> {
         let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
         let id = format!("bench-{}-{tenant}", std::process::id());
         store
-            .create_api_key(&id, tenant, &hash, chrono::Utc::now())
+            .create_api_key(&id, tenant, &hash, false, chrono::Utc::now())
             .await
             .map_err(|e| format!("a key of {tenant}: {e}"))?;
     }
