@@ -17,7 +17,7 @@ fn hash(key: &str) -> String {
 }
 
 /// An app with keys on: Acme's, Globex's, and an operator's admin key.
-async fn keyed_app(backend: Backend, vault: &std::path::Path) -> TestApp {
+pub(crate) async fn keyed_app(backend: Backend, vault: &std::path::Path) -> TestApp {
     let app = app_with(backend, vault, |settings| {
         settings.server.auth = agent_harness::config::AuthMode::On;
     })

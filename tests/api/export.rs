@@ -257,22 +257,7 @@ async fn a_bad_import_writes_nothing(backend: Backend) {
 /// admin key imports, for the tenant it names.
 async fn a_tenant_exports_its_own_and_an_admin_imports(backend: Backend) {
     let vault = vault_of(&[("notes/a.md", "# A\n")]);
-    let mut app = app_with(backend, vault.path(), |settings| {
-        settings.server.auth = agent_harness::config::AuthMode::On;
-    })
-    .await;
-    let store = app.db.open().await;
-    for (id, tenant, key, admin) in [
-        ("key_acme", "acme", "ah_acme", false),
-        ("key_globex", "globex", "ah_globex", false),
-        ("key_ops", "ops", "ah_ops", true),
-    ] {
-        let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
-        store
-            .create_api_key(id, tenant, &hash, admin, chrono::Utc::now())
-            .await
-            .unwrap();
-    }
+    let mut app = crate::admin::keyed_app(backend, vault.path()).await;
     let (acme, globex, ops) = (
         client_with_key("ah_acme"),
         client_with_key("ah_globex"),
