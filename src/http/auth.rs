@@ -309,12 +309,8 @@ pub(super) async fn check_owner(
         // resource.
         return Ok(next.run(request).await);
     };
-    let named: Vec<(String, String)> = params
-        .iter()
-        .map(|(name, value)| (name.to_owned(), value.to_owned()))
-        .collect();
     let method = request.method().clone();
-    for (name, value) in &named {
+    for (name, value) in &params {
         if name == "checkpoint_id"
             && let Some(owner) = app.store.checkpoint_tenant(value).await?
             && owner != tenant
@@ -325,7 +321,7 @@ pub(super) async fn check_owner(
     }
     let response = next.run(request).await;
     if response.status() == axum::http::StatusCode::NOT_FOUND {
-        for (name, value) in &named {
+        for (name, value) in &params {
             if let Some(owner) = owner_elsewhere(&app, &tenant, name, value).await {
                 refused(&app, &owner, &tenant, &method, value).await;
             }
