@@ -19,7 +19,8 @@ use super::{ApiQuery, error::ApiError};
 use crate::{
     app::AppState,
     http::error::BadRequest,
-    ids::{Caller, SessionId, SessionKey},
+    http::sessions::erase::{Erasing, Whose, erase_sessions},
+    ids::{Caller, SessionId},
     store::{
         AuditFilter, AuditRow,
         audit::{AuditEntry, kinds},
@@ -46,29 +47,12 @@ impl<S: Send + Sync> FromRequestParts<S> for Admin {
     }
 }
 
-/// Sessions read a page at a time.
-const PAGE: u32 = 100;
-
-/// Pages a request erases at most (10,000 sessions): past them, the
-/// answer is 202 and a second `DELETE` goes on.
-const PAGES: usize = 100;
-
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct TenantPath {
     /// The tenant: 1-128 characters of `[A-Za-z0-9._:-]`.
     #[param(min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9._:-]+$")]
     tenant: String,
-}
-
-/// A tenant's erase that has more to do.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct TenantErasing {
-    pub tenant: String,
-    /// Sessions this request erased.
-    pub sessions_erased: u64,
-    /// Always `false`: send the `DELETE` again to go on.
-    pub done: bool,
 }
 
 /// Erases a tenant: its keys are revoked first, then each of its sessions
@@ -84,7 +68,7 @@ pub struct TenantErasing {
     params(TenantPath),
     responses(
         (status = 204, description = "Erased"),
-        (status = 202, description = "Sessions remain: send the DELETE again", body = TenantErasing),
+        (status = 202, description = "Sessions remain: send the DELETE again", body = Erasing),
         BadRequest,
         (status = 403, description = "Not an admin key (`admin_required`)", body = crate::http::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "A session's turn did not end in time (`turn_running`); what was erased before it stays erased", body = crate::http::error::Problem, content_type = "application/problem+json"),
@@ -102,24 +86,12 @@ async fn erase_tenant(
         let entry = AuditEntry::new(tenant, kinds::KEY_REVOKED).subject(key);
         app.store.record(entry).await;
     }
-    let mut erased = 0u64;
-    for _ in 0..PAGES {
-        let sessions = app.store.sessions_of_tenant(tenant, PAGE).await?;
-        if sessions.is_empty() {
-            break;
-        }
-        for id in &sessions {
-            if super::sessions::erase::erase(&app, &SessionKey::from_stored(id)).await? {
-                erased += 1;
-            }
-        }
-    }
-    if !app.store.sessions_of_tenant(tenant, 1).await?.is_empty() {
+    let (erased, more) = erase_sessions(&app, Whose::Tenant(tenant)).await?;
+    if more {
         let entry = AuditEntry::new(tenant, kinds::TENANT_ERASED)
             .outcome(format!("{erased} sessions, more remain"));
         app.store.record(entry).await;
-        let body = TenantErasing {
-            tenant: tenant.to_owned(),
+        let body = Erasing {
             sessions_erased: erased,
             done: false,
         };

@@ -17,19 +17,14 @@ use super::{Tenant, error::ApiError};
 use crate::{
     app::AppState,
     http::error::{BadRequest, NotFound},
-    ids::{SessionId, SessionKey, tenant_scope},
+    http::sessions::erase::{Erasing, Whose, erase_sessions},
+    ids::{SessionId, tenant_scope},
     store::audit::{AuditEntry, kinds},
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(erase_user))
 }
-
-/// Sessions read a page at a time.
-const PAGE: u32 = 100;
-
-/// Pages, at most: 10,000 sessions a request (a second `DELETE` goes on).
-const PAGES: usize = 100;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
@@ -41,7 +36,8 @@ pub struct UserPath {
 }
 
 /// Erases a user: their sessions (a running turn cancelled first) and
-/// their memories. 404 `user_not_found` when the tenant has neither.
+/// their memories. 404 `user_not_found` when the tenant has neither; 202
+/// when more sessions remain than one request erases (send it again).
 #[utoipa::path(
     delete,
     path = "/users/{user_id}",
@@ -49,6 +45,7 @@ pub struct UserPath {
     params(UserPath),
     responses(
         (status = 204, description = "Erased"),
+        (status = 202, description = "Sessions remain: send the DELETE again", body = Erasing),
         BadRequest,
         NotFound,
         (status = 409, description = "A session's turn did not end in time (`turn_running`); the sessions erased before it stay erased", body = crate::http::error::Problem, content_type = "application/problem+json"),
@@ -60,20 +57,21 @@ async fn erase_user(
     Path(UserPath { user_id }): Path<UserPath>,
 ) -> Result<Response, ApiError> {
     let user = SessionId::parse(&user_id).map_err(ApiError::InvalidUserId)?;
-    let mut erased = 0u64;
-    for _ in 0..PAGES {
-        let sessions = app
-            .store
-            .sessions_of_user(&tenant.0, user.as_str(), PAGE)
-            .await?;
-        if sessions.is_empty() {
-            break;
-        }
-        for id in &sessions {
-            if super::sessions::erase::erase(&app, &SessionKey::from_stored(id)).await? {
-                erased += 1;
-            }
-        }
+    let whose = Whose::User {
+        tenant: &tenant.0,
+        user: user.as_str(),
+    };
+    let (erased, more) = erase_sessions(&app, whose).await?;
+    if more {
+        let entry = AuditEntry::new(&tenant.0, kinds::USER_ERASED)
+            .subject(user.as_str())
+            .outcome(format!("{erased} sessions, more remain"));
+        app.store.record(entry).await;
+        let body = Erasing {
+            sessions_erased: erased,
+            done: false,
+        };
+        return Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response());
     }
     let scope = tenant_scope(&tenant.0, &format!("user:{}", user.as_str()));
     let forgotten = app.store.delete_memories(&scope, None).await?;

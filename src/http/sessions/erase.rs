@@ -85,3 +85,56 @@ pub(crate) async fn erase(app: &AppState, key: &SessionKey) -> Result<bool, ApiE
         Erased::Running(turn) => Err(ApiError::TurnRunning(turn)),
     }
 }
+
+/// Whose sessions a paged erase takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Whose<'a> {
+    /// Those in which `user` asked a turn, in `tenant`.
+    User { tenant: &'a str, user: &'a str },
+    /// All of a tenant's.
+    Tenant(&'a str),
+}
+
+/// Sessions a paged erase reads at a time.
+const PAGE: u32 = 100;
+
+/// Pages one request erases at most (10,000 sessions): past them, the
+/// caller answers 202 and a second request goes on.
+const PAGES: usize = 100;
+
+/// A paged erase that has more to do (202).
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Erasing {
+    /// Sessions this request erased.
+    pub sessions_erased: u64,
+    /// Always `false`: send the `DELETE` again to go on.
+    pub done: bool,
+}
+
+/// Erases `whose` sessions, each as `DELETE /sessions/{id}` does, a page
+/// at a time, at most [`PAGES`] pages: how many it erased, and whether
+/// any remain.
+pub(crate) async fn erase_sessions(
+    app: &AppState,
+    whose: Whose<'_>,
+) -> Result<(u64, bool), ApiError> {
+    let page = |limit| async move {
+        match whose {
+            Whose::User { tenant, user } => app.store.sessions_of_user(tenant, user, limit).await,
+            Whose::Tenant(tenant) => app.store.sessions_of_tenant(tenant, limit).await,
+        }
+    };
+    let mut erased = 0;
+    for _ in 0..PAGES {
+        let sessions = page(PAGE).await?;
+        if sessions.is_empty() {
+            return Ok((erased, false));
+        }
+        for id in &sessions {
+            if erase(app, &SessionKey::from_stored(id)).await? {
+                erased += 1;
+            }
+        }
+    }
+    Ok((erased, !page(1).await?.is_empty()))
+}
