@@ -510,6 +510,11 @@ fn insert(part: &Part) -> String {
     )
 }
 
+/// What an import undoes before it commits: the webhook deliveries its
+/// events made (the outbox's trigger announces each event written), as an
+/// import is not new activity (`$1` the session's key).
+const UNANNOUNCE: &str = "DELETE FROM webhook_deliveries WHERE session_id = $1";
+
 /// The lines of the export of the session `key`, a page of rows a chunk:
 /// the header, the session, each part, and the `end` line that counts the
 /// lines before it (an export cut short has none, and is refused at
