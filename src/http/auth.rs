@@ -30,7 +30,7 @@ use crate::{
     ids::{Caller, DEFAULT_TENANT, Tenant},
     store::{
         FoundKey,
-        audit::{AuditEntry, acting_as, kinds},
+        audit::{AuditEntry, Owned, acting_as, kinds},
     },
 };
 
@@ -291,8 +291,8 @@ async fn failed(app: &AppState, auth: &Auth, client: IpAddr) -> ApiError {
 /// After routing: the checkpoint a route names must be the caller's;
 /// another tenant's is `checkpoint_not_found`, as if it did not exist.
 /// A request answered 404 that named another tenant's session, turn,
-/// task, response or checkpoint is in the audit trail (its answer is the
-/// same).
+/// task, response, checkpoint, artifact or webhook endpoint is in the
+/// audit trail (its answer is the same).
 pub(super) async fn check_owner(
     State(app): State<AppState>,
     params: Result<RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
@@ -340,6 +340,8 @@ async fn owner_elsewhere(app: &AppState, tenant: &str, name: &str, value: &str) 
             let turn = uuid::Uuid::parse_str(id).ok()?;
             app.store.tenant_of_turn(turn).await
         }
+        "webhook_id" => app.store.tenant_of(Owned::Webhook, value).await,
+        "artifact_id" => app.store.tenant_of(Owned::Artifact, value).await,
         _ => return None,
     };
     owner.ok().flatten().filter(|owner| owner != tenant)

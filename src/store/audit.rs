@@ -88,6 +88,13 @@ pub struct AuditRow {
     pub count: i64,
 }
 
+/// What else a route names by a global id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owned {
+    Webhook,
+    Artifact,
+}
+
 /// Which rows to read.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
@@ -141,6 +148,20 @@ pub trait Audit: Reads + Send + Sync {
         let sql = "SELECT s.tenant FROM turns t JOIN sessions s ON s.id = t.session_id \
                    WHERE t.id = $1";
         let row: Option<(String,)> = self.reader().row(sql, args![turn_id]).await?;
+        Ok(row.map(|(owner,)| owner))
+    }
+
+    /// The tenant of the webhook endpoint `id`, or of the artifact `id`
+    /// (through its session): `table` is `webhooks` or `artifacts`.
+    async fn tenant_of(&self, table: Owned, id: &str) -> Result<Option<String>> {
+        let sql = match table {
+            Owned::Webhook => "SELECT tenant FROM webhooks WHERE id = $1",
+            Owned::Artifact => {
+                "SELECT s.tenant FROM artifacts a JOIN sessions s ON s.id = a.session_id \
+                 WHERE a.id = $1"
+            }
+        };
+        let row: Option<(String,)> = self.reader().row(sql, args![id]).await?;
         Ok(row.map(|(owner,)| owner))
     }
 

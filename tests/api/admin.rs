@@ -176,6 +176,27 @@ async fn the_audit_trail_records_who_did_what(backend: Backend) {
     }
     let (_, hooks) = get(&acme, &app, "/webhooks").await;
     let hook = hooks["webhooks"][0]["id"].as_str().unwrap().to_owned();
+    let (status, body) = get(&globex, &app, &format!("/webhooks/{hook}")).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("webhook_not_found"))
+    );
+    let export = acme
+        .get(app.url("/sessions/s-a1/export"))
+        .send()
+        .await
+        .unwrap();
+    let export = export.text().await.unwrap();
+    let artifact = export
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|line| line["type"] == "artifact")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/sessions/s-g/artifacts/{artifact}");
+    assert_eq!(get(&globex, &app, &path).await.0, 404);
     assert_eq!(
         delete(&acme, &app, &format!("/webhooks/{hook}")).await.0,
         204
@@ -199,7 +220,7 @@ async fn the_audit_trail_records_who_did_what(backend: Backend) {
     assert_eq!(decided[0]["subject"], format!("{}/call_e1", turns[0]));
     assert_eq!(decided[0]["outcome"], "approved");
     let refused = find("refused.other_tenant");
-    assert_eq!(refused.len(), 2, "{rows:?}");
+    assert_eq!(refused.len(), 4, "{rows:?}");
     assert!(
         refused
             .iter()
@@ -208,6 +229,9 @@ async fn the_audit_trail_records_who_did_what(backend: Backend) {
     assert_eq!(refused[0]["subject"], "s-a1");
     assert_eq!(refused[0]["outcome"], "DELETE by tenant globex");
     assert_eq!(refused[1]["subject"], turns[0].as_str());
+    assert_eq!(refused[2]["subject"], hook.as_str());
+    assert_eq!(refused[2]["outcome"], "GET by tenant globex");
+    assert_eq!(refused[3]["subject"], artifact.as_str());
     let failed = find("auth.failed");
     assert_eq!(failed.len(), 1, "{rows:?}");
     assert_eq!(failed[0]["count"], 3);
