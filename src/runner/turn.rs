@@ -106,10 +106,10 @@ impl TurnRunner {
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
         if let Outcome::Parked(parked) = outcome {
             self.park(live, sink, &parked).await;
+            inner.metrics.turn_parked();
             self.record_usage(live, sink).await;
             live.closed.cancel();
             inner.live.remove(live.turn_id);
-            inner.metrics.turn_parked();
             // An answer or a cancel that came as it parked (its wake found
             // the turn not parked yet) wakes it now.
             if self.answered(live, &parked.calls).await {

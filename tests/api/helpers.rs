@@ -238,6 +238,20 @@ impl TestApp {
             .unwrap_or_else(|| panic!("no {name} in {metrics}"))
     }
 
+    /// The value of `name` once it is `want`, or the last one read after
+    /// 5 s. A gauge or counter the process moves just after the change
+    /// a test saw through another route (a turn's record) may lag it.
+    pub async fn metric_settled(&self, name: &str, want: f64) -> f64 {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let value = self.metric(name).await;
+            if value == want || tokio::time::Instant::now() >= deadline {
+                return value;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// `POST path` with `body` as JSON; the answer's body as text (a
     /// whole stream, for the streaming formats).
     pub async fn post_text(&self, path: &str, body: Value) -> String {

@@ -100,8 +100,13 @@ async fn a_waiting_turn_parks_and_goes_on_when_the_decision_comes(backend: Backe
         ahead > chrono::Duration::hours(23) && ahead <= chrono::Duration::hours(24),
         "{asked}"
     );
-    assert_eq!(app.metric("agent_harness_turns_parked_total").await, 1.0);
-    assert_eq!(app.metric("agent_harness_turns_running").await, 0.0);
+    // The process counts the park just after it is written.
+    let parks = app
+        .metric_settled("agent_harness_turns_parked_total", 1.0)
+        .await;
+    assert_eq!(parks, 1.0);
+    let running = app.metric_settled("agent_harness_turns_running", 0.0).await;
+    assert_eq!(running, 0.0);
 
     // The tenant's one running place is free.
     let other = app
