@@ -13,6 +13,7 @@ mod client;
 mod compare;
 mod fake;
 mod procs;
+mod scale;
 mod scenarios;
 mod stats;
 mod tenants;
@@ -32,7 +33,7 @@ struct Cli {
 enum Command {
     /// Run the scenarios and print their figures.
     Run {
-        /// Scenarios to run (default: all): startup, overhead, ttft, tools, streams, held, eventlog.
+        /// Scenarios to run (default: all but scale): startup, overhead, ttft, tools, streams, held, eventlog, replicas, takeover, tenants, scale.
         #[arg(long, value_delimiter = ',')]
         scenarios: Vec<String>,
         /// Also run the database scenarios on this Postgres URL.
@@ -41,7 +42,7 @@ enum Command {
         /// Fewer requests per scenario (for a smoke run).
         #[arg(long)]
         quick: bool,
-        /// Concurrent turns of the `streams` scenario (default 1,000; 100 with --quick).
+        /// Concurrent turns of the `streams` scenario (default 1,000; 100 with --quick) and of the `scale` scenario's paced streams (default 10,000; 1,000 with --quick).
         #[arg(long)]
         streams: Option<usize>,
     },

@@ -51,13 +51,41 @@ impl Proc {
     pub fn cpu(&self) -> Duration {
         stat_cpu(self.pid(), false).unwrap_or_default()
     }
+
+    /// CPU time used so far by the process's threads named `name` (zero
+    /// when it has none). Under a profiler that forks (`perf record`) the
+    /// named threads are its child's, which this does not see.
+    pub fn thread_cpu(&self, name: &str) -> Duration {
+        let tasks = format!("/proc/{}/task", self.pid());
+        let Ok(entries) = std::fs::read_dir(&tasks) else {
+            return Duration::ZERO;
+        };
+        let mut total = Duration::ZERO;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let named = std::fs::read_to_string(path.join("comm"))
+                .is_ok_and(|comm| comm.trim_end() == name);
+            if named {
+                total += std::fs::read_to_string(path.join("stat"))
+                    .ok()
+                    .and_then(|stat| parse_cpu(&stat, false))
+                    .unwrap_or_default();
+            }
+        }
+        total
+    }
 }
 
 /// The CPU time (user + system) of process `pid` so far, with that of its
 /// children it has reaped if `reaped` (fields 14-17 of `/proc/<pid>/stat`).
 fn stat_cpu(pid: u32, reaped: bool) -> Option<Duration> {
-    let ticks_per_second = 100.0; // USER_HZ on Linux
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_cpu(&stat, reaped)
+}
+
+/// The CPU time a `/proc/…/stat` line gives (see [`stat_cpu`]).
+fn parse_cpu(stat: &str, reaped: bool) -> Option<Duration> {
+    let ticks_per_second = 100.0; // USER_HZ on Linux
     // Fields after the command name (which may hold spaces).
     let rest = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -235,11 +263,18 @@ pub async fn wait_ready(url: &str) -> Result<Duration, String> {
 }
 
 pub async fn start_fake() -> Result<Proc, String> {
+    start_fake_on(None).await
+}
+
+/// The fake provider, on the cores `cpus` (as `taskset -c` takes them)
+/// when given.
+pub async fn start_fake_on(cpus: Option<&str>) -> Result<Proc, String> {
     let addr = free_addr()?;
+    let pinned = cpus.map(|cpus| format!("taskset -c {cpus}"));
     let child = spawn(
         &["fake-provider".into(), "--listen".into(), addr.to_string()],
         &[],
-        None,
+        pinned.as_deref(),
     )?;
     let proc = Proc { child, addr };
     wait_ready(&format!("{}/healthz", proc.url())).await?;
@@ -263,6 +298,28 @@ pub async fn start_harness_with(
     turn_timeout_s: u64,
     env: &[(&str, String)],
 ) -> Result<(Proc, Duration), String> {
+    start_harness_pinned(None, database_url, provider, turn_timeout_s, env).await
+}
+
+/// [`start_harness_with`] on the cores `cpus` only (as `taskset -c` takes
+/// them): its runtime sizes itself to them.
+pub async fn start_harness_on(
+    cpus: &str,
+    database_url: &str,
+    provider: &str,
+    turn_timeout_s: u64,
+    env: &[(&str, String)],
+) -> Result<(Proc, Duration), String> {
+    start_harness_pinned(Some(cpus), database_url, provider, turn_timeout_s, env).await
+}
+
+async fn start_harness_pinned(
+    cpus: Option<&str>,
+    database_url: &str,
+    provider: &str,
+    turn_timeout_s: u64,
+    env: &[(&str, String)],
+) -> Result<(Proc, Duration), String> {
     let addr = free_addr()?;
     let args = [
         "harness".into(),
@@ -276,11 +333,15 @@ pub async fn start_harness_with(
         turn_timeout_s.to_string(),
     ];
     // A profiler to run agent-harness under (docs/benchmarks.md, "Profiles").
-    let wrapper = std::env::var("BENCH_HARNESS_WRAPPER").ok();
+    let profiler = std::env::var("BENCH_HARNESS_WRAPPER").unwrap_or_default();
+    let wrapper = match cpus {
+        Some(cpus) => format!("taskset -c {cpus} {profiler}"),
+        None => profiler,
+    };
     let child = spawn(
         &args,
         env,
-        wrapper.as_deref().filter(|w| !w.trim().is_empty()),
+        Some(wrapper.as_str()).filter(|w| !w.trim().is_empty()),
     )?;
     let proc = Proc { child, addr };
     let ready = wait_ready(&format!("{}/readyz", proc.url())).await?;

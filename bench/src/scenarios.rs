@@ -14,10 +14,10 @@ use crate::{
 };
 
 /// A folder for the run's databases, removed at the end.
-struct ScratchDir(std::path::PathBuf);
+pub(crate) struct ScratchDir(pub(crate) std::path::PathBuf);
 
 impl ScratchDir {
-    fn new(name: &str) -> Result<Self, String> {
+    pub(crate) fn new(name: &str) -> Result<Self, String> {
         let path =
             std::env::temp_dir().join(format!("agent-harness-bench-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -31,9 +31,9 @@ impl Drop for ScratchDir {
     }
 }
 
-const ALL: [&str; 10] = [
+const ALL: [&str; 11] = [
     "startup", "overhead", "ttft", "tools", "streams", "held", "eventlog", "replicas", "takeover",
-    "tenants",
+    "tenants", "scale",
 ];
 
 pub async fn run(
@@ -131,6 +131,10 @@ pub async fn run(
             crate::tenants::run(&fake, url, "postgres", scale).await?;
         }
     }
+    // Only when named: it pins this process and its children to cores.
+    if scenarios.iter().any(|s| s == "scale") {
+        crate::scale::run(quick, streams_count).await?;
+    }
     if wanted("eventlog") {
         let (sq, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
         eventlog(&sq, "sqlite", scale).await;
@@ -166,11 +170,11 @@ pub(crate) fn totals(samples: &[&Sample]) -> Vec<Duration> {
     samples.iter().map(|s| s.total).collect()
 }
 
-fn ttfts(samples: &[&Sample]) -> Vec<Duration> {
+pub(crate) fn ttfts(samples: &[&Sample]) -> Vec<Duration> {
     samples.iter().map(|s| s.ttft).collect()
 }
 
-fn gaps(samples: &[&Sample]) -> Vec<Duration> {
+pub(crate) fn gaps(samples: &[&Sample]) -> Vec<Duration> {
     samples
         .iter()
         .flat_map(|s| s.gaps.iter().copied())
@@ -390,7 +394,7 @@ async fn streams(fake: &Proc, harness: &Proc, streams: usize) {
 /// `streams` and `held` scenarios' turns are all the default tenant's,
 /// past its default limits of 64 running turns and 256 open streams),
 /// printed as the settings the scenario changes.
-fn one_tenants_room(count: usize) -> Vec<(&'static str, String)> {
+pub(crate) fn one_tenants_room(count: usize) -> Vec<(&'static str, String)> {
     let room = (count + 64).to_string();
     println!(
         "(this scenario's {count} turns are one tenant's: it sets \
