@@ -94,8 +94,21 @@ fn workloads() -> Vec<Workload> {
             concurrency: 32,
             spread: Duration::ZERO,
         },
+        // The `streams` scenario's load: 1,000 turns at once, a token every
+        // 50 ms (20,000 relayed tokens a second), their starts spread over
+        // one interval. What a paced token costs.
+        Workload {
+            key: "paced",
+            name: "paced c=1000",
+            spec: Spec::parse("bench/itl=50/n=200"),
+            concurrency: PACED,
+            spread: Duration::from_millis(50),
+        },
     ]
 }
+
+/// Concurrent turns of the `paced` workload.
+const PACED: usize = 1000;
 
 /// One binary's figures on one workload in one round.
 #[derive(Debug, Clone, Copy, Default)]
@@ -110,6 +123,9 @@ struct Point {
     added_p50_ms: f64,
     added_ttft_p50_ms: f64,
     added_ttft_p99_ms: f64,
+    /// The service's CPU per text token relayed.
+    cpu_per_token_us: f64,
+    added_gap_p99_ms: f64,
     errors: usize,
 }
 
@@ -137,6 +153,10 @@ fn environment(database_url: &str, provider: &str) -> Vec<(&'static str, String)
         // The default of binaries before 2026-11-24 was on; the issue's
         // A/B ran with it off, and so does this one.
         ("HARNESS_MEMORY_EXTRACTION", "false".to_owned()),
+        // Every turn is the default tenant's: room for the `paced`
+        // workload's 1,000 (binaries before 2026-11-27 ignore these).
+        ("HARNESS_TENANT_MAX_RUNNING_TURNS", (PACED + 64).to_string()),
+        ("HARNESS_TENANT_MAX_STREAMS", (PACED + 64).to_string()),
     ]
 }
 
@@ -253,7 +273,8 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                 println!(
                     "round {round} [{b}] {:<10} {:>7.0} turns/s ({:.2}× the provider's), \
                      {:.3} ms CPU/turn{}, provider {:.3} ms CPU/stream, added p50 {:.2} ms, \
-                     added TTFT p50 {:.2} ms p99 {:.2} ms, {} errors",
+                     added TTFT p50 {:.2} ms p99 {:.2} ms, {:.1} µs CPU/token, added gap p99 {:.2} ms, \
+                     {} errors",
                     workload.name,
                     point.turns_per_s,
                     point.share,
@@ -266,6 +287,8 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                     point.added_p50_ms,
                     point.added_ttft_p50_ms,
                     point.added_ttft_p99_ms,
+                    point.cpu_per_token_us,
+                    point.added_gap_p99_ms,
                     point.errors,
                 );
                 points[b][w].push(point);
@@ -315,6 +338,18 @@ async fn measure(
     let model = workload.spec.model();
     let period = Duration::from_secs(seconds);
     let direct = Target::Direct { base: fake.url() };
+    let through = Target::Harness {
+        base: service.url(),
+    };
+    if workload.concurrency > 32 {
+        // The connections of that many turns (client to service, service to
+        // provider), so that the figures are not the handshakes'.
+        let warm = Spec::parse("bench/n=1").model();
+        for target in [&direct, &through] {
+            let n = workload.concurrency;
+            client::load(http, target, &warm, n, n).await;
+        }
+    }
     let fake_before = fake.cpu();
     let (d, d_wall) = client::load_until(
         http,
@@ -326,9 +361,6 @@ async fn measure(
     )
     .await;
     let fake_cpu = fake.cpu().saturating_sub(fake_before);
-    let through = Target::Harness {
-        base: service.url(),
-    };
     let cpu_before = service.cpu();
     let db_before = postgres.map(PostgresServer::cpu);
     let (h, h_wall) = client::load_until(
@@ -356,6 +388,12 @@ async fn measure(
     let (dt50, dt99) = p50_p99(&ttfts(&d_ok));
     let (ht50, ht99) = p50_p99(&ttfts(&h_ok));
     let per = |cpu: Duration, n: usize| cpu.as_secs_f64() * 1000.0 / n.max(1) as f64;
+    let gaps = |s: &[Sample]| s.iter().flat_map(|s| s.gaps.clone()).collect::<Vec<_>>();
+    let (h_gaps, d_gaps) = (gaps(&h_ok), gaps(&d_ok));
+    // Each relayed token: its gap, and the first of each stream.
+    let tokens = h_gaps.len() + h_ok.len();
+    let (_, dg99) = p50_p99(&d_gaps);
+    let (_, hg99) = p50_p99(&h_gaps);
     Point {
         turns_per_s: h_rate,
         share: h_rate / d_rate.max(1e-9),
@@ -365,6 +403,8 @@ async fn measure(
         added_p50_ms: h50 - d50,
         added_ttft_p50_ms: ht50 - dt50,
         added_ttft_p99_ms: ht99 - dt99,
+        cpu_per_token_us: per(cpu, tokens) * 1000.0,
+        added_gap_p99_ms: hg99 - dg99,
         errors: (d.len() - d_ok.len()) + (h.len() - h_ok.len()),
     }
 }
@@ -396,11 +436,11 @@ fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>
             .iter()
             .any(|p| p[w].iter().any(|p| p.db_cpu_per_turn_ms.is_some()));
         println!(
-            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | added p50 | added TTFT p50 | added TTFT p99 | errors | CPU/turn vs [0] |",
+            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | added p50 | added TTFT p50 | added TTFT p99 | service CPU/token | added gap p99 | errors | CPU/turn vs [0] |",
             if with_db { " | database CPU/turn" } else { "" }
         );
         println!(
-            "|---|---|---|---|{}---|---|---|---|---|---|",
+            "|---|---|---|---|{}---|---|---|---|---|---|---|---|",
             if with_db { "---|" } else { "" }
         );
         let base = median(&points[0][w], |p| p.cpu_per_turn_ms);
@@ -411,7 +451,7 @@ fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>
                 |n| n.to_string_lossy().into_owned(),
             );
             println!(
-                "| [{b}] {name} | {} | {} | {} ms{} | {} ms | {} ms | {} ms | {} ms | {} | {:.2}× |",
+                "| [{b}] {name} | {} | {} | {} ms{} | {} ms | {} ms | {} ms | {} ms | {} µs | {} ms | {} | {:.2}× |",
                 range(p, |p| p.turns_per_s, 0),
                 range(p, |p| p.share, 2),
                 range(p, |p| p.cpu_per_turn_ms, 3),
@@ -427,6 +467,8 @@ fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>
                 range(p, |p| p.added_p50_ms, 2),
                 range(p, |p| p.added_ttft_p50_ms, 2),
                 range(p, |p| p.added_ttft_p99_ms, 2),
+                range(p, |p| p.cpu_per_token_us, 1),
+                range(p, |p| p.added_gap_p99_ms, 2),
                 p.iter().map(|p| p.errors).sum::<usize>(),
                 median(p, |p| p.cpu_per_turn_ms) / base.max(1e-9),
             );

@@ -61,7 +61,7 @@ enum Command {
         /// Run on this Postgres server (a fresh database per binary and round) instead of SQLite.
         #[arg(long)]
         postgres: Option<String>,
-        /// Only these workloads (default: all): c=1, c=32, ttft, ttft-in-step.
+        /// Only these workloads (default: all): c=1, c=32, ttft, tools, ttft-in-step, paced.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },
