@@ -130,7 +130,10 @@ pub async fn serve(
             idle: limits.idle_timeout,
             head: limits.header_read_timeout,
         });
-        let shutdown = shutdown.clone();
+        // A child: the connection's task polls it at each wake (each event
+        // it writes), and a child's lock is its own, not every
+        // connection's.
+        let shutdown = shutdown.child_token();
         let head_timeout = limits.header_read_timeout;
         connections.spawn(async move {
             let io = TokioIo::new(TrackedIo::new(tcp, activity, slot.clone(), &framing));

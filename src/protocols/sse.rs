@@ -103,12 +103,18 @@ pub fn stream_turn<F: WireFormat>(
             yield Ok::<_, Infallible>(frame);
         }
         let mut events = std::pin::pin!(events);
+        // The timer is not moved at each frame (a reset takes the timer's
+        // lock, once per token): when it fires, it is set again for one
+        // interval after the last frame, and a keep-alive is written only
+        // if that has passed.
+        let mut last_frame = Instant::now();
         let quiet = tokio::time::sleep(keepalive);
         let mut quiet = std::pin::pin!(quiet);
         loop {
             tokio::select! {
                 item = events.next() => match item {
                     Some(Ok(event)) => {
+                        last_frame = Instant::now();
                         let encoded = format.encode(&event);
                         for frame in encoded.frames {
                             yield Ok(frame);
@@ -126,9 +132,18 @@ pub fn stream_turn<F: WireFormat>(
                     }
                     None => break,
                 },
-                () = quiet.as_mut() => yield Ok(Bytes::from_static(KEEP_ALIVE)),
+                () = quiet.as_mut() => {
+                    let due = last_frame + keepalive;
+                    let now = Instant::now();
+                    if now >= due {
+                        yield Ok(Bytes::from_static(KEEP_ALIVE));
+                        last_frame = now;
+                        quiet.as_mut().reset(now + keepalive);
+                    } else {
+                        quiet.as_mut().reset(due);
+                    }
+                }
             }
-            quiet.as_mut().reset(Instant::now() + keepalive);
         }
         for frame in format.end() {
             yield Ok(frame);
@@ -178,4 +193,61 @@ pub fn typed(stored: &StoredEvent) -> Option<&crate::events::TurnEvent> {
         );
     }
     event
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::TurnEvent;
+
+    /// Each event's `seq` as its frame.
+    struct Seqs;
+
+    impl WireFormat for Seqs {
+        fn encode(&mut self, event: &StoredEvent) -> Encoded {
+            Encoded::frames(vec![Bytes::from(format!("{}\n\n", event.seq))])
+        }
+
+        fn unreadable(&mut self) -> Vec<Bytes> {
+            Vec::new()
+        }
+    }
+
+    /// A keep-alive follows every interval without a frame, and only
+    /// those: events closer together than the interval get none between
+    /// them, however long they go on.
+    #[tokio::test(start_paused = true)]
+    async fn a_keep_alive_comes_after_each_quiet_interval_and_never_between_close_events() {
+        let turn = uuid::Uuid::now_v7();
+        let event = move |seq| {
+            let delta = TurnEvent::MessageDelta {
+                step: 1,
+                text: "t".into(),
+            };
+            Ok(Arc::new(
+                StoredEvent::from_event("s", turn, seq, delta, chrono::Utc::now()).unwrap(),
+            ))
+        };
+        // Ten events 40 ms apart, then 250 ms of quiet, then one more.
+        let events = async_stream::stream! {
+            for seq in 1..=10 {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                yield event(seq);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            yield event(11);
+        };
+        let metrics = Arc::new(Metrics::default());
+        let response = stream_turn(Seqs, events, Duration::from_millis(100), metrics);
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let frames: Vec<&str> = std::str::from_utf8(&body)
+            .unwrap()
+            .split_terminator("\n\n")
+            .collect();
+        let mut want: Vec<String> = (1..=10).map(|seq| seq.to_string()).collect();
+        want.extend([":".into(), ":".into(), "11".into()]);
+        assert_eq!(frames, want);
+    }
 }

@@ -47,6 +47,9 @@ pub struct LiveTurn {
     /// turn stops at its next event (its log would have a hole) and ends
     /// `failed` with `event_log_unavailable`.
     pub write_failed: CancellationToken,
+    /// Whether `write_failed` is cancelled, read without its lock: the
+    /// turn's sink and the writer ask at every event.
+    lost: std::sync::atomic::AtomicBool,
     /// The first seq of the turn's events that could not be written.
     first_lost: Mutex<Option<i64>>,
     /// Set before the turn's end is committed (so before any client sees
@@ -67,7 +70,14 @@ impl LiveTurn {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         *first = Some(first.map_or(seq, |known| known.min(seq)));
+        self.lost.store(true, std::sync::atomic::Ordering::Release);
         self.write_failed.cancel();
+    }
+
+    /// Whether some of the turn's events could not be written (as
+    /// `write_failed.is_cancelled()`, without taking its lock).
+    pub fn lost_events(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The first seq of the turn's events that could not be written.
@@ -144,6 +154,7 @@ impl LiveTurns {
             cancel: CancellationToken::new(),
             closed: CancellationToken::new(),
             write_failed: CancellationToken::new(),
+            lost: std::sync::atomic::AtomicBool::new(false),
             first_lost: Mutex::new(None),
             ending: std::sync::atomic::AtomicBool::new(false),
         });

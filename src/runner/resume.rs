@@ -235,7 +235,7 @@ impl TurnRunner {
             session_cost_before: session.and_then(|s| s.cost_usd),
             memory_scope: turn.request.memory_scope(&key),
             memories: None,
-            handover: inner.handover.clone(),
+            handover: inner.handover.child_token(),
         };
         Ok(request)
     }

@@ -173,7 +173,7 @@ impl EventSink for TurnSink {
             );
             return Err(SinkError("the turn has ended".into()));
         };
-        if self.live.write_failed.is_cancelled() {
+        if self.live.lost_events() {
             return Err(SinkError(
                 "earlier events of the turn could not be written".into(),
             ));
@@ -203,7 +203,7 @@ impl EventSink for TurnSink {
         if next.is_none() {
             return Err(SinkError("the turn has ended".into()));
         }
-        if self.live.write_failed.is_cancelled() {
+        if self.live.lost_events() {
             return Err(SinkError(
                 "earlier events of the turn could not be written".into(),
             ));

@@ -87,6 +87,10 @@ impl TurnRunner {
     ) -> impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static {
         let runner = self.clone();
         let open = self.inner.streams.token();
+        // The stream's own child of `close_streams`: it is polled as each
+        // event passes, and a child's lock is the stream's own, not one
+        // that every open stream takes.
+        let close = self.inner.close_streams.child_token();
         async_stream::try_stream! {
             let _open = open;
             let inner = &runner.inner;
@@ -113,7 +117,7 @@ impl TurnRunner {
                 // first event).
                 let mut reading = !std::mem::take(&mut skip_first_read);
                 while reading {
-                    let page = retrying(&inner.close_streams, || log.read(inner.store.as_ref()))
+                    let page = retrying(&close, || log.read(inner.store.as_ref()))
                         .await?;
                     reading = log.took(&page);
                     for event in page {
@@ -168,7 +172,7 @@ impl TurnRunner {
                                 receiver = None;
                                 break;
                             }
-                            () = inner.close_streams.cancelled() => {
+                            () = close.cancelled() => {
                                 closing = true;
                                 break;
                             }
@@ -178,7 +182,7 @@ impl TurnRunner {
                 }
                 // Elsewhere (or no longer live here): poll the log.
                 tokio::select! {
-                    () = inner.close_streams.cancelled() => {
+                    () = close.cancelled() => {
                         closing = true;
                         continue;
                     }
@@ -188,7 +192,7 @@ impl TurnRunner {
                 // A turn that is no longer running but has no terminal event
                 // cannot produce one any more; do not wait forever.
                 if idle_polls.is_multiple_of(20) {
-                    let record = retrying(&inner.close_streams, || {
+                    let record = retrying(&close, || {
                         inner.store.get_turn(&session_id, turn_id)
                     })
                     .await?;
@@ -196,7 +200,7 @@ impl TurnRunner {
                         // The rest of its log, every page of it.
                         loop {
                             let page =
-                                retrying(&inner.close_streams, || log.read(inner.store.as_ref()))
+                                retrying(&close, || log.read(inner.store.as_ref()))
                                     .await?;
                             let more = log.took(&page);
                             for event in page {

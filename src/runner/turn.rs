@@ -83,12 +83,15 @@ impl TurnRunner {
         run: impl std::future::Future<Output = Result<TurnOutput, TurnFailure>>,
     ) {
         let inner = &self.inner;
+        // Polled at each wake of the turn (each token): a child's lock is
+        // the turn's own, not shared by every running turn.
+        let interrupt = inner.interrupt.child_token();
         let outcome = tokio::select! {
             biased;
             () = live.cancel.cancelled() => Outcome::Cancelled,
             // The grace is over: a turn still mid-step is handed over as it
             // stands (its records say where), or interrupted.
-            () = inner.interrupt.cancelled() => if inner.handover.is_cancelled() {
+            () = interrupt.cancelled() => if inner.handover.is_cancelled() {
                 Outcome::HandedOver
             } else {
                 Outcome::Interrupted
@@ -213,7 +216,8 @@ impl TurnRunner {
             session_cost_before,
             memory_scope,
             memories: context.memories,
-            handover: self.inner.handover.clone(),
+            // The turn's own child: polled as the model streams.
+            handover: self.inner.handover.child_token(),
         };
         self.inner
             .harness
@@ -254,7 +258,7 @@ impl TurnRunner {
         let finish = build_finish(live, outcome, seq)
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
         // A turn some of whose events were lost must not end as if whole.
-        let error = if live.write_failed.is_cancelled() {
+        let error = if live.lost_events() {
             StoreError::Unavailable("earlier events of the turn could not be written".into())
         } else {
             match self.commit_finish(live, &finish, END_ATTEMPTS, true).await {
@@ -297,7 +301,7 @@ impl TurnRunner {
                     if attempt < attempts
                         && e.is_transient()
                         && !self.inner.interrupt.is_cancelled()
-                        && !(whole && live.write_failed.is_cancelled()) =>
+                        && !(whole && live.lost_events()) =>
                 {
                     tracing::warn!(error = %e, attempt, "committing the turn end failed; retrying");
                     tokio::select! {

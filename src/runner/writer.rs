@@ -376,15 +376,15 @@ async fn commit(sink: &Sink, batch: &mut Vec<Command>) {
 /// events would leave a hole in the log, and their whole end would claim a
 /// turn that is not whole (it is refused; the turn then ends `failed`).
 fn drop_lost_turns(batch: &mut Vec<Command>) {
-    if !batch.iter().any(|c| c.live().write_failed.is_cancelled()) {
+    if !batch.iter().any(|c| c.live().lost_events()) {
         return;
     }
     let mut kept = Vec::with_capacity(batch.len());
     for command in batch.drain(..) {
         match command {
-            Command::Append { ref live, .. } if live.write_failed.is_cancelled() => {}
+            Command::Append { ref live, .. } if live.lost_events() => {}
             Command::Step { live, ack, .. } | Command::Flush { live, ack }
-                if live.write_failed.is_cancelled() =>
+                if live.lost_events() =>
             {
                 let _ = ack.send(Err(StoreError::Unavailable(
                     "earlier events of the turn could not be written".into(),
@@ -395,7 +395,7 @@ fn drop_lost_turns(batch: &mut Vec<Command>) {
                 live,
                 ack,
                 ..
-            } if live.write_failed.is_cancelled() => {
+            } if live.lost_events() => {
                 let _ = ack.send(Err(StoreError::Unavailable(
                     "earlier events of the turn could not be written".into(),
                 )));
