@@ -17,6 +17,7 @@ use crate::{
     client::{self, Sample, Stop, Target},
     fake::Spec,
     procs::{self, PostgresServer, Proc},
+    scale::{Layout, cpu_list},
     stats::p50_p99,
 };
 
@@ -29,6 +30,9 @@ pub struct Options {
     pub postgres: Option<String>,
     /// Workloads by key; empty: all.
     pub only: Vec<String>,
+    /// Each binary on this many cores of its own (the provider and the
+    /// client on others), as the `scale` scenario places them.
+    pub service_cores: Option<usize>,
 }
 
 /// One workload of the comparison.
@@ -180,7 +184,18 @@ pub async fn run(options: Options) -> Result<(), String> {
 }
 
 async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), String> {
-    let fake = procs::start_fake().await?;
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let layout = match options.service_cores {
+        Some(k) => Some(Layout::around(cores, k).ok_or_else(|| {
+            format!("--service-cores {k} leaves no core of {cores} to the provider and the client")
+        })?),
+        None => None,
+    };
+    if let Some(layout) = &layout {
+        crate::scale::pin_self(&layout.client)?;
+    }
+    let fake = procs::start_fake_on(layout.as_ref().map(|l| cpu_list(&l.fake)).as_deref()).await?;
+    let service_cpus = layout.as_ref().map(|l| cpu_list(&(0..l.service_max)));
     let database = if options.postgres.is_some() {
         "postgres"
     } else {
@@ -194,6 +209,14 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
     );
     for (i, binary) in options.binaries.iter().enumerate() {
         println!("- [{i}] {}", binary.display());
+    }
+    if let Some(layout) = &layout {
+        println!(
+            "\nEach binary on cores {}, the fake provider on {}, the client on {}.",
+            cpu_list(&(0..layout.service_max)),
+            cpu_list(&layout.fake),
+            cpu_list(&layout.client)
+        );
     }
     let shown: Vec<String> = environment("(a fresh database per binary and round)", "(the fake)")
         .into_iter()
@@ -251,6 +274,7 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                 &environment(&database_url, &fake.url()),
                 &folder,
                 &folder.join("stderr.log"),
+                service_cpus.as_deref(),
             )
             .await
             .map_err(|e| format!("[{b}] {e}"))?;

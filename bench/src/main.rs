@@ -64,6 +64,10 @@ enum Command {
         /// Only these workloads (default: all): c=1, c=32, ttft, tools, ttft-in-step, paced.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Each binary on this many cores of its own, the fake provider and the client on
+        /// others (pinned with taskset).
+        #[arg(long)]
+        service_cores: Option<usize>,
     },
     /// (internal) Serve the fake provider.
     FakeProvider {
@@ -115,6 +119,7 @@ fn main() -> ExitCode {
                 seconds,
                 postgres,
                 only,
+                service_cores,
             } => {
                 compare::run(compare::Options {
                     binaries,
@@ -122,6 +127,7 @@ fn main() -> ExitCode {
                     seconds,
                     postgres,
                     only,
+                    service_cores,
                 })
                 .await
             }

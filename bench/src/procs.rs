@@ -224,17 +224,27 @@ fn spawn(args: &[String], env: &[(&str, String)], wrapper: Option<&str>) -> Resu
 /// Starts the agent-harness binary at `binary` as a user runs it: its own
 /// defaults, configured by `env` only, in the folder `cwd` (so that
 /// whatever it keeps beside it, such as the vault folder, is a fresh one),
-/// its standard output (the logs) to /dev/null and its standard error to `log`. Returns it once `/readyz`
-/// answers, with the time that took.
+/// its standard output (the logs) to /dev/null and its standard error to `log`, on the cores
+/// `cpus` only when given. Returns it once `/readyz` answers, with the time that took.
 pub async fn start_binary(
     binary: &std::path::Path,
     env: &[(&str, String)],
     cwd: &std::path::Path,
     log: &std::path::Path,
+    cpus: Option<&str>,
 ) -> Result<(Proc, Duration), String> {
     let addr = free_addr()?;
     let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
-    let child = Command::new(binary)
+    // Pinned: `taskset` runs the binary in its own place (same pid).
+    let mut command = match cpus {
+        Some(cpus) => {
+            let mut command = Command::new("taskset");
+            command.args(["-c", cpus]).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
+    let child = command
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env("HARNESS_LISTEN", addr.to_string())
         .current_dir(cwd)

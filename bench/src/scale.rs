@@ -28,11 +28,11 @@ const CONCURRENCY: [usize; 2] = [32, 256];
 
 /// Which cores each process of the run gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Layout {
+pub struct Layout {
     /// The most cores the service gets: `0..service_max`.
-    service_max: usize,
-    fake: Range<usize>,
-    client: Range<usize>,
+    pub service_max: usize,
+    pub fake: Range<usize>,
+    pub client: Range<usize>,
 }
 
 impl Layout {
@@ -49,6 +49,15 @@ impl Layout {
             .rev()
             .find(|k| *k <= cores / 2)
             .unwrap_or(1);
+        Self::around(cores, service_max)
+    }
+
+    /// The service on `0..service`, the provider and the client on the
+    /// rest as [`Layout::of`] splits it; `None` when no core is left.
+    pub fn around(cores: usize, service_max: usize) -> Option<Self> {
+        if service_max == 0 || service_max >= cores {
+            return None;
+        }
         let rest = cores - service_max;
         let fake_cores = (rest * 3 / 8).max(1);
         let fake = service_max..service_max + fake_cores;
@@ -66,7 +75,7 @@ impl Layout {
 }
 
 /// A range of cores as `taskset` takes it.
-fn cpu_list(cores: &Range<usize>) -> String {
+pub fn cpu_list(cores: &Range<usize>) -> String {
     format!(
         "{}-{}",
         cores.start,
@@ -75,7 +84,7 @@ fn cpu_list(cores: &Range<usize>) -> String {
 }
 
 /// Pins every thread of this process to `cores`.
-fn pin_self(cores: &Range<usize>) -> Result<(), String> {
+pub fn pin_self(cores: &Range<usize>) -> Result<(), String> {
     let status = Command::new("taskset")
         .args(["-a", "-p", "-c", &cpu_list(cores)])
         .arg(std::process::id().to_string())
@@ -269,6 +278,15 @@ mod tests {
                 service_max: 2,
                 fake: 2..3,
                 client: 3..4
+            })
+        );
+        assert_eq!(Layout::around(16, 16), None, "nothing left");
+        assert_eq!(
+            Layout::around(16, 12),
+            Some(Layout {
+                service_max: 12,
+                fake: 12..13,
+                client: 13..16
             })
         );
         assert_eq!(cpu_list(&(0..1)), "0-0");
