@@ -98,6 +98,15 @@ fn workloads() -> Vec<Workload> {
             concurrency: 32,
             spread: Duration::ZERO,
         },
+        // The `eventlog` scenario's load: fast answers of 2,000 tokens (a
+        // turn's turns/s × 2,005 is its persisted events/s).
+        Workload {
+            key: "eventlog",
+            name: "eventlog c=32",
+            spec: Spec::parse("bench/n=2000"),
+            concurrency: 32,
+            spread: Duration::ZERO,
+        },
         // The `streams` scenario's load: 1,000 turns at once, a token every
         // 50 ms (20,000 relayed tokens a second), their starts spread over
         // one interval. What a paced token costs.

@@ -6,6 +6,7 @@
 
 pub mod cursor;
 pub(super) mod postgres;
+pub(super) mod runs;
 mod sqlite;
 
 use std::sync::Arc;
@@ -108,8 +109,12 @@ pub trait EventLog: Reads + Send + Sync + 'static {
     }
 
     /// Events of a session with seq greater than `after`, in seq order,
-    /// optionally of one turn. For a turn, pass an `after` of at least its
-    /// `first_seq - 1`: the scan starts there.
+    /// optionally of one turn, at most `limit`. For a turn, pass an
+    /// `after` of at least its `first_seq - 1`: the scan starts there.
+    ///
+    /// The scan starts at the row at or before `after` (one index seek):
+    /// a run of deltas that holds `after` begins there, and gives the
+    /// events past it.
     async fn list_events(
         &self,
         session_id: &SessionKey,
@@ -119,20 +124,31 @@ pub trait EventLog: Reads + Send + Sync + 'static {
     ) -> Result<Vec<StoredEvent>> {
         let rows: Vec<EventRow> = match turn_id {
             Some(turn_id) => {
-                let sql = "SELECT session_id, seq, turn_id, type, payload, created_at \
-                     FROM events WHERE session_id = $2 AND seq > $3 AND turn_id = $1 \
-                     ORDER BY seq LIMIT $4";
-                let bound = args![turn_id, session_id, after, limit];
+                let sql = "SELECT session_id, seq, seq_end, turn_id, type, payload, created_at \
+                     FROM events WHERE session_id = $1 AND seq >= (SELECT COALESCE(MAX(seq), 0) \
+                     FROM events WHERE session_id = $1 AND seq <= $2) \
+                     AND COALESCE(seq_end, seq) > $2 AND turn_id = $4 ORDER BY seq LIMIT $3";
+                let bound = args![session_id, after, limit, turn_id];
                 self.reader().rows(sql, bound).await?
             }
             None => {
-                let sql = "SELECT session_id, seq, turn_id, type, payload, created_at \
-                     FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+                let sql = "SELECT session_id, seq, seq_end, turn_id, type, payload, created_at \
+                     FROM events WHERE session_id = $1 AND seq >= (SELECT COALESCE(MAX(seq), 0) \
+                     FROM events WHERE session_id = $1 AND seq <= $2) \
+                     AND COALESCE(seq_end, seq) > $2 ORDER BY seq LIMIT $3";
                 let bound = args![session_id, after, limit];
                 self.reader().rows(sql, bound).await?
             }
         };
-        rows.into_iter().map(TryInto::try_into).collect()
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            for event in runs::expand(row, super::sqlite::writer::parse_ts)? {
+                if event.seq > after && events.len() < limit as usize {
+                    events.push(event);
+                }
+            }
+        }
+        Ok(events)
     }
 
     /// Appends `event` to its session's log at the session's next seq,

@@ -432,6 +432,17 @@ impl Reader<'_> {
     }
 }
 
+/// An event as the `event` part's columns hold it.
+fn event_cells(event: &crate::events::StoredEvent) -> Vec<Cell> {
+    vec![
+        Cell::Int(event.seq),
+        Cell::Text(event.turn_id.to_string()),
+        Cell::Text(event.event_type.clone()),
+        Cell::Text(event.payload.clone()),
+        Cell::At(event.created_at.trunc_subsecs(6)),
+    ]
+}
+
 /// What an import did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Imported {
@@ -555,7 +566,19 @@ pub fn lines(
                 }
                 At::Part(index, offset) => {
                     let part = &PARTS[index];
-                    let page = match store.export_page(part, &key, PAGE, offset).await {
+                    // The events are read as every reader reads them (a
+                    // run of deltas is its events): `offset` is the seq
+                    // the page starts after.
+                    let page = if part.line == "event" {
+                        let after = i64::try_from(offset).unwrap_or(i64::MAX);
+                        store
+                            .list_events(&key, None, after, PAGE)
+                            .await
+                            .map(|events| events.iter().map(event_cells).collect())
+                    } else {
+                        store.export_page(part, &key, PAGE, offset).await
+                    };
+                    let page: Vec<Vec<Cell>> = match page {
                         Ok(page) => page,
                         Err(e) => return Some((Err(e), (At::Done, written))),
                     };
@@ -565,7 +588,13 @@ pub fn lines(
                         chunk.push('\n');
                     }
                     let next = if page.len() == PAGE as usize {
-                        At::Part(index, offset + u64::from(PAGE))
+                        let next = match page.last().and_then(|row| row.first()) {
+                            Some(Cell::Int(seq)) if part.line == "event" => {
+                                u64::try_from(*seq).unwrap_or(u64::MAX)
+                            }
+                            _ => offset + u64::from(PAGE),
+                        };
+                        At::Part(index, next)
                     } else if index + 1 < PARTS.len() {
                         At::Part(index + 1, 0)
                     } else {

@@ -385,6 +385,8 @@ pub(super) mod rows {
     pub struct EventRow {
         pub session_id: String,
         pub seq: i64,
+        /// The last seq of a run of deltas (`event_log/runs.rs`).
+        pub seq_end: Option<i64>,
         pub turn_id: String,
         #[sqlx(rename = "type")]
         pub event_type: String,
@@ -449,21 +451,6 @@ impl TryFrom<rows::TurnRow> for TurnRecord {
             parked_until: r.parked_until,
             waited: std::time::Duration::from_millis(u64::try_from(r.waited_ms).unwrap_or(0)),
             cancel_requested: r.cancel_requested,
-        })
-    }
-}
-
-impl TryFrom<rows::EventRow> for StoredEvent {
-    type Error = StoreError;
-    fn try_from(r: rows::EventRow) -> Result<Self> {
-        Ok(Self {
-            session_id: r.session_id,
-            seq: r.seq,
-            turn_id: parse_uuid(&r.turn_id)?,
-            event_type: r.event_type,
-            payload: r.payload,
-            created_at: r.created_at,
-            parsed: Default::default(),
         })
     }
 }

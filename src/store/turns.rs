@@ -33,7 +33,8 @@ pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, 
 macro_rules! session_select {
     () => {
         "SELECT s.id, s.created_at, s.updated_at, s.turn_count, s.cost_usd, \
-         (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq, \
+         COALESCE((SELECT COALESCE(e.seq_end, e.seq) FROM events e WHERE e.session_id = s.id \
+           ORDER BY e.seq DESC LIMIT 1), 0) AS last_seq, \
          (SELECT t.id FROM turns t WHERE t.session_id = s.id AND t.status = 'running') \
            AS running_turn_id \
          FROM sessions s"

@@ -775,6 +775,65 @@ async fn stored_events_are_byte_for_byte_what_was_written(backend: Backend) {
     assert_eq!(read[0].envelope_json(), written.envelope_json());
 }
 
+/// A burst of a turn's deltas committed together is a few rows on
+/// SQLite (runs of at most 256), and a row each on Postgres; on both, a
+/// read after any seq (inside a run, at its edges) gets exactly the
+/// events after it, in order, each as it was written, and the session's
+/// last seq and the next turn's first count every event. (Before, each
+/// delta was a row on SQLite too.)
+async fn a_burst_of_deltas_reads_back_whole_after_any_seq(backend: Backend) {
+    let (db, store) = store(backend).await;
+    let turn = new_turn("s1", None);
+    assert_eq!(store.begin_turn(&turn).await.unwrap().first_seq, 1);
+    let deltas: Vec<_> = (2..=301)
+        .map(|seq| delta(&turn, seq, &format!("t{seq} \"✓")))
+        .collect();
+    store
+        .write_batch(&deltas, &[&completed(&turn, 302, "done")])
+        .await
+        .unwrap();
+    let all = store.list_events(&key("s1"), None, 0, 1000).await.unwrap();
+    assert_eq!(all.len(), 302);
+    for (read, written) in all[1..301].iter().zip(&deltas) {
+        assert_eq!(read, &**written);
+        assert_eq!(read.envelope_json(), written.envelope_json());
+    }
+    for after in [0, 1, 2, 3, 150, 256, 257, 258, 259, 299, 300, 301, 302] {
+        let want: Vec<i64> = (after + 1..=302.min(after + 5)).collect();
+        for of_turn in [None, Some(turn.id)] {
+            let page = store
+                .list_events(&key("s1"), of_turn, after, 5)
+                .await
+                .unwrap();
+            let seqs: Vec<i64> = page.iter().map(|e| e.seq).collect();
+            assert_eq!(seqs, want, "after {after}, turn {of_turn:?}");
+        }
+    }
+    let session = store.get_session(&key("s1")).await.unwrap().unwrap();
+    assert_eq!(session.last_seq, 302);
+    let next = new_turn("s1", None);
+    assert_eq!(store.begin_turn(&next).await.unwrap().first_seq, 303);
+    if backend == Backend::Sqlite {
+        let pool = sqlx::SqlitePool::connect(&db.sqlite_url()).await.unwrap();
+        let rows: Vec<(i64, Option<i64>)> =
+            sqlx::query_as("SELECT seq, seq_end FROM events WHERE session_id = 's1' ORDER BY seq")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (1, None),
+                (2, Some(257)),
+                (258, Some(301)),
+                (302, None),
+                (303, None)
+            ]
+        );
+        pool.close().await;
+    }
+}
+
 async fn heartbeat_reports_requested_cancellations(backend: Backend) {
     let (_db, store) = store(backend).await;
     let a = new_turn("s1", None);
@@ -1536,6 +1595,7 @@ on_both_backends!(
     events_and_messages_page_in_order,
     a_turn_log_cursor_reads_every_page_of_its_turn,
     stored_events_are_byte_for_byte_what_was_written,
+    a_burst_of_deltas_reads_back_whole_after_any_seq,
     heartbeat_reports_requested_cancellations,
     orphans_are_interrupted_once_with_a_final_event,
     an_orphan_is_taken_over_and_its_lost_owner_writes_nothing,
@@ -1798,6 +1858,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
             .await;
             db.execute_sqlite(include_str!("../../migrations/sqlite/0027_turn_parked.sql"))
                 .await;
+            db.execute_sqlite(include_str!("../../migrations/sqlite/0030_event_runs.sql"))
+                .await;
         }
         (Backend::Postgres, true) => {
             db.execute_postgres(include_str!(
@@ -1816,6 +1878,10 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 "../../migrations/postgres/0030_turn_parked.sql"
             ))
             .await;
+            db.execute_postgres(include_str!(
+                "../../migrations/postgres/0033_event_runs.sql"
+            ))
+            .await;
         }
         (Backend::Sqlite, false) => {
             db.execute_sqlite(
@@ -1824,7 +1890,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  ALTER TABLE turns DROP COLUMN parked_at; \
                  ALTER TABLE turns DROP COLUMN parked_until; \
                  ALTER TABLE turns DROP COLUMN waited_ms; \
-                 ALTER TABLE turns DROP COLUMN resumes;",
+                 ALTER TABLE turns DROP COLUMN resumes; \
+                 ALTER TABLE events DROP COLUMN seq_end;",
             )
             .await;
         }
@@ -1834,6 +1901,7 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  ALTER TABLE turns DROP COLUMN traceparent; \
                  ALTER TABLE turns DROP COLUMN parked_at, DROP COLUMN parked_until, \
                  DROP COLUMN waited_ms, DROP COLUMN resumes; \
+                 ALTER TABLE events DROP COLUMN seq_end; \
                  DROP FUNCTION harness_lease_lost(BIGINT);",
             )
             .await;

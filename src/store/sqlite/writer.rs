@@ -390,21 +390,62 @@ impl Writer {
 
 /// Inserts events one row at a time: on this thread a statement costs a
 /// few microseconds, not a hand-off.
+///
+/// In key order, each turn's deltas of one step a run where they follow
+/// each other (`event_log/runs.rs`): a fast stream is a few rows a
+/// commit, not one per token. A session's log only grows: events at or
+/// before its last seq, or twice at one seq, are [`StoreError::Conflict`]
+/// (the primary key sees a run's first seq only).
 pub(in crate::store) fn insert_events<'e>(
     tx: &Connection,
     events: impl Iterator<Item = &'e StoredEvent>,
 ) -> Result<()> {
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    let mut events: Vec<&StoredEvent> = events.collect();
+    events.sort_by(|a, b| (&a.session_id, a.seq).cmp(&(&b.session_id, b.seq)));
+    let twice = events
+        .windows(2)
+        .any(|w| w[0].seq == w[1].seq && w[0].session_id == w[1].session_id);
+    if twice {
+        return Err(StoreError::Conflict);
+    }
+    let mut last = tx.prepare_cached(
+        "SELECT COALESCE(seq_end, seq) FROM events WHERE session_id = ?1 \
+         ORDER BY seq DESC LIMIT 1",
     )?;
-    for e in events {
+    let mut session: Option<&str> = None;
+    for event in &events {
+        if session == Some(event.session_id.as_str()) {
+            continue;
+        }
+        session = Some(&event.session_id);
+        let end: Option<i64> = last
+            .query_row(params![event.session_id], |row| row.get(0))
+            .optional()?;
+        if end.is_some_and(|end| end >= event.seq) {
+            return Err(StoreError::Conflict);
+        }
+    }
+    drop(last);
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO events (session_id, seq, seq_end, turn_id, type, payload, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    // A turn's id, written once per turn of the batch.
+    let mut turn = String::new();
+    let mut last_turn = None;
+    for row in crate::store::event_log::runs::rows(events, ts) {
+        let e = row.first();
+        if last_turn != Some(e.turn_id) {
+            turn = e.turn_id.to_string();
+            last_turn = Some(e.turn_id);
+        }
         insert.execute(params![
             e.session_id,
             e.seq,
-            e.turn_id.to_string(),
+            row.seq_end(),
+            turn,
             e.event_type,
-            e.payload,
+            row.payload(),
             ts(e.created_at)
         ])?;
     }

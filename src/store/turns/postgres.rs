@@ -272,7 +272,8 @@ impl Turns for PostgresStore {
                     continue;
                 };
                 let next_seq: i64 = sqlx::query_scalar(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = $1",
+                    "SELECT COALESCE((SELECT COALESCE(seq_end, seq) FROM events \
+                     WHERE session_id = $1 ORDER BY seq DESC LIMIT 1), 0) + 1",
                 )
                 .bind(&session_id)
                 .fetch_one(&mut *tx)

@@ -306,7 +306,8 @@ impl Turns for SqliteStore {
                     }
                     let next_seq: i64 = tx
                         .prepare_cached(
-                            "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE session_id = ?1",
+                            "SELECT COALESCE((SELECT COALESCE(seq_end, seq) FROM events \
+                             WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1), 0) + 1",
                         )?
                         .query_row(params![session_id], |row| row.get(0))?;
                     let parked = match parked_at.as_deref() {
