@@ -327,8 +327,9 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                 points[b][w].push(point);
             }
             println!(
-                "round {round} [{b}] RSS after the run {:.1} MiB",
-                service.rss_kib() as f64 / 1024.0
+                "round {round} [{b}] RSS after the run {:.1} MiB, of which not of mapped files {:.1} MiB",
+                service.rss_kib() as f64 / 1024.0,
+                service.rss_anon_kib() as f64 / 1024.0
             );
         }
     }

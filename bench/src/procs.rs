@@ -35,12 +35,24 @@ impl Proc {
 
     /// Resident memory, KiB.
     pub fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// Resident memory that is no file's (the heap, stacks), KiB: the
+    /// rest is pages of mapped files, such as the SQLite database the
+    /// service maps to read.
+    pub fn rss_anon_kib(&self) -> u64 {
+        self.status_kib("RssAnon:")
+    }
+
+    /// A figure of `/proc/<pid>/status` in KiB (0 when it cannot be read).
+    fn status_kib(&self, field: &str) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
             .ok()
             .and_then(|status| {
                 status
                     .lines()
-                    .find(|l| l.starts_with("VmRSS:"))
+                    .find(|l| l.starts_with(field))
                     .and_then(|l| l.split_whitespace().nth(1))
                     .and_then(|kb| kb.parse().ok())
             })

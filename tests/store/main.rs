@@ -813,6 +813,11 @@ async fn a_burst_of_deltas_reads_back_whole_after_any_seq(backend: Backend) {
     assert_eq!(session.last_seq, 302);
     let next = new_turn("s1", None);
     assert_eq!(store.begin_turn(&next).await.unwrap().first_seq, 303);
+    // Deltas again at seqs a run holds: refused whole, as a duplicate key
+    // is (the key of a run is its first seq alone).
+    let again: Vec<_> = (150..=160).map(|seq| delta(&turn, seq, "again")).collect();
+    assert!(store.write_batch(&again, &[]).await.is_err());
+    assert_eq!(events_in(store.as_ref(), "s1").await, 303);
     if backend == Backend::Sqlite {
         let pool = sqlx::SqlitePool::connect(&db.sqlite_url()).await.unwrap();
         let rows: Vec<(i64, Option<i64>)> =

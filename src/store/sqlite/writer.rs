@@ -393,9 +393,12 @@ impl Writer {
 ///
 /// In key order, each turn's deltas of one step a run where they follow
 /// each other (`event_log/runs.rs`): a fast stream is a few rows a
-/// commit, not one per token. A session's log only grows: events at or
-/// before its last seq, or twice at one seq, are [`StoreError::Conflict`]
-/// (the primary key sees a run's first seq only).
+/// commit, not one per token. Two events at one seq are
+/// [`StoreError::Conflict`], as a duplicate key is; and since the primary
+/// key sees only a run's first seq, a session the batch writes a run for
+/// must have nothing at or past the batch's first seq of it (a turn's
+/// log only grows). A row of one event keeps the key's check alone: the
+/// query per session would cost a paced token about 5 % more.
 pub(in crate::store) fn insert_events<'e>(
     tx: &Connection,
     events: impl Iterator<Item = &'e StoredEvent>,
@@ -408,20 +411,30 @@ pub(in crate::store) fn insert_events<'e>(
     if twice {
         return Err(StoreError::Conflict);
     }
+    let rows = crate::store::event_log::runs::rows(events.iter().copied(), ts);
     let mut last = tx.prepare_cached(
         "SELECT COALESCE(seq_end, seq) FROM events WHERE session_id = ?1 \
          ORDER BY seq DESC LIMIT 1",
     )?;
-    let mut session: Option<&str> = None;
-    for event in &events {
-        if session == Some(event.session_id.as_str()) {
+    // The session the rows are at (they are in key order), its first seq
+    // in the batch, and whether it was checked.
+    let mut at: Option<(&str, i64, bool)> = None;
+    for row in &rows {
+        let first = row.first();
+        let (session, from, checked) = match at {
+            Some((session, from, checked)) if session == first.session_id => {
+                (session, from, checked)
+            }
+            _ => (first.session_id.as_str(), first.seq, false),
+        };
+        at = Some((session, from, checked || row.seq_end().is_some()));
+        if checked || row.seq_end().is_none() {
             continue;
         }
-        session = Some(&event.session_id);
         let end: Option<i64> = last
-            .query_row(params![event.session_id], |row| row.get(0))
+            .query_row(params![session], |row| row.get(0))
             .optional()?;
-        if end.is_some_and(|end| end >= event.seq) {
+        if end.is_some_and(|end| end >= from) {
             return Err(StoreError::Conflict);
         }
     }
@@ -433,7 +446,7 @@ pub(in crate::store) fn insert_events<'e>(
     // A turn's id, written once per turn of the batch.
     let mut turn = String::new();
     let mut last_turn = None;
-    for row in crate::store::event_log::runs::rows(events, ts) {
+    for row in rows {
         let e = row.first();
         if last_turn != Some(e.turn_id) {
             turn = e.turn_id.to_string();
