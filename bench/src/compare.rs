@@ -98,6 +98,15 @@ fn workloads() -> Vec<Workload> {
             concurrency: 32,
             spread: Duration::ZERO,
         },
+        // The `scale` scenario's short turns at its higher concurrency: 40
+        // tokens at once, no busy work in the provider, 256 at a time.
+        Workload {
+            key: "c=256",
+            name: "c=256 short",
+            spec: Spec::parse("bench/n=40"),
+            concurrency: 256,
+            spread: Duration::ZERO,
+        },
         // The `eventlog` scenario's load: fast answers of 2,000 tokens (a
         // turn's turns/s × 2,005 is its persisted events/s).
         Workload {
@@ -182,6 +191,17 @@ pub async fn run(options: Options) -> Result<(), String> {
             return Err(format!("{} is not a file", binary.display()));
         }
     }
+    // Each binary runs in a folder of its own: a path relative to here
+    // would name nothing there.
+    let binaries = options
+        .binaries
+        .iter()
+        .map(|b| std::path::absolute(b).map_err(|e| format!("{}: {e}", b.display())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = Options {
+        binaries,
+        ..options
+    };
     let scratch = std::env::temp_dir().join(format!(
         "agent-harness-bench-{}-compare",
         std::process::id()

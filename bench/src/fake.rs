@@ -105,6 +105,7 @@ pub fn offered_models() -> Vec<String> {
         [
             "bench/n=1",
             "bench/n=20",
+            "bench/n=40",
             "bench/n=2000",
             "bench/itl=50/n=200",
             "bench/ttft=25/n=20",

@@ -61,7 +61,7 @@ enum Command {
         /// Run on this Postgres server (a fresh database per binary and round) instead of SQLite.
         #[arg(long)]
         postgres: Option<String>,
-        /// Only these workloads (default: all): c=1, c=32, ttft, tools, ttft-in-step, eventlog, paced.
+        /// Only these workloads (default: all): c=1, c=32, ttft, tools, ttft-in-step, c=256, eventlog, paced.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Each binary on this many cores of its own, the fake provider and the client on

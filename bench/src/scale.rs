@@ -136,15 +136,15 @@ async fn measure(
     let fake = procs::start_fake_on(Some(&cpu_list(&layout.fake))).await?;
     let seconds = if quick { 3 } else { 10 };
     let model = Spec::parse("bench/n=40").model();
+    println!("### short turns: 40 tokens, TTFT 0, ITL 0, {seconds} s per point\n");
+    let room = one_tenants_room(CONCURRENCY[CONCURRENCY.len() - 1]);
     println!(
-        "### short turns: 40 tokens, TTFT 0, ITL 0, {seconds} s per point\n\n\
-         | service cores | concurrency | turns/s | × 1 core | p50 | p99 | errors | service CPU | CPU per turn | sqlite-writer |"
+        "| service cores | concurrency | turns/s | × 1 core | p50 | p99 | errors | service CPU | CPU per turn | sqlite-writer |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut one_core = [0.0; CONCURRENCY.len()];
     for &k in counts {
         let db = format!("sqlite://{}/scale-{k}.db", dir.0.display());
-        let room = one_tenants_room(CONCURRENCY[CONCURRENCY.len() - 1]);
         let service = cpu_list(&(0..k));
         let (harness, _) = procs::start_harness_on(&service, &db, &fake.url(), 120, &room).await?;
         let http = client::http_client();
