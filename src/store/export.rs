@@ -20,8 +20,11 @@
 //! /memories`).
 
 mod import;
+mod lines;
 mod postgres;
 mod sqlite;
+
+pub use lines::lines;
 
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -432,17 +435,6 @@ impl Reader<'_> {
     }
 }
 
-/// An event as the `event` part's columns hold it.
-fn event_cells(event: &crate::events::StoredEvent) -> Vec<Cell> {
-    vec![
-        Cell::Int(event.seq),
-        Cell::Text(event.turn_id.to_string()),
-        Cell::Text(event.event_type.clone()),
-        Cell::Text(event.payload.clone()),
-        Cell::At(event.created_at.trunc_subsecs(6)),
-    ]
-}
-
 /// What an import did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Imported {
@@ -525,100 +517,3 @@ fn insert(part: &Part) -> String {
 /// events made (the outbox's trigger announces each event written), as an
 /// import is not new activity (`$1` the session's key).
 const UNANNOUNCE: &str = "DELETE FROM webhook_deliveries WHERE session_id = $1";
-
-/// The lines of the export of the session `key`, a page of rows a chunk:
-/// the header, the session, each part, and the `end` line that counts the
-/// lines before it (an export cut short has none, and is refused at
-/// import). An export fails when the session changed while it was read.
-pub fn lines(
-    store: std::sync::Arc<dyn super::Store>,
-    key: SessionKey,
-    session: super::SessionRecord,
-) -> impl futures::Stream<Item = Result<String>> + Send {
-    /// Where the export is.
-    enum At {
-        Header,
-        Part(usize, u64),
-        End,
-        Done,
-    }
-    const PAGE: u32 = 500;
-    futures::stream::unfold((At::Header, 0u64), move |(at, written)| {
-        let (store, key, session) = (store.clone(), key.clone(), session.clone());
-        async move {
-            let (chunk, next) = match at {
-                At::Done => return None,
-                At::Header => {
-                    let head = header(store.backend(), Utc::now());
-                    let extra = [
-                        ("id", Value::from(key.id())),
-                        ("tenant", Value::from(key.tenant())),
-                    ];
-                    let cells = vec![
-                        Cell::At(session.created_at.trunc_subsecs(6)),
-                        Cell::At(session.updated_at.trunc_subsecs(6)),
-                        Cell::Int(session.turn_count),
-                        Cell::Int(session.last_seq),
-                        session.cost_usd.map_or(Cell::Null, Cell::Real),
-                    ];
-                    let body = line(&SESSION, &cells, &extra);
-                    ((format!("{head}\n{body}\n"), 2), At::Part(0, 0))
-                }
-                At::Part(index, offset) => {
-                    let part = &PARTS[index];
-                    // The events are read as every reader reads them (a
-                    // run of deltas is its events): `offset` is the seq
-                    // the page starts after.
-                    let page = if part.line == "event" {
-                        let after = i64::try_from(offset).unwrap_or(i64::MAX);
-                        store
-                            .list_events(&key, None, after, PAGE)
-                            .await
-                            .map(|events| events.iter().map(event_cells).collect())
-                    } else {
-                        store.export_page(part, &key, PAGE, offset).await
-                    };
-                    let page: Vec<Vec<Cell>> = match page {
-                        Ok(page) => page,
-                        Err(e) => return Some((Err(e), (At::Done, written))),
-                    };
-                    let mut chunk = String::new();
-                    for row in &page {
-                        chunk.push_str(&line(part, row, &[]));
-                        chunk.push('\n');
-                    }
-                    let next = if page.len() == PAGE as usize {
-                        let next = match page.last().and_then(|row| row.first()) {
-                            Some(Cell::Int(seq)) if part.line == "event" => {
-                                u64::try_from(*seq).unwrap_or(u64::MAX)
-                            }
-                            _ => offset + u64::from(PAGE),
-                        };
-                        At::Part(index, next)
-                    } else if index + 1 < PARTS.len() {
-                        At::Part(index + 1, 0)
-                    } else {
-                        At::End
-                    };
-                    ((chunk, page.len() as u64), next)
-                }
-                At::End => {
-                    match store.get_session(&key).await {
-                        Ok(Some(now)) if now.last_seq == session.last_seq => {}
-                        Ok(_) => {
-                            let changed = super::StoreError::Unavailable(
-                                "the session changed while it was exported".into(),
-                            );
-                            return Some((Err(changed), (At::Done, written)));
-                        }
-                        Err(e) => return Some((Err(e), (At::Done, written))),
-                    }
-                    let end = serde_json::json!({"type": "end", "lines": written});
-                    ((format!("{end}\n"), 0), At::Done)
-                }
-            };
-            let (text, count) = chunk;
-            Some((Ok(text), (next, written + count)))
-        }
-    })
-}

@@ -1,0 +1,127 @@
+//! The stream of an export's lines: the header, the session, each part
+//! a page of rows at a time, and the `end` line.
+
+use chrono::{SubsecRound as _, Utc};
+use serde_json::Value;
+
+use super::{Cell, PARTS, Part, SESSION, header, line};
+use crate::{events::StoredEvent, ids::SessionKey, store::Result};
+
+/// Rows a page of an export reads.
+const PAGE: u32 = 500;
+
+/// The lines of the export of the session `key`, a page of rows a chunk:
+/// the header, the session, each part, and the `end` line that counts the
+/// lines before it (an export cut short has none, and is refused at
+/// import). An export fails when the session changed while it was read.
+pub fn lines(
+    store: std::sync::Arc<dyn crate::store::Store>,
+    key: SessionKey,
+    session: crate::store::SessionRecord,
+) -> impl futures::Stream<Item = Result<String>> + Send {
+    /// Where the export is.
+    enum At {
+        Header,
+        Part(usize, u64),
+        End,
+        Done,
+    }
+    futures::stream::unfold((At::Header, 0u64), move |(at, written)| {
+        let (store, key, session) = (store.clone(), key.clone(), session.clone());
+        async move {
+            let (chunk, next) = match at {
+                At::Done => return None,
+                At::Header => {
+                    let head = header(store.backend(), Utc::now());
+                    let extra = [
+                        ("id", Value::from(key.id())),
+                        ("tenant", Value::from(key.tenant())),
+                    ];
+                    let cells = vec![
+                        Cell::At(session.created_at.trunc_subsecs(6)),
+                        Cell::At(session.updated_at.trunc_subsecs(6)),
+                        Cell::Int(session.turn_count),
+                        Cell::Int(session.last_seq),
+                        session.cost_usd.map_or(Cell::Null, Cell::Real),
+                    ];
+                    let body = line(&SESSION, &cells, &extra);
+                    ((format!("{head}\n{body}\n"), 2), At::Part(0, 0))
+                }
+                At::Part(index, offset) => {
+                    let part = &PARTS[index];
+                    let page = match page(store.as_ref(), part, &key, offset).await {
+                        Ok(page) => page,
+                        Err(e) => return Some((Err(e), (At::Done, written))),
+                    };
+                    let mut chunk = String::new();
+                    for row in &page {
+                        chunk.push_str(&line(part, row, &[]));
+                        chunk.push('\n');
+                    }
+                    let next = if page.len() == PAGE as usize {
+                        At::Part(index, next_offset(part, &page, offset))
+                    } else if index + 1 < PARTS.len() {
+                        At::Part(index + 1, 0)
+                    } else {
+                        At::End
+                    };
+                    ((chunk, page.len() as u64), next)
+                }
+                At::End => {
+                    match store.get_session(&key).await {
+                        Ok(Some(now)) if now.last_seq == session.last_seq => {}
+                        Ok(_) => {
+                            let changed = crate::store::StoreError::Unavailable(
+                                "the session changed while it was exported".into(),
+                            );
+                            return Some((Err(changed), (At::Done, written)));
+                        }
+                        Err(e) => return Some((Err(e), (At::Done, written))),
+                    }
+                    let end = serde_json::json!({"type": "end", "lines": written});
+                    ((format!("{end}\n"), 0), At::Done)
+                }
+            };
+            let (text, count) = chunk;
+            Some((Ok(text), (next, written + count)))
+        }
+    })
+}
+
+/// A page of `part`'s rows of the session `key` after `offset`. The events
+/// are read as every reader reads them (a run of deltas is its events),
+/// and `offset` is then the seq the page starts after; for the other
+/// parts, the rows before the page.
+async fn page(
+    store: &dyn crate::store::Store,
+    part: &Part,
+    key: &SessionKey,
+    offset: u64,
+) -> Result<Vec<Vec<Cell>>> {
+    if part.line == "event" {
+        let after = i64::try_from(offset).unwrap_or(i64::MAX);
+        let events = store.list_events(key, None, after, PAGE).await?;
+        Ok(events.iter().map(event_cells).collect())
+    } else {
+        store.export_page(part, key, PAGE, offset).await
+    }
+}
+
+/// Where the page after the full `page` of `part` starts (see [`page`]).
+fn next_offset(part: &Part, page: &[Vec<Cell>], offset: u64) -> u64 {
+    match page.last().and_then(|row| row.first()) {
+        Some(Cell::Int(seq)) if part.line == "event" => u64::try_from(*seq).unwrap_or(u64::MAX),
+        _ => offset + u64::from(PAGE),
+    }
+}
+
+/// An event as the `event` part's columns hold it.
+fn event_cells(event: &StoredEvent) -> Vec<Cell> {
+    vec![
+        Cell::Int(event.seq),
+        Cell::Text(event.turn_id.to_string()),
+        Cell::Text(event.event_type.clone()),
+        Cell::Text(event.payload.clone()),
+        Cell::At(event.created_at.trunc_subsecs(6)),
+    ]
+}
