@@ -16,8 +16,8 @@ use crate::{
     client::{self, Stop, Target},
     fake::Spec,
     procs::{self, Proc},
-    scenarios::{ScratchDir, gaps, ok, one_tenants_room, ttfts},
-    stats::{p50_p99, percentile},
+    scenarios::{ScratchDir, StreamRun, ok, one_tenants_room},
+    stats::p50_p99,
 };
 
 /// The service's core counts, as many as the machine allows.
@@ -216,30 +216,17 @@ async fn paced(fake: &Proc, harness: &Proc, k: usize, count: usize) {
     for (name, target) in targets {
         // A client per path: its idle connections to the other are closed.
         let http = client::http_client();
-        client::load(&http, &target, &warm, count, count).await;
-        let cpu_before = harness.cpu();
         let spread = Duration::from_millis(spec.itl_ms);
-        let (samples, wall) =
-            client::load_staggered(&http, &target, &model, count, count, spread).await;
-        let cpu = harness.cpu().saturating_sub(cpu_before);
-        let (good, errors) = ok(&samples);
-        let all_gaps = gaps(&good);
-        let (g50, g99) = p50_p99(&all_gaps);
-        let max = percentile(&all_gaps, 100.0);
-        let (_, t99) = p50_p99(&ttfts(&good));
-        let tokens = all_gaps.len() + good.len();
-        let (cores, per_token) = if name == "direct" {
-            (String::new(), String::new())
+        let load = (warm.as_str(), model.as_str(), count, spread);
+        let (run, cpu, wall) = StreamRun::measure(&http, &target, load, harness).await;
+        let cores = if name == "direct" {
+            String::new()
         } else {
-            (
-                format!("{:.2} cores", cpu.as_secs_f64() / wall.as_secs_f64()),
-                format!("{:.1} µs", cpu.as_secs_f64() * 1e6 / tokens.max(1) as f64),
-            )
+            format!("{:.2} cores", cpu.as_secs_f64() / wall.as_secs_f64())
         };
-        println!(
-            "| {name} | {g50:.2} ms | {g99:.2} ms | {max:.1} ms | {t99:.2} ms | {errors} | {cores} | {per_token} |"
-        );
-        figures.push((g50, g99));
+        let per_token = run.cpu_per_token(name, cpu);
+        println!("| {name} | {} | {cores} | {per_token} |", run.cells());
+        figures.push((run.g50, run.g99));
     }
     println!(
         "\nadded inter-chunk delay on {k} cores, {count} streams: p50 {:.2} ms, p99 {:.2} ms\n",

@@ -351,31 +351,19 @@ async fn streams(fake: &Proc, harness: &Proc, streams: usize) {
             // Warm-up: the connections of 1,000 concurrent turns (client to
             // service, service to provider), so the figures are the steady
             // state and not 1,000 TCP handshakes at once.
-            client::load(&http, &target, &warm, streams, streams).await;
-            let cpu_before = harness.cpu();
-            let (samples, wall) =
-                client::load_staggered(&http, &target, &model, streams, streams, spread).await;
-            let cpu = harness.cpu().saturating_sub(cpu_before);
-            let (good, errors) = ok(&samples);
-            let all_gaps = gaps(&good);
-            let (g50, g99) = p50_p99(&all_gaps);
-            let max = percentile(&all_gaps, 100.0);
-            let (_, t99) = p50_p99(&ttfts(&good));
-            // Each relayed token: its gaps, and the first of each stream.
-            let tokens = all_gaps.len() + good.len();
-            let (rss, cpu, per_token) = if name == "direct" {
-                (String::new(), String::new(), String::new())
+            let load = (warm.as_str(), model.as_str(), streams, spread);
+            let (run, cpu, wall) = StreamRun::measure(&http, &target, load, harness).await;
+            let per_token = run.cpu_per_token(name, cpu);
+            let (rss, cpu) = if name == "direct" {
+                (String::new(), String::new())
             } else {
                 (
                     format!("{:.1} MiB", harness.rss_kib() as f64 / 1024.0),
                     format!("{:.0}%", 100.0 * cpu.as_secs_f64() / wall.as_secs_f64()),
-                    format!("{:.1} µs", cpu.as_secs_f64() * 1e6 / tokens.max(1) as f64),
                 )
             };
-            println!(
-                "| {name} | {g50:.2} ms | {g99:.2} ms | {max:.1} ms | {t99:.2} ms | {errors} | {rss} | {cpu} | {per_token} |"
-            );
-            figures.push((g50, g99));
+            println!("| {name} | {} | {rss} | {cpu} | {per_token} |", run.cells());
+            figures.push((run.g50, run.g99));
         }
         println!();
         added.push((
@@ -388,6 +376,73 @@ async fn streams(fake: &Proc, harness: &Proc, streams: usize) {
         println!("added inter-chunk delay, arrivals {arrivals}: p50 {g50:.2} ms, p99 {g99:.2} ms");
     }
     println!();
+}
+
+/// What the samples of a run of streams say, as its table row shows it.
+pub(crate) struct StreamRun {
+    /// Gaps between tokens: p50, p99 and the largest, ms.
+    pub g50: f64,
+    pub g99: f64,
+    pub max: f64,
+    pub t99: f64,
+    pub errors: usize,
+    /// Tokens relayed: each gap, and the first of each stream.
+    pub tokens: usize,
+}
+
+impl StreamRun {
+    /// `count` streams of `model` to `target` (after as many of `warm`, to
+    /// open their connections), their starts spread over `spread`: what
+    /// they say, the service's CPU meanwhile, and the wall time.
+    pub(crate) async fn measure(
+        http: &reqwest::Client,
+        target: &Target,
+        (warm, model, count, spread): (&str, &str, usize, Duration),
+        harness: &Proc,
+    ) -> (Self, Duration, Duration) {
+        client::load(http, target, warm, count, count).await;
+        let cpu_before = harness.cpu();
+        let (samples, wall) =
+            client::load_staggered(http, target, model, count, count, spread).await;
+        let cpu = harness.cpu().saturating_sub(cpu_before);
+        (Self::of(&samples), cpu, wall)
+    }
+
+    /// Its gaps' p50, p99 and largest, its TTFT p99 and its errors, as
+    /// cells of a table's row.
+    pub(crate) fn cells(&self) -> String {
+        format!(
+            "{:.2} ms | {:.2} ms | {:.1} ms | {:.2} ms | {}",
+            self.g50, self.g99, self.max, self.t99, self.errors
+        )
+    }
+
+    /// The service's `cpu` per token relayed, as a cell (empty for the
+    /// path straight to the provider).
+    pub(crate) fn cpu_per_token(&self, path: &str, cpu: Duration) -> String {
+        if path == "direct" {
+            return String::new();
+        }
+        format!(
+            "{:.1} µs",
+            cpu.as_secs_f64() * 1e6 / self.tokens.max(1) as f64
+        )
+    }
+
+    pub(crate) fn of(samples: &[Sample]) -> Self {
+        let (good, errors) = ok(samples);
+        let all_gaps = gaps(&good);
+        let (g50, g99) = p50_p99(&all_gaps);
+        let (_, t99) = p50_p99(&ttfts(&good));
+        Self {
+            g50,
+            g99,
+            max: percentile(&all_gaps, 100.0),
+            t99,
+            errors,
+            tokens: all_gaps.len() + good.len(),
+        }
+    }
 }
 
 /// The settings that let one tenant hold `count` turns at once (the
