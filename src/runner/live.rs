@@ -170,6 +170,18 @@ impl LiveTurns {
         self.lock().remove(&turn_id);
     }
 
+    /// Removes `turn` if it is still the one registered under its id (a
+    /// parked turn woken at once may have another by then).
+    pub fn remove_this(&self, turn: &Arc<LiveTurn>) {
+        let mut turns = self.lock();
+        if turns
+            .get(&turn.turn_id)
+            .is_some_and(|held| Arc::ptr_eq(held, turn))
+        {
+            turns.remove(&turn.turn_id);
+        }
+    }
+
     /// How many of the turns running here are of `tenant`'s sessions.
     pub fn count_of_tenant(&self, tenant: &str) -> usize {
         self.lock()

@@ -108,11 +108,16 @@ impl TurnRunner {
         };
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
         if let Outcome::Parked(parked) = outcome {
+            // No longer among its tenant's running turns here from before
+            // its park is written: a turn of the tenant's asked for once
+            // the park shows finds its place free.
+            live.ending
+                .store(true, std::sync::atomic::Ordering::Release);
             self.park(live, sink, &parked).await;
             inner.metrics.turn_parked();
-            self.record_usage(live, sink).await;
             live.closed.cancel();
-            inner.live.remove(live.turn_id);
+            inner.live.remove_this(live);
+            self.record_usage(live, sink).await;
             // An answer or a cancel that came as it parked (its wake found
             // the turn not parked yet) wakes it now.
             if self.answered(live, &parked.calls).await {

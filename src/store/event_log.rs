@@ -112,9 +112,11 @@ pub trait EventLog: Reads + Send + Sync + 'static {
     /// optionally of one turn, at most `limit`. For a turn, pass an
     /// `after` of at least its `first_seq - 1`: the scan starts there.
     ///
-    /// The scan starts at the row at or before `after` (one index seek):
-    /// a run of deltas that holds `after` begins there, and gives the
-    /// events past it.
+    /// Two index scans: the row just at or before `after`, kept when it is
+    /// a run of deltas that goes past `after` (it gives the events past
+    /// it), and the rows after `after`, in order, at most `limit`. (One
+    /// scan from a bound computed in the query lost Postgres its ordered
+    /// index scan: it read every later row of the session and sorted.)
     async fn list_events(
         &self,
         session_id: &SessionKey,
@@ -124,18 +126,28 @@ pub trait EventLog: Reads + Send + Sync + 'static {
     ) -> Result<Vec<StoredEvent>> {
         let rows: Vec<EventRow> = match turn_id {
             Some(turn_id) => {
-                let sql = "SELECT session_id, seq, seq_end, turn_id, type, payload, created_at \
-                     FROM events WHERE session_id = $1 AND seq >= (SELECT COALESCE(MAX(seq), 0) \
-                     FROM events WHERE session_id = $1 AND seq <= $2) \
-                     AND COALESCE(seq_end, seq) > $2 AND turn_id = $4 ORDER BY seq LIMIT $3";
+                let sql = "SELECT * FROM ( \
+                     SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
+                       created_at FROM events WHERE session_id = $1 AND seq <= $2 \
+                       ORDER BY seq DESC LIMIT 1) AS held WHERE seq_end > $2 AND turn_id = $4 \
+                     UNION ALL \
+                     SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
+                       created_at FROM events WHERE session_id = $1 AND seq > $2 AND turn_id = $4 \
+                       ORDER BY seq LIMIT $3) AS rest \
+                   ) AS page ORDER BY seq";
                 let bound = args![session_id, after, limit, turn_id];
                 self.reader().rows(sql, bound).await?
             }
             None => {
-                let sql = "SELECT session_id, seq, seq_end, turn_id, type, payload, created_at \
-                     FROM events WHERE session_id = $1 AND seq >= (SELECT COALESCE(MAX(seq), 0) \
-                     FROM events WHERE session_id = $1 AND seq <= $2) \
-                     AND COALESCE(seq_end, seq) > $2 ORDER BY seq LIMIT $3";
+                let sql = "SELECT * FROM ( \
+                     SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
+                       created_at FROM events WHERE session_id = $1 AND seq <= $2 \
+                       ORDER BY seq DESC LIMIT 1) AS held WHERE seq_end > $2 \
+                     UNION ALL \
+                     SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
+                       created_at FROM events WHERE session_id = $1 AND seq > $2 \
+                       ORDER BY seq LIMIT $3) AS rest \
+                   ) AS page ORDER BY seq";
                 let bound = args![session_id, after, limit];
                 self.reader().rows(sql, bound).await?
             }
