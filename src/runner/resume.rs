@@ -102,6 +102,32 @@ impl TurnRunner {
         }
     }
 
+    /// Ends this process's part in a turn that waits: it parks, leaves the
+    /// process, and is woken at once if its answer came meanwhile.
+    pub(super) async fn parked(
+        &self,
+        live: &Arc<LiveTurn>,
+        sink: &TurnSink,
+        parked: &crate::harness::Parked,
+    ) {
+        let inner = &self.inner;
+        // No longer among its tenant's running turns here from before its
+        // park is written: a turn of the tenant's asked for once the park
+        // shows finds its place free.
+        live.ending
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.park(live, sink, parked).await;
+        inner.metrics.turn_parked();
+        live.closed.cancel();
+        inner.live.remove_this(live);
+        self.record_usage(live, sink).await;
+        // An answer or a cancel that came as it parked (its wake found the
+        // turn not parked yet) wakes it now.
+        if self.answered(live, &parked.calls).await {
+            self.wake(live.turn_id).await;
+        }
+    }
+
     /// Whether any of `calls` of the turn has its answer in the store (a
     /// decision, a client's result), or someone asked for it to stop.
     pub(super) async fn answered(&self, live: &LiveTurn, calls: &[String]) -> bool {

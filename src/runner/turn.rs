@@ -108,21 +108,7 @@ impl TurnRunner {
         };
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "turn ended");
         if let Outcome::Parked(parked) = outcome {
-            // No longer among its tenant's running turns here from before
-            // its park is written: a turn of the tenant's asked for once
-            // the park shows finds its place free.
-            live.ending
-                .store(true, std::sync::atomic::Ordering::Release);
-            self.park(live, sink, &parked).await;
-            inner.metrics.turn_parked();
-            live.closed.cancel();
-            inner.live.remove_this(live);
-            self.record_usage(live, sink).await;
-            // An answer or a cancel that came as it parked (its wake found
-            // the turn not parked yet) wakes it now.
-            if self.answered(live, &parked.calls).await {
-                self.wake(live.turn_id).await;
-            }
+            self.parked(live, sink, &parked).await;
             return;
         }
         if matches!(outcome, Outcome::HandedOver) {
@@ -163,7 +149,7 @@ impl TurnRunner {
     /// before the turn's end is committed (the calls were billed, however
     /// the turn ends). A process that dies before it loses that attempt's
     /// count (the quota errs on the tenant's side), never a turn.
-    async fn record_usage(&self, live: &LiveTurn, sink: &TurnSink) {
+    pub(super) async fn record_usage(&self, live: &LiveTurn, sink: &TurnSink) {
         let used = *sink
             .used
             .lock()
