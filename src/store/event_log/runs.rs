@@ -75,8 +75,7 @@ fn continues(last: &StoredEvent, next: &StoredEvent) -> bool {
         && next.seq == last.seq + 1
         && next.turn_id == last.turn_id
         && next.session_id == last.session_id
-        && delta_step(next).is_some()
-        && delta_step(next) == delta_step(last)
+        && delta_step(next).is_some_and(|step| delta_step(last) == Some(step))
 }
 
 /// `events` (in the order they are written) as rows: each stretch of two
