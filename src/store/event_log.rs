@@ -5,6 +5,7 @@
 //! side in `event_log/sqlite.rs` and `event_log/postgres.rs`.
 
 pub mod cursor;
+pub(super) mod journal;
 pub(super) mod postgres;
 pub(super) mod runs;
 mod sqlite;
@@ -124,43 +125,7 @@ pub trait EventLog: Reads + Send + Sync + 'static {
         after: i64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>> {
-        let rows: Vec<EventRow> = match turn_id {
-            Some(turn_id) => {
-                let sql = "SELECT * FROM ( \
-                     SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
-                       created_at FROM events WHERE session_id = $1 AND seq <= $2 \
-                       ORDER BY seq DESC LIMIT 1) AS held WHERE seq_end > $2 AND turn_id = $4 \
-                     UNION ALL \
-                     SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
-                       created_at FROM events WHERE session_id = $1 AND seq > $2 AND turn_id = $4 \
-                       ORDER BY seq LIMIT $3) AS rest \
-                   ) AS page ORDER BY seq";
-                let bound = args![session_id, after, limit, turn_id];
-                self.reader().rows(sql, bound).await?
-            }
-            None => {
-                let sql = "SELECT * FROM ( \
-                     SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
-                       created_at FROM events WHERE session_id = $1 AND seq <= $2 \
-                       ORDER BY seq DESC LIMIT 1) AS held WHERE seq_end > $2 \
-                     UNION ALL \
-                     SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
-                       created_at FROM events WHERE session_id = $1 AND seq > $2 \
-                       ORDER BY seq LIMIT $3) AS rest \
-                   ) AS page ORDER BY seq";
-                let bound = args![session_id, after, limit];
-                self.reader().rows(sql, bound).await?
-            }
-        };
-        let mut events = Vec::with_capacity(rows.len());
-        for row in rows {
-            for event in runs::expand(row, super::sqlite::writer::parse_ts)? {
-                if event.seq > after && events.len() < limit as usize {
-                    events.push(event);
-                }
-            }
-        }
-        Ok(events)
+        list_table(self, session_id, turn_id, after, limit).await
     }
 
     /// Appends `event` to its session's log at the session's next seq,
@@ -168,4 +133,51 @@ pub trait EventLog: Reads + Send + Sync + 'static {
     /// while a turn of the session runs (its events own the next seqs):
     /// try again later.
     async fn append_session_event(&self, event: &StoredEvent) -> Result<bool>;
+}
+
+/// [`EventLog::list_events`] from the table alone.
+async fn list_table<L: Reads + Sync + ?Sized>(
+    log: &L,
+    session_id: &SessionKey,
+    turn_id: Option<Uuid>,
+    after: i64,
+    limit: u32,
+) -> Result<Vec<StoredEvent>> {
+    let rows: Vec<EventRow> = match turn_id {
+        Some(turn_id) => {
+            let sql = "SELECT * FROM ( \
+                 SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
+                   created_at FROM events WHERE session_id = $1 AND seq <= $2 \
+                   ORDER BY seq DESC LIMIT 1) AS held WHERE seq_end > $2 AND turn_id = $4 \
+                 UNION ALL \
+                 SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
+                   created_at FROM events WHERE session_id = $1 AND seq > $2 AND turn_id = $4 \
+                   ORDER BY seq LIMIT $3) AS rest \
+               ) AS page ORDER BY seq";
+            let bound = args![session_id, after, limit, turn_id];
+            log.reader().rows(sql, bound).await?
+        }
+        None => {
+            let sql = "SELECT * FROM ( \
+                 SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
+                   created_at FROM events WHERE session_id = $1 AND seq <= $2 \
+                   ORDER BY seq DESC LIMIT 1) AS held WHERE seq_end > $2 \
+                 UNION ALL \
+                 SELECT * FROM (SELECT session_id, seq, seq_end, turn_id, type, payload, \
+                   created_at FROM events WHERE session_id = $1 AND seq > $2 \
+                   ORDER BY seq LIMIT $3) AS rest \
+               ) AS page ORDER BY seq";
+            let bound = args![session_id, after, limit];
+            log.reader().rows(sql, bound).await?
+        }
+    };
+    let mut events = Vec::with_capacity(rows.len());
+    for row in rows {
+        for event in runs::expand(row, super::sqlite::writer::parse_ts)? {
+            if event.seq > after && events.len() < limit as usize {
+                events.push(event);
+            }
+        }
+    }
+    Ok(events)
 }

@@ -22,6 +22,7 @@ use sqlx::{
 use super::{Reader, Readiness, Reads, Store, StoreError};
 use crate::store::Result;
 
+pub(super) mod time;
 pub(super) mod writer;
 
 /// The scope's memories matching an FTS5 query, by BM25: `$1` the query
@@ -108,8 +109,20 @@ impl Store for SqliteStore {
         "sqlite"
     }
 
+    /// Migrates, then moves what a stopped process left in the event
+    /// journal into the log (`event_log/journal.rs`).
     async fn migrate(&self) -> Result<()> {
         Self::MIGRATOR.run(&self.writer).await?;
+        let moved = self
+            .writes
+            .run_logged(|tx, stage| super::event_log::journal::recover(tx, stage))
+            .await?;
+        if moved > 0 {
+            tracing::info!(
+                rows = moved,
+                "moved the journaled events of the last run into the log"
+            );
+        }
         Ok(())
     }
 

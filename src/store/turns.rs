@@ -226,13 +226,29 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// not there.
     async fn hide_turn(&self, turn_id: Uuid, now: DateTime<Utc>) -> Result<bool>;
 
+    /// The last seq of a session's events that are written but not in
+    /// its table yet (SQLite's journal); `None`: none are.
+    fn pending_seq(&self, _session_id: &str) -> Option<i64> {
+        None
+    }
+
     async fn get_session(&self, session_id: &SessionKey) -> Result<Option<SessionRecord>> {
         let sql = concat!(session_select!(), " WHERE s.id = $1");
         self.reader()
             .row::<SessionRow>(sql, args![session_id])
             .await?
-            .map(TryInto::try_into)
+            .map(|row| self.with_pending(row))
             .transpose()
+    }
+
+    /// A session's row read as its record, its last seq counting its
+    /// pending events.
+    fn with_pending(&self, row: SessionRow) -> Result<SessionRecord> {
+        let mut record: SessionRecord = row.try_into()?;
+        if let Some(pending) = self.pending_seq(&record.id) {
+            record.last_seq = record.last_seq.max(pending);
+        }
+        Ok(record)
     }
 
     /// A tenant's sessions, the most recently used first, at most `limit`;
@@ -249,7 +265,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
             .rows::<SessionRow>(sql, args![tenant, limit])
             .await?
             .into_iter()
-            .map(TryInto::try_into)
+            .map(|row| self.with_pending(row))
             .collect()
     }
 

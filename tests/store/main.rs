@@ -839,6 +839,103 @@ async fn a_burst_of_deltas_reads_back_whole_after_any_seq(backend: Backend) {
     }
 }
 
+/// Paced deltas, one per session a commit (what 1,000 streams at a token
+/// every 50 ms write): on SQLite each is committed to the journal, not a
+/// row of the session's table each (before, each was a row: the page
+/// rewrite a paced token cost); on both backends every read, of a
+/// session, a turn or after any seq, gets each event once, in order, and
+/// the session's last seq counts them. A store opened after a crash (the
+/// first dropped with deltas pending) moves them into the table; the
+/// turn's end then writes after them.
+async fn paced_read_back(store: &dyn Store, turns: &[NewTurn]) {
+    for turn in turns {
+        let id = &turn.session_id;
+        let all = store.list_events(&key(id), None, 0, 100).await.unwrap();
+        let seqs: Vec<i64> = all.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2, 3, 4, 5, 6], "{id}");
+        assert!(all[3].payload.contains(&format!("{id} 4")), "{id}");
+        for after in 0..=6 {
+            let page = store
+                .list_events(&key(id), Some(turn.id), after, 2)
+                .await
+                .unwrap();
+            let seqs: Vec<i64> = page.iter().map(|e| e.seq).collect();
+            let want: Vec<i64> = (after + 1..=6.min(after + 2)).collect();
+            assert_eq!(seqs, want, "{id} after {after}");
+        }
+        let session = store.get_session(&key(id)).await.unwrap().unwrap();
+        assert_eq!(session.last_seq, 6, "{id}");
+    }
+}
+
+async fn paced_deltas_read_back_whole_and_survive_a_crash(backend: Backend) {
+    let (db, store) = store(backend).await;
+    let sessions: Vec<String> = (0..40).map(|i| format!("paced-{i}")).collect();
+    let turns: Vec<NewTurn> = sessions.iter().map(|s| new_turn(s, None)).collect();
+    for turn in &turns {
+        assert_eq!(store.begin_turn(turn).await.unwrap().first_seq, 1);
+    }
+    for seq in 2..=6 {
+        let round: Vec<_> = turns
+            .iter()
+            .map(|t| delta(t, seq, &format!("{} {seq}", t.session_id)))
+            .collect();
+        store.write_batch(&round, &[]).await.unwrap();
+    }
+    paced_read_back(store.as_ref(), &turns).await;
+    // A delta at a seq already written is refused, journaled or not.
+    let again = delta(&turns[0], 4, "again");
+    assert!(store.write_batch(&[again], &[]).await.is_err());
+    if backend == Backend::Sqlite {
+        let pool = sqlx::SqlitePool::connect(&db.sqlite_url()).await.unwrap();
+        let count = |sql: &'static str| {
+            let pool = pool.clone();
+            async move {
+                let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.unwrap();
+                n
+            }
+        };
+        // The turns' starts only: the deltas are in the journal.
+        assert_eq!(count("SELECT count(*) FROM events").await, 40);
+        assert_eq!(count("SELECT count(*) FROM event_journal").await, 200);
+        pool.close().await;
+    }
+    // The process stops with the deltas pending; the next one reads them.
+    drop(store);
+    let store = db.open().await;
+    paced_read_back(store.as_ref(), &turns).await;
+    if backend == Backend::Sqlite {
+        let pool = sqlx::SqlitePool::connect(&db.sqlite_url()).await.unwrap();
+        let (journal,): (i64,) = sqlx::query_as("SELECT count(*) FROM event_journal")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(journal, 0);
+        pool.close().await;
+    }
+    // The turns go on: 40 more deltas of one turn, one a commit (past
+    // the journal's flush point), then its end.
+    let turn = &turns[0];
+    for seq in 7..=46 {
+        store
+            .write_batch(&[delta(turn, seq, &format!("late {seq}"))], &[])
+            .await
+            .unwrap();
+    }
+    store
+        .write_batch(&[], &[&completed(turn, 47, "done")])
+        .await
+        .unwrap();
+    let all = store
+        .list_events(&key(&turn.session_id), None, 0, 100)
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = all.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=47).collect::<Vec<_>>());
+    let next = new_turn(&turn.session_id, None);
+    assert_eq!(store.begin_turn(&next).await.unwrap().first_seq, 48);
+}
+
 async fn heartbeat_reports_requested_cancellations(backend: Backend) {
     let (_db, store) = store(backend).await;
     let a = new_turn("s1", None);
@@ -1601,6 +1698,7 @@ on_both_backends!(
     a_turn_log_cursor_reads_every_page_of_its_turn,
     stored_events_are_byte_for_byte_what_was_written,
     a_burst_of_deltas_reads_back_whole_after_any_seq,
+    paced_deltas_read_back_whole_and_survive_a_crash,
     heartbeat_reports_requested_cancellations,
     orphans_are_interrupted_once_with_a_final_event,
     an_orphan_is_taken_over_and_its_lost_owner_writes_nothing,
@@ -1865,6 +1963,10 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 .await;
             db.execute_sqlite(include_str!("../../migrations/sqlite/0030_event_runs.sql"))
                 .await;
+            db.execute_sqlite(include_str!(
+                "../../migrations/sqlite/0031_event_journal.sql"
+            ))
+            .await;
         }
         (Backend::Postgres, true) => {
             db.execute_postgres(include_str!(
@@ -1896,7 +1998,7 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  ALTER TABLE turns DROP COLUMN parked_until; \
                  ALTER TABLE turns DROP COLUMN waited_ms; \
                  ALTER TABLE turns DROP COLUMN resumes; \
-                 ALTER TABLE events DROP COLUMN seq_end;",
+                 ALTER TABLE events DROP COLUMN seq_end; DROP TABLE event_journal;",
             )
             .await;
         }

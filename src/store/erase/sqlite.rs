@@ -21,7 +21,7 @@ impl Erase for SqliteStore {
     async fn erase_session(&self, key: &SessionKey) -> Result<Erased> {
         let (key, scope) = (key.as_str().to_owned(), own_scope(key));
         self.writes
-            .run(move |tx| {
+            .run_logged(move |tx, stage| {
                 let running: Option<String> = tx
                     .prepare_cached(RUNNING)?
                     .query_row(params![key], |row| row.get(0))
@@ -37,6 +37,11 @@ impl Erase for SqliteStore {
                         statement.execute(params![key])?;
                     }
                 }
+                // Its rows in the event journal (see `event_log/journal.rs`);
+                // the journal is small and has no index but its row id.
+                tx.prepare_cached("DELETE FROM event_journal WHERE session_id = ?1")?
+                    .execute(params![key])?;
+                stage.forget(&key);
                 let gone = tx.prepare_cached(SESSION)?.execute(params![key])?;
                 Ok(if gone == 1 {
                     Erased::Erased

@@ -23,7 +23,7 @@ use crate::events::StoredEvent;
 pub const MAX_RUN: usize = 256;
 
 /// The type of the events that make runs.
-const DELTA: &str = "message.delta";
+pub(super) const DELTA: &str = "message.delta";
 
 /// One row to insert: an event alone, or a run of deltas.
 #[derive(Debug, PartialEq, Eq)]
@@ -69,7 +69,7 @@ fn delta_step(event: &StoredEvent) -> Option<u32> {
 }
 
 /// Whether `next` goes on the run that `last` ends.
-fn continues(last: &StoredEvent, next: &StoredEvent) -> bool {
+pub(super) fn continues(last: &StoredEvent, next: &StoredEvent) -> bool {
     next.event_type == DELTA
         && last.event_type == DELTA
         && next.seq == last.seq + 1

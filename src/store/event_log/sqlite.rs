@@ -2,8 +2,10 @@
 
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
+use uuid::Uuid;
 
-use super::{Batch, EventLog};
+use super::{Batch, EventLog, journal::insert_events};
+use crate::ids::SessionKey;
 use crate::store::Result;
 use crate::{
     events::StoredEvent,
@@ -11,7 +13,7 @@ use crate::{
         NewStep, StoreError, TurnFinish,
         sqlite::{
             SqliteStore,
-            writer::{insert_events, insert_job, insert_observation, ts},
+            writer::{insert_job, insert_observation, ts},
         },
     },
 };
@@ -25,7 +27,7 @@ impl EventLog for SqliteStore {
         let steps: Vec<NewStep> = batch.steps.iter().map(|s| (*s).clone()).collect();
         let finishes: Vec<TurnFinish> = batch.finishes.iter().map(|f| (*f).clone()).collect();
         self.writes
-            .run(move |tx| {
+            .run_logged(move |tx, stage| {
                 // One process writes a SQLite store; a lease is lost only to
                 // a take-over by the same process after a restart, but the
                 // rule holds here as on Postgres: a fenced batch's events
@@ -137,11 +139,32 @@ impl EventLog for SqliteStore {
                     .iter()
                     .zip(&applied)
                     .filter(|(_, applied)| **applied)
-                    .map(|(finish, _)| &*finish.terminal);
-                insert_events(tx, events.iter().map(|e| &**e).chain(terminals))?;
+                    .map(|(finish, _)| finish.terminal.clone());
+                insert_events(tx, stage, events.iter().cloned().chain(terminals))?;
                 Ok(applied)
             })
             .await
+    }
+
+    /// The table's events, then those still pending in the journal (read
+    /// first: see `journal.rs`).
+    async fn list_events(
+        &self,
+        session_id: &SessionKey,
+        turn_id: Option<Uuid>,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        let pending = self
+            .writes
+            .journal()
+            .read(session_id.as_str(), turn_id, after);
+        let mut events = super::list_table(self, session_id, turn_id, after, limit).await?;
+        let last = events.last().map_or(after, |e| e.seq);
+        let room = (limit as usize).saturating_sub(events.len());
+        let later = pending.iter().filter(|e| e.seq > last).take(room);
+        events.extend(later.map(|e| StoredEvent::clone(e)));
+        Ok(events)
     }
 
     async fn append_session_event(&self, event: &StoredEvent) -> Result<bool> {

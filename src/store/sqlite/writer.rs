@@ -20,18 +20,17 @@ use std::{
     time::Duration,
 };
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::{mpsc, oneshot};
 
+pub(in crate::store) use super::time::{parse_ts, ts};
 use crate::ids::SessionKey;
 use crate::store::Result;
-use crate::{
-    events::StoredEvent,
-    store::{
-        MemoryQuery, MemoryRecord, MessageRecord, NewJob, ObservationRecord, StoreError, jobs,
-        records::parse_uuid, turns,
-    },
+use crate::store::event_log::journal::{Journal, Stage};
+use crate::store::{
+    MemoryQuery, MemoryRecord, MessageRecord, NewJob, ObservationRecord, StoreError, jobs,
+    records::parse_uuid, turns,
 };
 
 /// Jobs that may wait for the writer thread.
@@ -50,8 +49,9 @@ const RESTART_WAL_AT: i64 = 4000;
 
 /// A write, run inside the group's transaction.
 trait Job: Send {
-    /// Runs the write; false when it failed (its part is rolled back).
-    fn run(&mut self, connection: &Connection) -> bool;
+    /// Runs the write; false when it failed (its part is rolled back, and
+    /// its changes to the journal's pending events taken back).
+    fn run(&mut self, connection: &Connection, stage: &mut Stage<'_>) -> bool;
     /// Hands over the outcome once the group's commit is known.
     fn report(self: Box<Self>, commit: &Result<(), String>);
 }
@@ -65,11 +65,11 @@ struct Typed<T, F> {
 impl<T, F> Job for Typed<T, F>
 where
     T: Send,
-    F: FnOnce(&Connection) -> Result<T> + Send,
+    F: FnOnce(&Connection, &mut Stage<'_>) -> Result<T> + Send,
 {
-    fn run(&mut self, connection: &Connection) -> bool {
+    fn run(&mut self, connection: &Connection, stage: &mut Stage<'_>) -> bool {
         let outcome = match self.work.take() {
-            Some(work) => work(connection),
+            Some(work) => work(connection, stage),
             None => Err(StoreError::Unavailable("a write ran twice".into())),
         };
         let ok = outcome.is_ok();
@@ -94,55 +94,62 @@ where
 /// Runs `group` in one transaction, each job in its own savepoint; a
 /// job alone runs in the transaction itself (a savepoint copies each page
 /// it changes to a sub-journal first: a third of the writer's time under
-/// 1,000 streams, see docs/benchmarks.md).
-fn run_group(connection: &mut Connection, group: &mut [Box<dyn Job>]) -> Result<(), String> {
+/// 1,000 streams, see docs/benchmarks.md). The journal's chores come
+/// first: its stale sessions flushed, its old rows deleted.
+fn run_group(
+    connection: &mut Connection,
+    group: &mut [Box<dyn Job>],
+    stage: &mut Stage<'_>,
+    chores: &Chores,
+) -> Result<(), String> {
     let mut tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| e.to_string())?;
+    stage.sweep(&tx, &chores.stale);
+    if let Some(below) = chores.trim {
+        Journal::trim(&tx, below).map_err(|e| e.to_string())?;
+    }
     if let [job] = group {
-        return if job.run(&tx) {
+        return if job.run(&tx, stage) {
             tx.commit().map_err(|e| e.to_string())
         } else {
             // The job reports its own error; nothing of it stays.
+            stage.rollback(0);
             tx.rollback().map_err(|e| e.to_string())
         };
     }
     for job in group.iter_mut() {
         let savepoint = tx.savepoint().map_err(|e| e.to_string())?;
-        if job.run(&savepoint) {
+        let mark = stage.mark();
+        if job.run(&savepoint, stage) {
             savepoint.commit().map_err(|e| e.to_string())?;
+        } else {
+            // The savepoint rolls back when dropped.
+            stage.rollback(mark);
         }
-        // A failed job's savepoint rolls back when dropped.
     }
     tx.commit().map_err(|e| e.to_string())
+}
+
+/// What the journal asks of the next group.
+#[derive(Debug, Default)]
+struct Chores {
+    stale: Vec<String>,
+    trim: Option<i64>,
 }
 
 /// Handle to the writer thread; the thread ends when the handle is dropped.
 #[derive(Debug)]
 pub(in crate::store) struct Writer {
     jobs: mpsc::Sender<Box<dyn Job>>,
+    /// The events committed to the journal, not yet to their table.
+    journal: Arc<Journal>,
 }
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         StoreError::Unavailable(format!("sqlite: {e}"))
     }
-}
-
-/// Timestamps as sqlx's SQLite driver writes them, so both sides compare.
-pub(in crate::store) fn ts(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::AutoSi, false)
-}
-
-/// A timestamp as [`ts`] (or sqlx) wrote it.
-pub(in crate::store) fn parse_ts(raw: &str) -> Result<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(raw)
-        .map(|at| at.with_timezone(&Utc))
-        .or_else(|_| {
-            chrono::NaiveDateTime::parse_from_str(raw, "%Y-%m-%d %H:%M:%S%.f")
-                .map(|at| at.and_utc())
-        })
-        .map_err(|e| StoreError::Corrupt(format!("timestamp {raw:?}: {e}")))
 }
 
 /// A turn's first read as the begin answers it: one that fails is left to
@@ -276,11 +283,14 @@ impl Writer {
         let restart_due = Arc::new(AtomicBool::new(false));
         let checkpoints = Self::start_checkpointer(path, restart_due.clone())?;
         let (jobs, mut queue) = mpsc::channel::<Box<dyn Job>>(QUEUE);
+        let journal = Arc::new(Journal::default());
+        let pending = journal.clone();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || {
                 let mut connection = connection;
                 let mut group: Vec<Box<dyn Job>> = Vec::with_capacity(GROUP_MAX);
+                let mut chores = Chores::default();
                 while let Some(first) = queue.blocking_recv() {
                     group.push(first);
                     while group.len() < GROUP_MAX {
@@ -289,7 +299,20 @@ impl Writer {
                             Err(_) => break,
                         }
                     }
-                    let commit = run_group(&mut connection, &mut group);
+                    let mut stage = pending.stage();
+                    let commit = run_group(&mut connection, &mut group, &mut stage, &chores);
+                    if commit.is_ok() {
+                        // Before any job hears "done": what it sends next
+                        // is readable.
+                        pending.apply(stage);
+                        if let Some(below) = chores.trim {
+                            pending.trimmed(below);
+                        }
+                        chores = Chores {
+                            stale: pending.stale(),
+                            trim: pending.trim_due(),
+                        };
+                    }
                     for job in group.drain(..) {
                         job.report(&commit);
                     }
@@ -309,7 +332,12 @@ impl Writer {
                 }
             })
             .map_err(|e| StoreError::Unavailable(format!("cannot start the SQLite writer: {e}")))?;
-        Ok(Self { jobs })
+        Ok(Self { jobs, journal })
+    }
+
+    /// The events committed to the journal, not yet to their table.
+    pub(in crate::store) fn journal(&self) -> &Journal {
+        &self.journal
     }
 
     /// Starts the thread that checkpoints the WAL, and returns how to tell
@@ -374,6 +402,16 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
+        self.run_logged(move |connection, _| work(connection)).await
+    }
+
+    /// [`Self::run`] of a write that may write events (it is given the
+    /// journal's pending events, as the jobs before it left them).
+    pub(in crate::store) async fn run_logged<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &mut Stage<'_>) -> Result<T> + Send + 'static,
+    {
         let stopped = || StoreError::Unavailable("the SQLite writer stopped".into());
         let (reply, result) = oneshot::channel();
         self.jobs
@@ -386,83 +424,6 @@ impl Writer {
             .map_err(|_| stopped())?;
         result.await.map_err(|_| stopped())?
     }
-}
-
-/// Inserts events one row at a time: on this thread a statement costs a
-/// few microseconds, not a hand-off.
-///
-/// In key order, each turn's deltas of one step a run where they follow
-/// each other (`event_log/runs.rs`): a fast stream is a few rows a
-/// commit, not one per token. Two events at one seq are
-/// [`StoreError::Conflict`], as a duplicate key is; and since the primary
-/// key sees only a run's first seq, a session the batch writes a run for
-/// must have nothing at or past the batch's first seq of it (a turn's
-/// log only grows). A row of one event keeps the key's check alone: the
-/// query per session would cost a paced token about 5 % more.
-pub(in crate::store) fn insert_events<'e>(
-    tx: &Connection,
-    events: impl Iterator<Item = &'e StoredEvent>,
-) -> Result<()> {
-    let mut events: Vec<&StoredEvent> = events.collect();
-    events.sort_by(|a, b| (&a.session_id, a.seq).cmp(&(&b.session_id, b.seq)));
-    let twice = events
-        .windows(2)
-        .any(|w| w[0].seq == w[1].seq && w[0].session_id == w[1].session_id);
-    if twice {
-        return Err(StoreError::Conflict);
-    }
-    let rows = crate::store::event_log::runs::rows(events.iter().copied(), ts);
-    let mut last = tx.prepare_cached(
-        "SELECT COALESCE(seq_end, seq) FROM events WHERE session_id = ?1 \
-         ORDER BY seq DESC LIMIT 1",
-    )?;
-    // The session the rows are at (they are in key order), its first seq
-    // in the batch, and whether it was checked.
-    let mut at: Option<(&str, i64, bool)> = None;
-    for row in &rows {
-        let first = row.first();
-        let (session, from, checked) = match at {
-            Some((session, from, checked)) if session == first.session_id => {
-                (session, from, checked)
-            }
-            _ => (first.session_id.as_str(), first.seq, false),
-        };
-        at = Some((session, from, checked || row.seq_end().is_some()));
-        if checked || row.seq_end().is_none() {
-            continue;
-        }
-        let end: Option<i64> = last
-            .query_row(params![session], |row| row.get(0))
-            .optional()?;
-        if end.is_some_and(|end| end >= from) {
-            return Err(StoreError::Conflict);
-        }
-    }
-    drop(last);
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO events (session_id, seq, seq_end, turn_id, type, payload, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?;
-    // A turn's id, written once per turn of the batch.
-    let mut turn = String::new();
-    let mut last_turn = None;
-    for row in rows {
-        let e = row.first();
-        if last_turn != Some(e.turn_id) {
-            turn = e.turn_id.to_string();
-            last_turn = Some(e.turn_id);
-        }
-        insert.execute(params![
-            e.session_id,
-            e.seq,
-            row.seq_end(),
-            turn,
-            e.event_type,
-            row.payload(),
-            ts(e.created_at)
-        ])?;
-    }
-    Ok(())
 }
 
 /// Keeps a research learner's observation.

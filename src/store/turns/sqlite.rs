@@ -1,5 +1,7 @@
 //! [`Turns`] on SQLite: each write is one job on the writer thread.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, params};
@@ -12,12 +14,12 @@ use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
         BeganTurn, BeginTurnError, Lease, NewTurn, Orphan, OrphanScope, StoreError, TurnContext,
+        event_log::journal::insert_events,
         records::parse_uuid,
         sqlite::{
             SqliteStore,
             writer::{
-                answered, insert_events, is_unique_violation, memories_for_turn, parse_ts,
-                recent_messages, ts,
+                answered, is_unique_violation, memories_for_turn, parse_ts, recent_messages, ts,
             },
         },
     },
@@ -44,6 +46,10 @@ enum BeginTry {
 
 #[async_trait]
 impl Turns for SqliteStore {
+    fn pending_seq(&self, session_id: &str) -> Option<i64> {
+        self.writes.journal().last_seq(session_id)
+    }
+
     /// Begins a turn; [`StoreError::Conflict`]: a unique index refused it
     /// (the caller finds out why) and nothing was written.
     /// `None`: the session belongs to another tenant (nothing written).
@@ -258,7 +264,7 @@ impl Turns for SqliteStore {
         let (scope, reason) = (scope.clone(), reason.to_owned());
         let outcomes = self
             .writes
-            .run(move |tx| {
+            .run_logged(move |tx, stage| {
                 let at = ts(now);
                 let only = scope.only.map(|id| id.to_string());
                 let candidates: Vec<Candidate> = tx
@@ -304,12 +310,17 @@ impl Turns for SqliteStore {
                     if scope.alive.contains(&parse_uuid(&turn_id)?) {
                         continue;
                     }
-                    let next_seq: i64 = tx
+                    let in_table: i64 = tx
                         .prepare_cached(
                             "SELECT COALESCE((SELECT COALESCE(seq_end, seq) FROM events \
                              WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1), 0) + 1",
                         )?
                         .query_row(params![session_id], |row| row.get(0))?;
+                    // A turn whose task ended in this process may have
+                    // left deltas pending in the journal.
+                    let next_seq = stage
+                        .last_seq(&session_id)
+                        .map_or(in_table, |pending| in_table.max(pending + 1));
                     let parked = match parked_at.as_deref() {
                         Some(raw) => Some(parse_ts(raw)?),
                         None => None,
@@ -360,7 +371,7 @@ impl Turns for SqliteStore {
                     let stored =
                         StoredEvent::new(&session_id, parse_uuid(&turn_id)?, next_seq, &event, now)
                             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                    insert_events(tx, std::iter::once(&stored))?;
+                    insert_events(tx, stage, std::iter::once(Arc::new(stored.clone())))?;
                     tx.prepare_cached("UPDATE sessions SET last_seq = ?1 WHERE id = ?2")?
                         .execute(params![next_seq, session_id])?;
                     outcomes.push((session_id, turn_id, next_seq, released, false, Some(stored)));

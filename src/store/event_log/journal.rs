@@ -1,0 +1,501 @@
+//! The journal: where a paced token is committed first (SQLite).
+//!
+//! The log's table is clustered by session and seq, so a commit that
+//! holds one delta of each of 1,000 paced streams rewrote 1,000 B-tree
+//! pages (a 4 KiB copy and checksum in the WAL each): the writer thread's
+//! whole cost under paced streams, and what held one process to a core
+//! (docs/benchmarks.md, issue 42). Here a session's deltas that follow
+//! each other are committed to `event_journal` instead, a table in commit
+//! order with no index but its row id: a commit's rows are a few pages at
+//! its end, whatever the sessions. The process keeps each session's
+//! journaled events in memory (they are *pending*) until they are moved,
+//! as runs, into the session's table (a *flush*), in the same transaction
+//! as the events that end them:
+//!
+//! - at any event that is not a delta (a tool call, a step's or turn's
+//!   end: so between turns nothing is pending),
+//! - when [`FLUSH_AT`] are pending, or the next delta does not follow
+//!   (another turn or step, a hole),
+//! - when the oldest pending row is [`SWEEP_BEHIND`] rows behind the
+//!   newest (a slow turn does not keep the journal from being trimmed).
+//!
+//! A read of the log is the table's events, then the pending ones after
+//! them; the pending ones are read *first*, so a flush between the two
+//! reads gives them twice (they are cut by seq), never not at all (a
+//! flush moves a prefix of a session's pending events). Rows below the
+//! oldest pending row are deleted, a thousand at a time from the table's
+//! start. After a crash, the journal is read back when the store is
+//! migrated: each row past its session's last seq in the table (and whose
+//! turn is still there: an erased session's rows are not brought back)
+//! moves into the table, and the journal is emptied.
+//!
+//! The promise holds as before: an event is sent only once its commit is
+//! done, and a client that resumes after any seq gets every later event
+//! once, in order. Postgres does not journal: its replicas read each
+//! other's turns, so the table is the log.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use uuid::Uuid;
+
+use super::runs::{self, DELTA};
+use crate::events::StoredEvent;
+use crate::store::{
+    Result, StoreError,
+    sqlite::time::{parse_ts, ts},
+};
+
+/// Pending events of a session past which they are flushed.
+pub const FLUSH_AT: usize = 32;
+
+/// How far (in journal rows) the oldest pending row may fall behind the
+/// newest before its session is flushed, whatever it holds.
+pub const SWEEP_BEHIND: i64 = 20_000;
+
+/// Rows below the oldest pending one that wait before they are deleted.
+const TRIM_EVERY: i64 = 1_000;
+
+/// Locks over the sessions' pending events (a read takes one).
+const SHARDS: usize = 16;
+
+/// The last seq of a session in its table.
+const LAST_IN_TABLE: &str = "SELECT COALESCE(seq_end, seq) FROM events WHERE session_id = ?1 \
+                             ORDER BY seq DESC LIMIT 1";
+
+const INSERT_TABLE: &str = "INSERT INTO events (session_id, seq, seq_end, turn_id, type, \
+                            payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+const INSERT_JOURNAL: &str = "INSERT INTO event_journal (session_id, seq, seq_end, turn_id, \
+                              type, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// A session's events committed to the journal, not yet to its table.
+#[derive(Debug)]
+struct Pending {
+    /// The journal row of the first.
+    first_row: i64,
+    events: Vec<Arc<StoredEvent>>,
+}
+
+/// The pending events of every session, as committed.
+#[derive(Debug)]
+pub struct Journal {
+    shards: Vec<Mutex<HashMap<String, Pending>>>,
+    /// The writer thread's own: each pending session by its first row,
+    /// the newest row, and the row below which all are deleted.
+    rows: Mutex<Rows>,
+}
+
+#[derive(Debug, Default)]
+struct Rows {
+    oldest: BTreeMap<i64, String>,
+    newest: i64,
+    trimmed: i64,
+}
+
+/// A change to the pending events, made by a job and applied once its
+/// commit is done.
+#[derive(Debug)]
+enum Op {
+    Append {
+        session: String,
+        first_row: i64,
+        last_row: i64,
+        events: Vec<Arc<StoredEvent>>,
+    },
+    Flush {
+        session: String,
+    },
+}
+
+impl Op {
+    fn session(&self) -> &str {
+        match self {
+            Self::Append { session, .. } | Self::Flush { session } => session,
+        }
+    }
+}
+
+/// The changes a group of jobs made, in order; a job that fails is taken
+/// back ([`Stage::rollback`]).
+#[derive(Debug)]
+pub struct Stage<'j> {
+    journal: &'j Journal,
+    ops: Vec<Op>,
+    /// The ops of each session, by index.
+    touched: HashMap<String, Vec<usize>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            rows: Mutex::default(),
+        }
+    }
+}
+
+impl Journal {
+    fn shard(&self, session: &str) -> &Mutex<HashMap<String, Pending>> {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(session);
+        &self.shards[(hash as usize) % self.shards.len()]
+    }
+
+    /// A session's pending events past `after`, of `turn` if given.
+    pub fn read(&self, session: &str, turn: Option<Uuid>, after: i64) -> Vec<Arc<StoredEvent>> {
+        let shard = lock(self.shard(session));
+        let Some(pending) = shard.get(session) else {
+            return Vec::new();
+        };
+        pending
+            .events
+            .iter()
+            .filter(|e| e.seq > after && turn.is_none_or(|t| e.turn_id == t))
+            .cloned()
+            .collect()
+    }
+
+    /// A session's last pending seq.
+    pub fn last_seq(&self, session: &str) -> Option<i64> {
+        let shard = lock(self.shard(session));
+        shard
+            .get(session)
+            .and_then(|p| p.events.last())
+            .map(|e| e.seq)
+    }
+
+    fn committed(&self, session: &str) -> Vec<Arc<StoredEvent>> {
+        lock(self.shard(session))
+            .get(session)
+            .map(|p| p.events.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn stage(&self) -> Stage<'_> {
+        Stage {
+            journal: self,
+            ops: Vec::new(),
+            touched: HashMap::new(),
+        }
+    }
+
+    /// Makes a committed group's changes what readers see.
+    pub fn apply(&self, stage: Stage<'_>) {
+        let mut rows = lock(&self.rows);
+        for op in stage.ops {
+            let mut shard = lock(self.shard(op.session()));
+            match op {
+                Op::Append {
+                    session,
+                    first_row,
+                    last_row,
+                    events,
+                } => {
+                    rows.newest = rows.newest.max(last_row);
+                    match shard.get_mut(&session) {
+                        Some(pending) => pending.events.extend(events),
+                        None => {
+                            rows.oldest.insert(first_row, session.clone());
+                            shard.insert(session, Pending { first_row, events });
+                        }
+                    }
+                }
+                Op::Flush { session } => {
+                    if let Some(pending) = shard.remove(&session) {
+                        rows.oldest.remove(&pending.first_row);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The row below which the journal may be deleted, when enough are.
+    pub fn trim_due(&self) -> Option<i64> {
+        let rows = lock(&self.rows);
+        let below = rows
+            .oldest
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(rows.newest + 1);
+        (below - rows.trimmed >= TRIM_EVERY).then_some(below)
+    }
+
+    /// Deletes the journal's rows below `below` (its first pages).
+    pub fn trim(tx: &Connection, below: i64) -> Result<()> {
+        tx.prepare_cached("DELETE FROM event_journal WHERE id < ?1")?
+            .execute(params![below])?;
+        Ok(())
+    }
+
+    /// After the trim's commit.
+    pub fn trimmed(&self, below: i64) {
+        let mut rows = lock(&self.rows);
+        rows.trimmed = rows.trimmed.max(below);
+    }
+
+    /// Sessions whose oldest pending row is [`SWEEP_BEHIND`] rows behind.
+    pub fn stale(&self) -> Vec<String> {
+        let rows = lock(&self.rows);
+        let before = rows.newest - SWEEP_BEHIND / 2;
+        if rows
+            .oldest
+            .keys()
+            .next()
+            .is_none_or(|&first| rows.newest - first < SWEEP_BEHIND)
+        {
+            return Vec::new();
+        }
+        rows.oldest
+            .range(..before)
+            .map(|(_, session)| session.clone())
+            .collect()
+    }
+
+    /// Whether nothing is pending.
+    fn is_empty(&self) -> bool {
+        lock(&self.rows).oldest.is_empty()
+    }
+}
+
+impl Stage<'_> {
+    /// A session's pending events as this group left them.
+    fn view(&self, session: &str) -> Vec<Arc<StoredEvent>> {
+        let mut events = self.journal.committed(session);
+        for &at in self.touched.get(session).into_iter().flatten() {
+            match &self.ops[at] {
+                Op::Append { events: more, .. } => events.extend(more.iter().cloned()),
+                Op::Flush { .. } => events.clear(),
+            }
+        }
+        events
+    }
+
+    /// A session's last pending seq, this group's changes included.
+    pub fn last_seq(&self, session: &str) -> Option<i64> {
+        self.view(session).last().map(|e| e.seq)
+    }
+
+    fn push(&mut self, op: Op) {
+        self.touched
+            .entry(op.session().to_owned())
+            .or_default()
+            .push(self.ops.len());
+        self.ops.push(op);
+    }
+
+    /// Where a job's changes start.
+    pub fn mark(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Takes back the changes made since `mark` (their job failed).
+    pub fn rollback(&mut self, mark: usize) {
+        if self.ops.len() <= mark {
+            return;
+        }
+        self.ops.truncate(mark);
+        for indexes in self.touched.values_mut() {
+            indexes.retain(|&at| at < mark);
+        }
+        self.touched.retain(|_, indexes| !indexes.is_empty());
+    }
+
+    /// Moves `session`'s pending events into its table, then `more`.
+    fn flush(&mut self, tx: &Connection, session: &str, more: &[Arc<StoredEvent>]) -> Result<()> {
+        let mut events = self.view(session);
+        let had = !events.is_empty();
+        events.extend(more.iter().cloned());
+        insert_rows(tx, INSERT_TABLE, &events)?;
+        if had {
+            self.push(Op::Flush {
+                session: session.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Drops a session's pending events (it is erased: their rows too).
+    pub fn forget(&mut self, session: &str) {
+        if !self.view(session).is_empty() {
+            self.push(Op::Flush {
+                session: session.to_owned(),
+            });
+        }
+    }
+
+    /// Flushes the sessions [`Journal::stale`] named, each in a savepoint
+    /// of its own.
+    pub fn sweep(&mut self, tx: &Connection, sessions: &[String]) {
+        for session in sessions {
+            let flushed = tx
+                .execute_batch("SAVEPOINT sweep")
+                .map_err(StoreError::from)
+                .and_then(|()| self.flush(tx, session, &[]));
+            let ended = match flushed {
+                Ok(()) => tx.execute_batch("RELEASE sweep"),
+                Err(e) => {
+                    // Its session is gone (an erase cannot leave events
+                    // pending: it waits for the turn; this is a defect).
+                    // The rows stay in the journal until trimmed, and
+                    // nothing is pending.
+                    tracing::error!(error = %e, session, "cannot move journaled events");
+                    self.push(Op::Flush {
+                        session: session.clone(),
+                    });
+                    tx.execute_batch("ROLLBACK TO sweep; RELEASE sweep")
+                }
+            };
+            if let Err(e) = ended {
+                tracing::error!(error = %e, "the journal's sweep could not end its savepoint");
+            }
+        }
+    }
+}
+
+/// `events` as rows (runs where deltas follow each other) into `sql`'s
+/// table; the first row's id.
+fn insert_rows(tx: &Connection, sql: &str, events: &[Arc<StoredEvent>]) -> Result<i64> {
+    let rows = runs::rows(events.iter().map(|e| &**e), ts);
+    let mut insert = tx.prepare_cached(sql)?;
+    let mut first = None;
+    // A turn's id, written once per turn.
+    let mut turn = String::new();
+    let mut last_turn = None;
+    for row in rows {
+        let e = row.first();
+        if last_turn != Some(e.turn_id) {
+            turn = e.turn_id.to_string();
+            last_turn = Some(e.turn_id);
+        }
+        insert.execute(params![
+            e.session_id,
+            e.seq,
+            row.seq_end(),
+            turn,
+            e.event_type,
+            row.payload(),
+            ts(e.created_at)
+        ])?;
+        first.get_or_insert_with(|| tx.last_insert_rowid());
+    }
+    Ok(first.unwrap_or_default())
+}
+
+/// Writes events: each session's to the journal while they are deltas
+/// that follow its pending ones, else with its pending ones to its table
+/// (see the module's text).
+///
+/// Two events at one seq are [`StoreError::Conflict`], as a duplicate key
+/// is; and since the table's key sees only a run's first seq, a session's
+/// events must come after everything it holds (a turn's log only grows):
+/// checked against its pending events, or its table when it has none and
+/// a run or the journal is written (a row of one event keeps the key's
+/// check alone).
+pub(in crate::store) fn insert_events(
+    tx: &Connection,
+    stage: &mut Stage<'_>,
+    events: impl Iterator<Item = Arc<StoredEvent>>,
+) -> Result<()> {
+    let mut events: Vec<Arc<StoredEvent>> = events.collect();
+    events.sort_by(|a, b| (&a.session_id, a.seq).cmp(&(&b.session_id, b.seq)));
+    let twice = events
+        .windows(2)
+        .any(|w| w[0].seq == w[1].seq && w[0].session_id == w[1].session_id);
+    if twice {
+        return Err(StoreError::Conflict);
+    }
+    for chunk in events.chunk_by(|a, b| a.session_id == b.session_id) {
+        let session = chunk[0].session_id.as_str();
+        let pending = stage.view(session);
+        let journaled = pending.len() + chunk.len() < FLUSH_AT
+            && chunk.iter().all(|e| e.event_type == DELTA)
+            && chunk.windows(2).all(|w| runs::continues(&w[0], &w[1]))
+            && pending
+                .last()
+                .is_none_or(|last| runs::continues(last, &chunk[0]));
+        let after = match pending.last() {
+            Some(last) => Some(last.seq),
+            None if journaled || chunk.len() > 1 => tx
+                .prepare_cached(LAST_IN_TABLE)?
+                .query_row(params![session], |row| row.get(0))
+                .optional()?,
+            None => None,
+        };
+        if after.is_some_and(|after| after >= chunk[0].seq) {
+            return Err(StoreError::Conflict);
+        }
+        if !journaled {
+            stage.flush(tx, session, chunk)?;
+            continue;
+        }
+        let first_row = insert_rows(tx, INSERT_JOURNAL, chunk)?;
+        stage.push(Op::Append {
+            session: session.to_owned(),
+            first_row,
+            last_row: tx.last_insert_rowid(),
+            events: chunk.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// Moves what a stopped process left in the journal into the table (see
+/// the module's text), and empties it. Nothing is pending in this
+/// process yet; when something is, the journal is left alone.
+pub(in crate::store) fn recover(tx: &Connection, stage: &Stage<'_>) -> Result<usize> {
+    if !stage.journal.is_empty() || !stage.ops.is_empty() {
+        return Ok(0);
+    }
+    let mut select = tx.prepare_cached(
+        "SELECT j.session_id, j.seq, j.seq_end, j.turn_id, j.type, j.payload, j.created_at \
+         FROM event_journal j WHERE EXISTS (SELECT 1 FROM turns t \
+           WHERE t.id = j.turn_id AND t.session_id = j.session_id) ORDER BY j.id",
+    )?;
+    type Row = (String, i64, Option<i64>, String, String, String, String);
+    let rows = select.query_map([], |row| {
+        Ok((
+            row.get(0)?,
+            row.get(1)?,
+            row.get(2)?,
+            row.get(3)?,
+            row.get(4)?,
+            row.get(5)?,
+            row.get(6)?,
+        ))
+    })?;
+    let mut last: HashMap<String, i64> = HashMap::new();
+    let mut insert = tx.prepare_cached(INSERT_TABLE)?;
+    let mut moved = 0;
+    for row in rows {
+        let (session, seq, seq_end, turn, kind, payload, created_at): Row = row?;
+        parse_ts(&created_at)?;
+        let end = match last.get(&session) {
+            Some(&end) => end,
+            None => tx
+                .prepare_cached(LAST_IN_TABLE)?
+                .query_row(params![session], |r| r.get(0))
+                .optional()?
+                .unwrap_or(0),
+        };
+        if seq > end {
+            insert.execute(params![
+                session, seq, seq_end, turn, kind, payload, created_at
+            ])?;
+            moved += 1;
+        }
+        last.insert(session, end.max(seq_end.unwrap_or(seq)));
+    }
+    drop(insert);
+    drop(select);
+    tx.execute("DELETE FROM event_journal", [])?;
+    Ok(moved)
+}
