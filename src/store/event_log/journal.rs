@@ -14,10 +14,13 @@
 //!
 //! - at any event that is not a delta (a tool call, a step's or turn's
 //!   end: so between turns nothing is pending),
-//! - when [`FLUSH_AT`] are pending, or the next delta does not follow
-//!   (another turn or step, a hole),
+//! - when [`FLUSH_AT`] are pending (at most [`FLUSH_BUDGET`] sessions a
+//!   commit, so streams that started together do not all flush in one
+//!   commit; the others wait up to [`PENDING_MAX`]), or the next delta
+//!   does not follow (another turn or step, a hole),
 //! - when the oldest pending row is [`SWEEP_BEHIND`] rows behind the
-//!   newest (a slow turn does not keep the journal from being trimmed).
+//!   newest ([`SWEEP_MAX`] sessions a commit, the oldest first: a slow
+//!   turn does not keep the journal from being trimmed).
 //!
 //! A read of the log is the table's events, then the pending ones after
 //! them; the pending ones are read *first*, so a flush between the two
@@ -52,9 +55,21 @@ use crate::store::{
 /// Pending events of a session past which they are flushed.
 pub const FLUSH_AT: usize = 32;
 
+/// Sessions a commit flushes because they hold [`FLUSH_AT`].
+pub const FLUSH_BUDGET: usize = 64;
+
+/// Pending events of a session past which it is flushed whatever the
+/// budget.
+pub const PENDING_MAX: usize = 4 * FLUSH_AT;
+
 /// How far (in journal rows) the oldest pending row may fall behind the
-/// newest before its session is flushed, whatever it holds.
-pub const SWEEP_BEHIND: i64 = 20_000;
+/// newest before its session is flushed, whatever it holds: several
+/// flushes' worth of rows at 1,000 streams (32,000 rows a round), about
+/// 30 MiB of journal.
+pub const SWEEP_BEHIND: i64 = 200_000;
+
+/// Sessions a commit flushes because they are stale.
+pub const SWEEP_MAX: usize = 64;
 
 /// Rows below the oldest pending one that wait before they are deleted.
 const TRIM_EVERY: i64 = 1_000;
@@ -127,6 +142,8 @@ pub struct Stage<'j> {
     ops: Vec<Op>,
     /// The ops of each session, by index.
     touched: HashMap<String, Vec<usize>>,
+    /// Flushes of sessions that reached [`FLUSH_AT`].
+    flushes: usize,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -184,6 +201,7 @@ impl Journal {
             journal: self,
             ops: Vec::new(),
             touched: HashMap::new(),
+            flushes: 0,
         }
     }
 
@@ -242,20 +260,13 @@ impl Journal {
         rows.trimmed = rows.trimmed.max(below);
     }
 
-    /// Sessions whose oldest pending row is [`SWEEP_BEHIND`] rows behind.
+    /// Sessions whose oldest pending row is [`SWEEP_BEHIND`] rows behind
+    /// the newest, the oldest first, at most [`SWEEP_MAX`].
     pub fn stale(&self) -> Vec<String> {
         let rows = lock(&self.rows);
-        let before = rows.newest - SWEEP_BEHIND / 2;
-        if rows
-            .oldest
-            .keys()
-            .next()
-            .is_none_or(|&first| rows.newest - first < SWEEP_BEHIND)
-        {
-            return Vec::new();
-        }
         rows.oldest
-            .range(..before)
+            .range(..rows.newest - SWEEP_BEHIND)
+            .take(SWEEP_MAX)
             .map(|(_, session)| session.clone())
             .collect()
     }
@@ -279,9 +290,30 @@ impl Stage<'_> {
         events
     }
 
+    /// How many events a session has pending, and the last, as this
+    /// group left them (without copying the rest).
+    fn tail(&self, session: &str) -> (usize, Option<Arc<StoredEvent>>) {
+        let (mut count, mut last) = {
+            let shard = lock(self.journal.shard(session));
+            shard
+                .get(session)
+                .map_or((0, None), |p| (p.events.len(), p.events.last().cloned()))
+        };
+        for &at in self.touched.get(session).into_iter().flatten() {
+            match &self.ops[at] {
+                Op::Append { events, .. } => {
+                    count += events.len();
+                    last = events.last().cloned().or(last);
+                }
+                Op::Flush { .. } => (count, last) = (0, None),
+            }
+        }
+        (count, last)
+    }
+
     /// A session's last pending seq, this group's changes included.
     pub fn last_seq(&self, session: &str) -> Option<i64> {
-        self.view(session).last().map(|e| e.seq)
+        self.tail(session).1.map(|e| e.seq)
     }
 
     fn push(&mut self, op: Op) {
@@ -325,7 +357,7 @@ impl Stage<'_> {
 
     /// Drops a session's pending events (it is erased: their rows too).
     pub fn forget(&mut self, session: &str) {
-        if !self.view(session).is_empty() {
+        if self.tail(session).0 > 0 {
             self.push(Op::Flush {
                 session: session.to_owned(),
             });
@@ -415,14 +447,19 @@ pub(in crate::store) fn insert_events(
     }
     for chunk in events.chunk_by(|a, b| a.session_id == b.session_id) {
         let session = chunk[0].session_id.as_str();
-        let pending = stage.view(session);
-        let journaled = pending.len() + chunk.len() < FLUSH_AT
+        let (count, last) = stage.tail(session);
+        let room = if stage.flushes < FLUSH_BUDGET {
+            FLUSH_AT
+        } else {
+            PENDING_MAX
+        };
+        let journaled = count + chunk.len() < room
             && chunk.iter().all(|e| e.event_type == DELTA)
             && chunk.windows(2).all(|w| runs::continues(&w[0], &w[1]))
-            && pending
-                .last()
+            && last
+                .as_ref()
                 .is_none_or(|last| runs::continues(last, &chunk[0]));
-        let after = match pending.last() {
+        let after = match &last {
             Some(last) => Some(last.seq),
             None if journaled || chunk.len() > 1 => tx
                 .prepare_cached(LAST_IN_TABLE)?
@@ -434,6 +471,7 @@ pub(in crate::store) fn insert_events(
             return Err(StoreError::Conflict);
         }
         if !journaled {
+            stage.flushes += usize::from(count + chunk.len() >= FLUSH_AT);
             stage.flush(tx, session, chunk)?;
             continue;
         }
@@ -499,3 +537,6 @@ pub(in crate::store) fn recover(tx: &Connection, stage: &Stage<'_>) -> Result<us
     tx.execute("DELETE FROM event_journal", [])?;
     Ok(moved)
 }
+
+#[cfg(test)]
+mod tests;
