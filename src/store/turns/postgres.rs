@@ -22,6 +22,11 @@ use crate::{
 #[async_trait]
 impl Turns for PostgresStore {
     async fn insert_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
+        // The tenant's running turns are counted from the running turns
+        // (a partial index), each session read by its key: a join let
+        // the planner read every session of the tenant and probe its
+        // turns, a cost that grew with the tenant's sessions (3.75 ms of
+        // Postgres CPU a turn at 8,800 sessions, docs/benchmarks.md).
         // One statement, so one round trip and its own transaction: the
         // session row (made, or updated if it is the tenant's), the turn,
         // and its `turn.started` event. Nothing is written, and no lock
@@ -38,8 +43,8 @@ impl Turns for PostgresStore {
         let statement = sqlx::query_as::<_, Began>(
             "WITH busy AS ( \
                SELECT $11::int8 IS NOT NULL AND (SELECT count(*) FROM turns t \
-                 JOIN sessions o ON o.id = t.session_id \
-                 WHERE t.status = 'running' AND t.parked_until IS NULL AND o.tenant = $3) \
+                 WHERE t.status = 'running' AND t.parked_until IS NULL \
+                 AND (SELECT o.tenant FROM sessions o WHERE o.id = t.session_id) = $3) \
                  >= $11::int8 AS at_most \
              ), s AS ( \
                INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \

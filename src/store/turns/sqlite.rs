@@ -60,12 +60,14 @@ impl Turns for SqliteStore {
         let began = self.writes.run(move |tx| {
             let created = ts(turn.created_at);
             // One writer: the count and the insert cannot interleave with
-            // another start, on any replica.
+            // another start, on any replica. Counted from the running
+            // turns, each session read by its key (see turns/postgres.rs).
             if let Some(most) = turn.max_running {
                 let running: i64 = tx
                     .prepare_cached(
-                        "SELECT count(*) FROM turns t JOIN sessions s ON s.id = t.session_id \
-                         WHERE t.status = 'running' AND t.parked_until IS NULL AND s.tenant = ?1",
+                        "SELECT count(*) FROM turns t \
+                         WHERE t.status = 'running' AND t.parked_until IS NULL \
+                         AND (SELECT s.tenant FROM sessions s WHERE s.id = t.session_id) = ?1",
                     )?
                     .query_row(params![turn.tenant], |row| row.get(0))?;
                 if running >= i64::from(most) {
