@@ -21,12 +21,12 @@ use crate::{
 
 #[async_trait]
 impl Turns for PostgresStore {
+    /// The tenant's running turns are counted from the running turns (a
+    /// partial index), each session read by its key: a join let the
+    /// planner read every session of the tenant and probe its turns, a
+    /// cost that grew with the tenant's sessions (up to 9.6 ms of Postgres
+    /// CPU a turn at 8,800 sessions, docs/benchmarks.md).
     async fn insert_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
-        // The tenant's running turns are counted from the running turns
-        // (a partial index), each session read by its key: a join let
-        // the planner read every session of the tenant and probe its
-        // turns, a cost that grew with the tenant's sessions (3.75 ms of
-        // Postgres CPU a turn at 8,800 sessions, docs/benchmarks.md).
         // One statement, so one round trip and its own transaction: the
         // session row (made, or updated if it is the tenant's), the turn,
         // and its `turn.started` event. Nothing is written, and no lock
