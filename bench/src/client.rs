@@ -17,6 +17,10 @@ use tokio::{task::JoinSet, time::Instant};
 pub enum Target {
     /// The fake provider's chat-completions endpoint.
     Direct { base: String },
+    /// llm-katan's chat-completions endpoint (its echo backend): a text
+    /// token is a chunk whose delta has content, as Python's `json.dumps`
+    /// writes it.
+    Katan { base: String },
     /// agent-harness, which calls the fake provider.
     Harness { base: String },
     /// Several agent-harness replicas, a request to each in turn (as a
@@ -52,6 +56,7 @@ pub struct Sample {
 fn markers(target: &Target) -> (&'static [u8], &'static [u8]) {
     match target {
         Target::Direct { .. } => (b"\"content\":\"tok", b"data: [DONE]"),
+        Target::Katan { .. } => (b"\"delta\": {\"content\": \"", b"data: [DONE]"),
         Target::Harness { .. } | Target::Gateway { .. } => {
             (b"event: message.delta", b"event: turn.completed")
         }
@@ -105,6 +110,11 @@ pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> 
                 .post(url)
                 .json(&json!({"model": model, "messages": messages, "stream": true}))
         }
+        // It checks only that a key is given.
+        Target::Katan { base } => client
+            .post(format!("{base}/v1/chat/completions"))
+            .bearer_auth("sk-bench")
+            .json(&json!({"model": model, "messages": [{"role": "user", "content": "Hi"}], "stream": true})),
         Target::Harness { base } => turn(client, base, model),
         Target::Gateway { bases, next } => {
             let i = next.fetch_add(1, Ordering::Relaxed) % bases.len().max(1);
@@ -285,6 +295,34 @@ mod tests {
             assert!(sample.ok, "tools={tools}");
             assert_eq!(sample.gaps.len(), 4, "five tokens, tools={tools}");
         }
+        server.abort();
+    }
+
+    /// llm-katan's stream (recorded from its echo backend, 0.22.0): each
+    /// chunk with content is a token; the role and finish chunks are not.
+    #[tokio::test]
+    async fn an_llm_katan_stream_is_timed_token_by_token() {
+        use axum::{Router, http::HeaderMap, response::IntoResponse, routing::post};
+        const BODY: &str = include_str!("../fixtures/katan_echo.sse");
+        let app = Router::new().route(
+            "/v1/chat/completions",
+            post(|headers: HeaderMap| async move {
+                // As llm-katan: no key, 401.
+                if headers.get("authorization").is_none() {
+                    return (axum::http::StatusCode::UNAUTHORIZED, "").into_response();
+                }
+                ([("content-type", "text/event-stream")], BODY).into_response()
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let http = reqwest::Client::new();
+        let sample = request(&http, &Target::Katan { base }, "bench-echo").await;
+        assert!(sample.ok);
+        let tokens = BODY.matches("\"delta\": {\"content\": \"").count();
+        assert_eq!(tokens, 29, "the recorded stream's chunks with content");
+        assert_eq!(sample.gaps.len(), tokens - 1);
         server.abort();
     }
 }

@@ -45,6 +45,17 @@ struct Workload {
     /// Spread of the workers' starts (one turn's length for the staggered
     /// TTFT workload, as independent users arrive).
     spread: Duration,
+    /// Whose answers: the fake's, or llm-katan's (`spec` then unused).
+    provider: Provider,
+}
+
+/// The provider of a workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Provider {
+    Fake,
+    /// llm-katan's echo backend ([`procs::start_katan`]): run only when
+    /// `--only` names it, as it needs `pip install llm-katan`.
+    Katan,
 }
 
 fn workloads() -> Vec<Workload> {
@@ -61,6 +72,7 @@ fn workloads() -> Vec<Workload> {
             spec: realistic,
             concurrency: 1,
             spread: Duration::ZERO,
+            provider: Provider::Fake,
         },
         Workload {
             key: "c=32",
@@ -68,6 +80,7 @@ fn workloads() -> Vec<Workload> {
             spec: realistic,
             concurrency: 32,
             spread: Duration::ZERO,
+            provider: Provider::Fake,
         },
         Workload {
             key: "ttft",
@@ -75,6 +88,7 @@ fn workloads() -> Vec<Workload> {
             spec: slow,
             concurrency: 32,
             spread: Duration::from_millis(slow.ttft_ms + slow.tokens * slow.itl_ms),
+            provider: Provider::Fake,
         },
         // A tool step before the answer: what each step's durable
         // record (and, on Postgres, the lease on every write) costs.
@@ -88,6 +102,7 @@ fn workloads() -> Vec<Workload> {
             },
             concurrency: 32,
             spread: Duration::ZERO,
+            provider: Provider::Fake,
         },
         // All 32 start together and, being of equal length, end and start
         // again together: the worst case for the first token's wait.
@@ -97,6 +112,7 @@ fn workloads() -> Vec<Workload> {
             spec: slow,
             concurrency: 32,
             spread: Duration::ZERO,
+            provider: Provider::Fake,
         },
         // The `scale` scenario's short turns at its higher concurrency: 40
         // tokens at once, no busy work in the provider, 256 at a time.
@@ -106,6 +122,7 @@ fn workloads() -> Vec<Workload> {
             spec: Spec::parse("bench/n=40"),
             concurrency: 256,
             spread: Duration::ZERO,
+            provider: Provider::Fake,
         },
         // The `eventlog` scenario's load: fast answers of 2,000 tokens (a
         // turn's turns/s × 2,005 is its persisted events/s).
@@ -115,6 +132,7 @@ fn workloads() -> Vec<Workload> {
             spec: Spec::parse("bench/n=2000"),
             concurrency: 32,
             spread: Duration::ZERO,
+            provider: Provider::Fake,
         },
         // The `streams` scenario's load: 1,000 turns at once, a token every
         // 50 ms (20,000 relayed tokens a second), their starts spread over
@@ -125,6 +143,19 @@ fn workloads() -> Vec<Workload> {
             spec: Spec::parse("bench/itl=50/n=200"),
             concurrency: PACED,
             spread: Duration::from_millis(50),
+            provider: Provider::Fake,
+        },
+        // An outside provider, in Python, as a deployment may sit beside:
+        // what the service spends per turn against what the provider does
+        // (issue 42's third target). Its echo answers in chunks of four
+        // characters, about 30 to a turn.
+        Workload {
+            key: "katan",
+            name: "llm-katan c=32",
+            spec: realistic,
+            concurrency: 32,
+            spread: Duration::ZERO,
+            provider: Provider::Katan,
         },
     ]
 }
@@ -180,6 +211,23 @@ fn environment(database_url: &str, provider: &str) -> Vec<(&'static str, String)
         ("HARNESS_TENANT_MAX_RUNNING_TURNS", (PACED + 64).to_string()),
         ("HARNESS_TENANT_MAX_STREAMS", (PACED + 64).to_string()),
     ]
+}
+
+/// [`environment`] against llm-katan at `provider`: its one model, and a
+/// key (it checks that one is given).
+fn katan_environment(database_url: &str, provider: &str) -> Vec<(&'static str, String)> {
+    let mut env = environment(database_url, provider);
+    for (name, value) in &mut env {
+        match *name {
+            "HARNESS_PROVIDERS" => *value = format!("openai:{}", procs::KATAN_MODEL),
+            "HARNESS_MODELS" => {
+                *value = serde_json::json!({ procs::KATAN_MODEL: {} }).to_string();
+            }
+            _ => {}
+        }
+    }
+    env.push(("OPENAI_API_KEY", "sk-bench".to_owned()));
+    env
 }
 
 pub async fn run(options: Options) -> Result<(), String> {
@@ -276,13 +324,23 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
         Some(url) => PostgresServer::find(url).await,
         None => None,
     };
-    let workloads: Vec<Workload> = workloads()
+    let named = |w: &Workload| options.only.iter().any(|o| o == w.key);
+    // The fake's workloads first: each binary's llm-katan workloads run on
+    // a service of their own, started after the first has stopped.
+    let (mut workloads, outside): (Vec<Workload>, Vec<Workload>) = workloads()
         .into_iter()
-        .filter(|w| options.only.is_empty() || options.only.iter().any(|o| o == w.key))
-        .collect();
+        .filter(|w| named(w) || (options.only.is_empty() && w.provider == Provider::Fake))
+        .partition(|w| w.provider == Provider::Fake);
+    let fake_workloads = workloads.len();
+    workloads.extend(outside);
     if workloads.is_empty() {
         return Err(format!("no workload is named {:?}", options.only));
     }
+    let katan = if workloads.len() > fake_workloads {
+        Some(procs::start_katan(layout.as_ref().map(|l| cpu_list(&l.fake)).as_deref()).await?)
+    } else {
+        None
+    };
     // points[binary][workload] = one Point per round.
     let mut points = vec![vec![Vec::new(); workloads.len()]; options.binaries.len()];
     let http = client::http_client();
@@ -293,36 +351,41 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
         }
         for &b in &order {
             let folder = scratch.join(format!("r{round}-b{b}"));
-            std::fs::create_dir_all(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
-            let database_url = match &options.postgres {
-                Some(url) => fresh_postgres(url, round, b).await?,
-                None => format!("sqlite://{}/bench.db", folder.display()),
-            };
-            let (service, _) = procs::start_binary(
-                &options.binaries[b],
-                &environment(&database_url, &fake.url()),
-                &folder,
-                &folder.join("stderr.log"),
-                service_cpus.as_deref(),
-            )
-            .await
-            .map_err(|e| format!("[{b}] {e}"))?;
-            // Warm-up: connections, caches, the first database pages.
-            let warm = Spec::realistic().model();
-            let through = Target::Harness {
-                base: service.url(),
-            };
-            client::load(&http, &through, &warm, 32, 320).await;
+            // The service of the workloads run so far, and their provider.
+            let mut running: Option<(Proc, Provider)> = None;
             for (w, workload) in workloads.iter().enumerate() {
+                let provider = match (workload.provider, &katan) {
+                    (Provider::Fake, _) => &fake,
+                    (Provider::Katan, Some(katan)) => katan,
+                    (Provider::Katan, None) => return Err("llm-katan is not running".into()),
+                };
+                let service = match running.take() {
+                    Some((service, of)) if of == workload.provider => service,
+                    before => {
+                        if let Some((service, _)) = before {
+                            print_rss(round, b, &service);
+                        }
+                        let side = Side {
+                            binary: &options.binaries[b],
+                            postgres: options.postgres.as_deref(),
+                            folder: &folder,
+                            cpus: service_cpus.as_deref(),
+                        };
+                        side.start(&http, round, b, workload.provider, &provider.url())
+                            .await
+                            .map_err(|e| format!("[{b}] {e}"))?
+                    }
+                };
                 let point = measure(
                     &http,
-                    &fake,
+                    provider,
                     &service,
                     postgres_server.as_ref(),
                     workload,
                     options.seconds,
                 )
                 .await;
+                running = Some((service, workload.provider));
                 println!(
                     "round {round} [{b}] {:<10} {:>7.0} turns/s ({:.2}× the provider's), \
                      {:.3} ms CPU/turn{}, provider {:.3} ms CPU/stream, added p50 {:.2} ms, \
@@ -346,11 +409,9 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                 );
                 points[b][w].push(point);
             }
-            println!(
-                "round {round} [{b}] RSS after the run {:.1} MiB, of which not of mapped files {:.1} MiB",
-                service.rss_kib() as f64 / 1024.0,
-                service.rss_anon_kib() as f64 / 1024.0
-            );
+            if let Some((service, _)) = running {
+                print_rss(round, b, &service);
+            }
         }
     }
     println!();
@@ -358,11 +419,74 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
     Ok(())
 }
 
-/// A new, empty database on the server of `url` for one binary's round.
-async fn fresh_postgres(url: &str, round: usize, binary: usize) -> Result<String, String> {
+fn print_rss(round: usize, b: usize, service: &Proc) {
+    println!(
+        "round {round} [{b}] RSS after the run {:.1} MiB, of which not of mapped files {:.1} MiB",
+        service.rss_kib() as f64 / 1024.0,
+        service.rss_anon_kib() as f64 / 1024.0
+    );
+}
+
+/// Where one binary runs in a round.
+struct Side<'a> {
+    binary: &'a std::path::Path,
+    postgres: Option<&'a str>,
+    folder: &'a std::path::Path,
+    cpus: Option<&'a str>,
+}
+
+impl Side<'_> {
+    /// The binary on a fresh database (and, against llm-katan, in a folder
+    /// of its own), warmed up: connections, caches, the first pages.
+    async fn start(
+        &self,
+        http: &reqwest::Client,
+        round: usize,
+        b: usize,
+        provider: Provider,
+        provider_url: &str,
+    ) -> Result<Proc, String> {
+        let (folder, tag) = match provider {
+            Provider::Fake => (self.folder.to_path_buf(), ""),
+            Provider::Katan => (self.folder.join("katan"), "_katan"),
+        };
+        std::fs::create_dir_all(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+        let database_url = match self.postgres {
+            Some(url) => fresh_postgres(url, &format!("r{round}_b{b}{tag}")).await?,
+            None => format!("sqlite://{}/bench.db", folder.display()),
+        };
+        let (env, warm) = match provider {
+            Provider::Fake => (
+                environment(&database_url, provider_url),
+                Spec::realistic().model(),
+            ),
+            Provider::Katan => (
+                katan_environment(&database_url, provider_url),
+                procs::KATAN_MODEL.to_owned(),
+            ),
+        };
+        let (service, _) = procs::start_binary(
+            self.binary,
+            &env,
+            &folder,
+            &folder.join("stderr.log"),
+            self.cpus,
+        )
+        .await?;
+        let through = Target::Harness {
+            base: service.url(),
+        };
+        client::load(http, &through, &warm, 32, 320).await;
+        Ok(service)
+    }
+}
+
+/// A new, empty database on the server of `url` for one binary's round
+/// (`name` says which).
+async fn fresh_postgres(url: &str, name: &str) -> Result<String, String> {
     use sqlx::Connection as _;
     let mut parsed = url::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
-    let name = format!("agent_harness_compare_r{round}_b{binary}");
+    let name = format!("agent_harness_compare_{name}");
     let mut admin = sqlx::PgConnection::connect(url)
         .await
         .map_err(|e| format!("{url}: {e}"))?;
@@ -383,15 +507,27 @@ async fn fresh_postgres(url: &str, round: usize, binary: usize) -> Result<String
 
 async fn measure(
     http: &reqwest::Client,
-    fake: &Proc,
+    provider: &Proc,
     service: &Proc,
     postgres: Option<&PostgresServer>,
     workload: &Workload,
     seconds: u64,
 ) -> Point {
-    let model = workload.spec.model();
+    let (model, direct) = match workload.provider {
+        Provider::Fake => (
+            workload.spec.model(),
+            Target::Direct {
+                base: provider.url(),
+            },
+        ),
+        Provider::Katan => (
+            procs::KATAN_MODEL.to_owned(),
+            Target::Katan {
+                base: provider.url(),
+            },
+        ),
+    };
     let period = Duration::from_secs(seconds);
-    let direct = Target::Direct { base: fake.url() };
     let through = Target::Harness {
         base: service.url(),
     };
@@ -404,7 +540,7 @@ async fn measure(
             client::load(http, target, &warm, n, n).await;
         }
     }
-    let fake_before = fake.cpu();
+    let provider_before = provider.cpu();
     let (d, d_wall) = client::load_until(
         http,
         &direct,
@@ -414,7 +550,7 @@ async fn measure(
         Stop::At(Instant::now() + period),
     )
     .await;
-    let fake_cpu = fake.cpu().saturating_sub(fake_before);
+    let provider_cpu = provider.cpu().saturating_sub(provider_before);
     let cpu_before = service.cpu();
     let db_before = postgres.map(PostgresServer::cpu);
     let (h, h_wall) = client::load_until(
@@ -453,7 +589,7 @@ async fn measure(
         share: h_rate / d_rate.max(1e-9),
         cpu_per_turn_ms: per(cpu, h_ok.len()),
         db_cpu_per_turn_ms: db_cpu.map(|cpu| per(cpu, h_ok.len())),
-        provider_cpu_per_stream_ms: per(fake_cpu, d_ok.len()),
+        provider_cpu_per_stream_ms: per(provider_cpu, d_ok.len()),
         added_p50_ms: h50 - d50,
         added_ttft_p50_ms: ht50 - dt50,
         added_ttft_p99_ms: ht99 - dt99,
@@ -490,11 +626,11 @@ fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>
             .iter()
             .any(|p| p[w].iter().any(|p| p.db_cpu_per_turn_ms.is_some()));
         println!(
-            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | added p50 | added TTFT p50 | added TTFT p99 | service CPU/token | added gap p99 | errors | CPU/turn vs [0] |",
+            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | service ÷ provider CPU | added p50 | added TTFT p50 | added TTFT p99 | service CPU/token | added gap p99 | errors | CPU/turn vs [0] |",
             if with_db { " | database CPU/turn" } else { "" }
         );
         println!(
-            "|---|---|---|---|{}---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|{}---|---|---|---|---|---|---|---|---|",
             if with_db { "---|" } else { "" }
         );
         let base = median(&points[0][w], |p| p.cpu_per_turn_ms);
@@ -505,7 +641,7 @@ fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>
                 |n| n.to_string_lossy().into_owned(),
             );
             println!(
-                "| [{b}] {name} | {} | {} | {} ms{} | {} ms | {} ms | {} ms | {} ms | {} µs | {} ms | {} | {:.2}× |",
+                "| [{b}] {name} | {} | {} | {} ms{} | {} ms | {} | {} ms | {} ms | {} ms | {} µs | {} ms | {} | {:.2}× |",
                 range(p, |p| p.turns_per_s, 0),
                 range(p, |p| p.share, 2),
                 range(p, |p| p.cpu_per_turn_ms, 3),
@@ -518,6 +654,11 @@ fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>
                     String::new()
                 },
                 range(p, |p| p.provider_cpu_per_stream_ms, 3),
+                range(
+                    p,
+                    |p| p.cpu_per_turn_ms / p.provider_cpu_per_stream_ms.max(1e-9),
+                    2
+                ),
                 range(p, |p| p.added_p50_ms, 2),
                 range(p, |p| p.added_ttft_p50_ms, 2),
                 range(p, |p| p.added_ttft_p99_ms, 2),

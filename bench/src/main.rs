@@ -61,7 +61,7 @@ enum Command {
         /// Run on this Postgres server (a fresh database per binary and round) instead of SQLite.
         #[arg(long)]
         postgres: Option<String>,
-        /// Only these workloads (default: all): c=1, c=32, ttft, tools, ttft-in-step, c=256, eventlog, paced.
+        /// Only these workloads (default: all but katan): c=1, c=32, ttft, tools, ttft-in-step, c=256, eventlog, paced, katan (against llm-katan's echo backend; `pip install llm-katan`, or its command in BENCH_KATAN).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Each binary on this many cores of its own, the fake provider and the client on

@@ -303,6 +303,43 @@ pub async fn start_fake_on(cpus: Option<&str>) -> Result<Proc, String> {
     Ok(proc)
 }
 
+/// The model llm-katan serves in the `katan` workload.
+pub const KATAN_MODEL: &str = "bench-echo";
+
+/// llm-katan (an outside OpenAI-compatible provider in Python) with its
+/// echo backend, as `BENCH_KATAN` names the command (default `llm-katan`,
+/// from `pip install llm-katan`), on the cores `cpus` when given. It runs
+/// with its own defaults but the address, the model name and one switch:
+/// its OpenAI endpoint answers every request that offers tools with a tool
+/// call, and a turn that is offered tools would then never end.
+pub async fn start_katan(cpus: Option<&str>) -> Result<Proc, String> {
+    let addr = free_addr()?;
+    let command = std::env::var("BENCH_KATAN").unwrap_or_else(|_| "llm-katan".into());
+    let mut words: Vec<String> = cpus
+        .map(|cpus| vec!["taskset".into(), "-c".into(), cpus.into()])
+        .unwrap_or_default();
+    words.extend(command.split_whitespace().map(str::to_owned));
+    let Some((program, before)) = words.split_first() else {
+        return Err("BENCH_KATAN is empty".into());
+    };
+    let child = Command::new(program)
+        .args(before)
+        .args(["--model", KATAN_MODEL, "--backend", "echo", "--host"])
+        .arg(addr.ip().to_string())
+        .arg("--port")
+        .arg(addr.port().to_string())
+        .args(["--no-auto-tool-providers", "openai"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            format!("cannot start {command:?} (pip install llm-katan, or set BENCH_KATAN): {e}")
+        })?;
+    let proc = Proc { child, addr };
+    wait_ready(&format!("{}/health", proc.url())).await?;
+    Ok(proc)
+}
+
 /// Starts agent-harness on `database_url` against `provider`; returns it
 /// and its start-to-ready time (migrations included).
 pub async fn start_harness(
