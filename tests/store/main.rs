@@ -839,6 +839,114 @@ async fn a_burst_of_deltas_reads_back_whole_after_any_seq(backend: Backend) {
     }
 }
 
+/// A batch's deltas on Postgres are runs too, whether the batch is fenced
+/// or not, its sessions' events interleaved in it (before, a row each:
+/// the row per event that held Postgres's events/s down). A run read
+/// after any seq gives the rest. A batch collides, whole, with a run at
+/// its first seq (a take-over numbers after what is stored, so the first
+/// rows of two writers start at the same seq), and a run that starts
+/// inside what is stored is refused (the key sees a run's first seq
+/// only); the same batch tried again is found stored as it is.
+async fn deltas_are_runs_on_postgres_and_a_run_still_fences(backend: Backend) {
+    let (db, store) = store(backend).await;
+    let (one, two) = (new_turn("s1", None), new_turn("s2", None));
+    for turn in [&one, &two] {
+        assert_eq!(store.begin_turn(turn).await.unwrap().first_seq, 1);
+    }
+    let lease = |turn: &NewTurn| Lease {
+        turn_id: turn.id,
+        attempt: 0,
+    };
+    let leases = [lease(&one), lease(&two)];
+    // Unfenced (the writer's lease is fresh), the two sessions' deltas
+    // interleaved as the writer queues them; then a fenced batch.
+    let mut unfenced = Vec::new();
+    for seq in 2..=101 {
+        unfenced.push(delta(&one, seq, &format!("a{seq}")));
+        if seq <= 51 {
+            unfenced.push(delta(&two, seq, &format!("b{seq}")));
+        }
+    }
+    let fenced_deltas: Vec<_> = (102..=120).map(|seq| delta(&one, seq, "c")).collect();
+    for (events, fence) in [(&unfenced, false), (&fenced_deltas, true)] {
+        store
+            .commit(Batch {
+                events,
+                fence,
+                ..fenced(&leases)
+            })
+            .await
+            .unwrap();
+    }
+    let all = store.list_events(&key("s1"), None, 0, 1000).await.unwrap();
+    let seqs: Vec<i64> = all.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=120).collect::<Vec<_>>());
+    let written = unfenced.iter().filter(|e| e.session_id == "s1");
+    for (read, written) in all[1..].iter().zip(written.chain(&fenced_deltas)) {
+        assert_eq!(read, &**written);
+    }
+    for after in [1, 2, 50, 100, 101, 102, 119] {
+        let page = store.list_events(&key("s1"), None, after, 3).await.unwrap();
+        let seqs: Vec<i64> = page.iter().map(|e| e.seq).collect();
+        let want: Vec<i64> = (after + 1..=120.min(after + 3)).collect();
+        assert_eq!(seqs, want, "after {after}");
+    }
+    assert_eq!(events_in(store.as_ref(), "s2").await, 51);
+    if backend == Backend::Postgres {
+        assert_eq!(
+            db.postgres_event_rows("s1").await,
+            [(1, None), (2, Some(101)), (102, Some(120))]
+        );
+        assert_eq!(
+            db.postgres_event_rows("s2").await,
+            [(1, None), (2, Some(51))]
+        );
+    }
+    // A run, then another writer's deltas from its first seq and from
+    // inside it: refused whole. The same run again (Postgres: the writer's
+    // retry after a lost answer): found as it is.
+    let run: Vec<_> = (121..=130).map(|seq| delta(&one, seq, "d")).collect();
+    fn unfenced_of<'a>(events: &'a [Arc<StoredEvent>], leases: &'a [Lease]) -> Batch<'a> {
+        Batch {
+            events,
+            fence: false,
+            ..fenced(leases)
+        }
+    }
+    let unfenced_batch = |events| unfenced_of(events, &leases);
+    store.commit(unfenced_batch(&run)).await.unwrap();
+    for seq in [121, 125] {
+        let other = [delta(&one, seq, "other"), delta(&one, seq + 1, "other")];
+        assert!(
+            store.commit(unfenced_of(&other, &leases)).await.is_err(),
+            "{seq}"
+        );
+    }
+    if backend == Backend::Postgres {
+        // (SQLite's writer is in the process: no answer of its is lost.)
+        store.commit(unfenced_batch(&run)).await.unwrap();
+    }
+    // Another writer's event first, then a run from that seq: refused.
+    let first = [delta(&one, 131, "first")];
+    store.commit(unfenced_of(&first, &leases)).await.unwrap();
+    let late: Vec<_> = (131..=140).map(|seq| delta(&one, seq, "late")).collect();
+    assert!(store.commit(unfenced_batch(&late)).await.is_err());
+    let all = store
+        .list_events(&key("s1"), None, 120, 1000)
+        .await
+        .unwrap();
+    let texts: Vec<(i64, bool)> = all
+        .iter()
+        .map(|e| (e.seq, e.payload.contains("\"d\"")))
+        .collect();
+    let want: Vec<(i64, bool)> = (121..=130)
+        .map(|seq| (seq, true))
+        .chain([(131, false)])
+        .collect();
+    assert_eq!(texts, want);
+    assert!(all[10].payload.contains("first"));
+}
+
 /// Paced deltas, one per session a commit (what 1,000 streams at a token
 /// every 50 ms write): on SQLite each is committed to the journal, not a
 /// row of the session's table each (before, each was a row: the page
@@ -1698,6 +1806,7 @@ on_both_backends!(
     a_turn_log_cursor_reads_every_page_of_its_turn,
     stored_events_are_byte_for_byte_what_was_written,
     a_burst_of_deltas_reads_back_whole_after_any_seq,
+    deltas_are_runs_on_postgres_and_a_run_still_fences,
     paced_deltas_read_back_whole_and_survive_a_crash,
     heartbeat_reports_requested_cancellations,
     orphans_are_interrupted_once_with_a_final_event,

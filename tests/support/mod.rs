@@ -170,6 +170,20 @@ impl TestDb {
         pool.close().await;
     }
 
+    /// The rows of session `id` in this Postgres database's `events` table,
+    /// by seq: each one's seq and (a run's) last seq.
+    pub async fn postgres_event_rows(&self, id: &str) -> Vec<(i64, Option<i64>)> {
+        let pool = self.schema_pool().await;
+        let rows =
+            sqlx::query_as("SELECT seq, seq_end FROM events WHERE session_id = $1 ORDER BY seq")
+                .bind(id)
+                .fetch_all(&pool)
+                .await
+                .expect("the events' rows");
+        pool.close().await;
+        rows
+    }
+
     /// Every table of this database's schema, read from its catalogue (a
     /// table a migration adds is in it), with how many of its rows hold
     /// any of `needles` in any column (each column read as text). The

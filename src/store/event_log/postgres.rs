@@ -8,8 +8,11 @@ use sqlx::Postgres;
 
 mod finish;
 
-use super::{Batch, EventLog};
-use crate::store::Result;
+use super::{
+    Batch, EventLog,
+    runs::{self, Row},
+};
+use crate::store::{Result, sqlite::writer::ts};
 use crate::{
     events::StoredEvent,
     store::{Lease, NewStep, StoreError, postgres::PostgresStore},
@@ -121,16 +124,45 @@ impl EventLog for PostgresStore {
     }
 }
 
+/// The end of a statement that inserted the rows `e` as `logged` (ON
+/// CONFLICT DO NOTHING): 0, or the statement fails (migration 0015) when
+/// a row neither went in nor is stored as it is, or when a session's
+/// first row of the batch is at or before what the session holds and not
+/// stored as it is (the key sees only a run's first seq: as on SQLite, a
+/// session's events come after everything it holds; [`as_rows`] checks
+/// the batch's own). A `CASE` evaluates the subqueries of the branch it
+/// takes only: the comparison of every row with what is stored, an index
+/// probe each, runs only when a row did not go in (a batch tried again).
+macro_rules! event_conflicts {
+    () => {
+        "CASE WHEN (SELECT count(*) FROM logged) = (SELECT count(*) FROM e) THEN 0::int8 \
+         ELSE harness_event_conflicts((SELECT count(*) FROM e) \
+           - (SELECT count(*) FROM logged) \
+           - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
+              AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
+              AND x.payload = e.payload AND x.seq_end IS NOT DISTINCT FROM e.seq_end)) END \
+         + harness_event_conflicts((SELECT count(*) FROM \
+             (SELECT DISTINCT ON (session_id) * FROM e ORDER BY session_id, seq) AS f \
+           WHERE (SELECT COALESCE(x.seq_end, x.seq) FROM events x \
+                  WHERE x.session_id = f.session_id ORDER BY x.seq DESC LIMIT 1) >= f.seq \
+           AND NOT EXISTS (SELECT 1 FROM events x WHERE x.session_id = f.session_id \
+              AND x.seq = f.seq AND x.turn_id = f.turn_id AND x.type = f.type \
+              AND x.payload = f.payload AND x.seq_end IS NOT DISTINCT FROM f.seq_end)))"
+    };
+}
+
 /// What [`insert_leased`]'s statements write, after the `leased` turns
 /// each defines: the batch's events and records of those turns, the
 /// statement failing whole when any is of another turn or a seq is taken.
 macro_rules! insert_leased_rest {
     () => {
-        "), e AS ( \
+        concat!(
+            "), e AS ( \
            SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-           $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
+           $6::timestamptz[], $14::int8[]) \
+           AS e(session_id, seq, turn_id, type, payload, created_at, seq_end) \
          ), logged AS ( \
-           INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+           INSERT INTO events (session_id, seq, turn_id, type, payload, created_at, seq_end) \
            SELECT * FROM e WHERE e.turn_id IN (SELECT id FROM leased) \
            ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
          ), s AS ( \
@@ -144,11 +176,9 @@ macro_rules! insert_leased_rest {
          SELECT harness_lease_lost( \
            (SELECT count(*) FROM e WHERE e.turn_id NOT IN (SELECT id FROM leased)) \
            + (SELECT count(*) FROM s WHERE s.turn_id NOT IN (SELECT id FROM leased))) \
-         + harness_event_conflicts((SELECT count(*) FROM e) \
-           - (SELECT count(*) FROM logged) \
-           - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
-              AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
-              AND x.payload = e.payload))"
+         + ",
+            event_conflicts!()
+        )
     };
 }
 
@@ -185,7 +215,9 @@ async fn insert_leased<'c, E>(
 where
     E: sqlx::Executor<'c, Database = Postgres>,
 {
-    let columns = EventColumns::of(events.iter().map(|e| (&**e, false)));
+    let rows = as_rows(events.iter().map(|e| &**e))?;
+    let columns = EventColumns::of_rows(&rows);
+    let seq_end = columns.seq_end.clone();
     // Unfenced, the leases are taken as held (no turn row is read).
     let sql = if fence {
         INSERT_FENCED
@@ -210,6 +242,7 @@ where
         .bind(phases)
         .bind(records)
         .bind(at)
+        .bind(seq_end)
         .fetch_one(executor)
         .await?;
     Ok(())
@@ -231,22 +264,23 @@ pub(in crate::store) async fn insert_events<'e, 'c, E>(
 where
     E: sqlx::Executor<'c, Database = Postgres>,
 {
-    let columns = EventColumns::of(events.map(|e| (e, false)));
+    let rows = as_rows(events)?;
+    let columns = EventColumns::of_rows(&rows);
+    let seq_end = columns.seq_end.clone();
     let _: i64 = columns
-        .bound(sqlx::query_scalar(
+        .bound(sqlx::query_scalar(concat!(
             "WITH e AS ( \
            SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
-           $6::timestamptz[]) AS e(session_id, seq, turn_id, type, payload, created_at) \
+           $6::timestamptz[], $7::int8[]) \
+           AS e(session_id, seq, turn_id, type, payload, created_at, seq_end) \
          ), logged AS ( \
-           INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+           INSERT INTO events (session_id, seq, turn_id, type, payload, created_at, seq_end) \
            SELECT * FROM e ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1 \
          ) \
-         SELECT harness_event_conflicts((SELECT count(*) FROM e) \
-           - (SELECT count(*) FROM logged) \
-           - (SELECT count(*) FROM e JOIN events x ON x.session_id = e.session_id \
-              AND x.seq = e.seq AND x.turn_id = e.turn_id AND x.type = e.type \
-              AND x.payload = e.payload))",
-        ))
+         SELECT ",
+            event_conflicts!()
+        )))
+        .bind(seq_end)
         .fetch_one(executor)
         .await?;
     Ok(())
@@ -263,6 +297,35 @@ struct EventColumns<'a> {
     created_at: Vec<chrono::DateTime<chrono::Utc>>,
     /// Written only if its turn's finish applies.
     terminal: Vec<bool>,
+    /// A run's last seq ([`Self::of_rows`]; not bound by [`Self::bound`]).
+    seq_end: Vec<Option<i64>>,
+}
+
+/// `events` as the rows to insert: each session's events together, in
+/// seq order, its text deltas that follow each other in runs (see
+/// `runs`), as SQLite keeps them. A batch of a fast answer's deltas is a
+/// row per session instead of a row per delta.
+///
+/// Runs keep what the primary key (session, seq) fences. A process that
+/// takes a turn over numbers its events after the last stored seq, and a
+/// run is stored whole or not at all, so the first row either process
+/// writes after what the other saw starts at the same seq: the two collide
+/// on that key, as two rows of one event did. Rows are made the same way
+/// from the same events, so a batch tried again finds them stored as they
+/// are.
+///
+/// Two events of the batch at one seq are [`StoreError::Conflict`], as a
+/// duplicate key is.
+fn as_rows<'e>(events: impl Iterator<Item = &'e StoredEvent>) -> Result<Vec<Row<'e>>> {
+    let mut events: Vec<&StoredEvent> = events.collect();
+    events.sort_by(|a, b| (&a.session_id, a.seq).cmp(&(&b.session_id, b.seq)));
+    let twice = events
+        .windows(2)
+        .any(|w| w[0].seq == w[1].seq && w[0].session_id == w[1].session_id);
+    if twice {
+        return Err(StoreError::Conflict);
+    }
+    Ok(runs::rows(events, ts))
 }
 
 impl<'a> EventColumns<'a> {
@@ -276,6 +339,24 @@ impl<'a> EventColumns<'a> {
             columns.payload.push(&e.payload);
             columns.created_at.push(e.created_at);
             columns.terminal.push(terminal);
+            columns.seq_end.push(None);
+        }
+        columns
+    }
+
+    /// Rows (runs among them) as columns.
+    fn of_rows(rows: &'a [Row<'a>]) -> Self {
+        let mut columns = Self::default();
+        for row in rows {
+            let e = row.first();
+            columns.session_id.push(&e.session_id);
+            columns.seq.push(e.seq);
+            columns.turn_id.push(e.turn_id.to_string());
+            columns.event_type.push(&e.event_type);
+            columns.payload.push(row.payload());
+            columns.created_at.push(e.created_at);
+            columns.terminal.push(false);
+            columns.seq_end.push(row.seq_end());
         }
         columns
     }

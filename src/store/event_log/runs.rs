@@ -2,7 +2,7 @@
 //!
 //! A fast model streams hundreds of deltas a second, and each was a row of
 //! its own: an insert, a key to compare, a page to rewrite and checksum in
-//! the WAL. The SQLite writer keeps the deltas of one turn and step that a
+//! the WAL. Both writers keep the deltas of one turn and step that a
 //! commit holds, contiguous in seq, as one row: `seq` the first's,
 //! `seq_end` the last's, and a payload that lists each event's time and
 //! payload, in order. Every read expands a run back into its events, the
