@@ -26,3 +26,4 @@ pub mod telemetry;
 pub mod tools;
 pub mod turn;
 pub mod vault;
+pub mod when_woken;

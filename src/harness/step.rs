@@ -26,6 +26,7 @@ use crate::{
         ToolCall, ToolDefinition, Usage,
     },
     turn::StopReason,
+    when_woken::when_woken,
 };
 
 /// What every step of one turn shares.
@@ -308,7 +309,7 @@ impl Turn<'_> {
         // the next owner asks again (and retracts what streamed).
         let generated = tokio::select! {
             generated = generated => generated,
-            () = self.request.handover.cancelled() => Err(TurnError::HandedOver),
+            () = when_woken(self.request.handover.cancelled()) => Err(TurnError::HandedOver),
         };
         let output = match generated {
             Err(TurnError::HandedOver) => return Err(TurnError::HandedOver),

@@ -50,6 +50,7 @@ use super::{
     conn_timer::{Activity, HeadTimer},
     error::ApiError,
 };
+use crate::when_woken::when_woken;
 use raw::{Framing, TrackedIo};
 use slots::{Slot, Slots};
 
@@ -130,9 +131,9 @@ pub async fn serve(
             idle: limits.idle_timeout,
             head: limits.header_read_timeout,
         });
-        // A child: the connection's task polls it at each wake (each event
-        // it writes), and a child's lock is its own, not every
-        // connection's.
+        // A child, whose lock is the connection's own; polled only after
+        // its own wake, not at each wake of the connection's task (each
+        // event it writes: see `when_woken`).
         let shutdown = shutdown.child_token();
         let head_timeout = limits.header_read_timeout;
         connections.spawn(async move {
@@ -154,11 +155,11 @@ pub async fn serve(
                     tracing::debug!("no request head within the head timeout; closing");
                     Ok(())
                 }
-                () = slot.closed_for_another() => {
+                () = when_woken(slot.closed_for_another()) => {
                     tracing::debug!("connection limit reached; closing the longest-waiting connection");
                     Ok(())
                 }
-                () = shutdown.cancelled() => {
+                () = when_woken(shutdown.cancelled()) => {
                     connection.as_mut().graceful_shutdown();
                     connection.await
                 }

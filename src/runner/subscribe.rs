@@ -18,6 +18,7 @@ use crate::{
     events::StoredEvent,
     ids::SessionKey,
     store::{StoreError, TurnLogCursor, TurnStatus},
+    when_woken::when_woken,
 };
 
 /// Tries of a log read before the stream gives up on the log: the first
@@ -133,6 +134,10 @@ impl TurnRunner {
                 }
                 // Then wait for more: live when the turn runs here.
                 if let (Some(live), Some(rx)) = (live.as_ref(), receiver.as_mut()) {
+                    // Made once, polled only after their own wakes: not at
+                    // each event the stream relays (see `when_woken`).
+                    let mut ended = when_woken(live.closed.cancelled());
+                    let mut closed = when_woken(close.cancelled());
                     loop {
                         tokio::select! {
                             biased;
@@ -166,13 +171,13 @@ impl TurnRunner {
                                     break;
                                 }
                             },
-                            () = live.closed.cancelled() => {
+                            () = &mut ended => {
                                 // Terminal committed (or the turn's writes
                                 // failed): finish from the log, then poll.
                                 receiver = None;
                                 break;
                             }
-                            () = close.cancelled() => {
+                            () = &mut closed => {
                                 closing = true;
                                 break;
                             }

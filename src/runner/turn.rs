@@ -14,6 +14,7 @@ use crate::{
     providers::{ChatMessage, Role},
     store::{BeganTurn, MessageRecord, StoreError, TurnFinish, TurnStatus},
     turn::TurnRequest,
+    when_woken::when_woken,
 };
 
 /// The history messages a prompt takes (user, assistant and system).
@@ -83,22 +84,28 @@ impl TurnRunner {
         run: impl std::future::Future<Output = Result<TurnOutput, TurnFailure>>,
     ) {
         let inner = &self.inner;
-        // Polled at each wake of the turn (each token): a child's lock is
-        // the turn's own, not shared by every running turn.
+        // Each stop is polled only after its own wake, not at each wake of
+        // the turn (each token: see `when_woken`); the interrupt through a
+        // child, whose lock is the turn's own.
         let interrupt = inner.interrupt.child_token();
+        let (cancelled, interrupted, lost) = (
+            when_woken(live.cancel.cancelled()),
+            when_woken(interrupt.cancelled()),
+            when_woken(live.write_failed.cancelled()),
+        );
         let outcome = tokio::select! {
             biased;
-            () = live.cancel.cancelled() => Outcome::Cancelled,
+            () = cancelled => Outcome::Cancelled,
             // The grace is over: a turn still mid-step is handed over as it
             // stands (its records say where), or interrupted.
-            () = interrupt.cancelled() => if inner.handover.is_cancelled() {
+            () = interrupted => if inner.handover.is_cancelled() {
                 Outcome::HandedOver
             } else {
                 Outcome::Interrupted
             },
             // Some of its events are lost: stop now rather than at its
             // next event (a provider call may take a while).
-            () = live.write_failed.cancelled() => Outcome::Failed(TurnFailure::LostEvents),
+            () = lost => Outcome::Failed(TurnFailure::LostEvents),
             result = run => match result {
                 Ok(output) => Outcome::Completed(Box::new(output)),
                 Err(TurnFailure::Turn(TurnError::HandedOver)) => Outcome::HandedOver,
