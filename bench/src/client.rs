@@ -50,6 +50,17 @@ pub struct Sample {
     /// Between consecutive text tokens (0 for tokens in the same read).
     pub gaps: Vec<Duration>,
     pub ok: bool,
+    /// Why it is not ok, in a few words (an HTTP status, a cut stream).
+    pub failure: Option<String>,
+}
+
+impl Sample {
+    fn failed(why: impl Into<String>) -> Self {
+        Self {
+            failure: Some(why.into()),
+            ..Self::default()
+        }
+    }
 }
 
 /// Markers of a text token and of the end, per target.
@@ -95,10 +106,10 @@ pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> 
                 let body = json!({"model": model, "messages": messages, "stream": true});
                 let called = match client.post(&url).json(&body).send().await {
                     Ok(response) if response.status().is_success() => response.bytes().await,
-                    _ => return Sample::default(),
+                    _ => return Sample::failed("tool step"),
                 };
                 if called.is_err() {
-                    return Sample::default();
+                    return Sample::failed("tool step");
                 }
                 messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
                     {"id": "call_0", "type": "function", "function": {"name": "bench_sleep", "arguments": "{}"}}
@@ -120,15 +131,26 @@ pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> 
             let i = next.fetch_add(1, Ordering::Relaxed) % bases.len().max(1);
             match bases.get(i) {
                 Some(base) => turn(client, base, model),
-                None => return Sample::default(),
+                None => return Sample::failed("no replica"),
             }
         }
     };
-    let Ok(mut response) = sent.send().await else {
-        return Sample::default();
+    let mut response = match sent.send().await {
+        Ok(response) => response,
+        Err(e) if e.is_connect() => return Sample::failed("connect"),
+        Err(e) if e.is_timeout() => return Sample::failed("timeout"),
+        Err(e) => {
+            // The innermost cause says what happened (a connection closed
+            // under the request, a reset).
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(source) = cause.source() {
+                cause = source;
+            }
+            return Sample::failed(format!("request: {cause}"));
+        }
     };
     if !response.status().is_success() {
-        return Sample::default();
+        return Sample::failed(format!("HTTP {}", response.status().as_u16()));
     }
     let (token, end) = markers(target);
     let mut sample = Sample::default();
@@ -142,7 +164,14 @@ pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> 
     loop {
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,
-            Ok(None) | Err(_) => return sample,
+            Ok(None) => {
+                sample.failure = Some(format!("ended after {tokens} tokens"));
+                return sample;
+            }
+            Err(_) => {
+                sample.failure = Some(format!("cut after {tokens} tokens"));
+                return sample;
+            }
         };
         let now = Instant::now();
         buffer.extend_from_slice(&chunk);
@@ -164,6 +193,9 @@ pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> 
         if count(&buffer[end_from..], end) > 0 {
             sample.total = now - started;
             sample.ok = tokens > 0;
+            if !sample.ok {
+                sample.failure = Some("no tokens".into());
+            }
             return sample;
         }
         end_from = buffer.len().saturating_sub(end.len() - 1).max(end_from);
@@ -318,8 +350,12 @@ mod tests {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(async move { axum::serve(listener, app).await });
         let http = reqwest::Client::new();
+        // Without a key (as the fake's requests go): refused, and said so.
+        let refused = request(&http, &Target::Direct { base: base.clone() }, "bench-echo").await;
+        assert!(!refused.ok);
+        assert_eq!(refused.failure.as_deref(), Some("HTTP 401"));
         let sample = request(&http, &Target::Katan { base }, "bench-echo").await;
-        assert!(sample.ok);
+        assert!(sample.ok, "{:?}", sample.failure);
         let tokens = BODY.matches("\"delta\": {\"content\": \"").count();
         assert_eq!(tokens, 29, "the recorded stream's chunks with content");
         assert_eq!(sample.gaps.len(), tokens - 1);

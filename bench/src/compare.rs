@@ -164,7 +164,7 @@ fn workloads() -> Vec<Workload> {
 const PACED: usize = 1000;
 
 /// One binary's figures on one workload in one round.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Point {
     turns_per_s: f64,
     /// Its turns/s over the provider's own, measured just before.
@@ -180,6 +180,8 @@ struct Point {
     cpu_per_token_us: f64,
     added_gap_p99_ms: f64,
     errors: usize,
+    /// What failed, by kind (`HTTP 429 ×3, direct: connect ×1`), or empty.
+    failures: String,
 }
 
 /// [`crate::fake::offered_models`] as `HARNESS_MODELS` says them.
@@ -390,7 +392,7 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                     "round {round} [{b}] {:<10} {:>7.0} turns/s ({:.2}× the provider's), \
                      {:.3} ms CPU/turn{}, provider {:.3} ms CPU/stream, added p50 {:.2} ms, \
                      added TTFT p50 {:.2} ms p99 {:.2} ms, {:.1} µs CPU/token, added gap p99 {:.2} ms, \
-                     {} errors",
+                     {} errors{}",
                     workload.name,
                     point.turns_per_s,
                     point.share,
@@ -406,6 +408,11 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                     point.cpu_per_token_us,
                     point.added_gap_p99_ms,
                     point.errors,
+                    if point.failures.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", point.failures)
+                    },
                 );
                 points[b][w].push(point);
             }
@@ -596,6 +603,30 @@ async fn measure(
         cpu_per_token_us: per(cpu, tokens) * 1000.0,
         added_gap_p99_ms: hg99 - dg99,
         errors: (d.len() - d_ok.len()) + (h.len() - h_ok.len()),
+        failures: failures(&h, &d),
+    }
+}
+
+/// The failures of the service's samples and of the provider's own, each
+/// kind with its count.
+fn failures(through: &[Sample], direct: &[Sample]) -> String {
+    let count = |samples: &[Sample]| {
+        let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
+        for why in samples.iter().filter(|s| !s.ok) {
+            *kinds
+                .entry(why.failure.as_deref().unwrap_or("?"))
+                .or_default() += 1;
+        }
+        kinds
+            .into_iter()
+            .map(|(kind, n)| format!("{kind} ×{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (count(through), count(direct)) {
+        (h, d) if d.is_empty() => h,
+        (h, d) if h.is_empty() => format!("direct: {d}"),
+        (h, d) => format!("{h}; direct: {d}"),
     }
 }
 
