@@ -407,6 +407,21 @@ async fn a_response_asked_again_with_its_key_runs_once(backend: Backend) {
         .unwrap();
     assert_eq!(again["id"], later["id"]);
     assert_ne!(later["id"], first["id"]);
+    // Its turn ran to its end (its stream read through) before the count:
+    // a background turn may not have asked the provider yet when the
+    // second answer comes.
+    let id = later["id"].as_str().unwrap();
+    let streamed = app
+        .client
+        .get(app.url(&format!("/v1/responses/{id}?stream=true")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events = stream_events(&streamed);
+    assert_eq!(events.last().unwrap()["type"], "response.completed");
     assert_eq!(app.provider.requests().len(), 2, "each turn ran once");
     // The key with another request is refused, and begins nothing.
     let other = ask("k-1", json!({"input": "Something else"}))
