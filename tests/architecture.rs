@@ -20,14 +20,14 @@ use std::path::{Path, PathBuf};
 use syn::visit::Visit;
 
 /// The top-level modules of `src`, lowest layer first: the vocabulary
-/// (identifiers, masking), the providers, what a turn is asked and
+/// (identifiers, masking, signing, a future polled when woken), the providers, what a turn is asked and
 /// answers, its events, the store, what the store serves (metrics, the
 /// vault), the tools, the harness's collaborators (hooks, the background
 /// jobs), the harness, configuration and telemetry, the runner, the state
 /// handlers share, the protocols a turn is asked in, the HTTP edge,
 /// start-up and the command line.
 const LAYERS: &[&[&str]] = &[
-    &["ids", "pii", "signing"],
+    &["ids", "pii", "signing", "when_woken"],
     &["providers"],
     &["turn"],
     &["events"],

@@ -412,14 +412,8 @@ async fn a_response_asked_again_with_its_key_runs_once(backend: Backend) {
     // second answer comes.
     let id = later["id"].as_str().unwrap();
     let streamed = app
-        .client
-        .get(app.url(&format!("/v1/responses/{id}?stream=true")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .get_text(&format!("/v1/responses/{id}?stream=true"))
+        .await;
     let events = stream_events(&streamed);
     assert_eq!(events.last().unwrap()["type"], "response.completed");
     assert_eq!(app.provider.requests().len(), 2, "each turn ran once");

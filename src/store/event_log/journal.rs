@@ -438,13 +438,7 @@ pub(in crate::store) fn insert_events(
     events: impl Iterator<Item = Arc<StoredEvent>>,
 ) -> Result<()> {
     let mut events: Vec<Arc<StoredEvent>> = events.collect();
-    events.sort_by(|a, b| (&a.session_id, a.seq).cmp(&(&b.session_id, b.seq)));
-    let twice = events
-        .windows(2)
-        .any(|w| w[0].seq == w[1].seq && w[0].session_id == w[1].session_id);
-    if twice {
-        return Err(StoreError::Conflict);
-    }
+    runs::in_session_order(&mut events)?;
     for chunk in events.chunk_by(|a, b| a.session_id == b.session_id) {
         let session = chunk[0].session_id.as_str();
         let (count, last) = stage.tail(session);

@@ -318,13 +318,7 @@ struct EventColumns<'a> {
 /// duplicate key is.
 fn as_rows<'e>(events: impl Iterator<Item = &'e StoredEvent>) -> Result<Vec<Row<'e>>> {
     let mut events: Vec<&StoredEvent> = events.collect();
-    events.sort_by(|a, b| (&a.session_id, a.seq).cmp(&(&b.session_id, b.seq)));
-    let twice = events
-        .windows(2)
-        .any(|w| w[0].seq == w[1].seq && w[0].session_id == w[1].session_id);
-    if twice {
-        return Err(StoreError::Conflict);
-    }
+    runs::in_session_order(&mut events)?;
     Ok(runs::rows(events, ts))
 }
 

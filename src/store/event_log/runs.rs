@@ -68,6 +68,22 @@ fn delta_step(event: &StoredEvent) -> Option<u32> {
     }
 }
 
+/// Puts a batch's events in session and seq order, as rows are made from
+/// them; two at one seq of one session are [`StoreError::Conflict`], as a
+/// duplicate key is.
+pub(super) fn in_session_order<E: std::ops::Deref<Target = StoredEvent>>(
+    events: &mut [E],
+) -> Result<()> {
+    events.sort_by(|a, b| (&a.session_id, a.seq).cmp(&(&b.session_id, b.seq)));
+    let twice = events
+        .windows(2)
+        .any(|w| w[0].seq == w[1].seq && w[0].session_id == w[1].session_id);
+    if twice {
+        return Err(StoreError::Conflict);
+    }
+    Ok(())
+}
+
 /// Whether `next` goes on the run that `last` ends.
 pub(super) fn continues(last: &StoredEvent, next: &StoredEvent) -> bool {
     next.event_type == DELTA
