@@ -216,8 +216,8 @@ where
     E: sqlx::Executor<'c, Database = Postgres>,
 {
     let rows = as_rows(events.iter().map(|e| &**e))?;
-    let columns = EventColumns::of_rows(&rows);
-    let seq_end = columns.seq_end.clone();
+    let mut columns = EventColumns::of_rows(&rows);
+    let seq_end = std::mem::take(&mut columns.seq_end);
     // Unfenced, the leases are taken as held (no turn row is read).
     let sql = if fence {
         INSERT_FENCED
@@ -265,8 +265,8 @@ where
     E: sqlx::Executor<'c, Database = Postgres>,
 {
     let rows = as_rows(events)?;
-    let columns = EventColumns::of_rows(&rows);
-    let seq_end = columns.seq_end.clone();
+    let mut columns = EventColumns::of_rows(&rows);
+    let seq_end = std::mem::take(&mut columns.seq_end);
     let _: i64 = columns
         .bound(sqlx::query_scalar(concat!(
             "WITH e AS ( \
