@@ -19,7 +19,7 @@ pub struct ServerSettings {
     /// Largest request body, in bytes.
     #[arg(id = "server.body_limit_bytes", long = "body-limit-bytes", default_value_t = 1024 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub body_limit_bytes: usize,
-    /// Time a request's head has to arrive (a new connection's first from its accept, a later one from its first byte), in seconds.
+    /// Time a request's head has to arrive once its first byte came, in seconds.
     #[arg(
         id = "server.header_read_timeout_s",
         long = "header-read-timeout-s",
@@ -27,8 +27,9 @@ pub struct ServerSettings {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub header_read_timeout_s: u64,
-    /// Time a connection may wait for a request's first byte, in seconds:
-    /// keep it above the idle timeout of a load balancer in front.
+    /// Time a connection may wait for a request's first byte (a new one's
+    /// from its accept), in seconds: keep it above the idle timeout of a
+    /// load balancer or client pool in front.
     #[arg(
         id = "server.idle_timeout_s",
         long = "idle-timeout-s",

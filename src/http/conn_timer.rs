@@ -9,6 +9,16 @@
 //! first of `idle` after the wait began and `head` after the first byte of
 //! the request arrived; the connection's reader ([`TrackedIo`]) tells it
 //! when that first byte came.
+//!
+//! A new connection is waited on the same way ([`first_head_due`]): hyper's
+//! timer only starts once bytes came (its protocol sniffing reads without
+//! one), so the server arms `idle` from the accept and `head` from the
+//! connection's first byte. A connection that has sent nothing yet is, to
+//! its client, an idle one: pools open connections ahead of need (a
+//! request that found another connection free leaves its new one unused),
+//! and one closed at the head timeout is one a client may send its next
+//! request on as it closes. Silent sockets are bounded by the connection
+//! slots (the longest waiting goes first when they are full).
 
 use std::{
     pin::Pin,
@@ -30,8 +40,12 @@ pub struct Activity {
     /// Milliseconds after `base` (plus one) of the first byte read since the
     /// wait began; 0: none yet.
     first_read: AtomicU64,
+    /// The same for the connection's very first byte; never reset.
+    first_ever: AtomicU64,
     /// The pending head timer, woken by the first byte.
     waker: AtomicWaker,
+    /// The first head's timer, woken by the connection's first byte.
+    first_waker: AtomicWaker,
 }
 
 impl Activity {
@@ -39,7 +53,9 @@ impl Activity {
         Arc::new(Self {
             base: Instant::now(),
             first_read: AtomicU64::new(0),
+            first_ever: AtomicU64::new(0),
             waker: AtomicWaker::new(),
+            first_waker: AtomicWaker::new(),
         })
     }
 
@@ -62,13 +78,41 @@ impl Activity {
         {
             self.waker.wake();
         }
+        // Only the first wait's first read can be the connection's first.
+        if self
+            .first_ever
+            .compare_exchange(0, at, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.first_waker.wake();
+        }
     }
 
-    fn first_read(&self) -> Option<Instant> {
-        match self.first_read.load(Ordering::Acquire) {
+    fn at(&self, millis: &AtomicU64) -> Option<Instant> {
+        match millis.load(Ordering::Acquire) {
             0 => None,
             at => Some(self.base + Duration::from_millis(at - 1)),
         }
+    }
+}
+
+/// Resolves when a new connection's first request head is late: `idle`
+/// after its accept while it has sent nothing, `head` after its first
+/// byte. (The caller stops waiting once that request reached the service.)
+pub fn first_head_due(
+    activity: Arc<Activity>,
+    idle: Duration,
+    head: Duration,
+) -> impl std::future::Future<Output = ()> + Send {
+    let began = activity.base;
+    HeadSleep {
+        // Re-armed at its first poll, at whichever is due.
+        inner: Box::pin(tokio::time::sleep_until((began + head).into())),
+        activity,
+        watch: Watch::FirstEver,
+        began,
+        idle,
+        head,
     }
 }
 
@@ -93,6 +137,7 @@ impl Timer for HeadTimer {
         let began = Instant::now();
         Box::pin(HeadSleep {
             activity: self.activity.clone(),
+            watch: Watch::ThisWait,
             began,
             idle: self.idle,
             head: self.head,
@@ -103,10 +148,20 @@ impl Timer for HeadTimer {
     }
 }
 
+/// Which first byte a [`HeadSleep`] watches.
+#[derive(Debug, Clone, Copy)]
+enum Watch {
+    /// The first since the current wait for a request began.
+    ThisWait,
+    /// The connection's first.
+    FirstEver,
+}
+
 /// Fires `idle` after `began`, or `head` after the first byte, whichever
 /// the reader's activity makes due first.
 struct HeadSleep {
     activity: Arc<Activity>,
+    watch: Watch,
     began: Instant,
     idle: Duration,
     head: Duration,
@@ -115,7 +170,11 @@ struct HeadSleep {
 
 impl HeadSleep {
     fn due(&self) -> Instant {
-        match self.activity.first_read() {
+        let first = match self.watch {
+            Watch::ThisWait => &self.activity.first_read,
+            Watch::FirstEver => &self.activity.first_ever,
+        };
+        match self.activity.at(first) {
             Some(first) => first + self.head,
             None => self.began + self.idle,
         }
@@ -126,7 +185,10 @@ impl std::future::Future for HeadSleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.activity.waker.register(cx.waker());
+        match self.watch {
+            Watch::ThisWait => self.activity.waker.register(cx.waker()),
+            Watch::FirstEver => self.activity.first_waker.register(cx.waker()),
+        }
         // Bounded: each pass either fires or re-arms at a later instant.
         for _ in 0..4 {
             let due = self.due();

@@ -1,12 +1,10 @@
 //! The connection loop: accepts TCP connections and serves HTTP/1.1 and
 //! HTTP/2 on each, with the limits `axum::serve` does not offer.
 //!
-//! - A new connection has `header_read_timeout` from its accept to send
-//!   its first request's head, whatever it sends meanwhile (a silent
-//!   socket or a slowloris client is cut off). Between requests a
-//!   keep-alive connection may wait `idle_timeout` for the next request's
-//!   first byte, and then has `header_read_timeout` for the rest of its
-//!   head; see `conn_timer`.
+//! - A connection may wait `idle_timeout` for a request's first byte (its
+//!   first request's from its accept, a later one's from the end of the
+//!   one before), and then has `header_read_timeout` for the rest of the
+//!   head (a slowloris client is cut off); see `conn_timer`.
 //! - At most `max_connections` are open at once, so held connections cannot
 //!   exhaust the process's file descriptors (the default is three quarters
 //!   of them). When all are taken, a new connection takes the slot of the
@@ -47,7 +45,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower::ServiceExt;
 
 use super::{
-    conn_timer::{Activity, HeadTimer},
+    conn_timer::{Activity, HeadTimer, first_head_due},
     error::ApiError,
 };
 use crate::when_woken::when_woken;
@@ -135,24 +133,29 @@ pub async fn serve(
         // its own wake, not at each wake of the connection's task (each
         // event it writes: see `when_woken`).
         let shutdown = shutdown.child_token();
-        let head_timeout = limits.header_read_timeout;
+        let first_head_due = first_head_due(
+            activity.clone(),
+            limits.idle_timeout,
+            limits.header_read_timeout,
+        );
         connections.spawn(async move {
             let io = TokioIo::new(TrackedIo::new(tcp, activity, slot.clone(), &framing));
             let connection = builder.serve_connection_with_upgrades(io, service);
             let mut connection = std::pin::pin!(connection);
-            // Until its first request arrives, a connection has the head
-            // timeout from its accept; hyper's own timer only starts once
-            // bytes came (its protocol sniffing waits without one).
+            // Until its first request arrives, a connection has the idle
+            // timeout from its accept for its first byte, then the head
+            // timeout; hyper's own timer only starts once bytes came (its
+            // protocol sniffing waits without one). See `conn_timer`.
             let first_head_late = async {
                 tokio::select! {
-                    () = tokio::time::sleep(head_timeout) => {}
+                    () = first_head_due => {}
                     () = slot.first_request() => std::future::pending().await,
                 }
             };
             let result = tokio::select! {
                 result = connection.as_mut() => result,
                 () = first_head_late => {
-                    tracing::debug!("no request head within the head timeout; closing");
+                    tracing::debug!("the first request's head did not come in time; closing");
                     Ok(())
                 }
                 () = when_woken(slot.closed_for_another()) => {
