@@ -22,6 +22,14 @@ mod cli;
 
 use cli::{chat, health};
 
+/// mimalloc, not the C library's allocator: glibc's `malloc`, `free` and
+/// their bins' consolidation were about a tenth of a paced token's CPU.
+/// Built without transparent huge pages (`no_thp`): with them, a held
+/// stream cost half as much memory again (docs/benchmarks.md, issue 42's
+/// fourth pass).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Every setting is a flag with an environment variable and a key in the
 /// settings file; `--help` lists them.
 #[derive(Debug, Parser)]

@@ -22,6 +22,11 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 
+/// The service's own allocator (src/main.rs): `bench run` runs the service
+/// in this binary, and measures it as it ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(name = "bench", about = "Measure agent-harness against its provider")]
 struct Cli {

@@ -196,7 +196,8 @@ impl<T: AsyncWrite + Unpin> TrackedIo<T> {
 
     /// Takes `buf` as written when it is a bare error answer to replace.
     fn replaced(&mut self, buf: &[u8]) -> bool {
-        if self.slot.has_request_in_flight() {
+        // Most writes are a body's chunks: no lock for those.
+        if !buf.starts_with(b"HTTP/1.") || self.slot.has_request_in_flight() {
             return false;
         }
         match bare_error_replacement(buf) {
