@@ -468,7 +468,7 @@ pub trait Export: Reads + Send + Sync {
 
 /// The insert of a row of `part` (`$1` the session's key, then its
 /// columns). A turn is given what a turn that ended has: no owner, its
-/// heartbeat at its start, no cancel asked.
+/// heartbeat at its start, no cancel asked; and its session's tenant.
 fn insert(part: &Part) -> String {
     let key = if part.table == "sessions" {
         "id, tenant"
@@ -495,6 +495,7 @@ fn insert(part: &Part) -> String {
                 "owner_process",
                 "heartbeat_at",
                 "cancel_requested",
+                "tenant",
             ]
             .map(Into::into),
         );
@@ -503,6 +504,7 @@ fn insert(part: &Part) -> String {
             "''".into(),
             format!("${}", at + first),
             "FALSE".into(),
+            "(SELECT tenant FROM sessions WHERE id = $1)".into(),
         ]);
     }
     format!(

@@ -29,6 +29,12 @@ use crate::store::Result;
 pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, content, created_at \
      FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2";
 
+/// How many turns a tenant runs (`?1`): read from the partial index of
+/// running turns by tenant (migration 0032) alone, so a begin's count
+/// grows with the tenant's own running turns, not with every tenant's.
+pub(super) const RUNNING_OF_TENANT: &str = "SELECT count(*) FROM turns \
+     WHERE tenant = ?1 AND status = 'running' AND parked_until IS NULL";
+
 /// A [`SessionRecord`]'s columns, from `sessions s`: a `WHERE` follows.
 macro_rules! session_select {
     () => {
@@ -474,3 +480,6 @@ async fn begin_conflict(reader: Reader<'_>, turn: &NewTurn) -> Result<Option<Beg
         .map(|(id,)| parse_uuid(&id).map(BeginTurnError::AlreadyRunning))
         .transpose()
 }
+
+#[cfg(test)]
+mod tests;

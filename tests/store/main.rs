@@ -2076,6 +2076,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 "../../migrations/sqlite/0031_event_journal.sql"
             ))
             .await;
+            db.execute_sqlite(include_str!("../../migrations/sqlite/0032_turn_tenant.sql"))
+                .await;
         }
         (Backend::Postgres, true) => {
             db.execute_postgres(include_str!(
@@ -2098,10 +2100,15 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 "../../migrations/postgres/0033_event_runs.sql"
             ))
             .await;
+            db.execute_postgres(include_str!(
+                "../../migrations/postgres/0034_turn_tenant.sql"
+            ))
+            .await;
         }
         (Backend::Sqlite, false) => {
             db.execute_sqlite(
-                "DROP TABLE turn_steps; ALTER TABLE turns DROP COLUMN attempt; \
+                "DROP INDEX turns_running_by_tenant; ALTER TABLE turns DROP COLUMN tenant; \
+                 DROP TABLE turn_steps; ALTER TABLE turns DROP COLUMN attempt; \
                  ALTER TABLE turns DROP COLUMN traceparent; \
                  ALTER TABLE turns DROP COLUMN parked_at; \
                  ALTER TABLE turns DROP COLUMN parked_until; \
@@ -2117,7 +2124,7 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  ALTER TABLE turns DROP COLUMN traceparent; \
                  ALTER TABLE turns DROP COLUMN parked_at, DROP COLUMN parked_until, \
                  DROP COLUMN waited_ms, DROP COLUMN resumes; \
-                 ALTER TABLE events DROP COLUMN seq_end; \
+                 ALTER TABLE events DROP COLUMN seq_end; ALTER TABLE turns DROP COLUMN tenant; \
                  DROP FUNCTION harness_lease_lost(BIGINT);",
             )
             .await;

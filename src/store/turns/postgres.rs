@@ -21,11 +21,11 @@ use crate::{
 
 #[async_trait]
 impl Turns for PostgresStore {
-    /// The tenant's running turns are counted from the running turns (a
-    /// partial index), each session read by its key: a join let the
-    /// planner read every session of the tenant and probe its turns, a
-    /// cost that grew with the tenant's sessions (up to 9.6 ms of Postgres
-    /// CPU a turn at 8,800 sessions, docs/benchmarks.md).
+    /// The tenant's running turns are counted from their own partial
+    /// index (migration 0034): a join let the planner read every session
+    /// of the tenant and probe its turns (up to 9.6 ms of Postgres CPU a
+    /// turn at 8,800 sessions), and reading each running turn's session
+    /// grew with every tenant's running turns (docs/benchmarks.md).
     async fn insert_turn(&self, turn: &NewTurn) -> Result<BeganTurn, BeginTurnError> {
         // One statement, so one round trip and its own transaction: the
         // session row (made, or updated if it is the tenant's), the turn,
@@ -43,8 +43,7 @@ impl Turns for PostgresStore {
         let statement = sqlx::query_as::<_, Began>(
             "WITH busy AS ( \
                SELECT $11::int8 IS NOT NULL AND (SELECT count(*) FROM turns t \
-                 WHERE t.status = 'running' AND t.parked_until IS NULL \
-                 AND (SELECT o.tenant FROM sessions o WHERE o.id = t.session_id) = $3) \
+                 WHERE t.tenant = $3 AND t.status = 'running' AND t.parked_until IS NULL) \
                  >= $11::int8 AS at_most \
              ), s AS ( \
                INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
@@ -59,8 +58,9 @@ impl Turns for PostgresStore {
                RETURNING turn_count, cost_usd, last_seq \
              ), t AS ( \
                INSERT INTO turns (id, session_id, status, request, idempotency_key, \
-               owner_instance, owner_process, heartbeat_at, first_seq, created_at, traceparent) \
-               SELECT $4, $1, 'running', $5, $6, $7, $8, $2, s.last_seq, $2, $10 FROM s \
+               owner_instance, owner_process, heartbeat_at, first_seq, created_at, traceparent, \
+               tenant) \
+               SELECT $4, $1, 'running', $5, $6, $7, $8, $2, s.last_seq, $2, $10, $3 FROM s \
              ), e AS ( \
                INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
                SELECT $1, s.last_seq, $4, 'turn.started', $9, $2 FROM s \

@@ -60,15 +60,11 @@ impl Turns for SqliteStore {
         let began = self.writes.run(move |tx| {
             let created = ts(turn.created_at);
             // One writer: the count and the insert cannot interleave with
-            // another start, on any replica. Counted from the running
-            // turns, each session read by its key (see turns/postgres.rs).
+            // another start, on any replica. Counted from the index of the
+            // tenant's running turns alone (migration 0032).
             if let Some(most) = turn.max_running {
                 let running: i64 = tx
-                    .prepare_cached(
-                        "SELECT count(*) FROM turns t \
-                         WHERE t.status = 'running' AND t.parked_until IS NULL \
-                         AND (SELECT s.tenant FROM sessions s WHERE s.id = t.session_id) = ?1",
-                    )?
+                    .prepare_cached(super::RUNNING_OF_TENANT)?
                     .query_row(params![turn.tenant], |row| row.get(0))?;
                 if running >= i64::from(most) {
                     return Ok(BeginTry::TenantBusy);
@@ -95,7 +91,8 @@ impl Turns for SqliteStore {
                 .prepare_cached(
                     "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
                      owner_instance, owner_process, heartbeat_at, first_seq, created_at, \
-                     traceparent) VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8, ?7, ?9)",
+                     traceparent, tenant) \
+                     VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8, ?7, ?9, ?10)",
                 )?
                 .execute(params![
                     turn.id.to_string(),
@@ -106,7 +103,8 @@ impl Turns for SqliteStore {
                     turn.owner_process,
                     created,
                     seq,
-                    turn.traceparent
+                    turn.traceparent,
+                    turn.tenant
                 ]);
             match inserted {
                 Ok(_) => {}
