@@ -43,6 +43,14 @@ const GROUP_MAX: usize = 256;
 /// from the WAL into the database file.
 const CHECKPOINT_AFTER: Duration = Duration::from_millis(100);
 
+/// Prepared statements the writer's connection keeps. A turn's writes
+/// use a few dozen statements, and each one the cache had let go was
+/// compiled again: with rusqlite's default of 16 they took turns evicting
+/// each other, and compiling them was 6.5 % of the writer thread under
+/// short turns at c=256 (docs/benchmarks.md, issue 42). Above the count
+/// of statements the store prepares (a test holds it there).
+const STATEMENTS: usize = 256;
+
 /// WAL frames past which the writer starts the WAL over (see
 /// [`Writer::start_checkpointer`]).
 const RESTART_WAL_AT: i64 = 4000;
@@ -274,6 +282,7 @@ impl Writer {
     pub(super) fn open(path: &Path) -> Result<Self> {
         let connection = Connection::open(path)?;
         connection.busy_timeout(Duration::from_secs(5))?;
+        connection.set_prepared_statement_cache_capacity(STATEMENTS);
         connection.execute_batch(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
              PRAGMA mmap_size = 268435456; PRAGMA cache_size = -8192; \
@@ -459,4 +468,38 @@ pub(in crate::store) fn insert_job(tx: &Connection, job: &NewJob) -> Result<()> 
         ts(job.at)
     ])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::STATEMENTS;
+
+    fn count_in(dir: &std::path::Path, needle: &str) -> usize {
+        let mut count = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                count += count_in(&path, needle);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                count += std::fs::read_to_string(&path)
+                    .unwrap()
+                    .matches(needle)
+                    .count();
+            }
+        }
+        count
+    }
+
+    /// Every statement the store prepares on the writer fits in its cache
+    /// at once (each call site is at most one statement, but the export's
+    /// inserts, one per part of a session).
+    #[test]
+    fn the_writers_cache_holds_every_statement_it_prepares() {
+        let store = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+        let sites = count_in(&store, ".prepare_cached(") + crate::store::export::PARTS.len();
+        assert!(
+            sites <= STATEMENTS,
+            "{sites} statements, a cache of {STATEMENTS}"
+        );
+    }
 }
