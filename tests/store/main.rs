@@ -2257,10 +2257,50 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
     assert_eq!(store.begin_turn(&turn).await.unwrap().turn_number, 1);
 }
 
+/// A turn running when the store is migrated to name each turn's tenant
+/// (the begin's count reads that column) still counts toward its
+/// tenant's limit: the migration fills the column from the turn's
+/// session, for the other tenant's too.
+async fn a_turn_running_across_the_tenant_column_migration_still_counts(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    db.migrate_to(match backend {
+        Backend::Sqlite => 31,
+        Backend::Postgres => 33,
+    })
+    .await;
+    let at = "2026-11-28T00:00:00Z";
+    let mut rows = String::new();
+    for (tenant, key) in [("acme", "acme/before"), ("globex", "globex/before")] {
+        rows.push_str(&format!(
+            "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
+             VALUES ('{key}', '{at}', '{at}', 1, 1, '{tenant}'); \
+             INSERT INTO turns (id, session_id, status, request, owner_instance, \
+             owner_process, heartbeat_at, first_seq, created_at) \
+             VALUES ('{}', '{key}', 'running', '{{}}', 'i', 'p', '{at}', 1, '{at}');",
+            Uuid::now_v7()
+        ));
+    }
+    match backend {
+        Backend::Sqlite => db.execute_sqlite(&rows).await,
+        Backend::Postgres => db.execute_postgres(&rows).await,
+    }
+    let store = db.open().await;
+    let mut next = new_turn("after", None);
+    next.tenant = "acme".to_owned();
+    next.max_running = Some(1);
+    assert!(matches!(
+        store.begin_turn(&next).await,
+        Err(BeginTurnError::TenantBusy)
+    ));
+    next.max_running = Some(2);
+    store.begin_turn(&next).await.unwrap();
+}
+
 on_both_backends!(
     message_search_matches_any_term_newest_first,
     artifacts_and_decisions_are_kept_per_session,
     sessions_of_every_tenant_survive_the_move_to_per_tenant_ids,
+    a_turn_running_across_the_tenant_column_migration_still_counts,
 );
 
 /// SQLite: commits are copied from the WAL into the database file by the
