@@ -331,6 +331,9 @@ impl Stage<'_> {
 
     /// Takes back the changes made since `mark` (their job failed).
     pub fn rollback(&mut self, mark: usize) {
+        if mark == 0 {
+            self.flushes = 0;
+        }
         if self.ops.len() <= mark {
             return;
         }

@@ -52,7 +52,7 @@ impl Export for SqliteStore {
                 }
                 // Its own savepoint: a taken id undoes the import alone.
                 tx.execute_batch("SAVEPOINT import_session")?;
-                let imported = write(tx, &key, session, rows);
+                let imported = write(tx, &key, &session, &rows);
                 match &imported {
                     Ok(Imported::Done) => tx.execute_batch("RELEASE import_session")?,
                     _ => tx.execute_batch("ROLLBACK TO import_session; RELEASE import_session")?,
@@ -67,26 +67,26 @@ impl Export for SqliteStore {
 fn write(
     tx: &rusqlite::Connection,
     key: &SessionKey,
-    session: Vec<Value>,
-    rows: Vec<(usize, Vec<Value>)>,
+    session: &[Value],
+    rows: &[(usize, Vec<Value>)],
 ) -> Result<Imported> {
     let mut first = vec![
         Value::Text(key.as_str().to_owned()),
         Value::Text(key.tenant().to_owned()),
     ];
-    first.extend(session);
+    first.extend(session.iter().cloned());
     tx.prepare(&insert(&SESSION))?
         .execute(rusqlite::params_from_iter(first))?;
     let statements: Vec<String> = PARTS.iter().map(insert).collect();
     for (index, cells) in rows {
         let mut values = vec![Value::Text(key.as_str().to_owned())];
-        values.extend(cells);
+        values.extend(cells.iter().cloned());
         let inserted = tx
-            .prepare_cached(&statements[index])?
+            .prepare_cached(&statements[*index])?
             .execute(rusqlite::params_from_iter(values));
         match inserted {
             Ok(_) => {}
-            Err(e) if is_unique_violation(&e) => return Ok(Imported::Taken(PARTS[index].table)),
+            Err(e) if is_unique_violation(&e) => return Ok(Imported::Taken(PARTS[*index].table)),
             Err(e) => return Err(e.into()),
         }
     }

@@ -148,7 +148,7 @@ impl Jobs for SqliteStore {
         let (id, outcome, usage) = (id.to_owned(), outcome.clone(), *usage);
         self.writes
             .run(move |connection| {
-                match outcome {
+                match &outcome {
                     JobOutcome::Done => connection
                         .prepare_cached(
                             "UPDATE background_jobs SET status = 'done', last_error = NULL, \
@@ -160,7 +160,7 @@ impl Jobs for SqliteStore {
                             "UPDATE background_jobs SET status = 'pending', last_error = ?2, \
                          run_after = ?3, claimed_at = NULL, updated_at = ?4 WHERE id = ?1",
                         )?
-                        .execute(params![id, error, ts(after), ts(now)])?,
+                        .execute(params![id, error, ts(*after), ts(now)])?,
                     JobOutcome::Failed { error } => connection
                         .prepare_cached(
                             "UPDATE background_jobs SET status = 'failed', last_error = ?2, \

@@ -58,14 +58,16 @@ const RESTART_WAL_AT: i64 = 4000;
 /// A write, run inside the group's transaction.
 trait Job: Send {
     /// Runs the write; false when it failed (its part is rolled back, and
-    /// its changes to the journal's pending events taken back).
+    /// its changes to the journal's pending events taken back). It may run
+    /// again, after a rollback of the whole group (see [`run_group`]): the
+    /// last run's outcome is the one reported.
     fn run(&mut self, connection: &Connection, stage: &mut Stage<'_>) -> bool;
     /// Hands over the outcome once the group's commit is known.
     fn report(self: Box<Self>, commit: &Result<(), String>);
 }
 
 struct Typed<T, F> {
-    work: Option<F>,
+    work: F,
     outcome: Option<Result<T>>,
     reply: Option<oneshot::Sender<Result<T>>>,
 }
@@ -73,13 +75,10 @@ struct Typed<T, F> {
 impl<T, F> Job for Typed<T, F>
 where
     T: Send,
-    F: FnOnce(&Connection, &mut Stage<'_>) -> Result<T> + Send,
+    F: Fn(&Connection, &mut Stage<'_>) -> Result<T> + Send,
 {
     fn run(&mut self, connection: &Connection, stage: &mut Stage<'_>) -> bool {
-        let outcome = match self.work.take() {
-            Some(work) => work(connection, stage),
-            None => Err(StoreError::Unavailable("a write ran twice".into())),
-        };
+        let outcome = (self.work)(connection, stage);
         let ok = outcome.is_ok();
         self.outcome = Some(outcome);
         ok
@@ -99,44 +98,114 @@ where
     }
 }
 
-/// Runs `group` in one transaction, each job in its own savepoint; a
-/// job alone runs in the transaction itself (a savepoint copies each page
-/// it changes to a sub-journal first: a third of the writer's time under
-/// 1,000 streams, see docs/benchmarks.md). The journal's chores come
-/// first: its stale sessions flushed, its old rows deleted.
+/// Groups run the careful way (each job in a savepoint) after a group in
+/// which a job failed, before the quick way is tried again.
+const CAREFUL_AFTER_FAILURE: u32 = 8;
+
+/// Runs `group` in one transaction, the journal's chores first (its
+/// stale sessions flushed, its old rows deleted).
+///
+/// The quick way: the jobs one after another, no savepoints. A savepoint
+/// copies each page its job changes to a sub-journal first, and the jobs
+/// of a group share their hot pages (a table's last leaf, the sessions',
+/// the turns'): a tenth of the writer thread under short turns at c=256
+/// (docs/benchmarks.md, issue 42). When a job fails, the whole
+/// transaction is rolled back, and the group runs again the careful way:
+/// each job in a savepoint of its own, so one that fails is rolled back
+/// alone. `careful` asks for the careful way at once (a job failed in a
+/// recent group: a caller whose writes keep failing costs the others at
+/// most one wasted pass in [`CAREFUL_AFTER_FAILURE`] groups). A job alone
+/// runs in the transaction itself either way. Returns the commit's
+/// outcome and whether a job failed.
 fn run_group(
     connection: &mut Connection,
     group: &mut [Box<dyn Job>],
     stage: &mut Stage<'_>,
     chores: &Chores,
-) -> Result<(), String> {
-    let mut tx = connection
+    careful: bool,
+) -> (Result<(), String>, bool) {
+    if group.len() > 1 && !careful {
+        match run_quick(connection, group, stage, chores) {
+            Ok(true) => return (Ok(()), false),
+            Ok(false) => {}
+            Err(e) => return (Err(e), false),
+        }
+    }
+    run_careful(connection, group, stage, chores)
+}
+
+/// Begins the group's transaction and does the journal's chores.
+fn begin<'c>(
+    connection: &'c mut Connection,
+    stage: &mut Stage<'_>,
+    chores: &Chores,
+) -> Result<rusqlite::Transaction<'c>, String> {
+    let tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| e.to_string())?;
     stage.sweep(&tx, &chores.stale);
     if let Some(below) = chores.trim {
         Journal::trim(&tx, below).map_err(|e| e.to_string())?;
     }
+    Ok(tx)
+}
+
+/// The quick way: true when every job ran and the group committed; false
+/// when a job failed and everything was rolled back (the stage too).
+fn run_quick(
+    connection: &mut Connection,
+    group: &mut [Box<dyn Job>],
+    stage: &mut Stage<'_>,
+    chores: &Chores,
+) -> Result<bool, String> {
+    let tx = begin(connection, stage, chores)?;
+    if group.iter_mut().all(|job| job.run(&tx, stage)) {
+        tx.commit().map_err(|e| e.to_string())?;
+        return Ok(true);
+    }
+    stage.rollback(0);
+    tx.rollback().map_err(|e| e.to_string())?;
+    Ok(false)
+}
+
+/// The careful way (see [`run_group`]).
+fn run_careful(
+    connection: &mut Connection,
+    group: &mut [Box<dyn Job>],
+    stage: &mut Stage<'_>,
+    chores: &Chores,
+) -> (Result<(), String>, bool) {
+    let mut tx = match begin(connection, stage, chores) {
+        Ok(tx) => tx,
+        Err(e) => return (Err(e), false),
+    };
     if let [job] = group {
         return if job.run(&tx, stage) {
-            tx.commit().map_err(|e| e.to_string())
+            (tx.commit().map_err(|e| e.to_string()), false)
         } else {
             // The job reports its own error; nothing of it stays.
             stage.rollback(0);
-            tx.rollback().map_err(|e| e.to_string())
+            (tx.rollback().map_err(|e| e.to_string()), true)
         };
     }
+    let mut failed = false;
     for job in group.iter_mut() {
-        let savepoint = tx.savepoint().map_err(|e| e.to_string())?;
+        let savepoint = match tx.savepoint() {
+            Ok(savepoint) => savepoint,
+            Err(e) => return (Err(e.to_string()), failed),
+        };
         let mark = stage.mark();
         if job.run(&savepoint, stage) {
-            savepoint.commit().map_err(|e| e.to_string())?;
+            if let Err(e) = savepoint.commit() {
+                return (Err(e.to_string()), failed);
+            }
         } else {
             // The savepoint rolls back when dropped.
+            failed = true;
             stage.rollback(mark);
         }
     }
-    tx.commit().map_err(|e| e.to_string())
+    (tx.commit().map_err(|e| e.to_string()), failed)
 }
 
 /// What the journal asks of the next group.
@@ -300,6 +369,8 @@ impl Writer {
                 let mut connection = connection;
                 let mut group: Vec<Box<dyn Job>> = Vec::with_capacity(GROUP_MAX);
                 let mut chores = Chores::default();
+                // Groups left to run the careful way (see `run_group`).
+                let mut careful = 0u32;
                 while let Some(first) = queue.blocking_recv() {
                     group.push(first);
                     while group.len() < GROUP_MAX {
@@ -309,7 +380,18 @@ impl Writer {
                         }
                     }
                     let mut stage = pending.stage();
-                    let commit = run_group(&mut connection, &mut group, &mut stage, &chores);
+                    let (commit, failed) = run_group(
+                        &mut connection,
+                        &mut group,
+                        &mut stage,
+                        &chores,
+                        careful > 0,
+                    );
+                    careful = if failed {
+                        CAREFUL_AFTER_FAILURE
+                    } else {
+                        careful.saturating_sub(1)
+                    };
                     if commit.is_ok() {
                         // Before any job hears "done": what it sends next
                         // is readable.
@@ -409,7 +491,7 @@ impl Writer {
     pub(in crate::store) async fn run<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        F: Fn(&Connection) -> Result<T> + Send + 'static,
     {
         self.run_logged(move |connection, _| work(connection)).await
     }
@@ -419,13 +501,13 @@ impl Writer {
     pub(in crate::store) async fn run_logged<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection, &mut Stage<'_>) -> Result<T> + Send + 'static,
+        F: Fn(&Connection, &mut Stage<'_>) -> Result<T> + Send + 'static,
     {
         let stopped = || StoreError::Unavailable("the SQLite writer stopped".into());
         let (reply, result) = oneshot::channel();
         self.jobs
             .send(Box::new(Typed {
-                work: Some(work),
+                work,
                 outcome: None,
                 reply: Some(reply),
             }))
@@ -471,35 +553,4 @@ pub(in crate::store) fn insert_job(tx: &Connection, job: &NewJob) -> Result<()> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::STATEMENTS;
-
-    fn count_in(dir: &std::path::Path, needle: &str) -> usize {
-        let mut count = 0;
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                count += count_in(&path, needle);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                count += std::fs::read_to_string(&path)
-                    .unwrap()
-                    .matches(needle)
-                    .count();
-            }
-        }
-        count
-    }
-
-    /// Every statement the store prepares on the writer fits in its cache
-    /// at once (each call site is at most one statement, but the export's
-    /// inserts, one per part of a session).
-    #[test]
-    fn the_writers_cache_holds_every_statement_it_prepares() {
-        let store = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
-        let sites = count_in(&store, ".prepare_cached(") + crate::store::export::PARTS.len();
-        assert!(
-            sites <= STATEMENTS,
-            "{sites} statements, a cache of {STATEMENTS}"
-        );
-    }
-}
+mod tests;

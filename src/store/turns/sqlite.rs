@@ -196,7 +196,7 @@ impl Turns for SqliteStore {
                      AND attempt = ?3 RETURNING cancel_requested",
                     )?;
                     let at = ts(now);
-                    for lease in leases {
+                    for lease in &leases {
                         let mut rows =
                             beat.query(params![at, lease.turn_id.to_string(), lease.attempt])?;
                         if let Some(row) = rows.next()? {

@@ -62,7 +62,7 @@ impl Webhooks for SqliteStore {
         let hook = hook.cloned();
         self.writes
             .run(move |connection| {
-                match hook {
+                match &hook {
                     Some(hook) => {
                         connection
                             .prepare_cached(

@@ -1,0 +1,138 @@
+//! The writer thread's groups and its statement cache.
+
+use std::sync::atomic::AtomicUsize;
+
+use super::*;
+
+type Reply = oneshot::Receiver<Result<()>>;
+
+/// A job that inserts `value` into `t`, then fails when `fails`; it
+/// counts its runs.
+fn insert(value: i64, fails: bool) -> (Box<dyn Job>, Reply, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let (reply, replied) = oneshot::channel();
+    let job = Typed {
+        work: move |tx: &Connection, _: &mut Stage<'_>| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            tx.execute("INSERT INTO t (v) VALUES (?1)", [value])?;
+            if fails {
+                return Err(StoreError::Conflict);
+            }
+            Ok(())
+        },
+        outcome: None,
+        reply: Some(reply),
+    };
+    (Box::new(job), replied, runs)
+}
+
+fn values(connection: &Connection) -> Vec<i64> {
+    let mut select = connection.prepare("SELECT v FROM t ORDER BY v").unwrap();
+    select
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+/// Runs `jobs` as one group; each job's outcome (true: done) and runs.
+fn group(
+    connection: &mut Connection,
+    jobs: &[(i64, bool)],
+    careful: bool,
+) -> (bool, Vec<(bool, usize)>) {
+    let journal = Journal::default();
+    let mut stage = journal.stage();
+    let (mut group, mut replies, mut runs) = (Vec::new(), Vec::new(), Vec::new());
+    for &(value, fails) in jobs {
+        let (job, reply, counted) = insert(value, fails);
+        group.push(job);
+        replies.push(reply);
+        runs.push(counted);
+    }
+    let (commit, failed) = run_group(
+        connection,
+        &mut group,
+        &mut stage,
+        &Chores::default(),
+        careful,
+    );
+    for job in group.drain(..) {
+        job.report(&commit);
+    }
+    let outcomes = replies
+        .iter_mut()
+        .zip(&runs)
+        .map(|(reply, runs)| {
+            let done = matches!(reply.try_recv(), Ok(Ok(())));
+            (done, runs.load(Ordering::Relaxed))
+        })
+        .collect();
+    (failed, outcomes)
+}
+
+/// A group runs without savepoints; when a job fails, everything is
+/// rolled back and the group runs again, each job in a savepoint: the
+/// failed job's writes are gone, the others' committed, and each hears
+/// its own outcome. A group asked to be careful runs once.
+#[test]
+fn a_failed_job_is_rolled_back_alone_when_its_group_runs_again() {
+    let mut connection = Connection::open_in_memory().unwrap();
+    connection
+        .execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
+        .unwrap();
+    let (failed, outcomes) = group(&mut connection, &[(1, false), (2, false)], false);
+    assert!(!failed);
+    assert_eq!(outcomes, [(true, 1), (true, 1)]);
+    assert_eq!(values(&connection), [1, 2]);
+
+    let jobs = [(3, false), (4, true), (5, false)];
+    let (failed, outcomes) = group(&mut connection, &jobs, false);
+    assert!(failed);
+    // The first ran in the quick pass and again; the third only once,
+    // after the failure.
+    assert_eq!(outcomes, [(true, 2), (false, 2), (true, 1)]);
+    assert_eq!(values(&connection), [1, 2, 3, 5]);
+
+    let jobs = [(6, false), (7, true), (8, false)];
+    let (failed, outcomes) = group(&mut connection, &jobs, true);
+    assert!(failed);
+    assert_eq!(outcomes, [(true, 1), (false, 1), (true, 1)]);
+    assert_eq!(values(&connection), [1, 2, 3, 5, 6, 8]);
+
+    // A job alone that fails leaves nothing, the quick way or not.
+    let (failed, outcomes) = group(&mut connection, &[(9, true)], false);
+    assert!(failed);
+    assert_eq!(outcomes, [(false, 1)]);
+    assert_eq!(values(&connection), [1, 2, 3, 5, 6, 8]);
+}
+
+fn count_in(dir: &std::path::Path, needle: &str) -> usize {
+    let mut count = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            count += count_in(&path, needle);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            count += std::fs::read_to_string(&path)
+                .unwrap()
+                .matches(needle)
+                .count();
+        }
+    }
+    count
+}
+
+/// Every statement the store prepares on the writer fits in its cache
+/// at once (each call site is at most one statement, but the export's
+/// inserts, one per part of a session).
+#[test]
+fn the_writers_cache_holds_every_statement_it_prepares() {
+    let store = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let sites = count_in(&store, ".prepare_cached(") + crate::store::export::PARTS.len();
+    assert!(
+        sites <= STATEMENTS,
+        "{sites} statements, a cache of {STATEMENTS}"
+    );
+}
