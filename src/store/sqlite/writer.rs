@@ -124,9 +124,12 @@ fn run_group(
     chores: &Chores,
     careful: bool,
 ) -> (Result<(), String>, bool) {
-    if group.len() > 1 && !careful {
+    let alone = group.len() == 1;
+    if alone || !careful {
         match run_quick(connection, group, stage, chores) {
             Ok(true) => return (Ok(()), false),
+            // The job reports its own error; nothing of it stays.
+            Ok(false) if alone => return (Ok(()), true),
             Ok(false) => {}
             Err(e) => return (Err(e), false),
         }
@@ -168,7 +171,7 @@ fn run_quick(
     Ok(false)
 }
 
-/// The careful way (see [`run_group`]).
+/// The careful way (see [`run_group`]): each job in a savepoint.
 fn run_careful(
     connection: &mut Connection,
     group: &mut [Box<dyn Job>],
@@ -179,15 +182,6 @@ fn run_careful(
         Ok(tx) => tx,
         Err(e) => return (Err(e), false),
     };
-    if let [job] = group {
-        return if job.run(&tx, stage) {
-            (tx.commit().map_err(|e| e.to_string()), false)
-        } else {
-            // The job reports its own error; nothing of it stays.
-            stage.rollback(0);
-            (tx.rollback().map_err(|e| e.to_string()), true)
-        };
-    }
     let mut failed = false;
     for job in group.iter_mut() {
         let savepoint = match tx.savepoint() {
