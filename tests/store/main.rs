@@ -1003,9 +1003,11 @@ async fn paced_deltas_read_back_whole_and_survive_a_crash(backend: Backend) {
                 n
             }
         };
-        // The turns' starts only: the deltas are in the journal.
+        // The turns' starts only: the deltas are in the journal, a pack
+        // (one row) a commit.
         assert_eq!(count("SELECT count(*) FROM events").await, 40);
-        assert_eq!(count("SELECT count(*) FROM event_journal").await, 200);
+        assert_eq!(count(JOURNALED).await, 200);
+        assert_eq!(count("SELECT count(*) FROM event_journal_packs").await, 5);
         pool.close().await;
     }
     // The process stops with the deltas pending; the next one reads them.
@@ -1014,10 +1016,7 @@ async fn paced_deltas_read_back_whole_and_survive_a_crash(backend: Backend) {
     paced_read_back(store.as_ref(), &turns).await;
     if backend == Backend::Sqlite {
         let pool = sqlx::SqlitePool::connect(&db.sqlite_url()).await.unwrap();
-        let (journal,): (i64,) = sqlx::query_as("SELECT count(*) FROM event_journal")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+        let (journal,): (i64,) = sqlx::query_as(JOURNALED).fetch_one(&pool).await.unwrap();
         assert_eq!(journal, 0);
         pool.close().await;
     }
@@ -1042,7 +1041,57 @@ async fn paced_deltas_read_back_whole_and_survive_a_crash(backend: Backend) {
     assert_eq!(seqs, (1..=47).collect::<Vec<_>>());
     let next = new_turn(&turn.session_id, None);
     assert_eq!(store.begin_turn(&next).await.unwrap().first_seq, 48);
+    // An erase leaves none of the session's rows in the journal (they
+    // stay there, flushed, until it is trimmed).
+    let other = &turns[1];
+    store
+        .write_batch(&[], &[&completed(other, 7, "done")])
+        .await
+        .unwrap();
+    let journaled_of = |session: &str| {
+        format!(
+            "SELECT count(*) FROM event_journal_packs, json_each(events) \
+             WHERE json_extract(json_each.value, '$[0]') = '{session}'"
+        )
+    };
+    if backend == Backend::Sqlite {
+        let pool = sqlx::SqlitePool::connect(&db.sqlite_url()).await.unwrap();
+        let (before,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(journaled_of(&turn.session_id)))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert!(before > 0, "the late deltas were journaled");
+        pool.close().await;
+    }
+    let erased = store.erase_session(&key(&other.session_id)).await.unwrap();
+    assert!(
+        matches!(erased, agent_harness::store::Erased::Erased),
+        "{erased:?}"
+    );
+    store
+        .write_batch(&[], &[&completed(&next, 49, "done")])
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.erase_session(&key(&turn.session_id)).await.unwrap(),
+        agent_harness::store::Erased::Erased
+    ));
+    if backend == Backend::Sqlite {
+        let pool = sqlx::SqlitePool::connect(&db.sqlite_url()).await.unwrap();
+        for session in [&turn.session_id, &other.session_id] {
+            let (left,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(journaled_of(session)))
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            assert_eq!(left, 0, "{session}");
+        }
+        pool.close().await;
+    }
 }
+
+/// The journal's rows: those its packs list.
+const JOURNALED: &str =
+    "SELECT COALESCE(SUM(json_array_length(events)), 0) FROM event_journal_packs";
 
 async fn heartbeat_reports_requested_cancellations(backend: Backend) {
     let (_db, store) = store(backend).await;
@@ -2078,6 +2127,10 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
             .await;
             db.execute_sqlite(include_str!("../../migrations/sqlite/0032_turn_tenant.sql"))
                 .await;
+            db.execute_sqlite(include_str!(
+                "../../migrations/sqlite/0033_journal_packs.sql"
+            ))
+            .await;
         }
         (Backend::Postgres, true) => {
             db.execute_postgres(include_str!(
@@ -2114,7 +2167,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  ALTER TABLE turns DROP COLUMN parked_until; \
                  ALTER TABLE turns DROP COLUMN waited_ms; \
                  ALTER TABLE turns DROP COLUMN resumes; \
-                 ALTER TABLE events DROP COLUMN seq_end; DROP TABLE event_journal;",
+                 ALTER TABLE events DROP COLUMN seq_end; DROP TABLE event_journal; \
+                 DROP TABLE event_journal_packs;",
             )
             .await;
         }

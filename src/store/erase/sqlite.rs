@@ -37,10 +37,8 @@ impl Erase for SqliteStore {
                         statement.execute(params![key])?;
                     }
                 }
-                // Its rows in the event journal (see `event_log/journal.rs`);
-                // the journal is small and has no index but its row id.
-                tx.prepare_cached("DELETE FROM event_journal WHERE session_id = ?1")?
-                    .execute(params![key])?;
+                // Its rows in the event journal (see `event_log/journal.rs`).
+                crate::store::event_log::journal::erase_session(tx, &key)?;
                 stage.forget(&key);
                 let gone = tx.prepare_cached(SESSION)?.execute(params![key])?;
                 Ok(if gone == 1 {

@@ -5,9 +5,11 @@
 //! pages (a 4 KiB copy and checksum in the WAL each): the writer thread's
 //! whole cost under paced streams, and what held one process to a core
 //! (docs/benchmarks.md, issue 42). Here a session's deltas that follow
-//! each other are committed to `event_journal` instead, a table in commit
-//! order with no index but its row id: a commit's rows are a few pages at
-//! its end, whatever the sessions. The process keeps each session's
+//! each other are committed to the journal instead, a table in commit
+//! order with no index but its row id, one row (a *pack*, `packs.rs`) a
+//! commit: a commit's journal rows are one insert and a few pages at its
+//! end, whatever the sessions. The journal is measured in the rows its
+//! packs list (a pack's place is its first row's). The process keeps each session's
 //! journaled events in memory (they are *pending*) until they are moved,
 //! as runs, into the session's table (a *flush*), in the same transaction
 //! as the events that end them:
@@ -25,9 +27,9 @@
 //! A read of the log is the table's events, then the pending ones after
 //! them; the pending ones are read *first*, so a flush between the two
 //! reads gives them twice (they are cut by seq), never not at all (a
-//! flush moves a prefix of a session's pending events). Rows below the
-//! oldest pending row are deleted, a thousand at a time from the table's
-//! start. After a crash, the journal is read back when the store is
+//! flush moves a prefix of a session's pending events). Packs below the
+//! oldest pending row's are deleted, a thousand rows at a time from the
+//! table's start. After a crash, the journal is read back when the store is
 //! migrated: each row past its session's last seq in the table (and whose
 //! turn is still there: an erased session's rows are not brought back)
 //! moves into the table, and the journal is emptied.
@@ -38,7 +40,7 @@
 //! other's turns, so the table is the log.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeSet, HashMap},
     sync::{Arc, Mutex, PoisonError},
 };
 
@@ -47,10 +49,7 @@ use uuid::Uuid;
 
 use super::runs::{self, DELTA};
 use crate::events::StoredEvent;
-use crate::store::{
-    Result, StoreError,
-    sqlite::time::{parse_ts, ts},
-};
+use crate::store::{Result, StoreError, sqlite::time::ts};
 
 /// Pending events of a session past which they are flushed.
 pub const FLUSH_AT: usize = 32;
@@ -84,13 +83,15 @@ const LAST_IN_TABLE: &str = "SELECT COALESCE(seq_end, seq) FROM events WHERE ses
 const INSERT_TABLE: &str = "INSERT INTO events (session_id, seq, seq_end, turn_id, type, \
                             payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
-const INSERT_JOURNAL: &str = "INSERT INTO event_journal (session_id, seq, seq_end, turn_id, \
-                              type, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+/// A commit's journal rows, as one pack at the next place in the
+/// journal's order (or past the last pack, should one be there).
+const INSERT_PACK: &str = "INSERT INTO event_journal_packs (id, events) VALUES \
+    (MAX(?1, COALESCE((SELECT MAX(id) FROM event_journal_packs), 0) + 1), ?2)";
 
 /// A session's events committed to the journal, not yet to its table.
 #[derive(Debug)]
 struct Pending {
-    /// The journal row of the first.
+    /// Where the pack of the first is in the journal's order.
     first_row: i64,
     events: Vec<Arc<StoredEvent>>,
 }
@@ -99,14 +100,15 @@ struct Pending {
 #[derive(Debug)]
 pub struct Journal {
     shards: Vec<Mutex<HashMap<String, Pending>>>,
-    /// The writer thread's own: each pending session by its first row,
-    /// the newest row, and the row below which all are deleted.
+    /// The writer thread's own: each pending session by its first row
+    /// (its pack's place: a pack holds many sessions' rows), the newest
+    /// row, and the row below which all are deleted.
     rows: Mutex<Rows>,
 }
 
 #[derive(Debug, Default)]
 struct Rows {
-    oldest: BTreeMap<i64, String>,
+    oldest: BTreeSet<(i64, String)>,
     newest: i64,
     trimmed: i64,
 }
@@ -144,6 +146,8 @@ pub struct Stage<'j> {
     touched: HashMap<String, Vec<usize>>,
     /// Flushes of sessions that reached [`FLUSH_AT`].
     flushes: usize,
+    /// The place of this group's next pack in the journal's order.
+    next_row: i64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -202,6 +206,7 @@ impl Journal {
             ops: Vec::new(),
             touched: HashMap::new(),
             flushes: 0,
+            next_row: lock(&self.rows).newest + 1,
         }
     }
 
@@ -221,14 +226,14 @@ impl Journal {
                     match shard.get_mut(&session) {
                         Some(pending) => pending.events.extend(events),
                         None => {
-                            rows.oldest.insert(first_row, session.clone());
+                            rows.oldest.insert((first_row, session.clone()));
                             shard.insert(session, Pending { first_row, events });
                         }
                     }
                 }
                 Op::Flush { session } => {
                     if let Some(pending) = shard.remove(&session) {
-                        rows.oldest.remove(&pending.first_row);
+                        rows.oldest.remove(&(pending.first_row, session));
                     }
                 }
             }
@@ -238,18 +243,13 @@ impl Journal {
     /// The row below which the journal may be deleted, when enough are.
     pub fn trim_due(&self) -> Option<i64> {
         let rows = lock(&self.rows);
-        let below = rows
-            .oldest
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or(rows.newest + 1);
+        let below = rows.oldest.first().map_or(rows.newest + 1, |(row, _)| *row);
         (below - rows.trimmed >= TRIM_EVERY).then_some(below)
     }
 
-    /// Deletes the journal's rows below `below` (its first pages).
+    /// Deletes the journal's packs below `below` (its first pages).
     pub fn trim(tx: &Connection, below: i64) -> Result<()> {
-        tx.prepare_cached("DELETE FROM event_journal WHERE id < ?1")?
+        tx.prepare_cached("DELETE FROM event_journal_packs WHERE id < ?1")?
             .execute(params![below])?;
         Ok(())
     }
@@ -265,7 +265,7 @@ impl Journal {
     pub fn stale(&self) -> Vec<String> {
         let rows = lock(&self.rows);
         rows.oldest
-            .range(..rows.newest - SWEEP_BEHIND)
+            .range(..(rows.newest - SWEEP_BEHIND, String::new()))
             .take(SWEEP_MAX)
             .map(|(_, session)| session.clone())
             .collect()
@@ -349,7 +349,7 @@ impl Stage<'_> {
         let mut events = self.view(session);
         let had = !events.is_empty();
         events.extend(more.iter().cloned());
-        insert_rows(tx, INSERT_TABLE, &events)?;
+        insert_rows(tx, &events)?;
         if had {
             self.push(Op::Flush {
                 session: session.to_owned(),
@@ -396,12 +396,11 @@ impl Stage<'_> {
     }
 }
 
-/// `events` as rows (runs where deltas follow each other) into `sql`'s
-/// table; the first row's id.
-fn insert_rows(tx: &Connection, sql: &str, events: &[Arc<StoredEvent>]) -> Result<i64> {
+/// `events` as rows (runs where deltas follow each other) into the
+/// table.
+fn insert_rows(tx: &Connection, events: &[Arc<StoredEvent>]) -> Result<()> {
     let rows = runs::rows(events.iter().map(|e| &**e), ts);
-    let mut insert = tx.prepare_cached(sql)?;
-    let mut first = None;
+    let mut insert = tx.prepare_cached(INSERT_TABLE)?;
     // A turn's id, written once per turn.
     let mut turn = String::new();
     let mut last_turn = None;
@@ -420,14 +419,14 @@ fn insert_rows(tx: &Connection, sql: &str, events: &[Arc<StoredEvent>]) -> Resul
             row.payload(),
             ts(e.created_at)
         ])?;
-        first.get_or_insert_with(|| tx.last_insert_rowid());
     }
-    Ok(first.unwrap_or_default())
+    Ok(())
 }
 
 /// Writes events: each session's to the journal while they are deltas
 /// that follow its pending ones, else with its pending ones to its table
-/// (see the module's text).
+/// (see the module's text). The journaled ones of the call go in as one
+/// pack.
 ///
 /// Two events at one seq are [`StoreError::Conflict`], as a duplicate key
 /// is; and since the table's key sees only a run's first seq, a session's
@@ -442,6 +441,9 @@ pub(in crate::store) fn insert_events(
 ) -> Result<()> {
     let mut events: Vec<Arc<StoredEvent>> = events.collect();
     runs::in_session_order(&mut events)?;
+    let mut pack = Vec::new();
+    let mut rows = 0;
+    let mut journaled = Vec::new();
     for chunk in events.chunk_by(|a, b| a.session_id == b.session_id) {
         let session = chunk[0].session_id.as_str();
         let (count, last) = stage.tail(session);
@@ -450,7 +452,7 @@ pub(in crate::store) fn insert_events(
         } else {
             PENDING_MAX
         };
-        let journaled = count + chunk.len() < room
+        let journals = count + chunk.len() < room
             && chunk.iter().all(|e| e.event_type == DELTA)
             && chunk.windows(2).all(|w| runs::continues(&w[0], &w[1]))
             && last
@@ -458,7 +460,7 @@ pub(in crate::store) fn insert_events(
                 .is_none_or(|last| runs::continues(last, &chunk[0]));
         let after = match &last {
             Some(last) => Some(last.seq),
-            None if journaled || chunk.len() > 1 => tx
+            None if journals || chunk.len() > 1 => tx
                 .prepare_cached(LAST_IN_TABLE)?
                 .query_row(params![session], |row| row.get(0))
                 .optional()?,
@@ -467,73 +469,40 @@ pub(in crate::store) fn insert_events(
         if after.is_some_and(|after| after >= chunk[0].seq) {
             return Err(StoreError::Conflict);
         }
-        if !journaled {
+        if !journals {
             stage.flushes += usize::from(count + chunk.len() >= FLUSH_AT);
             stage.flush(tx, session, chunk)?;
             continue;
         }
-        let first_row = insert_rows(tx, INSERT_JOURNAL, chunk)?;
+        rows += pack_rows(&mut pack, chunk)?;
+        journaled.push(chunk);
+    }
+    if journaled.is_empty() {
+        return Ok(());
+    }
+    pack.push(b']');
+    let pack =
+        String::from_utf8(pack).map_err(|e| StoreError::Corrupt(format!("a journal pack: {e}")))?;
+    tx.prepare_cached(INSERT_PACK)?
+        .execute(params![stage.next_row, pack])?;
+    let first_row = tx.last_insert_rowid();
+    stage.next_row = first_row + rows;
+    for chunk in journaled {
         stage.push(Op::Append {
-            session: session.to_owned(),
+            session: chunk[0].session_id.clone(),
             first_row,
-            last_row: tx.last_insert_rowid(),
+            last_row: first_row + rows - 1,
             events: chunk.to_vec(),
         });
     }
     Ok(())
 }
 
-/// Moves what a stopped process left in the journal into the table (see
-/// the module's text), and empties it. Nothing is pending in this
-/// process yet; when something is, the journal is left alone.
-pub(in crate::store) fn recover(tx: &Connection, stage: &Stage<'_>) -> Result<usize> {
-    if !stage.journal.is_empty() || !stage.ops.is_empty() {
-        return Ok(0);
-    }
-    let mut select = tx.prepare_cached(
-        "SELECT j.session_id, j.seq, j.seq_end, j.turn_id, j.type, j.payload, j.created_at \
-         FROM event_journal j WHERE EXISTS (SELECT 1 FROM turns t \
-           WHERE t.id = j.turn_id AND t.session_id = j.session_id) ORDER BY j.id",
-    )?;
-    type Row = (String, i64, Option<i64>, String, String, String, String);
-    let rows = select.query_map([], |row| {
-        Ok((
-            row.get(0)?,
-            row.get(1)?,
-            row.get(2)?,
-            row.get(3)?,
-            row.get(4)?,
-            row.get(5)?,
-            row.get(6)?,
-        ))
-    })?;
-    let mut last: HashMap<String, i64> = HashMap::new();
-    let mut insert = tx.prepare_cached(INSERT_TABLE)?;
-    let mut moved = 0;
-    for row in rows {
-        let (session, seq, seq_end, turn, kind, payload, created_at): Row = row?;
-        parse_ts(&created_at)?;
-        let end = match last.get(&session) {
-            Some(&end) => end,
-            None => tx
-                .prepare_cached(LAST_IN_TABLE)?
-                .query_row(params![session], |r| r.get(0))
-                .optional()?
-                .unwrap_or(0),
-        };
-        if seq > end {
-            insert.execute(params![
-                session, seq, seq_end, turn, kind, payload, created_at
-            ])?;
-            moved += 1;
-        }
-        last.insert(session, end.max(seq_end.unwrap_or(seq)));
-    }
-    drop(insert);
-    drop(select);
-    tx.execute("DELETE FROM event_journal", [])?;
-    Ok(moved)
-}
+mod packs;
+use packs::pack_rows;
+#[cfg(test)]
+use packs::unpack;
+pub(in crate::store) use packs::{erase_session, recover};
 
 #[cfg(test)]
 mod tests;

@@ -15,11 +15,12 @@ fn connection() -> Connection {
              CREATE TABLE turns (id TEXT PRIMARY KEY, session_id TEXT NOT NULL);",
         )
         .unwrap();
-    connection
-        .execute_batch(include_str!(
-            "../../../../migrations/sqlite/0031_event_journal.sql"
-        ))
-        .unwrap();
+    for migration in [
+        include_str!("../../../../migrations/sqlite/0031_event_journal.sql"),
+        include_str!("../../../../migrations/sqlite/0033_journal_packs.sql"),
+    ] {
+        connection.execute_batch(migration).unwrap();
+    }
     connection
 }
 
@@ -46,6 +47,17 @@ fn count(connection: &Connection, table: &str) -> i64 {
         .unwrap()
 }
 
+/// The journal's rows: those its packs list.
+fn journaled(connection: &Connection) -> i64 {
+    connection
+        .query_row(
+            "SELECT COALESCE(SUM(json_array_length(events)), 0) FROM event_journal_packs",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap()
+}
+
 /// 100 streams that started together reach [`FLUSH_AT`] in the same
 /// commit: [`FLUSH_BUDGET`] of them flush there, each as one run, and the
 /// rest keep journaling until a later commit has room; every session's
@@ -64,7 +76,9 @@ fn streams_in_step_do_not_all_flush_in_one_commit() {
         commit(&connection, &journal, round(seq));
     }
     assert_eq!(count(&connection, "events"), 0);
-    assert_eq!(count(&connection, "event_journal"), 100 * 31);
+    assert_eq!(journaled(&connection), 100 * 31);
+    // One pack a commit.
+    assert_eq!(count(&connection, "event_journal_packs"), 31);
     // Each session's 32nd: only the budget's worth flush.
     commit(&connection, &journal, round(FLUSH_AT as i64));
     assert_eq!(count(&connection, "events"), FLUSH_BUDGET as i64);
@@ -133,9 +147,9 @@ fn stale_sessions_are_swept_oldest_first_and_the_journal_trimmed() {
     // Rows of the swept sessions are below the oldest pending one.
     let below = journal.trim_due();
     assert_eq!(below, None, "fewer than {TRIM_EVERY} rows below");
-    let first = lock(&journal.rows).oldest.keys().next().copied().unwrap();
+    let first = lock(&journal.rows).oldest.first().unwrap().0;
     Journal::trim(&connection, first).unwrap();
-    assert_eq!(count(&connection, "event_journal"), 6);
+    assert_eq!(journaled(&connection), 6);
 }
 
 /// After a crash: rows past their session's table move into it, rows
@@ -161,11 +175,11 @@ fn recovery_moves_only_what_the_table_lacks() {
         .unwrap();
     journal.apply(stage);
     commit(&connection, &journal, vec![delta("a", kept, 3)]);
-    assert_eq!(count(&connection, "event_journal"), 3);
+    assert_eq!(journaled(&connection), 3);
     let fresh = Journal::default();
     let moved = recover(&connection, &fresh.stage()).unwrap();
     assert_eq!(moved, 1, "a's seq 3 only");
-    assert_eq!(count(&connection, "event_journal"), 0);
+    assert_eq!(count(&connection, "event_journal_packs"), 0);
     let seqs: Vec<(String, i64, Option<i64>)> = connection
         .prepare("SELECT session_id, seq, seq_end FROM events ORDER BY session_id, seq")
         .unwrap()
@@ -174,4 +188,165 @@ fn recovery_moves_only_what_the_table_lacks() {
         .collect::<rusqlite::Result<_>>()
         .unwrap();
     assert_eq!(seqs, [("a".into(), 1, Some(2)), ("a".into(), 3, None)]);
+}
+
+fn packs(connection: &Connection) -> Vec<(i64, String)> {
+    connection
+        .prepare("SELECT id, events FROM event_journal_packs ORDER BY id")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+fn table(connection: &Connection) -> Vec<(String, i64, Option<i64>, String, String, String)> {
+    connection
+        .prepare(
+            "SELECT session_id, seq, seq_end, turn_id, type, payload FROM events \
+             ORDER BY session_id, seq",
+        )
+        .unwrap()
+        .query_map([], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+            ))
+        })
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+/// A commit's journaled events, of any sessions, are one row (a pack),
+/// placed after the previous pack's rows; read back after a stop, they
+/// are the rows the table would have held had they gone there at once:
+/// the same runs, payloads byte for byte, odd session ids whole.
+#[test]
+fn a_commits_journal_rows_are_one_pack_and_read_back_as_the_table_holds_them() {
+    let connection = connection();
+    let journal = Journal::default();
+    let sessions = ["plain", "t1/with \"quotes\" \\ and é", "text"];
+    let turns: Vec<Uuid> = sessions.iter().map(|_| Uuid::now_v7()).collect();
+    for (session, turn) in sessions.iter().zip(&turns) {
+        connection
+            .execute(
+                "INSERT INTO turns (id, session_id) VALUES (?1, ?2)",
+                params![turn.to_string(), session],
+            )
+            .unwrap();
+    }
+    // The first session sends three deltas in the commit (a run), the
+    // others one each.
+    let mut first = vec![
+        delta(sessions[0], turns[0], 1),
+        delta(sessions[0], turns[0], 2),
+        delta(sessions[0], turns[0], 3),
+    ];
+    first.extend((1..3).map(|i| delta(sessions[i], turns[i], 1)));
+    commit(&connection, &journal, first.clone());
+    assert_eq!(count(&connection, "events"), 0);
+    let written = packs(&connection);
+    assert_eq!(written.len(), 1, "one pack: {written:?}");
+    assert_eq!(journaled(&connection), 3, "a run and two rows");
+    let second: Vec<_> = (0..3)
+        .map(|i| delta(sessions[i], turns[i], if i == 0 { 4 } else { 2 }))
+        .collect();
+    commit(&connection, &journal, second.clone());
+    let written = packs(&connection);
+    assert_eq!(
+        written[1].0,
+        written[0].0 + 3,
+        "placed after the first's rows"
+    );
+    assert_eq!(lock(&journal.rows).newest, written[1].0 + 2);
+    // What the table holds when the same events go there directly.
+    let direct = self::connection();
+    let mut events = first.clone();
+    events.extend(second.iter().cloned());
+    events.sort_by(|a, b| (&a.session_id, a.seq).cmp(&(&b.session_id, b.seq)));
+    for chunk in events.chunk_by(|a, b| a.session_id == b.session_id) {
+        let batches: Vec<&[Arc<StoredEvent>]> = if chunk[0].session_id == sessions[0] {
+            vec![&chunk[..3], &chunk[3..]]
+        } else {
+            chunk.chunks(1).collect()
+        };
+        for batch in batches {
+            insert_rows(&direct, batch).unwrap();
+        }
+    }
+    let moved = recover(&connection, &Journal::default().stage()).unwrap();
+    assert_eq!(moved, 6);
+    assert_eq!(table(&connection), table(&direct));
+    assert_eq!(count(&connection, "event_journal_packs"), 0);
+}
+
+/// What a process before the packs left in `event_journal` is moved
+/// first, then the packs, each row once.
+#[test]
+fn recovery_reads_the_rows_left_before_the_packs_then_the_packs() {
+    let connection = connection();
+    let journal = Journal::default();
+    let turn = Uuid::now_v7();
+    connection
+        .execute(
+            "INSERT INTO turns (id, session_id) VALUES (?1, 'a')",
+            params![turn.to_string()],
+        )
+        .unwrap();
+    let old = delta("a", turn, 1);
+    connection
+        .execute(
+            "INSERT INTO event_journal (session_id, seq, turn_id, type, payload, created_at) \
+             VALUES ('a', 1, ?1, ?2, ?3, ?4)",
+            params![
+                turn.to_string(),
+                old.event_type,
+                old.payload,
+                ts(old.created_at)
+            ],
+        )
+        .unwrap();
+    // This process journals seq 2 (its own view of the session starts
+    // at the table, which lacks seq 1 until the recovery).
+    let mut stage = journal.stage();
+    insert_events(&connection, &mut stage, [delta("a", turn, 2)].into_iter()).unwrap();
+    let moved = recover(&connection, &Journal::default().stage()).unwrap();
+    assert_eq!(moved, 2);
+    let seqs: Vec<i64> = table(&connection).iter().map(|row| row.1).collect();
+    assert_eq!(seqs, [1, 2]);
+    assert_eq!(count(&connection, "event_journal"), 0);
+    assert_eq!(count(&connection, "event_journal_packs"), 0);
+}
+
+/// An erase takes the session's rows out of every pack (a pack left with
+/// none is deleted) and leaves the other sessions' rows, and packs that
+/// name it only inside a payload, as they were.
+#[test]
+fn an_erased_sessions_rows_leave_every_pack() {
+    let connection = connection();
+    let journal = Journal::default();
+    let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    commit(
+        &connection,
+        &journal,
+        vec![delta("t1", a, 1), delta("b", b, 1)],
+    );
+    commit(&connection, &journal, vec![delta("t1", a, 2)]);
+    // "t1" appears in this pack only as a payload's text.
+    commit(&connection, &journal, vec![delta("c", c, 1)]);
+    let before = packs(&connection);
+    assert!(before[2].1.contains("\"t1\""), "{}", before[2].1);
+    erase_session(&connection, "t1").unwrap();
+    let after = packs(&connection);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert_eq!(after[0].0, before[0].0);
+    let rows = unpack(&after[0].1).unwrap();
+    let sessions: Vec<&str> = rows.iter().map(|row| row.0.as_str()).collect();
+    assert_eq!(sessions, ["b"]);
+    assert_eq!(after[1], before[2], "left as it was");
 }
