@@ -69,8 +69,14 @@ trait Job: Send {
 struct Typed<T, F> {
     work: F,
     outcome: Option<Result<T>>,
-    reply: Option<oneshot::Sender<Result<T>>>,
+    reply: Option<oneshot::Sender<Done<T, F>>>,
 }
+
+/// A job's outcome, and the job itself: what its closure holds (a
+/// batch's events, a finish's messages) is freed by the caller, on a
+/// thread of the runtime, not on the writer thread that every commit
+/// waits for.
+type Done<T, F> = (Result<T>, F);
 
 impl<T, F> Job for Typed<T, F>
 where
@@ -84,16 +90,21 @@ where
         ok
     }
 
-    fn report(mut self: Box<Self>, commit: &Result<(), String>) {
-        let outcome = match (self.outcome.take(), commit) {
+    fn report(self: Box<Self>, commit: &Result<(), String>) {
+        let Self {
+            work,
+            outcome,
+            reply,
+        } = *self;
+        let outcome = match (outcome, commit) {
             (Some(Err(e)), _) => Err(e),
             (Some(Ok(value)), Ok(())) => Ok(value),
             (Some(Ok(_)), Err(e)) => Err(StoreError::Unavailable(format!("sqlite commit: {e}"))),
             (None, Err(e)) => Err(StoreError::Unavailable(format!("sqlite: {e}"))),
             (None, Ok(())) => Err(StoreError::Unavailable("a write did not run".into())),
         };
-        if let Some(reply) = self.reply.take() {
-            let _ = reply.send(outcome);
+        if let Some(reply) = reply {
+            let _ = reply.send((outcome, work));
         }
     }
 }
@@ -507,7 +518,12 @@ impl Writer {
             }))
             .await
             .map_err(|_| stopped())?;
-        result.await.map_err(|_| stopped())?
+        let (outcome, work) = result.await.map_err(|_| stopped())?;
+        // Freed here, on the caller's thread (see [`Done`]), with the
+        // events the journal let go of.
+        drop(work);
+        drop(self.journal.retired());
+        outcome
     }
 }
 

@@ -350,3 +350,40 @@ fn an_erased_sessions_rows_leave_every_pack() {
     assert_eq!(sessions, ["b"]);
     assert_eq!(after[1], before[2], "left as it was");
 }
+
+/// A flushed session's pending events are let go of by the writer into
+/// `retired`, still whole, for the next caller to free; taken once.
+#[test]
+fn flushed_events_are_retired_for_a_caller_to_free() {
+    let connection = connection();
+    let journal = Journal::default();
+    let turn = Uuid::now_v7();
+    let events = [delta("a", turn, 1), delta("a", turn, 2)];
+    commit(&connection, &journal, vec![events[0].clone()]);
+    commit(&connection, &journal, vec![events[1].clone()]);
+    assert!(journal.retired().is_empty());
+    let end = Arc::new(
+        StoredEvent::from_event(
+            "a",
+            turn,
+            3,
+            TurnEvent::MessageRetracted {
+                step: 1,
+                reason: "a non-delta event ends the run".into(),
+            },
+            chrono::Utc::now(),
+        )
+        .unwrap(),
+    );
+    commit(&connection, &journal, vec![end]);
+    assert!(journal.read("a", None, 0).is_empty());
+    let retired = journal.retired();
+    let seqs: Vec<Vec<i64>> = retired
+        .iter()
+        .map(|events| events.iter().map(|e| e.seq).collect())
+        .collect();
+    assert_eq!(seqs, [[1, 2]]);
+    // The journal holds no other share of them.
+    assert!(events.iter().all(|e| Arc::strong_count(e) == 2));
+    assert!(journal.retired().is_empty());
+}
