@@ -9,10 +9,10 @@
 //! order with no index but its row id, one row (a *pack*, `packs.rs`) a
 //! commit: a commit's journal rows are one insert and a few pages at its
 //! end, whatever the sessions. The journal is measured in the rows its
-//! packs list (a pack's place is its first row's). The process keeps each session's
-//! journaled events in memory (they are *pending*) until they are moved,
-//! as runs, into the session's table (a *flush*), in the same transaction
-//! as the events that end them:
+//! packs list (a pack's place is its first row's). The process keeps
+//! each session's journaled events in memory (they are *pending*) until
+//! they are moved, as runs, into the session's table (a *flush*), in the
+//! same transaction as the events that end them:
 //!
 //! - at any event that is not a delta (a tool call, a step's or turn's
 //!   end: so between turns nothing is pending),
@@ -29,8 +29,8 @@
 //! reads gives them twice (they are cut by seq), never not at all (a
 //! flush moves a prefix of a session's pending events). Packs below the
 //! oldest pending row's are deleted, a thousand rows at a time from the
-//! table's start. After a crash, the journal is read back when the store is
-//! migrated: each row past its session's last seq in the table (and whose
+//! table's start. After a crash, the journal is read back when the store
+//! is migrated: each row past its session's last seq in the table (and whose
 //! turn is still there: an erased session's rows are not brought back)
 //! moves into the table, and the journal is emptied.
 //!
@@ -102,8 +102,8 @@ pub struct Journal {
     shards: Vec<Mutex<HashMap<String, Pending>>>,
     /// Pending events the writer thread let go of (flushed, forgotten),
     /// freed by the next caller of the writer on its own thread
-    /// ([`Self::retired`]): dropping them was a tenth of the writer
-    /// thread's time under paced streams (issue 42). At most what the
+    /// ([`Self::retired`]): freeing them, with what the jobs held, was a
+    /// tenth of the writer thread's time under paced streams (issue 42). At most what the
     /// journal held; each caller of the writer takes them all.
     retired: Mutex<Vec<Vec<Arc<StoredEvent>>>>,
     /// The writer thread's own: each pending session by its first row
