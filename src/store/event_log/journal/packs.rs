@@ -112,15 +112,7 @@ pub(in crate::store) fn recover(tx: &Connection, stage: &Stage<'_>) -> Result<us
     )?;
     let mut rows = select.query([])?;
     while let Some(row) = rows.next()? {
-        mover.offer((
-            row.get(0)?,
-            row.get(1)?,
-            row.get(2)?,
-            row.get(3)?,
-            row.get(4)?,
-            row.get(5)?,
-            row.get(6)?,
-        ))?;
+        mover.offer(Recovered::try_from(row)?)?;
     }
     drop(rows);
     let mut packs = tx.prepare_cached("SELECT events FROM event_journal_packs ORDER BY id")?;

@@ -207,16 +207,7 @@ fn table(connection: &Connection) -> Vec<(String, i64, Option<i64>, String, Stri
              ORDER BY session_id, seq",
         )
         .unwrap()
-        .query_map([], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-            ))
-        })
+        .query_map([], |row| row.try_into())
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap()
