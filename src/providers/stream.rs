@@ -10,33 +10,75 @@ use tokio::time::Instant;
 
 use super::ProviderError;
 
-/// Waits for the next item for at most `idle`, never past `deadline`.
-pub(super) async fn next_within<S: Stream + Unpin>(
-    stream: &mut S,
+/// The waits of one stream for its next item: each ends after `idle` of
+/// quiet, and none goes past `deadline`.
+///
+/// One timer serves every wait, and it is moved only when it fires
+/// early. A timeout made per item took the runtime's timer lock twice
+/// a token (armed at its first poll, taken out when dropped): a paced
+/// stream's items each wait, so every one of them armed it (issue 42).
+/// Here the timer is armed at the end of the first wait; when it fires,
+/// a wait that has since moved on sets it to its own end and goes on.
+pub(super) struct Waits {
     idle: Duration,
     deadline: Instant,
-) -> Result<Option<S::Item>, ProviderError> {
-    next_before(stream, Instant::now() + idle, idle, deadline).await
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
 }
 
-/// Waits for the next item until `quiet_until` (the end of `idle` since
-/// the stream last said something), never past `deadline`.
-async fn next_before<S: Stream + Unpin>(
-    stream: &mut S,
-    quiet_until: Instant,
-    idle: Duration,
-    deadline: Instant,
-) -> Result<Option<S::Item>, ProviderError> {
-    let wait_until = deadline.min(quiet_until);
-    match tokio::time::timeout_at(wait_until, stream.next()).await {
-        Ok(item) => Ok(item),
-        Err(_) if wait_until >= deadline => Err(ProviderError::Timeout(
-            "the turn's deadline passed mid-stream".into(),
-        )),
-        Err(_) => Err(ProviderError::Timeout(format!(
-            "nothing from the provider for {} s",
-            idle.as_secs_f64()
-        ))),
+impl Waits {
+    pub(super) fn new(idle: Duration, deadline: Instant) -> Self {
+        let first = deadline.min(Instant::now() + idle);
+        Self {
+            idle,
+            deadline,
+            timer: Box::pin(tokio::time::sleep_until(first)),
+        }
+    }
+
+    /// Waits for the next item for at most `idle` from now.
+    pub(super) async fn next<S: Stream + Unpin>(
+        &mut self,
+        stream: &mut S,
+    ) -> Result<Option<S::Item>, ProviderError> {
+        self.next_before(stream, Instant::now() + self.idle).await
+    }
+
+    /// Waits for the next item until `quiet_until` (the end of `idle`
+    /// since the stream last said something).
+    async fn next_before<S: Stream + Unpin>(
+        &mut self,
+        stream: &mut S,
+        quiet_until: Instant,
+    ) -> Result<Option<S::Item>, ProviderError> {
+        let wait_until = self.deadline.min(quiet_until);
+        if self.timer.deadline() > wait_until {
+            // A wait shorter than the last (a caller's clock went back).
+            self.timer.as_mut().reset(wait_until);
+        }
+        loop {
+            tokio::select! {
+                biased;
+                item = stream.next() => return Ok(item),
+                () = self.timer.as_mut() => {
+                    if Instant::now() >= wait_until {
+                        return Err(self.timed_out(wait_until));
+                    }
+                    // Fired at an earlier wait's end: this one ends later.
+                    self.timer.as_mut().reset(wait_until);
+                }
+            }
+        }
+    }
+
+    fn timed_out(&self, wait_until: Instant) -> ProviderError {
+        if wait_until >= self.deadline {
+            ProviderError::Timeout("the turn's deadline passed mid-stream".into())
+        } else {
+            ProviderError::Timeout(format!(
+                "nothing from the provider for {} s",
+                self.idle.as_secs_f64()
+            ))
+        }
     }
 }
 
@@ -155,6 +197,7 @@ where
     let mut bytes = Box::pin(bytes);
     async_stream::stream! {
         let mut parser = SseParser::default();
+        let mut waits = Waits::new(idle, deadline);
         let mut at_end = false;
         let mut quiet_until = Instant::now() + idle;
         loop {
@@ -174,7 +217,7 @@ where
             if at_end {
                 return;
             }
-            match next_before(&mut bytes, quiet_until, idle, deadline).await {
+            match waits.next_before(&mut bytes, quiet_until).await {
                 Err(e) => {
                     yield Err(e);
                     return;
@@ -207,6 +250,7 @@ where
     let mut bytes = Box::pin(bytes);
     async_stream::stream! {
         let mut buffer: Vec<u8> = Vec::new();
+        let mut waits = Waits::new(idle, deadline);
         loop {
             while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = buffer.drain(..=end).collect();
@@ -223,7 +267,7 @@ where
                 yield Err(ProviderError::Protocol("a line exceeds 1 MiB".into()));
                 return;
             }
-            match next_within(&mut bytes, idle, deadline).await {
+            match waits.next(&mut bytes).await {
                 Err(e) => {
                     yield Err(e);
                     return;
@@ -454,6 +498,54 @@ mod tests {
             matches!(after.as_slice(), [Ok(_), Err(ProviderError::Timeout(_))]),
             "{after:?}"
         );
+    }
+
+    /// One timer serves a stream's waits: it fires at an earlier wait's
+    /// end and is moved on, so a stream that keeps talking is never
+    /// idle, and the turn's deadline still ends it wherever it falls.
+    #[tokio::test(start_paused = true)]
+    async fn a_streams_waits_share_one_timer_that_still_ends_at_the_deadline() {
+        let idle = Duration::from_secs(1);
+        let start = Instant::now();
+        let chunks = || {
+            paced(vec![
+                (600, "data: a\n\n"),
+                (900, "data: b\n\n"),
+                (900, "data: c\n\n"),
+                (900, "data: d\n\n"),
+            ])
+        };
+        let whole: Vec<_> = sse_events(chunks(), idle, start + Duration::from_secs(60))
+            .collect()
+            .await;
+        assert_eq!(whole.len(), 4, "{whole:?}");
+        assert!(whole.iter().all(Result::is_ok), "{whole:?}");
+        assert_eq!(Instant::now() - start, Duration::from_millis(3_300));
+        // A deadline between c and d: three events, then the deadline's
+        // error at the deadline itself.
+        let start = Instant::now();
+        let cut: Vec<_> = sse_events(chunks(), idle, start + Duration::from_millis(2_700))
+            .collect()
+            .await;
+        assert!(
+            matches!(cut.as_slice(), [Ok(_), Ok(_), Ok(_), Err(ProviderError::Timeout(m))] if m.contains("deadline")),
+            "{cut:?}"
+        );
+        assert_eq!(Instant::now() - start, Duration::from_millis(2_700));
+        // NDJSON lines: the same timer, the idle error 1 s after the last.
+        let start = Instant::now();
+        let lines: Vec<_> = ndjson_lines(
+            paced(vec![(600, "{}\n"), (900, "{}\n"), (1_100, "{}\n")]),
+            idle,
+            start + Duration::from_secs(60),
+        )
+        .collect()
+        .await;
+        assert!(
+            matches!(lines.as_slice(), [Ok(_), Ok(_), Err(ProviderError::Timeout(m))] if m.contains("for 1 s")),
+            "{lines:?}"
+        );
+        assert_eq!(Instant::now() - start, Duration::from_millis(2_500));
     }
 
     #[test]

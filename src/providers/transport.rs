@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::{
     ProviderError, ProviderFailure,
-    stream::{SseEvent, next_within, sse_events},
+    stream::{SseEvent, Waits, sse_events},
 };
 
 /// The HTTP client of an adapter.
@@ -224,7 +224,8 @@ pub(super) async fn read_body(
 ) -> Result<Vec<u8>, ProviderError> {
     let mut chunks = std::pin::pin!(limited_bytes(response, max_bytes));
     let mut body = Vec::new();
-    while let Some(chunk) = next_within(&mut chunks, idle, deadline).await? {
+    let mut waits = Waits::new(idle, deadline);
+    while let Some(chunk) = waits.next(&mut chunks).await? {
         body.extend_from_slice(&chunk?);
     }
     Ok(body)
