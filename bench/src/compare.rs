@@ -5,9 +5,13 @@
 //!
 //! Each binary runs as a user runs it: the service's own defaults,
 //! configured through the environment only (its address, a fresh database,
-//! the provider). Each round starts every binary afresh, in the order
+//! the provider). Each round starts every binary afresh, and runs each
+//! workload on every binary before the next workload, in the order
 //! first-to-last on even rounds and last-to-first on odd ones, so that a
-//! drift of the host's speed during the run does not favour one side.
+//! drift of the host's speed during the run does not favour one side. The
+//! last column compares each round's run with the first binary's run of
+//! the same round and workload (the two ran one after the other), and
+//! gives the median of those ratios.
 
 use std::{path::PathBuf, time::Duration};
 
@@ -351,17 +355,23 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
         if round % 2 == 1 {
             order.reverse();
         }
-        for &b in &order {
-            let folder = scratch.join(format!("r{round}-b{b}"));
-            // The service of the workloads run so far, and their provider.
-            let mut running: Option<(Proc, Provider)> = None;
-            for (w, workload) in workloads.iter().enumerate() {
-                let provider = match (workload.provider, &katan) {
-                    (Provider::Fake, _) => &fake,
-                    (Provider::Katan, Some(katan)) => katan,
-                    (Provider::Katan, None) => return Err("llm-katan is not running".into()),
-                };
-                let service = match running.take() {
+        // Each binary's service of the workloads run so far, and its
+        // provider. Every binary's service lives through the round, and
+        // the binaries take turns workload by workload: the runs a figure
+        // compares are next to each other in time, so a drift of the
+        // host's speed (up to a fifth within minutes on a shared VM) falls
+        // on both sides of a comparison, not between them.
+        let mut running: Vec<Option<(Proc, Provider)>> =
+            options.binaries.iter().map(|_| None).collect();
+        for (w, workload) in workloads.iter().enumerate() {
+            let provider = match (workload.provider, &katan) {
+                (Provider::Fake, _) => &fake,
+                (Provider::Katan, Some(katan)) => katan,
+                (Provider::Katan, None) => return Err("llm-katan is not running".into()),
+            };
+            for &b in &order {
+                let folder = scratch.join(format!("r{round}-b{b}"));
+                let service = match running[b].take() {
                     Some((service, of)) if of == workload.provider => service,
                     before => {
                         if let Some((service, _)) = before {
@@ -387,7 +397,7 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                     options.seconds,
                 )
                 .await;
-                running = Some((service, workload.provider));
+                running[b] = Some((service, workload.provider));
                 println!(
                     "round {round} [{b}] {:<10} {:>7.0} turns/s ({:.2}× the provider's), \
                      {:.3} ms CPU/turn{}, provider {:.3} ms CPU/stream, added p50 {:.2} ms, \
@@ -416,7 +426,9 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                 );
                 points[b][w].push(point);
             }
-            if let Some((service, _)) = running {
+        }
+        for &b in &order {
+            if let Some((service, _)) = running[b].take() {
                 print_rss(round, b, &service);
             }
         }
@@ -644,10 +656,20 @@ fn range(points: &[Point], figure: impl Fn(&Point) -> f64, decimals: usize) -> S
     }
 }
 
-fn median(points: &[Point], figure: impl Fn(&Point) -> f64) -> f64 {
-    let mut values: Vec<f64> = points.iter().map(figure).collect();
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
+/// The median over the rounds of `figure` of `points` ÷ `figure` of
+/// `base` in the same round: the ratio of runs next to each other in time.
+fn paired(points: &[Point], base: &[Point], figure: impl Fn(&Point) -> f64) -> f64 {
+    let mut ratios: Vec<f64> = points
+        .iter()
+        .zip(base)
+        .map(|(p, b)| figure(p) / figure(b).max(1e-9))
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    match ratios.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => ratios[n / 2],
+        n => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
+    }
 }
 
 fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>>]) {
@@ -657,14 +679,13 @@ fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>
             .iter()
             .any(|p| p[w].iter().any(|p| p.db_cpu_per_turn_ms.is_some()));
         println!(
-            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | service ÷ provider CPU | added p50 | added TTFT p50 | added TTFT p99 | service CPU/token | added gap p99 | errors | CPU/turn vs [0] |",
+            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | service ÷ provider CPU | added p50 | added TTFT p50 | added TTFT p99 | service CPU/token | added gap p99 | errors | CPU/turn vs [0] (median of the rounds' ratios) |",
             if with_db { " | database CPU/turn" } else { "" }
         );
         println!(
             "|---|---|---|---|{}---|---|---|---|---|---|---|---|---|",
             if with_db { "---|" } else { "" }
         );
-        let base = median(&points[0][w], |p| p.cpu_per_turn_ms);
         for (b, binary) in binaries.iter().enumerate() {
             let p = &points[b][w];
             let name = binary.file_name().map_or_else(
@@ -696,9 +717,39 @@ fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>
                 range(p, |p| p.cpu_per_token_us, 1),
                 range(p, |p| p.added_gap_p99_ms, 2),
                 p.iter().map(|p| p.errors).sum::<usize>(),
-                median(p, |p| p.cpu_per_turn_ms) / base.max(1e-9),
+                paired(p, &points[0][w], |p| p.cpu_per_turn_ms),
             );
         }
         println!();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Point, paired};
+
+    fn cpu(values: &[f64]) -> Vec<Point> {
+        values
+            .iter()
+            .map(|&ms| Point {
+                cpu_per_turn_ms: ms,
+                ..Point::default()
+            })
+            .collect()
+    }
+
+    /// Each round's run against the first binary's run of that round:
+    /// a host that ran a third slower in one round moves both, not the
+    /// ratio (the ratio of the medians would call this 1.12×).
+    #[test]
+    fn the_ratio_pairs_each_round_with_the_first_binarys() {
+        let base = cpu(&[1.0, 1.3, 1.0]);
+        let new = cpu(&[1.12, 1.3 * 0.95, 0.95]);
+        let ratio = paired(&new, &base, |p| p.cpu_per_turn_ms);
+        assert!((ratio - 0.95).abs() < 1e-9, "{ratio}");
+        // An even count: the mean of the middle two.
+        let ratio = paired(&cpu(&[2.0, 3.0]), &cpu(&[1.0, 1.0]), |p| p.cpu_per_turn_ms);
+        assert!((ratio - 2.5).abs() < 1e-9, "{ratio}");
+        assert_eq!(paired(&[], &[], |p| p.cpu_per_turn_ms), 0.0);
     }
 }
