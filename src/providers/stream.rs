@@ -52,7 +52,8 @@ impl Waits {
     ) -> Result<Option<S::Item>, ProviderError> {
         let wait_until = self.deadline.min(quiet_until);
         if self.timer.deadline() > wait_until {
-            // A wait shorter than the last (a caller's clock went back).
+            // Not expected (a stream's waits only end later and later),
+            // but a wait must never outlast its own end.
             self.timer.as_mut().reset(wait_until);
         }
         loop {
