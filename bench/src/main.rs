@@ -57,7 +57,7 @@ enum Command {
         /// Release binaries of agent-harness, the one to compare against first.
         #[arg(required = true, num_args = 2..)]
         binaries: Vec<PathBuf>,
-        /// Rounds (each binary once per round, in alternating order).
+        /// Rounds (each workload on each binary once per round, the binaries in alternating order).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
         /// Seconds per measured point.
