@@ -106,8 +106,9 @@ pub struct Journal {
     /// Pending events the writer thread let go of (flushed, forgotten),
     /// freed by the next caller of the writer on its own thread
     /// ([`Self::retired`]): freeing them, with what the jobs held, was a
-    /// tenth of the writer thread's time under paced streams (issue 42). At most what the
-    /// journal held; each caller of the writer takes them all.
+    /// tenth of the writer thread's time under paced streams (issue 42).
+    /// At most what the journal held; each caller of the writer takes
+    /// them all.
     retired: Mutex<Vec<Vec<Arc<StoredEvent>>>>,
     /// The writer thread's own: each pending session by its first row
     /// (its pack's place: a pack holds many sessions' rows), the newest
