@@ -37,6 +37,8 @@ pub struct Options {
     /// Each binary on this many cores of its own (the provider and the
     /// client on others), as the `scale` scenario places them.
     pub service_cores: Option<usize>,
+    /// Also run `bench relay` ([`crate::relay`]), as the last binary.
+    pub floor: bool,
 }
 
 /// One workload of the comparison.
@@ -247,11 +249,14 @@ pub async fn run(options: Options) -> Result<(), String> {
     }
     // Each binary runs in a folder of its own: a path relative to here
     // would name nothing there.
-    let binaries = options
+    let mut binaries = options
         .binaries
         .iter()
         .map(|b| std::path::absolute(b).map_err(|e| format!("{}: {e}", b.display())))
         .collect::<Result<Vec<_>, _>>()?;
+    if options.floor {
+        binaries.push(std::env::current_exe().map_err(|e| format!("this binary: {e}"))?);
+    }
     let options = Options {
         binaries,
         ..options
@@ -290,8 +295,16 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
         options.rounds,
         options.seconds
     );
+    let names = names(options);
     for (i, binary) in options.binaries.iter().enumerate() {
-        println!("- [{i}] {}", binary.display());
+        if options.floor && i + 1 == options.binaries.len() {
+            println!(
+                "- [{i}] the floor: `{} relay`, the provider's stream relayed and nothing else",
+                binary.display()
+            );
+        } else {
+            println!("- [{i}] {}", binary.display());
+        }
     }
     if let Some(layout) = &layout {
         println!(
@@ -379,6 +392,11 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                         }
                         let side = Side {
                             binary: &options.binaries[b],
+                            args: if options.floor && b + 1 == options.binaries.len() {
+                                &["relay"]
+                            } else {
+                                &[]
+                            },
                             postgres: options.postgres.as_deref(),
                             folder: &folder,
                             cpus: service_cpus.as_deref(),
@@ -434,7 +452,7 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
         }
     }
     println!();
-    report(&options.binaries, &workloads, &points);
+    report(&names, &workloads, &points);
     Ok(())
 }
 
@@ -446,9 +464,32 @@ fn print_rss(round: usize, b: usize, service: &Proc) {
     );
 }
 
+/// What the report calls each binary: its file's name, and the floor
+/// `floor`.
+fn names(options: &Options) -> Vec<String> {
+    let mut names: Vec<String> = options
+        .binaries
+        .iter()
+        .map(|binary| {
+            binary.file_name().map_or_else(
+                || binary.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    if options.floor
+        && let Some(last) = names.last_mut()
+    {
+        "floor".clone_into(last);
+    }
+    names
+}
+
 /// Where one binary runs in a round.
 struct Side<'a> {
     binary: &'a std::path::Path,
+    /// Its arguments (the floor's `relay`).
+    args: &'a [&'a str],
     postgres: Option<&'a str>,
     folder: &'a std::path::Path,
     cpus: Option<&'a str>,
@@ -486,6 +527,7 @@ impl Side<'_> {
         };
         let (service, _) = procs::start_binary(
             self.binary,
+            self.args,
             &env,
             &folder,
             &folder.join("stderr.log"),
@@ -672,7 +714,7 @@ fn paired(points: &[Point], base: &[Point], figure: impl Fn(&Point) -> f64) -> f
     }
 }
 
-fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>>]) {
+fn report(names: &[String], workloads: &[Workload], points: &[Vec<Vec<Point>>]) {
     for (w, workload) in workloads.iter().enumerate() {
         println!("## {}\n", workload.name);
         let with_db = points
@@ -686,12 +728,8 @@ fn report(binaries: &[PathBuf], workloads: &[Workload], points: &[Vec<Vec<Point>
             "|---|---|---|---|{}---|---|---|---|---|---|---|---|---|",
             if with_db { "---|" } else { "" }
         );
-        for (b, binary) in binaries.iter().enumerate() {
+        for (b, name) in names.iter().enumerate() {
             let p = &points[b][w];
-            let name = binary.file_name().map_or_else(
-                || binary.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            );
             println!(
                 "| [{b}] {name} | {} | {} | {} ms{} | {} ms | {} | {} ms | {} ms | {} ms | {} µs | {} ms | {} | {:.2}× |",
                 range(p, |p| p.turns_per_s, 0),

@@ -13,6 +13,7 @@ mod client;
 mod compare;
 mod fake;
 mod procs;
+mod relay;
 mod scale;
 mod scenarios;
 mod stats;
@@ -73,7 +74,14 @@ enum Command {
         /// others (pinned with taskset).
         #[arg(long)]
         service_cores: Option<usize>,
+        /// Also run `bench relay` beside the binaries, as the last: the floor under
+        /// their cost per token (a relay of the provider's stream and nothing else).
+        #[arg(long)]
+        floor: bool,
     },
+    /// (internal) Relay a provider's stream and nothing else, configured as
+    /// `bench compare` configures a binary (the floor of `compare --floor`).
+    Relay,
     /// (internal) Serve the fake provider.
     FakeProvider {
         #[arg(long)]
@@ -125,6 +133,7 @@ fn main() -> ExitCode {
                 postgres,
                 only,
                 service_cores,
+                floor,
             } => {
                 compare::run(compare::Options {
                     binaries,
@@ -133,9 +142,11 @@ fn main() -> ExitCode {
                     postgres,
                     only,
                     service_cores,
+                    floor,
                 })
                 .await
             }
+            Command::Relay => relay::serve().await,
             Command::FakeProvider { listen } => fake::serve(listen).await,
             Command::Harness {
                 listen,

@@ -240,6 +240,7 @@ fn spawn(args: &[String], env: &[(&str, String)], wrapper: Option<&str>) -> Resu
 /// `cpus` only when given. Returns it once `/readyz` answers, with the time that took.
 pub async fn start_binary(
     binary: &std::path::Path,
+    args: &[&str],
     env: &[(&str, String)],
     cwd: &std::path::Path,
     log: &std::path::Path,
@@ -257,6 +258,7 @@ pub async fn start_binary(
         None => Command::new(binary),
     };
     let child = command
+        .args(args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env("HARNESS_LISTEN", addr.to_string())
         .current_dir(cwd)

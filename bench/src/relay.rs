@@ -1,0 +1,354 @@
+//! `bench relay`: the floor under the service's cost per token. It relays
+//! a provider's stream to its client and does nothing else: no store, no
+//! turn task, no writer, no event log, no tenant, no limit. It reads the
+//! environment `bench compare` gives a binary (`HARNESS_LISTEN`,
+//! `OPENAI_BASE_URL`, `OPENAI_API_KEY`), takes `POST /sessions/{id}/turns`
+//! as the service does, asks the provider for a chat-completions stream
+//! with reqwest (the service's HTTP client), and writes each text delta as
+//! a native `message.delta` frame of the same shape and about the same
+//! size as the service's, then `turn.completed`.
+//!
+//! Per token it does what the issue counts as the least a relay does: a
+//! socket read, an SSE parse and a JSON parse of the chunk, a JSON encode
+//! of the event and a socket write, across the two tasks that own the two
+//! connections (the provider's, and the client's, which polls the relayed
+//! stream itself). What the service spends per token above this, on the
+//! same host in the same run, is what its design costs; what this spends
+//! is what no design on this host can take out (issue 42's eighth pass).
+
+use std::{net::SocketAddr, time::Duration};
+
+use axum::{
+    Json, Router,
+    body::{Body, Bytes},
+    extract::{Path, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+    serve::ListenerExt as _,
+};
+use futures::{Stream, StreamExt as _};
+use serde_json::{Value, json};
+
+/// What the relay needs to reach its provider.
+#[derive(Clone)]
+struct Upstream {
+    http: reqwest::Client,
+    /// `{OPENAI_BASE_URL}/chat/completions`.
+    url: String,
+    key: Option<String>,
+    /// CPU spent on each relayed token besides the relay's own
+    /// (`BENCH_RELAY_BURN_US`): the floor made as costly as a binary, to
+    /// see what that cost alone does to the gaps.
+    burn: Duration,
+}
+
+/// Serves the relay on `HARNESS_LISTEN` until the process is stopped.
+pub async fn serve() -> Result<(), String> {
+    let listen: SocketAddr = std::env::var("HARNESS_LISTEN")
+        .map_err(|_| "HARNESS_LISTEN is not set".to_owned())?
+        .parse()
+        .map_err(|e| format!("HARNESS_LISTEN: {e}"))?;
+    let base =
+        std::env::var("OPENAI_BASE_URL").map_err(|_| "OPENAI_BASE_URL is not set".to_owned())?;
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let upstream = Upstream {
+        http,
+        url: format!("{}/chat/completions", base.trim_end_matches('/')),
+        key: std::env::var("OPENAI_API_KEY").ok(),
+        burn: match std::env::var("BENCH_RELAY_BURN_US") {
+            Ok(us) => Duration::from_micros(
+                us.parse()
+                    .map_err(|e| format!("BENCH_RELAY_BURN_US={us}: {e}"))?,
+            ),
+            Err(_) => Duration::ZERO,
+        },
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("{listen}: {e}"))?;
+    // As the service's own connections: a token is written at once, not
+    // held for the last one's acknowledgement.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app(upstream))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn app(upstream: Upstream) -> Router {
+    Router::new()
+        .route("/readyz", get(|| async { "ready" }))
+        .route("/sessions/{id}/turns", post(turn))
+        .with_state(upstream)
+}
+
+async fn turn(
+    State(upstream): State<Upstream>,
+    Path(session): Path<String>,
+    Json(body): Json<Value>,
+) -> Response {
+    let model = body["runtime_model"].as_str().unwrap_or_default();
+    let message = body["message"].as_str().unwrap_or_default();
+    let mut request = upstream.http.post(&upstream.url).json(&json!({
+        "model": model,
+        "messages": [{"role": "user", "content": message}],
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    }));
+    if let Some(key) = &upstream.key {
+        request = request.bearer_auth(key);
+    }
+    let response = match request.send().await {
+        Ok(response) if response.status().is_success() => response,
+        Ok(response) => {
+            return (StatusCode::BAD_GATEWAY, response.status().to_string()).into_response();
+        }
+        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    let turn_id = uuid::Uuid::now_v7();
+    let frames = relayed(response, session, turn_id, upstream.burn);
+    (
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        Body::from_stream(frames),
+    )
+        .into_response()
+}
+
+/// The provider's stream as native frames, polled by the client's
+/// connection task.
+fn relayed(
+    response: reqwest::Response,
+    session: String,
+    turn: uuid::Uuid,
+    burn: Duration,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+    let mut body = response.bytes_stream();
+    async_stream::stream! {
+        let mut lines = Lines::default();
+        let mut seq = 0u64;
+        while let Some(chunk) = body.next().await {
+            let Ok(chunk) = chunk else {
+                yield Err(std::io::Error::other("the provider's stream broke"));
+                return;
+            };
+            lines.feed(&chunk);
+            let mut out = Vec::new();
+            while let Some(data) = lines.next_data() {
+                let data = &lines.buffer[data];
+                if data == b"[DONE]" {
+                    seq += 1;
+                    frame(&mut out, &Envelope {
+                        status: Some("completed"),
+                        ..Envelope::new(&session, turn, seq, "turn.completed")
+                    });
+                    yield Ok(Bytes::from(out));
+                    return;
+                }
+                let Ok(chunk) = serde_json::from_slice::<Chunk>(data) else {
+                    yield Err(std::io::Error::other("a chunk is not JSON"));
+                    return;
+                };
+                for text in chunk.choices.iter().filter_map(|c| c.delta.content.as_deref()) {
+                    if !text.is_empty() {
+                        spin(burn);
+                        seq += 1;
+                        frame(&mut out, &Envelope {
+                            step: Some(1),
+                            text: Some(text),
+                            ..Envelope::new(&session, turn, seq, "message.delta")
+                        });
+                    }
+                }
+            }
+            if !out.is_empty() {
+                yield Ok(Bytes::from(out));
+            }
+        }
+    }
+}
+
+/// Keeps this thread busy for `time`.
+fn spin(time: Duration) {
+    if time.is_zero() {
+        return;
+    }
+    let started = std::time::Instant::now();
+    while started.elapsed() < time {
+        std::hint::spin_loop();
+    }
+}
+
+/// Writes one native frame (`id:`, `event:`, `data:` the envelope) to `out`.
+fn frame(out: &mut Vec<u8>, envelope: &Envelope<'_>) {
+    use std::io::Write as _;
+    // Writing to a Vec cannot fail.
+    let _ = write!(
+        out,
+        "id: {}\nevent: {}\ndata: ",
+        envelope.seq, envelope.kind
+    );
+    let _ = serde_json::to_writer(&mut *out, envelope);
+    out.extend_from_slice(b"\n\n");
+}
+
+/// The envelope of a native event, as the service writes it: the event's
+/// fields beside the envelope's.
+#[derive(serde::Serialize)]
+struct Envelope<'a> {
+    seq: u64,
+    session_id: &'a str,
+    turn_id: uuid::Uuid,
+    created_at: chrono::DateTime<chrono::Utc>,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'a str>,
+}
+
+impl<'a> Envelope<'a> {
+    fn new(session_id: &'a str, turn_id: uuid::Uuid, seq: u64, kind: &'a str) -> Self {
+        Self {
+            seq,
+            session_id,
+            turn_id,
+            created_at: chrono::Utc::now(),
+            kind,
+            step: None,
+            text: None,
+            status: None,
+        }
+    }
+}
+
+/// The part of a chat-completions chunk the relay reads.
+#[derive(serde::Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Vec<Choice<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    delta: ChunkDelta<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChunkDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// `data:` lines read in place from byte chunks (the provider's events are
+/// one `data:` line each).
+#[derive(Default)]
+struct Lines {
+    buffer: Vec<u8>,
+    /// Where the unread part of `buffer` begins.
+    read: usize,
+}
+
+impl Lines {
+    fn feed(&mut self, chunk: &[u8]) {
+        self.buffer.drain(..self.read);
+        self.read = 0;
+        self.buffer.extend_from_slice(chunk);
+    }
+
+    /// Where the next `data:` line's value lies in `buffer`.
+    fn next_data(&mut self) -> Option<std::ops::Range<usize>> {
+        while let Some(at) = self.buffer[self.read..].iter().position(|b| *b == b'\n') {
+            let (start, end) = (self.read, self.read + at);
+            self.read = end + 1;
+            let line = &self.buffer[start..end];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if let Some(value) = line.strip_prefix(b"data:") {
+                let skip = usize::from(value.first() == Some(&b' '));
+                let from = start + 5 + skip;
+                return Some(from..start + line.len());
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{Target, request};
+    use crate::fake::{Spec, serve_on};
+
+    /// The relay passes every token of the fake's stream to the client as
+    /// the service's frames, and ends with `turn.completed`.
+    #[tokio::test]
+    async fn the_relay_passes_every_token_on() {
+        let provider = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let provider_base = format!("http://{}", provider.local_addr().unwrap());
+        let fake = tokio::spawn(serve_on(provider));
+        let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", relay.local_addr().unwrap());
+        let upstream = Upstream {
+            http: reqwest::Client::new(),
+            url: format!("{provider_base}/v1/chat/completions"),
+            key: None,
+            burn: Duration::from_micros(5),
+        };
+        let server = tokio::spawn(async move { axum::serve(relay, app(upstream)).await });
+        let http = reqwest::Client::new();
+        let through = Target::Harness { base: base.clone() };
+        for n in [1, 7, 40] {
+            let model = Spec::parse(&format!("bench/n={n}")).model();
+            let sample = request(&http, &through, &model).await;
+            assert!(sample.ok, "n={n}: {:?}", sample.failure);
+            assert_eq!(sample.gaps.len(), n - 1, "n={n}: every token relayed once");
+        }
+        // Each frame is the service's: `id:` the seq, `event:` the type,
+        // `data:` the envelope with the event's fields beside its own.
+        let body = http
+            .post(format!("{base}/sessions/s-1/turns"))
+            .json(&json!({"message": "Hi", "runtime_model": Spec::parse("bench/n=3").model()}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let frames: Vec<&str> = body.split_terminator("\n\n").collect();
+        assert_eq!(frames.len(), 4, "{body}");
+        for (i, frame) in frames.iter().enumerate() {
+            let seq = i as u64 + 1;
+            let lines: Vec<&str> = frame.lines().collect();
+            let kind = if seq == 4 {
+                "turn.completed"
+            } else {
+                "message.delta"
+            };
+            assert_eq!(lines[0], format!("id: {seq}"));
+            assert_eq!(lines[1], format!("event: {kind}"));
+            let data: Value =
+                serde_json::from_str(lines[2].strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!(data["seq"], seq);
+            assert_eq!(data["type"], kind);
+            assert_eq!(data["session_id"], "s-1");
+            if seq < 4 {
+                assert!(
+                    data["text"].as_str().is_some_and(|t| !t.is_empty()),
+                    "{data}"
+                );
+            } else {
+                assert_eq!(data["status"], "completed");
+            }
+        }
+        server.abort();
+        fake.abort();
+    }
+}
