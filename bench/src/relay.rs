@@ -43,6 +43,73 @@ struct Upstream {
     /// (`BENCH_RELAY_BURN_US`): the floor made as costly as a binary, to
     /// see what that cost alone does to the gaps.
     burn: Duration,
+    /// A thread of its own that every provider read's frames pass through
+    /// before they are sent (`BENCH_RELAY_HOP_US`), as the service's
+    /// events pass through its writer thread: the hop alone, without the
+    /// service's store.
+    hop: Option<Hop>,
+}
+
+/// Where a relay's frames go to cross the hop's thread.
+type Hop = tokio::sync::mpsc::Sender<HopJob>;
+
+/// One provider read's frames, on their way through the hop.
+struct HopJob {
+    frames: Vec<u8>,
+    tokens: u32,
+    back: tokio::sync::oneshot::Sender<Vec<u8>>,
+}
+
+/// Jobs that may wait for the hop's thread, and the most it takes at once
+/// (the service's writer thread's queue and group).
+const HOP_QUEUE: usize = 1024;
+const HOP_GROUP: usize = 256;
+
+/// Starts the hop's thread: it takes what is waiting (up to
+/// [`HOP_GROUP`] jobs), spends `per_token` of CPU on each of their tokens,
+/// and only then hands every job back, as the writer answers a group's
+/// jobs once their shared commit is done. It ends when every sender is
+/// dropped.
+fn start_hop(per_token: Duration) -> Result<Hop, String> {
+    let (jobs, mut queue) = tokio::sync::mpsc::channel::<HopJob>(HOP_QUEUE);
+    std::thread::Builder::new()
+        .name("relay-hop".into())
+        .spawn(move || {
+            let mut group = Vec::with_capacity(HOP_GROUP);
+            while let Some(first) = queue.blocking_recv() {
+                group.push(first);
+                while group.len() < HOP_GROUP {
+                    match queue.try_recv() {
+                        Ok(job) => group.push(job),
+                        Err(_) => break,
+                    }
+                }
+                let tokens: u32 = group.iter().map(|job: &HopJob| job.tokens).sum();
+                spin(per_token * tokens);
+                for job in group.drain(..) {
+                    let _ = job.back.send(job.frames);
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the hop's thread: {e}"))?;
+    Ok(jobs)
+}
+
+/// `frames` back from the hop's thread, or as they are without a hop.
+async fn through(hop: Option<&Hop>, frames: Vec<u8>, tokens: u32) -> std::io::Result<Vec<u8>> {
+    let Some(hop) = hop else {
+        return Ok(frames);
+    };
+    let (back, answer) = tokio::sync::oneshot::channel();
+    let gone = || std::io::Error::other("the hop's thread stopped");
+    hop.send(HopJob {
+        frames,
+        tokens,
+        back,
+    })
+    .await
+    .map_err(|_| gone())?;
+    answer.await.map_err(|_| gone())
 }
 
 /// Serves the relay on `HARNESS_LISTEN` until the process is stopped.
@@ -67,6 +134,13 @@ pub async fn serve() -> Result<(), String> {
                     .map_err(|e| format!("BENCH_RELAY_BURN_US={us}: {e}"))?,
             ),
             Err(_) => Duration::ZERO,
+        },
+        hop: match std::env::var("BENCH_RELAY_HOP_US") {
+            Ok(us) => Some(start_hop(Duration::from_micros(
+                us.parse()
+                    .map_err(|e| format!("BENCH_RELAY_HOP_US={us}: {e}"))?,
+            ))?),
+            Err(_) => None,
         },
     };
     let listener = tokio::net::TcpListener::bind(listen)
@@ -113,7 +187,7 @@ async fn turn(
         Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
     };
     let turn_id = uuid::Uuid::now_v7();
-    let frames = relayed(response, session, turn_id, upstream.burn);
+    let frames = relayed(response, session, turn_id, upstream.burn, upstream.hop);
     (
         [(header::CONTENT_TYPE, "text/event-stream")],
         Body::from_stream(frames),
@@ -128,6 +202,7 @@ fn relayed(
     session: String,
     turn: uuid::Uuid,
     burn: Duration,
+    hop: Option<Hop>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     let mut body = response.bytes_stream();
     async_stream::stream! {
@@ -140,6 +215,7 @@ fn relayed(
             };
             lines.feed(&chunk);
             let mut out = Vec::new();
+            let mut tokens = 0u32;
             while let Some(data) = lines.next_data() {
                 let data = &lines.buffer[data];
                 if data == b"[DONE]" {
@@ -148,7 +224,7 @@ fn relayed(
                         status: Some("completed"),
                         ..Envelope::new(&session, turn, seq, "turn.completed")
                     });
-                    yield Ok(Bytes::from(out));
+                    yield through(hop.as_ref(), out, tokens).await.map(Bytes::from);
                     return;
                 }
                 let Ok(chunk) = serde_json::from_slice::<Chunk>(data) else {
@@ -158,6 +234,7 @@ fn relayed(
                 for text in chunk.choices.iter().filter_map(|c| c.delta.content.as_deref()) {
                     if !text.is_empty() {
                         spin(burn);
+                        tokens += 1;
                         seq += 1;
                         frame(&mut out, &Envelope {
                             step: Some(1),
@@ -168,7 +245,13 @@ fn relayed(
                 }
             }
             if !out.is_empty() {
-                yield Ok(Bytes::from(out));
+                match through(hop.as_ref(), out, tokens).await {
+                    Ok(out) => yield Ok(Bytes::from(out)),
+                    Err(e) => {
+                        yield Err(e);
+                        return;
+                    }
+                }
             }
         }
     }
@@ -291,7 +374,7 @@ mod tests {
 
     /// The fake provider and a relay in front of it spending `burn` a
     /// token; the relay's base URL.
-    async fn relay(burn: Duration) -> (String, [tokio::task::JoinHandle<()>; 2]) {
+    async fn relay(burn: Duration, hop: Option<Hop>) -> (String, [tokio::task::JoinHandle<()>; 2]) {
         let provider = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let provider_base = format!("http://{}", provider.local_addr().unwrap());
         let fake = tokio::spawn(async move { serve_on(provider).await.unwrap() });
@@ -302,6 +385,7 @@ mod tests {
             url: format!("{provider_base}/v1/chat/completions"),
             key: None,
             burn,
+            hop,
         };
         let server = tokio::spawn(async move {
             axum::serve(listener, app(upstream)).await.unwrap();
@@ -313,7 +397,7 @@ mod tests {
     /// the service's frames, and ends with `turn.completed`.
     #[tokio::test]
     async fn the_relay_passes_every_token_on() {
-        let (base, tasks) = relay(Duration::ZERO).await;
+        let (base, tasks) = relay(Duration::ZERO, None).await;
         let http = reqwest::Client::new();
         let through = Target::Harness { base: base.clone() };
         for n in [1, 7, 40] {
@@ -367,10 +451,29 @@ mod tests {
     /// 100 ms).
     #[tokio::test]
     async fn a_burning_relay_spends_its_time_on_every_token() {
-        let (base, tasks) = relay(Duration::from_millis(20)).await;
+        let (base, tasks) = relay(Duration::from_millis(20), None).await;
         let model = Spec::parse("bench/n=5").model();
         let sample = request(&reqwest::Client::new(), &Target::Harness { base }, &model).await;
         assert!(sample.ok, "{:?}", sample.failure);
+        assert!(
+            sample.total >= Duration::from_millis(100),
+            "{:?}",
+            sample.total
+        );
+        tasks.iter().for_each(tokio::task::JoinHandle::abort);
+    }
+
+    /// `BENCH_RELAY_HOP_US`: every token crosses the hop's thread, which
+    /// spends its time on each before it hands them back (5 tokens at
+    /// 20 ms each there: not sooner than 100 ms), and none is lost.
+    #[tokio::test]
+    async fn a_relay_with_a_hop_passes_every_token_through_its_thread() {
+        let hop = start_hop(Duration::from_millis(20)).unwrap();
+        let (base, tasks) = relay(Duration::ZERO, Some(hop)).await;
+        let model = Spec::parse("bench/n=5").model();
+        let sample = request(&reqwest::Client::new(), &Target::Harness { base }, &model).await;
+        assert!(sample.ok, "{:?}", sample.failure);
+        assert_eq!(sample.gaps.len(), 4);
         assert!(
             sample.total >= Duration::from_millis(100),
             "{:?}",
