@@ -239,8 +239,8 @@ fn katan_environment(database_url: &str, provider: &str) -> Vec<(&'static str, S
 }
 
 pub async fn run(options: Options) -> Result<(), String> {
-    if options.binaries.len() < 2 {
-        return Err("compare needs at least two binaries".into());
+    if options.binaries.len() + usize::from(options.floor) < 2 {
+        return Err("compare needs at least two binaries, or one and --floor".into());
     }
     for binary in &options.binaries {
         if !binary.is_file() {
@@ -452,7 +452,8 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
         }
     }
     println!();
-    report(&names, &workloads, &points);
+    let floor = options.floor.then(|| options.binaries.len() - 1);
+    report(&names, floor, &workloads, &points);
     Ok(())
 }
 
@@ -714,24 +715,38 @@ fn paired(points: &[Point], base: &[Point], figure: impl Fn(&Point) -> f64) -> f
     }
 }
 
-fn report(names: &[String], workloads: &[Workload], points: &[Vec<Vec<Point>>]) {
+/// The tables, a workload each; with a floor (`floor`, its index), a
+/// last column of each binary's CPU per turn over the floor's, paired by
+/// round as the one over the first binary's.
+fn report(
+    names: &[String],
+    floor: Option<usize>,
+    workloads: &[Workload],
+    points: &[Vec<Vec<Point>>],
+) {
     for (w, workload) in workloads.iter().enumerate() {
         println!("## {}\n", workload.name);
         let with_db = points
             .iter()
             .any(|p| p[w].iter().any(|p| p.db_cpu_per_turn_ms.is_some()));
         println!(
-            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | service ÷ provider CPU | added p50 | added TTFT p50 | added TTFT p99 | service CPU/token | added gap p99 | errors | CPU/turn vs [0] (median of the rounds' ratios) |",
-            if with_db { " | database CPU/turn" } else { "" }
+            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | service ÷ provider CPU | added p50 | added TTFT p50 | added TTFT p99 | service CPU/token | added gap p99 | errors | CPU/turn vs [0] (median of the rounds' ratios) |{}",
+            if with_db { " | database CPU/turn" } else { "" },
+            if floor.is_some() {
+                " CPU/turn vs the floor (the same) |"
+            } else {
+                ""
+            }
         );
         println!(
-            "|---|---|---|---|{}---|---|---|---|---|---|---|---|---|",
-            if with_db { "---|" } else { "" }
+            "|---|---|---|---|{}---|---|---|---|---|---|---|---|---|{}",
+            if with_db { "---|" } else { "" },
+            if floor.is_some() { "---|" } else { "" }
         );
         for (b, name) in names.iter().enumerate() {
             let p = &points[b][w];
             println!(
-                "| [{b}] {name} | {} | {} | {} ms{} | {} ms | {} | {} ms | {} ms | {} ms | {} µs | {} ms | {} | {:.2}× |",
+                "| [{b}] {name} | {} | {} | {} ms{} | {} ms | {} | {} ms | {} ms | {} ms | {} µs | {} ms | {} | {:.2}× |{}",
                 range(p, |p| p.turns_per_s, 0),
                 range(p, |p| p.share, 2),
                 range(p, |p| p.cpu_per_turn_ms, 3),
@@ -756,6 +771,10 @@ fn report(names: &[String], workloads: &[Workload], points: &[Vec<Vec<Point>>]) 
                 range(p, |p| p.added_gap_p99_ms, 2),
                 p.iter().map(|p| p.errors).sum::<usize>(),
                 paired(p, &points[0][w], |p| p.cpu_per_turn_ms),
+                floor.map_or_else(String::new, |f| format!(
+                    " {:.2}× |",
+                    paired(p, &points[f][w], |p| p.cpu_per_turn_ms)
+                )),
             );
         }
         println!();

@@ -55,8 +55,9 @@ enum Command {
     /// Run agent-harness binaries alternately on the same workloads and
     /// print their figures side by side (see docs/benchmarks.md).
     Compare {
-        /// Release binaries of agent-harness, the one to compare against first.
-        #[arg(required = true, num_args = 2..)]
+        /// Release binaries of agent-harness, the one to compare against first (one is
+        /// enough with --floor).
+        #[arg(required = true, num_args = 1..)]
         binaries: Vec<PathBuf>,
         /// Rounds (each workload on each binary once per round, the binaries in alternating order).
         #[arg(long, default_value_t = 3)]
