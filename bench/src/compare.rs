@@ -239,9 +239,7 @@ fn katan_environment(database_url: &str, provider: &str) -> Vec<(&'static str, S
 }
 
 pub async fn run(options: Options) -> Result<(), String> {
-    if options.binaries.len() + usize::from(options.floor) < 2 {
-        return Err("compare needs at least two binaries, or one and --floor".into());
-    }
+    enough(&options)?;
     for binary in &options.binaries {
         if !binary.is_file() {
             return Err(format!("{} is not a file", binary.display()));
@@ -463,6 +461,15 @@ fn print_rss(round: usize, b: usize, service: &Proc) {
         service.rss_kib() as f64 / 1024.0,
         service.rss_anon_kib() as f64 / 1024.0
     );
+}
+
+/// Whether `options` name something to compare: two binaries, or one and
+/// the floor.
+fn enough(options: &Options) -> Result<(), String> {
+    if options.binaries.len() + usize::from(options.floor) < 2 {
+        return Err("compare needs at least two binaries, or one and --floor".into());
+    }
+    Ok(())
 }
 
 /// What the report calls each binary: its file's name, and the floor
@@ -783,7 +790,35 @@ fn report(
 
 #[cfg(test)]
 mod tests {
-    use super::{Point, paired};
+    use std::path::PathBuf;
+
+    use super::{Options, Point, enough, names, paired};
+
+    fn options(binaries: &[&str], floor: bool) -> Options {
+        Options {
+            binaries: binaries.iter().map(PathBuf::from).collect(),
+            rounds: 1,
+            seconds: 1,
+            postgres: None,
+            only: Vec::new(),
+            service_cores: None,
+            floor,
+        }
+    }
+
+    /// One binary and the floor make a comparison; one binary alone does
+    /// not. The floor (the last binary, this one) is called so in the
+    /// tables, the others by their file's name.
+    #[test]
+    fn the_floor_counts_as_a_binary_and_is_named_so() {
+        assert!(enough(&options(&["/old/agent-harness"], false)).is_err());
+        assert!(enough(&options(&["/old/agent-harness"], true)).is_ok());
+        assert!(enough(&options(&["/old/a", "/new/b"], false)).is_ok());
+        let with_floor = options(&["/old/agent-harness", "/x/bench"], true);
+        assert_eq!(names(&with_floor), ["agent-harness", "floor"]);
+        let without = options(&["/old/agent-harness", "/x/bench"], false);
+        assert_eq!(names(&without), ["agent-harness", "bench"]);
+    }
 
     fn cpu(values: &[f64]) -> Vec<Point> {
         values
