@@ -168,8 +168,14 @@ async fn turn(
     Path(session): Path<String>,
     Json(body): Json<Value>,
 ) -> Response {
-    let model = body["runtime_model"].as_str().unwrap_or_default();
-    let message = body["message"].as_str().unwrap_or_default();
+    let (Some(model), Some(message)) = (body["runtime_model"].as_str(), body["message"].as_str())
+    else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "the relay needs `message` and `runtime_model` (the model the provider answers as)",
+        )
+            .into_response();
+    };
     let mut request = upstream.http.post(&upstream.url).json(&json!({
         "model": model,
         "messages": [{"role": "user", "content": message}],
@@ -213,7 +219,10 @@ fn relayed(
                 yield Err(std::io::Error::other("the provider's stream broke"));
                 return;
             };
-            lines.feed(&chunk);
+            if let Err(e) = lines.feed(&chunk) {
+                yield Err(e);
+                return;
+            }
             let mut out = Vec::new();
             let mut tokens = 0u32;
             while let Some(data) = lines.next_data() {
@@ -342,11 +351,23 @@ struct Lines {
     read: usize,
 }
 
+/// The longest a line of the provider's stream may grow before the relay
+/// gives up on it (its buffer is bounded).
+const LINE_MAX: usize = 1 << 20;
+
 impl Lines {
-    fn feed(&mut self, chunk: &[u8]) {
+    /// Adds `chunk` after what is unread; refused when the line it
+    /// continues is already past [`LINE_MAX`].
+    fn feed(&mut self, chunk: &[u8]) -> std::io::Result<()> {
         self.buffer.drain(..self.read);
         self.read = 0;
+        if self.buffer.len() + chunk.len() > LINE_MAX && !chunk.contains(&b'\n') {
+            return Err(std::io::Error::other(format!(
+                "a line of the provider's stream is over {LINE_MAX} bytes"
+            )));
+        }
         self.buffer.extend_from_slice(chunk);
+        Ok(())
     }
 
     /// Where the next `data:` line's value lies in `buffer`.
@@ -391,6 +412,24 @@ mod tests {
             axum::serve(listener, app(upstream)).await.unwrap();
         });
         (base, [fake, server])
+    }
+
+    /// Lines are read in place across chunks, and a line that never ends
+    /// is refused once it passes [`LINE_MAX`], not kept growing.
+    #[test]
+    fn lines_are_read_across_chunks_and_bounded() {
+        let mut lines = Lines::default();
+        lines.feed(b"data: {\"a\"").unwrap();
+        assert_eq!(lines.next_data(), None);
+        lines.feed(b":1}\r\n\n: comment\ndata:[DONE]\n").unwrap();
+        let first = lines.next_data().unwrap();
+        assert_eq!(&lines.buffer[first], b"{\"a\":1}");
+        let done = lines.next_data().unwrap();
+        assert_eq!(&lines.buffer[done], b"[DONE]");
+        assert_eq!(lines.next_data(), None);
+        let long = vec![b'x'; LINE_MAX / 2 + 1];
+        lines.feed(&long).unwrap();
+        assert!(lines.feed(&long).is_err());
     }
 
     /// The relay passes every token of the fake's stream to the client as
@@ -443,6 +482,14 @@ mod tests {
                 assert_eq!(data["status"], "completed");
             }
         }
+        // A turn that names no model is refused, not relayed as model "".
+        let refused = http
+            .post(format!("{base}/sessions/s-2/turns"))
+            .json(&json!({"message": "Hi"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), reqwest::StatusCode::BAD_REQUEST);
         tasks.iter().for_each(tokio::task::JoinHandle::abort);
     }
 
