@@ -186,6 +186,9 @@ struct Point {
     cpu_per_token_us: f64,
     added_gap_p99_ms: f64,
     errors: usize,
+    /// Events the service committed over its commits (`/metrics`; none
+    /// for the floor, which has no log).
+    events_per_commit: Option<f64>,
     /// What failed, by kind (`HTTP 429 ×3, direct: connect ×1`), or empty.
     failures: String,
 }
@@ -418,7 +421,7 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                     "round {round} [{b}] {:<10} {:>7.0} turns/s ({:.2}× the provider's), \
                      {:.3} ms CPU/turn{}, provider {:.3} ms CPU/stream, added p50 {:.2} ms, \
                      added TTFT p50 {:.2} ms p99 {:.2} ms, {:.1} µs CPU/token, added gap p99 {:.2} ms, \
-                     {} errors{}",
+                     {} errors{}{}",
                     workload.name,
                     point.turns_per_s,
                     point.share,
@@ -439,6 +442,10 @@ async fn compare(options: &Options, scratch: &std::path::Path) -> Result<(), Str
                     } else {
                         format!(" ({})", point.failures)
                     },
+                    point
+                        .events_per_commit
+                        .map(|n| format!(", {n:.1} events a commit"))
+                        .unwrap_or_default(),
                 );
                 points[b][w].push(point);
             }
@@ -620,6 +627,7 @@ async fn measure(
     )
     .await;
     let provider_cpu = provider.cpu().saturating_sub(provider_before);
+    let commits_before = commits(http, service).await;
     let cpu_before = service.cpu();
     let db_before = postgres.map(PostgresServer::cpu);
     let (h, h_wall) = client::load_until(
@@ -632,6 +640,9 @@ async fn measure(
     )
     .await;
     let cpu = service.cpu().saturating_sub(cpu_before);
+    let events_per_commit = commits_before
+        .zip(commits(http, service).await)
+        .map(|((e0, c0), (e1, c1))| (e1 - e0) / (c1 - c0).max(1.0));
     let db_cpu = postgres
         .zip(db_before)
         .map(|(server, before)| server.cpu().saturating_sub(before));
@@ -665,8 +676,36 @@ async fn measure(
         cpu_per_token_us: per(cpu, tokens) * 1000.0,
         added_gap_p99_ms: hg99 - dg99,
         errors: (d.len() - d_ok.len()) + (h.len() - h_ok.len()),
+        events_per_commit,
         failures: failures(&h, &d),
     }
+}
+
+/// The service's events committed and its commits so far (`/metrics`),
+/// or none (the floor has no metrics).
+async fn commits(http: &reqwest::Client, service: &Proc) -> Option<(f64, f64)> {
+    let text = http
+        .get(format!("{}/metrics", service.url()))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    committed(&text)
+}
+
+/// The events committed and the commits in a `/metrics` text.
+fn committed(text: &str) -> Option<(f64, f64)> {
+    let counter = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    Some((
+        counter("agent_harness_events_persisted_total")?,
+        counter("agent_harness_event_batches_total")?,
+    ))
 }
 
 /// The failures of the service's samples and of the provider's own, each
@@ -737,7 +776,7 @@ fn report(
             .iter()
             .any(|p| p[w].iter().any(|p| p.db_cpu_per_turn_ms.is_some()));
         println!(
-            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | service ÷ provider CPU | added p50 | added TTFT p50 | added TTFT p99 | service CPU/token | added gap p99 | errors | CPU/turn vs [0] (median of the rounds' ratios) |{}",
+            "| binary | turns/s | share of the provider's turns/s | service CPU/turn{} | provider CPU/stream | service ÷ provider CPU | added p50 | added TTFT p50 | added TTFT p99 | service CPU/token | added gap p99 | errors | events a commit | CPU/turn vs [0] (median of the rounds' ratios) |{}",
             if with_db { " | database CPU/turn" } else { "" },
             if floor.is_some() {
                 " CPU/turn vs the floor (the same) |"
@@ -746,14 +785,14 @@ fn report(
             }
         );
         println!(
-            "|---|---|---|---|{}---|---|---|---|---|---|---|---|---|{}",
+            "|---|---|---|---|{}---|---|---|---|---|---|---|---|---|---|{}",
             if with_db { "---|" } else { "" },
             if floor.is_some() { "---|" } else { "" }
         );
         for (b, name) in names.iter().enumerate() {
             let p = &points[b][w];
             println!(
-                "| [{b}] {name} | {} | {} | {} ms{} | {} ms | {} | {} ms | {} ms | {} ms | {} µs | {} ms | {} | {:.2}× |{}",
+                "| [{b}] {name} | {} | {} | {} ms{} | {} ms | {} | {} ms | {} ms | {} ms | {} µs | {} ms | {} | {} | {:.2}× |{}",
                 range(p, |p| p.turns_per_s, 0),
                 range(p, |p| p.share, 2),
                 range(p, |p| p.cpu_per_turn_ms, 3),
@@ -777,6 +816,11 @@ fn report(
                 range(p, |p| p.cpu_per_token_us, 1),
                 range(p, |p| p.added_gap_p99_ms, 2),
                 p.iter().map(|p| p.errors).sum::<usize>(),
+                if p.iter().all(|p| p.events_per_commit.is_some()) {
+                    range(p, |p| p.events_per_commit.unwrap_or(0.0), 1)
+                } else {
+                    "-".to_owned()
+                },
                 paired(p, &points[0][w], |p| p.cpu_per_turn_ms),
                 floor.map_or_else(String::new, |f| format!(
                     " {:.2}× |",
@@ -792,7 +836,7 @@ fn report(
 mod tests {
     use std::path::PathBuf;
 
-    use super::{Options, Point, enough, names, paired};
+    use super::{Options, Point, committed, enough, names, paired};
 
     fn options(binaries: &[&str], floor: bool) -> Options {
         Options {
@@ -843,5 +887,17 @@ mod tests {
         let ratio = paired(&cpu(&[2.0, 3.0]), &cpu(&[1.0, 1.0]), |p| p.cpu_per_turn_ms);
         assert!((ratio - 2.5).abs() < 1e-9, "{ratio}");
         assert_eq!(paired(&[], &[], |p| p.cpu_per_turn_ms), 0.0);
+    }
+
+    /// The events committed and the commits, read from the service's
+    /// metrics; none where either is missing.
+    #[test]
+    fn the_commits_are_read_from_the_metrics() {
+        let text = "# HELP agent_harness_events_persisted Events committed\n\
+                    agent_harness_events_persisted_total 1200\n\
+                    agent_harness_event_batches_total 30\n\
+                    agent_harness_event_batch_failures_total 1\n";
+        assert_eq!(committed(text), Some((1200.0, 30.0)));
+        assert_eq!(committed("agent_harness_event_batches_total 30\n"), None);
     }
 }

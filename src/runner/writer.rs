@@ -9,7 +9,13 @@
 //! If a batch fails (after retries), each turn's part is written on its own,
 //! so one broken turn cannot take the others down with it.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -110,6 +116,10 @@ pub struct EventWriter {
     /// Wakes a writer that lingers over text deltas: a command that may
     /// not wait was queued.
     urgent: Arc<Notify>,
+    /// Wakes a writer that waits for commands ([`in_order`]).
+    ready: Arc<Notify>,
+    /// Set when a command that may not wait is queued ([`in_order`]).
+    urgent_queued: Arc<AtomicBool>,
 }
 
 impl EventWriter {
@@ -125,13 +135,39 @@ impl EventWriter {
     ) -> Self {
         let (sender, receiver) = mpsc::channel(limits.capacity);
         let urgent = Arc::new(Notify::new());
+        let ready = Arc::new(Notify::new());
+        let urgent_queued = Arc::new(AtomicBool::new(false));
+        let in_order = store.commits_in_order();
         let sink = Sink {
             store,
             metrics,
             lease_clock,
         };
-        tracker.spawn(run(sink, receiver, limits, urgent.clone(), stop));
-        Self { sender, urgent }
+        if in_order {
+            let wake = in_order::Wake {
+                ready: ready.clone(),
+                urgent: urgent.clone(),
+                urgent_queued: urgent_queued.clone(),
+            };
+            tracker.spawn(in_order::run(sink, receiver, limits, wake, stop));
+        } else {
+            tracker.spawn(run(sink, receiver, limits, urgent.clone(), stop));
+        }
+        Self {
+            sender,
+            urgent,
+            ready,
+            urgent_queued,
+        }
+    }
+
+    /// Tells the writer a command was queued, and whether it may wait.
+    fn queued(&self, may_wait: bool) {
+        if !may_wait {
+            self.urgent_queued.store(true, Ordering::Release);
+            self.urgent.notify_waiters();
+        }
+        self.ready.notify_one();
     }
 
     /// Queues an event; waits while the queue is full.
@@ -149,9 +185,7 @@ impl EventWriter {
             })
             .await
             .map_err(|_| WriterStopped)?;
-        if flush == Flush::Now {
-            self.urgent.notify_waiters();
-        }
+        self.queued(flush == Flush::MayWait);
         Ok(())
     }
 
@@ -173,7 +207,7 @@ impl EventWriter {
             })
             .await
             .map_err(|_| WriterStopped)?;
-        self.urgent.notify_waiters();
+        self.queued(false);
         Ok(done)
     }
 
@@ -194,7 +228,7 @@ impl EventWriter {
             .send(make(ack))
             .await
             .map_err(|_| FinishError::Stopped)?;
-        self.urgent.notify_waiters();
+        self.queued(false);
         match done.await {
             Ok(result) => result.map_err(FinishError::Store),
             Err(_) => Err(FinishError::Stopped),
@@ -326,6 +360,12 @@ async fn linger(
 
 /// Writes `batch` (emptying it) and publishes what was committed.
 async fn commit(sink: &Sink, batch: &mut Vec<Command>) {
+    commit_after(sink, batch, None).await;
+}
+
+/// [`commit`] of a batch whose first attempt already `failed` (none:
+/// not tried yet).
+async fn commit_after(sink: &Sink, batch: &mut Vec<Command>, failed: Option<StoreError>) {
     let (store, metrics) = (sink.store.as_ref(), sink.metrics.as_ref());
     // Fenced unless no other process can have taken a turn over.
     let fence = !sink.lease_clock.fresh();
@@ -334,22 +374,30 @@ async fn commit(sink: &Sink, batch: &mut Vec<Command>) {
         return;
     }
     let mut delay = Duration::from_millis(20);
-    for attempt in 1..=BATCH_ATTEMPTS {
+    let (mut attempt, mut failed) = match failed {
+        Some(e) => (1, Some(e)),
+        None => (0, None),
+    };
+    loop {
+        if let Some(e) = failed.take() {
+            if attempt < BATCH_ATTEMPTS && e.is_transient() {
+                metrics.batch_failed();
+                tracing::warn!(error = %e, attempt, events = batch.len(), "event batch failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 4;
+            } else {
+                tracing::error!(error = %e, events = batch.len(), "event batch failed; writing turn by turn");
+                break;
+            }
+        }
+        attempt += 1;
         match write(store, batch, fence).await {
             Ok(applied) => {
                 record(metrics, batch, &applied);
                 publish(batch.drain(..), applied);
                 return;
             }
-            Err(e) if attempt < BATCH_ATTEMPTS && e.is_transient() => {
-                metrics.batch_failed();
-                tracing::warn!(error = %e, attempt, events = batch.len(), "event batch failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 4;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, events = batch.len(), "event batch failed; writing turn by turn");
-            }
+            Err(e) => failed = Some(e),
         }
     }
     // Isolate: each turn's commands on their own.
@@ -421,25 +469,8 @@ async fn write(
     batch: &[Command],
     fence: bool,
 ) -> Result<Vec<bool>, StoreError> {
-    let mut events = Vec::new();
-    let mut steps = Vec::new();
-    let mut finishes = Vec::new();
-    let mut leases: Vec<Lease> = Vec::new();
-    for command in batch {
-        let live = command.live();
-        if !leases.iter().any(|l| l.turn_id == live.turn_id) {
-            leases.push(Lease {
-                turn_id: live.turn_id,
-                attempt: live.attempt,
-            });
-        }
-        match command {
-            Command::Append { event, .. } => events.push(event.clone()),
-            Command::Step { step, .. } => steps.push(&**step),
-            Command::Flush { .. } => {}
-            Command::Finish { finish, .. } => finishes.push(&**finish),
-        }
-    }
+    let (events, leases) = events_and_leases(batch);
+    let (steps, finishes) = records(batch);
     store
         .commit(Batch {
             events: &events,
@@ -449,6 +480,39 @@ async fn write(
             fence,
         })
         .await
+}
+
+/// A batch's events, and the lease of each turn it writes for.
+fn events_and_leases(batch: &[Command]) -> (Vec<Arc<StoredEvent>>, Vec<Lease>) {
+    let mut events = Vec::new();
+    let mut leases: Vec<Lease> = Vec::new();
+    for command in batch {
+        let live = command.live();
+        if !leases.iter().any(|l| l.turn_id == live.turn_id) {
+            leases.push(Lease {
+                turn_id: live.turn_id,
+                attempt: live.attempt,
+            });
+        }
+        if let Command::Append { event, .. } = command {
+            events.push(event.clone());
+        }
+    }
+    (events, leases)
+}
+
+/// A batch's step records and finishes.
+fn records(batch: &[Command]) -> (Vec<&NewStep>, Vec<&TurnFinish>) {
+    let mut steps = Vec::new();
+    let mut finishes = Vec::new();
+    for command in batch {
+        match command {
+            Command::Step { step, .. } => steps.push(&**step),
+            Command::Finish { finish, .. } => finishes.push(&**finish),
+            Command::Append { .. } | Command::Flush { .. } => {}
+        }
+    }
+    (steps, finishes)
 }
 
 /// Publishes a committed batch: each turn's events in one message (its
@@ -535,5 +599,6 @@ fn fail(commands: Vec<Command>, error: StoreError) {
     }
 }
 
+mod in_order;
 #[cfg(test)]
 mod tests;

@@ -5,12 +5,13 @@
 //! side in `event_log/sqlite.rs` and `event_log/postgres.rs`.
 
 pub mod cursor;
+pub mod gather;
 pub(super) mod journal;
 pub(super) mod postgres;
 pub(super) mod runs;
 mod sqlite;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -69,6 +70,51 @@ pub trait EventLog: Reads + Send + Sync + 'static {
     /// did (a finish that did not writes nothing). A turn's end deletes its
     /// step records.
     async fn commit(&self, batch: Batch<'_>) -> Result<Vec<bool>>;
+
+    /// Whether the store's commits apply one after another in the order
+    /// they are asked for, and one chained after a commit that failed
+    /// fails too ([`gather::Chain`]): then the event writer asks for its
+    /// next commit before the last one is answered (SQLite's one writer
+    /// thread). Not so on Postgres, whose commits run on connections side
+    /// by side.
+    fn commits_in_order(&self) -> bool {
+        false
+    }
+
+    /// [`Self::commit`] of what `gather` takes when the store's writer
+    /// comes to it, chained as `chain` says (on a store whose commits
+    /// apply in order). Here: what it takes now, committed.
+    async fn commit_gathered(
+        &self,
+        gather: Arc<Mutex<dyn gather::Gather>>,
+        chain: gather::Chain,
+    ) -> Result<Vec<bool>> {
+        let _ = chain;
+        let (events, steps, finishes, leases, fence) = {
+            let mut gather = gather.lock().unwrap_or_else(PoisonError::into_inner);
+            gather.gather();
+            let parts = gather.parts();
+            let steps: Vec<NewStep> = parts.steps.iter().map(|s| (*s).clone()).collect();
+            let finishes: Vec<TurnFinish> = parts.finishes.iter().map(|f| (*f).clone()).collect();
+            (
+                parts.events.to_vec(),
+                steps,
+                finishes,
+                parts.leases.to_vec(),
+                parts.fence,
+            )
+        };
+        let steps: Vec<&NewStep> = steps.iter().collect();
+        let finishes: Vec<&TurnFinish> = finishes.iter().collect();
+        self.commit(Batch {
+            events: &events,
+            steps: &steps,
+            finishes: &finishes,
+            leases: &leases,
+            fence,
+        })
+        .await
+    }
 
     /// [`Self::commit`] of events and finishes, each turn's lease the
     /// one its finish holds, else its first (a turn never taken over).

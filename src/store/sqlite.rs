@@ -97,6 +97,19 @@ impl SqliteStore {
     }
 }
 
+#[cfg(test)]
+impl SqliteStore {
+    /// Holds the writer thread (see [`writer::Writer::hold`]).
+    pub(crate) async fn hold_writer(&self) -> writer::Held {
+        self.writes.hold().await
+    }
+
+    /// Jobs waiting for the writer thread.
+    pub(crate) fn queued_writes(&self) -> usize {
+        self.writes.queued()
+    }
+}
+
 impl Reads for SqliteStore {
     fn reader(&self) -> Reader<'_> {
         Reader::Sqlite(&self.reader)

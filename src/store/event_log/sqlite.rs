@@ -4,7 +4,15 @@ use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
 use uuid::Uuid;
 
-use super::{Batch, EventLog, journal::insert_events};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rusqlite::Connection;
+
+use super::{
+    Batch, EventLog,
+    gather::{Chain, Gather},
+    journal::{Stage, insert_events},
+};
 use crate::ids::SessionKey;
 use crate::store::Result;
 use crate::{
@@ -28,120 +36,40 @@ impl EventLog for SqliteStore {
         let finishes: Vec<TurnFinish> = batch.finishes.iter().map(|f| (*f).clone()).collect();
         self.writes
             .run_logged(move |tx, stage| {
-                // One process writes a SQLite store; a lease is lost only to
-                // a take-over by the same process after a restart, but the
-                // rule holds here as on Postgres: a fenced batch's events
-                // and records are checked against their turns' leases.
-                let mut held = tx.prepare_cached("SELECT attempt FROM turns WHERE id = ?1")?;
-                // A finish holds its own lease (it does not apply once lost);
-                // the events and records of a turn hold theirs here.
-                let writes = |turn_id| {
-                    events.iter().any(|e| e.turn_id == turn_id)
-                        || steps.iter().any(|s| s.turn_id == turn_id)
+                let steps: Vec<&NewStep> = steps.iter().collect();
+                let finishes: Vec<&TurnFinish> = finishes.iter().collect();
+                let batch = Batch {
+                    events: &events,
+                    steps: &steps,
+                    finishes: &finishes,
+                    leases: &leases,
+                    fence,
                 };
-                let fenced = leases.iter().filter(|l| fence && writes(l.turn_id));
-                for lease in fenced {
-                    let attempt: Option<u32> = held
-                        .query_row(params![lease.turn_id.to_string()], |row| row.get(0))
-                        .optional()?;
-                    if attempt.is_some_and(|a| a != lease.attempt) {
-                        return Err(StoreError::LeaseLost(lease.turn_id));
-                    }
+                write_on(tx, stage, batch)
+            })
+            .await
+    }
+
+    fn commits_in_order(&self) -> bool {
+        true
+    }
+
+    /// One job on the writer thread, chained; it takes its batch when
+    /// the thread runs it.
+    async fn commit_gathered(
+        &self,
+        gather: Arc<Mutex<dyn Gather>>,
+        chain: Chain,
+    ) -> Result<Vec<bool>> {
+        self.writes
+            .run_chained(Some(chain), move |tx, stage| {
+                let mut gather = gather.lock().unwrap_or_else(PoisonError::into_inner);
+                gather.gather();
+                let parts = gather.parts();
+                if parts.is_empty() {
+                    return Ok(Vec::new());
                 }
-                drop(held);
-                let mut step = tx.prepare_cached(
-                    "INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
-                )?;
-                for s in &steps {
-                    step.execute(params![
-                        s.turn_id.to_string(),
-                        s.step,
-                        s.phase,
-                        s.record,
-                        ts(s.created_at)
-                    ])?;
-                }
-                drop(step);
-                let mut applied = Vec::with_capacity(finishes.len());
-                for finish in &finishes {
-                    let at = ts(finish.terminal.created_at);
-                    let turn_id = finish.turn_id.to_string();
-                    let updated = tx
-                        .prepare_cached(
-                            "UPDATE turns SET status = ?1, result = ?2, error_code = ?3, \
-                         error_message = ?4, finished_at = ?5, cost_usd = ?7 \
-                         WHERE id = ?6 AND status = 'running' AND attempt = ?8",
-                        )?
-                        .execute(params![
-                            finish.status.as_str(),
-                            finish.result,
-                            finish.error_code,
-                            finish.error_message,
-                            at,
-                            turn_id,
-                            finish.cost_usd,
-                            finish.attempt
-                        ])?;
-                    applied.push(updated == 1);
-                    if updated != 1 {
-                        continue;
-                    }
-                    tx.prepare_cached("DELETE FROM turn_steps WHERE turn_id = ?1")?
-                        .execute(params![turn_id])?;
-                    let mut message = tx.prepare_cached(
-                        "INSERT INTO messages (message_id, session_id, turn_id, role, content, \
-                     created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    )?;
-                    for m in &finish.messages {
-                        message.execute(params![
-                            m.id.to_string(),
-                            finish.session_id.as_str(),
-                            turn_id,
-                            m.role,
-                            m.content,
-                            at
-                        ])?;
-                    }
-                    if let Some(d) = &finish.decision {
-                        tx.prepare_cached(
-                        "INSERT INTO decisions (id, session_id, turn_id, decision_key, strategy, \
-                         record, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    )?
-                    .execute(params![
-                        d.id.to_string(),
-                        finish.session_id.as_str(),
-                        turn_id,
-                        d.decision_key,
-                        d.strategy,
-                        d.record,
-                        at
-                    ])?;
-                    }
-                    if let Some(o) = &finish.observation {
-                        insert_observation(tx, o)?;
-                    }
-                    for job in &finish.jobs {
-                        insert_job(tx, job)?;
-                    }
-                    tx.prepare_cached(
-                        "UPDATE sessions SET updated_at = ?1, last_seq = ?4, \
-                     cost_usd = COALESCE(cost_usd + ?3, cost_usd, ?3) WHERE id = ?2",
-                    )?
-                    .execute(params![
-                        at,
-                        finish.session_id.as_str(),
-                        finish.cost_usd,
-                        finish.terminal.seq
-                    ])?;
-                }
-                let terminals = finishes
-                    .iter()
-                    .zip(&applied)
-                    .filter(|(_, applied)| **applied)
-                    .map(|(finish, _)| finish.terminal.clone());
-                insert_events(tx, stage, events.iter().cloned().chain(terminals))?;
-                Ok(applied)
+                write_on(tx, stage, parts.batch())
             })
             .await
     }
@@ -202,4 +130,128 @@ impl EventLog for SqliteStore {
             })
             .await
     }
+}
+
+/// Writes `batch` in the writer's transaction (see [`EventLog::commit`]).
+fn write_on(tx: &Connection, stage: &mut Stage<'_>, batch: Batch<'_>) -> Result<Vec<bool>> {
+    let Batch {
+        events,
+        steps,
+        finishes,
+        leases,
+        fence,
+    } = batch;
+    // One process writes a SQLite store; a lease is lost only to
+    // a take-over by the same process after a restart, but the
+    // rule holds here as on Postgres: a fenced batch's events
+    // and records are checked against their turns' leases.
+    let mut held = tx.prepare_cached("SELECT attempt FROM turns WHERE id = ?1")?;
+    // A finish holds its own lease (it does not apply once lost);
+    // the events and records of a turn hold theirs here.
+    let writes = |turn_id| {
+        events.iter().any(|e| e.turn_id == turn_id) || steps.iter().any(|s| s.turn_id == turn_id)
+    };
+    let fenced = leases.iter().filter(|l| fence && writes(l.turn_id));
+    for lease in fenced {
+        let attempt: Option<u32> = held
+            .query_row(params![lease.turn_id.to_string()], |row| row.get(0))
+            .optional()?;
+        if attempt.is_some_and(|a| a != lease.attempt) {
+            return Err(StoreError::LeaseLost(lease.turn_id));
+        }
+    }
+    drop(held);
+    let mut step = tx.prepare_cached(
+        "INSERT INTO turn_steps (turn_id, step, phase, record, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+    )?;
+    for s in steps {
+        step.execute(params![
+            s.turn_id.to_string(),
+            s.step,
+            s.phase,
+            s.record,
+            ts(s.created_at)
+        ])?;
+    }
+    drop(step);
+    let mut applied = Vec::with_capacity(finishes.len());
+    for finish in finishes {
+        let at = ts(finish.terminal.created_at);
+        let turn_id = finish.turn_id.to_string();
+        let updated = tx
+            .prepare_cached(
+                "UPDATE turns SET status = ?1, result = ?2, error_code = ?3, \
+                 error_message = ?4, finished_at = ?5, cost_usd = ?7 \
+                 WHERE id = ?6 AND status = 'running' AND attempt = ?8",
+            )?
+            .execute(params![
+                finish.status.as_str(),
+                finish.result,
+                finish.error_code,
+                finish.error_message,
+                at,
+                turn_id,
+                finish.cost_usd,
+                finish.attempt
+            ])?;
+        applied.push(updated == 1);
+        if updated != 1 {
+            continue;
+        }
+        tx.prepare_cached("DELETE FROM turn_steps WHERE turn_id = ?1")?
+            .execute(params![turn_id])?;
+        let mut message = tx.prepare_cached(
+            "INSERT INTO messages (message_id, session_id, turn_id, role, content, \
+             created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for m in &finish.messages {
+            message.execute(params![
+                m.id.to_string(),
+                finish.session_id.as_str(),
+                turn_id,
+                m.role,
+                m.content,
+                at
+            ])?;
+        }
+        if let Some(d) = &finish.decision {
+            tx.prepare_cached(
+                "INSERT INTO decisions (id, session_id, turn_id, decision_key, strategy, \
+                 record, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                d.id.to_string(),
+                finish.session_id.as_str(),
+                turn_id,
+                d.decision_key,
+                d.strategy,
+                d.record,
+                at
+            ])?;
+        }
+        if let Some(o) = &finish.observation {
+            insert_observation(tx, o)?;
+        }
+        for job in &finish.jobs {
+            insert_job(tx, job)?;
+        }
+        tx.prepare_cached(
+            "UPDATE sessions SET updated_at = ?1, last_seq = ?4, \
+             cost_usd = COALESCE(cost_usd + ?3, cost_usd, ?3) WHERE id = ?2",
+        )?
+        .execute(params![
+            at,
+            finish.session_id.as_str(),
+            finish.cost_usd,
+            finish.terminal.seq
+        ])?;
+    }
+    let terminals = finishes
+        .iter()
+        .zip(&applied)
+        .filter(|(_, applied)| **applied)
+        .map(|(finish, _)| finish.terminal.clone());
+    insert_events(tx, stage, events.iter().cloned().chain(terminals))?;
+    Ok(applied)
 }

@@ -27,7 +27,10 @@ use tokio::sync::{mpsc, oneshot};
 pub(in crate::store) use super::time::{parse_ts, ts};
 use crate::ids::SessionKey;
 use crate::store::Result;
-use crate::store::event_log::journal::{Journal, Stage};
+use crate::store::event_log::{
+    gather::Chain,
+    journal::{Journal, Stage},
+};
 use crate::store::{
     MemoryQuery, MemoryRecord, MessageRecord, NewJob, ObservationRecord, StoreError, jobs,
     records::parse_uuid, turns,
@@ -70,6 +73,9 @@ struct Typed<T, F> {
     work: F,
     outcome: Option<Result<T>>,
     reply: Option<oneshot::Sender<Done<T, F>>>,
+    /// A commit chained after another ([`Chain`]): it fails without
+    /// running when that one failed, and tells the next how it went.
+    chain: Option<Chain>,
 }
 
 /// A job's outcome, and the job itself: what its closure holds (a
@@ -84,8 +90,18 @@ where
     F: Fn(&Connection, &mut Stage<'_>) -> Result<T> + Send,
 {
     fn run(&mut self, connection: &Connection, stage: &mut Stage<'_>) -> bool {
-        let outcome = (self.work)(connection, stage);
+        let outcome = match &self.chain {
+            Some(Chain {
+                after: Some(after), ..
+            }) if after.failed() => Err(StoreError::Unavailable(
+                "a commit asked for before this one failed".into(),
+            )),
+            _ => (self.work)(connection, stage),
+        };
         let ok = outcome.is_ok();
+        if let Some(chain) = &self.chain {
+            chain.this.set_failed(!ok);
+        }
         self.outcome = Some(outcome);
         ok
     }
@@ -95,7 +111,13 @@ where
             work,
             outcome,
             reply,
+            chain,
         } = *self;
+        if let Some(chain) = chain
+            && commit.is_err()
+        {
+            chain.this.set_failed(true);
+        }
         let outcome = match (outcome, commit) {
             (Some(Err(e)), _) => Err(e),
             (Some(Ok(value)), Ok(())) => Ok(value),
@@ -508,16 +530,37 @@ impl Writer {
         T: Send + 'static,
         F: Fn(&Connection, &mut Stage<'_>) -> Result<T> + Send + 'static,
     {
+        self.run_chained(None, work).await
+    }
+
+    /// [`Self::run_logged`] of a commit in a [`Chain`] (none: alone).
+    pub(in crate::store) async fn run_chained<T, F>(
+        &self,
+        chain: Option<Chain>,
+        work: F,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection, &mut Stage<'_>) -> Result<T> + Send + 'static,
+    {
         let stopped = || StoreError::Unavailable("the SQLite writer stopped".into());
         let (reply, result) = oneshot::channel();
-        self.jobs
+        let failed = chain.as_ref().map(|c| c.this.clone());
+        let sent = self
+            .jobs
             .send(Box::new(Typed {
                 work,
                 outcome: None,
                 reply: Some(reply),
+                chain,
             }))
-            .await
-            .map_err(|_| stopped())?;
+            .await;
+        if sent.is_err() {
+            if let Some(this) = failed {
+                this.set_failed(true);
+            }
+            return Err(stopped());
+        }
         let (outcome, work) = result.await.map_err(|_| stopped())?;
         // Freed here, on the caller's thread (see [`Done`]), with the
         // events the journal let go of.
@@ -525,6 +568,49 @@ impl Writer {
         drop(self.journal.retired());
         outcome
     }
+
+    /// Jobs waiting for the thread.
+    #[cfg(test)]
+    pub(in crate::store) fn queued(&self) -> usize {
+        self.jobs.max_capacity() - self.jobs.capacity()
+    }
+
+    /// Queues a job that holds the thread from its first run until
+    /// `release` is sent (or dropped); `started` says it runs.
+    #[cfg(test)]
+    pub(in crate::store) async fn hold(&self) -> Held {
+        let (release, held) = std::sync::mpsc::sync_channel::<()>(1);
+        let (started_tx, started) = oneshot::channel();
+        let once = std::sync::Mutex::new(Some((started_tx, held)));
+        let work = move |_: &Connection, _: &mut Stage<'_>| -> Result<()> {
+            let first = once
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some((started, held)) = first {
+                let _ = started.send(());
+                let _ = held.recv();
+            }
+            Ok(())
+        };
+        let job = Box::new(Typed {
+            work,
+            outcome: None,
+            reply: None,
+            chain: None,
+        });
+        if self.jobs.send(job).await.is_err() {
+            panic!("the writer thread stopped");
+        }
+        Held { started, release }
+    }
+}
+
+/// A job holding the writer thread ([`Writer::hold`]).
+#[cfg(test)]
+pub struct Held {
+    pub started: oneshot::Receiver<()>,
+    pub release: std::sync::mpsc::SyncSender<()>,
 }
 
 /// Keeps a research learner's observation.

@@ -10,6 +10,15 @@ type Reply = oneshot::Receiver<Done<(), Work>>;
 /// A job that inserts `value` into `t`, then fails when `fails`; it
 /// counts its runs.
 fn insert(value: i64, fails: bool) -> (Box<dyn Job>, Reply, Arc<AtomicUsize>) {
+    insert_chained(value, fails, None)
+}
+
+/// [`insert`] in a [`Chain`].
+fn insert_chained(
+    value: i64,
+    fails: bool,
+    chain: Option<Chain>,
+) -> (Box<dyn Job>, Reply, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
     let counted = runs.clone();
     let (reply, replied) = oneshot::channel();
@@ -25,6 +34,7 @@ fn insert(value: i64, fails: bool) -> (Box<dyn Job>, Reply, Arc<AtomicUsize>) {
         work,
         outcome: None,
         reply: Some(reply),
+        chain,
     };
     (Box::new(job), replied, runs)
 }
@@ -108,6 +118,102 @@ fn a_failed_job_is_rolled_back_alone_when_its_group_runs_again() {
     assert!(failed);
     assert_eq!(outcomes, [(false, 1)]);
     assert_eq!(values(&connection), [1, 2, 3, 5, 6, 8]);
+}
+
+/// A commit chained after one that failed fails without running, in the
+/// same group or a later one, and so does the next in its chain; one
+/// after a commit that succeeded runs. Nothing of a later batch of
+/// events is committed before an earlier one that will be tried again.
+#[test]
+fn a_commit_chained_after_a_failed_one_fails_without_running() {
+    let mut connection = Connection::open_in_memory().unwrap();
+    connection
+        .execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
+        .unwrap();
+    let journal = Journal::default();
+    let first = Chain::default();
+    let second = Chain {
+        after: Some(first.this.clone()),
+        this: Arc::default(),
+    };
+    let third = Chain {
+        after: Some(second.this.clone()),
+        this: Arc::default(),
+    };
+    let (a, mut a_reply, a_runs) = insert_chained(1, true, Some(first));
+    let (b, mut b_reply, b_runs) = insert_chained(2, false, Some(second.clone()));
+    let (c, mut c_reply, c_runs) = insert(3, false);
+    let mut group = vec![a, b, c];
+    let mut stage = journal.stage();
+    let (commit, failed) = run_group(
+        &mut connection,
+        &mut group,
+        &mut stage,
+        &Chores::default(),
+        false,
+    );
+    assert!(commit.is_ok() && failed);
+    for job in group.drain(..) {
+        job.report(&commit);
+    }
+    assert!(matches!(
+        a_reply.try_recv(),
+        Ok((Err(StoreError::Conflict), _))
+    ));
+    assert!(matches!(
+        b_reply.try_recv(),
+        Ok((Err(StoreError::Unavailable(_)), _))
+    ));
+    assert!(matches!(c_reply.try_recv(), Ok((Ok(()), _))));
+    assert_eq!(b_runs.load(Ordering::Relaxed), 0, "never ran");
+    assert!(a_runs.load(Ordering::Relaxed) >= 1);
+    assert_eq!(c_runs.load(Ordering::Relaxed), 1);
+    assert!(second.this.failed());
+    assert_eq!(values(&connection), [3]);
+
+    // The next in the chain, in a group of its own, fails too.
+    let (d, mut d_reply, d_runs) = insert_chained(4, false, Some(third.clone()));
+    let mut group = vec![d];
+    let mut stage = journal.stage();
+    let (commit, _) = run_group(
+        &mut connection,
+        &mut group,
+        &mut stage,
+        &Chores::default(),
+        false,
+    );
+    for job in group.drain(..) {
+        job.report(&commit);
+    }
+    assert!(matches!(d_reply.try_recv(), Ok((Err(_), _))));
+    assert_eq!(d_runs.load(Ordering::Relaxed), 0);
+    assert!(third.this.failed());
+
+    // After one that succeeded, it runs.
+    let ok = Chain::default();
+    let after_ok = Chain {
+        after: Some(ok.this.clone()),
+        this: Arc::default(),
+    };
+    let (e, mut e_reply, _) = insert_chained(5, false, Some(ok));
+    let (f, mut f_reply, _) = insert_chained(6, false, Some(after_ok.clone()));
+    let mut group = vec![e, f];
+    let mut stage = journal.stage();
+    let (commit, failed) = run_group(
+        &mut connection,
+        &mut group,
+        &mut stage,
+        &Chores::default(),
+        false,
+    );
+    assert!(commit.is_ok() && !failed);
+    for job in group.drain(..) {
+        job.report(&commit);
+    }
+    assert!(matches!(e_reply.try_recv(), Ok((Ok(()), _))));
+    assert!(matches!(f_reply.try_recv(), Ok((Ok(()), _))));
+    assert!(!after_ok.this.failed());
+    assert_eq!(values(&connection), [3, 5, 6]);
 }
 
 /// What a job's closure holds goes back to its caller with its outcome,
