@@ -24,7 +24,7 @@ use super::live::{LeaseClock, LiveTurn};
 use crate::{
     events::StoredEvent,
     metrics::Metrics,
-    store::{Batch, EventLog, Lease, NewStep, StoreError, TurnFinish},
+    store::{EventLog, NewStep, StoreError, TurnFinish},
 };
 
 /// Attempts of a failing batch before its turns are written one by one:
@@ -454,107 +454,6 @@ fn drop_lost_turns(batch: &mut Vec<Command>) {
     *batch = kept;
 }
 
-/// Counts a committed batch.
-fn record(metrics: &Metrics, batch: &[Command], applied: &[bool]) {
-    let appended = batch
-        .iter()
-        .filter(|c| matches!(c, Command::Append { .. }))
-        .count();
-    let terminals = applied.iter().filter(|a| **a).count();
-    metrics.batch_committed((appended + terminals) as u64);
-}
-
-async fn write(
-    store: &dyn EventLog,
-    batch: &[Command],
-    fence: bool,
-) -> Result<Vec<bool>, StoreError> {
-    let (events, leases) = events_and_leases(batch);
-    let (steps, finishes) = records(batch);
-    store
-        .commit(Batch {
-            events: &events,
-            steps: &steps,
-            finishes: &finishes,
-            leases: &leases,
-            fence,
-        })
-        .await
-}
-
-/// A batch's events, and the lease of each turn it writes for.
-fn events_and_leases(batch: &[Command]) -> (Vec<Arc<StoredEvent>>, Vec<Lease>) {
-    let mut events = Vec::new();
-    let mut leases: Vec<Lease> = Vec::new();
-    for command in batch {
-        let live = command.live();
-        if !leases.iter().any(|l| l.turn_id == live.turn_id) {
-            leases.push(Lease {
-                turn_id: live.turn_id,
-                attempt: live.attempt,
-            });
-        }
-        if let Command::Append { event, .. } = command {
-            events.push(event.clone());
-        }
-    }
-    (events, leases)
-}
-
-/// A batch's step records and finishes.
-fn records(batch: &[Command]) -> (Vec<&NewStep>, Vec<&TurnFinish>) {
-    let mut steps = Vec::new();
-    let mut finishes = Vec::new();
-    for command in batch {
-        match command {
-            Command::Step { step, .. } => steps.push(&**step),
-            Command::Finish { finish, .. } => finishes.push(&**finish),
-            Command::Append { .. } | Command::Flush { .. } => {}
-        }
-    }
-    (steps, finishes)
-}
-
-/// Publishes a committed batch: each turn's events in one message (its
-/// terminal last, when its end was applied), then closes the turns that
-/// ended and acknowledges their finishes.
-fn publish(commands: impl Iterator<Item = Command>, applied: Vec<bool>) {
-    let mut applied = applied.into_iter();
-    // Turns in the order they first appear; a batch holds a few.
-    let mut turns: Vec<(Arc<LiveTurn>, Vec<Arc<StoredEvent>>)> = Vec::new();
-    let mut ends = Vec::new();
-    for command in commands {
-        let (live, event) = match command {
-            Command::Append { event, live, .. } => (live, Some(event)),
-            Command::Step { ack, .. } | Command::Flush { ack, .. } => {
-                let _ = ack.send(Ok(()));
-                continue;
-            }
-            Command::Finish {
-                finish, live, ack, ..
-            } => {
-                let done = applied.next().unwrap_or(false);
-                let terminal = done.then(|| finish.terminal.clone());
-                ends.push((live.clone(), ack, done));
-                (live, terminal)
-            }
-        };
-        let Some(event) = event else { continue };
-        match turns.iter_mut().find(|(l, _)| Arc::ptr_eq(l, &live)) {
-            Some((_, events)) => events.push(event),
-            None => turns.push((live, vec![event])),
-        }
-    }
-    for (live, events) in turns {
-        live.publish(events.into());
-    }
-    for (live, ack, done) in ends {
-        live.closed.cancel();
-        // The turn task may be gone (shutdown); the commit stands.
-        let _ = ack.send(Ok(done));
-    }
-}
-
 /// A turn whose writes failed: its subscribers are told to fall back to the
 /// log, its finish (if any) gets the error, and if events were lost the
 /// turn is marked so (it stops, and cannot end as if whole).
@@ -599,6 +498,8 @@ fn fail(commands: Vec<Command>, error: StoreError) {
     }
 }
 
+mod batch;
 mod in_order;
+use batch::{events_and_leases, publish, record, records, write};
 #[cfg(test)]
 mod tests;

@@ -20,20 +20,15 @@ use std::{
     time::Duration,
 };
 
-use chrono::{DateTime, Utc};
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 pub(in crate::store) use super::time::{parse_ts, ts};
-use crate::ids::SessionKey;
 use crate::store::Result;
+use crate::store::StoreError;
 use crate::store::event_log::{
     gather::Chain,
     journal::{Journal, Stage},
-};
-use crate::store::{
-    MemoryQuery, MemoryRecord, MessageRecord, NewJob, ObservationRecord, StoreError, jobs,
-    records::parse_uuid, turns,
 };
 
 /// Jobs that may wait for the writer thread.
@@ -76,7 +71,13 @@ struct Typed<T, F> {
     /// A commit chained after another ([`Chain`]): it fails without
     /// running when that one failed, and tells the next how it went.
     chain: Option<Chain>,
+    /// Called with its outcome on the writer thread once its group is
+    /// committed, before the answer goes back.
+    on_commit: Option<OnCommit<T>>,
 }
+
+/// What a write does on the writer thread once it is committed.
+pub(in crate::store) type OnCommit<T> = Box<dyn FnOnce(&T) + Send>;
 
 /// A job's outcome, and the job itself: what its closure holds (a
 /// batch's events, a finish's messages) is freed by the caller, on a
@@ -112,6 +113,7 @@ where
             outcome,
             reply,
             chain,
+            on_commit,
         } = *self;
         if let Some(chain) = chain
             && commit.is_err()
@@ -125,6 +127,9 @@ where
             (None, Err(e)) => Err(StoreError::Unavailable(format!("sqlite: {e}"))),
             (None, Ok(())) => Err(StoreError::Unavailable("a write did not run".into())),
         };
+        if let (Ok(value), Some(on_commit)) = (&outcome, on_commit) {
+            on_commit(value);
+        }
         if let Some(reply) = reply {
             let _ = reply.send((outcome, work));
         }
@@ -254,119 +259,6 @@ impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         StoreError::Unavailable(format!("sqlite: {e}"))
     }
-}
-
-/// A turn's first read as the begin answers it: one that fails is left to
-/// the turn (which reads again, and goes on without memories if that
-/// fails too), so the begin itself stands.
-pub(in crate::store) fn answered<T>(read: &str, result: Result<T>) -> Option<T> {
-    match result {
-        Ok(value) => Some(value),
-        Err(e) => {
-            tracing::warn!(error = %e, read, "a turn's first read failed on the begin");
-            None
-        }
-    }
-}
-
-/// [`crate::store::Turns::recent_messages`], on the writer's connection.
-pub(in crate::store) fn recent_messages(
-    tx: &Connection,
-    session_id: &SessionKey,
-    limit: u32,
-) -> Result<Vec<MessageRecord>> {
-    let mut statement = tx.prepare_cached(turns::RECENT_MESSAGES)?;
-    let rows = statement.query_map(params![session_id, i64::from(limit)], |row| {
-        Ok((
-            row.get::<_, i64>(0)?,
-            row.get::<_, Option<String>>(1)?,
-            row.get::<_, String>(2)?,
-            row.get::<_, String>(3)?,
-            row.get::<_, String>(4)?,
-            row.get::<_, String>(5)?,
-        ))
-    })?;
-    let mut newest_first = Vec::new();
-    for row in rows {
-        let (id, message_id, turn_id, role, content, created_at) = row?;
-        newest_first.push(MessageRecord {
-            id,
-            message_id: message_id.as_deref().map(parse_uuid).transpose()?,
-            turn_id: parse_uuid(&turn_id)?,
-            role,
-            content,
-            created_at: parse_ts(&created_at)?,
-        });
-    }
-    newest_first.reverse();
-    Ok(newest_first)
-}
-
-/// [`crate::store::Jobs::memories_for_turn`], on the writer's connection.
-pub(in crate::store) fn memories_for_turn(
-    tx: &Connection,
-    query: &MemoryQuery,
-) -> Result<(Vec<MemoryRecord>, Vec<MemoryRecord>)> {
-    // Most scopes have no memories (a new user, extraction off): one
-    // index probe answers them, not a full-text query (whose set-up was
-    // most of a begin's time on this thread, and every begin queued
-    // behind it waited it out: issue 23's profile, in the git history of
-    // docs/benchmarks.md).
-    let any: Option<i64> = tx
-        .prepare_cached("SELECT 1 FROM memories WHERE scope = ?1 LIMIT 1")?
-        .query_row(params![query.scope], |row| row.get(0))
-        .optional()?;
-    if any.is_none() {
-        return Ok((Vec::new(), Vec::new()));
-    }
-    let preferences = memories(
-        tx,
-        jobs::LIST_MEMORIES,
-        params![query.scope, "preference", i64::from(query.preferences)],
-    )?;
-    let Some(terms) = crate::store::vault::searchable(&query.terms, query.limit) else {
-        return Ok((Vec::new(), preferences));
-    };
-    let matches = memories(
-        tx,
-        super::SEARCH_MEMORY_TEXT,
-        params![super::any_of(&terms), query.scope, i64::from(query.limit)],
-    )?;
-    Ok((matches, preferences))
-}
-
-/// The memories `sql` selects (their columns in the usual order).
-fn memories(
-    tx: &Connection,
-    sql: &str,
-    params: impl rusqlite::Params,
-) -> Result<Vec<MemoryRecord>> {
-    let mut statement = tx.prepare_cached(sql)?;
-    let rows = statement.query_map(params, |row| {
-        Ok((
-            MemoryRecord {
-                id: row.get(0)?,
-                scope: row.get(1)?,
-                kind: row.get(2)?,
-                key: row.get(3)?,
-                content: row.get(4)?,
-                source_session_id: row.get(5)?,
-                source_turn_id: row.get(6)?,
-                created_at: DateTime::<Utc>::MIN_UTC,
-                updated_at: DateTime::<Utc>::MIN_UTC,
-            },
-            row.get::<_, String>(7)?,
-            row.get::<_, String>(8)?,
-        ))
-    })?;
-    let mut found = Vec::new();
-    for row in rows {
-        let (mut memory, created_at, updated_at) = row?;
-        memory.created_at = parse_ts(&created_at)?;
-        memory.updated_at = parse_ts(&updated_at)?;
-        found.push(memory);
-    }
-    Ok(found)
 }
 
 pub(in crate::store) fn is_unique_violation(e: &rusqlite::Error) -> bool {
@@ -530,13 +422,15 @@ impl Writer {
         T: Send + 'static,
         F: Fn(&Connection, &mut Stage<'_>) -> Result<T> + Send + 'static,
     {
-        self.run_chained(None, work).await
+        self.run_chained(None, None, work).await
     }
 
-    /// [`Self::run_logged`] of a commit in a [`Chain`] (none: alone).
+    /// [`Self::run_logged`] of a commit in a [`Chain`] (none: alone),
+    /// which does `on_commit` on the thread once committed.
     pub(in crate::store) async fn run_chained<T, F>(
         &self,
         chain: Option<Chain>,
+        on_commit: Option<OnCommit<T>>,
         work: F,
     ) -> Result<T>
     where
@@ -553,6 +447,7 @@ impl Writer {
                 outcome: None,
                 reply: Some(reply),
                 chain,
+                on_commit,
             }))
             .await;
         if sent.is_err() {
@@ -598,6 +493,7 @@ impl Writer {
             outcome: None,
             reply: None,
             chain: None,
+            on_commit: None,
         });
         if self.jobs.send(job).await.is_err() {
             panic!("the writer thread stopped");
@@ -613,40 +509,10 @@ pub struct Held {
     pub release: std::sync::mpsc::SyncSender<()>,
 }
 
-/// Keeps a research learner's observation.
-pub(in crate::store) fn insert_observation(tx: &Connection, o: &ObservationRecord) -> Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO research_observations (id, session_id, source_id, user_text, \
-         assistant_text, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![
-        o.id,
-        o.session_id,
-        o.source_id,
-        o.user_text,
-        o.assistant_text,
-        ts(o.created_at)
-    ])?;
-    Ok(())
-}
-
-/// Queues a background job.
-pub(in crate::store) fn insert_job(tx: &Connection, job: &NewJob) -> Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
-         run_after, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6, ?6)",
-    )?
-    .execute(params![
-        job.id,
-        job.kind,
-        job.session_id,
-        job.turn_id,
-        job.payload,
-        ts(job.at)
-    ])?;
-    Ok(())
-}
+mod rows;
+pub(in crate::store) use rows::{
+    answered, insert_job, insert_observation, memories_for_turn, recent_messages,
+};
 
 #[cfg(test)]
 mod tests;
