@@ -64,6 +64,8 @@ pub struct DatabaseSettings {
     /// Longest a text delta waits for the ones after it to share its
     /// commit, in ms (0: every delta is committed as soon as the writer
     /// is free). A step's first text and every other event never wait.
+    /// On SQLite it applies only while no commit is under way
+    /// (docs/architecture.md).
     #[arg(
         id = "database.event_linger_ms",
         long = "event-linger-ms",

@@ -184,75 +184,7 @@ fn write_on(tx: &Connection, stage: &mut Stage<'_>, batch: Batch<'_>) -> Result<
     drop(step);
     let mut applied = Vec::with_capacity(finishes.len());
     for finish in finishes {
-        let at = ts(finish.terminal.created_at);
-        let turn_id = finish.turn_id.to_string();
-        let updated = tx
-            .prepare_cached(
-                "UPDATE turns SET status = ?1, result = ?2, error_code = ?3, \
-                 error_message = ?4, finished_at = ?5, cost_usd = ?7 \
-                 WHERE id = ?6 AND status = 'running' AND attempt = ?8",
-            )?
-            .execute(params![
-                finish.status.as_str(),
-                finish.result,
-                finish.error_code,
-                finish.error_message,
-                at,
-                turn_id,
-                finish.cost_usd,
-                finish.attempt
-            ])?;
-        applied.push(updated == 1);
-        if updated != 1 {
-            continue;
-        }
-        tx.prepare_cached("DELETE FROM turn_steps WHERE turn_id = ?1")?
-            .execute(params![turn_id])?;
-        let mut message = tx.prepare_cached(
-            "INSERT INTO messages (message_id, session_id, turn_id, role, content, \
-             created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
-        for m in &finish.messages {
-            message.execute(params![
-                m.id.to_string(),
-                finish.session_id.as_str(),
-                turn_id,
-                m.role,
-                m.content,
-                at
-            ])?;
-        }
-        if let Some(d) = &finish.decision {
-            tx.prepare_cached(
-                "INSERT INTO decisions (id, session_id, turn_id, decision_key, strategy, \
-                 record, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?
-            .execute(params![
-                d.id.to_string(),
-                finish.session_id.as_str(),
-                turn_id,
-                d.decision_key,
-                d.strategy,
-                d.record,
-                at
-            ])?;
-        }
-        if let Some(o) = &finish.observation {
-            insert_observation(tx, o)?;
-        }
-        for job in &finish.jobs {
-            insert_job(tx, job)?;
-        }
-        tx.prepare_cached(
-            "UPDATE sessions SET updated_at = ?1, last_seq = ?4, \
-             cost_usd = COALESCE(cost_usd + ?3, cost_usd, ?3) WHERE id = ?2",
-        )?
-        .execute(params![
-            at,
-            finish.session_id.as_str(),
-            finish.cost_usd,
-            finish.terminal.seq
-        ])?;
+        applied.push(apply_finish(tx, finish)?);
     }
     let terminals = finishes
         .iter()
@@ -261,4 +193,79 @@ fn write_on(tx: &Connection, stage: &mut Stage<'_>, batch: Batch<'_>) -> Result<
         .map(|(finish, _)| finish.terminal.clone());
     insert_events(tx, stage, events.iter().cloned().chain(terminals))?;
     Ok(applied)
+}
+
+/// Ends a finish's turn, unless it no longer runs as the finish's attempt
+/// (false: nothing written), with its messages, decision, observation,
+/// jobs and its session's totals.
+fn apply_finish(tx: &Connection, finish: &TurnFinish) -> Result<bool> {
+    let at = ts(finish.terminal.created_at);
+    let turn_id = finish.turn_id.to_string();
+    let updated = tx
+        .prepare_cached(
+            "UPDATE turns SET status = ?1, result = ?2, error_code = ?3, \
+             error_message = ?4, finished_at = ?5, cost_usd = ?7 \
+             WHERE id = ?6 AND status = 'running' AND attempt = ?8",
+        )?
+        .execute(params![
+            finish.status.as_str(),
+            finish.result,
+            finish.error_code,
+            finish.error_message,
+            at,
+            turn_id,
+            finish.cost_usd,
+            finish.attempt
+        ])?;
+    if updated != 1 {
+        return Ok(false);
+    }
+    tx.prepare_cached("DELETE FROM turn_steps WHERE turn_id = ?1")?
+        .execute(params![turn_id])?;
+    let mut message = tx.prepare_cached(
+        "INSERT INTO messages (message_id, session_id, turn_id, role, content, \
+         created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for m in &finish.messages {
+        message.execute(params![
+            m.id.to_string(),
+            finish.session_id.as_str(),
+            turn_id,
+            m.role,
+            m.content,
+            at
+        ])?;
+    }
+    if let Some(d) = &finish.decision {
+        tx.prepare_cached(
+            "INSERT INTO decisions (id, session_id, turn_id, decision_key, strategy, \
+             record, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            d.id.to_string(),
+            finish.session_id.as_str(),
+            turn_id,
+            d.decision_key,
+            d.strategy,
+            d.record,
+            at
+        ])?;
+    }
+    if let Some(o) = &finish.observation {
+        insert_observation(tx, o)?;
+    }
+    for job in &finish.jobs {
+        insert_job(tx, job)?;
+    }
+    tx.prepare_cached(
+        "UPDATE sessions SET updated_at = ?1, last_seq = ?4, \
+         cost_usd = COALESCE(cost_usd + ?3, cost_usd, ?3) WHERE id = ?2",
+    )?
+    .execute(params![
+        at,
+        finish.session_id.as_str(),
+        finish.cost_usd,
+        finish.terminal.seq
+    ])?;
+    Ok(true)
 }
