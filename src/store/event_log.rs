@@ -106,20 +106,14 @@ pub trait EventLog: Reads + Send + Sync + 'static {
         };
         let steps: Vec<&NewStep> = steps.iter().collect();
         let finishes: Vec<&TurnFinish> = finishes.iter().collect();
-        let applied = self
-            .commit(Batch {
-                events: &events,
-                steps: &steps,
-                finishes: &finishes,
-                leases: &leases,
-                fence,
-            })
-            .await?;
-        gather
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .committed(&applied);
-        Ok(applied)
+        self.commit(Batch {
+            events: &events,
+            steps: &steps,
+            finishes: &finishes,
+            leases: &leases,
+            fence,
+        })
+        .await
     }
 
     /// [`Self::commit`] of events and finishes, each turn's lease the

@@ -8,10 +8,8 @@
 //! ran, and the store's writer goes from one to the next without waiting
 //! for this task to hear the answer, publish it and gather again (the
 //! round trip each commit of a paced load waited for: issue 42, eighth
-//! and ninth passes in docs/benchmarks.md). Each commit is published
-//! where it is known to be committed, on the store's writer
-//! ([`Gather::committed`]): in commit order, and to the subscribers
-//! without a hop through this task. A commit
+//! and ninth passes in docs/benchmarks.md). The answers come back in
+//! order and are published as the other loop publishes them. A commit
 //! that fails fails those chained after it, which write nothing
 //! ([`Chain`]); their commands are tried again together, in queue order,
 //! as a failed batch is ([`super::commit_after`]), before anything more
@@ -39,7 +37,6 @@ use super::{
 };
 use crate::{
     events::StoredEvent,
-    metrics::Metrics,
     runner::live::LeaseClock,
     store::{
         Lease, StoreError,
@@ -96,7 +93,6 @@ impl Queue {
 /// runs the commit.
 struct Gathered {
     queue: Arc<Queue>,
-    metrics: Arc<Metrics>,
     batch_max: usize,
     lease_clock: LeaseClock,
     /// Set once it starts taking: a command queued after that is for the
@@ -121,16 +117,6 @@ impl Gather for Gathered {
         self.fence = !self.lease_clock.fresh();
         drop_lost_turns(&mut self.commands);
         (self.events, self.leases) = events_and_leases(&self.commands);
-    }
-
-    /// Publishes the commit where it is known: on SQLite, the writer
-    /// thread, so the events go to their subscribers without a round trip
-    /// through this task first.
-    fn committed(&mut self, applied: &[bool]) {
-        let commands = std::mem::take(&mut self.commands);
-        self.events.clear();
-        record(&self.metrics, &commands, applied);
-        publish(commands.into_iter(), applied.to_vec());
     }
 
     fn parts(&self) -> Parts<'_> {
@@ -229,7 +215,6 @@ fn ask(
     let store = sink.store.clone();
     let gathered = Arc::new(Mutex::new(Gathered {
         queue: queue.clone(),
-        metrics: sink.metrics.clone(),
         batch_max: limits.batch_max,
         lease_clock: sink.lease_clock.clone(),
         started,
@@ -246,10 +231,9 @@ fn ask(
     })
 }
 
-/// Takes a commit's answer (what it committed is published already);
-/// when it failed, takes the answers of those asked for after it (they
-/// failed too) and tries their commands again, after its own, as one
-/// batch.
+/// Publishes a commit's answer; when it failed, takes the answers of
+/// those asked for after it (they failed too) and tries their commands
+/// again, after its own, as one batch.
 async fn settle(
     sink: &Sink,
     queue: &Queue,
@@ -259,17 +243,26 @@ async fn settle(
     result: Result<Vec<bool>, StoreError>,
 ) {
     let error = match result {
-        // Published when it was committed (`Gathered::committed`).
-        Ok(_) => return,
+        Ok(applied) => {
+            if !commands.is_empty() {
+                record(&sink.metrics, &commands, &applied);
+                publish(commands.into_iter(), applied);
+            }
+            return;
+        }
         Err(error) => error,
     };
     let mut batch = commands;
+    // A commit chained after a failed one cannot apply; should one have,
+    // its events are published after the earlier ones' retry.
+    let mut applied_late = Vec::new();
     while let Some((later, result)) = flights.next().await {
         match result {
             Err(_) => batch.extend(later),
-            // Cannot be (it was chained after a failed one); published
-            // when it was committed.
-            Ok(_) => tracing::error!("a commit chained after a failed one applied"),
+            Ok(applied) => {
+                tracing::error!("a commit chained after a failed one applied");
+                applied_late.push((later, applied));
+            }
         }
     }
     if batch.is_empty() {
@@ -278,6 +271,10 @@ async fn settle(
         queue.take(limits.batch_max, &mut batch);
     }
     commit_after(sink, &mut batch, Some(error)).await;
+    for (later, applied) in applied_late {
+        record(&sink.metrics, &later, &applied);
+        publish(later.into_iter(), applied);
+    }
 }
 
 /// Holds off asking for a commit while no command that may not wait is

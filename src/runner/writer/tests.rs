@@ -360,29 +360,3 @@ async fn after_a_failed_commit_the_next_events_are_committed_in_order() {
         .unwrap();
     assert_eq!(logged.len(), 1);
 }
-
-/// A commit is published where it is known to be committed, on the
-/// store's writer thread: its subscribers hear of it while the runtime
-/// that runs the event writer's task is blocked (this test's runtime has
-/// one thread).
-#[tokio::test]
-async fn a_commit_is_published_from_the_writer_thread() {
-    let rig = rig(Duration::ZERO).await;
-    let mut rx = rig.live.subscribe();
-    let held = rig.sqlite.hold_writer().await;
-    held.started.await.unwrap();
-    rig.append(1, text("a"), Flush::Now).await;
-    rig.until_queued(1).await;
-    let (heard, hearing) = std::sync::mpsc::channel();
-    let listener = std::thread::spawn(move || {
-        let committed = rx.blocking_recv().unwrap();
-        let _ = heard.send(committed.iter().map(|e| e.seq).collect::<Vec<_>>());
-    });
-    held.release.send(()).unwrap();
-    // Blocks the runtime's one thread: the event writer's task cannot run.
-    let seqs = hearing
-        .recv_timeout(Duration::from_secs(10))
-        .expect("published while the runtime was blocked");
-    assert_eq!(seqs, vec![rig.first_seq + 1]);
-    listener.join().unwrap();
-}

@@ -56,10 +56,6 @@ pub trait Gather: Send {
     fn gather(&mut self);
     /// The batch taken.
     fn parts(&self) -> Parts<'_>;
-    /// Called once the batch is committed, with which finishes applied,
-    /// before the commit's answer goes back (on SQLite, on the writer
-    /// thread): what is committed is published from here.
-    fn committed(&mut self, applied: &[bool]);
 }
 
 /// What [`Gather::parts`] gives: a [`Batch`]'s parts.

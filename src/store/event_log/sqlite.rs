@@ -21,7 +21,7 @@ use crate::{
         NewStep, StoreError, TurnFinish,
         sqlite::{
             SqliteStore,
-            writer::{OnCommit, insert_job, insert_observation, ts},
+            writer::{insert_job, insert_observation, ts},
         },
     },
 };
@@ -61,15 +61,8 @@ impl EventLog for SqliteStore {
         gather: Arc<Mutex<dyn Gather>>,
         chain: Chain,
     ) -> Result<Vec<bool>> {
-        let publisher = gather.clone();
-        let on_commit: OnCommit<Vec<bool>> = Box::new(move |applied: &Vec<bool>| {
-            publisher
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .committed(applied);
-        });
         self.writes
-            .run_chained(Some(chain), Some(on_commit), move |tx, stage| {
+            .run_chained(Some(chain), move |tx, stage| {
                 let mut gather = gather.lock().unwrap_or_else(PoisonError::into_inner);
                 gather.gather();
                 let parts = gather.parts();

@@ -71,13 +71,7 @@ struct Typed<T, F> {
     /// A commit chained after another ([`Chain`]): it fails without
     /// running when that one failed, and tells the next how it went.
     chain: Option<Chain>,
-    /// Called with its outcome on the writer thread once its group is
-    /// committed, before the answer goes back.
-    on_commit: Option<OnCommit<T>>,
 }
-
-/// What a write does on the writer thread once it is committed.
-pub(in crate::store) type OnCommit<T> = Box<dyn FnOnce(&T) + Send>;
 
 /// A job's outcome, and the job itself: what its closure holds (a
 /// batch's events, a finish's messages) is freed by the caller, on a
@@ -113,7 +107,6 @@ where
             outcome,
             reply,
             chain,
-            on_commit,
         } = *self;
         if let Some(chain) = chain
             && commit.is_err()
@@ -127,9 +120,6 @@ where
             (None, Err(e)) => Err(StoreError::Unavailable(format!("sqlite: {e}"))),
             (None, Ok(())) => Err(StoreError::Unavailable("a write did not run".into())),
         };
-        if let (Ok(value), Some(on_commit)) = (&outcome, on_commit) {
-            on_commit(value);
-        }
         if let Some(reply) = reply {
             let _ = reply.send((outcome, work));
         }
@@ -422,15 +412,13 @@ impl Writer {
         T: Send + 'static,
         F: Fn(&Connection, &mut Stage<'_>) -> Result<T> + Send + 'static,
     {
-        self.run_chained(None, None, work).await
+        self.run_chained(None, work).await
     }
 
-    /// [`Self::run_logged`] of a commit in a [`Chain`] (none: alone),
-    /// which does `on_commit` on the thread once committed.
+    /// [`Self::run_logged`] of a commit in a [`Chain`] (none: alone).
     pub(in crate::store) async fn run_chained<T, F>(
         &self,
         chain: Option<Chain>,
-        on_commit: Option<OnCommit<T>>,
         work: F,
     ) -> Result<T>
     where
@@ -447,7 +435,6 @@ impl Writer {
                 outcome: None,
                 reply: Some(reply),
                 chain,
-                on_commit,
             }))
             .await;
         if sent.is_err() {
@@ -493,7 +480,6 @@ impl Writer {
             outcome: None,
             reply: None,
             chain: None,
-            on_commit: None,
         });
         if self.jobs.send(job).await.is_err() {
             panic!("the writer thread stopped");

@@ -35,7 +35,6 @@ fn insert_chained(
         outcome: None,
         reply: Some(reply),
         chain,
-        on_commit: None,
     };
     (Box::new(job), replied, runs)
 }
