@@ -684,15 +684,7 @@ async fn measure(
 /// The service's events committed and its commits so far (`/metrics`),
 /// or none (the floor has no metrics).
 async fn commits(http: &reqwest::Client, service: &Proc) -> Option<(f64, f64)> {
-    let text = http
-        .get(format!("{}/metrics", service.url()))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    committed(&text)
+    committed(&service.metrics(http).await?)
 }
 
 /// The events committed and the commits in a `/metrics` text.

@@ -33,6 +33,19 @@ impl Proc {
         format!("http://{}", self.addr)
     }
 
+    /// Its `/metrics` text, or none (no answer, or no such page).
+    pub async fn metrics(&self, http: &reqwest::Client) -> Option<String> {
+        http.get(format!("{}/metrics", self.url()))
+            .send()
+            .await
+            .ok()?
+            .error_for_status()
+            .ok()?
+            .text()
+            .await
+            .ok()
+    }
+
     /// Resident memory, KiB.
     pub fn rss_kib(&self) -> u64 {
         self.status_kib("VmRSS:")

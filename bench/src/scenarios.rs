@@ -506,14 +506,7 @@ async fn held(harness: &Proc, quick: bool) {
 
 /// Turns the server says are running (`/metrics`).
 async fn count_running(http: &reqwest::Client, harness: &Proc) -> Option<usize> {
-    let text = http
-        .get(format!("{}/metrics", harness.url()))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
+    let text = harness.metrics(http).await?;
     text.lines()
         .find_map(|l| l.strip_prefix("agent_harness_turns_running "))
         .and_then(|v| v.trim().parse().ok())

@@ -120,6 +120,20 @@ fn a_failed_job_is_rolled_back_alone_when_its_group_runs_again() {
     assert_eq!(values(&connection), [1, 2, 3, 5, 6, 8]);
 }
 
+/// Runs `group` the quick way, then reports each job's outcome.
+fn run_and_report(
+    connection: &mut Connection,
+    journal: &Journal,
+    group: &mut Vec<Box<dyn Job>>,
+) -> (Result<(), String>, bool) {
+    let mut stage = journal.stage();
+    let (commit, failed) = run_group(connection, group, &mut stage, &Chores::default(), false);
+    for job in group.drain(..) {
+        job.report(&commit);
+    }
+    (commit, failed)
+}
+
 /// A commit chained after one that failed fails without running, in the
 /// same group or a later one, and so does the next in its chain; one
 /// after a commit that succeeded runs. Nothing of a later batch of
@@ -144,18 +158,8 @@ fn a_commit_chained_after_a_failed_one_fails_without_running() {
     let (b, mut b_reply, b_runs) = insert_chained(2, false, Some(second.clone()));
     let (c, mut c_reply, c_runs) = insert(3, false);
     let mut group = vec![a, b, c];
-    let mut stage = journal.stage();
-    let (commit, failed) = run_group(
-        &mut connection,
-        &mut group,
-        &mut stage,
-        &Chores::default(),
-        false,
-    );
+    let (commit, failed) = run_and_report(&mut connection, &journal, &mut group);
     assert!(commit.is_ok() && failed);
-    for job in group.drain(..) {
-        job.report(&commit);
-    }
     assert!(matches!(
         a_reply.try_recv(),
         Ok((Err(StoreError::Conflict), _))
@@ -174,17 +178,8 @@ fn a_commit_chained_after_a_failed_one_fails_without_running() {
     // The next in the chain, in a group of its own, fails too.
     let (d, mut d_reply, d_runs) = insert_chained(4, false, Some(third.clone()));
     let mut group = vec![d];
-    let mut stage = journal.stage();
-    let (commit, _) = run_group(
-        &mut connection,
-        &mut group,
-        &mut stage,
-        &Chores::default(),
-        false,
-    );
-    for job in group.drain(..) {
-        job.report(&commit);
-    }
+    let (commit, _) = run_and_report(&mut connection, &journal, &mut group);
+    assert!(commit.is_ok(), "the group commits; the job alone failed");
     assert!(matches!(d_reply.try_recv(), Ok((Err(_), _))));
     assert_eq!(d_runs.load(Ordering::Relaxed), 0);
     assert!(third.this.failed());
@@ -198,18 +193,8 @@ fn a_commit_chained_after_a_failed_one_fails_without_running() {
     let (e, mut e_reply, _) = insert_chained(5, false, Some(ok));
     let (f, mut f_reply, _) = insert_chained(6, false, Some(after_ok.clone()));
     let mut group = vec![e, f];
-    let mut stage = journal.stage();
-    let (commit, failed) = run_group(
-        &mut connection,
-        &mut group,
-        &mut stage,
-        &Chores::default(),
-        false,
-    );
+    let (commit, failed) = run_and_report(&mut connection, &journal, &mut group);
     assert!(commit.is_ok() && !failed);
-    for job in group.drain(..) {
-        job.report(&commit);
-    }
     assert!(matches!(e_reply.try_recv(), Ok((Ok(()), _))));
     assert!(matches!(f_reply.try_recv(), Ok((Ok(()), _))));
     assert!(!after_ok.this.failed());
