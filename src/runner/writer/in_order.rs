@@ -192,7 +192,11 @@ pub(super) async fn run(
             Some((commands, result)) = flights.next(), if !flights.is_empty() => {
                 settle(&sink, &queue, &limits, &mut flights, commands, result).await;
             }
-            () = wake.ready.notified(), if !closing => {}
+            // Not while as many are asked for as may be: the next ask
+            // waits for an answer anyway, and every queued command would
+            // wake this task for nothing (20,000 a second under 1,000
+            // paced streams). A command queued meanwhile leaves a permit.
+            () = wake.ready.notified(), if !closing && flights.len() < DEPTH => {}
             () = stop.cancelled(), if !closing => {
                 // Commit what is queued, then stop taking more.
                 closing = true;
