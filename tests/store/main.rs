@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use agent_harness::{
     events::{StoredEvent, TurnEvent},
+    store::event_log::gather::{Chain, Gather, Parts},
     store::{
         Batch, BeginTurnError, Lease, NewDecision, NewMessage, NewStep, NewTurn, Orphan,
         OrphanScope, Store, StoreError, TurnFinish, TurnLogCursor, TurnStatus, event_log::cursor,
@@ -614,6 +615,85 @@ async fn a_failed_batch_of_events_alone_writes_nothing(backend: Backend) {
     big.pop();
     store.write_batch(&big, &[]).await.unwrap();
     assert_eq!(events_in(store.as_ref(), "s1").await, 201);
+}
+
+/// A batch handed over to be taken when the store's writer gets to it.
+struct Handed {
+    events: Vec<Arc<StoredEvent>>,
+    finishes: Vec<TurnFinish>,
+    leases: Vec<Lease>,
+    gathered: usize,
+}
+
+impl Gather for Handed {
+    fn gather(&mut self) {
+        self.gathered += 1;
+    }
+
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            events: &self.events,
+            steps: Vec::new(),
+            finishes: self.finishes.iter().collect(),
+            leases: &self.leases,
+            fence: true,
+        }
+    }
+}
+
+/// A gathered commit writes what its batch holds once taken, on both
+/// backends; where commits apply in order (SQLite), one chained after a
+/// failed commit fails without taking or writing anything.
+async fn a_gathered_commit_writes_its_batch_and_a_failed_chain_nothing(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    assert_eq!(store.commits_in_order(), backend == Backend::Sqlite);
+    let turn = new_turn("s1", None);
+    store.begin_turn(&turn).await.unwrap();
+    let lease = Lease {
+        turn_id: turn.id,
+        attempt: 0,
+    };
+    let handed = |events, finishes| {
+        Arc::new(std::sync::Mutex::new(Handed {
+            events,
+            finishes,
+            leases: vec![lease],
+            gathered: 0,
+        }))
+    };
+    if store.commits_in_order() {
+        let failed = Chain::default();
+        failed.this.set_failed(true);
+        let after = Chain {
+            after: Some(failed.this.clone()),
+            this: Arc::default(),
+        };
+        let refused = handed(vec![delta(&turn, 2, "a")], Vec::new());
+        assert!(
+            store
+                .commit_gathered(refused.clone(), after.clone())
+                .await
+                .is_err()
+        );
+        assert_eq!(refused.lock().unwrap().gathered, 0, "nothing taken");
+        assert!(after.this.failed(), "and the next in the chain is told");
+        assert_eq!(events_in(store.as_ref(), "s1").await, 1);
+    }
+    let batch = handed(
+        vec![delta(&turn, 2, "a"), delta(&turn, 3, "b")],
+        vec![completed(&turn, 4, "ab")],
+    );
+    let chain = Chain::default();
+    let applied = store
+        .commit_gathered(batch.clone(), chain.clone())
+        .await
+        .unwrap();
+    assert_eq!(applied, vec![true]);
+    assert_eq!(batch.lock().unwrap().gathered, 1);
+    assert!(!chain.this.failed());
+    assert_eq!(events_in(store.as_ref(), "s1").await, 4);
+    let ended = store.get_turn(&key("s1"), turn.id).await.unwrap().unwrap();
+    assert_eq!(ended.status, TurnStatus::Completed);
 }
 
 async fn concurrent_writes_fail_alone(backend: Backend) {
@@ -1850,6 +1930,7 @@ on_both_backends!(
     a_batch_ends_many_turns_and_skips_the_ended,
     a_failed_batch_writes_nothing,
     a_failed_batch_of_events_alone_writes_nothing,
+    a_gathered_commit_writes_its_batch_and_a_failed_chain_nothing,
     concurrent_writes_fail_alone,
     events_and_messages_page_in_order,
     a_turn_log_cursor_reads_every_page_of_its_turn,
