@@ -9,6 +9,7 @@ pub mod anthropic;
 pub mod catalogue;
 pub mod chain;
 pub mod demo;
+mod drain;
 pub mod embeddings;
 pub mod error;
 pub mod ollama;

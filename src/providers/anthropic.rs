@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::{
     ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure, Role,
     ThinkLevel, ThinkingBlock, ToolCall, Usage,
+    drain::Drains,
     redact::{HttpAdapter, Opened, Redactor},
     transport,
 };
@@ -51,6 +52,8 @@ pub struct AnthropicProvider {
     max_tokens: u32,
     idle_timeout: Duration,
     max_response_bytes: usize,
+    /// Reads each answer to its end after its `message_stop`.
+    pub(super) drains: Drains,
     /// Masks the key (and secret query values of the base URL) in errors.
     redactor: Arc<Redactor>,
 }
@@ -87,6 +90,7 @@ impl AnthropicProvider {
             max_tokens: config.max_tokens,
             idle_timeout: config.idle_timeout,
             max_response_bytes: config.max_response_bytes,
+            drains: Drains::new(),
             redactor,
         })
     }
@@ -188,7 +192,7 @@ impl HttpAdapter for AnthropicProvider {
         let events =
             transport::open_events(http, deadline, self.idle_timeout, self.max_response_bytes)
                 .await?;
-        Ok(parse_stream(events).boxed())
+        Ok(parse_stream(events, self.drains.clone()).boxed())
     }
 
     fn setup(&self) -> (&str, &Arc<Redactor>) {
@@ -303,9 +307,11 @@ enum Block {
     Other,
 }
 
-/// Turns the SSE events of a Messages stream into provider events.
+/// Turns the SSE events of a Messages stream into provider events; what
+/// follows `message_stop` goes to `drains`.
 pub(crate) fn parse_stream<S>(
     events: S,
+    drains: Drains,
 ) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
 where
     S: futures::Stream<Item = Result<super::stream::SseEvent, ProviderError>> + Send + 'static,
@@ -398,6 +404,7 @@ where
         if !stopped {
             Err(ProviderError::Interrupted("the stream ended before message_stop".into()))?;
         }
+        drains.hand_over(events);
         let cache_read = input.cache_read_input_tokens.unwrap_or(0);
         let cache_creation = input.cache_creation_input_tokens.unwrap_or(0);
         yield ProviderEvent::Usage(Usage {

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::{
     ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure, Role,
     ThinkLevel, ToolCall, Usage,
+    drain::Drains,
     redact::{HttpAdapter, Opened, Redactor},
     refusing::RefusingModels,
     stream, transport,
@@ -43,6 +44,8 @@ pub struct OllamaProvider {
     model: String,
     idle_timeout: Duration,
     max_response_bytes: usize,
+    /// Reads each answer to its end after its `done` line.
+    pub(super) drains: Drains,
     /// Models that answered 400 to `think`: they are not sent it again.
     no_think: Arc<RefusingModels>,
     /// Masks secret query values of the host URL in errors.
@@ -70,6 +73,7 @@ impl OllamaProvider {
             model: config.model,
             idle_timeout: config.idle_timeout,
             max_response_bytes: config.max_response_bytes,
+            drains: Drains::new(),
             no_think: Arc::default(),
             redactor,
         })
@@ -144,7 +148,7 @@ impl HttpAdapter for OllamaProvider {
             self.idle_timeout,
             deadline,
         );
-        Ok(parse_stream(lines).boxed())
+        Ok(parse_stream(lines, self.drains.clone()).boxed())
     }
 
     fn setup(&self) -> (&str, &Arc<Redactor>) {
@@ -213,9 +217,11 @@ struct LineFunction {
     arguments: Value,
 }
 
-/// Turns the NDJSON lines of `/api/chat` into provider events.
+/// Turns the NDJSON lines of `/api/chat` into provider events; what
+/// follows the `done` line goes to `drains`.
 pub(crate) fn parse_stream<S>(
     lines: S,
+    drains: Drains,
 ) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
 where
     S: futures::Stream<Item = Result<String, ProviderError>> + Send + 'static,
@@ -223,7 +229,7 @@ where
     async_stream::try_stream! {
         let mut lines = Box::pin(lines);
         let mut calls = 0usize;
-        let mut done = false;
+        let mut finished = None;
         while let Some(line) = lines.next().await {
             let line = line?;
             let parsed: Line = serde_json::from_str(&line)
@@ -259,13 +265,17 @@ where
                     cache_creation_tokens: 0,
                 });
                 let reason = if calls > 0 { "tool_calls".to_owned() } else { parsed.done_reason.unwrap_or_else(|| "stop".into()) };
-                yield ProviderEvent::Finished(FinishReason::from_wire(&reason));
-                done = true;
+                finished = Some(FinishReason::from_wire(&reason));
                 break;
             }
         }
-        if !done {
-            Err(ProviderError::Interrupted("the stream ended before its `done` line".into()))?;
+        match finished {
+            // Handed over before the last event: the caller stops there.
+            Some(reason) => {
+                drains.hand_over(lines);
+                yield ProviderEvent::Finished(reason);
+            }
+            None => Err(ProviderError::Interrupted("the stream ended before its `done` line".into()))?,
         }
     }
 }

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use super::{
     ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, Role, ThinkLevel,
     ToolCall, Usage,
+    drain::Drains,
     redact::{HttpAdapter, Opened, Redactor},
     refusing::RefusingModels,
     transport,
@@ -58,6 +59,8 @@ pub struct OpenAiProvider {
     model: String,
     idle_timeout: Duration,
     max_response_bytes: usize,
+    /// Reads each answer to its end after its `[DONE]`.
+    pub(super) drains: Drains,
     /// Models that answered 400 to `reasoning_effort`: they are not sent
     /// it again.
     no_effort: Arc<RefusingModels>,
@@ -90,6 +93,7 @@ impl OpenAiProvider {
             model: config.model,
             idle_timeout: config.idle_timeout,
             max_response_bytes: config.max_response_bytes,
+            drains: Drains::new(),
             no_effort: Arc::default(),
             redactor,
         })
@@ -234,7 +238,7 @@ impl HttpAdapter for OpenAiProvider {
             self.max_response_bytes,
         )
         .await?;
-        Ok(parse_stream(events).boxed())
+        Ok(parse_stream(events, self.drains.clone()).boxed())
     }
 
     fn setup(&self) -> (&str, &Arc<Redactor>) {
@@ -436,9 +440,11 @@ struct PartialCall {
     arguments: String,
 }
 
-/// Turns the SSE events of a chat-completions stream into provider events.
+/// Turns the SSE events of a chat-completions stream into provider events;
+/// what follows `[DONE]` goes to `drains`.
 pub(crate) fn parse_stream<S>(
     events: S,
+    drains: Drains,
 ) -> impl futures::Stream<Item = Result<ProviderEvent, ProviderError>> + Send + 'static
 where
     S: futures::Stream<Item = Result<super::stream::SseEvent, ProviderError>> + Send + 'static,
@@ -493,7 +499,9 @@ where
                 yield ProviderEvent::Usage(usage.into());
             }
         }
-        if !done && finish.is_none() {
+        if done {
+            drains.hand_over(events);
+        } else if finish.is_none() {
             Err(ProviderError::Interrupted(
                 "the stream ended before the response was complete".into(),
             ))?;

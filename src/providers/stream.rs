@@ -300,7 +300,9 @@ mod any_split {
     use tokio::time::Instant;
 
     use super::{ndjson_lines, sse_events};
-    use crate::providers::{ProviderError, ProviderEvent, anthropic, ollama, openai};
+    use crate::providers::{
+        ProviderError, ProviderEvent, anthropic, drain::Drains, ollama, openai,
+    };
 
     type Chunks = futures::stream::Iter<std::vec::IntoIter<Result<Bytes, ProviderError>>>;
     type Parsed = futures::stream::LocalBoxStream<'static, Result<ProviderEvent, ProviderError>>;
@@ -328,13 +330,13 @@ mod any_split {
     /// Each adapter's framing and parser, with its recorded bodies.
     fn adapters() -> [(Parse, &'static str); 6] {
         fn openai(c: Chunks, idle: Duration, until: Instant) -> Parsed {
-            openai::parse_stream(sse_events(c, idle, until)).boxed_local()
+            openai::parse_stream(sse_events(c, idle, until), Drains::default()).boxed_local()
         }
         fn anthropic(c: Chunks, idle: Duration, until: Instant) -> Parsed {
-            anthropic::parse_stream(sse_events(c, idle, until)).boxed_local()
+            anthropic::parse_stream(sse_events(c, idle, until), Drains::default()).boxed_local()
         }
         fn ollama(c: Chunks, idle: Duration, until: Instant) -> Parsed {
-            ollama::parse_stream(ndjson_lines(c, idle, until)).boxed_local()
+            ollama::parse_stream(ndjson_lines(c, idle, until), Drains::default()).boxed_local()
         }
         [
             (openai, "openai/after_tool.sse"),
