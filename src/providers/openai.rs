@@ -10,6 +10,8 @@
 //! answer is taken as it is: its text as one delta, its tool calls, its
 //! usage, as one step.
 
+mod wire;
+
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
@@ -20,8 +22,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{
-    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, Role, ThinkLevel,
-    ToolCall, Usage,
+    ChatRequest, FinishReason, ProviderError, ProviderEvent, ToolCall, Usage,
     drain::Drains,
     redact::{HttpAdapter, Opened, Redactor},
     refusing::RefusingModels,
@@ -101,50 +102,15 @@ impl OpenAiProvider {
 
     /// The JSON body sent for `request`.
     pub fn request_body(&self, request: &ChatRequest) -> Value {
-        let model = request.model_or(&self.model);
-        let mut body = json!({
-            "model": model,
-            "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
-            "stream": true,
-            "stream_options": { "include_usage": true },
-        });
-        if let Some(tokens) = request.max_output_tokens {
-            body["max_completion_tokens"] = json!(tokens);
-        }
-        // Reasoning models take an effort. A model that refused it once is
-        // not sent it again (see `stream`).
-        if let Some(effort) = reasoning_effort(request.think_level)
-            && !self.no_effort.contains(model)
-        {
-            body["reasoning_effort"] = json!(effort);
-        }
-        if !request.tools.is_empty() {
-            body["tools"] = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({
-                        "type": "function",
-                        "function": {
-                            "name": t.name,
-                            "description": t.description,
-                            "parameters": t.parameters,
-                        }
-                    })
-                })
-                .collect();
-        }
-        body
+        serde_json::to_value(self.body(request)).unwrap_or(Value::Null)
     }
-}
 
-/// The `reasoning_effort` of a think level.
-fn reasoning_effort(level: ThinkLevel) -> Option<&'static str> {
-    match level {
-        ThinkLevel::Off => None,
-        ThinkLevel::Low => Some("low"),
-        ThinkLevel::Medium => Some("medium"),
-        ThinkLevel::High => Some("high"),
+    /// The body sent for `request`, borrowed from it. Reasoning models
+    /// take an effort; a model that refused it once is not sent it again
+    /// (see `open`).
+    fn body<'a>(&'a self, request: &'a ChatRequest) -> wire::Body<'a> {
+        let model = request.model_or(&self.model);
+        wire::Body::new(request, model, !self.no_effort.contains(model))
     }
 }
 
@@ -166,29 +132,9 @@ fn chat_completions_url(base: &str) -> Result<Url, ProviderError> {
     Ok(url)
 }
 
-fn wire_message(message: &ChatMessage) -> Value {
-    match message.role {
-        Role::Assistant if !message.tool_calls.is_empty() => json!({
-            "role": "assistant",
-            "content": if message.content.is_empty() { Value::Null } else { Value::from(message.content.as_str()) },
-            "tool_calls": message.tool_calls.iter().map(|c| json!({
-                "id": c.id,
-                "type": "function",
-                "function": { "name": c.name, "arguments": c.arguments.raw() },
-            })).collect::<Vec<_>>(),
-        }),
-        Role::Tool => json!({
-            "role": "tool",
-            "tool_call_id": message.tool_call_id.as_deref().unwrap_or_default(),
-            "content": message.content,
-        }),
-        role => json!({ "role": role.as_str(), "content": message.content }),
-    }
-}
-
 impl OpenAiProvider {
     /// A POST of `body` to the endpoint, with the key.
-    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+    fn post(&self, body: &impl serde::Serialize) -> reqwest::RequestBuilder {
         let http = self.client.post(self.endpoint.clone()).json(body);
         match (&self.api_key, self.key_header) {
             (None, _) => http,
@@ -203,12 +149,10 @@ impl HttpAdapter for OpenAiProvider {
     const NAME: &'static str = "openai";
 
     async fn open(&self, request: ChatRequest, deadline: Instant) -> Opened {
-        // The body as a JSON value is dropped once serialized: held across
-        // the wait for the answer's headers it would cost every waiting
-        // turn a copy of its prompt as a tree (about 5 KiB).
+        // Serialized into the request's bytes here, from the request itself.
         let (first, sent_effort) = {
-            let body = self.request_body(&request);
-            (self.post(&body), body.get("reasoning_effort").is_some())
+            let body = self.body(&request);
+            (self.post(&body), body.reasoning_effort.is_some())
         };
         let response = match transport::open(first, deadline).await {
             Err(e) if sent_effort && refuses_reasoning_effort(&e) => {
@@ -216,7 +160,7 @@ impl HttpAdapter for OpenAiProvider {
                 let model = request.model_or(&self.model).to_owned();
                 tracing::info!(model = %model, "the model refuses reasoning_effort; sending without it");
                 self.no_effort.remember(&model);
-                transport::open(self.post(&self.request_body(&request)), deadline).await?
+                transport::open(self.post(&self.body(&request)), deadline).await?
             }
             other => other?,
         };
