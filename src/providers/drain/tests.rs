@@ -131,71 +131,105 @@ const OPENAI: &str = include_str!("../../../tests/fixtures/openai/text.sse");
 const ANTHROPIC: &str = include_str!("../../../tests/fixtures/anthropic/text.sse");
 const OLLAMA: &str = include_str!("../../../tests/fixtures/ollama/text.ndjson");
 
+/// The limits every adapter here is built with.
+const CONNECT: Duration = Duration::from_secs(2);
+const IDLE: Duration = Duration::from_secs(10);
+const MOST_BYTES: usize = 1 << 20;
+
+#[derive(Clone, Copy)]
+enum Adapter {
+    OpenAi,
+    Anthropic,
+    Ollama,
+}
+
+impl Adapter {
+    /// Its answer's content type and recorded body.
+    fn answer(self) -> (&'static str, &'static str) {
+        match self {
+            Self::OpenAi => ("text/event-stream", OPENAI),
+            Self::Anthropic => ("text/event-stream", ANTHROPIC),
+            Self::Ollama => ("application/x-ndjson", OLLAMA),
+        }
+    }
+
+    /// The adapter on the server at `url`, and its drains.
+    fn at(self, url: &str) -> (Box<dyn LlmProvider>, Drains) {
+        match self {
+            Self::OpenAi => {
+                let provider = OpenAiProvider::new(OpenAiConfig {
+                    base_url: format!("{url}/v1"),
+                    api_key: Some("sk-test".into()),
+                    model: "gpt-4o-mini".into(),
+                    connect_timeout: CONNECT,
+                    idle_timeout: IDLE,
+                    max_response_bytes: MOST_BYTES,
+                })
+                .unwrap();
+                let drains = provider.drains.clone();
+                (Box::new(provider), drains)
+            }
+            Self::Anthropic => {
+                let provider = AnthropicProvider::new(AnthropicConfig {
+                    connect_timeout: CONNECT,
+                    idle_timeout: IDLE,
+                    max_response_bytes: MOST_BYTES,
+                    max_tokens: 1024,
+                    base_url: url.to_owned(),
+                    api_key: Some("sk-ant-test".into()),
+                    model: "claude-sonnet-4-5".into(),
+                })
+                .unwrap();
+                let drains = provider.drains.clone();
+                (Box::new(provider), drains)
+            }
+            Self::Ollama => {
+                let config = OllamaConfig {
+                    host: url.to_owned(),
+                    model: "llama3.2".into(),
+                    connect_timeout: CONNECT,
+                    idle_timeout: IDLE,
+                    max_response_bytes: MOST_BYTES,
+                };
+                let provider = OllamaProvider::new(config).unwrap();
+                let drains = provider.drains.clone();
+                (Box::new(provider), drains)
+            }
+        }
+    }
+}
+
 /// Two calls, the first answer's body ended only after its last event
 /// was read: the call does not wait for that end, and the second call
 /// goes over the first one's connection.
-async fn one_connection_for_two_calls(
-    provider: &dyn LlmProvider,
-    drains: &Drains,
-    server: &Server,
-    gate: &CancellationToken,
-) {
-    let first = until_finished(provider).await;
+async fn one_connection_for_two_calls(adapter: Adapter) {
+    let gate = CancellationToken::new();
+    let (content_type, body) = adapter.answer();
+    let server = Server::start(content_type, body, gate.clone()).await;
+    let (provider, drains) = adapter.at(&server.url);
+    let first = until_finished(provider.as_ref()).await;
     assert!(matches!(first.last(), Some(ProviderEvent::Finished(_))));
     assert_eq!(drains.running(), 1, "the rest of the answer is being read");
     gate.cancel();
     drains.settled().await;
-    let second = until_finished(provider).await;
+    let second = until_finished(provider.as_ref()).await;
     assert_eq!(first, second);
     assert_eq!(server.connections.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn an_openai_answer_is_read_to_its_end_and_its_connection_used_again() {
-    let gate = CancellationToken::new();
-    let server = Server::start("text/event-stream", OPENAI, gate.clone()).await;
-    let provider = OpenAiProvider::new(OpenAiConfig {
-        base_url: format!("{}/v1", server.url),
-        api_key: Some("sk-test".into()),
-        model: "gpt-4o-mini".into(),
-        connect_timeout: Duration::from_secs(2),
-        idle_timeout: Duration::from_secs(10),
-        max_response_bytes: 1 << 20,
-    })
-    .unwrap();
-    one_connection_for_two_calls(&provider, &provider.drains, &server, &gate).await;
+    one_connection_for_two_calls(Adapter::OpenAi).await;
 }
 
 #[tokio::test]
 async fn an_anthropic_answer_is_read_to_its_end_and_its_connection_used_again() {
-    let gate = CancellationToken::new();
-    let server = Server::start("text/event-stream", ANTHROPIC, gate.clone()).await;
-    let provider = AnthropicProvider::new(AnthropicConfig {
-        base_url: server.url.clone(),
-        api_key: Some("sk-ant-test".into()),
-        model: "claude-sonnet-4-5".into(),
-        max_tokens: 1024,
-        connect_timeout: Duration::from_secs(2),
-        idle_timeout: Duration::from_secs(10),
-        max_response_bytes: 1 << 20,
-    })
-    .unwrap();
-    one_connection_for_two_calls(&provider, &provider.drains, &server, &gate).await;
+    one_connection_for_two_calls(Adapter::Anthropic).await;
 }
 
 #[tokio::test]
 async fn an_ollama_answer_is_read_to_its_end_and_its_connection_used_again() {
-    let gate = CancellationToken::new();
-    let server = Server::start("application/x-ndjson", OLLAMA, gate.clone()).await;
-    let provider = OllamaProvider::new(OllamaConfig {
-        host: server.url.clone(),
-        model: "llama3.2".into(),
-        connect_timeout: Duration::from_secs(2),
-        idle_timeout: Duration::from_secs(10),
-        max_response_bytes: 1 << 20,
-    })
-    .unwrap();
-    one_connection_for_two_calls(&provider, &provider.drains, &server, &gate).await;
+    one_connection_for_two_calls(Adapter::Ollama).await;
 }
 
 /// A stream that never ends, and says when it is dropped.
