@@ -8,18 +8,20 @@
 //! thinking with a token budget; thinking blocks come back as
 //! [`ProviderEvent::Thinking`] and are sent back with their signature.
 
+mod wire;
+
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use reqwest::Url;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{
-    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure, Role,
-    ThinkLevel, ThinkingBlock, ToolCall, Usage,
+    ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure, ThinkLevel,
+    ThinkingBlock, ToolCall, Usage,
     drain::Drains,
     redact::{HttpAdapter, Opened, Redactor},
     transport,
@@ -97,83 +99,21 @@ impl AnthropicProvider {
 
     /// The JSON body sent for `request`.
     pub fn request_body(&self, request: &ChatRequest) -> Value {
-        let model = request.model_or(&self.model);
-        let system: Vec<Value> = request
-            .messages
-            .iter()
-            .filter(|m| m.role == Role::System)
-            .map(|m| json!({"type": "text", "text": m.content}))
-            .collect();
+        serde_json::to_value(self.body(request)).unwrap_or(Value::Null)
+    }
+
+    /// The body sent for `request`, borrowed from it.
+    fn body<'a>(&'a self, request: &'a ChatRequest) -> wire::Body<'a> {
         let max_tokens = request
             .max_output_tokens
             .map_or(self.max_tokens, |tokens| tokens.min(self.max_tokens));
-        let mut body = json!({
-            "model": model,
-            "max_tokens": max_tokens,
-            "messages": wire_messages(&request.messages),
-            "stream": true,
-        });
-        if !system.is_empty() {
-            body["system"] = Value::Array(system);
-        }
-        if !request.tools.is_empty() {
-            body["tools"] = request
-                .tools
-                .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-                .collect();
-        }
-        if let Some(budget) = thinking_budget(request.think_level) {
-            body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
-            body["max_tokens"] = json!(max_tokens + budget);
-        }
-        body
+        wire::Body::new(
+            request,
+            request.model_or(&self.model),
+            max_tokens,
+            thinking_budget(request.think_level),
+        )
     }
-}
-
-/// The conversation without system messages, with strictly alternating
-/// roles: consecutive user-side messages (user text, tool results) merge.
-fn wire_messages(messages: &[ChatMessage]) -> Vec<Value> {
-    let mut out: Vec<(String, Vec<Value>)> = Vec::new();
-    for message in messages {
-        let (role, blocks) = match message.role {
-            Role::System => continue,
-            Role::User => (
-                "user",
-                vec![json!({"type": "text", "text": message.content})],
-            ),
-            Role::Tool => (
-                "user",
-                vec![json!({
-                    "type": "tool_result",
-                    "tool_use_id": message.tool_call_id.as_deref().unwrap_or_default(),
-                    "content": message.content,
-                })],
-            ),
-            Role::Assistant => {
-                let mut blocks: Vec<Value> = message
-                    .thinking
-                    .iter()
-                    .map(|t| json!({"type": "thinking", "thinking": t.text, "signature": t.signature}))
-                    .collect();
-                if !message.content.is_empty() {
-                    blocks.push(json!({"type": "text", "text": message.content}));
-                }
-                for call in &message.tool_calls {
-                    let input = call.arguments.or_empty_object();
-                    blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
-                }
-                ("assistant", blocks)
-            }
-        };
-        match out.last_mut() {
-            Some((last, existing)) if last == role => existing.extend(blocks),
-            _ => out.push((role.to_owned(), blocks)),
-        }
-    }
-    out.into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect()
 }
 
 #[async_trait]
@@ -185,7 +125,7 @@ impl HttpAdapter for AnthropicProvider {
             .client
             .post(self.endpoint.clone())
             .header("anthropic-version", ANTHROPIC_VERSION)
-            .json(&self.request_body(&request));
+            .json(&self.body(&request));
         if let Some(key) = &self.api_key {
             http = http.header("x-api-key", key);
         }

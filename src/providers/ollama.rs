@@ -7,18 +7,20 @@
 //! support thinking"), so the request is sent once more without it and the
 //! model is remembered. The reasoning is not shown.
 
+mod wire;
+
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use reqwest::Url;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{
-    ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure, Role,
-    ThinkLevel, ToolCall, Usage,
+    ChatRequest, FinishReason, ProviderError, ProviderEvent, ProviderFailure, ThinkLevel, ToolCall,
+    Usage,
     drain::Drains,
     redact::{HttpAdapter, Opened, Redactor},
     refusing::RefusingModels,
@@ -81,45 +83,15 @@ impl OllamaProvider {
 
     /// The JSON body sent for `request`.
     pub fn request_body(&self, request: &ChatRequest) -> Value {
-        let model = request.model_or(&self.model);
-        let mut body = json!({
-            "model": model,
-            "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
-            "stream": true,
-        });
-        if !request.tools.is_empty() {
-            body["tools"] = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters
-                    }})
-                })
-                .collect();
-        }
-        if request.think_level != ThinkLevel::Off && !self.no_think.contains(model) {
-            body["think"] = json!(true);
-        }
-        if let Some(tokens) = request.max_output_tokens {
-            body["options"] = json!({ "num_predict": tokens });
-        }
-        body
+        serde_json::to_value(self.body(request)).unwrap_or(Value::Null)
     }
-}
 
-fn wire_message(message: &ChatMessage) -> Value {
-    match message.role {
-        Role::Assistant if !message.tool_calls.is_empty() => json!({
-            "role": "assistant",
-            "content": message.content,
-            "tool_calls": message.tool_calls.iter().map(|c| {
-                let arguments = c.arguments.or_empty_object();
-                json!({"function": {"name": c.name, "arguments": arguments}})
-            }).collect::<Vec<_>>(),
-        }),
-        Role::Tool => json!({"role": "tool", "content": message.content}),
-        role => json!({"role": role.as_str(), "content": message.content}),
+    /// The body sent for `request`, borrowed from it. A model that refused
+    /// `think` once is not asked to think again (see `open`).
+    fn body<'a>(&'a self, request: &'a ChatRequest) -> wire::Body<'a> {
+        let model = request.model_or(&self.model);
+        let think = request.think_level != ThinkLevel::Off && !self.no_think.contains(model);
+        wire::Body::new(request, model, think)
     }
 }
 
@@ -128,15 +100,15 @@ impl HttpAdapter for OllamaProvider {
     const NAME: &'static str = "ollama";
 
     async fn open(&self, request: ChatRequest, deadline: Instant) -> Opened {
-        let body = self.request_body(&request);
-        let sent_think = body.get("think").is_some();
+        let body = self.body(&request);
+        let sent_think = body.think.is_some();
         let response = match self.send(&body, deadline).await {
             Err(e) if sent_think && refuses_thinking(&e) => {
                 // Asked once more without it; remembered for this model.
                 let model = request.model_or(&self.model).to_owned();
                 tracing::info!(model = %model, "the model does not think; sending without `think`");
                 self.no_think.remember(&model);
-                self.send(&self.request_body(&request), deadline).await?
+                self.send(&self.body(&request), deadline).await?
             }
             other => other?,
         };
@@ -160,7 +132,7 @@ impl OllamaProvider {
     /// Posts `body`; an error answer is an error here.
     async fn send(
         &self,
-        body: &Value,
+        body: &wire::Body<'_>,
         deadline: Instant,
     ) -> Result<reqwest::Response, ProviderError> {
         let http = self.client.post(self.endpoint.clone()).json(body);

@@ -10,7 +10,7 @@
 //! answer is taken as it is: its text as one delta, its tool calls, its
 //! usage, as one step.
 
-mod wire;
+pub(super) mod wire;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 

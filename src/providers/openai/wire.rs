@@ -130,10 +130,11 @@ struct Function<'a> {
     arguments: &'a str,
 }
 
-struct Tools<'a>(&'a [Arc<ToolDefinition>]);
+/// The tools offered, in the shape OpenAI and Ollama share.
+pub(in crate::providers) struct Tools<'a>(pub(in crate::providers) &'a [Arc<ToolDefinition>]);
 
 impl Tools<'_> {
-    fn is_empty(&self) -> bool {
+    pub(in crate::providers) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
