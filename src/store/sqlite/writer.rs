@@ -20,7 +20,7 @@ use std::{
     time::Duration,
 };
 
-use rusqlite::{Connection, ErrorCode, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode};
 use tokio::sync::{mpsc, oneshot};
 
 pub(in crate::store) use super::time::{parse_ts, ts};
@@ -165,15 +165,68 @@ fn run_group(
     run_careful(connection, group, stage, chores)
 }
 
+/// A group's transaction, begun and ended by statements the connection
+/// keeps compiled. rusqlite's `Transaction` compiles `BEGIN` and `COMMIT`
+/// anew each time (`execute_batch`): about 3 % of the writer thread's
+/// samples at 32 turns at once (docs/benchmarks.md, issue 42's eleventh
+/// pass). Rolled back when dropped uncommitted.
+struct Group<'c> {
+    connection: &'c mut Connection,
+}
+
+impl<'c> Group<'c> {
+    fn begin(connection: &'c mut Connection) -> rusqlite::Result<Self> {
+        connection.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Self { connection })
+    }
+
+    /// A failed commit leaves the transaction open: dropped, it is
+    /// rolled back.
+    fn commit(self) -> rusqlite::Result<()> {
+        self.connection.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    }
+
+    fn rollback(self) -> rusqlite::Result<()> {
+        self.end()
+    }
+
+    fn savepoint(&mut self) -> rusqlite::Result<rusqlite::Savepoint<'_>> {
+        self.connection.savepoint()
+    }
+
+    fn end(&self) -> rusqlite::Result<()> {
+        if self.connection.is_autocommit() {
+            return Ok(());
+        }
+        self.connection.prepare_cached("ROLLBACK")?.execute([])?;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Group<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.connection
+    }
+}
+
+impl Drop for Group<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.end() {
+            tracing::warn!(error = %e, "sqlite rollback failed");
+        }
+    }
+}
+
 /// Begins the group's transaction and does the journal's chores.
 fn begin<'c>(
     connection: &'c mut Connection,
     stage: &mut Stage<'_>,
     chores: &Chores,
-) -> Result<rusqlite::Transaction<'c>, String> {
-    let tx = connection
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| e.to_string())?;
+) -> Result<Group<'c>, String> {
+    let tx = Group::begin(connection).map_err(|e| e.to_string())?;
     stage.sweep(&tx, &chores.stale);
     if let Some(below) = chores.trim {
         Journal::trim(&tx, below).map_err(|e| e.to_string())?;

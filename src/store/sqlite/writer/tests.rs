@@ -120,6 +120,46 @@ fn a_failed_job_is_rolled_back_alone_when_its_group_runs_again() {
     assert_eq!(values(&connection), [1, 2, 3, 5, 6, 8]);
 }
 
+/// A group's `BEGIN` and `COMMIT` are compiled once for the connection,
+/// not once a group (the authorizer is asked at each compile); a group
+/// that fails and runs again the careful way still rolls back and
+/// commits as it should.
+#[test]
+fn a_groups_begin_and_commit_are_compiled_once() {
+    use rusqlite::hooks::{AuthAction, Authorization};
+    let mut connection = Connection::open_in_memory().unwrap();
+    connection
+        .execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
+        .unwrap();
+    let compiled = Arc::new(AtomicUsize::new(0));
+    let counted = compiled.clone();
+    connection
+        .authorizer(Some(move |context: rusqlite::hooks::AuthContext<'_>| {
+            if matches!(context.action, AuthAction::Transaction { .. }) {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+            Authorization::Allow
+        }))
+        .unwrap();
+    for value in 0..5 {
+        let (failed, outcomes) = group(&mut connection, &[(value, false), (value, false)], false);
+        assert!(!failed);
+        assert_eq!(outcomes, [(true, 1), (true, 1)]);
+    }
+    // BEGIN and COMMIT.
+    assert_eq!(compiled.load(Ordering::Relaxed), 2);
+    // The quick pass rolled back (ROLLBACK compiled once), the careful
+    // one committed what did not fail.
+    let (failed, outcomes) = group(&mut connection, &[(5, false), (6, true)], false);
+    assert!(failed);
+    assert_eq!(outcomes, [(true, 2), (false, 2)]);
+    let (failed, _) = group(&mut connection, &[(7, true)], false);
+    assert!(failed);
+    assert_eq!(compiled.load(Ordering::Relaxed), 3);
+    assert!(connection.is_autocommit());
+    assert_eq!(values(&connection), [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5]);
+}
+
 /// Runs `group` the quick way, then reports each job's outcome.
 fn run_and_report(
     connection: &mut Connection,
