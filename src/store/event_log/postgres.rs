@@ -61,7 +61,10 @@ impl EventLog for PostgresStore {
             if !steps.is_empty() {
                 insert_leased(&mut *tx, &[], steps, leases, fence).await?;
             }
-            let (ended, _): (Vec<String>, i64) = finish_statement(events, finishes, leases)
+            // The batch's events as rows (runs among them), as a batch
+            // with no end writes them.
+            let rows = as_rows(events.iter().map(|e| &**e))?;
+            let (ended, _): (Vec<String>, i64) = finish_statement(&rows, finishes, leases)
                 .fetch_one(&mut *tx)
                 .await?;
             tx.commit().await?;
@@ -323,19 +326,16 @@ fn as_rows<'e>(events: impl Iterator<Item = &'e StoredEvent>) -> Result<Vec<Row<
 }
 
 impl<'a> EventColumns<'a> {
-    fn of(events: impl Iterator<Item = (&'a StoredEvent, bool)>) -> Self {
-        let mut columns = Self::default();
-        for (e, terminal) in events {
-            columns.session_id.push(&e.session_id);
-            columns.seq.push(e.seq);
-            columns.turn_id.push(e.turn_id.to_string());
-            columns.event_type.push(&e.event_type);
-            columns.payload.push(&e.payload);
-            columns.created_at.push(e.created_at);
-            columns.terminal.push(terminal);
-            columns.seq_end.push(None);
-        }
-        columns
+    /// Adds `e` as a row of its own.
+    fn push(&mut self, e: &'a StoredEvent, terminal: bool) {
+        self.session_id.push(&e.session_id);
+        self.seq.push(e.seq);
+        self.turn_id.push(e.turn_id.to_string());
+        self.event_type.push(&e.event_type);
+        self.payload.push(&e.payload);
+        self.created_at.push(e.created_at);
+        self.terminal.push(terminal);
+        self.seq_end.push(None);
     }
 
     /// Rows (runs among them) as columns.

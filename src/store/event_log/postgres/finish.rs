@@ -1,15 +1,10 @@
 //! The one statement that ends a batch's turns on Postgres, its SQL in
 //! `finish.sql` beside it (one round trip, every bind named there).
 
-use std::sync::Arc;
-
 use sqlx::Postgres;
 
 use super::{EventColumns, LeaseColumns};
-use crate::{
-    events::StoredEvent,
-    store::{Lease, TurnFinish},
-};
+use crate::store::{Lease, TurnFinish, event_log::runs::Row};
 
 /// The statement that ends a batch's turns ([`finish_statement`]).
 const FINISH: &str = include_str!("finish.sql");
@@ -25,7 +20,7 @@ const FINISH: &str = include_str!("finish.sql");
 /// answer was lost, it finds its events stored, ends nothing twice, and
 /// reports as ended the turns whose own terminal event is already there.
 pub(super) fn finish_statement<'q>(
-    events: &'q [Arc<StoredEvent>],
+    rows: &'q [Row<'q>],
     finishes: &'q [&'q TurnFinish],
     leases: &'q [Lease],
 ) -> sqlx::query::QueryAs<'q, Postgres, (Vec<String>, i64), sqlx::postgres::PgArguments> {
@@ -133,12 +128,10 @@ pub(super) fn finish_statement<'q>(
         attempt.push(i32::try_from(finish.attempt).unwrap_or(i32::MAX));
     }
     let leases = LeaseColumns::of(leases);
-    let events = EventColumns::of(
-        events
-            .iter()
-            .map(|e| (&**e, false))
-            .chain(finishes.iter().map(|f| (&*f.terminal, true))),
-    );
+    let mut events = EventColumns::of_rows(rows);
+    for finish in finishes {
+        events.push(&finish.terminal, true);
+    }
     // Bound in the order `finish.sql` names its binds (a test below
     // holds the two together).
     sqlx::query_as(FINISH)
@@ -188,6 +181,7 @@ pub(super) fn finish_statement<'q>(
         .bind(attempt)
         .bind(leases.turn_id)
         .bind(leases.attempt)
+        .bind(events.seq_end)
 }
 
 #[cfg(test)]
@@ -197,7 +191,7 @@ mod tests {
     /// What each of `finish.sql`'s binds is, in order: `alias.column` of the
     /// `unnest` it feeds (`f` the ending turns, `m` their messages, `d` their
     /// decisions, `e` the batch's events, `o` observations, `j` jobs).
-    const FINISH_BINDS: [&str; 46] = [
+    const FINISH_BINDS: [&str; 47] = [
         "f.turn_id",
         "f.session_id",
         "f.status",
@@ -244,6 +238,7 @@ mod tests {
         "f.attempt",
         "l.turn_id",
         "l.attempt",
+        "e.seq_end",
     ];
 
     /// The header of `finish.sql` as (bind number, name, type).

@@ -52,6 +52,7 @@
 --   $44  f.attempt         int4[]
 --   $45  l.turn_id         text[]
 --   $46  l.attempt         int4[]
+--   $47  e.seq_end         int8[]
 WITH f AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
   $6::text[], $7::timestamptz[], $8::float8[], $9::int8[], $44::int4[])
@@ -88,17 +89,18 @@ WITH f AS (
   WHERE d.turn_id IN (SELECT id FROM ended)
 ), e AS (
   SELECT * FROM unnest($23::text[], $24::int8[], $25::text[], $26::text[],
-  $27::text[], $28::timestamptz[], $29::bool[])
-  AS e(session_id, seq, turn_id, type, payload, created_at, terminal)
+  $27::text[], $28::timestamptz[], $29::bool[], $47::int8[])
+  AS e(session_id, seq, turn_id, type, payload, created_at, terminal, seq_end)
 ), due AS (
   SELECT * FROM e WHERE NOT e.terminal OR e.turn_id IN (SELECT id FROM ended)
 ), stored AS (
   SELECT e.turn_id, e.terminal, e.turn_id IN (SELECT id FROM ended) AS due
   FROM e JOIN events x ON x.session_id = e.session_id AND x.seq = e.seq
   AND x.turn_id = e.turn_id AND x.type = e.type AND x.payload = e.payload
+  AND x.seq_end IS NOT DISTINCT FROM e.seq_end
 ), logged AS (
-  INSERT INTO events (session_id, seq, turn_id, type, payload, created_at)
-  SELECT session_id, seq, turn_id, type, payload, created_at FROM due
+  INSERT INTO events (session_id, seq, turn_id, type, payload, created_at, seq_end)
+  SELECT session_id, seq, turn_id, type, payload, created_at, seq_end FROM due
   WHERE due.turn_id IN (SELECT id FROM leased)
   ON CONFLICT (session_id, seq) DO NOTHING RETURNING 1
 ), dropped AS (
