@@ -930,7 +930,8 @@ async fn a_burst_of_deltas_reads_back_whole_after_any_seq(backend: Backend) {
 /// its first seq (a take-over numbers after what is stored, so the first
 /// rows of two writers start at the same seq), and a run that starts
 /// inside what is stored is refused (the key sees a run's first seq
-/// only); the same batch tried again is found stored as it is.
+/// only), from a batch that ends the turn too; the same batch tried again
+/// is found stored as it is.
 async fn deltas_are_runs_on_postgres_and_a_run_still_fences(backend: Backend) {
     let (db, store) = store(backend).await;
     let (one, two) = (new_turn("s1", None), new_turn("s2", None));
@@ -1029,6 +1030,23 @@ async fn deltas_are_runs_on_postgres_and_a_run_still_fences(backend: Backend) {
         .collect();
     assert_eq!(texts, want);
     assert!(all[10].payload.contains("first"));
+    // The same from a batch that ends the turn: a run that starts inside
+    // a stored one is refused whole, the end with it.
+    let inside: Vec<_> = (125..=129).map(|seq| delta(&one, seq, "inside")).collect();
+    let end = completed(&one, 132, "done");
+    let ending = Batch {
+        events: &inside,
+        finishes: &[&end],
+        ..unfenced_batch(&[])
+    };
+    assert!(store.commit(ending).await.is_err());
+    let after = store
+        .list_events(&key("s1"), None, 120, 1000)
+        .await
+        .unwrap();
+    assert_eq!(after, all);
+    let turn = store.get_turn(&key("s1"), one.id).await.unwrap().unwrap();
+    assert_eq!(turn.status, TurnStatus::Running);
 }
 
 /// Paced deltas, one per session a commit (what 1,000 streams at a token

@@ -127,3 +127,14 @@ SELECT ARRAY(SELECT id FROM ended
   harness_event_conflicts((SELECT count(*) FROM due)
   - (SELECT count(*) FROM logged)
   - (SELECT count(*) FROM stored WHERE NOT terminal OR due))
+-- A session's first row of the batch at or before what the session holds,
+-- and not stored as it is: refused, as the plain insert refuses it (the
+-- key sees a run's first seq only, so a run that starts inside a stored
+-- one would not collide).
+  + harness_event_conflicts((SELECT count(*) FROM
+      (SELECT DISTINCT ON (session_id) * FROM due ORDER BY session_id, seq) AS f
+    WHERE (SELECT COALESCE(x.seq_end, x.seq) FROM events x
+           WHERE x.session_id = f.session_id ORDER BY x.seq DESC LIMIT 1) >= f.seq
+    AND NOT EXISTS (SELECT 1 FROM events x WHERE x.session_id = f.session_id
+      AND x.seq = f.seq AND x.turn_id = f.turn_id AND x.type = f.type
+      AND x.payload = f.payload AND x.seq_end IS NOT DISTINCT FROM f.seq_end)))
