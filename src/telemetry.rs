@@ -10,7 +10,9 @@ use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
-use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt, util::SubscriberInitExt};
+use tracing_subscriber::{
+    EnvFilter, Layer, filter::Targets, layer::SubscriberExt, util::SubscriberInitExt,
+};
 
 use crate::config::{LogFormat, OtlpProtocol, Settings, TelemetrySettings};
 
@@ -159,8 +161,10 @@ pub fn link_to(span: &tracing::Span, traceparent: &str) {
 
 /// Installs the global subscriber. Call once, at start.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
-    let filter =
-        EnvFilter::try_new(&settings.telemetry.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = match log_filter(&settings.telemetry.log) {
+        LogFilter::Static(targets) => targets.boxed(),
+        LogFilter::Dynamic(directives) => directives.boxed(),
+    };
     let redact = settings.telemetry.redact_logs;
     // Lines are masked one whole line at a time, and only when asked: by
     // default they go to standard output as tracing writes them.
@@ -229,6 +233,34 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
         .with(otel)
         .try_init();
     Ok(TelemetryGuard { provider })
+}
+
+/// What decides which spans and log lines are recorded (`HARNESS_LOG`).
+#[derive(Debug)]
+enum LogFilter {
+    /// Targets and levels only (`info`, `agent_harness=debug,hyper=warn`):
+    /// decided once for each call site, and entering or leaving a span
+    /// costs it nothing.
+    Static(Targets),
+    /// Span and field directives (`[turn]=debug`): `EnvFilter`, which takes
+    /// a lock and keeps a stack of levels at every span entry and exit.
+    /// A streamed token enters several spans (the request's at each frame
+    /// of its body, the turn's and the step's at each poll), so that is
+    /// paid only where a directive needs it.
+    Dynamic(EnvFilter),
+}
+
+/// The filter `HARNESS_LOG` asks for; `info` when it cannot be read (the
+/// setting is checked at start: `TelemetrySettings::validate`).
+fn log_filter(directives: &str) -> LogFilter {
+    // Only a span directive (`target[span{field=value}]=level`) is dynamic.
+    if !directives.contains('[')
+        && EnvFilter::try_new(directives).is_ok()
+        && let Ok(targets) = directives.parse::<Targets>()
+    {
+        return LogFilter::Static(targets);
+    }
+    LogFilter::Dynamic(EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("info")))
 }
 
 /// Standard output, each log line masked.
@@ -348,5 +380,118 @@ fn mask_attributes(attributes: &mut [KeyValue]) {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Each event a subscriber records, as `target level`.
+    #[derive(Clone, Default)]
+    struct Seen(Arc<Mutex<Vec<String>>>);
+
+    impl<S: tracing::Subscriber> Layer<S> for Seen {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let meta = event.metadata();
+            let line = format!("{} {}", meta.target(), meta.level());
+            self.0.lock().unwrap().push(line);
+        }
+    }
+
+    /// What a subscriber with `filter` records of the same events, inside
+    /// and outside a span named `turn`.
+    fn recorded(filter: Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>) -> Vec<String> {
+        let seen = Seen::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(filter)
+            .with(seen.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: "agent_harness::runner", "info");
+            tracing::debug!(target: "agent_harness::runner", "debug");
+            tracing::debug!(target: "agent_harness::store", "debug");
+            tracing::trace!(target: "agent_harness::store", "trace");
+            tracing::warn!(target: "hyper::proto", "warn");
+            tracing::info!(target: "hyper::proto", "info");
+            tracing::error!(target: "h2", "error");
+            let span = tracing::info_span!(target: "agent_harness::runner", "turn");
+            let _entered = span.enter();
+            tracing::debug!(target: "agent_harness::store", "debug in turn");
+        });
+        let lines = seen.0.lock().unwrap().clone();
+        lines
+    }
+
+    fn boxed(filter: LogFilter) -> Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> {
+        match filter {
+            LogFilter::Static(targets) => targets.boxed(),
+            LogFilter::Dynamic(directives) => directives.boxed(),
+        }
+    }
+
+    #[test]
+    fn targets_and_levels_need_no_filter_at_span_entry_and_record_the_same() {
+        for directives in [
+            "info",
+            "warn",
+            "agent_harness=debug,hyper=warn",
+            "info,agent_harness::store=trace",
+            "off",
+            "agent_harness",
+        ] {
+            let filter = log_filter(directives);
+            assert!(
+                matches!(filter, LogFilter::Static(_)),
+                "{directives}: {filter:?}"
+            );
+            let dynamic = EnvFilter::try_new(directives).unwrap().boxed();
+            assert_eq!(recorded(boxed(filter)), recorded(dynamic), "{directives}");
+        }
+        // The filter is not a no-op: the levels asked for are what is kept.
+        assert_eq!(
+            recorded(boxed(log_filter("agent_harness=debug,hyper=warn"))),
+            [
+                "agent_harness::runner INFO",
+                "agent_harness::runner DEBUG",
+                "agent_harness::store DEBUG",
+                "hyper::proto WARN",
+                "agent_harness::store DEBUG",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_span_directive_keeps_the_filter_that_reads_spans() {
+        let filter = log_filter("info,[turn]=debug");
+        assert!(matches!(filter, LogFilter::Dynamic(_)), "{filter:?}");
+        // Inside the turn's span the store's debug line is kept, outside
+        // it is not.
+        let lines = recorded(boxed(filter));
+        assert!(
+            lines.contains(&"agent_harness::store DEBUG".to_owned()),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines.iter().filter(|l| l.ends_with("DEBUG")).count(),
+            1,
+            "{lines:?}"
+        );
+        // What cannot be read is `info`, as before.
+        let filter = log_filter("agent_harness=loud");
+        assert!(matches!(filter, LogFilter::Dynamic(_)), "{filter:?}");
+        assert_eq!(
+            recorded(boxed(filter)),
+            [
+                "agent_harness::runner INFO",
+                "hyper::proto WARN",
+                "hyper::proto INFO",
+                "h2 ERROR"
+            ]
+        );
     }
 }
