@@ -162,8 +162,8 @@ pub fn link_to(span: &tracing::Span, traceparent: &str) {
 /// Installs the global subscriber. Call once, at start.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let filter = match log_filter(&settings.telemetry.log) {
-        LogFilter::Static(targets) => targets.boxed(),
-        LogFilter::Dynamic(directives) => directives.boxed(),
+        LogFilter::Static(targets) => (*targets).boxed(),
+        LogFilter::Dynamic(directives) => (*directives).boxed(),
     };
     let redact = settings.telemetry.redact_logs;
     // Lines are masked one whole line at a time, and only when asked: by
@@ -241,13 +241,13 @@ enum LogFilter {
     /// Targets and levels only (`info`, `agent_harness=debug,hyper=warn`):
     /// decided once for each call site, and entering or leaving a span
     /// costs it nothing.
-    Static(Targets),
+    Static(Box<Targets>),
     /// Span and field directives (`[turn]=debug`): `EnvFilter`, which takes
     /// a lock and keeps a stack of levels at every span entry and exit.
     /// A streamed token enters several spans (the request's at each frame
     /// of its body, the turn's and the step's at each poll), so that is
     /// paid only where a directive needs it.
-    Dynamic(EnvFilter),
+    Dynamic(Box<EnvFilter>),
 }
 
 /// The filter `HARNESS_LOG` asks for; `info` when it cannot be read (the
@@ -258,9 +258,11 @@ fn log_filter(directives: &str) -> LogFilter {
         && EnvFilter::try_new(directives).is_ok()
         && let Ok(targets) = directives.parse::<Targets>()
     {
-        return LogFilter::Static(targets);
+        return LogFilter::Static(Box::new(targets));
     }
-    LogFilter::Dynamic(EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("info")))
+    LogFilter::Dynamic(Box::new(
+        EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("info")),
+    ))
 }
 
 /// Standard output, each log line masked.
@@ -423,14 +425,13 @@ mod tests {
             let _entered = span.enter();
             tracing::debug!(target: "agent_harness::store", "debug in turn");
         });
-        let lines = seen.0.lock().unwrap().clone();
-        lines
+        seen.0.lock().unwrap().clone()
     }
 
     fn boxed(filter: LogFilter) -> Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> {
         match filter {
-            LogFilter::Static(targets) => targets.boxed(),
-            LogFilter::Dynamic(directives) => directives.boxed(),
+            LogFilter::Static(targets) => (*targets).boxed(),
+            LogFilter::Dynamic(directives) => (*directives).boxed(),
         }
     }
 
