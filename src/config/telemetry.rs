@@ -17,6 +17,9 @@ pub struct TelemetrySettings {
     )]
     pub log_format: LogFormat,
     /// tracing filter directives (RUST_LOG is read when this is not set).
+    /// Targets and levels (`info,agent_harness::store=debug`) cost nothing
+    /// at a span's entry; a span directive (`[turn]=debug`) takes a lock at
+    /// every span entry and exit.
     #[arg(id = "telemetry.log", long = "log", default_value = "info")]
     pub log: String,
     /// OTLP/HTTP endpoint for traces [default: no trace export].
