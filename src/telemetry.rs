@@ -11,7 +11,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
 use tracing_subscriber::{
-    EnvFilter, Layer, filter::Targets, layer::SubscriberExt, util::SubscriberInitExt,
+    EnvFilter, Layer, Registry, filter::Targets, layer::SubscriberExt, util::SubscriberInitExt,
 };
 
 use crate::config::{LogFormat, OtlpProtocol, Settings, TelemetrySettings};
@@ -161,10 +161,7 @@ pub fn link_to(span: &tracing::Span, traceparent: &str) {
 
 /// Installs the global subscriber. Call once, at start.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
-    let filter = match log_filter(&settings.telemetry.log) {
-        LogFilter::Static(targets) => (*targets).boxed(),
-        LogFilter::Dynamic(directives) => (*directives).boxed(),
-    };
+    let filter = log_filter(&settings.telemetry.log).into_layer();
     let redact = settings.telemetry.redact_logs;
     // Lines are masked one whole line at a time, and only when asked: by
     // default they go to standard output as tracing writes them.
@@ -248,6 +245,16 @@ enum LogFilter {
     /// of its body, the turn's and the step's at each poll), so that is
     /// paid only where a directive needs it.
     Dynamic(Box<EnvFilter>),
+}
+
+impl LogFilter {
+    /// The filter as the subscriber's first layer.
+    fn into_layer(self) -> Box<dyn Layer<Registry> + Send + Sync> {
+        match self {
+            LogFilter::Static(targets) => (*targets).boxed(),
+            LogFilter::Dynamic(directives) => (*directives).boxed(),
+        }
+    }
 }
 
 /// The filter `HARNESS_LOG` asks for; `info` when it cannot be read (the
@@ -408,7 +415,7 @@ mod tests {
 
     /// What a subscriber with `filter` records of the same events, inside
     /// and outside a span named `turn`.
-    fn recorded(filter: Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>) -> Vec<String> {
+    fn recorded(filter: Box<dyn Layer<Registry> + Send + Sync>) -> Vec<String> {
         let seen = Seen::default();
         let subscriber = tracing_subscriber::registry()
             .with(filter)
@@ -428,13 +435,6 @@ mod tests {
         seen.0.lock().unwrap().clone()
     }
 
-    fn boxed(filter: LogFilter) -> Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> {
-        match filter {
-            LogFilter::Static(targets) => (*targets).boxed(),
-            LogFilter::Dynamic(directives) => (*directives).boxed(),
-        }
-    }
-
     #[test]
     fn targets_and_levels_need_no_filter_at_span_entry_and_record_the_same() {
         for directives in [
@@ -451,11 +451,15 @@ mod tests {
                 "{directives}: {filter:?}"
             );
             let dynamic = EnvFilter::try_new(directives).unwrap().boxed();
-            assert_eq!(recorded(boxed(filter)), recorded(dynamic), "{directives}");
+            assert_eq!(
+                recorded(filter.into_layer()),
+                recorded(dynamic),
+                "{directives}"
+            );
         }
         // The filter is not a no-op: the levels asked for are what is kept.
         assert_eq!(
-            recorded(boxed(log_filter("agent_harness=debug,hyper=warn"))),
+            recorded(log_filter("agent_harness=debug,hyper=warn").into_layer()),
             [
                 "agent_harness::runner INFO",
                 "agent_harness::runner DEBUG",
@@ -472,7 +476,7 @@ mod tests {
         assert!(matches!(filter, LogFilter::Dynamic(_)), "{filter:?}");
         // Inside the turn's span the store's debug line is kept, outside
         // it is not.
-        let lines = recorded(boxed(filter));
+        let lines = recorded(filter.into_layer());
         assert!(
             lines.contains(&"agent_harness::store DEBUG".to_owned()),
             "{lines:?}"
@@ -486,7 +490,7 @@ mod tests {
         let filter = log_filter("agent_harness=loud");
         assert!(matches!(filter, LogFilter::Dynamic(_)), "{filter:?}");
         assert_eq!(
-            recorded(boxed(filter)),
+            recorded(filter.into_layer()),
             [
                 "agent_harness::runner INFO",
                 "hyper::proto WARN",
