@@ -13,6 +13,19 @@ use uuid::Uuid;
 
 use crate::turn::{TurnResult, WebCitation};
 
+/// The `turn_id` of an event that is the session's own, not a turn's (a
+/// judgement): the nil UUID, which no turn has. A turn's readers (its
+/// stream, `GET …/turns/{turn_id}/events`, a take-over) never see such an
+/// event; the session's log and its export do, and the export format names
+/// this id as the session's.
+pub const SESSION_TURN: Uuid = Uuid::nil();
+
+/// Whether an event of `event_type` is one the session owns (its
+/// `turn_id` is [`SESSION_TURN`]).
+pub fn is_session_type(event_type: &str) -> bool {
+    event_type == "judgement"
+}
+
 /// How a tool call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -221,9 +234,9 @@ pub enum TurnEvent {
         record: serde_json::Value,
     },
     /// A judge scored a turn, after it ended. This event is the session's,
-    /// not a turn's: its `turn_id` is the judgement's own id, and the turn
-    /// judged is `judged_turn_id` (so a turn's stream ends at its terminal
-    /// event, as always).
+    /// not a turn's: its `turn_id` is [`SESSION_TURN`] (the nil UUID), and
+    /// the turn judged is `judged_turn_id` (so a turn's stream ends at its
+    /// terminal event, as always).
     #[serde(rename = "judgement")]
     Judgement {
         judgement_id: String,

@@ -206,28 +206,107 @@ impl Drop for Serving {
 /// from the `listening` log line on its standard output (see
 /// `support/listening.rs` for why).
 fn serve_demo() -> Serving {
+    serve_demo_with(&[]).0
+}
+
+/// [`serve_demo`] with more of the environment; the log lines up to the
+/// `listening` one come back too.
+fn serve_demo_with(env: &[(&str, &str)]) -> (Serving, Vec<String>) {
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let mut child = listening::service_in(dir.path())
         .env("HARNESS_PROVIDERS", "demo:echo")
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let mut logs = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut before = Vec::new();
     let port = logs
         .by_ref()
         .map_while(Result::ok)
-        .find_map(|line| listening::port_in(&line))
+        .find_map(|line| {
+            let port = listening::port_in(&line);
+            before.push(line);
+            port
+        })
         .expect("the service logs the port it listens on");
     // The service goes on logging: read on, so that it never blocks on a
     // full pipe. The reader ends when the service does.
     std::thread::spawn(move || logs.for_each(drop));
-    Serving {
+    let serving = Serving {
         child,
         url: format!("http://127.0.0.1:{port}"),
         _dir: dir,
+    };
+    (serving, before)
+}
+
+/// A listener on a free port of its own that answers each request `204`
+/// and keeps its head (the request line and headers); for a receiver and
+/// for a proxy that must see nothing.
+fn recording_listener() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(64) {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            kept.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = stream.write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (port, seen)
+}
+
+/// Issue 63: with `HTTP_PROXY` set, a webhook goes straight to its
+/// receiver (where the outbound guard checked it), never through the
+/// proxy, which would connect past the guard. And the start-up log (the
+/// settings, with `Debug`) holds neither the webhook secret nor a key.
+/// Before, the delivery went to the proxy and the secret was logged.
+#[test]
+fn webhooks_go_past_a_proxy_and_the_start_up_log_holds_no_secret() {
+    let (receiver, delivered) = recording_listener();
+    let (proxy, proxied) = recording_listener();
+    let secret = "whsec_c2VjcmV0LXNpZ25pbmcta2V5LW9mLXRoZS1vcGVyYXRvcg==";
+    let hook = format!("http://127.0.0.1:{receiver}/hook");
+    let proxy = format!("http://127.0.0.1:{proxy}");
+    let (serving, logs) = serve_demo_with(&[
+        ("HARNESS_WEBHOOK_URL", &hook),
+        ("HARNESS_WEBHOOK_SECRET", secret),
+        ("HARNESS_OUTBOUND_ALLOW_PRIVATE", "true"),
+        ("OPENAI_API_KEY", "sk-never-logged"),
+        ("HTTP_PROXY", &proxy),
+        ("http_proxy", &proxy),
+        ("ALL_PROXY", &proxy),
+    ]);
+    let logs = logs.join("\n");
+    assert!(logs.contains("\"starting\""), "{logs}");
+    for hidden in ["c2VjcmV0LXNpZ25pbmcta2V5", "sk-never-logged"] {
+        assert!(!logs.contains(hidden), "{hidden} in {logs}");
     }
+    let out = harness(&["chat", "--url", &serving.url, "hello"], &[]);
+    assert!(out.status.success(), "{out:?}");
+    for _ in 0..200 {
+        if !delivered.lock().unwrap().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let delivered = delivered.lock().unwrap().clone();
+    assert!(
+        delivered.iter().any(|head| head.starts_with("POST /hook ")),
+        "{delivered:?}"
+    );
+    assert_eq!(*proxied.lock().unwrap(), Vec::<String>::new());
 }
 
 #[test]

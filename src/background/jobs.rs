@@ -19,7 +19,7 @@ use super::{
     new_job_id,
 };
 use crate::{
-    events::{StoredEvent, TurnEvent},
+    events::{SESSION_TURN, StoredEvent, TurnEvent},
     providers::{
         ChatMessage, ChatRequest, LlmProvider, Role, Usage, catalogue::ModelCatalogue,
         collect_text, embeddings::Embedder,
@@ -93,11 +93,12 @@ pub struct BackgroundWorker {
 #[derive(Debug, Default)]
 struct Spent(JobUsage);
 
-/// A judgement event waiting for its session to be free.
+/// A judgement event waiting for its session to be free. (Older versions
+/// also kept an `event_turn_id`, a fresh UUID that named no turn; it is
+/// not read: the event is the session's, under [`SESSION_TURN`].)
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct EventJob {
     session_id: String,
-    event_turn_id: Uuid,
     event: TurnEvent,
     at: chrono::DateTime<Utc>,
 }
@@ -506,7 +507,6 @@ impl BackgroundWorker {
     async fn announce(&self, job: &JobRecord, judgement: &JudgementRecord) {
         let event = EventJob {
             session_id: judgement.session_id.clone(),
-            event_turn_id: Uuid::now_v7(),
             event: TurnEvent::Judgement {
                 judgement_id: judgement.id.clone(),
                 judged_turn_id: judgement.turn_id.clone(),
@@ -539,8 +539,7 @@ impl BackgroundWorker {
     /// Appends a judgement's event to its session's log; false while a
     /// turn of the session runs.
     async fn deliver(&self, event: &EventJob) -> crate::store::Result<bool> {
-        let (session, turn) = (&event.session_id, event.event_turn_id);
-        let stored = StoredEvent::new(session, turn, 0, &event.event, event.at)
+        let stored = StoredEvent::new(&event.session_id, SESSION_TURN, 0, &event.event, event.at)
             .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?;
         self.log.append_session_event(&stored).await
     }

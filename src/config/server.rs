@@ -199,7 +199,7 @@ pub struct ServerSettings {
         long = "webhook-secret",
         hide_env_values = true
     )]
-    pub webhook_secret: Option<String>,
+    pub webhook_secret: Option<super::Secret>,
     /// Name of this replica: turns it left running are interrupted when it
     /// starts again [default: $HOSTNAME, else `local`].
     #[arg(id = "server.instance_id", long = "instance-id", default_value_t = default_instance_id(), hide_default_value = true)]
@@ -293,7 +293,7 @@ impl ServerSettings {
                     "is required with HARNESS_WEBHOOK_URL",
                 ));
             }
-            (_, Some(secret)) if !crate::signing::secret_is_valid(secret) => {
+            (_, Some(secret)) if !crate::signing::secret_is_valid(secret.expose()) => {
                 return Err(invalid(
                     "HARNESS_WEBHOOK_SECRET",
                     "must be `whsec_` and at least 24 bytes, base64",

@@ -283,6 +283,11 @@ fn secrets_never_print() {
         ("OPENAI_API_KEY", " sk-secret "),
         ("ANTHROPIC_API_KEY", "sk-ant-secret"),
         ("DATABASE_URL", "postgres://u:hunter2@db/x"),
+        ("HARNESS_WEBHOOK_URL", "https://hooks.example.com/in"),
+        (
+            "HARNESS_WEBHOOK_SECRET",
+            "whsec_c2VjcmV0LXNpZ25pbmcta2V5LW9mLXRoZS1vcGVyYXRvcg==",
+        ),
         (
             "OPENAI_BASE_URL",
             "https://r.openai.azure.com/openai/deployments/d?api-version=1&api-key=qk-secret",
@@ -294,7 +299,17 @@ fn secrets_never_print() {
         Some("sk-secret")
     );
     let shown = format!("{s:?}");
-    for secret in ["sk-secret", "sk-ant-secret", "hunter2", "qk-secret"] {
+    assert_eq!(
+        s.server.webhook_secret.as_ref().map(Secret::expose),
+        Some("whsec_c2VjcmV0LXNpZ25pbmcta2V5LW9mLXRoZS1vcGVyYXRvcg==")
+    );
+    for secret in [
+        "sk-secret",
+        "sk-ant-secret",
+        "hunter2",
+        "qk-secret",
+        "c2VjcmV0LXNpZ25pbmcta2V5",
+    ] {
         assert!(!shown.contains(secret), "{secret} in {shown}");
     }
     assert!(

@@ -345,3 +345,135 @@ on_both_backends!(
 async fn an_export_carried_between_backends() {
     an_export_carried_between_backends_exports_the_same_bytes().await;
 }
+
+/// An app whose turns are judged (two judges), their memories extracted
+/// and observed by the research learner: every side call answered by the
+/// fake provider, told apart by its system prompt.
+async fn judged_app(backend: Backend) -> TestApp {
+    let provider = crate::fake_provider::FakeProvider::start().await;
+    provider.respond_with(std::sync::Arc::new(|body: &Value| {
+        let system = body["messages"][0]["content"].to_string();
+        if system.contains("You are an evaluator") {
+            crate::fake_provider::Reply::openai_text(r#"{"score": 0.8, "rationale": "Fine."}"#)
+        } else if system.contains("You keep a memory") {
+            crate::fake_provider::Reply::openai_text(
+                r#"{"memories": [{"kind": "fact", "key": "home", "content": "Lives in Lyon."}]}"#,
+            )
+        } else {
+            crate::fake_provider::Reply::openai_text("Noted.")
+        }
+    }));
+    let mut settings = crate::helpers::test_settings(&provider);
+    settings.server.allow_local_admin = true;
+    settings.memory.extraction = true;
+    settings.memory.research_learner = true;
+    settings.harness.prompt_id = Some("support".into());
+    settings.harness.prompt_version = Some("3".into());
+    settings.judges.list = Some(
+        json!([
+            {"name": "relevance", "criteria": "On topic.", "threshold": 0.5},
+            {"name": "tone", "criteria": "Polite.", "threshold": 0.5}
+        ])
+        .to_string()
+        .parse()
+        .unwrap(),
+    );
+    crate::helpers::spawn_app_with(
+        crate::support::TestDb::new(backend).await,
+        provider,
+        settings,
+    )
+    .await
+}
+
+/// Two turns of `session`, each judged twice, its memories extracted and
+/// observed; returns once every job ended and the four judgements are on
+/// the session's log.
+async fn a_judged_session(app: &TestApp, session: &str) {
+    for message in ["I live in Lyon.", "What is the weather like?"] {
+        let response = app
+            .post_turn(session, json!({"message": message, "user_id": "ann"}))
+            .await;
+        assert_eq!(response.status(), 200);
+    }
+    let mut last = (Vec::new(), 0);
+    for _ in 0..400 {
+        let (_, jobs) = app.get_json(&format!("/sessions/{session}/jobs")).await;
+        let jobs = jobs["jobs"].as_array().cloned().unwrap_or_default();
+        let (_, log) = app.get_json(&format!("/sessions/{session}/events")).await;
+        let judged = log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "judgement")
+            .count();
+        if jobs.iter().all(|j| j["status"] == "done") && jobs.len() >= 6 && judged == 4 {
+            return;
+        }
+        last = (jobs, judged);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the session's jobs did not end: {last:?}");
+}
+
+/// A judged session (issue 63): its judgements' events are the session's
+/// (the nil UUID), so its export imports. SQLite to Postgres and back,
+/// the same bytes but the local fields; an export as older versions wrote
+/// it (a judgement's event under a UUID that names no turn) imports too,
+/// and reads as the session's. Before, every import of it was 422.
+async fn a_judged_session_carried_between_backends(from: Backend, to: Backend) {
+    let first = judged_app(from).await;
+    a_judged_session(&first, "s-judged").await;
+    let (status, exported) = export(&first.client, &first, "s-judged").await;
+    assert_eq!(status, 200, "{exported}");
+    let events: Vec<Value> = exported
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|line| line["type"] == "event" && line["event"] == "judgement")
+        .collect();
+    assert_eq!(events.len(), 4, "{exported}");
+    for event in &events {
+        assert_eq!(event["turn_id"], "00000000-0000-0000-0000-000000000000");
+    }
+    for kind in ["\"type\":\"judgement\"", "\"type\":\"observation\""] {
+        assert!(exported.contains(kind), "{kind}: {exported}");
+    }
+    // The session's log says the same: no judgement is a turn's.
+    let (_, log) = first.get_json("/sessions/s-judged/events").await;
+    for event in log["events"].as_array().unwrap() {
+        let session_own = event["turn_id"] == "00000000-0000-0000-0000-000000000000";
+        assert_eq!(session_own, event["type"] == "judgement", "{event}");
+    }
+
+    let second = judged_app(to).await;
+    let (status, made) = import(&second.client, &second, "", &exported).await;
+    assert_eq!(status, 201, "{made}");
+    let (_, again) = export(&second.client, &second, "s-judged").await;
+    assert_eq!(without_local(&again), without_local(&exported));
+
+    // As an older version wrote it: each judgement's event under a fresh
+    // UUID. It imports, as the session's.
+    let mut older = exported.clone();
+    for _ in &events {
+        older = older.replacen(
+            "\"turn_id\":\"00000000-0000-0000-0000-000000000000\"",
+            &format!("\"turn_id\":\"{}\"", uuid::Uuid::now_v7()),
+            1,
+        );
+    }
+    assert!(!older.contains("00000000-0000-0000-0000-000000000000"));
+    let third = judged_app(from).await;
+    let (status, made) = import(&third.client, &third, "", &older).await;
+    assert_eq!(status, 201, "{made}");
+    let (_, back) = export(&third.client, &third, "s-judged").await;
+    assert_eq!(without_local(&back), without_local(&exported));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_judged_session_from_sqlite_to_postgres_and_back() {
+    if !postgres_or_skip().await {
+        return;
+    }
+    a_judged_session_carried_between_backends(Backend::Sqlite, Backend::Postgres).await;
+    a_judged_session_carried_between_backends(Backend::Postgres, Backend::Sqlite).await;
+}

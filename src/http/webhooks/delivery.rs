@@ -19,12 +19,11 @@ use crate::{
     protocols::{
         a2a::push::{
             delivery::{Leased, backoff, run_outbox, since},
-            guard,
+            outbound_client,
         },
         typed,
     },
     store::{DeliveryOutcome, HeldDelivery, OPERATOR_WEBHOOK_ID, Webhook},
-    tools::web::guard::GuardedResolver,
     turn::StopReason,
 };
 
@@ -44,7 +43,7 @@ pub async fn put_operator(app: &AppState) -> Result<(), crate::store::StoreError
             tenant: crate::store::webhooks::OPERATOR_TENANT.to_owned(),
             url: url.as_str().to_owned(),
             events: serde_json::to_string(&super::EVENT_TYPES).unwrap_or_default(),
-            secret: secret.clone(),
+            secret: secret.expose().to_owned(),
             created_at: Utc::now(),
         }),
         _ => None,
@@ -92,17 +91,11 @@ impl Leased for Sender {
     }
 }
 
-/// The client messages go out with: no redirects, bounded waits, and
-/// the outbound guard's resolver (unless private addresses are allowed).
+/// The client messages go out with (the pushes' own: no proxy, no
+/// redirects, the outbound guard), and the service's name.
 fn http_client(app: &AppState) -> Option<reqwest::Client> {
-    let mut client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(SEND_TIMEOUT)
-        .connect_timeout(SEND_TIMEOUT)
+    let client = outbound_client(app, SEND_TIMEOUT)
         .user_agent(concat!("agent-harness/", env!("CARGO_PKG_VERSION")));
-    if let Some(guard) = guard(app) {
-        client = client.dns_resolver(Arc::new(GuardedResolver(guard)));
-    }
     match client.build() {
         Ok(client) => Some(client),
         Err(e) => {

@@ -67,6 +67,27 @@ pub(crate) fn guard(app: &AppState) -> Option<Arc<NetGuard>> {
     (!app.settings.server.outbound_allow_private).then(|| Arc::new(NetGuard::default()))
 }
 
+/// The client pushes and webhooks go out with: no redirects, no proxy
+/// (one would connect for us, past the guard: `HTTP_PROXY` and the like
+/// are not read), waits bounded by `timeout`, and the outbound guard's
+/// resolver (unless private addresses are allowed).
+pub(crate) fn outbound_client(
+    app: &AppState,
+    timeout: std::time::Duration,
+) -> reqwest::ClientBuilder {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
+        .connect_timeout(timeout);
+    match guard(app) {
+        Some(guard) => {
+            client.dns_resolver(Arc::new(crate::tools::web::guard::GuardedResolver(guard)))
+        }
+        None => client,
+    }
+}
+
 /// A configuration's URL, checked: http(s), no credentials in it, and an
 /// address written in it public (unless private ones are allowed).
 fn checked_url(app: &AppState, raw: &Value) -> Result<String, RpcError> {

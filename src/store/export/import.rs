@@ -10,7 +10,10 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::{Cell, Column, FORMAT, Kind, PARTS, Part, SESSION, VERSION};
-use crate::ids::SessionId;
+use crate::{
+    events::{SESSION_TURN, is_session_type},
+    ids::SessionId,
+};
 
 /// An export, checked.
 #[derive(Debug)]
@@ -84,7 +87,10 @@ pub fn parse(text: &str) -> Result<Parsed, ImportError> {
         }
         at_part = index;
         let part = &PARTS[index];
-        let row = cells(n, part, line)?;
+        let mut row = cells(n, part, line)?;
+        if part.line == "event" {
+            session_event(n, part, &mut row, &turns)?;
+        }
         check_turn(n, part, &row, &mut turns)?;
         rows.push((part, row));
     }
@@ -146,7 +152,9 @@ fn check_turn(
         if part.line == "turn" {
             uuid::Uuid::parse_str(turn).map_err(|_| invalid(n, "`id`: a turn's id is a UUID"))?;
             turns.insert(turn.clone());
-        } else if !turns.contains(turn) {
+        } else if !turns.contains(turn)
+            && !(part.line == "event" && *turn == SESSION_TURN.to_string())
+        {
             return Err(invalid(
                 n,
                 format!("`turn_id` {turn} is no turn of the session"),
@@ -158,6 +166,41 @@ fn check_turn(
         && !ENDED.contains(&status.as_str())
     {
         return Err(invalid(n, format!("a turn that ended, not `{status}`")));
+    }
+    Ok(())
+}
+
+/// An event the session owns (a judgement) is under [`SESSION_TURN`],
+/// which is no turn. Versions before 0.1 (issue 63) wrote a judgement's
+/// event under a fresh UUID that named no turn: such an event is read as
+/// the session's (its `turn_id` becomes [`SESSION_TURN`]). A turn's own
+/// event may not take the session's id.
+fn session_event(
+    n: usize,
+    part: &Part,
+    row: &mut [Cell],
+    turns: &HashSet<String>,
+) -> Result<(), ImportError> {
+    let at = |name: &str| part.columns.iter().position(|c| c.name == name);
+    let (Some(turn_at), Some(type_at)) = (at("turn_id"), at("type")) else {
+        return Ok(());
+    };
+    let Cell::Text(event_type) = &row[type_at] else {
+        return Ok(());
+    };
+    let event_type = event_type.clone();
+    let owned = is_session_type(&event_type);
+    let session = SESSION_TURN.to_string();
+    if let Cell::Text(turn) = &mut row[turn_at] {
+        if *turn == session && !owned {
+            return Err(invalid(
+                n,
+                format!("a `{event_type}` event belongs to a turn, not to the session"),
+            ));
+        }
+        if owned && !turns.contains(turn.as_str()) {
+            *turn = session;
+        }
     }
     Ok(())
 }

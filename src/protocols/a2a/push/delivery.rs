@@ -15,7 +15,6 @@ use crate::{
     app::AppState,
     protocols::{a2a::task::TaskFold, read_turn, typed},
     store::{PushAuth, PushConfig, PushDelivery, PushProgress, StoreError},
-    tools::web::guard::GuardedResolver,
 };
 
 /// How often a replica looks for pushes (and webhooks) that are due.
@@ -256,16 +255,9 @@ impl PushProgress {
     }
 }
 
-/// The client pushes go out with: no redirects, bounded waits, and the
-/// outbound guard's resolver (unless private addresses are allowed).
+/// The client pushes go out with ([`super::outbound_client`]).
 fn http_client(app: &AppState) -> Option<reqwest::Client> {
-    let mut client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(PUSH_TIMEOUT)
-        .connect_timeout(PUSH_TIMEOUT);
-    if let Some(guard) = guard(app) {
-        client = client.dns_resolver(Arc::new(GuardedResolver(guard)));
-    }
+    let client = super::outbound_client(app, PUSH_TIMEOUT);
     match client.build() {
         Ok(client) => Some(client),
         Err(e) => {
