@@ -271,6 +271,19 @@ pub enum TurnEvent {
 }
 
 impl TurnEvent {
+    /// The id of the call the event is about, if it is about one.
+    pub fn call_id(&self) -> Option<&str> {
+        match self {
+            Self::ToolStarted { call_id, .. }
+            | Self::ToolRequested { call_id, .. }
+            | Self::ToolFinished { call_id, .. }
+            | Self::ApprovalRequested { call_id, .. }
+            | Self::ApprovalResolved { call_id, .. }
+            | Self::ToolLate { call_id, .. } => Some(call_id),
+            _ => None,
+        }
+    }
+
     /// The wire name of the event (the `type` tag and the SSE `event:` field).
     pub fn event_type(&self) -> &'static str {
         match self {

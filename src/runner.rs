@@ -485,12 +485,22 @@ impl TurnRunner {
             ));
         } else {
             // Parked: no process runs it; this one takes it over, and it
-            // ends cancelled at once.
+            // ends cancelled at once. Whoever takes it up (this call, this
+            // process's sweep, another replica that heard of the wake), the
+            // answer waits for its end, as for a turn that runs here.
             self.wake(turn_id).await;
-            let Some(live) = self.inner.live.get(turn_id) else {
-                return Ok(CancelOutcome::Requested);
+            let ended = tokio::time::timeout(
+                Duration::from_secs(5),
+                self.wait_for_end(session_id, turn_id),
+            )
+            .await;
+            return match ended {
+                Ok(Ok(Some(record))) => Ok(CancelOutcome::Ended(Box::new(record))),
+                Ok(Err(e)) => Err(e.into()),
+                // Not ended in time (or shutting down): asked, and it ends
+                // once a process takes it up.
+                Ok(Ok(None)) | Err(_) => Ok(CancelOutcome::Requested),
             };
-            let _ = tokio::time::timeout(Duration::from_secs(5), live.closed.cancelled()).await;
         }
         let record = store
             .get_turn(session_id, turn_id)

@@ -33,8 +33,15 @@ fn usable(id: &str) -> bool {
 }
 
 /// Gives each of `calls` (the model's calls at `step`) an id that none of
-/// `messages` (the conversation so far) nor another of `calls` holds.
-pub fn make_unique(calls: &mut [ToolCall], messages: &[ChatMessage], step: u32) {
+/// `messages` (the conversation so far), of `given` (the ids the turn
+/// handed out before: a compaction may have taken their messages) nor
+/// another of `calls` holds.
+pub fn make_unique(
+    calls: &mut [ToolCall],
+    messages: &[ChatMessage],
+    given: &HashSet<String>,
+    step: u32,
+) {
     let mut taken: HashSet<String> = messages
         .iter()
         .flat_map(|m| {
@@ -43,6 +50,7 @@ pub fn make_unique(calls: &mut [ToolCall], messages: &[ChatMessage], step: u32) 
                 .map(|c| c.id.clone())
                 .chain(m.tool_call_id.clone())
         })
+        .chain(given.iter().cloned())
         .collect();
     for (index, call) in calls.iter_mut().enumerate() {
         if usable(&call.id) && !taken.contains(&call.id) {
@@ -82,7 +90,7 @@ mod tests {
     #[test]
     fn new_usable_ids_are_kept() {
         let mut calls = vec![call("call_abc"), call("toolu_01:x.y-z")];
-        make_unique(&mut calls, &[], 1);
+        make_unique(&mut calls, &[], &HashSet::new(), 1);
         assert_eq!(ids(&calls), ["call_abc", "toolu_01:x.y-z"]);
     }
 
@@ -93,7 +101,7 @@ mod tests {
             ChatMessage::tool("call_0", "done"),
         ];
         let mut calls = vec![call("call_0"), call("call_1")];
-        make_unique(&mut calls, &earlier, 2);
+        make_unique(&mut calls, &earlier, &HashSet::new(), 2);
         assert_eq!(ids(&calls), ["call_s2_0", "call_1"]);
     }
 
@@ -107,7 +115,7 @@ mod tests {
             call("a/b"),
             call(&long),
         ];
-        make_unique(&mut calls, &[], 3);
+        make_unique(&mut calls, &[], &HashSet::new(), 3);
         assert_eq!(
             ids(&calls),
             ["call_s3_0", "call_0", "call_s3_2", "call_s3_3", "call_s3_4"]
@@ -121,7 +129,15 @@ mod tests {
             vec![call("call_0"), call("call_s1_0"), call("call_s1_0_1")],
         )];
         let mut calls = vec![call("call_0")];
-        make_unique(&mut calls, &earlier, 1);
+        make_unique(&mut calls, &earlier, &HashSet::new(), 1);
         assert_eq!(ids(&calls), ["call_s1_0_2"]);
+    }
+
+    #[test]
+    fn an_id_the_turn_handed_out_is_taken_though_no_message_holds_it() {
+        let given: HashSet<String> = ["call_0".to_owned()].into();
+        let mut calls = vec![call("call_0")];
+        make_unique(&mut calls, &[], &given, 4);
+        assert_eq!(ids(&calls), ["call_s4_0"]);
     }
 }

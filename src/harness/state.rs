@@ -98,6 +98,10 @@ pub struct TurnRuntimeState {
     prompt_render_hash: Mutex<String>,
     context_was_compacted: AtomicBool,
     writes_open: AtomicBool,
+    /// Every call id this turn handed out (see [`super::call_ids`]): a
+    /// compaction may take the messages that held them, never these. At
+    /// most the turn's tool calls.
+    call_ids: Mutex<HashSet<String>>,
 }
 
 impl TurnRuntimeState {
@@ -132,7 +136,26 @@ impl TurnRuntimeState {
             prompt_render_hash: Mutex::default(),
             context_was_compacted: AtomicBool::new(false),
             writes_open: AtomicBool::new(true),
+            call_ids: Mutex::default(),
         }
+    }
+
+    /// Gives each of `calls` (the model's at `step`) an id that neither
+    /// `messages` nor any earlier call of this turn holds, and keeps them.
+    pub fn hand_out_call_ids(
+        &self,
+        calls: &mut [crate::providers::ToolCall],
+        messages: &[crate::providers::ChatMessage],
+        step: u32,
+    ) {
+        let mut given = lock(&self.call_ids);
+        super::call_ids::make_unique(calls, messages, &given, step);
+        given.extend(calls.iter().map(|c| c.id.clone()));
+    }
+
+    /// Keeps `ids` as handed out (a turn taken over: its log names them).
+    pub fn handed_out_call_ids(&self, ids: impl IntoIterator<Item = String>) {
+        lock(&self.call_ids).extend(ids);
     }
 
     /// A turn's state as its records left it (see [`super::durable`]):

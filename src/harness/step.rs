@@ -107,7 +107,7 @@ impl Turn<'_> {
         state.add_cost(output.cost_usd);
         // Before any event names them: approvals and client results are
         // keyed by these ids.
-        super::call_ids::make_unique(&mut output.tool_calls, &conversation.messages, step);
+        state.hand_out_call_ids(&mut output.tool_calls, &conversation.messages, step);
 
         // 4d: terminal check.
         if output.tool_calls.is_empty() {

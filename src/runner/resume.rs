@@ -197,6 +197,7 @@ impl TurnRunner {
                 request.session_id.clone(),
                 TurnBudget::resume(limits, deadline, [0, 0, 0]),
             ));
+            state.handed_out_call_ids(handed_out(&events));
             return harness
                 .run_turn_with_state(request, sink, state)
                 .await
@@ -208,6 +209,7 @@ impl TurnRunner {
             StepPhase::Finished => PriorCalls::default(),
         };
         let state = Arc::new(from.runtime_state(&request.session_id, limits, deadline));
+        state.handed_out_call_ids(handed_out(&events));
         let resume = Resume {
             from,
             prior,
@@ -274,6 +276,15 @@ impl TurnRunner {
             .await
             .map_err(TurnFailure::History)
     }
+}
+
+/// The call ids a turn's log names: they were handed out, and no later
+/// call of the turn may have one (its approval or result would be
+/// found), whatever the conversation still holds.
+fn handed_out(events: &[StoredEvent]) -> impl Iterator<Item = String> + '_ {
+    events
+        .iter()
+        .filter_map(|e| e.event().and_then(TurnEvent::call_id).map(str::to_owned))
 }
 
 /// Events of a turn read when it is taken over, at most (a turn's own are

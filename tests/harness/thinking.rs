@@ -322,3 +322,56 @@ async fn compaction_keeps_the_question_and_fences_its_summary_as_untrusted() {
     assert_eq!(last[last.len() - 1].role, Role::Tool);
     assert_eq!(last[last.len() - 2].role, Role::Assistant);
 }
+
+/// Issue 63: a compaction takes the messages of the turn's older steps,
+/// and with them the ids their calls had; a provider that numbers its
+/// calls afresh at each step (`call_0` again) must still get an id the
+/// turn never handed out, or step 1's approval or result would be found
+/// for it. Before, step 4's `call_0` kept step 1's id.
+#[tokio::test(start_paused = true)]
+async fn a_call_id_a_compaction_took_from_the_messages_is_not_handed_out_again() {
+    let big = Fixed::ok(
+        "big",
+        agent_harness::tools::ToolOutput::text("lorem ipsum ".repeat(400)),
+    );
+    let provider = scripted([
+        calls(vec![call("call_0", "big", json!({}))]),
+        calls(vec![call("call_1", "big", json!({}))]),
+        calls(vec![call("call_2", "big", json!({}))]),
+        text("They read three long pages."),
+        calls(vec![call("call_0", "big", json!({}))]),
+        text("done"),
+    ]);
+    let harness = builder(&provider, vec![big as Arc<dyn Tool>])
+        .context_tracker(Some(ContextWarningTracker::new(1024)))
+        .build();
+    let ran = run(&harness, request("go")).await;
+    assert_eq!(ran.text(), "done");
+    assert!(ran.state.context_was_compacted());
+    let started: Vec<String> = ran
+        .sink
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            TurnEvent::ToolStarted { call_id, .. } => Some(call_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started.len(), 4, "{started:?}");
+    // Step 4 was asked without step 1's call and result: the compaction
+    // took them (its summary was the fourth request).
+    let asked = &provider.requests()[4];
+    assert!(
+        asked
+            .messages
+            .iter()
+            .all(|m| m.tool_call_id.as_deref() != Some("call_0")
+                && m.tool_calls.iter().all(|c| c.id != "call_0")),
+        "{:?}",
+        asked.messages
+    );
+    let unique: std::collections::HashSet<&String> = started.iter().collect();
+    assert_eq!(unique.len(), started.len(), "{started:?}");
+    assert_eq!(started[0], "call_0");
+    assert_eq!(started[3], "call_s4_0", "{started:?}");
+}

@@ -19,7 +19,7 @@ use crate::{
     protocols::{
         a2a::push::{
             delivery::{Leased, backoff, run_outbox, since},
-            outbound_client,
+            outbound_client, unreachable,
         },
         typed,
     },
@@ -235,7 +235,7 @@ impl Sender {
             Err(e) => retried(
                 held,
                 None,
-                format!("the endpoint could not be reached: {e}"),
+                format!("the endpoint could not be reached: {}", unreachable(e)),
             ),
         }
     }

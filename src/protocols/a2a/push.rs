@@ -67,6 +67,19 @@ pub(crate) fn guard(app: &AppState) -> Option<Arc<NetGuard>> {
     (!app.settings.server.outbound_allow_private).then(|| Arc::new(NetGuard::default()))
 }
 
+/// Why a push or a webhook could not be sent, without what its URL
+/// carries past its path (a token in the query, credentials): that text
+/// is logged and kept on the delivery.
+pub(crate) fn unreachable(mut e: reqwest::Error) -> String {
+    if let Some(url) = e.url_mut() {
+        url.set_query(None);
+        url.set_fragment(None);
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+    }
+    e.to_string()
+}
+
 /// The client pushes and webhooks go out with: no redirects, no proxy
 /// (one would connect for us, past the guard: `HTTP_PROXY` and the like
 /// are not read), waits bounded by `timeout`, and the outbound guard's
@@ -305,5 +318,23 @@ impl Caller {
             return Err(config_not_found());
         }
         Ok(json!({}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A push URL's token (in its query) and credentials are not in the
+    /// error that is logged and kept; reqwest's own text has them.
+    #[tokio::test]
+    async fn an_unreachable_url_is_told_without_its_token() {
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let url = "http://ann:pw-secret@127.0.0.1:9/hook?token=tk-secret#frag";
+        let raw = client.post(url).send().await.unwrap_err();
+        assert!(raw.to_string().contains("tk-secret"), "{raw}");
+        let told = super::unreachable(raw);
+        assert!(told.contains("127.0.0.1:9/hook"), "{told}");
+        for secret in ["tk-secret", "pw-secret", "ann", "frag"] {
+            assert!(!told.contains(secret), "{secret} in {told}");
+        }
     }
 }

@@ -152,13 +152,14 @@ fn check_turn(
         if part.line == "turn" {
             uuid::Uuid::parse_str(turn).map_err(|_| invalid(n, "`id`: a turn's id is a UUID"))?;
             turns.insert(turn.clone());
-        } else if !turns.contains(turn)
-            && !(part.line == "event" && *turn == SESSION_TURN.to_string())
-        {
-            return Err(invalid(
-                n,
-                format!("`turn_id` {turn} is no turn of the session"),
-            ));
+        } else {
+            let sessions = part.line == "event" && *turn == SESSION_TURN.to_string();
+            if !turns.contains(turn) && !sessions {
+                return Err(invalid(
+                    n,
+                    format!("`turn_id` {turn} is no turn of the session"),
+                ));
+            }
         }
     }
     if part.line == "turn"

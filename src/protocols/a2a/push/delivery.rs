@@ -419,7 +419,10 @@ impl Pusher {
         match request.send().await {
             Ok(response) if response.status().is_success() => Ok(()),
             Ok(response) => Err(format!("the URL answered {}", response.status())),
-            Err(e) => Err(format!("the URL could not be reached: {e}")),
+            Err(e) => Err(format!(
+                "the URL could not be reached: {}",
+                super::unreachable(e)
+            )),
         }
     }
 }
