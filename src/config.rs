@@ -45,7 +45,7 @@ pub use tools::ToolSettings;
 pub use values::{
     AgentSkills, AuthMode, CorsOrigins, DatabaseUrl, EffectList, EmbeddingModel, HostUrl, HttpUrl,
     LogFormat, OtlpProtocol, ProviderKind, ProviderList, ProviderRef, ResourceAttributes, Secret,
-    Span, redact_url,
+    Span, TrustedProxies, redact_url,
 };
 pub use vault::VaultSettings;
 pub use web::WebSettings;

@@ -740,3 +740,32 @@ fn the_docs_links_reach_their_pages_and_headings() {
     assert!(links > 30, "the links were found: {links}");
     assert!(dead.is_empty(), "dead links:\n{}", dead.join("\n"));
 }
+
+/// The shipped compose file trusts its gateway, and only it, with the
+/// client's address (issue 63: behind nginx every client had nginx's
+/// address, and 30 bad keys a minute locked out every tenant): the
+/// replicas' `HARNESS_TRUSTED_PROXIES` is the gateway's fixed address,
+/// and the gateway appends the client's address to `X-Forwarded-For`.
+#[test]
+fn the_compose_file_trusts_its_gateway_with_the_clients_address() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let compose = std::fs::read_to_string(root.join("docker-compose.yml")).unwrap();
+    let value = |key: &str| -> Vec<String> {
+        compose
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix(key))
+            .map(|rest| rest.trim().to_owned())
+            .collect()
+    };
+    let trusted = value("HARNESS_TRUSTED_PROXIES:");
+    let gateway = value("ipv4_address:");
+    assert_eq!(trusted.len(), 1, "{trusted:?}");
+    assert_eq!(gateway, trusted);
+    let parsed: Result<agent_harness::config::TrustedProxies, _> = trusted[0].parse();
+    assert!(parsed.is_ok(), "{parsed:?}");
+    let nginx = std::fs::read_to_string(root.join("deploy/nginx.conf")).unwrap();
+    assert!(
+        nginx.contains("proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;"),
+        "{nginx}"
+    );
+}

@@ -71,13 +71,21 @@ pub struct ServerSettings {
     pub rate_limit_per_minute: u32,
     /// Failed authentications a client address may make per minute (a
     /// bucket that refills steadily; past it, 429 `too_many_auth_failures`
-    /// before any key is looked up); 0: no limit.
+    /// for a key no API key's hash matches, before it is looked up; a key
+    /// that verifies is never refused); 0: no limit.
     #[arg(
         id = "server.auth_failures_per_minute",
         long = "auth-failures-per-minute",
         default_value_t = 30
     )]
     pub auth_failures_per_minute: u32,
+    /// The proxies in front of the service (addresses or networks,
+    /// comma-separated, e.g. the gateway's): a request from one of them is
+    /// counted against the client its `X-Forwarded-For` names (the
+    /// nearest address that is not a proxy) [default: none; the header
+    /// is ignored, and every client behind a proxy shares its address].
+    #[arg(id = "server.trusted_proxies", long = "trusted-proxies")]
+    pub trusted_proxies: Option<super::TrustedProxies>,
     /// Browser origins that may call the service besides its own (a
     /// comma-separated list of scheme://host[:port], or `*`); a request
     /// from any other `Origin` is 403 `origin_not_allowed` on every route

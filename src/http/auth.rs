@@ -94,6 +94,98 @@ impl<K: std::hash::Hash + Eq + Clone> Buckets<K> {
     }
 }
 
+/// The keys a throttled address may still present: the hashes of every
+/// key not revoked (the first 8 bytes of each), read from the store at
+/// the first need and then, at most once a second, the keys made since.
+/// A key whose hash is not here cannot verify and is not looked up; one
+/// that is here is verified by the store as always (a key revoked since
+/// it was read is refused there). Bounded: past [`KEYS_MAX`] hashes every
+/// key is looked up.
+#[derive(Default)]
+struct KeyIndex {
+    state: tokio::sync::Mutex<IndexState>,
+}
+
+#[derive(Default)]
+struct IndexState {
+    hashes: std::collections::HashSet<u64>,
+    /// The newest `created_at` read (the next read starts a little
+    /// before it: keys of other replicas commit out of order).
+    read_to: Option<chrono::DateTime<chrono::Utc>>,
+    read_at: Option<Instant>,
+    full: bool,
+}
+
+/// Hashes a [`KeyIndex`] keeps, at most.
+const KEYS_MAX: usize = 1_000_000;
+
+/// Hashes read from the store at a time.
+const KEYS_PAGE: u32 = 10_000;
+
+/// How far back a later read of the index starts.
+const KEYS_OVERLAP: chrono::Duration = chrono::Duration::minutes(5);
+
+/// The first 8 bytes of a key's hash (hex).
+fn prefix(hash: &str) -> u64 {
+    hash.get(..16)
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .unwrap_or_default()
+}
+
+impl KeyIndex {
+    /// Whether the key of `hash` may verify: its hash is among the keys',
+    /// as last read (read again when that was more than a second ago).
+    async fn may_hold(&self, app: &AppState, hash: &str) -> bool {
+        let wanted = prefix(hash);
+        let mut state = self.state.lock().await;
+        if state.full || state.hashes.contains(&wanted) {
+            return true;
+        }
+        if state
+            .read_at
+            .is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(1))
+        {
+            return false;
+        }
+        state.read_at = Some(Instant::now());
+        // Bounded: at most KEYS_MAX / KEYS_PAGE full pages.
+        for _ in 0..=KEYS_MAX / KEYS_PAGE as usize {
+            let since = state.read_to.map(|at| at - KEYS_OVERLAP);
+            let page = match app.store.api_key_hashes(since, KEYS_PAGE).await {
+                Ok(page) => page,
+                Err(e) => {
+                    // Cannot tell: the store is asked for the key itself.
+                    tracing::warn!(error = %e, "the keys' hashes cannot be read");
+                    return true;
+                }
+            };
+            let before = state.read_to;
+            for (hash, at) in &page {
+                state.hashes.insert(prefix(hash));
+                state.read_to = state.read_to.max(Some(*at));
+            }
+            if state.hashes.len() >= KEYS_MAX {
+                state.full = true;
+                break;
+            }
+            // A page that was not full, or that moved nothing on (keys
+            // made in one instant, more than a page of them), ends it.
+            if page.len() < KEYS_PAGE as usize || state.read_to == before {
+                break;
+            }
+        }
+        state.full || state.hashes.contains(&wanted)
+    }
+
+    /// Keeps the hash of a key that verified.
+    async fn verified(&self, hash: &str) {
+        let mut state = self.state.lock().await;
+        if state.hashes.len() < KEYS_MAX {
+            state.hashes.insert(prefix(hash));
+        }
+    }
+}
+
 /// Keys and their request buckets, and the failed authentications of
 /// each client address.
 pub(super) struct Auth {
@@ -102,6 +194,10 @@ pub(super) struct Auth {
     local_admin: bool,
     requests: Buckets<String>,
     failures: Buckets<IpAddr>,
+    /// The proxies whose `X-Forwarded-For` names the client.
+    trusted: Option<crate::config::TrustedProxies>,
+    /// What a throttled address may still present.
+    keys: KeyIndex,
     /// Keys this process has verified lately, by hash: what a request
     /// that will be refused anyway is refused by (see [`authenticate`]).
     known: Mutex<HashMap<String, Known>>,
@@ -131,6 +227,8 @@ impl Auth {
                 server.auth_failures_per_minute,
                 IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
             ),
+            trusted: server.trusted_proxies.clone(),
+            keys: KeyIndex::default(),
             known: Mutex::new(HashMap::new()),
             in_flight,
         })
@@ -182,12 +280,20 @@ impl Auth {
 }
 
 /// Who a failed authentication is counted against: the peer's address,
-/// an IPv6 one by its /64 (a host usually has the whole prefix).
-fn client_of(request: &Request) -> IpAddr {
-    let ip = request
+/// or, when the peer is a trusted proxy, the nearest address of its
+/// `X-Forwarded-For` that is not one (see [`forwarded_client`]); an IPv6
+/// one by its /64 (a host usually has the whole prefix).
+fn client_of(request: &Request, trusted: Option<&crate::config::TrustedProxies>) -> IpAddr {
+    let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), |c| c.0.ip());
+    let ip = match trusted {
+        Some(trusted) if trusted.contains(peer) => {
+            forwarded_client(request.headers(), trusted).unwrap_or(peer)
+        }
+        _ => peer,
+    };
     match ip {
         IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
             let mut segments = v6.segments();
@@ -200,6 +306,39 @@ fn client_of(request: &Request) -> IpAddr {
         ),
         v4 => v4,
     }
+}
+
+/// The client a trusted proxy's `X-Forwarded-For` names: read from the
+/// right (the entry the nearest proxy added), the first address that is
+/// not itself a trusted proxy; the leftmost when all are. `None` when the
+/// header is missing, too long or holds something that is not an
+/// address: the peer counts then.
+fn forwarded_client(
+    headers: &axum::http::HeaderMap,
+    trusted: &crate::config::TrustedProxies,
+) -> Option<IpAddr> {
+    // At most this many hops are read.
+    const HOPS_MAX: usize = 32;
+    let mut hops = Vec::new();
+    for value in headers.get_all("x-forwarded-for") {
+        for entry in value.to_str().ok()?.split(',') {
+            if hops.len() == HOPS_MAX {
+                return None;
+            }
+            hops.push(hop_address(entry.trim())?);
+        }
+    }
+    let nearest = hops.iter().rev().find(|ip| !trusted.contains(**ip));
+    nearest.or(hops.first()).copied()
+}
+
+/// An `X-Forwarded-For` entry's address: `1.2.3.4`, `2001:db8::1`, or
+/// with a port (`1.2.3.4:5678`, `[2001:db8::1]:5678`).
+fn hop_address(entry: &str) -> Option<IpAddr> {
+    if let Ok(ip) = entry.parse() {
+        return Some(ip);
+    }
+    entry.parse::<SocketAddr>().ok().map(|a| a.ip())
 }
 
 /// Checks the request's API key (when keys are required) and its request
@@ -223,12 +362,12 @@ pub(super) async fn authenticate(
     if OPEN_PATHS.contains(&request.uri().path()) {
         return Ok(next.run(request).await);
     }
-    // An address that keeps failing is refused before any lookup: its
-    // guesses cost the database nothing.
-    let client = client_of(&request);
-    auth.failures
-        .spend(&client, false)
-        .map_err(ApiError::AuthThrottled)?;
+    // An address that keeps failing is refused before any lookup of a key
+    // that cannot verify: its guesses cost the database nothing. A key
+    // that verifies is never refused for its address (behind a gateway,
+    // many clients share one).
+    let client = client_of(&request, auth.trusted.as_ref());
+    let throttled = auth.failures.spend(&client, false).err();
     let key = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -237,9 +376,18 @@ pub(super) async fn authenticate(
         .map(str::trim)
         .filter(|k| !k.is_empty() && k.len() <= 256);
     let Some(key) = key else {
-        return Err(failed(&app, &auth, client).await);
+        return Err(match throttled {
+            Some(wait) => ApiError::AuthThrottled(wait),
+            None => failed(&app, &auth, client).await,
+        });
     };
     let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
+    if let Some(wait) = throttled
+        && auth.recall(&hash).is_none()
+        && !auth.keys.may_hold(&app, &hash).await
+    {
+        return Err(ApiError::AuthThrottled(wait));
+    }
     // A key verified lately whose request would be refused anyway (its
     // rate, its tenant's requests in flight) is refused from what this
     // process knows: a tenant's flood costs the database nothing. Every
@@ -264,6 +412,7 @@ pub(super) async fn authenticate(
         return Err(failed(&app, &auth, client).await);
     };
     if !same {
+        auth.keys.verified(&hash).await;
         auth.take(&key_id).map_err(ApiError::RateLimited)?;
     }
     request.extensions_mut().insert(Tenant(tenant));

@@ -49,6 +49,22 @@ pub trait Access: Reads + Send + Sync + 'static {
         self.reader().row(sql, args![key_hash]).await
     }
 
+    /// The hashes of the keys not revoked made at or after `since` (all
+    /// of them: `None`), oldest first, at most `limit`, each with when it
+    /// was made.
+    async fn api_key_hashes(
+        &self,
+        since: Option<DateTime<Utc>>,
+        limit: u32,
+    ) -> Result<Vec<(String, DateTime<Utc>)>> {
+        let sql = "SELECT key_hash, created_at FROM api_keys \
+                   WHERE revoked_at IS NULL AND ($1 IS NULL OR created_at >= $1) \
+                   ORDER BY created_at, id LIMIT $2";
+        self.reader()
+            .rows(sql, args![since, i64::from(limit)])
+            .await
+    }
+
     /// Revokes a key; false when there is no such key (or it already was).
     async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool>;
 

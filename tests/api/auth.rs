@@ -108,8 +108,12 @@ on_both_backends!(a_key_past_its_rate_gets_429_with_retry_after);
 
 /// An address that keeps failing to authenticate is throttled: past
 /// `HARNESS_AUTH_FAILURES_PER_MINUTE`, 429 `too_many_auth_failures` with
-/// `Retry-After`, before any key is looked up, so a valid key from there
-/// waits too; the probes stay open. (Before, guesses were unlimited.)
+/// `Retry-After` for a key that cannot verify, before it is looked up;
+/// a key that verifies is never refused for its address, one this
+/// process has seen and one made since (issue 63: behind a gateway every
+/// client shares its address, and 30 guesses a minute locked them all
+/// out); the probes stay open. `X-Forwarded-For` from a peer that is no
+/// trusted proxy changes nothing.
 async fn an_address_that_keeps_failing_to_authenticate_is_throttled(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
@@ -121,8 +125,11 @@ async fn an_address_that_keeps_failing_to_authenticate_is_throttled(backend: Bac
         .create_api_key("key_ok", "acme", &hash("ah_ok"), false, chrono::Utc::now())
         .await
         .unwrap();
-    let get = |key: Option<&'static str>| {
-        let request = app.client.get(app.url("/tools"));
+    let get = |key: Option<&'static str>, forwarded: &'static str| {
+        let request = app
+            .client
+            .get(app.url("/tools"))
+            .header("x-forwarded-for", forwarded);
         match key {
             Some(key) => request.bearer_auth(key),
             None => request,
@@ -131,19 +138,34 @@ async fn an_address_that_keeps_failing_to_authenticate_is_throttled(backend: Bac
     };
     // Successes do not count.
     for _ in 0..6 {
-        assert_eq!(get(Some("ah_ok")).await.unwrap().status(), 200);
+        assert_eq!(
+            get(Some("ah_ok"), "203.0.113.1").await.unwrap().status(),
+            200
+        );
     }
-    for key in [
+    for (n, key) in [
         Some("ah_guess1"),
         None,
         Some("ah_guess2"),
         Some("ah_guess3"),
         None,
-    ] {
-        assert_eq!(get(key).await.unwrap().status(), 401, "{key:?}");
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // Each names another client: not read from a peer that is no
+        // trusted proxy.
+        let forwarded = [
+            "203.0.113.2",
+            "203.0.113.3",
+            "203.0.113.4",
+            "203.0.113.5",
+            "203.0.113.6",
+        ][n];
+        assert_eq!(get(key, forwarded).await.unwrap().status(), 401, "{key:?}");
     }
-    for key in [Some("ah_guess4"), Some("ah_ok")] {
-        let throttled = get(key).await.unwrap();
+    for key in [Some("ah_guess4"), None] {
+        let throttled = get(key, "203.0.113.7").await.unwrap();
         assert_eq!(throttled.status(), 429, "{key:?}");
         let wait: u64 = throttled.headers()["retry-after"]
             .to_str()
@@ -154,8 +176,73 @@ async fn an_address_that_keeps_failing_to_authenticate_is_throttled(backend: Bac
         let problem: serde_json::Value = throttled.json().await.unwrap();
         assert_eq!(problem["code"], "too_many_auth_failures");
     }
+    // A key that verifies goes through: one seen before, and one made
+    // while the address is throttled (another replica may have made it).
+    assert_eq!(get(Some("ah_ok"), "").await.unwrap().status(), 200);
+    store
+        .create_api_key(
+            "key_new",
+            "acme",
+            &hash("ah_new"),
+            false,
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(get(Some("ah_new"), "").await.unwrap().status(), 200);
+    // A revoked one does not, and guesses stay throttled.
+    store
+        .revoke_api_key("key_new", chrono::Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(get(Some("ah_new"), "").await.unwrap().status(), 401);
+    assert_eq!(get(Some("ah_guess5"), "").await.unwrap().status(), 429);
     let health = app.client.get(app.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
 }
 
-on_both_backends!(an_address_that_keeps_failing_to_authenticate_is_throttled);
+/// Behind a trusted proxy (`HARNESS_TRUSTED_PROXIES`), failed
+/// authentications are counted against the client its `X-Forwarded-For`
+/// names (the nearest address that is not a proxy): one client's guesses
+/// throttle that client alone, and an address it writes itself further
+/// left does not move its count.
+async fn behind_a_trusted_proxy_each_client_is_throttled_alone(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth_failures_per_minute = 3;
+    settings.server.trusted_proxies = Some("127.0.0.0/8, 10.9.0.0/16".parse().unwrap());
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let get = |forwarded: &'static str| {
+        app.client
+            .get(app.url("/tools"))
+            .header("x-forwarded-for", forwarded)
+            .bearer_auth("ah_guess")
+            .send()
+    };
+    for _ in 0..3 {
+        assert_eq!(get("203.0.113.7").await.unwrap().status(), 401);
+    }
+    assert_eq!(get("203.0.113.7").await.unwrap().status(), 429);
+    // The same client through a second proxy, and with an address of its
+    // own choosing before its own: still itself.
+    assert_eq!(get("203.0.113.7, 10.9.0.3").await.unwrap().status(), 429);
+    assert_eq!(
+        get("198.51.100.1, 203.0.113.7").await.unwrap().status(),
+        429
+    );
+    // Another client is not throttled.
+    assert_eq!(get("198.51.100.9").await.unwrap().status(), 401);
+    // A header that is not a list of addresses: the proxy's own address.
+    for _ in 0..3 {
+        assert_eq!(get("unknown").await.unwrap().status(), 401);
+    }
+    assert_eq!(get("not an address").await.unwrap().status(), 429);
+    assert_eq!(get("198.51.100.10").await.unwrap().status(), 401);
+}
+
+on_both_backends!(
+    an_address_that_keeps_failing_to_authenticate_is_throttled,
+    behind_a_trusted_proxy_each_client_is_throttled_alone,
+);
