@@ -97,6 +97,9 @@ impl StartPolicy {
                 allowed: self.allowed_models.clone(),
             });
         }
+        if let Some(field) = spec.field_with_nul() {
+            return Err(StartError::HoldsNul(field));
+        }
         let bytes = crate::turn::client_tools_bytes(&spec.client_tools);
         if bytes > self.client_tools_max_bytes {
             return Err(StartError::ClientToolsTooLarge {
@@ -144,6 +147,10 @@ pub enum StartError {
     /// The request's client tools are larger than the operator allows.
     #[error("the client tools take {bytes} bytes, more than the {most} allowed")]
     ClientToolsTooLarge { bytes: usize, most: usize },
+    /// A field of the request holds U+0000 (see
+    /// [`crate::turn::TurnRequest::field_with_nul`]).
+    #[error("`{0}` contains U+0000, which is not accepted")]
+    HoldsNul(&'static str),
     /// The tenant runs as many turns as it may.
     #[error("the tenant runs {0} turns, as many as it may at once; retry when one ends")]
     TenantBusy(u32),

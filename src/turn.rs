@@ -63,6 +63,78 @@ pub struct TurnRequest {
     pub client_tools: Vec<ClientTool>,
 }
 
+impl TurnRequest {
+    /// The first field of the request that holds U+0000 anywhere (a text,
+    /// a key or a value of its metadata, a history message, a client
+    /// tool's name, description or schema), if one does. Postgres text
+    /// and `jsonb` cannot hold it: such a request is refused whole, by
+    /// every protocol, before anything is written.
+    pub fn field_with_nul(&self) -> Option<&'static str> {
+        let nul = |text: &str| text.contains('\0');
+        let texts = [
+            ("message", Some(self.message.as_str())),
+            ("skill_context", self.skill_context.as_deref()),
+            ("user_id", self.user_id.as_deref()),
+            ("model", self.runtime_model.as_deref()),
+            ("provider", self.runtime_provider.as_deref()),
+        ];
+        if let Some((field, _)) = texts.iter().find(|(_, t)| t.is_some_and(nul)) {
+            return Some(field);
+        }
+        if self.metadata.iter().any(|(k, v)| nul(k) || nul(v)) {
+            return Some("metadata");
+        }
+        let history = self.history.as_ref().map(serde_json::to_string);
+        if history.is_some_and(|h| h.is_ok_and(|h| json_has_nul(&h))) {
+            return Some("history");
+        }
+        let tools = &self.client_tools;
+        if tools
+            .iter()
+            .any(|t| nul(&t.name) || nul(&t.description) || value_has_nul(&t.parameters))
+        {
+            return Some("client_tools");
+        }
+        None
+    }
+}
+
+/// Whether a JSON value holds U+0000 in a string or a key, at any depth.
+pub fn value_has_nul(value: &serde_json::Value) -> bool {
+    // Iterative: a schema's depth is the client's to choose.
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            serde_json::Value::String(s) if s.contains('\0') => return true,
+            serde_json::Value::Array(items) => stack.extend(items),
+            serde_json::Value::Object(map) => {
+                if map.keys().any(|k| k.contains('\0')) {
+                    return true;
+                }
+                stack.extend(map.values());
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether serialized JSON text holds U+0000 (as `\u0000`, the only way
+/// JSON writes it): an escape whose backslash is not itself escaped.
+pub fn json_has_nul(json: &str) -> bool {
+    let bytes = json.as_bytes();
+    let mut at = 0;
+    while let Some(found) = json[at..].find("u0000") {
+        let u = at + found;
+        let slashes = bytes[..u].iter().rev().take_while(|b| **b == b'\\').count();
+        if slashes % 2 == 1 {
+            return true;
+        }
+        at = u + 1;
+    }
+    false
+}
+
 pub use crate::ids::CLIENT_TOOL_PREFIX;
 
 /// A tool the client runs itself, declared with its turn. The turn pauses

@@ -49,6 +49,10 @@ impl From<StartError> for ApiError {
                 field: "client_tools".into(),
                 detail: format!("{e} (HARNESS_CLIENT_TOOLS_MAX_BYTES)"),
             },
+            e @ StartError::HoldsNul(field) => Self::InvalidField {
+                field: field.into(),
+                detail: e.to_string(),
+            },
             StartError::Store(e) => e.into(),
         }
     }

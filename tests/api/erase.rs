@@ -433,7 +433,77 @@ async fn a_user_is_erased_with_their_sessions_and_memories(backend: Backend) {
     assert_eq!(problem["code"], "invalid_user_id");
 }
 
+/// Issue 63: U+0000 in any free JSON value of a request (a client tool's
+/// schema here) is refused, 422 naming the field, with nothing written.
+/// And a request stored by an older version with `\u0000` in its JSON
+/// fails no statement: another tenant's `DELETE /users/{id}` is answered
+/// (it was 500 on Postgres: the request was cast to `jsonb`), and a turn
+/// of it can end with a `response.*` endpoint declared (the webhook
+/// trigger cast it too, and the end could not be committed).
+async fn a_nul_in_a_request_is_refused_and_an_old_one_breaks_nothing(backend: Backend) {
+    let vault = vault_of(&[]);
+    let app = app(backend, vault.path()).await;
+    let poisoned = json!({
+        "message": "Hello.",
+        "client_tools": [{"name": "pick", "description": "Pick one.",
+                          "parameters": {"type": "object", "description": "a\u{0}b"}}],
+    });
+    let response = app.post_turn("s-nul", poisoned).await;
+    assert_eq!(response.status(), 422);
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(
+        (problem["code"].as_str(), problem["field"].as_str()),
+        (Some("invalid_field"), Some("client_tools")),
+        "{problem}"
+    );
+    let (status, _) = app.get_json("/sessions/s-nul").await;
+    assert_eq!(status, 404, "nothing written");
+
+    // As an older version stored it: a turn of another tenant whose
+    // request holds `\u0000`, and a `response.*` endpoint.
+    let (status, _) = app
+        .post_body(
+            "/webhooks",
+            json!({"url": "http://127.0.0.1:9/hook", "events": ["response.completed"]}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    for (session, user) in [("s-old", "ub"), ("s-u1", "u1")] {
+        let response = app
+            .post_turn(session, json!({"message": "Hello.", "user_id": user}))
+            .await;
+        assert_eq!(response.status(), 200);
+    }
+    let poison = r#"UPDATE turns SET request = '{"message":"a\u0000b","user_id":"ub","background":true}', tenant = 'b', status = 'running' WHERE session_id = 's-old'"#;
+    let ended = "INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
+         SELECT session_id, 1000, id, 'turn.completed', '{\"type\":\"turn.completed\"}', created_at \
+         FROM turns WHERE session_id = 's-old'";
+    let sessions_tenant = "UPDATE sessions SET tenant = 'b' WHERE id = 's-old'";
+    match backend {
+        Backend::Postgres => {
+            for sql in [poison, sessions_tenant, ended] {
+                app.db.execute_postgres(sql).await;
+            }
+        }
+        Backend::Sqlite => {
+            for sql in [poison, sessions_tenant, ended] {
+                app.db.execute_sqlite(sql).await;
+            }
+        }
+    }
+    let erased = app
+        .client
+        .delete(app.url("/users/u1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(erased.status(), 204);
+    let (status, _) = app.get_json("/sessions/s-u1").await;
+    assert_eq!(status, 404);
+}
+
 on_both_backends!(
+    a_nul_in_a_request_is_refused_and_an_old_one_breaks_nothing,
     a_user_is_erased_with_their_sessions_and_memories,
     the_retention_sweep_erases_inactive_sessions_and_keeps_waiting_ones,
     an_erased_session_leaves_no_row_in_any_table,

@@ -189,7 +189,83 @@ async fn a_bad_import_writes_nothing(backend: Backend) {
         1,
     );
     let version = exported.replacen("\"version\":1", "\"version\":2", 1);
-    for (name, body, line) in [
+    // An export whose rows say what the service would never write (issue
+    // 63): the first line of `kind` changed by `change`, under a new id.
+    let edited = |kind: &str, nth: usize, change: &dyn Fn(&mut Value)| -> (String, usize) {
+        let mut at = 0;
+        let mut seen = 0;
+        let body: Vec<String> = lines
+            .iter()
+            .enumerate()
+            .map(|(i, line)| {
+                let mut value: Value = serde_json::from_str(line).unwrap();
+                if i == 1 {
+                    value["id"] = json!("s-new");
+                }
+                if value["type"] == kind {
+                    if seen == nth {
+                        change(&mut value);
+                        at = i + 1;
+                    }
+                    seen += 1;
+                }
+                value.to_string()
+            })
+            .collect();
+        assert!(at > 0, "no {kind} line {nth}");
+        (body.join("\n"), at)
+    };
+    let meanings = [
+        (
+            "a system message",
+            edited("message", 0, &|m| m["role"] = json!("system")),
+        ),
+        (
+            "a last_seq before the events",
+            edited("session", 0, &|s| s["last_seq"] = json!(1)),
+        ),
+        (
+            "a negative last_seq",
+            edited("session", 0, &|s| s["last_seq"] = json!(-1)),
+        ),
+        (
+            "a request not JSON",
+            edited("turn", 0, &|t| t["request"] = json!("not json")),
+        ),
+        (
+            "a payload with U+0000",
+            edited("event", 0, &|e| {
+                e["payload"] = json!("{\"type\":\"turn.started\",\"x\":\"\\u0000\"}")
+            }),
+        ),
+        (
+            "U+0000 in a text",
+            edited("message", 0, &|m| m["content"] = json!("a\u{0}b")),
+        ),
+        (
+            "a time to come",
+            edited("turn", 0, &|t| {
+                t["created_at"] = json!("2999-01-01T00:00:00.000000Z")
+            }),
+        ),
+        (
+            "events out of order",
+            edited("event", 1, &|e| e["seq"] = json!(1)),
+        ),
+    ];
+    // The same export, edited to change nothing, passes every check (its
+    // ids are taken here: 409): the edits above are what is refused.
+    let (same, _) = edited("message", 0, &|_| {});
+    let (status, problem) = import(&app.client, &app, "", &same).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("import_conflict")),
+        "{problem}"
+    );
+    // A `last_seq` is found wrong at the first row past it.
+    let meanings = meanings
+        .map(|(name, (body, line))| (name, body, if name.contains("before") { 0 } else { line }));
+    for (name, body, line) in meanings.into_iter().chain([
         ("cut short", cut.clone(), lines.len()),
         ("a running turn", running.replacen("s-bad", "s-new", 1), 3),
         ("an unknown field", unknown, 0),
@@ -197,7 +273,7 @@ async fn a_bad_import_writes_nothing(backend: Backend) {
         ("another version", version, 1),
         ("not JSON", "{".to_owned(), 1),
         ("empty", String::new(), 1),
-    ] {
+    ]) {
         let (status, problem) = import(&app.client, &app, "", &body).await;
         assert_eq!(
             (status, problem["code"].as_str()),
@@ -212,6 +288,8 @@ async fn a_bad_import_writes_nothing(backend: Backend) {
             );
         }
     }
+    let left = app.db.rows_naming(&["s-new".to_owned()]).await;
+    assert!(left.values().all(|count| *count == 0), "{left:?}");
     let (status, problem) = import(&app.client, &app, "", &exported).await;
     assert_eq!(
         (status, problem["code"].as_str()),

@@ -57,7 +57,7 @@ impl Erase for PostgresStore {
     }
 
     async fn sessions_of_user(&self, tenant: &str, user: &str, limit: u32) -> Result<Vec<String>> {
-        let sql = sessions_of_user_sql("(t.request::jsonb ->> 'user_id')");
+        let sql = sessions_of_user_sql("harness_json_field(t.request, 'user_id')");
         let rows: Vec<(String,)> = self
             .reader()
             .rows(sqlx::AssertSqlSafe(sql), args![tenant, user, limit])

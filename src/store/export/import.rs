@@ -55,6 +55,8 @@ pub fn parse(text: &str) -> Result<Parsed, ImportError> {
         .next()
         .ok_or_else(|| invalid(2, "the session's line is missing"))?;
     let (id, session) = session_line(n, second)?;
+    let mut seqs = Seqs::of(n, &session)?;
+    check_meaning(n, &SESSION, &session, &mut seqs)?;
     let mut rows = Vec::new();
     let mut turns = HashSet::new();
     let mut at_part = 0;
@@ -92,6 +94,7 @@ pub fn parse(text: &str) -> Result<Parsed, ImportError> {
             session_event(n, part, &mut row, &turns)?;
         }
         check_turn(n, part, &row, &mut turns)?;
+        check_meaning(n, part, &row, &mut seqs)?;
         rows.push((part, row));
     }
     if !ended {
@@ -101,6 +104,105 @@ pub fn parse(text: &str) -> Result<Parsed, ImportError> {
         ));
     }
     Ok(Parsed { id, session, rows })
+}
+
+/// The columns of a line that hold a JSON object as text.
+const JSON_COLUMNS: [(&str, &str); 4] = [
+    ("turn", "request"),
+    ("turn", "result"),
+    ("event", "payload"),
+    ("decision", "record"),
+];
+
+/// The roles the service writes in a session's history: an import that
+/// gave a line another (`system`) would make its text the operator's in
+/// every later prompt.
+const ROLES: [&str; 2] = ["user", "assistant"];
+
+/// The earliest time a row may have: older ones are not this service's.
+const EARLIEST: &str = "2000-01-01T00:00:00Z";
+
+/// How far past the importer's clock a row's time may be (clocks differ).
+const LATEST_AHEAD: chrono::Duration = chrono::Duration::days(1);
+
+/// Where the session's seqs are: its `last_seq`, and the last event's.
+struct Seqs {
+    last_seq: i64,
+    event: i64,
+    turn: i64,
+}
+
+impl Seqs {
+    /// From the session's line: its `last_seq`, 0 or more.
+    fn of(n: usize, session: &[Cell]) -> Result<Self, ImportError> {
+        let at = SESSION.columns.iter().position(|c| c.name == "last_seq");
+        match at.and_then(|i| session.get(i)) {
+            Some(Cell::Int(last_seq)) if *last_seq >= 0 => Ok(Self {
+                last_seq: *last_seq,
+                event: 0,
+                turn: 0,
+            }),
+            _ => Err(invalid(n, "`last_seq` must be 0 or more")),
+        }
+    }
+}
+
+/// What a row means, checked as the service itself would have written it:
+/// no U+0000 in any text (Postgres text cannot hold it), JSON columns JSON
+/// objects without `\u0000`, history roles the service writes, seqs in
+/// order within the session's `last_seq`, and times within reason.
+fn check_meaning(n: usize, part: &Part, row: &[Cell], seqs: &mut Seqs) -> Result<(), ImportError> {
+    let earliest = DateTime::parse_from_rfc3339(EARLIEST)
+        .map(|at| at.with_timezone(&Utc))
+        .unwrap_or_default();
+    let latest = Utc::now() + LATEST_AHEAD;
+    for (column, cell) in part.columns.iter().zip(row) {
+        let wrong = |what: &str| invalid(n, format!("`{}` {what}", column.field));
+        match cell {
+            Cell::Text(text) if text.contains('\0') => return Err(wrong("contains U+0000")),
+            Cell::Text(text) if JSON_COLUMNS.contains(&(part.line, column.name)) => {
+                if !matches!(serde_json::from_str::<Value>(text), Ok(Value::Object(_))) {
+                    return Err(wrong("must be a JSON object, as text"));
+                }
+                if crate::turn::json_has_nul(text) {
+                    return Err(wrong("contains U+0000"));
+                }
+            }
+            Cell::Text(role)
+                if part.line == "message"
+                    && column.name == "role"
+                    && !ROLES.contains(&role.as_str()) =>
+            {
+                return Err(wrong("must be `user` or `assistant`"));
+            }
+            Cell::At(at) if *at < earliest || *at > latest => {
+                return Err(wrong("is not a time of this service (2000 to tomorrow)"));
+            }
+            Cell::Int(seq) if column.name == "seq" || column.name == "first_seq" => {
+                let after = if column.name == "seq" {
+                    &mut seqs.event
+                } else {
+                    &mut seqs.turn
+                };
+                if *seq <= 0 || *seq > seqs.last_seq {
+                    return Err(wrong(&format!(
+                        "must be from 1 to the session's `last_seq` ({})",
+                        seqs.last_seq
+                    )));
+                }
+                // Events are in seq order, each once; turns in the order
+                // of their first events.
+                let strict = column.name == "seq";
+                if *seq < *after || (strict && *seq == *after) {
+                    return Err(wrong("is out of order"));
+                }
+                *after = *seq;
+            }
+            Cell::Int(count) if *count < 0 => return Err(wrong("must be 0 or more")),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The first line: this format, this version.
