@@ -27,3 +27,45 @@ pub const JOB_JUDGEMENT_EVENT: &str = "judgement_event";
 pub fn new_job_id() -> String {
     format!("job_{}", Uuid::now_v7().simple())
 }
+
+/// The jobs this process runs, by id, each with its session and a token
+/// that stops it: an erase stops the jobs of what it erased (whatever they
+/// would still write is refused anyway, their rows being gone). At most
+/// the worker's concurrency.
+#[derive(Debug, Default)]
+pub struct RunningJobs {
+    jobs: std::sync::Mutex<std::collections::HashMap<String, (String, CancellationToken)>>,
+}
+
+use tokio_util::sync::CancellationToken;
+
+impl RunningJobs {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, CancellationToken)>>
+    {
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A job of `session_id` (its stored key) begins: its token.
+    pub fn begin(&self, job_id: &str, session_id: &str) -> CancellationToken {
+        let token = CancellationToken::new();
+        self.lock()
+            .insert(job_id.to_owned(), (session_id.to_owned(), token.clone()));
+        token
+    }
+
+    /// A job ended.
+    pub fn end(&self, job_id: &str) {
+        self.lock().remove(job_id);
+    }
+
+    /// Stops the jobs of the session stored as `session_id`; how many.
+    pub fn stop_session(&self, session_id: &str) -> usize {
+        let jobs = self.lock();
+        let stopped = jobs.values().filter(|(session, _)| session == session_id);
+        stopped.map(|(_, token)| token.cancel()).count()
+    }
+}

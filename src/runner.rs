@@ -56,6 +56,9 @@ pub struct RunnerConfig {
     pub events: writer::WriterLimits,
     /// Woken when a turn's end has stored jobs for the background worker.
     pub jobs_queued: Arc<tokio::sync::Notify>,
+    /// The background jobs running in this process (an erase stops its
+    /// session's).
+    pub running_jobs: Arc<crate::background::RunningJobs>,
     /// What a request may ask for.
     pub policy: StartPolicy,
     /// How long sessions are kept.
@@ -310,6 +313,19 @@ impl TurnRunner {
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
+    }
+
+    /// Stops this process's background jobs of the session stored as
+    /// `session_id` (it was erased): what they would still write is
+    /// refused by the store, and their model calls end now.
+    pub fn stop_jobs_of(&self, session_id: &str) {
+        let stopped = self.inner.config.running_jobs.stop_session(session_id);
+        if stopped > 0 {
+            tracing::info!(
+                jobs = stopped,
+                "stopped the background jobs of an erased session"
+            );
+        }
     }
 
     pub fn harness(&self) -> &Arc<AgentHarness> {

@@ -95,6 +95,7 @@ impl Application {
         let jobs = Arc::new(tokio::sync::Notify::new());
         let approvals = Arc::new(tokio::sync::Notify::new());
         let metrics = Arc::new(Metrics::default());
+        let running_jobs = Arc::new(crate::background::RunningJobs::default());
         let worker = build_worker(
             &settings,
             store.clone(),
@@ -102,7 +103,8 @@ impl Application {
             vault.embedder(),
             jobs.clone(),
         )
-        .with_metrics(metrics.clone());
+        .with_metrics(metrics.clone())
+        .with_running(running_jobs.clone());
         let mut tools = declared_tools(&settings, |name| std::env::var(name).ok())?;
         let servers = settings
             .tools
@@ -124,7 +126,7 @@ impl Application {
         let runner = TurnRunner::start_runner(
             store.clone(),
             harness,
-            runner_config(&settings, jobs.clone()),
+            runner_config(&settings, jobs.clone(), running_jobs),
             metrics,
         );
         let recovered = runner.recover_orphans().await?;
@@ -260,7 +262,11 @@ impl Application {
 /// Indexes the vault in the background at start; a missing folder is no
 /// vault, not an error. Stops when the service shuts down.
 /// The runner's settings.
-fn runner_config(settings: &Settings, jobs_queued: Arc<tokio::sync::Notify>) -> RunnerConfig {
+fn runner_config(
+    settings: &Settings,
+    jobs_queued: Arc<tokio::sync::Notify>,
+    running_jobs: Arc<crate::background::RunningJobs>,
+) -> RunnerConfig {
     RunnerConfig {
         instance_id: settings.server.instance_id.clone(),
         history_max_messages: settings.harness.history_max_messages,
@@ -274,6 +280,7 @@ fn runner_config(settings: &Settings, jobs_queued: Arc<tokio::sync::Notify>) -> 
             linger: Duration::from_millis(settings.database.event_linger_ms),
         },
         jobs_queued,
+        running_jobs,
         policy: crate::runner::StartPolicy {
             allowed_models: settings.allowed_models(),
             client_tools_max_bytes: settings.harness.client_tools_max_bytes,

@@ -87,6 +87,8 @@ pub struct BackgroundWorker {
     notify: Arc<tokio::sync::Notify>,
     /// The backlog's gauges and the shed counter.
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The jobs running, which an erase stops.
+    running: Arc<super::RunningJobs>,
 }
 
 /// The model usage of one run of a job.
@@ -101,6 +103,11 @@ struct EventJob {
     session_id: String,
     event: TurnEvent,
     at: chrono::DateTime<Utc>,
+}
+
+/// How a job ends whose session was erased while it ran: it wrote nothing.
+fn erased() -> JobOutcome {
+    failed("its session was erased".into())
 }
 
 /// A step of a job: its value, or how the job's run ends.
@@ -139,7 +146,14 @@ impl BackgroundWorker {
             config,
             notify,
             metrics: None,
+            running: Arc::default(),
         }
+    }
+
+    /// Registers each running job in `running` (which an erase stops).
+    pub fn with_running(mut self, running: Arc<super::RunningJobs>) -> Self {
+        self.running = running;
+        self
     }
 
     /// Reports the backlog to `metrics`.
@@ -201,7 +215,13 @@ impl BackgroundWorker {
             turn_id = %job.turn_id,
         );
         let mut spent = Spent::default();
-        let outcome = self.run_job(&job, &mut spent).instrument(span).await;
+        let stop = self.running.begin(&job.id, &job.session_id);
+        let outcome = tokio::select! {
+            outcome = self.run_job(&job, &mut spent).instrument(span) => outcome,
+            // Its session was erased: what it would write is refused.
+            () = stop.cancelled() => erased(),
+        };
+        self.running.end(&job.id);
         if let JobOutcome::Failed { error } | JobOutcome::Retry { error, .. } = &outcome {
             tracing::warn!(job = %job.id, kind = %job.kind, error = %error, "background job did not finish");
         }
@@ -431,10 +451,14 @@ impl BackgroundWorker {
                 embedding_model,
                 at: Utc::now(),
             };
-            self.jobs
-                .upsert_memory(&memory)
+            let kept = self
+                .jobs
+                .upsert_memory(&memory, Some(&job.id))
                 .await
                 .map_err(|e| retry(job, e.to_string()))?;
+            if !kept {
+                return Err(erased());
+            }
         }
         Ok(())
     }
@@ -494,10 +518,14 @@ impl BackgroundWorker {
             model: task.model.clone(),
             created_at: Utc::now().trunc_subsecs(6),
         };
-        self.jobs
-            .put_judgement(&judgement)
+        let kept = self
+            .jobs
+            .put_judgement(&judgement, Some(&job.id))
             .await
             .map_err(|e| retry(job, e.to_string()))?;
+        if !kept {
+            return Err(erased());
+        }
         self.announce(job, &judgement).await;
         Ok(())
     }
@@ -529,7 +557,8 @@ impl BackgroundWorker {
                     payload: serde_json::to_string(&event).unwrap_or_default(),
                     at: Utc::now(),
                 };
-                if let Err(e) = self.jobs.enqueue_job(&queued).await {
+                // Not once the judge's job is gone (its session erased).
+                if let Err(e) = self.jobs.enqueue_job(&queued, Some(&job.id)).await {
                     tracing::warn!(error = %e, "a judgement's event is lost");
                 }
             }

@@ -90,6 +90,7 @@ impl TurnRunner {
                     // A turn that began since the read keeps its session.
                     let key = SessionKey::from_stored(id);
                     if inner.store.erase_session(&key).await? == Erased::Erased {
+                        inner.config.running_jobs.stop_session(key.as_str());
                         erased += 1;
                         inner.metrics.retention_erased();
                         let entry = AuditEntry::new(key.tenant(), kinds::SESSION_ERASED)

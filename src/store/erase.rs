@@ -97,6 +97,11 @@ fn sessions_of_user_sql(user: &str) -> String {
 /// The statements that erase a session's rows, children before parents;
 /// `true`: it takes the session's memory scope as `$2`.
 const ERASE: &[(&str, bool)] = &[
+    // First: a background job writes what it made only while its row is
+    // there (Postgres: locked `FOR SHARE`), so one that wrote before the
+    // erase took its row has its rows erased below, and one after writes
+    // nothing.
+    ("DELETE FROM background_jobs WHERE session_id = $1", false),
     (
         "DELETE FROM webhook_deliveries WHERE session_id = $1",
         false,
@@ -116,7 +121,6 @@ const ERASE: &[(&str, bool)] = &[
         "DELETE FROM research_observations WHERE session_id = $1",
         false,
     ),
-    ("DELETE FROM background_jobs WHERE session_id = $1", false),
     ("DELETE FROM checkpoints WHERE session_id = $1", false),
     ("DELETE FROM artifacts WHERE session_id = $1", false),
     ("DELETE FROM decisions WHERE session_id = $1", false),

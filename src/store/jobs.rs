@@ -36,7 +36,10 @@ pub type MemoryParts = (Vec<MemoryRecord>, Vec<MemoryRecord>);
 pub trait Jobs: Reads + Send + Sync + 'static {
     /// Keeps a memory, replacing the scope's memory of the same key; the
     /// scope keeps its newest [`super::memories::MEMORIES_PER_SCOPE`].
-    async fn upsert_memory(&self, memory: &NewMemory) -> Result<()>;
+    /// With `of_job`: only while that job's row is there, checked in the
+    /// same transaction (an erase takes a session's jobs first): false,
+    /// and nothing written, once it is gone.
+    async fn upsert_memory(&self, memory: &NewMemory, of_job: Option<&str>) -> Result<bool>;
 
     /// Memories of `scope` matching any of `terms`, best first.
     async fn search_memories(
@@ -78,8 +81,9 @@ pub trait Jobs: Reads + Send + Sync + 'static {
     /// Forgets one memory of `scope` (`id`) or all of them; how many went.
     async fn delete_memories(&self, scope: &str, id: Option<&str>) -> Result<u64>;
 
-    /// Queues work to run after a turn.
-    async fn enqueue_job(&self, job: &NewJob) -> Result<()>;
+    /// Queues work to run after a turn; with `of_job`, only while that
+    /// job's row is there (false, and nothing queued, once it is gone).
+    async fn enqueue_job(&self, job: &NewJob, of_job: Option<&str>) -> Result<bool>;
 
     /// Claims the oldest job due at `now` (or a running one claimed before
     /// `stale_before`: its runner died); its attempts go up by one.
@@ -125,7 +129,13 @@ pub trait Jobs: Reads + Send + Sync + 'static {
         Ok(newest_first)
     }
 
-    async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<()>;
+    /// Keeps a judgement; with `of_job`, only while that job's row is
+    /// there (as [`Self::upsert_memory`]).
+    async fn put_judgement(
+        &self,
+        judgement: &JudgementRecord,
+        of_job: Option<&str>,
+    ) -> Result<bool>;
 
     /// The judgements of a turn, oldest first.
     async fn list_judgements(

@@ -115,49 +115,58 @@ pub(crate) async fn a_full_session(app: &TestApp, tenant: &str, session: &str) -
         .await
         .unwrap();
     store
-        .enqueue_job(&NewJob {
-            id: uuid::Uuid::now_v7().to_string(),
-            kind: "judge".into(),
-            session_id: key.as_str().to_owned(),
-            turn_id: turn.clone(),
-            payload: "{}".into(),
-            at: now,
-        })
+        .enqueue_job(
+            &NewJob {
+                id: uuid::Uuid::now_v7().to_string(),
+                kind: "judge".into(),
+                session_id: key.as_str().to_owned(),
+                turn_id: turn.clone(),
+                payload: "{}".into(),
+                at: now,
+            },
+            None,
+        )
         .await
         .unwrap();
     store
-        .put_judgement(&JudgementRecord {
-            id: uuid::Uuid::now_v7().to_string(),
-            session_id: key.as_str().to_owned(),
-            turn_id: turn.clone(),
-            judge: "helpfulness".into(),
-            prompt_id: "p".into(),
-            prompt_version: "1".into(),
-            score: 0.9,
-            passed: true,
-            rationale: "fine".into(),
-            provider: "openai".into(),
-            model: "m".into(),
-            created_at: now,
-        })
+        .put_judgement(
+            &JudgementRecord {
+                id: uuid::Uuid::now_v7().to_string(),
+                session_id: key.as_str().to_owned(),
+                turn_id: turn.clone(),
+                judge: "helpfulness".into(),
+                prompt_id: "p".into(),
+                prompt_version: "1".into(),
+                score: 0.9,
+                passed: true,
+                rationale: "fine".into(),
+                provider: "openai".into(),
+                model: "m".into(),
+                created_at: now,
+            },
+            None,
+        )
         .await
         .unwrap();
     let own_scope = agent_harness::ids::tenant_scope(tenant, &format!("session:{session}"));
     let user_scope = agent_harness::ids::tenant_scope(tenant, "user:u1");
     for (scope, memory_key) in [(own_scope, "city"), (user_scope, "home")] {
         store
-            .upsert_memory(&NewMemory {
-                id: uuid::Uuid::now_v7().to_string(),
-                scope,
-                kind: "fact".into(),
-                key: memory_key.into(),
-                content: "Lives in Lyon".into(),
-                source_session_id: key.as_str().to_owned(),
-                source_turn_id: turn.clone(),
-                embedding: None,
-                embedding_model: None,
-                at: now,
-            })
+            .upsert_memory(
+                &NewMemory {
+                    id: uuid::Uuid::now_v7().to_string(),
+                    scope,
+                    kind: "fact".into(),
+                    key: memory_key.into(),
+                    content: "Lives in Lyon".into(),
+                    source_session_id: key.as_str().to_owned(),
+                    source_turn_id: turn.clone(),
+                    embedding: None,
+                    embedding_model: None,
+                    at: now,
+                },
+                None,
+            )
             .await
             .unwrap();
     }
@@ -384,21 +393,24 @@ async fn a_user_is_erased_with_their_sessions_and_memories(backend: Backend) {
     let store = app.db.open().await;
     for user in ["u1", "u2"] {
         store
-            .upsert_memory(&NewMemory {
-                id: uuid::Uuid::now_v7().to_string(),
-                scope: agent_harness::ids::tenant_scope(
-                    agent_harness::ids::DEFAULT_TENANT,
-                    &format!("user:{user}"),
-                ),
-                kind: "fact".into(),
-                key: "home".into(),
-                content: "Lives in Lyon".into(),
-                source_session_id: format!("s-{user}-x"),
-                source_turn_id: uuid::Uuid::now_v7().to_string(),
-                embedding: None,
-                embedding_model: None,
-                at: chrono::Utc::now(),
-            })
+            .upsert_memory(
+                &NewMemory {
+                    id: uuid::Uuid::now_v7().to_string(),
+                    scope: agent_harness::ids::tenant_scope(
+                        agent_harness::ids::DEFAULT_TENANT,
+                        &format!("user:{user}"),
+                    ),
+                    kind: "fact".into(),
+                    key: "home".into(),
+                    content: "Lives in Lyon".into(),
+                    source_session_id: format!("s-{user}-x"),
+                    source_turn_id: uuid::Uuid::now_v7().to_string(),
+                    embedding: None,
+                    embedding_model: None,
+                    at: chrono::Utc::now(),
+                },
+                None,
+            )
             .await
             .unwrap();
     }

@@ -302,7 +302,69 @@ async fn with_embeddings_a_memory_is_found_by_meaning(backend: Backend) {
     jobs_done(&app, "s-mem-e2", 1).await;
 }
 
+/// Issue 63: a memory extraction and a judge that are under way when
+/// their session is erased write nothing after the erase: their model
+/// answers come after the 204, and a scan of every table finds no row of
+/// the session, no memory and no judgement. (Before, both were written
+/// after the erase, and the judge's event queued a job for it.)
+async fn jobs_under_way_when_their_session_is_erased_write_nothing(backend: Backend) {
+    let app = app(backend, |s| {
+        s.harness.prompt_id = Some("support".into());
+        s.judges.list = Some(
+            json!([{"name": "relevance", "criteria": "On topic.", "threshold": 0.5}])
+                .to_string()
+                .parse()
+                .unwrap(),
+        );
+    })
+    .await;
+    let gate = tokio_util::sync::CancellationToken::new();
+    let held = gate.clone();
+    app.provider
+        .respond_with(std::sync::Arc::new(move |body: &Value| {
+            let system = body["messages"][0]["content"].to_string();
+            if system.contains("You are an evaluator") {
+                Reply::openai_text(r#"{"score": 0.9, "rationale": "Fine."}"#).hold_head(&held)
+            } else if system.contains("You keep a memory") {
+                Reply::openai_text(EXTRACTED).hold_head(&held)
+            } else {
+                Reply::openai_text("Noted.")
+            }
+        }));
+    let result = turn(
+        &app,
+        "s-erased-mid-job",
+        json!({"message": "I live in Lyon.", "user_id": "cy"}),
+    )
+    .await;
+    let turn_id = result["turn_id"].as_str().unwrap().to_owned();
+    // Both side calls are asked, and held.
+    for _ in 0..200 {
+        if app.provider.requests().len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(app.provider.requests().len(), 3);
+    let erased = app
+        .client
+        .delete(app.url("/sessions/s-erased-mid-job"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(erased.status(), 204);
+    gate.cancel();
+    // Time for what a job would still write.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let needles = ["s-erased-mid-job".to_owned(), turn_id];
+    let left = app.db.rows_naming(&needles).await;
+    assert!(left.values().all(|count| *count == 0), "{left:?}");
+    let (_, memories) = app.get_json("/memories?scope=user:cy").await;
+    assert_eq!(memories["memories"], json!([]), "{memories}");
+}
+
 on_both_backends!(
+    jobs_under_way_when_their_session_is_erased_write_nothing,
     with_embeddings_a_memory_is_found_by_meaning,
     a_fact_told_in_one_turn_is_in_the_next_prompt_until_forgotten,
     a_failing_extraction_leaves_the_turn_completed,

@@ -2337,18 +2337,21 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
             .await
             .unwrap();
         store
-            .upsert_memory(&agent_harness::store::NewMemory {
-                id: format!("mem_{}", Uuid::now_v7().simple()),
-                scope: agent_harness::ids::tenant_scope(tenant, &format!("session:{id}")),
-                kind: "fact".into(),
-                key: "city".into(),
-                content: "Lives in Lyon".into(),
-                source_session_id: id.into(),
-                source_turn_id: turn.id.to_string(),
-                embedding: None,
-                embedding_model: None,
-                at: Utc::now(),
-            })
+            .upsert_memory(
+                &agent_harness::store::NewMemory {
+                    id: format!("mem_{}", Uuid::now_v7().simple()),
+                    scope: agent_harness::ids::tenant_scope(tenant, &format!("session:{id}")),
+                    kind: "fact".into(),
+                    key: "city".into(),
+                    content: "Lives in Lyon".into(),
+                    source_session_id: id.into(),
+                    source_turn_id: turn.id.to_string(),
+                    embedding: None,
+                    embedding_model: None,
+                    at: Utc::now(),
+                },
+                None,
+            )
             .await
             .unwrap();
         made.push((tenant, id, session_contents(store.as_ref(), id).await));

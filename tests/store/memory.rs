@@ -32,24 +32,26 @@ fn memory(scope: &str, key: &str, content: &str) -> NewMemory {
 async fn memories_are_one_per_key_searchable_and_forgotten_per_scope(backend: Backend) {
     let (_db, store) = store(backend).await;
     store
-        .upsert_memory(&memory("user:ann", "home_city", "Ann lives in Lyon."))
+        .upsert_memory(&memory("user:ann", "home_city", "Ann lives in Lyon."), None)
         .await
         .unwrap();
     store
-        .upsert_memory(&memory(
-            "user:ann",
-            "prefers_format",
-            "Ann prefers bullet points.",
-        ))
+        .upsert_memory(
+            &memory("user:ann", "prefers_format", "Ann prefers bullet points."),
+            None,
+        )
         .await
         .unwrap();
     store
-        .upsert_memory(&memory("user:bob", "home_city", "Bob lives in Oslo."))
+        .upsert_memory(&memory("user:bob", "home_city", "Bob lives in Oslo."), None)
         .await
         .unwrap();
     // The same key updates the memory in place.
     store
-        .upsert_memory(&memory("user:ann", "home_city", "Ann moved to Nantes."))
+        .upsert_memory(
+            &memory("user:ann", "home_city", "Ann moved to Nantes."),
+            None,
+        )
         .await
         .unwrap();
     let all = store.list_memories("user:ann", None, 10).await.unwrap();
@@ -135,13 +137,16 @@ async fn a_turns_memory_read_is_the_search_and_the_preferences(backend: Backend)
         ("prefers_units", "Ann prefers metric units."),
     ] {
         store
-            .upsert_memory(&memory("user:ann", key, content))
+            .upsert_memory(&memory("user:ann", key, content), None)
             .await
             .unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     store
-        .upsert_memory(&memory("user:bob", "prefers_tone", "Bob prefers jokes."))
+        .upsert_memory(
+            &memory("user:bob", "prefers_tone", "Bob prefers jokes."),
+            None,
+        )
         .await
         .unwrap();
     let terms = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
@@ -191,14 +196,17 @@ async fn jobs_are_claimed_once_retried_and_reclaimed_when_stale(backend: Backend
         ("job_b", now - Duration::seconds(1)),
     ] {
         store
-            .enqueue_job(&NewJob {
-                id: id.into(),
-                kind: "judge".into(),
-                session_id: "s1".into(),
-                turn_id: "t1".into(),
-                payload: "{}".into(),
-                at,
-            })
+            .enqueue_job(
+                &NewJob {
+                    id: id.into(),
+                    kind: "judge".into(),
+                    session_id: "s1".into(),
+                    turn_id: "t1".into(),
+                    payload: "{}".into(),
+                    at,
+                },
+                None,
+            )
             .await
             .unwrap();
     }
@@ -331,7 +339,7 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
         rationale: "On topic.".into(),
     };
     let event_turn = Uuid::now_v7();
-    store.put_judgement(&record).await.unwrap();
+    store.put_judgement(&record, None).await.unwrap();
     // While the turn runs, its events own the next seqs.
     let at = record.created_at;
     let between = agent_harness::events::StoredEvent::new("s1", event_turn, 0, &event, at).unwrap();
@@ -403,14 +411,17 @@ async fn a_backlog_is_counted_and_shed_oldest_first_by_kind(backend: Backend) {
     .enumerate()
     {
         store
-            .enqueue_job(&NewJob {
-                id: format!("job_{i}"),
-                kind: kind.into(),
-                session_id: format!("s{}", i % 2),
-                turn_id: "t1".into(),
-                payload: "{}".into(),
-                at: now - Duration::seconds(10 - i as i64),
-            })
+            .enqueue_job(
+                &NewJob {
+                    id: format!("job_{i}"),
+                    kind: kind.into(),
+                    session_id: format!("s{}", i % 2),
+                    turn_id: "t1".into(),
+                    payload: "{}".into(),
+                    at: now - Duration::seconds(10 - i as i64),
+                },
+                None,
+            )
             .await
             .unwrap();
     }
@@ -475,7 +486,7 @@ async fn a_begin_answers_the_turns_first_reads_as_the_reads_would(backend: Backe
         ("prefers_format", "Ann prefers bullet points."),
     ] {
         store
-            .upsert_memory(&memory("user:ann", key, content))
+            .upsert_memory(&memory("user:ann", key, content), None)
             .await
             .unwrap();
     }
@@ -557,7 +568,10 @@ crate::on_both_backends!(
 async fn a_begin_whose_first_read_fails_still_begins_on_sqlite() {
     let (db, store) = store(Backend::Sqlite).await;
     store
-        .upsert_memory(&memory("user:ann", "home_city", "Ann lives in Nantes."))
+        .upsert_memory(
+            &memory("user:ann", "home_city", "Ann lives in Nantes."),
+            None,
+        )
         .await
         .unwrap();
     rusqlite::Connection::open(db.sqlite_path())

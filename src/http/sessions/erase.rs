@@ -65,7 +65,10 @@ pub(super) async fn erase_session(
 pub(crate) async fn erase(app: &AppState, key: &SessionKey) -> Result<bool, ApiError> {
     for _ in 0..TRIES {
         match app.store.erase_session(key).await? {
-            Erased::Erased => return Ok(true),
+            Erased::Erased => {
+                app.runner.stop_jobs_of(key.as_str());
+                return Ok(true);
+            }
             Erased::NotFound => return Ok(false),
             Erased::Running(turn) => {
                 // Ended already, or asked to end (a parked turn ends at
@@ -80,7 +83,10 @@ pub(crate) async fn erase(app: &AppState, key: &SessionKey) -> Result<bool, ApiE
         }
     }
     match app.store.erase_session(key).await? {
-        Erased::Erased => Ok(true),
+        Erased::Erased => {
+            app.runner.stop_jobs_of(key.as_str());
+            Ok(true)
+        }
         Erased::NotFound => Ok(false),
         Erased::Running(turn) => Err(ApiError::TurnRunning(turn)),
     }

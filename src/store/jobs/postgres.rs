@@ -87,9 +87,12 @@ impl Jobs for PostgresStore {
 
     /// Keeps a memory (one per scope and key), then drops the scope's
     /// least recently updated beyond the cap.
-    async fn upsert_memory(&self, memory: &NewMemory) -> Result<()> {
+    async fn upsert_memory(&self, memory: &NewMemory, of_job: Option<&str>) -> Result<bool> {
         self.bounded(async {
             let mut tx = self.begin_write().await?;
+            if !job_is_there(&mut tx, of_job).await? {
+                return Ok(false);
+            }
             sqlx::query(
                 "INSERT INTO memories (id, scope, kind, key, content, source_session_id, \
                  source_turn_id, embedding, embedding_model, created_at, updated_at) \
@@ -120,7 +123,7 @@ impl Jobs for PostgresStore {
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
-            Ok(())
+            Ok(true)
         })
         .await
     }
@@ -131,22 +134,30 @@ impl Jobs for PostgresStore {
         Ok(deleted)
     }
 
-    async fn enqueue_job(&self, job: &NewJob) -> Result<()> {
+    /// With `of_job`: the insert reads that job's row, locked (`FOR
+    /// SHARE`), in its own statement; an erase that took it first makes
+    /// the insert write nothing.
+    async fn enqueue_job(&self, job: &NewJob, of_job: Option<&str>) -> Result<bool> {
         let sql = "INSERT INTO background_jobs (id, kind, session_id, turn_id, payload, status, \
-                 run_after, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $6)";
-        self.execute(
-            sql,
-            args![
-                &job.id,
-                &job.kind,
-                &job.session_id,
-                &job.turn_id,
-                &job.payload,
-                job.at
-            ],
-        )
-        .await?;
-        Ok(())
+                 run_after, created_at, updated_at) \
+                 SELECT $1, $2, $3, $4, $5, 'pending', $6, $6, $6 \
+                 WHERE $7::text IS NULL \
+                    OR EXISTS (SELECT 1 FROM background_jobs WHERE id = $7 FOR SHARE)";
+        let inserted = self
+            .execute(
+                sql,
+                args![
+                    &job.id,
+                    &job.kind,
+                    &job.session_id,
+                    &job.turn_id,
+                    &job.payload,
+                    job.at,
+                    of_job
+                ],
+            )
+            .await?;
+        Ok(inserted == 1)
     }
 
     /// Replicas claim jobs without waiting on each other (`SKIP LOCKED`).
@@ -231,28 +242,52 @@ impl Jobs for PostgresStore {
         Ok(shed)
     }
 
-    async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<()> {
+    async fn put_judgement(
+        &self,
+        judgement: &JudgementRecord,
+        of_job: Option<&str>,
+    ) -> Result<bool> {
         let sql = "INSERT INTO judgements (id, session_id, turn_id, judge, prompt_id, prompt_version, \
                  score, passed, rationale, provider, model, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
-        self.execute(
-            sql,
-            args![
-                &judgement.id,
-                &judgement.session_id,
-                &judgement.turn_id,
-                &judgement.judge,
-                &judgement.prompt_id,
-                &judgement.prompt_version,
-                judgement.score,
-                judgement.passed,
-                &judgement.rationale,
-                &judgement.provider,
-                &judgement.model,
-                judgement.created_at
-            ],
-        )
-        .await?;
-        Ok(())
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 \
+                 WHERE $13::text IS NULL \
+                    OR EXISTS (SELECT 1 FROM background_jobs WHERE id = $13 FOR SHARE)";
+        let inserted = self
+            .execute(
+                sql,
+                args![
+                    &judgement.id,
+                    &judgement.session_id,
+                    &judgement.turn_id,
+                    &judgement.judge,
+                    &judgement.prompt_id,
+                    &judgement.prompt_version,
+                    judgement.score,
+                    judgement.passed,
+                    &judgement.rationale,
+                    &judgement.provider,
+                    &judgement.model,
+                    judgement.created_at,
+                    of_job
+                ],
+            )
+            .await?;
+        Ok(inserted == 1)
     }
+}
+
+/// Whether the job `id` still has its row (no job given: yes), locked
+/// (`FOR SHARE`) until `tx` ends: an erase, which deletes a session's jobs
+/// before the rest, then waits for what the job writes, and deletes it.
+async fn job_is_there(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    id: Option<&str>,
+) -> Result<bool> {
+    let Some(id) = id else { return Ok(true) };
+    let there: Option<i32> =
+        sqlx::query_scalar("SELECT 1 FROM background_jobs WHERE id = $1 FOR SHARE")
+            .bind(id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    Ok(there.is_some())
 }

@@ -44,10 +44,14 @@ impl Jobs for SqliteStore {
         )
     }
 
-    async fn upsert_memory(&self, memory: &NewMemory) -> Result<()> {
+    async fn upsert_memory(&self, memory: &NewMemory, of_job: Option<&str>) -> Result<bool> {
         let memory = memory.clone();
+        let of_job = of_job.map(str::to_owned);
         self.writes
             .run(move |connection| {
+                if !job_is_there(connection, of_job.as_deref())? {
+                    return Ok(false);
+                }
                 connection
                     .prepare_cached(
                         "INSERT INTO memories (id, scope, kind, key, content, source_session_id, \
@@ -82,7 +86,7 @@ impl Jobs for SqliteStore {
                         memory.scope,
                         crate::store::memories::MEMORIES_PER_SCOPE
                     ])?;
-                Ok(())
+                Ok(true)
             })
             .await
     }
@@ -101,10 +105,17 @@ impl Jobs for SqliteStore {
             .await
     }
 
-    async fn enqueue_job(&self, job: &NewJob) -> Result<()> {
+    async fn enqueue_job(&self, job: &NewJob, of_job: Option<&str>) -> Result<bool> {
         let job = job.clone();
+        let of_job = of_job.map(str::to_owned);
         self.writes
-            .run(move |connection| insert_job(connection, &job))
+            .run(move |connection| {
+                if !job_is_there(connection, of_job.as_deref())? {
+                    return Ok(false);
+                }
+                insert_job(connection, &job)?;
+                Ok(true)
+            })
             .await
     }
 
@@ -211,10 +222,18 @@ impl Jobs for SqliteStore {
             .await
     }
 
-    async fn put_judgement(&self, judgement: &JudgementRecord) -> Result<()> {
+    async fn put_judgement(
+        &self,
+        judgement: &JudgementRecord,
+        of_job: Option<&str>,
+    ) -> Result<bool> {
         let judgement = judgement.clone();
+        let of_job = of_job.map(str::to_owned);
         self.writes
             .run(move |connection| {
+                if !job_is_there(connection, of_job.as_deref())? {
+                    return Ok(false);
+                }
                 connection
                     .prepare_cached(
                         "INSERT INTO judgements (id, session_id, turn_id, judge, prompt_id, \
@@ -235,8 +254,18 @@ impl Jobs for SqliteStore {
                         judgement.model,
                         ts(judgement.created_at)
                     ])?;
-                Ok(())
+                Ok(true)
             })
             .await
     }
+}
+
+/// Whether the job `id` still has its row (no job given: yes), read in
+/// the writer's transaction that then writes what the job made.
+fn job_is_there(connection: &rusqlite::Connection, id: Option<&str>) -> Result<bool> {
+    let Some(id) = id else { return Ok(true) };
+    let there = connection
+        .prepare_cached("SELECT 1 FROM background_jobs WHERE id = ?1")?
+        .exists(params![id])?;
+    Ok(there)
 }
