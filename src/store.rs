@@ -171,7 +171,33 @@ pub struct OrphanScope {
     pub max_attempts: u32,
     /// Only this turn (a parked turn an answer has just woken here).
     pub only: Option<Uuid>,
+    /// The running turns a tenant may have where it sets none of its
+    /// own: a parked turn is taken up only while its tenant has room (else
+    /// it stays parked, due again [`PARKED_RETRY`] later, spread), unless
+    /// it was cancelled (it ends at once, asking no model).
+    pub max_running_default: Option<u32>,
 }
+
+/// How long a parked turn waits again when its tenant runs as many turns
+/// as it may: this, plus up to as much again (by the turn's id), so that
+/// turns woken together are taken up apart.
+pub const PARKED_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// When a parked turn that found its tenant full is due again.
+pub fn parked_retry_at(turn_id: &str, now: DateTime<Utc>) -> DateTime<Utc> {
+    let spread = turn_id
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+        % 1000;
+    let retry = PARKED_RETRY.as_millis() as i64 + i64::try_from(spread).unwrap_or(0);
+    now + chrono::Duration::milliseconds(retry)
+}
+
+/// A parked turn's tenant's cap ($2: the default) and how many turns it
+/// runs now (counted as a begin counts them), from the turn's id ($1).
+pub(crate) const TENANT_ROOM: &str = "SELECT COALESCE((SELECT n.max_running_turns FROM tenants n \
+     WHERE n.tenant = t.tenant), $2), (SELECT count(*) FROM turns r WHERE r.tenant = t.tenant \
+     AND r.status = 'running' AND r.parked_until IS NULL) FROM turns t WHERE t.id = $1";
 
 /// What a sweep did with an orphan.
 #[derive(Debug, Clone, PartialEq)]

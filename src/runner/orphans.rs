@@ -62,6 +62,7 @@ impl TurnRunner {
             alive: self.inner.live.ids().into_iter().collect(),
             max_attempts: self.inner.config.max_attempts,
             only,
+            max_running_default: self.inner.config.policy.tenant_defaults.max_running_turns,
         };
         let taken = self
             .inner

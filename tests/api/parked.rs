@@ -350,7 +350,68 @@ async fn a_parked_turn_holds_its_session_under_the_multitask_policy(backend: Bac
     );
 }
 
+/// Issue 63: a parked turn is taken up only while its tenant has room.
+/// With a cap of one running turn, three turns parked on a client's call
+/// and answered together run one at a time: while the first one's model
+/// call is under way, the others stay parked (due again a little later,
+/// spread), and each goes on once there is room. (Before, waking took no
+/// count: all three asked the model at once.)
+async fn parked_turns_woken_together_keep_their_tenants_cap(backend: Backend) {
+    let vault = vault_of(&[]);
+    let app = app(backend, vault.path(), "24h").await;
+    let gate = tokio_util::sync::CancellationToken::new();
+    let held = gate.clone();
+    app.provider.respond_with(Arc::new(move |body: &Value| {
+        let (_, answered) = crate::helpers::asked_and_answered(body);
+        if answered {
+            Reply::openai_text("Done.").hold_head(&held)
+        } else {
+            Reply::openai_tool_call("call_c1", "client__get_location", &json!({}))
+        }
+    }));
+    let mut turns = Vec::new();
+    for n in 0..3 {
+        let session = format!("s-cap-{n}");
+        let mut stream = app
+            .post_turn_sse(
+                &session,
+                json!({"message": "Where am I?", "client_tools": [location()]}),
+            )
+            .await;
+        let turn = stream.turn_id();
+        stream.read_until("tool.requested").await;
+        parked(&app, &session, &turn).await;
+        turns.push((session, turn, stream));
+    }
+    for (session, turn, _) in &turns {
+        let (status, body) = app
+            .post_body(
+                &format!("/sessions/{session}/turns/{turn}/tool-results/call_c1"),
+                json!({"output": "Lyon"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // The first one taken up asks the model; the others wait their turn.
+    let answered = |app: &TestApp| {
+        app.provider
+            .requests()
+            .iter()
+            .filter(|r| crate::helpers::asked_and_answered(&r.body).1)
+            .count()
+    };
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(answered(&app), 1, "one model call at a time");
+    gate.cancel();
+    for (_, _, stream) in &mut turns {
+        let rest = stream.read_to_end().await;
+        assert_eq!(types(&rest).last(), Some(&"turn.completed"), "{rest:?}");
+    }
+    assert_eq!(answered(&app), 3);
+}
+
 on_both_backends!(
+    parked_turns_woken_together_keep_their_tenants_cap,
     a_parked_turn_holds_its_session_under_the_multitask_policy,
     a_json_caller_is_told_what_its_turn_waits_for,
     a_waiting_turn_parks_and_goes_on_when_the_decision_comes,

@@ -1264,6 +1264,7 @@ async fn orphans_are_interrupted_once_with_a_final_event(backend: Backend) {
         alive: [late.id].into(),
         max_attempts: 0,
         only: None,
+        max_running_default: None,
     };
     let events = interrupted_only(store.take_orphans(&scope, "owner_lost", now).await.unwrap());
     let mut interrupted: Vec<_> = events.iter().map(|e| e.turn_id).collect();
@@ -1350,6 +1351,7 @@ async fn an_orphan_is_taken_over_and_its_lost_owner_writes_nothing(backend: Back
         alive: Default::default(),
         max_attempts: 3,
         only: None,
+        max_running_default: None,
     };
     let taken = store.take_orphans(&scope, "owner_lost", now).await.unwrap();
     let [
@@ -1550,6 +1552,7 @@ async fn a_parked_turn_is_taken_only_when_due_and_not_as_a_takeover(backend: Bac
         alive: [other.id].into(),
         max_attempts: 0,
         only: None,
+        max_running_default: None,
     };
     let at = |minutes| now + Duration::minutes(minutes);
     assert_eq!(
@@ -1566,6 +1569,7 @@ async fn a_parked_turn_is_taken_only_when_due_and_not_as_a_takeover(backend: Bac
     assert!(store.wake_turn(turn.id, at(1)).await.unwrap());
     let only = OrphanScope {
         only: Some(turn.id),
+        max_running_default: None,
         alive: Default::default(),
         ..sweep(at(2))
     };

@@ -258,9 +258,9 @@ impl Turns for PostgresStore {
                 // since the candidates were read keeps its turn. The row is
                 // locked for update: its owner's events in flight (which
                 // share-lock it) land first, or are refused after.
-                type Held = (i32, i32, String, Option<chrono::DateTime<chrono::Utc>>);
+                type Held = (i32, i32, String, Option<chrono::DateTime<chrono::Utc>>, bool);
                 let held: Option<Held> = sqlx::query_as(
-                    "SELECT attempt, resumes, owner_process, parked_at FROM turns \
+                    "SELECT attempt, resumes, owner_process, parked_at, cancel_requested FROM turns \
                      WHERE id = $1 AND status = 'running' \
                      AND ((owner_instance = $2 AND owner_process <> $3) OR heartbeat_at < $4) \
                      AND (parked_until IS NULL OR parked_until <= $5) \
@@ -273,9 +273,29 @@ impl Turns for PostgresStore {
                 .bind(now)
                 .fetch_optional(&mut *tx)
                 .await?;
-                let Some((attempt, resumes, owner_process, parked_at)) = held else {
+                let Some((attempt, resumes, owner_process, parked_at, cancel_requested)) = held
+                else {
                     continue;
                 };
+                if parked_at.is_some() && !cancel_requested {
+                    // Taken up only while its tenant has room (counted as a
+                    // begin counts, in this transaction's snapshot).
+                    let (most, running): (Option<i64>, i64) =
+                        sqlx::query_as(crate::store::TENANT_ROOM)
+                            .bind(&turn_id)
+                            .bind(scope.max_running_default.map(i64::from))
+                            .fetch_one(&mut *tx)
+                            .await?;
+                    if most.is_some_and(|most| running >= most) {
+                        sqlx::query("UPDATE turns SET parked_until = $2 WHERE id = $1")
+                            .bind(&turn_id)
+                            .bind(crate::store::parked_retry_at(&turn_id, now))
+                            .execute(&mut *tx)
+                            .await?;
+                        tx.commit().await?;
+                        continue;
+                    }
+                }
                 let next_seq: i64 = sqlx::query_scalar(
                     "SELECT COALESCE((SELECT COALESCE(seq_end, seq) FROM events \
                      WHERE session_id = $1 ORDER BY seq DESC LIMIT 1), 0) + 1",

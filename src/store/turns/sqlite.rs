@@ -33,6 +33,7 @@ struct Candidate {
     resumes: u32,
     owner_process: String,
     parked_at: Option<String>,
+    cancel_requested: bool,
 }
 
 /// What one try of a begin found.
@@ -269,7 +270,8 @@ impl Turns for SqliteStore {
                 let only = scope.only.map(|id| id.to_string());
                 let candidates: Vec<Candidate> = tx
                     .prepare_cached(
-                        "SELECT id, session_id, attempt, resumes, owner_process, parked_at FROM turns \
+                        "SELECT id, session_id, attempt, resumes, owner_process, parked_at, \
+                     cancel_requested FROM turns \
                      WHERE status = 'running' \
                      AND ((owner_instance = ?1 AND owner_process <> ?2) OR heartbeat_at < ?3) \
                      AND (parked_until IS NULL OR parked_until <= ?5) AND (?6 IS NULL OR id = ?6) \
@@ -292,6 +294,7 @@ impl Turns for SqliteStore {
                                 resumes: row.get(3)?,
                                 owner_process: row.get(4)?,
                                 parked_at: row.get(5)?,
+                                cancel_requested: row.get(6)?,
                             })
                         },
                     )?
@@ -305,6 +308,7 @@ impl Turns for SqliteStore {
                         resumes,
                         owner_process,
                         parked_at,
+                        cancel_requested,
                     } = candidate;
                     let released = owner_process.is_empty();
                     if scope.alive.contains(&parse_uuid(&turn_id)?) {
@@ -325,6 +329,24 @@ impl Turns for SqliteStore {
                         Some(raw) => Some(parse_ts(raw)?),
                         None => None,
                     };
+                    if parked.is_some() && !cancel_requested {
+                        // Taken up only while its tenant has room (one
+                        // writer: the count holds until the claim).
+                        let (most, running): (Option<i64>, i64) = tx
+                            .prepare_cached(&crate::store::TENANT_ROOM.replace('$', "?"))?
+                            .query_row(
+                                params![turn_id, scope.max_running_default.map(i64::from)],
+                                |row| Ok((row.get(0)?, row.get(1)?)),
+                            )?;
+                        if most.is_some_and(|most| running >= most) {
+                            tx.prepare_cached("UPDATE turns SET parked_until = ?2 WHERE id = ?1")?
+                                .execute(params![
+                                    turn_id,
+                                    ts(crate::store::parked_retry_at(&turn_id, now))
+                                ])?;
+                            continue;
+                        }
+                    }
                     if let Some(parked_at) = parked {
                         // Woken: not a take-over; what the park lasted
                         // moves the turn's compute deadline.
