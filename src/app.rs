@@ -39,7 +39,6 @@ pub struct App {
     pub provider_names: Vec<String>,
     /// Turns that MCP `tools/call` requests of this process are answering.
     pub mcp_calls: McpCalls,
-    pub mcp_log_levels: McpLogLevels,
     /// The MCP sessions (up to 2025-11-25) this process began: their
     /// subscriptions and elicitations.
     pub mcp_sessions: McpSessions,
@@ -73,43 +72,6 @@ impl App {
     pub async fn answered(&self, turn_id: uuid::Uuid) {
         self.approvals_decided.notify_waiters();
         self.runner.wake(turn_id).await;
-    }
-}
-
-/// The log level each MCP session (the versions up to 2025-11-25, with
-/// their `Mcp-Session-Id`) set with `logging/setLevel`, by tenant and
-/// session: its `ask` streams carry the turn's log messages at or above
-/// it. Kept by this process; bounded: past [`McpLogLevels::MAX`] sessions
-/// a new one's level is not kept (it gets no log messages).
-#[derive(Debug, Default)]
-pub struct McpLogLevels(std::sync::Mutex<std::collections::HashMap<String, usize>>);
-
-impl McpLogLevels {
-    pub const MAX: usize = 10_000;
-
-    fn key(tenant: &str, session: &str) -> String {
-        format!("{tenant}\u{0}{session}")
-    }
-
-    /// Sets a session's level (an index of the RFC 5424 levels, debug 0).
-    pub fn set(&self, tenant: &str, session: &str, level: usize) {
-        let mut levels = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = Self::key(tenant, session);
-        if levels.len() < Self::MAX || levels.contains_key(&key) {
-            levels.insert(key, level);
-        }
-    }
-
-    /// A session's level, if it set one.
-    pub fn get(&self, tenant: &str, session: &str) -> Option<usize> {
-        let levels = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        levels.get(&Self::key(tenant, session)).copied()
     }
 }
 
@@ -196,8 +158,14 @@ impl App {
 /// Axum state: a cheap handle on [`App`].
 pub type AppState = Arc<App>;
 
-/// MCP sessions a process keeps at most; past it the ones idle longest go.
+/// MCP sessions a process keeps at most.
 const MCP_SESSIONS_MAX: usize = 10_000;
+/// MCP sessions one tenant keeps at most in a process: past it, the
+/// tenant's own session idle longest goes (never another tenant's).
+pub const MCP_SESSIONS_PER_TENANT: usize = 1_000;
+/// The longest `Mcp-Session-Id` read: the ids this process gives are
+/// UUIDs; a longer one is no session of ours.
+pub const MCP_SESSION_ID_MAX: usize = 64;
 /// Resources one session follows at most.
 pub const MCP_URIS_MAX: usize = 100;
 /// Approvals asked of one session by elicitation and not answered, at most.
@@ -220,6 +188,10 @@ struct Watched {
     /// The approvals asked of it by elicitation, by request id: the
     /// session, turn and call each decides.
     asked: HashMap<String, (SessionKey, Uuid, String)>,
+    /// The level `logging/setLevel` set (an index of the RFC 5424 levels,
+    /// debug 0): its `ask` streams carry the turn's log messages at or
+    /// above it.
+    log_level: Option<usize>,
 }
 
 /// The MCP sessions (up to 2025-11-25) `initialize` began in this
@@ -241,23 +213,32 @@ impl McpSessions {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps a session `initialize` began; when full, the session idle
-    /// longest (past [`MCP_IDLE`] first) makes room.
-    pub fn begin(&self, tenant: &Tenant, session: &str, elicits: bool) {
+    /// Keeps a session `initialize` began. A tenant keeps at most
+    /// [`MCP_SESSIONS_PER_TENANT`]: past it, its own session idle longest
+    /// makes room. When the process holds [`MCP_SESSIONS_MAX`], the
+    /// sessions idle past [`MCP_IDLE`] go; if none is, the new session is
+    /// refused (false): one tenant's `initialize` never evicts another
+    /// tenant's session, nor its questions.
+    pub fn begin(&self, tenant: &Tenant, session: &str, elicits: bool) -> bool {
         let mut sessions = self.lock();
         let now = Instant::now();
-        if sessions.len() >= MCP_SESSIONS_MAX {
-            // Full: the idle ones go first (a sweep only then, not at
-            // every `initialize`).
-            sessions.retain(|_, watched| now.duration_since(watched.seen) < MCP_IDLE);
-        }
-        if sessions.len() >= MCP_SESSIONS_MAX
+        let own = sessions.keys().filter(|(t, _)| *t == tenant.0).count();
+        if own >= MCP_SESSIONS_PER_TENANT
             && let Some(oldest) = sessions
                 .iter()
+                .filter(|((t, _), _)| *t == tenant.0)
                 .min_by_key(|(_, watched)| watched.seen)
                 .map(|(key, _)| key.clone())
         {
             sessions.remove(&oldest);
+        }
+        if sessions.len() >= MCP_SESSIONS_MAX {
+            // Full: the idle ones go (a sweep only then, not at every
+            // `initialize`).
+            sessions.retain(|_, watched| now.duration_since(watched.seen) < MCP_IDLE);
+        }
+        if sessions.len() >= MCP_SESSIONS_MAX {
+            return false;
         }
         sessions.insert(
             (tenant.0.clone(), session.to_owned()),
@@ -267,8 +248,31 @@ impl McpSessions {
                 stream: 0,
                 elicits,
                 asked: HashMap::new(),
+                log_level: None,
             },
         );
+        true
+    }
+
+    /// Sets a session's log level; false: no session of this process.
+    pub fn set_log_level(&self, tenant: &Tenant, session: &str, level: usize) -> bool {
+        let mut sessions = self.lock();
+        match sessions.get_mut(&(tenant.0.clone(), session.to_owned())) {
+            Some(watched) => {
+                watched.seen = Instant::now();
+                watched.log_level = Some(level);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A session's log level, if it set one.
+    pub fn log_level(&self, tenant: &Tenant, session: &str) -> Option<usize> {
+        let sessions = self.lock();
+        sessions
+            .get(&(tenant.0.clone(), session.to_owned()))
+            .and_then(|watched| watched.log_level)
     }
 
     pub fn subscribe(
@@ -353,14 +357,20 @@ impl McpSessions {
 mod tests {
     use super::*;
 
-    /// Past the most sessions, a new one takes the place of the session
-    /// idle longest; one still in use stays, and so does its question.
+    /// Past a tenant's share, its new session takes the place of its own
+    /// session idle longest; one still in use stays, and so does its
+    /// question. Another tenant's sessions are never taken (issue 63: one
+    /// tenant's `initialize` calls evicted every tenant's sessions).
     #[tokio::test(start_paused = true)]
-    async fn a_full_set_of_mcp_sessions_forgets_the_idlest() {
+    async fn a_tenants_full_share_of_mcp_sessions_forgets_its_own_idlest() {
         let sessions = McpSessions::default();
         let tenant = Tenant("acme".into());
-        for n in 0..MCP_SESSIONS_MAX {
-            sessions.begin(&tenant, &format!("s{n}"), n == 0);
+        let other = Tenant("globex".into());
+        assert!(sessions.begin(&other, "g0", false));
+        assert!(sessions.set_log_level(&other, "g0", 3));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        for n in 0..MCP_SESSIONS_PER_TENANT {
+            assert!(sessions.begin(&tenant, &format!("s{n}"), n == 0));
             tokio::time::advance(Duration::from_millis(1)).await;
         }
         // s0 asks something: now the most recent; s1 is the idlest.
@@ -374,13 +384,34 @@ mod tests {
             ),
         );
         let asked = asked.expect("s0 takes elicitation");
-        sessions.begin(&tenant, "new", false);
+        for n in 0..5 {
+            assert!(sessions.begin(&tenant, &format!("new{n}"), false));
+        }
         assert!(sessions.subscribe(&tenant, "s1", "vault:///a.md").is_err());
-        assert!(sessions.subscribe(&tenant, "s2", "vault:///a.md").is_ok());
-        assert!(sessions.subscribe(&tenant, "new", "vault:///a.md").is_ok());
+        assert!(sessions.subscribe(&tenant, "s6", "vault:///a.md").is_ok());
+        assert!(sessions.subscribe(&tenant, "new4", "vault:///a.md").is_ok());
         assert!(sessions.answered(&tenant, "s0", &asked).is_some());
+        // The other tenant's session, the idlest of all, is still there.
+        assert!(sessions.subscribe(&other, "g0", "vault:///a.md").is_ok());
+        assert_eq!(sessions.log_level(&other, "g0"), Some(3));
         // Another tenant's session of the same id is not this one.
-        let other = Tenant("globex".into());
         assert!(sessions.answered(&other, "s0", &asked).is_none());
+        // A level is kept only for a session this process began.
+        assert!(!sessions.set_log_level(&tenant, "made-up", 0));
+        assert_eq!(sessions.log_level(&tenant, "made-up"), None);
+    }
+
+    /// A full process refuses a new session rather than evict one in use.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_process_refuses_a_new_mcp_session() {
+        let sessions = McpSessions::default();
+        for n in 0..MCP_SESSIONS_MAX {
+            let tenant = Tenant(format!("t{}", n / MCP_SESSIONS_PER_TENANT));
+            assert!(sessions.begin(&tenant, &format!("s{n}"), false));
+        }
+        assert!(!sessions.begin(&Tenant("late".into()), "s", false));
+        // Once they are idle past an hour, they make room.
+        tokio::time::advance(MCP_IDLE + Duration::from_secs(1)).await;
+        assert!(sessions.begin(&Tenant("late".into()), "s", false));
     }
 }

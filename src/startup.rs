@@ -149,7 +149,6 @@ impl Application {
             mcp: Arc::new(mcp),
             approvals_decided: approvals,
             mcp_calls: crate::app::McpCalls::default(),
-            mcp_log_levels: crate::app::McpLogLevels::default(),
             mcp_sessions: crate::app::McpSessions::default(),
             provider_names,
         });

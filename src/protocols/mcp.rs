@@ -65,6 +65,17 @@ async fn mcp(
     headers: HeaderMap,
     ApiJson(message): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
+    // Both are echoed (the progress token on every progress frame), in
+    // every version: bounded before anything reads them.
+    let progress = &message["params"]["_meta"]["progressToken"];
+    let id = message.get("id");
+    if !id.is_none_or(super::jsonrpc::valid_id) || !super::jsonrpc::valid_id(progress) {
+        let refused = axum::Json(super::jsonrpc::invalid_id());
+        return Ok(axum::response::IntoResponse::into_response((
+            axum::http::StatusCode::BAD_REQUEST,
+            refused,
+        )));
+    }
     if current::asks_for(&headers, &message) {
         return current::answer(app, tenant, headers, &message).await;
     }

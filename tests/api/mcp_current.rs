@@ -179,6 +179,34 @@ async fn headers_and_meta_that_disagree_are_refused(backend: Backend) {
         (&refused["error"]["code"], &refused["id"]),
         (&json!(-32602), &json!(3))
     );
+    // A progress token is bounded as an id is (issue 63: a 100 KB token
+    // came back on every progress frame).
+    let long = "t".repeat(100_000);
+    let params = json!({"name": "ask", "arguments": {"message": "Hi"},
+                        "_meta": {"progressToken": long}});
+    let mut params_with_meta = params.clone();
+    for (key, value) in meta(false).as_object().unwrap() {
+        params_with_meta["_meta"][key] = value.clone();
+    }
+    let response = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", VERSION)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "ask")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": params_with_meta}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let refused: Value = response.json().await.unwrap();
+    assert_eq!(
+        (&refused["error"]["code"], &refused["id"]),
+        (&json!(-32600), &Value::Null)
+    );
     // The handshake is gone in 2026-07-28: 404, method not found.
     let (status, refused) = request(&app, None, "initialize", None, json!({}), false).await;
     assert_eq!((status, &refused["error"]["code"]), (404, &json!(-32601)));

@@ -29,8 +29,8 @@ use crate::{
         approvals::{ClientDecision, approvals, decide},
         error::ApiError,
         jsonrpc::{
-            self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
-            error as rpc_error, is_message, result as rpc_result,
+            INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, error as rpc_error,
+            is_message, result as rpc_result,
         },
         stream_for, typed,
     },
@@ -81,9 +81,11 @@ pub(super) async fn answer(
             &rpc_error(&Value::Null, INVALID_REQUEST, "not a JSON-RPC 2.0 message"),
         ));
     };
+    // No id this process gives is longer: a longer one names no session.
     let mcp_session = headers
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
+        .filter(|id| id.len() <= crate::app::MCP_SESSION_ID_MAX)
         .unwrap_or_default()
         .to_owned();
     // A `method` that is not text is no request, no notification, no
@@ -99,11 +101,8 @@ pub(super) async fn answer(
     }
     let method = fields.get("method").and_then(Value::as_str);
     let params = fields.get("params").cloned().unwrap_or(Value::Null);
-    // Both are echoed, the progress token on every progress frame.
+    // The id and the progress token were bounded (`super::mcp`).
     let progress = &params["_meta"]["progressToken"];
-    if !fields.get("id").is_none_or(jsonrpc::valid_id) || !jsonrpc::valid_id(progress) {
-        return Ok(json_answer(StatusCode::BAD_REQUEST, &jsonrpc::invalid_id()));
-    }
     let Some(id) = fields.get("id").filter(|id| !id.is_null()).cloned() else {
         // A notification (or a client's response): taken, nothing to say.
         if method == Some("notifications/cancelled") {
@@ -136,23 +135,28 @@ pub(super) async fn answer(
                 "instructions": "Call `ask` with a message to run one turn of this agent; \
                                  pass the `session_id` it answers to go on with the conversation.",
             });
-            let mut response = json_answer(StatusCode::OK, &rpc_result(&id, result));
             let session = Uuid::now_v7().to_string();
+            let elicits = params["capabilities"]["elicitation"].is_object();
+            if !app.mcp_sessions.begin(&tenant, &session, elicits) {
+                let refused = rpc_error(
+                    &id,
+                    INTERNAL_ERROR,
+                    "this replica holds as many MCP sessions as it may: try again later",
+                );
+                return Ok(json_answer(StatusCode::SERVICE_UNAVAILABLE, &refused));
+            }
+            let mut response = json_answer(StatusCode::OK, &rpc_result(&id, result));
             if let Ok(value) = HeaderValue::from_str(&session) {
                 response.headers_mut().insert(SESSION_HEADER, value);
-                let elicits = params["capabilities"]["elicitation"].is_object();
-                app.mcp_sessions.begin(&tenant, &session, elicits);
             }
             return Ok(response);
         }
         "ping" => rpc_result(&id, json!({})),
         "logging/setLevel" => match params["level"].as_str() {
             Some(level) if LOG_LEVELS.contains(&level) => {
-                if let (Some(index), false) = (
-                    LOG_LEVELS.iter().position(|l| *l == level),
-                    mcp_session.is_empty(),
-                ) {
-                    app.mcp_log_levels.set(&tenant.0, &mcp_session, index);
+                // Kept for a session this process began, and only then.
+                if let Some(index) = LOG_LEVELS.iter().position(|l| *l == level) {
+                    app.mcp_sessions.set_log_level(&tenant, &mcp_session, index);
                 }
                 rpc_result(&id, json!({}))
             }
@@ -304,7 +308,7 @@ async fn ask(
     }
     let events = started.events(app);
     let format = AskStream {
-        log_level: app.mcp_log_levels.get(&call.tenant.0, &call.mcp_session),
+        log_level: app.mcp_sessions.log_level(&call.tenant, &call.mcp_session),
         app: app.clone(),
         tenant: call.tenant,
         mcp_session: call.mcp_session,
