@@ -192,6 +192,24 @@ pub trait Audit: Reads + Send + Sync {
 const INSERT: &str = "INSERT INTO audit (at, tenant, kind, actor, subject, outcome) \
                       VALUES ($1, $2, $3, $4, $5, $6)";
 
+/// A refusal of another tenant's resource: one row per owner, caller and
+/// minute (`$1` is the minute), counted; the first request's id and
+/// method stay.
+const REFUSAL: &str = "INSERT INTO audit (at, tenant, kind, actor, subject, outcome) \
+                       VALUES ($1, $2, $3, $4, $5, $6) \
+                       ON CONFLICT (tenant, actor, at) WHERE kind = 'refused.other_tenant' \
+                       DO UPDATE SET count = audit.count + 1";
+
+/// The statement that writes `entry` at `at`, and the time it writes:
+/// refusals of another tenant's resource are counted by the minute.
+fn insert_of(entry: &AuditEntry, at: DateTime<Utc>) -> (&'static str, DateTime<Utc>) {
+    if entry.kind == kinds::REFUSED_OTHER_TENANT {
+        (REFUSAL, minute_of(at))
+    } else {
+        (INSERT, at)
+    }
+}
+
 /// The count of a failed authentication.
 const AUTH_FAILURE: &str = "INSERT INTO audit (at, kind, actor, address) \
                             VALUES ($1, 'auth.failed', 'anonymous', $2) \

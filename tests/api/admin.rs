@@ -219,19 +219,20 @@ async fn the_audit_trail_records_who_did_what(backend: Backend) {
     assert_eq!(decided[0]["actor"], "key_acme");
     assert_eq!(decided[0]["subject"], format!("{}/call_e1", turns[0]));
     assert_eq!(decided[0]["outcome"], "approved");
+    // Globex's four refusals are one row of Acme's trail per minute, with
+    // their count and the first one's id and method (issue 63: a row
+    // each). (Two rows when the requests straddle a minute.)
     let refused = find("refused.other_tenant");
-    assert_eq!(refused.len(), 4, "{rows:?}");
+    assert!((1..=2).contains(&refused.len()), "{rows:?}");
     assert!(
         refused
             .iter()
             .all(|r| r["tenant"] == "acme" && r["actor"] == "key_globex")
     );
+    let counted: i64 = refused.iter().map(|r| r["count"].as_i64().unwrap()).sum();
+    assert_eq!(counted, 4, "{refused:?}");
     assert_eq!(refused[0]["subject"], "s-a1");
     assert_eq!(refused[0]["outcome"], "DELETE by tenant globex");
-    assert_eq!(refused[1]["subject"], turns[0].as_str());
-    assert_eq!(refused[2]["subject"], hook.as_str());
-    assert_eq!(refused[2]["outcome"], "GET by tenant globex");
-    assert_eq!(refused[3]["subject"], artifact.as_str());
     let failed = find("auth.failed");
     assert_eq!(failed.len(), 1, "{rows:?}");
     assert_eq!(failed[0]["count"], 3);

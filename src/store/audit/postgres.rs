@@ -4,12 +4,13 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{AUTH_FAILURE, Audit, AuditEntry, INSERT, TRIM, minute_of};
+use super::{AUTH_FAILURE, Audit, AuditEntry, TRIM, insert_of, minute_of};
 use crate::store::{Result, postgres::PostgresStore, reader::args};
 
 #[async_trait]
 impl Audit for PostgresStore {
     async fn audit(&self, entry: &AuditEntry, at: DateTime<Utc>) -> Result<()> {
+        let (sql, at) = insert_of(entry, at);
         let args = args![
             at,
             entry.tenant.as_str(),
@@ -18,7 +19,7 @@ impl Audit for PostgresStore {
             entry.subject.as_deref(),
             entry.outcome.as_deref()
         ];
-        self.execute(INSERT, args).await?;
+        self.execute(sql, args).await?;
         Ok(())
     }
 

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::params;
 
-use super::{AUTH_FAILURE, Audit, AuditEntry, INSERT, TRIM, minute_of};
+use super::{AUTH_FAILURE, Audit, AuditEntry, TRIM, insert_of, minute_of};
 use crate::store::{
     Result,
     sqlite::{SqliteStore, writer::ts},
@@ -14,9 +14,10 @@ use crate::store::{
 impl Audit for SqliteStore {
     async fn audit(&self, entry: &AuditEntry, at: DateTime<Utc>) -> Result<()> {
         let entry = entry.clone();
+        let (sql, at) = insert_of(&entry, at);
         self.writes
             .run(move |connection| {
-                connection.prepare_cached(INSERT)?.execute(params![
+                connection.prepare_cached(sql)?.execute(params![
                     ts(at),
                     entry.tenant,
                     entry.kind,
