@@ -114,8 +114,28 @@ impl TurnRunner {
         };
         let mut touched = tokio::time::Instant::now();
         let mut waiting_for: Option<Uuid> = None;
+        // Bounded: each round waits (a poll, a touch interval, the turn
+        // that runs) and the deadline ends it.
         loop {
-            if tokio::time::Instant::now() >= deadline {
+            let due = tokio::time::Instant::now() >= deadline;
+            if due || touched.elapsed() >= QUEUE_TICKET_TOUCH {
+                if !store.touch_ticket(ticket.ticket, now_ms()).await? {
+                    // The ticket is gone: an erase of the session (or of
+                    // its tenant) emptied its queue, and what is erased
+                    // does not begin again; the request gives up. (A
+                    // ticket that went stale, its process silent for
+                    // 10 s, gives up too: its wait was cut.)
+                    return Err(match store.get_session(session_id).await? {
+                        Some(session) => match session.running_turn_id {
+                            Some(running) => QueuedStartError::TimedOut(running),
+                            None => QueuedStartError::Start(StartError::SessionNotFound),
+                        },
+                        None => QueuedStartError::Start(StartError::SessionNotFound),
+                    });
+                }
+                touched = tokio::time::Instant::now();
+            }
+            if due {
                 // One last try, in or out of turn: the wait is over.
                 return match self.try_start(session_id, &spec, &idempotency_key).await? {
                     Err(running) => Err(QueuedStartError::TimedOut(running)),
@@ -124,10 +144,6 @@ impl TurnRunner {
                         Ok(started)
                     }
                 };
-            }
-            if touched.elapsed() >= QUEUE_TICKET_TOUCH {
-                store.touch_ticket(ticket.ticket, now_ms()).await?;
-                touched = tokio::time::Instant::now();
             }
             if let Some(running) = waiting_for {
                 // Woken at least every touch interval to keep the ticket.

@@ -439,10 +439,16 @@ pub trait Turns: Reads + Send + Sync + 'static {
     }
 
     /// Keeps a ticket alive.
-    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<()>;
+    /// (false: the ticket is gone: an erase took the session's queue, or
+    /// it went stale and another waiter dropped it).
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<bool>;
 
     /// Leaves the queue (the turn began, or the request gave up).
     async fn leave_queue(&self, ticket: i64) -> Result<()>;
+
+    /// Empties `session_id`'s queue (its erase begins): every request that
+    /// waits in it finds its ticket gone, and none begins a turn.
+    async fn clear_queue(&self, session_id: &SessionKey) -> Result<()>;
 }
 
 /// Milliseconds from `parked_at` to `now` (none when the clock went back):

@@ -160,4 +160,55 @@ async fn queued_turns_run_in_the_order_they_were_posted(backend: Backend) {
     assert_eq!(ran, posted);
 }
 
-on_both_backends!(queued_turns_run_in_the_order_they_were_posted);
+/// Issue 63: a request queued behind a running turn whose session is
+/// then erased gives up (404 `session_not_found`, at its next touch of its
+/// ticket), and the erased session does not begin again. (Before, the
+/// request waited for its deadline and then began the turn, making the
+/// session again.)
+async fn a_queued_request_of_an_erased_session_gives_up(backend: Backend) {
+    let app = std::sync::Arc::new(spawn_app(backend).await);
+    let gate = CancellationToken::new();
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(2, &gate)]);
+    let mut first = app
+        .post_turn_sse("s-erase-q", json!({"message": "turn 1"}))
+        .await;
+    first.read_until("turn.started").await;
+    let queued = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            post(
+                &app,
+                "s-erase-q",
+                json!({"message": "turn 2", "multitask": "enqueue"}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let erased = app
+        .client
+        .delete(app.url("/sessions/s-erase-q"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(erased.status(), 204);
+    let (status, body) = tokio::time::timeout(Duration::from_secs(10), queued)
+        .await
+        .expect("the queued request gives up before its deadline")
+        .unwrap();
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("session_not_found")),
+        "{body}"
+    );
+    let (status, _) = app.get_json("/sessions/s-erase-q").await;
+    assert_eq!(status, 404);
+    assert_eq!(app.provider.requests().len(), 1, "turn 2 never began");
+    gate.cancel();
+}
+
+on_both_backends!(
+    queued_turns_run_in_the_order_they_were_posted,
+    a_queued_request_of_an_erased_session_gives_up,
+);

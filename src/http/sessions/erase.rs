@@ -63,6 +63,9 @@ pub(super) async fn erase_session(
 /// there was no such session. 409 `turn_running` when the turn did not
 /// end in time (nothing of the session is erased then).
 pub(crate) async fn erase(app: &AppState, key: &SessionKey) -> Result<bool, ApiError> {
+    // First the requests queued behind its turn (`multitask: enqueue`):
+    // none of them begins a turn once its running one is cancelled.
+    app.store.clear_queue(key).await?;
     for _ in 0..TRIES {
         match app.store.erase_session(key).await? {
             Erased::Erased => {

@@ -212,9 +212,14 @@ impl Turns for PostgresStore {
         .await
     }
 
-    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<()> {
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<bool> {
         let sql = "UPDATE turn_queue SET alive_ms = $2 WHERE ticket = $1";
-        self.execute(sql, args![ticket, now_ms]).await?;
+        Ok(self.execute(sql, args![ticket, now_ms]).await? == 1)
+    }
+
+    async fn clear_queue(&self, session_id: &SessionKey) -> Result<()> {
+        let sql = "DELETE FROM turn_queue WHERE session_id = $1";
+        self.execute(sql, args![session_id.as_str()]).await?;
         Ok(())
     }
 

@@ -234,12 +234,24 @@ impl Turns for SqliteStore {
             .await
     }
 
-    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<()> {
+    async fn touch_ticket(&self, ticket: i64, now_ms: i64) -> Result<bool> {
+        self.writes
+            .run(move |connection| {
+                let touched = connection
+                    .prepare_cached("UPDATE turn_queue SET alive_ms = ?2 WHERE ticket = ?1")?
+                    .execute(params![ticket, now_ms])?;
+                Ok(touched == 1)
+            })
+            .await
+    }
+
+    async fn clear_queue(&self, session_id: &SessionKey) -> Result<()> {
+        let session_id = session_id.as_str().to_owned();
         self.writes
             .run(move |connection| {
                 connection
-                    .prepare_cached("UPDATE turn_queue SET alive_ms = ?2 WHERE ticket = ?1")?
-                    .execute(params![ticket, now_ms])?;
+                    .prepare_cached("DELETE FROM turn_queue WHERE session_id = ?1")?
+                    .execute(params![session_id])?;
                 Ok(())
             })
             .await
