@@ -72,6 +72,7 @@ const TASK_NOT_CANCELABLE: i64 = -32002;
 const PUSH_NOTIFICATION_NOT_SUPPORTED: i64 = -32003;
 const UNSUPPORTED_OPERATION: i64 = -32004;
 const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
+const EXTENDED_AGENT_CARD_NOT_CONFIGURED: i64 = -32007;
 
 /// A JSON-RPC error of a method.
 #[derive(Debug)]
@@ -218,8 +219,8 @@ impl Caller {
             "GetTask" => self.get(params).await,
             "ListTasks" => self.list(params).await,
             "CancelTask" => self.cancel(params).await,
-            // Behind the key like every method here, when keys are on.
-            "GetExtendedAgentCard" => Ok(card::extended_card(&self.app)),
+            // Behind the key like every method here: only when keys are on.
+            "GetExtendedAgentCard" => card::extended_card(&self.app),
             "CreateTaskPushNotificationConfig" => self.create_push(params).await,
             "GetTaskPushNotificationConfig" => self.get_push(params).await,
             "ListTaskPushNotificationConfigs" => self.list_pushes(params).await,

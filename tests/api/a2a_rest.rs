@@ -108,16 +108,11 @@ async fn a_task_is_sent_read_listed_and_streamed_over_rest(backend: Backend) {
     assert_eq!(rest["tasks"][0]["id"], id.as_str());
     assert!(rest["tasks"][0]["artifacts"].is_array());
 
+    // Keys are off: no extended card (issue 63).
     let (status, card) = call(&app, "GET", "/extendedAgentCard", None).await;
-    assert_eq!(status, 200);
-    assert!(
-        card["skills"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["id"] == "read_note"),
-        "{card}"
-    );
+    assert_eq!(status, 400, "{card}");
+    assert_eq!(card["code"], "extended_agent_card_not_configured", "{card}");
+    assert!(card.get("skills").is_none(), "{card}");
 }
 
 /// A running task is cancelled with `:cancel` and followed with

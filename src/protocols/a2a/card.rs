@@ -7,7 +7,7 @@ use axum::{
 };
 use serde_json::{Value, json};
 
-use super::VERSION;
+use super::{EXTENDED_AGENT_CARD_NOT_CONFIGURED, RpcError, VERSION};
 use crate::{app::AppState, tools::EffectClass};
 
 /// The extension that lets a client declare tools it runs itself.
@@ -79,7 +79,9 @@ fn public_card(app: &AppState) -> Value {
         "capabilities": {
             "streaming": true,
             "pushNotifications": true,
-            "extendedAgentCard": true,
+            // Only where a caller can be authenticated: the tool inventory
+            // is for callers with a key.
+            "extendedAgentCard": app.settings.server.auth_required(),
             "extensions": [{
                 "uri": CLIENT_TOOLS_EXTENSION,
                 "description": "Tools the client runs: declare them in the request's \
@@ -105,9 +107,17 @@ fn public_card(app: &AppState) -> Value {
     card
 }
 
-/// The extended card (`GetExtendedAgentCard`, behind the key when keys
-/// are on): the public card, and a skill for each tool the agent may use.
-pub(super) fn extended_card(app: &AppState) -> Value {
+/// The extended card (`GetExtendedAgentCard`, behind the key): the
+/// public card, and a skill for each tool the agent may use. With keys
+/// off no caller can be authenticated, so there is none (the public card
+/// does not announce it): `ExtendedAgentCardNotConfiguredError`.
+pub(super) fn extended_card(app: &AppState) -> Result<Value, RpcError> {
+    if !app.settings.server.auth_required() {
+        return Err(RpcError::new(
+            EXTENDED_AGENT_CARD_NOT_CONFIGURED,
+            "no extended agent card: this service authenticates no caller (HARNESS_AUTH)",
+        ));
+    }
     let mut card = public_card(app);
     let registry = app.runner.harness().tools();
     let tools = registry
@@ -131,5 +141,5 @@ pub(super) fn extended_card(app: &AppState) -> Value {
     if let Some(skills) = card["skills"].as_array_mut() {
         skills.extend(tools);
     }
-    card
+    Ok(card)
 }

@@ -20,8 +20,9 @@ use serde_json::{Value, json};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    Binding, CONTENT_TYPE_NOT_SUPPORTED, Caller, PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError,
-    TASK_NOT_CANCELABLE, TASK_NOT_FOUND, UNSUPPORTED_OPERATION, card,
+    Binding, CONTENT_TYPE_NOT_SUPPORTED, Caller, EXTENDED_AGENT_CARD_NOT_CONFIGURED,
+    PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError, TASK_NOT_CANCELABLE, TASK_NOT_FOUND,
+    UNSUPPORTED_OPERATION, card,
 };
 use crate::{
     app::AppState,
@@ -73,6 +74,12 @@ fn kind(code: i64) -> (StatusCode, &'static str, &'static str, &'static str) {
             "unsupported-operation",
             "Unsupported operation",
             "unsupported_operation",
+        ),
+        EXTENDED_AGENT_CARD_NOT_CONFIGURED => (
+            StatusCode::BAD_REQUEST,
+            "extended-agent-card-not-configured",
+            "Extended agent card not configured",
+            "extended_agent_card_not_configured",
         ),
         CONTENT_TYPE_NOT_SUPPORTED => (
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -523,14 +530,20 @@ struct PushConfigBody {
     token: Option<String>,
 }
 
-/// The extended agent card (behind the key when keys are on): the public
-/// card, and a skill for each tool the agent may use.
+/// The extended agent card (behind the key): the public card, and a
+/// skill for each tool the agent may use. With keys off there is none.
 #[utoipa::path(
     get,
     path = "/extendedAgentCard",
     tag = "a2a",
-    responses((status = 200, description = "The extended `AgentCard`", body = Object))
+    responses(
+        (status = 200, description = "The extended `AgentCard`", body = Object),
+        (status = 400, description = "Keys are off: no caller can be authenticated, so there is no extended card (`extended_agent_card_not_configured`)", body = Problem, content_type = "application/problem+json"),
+    )
 )]
 async fn extended_agent_card(State(app): State<AppState>) -> Response {
-    axum::Json(card::extended_card(&app)).into_response()
+    match card::extended_card(&app) {
+        Ok(card) => axum::Json(card).into_response(),
+        Err(error) => problem(&error),
+    }
 }
