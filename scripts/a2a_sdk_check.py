@@ -104,6 +104,21 @@ class Webhook:
             await anyio.sleep(0.1)
         raise AssertionError(f"no push said {state}: {self.received}")
 
+    async def until_task(self, task_id: str, seconds: float = 10) -> list:
+        """Waits for a push that names `task_id` (the task, or an update)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for _, body in self.received:
+                named = {
+                    body.get("task", {}).get("id"),
+                    body.get("statusUpdate", {}).get("taskId"),
+                    body.get("artifactUpdate", {}).get("taskId"),
+                }
+                if task_id in named:
+                    return self.received
+            await anyio.sleep(0.05)
+        raise AssertionError(f"no push named {task_id}: {self.received}")
+
 
 def strictly_parsed(seen: list[tuple[str, bytes]]) -> int:
     """Parses every answer with `ignore_unknown_fields=False`."""
@@ -316,9 +331,41 @@ async def checks(base: str, tee: Tee) -> int:
         a2a.ListTaskPushNotificationConfigsRequest(task_id=slow.task.id)
     )
     assert not listed.configs, listed
+
+    # The TCK's flow of a streaming send whose configuration carries a
+    # push configuration, with a receiver of its own (issue 63): the
+    # stream's first event is the task; the stream is left there; the
+    # configuration is the task's, and its pushes name that task. (The
+    # TCK's receiver is shared by its tests: its wait returns on an
+    # earlier test's push, and it then looks for this task's before the
+    # first one could arrive.)
+    streamed_hook = Webhook()
+    stream = streaming.send_message(
+        a2a.SendMessageRequest(
+            message=user_message("push me while streaming"),
+            configuration=a2a.SendMessageConfiguration(
+                task_push_notification_config=a2a.TaskPushNotificationConfig(
+                    url=streamed_hook.url, token="stream-token"
+                )
+            ),
+        )
+    )
+    first = await stream.__anext__()
+    await stream.aclose()
+    streamed_task = first.task.id
+    assert streamed_task, first
+    listed = await blocking.list_task_push_notification_configs(
+        a2a.ListTaskPushNotificationConfigsRequest(task_id=streamed_task)
+    )
+    assert [c.url for c in listed.configs] == [streamed_hook.url], listed
+    pushed = await streamed_hook.until_task(streamed_task)
+    for headers, body in pushed:
+        assert headers["x-a2a-notification-token"] == "stream-token", headers
+        json_format.ParseDict(body, a2a.StreamResponse(), ignore_unknown_fields=False)
+    streamed_hook.server.shutdown()
     webhook.server.shutdown()
     await http.aclose()
-    return 10
+    return 11
 
 
 def main(binary: str) -> None:

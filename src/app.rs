@@ -42,6 +42,9 @@ pub struct App {
     /// The MCP sessions (up to 2025-11-25) this process began: their
     /// subscriptions and elicitations.
     pub mcp_sessions: McpSessions,
+    /// Wakes this process's push delivery at once (a configuration was
+    /// made: its task's first update need not wait for the next look).
+    pub pushes_due: Arc<tokio::sync::Notify>,
 }
 
 impl App {

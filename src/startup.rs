@@ -150,6 +150,7 @@ impl Application {
             approvals_decided: approvals,
             mcp_calls: crate::app::McpCalls::default(),
             mcp_sessions: crate::app::McpSessions::default(),
+            pushes_due: Arc::default(),
             provider_names,
         });
         Ok(Self {

@@ -102,6 +102,39 @@ impl TryFrom<ConfigRow> for PushConfig {
 
 const CONFIG_COLUMNS: &str = "task_id, id, url, token, auth_scheme, auth_credentials, created_at";
 
+/// How much of each tenant's due work one claim may take (pushes and
+/// webhook deliveries): up to `per_tenant` a tenant, less what it has in
+/// flight already (`busy`), taken round robin (every tenant's oldest
+/// first, then every tenant's second, ...). So one tenant's backlog is
+/// never claimed ahead of another's due work, and nothing is claimed that
+/// its tenant's share would not let be sent.
+#[derive(Debug, Clone, Default)]
+pub struct Share {
+    pub per_tenant: u32,
+    /// In flight now, by share key (a tenant; `*` for the operator's
+    /// webhook endpoint).
+    pub busy: std::collections::BTreeMap<String, u32>,
+}
+
+impl Share {
+    /// No limit (a store test's claim).
+    pub fn unlimited() -> Self {
+        Self {
+            per_tenant: u32::MAX,
+            busy: Default::default(),
+        }
+    }
+
+    /// `busy` as the JSON object the claim statements read.
+    pub(super) fn busy_json(&self) -> String {
+        serde_json::to_string(&self.busy).unwrap_or_else(|_| "{}".to_owned())
+    }
+
+    pub(super) fn per_tenant(&self) -> i64 {
+        i64::from(self.per_tenant)
+    }
+}
+
 /// Configurations a task holds at most.
 pub const PUSH_CONFIGS_PER_TASK: u32 = 10;
 
@@ -130,6 +163,7 @@ pub trait Pushes: Reads + Send + Sync + 'static {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         limit: u32,
+        share: &Share,
     ) -> Result<Vec<PushDelivery>>;
 
     /// Records a delivery's progress, if `owner` still holds it; `release`

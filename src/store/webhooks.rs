@@ -22,6 +22,17 @@ pub const OPERATOR_WEBHOOK_ID: &str = "wh_operator";
 /// The tenant of the operator's endpoint.
 pub const OPERATOR_TENANT: &str = "*";
 
+/// The share key of a delivery (see [`super::pushes::Share`]): the
+/// operator's endpoint its own (`*`), else the event's tenant, as the
+/// claim statements say it.
+pub fn share_key(delivery: &WebhookDelivery) -> &str {
+    if delivery.webhook_id == OPERATOR_WEBHOOK_ID {
+        OPERATOR_TENANT
+    } else {
+        &delivery.tenant
+    }
+}
+
 /// An endpoint, as it was registered.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Webhook {
@@ -109,6 +120,7 @@ pub trait Webhooks: Reads + Send + Sync + 'static {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         limit: u32,
+        share: &super::pushes::Share,
     ) -> Result<Vec<HeldDelivery>>;
 
     /// Records a try, if `owner` still holds the delivery (its lease is

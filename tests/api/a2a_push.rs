@@ -460,7 +460,52 @@ async fn a_tenants_stuck_receivers_do_not_hold_up_anothers_pushes(backend: Backe
     assert!(most <= 4, "acme held {most} deliveries at once");
 }
 
+/// A streaming send whose configuration carries a push configuration
+/// (the TCK's flow, issue 63): the stream's first event is the task, the
+/// configuration is the task's, and the receiver gets that task's
+/// updates, to its end, though the client stopped reading the stream.
+async fn a_streamed_tasks_configuration_is_pushed_to(backend: Backend) {
+    let receiver = Receiver::start().await;
+    let app = app_pushing_to_loopback(TestDb::new(backend).await).await;
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let params = send_with_push("Hi", json!({"url": receiver.url, "token": "stream-1"}));
+    let response = app
+        .client
+        .post(app.url("/a2a"))
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = crate::helpers::SseStream::new(response).await;
+    let first = stream.next().await.expect("the task").json();
+    let task = first["result"]["task"]["id"].as_str().unwrap().to_owned();
+    drop(stream);
+    let listed = rpc(
+        &app,
+        "ListTaskPushNotificationConfigs",
+        json!({"taskId": task}),
+    )
+    .await;
+    assert_eq!(listed["result"]["configs"][0]["url"], receiver.url.as_str());
+    let pushes = receiver.until_the_end().await;
+    assert_eq!(said(&pushes).last().unwrap(), "status TASK_STATE_COMPLETED");
+    for (headers, body) in &pushes {
+        assert_eq!(headers["x-a2a-notification-token"], "stream-1");
+        let id = body
+            .get("task")
+            .map(|t| &t["id"])
+            .or_else(|| body.get("statusUpdate").map(|u| &u["taskId"]))
+            .or_else(|| body.get("artifactUpdate").map(|u| &u["taskId"]))
+            .unwrap();
+        assert_eq!(id, task.as_str());
+    }
+}
+
 on_both_backends!(
+    a_streamed_tasks_configuration_is_pushed_to,
     a_tasks_updates_are_pushed_in_order_with_its_credentials,
     a_failing_receiver_is_tried_again_and_misses_nothing,
     push_configs_are_made_read_listed_and_deleted,

@@ -17,7 +17,7 @@ use agent_harness::{
     store::{
         Batch, BeginTurnError, Lease, NewDecision, NewMessage, NewStep, NewTurn, Orphan,
         OrphanScope, Store, StoreError, TurnFinish, TurnLogCursor, TurnStatus, event_log::cursor,
-        step_records_as,
+        pushes::Share, step_records_as,
     },
     turn::TurnRequest,
 };
@@ -2621,7 +2621,13 @@ async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
     let now = Utc::now();
     assert!(store.pushes_due(now).await.unwrap());
     let taken = store
-        .claim_pushes("a", now, now + Duration::seconds(30), 10)
+        .claim_pushes(
+            "a",
+            now,
+            now + Duration::seconds(30),
+            10,
+            &Share::unlimited(),
+        )
         .await
         .unwrap();
     assert_eq!(taken.len(), 1);
@@ -2629,7 +2635,13 @@ async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
     assert_eq!((taken[0].sent_seq, taken[0].config.id.as_str()), (1, "c1"));
     assert!(
         store
-            .claim_pushes("b", now, now + Duration::seconds(30), 10)
+            .claim_pushes(
+                "b",
+                now,
+                now + Duration::seconds(30),
+                10,
+                &Share::unlimited()
+            )
             .await
             .unwrap()
             .is_empty(),
@@ -2658,7 +2670,13 @@ async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
     // Its lease runs out: b takes it, from where a got.
     let later = now + Duration::seconds(31);
     let taken = store
-        .claim_pushes("b:1", later, later + Duration::seconds(30), 10)
+        .claim_pushes(
+            "b:1",
+            later,
+            later + Duration::seconds(30),
+            10,
+            &Share::unlimited(),
+        )
         .await
         .unwrap();
     assert_eq!(taken[0].sent_seq, 3);
@@ -2674,7 +2692,13 @@ async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
     assert!(!store.pushes_due(later).await.unwrap(), "still b's");
     store.release_pushes("b").await.unwrap();
     let taken = store
-        .claim_pushes("c", later, later + Duration::seconds(30), 10)
+        .claim_pushes(
+            "c",
+            later,
+            later + Duration::seconds(30),
+            10,
+            &Share::unlimited(),
+        )
         .await
         .unwrap();
     assert_eq!(taken.len(), 1);
@@ -2692,7 +2716,7 @@ async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
     let much_later = later + Duration::days(3);
     assert!(
         store
-            .claim_pushes("d", much_later, much_later, 10)
+            .claim_pushes("d", much_later, much_later, 10, &Share::unlimited())
             .await
             .unwrap()
             .is_empty()
@@ -2803,14 +2827,26 @@ async fn a_logged_event_has_its_webhook_deliveries(backend: Backend) {
     let now = Utc::now();
     assert!(store.webhook_deliveries_due(now).await.unwrap());
     let taken = store
-        .claim_webhook_deliveries("a:1", now, now + Duration::seconds(30), 10)
+        .claim_webhook_deliveries(
+            "a:1",
+            now,
+            now + Duration::seconds(30),
+            10,
+            &Share::unlimited(),
+        )
         .await
         .unwrap();
     assert_eq!(taken.len(), 2, "acme's and the operator's");
     assert!(!store.webhook_deliveries_due(now).await.unwrap(), "held");
     assert!(
         store
-            .claim_webhook_deliveries("b:1", now, now + Duration::seconds(30), 10)
+            .claim_webhook_deliveries(
+                "b:1",
+                now,
+                now + Duration::seconds(30),
+                10,
+                &Share::unlimited()
+            )
             .await
             .unwrap()
             .is_empty()
@@ -2847,7 +2883,13 @@ async fn a_logged_event_has_its_webhook_deliveries(backend: Backend) {
     // claims `a:{n}`), and another takes it.
     store.release_webhook_deliveries("a").await.unwrap();
     let again = store
-        .claim_webhook_deliveries("b:2", now, now + Duration::seconds(30), 10)
+        .claim_webhook_deliveries(
+            "b:2",
+            now,
+            now + Duration::seconds(30),
+            10,
+            &Share::unlimited(),
+        )
         .await
         .unwrap();
     assert_eq!(again.len(), 1);
@@ -2862,4 +2904,86 @@ async fn a_logged_event_has_its_webhook_deliveries(backend: Backend) {
     assert!(listed("wh_acme").await.is_empty());
 }
 
-on_both_backends!(a_logged_event_has_its_webhook_deliveries);
+/// Issue 63: a claim takes each tenant's due deliveries within its share
+/// (less what it has in flight), round robin, so one tenant's backlog is
+/// never claimed ahead of another's due work, and nothing is claimed that
+/// would not be sent; the operator's endpoint has a share of its own.
+/// (Before, the oldest were claimed across tenants: acme's backlog filled
+/// every claim, and globex's delivery waited behind it.)
+async fn a_claim_takes_each_tenants_share_round_robin(backend: Backend) {
+    let (_db, store) = store(backend).await;
+    for hook in [
+        webhook("wh_acme", "acme", r#"["turn.completed"]"#),
+        webhook("wh_globex", "globex", r#"["turn.completed"]"#),
+    ] {
+        assert!(store.create_webhook(&hook, 2).await.unwrap());
+    }
+    let operator = webhook(
+        agent_harness::store::OPERATOR_WEBHOOK_ID,
+        "*",
+        r#"["turn.completed"]"#,
+    );
+    store.put_operator_webhook(Some(&operator)).await.unwrap();
+    // Acme's backlog first (older), then one turn of globex.
+    for (tenant, n) in [
+        ("acme", 0),
+        ("acme", 1),
+        ("acme", 2),
+        ("acme", 3),
+        ("globex", 0),
+    ] {
+        let mut turn = new_turn(&format!("{tenant}/s-share-{n}"), None);
+        turn.tenant = tenant.into();
+        store.begin_turn(&turn).await.unwrap();
+        store
+            .write_batch(&[], &[&completed(&turn, 2, "done")])
+            .await
+            .unwrap();
+    }
+    let now = Utc::now() + Duration::seconds(1);
+    let share = Share {
+        per_tenant: 2,
+        busy: [("acme".to_owned(), 1)].into_iter().collect(),
+    };
+    let taken = store
+        .claim_webhook_deliveries("a:1", now, now + Duration::seconds(30), 10, &share)
+        .await
+        .unwrap();
+    let count = |key: &str| {
+        taken
+            .iter()
+            .filter(|h| agent_harness::store::webhooks::share_key(&h.delivery) == key)
+            .count()
+    };
+    assert_eq!(
+        (count("acme"), count("globex"), count("*")),
+        (1, 1, 2),
+        "{taken:?}"
+    );
+    // A limit below what is due takes the tenants in turn: each one's
+    // oldest before anyone's second.
+    let later = now + Duration::seconds(60);
+    let taken = store
+        .claim_webhook_deliveries(
+            "b:1",
+            later,
+            later + Duration::seconds(30),
+            2,
+            &Share {
+                per_tenant: 4,
+                busy: Default::default(),
+            },
+        )
+        .await
+        .unwrap();
+    let keys: std::collections::BTreeSet<&str> = taken
+        .iter()
+        .map(|h| agent_harness::store::webhooks::share_key(&h.delivery))
+        .collect();
+    assert_eq!(keys.len(), 2, "two shares, one each: {taken:?}");
+}
+
+on_both_backends!(
+    a_logged_event_has_its_webhook_deliveries,
+    a_claim_takes_each_tenants_share_round_robin,
+);

@@ -23,7 +23,7 @@ use crate::{
         },
         typed,
     },
-    store::{DeliveryOutcome, HeldDelivery, OPERATOR_WEBHOOK_ID, Webhook},
+    store::{DeliveryOutcome, HeldDelivery, OPERATOR_WEBHOOK_ID, Webhook, pushes::Share},
     turn::StopReason,
 };
 
@@ -60,7 +60,7 @@ pub async fn deliver(app: AppState, stop: CancellationToken) {
         return;
     };
     let owner = format!("{}:{}", app.settings.server.instance_id, Uuid::now_v7());
-    run_outbox(Arc::new(Sender { app, client }), owner, stop).await;
+    run_outbox(Arc::new(Sender { app, client }), owner, None, stop).await;
 }
 
 #[async_trait::async_trait]
@@ -68,11 +68,17 @@ impl Leased for Sender {
     type Item = HeldDelivery;
 
     fn tenant(item: &HeldDelivery) -> String {
-        item.delivery.tenant.clone()
+        crate::store::webhooks::share_key(&item.delivery).to_owned()
     }
 
-    async fn claim(&self, claim: &str, now: DateTime<Utc>, free: usize) -> Vec<HeldDelivery> {
-        Sender::claim(self, claim, now, free).await
+    async fn claim(
+        &self,
+        claim: &str,
+        now: DateTime<Utc>,
+        free: usize,
+        share: &Share,
+    ) -> Vec<HeldDelivery> {
+        Sender::claim(self, claim, now, free, share).await
     }
 
     async fn put_back(&self, claim: &str, item: HeldDelivery, next_at: DateTime<Utc>) {
@@ -144,7 +150,13 @@ struct Sender {
 }
 
 impl Sender {
-    async fn claim(&self, claim: &str, now: DateTime<Utc>, free: usize) -> Vec<HeldDelivery> {
+    async fn claim(
+        &self,
+        claim: &str,
+        now: DateTime<Utc>,
+        free: usize,
+        share: &Share,
+    ) -> Vec<HeldDelivery> {
         match self.app.store.webhook_deliveries_due(now).await {
             Ok(true) => {}
             Ok(false) => return Vec::new(),
@@ -158,7 +170,7 @@ impl Sender {
         match self
             .app
             .store
-            .claim_webhook_deliveries(claim, now, until, limit)
+            .claim_webhook_deliveries(claim, now, until, limit, share)
             .await
         {
             Ok(held) => held,

@@ -251,6 +251,8 @@ impl Caller {
                 "a task holds at most {PUSH_CONFIGS_PER_TASK} push notification configs"
             )));
         }
+        // Its first update goes out now, not at the next look.
+        self.app.pushes_due.notify_one();
         Ok(())
     }
 

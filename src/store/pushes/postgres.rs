@@ -57,19 +57,41 @@ impl Pushes for PostgresStore {
         Ok(self.execute(sql, args![task_id, id]).await? > 0)
     }
 
+    /// Round robin by tenant within each tenant's share ([`super::Share`]); the
+    /// lease is checked again on the row it updates (a replica that took
+    /// it meanwhile keeps it).
     async fn claim_pushes(
         &self,
         owner: &str,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         limit: u32,
+        share: &super::Share,
     ) -> Result<Vec<PushDelivery>> {
         let sql = "UPDATE push_configs SET lease_owner = $1, lease_until = $2 \
-                   WHERE (task_id, id) IN (SELECT task_id, id FROM push_configs \
-                   WHERE NOT done AND next_at <= $3 AND (lease_until IS NULL OR lease_until < $3) \
-                   ORDER BY next_at LIMIT $4 FOR UPDATE SKIP LOCKED)";
+                   WHERE NOT done AND (lease_until IS NULL OR lease_until < $3) \
+                   AND (task_id, id) IN (SELECT task_id, id FROM ( \
+                     SELECT task_id, id, next_at, ROW_NUMBER() OVER (PARTITION BY share \
+                       ORDER BY next_at, task_id, id) + COALESCE(($6::jsonb ->> share)::int8, 0) \
+                       AS place \
+                     FROM (SELECT task_id, id, next_at, CASE WHEN strpos(session_id, '/') > 0 \
+                       THEN split_part(session_id, '/', 1) ELSE 'default' END AS share \
+                       FROM push_configs WHERE NOT done AND next_at <= $3 \
+                       AND (lease_until IS NULL OR lease_until < $3)) due) placed \
+                   WHERE place <= $5 ORDER BY place, next_at LIMIT $4)";
+        let busy = share.busy_json();
         let claimed = self
-            .execute(sql, args![owner, lease_until, now, limit])
+            .execute(
+                sql,
+                args![
+                    owner,
+                    lease_until,
+                    now,
+                    limit,
+                    share.per_tenant(),
+                    busy.as_str()
+                ],
+            )
             .await?;
         if claimed == 0 {
             return Ok(Vec::new());

@@ -64,20 +64,41 @@ impl Webhooks for PostgresStore {
         Ok(())
     }
 
+    /// Round robin by tenant within each tenant's share (`Share`; the
+    /// operator's endpoint a share of its own); the lease is checked again
+    /// on the row it updates.
     async fn claim_webhook_deliveries(
         &self,
         owner: &str,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         limit: u32,
+        share: &crate::store::pushes::Share,
     ) -> Result<Vec<HeldDelivery>> {
         let sql = "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
-                   WHERE (webhook_id, id) IN (SELECT webhook_id, id FROM webhook_deliveries \
-                   WHERE status = 'pending' AND next_at <= $3 \
-                   AND (lease_until IS NULL OR lease_until < $3) \
-                   ORDER BY next_at LIMIT $4 FOR UPDATE SKIP LOCKED)";
+                   WHERE status = 'pending' AND (lease_until IS NULL OR lease_until < $3) \
+                   AND (webhook_id, id) IN (SELECT webhook_id, id FROM ( \
+                     SELECT webhook_id, id, next_at, ROW_NUMBER() OVER (PARTITION BY share \
+                       ORDER BY next_at, webhook_id, id) \
+                       + COALESCE(($6::jsonb ->> share)::int8, 0) AS place \
+                     FROM (SELECT webhook_id, id, next_at, CASE WHEN webhook_id = 'wh_operator' \
+                       THEN '*' ELSE tenant END AS share FROM webhook_deliveries \
+                       WHERE status = 'pending' AND next_at <= $3 \
+                       AND (lease_until IS NULL OR lease_until < $3)) due) placed \
+                   WHERE place <= $5 ORDER BY place, next_at LIMIT $4)";
+        let busy = share.busy_json();
         let claimed = self
-            .execute(sql, args![owner, lease_until, now, limit])
+            .execute(
+                sql,
+                args![
+                    owner,
+                    lease_until,
+                    now,
+                    limit,
+                    share.per_tenant(),
+                    busy.as_str()
+                ],
+            )
             .await?;
         if claimed == 0 {
             return Ok(Vec::new());

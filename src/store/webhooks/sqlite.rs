@@ -94,26 +94,42 @@ impl Webhooks for SqliteStore {
             .await
     }
 
+    /// Round robin by tenant within each tenant's share (`Share`; the
+    /// operator's endpoint a share of its own).
     async fn claim_webhook_deliveries(
         &self,
         owner: &str,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         limit: u32,
+        share: &crate::store::pushes::Share,
     ) -> Result<Vec<HeldDelivery>> {
         let owned = owner.to_owned();
+        let (per_tenant, busy) = (share.per_tenant(), share.busy_json());
         let claimed = self
             .writes
             .run(move |connection| {
                 let claimed = connection
                     .prepare_cached(
                         "UPDATE webhook_deliveries SET lease_owner = ?1, lease_until = ?2 \
-                         WHERE rowid IN (SELECT rowid FROM webhook_deliveries \
-                         WHERE status = 'pending' AND next_at <= ?3 \
-                         AND (lease_until IS NULL OR lease_until < ?3) \
-                         ORDER BY next_at LIMIT ?4)",
+                         WHERE rowid IN (SELECT rowid FROM ( \
+                           SELECT rowid, next_at, ROW_NUMBER() OVER (PARTITION BY share \
+                             ORDER BY next_at, rowid) + COALESCE((SELECT j.value \
+                             FROM json_each(?6) j WHERE j.key = share), 0) AS place \
+                           FROM (SELECT rowid, next_at, CASE WHEN webhook_id = 'wh_operator' \
+                             THEN '*' ELSE tenant END AS share FROM webhook_deliveries \
+                             WHERE status = 'pending' AND next_at <= ?3 \
+                             AND (lease_until IS NULL OR lease_until < ?3))) \
+                         WHERE place <= ?5 ORDER BY place, next_at LIMIT ?4)",
                     )?
-                    .execute(params![owned, ts(lease_until), ts(now), limit])?;
+                    .execute(params![
+                        owned,
+                        ts(lease_until),
+                        ts(now),
+                        limit,
+                        per_tenant,
+                        busy
+                    ])?;
                 Ok(claimed)
             })
             .await?;

@@ -14,7 +14,7 @@ use super::guard;
 use crate::{
     app::AppState,
     protocols::{a2a::task::TaskFold, read_turn, typed},
-    store::{PushAuth, PushConfig, PushDelivery, PushProgress, StoreError},
+    store::{PushAuth, PushConfig, PushDelivery, PushProgress, StoreError, pushes::Share},
 };
 
 /// How often a replica looks for pushes (and webhooks) that are due.
@@ -29,6 +29,8 @@ const PER_TENANT: usize = 4;
 const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// A running task's next look, once what it said is delivered.
 const RUNNING_AGAIN: Duration = Duration::from_millis(500);
+/// The longest wait between two looks at a quiet running task.
+const QUIET_AGAIN_MAX: Duration = Duration::from_secs(10);
 /// The longest wait between two tries of a failing push.
 const BACKOFF_MAX: Duration = Duration::from_secs(600);
 /// How long a failing push is tried before it is given up.
@@ -38,6 +40,9 @@ pub const GIVE_UP_AFTER: Duration = Duration::from_secs(25 * 3600);
 /// updates as they come (text deltas are not pushed), and before the
 /// end, the answer as one whole artifact.
 struct Outbox {
+    /// When the task's newest event was written: a task quiet for long is
+    /// looked at less often ([`again_after`]).
+    last_at: Option<chrono::DateTime<Utc>>,
     fold: TaskFold,
     after: i64,
     events: Vec<(i64, Vec<Value>)>,
@@ -45,6 +50,7 @@ struct Outbox {
 
 impl Outbox {
     fn feed(&mut self, stored: &crate::events::StoredEvent) -> bool {
+        self.last_at = self.last_at.max(Some(stored.created_at));
         let Some(event) = typed(stored) else {
             return self.fold.ended();
         };
@@ -91,7 +97,8 @@ pub async fn deliver(app: AppState, stop: CancellationToken) {
         return;
     };
     let owner = format!("{}:{}", app.settings.server.instance_id, Uuid::now_v7());
-    run_outbox(Arc::new(Pusher { app, client }), owner, stop).await;
+    let wake = app.pushes_due.clone();
+    run_outbox(Arc::new(Pusher { app, client }), owner, Some(wake), stop).await;
 }
 
 /// Work that replicas share through leases: each looks for what is due,
@@ -104,8 +111,15 @@ pub(crate) trait Leased: Send + Sync + 'static {
     /// Whose it is.
     fn tenant(item: &Self::Item) -> String;
 
-    /// Up to `free` items that are due, taken as `claim`.
-    async fn claim(&self, claim: &str, now: chrono::DateTime<Utc>, free: usize) -> Vec<Self::Item>;
+    /// Up to `free` items that are due, taken as `claim`, within each
+    /// tenant's `share`.
+    async fn claim(
+        &self,
+        claim: &str,
+        now: chrono::DateTime<Utc>,
+        free: usize,
+        share: &Share,
+    ) -> Vec<Self::Item>;
 
     /// Gives an item back untried, due again at `next_at`.
     async fn put_back(&self, claim: &str, item: Self::Item, next_at: chrono::DateTime<Utc>);
@@ -121,14 +135,24 @@ pub(crate) trait Leased: Send + Sync + 'static {
 /// deliveries at once, at most [`PER_TENANT`] of one tenant's (another's
 /// slow receivers do not hold up its own). Each claim has its own owner,
 /// `{owner}:{n}`, so that it reads back only what it took.
-pub(crate) async fn run_outbox<O: Leased>(outbox: Arc<O>, owner: String, stop: CancellationToken) {
+pub(crate) async fn run_outbox<O: Leased>(
+    outbox: Arc<O>,
+    owner: String,
+    wake: Option<Arc<tokio::sync::Notify>>,
+    stop: CancellationToken,
+) {
     let mut running: JoinSet<()> = JoinSet::new();
     let tenants = Arc::new(InFlight::default());
     let mut claims = 0u64;
+    let woken = async |wake: &Option<Arc<tokio::sync::Notify>>| match wake {
+        Some(wake) => wake.notified().await,
+        None => std::future::pending().await,
+    };
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
             () = tokio::time::sleep(POLL) => {}
+            () = woken(&wake) => {}
         }
         while running.try_join_next().is_some() {}
         let free = IN_FLIGHT.saturating_sub(running.len());
@@ -138,7 +162,8 @@ pub(crate) async fn run_outbox<O: Leased>(outbox: Arc<O>, owner: String, stop: C
         let now = Utc::now();
         claims += 1;
         let claim = format!("{owner}:{claims}");
-        for item in outbox.claim(&claim, now, free).await {
+        let share = tenants.share();
+        for item in outbox.claim(&claim, now, free, &share).await {
             let Some(slot) = tenants.take(&O::tenant(&item)) else {
                 outbox.put_back(&claim, item, now + since(POLL)).await;
                 continue;
@@ -169,8 +194,9 @@ impl Leased for Pusher {
         claim: &str,
         now: chrono::DateTime<Utc>,
         free: usize,
+        share: &Share,
     ) -> Vec<PushDelivery> {
-        Pusher::claim(self, claim, now, free).await
+        Pusher::claim(self, claim, now, free, share).await
     }
 
     async fn put_back(&self, claim: &str, item: PushDelivery, next_at: chrono::DateTime<Utc>) {
@@ -196,6 +222,22 @@ impl Leased for Pusher {
 struct InFlight(std::sync::Mutex<std::collections::HashMap<String, usize>>);
 
 impl InFlight {
+    /// What a claim may take: [`PER_TENANT`] a tenant, less what it has
+    /// in flight here.
+    fn share(&self) -> Share {
+        let counts = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Share {
+            per_tenant: PER_TENANT as u32,
+            busy: counts
+                .iter()
+                .map(|(tenant, count)| (tenant.clone(), *count as u32))
+                .collect(),
+        }
+    }
+
     /// A slot for one more delivery of `tenant`, unless it has its share.
     fn take(self: &Arc<Self>, tenant: &str) -> Option<Slot> {
         let mut counts = self
@@ -275,6 +317,7 @@ impl Pusher {
         claim: &str,
         now: chrono::DateTime<Utc>,
         free: usize,
+        share: &Share,
     ) -> Vec<PushDelivery> {
         match self.app.store.pushes_due(now).await {
             Ok(true) => {}
@@ -288,7 +331,7 @@ impl Pusher {
         match self
             .app
             .store
-            .claim_pushes(claim, now, now + LEASE, limit)
+            .claim_pushes(claim, now, now + LEASE, limit, share)
             .await
         {
             Ok(claimed) => claimed,
@@ -353,6 +396,7 @@ impl Pusher {
             return Ok(None);
         };
         let mut outbox = Outbox {
+            last_at: None,
             fold: TaskFold::new(task_id.to_string(), record.session_id.id().to_owned()),
             after: delivery.sent_seq,
             events: Vec::new(),
@@ -390,11 +434,12 @@ impl Pusher {
             sent_seq = sent_seq.max(*seq);
         }
         let ended = outbox.fold.ended();
+        let now = Utc::now();
         PushProgress {
             sent_seq,
             attempts: 0,
             failing_since: None,
-            next_at: Utc::now() + RUNNING_AGAIN,
+            next_at: now + again_after(outbox.last_at, now),
             done: ended,
             last_error: None,
         }
@@ -425,6 +470,18 @@ impl Pusher {
             )),
         }
     }
+}
+
+/// When a running task is looked at again, once what it said is sent:
+/// [`RUNNING_AGAIN`] while it speaks, less often the longer it has been
+/// quiet (a tenth of its silence, at most [`QUIET_AGAIN_MAX`]): a task
+/// that waits for a person for hours is not read twice a second.
+fn again_after(
+    last_at: Option<chrono::DateTime<Utc>>,
+    now: chrono::DateTime<Utc>,
+) -> chrono::Duration {
+    let quiet = last_at.map_or(chrono::Duration::zero(), |at| now - at);
+    (quiet / 10).clamp(since(RUNNING_AGAIN), since(QUIET_AGAIN_MAX))
 }
 
 /// A delivery's state after a failed push: tried again with backoff,
@@ -519,5 +576,19 @@ mod tests {
             "a push that went through starts the clock again"
         );
         assert_eq!(moved.attempts, 1);
+    }
+
+    /// A running task is looked at again in half a second while it
+    /// speaks, less often the longer it has been quiet, at most every
+    /// 10 s (issue 63: a task waiting for hours was read twice a second).
+    #[test]
+    fn a_quiet_task_is_looked_at_less_often() {
+        let now = Utc::now();
+        let again = |quiet_s: i64| again_after(Some(now - chrono::Duration::seconds(quiet_s)), now);
+        assert_eq!(again(0), chrono::Duration::milliseconds(500));
+        assert_eq!(again(2), chrono::Duration::milliseconds(500));
+        assert_eq!(again(30), chrono::Duration::seconds(3));
+        assert_eq!(again(3600), chrono::Duration::seconds(10));
+        assert_eq!(again_after(None, now), chrono::Duration::milliseconds(500));
     }
 }
