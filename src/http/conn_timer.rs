@@ -59,6 +59,11 @@ impl Activity {
         })
     }
 
+    /// Whether the connection ever sent a byte.
+    pub fn has_read(&self) -> bool {
+        self.first_ever.load(Ordering::Acquire) != 0
+    }
+
     fn begin_wait(&self) {
         self.first_read.store(0, Ordering::Release);
     }

@@ -138,8 +138,9 @@ pub async fn serve(
             limits.idle_timeout,
             limits.header_read_timeout,
         );
+        let slots = slots.clone();
         connections.spawn(async move {
-            let io = TokioIo::new(TrackedIo::new(tcp, activity, slot.clone(), &framing));
+            let io = TokioIo::new(TrackedIo::new(tcp, activity.clone(), slot.clone(), &framing));
             let connection = builder.serve_connection_with_upgrades(io, service);
             let mut connection = std::pin::pin!(connection);
             // Until its first request arrives, a connection has the idle
@@ -148,6 +149,7 @@ pub async fn serve(
             // protocol sniffing waits without one). See `conn_timer`.
             let first_head_late = async {
                 tokio::select! {
+                    () = silent_in_a_flood(&slots, &activity, limits) => {}
                     () = first_head_due => {}
                     () = slot.first_request() => std::future::pending().await,
                 }
@@ -177,6 +179,21 @@ pub async fn serve(
     connections.close();
     connections.wait().await;
     Ok(())
+}
+
+/// Resolves when a connection that has sent nothing by the head timeout
+/// after its accept finds silent connections flooding in (more than
+/// `slots::SILENT_SPARE` without a request, or such a flood within the
+/// idle timeout): it is closed then, as issue 21 promised of a flood of
+/// silent sockets (past the file limit too). Otherwise a silent
+/// connection waits the idle timeout (a client pool's spare connection;
+/// see `conn_timer`). Never resolves once the connection sent a byte.
+async fn silent_in_a_flood(slots: &Slots, activity: &Activity, limits: ConnectionLimits) {
+    tokio::time::sleep(limits.header_read_timeout).await;
+    if activity.has_read() || !slots.flooded(limits.idle_timeout) {
+        std::future::pending::<()>().await;
+    }
+    tracing::debug!("a silent connection past the head timeout in a flood of them; closing");
 }
 
 /// The router as one connection's service: each request marks the

@@ -22,6 +22,10 @@ use std::{
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+/// Connections without a first request a process keeps to the idle
+/// timeout; past this many, they are a flood (see [`Slots::flooded`]).
+pub const SILENT_SPARE: usize = 32;
+
 /// The table of one listener.
 #[derive(Debug)]
 pub struct Slots {
@@ -37,6 +41,11 @@ struct Table {
     evicted: usize,
     /// The waiting connections' close tokens, oldest wait first.
     waiting: BTreeMap<u64, CancellationToken>,
+    /// Connections whose first request has not arrived.
+    silent: usize,
+    /// Until when silent connections are held to the head timeout (a
+    /// flood of them was seen: see [`Slots::flooded`]).
+    flood_until: Option<std::time::Instant>,
     /// The next wait's position in `waiting`.
     next: u64,
 }
@@ -76,6 +85,7 @@ impl Slots {
             table.evicted += 1;
         }
         table.open += 1;
+        table.silent += 1;
         let key = table.enqueue(close.clone());
         drop(table);
         Some(Arc::new(Slot {
@@ -95,6 +105,20 @@ impl Slots {
     #[cfg(test)]
     fn open(&self) -> usize {
         self.table().open
+    }
+
+    /// Whether silent connections are held to the head timeout now: more
+    /// than [`SILENT_SPARE`] connections have sent no request, or did so
+    /// within `hold` (a flood is held off for that long after it was
+    /// seen, so that those closed first do not let the rest wait the idle
+    /// timeout). A client pool's few spare connections are not a flood.
+    pub fn flooded(&self, hold: std::time::Duration) -> bool {
+        let mut table = self.table();
+        let now = std::time::Instant::now();
+        if table.silent > SILENT_SPARE {
+            table.flood_until = Some(now + hold);
+        }
+        table.flood_until.is_some_and(|until| now < until)
     }
 }
 
@@ -135,7 +159,10 @@ impl Slot {
     /// A request arrived: the connection is no longer waiting until the
     /// returned guard (kept with the response body) is dropped.
     pub fn request(self: &Arc<Self>) -> InFlight {
-        self.first_request.cancel();
+        if !self.first_request.is_cancelled() {
+            self.first_request.cancel();
+            self.slots.table().silent -= 1;
+        }
         let mut state = self.state();
         state.in_flight += 1;
         if let Some(key) = state.waiting.take() {
@@ -164,6 +191,11 @@ impl Slot {
         table.open -= 1;
         if self.close.is_cancelled() {
             table.evicted -= 1;
+        }
+        if !self.first_request.is_cancelled() {
+            // Ended silent; and never counted twice.
+            self.first_request.cancel();
+            table.silent -= 1;
         }
     }
 }
@@ -244,5 +276,23 @@ mod tests {
         drop(request);
         assert_eq!(slots.open(), 0);
         assert!(slots.table().waiting.is_empty());
+    }
+
+    /// More than `SILENT_SPARE` connections without a request are a flood,
+    /// and it is held off for the time given even once they went; a pool's
+    /// few spare connections are not one.
+    #[test]
+    fn many_silent_connections_are_a_flood_for_a_while() {
+        let slots = Slots::new(1000);
+        let hold = std::time::Duration::from_secs(60);
+        let spare: Vec<_> = (0..SILENT_SPARE).map(|_| slots.admit().unwrap()).collect();
+        assert!(!slots.flooded(hold), "a pool's spares");
+        let one_more = slots.admit().unwrap();
+        assert!(slots.flooded(hold));
+        // Requests came on all of them: no longer silent, still held off.
+        let _requests: Vec<_> = spare.iter().map(Slot::request).collect();
+        one_more.end();
+        assert!(slots.flooded(hold), "held off after the flood");
+        assert_eq!(slots.table().silent, 0);
     }
 }
