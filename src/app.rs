@@ -45,6 +45,9 @@ pub struct App {
     /// Wakes this process's push delivery at once (a configuration was
     /// made: its task's first update need not wait for the next look).
     pub pushes_due: Arc<tokio::sync::Notify>,
+    /// The event streams open here, by the key that opened them: a
+    /// revoked key's end.
+    pub key_streams: Arc<KeyStreams>,
 }
 
 impl App {
@@ -75,6 +78,80 @@ impl App {
     pub async fn answered(&self, turn_id: uuid::Uuid) {
         self.approvals_decided.notify_waiters();
         self.runner.wake(turn_id).await;
+    }
+}
+
+/// The event streams open in this process, by the id of the key that
+/// opened them: how many, and the token that ends them (`http::revocable`).
+#[derive(Debug, Default)]
+pub struct KeyStreams(
+    Mutex<std::collections::HashMap<String, (usize, tokio_util::sync::CancellationToken)>>,
+);
+
+impl KeyStreams {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        std::collections::HashMap<String, (usize, tokio_util::sync::CancellationToken)>,
+    > {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One more stream of `key_id`: the token that ends it, and the guard
+    /// that counts it until it ends.
+    pub fn open(
+        self: &Arc<Self>,
+        key_id: &str,
+    ) -> (tokio_util::sync::CancellationToken, KeyStreamOpen) {
+        let mut keys = self.lock();
+        let (count, token) = keys
+            .entry(key_id.to_owned())
+            .or_insert_with(|| (0, tokio_util::sync::CancellationToken::new()));
+        *count += 1;
+        let token = token.clone();
+        drop(keys);
+        (
+            token,
+            KeyStreamOpen {
+                streams: self.clone(),
+                key_id: key_id.to_owned(),
+            },
+        )
+    }
+
+    /// Ends the streams of `key_id` (revoked); how many there were.
+    pub fn revoked(&self, key_id: &str) -> usize {
+        match self.lock().remove(key_id) {
+            Some((count, token)) => {
+                token.cancel();
+                count
+            }
+            None => 0,
+        }
+    }
+
+    /// Whether any stream is open.
+    pub fn any(&self) -> bool {
+        !self.lock().is_empty()
+    }
+}
+
+/// Counts a stream until it ends.
+pub struct KeyStreamOpen {
+    streams: Arc<KeyStreams>,
+    key_id: String,
+}
+
+impl Drop for KeyStreamOpen {
+    fn drop(&mut self) {
+        let mut keys = self.streams.lock();
+        if let Some((count, _)) = keys.get_mut(&self.key_id) {
+            *count -= 1;
+            if *count == 0 {
+                keys.remove(&self.key_id);
+            }
+        }
     }
 }
 

@@ -13,6 +13,7 @@ mod limits;
 pub mod memory;
 mod origin;
 mod page;
+mod revocable;
 pub mod server;
 pub mod sessions;
 pub mod tools;
@@ -53,6 +54,7 @@ use crate::{
     ids::SessionIdError,
 };
 pub use limits::HYPER_MAX_HEAD_BYTES;
+pub use revocable::watch_revoked;
 
 #[derive(OpenApi)]
 #[openapi(

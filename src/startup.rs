@@ -151,6 +151,7 @@ impl Application {
             mcp_calls: crate::app::McpCalls::default(),
             mcp_sessions: crate::app::McpSessions::default(),
             pushes_due: Arc::default(),
+            key_streams: Arc::default(),
             provider_names,
         });
         Ok(Self {
@@ -210,6 +211,7 @@ impl Application {
             app.clone(),
             shutdown.clone(),
         ));
+        background.spawn(crate::http::watch_revoked(app.clone(), shutdown.clone()));
         if app.settings.vault.index_on_start {
             background.spawn(index_vaults_at_start(app.vaults.clone(), shutdown.clone()));
         }

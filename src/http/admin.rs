@@ -83,6 +83,7 @@ async fn erase_tenant(
     let tenant = tenant.as_str();
     // No key of the tenant begins anything while its data goes.
     for key in app.store.revoke_tenant_keys(tenant, Utc::now()).await? {
+        app.key_streams.revoked(&key);
         let entry = AuditEntry::new(tenant, kinds::KEY_REVOKED).subject(key);
         app.store.record(entry).await;
     }

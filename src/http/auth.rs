@@ -420,7 +420,9 @@ pub(super) async fn authenticate(
         actor: key_id.clone(),
         admin,
     });
-    Ok(acting_as(key_id, next.run(request)).await)
+    let response = acting_as(key_id.clone(), next.run(request)).await;
+    // An event stream ends when its key is revoked.
+    Ok(super::revocable::revocable(&app, &key_id, response))
 }
 
 /// A failed authentication: counted against the address (its answer

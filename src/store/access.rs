@@ -65,6 +65,13 @@ pub trait Access: Reads + Send + Sync + 'static {
             .await
     }
 
+    /// The ids of the keys revoked at or after `since` (at most 10,000).
+    async fn keys_revoked_since(&self, since: DateTime<Utc>) -> Result<Vec<String>> {
+        let sql = "SELECT id FROM api_keys WHERE revoked_at >= $1 ORDER BY revoked_at LIMIT 10000";
+        let rows: Vec<(String,)> = self.reader().rows(sql, args![since]).await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
     /// Revokes a key; false when there is no such key (or it already was).
     async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool>;
 

@@ -242,7 +242,48 @@ async fn behind_a_trusted_proxy_each_client_is_throttled_alone(backend: Backend)
     assert_eq!(get("198.51.100.10").await.unwrap().status(), 401);
 }
 
+/// Issue 63: an event stream ends when the key that opened it is revoked
+/// (by the command line or another replica: the process looks every 5 s),
+/// though its turn goes on; the key opens nothing more. (Before, a
+/// stream of a parked turn went on for its whole wait.)
+async fn a_revoked_keys_streams_end(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.auth = agent_harness::config::AuthMode::On;
+    let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    crate::tenants::make_keys(&app, &[("key_gone", "acme", "ah_gone")]).await;
+    app.client = crate::tenants::client_with_key("ah_gone");
+    let gate = tokio_util::sync::CancellationToken::new();
+    app.provider
+        .enqueue([crate::fake_provider::Reply::openai_text("one two three").hold_after(2, &gate)]);
+    let mut stream = app
+        .post_turn_sse("s-revoked", serde_json::json!({"message": "Hi"}))
+        .await;
+    assert_eq!(stream.status, 200);
+    stream.read_until("turn.started").await;
+    let store = app.db.open().await;
+    assert!(
+        store
+            .revoke_api_key("key_gone", chrono::Utc::now())
+            .await
+            .unwrap()
+    );
+    // The stream ends (a silent one would fail the read after 15 s).
+    let mut rest = Vec::new();
+    while let Some(event) = stream.next().await {
+        rest.push(event.event);
+    }
+    assert!(
+        !rest.iter().any(|e| e.starts_with("turn.")),
+        "ended before the turn did: {rest:?}"
+    );
+    let refused = app.client.get(app.url("/tools")).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+    gate.cancel();
+}
+
 on_both_backends!(
+    a_revoked_keys_streams_end,
     an_address_that_keeps_failing_to_authenticate_is_throttled,
     behind_a_trusted_proxy_each_client_is_throttled_alone,
 );
