@@ -48,6 +48,58 @@ pub struct App {
     /// The event streams open here, by the key that opened them: a
     /// revoked key's end.
     pub key_streams: Arc<KeyStreams>,
+    /// The MCP listens (`subscriptions/listen`, a session's `GET /mcp`)
+    /// open here, by tenant.
+    pub mcp_listens: Arc<McpListens>,
+}
+
+/// Listens one tenant may hold open in a process (either version's).
+pub const MCP_LISTENS_PER_TENANT: usize = 16;
+
+/// The MCP listens open in this process, by tenant: each looks at its
+/// resources every second, so a tenant's are bounded
+/// ([`MCP_LISTENS_PER_TENANT`]).
+#[derive(Debug, Default)]
+pub struct McpListens(Mutex<HashMap<String, usize>>);
+
+impl McpListens {
+    /// A place for one more listen of `tenant`, held until the guard is
+    /// dropped; `None`: the tenant holds as many as it may.
+    pub fn enter(self: &Arc<Self>, tenant: &str) -> Option<McpListen> {
+        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = open.entry(tenant.to_owned()).or_default();
+        if *count >= MCP_LISTENS_PER_TENANT {
+            return None;
+        }
+        *count += 1;
+        Some(McpListen {
+            listens: self.clone(),
+            tenant: tenant.to_owned(),
+        })
+    }
+}
+
+/// One listen's place, given back when dropped.
+#[derive(Debug)]
+pub struct McpListen {
+    listens: Arc<McpListens>,
+    tenant: String,
+}
+
+impl Drop for McpListen {
+    fn drop(&mut self) {
+        let mut open = self
+            .listens
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.tenant) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.tenant);
+            }
+        }
+    }
 }
 
 impl App {

@@ -152,6 +152,7 @@ impl Application {
             mcp_sessions: crate::app::McpSessions::default(),
             pushes_due: Arc::default(),
             key_streams: Arc::default(),
+            mcp_listens: Arc::default(),
             provider_names,
         });
         Ok(Self {

@@ -894,6 +894,48 @@ async fn a_listen_says_when_a_followed_note_changes(backend: Backend) {
     );
 }
 
+/// Issue 63: a tenant holds at most 16 listens in a process (each looks
+/// at its resources every second): the 17th is refused. (A listen looks
+/// at each URI once, however often the client names it.)
+async fn listens_are_bounded_per_tenant_and_uris_taken_once(backend: Backend) {
+    let vault = crate::helpers::vault_of(&[("notes/a.md", "# A\n")]);
+    let app = crate::helpers::spawn_app_with_vault(backend, vault.path()).await;
+    let listen = || {
+        let mut params = json!({"notifications": {
+            "resourceSubscriptions": ["vault:///notes/a.md", "vault:///notes/a.md", "session:///s-x"],
+        }});
+        params["_meta"] = meta(false);
+        app.client
+            .post(app.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", VERSION)
+            .header("mcp-method", "subscriptions/listen")
+            .json(&json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen", "params": params}))
+            .send()
+    };
+    let mut open = Vec::new();
+    for n in 0..16 {
+        let response = listen().await.unwrap();
+        assert_eq!(response.status(), 200, "listen {n}");
+        let mut stream = crate::helpers::SseStream::new(response).await;
+        let acknowledged = stream.next().await.unwrap().json();
+        assert_eq!(
+            acknowledged["method"], "notifications/subscriptions/acknowledged",
+            "{acknowledged}"
+        );
+        open.push(stream);
+    }
+    // Each listen has taken its place once its first look began.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let response = listen().await.unwrap();
+    let text = tokio::time::timeout(Duration::from_secs(10), response.text())
+        .await
+        .expect("the 17th listen ends")
+        .unwrap();
+    assert!(text.contains("as many as it may"), "{text}");
+    drop(open);
+}
+
 /// `get_session`'s `session_id` is mirrored into `Mcp-Param-Session-Id`
 /// (SEP-2243): a header that matches the body is taken (an id that
 /// names no session is "session not found", a tool error); one that
@@ -958,5 +1000,6 @@ on_both_backends!(
     a_call_waiting_for_approval_is_an_input_required_result,
     a_task_waiting_for_approval_is_answered_with_tasks_update,
     a_listen_says_when_a_followed_note_changes,
+    listens_are_bounded_per_tenant_and_uris_taken_once,
     a_session_id_header_must_match_the_body,
 );

@@ -179,13 +179,44 @@ pub(super) async fn complete(
 
 /// A resource as it reads now, hashed; `None`: it could not be read (the
 /// look after tries again).
-pub(super) async fn fingerprint(app: &AppState, tenant: &Tenant, uri: &str) -> Option<u64> {
-    let read = match read(app, tenant, uri).await {
-        Ok(contents) => contents.to_string(),
-        Err(Unreadable::NotFound(_)) => String::new(),
-        Err(Unreadable::Failed(_)) => return None,
-    };
+/// What a resource's version is, read cheaply: a note's modification
+/// time and size (a stat, not its text), a transcript's session's last
+/// event and update time (one row, not its messages). A listen compares
+/// these, not the contents (issue 63: 32 listens of a 4 MB transcript,
+/// each re-read and hashed every second, took both cores). `None`: it
+/// cannot be told now (the look after compares with the one before).
+pub(super) async fn version(app: &AppState, tenant: &Tenant, uri: &str) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
-    read.hash(&mut hasher);
-    Some(hasher.finish())
+    if let Some(path) = uri.strip_prefix(NOTE_SCHEME) {
+        let vault = app.vaults.of_tenant(&tenant.0);
+        match vault.resolve(path, false) {
+            Ok(note) => match tokio::fs::metadata(&note.absolute).await {
+                Ok(meta) => {
+                    meta.len().hash(&mut hasher);
+                    meta.modified().ok().hash(&mut hasher);
+                }
+                // Gone (or never there): one version, "none".
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0u8.hash(&mut hasher),
+                Err(_) => return None,
+            },
+            Err(NoteError::Path(_) | NoteError::NotFound(_)) => 0u8.hash(&mut hasher),
+            Err(_) => return None,
+        }
+        return Some(hasher.finish());
+    }
+    if let Some(id) = uri.strip_prefix(SESSION_SCHEME) {
+        let Ok(session) = parse_session_id(id, tenant) else {
+            return Some(0);
+        };
+        match app.store.get_session(&session).await {
+            Ok(Some(record)) => {
+                record.last_seq.hash(&mut hasher);
+                record.updated_at.hash(&mut hasher);
+            }
+            Ok(None) => 0u8.hash(&mut hasher),
+            Err(_) => return None,
+        }
+        return Some(hasher.finish());
+    }
+    Some(0)
 }

@@ -33,6 +33,12 @@ const QUIET: Duration = Duration::from_secs(15);
 /// `GET /mcp` of a session: its notifications, until the client leaves,
 /// another `GET` of the session takes over, or the service shuts down.
 pub(super) fn stream(app: AppState, tenant: Tenant, session: &str) -> Result<Response, ApiError> {
+    let place = app.mcp_listens.enter(&tenant.0).ok_or_else(|| {
+        ApiError::TooManyStreams(format!(
+            "the tenant holds {} MCP listens here, as many as it may",
+            crate::app::MCP_LISTENS_PER_TENANT
+        ))
+    })?;
     let key = (tenant.0.clone(), session.to_owned());
     let stream_id = app
         .mcp_sessions
@@ -40,12 +46,13 @@ pub(super) fn stream(app: AppState, tenant: Tenant, session: &str) -> Result<Res
         .ok_or(ApiError::McpSessionNotFound)?;
     let closing = app.runner.streams_closed();
     let body = async_stream::stream! {
+        let _place = place;
         let mut seen: BTreeMap<String, Option<u64>> = BTreeMap::new();
         let mut quiet_since = Instant::now();
         while let Some(uris) = app.mcp_sessions.followed(&key, stream_id) {
             seen.retain(|uri, _| uris.contains(uri));
             for uri in uris {
-                let now = resources::fingerprint(&app, &tenant, &uri).await;
+                let now = resources::version(&app, &tenant, &uri).await;
                 match seen.insert(uri.clone(), now) {
                     // First look: what it is now is what changes are from.
                     None => {}

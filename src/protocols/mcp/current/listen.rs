@@ -3,9 +3,12 @@
 //! (`notifications/resources/updated`) and when the caller's list of
 //! notes changes (`notifications/resources/list_changed`). No state
 //! outlives the request, so any replica serves it: each look reads the
-//! resources as `resources/read` does, for the caller's tenant only (a
-//! note path and a session id name the caller's own), and compares them
-//! with the look before. It ends when the client ends it, or when the
+//! version of each resource (a note's modification time and size, a
+//! transcript's last event: see `resources::version`), for the caller's
+//! tenant only (a note path and a session id name the caller's own), and
+//! compares it with the look before. A tenant holds at most
+//! `MCP_LISTENS_PER_TENANT` listens in a process, each at most
+//! [`URIS_MAX`] resources, each once. It ends when the client ends it, or when the
 //! service shuts down (the final result says so).
 
 use std::{
@@ -36,14 +39,16 @@ const URIS_MAX: usize = 100;
 /// server's schemes (at most [`URIS_MAX`]) and the list of notes; the
 /// tools and prompts never change while the service runs.
 pub(super) fn accepted(requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
-    let uris: Vec<String> = requested
-        .resource_subscriptions
-        .iter()
-        .flatten()
-        .filter(|uri| resources::is_ours(uri))
-        .take(URIS_MAX)
-        .cloned()
-        .collect();
+    // Each once: a URI named again is the same resource.
+    let mut uris: Vec<String> = Vec::new();
+    for uri in requested.resource_subscriptions.iter().flatten() {
+        if uris.len() == URIS_MAX {
+            break;
+        }
+        if resources::is_ours(uri) && !uris.contains(uri) {
+            uris.push(uri.clone());
+        }
+    }
     serde_json::from_value(json!({
         "resourcesListChanged": true,
         "resourceSubscriptions": uris,
@@ -67,14 +72,33 @@ impl Current {
         context: SubscriptionContext,
     ) -> Result<(), McpError> {
         let tenant = tenant_of(context.request_context())?;
+        let Some(_place) = self.app.mcp_listens.enter(&tenant.0) else {
+            return Err(McpError::invalid_request(
+                format!(
+                    "this tenant holds {} listens here, as many as it may",
+                    crate::app::MCP_LISTENS_PER_TENANT
+                ),
+                None,
+            ));
+        };
         let accepted = context.accepted().clone();
-        let uris = accepted.resource_subscriptions.unwrap_or_default();
+        // Each once, at most URIS_MAX: what rmcp accepts keeps the
+        // client's repeats of a URI this server took.
+        let mut uris: Vec<String> = Vec::new();
+        for uri in accepted.resource_subscriptions.unwrap_or_default() {
+            if uris.len() == URIS_MAX {
+                break;
+            }
+            if !uris.contains(&uri) {
+                uris.push(uri);
+            }
+        }
         let lists = accepted.resources_list_changed == Some(true);
         let mut seen = BTreeMap::new();
         for uri in &uris {
             seen.insert(
                 uri.clone(),
-                resources::fingerprint(&self.app, &tenant, uri).await,
+                resources::version(&self.app, &tenant, uri).await,
             );
         }
         let mut list = if lists {
@@ -91,7 +115,7 @@ impl Current {
                 () = tokio::time::sleep(LOOK_EVERY) => {}
             }
             for uri in &uris {
-                let now = resources::fingerprint(&self.app, &tenant, uri).await;
+                let now = resources::version(&self.app, &tenant, uri).await;
                 let before = seen.get(uri).copied().flatten();
                 if now.is_some() && now != before {
                     seen.insert(uri.clone(), now);
