@@ -514,6 +514,59 @@ async fn a_nul_in_a_request_is_refused_and_an_old_one_breaks_nothing(backend: Ba
     assert_eq!(status, 404);
 }
 
+/// Issue 63: on SQLite an erased session's text is not left in the
+/// file's free pages: the erase overwrites what it deletes with zeros
+/// (`secure_delete` for its transaction, FTS5's secure-delete for the
+/// memories' index). After the erase and a checkpoint, the database file
+/// and its WAL hold no copy of a word only that session said. (Before,
+/// six copies were found.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erased_sessions_text_is_not_left_in_the_sqlite_file() {
+    let vault = vault_of(&[]);
+    let app = app(Backend::Sqlite, vault.path()).await;
+    let word = "Zanzibarquokka";
+    for n in 0..3 {
+        let response = app
+            .post_turn(
+                "s-scrub",
+                json!({"message": format!("{word} {n}: remember {word}."), "user_id": "scrub"}),
+            )
+            .await;
+        assert_eq!(response.status(), 200);
+    }
+    let count = |path: &std::path::Path| {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        bytes
+            .windows(word.len())
+            .filter(|w| *w == word.as_bytes())
+            .count()
+    };
+    let db = app.db.sqlite_path();
+    let wal = db.with_extension("db-wal");
+    app.db
+        .execute_sqlite("PRAGMA wal_checkpoint(TRUNCATE)")
+        .await;
+    assert!(
+        count(&db) + count(&wal) > 0,
+        "the word is in the file first"
+    );
+    let erased = app
+        .client
+        .delete(app.url("/sessions/s-scrub"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(erased.status(), 204);
+    app.db
+        .execute_sqlite("PRAGMA wal_checkpoint(TRUNCATE)")
+        .await;
+    assert_eq!(
+        (count(&db), count(&wal)),
+        (0, 0),
+        "copies of the erased word in the file and its WAL"
+    );
+}
+
 on_both_backends!(
     a_nul_in_a_request_is_refused_and_an_old_one_breaks_nothing,
     a_user_is_erased_with_their_sessions_and_memories,

@@ -29,23 +29,13 @@ impl Erase for SqliteStore {
                 if let Some(turn) = running {
                     return Ok(Erased::Running(parse_uuid(&turn)?));
                 }
-                for (sql, with_scope) in ERASE {
-                    let mut statement = tx.prepare_cached(sql)?;
-                    if *with_scope {
-                        statement.execute(params![key, scope])?;
-                    } else {
-                        statement.execute(params![key])?;
-                    }
-                }
-                // Its rows in the event journal (see `event_log/journal.rs`).
-                crate::store::event_log::journal::erase_session(tx, &key)?;
-                stage.forget(&key);
-                let gone = tx.prepare_cached(SESSION)?.execute(params![key])?;
-                Ok(if gone == 1 {
-                    Erased::Erased
-                } else {
-                    Erased::NotFound
-                })
+                // What the erase deletes is overwritten with zeros in the
+                // file (the pages it frees too), not only unlinked; the
+                // writer's other work keeps the default.
+                tx.execute_batch("PRAGMA secure_delete = ON")?;
+                let erased = erase_rows(tx, stage, &key, &scope);
+                tx.execute_batch("PRAGMA secure_delete = OFF")?;
+                erased
             })
             .await
     }
@@ -63,11 +53,40 @@ impl Erase for SqliteStore {
         let tenant = tenant.to_owned();
         self.writes
             .run(move |tx| {
-                for sql in tenant_statements(&tenant) {
-                    tx.prepare_cached(sql)?.execute(params![tenant])?;
-                }
-                Ok(())
+                // Overwritten with zeros, as a session's erase is.
+                tx.execute_batch("PRAGMA secure_delete = ON")?;
+                let erased = tenant_statements(&tenant)
+                    .iter()
+                    .try_for_each(|sql| tx.prepare_cached(sql)?.execute(params![tenant]).map(drop));
+                tx.execute_batch("PRAGMA secure_delete = OFF")?;
+                Ok(erased?)
             })
             .await
     }
+}
+
+/// The erase's deletes, in the writer's transaction.
+fn erase_rows(
+    tx: &rusqlite::Connection,
+    stage: &mut crate::store::event_log::journal::Stage<'_>,
+    key: &str,
+    scope: &str,
+) -> Result<Erased> {
+    for (sql, with_scope) in ERASE {
+        let mut statement = tx.prepare_cached(sql)?;
+        if *with_scope {
+            statement.execute(params![key, scope])?;
+        } else {
+            statement.execute(params![key])?;
+        }
+    }
+    // Its rows in the event journal (see `event_log/journal.rs`).
+    crate::store::event_log::journal::erase_session(tx, key)?;
+    stage.forget(key);
+    let gone = tx.prepare_cached(SESSION)?.execute(params![key])?;
+    Ok(if gone == 1 {
+        Erased::Erased
+    } else {
+        Erased::NotFound
+    })
 }

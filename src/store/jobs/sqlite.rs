@@ -95,12 +95,16 @@ impl Jobs for SqliteStore {
         let (scope, id) = (scope.to_owned(), id.map(str::to_owned));
         self.writes
             .run(move |connection| {
+                // Forgotten is overwritten with zeros in the file (as an
+                // erase is), not only unlinked.
+                connection.execute_batch("PRAGMA secure_delete = ON")?;
                 let deleted = connection
                     .prepare_cached(
                         "DELETE FROM memories WHERE scope = ?1 AND (?2 IS NULL OR id = ?2)",
-                    )?
-                    .execute(params![scope, id])?;
-                Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
+                    )
+                    .and_then(|mut statement| statement.execute(params![scope, id]));
+                connection.execute_batch("PRAGMA secure_delete = OFF")?;
+                Ok(u64::try_from(deleted?).unwrap_or(u64::MAX))
             })
             .await
     }
