@@ -510,8 +510,11 @@ impl TurnRunner {
             // Parked: no process runs it; this one takes it over, and it
             // ends cancelled at once. Whoever takes it up (this call, this
             // process's sweep, another replica that heard of the wake), the
-            // answer waits for its end, as for a turn that runs here.
-            self.wake(turn_id).await;
+            // answer waits for its end, as for a turn that runs here. A
+            // turn that runs on another replica (not parked) is asked: 202.
+            if !self.wake(turn_id).await {
+                return Ok(CancelOutcome::Requested);
+            }
             let ended = tokio::time::timeout(
                 Duration::from_secs(5),
                 self.wait_for_end(session_id, turn_id),

@@ -32,16 +32,18 @@ impl TurnRunner {
     /// once (or, by a process on its way out, left to the others' sweeps).
     /// A failure leaves it parked until its wait ends; it then finds the
     /// answer.
-    pub async fn wake(&self, turn_id: uuid::Uuid) {
+    pub async fn wake(&self, turn_id: uuid::Uuid) -> bool {
         match self.inner.store.wake_turn(turn_id, Utc::now()).await {
             Ok(true) => {
                 if let Err(e) = self.take_over(Some(turn_id)).await {
                     tracing::warn!(error = %e, turn.id = %turn_id, "a woken turn was not taken over here; a sweep will");
                 }
+                true
             }
-            Ok(false) => {}
+            Ok(false) => false,
             Err(e) => {
                 tracing::warn!(error = %e, turn.id = %turn_id, "a parked turn could not be woken; it goes on when its wait ends");
+                false
             }
         }
     }

@@ -304,3 +304,46 @@ fn unfinished_text(events: &[StoredEvent], recorded: u32) -> Option<u32> {
     }
     open
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use uuid::Uuid;
+
+    use super::*;
+
+    /// A turn taken over knows every call id its log names, waiting calls
+    /// included (issue 63: after a compaction, a call id the messages no
+    /// longer held was handed out again, and found an earlier approval).
+    #[test]
+    fn a_taken_over_turn_knows_the_call_ids_its_log_names() {
+        let turn = Uuid::now_v7();
+        let events = [
+            TurnEvent::ToolStarted {
+                step: 1,
+                wave: 1,
+                call_id: "call_0".into(),
+                tool: "append_note".into(),
+                arguments: serde_json::json!({}),
+            },
+            TurnEvent::MessageDelta {
+                step: 2,
+                text: "thinking".into(),
+            },
+            TurnEvent::ApprovalRequested {
+                step: 3,
+                call_id: "call_s3_0".into(),
+                tool: "write_note".into(),
+                arguments: serde_json::json!({}),
+                expires_at: None,
+            },
+        ];
+        let stored: Vec<StoredEvent> = events
+            .into_iter()
+            .enumerate()
+            .map(|(n, e)| StoredEvent::new("s", turn, n as i64 + 1, &e, Utc::now()).unwrap())
+            .collect();
+        let ids: Vec<String> = handed_out(&stored).collect();
+        assert_eq!(ids, ["call_0", "call_s3_0"]);
+    }
+}

@@ -142,6 +142,15 @@ fn said(pushes: &[(HeaderMap, Value)]) -> Vec<String> {
         .collect()
 }
 
+/// The task a push names: the task itself, or an update's `taskId`.
+fn task_of(body: &Value) -> &Value {
+    body.get("task")
+        .map(|t| &t["id"])
+        .or_else(|| body.get("statusUpdate").map(|u| &u["taskId"]))
+        .or_else(|| body.get("artifactUpdate").map(|u| &u["taskId"]))
+        .unwrap()
+}
+
 async fn rpc(app: &TestApp, method: &str, params: Value) -> Value {
     app.client
         .post(app.url("/a2a"))
@@ -198,13 +207,7 @@ async fn a_tasks_updates_are_pushed_in_order_with_its_credentials(backend: Backe
     for (headers, body) in &pushes {
         assert_eq!(headers["authorization"], "Bearer s3cret");
         assert_eq!(headers["x-a2a-notification-token"], "task-token-1");
-        let id = body
-            .get("task")
-            .map(|t| &t["id"])
-            .or_else(|| body.get("statusUpdate").map(|u| &u["taskId"]))
-            .or_else(|| body.get("artifactUpdate").map(|u| &u["taskId"]))
-            .unwrap();
-        assert_eq!(id, task.as_str());
+        assert_eq!(task_of(body), task.as_str());
     }
     // The configuration is the task's: listed with the id it was given.
     let listed = rpc(
@@ -494,13 +497,7 @@ async fn a_streamed_tasks_configuration_is_pushed_to(backend: Backend) {
     assert_eq!(said(&pushes).last().unwrap(), "status TASK_STATE_COMPLETED");
     for (headers, body) in &pushes {
         assert_eq!(headers["x-a2a-notification-token"], "stream-1");
-        let id = body
-            .get("task")
-            .map(|t| &t["id"])
-            .or_else(|| body.get("statusUpdate").map(|u| &u["taskId"]))
-            .or_else(|| body.get("artifactUpdate").map(|u| &u["taskId"]))
-            .unwrap();
-        assert_eq!(id, task.as_str());
+        assert_eq!(task_of(body), task.as_str());
     }
 }
 
