@@ -23,6 +23,7 @@ mod load;
 mod memory;
 mod profiles;
 mod providers;
+mod proxies;
 mod server;
 mod telemetry;
 mod tools;
@@ -39,13 +40,14 @@ pub use load::{ConfigError, load_matches};
 pub use memory::MemorySettings;
 pub use profiles::{AgentProfile, AgentProfiles, ProfileArgument, variables};
 pub use providers::ProviderSettings;
+pub use proxies::TrustedProxies;
 pub use server::ServerSettings;
 pub use telemetry::TelemetrySettings;
 pub use tools::ToolSettings;
 pub use values::{
     AgentSkills, AuthMode, CorsOrigins, DatabaseUrl, EffectList, EmbeddingModel, HostUrl, HttpUrl,
     LogFormat, OtlpProtocol, ProviderKind, ProviderList, ProviderRef, ResourceAttributes, Secret,
-    Span, TrustedProxies, redact_url,
+    Span, redact_url,
 };
 pub use vault::VaultSettings;
 pub use web::WebSettings;

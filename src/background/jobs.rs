@@ -3,10 +3,11 @@
 //! share them and a restart loses none), each model call bounded in time
 //! and output tokens, its usage and cost recorded on the job.
 
+mod announce;
+
 use std::{sync::Arc, time::Duration};
 
 use chrono::{SubsecRound, Utc};
-use serde::{Deserialize, Serialize};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 use uuid::Uuid;
@@ -16,17 +17,13 @@ use super::{
     answers::{EXTRACTION_PROMPT, Extracted, JUDGE_PROMPT, Verdict, cut, json_object, normal_key},
     judges::{JudgeConfig, JudgeJob},
     memory::ExtractionJob,
-    new_job_id,
 };
 use crate::{
-    events::{SESSION_TURN, StoredEvent, TurnEvent},
     providers::{
         ChatMessage, ChatRequest, LlmProvider, Role, Usage, catalogue::ModelCatalogue,
         collect_text, embeddings::Embedder,
     },
-    store::{
-        EventLog, JobOutcome, JobRecord, JobUsage, Jobs, JudgementRecord, NewJob, NewMemory, Store,
-    },
+    store::{EventLog, JobOutcome, JobRecord, JobUsage, Jobs, JudgementRecord, NewMemory, Store},
 };
 
 /// How often the store is checked for jobs when nothing woke the worker.
@@ -94,16 +91,6 @@ pub struct BackgroundWorker {
 /// The model usage of one run of a job.
 #[derive(Debug, Default)]
 struct Spent(JobUsage);
-
-/// A judgement event waiting for its session to be free. (Older versions
-/// also kept an `event_turn_id`, a fresh UUID that named no turn; it is
-/// not read: the event is the session's, under [`SESSION_TURN`].)
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct EventJob {
-    session_id: String,
-    event: TurnEvent,
-    at: chrono::DateTime<Utc>,
-}
 
 /// How a job ends whose session was erased while it ran: it wrote nothing.
 fn erased() -> JobOutcome {
@@ -434,6 +421,18 @@ impl BackgroundWorker {
             },
             _ => None,
         };
+        self.keep_memories(job, &task, items, embedded).await
+    }
+
+    /// Keeps what an extraction found, each with its embedding, while the
+    /// job's row is there (its session not erased).
+    async fn keep_memories(
+        &self,
+        job: &JobRecord,
+        task: &ExtractionJob,
+        items: Vec<(String, String, String)>,
+        embedded: Option<(String, Vec<Vec<f32>>)>,
+    ) -> Step<()> {
         for (index, (kind, key, content)) in items.into_iter().enumerate() {
             let (embedding, embedding_model) = match &embedded {
                 Some((model, vectors)) => (vectors.get(index).cloned(), Some(model.clone())),
@@ -528,65 +527,5 @@ impl BackgroundWorker {
         }
         self.announce(job, &judgement).await;
         Ok(())
-    }
-
-    /// Says a judgement in its session's log: at once, or, while a turn of
-    /// the session runs, by a job of its own.
-    async fn announce(&self, job: &JobRecord, judgement: &JudgementRecord) {
-        let event = EventJob {
-            session_id: judgement.session_id.clone(),
-            event: TurnEvent::Judgement {
-                judgement_id: judgement.id.clone(),
-                judged_turn_id: judgement.turn_id.clone(),
-                judge: judgement.judge.clone(),
-                score: judgement.score,
-                passed: judgement.passed,
-                rationale: judgement.rationale.clone(),
-            },
-            at: judgement.created_at,
-        };
-        match self.deliver(&event).await {
-            Ok(true) => {}
-            // The session is busy with a turn: its event waits.
-            Ok(false) | Err(_) => {
-                let queued = NewJob {
-                    id: new_job_id(),
-                    kind: JOB_JUDGEMENT_EVENT.into(),
-                    session_id: job.session_id.clone(),
-                    turn_id: job.turn_id.clone(),
-                    payload: serde_json::to_string(&event).unwrap_or_default(),
-                    at: Utc::now(),
-                };
-                // Not once the judge's job is gone (its session erased).
-                if let Err(e) = self.jobs.enqueue_job(&queued, Some(&job.id)).await {
-                    tracing::warn!(error = %e, "a judgement's event is lost");
-                }
-            }
-        }
-    }
-
-    /// Appends a judgement's event to its session's log; false while a
-    /// turn of the session runs.
-    async fn deliver(&self, event: &EventJob) -> crate::store::Result<bool> {
-        let stored = StoredEvent::new(&event.session_id, SESSION_TURN, 0, &event.event, event.at)
-            .map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?;
-        self.log.append_session_event(&stored).await
-    }
-
-    async fn append_event(&self, job: &JobRecord) -> JobOutcome {
-        let event: EventJob = match payload(job) {
-            Ok(event) => event,
-            Err(outcome) => return outcome,
-        };
-        match self.deliver(&event).await {
-            Ok(true) => JobOutcome::Done,
-            Ok(false) => Self::again(
-                job,
-                "a turn of the session is running".into(),
-                EVENT_ATTEMPTS,
-                Duration::from_secs(2),
-            ),
-            Err(e) => Self::again(job, e.to_string(), EVENT_ATTEMPTS, Duration::from_secs(2)),
-        }
     }
 }

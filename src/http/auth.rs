@@ -375,19 +375,7 @@ pub(super) async fn authenticate(
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|k| !k.is_empty() && k.len() <= 256);
-    let Some(key) = key else {
-        return Err(match throttled {
-            Some(wait) => ApiError::AuthThrottled(wait),
-            None => failed(&app, &auth, client).await,
-        });
-    };
-    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
-    if let Some(wait) = throttled
-        && auth.recall(&hash).is_none()
-        && !auth.keys.may_hold(&app, &hash).await
-    {
-        return Err(ApiError::AuthThrottled(wait));
-    }
+    let hash = looked_up(&app, &auth, client, throttled, key).await?;
     // A key verified lately whose request would be refused anyway (its
     // rate, its tenant's requests in flight) is refused from what this
     // process knows: a tenant's flood costs the database nothing. Every
@@ -423,6 +411,32 @@ pub(super) async fn authenticate(
     let response = acting_as(key_id.clone(), next.run(request)).await;
     // An event stream ends when its key is revoked.
     Ok(super::revocable::revocable(&app, &key_id, response))
+}
+
+/// The hash of the request's key, when it is to be looked up: a missing
+/// key fails (or is throttled), and a throttled address's key is looked
+/// up only when it may verify (see [`KeyIndex`]).
+async fn looked_up(
+    app: &AppState,
+    auth: &Auth,
+    client: IpAddr,
+    throttled: Option<u64>,
+    key: Option<&str>,
+) -> Result<String, ApiError> {
+    let Some(key) = key else {
+        return Err(match throttled {
+            Some(wait) => ApiError::AuthThrottled(wait),
+            None => failed(app, auth, client).await,
+        });
+    };
+    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
+    if let Some(wait) = throttled
+        && auth.recall(&hash).is_none()
+        && !auth.keys.may_hold(app, &hash).await
+    {
+        return Err(ApiError::AuthThrottled(wait));
+    }
+    Ok(hash)
 }
 
 /// A failed authentication: counted against the address (its answer

@@ -71,6 +71,18 @@ impl Drop for QueueTicket {
 }
 
 impl TurnRunner {
+    /// Why a waiter whose ticket is gone gives up: an erase of the session
+    /// (or of its tenant) emptied its queue, and what is erased does not
+    /// begin again. (A ticket that went stale, its process silent for
+    /// 10 s, gives up too: its wait was cut.)
+    async fn ticket_gone(&self, session_id: &SessionKey) -> Result<QueuedStartError, StoreError> {
+        let session = self.inner.store.get_session(session_id).await?;
+        Ok(match session.and_then(|s| s.running_turn_id) {
+            Some(running) => QueuedStartError::TimedOut(running),
+            None => QueuedStartError::Start(StartError::SessionNotFound),
+        })
+    }
+
     /// A start that finds the session busy says which turn runs there.
     async fn try_start(
         &self,
@@ -120,18 +132,7 @@ impl TurnRunner {
             let due = tokio::time::Instant::now() >= deadline;
             if due || touched.elapsed() >= QUEUE_TICKET_TOUCH {
                 if !store.touch_ticket(ticket.ticket, now_ms()).await? {
-                    // The ticket is gone: an erase of the session (or of
-                    // its tenant) emptied its queue, and what is erased
-                    // does not begin again; the request gives up. (A
-                    // ticket that went stale, its process silent for
-                    // 10 s, gives up too: its wait was cut.)
-                    return Err(match store.get_session(session_id).await? {
-                        Some(session) => match session.running_turn_id {
-                            Some(running) => QueuedStartError::TimedOut(running),
-                            None => QueuedStartError::Start(StartError::SessionNotFound),
-                        },
-                        None => QueuedStartError::Start(StartError::SessionNotFound),
-                    });
+                    return Err(self.ticket_gone(session_id).await?);
                 }
                 touched = tokio::time::Instant::now();
             }
