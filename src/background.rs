@@ -14,6 +14,7 @@ pub mod judges;
 pub mod learner;
 pub mod memory;
 
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// The job kind of a memory extraction.
@@ -36,8 +37,6 @@ pub fn new_job_id() -> String {
 pub struct RunningJobs {
     jobs: std::sync::Mutex<std::collections::HashMap<String, (String, CancellationToken)>>,
 }
-
-use tokio_util::sync::CancellationToken;
 
 impl RunningJobs {
     fn lock(

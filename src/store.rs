@@ -195,9 +195,21 @@ pub fn parked_retry_at(turn_id: &str, now: DateTime<Utc>) -> DateTime<Utc> {
 
 /// A parked turn's tenant's cap ($2: the default) and how many turns it
 /// runs now (counted as a begin counts them), from the turn's id ($1).
-pub(crate) const TENANT_ROOM: &str = "SELECT COALESCE((SELECT n.max_running_turns FROM tenants n \
-     WHERE n.tenant = t.tenant), $2), (SELECT count(*) FROM turns r WHERE r.tenant = t.tenant \
-     AND r.status = 'running' AND r.parked_until IS NULL) FROM turns t WHERE t.id = $1";
+macro_rules! tenant_room {
+    ($id:literal, $default:literal) => {
+        concat!(
+            "SELECT COALESCE((SELECT n.max_running_turns FROM tenants n \
+             WHERE n.tenant = t.tenant), ",
+            $default,
+            "), (SELECT count(*) FROM turns r WHERE r.tenant = t.tenant \
+             AND r.status = 'running' AND r.parked_until IS NULL) FROM turns t WHERE t.id = ",
+            $id
+        )
+    };
+}
+pub(crate) const TENANT_ROOM: &str = tenant_room!("$1", "$2");
+/// [`TENANT_ROOM`] with SQLite's parameters.
+pub(crate) const TENANT_ROOM_SQLITE: &str = tenant_room!("?1", "?2");
 
 /// What a sweep did with an orphan.
 #[derive(Debug, Clone, PartialEq)]

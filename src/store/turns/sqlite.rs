@@ -345,7 +345,7 @@ impl Turns for SqliteStore {
                         // Taken up only while its tenant has room (one
                         // writer: the count holds until the claim).
                         let (most, running): (Option<i64>, i64) = tx
-                            .prepare_cached(&crate::store::TENANT_ROOM.replace('$', "?"))?
+                            .prepare_cached(crate::store::TENANT_ROOM_SQLITE)?
                             .query_row(
                                 params![turn_id, scope.max_running_default.map(i64::from)],
                                 |row| Ok((row.get(0)?, row.get(1)?)),
