@@ -19,6 +19,7 @@ pub mod pii;
 pub mod protocols;
 pub mod providers;
 pub mod runner;
+pub mod service;
 pub mod signing;
 pub mod startup;
 pub mod store;

@@ -8,9 +8,10 @@
 //! the same keep-alive. A protocol is then its request mapping, its
 //! encoder and its error shapes: a file (or a folder) here and a route.
 //!
-//! A protocol follows a turn through the runner (its live events, then
-//! its log) and folds an ended one from its log through one cursor
-//! ([`crate::store::TurnLogCursor`], by [`endpoint::read_turn`]).
+//! A protocol reaches turns and sessions only through the turn service
+//! ([`crate::service::TurnService`], in [`Protocols`]): it follows a turn
+//! (its live events, then its log) and folds an ended one from its log a
+//! page at a time.
 
 pub mod a2a;
 pub mod agui;
@@ -29,8 +30,10 @@ pub mod responses;
 pub mod retraction;
 pub(crate) mod schemas;
 pub mod sse;
+mod state;
 pub mod ui_message;
 
-pub use endpoint::{ConversationTurn, read_turn};
+pub use endpoint::ConversationTurn;
 pub use parts::{CallResult, ToolDeclaration, declared_tools, finished_call};
 pub use sse::{Encoded, KEEP_ALIVE, WireFormat, data_frame, stream_for, stream_turn, typed};
+pub use state::{Protocols, Shared};

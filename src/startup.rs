@@ -14,13 +14,15 @@ use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
-    app::App,
+    app::{App, AppState},
     background::jobs::BackgroundWorker,
     config::Settings,
     http,
     metrics::Metrics,
+    protocols::{Protocols, mcp::McpState},
     providers::{LlmProvider, ProviderError},
     runner::{RunnerConfig, TurnRunner},
+    service::TurnService,
     store::{self, StoreError},
     tools::{Tool, mcp::McpHub},
     vault::{Vault, VaultError, Vaults},
@@ -54,7 +56,7 @@ pub struct Application {
     /// `/metrics` alone, when `HARNESS_METRICS_LISTEN` sets it apart.
     metrics_listener: Option<TcpListener>,
     port: u16,
-    app: Arc<App>,
+    app: AppState,
     shutdown: CancellationToken,
     worker: BackgroundWorker,
 }
@@ -141,19 +143,23 @@ impl Application {
             Some(addr) => Some(bind(addr, "metrics").await?),
             None => None,
         };
-        let app = Arc::new(App {
+        let settings = Arc::new(settings);
+        let protocols = Arc::new(Protocols {
+            turns: TurnService::new(runner.clone(), approvals),
+            settings: settings.clone(),
+            vaults: vaults.clone(),
+            provider_names,
+            mcp: McpState::default(),
+            pushes_due: Arc::default(),
+        });
+        let app = AppState::new(App {
             settings,
             store,
             runner,
             vaults,
             mcp: Arc::new(mcp),
-            approvals_decided: approvals,
-            mcp_calls: crate::app::McpCalls::default(),
-            mcp_sessions: crate::app::McpSessions::default(),
-            pushes_due: Arc::default(),
             key_streams: Arc::default(),
-            mcp_listens: Arc::default(),
-            provider_names,
+            protocols,
         });
         Ok(Self {
             listener,
@@ -169,7 +175,7 @@ impl Application {
         self.port
     }
 
-    pub fn app(&self) -> &Arc<App> {
+    pub fn app(&self) -> &AppState {
         &self.app
     }
 
@@ -205,7 +211,7 @@ impl Application {
             });
         }
         background.spawn(crate::protocols::a2a::push::deliver(
-            app.clone(),
+            app.protocols.clone(),
             shutdown.clone(),
         ));
         background.spawn(crate::http::webhooks::deliver(

@@ -40,8 +40,9 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &["telemetry"],
     &["runner"],
-    &["app"],
+    &["service"],
     &["protocols"],
+    &["app"],
     &["http"],
     &["startup", "cli"],
 ];

@@ -173,7 +173,7 @@ async fn list_judgements(
 ) -> Result<axum::Json<JudgementList>, ApiError> {
     let turn_id = parse_turn_id(&turn_id)?;
     let Some(_) = app.store.get_turn(&session_id, turn_id).await? else {
-        return Err(super::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
+        return Err(super::not_found_in(&app.protocols, &session_id, ApiError::TurnNotFound).await);
     };
     let mut judgements = app.store.list_judgements(&session_id, turn_id).await?;
     for judgement in &mut judgements {
@@ -228,7 +228,7 @@ async fn list_jobs(
     ApiQuery(query): ApiQuery<NewestQuery>,
 ) -> Result<axum::Json<JobList>, ApiError> {
     let limit = newest(query)?;
-    super::known_session(&app, &session_id).await?;
+    super::known_session(&app.protocols, &session_id).await?;
     let jobs = app.store.list_jobs(&session_id, limit).await?;
     Ok(axum::Json(JobList { jobs }))
 }
@@ -260,7 +260,7 @@ async fn list_observations(
     ApiQuery(query): ApiQuery<NewestQuery>,
 ) -> Result<axum::Json<ObservationList>, ApiError> {
     let limit = newest(query)?;
-    super::known_session(&app, &session_id).await?;
+    super::known_session(&app.protocols, &session_id).await?;
     let mut observations = app.store.list_observations(&session_id, limit).await?;
     for observation in &mut observations {
         observation.session_id = session_id.id().to_owned();

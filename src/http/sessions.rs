@@ -57,7 +57,7 @@ async fn get_session(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
 ) -> Result<axum::Json<SessionRecord>, ApiError> {
-    let mut session = super::known_session(&app, &session_id).await?;
+    let mut session = super::known_session(&app.protocols, &session_id).await?;
     session.id = session_id.id().to_owned();
     Ok(axum::Json(session))
 }
@@ -126,7 +126,7 @@ async fn list_messages(
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<axum::Json<MessagePage>, ApiError> {
     let (after, limit) = PageQuery::parse(query)?;
-    super::known_session(&app, &session_id).await?;
+    super::known_session(&app.protocols, &session_id).await?;
     let messages = app.store.list_messages(&session_id, after, limit).await?;
     let next_after = (messages.len() == limit as usize)
         .then(|| messages.last().map(|m| m.id))
@@ -165,7 +165,7 @@ async fn list_events(
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response, ApiError> {
     let (after, limit) = PageQuery::parse(query)?;
-    super::known_session(&app, &session_id).await?;
+    super::known_session(&app.protocols, &session_id).await?;
     let events = app
         .store
         .list_events(&session_id, None, after, limit)
@@ -257,7 +257,7 @@ async fn list_decisions(
             "`after` must be a decision id".into(),
         ));
     }
-    super::known_session(&app, &session_id).await?;
+    super::known_session(&app.protocols, &session_id).await?;
     let decisions = app
         .store
         .list_decisions(
@@ -304,7 +304,7 @@ async fn list_checkpoints(
     ApiQuery(query): ApiQuery<LimitQuery>,
 ) -> Result<axum::Json<CheckpointList>, ApiError> {
     let limit = page_limit(query.limit)?;
-    super::known_session(&app, &session_id).await?;
+    super::known_session(&app.protocols, &session_id).await?;
     let mut checkpoints = app.store.list_checkpoints(&session_id, limit).await?;
     for checkpoint in &mut checkpoints {
         checkpoint.session_id = session_id.id().to_owned();
@@ -331,7 +331,9 @@ async fn get_artifact(
     Path(ArtifactPath { artifact_id }): Path<ArtifactPath>,
 ) -> Result<axum::Json<ArtifactRecord>, ApiError> {
     let Some(mut artifact) = app.store.get_artifact(&session_id, &artifact_id).await? else {
-        return Err(super::not_found_in(&app, &session_id, ApiError::ArtifactNotFound).await);
+        return Err(
+            super::not_found_in(&app.protocols, &session_id, ApiError::ArtifactNotFound).await,
+        );
     };
     artifact.session_id = session_id.id().to_owned();
     Ok(axum::Json(artifact))

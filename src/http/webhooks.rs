@@ -189,7 +189,7 @@ async fn create_webhook(
             format!("`url` must be 1 to {URL_MAX} bytes"),
         ));
     }
-    let url = checked_outbound(&app, &body.url)
+    let url = checked_outbound(&app.protocols, &body.url)
         .map_err(|why| invalid("url", format!("`url` refused: {why}")))?;
     let mut events: Vec<&str> = Vec::new();
     for event in body.events {

@@ -36,26 +36,30 @@ use super::{
         self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
         result as rpc_result,
     },
-    read_turn, stream_for, typed,
+    stream_for, typed,
 };
 use crate::{
-    app::AppState,
     events::StoredEvent,
     ids::Tenant,
+    protocols::Shared,
     protocols::{
         endpoint::{Started, named_session},
         error::ApiError,
         json::ApiJson,
         native::{ClientToolBody, checked_client_tools, checked_message},
     },
-    runner::CancelError,
-    store::{NewApproval, TurnRecord, TurnStatus},
+    service::CancelError,
+    service::{NewApproval, TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
 use params::{client_answers, decisions, history_length, message_text, task_id};
 use task::TaskFold;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub fn router<S>() -> OpenApiRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+    crate::protocols::Shared: axum::extract::FromRef<S>,
+{
     OpenApiRouter::new()
         .routes(routes!(card::agent_card))
         .routes(routes!(card::agent_card_at_endpoint))
@@ -94,8 +98,8 @@ impl From<ApiError> for RpcError {
     }
 }
 
-impl From<crate::store::StoreError> for RpcError {
-    fn from(e: crate::store::StoreError) -> Self {
+impl From<crate::service::StoreError> for RpcError {
+    fn from(e: crate::service::StoreError) -> Self {
         ApiError::from(e).into()
     }
 }
@@ -119,7 +123,7 @@ fn answer(message: &Value) -> Response {
     )
 )]
 async fn a2a(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     body: Result<ApiJson<Value>, ApiError>,
 ) -> Result<Response, ApiError> {
@@ -206,7 +210,7 @@ impl Binding {
 
 /// Who called, and how the answer is framed.
 struct Caller {
-    app: AppState,
+    app: Shared,
     tenant: Tenant,
     binding: Binding,
 }
@@ -237,7 +241,7 @@ impl Caller {
     async fn turn(&self, turn_id: Uuid) -> Result<TurnRecord, RpcError> {
         let record = self
             .app
-            .store
+            .turns
             .find_turn(turn_id)
             .await?
             .ok_or_else(|| RpcError::new(TASK_NOT_FOUND, "task not found"))?;
@@ -251,13 +255,15 @@ impl Caller {
     async fn fold(&self, record: &TurnRecord) -> Result<TaskFold, RpcError> {
         let session = record.session_id.clone();
         let mut fold = TaskFold::new(record.id.to_string(), session.id().to_owned());
-        read_turn(self.app.store.as_ref(), record, |stored| {
-            if let Some(event) = typed(stored) {
-                fold.event(stored, event);
-            }
-            fold.ended()
-        })
-        .await?;
+        self.app
+            .turns
+            .read_turn(record, |stored| {
+                if let Some(event) = typed(stored) {
+                    fold.event(stored, event);
+                }
+                fold.ended()
+            })
+            .await?;
         Ok(fold)
     }
 
@@ -276,7 +282,7 @@ impl Caller {
         }
         let (mut turns, total) = self
             .app
-            .store
+            .turns
             .list_tenant_turns(&self.tenant.0, &query.filter, query.before, query.size + 1)
             .await?;
         // One more than the page: whether a next page exists.
@@ -313,7 +319,7 @@ impl Caller {
     async fn cancel(&self, params: &Value) -> Result<Value, RpcError> {
         let record = self.turn(task_id(params)?).await?;
         let session = record.session_id.clone();
-        match self.app.runner.cancel(&session, record.id).await {
+        match self.app.turns.cancel(&session, record.id).await {
             Ok(_) => {}
             Err(CancelError::NotFound) => {
                 return Err(RpcError::new(TASK_NOT_FOUND, "task not found"));
@@ -416,7 +422,7 @@ impl Caller {
         };
         match Started::start(&self.app, session, asked, None).await {
             Ok(started) => Ok(started),
-            Err(crate::runner::StartError::AlreadyRunning(running)) => Err(RpcError::new(
+            Err(crate::service::StartError::AlreadyRunning(running)) => Err(RpcError::new(
                 UNSUPPORTED_OPERATION,
                 format!("the context already runs task {running}: wait for it, or cancel it"),
             )),
@@ -447,7 +453,7 @@ impl Caller {
         // goes on after it.
         let last_seq = self
             .app
-            .store
+            .turns
             .get_session(&session)
             .await?
             .map_or(0, |s| s.last_seq);
@@ -465,6 +471,7 @@ impl Caller {
         }
         for decision in decisions(message, fold.pending())? {
             self.app
+                .turns
                 .decide_approval(&NewApproval {
                     session_id: session.clone(),
                     turn_id,
@@ -474,7 +481,7 @@ impl Caller {
                 })
                 .await?;
         }
-        self.app.answered(turn_id).await;
+        self.app.turns.answered(turn_id).await;
         Ok((record, last_seq))
     }
 
@@ -489,7 +496,7 @@ impl Caller {
         let session = record.session_id.clone();
         let quiet_until = self
             .app
-            .store
+            .turns
             .get_session(&session)
             .await?
             .map_or(0, |s| s.last_seq);

@@ -33,16 +33,20 @@ use super::{
     stream_for,
 };
 use crate::{
-    app::AppState,
     events::TurnEvent,
     ids::Tenant,
+    protocols::Shared,
     protocols::{
         error::{ApiError, BadRequest, InvalidBody, TurnAlreadyRunning},
         json::ApiJson,
     },
 };
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub fn router<S>() -> OpenApiRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+    crate::protocols::Shared: axum::extract::FromRef<S>,
+{
     OpenApiRouter::new().routes(routes!(agui_run))
 }
 
@@ -406,7 +410,7 @@ impl Encoder {
     )
 )]
 async fn agui_run(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<RunAgentInput>,
 ) -> Result<Response, ApiError> {

@@ -8,11 +8,11 @@
 
 use std::collections::HashMap;
 
-use super::{error::ApiError, read_turn, typed};
+use super::{error::ApiError, typed};
 use crate::{
-    app::AppState,
     events::TurnEvent,
-    store::{NewApproval, TurnRecord, TurnStatus},
+    protocols::Shared,
+    service::{NewApproval, TurnRecord, TurnStatus},
 };
 
 /// Characters a decision's reason holds at most.
@@ -70,33 +70,34 @@ pub enum ApprovalState {
 /// The calls of `turn` that asked for approval, each with where it stands
 /// and the seq of its first `approval.requested`.
 pub async fn approvals(
-    app: &AppState,
+    app: &Shared,
     turn: &TurnRecord,
 ) -> Result<HashMap<String, (ApprovalState, i64)>, ApiError> {
     let mut calls: HashMap<String, (ApprovalState, i64)> = HashMap::new();
-    read_turn(app.store.as_ref(), turn, |stored| {
-        match typed(stored) {
-            Some(TurnEvent::ApprovalRequested { call_id, .. }) => {
-                let (state, _) = calls
-                    .entry(call_id.clone())
-                    .or_insert((ApprovalState::Waiting, stored.seq));
-                *state = ApprovalState::Waiting;
-            }
-            Some(TurnEvent::ApprovalResolved {
-                call_id, outcome, ..
-            }) => {
-                if let Some((state, _)) = calls.get_mut(call_id) {
-                    *state = match outcome.as_str() {
-                        "approved" | "denied" => ApprovalState::Decided,
-                        _ => ApprovalState::Ended,
-                    };
+    app.turns
+        .read_turn(turn, |stored| {
+            match typed(stored) {
+                Some(TurnEvent::ApprovalRequested { call_id, .. }) => {
+                    let (state, _) = calls
+                        .entry(call_id.clone())
+                        .or_insert((ApprovalState::Waiting, stored.seq));
+                    *state = ApprovalState::Waiting;
                 }
+                Some(TurnEvent::ApprovalResolved {
+                    call_id, outcome, ..
+                }) => {
+                    if let Some((state, _)) = calls.get_mut(call_id) {
+                        *state = match outcome.as_str() {
+                            "approved" | "denied" => ApprovalState::Decided,
+                            _ => ApprovalState::Ended,
+                        };
+                    }
+                }
+                _ => {}
             }
-            _ => {}
-        }
-        false
-    })
-    .await?;
+            false
+        })
+        .await?;
     Ok(calls)
 }
 
@@ -104,7 +105,7 @@ pub async fn approvals(
 /// one, and wakes the turn. A call that does not wait: `call_not_found`;
 /// one decided already (here or in the store): `approval_already_decided`.
 pub async fn decide(
-    app: &AppState,
+    app: &Shared,
     turn: &TurnRecord,
     state: Option<ApprovalState>,
     decision: &ClientDecision,
@@ -121,6 +122,7 @@ pub async fn decide(
         Some(ApprovalState::Ended) | None => return Err(ApiError::CallNotFound),
     }
     let recorded = app
+        .turns
         .decide_approval(&NewApproval {
             session_id: turn.session_id.clone(),
             turn_id: turn.id,
@@ -132,6 +134,6 @@ pub async fn decide(
     if !recorded {
         return Err(ApiError::ApprovalAlreadyDecided);
     }
-    app.answered(turn.id).await;
+    app.turns.answered(turn.id).await;
     Ok(())
 }

@@ -28,9 +28,9 @@ use super::{
     typed,
 };
 use crate::{
-    app::AppState,
     events::{StoredEvent, TurnEvent},
     ids::Tenant,
+    protocols::Shared,
     protocols::{
         endpoint::{Started, completed, name_turn, named_session},
         error::{ApiError, BadRequest, InvalidBody, Problem, TurnAlreadyRunning},
@@ -39,7 +39,11 @@ use crate::{
     turn::{TurnRequest, TurnResult},
 };
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub fn router<S>() -> OpenApiRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+    crate::protocols::Shared: axum::extract::FromRef<S>,
+{
     OpenApiRouter::new().routes(routes!(chat_completions))
 }
 
@@ -257,7 +261,7 @@ fn usage_of(result: &TurnResult) -> Value {
     )
 )]
 async fn chat_completions(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<ChatCompletionRequest>,
@@ -270,8 +274,7 @@ async fn chat_completions(
     let session_id = named_session(named.as_deref(), "chatcmpl", &tenant)?;
     let spec = body.spec(app.settings.harness.allow_client_system_messages)?;
     let (_, model) = app
-        .runner
-        .harness()
+        .turns
         .resolve_provider_model(None, spec.runtime_model.as_deref());
     let started = Started::start(&app, session_id, spec, None).await?;
     let completion = Completion {

@@ -20,13 +20,12 @@ use uuid::Uuid;
 use super::{
     Encoded, WireFormat,
     approvals::{ApprovalState, ClientDecision, approvals, decide},
-    data_frame, read_turn, typed,
+    data_frame, typed,
 };
 use crate::{
-    app::AppState,
     events::{StoredEvent, TurnEvent},
-    protocols::error::ApiError,
-    store::{NewToolResult, TurnRecord, TurnStatus},
+    protocols::{Shared, error::ApiError},
+    service::{NewToolResult, TurnRecord, TurnStatus},
     turn::CLIENT_TOOL_PREFIX,
 };
 
@@ -72,15 +71,16 @@ pub struct Answered {
 
 /// The client tool calls `turn` asked for, each with the seq of its
 /// first `tool.requested`.
-async fn requested(app: &AppState, turn: &TurnRecord) -> Result<HashMap<String, i64>, ApiError> {
+async fn requested(app: &Shared, turn: &TurnRecord) -> Result<HashMap<String, i64>, ApiError> {
     let mut asked = HashMap::new();
-    read_turn(app.store.as_ref(), turn, |stored| {
-        if let Some(TurnEvent::ToolRequested { call_id, .. }) = typed(stored) {
-            asked.entry(call_id.clone()).or_insert(stored.seq);
-        }
-        false
-    })
-    .await?;
+    app.turns
+        .read_turn(turn, |stored| {
+            if let Some(TurnEvent::ToolRequested { call_id, .. }) = typed(stored) {
+                asked.entry(call_id.clone()).or_insert(stored.seq);
+            }
+            false
+        })
+        .await?;
     Ok(asked)
 }
 
@@ -88,7 +88,7 @@ async fn requested(app: &AppState, turn: &TurnRecord) -> Result<HashMap<String, 
 /// not ask for: `call_not_found`; an ended turn: `turn_not_running`) and
 /// wakes the turn.
 pub async fn answer_calls(
-    app: &AppState,
+    app: &Shared,
     turn: &TurnRecord,
     answers: &[ClientAnswer],
 ) -> Result<Answered, ApiError> {
@@ -116,7 +116,7 @@ pub async fn answer_calls(
     let mut all_new = true;
     for answer in answers {
         all_new &= app
-            .store
+            .turns
             .post_tool_result(&NewToolResult {
                 session_id: turn.session_id.clone(),
                 turn_id: turn.id,
@@ -126,7 +126,7 @@ pub async fn answer_calls(
             })
             .await?;
     }
-    app.answered(turn.id).await;
+    app.turns.answered(turn.id).await;
     Ok(Answered { after, all_new })
 }
 
@@ -150,18 +150,18 @@ impl Replies {
 /// the conversation a client sends back whole, are left out); the turn
 /// and where its stream goes on. None of them: `call_not_found`.
 pub async fn answer_waiting(
-    app: &AppState,
+    app: &Shared,
     session: &crate::ids::SessionKey,
     replies: Replies,
 ) -> Result<(TurnRecord, Answered), ApiError> {
     let running = app
-        .store
+        .turns
         .get_session(session)
         .await?
         .and_then(|s| s.running_turn_id)
         .ok_or(ApiError::CallNotFound)?;
     let turn = app
-        .store
+        .turns
         .get_turn(session, running)
         .await?
         .ok_or(ApiError::CallNotFound)?;
@@ -194,7 +194,7 @@ pub async fn answer_waiting(
 /// client for, each decision for a call that waits for one (else
 /// `call_not_found`, or `approval_already_decided`).
 pub async fn answer_turn(
-    app: &AppState,
+    app: &Shared,
     turn: &TurnRecord,
     replies: Replies,
 ) -> Result<Answered, ApiError> {
@@ -223,13 +223,13 @@ pub async fn answer_turn(
 /// Where the stream of `turn` that a client following it now wants starts:
 /// after the newest call of the client's that has its result, or the
 /// newest approval that was decided (0: none).
-pub async fn answered_until(app: &AppState, turn: &TurnRecord) -> Result<i64, ApiError> {
+pub async fn answered_until(app: &Shared, turn: &TurnRecord) -> Result<i64, ApiError> {
     let mut after = 0;
     for (call_id, (state, seq)) in approvals(app, turn).await? {
         // Decided: resolved in the log, or (the turn not woken yet) in
         // the store.
         let decided = state != ApprovalState::Waiting
-            || app.store.get_approval(turn.id, &call_id).await?.is_some();
+            || app.turns.get_approval(turn.id, &call_id).await?.is_some();
         if decided {
             after = after.max(seq);
         }
@@ -237,7 +237,7 @@ pub async fn answered_until(app: &AppState, turn: &TurnRecord) -> Result<i64, Ap
     for (call_id, seq) in requested(app, turn).await? {
         if seq > after
             && app
-                .store
+                .turns
                 .get_tool_result(turn.id, &call_id)
                 .await?
                 .is_some()

@@ -16,11 +16,11 @@ use super::{
     stream_for,
 };
 use crate::{
-    app::AppState,
     events::StoredEvent,
     ids::{SessionKey, Tenant},
-    runner::{StartError, StartedTurn},
-    store::{StoreError, TurnRecord, TurnStatus},
+    protocols::Shared,
+    service::{StartError, StartedTurn},
+    service::{StoreError, TurnRecord, TurnStatus},
     turn::{TurnRequest, TurnResult},
 };
 
@@ -88,12 +88,12 @@ impl Started {
     /// if any). A refusal is the runner's, for the protocol to answer in
     /// its own shape (`ApiError::from` for the problem+json ones).
     pub async fn start(
-        app: &AppState,
+        app: &Shared,
         session: SessionKey,
         request: TurnRequest,
         key: Option<String>,
     ) -> Result<Self, StartError> {
-        let turn = app.runner.start(&session, request, key).await?;
+        let turn = app.turns.start(&session, request, key).await?;
         Ok(Self::of(session, turn))
     }
 
@@ -108,12 +108,12 @@ impl Started {
     }
 
     /// The turn's committed events from its start.
-    pub fn events(self, app: &AppState) -> TurnEvents {
+    pub fn events(self, app: &Shared) -> TurnEvents {
         let session = self.session.clone();
         match self.turn.live {
-            Some(start) => app.runner.subscribe_started(session, start).boxed(),
+            Some(start) => app.turns.subscribe_started(session, start).boxed(),
             None => app
-                .runner
+                .turns
                 .subscribe(session, self.turn_id, self.turn.first_seq - 1)
                 .boxed(),
         }
@@ -121,7 +121,7 @@ impl Started {
 
     /// The turn streamed in `format`, its response naming its session
     /// and turn ([`name_turn`]).
-    pub fn stream<F: WireFormat>(self, app: &AppState, format: F) -> Response {
+    pub fn stream<F: WireFormat>(self, app: &Shared, format: F) -> Response {
         let (session, turn_id) = (self.session.clone(), self.turn_id);
         let events = self.events(app);
         name_turn(stream_for(app, format, events), Some(&session), turn_id)
@@ -129,8 +129,8 @@ impl Started {
 
     /// The turn once it ended (503 `shutting_down` when the process
     /// stops first).
-    pub async fn ended(&self, app: &AppState) -> Result<TurnRecord, ApiError> {
-        app.runner
+    pub async fn ended(&self, app: &Shared) -> Result<TurnRecord, ApiError> {
+        app.turns
             .wait_for_end(&self.session, self.turn_id)
             .await?
             .ok_or(ApiError::ShuttingDown)
@@ -139,8 +139,8 @@ impl Started {
 
 /// A turn's events from its first, followed live (from the log where it
 /// runs on another replica, or ended): a protocol's re-attach.
-pub fn follow(app: &AppState, turn: &TurnRecord) -> TurnEvents {
-    app.runner
+pub fn follow(app: &Shared, turn: &TurnRecord) -> TurnEvents {
+    app.turns
         .subscribe(turn.session_id.clone(), turn.id, turn.first_seq - 1)
         .boxed()
 }
@@ -256,10 +256,10 @@ pub(crate) fn conversation_turn(
 
 /// The session, or 404 `session_not_found`.
 pub(crate) async fn known_session(
-    app: &AppState,
+    app: &Shared,
     session_id: &SessionKey,
-) -> Result<crate::store::SessionRecord, ApiError> {
-    app.store
+) -> Result<crate::service::SessionRecord, ApiError> {
+    app.turns
         .get_session(session_id)
         .await?
         .ok_or(ApiError::SessionNotFound)
@@ -269,11 +269,11 @@ pub(crate) async fn known_session(
 /// `session_not_found` when the session itself does not exist (looked up
 /// only on this path, so a found turn costs one read), else `missing`.
 pub(crate) async fn not_found_in(
-    app: &AppState,
+    app: &Shared,
     session_id: &SessionKey,
     missing: ApiError,
 ) -> ApiError {
-    match app.store.get_session(session_id).await {
+    match app.turns.get_session(session_id).await {
         Ok(Some(_)) => missing,
         Ok(None) => ApiError::SessionNotFound,
         Err(e) => e.into(),
@@ -296,7 +296,7 @@ pub struct ConversationTurn {
 
 impl ConversationTurn {
     pub(crate) async fn start<'m>(
-        app: &AppState,
+        app: &Shared,
         tenant: &Tenant,
         session: &str,
         messages: impl IntoIterator<Item = (&'m str, String)>,
@@ -323,7 +323,7 @@ impl ConversationTurn {
     /// a person, that the request brings), or else a new turn of
     /// `messages` that may call the client's `tools`.
     pub(crate) async fn open<'m>(
-        app: &AppState,
+        app: &Shared,
         tenant: &Tenant,
         session: &str,
         messages: impl IntoIterator<Item = (&'m str, String)>,
@@ -340,7 +340,7 @@ impl ConversationTurn {
 
     /// The turn of `session` that waits for `replies`, given them.
     pub(crate) async fn answered(
-        app: &AppState,
+        app: &Shared,
         tenant: &Tenant,
         session: &str,
         replies: client_calls::Replies,
@@ -355,16 +355,4 @@ impl ConversationTurn {
             events,
         })
     }
-}
-
-/// Feeds `feed` the events a turn's log holds now, in order, a page at a
-/// time, until they run out or `feed` says it has what it needs (true).
-pub async fn read_turn(
-    store: &dyn crate::store::Store,
-    turn: &TurnRecord,
-    feed: impl FnMut(&StoredEvent) -> bool,
-) -> Result<(), StoreError> {
-    crate::store::TurnLogCursor::of(turn)
-        .each(store, feed)
-        .await
 }

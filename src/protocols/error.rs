@@ -9,7 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::{ids::SessionIdError, store::TurnStatus};
+use crate::{ids::SessionIdError, service::TurnStatus};
 
 /// `400`: a bad request (see `code`), for the OpenAPI description of the
 /// routes that answer it.
@@ -464,9 +464,9 @@ impl ApiError {
     }
 }
 
-impl From<crate::store::StoreError> for ApiError {
-    fn from(e: crate::store::StoreError) -> Self {
-        use crate::store::StoreError;
+impl From<crate::service::StoreError> for ApiError {
+    fn from(e: crate::service::StoreError) -> Self {
+        use crate::service::StoreError;
         match e {
             StoreError::Database(
                 sqlx::Error::PoolTimedOut

@@ -13,20 +13,27 @@ mod current;
 mod legacy;
 mod prompts;
 mod resources;
+mod state;
 mod tools;
 mod watch;
+
+pub use state::{McpCallGuard, McpCalls, McpListen, McpListens, McpSessions, McpState};
 
 use axum::{Extension, extract::State, http::HeaderMap, response::Response};
 use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
-    app::AppState,
     ids::Tenant,
+    protocols::Shared,
     protocols::{error::ApiError, json::ApiJson},
 };
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub fn router<S>() -> OpenApiRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+    crate::protocols::Shared: axum::extract::FromRef<S>,
+{
     OpenApiRouter::new().routes(routes!(mcp, mcp_stream))
 }
 
@@ -60,7 +67,7 @@ struct McpMessage {
     )
 )]
 async fn mcp(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     headers: HeaderMap,
     ApiJson(message): ApiJson<Value>,
@@ -98,7 +105,7 @@ async fn mcp(
     )
 )]
 async fn mcp_stream(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {

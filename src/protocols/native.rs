@@ -19,10 +19,10 @@ use super::{
     paths::{ApiQuery, CallPath, SessionPath, TurnPath, parse_turn_id},
 };
 use crate::{
-    app::AppState,
+    protocols::Shared,
     protocols::error::{BadRequest, NotFound, Problem, TurnAlreadyRunning},
-    runner::{CancelError, CancelOutcome, QueuedStartError, StartError},
-    store::{TurnRecord, TurnStatus},
+    service::{CancelError, CancelOutcome, QueuedStartError, StartError},
+    service::{TurnRecord, TurnStatus},
     turn::{TurnRequest, TurnResult},
 };
 
@@ -39,7 +39,11 @@ pub use body::{
 };
 use body::{MULTITASK_WAIT_MAX, admit};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub fn router<S>() -> OpenApiRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+    crate::protocols::Shared: axum::extract::FromRef<S>,
+{
     OpenApiRouter::new()
         .routes(routes!(start_turn))
         .routes(routes!(get_turn))
@@ -169,7 +173,7 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
     )
 )]
 async fn start_turn(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
     headers: HeaderMap,
     ApiJson(body): ApiJson<TurnBody>,
@@ -187,7 +191,7 @@ async fn start_turn(
             session_id: started.session.id().to_owned(),
             turn_id,
         };
-        let metrics = app.runner.metrics().clone();
+        let metrics = app.turns.metrics().clone();
         sse::response(turn, started.events(&app), app.sse_keepalive(), metrics)
     } else {
         let session = started.session.id().to_owned();
@@ -230,12 +234,12 @@ async fn start_turn(
 /// waited for up to the turn deadline and a margin, never longer than
 /// [`MULTITASK_WAIT_MAX`].
 async fn start_as_asked(
-    app: &AppState,
+    app: &Shared,
     session_id: &crate::ids::SessionKey,
     spec: TurnRequest,
     key: Option<String>,
     multitask: Multitask,
-) -> Result<crate::runner::StartedTurn, ApiError> {
+) -> Result<crate::service::StartedTurn, ApiError> {
     // Bounded: every wait ends by the deadline.
     let deadline = tokio::time::Instant::now()
         + (app.settings.harness.turn_timeout() + std::time::Duration::from_secs(30))
@@ -243,7 +247,7 @@ async fn start_as_asked(
     loop {
         if multitask == Multitask::Enqueue {
             return match app
-                .runner
+                .turns
                 .start_queued(session_id, spec.clone(), key.clone(), deadline)
                 .await
             {
@@ -254,18 +258,14 @@ async fn start_as_asked(
                 Err(QueuedStartError::Start(e)) => Err(e.into()),
             };
         }
-        match app
-            .runner
-            .start(session_id, spec.clone(), key.clone())
-            .await
-        {
+        match app.turns.start(session_id, spec.clone(), key.clone()).await {
             Err(StartError::AlreadyRunning(running)) if multitask != Multitask::Reject => {
                 if multitask == Multitask::Interrupt {
                     // Ended already, or asked to end: either way, wait.
-                    let _ = app.runner.cancel(session_id, running).await;
+                    let _ = app.turns.cancel(session_id, running).await;
                 }
                 let waited =
-                    tokio::time::timeout_at(deadline, app.runner.wait_for_end(session_id, running))
+                    tokio::time::timeout_at(deadline, app.turns.wait_for_end(session_id, running))
                         .await;
                 if waited.is_err() {
                     return Err(ApiError::TurnAlreadyRunning(running));
@@ -291,12 +291,12 @@ async fn start_as_asked(
     )
 )]
 async fn get_turn(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
     Path(TurnPath { turn_id }): Path<TurnPath>,
 ) -> Result<axum::Json<TurnView>, ApiError> {
     let turn_id = parse_turn_id(&turn_id)?;
-    let Some(record) = app.store.get_turn(&session_id, turn_id).await? else {
+    let Some(record) = app.turns.get_turn(&session_id, turn_id).await? else {
         return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
     Ok(axum::Json(record.into()))
@@ -335,7 +335,7 @@ pub struct AfterQuery {
     )
 )]
 async fn turn_events(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
     Path(TurnPath { turn_id }): Path<TurnPath>,
     ApiQuery(query): ApiQuery<AfterQuery>,
@@ -360,7 +360,7 @@ async fn turn_events(
             })?,
         None => query.after.unwrap_or(0),
     };
-    let Some(turn) = app.store.get_turn(&session_id, turn_id).await? else {
+    let Some(turn) = app.turns.get_turn(&session_id, turn_id).await? else {
         return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
     // Nothing of this turn comes before its first event.
@@ -369,14 +369,14 @@ async fn turn_events(
     // 204, which tells an EventSource to stop reconnecting.
     if turn.status != TurnStatus::Running
         && app
-            .store
+            .turns
             .list_events(&session_id, Some(turn_id), after, 1)
             .await?
             .is_empty()
     {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let events = app.runner.subscribe(session_id.clone(), turn_id, after);
+    let events = app.turns.subscribe(session_id.clone(), turn_id, after);
     Ok(sse::response(
         sse::TurnRef {
             session_id: session_id.id().to_owned(),
@@ -384,7 +384,7 @@ async fn turn_events(
         },
         events,
         app.sse_keepalive(),
-        app.runner.metrics().clone(),
+        app.turns.metrics().clone(),
     ))
 }
 
@@ -417,12 +417,12 @@ pub struct CancelRequested {
     )
 )]
 async fn cancel_turn(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
     Path(TurnPath { turn_id }): Path<TurnPath>,
 ) -> Result<Response, ApiError> {
     let turn_id = parse_turn_id(&turn_id)?;
-    match app.runner.cancel(&session_id, turn_id).await {
+    match app.turns.cancel(&session_id, turn_id).await {
         Ok(CancelOutcome::Ended(record)) => Ok(axum::Json(TurnView::from(*record)).into_response()),
         Ok(CancelOutcome::Requested) => Ok((
             StatusCode::ACCEPTED,
@@ -478,7 +478,7 @@ pub struct ApprovalView {
     )
 )]
 async fn decide_approval(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
     Path(CallPath { turn_id, call_id }): Path<CallPath>,
     ApiJson(body): ApiJson<ApprovalBody>,
@@ -490,7 +490,7 @@ async fn decide_approval(
         return Err(ApiError::InvalidQuery("`call_id` is not a call id".into()));
     }
     let decision = ClientDecision::new(&call_id, body.approve, body.reason, "reason")?;
-    let Some(turn) = app.store.get_turn(&session_id, turn_id).await? else {
+    let Some(turn) = app.turns.get_turn(&session_id, turn_id).await? else {
         return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
     let state = if turn.status == TurnStatus::Running {

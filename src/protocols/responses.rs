@@ -35,21 +35,25 @@ use uuid::Uuid;
 
 use super::client_calls::{Replies, answer_turn};
 use crate::{
-    app::AppState,
     ids::{SessionKey, Tenant},
+    protocols::Shared,
     protocols::{
         endpoint::{Started, name_turn, named_session},
         error::{ApiError, BadRequest, InvalidBody, NotFound, Problem, TurnAlreadyRunning},
         json::ApiJson,
         paths::ApiQuery,
     },
-    runner::CancelError,
-    store::{TurnRecord, TurnStatus},
+    service::CancelError,
+    service::{TurnRecord, TurnStatus},
 };
 pub use request::CreateResponse;
 use stream::{Folding, find, folded, head, response_id, streamed};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub fn router<S>() -> OpenApiRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+    crate::protocols::Shared: axum::extract::FromRef<S>,
+{
     OpenApiRouter::new()
         .routes(routes!(create_response))
         .routes(routes!(get_response, delete_response))
@@ -77,7 +81,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     )
 )]
 async fn create_response(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateResponse>,
@@ -113,7 +117,7 @@ async fn create_response(
         },
     };
     let start_head = head(Uuid::nil(), &session, &asked);
-    let (_, model) = app.runner.harness().resolve_provider_model(
+    let (_, model) = app.turns.resolve_provider_model(
         asked.runtime_provider.as_deref(),
         asked.runtime_model.as_deref(),
     );
@@ -150,7 +154,7 @@ fn with_ids(response: Value, session: &SessionKey, turn_id: Uuid) -> Response {
 /// that wait for a person): the replies go to the waiting turn, and the
 /// response is that turn after the calls.
 async fn answer_function_calls(
-    app: &AppState,
+    app: &Shared,
     tenant: &Tenant,
     body: &CreateResponse,
     replies: Replies,
@@ -194,22 +198,28 @@ pub(crate) struct ResponseTurn {
     tenant: Tenant,
 }
 
-impl axum::extract::FromRequestParts<AppState> for ResponseTurn {
+impl<S> axum::extract::FromRequestParts<S> for ResponseTurn
+where
+    S: Send + Sync,
+    Shared: axum::extract::FromRef<S>,
+{
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
-        app: &AppState,
+        state: &S,
     ) -> Result<Self, ApiError> {
-        let axum::extract::Path(id) = axum::extract::Path::<String>::from_request_parts(parts, app)
-            .await
-            .map_err(|_| ApiError::ResponseNotFound)?;
+        let axum::extract::Path(id) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(|_| ApiError::ResponseNotFound)?;
+        let app: Shared = axum::extract::FromRef::from_ref(state);
         let tenant = parts
             .extensions
             .get::<Tenant>()
             .cloned()
             .ok_or_else(|| ApiError::Internal("no tenant for the request".into()))?;
-        let (record, after) = find(app, &tenant, &id).await?;
+        let (record, after) = find(&app, &tenant, &id).await?;
         Ok(Self {
             id,
             record,
@@ -248,7 +258,7 @@ pub(crate) struct ReadQuery {
     )
 )]
 async fn get_response(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     ApiQuery(query): ApiQuery<ReadQuery>,
     ResponseTurn { record, after, .. }: ResponseTurn,
 ) -> Result<Response, ApiError> {
@@ -293,11 +303,11 @@ async fn get_response(
     )
 )]
 async fn delete_response(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     ResponseTurn { id, record, .. }: ResponseTurn,
 ) -> Result<Response, ApiError> {
-    if !app.store.hide_turn(record.id, chrono::Utc::now()).await? {
-        return Err(match app.store.find_turn(record.id).await? {
+    if !app.turns.hide_turn(record.id).await? {
+        return Err(match app.turns.find_turn(record.id).await? {
             Some(r) if r.status == TurnStatus::Running => ApiError::ResponseInProgress(r.id),
             _ => ApiError::ResponseNotFound,
         });
@@ -319,7 +329,7 @@ async fn delete_response(
     )
 )]
 async fn cancel_response(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     ResponseTurn {
         id,
         record,
@@ -328,7 +338,7 @@ async fn cancel_response(
     }: ResponseTurn,
 ) -> Result<Response, ApiError> {
     let session = record.session_id.clone();
-    match app.runner.cancel(&session, record.id).await {
+    match app.turns.cancel(&session, record.id).await {
         Ok(_) => {}
         Err(CancelError::NotFound) => return Err(ApiError::ResponseNotFound),
         Err(CancelError::NotRunning(status)) => {

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use crate::{events::StoredEvent, metrics::Metrics, store::StoreError};
+use crate::{events::StoredEvent, metrics::Metrics, service::StoreError};
 
 /// A keep-alive: an SSE comment line, skipped by SSE parsers.
 pub const KEEP_ALIVE: &[u8] = b":\n\n";
@@ -164,7 +164,7 @@ pub fn stream_turn<F: WireFormat>(
 
 /// [`stream_turn`] with the service's keep-alive interval and metrics.
 pub fn stream_for<F: WireFormat>(
-    app: &crate::app::AppState,
+    app: &crate::protocols::Shared,
     format: F,
     events: impl Stream<Item = Result<Arc<StoredEvent>, StoreError>> + Send + 'static,
 ) -> Response {
@@ -172,7 +172,7 @@ pub fn stream_for<F: WireFormat>(
         format,
         events,
         app.sse_keepalive(),
-        app.runner.metrics().clone(),
+        app.turns.metrics().clone(),
     )
 }
 

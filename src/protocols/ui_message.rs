@@ -41,9 +41,9 @@ use super::{
     stream_for,
 };
 use crate::{
-    app::AppState,
     events::TurnEvent,
     ids::Tenant,
+    protocols::Shared,
     protocols::{
         error::{ApiError, BadRequest, InvalidBody, TurnAlreadyRunning},
         json::ApiJson,
@@ -51,7 +51,11 @@ use crate::{
     },
 };
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub fn router<S>() -> OpenApiRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+    crate::protocols::Shared: axum::extract::FromRef<S>,
+{
     OpenApiRouter::new()
         .routes(routes!(ui_chat))
         .routes(routes!(ui_chat_resume))
@@ -369,7 +373,7 @@ fn sources(local: &[String], web: &[crate::turn::WebCitation]) -> Vec<Value> {
     )
 )]
 async fn ui_chat(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<UiChatRequest>,
 ) -> Result<Response, ApiError> {
@@ -415,17 +419,16 @@ async fn ui_chat(
     )
 )]
 async fn ui_chat_resume(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
 ) -> Result<Response, ApiError> {
     let running = app
-        .runner
-        .store()
+        .turns
         .get_session(&session_id)
         .await?
         .and_then(|session| session.running_turn_id);
     let turn = match running {
-        Some(id) => app.store.get_turn(&session_id, id).await?,
+        Some(id) => app.turns.get_turn(&session_id, id).await?,
         None => None,
     };
     let Some(turn) = turn else {
@@ -434,7 +437,7 @@ async fn ui_chat_resume(
     let turn_id = turn.id;
     // A turn that went on after calls of the client's: from the last.
     let after = super::client_calls::answered_until(&app, &turn).await?;
-    let events = app.runner.subscribe(session_id.clone(), turn_id, 0).boxed();
+    let events = app.turns.subscribe(session_id.clone(), turn_id, 0).boxed();
     let format = SegmentStream::new(turn_id, after, Encoder::default());
     Ok(stream_for(&app, format, events))
 }

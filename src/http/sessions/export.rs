@@ -55,7 +55,7 @@ pub(super) async fn export_session(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
 ) -> Result<Response, ApiError> {
-    let session = crate::protocols::endpoint::known_session(&app, &session_id).await?;
+    let session = crate::protocols::endpoint::known_session(&app.protocols, &session_id).await?;
     if let Some(turn) = session.running_turn_id {
         return Err(ApiError::TurnRunning(turn));
     }

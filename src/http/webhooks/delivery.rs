@@ -100,7 +100,7 @@ impl Leased for Sender {
 /// The client messages go out with (the pushes' own: no proxy, no
 /// redirects, the outbound guard), and the service's name.
 fn http_client(app: &AppState) -> Option<reqwest::Client> {
-    let client = outbound_client(app, SEND_TIMEOUT)
+    let client = outbound_client(&app.protocols, SEND_TIMEOUT)
         .user_agent(concat!("agent-harness/", env!("CARGO_PKG_VERSION")));
     match client.build() {
         Ok(client) => Some(client),
@@ -214,7 +214,9 @@ impl Sender {
         else {
             return retried(held, None, "the endpoint's secret cannot sign".into());
         };
-        if let Err(why) = crate::protocols::a2a::push::checked_outbound(&self.app, &held.url) {
+        if let Err(why) =
+            crate::protocols::a2a::push::checked_outbound(&self.app.protocols, &held.url)
+        {
             return retried(held, None, format!("the URL is refused: {why}"));
         }
         let sent = self

@@ -8,7 +8,7 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{EXTENDED_AGENT_CARD_NOT_CONFIGURED, RpcError, VERSION};
-use crate::{app::AppState, tools::EffectClass};
+use crate::{protocols::Shared, tools::EffectClass};
 
 /// The extension that lets a client declare tools it runs itself.
 pub const CLIENT_TOOLS_EXTENSION: &str = "urn:agent-harness:a2a:client-tools:v1";
@@ -23,7 +23,7 @@ pub const CLIENT_TOOLS_EXTENSION: &str = "urn:agent-harness:a2a:client-tools:v1"
     tag = "a2a",
     responses((status = 200, description = "The public A2A agent card (https://a2a-protocol.org/v1.0.0/specification/#agent-card): the declared skills, no tool names", body = Object))
 )]
-pub(super) async fn agent_card(State(app): State<AppState>) -> Response {
+pub(super) async fn agent_card(State(app): State<Shared>) -> Response {
     axum::Json(public_card(&app)).into_response()
 }
 
@@ -36,13 +36,13 @@ pub(super) async fn agent_card(State(app): State<AppState>) -> Response {
     tag = "a2a",
     responses((status = 200, description = "The public A2A agent card, as at `/.well-known/agent-card.json`", body = Object))
 )]
-pub(super) async fn agent_card_at_endpoint(state: State<AppState>) -> Response {
+pub(super) async fn agent_card_at_endpoint(state: State<Shared>) -> Response {
     agent_card(state).await
 }
 
 /// The skills the operator declares (`HARNESS_AGENT_SKILLS`), else one
 /// `chat` skill.
-fn declared_skills(app: &AppState) -> Vec<Value> {
+fn declared_skills(app: &Shared) -> Vec<Value> {
     match &app.settings.server.agent_skills {
         Some(skills) => skills.0.clone(),
         None => vec![json!({
@@ -56,7 +56,7 @@ fn declared_skills(app: &AppState) -> Vec<Value> {
     }
 }
 
-fn public_card(app: &AppState) -> Value {
+fn public_card(app: &Shared) -> Value {
     let mut card = json!({
         "name": "agent-harness",
         "description": "An LLM agent: each message in a context runs one turn of a \
@@ -111,7 +111,7 @@ fn public_card(app: &AppState) -> Value {
 /// public card, and a skill for each tool the agent may use. With keys
 /// off no caller can be authenticated, so there is none (the public card
 /// does not announce it): `ExtendedAgentCardNotConfiguredError`.
-pub(super) fn extended_card(app: &AppState) -> Result<Value, RpcError> {
+pub(super) fn extended_card(app: &Shared) -> Result<Value, RpcError> {
     if !app.settings.server.auth_required() {
         return Err(RpcError::new(
             EXTENDED_AGENT_CARD_NOT_CONFIGURED,
@@ -119,7 +119,7 @@ pub(super) fn extended_card(app: &AppState) -> Result<Value, RpcError> {
         ));
     }
     let mut card = public_card(app);
-    let registry = app.runner.harness().tools();
+    let registry = app.turns.tools();
     let tools = registry
         .all()
         .filter(|(_, permitted)| *permitted)

@@ -9,7 +9,7 @@ use super::{CONTENT_TYPE_NOT_SUPPORTED, RpcError, TASK_NOT_FOUND, task, task::Ta
 use crate::{
     ids::Tenant,
     protocols::{client_calls::ClientAnswer, jsonrpc::INVALID_PARAMS, paths::parse_session_id},
-    store::{TurnFilter, TurnStatus},
+    service::{TurnFilter, TurnStatus},
 };
 
 /// Tasks a `ListTasks` page holds at most, and by default.

@@ -28,10 +28,10 @@ use uuid::Uuid;
 
 use super::{Caller, RpcError, TASK_NOT_FOUND};
 use crate::{
-    app::AppState,
     ids::SessionKey,
+    protocols::Shared,
     protocols::jsonrpc::INVALID_PARAMS,
-    store::{PushAuth, PushConfig, pushes::PUSH_CONFIGS_PER_TASK},
+    service::{PUSH_CONFIGS_PER_TASK, PushAuth, PushConfig},
     tools::web::guard::NetGuard,
 };
 
@@ -63,7 +63,7 @@ fn header_text(config: &Value, field: &str, max: usize) -> Result<Option<String>
 }
 
 /// The outbound guard of push and webhook URLs.
-pub(crate) fn guard(app: &AppState) -> Option<Arc<NetGuard>> {
+pub(crate) fn guard(app: &Shared) -> Option<Arc<NetGuard>> {
     (!app.settings.server.outbound_allow_private).then(|| Arc::new(NetGuard::default()))
 }
 
@@ -85,7 +85,7 @@ pub(crate) fn unreachable(mut e: reqwest::Error) -> String {
 /// are not read), waits bounded by `timeout`, and the outbound guard's
 /// resolver (unless private addresses are allowed).
 pub(crate) fn outbound_client(
-    app: &AppState,
+    app: &Shared,
     timeout: std::time::Duration,
 ) -> reqwest::ClientBuilder {
     let client = reqwest::Client::builder()
@@ -103,7 +103,7 @@ pub(crate) fn outbound_client(
 
 /// A configuration's URL, checked: http(s), no credentials in it, and an
 /// address written in it public (unless private ones are allowed).
-fn checked_url(app: &AppState, raw: &Value) -> Result<String, RpcError> {
+fn checked_url(app: &Shared, raw: &Value) -> Result<String, RpcError> {
     let raw = raw
         .as_str()
         .filter(|u| !u.is_empty() && u.len() <= URL_MAX)
@@ -119,7 +119,7 @@ fn checked_url(app: &AppState, raw: &Value) -> Result<String, RpcError> {
 /// An outbound URL (a push's, a webhook's), checked: http(s), no
 /// credentials in it, and an address written in it public (unless
 /// private ones are allowed); the reason when it is refused.
-pub(crate) fn checked_outbound(app: &AppState, raw: &str) -> Result<reqwest::Url, String> {
+pub(crate) fn checked_outbound(app: &Shared, raw: &str) -> Result<reqwest::Url, String> {
     let url = reqwest::Url::parse(raw).map_err(|e| e.to_string())?;
     let guard = guard(app).unwrap_or_else(|| Arc::new(everything()));
     guard
@@ -154,7 +154,7 @@ fn config_json(config: &PushConfig) -> Value {
 
 /// A `TaskPushNotificationConfig` read and checked, for `task_id`.
 pub(super) fn parse_config(
-    app: &AppState,
+    app: &Shared,
     task_id: Uuid,
     given: &Value,
 ) -> Result<PushConfig, RpcError> {
@@ -243,7 +243,7 @@ impl Caller {
     ) -> Result<(), RpcError> {
         let stored = self
             .app
-            .store
+            .turns
             .put_push_config(config, session, after)
             .await?;
         if !stored {
@@ -281,7 +281,7 @@ impl Caller {
         let config = parse_config(&self.app, record.id, params)?;
         let now = self
             .app
-            .store
+            .turns
             .get_session(&record.session_id)
             .await?
             .map_or(0, |s| s.last_seq);
@@ -293,7 +293,7 @@ impl Caller {
         let record = self.turn(task_of(params)?).await?;
         let config = self
             .app
-            .store
+            .turns
             .push_config(record.id, config_id(params)?)
             .await?
             .ok_or_else(config_not_found)?;
@@ -304,7 +304,7 @@ impl Caller {
     /// holds at most ten).
     pub(super) async fn list_pushes(&self, params: &Value) -> Result<Value, RpcError> {
         let record = self.turn(task_of(params)?).await?;
-        let configs = self.app.store.push_configs(record.id).await?;
+        let configs = self.app.turns.push_configs(record.id).await?;
         let configs: Vec<Value> = configs.iter().map(config_json).collect();
         Ok(json!({"configs": configs, "nextPageToken": ""}))
     }
@@ -313,7 +313,7 @@ impl Caller {
         let record = self.turn(task_of(params)?).await?;
         if !self
             .app
-            .store
+            .turns
             .delete_push_config(record.id, config_id(params)?)
             .await?
         {

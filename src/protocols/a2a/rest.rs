@@ -25,8 +25,8 @@ use super::{
     UNSUPPORTED_OPERATION, card,
 };
 use crate::{
-    app::AppState,
     ids::Tenant,
+    protocols::Shared,
     protocols::{
         error::{ApiError, BadRequest, NotFound, Problem},
         json::ApiJson,
@@ -35,7 +35,11 @@ use crate::{
     },
 };
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub fn router<S>() -> OpenApiRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+    crate::protocols::Shared: axum::extract::FromRef<S>,
+{
     OpenApiRouter::new()
         .routes(routes!(send_message))
         .routes(routes!(stream_message))
@@ -129,7 +133,7 @@ fn problem(error: &RpcError) -> Response {
         .into_response()
 }
 
-fn caller(app: AppState, tenant: Tenant) -> Caller {
+fn caller(app: Shared, tenant: Tenant) -> Caller {
     Caller {
         app,
         tenant,
@@ -200,7 +204,7 @@ struct TextPart {
     )
 )]
 async fn send_message(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     ApiJson(mut request): ApiJson<Value>,
 ) -> Response {
@@ -226,7 +230,7 @@ async fn send_message(
     )
 )]
 async fn stream_message(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     ApiJson(mut request): ApiJson<Value>,
 ) -> Response {
@@ -285,7 +289,7 @@ struct TasksQuery {
     )
 )]
 async fn list_tasks(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     ApiQuery(query): ApiQuery<TasksQuery>,
 ) -> Response {
@@ -355,7 +359,7 @@ fn no_such_route() -> Response {
     )
 )]
 async fn get_task(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     Path(TaskPath { id }): Path<TaskPath>,
     ApiQuery(query): ApiQuery<HashMap<String, String>>,
@@ -394,7 +398,7 @@ async fn get_task(
     )
 )]
 async fn act_on_task(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     Path(TaskPath { id }): Path<TaskPath>,
 ) -> Response {
@@ -431,7 +435,7 @@ struct ConfigPath {
     )
 )]
 async fn create_push_config(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
     ApiJson(mut config): ApiJson<Value>,
@@ -455,7 +459,7 @@ async fn create_push_config(
     )
 )]
 async fn list_push_configs(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> Response {
@@ -481,7 +485,7 @@ async fn list_push_configs(
     )
 )]
 async fn get_push_config(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     Path(ConfigPath { id, config_id }): Path<ConfigPath>,
 ) -> Response {
@@ -505,7 +509,7 @@ async fn get_push_config(
     )
 )]
 async fn delete_push_config(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     Path(ConfigPath { id, config_id }): Path<ConfigPath>,
 ) -> Response {
@@ -541,7 +545,7 @@ struct PushConfigBody {
         (status = 400, description = "Keys are off: no caller can be authenticated, so there is no extended card (`extended_agent_card_not_configured`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
-async fn extended_agent_card(State(app): State<AppState>) -> Response {
+async fn extended_agent_card(State(app): State<Shared>) -> Response {
     match card::extended_card(&app) {
         Ok(card) => axum::Json(card).into_response(),
         Err(error) => problem(&error),

@@ -48,11 +48,11 @@ use super::{
     tools::{self, Answer, Asked},
 };
 use crate::{
-    app::AppState,
     events::TurnEvent,
     ids::{SessionKey, Tenant},
+    protocols::Shared,
     protocols::{endpoint::TurnEvents, error::ApiError, typed},
-    store::{TurnRecord, TurnStatus},
+    service::{TurnRecord, TurnStatus},
 };
 
 /// How often a client should poll a task, in ms.
@@ -80,7 +80,7 @@ pub(super) fn asks_for(headers: &HeaderMap, message: &Value) -> bool {
 
 /// Answers one request through rmcp's streamable HTTP server, statelessly.
 pub(super) async fn answer(
-    app: AppState,
+    app: Shared,
     tenant: Tenant,
     headers: HeaderMap,
     message: &Value,
@@ -111,7 +111,7 @@ pub(super) async fn answer(
 /// The agent as an rmcp server handler, for one request.
 #[derive(Clone)]
 struct Current {
-    app: AppState,
+    app: Shared,
 }
 
 /// The caller's tenant, which the auth layer put on the request.
@@ -214,7 +214,7 @@ impl Current {
         if asked
             && let Some(record) = self
                 .app
-                .store
+                .turns
                 .get_turn(session, turn_id)
                 .await
                 .map_err(internal)?
@@ -227,7 +227,7 @@ impl Current {
         }
         let record = self
             .app
-            .runner
+            .turns
             .wait_for_end(session, turn_id)
             .await
             .map_err(internal)?
@@ -264,7 +264,7 @@ impl Current {
             .map_err(|why| McpError::invalid_params(why, None))?;
         let quiet_until = self
             .app
-            .store
+            .turns
             .get_session(&session)
             .await
             .map_err(internal)?
@@ -288,7 +288,7 @@ impl Current {
         let turn_id = Uuid::parse_str(task_id).map_err(|_| task_not_found())?;
         let record = self
             .app
-            .store
+            .turns
             .find_turn(turn_id)
             .await
             .map_err(internal)?
@@ -570,7 +570,7 @@ impl ServerHandler for Current {
         let tenant = tenant_of(&context)?;
         let record = self.turn(&tenant, &request.task_id).await?;
         if record.status == TurnStatus::Running
-            && let Err(e) = self.app.runner.cancel(&record.session_id, record.id).await
+            && let Err(e) = self.app.turns.cancel(&record.session_id, record.id).await
         {
             tracing::debug!(error = %e, turn.id = %record.id, "a task cancel found its turn ended");
         }

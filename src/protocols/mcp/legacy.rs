@@ -15,15 +15,16 @@ use axum::{
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use super::state::{MCP_URIS_MAX, McpCallGuard, McpCalls, SubscribeRefused};
 use super::{
     prompts,
     resources::{self, Unreadable},
     tools::{self, Answer, Asked},
 };
 use crate::{
-    app::{AppState, MCP_URIS_MAX, McpCallGuard, McpCalls, SubscribeRefused},
     events::{StoredEvent, TurnEvent},
     ids::{SessionKey, Tenant},
+    protocols::Shared,
     protocols::{
         Encoded, WireFormat,
         approvals::{ClientDecision, approvals, decide},
@@ -70,7 +71,7 @@ fn answered(id: &Value, answer: Answer) -> Value {
 
 /// Answers one JSON-RPC message.
 pub(super) async fn answer(
-    app: AppState,
+    app: Shared,
     tenant: Tenant,
     headers: &HeaderMap,
     message: Value,
@@ -85,7 +86,7 @@ pub(super) async fn answer(
     let mcp_session = headers
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
-        .filter(|id| id.len() <= crate::app::MCP_SESSION_ID_MAX)
+        .filter(|id| id.len() <= super::state::MCP_SESSION_ID_MAX)
         .unwrap_or_default()
         .to_owned();
     // A `method` that is not text is no request, no notification, no
@@ -137,7 +138,7 @@ pub(super) async fn answer(
             });
             let session = Uuid::now_v7().to_string();
             let elicits = params["capabilities"]["elicitation"].is_object();
-            if !app.mcp_sessions.begin(&tenant, &session, elicits) {
+            if !app.mcp.sessions.begin(&tenant, &session, elicits) {
                 let refused = rpc_error(
                     &id,
                     INTERNAL_ERROR,
@@ -156,7 +157,7 @@ pub(super) async fn answer(
             Some(level) if LOG_LEVELS.contains(&level) => {
                 // Kept for a session this process began, and only then.
                 if let Some(index) = LOG_LEVELS.iter().position(|l| *l == level) {
-                    app.mcp_sessions.set_log_level(&tenant, &mcp_session, index);
+                    app.mcp.sessions.set_log_level(&tenant, &mcp_session, index);
                 }
                 rpc_result(&id, json!({}))
             }
@@ -229,7 +230,7 @@ pub(super) async fn answer(
 /// `resources/subscribe` and `resources/unsubscribe`: the session's
 /// `GET /mcp` stream says when a followed resource changes.
 fn subscription(
-    app: &AppState,
+    app: &Shared,
     tenant: &Tenant,
     mcp_session: &str,
     id: &Value,
@@ -247,10 +248,10 @@ fn subscription(
         }});
     }
     if method == "resources/unsubscribe" {
-        app.mcp_sessions.unsubscribe(tenant, mcp_session, uri);
+        app.mcp.sessions.unsubscribe(tenant, mcp_session, uri);
         return rpc_result(id, json!({}));
     }
-    match app.mcp_sessions.subscribe(tenant, mcp_session, uri) {
+    match app.mcp.sessions.subscribe(tenant, mcp_session, uri) {
         Ok(()) => rpc_result(id, json!({})),
         Err(SubscribeRefused::UnknownSession) => rpc_error(
             id,
@@ -276,7 +277,7 @@ struct Call {
 }
 
 async fn ask(
-    app: &AppState,
+    app: &Shared,
     call: Call,
     arguments: &Value,
     streams: bool,
@@ -293,14 +294,14 @@ async fn ask(
     };
     let turn_id = started.turn_id;
     let guard = McpCalls::track(
-        app,
+        &app.mcp.calls,
         &call.tenant.0,
         &call.mcp_session,
         &call.id,
         (session.clone(), turn_id),
     );
     if !streams {
-        let record = app.runner.wait_for_end(&session, turn_id).await?;
+        let record = app.turns.wait_for_end(&session, turn_id).await?;
         drop(guard);
         let record = record.ok_or(ApiError::ShuttingDown)?;
         let answer = rpc_result(&call.id, tools::answer_of(&session, &record));
@@ -308,7 +309,7 @@ async fn ask(
     }
     let events = started.events(app);
     let format = AskStream {
-        log_level: app.mcp_sessions.log_level(&call.tenant, &call.mcp_session),
+        log_level: app.mcp.sessions.log_level(&call.tenant, &call.mcp_session),
         app: app.clone(),
         tenant: call.tenant,
         mcp_session: call.mcp_session,
@@ -330,7 +331,7 @@ struct AskStream {
     /// The session's `logging/setLevel` (an index of [`LOG_LEVELS`]): the
     /// turn's log messages at or above it are sent.
     log_level: Option<usize>,
-    app: AppState,
+    app: Shared,
     tenant: Tenant,
     mcp_session: String,
     /// The calls whose approval was asked by elicitation (each once).
@@ -375,7 +376,8 @@ impl AskStream {
         let asked = (self.session.clone(), self.turn_id, call_id.to_owned());
         let id = self
             .app
-            .mcp_sessions
+            .mcp
+            .sessions
             .ask(&self.tenant, &self.mcp_session, asked)?;
         self.elicited.push(call_id.to_owned());
         let request = json!({
@@ -407,7 +409,7 @@ impl AskStream {
 /// denied (anything else, with its reason). An answer to no question of
 /// the session's is taken and does nothing.
 async fn elicited(
-    app: &AppState,
+    app: &Shared,
     tenant: &Tenant,
     mcp_session: &str,
     id: &Value,
@@ -415,7 +417,7 @@ async fn elicited(
 ) {
     let Some((session, turn_id, call_id)) = id
         .as_str()
-        .and_then(|id| app.mcp_sessions.answered(tenant, mcp_session, id))
+        .and_then(|id| app.mcp.sessions.answered(tenant, mcp_session, id))
     else {
         return;
     };
@@ -434,7 +436,7 @@ async fn elicited(
     let decided = async {
         let decision = decision?;
         let turn = app
-            .store
+            .turns
             .get_turn(&session, turn_id)
             .await?
             .ok_or(ApiError::TurnNotFound)?;
@@ -529,11 +531,11 @@ impl WireFormat for AskStream {
 
 /// A `notifications/cancelled` of a call this process answers: its turn
 /// is cancelled.
-async fn cancel(app: &AppState, tenant: &Tenant, mcp_session: &str, request: &Value) {
-    let Some((session, turn_id)) = app.mcp_calls.find(&tenant.0, mcp_session, request) else {
+async fn cancel(app: &Shared, tenant: &Tenant, mcp_session: &str, request: &Value) {
+    let Some((session, turn_id)) = app.mcp.calls.find(&tenant.0, mcp_session, request) else {
         return;
     };
-    if let Err(e) = app.runner.cancel(&session, turn_id).await {
+    if let Err(e) = app.turns.cancel(&session, turn_id).await {
         tracing::debug!(error = %e, turn.id = %turn_id, "an MCP cancel found its turn ended");
     }
 }

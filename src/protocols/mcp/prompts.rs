@@ -7,14 +7,14 @@
 use serde_json::{Value, json};
 
 use crate::{
-    app::AppState,
     config::{AgentProfile, AgentProfiles},
+    protocols::Shared,
 };
 
 /// The longest value of an argument.
 const VALUE_MAX: usize = 10_000;
 
-fn profiles(app: &AppState) -> AgentProfiles {
+fn profiles(app: &Shared) -> AgentProfiles {
     app.settings
         .server
         .agent_profiles
@@ -27,7 +27,7 @@ fn find<'a>(profiles: &'a AgentProfiles, name: &str) -> Option<&'a AgentProfile>
 }
 
 /// `prompts/list`: every profile, with its arguments.
-pub(super) fn list(app: &AppState) -> Vec<Value> {
+pub(super) fn list(app: &Shared) -> Vec<Value> {
     profiles(app)
         .0
         .iter()
@@ -61,7 +61,7 @@ pub(super) fn list(app: &AppState) -> Vec<Value> {
 /// as one user message. `Err`: the reason the params are invalid (an
 /// unknown profile or argument, a required one missing, a value that is
 /// not text).
-pub(super) fn get(app: &AppState, params: &Value) -> Result<Value, String> {
+pub(super) fn get(app: &Shared, params: &Value) -> Result<Value, String> {
     let profiles = profiles(app);
     let name = params["name"].as_str().ok_or("`name` is required")?;
     let profile = find(&profiles, name).ok_or_else(|| format!("no prompt {name:?}"))?;
@@ -126,7 +126,7 @@ fn render(text: &str, values: &[(&str, &str)]) -> String {
 /// The values of a profile's argument that start with what is typed
 /// (case aside), and how many there are. `Err`: no such profile.
 pub(super) fn complete(
-    app: &AppState,
+    app: &Shared,
     name: &str,
     argument: &str,
     typed: &str,

@@ -7,8 +7,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use serde_json::{Value, json};
 
 use crate::{
-    app::AppState,
     ids::Tenant,
+    protocols::Shared,
     protocols::{error::ApiError, paths::parse_session_id},
     vault::NoteError,
 };
@@ -32,8 +32,8 @@ pub(super) enum Unreadable {
     Failed(ApiError),
 }
 
-impl From<crate::store::StoreError> for Unreadable {
-    fn from(e: crate::store::StoreError) -> Self {
+impl From<crate::service::StoreError> for Unreadable {
+    fn from(e: crate::service::StoreError) -> Self {
         Self::Failed(e.into())
     }
 }
@@ -44,16 +44,16 @@ pub(super) fn is_ours(uri: &str) -> bool {
 }
 
 /// The caller's indexed notes, by path.
-async fn note_paths(app: &AppState, tenant: &Tenant) -> Result<Vec<String>, ApiError> {
+async fn note_paths(app: &Shared, tenant: &Tenant) -> Result<Vec<String>, ApiError> {
     let vault = app.vaults.of_tenant(&tenant.0);
-    let notes = app.store.vault_notes(vault.name()).await?;
+    let notes = app.turns.vault_notes(vault.name()).await?;
     let mut paths: Vec<String> = notes.into_keys().collect();
     paths.sort();
     Ok(paths)
 }
 
 /// `resources/list`: the caller's notes.
-pub(super) async fn list(app: &AppState, tenant: &Tenant) -> Result<Vec<Value>, ApiError> {
+pub(super) async fn list(app: &Shared, tenant: &Tenant) -> Result<Vec<Value>, ApiError> {
     let paths = note_paths(app, tenant).await?;
     Ok(paths
         .into_iter()
@@ -90,7 +90,7 @@ pub(super) fn templates() -> Vec<Value> {
 }
 
 /// `resources/read`: the contents of one resource.
-pub(super) async fn read(app: &AppState, tenant: &Tenant, uri: &str) -> Result<Value, Unreadable> {
+pub(super) async fn read(app: &Shared, tenant: &Tenant, uri: &str) -> Result<Value, Unreadable> {
     let not_found = || Unreadable::NotFound(format!("resource {uri} not found"));
     if let Some(path) = uri.strip_prefix(NOTE_SCHEME) {
         let vault = app.vaults.of_tenant(&tenant.0);
@@ -105,10 +105,10 @@ pub(super) async fn read(app: &AppState, tenant: &Tenant, uri: &str) -> Result<V
     }
     if let Some(id) = uri.strip_prefix(SESSION_SCHEME) {
         let session = parse_session_id(id, tenant).map_err(|_| not_found())?;
-        if app.store.get_session(&session).await?.is_none() {
+        if app.turns.get_session(&session).await?.is_none() {
             return Err(not_found());
         }
-        let messages = app.store.recent_messages(&session, TRANSCRIPT_MAX).await?;
+        let messages = app.turns.recent_messages(&session, TRANSCRIPT_MAX).await?;
         let messages: Vec<Value> = messages
             .iter()
             .map(|m| json!({"role": m.role, "content": m.content, "created_at": m.created_at}))
@@ -127,7 +127,7 @@ pub(super) async fn read(app: &AppState, tenant: &Tenant, uri: &str) -> Result<V
 /// values its profile lists ([`super::prompts::complete`]); nothing for
 /// any other argument or template.
 pub(super) async fn complete(
-    app: &AppState,
+    app: &Shared,
     tenant: &Tenant,
     params: &Value,
 ) -> Result<Result<Value, String>, ApiError> {
@@ -185,7 +185,7 @@ pub(super) async fn complete(
 /// these, not the contents (issue 63: 32 listens of a 4 MB transcript,
 /// each re-read and hashed every second, took both cores). `None`: it
 /// cannot be told now (the look after compares with the one before).
-pub(super) async fn version(app: &AppState, tenant: &Tenant, uri: &str) -> Option<u64> {
+pub(super) async fn version(app: &Shared, tenant: &Tenant, uri: &str) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     if let Some(path) = uri.strip_prefix(NOTE_SCHEME) {
         let vault = app.vaults.of_tenant(&tenant.0);
@@ -208,7 +208,7 @@ pub(super) async fn version(app: &AppState, tenant: &Tenant, uri: &str) -> Optio
         let Ok(session) = parse_session_id(id, tenant) else {
             return Some(0);
         };
-        match app.store.get_session(&session).await {
+        match app.turns.get_session(&session).await {
             Ok(Some(record)) => {
                 record.last_seq.hash(&mut hasher);
                 record.updated_at.hash(&mut hasher);

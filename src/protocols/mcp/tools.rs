@@ -8,15 +8,15 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     ids::{SessionKey, Tenant},
+    protocols::Shared,
     protocols::{
         endpoint::{Started, named_session},
         error::ApiError,
         native::{checked_message, checked_user_id},
         paths::parse_session_id,
     },
-    store::{TurnRecord, TurnStatus},
+    service::{TurnRecord, TurnStatus},
     tools::EffectClass,
     turn::{TurnRequest, TurnResult},
 };
@@ -56,8 +56,8 @@ fn ask_output() -> Value {
 /// The tools, with honest annotations: `ask` reads only when every tool
 /// the turn may run reads only. The readers come first: a client that
 /// tries the first tool with no arguments gets an answer.
-pub(super) fn definitions(app: &AppState) -> Vec<Value> {
-    let registry = app.runner.harness().tools();
+pub(super) fn definitions(app: &Shared) -> Vec<Value> {
+    let registry = app.turns.tools();
     let effects: Vec<EffectClass> = registry
         .all()
         .filter(|(_, permitted)| *permitted)
@@ -135,7 +135,7 @@ pub(super) enum Asked {
 }
 
 /// Starts the turn of an `ask` call, with the native route's checks.
-pub(super) async fn start_ask(app: &AppState, tenant: &Tenant, arguments: &Value) -> Asked {
+pub(super) async fn start_ask(app: &Shared, tenant: &Tenant, arguments: &Value) -> Asked {
     let text = |field: &str| match &arguments[field] {
         Value::Null => Ok(None),
         Value::String(text) => Ok(Some(text.clone())),
@@ -198,7 +198,7 @@ pub(super) fn completed(session: &SessionKey, turn_id: Uuid, result: &TurnResult
 }
 
 pub(super) async fn list_sessions(
-    app: &AppState,
+    app: &Shared,
     tenant: &Tenant,
     arguments: &Value,
 ) -> Result<Answer, ApiError> {
@@ -212,7 +212,7 @@ pub(super) async fn list_sessions(
             None => return Ok(Err("`limit` must be between 1 and 100".into())),
         },
     };
-    let sessions = app.store.list_sessions(&tenant.0, limit).await?;
+    let sessions = app.turns.list_sessions(&tenant.0, limit).await?;
     let sessions: Vec<Value> = sessions
         .into_iter()
         .map(|mut session| {
@@ -229,7 +229,7 @@ pub(super) async fn list_sessions(
 }
 
 pub(super) async fn get_session(
-    app: &AppState,
+    app: &Shared,
     tenant: &Tenant,
     arguments: &Value,
 ) -> Result<Answer, ApiError> {
@@ -240,11 +240,11 @@ pub(super) async fn get_session(
     let Ok(session_id) = parse_session_id(raw, tenant) else {
         return Ok(Ok(text_result("session not found", true)));
     };
-    let Some(mut session) = app.store.get_session(&session_id).await? else {
+    let Some(mut session) = app.turns.get_session(&session_id).await? else {
         return Ok(Ok(text_result("session not found", true)));
     };
     session.id = session_id.id().to_owned();
-    let messages = app.store.recent_messages(&session_id, 20).await?;
+    let messages = app.turns.recent_messages(&session_id, 20).await?;
     let messages: Vec<BTreeMap<&str, Value>> = messages
         .iter()
         .map(|m| BTreeMap::from([("role", json!(m.role)), ("content", json!(m.content))]))

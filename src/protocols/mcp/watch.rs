@@ -23,7 +23,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::resources;
-use crate::{app::AppState, ids::Tenant, protocols::error::ApiError, protocols::sse::KEEP_ALIVE};
+use crate::{
+    ids::Tenant, protocols::Shared, protocols::error::ApiError, protocols::sse::KEEP_ALIVE,
+};
 
 /// How often a stream looks for changes.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -32,24 +34,25 @@ const QUIET: Duration = Duration::from_secs(15);
 
 /// `GET /mcp` of a session: its notifications, until the client leaves,
 /// another `GET` of the session takes over, or the service shuts down.
-pub(super) fn stream(app: AppState, tenant: Tenant, session: &str) -> Result<Response, ApiError> {
-    let place = app.mcp_listens.enter(&tenant.0).ok_or_else(|| {
+pub(super) fn stream(app: Shared, tenant: Tenant, session: &str) -> Result<Response, ApiError> {
+    let place = app.mcp.listens.enter(&tenant.0).ok_or_else(|| {
         ApiError::TooManyStreams(format!(
             "the tenant holds {} MCP listens here, as many as it may",
-            crate::app::MCP_LISTENS_PER_TENANT
+            crate::protocols::mcp::state::MCP_LISTENS_PER_TENANT
         ))
     })?;
     let key = (tenant.0.clone(), session.to_owned());
     let stream_id = app
-        .mcp_sessions
+        .mcp
+        .sessions
         .take(&key)
         .ok_or(ApiError::McpSessionNotFound)?;
-    let closing = app.runner.streams_closed();
+    let closing = app.turns.streams_closed();
     let body = async_stream::stream! {
         let _place = place;
         let mut seen: BTreeMap<String, Option<u64>> = BTreeMap::new();
         let mut quiet_since = Instant::now();
-        while let Some(uris) = app.mcp_sessions.followed(&key, stream_id) {
+        while let Some(uris) = app.mcp.sessions.followed(&key, stream_id) {
             seen.retain(|uri, _| uris.contains(uri));
             for uri in uris {
                 let now = resources::version(&app, &tenant, &uri).await;

@@ -6,8 +6,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use crate::{
-    app::AppState,
-    protocols::error::ApiError,
+    protocols::{Shared, error::ApiError},
     providers::{ChatMessage, Role},
     turn::{TurnRequest, WebMode},
 };
@@ -265,7 +264,7 @@ pub fn checked_client_tools(
 /// Whether this service takes `request`: its provider is one of the
 /// chain's, and it brings system messages only where the operator allows
 /// them (see [`crate::protocols::endpoint::refuse_client_system`]).
-pub(super) fn admit(request: &TurnRequest, app: &AppState) -> Result<(), ApiError> {
+pub(super) fn admit(request: &TurnRequest, app: &Shared) -> Result<(), ApiError> {
     if let Some(provider) = &request.runtime_provider
         && !app.provider_names.iter().any(|p| p == provider)
     {

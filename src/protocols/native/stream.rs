@@ -12,7 +12,7 @@ use futures::Stream;
 use uuid::Uuid;
 
 use crate::protocols::{Encoded, WireFormat, stream_turn};
-use crate::{events::StoredEvent, metrics::Metrics, store::StoreError};
+use crate::{events::StoredEvent, metrics::Metrics, service::StoreError};
 
 /// The native format: every event, as it is in the log.
 struct Native {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::{
-    app::AppState,
+    protocols::Shared,
     protocols::{
         client_calls::{ClientAnswer, answer_calls},
         error::{ApiError, BadRequest, NotFound, Problem},
@@ -50,7 +50,7 @@ pub struct ToolResultView {
     )
 )]
 pub(super) async fn post_tool_result(
-    State(app): State<AppState>,
+    State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
     Path(CallPath { turn_id, call_id }): Path<CallPath>,
     ApiJson(body): ApiJson<ToolResultBody>,
@@ -62,7 +62,7 @@ pub(super) async fn post_tool_result(
             detail: "`output` contains U+0000, which is not accepted".into(),
         });
     }
-    let Some(turn) = app.store.get_turn(&session_id, turn_id).await? else {
+    let Some(turn) = app.turns.get_turn(&session_id, turn_id).await? else {
         return Err(crate::protocols::endpoint::not_found_in(
             &app,
             &session_id,

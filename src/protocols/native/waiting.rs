@@ -12,10 +12,10 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
     events::TurnEvent,
+    protocols::Shared,
     protocols::{endpoint::Started, error::ApiError},
-    store::{TurnRecord, TurnStatus},
+    service::{TurnRecord, TurnStatus},
 };
 
 /// The JSON answer of a turn that waits for an answer (202).
@@ -57,7 +57,7 @@ pub(super) enum Ending {
 }
 
 /// Follows `started` until it ends or one of its calls waits for an answer.
-pub(super) async fn ended_or_waiting(app: &AppState, started: Started) -> Result<Ending, ApiError> {
+pub(super) async fn ended_or_waiting(app: &Shared, started: Started) -> Result<Ending, ApiError> {
     let (session, turn_id) = (started.session.clone(), started.turn_id);
     let mut events = started.events(app);
     // Bounded: the stream ends after the turn's terminal event.
@@ -109,7 +109,7 @@ pub(super) async fn ended_or_waiting(app: &AppState, started: Started) -> Result
             ),
         }));
     }
-    app.runner
+    app.turns
         .wait_for_end(&session, turn_id)
         .await?
         .map(|record| Ending::Ended(Box::new(record)))

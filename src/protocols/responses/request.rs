@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::{
-    app::AppState,
+    protocols::Shared,
     protocols::responses::fold::APPROVAL_PREFIX,
     protocols::{
         approvals::ClientDecision,
@@ -166,7 +166,7 @@ impl CreateResponse {
     /// configured with it; any other name but `agent-harness` (the
     /// service's default) is kept, for the runner to refuse
     /// (`model_not_allowed`).
-    fn configured(&self, app: &AppState) -> Option<(Option<String>, String)> {
+    fn configured(&self, app: &Shared) -> Option<(Option<String>, String)> {
         let model = self
             .model
             .as_deref()
@@ -185,7 +185,7 @@ impl CreateResponse {
 
     /// The turn this request asks for (its session is the caller's
     /// business: see `previous_response_id` and `conversation`).
-    pub fn turn_request(&self, app: &AppState) -> Result<TurnRequest, ApiError> {
+    pub fn turn_request(&self, app: &Shared) -> Result<TurnRequest, ApiError> {
         let client_tools = self.client_tools()?;
         let messages: Vec<(String, String)> = match &self.input {
             Value::String(text) => vec![("user".to_owned(), text.clone())],

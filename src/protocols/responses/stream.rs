@@ -14,17 +14,17 @@ use super::{
     request,
 };
 use crate::{
-    app::AppState,
     events::{StoredEvent, TurnEvent},
     ids::{SessionKey, Tenant},
+    protocols::Shared,
     protocols::{
         Encoded, WireFormat,
         client_calls::{Seen, Segment},
         endpoint::name_turn,
         error::ApiError,
-        read_turn, stream_for, typed,
+        stream_for, typed,
     },
-    store::{StoreError, TurnRecord, TurnStatus},
+    service::{StoreError, TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
 
@@ -60,13 +60,13 @@ pub(super) fn turn_of(response_id: &str) -> Option<(Uuid, i64)> {
 /// it, or 404 `response_not_found` (another tenant's is answered as one
 /// that does not exist).
 pub(super) async fn find(
-    app: &AppState,
+    app: &Shared,
     tenant: &Tenant,
     id: &str,
 ) -> Result<(TurnRecord, i64), ApiError> {
     let (turn_id, after) = turn_of(id).ok_or(ApiError::ResponseNotFound)?;
     let record = app
-        .store
+        .turns
         .find_turn(turn_id)
         .await?
         .ok_or(ApiError::ResponseNotFound)?;
@@ -227,17 +227,18 @@ impl WireFormat for ResponseStream {
 /// The response of a turn that starts after seq `after`, folded from what
 /// its log holds now.
 pub(super) async fn folded(
-    app: &AppState,
+    app: &Shared,
     record: &TurnRecord,
     after: i64,
 ) -> Result<Value, ApiError> {
     let head = head(record.id, &record.session_id, &record.request);
     let mut folding = Folding::new(head, record.id, after);
-    read_turn(app.store.as_ref(), record, |event| {
-        folding.feed(event);
-        folding.fold.ended()
-    })
-    .await?;
+    app.turns
+        .read_turn(record, |event| {
+            folding.feed(event);
+            folding.fold.ended()
+        })
+        .await?;
     let mut response = folding.fold.response();
     if !folding.fold.ended() && record.status != TurnStatus::Running {
         // Ended without its terminal event in the log (an old interrupt).
@@ -252,7 +253,7 @@ pub(super) async fn folded(
 }
 
 pub(super) fn streamed(
-    app: &AppState,
+    app: &Shared,
     folding: Folding,
     after: Option<u64>,
     session: &SessionKey,

@@ -12,9 +12,9 @@ use uuid::Uuid;
 
 use super::guard;
 use crate::{
-    app::AppState,
-    protocols::{a2a::task::TaskFold, read_turn, typed},
-    store::{PushAuth, PushConfig, PushDelivery, PushProgress, StoreError, pushes::Share},
+    protocols::Shared,
+    protocols::{a2a::task::TaskFold, typed},
+    service::{PushAuth, PushConfig, PushDelivery, PushProgress, Share, StoreError},
 };
 
 /// How often a replica looks for pushes (and webhooks) that are due.
@@ -92,7 +92,7 @@ impl Outbox {
 }
 
 /// Delivers pushes until `stop`: this replica's part of every tenant's.
-pub async fn deliver(app: AppState, stop: CancellationToken) {
+pub async fn deliver(app: Shared, stop: CancellationToken) {
     let Some(client) = http_client(&app) else {
         return;
     };
@@ -210,7 +210,7 @@ impl Leased for Pusher {
 
     async fn release(&self, owner: &str) {
         // Each cursor stays where the last acknowledged push left it.
-        if let Err(e) = self.app.store.release_pushes(owner).await {
+        if let Err(e) = self.app.turns.release_pushes(owner).await {
             tracing::warn!(error = %e, "push: leases not given back; they run out");
         }
     }
@@ -279,7 +279,7 @@ impl Drop for Slot {
 }
 
 struct Pusher {
-    app: AppState,
+    app: Shared,
     client: reqwest::Client,
 }
 
@@ -298,7 +298,7 @@ impl PushProgress {
 }
 
 /// The client pushes go out with ([`super::outbound_client`]).
-fn http_client(app: &AppState) -> Option<reqwest::Client> {
+fn http_client(app: &Shared) -> Option<reqwest::Client> {
     let client = super::outbound_client(app, PUSH_TIMEOUT);
     match client.build() {
         Ok(client) => Some(client),
@@ -319,7 +319,7 @@ impl Pusher {
         free: usize,
         share: &Share,
     ) -> Vec<PushDelivery> {
-        match self.app.store.pushes_due(now).await {
+        match self.app.turns.pushes_due(now).await {
             Ok(true) => {}
             Ok(false) => return Vec::new(),
             Err(e) => {
@@ -330,7 +330,7 @@ impl Pusher {
         let limit = u32::try_from(free).unwrap_or(u32::MAX);
         match self
             .app
-            .store
+            .turns
             .claim_pushes(claim, now, now + LEASE, limit, share)
             .await
         {
@@ -381,7 +381,7 @@ impl Pusher {
     ) {
         let recorded = self
             .app
-            .store
+            .turns
             .record_push(config.task_id, &config.id, claim, progress, release)
             .await;
         if let Err(e) = recorded {
@@ -392,7 +392,7 @@ impl Pusher {
     /// The task's pushes after the cursor; `None`: no such task.
     async fn outbox(&self, delivery: &PushDelivery) -> Result<Option<Outbox>, StoreError> {
         let task_id = delivery.config.task_id;
-        let Some(record) = self.app.store.find_turn(task_id).await? else {
+        let Some(record) = self.app.turns.find_turn(task_id).await? else {
             return Ok(None);
         };
         let mut outbox = Outbox {
@@ -401,10 +401,10 @@ impl Pusher {
             after: delivery.sent_seq,
             events: Vec::new(),
         };
-        read_turn(self.app.store.as_ref(), &record, |stored| {
-            outbox.feed(stored)
-        })
-        .await?;
+        self.app
+            .turns
+            .read_turn(&record, |stored| outbox.feed(stored))
+            .await?;
         Ok(Some(outbox))
     }
 

@@ -16,10 +16,10 @@
 use serde_json::{Value, json};
 
 use crate::{
-    app::AppState,
     events::TurnEvent,
-    protocols::{read_turn, typed},
-    store::{NewApproval, StoreError, TurnRecord},
+    protocols::Shared,
+    protocols::typed,
+    service::{NewApproval, StoreError, TurnRecord},
 };
 
 /// The longest reason a decision may give (as on the native route).
@@ -72,22 +72,20 @@ impl Approvals {
 /// The calls that wait in the turn now: asked for, and neither resolved
 /// in its log nor decided already (a decision the turn has not taken up
 /// yet is not asked for again).
-pub(super) async fn waiting(
-    app: &AppState,
-    record: &TurnRecord,
-) -> Result<Vec<Waiting>, StoreError> {
+pub(super) async fn waiting(app: &Shared, record: &TurnRecord) -> Result<Vec<Waiting>, StoreError> {
     let mut approvals = Approvals::default();
-    read_turn(app.store.as_ref(), record, |stored| {
-        if let Some(event) = typed(stored) {
-            approvals.event(event);
-        }
-        approvals.ended
-    })
-    .await?;
+    app.turns
+        .read_turn(record, |stored| {
+            if let Some(event) = typed(stored) {
+                approvals.event(event);
+            }
+            approvals.ended
+        })
+        .await?;
     let mut undecided = Vec::new();
     for call in approvals.waiting {
         if app
-            .store
+            .turns
             .get_approval(record.id, &call.call_id)
             .await?
             .is_none()
@@ -211,21 +209,22 @@ pub(super) struct NewDecision {
 
 /// Records the decisions and wakes the turn that waits on them.
 pub(super) async fn decide(
-    app: &AppState,
+    app: &Shared,
     record: &TurnRecord,
     decided: Vec<NewDecision>,
 ) -> Result<(), StoreError> {
     for decision in decided {
-        app.decide_approval(&NewApproval {
-            session_id: record.session_id.clone(),
-            turn_id: record.id,
-            call_id: decision.call_id,
-            approved: decision.approve,
-            reason: decision.reason,
-        })
-        .await?;
+        app.turns
+            .decide_approval(&NewApproval {
+                session_id: record.session_id.clone(),
+                turn_id: record.id,
+                call_id: decision.call_id,
+                approved: decision.approve,
+                reason: decision.reason,
+            })
+            .await?;
     }
-    app.answered(record.id).await;
+    app.turns.answered(record.id).await;
     Ok(())
 }
 

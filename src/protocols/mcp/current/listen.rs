@@ -28,7 +28,7 @@ use rmcp::{
 use serde_json::json;
 
 use super::{Current, tenant_of};
-use crate::{app::AppState, ids::Tenant, protocols::mcp::resources};
+use crate::{ids::Tenant, protocols::Shared, protocols::mcp::resources};
 
 /// How often a listen looks for changes.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -56,7 +56,7 @@ pub(super) fn accepted(requested: &SubscriptionFilter) -> Option<SubscriptionFil
     .ok()
 }
 
-async fn list_fingerprint(app: &AppState, tenant: &Tenant) -> Option<u64> {
+async fn list_fingerprint(app: &Shared, tenant: &Tenant) -> Option<u64> {
     let listed = resources::list(app, tenant).await.ok()?;
     let mut hasher = DefaultHasher::new();
     serde_json::Value::Array(listed)
@@ -72,11 +72,11 @@ impl Current {
         context: SubscriptionContext,
     ) -> Result<(), McpError> {
         let tenant = tenant_of(context.request_context())?;
-        let Some(_place) = self.app.mcp_listens.enter(&tenant.0) else {
+        let Some(_place) = self.app.mcp.listens.enter(&tenant.0) else {
             return Err(McpError::invalid_request(
                 format!(
                     "this tenant holds {} listens here, as many as it may",
-                    crate::app::MCP_LISTENS_PER_TENANT
+                    crate::protocols::mcp::state::MCP_LISTENS_PER_TENANT
                 ),
                 None,
             ));
@@ -107,7 +107,7 @@ impl Current {
             None
         };
         // The service's shutdown ends it as it ends every stream.
-        let closing = self.app.runner.streams_closed();
+        let closing = self.app.turns.streams_closed();
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),
