@@ -115,10 +115,15 @@ impl SessionKey {
 
     /// The session's tenant.
     pub fn tenant(&self) -> &str {
-        self.0
-            .split_once('/')
-            .map_or(DEFAULT_TENANT, |(tenant, _)| tenant)
+        tenant_of(&self.0)
     }
+}
+
+/// The tenant of a session's stored key (see [`SessionKey::tenant`]).
+pub fn tenant_of(stored: &str) -> &str {
+    stored
+        .split_once('/')
+        .map_or(DEFAULT_TENANT, |(tenant, _)| tenant)
 }
 
 /// The key the store holds as `stored`.

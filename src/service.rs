@@ -8,7 +8,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use futures::Stream;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -17,9 +17,8 @@ pub use crate::runner::{
     CancelError, CancelOutcome, LiveStart, QueuedStartError, StartError, StartedTurn,
 };
 pub use crate::store::{
-    MessageRecord, NewApproval, NewToolResult, NoteState, PushAuth, PushConfig, PushDelivery,
-    PushProgress, SessionRecord, StoreError, TurnFilter, TurnRecord, TurnStatus,
-    pushes::{PUSH_CONFIGS_PER_TASK, Share},
+    MessageRecord, NewApproval, NewToolResult, NoteState, PushAuth, PushConfig, SessionRecord,
+    StoreError, TurnFilter, TurnRecord, TurnStatus, pushes::PUSH_CONFIGS_PER_TASK,
 };
 use crate::{
     events::StoredEvent,
@@ -281,7 +280,7 @@ impl TurnService {
         self.runner.wake(turn_id).await;
     }
 
-    // A2A push configurations and their deliveries.
+    // A2A push configurations (the outbox delivers them).
 
     pub async fn push_configs(&self, task_id: Uuid) -> Result<Vec<PushConfig>> {
         self.store.push_configs(task_id).await
@@ -306,39 +305,5 @@ impl TurnService {
 
     pub async fn delete_push_config(&self, task_id: Uuid, id: &str) -> Result<bool> {
         self.store.delete_push_config(task_id, id).await
-    }
-
-    pub async fn pushes_due(&self, now: DateTime<Utc>) -> Result<bool> {
-        self.store.pushes_due(now).await
-    }
-
-    pub async fn claim_pushes(
-        &self,
-        owner: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: u32,
-        share: &Share,
-    ) -> Result<Vec<PushDelivery>> {
-        self.store
-            .claim_pushes(owner, now, lease_until, limit, share)
-            .await
-    }
-
-    pub async fn record_push(
-        &self,
-        task_id: Uuid,
-        id: &str,
-        owner: &str,
-        progress: &PushProgress,
-        release: bool,
-    ) -> Result<bool> {
-        self.store
-            .record_push(task_id, id, owner, progress, release)
-            .await
-    }
-
-    pub async fn release_pushes(&self, owner: &str) -> Result<()> {
-        self.store.release_pushes(owner).await
     }
 }

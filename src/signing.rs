@@ -4,12 +4,12 @@
 //! HMAC-SHA256, under the key, of `{webhook-id}.{webhook-timestamp}.{body}`.
 
 use base64::{Engine, engine::general_purpose::STANDARD};
-use sha2::{Digest, Sha256};
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
 
 const PREFIX: &str = "whsec_";
 /// Bytes a secret's key holds at least.
 const KEY_MIN: usize = 24;
-const BLOCK: usize = 64;
 
 /// The key of a secret, if it is one.
 fn key(secret: &str) -> Option<Vec<u8>> {
@@ -22,31 +22,23 @@ pub fn secret_is_valid(secret: &str) -> bool {
     key(secret).is_some()
 }
 
-/// A new secret: 32 random bytes.
+/// A new secret: 32 random bytes (the thread's CSPRNG).
 pub fn new_secret() -> String {
-    let mut bytes = Vec::with_capacity(32);
-    bytes.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-    bytes.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    let mut bytes = [0u8; 32];
+    rand::fill(&mut bytes);
     format!("{PREFIX}{}", STANDARD.encode(bytes))
 }
 
-/// HMAC-SHA256 (RFC 2104).
+/// HMAC-SHA256 (RFC 2104) of the parts of `message`, in order.
 fn hmac(key: &[u8], message: &[&[u8]]) -> [u8; 32] {
-    let mut block = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(block.map(|b| b ^ 0x36));
+    // Any key length is valid for HMAC: the error cannot happen.
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
+        return [0; 32];
+    };
     for part in message {
-        inner.update(part);
+        mac.update(part);
     }
-    let mut outer = Sha256::new();
-    outer.update(block.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
+    mac.finalize().into_bytes().into()
 }
 
 /// The `webhook-signature` of a message; `None`: not a secret.

@@ -210,14 +210,7 @@ impl Application {
                 }
             });
         }
-        background.spawn(crate::protocols::a2a::push::deliver(
-            app.protocols.clone(),
-            shutdown.clone(),
-        ));
-        background.spawn(crate::http::webhooks::deliver(
-            app.clone(),
-            shutdown.clone(),
-        ));
+        spawn_outbox(&app, &background, &shutdown).await;
         background.spawn(crate::http::watch_revoked(app.clone(), shutdown.clone()));
         if app.settings.vault.index_on_start {
             background.spawn(index_vaults_at_start(app.vaults.clone(), shutdown.clone()));
@@ -384,4 +377,29 @@ pub async fn shutdown_signal() {
         () = ctrl_c => {}
         () = terminate => {}
     }
+}
+
+/// The outbox's two users on `background`: A2A pushes, webhooks (the
+/// operator's endpoint saved first).
+async fn spawn_outbox(app: &AppState, background: &TaskTracker, shutdown: &CancellationToken) {
+    let server = &app.settings.server;
+    let (instance, allow_private) = (server.instance_id.clone(), server.outbound_allow_private);
+    let (store, stop) = (app.store.clone(), shutdown.clone());
+    let wake = app.protocols.pushes_due.clone();
+    let pushes = Arc::new(crate::protocols::a2a::push::fold::A2aPushes);
+    background.spawn(async move {
+        let who = (instance.as_str(), allow_private);
+        crate::outbox::pushes::deliver(store, pushes, who, wake, stop).await;
+    });
+    if let Err(e) = http::webhooks::put_operator(app).await {
+        tracing::error!(error = %e, "webhooks: the operator's endpoint was not saved");
+    }
+    let (instance, store, stop) = (
+        server.instance_id.clone(),
+        app.store.clone(),
+        shutdown.clone(),
+    );
+    background.spawn(async move {
+        crate::outbox::webhooks::deliver(store, &instance, allow_private, stop).await;
+    });
 }

@@ -28,6 +28,7 @@ pub mod erase;
 pub mod event_log;
 pub mod export;
 pub mod jobs;
+pub mod leases;
 pub mod memories;
 pub mod postgres;
 pub mod pushes;
@@ -51,6 +52,7 @@ pub use erase::{Erase, Erased};
 pub use event_log::{Batch, EventLog, cursor::TurnLogCursor, step_records_as};
 pub use export::{Export, Imported};
 pub use jobs::Jobs;
+pub use leases::{Claim, Leases, Queue, Share};
 pub use memories::{
     JobBacklog, JobOutcome, JobRecord, JobSummary, JobUsage, JudgementRecord, MemoryRecord, NewJob,
     NewMemory, ObservationRecord,

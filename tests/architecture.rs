@@ -27,7 +27,7 @@ use syn::visit::Visit;
 /// handlers share, the protocols a turn is asked in, the HTTP edge,
 /// start-up and the command line.
 const LAYERS: &[&[&str]] = &[
-    &["ids", "pii", "signing", "when_woken"],
+    &["ids", "pii", "retry", "signing", "when_woken"],
     &["providers"],
     &["turn"],
     &["events"],
@@ -35,7 +35,7 @@ const LAYERS: &[&[&str]] = &[
     &["metrics", "vault"],
     &["tools"],
     &["hooks"],
-    &["background"],
+    &["background", "outbox"],
     &["harness"],
     &["config"],
     &["telemetry"],

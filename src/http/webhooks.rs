@@ -1,9 +1,7 @@
 //! `/webhooks`: a tenant's endpoints for the service's events (a turn's
 //! end, a turn that waits for someone, a background response's end),
 //! each delivered signed as Standard Webhooks say, at least once, from
-//! the database's outbox ([`delivery`]).
-
-pub mod delivery;
+//! the database's outbox ([`crate::outbox::webhooks`]).
 
 use axum::{
     Extension,
@@ -20,14 +18,30 @@ use super::{ApiQuery, Tenant, error::ApiError};
 use crate::{
     app::AppState,
     http::error::BadRequest,
-    protocols::{a2a::push::checked_outbound, json::ApiJson},
+    protocols::json::ApiJson,
     store::{
-        Webhook, WebhookDelivery,
+        OPERATOR_WEBHOOK_ID, StoreError, Webhook, WebhookDelivery,
         audit::{AuditEntry, kinds},
+        webhooks::OPERATOR_TENANT,
     },
 };
 
-pub use delivery::deliver;
+/// Makes the operator's endpoint what the settings say (or removes it).
+pub async fn put_operator(app: &AppState) -> Result<(), StoreError> {
+    let server = &app.settings.server;
+    let hook = match (&server.webhook_url, &server.webhook_secret) {
+        (Some(url), Some(secret)) => Some(Webhook {
+            id: OPERATOR_WEBHOOK_ID.to_owned(),
+            tenant: OPERATOR_TENANT.to_owned(),
+            url: url.as_str().to_owned(),
+            events: serde_json::to_string(&EVENT_TYPES).unwrap_or_default(),
+            secret: secret.expose().to_owned(),
+            created_at: Utc::now(),
+        }),
+        _ => None,
+    };
+    app.store.put_operator_webhook(hook.as_ref()).await
+}
 
 /// The event types an endpoint may want, by name.
 pub const EVENT_TYPES: [&str; 8] = {
@@ -189,7 +203,8 @@ async fn create_webhook(
             format!("`url` must be 1 to {URL_MAX} bytes"),
         ));
     }
-    let url = checked_outbound(&app.protocols, &body.url)
+    let allow_private = app.settings.server.outbound_allow_private;
+    let url = crate::outbox::checked_url(allow_private, &body.url)
         .map_err(|why| invalid("url", format!("`url` refused: {why}")))?;
     let mut events: Vec<&str> = Vec::new();
     for event in body.events {

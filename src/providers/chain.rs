@@ -11,11 +11,7 @@
 //! partial text; the client never sees the same text twice without that
 //! marker between.
 
-use std::{
-    hash::{BuildHasher, RandomState},
-    sync::Arc,
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -45,27 +41,18 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The delay after failed try `attempt` (1-based): exponential, capped,
-    /// with jitter in [50%, 100%]; a `Retry-After` wins when it is longer.
+    /// The delay after failed try `attempt` (1-based): the service's
+    /// backoff ([`crate::retry::Backoff`]: exponential, capped, jittered
+    /// to between half and all of it); a `Retry-After` wins when it is
+    /// longer.
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
-        let exponential = self
-            .base_delay
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
-            .min(self.max_delay);
-        let jitter = 0.5 + 0.5 * unit_random();
-        let backoff = exponential.mul_f64(jitter);
+        let backoff = crate::retry::Backoff {
+            first: self.base_delay,
+            most: self.max_delay,
+        }
+        .delay(attempt);
         retry_after.map_or(backoff, |after| after.max(backoff))
     }
-}
-
-/// A number in [0, 1) from the process's random hasher keys (no extra
-/// dependency for jitter).
-fn unit_random() -> f64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let bits = RandomState::new().hash_one(nanos);
-    (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Providers in order of preference.

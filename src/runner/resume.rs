@@ -42,7 +42,9 @@ impl TurnRunner {
             self.execute_resumed(&live, &turn, sink.clone(), events)
                 .await
         };
-        self.conclude(&live, &sink, started, run).await;
+        let background = turn.request.background;
+        self.conclude(&live, &sink, (started, background), run)
+            .await;
     }
 
     /// Gives the turn up for another process: nothing more is written for

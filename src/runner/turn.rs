@@ -50,7 +50,8 @@ impl TurnRunner {
             let _ = crate::harness::EventSink::emit(sink.as_ref(), warning).await;
         }
         let run = self.execute(&live, &spec, began, memory_scope, sink.clone());
-        self.conclude(&live, &sink, started, run).await;
+        self.conclude(&live, &sink, (started, spec.background), run)
+            .await;
     }
 
     /// The sink of a turn whose next event takes `next_seq`.
@@ -76,11 +77,13 @@ impl TurnRunner {
     }
 
     /// Runs `run` until it ends or the turn is stopped, and commits the end.
+    /// `background`: the turn answers a background response (its end is
+    /// the response's webhook message too).
     pub(super) async fn conclude(
         &self,
         live: &Arc<LiveTurn>,
         sink: &TurnSink,
-        started: tokio::time::Instant,
+        (started, background): (tokio::time::Instant, bool),
         run: impl std::future::Future<Output = Result<TurnOutput, TurnFailure>>,
     ) {
         let inner = &self.inner;
@@ -135,7 +138,7 @@ impl TurnRunner {
         // Before the end is seen: the tenant's next turn, started as soon
         // as a client sees this one end, finds it counted.
         self.record_usage(live, sink).await;
-        let status = match self.finish(live, sink, outcome).await {
+        let status = match self.finish(live, sink, outcome, background).await {
             Ok(Some(status)) => status,
             Ok(None) => {
                 tracing::warn!("turn was ended elsewhere before it finished");
@@ -243,6 +246,7 @@ impl TurnRunner {
         live: &Arc<LiveTurn>,
         sink: &TurnSink,
         outcome: Outcome,
+        background: bool,
     ) -> Result<Option<TurnStatus>, writer::FinishError> {
         // A call still waiting for a person when the turn ends otherwise
         // (cancelled, interrupted, failed) is resolved first: a client
@@ -253,7 +257,7 @@ impl TurnRunner {
         live.ending
             .store(true, std::sync::atomic::Ordering::Release);
         let seq = sink.close().await;
-        let finish = build_finish(live, outcome, seq)
+        let finish = build_finish(live, outcome, seq, background)
             .map_err(|e| writer::FinishError::Store(StoreError::Corrupt(e.to_string())))?;
         // A turn some of whose events were lost must not end as if whole.
         let error = if live.lost_events() {
@@ -429,6 +433,7 @@ fn build_finish(
     live: &LiveTurn,
     outcome: Outcome,
     seq: i64,
+    background: bool,
 ) -> Result<TurnFinish, serde_json::Error> {
     let status = outcome.status();
     let (mut result, mut error_code, mut error_message) = (None, None, None);
@@ -484,6 +489,7 @@ fn build_finish(
         observation,
         jobs,
         cost_usd,
+        background,
         terminal: Arc::new(StoredEvent::new(
             &live.session_id,
             live.turn_id,

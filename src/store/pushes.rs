@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::reader::{Reads, args};
+use super::reader::args;
 use crate::{ids::SessionKey, store::Result};
 
 /// How a push is authenticated: `Authorization: {scheme} {credentials}`.
@@ -102,45 +102,12 @@ impl TryFrom<ConfigRow> for PushConfig {
 
 const CONFIG_COLUMNS: &str = "task_id, id, url, token, auth_scheme, auth_credentials, created_at";
 
-/// How much of each tenant's due work one claim may take (pushes and
-/// webhook deliveries): up to `per_tenant` a tenant, less what it has in
-/// flight already (`busy`), taken round robin (every tenant's oldest
-/// first, then every tenant's second, ...). So one tenant's backlog is
-/// never claimed ahead of another's due work, and nothing is claimed that
-/// its tenant's share would not let be sent.
-#[derive(Debug, Clone, Default)]
-pub struct Share {
-    pub per_tenant: u32,
-    /// In flight now, by share key (a tenant; `*` for the operator's
-    /// webhook endpoint).
-    pub busy: std::collections::BTreeMap<String, u32>,
-}
-
-impl Share {
-    /// No limit (a store test's claim).
-    pub fn unlimited() -> Self {
-        Self {
-            per_tenant: u32::MAX,
-            busy: Default::default(),
-        }
-    }
-
-    /// `busy` as the JSON object the claim statements read.
-    pub(super) fn busy_json(&self) -> String {
-        serde_json::to_string(&self.busy).unwrap_or_else(|_| "{}".to_owned())
-    }
-
-    pub(super) fn per_tenant(&self) -> i64 {
-        i64::from(self.per_tenant)
-    }
-}
-
 /// Configurations a task holds at most.
 pub const PUSH_CONFIGS_PER_TASK: u32 = 10;
 
 /// Push configurations and their deliveries.
 #[async_trait]
-pub trait Pushes: Reads + Send + Sync + 'static {
+pub trait Pushes: super::Leases + Send + Sync + 'static {
     /// Stores a task's configuration, or replaces the one of that id
     /// (its delivery goes on from where it was). `sent_seq`: the last
     /// event of the log the new configuration is not sent. False: the
@@ -155,17 +122,6 @@ pub trait Pushes: Reads + Send + Sync + 'static {
     /// Deletes a task's configuration; false when there was none.
     async fn delete_push_config(&self, task_id: Uuid, id: &str) -> Result<bool>;
 
-    /// Takes up to `limit` deliveries that are due and held by no live
-    /// lease, for `owner` until `lease_until`.
-    async fn claim_pushes(
-        &self,
-        owner: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: u32,
-        share: &Share,
-    ) -> Result<Vec<PushDelivery>>;
-
     /// Records a delivery's progress, if `owner` still holds it; `release`
     /// gives its lease up. False: the lease was lost (another replica
     /// took it, or the configuration is gone).
@@ -177,21 +133,6 @@ pub trait Pushes: Reads + Send + Sync + 'static {
         progress: &PushProgress,
         release: bool,
     ) -> Result<bool>;
-
-    /// Gives up every lease held by `owner` or by an owner it begins (a
-    /// replica names each claim `{owner}:{n}`): a replica that stops, so
-    /// that another goes on at once rather than when the leases run out.
-    async fn release_pushes(&self, owner: &str) -> Result<()>;
-
-    /// Whether any delivery is due and free: a read, so that an idle
-    /// replica's look costs no write (on SQLite, no job on the writer
-    /// thread).
-    async fn pushes_due(&self, now: DateTime<Utc>) -> Result<bool> {
-        let sql = "SELECT COUNT(*) FROM (SELECT 1 FROM push_configs WHERE NOT done \
-                   AND next_at <= $1 AND (lease_until IS NULL OR lease_until < $1) LIMIT 1) due";
-        let (due,): (i64,) = self.reader().row(sql, args![now]).await?.unwrap_or((0,));
-        Ok(due > 0)
-    }
 
     /// A task's configurations, oldest first.
     async fn push_configs(&self, task_id: Uuid) -> Result<Vec<PushConfig>> {

@@ -164,6 +164,9 @@ pub struct TurnFinish {
     pub jobs: Vec<super::NewJob>,
     /// The turn's cost in USD, when priced.
     pub cost_usd: Option<f64>,
+    /// The turn answers a background response: its end is the
+    /// response's webhook message too ([`super::webhooks::routes`]).
+    pub background: bool,
     pub terminal: Arc<StoredEvent>,
 }
 

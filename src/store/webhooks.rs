@@ -1,21 +1,26 @@
-//! Webhook endpoints and their deliveries. The deliveries are the
-//! outbox: the database writes them (a trigger on `events`) in the
-//! transaction that logs the event they say, one for each endpoint that
-//! wants it; each keeps its tries, when to try next, and which replica
+//! Webhook endpoints and their deliveries. The deliveries are an outbox:
+//! the event log writes them in the transaction that logs the event they
+//! say ([`routes`] says which messages an event makes; each backend's
+//! commit matches them with the endpoints that want them), one for each
+//! endpoint; each keeps its tries, when to try next, and which replica
 //! holds it (a lease that runs out: a replica that dies mid-delivery
-//! leaves it to another).
+//! leaves it to another; see [`super::leases`]).
 //!
 //! The reads are written once here; each backend's writes stand side by
 //! side in `webhooks/sqlite.rs` and `webhooks/postgres.rs`.
 
-mod postgres;
-mod sqlite;
+pub(super) mod postgres;
+pub(super) mod sqlite;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::reader::{Reads, args};
-use crate::{ids::SessionKey, store::Result};
+use super::reader::args;
+use crate::{
+    events::StoredEvent,
+    ids::{SessionKey, tenant_of},
+    store::Result,
+};
 
 /// The operator's endpoint (`HARNESS_WEBHOOK_URL`): every tenant's events.
 pub const OPERATOR_WEBHOOK_ID: &str = "wh_operator";
@@ -31,6 +36,53 @@ pub fn share_key(delivery: &WebhookDelivery) -> &str {
     } else {
         &delivery.tenant
     }
+}
+
+/// A message an event makes, for every endpoint of its tenant (and the
+/// operator's) whose `events` hold [`Route::wanted`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route<'a> {
+    /// The message's `webhook-id`: the same on every try, and on a
+    /// commit tried again (a delivery is written once).
+    pub message: String,
+    pub tenant: &'a str,
+    pub event: &'a StoredEvent,
+    /// `turn` (the event's own type) or `response` (a background
+    /// response's end).
+    pub kind: &'static str,
+    /// What an endpoint's `events` (a JSON array) holds when it wants the
+    /// message: its type, quoted, or the `"response.` that begins every
+    /// response type.
+    pub wanted: &'static str,
+}
+
+/// The messages `event` makes: its own, when its type is one an endpoint
+/// may want (an approval's or a client tool's request is `turn.waiting`),
+/// and at the end of a background turn (a response created with
+/// `background`), the response's.
+pub fn routes(event: &StoredEvent, background: bool) -> impl Iterator<Item = Route<'_>> {
+    let (wanted, end) = match event.event_type.as_str() {
+        "turn.completed" => ("\"turn.completed\"", true),
+        "turn.failed" => ("\"turn.failed\"", true),
+        "turn.cancelled" => ("\"turn.cancelled\"", true),
+        "approval.requested" | "tool.requested" => ("\"turn.waiting\"", false),
+        _ => ("", false),
+    };
+    // Most events make none: nothing is written for them.
+    let message = || format!("msg_{}_{}", event.turn_id.simple(), event.seq);
+    let route = |message: String, kind, wanted| Route {
+        message,
+        tenant: tenant_of(&event.session_id),
+        event,
+        kind,
+        wanted,
+    };
+    let response = (end && background)
+        .then(|| route(format!("{}_response", message()), "response", "\"response."));
+    (!wanted.is_empty())
+        .then(|| route(message(), "turn", wanted))
+        .into_iter()
+        .chain(response)
 }
 
 /// An endpoint, as it was registered.
@@ -100,7 +152,7 @@ const DELIVERY_COLUMNS: &str = "d.id, d.webhook_id, d.tenant, d.session_id, d.se
 
 /// Webhook endpoints and their deliveries.
 #[async_trait]
-pub trait Webhooks: Reads + Send + Sync + 'static {
+pub trait Webhooks: super::Leases + Send + Sync + 'static {
     /// Registers an endpoint; false: its tenant has `most` already.
     async fn create_webhook(&self, hook: &Webhook, most: u32) -> Result<bool>;
 
@@ -112,17 +164,6 @@ pub trait Webhooks: Reads + Send + Sync + 'static {
     /// deliveries go on when only the URL or secret changed.
     async fn put_operator_webhook(&self, hook: Option<&Webhook>) -> Result<()>;
 
-    /// Takes up to `limit` deliveries that are due and held by no live
-    /// lease, for `owner` until `lease_until`.
-    async fn claim_webhook_deliveries(
-        &self,
-        owner: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: u32,
-        share: &super::pushes::Share,
-    ) -> Result<Vec<HeldDelivery>>;
-
     /// Records a try, if `owner` still holds the delivery (its lease is
     /// given back). False: the lease was lost, or the endpoint is gone.
     async fn record_webhook_delivery(
@@ -132,9 +173,6 @@ pub trait Webhooks: Reads + Send + Sync + 'static {
         owner: &str,
         outcome: &DeliveryOutcome,
     ) -> Result<bool>;
-
-    /// Gives up every lease held by `owner` or an owner it begins.
-    async fn release_webhook_deliveries(&self, owner: &str) -> Result<()>;
 
     /// A tenant's endpoints, oldest first.
     async fn webhooks(&self, tenant: &str) -> Result<Vec<Webhook>> {
@@ -165,16 +203,6 @@ pub trait Webhooks: Reads + Send + Sync + 'static {
         self.reader()
             .rows(sqlx::AssertSqlSafe(sql), args![webhook_id, status, limit])
             .await
-    }
-
-    /// Whether any delivery is due and free: a read, so that an idle
-    /// replica's look costs no write.
-    async fn webhook_deliveries_due(&self, now: DateTime<Utc>) -> Result<bool> {
-        let sql = "SELECT COUNT(*) FROM (SELECT 1 FROM webhook_deliveries \
-                   WHERE status = 'pending' AND next_at <= $1 \
-                   AND (lease_until IS NULL OR lease_until < $1) LIMIT 1) due";
-        let (due,): (i64,) = self.reader().row(sql, args![now]).await?.unwrap_or((0,));
-        Ok(due > 0)
     }
 
     /// The deliveries `owner` holds (what a claim took), with their

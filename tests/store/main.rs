@@ -15,15 +15,97 @@ use agent_harness::{
     events::{StoredEvent, TurnEvent},
     store::event_log::gather::{Chain, Gather, Parts},
     store::{
-        Batch, BeginTurnError, Lease, NewDecision, NewMessage, NewStep, NewTurn, Orphan,
-        OrphanScope, Store, StoreError, TurnFinish, TurnLogCursor, TurnStatus, event_log::cursor,
-        pushes::Share, step_records_as,
+        Batch, BeginTurnError, Claim, Lease, NewDecision, NewMessage, NewStep, NewTurn, Orphan,
+        OrphanScope, Queue, Share, Store, StoreError, TurnFinish, TurnLogCursor, TurnStatus,
+        event_log::cursor, step_records_as,
     },
     turn::TurnRequest,
 };
 use chrono::{Duration, Utc};
 use support::{Backend, TestDb};
 use uuid::Uuid;
+
+/// A replica's claims of each queue, as the outbox makes them
+/// (`outbox::run`): what is due, the rows a claim takes read back, and
+/// the leases given back.
+#[async_trait::async_trait]
+trait Claims {
+    async fn pushes_due(&self, now: chrono::DateTime<Utc>) -> Result<bool, StoreError>;
+    async fn claim_pushes(
+        &self,
+        owner: &str,
+        now: chrono::DateTime<Utc>,
+        until: chrono::DateTime<Utc>,
+        limit: u32,
+        share: &Share,
+    ) -> Result<Vec<agent_harness::store::PushDelivery>, StoreError>;
+    async fn release_pushes(&self, owner: &str) -> Result<(), StoreError>;
+    async fn webhook_deliveries_due(&self, now: chrono::DateTime<Utc>) -> Result<bool, StoreError>;
+    async fn claim_webhook_deliveries(
+        &self,
+        owner: &str,
+        now: chrono::DateTime<Utc>,
+        until: chrono::DateTime<Utc>,
+        limit: u32,
+        share: &Share,
+    ) -> Result<Vec<agent_harness::store::HeldDelivery>, StoreError>;
+    async fn release_webhook_deliveries(&self, owner: &str) -> Result<(), StoreError>;
+}
+
+#[async_trait::async_trait]
+impl<S: Store + ?Sized> Claims for S {
+    async fn pushes_due(&self, now: chrono::DateTime<Utc>) -> Result<bool, StoreError> {
+        self.due(Queue::Pushes, now).await
+    }
+
+    async fn claim_pushes(
+        &self,
+        owner: &str,
+        now: chrono::DateTime<Utc>,
+        until: chrono::DateTime<Utc>,
+        limit: u32,
+        share: &Share,
+    ) -> Result<Vec<agent_harness::store::PushDelivery>, StoreError> {
+        let claim = Claim {
+            owner,
+            now,
+            until,
+            limit,
+        };
+        self.claim(Queue::Pushes, claim, share).await?;
+        self.held_pushes(owner).await
+    }
+
+    async fn release_pushes(&self, owner: &str) -> Result<(), StoreError> {
+        self.release(Queue::Pushes, owner).await
+    }
+
+    async fn webhook_deliveries_due(&self, now: chrono::DateTime<Utc>) -> Result<bool, StoreError> {
+        self.due(Queue::Webhooks, now).await
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        owner: &str,
+        now: chrono::DateTime<Utc>,
+        until: chrono::DateTime<Utc>,
+        limit: u32,
+        share: &Share,
+    ) -> Result<Vec<agent_harness::store::HeldDelivery>, StoreError> {
+        let claim = Claim {
+            owner,
+            now,
+            until,
+            limit,
+        };
+        self.claim(Queue::Webhooks, claim, share).await?;
+        self.held_webhook_deliveries(owner).await
+    }
+
+    async fn release_webhook_deliveries(&self, owner: &str) -> Result<(), StoreError> {
+        self.release(Queue::Webhooks, owner).await
+    }
+}
 
 /// How many events the default tenant's session `id` holds (at most
 /// 1,000 are read).
@@ -101,6 +183,7 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
         turn_id: turn.id,
         attempt: 0,
         session_id: turn.session_id.clone(),
+        background: false,
         status: TurnStatus::Completed,
         result: Some(serde_json::to_string(&result).unwrap()),
         error_code: None,
@@ -2238,6 +2321,13 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 "../../migrations/sqlite/0033_journal_packs.sql"
             ))
             .await;
+            for outbox in [
+                include_str!("../../migrations/sqlite/0025_push_configs.sql"),
+                include_str!("../../migrations/sqlite/0026_webhooks.sql"),
+                include_str!("../../migrations/sqlite/0036_outbox_in_rust.sql"),
+            ] {
+                db.execute_sqlite(outbox).await;
+            }
         }
         (Backend::Postgres, true) => {
             db.execute_postgres(include_str!(
@@ -2264,6 +2354,13 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 "../../migrations/postgres/0034_turn_tenant.sql"
             ))
             .await;
+            for outbox in [
+                include_str!("../../migrations/postgres/0028_push_configs.sql"),
+                include_str!("../../migrations/postgres/0029_webhooks.sql"),
+                include_str!("../../migrations/postgres/0037_outbox_in_rust.sql"),
+            ] {
+                db.execute_postgres(outbox).await;
+            }
         }
         (Backend::Sqlite, false) => {
             db.execute_sqlite(
@@ -2275,7 +2372,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  ALTER TABLE turns DROP COLUMN waited_ms; \
                  ALTER TABLE turns DROP COLUMN resumes; \
                  ALTER TABLE events DROP COLUMN seq_end; DROP TABLE event_journal; \
-                 DROP TABLE event_journal_packs;",
+                 DROP TABLE event_journal_packs; DROP TABLE webhook_deliveries; \
+                 DROP TABLE webhooks; DROP TABLE push_configs;",
             )
             .await;
         }
@@ -2286,7 +2384,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  ALTER TABLE turns DROP COLUMN parked_at, DROP COLUMN parked_until, \
                  DROP COLUMN waited_ms, DROP COLUMN resumes; \
                  ALTER TABLE events DROP COLUMN seq_end; ALTER TABLE turns DROP COLUMN tenant; \
-                 DROP FUNCTION harness_lease_lost(BIGINT);",
+                 DROP FUNCTION harness_lease_lost(BIGINT); DROP TABLE webhook_deliveries; \
+                 DROP TABLE webhooks; DROP TABLE push_configs;",
             )
             .await;
         }
@@ -2536,6 +2635,7 @@ async fn sqlite_wal_stays_bounded_under_sustained_writes() {
 }
 
 mod memory;
+mod outbox;
 mod vault;
 
 /// Postgres: a batch written again after a commit whose answer was lost

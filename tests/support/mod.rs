@@ -263,6 +263,64 @@ impl TestDb {
         found
     }
 
+    /// This database's schema as its catalogue says it: each table with
+    /// its columns, and the triggers (`trigger:{table}.{name}`, as a
+    /// table of no columns).
+    pub async fn schema(
+        &self,
+    ) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+        let mut schema = std::collections::BTreeMap::new();
+        macro_rules! read {
+            ($pool:expr, $columns:expr, $triggers:expr) => {{
+                let pool = $pool;
+                let columns: Vec<(String, String)> = sqlx::query_as($columns)
+                    .fetch_all(&pool)
+                    .await
+                    .expect("the catalogue's columns");
+                for (table, column) in columns {
+                    schema
+                        .entry(table)
+                        .or_insert_with(std::collections::BTreeSet::new)
+                        .insert(column);
+                }
+                let triggers: Vec<(String, String)> = sqlx::query_as($triggers)
+                    .fetch_all(&pool)
+                    .await
+                    .expect("the catalogue's triggers");
+                for (table, name) in triggers {
+                    schema.insert(format!("trigger:{table}.{name}"), Default::default());
+                }
+                pool.close().await;
+            }};
+        }
+        match self.backend {
+            Backend::Sqlite => read!(
+                sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect(&self.sqlite_url())
+                    .await
+                    .expect("open SQLite"),
+                "SELECT m.name, c.name FROM sqlite_master m, pragma_table_info(m.name) c \
+                 WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' \
+                 AND m.name NOT LIKE '_sqlx%'",
+                "SELECT tbl_name, name FROM sqlite_master WHERE type = 'trigger'"
+            ),
+            Backend::Postgres => read!(
+                self.schema_pool().await,
+                "SELECT c.table_name::text, c.column_name::text \
+                 FROM information_schema.columns c JOIN information_schema.tables t \
+                 ON t.table_schema = c.table_schema AND t.table_name = c.table_name \
+                 WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE' \
+                 AND c.table_name NOT LIKE '_sqlx%'",
+                "SELECT c.relname::text, t.tgname::text FROM pg_trigger t \
+                 JOIN pg_class c ON c.oid = t.tgrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = current_schema() AND NOT t.tgisinternal"
+            ),
+        }
+        schema
+    }
+
     /// Runs `sql` in this SQLite database.
     pub async fn execute_sqlite(&self, sql: &str) {
         let pool = sqlx::sqlite::SqlitePoolOptions::new()

@@ -1,26 +1,25 @@
 //! A2A push notifications (A2A 1.0 §3.1.7-3.1.10, §4.3): a task's
 //! configurations (`CreateTaskPushNotificationConfig` and the rest), and
-//! the delivery of its updates to them.
+//! what a task's log pushes to them ([`fold`]).
 //!
-//! Delivery is at least once, in order per task and configuration. The
-//! task's log is the outbox: each configuration keeps, in the database,
-//! the last event its URL acknowledged (`sent_seq`). Every replica runs a
-//! [`deliver`] loop that leases due configurations, folds the task's log
-//! into the `StreamResponse`s after the cursor (its status updates; the
-//! answer as one artifact before the end; text deltas are not pushed),
-//! POSTs them one by one and moves the cursor after each event. A failed
-//! POST is tried again with backoff, for [`GIVE_UP_AFTER`]; a replica
-//! that dies mid-delivery leaves the cursor where it was and its lease
-//! runs out (30 s): another replica goes on from there.
+//! Delivery is the outbox's ([`crate::outbox::pushes`]): at least once,
+//! in order per task and configuration. The task's log is the outbox:
+//! each configuration keeps, in the database, the last event its URL
+//! acknowledged (`sent_seq`). Every replica leases due configurations,
+//! folds the task's log into the `StreamResponse`s after the cursor (its
+//! status updates; the answer as one artifact before the end; text
+//! deltas are not pushed), POSTs them one by one and moves the cursor
+//! after each event. A failed POST is tried again with backoff, for
+//! [`crate::outbox::GIVE_UP_AFTER`]; a replica that dies mid-delivery
+//! leaves the cursor where it was and its lease runs out (30 s): another
+//! replica goes on from there.
 //!
 //! Every URL goes through the outbound guard: only public addresses
 //! unless `HARNESS_OUTBOUND_ALLOW_PRIVATE=true` (checked when the
 //! configuration is made, and on every address its host resolves to when
 //! a push is sent; redirects are not followed).
 
-pub(crate) mod delivery;
-
-use std::sync::Arc;
+pub mod fold;
 
 use chrono::Utc;
 use serde_json::{Value, json};
@@ -32,10 +31,7 @@ use crate::{
     protocols::Shared,
     protocols::jsonrpc::INVALID_PARAMS,
     service::{PUSH_CONFIGS_PER_TASK, PushAuth, PushConfig},
-    tools::web::guard::NetGuard,
 };
-
-pub use delivery::{GIVE_UP_AFTER, deliver};
 
 // Bounds of what a configuration holds.
 const URL_MAX: usize = 2048;
@@ -62,45 +58,6 @@ fn header_text(config: &Value, field: &str, max: usize) -> Result<Option<String>
     }
 }
 
-/// The outbound guard of push and webhook URLs.
-pub(crate) fn guard(app: &Shared) -> Option<Arc<NetGuard>> {
-    (!app.settings.server.outbound_allow_private).then(|| Arc::new(NetGuard::default()))
-}
-
-/// Why a push or a webhook could not be sent, without what its URL
-/// carries past its path (a token in the query, credentials): that text
-/// is logged and kept on the delivery.
-pub(crate) fn unreachable(mut e: reqwest::Error) -> String {
-    if let Some(url) = e.url_mut() {
-        url.set_query(None);
-        url.set_fragment(None);
-        let _ = url.set_username("");
-        let _ = url.set_password(None);
-    }
-    e.to_string()
-}
-
-/// The client pushes and webhooks go out with: no redirects, no proxy
-/// (one would connect for us, past the guard: `HTTP_PROXY` and the like
-/// are not read), waits bounded by `timeout`, and the outbound guard's
-/// resolver (unless private addresses are allowed).
-pub(crate) fn outbound_client(
-    app: &Shared,
-    timeout: std::time::Duration,
-) -> reqwest::ClientBuilder {
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(timeout)
-        .connect_timeout(timeout);
-    match guard(app) {
-        Some(guard) => {
-            client.dns_resolver(Arc::new(crate::tools::web::guard::GuardedResolver(guard)))
-        }
-        None => client,
-    }
-}
-
 /// A configuration's URL, checked: http(s), no credentials in it, and an
 /// address written in it public (unless private ones are allowed).
 fn checked_url(app: &Shared, raw: &Value) -> Result<String, RpcError> {
@@ -109,28 +66,9 @@ fn checked_url(app: &Shared, raw: &Value) -> Result<String, RpcError> {
         .filter(|u| !u.is_empty() && u.len() <= URL_MAX)
         .ok_or_else(|| invalid(format!("`url` is required: at most {URL_MAX} bytes")))?;
     let url = reqwest::Url::parse(raw).map_err(|e| invalid(format!("`url`: {e}")))?;
-    let guard = guard(app).unwrap_or_else(|| Arc::new(everything()));
-    guard
-        .check_url(&url)
+    crate::outbox::check(app.settings.server.outbound_allow_private, &url)
         .map_err(|refused| invalid(format!("`url` refused: {refused}")))?;
     Ok(url.to_string())
-}
-
-/// An outbound URL (a push's, a webhook's), checked: http(s), no
-/// credentials in it, and an address written in it public (unless
-/// private ones are allowed); the reason when it is refused.
-pub(crate) fn checked_outbound(app: &Shared, raw: &str) -> Result<reqwest::Url, String> {
-    let url = reqwest::Url::parse(raw).map_err(|e| e.to_string())?;
-    let guard = guard(app).unwrap_or_else(|| Arc::new(everything()));
-    guard
-        .check_url(&url)
-        .map_err(|refused| refused.to_string())?;
-    Ok(url)
-}
-
-/// A guard that lets every address through (private ones allowed).
-fn everything() -> NetGuard {
-    NetGuard::parse("0.0.0.0/0,::/0").unwrap_or_default()
 }
 
 /// A configuration as the protocol says it.
@@ -320,23 +258,5 @@ impl Caller {
             return Err(config_not_found());
         }
         Ok(json!({}))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// A push URL's token (in its query) and credentials are not in the
-    /// error that is logged and kept; reqwest's own text has them.
-    #[tokio::test]
-    async fn an_unreachable_url_is_told_without_its_token() {
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let url = "http://ann:pw-secret@127.0.0.1:9/hook?token=tk-secret#frag";
-        let raw = client.post(url).send().await.unwrap_err();
-        assert!(raw.to_string().contains("tk-secret"), "{raw}");
-        let told = super::unreachable(raw);
-        assert!(told.contains("127.0.0.1:9/hook"), "{told}");
-        for secret in ["tk-secret", "pw-secret", "ann", "frag"] {
-            assert!(!told.contains(secret), "{secret} in {told}");
-        }
     }
 }

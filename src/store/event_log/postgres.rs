@@ -15,7 +15,11 @@ use super::{
 use crate::store::{Result, sqlite::writer::ts};
 use crate::{
     events::StoredEvent,
-    store::{Lease, NewStep, StoreError, postgres::PostgresStore},
+    store::{
+        Lease, NewStep, StoreError,
+        postgres::PostgresStore,
+        webhooks::{Route, postgres::insert_deliveries, routes},
+    },
 };
 use finish::finish_statement;
 
@@ -29,7 +33,22 @@ impl EventLog for PostgresStore {
             leases,
             fence,
         } = batch;
+        // The webhook messages of the batch's events, written with them.
+        let waits = events.iter().flat_map(|event| routes(event, false));
+        let ends = finishes
+            .iter()
+            .flat_map(|finish| routes(&finish.terminal, finish.background));
+        let routes: Vec<Route<'_>> = waits.chain(ends).collect();
         self.bounded(async {
+            if finishes.is_empty() && !routes.is_empty() {
+                // A wait for a person or a client: its messages in its
+                // events' transaction.
+                let mut tx = self.begin_write().await?;
+                insert_leased(&mut *tx, events, steps, leases, fence).await?;
+                insert_deliveries(&mut *tx, &routes).await?;
+                tx.commit().await?;
+                return Ok(Vec::new());
+            }
             if finishes.is_empty() {
                 // One statement is its own transaction: no BEGIN and COMMIT
                 // round trips for the common batch of deltas, nor for a
@@ -67,6 +86,9 @@ impl EventLog for PostgresStore {
             let (ended, _): (Vec<String>, i64) = finish_statement(&rows, finishes, leases)
                 .fetch_one(&mut *tx)
                 .await?;
+            if !routes.is_empty() {
+                insert_deliveries(&mut *tx, &routes).await?;
+            }
             tx.commit().await?;
             Ok(finishes
                 .iter()

@@ -23,6 +23,7 @@ use crate::{
             SqliteStore,
             writer::{insert_job, insert_observation, ts},
         },
+        webhooks::{routes, sqlite::insert_deliveries},
     },
 };
 
@@ -179,12 +180,19 @@ fn write_on(tx: &Connection, stage: &mut Stage<'_>, batch: Batch<'_>) -> Result<
     for finish in finishes {
         applied.push(apply_finish(tx, finish)?);
     }
-    let terminals = finishes
-        .iter()
-        .zip(&applied)
-        .filter(|(_, applied)| **applied)
-        .map(|(finish, _)| finish.terminal.clone());
+    let ended = || {
+        finishes
+            .iter()
+            .zip(&applied)
+            .filter(|(_, applied)| **applied)
+            .map(|(finish, _)| finish)
+    };
+    let terminals = ended().map(|finish| finish.terminal.clone());
     insert_events(tx, stage, events.iter().cloned().chain(terminals))?;
+    // The webhook messages of what was written, with it.
+    let waits = events.iter().flat_map(|event| routes(event, false));
+    let ends = ended().flat_map(|finish| routes(&finish.terminal, finish.background));
+    insert_deliveries(tx, waits.chain(ends))?;
     Ok(applied)
 }
 

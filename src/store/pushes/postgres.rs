@@ -2,10 +2,9 @@
 //! timeout; replicas claim without waiting on each other (`SKIP LOCKED`).
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{PUSH_CONFIGS_PER_TASK, PushConfig, PushDelivery, PushProgress, Pushes};
+use super::{PUSH_CONFIGS_PER_TASK, PushConfig, PushProgress, Pushes};
 use crate::{
     ids::SessionKey,
     store::{Result, postgres::PostgresStore, reader::args},
@@ -26,8 +25,8 @@ impl Pushes for PostgresStore {
         // One statement: inserted only while the task holds fewer than
         // the most (a replacement always).
         let sql = "INSERT INTO push_configs (task_id, id, session_id, url, token, auth_scheme, \
-                   auth_credentials, created_at, sent_seq, next_at) \
-                   SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $8 \
+                   auth_credentials, created_at, sent_seq, next_at, share_key) \
+                   SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $8, $11 \
                    WHERE (SELECT COUNT(*) FROM push_configs WHERE task_id = $1 AND id <> $2) < $10 \
                    ON CONFLICT (task_id, id) DO UPDATE SET url = excluded.url, \
                    token = excluded.token, auth_scheme = excluded.auth_scheme, \
@@ -45,7 +44,8 @@ impl Pushes for PostgresStore {
                     credentials,
                     config.created_at,
                     sent_seq,
-                    i64::from(PUSH_CONFIGS_PER_TASK)
+                    i64::from(PUSH_CONFIGS_PER_TASK),
+                    session_id.tenant()
                 ],
             )
             .await?;
@@ -55,48 +55,6 @@ impl Pushes for PostgresStore {
     async fn delete_push_config(&self, task_id: Uuid, id: &str) -> Result<bool> {
         let sql = "DELETE FROM push_configs WHERE task_id = $1 AND id = $2";
         Ok(self.execute(sql, args![task_id, id]).await? > 0)
-    }
-
-    /// Round robin by tenant within each tenant's share ([`super::Share`]); the
-    /// lease is checked again on the row it updates (a replica that took
-    /// it meanwhile keeps it).
-    async fn claim_pushes(
-        &self,
-        owner: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: u32,
-        share: &super::Share,
-    ) -> Result<Vec<PushDelivery>> {
-        let sql = "UPDATE push_configs SET lease_owner = $1, lease_until = $2 \
-                   WHERE NOT done AND (lease_until IS NULL OR lease_until < $3) \
-                   AND (task_id, id) IN (SELECT task_id, id FROM ( \
-                     SELECT task_id, id, next_at, ROW_NUMBER() OVER (PARTITION BY share \
-                       ORDER BY next_at, task_id, id) + COALESCE(($6::jsonb ->> share)::int8, 0) \
-                       AS place \
-                     FROM (SELECT task_id, id, next_at, CASE WHEN strpos(session_id, '/') > 0 \
-                       THEN split_part(session_id, '/', 1) ELSE 'default' END AS share \
-                       FROM push_configs WHERE NOT done AND next_at <= $3 \
-                       AND (lease_until IS NULL OR lease_until < $3)) due) placed \
-                   WHERE place <= $5 ORDER BY place, next_at LIMIT $4)";
-        let busy = share.busy_json();
-        let claimed = self
-            .execute(
-                sql,
-                args![
-                    owner,
-                    lease_until,
-                    now,
-                    limit,
-                    share.per_tenant(),
-                    busy.as_str()
-                ],
-            )
-            .await?;
-        if claimed == 0 {
-            return Ok(Vec::new());
-        }
-        self.held_pushes(owner).await
     }
 
     async fn record_push(
@@ -130,12 +88,5 @@ impl Pushes for PostgresStore {
             )
             .await?;
         Ok(updated > 0)
-    }
-
-    async fn release_pushes(&self, owner: &str) -> Result<()> {
-        let sql = "UPDATE push_configs SET lease_owner = NULL, lease_until = NULL \
-                   WHERE substr(lease_owner, 1, length($1)) = $1";
-        self.execute(sql, args![owner]).await?;
-        Ok(())
     }
 }

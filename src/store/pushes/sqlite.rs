@@ -1,11 +1,10 @@
 //! [`Pushes`] on SQLite: each write is one job on the writer thread.
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use rusqlite::params;
 use uuid::Uuid;
 
-use super::{PUSH_CONFIGS_PER_TASK, PushConfig, PushDelivery, PushProgress, Pushes};
+use super::{PUSH_CONFIGS_PER_TASK, PushConfig, PushProgress, Pushes};
 use crate::{
     ids::SessionKey,
     store::{
@@ -23,6 +22,7 @@ impl Pushes for SqliteStore {
         sent_seq: i64,
     ) -> Result<bool> {
         let (config, session) = (config.clone(), session_id.as_str().to_owned());
+        let tenant = session_id.tenant().to_owned();
         self.writes
             .run(move |connection| {
                 let task = config.task_id.to_string();
@@ -41,8 +41,8 @@ impl Pushes for SqliteStore {
                 connection
                     .prepare_cached(
                         "INSERT INTO push_configs (task_id, id, session_id, url, token, \
-                         auth_scheme, auth_credentials, created_at, sent_seq, next_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?8) \
+                         auth_scheme, auth_credentials, created_at, sent_seq, next_at, share_key) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?8, ?10) \
                          ON CONFLICT (task_id, id) DO UPDATE SET url = excluded.url, \
                          token = excluded.token, auth_scheme = excluded.auth_scheme, \
                          auth_credentials = excluded.auth_credentials",
@@ -56,7 +56,8 @@ impl Pushes for SqliteStore {
                         scheme,
                         credentials,
                         ts(config.created_at),
-                        sent_seq
+                        sent_seq,
+                        tenant
                     ])?;
                 Ok(true)
             })
@@ -73,50 +74,6 @@ impl Pushes for SqliteStore {
                 Ok(deleted > 0)
             })
             .await
-    }
-
-    /// Round robin by tenant within each tenant's share ([`super::Share`]).
-    async fn claim_pushes(
-        &self,
-        owner: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: u32,
-        share: &super::Share,
-    ) -> Result<Vec<PushDelivery>> {
-        let owned = owner.to_owned();
-        let (per_tenant, busy) = (share.per_tenant(), share.busy_json());
-        let claimed = self
-            .writes
-            .run(move |connection| {
-                let claimed = connection
-                    .prepare_cached(
-                        "UPDATE push_configs SET lease_owner = ?1, lease_until = ?2 \
-                         WHERE rowid IN (SELECT rowid FROM ( \
-                           SELECT rowid, next_at, ROW_NUMBER() OVER (PARTITION BY share \
-                             ORDER BY next_at, rowid) + COALESCE((SELECT j.value \
-                             FROM json_each(?6) j WHERE j.key = share), 0) AS place \
-                           FROM (SELECT rowid, next_at, CASE WHEN instr(session_id, '/') > 0 \
-                             THEN substr(session_id, 1, instr(session_id, '/') - 1) \
-                             ELSE 'default' END AS share FROM push_configs WHERE done = 0 \
-                             AND next_at <= ?3 AND (lease_until IS NULL OR lease_until < ?3))) \
-                         WHERE place <= ?5 ORDER BY place, next_at LIMIT ?4)",
-                    )?
-                    .execute(params![
-                        owned,
-                        ts(lease_until),
-                        ts(now),
-                        limit,
-                        per_tenant,
-                        busy
-                    ])?;
-                Ok(claimed)
-            })
-            .await?;
-        if claimed == 0 {
-            return Ok(Vec::new());
-        }
-        self.held_pushes(owner).await
     }
 
     async fn record_push(
@@ -156,21 +113,6 @@ impl Pushes for SqliteStore {
                         release
                     ])?;
                 Ok(updated > 0)
-            })
-            .await
-    }
-
-    async fn release_pushes(&self, owner: &str) -> Result<()> {
-        let owner = owner.to_owned();
-        self.writes
-            .run(move |connection| {
-                connection
-                    .prepare_cached(
-                        "UPDATE push_configs SET lease_owner = NULL, lease_until = NULL \
-                         WHERE substr(lease_owner, 1, length(?1)) = ?1",
-                    )?
-                    .execute(params![owner])?;
-                Ok(())
             })
             .await
     }

@@ -1,10 +1,10 @@
 //! [`Webhooks`] on Postgres: plain sqlx, each call bounded by the call
-//! timeout; replicas claim without waiting on each other (`SKIP LOCKED`).
+//! timeout.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{DeliveryOutcome, HeldDelivery, OPERATOR_WEBHOOK_ID, Webhook, Webhooks};
+use super::{DeliveryOutcome, OPERATOR_WEBHOOK_ID, Route, Webhook, Webhooks};
 use crate::store::{Result, postgres::PostgresStore, reader::args};
 
 #[async_trait]
@@ -64,48 +64,6 @@ impl Webhooks for PostgresStore {
         Ok(())
     }
 
-    /// Round robin by tenant within each tenant's share (`Share`; the
-    /// operator's endpoint a share of its own); the lease is checked again
-    /// on the row it updates.
-    async fn claim_webhook_deliveries(
-        &self,
-        owner: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: u32,
-        share: &crate::store::pushes::Share,
-    ) -> Result<Vec<HeldDelivery>> {
-        let sql = "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
-                   WHERE status = 'pending' AND (lease_until IS NULL OR lease_until < $3) \
-                   AND (webhook_id, id) IN (SELECT webhook_id, id FROM ( \
-                     SELECT webhook_id, id, next_at, ROW_NUMBER() OVER (PARTITION BY share \
-                       ORDER BY next_at, webhook_id, id) \
-                       + COALESCE(($6::jsonb ->> share)::int8, 0) AS place \
-                     FROM (SELECT webhook_id, id, next_at, CASE WHEN webhook_id = 'wh_operator' \
-                       THEN '*' ELSE tenant END AS share FROM webhook_deliveries \
-                       WHERE status = 'pending' AND next_at <= $3 \
-                       AND (lease_until IS NULL OR lease_until < $3)) due) placed \
-                   WHERE place <= $5 ORDER BY place, next_at LIMIT $4)";
-        let busy = share.busy_json();
-        let claimed = self
-            .execute(
-                sql,
-                args![
-                    owner,
-                    lease_until,
-                    now,
-                    limit,
-                    share.per_tenant(),
-                    busy.as_str()
-                ],
-            )
-            .await?;
-        if claimed == 0 {
-            return Ok(Vec::new());
-        }
-        self.held_webhook_deliveries(owner).await
-    }
-
     async fn record_webhook_delivery(
         &self,
         webhook_id: &str,
@@ -135,11 +93,49 @@ impl Webhooks for PostgresStore {
             .await?;
         Ok(updated > 0)
     }
+}
 
-    async fn release_webhook_deliveries(&self, owner: &str) -> Result<()> {
-        let sql = "UPDATE webhook_deliveries SET lease_owner = NULL, lease_until = NULL \
-                   WHERE substr(lease_owner, 1, length($1)) = $1";
-        self.execute(sql, args![owner]).await?;
-        Ok(())
-    }
+/// Writes the deliveries of `routes` in the transaction that logs their
+/// events (one statement): one for each endpoint that wants each, for an
+/// event the log holds now (a batch's event of a turn whose lease was
+/// lost, or whose finish did not apply, is not written, and makes none).
+pub(in crate::store) async fn insert_deliveries<'c, E>(
+    executor: E,
+    routes: &[Route<'_>],
+) -> Result<()>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    let message: Vec<&str> = routes.iter().map(|r| r.message.as_str()).collect();
+    let tenant: Vec<&str> = routes.iter().map(|r| r.tenant).collect();
+    let session: Vec<&str> = routes.iter().map(|r| r.event.session_id.as_str()).collect();
+    let seq: Vec<i64> = routes.iter().map(|r| r.event.seq).collect();
+    let turn: Vec<String> = routes.iter().map(|r| r.event.turn_id.to_string()).collect();
+    let kind: Vec<&str> = routes.iter().map(|r| r.kind).collect();
+    let at: Vec<DateTime<Utc>> = routes.iter().map(|r| r.event.created_at).collect();
+    let wanted: Vec<&str> = routes.iter().map(|r| r.wanted).collect();
+    sqlx::query(
+        "INSERT INTO webhook_deliveries (id, webhook_id, tenant, session_id, seq, kind, \
+         created_at, next_at, share_key) \
+         SELECT r.id, w.id, r.tenant, r.session_id, r.seq, r.kind, r.created_at, r.created_at, \
+           CASE WHEN w.tenant = '*' THEN '*' ELSE r.tenant END \
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::text[], \
+           $7::timestamptz[], $8::text[]) \
+           AS r(id, tenant, session_id, seq, turn_id, kind, created_at, wanted) \
+         JOIN events x ON x.session_id = r.session_id AND x.seq = r.seq AND x.turn_id = r.turn_id \
+         JOIN webhooks w ON (w.tenant = '*' OR w.tenant = r.tenant) \
+           AND position(r.wanted IN w.events) > 0 \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(message)
+    .bind(tenant)
+    .bind(session)
+    .bind(seq)
+    .bind(turn)
+    .bind(kind)
+    .bind(at)
+    .bind(wanted)
+    .execute(executor)
+    .await?;
+    Ok(())
 }

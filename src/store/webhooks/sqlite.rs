@@ -1,10 +1,9 @@
 //! [`Webhooks`] on SQLite: each write is one job on the writer thread.
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use rusqlite::params;
+use rusqlite::{Connection, params};
 
-use super::{DeliveryOutcome, HeldDelivery, OPERATOR_WEBHOOK_ID, Webhook, Webhooks};
+use super::{DeliveryOutcome, OPERATOR_WEBHOOK_ID, Route, Webhook, Webhooks};
 use crate::store::{
     Result,
     sqlite::{SqliteStore, writer::ts},
@@ -94,51 +93,6 @@ impl Webhooks for SqliteStore {
             .await
     }
 
-    /// Round robin by tenant within each tenant's share (`Share`; the
-    /// operator's endpoint a share of its own).
-    async fn claim_webhook_deliveries(
-        &self,
-        owner: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: u32,
-        share: &crate::store::pushes::Share,
-    ) -> Result<Vec<HeldDelivery>> {
-        let owned = owner.to_owned();
-        let (per_tenant, busy) = (share.per_tenant(), share.busy_json());
-        let claimed = self
-            .writes
-            .run(move |connection| {
-                let claimed = connection
-                    .prepare_cached(
-                        "UPDATE webhook_deliveries SET lease_owner = ?1, lease_until = ?2 \
-                         WHERE rowid IN (SELECT rowid FROM ( \
-                           SELECT rowid, next_at, ROW_NUMBER() OVER (PARTITION BY share \
-                             ORDER BY next_at, rowid) + COALESCE((SELECT j.value \
-                             FROM json_each(?6) j WHERE j.key = share), 0) AS place \
-                           FROM (SELECT rowid, next_at, CASE WHEN webhook_id = 'wh_operator' \
-                             THEN '*' ELSE tenant END AS share FROM webhook_deliveries \
-                             WHERE status = 'pending' AND next_at <= ?3 \
-                             AND (lease_until IS NULL OR lease_until < ?3))) \
-                         WHERE place <= ?5 ORDER BY place, next_at LIMIT ?4)",
-                    )?
-                    .execute(params![
-                        owned,
-                        ts(lease_until),
-                        ts(now),
-                        limit,
-                        per_tenant,
-                        busy
-                    ])?;
-                Ok(claimed)
-            })
-            .await?;
-        if claimed == 0 {
-            return Ok(Vec::new());
-        }
-        self.held_webhook_deliveries(owner).await
-    }
-
     async fn record_webhook_delivery(
         &self,
         webhook_id: &str,
@@ -176,19 +130,30 @@ impl Webhooks for SqliteStore {
             })
             .await
     }
+}
 
-    async fn release_webhook_deliveries(&self, owner: &str) -> Result<()> {
-        let owner = owner.to_owned();
-        self.writes
-            .run(move |connection| {
-                connection
-                    .prepare_cached(
-                        "UPDATE webhook_deliveries SET lease_owner = NULL, lease_until = NULL \
-                         WHERE substr(lease_owner, 1, length(?1)) = ?1",
-                    )?
-                    .execute(params![owner])?;
-                Ok(())
-            })
-            .await
+/// Writes the deliveries of `routes` in the writer's transaction (that
+/// of their events): one for each endpoint that wants each.
+pub(in crate::store) fn insert_deliveries<'a>(
+    tx: &Connection,
+    routes: impl Iterator<Item = Route<'a>>,
+) -> Result<()> {
+    for route in routes {
+        tx.prepare_cached(
+            "INSERT OR IGNORE INTO webhook_deliveries (id, webhook_id, tenant, session_id, seq, \
+             kind, created_at, next_at, share_key) \
+             SELECT ?1, w.id, ?2, ?3, ?4, ?5, ?6, ?6, CASE WHEN w.tenant = '*' THEN '*' ELSE ?2 END \
+             FROM webhooks w WHERE (w.tenant = '*' OR w.tenant = ?2) AND instr(w.events, ?7) > 0",
+        )?
+        .execute(params![
+            route.message,
+            route.tenant,
+            route.event.session_id,
+            route.event.seq,
+            route.kind,
+            ts(route.event.created_at),
+            route.wanted
+        ])?;
     }
+    Ok(())
 }

@@ -1,84 +1,62 @@
-//! The delivery of webhook messages: every replica claims the deliveries
-//! that are due (a lease, so that a replica that dies mid-delivery leaves
-//! them to another), POSTs each signed (Standard Webhooks: `webhook-id`,
-//! `webhook-timestamp`, `webhook-signature`), and records the try: a 2xx
-//! delivers it; anything else, or no answer in 10 s, tries again after
-//! 1 s doubling up to 10 min, with jitter, until it has been tried for
-//! 25 h, when it is given up (`failed`: the dead letters).
+//! Webhook messages: each delivery is POSTed signed as Standard Webhooks
+//! say (`webhook-id`, `webhook-timestamp`, `webhook-signature`), and its
+//! try recorded: a 2xx delivers it; anything else, or no answer in 10 s,
+//! is tried again after the outbox's backoff, until it has been tried
+//! for 25 h, when it is given up (`failed`: the dead letters).
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::{Deliveries, Outbound, retry_after, unreachable};
 use crate::{
-    app::AppState,
     events::TurnEvent,
-    protocols::{
-        a2a::push::{
-            delivery::{Leased, backoff, run_outbox, since},
-            outbound_client, unreachable,
-        },
-        typed,
-    },
-    store::{DeliveryOutcome, HeldDelivery, OPERATOR_WEBHOOK_ID, Webhook, pushes::Share},
+    store::{DeliveryOutcome, HeldDelivery, Queue, Store, StoreError},
     turn::StopReason,
 };
 
-/// How long a replica holds the deliveries it took.
-const LEASE: Duration = Duration::from_secs(30);
-/// A delivery's wait for its answer.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a failing delivery is tried before it is given up.
-pub const GIVE_UP_AFTER: Duration = Duration::from_secs(25 * 3600);
-
-/// Makes the operator's endpoint what the settings say (or removes it).
-pub async fn put_operator(app: &AppState) -> Result<(), crate::store::StoreError> {
-    let server = &app.settings.server;
-    let hook = match (&server.webhook_url, &server.webhook_secret) {
-        (Some(url), Some(secret)) => Some(Webhook {
-            id: OPERATOR_WEBHOOK_ID.to_owned(),
-            tenant: crate::store::webhooks::OPERATOR_TENANT.to_owned(),
-            url: url.as_str().to_owned(),
-            events: serde_json::to_string(&super::EVENT_TYPES).unwrap_or_default(),
-            secret: secret.expose().to_owned(),
-            created_at: Utc::now(),
-        }),
-        _ => None,
+/// Delivers webhook messages until `stop`: this replica's part.
+/// `allow_private`: deliveries may reach private addresses.
+pub async fn deliver(
+    store: Arc<dyn Store>,
+    instance: &str,
+    allow_private: bool,
+    stop: CancellationToken,
+) {
+    let outbound = match Outbound::new(allow_private) {
+        Ok(outbound) => outbound,
+        Err(e) => {
+            tracing::error!(error = %e, "webhooks cannot be sent: no HTTP client");
+            return;
+        }
     };
-    app.store.put_operator_webhook(hook.as_ref()).await
+    let owner = format!("{instance}:{}", Uuid::now_v7());
+    let sender = Arc::new(Sender {
+        store: store.clone(),
+        outbound,
+    });
+    super::run(store, sender, owner, None, stop).await;
 }
 
-/// Delivers webhook messages until `stop`: this replica's part.
-pub async fn deliver(app: AppState, stop: CancellationToken) {
-    if let Err(e) = put_operator(&app).await {
-        tracing::error!(error = %e, "webhooks: the operator's endpoint was not saved");
-    }
-    let Some(client) = http_client(&app) else {
-        return;
-    };
-    let owner = format!("{}:{}", app.settings.server.instance_id, Uuid::now_v7());
-    run_outbox(Arc::new(Sender { app, client }), owner, None, stop).await;
+struct Sender {
+    store: Arc<dyn Store>,
+    outbound: Outbound,
 }
 
 #[async_trait::async_trait]
-impl Leased for Sender {
+impl Deliveries for Sender {
     type Item = HeldDelivery;
+    const QUEUE: Queue = Queue::Webhooks;
 
-    fn tenant(item: &HeldDelivery) -> String {
-        crate::store::webhooks::share_key(&item.delivery).to_owned()
+    fn share_key(item: &HeldDelivery) -> &str {
+        crate::store::webhooks::share_key(&item.delivery)
     }
 
-    async fn claim(
-        &self,
-        claim: &str,
-        now: DateTime<Utc>,
-        free: usize,
-        share: &Share,
-    ) -> Vec<HeldDelivery> {
-        Sender::claim(self, claim, now, free, share).await
+    async fn held(&self, claim: &str) -> Result<Vec<HeldDelivery>, StoreError> {
+        self.store.held_webhook_deliveries(claim).await
     }
 
     async fn put_back(&self, claim: &str, item: HeldDelivery, next_at: DateTime<Utc>) {
@@ -88,26 +66,6 @@ impl Leased for Sender {
     async fn deliver(&self, claim: &str, item: HeldDelivery) {
         let outcome = self.send(&item).await;
         self.record(claim, &item, &outcome).await;
-    }
-
-    async fn release(&self, owner: &str) {
-        if let Err(e) = self.app.store.release_webhook_deliveries(owner).await {
-            tracing::warn!(error = %e, "webhooks: leases not given back; they run out");
-        }
-    }
-}
-
-/// The client messages go out with (the pushes' own: no proxy, no
-/// redirects, the outbound guard), and the service's name.
-fn http_client(app: &AppState) -> Option<reqwest::Client> {
-    let client = outbound_client(&app.protocols, SEND_TIMEOUT)
-        .user_agent(concat!("agent-harness/", env!("CARGO_PKG_VERSION")));
-    match client.build() {
-        Ok(client) => Some(client),
-        Err(e) => {
-            tracing::error!(error = %e, "webhooks cannot be sent: no HTTP client");
-            None
-        }
     }
 }
 
@@ -124,67 +82,30 @@ fn unchanged(held: &HeldDelivery, next_at: DateTime<Utc>) -> DeliveryOutcome {
     }
 }
 
-/// A delivery after a try that did not deliver: tried again with backoff
-/// and jitter, until it has been tried for [`GIVE_UP_AFTER`].
+/// A delivery after a try that did not deliver: tried again after the
+/// outbox's backoff, until it has been tried for
+/// [`super::GIVE_UP_AFTER`].
 fn retried(held: &HeldDelivery, status: Option<i64>, error: String) -> DeliveryOutcome {
-    let now = Utc::now();
     let attempts = held.delivery.attempts.saturating_add(1);
-    let given_up = now - held.delivery.created_at >= since(GIVE_UP_AFTER);
-    let wait = backoff(u32::try_from(attempts).unwrap_or(u32::MAX));
-    // Up to a quarter more, so that the retries of many do not come
-    // together.
-    let jitter = wait.num_milliseconds() / 4 * i64::from(Uuid::new_v4().as_bytes()[0]) / 255;
+    let (next_at, given_up) = retry_after(
+        u32::try_from(attempts).unwrap_or(u32::MAX),
+        held.delivery.created_at,
+        Utc::now(),
+    );
     DeliveryOutcome {
         status: if given_up { "failed" } else { "pending" },
         attempts,
-        next_at: now + wait + chrono::Duration::milliseconds(jitter),
+        next_at,
         last_status: status,
         last_error: Some(error),
         delivered_at: None,
     }
 }
 
-struct Sender {
-    app: AppState,
-    client: reqwest::Client,
-}
-
 impl Sender {
-    async fn claim(
-        &self,
-        claim: &str,
-        now: DateTime<Utc>,
-        free: usize,
-        share: &Share,
-    ) -> Vec<HeldDelivery> {
-        match self.app.store.webhook_deliveries_due(now).await {
-            Ok(true) => {}
-            Ok(false) => return Vec::new(),
-            Err(e) => {
-                tracing::warn!(error = %e, "webhooks: the due ones cannot be read");
-                return Vec::new();
-            }
-        }
-        let limit = u32::try_from(free).unwrap_or(u32::MAX);
-        let until = now + since(LEASE);
-        match self
-            .app
-            .store
-            .claim_webhook_deliveries(claim, now, until, limit, share)
-            .await
-        {
-            Ok(held) => held,
-            Err(e) => {
-                tracing::warn!(error = %e, "webhooks: the due ones cannot be taken");
-                Vec::new()
-            }
-        }
-    }
-
     async fn record(&self, claim: &str, held: &HeldDelivery, outcome: &DeliveryOutcome) {
         let d = &held.delivery;
         let recorded = self
-            .app
             .store
             .record_webhook_delivery(&d.webhook_id, &d.id, claim, outcome)
             .await;
@@ -214,14 +135,14 @@ impl Sender {
         else {
             return retried(held, None, "the endpoint's secret cannot sign".into());
         };
-        if let Err(why) =
-            crate::protocols::a2a::push::checked_outbound(&self.app.protocols, &held.url)
-        {
-            return retried(held, None, format!("the URL is refused: {why}"));
-        }
+        let url = match self.outbound.checked(&held.url) {
+            Ok(url) => url,
+            Err(why) => return retried(held, None, format!("the URL is refused: {why}")),
+        };
         let sent = self
+            .outbound
             .client
-            .post(&held.url)
+            .post(url)
             .header("content-type", "application/json")
             .header("webhook-id", &d.id)
             .header("webhook-timestamp", timestamp.to_string())
@@ -256,21 +177,18 @@ impl Sender {
 
     /// The message of a delivery: `None` when its event is gone, or the
     /// endpoint does not want the type it turned out to be.
-    async fn message(
-        &self,
-        held: &HeldDelivery,
-    ) -> Result<Option<Value>, crate::store::StoreError> {
+    async fn message(&self, held: &HeldDelivery) -> Result<Option<Value>, StoreError> {
         let d = &held.delivery;
         let session = d.session();
-        let events = self
-            .app
-            .store
-            .list_events(&session, None, d.seq - 1, 1)
-            .await?;
+        let events = self.store.list_events(&session, None, d.seq - 1, 1).await?;
         let Some(stored) = events.into_iter().find(|e| e.seq == d.seq) else {
             return Ok(None);
         };
-        let Some(event) = typed(&stored) else {
+        let Some(event) = stored.event() else {
+            tracing::warn!(
+                seq = stored.seq,
+                "webhooks: an event this build cannot read is not sent"
+            );
             return Ok(None);
         };
         let Some((kind, data)) = event_data(&d.kind, session.id(), stored.turn_id, event) else {
@@ -395,16 +313,17 @@ mod tests {
         let now = Utc::now();
         let early = retried(&held(now, 3), Some(503), "503".into());
         assert_eq!((early.status, early.attempts), ("pending", 4));
+        // The fourth try failed: 8 s, jittered to between 4 and 8.
         let wait = early.next_at - now;
-        assert!(wait >= chrono::Duration::seconds(16), "{wait}");
-        assert!(wait <= chrono::Duration::seconds(21), "{wait}");
+        assert!(wait >= chrono::Duration::seconds(4), "{wait}");
+        assert!(wait <= chrono::Duration::seconds(9), "{wait}");
         let late = retried(
             &held(now - chrono::Duration::hours(24), 30),
             None,
             "down".into(),
         );
         assert_eq!(late.status, "pending", "a day is not yet given up");
-        assert!(late.next_at - Utc::now() <= chrono::Duration::seconds(751));
+        assert!(late.next_at - Utc::now() <= chrono::Duration::seconds(601));
         let dead = retried(
             &held(now - chrono::Duration::hours(26), 40),
             None,
