@@ -3,21 +3,28 @@
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-# The dependencies first, in a layer of their own: rebuilt only when
-# Cargo.toml or Cargo.lock change, not on every change of the sources.
+# The dependencies first, in a layer of their own: rebuilt only when a
+# manifest or Cargo.lock changes, not on every change of the sources.
 COPY Cargo.toml Cargo.lock ./
+COPY crates/base/Cargo.toml crates/base/Cargo.toml
+COPY crates/store/Cargo.toml crates/store/build.rs crates/store/
+COPY crates/core/Cargo.toml crates/core/Cargo.toml
+COPY crates/protocols/Cargo.toml crates/protocols/Cargo.toml
 # The workspace names the bench; only its manifest is needed to build the
 # service.
 COPY bench/Cargo.toml bench/Cargo.toml
-RUN mkdir -p src bench/src \
+RUN for dir in src bench/src crates/base/src crates/store/src crates/core/src crates/protocols/src; do \
+        mkdir -p "$dir" && touch "$dir/lib.rs"; \
+    done \
     && echo 'fn main() {}' > src/main.rs \
     && echo 'fn main() {}' > bench/src/main.rs \
-    && touch src/lib.rs \
     && cargo build --release --locked --bin agent-harness \
-    && rm -rf src target/release/agent-harness* \
+    && rm -rf src crates/*/src target/release/agent-harness* \
         target/release/deps/agent_harness-* target/release/deps/libagent_harness-* \
-        target/release/.fingerprint/agent-harness-*
+        target/release/deps/harness_* target/release/deps/libharness_* \
+        target/release/.fingerprint/agent-harness-* target/release/.fingerprint/harness-*
 COPY src ./src
+COPY crates ./crates
 COPY migrations ./migrations
 # The chat page is compiled into the binary.
 COPY static ./static

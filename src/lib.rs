@@ -1,32 +1,20 @@
 //! # agent-harness
 //!
-//! An HTTP/SSE service that runs one LLM agent turn per request.
+//! An HTTP/SSE service that runs one LLM agent turn per request: the
+//! server (the HTTP edge, start-up, the command line) over the crates
+//! that are its layers (`crates/`).
 //!
-//! The map of its modules, their layers and how a turn goes through them
+//! The map of the crates, their layers and how a turn goes through them
 //! is `docs/architecture.md`; `tests/architecture.rs` holds the layers to
-//! their order.
+//! their order within each crate.
+
+use harness_base::{events, ids, providers, signing, when_woken};
+use harness_core::{
+    background, config, harness, metrics, outbox, runner, service, telemetry, tools, vault,
+};
+use harness_protocols::protocols;
+use harness_store::store;
 
 pub mod app;
-pub mod background;
-pub mod config;
-pub mod events;
-pub mod harness;
-pub mod hooks;
 pub mod http;
-pub mod ids;
-pub mod metrics;
-pub mod outbox;
-pub mod pii;
-pub mod protocols;
-pub mod providers;
-pub mod retry;
-pub mod runner;
-pub mod service;
-pub mod signing;
 pub mod startup;
-pub mod store;
-pub mod telemetry;
-pub mod tools;
-pub mod turn;
-pub mod vault;
-pub mod when_woken;

@@ -8,14 +8,14 @@ use std::{
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
-use agent_harness::{
+use agent_harness::startup;
+use harness_core::{
     config::{self, ConfigError, Settings},
-    startup,
-    store::{
-        self,
-        audit::{AuditEntry, kinds},
-    },
     telemetry, vault,
+};
+use harness_store::store::{
+    self,
+    audit::{AuditEntry, kinds},
 };
 
 mod cli;
@@ -147,7 +147,7 @@ enum TenantAction {
         /// How long its sessions are kept after their last activity (a
         /// span such as `30d`, `12h` or `90s`).
         #[arg(long)]
-        retention: Option<agent_harness::config::Span>,
+        retention: Option<harness_core::config::Span>,
     },
     /// List the tenants with limits of their own.
     List,
@@ -294,7 +294,7 @@ async fn tenants(settings: &Settings, action: TenantAction) -> Result<(), String
             tokens_per_day,
             retention,
         } => {
-            agent_harness::ids::SessionId::parse(&tenant)
+            harness_base::ids::SessionId::parse(&tenant)
                 .map_err(|e| format!("the tenant is not valid: {e}"))?;
             let limits = store::TenantLimits {
                 max_running_turns,
@@ -323,8 +323,8 @@ async fn keys(settings: &Settings, action: KeyAction) -> Result<(), String> {
     let shown = |e: std::io::Error| format!("cannot write: {e}");
     match action {
         KeyAction::Create { tenant, admin } => {
-            let tenant = tenant.unwrap_or_else(|| agent_harness::ids::DEFAULT_TENANT.to_owned());
-            agent_harness::ids::SessionId::parse(&tenant)
+            let tenant = tenant.unwrap_or_else(|| harness_base::ids::DEFAULT_TENANT.to_owned());
+            harness_base::ids::SessionId::parse(&tenant)
                 .map_err(|e| format!("the tenant is not valid: {e}"))?;
             let key = format!(
                 "ah_{}{}",
@@ -416,7 +416,7 @@ const IMPORT_MAX_BYTES: u64 = 1 << 30;
 /// Imports the export in `file` for `tenant`; prints what was made.
 async fn import(settings: &Settings, file: &std::path::Path, tenant: &str) -> Result<(), String> {
     use std::io::Read as _;
-    agent_harness::ids::SessionId::parse(tenant)
+    harness_base::ids::SessionId::parse(tenant)
         .map_err(|e| format!("the tenant is not valid: {e}"))?;
     let mut text = String::new();
     let read = if file.as_os_str() == "-" {

@@ -82,6 +82,10 @@ impl Application {
     }
 
     /// [`Application::build_with`] with tools beyond the built-in ones.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "builds each part of the service in the order they need each other"
+    )]
     pub async fn build_with_tools(
         settings: Settings,
         store: Arc<dyn store::Store>,

@@ -1,14 +1,27 @@
-//! The layers: every top-level module of `src` has its place in
-//! [`LAYERS`], lowest first, and imports only from its own layer and those
-//! below it; and no two files import each other, directly or around a
-//! circle (a module and the modules inside it aside: a parent declares its
-//! children and re-exports them).
+//! The layers: every top-level module of the service (`src`, and each
+//! crate's `crates/*/src`) has its place in [`LAYERS`], lowest first, and
+//! imports only from its own layer and those below it; the crates hold
+//! consecutive layers, in the order they depend on each other (the
+//! compiler holds a crate to its dependencies; this holds the modules
+//! within one to their order); and no two files import each other,
+//! directly or around a circle (a module and the modules inside it aside:
+//! a parent declares its children and re-exports them). A crate's root
+//! names the modules of the crates below it as its own (`use
+//! harness_base::ids;`), so a path is `crate::ids::…` in every crate.
 //!
 //! The sources are parsed, not searched as text: every path counts, in a
 //! `use` of any shape (`use crate::{a, harness::X}`, `use super::super::…`,
 //! renames, globs) or written out in code or in a macro's tokens, resolved
 //! against the module the file is.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a test's (the bench's) own servers and clients live as long as it does"
+)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test (a scenario) is one story told whole; the lint holds in the service code"
+)]
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -27,11 +40,14 @@ use syn::visit::Visit;
 /// handlers share, the protocols a turn is asked in, the HTTP edge,
 /// start-up and the command line.
 const LAYERS: &[&[&str]] = &[
+    // harness-base
     &["ids", "pii", "retry", "signing", "when_woken"],
     &["providers"],
     &["turn"],
     &["events"],
+    // harness-store
     &["store"],
+    // harness-core
     &["metrics", "vault"],
     &["tools"],
     &["hooks"],
@@ -41,7 +57,9 @@ const LAYERS: &[&[&str]] = &[
     &["telemetry"],
     &["runner"],
     &["service"],
+    // harness-protocols
     &["protocols"],
+    // agent-harness, the server
     &["app"],
     &["http"],
     &["startup", "cli"],
@@ -50,6 +68,48 @@ const LAYERS: &[&[&str]] = &[
 /// The layer of a top-level module; `None` for the crate roots.
 fn layer(top: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&top))
+}
+
+/// The source folders under `root`, lowest crate first: each crate's
+/// (`crates/{base,store,core,protocols}/src`), then the server's (`src`).
+fn sources(root: &Path) -> Vec<PathBuf> {
+    let mut folders: Vec<PathBuf> = ["base", "store", "core", "protocols"]
+        .iter()
+        .map(|name| root.join("crates").join(name).join("src"))
+        .collect();
+    folders.push(root.join("src"));
+    folders
+}
+
+/// The service's own source folders.
+fn service() -> Vec<PathBuf> {
+    sources(Path::new(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// A scratch copy of the service's sources, to plant offences in.
+fn scratch_copy() -> (tempfile::TempDir, PathBuf) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scratch = tempfile::tempdir().unwrap();
+    let copy = scratch.path().to_owned();
+    copy_dir(&root.join("src"), &copy.join("src"));
+    copy_dir(&root.join("crates"), &copy.join("crates"));
+    (scratch, copy)
+}
+
+/// The top-level modules a source folder holds (its files and folders
+/// but the crate roots).
+fn tops(src: &Path) -> Vec<String> {
+    let mut tops: Vec<String> = std::fs::read_dir(src)
+        .unwrap()
+        .map(|entry| {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            name.trim_end_matches(".rs").to_owned()
+        })
+        .filter(|top| !["lib", "main"].contains(&top.as_str()))
+        .collect();
+    tops.sort();
+    tops.dedup();
+    tops
 }
 
 fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
@@ -249,13 +309,17 @@ struct Source {
     found: Vec<(Vec<String>, usize)>,
 }
 
-/// Every file of `src` but the crate roots.
-fn imports(src: &Path) -> Vec<Source> {
+/// Every file of the source folders but the crate roots.
+fn imports(srcs: &[PathBuf]) -> Vec<Source> {
     let mut files = Vec::new();
-    rust_files(src, &mut files);
-    files.sort();
+    for src in srcs {
+        let mut own = Vec::new();
+        rust_files(src, &mut own);
+        own.sort();
+        files.extend(own.into_iter().map(|file| (src, file)));
+    }
     let mut out = Vec::new();
-    for file in files {
+    for (src, file) in files {
         let module = module_of(src, &file);
         if module.is_empty() || module == ["main"] {
             continue;
@@ -278,21 +342,16 @@ fn imports(src: &Path) -> Vec<Source> {
 }
 
 /// The imports that run upward (`file:line: crate::path`).
-fn upward_imports(src: &Path) -> Vec<String> {
+fn upward_imports(srcs: &[PathBuf]) -> Vec<String> {
     let mut offences = Vec::new();
     for Source {
         file,
         module,
         found,
-    } in imports(src)
+    } in imports(srcs)
     {
-        let here = layer(&module[0]).unwrap_or_else(|| {
-            panic!(
-                "{}: src/{} has no place in LAYERS",
-                file.display(),
-                module[0]
-            )
-        });
+        let here = layer(&module[0])
+            .unwrap_or_else(|| panic!("{}: {} has no place in LAYERS", file.display(), module[0]));
         for (path, line) in found {
             let Some(top) = path.first() else { continue };
             if layer(top).is_some_and(|there| there > here) {
@@ -308,8 +367,8 @@ fn upward_imports(src: &Path) -> Vec<String> {
 }
 
 /// The circles of imports between files (each as `a -> b -> … -> a`).
-fn circles(src: &Path) -> Vec<String> {
-    let all = imports(src);
+fn circles(srcs: &[PathBuf]) -> Vec<String> {
+    let all = imports(srcs);
     let modules: Vec<Vec<String>> = all.iter().map(|s| s.module.clone()).collect();
     // The file a path names: the longest module that begins it.
     let owner = |path: &[String]| -> Option<usize> {
@@ -368,15 +427,17 @@ fn circles(src: &Path) -> Vec<String> {
 
 #[test]
 fn no_module_imports_from_a_layer_above_it() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        let top = name.trim_end_matches(".rs");
-        if !["lib", "main"].contains(&top) {
-            assert!(layer(top).is_some(), "src/{name} has no place in LAYERS");
+    let srcs = service();
+    for src in &srcs {
+        for top in tops(src) {
+            assert!(
+                layer(&top).is_some(),
+                "{}/{top} has no place in LAYERS",
+                src.display()
+            );
         }
     }
-    let offences = upward_imports(&src);
+    let offences = upward_imports(&srcs);
     assert!(
         offences.is_empty(),
         "upward imports:\n{}",
@@ -384,10 +445,31 @@ fn no_module_imports_from_a_layer_above_it() {
     );
 }
 
+/// Each crate holds consecutive layers, above those of the crates it
+/// depends on (the folders are listed lowest first).
+#[test]
+fn the_crates_hold_the_layers_in_order() {
+    let mut below = 0;
+    for src in service() {
+        let layers: Vec<usize> = tops(&src).iter().filter_map(|t| layer(t)).collect();
+        let (low, high) = (*layers.iter().min().unwrap(), *layers.iter().max().unwrap());
+        assert!(low >= below, "{} reaches below its crate", src.display());
+        let own = tops(&src);
+        for (between, layer) in LAYERS.iter().enumerate().take(high + 1).skip(low) {
+            assert!(
+                layer.iter().any(|top| own.contains(&(*top).to_owned())),
+                "{}: layer {between} lies in another crate",
+                src.display()
+            );
+        }
+        below = high + 1;
+    }
+    assert_eq!(below, LAYERS.len(), "every layer is some crate's");
+}
+
 #[test]
 fn no_files_import_each_other() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let found = circles(&src);
+    let found = circles(&service());
     assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
 }
 
@@ -395,27 +477,30 @@ fn no_files_import_each_other() {
 /// in the shapes imports take, each of which it must find.
 #[test]
 fn an_upward_import_of_any_shape_is_found() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let scratch = tempfile::tempdir().unwrap();
-    let copy = scratch.path().join("src");
-    copy_dir(&src, &copy);
+    let (_scratch, copy) = scratch_copy();
     let plants = [
         (
-            "store.rs",
+            "crates/store/src/store.rs",
             "use crate::{events::TurnEvent, harness::AgentHarness};",
         ),
         (
-            "tools.rs",
+            "crates/core/src/tools.rs",
             "use crate::{ids::{self, SessionId}, config::{Settings as S}};",
         ),
-        ("store/sqlite.rs", "use super::super::runner::*;"),
-        ("vault.rs", "fn planted() { let _ = crate::http::router; }"),
         (
-            "background.rs",
+            "crates/store/src/store/sqlite.rs",
+            "use super::super::runner::*;",
+        ),
+        (
+            "crates/core/src/vault.rs",
+            "fn planted() { let _ = crate::http::router; }",
+        ),
+        (
+            "crates/core/src/background.rs",
             "fn planted() -> Option<crate::app::App> { None }",
         ),
         (
-            "providers/openai.rs",
+            "crates/base/src/providers/openai.rs",
             "fn planted() { let _ = matches!(1, _ if crate::startup::x()); }",
         ),
     ];
@@ -427,14 +512,14 @@ fn an_upward_import_of_any_shape_is_found() {
         text.push('\n');
         std::fs::write(&path, text).unwrap();
     }
-    let offences = upward_imports(&copy);
+    let offences = upward_imports(&sources(&copy));
     for (file, upper) in [
-        ("store.rs", "crate::harness::AgentHarness"),
-        ("tools.rs", "crate::config::Settings"),
-        ("store/sqlite.rs", "crate::runner"),
-        ("vault.rs", "crate::http::router"),
-        ("background.rs", "crate::app::App"),
-        ("providers/openai.rs", "crate::startup::x"),
+        ("crates/store/src/store.rs", "crate::harness::AgentHarness"),
+        ("crates/core/src/tools.rs", "crate::config::Settings"),
+        ("crates/store/src/store/sqlite.rs", "crate::runner"),
+        ("crates/core/src/vault.rs", "crate::http::router"),
+        ("crates/core/src/background.rs", "crate::app::App"),
+        ("crates/base/src/providers/openai.rs", "crate::startup::x"),
     ] {
         let at = copy.join(file).display().to_string();
         assert!(
@@ -464,17 +549,14 @@ fn copy_dir(from: &Path, to: &Path) {
 /// other only one way today is found.
 #[test]
 fn a_planted_circle_is_found() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let scratch = tempfile::tempdir().unwrap();
-    let copy = scratch.path().join("src");
-    copy_dir(&src, &copy);
+    let (_scratch, copy) = scratch_copy();
     // `store/postgres.rs` uses `store/reader.rs`; the planted line makes
     // the reader use the Postgres backend back (as it did before).
-    let path = copy.join("store/reader.rs");
+    let path = copy.join("crates/store/src/store/reader.rs");
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str("\nfn planted() { let _ = super::postgres::PostgresStore::connect; }\n");
     std::fs::write(&path, text).unwrap();
-    let found = circles(&copy);
+    let found = circles(&sources(&copy));
     assert!(
         found
             .iter()
@@ -483,130 +565,43 @@ fn a_planted_circle_is_found() {
     );
 }
 
-/// The longest a file of `src` may be, in lines.
+/// The longest a source file may be, in lines. (A function's length is
+/// clippy's `too_many_lines`, at 80: `clippy.toml`.)
 const FILE_LINES_MAX: usize = 600;
-/// A function longer than this many lines is a long one…
-const LONG_FUNCTION_LINES: usize = 80;
-/// …and `src` has at most this many long ones (the test code of a file,
-/// `#[cfg(test)]`, aside).
-const LONG_FUNCTIONS_MAX: usize = 20;
 
-/// Every function of a file with a body (free, in an `impl`, a trait's
-/// default), outside test modules: `(name, line of its fn, lines)`.
-struct Functions(Vec<(String, usize, usize)>);
-
-impl Functions {
-    /// A function from its `fn` to its closing brace (its doc comment
-    /// and attributes aside).
-    fn note(&mut self, sig: &syn::Signature, body: &syn::Block) {
-        let start = sig.fn_token.span.start().line;
-        let end = body.brace_token.span.close().end().line;
-        self.0.push((sig.ident.to_string(), start, end - start + 1));
-    }
-}
-
-impl<'ast> Visit<'ast> for Functions {
-    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
-        if !for_tests(&item.attrs) {
-            syn::visit::visit_item_mod(self, item);
-        }
-    }
-
-    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
-        if !for_tests(&item.attrs) {
-            self.note(&item.sig, &item.block);
-            syn::visit::visit_item_fn(self, item);
-        }
-    }
-
-    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
-        if !for_tests(&item.attrs) {
-            self.note(&item.sig, &item.block);
-            syn::visit::visit_impl_item_fn(self, item);
-        }
-    }
-
-    fn visit_trait_item_fn(&mut self, item: &'ast syn::TraitItemFn) {
-        if let Some(body) = &item.default {
-            self.note(&item.sig, body);
-        }
-        syn::visit::visit_trait_item_fn(self, item);
-    }
-}
-
-/// Each file of `src` over [`FILE_LINES_MAX`] lines, and each function
-/// over [`LONG_FUNCTION_LINES`] (`file:line name (lines)`), longest first.
-fn sizes(src: &Path) -> (Vec<String>, Vec<String>) {
+/// Each source file over [`FILE_LINES_MAX`] lines.
+fn long_files(srcs: &[PathBuf]) -> Vec<String> {
     let mut files = Vec::new();
-    rust_files(src, &mut files);
-    files.sort();
-    let (mut long_files, mut long_functions) = (Vec::new(), Vec::new());
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap();
-        let lines = text.lines().count();
-        if lines > FILE_LINES_MAX {
-            long_files.push(format!("{} ({lines} lines)", file.display()));
-        }
-        let syntax = syn::parse_file(&text).unwrap();
-        let mut functions = Functions(Vec::new());
-        functions.visit_file(&syntax);
-        for (name, line, lines) in functions.0 {
-            if lines > LONG_FUNCTION_LINES {
-                long_functions.push((lines, format!("{}:{line} {name} ({lines})", file.display())));
-            }
-        }
+    for src in srcs {
+        rust_files(src, &mut files);
     }
-    long_functions.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    (
-        long_files,
-        long_functions.into_iter().map(|(_, f)| f).collect(),
-    )
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|file| {
+            let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+            (lines > FILE_LINES_MAX).then(|| format!("{} ({lines} lines)", file.display()))
+        })
+        .collect()
 }
 
-/// No file of `src` is over 600 lines, and at most 20 functions are over
-/// 80: a long function is a place where two things are done as one.
+/// No source file is over 600 lines: a long file is two modules in one.
 #[test]
-fn files_and_functions_stay_short() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let (long_files, long_functions) = sizes(&src);
-    assert!(long_files.is_empty(), "{long_files:#?}");
-    assert!(
-        long_functions.len() <= LONG_FUNCTIONS_MAX,
-        "{} functions over {LONG_FUNCTION_LINES} lines (at most {LONG_FUNCTIONS_MAX}):\n{long_functions:#?}",
-        long_functions.len()
-    );
+fn files_stay_short() {
+    let long = long_files(&service());
+    assert!(long.is_empty(), "{long:#?}");
 }
 
-/// The size check finds a file and a function planted too long in a
-/// scratch copy.
+/// The size check finds a file planted too long in a scratch copy.
 #[test]
-fn a_planted_long_file_and_function_are_found() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let scratch = tempfile::tempdir().unwrap();
-    let copy = scratch.path().join("src");
-    copy_dir(&src, &copy);
-    let (_, before) = sizes(&copy);
-    let body: String = (0..LONG_FUNCTION_LINES)
-        .map(|i| format!("    let _ = {i};\n"))
-        .collect();
-    let planted = format!("\nfn planted_long() {{\n{body}}}\n");
-    let path = copy.join("ids.rs");
+fn a_planted_long_file_is_found() {
+    let (_scratch, copy) = scratch_copy();
+    assert!(long_files(&sources(&copy)).is_empty());
+    let path = copy.join("crates/base/src/ids.rs");
     let mut text = std::fs::read_to_string(&path).unwrap();
-    text.push_str(&planted);
     text.push_str(&"\n".repeat(FILE_LINES_MAX));
     std::fs::write(&path, text).unwrap();
-    let (long_files, long_functions) = sizes(&copy);
-    assert!(
-        long_files.iter().any(|f| f.contains("ids.rs")),
-        "{long_files:#?}"
-    );
-    assert_eq!(
-        long_functions.len(),
-        before.len() + 1,
-        "{long_functions:#?}"
-    );
-    assert!(
-        long_functions.iter().any(|f| f.contains("planted_long")),
-        "{long_functions:#?}"
-    );
+    let long = long_files(&sources(&copy));
+    assert_eq!(long.len(), 1, "{long:#?}");
+    assert!(long[0].contains("ids.rs"), "{long:#?}");
 }

@@ -3,6 +3,14 @@
 //! the settings file is read.
 
 #![allow(
+    clippy::disallowed_methods,
+    reason = "a test's (the bench's) own servers and clients live as long as it does"
+)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test (a scenario) is one story told whole; the lint holds in the service code"
+)]
+#![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     reason = "test helpers fail loudly; the lint holds in the service code"
@@ -603,7 +611,7 @@ fn cell(text: &str) -> String {
 /// definitions: the file key, the variable, the flag, the default and the
 /// help text.
 fn settings_tables() -> String {
-    let command = agent_harness::config::Settings::command();
+    let command = harness_core::config::Settings::command();
     let mut out = String::new();
     let mut section: Option<String> = None;
     for arg in command.get_arguments() {
@@ -761,7 +769,7 @@ fn the_compose_file_trusts_its_gateway_with_the_clients_address() {
     let gateway = value("ipv4_address:");
     assert_eq!(trusted.len(), 1, "{trusted:?}");
     assert_eq!(gateway, trusted);
-    let parsed: Result<agent_harness::config::TrustedProxies, _> = trusted[0].parse();
+    let parsed: Result<harness_core::config::TrustedProxies, _> = trusted[0].parse();
     assert!(parsed.is_ok(), "{parsed:?}");
     let nginx = std::fs::read_to_string(root.join("deploy/nginx.conf")).unwrap();
     assert!(

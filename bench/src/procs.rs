@@ -8,13 +8,13 @@ use std::{
     time::Duration,
 };
 
-use agent_harness::{
+use agent_harness::startup::{Application, build_provider};
+use async_trait::async_trait;
+use harness_core::{
     config::Settings,
-    startup::{Application, build_provider},
-    store,
     tools::{EffectClass, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput, ToolSpec},
 };
-use async_trait::async_trait;
+use harness_store::store;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -486,7 +486,7 @@ pub async fn serve_harness(
     settings.validate().map_err(|e| e.to_string())?;
     // Logs and traces as the service makes them (its standard output, the
     // logs, goes to /dev/null here, as the formatting is the cost).
-    let telemetry = agent_harness::telemetry::init(&settings).map_err(|e| e.to_string())?;
+    let telemetry = harness_core::telemetry::init(&settings).map_err(|e| e.to_string())?;
     let result = serve(settings).await;
     telemetry.shutdown();
     result

@@ -25,9 +25,9 @@ fn keyed_client(key: &str) -> Result<reqwest::Client, String> {
 
 /// Makes a key of each (tenant, key) in the database at `url`.
 async fn make_keys(url: &str, keys: &[(&str, &str)]) -> Result<(), String> {
-    let settings = agent_harness::config::Settings::load_from(["agent-harness"], |_| None)
+    let settings = harness_core::config::Settings::load_from(["agent-harness"], |_| None)
         .map_err(|e| e.to_string())?;
-    let store = agent_harness::store::connect(url, settings.database.limits())
+    let store = harness_store::store::connect(url, settings.database.limits())
         .await
         .map_err(|e| e.to_string())?;
     for (tenant, key) in keys {

@@ -64,6 +64,10 @@ pub struct ConnectionLimits {
 
 /// Serves `router` on `listener` until `shutdown`, then waits for the open
 /// connections to finish.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the accept loop and its limits in one place"
+)]
 pub async fn serve(
     listener: TcpListener,
     router: Router,

@@ -13,26 +13,12 @@ use super::{
     Tenant,
     error::{ApiError, Problem},
 };
-use crate::{
-    app::AppState,
-    store::NewCheckpoint,
-    vault::{IndexReport, NoteError, VaultError},
-};
+use crate::{app::AppState, store::NewCheckpoint, vault::IndexReport};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(reindex_vault))
         .routes(routes!(restore_checkpoint))
-}
-
-impl From<NoteError> for ApiError {
-    fn from(e: NoteError) -> Self {
-        match e {
-            NoteError::Store(e) => e.into(),
-            NoteError::Io(detail) => Self::Internal(detail),
-            refused => Self::NoteRefused(refused.to_string()),
-        }
-    }
 }
 
 /// What a restore did.
@@ -133,16 +119,6 @@ pub fn new_checkpoint_id() -> String {
 fn is_checkpoint_id(id: &str) -> bool {
     id.strip_prefix("ckpt_")
         .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-impl From<VaultError> for ApiError {
-    fn from(e: VaultError) -> Self {
-        match e {
-            VaultError::Missing(path) => Self::VaultNotFound(path.display().to_string()),
-            VaultError::Store(e) => e.into(),
-            VaultError::Io(detail) => Self::Internal(detail),
-        }
-    }
 }
 
 /// Brings the vault's index in line with the folder: notes added or

@@ -80,7 +80,7 @@ fn skill_ids(card: &Value) -> Vec<String> {
 async fn the_public_card_shows_the_declared_skills_and_no_inventory() {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     settings.server.public_url = Some("https://agents.example/".parse().unwrap());
     settings.server.agent_skills = Some(
         r#"[{"id": "travel", "name": "Travel", "description": "Plans trips.", "tags": ["travel"]}]"#
@@ -658,7 +658,7 @@ on_both_backends!(
 async fn another_tenants_tasks_are_not_listed(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     crate::tenants::make_keys(
         &app,

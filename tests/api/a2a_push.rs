@@ -413,7 +413,7 @@ async fn a_tenants_stuck_receivers_do_not_hold_up_anothers_pushes(backend: Backe
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     settings.server.outbound_allow_private = true;
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     crate::tenants::make_keys(
         &app,

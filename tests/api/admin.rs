@@ -1,7 +1,7 @@
 //! Admin keys and their routes: a tenant erased whole (its keys revoked),
 //! and the audit trail of who did what to whose data.
 
-use agent_harness::store::TenantLimits;
+use harness_store::store::TenantLimits;
 use serde_json::{Value, json};
 
 use crate::{
@@ -19,7 +19,7 @@ fn hash(key: &str) -> String {
 /// An app with keys on: Acme's, Globex's, and an operator's admin key.
 pub(crate) async fn keyed_app(backend: Backend, vault: &std::path::Path) -> TestApp {
     let app = app_with(backend, vault, |settings| {
-        settings.server.auth = agent_harness::config::AuthMode::On;
+        settings.server.auth = harness_core::config::AuthMode::On;
     })
     .await;
     let store = app.db.open().await;
@@ -295,7 +295,7 @@ async fn the_audit_trail_records_who_did_what(backend: Backend) {
     }
     let store = app.db.open().await;
     let stored = store
-        .audit_rows(&agent_harness::store::AuditFilter {
+        .audit_rows(&harness_store::store::AuditFilter {
             limit: 1000,
             ..Default::default()
         })

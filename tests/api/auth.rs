@@ -17,7 +17,7 @@ fn hash(key: &str) -> String {
 async fn requests_need_a_valid_key_when_auth_is_on(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let store = app.db.open().await;
     store
@@ -76,7 +76,7 @@ on_both_backends!(requests_need_a_valid_key_when_auth_is_on);
 async fn a_key_past_its_rate_gets_429_with_retry_after(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     settings.server.rate_limit_per_minute = 3;
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let store = app.db.open().await;
@@ -117,7 +117,7 @@ on_both_backends!(a_key_past_its_rate_gets_429_with_retry_after);
 async fn an_address_that_keeps_failing_to_authenticate_is_throttled(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     settings.server.auth_failures_per_minute = 5;
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let store = app.db.open().await;
@@ -210,7 +210,7 @@ async fn an_address_that_keeps_failing_to_authenticate_is_throttled(backend: Bac
 async fn behind_a_trusted_proxy_each_client_is_throttled_alone(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     settings.server.auth_failures_per_minute = 3;
     settings.server.trusted_proxies = Some("127.0.0.0/8, 10.9.0.0/16".parse().unwrap());
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
@@ -249,7 +249,7 @@ async fn behind_a_trusted_proxy_each_client_is_throttled_alone(backend: Backend)
 async fn a_revoked_keys_streams_end(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     crate::tenants::make_keys(&app, &[("key_gone", "acme", "ah_gone")]).await;
     app.client = crate::tenants::client_with_key("ah_gone");

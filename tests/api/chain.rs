@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use agent_harness::config::Settings;
+use harness_core::config::Settings;
 use serde_json::json;
 use tokio::time::Instant;
 

@@ -130,7 +130,7 @@ fn an_origin_with_a_path_is_refused_at_start() {
         "https://a.example/x",
         "*,https://b.example",
     ] {
-        let error = agent_harness::config::Settings::load_from(["agent-harness"], |name| {
+        let error = harness_core::config::Settings::load_from(["agent-harness"], |name| {
             (name == "HARNESS_CORS_ORIGINS").then(|| bad.to_owned())
         })
         .unwrap_err()

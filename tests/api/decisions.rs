@@ -1,7 +1,7 @@
 //! `GET /sessions/{id}/decisions`: pages with a cursor, a strategy filter,
 //! and records of the documented shape.
 
-use agent_harness::turn::DecisionDetails;
+use harness_base::turn::DecisionDetails;
 use serde_json::{Value, json};
 
 use crate::{fake_provider::Reply, helpers::spawn_app, on_both_backends, support::Backend};

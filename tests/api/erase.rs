@@ -5,10 +5,8 @@
 
 use std::sync::Arc;
 
-use agent_harness::{
-    ids::DEFAULT_TENANT,
-    store::{JudgementRecord, NewArtifact, NewJob, NewMemory},
-};
+use harness_base::ids::DEFAULT_TENANT;
+use harness_store::store::{JudgementRecord, NewArtifact, NewJob, NewMemory};
 use serde_json::{Value, json};
 
 use crate::{
@@ -26,7 +24,7 @@ pub(crate) async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
 pub(crate) async fn app_with(
     backend: Backend,
     vault: &std::path::Path,
-    tweak: impl FnOnce(&mut agent_harness::config::Settings),
+    tweak: impl FnOnce(&mut harness_core::config::Settings),
 ) -> TestApp {
     let provider = FakeProvider::start().await;
     provider.respond_with(Arc::new(|body: &Value| {
@@ -99,8 +97,8 @@ pub(crate) async fn a_full_session(app: &TestApp, tenant: &str, session: &str) -
     turns.push(turn.clone());
 
     let store = app.db.open().await;
-    let key = agent_harness::ids::tenant_scope(tenant, session);
-    let key = agent_harness::ids::SessionKey::from_stored(&key);
+    let key = harness_base::ids::tenant_scope(tenant, session);
+    let key = harness_base::ids::SessionKey::from_stored(&key);
     let now = chrono::Utc::now();
     store
         .put_artifact(&NewArtifact {
@@ -148,8 +146,8 @@ pub(crate) async fn a_full_session(app: &TestApp, tenant: &str, session: &str) -
         )
         .await
         .unwrap();
-    let own_scope = agent_harness::ids::tenant_scope(tenant, &format!("session:{session}"));
-    let user_scope = agent_harness::ids::tenant_scope(tenant, "user:u1");
+    let own_scope = harness_base::ids::tenant_scope(tenant, &format!("session:{session}"));
+    let user_scope = harness_base::ids::tenant_scope(tenant, "user:u1");
     for (scope, memory_key) in [(own_scope, "city"), (user_scope, "home")] {
         store
             .upsert_memory(
@@ -305,7 +303,7 @@ async fn the_retention_sweep_erases_inactive_sessions_and_keeps_waiting_ones(bac
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     // An audit row older than the trail's retention.
     let store = app.db.open().await;
-    let old = agent_harness::store::AuditEntry::new("default", "webhook.created").subject("wh_old");
+    let old = harness_store::store::AuditEntry::new("default", "webhook.created").subject("wh_old");
     let two_hours_ago = chrono::Utc::now() - chrono::Duration::hours(2);
     store.audit(&old, two_hours_ago).await.unwrap();
     let response = app
@@ -338,7 +336,7 @@ async fn the_retention_sweep_erases_inactive_sessions_and_keeps_waiting_ones(bac
     assert!(app.metric("agent_harness_retention_erased_total").await >= 1.0);
     // The trail says the sweep erased it (its row of the sweep comes after
     // the erase), and no longer holds the old row.
-    let filter = agent_harness::store::AuditFilter {
+    let filter = harness_store::store::AuditFilter {
         limit: 100,
         ..Default::default()
     };
@@ -396,8 +394,8 @@ async fn a_user_is_erased_with_their_sessions_and_memories(backend: Backend) {
             .upsert_memory(
                 &NewMemory {
                     id: uuid::Uuid::now_v7().to_string(),
-                    scope: agent_harness::ids::tenant_scope(
-                        agent_harness::ids::DEFAULT_TENANT,
+                    scope: harness_base::ids::tenant_scope(
+                        harness_base::ids::DEFAULT_TENANT,
                         &format!("user:{user}"),
                     ),
                     kind: "fact".into(),

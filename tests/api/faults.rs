@@ -191,12 +191,12 @@ async fn a_batch_whose_commit_answer_was_lost_is_retried_without_a_duplicate() {
 /// `event_log_unavailable` naming the seqs the log lost, and its session
 /// takes a new turn. Returns how the turns ended.
 async fn partition_while_streaming(
-    limits: agent_harness::store::PoolLimits,
+    limits: harness_store::store::PoolLimits,
     outage: Duration,
     answer: impl Fn() -> Reply,
     gate: Option<CancellationToken>,
-) -> Vec<agent_harness::store::TurnRecord> {
-    use agent_harness::store::TurnStatus;
+) -> Vec<harness_store::store::TurnRecord> {
+    use harness_store::store::TurnStatus;
     const TURNS: usize = 4;
     let proxy = FaultProxy::start(TestDb::postgres_addr()).await;
     let db = TestDb::new(Backend::Postgres).await;
@@ -253,7 +253,7 @@ async fn partition_while_streaming(
         loop {
             let after = events.last().map_or(
                 record.first_seq - 1,
-                |e: &agent_harness::events::StoredEvent| e.seq,
+                |e: &harness_base::events::StoredEvent| e.seq,
             );
             let page = store
                 .list_events(&record.session_id, Some(record.id), after, 1000)
@@ -318,7 +318,7 @@ async fn a_partition_leaves_no_turn_running_a_heartbeat_after_the_database_is_ba
     assert!(
         ended
             .iter()
-            .all(|t| t.status == agent_harness::store::TurnStatus::Completed)
+            .all(|t| t.status == harness_store::store::TurnStatus::Completed)
     );
 }
 
@@ -334,7 +334,7 @@ async fn a_partition_longer_than_the_writer_waits_fails_its_turns_once_the_datab
     if !crate::support::postgres_or_skip().await {
         return;
     }
-    let limits = agent_harness::store::PoolLimits {
+    let limits = harness_store::store::PoolLimits {
         acquire_timeout: Duration::from_millis(100),
         call_timeout: Duration::from_millis(1000),
         ..crate::support::test_limits()
@@ -348,7 +348,7 @@ async fn a_partition_longer_than_the_writer_waits_fails_its_turns_once_the_datab
     )
     .await;
     for turn in &ended {
-        assert_eq!(turn.status, agent_harness::store::TurnStatus::Failed);
+        assert_eq!(turn.status, harness_store::store::TurnStatus::Failed);
         assert_eq!(turn.error_code.as_deref(), Some("event_log_unavailable"));
     }
 }

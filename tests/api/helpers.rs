@@ -2,10 +2,8 @@
 
 use std::time::Duration;
 
-use agent_harness::{
-    config::Settings,
-    startup::{Application, StartupError, build_provider},
-};
+use agent_harness::startup::{Application, StartupError, build_provider};
+use harness_core::config::Settings;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -106,7 +104,7 @@ pub async fn spawn_app_with_tools(
     db: TestDb,
     provider: FakeProvider,
     settings: Settings,
-    tools: Vec<std::sync::Arc<dyn agent_harness::tools::Tool>>,
+    tools: Vec<std::sync::Arc<dyn harness_core::tools::Tool>>,
 ) -> TestApp {
     let store = db.open().await;
     spawn_app_on(db, store, provider, settings, tools).await
@@ -115,10 +113,10 @@ pub async fn spawn_app_with_tools(
 /// [`spawn_app_with_tools`] on a store the test opened itself.
 pub async fn spawn_app_on(
     db: TestDb,
-    store: std::sync::Arc<dyn agent_harness::store::Store>,
+    store: std::sync::Arc<dyn harness_store::store::Store>,
     provider: FakeProvider,
     settings: Settings,
-    tools: Vec<std::sync::Arc<dyn agent_harness::tools::Tool>>,
+    tools: Vec<std::sync::Arc<dyn harness_core::tools::Tool>>,
 ) -> TestApp {
     settings.validate().expect("valid test settings");
     let llm = build_provider(&settings).expect("providers");

@@ -147,7 +147,7 @@ async fn declared_http_tools_call_their_api_with_arguments_and_secret_headers() 
 #[test]
 fn a_declared_tool_needs_its_variables_and_its_own_name() {
     let provider_settings = |declared: Value| {
-        let mut settings = agent_harness::config::Settings::default();
+        let mut settings = harness_core::config::Settings::default();
         settings.tools.http = Some(declared.to_string().parse().unwrap());
         settings
     };
@@ -172,7 +172,7 @@ fn a_declared_tool_needs_its_variables_and_its_own_name() {
         .to_string();
     assert!(error.contains("a built-in tool has this name"), "{error}");
     // `client__` names a client's own tools.
-    let declared: Result<agent_harness::tools::http_tool::HttpToolList, _> =
+    let declared: Result<harness_core::tools::http_tool::HttpToolList, _> =
         json!([{"name": "client__get_location", "description": "d", "url": "https://api.example/"}])
             .to_string()
             .parse();
@@ -180,7 +180,7 @@ fn a_declared_tool_needs_its_variables_and_its_own_name() {
         declared.unwrap_err().contains("reserved for client tools"),
         "the setting is refused at start"
     );
-    let servers: Result<agent_harness::tools::mcp::McpServerList, _> =
+    let servers: Result<harness_core::tools::mcp::McpServerList, _> =
         r#"[{"name": "client", "url": "https://mcp.example/"}]"#.parse();
     assert!(servers.unwrap_err().contains("reserved"));
 }

@@ -2,11 +2,9 @@
 
 use std::{sync::Arc, time::Duration};
 
-use agent_harness::{
-    events::{StoredEvent, TurnEvent},
-    store::{NewTurn, TurnStatus},
-};
 use chrono::Utc;
+use harness_base::events::{StoredEvent, TurnEvent};
+use harness_store::store::{NewTurn, TurnStatus};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -22,8 +20,8 @@ fn left_running(session: &str, instance: &str, process: &str) -> NewTurn {
     NewTurn {
         id: Uuid::now_v7(),
         session_id: session.into(),
-        tenant: agent_harness::ids::DEFAULT_TENANT.into(),
-        request: agent_harness::turn::TurnRequest::new("hello?"),
+        tenant: harness_base::ids::DEFAULT_TENANT.into(),
+        request: harness_base::turn::TurnRequest::new("hello?"),
         idempotency_key: None,
         owner_instance: instance.into(),
         owner_process: process.into(),
@@ -128,7 +126,7 @@ async fn a_turn_whose_records_are_unreadable_ends_takeover_failed(backend: Backe
     let db = TestDb::new(backend).await;
     let turn_id = crashed_turn(&db, "s-bad-records", "test-instance").await;
     let store = db.open().await;
-    let bad = agent_harness::store::NewStep {
+    let bad = harness_store::store::NewStep {
         turn_id,
         step: 1,
         phase: "answered",
@@ -136,11 +134,11 @@ async fn a_turn_whose_records_are_unreadable_ends_takeover_failed(backend: Backe
         created_at: Utc::now(),
     };
     store
-        .commit(agent_harness::store::Batch {
+        .commit(harness_store::store::Batch {
             events: &[],
             steps: &[&bad],
             finishes: &[],
-            leases: &[agent_harness::store::Lease {
+            leases: &[harness_store::store::Lease {
                 turn_id,
                 attempt: 0,
             }],
@@ -432,25 +430,25 @@ async fn a_turn_handed_over_at_shutdown_goes_on_when_the_service_starts_again(ba
 /// `get_weather` (the tool the `openai/tool_call.sse` fixture calls) that
 /// ignores cancellation and answers after `work`, past its 300 ms timeout.
 struct LateWeather {
-    spec: agent_harness::tools::ToolSpec,
+    spec: harness_core::tools::ToolSpec,
     work: Duration,
     finished: tokio_util::sync::CancellationToken,
 }
 
 #[async_trait::async_trait]
-impl agent_harness::tools::Tool for LateWeather {
-    fn spec(&self) -> &agent_harness::tools::ToolSpec {
+impl harness_core::tools::Tool for LateWeather {
+    fn spec(&self) -> &harness_core::tools::ToolSpec {
         &self.spec
     }
 
     async fn call(
         &self,
-        _: agent_harness::tools::ToolContext,
+        _: harness_core::tools::ToolContext,
         _: serde_json::Value,
-    ) -> Result<agent_harness::tools::ToolOutput, agent_harness::tools::ToolError> {
+    ) -> Result<harness_core::tools::ToolOutput, harness_core::tools::ToolError> {
         tokio::time::sleep(self.work).await;
         self.finished.cancel();
-        Ok(agent_harness::tools::ToolOutput::text("18°C"))
+        Ok(harness_core::tools::ToolOutput::text("18°C"))
     }
 }
 
@@ -459,11 +457,11 @@ async fn nothing_is_written_after_a_terminal_event(backend: Backend) {
     let settings = test_settings(&provider);
     let finished = CancellationToken::new();
     let tool = Arc::new(LateWeather {
-        spec: agent_harness::tools::ToolSpec::new(
+        spec: harness_core::tools::ToolSpec::new(
             "get_weather",
             "Weather of a place.",
             json!({"type": "object"}),
-            agent_harness::tools::EffectClass::ReadOnly,
+            harness_core::tools::EffectClass::ReadOnly,
         )
         .with_timeout(Duration::from_millis(300)),
         work: Duration::from_millis(1200),

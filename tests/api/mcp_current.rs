@@ -286,7 +286,7 @@ async fn a_task_cancelled_ends_its_turn_cancelled(backend: Backend) {
 async fn another_tenants_task_does_not_exist(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     crate::tenants::make_keys(
         &app,
@@ -400,7 +400,7 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
     let vault = crate::helpers::vault_of(&[("notes/a.md", "# A\n\nThe operator's plans.\n")]);
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     settings.vault.dir = vault.path().to_owned();
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     crate::tenants::make_keys(

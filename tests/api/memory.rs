@@ -19,7 +19,7 @@ const EXTRACTED: &str = r#"{"memories": [
 
 async fn app(
     backend: Backend,
-    configure: impl FnOnce(&mut agent_harness::config::Settings),
+    configure: impl FnOnce(&mut harness_core::config::Settings),
 ) -> TestApp {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);

@@ -11,7 +11,7 @@ use crate::{
 
 async fn app_on(
     model: &str,
-    configure: impl FnOnce(&mut agent_harness::config::Settings),
+    configure: impl FnOnce(&mut harness_core::config::Settings),
 ) -> TestApp {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);

@@ -239,7 +239,7 @@ async fn raw_status(address: &str, request: &[u8]) -> reqwest::StatusCode {
 /// said `tool_augmented` where the service says `tool_assisted`.)
 #[test]
 fn the_strategies_documented_are_the_ones_given() {
-    use agent_harness::harness::finalizer::STRATEGIES;
+    use harness_core::harness::finalizer::STRATEGIES;
     let documents = [
         (
             "openapi.yaml",

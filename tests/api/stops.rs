@@ -55,7 +55,7 @@ async fn a_provider_that_never_answers_stops_the_turn_at_its_deadline_and_says_s
         assert_eq!(result["stop_reason"], "deadline", "{name}: {result}");
         assert_eq!(
             result["text"],
-            agent_harness::harness::TIMEOUT_TEXT,
+            harness_core::harness::TIMEOUT_TEXT,
             "{name}"
         );
         let (_, decisions) = app

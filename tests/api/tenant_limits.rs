@@ -18,11 +18,11 @@ use crate::{
 /// `globex` (the second client).
 async fn two_tenants(
     backend: Backend,
-    configure: impl FnOnce(&mut agent_harness::config::Settings),
+    configure: impl FnOnce(&mut harness_core::config::Settings),
 ) -> (TestApp, Client) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     configure(&mut settings);
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     make_keys(
@@ -73,7 +73,7 @@ async fn a_tenant_runs_at_most_its_turns_and_no_more(backend: Backend) {
     store
         .set_tenant_limits(
             "globex",
-            &agent_harness::store::TenantLimits {
+            &harness_store::store::TenantLimits {
                 max_running_turns: Some(1),
                 ..Default::default()
             },

@@ -353,7 +353,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
     let note = vault.path().join(".tenants/acme/notes/a.md");
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     settings.memory.extraction = true;
     settings.vault.dir = vault.path().to_owned();
     settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
@@ -719,7 +719,7 @@ async fn get(client: &Client, app: &TestApp, path: &str) -> (u16, Value) {
 async fn the_same_session_id_in_two_tenants_is_two_sessions(backend: Backend) {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     let store = app.db.open().await;
     for (id, tenant, key) in [("key_a", "acme", "ah_a"), ("key_b", "globex", "ah_b")] {
@@ -863,7 +863,7 @@ async fn each_tenant_has_its_own_vault(backend: Backend) {
     let vault = vault_of(&[("notes/a.md", "# A\n\nThe operator's plans for Lyon.\n")]);
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     settings.vault.dir = vault.path().to_owned();
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
     make_keys(
@@ -949,7 +949,7 @@ async fn a_shared_vault_is_read_only_for_the_tenants(backend: Backend) {
     let vault = vault_of(&[("notes/a.md", "# A\n\nThe operator's plans for Lyon.\n")]);
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     settings.vault.dir = vault.path().to_owned();
     settings.vault.shared = true;
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;

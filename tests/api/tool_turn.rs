@@ -112,18 +112,18 @@ async fn a_tool_step_is_recorded_while_its_turn_runs(backend: Backend) {
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let records: Vec<agent_harness::harness::durable::StepRecord> = records
+    let records: Vec<harness_core::harness::durable::StepRecord> = records
         .iter()
         .map(|r| serde_json::from_str(r).unwrap())
         .collect();
     assert_eq!(records.len(), 1);
-    let rebuilt = agent_harness::harness::durable::rebuild(&records)
+    let rebuilt = harness_core::harness::durable::rebuild(&records)
         .unwrap()
         .unwrap();
     assert_eq!(rebuilt.step, 1);
     assert_eq!(
         rebuilt.phase,
-        agent_harness::harness::durable::StepPhase::Finished
+        harness_core::harness::durable::StepPhase::Finished
     );
     assert_eq!(rebuilt.tool_results.len(), 1);
     assert_eq!(rebuilt.tool_results[0].tool, "local_search");
@@ -162,7 +162,7 @@ async fn decisions_and_artifacts_are_served() {
     );
     let store = app.db.open().await;
     store
-        .put_artifact(&agent_harness::store::NewArtifact {
+        .put_artifact(&harness_store::store::NewArtifact {
             id: "art_1".into(),
             session_id: "s-dec".into(),
             turn_id: "t".into(),
@@ -282,22 +282,22 @@ fn data_of_type(body: &str, kind: &str) -> Value {
 
 /// `dump`: answers `text`, whatever it is asked.
 struct Dump {
-    spec: agent_harness::tools::ToolSpec,
+    spec: harness_core::tools::ToolSpec,
     text: String,
 }
 
 #[async_trait::async_trait]
-impl agent_harness::tools::Tool for Dump {
-    fn spec(&self) -> &agent_harness::tools::ToolSpec {
+impl harness_core::tools::Tool for Dump {
+    fn spec(&self) -> &harness_core::tools::ToolSpec {
         &self.spec
     }
 
     async fn call(
         &self,
-        _: agent_harness::tools::ToolContext,
+        _: harness_core::tools::ToolContext,
         _: serde_json::Value,
-    ) -> Result<agent_harness::tools::ToolOutput, agent_harness::tools::ToolError> {
-        Ok(agent_harness::tools::ToolOutput::text(self.text.clone()))
+    ) -> Result<harness_core::tools::ToolOutput, harness_core::tools::ToolError> {
+        Ok(harness_core::tools::ToolOutput::text(self.text.clone()))
     }
 }
 
@@ -312,11 +312,11 @@ async fn a_tools_output_reaches_the_client_in_every_format() {
         let provider = crate::fake_provider::FakeProvider::start().await;
         let settings = crate::helpers::test_settings(&provider);
         let tool = std::sync::Arc::new(Dump {
-            spec: agent_harness::tools::ToolSpec::new(
+            spec: harness_core::tools::ToolSpec::new(
                 "dump",
                 "Says what it has.",
                 json!({"type": "object"}),
-                agent_harness::tools::EffectClass::ReadOnly,
+                harness_core::tools::EffectClass::ReadOnly,
             ),
             text: text.to_owned(),
         });

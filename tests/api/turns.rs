@@ -152,8 +152,8 @@ async fn the_provider_gets_the_prompt_in_the_seeds_order(backend: Backend) {
     // The client's skill context is fenced as data.
     assert_eq!(
         messages[5]["content"],
-        agent_harness::harness::prepare::untrusted_block(
-            agent_harness::harness::prepare::SKILL_INTRO,
+        harness_core::harness::prepare::untrusted_block(
+            harness_core::harness::prepare::SKILL_INTRO,
             "You are acting as a travel planner."
         )
     );

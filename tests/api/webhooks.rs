@@ -88,7 +88,7 @@ impl Receiver {
 async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
-    settings.server.auth = agent_harness::config::AuthMode::On;
+    settings.server.auth = harness_core::config::AuthMode::On;
     settings.server.outbound_allow_private = true;
     settings.vault.dir = vault.to_owned();
     settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
@@ -188,7 +188,7 @@ async fn a_tenants_endpoint_gets_its_turns_events_signed(backend: Backend) {
         completed,
         "{body}"
     );
-    let expected = agent_harness::signing::sign(
+    let expected = harness_base::signing::sign(
         &secret,
         webhook_id,
         timestamp.parse().unwrap(),

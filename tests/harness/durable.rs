@@ -4,8 +4,15 @@
 
 use std::sync::{Arc, Mutex};
 
-use agent_harness::{
+use async_trait::async_trait;
+use harness_base::{
     events::{ToolStatus, TurnEvent},
+    providers::{
+        Role, Usage,
+        scripted::{ScriptedProvider, call, calls, text},
+    },
+};
+use harness_core::{
     harness::{
         AgentHarness, EventSink, HarnessOptions, SinkError, TurnInput,
         compaction::ContextWarningTracker,
@@ -15,13 +22,8 @@ use agent_harness::{
         state::{StateSnapshot, ToolResultRecord, TurnRuntimeState},
         thinking::ThinkLevel,
     },
-    providers::{
-        Role, Usage,
-        scripted::{ScriptedProvider, call, calls, text},
-    },
     tools::{Citation, EffectClass, Saved, Settled, Tool, ToolOutput},
 };
-use async_trait::async_trait;
 use serde_json::json;
 
 use crate::helpers::{
@@ -354,10 +356,7 @@ async fn a_step_taken_over_runs_each_call_at_most_once() {
     );
     // The model is told each call's outcome, c4's as the log has it.
     assert_eq!(taken.told.len(), 4);
-    assert_eq!(
-        taken.told[1],
-        agent_harness::harness::waves::OUTCOME_UNKNOWN
-    );
+    assert_eq!(taken.told[1], harness_core::harness::waves::OUTCOME_UNKNOWN);
     assert_eq!(taken.told[3], "logged result");
     // Every call took its place in the budget, once.
     assert_eq!(taken.state.budget.tool_calls_used(), 4);
@@ -405,10 +404,7 @@ async fn a_started_write_is_settled_by_what_its_checkpoint_tells() {
         taken.told[0]
     );
     assert!(taken.told[1].contains("probed not"), "{}", taken.told[1]);
-    assert_eq!(
-        taken.told[2],
-        agent_harness::harness::waves::OUTCOME_UNKNOWN
-    );
+    assert_eq!(taken.told[2], harness_core::harness::waves::OUTCOME_UNKNOWN);
     // Each was asked with its own call's checkpoint, and the one that ran
     // went through its checkpoint gate again.
     assert_eq!(
@@ -437,8 +433,8 @@ struct TakenOver {
 /// log showing `prior` of the calls.
 async fn take_over(
     tools: Vec<Arc<dyn Tool>>,
-    checkpoints: Option<Arc<dyn agent_harness::harness::hooks::CheckpointStore>>,
-    asked: Vec<agent_harness::providers::ToolCall>,
+    checkpoints: Option<Arc<dyn harness_core::harness::hooks::CheckpointStore>>,
+    asked: Vec<harness_base::providers::ToolCall>,
     prior: impl IntoIterator<Item = (&'static str, PriorCall)>,
 ) -> TakenOver {
     let first = Arc::new(ScriptedProvider::new([calls(asked)]));
@@ -530,7 +526,7 @@ impl Settling {
 
 #[async_trait]
 impl Tool for Settling {
-    fn spec(&self) -> &agent_harness::tools::ToolSpec {
+    fn spec(&self) -> &harness_core::tools::ToolSpec {
         self.probe.spec()
     }
 
@@ -540,9 +536,9 @@ impl Tool for Settling {
 
     async fn call(
         &self,
-        ctx: agent_harness::tools::ToolContext,
+        ctx: harness_core::tools::ToolContext,
         arguments: serde_json::Value,
-    ) -> Result<ToolOutput, agent_harness::tools::ToolError> {
+    ) -> Result<ToolOutput, harness_core::tools::ToolError> {
         self.probe.call(ctx, arguments).await
     }
 
@@ -575,11 +571,11 @@ struct SavedPerCall {
 }
 
 #[async_trait]
-impl agent_harness::harness::hooks::CheckpointStore for SavedPerCall {
+impl harness_core::harness::hooks::CheckpointStore for SavedPerCall {
     async fn snapshot(
         &self,
-        request: &agent_harness::harness::hooks::CheckpointRequest,
-    ) -> Result<Vec<String>, agent_harness::harness::hooks::HookError> {
+        request: &harness_core::harness::hooks::CheckpointRequest,
+    ) -> Result<Vec<String>, harness_core::harness::hooks::HookError> {
         self.snapshots.lock().unwrap().push(request.call_id.clone());
         Ok(vec![format!("cp-{}", request.call_id)])
     }
@@ -589,7 +585,7 @@ impl agent_harness::harness::hooks::CheckpointStore for SavedPerCall {
         _: &str,
         _: &str,
         call_id: &str,
-    ) -> Result<Vec<Saved>, agent_harness::harness::hooks::HookError> {
+    ) -> Result<Vec<Saved>, harness_core::harness::hooks::HookError> {
         Ok(vec![Saved {
             path: "n.md".into(),
             content: Some(format!("saved {call_id}").into_bytes()),

@@ -2,8 +2,16 @@
 
 use std::sync::{Arc, Mutex};
 
-use agent_harness::{
+use async_trait::async_trait;
+use harness_base::{
     events::TurnEvent,
+    providers::{
+        Usage as ScriptedUsage,
+        scripted::{ScriptedProvider, call, calls, text},
+    },
+    turn::WebMode,
+};
+use harness_core::{
     harness::{
         HarnessOptions,
         hooks::{
@@ -11,14 +19,8 @@ use agent_harness::{
             MemoryTurn, ResearchLearner,
         },
     },
-    providers::{
-        Usage as ScriptedUsage,
-        scripted::{ScriptedProvider, call, calls, text},
-    },
     tools::{Citation, ToolOutput},
-    turn::WebMode,
 };
-use async_trait::async_trait;
 use serde_json::json;
 
 use crate::helpers::{Fixed, builder, options, request, run, scripted};
@@ -32,7 +34,7 @@ impl MemoryExtractor for BrokenExtractor {
     async fn extract_turn(
         &self,
         _: &MemoryTurn,
-    ) -> Result<Option<agent_harness::store::NewJob>, HookError> {
+    ) -> Result<Option<harness_store::store::NewJob>, HookError> {
         assert!(!self.panics, "extractor exploded");
         Err(HookError::new("memory store is down"))
     }
@@ -46,7 +48,7 @@ impl ResearchLearner for Learner {
     async fn observe_turn(
         &self,
         exchange: Exchange<'_>,
-    ) -> Result<Option<agent_harness::store::ObservationRecord>, HookError> {
+    ) -> Result<Option<harness_store::store::ObservationRecord>, HookError> {
         let seen = (
             exchange.assistant_text.to_owned(),
             exchange.source_id.to_owned(),
@@ -216,7 +218,7 @@ async fn usage_is_reported_once_and_only_when_non_zero() {
     let recorder = Arc::new(Recorder::default());
     let silent =
         Arc::new(ScriptedProvider::new([text("done")]).with_usage(ScriptedUsage::default()));
-    let harness = agent_harness::harness::AgentHarness::builder(silent)
+    let harness = harness_core::harness::AgentHarness::builder(silent)
         .callbacks(recorder.clone())
         .build();
     let ran = run(&harness, request("hi")).await;
@@ -239,8 +241,8 @@ impl JudgeScheduler for Judges {
     async fn schedule(
         &self,
         request: JudgeRequest,
-    ) -> Result<Vec<agent_harness::store::NewJob>, HookError> {
-        let job = |judge: &str| agent_harness::store::NewJob {
+    ) -> Result<Vec<harness_store::store::NewJob>, HookError> {
+        let job = |judge: &str| harness_store::store::NewJob {
             id: format!("job-{judge}"),
             kind: "judge".into(),
             session_id: request.session_id.as_str().to_owned(),

@@ -2,16 +2,18 @@
 
 use std::sync::Arc;
 
-use agent_harness::{
-    harness::{HarnessOptions, hooks::AgentCallbacks, validation::MAX_REPAIR_ATTEMPTS},
+use async_trait::async_trait;
+use harness_base::{
     providers::{
         ToolCall,
         scripted::{call, calls, text},
     },
-    tools::{EffectClass, PermissionMode, Tool, ToolOutput},
     turn::WebMode,
 };
-use async_trait::async_trait;
+use harness_core::{
+    harness::{HarnessOptions, hooks::AgentCallbacks, validation::MAX_REPAIR_ATTEMPTS},
+    tools::{EffectClass, PermissionMode, Tool, ToolOutput},
+};
 use serde_json::json;
 
 use crate::helpers::{Fixed, Probe, builder, options, request, run, scripted, tool_messages};
@@ -227,10 +229,10 @@ async fn the_read_only_permission_mode_neither_offers_nor_runs_writes() {
         ]),
         text("done"),
     ]);
-    let tools = agent_harness::tools::ToolRegistry::new(PermissionMode::ReadOnly)
+    let tools = harness_core::tools::ToolRegistry::new(PermissionMode::ReadOnly)
         .register(writer.clone())
         .register(reader);
-    let harness = agent_harness::harness::AgentHarness::builder(provider.clone())
+    let harness = harness_core::harness::AgentHarness::builder(provider.clone())
         .tools(tools)
         .build();
     let ran = run(&harness, request("go")).await;
@@ -278,7 +280,7 @@ async fn a_tool_that_fails_for_good_is_blocked_for_the_rest_of_the_same_step() {
 async fn the_context_packs_citations_are_the_turns_citations() {
     let pack = ToolOutput {
         content: json!({"relevant_facts": ["Paris is in France"], "preferences": []}).to_string(),
-        citations: vec![agent_harness::tools::Citation::Local {
+        citations: vec![harness_core::tools::Citation::Local {
             anchor: "notes/paris.md".into(),
         }],
     };
@@ -303,7 +305,7 @@ async fn tool_results_reach_the_model_inside_the_untrusted_fence() {
     let tool = second.messages.last().unwrap();
     assert!(
         tool.content
-            .starts_with(agent_harness::harness::waves::TOOL_RESULT_INTRO),
+            .starts_with(harness_core::harness::waves::TOOL_RESULT_INTRO),
         "{}",
         tool.content
     );
@@ -354,25 +356,25 @@ async fn a_tool_failure_message_reaches_the_model_inside_the_fence_too() {
 /// Completes its first call, then fails for good (not retryable).
 struct Flip(
     std::sync::atomic::AtomicUsize,
-    agent_harness::tools::ToolSpec,
+    harness_core::tools::ToolSpec,
 );
 
 #[async_trait]
 impl Tool for Flip {
-    fn spec(&self) -> &agent_harness::tools::ToolSpec {
+    fn spec(&self) -> &harness_core::tools::ToolSpec {
         &self.1
     }
 
     async fn call(
         &self,
-        _: agent_harness::tools::ToolContext,
+        _: harness_core::tools::ToolContext,
         _: serde_json::Value,
-    ) -> Result<ToolOutput, agent_harness::tools::ToolError> {
+    ) -> Result<ToolOutput, harness_core::tools::ToolError> {
         if self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
             Ok(ToolOutput::text("first"))
         } else {
-            Err(agent_harness::tools::ToolError::new(
-                agent_harness::tools::ToolErrorKind::Failed,
+            Err(harness_core::tools::ToolError::new(
+                harness_core::tools::ToolErrorKind::Failed,
                 "broken for good",
                 false,
             ))
@@ -394,12 +396,12 @@ impl AgentCallbacks for DenyAll {
 struct NoCheckpoints;
 
 #[async_trait]
-impl agent_harness::harness::hooks::CheckpointStore for NoCheckpoints {
+impl harness_core::harness::hooks::CheckpointStore for NoCheckpoints {
     async fn snapshot(
         &self,
-        _: &agent_harness::harness::hooks::CheckpointRequest,
-    ) -> Result<Vec<String>, agent_harness::harness::hooks::HookError> {
-        Err(agent_harness::harness::hooks::HookError(
+        _: &harness_core::harness::hooks::CheckpointRequest,
+    ) -> Result<Vec<String>, harness_core::harness::hooks::HookError> {
+        Err(harness_core::harness::hooks::HookError(
             "the disk is full".into(),
         ))
     }
@@ -409,7 +411,7 @@ impl agent_harness::harness::hooks::CheckpointStore for NoCheckpoints {
         _: &str,
         _: &str,
         _: &str,
-    ) -> Result<Vec<agent_harness::tools::Saved>, agent_harness::harness::hooks::HookError> {
+    ) -> Result<Vec<harness_core::tools::Saved>, harness_core::harness::hooks::HookError> {
         Ok(Vec::new())
     }
 }
@@ -429,7 +431,7 @@ async fn the_gates_refuse_in_their_order() {
     // 1 before 2: an identical call of a tool that is blocked since.
     let flip = Arc::new(Flip(
         std::sync::atomic::AtomicUsize::new(0),
-        agent_harness::tools::ToolSpec::new(
+        harness_core::tools::ToolSpec::new(
             "flip",
             "Works once.",
             json!({"type": "object"}),

@@ -8,21 +8,23 @@ use std::{
     time::Duration,
 };
 
-use agent_harness::{
+use async_trait::async_trait;
+use harness_base::{
     events::TurnEvent,
+    providers::ChatMessage,
+    providers::scripted::{Scripted, ScriptedProvider},
+    turn::TurnRequest,
+};
+use harness_core::{
     harness::{
         AgentHarness, AgentHarnessBuilder, EventSink, HarnessOptions, SinkError, TurnError,
         TurnInput, TurnOutput, durable::StepRecord, state::TurnRuntimeState,
     },
-    providers::ChatMessage,
-    providers::scripted::{Scripted, ScriptedProvider},
     tools::{
         EffectClass, PermissionMode, Tool, ToolContext, ToolError, ToolErrorKind, ToolOutput,
         ToolRegistry, ToolSpec,
     },
-    turn::TurnRequest,
 };
-use async_trait::async_trait;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -319,11 +321,11 @@ pub fn options() -> HarnessOptions {
 
 /// Contents of the tool messages of a provider request, a tool's own
 /// output taken out of its untrusted fence.
-pub fn tool_messages(request: &agent_harness::providers::ChatRequest) -> Vec<String> {
+pub fn tool_messages(request: &harness_base::providers::ChatRequest) -> Vec<String> {
     request
         .messages
         .iter()
-        .filter(|m| m.role == agent_harness::providers::Role::Tool)
+        .filter(|m| m.role == harness_base::providers::Role::Tool)
         .map(|m| unfence(&m.content))
         .collect()
 }
@@ -331,7 +333,7 @@ pub fn tool_messages(request: &agent_harness::providers::ChatRequest) -> Vec<Str
 /// A fenced tool result's content (checking the fence), or `content` as
 /// it is when it has no fence.
 pub fn unfence(content: &str) -> String {
-    let Some(rest) = content.strip_prefix(agent_harness::harness::waves::TOOL_RESULT_INTRO) else {
+    let Some(rest) = content.strip_prefix(harness_core::harness::waves::TOOL_RESULT_INTRO) else {
         return content.to_owned();
     };
     let rest = rest

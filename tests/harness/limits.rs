@@ -6,20 +6,22 @@ use std::{
     time::Duration,
 };
 
-use agent_harness::{
+use async_trait::async_trait;
+use harness_base::{
     events::TurnEvent,
+    providers::{
+        ProviderError, ProviderFailure,
+        scripted::{Scripted, call, calls, text},
+    },
+};
+use harness_core::{
     harness::{
         HarnessOptions, MAX_STEPS_TEXT, TIMEOUT_TEXT, TurnError,
         hooks::{ArtifactStore, HookError, LongOutput},
         state::TraceStatus,
     },
-    providers::{
-        ProviderError, ProviderFailure,
-        scripted::{Scripted, call, calls, text},
-    },
     tools::{EffectClass, Tool, ToolOutput},
 };
-use async_trait::async_trait;
 use serde_json::json;
 
 use crate::helpers::{

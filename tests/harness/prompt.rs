@@ -3,8 +3,13 @@
 
 use std::sync::Arc;
 
-use agent_harness::{
+use async_trait::async_trait;
+use chrono::Utc;
+use harness_base::{
     events::TurnEvent,
+    providers::{ChatMessage, scripted::text},
+};
+use harness_core::{
     harness::{
         hooks::{HookError, MemoryContext, MemoryRetriever},
         prepare::{
@@ -13,11 +18,8 @@ use agent_harness::{
         },
         thinking::ThinkLevel,
     },
-    providers::{ChatMessage, scripted::text},
     tools::ToolOutput,
 };
-use async_trait::async_trait;
-use chrono::Utc;
 use serde_json::json;
 
 use crate::helpers::{Fixed, builder, options, request, run, scripted};
@@ -57,7 +59,7 @@ async fn the_prompt_has_the_seven_parts_in_the_seeds_order() {
         ),
     );
     let harness = builder(&provider, vec![pack])
-        .options(agent_harness::harness::HarnessOptions {
+        .options(harness_core::harness::HarnessOptions {
             system_prompt: "You are SecondBrain.".into(),
             think_level: ThinkLevel::Low,
             ..options()
@@ -161,7 +163,7 @@ async fn runtime_provider_and_model_override_the_metadata_and_the_call() {
 async fn a_prompt_id_records_a_prompt_rendered_event() {
     let provider = scripted([text("ok")]);
     let harness = builder(&provider, vec![])
-        .options(agent_harness::harness::HarnessOptions {
+        .options(harness_core::harness::HarnessOptions {
             prompt_id: Some("agent.profile.default".into()),
             prompt_version: Some("1.0.0".into()),
             ..options()
@@ -187,7 +189,7 @@ async fn a_prompt_id_records_a_prompt_rendered_event() {
         [(
             "agent.profile.default".to_owned(),
             Some("1.0.0".to_owned()),
-            stable_render_hash(agent_harness::harness::DEFAULT_SYSTEM_PROMPT)
+            stable_render_hash(harness_core::harness::DEFAULT_SYSTEM_PROMPT)
         )]
     );
     let provider = scripted([text("ok")]);
@@ -197,14 +199,14 @@ async fn a_prompt_id_records_a_prompt_rendered_event() {
 
 #[tokio::test]
 async fn semantic_selection_offers_only_the_most_related_tools() {
-    use agent_harness::tools::Tool;
+    use harness_core::tools::Tool;
     let mut tools: Vec<Arc<dyn Tool>> = (0..29)
         .map(|i| Fixed::ok(&format!("filler_{i}"), ToolOutput::text("x")) as Arc<dyn Tool>)
         .collect();
     tools.push(Fixed::ok("weather_forecast", ToolOutput::text("sunny")));
     let provider = scripted([text("ok"), text("ok")]);
     let harness = builder(&provider, tools.clone())
-        .options(agent_harness::harness::HarnessOptions {
+        .options(harness_core::harness::HarnessOptions {
             enable_semantic_selection: true,
             max_tools_per_turn: 5,
             ..options()
@@ -235,7 +237,7 @@ async fn semantic_selection_offers_only_the_most_related_tools() {
 async fn without_streaming_no_deltas_are_emitted_but_the_text_is_whole() {
     let provider = scripted([text("one two three")]);
     let harness = builder(&provider, vec![])
-        .options(agent_harness::harness::HarnessOptions {
+        .options(harness_core::harness::HarnessOptions {
             stream: false,
             prompt_tags: vec!["chat".into()],
             ..options()
@@ -286,7 +288,7 @@ async fn prompt_text_reaches_spans_only_when_asked() {
         let _guard = crate::capture::capture(tracing_subscriber::registry().with(recorded.clone()));
         let provider = scripted([text("secret answer")]);
         let harness = builder(&provider, vec![])
-            .options(agent_harness::harness::HarnessOptions {
+            .options(harness_core::harness::HarnessOptions {
                 capture_content: capture,
                 ..options()
             })
@@ -320,7 +322,7 @@ struct WordVectors {
 }
 
 #[async_trait]
-impl agent_harness::providers::embeddings::Embedder for WordVectors {
+impl harness_base::providers::embeddings::Embedder for WordVectors {
     fn model_id(&self) -> &str {
         "test:words"
     }
@@ -351,7 +353,7 @@ impl agent_harness::providers::embeddings::Embedder for WordVectors {
     }
 }
 
-fn offered(provider: &agent_harness::providers::scripted::ScriptedProvider) -> Vec<String> {
+fn offered(provider: &harness_base::providers::scripted::ScriptedProvider) -> Vec<String> {
     provider.requests()[0]
         .tools
         .iter()
@@ -366,7 +368,7 @@ fn offered(provider: &agent_harness::providers::scripted::ScriptedProvider) -> V
 /// last-registered tool was the one left out.)
 #[tokio::test]
 async fn with_embeddings_tools_are_chosen_by_meaning_and_embedded_once() {
-    use agent_harness::tools::Tool;
+    use harness_core::tools::Tool;
     let mut tools: Vec<Arc<dyn Tool>> = (0..29)
         .map(|i| Fixed::ok(&format!("filler_{i}"), ToolOutput::text("x")) as Arc<dyn Tool>)
         .collect();
@@ -374,7 +376,7 @@ async fn with_embeddings_tools_are_chosen_by_meaning_and_embedded_once() {
     let embedder = Arc::new(WordVectors::default());
     let provider = scripted([text("ok"), text("ok")]);
     let harness = builder(&provider, tools)
-        .options(agent_harness::harness::HarnessOptions {
+        .options(harness_core::harness::HarnessOptions {
             enable_semantic_selection: true,
             max_tools_per_turn: 5,
             ..options()
@@ -401,13 +403,13 @@ async fn with_embeddings_tools_are_chosen_by_meaning_and_embedded_once() {
 /// (where MCP and HTTP tools are) keep their chance.
 #[tokio::test]
 async fn ties_do_not_drop_the_last_registered_tools_first() {
-    use agent_harness::tools::Tool;
+    use harness_core::tools::Tool;
     let tools: Vec<Arc<dyn Tool>> = (0..10)
         .map(|i| Fixed::ok(&format!("t{i}"), ToolOutput::text("x")) as Arc<dyn Tool>)
         .collect();
     let provider = scripted([text("ok")]);
     let harness = builder(&provider, tools)
-        .options(agent_harness::harness::HarnessOptions {
+        .options(harness_core::harness::HarnessOptions {
             enable_semantic_selection: true,
             max_tools_per_turn: 5,
             ..options()

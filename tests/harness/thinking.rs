@@ -2,13 +2,15 @@
 
 use std::sync::Arc;
 
-use agent_harness::{
+use harness_base::{
     events::TurnEvent,
-    harness::{HarnessOptions, compaction::ContextWarningTracker, thinking::ThinkLevel},
     providers::{
         ProviderError, ProviderFailure, Role,
         scripted::{Scripted, call, calls, text},
     },
+};
+use harness_core::{
+    harness::{HarnessOptions, compaction::ContextWarningTracker, thinking::ThinkLevel},
     tools::{EffectClass, Tool},
 };
 use serde_json::json;
@@ -48,8 +50,8 @@ async fn a_tool_error_triggers_a_reflection_that_the_model_then_sees() {
     let last = provider.requests().pop().unwrap();
     assert!(last.messages.iter().any(|m| m.role == Role::System
         && m.content
-            == agent_harness::harness::prepare::untrusted_block(
-                agent_harness::harness::prepare::REFLECTION_INTRO,
+            == harness_core::harness::prepare::untrusted_block(
+                harness_core::harness::prepare::REFLECTION_INTRO,
                 "The tool failed; try another way."
             )));
     assert_eq!(ran.state.budget.reflections_used(), 1);
@@ -178,7 +180,7 @@ async fn the_critical_context_level_compacts_older_messages() {
     let last = requests.last().unwrap();
     assert!(last.messages.iter().any(|m| {
         m.content
-            .starts_with(agent_harness::harness::compaction::SUMMARY_INTRO)
+            .starts_with(harness_core::harness::compaction::SUMMARY_INTRO)
             && m.content
                 .contains("\nThey talked about lorem ipsum.\n<<<END_UNTRUSTED_CONTEXT ")
     }));
@@ -213,14 +215,8 @@ async fn auto_compact_off_leaves_the_context_alone() {
 /// One dollar per provider call.
 struct DollarPerCall;
 
-impl agent_harness::harness::hooks::CostTracker for DollarPerCall {
-    fn record(
-        &self,
-        _: &str,
-        _: &str,
-        _: &str,
-        _: &agent_harness::providers::Usage,
-    ) -> Option<f64> {
+impl harness_core::harness::hooks::CostTracker for DollarPerCall {
+    fn record(&self, _: &str, _: &str, _: &str, _: &harness_base::providers::Usage) -> Option<f64> {
         Some(1.0)
     }
 }
@@ -267,7 +263,7 @@ async fn a_reflection_asks_the_turns_provider_and_counts_in_usage_and_cost() {
 
 #[tokio::test]
 async fn compaction_keeps_the_question_and_fences_its_summary_as_untrusted() {
-    let output = agent_harness::tools::ToolOutput::text("fact ".repeat(240));
+    let output = harness_core::tools::ToolOutput::text("fact ".repeat(240));
     let provider = scripted([
         calls(vec![call("c1", "lookup", json!({"n": 1}))]),
         calls(vec![call("c2", "lookup", json!({"n": 2}))]),
@@ -304,7 +300,7 @@ async fn compaction_keeps_the_question_and_fences_its_summary_as_untrusted() {
     assert!(
         summary
             .content
-            .starts_with(agent_harness::harness::compaction::SUMMARY_INTRO),
+            .starts_with(harness_core::harness::compaction::SUMMARY_INTRO),
         "{}",
         summary.content
     );
@@ -332,7 +328,7 @@ async fn compaction_keeps_the_question_and_fences_its_summary_as_untrusted() {
 async fn a_call_id_a_compaction_took_from_the_messages_is_not_handed_out_again() {
     let big = Fixed::ok(
         "big",
-        agent_harness::tools::ToolOutput::text("lorem ipsum ".repeat(400)),
+        harness_core::tools::ToolOutput::text("lorem ipsum ".repeat(400)),
     );
     let provider = scripted([
         calls(vec![call("call_0", "big", json!({}))]),

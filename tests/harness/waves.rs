@@ -1,10 +1,12 @@
 //! Stage 4e-4f: waves. A max-in-flight probe proves parallelism and its
 //! absence; paused time proves a parallel wave takes one call's time.
 
-use agent_harness::{
+use harness_base::{
     events::TurnEvent,
-    harness::HarnessOptions,
     providers::scripted::{call, calls, text},
+};
+use harness_core::{
+    harness::HarnessOptions,
     tools::{EffectClass, Tool},
 };
 use serde_json::json;
@@ -12,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::helpers::{Fixed, Probe, builder, options, request, run, scripted, unfence};
 
-fn probe_call(id: &str, key: &str) -> agent_harness::providers::ToolCall {
+fn probe_call(id: &str, key: &str) -> harness_base::providers::ToolCall {
     call(id, "probe", json!({"key": key, "ms": 100}))
 }
 
@@ -134,7 +136,7 @@ async fn results_come_back_in_call_order_with_one_tool_message_each() {
     let answers: Vec<(String, String)> = second
         .messages
         .iter()
-        .filter(|m| m.role == agent_harness::providers::Role::Tool)
+        .filter(|m| m.role == harness_base::providers::Role::Tool)
         .map(|m| (m.tool_call_id.clone().unwrap(), unfence(&m.content)))
         .collect();
     assert_eq!(answers.len(), 3, "exactly one tool message per call");

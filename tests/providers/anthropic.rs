@@ -2,13 +2,11 @@
 
 use std::time::Duration;
 
-use agent_harness::{
-    harness::thinking::ThinkLevel,
-    providers::{
-        ChatMessage, FinishReason, ProviderError, ProviderEvent, ThinkingBlock, ToolCall, Usage,
-        anthropic::{AnthropicConfig, AnthropicProvider},
-    },
+use harness_base::providers::{
+    ChatMessage, FinishReason, ProviderError, ProviderEvent, ThinkingBlock, ToolCall, Usage,
+    anthropic::{AnthropicConfig, AnthropicProvider},
 };
+use harness_core::harness::thinking::ThinkLevel;
 use serde_json::json;
 
 use crate::{

@@ -2,6 +2,14 @@
 //! what we parse, and the exact request we send.
 
 #![allow(
+    clippy::disallowed_methods,
+    reason = "a test's (the bench's) own servers and clients live as long as it does"
+)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test (a scenario) is one story told whole; the lint holds in the service code"
+)]
+#![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     reason = "test helpers fail loudly; the lint holds in the service code"
@@ -18,10 +26,10 @@ mod openai;
 
 use std::{sync::Arc, time::Duration};
 
-use agent_harness::providers::{
+use futures::StreamExt;
+use harness_base::providers::{
     ChatMessage, ChatRequest, LlmProvider, ProviderError, ProviderEvent, ToolCall, ToolDefinition,
 };
-use futures::StreamExt;
 use serde_json::json;
 
 /// A prompt with every kind of message: two system messages, a user
@@ -89,7 +97,7 @@ pub fn text(events: &[ProviderEvent]) -> String {
 /// The last two events of a stream that ended well: its usage (these
 /// tokens, nothing cached), then `stop`.
 pub fn ends_with_usage(events: &[ProviderEvent], input_tokens: u64, output_tokens: u64) {
-    use agent_harness::providers::{FinishReason, Usage};
+    use harness_base::providers::{FinishReason, Usage};
     assert_eq!(
         events[events.len() - 2..],
         [

@@ -2,13 +2,11 @@
 
 use std::time::Duration;
 
-use agent_harness::{
-    harness::thinking::ThinkLevel,
-    providers::{
-        FinishReason, ProviderError, ProviderEvent, ToolCall, Usage,
-        openai::{OpenAiConfig, OpenAiProvider},
-    },
+use harness_base::providers::{
+    FinishReason, ProviderError, ProviderEvent, ToolCall, Usage,
+    openai::{OpenAiConfig, OpenAiProvider},
 };
+use harness_core::harness::thinking::ThinkLevel;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

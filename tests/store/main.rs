@@ -1,6 +1,14 @@
 //! The storage contract: every test runs against SQLite and Postgres.
 
 #![allow(
+    clippy::disallowed_methods,
+    reason = "a test's (the bench's) own servers and clients live as long as it does"
+)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test (a scenario) is one story told whole; the lint holds in the service code"
+)]
+#![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     reason = "test helpers fail loudly; the lint holds in the service code"
@@ -11,17 +19,19 @@ mod support;
 
 use std::sync::Arc;
 
-use agent_harness::{
+use chrono::{Duration, Utc};
+use harness_base::{
     events::{StoredEvent, TurnEvent},
+    turn::TurnRequest,
+};
+use harness_store::{
     store::event_log::gather::{Chain, Gather, Parts},
     store::{
         Batch, BeginTurnError, Claim, Lease, NewDecision, NewMessage, NewStep, NewTurn, Orphan,
         OrphanScope, Queue, Share, Store, StoreError, TurnFinish, TurnLogCursor, TurnStatus,
         event_log::cursor, step_records_as,
     },
-    turn::TurnRequest,
 };
-use chrono::{Duration, Utc};
 use support::{Backend, TestDb};
 use uuid::Uuid;
 
@@ -38,7 +48,7 @@ trait Claims {
         until: chrono::DateTime<Utc>,
         limit: u32,
         share: &Share,
-    ) -> Result<Vec<agent_harness::store::PushDelivery>, StoreError>;
+    ) -> Result<Vec<harness_store::store::PushDelivery>, StoreError>;
     async fn release_pushes(&self, owner: &str) -> Result<(), StoreError>;
     async fn webhook_deliveries_due(&self, now: chrono::DateTime<Utc>) -> Result<bool, StoreError>;
     async fn claim_webhook_deliveries(
@@ -48,7 +58,7 @@ trait Claims {
         until: chrono::DateTime<Utc>,
         limit: u32,
         share: &Share,
-    ) -> Result<Vec<agent_harness::store::HeldDelivery>, StoreError>;
+    ) -> Result<Vec<harness_store::store::HeldDelivery>, StoreError>;
     async fn release_webhook_deliveries(&self, owner: &str) -> Result<(), StoreError>;
 }
 
@@ -65,7 +75,7 @@ impl<S: Store + ?Sized> Claims for S {
         until: chrono::DateTime<Utc>,
         limit: u32,
         share: &Share,
-    ) -> Result<Vec<agent_harness::store::PushDelivery>, StoreError> {
+    ) -> Result<Vec<harness_store::store::PushDelivery>, StoreError> {
         let claim = Claim {
             owner,
             now,
@@ -91,7 +101,7 @@ impl<S: Store + ?Sized> Claims for S {
         until: chrono::DateTime<Utc>,
         limit: u32,
         share: &Share,
-    ) -> Result<Vec<agent_harness::store::HeldDelivery>, StoreError> {
+    ) -> Result<Vec<harness_store::store::HeldDelivery>, StoreError> {
         let claim = Claim {
             owner,
             now,
@@ -118,15 +128,15 @@ async fn events_in(store: &dyn Store, id: &str) -> usize {
 }
 
 /// The stored key of the default tenant's session `id`.
-pub fn key(id: &str) -> agent_harness::ids::SessionKey {
-    agent_harness::ids::SessionKey::from_stored(id)
+pub fn key(id: &str) -> harness_base::ids::SessionKey {
+    harness_base::ids::SessionKey::from_stored(id)
 }
 
 fn new_turn(session: &str, key: Option<&str>) -> NewTurn {
     NewTurn {
         id: Uuid::now_v7(),
         session_id: session.into(),
-        tenant: agent_harness::ids::DEFAULT_TENANT.to_owned(),
+        tenant: harness_base::ids::DEFAULT_TENANT.to_owned(),
         request: TurnRequest::new("hi"),
         idempotency_key: key.map(str::to_owned),
         owner_instance: "instance-a".to_owned(),
@@ -175,7 +185,7 @@ fn delta(turn: &NewTurn, seq: i64, text: &str) -> Arc<StoredEvent> {
 }
 
 fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
-    let result = agent_harness::turn::TurnResult {
+    let result = harness_base::turn::TurnResult {
         text: text.into(),
         ..Default::default()
     };
@@ -206,7 +216,7 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
             strategy: "direct_answer".into(),
             record: "{}".into(),
         }),
-        observation: Some(agent_harness::store::ObservationRecord {
+        observation: Some(harness_store::store::ObservationRecord {
             id: format!("obs_{}", Uuid::now_v7().simple()),
             session_id: turn.session_id.to_string(),
             source_id: format!("chat_message:{}", turn.id),
@@ -214,7 +224,7 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
             assistant_text: text.into(),
             created_at: Utc::now(),
         }),
-        jobs: vec![agent_harness::store::NewJob {
+        jobs: vec![harness_store::store::NewJob {
             id: format!("job_{}", Uuid::now_v7().simple()),
             kind: "memory_extraction".into(),
             session_id: turn.session_id.to_string(),
@@ -399,7 +409,7 @@ async fn a_session_stays_with_the_tenant_that_made_it(backend: Backend) {
 }
 
 async fn a_turn_reads_back_its_request_and_result_as_they_were_given(backend: Backend) {
-    use agent_harness::{
+    use harness_base::{
         providers::{ChatMessage, Role},
         turn::WebMode,
     };
@@ -416,7 +426,7 @@ async fn a_turn_reads_back_its_request_and_result_as_they_were_given(backend: Ba
             ChatMessage::new(Role::Assistant, "answer".to_owned()),
         ]),
         user_id: Some("u-1".into()),
-        think_level: Some(agent_harness::providers::ThinkLevel::High),
+        think_level: Some(harness_base::providers::ThinkLevel::High),
         max_output_tokens: Some(300),
         metadata: [("ticket".to_owned(), "T-1".to_owned())].into(),
         follows: Some(Uuid::now_v7()),
@@ -435,7 +445,7 @@ async fn a_turn_reads_back_its_request_and_result_as_they_were_given(backend: Ba
     assert_eq!(ended.request, turn.request);
     let result = ended.result.unwrap();
     assert_eq!(result.text, "Typed.");
-    assert_eq!(result.stop_reason, agent_harness::turn::StopReason::Answer);
+    assert_eq!(result.stop_reason, harness_base::turn::StopReason::Answer);
 }
 
 async fn a_turn_is_found_by_its_id_alone_until_it_is_hidden(backend: Backend) {
@@ -483,10 +493,10 @@ async fn a_tenant_lists_its_own_sessions_newest_first(backend: Backend) {
     let mut newer = new_turn("s-new", None);
     newer.created_at = older.created_at + Duration::seconds(5);
     store.begin_turn(&newer).await.unwrap();
-    let ids = |sessions: Vec<agent_harness::store::SessionRecord>| -> Vec<String> {
+    let ids = |sessions: Vec<harness_store::store::SessionRecord>| -> Vec<String> {
         sessions.into_iter().map(|s| s.id).collect()
     };
-    let default = agent_harness::ids::DEFAULT_TENANT;
+    let default = harness_base::ids::DEFAULT_TENANT;
     assert_eq!(
         ids(store.list_sessions(default, 10).await.unwrap()),
         ["s-new", "s-old"]
@@ -1250,7 +1260,7 @@ async fn paced_deltas_read_back_whole_and_survive_a_crash(backend: Backend) {
     }
     let erased = store.erase_session(&key(&other.session_id)).await.unwrap();
     assert!(
-        matches!(erased, agent_harness::store::Erased::Erased),
+        matches!(erased, harness_store::store::Erased::Erased),
         "{erased:?}"
     );
     store
@@ -1259,7 +1269,7 @@ async fn paced_deltas_read_back_whole_and_survive_a_crash(backend: Backend) {
         .unwrap();
     assert!(matches!(
         store.erase_session(&key(&turn.session_id)).await.unwrap(),
-        agent_harness::store::Erased::Erased
+        harness_store::store::Erased::Erased
     ));
     if backend == Backend::Sqlite {
         let pool = sqlx::SqlitePool::connect(&db.sqlite_url()).await.unwrap();
@@ -1732,8 +1742,8 @@ async fn retention_finds_the_inactive_sessions_of_each_tenant_and_one_sweeper(ba
         let mut turn = new_turn(session, None);
         turn.tenant = tenant.to_owned();
         turn.created_at = now - Duration::hours(2);
-        let key = agent_harness::ids::tenant_scope(tenant, session);
-        turn.session_id = agent_harness::ids::SessionKey::from_stored(&key);
+        let key = harness_base::ids::tenant_scope(tenant, session);
+        turn.session_id = harness_base::ids::SessionKey::from_stored(&key);
         store.begin_turn(&turn).await.unwrap();
         if ends {
             let mut end = completed(&turn, 2, "done");
@@ -1764,7 +1774,7 @@ async fn retention_finds_the_inactive_sessions_of_each_tenant_and_one_sweeper(ba
     store
         .set_tenant_limits(
             "acme",
-            &agent_harness::store::TenantLimits {
+            &harness_store::store::TenantLimits {
                 retention_s: Some(86_400),
                 ..Default::default()
             },
@@ -1853,7 +1863,7 @@ async fn heartbeats_and_begins_never_deadlock_with_turn_ends(backend: Backend) {
                     }
                     store.heartbeat(&leases_of(&ids), Utc::now()).await?;
                 }
-                Ok::<_, agent_harness::store::StoreError>(())
+                Ok::<_, harness_store::store::StoreError>(())
             })
         };
         let beginning = {
@@ -2060,7 +2070,7 @@ on_both_backends!(
 /// authentications of one address in one minute are one row with their
 /// count; the trim removes only rows older than its time.
 async fn the_audit_trail_counts_failures_per_minute_and_trims_only_old_rows(backend: Backend) {
-    use agent_harness::store::{AuditEntry, AuditFilter, audit::kinds};
+    use harness_store::store::{AuditEntry, AuditFilter, audit::kinds};
     let (_db, store) = store(backend).await;
     let ago = (Utc::now() - Duration::days(10)).timestamp();
     let minute = chrono::DateTime::from_timestamp(ago - ago % 60, 0).unwrap();
@@ -2170,7 +2180,7 @@ async fn artifacts_and_decisions_are_kept_per_session(backend: Backend) {
         .write_batch(&[], &[&completed(&turn, 2, "x")])
         .await
         .unwrap();
-    let artifact = agent_harness::store::NewArtifact {
+    let artifact = harness_store::store::NewArtifact {
         id: "art_1".into(),
         session_id: "s1".into(),
         turn_id: turn.id.to_string(),
@@ -2235,7 +2245,7 @@ fn before_per_tenant_ids(backend: Backend) -> i64 {
 
 /// Everything the store holds of a session, as a client would see it.
 async fn session_contents(store: &dyn Store, key: &str) -> String {
-    let key = &agent_harness::ids::SessionKey::from_stored(key);
+    let key = &harness_base::ids::SessionKey::from_stored(key);
     let session = store.get_session(key).await.unwrap().unwrap();
     let events: Vec<_> = store
         .list_events(key, None, 0, 100)
@@ -2256,7 +2266,7 @@ async fn session_contents(store: &dyn Store, key: &str) -> String {
     let artifact = store
         .get_artifact(
             key,
-            &format!("art_{}", agent_harness::ids::client_session_id(key)),
+            &format!("art_{}", harness_base::ids::client_session_id(key)),
         )
         .await
         .unwrap()
@@ -2415,7 +2425,7 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
             .await
             .unwrap();
         store
-            .put_artifact(&agent_harness::store::NewArtifact {
+            .put_artifact(&harness_store::store::NewArtifact {
                 id: format!("art_{id}"),
                 session_id: id.into(),
                 turn_id: turn.id.to_string(),
@@ -2427,7 +2437,7 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
             .await
             .unwrap();
         store
-            .put_checkpoint(&agent_harness::store::NewCheckpoint {
+            .put_checkpoint(&harness_store::store::NewCheckpoint {
                 id: format!("ckpt_{}", Uuid::now_v7().simple()),
                 session_id: id.into(),
                 turn_id: turn.id.to_string(),
@@ -2441,9 +2451,9 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
             .unwrap();
         store
             .upsert_memory(
-                &agent_harness::store::NewMemory {
+                &harness_store::store::NewMemory {
                     id: format!("mem_{}", Uuid::now_v7().simple()),
-                    scope: agent_harness::ids::tenant_scope(tenant, &format!("session:{id}")),
+                    scope: harness_base::ids::tenant_scope(tenant, &format!("session:{id}")),
                     kind: "fact".into(),
                     key: "city".into(),
                     content: "Lives in Lyon".into(),
@@ -2464,9 +2474,9 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
     store.migrate().await.unwrap();
     assert!(store.readiness().await.migrations_applied);
     for (tenant, id, before) in &made {
-        let key = agent_harness::ids::SessionKey::new(
+        let key = harness_base::ids::SessionKey::new(
             tenant,
-            &agent_harness::ids::SessionId::parse(id).unwrap(),
+            &harness_base::ids::SessionId::parse(id).unwrap(),
         );
         assert_eq!(
             key.as_str() == *id,
@@ -2483,7 +2493,7 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
             Some(*tenant)
         );
         if key.as_str() != *id {
-            let id = &agent_harness::ids::SessionKey::from_stored(id);
+            let id = &harness_base::ids::SessionKey::from_stored(id);
             assert!(store.get_session(id).await.unwrap().is_none());
             let artifact = format!("art_{}", id.as_str());
             assert!(store.get_artifact(id, &artifact).await.unwrap().is_none());
@@ -2491,7 +2501,7 @@ async fn sessions_of_every_tenant_survive_the_move_to_per_tenant_ids(backend: Ba
         }
         let memories = store
             .list_memories(
-                &agent_harness::ids::tenant_scope(tenant, &format!("session:{id}")),
+                &harness_base::ids::tenant_scope(tenant, &format!("session:{id}")),
                 None,
                 10,
             )
@@ -2692,8 +2702,8 @@ async fn a_batch_written_twice_is_stored_once_and_only_a_different_event_conflic
     assert!(texts[2].contains("\"b\""), "{texts:?}");
 }
 
-fn push_config(task_id: Uuid, id: &str) -> agent_harness::store::PushConfig {
-    agent_harness::store::PushConfig {
+fn push_config(task_id: Uuid, id: &str) -> harness_store::store::PushConfig {
+    harness_store::store::PushConfig {
         task_id,
         id: id.into(),
         url: "https://hooks.example.com/a2a".into(),
@@ -2708,7 +2718,7 @@ fn push_config(task_id: Uuid, id: &str) -> agent_harness::store::PushConfig {
 /// or was given back does not; only the holder records progress, which
 /// the next claim starts from.
 async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
-    use agent_harness::store::PushProgress;
+    use harness_store::store::PushProgress;
     let (_db, store) = store(backend).await;
     let turn = new_turn("s-push", None);
     store.begin_turn(&turn).await.unwrap();
@@ -2856,8 +2866,8 @@ async fn a_push_delivery_is_held_by_one_replica_at_a_time(backend: Backend) {
 
 on_both_backends!(a_push_delivery_is_held_by_one_replica_at_a_time);
 
-fn webhook(id: &str, tenant: &str, events: &str) -> agent_harness::store::Webhook {
-    agent_harness::store::Webhook {
+fn webhook(id: &str, tenant: &str, events: &str) -> harness_store::store::Webhook {
+    harness_store::store::Webhook {
         id: id.into(),
         tenant: tenant.into(),
         url: "https://hooks.example.com/x".into(),
@@ -2872,7 +2882,7 @@ fn webhook(id: &str, tenant: &str, events: &str) -> agent_harness::store::Webhoo
 /// wants its type; a delivery is held by one replica at a time, recorded
 /// only by its holder, and given back by a replica that stops.
 async fn a_logged_event_has_its_webhook_deliveries(backend: Backend) {
-    use agent_harness::store::DeliveryOutcome;
+    use harness_store::store::DeliveryOutcome;
     let (_db, store) = store(backend).await;
     for hook in [
         webhook("wh_acme", "acme", r#"["turn.completed"]"#),
@@ -2889,7 +2899,7 @@ async fn a_logged_event_has_its_webhook_deliveries(backend: Backend) {
         "acme has two, as many as it may"
     );
     let operator = webhook(
-        agent_harness::store::OPERATOR_WEBHOOK_ID,
+        harness_store::store::OPERATOR_WEBHOOK_ID,
         "*",
         r#"["turn.completed"]"#,
     );
@@ -2914,7 +2924,7 @@ async fn a_logged_event_has_its_webhook_deliveries(backend: Backend) {
     assert!(listed("wh_acme_waits").await.is_empty(), "not a wait");
     assert!(listed("wh_globex").await.is_empty(), "another tenant's");
     assert_eq!(
-        listed(agent_harness::store::OPERATOR_WEBHOOK_ID)
+        listed(harness_store::store::OPERATOR_WEBHOOK_ID)
             .await
             .len(),
         1
@@ -2995,7 +3005,7 @@ async fn a_logged_event_has_its_webhook_deliveries(backend: Backend) {
     assert_eq!(again.len(), 1);
     assert_eq!(
         again[0].delivery.webhook_id,
-        agent_harness::store::OPERATOR_WEBHOOK_ID
+        harness_store::store::OPERATOR_WEBHOOK_ID
     );
     // A deleted endpoint's deliveries go with it; another tenant cannot
     // delete it.
@@ -3019,7 +3029,7 @@ async fn a_claim_takes_each_tenants_share_round_robin(backend: Backend) {
         assert!(store.create_webhook(&hook, 2).await.unwrap());
     }
     let operator = webhook(
-        agent_harness::store::OPERATOR_WEBHOOK_ID,
+        harness_store::store::OPERATOR_WEBHOOK_ID,
         "*",
         r#"["turn.completed"]"#,
     );
@@ -3052,7 +3062,7 @@ async fn a_claim_takes_each_tenants_share_round_robin(backend: Backend) {
     let count = |key: &str| {
         taken
             .iter()
-            .filter(|h| agent_harness::store::webhooks::share_key(&h.delivery) == key)
+            .filter(|h| harness_store::store::webhooks::share_key(&h.delivery) == key)
             .count()
     };
     assert_eq!(
@@ -3078,7 +3088,7 @@ async fn a_claim_takes_each_tenants_share_round_robin(backend: Backend) {
         .unwrap();
     let keys: std::collections::BTreeSet<&str> = taken
         .iter()
-        .map(|h| agent_harness::store::webhooks::share_key(&h.delivery))
+        .map(|h| harness_store::store::webhooks::share_key(&h.delivery))
         .collect();
     assert_eq!(keys.len(), 2, "two shares, one each: {taken:?}");
 }

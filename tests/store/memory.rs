@@ -1,10 +1,8 @@
 //! Memories, background jobs, judgements and observations on both backends.
 
-use agent_harness::{
-    events::TurnEvent,
-    store::{JobOutcome, JobUsage, JudgementRecord, MemoryQuery, NewJob, NewMemory},
-};
 use chrono::{Duration, SubsecRound, Utc};
+use harness_base::events::TurnEvent;
+use harness_store::store::{JobOutcome, JobUsage, JudgementRecord, MemoryQuery, NewJob, NewMemory};
 use uuid::Uuid;
 
 use super::{Backend, completed, key, new_turn, store};
@@ -150,7 +148,7 @@ async fn a_turns_memory_read_is_the_search_and_the_preferences(backend: Backend)
         .await
         .unwrap();
     let terms = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-    let ids = |m: &[agent_harness::store::MemoryRecord]| {
+    let ids = |m: &[harness_store::store::MemoryRecord]| {
         m.iter().map(|m| m.id.clone()).collect::<Vec<_>>()
     };
     for (words, limit, preferences) in [
@@ -342,7 +340,7 @@ async fn a_judgement_takes_the_sessions_next_seq_only_between_turns(backend: Bac
     store.put_judgement(&record, None).await.unwrap();
     // While the turn runs, its events own the next seqs.
     let at = record.created_at;
-    let between = agent_harness::events::StoredEvent::new("s1", event_turn, 0, &event, at).unwrap();
+    let between = harness_base::events::StoredEvent::new("s1", event_turn, 0, &event, at).unwrap();
     assert!(!store.append_session_event(&between).await.unwrap());
     assert_eq!(
         store
@@ -490,7 +488,7 @@ async fn a_begin_answers_the_turns_first_reads_as_the_reads_would(backend: Backe
             .await
             .unwrap();
     }
-    let query = |words: &[&str]| agent_harness::store::MemoryQuery {
+    let query = |words: &[&str]| harness_store::store::MemoryQuery {
         scope: "user:ann".into(),
         terms: words.iter().map(|w| (*w).to_owned()).collect(),
         limit: 5,
@@ -498,7 +496,7 @@ async fn a_begin_answers_the_turns_first_reads_as_the_reads_would(backend: Backe
     };
     // The first turn: no history yet.
     let mut first = new_turn("s-reads", None);
-    first.reads = agent_harness::store::TurnReads {
+    first.reads = harness_store::store::TurnReads {
         history: Some(10),
         memory: Some(query(&["Loire?", "city"])),
     };
@@ -529,7 +527,7 @@ async fn a_begin_answers_the_turns_first_reads_as_the_reads_would(backend: Backe
     // scope that has none.
     let mut second = new_turn("s-reads", None);
     second.reads.history = Some(10);
-    second.reads.memory = Some(agent_harness::store::MemoryQuery {
+    second.reads.memory = Some(harness_store::store::MemoryQuery {
         scope: "user:nobody".into(),
         ..query(&["Loire"])
     });
@@ -579,9 +577,9 @@ async fn a_begin_whose_first_read_fails_still_begins_on_sqlite() {
         .execute("UPDATE memories SET updated_at = 'not a time'", [])
         .unwrap();
     let mut turn = new_turn("s-broken", None);
-    turn.reads = agent_harness::store::TurnReads {
+    turn.reads = harness_store::store::TurnReads {
         history: Some(10),
-        memory: Some(agent_harness::store::MemoryQuery {
+        memory: Some(harness_store::store::MemoryQuery {
             scope: "user:ann".into(),
             terms: vec!["Nantes".into()],
             limit: 5,
@@ -597,7 +595,7 @@ async fn a_begin_whose_first_read_fails_still_begins_on_sqlite() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(record.status, agent_harness::store::TurnStatus::Running);
+    assert_eq!(record.status, harness_store::store::TurnStatus::Running);
 }
 
 /// A turn's memory read of `scope`.

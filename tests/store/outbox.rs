@@ -5,11 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use agent_harness::{
-    events::{StoredEvent, TurnEvent},
-    store::{OPERATOR_WEBHOOK_ID, Share},
-};
 use chrono::{Duration, Utc};
+use harness_base::events::{StoredEvent, TurnEvent};
+use harness_store::store::{OPERATOR_WEBHOOK_ID, Share};
 use std::sync::Arc;
 
 use super::{Backend, Claims, TestDb, completed, new_turn, store, webhook};

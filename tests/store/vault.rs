@@ -3,13 +3,13 @@
 
 use std::{path::Path, sync::Arc};
 
-use agent_harness::{
+use agent_harness::startup::VaultCheckpoints;
+use harness_core::{
     hooks::{CheckpointRequest, CheckpointStore},
-    startup::VaultCheckpoints,
-    store::{IndexedNote, VaultChunk},
     tools::{Saved, Settled, Tool, ToolOutput, notes::WriteNote},
     vault::{Vault, Vaults},
 };
+use harness_store::store::{IndexedNote, VaultChunk};
 use serde_json::json;
 
 use super::{Backend, store};

@@ -12,7 +12,7 @@ pub mod reply;
 
 use std::{str::FromStr, sync::Arc};
 
-use agent_harness::store::{Store, postgres::PostgresStore, sqlite::SqliteStore};
+use harness_store::store::{Store, postgres::PostgresStore, sqlite::SqliteStore};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tempfile::TempDir;
 
@@ -123,7 +123,7 @@ impl TestDb {
     pub async fn open_through_with(
         &self,
         proxy: &FaultProxy,
-        limits: agent_harness::store::PoolLimits,
+        limits: harness_store::store::PoolLimits,
     ) -> Arc<dyn Store> {
         let schema = self.schema.as_deref().expect("a Postgres test database");
         let options = PgConnectOptions::from_str(&postgres_url())
@@ -392,10 +392,10 @@ impl TestDb {
 
 /// The service's default use of its database's connections, on a pool of
 /// eight.
-pub fn test_limits() -> agent_harness::store::PoolLimits {
-    agent_harness::store::PoolLimits {
+pub fn test_limits() -> harness_store::store::PoolLimits {
+    harness_store::store::PoolLimits {
         max_connections: 8,
-        ..agent_harness::config::Settings::default().database.limits()
+        ..harness_core::config::Settings::default().database.limits()
     }
 }
 
