@@ -25,8 +25,8 @@ use cli::{chat, health};
 /// mimalloc, not the C library's allocator: glibc's `malloc`, `free` and
 /// their bins' consolidation were about a tenth of a paced token's CPU.
 /// Built without transparent huge pages (`no_thp`): with them, a held
-/// stream cost half as much memory again (docs/benchmarks.md, issue 42's
-/// fourth pass).
+/// stream cost half as much memory again (measured in the git history
+/// of docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

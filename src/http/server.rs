@@ -188,7 +188,7 @@ pub async fn serve(
 /// Resolves when a connection that has sent nothing by the head timeout
 /// after its accept finds silent connections flooding in (more than
 /// `slots::SILENT_SPARE` without a request, or such a flood within the
-/// idle timeout): it is closed then, as issue 21 promised of a flood of
+/// idle timeout): it is closed then, as the service promises of a flood of
 /// silent sockets (past the file limit too). Otherwise a silent
 /// connection waits the idle timeout (a client pool's spare connection;
 /// see `conn_timer`). Never resolves once the connection sent a byte.

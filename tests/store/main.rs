@@ -2644,6 +2644,7 @@ async fn sqlite_wal_stays_bounded_under_sustained_writes() {
     assert_eq!(last.len(), 1);
 }
 
+mod log_model;
 mod memory;
 mod outbox;
 mod vault;

@@ -4,7 +4,7 @@
 //! branch that waits for a rare signal is polled as often as the busy one.
 //! A `CancellationToken`'s `cancelled()` takes the token's mutex and its
 //! `Notify`'s at each poll: a turn, a stream and a connection each wait on
-//! a few such tokens while they relay a token at every wake (issue 42: the
+//! a few such tokens while they relay a token at every wake (the
 //! profile's first symbol under paced streams). [`when_woken`] polls the
 //! inner future once, then again only when the inner future's waker was
 //! woken since: its own waker records the wake and passes it on to the

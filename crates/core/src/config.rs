@@ -183,7 +183,7 @@ impl Settings {
     /// Fewer workers (one on two cores with SQLite, whose writer has a
     /// thread of its own) cost less CPU a turn at low load, as fewer idle
     /// workers are woken, but lengthen the wait of turns that start
-    /// together (issue 23, in the git history of docs/benchmarks.md).
+    /// together (measured in the git history of docs/benchmarks.md).
     pub fn worker_threads(&self, cores: usize) -> usize {
         self.server.worker_threads.unwrap_or(cores.max(1))
     }

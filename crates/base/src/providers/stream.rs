@@ -16,7 +16,7 @@ use super::ProviderError;
 /// One timer serves every wait, and it is moved only when it fires
 /// early. A timeout made per item took the runtime's timer lock twice
 /// a token (armed at its first poll, taken out when dropped): a paced
-/// stream's items each wait, so every one of them armed it (issue 42).
+/// stream's items each wait, so every one of them armed it.
 /// Here the timer is armed at the end of the first wait; when it fires,
 /// a wait that has since moved on sets it to its own end and goes on.
 pub(super) struct Waits {

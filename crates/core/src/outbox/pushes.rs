@@ -334,7 +334,7 @@ mod tests {
 
     /// A running task is looked at again in half a second while it
     /// speaks, less often the longer it has been quiet, at most every
-    /// 10 s (issue 63: a task waiting for hours was read twice a second).
+    /// 10 s (a task waiting for hours was once read twice a second).
     #[test]
     fn a_quiet_task_is_looked_at_less_often() {
         let now = Utc::now();

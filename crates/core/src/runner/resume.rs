@@ -315,7 +315,7 @@ mod tests {
     use super::*;
 
     /// A turn taken over knows every call id its log names, waiting calls
-    /// included (issue 63: after a compaction, a call id the messages no
+    /// included (before: after a compaction, a call id the messages no
     /// longer held was handed out again, and found an earlier approval).
     #[test]
     fn a_taken_over_turn_knows_the_call_ids_its_log_names() {

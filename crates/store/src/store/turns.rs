@@ -65,7 +65,7 @@ pub trait Turns: Reads + Send + Sync + 'static {
     /// No read comes before the write: a replay or a double text costs a
     /// refused insert and then the read that names the conflict, while the
     /// usual begin saves a read (on SQLite, also its hand-off to sqlx's
-    /// reader thread: about a tenth of a turn's CPU, issue 23's profile in the
+    /// reader thread: about a tenth of a turn's CPU, a profile in the
     /// git history of docs/benchmarks.md; the Postgres statement checks both conflicts itself). A unique
     /// index refusing the turn names a conflict that may be gone by the
     /// time it is looked up (the running turn ended in between): then the

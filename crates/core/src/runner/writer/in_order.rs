@@ -7,8 +7,8 @@
 //! ([`Gathered`]): a commit holds what arrived while the one before it
 //! ran, and the store's writer goes from one to the next without waiting
 //! for this task to hear the answer, publish it and gather again (the
-//! round trip each commit of a paced load waited for: issue 42, eighth
-//! and ninth passes in docs/benchmarks.md). The answers come back in
+//! round trip each commit of a paced load waited for, measured in the git
+//! history of docs/benchmarks.md). The answers come back in
 //! order and are published as the other loop publishes them. A commit
 //! that fails fails those chained after it, which write nothing
 //! ([`Chain`]); their commands are tried again together, in queue order,

@@ -182,7 +182,7 @@ pub(super) async fn complete(
 /// What a resource's version is, read cheaply: a note's modification
 /// time and size (a stat, not its text), a transcript's session's last
 /// event and update time (one row, not its messages). A listen compares
-/// these, not the contents (issue 63: 32 listens of a 4 MB transcript,
+/// these, not the contents (once, 32 listens of a 4 MB transcript,
 /// each re-read and hashed every second, took both cores). `None`: it
 /// cannot be told now (the look after compares with the one before).
 pub(super) async fn version(app: &Shared, tenant: &Tenant, uri: &str) -> Option<u64> {

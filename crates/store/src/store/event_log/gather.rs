@@ -4,8 +4,7 @@
 //! The event writer used to take what its queue held, hand that batch to
 //! the store and wait for the answer before it took the next: the SQLite
 //! writer thread then sat idle while the answer crossed back, the batch was
-//! published and the next one was gathered and sent (issue 42's eighth
-//! pass: each commit of a paced load waited for the one before it and for
+//! published and the next one was gathered and sent (each commit of a paced load waited for the one before it and for
 //! that round trip). On a store whose one writer applies commits in the
 //! order they are asked for, the event writer now asks for the next commit
 //! while the last one runs, and each takes its events from the queue only

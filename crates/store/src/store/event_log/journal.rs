@@ -4,7 +4,7 @@
 //! holds one delta of each of 1,000 paced streams rewrote 1,000 B-tree
 //! pages (a 4 KiB copy and checksum in the WAL each): the writer thread's
 //! whole cost under paced streams, and what held one process to a core
-//! (docs/benchmarks.md, issue 42). Here a session's deltas that follow
+//! (measured: docs/benchmarks.md). Here a session's deltas that follow
 //! each other are committed to the journal instead, a table in commit
 //! order with no index but its row id, one row (a *pack*, `packs.rs`) a
 //! commit: a commit's journal rows are one insert and a few pages at its
@@ -106,7 +106,7 @@ pub struct Journal {
     /// Pending events the writer thread let go of (flushed, forgotten),
     /// freed by the next caller of the writer on its own thread
     /// ([`Self::retired`]): freeing them, with what the jobs held, was a
-    /// tenth of the writer thread's time under paced streams (issue 42).
+    /// tenth of the writer thread's time under paced streams.
     /// At most what the journal held; each caller of the writer takes
     /// them all.
     retired: Mutex<Vec<Vec<Arc<StoredEvent>>>>,
@@ -217,7 +217,7 @@ impl Journal {
             ops: Vec::new(),
             // A paced commit touches a session per stream it holds:
             // grown from empty, the map was rehashed several times a
-            // commit (1.7 % of the writer thread, issue 42).
+            // commit (1.7 % of the writer thread).
             touched: HashMap::with_capacity(STAGE_SESSIONS),
             flushes: 0,
             next_row: lock(&self.rows).newest + 1,

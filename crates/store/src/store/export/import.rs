@@ -274,7 +274,7 @@ fn check_turn(
 }
 
 /// An event the session owns (a judgement) is under [`SESSION_TURN`],
-/// which is no turn. Versions before 0.1 (issue 63) wrote a judgement's
+/// which is no turn. Earlier versions wrote a judgement's
 /// event under a fresh UUID that named no turn: such an event is read as
 /// the session's (its `turn_id` becomes [`SESSION_TURN`]). A turn's own
 /// event may not take the session's id.

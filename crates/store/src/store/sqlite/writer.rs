@@ -45,7 +45,7 @@ const CHECKPOINT_AFTER: Duration = Duration::from_millis(100);
 /// use a few dozen statements, and each one the cache had let go was
 /// compiled again: with rusqlite's default of 16 they took turns evicting
 /// each other, and compiling them was 6.5 % of the writer thread under
-/// short turns at c=256 (docs/benchmarks.md, issue 42). Above the count
+/// short turns at c=256 (measured: docs/benchmarks.md). Above the count
 /// of statements the store prepares (a test holds it there).
 const STATEMENTS: usize = 256;
 
@@ -137,7 +137,7 @@ const CAREFUL_AFTER_FAILURE: u32 = 8;
 /// copies each page its job changes to a sub-journal first, and the jobs
 /// of a group share their hot pages (a table's last leaf, the sessions',
 /// the turns'): a tenth of the writer thread under short turns at c=256
-/// (docs/benchmarks.md, issue 42). When a job fails, the whole
+/// (measured: docs/benchmarks.md). When a job fails, the whole
 /// transaction is rolled back, and the group runs again the careful way:
 /// each job in a savepoint of its own, so one that fails is rolled back
 /// alone. `careful` asks for the careful way at once (a job failed in a
@@ -168,8 +168,7 @@ fn run_group(
 /// A group's transaction, begun and ended by statements the connection
 /// keeps compiled. rusqlite's `Transaction` compiles `BEGIN` and `COMMIT`
 /// anew each time (`execute_batch`): about 3 % of the writer thread's
-/// samples at 32 turns at once (docs/benchmarks.md, issue 42's eleventh
-/// pass). Rolled back when dropped uncommitted.
+/// samples at 32 turns at once (measured: docs/benchmarks.md). Rolled back when dropped uncommitted.
 struct Group<'c> {
     connection: &'c mut Connection,
 }

@@ -67,7 +67,7 @@ pub(in crate::store) fn memories_for_turn(
     // Most scopes have no memories (a new user, extraction off): one
     // index probe answers them, not a full-text query (whose set-up was
     // most of a begin's time on this thread, and every begin queued
-    // behind it waited it out: issue 23's profile, in the git history of
+    // behind it waited it out: a profile in the git history of
     // docs/benchmarks.md).
     let any: Option<i64> = tx
         .prepare_cached("SELECT 1 FROM memories WHERE scope = ?1 LIMIT 1")?
