@@ -134,7 +134,11 @@ async fn running(log: &Log, session: &mut Session, name: &str) -> NewTurn {
     }
     let turn = new_turn(name, None);
     let began = log.store().begin_turn(&turn).await.unwrap();
-    assert_eq!(began.first_seq, session.last_seq() + 1, "{name}: a begin's seq");
+    assert_eq!(
+        began.first_seq,
+        session.last_seq() + 1,
+        "{name}: a begin's seq"
+    );
     session.events.push((
         began.first_seq,
         turn.id,
@@ -247,7 +251,11 @@ async fn read(log: &Log, session: &Session, name: &str, after: u16, limit: u8) {
         .list_events(&key(name), None, after, u32::from(limit))
         .await
         .unwrap();
-    assert_eq!(read.iter().map(seen).collect::<Vec<_>>(), expected, "{name} after {after}");
+    assert_eq!(
+        read.iter().map(seen).collect::<Vec<_>>(),
+        expected,
+        "{name} after {after}"
+    );
     let turns: std::collections::BTreeSet<Uuid> = session.events.iter().map(|e| e.1).collect();
     for turn in turns {
         let expected: Vec<Seen> = session
@@ -262,7 +270,11 @@ async fn read(log: &Log, session: &Session, name: &str, after: u16, limit: u8) {
             .list_events(&key(name), Some(turn), after, u32::from(limit))
             .await
             .unwrap();
-        assert_eq!(read.iter().map(seen).collect::<Vec<_>>(), expected, "{name}'s turn {turn}");
+        assert_eq!(
+            read.iter().map(seen).collect::<Vec<_>>(),
+            expected,
+            "{name}'s turn {turn}"
+        );
     }
 }
 
