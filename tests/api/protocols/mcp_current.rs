@@ -288,7 +288,7 @@ async fn another_tenants_task_does_not_exist(backend: Backend) {
     let mut settings = test_settings(&provider);
     settings.server.auth = harness_core::config::AuthMode::On;
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    crate::tenants::make_keys(
+    crate::edge::tenants::make_keys(
         &app,
         &[
             ("k-acme", "acme", "ah_acme"),
@@ -403,7 +403,7 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
     settings.server.auth = harness_core::config::AuthMode::On;
     settings.vault.dir = vault.path().to_owned();
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    crate::tenants::make_keys(
+    crate::edge::tenants::make_keys(
         &app,
         &[
             ("k-acme", "acme", "ah_acme"),
@@ -411,7 +411,7 @@ async fn another_tenants_notes_and_transcripts_are_not_resources(backend: Backen
         ],
     )
     .await;
-    app.client = crate::tenants::client_with_key("ah_acme");
+    app.client = crate::edge::tenants::client_with_key("ah_acme");
     let plan = json!({"path": "notes/plan.md", "content": "# Plan\n\nAcme goes to Paris."});
     let (finished, _) = app.call_tool("write_note", plan).await;
     assert_eq!(finished["status"], "completed", "{finished}");

@@ -93,7 +93,7 @@ async fn app(backend: Backend, vault: &std::path::Path) -> TestApp {
     settings.vault.dir = vault.to_owned();
     settings.harness.approval_required = Some("LOCAL_WRITE".parse().unwrap());
     let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    crate::tenants::make_keys(
+    crate::edge::tenants::make_keys(
         &app,
         &[
             ("k-acme", "acme", "ah_acme"),
@@ -113,8 +113,8 @@ async fn a_tenants_endpoint_gets_its_turns_events_signed(backend: Backend) {
     let mut app = app(backend, vault.path()).await;
     let (acme_hook, acme_url) = Receiver::start().await;
     let (globex_hook, globex_url) = Receiver::start().await;
-    let acme = crate::tenants::client_with_key("ah_acme");
-    let globex = crate::tenants::client_with_key("ah_globex");
+    let acme = crate::edge::tenants::client_with_key("ah_acme");
+    let globex = crate::edge::tenants::client_with_key("ah_globex");
 
     app.client = globex.clone();
     let (status, theirs) = app

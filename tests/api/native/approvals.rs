@@ -179,7 +179,7 @@ async fn a_cancel_or_the_deadline_ends_a_pending_approval(backend: Backend) {
 
     // The turn's compute deadline stands still while a person thinks: a
     // decision after it would have passed still runs the write.
-    let app = crate::approvals::app(backend, vault.path(), 1).await;
+    let app = crate::native::approvals::app(backend, vault.path(), 1).await;
     script(&app);
     let mut stream = app
         .post_turn_sse("s-appr-t", json!({"message": "Change my note."}))

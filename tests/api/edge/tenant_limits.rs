@@ -7,11 +7,11 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    edge::tenants::{client_with_key, make_keys},
     fake_provider::{FakeProvider, Reply},
     helpers::{SseStream, TestApp, spawn_app_with, test_settings, types},
     on_both_backends,
     support::{Backend, TestDb},
-    tenants::{client_with_key, make_keys},
 };
 
 /// An app with keys on and two tenants, `acme` (the app's client) and
@@ -248,7 +248,7 @@ async fn a_tenant_holds_at_most_its_streams(backend: Backend) {
 #[tokio::test]
 async fn a_flood_past_a_tenants_streams_reads_no_key() {
     use tracing_subscriber::{Layer, layer::SubscriberExt};
-    let logs = crate::errors::Logs::default();
+    let logs = crate::edge::errors::Logs::default();
     let _capture = crate::support::capture::capture(
         tracing_subscriber::registry().with(
             tracing_subscriber::fmt::layer()

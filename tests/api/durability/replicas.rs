@@ -730,7 +730,7 @@ async fn a_webhook_of_a_killed_replica_is_delivered_by_another() {
     else {
         return;
     };
-    let (receiver, url) = crate::webhooks::Receiver::start().await;
+    let (receiver, url) = crate::edge::webhooks::Receiver::start().await;
     receiver
         .failing
         .store(u32::MAX, std::sync::atomic::Ordering::SeqCst);

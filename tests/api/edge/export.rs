@@ -6,11 +6,11 @@
 use serde_json::{Value, json};
 
 use crate::{
-    erase::{a_full_session, app_with},
+    edge::erase::{a_full_session, app_with},
+    edge::tenants::client_with_key,
     helpers::{TestApp, vault_of},
     on_both_backends,
     support::{Backend, postgres_or_skip},
-    tenants::client_with_key,
 };
 
 /// An app whose caller (keys off) may use the admin routes.
@@ -335,7 +335,7 @@ async fn a_bad_import_writes_nothing(backend: Backend) {
 /// admin key imports, for the tenant it names.
 async fn a_tenant_exports_its_own_and_an_admin_imports(backend: Backend) {
     let vault = vault_of(&[("notes/a.md", "# A\n")]);
-    let mut app = crate::admin::keyed_app(backend, vault.path()).await;
+    let mut app = crate::edge::admin::keyed_app(backend, vault.path()).await;
     let (acme, globex, ops) = (
         client_with_key("ah_acme"),
         client_with_key("ah_globex"),

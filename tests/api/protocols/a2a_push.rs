@@ -415,7 +415,7 @@ async fn a_tenants_stuck_receivers_do_not_hold_up_anothers_pushes(backend: Backe
     settings.server.outbound_allow_private = true;
     settings.server.auth = harness_core::config::AuthMode::On;
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    crate::tenants::make_keys(
+    crate::edge::tenants::make_keys(
         &app,
         &[
             ("k-acme", "acme", "ah_acme"),
@@ -423,7 +423,7 @@ async fn a_tenants_stuck_receivers_do_not_hold_up_anothers_pushes(backend: Backe
         ],
     )
     .await;
-    app.client = crate::tenants::client_with_key("ah_acme");
+    app.client = crate::edge::tenants::client_with_key("ah_acme");
     // Two running tasks of Acme's, ten configurations each: at their end,
     // twenty deliveries to a receiver that never answers.
     let gate = tokio_util::sync::CancellationToken::new();
@@ -449,7 +449,7 @@ async fn a_tenants_stuck_receivers_do_not_hold_up_anothers_pushes(backend: Backe
     }
     assert!(stuck.hanging().1 > 0, "acme's pushes are stuck");
 
-    app.client = crate::tenants::client_with_key("ah_globex");
+    app.client = crate::edge::tenants::client_with_key("ah_globex");
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
     rpc(
         &app,

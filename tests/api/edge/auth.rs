@@ -251,8 +251,8 @@ async fn a_revoked_keys_streams_end(backend: Backend) {
     let mut settings = test_settings(&provider);
     settings.server.auth = harness_core::config::AuthMode::On;
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    crate::tenants::make_keys(&app, &[("key_gone", "acme", "ah_gone")]).await;
-    app.client = crate::tenants::client_with_key("ah_gone");
+    crate::edge::tenants::make_keys(&app, &[("key_gone", "acme", "ah_gone")]).await;
+    app.client = crate::edge::tenants::client_with_key("ah_gone");
     let gate = tokio_util::sync::CancellationToken::new();
     app.provider
         .enqueue([crate::fake_provider::Reply::openai_text("one two three").hold_after(2, &gate)]);

@@ -111,7 +111,7 @@ async fn the_public_card_shows_the_declared_skills_and_no_inventory() {
         .await
         .unwrap();
     assert_eq!(anonymous.status(), 401);
-    crate::tenants::make_keys(&app, &[("key_card", "acme", "ah_card")]).await;
+    crate::edge::tenants::make_keys(&app, &[("key_card", "acme", "ah_card")]).await;
     let extended: Value = app
         .client
         .post(app.url("/a2a"))
@@ -660,7 +660,7 @@ async fn another_tenants_tasks_are_not_listed(backend: Backend) {
     let mut settings = test_settings(&provider);
     settings.server.auth = harness_core::config::AuthMode::On;
     let mut app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
-    crate::tenants::make_keys(
+    crate::edge::tenants::make_keys(
         &app,
         &[
             ("k-acme", "acme", "ah_acme"),
@@ -668,7 +668,7 @@ async fn another_tenants_tasks_are_not_listed(backend: Backend) {
         ],
     )
     .await;
-    app.client = crate::tenants::client_with_key("ah_acme");
+    app.client = crate::edge::tenants::client_with_key("ah_acme");
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
     let sent = rpc(
         &app,
@@ -683,7 +683,7 @@ async fn another_tenants_tasks_are_not_listed(backend: Backend) {
     let mine = rpc(&app, request(2, "ListTasks", json!({}))).await;
     assert_eq!(mine["result"]["tasks"][0]["id"], task.as_str());
 
-    app.client = crate::tenants::client_with_key("ah_globex");
+    app.client = crate::edge::tenants::client_with_key("ah_globex");
     for params in [
         json!({}),
         json!({"contextId": "ctx-acme"}),

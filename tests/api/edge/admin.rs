@@ -5,11 +5,11 @@ use harness_store::store::TenantLimits;
 use serde_json::{Value, json};
 
 use crate::{
-    erase::{a_full_session, app_with},
+    edge::erase::{a_full_session, app_with},
+    edge::tenants::client_with_key,
     helpers::{TestApp, vault_of},
     on_both_backends,
     support::Backend,
-    tenants::client_with_key,
 };
 
 fn hash(key: &str) -> String {
