@@ -13,13 +13,30 @@ use serde_json::{Value, json};
 /// Largest SSE frame read (a bigger one is an error, not a memory hog).
 const FRAME_MAX: usize = 4 * 1024 * 1024;
 
-/// Runs the turns: the message given, or one per line of standard input.
-pub async fn run(
-    url: &str,
+/// `chat`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    /// The service's address.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// The session [default: a new one for this run].
+    #[arg(long)]
     session: Option<String>,
+    /// Whose memories (the turn's `user_id`).
+    #[arg(long)]
     user: Option<String>,
-    message: &[String],
-) -> ExitCode {
+    /// The message; without one, each line of standard input is a turn.
+    message: Vec<String>,
+}
+
+/// Runs the turns: the message given, or one per line of standard input.
+pub async fn run(args: ChatArgs) -> ExitCode {
+    let ChatArgs {
+        url,
+        session,
+        user,
+        message,
+    } = args;
     let session = session.unwrap_or_else(|| format!("cli-{}", uuid::Uuid::now_v7().simple()));
     let client = reqwest::Client::new();
     let endpoint = format!("{}/sessions/{session}/turns", url.trim_end_matches('/'));
