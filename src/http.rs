@@ -38,14 +38,13 @@ use tower_http::{
 use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-pub use crate::ids::Tenant;
 use crate::protocols::{
     self,
     endpoint::{known_session, not_found_in},
-    error::{self, ApiError, Problem},
+    error::{ApiError, Problem},
     json::{BodyLimit, BodyTimeout},
     native::{self as turns, stream::EventStream},
-    paths::{ApiQuery, ArtifactPath, SessionPath, TurnPath, parse_turn_id},
+    paths::{ApiQuery, ArtifactPath, SessionPath, TurnPath},
 };
 use crate::{
     app::AppState,

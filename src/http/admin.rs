@@ -15,12 +15,13 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{ApiQuery, error::ApiError};
+use super::ApiQuery;
+use crate::protocols::error::ApiError;
 use crate::{
     app::AppState,
-    http::error::BadRequest,
     http::sessions::erase::{Erasing, Whose, erase_sessions},
     ids::{Caller, SessionId},
+    protocols::error::BadRequest,
     store::{
         AuditFilter, AuditRow,
         audit::{AuditEntry, kinds},
@@ -70,8 +71,8 @@ pub struct TenantPath {
         (status = 204, description = "Erased"),
         (status = 202, description = "Sessions remain: send the DELETE again", body = Erasing),
         BadRequest,
-        (status = 403, description = "Not an admin key (`admin_required`)", body = crate::http::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "A session's turn did not end in time (`turn_running`); what was erased before it stays erased", body = crate::http::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin key (`admin_required`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A session's turn did not end in time (`turn_running`); what was erased before it stays erased", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
     )
 )]
 async fn erase_tenant(
@@ -158,7 +159,7 @@ pub struct AuditPage {
     responses(
         (status = 200, description = "A page of rows", body = AuditPage),
         BadRequest,
-        (status = 403, description = "Not an admin key (`admin_required`)", body = crate::http::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin key (`admin_required`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
     )
 )]
 async fn list_audit(

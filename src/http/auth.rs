@@ -24,7 +24,8 @@ use axum::{
     response::Response,
 };
 
-use super::{OPEN_PATHS, error::ApiError};
+use super::OPEN_PATHS;
+use crate::protocols::error::ApiError;
 use crate::{
     app::AppState,
     ids::{Caller, DEFAULT_TENANT, Tenant},

@@ -22,8 +22,10 @@ use axum::{
     response::Response,
 };
 
-use super::{OPEN_PATHS, Tenant, error::ApiError};
+use super::OPEN_PATHS;
 use crate::app::AppState;
+use crate::ids::Tenant;
+use crate::protocols::error::ApiError;
 
 /// The connections kept from tenants' requests out of `max_connections`.
 pub(super) fn reserved(max_connections: usize) -> usize {

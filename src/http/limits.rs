@@ -11,7 +11,7 @@ use axum::{
     response::Response,
 };
 
-use super::error::ApiError;
+use crate::protocols::error::ApiError;
 
 /// Longest path and query accepted.
 pub const MAX_URI_BYTES: usize = 8 * 1024;

@@ -1,19 +1,18 @@
 //! `/memories` (inspect and forget), a turn's judgements, a session's
 //! background jobs and research observations.
 
-use axum::{
-    Extension,
-    extract::{Path, State},
-};
+use axum::{Extension, extract::State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{ApiQuery, SessionPath, Tenant, TurnPath, error::ApiError, parse_turn_id};
+use super::{ApiQuery, SessionPath, TurnPath};
+use crate::ids::Tenant;
+use crate::protocols::error::ApiError;
 use crate::{
     app::AppState,
-    http::error::{BadRequest, NotFound},
     ids::{SessionId, client_scope, client_session_id, tenant_scope},
+    protocols::error::{BadRequest, NotFound},
     store::{JobSummary, JudgementRecord, MemoryRecord, ObservationRecord},
 };
 
@@ -169,9 +168,8 @@ pub struct JudgementList {
 async fn list_judgements(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
-    Path(TurnPath { turn_id }): Path<TurnPath>,
+    TurnPath { turn_id }: TurnPath,
 ) -> Result<axum::Json<JudgementList>, ApiError> {
-    let turn_id = parse_turn_id(&turn_id)?;
     let Some(_) = app.store.get_turn(&session_id, turn_id).await? else {
         return Err(super::not_found_in(&app.protocols, &session_id, ApiError::TurnNotFound).await);
     };

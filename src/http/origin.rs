@@ -24,8 +24,8 @@ use axum::{
     response::Response,
 };
 
-use super::error::ApiError;
 use crate::config::CorsOrigins;
+use crate::protocols::error::ApiError;
 
 /// What the guard allows.
 #[derive(Debug, Clone)]

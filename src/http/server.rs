@@ -44,11 +44,8 @@ use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower::ServiceExt;
 
-use super::{
-    conn_timer::{Activity, HeadTimer, first_head_due},
-    error::ApiError,
-};
-use crate::when_woken::when_woken;
+use super::conn_timer::{Activity, HeadTimer, first_head_due};
+use crate::{protocols::error::ApiError, when_woken::when_woken};
 use raw::{Framing, TrackedIo};
 use slots::{Slot, Slots};
 

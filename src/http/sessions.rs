@@ -10,11 +10,12 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{ApiQuery, ArtifactPath, SessionPath, error::ApiError};
+use super::{ApiQuery, ArtifactPath, SessionPath};
+use crate::protocols::error::ApiError;
 use crate::{
     app::AppState,
     events::EventEnvelope,
-    http::error::{BadRequest, NotFound},
+    protocols::error::{BadRequest, NotFound},
     store::{ArtifactRecord, CheckpointRecord, DecisionRecord, MessageRecord, SessionRecord},
 };
 

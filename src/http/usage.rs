@@ -7,7 +7,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{Tenant, error::ApiError};
+use crate::ids::Tenant;
+use crate::protocols::error::ApiError;
 use crate::{
     app::AppState,
     store::{TenantLimits, UsageTotals, tenants::day_key},

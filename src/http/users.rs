@@ -13,12 +13,13 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{Tenant, error::ApiError};
+use crate::ids::Tenant;
+use crate::protocols::error::ApiError;
 use crate::{
     app::AppState,
-    http::error::{BadRequest, NotFound},
     http::sessions::erase::{Erasing, Whose, erase_sessions},
     ids::{SessionId, tenant_scope},
+    protocols::error::{BadRequest, NotFound},
     store::audit::{AuditEntry, kinds},
 };
 
@@ -48,7 +49,7 @@ pub struct UserPath {
         (status = 202, description = "Sessions remain: send the DELETE again", body = Erasing),
         BadRequest,
         NotFound,
-        (status = 409, description = "A session's turn did not end in time (`turn_running`); the sessions erased before it stay erased", body = crate::http::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A session's turn did not end in time (`turn_running`); the sessions erased before it stay erased", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
     )
 )]
 async fn erase_user(

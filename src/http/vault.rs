@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{
-    Tenant,
-    error::{ApiError, Problem},
-};
 use crate::{app::AppState, store::NewCheckpoint, vault::IndexReport};
+use crate::{
+    ids::Tenant,
+    protocols::error::{ApiError, Problem},
+};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

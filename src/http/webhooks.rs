@@ -14,10 +14,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{ApiQuery, Tenant, error::ApiError};
+use super::ApiQuery;
+use crate::ids::Tenant;
+use crate::protocols::error::ApiError;
 use crate::{
     app::AppState,
-    http::error::BadRequest,
+    protocols::error::BadRequest,
     protocols::json::ApiJson,
     store::{
         OPERATOR_WEBHOOK_ID, StoreError, Webhook, WebhookDelivery,

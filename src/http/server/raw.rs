@@ -29,10 +29,12 @@ use axum::body::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::slots::Slot;
-use crate::http::{
-    conn_timer::Activity,
-    error::ApiError,
-    limits::{MAX_HEADER_BYTES, MAX_URI_BYTES},
+use crate::{
+    http::{
+        conn_timer::Activity,
+        limits::{MAX_HEADER_BYTES, MAX_URI_BYTES},
+    },
+    protocols::error::ApiError,
 };
 
 /// Header names (lowercase, with their colon) that frame a request body.

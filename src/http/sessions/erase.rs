@@ -9,11 +9,13 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use super::{super::error::ApiError, SessionPath};
+use super::SessionPath;
+use crate::protocols::error::ApiError;
+
 use crate::{
     app::AppState,
-    http::error::{BadRequest, NotFound},
     ids::SessionKey,
+    protocols::error::{BadRequest, NotFound},
     store::{
         Erased,
         audit::{AuditEntry, kinds},
@@ -42,7 +44,7 @@ const TRIES: usize = 3;
         (status = 204, description = "Erased"),
         BadRequest,
         NotFound,
-        (status = 409, description = "The session's turn did not end in time (`turn_running`)", body = crate::http::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The session's turn did not end in time (`turn_running`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
     )
 )]
 pub(super) async fn erase_session(

@@ -9,7 +9,7 @@ pub const CHUNK_CHARS: usize = 2000;
 /// Most chunks kept of one note.
 pub const MAX_CHUNKS_PER_NOTE: usize = 2000;
 
-pub use crate::store::VaultChunk as Chunk;
+pub use crate::store::VaultChunk;
 
 /// The heading of an ATX heading line (`## Open loops ##` → `Open loops`).
 fn heading_of(line: &str) -> Option<&str> {
@@ -91,7 +91,7 @@ fn split_long(body: &str) -> Vec<String> {
 }
 
 /// The chunks of the note at `path` (its path in the vault, `/`-separated).
-pub fn chunk_note(path: &str, text: &str) -> Vec<Chunk> {
+pub fn chunk_note(path: &str, text: &str) -> Vec<VaultChunk> {
     let text = without_front_matter(text);
     let mut sections: Vec<(String, String)> = vec![(String::new(), String::new())];
     let mut fence: Option<&str> = None;
@@ -128,7 +128,7 @@ pub fn chunk_note(path: &str, text: &str) -> Vec<Chunk> {
             pieces.push(heading.clone());
         }
         for text in pieces {
-            chunks.push(Chunk {
+            chunks.push(VaultChunk {
                 heading: heading.clone(),
                 anchor: anchor.clone(),
                 text,

@@ -1,7 +1,7 @@
 //! `/sessions/{session_id}/turns...`: start, read, follow and cancel turns.
 
 use axum::{
-    extract::{Path, State},
+    extract::State,
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -16,7 +16,7 @@ use super::{
     endpoint::{Started, completed, name_turn},
     error::ApiError,
     json::ApiJson,
-    paths::{ApiQuery, CallPath, SessionPath, TurnPath, parse_turn_id},
+    paths::{ApiQuery, CallPath, SessionPath, TurnPath},
 };
 use crate::{
     protocols::Shared,
@@ -293,9 +293,8 @@ async fn start_as_asked(
 async fn get_turn(
     State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
-    Path(TurnPath { turn_id }): Path<TurnPath>,
+    TurnPath { turn_id }: TurnPath,
 ) -> Result<axum::Json<TurnView>, ApiError> {
-    let turn_id = parse_turn_id(&turn_id)?;
     let Some(record) = app.turns.get_turn(&session_id, turn_id).await? else {
         return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
@@ -337,11 +336,10 @@ pub struct AfterQuery {
 async fn turn_events(
     State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
-    Path(TurnPath { turn_id }): Path<TurnPath>,
+    TurnPath { turn_id }: TurnPath,
     ApiQuery(query): ApiQuery<AfterQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let turn_id = parse_turn_id(&turn_id)?;
     // A bad query is refused, even when the header would take its place.
     if query.after.is_some_and(|after| after < 0) {
         return Err(ApiError::InvalidQuery(
@@ -419,9 +417,8 @@ pub struct CancelRequested {
 async fn cancel_turn(
     State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
-    Path(TurnPath { turn_id }): Path<TurnPath>,
+    TurnPath { turn_id }: TurnPath,
 ) -> Result<Response, ApiError> {
-    let turn_id = parse_turn_id(&turn_id)?;
     match app.turns.cancel(&session_id, turn_id).await {
         Ok(CancelOutcome::Ended(record)) => Ok(axum::Json(TurnView::from(*record)).into_response()),
         Ok(CancelOutcome::Requested) => Ok((
@@ -480,10 +477,9 @@ pub struct ApprovalView {
 async fn decide_approval(
     State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
-    Path(CallPath { turn_id, call_id }): Path<CallPath>,
+    CallPath { turn_id, call_id }: CallPath,
     ApiJson(body): ApiJson<ApprovalBody>,
 ) -> Result<axum::Json<ApprovalView>, ApiError> {
-    let turn_id = parse_turn_id(&turn_id)?;
     // As the harness makes them (`harness::call_ids`).
     let id_char = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':');
     if call_id.is_empty() || call_id.len() > 200 || !call_id.bytes().all(id_char) {

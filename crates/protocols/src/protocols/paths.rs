@@ -46,14 +46,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SessionPath {
         parts: &mut axum::http::request::Parts,
         state: &S,
     ) -> Result<Self, ApiError> {
-        let params = axum::extract::RawPathParams::from_request_parts(parts, state)
-            .await
-            .map_err(not_utf8)?;
-        let raw = params
-            .iter()
-            .find(|(name, _)| *name == "session_id")
-            .map(|(_, value)| value.to_owned())
-            .ok_or_else(|| ApiError::Internal("the route has no {session_id}".into()))?;
+        let raw = path_param(parts, state, "session_id").await?;
         let tenant = parts
             .extensions
             .get::<Tenant>()
@@ -66,12 +59,26 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SessionPath {
 
 /// A route's `{turn_id}` beside its `{session_id}` (parsed by the handler:
 /// 400 `invalid_turn_id`).
-#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[derive(Debug, utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct TurnPath {
     /// The turn's id
     #[param(value_type = Uuid)]
-    pub turn_id: String,
+    pub turn_id: Uuid,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TurnPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        let raw = path_param(parts, state, "turn_id").await?;
+        Ok(Self {
+            turn_id: parse_turn_id(&raw)?,
+        })
+    }
 }
 
 /// A route's `{artifact_id}` beside its `{session_id}`.
@@ -82,15 +89,31 @@ pub struct ArtifactPath {
 }
 
 /// A route's `{turn_id}` and `{call_id}` (an approval's).
-#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[derive(Debug, utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
 pub(crate) struct CallPath {
     /// The turn's id
     #[param(value_type = Uuid)]
-    pub turn_id: String,
+    pub turn_id: Uuid,
     /// The call's id, as `approval.requested` names it
     #[param(pattern = "^[A-Za-z0-9_.:-]{1,200}$")]
     pub call_id: String,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for CallPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        let turn = path_param(parts, state, "turn_id").await?;
+        let call_id = path_param(parts, state, "call_id").await?;
+        Ok(Self {
+            turn_id: parse_turn_id(&turn)?,
+            call_id,
+        })
+    }
 }
 
 /// A path whose parameter is not UTF-8 once percent-decoded (`%FF`): the
@@ -106,8 +129,25 @@ fn not_utf8(rejection: axum::extract::rejection::RawPathParamsRejection) -> ApiE
     }
 }
 
+/// The route's path parameter `name`, as it was sent (decoded).
+async fn path_param<S: Send + Sync>(
+    parts: &mut axum::http::request::Parts,
+    state: &S,
+    name: &str,
+) -> Result<String, ApiError> {
+    use axum::extract::FromRequestParts as _;
+    let params = axum::extract::RawPathParams::from_request_parts(parts, state)
+        .await
+        .map_err(not_utf8)?;
+    params
+        .iter()
+        .find(|(param, _)| *param == name)
+        .map(|(_, value)| value.to_owned())
+        .ok_or_else(|| ApiError::Internal(format!("the route has no {{{name}}}")))
+}
+
 /// A turn id of a path, or 400 `invalid_turn_id`.
-pub fn parse_turn_id(raw: &str) -> Result<Uuid, ApiError> {
+fn parse_turn_id(raw: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::InvalidTurnId)
 }
 

@@ -1,7 +1,7 @@
 //! `POST /sessions/{session_id}/turns/{turn_id}/tool-results/{call_id}`:
 //! the result of a call of a tool the client runs itself.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -11,7 +11,7 @@ use crate::{
         client_calls::{ClientAnswer, answer_calls},
         error::{ApiError, BadRequest, NotFound, Problem},
         json::ApiJson,
-        paths::{CallPath, SessionPath, parse_turn_id},
+        paths::{CallPath, SessionPath},
     },
 };
 
@@ -52,10 +52,9 @@ pub struct ToolResultView {
 pub(super) async fn post_tool_result(
     State(app): State<Shared>,
     SessionPath { session_id }: SessionPath,
-    Path(CallPath { turn_id, call_id }): Path<CallPath>,
+    CallPath { turn_id, call_id }: CallPath,
     ApiJson(body): ApiJson<ToolResultBody>,
 ) -> Result<axum::Json<ToolResultView>, ApiError> {
-    let turn_id = parse_turn_id(&turn_id)?;
     if body.output.contains('\0') {
         return Err(ApiError::InvalidField {
             field: "output".into(),
