@@ -5,7 +5,6 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, PoisonError},
-    time::Duration,
 };
 
 use crate::{
@@ -102,12 +101,6 @@ impl Drop for KeyStreamOpen {
                 keys.remove(&self.key_id);
             }
         }
-    }
-}
-
-impl App {
-    pub fn sse_keepalive(&self) -> Duration {
-        Duration::from_secs(self.settings.server.sse_keepalive_s)
     }
 }
 

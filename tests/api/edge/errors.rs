@@ -227,6 +227,27 @@ async fn bad_session_ids_are_refused() {
         let (status, body) = app.get_json(path).await;
         assert_eq!((status, body["code"].as_str()), (400, Some(code)), "{path}");
     }
+    // Every route that names a turn refuses an id that is not one before
+    // its handler runs (the path's extractors parse it), body or not.
+    for (post, path) in [
+        (false, "/sessions/s-1/turns/not-a-uuid/events"),
+        (false, "/sessions/s-1/turns/not-a-uuid/judgements"),
+        (true, "/sessions/s-1/turns/not-a-uuid/cancel"),
+        (true, "/sessions/s-1/turns/not-a-uuid/approvals/call_1"),
+        (true, "/sessions/s-1/turns/not-a-uuid/tool-results/call_1"),
+    ] {
+        let (status, body) = if post {
+            app.post_body(path, serde_json::json!({"approve": true, "output": "x"}))
+                .await
+        } else {
+            app.get_json(path).await
+        };
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("invalid_turn_id")),
+            "{path}: {body}"
+        );
+    }
     // 128 characters of the alphabet are fine.
     app.provider.enqueue([Reply::sse("openai/text.sse")]);
     let ok = format!("{}.:_-", "a".repeat(123));
