@@ -229,7 +229,7 @@ async fn every_rest_error_is_a_problem_with_its_type(backend: Backend) {
             "/tasks?pageSize=many".into(),
             None,
             400,
-            "invalid_query",
+            "invalid_params",
         ),
         (
             "POST",

@@ -16,6 +16,7 @@ mod params;
 pub mod push;
 mod rest;
 mod task;
+mod wire;
 
 use axum::{
     Extension,
@@ -25,7 +26,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use futures::StreamExt;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
@@ -33,8 +35,8 @@ use super::{
     Encoded, WireFormat,
     client_calls::answer_calls,
     jsonrpc::{
-        self, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
-        result as rpc_result,
+        self, Answer, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
+        PARSE_ERROR, Version,
     },
     stream_for, typed,
 };
@@ -52,8 +54,9 @@ use crate::{
     service::{NewApproval, TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
-use params::{client_answers, decisions, history_length, message_text, task_id};
+use params::{client_answers, decisions, history_length, message_text, parse, task_id};
 use task::TaskFold;
+use wire::{MessageIn, SendMessageRequest, StreamResponse, Task, TaskList, TaskQuery};
 
 pub fn router<S>() -> OpenApiRouter<S>
 where
@@ -108,7 +111,7 @@ fn rpc_error(id: &Value, RpcError(code, message): RpcError) -> Value {
     jsonrpc::error(id, code, &message)
 }
 
-fn answer(message: &Value) -> Response {
+fn answer(message: &impl Serialize) -> Response {
     axum::Json(message).into_response()
 }
 
@@ -148,21 +151,26 @@ async fn a2a(
         let error = RpcError::new(INVALID_REQUEST, "not a JSON-RPC 2.0 request");
         return Ok(answer(&rpc_error(&id, error)));
     };
-    let mut params = message.get("params").cloned().unwrap_or_else(|| json!({}));
-    params::json_names(&mut params);
+    let params = message.get("params").cloned().unwrap_or(Value::Null);
     let caller = Caller {
         app: app.clone(),
         tenant,
         binding: Binding::JsonRpc(id.clone()),
     };
     let result = match method {
-        "SendMessage" => caller.send(&params, false).await,
-        "SendStreamingMessage" => caller.send(&params, true).await,
-        "SubscribeToTask" => caller.subscribe(&params).await,
-        other => caller
-            .call(other, &params)
-            .await
-            .map(|value| answer(&rpc_result(&id, value))),
+        "SendMessage" => match parse(params) {
+            Ok(request) => caller.send(request, false).await,
+            Err(e) => Err(e),
+        },
+        "SendStreamingMessage" => match parse(params) {
+            Ok(request) => caller.send(request, true).await,
+            Err(e) => Err(e),
+        },
+        "SubscribeToTask" => match parse::<TaskQuery>(params) {
+            Ok(query) => caller.subscribe(&query).await,
+            Err(e) => Err(e),
+        },
+        other => caller.call(other, params).await,
     };
     // A streaming method's error is a stream too: one event, the error
     // (as the protocol's own server answers, and its clients read).
@@ -191,19 +199,36 @@ enum Binding {
 }
 
 impl Binding {
-    /// A result (a `Task`, a `StreamResponse`, …) as this binding says it.
-    fn result(&self, value: Value) -> Value {
+    /// A result (a `Task`, a `StreamResponse`, …) as this binding says
+    /// it, on a `data:` line.
+    fn frame(&self, value: &impl Serialize) -> Bytes {
         match self {
-            Self::JsonRpc(id) => rpc_result(id, value),
-            Self::Rest => value,
+            Self::JsonRpc(id) => super::data_frame(&Answer {
+                jsonrpc: Version::V2,
+                id,
+                result: value,
+            }),
+            Self::Rest => super::data_frame(value),
+        }
+    }
+
+    /// A result as this binding answers it.
+    fn answer(&self, value: &impl Serialize) -> Response {
+        match self {
+            Self::JsonRpc(id) => answer(&Answer {
+                jsonrpc: Version::V2,
+                id,
+                result: value,
+            }),
+            Self::Rest => answer(value),
         }
     }
 
     /// An error as this binding says it inside a stream.
-    fn error(&self, error: RpcError) -> Value {
+    fn error_frame(&self, error: RpcError) -> Bytes {
         match self {
-            Self::JsonRpc(id) => rpc_error(id, error),
-            Self::Rest => rest::problem_body(&error),
+            Self::JsonRpc(id) => super::data_frame(&rpc_error(id, error)),
+            Self::Rest => super::data_frame(&rest::problem_body(&error)),
         }
     }
 }
@@ -217,23 +242,32 @@ struct Caller {
 
 impl Caller {
     /// A method that answers one object (every one but those that send
-    /// and stream).
-    async fn call(&self, method: &str, params: &Value) -> Result<Value, RpcError> {
-        match method {
-            "GetTask" => self.get(params).await,
-            "ListTasks" => self.list(params).await,
-            "CancelTask" => self.cancel(params).await,
+    /// and stream), answered.
+    async fn call(&self, method: &str, params: Value) -> Result<Response, RpcError> {
+        let said = &self.binding;
+        Ok(match method {
+            "GetTask" => said.answer(&self.get(&parse(params)?).await?),
+            "ListTasks" => said.answer(&self.list(&parse(params)?).await?),
+            "CancelTask" => said.answer(&self.cancel(&parse(params)?).await?),
             // Behind the key like every method here: only when keys are on.
-            "GetExtendedAgentCard" => card::extended_card(&self.app),
-            "CreateTaskPushNotificationConfig" => self.create_push(params).await,
-            "GetTaskPushNotificationConfig" => self.get_push(params).await,
-            "ListTaskPushNotificationConfigs" => self.list_pushes(params).await,
-            "DeleteTaskPushNotificationConfig" => self.delete_push(params).await,
-            other => Err(RpcError::new(
-                METHOD_NOT_FOUND,
-                format!("method {other:?} not found"),
-            )),
-        }
+            "GetExtendedAgentCard" => said.answer(&card::extended_card(&self.app)?),
+            "CreateTaskPushNotificationConfig" => {
+                said.answer(&self.create_push(&parse(params)?).await?)
+            }
+            "GetTaskPushNotificationConfig" => said.answer(&self.get_push(&parse(params)?).await?),
+            "ListTaskPushNotificationConfigs" => {
+                said.answer(&self.list_pushes(&parse(params)?).await?)
+            }
+            "DeleteTaskPushNotificationConfig" => {
+                said.answer(&self.delete_push(&parse(params)?).await?)
+            }
+            other => {
+                return Err(RpcError::new(
+                    METHOD_NOT_FOUND,
+                    format!("method {other:?} not found"),
+                ));
+            }
+        })
     }
 
     /// The caller's turn of a task id, or `TaskNotFound` (another
@@ -267,18 +301,23 @@ impl Caller {
         Ok(fold)
     }
 
-    async fn get(&self, params: &Value) -> Result<Value, RpcError> {
-        let record = self.turn(task_id(params)?).await?;
-        let history = history_length(params)?;
+    async fn get(&self, params: &TaskQuery) -> Result<Task, RpcError> {
+        let record = self.turn(task_id(params.id.as_deref())?).await?;
+        let history = history_length(params.history_length)?;
         Ok(self.fold(&record).await?.task(history))
     }
 
     /// The caller's tasks, newest first, that the params' filters take
     /// (`contextId`, `status`, `statusTimestampAfter`), a page at a time.
-    async fn list(&self, params: &Value) -> Result<Value, RpcError> {
+    async fn list(&self, params: &wire::ListTasksRequest) -> Result<TaskList, RpcError> {
         let query = params::list_query(params, &self.tenant)?;
-        if query.state.is_some() && query.filter.statuses.is_empty() {
-            return Ok(json!({"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}));
+        if query.state == Some(None) {
+            return Ok(TaskList {
+                tasks: Vec::new(),
+                next_page_token: String::new(),
+                page_size: 0,
+                total_size: 0,
+            });
         }
         let (mut turns, total) = self
             .app
@@ -293,14 +332,12 @@ impl Caller {
             let mut task = self.fold(record).await?.task(query.history);
             if query
                 .state
-                .is_some_and(|state| task["status"]["state"] != state)
+                .is_some_and(|state| state != Some(task.status.state))
             {
                 continue;
             }
-            if !query.artifacts
-                && let Some(fields) = task.as_object_mut()
-            {
-                fields.remove("artifacts");
+            if !query.artifacts {
+                task.artifacts = None;
             }
             tasks.push(task);
         }
@@ -308,16 +345,16 @@ impl Caller {
             (true, Some(last)) => last.id.to_string(),
             _ => String::new(),
         };
-        Ok(json!({
-            "tasks": tasks,
-            "nextPageToken": next,
-            "pageSize": tasks.len(),
-            "totalSize": total,
-        }))
+        Ok(TaskList {
+            page_size: tasks.len(),
+            tasks,
+            next_page_token: next,
+            total_size: total,
+        })
     }
 
-    async fn cancel(&self, params: &Value) -> Result<Value, RpcError> {
-        let record = self.turn(task_id(params)?).await?;
+    async fn cancel(&self, params: &TaskQuery) -> Result<Task, RpcError> {
+        let record = self.turn(task_id(params.id.as_deref())?).await?;
         let session = record.session_id.clone();
         match self.app.turns.cancel(&session, record.id).await {
             Ok(_) => {}
@@ -337,26 +374,27 @@ impl Caller {
     }
 
     /// `SendMessage` / `SendStreamingMessage`.
-    async fn send(&self, params: &Value, streams: bool) -> Result<Response, RpcError> {
-        let message = params::message(params)?;
-        let configuration = &params["configuration"];
-        let immediately = configuration["returnImmediately"]
-            .as_bool()
-            .unwrap_or(false);
-        let history = history_length(configuration)?;
+    async fn send(&self, request: SendMessageRequest, streams: bool) -> Result<Response, RpcError> {
+        let SendMessageRequest {
+            message,
+            configuration,
+            metadata,
+        } = request;
+        let immediately = configuration.return_immediately;
+        let history = history_length(configuration.history_length)?;
         let app = &self.app;
         // A configuration for the task's pushes, checked before anything
         // begins (its task id is the task's).
-        let push = match &configuration["taskPushNotificationConfig"] {
-            Value::Null => None,
-            given => Some(push::parse_config(&self.app, Uuid::nil(), given)?),
+        let push = match &configuration.task_push_notification_config {
+            None => None,
+            Some(given) => Some(push::parse_config(&self.app, Uuid::nil(), given)?),
         };
         let (session, turn_id, events, quiet_until) =
-            match message["taskId"].as_str().filter(|t| !t.is_empty()) {
+            match message.task_id.as_deref().filter(|t| !t.is_empty()) {
                 Some(task) => {
                     let turn_id = Uuid::try_parse(task)
                         .map_err(|_| RpcError::new(TASK_NOT_FOUND, "task not found"))?;
-                    let (record, last_seq) = self.answer_pending(turn_id, message).await?;
+                    let (record, last_seq) = self.answer_pending(turn_id, &message).await?;
                     self.push_to(push.as_ref(), &record.session_id, turn_id, last_seq)
                         .await?;
                     let events = crate::protocols::endpoint::follow(app, &record);
@@ -364,9 +402,8 @@ impl Caller {
                     (session, turn_id, events, last_seq)
                 }
                 None => {
-                    let text = message_text(message)?;
-                    let tools = &params["metadata"]["clientTools"];
-                    let started = self.begin(message, text, tools).await?;
+                    let text = message_text(&message)?;
+                    let started = self.begin(&message, text, metadata.client_tools).await?;
                     let (session, turn_id) = (started.session.clone(), started.turn_id);
                     // Every update of the task, from its start.
                     self.push_to(push.as_ref(), &session, turn_id, 0).await?;
@@ -393,26 +430,24 @@ impl Caller {
                 break;
             }
         }
-        Ok(answer(
-            &self
-                .binding
-                .result(json!({"task": stream.fold.task(history)})),
-        ))
+        Ok(self
+            .binding
+            .answer(&StreamResponse::Task(stream.fold.task(history))))
     }
 
     /// Begins a turn of `message` in its context (a new one when it names
     /// none).
     async fn begin(
         &self,
-        message: &Value,
+        message: &MessageIn,
         text: String,
-        client_tools: &Value,
+        client_tools: Option<Value>,
     ) -> Result<Started, RpcError> {
-        let context = message["contextId"].as_str().filter(|c| !c.is_empty());
+        let context = message.context_id.as_deref().filter(|c| !c.is_empty());
         let session = named_session(context, "a2a", &self.tenant)?;
         let declared: Vec<ClientToolBody> = match client_tools {
-            Value::Null => Vec::new(),
-            tools => serde_json::from_value(tools.clone()).map_err(|e| {
+            None | Some(Value::Null) => Vec::new(),
+            Some(tools) => serde_json::from_value(tools).map_err(|e| {
                 RpcError::new(INVALID_PARAMS, format!("`metadata.clientTools`: {e}"))
             })?,
         };
@@ -436,7 +471,7 @@ impl Caller {
     async fn answer_pending(
         &self,
         turn_id: Uuid,
-        message: &Value,
+        message: &MessageIn,
     ) -> Result<(TurnRecord, i64), RpcError> {
         let record = self.turn(turn_id).await?;
         let session = record.session_id.clone();
@@ -485,8 +520,8 @@ impl Caller {
         Ok((record, last_seq))
     }
 
-    async fn subscribe(&self, params: &Value) -> Result<Response, RpcError> {
-        let record = self.turn(task_id(params)?).await?;
+    async fn subscribe(&self, params: &TaskQuery) -> Result<Response, RpcError> {
+        let record = self.turn(task_id(params.id.as_deref())?).await?;
         if record.status != TurnStatus::Running {
             return Err(RpcError::new(
                 UNSUPPORTED_OPERATION,
@@ -531,13 +566,13 @@ impl WireFormat for TaskStream {
             return Encoded::default();
         }
         let said = if stored.seq == self.quiet_until {
-            vec![json!({"task": self.fold.task(None)})]
+            vec![StreamResponse::Task(self.fold.task(None))]
         } else {
             said
         };
         let frames = said
-            .into_iter()
-            .map(|result| super::data_frame(&self.binding.result(result)))
+            .iter()
+            .map(|result| self.binding.frame(result))
             .collect();
         Encoded {
             frames,
@@ -551,6 +586,6 @@ impl WireFormat for TaskStream {
             INTERNAL_ERROR,
             "the task's log cannot be read; subscribe again",
         );
-        vec![super::data_frame(&self.binding.error(error))]
+        vec![self.binding.error_frame(error)]
     }
 }

@@ -1,6 +1,7 @@
 //! JSON-RPC 2.0 messages, for the protocols that speak it (A2A, MCP).
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
@@ -8,14 +9,67 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 
+/// `"jsonrpc": "2.0"`.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub enum Version {
+    #[default]
+    #[serde(rename = "2.0")]
+    V2,
+}
+
+/// The answer of a request.
+#[derive(Debug, Serialize)]
+pub struct Answer<'a, T> {
+    pub jsonrpc: Version,
+    pub id: &'a Value,
+    pub result: T,
+}
+
+/// The error of a request.
+#[derive(Debug, Serialize)]
+pub struct Failure<'a> {
+    pub jsonrpc: Version,
+    pub id: &'a Value,
+    pub error: ErrorObject<'a>,
+}
+
+/// A JSON-RPC error's code and message.
+#[derive(Debug, Serialize)]
+pub struct ErrorObject<'a> {
+    pub code: i64,
+    pub message: &'a str,
+}
+
+/// A result with nothing in it: `{}`.
+#[derive(Debug, Default, Serialize)]
+pub struct Empty {}
+
 /// The answer of request `id`.
-pub fn result(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+pub fn result(id: &Value, result: impl Serialize) -> Value {
+    to_value(&Answer {
+        jsonrpc: Version::V2,
+        id,
+        result,
+    })
 }
 
 /// The error of request `id`.
 pub fn error(id: &Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+    to_value(&Failure {
+        jsonrpc: Version::V2,
+        id,
+        error: ErrorObject { code, message },
+    })
+}
+
+/// A typed message as a JSON value. Every type serialised here has
+/// string keys only, so this cannot fail; if it ever did, the message is
+/// `null` and the failure is logged.
+pub fn to_value(message: &impl Serialize) -> Value {
+    serde_json::to_value(message).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "a message could not be serialised");
+        Value::Null
+    })
 }
 
 /// Whether `message` is a JSON-RPC 2.0 message (an object whose `jsonrpc`
@@ -50,26 +104,25 @@ pub fn invalid_id() -> Value {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     #[test]
     fn only_short_strings_numbers_and_null_are_ids() {
         for id in [
-            json!(null),
-            json!(7),
-            json!(-1.5),
-            json!("a"),
-            json!("é".repeat(128)),
+            Value::Null,
+            Value::from(7),
+            Value::from(-1.5),
+            Value::from("a"),
+            Value::from("é".repeat(128)),
         ] {
             assert!(valid_id(&id), "{id}");
         }
+        let object = Value::Object([("a".to_owned(), Value::from(1))].into_iter().collect());
         for id in [
-            json!("x".repeat(129)),
-            json!([1]),
-            json!({"a": 1}),
-            json!(true),
+            Value::from("x".repeat(129)),
+            Value::from(vec![1]),
+            object,
+            Value::Bool(true),
         ] {
             assert!(!valid_id(&id), "{id}");
         }

@@ -177,8 +177,15 @@ pub fn stream_for<F: WireFormat>(
 }
 
 /// A `data:` line of JSON, the frame of the formats that are not native.
-pub fn data_frame(value: &serde_json::Value) -> Bytes {
-    Bytes::from(format!("data: {value}\n\n"))
+pub fn data_frame(value: &impl serde::Serialize) -> Bytes {
+    let mut frame = b"data: ".to_vec();
+    if let Err(e) = serde_json::to_writer(&mut frame, value) {
+        // Every type framed has string keys only: this cannot happen.
+        tracing::error!(error = %e, "a frame could not be serialised");
+        return Bytes::new();
+    }
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
 }
 
 /// The typed event of `stored`, or `None` (logged) for one this build

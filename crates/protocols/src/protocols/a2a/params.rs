@@ -1,11 +1,16 @@
-//! What the A2A methods read from their params and messages: a task's
-//! id, a history length, a message's text, and the results of the
-//! client's calls a message in a waiting task gives.
+//! What the A2A methods read from their typed params ([`super::wire`]):
+//! a task's id, a history length, a message's text, and the results of
+//! the client's calls a message in a waiting task gives.
 
+use serde::{Deserialize, de::DeserializeOwned};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{CONTENT_TYPE_NOT_SUPPORTED, RpcError, TASK_NOT_FOUND, task, task::TaskFold};
+use super::{
+    CONTENT_TYPE_NOT_SUPPORTED, RpcError, TASK_NOT_FOUND,
+    task::TaskFold,
+    wire::{CallData, ListTasksRequest, MessageIn, PartIn, TaskState},
+};
 use crate::{
     ids::Tenant,
     protocols::{client_calls::ClientAnswer, jsonrpc::INVALID_PARAMS, paths::parse_session_id},
@@ -20,10 +25,10 @@ const PAGE_DEFAULT: u32 = 50;
 #[derive(Debug)]
 pub(super) struct ListQuery {
     pub filter: TurnFilter,
-    /// The state a listed task is in, when the stored status alone does
-    /// not say (a running turn works or waits); one no turn is left in
-    /// lists nothing.
-    pub state: Option<&'static str>,
+    /// The state a listed task must be in, when the stored status alone
+    /// does not say (a running turn works or waits); `Some(None)` for a
+    /// state no turn is left in: nothing is listed.
+    pub state: Option<Option<TaskState>>,
     /// The page token: the last task of the page before.
     pub before: Option<Uuid>,
     pub size: u32,
@@ -31,59 +36,64 @@ pub(super) struct ListQuery {
     pub artifacts: bool,
 }
 
-fn invalid(message: impl Into<String>) -> RpcError {
+pub(super) fn invalid(message: impl Into<String>) -> RpcError {
     RpcError::new(INVALID_PARAMS, message)
 }
 
-/// A `ListTasks`'s params, read and checked.
-pub(super) fn list_query(params: &Value, tenant: &Tenant) -> Result<ListQuery, RpcError> {
-    let session = match params["contextId"].as_str().filter(|c| !c.is_empty()) {
+/// A method's params, deserialized (absent `params` are `{}`).
+pub(super) fn parse<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
+    let params = match params {
+        Value::Null => Value::Object(serde_json::Map::new()),
+        given => given,
+    };
+    serde_path_to_error::deserialize(params).map_err(|e| {
+        let path = e.path().to_string();
+        invalid(format!("`{path}`: {}", e.into_inner()))
+    })
+}
+
+/// A `ListTasks`'s params, checked.
+pub(super) fn list_query(
+    params: &ListTasksRequest,
+    tenant: &Tenant,
+) -> Result<ListQuery, RpcError> {
+    let session = match params.context_id.as_deref().filter(|c| !c.is_empty()) {
         Some(context) => Some(parse_session_id(context, tenant)?),
         None => None,
     };
     // A state asked for: the stored statuses that may hold it, and for a
     // running turn, the state its fold must be in (working or waiting).
-    let (statuses, state) = match params["status"].as_str().filter(|s| !s.is_empty()) {
-        None | Some("TASK_STATE_UNSPECIFIED") => (Vec::new(), None),
-        Some(task::WORKING) => (vec![TurnStatus::Running], Some(task::WORKING)),
-        Some(task::INPUT_REQUIRED) => (vec![TurnStatus::Running], Some(task::INPUT_REQUIRED)),
-        Some(task::COMPLETED) => (vec![TurnStatus::Completed], None),
-        Some(task::FAILED) => (vec![TurnStatus::Failed, TurnStatus::Interrupted], None),
-        Some(task::CANCELED) => (vec![TurnStatus::Cancelled], None),
-        // States a turn is never left in: nothing matches.
-        Some("TASK_STATE_SUBMITTED" | "TASK_STATE_REJECTED" | "TASK_STATE_AUTH_REQUIRED") => {
-            (Vec::new(), Some("never"))
+    let (statuses, state) = match params.status {
+        None | Some(TaskState::Unspecified) => (Vec::new(), None),
+        Some(running @ (TaskState::Working | TaskState::InputRequired)) => {
+            (vec![TurnStatus::Running], Some(Some(running)))
         }
-        Some(other) => return Err(invalid(format!("`status`: {other:?} is not a task state"))),
+        Some(TaskState::Completed) => (vec![TurnStatus::Completed], None),
+        Some(TaskState::Failed) => (vec![TurnStatus::Failed, TurnStatus::Interrupted], None),
+        Some(TaskState::Canceled) => (vec![TurnStatus::Cancelled], None),
+        // States a turn is never left in: nothing matches.
+        Some(TaskState::Submitted | TaskState::Rejected | TaskState::AuthRequired) => {
+            (Vec::new(), Some(None))
+        }
     };
-    let changed_since = match &params["statusTimestampAfter"] {
-        Value::Null => None,
-        at => Some(
-            at.as_str()
-                .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
-                .ok_or_else(|| invalid("`statusTimestampAfter` must be an RFC 3339 timestamp"))?
+    let changed_since = match params.status_timestamp_after.as_deref() {
+        None => None,
+        Some(at) => Some(
+            chrono::DateTime::parse_from_rfc3339(at)
+                .map_err(|_| invalid("`statusTimestampAfter` must be an RFC 3339 timestamp"))?
                 .to_utc(),
         ),
     };
-    let size = match &params["pageSize"] {
-        Value::Null => PAGE_DEFAULT,
-        n => n
-            .as_u64()
-            .filter(|n| (1..=u64::from(PAGE_MAX)).contains(n))
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| invalid(format!("`pageSize` must be 1-{PAGE_MAX}")))?,
+    let size = match params.page_size {
+        None => PAGE_DEFAULT,
+        Some(n) if (1..=PAGE_MAX).contains(&n) => n,
+        Some(_) => return Err(invalid(format!("`pageSize` must be 1-{PAGE_MAX}"))),
     };
-    let before = match params["pageToken"].as_str().filter(|t| !t.is_empty()) {
+    let before = match params.page_token.as_deref().filter(|t| !t.is_empty()) {
         Some(token) => {
             Some(Uuid::try_parse(token).map_err(|_| invalid("`pageToken` is not one we gave"))?)
         }
         None => None,
-    };
-    let artifacts = match &params["includeArtifacts"] {
-        Value::Null => false,
-        flag => flag
-            .as_bool()
-            .ok_or_else(|| invalid("`includeArtifacts` must be true or false"))?,
     };
     Ok(ListQuery {
         filter: TurnFilter {
@@ -94,8 +104,8 @@ pub(super) fn list_query(params: &Value, tenant: &Tenant) -> Result<ListQuery, R
         state,
         before,
         size,
-        history: history_length(params)?,
-        artifacts,
+        history: history_length(params.history_length)?,
+        artifacts: params.include_artifacts.unwrap_or(false),
     })
 }
 
@@ -110,104 +120,31 @@ pub(super) struct Decision {
     pub reason: Option<String>,
 }
 
-/// Protobuf's JSON mapping lets a field be named by its proto name too
-/// (`task_id` for `taskId`): the fields of a request's params, and of its
-/// message, configuration and push configuration, are renamed to the JSON
-/// names here (the contents of `metadata` and of data parts are the
-/// client's and are left as they are).
-pub(super) fn json_names(params: &mut Value) {
-    fn rename(object: &mut Value) {
-        let Some(fields) = object.as_object_mut() else {
-            return;
-        };
-        let proto_names: Vec<String> = fields.keys().filter(|k| k.contains('_')).cloned().collect();
-        for name in proto_names {
-            let mut camel = String::with_capacity(name.len());
-            let mut upper = false;
-            for c in name.chars() {
-                match (c, upper) {
-                    ('_', _) => upper = true,
-                    (c, true) => {
-                        camel.extend(c.to_uppercase());
-                        upper = false;
-                    }
-                    (c, false) => camel.push(c),
-                }
-            }
-            if !fields.contains_key(&camel)
-                && let Some(value) = fields.remove(&name)
-            {
-                fields.insert(camel, value);
-            }
-        }
-    }
-    rename(params);
-    for nested in ["message", "configuration", "authentication"] {
-        if let Some(object) = params.get_mut(nested) {
-            rename(object);
-        }
-    }
-    if let Some(push) = params
-        .get_mut("configuration")
-        .and_then(|c| c.get_mut("taskPushNotificationConfig"))
-    {
-        rename(push);
-        if let Some(auth) = push.get_mut("authentication") {
-            rename(auth);
-        }
-    }
-}
-
-/// The `message` of a `SendMessage`: an object, whose ids are strings
-/// when given.
-pub(super) fn message(params: &Value) -> Result<&Value, RpcError> {
-    let message = &params["message"];
-    if !message.is_object() {
-        return Err(invalid("`message` is required"));
-    }
-    for field in ["contextId", "taskId"] {
-        if !matches!(message[field], Value::Null | Value::String(_)) {
-            return Err(invalid(format!("`message.{field}` must be a string")));
-        }
-    }
-    Ok(message)
-}
-
 /// A task's id as the protocol names it.
-pub(super) fn task_id(params: &Value) -> Result<Uuid, RpcError> {
-    let raw = params["id"]
-        .as_str()
-        .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`id` (the task's id) is required"))?;
+pub(super) fn task_id(id: Option<&str>) -> Result<Uuid, RpcError> {
+    let raw = id.ok_or_else(|| invalid("`id` (the task's id) is required"))?;
     Uuid::try_parse(raw).map_err(|_| RpcError::new(TASK_NOT_FOUND, "task not found"))
 }
 
-/// `historyLength`, when given.
-pub(super) fn history_length(params: &Value) -> Result<Option<usize>, RpcError> {
-    match &params["historyLength"] {
-        Value::Null => Ok(None),
-        // An int32 in the proto.
-        n => n
-            .as_u64()
-            .filter(|n| *n <= i32::MAX as u64)
-            .and_then(|n| usize::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| {
-                RpcError::new(INVALID_PARAMS, "`historyLength` must be a count (int32)")
-            }),
+/// `historyLength`, when given: an int32 in the proto.
+pub(super) fn history_length(given: Option<u32>) -> Result<Option<usize>, RpcError> {
+    match given {
+        None => Ok(None),
+        Some(n) if n <= i32::MAX.unsigned_abs() => Ok(usize::try_from(n).ok()),
+        Some(_) => Err(invalid("`historyLength` must be a count (int32)")),
     }
 }
 
 /// The text of a message's parts; parts that are not text are refused.
-pub(super) fn message_text(message: &Value) -> Result<String, RpcError> {
-    let parts = message["parts"]
-        .as_array()
-        .filter(|p| !p.is_empty())
-        .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`message.parts` must hold a part"))?;
+pub(super) fn message_text(message: &MessageIn) -> Result<String, RpcError> {
+    if message.parts.is_empty() {
+        return Err(invalid("`message.parts` must hold a part"));
+    }
     let mut texts = Vec::new();
-    for part in parts {
-        match part["text"].as_str() {
-            Some(text) => texts.push(text),
-            None => {
+    for part in &message.parts {
+        match part {
+            PartIn::Text { text } => texts.push(text.as_str()),
+            PartIn::Data { .. } | PartIn::Other(_) => {
                 return Err(RpcError::new(
                     CONTENT_TYPE_NOT_SUPPORTED,
                     "only text parts are taken (text/plain)",
@@ -218,21 +155,28 @@ pub(super) fn message_text(message: &Value) -> Result<String, RpcError> {
     Ok(texts.join("\n"))
 }
 
+/// The data parts of a message that name a call, read.
+fn call_data(message: &MessageIn) -> impl Iterator<Item = CallData> + '_ {
+    message
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            PartIn::Data { data } => CallData::deserialize(data).ok(),
+            PartIn::Text { .. } | PartIn::Other(_) => None,
+        })
+        .filter(|d| d.call_id.is_some())
+}
+
 /// The results of the client's calls a message in a waiting task gives:
 /// a data part `{call_id, output, is_error}` for each, or when one call
 /// alone waits (and no approval), the message's text. Empty when the
 /// message answers none (an approval's answer).
 pub(super) fn client_answers(
-    message: &Value,
+    message: &MessageIn,
     fold: &TaskFold,
 ) -> Result<Vec<ClientAnswer>, RpcError> {
     let waiting = fold.client_calls();
-    let parts = message["parts"].as_array().map_or(&[][..], Vec::as_slice);
-    let data: Vec<&Value> = parts
-        .iter()
-        .filter_map(|p| p.get("data"))
-        .filter(|d| d.get("call_id").is_some() && d.get("approve").is_none())
-        .collect();
+    let data: Vec<CallData> = call_data(message).filter(|d| d.approve.is_none()).collect();
     if data.is_empty() {
         return match (waiting, fold.pending().is_empty()) {
             ([call_id], true) => Ok(vec![ClientAnswer::text(
@@ -241,23 +185,24 @@ pub(super) fn client_answers(
                 false,
             )]),
             ([], _) => Ok(Vec::new()),
-            _ => Err(RpcError::new(
-                INVALID_PARAMS,
+            _ => Err(invalid(
                 "more than one call waits: answer each with a data part {call_id, output}",
             )),
         };
     }
     data.into_iter()
         .map(|d| {
-            let call_id = d["call_id"].as_str().unwrap_or_default();
-            if !waiting.iter().any(|w| w == call_id) {
-                return Err(RpcError::new(
-                    INVALID_PARAMS,
-                    format!("the task does not wait for a call {call_id:?}"),
-                ));
+            let call_id = d.call_id.unwrap_or_default();
+            if !waiting.contains(&call_id) {
+                return Err(invalid(format!(
+                    "the task does not wait for a call {call_id:?}"
+                )));
             }
-            let is_error = d["is_error"].as_bool().unwrap_or(false);
-            Ok(ClientAnswer::of(call_id, &d["output"], is_error))
+            Ok(ClientAnswer::of(
+                &call_id,
+                &d.output,
+                d.is_error.unwrap_or(false),
+            ))
         })
         .collect()
 }
@@ -268,21 +213,18 @@ pub(super) fn client_answers(
 /// case) for every pending call. Anything else decides nothing and is
 /// refused, so the calls keep waiting: a person's "nothing to add" is no
 /// denial, and "yesterday's plan is fine" no approval.
-pub(super) fn decisions(message: &Value, pending: &[String]) -> Result<Vec<Decision>, RpcError> {
-    let parts = message["parts"].as_array().map_or(&[][..], Vec::as_slice);
-    let data: Vec<&Value> = parts
-        .iter()
-        .filter_map(|p| p.get("data"))
-        .filter(|d| d.get("approve").is_some())
-        .collect();
+pub(super) fn decisions(
+    message: &MessageIn,
+    pending: &[String],
+) -> Result<Vec<Decision>, RpcError> {
+    let data: Vec<CallData> = call_data(message).filter(|d| d.approve.is_some()).collect();
     if data.is_empty() {
         let text = message_text(message)?;
         let approve = match text.trim().to_lowercase().as_str() {
             "approve" => true,
             "deny" => false,
             _ => {
-                return Err(RpcError::new(
-                    INVALID_PARAMS,
+                return Err(invalid(
                     "decide a pending call with a message whose whole text is approve or deny, \
                      or a data part {call_id, approve, reason}; the call still waits",
                 ));
@@ -299,33 +241,31 @@ pub(super) fn decisions(message: &Value, pending: &[String]) -> Result<Vec<Decis
     }
     data.into_iter()
         .map(|d| {
-            let call_id = d["call_id"].as_str().unwrap_or_default();
-            if !pending.iter().any(|p| p == call_id) {
-                return Err(RpcError::new(
-                    INVALID_PARAMS,
-                    format!("the task does not wait for a decision on a call {call_id:?}"),
-                ));
+            let call_id = d.call_id.unwrap_or_default();
+            if !pending.contains(&call_id) {
+                return Err(invalid(format!(
+                    "the task does not wait for a decision on a call {call_id:?}"
+                )));
             }
-            let approve = d["approve"]
-                .as_bool()
-                .ok_or_else(|| RpcError::new(INVALID_PARAMS, "`approve` must be true or false"))?;
-            let reason = match &d["reason"] {
-                Value::Null => None,
-                Value::String(r) if r.chars().count() <= MAX_REASON_CHARS && !r.contains('\0') => {
+            let Some(Value::Bool(approve)) = d.approve else {
+                return Err(invalid("`approve` must be true or false"));
+            };
+            let reason = match d.reason {
+                None | Some(Value::Null) => None,
+                Some(Value::String(r))
+                    if r.chars().count() <= MAX_REASON_CHARS && !r.contains('\0') =>
+                {
                     Some(r.trim().to_owned()).filter(|r| !r.is_empty())
                 }
-                _ => {
-                    return Err(RpcError::new(
-                        INVALID_PARAMS,
-                        format!(
-                            "`reason` must be text of at most {MAX_REASON_CHARS} characters \
-                             without U+0000"
-                        ),
-                    ));
+                Some(_) => {
+                    return Err(invalid(format!(
+                        "`reason` must be text of at most {MAX_REASON_CHARS} characters \
+                         without U+0000"
+                    )));
                 }
             };
             Ok(Decision {
-                call_id: call_id.to_owned(),
+                call_id,
                 approve,
                 reason,
             })
@@ -335,39 +275,61 @@ pub(super) fn decisions(message: &Value, pending: &[String]) -> Result<Vec<Decis
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
-    fn text(text: &str) -> Value {
-        json!({"parts": [{"text": text}]})
+    fn text(text: &str) -> MessageIn {
+        MessageIn {
+            parts: vec![PartIn::Text {
+                text: text.to_owned(),
+            }],
+            context_id: None,
+            task_id: None,
+        }
+    }
+
+    fn data(data: &str) -> MessageIn {
+        MessageIn {
+            parts: vec![PartIn::Data {
+                data: serde_json::from_str(data).unwrap(),
+            }],
+            context_id: None,
+            task_id: None,
+        }
     }
 
     #[test]
     fn proto_names_are_read_as_json_names_outside_the_clients_data() {
-        let mut params = json!({
-            "task_id": "t1",
-            "history_length": 2,
-            "message": {"context_id": "c", "parts": [{"data": {"call_id": "x"}}]},
-            "configuration": {"return_immediately": true,
-                "task_push_notification_config": {"url": "u", "authentication": {"scheme": "Bearer"}}},
-            "metadata": {"client_tools": []},
-        });
-        json_names(&mut params);
-        assert_eq!(params["taskId"], "t1");
-        assert_eq!(params["historyLength"], 2);
-        assert_eq!(params["message"]["contextId"], "c");
-        assert_eq!(params["message"]["parts"][0]["data"]["call_id"], "x");
-        assert_eq!(params["configuration"]["returnImmediately"], true);
-        assert_eq!(
-            params["configuration"]["taskPushNotificationConfig"]["url"],
-            "u"
-        );
-        assert!(params["metadata"].get("client_tools").is_some());
-        // The JSON name wins when both are given.
-        let mut both = json!({"taskId": "json", "task_id": "proto"});
-        json_names(&mut both);
-        assert_eq!(both["taskId"], "json");
+        let request: super::super::wire::SendMessageRequest = parse(
+            serde_json::from_str(
+                r#"{"message": {"context_id": "c", "task_id": "t1",
+                     "parts": [{"data": {"call_id": "x"}}]},
+                    "configuration": {"return_immediately": true, "history_length": 2,
+                     "task_push_notification_config": {"url": "u",
+                       "authentication": {"scheme": "Bearer"}}},
+                    "metadata": {"clientTools": []}}"#,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(request.message.task_id.as_deref(), Some("t1"));
+        assert_eq!(request.message.context_id.as_deref(), Some("c"));
+        let PartIn::Data { data } = &request.message.parts[0] else {
+            panic!("a data part: {:?}", request.message.parts[0]);
+        };
+        assert_eq!(data.get("call_id").and_then(Value::as_str), Some("x"));
+        assert!(request.configuration.return_immediately);
+        assert_eq!(request.configuration.history_length, Some(2));
+        let push = request.configuration.task_push_notification_config.unwrap();
+        assert_eq!(push.url, "u");
+        assert!(request.metadata.client_tools.is_some());
+        // The client's own data is read as it is: metadata's fields are
+        // not renamed.
+        let snake: super::super::wire::SendMessageRequest = parse(
+            serde_json::from_str(r#"{"message": {"parts": []}, "metadata": {"client_tools": []}}"#)
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(snake.metadata.client_tools.is_none());
     }
 
     #[test]
@@ -397,9 +359,8 @@ mod tests {
     #[test]
     fn a_data_part_decides_its_own_call_with_a_bounded_reason() {
         let pending = vec!["c1".to_owned(), "c2".to_owned()];
-        let part = |data: Value| json!({"parts": [{"data": data}]});
         let decided = decisions(
-            &part(json!({"call_id": "c2", "approve": false, "reason": " not now "})),
+            &data(r#"{"call_id": "c2", "approve": false, "reason": " not now "}"#),
             &pending,
         )
         .unwrap();
@@ -411,17 +372,18 @@ mod tests {
                 reason: Some("not now".into()),
             }]
         );
+        let long = format!(
+            r#"{{"call_id": "c1", "approve": false, "reason": "{}"}}"#,
+            "x".repeat(1001)
+        );
         for refused in [
-            json!({"call_id": "c9", "approve": true}),
-            json!({"call_id": "c1", "approve": "yes"}),
-            json!({"call_id": "c1", "approve": false, "reason": "x".repeat(1001)}),
-            json!({"call_id": "c1", "approve": false, "reason": "a\u{0}b"}),
-            json!({"call_id": "c1", "approve": false, "reason": 3}),
+            r#"{"call_id": "c9", "approve": true}"#,
+            r#"{"call_id": "c1", "approve": "yes"}"#,
+            &long,
+            r#"{"call_id": "c1", "approve": false, "reason": "a\u0000b"}"#,
+            r#"{"call_id": "c1", "approve": false, "reason": 3}"#,
         ] {
-            assert!(
-                decisions(&part(refused.clone()), &pending).is_err(),
-                "{refused}"
-            );
+            assert!(decisions(&data(refused), &pending).is_err(), "{refused}");
         }
     }
 }

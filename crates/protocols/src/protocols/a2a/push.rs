@@ -22,14 +22,19 @@
 pub mod fold;
 
 use chrono::Utc;
-use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{Caller, RpcError, TASK_NOT_FOUND};
+use super::{
+    Caller, RpcError, TASK_NOT_FOUND,
+    wire::{
+        AuthenticationIn, AuthenticationOut, ConfigQuery, PushConfigIn, PushConfigList,
+        PushConfigOut,
+    },
+};
 use crate::{
     ids::SessionKey,
     protocols::Shared,
-    protocols::jsonrpc::INVALID_PARAMS,
+    protocols::jsonrpc::{Empty, INVALID_PARAMS},
     service::{PUSH_CONFIGS_PER_TASK, PushAuth, PushConfig},
 };
 
@@ -45,14 +50,13 @@ fn invalid(message: impl Into<String>) -> RpcError {
 
 /// A text field of a config: absent, or a string of at most `max` bytes
 /// that a header can carry.
-fn header_text(config: &Value, field: &str, max: usize) -> Result<Option<String>, RpcError> {
-    match &config[field] {
-        Value::Null => Ok(None),
-        Value::String(s) if s.is_empty() => Ok(None),
-        Value::String(s) if s.len() <= max && axum::http::HeaderValue::from_str(s).is_ok() => {
-            Ok(Some(s.clone()))
+fn header_text(given: Option<&str>, field: &str, max: usize) -> Result<Option<String>, RpcError> {
+    match given {
+        None | Some("") => Ok(None),
+        Some(s) if s.len() <= max && axum::http::HeaderValue::from_str(s).is_ok() => {
+            Ok(Some(s.to_owned()))
         }
-        _ => Err(invalid(format!(
+        Some(_) => Err(invalid(format!(
             "`{field}` must be text of at most {max} bytes that a header can carry"
         ))),
     }
@@ -60,9 +64,8 @@ fn header_text(config: &Value, field: &str, max: usize) -> Result<Option<String>
 
 /// A configuration's URL, checked: http(s), no credentials in it, and an
 /// address written in it public (unless private ones are allowed).
-fn checked_url(app: &Shared, raw: &Value) -> Result<String, RpcError> {
-    let raw = raw
-        .as_str()
+fn checked_url(app: &Shared, raw: &str) -> Result<String, RpcError> {
+    let raw = Some(raw)
         .filter(|u| !u.is_empty() && u.len() <= URL_MAX)
         .ok_or_else(|| invalid(format!("`url` is required: at most {URL_MAX} bytes")))?;
     let url = reqwest::Url::parse(raw).map_err(|e| invalid(format!("`url`: {e}")))?;
@@ -72,95 +75,88 @@ fn checked_url(app: &Shared, raw: &Value) -> Result<String, RpcError> {
 }
 
 /// A configuration as the protocol says it.
-fn config_json(config: &PushConfig) -> Value {
-    let mut out = json!({
-        "id": config.id,
-        "taskId": config.task_id.to_string(),
-        "url": config.url,
-    });
-    if let Some(token) = &config.token {
-        out["token"] = json!(token);
+fn config_out(config: &PushConfig) -> PushConfigOut {
+    PushConfigOut {
+        id: config.id.clone(),
+        task_id: config.task_id.to_string(),
+        url: config.url.clone(),
+        token: config.token.clone(),
+        authentication: config.auth.as_ref().map(|auth| AuthenticationOut {
+            scheme: auth.scheme.clone(),
+            credentials: auth.credentials.clone(),
+        }),
     }
-    if let Some(auth) = &config.auth {
-        out["authentication"] = json!({"scheme": auth.scheme});
-        if let Some(credentials) = &auth.credentials {
-            out["authentication"]["credentials"] = json!(credentials);
-        }
-    }
-    out
 }
 
-/// A `TaskPushNotificationConfig` read and checked, for `task_id`.
+/// An `authentication` read and checked.
+fn checked_auth(auth: &AuthenticationIn) -> Result<PushAuth, RpcError> {
+    let scheme = auth
+        .scheme
+        .as_deref()
+        .filter(|s| {
+            !s.is_empty()
+                && s.len() <= 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        })
+        .ok_or_else(|| {
+            invalid("`authentication.scheme` must be an HTTP scheme (`Bearer`, `Basic`)")
+        })?
+        .to_owned();
+    let credentials = header_text(auth.credentials.as_deref(), "credentials", CREDENTIALS_MAX)?;
+    Ok(PushAuth {
+        scheme,
+        credentials,
+    })
+}
+
+/// A `TaskPushNotificationConfig` checked, for `task_id`.
 pub(super) fn parse_config(
     app: &Shared,
     task_id: Uuid,
-    given: &Value,
+    given: &PushConfigIn,
 ) -> Result<PushConfig, RpcError> {
-    if !given.is_object() {
-        return Err(invalid("a push notification config is an object"));
-    }
-    let id = match &given["id"] {
-        Value::Null => Uuid::now_v7().to_string(),
-        Value::String(id) if id.is_empty() => Uuid::now_v7().to_string(),
-        Value::String(id)
+    let id = match given.id.as_deref() {
+        None | Some("") => Uuid::now_v7().to_string(),
+        Some(id)
             if id.len() <= ID_MAX
                 && id
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b)) =>
         {
-            id.clone()
+            id.to_owned()
         }
-        _ => {
+        Some(_) => {
             return Err(invalid(format!(
                 "`id` must be 1-{ID_MAX} characters of [A-Za-z0-9._:-]"
             )));
         }
     };
-    let auth = match &given["authentication"] {
-        Value::Null => None,
-        auth if auth.is_object() => {
-            let scheme = auth["scheme"]
-                .as_str()
-                .filter(|s| {
-                    !s.is_empty()
-                        && s.len() <= 64
-                        && s.bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-                })
-                .ok_or_else(|| {
-                    invalid("`authentication.scheme` must be an HTTP scheme (`Bearer`, `Basic`)")
-                })?
-                .to_owned();
-            let credentials = header_text(auth, "credentials", CREDENTIALS_MAX)?;
-            Some(PushAuth {
-                scheme,
-                credentials,
-            })
-        }
-        _ => return Err(invalid("`authentication` must be an object")),
-    };
     Ok(PushConfig {
         task_id,
         id,
-        url: checked_url(app, &given["url"])?,
-        token: header_text(given, "token", TOKEN_MAX)?,
-        auth,
+        url: checked_url(app, &given.url)?,
+        token: header_text(given.token.as_deref(), "token", TOKEN_MAX)?,
+        auth: given
+            .authentication
+            .as_ref()
+            .map(checked_auth)
+            .transpose()?,
         created_at: Utc::now(),
     })
 }
 
 /// The id of a config's task, as a method's params name it (`taskId`,
 /// or the `id` of the REST path).
-fn task_of(params: &Value) -> Result<Uuid, RpcError> {
-    let raw = params["taskId"]
-        .as_str()
-        .ok_or_else(|| invalid("`taskId` is required"))?;
+fn task_of(task_id: Option<&str>) -> Result<Uuid, RpcError> {
+    let raw = task_id.ok_or_else(|| invalid("`taskId` is required"))?;
     Uuid::try_parse(raw).map_err(|_| RpcError::new(TASK_NOT_FOUND, "task not found"))
 }
 
-fn config_id(params: &Value) -> Result<&str, RpcError> {
-    params["id"]
-        .as_str()
+fn config_id(params: &ConfigQuery) -> Result<&str, RpcError> {
+    params
+        .id
+        .as_deref()
         .filter(|id| !id.is_empty())
         .ok_or_else(|| invalid("`id` (the configuration's) is required"))
 }
@@ -214,8 +210,11 @@ impl Caller {
     }
 
     /// `CreateTaskPushNotificationConfig`: the task's updates from now on.
-    pub(super) async fn create_push(&self, params: &Value) -> Result<Value, RpcError> {
-        let record = self.turn(task_of(params)?).await?;
+    pub(super) async fn create_push(
+        &self,
+        params: &PushConfigIn,
+    ) -> Result<PushConfigOut, RpcError> {
+        let record = self.turn(task_of(params.task_id.as_deref())?).await?;
         let config = parse_config(&self.app, record.id, params)?;
         let now = self
             .app
@@ -224,31 +223,36 @@ impl Caller {
             .await?
             .map_or(0, |s| s.last_seq);
         self.register_push(&record.session_id, &config, now).await?;
-        Ok(config_json(&config))
+        Ok(config_out(&config))
     }
 
-    pub(super) async fn get_push(&self, params: &Value) -> Result<Value, RpcError> {
-        let record = self.turn(task_of(params)?).await?;
+    pub(super) async fn get_push(&self, params: &ConfigQuery) -> Result<PushConfigOut, RpcError> {
+        let record = self.turn(task_of(params.task_id.as_deref())?).await?;
         let config = self
             .app
             .turns
             .push_config(record.id, config_id(params)?)
             .await?
             .ok_or_else(config_not_found)?;
-        Ok(config_json(&config))
+        Ok(config_out(&config))
     }
 
     /// `ListTaskPushNotificationConfigs`: all of them, on one page (a task
     /// holds at most ten).
-    pub(super) async fn list_pushes(&self, params: &Value) -> Result<Value, RpcError> {
-        let record = self.turn(task_of(params)?).await?;
+    pub(super) async fn list_pushes(
+        &self,
+        params: &ConfigQuery,
+    ) -> Result<PushConfigList, RpcError> {
+        let record = self.turn(task_of(params.task_id.as_deref())?).await?;
         let configs = self.app.turns.push_configs(record.id).await?;
-        let configs: Vec<Value> = configs.iter().map(config_json).collect();
-        Ok(json!({"configs": configs, "nextPageToken": ""}))
+        Ok(PushConfigList {
+            configs: configs.iter().map(config_out).collect(),
+            next_page_token: String::new(),
+        })
     }
 
-    pub(super) async fn delete_push(&self, params: &Value) -> Result<Value, RpcError> {
-        let record = self.turn(task_of(params)?).await?;
+    pub(super) async fn delete_push(&self, params: &ConfigQuery) -> Result<Empty, RpcError> {
+        let record = self.turn(task_of(params.task_id.as_deref())?).await?;
         if !self
             .app
             .turns
@@ -257,6 +261,6 @@ impl Caller {
         {
             return Err(config_not_found());
         }
-        Ok(json!({}))
+        Ok(Empty {})
     }
 }

@@ -8,21 +8,22 @@
 //! A task's action rides on its id (`/tasks/{id}:cancel`); the router
 //! takes `/tasks/{id}` and reads the suffix here.
 
-use std::collections::HashMap;
-
 use axum::{
     Extension,
     extract::{Path, State},
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
-use serde_json::{Value, json};
+use serde::Serialize;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
     Binding, CONTENT_TYPE_NOT_SUPPORTED, Caller, EXTENDED_AGENT_CARD_NOT_CONFIGURED,
     PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError, TASK_NOT_CANCELABLE, TASK_NOT_FOUND,
     UNSUPPORTED_OPERATION, card,
+    wire::{
+        ConfigQuery, ListTasksRequest, ProblemOut, PushConfigIn, SendMessageRequest, TaskQuery,
+    },
 };
 use crate::{
     ids::Tenant,
@@ -107,20 +108,20 @@ fn kind(code: i64) -> (StatusCode, &'static str, &'static str, &'static str) {
 }
 
 /// The problem document of an A2A error.
-pub(super) fn problem_body(RpcError(code, detail): &RpcError) -> Value {
+pub(super) fn problem_body(RpcError(code, detail): &RpcError) -> ProblemOut {
     let (status, name, title, stable) = kind(*code);
     let problem_type = if name.is_empty() {
         format!("urn:agent-harness:problem:{stable}")
     } else {
         format!("https://a2a-protocol.org/errors/{name}")
     };
-    json!({
-        "type": problem_type,
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-        "code": stable,
-    })
+    ProblemOut {
+        problem_type,
+        title,
+        status: status.as_u16(),
+        detail: detail.clone(),
+        code: stable,
+    }
 }
 
 fn problem(error: &RpcError) -> Response {
@@ -133,6 +134,18 @@ fn problem(error: &RpcError) -> Response {
         .into_response()
 }
 
+/// A body or query that is not the request's: one that does not fit the
+/// request's fields is A2A's `InvalidParams` problem; any other failure
+/// (not JSON, too large, too slow) is the service's own.
+fn refused(error: ApiError) -> Response {
+    match error {
+        ApiError::InvalidBody { detail, .. } | ApiError::InvalidQuery(detail) => {
+            problem(&RpcError::new(INVALID_PARAMS, detail))
+        }
+        other => other.into_response(),
+    }
+}
+
 fn caller(app: Shared, tenant: Tenant) -> Caller {
     Caller {
         app,
@@ -141,51 +154,12 @@ fn caller(app: Shared, tenant: Tenant) -> Caller {
     }
 }
 
-/// A task's value, or its problem.
-fn answer(result: Result<Value, RpcError>) -> Response {
+/// A method's answer, or its problem.
+fn answer(result: Result<impl Serialize, RpcError>) -> Response {
     match result {
         Ok(value) => axum::Json(value).into_response(),
         Err(error) => problem(&error),
     }
-}
-
-/// A `SendMessageRequest` (A2A 1.0) as this agent takes it: the fields it
-/// reads (`configuration` and `metadata` are objects it reads
-/// `returnImmediately`, `historyLength` and `clientTools` of).
-#[allow(dead_code)] // The schema of what the handler reads as JSON.
-#[derive(utoipa::ToSchema)]
-#[schema(as = A2aSendMessageRequest)]
-struct SendMessageBody {
-    message: MessageBody,
-}
-
-/// A message: its parts, text only (or, in a task that waits for the
-/// client, data parts that answer it).
-#[allow(dead_code)]
-#[derive(utoipa::ToSchema)]
-#[schema(as = A2aMessage)]
-struct MessageBody {
-    #[schema(min_items = 1)]
-    parts: Vec<TextPart>,
-    /// The context (a session of the caller's): a new one when not given.
-    #[serde(rename = "contextId")]
-    #[schema(pattern = "^[A-Za-z0-9._:-]{0,128}$")]
-    context_id: Option<String>,
-    /// The task this message answers (one waiting for the client).
-    #[serde(rename = "taskId")]
-    #[schema(
-        pattern = "^$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-    )]
-    task_id: Option<String>,
-}
-
-#[allow(dead_code)]
-#[derive(utoipa::ToSchema)]
-#[schema(as = A2aTextPart)]
-struct TextPart {
-    /// Not blank, without U+0000.
-    #[schema(min_length = 1, pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$")]
-    text: String,
 }
 
 /// Sends a message: begins a task, or answers the one it names that
@@ -195,7 +169,7 @@ struct TextPart {
     post,
     path = "/message:send",
     tag = "a2a",
-    request_body(content = SendMessageBody, description = "A `SendMessageRequest` (A2A 1.0): `message`, optional `configuration` and `metadata`"),
+    request_body(content = SendMessageRequest, description = "A `SendMessageRequest` (A2A 1.0): `message`, optional `configuration` and `metadata`"),
     responses(
         (status = 200, description = "A `SendMessageResponse`: `{task}`", body = Object),
         (status = 400, description = "A2A error (`type` from A2A 1.0 §5.4, see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -206,11 +180,14 @@ struct TextPart {
 async fn send_message(
     State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
-    ApiJson(mut request): ApiJson<Value>,
+    request: Result<ApiJson<SendMessageRequest>, ApiError>,
 ) -> Response {
-    super::params::json_names(&mut request);
+    let request = match request {
+        Ok(ApiJson(request)) => request,
+        Err(e) => return refused(e),
+    };
     caller(app, tenant)
-        .send(&request, false)
+        .send(request, false)
         .await
         .unwrap_or_else(|e| problem(&e))
 }
@@ -221,7 +198,7 @@ async fn send_message(
     post,
     path = "/message:stream",
     tag = "a2a",
-    request_body(content = SendMessageBody, description = "A `SendMessageRequest` (A2A 1.0)"),
+    request_body(content = SendMessageRequest, description = "A `SendMessageRequest` (A2A 1.0)"),
     responses(
         (status = 200, description = "Server-sent events, each `data:` a `StreamResponse`", body = crate::protocols::native::stream::EventStream, content_type = "text/event-stream"),
         (status = 400, description = "A2A error (see `code`)", body = Problem, content_type = "application/problem+json"),
@@ -232,49 +209,16 @@ async fn send_message(
 async fn stream_message(
     State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
-    ApiJson(mut request): ApiJson<Value>,
+    request: Result<ApiJson<SendMessageRequest>, ApiError>,
 ) -> Response {
-    super::params::json_names(&mut request);
+    let request = match request {
+        Ok(ApiJson(request)) => request,
+        Err(e) => return refused(e),
+    };
     caller(app, tenant)
-        .send(&request, true)
+        .send(request, true)
         .await
         .unwrap_or_else(|e| problem(&e))
-}
-
-/// `GET /tasks`'s query (A2A 1.0 `ListTasksRequest`, camelCase).
-#[derive(Debug, serde::Deserialize, serde::Serialize, utoipa::IntoParams)]
-#[serde(rename_all = "camelCase")]
-#[into_params(parameter_in = Query, rename_all = "camelCase")]
-struct TasksQuery {
-    /// Only this context's tasks.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[param(pattern = "^[A-Za-z0-9._:-]{0,128}$")]
-    context_id: Option<String>,
-    /// Only tasks in this state.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[param(value_type = Option<TaskState>, inline)]
-    status: Option<String>,
-    /// Tasks a page holds: 1-100, 50 when not given.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[param(minimum = 1, maximum = 100)]
-    page_size: Option<u32>,
-    /// The `nextPageToken` of the page before.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[param(
-        pattern = "^$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-    )]
-    page_token: Option<String>,
-    /// Messages of each task's history kept, the newest.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[param(maximum = 2147483647)]
-    history_length: Option<u32>,
-    /// Only tasks whose status changed at or after this (RFC 3339).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[param(format = DateTime)]
-    status_timestamp_after: Option<String>,
-    /// Whether each task carries its artifacts (false when not given).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    include_artifacts: Option<bool>,
 }
 
 /// The caller's tasks, newest first, filtered and a page at a time.
@@ -282,7 +226,7 @@ struct TasksQuery {
     get,
     path = "/tasks",
     tag = "a2a",
-    params(TasksQuery),
+    params(ListTasksRequest),
     responses(
         (status = 200, description = "A `ListTasksResponse`: `tasks`, `nextPageToken`, `pageSize`, `totalSize`", body = Object),
         BadRequest,
@@ -291,35 +235,22 @@ struct TasksQuery {
 async fn list_tasks(
     State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
-    ApiQuery(query): ApiQuery<TasksQuery>,
+    query: Result<ApiQuery<ListTasksRequest>, ApiError>,
 ) -> Response {
-    let params = serde_json::to_value(&query).unwrap_or_default();
-    answer(caller(app, tenant).list(&params).await)
+    match query {
+        Ok(ApiQuery(query)) => answer(caller(app, tenant).list(&query).await),
+        Err(e) => refused(e),
+    }
 }
 
-/// A task's state (A2A 1.0 `TaskState`).
-#[allow(dead_code)]
-#[derive(utoipa::ToSchema)]
-#[schema(as = A2aTaskState)]
-enum TaskState {
-    #[schema(rename = "TASK_STATE_UNSPECIFIED")]
-    Unspecified,
-    #[schema(rename = "TASK_STATE_SUBMITTED")]
-    Submitted,
-    #[schema(rename = "TASK_STATE_WORKING")]
-    Working,
-    #[schema(rename = "TASK_STATE_INPUT_REQUIRED")]
-    InputRequired,
-    #[schema(rename = "TASK_STATE_COMPLETED")]
-    Completed,
-    #[schema(rename = "TASK_STATE_FAILED")]
-    Failed,
-    #[schema(rename = "TASK_STATE_CANCELED")]
-    Canceled,
-    #[schema(rename = "TASK_STATE_REJECTED")]
-    Rejected,
-    #[schema(rename = "TASK_STATE_AUTH_REQUIRED")]
-    AuthRequired,
+/// `GET /tasks/{id}`'s query.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query, rename_all = "camelCase")]
+struct HistoryQuery {
+    /// Messages of the history kept, the newest.
+    #[param(maximum = 2147483647)]
+    history_length: Option<u32>,
 }
 
 /// `{id}` of `/tasks/{id}`: a task's id, and the action after a `:`.
@@ -351,7 +282,7 @@ fn no_such_route() -> Response {
     get,
     path = "/tasks/{id}",
     tag = "a2a",
-    params(TaskPath, ("historyLength" = Option<u32>, Query, maximum = 2147483647, description = "Messages of the history kept, the newest")),
+    params(TaskPath, HistoryQuery),
     responses(
         (status = 200, description = "The `Task`, or for `{id}:subscribe` server-sent events of `StreamResponse`s", body = Object),
         BadRequest,
@@ -362,21 +293,23 @@ async fn get_task(
     State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     Path(TaskPath { id }): Path<TaskPath>,
-    ApiQuery(query): ApiQuery<HashMap<String, String>>,
+    query: Result<ApiQuery<HistoryQuery>, ApiError>,
 ) -> Response {
+    let query = match query {
+        Ok(ApiQuery(query)) => query,
+        Err(e) => return refused(e),
+    };
     let caller = caller(app, tenant);
     match split(&id) {
         (task, None) => {
-            let mut params = json!({"id": task});
-            if let Some(length) = query.get("historyLength") {
-                params["historyLength"] = length
-                    .parse::<u64>()
-                    .map_or_else(|_| json!(length), |n| json!(n));
-            }
+            let params = TaskQuery {
+                history_length: query.history_length,
+                ..TaskQuery::of(task)
+            };
             answer(caller.get(&params).await)
         }
         (task, Some("subscribe")) => caller
-            .subscribe(&json!({"id": task}))
+            .subscribe(&TaskQuery::of(task))
             .await
             .unwrap_or_else(|e| problem(&e)),
         _ => no_such_route(),
@@ -404,9 +337,9 @@ async fn act_on_task(
 ) -> Response {
     let caller = caller(app, tenant);
     match split(&id) {
-        (task, Some("cancel")) => answer(caller.cancel(&json!({"id": task})).await),
+        (task, Some("cancel")) => answer(caller.cancel(&TaskQuery::of(task)).await),
         (task, Some("subscribe")) => caller
-            .subscribe(&json!({"id": task}))
+            .subscribe(&TaskQuery::of(task))
             .await
             .unwrap_or_else(|e| problem(&e)),
         _ => no_such_route(),
@@ -427,7 +360,7 @@ struct ConfigPath {
     path = "/tasks/{id}/pushNotificationConfigs",
     tag = "a2a",
     params(("id" = String, Path, description = "The task's id")),
-    request_body(content = PushConfigBody, description = "A `TaskPushNotificationConfig` (its `taskId` is the path's)"),
+    request_body(content = PushConfigIn, description = "A `TaskPushNotificationConfig` (its `taskId` is the path's)"),
     responses(
         (status = 200, description = "The `TaskPushNotificationConfig` made (its `id` given or made)", body = Object),
         (status = 400, description = "A URL refused, or a field that is not valid (`invalid_params`)", body = Problem, content_type = "application/problem+json"),
@@ -438,12 +371,16 @@ async fn create_push_config(
     State(app): State<Shared>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
-    ApiJson(mut config): ApiJson<Value>,
+    config: Result<ApiJson<PushConfigIn>, ApiError>,
 ) -> Response {
-    super::params::json_names(&mut config);
-    if let Some(fields) = config.as_object_mut() {
-        fields.insert("taskId".into(), json!(id));
-    }
+    let config = match config {
+        Ok(ApiJson(config)) => config,
+        Err(e) => return refused(e),
+    };
+    let config = PushConfigIn {
+        task_id: Some(id),
+        ..config
+    };
     answer(caller(app, tenant).create_push(&config).await)
 }
 
@@ -463,11 +400,11 @@ async fn list_push_configs(
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> Response {
-    answer(
-        caller(app, tenant)
-            .list_pushes(&json!({"taskId": id}))
-            .await,
-    )
+    let params = ConfigQuery {
+        task_id: Some(id),
+        id: None,
+    };
+    answer(caller(app, tenant).list_pushes(&params).await)
 }
 
 /// One push notification configuration of a task.
@@ -489,7 +426,10 @@ async fn get_push_config(
     Extension(tenant): Extension<Tenant>,
     Path(ConfigPath { id, config_id }): Path<ConfigPath>,
 ) -> Response {
-    let params = json!({"taskId": id, "id": config_id});
+    let params = ConfigQuery {
+        task_id: Some(id),
+        id: Some(config_id),
+    };
     answer(caller(app, tenant).get_push(&params).await)
 }
 
@@ -513,25 +453,11 @@ async fn delete_push_config(
     Extension(tenant): Extension<Tenant>,
     Path(ConfigPath { id, config_id }): Path<ConfigPath>,
 ) -> Response {
-    let params = json!({"taskId": id, "id": config_id});
+    let params = ConfigQuery {
+        task_id: Some(id),
+        id: Some(config_id),
+    };
     answer(caller(app, tenant).delete_push(&params).await)
-}
-
-/// A `TaskPushNotificationConfig` as this agent takes it.
-#[allow(dead_code)] // The schema of what the handler reads as JSON.
-#[derive(utoipa::ToSchema)]
-#[schema(as = A2aPushConfig)]
-struct PushConfigBody {
-    /// Where the task's updates are POSTed: http(s), a public address
-    /// unless `HARNESS_OUTBOUND_ALLOW_PRIVATE=true`.
-    #[schema(min_length = 1, max_length = 2048, pattern = "^https?://")]
-    url: String,
-    /// The configuration's id: made when not given.
-    #[schema(pattern = "^[A-Za-z0-9._:-]{0,128}$")]
-    id: Option<String>,
-    /// Sent as `X-A2A-Notification-Token`.
-    #[schema(max_length = 512, pattern = "^[\\x20-\\x7E]*$")]
-    token: Option<String>,
 }
 
 /// The extended agent card (behind the key): the public card, and a

@@ -17,18 +17,18 @@
 //! - The end: `completed`, `failed` (an interrupted turn too) or
 //!   `canceled`.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::wire::{
+    Artifact, ArtifactUpdate, Citations, Data, Message, Part, Role, StatusUpdate, StreamResponse,
+    Task, TaskState, TaskStatus,
+};
 use crate::{
     events::{StoredEvent, TurnEvent},
     protocols::retraction::{Say, StepText, ends_text},
 };
 
-pub const WORKING: &str = "TASK_STATE_WORKING";
-pub const COMPLETED: &str = "TASK_STATE_COMPLETED";
-pub const FAILED: &str = "TASK_STATE_FAILED";
-pub const CANCELED: &str = "TASK_STATE_CANCELED";
-pub const INPUT_REQUIRED: &str = "TASK_STATE_INPUT_REQUIRED";
+use TaskState::{Canceled, Completed, Failed, InputRequired, Working};
 
 /// The id of the answer's artifact.
 const ANSWER: &str = "answer";
@@ -39,13 +39,13 @@ pub struct TaskFold {
     context_id: String,
     /// The user's message that began the task.
     asked: Option<String>,
-    state: &'static str,
-    status_message: Option<Value>,
+    state: TaskState,
+    status_message: Option<Message>,
     timestamp: String,
     answer: String,
     /// Whether the answer's artifact has a chunk on the wire.
     answer_sent: bool,
-    citations: Option<Value>,
+    citations: Option<Citations>,
     said: StepText,
     step: u32,
     /// The calls that wait for a person.
@@ -58,17 +58,17 @@ pub struct TaskFold {
     ended: bool,
 }
 
-fn text_part(text: &str) -> Value {
-    json!({"text": text})
+fn text_part(text: &str) -> Part {
+    Part::Text(text.to_owned())
 }
 
-fn agent_message(task_id: &str, context_id: &str, id: &str, parts: Vec<Value>) -> Value {
-    json!({
-        "messageId": id,
-        "contextId": context_id,
-        "taskId": task_id,
-        "role": "ROLE_AGENT",
-        "parts": parts,
+/// A data part naming a call.
+fn call_part(call_id: &str, tool: &str, arguments: &Value, runs: Option<&'static str>) -> Part {
+    Part::Data(Data::Call {
+        call_id: call_id.to_owned(),
+        tool: tool.to_owned(),
+        arguments: arguments.clone(),
+        runs,
     })
 }
 
@@ -78,7 +78,7 @@ impl TaskFold {
             task_id,
             context_id,
             asked: None,
-            state: "TASK_STATE_SUBMITTED",
+            state: TaskState::Submitted,
             status_message: None,
             timestamp: String::new(),
             answer: String::new(),
@@ -107,54 +107,71 @@ impl TaskFold {
         &self.client_calls
     }
 
+    /// A message of the agent's in this task.
+    fn agent_message(&self, id: &str, parts: Vec<Part>) -> Message {
+        Message {
+            message_id: format!("{}-{id}", self.task_id),
+            context_id: self.context_id.clone(),
+            task_id: self.task_id.clone(),
+            role: Role::Agent,
+            parts,
+        }
+    }
+
     /// Back to `working` when nothing waits for the client any more.
-    fn unblock(&mut self, out: &mut Vec<Value>) {
-        if self.pending.is_empty() && self.client_calls.is_empty() && self.state == INPUT_REQUIRED {
-            out.push(self.set(WORKING, None));
+    fn unblock(&mut self, out: &mut Vec<StreamResponse>) {
+        if self.pending.is_empty() && self.client_calls.is_empty() && self.state == InputRequired {
+            out.push(self.set(Working, None));
         }
     }
 
     /// Whether a stream of the task stops here: the turn ended, or waits
     /// for the client (A2A streams close on an interrupted state).
     pub fn pauses(&self) -> bool {
-        self.ended || self.state == INPUT_REQUIRED
+        self.ended || self.state == InputRequired
     }
 
-    fn status(&self) -> Value {
-        let mut status = json!({"state": self.state});
-        if !self.timestamp.is_empty() {
-            status["timestamp"] = self.timestamp.clone().into();
+    fn status(&self) -> TaskStatus {
+        TaskStatus {
+            state: self.state,
+            timestamp: Some(self.timestamp.clone()).filter(|t| !t.is_empty()),
+            message: self.status_message.clone(),
         }
-        if let Some(message) = &self.status_message {
-            status["message"] = message.clone();
+    }
+
+    fn status_update(&self) -> StreamResponse {
+        StreamResponse::StatusUpdate(StatusUpdate {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status: self.status(),
+        })
+    }
+
+    fn artifact(parts: Vec<Part>) -> Artifact {
+        Artifact {
+            artifact_id: ANSWER,
+            name: ANSWER,
+            parts,
         }
-        status
     }
 
-    fn status_update(&self) -> Value {
-        json!({"statusUpdate": {
-            "taskId": self.task_id,
-            "contextId": self.context_id,
-            "status": self.status(),
-        }})
+    /// An update of the answer's artifact.
+    pub fn artifact_update(&self, artifact: Artifact, append: bool, last: bool) -> StreamResponse {
+        StreamResponse::ArtifactUpdate(ArtifactUpdate {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            artifact,
+            append,
+            last_chunk: last,
+        })
     }
 
-    fn artifact(&self, parts: Vec<Value>) -> Value {
-        json!({"artifactId": ANSWER, "name": ANSWER, "parts": parts})
-    }
-
-    fn chunk(&mut self, text: &str, append: bool, last: bool) -> Value {
+    fn chunk(&mut self, text: &str, append: bool, last: bool) -> StreamResponse {
         self.answer_sent = true;
-        json!({"artifactUpdate": {
-            "taskId": self.task_id,
-            "contextId": self.context_id,
-            "artifact": self.artifact(vec![text_part(text)]),
-            "append": append,
-            "lastChunk": last,
-        }})
+        self.artifact_update(Self::artifact(vec![text_part(text)]), append, last)
     }
 
-    fn set(&mut self, state: &'static str, message: Option<Value>) -> Value {
+    fn set(&mut self, state: TaskState, message: Option<Message>) -> StreamResponse {
         self.state = state;
         self.status_message = message;
         self.status_update()
@@ -166,7 +183,7 @@ impl TaskFold {
         clippy::too_many_lines,
         reason = "one match over the turn's event types, a few lines each"
     )]
-    pub fn event(&mut self, stored: &StoredEvent, event: &TurnEvent) -> Vec<Value> {
+    pub fn event(&mut self, stored: &StoredEvent, event: &TurnEvent) -> Vec<StreamResponse> {
         self.timestamp = stored
             .created_at
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -178,8 +195,8 @@ impl TaskFold {
         match event {
             TurnEvent::TurnStarted { message, .. } => {
                 self.asked = Some(message.clone());
-                self.state = WORKING;
-                out.push(json!({"task": self.task(None)}));
+                self.state = Working;
+                out.push(StreamResponse::Task(self.task(None)));
             }
             TurnEvent::MessageDelta { step, text } => {
                 self.step = *step;
@@ -200,20 +217,14 @@ impl TaskFold {
                 }
                 self.client_asked.push(call_id.clone());
                 self.client_calls.push(call_id.clone());
-                let id = format!("{}-client-{call_id}", self.task_id);
                 let parts = vec![
                     text_part(&format!(
                         "Run {tool} and answer in this task: a data part with call_id and output."
                     )),
-                    json!({"data": {
-                        "call_id": call_id,
-                        "tool": tool,
-                        "arguments": arguments,
-                        "runs": "client",
-                    }}),
+                    call_part(call_id, tool, arguments, Some("client")),
                 ];
-                let message = agent_message(&self.task_id, &self.context_id, &id, parts);
-                out.push(self.set(INPUT_REQUIRED, Some(message)));
+                let message = self.agent_message(&format!("client-{call_id}"), parts);
+                out.push(self.set(InputRequired, Some(message)));
             }
             TurnEvent::ToolFinished { call_id, .. } if self.client_calls.contains(call_id) => {
                 self.client_calls.retain(|c| c != call_id);
@@ -225,13 +236,12 @@ impl TaskFold {
                 arguments,
                 ..
             } => {
-                let id = format!("{}-tool-{call_id}", self.task_id);
                 let parts = vec![
                     text_part(&format!("calling {tool}")),
-                    json!({"data": {"call_id": call_id, "tool": tool, "arguments": arguments}}),
+                    call_part(call_id, tool, arguments, None),
                 ];
-                let message = agent_message(&self.task_id, &self.context_id, &id, parts);
-                out.push(self.set(WORKING, Some(message)));
+                let message = self.agent_message(&format!("tool-{call_id}"), parts);
+                out.push(self.set(Working, Some(message)));
             }
             TurnEvent::ApprovalRequested {
                 call_id,
@@ -240,72 +250,59 @@ impl TaskFold {
                 ..
             } => {
                 self.pending.push(call_id.clone());
-                let id = format!("{}-approval-{call_id}", self.task_id);
                 let parts = vec![
                     text_part(&format!(
                         "May I call {tool}? Answer in this task: approve or deny."
                     )),
-                    json!({"data": {"call_id": call_id, "tool": tool, "arguments": arguments}}),
+                    call_part(call_id, tool, arguments, None),
                 ];
-                let message = agent_message(&self.task_id, &self.context_id, &id, parts);
-                out.push(self.set(INPUT_REQUIRED, Some(message)));
+                let message = self.agent_message(&format!("approval-{call_id}"), parts);
+                out.push(self.set(InputRequired, Some(message)));
             }
             TurnEvent::ApprovalResolved { call_id, .. } => {
                 self.pending.retain(|p| p != call_id);
                 self.unblock(&mut out);
             }
             TurnEvent::Citations { local, web } => {
-                self.citations = Some(json!({"local": local, "web": web}));
+                self.citations = Some(Citations {
+                    local: local.clone(),
+                    web: web.clone(),
+                });
             }
             TurnEvent::TurnCompleted { result } => {
                 if result.text != self.answer {
                     self.answer.clone_from(&result.text);
                     out.push(self.chunk(&result.text, false, false));
                 }
-                let data = self
-                    .citations
-                    .clone()
-                    .unwrap_or_else(|| json!({"local": [], "web": []}));
+                let citations = self.citations.clone().unwrap_or_default();
                 self.answer_sent = true;
-                out.push(json!({"artifactUpdate": {
-                    "taskId": self.task_id,
-                    "contextId": self.context_id,
-                    "artifact": self.artifact(vec![json!({"data": {"citations": data}})]),
-                    "append": true,
-                    "lastChunk": true,
-                }}));
+                let data = Part::Data(Data::Citations { citations });
+                out.push(self.artifact_update(Self::artifact(vec![data]), true, true));
                 self.ended = true;
-                let id = format!("{}-answer", self.task_id);
-                let message = agent_message(
-                    &self.task_id,
-                    &self.context_id,
-                    &id,
-                    vec![text_part(&result.text)],
-                );
-                out.push(self.set(COMPLETED, Some(message)));
+                let message = self.agent_message("answer", vec![text_part(&result.text)]);
+                out.push(self.set(Completed, Some(message)));
             }
             TurnEvent::TurnFailed { code, message, .. } => {
-                out.push(self.end(FAILED, &format!("{code}: {message}")));
+                out.push(self.end(Failed, &format!("{code}: {message}")));
             }
-            TurnEvent::TurnCancelled { reason } => out.push(self.end(CANCELED, reason)),
+            TurnEvent::TurnCancelled { reason } => out.push(self.end(Canceled, reason)),
             TurnEvent::TurnInterrupted { reason } => {
-                out.push(self.end(FAILED, &format!("interrupted: {reason}")));
+                out.push(self.end(Failed, &format!("interrupted: {reason}")));
             }
             _ => {}
         }
         out
     }
 
-    fn end(&mut self, state: &'static str, why: &str) -> Value {
+    fn end(&mut self, state: TaskState, why: &str) -> StreamResponse {
         self.ended = true;
         self.pending.clear();
         self.client_calls.clear();
-        let id = format!("{}-end", self.task_id);
-        let message = agent_message(&self.task_id, &self.context_id, &id, vec![text_part(why)]);
+        let message = self.agent_message("end", vec![text_part(why)]);
         self.set(state, Some(message))
     }
 
-    fn say(&mut self, said: Vec<Say>, out: &mut Vec<Value>) {
+    fn say(&mut self, said: Vec<Say>, out: &mut Vec<StreamResponse>) {
         for say in said {
             match say {
                 Say::Text(text) => {
@@ -325,42 +322,36 @@ impl TaskFold {
 
     /// The task as it stands, its history cut to `history_length`
     /// messages (the newest).
-    pub fn task(&self, history_length: Option<usize>) -> Value {
+    pub fn task(&self, history_length: Option<usize>) -> Task {
         let mut history = Vec::new();
         if let Some(asked) = &self.asked {
-            history.push(json!({
-                "messageId": format!("{}-user", self.task_id),
-                "contextId": self.context_id,
-                "taskId": self.task_id,
-                "role": "ROLE_USER",
-                "parts": [text_part(asked)],
-            }));
+            history.push(Message {
+                role: Role::User,
+                ..self.agent_message("user", vec![text_part(asked)])
+            });
         }
-        if self.state == COMPLETED {
-            history.push(agent_message(
-                &self.task_id,
-                &self.context_id,
-                &format!("{}-answer", self.task_id),
-                vec![text_part(&self.answer)],
-            ));
+        if self.state == Completed {
+            history.push(self.agent_message("answer", vec![text_part(&self.answer)]));
         }
         if let Some(keep) = history_length {
             let drop = history.len().saturating_sub(keep);
             history.drain(..drop);
         }
-        let mut task = json!({
-            "id": self.task_id,
-            "contextId": self.context_id,
-            "status": self.status(),
-            "history": history,
-        });
-        if self.answer_sent || !self.answer.is_empty() {
+        let artifacts = (self.answer_sent || !self.answer.is_empty()).then(|| {
             let mut parts = vec![text_part(&self.answer)];
             if let Some(citations) = &self.citations {
-                parts.push(json!({"data": {"citations": citations}}));
+                parts.push(Part::Data(Data::Citations {
+                    citations: citations.clone(),
+                }));
             }
-            task["artifacts"] = json!([self.artifact(parts)]);
+            vec![Self::artifact(parts)]
+        });
+        Task {
+            id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status: self.status(),
+            history,
+            artifacts,
         }
-        task
     }
 }

@@ -3,14 +3,18 @@
 //! deltas are not pushed), and before the end, the answer as one whole
 //! artifact each.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
     events::StoredEvent,
     ids::SessionKey,
     outbox::pushes::{PushFold, Said, TaskPushes},
-    protocols::{a2a::task::TaskFold, typed},
+    protocols::{
+        a2a::{task::TaskFold, wire::StreamResponse},
+        jsonrpc::to_value,
+        typed,
+    },
 };
 
 /// A2A's pushes.
@@ -42,13 +46,14 @@ impl PushFold for TaskPushFold {
         if stored.seq > self.after {
             let mut pushes = Vec::new();
             for update in said {
-                if update.get("artifactUpdate").is_some() {
-                    continue;
+                match update {
+                    StreamResponse::ArtifactUpdate(_) => continue,
+                    StreamResponse::StatusUpdate(_) if self.fold.ended() => {
+                        pushes.extend(self.whole_answer());
+                    }
+                    _ => {}
                 }
-                if self.fold.ended() && update.get("statusUpdate").is_some() {
-                    pushes.extend(self.whole_answer());
-                }
-                pushes.push(update);
+                pushes.push(to_value(&update));
             }
             self.said.events.push((stored.seq, pushes));
         }
@@ -65,19 +70,10 @@ impl TaskPushFold {
     /// The task's artifacts, each whole.
     fn whole_answer(&self) -> Vec<Value> {
         let task = self.fold.task(None);
-        task["artifacts"]
-            .as_array()
+        task.artifacts
             .into_iter()
             .flatten()
-            .map(|artifact| {
-                json!({"artifactUpdate": {
-                    "taskId": task["id"],
-                    "contextId": task["contextId"],
-                    "artifact": artifact,
-                    "append": false,
-                    "lastChunk": true,
-                }})
-            })
+            .map(|artifact| to_value(&self.fold.artifact_update(artifact, false, true)))
             .collect()
     }
 }
