@@ -19,6 +19,7 @@
 mod fold;
 mod request;
 mod stream;
+mod wire;
 
 use axum::{
     Extension,
@@ -27,7 +28,6 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
 use sha2::Digest as _;
 use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -145,7 +145,7 @@ async fn create_response(
 }
 
 /// A response object, with the headers that name its session and turn.
-fn with_ids(response: Value, session: &SessionKey, turn_id: Uuid) -> Response {
+fn with_ids(response: wire::ResponseObject, session: &SessionKey, turn_id: Uuid) -> Response {
     name_turn(axum::Json(response).into_response(), Some(session), turn_id)
 }
 
@@ -312,7 +312,12 @@ async fn delete_response(
             _ => ApiError::ResponseNotFound,
         });
     }
-    Ok(axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
+    Ok(axum::Json(wire::Deleted {
+        id,
+        object: "response",
+        deleted: true,
+    })
+    .into_response())
 }
 
 /// Cancels a response in progress; answers its object.
@@ -404,23 +409,20 @@ async fn input_items(
     let start = match &query.after {
         Some(after) => items
             .iter()
-            .position(|item| item["id"] == after.as_str())
+            .position(|item| item.id == *after)
             .map_or(items.len(), |at| at + 1),
         None => 0,
     };
-    let page: Vec<Value> = items
-        .iter()
-        .skip(start)
-        .take(limit as usize)
-        .cloned()
-        .collect();
-    let has_more = start + page.len() < items.len();
-    Ok(axum::Json(json!({
-        "object": "list",
-        "first_id": page.first().map(|item| item["id"].clone()),
-        "last_id": page.last().map(|item| item["id"].clone()),
-        "has_more": has_more,
-        "data": page,
-    }))
+    let total = items.len();
+    let page: Vec<request::InputItem> =
+        items.into_iter().skip(start).take(limit as usize).collect();
+    let has_more = start + page.len() < total;
+    Ok(axum::Json(wire::ItemPage {
+        object: "list",
+        first_id: page.first().map(|item| item.id.clone()),
+        last_id: page.last().map(|item| item.id.clone()),
+        has_more,
+        data: page,
+    })
     .into_response())
 }

@@ -25,8 +25,13 @@
 
 mod calls;
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
+use super::wire::{
+    Annotation, Conversation, FunctionTool, Incomplete, InputDetails, McpError, NoLogprobs,
+    Numbered, OutputDetails, OutputItem, OutputText, ReasoningShown, ResponseError, ResponseObject,
+    StreamEvent, TextFormat, TextShown, Usage,
+};
 use crate::{
     events::TurnEvent,
     protocols::retraction::{Say, StepText, ends_text},
@@ -57,7 +62,7 @@ pub struct Head {
     pub effort: Option<String>,
     pub user: Option<String>,
     /// The client's `function` tools, shown back.
-    pub tools: Value,
+    pub tools: Vec<FunctionTool>,
 }
 
 /// The message item being streamed.
@@ -65,23 +70,26 @@ struct OpenMessage {
     index: usize,
     step: u32,
     text: String,
-    annotations: Vec<Value>,
+    annotations: Vec<Annotation>,
 }
+
+/// How a response ends: its status and the stream event that says it.
+type End = fn(Box<ResponseObject>) -> StreamEvent;
 
 /// The fold: feed it a turn's events in order.
 pub struct ResponseFold {
     head: Head,
     next_sequence: u64,
-    output: Vec<Value>,
+    output: Vec<OutputItem>,
     message: Option<OpenMessage>,
     messages: u32,
     said: StepText,
     /// The step of the last text.
     step: u32,
     status: &'static str,
-    usage: Value,
-    error: Value,
-    incomplete: Value,
+    usage: Option<Usage>,
+    error: Option<ResponseError>,
+    incomplete: Option<Incomplete>,
     ended: bool,
     /// Calls an earlier response of the turn began, which waited for a
     /// person (by call id: tool and arguments): this one shows their end
@@ -100,9 +108,9 @@ impl ResponseFold {
             said: StepText::default(),
             step: 0,
             status: "in_progress",
-            usage: Value::Null,
-            error: Value::Null,
-            incomplete: Value::Null,
+            usage: None,
+            error: None,
+            incomplete: None,
             ended: false,
             earlier_calls: Vec::new(),
         }
@@ -129,24 +137,27 @@ impl ResponseFold {
     }
 
     /// An `error` stream event, numbered as the next one.
-    pub fn error_event(&mut self, code: &str, message: &str) -> Value {
-        self.numbered(
-            "error",
-            json!({"code": code, "message": message, "param": null}),
-        )
+    pub fn error_event(&mut self, code: &str, message: &str) -> Numbered {
+        self.numbered(StreamEvent::Error {
+            code: code.to_owned(),
+            message: message.to_owned(),
+            param: None,
+        })
     }
 
     /// The stream events before the turn's first event.
-    pub fn start(&mut self) -> Vec<Value> {
-        let mut out = Vec::new();
-        let response = self.response();
-        out.push(self.numbered("response.created", json!({ "response": response })));
-        out.push(self.numbered("response.in_progress", json!({ "response": response })));
-        out
+    pub fn start(&mut self) -> Vec<Numbered> {
+        let response = Box::new(self.response());
+        vec![
+            self.numbered(StreamEvent::Created {
+                response: response.clone(),
+            }),
+            self.numbered(StreamEvent::InProgress { response }),
+        ]
     }
 
     /// The stream events of one of the turn's events.
-    pub fn event(&mut self, event: &TurnEvent) -> Vec<Value> {
+    pub fn event(&mut self, event: &TurnEvent) -> Vec<Numbered> {
         let mut out = Vec::new();
         if ends_text(event) {
             let said = self.said.other();
@@ -166,12 +177,11 @@ impl ResponseFold {
                 ..
             } => {
                 self.close_message("completed", &mut out);
-                let index = self.add_item(running_call(call_id, tool, arguments), &mut out);
-                let id = call_item_id(call_id);
-                out.push(self.numbered(
-                    "response.mcp_call.in_progress",
-                    json!({"item_id": id, "output_index": index}),
-                ));
+                let index = self.add_item(running_call(call_id, tool, arguments, None), &mut out);
+                out.push(self.numbered(StreamEvent::McpCallInProgress {
+                    item_id: call_item_id(call_id),
+                    output_index: index,
+                }));
             }
             TurnEvent::ToolFinished { .. } => {
                 if let Some((call_id, shown)) = crate::protocols::finished_call(event) {
@@ -179,51 +189,59 @@ impl ResponseFold {
                 }
             }
             TurnEvent::Citations { local, web } => self.cite(local, web, &mut out),
-            TurnEvent::TurnCompleted { result } => {
-                let (status, kind, incomplete) = match result.stop_reason {
-                    StopReason::Answer => ("completed", "response.completed", None),
-                    StopReason::Budget => (
-                        "incomplete",
-                        "response.incomplete",
-                        Some("max_output_tokens"),
-                    ),
-                    StopReason::Deadline => ("incomplete", "response.incomplete", Some("deadline")),
-                    StopReason::MaxSteps => {
-                        ("incomplete", "response.incomplete", Some("max_steps"))
-                    }
-                };
-                self.close_message(
-                    if incomplete.is_some() {
-                        "incomplete"
-                    } else {
-                        "completed"
-                    },
-                    &mut out,
-                );
-                self.usage = usage_of(result);
-                if let Some(reason) = incomplete {
-                    self.incomplete = json!({ "reason": reason });
-                }
-                self.end(status, kind, &mut out);
-            }
+            TurnEvent::TurnCompleted { result } => self.complete(result, &mut out),
             TurnEvent::TurnFailed { code, message, .. } => {
-                self.error = json!({"code": code, "message": message});
-                self.close_message("incomplete", &mut out);
-                self.end("failed", "response.failed", &mut out);
+                self.fail("failed", code, message, &mut out);
             }
             TurnEvent::TurnCancelled { reason } => {
-                self.error = json!({"code": "cancelled", "message": reason});
-                self.close_message("incomplete", &mut out);
-                self.end("cancelled", "response.failed", &mut out);
+                self.fail("cancelled", "cancelled", reason, &mut out);
             }
             TurnEvent::TurnInterrupted { reason } => {
-                self.error = json!({"code": "interrupted", "message": reason});
-                self.close_message("incomplete", &mut out);
-                self.end("failed", "response.failed", &mut out);
+                self.fail("failed", "interrupted", reason, &mut out);
             }
             _ => {}
         }
         out
+    }
+
+    fn complete(&mut self, result: &TurnResult, out: &mut Vec<Numbered>) {
+        let incomplete = match result.stop_reason {
+            StopReason::Answer => None,
+            StopReason::Budget => Some("max_output_tokens"),
+            StopReason::Deadline => Some("deadline"),
+            StopReason::MaxSteps => Some("max_steps"),
+        };
+        self.usage = Some(usage_of(result));
+        match incomplete {
+            None => {
+                self.close_message("completed", out);
+                self.end(
+                    "completed",
+                    |response| StreamEvent::Completed { response },
+                    out,
+                );
+            }
+            Some(reason) => {
+                self.close_message("incomplete", out);
+                self.incomplete = Some(Incomplete { reason });
+                self.end(
+                    "incomplete",
+                    |response| StreamEvent::Incomplete { response },
+                    out,
+                );
+            }
+        }
+    }
+
+    /// The turn failed, was cancelled or interrupted: `status`, with the
+    /// error's `code` and `message`.
+    fn fail(&mut self, status: &'static str, code: &str, message: &str, out: &mut Vec<Numbered>) {
+        self.error = Some(ResponseError {
+            code: code.to_owned(),
+            message: message.to_owned(),
+        });
+        self.close_message("incomplete", out);
+        self.end(status, |response| StreamEvent::Failed { response }, out);
     }
 
     /// Names the response this one goes on from.
@@ -232,7 +250,7 @@ impl ResponseFold {
     }
 
     /// The `response` object as it stands.
-    pub fn response(&self) -> Value {
+    pub fn response(&self) -> ResponseObject {
         let head = &self.head;
         let mut output = self.output.clone();
         if let Some(message) = &self.message
@@ -240,56 +258,63 @@ impl ResponseFold {
         {
             *item = message_item(item, "in_progress", &message.text, &message.annotations);
         }
-        json!({
-            "id": head.id,
-            "object": "response",
-            "created_at": head.created_at,
-            "status": self.status,
-            "background": head.background,
-            "conversation": {"id": head.conversation},
-            "error": self.error,
-            "incomplete_details": self.incomplete,
-            "instructions": head.instructions,
-            "max_output_tokens": head.max_output_tokens,
-            "metadata": head.metadata,
-            "model": head.model,
-            "output": output,
-            "parallel_tool_calls": true,
-            "previous_response_id": head.previous_response_id,
-            "reasoning": {"effort": head.effort, "summary": null},
-            "store": true,
-            "temperature": null,
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "auto",
-            "tools": head.tools,
-            "top_p": null,
-            "truncation": "disabled",
-            "usage": self.usage,
-            "user": head.user,
-        })
-    }
-
-    /// `body` as the stream event `kind`, numbered as the next one.
-    fn numbered(&mut self, kind: &str, mut body: Value) -> Value {
-        if let Some(fields) = body.as_object_mut() {
-            fields.insert("type".into(), kind.into());
-            fields.insert("sequence_number".into(), self.next_sequence.into());
+        ResponseObject {
+            id: head.id.clone(),
+            object: "response",
+            created_at: head.created_at,
+            status: self.status,
+            background: head.background,
+            conversation: Conversation {
+                id: head.conversation.clone(),
+            },
+            error: self.error.clone(),
+            incomplete_details: self.incomplete.clone(),
+            instructions: head.instructions.clone(),
+            max_output_tokens: head.max_output_tokens,
+            metadata: head.metadata.clone(),
+            model: head.model.clone(),
+            output,
+            parallel_tool_calls: true,
+            previous_response_id: head.previous_response_id.clone(),
+            reasoning: ReasoningShown {
+                effort: head.effort.clone(),
+                summary: None,
+            },
+            store: true,
+            temperature: None,
+            text: TextShown {
+                format: TextFormat::Text,
+            },
+            tool_choice: "auto",
+            tools: head.tools.clone(),
+            top_p: None,
+            truncation: "disabled",
+            usage: self.usage.clone(),
+            user: head.user.clone(),
         }
-        self.next_sequence += 1;
-        body
     }
 
-    fn add_item(&mut self, item: Value, out: &mut Vec<Value>) -> usize {
+    /// `event`, numbered as the next one.
+    fn numbered(&mut self, event: StreamEvent) -> Numbered {
+        let sequence_number = self.next_sequence;
+        self.next_sequence += 1;
+        Numbered {
+            event,
+            sequence_number,
+        }
+    }
+
+    fn add_item(&mut self, item: OutputItem, out: &mut Vec<Numbered>) -> usize {
         let index = self.output.len();
         self.output.push(item.clone());
-        out.push(self.numbered(
-            "response.output_item.added",
-            json!({"output_index": index, "item": item}),
-        ));
+        out.push(self.numbered(StreamEvent::ItemAdded {
+            output_index: index,
+            item,
+        }));
         index
     }
 
-    fn say(&mut self, said: Vec<Say>, step: u32, out: &mut Vec<Value>) {
+    fn say(&mut self, said: Vec<Say>, step: u32, out: &mut Vec<Numbered>) {
         for say in said {
             match say {
                 Say::Text(text) => self.text(step, &text, out),
@@ -298,7 +323,7 @@ impl ResponseFold {
         }
     }
 
-    fn text(&mut self, step: u32, text: &str, out: &mut Vec<Value>) {
+    fn text(&mut self, step: u32, text: &str, out: &mut Vec<Numbered>) {
         if self.message.as_ref().is_some_and(|m| m.step != step) {
             self.close_message("completed", out);
         }
@@ -311,23 +336,19 @@ impl ResponseFold {
                     self.head.id.trim_start_matches("resp_"),
                     self.messages
                 );
-                let item = json!({
-                    "type": "message",
-                    "id": id,
-                    "role": "assistant",
-                    "status": "in_progress",
-                    "content": [],
-                });
+                let item = OutputItem::Message {
+                    id: id.clone(),
+                    role: "assistant",
+                    status: "in_progress",
+                    content: Vec::new(),
+                };
                 let index = self.add_item(item, out);
-                out.push(self.numbered(
-                    "response.content_part.added",
-                    json!({
-                        "item_id": id,
-                        "output_index": index,
-                        "content_index": 0,
-                        "part": text_part("", &[]),
-                    }),
-                ));
+                out.push(self.numbered(StreamEvent::PartAdded {
+                    item_id: id,
+                    output_index: index,
+                    content_index: 0,
+                    part: text_part("", &[]),
+                }));
                 self.message = Some(OpenMessage {
                     index,
                     step,
@@ -340,70 +361,61 @@ impl ResponseFold {
         if let Some(message) = self.message.as_mut() {
             message.text.push_str(text);
         }
-        let id = self.item_id(index);
-        out.push(self.numbered(
-            "response.output_text.delta",
-            json!({
-                "item_id": id,
-                "output_index": index,
-                "content_index": 0,
-                "delta": text,
-                "logprobs": [],
-            }),
-        ));
+        let item_id = self.item_id(index);
+        out.push(self.numbered(StreamEvent::TextDelta {
+            item_id,
+            output_index: index,
+            content_index: 0,
+            delta: text.to_owned(),
+            logprobs: NoLogprobs,
+        }));
     }
 
-    fn item_id(&self, index: usize) -> Value {
+    fn item_id(&self, index: usize) -> String {
         self.output
             .get(index)
-            .map_or(Value::Null, |item| item["id"].clone())
+            .map(|item| item.id().to_owned())
+            .unwrap_or_default()
     }
 
-    fn close_message(&mut self, status: &str, out: &mut Vec<Value>) {
+    fn close_message(&mut self, status: &'static str, out: &mut Vec<Numbered>) {
         let Some(message) = self.message.take() else {
             return;
         };
         let index = message.index;
         let id = self.item_id(index);
-        out.push(self.numbered(
-            "response.output_text.done",
-            json!({
-                "item_id": id,
-                "output_index": index,
-                "content_index": 0,
-                "text": message.text,
-                "logprobs": [],
-            }),
-        ));
-        out.push(self.numbered(
-            "response.content_part.done",
-            json!({
-                "item_id": id,
-                "output_index": index,
-                "content_index": 0,
-                "part": text_part(&message.text, &message.annotations),
-            }),
-        ));
-        let item = self.output.get(index).map_or(Value::Null, |item| {
-            message_item(item, status, &message.text, &message.annotations)
-        });
-        if let Some(slot) = self.output.get_mut(index) {
-            *slot = item.clone();
-        }
-        out.push(self.numbered(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
-        ));
+        out.push(self.numbered(StreamEvent::TextDone {
+            item_id: id.clone(),
+            output_index: index,
+            content_index: 0,
+            text: message.text.clone(),
+            logprobs: NoLogprobs,
+        }));
+        out.push(self.numbered(StreamEvent::PartDone {
+            item_id: id,
+            output_index: index,
+            content_index: 0,
+            part: text_part(&message.text, &message.annotations),
+        }));
+        let Some(slot) = self.output.get_mut(index) else {
+            return;
+        };
+        *slot = message_item(slot, status, &message.text, &message.annotations);
+        let item = slot.clone();
+        out.push(self.numbered(StreamEvent::ItemDone {
+            output_index: index,
+            item,
+        }));
     }
 
     fn finish_call(
         &mut self,
         call_id: &str,
         shown: crate::protocols::CallResult<'_>,
-        out: &mut Vec<Value>,
+        out: &mut Vec<Numbered>,
     ) {
         let id = call_item_id(call_id);
-        let found = self.output.iter().position(|item| item["id"] == id);
+        let found = self.output.iter().position(|item| item.id() == id);
         let index = match found {
             Some(index) => index,
             // Begun in the response that asked for its approval.
@@ -413,110 +425,117 @@ impl ResponseFold {
                 else {
                     return;
                 };
-                let mut item = running_call(call_id, tool, arguments);
-                item["approval_request_id"] = format!("{APPROVAL_PREFIX}{call_id}").into();
+                let approval = Some(format!("{APPROVAL_PREFIX}{call_id}"));
+                let item = running_call(call_id, tool, arguments, approval);
                 self.close_message("completed", out);
                 self.add_item(item, out)
             }
         };
-        let Some(item) = self.output.get_mut(index) else {
+        let Some(OutputItem::McpCall {
+            status,
+            output,
+            error,
+            ..
+        }) = self.output.get_mut(index)
+        else {
             return;
         };
         let completed = shown.is_ok();
         match shown {
-            Ok(output) => {
-                item["status"] = "completed".into();
-                item["output"] = output.into();
+            Ok(shown) => {
+                *status = "completed";
+                *output = Some(shown);
             }
-            Err((status, why)) => {
-                item["status"] = "failed".into();
-                item["error"] = json!({
-                    "type": "mcp_tool_execution_error",
-                    "content": format!("{}: {}", status.as_str(), why.unwrap_or_default()),
+            Err((ended, why)) => {
+                *status = "failed";
+                *error = Some(McpError {
+                    content: format!("{}: {}", ended.as_str(), why.unwrap_or_default()),
                 });
             }
         }
-        let item = item.clone();
-        let kind = if completed {
-            "response.mcp_call.completed"
+        let item = self.output.get(index).cloned();
+        out.push(self.numbered(if completed {
+            StreamEvent::McpCallCompleted {
+                item_id: id,
+                output_index: index,
+            }
         } else {
-            "response.mcp_call.failed"
-        };
-        out.push(self.numbered(kind, json!({"item_id": id, "output_index": index})));
-        out.push(self.numbered(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
-        ));
+            StreamEvent::McpCallFailed {
+                item_id: id,
+                output_index: index,
+            }
+        }));
+        if let Some(item) = item {
+            out.push(self.numbered(StreamEvent::ItemDone {
+                output_index: index,
+                item,
+            }));
+        }
     }
 
-    fn cite(&mut self, local: &[String], web: &[crate::turn::WebCitation], out: &mut Vec<Value>) {
+    fn cite(
+        &mut self,
+        local: &[String],
+        web: &[crate::turn::WebCitation],
+        out: &mut Vec<Numbered>,
+    ) {
         let Some(message) = self.message.as_mut() else {
             return;
         };
         let at = message.text.chars().count();
-        let mut added = Vec::new();
-        for source in web {
-            added.push(json!({
-                "type": "url_citation",
-                "url": source.url,
-                "title": source.title,
-                "start_index": at,
-                "end_index": at,
-            }));
-        }
-        for anchor in local {
-            added.push(json!({
-                "type": "file_citation",
-                "file_id": anchor,
-                "filename": anchor,
-                "index": at,
-            }));
-        }
+        let web = web.iter().map(|source| Annotation::UrlCitation {
+            url: source.url.clone(),
+            title: source.title.clone(),
+            start_index: at,
+            end_index: at,
+        });
+        let local = local.iter().map(|anchor| Annotation::FileCitation {
+            file_id: anchor.clone(),
+            filename: anchor.clone(),
+            index: at,
+        });
+        let added: Vec<Annotation> = web.chain(local).collect();
         let index = message.index;
         let first = message.annotations.len();
         message.annotations.extend(added.iter().cloned());
         let id = self.item_id(index);
         for (i, annotation) in added.into_iter().enumerate() {
-            out.push(self.numbered(
-                "response.output_text.annotation.added",
-                json!({
-                    "item_id": id,
-                    "output_index": index,
-                    "content_index": 0,
-                    "annotation_index": first + i,
-                    "annotation": annotation,
-                }),
-            ));
+            out.push(self.numbered(StreamEvent::AnnotationAdded {
+                item_id: id.clone(),
+                output_index: index,
+                content_index: 0,
+                annotation_index: first + i,
+                annotation,
+            }));
         }
     }
 
-    fn end(&mut self, status: &'static str, kind: &str, out: &mut Vec<Value>) {
+    fn end(&mut self, status: &'static str, end: End, out: &mut Vec<Numbered>) {
         self.status = status;
         self.ended = true;
-        let response = self.response();
-        out.push(self.numbered(kind, json!({ "response": response })));
+        let response = Box::new(self.response());
+        out.push(self.numbered(end(response)));
     }
 }
 
-/// An output item of the service's own tools (`server_label`
-/// [`SERVER_LABEL`]) naming a call of `tool`.
-fn server_item(kind: &str, id: String, tool: &str, arguments: &Value) -> Value {
-    json!({
-        "type": kind,
-        "id": id,
-        "name": tool,
-        "arguments": arguments.to_string(),
-        "server_label": SERVER_LABEL,
-    })
-}
-
-/// A server-side tool call's `mcp_call` item as it starts.
-fn running_call(call_id: &str, tool: &str, arguments: &Value) -> Value {
-    let mut item = server_item("mcp_call", call_item_id(call_id), tool, arguments);
-    item["status"] = "in_progress".into();
-    item["output"] = Value::Null;
-    item["error"] = Value::Null;
-    item
+/// A server-side tool call's `mcp_call` item as it starts (with the id of
+/// the approval it waited for, when it did).
+fn running_call(
+    call_id: &str,
+    tool: &str,
+    arguments: &Value,
+    approval_request_id: Option<String>,
+) -> OutputItem {
+    OutputItem::McpCall {
+        id: call_item_id(call_id),
+        name: tool.to_owned(),
+        arguments: arguments.to_string(),
+        server_label: SERVER_LABEL,
+        status: "in_progress",
+        output: None,
+        error: None,
+        approval_request_id,
+    }
 }
 
 /// The item id of a server-side tool call.
@@ -524,27 +543,41 @@ fn call_item_id(call_id: &str) -> String {
     format!("mcp_{call_id}")
 }
 
-fn text_part(text: &str, annotations: &[Value]) -> Value {
-    json!({"type": "output_text", "text": text, "annotations": annotations, "logprobs": []})
+fn text_part(text: &str, annotations: &[Annotation]) -> OutputText {
+    OutputText {
+        text: text.to_owned(),
+        annotations: annotations.to_vec(),
+        logprobs: NoLogprobs,
+    }
 }
 
-fn message_item(item: &Value, status: &str, text: &str, annotations: &[Value]) -> Value {
-    let mut item: Map<String, Value> = item.as_object().cloned().unwrap_or_default();
-    item.insert("status".into(), status.into());
-    item.insert("content".into(), json!([text_part(text, annotations)]));
-    Value::Object(item)
+/// A message item with `status` and its text whole.
+fn message_item(
+    item: &OutputItem,
+    status: &'static str,
+    text: &str,
+    annotations: &[Annotation],
+) -> OutputItem {
+    OutputItem::Message {
+        id: item.id().to_owned(),
+        role: "assistant",
+        status,
+        content: vec![text_part(text, annotations)],
+    }
 }
 
 /// The `usage` of a turn's result.
-pub fn usage_of(result: &TurnResult) -> Value {
-    json!({
-        "input_tokens": result.input_tokens,
-        "input_tokens_details": {
-            "cached_tokens": result.cache_read_tokens,
-            "cache_write_tokens": result.cache_creation_tokens,
+pub fn usage_of(result: &TurnResult) -> Usage {
+    Usage {
+        input_tokens: result.input_tokens,
+        input_tokens_details: InputDetails {
+            cached_tokens: result.cache_read_tokens,
+            cache_write_tokens: result.cache_creation_tokens,
         },
-        "output_tokens": result.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": result.input_tokens + result.output_tokens,
-    })
+        output_tokens: result.output_tokens,
+        output_tokens_details: OutputDetails {
+            reasoning_tokens: 0,
+        },
+        total_tokens: result.input_tokens + result.output_tokens,
+    }
 }

@@ -2,14 +2,17 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::{
     protocols::Shared,
-    protocols::responses::fold::APPROVAL_PREFIX,
+    protocols::responses::{
+        fold::APPROVAL_PREFIX,
+        wire::{Annotation, FunctionTool},
+    },
     protocols::{
         approvals::ClientDecision,
         client_calls::{ClientAnswer, Replies},
@@ -103,10 +106,72 @@ pub fn effort_name(level: ThinkLevel) -> String {
     .to_owned()
 }
 
+/// An input item as read: the fields of every kind this service takes
+/// (`message`, `function_call_output`, `mcp_approval_response`); which
+/// apply depends on `type`.
+#[derive(Debug, Deserialize)]
+struct ItemIn {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    role: Option<String>,
+    content: Option<Content>,
+    call_id: Option<String>,
+    output: Option<Content>,
+    approval_request_id: Option<String>,
+    approve: Option<bool>,
+    reason: Option<String>,
+}
+
+/// A message's `content` (or a call's `output`): text, or parts.
+#[derive(Debug, Deserialize)]
+#[serde(untagged, expecting = "a string or text parts")]
+enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+struct ContentPart {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    text: Option<String>,
+}
+
+/// A `function` tool as read.
+#[derive(Debug, Deserialize)]
+struct ToolIn {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    parameters: Value,
+}
+
+/// `given`, read as the `T` at `field`; a failure names the field within.
+fn read<'a, T: Deserialize<'a>>(field: &str, given: &'a Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(given).map_err(|e| {
+        let within = e.path().to_string();
+        let field = match within.as_str() {
+            "." => field.to_owned(),
+            within => format!("{field}.{within}"),
+        };
+        let detail = format!("`{field}`: {}", e.into_inner());
+        invalid(&field, detail)
+    })
+}
+
+/// Input item `at`, read.
+fn item(at: usize, given: &Value) -> Result<ItemIn, ApiError> {
+    read(&format!("input[{at}]"), given)
+}
+
 /// One input message: its role and text.
-fn input_message(item: &Value, at: usize) -> Result<(String, String), ApiError> {
+fn input_message(item: &ItemIn, at: usize) -> Result<(String, String), ApiError> {
     let field = format!("input[{at}]");
-    if let Some(kind) = item["type"].as_str()
+    if let Some(kind) = item.kind.as_deref()
         && kind != "message"
     {
         return Err(ApiError::Unsupported {
@@ -114,15 +179,16 @@ fn input_message(item: &Value, at: usize) -> Result<(String, String), ApiError> 
             detail: format!("input items of type {kind:?} are not taken"),
         });
     }
-    let role = item["role"]
-        .as_str()
+    let role = item
+        .role
+        .as_deref()
         .ok_or_else(|| invalid(&field, "an input message needs a `role`"))?;
-    let text = match &item["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => {
+    let text = match &item.content {
+        Some(Content::Text(text)) => text.clone(),
+        Some(Content::Parts(parts)) => {
             let mut texts = Vec::new();
             for part in parts {
-                match (part["type"].as_str(), part["text"].as_str()) {
+                match (part.kind.as_deref(), part.text.as_deref()) {
                     (Some("input_text" | "output_text" | "text"), Some(text)) => texts.push(text),
                     (kind, _) => {
                         return Err(ApiError::Unsupported {
@@ -137,7 +203,7 @@ fn input_message(item: &Value, at: usize) -> Result<(String, String), ApiError> 
             }
             texts.join("\n")
         }
-        _ => return Err(invalid(&field, "`content` must be a string or parts")),
+        None => return Err(invalid(&field, "`content` must be a string or parts")),
     };
     Ok((role.to_owned(), text))
 }
@@ -196,7 +262,7 @@ impl CreateResponse {
             Value::Array(items) => items
                 .iter()
                 .enumerate()
-                .map(|(at, item)| input_message(item, at))
+                .map(|(at, given)| input_message(&item(at, given)?, at))
                 .collect::<Result<_, _>>()?,
             _ => {
                 return Err(invalid(
@@ -291,29 +357,31 @@ impl CreateResponse {
 impl CreateResponse {
     /// The `function` tools of the request, as tools the client runs.
     fn client_tools(&self) -> Result<Vec<ClientTool>, ApiError> {
-        let tools = self.tools.as_deref().unwrap_or_default();
-        if let Some((at, tool)) = tools
+        let tools = self
+            .tools
             .iter()
+            .flatten()
             .enumerate()
-            .find(|(_, t)| t["type"] != "function")
-        {
-            return Err(ApiError::Unsupported {
-                field: format!("tools[{at}]"),
-                detail: format!(
-                    "tools of type {} are not taken: `function` tools are the client's, and \
-                     the service's own tools run without being named",
-                    tool["type"]
-                ),
-            });
-        }
-        declared_tools(
-            "tools",
-            tools.iter().map(|tool| ToolDeclaration {
-                name: tool["name"].as_str().unwrap_or_default().to_owned(),
-                description: tool["description"].as_str().unwrap_or_default().to_owned(),
-                parameters: Some(tool["parameters"].clone()),
-            }),
-        )
+            .map(|(at, tool)| {
+                let tool: ToolIn = read(&format!("tools[{at}]"), tool)?;
+                if tool.kind.as_deref() != Some("function") {
+                    return Err(ApiError::Unsupported {
+                        field: format!("tools[{at}]"),
+                        detail: format!(
+                            "tools of type {:?} are not taken: `function` tools are the \
+                             client's, and the service's own tools run without being named",
+                            tool.kind.unwrap_or_default()
+                        ),
+                    });
+                }
+                Ok(ToolDeclaration {
+                    name: tool.name,
+                    description: tool.description,
+                    parameters: Some(tool.parameters),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        declared_tools("tools", tools)
     }
 
     /// What the input brings for the turn of `previous_response_id`: the
@@ -322,12 +390,17 @@ impl CreateResponse {
     /// items); empty when it carries none. Input that has them has
     /// nothing else.
     pub fn replies(&self) -> Result<Replies, ApiError> {
-        let Value::Array(items) = &self.input else {
+        let Value::Array(given) = &self.input else {
             return Ok(Replies::default());
         };
+        let items: Vec<ItemIn> = given
+            .iter()
+            .enumerate()
+            .map(|(at, given)| item(at, given))
+            .collect::<Result<_, _>>()?;
         let replies = items
             .iter()
-            .filter(|item| REPLY_ITEMS.contains(&item["type"].as_str().unwrap_or_default()))
+            .filter(|item| REPLY_ITEMS.contains(&item.kind.as_deref().unwrap_or_default()))
             .count();
         if replies == 0 {
             return Ok(Replies::default());
@@ -349,8 +422,8 @@ impl CreateResponse {
             ));
         }
         let mut replies = Replies::default();
-        for (at, item) in items.iter().enumerate() {
-            if item["type"] == "mcp_approval_response" {
+        for (at, item) in items.into_iter().enumerate() {
+            if item.kind.as_deref() == Some("mcp_approval_response") {
                 replies.decisions.push(decision(at, item)?);
             } else {
                 replies.answers.push(function_output(at, item)?);
@@ -364,33 +437,34 @@ impl CreateResponse {
 /// `previous_response_id`.
 const REPLY_ITEMS: [&str; 2] = ["function_call_output", "mcp_approval_response"];
 
-fn function_output(at: usize, item: &Value) -> Result<ClientAnswer, ApiError> {
-    let call_id = item["call_id"]
-        .as_str()
+fn function_output(at: usize, item: ItemIn) -> Result<ClientAnswer, ApiError> {
+    let call_id = item
+        .call_id
         .filter(|id| !id.is_empty())
         .ok_or_else(|| invalid(&format!("input[{at}].call_id"), "a call id is needed"))?;
-    let output = match &item["output"] {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
+    let output = match item.output {
+        Some(Content::Text(text)) => text,
+        Some(Content::Parts(parts)) => parts
+            .into_iter()
+            .filter_map(|p| p.text)
             .collect::<Vec<_>>()
             .join("\n"),
-        _ => {
+        None => {
             return Err(invalid(
                 &format!("input[{at}].output"),
                 "`output` must be a string or text parts",
             ));
         }
     };
-    Ok(ClientAnswer::text(call_id, output, false))
+    Ok(ClientAnswer::text(&call_id, output, false))
 }
 
 /// An `mcp_approval_response`: `approval_request_id` names the
 /// `mcp_approval_request` item (`mcpr_<call id>`).
-fn decision(at: usize, item: &Value) -> Result<ClientDecision, ApiError> {
-    let call_id = item["approval_request_id"]
-        .as_str()
+fn decision(at: usize, item: ItemIn) -> Result<ClientDecision, ApiError> {
+    let call_id = item
+        .approval_request_id
+        .as_deref()
         .and_then(|id| id.strip_prefix(APPROVAL_PREFIX))
         .filter(|id| !id.is_empty())
         .ok_or_else(|| {
@@ -399,66 +473,81 @@ fn decision(at: usize, item: &Value) -> Result<ClientDecision, ApiError> {
                 "the id of an `mcp_approval_request` item (`mcpr_…`) is needed",
             )
         })?;
-    let approve = item["approve"].as_bool().ok_or_else(|| {
+    let approve = item.approve.ok_or_else(|| {
         invalid(
             &format!("input[{at}].approve"),
             "`approve` must be true or false",
         )
     })?;
-    let reason = match &item["reason"] {
-        Value::Null => None,
-        Value::String(reason) => Some(reason.clone()),
-        _ => {
-            return Err(invalid(
-                &format!("input[{at}].reason"),
-                "`reason` must be a string",
-            ));
-        }
-    };
-    ClientDecision::new(call_id, approve, reason, &format!("input[{at}].reason"))
+    ClientDecision::new(
+        call_id,
+        approve,
+        item.reason,
+        &format!("input[{at}].reason"),
+    )
 }
 
 /// The request's tools as a response shows them.
-pub fn shown_tools(asked: &TurnRequest) -> Value {
-    Value::Array(
-        asked
-            .client_tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.parameters,
-                    "strict": false,
-                })
-            })
-            .collect(),
-    )
+pub fn shown_tools(asked: &TurnRequest) -> Vec<FunctionTool> {
+    asked
+        .client_tools
+        .iter()
+        .map(|tool| FunctionTool {
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            parameters: tool.parameters.clone(),
+            strict: false,
+        })
+        .collect()
+}
+
+/// An input item as `GET /v1/responses/{id}/input_items` shows it.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename = "message")]
+pub struct InputItem {
+    pub id: String,
+    role: &'static str,
+    status: &'static str,
+    content: [ShownPart; 1],
+}
+
+/// The text of an input item.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ShownPart {
+    InputText {
+        text: String,
+    },
+    OutputText {
+        text: String,
+        annotations: [Annotation; 0],
+    },
 }
 
 /// The input items of a turn, oldest first: its history (when it brought
 /// one) and its message.
-pub fn input_items(turn_id: Uuid, asked: &TurnRequest) -> Vec<Value> {
+pub fn input_items(turn_id: Uuid, asked: &TurnRequest) -> Vec<InputItem> {
     let history = asked.history.iter().flatten();
     let last = ChatMessage::new(Role::User, asked.message.clone());
     history
         .chain(std::iter::once(&last))
         .enumerate()
         .map(|(i, message)| {
-            let role = message.role.as_str();
+            let text = message.content.clone();
             let part = if message.role == Role::Assistant {
-                json!({"type": "output_text", "text": message.content, "annotations": []})
+                ShownPart::OutputText {
+                    text,
+                    annotations: [],
+                }
             } else {
-                json!({"type": "input_text", "text": message.content})
+                ShownPart::InputText { text }
             };
-            json!({
-                "type": "message",
-                "id": format!("msg_{}_in{}", turn_id.simple(), i + 1),
-                "role": role,
-                "status": "completed",
-                "content": [part],
-            })
+            InputItem {
+                id: format!("msg_{}_in{}", turn_id.simple(), i + 1),
+                role: message.role.as_str(),
+                status: "completed",
+                content: [part],
+            }
         })
         .collect()
 }

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use axum::{body::Bytes, response::Response};
 use futures::{Stream, StreamExt};
-use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::{
     fold::{Head, ResponseFold},
     request,
+    wire::{Numbered, ResponseObject},
 };
 use crate::{
     events::{StoredEvent, TurnEvent},
@@ -84,7 +84,7 @@ pub(super) fn head(turn_id: Uuid, session: &SessionKey, asked: &TurnRequest) -> 
         model: String::new(),
         conversation: session.id().to_owned(),
         instructions: asked.skill_context.clone(),
-        metadata: json!(asked.metadata),
+        metadata: crate::protocols::jsonrpc::to_value(&asked.metadata),
         max_output_tokens: asked.max_output_tokens,
         previous_response_id: asked.follows.map(response_id),
         background: asked.background,
@@ -120,7 +120,7 @@ impl Folding {
 
     /// The stream events `stored` adds (the response's first ones with
     /// its first event).
-    pub(super) fn feed(&mut self, stored: &StoredEvent) -> Vec<Value> {
+    pub(super) fn feed(&mut self, stored: &StoredEvent) -> Vec<Numbered> {
         if let Some(TurnEvent::TurnStarted { model, .. }) = typed(stored) {
             self.model = Some(model.clone());
         }
@@ -171,7 +171,7 @@ impl Folding {
     pub(super) async fn until_ended(
         mut self,
         events: impl Stream<Item = Result<Arc<StoredEvent>, StoreError>>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<ResponseObject, ApiError> {
         let mut events = std::pin::pin!(events);
         while let Some(event) = events.next().await {
             self.feed(&*event?);
@@ -191,16 +191,14 @@ struct ResponseStream {
 }
 
 impl ResponseStream {
-    fn frames(&self, events: Vec<Value>) -> Vec<Bytes> {
+    fn frames(&self, events: Vec<Numbered>) -> Vec<Bytes> {
         events
             .into_iter()
-            .filter(|e| {
-                let n = e["sequence_number"].as_u64();
-                self.after.is_none_or(|after| n.is_some_and(|n| n > after))
-            })
+            .filter(|e| self.after.is_none_or(|after| e.sequence_number > after))
             .map(|e| {
-                let kind = e["type"].as_str().unwrap_or("error").to_owned();
-                Bytes::from(format!("event: {kind}\ndata: {e}\n\n"))
+                let mut frame = format!("event: {}\n", e.event.kind()).into_bytes();
+                frame.extend_from_slice(&crate::protocols::data_frame(&e));
+                Bytes::from(frame)
             })
             .collect()
     }
@@ -230,7 +228,7 @@ pub(super) async fn folded(
     app: &Shared,
     record: &TurnRecord,
     after: i64,
-) -> Result<Value, ApiError> {
+) -> Result<ResponseObject, ApiError> {
     let head = head(record.id, &record.session_id, &record.request);
     let mut folding = Folding::new(head, record.id, after);
     app.turns
@@ -242,12 +240,11 @@ pub(super) async fn folded(
     let mut response = folding.fold.response();
     if !folding.fold.ended() && record.status != TurnStatus::Running {
         // Ended without its terminal event in the log (an old interrupt).
-        response["status"] = if record.status == TurnStatus::Cancelled {
+        response.status = if record.status == TurnStatus::Cancelled {
             "cancelled"
         } else {
             "failed"
-        }
-        .into();
+        };
     }
     Ok(response)
 }
