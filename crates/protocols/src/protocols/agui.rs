@@ -18,8 +18,8 @@
 //! the decision.
 
 use axum::{Extension, extract::State, response::Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -29,6 +29,7 @@ use super::{
     client_calls::{
         ClientAnswer, EndsAtClientCall, Replies, SegmentEncoder, SegmentStream, client_name,
     },
+    parts::Content,
     retraction::{Say, StepText, ends_text},
     stream_for,
 };
@@ -79,7 +80,21 @@ pub struct ResumeEntry {
     interrupt_id: String,
     status: ResumeStatus,
     /// The decision: `{"approved": true|false, "reason"?: "…"}`.
-    payload: Option<Value>,
+    #[schema(value_type = Option<Value>)]
+    payload: Option<ResumePayload>,
+}
+
+/// A `resume` entry's payload: the decision, or (as some clients send it)
+/// the bare approval.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ResumePayload {
+    Decision {
+        approved: Option<bool>,
+        reason: Option<String>,
+    },
+    Approved(bool),
+    Other(serde::de::IgnoredAny),
 }
 
 /// Whether the interrupt was answered, or abandoned (a denial).
@@ -111,8 +126,13 @@ fn decisions(resume: &[ResumeEntry]) -> Result<Vec<ClientDecision>, ApiError> {
                     (false, Some("the person cancelled the approval".to_owned()))
                 }
                 ResumeStatus::Resolved => {
-                    let payload = entry.payload.as_ref().unwrap_or(&Value::Null);
-                    let approved = payload["approved"].as_bool().or(payload.as_bool());
+                    let (approved, reason) = match &entry.payload {
+                        Some(ResumePayload::Decision { approved, reason }) => {
+                            (*approved, reason.clone())
+                        }
+                        Some(ResumePayload::Approved(approved)) => (Some(*approved), None),
+                        Some(ResumePayload::Other(_)) | None => (None, None),
+                    };
                     let Some(approved) = approved else {
                         return Err(ApiError::InvalidField {
                             field: field.clone(),
@@ -121,7 +141,7 @@ fn decisions(resume: &[ResumeEntry]) -> Result<Vec<ClientDecision>, ApiError> {
                             ),
                         });
                     };
-                    (approved, payload["reason"].as_str().map(str::to_owned))
+                    (approved, reason)
                 }
             };
             ClientDecision::new(&entry.interrupt_id, approve, reason, &field)
@@ -137,7 +157,7 @@ pub struct AguiMessage {
     #[schema(pattern = "^(developer|system|user|assistant|tool|activity)$")]
     role: String,
     #[schema(schema_with = crate::protocols::schemas::text_or_parts)]
-    content: Option<Value>,
+    content: Option<Content>,
     tool_call_id: Option<String>,
     /// A `tool` message's error: the call failed.
     error: Option<String>,
@@ -145,7 +165,7 @@ pub struct AguiMessage {
 
 impl AguiMessage {
     fn text(&self) -> String {
-        crate::protocols::parts::content_text(&self.content)
+        crate::protocols::parts::content_text(self.content.as_ref())
     }
 }
 
@@ -163,6 +183,129 @@ fn tool_results(messages: &[AguiMessage]) -> Vec<ClientAnswer> {
             })
         })
         .collect()
+}
+
+/// An AG-UI event.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+enum Event {
+    #[serde(rename_all = "camelCase")]
+    RunStarted {
+        thread_id: String,
+        run_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    RunFinished {
+        thread_id: String,
+        run_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<RunResult>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        outcome: Option<Outcome>,
+    },
+    RunError {
+        message: String,
+        code: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    StepStarted {
+        step_name: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    StepFinished {
+        step_name: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    TextMessageStart {
+        message_id: String,
+        role: &'static str,
+    },
+    #[serde(rename_all = "camelCase")]
+    TextMessageContent {
+        message_id: String,
+        delta: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    TextMessageEnd {
+        message_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCallStart {
+        tool_call_id: String,
+        tool_call_name: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCallArgs {
+        tool_call_id: String,
+        delta: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCallEnd {
+        tool_call_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCallResult {
+        message_id: String,
+        tool_call_id: String,
+        content: String,
+        role: &'static str,
+    },
+    Custom {
+        name: &'static str,
+        value: Custom,
+    },
+}
+
+/// A finished run's result: the turn's answer.
+#[derive(Debug, Serialize)]
+struct RunResult {
+    text: String,
+    local_citations: Vec<String>,
+    web_citations: Vec<crate::turn::WebCitation>,
+}
+
+/// A run that ends waiting: AG-UI's interrupt outcome.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename = "interrupt")]
+struct Outcome {
+    interrupts: Vec<Interrupt>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Interrupt {
+    id: String,
+    reason: &'static str,
+    message: String,
+    tool_call_id: String,
+    response_schema: &'static serde_json::value::RawValue,
+    metadata: InterruptTool,
+}
+
+#[derive(Debug, Serialize)]
+struct InterruptTool {
+    tool: String,
+    arguments: Value,
+}
+
+/// What a `resume` payload holds, as the interrupt says it.
+const RESPONSE_SCHEMA: &str = r#"{"type":"object","properties":{"approved":{"type":"boolean"},"reason":{"type":"string","maxLength":1000}},"required":["approved"]}"#;
+
+/// A `CUSTOM` event's value.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Custom {
+    #[serde(rename_all = "camelCase")]
+    Retracted {
+        message_id: Option<String>,
+        step: u32,
+        reason: String,
+    },
+    Resumed {
+        owner: String,
+        attempt: u32,
+        from_step: u32,
+    },
 }
 
 /// Turns the turn's events into AG-UI events.
@@ -185,129 +328,159 @@ struct Encoder {
 }
 
 impl Encoder {
-    fn close_message(&mut self, out: &mut Vec<Value>) {
-        if let Some(id) = self.message.take() {
-            out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
+    fn close_message(&mut self, out: &mut Vec<Event>) {
+        if let Some(message_id) = self.message.take() {
+            out.push(Event::TextMessageEnd { message_id });
         }
     }
 
-    fn enter_step(&mut self, step: u32, out: &mut Vec<Value>) {
+    fn enter_step(&mut self, step: u32, out: &mut Vec<Event>) {
         if self.step == Some(step) {
             return;
         }
         self.close_message(out);
         if let Some(previous) = self.step {
-            out.push(json!({"type": "STEP_FINISHED", "stepName": format!("step-{previous}")}));
+            out.push(Event::StepFinished {
+                step_name: format!("step-{previous}"),
+            });
         }
-        out.push(json!({"type": "STEP_STARTED", "stepName": format!("step-{step}")}));
+        out.push(Event::StepStarted {
+            step_name: format!("step-{step}"),
+        });
         self.step = Some(step);
     }
 
-    fn leave_step(&mut self, out: &mut Vec<Value>) {
+    fn leave_step(&mut self, out: &mut Vec<Event>) {
         self.close_message(out);
         if let Some(step) = self.step.take() {
-            out.push(json!({"type": "STEP_FINISHED", "stepName": format!("step-{step}")}));
+            out.push(Event::StepFinished {
+                step_name: format!("step-{step}"),
+            });
         }
     }
 
-    fn say(&mut self, said: Vec<Say>, out: &mut Vec<Value>) {
+    fn say(&mut self, said: Vec<Say>, out: &mut Vec<Event>) {
         for say in said {
             match say {
                 Say::Text(text) if text.is_empty() => {}
-                Say::Text(text) => {
-                    let id = match &self.message {
+                Say::Text(delta) => {
+                    let message_id = match &self.message {
                         Some(id) => id.clone(),
                         None => {
                             self.messages += 1;
                             let id = format!("{}-m{}", self.run_id, self.messages);
-                            out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}));
+                            out.push(Event::TextMessageStart {
+                                message_id: id.clone(),
+                                role: "assistant",
+                            });
                             self.message = Some(id.clone());
                             self.last_message = Some(id.clone());
                             id
                         }
                     };
-                    out.push(
-                        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}),
-                    );
+                    out.push(Event::TextMessageContent { message_id, delta });
                 }
                 Say::Retract { step, reason } => {
                     self.close_message(out);
-                    out.push(json!({
-                        "type": "CUSTOM",
-                        "name": "message.retracted",
-                        "value": {"messageId": self.last_message, "step": step, "reason": reason},
-                    }));
+                    out.push(Event::Custom {
+                        name: "message.retracted",
+                        value: Custom::Retracted {
+                            message_id: self.last_message.clone(),
+                            step,
+                            reason,
+                        },
+                    });
                 }
             }
+        }
+    }
+
+    /// A tool call's `TOOL_CALL_START`, `_ARGS` and `_END`.
+    fn tool_call(call_id: &str, tool: &str, arguments: &Value, out: &mut Vec<Event>) {
+        out.extend([
+            Event::ToolCallStart {
+                tool_call_id: call_id.to_owned(),
+                tool_call_name: tool.to_owned(),
+            },
+            Event::ToolCallArgs {
+                tool_call_id: call_id.to_owned(),
+                delta: arguments.to_string(),
+            },
+            Event::ToolCallEnd {
+                tool_call_id: call_id.to_owned(),
+            },
+        ]);
+    }
+
+    /// `RUN_FINISHED`, with the turn's answer or the interrupt it waits on.
+    fn finished(&self, result: Option<RunResult>, outcome: Option<Outcome>) -> Event {
+        Event::RunFinished {
+            thread_id: self.thread_id.clone(),
+            run_id: self.run_id.clone(),
+            result,
+            outcome,
         }
     }
 }
 
 impl SegmentEncoder for Encoder {
-    fn start(&mut self, _: uuid::Uuid) -> Vec<Value> {
-        vec![json!({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id})]
+    fn start(&mut self, _: uuid::Uuid) -> Vec<Event> {
+        vec![Event::RunStarted {
+            thread_id: self.thread_id.clone(),
+            run_id: self.run_id.clone(),
+        }]
     }
 
-    fn unreadable(&mut self) -> Value {
-        json!({
-            "type": "RUN_ERROR",
-            "message": "the event log cannot be read",
-            "code": "event_log_unavailable",
-        })
+    fn unreadable(&mut self) -> Event {
+        Event::RunError {
+            message: "the event log cannot be read".to_owned(),
+            code: "event_log_unavailable".to_owned(),
+        }
     }
 }
 
 impl EndsAtClientCall for Encoder {
+    type Chunk = Event;
+
     /// A call of the client's tool: the run ends with it.
-    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
+    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Event> {
         let mut out = Vec::new();
         let said = self.said.other();
         self.say(said, &mut out);
         self.close_message(&mut out);
-        out.push(json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": tool}));
-        out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments.to_string()}));
-        out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
+        Self::tool_call(call_id, tool, arguments, &mut out);
         self.leave_step(&mut out);
-        out.push(json!({
-            "type": "RUN_FINISHED",
-            "threadId": self.thread_id,
-            "runId": self.run_id,
-        }));
+        out.push(self.finished(None, None));
         out
     }
 
     /// A call that waits for approval: the run ends with an interrupt.
-    fn approval(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
+    fn approval(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Event> {
         let (tool, _) = client_name(tool);
         let mut out = Vec::new();
         let said = self.said.other();
         self.say(said, &mut out);
         self.leave_step(&mut out);
-        out.push(json!({
-            "type": "RUN_FINISHED",
-            "threadId": self.thread_id,
-            "runId": self.run_id,
-            "outcome": {"type": "interrupt", "interrupts": [{
-                "id": call_id,
-                "reason": "tool_approval",
-                "message": format!("{tool} waits for your approval"),
-                "toolCallId": call_id,
-                "responseSchema": {
-                    "type": "object",
-                    "properties": {
-                        "approved": {"type": "boolean"},
-                        "reason": {"type": "string", "maxLength": 1000},
-                    },
-                    "required": ["approved"],
-                },
-                "metadata": {"tool": tool, "arguments": arguments},
-            }]},
-        }));
+        let interrupt = Interrupt {
+            id: call_id.to_owned(),
+            reason: "tool_approval",
+            message: format!("{tool} waits for your approval"),
+            tool_call_id: call_id.to_owned(),
+            response_schema: response_schema(),
+            metadata: InterruptTool {
+                tool: tool.to_owned(),
+                arguments: arguments.clone(),
+            },
+        };
+        let outcome = Outcome {
+            interrupts: vec![interrupt],
+        };
+        out.push(self.finished(None, Some(outcome)));
         out
     }
 
     /// The events of `event`; the second value is true when the run ends.
-    fn event(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
+    fn event(&mut self, event: &TurnEvent) -> (Vec<Event>, bool) {
         let mut out = Vec::new();
         if ends_text(event) {
             let said = self.said.other();
@@ -324,11 +497,14 @@ impl EndsAtClientCall for Encoder {
                 owner,
                 attempt,
                 from_step,
-            } => out.push(json!({
-                "type": "CUSTOM",
-                "name": "turn.resumed",
-                "value": {"owner": owner, "attempt": attempt, "from_step": from_step},
-            })),
+            } => out.push(Event::Custom {
+                name: "turn.resumed",
+                value: Custom::Resumed {
+                    owner: owner.clone(),
+                    attempt: *attempt,
+                    from_step: *from_step,
+                },
+            }),
             TurnEvent::ToolStarted {
                 step,
                 call_id,
@@ -338,35 +514,33 @@ impl EndsAtClientCall for Encoder {
             } => {
                 self.enter_step(*step, &mut out);
                 self.close_message(&mut out);
-                out.push(
-                    json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": tool}),
-                );
-                out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments.to_string()}));
-                out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call_id}));
+                Self::tool_call(call_id, tool, arguments, &mut out);
             }
             TurnEvent::ToolFinished { .. } => out.extend(self.tool_result(event)),
             TurnEvent::TurnCompleted { result } => {
                 self.leave_step(&mut out);
-                out.push(json!({
-                    "type": "RUN_FINISHED",
-                    "threadId": self.thread_id,
-                    "runId": self.run_id,
-                    "result": {
-                        "text": result.text,
-                        "local_citations": result.local_citations,
-                        "web_citations": result.web_citations,
-                    },
-                }));
+                let result = RunResult {
+                    text: result.text.clone(),
+                    local_citations: result.local_citations.clone(),
+                    web_citations: result.web_citations.clone(),
+                };
+                out.push(self.finished(Some(result), None));
                 return (out, true);
             }
             TurnEvent::TurnFailed { code, message, .. } => {
                 self.leave_step(&mut out);
-                out.push(json!({"type": "RUN_ERROR", "message": message, "code": code}));
+                out.push(Event::RunError {
+                    message: message.clone(),
+                    code: code.clone(),
+                });
                 return (out, true);
             }
             TurnEvent::TurnCancelled { reason } | TurnEvent::TurnInterrupted { reason } => {
                 self.leave_step(&mut out);
-                out.push(json!({"type": "RUN_ERROR", "message": reason, "code": "turn_ended"}));
+                out.push(Event::RunError {
+                    message: reason.clone(),
+                    code: "turn_ended".to_owned(),
+                });
                 return (out, true);
             }
             _ => {}
@@ -375,9 +549,19 @@ impl EndsAtClientCall for Encoder {
     }
 }
 
+/// The interrupt's `responseSchema`, parsed once.
+fn response_schema() -> &'static serde_json::value::RawValue {
+    static SCHEMA: std::sync::LazyLock<Box<serde_json::value::RawValue>> =
+        std::sync::LazyLock::new(|| {
+            serde_json::value::RawValue::from_string(RESPONSE_SCHEMA.to_owned())
+                .unwrap_or_else(|_| Box::default())
+        });
+    &SCHEMA
+}
+
 impl Encoder {
     /// The `TOOL_CALL_RESULT` of a `tool.finished`.
-    fn tool_result(&mut self, event: &TurnEvent) -> Option<Value> {
+    fn tool_result(&mut self, event: &TurnEvent) -> Option<Event> {
         let (call_id, shown) = super::finished_call(event)?;
         let content = match shown {
             Ok(output) => output,
@@ -385,13 +569,12 @@ impl Encoder {
             Err((status, None)) => status.as_str().to_owned(),
         };
         self.messages += 1;
-        Some(json!({
-            "type": "TOOL_CALL_RESULT",
-            "messageId": format!("{}-m{}", self.run_id, self.messages),
-            "toolCallId": call_id,
-            "content": content,
-            "role": "tool",
-        }))
+        Some(Event::ToolCallResult {
+            message_id: format!("{}-m{}", self.run_id, self.messages),
+            tool_call_id: call_id.to_owned(),
+            content,
+            role: "tool",
+        })
     }
 }
 

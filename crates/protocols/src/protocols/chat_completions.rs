@@ -17,13 +17,13 @@ use axum::{
     http::HeaderMap,
     response::{IntoResponse, Response},
 };
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
     Encoded, WireFormat,
+    parts::Content,
     retraction::{Say, StepText, ends_text},
     typed,
 };
@@ -78,7 +78,7 @@ pub struct CompatMessage {
     #[schema(pattern = "^(system|developer|user|assistant|tool|function)$")]
     role: String,
     #[schema(schema_with = crate::protocols::schemas::text_or_parts)]
-    content: Option<Value>,
+    content: Option<Content>,
 }
 
 fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
@@ -110,7 +110,7 @@ impl ChatCompletionRequest {
             .map(|m| {
                 (
                     m.role.as_str(),
-                    crate::protocols::parts::content_text(&m.content),
+                    crate::protocols::parts::content_text(m.content.as_ref()),
                 )
             })
             .collect();
@@ -137,30 +137,115 @@ struct Completion {
     model: String,
 }
 
+/// A `chat.completion` or a `chat.completion.chunk`.
+#[derive(Debug, Serialize)]
+struct CompletionOut<'a, C> {
+    id: &'a str,
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    system_fingerprint: Option<String>,
+    choices: Vec<C>,
+    usage: Option<Usage>,
+}
+
+/// A chunk's choice: what it adds to the message.
+#[derive(Debug, Serialize)]
+struct ChunkChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: Option<String>,
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+}
+
+/// A completion's choice: the whole message.
+#[derive(Debug, Serialize)]
+struct Choice<'a> {
+    index: u32,
+    message: AssistantMessage<'a>,
+    logprobs: Option<String>,
+    finish_reason: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct AssistantMessage<'a> {
+    role: &'static str,
+    content: &'a str,
+    refusal: Option<String>,
+}
+
+/// A completion's `usage`.
+#[derive(Debug, Serialize)]
+struct Usage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+    prompt_tokens_details: PromptDetails,
+}
+
+#[derive(Debug, Serialize)]
+struct PromptDetails {
+    cached_tokens: u64,
+}
+
+/// A stream's error.
+#[derive(Debug, Serialize)]
+struct StreamError<'a> {
+    error: ErrorBody<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct ErrorBody<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    code: &'a str,
+}
+
 impl Completion {
-    fn chunk(&self, delta: Value, finish: Option<&str>, usage: Option<Value>) -> Bytes {
-        let chunk = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": null,
-            "choices": if usage.is_some() { json!([]) } else { json!([{
-                "index": 0,
-                "delta": delta,
-                "logprobs": null,
-                "finish_reason": finish,
-            }]) },
-            "usage": usage,
-        });
-        Bytes::from(format!("data: {chunk}\n\n"))
+    fn out<C>(
+        &self,
+        object: &'static str,
+        choices: Vec<C>,
+        usage: Option<Usage>,
+    ) -> CompletionOut<'_, C> {
+        CompletionOut {
+            id: &self.id,
+            object,
+            created: self.created,
+            model: &self.model,
+            system_fingerprint: None,
+            choices,
+            usage,
+        }
+    }
+
+    /// A chunk of `delta` (or of `usage`, with no choice).
+    fn chunk(&self, delta: Delta<'_>, finish: Option<&'static str>) -> Bytes {
+        let choice = ChunkChoice {
+            index: 0,
+            delta,
+            logprobs: None,
+            finish_reason: finish,
+        };
+        super::data_frame(&self.out("chat.completion.chunk", vec![choice], None))
+    }
+
+    /// The chunk of the turn's `usage`.
+    fn usage_chunk(&self, usage: Usage) -> Bytes {
+        let none: Vec<ChunkChoice<'_>> = Vec::new();
+        super::data_frame(&self.out("chat.completion.chunk", none, Some(usage)))
     }
 }
 
-/// A completion streamed as `chat.completion.chunk`s, ending with `[DONE]`.
-/// The format cannot take text back: a step the turn retracts and says
-/// again is held back while it repeats what was sent ([`StepText`]), and
-/// sent on after it, whole when it differs.
 struct ChunkStream {
     completion: Completion,
     include_usage: bool,
@@ -169,17 +254,25 @@ struct ChunkStream {
 
 impl ChunkStream {
     fn error(message: &str, code: &str) -> Bytes {
-        let error = json!({"error": {"message": message, "type": "server_error", "code": code}});
-        Bytes::from(format!("data: {error}\n\n"))
+        super::data_frame(&StreamError {
+            error: ErrorBody {
+                message,
+                kind: "server_error",
+                code,
+            },
+        })
     }
 }
 
 impl WireFormat for ChunkStream {
     fn start(&mut self) -> Vec<Bytes> {
-        vec![
-            self.completion
-                .chunk(json!({"role": "assistant", "content": ""}), None, None),
-        ]
+        vec![self.completion.chunk(
+            Delta {
+                role: Some("assistant"),
+                content: Some(""),
+            },
+            None,
+        )]
     }
 
     fn encode(&mut self, event: &StoredEvent) -> Encoded {
@@ -198,20 +291,21 @@ impl WireFormat for ChunkStream {
         let mut frames: Vec<Bytes> = said
             .into_iter()
             .filter_map(|say| match say {
-                Say::Text(text) => {
-                    Some(self.completion.chunk(json!({"content": text}), None, None))
-                }
+                Say::Text(text) => Some(self.completion.chunk(
+                    Delta {
+                        role: None,
+                        content: Some(&text),
+                    },
+                    None,
+                )),
                 Say::Retract { .. } => None,
             })
             .collect();
         match event {
             TurnEvent::TurnCompleted { result } => {
-                frames.push(self.completion.chunk(json!({}), Some("stop"), None));
+                frames.push(self.completion.chunk(Delta::default(), Some("stop")));
                 if self.include_usage {
-                    frames.push(
-                        self.completion
-                            .chunk(json!({}), None, Some(usage_of(result))),
-                    );
+                    frames.push(self.completion.usage_chunk(usage_of(result)));
                 }
                 Encoded::last(frames)
             }
@@ -236,13 +330,15 @@ impl WireFormat for ChunkStream {
     }
 }
 
-fn usage_of(result: &TurnResult) -> Value {
-    json!({
-        "prompt_tokens": result.input_tokens,
-        "completion_tokens": result.output_tokens,
-        "total_tokens": result.input_tokens + result.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": result.cache_read_tokens},
-    })
+fn usage_of(result: &TurnResult) -> Usage {
+    Usage {
+        prompt_tokens: result.input_tokens,
+        completion_tokens: result.output_tokens,
+        total_tokens: result.input_tokens + result.output_tokens,
+        prompt_tokens_details: PromptDetails {
+            cached_tokens: result.cache_read_tokens,
+        },
+    }
 }
 
 /// An OpenAI-compatible chat completion, run as a turn.
@@ -292,20 +388,18 @@ async fn chat_completions(
         return Ok(started.stream(&app, format));
     }
     let (_, result) = completed(started.ended(&app).await?)?;
-    let response = axum::Json(json!({
-        "id": completion.id,
-        "object": "chat.completion",
-        "created": completion.created,
-        "model": completion.model,
-        "system_fingerprint": null,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": result.text, "refusal": null},
-            "logprobs": null,
-            "finish_reason": "stop",
-        }],
-        "usage": usage_of(&result),
-    }))
-    .into_response();
+    let choice = Choice {
+        index: 0,
+        message: AssistantMessage {
+            role: "assistant",
+            content: &result.text,
+            refusal: None,
+        },
+        logprobs: None,
+        finish_reason: "stop",
+    };
+    let response =
+        axum::Json(completion.out("chat.completion", vec![choice], Some(usage_of(&result))))
+            .into_response();
     Ok(name_turn(response, Some(&started.session), started.turn_id))
 }

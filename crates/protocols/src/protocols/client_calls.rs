@@ -260,15 +260,18 @@ pub fn client_name(tool: &str) -> (&str, bool) {
 /// The encoder of a format whose answer ends at a call of the client's
 /// tool, as JSON events (`data:` lines); [`Segment::encode`] feeds it.
 pub trait EndsAtClientCall {
+    /// What the format says: one `data:` line each.
+    type Chunk: serde::Serialize;
+
     /// The events of one of the turn's events; true: the answer ends.
-    fn event(&mut self, event: &TurnEvent) -> (Vec<Value>, bool);
+    fn event(&mut self, event: &TurnEvent) -> (Vec<Self::Chunk>, bool);
 
     /// The events of a call of the client's tool, which end the answer.
-    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value>;
+    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Self::Chunk>;
 
     /// The events of a call that waits for a person's decision, which end
     /// the answer: the next request brings the decision.
-    fn approval(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value>;
+    fn approval(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Self::Chunk>;
 }
 
 /// The `data:` events of a format whose answer is one [`Segment`] of a
@@ -278,10 +281,10 @@ pub trait SegmentEncoder: EndsAtClientCall + Send + 'static {
     fn headers(&self, _headers: &mut HeaderMap) {}
 
     /// The events before the first of the turn `turn_id`.
-    fn start(&mut self, turn_id: Uuid) -> Vec<Value>;
+    fn start(&mut self, turn_id: Uuid) -> Vec<Self::Chunk>;
 
     /// The event that ends a stream whose log cannot be read.
-    fn unreadable(&mut self) -> Value;
+    fn unreadable(&mut self) -> Self::Chunk;
 
     /// Frames after the last event.
     fn end(&mut self) -> Vec<Bytes> {
@@ -475,7 +478,6 @@ impl Segment {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
 
     use super::*;
 
@@ -495,7 +497,7 @@ mod tests {
             step: 1,
             call_id: call_id.into(),
             tool: "get_location".into(),
-            arguments: json!({}),
+            arguments: Value::Object(serde_json::Map::new()),
             expires_at: None,
         }
     }
@@ -529,7 +531,7 @@ mod tests {
             wave: 1,
             call_id: call.into(),
             tool: "client__get_location".into(),
-            arguments: json!({}),
+            arguments: Value::Object(serde_json::Map::new()),
         };
         let log = log(vec![
             delta("Let me look."),
@@ -578,7 +580,7 @@ mod tests {
             step: 1,
             call_id: call.into(),
             tool: "write_note".into(),
-            arguments: json!({}),
+            arguments: Value::Object(serde_json::Map::new()),
             expires_at: None,
         };
         let log = log(vec![

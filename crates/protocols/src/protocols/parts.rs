@@ -80,18 +80,33 @@ pub fn finished_call(event: &crate::events::TurnEvent) -> Option<(&str, CallResu
     Some((call_id, shown))
 }
 
+/// A chat message's `content`: text, or parts.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(untagged, expecting = "a string or content parts")]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// A content part: its text, when it has one.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub text: Option<String>,
+}
+
 /// A chat message's text: its `content` string, or the `text` of each of
 /// its parts, a line each.
-pub(crate) fn content_text(content: &Option<serde_json::Value>) -> String {
-    use serde_json::Value;
+pub(crate) fn content_text(content: Option<&Content>) -> String {
     match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
+        Some(Content::Text(text)) => text.clone(),
+        Some(Content::Parts(parts)) => parts
             .iter()
-            .filter_map(|p| p["text"].as_str())
+            .filter_map(|p| p.text.as_deref())
             .collect::<Vec<_>>()
             .join("\n"),
-        _ => String::new(),
+        None => String::new(),
     }
 }
 

@@ -26,8 +26,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use futures::StreamExt;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -76,14 +76,41 @@ pub struct UiChatRequest {
     client_tools: Vec<ToolDeclaration>,
 }
 
-/// A UI message: its text parts are read.
+/// A UI message: its text parts are read, and its tool parts' results
+/// and decisions.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct UiMessage {
     #[schema(pattern = "^(system|user|assistant)$")]
     role: String,
     #[serde(default)]
     #[schema(schema_with = crate::protocols::schemas::typed_parts)]
-    parts: Vec<Value>,
+    parts: Vec<UiPart>,
+}
+
+/// A part of a UI message: the fields read of text and tool parts (other
+/// parts are kept out of the turn).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UiPart {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    /// A tool part's state: `output-available`, `output-error`,
+    /// `approval-responded`, …
+    state: Option<String>,
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    output: Value,
+    #[serde(default)]
+    error_text: Value,
+    approval: Option<Approval>,
+}
+
+/// A tool part's `approval`, as `addToolApprovalResponse` leaves it.
+#[derive(Debug, Deserialize)]
+struct Approval {
+    approved: Option<bool>,
+    reason: Option<String>,
 }
 
 impl UiMessage {
@@ -92,15 +119,15 @@ impl UiMessage {
     fn decisions(&self) -> Result<Vec<ClientDecision>, ApiError> {
         self.parts
             .iter()
-            .filter(|part| part["state"] == "approval-responded")
+            .filter(|part| part.state.as_deref() == Some("approval-responded"))
             .filter_map(|part| {
-                let call_id = part["toolCallId"].as_str()?;
-                let approval = &part["approval"];
-                Some(match approval["approved"].as_bool() {
+                let call_id = part.tool_call_id.as_deref()?;
+                let approval = part.approval.as_ref();
+                Some(match approval.and_then(|a| a.approved) {
                     Some(approved) => ClientDecision::new(
                         call_id,
                         approved,
-                        approval["reason"].as_str().map(str::to_owned),
+                        approval.and_then(|a| a.reason.clone()),
                         "approval.reason",
                     ),
                     None => Err(ApiError::InvalidField {
@@ -119,10 +146,10 @@ impl UiMessage {
         self.parts
             .iter()
             .filter_map(|part| {
-                let call_id = part["toolCallId"].as_str()?;
-                match part["state"].as_str()? {
-                    "output-available" => Some(ClientAnswer::of(call_id, &part["output"], false)),
-                    "output-error" => Some(ClientAnswer::of(call_id, &part["errorText"], true)),
+                let call_id = part.tool_call_id.as_deref()?;
+                match part.state.as_deref()? {
+                    "output-available" => Some(ClientAnswer::of(call_id, &part.output, false)),
+                    "output-error" => Some(ClientAnswer::of(call_id, &part.error_text, true)),
                     _ => None,
                 }
             })
@@ -132,26 +159,115 @@ impl UiMessage {
     fn text(&self) -> String {
         self.parts
             .iter()
-            .filter(|p| p["type"] == "text")
-            .filter_map(|p| p["text"].as_str())
+            .filter(|p| p.kind == "text")
+            .filter_map(|p| p.text.as_deref())
             .collect::<Vec<_>>()
             .join("\n")
     }
 }
 
-/// A tool call's `tool-input-available`: `providerExecuted` when the
-/// service runs it, so that the client's `onToolCall` runs only its own.
-fn tool_input(call_id: &str, tool: &str, arguments: &Value, by_service: bool) -> Value {
-    let mut chunk = json!({
-        "type": "tool-input-available",
-        "toolCallId": call_id,
-        "toolName": tool,
-        "input": arguments,
-    });
-    if by_service {
-        chunk["providerExecuted"] = true.into();
+/// A UI message chunk (the AI SDK's `UIMessageChunk`).
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+enum Chunk {
+    #[serde(rename_all = "camelCase")]
+    Start {
+        message_id: String,
+    },
+    StartStep,
+    TextStart {
+        id: String,
+    },
+    TextDelta {
+        id: String,
+        delta: String,
+    },
+    TextEnd {
+        id: String,
+    },
+    /// A text part the turn took back.
+    #[serde(rename = "data-message-retracted")]
+    MessageRetracted {
+        id: String,
+        data: Retracted,
+    },
+    /// The turn went on on another replica.
+    #[serde(rename = "data-turn-resumed")]
+    TurnResumed {
+        data: Resumed,
+        transient: bool,
+    },
+    /// `provider_executed` when the service runs it, so that the client's
+    /// `onToolCall` runs only its own.
+    #[serde(rename_all = "camelCase")]
+    ToolInputAvailable {
+        tool_call_id: String,
+        tool_name: String,
+        input: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        provider_executed: Option<bool>,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolApprovalRequest {
+        approval_id: String,
+        tool_call_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolOutputAvailable {
+        tool_call_id: String,
+        output: String,
+        provider_executed: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolOutputError {
+        tool_call_id: String,
+        error_text: String,
+        provider_executed: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    SourceUrl {
+        source_id: String,
+        url: String,
+        title: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    SourceDocument {
+        source_id: String,
+        media_type: &'static str,
+        title: String,
+    },
+    FinishStep,
+    Finish,
+    #[serde(rename_all = "camelCase")]
+    Error {
+        error_text: String,
+    },
+    Abort,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Retracted {
+    text_id: String,
+    step: u32,
+    reason: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Resumed {
+    owner: String,
+    attempt: u32,
+    from_step: u32,
+}
+
+/// A tool call's `tool-input-available`.
+fn tool_input(call_id: &str, tool: &str, arguments: &Value, by_service: bool) -> Chunk {
+    Chunk::ToolInputAvailable {
+        tool_call_id: call_id.to_owned(),
+        tool_name: tool.to_owned(),
+        input: arguments.clone(),
+        provider_executed: by_service.then_some(true),
     }
-    chunk
 }
 
 /// Turns the turn's events into UI message chunks.
@@ -172,40 +288,50 @@ struct Encoder {
 }
 
 impl Encoder {
-    fn close_text(&mut self, out: &mut Vec<Value>) {
+    fn close_text(&mut self, out: &mut Vec<Chunk>) {
         if let Some(id) = self.text.take() {
-            out.push(json!({"type": "text-end", "id": id}));
+            out.push(Chunk::TextEnd { id });
         }
     }
 
-    fn say(&mut self, said: Vec<Say>, out: &mut Vec<Value>) {
+    fn say(&mut self, said: Vec<Say>, out: &mut Vec<Chunk>) {
         for say in said {
             match say {
-                Say::Text(text) => {
+                Say::Text(delta) => {
                     let id = match &self.text {
                         Some(id) => id.clone(),
                         None => {
                             self.parts += 1;
                             let id = format!("text-{}", self.parts);
-                            out.push(json!({"type": "text-start", "id": id}));
+                            out.push(Chunk::TextStart { id: id.clone() });
                             self.text = Some(id.clone());
                             self.last_text = Some(id.clone());
                             id
                         }
                     };
-                    out.push(json!({"type": "text-delta", "id": id, "delta": text}));
+                    out.push(Chunk::TextDelta { id, delta });
                 }
                 Say::Retract { step, reason } => {
                     self.close_text(out);
                     let void = self.last_text.clone().unwrap_or_default();
-                    out.push(json!({
-                        "type": "data-message-retracted",
-                        "id": format!("retracted-{void}"),
-                        "data": {"textId": void, "step": step, "reason": reason},
-                    }));
+                    out.push(Chunk::MessageRetracted {
+                        id: format!("retracted-{void}"),
+                        data: Retracted {
+                            text_id: void,
+                            step,
+                            reason,
+                        },
+                    });
                 }
             }
         }
+    }
+
+    /// Says what is held back and ends the open text part.
+    fn flush(&mut self, out: &mut Vec<Chunk>) {
+        let said = self.said.other();
+        self.say(said, out);
+        self.close_text(out);
     }
 }
 
@@ -217,15 +343,19 @@ impl SegmentEncoder for Encoder {
         );
     }
 
-    fn start(&mut self, turn_id: uuid::Uuid) -> Vec<Value> {
+    fn start(&mut self, turn_id: uuid::Uuid) -> Vec<Chunk> {
         vec![
-            json!({"type": "start", "messageId": turn_id.to_string()}),
-            json!({"type": "start-step"}),
+            Chunk::Start {
+                message_id: turn_id.to_string(),
+            },
+            Chunk::StartStep,
         ]
     }
 
-    fn unreadable(&mut self) -> Value {
-        json!({"type": "error", "errorText": "the event log cannot be read"})
+    fn unreadable(&mut self) -> Chunk {
+        Chunk::Error {
+            error_text: "the event log cannot be read".to_owned(),
+        }
     }
 
     fn end(&mut self) -> Vec<Bytes> {
@@ -234,41 +364,36 @@ impl SegmentEncoder for Encoder {
 }
 
 impl EndsAtClientCall for Encoder {
+    type Chunk = Chunk;
+
     /// A call of the client's tool: the stream ends with it.
-    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
+    fn client_call(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Chunk> {
         let mut out = Vec::new();
-        let said = self.said.other();
-        self.say(said, &mut out);
-        self.close_text(&mut out);
+        self.flush(&mut out);
         out.push(tool_input(call_id, tool, arguments, false));
-        out.push(json!({"type": "finish-step"}));
-        out.push(json!({"type": "finish"}));
+        out.extend([Chunk::FinishStep, Chunk::Finish]);
         out
     }
 
     /// A call that waits for approval: the stream ends with the request
     /// (after the call's `tool-input-available`, which a call of the
     /// client's has not had).
-    fn approval(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Value> {
+    fn approval(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Vec<Chunk> {
         let mut out = Vec::new();
-        let said = self.said.other();
-        self.say(said, &mut out);
-        self.close_text(&mut out);
+        self.flush(&mut out);
         if let (name, true) = client_name(tool) {
             out.push(tool_input(call_id, name, arguments, false));
         }
-        out.push(json!({
-            "type": "tool-approval-request",
-            "approvalId": format!("approval-{call_id}"),
-            "toolCallId": call_id,
-        }));
-        out.push(json!({"type": "finish-step"}));
-        out.push(json!({"type": "finish"}));
+        out.push(Chunk::ToolApprovalRequest {
+            approval_id: format!("approval-{call_id}"),
+            tool_call_id: call_id.to_owned(),
+        });
+        out.extend([Chunk::FinishStep, Chunk::Finish]);
         out
     }
 
     /// The chunks of `event`; the second value is true when the stream ends.
-    fn event(&mut self, event: &TurnEvent) -> (Vec<Value>, bool) {
+    fn event(&mut self, event: &TurnEvent) -> (Vec<Chunk>, bool) {
         let mut out = Vec::new();
         if ends_text(event) {
             let said = self.said.other();
@@ -284,11 +409,14 @@ impl EndsAtClientCall for Encoder {
                 owner,
                 attempt,
                 from_step,
-            } => out.push(json!({
-                "type": "data-turn-resumed",
-                "data": {"owner": owner, "attempt": attempt, "from_step": from_step},
-                "transient": true,
-            })),
+            } => out.push(Chunk::TurnResumed {
+                data: Resumed {
+                    owner: owner.clone(),
+                    attempt: *attempt,
+                    from_step: *from_step,
+                },
+                transient: true,
+            }),
             TurnEvent::ToolStarted {
                 call_id,
                 tool,
@@ -299,35 +427,34 @@ impl EndsAtClientCall for Encoder {
                 out.push(tool_input(call_id, tool, arguments, true));
             }
             TurnEvent::ToolFinished { .. } => match super::finished_call(event) {
-                Some((call_id, Ok(output))) => out.push(json!({
-                    "type": "tool-output-available",
-                    "toolCallId": call_id,
-                    "output": output,
-                    "providerExecuted": true,
-                })),
-                Some((call_id, Err((status, why)))) => out.push(json!({
-                    "type": "tool-output-error",
-                    "toolCallId": call_id,
-                    "errorText": format!("{}: {}", status.as_str(), why.unwrap_or_default()),
-                    "providerExecuted": true,
-                })),
+                Some((call_id, Ok(output))) => out.push(Chunk::ToolOutputAvailable {
+                    tool_call_id: call_id.to_owned(),
+                    output,
+                    provider_executed: true,
+                }),
+                Some((call_id, Err((status, why)))) => out.push(Chunk::ToolOutputError {
+                    tool_call_id: call_id.to_owned(),
+                    error_text: format!("{}: {}", status.as_str(), why.unwrap_or_default()),
+                    provider_executed: true,
+                }),
                 None => {}
             },
             TurnEvent::Citations { local, web } => out.extend(sources(local, web)),
             TurnEvent::TurnCompleted { .. } => {
                 self.close_text(&mut out);
-                out.push(json!({"type": "finish-step"}));
-                out.push(json!({"type": "finish"}));
+                out.extend([Chunk::FinishStep, Chunk::Finish]);
                 return (out, true);
             }
             TurnEvent::TurnFailed { code, message, .. } => {
                 self.close_text(&mut out);
-                out.push(json!({"type": "error", "errorText": format!("{code}: {message}")}));
+                out.push(Chunk::Error {
+                    error_text: format!("{code}: {message}"),
+                });
                 return (out, true);
             }
             TurnEvent::TurnCancelled { .. } | TurnEvent::TurnInterrupted { .. } => {
                 self.close_text(&mut out);
-                out.push(json!({"type": "abort"}));
+                out.push(Chunk::Abort);
                 return (out, true);
             }
             _ => {}
@@ -338,23 +465,20 @@ impl EndsAtClientCall for Encoder {
 
 /// A turn's citations as the stream's sources: the web's as URLs, the
 /// vault's as documents.
-fn sources(local: &[String], web: &[crate::turn::WebCitation]) -> Vec<Value> {
-    let urls = web.iter().enumerate().map(|(i, source)| {
-        json!({
-            "type": "source-url",
-            "sourceId": format!("web-{}", i + 1),
-            "url": source.url,
-            "title": source.title,
-        })
+fn sources(local: &[String], web: &[crate::turn::WebCitation]) -> Vec<Chunk> {
+    let urls = web.iter().enumerate().map(|(i, source)| Chunk::SourceUrl {
+        source_id: format!("web-{}", i + 1),
+        url: source.url.clone(),
+        title: source.title.clone(),
     });
-    let documents = local.iter().enumerate().map(|(i, anchor)| {
-        json!({
-            "type": "source-document",
-            "sourceId": format!("local-{}", i + 1),
-            "mediaType": "text/markdown",
-            "title": anchor,
-        })
-    });
+    let documents = local
+        .iter()
+        .enumerate()
+        .map(|(i, anchor)| Chunk::SourceDocument {
+            source_id: format!("local-{}", i + 1),
+            media_type: "text/markdown",
+            title: anchor.clone(),
+        });
     urls.chain(documents).collect()
 }
 
