@@ -33,11 +33,13 @@ pub struct Failure<'a> {
     pub error: ErrorObject<'a>,
 }
 
-/// A JSON-RPC error's code and message.
+/// A JSON-RPC error's code and message, and what more it says.
 #[derive(Debug, Serialize)]
 pub struct ErrorObject<'a> {
     pub code: i64,
     pub message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
 }
 
 /// A result with nothing in it: `{}`.
@@ -55,10 +57,19 @@ pub fn result(id: &Value, result: impl Serialize) -> Value {
 
 /// The error of request `id`.
 pub fn error(id: &Value, code: i64, message: &str) -> Value {
+    error_with(id, code, message, None)
+}
+
+/// The error of request `id`, with its `data`.
+pub fn error_with(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
     to_value(&Failure {
         jsonrpc: Version::V2,
         id,
-        error: ErrorObject { code, message },
+        error: ErrorObject {
+            code,
+            message,
+            data,
+        },
     })
 }
 

@@ -16,6 +16,7 @@ mod resources;
 mod state;
 mod tools;
 mod watch;
+mod wire;
 
 pub use state::{McpCallGuard, McpCalls, McpListen, McpListens, McpSessions, McpState};
 
@@ -74,9 +75,10 @@ async fn mcp(
 ) -> Result<Response, ApiError> {
     // Both are echoed (the progress token on every progress frame), in
     // every version: bounded before anything reads them.
-    let progress = &message["params"]["_meta"]["progressToken"];
-    let id = message.get("id");
-    if !id.is_none_or(super::jsonrpc::valid_id) || !super::jsonrpc::valid_id(progress) {
+    let envelope = wire::Envelope::read(&message);
+    let id = envelope.id.as_ref();
+    let progress = envelope.progress_token();
+    if !id.is_none_or(super::jsonrpc::valid_id) || !super::jsonrpc::valid_id(&progress) {
         let refused = axum::Json(super::jsonrpc::invalid_id());
         return Ok(axum::response::IntoResponse::into_response((
             axum::http::StatusCode::BAD_REQUEST,
@@ -86,7 +88,7 @@ async fn mcp(
     if current::asks_for(&headers, &message) {
         return current::answer(app, tenant, headers, &message).await;
     }
-    legacy::answer(app, tenant, &headers, message).await
+    legacy::answer(app, tenant, &headers, envelope).await
 }
 
 /// The notifications of an MCP session (versions up to 2025-11-25): that

@@ -25,18 +25,18 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
         CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask,
-        GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult,
-        Implementation, InputRequests, InputRequiredResult, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-        ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse,
-        ReadResourceResult, ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter, Task,
-        TaskPayload, TaskStatus, Tool, UpdateTaskParams,
+        GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
+        InputRequests, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+        ReadResourceRequestParams, ReadResourceResponse, ResultType, ServerCapabilities,
+        ServerConfig, SubscriptionFilter, Task, TaskPayload, TaskStatus, Tool, UpdateTaskParams,
     },
     service::{RequestContext, RoleServer, SubscriptionContext},
     transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::never::NeverSessionManager,
     },
 };
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tower::ServiceExt as _;
 use uuid::Uuid;
@@ -51,7 +51,7 @@ use crate::{
     events::TurnEvent,
     ids::{SessionKey, Tenant},
     protocols::Shared,
-    protocols::{endpoint::TurnEvents, error::ApiError, typed},
+    protocols::{endpoint::TurnEvents, error::ApiError, jsonrpc::to_value, typed},
     service::{TurnRecord, TurnStatus},
 };
 
@@ -72,10 +72,39 @@ pub(super) fn asks_for(headers: &HeaderMap, message: &Value) -> bool {
     {
         Some(version) => !VERSIONS.contains(&version),
         None => {
-            !message["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].is_null()
-                || message["method"] == "server/discover"
+            let probe = Probe::deserialize(message).unwrap_or_default();
+            probe.method.as_deref() == Some("server/discover")
+                || probe
+                    .params
+                    .and_then(|p| p.meta)
+                    .is_some_and(|meta| meta.protocol_version.is_some())
         }
     }
+}
+
+/// What [`asks_for`] reads of a message.
+#[derive(Debug, Default, Deserialize)]
+struct Probe {
+    method: Option<String>,
+    params: Option<ProbeParams>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProbeParams {
+    #[serde(rename = "_meta")]
+    meta: Option<ProbeMeta>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProbeMeta {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+    protocol_version: Option<Value>,
+}
+
+/// A resource error's `data`: the URI asked for.
+#[derive(Debug, Serialize)]
+pub(super) struct UriData<'a> {
+    pub uri: &'a str,
 }
 
 /// Answers one request through rmcp's streamable HTTP server, statelessly.
@@ -128,9 +157,8 @@ fn internal(e: impl std::fmt::Display) -> McpError {
     McpError::internal_error(e.to_string(), None)
 }
 
-/// A tool result as rmcp's type: complete (not a task, nor input asked).
-fn tool_result(result: Value) -> Result<CallToolResult, McpError> {
-    let mut result: CallToolResult = serde_json::from_value(result).map_err(internal)?;
+/// A tool result, complete (not a task, nor input asked).
+fn tool_result(mut result: CallToolResult) -> Result<CallToolResult, McpError> {
     result.result_type = Some(ResultType::COMPLETE);
     Ok(result)
 }
@@ -154,7 +182,7 @@ impl Current {
     async fn ask(
         &self,
         tenant: &Tenant,
-        arguments: &Value,
+        arguments: Option<&rmcp::model::JsonObject>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let (session, started) = match tools::start_ask(&self.app, tenant, arguments).await {
@@ -304,7 +332,7 @@ impl Current {
 /// waits; its `requestState` is the turn's id.
 fn input_required(turn_id: Uuid, waiting: &[input::Waiting]) -> Result<CallToolResponse, McpError> {
     let requests: InputRequests =
-        serde_json::from_value(input::requests(waiting)).map_err(internal)?;
+        serde_json::from_value(to_value(&input::requests(waiting))).map_err(internal)?;
     Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
         Some(requests),
         Some(turn_id.to_string()),
@@ -324,13 +352,14 @@ fn task(turn_id: Uuid, status: TaskStatus, created_at: String, updated_at: Strin
 fn detailed(record: &TurnRecord, waiting: &[input::Waiting]) -> Result<DetailedTask, McpError> {
     let payload = match record.status {
         TurnStatus::Running if !waiting.is_empty() => TaskPayload::InputRequired {
-            input_requests: serde_json::from_value(input::requests(waiting)).map_err(internal)?,
+            input_requests: serde_json::from_value(to_value(&input::requests(waiting)))
+                .map_err(internal)?,
         },
         TurnStatus::Running => TaskPayload::Working,
         TurnStatus::Cancelled => TaskPayload::Cancelled,
         _ => {
             let session = record.session_id.clone();
-            match tools::answer_of(&session, record) {
+            match to_value(&tools::answer_of(&session, record)) {
                 Value::Object(result) => TaskPayload::Completed { result },
                 _ => return Err(internal("a tool result is an object")),
             }
@@ -371,12 +400,9 @@ impl ServerHandler for Current {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let tools = tools::definitions(&self.app)
-            .into_iter()
-            .map(serde_json::from_value::<Tool>)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(internal)?;
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(ListToolsResult::with_all_items(tools::definitions(
+            &self.app,
+        )))
     }
 
     /// A tool's definition, for rmcp's check of the `Mcp-Param-*`
@@ -384,8 +410,7 @@ impl ServerHandler for Current {
     fn get_tool(&self, name: &str) -> Option<Tool> {
         tools::definitions(&self.app)
             .into_iter()
-            .find(|tool| tool["name"] == name)
-            .and_then(|tool| serde_json::from_value(tool).ok())
+            .find(|tool| tool.name == name)
     }
 
     async fn call_tool(
@@ -400,11 +425,11 @@ impl ServerHandler for Current {
             let responses = request.input_responses.clone().unwrap_or_default();
             return self.answer_input(&tenant, state, responses, &context).await;
         }
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let arguments = request.arguments.as_ref();
         match request.name.as_ref() {
-            "ask" => self.ask(&tenant, &arguments, &context).await,
-            "list_sessions" => complete(tools::list_sessions(&self.app, &tenant, &arguments).await),
-            "get_session" => complete(tools::get_session(&self.app, &tenant, &arguments).await),
+            "ask" => self.ask(&tenant, arguments, &context).await,
+            "list_sessions" => complete(tools::list_sessions(&self.app, &tenant, arguments).await),
+            "get_session" => complete(tools::get_session(&self.app, &tenant, arguments).await),
             other => Err(McpError::invalid_params(
                 format!("unknown tool {other:?}"),
                 None,
@@ -417,9 +442,7 @@ impl ServerHandler for Current {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        let listed =
-            serde_json::from_value(Value::Array(prompts::list(&self.app))).map_err(internal)?;
-        Ok(ListPromptsResult::with_all_items(listed))
+        Ok(ListPromptsResult::with_all_items(prompts::list(&self.app)))
     }
 
     async fn get_prompt(
@@ -427,11 +450,8 @@ impl ServerHandler for Current {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let params = serde_json::to_value(&request).map_err(internal)?;
-        match prompts::get(&self.app, &params) {
-            Ok(prompt) => {
-                let mut result: GetPromptResult =
-                    serde_json::from_value(prompt).map_err(internal)?;
+        match prompts::get(&self.app, &request.name, request.arguments.as_ref()) {
+            Ok(mut result) => {
                 result.result_type = Some(ResultType::COMPLETE);
                 Ok(GetPromptResponse::Complete(result))
             }
@@ -459,7 +479,6 @@ impl ServerHandler for Current {
         let listed = resources::list(&self.app, &tenant)
             .await
             .map_err(internal)?;
-        let listed = serde_json::from_value(Value::Array(listed)).map_err(internal)?;
         Ok(ListResourcesResult::with_all_items(listed))
     }
 
@@ -468,9 +487,9 @@ impl ServerHandler for Current {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let templates =
-            serde_json::from_value(Value::Array(resources::templates())).map_err(internal)?;
-        Ok(ListResourceTemplatesResult::with_all_items(templates))
+        Ok(ListResourceTemplatesResult::with_all_items(
+            resources::templates(),
+        ))
     }
 
     async fn read_resource(
@@ -480,15 +499,13 @@ impl ServerHandler for Current {
     ) -> Result<ReadResourceResponse, McpError> {
         let tenant = tenant_of(&context)?;
         match resources::read(&self.app, &tenant, &request.uri).await {
-            Ok(contents) => {
-                let mut result: ReadResourceResult =
-                    serde_json::from_value(contents).map_err(internal)?;
+            Ok(mut result) => {
                 result.result_type = Some(ResultType::COMPLETE);
                 Ok(ReadResourceResponse::Complete(result))
             }
             Err(Unreadable::NotFound(message)) => Err(McpError::resource_not_found(
                 message,
-                Some(serde_json::json!({"uri": request.uri})),
+                Some(to_value(&UriData { uri: &request.uri })),
             )),
             Err(Unreadable::Failed(e)) => Err(internal(e)),
         }
@@ -500,14 +517,11 @@ impl ServerHandler for Current {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
         let tenant = tenant_of(&context)?;
-        let params = serde_json::to_value(&request).map_err(internal)?;
-        match resources::complete(&self.app, &tenant, &params)
+        match resources::complete(&self.app, &tenant, &request)
             .await
             .map_err(internal)?
         {
-            Ok(result) => {
-                let mut result: CompleteResult =
-                    serde_json::from_value(result).map_err(internal)?;
+            Ok(mut result) => {
                 result.result_type = Some(ResultType::COMPLETE);
                 Ok(result)
             }

@@ -12,14 +12,25 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use serde_json::{Value, json};
+use rmcp::model::{
+    CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams,
+    ReadResourceRequestParams, SubscribeRequestParams,
+};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::state::{MCP_URIS_MAX, McpCallGuard, McpCalls, SubscribeRefused};
 use super::{
+    current::UriData,
     prompts,
     resources::{self, Unreadable},
-    tools::{self, Answer, Asked},
+    tools::{self, Asked},
+    wire::{
+        CancelParams, ElicitAnswer, Elicitation, Empty, Envelope, InitializeParams,
+        InitializeResult, LevelParams, ListChanged, LogMessage, Notification, Progress, PromptList,
+        Request, ResourceList, Resources, ServerCapabilities, ServerInfo, TemplateList, ToolList,
+    },
 };
 use crate::{
     events::{StoredEvent, TurnEvent},
@@ -31,7 +42,7 @@ use crate::{
         error::ApiError,
         jsonrpc::{
             INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, error as rpc_error,
-            is_message, result as rpc_result,
+            error_with, result as rpc_result, to_value,
         },
         stream_for, typed,
     },
@@ -57,15 +68,62 @@ const LOG_LEVELS: [&str; 8] = [
 /// MCP's code for a resource that is not there (up to 2025-11-25).
 const RESOURCE_NOT_FOUND: i64 = -32002;
 
+const INSTRUCTIONS: &str = "Call `ask` with a message to run one turn of this agent; pass the \
+                            `session_id` it answers to go on with the conversation.";
+
 fn json_answer(status: StatusCode, message: &Value) -> Response {
     (status, axum::Json(message)).into_response()
 }
 
-/// The JSON-RPC answer of a tool call.
-fn answered(id: &Value, answer: Answer) -> Value {
+/// A method's params, read as rmcp's (or this module's) type; absent
+/// params are `{}`. `Err`: why not, for an invalid-params error.
+fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, String> {
+    let params = params
+        .filter(|p| !p.is_null())
+        .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
+    serde_path_to_error::deserialize(params).map_err(|e| {
+        let path = e.path().to_string();
+        format!("`params.{path}`: {}", e.into_inner())
+    })
+}
+
+/// The JSON-RPC answer of a result (or why its params were refused).
+fn answered<T: Serialize>(id: &Value, answer: Result<T, String>) -> Value {
     match answer {
         Ok(result) => rpc_result(id, result),
         Err(detail) => rpc_error(id, INVALID_PARAMS, &detail),
+    }
+}
+
+/// The `initialize` result of `asked` (a version this server speaks, or
+/// its newest).
+fn initialized(asked: Option<&str>) -> InitializeResult {
+    let version = VERSIONS
+        .iter()
+        .find(|v| Some(**v) == asked)
+        .unwrap_or(&VERSIONS[0]);
+    let unchanging = ListChanged {
+        list_changed: false,
+    };
+    InitializeResult {
+        protocol_version: version,
+        capabilities: ServerCapabilities {
+            tools: ListChanged {
+                list_changed: false,
+            },
+            resources: Resources {
+                subscribe: true,
+                list_changed: false,
+            },
+            prompts: unchanging,
+            completions: Empty {},
+            logging: Empty {},
+        },
+        server_info: ServerInfo {
+            name: "agent-harness",
+            version: env!("CARGO_PKG_VERSION"),
+        },
+        instructions: INSTRUCTIONS,
     }
 }
 
@@ -78,14 +136,14 @@ pub(super) async fn answer(
     app: Shared,
     tenant: Tenant,
     headers: &HeaderMap,
-    message: Value,
+    envelope: Envelope,
 ) -> Result<Response, ApiError> {
-    let Some(fields) = message.as_object().filter(|_| is_message(&message)) else {
+    if !envelope.is_message() {
         return Ok(json_answer(
             StatusCode::BAD_REQUEST,
             &rpc_error(&Value::Null, INVALID_REQUEST, "not a JSON-RPC 2.0 message"),
         ));
-    };
+    }
     // No id this process gives is longer: a longer one names no session.
     let mcp_session = headers
         .get(SESSION_HEADER)
@@ -95,53 +153,42 @@ pub(super) async fn answer(
         .to_owned();
     // A `method` that is not text is no request, no notification, no
     // response.
-    if fields
-        .get("method")
-        .is_some_and(|m| !m.is_string() && !m.is_null())
-    {
-        return Ok(json_answer(
-            StatusCode::BAD_REQUEST,
-            &rpc_error(&Value::Null, INVALID_REQUEST, "`method` must be a string"),
-        ));
-    }
-    let method = fields.get("method").and_then(Value::as_str);
-    let params = fields.get("params").cloned().unwrap_or(Value::Null);
+    let method = match &envelope.method {
+        None | Some(Value::Null) => None,
+        Some(Value::String(method)) => Some(method.clone()),
+        Some(_) => {
+            return Ok(json_answer(
+                StatusCode::BAD_REQUEST,
+                &rpc_error(&Value::Null, INVALID_REQUEST, "`method` must be a string"),
+            ));
+        }
+    };
     // The id and the progress token were bounded (`super::mcp`).
-    let progress = &params["_meta"]["progressToken"];
-    let Some(id) = fields.get("id").filter(|id| !id.is_null()).cloned() else {
+    let progress = envelope.progress_token();
+    let Some(id) = envelope.id.filter(|id| !id.is_null()) else {
         // A notification (or a client's response): taken, nothing to say.
-        if method == Some("notifications/cancelled") {
-            cancel(&app, &tenant, &mcp_session, &params["requestId"]).await;
+        if method.as_deref() == Some("notifications/cancelled")
+            && let Ok(CancelParams { request_id }) = params(envelope.params)
+        {
+            cancel(&app, &tenant, &mcp_session, &request_id).await;
         }
         return Ok(StatusCode::ACCEPTED.into_response());
     };
     let Some(method) = method else {
         // A response to a request of ours: an elicitation's answer.
-        elicited(&app, &tenant, &mcp_session, &id, fields).await;
+        elicited(&app, &tenant, &mcp_session, &id, envelope.result).await;
         return Ok(StatusCode::ACCEPTED.into_response());
     };
-    let answer = match method {
+    let given = envelope.params;
+    let answer = match method.as_str() {
         "initialize" => {
-            let asked = params["protocolVersion"].as_str().unwrap_or_default();
-            let version = VERSIONS
-                .iter()
-                .find(|v| **v == asked)
-                .unwrap_or(&VERSIONS[0]);
-            let result = json!({
-                "protocolVersion": version,
-                "capabilities": {
-                    "tools": {"listChanged": false},
-                    "resources": {"subscribe": true, "listChanged": false},
-                    "prompts": {"listChanged": false},
-                    "completions": {},
-                    "logging": {},
-                },
-                "serverInfo": {"name": "agent-harness", "version": env!("CARGO_PKG_VERSION")},
-                "instructions": "Call `ask` with a message to run one turn of this agent; \
-                                 pass the `session_id` it answers to go on with the conversation.",
-            });
+            let asked: InitializeParams = params(given).unwrap_or_default();
+            let result = initialized(asked.protocol_version.as_deref());
             let session = Uuid::now_v7().to_string();
-            let elicits = params["capabilities"]["elicitation"].is_object();
+            let elicits = asked
+                .capabilities
+                .and_then(|c| c.elicitation)
+                .is_some_and(|e| e.is_object());
             if !app.mcp.sessions.begin(&tenant, &session, elicits) {
                 let refused = rpc_error(
                     &id,
@@ -156,52 +203,83 @@ pub(super) async fn answer(
             }
             return Ok(response);
         }
-        "ping" => rpc_result(&id, json!({})),
-        "logging/setLevel" => match params["level"].as_str() {
-            Some(level) if LOG_LEVELS.contains(&level) => {
-                // Kept for a session this process began, and only then.
-                if let Some(index) = LOG_LEVELS.iter().position(|l| *l == level) {
+        "ping" => rpc_result(&id, Empty {}),
+        "logging/setLevel" => {
+            let level = params::<LevelParams>(given).ok().and_then(|p| p.level);
+            match LOG_LEVELS.iter().position(|l| Some(*l) == level.as_deref()) {
+                Some(index) => {
+                    // Kept for a session this process began, and only then.
                     app.mcp.sessions.set_log_level(&tenant, &mcp_session, index);
+                    rpc_result(&id, Empty {})
                 }
-                rpc_result(&id, json!({}))
+                None => rpc_error(
+                    &id,
+                    INVALID_PARAMS,
+                    &format!("`level` must be one of {}", LOG_LEVELS.join(", ")),
+                ),
             }
-            _ => rpc_error(
-                &id,
-                INVALID_PARAMS,
-                &format!("`level` must be one of {}", LOG_LEVELS.join(", ")),
-            ),
-        },
+        }
         "resources/list" => {
-            let listed = resources::list(&app, &tenant).await?;
-            rpc_result(&id, json!({"resources": listed}))
+            let resources = resources::list(&app, &tenant).await?;
+            rpc_result(&id, ResourceList { resources })
         }
         "resources/subscribe" | "resources/unsubscribe" => {
-            subscription(&app, &tenant, &mcp_session, &id, method, &params)
+            match params::<SubscribeRequestParams>(given) {
+                Ok(asked) => {
+                    let follows = method == "resources/subscribe";
+                    subscription(&app, &tenant, &mcp_session, &id, follows, &asked.uri)
+                }
+                Err(detail) => rpc_error(&id, INVALID_PARAMS, &detail),
+            }
         }
-        "resources/templates/list" => {
-            rpc_result(&id, json!({"resourceTemplates": resources::templates()}))
-        }
-        "resources/read" => match params["uri"].as_str() {
-            None => rpc_error(&id, INVALID_PARAMS, "`uri` is required"),
-            Some(uri) => match resources::read(&app, &tenant, uri).await {
+        "resources/templates/list" => rpc_result(
+            &id,
+            TemplateList {
+                resource_templates: resources::templates(),
+            },
+        ),
+        "resources/read" => match params::<ReadResourceRequestParams>(given) {
+            Err(detail) => rpc_error(&id, INVALID_PARAMS, &detail),
+            Ok(asked) => match resources::read(&app, &tenant, &asked.uri).await {
                 Ok(contents) => rpc_result(&id, contents),
-                Err(Unreadable::NotFound(message)) => json!({"jsonrpc": "2.0", "id": id, "error": {
-                    "code": RESOURCE_NOT_FOUND, "message": message, "data": {"uri": uri},
-                }}),
+                Err(Unreadable::NotFound(message)) => {
+                    let data = to_value(&UriData { uri: &asked.uri });
+                    error_with(&id, RESOURCE_NOT_FOUND, &message, Some(data))
+                }
                 Err(Unreadable::Failed(e)) => return Err(e),
             },
         },
-        "completion/complete" => answered(&id, resources::complete(&app, &tenant, &params).await?),
-        "prompts/list" => rpc_result(&id, json!({"prompts": prompts::list(&app)})),
-        "prompts/get" => match prompts::get(&app, &params) {
-            Ok(prompt) => rpc_result(&id, prompt),
+        "completion/complete" => match params::<CompleteRequestParams>(given) {
+            Ok(asked) => answered(&id, resources::complete(&app, &tenant, &asked).await?),
             Err(detail) => rpc_error(&id, INVALID_PARAMS, &detail),
         },
-        "tools/list" => rpc_result(&id, json!({"tools": tools::definitions(&app)})),
+        "prompts/list" => rpc_result(
+            &id,
+            PromptList {
+                prompts: prompts::list(&app),
+            },
+        ),
+        "prompts/get" => answered(
+            &id,
+            params::<GetPromptRequestParams>(given)
+                .and_then(|asked| prompts::get(&app, &asked.name, asked.arguments.as_ref())),
+        ),
+        "tools/list" => rpc_result(
+            &id,
+            ToolList {
+                tools: tools::definitions(&app),
+            },
+        ),
         "tools/call" => {
-            let name = params["name"].as_str().unwrap_or_default();
-            let arguments = &params["arguments"];
-            match name {
+            let asked = match params::<CallToolRequestParams>(given) {
+                Ok(asked) => asked,
+                Err(detail) => {
+                    let refused = rpc_error(&id, INVALID_PARAMS, &detail);
+                    return Ok(json_answer(StatusCode::OK, &refused));
+                }
+            };
+            let arguments = asked.arguments.as_ref();
+            match asked.name.as_ref() {
                 "ask" => {
                     let streams = headers
                         .get(header::ACCEPT)
@@ -211,7 +289,7 @@ pub(super) async fn answer(
                         id,
                         tenant,
                         mcp_session,
-                        progress: progress.clone(),
+                        progress,
                     };
                     return ask(&app, call, arguments, streams).await;
                 }
@@ -231,32 +309,28 @@ pub(super) async fn answer(
     Ok(json_answer(StatusCode::OK, &answer))
 }
 
-/// `resources/subscribe` and `resources/unsubscribe`: the session's
-/// `GET /mcp` stream says when a followed resource changes.
+/// `resources/subscribe` (`follows`) and `resources/unsubscribe`: the
+/// session's `GET /mcp` stream says when a followed resource changes.
 fn subscription(
     app: &Shared,
     tenant: &Tenant,
     mcp_session: &str,
     id: &Value,
-    method: &str,
-    params: &Value,
+    follows: bool,
+    uri: &str,
 ) -> Value {
-    let Some(uri) = params["uri"].as_str() else {
-        return rpc_error(id, INVALID_PARAMS, "`uri` is required");
-    };
     if !resources::is_ours(uri) {
         let message =
             format!("{uri:?} is not a resource of this server (vault:/// or session:///)");
-        return json!({"jsonrpc": "2.0", "id": id, "error": {
-            "code": INVALID_PARAMS, "message": message, "data": {"uri": uri},
-        }});
+        let data = to_value(&UriData { uri });
+        return error_with(id, INVALID_PARAMS, &message, Some(data));
     }
-    if method == "resources/unsubscribe" {
+    if !follows {
         app.mcp.sessions.unsubscribe(tenant, mcp_session, uri);
-        return rpc_result(id, json!({}));
+        return rpc_result(id, Empty {});
     }
     match app.mcp.sessions.subscribe(tenant, mcp_session, uri) {
-        Ok(()) => rpc_result(id, json!({})),
+        Ok(()) => rpc_result(id, Empty {}),
         Err(SubscribeRefused::UnknownSession) => rpc_error(
             id,
             INVALID_REQUEST,
@@ -283,7 +357,7 @@ struct Call {
 async fn ask(
     app: &Shared,
     call: Call,
-    arguments: &Value,
+    arguments: Option<&rmcp::model::JsonObject>,
     streams: bool,
 ) -> Result<Response, ApiError> {
     let (session, started) = match tools::start_ask(app, &call.tenant, arguments).await {
@@ -352,7 +426,7 @@ struct AskStream {
 impl AskStream {
     /// A `notifications/message` of the turn, when the session asked for
     /// messages at `level` or above.
-    fn log(&self, level: &str, data: Value) -> Encoded {
+    fn log(&self, level: &'static str, data: impl Serialize) -> Encoded {
         let wanted = LOG_LEVELS
             .iter()
             .position(|l| *l == level)
@@ -361,11 +435,14 @@ impl AskStream {
         if !wanted {
             return Encoded::default();
         }
-        let note = json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/message",
-            "params": {"level": level, "logger": "agent-harness", "data": data},
-        });
+        let note = Notification::new(
+            "notifications/message",
+            LogMessage {
+                level,
+                logger: "agent-harness",
+                data,
+            },
+        );
         Encoded::frames(vec![message_frame(&note)])
     }
 }
@@ -384,25 +461,14 @@ impl AskStream {
             .sessions
             .ask(&self.tenant, &self.mcp_session, asked)?;
         self.elicited.push(call_id.to_owned());
-        let request = json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "method": "elicitation/create",
-            "params": {
-                "mode": "form",
-                "message": format!("{tool} waits for your approval; its arguments: {arguments}"),
-                "requestedSchema": {
-                    "type": "object",
-                    "properties": {
-                        "approve": {"type": "boolean", "title": "Approve",
-                                    "description": "Let the call run"},
-                        "reason": {"type": "string", "title": "Reason", "maxLength": 1000,
-                                   "description": "Why not (the model is told)"},
-                    },
-                    "required": ["approve"],
-                },
-            },
-        });
+        let request = Request {
+            jsonrpc: crate::protocols::jsonrpc::Version::V2,
+            id,
+            method: "elicitation/create",
+            params: Elicitation::approval(format!(
+                "{tool} waits for your approval; its arguments: {arguments}"
+            )),
+        };
         Some(message_frame(&request))
     }
 }
@@ -417,7 +483,7 @@ async fn elicited(
     tenant: &Tenant,
     mcp_session: &str,
     id: &Value,
-    answer: &serde_json::Map<String, Value>,
+    result: Option<Value>,
 ) {
     let Some((session, turn_id, call_id)) = id
         .as_str()
@@ -425,12 +491,14 @@ async fn elicited(
     else {
         return;
     };
-    let result = answer.get("result").unwrap_or(&Value::Null);
-    let content = &result["content"];
-    let (approve, reason) = match result["action"].as_str() {
+    let result = result
+        .and_then(|r| ElicitAnswer::deserialize(r).ok())
+        .unwrap_or_default();
+    let content = result.content.unwrap_or_default();
+    let (approve, reason) = match result.action.as_deref() {
         Some("accept") => (
-            content["approve"] == true,
-            content["reason"].as_str().map(str::to_owned),
+            content.approve == Value::Bool(true),
+            content.reason.as_str().map(str::to_owned),
         ),
         Some("decline") => (false, Some("the person declined".to_owned())),
         _ => (false, Some("the client did not ask anyone".to_owned())),
@@ -452,8 +520,11 @@ async fn elicited(
     }
 }
 
-fn message_frame(message: &Value) -> Bytes {
-    Bytes::from(format!("event: message\ndata: {message}\n\n"))
+/// A message on the `message` event of a stream.
+pub(super) fn message_frame(message: &impl Serialize) -> Bytes {
+    let mut frame = b"event: message\n".to_vec();
+    frame.extend_from_slice(&crate::protocols::data_frame(message));
+    Bytes::from(frame)
 }
 
 impl WireFormat for AskStream {
@@ -461,21 +532,31 @@ impl WireFormat for AskStream {
         let Some(event) = typed(event) else {
             return Encoded::default();
         };
-        let ended =
-            |result: Value| Encoded::last(vec![message_frame(&rpc_result(&self.id, result))]);
+        let ended = |result: rmcp::model::CallToolResult| {
+            Encoded::last(vec![message_frame(&rpc_result(&self.id, result))])
+        };
         match event {
             TurnEvent::MessageDelta { text, .. } if !self.progress.is_null() => {
                 self.done += 1;
-                let note = json!({
-                    "jsonrpc": "2.0",
-                    "method": "notifications/progress",
-                    "params": {"progressToken": self.progress, "progress": self.done, "message": text},
-                });
+                let note = Notification::new(
+                    "notifications/progress",
+                    Progress {
+                        progress_token: &self.progress,
+                        progress: self.done,
+                        message: text,
+                    },
+                );
                 Encoded::frames(vec![message_frame(&note)])
             }
             TurnEvent::ToolStarted { call_id, tool, .. } => self.log(
                 "info",
-                json!({"event": "tool.started", "tool": tool, "call_id": call_id}),
+                ToolLog {
+                    event: "tool.started",
+                    tool,
+                    call_id,
+                    status: None,
+                    error: None,
+                },
             ),
             TurnEvent::ToolFinished {
                 call_id,
@@ -488,11 +569,13 @@ impl WireFormat for AskStream {
                     crate::events::ToolStatus::Completed => "info",
                     _ => "warning",
                 };
-                let mut data = json!({"event": "tool.finished", "tool": tool,
-                                      "call_id": call_id, "status": status});
-                if let Some(error) = error {
-                    data["error"] = json!(error);
-                }
+                let data = ToolLog {
+                    event: "tool.finished",
+                    tool,
+                    call_id,
+                    status: Some(*status),
+                    error: error.as_deref(),
+                };
                 self.log(level, data)
             }
             TurnEvent::ApprovalRequested {
@@ -501,10 +584,14 @@ impl WireFormat for AskStream {
                 arguments,
                 ..
             } => {
-                let mut out = self.log(
-                    "notice",
-                    json!({"event": "approval.requested", "tool": tool, "call_id": call_id}),
-                );
+                let data = ToolLog {
+                    event: "approval.requested",
+                    tool,
+                    call_id,
+                    status: None,
+                    error: None,
+                };
+                let mut out = self.log("notice", data);
                 out.frames.extend(self.elicit(call_id, tool, arguments));
                 out
             }
@@ -531,6 +618,18 @@ impl WireFormat for AskStream {
             "the event log cannot be read; the turn goes on: read it with get_session",
         ))]
     }
+}
+
+/// What a `notifications/message` of a tool call says.
+#[derive(Debug, Serialize)]
+struct ToolLog<'a> {
+    call_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    event: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<crate::events::ToolStatus>,
+    tool: &'a str,
 }
 
 /// A `notifications/cancelled` of a call this process answers: its turn

@@ -4,7 +4,8 @@
 //! argument offers the values the operator lists for it. Both versions
 //! of `/mcp` serve them from here.
 
-use serde_json::{Value, json};
+use rmcp::model::{GetPromptResult, JsonObject, Prompt, PromptArgument, PromptMessage, Role};
+use serde_json::Value;
 
 use crate::{
     config::{AgentProfile, AgentProfiles},
@@ -27,49 +28,40 @@ fn find<'a>(profiles: &'a AgentProfiles, name: &str) -> Option<&'a AgentProfile>
 }
 
 /// `prompts/list`: every profile, with its arguments.
-pub(super) fn list(app: &Shared) -> Vec<Value> {
+pub(super) fn list(app: &Shared) -> Vec<Prompt> {
     profiles(app)
         .0
         .iter()
         .map(|profile| {
-            let arguments: Vec<Value> = profile
+            let arguments = profile
                 .arguments
                 .iter()
                 .map(|a| {
-                    let mut argument = json!({"name": a.name, "required": a.required});
-                    if let Some(description) = &a.description {
-                        argument["description"] = json!(description);
+                    let argument = PromptArgument::new(&a.name).with_required(a.required);
+                    match &a.description {
+                        Some(description) => argument.with_description(description),
+                        None => argument,
                     }
-                    argument
                 })
                 .collect();
-            let mut prompt = json!({"name": profile.name, "arguments": arguments});
-            for (field, value) in [
-                ("title", &profile.title),
-                ("description", &profile.description),
-            ] {
-                if let Some(value) = value {
-                    prompt[field] = json!(value);
-                }
+            let prompt = Prompt::new(&profile.name, profile.description.as_ref(), Some(arguments));
+            match &profile.title {
+                Some(title) => prompt.with_title(title),
+                None => prompt,
             }
-            prompt
         })
         .collect()
 }
 
-/// `prompts/get`: the profile's text with the caller's arguments in it,
-/// as one user message. `Err`: the reason the params are invalid (an
-/// unknown profile or argument, a required one missing, a value that is
-/// not text).
-pub(super) fn get(app: &Shared, params: &Value) -> Result<Value, String> {
+pub(super) fn get(
+    app: &Shared,
+    name: &str,
+    given: Option<&JsonObject>,
+) -> Result<GetPromptResult, String> {
     let profiles = profiles(app);
-    let name = params["name"].as_str().ok_or("`name` is required")?;
     let profile = find(&profiles, name).ok_or_else(|| format!("no prompt {name:?}"))?;
-    let given = match &params["arguments"] {
-        Value::Null => serde_json::Map::new(),
-        Value::Object(given) => given.clone(),
-        _ => return Err("`arguments` must be an object".into()),
-    };
+    let empty = JsonObject::new();
+    let given = given.unwrap_or(&empty);
     if let Some(unknown) = given
         .keys()
         .find(|k| !profile.arguments.iter().any(|a| &a.name == *k))
@@ -94,16 +86,13 @@ pub(super) fn get(app: &Shared, params: &Value) -> Result<Value, String> {
         values.push((argument.name.as_str(), value));
     }
     let text = render(&profile.text, &values);
-    let mut result = json!({
-        "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
-    });
-    if let Some(description) = &profile.description {
-        result["description"] = json!(description);
-    }
+    let mut result = GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)]);
+    // Each protocol version says its result's type itself.
+    result.result_type = None;
+    result.description.clone_from(&profile.description);
     Ok(result)
 }
 
-/// `text` with each `{{name}}` replaced by its value.
 fn render(text: &str, values: &[(&str, &str)]) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;

@@ -4,7 +4,11 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use serde_json::{Value, json};
+use rmcp::model::{
+    CompleteRequestParams, CompleteResult, CompletionInfo, ReadResourceResult, Reference, Resource,
+    ResourceContents, ResourceTemplate,
+};
+use serde::Serialize;
 
 use crate::{
     ids::Tenant,
@@ -53,44 +57,63 @@ async fn note_paths(app: &Shared, tenant: &Tenant) -> Result<Vec<String>, ApiErr
 }
 
 /// `resources/list`: the caller's notes.
-pub(super) async fn list(app: &Shared, tenant: &Tenant) -> Result<Vec<Value>, ApiError> {
+pub(super) async fn list(app: &Shared, tenant: &Tenant) -> Result<Vec<Resource>, ApiError> {
     let paths = note_paths(app, tenant).await?;
     Ok(paths
         .into_iter()
         .take(LIST_MAX)
         .map(|path| {
-            json!({
-                "uri": format!("{NOTE_SCHEME}{path}"),
-                "name": path,
-                "title": path,
-                "mimeType": "text/markdown",
-            })
+            Resource::new(format!("{NOTE_SCHEME}{path}"), &path)
+                .with_title(path)
+                .with_mime_type("text/markdown")
         })
         .collect())
 }
 
 /// `resources/templates/list`: a note by its path, a session's transcript.
-pub(super) fn templates() -> Vec<Value> {
+pub(super) fn templates() -> Vec<ResourceTemplate> {
     vec![
-        json!({
-            "uriTemplate": format!("{NOTE_SCHEME}{{+path}}"),
-            "name": "note",
-            "title": "A vault note",
-            "description": "A Markdown note of the caller's vault, by its path in the vault.",
-            "mimeType": "text/markdown",
-        }),
-        json!({
-            "uriTemplate": format!("{SESSION_SCHEME}{{session_id}}"),
-            "name": "transcript",
-            "title": "A session's transcript",
-            "description": "The newest messages of a session of the caller's, oldest first.",
-            "mimeType": "application/json",
-        }),
+        ResourceTemplate::new(format!("{NOTE_SCHEME}{{+path}}"), "note")
+            .with_title("A vault note")
+            .with_description("A Markdown note of the caller's vault, by its path in the vault.")
+            .with_mime_type("text/markdown"),
+        ResourceTemplate::new(format!("{SESSION_SCHEME}{{session_id}}"), "transcript")
+            .with_title("A session's transcript")
+            .with_description("The newest messages of a session of the caller's, oldest first.")
+            .with_mime_type("application/json"),
     ]
 }
 
+/// A resource's contents: one text.
+fn contents(uri: &str, mime_type: &str, text: String) -> ReadResourceResult {
+    let mut result = ReadResourceResult::new(vec![
+        ResourceContents::text(text, uri).with_mime_type(mime_type),
+    ]);
+    // Each protocol version says its result's type itself.
+    result.result_type = None;
+    result
+}
+
+/// A session's transcript.
+#[derive(Debug, Serialize)]
+struct Transcript<'a, M> {
+    session_id: &'a str,
+    messages: Vec<M>,
+}
+
+#[derive(Debug, Serialize)]
+struct TranscriptMessage<'a, T> {
+    role: &'a str,
+    content: &'a str,
+    created_at: T,
+}
+
 /// `resources/read`: the contents of one resource.
-pub(super) async fn read(app: &Shared, tenant: &Tenant, uri: &str) -> Result<Value, Unreadable> {
+pub(super) async fn read(
+    app: &Shared,
+    tenant: &Tenant,
+    uri: &str,
+) -> Result<ReadResourceResult, Unreadable> {
     let not_found = || Unreadable::NotFound(format!("resource {uri} not found"));
     if let Some(path) = uri.strip_prefix(NOTE_SCHEME) {
         let vault = app.vaults.of_tenant(&tenant.0);
@@ -101,7 +124,7 @@ pub(super) async fn read(app: &Shared, tenant: &Tenant, uri: &str) -> Result<Val
             }
             Err(e) => return Err(Unreadable::Failed(ApiError::Internal(e.to_string()))),
         };
-        return Ok(json!({"contents": [{"uri": uri, "mimeType": "text/markdown", "text": text}]}));
+        return Ok(contents(uri, "text/markdown", text));
     }
     if let Some(id) = uri.strip_prefix(SESSION_SCHEME) {
         let session = parse_session_id(id, tenant).map_err(|_| not_found())?;
@@ -109,17 +132,35 @@ pub(super) async fn read(app: &Shared, tenant: &Tenant, uri: &str) -> Result<Val
             return Err(not_found());
         }
         let messages = app.turns.recent_messages(&session, TRANSCRIPT_MAX).await?;
-        let messages: Vec<Value> = messages
-            .iter()
-            .map(|m| json!({"role": m.role, "content": m.content, "created_at": m.created_at}))
-            .collect();
-        let text = serde_json::to_string(&json!({"session_id": id, "messages": messages}))
-            .unwrap_or_default();
-        return Ok(
-            json!({"contents": [{"uri": uri, "mimeType": "application/json", "text": text}]}),
-        );
+        let transcript = Transcript {
+            session_id: id,
+            messages: messages
+                .iter()
+                .map(|m| TranscriptMessage {
+                    role: m.role.as_str(),
+                    content: &m.content,
+                    created_at: m.created_at,
+                })
+                .collect(),
+        };
+        let text = serde_json::to_string(&transcript).unwrap_or_default();
+        return Ok(contents(uri, "application/json", text));
     }
     Err(not_found())
+}
+
+/// A completion's values (at most [`COMPLETION_MAX`] of `matching`).
+fn completion(matching: Vec<String>) -> CompleteResult {
+    let total = matching.len();
+    let has_more = total > COMPLETION_MAX;
+    let values: Vec<String> = matching.into_iter().take(COMPLETION_MAX).collect();
+    // At most the cap: rmcp takes them.
+    let info = CompletionInfo::with_pagination(values, u32::try_from(total).ok(), has_more)
+        .unwrap_or_default();
+    let mut result = CompleteResult::new(info);
+    // Each protocol version says its result's type itself.
+    result.result_type = None;
+    result
 }
 
 /// `completion/complete`: for the note template's `path`, the caller's
@@ -129,52 +170,28 @@ pub(super) async fn read(app: &Shared, tenant: &Tenant, uri: &str) -> Result<Val
 pub(super) async fn complete(
     app: &Shared,
     tenant: &Tenant,
-    params: &Value,
-) -> Result<Result<Value, String>, ApiError> {
-    let reference = &params["ref"];
-    let (Some(kind), Some(argument), Some(typed)) = (
-        reference["type"].as_str(),
-        params["argument"]["name"].as_str(),
-        params["argument"]["value"].as_str(),
-    ) else {
-        return Ok(Err("`ref` and `argument` (name, value) are required".into()));
+    params: &CompleteRequestParams,
+) -> Result<Result<CompleteResult, String>, ApiError> {
+    let (argument, typed) = (&params.argument.name, &params.argument.value);
+    let uri = match &params.r#ref {
+        Reference::Prompt(prompt) => {
+            return Ok(super::prompts::complete(app, &prompt.name, argument, typed).map(completion));
+        }
+        Reference::Resource(resource) => &resource.uri,
+        // rmcp may name more references.
+        _ => return Ok(Err("ref/resource and ref/prompt are completed here".into())),
     };
-    if kind == "ref/prompt" {
-        let name = reference["name"].as_str().unwrap_or_default();
-        return Ok(
-            super::prompts::complete(app, name, argument, typed).map(|matching| {
-                let total = matching.len();
-                json!({"completion": {
-                    "values": matching.into_iter().take(COMPLETION_MAX).collect::<Vec<_>>(),
-                    "total": total,
-                    "hasMore": total > COMPLETION_MAX,
-                }})
-            }),
-        );
-    }
-    if kind != "ref/resource" {
-        return Ok(Err(format!(
-            "{kind:?} is not completed here: ref/resource and ref/prompt are"
-        )));
-    }
-    let note_path =
-        reference["uri"].as_str() == Some(&format!("{NOTE_SCHEME}{{+path}}")) && argument == "path";
-    let (values, total) = if note_path {
-        let matching: Vec<String> = note_paths(app, tenant)
+    let note_path = *uri == format!("{NOTE_SCHEME}{{+path}}") && argument == "path";
+    let matching = if note_path {
+        note_paths(app, tenant)
             .await?
             .into_iter()
-            .filter(|path| path.starts_with(typed))
-            .collect();
-        let total = matching.len();
-        (matching.into_iter().take(COMPLETION_MAX).collect(), total)
+            .filter(|path| path.starts_with(typed.as_str()))
+            .collect()
     } else {
-        (Vec::new(), 0)
+        Vec::new()
     };
-    Ok(Ok(json!({"completion": {
-        "values": values,
-        "total": total,
-        "hasMore": total > COMPLETION_MAX,
-    }})))
+    Ok(Ok(completion(matching)))
 }
 
 /// A resource as it reads now, hashed; `None`: it could not be read (the

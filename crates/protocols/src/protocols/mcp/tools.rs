@@ -2,9 +2,11 @@
 //! definitions, and what each call answers (a tool result as JSON, or the
 //! reason its arguments are refused).
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use serde_json::{Value, json};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
@@ -13,12 +15,13 @@ use crate::{
     protocols::{
         endpoint::{Started, named_session},
         error::ApiError,
+        jsonrpc::to_value,
         native::{checked_message, checked_user_id},
         paths::parse_session_id,
     },
     service::{TurnRecord, TurnStatus},
     tools::EffectClass,
-    turn::{TurnRequest, TurnResult},
+    turn::{TurnRequest, TurnResult, WebCitation},
 };
 
 /// Sessions `list_sessions` answers at most.
@@ -26,37 +29,95 @@ const LIST_MAX: u32 = 100;
 
 /// What a tool call answers: its result, or why its arguments are refused
 /// (a JSON-RPC invalid-params error).
-pub(super) type Answer = Result<Value, String>;
+pub(super) type Answer = Result<CallToolResult, String>;
+
+/// A tool result of `text`, and what it holds as JSON (none: not given).
+fn result(text: String, structured: Option<Value>, is_error: bool) -> CallToolResult {
+    let content = vec![ContentBlock::text(text)];
+    let mut result = if is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    // Each protocol version says its result's type itself.
+    result.result_type = None;
+    result.structured_content = structured;
+    result
+}
 
 /// A tool result of text.
-pub(super) fn text_result(text: &str, is_error: bool) -> Value {
-    json!({"content": [{"type": "text", "text": text}], "isError": is_error})
+pub(super) fn text_result(text: &str, is_error: bool) -> CallToolResult {
+    result(text.to_owned(), None, is_error)
 }
+
+/// `list_sessions`' input.
+const LIST_SESSIONS_INPUT: &str = r#"{
+    "type": "object",
+    "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100}}
+}"#;
+
+/// `get_session`'s input. `session_id` is mirrored into
+/// `Mcp-Param-Session-Id` by 2026-07-28 clients (SEP-2243), so that a
+/// gateway can route a session's reads without parsing the body.
+const GET_SESSION_INPUT: &str = r#"{
+    "type": "object",
+    "properties": {"session_id": {
+        "type": "string",
+        "description": "A session of the caller's",
+        "x-mcp-header": "Session-Id"
+    }},
+    "required": ["session_id"]
+}"#;
+
+/// `ask`'s input.
+const ASK_INPUT: &str = r#"{
+    "type": "object",
+    "properties": {
+        "message": {"type": "string", "minLength": 1},
+        "session_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$",
+                       "description": "A session of the caller's"},
+        "user_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"}
+    },
+    "required": ["message"]
+}"#;
 
 /// What `ask`'s `structuredContent` holds when the turn completed (a turn
 /// that did not is an error result, its text the reason).
-fn ask_output() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "session_id": {"type": "string", "description": "The session the turn ran in"},
-            "turn_id": {"type": "string", "format": "uuid"},
-            "text": {"type": "string", "description": "The agent's answer"},
-            "local_citations": {"type": "array", "items": {"type": "string"},
-                                "description": "The notes the answer cites (their anchors)"},
-            "web_citations": {"type": "array", "description": "The web pages the answer cites",
-                              "items": {"type": "object", "required": ["title", "url"],
-                                        "properties": {"title": {"type": "string"},
-                                                       "url": {"type": "string"}}}},
-        },
-        "required": ["session_id", "turn_id", "text", "local_citations", "web_citations"],
-    })
+const ASK_OUTPUT: &str = r#"{
+    "type": "object",
+    "properties": {
+        "session_id": {"type": "string", "description": "The session the turn ran in"},
+        "turn_id": {"type": "string", "format": "uuid"},
+        "text": {"type": "string", "description": "The agent's answer"},
+        "local_citations": {"type": "array", "items": {"type": "string"},
+                            "description": "The notes the answer cites (their anchors)"},
+        "web_citations": {"type": "array", "description": "The web pages the answer cites",
+                          "items": {"type": "object", "required": ["title", "url"],
+                                    "properties": {"title": {"type": "string"},
+                                                   "url": {"type": "string"}}}}
+    },
+    "required": ["session_id", "turn_id", "text", "local_citations", "web_citations"]
+}"#;
+
+/// A JSON schema written above, read (each is a test's to keep valid).
+fn schema(text: &str) -> Arc<JsonObject> {
+    Arc::new(serde_json::from_str(text).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "a tool's schema is not JSON");
+        JsonObject::new()
+    }))
+}
+
+/// A read-only tool's annotations.
+fn reader(title: &str) -> ToolAnnotations {
+    ToolAnnotations::with_title(title)
+        .read_only(true)
+        .open_world(false)
 }
 
 /// The tools, with honest annotations: `ask` reads only when every tool
 /// the turn may run reads only. The readers come first: a client that
 /// tries the first tool with no arguments gets an answer.
-pub(super) fn definitions(app: &Shared) -> Vec<Value> {
+pub(super) fn definitions(app: &Shared) -> Vec<Tool> {
     let registry = app.turns.tools();
     let effects: Vec<EffectClass> = registry
         .all()
@@ -66,63 +127,37 @@ pub(super) fn definitions(app: &Shared) -> Vec<Value> {
     let writes = effects.iter().any(|e| *e != EffectClass::ReadOnly);
     let destroys = effects.contains(&EffectClass::Destructive);
     let open_world = effects.contains(&EffectClass::Network);
-    let session_id = json!({"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$",
-                            "description": "A session of the caller's"});
     vec![
-        json!({
-            "name": "list_sessions",
-            "title": "List sessions",
-            "description": "The caller's sessions, the most recently used first.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": LIST_MAX}},
-            },
-            "annotations": {"title": "List sessions", "readOnlyHint": true, "openWorldHint": false},
-        }),
-        json!({
-            "name": "get_session",
-            "title": "Get a session",
-            "description": "A session of the caller's: its turns, its running turn, and its \
-                            last messages.",
-            "inputSchema": {
-                "type": "object",
-                // Mirrored into `Mcp-Param-Session-Id` by 2026-07-28
-                // clients (SEP-2243), so that a gateway can route a
-                // session's reads without parsing the body.
-                "properties": {"session_id": {
-                    "type": "string",
-                    "description": "A session of the caller's",
-                    "x-mcp-header": "Session-Id",
-                }},
-                "required": ["session_id"],
-            },
-            "annotations": {"title": "Get a session", "readOnlyHint": true, "openWorldHint": false},
-        }),
-        json!({
-            "name": "ask",
-            "title": "Ask the agent",
-            "description": "Runs one turn of the agent on `message` and answers its reply, \
-                            with its citations. `session_id` goes on with a conversation \
-                            (new when absent: the answer names it); `user_id` names whose \
-                            memories the turn reads and keeps.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "message": {"type": "string", "minLength": 1},
-                    "session_id": session_id,
-                    "user_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
-                },
-                "required": ["message"],
-            },
-            "outputSchema": ask_output(),
-            "annotations": {
-                "title": "Ask the agent",
-                "readOnlyHint": !writes,
-                "destructiveHint": destroys,
-                "idempotentHint": false,
-                "openWorldHint": open_world,
-            },
-        }),
+        Tool::new(
+            "list_sessions",
+            "The caller's sessions, the most recently used first.",
+            schema(LIST_SESSIONS_INPUT),
+        )
+        .with_title("List sessions")
+        .with_annotations(reader("List sessions")),
+        Tool::new(
+            "get_session",
+            "A session of the caller's: its turns, its running turn, and its last messages.",
+            schema(GET_SESSION_INPUT),
+        )
+        .with_title("Get a session")
+        .with_annotations(reader("Get a session")),
+        Tool::new(
+            "ask",
+            "Runs one turn of the agent on `message` and answers its reply, with its \
+             citations. `session_id` goes on with a conversation (new when absent: the answer \
+             names it); `user_id` names whose memories the turn reads and keeps.",
+            schema(ASK_INPUT),
+        )
+        .with_title("Ask the agent")
+        .with_raw_output_schema(schema(ASK_OUTPUT))
+        .with_annotations(
+            ToolAnnotations::with_title("Ask the agent")
+                .read_only(!writes)
+                .destructive(destroys)
+                .idempotent(false)
+                .open_world(open_world),
+        ),
     ]
 }
 
@@ -131,31 +166,43 @@ pub(super) fn definitions(app: &Shared) -> Vec<Value> {
 pub(super) enum Asked {
     Started(SessionKey, Started),
     Invalid(String),
-    Refused(Value),
+    Refused(CallToolResult),
+}
+
+/// `ask`'s arguments.
+#[derive(Debug, Default, Deserialize)]
+struct AskArguments {
+    message: Option<String>,
+    session_id: Option<String>,
+    user_id: Option<String>,
+}
+
+/// A tool's arguments, read (absent: none given).
+fn arguments<T: for<'de> Deserialize<'de> + Default>(
+    tool: &str,
+    given: Option<&JsonObject>,
+) -> Result<T, String> {
+    match given {
+        None => Ok(T::default()),
+        Some(given) => T::deserialize(given).map_err(|e| format!("`{tool}`'s arguments: {e}")),
+    }
 }
 
 /// Starts the turn of an `ask` call, with the native route's checks.
-pub(super) async fn start_ask(app: &Shared, tenant: &Tenant, arguments: &Value) -> Asked {
-    let text = |field: &str| match &arguments[field] {
-        Value::Null => Ok(None),
-        Value::String(text) => Ok(Some(text.clone())),
-        _ => Err(format!(
-            "`ask` takes message, session_id, user_id: `{field}` must be a string"
-        )),
-    };
-    let asked = text("message").and_then(|message| {
-        let user_id = text("user_id")?;
-        let checked = |e: ApiError| e.to_string();
-        Ok(TurnRequest {
-            user_id: checked_user_id(user_id).map_err(checked)?,
-            ..TurnRequest::new(checked_message(message).map_err(checked)?)
-        })
+pub(super) async fn start_ask(app: &Shared, tenant: &Tenant, given: Option<&JsonObject>) -> Asked {
+    let checked = |e: ApiError| e.to_string();
+    let asked = arguments::<AskArguments>("ask", given).and_then(|given| {
+        let asked = TurnRequest {
+            user_id: checked_user_id(given.user_id).map_err(checked)?,
+            ..TurnRequest::new(checked_message(given.message).map_err(checked)?)
+        };
+        Ok((asked, given.session_id))
     });
-    let asked = match asked {
+    let (asked, session_id) = match asked {
         Ok(asked) => asked,
         Err(detail) => return Asked::Invalid(detail),
     };
-    let session = match named_session(arguments["session_id"].as_str(), "mcp", tenant) {
+    let session = match named_session(session_id.as_deref(), "mcp", tenant) {
         Ok(session) => session,
         Err(e) => return Asked::Invalid(e.to_string()),
     };
@@ -169,7 +216,7 @@ pub(super) async fn start_ask(app: &Shared, tenant: &Tenant, arguments: &Value) 
 }
 
 /// The result of `ask` for an ended turn.
-pub(super) fn answer_of(session: &SessionKey, record: &TurnRecord) -> Value {
+pub(super) fn answer_of(session: &SessionKey, record: &TurnRecord) -> CallToolResult {
     match (&record.status, &record.result) {
         (TurnStatus::Completed, Some(result)) => completed(session, record.id, result),
         (status, _) => {
@@ -182,62 +229,94 @@ pub(super) fn answer_of(session: &SessionKey, record: &TurnRecord) -> Value {
     }
 }
 
+/// What `ask` answers of a completed turn, as `structuredContent`.
+#[derive(Debug, Serialize)]
+struct AskOutput<'a> {
+    session_id: &'a str,
+    turn_id: Uuid,
+    text: &'a str,
+    local_citations: &'a [String],
+    web_citations: &'a [WebCitation],
+}
+
 /// The result of `ask` for a completed turn.
-pub(super) fn completed(session: &SessionKey, turn_id: Uuid, result: &TurnResult) -> Value {
-    json!({
-        "content": [{"type": "text", "text": result.text}],
-        "structuredContent": {
-            "session_id": session.id(),
-            "turn_id": turn_id,
-            "text": result.text,
-            "local_citations": result.local_citations,
-            "web_citations": result.web_citations,
-        },
-        "isError": false,
-    })
+pub(super) fn completed(
+    session: &SessionKey,
+    turn_id: Uuid,
+    result: &TurnResult,
+) -> CallToolResult {
+    let output = AskOutput {
+        session_id: session.id(),
+        turn_id,
+        text: &result.text,
+        local_citations: &result.local_citations,
+        web_citations: &result.web_citations,
+    };
+    self::result(result.text.clone(), Some(to_value(&output)), false)
+}
+
+/// `list_sessions`' arguments.
+#[derive(Debug, Default, Deserialize)]
+struct ListArguments {
+    limit: Option<u32>,
 }
 
 pub(super) async fn list_sessions(
     app: &Shared,
     tenant: &Tenant,
-    arguments: &Value,
+    given: Option<&JsonObject>,
 ) -> Result<Answer, ApiError> {
-    let limit = match &arguments["limit"] {
-        Value::Null => 20,
-        limit => match limit
-            .as_u64()
-            .filter(|l| (1..=u64::from(LIST_MAX)).contains(l))
-        {
-            Some(limit) => limit as u32,
-            None => return Ok(Err("`limit` must be between 1 and 100".into())),
-        },
+    let limit = match arguments::<ListArguments>("list_sessions", given).map(|a| a.limit) {
+        Ok(None) => 20,
+        Ok(Some(limit)) if (1..=LIST_MAX).contains(&limit) => limit,
+        Ok(Some(_)) | Err(_) => return Ok(Err("`limit` must be between 1 and 100".into())),
     };
-    let sessions = app.turns.list_sessions(&tenant.0, limit).await?;
-    let sessions: Vec<Value> = sessions
-        .into_iter()
-        .map(|mut session| {
-            session.id = SessionKey::from_stored(&session.id).id().to_owned();
-            json!(session)
-        })
-        .collect();
+    let mut sessions = app.turns.list_sessions(&tenant.0, limit).await?;
+    for session in &mut sessions {
+        session.id = SessionKey::from_stored(&session.id).id().to_owned();
+    }
     let text = serde_json::to_string_pretty(&sessions).unwrap_or_default();
-    Ok(Ok(json!({
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": {"sessions": sessions},
-        "isError": false,
-    })))
+    let listed = to_value(&SessionList { sessions });
+    Ok(Ok(result(text, Some(listed), false)))
+}
+
+#[derive(Debug, Serialize)]
+struct SessionList<T> {
+    sessions: Vec<T>,
+}
+
+/// `get_session`'s arguments.
+#[derive(Debug, Default, Deserialize)]
+struct GetArguments {
+    session_id: Option<String>,
+}
+
+/// A message as `get_session` shows it.
+#[derive(Debug, Serialize)]
+struct Shown<'a> {
+    content: &'a str,
+    role: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct SessionView<'a, S> {
+    session: S,
+    messages: Vec<Shown<'a>>,
 }
 
 pub(super) async fn get_session(
     app: &Shared,
     tenant: &Tenant,
-    arguments: &Value,
+    given: Option<&JsonObject>,
 ) -> Result<Answer, ApiError> {
-    let Some(raw) = arguments["session_id"].as_str() else {
-        return Ok(Err("`session_id` is required".into()));
+    let raw = match arguments::<GetArguments>("get_session", given) {
+        Ok(GetArguments {
+            session_id: Some(raw),
+        }) => raw,
+        Ok(_) | Err(_) => return Ok(Err("`session_id` is required".into())),
     };
     // An id that cannot be a session's names none: as one never made.
-    let Ok(session_id) = parse_session_id(raw, tenant) else {
+    let Ok(session_id) = parse_session_id(&raw, tenant) else {
         return Ok(Ok(text_result("session not found", true)));
     };
     let Some(mut session) = app.turns.get_session(&session_id).await? else {
@@ -245,13 +324,34 @@ pub(super) async fn get_session(
     };
     session.id = session_id.id().to_owned();
     let messages = app.turns.recent_messages(&session_id, 20).await?;
-    let messages: Vec<BTreeMap<&str, Value>> = messages
-        .iter()
-        .map(|m| BTreeMap::from([("role", json!(m.role)), ("content", json!(m.content))]))
-        .collect();
-    let view = json!({"session": session, "messages": messages});
+    let view = SessionView {
+        session,
+        messages: messages
+            .iter()
+            .map(|m| Shown {
+                content: &m.content,
+                role: m.role.as_str(),
+            })
+            .collect(),
+    };
     let text = serde_json::to_string_pretty(&view).unwrap_or_default();
-    Ok(Ok(
-        json!({"content": [{"type": "text", "text": text}], "structuredContent": view, "isError": false}),
-    ))
+    Ok(Ok(result(text, Some(to_value(&view)), false)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_schema_is_a_json_object() {
+        for text in [
+            LIST_SESSIONS_INPUT,
+            GET_SESSION_INPUT,
+            ASK_INPUT,
+            ASK_OUTPUT,
+        ] {
+            let schema: JsonObject = serde_json::from_str(text).unwrap();
+            assert_eq!(schema.get("type").and_then(Value::as_str), Some("object"));
+        }
+    }
 }

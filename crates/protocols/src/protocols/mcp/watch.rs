@@ -19,10 +19,13 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use bytes::Bytes;
-use serde_json::json;
 use tokio::time::Instant;
 
-use super::resources;
+use super::{
+    legacy::message_frame,
+    resources,
+    wire::{Notification, Updated},
+};
 use crate::{
     ids::Tenant, protocols::Shared, protocols::error::ApiError, protocols::sse::KEEP_ALIVE,
 };
@@ -60,15 +63,12 @@ pub(super) fn stream(app: Shared, tenant: Tenant, session: &str) -> Result<Respo
                     // First look: what it is now is what changes are from.
                     None => {}
                     Some(before) if now.is_some() && before.is_some() && now != before => {
-                        let note = json!({
-                            "jsonrpc": "2.0",
-                            "method": "notifications/resources/updated",
-                            "params": {"uri": uri},
-                        });
+                        let note = Notification::new(
+                            "notifications/resources/updated",
+                            Updated { uri: &uri },
+                        );
                         quiet_since = Instant::now();
-                        yield Ok::<_, Infallible>(Bytes::from(format!(
-                            "event: message\ndata: {note}\n\n"
-                        )));
+                        yield Ok::<_, Infallible>(message_frame(&note));
                     }
                     // Unreadable now: the look after compares with before.
                     Some(before) if now.is_none() => {

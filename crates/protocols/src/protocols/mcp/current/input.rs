@@ -13,8 +13,12 @@
 //! an answer decides only a call that waits in that turn. A response that
 //! is `cancel` decides nothing (the call is asked again); `decline` denies.
 
-use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::super::wire::{ElicitAnswer, Elicitation, InputRequest};
 use crate::{
     events::TurnEvent,
     protocols::Shared,
@@ -98,18 +102,8 @@ pub(super) async fn waiting(app: &Shared, record: &TurnRecord) -> Result<Vec<Wai
 
 /// The input requests of the calls that wait: an elicitation each, keyed
 /// by its call id.
-pub(super) fn requests(waiting: &[Waiting]) -> Value {
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "approve": {"type": "boolean", "title": "Approve",
-                        "description": "Run the call (true) or refuse it (false)"},
-            "reason": {"type": "string", "title": "Reason", "maxLength": REASON_MAX_CHARS,
-                       "description": "Why, for the agent (optional)"},
-        },
-        "required": ["approve"],
-    });
-    let requests = waiting
+pub(super) fn requests(waiting: &[Waiting]) -> BTreeMap<String, InputRequest> {
+    waiting
         .iter()
         .map(|call| {
             let mut arguments = call.arguments.to_string();
@@ -125,15 +119,13 @@ pub(super) fn requests(waiting: &[Waiting]) -> Value {
                 "The agent asks to run {} with {arguments}. Approve it?",
                 call.tool
             );
-            let request = json!({"method": "elicitation/create", "params": {
-                "mode": "form",
-                "message": message,
-                "requestedSchema": schema,
-            }});
+            let request = InputRequest {
+                method: "elicitation/create",
+                params: Elicitation::approval(message),
+            };
             (call.call_id.clone(), request)
         })
-        .collect();
-    Value::Object(requests)
+        .collect()
 }
 
 /// What a person's response to a call's elicitation says.
@@ -149,12 +141,16 @@ pub(super) enum Answer {
 }
 
 pub(super) fn answer(response: &Value) -> Answer {
-    match response["action"].as_str() {
+    let Ok(response) = ElicitAnswer::deserialize(response) else {
+        return Answer::Invalid("a response is `{action, content}`".into());
+    };
+    match response.action.as_deref() {
         Some("accept") => {
-            let Some(approve) = response["content"]["approve"].as_bool() else {
+            let content = response.content.unwrap_or_default();
+            let Value::Bool(approve) = content.approve else {
                 return Answer::Invalid("`content.approve` must be true or false".into());
             };
-            let reason = match &response["content"]["reason"] {
+            let reason = match content.reason {
                 Value::Null => None,
                 Value::String(r) if r.chars().count() <= REASON_MAX_CHARS && !r.contains('\0') => {
                     Some(r.trim().to_owned()).filter(|r| !r.is_empty())
@@ -232,23 +228,33 @@ pub(super) async fn decide(
 mod tests {
     use super::*;
 
+    fn json(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
+
     fn call(id: &str) -> Waiting {
         Waiting {
             call_id: id.into(),
             tool: "write_note".into(),
-            arguments: json!({"path": "notes/a.md"}),
+            arguments: json(r#"{"path": "notes/a.md"}"#),
         }
+    }
+
+    fn responses(text: &str) -> serde_json::Map<String, Value> {
+        serde_json::from_str(text).unwrap()
     }
 
     #[test]
     fn only_an_accept_or_a_decline_decides() {
         let waiting = [call("c1"), call("c2"), call("c3")];
-        let responses = json!({
+        let given = responses(
+            r#"{
             "c1": {"action": "accept", "content": {"approve": true, "reason": " fine "}},
             "c2": {"action": "cancel"},
-            "other": {"action": "accept", "content": {"approve": true}},
-        });
-        let (decided, undecided) = decisions(responses.as_object().unwrap(), &waiting).unwrap();
+            "other": {"action": "accept", "content": {"approve": true}}
+        }"#,
+        );
+        let (decided, undecided) = decisions(&given, &waiting).unwrap();
         assert_eq!(
             decided,
             [NewDecision {
@@ -258,33 +264,34 @@ mod tests {
             }]
         );
         assert_eq!(undecided, [call("c2"), call("c3")]);
-        let declined = json!({"c1": {"action": "decline"}});
-        let (decided, _) = decisions(declined.as_object().unwrap(), &waiting).unwrap();
+        let declined = responses(r#"{"c1": {"action": "decline"}}"#);
+        let (decided, _) = decisions(&declined, &waiting).unwrap();
         assert!(!decided[0].approve);
         for bad in [
-            json!({"c1": {"action": "accept", "content": {"approve": "yes"}}}),
-            json!({"c1": {"action": "accept", "content": {}}}),
-            json!({"c1": {"action": "ok"}}),
-            json!({"c1": {"action": "accept", "content": {"approve": false, "reason": 3}}}),
+            r#"{"c1": {"action": "accept", "content": {"approve": "yes"}}}"#,
+            r#"{"c1": {"action": "accept", "content": {}}}"#,
+            r#"{"c1": {"action": "ok"}}"#,
+            r#"{"c1": {"action": "accept", "content": {"approve": false, "reason": 3}}}"#,
         ] {
-            assert!(
-                decisions(bad.as_object().unwrap(), &waiting).is_err(),
-                "{bad}"
-            );
+            assert!(decisions(&responses(bad), &waiting).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn each_waiting_call_is_one_elicitation() {
         let requests = requests(&[call("c1"), call("c2")]);
-        assert_eq!(requests["c1"]["method"], "elicitation/create");
-        let form = &requests["c2"]["params"]["requestedSchema"];
-        assert_eq!(form["required"], json!(["approve"]));
+        assert_eq!(requests.get("c1").unwrap().method, "elicitation/create");
+        let said = serde_json::to_value(requests.get("c2").unwrap()).unwrap();
+        let required = said.pointer("/params/requestedSchema/required").unwrap();
+        assert_eq!(required, &json(r#"["approve"]"#));
         assert!(
-            requests["c1"]["params"]["message"]
-                .as_str()
+            requests
+                .get("c1")
                 .unwrap()
-                .contains("write_note")
+                .params
+                .message
+                .contains("write_note"),
+            "{said}"
         );
     }
 }

@@ -25,7 +25,6 @@ use rmcp::{
     },
     service::SubscriptionContext,
 };
-use serde_json::json;
 
 use super::{Current, tenant_of};
 use crate::{ids::Tenant, protocols::Shared, protocols::mcp::resources};
@@ -49,19 +48,18 @@ pub(super) fn accepted(requested: &SubscriptionFilter) -> Option<SubscriptionFil
             uris.push(uri.clone());
         }
     }
-    serde_json::from_value(json!({
-        "resourcesListChanged": true,
-        "resourceSubscriptions": uris,
-    }))
-    .ok()
+    Some(
+        SubscriptionFilter::builder()
+            .resources_list_changed()
+            .resource_subscriptions(uris)
+            .build(),
+    )
 }
 
 async fn list_fingerprint(app: &Shared, tenant: &Tenant) -> Option<u64> {
     let listed = resources::list(app, tenant).await.ok()?;
     let mut hasher = DefaultHasher::new();
-    serde_json::Value::Array(listed)
-        .to_string()
-        .hash(&mut hasher);
+    serde_json::to_string(&listed).ok()?.hash(&mut hasher);
     Some(hasher.finish())
 }
 
