@@ -10,6 +10,8 @@ mod conn_timer;
 mod health;
 mod inflight;
 mod limits;
+#[macro_use]
+pub mod listing;
 pub mod memory;
 mod origin;
 mod page;
@@ -165,6 +167,22 @@ fn add_edge_responses(api: &mut utoipa::openapi::OpenApi) {
             .into_iter()
             .flatten()
         {
+            // Every error is a problem document: a route's annotation
+            // says when, not what it is.
+            for (status, response) in &mut operation.responses.responses {
+                if let utoipa::openapi::RefOr::T(response) = response
+                    && (status.starts_with('4') || status.starts_with('5'))
+                    && response.content.is_empty()
+                {
+                    response.content.insert(
+                        "application/problem+json".to_owned(),
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("Problem")))
+                            .build()
+                            .into(),
+                    );
+                }
+            }
             let has_body = operation.request_body.is_some();
             let statuses = every
                 .iter()

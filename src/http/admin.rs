@@ -11,8 +11,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Deserialize;
+use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::ApiQuery;
@@ -71,8 +71,8 @@ pub struct TenantPath {
         (status = 204, description = "Erased"),
         (status = 202, description = "Sessions remain: send the DELETE again", body = Erasing),
         BadRequest,
-        (status = 403, description = "Not an admin key (`admin_required`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "A session's turn did not end in time (`turn_running`); what was erased before it stays erased", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin key (`admin_required`)"),
+        (status = 409, description = "A session's turn did not end in time (`turn_running`); what was erased before it stays erased"),
     )
 )]
 async fn erase_tenant(
@@ -142,12 +142,7 @@ pub struct AuditQuery {
 }
 
 /// A page of the audit trail.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AuditPage {
-    pub audit: Vec<AuditRow>,
-    /// Cursor for the next page; absent on the last one.
-    pub next_after: Option<i64>,
-}
+pub type AuditPage = super::listing::Page<AuditRow, i64>;
 
 /// The audit trail, oldest first: who did what to whose data, never what
 /// was said.
@@ -159,7 +154,7 @@ pub struct AuditPage {
     responses(
         (status = 200, description = "A page of rows", body = AuditPage),
         BadRequest,
-        (status = 403, description = "Not an admin key (`admin_required`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin key (`admin_required`)"),
     )
 )]
 async fn list_audit(
@@ -167,12 +162,7 @@ async fn list_audit(
     State(app): State<AppState>,
     ApiQuery(query): ApiQuery<AuditQuery>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    let limit = query.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::InvalidQuery(
-            "`limit` must be between 1 and 1000".into(),
-        ));
-    }
+    let limit = super::listing::page_limit(query.limit)?;
     let after = query.after.unwrap_or(0);
     if after < 0 {
         return Err(ApiError::InvalidQuery(
@@ -199,8 +189,5 @@ async fn list_audit(
         limit,
     };
     let audit = app.store.audit_rows(&filter).await?;
-    let next_after = (audit.len() == limit as usize)
-        .then(|| audit.last().map(|row| row.id))
-        .flatten();
-    Ok(Json(AuditPage { audit, next_after }))
+    Ok(Json(AuditPage::of(audit, limit, |row| row.id)))
 }

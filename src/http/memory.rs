@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{ApiQuery, SessionPath, TurnPath};
+use super::{
+    ApiQuery, SessionPath, TurnPath,
+    listing::{LimitQuery, Page},
+};
 use crate::ids::Tenant;
 use crate::protocols::error::ApiError;
 use crate::{
@@ -76,10 +79,7 @@ impl MemoryQuery {
 }
 
 /// A scope's memories.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct MemoryList {
-    pub memories: Vec<MemoryRecord>,
-}
+pub type MemoryList = Page<MemoryRecord>;
 
 /// What the service remembers of a user (or a session), newest first.
 #[utoipa::path(
@@ -110,7 +110,7 @@ async fn list_memories(
         memory.scope = client_scope(&memory.scope).to_owned();
         memory.source_session_id = client_session_id(&memory.source_session_id).to_owned();
     }
-    Ok(axum::Json(MemoryList { memories }))
+    Ok(axum::Json(Page::whole(memories)))
 }
 
 /// How many memories were forgotten.
@@ -147,10 +147,7 @@ async fn forget_memories(
 }
 
 /// A turn's judgements.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct JudgementList {
-    pub judgements: Vec<JudgementRecord>,
-}
+pub type JudgementList = Page<JudgementRecord>;
 
 /// The judges' scores of a turn (they arrive after the turn ended).
 #[utoipa::path(
@@ -177,91 +174,37 @@ async fn list_judgements(
     for judgement in &mut judgements {
         judgement.session_id = session_id.id().to_owned();
     }
-    Ok(axum::Json(JudgementList { judgements }))
-}
-
-/// At most this many, 1-1000 (default 100).
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct NewestQuery {
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-}
-
-fn newest(query: NewestQuery) -> Result<u32, ApiError> {
-    let limit = query.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::InvalidQuery(
-            "`limit` must be between 1 and 1000".into(),
-        ));
-    }
-    Ok(limit)
+    Ok(axum::Json(Page::whole(judgements)))
 }
 
 /// A session's background jobs.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct JobList {
-    pub jobs: Vec<JobSummary>,
-}
+pub type JobList = Page<JobSummary>;
 
-/// The work the session's turns left behind (memory extraction, judges):
-/// status, tries, last error, and the model usage and cost it took.
-#[utoipa::path(
-    get,
-    path = "/sessions/{session_id}/jobs",
-    tag = "sessions",
-    params(
-        SessionPath,
-        NewestQuery),
-    responses(
-        (status = 200, description = "Success", body = JobList),
-        BadRequest,
-        NotFound,
-    )
-)]
-async fn list_jobs(
-    State(app): State<AppState>,
-    SessionPath { session_id }: SessionPath,
-    ApiQuery(query): ApiQuery<NewestQuery>,
-) -> Result<axum::Json<JobList>, ApiError> {
-    let limit = newest(query)?;
-    super::known_session(&app.protocols, &session_id).await?;
-    let jobs = app.store.list_jobs(&session_id, limit).await?;
-    Ok(axum::Json(JobList { jobs }))
+session_list! {
+    /// The work the session's turns left behind (memory extraction, judges):
+    /// status, tries, last error, and the model usage and cost it took.
+    list_jobs: "/sessions/{session_id}/jobs", LimitQuery => JobList,
+    |app, session_id, query| {
+        let limit = query.limit()?;
+        super::known_session(&app.protocols, &session_id).await?;
+        Ok(Page::whole(app.store.list_jobs(&session_id, limit).await?))
+    }
 }
 
 /// A session's research observations.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ObservationList {
-    pub observations: Vec<ObservationRecord>,
-}
+pub type ObservationList = Page<ObservationRecord>;
 
-/// The research learner's observations of the session's turns, oldest
-/// first: each turn's question and answer, its source the stored answer.
-#[utoipa::path(
-    get,
-    path = "/sessions/{session_id}/observations",
-    tag = "sessions",
-    params(
-        SessionPath,
-        NewestQuery),
-    responses(
-        (status = 200, description = "Success", body = ObservationList),
-        BadRequest,
-        NotFound,
-    )
-)]
-async fn list_observations(
-    State(app): State<AppState>,
-    SessionPath { session_id }: SessionPath,
-    ApiQuery(query): ApiQuery<NewestQuery>,
-) -> Result<axum::Json<ObservationList>, ApiError> {
-    let limit = newest(query)?;
-    super::known_session(&app.protocols, &session_id).await?;
-    let mut observations = app.store.list_observations(&session_id, limit).await?;
-    for observation in &mut observations {
-        observation.session_id = session_id.id().to_owned();
+session_list! {
+    /// The research learner's observations of the session's turns, oldest
+    /// first: each turn's question and answer, its source the stored answer.
+    list_observations: "/sessions/{session_id}/observations", LimitQuery => ObservationList,
+    |app, session_id, query| {
+        let limit = query.limit()?;
+        super::known_session(&app.protocols, &session_id).await?;
+        let mut observations = app.store.list_observations(&session_id, limit).await?;
+        for observation in &mut observations {
+            observation.session_id = session_id.id().to_owned();
+        }
+        Ok(Page::whole(observations))
     }
-    Ok(axum::Json(ObservationList { observations }))
 }

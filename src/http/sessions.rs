@@ -5,12 +5,15 @@ use axum::{
     http::header,
     response::{IntoResponse, Response},
 };
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Deserialize;
+use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::{ApiQuery, ArtifactPath, SessionPath};
+use super::{
+    ApiQuery, ArtifactPath, SessionPath,
+    listing::{LimitQuery, Page, PageQuery, page_limit},
+};
 use crate::protocols::error::ApiError;
 use crate::{
     app::AppState,
@@ -38,10 +41,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_artifact))
 }
 
-/// Default and largest page size.
-const PAGE_DEFAULT: u32 = 100;
-const PAGE_MAX: u32 = 1000;
-
 /// A session.
 #[utoipa::path(
     get,
@@ -63,88 +62,23 @@ async fn get_session(
     Ok(axum::Json(session))
 }
 
-/// `limit`, defaulted and checked.
-fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
-    let limit = limit.unwrap_or(PAGE_DEFAULT);
-    if !(1..=PAGE_MAX).contains(&limit) {
-        return Err(ApiError::InvalidQuery(format!(
-            "`limit` must be between 1 and {PAGE_MAX}"
-        )));
-    }
-    Ok(limit)
-}
-
-/// Paging of a list.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct PageQuery {
-    /// Return items after this cursor (a message id or an event seq).
-    #[param(minimum = 0)]
-    after: Option<i64>,
-    /// Items per page, 1-1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-}
-
-impl PageQuery {
-    fn parse(query: PageQuery) -> Result<(i64, u32), ApiError> {
-        let after = query.after.unwrap_or(0);
-        if after < 0 {
-            return Err(ApiError::InvalidQuery(
-                "`after` must not be negative".into(),
-            ));
-        }
-        Ok((after, page_limit(query.limit)?))
-    }
-}
-
 /// A page of a session's history.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct MessagePage {
-    pub messages: Vec<MessageRecord>,
-    /// Cursor for the next page; absent on the last one.
-    pub next_after: Option<i64>,
+pub type MessagePage = Page<MessageRecord, i64>;
+
+session_list! {
+    /// The session's history (what later turns see), oldest first.
+    list_messages: "/sessions/{session_id}/messages", PageQuery => MessagePage,
+    |app, session_id, query| {
+        let (after, limit) = query.parse()?;
+        super::known_session(&app.protocols, &session_id).await?;
+        let messages = app.store.list_messages(&session_id, after, limit).await?;
+        Ok(Page::of(messages, limit, |m| m.id))
+    }
 }
 
-/// The session's history (what later turns see), oldest first.
-#[utoipa::path(
-    get,
-    path = "/sessions/{session_id}/messages",
-    tag = "sessions",
-    params(
-        SessionPath,
-        PageQuery),
-    responses(
-        (status = 200, description = "Success", body = MessagePage),
-        BadRequest,
-        NotFound,
-    )
-)]
-async fn list_messages(
-    State(app): State<AppState>,
-    SessionPath { session_id }: SessionPath,
-    ApiQuery(query): ApiQuery<PageQuery>,
-) -> Result<axum::Json<MessagePage>, ApiError> {
-    let (after, limit) = PageQuery::parse(query)?;
-    super::known_session(&app.protocols, &session_id).await?;
-    let messages = app.store.list_messages(&session_id, after, limit).await?;
-    let next_after = (messages.len() == limit as usize)
-        .then(|| messages.last().map(|m| m.id))
-        .flatten();
-    Ok(axum::Json(MessagePage {
-        messages,
-        next_after,
-    }))
-}
-
-/// A page of a session's event log.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct EventPage {
-    pub events: Vec<EventEnvelope>,
-    /// Cursor for the next page; absent on the last one.
-    pub next_after: Option<i64>,
-}
+/// A page of a session's event log (its JSON is written by hand: the
+/// envelopes are JSON already).
+pub type EventPage = Page<EventEnvelope, i64>;
 
 /// The session's event log, in seq order.
 #[utoipa::path(
@@ -165,7 +99,7 @@ async fn list_events(
     SessionPath { session_id }: SessionPath,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Response, ApiError> {
-    let (after, limit) = PageQuery::parse(query)?;
+    let (after, limit) = query.parse()?;
     super::known_session(&app.protocols, &session_id).await?;
     let events = app
         .store
@@ -194,16 +128,6 @@ async fn list_events(
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
-/// How many of the newest.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct LimitQuery {
-    /// How many of the newest records, 1-1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-}
-
 /// Query of `GET /sessions/{session_id}/decisions`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -221,96 +145,48 @@ pub struct DecisionQuery {
 }
 
 /// A page of a session's decision records.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DecisionList {
-    pub decisions: Vec<DecisionRecord>,
-    /// Cursor for the next page; absent on the last one.
-    pub next_after: Option<String>,
-}
+pub type DecisionList = Page<DecisionRecord, String>;
 
-/// The session's decision records (`support.chat.turn`), oldest first, a
-/// page at a time.
-#[utoipa::path(
-    get,
-    path = "/sessions/{session_id}/decisions",
-    tag = "sessions",
-    params(
-        SessionPath,
-        DecisionQuery),
-    responses(
-        (status = 200, description = "Success", body = DecisionList),
-        BadRequest,
-        NotFound,
-    )
-)]
-async fn list_decisions(
-    State(app): State<AppState>,
-    SessionPath { session_id }: SessionPath,
-    ApiQuery(query): ApiQuery<DecisionQuery>,
-) -> Result<axum::Json<DecisionList>, ApiError> {
-    let limit = page_limit(query.limit)?;
-    if query
-        .after
-        .as_deref()
-        .is_some_and(|a| Uuid::parse_str(a).is_err())
-    {
-        return Err(ApiError::InvalidQuery(
-            "`after` must be a decision id".into(),
-        ));
+session_list! {
+    /// The session's decision records (`support.chat.turn`), oldest first,
+    /// a page at a time.
+    list_decisions: "/sessions/{session_id}/decisions", DecisionQuery => DecisionList,
+    |app, session_id, query| {
+        let limit = page_limit(query.limit)?;
+        if let Some(after) = &query.after
+            && Uuid::parse_str(after).is_err()
+        {
+            return Err(ApiError::InvalidQuery(
+                "`after` must be a decision id".into(),
+            ));
+        }
+        super::known_session(&app.protocols, &session_id).await?;
+        let (after, strategy) = (query.after.as_deref(), query.strategy.as_deref());
+        let decisions = app
+            .store
+            .list_decisions(&session_id, after, strategy, limit)
+            .await?;
+        Ok(Page::of(decisions, limit, |d| d.id.clone()))
     }
-    super::known_session(&app.protocols, &session_id).await?;
-    let decisions = app
-        .store
-        .list_decisions(
-            &session_id,
-            query.after.as_deref(),
-            query.strategy.as_deref(),
-            limit,
-        )
-        .await?;
-    let next_after = (decisions.len() == limit as usize)
-        .then(|| decisions.last().map(|d| d.id.clone()))
-        .flatten();
-    Ok(axum::Json(DecisionList {
-        decisions,
-        next_after,
-    }))
 }
 
 /// A session's checkpoints.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct CheckpointList {
-    pub checkpoints: Vec<CheckpointRecord>,
-}
+pub type CheckpointList = Page<CheckpointRecord>;
 
-/// The session's newest checkpoints, oldest first: each is a note as it
-/// was before a write of the session changed it (`POST
-/// /checkpoints/{checkpoint_id}/restore` undoes the write).
-#[utoipa::path(
-    get,
-    path = "/sessions/{session_id}/checkpoints",
-    tag = "sessions",
-    params(
-        SessionPath,
-        LimitQuery),
-    responses(
-        (status = 200, description = "Success", body = CheckpointList),
-        BadRequest,
-        NotFound,
-    )
-)]
-async fn list_checkpoints(
-    State(app): State<AppState>,
-    SessionPath { session_id }: SessionPath,
-    ApiQuery(query): ApiQuery<LimitQuery>,
-) -> Result<axum::Json<CheckpointList>, ApiError> {
-    let limit = page_limit(query.limit)?;
-    super::known_session(&app.protocols, &session_id).await?;
-    let mut checkpoints = app.store.list_checkpoints(&session_id, limit).await?;
-    for checkpoint in &mut checkpoints {
-        checkpoint.session_id = session_id.id().to_owned();
+session_list! {
+    /// The session's newest checkpoints, oldest first: each is a note as it
+    /// was before a write of the session changed it (`POST
+    /// /checkpoints/{checkpoint_id}/restore` undoes the write).
+    list_checkpoints: "/sessions/{session_id}/checkpoints", LimitQuery => CheckpointList,
+    |app, session_id, query| {
+        let limit = query.limit()?;
+        super::known_session(&app.protocols, &session_id).await?;
+        let mut checkpoints = app.store.list_checkpoints(&session_id, limit).await?;
+        for checkpoint in &mut checkpoints {
+            checkpoint.session_id = session_id.id().to_owned();
+        }
+        Ok(Page::whole(checkpoints))
     }
-    Ok(axum::Json(CheckpointList { checkpoints }))
 }
 
 /// A tool output too large for the prompt, referenced from a tool message.

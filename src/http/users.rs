@@ -49,7 +49,7 @@ pub struct UserPath {
         (status = 202, description = "Sessions remain: send the DELETE again", body = Erasing),
         BadRequest,
         NotFound,
-        (status = 409, description = "A session's turn did not end in time (`turn_running`); the sessions erased before it stay erased", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A session's turn did not end in time (`turn_running`); the sessions erased before it stay erased"),
     )
 )]
 async fn erase_user(

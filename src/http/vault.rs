@@ -10,10 +10,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{app::AppState, store::NewCheckpoint, vault::IndexReport};
-use crate::{
-    ids::Tenant,
-    protocols::error::{ApiError, Problem},
-};
+use crate::{ids::Tenant, protocols::error::ApiError};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -53,9 +50,9 @@ pub enum RestoreOutcome {
     params(("checkpoint_id" = String, Path, description = "As `GET /sessions/{session_id}/checkpoints` lists it")),
     responses(
         (status = 200, description = "The note is as it was before the write", body = RestoreView),
-        (status = 404, description = "No such checkpoint (`checkpoint_not_found`)", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Already restored (`checkpoint_already_restored`), or the note cannot be changed (`note_refused`)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable (`store_unavailable`)", body = Problem, content_type = "application/problem+json",
+        (status = 404, description = "No such checkpoint (`checkpoint_not_found`)"),
+        (status = 409, description = "Already restored (`checkpoint_already_restored`), or the note cannot be changed (`note_refused`)"),
+        (status = 503, description = "The database is unavailable (`store_unavailable`)",
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
     )
 )]
@@ -130,8 +127,8 @@ fn is_checkpoint_id(id: &str) -> bool {
     tag = "vault",
     responses(
         (status = 200, description = "What the indexing did", body = IndexReport),
-        (status = 404, description = "The vault folder does not exist (`vault_not_found`)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable (`store_unavailable`)", body = Problem, content_type = "application/problem+json",
+        (status = 404, description = "The vault folder does not exist (`vault_not_found`)"),
+        (status = 503, description = "The database is unavailable (`store_unavailable`)",
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
     )
 )]

@@ -162,9 +162,12 @@ impl WebhookView {
 }
 
 /// The caller's endpoints.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct WebhookList {
-    webhooks: Vec<WebhookView>,
+pub type WebhookList = super::listing::Page<WebhookView>;
+
+impl super::listing::Listed for WebhookView {
+    const FIELD: &'static str = "webhooks";
+    const PAGE: &'static str = "WebhookList";
+    const ABOUT: &'static str = "The caller's endpoints.";
 }
 
 /// A route's `{webhook_id}`.
@@ -186,8 +189,8 @@ pub struct WebhookPath {
     responses(
         (status = 201, description = "Registered; `secret` is shown this once", body = WebhookView),
         BadRequest,
-        (status = 409, description = "The tenant has 10 endpoints (`webhook_limit_reached`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "A URL that is not http(s) or not public (`invalid_field`), an unknown event type", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The tenant has 10 endpoints (`webhook_limit_reached`)"),
+        (status = 422, description = "A URL that is not http(s) or not public (`invalid_field`), an unknown event type"),
     )
 )]
 async fn create_webhook(
@@ -245,12 +248,12 @@ async fn list_webhooks(
     Extension(tenant): Extension<Tenant>,
 ) -> Result<axum::Json<WebhookList>, ApiError> {
     let webhooks = app.store.webhooks(&tenant.0).await?;
-    Ok(axum::Json(WebhookList {
-        webhooks: webhooks
+    Ok(axum::Json(WebhookList::whole(
+        webhooks
             .into_iter()
             .map(|h| WebhookView::of(h, false))
             .collect(),
-    }))
+    )))
 }
 
 async fn own(app: &AppState, tenant: &Tenant, id: &str) -> Result<Webhook, ApiError> {
@@ -268,7 +271,7 @@ async fn own(app: &AppState, tenant: &Tenant, id: &str) -> Result<Webhook, ApiEr
     params(WebhookPath),
     responses(
         (status = 200, description = "The endpoint (without its secret)", body = WebhookView),
-        (status = 404, description = "No such endpoint of the caller's (`webhook_not_found`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such endpoint of the caller's (`webhook_not_found`)"),
     )
 )]
 async fn get_webhook(
@@ -289,7 +292,7 @@ async fn get_webhook(
     params(WebhookPath),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, description = "No such endpoint of the caller's (`webhook_not_found`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such endpoint of the caller's (`webhook_not_found`)"),
     )
 )]
 async fn delete_webhook(
@@ -366,9 +369,12 @@ impl DeliveryView {
 }
 
 /// An endpoint's deliveries.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DeliveryList {
-    deliveries: Vec<DeliveryView>,
+pub type DeliveryList = super::listing::Page<DeliveryView>;
+
+impl super::listing::Listed for DeliveryView {
+    const FIELD: &'static str = "deliveries";
+    const PAGE: &'static str = "DeliveryList";
+    const ABOUT: &'static str = "An endpoint's deliveries.";
 }
 
 /// An endpoint's deliveries, newest first: what was sent, what waits for
@@ -381,7 +387,7 @@ pub struct DeliveryList {
     responses(
         (status = 200, description = "The deliveries", body = DeliveryList),
         BadRequest,
-        (status = 404, description = "No such endpoint of the caller's (`webhook_not_found`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such endpoint of the caller's (`webhook_not_found`)"),
     )
 )]
 async fn list_deliveries(
@@ -390,12 +396,7 @@ async fn list_deliveries(
     Path(WebhookPath { webhook_id }): Path<WebhookPath>,
     ApiQuery(query): ApiQuery<DeliveryQuery>,
 ) -> Result<axum::Json<DeliveryList>, ApiError> {
-    let limit = query.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::InvalidQuery(
-            "`limit` must be between 1 and 1000".into(),
-        ));
-    }
+    let limit = super::listing::page_limit(query.limit)?;
     let status = query.status.as_deref();
     if status.is_some_and(|s| !matches!(s, "pending" | "delivered" | "failed" | "skipped")) {
         return Err(ApiError::InvalidQuery(
@@ -407,9 +408,9 @@ async fn list_deliveries(
         .store
         .webhook_deliveries(&hook.id, status, limit)
         .await?;
-    Ok(axum::Json(DeliveryList {
-        deliveries: deliveries.into_iter().map(DeliveryView::of).collect(),
-    }))
+    Ok(axum::Json(DeliveryList::whole(
+        deliveries.into_iter().map(DeliveryView::of).collect(),
+    )))
 }
 
 /// A message an endpoint is sent (OpenAI's webhook shape), signed with

@@ -44,7 +44,7 @@ const TRIES: usize = 3;
         (status = 204, description = "Erased"),
         BadRequest,
         NotFound,
-        (status = 409, description = "The session's turn did not end in time (`turn_running`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The session's turn did not end in time (`turn_running`)"),
     )
 )]
 pub(super) async fn erase_session(

@@ -48,7 +48,7 @@ const JSON_LINES: &str = "application/jsonl";
         (status = 200, description = "The session, one JSON object a line", content_type = "application/jsonl", body = String),
         BadRequest,
         NotFound,
-        (status = 409, description = "A turn of the session runs (`turn_running`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A turn of the session runs (`turn_running`)"),
     )
 )]
 pub(super) async fn export_session(
@@ -110,11 +110,11 @@ pub struct ImportedSession {
     responses(
         (status = 201, description = "Made", body = ImportedSession),
         BadRequest,
-        (status = 403, description = "Not an admin key (`admin_required`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The tenant has the session (`session_exists`), or its ids are taken here (`import_conflict`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Larger than `HARNESS_BODY_LIMIT_BYTES` (`payload_too_large`): use `agent-harness import`", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not `application/jsonl` (`unsupported_media_type`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Not an export this version reads (`invalid_import`, naming the line)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin key (`admin_required`)"),
+        (status = 409, description = "The tenant has the session (`session_exists`), or its ids are taken here (`import_conflict`)"),
+        (status = 413, description = "Larger than `HARNESS_BODY_LIMIT_BYTES` (`payload_too_large`): use `agent-harness import`"),
+        (status = 415, description = "Not `application/jsonl` (`unsupported_media_type`)"),
+        (status = 422, description = "Not an export this version reads (`invalid_import`, naming the line)"),
     )
 )]
 pub(super) async fn import_session(
@@ -185,7 +185,7 @@ pub(super) async fn get_named_import(
     responses(
         (status = 204, description = "Erased"),
         NotFound,
-        (status = 409, description = "The session's turn did not end in time (`turn_running`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The session's turn did not end in time (`turn_running`)"),
     )
 )]
 pub(super) async fn delete_named_import(

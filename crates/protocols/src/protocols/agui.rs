@@ -17,8 +17,11 @@
 //! `status: "cancelled"`, a denial), and that run is the same turn after
 //! the decision.
 
+mod events;
+
 use axum::{Extension, extract::State, response::Response};
-use serde::{Deserialize, Serialize};
+use events::{Custom, Event, Interrupt, InterruptTool, Outcome, RunResult, response_schema};
+use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -183,129 +186,6 @@ fn tool_results(messages: &[AguiMessage]) -> Vec<ClientAnswer> {
             })
         })
         .collect()
-}
-
-/// An AG-UI event.
-#[derive(Debug, Serialize)]
-#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
-enum Event {
-    #[serde(rename_all = "camelCase")]
-    RunStarted {
-        thread_id: String,
-        run_id: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    RunFinished {
-        thread_id: String,
-        run_id: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        result: Option<RunResult>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        outcome: Option<Outcome>,
-    },
-    RunError {
-        message: String,
-        code: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    StepStarted {
-        step_name: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    StepFinished {
-        step_name: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    TextMessageStart {
-        message_id: String,
-        role: &'static str,
-    },
-    #[serde(rename_all = "camelCase")]
-    TextMessageContent {
-        message_id: String,
-        delta: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    TextMessageEnd {
-        message_id: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    ToolCallStart {
-        tool_call_id: String,
-        tool_call_name: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    ToolCallArgs {
-        tool_call_id: String,
-        delta: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    ToolCallEnd {
-        tool_call_id: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    ToolCallResult {
-        message_id: String,
-        tool_call_id: String,
-        content: String,
-        role: &'static str,
-    },
-    Custom {
-        name: &'static str,
-        value: Custom,
-    },
-}
-
-/// A finished run's result: the turn's answer.
-#[derive(Debug, Serialize)]
-struct RunResult {
-    text: String,
-    local_citations: Vec<String>,
-    web_citations: Vec<crate::turn::WebCitation>,
-}
-
-/// A run that ends waiting: AG-UI's interrupt outcome.
-#[derive(Debug, Serialize)]
-#[serde(tag = "type", rename = "interrupt")]
-struct Outcome {
-    interrupts: Vec<Interrupt>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Interrupt {
-    id: String,
-    reason: &'static str,
-    message: String,
-    tool_call_id: String,
-    response_schema: &'static serde_json::value::RawValue,
-    metadata: InterruptTool,
-}
-
-#[derive(Debug, Serialize)]
-struct InterruptTool {
-    tool: String,
-    arguments: Value,
-}
-
-/// What a `resume` payload holds, as the interrupt says it.
-const RESPONSE_SCHEMA: &str = r#"{"type":"object","properties":{"approved":{"type":"boolean"},"reason":{"type":"string","maxLength":1000}},"required":["approved"]}"#;
-
-/// A `CUSTOM` event's value.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-enum Custom {
-    #[serde(rename_all = "camelCase")]
-    Retracted {
-        message_id: Option<String>,
-        step: u32,
-        reason: String,
-    },
-    Resumed {
-        owner: String,
-        attempt: u32,
-        from_step: u32,
-    },
 }
 
 /// Turns the turn's events into AG-UI events.
@@ -549,16 +429,6 @@ impl EndsAtClientCall for Encoder {
     }
 }
 
-/// The interrupt's `responseSchema`, parsed once.
-fn response_schema() -> &'static serde_json::value::RawValue {
-    static SCHEMA: std::sync::LazyLock<Box<serde_json::value::RawValue>> =
-        std::sync::LazyLock::new(|| {
-            serde_json::value::RawValue::from_string(RESPONSE_SCHEMA.to_owned())
-                .unwrap_or_else(|_| Box::default())
-        });
-    &SCHEMA
-}
-
 impl Encoder {
     /// The `TOOL_CALL_RESULT` of a `tool.finished`.
     fn tool_result(&mut self, event: &TurnEvent) -> Option<Event> {
@@ -587,7 +457,7 @@ impl Encoder {
     responses(
         (status = 200, description = "AG-UI events (`data: {…}` lines)", content_type = "text/event-stream", body = crate::protocols::native::stream::EventStream),
         BadRequest,
-        (status = 404, description = "A `tool` message answers a call the thread's turn did not ask for (`call_not_found`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "A `tool` message answers a call the thread's turn did not ask for (`call_not_found`)"),
         TurnAlreadyRunning,
         InvalidBody,
     )

@@ -33,7 +33,7 @@ use crate::{
     protocols::Shared,
     protocols::{
         endpoint::{Started, completed, name_turn, named_session},
-        error::{ApiError, BadRequest, InvalidBody, Problem, TurnAlreadyRunning},
+        error::{ApiError, BadRequest, InvalidBody, TurnAlreadyRunning},
         json::ApiJson,
     },
     turn::{TurnRequest, TurnResult},
@@ -353,7 +353,7 @@ fn usage_of(result: &TurnResult) -> Usage {
         BadRequest,
         TurnAlreadyRunning,
         InvalidBody,
-        (status = 502, description = "The provider failed (JSON mode)", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The provider failed (JSON mode)"),
     )
 )]
 async fn chat_completions(

@@ -10,10 +10,7 @@
 
 use std::collections::HashMap;
 
-use axum::{
-    body::Bytes,
-    http::{HeaderMap, HeaderValue},
-};
+use axum::{body::Bytes, http::HeaderMap, http::HeaderValue};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -258,9 +255,9 @@ pub fn client_name(tool: &str) -> (&str, bool) {
 }
 
 /// The encoder of a format whose answer ends at a call of the client's
-/// tool, as JSON events (`data:` lines); [`Segment::encode`] feeds it.
+/// tool, as typed events (`Chunk`s, a `data:` line each); [`Segment::encode`]
+/// feeds it.
 pub trait EndsAtClientCall {
-    /// What the format says: one `data:` line each.
     type Chunk: serde::Serialize;
 
     /// The events of one of the turn's events; true: the answer ends.

@@ -49,6 +49,13 @@ pub struct InvalidBody(pub Problem);
 )]
 pub struct TurnAlreadyRunning(pub Problem);
 
+/// When an error is worth asking again.
+#[derive(Debug, Clone, Copy)]
+enum RetryAfter {
+    Never,
+    Seconds(u64),
+}
+
 /// A problem document (RFC 9457) with this service's extensions.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Problem {
@@ -68,347 +75,326 @@ pub struct Problem {
     pub field: Option<String>,
 }
 
-/// Every way a request can fail. Each variant documents its status and code.
+/// Every way a request can fail; [`ApiError::answered`] says each one's
+/// status, code and `Retry-After`.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// 400 `invalid_json`: the body is not JSON.
+    /// The body is not JSON.
     #[error("request body is not valid JSON: {0}")]
     InvalidJson(String),
-    /// 422 `invalid_body`: JSON of the wrong shape (wrong type, unknown field).
+    /// JSON of the wrong shape (wrong type, unknown field).
     #[error("{detail}")]
     InvalidBody {
         detail: String,
         field: Option<String>,
     },
-    /// 422 `message_required`: `message` missing, null or blank.
+    /// `message` missing, null or blank.
     #[error("`message` is required and must not be empty")]
     MessageRequired,
-    /// 422 `invalid_field`: a field with a value out of its range.
+    /// A field with a value out of its range.
     #[error("{detail}")]
     InvalidField { field: String, detail: String },
-    /// 422 `invalid_history_role`: a client's history holds a `system`
+    /// A client's history holds a `system`
     /// (or `developer`) message, and the operator does not allow it.
     #[error("{0}")]
     InvalidHistoryRole(String),
-    /// 400 `invalid_session_id`.
+    /// A session id that is not one (1-128 characters of `[A-Za-z0-9._:-]`).
     #[error("invalid session id: {0}")]
     InvalidSessionId(SessionIdError),
-    /// 400 `invalid_user_id`: a user id in a path.
+    /// A user id in a path.
     #[error("invalid user id: {0}")]
     InvalidUserId(SessionIdError),
-    /// 400 `invalid_tenant`: a tenant's name is not valid.
+    /// A tenant's name is not valid.
     #[error("invalid tenant: {0}")]
     InvalidTenant(SessionIdError),
-    /// 400 `invalid_turn_id`: not a UUID.
+    /// Not a UUID.
     #[error("turn id must be a UUID")]
     InvalidTurnId,
-    /// 400 `invalid_query`.
+    /// A query parameter that is not valid.
     #[error("{0}")]
     InvalidQuery(String),
-    /// 400 `invalid_header`.
+    /// A header that is not valid.
     #[error("invalid {name} header: {detail}")]
     InvalidHeader { name: &'static str, detail: String },
-    /// 400 `malformed_request`: not a request the service can read safely
+    /// Not a request the service can read safely
     /// (a head hyper cannot parse, a body framed both by `Content-Length`
     /// and `Transfer-Encoding`); the connection is closed.
     #[error("{0}")]
     MalformedRequest(String),
-    /// 415 `unsupported_media_type`.
+    /// A body that is not `application/json`.
     #[error("request body must be application/json")]
     UnsupportedMediaType,
-    /// 413 `payload_too_large`.
+    /// A body over the limit (the limit given).
     #[error("request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
-    /// 404 `session_not_found`.
+    /// No such session of the caller's.
     #[error("session not found")]
     SessionNotFound,
-    /// 404 `turn_not_found`.
+    /// No such turn in the session.
     #[error("turn not found in this session")]
     TurnNotFound,
-    /// 404 `response_not_found`: no such response of the caller's (or it
+    /// No such response of the caller's (or it
     /// was deleted).
     #[error("response not found")]
     ResponseNotFound,
-    /// 409 `response_in_progress`: a running response cannot be deleted.
+    /// A running response cannot be deleted.
     #[error("the response is in progress; cancel it first")]
     ResponseInProgress(Uuid),
-    /// 422 `unsupported_parameter`: a client protocol's parameter the
+    /// A client protocol's parameter the
     /// service does not take.
     #[error("{detail}")]
     Unsupported { field: String, detail: String },
-    /// 422 `model_not_allowed`: the request names a model the operator
+    /// The request names a model the operator
     /// did not configure (the chain's and `[providers.models]`'s).
     #[error("the model {model:?} is not offered here; allowed: {}", allowed.join(", "))]
     ModelNotAllowed { model: String, allowed: Vec<String> },
-    /// 404 `call_not_found`: the turn asked the client for no such call.
+    /// The turn asked the client for no such call.
     #[error("the turn asked for no such call")]
     CallNotFound,
-    /// 409 `tool_result_already_posted`.
+    /// The call has its result already.
     #[error("the call already has its result")]
     ToolResultAlreadyPosted,
-    /// 404 `artifact_not_found`.
+    /// No such artifact in the session.
     #[error("artifact not found in this session")]
     ArtifactNotFound,
-    /// 404 `vault_not_found`: the configured vault folder does not exist.
+    /// The configured vault folder does not exist.
     #[error("the vault folder {0} does not exist")]
     VaultNotFound(String),
-    /// 409 `approval_already_decided`.
+    /// The call was approved or denied already.
     #[error("the call was already approved or denied")]
     ApprovalAlreadyDecided,
-    /// 429 `rate_limited`: the key used up its requests; retry after the
+    /// The key used up its requests; retry after the
     /// seconds given.
     #[error("too many requests for this key; retry in {0} s")]
     RateLimited(u64),
-    /// 429 `too_many_auth_failures`: this client address failed to
+    /// This client address failed to
     /// authenticate too often; retry after the seconds given.
     #[error("too many failed authentications from this address; retry in {0} s")]
     AuthThrottled(u64),
-    /// 429 `tenant_busy`: the tenant runs as many turns as it may
+    /// The tenant runs as many turns as it may
     /// (`HARNESS_TENANT_MAX_RUNNING_TURNS`, across replicas).
     #[error("this tenant runs {0} turns, as many as it may at once; retry when one ends")]
     TenantBusy(u32),
-    /// 429 `too_many_streams`: the tenant has as many requests in flight
+    /// The tenant has as many requests in flight
     /// in this process as it may (`HARNESS_TENANT_MAX_STREAMS`), or every
     /// connection left for requests is taken.
     #[error("{0}")]
     TooManyStreams(String),
-    /// 429 `quota_exceeded`: the tenant used its tokens of the UTC day.
+    /// The tenant used its tokens of the UTC day.
     #[error("this tenant used {used} of its {limit} tokens of today (UTC); retry after the reset")]
     QuotaExceeded {
         used: u64,
         limit: u64,
         retry_after: u64,
     },
-    /// 421 `host_not_allowed`: with keys off, the request's `Host` is not
+    /// With keys off, the request's `Host` is not
     /// a loopback name (a page that rebound its name to this service).
     #[error("the Host {0:?} is not served here: with keys off, use localhost, 127.0.0.1 or [::1]")]
     HostNotAllowed(String),
-    /// 403 `origin_not_allowed`: a browser page of an origin that may not
+    /// A browser page of an origin that may not
     /// call the service.
     #[error("the origin {0:?} may not call this service (HARNESS_ALLOWED_ORIGINS)")]
     OriginNotAllowed(String),
-    /// 403 `admin_required`: an admin route asked with a tenant's key
+    /// An admin route asked with a tenant's key
     /// (or, with keys off, without `HARNESS_ALLOW_LOCAL_ADMIN`).
     #[error("this route needs an admin key (agent-harness keys create --admin)")]
     AdminRequired,
-    /// 422 `invalid_import`: an export that cannot be imported (its line
+    /// An export that cannot be imported (its line
     /// and what is wrong).
     #[error("{0}")]
     InvalidImport(String),
-    /// 409 `session_exists`: an import of a session the tenant has.
+    /// An import of a session the tenant has.
     #[error("the tenant has a session of that id already")]
     SessionExists,
-    /// 409 `import_conflict`: an import whose ids (of `table`) are taken
+    /// An import whose ids (of `table`) are taken
     /// in this deployment.
     #[error("ids of the export's {0} are taken here (it was imported before, for another tenant)")]
     ImportConflict(&'static str),
-    /// 401 `unauthorized`: no key, or not a valid one.
+    /// No key, or not a valid one.
     #[error("a valid API key is required (Authorization: Bearer <key>)")]
     Unauthorized,
-    /// 404 `checkpoint_not_found`.
+    /// No such checkpoint of the session's.
     #[error("checkpoint not found")]
     CheckpointNotFound,
-    /// 404 `webhook_not_found`: no such endpoint of the caller's.
+    /// No such endpoint of the caller's.
     #[error("webhook not found")]
     WebhookNotFound,
-    /// 404 `user_not_found`: no session and no memory of the user, in the
+    /// No session and no memory of the user, in the
     /// caller's tenant.
     #[error("no such user")]
     UserNotFound,
-    /// 409 `webhook_limit_reached`: the tenant has as many endpoints as it
+    /// The tenant has as many endpoints as it
     /// may.
     #[error("this tenant has {0} webhook endpoints, as many as it may; delete one first")]
     WebhookLimit(u32),
-    /// 404 `mcp_session_not_found`: an MCP session (up to 2025-11-25)
+    /// An MCP session (up to 2025-11-25)
     /// this process did not begin, or forgot; the client begins another.
     #[error("no such MCP session here: send `initialize` for a new one")]
     McpSessionNotFound,
-    /// 409 `checkpoint_already_restored`.
+    /// The checkpoint was restored already.
     #[error("the checkpoint was already restored (its own restore made a checkpoint to undo it)")]
     CheckpointAlreadyRestored,
-    /// 409 `note_refused`: the note cannot be changed now (its path leads
+    /// The note cannot be changed now (its path leads
     /// out of the vault, it grew too large).
     #[error("{0}")]
     NoteRefused(String),
-    /// 404 `not_found`: no such route.
+    /// No such route.
     #[error("no such resource")]
     NotFound,
-    /// 405 `method_not_allowed`.
+    /// The route takes no such method.
     #[error("method not allowed on this resource")]
     MethodNotAllowed,
-    /// 409 `turn_already_running`.
+    /// The session runs a turn (its id given).
     #[error("the session already has a running turn {0}")]
     TurnAlreadyRunning(Uuid),
-    /// 409 `turn_running`: the session's turn did not end in time for
+    /// The session's turn did not end in time for
     /// the session to be erased.
     #[error("the session's turn {0} is still running")]
     TurnRunning(Uuid),
-    /// 409 `turn_not_running`.
+    /// The turn ended (its status given).
     #[error("the turn is not running (status {status})")]
     TurnNotRunning { turn_id: Uuid, status: TurnStatus },
-    /// 422 `idempotency_key_reused`.
+    /// The idempotency key named a different request.
     #[error("the idempotency key was already used for a different request")]
     IdempotencyKeyReused(Uuid),
-    /// 502 for provider failures, 500 otherwise; `code` is the turn's.
+    /// The turn failed; its code is the turn's (a provider's failure is the gateway's).
     #[error("{message}")]
     TurnFailed {
         turn_id: Uuid,
         code: String,
         message: String,
     },
-    /// 409 `turn_cancelled`.
+    /// The turn was cancelled.
     #[error("the turn was cancelled")]
     TurnCancelled(Uuid),
-    /// 503 `turn_interrupted`.
+    /// The turn was interrupted before it finished.
     #[error("the turn was interrupted before it finished")]
     TurnInterrupted(Uuid),
-    /// 408 `request_timeout`.
+    /// The body did not arrive in time (the seconds given).
     #[error("the request body did not arrive within {0} s")]
     RequestTimeout(u64),
-    /// 414 `uri_too_long`.
+    /// The path and query are too long.
     #[error("the path and query are longer than {0} bytes")]
     UriTooLong(usize),
-    /// 431 `headers_too_large`.
+    /// The headers are too large.
     #[error("the request headers are larger than {0} bytes")]
     HeadersTooLarge(usize),
-    /// 503 `shutting_down`.
+    /// This instance is shutting down.
     #[error("the service is shutting down")]
     ShuttingDown,
-    /// 503 `store_unavailable`.
+    /// The database cannot be reached.
     #[error("the database is unavailable")]
     StoreUnavailable(String),
-    /// 500 `internal`.
+    /// Anything else (logged, not shown).
     #[error("internal error")]
     Internal(String),
 }
 
 impl ApiError {
-    pub fn status(&self) -> StatusCode {
+    /// How each error is answered: its status, its stable code, and when
+    /// it is worth asking again (`Retry-After`). The one place that says.
+    #[expect(clippy::too_many_lines, reason = "the table: one line a variant")]
+    fn answered(&self) -> (StatusCode, &str, RetryAfter) {
+        use RetryAfter::{Never, Seconds};
+        use StatusCode as S;
         match self {
-            Self::InvalidJson(_)
-            | Self::InvalidSessionId(_)
-            | Self::InvalidUserId(_)
-            | Self::InvalidTenant(_)
-            | Self::InvalidTurnId
-            | Self::InvalidQuery(_)
-            | Self::InvalidHeader { .. }
-            | Self::MalformedRequest(_) => StatusCode::BAD_REQUEST,
-            Self::InvalidBody { .. }
-            | Self::MessageRequired
-            | Self::InvalidField { .. }
-            | Self::InvalidHistoryRole(_)
-            | Self::Unsupported { .. }
-            | Self::ModelNotAllowed { .. }
-            | Self::InvalidImport(_)
-            | Self::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::OriginNotAllowed(_) | Self::AdminRequired => StatusCode::FORBIDDEN,
-            Self::HostNotAllowed(_) => StatusCode::MISDIRECTED_REQUEST,
-            Self::RateLimited(_)
-            | Self::AuthThrottled(_)
-            | Self::TenantBusy(_)
-            | Self::TooManyStreams(_)
-            | Self::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
-            Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::SessionNotFound
-            | Self::TurnNotFound
-            | Self::ResponseNotFound
-            | Self::CallNotFound
-            | Self::ArtifactNotFound
-            | Self::VaultNotFound(_)
-            | Self::CheckpointNotFound
-            | Self::McpSessionNotFound
-            | Self::WebhookNotFound
-            | Self::UserNotFound
-            | Self::NotFound => StatusCode::NOT_FOUND,
-            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::TurnAlreadyRunning(_)
-            | Self::TurnRunning(_)
-            | Self::TurnNotRunning { .. }
-            | Self::ResponseInProgress(_)
-            | Self::ToolResultAlreadyPosted
-            | Self::TurnCancelled(_)
-            | Self::CheckpointAlreadyRestored
-            | Self::ApprovalAlreadyDecided
-            | Self::WebhookLimit(_)
-            | Self::SessionExists
-            | Self::ImportConflict(_)
-            | Self::NoteRefused(_) => StatusCode::CONFLICT,
+            Self::InvalidJson(_) => (S::BAD_REQUEST, "invalid_json", Never),
+            Self::InvalidSessionId(_) => (S::BAD_REQUEST, "invalid_session_id", Never),
+            Self::InvalidUserId(_) => (S::BAD_REQUEST, "invalid_user_id", Never),
+            Self::InvalidTenant(_) => (S::BAD_REQUEST, "invalid_tenant", Never),
+            Self::InvalidTurnId => (S::BAD_REQUEST, "invalid_turn_id", Never),
+            Self::InvalidQuery(_) => (S::BAD_REQUEST, "invalid_query", Never),
+            Self::InvalidHeader { .. } => (S::BAD_REQUEST, "invalid_header", Never),
+            Self::MalformedRequest(_) => (S::BAD_REQUEST, "malformed_request", Never),
+            Self::Unauthorized => (S::UNAUTHORIZED, "unauthorized", Never),
+            Self::OriginNotAllowed(_) => (S::FORBIDDEN, "origin_not_allowed", Never),
+            Self::AdminRequired => (S::FORBIDDEN, "admin_required", Never),
+            Self::SessionNotFound => (S::NOT_FOUND, "session_not_found", Never),
+            Self::TurnNotFound => (S::NOT_FOUND, "turn_not_found", Never),
+            Self::ResponseNotFound => (S::NOT_FOUND, "response_not_found", Never),
+            Self::CallNotFound => (S::NOT_FOUND, "call_not_found", Never),
+            Self::ArtifactNotFound => (S::NOT_FOUND, "artifact_not_found", Never),
+            Self::VaultNotFound(_) => (S::NOT_FOUND, "vault_not_found", Never),
+            Self::CheckpointNotFound => (S::NOT_FOUND, "checkpoint_not_found", Never),
+            Self::McpSessionNotFound => (S::NOT_FOUND, "mcp_session_not_found", Never),
+            Self::WebhookNotFound => (S::NOT_FOUND, "webhook_not_found", Never),
+            Self::UserNotFound => (S::NOT_FOUND, "user_not_found", Never),
+            Self::NotFound => (S::NOT_FOUND, "not_found", Never),
+            Self::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed", Never),
+            Self::RequestTimeout(_) => (S::REQUEST_TIMEOUT, "request_timeout", Never),
+            Self::TurnAlreadyRunning(_) => (S::CONFLICT, "turn_already_running", Never),
+            Self::TurnRunning(_) => (S::CONFLICT, "turn_running", Never),
+            Self::TurnNotRunning { .. } => (S::CONFLICT, "turn_not_running", Never),
+            Self::ResponseInProgress(_) => (S::CONFLICT, "response_in_progress", Never),
+            Self::ToolResultAlreadyPosted => (S::CONFLICT, "tool_result_already_posted", Never),
+            Self::TurnCancelled(_) => (S::CONFLICT, "turn_cancelled", Never),
+            Self::CheckpointAlreadyRestored => (S::CONFLICT, "checkpoint_already_restored", Never),
+            Self::ApprovalAlreadyDecided => (S::CONFLICT, "approval_already_decided", Never),
+            Self::WebhookLimit(_) => (S::CONFLICT, "webhook_limit_reached", Never),
+            Self::SessionExists => (S::CONFLICT, "session_exists", Never),
+            Self::ImportConflict(_) => (S::CONFLICT, "import_conflict", Never),
+            Self::NoteRefused(_) => (S::CONFLICT, "note_refused", Never),
+            Self::PayloadTooLarge(_) => (S::PAYLOAD_TOO_LARGE, "payload_too_large", Never),
+            Self::UriTooLong(_) => (S::URI_TOO_LONG, "uri_too_long", Never),
+            Self::UnsupportedMediaType => {
+                (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", Never)
+            }
+            Self::HostNotAllowed(_) => (S::MISDIRECTED_REQUEST, "host_not_allowed", Never),
+            Self::InvalidBody { .. } => (S::UNPROCESSABLE_ENTITY, "invalid_body", Never),
+            Self::MessageRequired => (S::UNPROCESSABLE_ENTITY, "message_required", Never),
+            Self::InvalidField { .. } => (S::UNPROCESSABLE_ENTITY, "invalid_field", Never),
+            Self::InvalidHistoryRole(_) => (S::UNPROCESSABLE_ENTITY, "invalid_history_role", Never),
+            Self::Unsupported { .. } => (S::UNPROCESSABLE_ENTITY, "unsupported_parameter", Never),
+            Self::ModelNotAllowed { .. } => (S::UNPROCESSABLE_ENTITY, "model_not_allowed", Never),
+            Self::InvalidImport(_) => (S::UNPROCESSABLE_ENTITY, "invalid_import", Never),
+            Self::IdempotencyKeyReused(_) => {
+                (S::UNPROCESSABLE_ENTITY, "idempotency_key_reused", Never)
+            }
+            Self::RateLimited(after) => (S::TOO_MANY_REQUESTS, "rate_limited", Seconds(*after)),
+            Self::AuthThrottled(after) => (
+                S::TOO_MANY_REQUESTS,
+                "too_many_auth_failures",
+                Seconds(*after),
+            ),
+            Self::TenantBusy(_) => (S::TOO_MANY_REQUESTS, "tenant_busy", Seconds(1)),
+            Self::TooManyStreams(_) => (S::TOO_MANY_REQUESTS, "too_many_streams", Seconds(1)),
+            Self::QuotaExceeded { retry_after, .. } => (
+                S::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                Seconds(*retry_after),
+            ),
+            Self::HeadersTooLarge(_) => (
+                S::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers_too_large",
+                Never,
+            ),
+            Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal", Never),
+            // A provider's failure is the gateway's; the code is the turn's.
             Self::TurnFailed { code, .. } if code.starts_with("provider_") => {
-                StatusCode::BAD_GATEWAY
+                (S::BAD_GATEWAY, code, Never)
             }
-            Self::TurnFailed { .. } | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::TurnInterrupted(_) | Self::ShuttingDown | Self::StoreUnavailable(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::TurnFailed { code, .. } => (S::INTERNAL_SERVER_ERROR, code, Never),
+            Self::TurnInterrupted(_) => (S::SERVICE_UNAVAILABLE, "turn_interrupted", Never),
+            // Another replica answers sooner.
+            Self::ShuttingDown => (S::SERVICE_UNAVAILABLE, "shutting_down", Seconds(5)),
+            // The database is often back within a second or two.
+            Self::StoreUnavailable(_) => (S::SERVICE_UNAVAILABLE, "store_unavailable", Seconds(1)),
         }
     }
 
+    pub fn status(&self) -> StatusCode {
+        self.answered().0
+    }
+
     pub fn code(&self) -> &str {
-        match self {
-            Self::InvalidJson(_) => "invalid_json",
-            Self::InvalidBody { .. } => "invalid_body",
-            Self::MessageRequired => "message_required",
-            Self::InvalidField { .. } => "invalid_field",
-            Self::InvalidHistoryRole(_) => "invalid_history_role",
-            Self::InvalidSessionId(_) => "invalid_session_id",
-            Self::InvalidUserId(_) => "invalid_user_id",
-            Self::InvalidTenant(_) => "invalid_tenant",
-            Self::InvalidTurnId => "invalid_turn_id",
-            Self::InvalidQuery(_) => "invalid_query",
-            Self::InvalidHeader { .. } => "invalid_header",
-            Self::MalformedRequest(_) => "malformed_request",
-            Self::UnsupportedMediaType => "unsupported_media_type",
-            Self::RequestTimeout(_) => "request_timeout",
-            Self::UriTooLong(_) => "uri_too_long",
-            Self::HeadersTooLarge(_) => "headers_too_large",
-            Self::PayloadTooLarge(_) => "payload_too_large",
-            Self::SessionNotFound => "session_not_found",
-            Self::TurnNotFound => "turn_not_found",
-            Self::ArtifactNotFound => "artifact_not_found",
-            Self::ResponseNotFound => "response_not_found",
-            Self::CallNotFound => "call_not_found",
-            Self::ModelNotAllowed { .. } => "model_not_allowed",
-            Self::ToolResultAlreadyPosted => "tool_result_already_posted",
-            Self::ResponseInProgress(_) => "response_in_progress",
-            Self::Unsupported { .. } => "unsupported_parameter",
-            Self::VaultNotFound(_) => "vault_not_found",
-            Self::CheckpointNotFound => "checkpoint_not_found",
-            Self::McpSessionNotFound => "mcp_session_not_found",
-            Self::WebhookNotFound => "webhook_not_found",
-            Self::UserNotFound => "user_not_found",
-            Self::WebhookLimit(_) => "webhook_limit_reached",
-            Self::Unauthorized => "unauthorized",
-            Self::AdminRequired => "admin_required",
-            Self::InvalidImport(_) => "invalid_import",
-            Self::SessionExists => "session_exists",
-            Self::ImportConflict(_) => "import_conflict",
-            Self::RateLimited(_) => "rate_limited",
-            Self::AuthThrottled(_) => "too_many_auth_failures",
-            Self::TenantBusy(_) => "tenant_busy",
-            Self::TooManyStreams(_) => "too_many_streams",
-            Self::QuotaExceeded { .. } => "quota_exceeded",
-            Self::HostNotAllowed(_) => "host_not_allowed",
-            Self::OriginNotAllowed(_) => "origin_not_allowed",
-            Self::ApprovalAlreadyDecided => "approval_already_decided",
-            Self::CheckpointAlreadyRestored => "checkpoint_already_restored",
-            Self::NoteRefused(_) => "note_refused",
-            Self::NotFound => "not_found",
-            Self::MethodNotAllowed => "method_not_allowed",
-            Self::TurnAlreadyRunning(_) => "turn_already_running",
-            Self::TurnRunning(_) => "turn_running",
-            Self::TurnNotRunning { .. } => "turn_not_running",
-            Self::IdempotencyKeyReused(_) => "idempotency_key_reused",
-            Self::TurnFailed { code, .. } => code,
-            Self::TurnCancelled(_) => "turn_cancelled",
-            Self::TurnInterrupted(_) => "turn_interrupted",
-            Self::ShuttingDown => "shutting_down",
-            Self::StoreUnavailable(_) => "store_unavailable",
-            Self::Internal(_) => "internal",
+        self.answered().1
+    }
+
+    /// `Retry-After` (seconds) of an answer worth repeating later.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self.answered().2 {
+            RetryAfter::Never => None,
+            RetryAfter::Seconds(seconds) => Some(seconds),
         }
     }
 
@@ -434,17 +420,6 @@ impl ApiError {
             }
             Self::MessageRequired => Some("message".to_owned()),
             Self::InvalidHistoryRole(_) => Some("history".to_owned()),
-            _ => None,
-        }
-    }
-
-    /// `Retry-After` (seconds) of an answer worth repeating later: the
-    /// database is down (it often is back within a second or two), or
-    /// this instance is shutting down (another replica answers sooner).
-    pub fn retry_after(&self) -> Option<&'static str> {
-        match self {
-            Self::StoreUnavailable(_) | Self::TenantBusy(_) | Self::TooManyStreams(_) => Some("1"),
-            Self::ShuttingDown => Some("5"),
             _ => None,
         }
     }
@@ -504,17 +479,7 @@ impl IntoResponse for ApiError {
         if let Some(seconds) = self.retry_after() {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
-        }
-        if let Self::RateLimited(seconds)
-        | Self::AuthThrottled(seconds)
-        | Self::QuotaExceeded {
-            retry_after: seconds,
-            ..
-        } = self
-            && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
-        {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         if matches!(self, Self::Unauthorized) {
             response

@@ -102,8 +102,8 @@ async fn mcp(
     ),
     responses(
         (status = 200, description = "A stream of JSON-RPC notifications (`notifications/resources/updated`), until the client leaves or another `GET` of the session takes over", content_type = "text/event-stream", body = crate::protocols::native::stream::EventStream),
-        (status = 400, description = "No `Mcp-Session-Id` (`invalid_header`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "A session this replica did not begin, or forgot (past 10,000 sessions, the idle ones) (`mcp_session_not_found`): send `initialize` again", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "No `Mcp-Session-Id` (`invalid_header`)"),
+        (status = 404, description = "A session this replica did not begin, or forgot (past 10,000 sessions, the idle ones) (`mcp_session_not_found`): send `initialize` again"),
     )
 )]
 async fn mcp_stream(

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     protocols::Shared,
-    protocols::error::{BadRequest, NotFound, Problem, TurnAlreadyRunning},
+    protocols::error::{BadRequest, NotFound, TurnAlreadyRunning},
     service::{CancelError, CancelOutcome, QueuedStartError, StartError},
     service::{TurnRecord, TurnStatus},
     turn::{TurnRequest, TurnResult},
@@ -161,14 +161,14 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
             (EventStream = "text/event-stream"),
         )),
         (status = 202, description = "JSON: a call of the turn waits for an answer (a person's decision, the client's result); the turn goes on once it is answered", body = waiting::TurnWaiting),
-        (status = 400, description = "Malformed JSON, bad session id or header", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed JSON, bad session id or header"),
         TurnAlreadyRunning,
-        (status = 413, description = "Body over the limit", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field or reused idempotency key", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The provider failed (JSON mode)", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "The body did not arrive in time", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Shutting down (`shutting_down`), the database is unavailable (`store_unavailable`), or the turn was interrupted", body = Problem, content_type = "application/problem+json",
+        (status = 413, description = "Body over the limit"),
+        (status = 415, description = "Body is not JSON"),
+        (status = 422, description = "Invalid field or reused idempotency key"),
+        (status = 502, description = "The provider failed (JSON mode)"),
+        (status = 408, description = "The body did not arrive in time"),
+        (status = 503, description = "Shutting down (`shutting_down`), the database is unavailable (`store_unavailable`), or the turn was interrupted",
             headers(("Retry-After" = String, description = "Seconds to wait before trying again (`store_unavailable`: 1, `shutting_down`: 5)"))),
     )
 )]
@@ -411,7 +411,7 @@ pub struct CancelRequested {
         (status = 202, description = "Accepted: the turn runs on another replica, which stops it at once (Postgres NOTIFY), at the latest at its next heartbeat", body = CancelRequested),
         BadRequest,
         NotFound,
-        (status = 409, description = "The turn is not running", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The turn is not running"),
     )
 )]
 async fn cancel_turn(
@@ -470,8 +470,8 @@ pub struct ApprovalView {
     responses(
         (status = 200, description = "Recorded", body = ApprovalView),
         BadRequest,
-        (status = 404, description = "No such session or turn, or the call is not waiting for a decision (`call_not_found`)", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The turn is not running (`turn_not_running`) or the call was decided (`approval_already_decided`)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such session or turn, or the call is not waiting for a decision (`call_not_found`)"),
+        (status = 409, description = "The turn is not running (`turn_not_running`) or the call was decided (`approval_already_decided`)"),
     )
 )]
 async fn decide_approval(

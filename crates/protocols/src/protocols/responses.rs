@@ -39,7 +39,7 @@ use crate::{
     protocols::Shared,
     protocols::{
         endpoint::{Started, name_turn, named_session},
-        error::{ApiError, BadRequest, InvalidBody, NotFound, Problem, TurnAlreadyRunning},
+        error::{ApiError, BadRequest, InvalidBody, NotFound, TurnAlreadyRunning},
         json::ApiJson,
         paths::ApiQuery,
     },
@@ -77,7 +77,7 @@ where
         NotFound,
         TurnAlreadyRunning,
         InvalidBody,
-        (status = 422, description = "The idempotency key was used for another request (`idempotency_key_reused`), or a field is invalid (see `code`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The idempotency key was used for another request (`idempotency_key_reused`), or a field is invalid (see `code`)"),
     )
 )]
 async fn create_response(
@@ -299,7 +299,7 @@ async fn get_response(
         (status = 200, description = "`{id, object: \"response\", deleted: true}`", body = Object),
         BadRequest,
         NotFound,
-        (status = 409, description = "The response is still in progress (`response_in_progress`): cancel it first", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The response is still in progress (`response_in_progress`): cancel it first"),
     )
 )]
 async fn delete_response(
@@ -330,7 +330,7 @@ async fn delete_response(
         (status = 200, description = "The `response` object (`cancelled`, or how it ended first; `in_progress` while another replica stops it)", body = Object),
         BadRequest,
         NotFound,
-        (status = 409, description = "The response is not in progress (`turn_not_running`)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The response is not in progress (`turn_not_running`)"),
     )
 )]
 async fn cancel_response(
@@ -414,8 +414,7 @@ async fn input_items(
         None => 0,
     };
     let total = items.len();
-    let page: Vec<request::InputItem> =
-        items.into_iter().skip(start).take(limit as usize).collect();
+    let page: Vec<wire::InputItem> = items.into_iter().skip(start).take(limit as usize).collect();
     let has_more = start + page.len() < total;
     Ok(axum::Json(wire::ItemPage {
         object: "list",

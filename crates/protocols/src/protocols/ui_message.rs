@@ -491,7 +491,7 @@ fn sources(local: &[String], web: &[crate::turn::WebCitation]) -> Vec<Chunk> {
     responses(
         (status = 200, description = "UI message chunks (`data: {…}` lines, `x-vercel-ai-ui-message-stream: v1`), ending with `data: [DONE]`", content_type = "text/event-stream", body = crate::protocols::native::stream::EventStream),
         BadRequest,
-        (status = 404, description = "A tool output answers a call the chat's turn did not ask for (`call_not_found`)", body = crate::protocols::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "A tool output answers a call the chat's turn did not ask for (`call_not_found`)"),
         TurnAlreadyRunning,
         InvalidBody,
     )

@@ -29,7 +29,7 @@ use crate::{
     ids::Tenant,
     protocols::Shared,
     protocols::{
-        error::{ApiError, BadRequest, NotFound, Problem},
+        error::{ApiError, BadRequest, NotFound},
         json::ApiJson,
         jsonrpc::INVALID_PARAMS,
         paths::ApiQuery,
@@ -172,9 +172,9 @@ fn answer(result: Result<impl Serialize, RpcError>) -> Response {
     request_body(content = SendMessageRequest, description = "A `SendMessageRequest` (A2A 1.0): `message`, optional `configuration` and `metadata`"),
     responses(
         (status = 200, description = "A `SendMessageResponse`: `{task}`", body = Object),
-        (status = 400, description = "A2A error (`type` from A2A 1.0 §5.4, see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "The task the message names is not the caller's (`task_not_found`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "A part that is not text (`content_type_not_supported`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "A2A error (`type` from A2A 1.0 §5.4, see `code`)"),
+        (status = 404, description = "The task the message names is not the caller's (`task_not_found`)"),
+        (status = 415, description = "A part that is not text (`content_type_not_supported`)"),
     )
 )]
 async fn send_message(
@@ -201,9 +201,9 @@ async fn send_message(
     request_body(content = SendMessageRequest, description = "A `SendMessageRequest` (A2A 1.0)"),
     responses(
         (status = 200, description = "Server-sent events, each `data:` a `StreamResponse`", body = crate::protocols::native::stream::EventStream, content_type = "text/event-stream"),
-        (status = 400, description = "A2A error (see `code`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "The task the message names is not the caller's (`task_not_found`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "A part that is not text (`content_type_not_supported`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "A2A error (see `code`)"),
+        (status = 404, description = "The task the message names is not the caller's (`task_not_found`)"),
+        (status = 415, description = "A part that is not text (`content_type_not_supported`)"),
     )
 )]
 async fn stream_message(
@@ -325,9 +325,9 @@ async fn get_task(
     params(TaskPath),
     responses(
         (status = 200, description = "`{id}:cancel`: the `Task`, canceled; `{id}:subscribe`: server-sent events of `StreamResponse`s", body = Object),
-        (status = 400, description = "The task ended: there is nothing to subscribe to (`unsupported_operation`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "The task ended: there is nothing to subscribe to (`unsupported_operation`)"),
         NotFound,
-        (status = 409, description = "The task ended: it cannot be canceled (`task_not_cancelable`)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The task ended: it cannot be canceled (`task_not_cancelable`)"),
     )
 )]
 async fn act_on_task(
@@ -363,8 +363,8 @@ struct ConfigPath {
     request_body(content = PushConfigIn, description = "A `TaskPushNotificationConfig` (its `taskId` is the path's)"),
     responses(
         (status = 200, description = "The `TaskPushNotificationConfig` made (its `id` given or made)", body = Object),
-        (status = 400, description = "A URL refused, or a field that is not valid (`invalid_params`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such task of the caller's (`task_not_found`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "A URL refused, or a field that is not valid (`invalid_params`)"),
+        (status = 404, description = "No such task of the caller's (`task_not_found`)"),
     )
 )]
 async fn create_push_config(
@@ -468,7 +468,7 @@ async fn delete_push_config(
     tag = "a2a",
     responses(
         (status = 200, description = "The extended `AgentCard`", body = Object),
-        (status = 400, description = "Keys are off: no caller can be authenticated, so there is no extended card (`extended_agent_card_not_configured`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Keys are off: no caller can be authenticated, so there is no extended card (`extended_agent_card_not_configured`)"),
     )
 )]
 async fn extended_agent_card(State(app): State<Shared>) -> Response {

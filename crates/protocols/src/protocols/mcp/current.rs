@@ -36,7 +36,7 @@ use rmcp::{
         StreamableHttpServerConfig, StreamableHttpService, session::never::NeverSessionManager,
     },
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use tower::ServiceExt as _;
 use uuid::Uuid;
@@ -99,12 +99,6 @@ struct ProbeParams {
 struct ProbeMeta {
     #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
     protocol_version: Option<Value>,
-}
-
-/// A resource error's `data`: the URI asked for.
-#[derive(Debug, Serialize)]
-pub(super) struct UriData<'a> {
-    pub uri: &'a str,
 }
 
 /// Answers one request through rmcp's streamable HTTP server, statelessly.
@@ -505,7 +499,7 @@ impl ServerHandler for Current {
             }
             Err(Unreadable::NotFound(message)) => Err(McpError::resource_not_found(
                 message,
-                Some(to_value(&UriData { uri: &request.uri })),
+                Some(to_value(&super::wire::UriData { uri: &request.uri })),
             )),
             Err(Unreadable::Failed(e)) => Err(internal(e)),
         }

@@ -7,8 +7,10 @@
 //! resources it follows (`resources/subscribe`, streamed by `GET /mcp`,
 //! [`super::watch`]) and the approvals asked of it by elicitation.
 
+mod ask;
+
+use ask::{Call, ask, elicited};
 use axum::{
-    body::Bytes,
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -16,35 +18,30 @@ use rmcp::model::{
     CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams,
     ReadResourceRequestParams, SubscribeRequestParams,
 };
-use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::state::{MCP_URIS_MAX, McpCallGuard, McpCalls, SubscribeRefused};
+use super::state::{MCP_URIS_MAX, SubscribeRefused};
 use super::{
-    current::UriData,
     prompts,
     resources::{self, Unreadable},
-    tools::{self, Asked},
+    tools,
     wire::{
-        CancelParams, ElicitAnswer, Elicitation, Empty, Envelope, InitializeParams,
-        InitializeResult, LevelParams, ListChanged, LogMessage, Notification, Progress, PromptList,
-        Request, ResourceList, Resources, ServerCapabilities, ServerInfo, TemplateList, ToolList,
+        CancelParams, Empty, Envelope, InitializeParams, InitializeResult, LevelParams,
+        ListChanged, PromptList, ResourceList, Resources, ServerCapabilities, ServerInfo,
+        TemplateList, ToolList, UriData,
     },
 };
 use crate::{
-    events::{StoredEvent, TurnEvent},
-    ids::{SessionKey, Tenant},
+    ids::Tenant,
     protocols::Shared,
     protocols::{
-        Encoded, WireFormat,
-        approvals::{ClientDecision, approvals, decide},
         error::ApiError,
         jsonrpc::{
             INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, error as rpc_error,
             error_with, result as rpc_result, to_value,
         },
-        stream_for, typed,
     },
 };
 
@@ -54,7 +51,7 @@ pub(super) const VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26"
 const SESSION_HEADER: &str = "mcp-session-id";
 
 /// The levels `logging/setLevel` takes (RFC 5424's, as MCP names them).
-const LOG_LEVELS: [&str; 8] = [
+pub(super) const LOG_LEVELS: [&str; 8] = [
     "debug",
     "info",
     "notice",
@@ -343,293 +340,6 @@ fn subscription(
             &format!("a session follows at most {MCP_URIS_MAX} resources"),
         ),
     }
-}
-
-/// A `tools/call` of `ask`, and who made it.
-struct Call {
-    id: Value,
-    tenant: Tenant,
-    mcp_session: String,
-    /// `_meta.progressToken` (null: no progress wanted).
-    progress: Value,
-}
-
-async fn ask(
-    app: &Shared,
-    call: Call,
-    arguments: Option<&rmcp::model::JsonObject>,
-    streams: bool,
-) -> Result<Response, ApiError> {
-    let (session, started) = match tools::start_ask(app, &call.tenant, arguments).await {
-        Asked::Started(session, started) => (session, started),
-        Asked::Invalid(detail) => {
-            let answer = rpc_error(&call.id, INVALID_PARAMS, &detail);
-            return Ok(json_answer(StatusCode::OK, &answer));
-        }
-        Asked::Refused(result) => {
-            return Ok(json_answer(StatusCode::OK, &rpc_result(&call.id, result)));
-        }
-    };
-    let turn_id = started.turn_id;
-    let guard = McpCalls::track(
-        &app.mcp.calls,
-        &call.tenant.0,
-        &call.mcp_session,
-        &call.id,
-        (session.clone(), turn_id),
-    );
-    if !streams {
-        let record = app.turns.wait_for_end(&session, turn_id).await?;
-        drop(guard);
-        let record = record.ok_or(ApiError::ShuttingDown)?;
-        let answer = rpc_result(&call.id, tools::answer_of(&session, &record));
-        return Ok(json_answer(StatusCode::OK, &answer));
-    }
-    let events = started.events(app);
-    let format = AskStream {
-        log_level: app.mcp.sessions.log_level(&call.tenant, &call.mcp_session),
-        app: app.clone(),
-        tenant: call.tenant,
-        mcp_session: call.mcp_session,
-        elicited: Vec::new(),
-        id: call.id,
-        progress: call.progress,
-        done: 0,
-        session,
-        turn_id,
-        _guard: guard,
-    };
-    Ok(stream_for(app, format, events))
-}
-
-/// `ask`'s answer as a stream of JSON-RPC messages: each text delta a
-/// `notifications/progress` (when the call named a progress token), then
-/// the call's result.
-struct AskStream {
-    /// The session's `logging/setLevel` (an index of [`LOG_LEVELS`]): the
-    /// turn's log messages at or above it are sent.
-    log_level: Option<usize>,
-    app: Shared,
-    tenant: Tenant,
-    mcp_session: String,
-    /// The calls whose approval was asked by elicitation (each once).
-    elicited: Vec<String>,
-    id: Value,
-    progress: Value,
-    done: u64,
-    session: SessionKey,
-    turn_id: Uuid,
-    /// Untracks the call when the stream ends.
-    _guard: McpCallGuard,
-}
-
-impl AskStream {
-    /// A `notifications/message` of the turn, when the session asked for
-    /// messages at `level` or above.
-    fn log(&self, level: &'static str, data: impl Serialize) -> Encoded {
-        let wanted = LOG_LEVELS
-            .iter()
-            .position(|l| *l == level)
-            .zip(self.log_level)
-            .is_some_and(|(at, least)| at >= least);
-        if !wanted {
-            return Encoded::default();
-        }
-        let note = Notification::new(
-            "notifications/message",
-            LogMessage {
-                level,
-                logger: "agent-harness",
-                data,
-            },
-        );
-        Encoded::frames(vec![message_frame(&note)])
-    }
-}
-
-impl AskStream {
-    /// An `elicitation/create` that asks the client to approve a call
-    /// (once a call; none when the client takes no elicitation).
-    fn elicit(&mut self, call_id: &str, tool: &str, arguments: &Value) -> Option<Bytes> {
-        if self.elicited.iter().any(|c| c == call_id) {
-            return None;
-        }
-        let asked = (self.session.clone(), self.turn_id, call_id.to_owned());
-        let id = self
-            .app
-            .mcp
-            .sessions
-            .ask(&self.tenant, &self.mcp_session, asked)?;
-        self.elicited.push(call_id.to_owned());
-        let request = Request {
-            jsonrpc: crate::protocols::jsonrpc::Version::V2,
-            id,
-            method: "elicitation/create",
-            params: Elicitation::approval(format!(
-                "{tool} waits for your approval; its arguments: {arguments}"
-            )),
-        };
-        Some(message_frame(&request))
-    }
-}
-
-/// The client's answer to an `elicitation/create` of this session: the
-/// call it asked about is approved (`accept` with `approve: true`, the
-/// form 2026-07-28's input-required asks for too) or
-/// denied (anything else, with its reason). An answer to no question of
-/// the session's is taken and does nothing.
-async fn elicited(
-    app: &Shared,
-    tenant: &Tenant,
-    mcp_session: &str,
-    id: &Value,
-    result: Option<Value>,
-) {
-    let Some((session, turn_id, call_id)) = id
-        .as_str()
-        .and_then(|id| app.mcp.sessions.answered(tenant, mcp_session, id))
-    else {
-        return;
-    };
-    let result = result
-        .and_then(|r| ElicitAnswer::deserialize(r).ok())
-        .unwrap_or_default();
-    let content = result.content.unwrap_or_default();
-    let (approve, reason) = match result.action.as_deref() {
-        Some("accept") => (
-            content.approve == Value::Bool(true),
-            content.reason.as_str().map(str::to_owned),
-        ),
-        Some("decline") => (false, Some("the person declined".to_owned())),
-        _ => (false, Some("the client did not ask anyone".to_owned())),
-    };
-    let decision = ClientDecision::new(&call_id, approve, reason, "content.reason")
-        .or_else(|_| ClientDecision::new(&call_id, approve, None, "content.reason"));
-    let decided = async {
-        let decision = decision?;
-        let turn = app
-            .turns
-            .get_turn(&session, turn_id)
-            .await?
-            .ok_or(ApiError::TurnNotFound)?;
-        let state = approvals(app, &turn).await?.get(&call_id).map(|(s, _)| *s);
-        decide(app, &turn, state, &decision).await
-    };
-    if let Err(e) = decided.await {
-        tracing::debug!(error = %e, turn.id = %turn_id, "an elicited decision was not taken");
-    }
-}
-
-/// A message on the `message` event of a stream.
-pub(super) fn message_frame(message: &impl Serialize) -> Bytes {
-    let mut frame = b"event: message\n".to_vec();
-    frame.extend_from_slice(&crate::protocols::data_frame(message));
-    Bytes::from(frame)
-}
-
-impl WireFormat for AskStream {
-    fn encode(&mut self, event: &StoredEvent) -> Encoded {
-        let Some(event) = typed(event) else {
-            return Encoded::default();
-        };
-        let ended = |result: rmcp::model::CallToolResult| {
-            Encoded::last(vec![message_frame(&rpc_result(&self.id, result))])
-        };
-        match event {
-            TurnEvent::MessageDelta { text, .. } if !self.progress.is_null() => {
-                self.done += 1;
-                let note = Notification::new(
-                    "notifications/progress",
-                    Progress {
-                        progress_token: &self.progress,
-                        progress: self.done,
-                        message: text,
-                    },
-                );
-                Encoded::frames(vec![message_frame(&note)])
-            }
-            TurnEvent::ToolStarted { call_id, tool, .. } => self.log(
-                "info",
-                ToolLog {
-                    event: "tool.started",
-                    tool,
-                    call_id,
-                    status: None,
-                    error: None,
-                },
-            ),
-            TurnEvent::ToolFinished {
-                call_id,
-                tool,
-                status,
-                error,
-                ..
-            } => {
-                let level = match status {
-                    crate::events::ToolStatus::Completed => "info",
-                    _ => "warning",
-                };
-                let data = ToolLog {
-                    event: "tool.finished",
-                    tool,
-                    call_id,
-                    status: Some(*status),
-                    error: error.as_deref(),
-                };
-                self.log(level, data)
-            }
-            TurnEvent::ApprovalRequested {
-                call_id,
-                tool,
-                arguments,
-                ..
-            } => {
-                let data = ToolLog {
-                    event: "approval.requested",
-                    tool,
-                    call_id,
-                    status: None,
-                    error: None,
-                };
-                let mut out = self.log("notice", data);
-                out.frames.extend(self.elicit(call_id, tool, arguments));
-                out
-            }
-            TurnEvent::TurnCompleted { result } => {
-                ended(tools::completed(&self.session, self.turn_id, result))
-            }
-            TurnEvent::TurnFailed { code, message, .. } => {
-                ended(tools::text_result(&format!("{code}: {message}"), true))
-            }
-            TurnEvent::TurnCancelled { reason } => {
-                ended(tools::text_result(&format!("cancelled: {reason}"), true))
-            }
-            TurnEvent::TurnInterrupted { reason } => {
-                ended(tools::text_result(&format!("interrupted: {reason}"), true))
-            }
-            _ => Encoded::default(),
-        }
-    }
-
-    fn unreadable(&mut self) -> Vec<Bytes> {
-        vec![message_frame(&rpc_error(
-            &self.id,
-            INTERNAL_ERROR,
-            "the event log cannot be read; the turn goes on: read it with get_session",
-        ))]
-    }
-}
-
-/// What a `notifications/message` of a tool call says.
-#[derive(Debug, Serialize)]
-struct ToolLog<'a> {
-    call_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
-    event: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<crate::events::ToolStatus>,
-    tool: &'a str,
 }
 
 /// A `notifications/cancelled` of a call this process answers: its turn

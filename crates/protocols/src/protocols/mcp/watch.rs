@@ -22,9 +22,8 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::{
-    legacy::message_frame,
     resources,
-    wire::{Notification, Updated},
+    wire::{Notification, Updated, message_frame},
 };
 use crate::{
     ids::Tenant, protocols::Shared, protocols::error::ApiError, protocols::sse::KEEP_ALIVE,

@@ -3,6 +3,7 @@
 //! prompts and resources): the envelope of a message as it comes, and the
 //! notifications, requests and results the versions up to 2025-11-25 say.
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -55,6 +56,13 @@ impl Envelope {
     }
 }
 
+/// A message on the `message` event of a stream.
+pub(super) fn message_frame(message: &impl Serialize) -> Bytes {
+    let mut frame = b"event: message\n".to_vec();
+    frame.extend_from_slice(&crate::protocols::data_frame(message));
+    Bytes::from(frame)
+}
+
 /// A notification of the server's.
 #[derive(Debug, Serialize)]
 pub struct Notification<P> {
@@ -97,6 +105,12 @@ pub struct LogMessage<D> {
     pub level: &'static str,
     pub logger: &'static str,
     pub data: D,
+}
+
+/// A resource error's `data`: the URI asked for.
+#[derive(Debug, Serialize)]
+pub struct UriData<'a> {
+    pub uri: &'a str,
 }
 
 /// `notifications/resources/updated`.

@@ -9,7 +9,7 @@ use crate::{
     protocols::Shared,
     protocols::{
         client_calls::{ClientAnswer, answer_calls},
-        error::{ApiError, BadRequest, NotFound, Problem},
+        error::{ApiError, BadRequest, NotFound},
         json::ApiJson,
         paths::{CallPath, SessionPath},
     },
@@ -46,7 +46,7 @@ pub struct ToolResultView {
         (status = 200, description = "Recorded", body = ToolResultView),
         BadRequest,
         NotFound,
-        (status = 409, description = "The turn is not running (`turn_not_running`) or the call has its result (`tool_result_already_posted`)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The turn is not running (`turn_not_running`) or the call has its result (`tool_result_already_posted`)"),
     )
 )]
 pub(super) async fn post_tool_result(

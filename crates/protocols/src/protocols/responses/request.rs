@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -11,7 +11,7 @@ use crate::{
     protocols::Shared,
     protocols::responses::{
         fold::APPROVAL_PREFIX,
-        wire::{Annotation, FunctionTool},
+        wire::{FunctionTool, InputItem, ShownPart},
     },
     protocols::{
         approvals::ClientDecision,
@@ -499,29 +499,6 @@ pub fn shown_tools(asked: &TurnRequest) -> Vec<FunctionTool> {
             strict: false,
         })
         .collect()
-}
-
-/// An input item as `GET /v1/responses/{id}/input_items` shows it.
-#[derive(Debug, Serialize)]
-#[serde(tag = "type", rename = "message")]
-pub struct InputItem {
-    pub id: String,
-    role: &'static str,
-    status: &'static str,
-    content: [ShownPart; 1],
-}
-
-/// The text of an input item.
-#[derive(Debug, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum ShownPart {
-    InputText {
-        text: String,
-    },
-    OutputText {
-        text: String,
-        annotations: [Annotation; 0],
-    },
 }
 
 /// The input items of a turn, oldest first: its history (when it brought

@@ -336,7 +336,7 @@ pub struct ItemPage {
     pub first_id: Option<String>,
     pub last_id: Option<String>,
     pub has_more: bool,
-    pub data: Vec<super::request::InputItem>,
+    pub data: Vec<InputItem>,
 }
 
 /// What `DELETE /v1/responses/{id}` answers.
@@ -345,4 +345,27 @@ pub struct Deleted {
     pub id: String,
     pub object: &'static str,
     pub deleted: bool,
+}
+
+/// An input item as `GET /v1/responses/{id}/input_items` shows it.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename = "message")]
+pub struct InputItem {
+    pub id: String,
+    pub role: &'static str,
+    pub status: &'static str,
+    pub content: [ShownPart; 1],
+}
+
+/// The text of an input item.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ShownPart {
+    InputText {
+        text: String,
+    },
+    OutputText {
+        text: String,
+        annotations: [Annotation; 0],
+    },
 }

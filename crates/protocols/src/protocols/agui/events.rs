@@ -1,0 +1,137 @@
+//! AG-UI's events, as this service says them.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// An AG-UI event.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+pub(super) enum Event {
+    #[serde(rename_all = "camelCase")]
+    RunStarted {
+        thread_id: String,
+        run_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    RunFinished {
+        thread_id: String,
+        run_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<RunResult>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        outcome: Option<Outcome>,
+    },
+    RunError {
+        message: String,
+        code: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    StepStarted {
+        step_name: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    StepFinished {
+        step_name: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    TextMessageStart {
+        message_id: String,
+        role: &'static str,
+    },
+    #[serde(rename_all = "camelCase")]
+    TextMessageContent {
+        message_id: String,
+        delta: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    TextMessageEnd {
+        message_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCallStart {
+        tool_call_id: String,
+        tool_call_name: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCallArgs {
+        tool_call_id: String,
+        delta: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCallEnd {
+        tool_call_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCallResult {
+        message_id: String,
+        tool_call_id: String,
+        content: String,
+        role: &'static str,
+    },
+    Custom {
+        name: &'static str,
+        value: Custom,
+    },
+}
+
+/// A finished run's result: the turn's answer.
+#[derive(Debug, Serialize)]
+pub(super) struct RunResult {
+    pub text: String,
+    pub local_citations: Vec<String>,
+    pub web_citations: Vec<crate::turn::WebCitation>,
+}
+
+/// A run that ends waiting: AG-UI's interrupt outcome.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename = "interrupt")]
+pub(super) struct Outcome {
+    pub interrupts: Vec<Interrupt>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Interrupt {
+    pub id: String,
+    pub reason: &'static str,
+    pub message: String,
+    pub tool_call_id: String,
+    pub response_schema: &'static serde_json::value::RawValue,
+    pub metadata: InterruptTool,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct InterruptTool {
+    pub tool: String,
+    pub arguments: Value,
+}
+
+/// What a `resume` payload holds, as the interrupt says it.
+const RESPONSE_SCHEMA: &str = r#"{"type":"object","properties":{"approved":{"type":"boolean"},"reason":{"type":"string","maxLength":1000}},"required":["approved"]}"#;
+
+/// A `CUSTOM` event's value.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(super) enum Custom {
+    #[serde(rename_all = "camelCase")]
+    Retracted {
+        message_id: Option<String>,
+        step: u32,
+        reason: String,
+    },
+    Resumed {
+        owner: String,
+        attempt: u32,
+        from_step: u32,
+    },
+}
+
+/// The interrupt's `responseSchema`, parsed once.
+pub(super) fn response_schema() -> &'static serde_json::value::RawValue {
+    static SCHEMA: std::sync::LazyLock<Box<serde_json::value::RawValue>> =
+        std::sync::LazyLock::new(|| {
+            serde_json::value::RawValue::from_string(RESPONSE_SCHEMA.to_owned())
+                .unwrap_or_else(|_| Box::default())
+        });
+    &SCHEMA
+}
