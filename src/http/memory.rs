@@ -14,7 +14,7 @@ use crate::ids::Tenant;
 use crate::protocols::error::ApiError;
 use crate::{
     app::AppState,
-    ids::{SessionId, client_scope, client_session_id, tenant_scope},
+    ids::{SessionId, tenant_scope},
     protocols::error::{BadRequest, NotFound},
     store::{JobSummary, JudgementRecord, MemoryRecord, ObservationRecord},
 };
@@ -98,7 +98,7 @@ async fn list_memories(
     ApiQuery(query): ApiQuery<MemoryQuery>,
 ) -> Result<axum::Json<MemoryList>, ApiError> {
     let query = MemoryQuery::parse(query)?;
-    let mut memories = app
+    let memories = app
         .store
         .list_memories(
             &tenant_scope(&tenant.0, &query.scope),
@@ -106,10 +106,6 @@ async fn list_memories(
             query.limit.unwrap_or(100),
         )
         .await?;
-    for memory in &mut memories {
-        memory.scope = client_scope(&memory.scope).to_owned();
-        memory.source_session_id = client_session_id(&memory.source_session_id).to_owned();
-    }
     Ok(axum::Json(Page::whole(memories)))
 }
 
@@ -170,10 +166,7 @@ async fn list_judgements(
     let Some(_) = app.store.get_turn(&session_id, turn_id).await? else {
         return Err(super::not_found_in(&app.protocols, &session_id, ApiError::TurnNotFound).await);
     };
-    let mut judgements = app.store.list_judgements(&session_id, turn_id).await?;
-    for judgement in &mut judgements {
-        judgement.session_id = session_id.id().to_owned();
-    }
+    let judgements = app.store.list_judgements(&session_id, turn_id).await?;
     Ok(axum::Json(Page::whole(judgements)))
 }
 
@@ -201,10 +194,7 @@ session_list! {
     |app, session_id, query| {
         let limit = query.limit()?;
         super::known_session(&app.protocols, &session_id).await?;
-        let mut observations = app.store.list_observations(&session_id, limit).await?;
-        for observation in &mut observations {
-            observation.session_id = session_id.id().to_owned();
-        }
+        let observations = app.store.list_observations(&session_id, limit).await?;
         Ok(Page::whole(observations))
     }
 }

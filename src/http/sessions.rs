@@ -57,9 +57,9 @@ async fn get_session(
     State(app): State<AppState>,
     SessionPath { session_id }: SessionPath,
 ) -> Result<axum::Json<SessionRecord>, ApiError> {
-    let mut session = super::known_session(&app.protocols, &session_id).await?;
-    session.id = session_id.id().to_owned();
-    Ok(axum::Json(session))
+    Ok(axum::Json(
+        super::known_session(&app.protocols, &session_id).await?,
+    ))
 }
 
 /// A page of a session's history.
@@ -181,10 +181,7 @@ session_list! {
     |app, session_id, query| {
         let limit = query.limit()?;
         super::known_session(&app.protocols, &session_id).await?;
-        let mut checkpoints = app.store.list_checkpoints(&session_id, limit).await?;
-        for checkpoint in &mut checkpoints {
-            checkpoint.session_id = session_id.id().to_owned();
-        }
+        let checkpoints = app.store.list_checkpoints(&session_id, limit).await?;
         Ok(Page::whole(checkpoints))
     }
 }
@@ -207,11 +204,10 @@ async fn get_artifact(
     SessionPath { session_id }: SessionPath,
     Path(ArtifactPath { artifact_id }): Path<ArtifactPath>,
 ) -> Result<axum::Json<ArtifactRecord>, ApiError> {
-    let Some(mut artifact) = app.store.get_artifact(&session_id, &artifact_id).await? else {
+    let Some(artifact) = app.store.get_artifact(&session_id, &artifact_id).await? else {
         return Err(
             super::not_found_in(&app.protocols, &session_id, ApiError::ArtifactNotFound).await,
         );
     };
-    artifact.session_id = session_id.id().to_owned();
     Ok(axum::Json(artifact))
 }

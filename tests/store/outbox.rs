@@ -54,10 +54,6 @@ async fn the_service_decides_which_deliveries_an_event_makes(backend: Backend) {
         .unwrap(),
     );
     store.write_batch(&[wait], &[]).await.unwrap();
-    let mut end = completed(&turn, 3, "done");
-    end.background = true;
-    store.write_batch(&[], &[&end]).await.unwrap();
-
     let listed = |id: &'static str| {
         let store = store.clone();
         async move {
@@ -72,6 +68,16 @@ async fn the_service_decides_which_deliveries_an_event_makes(backend: Backend) {
             rows
         }
     };
+    // An end whose attempt lost the turn ends nothing, and says nothing.
+    let mut stale = completed(&turn, 3, "done");
+    stale.attempt += 1;
+    stale.background = true;
+    assert_eq!(store.write_batch(&[], &[&stale]).await.unwrap(), [false]);
+    assert_eq!(listed("wh_acme").await, [(2, "turn".to_owned())]);
+    let mut end = completed(&turn, 3, "done");
+    end.background = true;
+    store.write_batch(&[], &[&end]).await.unwrap();
+
     assert_eq!(
         listed("wh_acme").await,
         [(2, "turn".to_owned()), (3, "response".to_owned())],

@@ -160,6 +160,21 @@ pub fn client_session_id(stored: &str) -> &str {
     client_scope(stored)
 }
 
+/// Serialises a stored key (a session's, `{tenant}/{id}`, or a memory
+/// scope's) as the id its tenant knows it by: a record the API answers
+/// carries the client's id, whatever the store keyed it by. For
+/// `#[serde(serialize_with = "…")]` on a record's key.
+pub fn as_client_id<S: serde::Serializer>(stored: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(client_scope(stored))
+}
+
+impl SessionKey {
+    /// Serialises the key as the client's id (for `serialize_with`).
+    pub fn as_client_id<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.id())
+    }
+}
+
 /// The prefix of a client tool's name as the model sees it: no tool of the
 /// service's has it, so a client's tool cannot shadow one.
 pub const CLIENT_TOOL_PREFIX: &str = "client__";

@@ -31,11 +31,13 @@ pub struct NewMemory {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct MemoryRecord {
     pub id: String,
+    #[serde(serialize_with = "crate::ids::as_client_id")]
     pub scope: String,
     /// `fact` or `preference`.
     pub kind: String,
     pub key: String,
     pub content: String,
+    #[serde(serialize_with = "crate::ids::as_client_id")]
     pub source_session_id: String,
     pub source_turn_id: String,
     pub created_at: DateTime<Utc>,
@@ -120,6 +122,7 @@ pub struct JobSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct JudgementRecord {
     pub id: String,
+    #[serde(serialize_with = "crate::ids::as_client_id")]
     pub session_id: String,
     pub turn_id: String,
     pub judge: String,
@@ -139,6 +142,7 @@ pub struct JudgementRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct ObservationRecord {
     pub id: String,
+    #[serde(serialize_with = "crate::ids::as_client_id")]
     pub session_id: String,
     /// `chat_message:{assistant message id}`: the stored answer.
     pub source_id: String,

@@ -243,6 +243,7 @@ pub struct NewCheckpoint {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct CheckpointRecord {
     pub id: String,
+    #[serde(serialize_with = "crate::ids::as_client_id")]
     pub session_id: String,
     pub turn_id: String,
     /// The call whose write it was taken before (for a restore's own
@@ -275,6 +276,7 @@ pub struct DecisionRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct ArtifactRecord {
     pub id: String,
+    #[serde(serialize_with = "crate::ids::as_client_id")]
     pub session_id: String,
     pub turn_id: String,
     pub call_id: String,
@@ -330,7 +332,7 @@ pub struct TurnRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(as = SessionView)]
 pub struct SessionRecord {
-    #[serde(rename = "session_id")]
+    #[serde(rename = "session_id", serialize_with = "crate::ids::as_client_id")]
     pub id: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

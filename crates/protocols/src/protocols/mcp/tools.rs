@@ -271,10 +271,7 @@ pub(super) async fn list_sessions(
         Ok(Some(limit)) if (1..=LIST_MAX).contains(&limit) => limit,
         Ok(Some(_)) | Err(_) => return Ok(Err("`limit` must be between 1 and 100".into())),
     };
-    let mut sessions = app.turns.list_sessions(&tenant.0, limit).await?;
-    for session in &mut sessions {
-        session.id = SessionKey::from_stored(&session.id).id().to_owned();
-    }
+    let sessions = app.turns.list_sessions(&tenant.0, limit).await?;
     let text = serde_json::to_string_pretty(&sessions).unwrap_or_default();
     let listed = to_value(&SessionList { sessions });
     Ok(Ok(result(text, Some(listed), false)))
@@ -319,10 +316,9 @@ pub(super) async fn get_session(
     let Ok(session_id) = parse_session_id(&raw, tenant) else {
         return Ok(Ok(text_result("session not found", true)));
     };
-    let Some(mut session) = app.turns.get_session(&session_id).await? else {
+    let Some(session) = app.turns.get_session(&session_id).await? else {
         return Ok(Ok(text_result("session not found", true)));
     };
-    session.id = session_id.id().to_owned();
     let messages = app.turns.recent_messages(&session_id, 20).await?;
     let view = SessionView {
         session,

@@ -65,7 +65,8 @@ impl EventLog for PostgresStore {
                 return Ok(Vec::new());
             }
             // However many turns end in the batch, four round trips: BEGIN,
-            // the sessions' locks, one statement for everything, COMMIT.
+            // the sessions' locks, one statement for everything (webhook
+            // messages included), COMMIT.
             let mut tx = self.begin_write().await?;
             // Rows are locked in one order everywhere: a session before its
             // turns, sessions by id (see `lock_session`). In a statement of
@@ -83,12 +84,11 @@ impl EventLog for PostgresStore {
             // The batch's events as rows (runs among them), as a batch
             // with no end writes them.
             let rows = as_rows(events.iter().map(|e| &**e))?;
-            let (ended, _): (Vec<String>, i64) = finish_statement(&rows, finishes, leases)
+            // The webhook messages in the same statement: no round trip
+            // of their own.
+            let (ended, _): (Vec<String>, i64) = finish_statement(&rows, finishes, leases, &routes)
                 .fetch_one(&mut *tx)
                 .await?;
-            if !routes.is_empty() {
-                insert_deliveries(&mut *tx, &routes).await?;
-            }
             tx.commit().await?;
             Ok(finishes
                 .iter()

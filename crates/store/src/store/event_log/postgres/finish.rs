@@ -4,7 +4,7 @@
 use sqlx::Postgres;
 
 use super::{EventColumns, LeaseColumns};
-use crate::store::{Lease, TurnFinish, event_log::runs::Row};
+use crate::store::{Lease, TurnFinish, event_log::runs::Row, webhooks::Route};
 
 /// The statement that ends a batch's turns ([`finish_statement`]).
 const FINISH: &str = include_str!("finish.sql");
@@ -27,6 +27,7 @@ pub(super) fn finish_statement<'q>(
     rows: &'q [Row<'q>],
     finishes: &'q [&'q TurnFinish],
     leases: &'q [Lease],
+    routes: &'q [Route<'q>],
 ) -> sqlx::query::QueryAs<'q, Postgres, (Vec<String>, i64), sqlx::postgres::PgArguments> {
     let mut turn_id = Vec::with_capacity(finishes.len());
     let mut session_id = Vec::with_capacity(finishes.len());
@@ -186,6 +187,40 @@ pub(super) fn finish_statement<'q>(
         .bind(leases.turn_id)
         .bind(leases.attempt)
         .bind(events.seq_end)
+        .bind(
+            routes
+                .iter()
+                .map(|r| r.message.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(routes.iter().map(|r| r.tenant).collect::<Vec<_>>())
+        .bind(
+            routes
+                .iter()
+                .map(|r| r.event.session_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(routes.iter().map(|r| r.event.seq).collect::<Vec<_>>())
+        .bind(
+            routes
+                .iter()
+                .map(|r| r.event.turn_id.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(routes.iter().map(|r| r.kind).collect::<Vec<_>>())
+        .bind(
+            routes
+                .iter()
+                .map(|r| r.event.created_at)
+                .collect::<Vec<_>>(),
+        )
+        .bind(routes.iter().map(|r| r.wanted).collect::<Vec<_>>())
+        .bind(
+            routes
+                .iter()
+                .map(|r| r.event.is_terminal())
+                .collect::<Vec<_>>(),
+        )
 }
 
 #[cfg(test)]
@@ -195,7 +230,7 @@ mod tests {
     /// What each of `finish.sql`'s binds is, in order: `alias.column` of the
     /// `unnest` it feeds (`f` the ending turns, `m` their messages, `d` their
     /// decisions, `e` the batch's events, `o` observations, `j` jobs).
-    const FINISH_BINDS: [&str; 47] = [
+    const FINISH_BINDS: [&str; 56] = [
         "f.turn_id",
         "f.session_id",
         "f.status",
@@ -243,6 +278,15 @@ mod tests {
         "l.turn_id",
         "l.attempt",
         "e.seq_end",
+        "r.id",
+        "r.tenant",
+        "r.session_id",
+        "r.seq",
+        "r.turn_id",
+        "r.kind",
+        "r.created_at",
+        "r.wanted",
+        "r.terminal",
     ];
 
     /// The header of `finish.sql` as (bind number, name, type).

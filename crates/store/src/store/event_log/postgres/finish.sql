@@ -53,6 +53,15 @@
 --   $45  l.turn_id         text[]
 --   $46  l.attempt         int4[]
 --   $47  e.seq_end         int8[]
+--   $48  r.id              text[]
+--   $49  r.tenant          text[]
+--   $50  r.session_id      text[]
+--   $51  r.seq             int8[]
+--   $52  r.turn_id         text[]
+--   $53  r.kind            text[]
+--   $54  r.created_at      timestamptz[]
+--   $55  r.wanted          text[]
+--   $56  r.terminal        bool[]
 WITH f AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
   $6::text[], $7::timestamptz[], $8::float8[], $9::int8[], $44::int4[])
@@ -121,6 +130,21 @@ WITH f AS (
   $42::text[], $43::timestamptz[])
   AS j(id, owner, kind, session_id, turn_id, payload, at)
   WHERE j.owner IN (SELECT id FROM ended)
+), routed AS (
+-- The webhook messages of the events written here: a turn's end with its
+-- end, a wait with its (leased) turn's events.
+  INSERT INTO webhook_deliveries (id, webhook_id, tenant, session_id, seq, kind,
+  created_at, next_at, share_key)
+  SELECT r.id, w.id, r.tenant, r.session_id, r.seq, r.kind, r.created_at, r.created_at,
+  CASE WHEN w.tenant = '*' THEN '*' ELSE r.tenant END
+  FROM unnest($48::text[], $49::text[], $50::text[], $51::int8[], $52::text[],
+  $53::text[], $54::timestamptz[], $55::text[], $56::bool[])
+  AS r(id, tenant, session_id, seq, turn_id, kind, created_at, wanted, terminal)
+  JOIN webhooks w ON (w.tenant = '*' OR w.tenant = r.tenant)
+  AND position(r.wanted IN w.events) > 0
+  WHERE r.turn_id IN (SELECT id FROM leased)
+  AND (NOT r.terminal OR r.turn_id IN (SELECT id FROM ended))
+  ON CONFLICT DO NOTHING
 )
 SELECT ARRAY(SELECT id FROM ended
   UNION SELECT turn_id FROM stored WHERE terminal),
