@@ -5,13 +5,111 @@ use axum::{
     extract::State,
     response::{IntoResponse, Response},
 };
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::{EXTENDED_AGENT_CARD_NOT_CONFIGURED, RpcError, VERSION};
 use crate::{protocols::Shared, tools::EffectClass};
 
 /// The extension that lets a client declare tools it runs itself.
 pub const CLIENT_TOOLS_EXTENSION: &str = "urn:agent-harness:a2a:client-tools:v1";
+
+/// An `AgentCard` (A2A 1.0).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct AgentCard {
+    name: &'static str,
+    description: &'static str,
+    version: &'static str,
+    supported_interfaces: [AgentInterface; 2],
+    capabilities: AgentCapabilities,
+    default_input_modes: [&'static str; 1],
+    default_output_modes: [&'static str; 2],
+    skills: Vec<Skill>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    security_schemes: Option<SecuritySchemes>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    security_requirements: Option<[SecurityRequirement; 1]>,
+}
+
+/// An `AgentInterface`: where a binding is served.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentInterface {
+    url: String,
+    protocol_binding: &'static str,
+    protocol_version: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentCapabilities {
+    streaming: bool,
+    push_notifications: bool,
+    extended_agent_card: bool,
+    extensions: [AgentExtension; 1],
+}
+
+#[derive(Debug, Serialize)]
+struct AgentExtension {
+    uri: &'static str,
+    description: &'static str,
+    required: bool,
+}
+
+/// A skill: one the operator declares (`HARNESS_AGENT_SKILLS`, its JSON
+/// as given), or one of the service's own.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Skill {
+    Declared(Value),
+    Own(AgentSkill),
+}
+
+/// An `AgentSkill` of the service's own.
+#[derive(Debug, Serialize)]
+struct AgentSkill {
+    id: String,
+    name: String,
+    description: String,
+    tags: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    examples: Vec<&'static str>,
+}
+
+/// `securitySchemes`: a bearer key.
+#[derive(Debug, Serialize)]
+struct SecuritySchemes {
+    bearer: SecurityScheme,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SecurityScheme {
+    http_auth_security_scheme: HttpAuth,
+}
+
+#[derive(Debug, Serialize)]
+struct HttpAuth {
+    scheme: &'static str,
+    description: &'static str,
+}
+
+/// `securityRequirements`: the bearer key, no scopes.
+#[derive(Debug, Serialize)]
+struct SecurityRequirement {
+    schemes: RequiredSchemes,
+}
+
+#[derive(Debug, Serialize)]
+struct RequiredSchemes {
+    bearer: Scopes,
+}
+
+#[derive(Debug, Serialize)]
+struct Scopes {
+    list: [&'static str; 0],
+}
 
 /// The public agent card: who this agent is, the skills the operator
 /// declares, and how to call it. It is built from `HARNESS_PUBLIC_URL`,
@@ -42,76 +140,80 @@ pub(super) async fn agent_card_at_endpoint(state: State<Shared>) -> Response {
 
 /// The skills the operator declares (`HARNESS_AGENT_SKILLS`), else one
 /// `chat` skill.
-fn declared_skills(app: &Shared) -> Vec<Value> {
+fn declared_skills(app: &Shared) -> Vec<Skill> {
     match &app.settings.server.agent_skills {
-        Some(skills) => skills.0.clone(),
-        None => vec![json!({
-            "id": "chat",
-            "name": "Chat",
-            "description": "Answers a message in a conversation (the context), searching the \
-                            notes it holds and using its tools on the way; cites its sources.",
-            "tags": ["chat", "research"],
-            "examples": ["Plan a Paris trip", "What do my notes say about Lyon?"],
+        Some(skills) => skills.0.iter().cloned().map(Skill::Declared).collect(),
+        None => vec![Skill::Own(AgentSkill {
+            id: "chat".to_owned(),
+            name: "Chat".to_owned(),
+            description: "Answers a message in a conversation (the context), searching the \
+                          notes it holds and using its tools on the way; cites its sources."
+                .to_owned(),
+            tags: vec!["chat", "research"],
+            examples: vec!["Plan a Paris trip", "What do my notes say about Lyon?"],
         })],
     }
 }
 
-fn public_card(app: &Shared) -> Value {
-    let mut card = json!({
-        "name": "agent-harness",
-        "description": "An LLM agent: each message in a context runs one turn of a \
-                        tool-using agent, streamed and kept in its log.",
-        "version": env!("CARGO_PKG_VERSION"),
-        "supportedInterfaces": [
-            {
-                "url": format!("{}/a2a", app.settings.server.public_url()),
-                "protocolBinding": "JSONRPC",
-                "protocolVersion": VERSION,
-            },
-            {
-                // The HTTP+JSON routes are at the paths the specification
-                // gives, from the root (`/message:send`, `/tasks/{id}`).
-                "url": app.settings.server.public_url(),
-                "protocolBinding": "HTTP+JSON",
-                "protocolVersion": VERSION,
-            },
+fn public_card(app: &Shared) -> AgentCard {
+    let server = &app.settings.server;
+    let interface = |url: String, protocol_binding| AgentInterface {
+        url,
+        protocol_binding,
+        protocol_version: VERSION,
+    };
+    let keyed = server.auth_required();
+    AgentCard {
+        name: "agent-harness",
+        description: "An LLM agent: each message in a context runs one turn of a tool-using \
+                      agent, streamed and kept in its log.",
+        version: env!("CARGO_PKG_VERSION"),
+        supported_interfaces: [
+            interface(format!("{}/a2a", server.public_url()), "JSONRPC"),
+            // The HTTP+JSON routes are at the paths the specification
+            // gives, from the root (`/message:send`, `/tasks/{id}`).
+            interface(server.public_url(), "HTTP+JSON"),
         ],
-        "capabilities": {
-            "streaming": true,
-            "pushNotifications": true,
+        capabilities: AgentCapabilities {
+            streaming: true,
+            push_notifications: true,
             // Only where a caller can be authenticated: the tool inventory
             // is for callers with a key.
-            "extendedAgentCard": app.settings.server.auth_required(),
-            "extensions": [{
-                "uri": CLIENT_TOOLS_EXTENSION,
-                "description": "Tools the client runs: declare them in the request's \
-                                metadata.clientTools ({name, description, parameters, \
-                                effect}); a call of one puts the task in input-required \
-                                (a data part: call_id, tool, arguments, runs: client), \
-                                answered by a message in the task with a data part \
-                                {call_id, output, is_error}.",
-                "required": false,
+            extended_agent_card: keyed,
+            extensions: [AgentExtension {
+                uri: CLIENT_TOOLS_EXTENSION,
+                description: "Tools the client runs: declare them in the request's \
+                              metadata.clientTools ({name, description, parameters, effect}); \
+                              a call of one puts the task in input-required (a data part: \
+                              call_id, tool, arguments, runs: client), answered by a message \
+                              in the task with a data part {call_id, output, is_error}.",
+                required: false,
             }],
         },
-        "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain", "application/json"],
-        "skills": declared_skills(app),
-    });
-    if app.settings.server.auth_required() {
-        card["securitySchemes"] = json!({"bearer": {"httpAuthSecurityScheme": {
-            "scheme": "Bearer",
-            "description": "An API key of the service (`agent-harness keys create`)",
-        }}});
-        card["securityRequirements"] = json!([{"schemes": {"bearer": {"list": []}}}]);
+        default_input_modes: ["text/plain"],
+        default_output_modes: ["text/plain", "application/json"],
+        skills: declared_skills(app),
+        security_schemes: keyed.then_some(SecuritySchemes {
+            bearer: SecurityScheme {
+                http_auth_security_scheme: HttpAuth {
+                    scheme: "Bearer",
+                    description: "An API key of the service (`agent-harness keys create`)",
+                },
+            },
+        }),
+        security_requirements: keyed.then_some([SecurityRequirement {
+            schemes: RequiredSchemes {
+                bearer: Scopes { list: [] },
+            },
+        }]),
     }
-    card
 }
 
 /// The extended card (`GetExtendedAgentCard`, behind the key): the
 /// public card, and a skill for each tool the agent may use. With keys
 /// off no caller can be authenticated, so there is none (the public card
 /// does not announce it): `ExtendedAgentCardNotConfiguredError`.
-pub(super) fn extended_card(app: &Shared) -> Result<Value, RpcError> {
+pub(super) fn extended_card(app: &Shared) -> Result<AgentCard, RpcError> {
     if !app.settings.server.auth_required() {
         return Err(RpcError::new(
             EXTENDED_AGENT_CARD_NOT_CONFIGURED,
@@ -131,15 +233,14 @@ pub(super) fn extended_card(app: &Shared) -> Result<Value, RpcError> {
                 EffectClass::Network => "network",
                 EffectClass::Destructive => "destructive",
             };
-            json!({
-                "id": spec.name,
-                "name": spec.name,
-                "description": spec.description,
-                "tags": ["tool", effect],
+            Skill::Own(AgentSkill {
+                id: spec.name.clone(),
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                tags: vec!["tool", effect],
+                examples: Vec::new(),
             })
         });
-    if let Some(skills) = card["skills"].as_array_mut() {
-        skills.extend(tools);
-    }
+    card.skills.extend(tools);
     Ok(card)
 }
