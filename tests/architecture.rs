@@ -605,3 +605,83 @@ fn a_planted_long_file_is_found() {
     assert_eq!(long.len(), 1, "{long:#?}");
     assert!(long[0].contains("ids.rs"), "{long:#?}");
 }
+
+/// Each place outside a test where the protocols read JSON by index
+/// (`value["field"]`) or build it with `json!`: they read into types and
+/// say typed chunks (docs/development.md, "A protocol").
+fn untyped_json(src: &Path) -> Vec<String> {
+    struct Found<'a> {
+        file: &'a Path,
+        out: Vec<String>,
+    }
+    impl<'ast> Visit<'ast> for Found<'_> {
+        fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+            if !for_tests(&item.attrs) {
+                syn::visit::visit_item_mod(self, item);
+            }
+        }
+        fn visit_expr_index(&mut self, index: &'ast syn::ExprIndex) {
+            if let syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(field),
+                ..
+            }) = &*index.index
+            {
+                let line = field.span().start().line;
+                self.out.push(format!(
+                    "{}:{line}: [{:?}]",
+                    self.file.display(),
+                    field.value()
+                ));
+            }
+            syn::visit::visit_expr_index(self, index);
+        }
+        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+            if mac.path.segments.last().is_some_and(|s| s.ident == "json") {
+                let line = mac.path.segments[0].ident.span().start().line;
+                self.out
+                    .push(format!("{}:{line}: json!", self.file.display()));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let parsed = syn::parse_file(&text).unwrap();
+        let mut found = Found {
+            file,
+            out: Vec::new(),
+        };
+        found.visit_file(&parsed);
+        out.extend(found.out);
+    }
+    out
+}
+
+/// The protocols read into types and answer with typed chunks.
+#[test]
+fn the_protocols_read_and_write_typed_json() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let found = untyped_json(&root.join("crates/protocols/src"));
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// The check finds an index read and a `json!` planted in a protocol.
+#[test]
+fn a_planted_json_read_is_found() {
+    let (_scratch, copy) = scratch_copy();
+    let protocols = copy.join("crates/protocols/src");
+    assert!(untyped_json(&protocols).is_empty());
+    let path = protocols.join("protocols/parts.rs");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(
+        "\nfn planted(v: &serde_json::Value) -> serde_json::Value {\n    \
+         serde_json::json!({\"a\": v[\"field\"]})\n}\n",
+    );
+    std::fs::write(&path, text).unwrap();
+    let found = untyped_json(&protocols);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].contains("json!"), "{found:#?}");
+}

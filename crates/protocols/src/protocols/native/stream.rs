@@ -76,17 +76,30 @@ pub const UNREADABLE_LOG_CODE: &str = "event_log_unavailable";
 /// without `id:` or `seq` (it is not in the log: the turn's stored outcome
 /// may still differ, and a resume starts after the last real event).
 fn unreadable_log_frame(turn: &TurnRef) -> Bytes {
-    let data = serde_json::json!({
-        "session_id": turn.session_id,
-        "turn_id": turn.turn_id,
-        "created_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-        "type": "turn.failed",
-        "code": UNREADABLE_LOG_CODE,
-        "message": "the event log cannot be read, so this stream ends here; the turn's \
-             stored status may differ: look it up, or resume with Last-Event-ID, once the \
-             service is ready",
-    });
-    Bytes::from(format!("event: turn.failed\ndata: {data}\n\n"))
+    /// The frame's data: a `turn.failed` envelope of no seq.
+    #[derive(serde::Serialize)]
+    struct Unreadable<'a> {
+        code: &'static str,
+        created_at: String,
+        message: &'static str,
+        session_id: &'a str,
+        turn_id: Uuid,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    }
+    let data = Unreadable {
+        code: UNREADABLE_LOG_CODE,
+        created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        message: "the event log cannot be read, so this stream ends here; the turn's stored \
+                  status may differ: look it up, or resume with Last-Event-ID, once the \
+                  service is ready",
+        session_id: &turn.session_id,
+        turn_id: turn.turn_id,
+        kind: "turn.failed",
+    };
+    let mut frame = b"event: turn.failed\n".to_vec();
+    frame.extend_from_slice(&super::super::data_frame(&data));
+    Bytes::from(frame)
 }
 
 #[cfg(test)]
