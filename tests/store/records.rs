@@ -297,3 +297,56 @@ crate::on_both_backends!(
     message_search_matches_any_term_newest_first,
     artifacts_and_decisions_are_kept_per_session,
 );
+
+/// The records the API answers carry the id a tenant knows its session
+/// by, whatever key the store holds them under.
+#[test]
+fn records_are_served_with_the_clients_ids() {
+    let at = Utc::now();
+    let served = |record: serde_json::Value, field: &str| record[field].clone();
+    let checkpoint = harness_store::store::CheckpointRecord {
+        id: "c1".into(),
+        session_id: "acme/s-1".into(),
+        turn_id: "t".into(),
+        call_id: "k".into(),
+        tool: "write_note".into(),
+        path: "a.md".into(),
+        existed: true,
+        bytes: None,
+        created_at: at,
+        restored_at: None,
+    };
+    let artifact = harness_store::store::ArtifactRecord {
+        id: "a1".into(),
+        session_id: "acme/s-1".into(),
+        turn_id: "t".into(),
+        call_id: "k".into(),
+        tool: "web_fetch".into(),
+        content: "x".into(),
+        created_at: at,
+    };
+    let observation = harness_store::store::ObservationRecord {
+        id: "o1".into(),
+        session_id: "acme/s-1".into(),
+        source_id: "chat_message:1".into(),
+        user_text: "q".into(),
+        assistant_text: "a".into(),
+        created_at: at,
+    };
+    for record in [
+        serde_json::to_value(&checkpoint).unwrap(),
+        serde_json::to_value(&artifact).unwrap(),
+        serde_json::to_value(&observation).unwrap(),
+    ] {
+        assert_eq!(served(record, "session_id"), "s-1");
+    }
+    // The default tenant's keys are the ids themselves.
+    let default = harness_store::store::ObservationRecord {
+        session_id: "s-2".into(),
+        ..observation
+    };
+    assert_eq!(
+        served(serde_json::to_value(&default).unwrap(), "session_id"),
+        "s-2"
+    );
+}

@@ -20,7 +20,7 @@
 mod events;
 
 use axum::{Extension, extract::State, response::Response};
-use events::{Custom, Event, Interrupt, InterruptTool, Outcome, RunResult, response_schema};
+use events::{Custom, Event, Interrupt, InterruptTool, Outcome, RESPONSE_SCHEMA, RunResult};
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -346,7 +346,7 @@ impl EndsAtClientCall for Encoder {
             reason: "tool_approval",
             message: format!("{tool} waits for your approval"),
             tool_call_id: call_id.to_owned(),
-            response_schema: response_schema(),
+            response_schema: RESPONSE_SCHEMA,
             metadata: InterruptTool {
                 tool: tool.to_owned(),
                 arguments: arguments.clone(),

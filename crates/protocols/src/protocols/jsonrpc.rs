@@ -42,6 +42,20 @@ pub struct ErrorObject<'a> {
     pub data: Option<Value>,
 }
 
+/// JSON written in the source (a form's or a schema's text), said as it
+/// is written: borrowed, never parsed into a `Value` to be printed again.
+/// A test of each constant's holds it to be JSON.
+#[derive(Debug, Clone, Copy)]
+pub struct JsonText(pub &'static str);
+
+impl Serialize for JsonText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let raw: &serde_json::value::RawValue =
+            serde_json::from_str(self.0).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
+    }
+}
+
 /// A result with nothing in it: `{}`.
 #[derive(Debug, Default, Serialize)]
 pub struct Empty {}

@@ -330,6 +330,15 @@ mod tests {
         )
         .unwrap();
         assert!(snake.metadata.client_tools.is_none());
+        // A field named both ways is refused, as protobuf's parsers refuse
+        // it: no guess which one the client meant.
+        let both = parse::<super::super::wire::TaskQuery>(
+            serde_json::from_str(r#"{"id": "t", "historyLength": 1, "history_length": 2}"#)
+                .unwrap(),
+        );
+        let RpcError(code, message) = both.unwrap_err();
+        assert_eq!(code, INVALID_PARAMS);
+        assert!(message.contains("historyLength"), "{message}");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::protocols::jsonrpc::JsonText;
+
 /// An AG-UI event.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
@@ -96,7 +98,7 @@ pub(super) struct Interrupt {
     pub reason: &'static str,
     pub message: String,
     pub tool_call_id: String,
-    pub response_schema: &'static serde_json::value::RawValue,
+    pub response_schema: JsonText,
     pub metadata: InterruptTool,
 }
 
@@ -107,7 +109,9 @@ pub(super) struct InterruptTool {
 }
 
 /// What a `resume` payload holds, as the interrupt says it.
-const RESPONSE_SCHEMA: &str = r#"{"type":"object","properties":{"approved":{"type":"boolean"},"reason":{"type":"string","maxLength":1000}},"required":["approved"]}"#;
+pub(super) const RESPONSE_SCHEMA: JsonText = JsonText(
+    r#"{"type":"object","properties":{"approved":{"type":"boolean"},"reason":{"type":"string","maxLength":1000}},"required":["approved"]}"#,
+);
 
 /// A `CUSTOM` event's value.
 #[derive(Debug, Serialize)]
@@ -126,12 +130,13 @@ pub(super) enum Custom {
     },
 }
 
-/// The interrupt's `responseSchema`, parsed once.
-pub(super) fn response_schema() -> &'static serde_json::value::RawValue {
-    static SCHEMA: std::sync::LazyLock<Box<serde_json::value::RawValue>> =
-        std::sync::LazyLock::new(|| {
-            serde_json::value::RawValue::from_string(RESPONSE_SCHEMA.to_owned())
-                .unwrap_or_else(|_| Box::default())
-        });
-    &SCHEMA
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interrupts_response_schema_is_json_said_as_written() {
+        let said = serde_json::to_value(RESPONSE_SCHEMA).unwrap();
+        assert_eq!(said.pointer("/required/0"), Some(&Value::from("approved")));
+    }
 }

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::protocols::jsonrpc::Version;
+use crate::protocols::jsonrpc::{JsonText, Version};
 
 /// A JSON-RPC message as it comes, before it is known to be one: each
 /// field as given (checked by who reads it).
@@ -125,7 +125,7 @@ pub struct Updated<'a> {
 pub struct Elicitation {
     pub mode: &'static str,
     pub message: String,
-    pub requested_schema: &'static serde_json::value::RawValue,
+    pub requested_schema: JsonText,
 }
 
 /// An input request of 2026-07-28: an elicitation without an id.
@@ -142,15 +142,10 @@ impl Elicitation {
     /// A form asking a person to approve a call: `approve`, and a
     /// `reason` of up to 1,000 characters.
     pub fn approval(message: String) -> Self {
-        static FORM: std::sync::LazyLock<Box<serde_json::value::RawValue>> =
-            std::sync::LazyLock::new(|| {
-                serde_json::value::RawValue::from_string(APPROVAL_FORM.to_owned())
-                    .unwrap_or_else(|_| Box::default())
-            });
         Self {
             mode: "form",
             message,
-            requested_schema: &FORM,
+            requested_schema: JsonText(APPROVAL_FORM),
         }
     }
 }
