@@ -7,6 +7,7 @@
 pub(crate) mod admin;
 mod auth;
 mod conn_timer;
+pub mod files;
 mod health;
 mod inflight;
 mod limits;
@@ -72,6 +73,7 @@ pub use revocable::watch_revoked;
         (name = "a2a", description = "A2A 1.0 (JSON-RPC): a task is a turn, its context the session"),
         (name = "mcp", description = "The service as an MCP server (streamable HTTP): its `ask` tool runs a turn"),
         (name = "responses", description = "The OpenAI Responses API: a response is a turn, its conversation the session"),
+        (name = "files", description = "A tenant's files: images, PDFs and text a turn's messages name"),
         (name = "operations", description = "Probes and the API description"),
     ),
     components(schemas(Problem, TurnEvent, EventEnvelope, EventStream))
@@ -87,6 +89,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(tools::router())
         .merge(usage::router())
         .merge(webhooks::router())
+        .merge(files::router())
         .merge(memory::router())
         .merge(users::router())
         .merge(admin::router())
@@ -318,7 +321,10 @@ pub fn router(app: AppState) -> Router {
         .layer(Extension(BodyTimeout(body_timeout)))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
-            body_limit,
+            limits::BodyLimits {
+                body: body_limit,
+                file: app.settings.server.file_max_bytes,
+            },
             limits::request_head,
         ))
         .layer(PropagateRequestIdLayer::x_request_id())

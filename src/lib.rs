@@ -10,7 +10,7 @@
 
 use harness_base::{events, ids, providers, signing, when_woken};
 use harness_core::{
-    background, config, harness, metrics, outbox, runner, service, telemetry, tools, vault,
+    background, config, files, harness, metrics, outbox, runner, service, telemetry, tools, vault,
 };
 use harness_protocols::protocols;
 use harness_store::store;

@@ -48,7 +48,7 @@ const LAYERS: &[&[&str]] = &[
     // harness-store
     &["store"],
     // harness-core
-    &["metrics", "vault"],
+    &["metrics", "vault", "files"],
     &["tools"],
     &["hooks"],
     &["background", "outbox"],

@@ -24,11 +24,20 @@ pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 /// afford each.
 pub const HYPER_MAX_HEAD_BYTES: usize = 64 * 1024;
 
+/// The bodies a request may announce.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// Any request's but an upload's.
+    pub body: usize,
+    /// An upload's file (`POST /files`), its form around it aside.
+    pub file: u64,
+}
+
 /// Refuses an over-long URI (414), over-large headers (431), or a body
-/// whose announced length is over `body_limit` (413, before a client that
+/// whose announced length is over its limit (413, before a client that
 /// sent `Expect: 100-continue` is told to send it).
 pub async fn request_head(
-    State(body_limit): State<usize>,
+    State(limits): State<BodyLimits>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
@@ -52,8 +61,13 @@ pub async fn request_head(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|length| length > body_limit as u64) {
-        return Err(ApiError::PayloadTooLarge(body_limit));
+    if super::files::is_upload(request.method(), request.uri().path()) {
+        let most = limits.file.saturating_add(super::files::UPLOAD_OVERHEAD);
+        if announced.is_some_and(|length| length > most) {
+            return Err(ApiError::FileTooLarge(limits.file));
+        }
+    } else if announced.is_some_and(|length| length > limits.body as u64) {
+        return Err(ApiError::PayloadTooLarge(limits.body));
     }
     Ok(next.run(request).await)
 }

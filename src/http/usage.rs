@@ -55,6 +55,16 @@ pub struct UsageView {
     /// Its limits in force (its own over the service's defaults); a limit
     /// that is null does not apply.
     pub limits: TenantLimits,
+    /// What its files take.
+    pub files: FileUsage,
+}
+
+/// What a tenant's files take, the same bytes counted once.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FileUsage {
+    pub bytes: u64,
+    /// `HARNESS_TENANT_FILE_BYTES`.
+    pub limit: u64,
 }
 
 /// What the caller's tenant used today and this month (UTC; counted as
@@ -76,6 +86,10 @@ async fn get_usage(
         today: UsageSpan::of(today, today, store.usage(&tenant.0, today, today).await?),
         month: UsageSpan::of(first, today, store.usage(&tenant.0, first, today).await?),
         limits: app.runner.tenant_limits(&tenant.0).await?,
+        files: FileUsage {
+            bytes: store.stored_file_bytes(&tenant.0).await?,
+            limit: app.settings.server.tenant_file_bytes,
+        },
         tenant: tenant.0,
     }))
 }

@@ -1,7 +1,7 @@
 //! `DELETE /users/{user_id}`: a user forgotten, within the caller's
 //! tenant: every session in which they asked a turn (`user_id`), erased
-//! whole as `DELETE /sessions/{id}` erases one, and the memories of their
-//! scope (`user:{user_id}`).
+//! whole as `DELETE /sessions/{id}` erases one, the memories of their
+//! scope (`user:{user_id}`), and the files uploaded with their `user_id`.
 
 use axum::{
     Extension,
@@ -76,13 +76,21 @@ async fn erase_user(
     }
     let scope = tenant_scope(&tenant.0, &format!("user:{}", user.as_str()));
     let forgotten = app.store.delete_memories(&scope, None).await?;
-    tracing::info!(sessions = erased, memories = forgotten, "user erased");
-    if erased == 0 && forgotten == 0 {
+    let files = app.store.erase_user_files(&tenant.0, user.as_str()).await?;
+    tracing::info!(
+        sessions = erased,
+        memories = forgotten,
+        files,
+        "user erased"
+    );
+    if erased == 0 && forgotten == 0 && files == 0 {
         return Err(ApiError::UserNotFound);
     }
     let entry = AuditEntry::new(&tenant.0, kinds::USER_ERASED)
         .subject(user.as_str())
-        .outcome(format!("{erased} sessions, {forgotten} memories"));
+        .outcome(format!(
+            "{erased} sessions, {forgotten} memories, {files} files"
+        ));
     app.store.record(entry).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -1,4 +1,4 @@
-//! The HTTP edge: keys and tenants, limits, CORS, errors, the OpenAPI document, admin routes, export and erase, webhooks.
+//! The HTTP edge: keys and tenants, limits, CORS, errors, the OpenAPI document, admin routes, export and erase, webhooks, files.
 
 pub(crate) mod admin;
 pub(crate) mod auth;
@@ -7,6 +7,7 @@ pub(crate) mod cors;
 pub(crate) mod erase;
 pub(crate) mod errors;
 pub(crate) mod export;
+pub(crate) mod files;
 pub(crate) mod openapi;
 pub(crate) mod quickstart;
 pub(crate) mod tenant_limits;

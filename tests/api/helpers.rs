@@ -642,3 +642,89 @@ pub async fn note_changes_said(vault: &std::path::Path, stream: &mut SseStream) 
     );
     assert_eq!(updated["params"]["uri"], "vault:///notes/a.md");
 }
+
+/// A field of a form: its name, its file's name and content type when it
+/// is a file, its bytes.
+pub type FormPart<'a> = (&'a str, Option<&'a str>, Option<&'a str>, &'a [u8]);
+
+/// A `multipart/form-data` body of `parts`: the body's content type and
+/// its bytes.
+pub fn form(parts: &[FormPart<'_>]) -> (String, Vec<u8>) {
+    let boundary = "harness-test-boundary-7d1c";
+    let mut body = Vec::new();
+    for (name, filename, content_type, bytes) in parts {
+        body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        let mut disposition = format!("Content-Disposition: form-data; name=\"{name}\"");
+        if let Some(filename) = filename {
+            disposition.push_str(&format!("; filename=\"{filename}\""));
+        }
+        body.extend_from_slice(disposition.as_bytes());
+        body.extend_from_slice(b"\r\n");
+        if let Some(content_type) = content_type {
+            body.extend_from_slice(format!("Content-Type: {content_type}\r\n").as_bytes());
+        }
+        body.extend_from_slice(b"\r\n");
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+impl TestApp {
+    /// `POST path` of a form (see [`form`]) with `client`: the status and
+    /// the answer's JSON.
+    pub async fn upload_with(
+        &self,
+        client: &reqwest::Client,
+        path: &str,
+        parts: &[FormPart<'_>],
+    ) -> (u16, Value) {
+        let (content_type, body) = form(parts);
+        let response = client
+            .post(self.url(path))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Uploads `bytes` as a file of `name` and `content_type` to `/files`.
+    pub async fn upload(&self, name: &str, content_type: &str, bytes: &[u8]) -> (u16, Value) {
+        let parts = [("file", Some(name), Some(content_type), bytes)];
+        self.upload_with(&self.client, "/files", &parts).await
+    }
+
+    /// `GET path`: the status, the content type and the bytes.
+    pub async fn get_bytes(&self, path: &str) -> (u16, String, Vec<u8>) {
+        let response = self.client.get(self.url(path)).send().await.unwrap();
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (
+            status,
+            content_type,
+            response.bytes().await.unwrap().to_vec(),
+        )
+    }
+}
+
+/// `n` bytes of a PNG: its signature, then bytes that repeat rarely.
+pub fn png_of(n: usize) -> Vec<u8> {
+    let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut x: u32 = 2_463_534_242;
+    while bytes.len() < n {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        bytes.push((x >> 24) as u8);
+    }
+    bytes.truncate(n);
+    bytes
+}

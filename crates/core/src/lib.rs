@@ -11,6 +11,7 @@ use harness_store::store;
 
 pub mod background;
 pub mod config;
+pub mod files;
 pub mod harness;
 pub mod hooks;
 pub mod metrics;

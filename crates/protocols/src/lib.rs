@@ -6,6 +6,6 @@
 //! that rule.
 
 use harness_base::{events, ids, providers, turn};
-use harness_core::{config, metrics, outbox, service, tools, vault};
+use harness_core::{config, files, metrics, outbox, service, tools, vault};
 
 pub mod protocols;

@@ -10,6 +10,7 @@
 //! | memories, background jobs, judgements | [`Jobs`] | [`jobs`] |
 //! | the vault's index | [`VaultIndex`] | [`vault`] |
 //! | keys, approvals, checkpoints, artifacts | [`Access`] | [`access`] |
+//! | files and their bytes | [`Files`] | [`files`] |
 //!
 //! [`Store`] is all of them. [`sqlite::SqliteStore`] (the embedded default)
 //! and [`postgres::PostgresStore`] implement each: the reads once, in the
@@ -27,6 +28,7 @@ mod deadline;
 pub mod erase;
 pub mod event_log;
 pub mod export;
+pub mod files;
 pub mod jobs;
 pub mod leases;
 pub mod memories;
@@ -51,6 +53,7 @@ pub use audit::{Audit, AuditEntry, AuditFilter, AuditRow};
 pub use erase::{Erase, Erased};
 pub use event_log::{Batch, EventLog, cursor::TurnLogCursor, step_records_as};
 pub use export::{Export, Imported};
+pub use files::{FilePut, FileRecord, Files};
 pub use jobs::Jobs;
 pub use leases::{Claim, Leases, Queue, Share};
 pub use memories::{
@@ -263,7 +266,18 @@ pub struct Readiness {
 /// (the vault a [`VaultIndex`], the background worker [`Jobs`]).
 #[async_trait]
 pub trait Store:
-    EventLog + Turns + Jobs + VaultIndex + Access + Tenants + Pushes + Webhooks + Erase + Audit + Export
+    EventLog
+    + Turns
+    + Jobs
+    + VaultIndex
+    + Access
+    + Tenants
+    + Pushes
+    + Webhooks
+    + Erase
+    + Audit
+    + Export
+    + Files
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

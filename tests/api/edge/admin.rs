@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::{
     edge::erase::{a_full_session, app_with},
     edge::tenants::client_with_key,
-    helpers::{TestApp, vault_of},
+    helpers::{TestApp, png_of, vault_of},
     on_both_backends,
     support::Backend,
 };
@@ -62,6 +62,8 @@ async fn a_tenant_is_erased_whole_and_its_keys_revoked(backend: Backend) {
     app.client = globex.clone();
     a_full_session(&app, "globex", "s-g1").await;
     a_full_session(&app, "globex", "s-g2").await;
+    let (status, file) = app.upload("g.png", "image/png", &png_of(300 * 1024)).await;
+    assert_eq!(status, 201, "{file}");
     app.client = acme.clone();
     a_full_session(&app, "acme", "s-a1").await;
     let store = app.db.open().await;
@@ -88,6 +90,9 @@ async fn a_tenant_is_erased_whole_and_its_keys_revoked(backend: Backend) {
         "tenants",
         "tenant_usage",
         "api_keys",
+        "files",
+        "file_blobs",
+        "file_chunks",
     ] {
         assert!(before[table] > 0, "{table}: {before:?}");
     }

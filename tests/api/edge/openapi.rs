@@ -74,6 +74,11 @@ fn the_document_states_the_servers_constraints() {
                             "{at}"
                         );
                     }
+                    // Files page by their id, as OpenAI's do.
+                    ("after", "query") if at.contains("/files") => {
+                        assert_eq!(schema["type"], "string", "{at}: {param}");
+                        assert_eq!(schema["maxLength"], 64, "{at}: {param}");
+                    }
                     // Decisions page by their id (a UUID v7).
                     ("after", "query") if at.contains("/decisions") => {
                         assert_eq!(schema["format"], "uuid", "{at}: {param}");

@@ -78,6 +78,8 @@ enum Expect {
     Created,
     /// An admin route: a tenant's key is refused (403 `admin_required`).
     AdminOnly,
+    /// The caller's own files: none of the other tenant's.
+    OwnFiles,
 }
 
 /// One operation of the document, as the other tenant sends it.
@@ -85,6 +87,8 @@ struct Attempt {
     expect: Expect,
     body: Option<Value>,
     headers: Vec<(&'static str, String)>,
+    /// Sent as an upload (a small text file) instead of `body`.
+    upload: bool,
 }
 
 /// The attempt for each operation of the document; `None`: the test does
@@ -95,6 +99,7 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
             expect,
             body: None,
             headers: Vec::new(),
+            upload: false,
         })
     };
     let with_body = |expect, body: Value| {
@@ -102,6 +107,7 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
             expect,
             body: Some(body),
             headers: Vec::new(),
+            upload: false,
         })
     };
     let user_message = "What do you know about me?";
@@ -120,6 +126,21 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
         }
         ("GET", "/usage") => simple(Expect::OwnUsage),
         ("GET", "/webhooks") => simple(Expect::Empty),
+        // Globex's own upload (the walk's) and nothing of Acme's.
+        ("GET", "/files" | "/v1/files") => simple(Expect::OwnFiles),
+        ("POST", "/files" | "/v1/files") => Some(Attempt {
+            expect: Expect::Created,
+            body: None,
+            headers: Vec::new(),
+            upload: true,
+        }),
+        (
+            "GET" | "DELETE",
+            "/files/{file_id}"
+            | "/v1/files/{file_id}"
+            | "/files/{file_id}/content"
+            | "/v1/files/{file_id}/content",
+        ) => simple(Expect::Missing("file_not_found")),
         ("POST", "/webhooks") => with_body(
             Expect::Created,
             json!({"url": "https://example.com/globex", "events": ["turn.completed"]}),
@@ -162,6 +183,7 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
             expect: Expect::OwnSession,
             body: Some(json!({"messages": [{"role": "user", "content": user_message}]})),
             headers: vec![("x-session-id", session.to_owned())],
+            upload: false,
         }),
         ("POST", "/v1/ui/chat") => with_body(
             Expect::OwnSession,
@@ -205,6 +227,7 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
             expect: Expect::Missing("mcp_session_not_found"),
             body: None,
             headers: vec![("mcp-session-id", mcp.to_owned())],
+            upload: false,
         }),
         ("POST", "/mcp") => with_body(
             Expect::McpNotFound,
@@ -287,6 +310,7 @@ struct Known {
     checkpoint: String,
     response: String,
     webhook: String,
+    file: String,
 }
 
 fn fill(template: &str, known: &Known) -> String {
@@ -300,6 +324,7 @@ fn fill(template: &str, known: &Known) -> String {
         .replace("{id}", &known.turn)
         .replace("{config_id}", "cfg-1")
         .replace("{webhook_id}", &known.webhook)
+        .replace("{file_id}", &known.file)
         // Acme's user: Globex erasing them finds no one.
         .replace("{user_id}", "ann")
         // Acme itself: Globex's key may not erase it.
@@ -331,6 +356,15 @@ async fn send(
     }
     if let Some(body) = &attempt.body {
         request = request.json(body);
+    }
+    if attempt.upload {
+        let (content_type, form) = crate::helpers::form(&[(
+            "file",
+            Some("globex.txt"),
+            Some("text/plain"),
+            b"globex's own",
+        )]);
+        request = request.header("content-type", content_type).body(form);
     }
     let response = tokio::time::timeout(Duration::from_secs(10), request.send())
         .await
@@ -426,6 +460,10 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         )
         .await;
     assert_eq!(status, 201, "{hook}");
+    let acme_file = b"acme's own".as_slice();
+    let (status, file) = app.upload("acme.txt", "text/plain", acme_file).await;
+    assert_eq!(status, 201, "{file}");
+    let file_id = file["id"].as_str().unwrap().to_owned();
 
     let (_, before) = app.get_json(&format!("/sessions/{session}")).await;
     let (_, events_before) = app
@@ -440,12 +478,14 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         checkpoint: checkpoint.clone(),
         response: format!("resp_{}", second.replace('-', "")),
         webhook: hook["id"].as_str().unwrap().to_owned(),
+        file: file_id.clone(),
     };
     let never = Known {
         session: "s-never-made".to_owned(),
         checkpoint: "ckpt_never_made".to_owned(),
         turn: "0190a5c4-0000-7000-8000-000000000000".to_owned(),
         webhook: "wh_never_made".to_owned(),
+        file: "file-never-made".to_owned(),
         ..known_clone(&known)
     };
 
@@ -518,8 +558,11 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                 assert_eq!(scheme["scheme"], "Bearer", "{body}");
             }
             Expect::Created => {
-                assert_eq!(status, 201, "{method} {path}: {body}");
+                // OpenAI's route answers 200, as OpenAI does.
+                let made = if path.starts_with("/v1/") { 200 } else { 201 };
+                assert_eq!(status, made, "{method} {path}: {body}");
                 assert_ne!(body["id"], known.webhook.as_str(), "{body}");
+                assert_ne!(body["id"], known.file.as_str(), "{body}");
                 assert!(!body.to_string().contains("acme"), "{body}");
             }
             Expect::AdminOnly => assert_eq!(
@@ -527,6 +570,16 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
                 (403, Some("admin_required")),
                 "{method} {path}: {body}"
             ),
+            Expect::OwnFiles => {
+                assert_eq!(status, 200, "{method} {path}: {body}");
+                let files = body["files"].as_array().or(body["data"].as_array());
+                let files = files.unwrap_or_else(|| panic!("{path}: {body}"));
+                assert!(
+                    files.iter().all(|f| f["filename"] == "globex.txt"),
+                    "{body}"
+                );
+                assert!(!body.to_string().contains(&known.file), "{body}");
+            }
             Expect::OwnUsage => {
                 assert_eq!(status, 200, "{method} {path}: {body}");
                 assert_eq!(body["tenant"], "globex", "{body}");
@@ -557,6 +610,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         expect: Expect::Missing("response_not_found"),
         body: Some(json!({"input": "go on", "previous_response_id": known.response})),
         headers: Vec::new(),
+        upload: false,
     };
     let (status, body) = send(&other, &app, "POST", "/v1/responses", &follow).await;
     assert_eq!(
@@ -579,6 +633,7 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
             expect: Expect::A2aNotFound,
             body: Some(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})),
             headers: Vec::new(),
+            upload: false,
         };
         let (status, body) = send(&other, &app, "POST", "/a2a", &attempt).await;
         assert_eq!(
@@ -598,6 +653,10 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         .get_json(&format!("/sessions/{session}/events?limit=1000"))
         .await;
     assert_eq!(events_after["events"], events_before["events"]);
+    let (status, _, bytes) = app.get_bytes(&format!("/files/{file_id}/content")).await;
+    assert_eq!((status, bytes.as_slice()), (200, acme_file));
+    let (_, files) = app.get_json("/files").await;
+    assert_eq!(files["files"].as_array().unwrap().len(), 1, "{files}");
     let requests = app.provider.requests();
     assert!(requests.len() >= requests_before + own_sessions);
     for request in &requests[requests_before..] {
@@ -672,6 +731,7 @@ fn known_clone(known: &Known) -> Known {
         checkpoint: known.checkpoint.clone(),
         response: known.response.clone(),
         webhook: known.webhook.clone(),
+        file: known.file.clone(),
     }
 }
 

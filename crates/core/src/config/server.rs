@@ -145,6 +145,24 @@ pub struct ServerSettings {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub tenant_tokens_per_day: Option<u64>,
+    /// Bytes one file may have (an upload to `/files`, or an image or
+    /// file a message carries inline); past it, 413 `file_too_large`.
+    #[arg(
+        id = "server.file_max_bytes",
+        long = "file-max-bytes",
+        default_value_t = 20 * 1024 * 1024,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub file_max_bytes: u64,
+    /// Bytes a tenant's files may take in all, the same bytes counted
+    /// once; past it, 429 `quota_exceeded` (shown in `GET /usage`).
+    #[arg(
+        id = "server.tenant_file_bytes",
+        long = "tenant-file-bytes",
+        default_value_t = 1024 * 1024 * 1024,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub tenant_file_bytes: u64,
     /// How long a session is kept after its last activity: a span such as
     /// `30d`, `12h` or `90s`; older sessions are erased whole (as `DELETE
     /// /sessions/{id}` does), never one whose turn runs or waits [default:
@@ -253,6 +271,14 @@ impl ServerSettings {
             max_streams: Some(self.tenant_max_streams),
             tokens_per_day: self.tenant_tokens_per_day,
             retention_s: self.retention.map(|span| span.0.as_secs().max(1)),
+        }
+    }
+
+    /// What a file may be.
+    pub fn file_limits(&self) -> crate::files::FileLimits {
+        crate::files::FileLimits {
+            max_bytes: self.file_max_bytes,
+            tenant_bytes: self.tenant_file_bytes,
         }
     }
 

@@ -127,6 +127,18 @@ pub enum ApiError {
     /// A body over the limit (the limit given).
     #[error("request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    /// A file over `HARNESS_FILE_MAX_BYTES` (the limit given).
+    #[error("a file has at most {0} bytes")]
+    FileTooLarge(u64),
+    /// A file whose bytes are not of a type files may be.
+    #[error("{0}")]
+    UnsupportedFile(String),
+    /// The tenant's files would take more than
+    /// `HARNESS_TENANT_FILE_BYTES`.
+    #[error(
+        "this tenant's files take {used} of its {limit} bytes; this one needs {size} more: delete files first"
+    )]
+    FileQuotaExceeded { used: u64, limit: u64, size: u64 },
     /// No such session of the caller's.
     #[error("session not found")]
     SessionNotFound,
@@ -219,6 +231,9 @@ pub enum ApiError {
     /// No such endpoint of the caller's.
     #[error("webhook not found")]
     WebhookNotFound,
+    /// No such file of the caller's tenant.
+    #[error("file not found")]
+    FileNotFound,
     /// No session and no memory of the user, in the
     /// caller's tenant.
     #[error("no such user")]
@@ -318,6 +333,7 @@ impl ApiError {
             Self::CheckpointNotFound => (S::NOT_FOUND, "checkpoint_not_found", Never),
             Self::McpSessionNotFound => (S::NOT_FOUND, "mcp_session_not_found", Never),
             Self::WebhookNotFound => (S::NOT_FOUND, "webhook_not_found", Never),
+            Self::FileNotFound => (S::NOT_FOUND, "file_not_found", Never),
             Self::UserNotFound => (S::NOT_FOUND, "user_not_found", Never),
             Self::NotFound => (S::NOT_FOUND, "not_found", Never),
             Self::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed", Never),
@@ -335,6 +351,12 @@ impl ApiError {
             Self::ImportConflict(_) => (S::CONFLICT, "import_conflict", Never),
             Self::NoteRefused(_) => (S::CONFLICT, "note_refused", Never),
             Self::PayloadTooLarge(_) => (S::PAYLOAD_TOO_LARGE, "payload_too_large", Never),
+            Self::FileTooLarge(_) => (S::PAYLOAD_TOO_LARGE, "file_too_large", Never),
+            Self::UnsupportedFile(_) => {
+                (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", Never)
+            }
+            // Waiting does not help: files must be deleted first.
+            Self::FileQuotaExceeded { .. } => (S::TOO_MANY_REQUESTS, "quota_exceeded", Never),
             Self::UriTooLong(_) => (S::URI_TOO_LONG, "uri_too_long", Never),
             Self::UnsupportedMediaType => {
                 (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", Never)
@@ -488,7 +510,10 @@ impl IntoResponse for ApiError {
         }
         if matches!(
             self,
-            Self::RequestTimeout(_) | Self::MalformedRequest(_) | Self::PayloadTooLarge(_)
+            Self::RequestTimeout(_)
+                | Self::MalformedRequest(_)
+                | Self::PayloadTooLarge(_)
+                | Self::FileTooLarge(_)
         ) {
             // The rest of the body may still be on its way (or its framing
             // cannot be trusted): do not reuse the connection.
@@ -497,6 +522,26 @@ impl IntoResponse for ApiError {
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
+    }
+}
+
+/// A file refused, or not stored.
+impl From<crate::files::FileError> for ApiError {
+    fn from(e: crate::files::FileError) -> Self {
+        use crate::files::FileError;
+        match e {
+            FileError::TooLarge { limit } => Self::FileTooLarge(limit),
+            FileError::Unsupported(why) => Self::UnsupportedFile(why),
+            FileError::OverQuota { used, limit, size } => {
+                Self::FileQuotaExceeded { used, limit, size }
+            }
+            FileError::Empty => Self::InvalidField {
+                field: "file".into(),
+                detail: "the file is empty".into(),
+            },
+            FileError::Io(why) => Self::Internal(why),
+            FileError::Store(e) => e.into(),
+        }
     }
 }
 

@@ -35,6 +35,8 @@ pub mod kinds {
     pub const WEBHOOK_DELETED: &str = "webhook.deleted";
     pub const REFUSED_OTHER_TENANT: &str = "refused.other_tenant";
     pub const AUTH_FAILED: &str = "auth.failed";
+    pub const FILE_CREATED: &str = "file.created";
+    pub const FILE_DELETED: &str = "file.deleted";
 
     /// Every kind, for the filter's check.
     pub const ALL: &[&str] = &[
@@ -51,6 +53,8 @@ pub mod kinds {
         WEBHOOK_DELETED,
         REFUSED_OTHER_TENANT,
         AUTH_FAILED,
+        FILE_CREATED,
+        FILE_DELETED,
     ];
 }
 

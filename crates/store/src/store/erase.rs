@@ -1,6 +1,7 @@
 //! Erasing a session and everything it owns, in one transaction: its
 //! turns and their records, events, messages, decisions, artifacts,
-//! checkpoints, approvals, client-tool results, background jobs,
+//! checkpoints, approvals, client-tool results, background jobs, the
+//! files its messages carried,
 //! judgements, observations, queue tickets, push configurations, webhook
 //! deliveries, and the memories extracted from it (or kept in its own
 //! scope). Nothing is erased while a turn of the session runs (or waits,
@@ -56,7 +57,7 @@ pub trait Erase: Reads + Send + Sync {
 
     /// Erases what `tenant` holds outside its sessions, in one
     /// transaction: its memories, webhook endpoints and their deliveries,
-    /// its own limits, its usage, and its own vault's index (see
+    /// its own limits, its usage, its files, and its own vault's index (see
     /// [`tenant_statements`]). Its sessions are erased first, one by one.
     async fn erase_tenant_rest(&self, tenant: &str) -> Result<()>;
 }
@@ -73,6 +74,7 @@ fn tenant_statements(tenant: &str) -> Vec<&'static str> {
         "DELETE FROM tenant_usage WHERE tenant = $1",
         "DELETE FROM tenants WHERE tenant = $1",
     ];
+    statements.extend(crate::store::files::DELETE_TENANT);
     if tenant == crate::ids::DEFAULT_TENANT {
         statements.push("DELETE FROM memories WHERE scope NOT LIKE '%/%' AND $1 = $1");
     } else {
@@ -125,6 +127,11 @@ const ERASE: &[(&str, bool)] = &[
     ("DELETE FROM artifacts WHERE session_id = $1", false),
     ("DELETE FROM decisions WHERE session_id = $1", false),
     ("DELETE FROM messages WHERE session_id = $1", false),
+    // The files its messages carried, and their bytes unless a file
+    // outside the session holds them.
+    (crate::store::files::DELETE_SESSION[0], false),
+    (crate::store::files::DELETE_SESSION[1], false),
+    (crate::store::files::DELETE_SESSION[2], false),
     (
         "DELETE FROM memories WHERE source_session_id = $1 OR scope = $2",
         true,

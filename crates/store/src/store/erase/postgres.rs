@@ -33,6 +33,7 @@ impl Erase for PostgresStore {
             if let Some((turn,)) = running {
                 return Ok(Erased::Running(parse_uuid(&turn)?));
             }
+            crate::store::files::postgres::lock_files(&mut tx, key.tenant()).await?;
             for (sql, with_scope) in ERASE {
                 let statement = sqlx::query(sqlx::AssertSqlSafe(*sql)).bind(key.as_str());
                 let statement = if *with_scope {
@@ -68,6 +69,7 @@ impl Erase for PostgresStore {
     async fn erase_tenant_rest(&self, tenant: &str) -> Result<()> {
         self.bounded(async {
             let mut tx = self.begin_write().await?;
+            crate::store::files::postgres::lock_files(&mut tx, tenant).await?;
             for sql in tenant_statements(tenant) {
                 sqlx::query(sqlx::AssertSqlSafe(sql))
                     .bind(tenant)

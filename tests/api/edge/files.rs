@@ -1,0 +1,294 @@
+//! `/files` and `/v1/files`: a tenant's files stored in the database in
+//! chunks, the same bytes once, read back whole; every refusal leaves no
+//! row and no byte.
+
+use serde_json::Value;
+
+use crate::{
+    fake_provider::FakeProvider,
+    helpers::{TestApp, png_of, spawn_app, spawn_app_with, test_settings},
+    on_both_backends,
+    support::{Backend, TestDb},
+};
+
+on_both_backends!(
+    a_file_is_stored_once_read_back_whole_and_deleted,
+    a_refused_upload_writes_nothing,
+    a_users_files_go_with_the_user,
+);
+
+/// How many rows of each file table there are.
+async fn file_rows(app: &TestApp) -> [i64; 3] {
+    let rows = app.db.rows_naming(&["default".to_owned()]).await;
+    ["files", "file_blobs", "file_chunks"].map(|table| rows[table])
+}
+
+async fn usage_bytes(app: &TestApp) -> Value {
+    let (status, usage) = app.get_json("/usage").await;
+    assert_eq!(status, 200, "{usage}");
+    usage["files"].clone()
+}
+
+async fn a_file_is_stored_once_read_back_whole_and_deleted(backend: Backend) {
+    let app = spawn_app(backend).await;
+    // Three chunks: 256 KiB, 256 KiB and the rest.
+    let png = png_of(600 * 1024);
+    let parts = [
+        ("purpose", None, None, b"vision".as_slice()),
+        ("file", Some("shot.png"), Some("image/png"), png.as_slice()),
+    ];
+    let (status, first) = app.upload_with(&app.client, "/files", &parts).await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["object"], "file");
+    assert_eq!(first["bytes"], 600 * 1024);
+    assert_eq!(first["filename"], "shot.png");
+    assert_eq!(first["purpose"], "vision");
+    assert_eq!(first["media_type"], "image/png");
+    let first_id = first["id"].as_str().unwrap().to_owned();
+    assert!(first_id.starts_with("file-"), "{first}");
+
+    let (status, content_type, bytes) = app.get_bytes(&format!("/files/{first_id}/content")).await;
+    assert_eq!((status, content_type.as_str()), (200, "image/png"));
+    assert!(bytes == png, "the bytes read back are the bytes uploaded");
+
+    // The same bytes again, through OpenAI's route and declared as
+    // nothing in particular: a file of its own, the bytes stored once.
+    let parts = [(
+        "file",
+        Some("again.bin"),
+        Some("application/octet-stream"),
+        png.as_slice(),
+    )];
+    let (status, second) = app.upload_with(&app.client, "/v1/files", &parts).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["purpose"], "user_data");
+    assert_eq!(second["media_type"], "image/png");
+    let second_id = second["id"].as_str().unwrap().to_owned();
+    assert_ne!(first_id, second_id);
+    assert_eq!(file_rows(&app).await, [2, 1, 3]);
+    let files = usage_bytes(&app).await;
+    assert_eq!(files["bytes"], 600 * 1024, "{files}");
+    assert_eq!(files["limit"], 1024 * 1024 * 1024, "{files}");
+
+    // Listed newest first, a page at a time.
+    let (_, page) = app.get_json("/files?limit=1").await;
+    assert_eq!(page["files"][0]["id"], second_id.as_str(), "{page}");
+    assert_eq!(page["next_after"], second_id.as_str(), "{page}");
+    let (_, page) = app
+        .get_json(&format!("/files?limit=1&after={second_id}"))
+        .await;
+    assert_eq!(page["files"][0]["id"], first_id.as_str(), "{page}");
+    let (_, page) = app.get_json(&format!("/files?after={first_id}")).await;
+    assert_eq!(page["files"], Value::Array(Vec::new()), "{page}");
+    assert_eq!(page["next_after"], Value::Null, "{page}");
+    let (_, list) = app.get_json("/v1/files").await;
+    assert_eq!(list["object"], "list");
+    assert_eq!(list["data"].as_array().unwrap().len(), 2, "{list}");
+    assert_eq!(list["has_more"], false);
+    let (status, problem) = app.get_json("/files?order=asc").await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (400, Some("invalid_query"))
+    );
+
+    // Deleting one keeps the bytes the other holds.
+    let response = app
+        .client
+        .delete(app.url(&format!("/files/{first_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 204);
+    let (status, problem) = app.get_json(&format!("/files/{first_id}")).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (404, Some("file_not_found"))
+    );
+    let (_, _, bytes) = app
+        .get_bytes(&format!("/v1/files/{second_id}/content"))
+        .await;
+    assert!(bytes == png);
+    assert_eq!(file_rows(&app).await, [1, 1, 3]);
+
+    // The last one takes the bytes with it.
+    let response = app
+        .client
+        .delete(app.url(&format!("/v1/files/{second_id}")))
+        .send()
+        .await
+        .unwrap();
+    let deleted: Value = response.json().await.unwrap();
+    assert_eq!(deleted["deleted"], true, "{deleted}");
+    assert_eq!(deleted["id"], second_id.as_str());
+    assert_eq!(file_rows(&app).await, [0, 0, 0]);
+    assert_eq!(usage_bytes(&app).await["bytes"], 0);
+    let response = app
+        .client
+        .delete(app.url(&format!("/files/{second_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 404);
+}
+
+async fn a_refused_upload_writes_nothing(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.file_max_bytes = 1000;
+    settings.server.tenant_file_bytes = 1500;
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let refused = |status: u16, body: &Value, want: (u16, &str)| {
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (want.0, Some(want.1)),
+            "{body}"
+        );
+    };
+
+    // Over the file limit, said by its length, or found as it comes.
+    let (status, body) = app.upload("big.png", "image/png", &png_of(1001)).await;
+    refused(status, &body, (413, "file_too_large"));
+    let (content_type, form) =
+        crate::helpers::form(&[("file", Some("big.png"), Some("image/png"), &png_of(1001))]);
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        form.chunks(100).map(|c| Ok(c.to_vec())).collect();
+    let response = app
+        .client
+        .post(app.url("/files"))
+        .header("content-type", content_type)
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    refused(
+        status,
+        &response.json().await.unwrap(),
+        (413, "file_too_large"),
+    );
+
+    // A ZIP that says it is a PNG; HTML; bytes that are no text.
+    let zip = b"PK\x03\x04\x14\x00\x00\x00\x08\x00rest of the archive";
+    let (status, body) = app.upload("cat.png", "image/png", zip).await;
+    refused(status, &body, (415, "unsupported_media_type"));
+    assert!(body["detail"].as_str().unwrap().contains("ZIP"), "{body}");
+    let (status, body) = app
+        .upload("a.html", "text/html", b"<script>1</script>")
+        .await;
+    refused(status, &body, (415, "unsupported_media_type"));
+    let (status, body) = app
+        .upload("a.bin", "application/octet-stream", b"\x00\x01\x02")
+        .await;
+    refused(status, &body, (415, "unsupported_media_type"));
+
+    // No file, an empty one, an unknown purpose, a field of no upload.
+    let (status, body) = app
+        .upload_with(&app.client, "/files", &[("purpose", None, None, b"vision")])
+        .await;
+    refused(status, &body, (422, "invalid_field"));
+    let (status, body) = app.upload("a.txt", "text/plain", b"").await;
+    refused(status, &body, (422, "invalid_field"));
+    let parts = [
+        ("purpose", None, None, b"anything".as_slice()),
+        (
+            "file",
+            Some("a.txt"),
+            Some("text/plain"),
+            b"hello".as_slice(),
+        ),
+    ];
+    let (status, body) = app.upload_with(&app.client, "/files", &parts).await;
+    refused(status, &body, (422, "invalid_field"));
+    assert_eq!(body["field"], "purpose", "{body}");
+    let parts = [("owner", None, None, b"me".as_slice())];
+    let (status, body) = app.upload_with(&app.client, "/files", &parts).await;
+    refused(status, &body, (422, "invalid_field"));
+    // JSON is not an upload; a broken form is not one either.
+    let (status, body) = app
+        .post_body("/files", serde_json::json!({"file": "x"}))
+        .await;
+    refused(status, &body, (415, "unsupported_media_type"));
+    let response = app
+        .client
+        .post(app.url("/files"))
+        .header("content-type", "multipart/form-data; boundary=xyz")
+        .body("--xyz\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nno end")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    assert_eq!(file_rows(&app).await, [0, 0, 0]);
+
+    // Over the tenant's bytes: refused; the same bytes again need none.
+    let (status, body) = app.upload("a.txt", "text/plain", &[b'a'; 900]).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = app.upload("b.txt", "text/plain", &[b'b'; 900]).await;
+    refused(status, &body, (429, "quota_exceeded"));
+    let (status, body) = app.upload("c.txt", "text/plain", &[b'a'; 900]).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(file_rows(&app).await, [2, 1, 1]);
+    assert_eq!(usage_bytes(&app).await["bytes"], 900);
+}
+
+async fn a_users_files_go_with_the_user(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let text = b"shared notes\n".as_slice();
+    let parts = [
+        ("user_id", None, None, b"ann".as_slice()),
+        ("file", Some("ann.txt"), Some("text/plain"), text),
+    ];
+    let (status, ann) = app.upload_with(&app.client, "/files", &parts).await;
+    assert_eq!(status, 201, "{ann}");
+    let (_, only_ann) = app
+        .upload_with(
+            &app.client,
+            "/files",
+            &[
+                ("user_id", None, None, b"ann".as_slice()),
+                ("file", Some("a.md"), None, b"# Ann's own\n".as_slice()),
+            ],
+        )
+        .await;
+    assert_eq!(only_ann["media_type"], "text/markdown", "{only_ann}");
+    let (status, bob) = app.upload("bob.txt", "text/plain", text).await;
+    assert_eq!(status, 201, "{bob}");
+    let parts = [
+        ("user_id", None, None, b"not a user id!".as_slice()),
+        ("file", Some("x.txt"), Some("text/plain"), text),
+    ];
+    let (status, body) = app.upload_with(&app.client, "/files", &parts).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (422, Some("user_id")),
+        "{body}"
+    );
+    assert_eq!(file_rows(&app).await, [3, 2, 2]);
+
+    // Ann had no session: her files alone are enough to find her.
+    let response = app
+        .client
+        .delete(app.url("/users/ann"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 204);
+    for file in [&ann, &only_ann] {
+        let (status, _) = app
+            .get_json(&format!("/files/{}", file["id"].as_str().unwrap()))
+            .await;
+        assert_eq!(status, 404);
+    }
+    // Bob's file holds the bytes Ann's did: they stay, whole.
+    let (_, _, bytes) = app
+        .get_bytes(&format!("/files/{}/content", bob["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(bytes, text);
+    assert_eq!(file_rows(&app).await, [1, 1, 1]);
+    let response = app
+        .client
+        .delete(app.url("/users/ann"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 404);
+}
