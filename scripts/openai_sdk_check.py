@@ -5,7 +5,8 @@ Run by .ci/run after `cargo test`: starts the binary given (the `demo`
 provider, a fresh SQLite file, a free loopback port), makes JSON and
 streamed completions and responses with the SDK (a function tool the
 client runs among them, and a write that waits for approval, answered
-with `mcp_approval_response`, streamed and not; every stream event of a
+with `mcp_approval_response`, streamed and not; files uploaded, read and deleted through
+`client.files`; every stream event of a
 response validated by the SDK's own `ResponseStreamEvent` union, so an
 event of no documented type, or one missing a field, fails), checks what
 comes back, stops the binary.
@@ -200,6 +201,32 @@ def approval_checks(client: OpenAI) -> int:
     return 2
 
 
+def files_checks(client: OpenAI) -> int:
+    """`client.files`: an upload, read back whole, listed, deleted; a ZIP
+    that says it is a PNG refused."""
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 1200
+    made = client.files.create(file=("shot.png", png, "image/png"), purpose="user_data")
+    assert made.id.startswith("file-") and made.bytes == len(png), made
+    assert made.filename == "shot.png" and made.purpose == "user_data", made
+    assert client.files.retrieve(made.id).bytes == len(png)
+    assert client.files.content(made.id).read() == png
+    assert made.id in [f.id for f in client.files.list()]
+    deleted = client.files.delete(made.id)
+    assert deleted.deleted and deleted.id == made.id, deleted
+    try:
+        client.files.retrieve(made.id)
+        raise AssertionError("a deleted file was found")
+    except openai.NotFoundError as e:
+        assert e.body["code"] == "file_not_found", e.body
+    try:
+        client.files.create(file=("cat.png", b"PK\x03\x04" + b"zip" * 10, "image/png"),
+                            purpose="user_data")
+        raise AssertionError("a ZIP was stored as a PNG")
+    except openai.APIStatusError as e:
+        assert e.status_code == 415 and e.body["code"] == "unsupported_media_type", e.body
+    return 3
+
+
 def main(binary: str) -> None:
     # Keep-alive comments every second: the slow answer below waits 2.5 s
     # for its first word, so the SDK reads some.
@@ -236,7 +263,7 @@ def main(binary: str) -> None:
                 text += chunk.choices[0].delta.content
         assert text.startswith("Echo: answer slowly"), text
         assert time.monotonic() - started >= 2.0, "the answer was not slow"
-        passed = 3 + responses_checks(client)
+        passed = 3 + responses_checks(client) + files_checks(client)
     # The same service, whose writes wait for a person.
     with service.running(binary, HARNESS_APPROVAL_REQUIRED="LOCAL_WRITE") as base:
         client = OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
