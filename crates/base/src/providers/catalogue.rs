@@ -5,8 +5,14 @@
 //! prices. A model takes the entry that is its name, else the longest
 //! entry its name starts with (`gpt-4o-mini-2024-07-18` → `gpt-4o-mini`,
 //! `llama3.2:3b` → `llama3.2`). A model with no entry falls back to
-//! `HARNESS_CONTEXT_WINDOW_TOKENS`, the provider's own answer limit, and no
-//! price.
+//! `HARNESS_CONTEXT_WINDOW_TOKENS`, the provider's own answer limit, no
+//! price, and text alone as its input.
+//!
+//! What a model reads besides text is its entry's `inputs` (`["text",
+//! "image", "pdf"]`; `input` is its input price): the built-in entries
+//! give it for the families known to read images (GPT-4o, 4.1 and 5, the
+//! o-series but `o3-mini`, GPT-4 Turbo, Claude 3 and later, Ollama's
+//! vision models) and PDFs (those of OpenAI and Anthropic among them).
 
 use std::collections::BTreeMap;
 
@@ -31,6 +37,61 @@ pub struct ModelEntry {
     pub output: Option<f64>,
     pub cache_read: Option<f64>,
     pub cache_write: Option<f64>,
+    /// What it reads besides text.
+    pub inputs: Option<Inputs>,
+}
+
+/// What a model reads besides text; said as the list of what it reads
+/// (`["text", "image", "pdf"]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Inputs {
+    pub image: bool,
+    pub pdf: bool,
+}
+
+impl Inputs {
+    /// Images and PDFs.
+    pub const ALL: Self = Self {
+        image: true,
+        pdf: true,
+    };
+    /// Images, no PDFs.
+    pub const IMAGES: Self = Self {
+        image: true,
+        pdf: false,
+    };
+}
+
+impl Serialize for Inputs {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut names = vec!["text"];
+        names.extend(self.image.then_some("image"));
+        names.extend(self.pdf.then_some("pdf"));
+        names.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Inputs {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let names = Vec::<String>::deserialize(deserializer)?;
+        let mut inputs = Self::default();
+        for name in &names {
+            match name.as_str() {
+                "text" => {}
+                "image" => inputs.image = true,
+                "pdf" => inputs.pdf = true,
+                other => {
+                    return Err(serde::de::Error::custom(format!(
+                        "`{other}` is not an input: `text`, `image` or `pdf`"
+                    )));
+                }
+            }
+        }
+        if !names.iter().any(|n| n == "text") {
+            return Err(serde::de::Error::custom("a model's inputs include `text`"));
+        }
+        Ok(inputs)
+    }
 }
 
 impl ModelEntry {
@@ -43,6 +104,7 @@ impl ModelEntry {
             output: over.output.or(self.output),
             cache_read: over.cache_read.or(self.cache_read),
             cache_write: over.cache_write.or(self.cache_write),
+            inputs: over.inputs.or(self.inputs),
         }
     }
 
@@ -155,6 +217,40 @@ const BUILTIN: &[Builtin] = &[
     ("deepseek-r1",        131_072,    None,           0.0,   0.0,   None,         None),
 ];
 
+/// The built-in models that read more than text (a model takes the entry
+/// its name starts with, the longest, as for [`BUILTIN`]).
+#[rustfmt::skip]
+const READS: &[(&str, Inputs)] = &[
+    ("gpt-4-turbo",        Inputs::IMAGES),
+    ("gpt-4o",             Inputs::ALL),
+    ("gpt-4.1",            Inputs::ALL),
+    ("gpt-5",              Inputs::ALL),
+    ("o1",                 Inputs::ALL),
+    ("o3",                 Inputs::ALL),
+    ("o3-mini",            Inputs::default_const()),
+    ("o4-mini",            Inputs::ALL),
+    ("claude-3",           Inputs::ALL),
+    ("claude-haiku-4",     Inputs::ALL),
+    ("claude-sonnet-4",    Inputs::ALL),
+    ("claude-opus-4",      Inputs::ALL),
+    ("gemma3",             Inputs::IMAGES),
+    ("llama3.2-vision",    Inputs::IMAGES),
+    ("llama4",             Inputs::IMAGES),
+    ("llava",              Inputs::IMAGES),
+    ("qwen2.5vl",          Inputs::IMAGES),
+    ("minicpm-v",          Inputs::IMAGES),
+];
+
+impl Inputs {
+    /// Text alone.
+    const fn default_const() -> Self {
+        Self {
+            image: false,
+            pdf: false,
+        }
+    }
+}
+
 /// The catalogue: the built-in entries with the settings' over them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelCatalogue {
@@ -178,11 +274,15 @@ impl ModelCatalogue {
                         output: Some(output),
                         cache_read,
                         cache_write,
+                        inputs: None,
                     };
                     (name.to_owned(), entry)
                 },
             )
             .collect();
+        for &(name, inputs) in READS {
+            entries.entry(name.to_owned()).or_default().inputs = Some(inputs);
+        }
         for (name, over) in &models.0 {
             let entry = entries.entry(name.clone()).or_default();
             *entry = entry.overridden_by(over);
@@ -226,6 +326,18 @@ impl ModelCatalogue {
         self.entry(model).and_then(|e| e.max_output)
     }
 
+    /// What `model` reads besides text: the `inputs` of the longest entry
+    /// its name starts with that says them (a price-only entry of a newer
+    /// model keeps its family's), else text alone.
+    pub fn inputs(&self, model: &str) -> Inputs {
+        self.entries
+            .iter()
+            .filter(|(name, entry)| model.starts_with(name.as_str()) && entry.inputs.is_some())
+            .max_by_key(|(name, _)| name.len())
+            .and_then(|(_, entry)| entry.inputs)
+            .unwrap_or_default()
+    }
+
     /// The cost of `usage` on `model`; `None` when it has no price.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         Some(self.entry(model)?.price()?.cost(usage))
@@ -262,6 +374,60 @@ mod tests {
         assert_eq!(catalogue.context_window("my-finetune"), 128_000);
         assert_eq!(catalogue.max_output("my-finetune"), None);
         assert_eq!(catalogue.cost("my-finetune", &usage(10, 10)), None);
+    }
+
+    #[test]
+    fn what_a_model_reads_besides_text() {
+        let catalogue =
+            ModelCatalogue::new(&ModelEntries::default(), &PricingTable::default(), 128_000);
+        for model in [
+            "gpt-4o-mini-2024-07-18",
+            "gpt-5",
+            "o4-mini",
+            "claude-sonnet-4-5",
+        ] {
+            assert_eq!(catalogue.inputs(model), Inputs::ALL, "{model}");
+        }
+        assert_eq!(catalogue.inputs("claude-3-5-haiku-latest"), Inputs::ALL);
+        for model in ["llama3.2-vision:11b", "gemma3:4b", "llava:7b"] {
+            assert_eq!(catalogue.inputs(model), Inputs::IMAGES, "{model}");
+        }
+        for model in [
+            "gpt-3.5-turbo",
+            "gpt-4",
+            "o3-mini",
+            "llama3.2:3b",
+            "my-finetune",
+        ] {
+            assert_eq!(catalogue.inputs(model), Inputs::default(), "{model}");
+        }
+        // Settings say it for a model of their own, or take it away.
+        let models: ModelEntries = r#"{
+            "my-vision": {"inputs": ["text", "image"]},
+            "gpt-4o": {"inputs": ["text"]}
+        }"#
+        .parse()
+        .unwrap();
+        let catalogue = ModelCatalogue::new(&models, &PricingTable::default(), 128_000);
+        assert_eq!(catalogue.inputs("my-vision-2"), Inputs::IMAGES);
+        assert_eq!(catalogue.inputs("gpt-4o"), Inputs::default());
+        // Its family's, through the name it starts with.
+        assert_eq!(catalogue.inputs("gpt-4o-mini"), Inputs::default());
+        assert_eq!(catalogue.inputs("gpt-4.1-mini"), Inputs::ALL);
+        let entry: ModelEntry = serde_json::from_str(r#"{"inputs": ["text", "pdf"]}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&entry.inputs).unwrap(),
+            r#"["text","pdf"]"#
+        );
+        for wrong in [
+            r#"{"inputs": ["image"]}"#,
+            r#"{"inputs": ["text", "audio"]}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<ModelEntry>(wrong).is_err(),
+                "{wrong}"
+            );
+        }
     }
 
     #[test]

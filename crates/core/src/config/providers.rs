@@ -118,7 +118,9 @@ pub struct ProviderSettings {
     pub pricing: PricingTable,
     /// Models beyond the built-in ones, or fields of built-in ones to
     /// change, as JSON ({"llama3.2": {"context_window": 8192, "max_output":
-    /// 2048, "input": 0, "output": 0}}); a table in the file.
+    /// 2048, "input": 0, "output": 0, "inputs": ["text", "image"]}}); a
+    /// table in the file. `inputs` says what the model reads: `text`,
+    /// `image`, `pdf`.
     #[arg(
         id = "providers.models",
         long = "models",
