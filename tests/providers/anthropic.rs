@@ -186,3 +186,13 @@ async fn errors_in_answers_and_in_streams_are_typed() {
         "{error:?}"
     );
 }
+
+#[tokio::test]
+async fn images_and_pdfs_go_as_base64_blocks() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([Reply::sse("anthropic/text.sse")]);
+    let (_, error) = collect(&provider(&fake), crate::with_attachments(true)).await;
+    assert_eq!(error, None);
+    let sent = &fake.requests()[0].body;
+    assert_eq!(sent["messages"][0], crate::attachments_fixture("anthropic"));
+}

@@ -61,6 +61,44 @@ pub fn conversation() -> ChatRequest {
     }
 }
 
+/// A user message with an image and a PDF between its text (loaded: as a
+/// call sends them), and what the adapter's fixture says it becomes.
+pub fn with_attachments(pdf: bool) -> ChatRequest {
+    use harness_base::providers::Attachment;
+    let attachment = |media_type: &str, bytes: &[u8], at: usize| Attachment {
+        file_id: format!("file-{at}"),
+        media_type: media_type.to_owned(),
+        filename: if media_type == "application/pdf" {
+            "report.pdf".to_owned()
+        } else {
+            String::new()
+        },
+        detail: media_type.starts_with("image/").then(|| "low".to_owned()),
+        at,
+        data: Some(std::sync::Arc::from(bytes)),
+    };
+    let png = b"\x89PNG\r\n\x1a\n".as_slice();
+    let mut message = ChatMessage::user("What is this? And this?");
+    message.attachments = vec![
+        attachment("image/png", png, 13),
+        if pdf {
+            attachment("application/pdf", b"%PDF-1.7", 23)
+        } else {
+            attachment("image/png", png, 23)
+        },
+    ];
+    ChatRequest::new("", vec![message], Duration::from_secs(10))
+}
+
+/// The fixture of what `provider` sends for [`with_attachments`].
+pub fn attachments_fixture(provider: &str) -> serde_json::Value {
+    let path = format!(
+        "{}/tests/fixtures/{provider}/request_attachments.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 /// A predicate on the error a case must end with.
 pub type Check = fn(&ProviderError) -> bool;
 

@@ -127,3 +127,17 @@ async fn errors_are_typed_and_a_missing_done_line_is_an_interrupted_answer() {
         "{error:?}"
     );
 }
+
+#[tokio::test]
+async fn images_go_beside_the_text_as_ollama_takes_them() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([Reply::ndjson("ollama/text.ndjson")]);
+    let (_, error) = collect(&provider(&fake), crate::with_attachments(false)).await;
+    assert_eq!(error, None);
+    let sent = &fake.requests()[0].body;
+    assert_eq!(sent["messages"][0], crate::attachments_fixture("ollama"));
+    // A PDF is nothing Ollama reads: refused, not dropped.
+    let (_, error) = collect(&provider(&fake), crate::with_attachments(true)).await;
+    assert!(error.is_some());
+    assert_eq!(fake.requests().len(), 1, "nothing was sent");
+}

@@ -292,3 +292,19 @@ async fn a_connection_reset_mid_answer_is_an_interrupted_answer() {
     assert!(error.is_retryable());
     assert_eq!(error.code(), "provider_stream_interrupted");
 }
+
+#[tokio::test]
+async fn images_and_pdfs_go_as_content_parts_in_openais_shape() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([Reply::sse("openai/text.sse")]);
+    let (_, error) = collect(&default(&fake).await, crate::with_attachments(true)).await;
+    assert_eq!(error, None);
+    let sent = &fake.requests()[0].body;
+    assert_eq!(sent["messages"][0], crate::attachments_fixture("openai"));
+    // Bytes never loaded are never sent as nothing: the call fails.
+    let mut unloaded = crate::with_attachments(true);
+    unloaded.messages[0].attachments[0].data = None;
+    let (_, error) = collect(&default(&fake).await, unloaded).await;
+    assert!(error.is_some());
+    assert_eq!(fake.requests().len(), 1, "nothing was sent");
+}

@@ -278,11 +278,75 @@ pub struct ThinkingBlock {
     pub signature: Option<String>,
 }
 
+/// An image or a document a user's message carries: its file, where it
+/// stands among the message's text, and its bytes once loaded. A record
+/// of the message keeps the file's id and type, never the bytes: they
+/// are loaded from the file for each call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    pub file_id: String,
+    /// `image/png`, `image/jpeg`, `image/webp`, `image/gif` or
+    /// `application/pdf` (text files reach the model as text).
+    pub media_type: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub filename: String,
+    /// OpenAI's `detail` of an image: `low`, `high` or `auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// It stands after this many bytes of the message's text.
+    pub at: usize,
+    #[serde(skip)]
+    pub data: Option<Arc<[u8]>>,
+}
+
+impl Attachment {
+    pub fn is_image(&self) -> bool {
+        self.media_type.starts_with("image/")
+    }
+
+    /// Its bytes as base64, for a request's body (an error of the
+    /// serializer when they were not loaded: never sent without them).
+    pub fn base64<E: serde::ser::Error>(&self) -> Result<Base64<'_>, E> {
+        match &self.data {
+            Some(data) => Ok(Base64(data)),
+            None => Err(E::custom(format!(
+                "the bytes of {} were not loaded",
+                self.file_id
+            ))),
+        }
+    }
+}
+
+/// Bytes written as base64 where a serializer takes text, without
+/// building the text first.
+pub struct Base64<'a>(pub &'a [u8]);
+
+impl std::fmt::Display for Base64<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use base64::display::Base64Display;
+        write!(
+            f,
+            "{}",
+            Base64Display::new(self.0, &base64::engine::general_purpose::STANDARD)
+        )
+    }
+}
+
+/// A piece of a message in order: its text between attachments, or one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    Text(&'a str),
+    Attachment(&'a Attachment),
+}
+
 /// One message of a prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: Role,
     pub content: String,
+    /// What a user's message carries besides its text, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
     /// Tool calls of an assistant message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
@@ -299,10 +363,32 @@ impl ChatMessage {
         Self {
             role,
             content: content.into(),
+            attachments: Vec::new(),
             tool_calls: Vec::new(),
             thinking: Vec::new(),
             tool_call_id: None,
         }
+    }
+
+    /// Its text and attachments in order (empty texts left out).
+    pub fn pieces(&self) -> Vec<Piece<'_>> {
+        let mut pieces = Vec::with_capacity(self.attachments.len() * 2 + 1);
+        let mut from = 0;
+        for attachment in &self.attachments {
+            let mut at = attachment.at.clamp(from, self.content.len());
+            while !self.content.is_char_boundary(at) {
+                at += 1;
+            }
+            if at > from {
+                pieces.push(Piece::Text(&self.content[from..at]));
+            }
+            pieces.push(Piece::Attachment(attachment));
+            from = at;
+        }
+        if from < self.content.len() {
+            pieces.push(Piece::Text(&self.content[from..]));
+        }
+        pieces
     }
 
     pub fn system(content: impl Into<String>) -> Self {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer, ser::SerializeMap};
 use serde_json::Value;
 
-use crate::providers::{ChatMessage, ChatRequest, Role, ToolDefinition};
+use crate::providers::{Attachment, Base64, ChatMessage, ChatRequest, Piece, Role, ToolDefinition};
 
 /// The body of one call.
 #[derive(Serialize)]
@@ -75,6 +75,17 @@ fn turns(messages: &[ChatMessage]) -> Vec<Turn<'_>> {
     for message in messages {
         let (role, blocks) = match message.role {
             Role::System => continue,
+            Role::User if !message.attachments.is_empty() => (
+                "user",
+                message
+                    .pieces()
+                    .into_iter()
+                    .map(|piece| match piece {
+                        Piece::Text(text) => Block::Text(text),
+                        Piece::Attachment(attachment) => Block::Attached(attachment),
+                    })
+                    .collect(),
+            ),
             Role::User => ("user", vec![Block::Text(&message.content)]),
             Role::Tool => (
                 "user",
@@ -117,6 +128,8 @@ fn turns(messages: &[ChatMessage]) -> Vec<Turn<'_>> {
 /// A content block.
 enum Block<'a> {
     Text(&'a str),
+    /// An `image` or a `document` (a PDF), its bytes as a base64 source.
+    Attached(&'a Attachment),
     ToolResult {
         id: &'a str,
         content: &'a str,
@@ -141,6 +154,20 @@ impl Serialize for Block<'_> {
             Self::Text(text) => {
                 map.serialize_entry("type", "text")?;
                 map.serialize_entry("text", text)?;
+            }
+            Self::Attached(attachment) => {
+                let kind = if attachment.is_image() {
+                    "image"
+                } else {
+                    "document"
+                };
+                map.serialize_entry("type", kind)?;
+                let source = Source {
+                    kind: "base64",
+                    media_type: &attachment.media_type,
+                    data: attachment.base64::<S::Error>()?,
+                };
+                map.serialize_entry("source", &source)?;
             }
             Self::ToolResult { id, content } => {
                 map.serialize_entry("type", "tool_result")?;
@@ -167,6 +194,23 @@ impl Serialize for Block<'_> {
         }
         map.end()
     }
+}
+
+/// A block's bytes.
+#[derive(Serialize)]
+struct Source<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: &'a str,
+    #[serde(serialize_with = "as_text")]
+    data: Base64<'a>,
+}
+
+fn as_text<S: Serializer>(
+    value: &impl std::fmt::Display,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
 }
 
 struct Tools<'a>(&'a [Arc<ToolDefinition>]);

@@ -6,7 +6,7 @@
 use serde::{Serialize, Serializer, ser::SerializeMap as _};
 use serde_json::Value;
 
-use crate::providers::{ChatMessage, ChatRequest, Role, openai::wire::Tools};
+use crate::providers::{Attachment, ChatMessage, ChatRequest, Role, openai::wire::Tools};
 
 /// The body of one call.
 #[derive(Serialize)]
@@ -48,14 +48,43 @@ fn messages<S: Serializer>(messages: &&[ChatMessage], serializer: S) -> Result<S
     serializer.collect_seq(messages.iter().map(Message::of))
 }
 
-/// One message: its role and text, and an assistant's tool calls (their
-/// arguments as parsed, `{}` for text that is not JSON).
+/// One message: its role and text, a user's images (base64; Ollama takes
+/// no other attachment), and an assistant's tool calls (their arguments
+/// as parsed, `{}` for text that is not JSON).
 #[derive(Serialize)]
 struct Message<'a> {
     role: &'static str,
     content: &'a str,
+    #[serde(skip_serializing_if = "Images::is_empty")]
+    images: Images<'a>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<Call<'a>>,
+}
+
+/// A message's attachments, as Ollama's `images`.
+struct Images<'a>(&'a [Attachment]);
+
+impl Images<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for Images<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error as _, SerializeSeq as _};
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for attachment in self.0 {
+            if !attachment.is_image() {
+                return Err(S::Error::custom(format!(
+                    "Ollama takes images only, not {}",
+                    attachment.media_type
+                )));
+            }
+            seq.serialize_element(&format_args!("{}", attachment.base64::<S::Error>()?))?;
+        }
+        seq.end()
+    }
 }
 
 impl<'a> Message<'a> {
@@ -76,6 +105,7 @@ impl<'a> Message<'a> {
         Self {
             role: message.role.as_str(),
             content: &message.content,
+            images: Images(&message.attachments),
             tool_calls,
         }
     }

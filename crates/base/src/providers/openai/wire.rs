@@ -8,7 +8,9 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer, ser::SerializeMap};
 use serde_json::Value;
 
-use crate::providers::{ChatMessage, ChatRequest, Role, ThinkLevel, ToolCall, ToolDefinition};
+use crate::providers::{
+    Attachment, Base64, ChatMessage, ChatRequest, Piece, Role, ThinkLevel, ToolCall, ToolDefinition,
+};
 
 /// The body of one call.
 #[derive(Serialize)]
@@ -92,12 +94,99 @@ impl Serialize for Message<'_> {
                 )?;
                 map.serialize_entry("content", &message.content)?;
             }
+            role if !message.attachments.is_empty() => {
+                map.serialize_entry("role", role.as_str())?;
+                map.serialize_entry("content", &Parts(message))?;
+            }
             role => {
                 map.serialize_entry("role", role.as_str())?;
                 map.serialize_entry("content", &message.content)?;
             }
         }
         map.end()
+    }
+}
+
+/// A message's text and attachments as content parts: `text`,
+/// `image_url` (a data URL of the image's bytes, with its `detail`) and
+/// `file` (a PDF's bytes as a data URL, with its name).
+struct Parts<'a>(&'a ChatMessage);
+
+impl Serialize for Parts<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.pieces().into_iter().map(Part))
+    }
+}
+
+struct Part<'a>(Piece<'a>);
+
+impl Serialize for Part<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        match self.0 {
+            Piece::Text(text) => {
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("text", text)?;
+            }
+            Piece::Attachment(attachment) if attachment.is_image() => {
+                map.serialize_entry("type", "image_url")?;
+                map.serialize_entry(
+                    "image_url",
+                    &ImageUrl {
+                        url: DataUrl::of::<S::Error>(attachment)?,
+                        detail: attachment.detail.as_deref(),
+                    },
+                )?;
+            }
+            Piece::Attachment(attachment) => {
+                map.serialize_entry("type", "file")?;
+                map.serialize_entry(
+                    "file",
+                    &FileData {
+                        filename: &attachment.filename,
+                        file_data: DataUrl::of::<S::Error>(attachment)?,
+                    },
+                )?;
+            }
+        }
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct ImageUrl<'a> {
+    url: DataUrl<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct FileData<'a> {
+    filename: &'a str,
+    file_data: DataUrl<'a>,
+}
+
+/// `data:{media type};base64,{bytes}`, written as it is serialized.
+struct DataUrl<'a> {
+    media_type: &'a str,
+    data: Base64<'a>,
+}
+
+impl<'a> DataUrl<'a> {
+    fn of<E: serde::ser::Error>(attachment: &'a Attachment) -> Result<Self, E> {
+        Ok(Self {
+            media_type: &attachment.media_type,
+            data: attachment.base64()?,
+        })
+    }
+}
+
+impl Serialize for DataUrl<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&format_args!(
+            "data:{};base64,{}",
+            self.media_type, self.data
+        ))
     }
 }
 
