@@ -291,6 +291,8 @@ fn runner_config(
             allowed_models: settings.allowed_models(),
             client_tools_max_bytes: settings.harness.client_tools_max_bytes,
             tenant_defaults: settings.server.tenant_defaults(),
+            files: settings.server.file_limits(),
+            allow_private: settings.server.outbound_allow_private,
         },
         retention: crate::runner::Retention {
             default: settings.server.retention.map(|span| span.0),

@@ -278,6 +278,7 @@ pub fn request(message: &str) -> TurnInput {
         turn_number: 1,
         history: Vec::new(),
         asked: Arc::new(TurnRequest::new(message)),
+        attachments: Vec::new(),
         session_cost_before: None,
         memory_scope: "session:s-1".into(),
         memories: None,

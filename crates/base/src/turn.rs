@@ -61,6 +61,89 @@ pub struct TurnRequest {
     /// only (as `client__{name}`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_tools: Vec<ClientTool>,
+    /// The images and files the message carries, in order among its text.
+    /// Once the turn has begun each is a file's (inline data and URLs are
+    /// stored as files of the session first): the request holds
+    /// references, never bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Asked>,
+}
+
+/// Most images and files one message carries.
+pub const ATTACHMENTS_MAX: usize = 32;
+
+/// Most parts (texts, images, files) one message has.
+pub const PARTS_MAX: usize = 64;
+
+/// An image or a file a message carries, as its client gave it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asked {
+    /// An image (`image_url`, `input_image`…), or a file (a PDF, a text
+    /// file; an image given as a file is read as one).
+    pub kind: AskedKind,
+    pub source: Source,
+    /// What the client calls it (a file's own name otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+    /// OpenAI's `detail` of an image: `low`, `high` or `auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// It stands after this many bytes of the message's text.
+    pub at: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AskedKind {
+    Image,
+    File,
+}
+
+/// Where an image's or a file's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// A file of the caller's tenant.
+    FileId(String),
+    /// The bytes, base64, and what the client says they are.
+    Data { media_type: String, data: String },
+    /// An `https` URL to fetch them from.
+    Url(String),
+}
+
+/// A message's texts and parts joined: its text (the texts, each pair
+/// apart by a blank line) and its attachments where they stood.
+#[derive(Debug, Default)]
+pub struct Joined {
+    pub text: String,
+    pub attachments: Vec<Asked>,
+}
+
+impl Joined {
+    /// Adds a text part.
+    pub fn text(&mut self, text: &str) {
+        if !self.text.is_empty() && !text.is_empty() {
+            self.text.push_str("\n\n");
+        }
+        self.text.push_str(text);
+    }
+
+    /// Adds an image or a file where the text so far ends.
+    pub fn attach(
+        &mut self,
+        kind: AskedKind,
+        source: Source,
+        filename: Option<String>,
+        detail: Option<String>,
+    ) {
+        self.attachments.push(Asked {
+            kind,
+            source,
+            filename,
+            detail,
+            at: self.text.len(),
+        });
+    }
 }
 
 impl TurnRequest {
@@ -87,6 +170,16 @@ impl TurnRequest {
         let history = self.history.as_ref().map(serde_json::to_string);
         if history.is_some_and(|h| h.is_ok_and(|h| json_has_nul(&h))) {
             return Some("history");
+        }
+        if self.attachments.iter().any(|a| {
+            let texts = [a.filename.as_deref(), a.detail.as_deref()];
+            texts.into_iter().flatten().any(nul)
+                || match &a.source {
+                    Source::FileId(id) | Source::Url(id) => nul(id),
+                    Source::Data { media_type, data } => nul(media_type) || nul(data),
+                }
+        }) {
+            return Some("attachments");
         }
         let tools = &self.client_tools;
         if tools
@@ -237,6 +330,7 @@ impl TurnRequest {
             follows: None,
             background: false,
             client_tools: Vec::new(),
+            attachments: Vec::new(),
         }
     }
 

@@ -21,6 +21,16 @@ pub struct FileLimits {
     pub tenant_bytes: u64,
 }
 
+/// The settings' defaults: 20 MiB a file, 1 GiB a tenant.
+impl Default for FileLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 20 * 1024 * 1024,
+            tenant_bytes: 1024 * 1024 * 1024,
+        }
+    }
+}
+
 /// Bytes a file's name has at most.
 pub const FILENAME_MAX: usize = 255;
 
@@ -359,6 +369,25 @@ pub async fn put(
             size: spooled.bytes,
         }),
     }
+}
+
+/// A file's bytes, whole (a provider call sends them): its chunks in
+/// order.
+pub async fn read_all(store: &dyn Store, file: &FileRecord) -> Result<Vec<u8>, StoreError> {
+    let mut bytes = Vec::with_capacity(usize::try_from(file.bytes).unwrap_or(0));
+    for index in 0..file.chunks() {
+        let chunk = store
+            .file_chunk(&file.tenant, &file.sha256, index)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("{} lost its bytes", file.id)))?;
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// Whether a file of `media_type` reaches a model as text.
+pub fn is_text(media_type: &str) -> bool {
+    kind_of(media_type) == Some(Kind::Text)
 }
 
 #[cfg(test)]

@@ -193,6 +193,9 @@ pub struct TurnInput {
     pub history: Vec<ChatMessage>,
     /// What the turn is asked, as the edge validated it.
     pub asked: Arc<TurnRequest>,
+    /// Its message's images and files with their bytes (its request
+    /// names their files): what each call sends.
+    pub attachments: Vec<crate::providers::Attachment>,
     /// Cost of the session's earlier turns, for the session total.
     pub session_cost_before: Option<f64>,
     /// Whose memories the turn reads and adds to: `user:{id}` when the
@@ -450,6 +453,25 @@ impl AgentHarness {
     /// begin; `None`: no retrieval, or one that reads for itself.
     pub fn memory_query(&self, scope: &str, message: &str) -> Option<MemoryQuery> {
         self.memory_retriever.as_ref()?.store_query(scope, message)
+    }
+
+    /// The model a turn asking `asked` runs on, and what it reads besides
+    /// text (the catalogue's `inputs`).
+    pub fn reads(
+        &self,
+        asked: &crate::turn::TurnRequest,
+    ) -> (String, crate::providers::catalogue::Inputs) {
+        let (_, model) = prepare::resolve_provider_model(
+            self.provider.as_ref(),
+            asked.runtime_provider.as_deref(),
+            asked.runtime_model.as_deref(),
+        );
+        let inputs = self
+            .models
+            .as_ref()
+            .map(|models| models.inputs(&model))
+            .unwrap_or_default();
+        (model, inputs)
     }
 
     pub fn provider(&self) -> &Arc<dyn LlmProvider> {

@@ -6,6 +6,7 @@
 //! Only `POST .../cancel`, shutdown (after the grace period) or the turn's
 //! budget stop a turn; a client that goes away merely stops listening.
 
+mod attachments;
 mod cancel;
 mod heartbeat;
 pub mod live;
@@ -88,6 +89,11 @@ pub struct StartPolicy {
     pub client_tools_max_bytes: usize,
     /// Each tenant's limits where it has none of its own.
     pub tenant_defaults: TenantLimits,
+    /// What a message's images and files may be.
+    pub files: crate::files::FileLimits,
+    /// An image's URL may name a private address
+    /// (`HARNESS_OUTBOUND_ALLOW_PRIVATE`).
+    pub allow_private: bool,
 }
 
 impl StartPolicy {
@@ -166,6 +172,23 @@ pub enum StartError {
         /// Seconds until the next UTC midnight.
         retry_after: u64,
     },
+    /// A part names a file the tenant does not have.
+    #[error("file {0} not found")]
+    FileNotFound(String),
+    /// A part's file cannot be stored (too large, of no allowed type, over
+    /// the tenant's quota).
+    #[error("message[{at}]: {error}")]
+    Attachment {
+        at: usize,
+        error: crate::files::FileError,
+    },
+    /// A part is not what it says (an image that is a PDF, data that is
+    /// not base64, a URL that cannot be fetched).
+    #[error("message[{at}]: {detail}")]
+    InvalidAttachment { at: usize, detail: String },
+    /// The turn's model does not read what a part is.
+    #[error("the model {model} does not read {what}; use a model that does, or send text")]
+    UnsupportedContent { model: String, what: &'static str },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -223,6 +246,9 @@ struct Inner {
     stop_background: CancellationToken,
     /// Ends every open event stream.
     close_streams: CancellationToken,
+    /// How images and files given by URL are fetched (`None`: its client
+    /// could not be built, and such a part is refused).
+    outbound: Option<crate::outbox::Outbound>,
     /// The open event streams (each holds a token while it lives).
     streams: TaskTracker,
     /// The turns this process handed over at shutdown: session, turn and
@@ -264,8 +290,16 @@ impl TurnRunner {
             writer_stop.clone(),
             lease_clock.clone(),
         );
+        let outbound = match crate::outbox::Outbound::new(config.policy.allow_private) {
+            Ok(outbound) => Some(outbound),
+            Err(e) => {
+                tracing::error!(error = %e, "no client to fetch attachments by URL");
+                None
+            }
+        };
         let runner = Self {
             inner: Arc::new(Inner {
+                outbound,
                 store,
                 metrics,
                 harness,
@@ -424,6 +458,35 @@ impl TurnRunner {
             quota_warning,
             held_back,
         } = self.admission(session_id.tenant()).await?;
+        let mut spec = spec;
+        let made = self.resolve_attachments(session_id, &mut spec).await?;
+        let started = self
+            .begin(
+                session_id,
+                spec,
+                idempotency_key,
+                limits,
+                quota_warning,
+                held_back,
+            )
+            .await;
+        if started.as_ref().is_err() {
+            self.take_back(session_id, &made).await;
+        }
+        started
+    }
+
+    /// Begins a turn admitted and resolved (see [`Self::start`]).
+    async fn begin(
+        &self,
+        session_id: &SessionKey,
+        spec: TurnRequest,
+        idempotency_key: Option<String>,
+        limits: TenantLimits,
+        quota_warning: Option<TurnEvent>,
+        held_back: Option<StartError>,
+    ) -> Result<StartedTurn, StartError> {
+        let inner = &self.inner;
         let turn_id = Uuid::now_v7();
         let now = Utc::now().trunc_subsecs(6);
         let started = self.started_event(&spec);

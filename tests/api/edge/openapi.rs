@@ -129,8 +129,23 @@ fn the_document_states_the_servers_constraints() {
             .contains(&"message".into()),
         "{body}"
     );
-    assert_eq!(body["properties"]["message"]["type"], "string");
-    assert_eq!(body["properties"]["message"]["minLength"], 1);
+    // Text, or parts (see docs/files.md).
+    assert_eq!(
+        body["properties"]["message"]["$ref"],
+        "#/components/schemas/TurnMessage"
+    );
+    let message = &schemas["TurnMessage"]["oneOf"];
+    assert_eq!(message[0]["type"], "string");
+    assert_eq!(message[0]["minLength"], 1);
+    assert_eq!(message[1]["type"], "array");
+    assert_eq!(message[1]["maxItems"], 64);
+    let kinds: Vec<&serde_json::Value> = message[1]["items"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|part| &part["properties"]["type"]["enum"][0])
+        .collect();
+    assert_eq!(kinds, ["text", "image", "file"]);
     let top_k = &body["properties"]["top_k"];
     assert_eq!(
         (&top_k["minimum"], &top_k["maximum"]),

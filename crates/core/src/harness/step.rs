@@ -284,7 +284,11 @@ impl Turn<'_> {
                 .unwrap_or(options.think_level)
                 .min(options.max_think_level),
             provider: self.request.asked.runtime_provider.clone(),
-            ..ChatRequest::new(model, messages.to_vec(), self.state.budget.remaining())
+            ..ChatRequest::new(
+                model,
+                with_bytes(messages, &self.request.attachments),
+                self.state.budget.remaining(),
+            )
         };
         let span = tracing::info_span!(
             "gen_ai.chat",
@@ -559,4 +563,26 @@ async fn account(
     state.add_tokens(usage);
     state.add_cost(cost_usd);
     emit_usage(sink, step, usage, cost_usd).await
+}
+
+/// The conversation a call sends: its messages, each attachment with its
+/// bytes (a record of a message keeps its file alone: a turn taken over
+/// has them from its request's files).
+fn with_bytes(
+    messages: &[ChatMessage],
+    loaded: &[crate::providers::Attachment],
+) -> Vec<ChatMessage> {
+    let mut messages = messages.to_vec();
+    if loaded.is_empty() {
+        return messages;
+    }
+    for attachment in messages.iter_mut().flat_map(|m| m.attachments.iter_mut()) {
+        if attachment.data.is_none() {
+            attachment.data = loaded
+                .iter()
+                .find(|l| l.file_id == attachment.file_id)
+                .and_then(|l| l.data.clone());
+        }
+    }
+    messages
 }

@@ -117,6 +117,7 @@ fn assemble(
             session_id: &request.session_id,
             history: &request.history,
             asked: &request.asked,
+            attachments: &request.attachments,
             context_pack,
             memory_context_text: memory_text,
             system_prompt: &system_prompt,

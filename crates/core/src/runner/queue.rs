@@ -112,6 +112,26 @@ impl TurnRunner {
         idempotency_key: Option<String>,
         deadline: tokio::time::Instant,
     ) -> Result<StartedTurn, QueuedStartError> {
+        // Its images and files are made files once, before it waits.
+        let mut spec = spec;
+        let made = self.resolve_attachments(session_id, &mut spec).await?;
+        let started = self
+            .start_in_turn(session_id, spec, idempotency_key, deadline)
+            .await;
+        if started.is_err() {
+            self.take_back(session_id, &made).await;
+        }
+        started
+    }
+
+    /// [`Self::start_queued`] of a turn whose attachments are files.
+    async fn start_in_turn(
+        &self,
+        session_id: &SessionKey,
+        spec: TurnRequest,
+        idempotency_key: Option<String>,
+        deadline: tokio::time::Instant,
+    ) -> Result<StartedTurn, QueuedStartError> {
         let store = &self.inner.store;
         let stale = || now_ms() - QUEUE_TICKET_STALE_MS;
         if store.queue_head(session_id, stale()).await?.is_none()

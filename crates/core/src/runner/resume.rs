@@ -254,7 +254,12 @@ impl TurnRunner {
             ),
         };
         let key = turn.session_id.clone();
+        let attachments = self
+            .load_attachments(&key, &turn.request)
+            .await
+            .map_err(TurnFailure::History)?;
         let request = TurnInput {
+            attachments,
             session_id: turn.session_id.clone(),
             turn_id: turn.id,
             turn_number: session

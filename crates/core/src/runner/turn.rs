@@ -208,12 +208,17 @@ impl TurnRunner {
                     .map_err(TurnFailure::History)?,
             ),
         };
+        let attachments = self
+            .load_attachments(&live.session_id, spec)
+            .await
+            .map_err(TurnFailure::History)?;
         let request = TurnInput {
             session_id: live.session_id.clone(),
             turn_id: live.turn_id,
             turn_number,
             history,
             asked: spec.clone(),
+            attachments,
             session_cost_before,
             memory_scope,
             memories: context.memories,

@@ -48,13 +48,13 @@ use crate::{
         endpoint::{Started, named_session},
         error::ApiError,
         json::ApiJson,
-        native::{ClientToolBody, checked_client_tools, checked_message},
+        native::{ClientToolBody, checked_client_tools, checked_content},
     },
     service::CancelError,
     service::{NewApproval, TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
-use params::{client_answers, decisions, history_length, message_text, parse, task_id};
+use params::{client_answers, decisions, history_length, message_content, parse, task_id};
 use task::TaskFold;
 use wire::{MessageIn, SendMessageRequest, StreamResponse, Task, TaskList, TaskQuery};
 
@@ -94,6 +94,12 @@ impl RpcError {
 impl From<ApiError> for RpcError {
     fn from(e: ApiError) -> Self {
         match e.status() {
+            // What a part is that the agent does not read, or a file's
+            // bytes that are no type it takes.
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                Self::new(CONTENT_TYPE_NOT_SUPPORTED, e.to_string())
+            }
+            _ if matches!(e, ApiError::FileNotFound) => Self::new(INVALID_PARAMS, e.to_string()),
             StatusCode::NOT_FOUND => Self::new(TASK_NOT_FOUND, e.to_string()),
             s if s.is_client_error() => Self::new(INVALID_PARAMS, e.to_string()),
             _ => Self::new(INTERNAL_ERROR, e.to_string()),
@@ -402,8 +408,8 @@ impl Caller {
                     (session, turn_id, events, last_seq)
                 }
                 None => {
-                    let text = message_text(&message)?;
-                    let started = self.begin(&message, text, metadata.client_tools).await?;
+                    let content = message_content(&message)?;
+                    let started = self.begin(&message, content, metadata.client_tools).await?;
                     let (session, turn_id) = (started.session.clone(), started.turn_id);
                     // Every update of the task, from its start.
                     self.push_to(push.as_ref(), &session, turn_id, 0).await?;
@@ -440,7 +446,7 @@ impl Caller {
     async fn begin(
         &self,
         message: &MessageIn,
-        text: String,
+        content: crate::turn::Joined,
         client_tools: Option<Value>,
     ) -> Result<Started, RpcError> {
         let context = message.context_id.as_deref().filter(|c| !c.is_empty());
@@ -451,9 +457,11 @@ impl Caller {
                 RpcError::new(INVALID_PARAMS, format!("`metadata.clientTools`: {e}"))
             })?,
         };
+        let (text, attachments) = checked_content(Some(content.text), content.attachments)?;
         let asked = TurnRequest {
             client_tools: checked_client_tools(declared)?,
-            ..TurnRequest::new(checked_message(Some(text))?)
+            attachments,
+            ..TurnRequest::new(text)
         };
         match Started::start(&self.app, session, asked, None).await {
             Ok(started) => Ok(started),

@@ -480,7 +480,12 @@ async fn agui_run(
         &app,
         &tenant,
         &body.thread_id,
-        body.messages.iter().map(|m| (m.role.as_str(), m.text())),
+        crate::protocols::parts::said(
+            body.messages
+                .iter()
+                .map(|m| (m.role.as_str(), m.content.as_ref())),
+            "messages",
+        )?,
         Replies {
             answers: tool_results(&body.messages),
             decisions: decisions(&body.resume)?,

@@ -71,8 +71,8 @@ pub struct StreamOptions {
     include_usage: bool,
 }
 
-/// A message: `content` a string or an array of parts (`text` parts are
-/// read).
+/// A message: `content` a string or an array of parts (`text`,
+/// `image_url` and `file` parts).
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct CompatMessage {
     #[schema(pattern = "^(system|developer|user|assistant|tool|function)$")]
@@ -104,17 +104,14 @@ impl ChatCompletionRequest {
         if let Some(other) = roles.find(|r| !ROLES.contains(r)) {
             return Err(invalid("messages", format!("unknown role {other:?}")));
         }
-        let messages: Vec<(&str, String)> = self
-            .messages
-            .iter()
-            .map(|m| {
-                (
-                    m.role.as_str(),
-                    crate::protocols::parts::content_text(m.content.as_ref()),
-                )
-            })
-            .collect();
-        let spec = crate::protocols::endpoint::conversation_turn(&messages, allow_system)?;
+        let (messages, attachments) = crate::protocols::parts::said(
+            self.messages
+                .iter()
+                .map(|m| (m.role.as_str(), m.content.as_ref())),
+            "messages",
+        )?;
+        let spec =
+            crate::protocols::endpoint::conversation_turn(&messages, attachments, allow_system)?;
         let model = self
             .model
             .as_deref()

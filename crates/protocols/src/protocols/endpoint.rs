@@ -53,6 +53,19 @@ impl From<StartError> for ApiError {
                 field: field.into(),
                 detail: e.to_string(),
             },
+            StartError::FileNotFound(_) => Self::FileNotFound,
+            StartError::Attachment { at, error } => match Self::from(error) {
+                Self::InvalidField { detail, .. } => Self::InvalidField {
+                    field: format!("message[{at}]"),
+                    detail,
+                },
+                other => other,
+            },
+            StartError::InvalidAttachment { at, detail } => Self::InvalidField {
+                field: format!("message[{at}]"),
+                detail,
+            },
+            e @ StartError::UnsupportedContent { .. } => Self::UnsupportedContent(e.to_string()),
             StartError::Store(e) => e.into(),
         }
     }
@@ -209,6 +222,7 @@ pub(crate) fn refuse_client_system(allowed: bool) -> Result<(), ApiError> {
 /// too where the operator allows them (see [`refuse_client_system`]).
 pub(crate) fn conversation_turn(
     messages: &[(&str, String)],
+    attachments: Vec<crate::turn::Asked>,
     allow_system: bool,
 ) -> Result<crate::turn::TurnRequest, ApiError> {
     use crate::providers::{ChatMessage, Role};
@@ -225,8 +239,11 @@ pub(crate) fn conversation_turn(
     if *role != "user" {
         return Err(invalid("the last message must be the user's"));
     }
-    if message.trim().is_empty() {
+    if message.trim().is_empty() && attachments.is_empty() {
         return Err(ApiError::MessageRequired);
+    }
+    if attachments.len() > crate::turn::ATTACHMENTS_MAX {
+        return Err(invalid("a message carries at most 32 images and files"));
     }
     if messages.iter().any(|(_, text)| text.contains('\0')) {
         return Err(invalid("a message contains U+0000"));
@@ -250,6 +267,7 @@ pub(crate) fn conversation_turn(
         .collect();
     Ok(crate::turn::TurnRequest {
         history: Some(history),
+        attachments,
         ..crate::turn::TurnRequest::new(message.clone())
     })
 }
@@ -295,13 +313,15 @@ impl ConversationTurn {
         app: &Shared,
         tenant: &Tenant,
         session: &str,
-        messages: impl IntoIterator<Item = (&'m str, String)>,
+        (messages, attachments): crate::protocols::parts::Said<'m>,
         client_tools: Vec<crate::turn::ClientTool>,
     ) -> Result<Self, ApiError> {
         let session_id = parse_session_id(session, tenant)?;
-        let messages: Vec<(&str, String)> = messages.into_iter().collect();
-        let mut spec =
-            conversation_turn(&messages, app.settings.harness.allow_client_system_messages)?;
+        let mut spec = conversation_turn(
+            &messages,
+            attachments,
+            app.settings.harness.allow_client_system_messages,
+        )?;
         spec.client_tools = client_tools;
         let started = Started::start(app, session_id.clone(), spec, None).await?;
         let turn_id = started.turn_id;
@@ -322,7 +342,7 @@ impl ConversationTurn {
         app: &Shared,
         tenant: &Tenant,
         session: &str,
-        messages: impl IntoIterator<Item = (&'m str, String)>,
+        said: crate::protocols::parts::Said<'m>,
         replies: client_calls::Replies,
         tools: (&str, Vec<ToolDeclaration>),
     ) -> Result<Self, ApiError> {
@@ -331,7 +351,7 @@ impl ConversationTurn {
         }
         let (field, tools) = tools;
         let tools = declared_tools(field, tools)?;
-        Self::start(app, tenant, session, messages, tools).await
+        Self::start(app, tenant, session, said, tools).await
     }
 
     /// The turn of `session` that waits for `replies`, given them.

@@ -133,6 +133,10 @@ pub enum ApiError {
     /// A file whose bytes are not of a type files may be.
     #[error("{0}")]
     UnsupportedFile(String),
+    /// A message's part the turn's model does not read (an image to a
+    /// text-only model): refused before any provider call.
+    #[error("{0}")]
+    UnsupportedContent(String),
     /// The tenant's files would take more than
     /// `HARNESS_TENANT_FILE_BYTES`.
     #[error(
@@ -354,6 +358,9 @@ impl ApiError {
             Self::FileTooLarge(_) => (S::PAYLOAD_TOO_LARGE, "file_too_large", Never),
             Self::UnsupportedFile(_) => {
                 (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", Never)
+            }
+            Self::UnsupportedContent(_) => {
+                (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_content", Never)
             }
             // Waiting does not help: files must be deleted first.
             Self::FileQuotaExceeded { .. } => (S::TOO_MANY_REQUESTS, "quota_exceeded", Never),

@@ -35,7 +35,7 @@ use stream::{self as sse, EventStream};
 
 pub use body::{
     ClientToolBody, HistoryMessage, HistoryRole, Multitask, TurnBody, checked_client_tools,
-    checked_message, checked_user_id,
+    checked_content, checked_message, checked_user_id,
 };
 use body::{MULTITASK_WAIT_MAX, admit};
 

@@ -104,6 +104,10 @@ struct UiPart {
     #[serde(default)]
     error_text: Value,
     approval: Option<Approval>,
+    /// A `file` part's type, its `url` (`https` or `data:`) and its name.
+    media_type: Option<String>,
+    url: Option<String>,
+    filename: Option<String>,
 }
 
 /// A tool part's `approval`, as `addToolApprovalResponse` leaves it.
@@ -156,14 +160,71 @@ impl UiMessage {
             .collect()
     }
 
+    /// Its text, an earlier message's files named in it.
     fn text(&self) -> String {
         self.parts
             .iter()
-            .filter(|p| p.kind == "text")
-            .filter_map(|p| p.text.as_deref())
+            .filter_map(|p| match p.kind.as_str() {
+                "text" => p.text.as_deref(),
+                "file" => Some("[the user attached a file here]"),
+                _ => None,
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }
+
+    /// Its text and its `file` parts, in order (the new message's).
+    fn joined(&self, field: &str) -> Result<crate::turn::Joined, ApiError> {
+        let mut joined = crate::turn::Joined::default();
+        for (i, part) in self.parts.iter().enumerate() {
+            match part.kind.as_str() {
+                "text" => joined.text(part.text.as_deref().unwrap_or_default()),
+                "file" => {
+                    let field = format!("{field}.parts[{i}]");
+                    let Some(url) = part.url.clone() else {
+                        return Err(ApiError::InvalidField {
+                            field,
+                            detail: "a `file` part needs its `url`".into(),
+                        });
+                    };
+                    let source = match crate::protocols::parts::from_url(&field, url)? {
+                        // The data URL's own type, else the part's.
+                        crate::turn::Source::Data { media_type, data } if media_type.is_empty() => {
+                            crate::turn::Source::Data {
+                                media_type: part.media_type.clone().unwrap_or_default(),
+                                data,
+                            }
+                        }
+                        source => source,
+                    };
+                    let kind = match &part.media_type {
+                        Some(t) if t.starts_with("image/") => crate::turn::AskedKind::Image,
+                        _ => crate::turn::AskedKind::File,
+                    };
+                    joined.attach(kind, source, part.filename.clone(), None);
+                }
+                _ => {}
+            }
+        }
+        Ok(joined)
+    }
+}
+
+/// The conversation of a chat's messages (see [`crate::protocols::parts::Said`]).
+fn said(messages: &[UiMessage]) -> Result<crate::protocols::parts::Said<'_>, ApiError> {
+    let last = messages.len().checked_sub(1);
+    let mut texts = Vec::with_capacity(messages.len());
+    let mut attachments = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        if Some(i) == last && message.role == "user" {
+            let joined = message.joined(&format!("messages[{i}]"))?;
+            attachments = joined.attachments;
+            texts.push((message.role.as_str(), joined.text));
+        } else {
+            texts.push((message.role.as_str(), message.text()));
+        }
+    }
+    Ok((texts, attachments))
 }
 
 /// A UI message chunk (the AI SDK's `UIMessageChunk`).
@@ -517,7 +578,7 @@ async fn ui_chat(
         &app,
         &tenant,
         &body.id,
-        body.messages.iter().map(|m| (m.role.as_str(), m.text())),
+        said(&body.messages)?,
         replies,
         ("clientTools", body.client_tools),
     )

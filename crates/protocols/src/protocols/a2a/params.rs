@@ -144,15 +144,77 @@ pub(super) fn message_text(message: &MessageIn) -> Result<String, RpcError> {
     for part in &message.parts {
         match part {
             PartIn::Text { text } => texts.push(text.as_str()),
-            PartIn::Data { .. } | PartIn::Other(_) => {
+            PartIn::Raw { .. } | PartIn::Url { .. } | PartIn::Data { .. } | PartIn::Other(_) => {
                 return Err(RpcError::new(
                     CONTENT_TYPE_NOT_SUPPORTED,
-                    "only text parts are taken (text/plain)",
+                    "only text parts are taken here (text/plain)",
                 ));
             }
         }
     }
     Ok(texts.join("\n"))
+}
+
+/// What a message that begins a task says: its text, and its files
+/// (`raw` and `url` parts) where they stood. A data part, or a part of no
+/// kind A2A defines, is refused with `ContentTypeNotSupportedError`.
+pub(super) fn message_content(message: &MessageIn) -> Result<crate::turn::Joined, RpcError> {
+    use crate::turn::{AskedKind, Source};
+    if message.parts.is_empty() {
+        return Err(invalid("`message.parts` must hold a part"));
+    }
+    if message.parts.len() > crate::turn::PARTS_MAX {
+        return Err(invalid("a message has at most 64 parts"));
+    }
+    let kind = |media_type: &Option<String>| match media_type {
+        Some(t) if t.starts_with("image/") => AskedKind::Image,
+        _ => AskedKind::File,
+    };
+    let mut joined = crate::turn::Joined::default();
+    for (i, part) in message.parts.iter().enumerate() {
+        let field = format!("message.parts[{i}]");
+        match part {
+            PartIn::Text { text } => joined.text(text),
+            PartIn::Raw {
+                raw,
+                media_type,
+                filename,
+            } => {
+                let source = Source::Data {
+                    media_type: media_type
+                        .clone()
+                        .unwrap_or_else(|| "application/octet-stream".to_owned()),
+                    data: raw.clone(),
+                };
+                joined.attach(kind(media_type), source, filename.clone(), None);
+            }
+            PartIn::Url {
+                url,
+                media_type,
+                filename,
+            } => {
+                let source = match crate::protocols::parts::from_url(&field, url.clone())? {
+                    Source::Data {
+                        media_type: given,
+                        data,
+                    } if given.is_empty() => Source::Data {
+                        media_type: media_type.clone().unwrap_or_default(),
+                        data,
+                    },
+                    source => source,
+                };
+                joined.attach(kind(media_type), source, filename.clone(), None);
+            }
+            PartIn::Data { .. } | PartIn::Other(_) => {
+                return Err(RpcError::new(
+                    CONTENT_TYPE_NOT_SUPPORTED,
+                    "a task begins with text, raw and url parts (text, images, PDFs, text \
+                     files); data parts answer a waiting task",
+                ));
+            }
+        }
+    }
+    Ok(joined)
 }
 
 /// The data parts of a message that name a call, read.
@@ -162,7 +224,9 @@ fn call_data(message: &MessageIn) -> impl Iterator<Item = CallData> + '_ {
         .iter()
         .filter_map(|p| match p {
             PartIn::Data { data } => CallData::deserialize(data).ok(),
-            PartIn::Text { .. } | PartIn::Other(_) => None,
+            PartIn::Text { .. } | PartIn::Raw { .. } | PartIn::Url { .. } | PartIn::Other(_) => {
+                None
+            }
         })
         .filter(|d| d.call_id.is_some())
 }

@@ -91,6 +91,23 @@ pub enum PartIn {
         #[schema(min_length = 1, pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$")]
         text: String,
     },
+    /// A file's bytes (base64), with its `mediaType` and `filename`: an
+    /// image, a PDF or a text file the message carries.
+    #[serde(rename_all = "camelCase")]
+    Raw {
+        raw: String,
+        #[serde(alias = "media_type")]
+        media_type: Option<String>,
+        filename: Option<String>,
+    },
+    /// A file by its `url` (`https`, or a `data:` URL).
+    #[serde(rename_all = "camelCase")]
+    Url {
+        url: String,
+        #[serde(alias = "media_type")]
+        media_type: Option<String>,
+        filename: Option<String>,
+    },
     /// `{call_id, output, is_error}` answers a client's call, `{call_id,
     /// approve, reason}` decides an approval.
     #[serde(skip_serializing)]

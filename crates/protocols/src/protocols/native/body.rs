@@ -22,9 +22,14 @@ const HISTORY_MAX: usize = 1000;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TurnBody {
-    /// The user message (required, not blank, without U+0000).
-    #[schema(required = true, value_type = String, min_length = 1, pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$")]
-    message: Option<String>,
+    /// The user message (required): its text (not blank, without
+    /// U+0000), or its parts in order: `{"type": "text", "text"}`,
+    /// `{"type": "image", "file_id" | "data" + "media_type" | "url",
+    /// "detail"?}`, `{"type": "file", "file_id" | "data" + "media_type" |
+    /// "url", "filename"?}` (at most 64 parts, 32 of them images and
+    /// files).
+    #[schema(required = true, value_type = MessageSchema)]
+    message: Option<MessageIn>,
     /// Number of vault facts to retrieve (1-100, default 8).
     #[schema(minimum = 1, maximum = 100, default = 8)]
     top_k: Option<u32>,
@@ -65,6 +70,144 @@ pub struct TurnBody {
     /// /sessions/{session_id}/turns/{turn_id}/tool-results/{call_id}`.
     #[schema(max_items = 32)]
     client_tools: Option<Vec<ClientToolBody>>,
+}
+
+/// A message: its text, or its parts.
+#[derive(Debug)]
+pub enum MessageIn {
+    Text(String),
+    Parts(Vec<PartIn>),
+}
+
+impl<'de> Deserialize<'de> for MessageIn {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = MessageIn;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string, or an array of parts")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<MessageIn, E> {
+                Ok(MessageIn::Text(text.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<MessageIn, E> {
+                Ok(MessageIn::Text(text))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<MessageIn, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(part) = seq.next_element::<PartIn>()? {
+                    if parts.len() == crate::turn::PARTS_MAX {
+                        return Err(serde::de::Error::custom(format!(
+                            "a message has at most {} parts",
+                            crate::turn::PARTS_MAX
+                        )));
+                    }
+                    parts.push(part);
+                }
+                Ok(MessageIn::Parts(parts))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// What the document says a message is.
+pub enum MessageSchema {}
+
+impl utoipa::PartialSchema for MessageSchema {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+        let text = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .pattern(Some(r"^[^\u0000]*[^\s\u0000][^\u0000]*$"));
+        let parts = ArrayBuilder::new()
+            .items(<PartIn as utoipa::PartialSchema>::schema())
+            .min_items(Some(1))
+            .max_items(Some(crate::turn::PARTS_MAX));
+        OneOfBuilder::new().item(text).item(parts).into()
+    }
+}
+
+impl ToSchema for MessageSchema {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("TurnMessage")
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <PartIn as ToSchema>::schemas(schemas);
+    }
+}
+
+/// A part of a message.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum PartIn {
+    /// Text (without U+0000).
+    Text { text: String },
+    /// An image (PNG, JPEG, WebP, GIF): one of `file_id`, `data` (base64,
+    /// with `media_type`) or `url` (`https`, or a `data:` URL).
+    Image {
+        #[schema(max_length = 64)]
+        file_id: Option<String>,
+        data: Option<String>,
+        media_type: Option<String>,
+        url: Option<String>,
+        /// `low`, `high` or `auto`.
+        detail: Option<String>,
+    },
+    /// A file (a PDF, a text file, an image): as an image's, with its
+    /// `filename`.
+    File {
+        #[schema(max_length = 64)]
+        file_id: Option<String>,
+        data: Option<String>,
+        media_type: Option<String>,
+        url: Option<String>,
+        filename: Option<String>,
+    },
+}
+
+/// A message's parts joined: its text and its attachments.
+fn joined(parts: Vec<PartIn>) -> Result<crate::turn::Joined, ApiError> {
+    use crate::protocols::parts::source;
+    use crate::turn::AskedKind;
+    let mut joined = crate::turn::Joined::default();
+    for (i, part) in parts.into_iter().enumerate() {
+        let field = format!("message[{i}]");
+        match part {
+            PartIn::Text { text } => joined.text(&text),
+            PartIn::Image {
+                file_id,
+                data,
+                media_type,
+                url,
+                detail,
+            } => {
+                let source = source(&field, file_id, data.map(|d| (d, media_type)), url)?;
+                joined.attach(AskedKind::Image, source, None, detail);
+            }
+            PartIn::File {
+                file_id,
+                data,
+                media_type,
+                url,
+                filename,
+            } => {
+                let source = source(&field, file_id, data.map(|d| (d, media_type)), url)?;
+                joined.attach(AskedKind::File, source, filename, None);
+            }
+        }
+    }
+    Ok(joined)
 }
 
 /// A tool the client runs itself.
@@ -127,7 +270,15 @@ impl TryFrom<TurnBody> for TurnRequest {
     type Error = ApiError;
 
     fn try_from(body: TurnBody) -> Result<Self, ApiError> {
-        let message = checked_message(body.message)?;
+        let (message, attachments) = match body.message {
+            None => (None, Vec::new()),
+            Some(MessageIn::Text(text)) => (Some(text), Vec::new()),
+            Some(MessageIn::Parts(parts)) => {
+                let joined = joined(parts)?;
+                (Some(joined.text), joined.attachments)
+            }
+        };
+        let (message, attachments) = checked_content(message, attachments)?;
         if let Some(skill) = &body.skill_context {
             no_nul("skill_context", skill)?;
         }
@@ -193,6 +344,7 @@ impl TryFrom<TurnBody> for TurnRequest {
             skill_context: body.skill_context.filter(|s| !s.is_empty()),
             history,
             client_tools,
+            attachments,
             ..TurnRequest::new(String::new())
         })
     }
@@ -218,6 +370,30 @@ pub fn checked_message(message: Option<String>) -> Result<String, ApiError> {
         .ok_or(ApiError::MessageRequired)?;
     no_nul("message", &message)?;
     Ok(message)
+}
+
+/// A turn's message with its images and files, as every protocol takes
+/// it: text without U+0000, not blank unless the message carries an
+/// image or a file; at most 32 of those.
+pub fn checked_content(
+    message: Option<String>,
+    attachments: Vec<crate::turn::Asked>,
+) -> Result<(String, Vec<crate::turn::Asked>), ApiError> {
+    if attachments.is_empty() {
+        return Ok((checked_message(message)?, attachments));
+    }
+    if attachments.len() > crate::turn::ATTACHMENTS_MAX {
+        return Err(ApiError::InvalidField {
+            field: "message".into(),
+            detail: format!(
+                "a message carries at most {} images and files",
+                crate::turn::ATTACHMENTS_MAX
+            ),
+        });
+    }
+    let message = message.unwrap_or_default();
+    no_nul("message", &message)?;
+    Ok((message, attachments))
 }
 
 /// Whose memories a turn reads: an id of the session id's alphabet.

@@ -130,11 +130,20 @@ enum Content {
     Parts(Vec<ContentPart>),
 }
 
+/// A content part: text, `input_image` (`image_url`: an `https` or
+/// `data:` URL, or `file_id`; `detail`) or `input_file` (`file_id`,
+/// `file_data`, `file_url`; `filename`).
 #[derive(Debug, Deserialize)]
 struct ContentPart {
     #[serde(rename = "type")]
     kind: Option<String>,
     text: Option<String>,
+    image_url: Option<String>,
+    file_id: Option<String>,
+    detail: Option<String>,
+    file_data: Option<String>,
+    file_url: Option<String>,
+    filename: Option<String>,
 }
 
 /// A `function` tool as read.
@@ -168,8 +177,10 @@ fn item(at: usize, given: &Value) -> Result<ItemIn, ApiError> {
     read(&format!("input[{at}]"), given)
 }
 
-/// One input message: its role and text.
-fn input_message(item: &ItemIn, at: usize) -> Result<(String, String), ApiError> {
+/// One input message: its role, its text and its images and files.
+fn input_message(item: &ItemIn, at: usize) -> Result<(String, crate::turn::Joined), ApiError> {
+    use crate::protocols::parts::{from_url, source};
+    use crate::turn::AskedKind;
     let field = format!("input[{at}]");
     if let Some(kind) = item.kind.as_deref()
         && kind != "message"
@@ -183,29 +194,59 @@ fn input_message(item: &ItemIn, at: usize) -> Result<(String, String), ApiError>
         .role
         .as_deref()
         .ok_or_else(|| invalid(&field, "an input message needs a `role`"))?;
-    let text = match &item.content {
-        Some(Content::Text(text)) => text.clone(),
+    let mut joined = crate::turn::Joined::default();
+    match &item.content {
+        Some(Content::Text(text)) => joined.text(text),
         Some(Content::Parts(parts)) => {
-            let mut texts = Vec::new();
-            for part in parts {
+            if parts.len() > crate::turn::PARTS_MAX {
+                return Err(invalid(&field, "a message has at most 64 parts"));
+            }
+            for (i, part) in parts.iter().enumerate() {
+                let field = format!("{field}.content[{i}]");
                 match (part.kind.as_deref(), part.text.as_deref()) {
-                    (Some("input_text" | "output_text" | "text"), Some(text)) => texts.push(text),
-                    (kind, _) => {
-                        return Err(ApiError::Unsupported {
-                            field: format!("{field}.content"),
-                            detail: format!(
-                                "content parts of type {:?} are not taken (text only)",
-                                kind.unwrap_or("?")
-                            ),
+                    (Some("input_text" | "output_text" | "text"), Some(text)) => joined.text(text),
+                    (Some("input_image"), _) => {
+                        let source = match (&part.image_url, &part.file_id) {
+                            (Some(url), None) => from_url(&field, url.clone())?,
+                            (None, file_id @ Some(_)) => {
+                                source(&field, file_id.clone(), None, None)?
+                            }
+                            _ => {
+                                return Err(invalid(
+                                    &field,
+                                    "an `input_image` has an `image_url` or a `file_id`",
+                                ));
+                            }
+                        };
+                        joined.attach(AskedKind::Image, source, None, part.detail.clone());
+                    }
+                    (Some("input_file"), _) => {
+                        let data = part.file_data.clone().map(|data| {
+                            match from_url(&field, data.clone()) {
+                                Ok(crate::turn::Source::Data { media_type, data }) => {
+                                    (data, Some(media_type))
+                                }
+                                // Base64 alone: its bytes say what it is.
+                                _ => (data, Some("application/octet-stream".to_owned())),
+                            }
                         });
+                        let source =
+                            source(&field, part.file_id.clone(), data, part.file_url.clone())?;
+                        joined.attach(AskedKind::File, source, part.filename.clone(), None);
+                    }
+                    (kind, _) => {
+                        return Err(ApiError::UnsupportedContent(format!(
+                            "{field}: content parts of type {:?} are not read here: send \
+                             `input_text`, `input_image` or `input_file`",
+                            kind.unwrap_or("?")
+                        )));
                     }
                 }
             }
-            texts.join("\n")
         }
         None => return Err(invalid(&field, "`content` must be a string or parts")),
-    };
-    Ok((role.to_owned(), text))
+    }
+    Ok((role.to_owned(), joined))
 }
 
 impl CreateResponse {
@@ -257,8 +298,12 @@ impl CreateResponse {
     )]
     pub fn turn_request(&self, app: &Shared) -> Result<TurnRequest, ApiError> {
         let client_tools = self.client_tools()?;
-        let messages: Vec<(String, String)> = match &self.input {
-            Value::String(text) => vec![("user".to_owned(), text.clone())],
+        let messages: Vec<(String, crate::turn::Joined)> = match &self.input {
+            Value::String(text) => {
+                let mut joined = crate::turn::Joined::default();
+                joined.text(text);
+                vec![("user".to_owned(), joined)]
+            }
             Value::Array(items) => items
                 .iter()
                 .enumerate()
@@ -283,12 +328,28 @@ impl CreateResponse {
         if let Some((role, _)) = messages.iter().find(|(r, _)| !roles.contains(&r.as_str())) {
             return Err(invalid("input", format!("unknown role {role:?}")));
         }
-        let pairs: Vec<(&str, String)> = messages
-            .iter()
-            .map(|(role, text)| (role.as_str(), text.clone()))
-            .collect();
+        // The last message's images and files go to the model; an earlier
+        // message's are named in its text.
+        let last = messages.len().checked_sub(1);
+        let mut attachments = Vec::new();
+        let mut pairs: Vec<(&str, String)> = Vec::with_capacity(messages.len());
+        for (i, (role, joined)) in messages.into_iter().enumerate() {
+            let mut text = joined.text;
+            if Some(i) == last {
+                attachments = joined.attachments;
+            } else if !joined.attachments.is_empty() {
+                text.push_str("\n[the user attached files to this message]");
+            }
+            let role = roles
+                .iter()
+                .find(|r| **r == role)
+                .copied()
+                .unwrap_or("user");
+            pairs.push((role, text));
+        }
         let mut asked = crate::protocols::endpoint::conversation_turn(
             &pairs,
+            attachments,
             app.settings.harness.allow_client_system_messages,
         )
         .map_err(|e| match e {
