@@ -161,3 +161,41 @@ async fn what_cannot_be_read_is_refused_in_each_protocols_own_error() {
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
     assert!(app.provider.requests().is_empty(), "no call was made");
 }
+
+#[tokio::test]
+async fn mcp_ask_takes_files_and_vault_notes_as_attachments() {
+    use crate::protocols::mcp_current::request;
+    let vault = crate::helpers::vault_of(&[("notes/plan.md", "# Plan\nShip on Friday.\n")]);
+    let app = crate::helpers::spawn_app_with_vault(Backend::Sqlite, vault.path()).await;
+    let png = png_of(400);
+    let (_, uploaded) = app.upload("shot.png", "image/png", &png).await;
+    let file_id = uploaded["id"].as_str().unwrap();
+    app.provider.enqueue([Reply::sse("openai/text.sse")]);
+    let params = json!({"name": "ask", "arguments": {
+        "message": "Does the screenshot match the plan?",
+        "attachments": [file_id, "vault:///notes/plan.md"]
+    }});
+    let (status, answer) = request(&app, None, "tools/call", Some("ask"), params, false).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let images = sent_images(&app);
+    assert_eq!(images, [format!("data:image/png;base64,{}", b64(&png))]);
+    let sent = app.provider.requests().last().unwrap().body["messages"].to_string();
+    assert!(
+        sent.contains("Ship on Friday.") && sent.contains("UNTRUSTED_CONTEXT"),
+        "{sent}"
+    );
+
+    // What cannot be attached is the arguments' fault: -32602.
+    for attachments in [
+        json!(["vault:///notes/missing.md"]),
+        json!(["file-never-made"]),
+        json!(["https://example.com/a.png"]),
+    ] {
+        let params =
+            json!({"name": "ask", "arguments": {"message": "Hi", "attachments": attachments}});
+        let (_, answer) = request(&app, None, "tools/call", Some("ask"), params, false).await;
+        assert_eq!(answer["error"]["code"], -32602, "{attachments}: {answer}");
+    }
+    assert_eq!(app.provider.requests().len(), 1);
+}

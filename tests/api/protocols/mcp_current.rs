@@ -32,7 +32,7 @@ fn meta(tasks: bool) -> Value {
 }
 
 /// A request with the headers 2026-07-28 asks for; `name` is `Mcp-Name`.
-async fn request(
+pub(crate) async fn request(
     app: &TestApp,
     key: Option<&str>,
     method: &str,

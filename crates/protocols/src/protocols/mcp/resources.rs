@@ -17,7 +17,7 @@ use crate::{
     vault::NoteError,
 };
 
-const NOTE_SCHEME: &str = "vault:///";
+pub(super) const NOTE_SCHEME: &str = "vault:///";
 const SESSION_SCHEME: &str = "session:///";
 
 /// Notes `resources/list` names at most (the first, by path).

@@ -19,7 +19,7 @@ use crate::{
         native::{checked_message, checked_user_id},
         paths::parse_session_id,
     },
-    service::{TurnRecord, TurnStatus},
+    service::{StartError, TurnRecord, TurnStatus},
     tools::EffectClass,
     turn::{TurnRequest, TurnResult, WebCitation},
 };
@@ -76,7 +76,10 @@ const ASK_INPUT: &str = r#"{
         "message": {"type": "string", "minLength": 1},
         "session_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$",
                        "description": "A session of the caller's"},
-        "user_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"}
+        "user_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+        "attachments": {"type": "array", "maxItems": 32,
+                        "items": {"type": "string", "maxLength": 2048},
+                        "description": "Files the message carries, after its text: a file's id (file-…, uploaded to /files) or a note of the vault (vault:///…)"}
     },
     "required": ["message"]
 }"#;
@@ -175,6 +178,8 @@ struct AskArguments {
     message: Option<String>,
     session_id: Option<String>,
     user_id: Option<String>,
+    #[serde(default)]
+    attachments: Vec<String>,
 }
 
 /// A tool's arguments, read (absent: none given).
@@ -196,23 +201,89 @@ pub(super) async fn start_ask(app: &Shared, tenant: &Tenant, given: Option<&Json
             user_id: checked_user_id(given.user_id).map_err(checked)?,
             ..TurnRequest::new(checked_message(given.message).map_err(checked)?)
         };
-        Ok((asked, given.session_id))
+        Ok((asked, given.session_id, given.attachments))
     });
-    let (asked, session_id) = match asked {
+    let (mut asked, session_id, attachments) = match asked {
         Ok(asked) => asked,
         Err(detail) => return Asked::Invalid(detail),
     };
+    match attached(app, tenant, &asked.message, attachments).await {
+        Ok(attachments) => asked.attachments = attachments,
+        Err(detail) => return Asked::Invalid(detail),
+    }
     let session = match named_session(session_id.as_deref(), "mcp", tenant) {
         Ok(session) => session,
         Err(e) => return Asked::Invalid(e.to_string()),
     };
     match Started::start(app, session.clone(), asked, None).await {
         Ok(started) => Asked::Started(session, started),
+        // An attachment that cannot be read is the arguments' fault
+        // (JSON-RPC -32602), as MCP says.
+        Err(
+            e @ (StartError::FileNotFound(_)
+            | StartError::Attachment { .. }
+            | StartError::InvalidAttachment { .. }
+            | StartError::UnsupportedContent { .. }),
+        ) => Asked::Invalid(format!("`attachments`: {e}")),
         Err(e) => {
             let e = ApiError::from(e);
             Asked::Refused(text_result(&format!("{}: {e}", e.code()), true))
         }
     }
+}
+
+/// `ask`'s attachments, after the message's text: files by id, and the
+/// vault's notes by URI (their text, as a Markdown file of the session).
+async fn attached(
+    app: &Shared,
+    tenant: &Tenant,
+    message: &str,
+    given: Vec<String>,
+) -> Result<Vec<crate::turn::Asked>, String> {
+    use crate::turn::{AskedKind, Source};
+    use base64::Engine as _;
+    if given.len() > crate::turn::ATTACHMENTS_MAX {
+        return Err("`attachments` has at most 32 items".into());
+    }
+    let mut attachments = Vec::with_capacity(given.len());
+    for (i, item) in given.into_iter().enumerate() {
+        let (source, filename) = if item.starts_with(super::resources::NOTE_SCHEME) {
+            let Ok(read) = super::resources::read(app, tenant, &item).await else {
+                return Err(format!(
+                    "`attachments[{i}]`: {item} is not a note of the vault"
+                ));
+            };
+            let text = read
+                .contents
+                .into_iter()
+                .find_map(|content| match content {
+                    rmcp::model::ResourceContents::TextResourceContents { text, .. } => Some(text),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let name = item.rsplit('/').next().unwrap_or("note.md").to_owned();
+            let data = base64::engine::general_purpose::STANDARD.encode(text);
+            let source = Source::Data {
+                media_type: "text/markdown".into(),
+                data,
+            };
+            (source, Some(name))
+        } else if item.starts_with("file-") && item.len() <= 64 {
+            (Source::FileId(item), None)
+        } else {
+            return Err(format!(
+                "`attachments[{i}]` is a file's id (file-…) or a note's URI (vault:///…)"
+            ));
+        };
+        attachments.push(crate::turn::Asked {
+            kind: AskedKind::File,
+            source,
+            filename,
+            detail: None,
+            at: message.len(),
+        });
+    }
+    Ok(attachments)
 }
 
 /// The result of `ask` for an ended turn.
