@@ -92,6 +92,26 @@ async fn an_export_carried_between_backends_exports_the_same_bytes() {
     let vault = vault_of(&[("notes/a.md", "# A\n")]);
     let first = local_admin(Backend::Sqlite, vault.path()).await;
     let turns = a_full_session(&first, "default", "s-carried").await;
+    // A turn whose message carried an image and a text file, inline: the
+    // session's own files, exported with their bytes.
+    let png = crate::helpers::png_of(300 * 1024);
+    let b64 = |bytes: &[u8]| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    };
+    let message = json!([
+        {"type": "text", "text": "Look at these."},
+        {"type": "image", "data": b64(&png), "media_type": "image/png"},
+        {"type": "file", "data": b64(b"notes\n"), "media_type": "text/plain", "filename": "n.txt"}
+    ]);
+    let response = first
+        .client
+        .post(first.url("/sessions/s-carried/turns"))
+        .json(&json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
     let (status, exported) = export(&first.client, &first, "s-carried").await;
     assert_eq!(status, 200, "{exported}");
     let types: Vec<String> = exported
@@ -114,10 +134,14 @@ async fn an_export_carried_between_backends_exports_the_same_bytes() {
         "checkpoint",
         "judgement",
         "observation",
+        "file",
+        "file_chunk",
         "end",
     ] {
         assert!(types.contains(&kind.to_owned()), "{kind}: {types:?}");
     }
+    // Two chunks of the image, one of the text.
+    assert_eq!(types.iter().filter(|t| *t == "file_chunk").count(), 3);
     let header: Value = serde_json::from_str(exported.lines().next().unwrap()).unwrap();
     assert_eq!(header["format"], "agent-harness/session");
     assert_eq!(header["version"], 1);
@@ -136,6 +160,21 @@ async fn an_export_carried_between_backends_exports_the_same_bytes() {
     assert_eq!(without_local(&again), without_local(&exported));
 
     let third = local_admin(Backend::Sqlite, vault.path()).await;
+    // Bytes that are not the file's are refused: an import may not pass
+    // them off as a stored file's.
+    let tampered: Vec<String> = again
+        .lines()
+        .map(|line| {
+            let mut row: Value = serde_json::from_str(line).unwrap();
+            if row["type"] == "file_chunk" && row["idx"] == 0 {
+                row["data"] = json!(b64(b"other bytes"));
+            }
+            row.to_string()
+        })
+        .collect();
+    let (status, refused) = import(&third.client, &third, "", &tampered.join("\n")).await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["code"], "invalid_import", "{refused}");
     let (status, made) = import(&third.client, &third, "", &again).await;
     assert_eq!(status, 201, "{made}");
     let (_, back) = export(&third.client, &third, "s-carried").await;
@@ -149,7 +188,21 @@ async fn an_export_carried_between_backends_exports_the_same_bytes() {
         assert_eq!(after, before, "{path}");
     }
     let (_, session) = second.get_json("/sessions/s-carried").await;
-    assert_eq!(session["turn_count"], 2, "{session}");
+    assert_eq!(session["turn_count"], 3, "{session}");
+    // Its files came with it, whole, and are its tenant's.
+    let (_, files) = second.get_json("/files").await;
+    let files = files["files"].as_array().unwrap().clone();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let image = files
+        .iter()
+        .find(|f| f["media_type"] == "image/png")
+        .unwrap();
+    let (_, _, bytes) = second
+        .get_bytes(&format!("/files/{}/content", image["id"].as_str().unwrap()))
+        .await;
+    assert!(bytes == png);
+    let (_, usage) = second.get_json("/usage").await;
+    assert_eq!(usage["files"]["bytes"], 300 * 1024 + 6);
     // Its next turn goes on from its history.
     let response = second
         .post_turn("s-carried", json!({"message": "And now?"}))

@@ -8,7 +8,8 @@
 //! time, the backend, the tenant). Then the session, then each of its
 //! parts ([`PARTS`]) in a fixed order: turns, events, messages, decisions,
 //! approvals, client tools' results, artifacts, checkpoints (with the
-//! note's saved bytes, base64), judgements, observations. A line is one
+//! note's saved bytes, base64), judgements, observations, the files its
+//! messages carried and their bytes (a chunk a line, base64). A line is one
 //! row: its `type`, then its columns by name. Times are RFC 3339 in UTC
 //! to the microsecond (what both backends keep), so an export of an
 //! import is the same bytes, but its local fields.
@@ -264,7 +265,37 @@ pub const PARTS: &[Part] = &[
         ],
         order: "created_at, id",
     },
+    // The files its messages carried, then their bytes a chunk a line.
+    Part {
+        line: "file",
+        table: "files",
+        columns: &[
+            col("id", Kind::Text),
+            col("sha256", Kind::Text),
+            col("bytes", Kind::Int),
+            col("media_type", Kind::Text),
+            col("filename", Kind::Text),
+            col("purpose", Kind::Text),
+            opt("user_id", Kind::Text),
+            col("created_at", Kind::At),
+        ],
+        order: "created_at, id",
+    },
+    Part {
+        line: "file_chunk",
+        table: FILE_CHUNKS,
+        columns: &[
+            col("file_id", Kind::Text),
+            col("idx", Kind::Int),
+            col("data", Kind::Bytes),
+        ],
+        order: "file_id, idx",
+    },
 ];
+
+/// A session's files' chunks, as a table of the session's rows.
+const FILE_CHUNKS: &str = "(SELECT f.session_id, f.id AS file_id, c.idx, c.data FROM files f \
+     JOIN file_chunks c ON c.tenant = f.tenant AND c.sha256 = f.sha256) fc";
 
 /// A value of a column.
 #[derive(Debug, Clone, PartialEq)]
@@ -470,6 +501,16 @@ pub trait Export: Reads + Send + Sync {
 /// columns). A turn is given what a turn that ended has: no owner, its
 /// heartbeat at its start, no cancel asked; and its session's tenant.
 fn insert(part: &Part) -> String {
+    if part.table == FILE_CHUNKS {
+        // A chunk of a file of the session, kept once for its tenant.
+        // (The parameters appear in order: SQLite numbers `$n` by where
+        // each first appears.)
+        return "INSERT INTO file_chunks (tenant, sha256, idx, data) \
+                SELECT f.tenant, f.sha256, x.idx, x.data FROM files f, \
+                (SELECT $1 AS session_id, $2 AS file_id, $3 AS idx, $4 AS data) x \
+                WHERE f.session_id = x.session_id AND f.id = x.file_id ON CONFLICT DO NOTHING"
+            .to_owned();
+    }
     let key = if part.table == "sessions" {
         "id, tenant"
     } else {
@@ -485,6 +526,10 @@ fn insert(part: &Part) -> String {
     for (i, column) in part.columns.iter().enumerate() {
         columns.push(column.name.to_owned());
         values.push(format!("${}", i + first));
+    }
+    if part.table == "files" {
+        columns.push("tenant".into());
+        values.push("(SELECT tenant FROM sessions WHERE id = $1)".into());
     }
     if part.table == "turns"
         && let Some(at) = part.columns.iter().position(|c| c.name == "created_at")
@@ -514,6 +559,12 @@ fn insert(part: &Part) -> String {
         values.join(", ")
     )
 }
+
+/// The blobs of the session's files, once its chunks are in (a tenant
+/// that holds the same bytes keeps its own) (`$1` the session's key).
+const BLOBS: &str = "INSERT INTO file_blobs (tenant, sha256, bytes, created_at) \
+     SELECT tenant, sha256, MAX(bytes), MIN(created_at) FROM files WHERE session_id = $1 \
+     GROUP BY tenant, sha256 ON CONFLICT DO NOTHING";
 
 /// What an import undoes before it commits: the webhook deliveries its
 /// events made (the outbox's trigger announces each event written), as an

@@ -103,7 +103,68 @@ pub fn parse(text: &str) -> Result<Parsed, ImportError> {
             "the export ends without its `end` line (it was cut short)",
         ));
     }
+    check_files(&rows)?;
     Ok(Parsed { id, session, rows })
+}
+
+/// Each file's chunks are its bytes: numbered from 0 in order, as many
+/// bytes as it says, whose SHA-256 is its `sha256` (an import may not
+/// pass other bytes off as a tenant's stored ones); a chunk names a file
+/// of the export.
+fn check_files(rows: &[(&'static Part, Vec<Cell>)]) -> Result<(), ImportError> {
+    use sha2::Digest as _;
+    let text = |cell: &Cell| match cell {
+        Cell::Text(text) => text.clone(),
+        _ => String::new(),
+    };
+    let int = |cell: &Cell| match cell {
+        Cell::Int(n) => *n,
+        _ => -1,
+    };
+    // (id, sha256, bytes) of each file, and its bytes so far.
+    let mut files: Vec<(String, String, i64, sha2::Sha256, i64, i64)> = Vec::new();
+    for (line, (part, row)) in rows.iter().enumerate() {
+        match part.line {
+            "file" => files.push((
+                text(&row[0]),
+                text(&row[1]),
+                int(&row[2]),
+                sha2::Sha256::new(),
+                0,
+                0,
+            )),
+            "file_chunk" => {
+                let (id, index) = (text(&row[0]), int(&row[1]));
+                let Some(file) = files.iter_mut().find(|f| f.0 == id) else {
+                    return Err(invalid(
+                        line + 3,
+                        format!("a chunk of no file of the export: {id}"),
+                    ));
+                };
+                if index != file.5 {
+                    return Err(invalid(
+                        line + 3,
+                        format!("{id}'s chunk {} is missing", file.5),
+                    ));
+                }
+                if let Cell::Bytes(data) = &row[2] {
+                    file.3.update(data);
+                    file.4 += data.len() as i64;
+                }
+                file.5 += 1;
+            }
+            _ => {}
+        }
+    }
+    for (id, sha256, bytes, hasher, read, _) in files {
+        if read != bytes || hex::encode(hasher.finalize()) != sha256 {
+            return Err(invalid(
+                rows.len() + 2,
+                format!("the chunks of {id} are not its {bytes} bytes of SHA-256 {sha256}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The columns of a line that hold a JSON object as text.

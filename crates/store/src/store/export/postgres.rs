@@ -53,6 +53,10 @@ impl Export for PostgresStore {
                     Err(e) => return Err(e.into()),
                 }
             }
+            sqlx::query(super::BLOBS)
+                .bind(key.as_str())
+                .execute(&mut *tx)
+                .await?;
             sqlx::query(super::UNANNOUNCE)
                 .bind(key.as_str())
                 .execute(&mut *tx)

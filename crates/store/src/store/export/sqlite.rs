@@ -90,6 +90,7 @@ fn write(
             Err(e) => return Err(e.into()),
         }
     }
+    tx.prepare(super::BLOBS)?.execute(params![key.as_str()])?;
     tx.prepare(super::UNANNOUNCE)?
         .execute(params![key.as_str()])?;
     Ok(Imported::Done)
