@@ -2,7 +2,8 @@
 
 Run by .ci/run after `cargo test`: starts the binary given (the `demo`
 provider, a fresh SQLite file, a free loopback port, an approval asked for
-note writes), resolves the agent card, then sends (blocking and streamed),
+note writes), resolves the agent card, then sends (blocking and streamed;
+an image as a raw file part, a ZIP refused),
 gets, lists, cancels and subscribes, and answers an approval that puts a
 task in `input-required` with a second message in the same task, runs
 a tool of its own the task asks it to call, and has a task's updates
@@ -166,6 +167,28 @@ async def checks(base: str, tee: Tee) -> int:
     assert task.status.state == a2a.TASK_STATE_COMPLETED, task
     assert task.artifacts[0].parts[0].text.startswith("Echo: hello a2a"), task
     context = task.context_id
+
+    # A file part (raw bytes, image/png): the model is shown it (the demo
+    # says what it got); a ZIP is ContentTypeNotSupportedError.
+    png = b"\x89PNG\r\n\x1a\n" + bytes(100)
+    image = a2a.Message(
+        message_id=f"m-{time.monotonic_ns()}",
+        role=a2a.ROLE_USER,
+        parts=[a2a.Part(text="what is this?"), a2a.Part(raw=png, media_type="image/png", filename="a.png")],
+    )
+    [seen] = await collect(blocking.send_message(a2a.SendMessageRequest(message=image)))
+    said = seen.task.artifacts[0].parts[0].text
+    assert f"[attached image/png, {len(png)} bytes]" in said, said
+    archive = a2a.Message(
+        message_id=f"m-{time.monotonic_ns()}",
+        role=a2a.ROLE_USER,
+        parts=[a2a.Part(text="unpack"), a2a.Part(raw=b"PK\x03\x04zip", media_type="application/zip")],
+    )
+    try:
+        await collect(blocking.send_message(a2a.SendMessageRequest(message=archive)))
+        raise AssertionError("a ZIP part was taken")
+    except Exception as refused:  # the SDK's error of the JSON-RPC answer
+        assert "-32005" in repr(refused) or "ContentTypeNotSupported" in repr(refused), repr(refused)
 
     # Streamed, in the same context: the task, its chunks, completed.
     events = await collect(
@@ -365,7 +388,7 @@ async def checks(base: str, tee: Tee) -> int:
     streamed_hook.server.shutdown()
     webhook.server.shutdown()
     await http.aclose()
-    return 11
+    return 13
 
 
 def main(binary: str) -> None:

@@ -6,12 +6,14 @@ provider, a fresh SQLite file, a free loopback port), makes JSON and
 streamed completions and responses with the SDK (a function tool the
 client runs among them, and a write that waits for approval, answered
 with `mcp_approval_response`, streamed and not; files uploaded, read and deleted through
-`client.files`; every stream event of a
+`client.files`, an image and a PDF by file id in a response and an image
+as a data URL in a completion, shown to the model; every stream event of a
 response validated by the SDK's own `ResponseStreamEvent` union, so an
 event of no documented type, or one missing a field, fails), checks what
 comes back, stops the binary.
 """
 
+import base64
 import sys
 import time
 
@@ -211,6 +213,31 @@ def files_checks(client: OpenAI) -> int:
     assert client.files.retrieve(made.id).bytes == len(png)
     assert client.files.content(made.id).read() == png
     assert made.id in [f.id for f in client.files.list()]
+    # The image and a PDF by file id in a response, an image as a data URL
+    # in a completion: the model is shown them (the demo says what it got).
+    pdf = client.files.create(file=("a.pdf", b"%PDF-1.7\n% tiny\n", "application/pdf"),
+                              purpose="user_data")
+    response = client.responses.create(
+        model="agent-harness",
+        input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "What are these?"},
+            {"type": "input_image", "file_id": made.id, "detail": "low"},
+            {"type": "input_file", "file_id": pdf.id},
+        ]}],
+    )
+    said = response.output_text
+    assert f"[attached image/png, {len(png)} bytes]" in said, said
+    assert "[attached application/pdf, 16 bytes]" in said, said
+    data_url = "data:image/png;base64," + base64.b64encode(png).decode()
+    answer = client.chat.completions.create(
+        model="agent-harness",
+        messages=[{"role": "user", "content": [
+            {"type": "text", "text": "And this?"},
+            {"type": "image_url", "image_url": {"url": data_url}},
+        ]}],
+    )
+    said = answer.choices[0].message.content
+    assert f"[attached image/png, {len(png)} bytes]" in said, said
     deleted = client.files.delete(made.id)
     assert deleted.deleted and deleted.id == made.id, deleted
     try:
@@ -224,7 +251,7 @@ def files_checks(client: OpenAI) -> int:
         raise AssertionError("a ZIP was stored as a PNG")
     except openai.APIStatusError as e:
         assert e.status_code == 415 and e.body["code"] == "unsupported_media_type", e.body
-    return 3
+    return 5
 
 
 def main(binary: str) -> None:

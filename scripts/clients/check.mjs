@@ -264,6 +264,48 @@ try {
   }
   passed++;
 
+  // An image, as useChat's sendMessage({ text, files }) sends it (a file
+  // part with a data URL) through the SDK's own transport, and as an
+  // AG-UI image part through HttpAgent: the model is shown it (the demo
+  // says what it got).
+  const png = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.alloc(120, 7)]);
+  const shown = `[attached image/png, ${png.length} bytes]`;
+  const imageTransport = new DefaultChatTransport({ api: `http://127.0.0.1:${port}/v1/ui/chat` });
+  const imageStream = await imageTransport.sendMessages({
+    chatId: 'chat-image',
+    trigger: 'submit-message',
+    messageId: undefined,
+    abortSignal: undefined,
+    messages: [{
+      id: 'img-1',
+      role: 'user',
+      parts: [
+        { type: 'text', text: 'what is this?' },
+        { type: 'file', mediaType: 'image/png', filename: 'a.png', url: `data:image/png;base64,${png.toString('base64')}` },
+      ],
+    }],
+  });
+  let looked;
+  for await (const state of readUIMessageStream({ stream: imageStream })) looked = state;
+  if (!textOf(looked).includes(shown)) throw new Error(`the image did not reach the model: ${textOf(looked)}`);
+  passed++;
+  const viewer = new HttpAgent({
+    url: `http://127.0.0.1:${port}/v1/agui`,
+    threadId: 'agui-image',
+    initialMessages: [{
+      id: 'iu1',
+      role: 'user',
+      content: [
+        { type: 'text', text: 'what is this?' },
+        { type: 'image', source: { type: 'data', value: png.toString('base64'), mimeType: 'image/png' } },
+      ],
+    }],
+  });
+  const viewed = await viewer.runAgent({ runId: 'image-run-1' });
+  const viewedText = viewed.newMessages.map((m) => m.content ?? '').join('');
+  if (!viewedText.includes(shown)) throw new Error(`HttpAgent's image did not reach the model: ${viewedText}`);
+  passed++;
+
   // The same through AG-UI's own client (HttpAgent, which verifies the
   // events' order as it applies them): the frontend tool's call becomes
   // an assistant message, the tool message added to the agent goes back

@@ -239,6 +239,9 @@ const READS: &[(&str, Inputs)] = &[
     ("llava",              Inputs::IMAGES),
     ("qwen2.5vl",          Inputs::IMAGES),
     ("minicpm-v",          Inputs::IMAGES),
+    // The demo provider's models (`demo:echo`, `demo:slow`).
+    ("echo",               Inputs::ALL),
+    ("slow",               Inputs::ALL),
 ];
 
 impl Inputs {

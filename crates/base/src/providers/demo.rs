@@ -11,6 +11,8 @@
 //! (a slow model: the stream's keep-alives show); a turn that offers tools
 //! the client runs calls the first of them and reports what it answered.
 //! The side calls of memory and judges get the JSON they ask for, empty.
+//! It reads images and PDFs (its models `echo` and `slow` are in the
+//! catalogue as such), and says back what it was shown.
 
 use std::time::Duration;
 
@@ -84,13 +86,18 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
     if let Some(tool) = last.filter(|m| m.role == Role::Tool) {
         return (after_tool(request, tool), Vec::new());
     }
-    let message = request
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::User)
-        .map(|m| m.content.clone())
-        .unwrap_or_default();
+    let user = request.messages.iter().rev().find(|m| m.role == Role::User);
+    let message = user.map(|m| m.content.clone()).unwrap_or_default();
+    // What it was shown besides text, said back: a client sees its image
+    // reached the model.
+    let shown: String = user
+        .into_iter()
+        .flat_map(|m| &m.attachments)
+        .map(|a| {
+            let bytes = a.data.as_ref().map_or(0, |d| d.len());
+            format!("\n[attached {}, {bytes} bytes]", a.media_type)
+        })
+        .collect();
     let lower = message.to_lowercase();
     let searches = lower.contains("search") || lower.contains("notes");
     if searches && request.tools.iter().any(|t| t.name == "local_search") {
@@ -127,7 +134,7 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
     }
     (
         format!(
-            "Echo: {message}\n\n(This is the demo provider. For a real model, set \
+            "Echo: {message}{shown}\n\n(This is the demo provider. For a real model, set \
              OPENAI_API_KEY and HARNESS_PROVIDERS=openai:gpt-4o-mini.)"
         ),
         Vec::new(),
