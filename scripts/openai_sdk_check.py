@@ -7,7 +7,9 @@ streamed completions and responses with the SDK (a function tool the
 client runs among them, and a write that waits for approval, answered
 with `mcp_approval_response`, streamed and not; files uploaded, read and deleted through
 `client.files`, an image and a PDF by file id in a response and an image
-as a data URL in a completion, shown to the model; every stream event of a
+as a data URL in a completion, shown to the model; structured output
+parsed into a pydantic model by `responses.parse` and
+`chat.completions.parse`, repaired, or incomplete; every stream event of a
 response validated by the SDK's own `ResponseStreamEvent` union, so an
 event of no documented type, or one missing a field, fails), checks what
 comes back, stops the binary.
@@ -20,7 +22,7 @@ import time
 import openai
 from openai import OpenAI
 from openai.types.responses import ResponseStreamEvent
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 import service
 
@@ -254,6 +256,37 @@ def files_checks(client: OpenAI) -> int:
     return 5
 
 
+class City(BaseModel):
+    city: str
+    population: int
+
+
+def output_checks(client: OpenAI) -> int:
+    """`responses.parse(text_format=…)` and `chat.completions.parse(
+    response_format=…)` get objects of the model, also when the first
+    answer is broken JSON (the service repairs it); an answer that never
+    fits is an `incomplete` response (`output_invalid`)."""
+    parsed = client.responses.parse(
+        model="agent-harness", input="broken json first: where is the Louvre?", text_format=City
+    )
+    assert isinstance(parsed.output_parsed, City), parsed
+    completion = client.chat.completions.parse(
+        model="agent-harness",
+        messages=[{"role": "user", "content": "broken json first: where?"}],
+        response_format=City,
+    )
+    assert isinstance(completion.choices[0].message.parsed, City), completion
+    schema = City.model_json_schema() | {"additionalProperties": False}
+    never = client.responses.create(
+        model="agent-harness",
+        input="never json, please",
+        text={"format": {"type": "json_schema", "name": "City", "schema": schema, "strict": True}},
+    )
+    assert never.status == "incomplete", never
+    assert never.incomplete_details.reason == "output_invalid", never
+    return 3
+
+
 def main(binary: str) -> None:
     # Keep-alive comments every second: the slow answer below waits 2.5 s
     # for its first word, so the SDK reads some.
@@ -290,7 +323,7 @@ def main(binary: str) -> None:
                 text += chunk.choices[0].delta.content
         assert text.startswith("Echo: answer slowly"), text
         assert time.monotonic() - started >= 2.0, "the answer was not slow"
-        passed = 3 + responses_checks(client) + files_checks(client)
+        passed = 3 + responses_checks(client) + files_checks(client) + output_checks(client)
     # The same service, whose writes wait for a person.
     with service.running(binary, HARNESS_APPROVAL_REQUIRED="LOCAL_WRITE") as base:
         client = OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)

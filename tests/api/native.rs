@@ -9,6 +9,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod memory;
 pub(crate) mod models;
 pub(crate) mod multitask;
+pub(crate) mod output;
 pub(crate) mod stops;
 pub(crate) mod tool_turn;
 pub(crate) mod tools;

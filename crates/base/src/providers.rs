@@ -423,6 +423,72 @@ pub struct ToolDefinition {
     pub parameters: serde_json::Value,
 }
 
+/// The JSON a final answer must be: any JSON object (`schema` none), or
+/// an instance of `schema` (a JSON Schema, checked at the edge).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OutputFormat {
+    /// What the schema is called (`[A-Za-z0-9_-]`, 1-64), as providers
+    /// take it.
+    pub name: String,
+    /// The JSON Schema; none: any JSON object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub schema: Option<serde_json::Value>,
+    /// Ask the provider to hold the model to the schema exactly (OpenAI's
+    /// `strict`); the service checks the answer either way.
+    #[serde(default)]
+    pub strict: bool,
+}
+
+/// Bytes an output schema has at most.
+pub const OUTPUT_SCHEMA_MAX_BYTES: usize = 64 * 1024;
+
+/// `$ref`s an output schema has at most.
+pub const OUTPUT_SCHEMA_MAX_REFS: usize = 10;
+
+impl OutputFormat {
+    /// The format, checked: its name, its size, its `$ref`s, and that
+    /// its schema is a JSON Schema (the reason when it is not).
+    pub fn checked(
+        name: Option<String>,
+        schema: Option<serde_json::Value>,
+        strict: bool,
+    ) -> Result<Self, String> {
+        let name = name.unwrap_or_else(|| "output".to_owned());
+        let named = (1..=64).contains(&name.len())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !named {
+            return Err("an output schema's `name` is 1-64 letters, digits, `_` or `-`".into());
+        }
+        if let Some(schema) = &schema {
+            let text = schema.to_string();
+            if text.len() > OUTPUT_SCHEMA_MAX_BYTES {
+                return Err(format!(
+                    "an output schema has at most {OUTPUT_SCHEMA_MAX_BYTES} bytes"
+                ));
+            }
+            if text.matches("\"$ref\"").count() > OUTPUT_SCHEMA_MAX_REFS {
+                return Err(format!(
+                    "an output schema has at most {OUTPUT_SCHEMA_MAX_REFS} `$ref`s"
+                ));
+            }
+            if crate::turn::value_has_nul(schema) {
+                return Err("an output schema contains U+0000".into());
+            }
+            if !schema.is_object() {
+                return Err("an output schema is a JSON Schema object".into());
+            }
+        }
+        Ok(Self {
+            name,
+            schema,
+            strict,
+        })
+    }
+}
+
 /// One generation request.
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
@@ -440,6 +506,9 @@ pub struct ChatRequest {
     /// The most tokens the answer may take (`None`: the provider's and the
     /// adapter's defaults). Side calls (memory, judges) set it.
     pub max_output_tokens: Option<u32>,
+    /// The JSON the answer must be, in the provider's own JSON mode where
+    /// it has one.
+    pub output: Option<OutputFormat>,
 }
 
 impl ChatRequest {
@@ -461,6 +530,7 @@ impl ChatRequest {
             think_level: ThinkLevel::Off,
             provider: None,
             max_output_tokens: None,
+            output: None,
         }
     }
 

@@ -67,7 +67,13 @@ pub struct TurnRequest {
     /// references, never bytes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<Asked>,
+    /// The shape the final answer must have: JSON (of a schema, when it
+    /// names one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputFormat>,
 }
+
+pub use crate::providers::{OUTPUT_SCHEMA_MAX_BYTES, OUTPUT_SCHEMA_MAX_REFS, OutputFormat};
 
 /// Most images and files one message carries.
 pub const ATTACHMENTS_MAX: usize = 32;
@@ -331,6 +337,7 @@ impl TurnRequest {
             background: false,
             client_tools: Vec::new(),
             attachments: Vec::new(),
+            output: None,
         }
     }
 
@@ -377,6 +384,10 @@ pub enum StopReason {
     /// The model's answer stopped at its output-token limit: the text is
     /// what it wrote, cut.
     Budget,
+    /// The turn asked for JSON (an output schema) and the model's last
+    /// answer, repaired as far as the turn allows, never fit: the text is
+    /// that answer, and there is no `output`.
+    OutputInvalid,
 }
 
 impl StopReason {
@@ -386,6 +397,7 @@ impl StopReason {
             Self::Deadline => "deadline",
             Self::MaxSteps => "max_steps",
             Self::Budget => "budget",
+            Self::OutputInvalid => "output_invalid",
         }
     }
 }
@@ -395,10 +407,16 @@ impl StopReason {
 pub struct TurnResult {
     /// The final assistant response (with citations when requested).
     pub text: String,
-    /// Why the turn stopped: `answer`, `deadline`, `max_steps` or `budget`
-    /// (results stored before it existed read as `answer`).
+    /// Why the turn stopped: `answer`, `deadline`, `max_steps`, `budget`
+    /// or `output_invalid` (results stored before it existed read as
+    /// `answer`).
     #[serde(default)]
     pub stop_reason: StopReason,
+    /// The answer as JSON, when the turn asked for JSON and it fit (the
+    /// schema, when it named one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<serde_json::Value>,
     /// Local anchors cited this turn.
     pub local_citations: Vec<String>,
     /// Web sources cited this turn (`title`, `url`).

@@ -110,6 +110,13 @@ impl StartPolicy {
         if let Some(field) = spec.field_with_nul() {
             return Err(StartError::HoldsNul(field));
         }
+        if let Some(schema) = spec.output.as_ref().and_then(|o| o.schema.as_ref())
+            && let Err(e) = jsonschema::validator_for(schema)
+        {
+            return Err(StartError::InvalidOutputSchema(format!(
+                "the output schema is not a JSON Schema: {e}"
+            )));
+        }
         let bytes = crate::turn::client_tools_bytes(&spec.client_tools);
         if bytes > self.client_tools_max_bytes {
             return Err(StartError::ClientToolsTooLarge {
@@ -172,6 +179,9 @@ pub enum StartError {
         /// Seconds until the next UTC midnight.
         retry_after: u64,
     },
+    /// The output schema a request gives is not a JSON Schema.
+    #[error("{0}")]
+    InvalidOutputSchema(String),
     /// A part names a file the tenant does not have.
     #[error("file {0} not found")]
     FileNotFound(String),

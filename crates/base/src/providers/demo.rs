@@ -86,6 +86,9 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
     if let Some(tool) = last.filter(|m| m.role == Role::Tool) {
         return (after_tool(request, tool), Vec::new());
     }
+    if let Some(format) = &request.output {
+        return (json_answer(request, format), Vec::new());
+    }
     let user = request.messages.iter().rev().find(|m| m.role == Role::User);
     let message = user.map(|m| m.content.clone()).unwrap_or_default();
     // What it was shown besides text, said back: a client sees its image
@@ -139,6 +142,86 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
         ),
         Vec::new(),
     )
+}
+
+/// The demo's JSON answer: an instance of the schema asked for (or `{}`).
+/// A message that asks for `broken json first` gets broken JSON until the
+/// service asks again; one that asks for `never json` never gets JSON.
+fn json_answer(request: &ChatRequest, format: &super::OutputFormat) -> String {
+    let asked = request
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.content.to_lowercase())
+        .collect::<Vec<_>>();
+    let first = asked
+        .iter()
+        .find(|m| !m.starts_with("your answer is not the json"))
+        .cloned()
+        .unwrap_or_default();
+    let repairing = asked
+        .last()
+        .is_some_and(|m| m.starts_with("your answer is not the json"));
+    if first.contains("never json") || (first.contains("broken json first") && !repairing) {
+        return "{\"answer\": not quite json".to_owned();
+    }
+    let instance = match &format.schema {
+        Some(schema) => instance_of(schema, schema, 0),
+        None => serde_json::json!({"echo": first}),
+    };
+    instance.to_string()
+}
+
+/// A small instance of `schema` (`root` resolves its `$ref`s): required
+/// properties each filled, the first of an enum or a choice.
+fn instance_of(
+    schema: &serde_json::Value,
+    root: &serde_json::Value,
+    depth: u32,
+) -> serde_json::Value {
+    use serde_json::{Value, json};
+    if depth > 16 {
+        return Value::Null;
+    }
+    if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
+        let pointer = target.trim_start_matches('#');
+        return root
+            .pointer(pointer)
+            .map_or(Value::Null, |s| instance_of(s, root, depth + 1));
+    }
+    if let Some(first) = schema.get("enum").and_then(|e| e.get(0)) {
+        return first.clone();
+    }
+    if let Some(constant) = schema.get("const") {
+        return constant.clone();
+    }
+    for choice in ["anyOf", "oneOf", "allOf"] {
+        if let Some(first) = schema.get(choice).and_then(|c| c.get(0)) {
+            return instance_of(first, root, depth + 1);
+        }
+    }
+    let kind = match schema.get("type") {
+        Some(Value::Array(kinds)) => kinds.first().and_then(Value::as_str),
+        Some(kind) => kind.as_str(),
+        None if schema.get("properties").is_some() => Some("object"),
+        None => None,
+    };
+    match kind {
+        Some("object") => {
+            let mut object = serde_json::Map::new();
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (name, property) in properties {
+                    object.insert(name.clone(), instance_of(property, root, depth + 1));
+                }
+            }
+            Value::Object(object)
+        }
+        Some("array") => json!([]),
+        Some("integer" | "number") => json!(0),
+        Some("boolean") => json!(false),
+        Some("null") => Value::Null,
+        _ => json!("echo"),
+    }
 }
 
 /// What the demo says of a tool's result: the tool's own words, without

@@ -177,9 +177,11 @@ pub(super) async fn finalize(
     end_turn(harness, &input.session_id).await;
 
     let usage = input.usage;
+    let output = output_of(&input);
     let citations = input.citations;
     Ok(TurnOutput {
         result: TurnResult {
+            output,
             text,
             stop_reason: input.stop_reason,
             local_citations: citations.local,
@@ -210,7 +212,8 @@ pub(super) async fn finalize(
 /// `citations` event when there are any.
 async fn cite(input: &FinalizeInput, sink: &dyn EventSink) -> Result<String, super::SinkError> {
     let citations = &input.citations;
-    let text = if input.asked.show_citations {
+    // JSON asked for is the answer alone: citations would break it.
+    let text = if input.asked.show_citations && input.asked.output.is_none() {
         append_citations(&input.final_text, &citations.local, &citations.web)
     } else {
         input.final_text.clone()
@@ -223,6 +226,17 @@ async fn cite(input: &FinalizeInput, sink: &dyn EventSink) -> Result<String, sup
         .await?;
     }
     Ok(text)
+}
+
+/// The answer as JSON, when the turn asked for JSON and its answer fit
+/// (the loop checked it: see `step::fitted`).
+fn output_of(input: &FinalizeInput) -> Option<serde_json::Value> {
+    let asked = input.asked.output.as_ref()?;
+    if input.stop_reason != crate::turn::StopReason::Answer {
+        return None;
+    }
+    let value = super::step::parsed_json(&input.final_text)?;
+    (asked.schema.is_none() && value.is_object() || asked.schema.is_some()).then_some(value)
 }
 
 /// Step 2: the usage callback and the turn's total `usage` event, only when

@@ -109,12 +109,29 @@ impl Turn<'_> {
         // keyed by these ids.
         state.hand_out_call_ids(&mut output.tool_calls, &conversation.messages, step);
 
-        // 4d: terminal check.
+        // 4d: terminal check. An answer that must be JSON is checked, and
+        // asked again (a bounded repair) when it does not fit.
         if output.tool_calls.is_empty() {
             let reason = match output.finish {
                 Some(FinishReason::Length) => StopReason::Budget,
                 _ => StopReason::Answer,
             };
+            if reason == StopReason::Answer
+                && let Some(why) = output.unfit
+            {
+                if state.repair_count(OUTPUT_REPAIRS) >= MAX_REPAIR_ATTEMPTS {
+                    return Ok(Some((output.text, StopReason::OutputInvalid)));
+                }
+                state.count_repair(OUTPUT_REPAIRS);
+                conversation
+                    .messages
+                    .push(ChatMessage::assistant(output.text, Vec::new()));
+                conversation.messages.push(ChatMessage::user(format!(
+                    "Your answer is not the JSON asked for ({why}). Answer again with the JSON \
+                     alone: no prose, no code fence."
+                )));
+                return Ok(None);
+            }
             return Ok(Some((output.text, reason)));
         }
 
@@ -284,6 +301,7 @@ impl Turn<'_> {
                 .unwrap_or(options.think_level)
                 .min(options.max_think_level),
             provider: self.request.asked.runtime_provider.clone(),
+            output: self.request.asked.output.clone(),
             ..ChatRequest::new(
                 model,
                 with_bytes(messages, &self.request.attachments),
@@ -311,8 +329,9 @@ impl Turn<'_> {
             span.record("gen_ai.input.messages", input.as_str());
         }
         let cost = |usage: &Usage| self.cost(usage);
-        let generated =
-            generate(harness, call, step, self.sink.as_ref(), &cost).instrument(span.clone());
+        let repairs = self.state.repair_count(OUTPUT_REPAIRS) < MAX_REPAIR_ATTEMPTS;
+        let generated = generate(harness, call, step, self.sink.as_ref(), &cost, repairs)
+            .instrument(span.clone());
         // A process handing its turns over does not wait for the model:
         // the next owner asks again (and retracts what streamed).
         let generated = tokio::select! {
@@ -462,17 +481,25 @@ struct StepOutput {
     tool_calls: Vec<ToolCall>,
     thinking: Vec<ThinkingBlock>,
     usage: Usage,
+    /// Why an answer that must be JSON does not fit.
+    unfit: Option<String>,
 }
 
 /// 4c: one provider call, streamed: text deltas become `message.delta`
-/// events as they arrive; usage becomes one `usage` event.
+/// events as they arrive; usage becomes one `usage` event. The text of a
+/// turn that asks for JSON is held back and checked first: said whole
+/// when it fits (or is the last try, or the step calls tools), never
+/// when it is to be asked again (`repairs`: whether it may be).
 async fn generate(
     harness: &AgentHarness,
     call: ChatRequest,
     step: u32,
     sink: &dyn EventSink,
     cost: &(dyn Fn(&Usage) -> Option<f64> + Sync),
+    repairs: bool,
 ) -> Result<StepOutput, TurnError> {
+    let format = call.output.clone();
+    let stream_text = harness.options.stream && format.is_none();
     let mut stream = harness.provider.stream(call).await?;
     let mut output = StepOutput {
         cost_usd: None,
@@ -481,6 +508,7 @@ async fn generate(
         tool_calls: Vec::new(),
         thinking: Vec::new(),
         usage: Usage::default(),
+        unfit: None,
     };
     let mut streamed = false;
     while let Some(event) = stream.next().await {
@@ -500,7 +528,7 @@ async fn generate(
             ProviderEvent::TextDelta(text) => {
                 output.text.push_str(&text);
                 // Without streaming the text arrives once, in the result.
-                if harness.options.stream {
+                if stream_text {
                     harness.callbacks.on_stream_chunk(&text).await;
                     sink.emit(TurnEvent::MessageDelta { step, text }).await?;
                     streamed = true;
@@ -520,6 +548,18 @@ async fn generate(
                 output.finish = Some(reason);
                 break;
             }
+        }
+    }
+    if let Some(format) = &format {
+        let answers = output.tool_calls.is_empty() && output.finish != Some(FinishReason::Length);
+        if answers {
+            output.unfit = fitted(format, &output.text).err();
+        }
+        let shown = !(output.unfit.is_some() && repairs);
+        if shown && harness.options.stream && !output.text.is_empty() {
+            harness.callbacks.on_stream_chunk(&output.text).await;
+            let text = output.text.clone();
+            sink.emit(TurnEvent::MessageDelta { step, text }).await?;
         }
     }
     if !output.usage.is_zero() {
@@ -585,4 +625,51 @@ fn with_bytes(
         }
     }
     messages
+}
+
+/// The repair counter of a turn's answer (beside its calls' ids).
+const OUTPUT_REPAIRS: &str = "#output";
+
+use super::validation::MAX_REPAIR_ATTEMPTS;
+
+/// An answer's JSON: the whole text, or the one code block it is fenced
+/// in (models often fence it).
+pub(super) fn parsed_json(text: &str) -> Option<serde_json::Value> {
+    let trimmed = text.trim();
+    let inner = trimmed
+        .strip_prefix("```json")
+        .or_else(|| trimmed.strip_prefix("```"))
+        .and_then(|rest| rest.strip_suffix("```"))
+        .unwrap_or(trimmed);
+    serde_json::from_str(inner.trim()).ok()
+}
+
+/// Whether an answer is the JSON `format` asks for: any object, or an
+/// instance of its schema; why not, in a line the model can act on.
+pub(super) fn fitted(format: &crate::turn::OutputFormat, text: &str) -> Result<(), String> {
+    let Some(value) = parsed_json(text) else {
+        return Err("it is not JSON".into());
+    };
+    let Some(schema) = &format.schema else {
+        return if value.is_object() {
+            Ok(())
+        } else {
+            Err("it is not a JSON object".into())
+        };
+    };
+    let validator = jsonschema::validator_for(schema).map_err(|e| e.to_string())?;
+    let errors: Vec<String> = validator
+        .iter_errors(&value)
+        .take(5)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "it does not fit the schema `{}`: {}",
+            format.name,
+            errors.join("; ")
+        ))
+    }
 }

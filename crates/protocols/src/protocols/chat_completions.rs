@@ -63,6 +63,9 @@ pub struct ChatCompletionRequest {
     /// The session, when no `X-Session-Id` header names one.
     #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
     user: Option<String>,
+    /// `json_schema` (`{name, schema, strict}`) or `json_object`: the
+    /// answer is JSON, checked (and repaired) by the service.
+    response_format: Option<crate::protocols::parts::ResponseFormatIn>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -120,8 +123,13 @@ impl ChatCompletionRequest {
         if model.is_some_and(|m| m.len() > 200 || m.chars().any(char::is_control)) {
             return Err(invalid("model", "`model` is not a model name"));
         }
+        let output = match self.response_format.clone() {
+            Some(format) => format.output("response_format")?,
+            None => None,
+        };
         Ok(TurnRequest {
             runtime_model: model.map(str::to_owned),
+            output,
             ..spec
         })
     }

@@ -53,6 +53,10 @@ impl From<StartError> for ApiError {
                 field: field.into(),
                 detail: e.to_string(),
             },
+            StartError::InvalidOutputSchema(detail) => Self::InvalidField {
+                field: "output_schema".into(),
+                detail,
+            },
             StartError::FileNotFound(_) => Self::FileNotFound,
             StartError::Attachment { at, error } => match Self::from(error) {
                 Self::InvalidField { detail, .. } => Self::InvalidField {

@@ -375,3 +375,62 @@ pub fn from_url(
     }
     Ok(Source::Url(url))
 }
+
+/// An OpenAI `response_format` (chat completions) or `text.format`
+/// (Responses, whose `json_schema` fields sit beside its `type`).
+#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormatIn {
+    /// Prose (the default).
+    Text,
+    /// Any JSON object.
+    JsonObject,
+    /// An instance of a JSON Schema.
+    JsonSchema {
+        /// Chat completions' fields.
+        json_schema: Option<JsonSchemaIn>,
+        /// Responses' fields.
+        #[serde(flatten)]
+        beside: JsonSchemaIn,
+    },
+}
+
+/// A `json_schema` format's schema.
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::ToSchema)]
+pub struct JsonSchemaIn {
+    pub name: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub schema: Option<serde_json::Value>,
+    pub strict: Option<bool>,
+    pub description: Option<String>,
+}
+
+impl ResponseFormatIn {
+    /// The output format it asks for (`field` names it in an error).
+    pub fn output(
+        self,
+        field: &str,
+    ) -> Result<Option<crate::turn::OutputFormat>, crate::protocols::error::ApiError> {
+        let invalid = |detail: String| crate::protocols::error::ApiError::InvalidField {
+            field: field.to_owned(),
+            detail,
+        };
+        let (name, schema, strict) = match self {
+            Self::Text => return Ok(None),
+            Self::JsonObject => (None, None, false),
+            Self::JsonSchema {
+                json_schema,
+                beside,
+            } => {
+                let given = json_schema.unwrap_or(beside);
+                let Some(schema) = given.schema else {
+                    return Err(invalid("a `json_schema` format needs its `schema`".into()));
+                };
+                (given.name, Some(schema), given.strict.unwrap_or(false))
+            }
+        };
+        crate::turn::OutputFormat::checked(name, schema, strict)
+            .map(Some)
+            .map_err(invalid)
+    }
+}

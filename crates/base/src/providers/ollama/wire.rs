@@ -21,6 +21,16 @@ pub(super) struct Body<'a> {
     pub(super) think: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     options: Option<Options>,
+    /// The JSON the answer must be: its schema, or `json`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    format: Option<Format<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Format<'a> {
+    Schema(&'a Value),
+    Json(&'static str),
 }
 
 impl<'a> Body<'a> {
@@ -35,6 +45,10 @@ impl<'a> Body<'a> {
             options: request
                 .max_output_tokens
                 .map(|num_predict| Options { num_predict }),
+            format: request.output.as_ref().map(|format| match &format.schema {
+                Some(schema) => Format::Schema(schema),
+                None => Format::Json("json"),
+            }),
         }
     }
 }

@@ -25,6 +25,39 @@ pub(super) struct Body<'a> {
     pub(super) reasoning_effort: Option<&'static str>,
     #[serde(skip_serializing_if = "Tools::is_empty")]
     tools: Tools<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<ResponseFormat<'a>>,
+}
+
+/// The JSON the answer must be: `json_schema` (with the schema), or
+/// `json_object`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResponseFormat<'a> {
+    JsonSchema { json_schema: JsonSchema<'a> },
+    JsonObject,
+}
+
+#[derive(Serialize)]
+struct JsonSchema<'a> {
+    name: &'a str,
+    schema: &'a Value,
+    strict: bool,
+}
+
+impl<'a> ResponseFormat<'a> {
+    fn of(format: &'a crate::providers::OutputFormat) -> Self {
+        match &format.schema {
+            Some(schema) => Self::JsonSchema {
+                json_schema: JsonSchema {
+                    name: &format.name,
+                    schema,
+                    strict: format.strict,
+                },
+            },
+            None => Self::JsonObject,
+        }
+    }
 }
 
 impl<'a> Body<'a> {
@@ -44,6 +77,7 @@ impl<'a> Body<'a> {
                 None
             },
             tools: Tools(&request.tools),
+            response_format: request.output.as_ref().map(ResponseFormat::of),
         }
     }
 }

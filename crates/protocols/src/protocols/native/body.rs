@@ -70,6 +70,34 @@ pub struct TurnBody {
     /// /sessions/{session_id}/turns/{turn_id}/tool-results/{call_id}`.
     #[schema(max_items = 32)]
     client_tools: Option<Vec<ClientToolBody>>,
+    /// The JSON the final answer must be: `{name?, schema?, strict?}`, a
+    /// JSON Schema (at most 64 KB, 10 `$ref`s; none: any JSON object).
+    /// The result's `output` is the parsed answer; an answer that never
+    /// fits ends the turn with `stop_reason: "output_invalid"`.
+    output_schema: Option<OutputSchemaBody>,
+}
+
+impl OutputSchemaBody {
+    fn checked(self) -> Result<crate::turn::OutputFormat, ApiError> {
+        crate::turn::OutputFormat::checked(self.name, self.schema, self.strict).map_err(|detail| {
+            ApiError::InvalidField {
+                field: "output_schema".into(),
+                detail,
+            }
+        })
+    }
+}
+
+/// An output schema, as the native body gives it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSchemaBody {
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    name: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    schema: Option<serde_json::Value>,
+    #[serde(default)]
+    strict: bool,
 }
 
 /// A message: its text, or its parts.
@@ -345,6 +373,10 @@ impl TryFrom<TurnBody> for TurnRequest {
             history,
             client_tools,
             attachments,
+            output: body
+                .output_schema
+                .map(OutputSchemaBody::checked)
+                .transpose()?,
             ..TurnRequest::new(String::new())
         })
     }

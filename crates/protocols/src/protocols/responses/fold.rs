@@ -210,6 +210,7 @@ impl ResponseFold {
             StopReason::Budget => Some("max_output_tokens"),
             StopReason::Deadline => Some("deadline"),
             StopReason::MaxSteps => Some("max_steps"),
+            StopReason::OutputInvalid => Some("output_invalid"),
         };
         self.usage = Some(usage_of(result));
         match incomplete {

@@ -29,8 +29,8 @@ const METADATA_KEY_MAX: usize = 64;
 const METADATA_VALUE_MAX: usize = 512;
 
 /// A Responses request (the fields the service reads; the others, such as
-/// `temperature`, `top_p`, `text`, `truncation` or `include`, are accepted
-/// and ignored).
+/// `temperature`, `top_p`, `truncation` or `include`, are accepted and
+/// ignored).
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct CreateResponse {
     /// A model the service is configured with (the chain's, `HARNESS_MODEL`,
@@ -81,6 +81,17 @@ pub struct CreateResponse {
     /// The user whose memories the turn reads and keeps
     /// (`[A-Za-z0-9._:-]`, 1-128).
     user: Option<String>,
+    /// `text.format`: `json_schema` (`name`, `schema`, `strict`) or
+    /// `json_object` makes the answer JSON, checked (and repaired) by the
+    /// service; an answer that never fits ends `incomplete`
+    /// (`output_invalid`).
+    text: Option<TextIn>,
+}
+
+/// A request's `text` options.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct TextIn {
+    format: Option<crate::protocols::parts::ResponseFormatIn>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -364,6 +375,9 @@ impl CreateResponse {
                 return Err(invalid("instructions", "`instructions` contains U+0000"));
             }
             asked.skill_context = Some(instructions.clone()).filter(|s| !s.trim().is_empty());
+        }
+        if let Some(format) = self.text.as_ref().and_then(|t| t.format.clone()) {
+            asked.output = format.output("text.format")?;
         }
         if let Some((provider, model)) = self.configured(app) {
             asked.runtime_provider = provider;
