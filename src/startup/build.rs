@@ -217,6 +217,7 @@ fn harness_options(settings: &Settings) -> HarnessOptions {
         max_tool_calls: settings.harness.max_tool_calls,
         max_reflections: settings.harness.max_reflections,
         think_level: settings.harness.think_level,
+        reasoning: settings.harness.reasoning,
         max_think_level: settings.harness.max_think_level,
         max_output_tokens: settings.harness.max_output_tokens,
         reflect_every: settings.harness.reflect_every,

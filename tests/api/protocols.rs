@@ -10,5 +10,6 @@ pub(crate) mod mcp;
 pub(crate) mod mcp_current;
 pub(crate) mod mcp_server;
 pub(crate) mod openai_compat;
+pub(crate) mod reasoning;
 pub(crate) mod responses;
 pub(crate) mod ui_stream;

@@ -115,8 +115,22 @@ async fn extended_thinking_is_requested_returned_and_sent_back() {
     let block = ThinkingBlock {
         text: "The user wants a greeting. Keep it short.".into(),
         signature: Some("EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds".into()),
+        redacted: None,
     };
-    assert_eq!(events[0], ProviderEvent::Thinking(block.clone()));
+    // The reasoning streams as it comes, then the whole block.
+    let at = events
+        .iter()
+        .position(|e| matches!(e, ProviderEvent::Thinking(_)))
+        .unwrap();
+    assert_eq!(events[at], ProviderEvent::Thinking(block.clone()));
+    let reasoned: String = events[..at]
+        .iter()
+        .map(|e| match e {
+            ProviderEvent::ReasoningDelta(text) => text.as_str(),
+            other => panic!("before the block: {other:?}"),
+        })
+        .collect();
+    assert_eq!(reasoned, block.text);
     assert_eq!(text(&events), "Hi!");
     let sent = &fake.requests()[0].body;
     assert_eq!(
@@ -195,4 +209,66 @@ async fn images_and_pdfs_go_as_base64_blocks() {
     assert_eq!(error, None);
     let sent = &fake.requests()[0].body;
     assert_eq!(sent["messages"][0], crate::attachments_fixture("anthropic"));
+}
+
+#[tokio::test]
+async fn redacted_thinking_travels_back_unchanged_with_the_signed_block() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([
+        Reply::sse("anthropic/redacted_thinking_tool_use.sse"),
+        Reply::sse("anthropic/text.sse"),
+    ]);
+    let anthropic = provider(&fake);
+    let mut request = conversation();
+    request.think_level = ThinkLevel::Low;
+    let (events, error) = collect(&anthropic, request).await;
+    assert_eq!(error, None);
+    let blocks: Vec<ThinkingBlock> = events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::Thinking(block) => Some(block.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(blocks.len(), 2, "{events:?}");
+    assert_eq!(blocks[0].text, "");
+    assert!(
+        blocks[0]
+            .redacted
+            .as_deref()
+            .unwrap()
+            .starts_with("EmwKAhgB")
+    );
+    assert_eq!(
+        blocks[1].text,
+        "The user asks about an earlier trip. Search the history first."
+    );
+    let call = events
+        .iter()
+        .find_map(|e| match e {
+            ProviderEvent::ToolCall(call) => Some(call.clone()),
+            _ => None,
+        })
+        .unwrap();
+    // The next step sends both back first, in order, byte for byte.
+    let mut next = conversation();
+    next.messages.push(ChatMessage {
+        thinking: blocks,
+        ..ChatMessage::assistant("", vec![call])
+    });
+    next.messages
+        .push(ChatMessage::tool("toolu_01Hj2Kl3Mn4Op5Qr6St7Uv8W", "found"));
+    collect(&anthropic, next).await;
+    let sent = &fake.requests()[1].body["messages"];
+    let content = &sent[3]["content"];
+    assert_eq!(
+        content[0],
+        json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj2pSmxaQ8X9S3vXWm9ExfHvTsmmfd3gD"})
+    );
+    assert_eq!(content[1]["type"], "thinking");
+    assert_eq!(
+        content[1]["signature"],
+        "ErUBCkYIBRgCIkDx7qv2NmTzQ3Lr9Hb5PwK1yJd8Vc4Xs6Ra0Ze2GfUo"
+    );
+    assert_eq!(content[2]["type"], "tool_use");
 }

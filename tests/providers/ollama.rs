@@ -141,3 +141,19 @@ async fn images_go_beside_the_text_as_ollama_takes_them() {
     assert!(error.is_some());
     assert_eq!(fake.requests().len(), 1, "nothing was sent");
 }
+
+#[tokio::test]
+async fn thinking_streams_as_reasoning() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([Reply::ndjson("ollama/thinking.ndjson")]);
+    let (events, error) = collect(&provider(&fake), conversation()).await;
+    assert_eq!(error, None);
+    assert_eq!(
+        events[..2],
+        [
+            ProviderEvent::ReasoningDelta("The user greets me.".into()),
+            ProviderEvent::ReasoningDelta(" A short hello will do.".into()),
+        ]
+    );
+    assert_eq!(text(&events), "Hello!");
+}

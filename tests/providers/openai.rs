@@ -308,3 +308,19 @@ async fn images_and_pdfs_go_as_content_parts_in_openais_shape() {
     assert!(error.is_some());
     assert_eq!(fake.requests().len(), 1, "nothing was sent");
 }
+
+#[tokio::test]
+async fn reasoning_content_streams_as_reasoning() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([Reply::sse("openai/reasoning.sse")]);
+    let (events, error) = collect(&default(&fake).await, conversation()).await;
+    assert_eq!(error, None);
+    assert_eq!(
+        events[..2],
+        [
+            ProviderEvent::ReasoningDelta("The user greets me.".into()),
+            ProviderEvent::ReasoningDelta(" A short hello will do.".into()),
+        ]
+    );
+    assert_eq!(text(&events), "Hello!");
+}

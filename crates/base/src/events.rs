@@ -97,6 +97,14 @@ pub enum TurnEvent {
     /// A piece of the assistant's text, in order.
     #[serde(rename = "message.delta")]
     MessageDelta { step: u32, text: String },
+    /// A piece of the model's reasoning in this step, in order (shown
+    /// unless `HARNESS_REASONING=hidden`).
+    #[serde(rename = "reasoning.delta")]
+    ReasoningDelta { step: u32, text: String },
+    /// The step's reasoning is over: about how many tokens it took (the
+    /// provider's count when it gives one, else its text's length / 4).
+    #[serde(rename = "reasoning.completed")]
+    ReasoningCompleted { step: u32, tokens: u64 },
     /// The text of this step streamed so far is void: the provider failed
     /// mid-stream and the step starts over (a retry or the next provider).
     /// Discard every `message.delta` of `step` received before this event.
@@ -292,6 +300,8 @@ impl TurnEvent {
             Self::TurnResumed { .. } => "turn.resumed",
             Self::MessageDelta { .. } => "message.delta",
             Self::MessageRetracted { .. } => "message.retracted",
+            Self::ReasoningDelta { .. } => "reasoning.delta",
+            Self::ReasoningCompleted { .. } => "reasoning.completed",
             Self::Usage { .. } => "usage",
             Self::ToolStarted { .. } => "tool.started",
             Self::ToolRequested { .. } => "tool.requested",

@@ -276,6 +276,21 @@ pub struct ThinkingBlock {
     pub text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
+    /// A `redacted_thinking` block's data (its text is then empty): sent
+    /// back as it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
+}
+
+impl ThinkingBlock {
+    /// A `redacted_thinking` block.
+    pub fn redacted(data: String) -> Self {
+        Self {
+            text: String::new(),
+            signature: None,
+            redacted: Some(data),
+        }
+    }
 }
 
 /// An image or a document a user's message carries: its file, where it
@@ -592,7 +607,11 @@ pub async fn collect_text(provider: &dyn LlmProvider, request: ChatRequest) -> C
             Ok(ProviderEvent::Usage(usage)) => collected.usage.add(&usage),
             Ok(ProviderEvent::Restart { .. }) => collected.text.clear(),
             Ok(ProviderEvent::Finished(_)) => break,
-            Ok(ProviderEvent::Thinking(_) | ProviderEvent::ToolCall(_)) => {}
+            Ok(
+                ProviderEvent::Thinking(_)
+                | ProviderEvent::ReasoningDelta(_)
+                | ProviderEvent::ToolCall(_),
+            ) => {}
             Err(e) => {
                 collected.error = Some(e);
                 break;
@@ -639,6 +658,9 @@ impl FinishReason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderEvent {
     TextDelta(String),
+    /// A piece of the model's reasoning, as it streams (shown to the user
+    /// unless the operator hides it).
+    ReasoningDelta(String),
     /// A complete reasoning block (not shown to the user).
     Thinking(ThinkingBlock),
     /// The output so far is void: a retry (or the next provider of a chain)
@@ -660,9 +682,11 @@ impl ProviderEvent {
     pub fn without_nul(self) -> Self {
         match self {
             Self::TextDelta(text) => Self::TextDelta(without_nul(text)),
+            Self::ReasoningDelta(text) => Self::ReasoningDelta(without_nul(text)),
             Self::Thinking(block) => Self::Thinking(ThinkingBlock {
                 text: without_nul(block.text),
                 signature: block.signature,
+                redacted: block.redacted,
             }),
             Self::ToolCall(call) => Self::ToolCall(ToolCall {
                 id: without_nul(call.id),

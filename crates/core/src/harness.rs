@@ -98,6 +98,9 @@ pub struct HarnessOptions {
     pub reflect_every: u32,
     /// Stream provider output (true: the service always streams).
     pub stream: bool,
+    /// Whether the model's reasoning leaves the service
+    /// (`HARNESS_REASONING`).
+    pub reasoning: Reasoning,
     /// The base system prompt.
     pub system_prompt: String,
     pub prompt_id: Option<String>,
@@ -149,6 +152,7 @@ impl Default for HarnessOptions {
             max_output_tokens: None,
             reflect_every: 0,
             stream: true,
+            reasoning: Reasoning::Show,
             system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
             prompt_id: None,
             prompt_version: None,
@@ -209,6 +213,16 @@ pub struct TurnInput {
     /// the model (that step is done again by the next owner), with
     /// [`TurnError::HandedOver`].
     pub handover: tokio_util::sync::CancellationToken,
+}
+
+/// Whether the model's reasoning is shown to clients.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Reasoning {
+    /// As `reasoning.delta` events (and each protocol's own shape).
+    #[default]
+    Show,
+    /// Nothing of it leaves the service (its tokens still count).
+    Hidden,
 }
 
 /// A turn's result plus what the runner commits with `turn.completed`.

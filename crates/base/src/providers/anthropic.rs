@@ -209,6 +209,10 @@ enum WireBlock {
         #[serde(default)]
         thinking: String,
     },
+    /// Reasoning the API keeps encrypted: sent back as it came.
+    RedactedThinking {
+        data: String,
+    },
     #[serde(other)]
     Other,
 }
@@ -291,7 +295,16 @@ where
                             Block::Text
                         }
                         WireBlock::ToolUse { id, name } => Block::Tool { id, name, json: String::new() },
-                        WireBlock::Thinking { thinking } => Block::Thinking { text: thinking, signature: None },
+                        WireBlock::Thinking { thinking } => {
+                            if !thinking.is_empty() {
+                                yield ProviderEvent::ReasoningDelta(thinking.clone());
+                            }
+                            Block::Thinking { text: thinking, signature: None }
+                        }
+                        WireBlock::RedactedThinking { data } => {
+                            yield ProviderEvent::Thinking(ThinkingBlock::redacted(data));
+                            Block::Other
+                        }
                         WireBlock::Other => Block::Other,
                     };
                     blocks.insert(index, block);
@@ -306,6 +319,9 @@ where
                         }
                         (Some(Block::Thinking { text, .. }), WireDelta::ThinkingDelta { thinking }) => {
                             text.push_str(&thinking);
+                            if !thinking.is_empty() {
+                                yield ProviderEvent::ReasoningDelta(thinking);
+                            }
                         }
                         (Some(Block::Thinking { signature, .. }), WireDelta::SignatureDelta { signature: s }) => {
                             signature.get_or_insert_with(String::new).push_str(&s);
@@ -324,7 +340,7 @@ where
                             yield ProviderEvent::ToolCall(ToolCall { id, name, arguments: arguments.into() });
                         }
                         Some(Block::Thinking { text, signature }) => {
-                            yield ProviderEvent::Thinking(ThinkingBlock { text, signature });
+                            yield ProviderEvent::Thinking(ThinkingBlock { text, signature, redacted: None });
                         }
                         _ => {}
                     }

@@ -171,6 +171,9 @@ struct Line {
 struct LineMessage {
     #[serde(default)]
     content: String,
+    /// A thinking model's reasoning (`think: true`).
+    #[serde(default)]
+    thinking: String,
     #[serde(default)]
     tool_calls: Vec<LineToolCall>,
 }
@@ -215,6 +218,9 @@ where
                 })?;
             }
             if let Some(message) = parsed.message {
+                if !message.thinking.is_empty() {
+                    yield ProviderEvent::ReasoningDelta(message.thinking);
+                }
                 if !message.content.is_empty() {
                     yield ProviderEvent::TextDelta(message.content);
                 }

@@ -325,6 +325,10 @@ struct Choice {
 struct Delta {
     #[serde(default)]
     content: Option<String>,
+    /// Reasoning, as compatible servers stream it (DeepSeek, vLLM, …:
+    /// `reasoning_content`; others: `reasoning`).
+    #[serde(default, alias = "reasoning")]
+    reasoning_content: Option<String>,
     #[serde(default)]
     tool_calls: Option<Vec<ToolCallDelta>>,
 }
@@ -416,6 +420,9 @@ where
             }
             for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
                 if let Some(delta) = choice.delta {
+                    if let Some(text) = delta.reasoning_content.filter(|t| !t.is_empty()) {
+                        yield ProviderEvent::ReasoningDelta(text);
+                    }
                     if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                         yield ProviderEvent::TextDelta(text);
                     }

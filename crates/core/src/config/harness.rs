@@ -45,6 +45,16 @@ pub struct HarnessSettings {
         value_parser = clap::value_parser!(u32).range(0..=100)
     )]
     pub max_reflections: u32,
+    /// Whether the model's reasoning reaches clients: `show`
+    /// (`reasoning.delta` events, and each protocol's reasoning shape) or
+    /// `hidden` (nothing of it leaves the service; its tokens still count).
+    #[arg(
+        id = "harness.reasoning",
+        long = "reasoning",
+        value_enum,
+        default_value = "show"
+    )]
+    pub reasoning: crate::harness::Reasoning,
     /// How much the model is asked to think: off, low, medium or high.
     #[arg(
         id = "harness.think_level",

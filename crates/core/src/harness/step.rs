@@ -511,8 +511,16 @@ async fn generate(
         unfit: None,
     };
     let mut streamed = false;
+    // Bytes of reasoning the step streamed.
+    let mut reasoned = 0usize;
+    let shows_reasoning = harness.options.reasoning == super::Reasoning::Show;
     while let Some(event) = stream.next().await {
-        match event?.without_nul() {
+        let event = event?.without_nul();
+        // The reasoning ends where anything else comes.
+        if !matches!(event, ProviderEvent::ReasoningDelta(_)) {
+            reasoning_ends(sink, step, &mut reasoned, shows_reasoning).await?;
+        }
+        match event {
             ProviderEvent::Restart { reason } => {
                 // Usage of the failed attempt stays counted: it was billed.
                 output.text.clear();
@@ -525,6 +533,12 @@ async fn generate(
                 }
             }
             ProviderEvent::Thinking(block) => output.thinking.push(block),
+            ProviderEvent::ReasoningDelta(text) => {
+                reasoned += text.len();
+                if shows_reasoning {
+                    sink.emit(TurnEvent::ReasoningDelta { step, text }).await?;
+                }
+            }
             ProviderEvent::TextDelta(text) => {
                 output.text.push_str(&text);
                 // Without streaming the text arrives once, in the result.
@@ -550,23 +564,55 @@ async fn generate(
             }
         }
     }
+    reasoning_ends(sink, step, &mut reasoned, shows_reasoning).await?;
     if let Some(format) = &format {
-        let answers = output.tool_calls.is_empty() && output.finish != Some(FinishReason::Length);
-        if answers {
-            output.unfit = fitted(format, &output.text).err();
-        }
-        let shown = !(output.unfit.is_some() && repairs);
-        if shown && harness.options.stream && !output.text.is_empty() {
-            harness.callbacks.on_stream_chunk(&output.text).await;
-            let text = output.text.clone();
-            sink.emit(TurnEvent::MessageDelta { step, text }).await?;
-        }
+        held_text(harness, sink, step, format, repairs, &mut output).await?;
     }
     if !output.usage.is_zero() {
         output.cost_usd = cost(&output.usage);
         emit_usage(sink, step, &output.usage, output.cost_usd).await?;
     }
     Ok(output)
+}
+
+/// The end of a step's reasoning (`reasoned` bytes of it, if any):
+/// `reasoning.completed`, with about as many tokens as a quarter of them.
+async fn reasoning_ends(
+    sink: &dyn EventSink,
+    step: u32,
+    reasoned: &mut usize,
+    shown: bool,
+) -> Result<(), SinkError> {
+    if *reasoned > 0 && shown {
+        let tokens = u64::try_from(reasoned.div_ceil(4)).unwrap_or(u64::MAX);
+        sink.emit(TurnEvent::ReasoningCompleted { step, tokens })
+            .await?;
+    }
+    *reasoned = 0;
+    Ok(())
+}
+
+/// The held text of a turn that asks for JSON: checked when it is an
+/// answer, and said whole unless it is to be asked again.
+async fn held_text(
+    harness: &AgentHarness,
+    sink: &dyn EventSink,
+    step: u32,
+    format: &crate::turn::OutputFormat,
+    repairs: bool,
+    output: &mut StepOutput,
+) -> Result<(), SinkError> {
+    let answers = output.tool_calls.is_empty() && output.finish != Some(FinishReason::Length);
+    if answers {
+        output.unfit = fitted(format, &output.text).err();
+    }
+    let shown = !(output.unfit.is_some() && repairs);
+    if shown && harness.options.stream && !output.text.is_empty() {
+        harness.callbacks.on_stream_chunk(&output.text).await;
+        let text = output.text.clone();
+        sink.emit(TurnEvent::MessageDelta { step, text }).await?;
+    }
+    Ok(())
 }
 
 /// The `usage` event of one provider call.

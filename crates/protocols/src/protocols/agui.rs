@@ -205,12 +205,49 @@ struct Encoder {
     messages: u32,
     step: Option<u32>,
     said: StepText,
+    /// The open reasoning message, if any.
+    reasoning: Option<String>,
 }
 
 impl Encoder {
     fn close_message(&mut self, out: &mut Vec<Event>) {
+        self.close_reasoning(out);
         if let Some(message_id) = self.message.take() {
             out.push(Event::TextMessageEnd { message_id });
+        }
+    }
+
+    /// A piece of reasoning: in the open reasoning message, or a new one
+    /// (its span opened first).
+    fn reason(&mut self, delta: &str, out: &mut Vec<Event>) {
+        let message_id = match &self.reasoning {
+            Some(id) => id.clone(),
+            None => {
+                self.messages += 1;
+                let id = format!("{}-r{}", self.run_id, self.messages);
+                out.push(Event::ReasoningStart {
+                    message_id: id.clone(),
+                });
+                out.push(Event::ReasoningMessageStart {
+                    message_id: id.clone(),
+                    role: "reasoning",
+                });
+                self.reasoning = Some(id.clone());
+                id
+            }
+        };
+        out.push(Event::ReasoningMessageContent {
+            message_id,
+            delta: delta.to_owned(),
+        });
+    }
+
+    fn close_reasoning(&mut self, out: &mut Vec<Event>) {
+        if let Some(message_id) = self.reasoning.take() {
+            out.push(Event::ReasoningMessageEnd {
+                message_id: message_id.clone(),
+            });
+            out.push(Event::ReasoningEnd { message_id });
         }
     }
 
@@ -367,8 +404,14 @@ impl EndsAtClientCall for Encoder {
             self.say(said, &mut out);
         }
         match event {
+            TurnEvent::ReasoningDelta { step, text } => {
+                self.enter_step(*step, &mut out);
+                self.reason(text, &mut out);
+            }
+            TurnEvent::ReasoningCompleted { .. } => self.close_reasoning(&mut out),
             TurnEvent::MessageDelta { step, text } => {
                 self.enter_step(*step, &mut out);
+                self.close_reasoning(&mut out);
                 let said = self.said.delta(*step, text);
                 self.say(said, &mut out);
             }
@@ -503,6 +546,7 @@ async fn agui_run(
         messages: 0,
         step: None,
         said: StepText::default(),
+        reasoning: None,
     };
     let format = SegmentStream::new(turn_id, after, encoder);
     Ok(stream_for(&app, format, events))

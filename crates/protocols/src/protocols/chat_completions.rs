@@ -169,6 +169,9 @@ struct Delta<'a> {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    /// The model's reasoning, as reasoning servers stream it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
 }
 
 /// A completion's choice: the whole message.
@@ -275,6 +278,7 @@ impl WireFormat for ChunkStream {
             Delta {
                 role: Some("assistant"),
                 content: Some(""),
+                reasoning_content: None,
             },
             None,
         )]
@@ -298,14 +302,21 @@ impl WireFormat for ChunkStream {
             .filter_map(|say| match say {
                 Say::Text(text) => Some(self.completion.chunk(
                     Delta {
-                        role: None,
                         content: Some(&text),
+                        ..Delta::default()
                     },
                     None,
                 )),
                 Say::Retract { .. } => None,
             })
             .collect();
+        if let TurnEvent::ReasoningDelta { text, .. } = event {
+            let delta = Delta {
+                reasoning_content: Some(text),
+                ..Delta::default()
+            };
+            frames.push(self.completion.chunk(delta, None));
+        }
         match event {
             TurnEvent::TurnCompleted { result } => {
                 frames.push(self.completion.chunk(Delta::default(), Some("stop")));

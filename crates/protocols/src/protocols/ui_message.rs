@@ -246,6 +246,17 @@ enum Chunk {
     TextEnd {
         id: String,
     },
+    /// A reasoning part: the model's reasoning as it streams.
+    ReasoningStart {
+        id: String,
+    },
+    ReasoningDelta {
+        id: String,
+        delta: String,
+    },
+    ReasoningEnd {
+        id: String,
+    },
     /// A text part the turn took back.
     #[serde(rename = "data-message-retracted")]
     MessageRetracted {
@@ -346,12 +357,39 @@ struct Encoder {
     last_text: Option<String>,
     parts: u32,
     said: StepText,
+    /// The id of the reasoning part being streamed, if one is open.
+    reasoning: Option<String>,
 }
 
 impl Encoder {
     fn close_text(&mut self, out: &mut Vec<Chunk>) {
+        self.close_reasoning(out);
         if let Some(id) = self.text.take() {
             out.push(Chunk::TextEnd { id });
+        }
+    }
+
+    /// A piece of reasoning, in the open reasoning part or a new one.
+    fn reason(&mut self, delta: &str, out: &mut Vec<Chunk>) {
+        let id = match &self.reasoning {
+            Some(id) => id.clone(),
+            None => {
+                self.parts += 1;
+                let id = format!("reasoning-{}", self.parts);
+                out.push(Chunk::ReasoningStart { id: id.clone() });
+                self.reasoning = Some(id.clone());
+                id
+            }
+        };
+        out.push(Chunk::ReasoningDelta {
+            id,
+            delta: delta.to_owned(),
+        });
+    }
+
+    fn close_reasoning(&mut self, out: &mut Vec<Chunk>) {
+        if let Some(id) = self.reasoning.take() {
+            out.push(Chunk::ReasoningEnd { id });
         }
     }
 
@@ -461,7 +499,10 @@ impl EndsAtClientCall for Encoder {
             self.say(said, &mut out);
         }
         match event {
+            TurnEvent::ReasoningDelta { text, .. } => self.reason(text, &mut out),
+            TurnEvent::ReasoningCompleted { .. } => self.close_reasoning(&mut out),
             TurnEvent::MessageDelta { step, text } => {
+                self.close_reasoning(&mut out);
                 let said = self.said.delta(*step, text);
                 self.say(said, &mut out);
             }

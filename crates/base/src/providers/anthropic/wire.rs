@@ -98,9 +98,12 @@ fn turns(messages: &[ChatMessage]) -> Vec<Turn<'_>> {
                 let mut blocks: Vec<Block<'_>> = message
                     .thinking
                     .iter()
-                    .map(|t| Block::Thinking {
-                        thinking: &t.text,
-                        signature: t.signature.as_deref(),
+                    .map(|t| match &t.redacted {
+                        Some(data) => Block::RedactedThinking { data },
+                        None => Block::Thinking {
+                            thinking: &t.text,
+                            signature: t.signature.as_deref(),
+                        },
                     })
                     .collect();
                 if !message.content.is_empty() {
@@ -137,6 +140,9 @@ enum Block<'a> {
     Thinking {
         thinking: &'a str,
         signature: Option<&'a str>,
+    },
+    RedactedThinking {
+        data: &'a str,
     },
     /// Its input is the call's arguments as parsed (`{}` for text that
     /// is not JSON, as `Arguments::or_empty_object` has it).
@@ -181,6 +187,10 @@ impl Serialize for Block<'_> {
                 map.serialize_entry("type", "thinking")?;
                 map.serialize_entry("thinking", thinking)?;
                 map.serialize_entry("signature", signature)?;
+            }
+            Self::RedactedThinking { data } => {
+                map.serialize_entry("type", "redacted_thinking")?;
+                map.serialize_entry("data", data)?;
             }
             Self::ToolUse { id, name, input } => {
                 map.serialize_entry("type", "tool_use")?;

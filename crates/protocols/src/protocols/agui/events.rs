@@ -49,6 +49,30 @@ pub(super) enum Event {
     TextMessageEnd {
         message_id: String,
     },
+    /// A span of the model's reasoning, and its one message.
+    #[serde(rename_all = "camelCase")]
+    ReasoningStart {
+        message_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ReasoningMessageStart {
+        message_id: String,
+        /// Always `reasoning`.
+        role: &'static str,
+    },
+    #[serde(rename_all = "camelCase")]
+    ReasoningMessageContent {
+        message_id: String,
+        delta: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ReasoningMessageEnd {
+        message_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ReasoningEnd {
+        message_id: String,
+    },
     #[serde(rename_all = "camelCase")]
     ToolCallStart {
         tool_call_id: String,

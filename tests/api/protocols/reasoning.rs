@@ -1,0 +1,151 @@
+//! A model's reasoning, streamed by its provider, reaches clients in each
+//! protocol's own shape (and none of it with `HARNESS_REASONING=hidden`).
+
+use serde_json::{Value, json};
+
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{TestApp, spawn_app, spawn_app_with, test_settings, types},
+    support::{Backend, TestDb},
+};
+
+async fn body_of(app: &TestApp, path: &str, body: Value) -> String {
+    let response = app
+        .client
+        .post(app.url(path))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
+}
+
+/// The JSON of each `data:` line of an SSE body.
+fn data_lines(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn reasoning_is_shown_in_every_protocols_shape() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let reasoning = "The user greets me. A short hello will do.";
+
+    // Native: `reasoning.delta`s, then `reasoning.completed`, then the text.
+    app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
+    let mut stream = app
+        .post_turn_sse("s-reason", json!({"message": "Hi"}))
+        .await;
+    let events = stream.read_to_end().await;
+    let kinds = types(&events);
+    let first_text = kinds.iter().position(|t| *t == "message.delta").unwrap();
+    let completed = kinds
+        .iter()
+        .position(|t| *t == "reasoning.completed")
+        .unwrap();
+    assert!(completed < first_text, "{kinds:?}");
+    let reasoned: String = events
+        .iter()
+        .filter(|e| e.event == "reasoning.delta")
+        .map(|e| e.json()["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(reasoned, reasoning);
+    let done = events
+        .iter()
+        .find(|e| e.event == "reasoning.completed")
+        .unwrap()
+        .json();
+    assert_eq!(done["step"], 1);
+    assert_eq!(done["tokens"], reasoning.len().div_ceil(4));
+
+    // Chat completions: `reasoning_content` deltas.
+    app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
+    let body = body_of(
+        &app,
+        "/v1/chat/completions",
+        json!({"stream": true, "messages": [{"role": "user", "content": "Hi"}]}),
+    )
+    .await;
+    let said: String = data_lines(&body)
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["reasoning_content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(said, reasoning);
+
+    // The AI SDK: a reasoning part before the text part.
+    app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
+    let body = body_of(
+        &app,
+        "/v1/ui/chat",
+        json!({"id": "ui-reason", "messages": [{"id": "m1", "role": "user",
+               "parts": [{"type": "text", "text": "Hi"}]}]}),
+    )
+    .await;
+    let chunks = data_lines(&body);
+    let kinds: Vec<&str> = chunks.iter().filter_map(|c| c["type"].as_str()).collect();
+    let at = |kind: &str| kinds.iter().position(|k| *k == kind).unwrap();
+    assert!(at("reasoning-start") < at("reasoning-end"), "{kinds:?}");
+    assert!(at("reasoning-end") < at("text-start"), "{kinds:?}");
+    let said: String = chunks
+        .iter()
+        .filter(|c| c["type"] == "reasoning-delta")
+        .map(|c| c["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(said, reasoning);
+
+    // AG-UI: a reasoning span with its message.
+    app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
+    let body = body_of(
+        &app,
+        "/v1/agui",
+        json!({"threadId": "agui-reason", "runId": "r1",
+               "messages": [{"id": "m1", "role": "user", "content": "Hi"}]}),
+    )
+    .await;
+    let events = data_lines(&body);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let at = |kind: &str| kinds.iter().position(|k| *k == kind).unwrap();
+    assert!(
+        at("REASONING_START") < at("REASONING_MESSAGE_START"),
+        "{kinds:?}"
+    );
+    assert!(
+        at("REASONING_MESSAGE_END") < at("REASONING_END"),
+        "{kinds:?}"
+    );
+    assert!(at("REASONING_END") < at("TEXT_MESSAGE_START"), "{kinds:?}");
+    let said: String = events
+        .iter()
+        .filter(|e| e["type"] == "REASONING_MESSAGE_CONTENT")
+        .map(|e| e["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(said, reasoning);
+}
+
+#[tokio::test]
+async fn hidden_reasoning_leaves_nothing() {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.harness.reasoning = harness_core::harness::Reasoning::Hidden;
+    let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+    app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
+    let mut stream = app
+        .post_turn_sse("s-hidden", json!({"message": "Hi"}))
+        .await;
+    let events = stream.read_to_end().await;
+    assert!(
+        !types(&events).iter().any(|t| t.starts_with("reasoning")),
+        "{:?}",
+        types(&events)
+    );
+    let (_, log) = app.get_json("/sessions/s-hidden/events?limit=1000").await;
+    assert!(!log.to_string().contains("greets"), "{log}");
+    assert_eq!(events.last().unwrap().json()["result"]["text"], "Hello!");
+}
