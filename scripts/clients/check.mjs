@@ -306,6 +306,32 @@ try {
   if (!viewedText.includes(shown)) throw new Error(`HttpAgent's image did not reach the model: ${viewedText}`);
   passed++;
 
+  // Reasoning: reasoning-start/delta/end chunks that pass the SDK's
+  // schema, folded into a reasoning part; AG-UI's REASONING_* events
+  // through HttpAgent (which verifies each event as it applies it).
+  const thought = await ask('think first, then hello');
+  const reasoningPart = thought.parts.find((p) => p.type === 'reasoning');
+  if (!reasoningPart || !reasoningPart.text.startsWith('The user wants me to think first.')) {
+    throw new Error(`no reasoning part: ${JSON.stringify(thought.parts)}`);
+  }
+  if (!textOf(thought).startsWith('Echo: think first')) throw new Error(`after the reasoning: ${textOf(thought)}`);
+  passed++;
+  const thinker = new HttpAgent({
+    url: `http://127.0.0.1:${port}/v1/agui`,
+    threadId: 'agui-reasoning',
+    initialMessages: [{ id: 'ru1', role: 'user', content: 'think first, then hello' }],
+  });
+  const seenTypes = [];
+  const thinking = await thinker.runAgent({ runId: 'reasoning-run-1' }, {
+    onEvent: ({ event }) => { seenTypes.push(event.type); },
+  });
+  for (const kind of ['REASONING_START', 'REASONING_MESSAGE_START', 'REASONING_MESSAGE_CONTENT', 'REASONING_MESSAGE_END', 'REASONING_END']) {
+    if (!seenTypes.includes(kind)) throw new Error(`HttpAgent saw no ${kind}: ${seenTypes.join(' ')}`);
+  }
+  const thinkingText = thinking.newMessages.filter((m) => m.role === 'assistant').map((m) => m.content ?? '').join('');
+  if (!thinkingText.startsWith('Echo: think first')) throw new Error(`HttpAgent after the reasoning: ${thinkingText}`);
+  passed++;
+
   // The same through AG-UI's own client (HttpAgent, which verifies the
   // events' order as it applies them): the frontend tool's call becomes
   // an assistant message, the tool message added to the agent goes back

@@ -12,7 +12,8 @@
 //! the client runs calls the first of them and reports what it answered.
 //! The side calls of memory and judges get the JSON they ask for, empty.
 //! It reads images and PDFs (its models `echo` and `slow` are in the
-//! catalogue as such), and says back what it was shown.
+//! catalogue as such), and says back what it was shown; a message asking
+//! it to `think first` gets two pieces of reasoning before the answer.
 
 use std::time::Duration;
 
@@ -280,16 +281,34 @@ impl LlmProvider for DemoProvider {
         } else {
             FinishReason::ToolCalls
         };
-        let stream = futures::stream::iter(words.into_iter().enumerate())
-            .then(move |(i, word)| async move {
-                let wait = if i == 0 {
-                    pause + WORD_DELAY
-                } else {
-                    WORD_DELAY
-                };
-                tokio::time::sleep(wait).await;
-                Ok(ProviderEvent::TextDelta(word))
-            })
+        // A message that asks it to think first gets its reasoning first.
+        let thinks = request
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::User)
+            .is_some_and(|m| m.content.to_lowercase().contains("think first"))
+            && request.messages.last().is_some_and(|m| m.role == Role::User);
+        let reasoning: Vec<Result<ProviderEvent, ProviderError>> = if thinks {
+            ["The user wants me to think first. ", "Then I echo them."]
+                .into_iter()
+                .map(|piece| Ok(ProviderEvent::ReasoningDelta(piece.to_owned())))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let stream = futures::stream::iter(reasoning)
+            .chain(futures::stream::iter(words.into_iter().enumerate()).then(
+                move |(i, word)| async move {
+                    let wait = if i == 0 {
+                        pause + WORD_DELAY
+                    } else {
+                        WORD_DELAY
+                    };
+                    tokio::time::sleep(wait).await;
+                    Ok(ProviderEvent::TextDelta(word))
+                },
+            ))
             .chain(futures::stream::iter(
                 calls
                     .into_iter()
