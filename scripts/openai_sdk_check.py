@@ -261,6 +261,27 @@ class City(BaseModel):
     population: int
 
 
+def reasoning_checks(client: OpenAI) -> int:
+    """A model's reasoning: a Responses stream's `reasoning` item and its
+    `response.reasoning_text.*` events (each validated by the SDK's
+    union), and a completion stream's `reasoning_content` deltas."""
+    events = typed_events(client.responses.create(model="agent-harness", input="think first, then hello",
+                                                  stream=True))
+    reasoned = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert reasoned.startswith("The user wants me to think first."), [e.type for e in events]
+    final = events[-1].response
+    assert final.output[0].type == "reasoning" and final.output[0].content[0].text == reasoned, final
+    assert text_of(events).startswith("Echo: think first"), text_of(events)
+    deltas = []
+    for chunk in client.chat.completions.create(
+        model="agent-harness", messages=[{"role": "user", "content": "think first"}], stream=True
+    ):
+        if chunk.choices:
+            deltas.append(chunk.choices[0].delta.model_dump().get("reasoning_content") or "")
+    assert "".join(deltas) == reasoned, deltas
+    return 2
+
+
 def output_checks(client: OpenAI) -> int:
     """`responses.parse(text_format=…)` and `chat.completions.parse(
     response_format=…)` get objects of the model, also when the first
@@ -324,6 +345,7 @@ def main(binary: str) -> None:
         assert text.startswith("Echo: answer slowly"), text
         assert time.monotonic() - started >= 2.0, "the answer was not slow"
         passed = 3 + responses_checks(client) + files_checks(client) + output_checks(client)
+        passed += reasoning_checks(client)
     # The same service, whose writes wait for a person.
     with service.running(binary, HARNESS_APPROVAL_REQUIRED="LOCAL_WRITE") as base:
         client = OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)

@@ -127,6 +127,28 @@ async fn reasoning_is_shown_in_every_protocols_shape() {
         .map(|e| e["delta"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(said, reasoning);
+
+    // Responses: a `reasoning` item, its `reasoning_text` streamed.
+    app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
+    let body = body_of(
+        &app,
+        "/v1/responses",
+        json!({"input": "Hi", "stream": true}),
+    )
+    .await;
+    let events = data_lines(&body);
+    let said: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.reasoning_text.delta")
+        .map(|e| e["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(said, reasoning);
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "response.completed", "{done}");
+    let output = &done["response"]["output"];
+    assert_eq!(output[0]["type"], "reasoning", "{output}");
+    assert_eq!(output[0]["content"][0]["text"], reasoning, "{output}");
+    assert_eq!(output[1]["type"], "message", "{output}");
 }
 
 #[tokio::test]

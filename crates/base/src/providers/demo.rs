@@ -288,7 +288,10 @@ impl LlmProvider for DemoProvider {
             .rev()
             .find(|m| m.role == Role::User)
             .is_some_and(|m| m.content.to_lowercase().contains("think first"))
-            && request.messages.last().is_some_and(|m| m.role == Role::User);
+            && request
+                .messages
+                .last()
+                .is_some_and(|m| m.role == Role::User);
         let reasoning: Vec<Result<ProviderEvent, ProviderError>> = if thinks {
             ["The user wants me to think first. ", "Then I echo them."]
                 .into_iter()

@@ -141,6 +141,22 @@ pub enum OutputItem {
         arguments: String,
         status: &'static str,
     },
+    /// The model's reasoning in a step: its text, as one `reasoning_text`
+    /// part (no summary).
+    Reasoning {
+        id: String,
+        summary: Vec<ReasoningText>,
+        content: Vec<ReasoningText>,
+        status: &'static str,
+    },
+}
+
+/// A `reasoning_text` part.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReasoningText {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: String,
 }
 
 impl OutputItem {
@@ -149,7 +165,8 @@ impl OutputItem {
             Self::Message { id, .. }
             | Self::McpCall { id, .. }
             | Self::McpApprovalRequest { id, .. }
-            | Self::FunctionCall { id, .. } => id,
+            | Self::FunctionCall { id, .. }
+            | Self::Reasoning { id, .. } => id,
         }
     }
 }
@@ -259,6 +276,20 @@ pub enum StreamEvent {
         text: String,
         logprobs: NoLogprobs,
     },
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningTextDelta {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.reasoning_text.done")]
+    ReasoningTextDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        text: String,
+    },
     #[serde(rename = "response.output_text.annotation.added")]
     AnnotationAdded {
         item_id: String,
@@ -318,6 +349,8 @@ impl StreamEvent {
             Self::PartDone { .. } => "response.content_part.done",
             Self::TextDelta { .. } => "response.output_text.delta",
             Self::TextDone { .. } => "response.output_text.done",
+            Self::ReasoningTextDelta { .. } => "response.reasoning_text.delta",
+            Self::ReasoningTextDone { .. } => "response.reasoning_text.done",
             Self::AnnotationAdded { .. } => "response.output_text.annotation.added",
             Self::McpCallInProgress { .. } => "response.mcp_call.in_progress",
             Self::McpCallCompleted { .. } => "response.mcp_call.completed",
