@@ -181,3 +181,63 @@ async fn responses_and_chat_completions_ask_for_json_in_their_own_shape() {
     let sent = app.provider.requests().last().unwrap().body.clone();
     assert_eq!(sent["response_format"]["type"], "json_schema");
 }
+
+#[tokio::test]
+async fn a2a_and_mcp_ask_for_json_in_their_own_shape() {
+    let app = spawn_app(Backend::Sqlite).await;
+    // A2A: a client that takes `application/json` alone gets a data part.
+    app.provider
+        .enqueue([Reply::openai_text("{\"city\": \"Paris\"}")]);
+    let response = app
+        .client
+        .post(app.url("/a2a"))
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Where?"}]},
+            "configuration": {"acceptedOutputModes": ["application/json"]}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    let task = &body["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+    let parts = task["status"]["message"]["parts"].as_array().unwrap();
+    assert_eq!(parts[0]["data"], json!({"city": "Paris"}), "{body}");
+    assert_eq!(
+        app.provider.requests()[0].body["response_format"],
+        json!({"type": "json_object"})
+    );
+    // MCP `ask` with `output_schema`: `structuredContent.output`.
+    app.provider
+        .enqueue([Reply::openai_text("{\"city\": \"Lyon\"}")]);
+    let params =
+        json!({"name": "ask", "arguments": {"message": "Where?", "output_schema": city_schema()}});
+    let (status, answer) = crate::protocols::mcp_current::request(
+        &app,
+        None,
+        "tools/call",
+        Some("ask"),
+        params,
+        false,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["output"],
+        json!({"city": "Lyon"}),
+        "{answer}"
+    );
+    let params =
+        json!({"name": "ask", "arguments": {"message": "Where?", "output_schema": {"type": 7}}});
+    let (_, answer) = crate::protocols::mcp_current::request(
+        &app,
+        None,
+        "tools/call",
+        Some("ask"),
+        params,
+        false,
+    )
+    .await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+}

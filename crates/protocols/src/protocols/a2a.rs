@@ -409,7 +409,10 @@ impl Caller {
                 }
                 None => {
                     let content = message_content(&message)?;
-                    let started = self.begin(&message, content, metadata.client_tools).await?;
+                    let json = configuration.json_only();
+                    let started = self
+                        .begin(&message, content, metadata.client_tools, json)
+                        .await?;
                     let (session, turn_id) = (started.session.clone(), started.turn_id);
                     // Every update of the task, from its start.
                     self.push_to(push.as_ref(), &session, turn_id, 0).await?;
@@ -448,6 +451,7 @@ impl Caller {
         message: &MessageIn,
         content: crate::turn::Joined,
         client_tools: Option<Value>,
+        json: bool,
     ) -> Result<Started, RpcError> {
         let context = message.context_id.as_deref().filter(|c| !c.is_empty());
         let session = named_session(context, "a2a", &self.tenant)?;
@@ -458,9 +462,15 @@ impl Caller {
             })?,
         };
         let (text, attachments) = checked_content(Some(content.text), content.attachments)?;
+        let output = json.then(|| crate::turn::OutputFormat {
+            name: "output".into(),
+            schema: None,
+            strict: false,
+        });
         let asked = TurnRequest {
             client_tools: checked_client_tools(declared)?,
             attachments,
+            output,
             ..TurnRequest::new(text)
         };
         match Started::start(&self.app, session, asked, None).await {

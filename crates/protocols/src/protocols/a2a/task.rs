@@ -276,10 +276,18 @@ impl TaskFold {
                 }
                 let citations = self.citations.clone().unwrap_or_default();
                 self.answer_sent = true;
-                let data = Part::Data(Data::Citations { citations });
-                out.push(self.artifact_update(Self::artifact(vec![data]), true, true));
+                let mut parts = vec![Part::Data(Data::Citations { citations })];
+                // Asked for JSON: the answer is a data part too.
+                let answer = match &result.output {
+                    Some(output) => {
+                        parts.push(Part::Data(Data::Output(output.clone())));
+                        Part::Data(Data::Output(output.clone()))
+                    }
+                    None => text_part(&result.text),
+                };
+                out.push(self.artifact_update(Self::artifact(parts), true, true));
                 self.ended = true;
-                let message = self.agent_message("answer", vec![text_part(&result.text)]);
+                let message = self.agent_message("answer", vec![answer]);
                 out.push(self.set(Completed, Some(message)));
             }
             TurnEvent::TurnFailed { code, message, .. } => {

@@ -145,6 +145,21 @@ pub struct SendConfiguration {
     /// Where the task's updates are pushed.
     #[serde(default, alias = "task_push_notification_config")]
     pub task_push_notification_config: Option<PushConfigIn>,
+    /// The media types the client takes as the answer: `application/json`
+    /// alone asks for a JSON object, answered as a data part.
+    #[serde(default, alias = "accepted_output_modes")]
+    pub accepted_output_modes: Vec<String>,
+}
+
+impl SendConfiguration {
+    /// Whether the client takes JSON alone as the answer.
+    pub fn json_only(&self) -> bool {
+        !self.accepted_output_modes.is_empty()
+            && self
+                .accepted_output_modes
+                .iter()
+                .all(|mode| mode.eq_ignore_ascii_case("application/json"))
+    }
 }
 
 /// A `SendMessageRequest`'s `metadata`: the client's tools (the client
@@ -321,6 +336,8 @@ pub enum Data {
     },
     /// The answer's sources.
     Citations { citations: Citations },
+    /// The answer as JSON (a client that takes `application/json` alone).
+    Output(Value),
 }
 
 /// The sources an answer cites.

@@ -77,6 +77,8 @@ const ASK_INPUT: &str = r#"{
         "session_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$",
                        "description": "A session of the caller's"},
         "user_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+        "output_schema": {"type": "object",
+                          "description": "A JSON Schema the answer must fit: the result's structuredContent.output is the parsed answer"},
         "attachments": {"type": "array", "maxItems": 32,
                         "items": {"type": "string", "maxLength": 2048},
                         "description": "Files the message carries, after its text: a file's id (file-…, uploaded to /files) or a note of the vault (vault:///…)"}
@@ -97,7 +99,8 @@ const ASK_OUTPUT: &str = r#"{
         "web_citations": {"type": "array", "description": "The web pages the answer cites",
                           "items": {"type": "object", "required": ["title", "url"],
                                     "properties": {"title": {"type": "string"},
-                                                   "url": {"type": "string"}}}}
+                                                   "url": {"type": "string"}}}},
+        "output": {"description": "The answer as JSON, when output_schema was given and it fit"}
     },
     "required": ["session_id", "turn_id", "text", "local_citations", "web_citations"]
 }"#;
@@ -180,6 +183,7 @@ struct AskArguments {
     user_id: Option<String>,
     #[serde(default)]
     attachments: Vec<String>,
+    output_schema: Option<serde_json::Value>,
 }
 
 /// A tool's arguments, read (absent: none given).
@@ -197,8 +201,14 @@ fn arguments<T: for<'de> Deserialize<'de> + Default>(
 pub(super) async fn start_ask(app: &Shared, tenant: &Tenant, given: Option<&JsonObject>) -> Asked {
     let checked = |e: ApiError| e.to_string();
     let asked = arguments::<AskArguments>("ask", given).and_then(|given| {
+        let output = given
+            .output_schema
+            .map(|schema| crate::turn::OutputFormat::checked(None, Some(schema), false))
+            .transpose()
+            .map_err(|e| format!("`output_schema`: {e}"))?;
         let asked = TurnRequest {
             user_id: checked_user_id(given.user_id).map_err(checked)?,
+            output,
             ..TurnRequest::new(checked_message(given.message).map_err(checked)?)
         };
         Ok((asked, given.session_id, given.attachments))
@@ -225,6 +235,9 @@ pub(super) async fn start_ask(app: &Shared, tenant: &Tenant, given: Option<&Json
             | StartError::InvalidAttachment { .. }
             | StartError::UnsupportedContent { .. }),
         ) => Asked::Invalid(format!("`attachments`: {e}")),
+        Err(e @ StartError::InvalidOutputSchema(_)) => {
+            Asked::Invalid(format!("`output_schema`: {e}"))
+        }
         Err(e) => {
             let e = ApiError::from(e);
             Asked::Refused(text_result(&format!("{}: {e}", e.code()), true))
@@ -308,6 +321,8 @@ struct AskOutput<'a> {
     text: &'a str,
     local_citations: &'a [String],
     web_citations: &'a [WebCitation],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a serde_json::Value>,
 }
 
 /// The result of `ask` for a completed turn.
@@ -322,6 +337,7 @@ pub(super) fn completed(
         text: &result.text,
         local_citations: &result.local_citations,
         web_citations: &result.web_citations,
+        output: result.output.as_ref(),
     };
     self::result(result.text.clone(), Some(to_value(&output)), false)
 }
