@@ -279,6 +279,7 @@ pub fn request(message: &str) -> TurnInput {
         history: Vec::new(),
         asked: Arc::new(TurnRequest::new(message)),
         attachments: Vec::new(),
+        earlier: Vec::new(),
         session_cost_before: None,
         memory_scope: "session:s-1".into(),
         memories: None,

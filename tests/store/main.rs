@@ -121,11 +121,13 @@ fn completed(turn: &NewTurn, seq: i64, text: &str) -> TurnFinish {
                 id: Uuid::now_v7(),
                 role: "user".into(),
                 content: "hi".into(),
+                attachments: None,
             },
             NewMessage {
                 id: Uuid::now_v7(),
                 role: "assistant".into(),
                 content: text.into(),
+                attachments: None,
             },
         ],
         decision: Some(NewDecision {

@@ -73,7 +73,9 @@ pub struct TurnRequest {
     pub output: Option<OutputFormat>,
 }
 
-pub use crate::providers::{OUTPUT_SCHEMA_MAX_BYTES, OUTPUT_SCHEMA_MAX_REFS, OutputFormat};
+pub use crate::providers::{
+    OUTPUT_SCHEMA_MAX_BYTES, OUTPUT_SCHEMA_MAX_REFS, OutputFormat, value_has_nul,
+};
 
 /// Most images and files one message carries.
 pub const ATTACHMENTS_MAX: usize = 32;
@@ -196,26 +198,6 @@ impl TurnRequest {
         }
         None
     }
-}
-
-/// Whether a JSON value holds U+0000 in a string or a key, at any depth.
-pub fn value_has_nul(value: &serde_json::Value) -> bool {
-    // Iterative: a schema's depth is the client's to choose.
-    let mut stack = vec![value];
-    while let Some(value) = stack.pop() {
-        match value {
-            serde_json::Value::String(s) if s.contains('\0') => return true,
-            serde_json::Value::Array(items) => stack.extend(items),
-            serde_json::Value::Object(map) => {
-                if map.keys().any(|k| k.contains('\0')) {
-                    return true;
-                }
-                stack.extend(map.values());
-            }
-            _ => {}
-        }
-    }
-    false
 }
 
 /// Whether serialized JSON text holds U+0000 (as `\u0000`, the only way

@@ -28,6 +28,7 @@ pub mod durable;
 pub mod executor;
 pub mod finalizer;
 pub mod gates;
+mod generate;
 pub use crate::hooks;
 pub mod prepare;
 pub mod replay;
@@ -200,6 +201,9 @@ pub struct TurnInput {
     /// Its message's images and files with their bytes (its request
     /// names their files): what each call sends.
     pub attachments: Vec<crate::providers::Attachment>,
+    /// The images and PDFs of its history's messages, with their bytes
+    /// (the history's messages carry them too; a record of them does not).
+    pub earlier: Vec<crate::providers::Attachment>,
     /// Cost of the session's earlier turns, for the session total.
     pub session_cost_before: Option<f64>,
     /// Whose memories the turn reads and adds to: `user:{id}` when the

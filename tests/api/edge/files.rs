@@ -493,3 +493,61 @@ async fn a_part_that_cannot_be_read_is_refused_before_any_call(backend: Backend)
     assert_eq!(status, 404);
     assert_eq!(file_rows(&app).await[..2], [1, 1]);
 }
+
+on_both_backends!(later_turns_show_the_earlier_images_again);
+
+async fn later_turns_show_the_earlier_images_again(backend: Backend) {
+    use base64::Engine as _;
+    let app = spawn_app(backend).await;
+    let png = png_of(2000);
+    let (_, uploaded) = app.upload("shot.png", "image/png", &png).await;
+    let file_id = uploaded["id"].as_str().unwrap().to_owned();
+    let url = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(&png)
+    );
+    app.provider
+        .enqueue([crate::fake_provider::Reply::sse("openai/text.sse")]);
+    let message = serde_json::json!([
+        {"type": "text", "text": "Look."},
+        {"type": "image", "file_id": file_id}
+    ]);
+    let response = app
+        .post_turn("s-again", serde_json::json!({"message": message}))
+        .await;
+    assert_eq!(response.status().as_u16(), 200);
+
+    // The next turn's history holds the first message with its image.
+    app.provider
+        .enqueue([crate::fake_provider::Reply::sse("openai/text.sse")]);
+    let response = app
+        .post_turn("s-again", serde_json::json!({"message": "And now?"}))
+        .await;
+    assert_eq!(response.status().as_u16(), 200);
+    let requests = app.provider.requests();
+    let messages = requests[1].body["messages"].as_array().unwrap().clone();
+    let earlier = messages
+        .iter()
+        .find(|m| m["role"] == "user" && m["content"].is_array())
+        .unwrap_or_else(|| panic!("{messages:?}"));
+    assert_eq!(earlier["content"][0]["text"], "Look.");
+    assert_eq!(earlier["content"][1]["image_url"]["url"], url.as_str());
+
+    // A file deleted since is said to be left out, not sent.
+    let response = app
+        .client
+        .delete(app.url(&format!("/files/{file_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 204);
+    app.provider
+        .enqueue([crate::fake_provider::Reply::sse("openai/text.sse")]);
+    let response = app
+        .post_turn("s-again", serde_json::json!({"message": "Still there?"}))
+        .await;
+    assert_eq!(response.status().as_u16(), 200);
+    let sent = app.provider.requests()[2].body["messages"].to_string();
+    assert!(!sent.contains("image_url"), "{sent}");
+    assert!(sent.contains("not shown again"), "{sent}");
+}

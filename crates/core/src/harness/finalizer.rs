@@ -235,7 +235,7 @@ fn output_of(input: &FinalizeInput) -> Option<serde_json::Value> {
     if input.stop_reason != crate::turn::StopReason::Answer {
         return None;
     }
-    let value = super::step::parsed_json(&input.final_text)?;
+    let value = super::generate::parsed_json(&input.final_text)?;
     (asked.schema.is_none() && value.is_object() || asked.schema.is_some()).then_some(value)
 }
 
@@ -285,11 +285,17 @@ fn history_messages(
             id: Uuid::now_v7(),
             role: "user".into(),
             content: input.asked.message.clone(),
+            // Its images and files, as the turn's request names them (file
+            // ids, never bytes): later turns send them again.
+            attachments: (!input.asked.attachments.is_empty())
+                .then(|| serde_json::to_string(&input.asked.attachments).ok())
+                .flatten(),
         },
         NewMessage {
             id: assistant_message_id,
             role: "assistant".into(),
             content: text.to_owned(),
+            attachments: None,
         },
     ]
 }

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -13,6 +12,7 @@ use super::{
     compaction::{self, ContextLevel},
     durable::{Prepared, PriorCalls, Recorded, StepPhase, StepRecord},
     gates::CallEnv,
+    generate::{StepOutput, emit_usage, generate},
     replay::ReplayControl,
     scheduler,
     state::TurnRuntimeState,
@@ -22,8 +22,7 @@ use super::{
 use crate::{
     events::TurnEvent,
     providers::{
-        ChatMessage, ChatRequest, FinishReason, ProviderError, ProviderEvent, ThinkingBlock,
-        ToolCall, ToolDefinition, Usage,
+        ChatMessage, ChatRequest, FinishReason, ProviderError, ToolCall, ToolDefinition, Usage,
     },
     turn::StopReason,
     when_woken::when_woken,
@@ -304,7 +303,7 @@ impl Turn<'_> {
             output: self.request.asked.output.clone(),
             ..ChatRequest::new(
                 model,
-                with_bytes(messages, &self.request.attachments),
+                with_bytes(messages, &self.request.attachments, &self.request.earlier),
                 self.state.budget.remaining(),
             )
         };
@@ -472,167 +471,6 @@ impl Turn<'_> {
     }
 }
 
-/// What one provider call produced.
-struct StepOutput {
-    cost_usd: Option<f64>,
-    /// Why the provider ended its answer, when it said.
-    finish: Option<FinishReason>,
-    text: String,
-    tool_calls: Vec<ToolCall>,
-    thinking: Vec<ThinkingBlock>,
-    usage: Usage,
-    /// Why an answer that must be JSON does not fit.
-    unfit: Option<String>,
-}
-
-/// 4c: one provider call, streamed: text deltas become `message.delta`
-/// events as they arrive; usage becomes one `usage` event. The text of a
-/// turn that asks for JSON is held back and checked first: said whole
-/// when it fits (or is the last try, or the step calls tools), never
-/// when it is to be asked again (`repairs`: whether it may be).
-async fn generate(
-    harness: &AgentHarness,
-    call: ChatRequest,
-    step: u32,
-    sink: &dyn EventSink,
-    cost: &(dyn Fn(&Usage) -> Option<f64> + Sync),
-    repairs: bool,
-) -> Result<StepOutput, TurnError> {
-    let format = call.output.clone();
-    let stream_text = harness.options.stream && format.is_none();
-    let mut stream = harness.provider.stream(call).await?;
-    let mut output = StepOutput {
-        cost_usd: None,
-        finish: None,
-        text: String::new(),
-        tool_calls: Vec::new(),
-        thinking: Vec::new(),
-        usage: Usage::default(),
-        unfit: None,
-    };
-    let mut streamed = false;
-    // Bytes of reasoning the step streamed.
-    let mut reasoned = 0usize;
-    let shows_reasoning = harness.options.reasoning == super::Reasoning::Show;
-    while let Some(event) = stream.next().await {
-        let event = event?.without_nul();
-        // The reasoning ends where anything else comes.
-        if !matches!(event, ProviderEvent::ReasoningDelta(_)) {
-            reasoning_ends(sink, step, &mut reasoned, shows_reasoning).await?;
-        }
-        match event {
-            ProviderEvent::Restart { reason } => {
-                // Usage of the failed attempt stays counted: it was billed.
-                output.text.clear();
-                output.tool_calls.clear();
-                output.thinking.clear();
-                if streamed {
-                    sink.emit(TurnEvent::MessageRetracted { step, reason })
-                        .await?;
-                    streamed = false;
-                }
-            }
-            ProviderEvent::Thinking(block) => output.thinking.push(block),
-            ProviderEvent::ReasoningDelta(text) => {
-                reasoned += text.len();
-                if shows_reasoning {
-                    sink.emit(TurnEvent::ReasoningDelta { step, text }).await?;
-                }
-            }
-            ProviderEvent::TextDelta(text) => {
-                output.text.push_str(&text);
-                // Without streaming the text arrives once, in the result.
-                if stream_text {
-                    harness.callbacks.on_stream_chunk(&text).await;
-                    sink.emit(TurnEvent::MessageDelta { step, text }).await?;
-                    streamed = true;
-                }
-            }
-            ProviderEvent::ToolCall(call) => output.tool_calls.push(call),
-            ProviderEvent::Usage(usage) => output.usage.add(&usage),
-            ProviderEvent::Finished(reason) => {
-                // An array of strings, as the conventions have it.
-                use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-                tracing::Span::current().set_attribute(
-                    "gen_ai.response.finish_reasons",
-                    opentelemetry::Value::Array(opentelemetry::Array::String(vec![
-                        reason.as_str().to_owned().into(),
-                    ])),
-                );
-                output.finish = Some(reason);
-                break;
-            }
-        }
-    }
-    reasoning_ends(sink, step, &mut reasoned, shows_reasoning).await?;
-    if let Some(format) = &format {
-        held_text(harness, sink, step, format, repairs, &mut output).await?;
-    }
-    if !output.usage.is_zero() {
-        output.cost_usd = cost(&output.usage);
-        emit_usage(sink, step, &output.usage, output.cost_usd).await?;
-    }
-    Ok(output)
-}
-
-/// The end of a step's reasoning (`reasoned` bytes of it, if any):
-/// `reasoning.completed`, with about as many tokens as a quarter of them.
-async fn reasoning_ends(
-    sink: &dyn EventSink,
-    step: u32,
-    reasoned: &mut usize,
-    shown: bool,
-) -> Result<(), SinkError> {
-    if *reasoned > 0 && shown {
-        let tokens = u64::try_from(reasoned.div_ceil(4)).unwrap_or(u64::MAX);
-        sink.emit(TurnEvent::ReasoningCompleted { step, tokens })
-            .await?;
-    }
-    *reasoned = 0;
-    Ok(())
-}
-
-/// The held text of a turn that asks for JSON: checked when it is an
-/// answer, and said whole unless it is to be asked again.
-async fn held_text(
-    harness: &AgentHarness,
-    sink: &dyn EventSink,
-    step: u32,
-    format: &crate::turn::OutputFormat,
-    repairs: bool,
-    output: &mut StepOutput,
-) -> Result<(), SinkError> {
-    let answers = output.tool_calls.is_empty() && output.finish != Some(FinishReason::Length);
-    if answers {
-        output.unfit = fitted(format, &output.text).err();
-    }
-    let shown = !(output.unfit.is_some() && repairs);
-    if shown && harness.options.stream && !output.text.is_empty() {
-        harness.callbacks.on_stream_chunk(&output.text).await;
-        let text = output.text.clone();
-        sink.emit(TurnEvent::MessageDelta { step, text }).await?;
-    }
-    Ok(())
-}
-
-/// The `usage` event of one provider call.
-async fn emit_usage(
-    sink: &dyn EventSink,
-    step: u32,
-    usage: &Usage,
-    cost_usd: Option<f64>,
-) -> Result<(), SinkError> {
-    sink.emit(TurnEvent::Usage {
-        step: Some(step),
-        input_tokens: usage.input_tokens,
-        output_tokens: usage.output_tokens,
-        cache_read_tokens: usage.cache_read_tokens,
-        cache_creation_tokens: usage.cache_creation_tokens,
-        cost_usd,
-    })
-    .await
-}
-
 /// Counts a reflection's or a compaction's provider call in the turn's
 /// usage and cost, with its own `usage` event (like every provider call).
 async fn account(
@@ -657,15 +495,17 @@ async fn account(
 fn with_bytes(
     messages: &[ChatMessage],
     loaded: &[crate::providers::Attachment],
+    earlier: &[crate::providers::Attachment],
 ) -> Vec<ChatMessage> {
     let mut messages = messages.to_vec();
-    if loaded.is_empty() {
+    if loaded.is_empty() && earlier.is_empty() {
         return messages;
     }
     for attachment in messages.iter_mut().flat_map(|m| m.attachments.iter_mut()) {
         if attachment.data.is_none() {
             attachment.data = loaded
                 .iter()
+                .chain(earlier)
                 .find(|l| l.file_id == attachment.file_id)
                 .and_then(|l| l.data.clone());
         }
@@ -677,45 +517,3 @@ fn with_bytes(
 const OUTPUT_REPAIRS: &str = "#output";
 
 use super::validation::MAX_REPAIR_ATTEMPTS;
-
-/// An answer's JSON: the whole text, or the one code block it is fenced
-/// in (models often fence it).
-pub(super) fn parsed_json(text: &str) -> Option<serde_json::Value> {
-    let trimmed = text.trim();
-    let inner = trimmed
-        .strip_prefix("```json")
-        .or_else(|| trimmed.strip_prefix("```"))
-        .and_then(|rest| rest.strip_suffix("```"))
-        .unwrap_or(trimmed);
-    serde_json::from_str(inner.trim()).ok()
-}
-
-/// Whether an answer is the JSON `format` asks for: any object, or an
-/// instance of its schema; why not, in a line the model can act on.
-pub(super) fn fitted(format: &crate::turn::OutputFormat, text: &str) -> Result<(), String> {
-    let Some(value) = parsed_json(text) else {
-        return Err("it is not JSON".into());
-    };
-    let Some(schema) = &format.schema else {
-        return if value.is_object() {
-            Ok(())
-        } else {
-            Err("it is not a JSON object".into())
-        };
-    };
-    let validator = jsonschema::validator_for(schema).map_err(|e| e.to_string())?;
-    let errors: Vec<String> = validator
-        .iter_errors(&value)
-        .take(5)
-        .map(|e| format!("{}: {e}", e.instance_path()))
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "it does not fit the schema `{}`: {}",
-            format.name,
-            errors.join("; ")
-        ))
-    }
-}

@@ -227,6 +227,77 @@ impl TurnRunner {
     }
 }
 
+/// Images and PDFs of earlier messages sent again at most, the newest.
+pub const EARLIER_MAX: usize = 8;
+
+impl TurnRunner {
+    /// A session's stored history as the model reads it: each user
+    /// message with the images and PDFs it carried (loaded: the newest
+    /// [`EARLIER_MAX`]), an older one, a deleted one or a text file named
+    /// in its text instead; and those loaded (a call after a take-over
+    /// gets their bytes from them).
+    pub(super) async fn history_of(
+        &self,
+        session: &SessionKey,
+        records: Vec<crate::store::MessageRecord>,
+    ) -> Result<(Vec<crate::providers::ChatMessage>, Vec<Attachment>), StoreError> {
+        use crate::providers::{ChatMessage, Role};
+        let store = self.inner.store.as_ref();
+        let mut loaded: Vec<Attachment> = Vec::new();
+        let mut messages = Vec::with_capacity(records.len());
+        for record in records.into_iter().rev() {
+            let Some(role) = record
+                .role
+                .parse::<Role>()
+                .ok()
+                .filter(|r| r.is_conversational())
+            else {
+                continue;
+            };
+            let mut message = ChatMessage::new(role, record.content);
+            let asked: Vec<crate::turn::Asked> = record
+                .attachments
+                .as_deref()
+                .and_then(|json| serde_json::from_str(json).ok())
+                .unwrap_or_default();
+            let mut left_out = 0;
+            for asked in asked.into_iter().rev() {
+                let Source::FileId(id) = &asked.source else {
+                    continue;
+                };
+                let file = store.file(session.tenant(), id).await?;
+                let Some(file) = file.filter(|f| !files::is_text(&f.media_type)) else {
+                    left_out += 1;
+                    continue;
+                };
+                if loaded.len() >= EARLIER_MAX {
+                    left_out += 1;
+                    continue;
+                }
+                let bytes = files::read_all(store, &file).await?;
+                let attachment = Attachment {
+                    file_id: file.id,
+                    media_type: file.media_type,
+                    filename: asked.filename.clone().unwrap_or(file.filename),
+                    detail: asked.detail.clone(),
+                    at: asked.at,
+                    data: Some(Arc::from(bytes)),
+                };
+                loaded.push(attachment.clone());
+                message.attachments.insert(0, attachment);
+            }
+            if left_out > 0 {
+                message.content.push_str(&format!(
+                    "\n[{left_out} file(s) the user attached here are not shown again]"
+                ));
+            }
+            messages.push(message);
+        }
+        messages.reverse();
+        Ok((messages, loaded))
+    }
+}
+
 fn attachment_error(at: usize, error: FileError) -> StartError {
     match error {
         FileError::Store(e) => StartError::Store(e),

@@ -6,11 +6,7 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
-use super::{
-    LiveTurn, TurnRunner,
-    sink::TurnSink,
-    turn::{TurnFailure, chat_messages},
-};
+use super::{LiveTurn, TurnRunner, sink::TurnSink, turn::TurnFailure};
 use crate::{
     events::{StoredEvent, TurnEvent},
     harness::{
@@ -244,14 +240,17 @@ impl TurnRunner {
             .get_session(&turn.session_id)
             .await
             .map_err(TurnFailure::History)?;
-        let history = match &turn.request.history {
-            Some(history) => history.clone(),
-            None => chat_messages(
-                store
+        let (history, earlier) = match &turn.request.history {
+            Some(history) => (history.clone(), Vec::new()),
+            None => {
+                let records = store
                     .recent_messages(&turn.session_id, inner.config.history_max_messages)
                     .await
-                    .map_err(TurnFailure::History)?,
-            ),
+                    .map_err(TurnFailure::History)?;
+                self.history_of(&turn.session_id, records)
+                    .await
+                    .map_err(TurnFailure::History)?
+            }
         };
         let key = turn.session_id.clone();
         let attachments = self
@@ -260,6 +259,7 @@ impl TurnRunner {
             .map_err(TurnFailure::History)?;
         let request = TurnInput {
             attachments,
+            earlier,
             session_id: turn.session_id.clone(),
             turn_id: turn.id,
             turn_number: session

@@ -11,26 +11,10 @@ use super::{LiveTurn, TurnRunner, sink::TurnSink, writer};
 use crate::{
     events::{StoredEvent, TurnEvent},
     harness::{TurnError, TurnInput, TurnOutput},
-    providers::{ChatMessage, Role},
-    store::{BeganTurn, MessageRecord, StoreError, TurnFinish, TurnStatus},
+    store::{BeganTurn, StoreError, TurnFinish, TurnStatus},
     turn::TurnRequest,
     when_woken::when_woken,
 };
-
-/// The history messages a prompt takes (user, assistant and system).
-pub(super) fn chat_messages(messages: Vec<MessageRecord>) -> Vec<ChatMessage> {
-    messages
-        .into_iter()
-        .filter_map(|m| {
-            let role = m
-                .role
-                .parse::<Role>()
-                .ok()
-                .filter(|r| r.is_conversational())?;
-            Some(ChatMessage::new(role, m.content))
-        })
-        .collect()
-}
 
 impl TurnRunner {
     /// The life of one turn, from its first event after `turn.started` to its commit.
@@ -194,19 +178,26 @@ impl TurnRunner {
             context,
             ..
         } = began;
-        let history = match (&spec.history, context.history) {
-            (Some(history), _) => history.clone(),
+        let records = match (&spec.history, context.history) {
+            (Some(_), _) => None,
             // The first turn of a session has no history to read.
-            (None, _) if turn_number <= 1 => Vec::new(),
+            (None, _) if turn_number <= 1 => Some(Vec::new()),
             // Read with the begin.
-            (None, Some(read)) => chat_messages(read),
-            (None, None) => chat_messages(
+            (None, Some(read)) => Some(read),
+            (None, None) => Some(
                 self.inner
                     .store
                     .recent_messages(&live.session_id, self.inner.config.history_max_messages)
                     .await
                     .map_err(TurnFailure::History)?,
             ),
+        };
+        let (history, earlier) = match records {
+            None => (spec.history.clone().unwrap_or_default(), Vec::new()),
+            Some(records) => self
+                .history_of(&live.session_id, records)
+                .await
+                .map_err(TurnFailure::History)?,
         };
         let attachments = self
             .load_attachments(&live.session_id, spec)
@@ -219,6 +210,7 @@ impl TurnRunner {
             history,
             asked: spec.clone(),
             attachments,
+            earlier,
             session_cost_before,
             memory_scope,
             memories: context.memories,

@@ -22,7 +22,6 @@ use axum::{
     Extension,
     body::Bytes,
     extract::State,
-    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use futures::StreamExt;
@@ -88,28 +87,6 @@ struct RpcError(i64, String);
 impl RpcError {
     fn new(code: i64, message: impl Into<String>) -> Self {
         Self(code, message.into())
-    }
-}
-
-impl From<ApiError> for RpcError {
-    fn from(e: ApiError) -> Self {
-        match e.status() {
-            // What a part is that the agent does not read, or a file's
-            // bytes that are no type it takes.
-            StatusCode::UNSUPPORTED_MEDIA_TYPE => {
-                Self::new(CONTENT_TYPE_NOT_SUPPORTED, e.to_string())
-            }
-            _ if matches!(e, ApiError::FileNotFound) => Self::new(INVALID_PARAMS, e.to_string()),
-            StatusCode::NOT_FOUND => Self::new(TASK_NOT_FOUND, e.to_string()),
-            s if s.is_client_error() => Self::new(INVALID_PARAMS, e.to_string()),
-            _ => Self::new(INTERNAL_ERROR, e.to_string()),
-        }
-    }
-}
-
-impl From<crate::service::StoreError> for RpcError {
-    fn from(e: crate::service::StoreError) -> Self {
-        ApiError::from(e).into()
     }
 }
 

@@ -165,6 +165,7 @@ pub const PARTS: &[Part] = &[
             col("content", Kind::Text),
             col("created_at", Kind::At),
             opt("message_id", Kind::Text),
+            opt("attachments", Kind::Text),
         ],
         order: "id",
     },

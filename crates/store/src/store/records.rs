@@ -131,6 +131,9 @@ pub struct NewMessage {
     pub id: Uuid,
     pub role: String,
     pub content: String,
+    /// The images and files a user's message carried, as JSON (file
+    /// references, never bytes).
+    pub attachments: Option<String>,
 }
 
 /// A decision record to store when a turn completes.
@@ -356,6 +359,8 @@ pub struct MessageRecord {
     pub role: String,
     pub content: String,
     pub created_at: DateTime<Utc>,
+    /// The images and files a user's message carried, as JSON.
+    pub attachments: Option<String>,
 }
 
 pub(super) fn parse_uuid(raw: &str) -> Result<Uuid> {
@@ -407,6 +412,8 @@ pub(super) mod rows {
         pub role: String,
         pub content: String,
         pub created_at: DateTime<Utc>,
+        #[sqlx(default)]
+        pub attachments: Option<String>,
     }
 
     #[derive(sqlx::FromRow)]
@@ -470,6 +477,7 @@ impl TryFrom<rows::MessageRow> for MessageRecord {
             role: r.role,
             content: r.content,
             created_at: r.created_at,
+            attachments: r.attachments,
         })
     }
 }

@@ -26,8 +26,8 @@ use crate::ids::SessionKey;
 use crate::store::Result;
 
 /// A session's last messages, newest first: `$1` session, `$2` limit.
-pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, content, created_at \
-     FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2";
+pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, content, created_at, \
+     attachments FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2";
 
 /// How many turns a tenant runs (`?1`): read from the partial index of
 /// running turns by tenant (migration 0032) alone, so a begin's count

@@ -24,6 +24,7 @@
 //!   new message. Text said again the same is held back ([`StepText`]).
 
 mod calls;
+mod reasoning;
 
 use serde_json::Value;
 
@@ -376,70 +377,6 @@ impl ResponseFold {
             content_index: 0,
             delta: text.to_owned(),
             logprobs: NoLogprobs,
-        }));
-    }
-
-    /// A piece of reasoning: in the open `reasoning` item, or a new one.
-    fn reason(&mut self, text: &str, out: &mut Vec<Numbered>) {
-        let index = match &self.reasoning {
-            Some((index, _)) => *index,
-            None => {
-                self.close_message("completed", out);
-                let id = format!(
-                    "rs_{}_{}",
-                    self.head.id.trim_start_matches("resp_"),
-                    self.output.len()
-                );
-                let item = OutputItem::Reasoning {
-                    id,
-                    summary: Vec::new(),
-                    content: Vec::new(),
-                    status: "in_progress",
-                };
-                let index = self.add_item(item, out);
-                self.reasoning = Some((index, String::new()));
-                index
-            }
-        };
-        if let Some((_, said)) = self.reasoning.as_mut() {
-            said.push_str(text);
-        }
-        let item_id = self.item_id(index);
-        out.push(self.numbered(StreamEvent::ReasoningTextDelta {
-            item_id,
-            output_index: index,
-            content_index: 0,
-            delta: text.to_owned(),
-        }));
-    }
-
-    /// Ends the open `reasoning` item, whole.
-    fn close_reasoning(&mut self, out: &mut Vec<Numbered>) {
-        let Some((index, text)) = self.reasoning.take() else {
-            return;
-        };
-        let id = self.item_id(index);
-        out.push(self.numbered(StreamEvent::ReasoningTextDone {
-            item_id: id.clone(),
-            output_index: index,
-            content_index: 0,
-            text: text.clone(),
-        }));
-        let item = OutputItem::Reasoning {
-            id,
-            summary: Vec::new(),
-            content: vec![super::wire::ReasoningText {
-                kind: "reasoning_text",
-                text,
-            }],
-            status: "completed",
-        };
-        if let Some(slot) = self.output.get_mut(index) {
-            *slot = item.clone();
-        }
-        out.push(self.numbered(StreamEvent::ItemDone {
-            output_index: index,
-            item,
         }));
     }
 

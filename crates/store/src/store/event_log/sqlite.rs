@@ -225,7 +225,7 @@ fn apply_finish(tx: &Connection, finish: &TurnFinish) -> Result<bool> {
         .execute(params![turn_id])?;
     let mut message = tx.prepare_cached(
         "INSERT INTO messages (message_id, session_id, turn_id, role, content, \
-         created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+         created_at, attachments) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
     for m in &finish.messages {
         message.execute(params![
@@ -234,7 +234,8 @@ fn apply_finish(tx: &Connection, finish: &TurnFinish) -> Result<bool> {
             turn_id,
             m.role,
             m.content,
-            at
+            at,
+            m.attachments
         ])?;
     }
     if let Some(d) = &finish.decision {

@@ -47,6 +47,7 @@ pub(super) fn finish_statement<'q>(
         role: Vec<&'a str>,
         content: Vec<&'a str>,
         created_at: Vec<chrono::DateTime<chrono::Utc>>,
+        attachments: Vec<Option<&'a str>>,
     }
     #[derive(Default)]
     struct Decisions<'a> {
@@ -93,6 +94,7 @@ pub(super) fn finish_statement<'q>(
             messages.role.push(&message.role);
             messages.content.push(&message.content);
             messages.created_at.push(at);
+            messages.attachments.push(message.attachments.as_deref());
         }
         if let Some(decision) = &finish.decision {
             decisions.id.push(decision.id.to_string());
@@ -221,6 +223,7 @@ pub(super) fn finish_statement<'q>(
                 .map(|r| r.event.is_terminal())
                 .collect::<Vec<_>>(),
         )
+        .bind(messages.attachments)
 }
 
 #[cfg(test)]
@@ -230,7 +233,7 @@ mod tests {
     /// What each of `finish.sql`'s binds is, in order: `alias.column` of the
     /// `unnest` it feeds (`f` the ending turns, `m` their messages, `d` their
     /// decisions, `e` the batch's events, `o` observations, `j` jobs).
-    const FINISH_BINDS: [&str; 56] = [
+    const FINISH_BINDS: [&str; 57] = [
         "f.turn_id",
         "f.session_id",
         "f.status",
@@ -287,6 +290,7 @@ mod tests {
         "r.created_at",
         "r.wanted",
         "r.terminal",
+        "m.attachments",
     ];
 
     /// The header of `finish.sql` as (bind number, name, type).

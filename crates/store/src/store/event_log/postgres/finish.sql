@@ -62,6 +62,7 @@
 --   $54  r.created_at      timestamptz[]
 --   $55  r.wanted          text[]
 --   $56  r.terminal        bool[]
+--   $57  m.attachments     text[]
 WITH f AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
   $6::text[], $7::timestamptz[], $8::float8[], $9::int8[], $44::int4[])
@@ -83,11 +84,13 @@ WITH f AS (
   cost_usd = COALESCE(sessions.cost_usd + f.cost_usd, sessions.cost_usd, f.cost_usd)
   FROM f JOIN ended ON ended.id = f.turn_id WHERE sessions.id = f.session_id
 ), said AS (
-  INSERT INTO messages (message_id, session_id, turn_id, role, content, created_at)
-  SELECT m.message_id, m.session_id, m.turn_id, m.role, m.content, m.created_at
+  INSERT INTO messages (message_id, session_id, turn_id, role, content, created_at,
+  attachments)
+  SELECT m.message_id, m.session_id, m.turn_id, m.role, m.content, m.created_at,
+  m.attachments
   FROM unnest($10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
-  $15::timestamptz[]) WITH ORDINALITY
-  AS m(message_id, session_id, turn_id, role, content, created_at, n)
+  $15::timestamptz[], $57::text[]) WITH ORDINALITY
+  AS m(message_id, session_id, turn_id, role, content, created_at, attachments, n)
   WHERE m.turn_id IN (SELECT id FROM ended) ORDER BY m.n
 ), decided AS (
   INSERT INTO decisions (id, session_id, turn_id, decision_key, strategy, record,

@@ -41,11 +41,12 @@ pub(in crate::store) fn recent_messages(
             row.get::<_, String>(3)?,
             row.get::<_, String>(4)?,
             row.get::<_, String>(5)?,
+            row.get::<_, Option<String>>(6)?,
         ))
     })?;
     let mut newest_first = Vec::new();
     for row in rows {
-        let (id, message_id, turn_id, role, content, created_at) = row?;
+        let (id, message_id, turn_id, role, content, created_at, attachments) = row?;
         newest_first.push(MessageRecord {
             id,
             message_id: message_id.as_deref().map(parse_uuid).transpose()?,
@@ -53,6 +54,7 @@ pub(in crate::store) fn recent_messages(
             role,
             content,
             created_at: parse_ts(&created_at)?,
+            attachments,
         });
     }
     newest_first.reverse();
