@@ -337,6 +337,32 @@ pub(super) fn decisions(
         .collect()
 }
 
+/// The JSON-RPC error of a problem (a part the agent does not read, or
+/// bytes of no type it takes: `ContentTypeNotSupportedError`).
+impl From<crate::protocols::error::ApiError> for RpcError {
+    fn from(e: crate::protocols::error::ApiError) -> Self {
+        match e.status() {
+            // What a part is that the agent does not read, or a file's
+            // bytes that are no type it takes.
+            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                Self::new(super::CONTENT_TYPE_NOT_SUPPORTED, e.to_string())
+            }
+            _ if matches!(e, crate::protocols::error::ApiError::FileNotFound) => {
+                Self::new(super::INVALID_PARAMS, e.to_string())
+            }
+            axum::http::StatusCode::NOT_FOUND => Self::new(super::TASK_NOT_FOUND, e.to_string()),
+            s if s.is_client_error() => Self::new(super::INVALID_PARAMS, e.to_string()),
+            _ => Self::new(super::INTERNAL_ERROR, e.to_string()),
+        }
+    }
+}
+
+impl From<crate::service::StoreError> for RpcError {
+    fn from(e: crate::service::StoreError) -> Self {
+        crate::protocols::error::ApiError::from(e).into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,31 +484,5 @@ mod tests {
         ] {
             assert!(decisions(&data(refused), &pending).is_err(), "{refused}");
         }
-    }
-}
-
-/// The JSON-RPC error of a problem (a part the agent does not read, or
-/// bytes of no type it takes: `ContentTypeNotSupportedError`).
-impl From<crate::protocols::error::ApiError> for RpcError {
-    fn from(e: crate::protocols::error::ApiError) -> Self {
-        match e.status() {
-            // What a part is that the agent does not read, or a file's
-            // bytes that are no type it takes.
-            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE => {
-                Self::new(super::CONTENT_TYPE_NOT_SUPPORTED, e.to_string())
-            }
-            _ if matches!(e, crate::protocols::error::ApiError::FileNotFound) => {
-                Self::new(super::INVALID_PARAMS, e.to_string())
-            }
-            axum::http::StatusCode::NOT_FOUND => Self::new(super::TASK_NOT_FOUND, e.to_string()),
-            s if s.is_client_error() => Self::new(super::INVALID_PARAMS, e.to_string()),
-            _ => Self::new(super::INTERNAL_ERROR, e.to_string()),
-        }
-    }
-}
-
-impl From<crate::service::StoreError> for RpcError {
-    fn from(e: crate::service::StoreError) -> Self {
-        crate::protocols::error::ApiError::from(e).into()
     }
 }
