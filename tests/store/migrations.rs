@@ -103,6 +103,7 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 include_str!("../../migrations/sqlite/0025_push_configs.sql"),
                 include_str!("../../migrations/sqlite/0026_webhooks.sql"),
                 include_str!("../../migrations/sqlite/0036_outbox_in_rust.sql"),
+                include_str!("../../migrations/sqlite/0038_message_attachments.sql"),
             ] {
                 db.execute_sqlite(outbox).await;
             }
@@ -136,6 +137,7 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 include_str!("../../migrations/postgres/0028_push_configs.sql"),
                 include_str!("../../migrations/postgres/0029_webhooks.sql"),
                 include_str!("../../migrations/postgres/0037_outbox_in_rust.sql"),
+                include_str!("../../migrations/postgres/0039_message_attachments.sql"),
             ] {
                 db.execute_postgres(outbox).await;
             }
@@ -151,7 +153,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  ALTER TABLE turns DROP COLUMN resumes; \
                  ALTER TABLE events DROP COLUMN seq_end; DROP TABLE event_journal; \
                  DROP TABLE event_journal_packs; DROP TABLE webhook_deliveries; \
-                 DROP TABLE webhooks; DROP TABLE push_configs;",
+                 DROP TABLE webhooks; DROP TABLE push_configs; \
+                 ALTER TABLE messages DROP COLUMN attachments;",
             )
             .await;
         }
@@ -163,7 +166,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  DROP COLUMN waited_ms, DROP COLUMN resumes; \
                  ALTER TABLE events DROP COLUMN seq_end; ALTER TABLE turns DROP COLUMN tenant; \
                  DROP FUNCTION harness_lease_lost(BIGINT); DROP TABLE webhook_deliveries; \
-                 DROP TABLE webhooks; DROP TABLE push_configs;",
+                 DROP TABLE webhooks; DROP TABLE push_configs; \
+                 ALTER TABLE messages DROP COLUMN attachments;",
             )
             .await;
         }
