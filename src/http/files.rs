@@ -143,7 +143,8 @@ impl utoipa::PartialSchema for NewFileForm {
              WebP or GIF image, a PDF, or UTF-8 text (plain, Markdown, CSV or JSON), as its \
              bytes say.",
         )
-        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)));
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+        .min_length(Some(1));
         let purpose = text("What it is for (default `user_data`).")
             .enum_values(Some(files::PURPOSES.iter().copied()));
         let user_id = text("Who uploads it: `DELETE /users/{user_id}` erases it.")
@@ -153,6 +154,9 @@ impl utoipa::PartialSchema for NewFileForm {
             .required("file")
             .property("purpose", purpose)
             .property("user_id", user_id)
+            .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::FreeForm(
+                false,
+            )))
             .into()
     }
 }
@@ -412,6 +416,11 @@ async fn page(
         ));
     }
     let after = query.after.as_deref();
+    if after.is_some_and(|a| a.chars().count() > 64) {
+        return Err(ApiError::InvalidQuery(
+            "`after` is a file's id (at most 64 characters)".into(),
+        ));
+    }
     Ok((app.store.files(&tenant.0, after, limit).await?, limit))
 }
 
@@ -472,7 +481,11 @@ async fn openai_get_file(
     tag = "files",
     params(FilePath),
     responses(
-        (status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 200, description = "The bytes, as their own media type", content(
+            (Vec<u8> = "image/png"), (Vec<u8> = "image/jpeg"), (Vec<u8> = "image/webp"),
+            (Vec<u8> = "image/gif"), (Vec<u8> = "application/pdf"), (Vec<u8> = "text/plain"),
+            (Vec<u8> = "text/markdown"), (Vec<u8> = "text/csv"), (Vec<u8> = "application/json"),
+        )),
         (status = 404, description = "No such file of the caller's (`file_not_found`)"),
     )
 )]
@@ -519,7 +532,11 @@ async fn file_content(
     tag = "files",
     params(FilePath),
     responses(
-        (status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 200, description = "The bytes, as their own media type", content(
+            (Vec<u8> = "image/png"), (Vec<u8> = "image/jpeg"), (Vec<u8> = "image/webp"),
+            (Vec<u8> = "image/gif"), (Vec<u8> = "application/pdf"), (Vec<u8> = "text/plain"),
+            (Vec<u8> = "text/markdown"), (Vec<u8> = "text/csv"), (Vec<u8> = "application/json"),
+        )),
         (status = 404, description = "No such file of the caller's (`file_not_found`)"),
     )
 )]

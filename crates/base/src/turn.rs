@@ -397,7 +397,7 @@ pub struct TurnResult {
     /// The answer as JSON, when the turn asked for JSON and it fit (the
     /// schema, when it named one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub output: Option<serde_json::Value>,
     /// Local anchors cited this turn.
     pub local_citations: Vec<String>,
