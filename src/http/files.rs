@@ -154,9 +154,9 @@ impl utoipa::PartialSchema for NewFileForm {
             .required("file")
             .property("purpose", purpose)
             .property("user_id", user_id)
-            .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::FreeForm(
-                false,
-            )))
+            .additional_properties(Some(
+                utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+            ))
             .into()
     }
 }
