@@ -245,20 +245,13 @@ fn add_part(
                     return Err(invalid(&field, "an `image_url` part needs its `image_url`"));
                 }
             };
-            joined.attach(Image, from_url(&field, url)?, None, detail);
+            joined.attach(Image, from_url(&field, url, None)?, None, detail);
         }
         "file" => {
             let Some(file) = &part.file else {
                 return Err(invalid(&field, "a `file` part needs its `file`"));
             };
-            let data = file
-                .file_data
-                .clone()
-                .map(|data| match from_url(&field, data.clone()) {
-                    Ok(crate::turn::Source::Data { media_type, data }) => (data, Some(media_type)),
-                    // Base64 alone: its bytes say what it is.
-                    _ => (data, Some("application/octet-stream".to_owned())),
-                });
+            let data = file.file_data.clone().map(|data| file_data(&field, data));
             let source = source(&field, file.file_id.clone(), data, None)?;
             joined.attach(File, source, file.filename.clone(), None);
         }
@@ -276,7 +269,7 @@ fn add_part(
                     Some((given.value.clone(), given.mime_type.clone())),
                     None,
                 )?,
-                "url" => from_url(&field, given.value.clone())?,
+                "url" => from_url(&field, given.value.clone(), given.mime_type.as_deref())?,
                 _ => return Err(invalid(&field, "a `source` is of type `data` or `url`")),
             };
             let kind = if kind == "image" { Image } else { File };
@@ -339,17 +332,28 @@ pub fn source(
         (Some(_), None, None) => Err(invalid("a `file_id` is 1-64 characters".into())),
         (None, Some((data, Some(media_type))), None) => Ok(Source::Data { media_type, data }),
         (None, Some((_, None)), None) => Err(invalid("`data` needs its `media_type`".into())),
-        (None, None, Some(url)) => from_url(field, url),
+        (None, None, Some(url)) => from_url(field, url, None),
         _ => Err(invalid(
             "give one of `file_id`, `data` (with `media_type`) or `url`".into(),
         )),
     }
 }
 
-/// A URL's source: a `data:` URL's bytes, or an `https` URL to fetch.
+/// OpenAI's `file_data`: a `data:` URL's bytes and type, or base64 alone
+/// (its bytes say what it is).
+pub fn file_data(field: &str, data: String) -> (String, Option<String>) {
+    match from_url(field, data.clone(), None) {
+        Ok(crate::turn::Source::Data { media_type, data }) => (data, Some(media_type)),
+        _ => (data, Some("application/octet-stream".to_owned())),
+    }
+}
+
+/// A URL's source: a `data:` URL's bytes (of its own media type, else
+/// `given`), or an `https` URL to fetch.
 pub fn from_url(
     field: &str,
     url: String,
+    given: Option<&str>,
 ) -> Result<crate::turn::Source, crate::protocols::error::ApiError> {
     use crate::turn::Source;
     let invalid = |detail: &str| crate::protocols::error::ApiError::InvalidField {
@@ -362,6 +366,10 @@ pub fn from_url(
         };
         let Some(media_type) = head.strip_suffix(";base64") else {
             return Err(invalid("a data URL's bytes are base64 (`;base64,`)"));
+        };
+        let media_type = match (media_type, given) {
+            ("", Some(given)) => given,
+            (own, _) => own,
         };
         return Ok(Source::Data {
             media_type: media_type.to_owned(),

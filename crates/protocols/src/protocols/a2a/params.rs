@@ -193,16 +193,8 @@ pub(super) fn message_content(message: &MessageIn) -> Result<crate::turn::Joined
                 media_type,
                 filename,
             } => {
-                let source = match crate::protocols::parts::from_url(&field, url.clone())? {
-                    Source::Data {
-                        media_type: given,
-                        data,
-                    } if given.is_empty() => Source::Data {
-                        media_type: media_type.clone().unwrap_or_default(),
-                        data,
-                    },
-                    source => source,
-                };
+                let source =
+                    crate::protocols::parts::from_url(&field, url.clone(), media_type.as_deref())?;
                 joined.attach(kind(media_type), source, filename.clone(), None);
             }
             PartIn::Data { .. } | PartIn::Other(_) => {

@@ -74,16 +74,8 @@ impl UiMessage {
                             detail: "a `file` part needs its `url`".into(),
                         });
                     };
-                    let source = match crate::protocols::parts::from_url(&field, url)? {
-                        // The data URL's own type, else the part's.
-                        crate::turn::Source::Data { media_type, data } if media_type.is_empty() => {
-                            crate::turn::Source::Data {
-                                media_type: part.media_type.clone().unwrap_or_default(),
-                                data,
-                            }
-                        }
-                        source => source,
-                    };
+                    let media_type = part.media_type.as_deref();
+                    let source = crate::protocols::parts::from_url(&field, url, media_type)?;
                     let kind = match &part.media_type {
                         Some(t) if t.starts_with("image/") => crate::turn::AskedKind::Image,
                         _ => crate::turn::AskedKind::File,

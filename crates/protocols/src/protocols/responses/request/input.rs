@@ -9,7 +9,7 @@ pub(super) fn input_message(
     item: &ItemIn,
     at: usize,
 ) -> Result<(String, crate::turn::Joined), ApiError> {
-    use crate::protocols::parts::{from_url, source};
+    use crate::protocols::parts::{file_data, from_url, source};
     use crate::turn::AskedKind;
     let field = format!("input[{at}]");
     if let Some(kind) = item.kind.as_deref()
@@ -37,7 +37,7 @@ pub(super) fn input_message(
                     (Some("input_text" | "output_text" | "text"), Some(text)) => joined.text(text),
                     (Some("input_image"), _) => {
                         let source = match (&part.image_url, &part.file_id) {
-                            (Some(url), None) => from_url(&field, url.clone())?,
+                            (Some(url), None) => from_url(&field, url.clone(), None)?,
                             (None, file_id @ Some(_)) => {
                                 source(&field, file_id.clone(), None, None)?
                             }
@@ -51,15 +51,7 @@ pub(super) fn input_message(
                         joined.attach(AskedKind::Image, source, None, part.detail.clone());
                     }
                     (Some("input_file"), _) => {
-                        let data = part.file_data.clone().map(|data| {
-                            match from_url(&field, data.clone()) {
-                                Ok(crate::turn::Source::Data { media_type, data }) => {
-                                    (data, Some(media_type))
-                                }
-                                // Base64 alone: its bytes say what it is.
-                                _ => (data, Some("application/octet-stream".to_owned())),
-                            }
-                        });
+                        let data = part.file_data.clone().map(|data| file_data(&field, data));
                         let source =
                             source(&field, part.file_id.clone(), data, part.file_url.clone())?;
                         joined.attach(AskedKind::File, source, part.filename.clone(), None);
