@@ -293,6 +293,7 @@ fn runner_config(
             tenant_defaults: settings.server.tenant_defaults(),
             files: settings.server.file_limits(),
             allow_private: settings.server.outbound_allow_private,
+            pass_urls: settings.server.file_urls == crate::files::FileUrls::Pass,
         },
         retention: crate::runner::Retention {
             default: settings.server.retention.map(|span| span.0),

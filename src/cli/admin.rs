@@ -6,7 +6,10 @@ use std::{io::Write as _, sync::Arc};
 
 use clap::Subcommand;
 use harness_base::ids::{DEFAULT_TENANT, SessionId};
-use harness_core::config::{Settings, Span};
+use harness_core::{
+    config::{Settings, Span},
+    harness::Reasoning,
+};
 use harness_store::store::{
     self, AuditFilter, Store, TenantLimits,
     audit::{AuditEntry, kinds},
@@ -51,6 +54,10 @@ pub enum TenantAction {
         /// span such as `30d`, `12h` or `90s`).
         #[arg(long)]
         retention: Option<Span>,
+        /// Whether its clients see the model's reasoning: `show` or
+        /// `hidden` (its tokens count either way).
+        #[arg(long, value_enum)]
+        reasoning: Option<Reasoning>,
     },
     /// List the tenants with limits of their own.
     List,
@@ -104,11 +111,17 @@ fn valid_tenant(tenant: &str) -> Result<(), CliError> {
 fn limits_line(tenant: &str, limits: &TenantLimits) -> String {
     let or_default = |limit: Option<String>| limit.unwrap_or_else(|| "default".to_owned());
     format!(
-        "{tenant} max_running_turns={} max_streams={} tokens_per_day={} retention_s={}",
+        "{tenant} max_running_turns={} max_streams={} tokens_per_day={} retention_s={} \
+         reasoning={}",
         or_default(limits.max_running_turns.map(|n| n.to_string())),
         or_default(limits.max_streams.map(|n| n.to_string())),
         or_default(limits.tokens_per_day.map(|n| n.to_string())),
         or_default(limits.retention_s.map(|n| n.to_string())),
+        or_default(
+            limits
+                .show_reasoning
+                .map(|show| if show { "show" } else { "hidden" }.to_owned())
+        ),
     )
 }
 
@@ -122,6 +135,7 @@ pub async fn tenants(settings: &Settings, action: TenantAction) -> Result<(), Cl
             max_streams,
             tokens_per_day,
             retention,
+            reasoning,
         } => {
             valid_tenant(&tenant)?;
             let limits = TenantLimits {
@@ -129,6 +143,7 @@ pub async fn tenants(settings: &Settings, action: TenantAction) -> Result<(), Cl
                 max_streams,
                 tokens_per_day,
                 retention_s: retention.map(|span| span.0.as_secs().max(1)),
+                show_reasoning: reasoning.map(|r| r == Reasoning::Show),
             };
             store
                 .set_tenant_limits(&tenant, &limits, chrono::Utc::now())

@@ -27,6 +27,9 @@ pub struct UsageSpan {
     pub to: String,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Output tokens spent on reasoning (among `output_tokens`, and
+    /// priced as they are), shown to clients or hidden.
+    pub reasoning_tokens: u64,
     /// Input and output together: what the daily quota counts.
     pub tokens: u64,
     /// USD, when the models used are priced.
@@ -40,6 +43,7 @@ impl UsageSpan {
             to: day_key(to),
             input_tokens: used.input_tokens,
             output_tokens: used.output_tokens,
+            reasoning_tokens: used.reasoning_tokens,
             tokens: used.tokens(),
             cost_usd: used.cost_usd,
         }

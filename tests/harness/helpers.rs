@@ -284,6 +284,7 @@ pub fn request(message: &str) -> TurnInput {
         memory_scope: "session:s-1".into(),
         memories: None,
         handover: Default::default(),
+        reasoning: None,
     }
 }
 

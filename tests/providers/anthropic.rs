@@ -94,6 +94,7 @@ async fn tool_use_blocks_assemble_from_input_json_deltas_with_cache_usage() {
                 output_tokens: 89,
                 cache_read_tokens: 1200,
                 cache_creation_tokens: 300,
+                reasoning_tokens: 0,
             }),
             ProviderEvent::Finished(FinishReason::ToolCalls),
         ]

@@ -75,6 +75,7 @@ pub fn with_attachments(pdf: bool) -> ChatRequest {
         },
         detail: media_type.starts_with("image/").then(|| "low".to_owned()),
         at,
+        url: None,
         data: Some(std::sync::Arc::from(bytes)),
     };
     let png = b"\x89PNG\r\n\x1a\n".as_slice();
@@ -143,7 +144,8 @@ pub fn ends_with_usage(events: &[ProviderEvent], input_tokens: u64, output_token
                 input_tokens,
                 output_tokens,
                 cache_read_tokens: 0,
-                cache_creation_tokens: 0
+                cache_creation_tokens: 0,
+                reasoning_tokens: 0,
             }),
             ProviderEvent::Finished(FinishReason::Stop),
         ]

@@ -86,7 +86,8 @@ async fn tool_calls_arrive_whole_and_get_ids() {
                 input_tokens: 180,
                 output_tokens: 41,
                 cache_read_tokens: 0,
-                cache_creation_tokens: 0
+                cache_creation_tokens: 0,
+                reasoning_tokens: 0,
             }),
             ProviderEvent::Finished(FinishReason::ToolCalls),
         ]

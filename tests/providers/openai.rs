@@ -258,7 +258,8 @@ async fn a_json_completion_to_a_stream_request_is_one_step() {
                 input_tokens: 212,
                 output_tokens: 17,
                 cache_read_tokens: 0,
-                cache_creation_tokens: 0
+                cache_creation_tokens: 0,
+                reasoning_tokens: 0,
             }),
             ProviderEvent::Finished(FinishReason::ToolCalls),
         ]
@@ -273,7 +274,8 @@ async fn a_json_completion_to_a_stream_request_is_one_step() {
                 input_tokens: 268,
                 output_tokens: 9,
                 cache_read_tokens: 128,
-                cache_creation_tokens: 0
+                cache_creation_tokens: 0,
+                reasoning_tokens: 0,
             }),
             ProviderEvent::Finished(FinishReason::Stop),
         ]
@@ -323,4 +325,27 @@ async fn reasoning_content_streams_as_reasoning() {
         ]
     );
     assert_eq!(text(&events), "Hello!");
+    // Its tokens, as the provider counts them apart, among the output.
+    let usage = events.iter().find_map(|e| match e {
+        ProviderEvent::Usage(usage) => Some(*usage),
+        _ => None,
+    });
+    let usage = usage.expect("the usage");
+    assert_eq!((usage.output_tokens, usage.reasoning_tokens), (21, 17));
+}
+
+#[tokio::test]
+async fn an_image_given_by_url_is_sent_by_it_when_the_operator_passes_urls() {
+    let fake = FakeProvider::start().await;
+    fake.enqueue([Reply::sse("openai/text.sse")]);
+    let mut request = crate::with_attachments(false);
+    let url = "https://images.example/cat.png?size=2";
+    request.messages[0].attachments[0].url = Some(url.to_owned());
+    let (_, error) = collect(&default(&fake).await, request).await;
+    assert_eq!(error, None);
+    let sent = &fake.requests()[0].body;
+    let image = &sent["messages"][0]["content"][1];
+    assert_eq!(image["type"], "image_url", "{sent}");
+    assert_eq!(image["image_url"]["url"], url, "the URL, not the bytes");
+    assert_eq!(image["image_url"]["detail"], "low");
 }

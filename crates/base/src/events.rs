@@ -120,6 +120,9 @@ pub enum TurnEvent {
         output_tokens: u64,
         cache_read_tokens: u64,
         cache_creation_tokens: u64,
+        /// Output tokens spent on reasoning (among `output_tokens`).
+        #[serde(default)]
+        reasoning_tokens: u64,
         /// USD, when the model is priced.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,

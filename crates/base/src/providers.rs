@@ -421,6 +421,11 @@ pub struct Usage {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_creation_tokens: u64,
+    /// The output tokens the model reasoned with (among `output_tokens`,
+    /// and priced as they are): as the provider reports them, else
+    /// counted from the reasoning it streamed.
+    #[serde(default)]
+    pub reasoning_tokens: u64,
 }
 
 impl Usage {
@@ -434,6 +439,7 @@ impl Usage {
         self.output_tokens += other.output_tokens;
         self.cache_read_tokens += other.cache_read_tokens;
         self.cache_creation_tokens += other.cache_creation_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
     }
 }
 

@@ -98,6 +98,10 @@ pub struct Asked {
     pub detail: Option<String>,
     /// It stands after this many bytes of the message's text.
     pub at: usize,
+    /// The `https` URL an image was fetched from, kept when an
+    /// OpenAI-compatible provider is to be sent it (`HARNESS_FILE_URLS=pass`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,6 +154,7 @@ impl Joined {
             filename,
             detail,
             at: self.text.len(),
+            url: None,
         });
     }
 }
@@ -412,6 +417,10 @@ pub struct TurnResult {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_creation_tokens: u64,
+    /// Output tokens spent on reasoning (among `output_tokens`, priced
+    /// as they are), shown or hidden.
+    #[serde(default)]
+    pub reasoning_tokens: u64,
     /// Cost of this turn in USD, when its models are priced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,

@@ -11,6 +11,17 @@ use tokio::io::AsyncWriteExt;
 
 use crate::store::{FilePut, FileRecord, Store, StoreError};
 
+/// What an OpenAI-compatible provider is sent for an image a message
+/// gave by URL (`HARNESS_FILE_URLS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FileUrls {
+    /// A data URL of the stored bytes.
+    #[default]
+    Inline,
+    /// The URL the client gave.
+    Pass,
+}
+
 /// What a file may be: its size, and what a tenant's files may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileLimits {

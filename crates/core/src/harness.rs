@@ -206,6 +206,9 @@ pub struct TurnInput {
     pub earlier: Vec<crate::providers::Attachment>,
     /// Cost of the session's earlier turns, for the session total.
     pub session_cost_before: Option<f64>,
+    /// Whether its reasoning reaches clients, as its tenant chose (none:
+    /// as the harness's options say).
+    pub reasoning: Option<Reasoning>,
     /// Whose memories the turn reads and adds to: `user:{id}` when the
     /// request names a user, else `session:{id}`.
     pub memory_scope: String,

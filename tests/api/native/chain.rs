@@ -320,6 +320,64 @@ async fn anthropic_thinking_blocks_travel_back_with_their_tool_calls() {
     assert_eq!(blocks[1]["id"], "toolu_01Hj2Kl3Mn4Op5Qr6St7Uv8W");
 }
 
+/// Anthropic's thinking, with a `redacted_thinking` block before it, in a
+/// two-step tool turn: both blocks go back byte for byte, the readable
+/// one is shown as `reasoning.delta`, and its tokens are counted.
+#[tokio::test]
+async fn anthropic_thinking_is_shown_as_reasoning_and_redacted_blocks_go_back() {
+    let app = app_with(|s, _| {
+        s.providers.chain = Some("anthropic:claude-sonnet-4-6".parse().unwrap());
+        s.harness.think_level = "low".parse().unwrap();
+    })
+    .await;
+    app.provider.enqueue([
+        Reply::sse("anthropic/redacted_thinking_tool_use.sse"),
+        Reply::sse("anthropic/text.sse"),
+    ]);
+    let events = app
+        .post_turn_sse("c-redacted", json!({"message": "What about my Paris trip?"}))
+        .await
+        .read_to_end()
+        .await;
+    let last = events.last().unwrap();
+    assert_eq!(last.event, "turn.completed", "{events:?}");
+    let reasoned: String = events
+        .iter()
+        .filter(|e| e.event == "reasoning.delta")
+        .map(|e| {
+            assert_eq!(e.json()["step"], 1);
+            e.json()["text"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let thought = "The user asks about an earlier trip. Search the history first.";
+    assert_eq!(reasoned, thought);
+    let completed = events
+        .iter()
+        .find(|e| e.event == "reasoning.completed")
+        .expect("reasoning.completed")
+        .json();
+    // Anthropic counts no thinking tokens apart: a token per 4 bytes.
+    let counted = thought.len().div_ceil(4) as u64;
+    assert_eq!(completed["tokens"], counted);
+    assert_eq!(last.json()["result"]["reasoning_tokens"], counted);
+    let (_, usage) = app.get_json("/usage").await;
+    assert_eq!(usage["today"]["reasoning_tokens"], counted, "{usage}");
+    let second = &app.provider.requests()[1].body;
+    let assistant = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .expect("the step's assistant message");
+    let blocks = assistant["content"].as_array().unwrap();
+    let kinds: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["redacted_thinking", "thinking", "tool_use"]);
+    let sent = crate::fake_provider::fixture("anthropic/redacted_thinking_tool_use.sse");
+    let data = blocks[0]["data"].as_str().unwrap();
+    assert!(data.starts_with("EmwKAhgB") && sent.contains(data), "byte for byte");
+    assert_eq!(blocks[1]["thinking"], thought);
+}
+
 #[tokio::test]
 async fn a_model_that_refuses_reasoning_effort_is_asked_again_without_it() {
     let app = app_with(|s, _| {

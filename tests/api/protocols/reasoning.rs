@@ -169,5 +169,46 @@ async fn hidden_reasoning_leaves_nothing() {
     );
     let (_, log) = app.get_json("/sessions/s-hidden/events?limit=1000").await;
     assert!(!log.to_string().contains("greets"), "{log}");
-    assert_eq!(events.last().unwrap().json()["result"]["text"], "Hello!");
+    let result = &events.last().unwrap().json()["result"];
+    assert_eq!(result["text"], "Hello!");
+    // Still counted, as the provider reports them.
+    assert_eq!(result["reasoning_tokens"], 17);
+    let (_, usage) = app.get_json("/usage").await;
+    assert_eq!(usage["today"]["reasoning_tokens"], 17, "{usage}");
+}
+
+/// A tenant's own choice overrides the operator's, either way.
+#[tokio::test]
+async fn a_tenant_may_hide_or_show_reasoning_against_the_operators_default() {
+    use harness_store::store::TenantLimits;
+    for operator in [
+        harness_core::harness::Reasoning::Show,
+        harness_core::harness::Reasoning::Hidden,
+    ] {
+        let provider = FakeProvider::start().await;
+        let mut settings = test_settings(&provider);
+        settings.harness.reasoning = operator;
+        let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+        let tenant_shows = operator == harness_core::harness::Reasoning::Hidden;
+        let limits = TenantLimits {
+            show_reasoning: Some(tenant_shows),
+            ..TenantLimits::default()
+        };
+        app.db
+            .open()
+            .await
+            .set_tenant_limits("default", &limits, chrono::Utc::now())
+            .await
+            .unwrap();
+        app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
+        let events = app
+            .post_turn_sse("s-own", json!({"message": "Hi"}))
+            .await
+            .read_to_end()
+            .await;
+        let shown = types(&events).iter().any(|t| *t == "reasoning.delta");
+        assert_eq!(shown, tenant_shows, "operator {operator:?}");
+        let result = &events.last().unwrap().json()["result"];
+        assert_eq!(result["reasoning_tokens"], 17, "operator {operator:?}");
+    }
 }

@@ -373,6 +373,8 @@ where
             output_tokens,
             cache_read_tokens: cache_read,
             cache_creation_tokens: cache_creation,
+            // Counted from the reasoning streamed (not reported apart).
+            reasoning_tokens: 0,
         });
         yield ProviderEvent::Finished(FinishReason::from_wire(stop_reason.as_deref().unwrap_or("end_turn")));
     }

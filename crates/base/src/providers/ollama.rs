@@ -241,6 +241,8 @@ where
                     output_tokens: parsed.eval_count.unwrap_or(0),
                     cache_read_tokens: 0,
                     cache_creation_tokens: 0,
+                    // Counted from the reasoning streamed (not reported apart).
+                    reasoning_tokens: 0,
                 });
                 let reason = if calls > 0 { "tool_calls".to_owned() } else { parsed.done_reason.unwrap_or_else(|| "stop".into()) };
                 finished = Some(FinishReason::from_wire(&reason));

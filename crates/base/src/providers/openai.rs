@@ -359,6 +359,14 @@ struct WireUsage {
     completion_tokens: u64,
     #[serde(default)]
     prompt_tokens_details: Option<PromptTokensDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionTokensDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -377,6 +385,10 @@ impl From<WireUsage> for Usage {
                 .and_then(|d| d.cached_tokens)
                 .unwrap_or(0),
             cache_creation_tokens: 0,
+            reasoning_tokens: usage
+                .completion_tokens_details
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
         }
     }
 }

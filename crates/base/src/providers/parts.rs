@@ -24,6 +24,11 @@ pub struct Attachment {
     pub detail: Option<String>,
     /// It stands after this many bytes of the message's text.
     pub at: usize,
+    /// The `https` URL it came from, sent instead of its bytes where the
+    /// provider takes a URL (`HARNESS_FILE_URLS=pass`; OpenAI-compatible
+    /// providers' images).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     #[serde(skip)]
     pub data: Option<Arc<[u8]>>,
 }

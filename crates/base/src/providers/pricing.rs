@@ -84,6 +84,7 @@ mod tests {
             output_tokens: 500_000,
             cache_read_tokens: 400_000,
             cache_creation_tokens: 0,
+            reasoning_tokens: 0,
         };
         let cost = price.cost(&usage);
         assert!(

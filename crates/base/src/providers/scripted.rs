@@ -69,6 +69,7 @@ impl ScriptedProvider {
                 output_tokens: 5,
                 cache_read_tokens: 0,
                 cache_creation_tokens: 0,
+                reasoning_tokens: 0,
             },
             script: Mutex::new(script.into_iter().collect()),
             requests: Mutex::default(),

@@ -163,6 +163,18 @@ pub struct ServerSettings {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub tenant_file_bytes: u64,
+    /// What an OpenAI-compatible provider is sent for an image a message
+    /// gave by its `https` URL: `inline` (a data URL of the bytes the
+    /// service fetched and stored) or `pass` (the URL itself, for the
+    /// provider to fetch; the service still fetches and stores a copy,
+    /// for its checks, its history and other providers).
+    #[arg(
+        id = "server.file_urls",
+        long = "file-urls",
+        value_enum,
+        default_value = "inline"
+    )]
+    pub file_urls: crate::files::FileUrls,
     /// How long a session is kept after its last activity: a span such as
     /// `30d`, `12h` or `90s`; older sessions are erased whole (as `DELETE
     /// /sessions/{id}` does), never one whose turn runs or waits [default:
@@ -271,6 +283,8 @@ impl ServerSettings {
             max_streams: Some(self.tenant_max_streams),
             tokens_per_day: self.tenant_tokens_per_day,
             retention_s: self.retention.map(|span| span.0.as_secs().max(1)),
+            // `HARNESS_REASONING`, which the harness holds.
+            show_reasoning: None,
         }
     }
 

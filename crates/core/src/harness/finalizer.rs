@@ -192,6 +192,7 @@ pub(super) async fn finalize(
             output_tokens: usage.output_tokens,
             cache_read_tokens: usage.cache_read_tokens,
             cache_creation_tokens: usage.cache_creation_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
             cost_usd: input.cost_usd,
             session_cost_usd: match (input.session_cost_before, input.cost_usd) {
                 (None, None) => None,
@@ -268,6 +269,7 @@ async fn report_usage(
         output_tokens: usage.output_tokens,
         cache_read_tokens: usage.cache_read_tokens,
         cache_creation_tokens: usage.cache_creation_tokens,
+        reasoning_tokens: usage.reasoning_tokens,
         cost_usd: input.cost_usd,
     })
     .await

@@ -36,6 +36,7 @@ pub(super) async fn generate(
     sink: &dyn EventSink,
     cost: &(dyn Fn(&Usage) -> Option<f64> + Sync),
     repairs: bool,
+    reasoning: super::Reasoning,
 ) -> Result<StepOutput, TurnError> {
     let format = call.output.clone();
     let stream_text = harness.options.stream && format.is_none();
@@ -52,7 +53,10 @@ pub(super) async fn generate(
     let mut streamed = false;
     // Bytes of reasoning the step streamed.
     let mut reasoned = 0usize;
-    let shows_reasoning = harness.options.reasoning == super::Reasoning::Show;
+    let shows_reasoning = reasoning == super::Reasoning::Show;
+    // Bytes of reasoning in all (for its tokens, where the provider does
+    // not count them apart).
+    let mut reasoned_all = 0usize;
     while let Some(event) = stream.next().await {
         let event = event?.without_nul();
         // The reasoning ends where anything else comes.
@@ -74,6 +78,7 @@ pub(super) async fn generate(
             ProviderEvent::Thinking(block) => output.thinking.push(block),
             ProviderEvent::ReasoningDelta(text) => {
                 reasoned += text.len();
+                reasoned_all += text.len();
                 if shows_reasoning {
                     sink.emit(TurnEvent::ReasoningDelta { step, text }).await?;
                 }
@@ -106,6 +111,12 @@ pub(super) async fn generate(
     reasoning_ends(sink, step, &mut reasoned, shows_reasoning).await?;
     if let Some(format) = &format {
         held_text(harness, sink, step, format, repairs, &mut output).await?;
+    }
+    if output.usage.reasoning_tokens == 0 && reasoned_all > 0 {
+        // Not reported apart (Anthropic, Ollama): counted as the
+        // reasoning's text, within the output it is part of.
+        let counted = u64::try_from(reasoned_all.div_ceil(4)).unwrap_or(u64::MAX);
+        output.usage.reasoning_tokens = counted.min(output.usage.output_tokens);
     }
     if !output.usage.is_zero() {
         output.cost_usd = cost(&output.usage);
@@ -167,6 +178,7 @@ pub(super) async fn emit_usage(
         output_tokens: usage.output_tokens,
         cache_read_tokens: usage.cache_read_tokens,
         cache_creation_tokens: usage.cache_creation_tokens,
+        reasoning_tokens: usage.reasoning_tokens,
         cost_usd,
     })
     .await

@@ -485,6 +485,7 @@ mod tests {
             output_tokens: 2,
             cache_read_tokens: 1,
             cache_creation_tokens: 0,
+            reasoning_tokens: 0,
         });
         state.add_tokens(&Usage {
             input_tokens: 5,

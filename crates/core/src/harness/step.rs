@@ -329,8 +329,17 @@ impl Turn<'_> {
         }
         let cost = |usage: &Usage| self.cost(usage);
         let repairs = self.state.repair_count(OUTPUT_REPAIRS) < MAX_REPAIR_ATTEMPTS;
-        let generated = generate(harness, call, step, self.sink.as_ref(), &cost, repairs)
-            .instrument(span.clone());
+        let reasoning = self.request.reasoning.unwrap_or(harness.options.reasoning);
+        let generated = generate(
+            harness,
+            call,
+            step,
+            self.sink.as_ref(),
+            &cost,
+            repairs,
+            reasoning,
+        )
+        .instrument(span.clone());
         // A process handing its turns over does not wait for the model:
         // the next owner asks again (and retracts what streamed).
         let generated = tokio::select! {

@@ -55,6 +55,14 @@ impl TurnRunner {
                         what,
                     });
                 }
+                // Kept for the provider that takes it
+                // (`HARNESS_FILE_URLS=pass`): an image's alone.
+                if let Source::Url(url) = &asked.source
+                    && kind == Some(Kind::Image)
+                    && self.inner.config.policy.pass_urls
+                {
+                    asked.url = Some(url.clone());
+                }
                 asked.source = Source::FileId(file.id);
                 asked.filename = Some(asked.filename.take().unwrap_or(file.filename));
             }
@@ -220,6 +228,7 @@ impl TurnRunner {
                 filename: asked.filename.clone().unwrap_or(file.filename),
                 detail: asked.detail.clone(),
                 at: asked.at,
+                url: asked.url.clone(),
                 data: Some(Arc::from(bytes)),
             });
         }
@@ -281,6 +290,7 @@ impl TurnRunner {
                     filename: asked.filename.clone().unwrap_or(file.filename),
                     detail: asked.detail.clone(),
                     at: asked.at,
+                    url: asked.url.clone(),
                     data: Some(Arc::from(bytes)),
                 };
                 loaded.push(attachment.clone());

@@ -20,6 +20,9 @@ pub struct StartPolicy {
     /// An image's URL may name a private address
     /// (`HARNESS_OUTBOUND_ALLOW_PRIVATE`).
     pub allow_private: bool,
+    /// An image given by URL reaches an OpenAI-compatible provider by its
+    /// URL (`HARNESS_FILE_URLS=pass`).
+    pub pass_urls: bool,
 }
 
 impl StartPolicy {

@@ -268,6 +268,10 @@ impl TurnRunner {
             history,
             asked: Arc::new(turn.request.clone()),
             session_cost_before: session.and_then(|s| s.cost_usd),
+            reasoning: self
+                .reasoning_of(key.tenant())
+                .await
+                .map_err(TurnFailure::History)?,
             memory_scope: turn.request.memory_scope(&key),
             memories: None,
             handover: inner.handover.child_token(),

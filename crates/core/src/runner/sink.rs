@@ -75,6 +75,7 @@ impl TurnSink {
                 step: Some(_),
                 input_tokens,
                 output_tokens,
+                reasoning_tokens,
                 cost_usd,
                 ..
             } => {
@@ -82,6 +83,7 @@ impl TurnSink {
                 if let Ok(mut used) = self.used.lock() {
                     used.input_tokens = used.input_tokens.saturating_add(*input_tokens);
                     used.output_tokens = used.output_tokens.saturating_add(*output_tokens);
+                    used.reasoning_tokens = used.reasoning_tokens.saturating_add(*reasoning_tokens);
                     used.cost_usd = match (used.cost_usd, cost_usd) {
                         (Some(a), Some(b)) => Some(a + b),
                         (a, b) => a.or(*b),

@@ -48,6 +48,23 @@ impl TurnRunner {
         Ok(own.over(inner.config.policy.tenant_defaults))
     }
 
+    /// Whether a tenant's clients see the model's reasoning, when it chose
+    /// (else as the harness's options say).
+    pub(super) async fn reasoning_of(
+        &self,
+        tenant: &str,
+    ) -> Result<Option<crate::harness::Reasoning>, StoreError> {
+        use crate::harness::Reasoning;
+        let limits = self.tenant_limits(tenant).await?;
+        Ok(limits.show_reasoning.map(|show| {
+            if show {
+                Reasoning::Show
+            } else {
+                Reasoning::Hidden
+            }
+        }))
+    }
+
     /// The tenant's quota of the day: refused when used up, a warning past
     /// 80%.
     pub(super) async fn quota(

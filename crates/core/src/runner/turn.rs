@@ -212,6 +212,10 @@ impl TurnRunner {
             attachments,
             earlier,
             session_cost_before,
+            reasoning: self
+                .reasoning_of(live.session_id.tenant())
+                .await
+                .map_err(TurnFailure::History)?,
             memory_scope,
             memories: context.memories,
             // The turn's own child: polled as the model streams.

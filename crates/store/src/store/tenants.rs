@@ -26,6 +26,9 @@ pub struct TenantLimits {
     pub tokens_per_day: Option<u64>,
     /// Seconds of inactivity after which a session is erased.
     pub retention_s: Option<u64>,
+    /// Whether the model's reasoning reaches the tenant's clients
+    /// (`HARNESS_REASONING` where unset).
+    pub show_reasoning: Option<bool>,
 }
 
 impl TenantLimits {
@@ -36,6 +39,7 @@ impl TenantLimits {
             max_streams: self.max_streams.or(defaults.max_streams),
             tokens_per_day: self.tokens_per_day.or(defaults.tokens_per_day),
             retention_s: self.retention_s.or(defaults.retention_s),
+            show_reasoning: self.show_reasoning.or(defaults.show_reasoning),
         }
     }
 }
@@ -45,6 +49,8 @@ impl TenantLimits {
 pub struct UsageTotals {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Output tokens spent on reasoning (among `output_tokens`).
+    pub reasoning_tokens: u64,
     /// USD, when the models used are priced.
     pub cost_usd: Option<f64>,
 }
@@ -73,15 +79,31 @@ fn count(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-type LimitsRow = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+type LimitsRow = (
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+);
 
-fn limits_of((running, streams, tokens, retention): LimitsRow) -> TenantLimits {
+fn limits_of((running, streams, tokens, retention, reasoning): LimitsRow) -> TenantLimits {
     TenantLimits {
         max_running_turns: limit(running),
         max_streams: limit(streams),
         tokens_per_day: limit(tokens),
         retention_s: limit(retention),
+        show_reasoning: reasoning.map(|r| r == REASONING_SHOWN),
     }
+}
+
+/// The `reasoning` column of a tenant whose clients see its reasoning
+/// (else `hidden`).
+const REASONING_SHOWN: &str = "show";
+
+/// The `reasoning` column's value of a tenant's own choice.
+fn reasoning_column(show: Option<bool>) -> Option<&'static str> {
+    show.map(|show| if show { REASONING_SHOWN } else { "hidden" })
 }
 
 /// Tenants' limits and usage.
@@ -100,22 +122,32 @@ pub trait Tenants: Reads + Send + Sync + 'static {
 
     /// A tenant's own limits (all `None` when it has none).
     async fn tenant_limits(&self, tenant: &str) -> Result<TenantLimits> {
-        let sql = "SELECT max_running_turns, max_streams, tokens_per_day, retention_s \
-                   FROM tenants WHERE tenant = $1";
+        let sql = "SELECT max_running_turns, max_streams, tokens_per_day, retention_s, \
+                   reasoning FROM tenants WHERE tenant = $1";
         let row: Option<LimitsRow> = self.reader().row(sql, args![tenant]).await?;
         Ok(row.map(limits_of).unwrap_or_default())
     }
 
     /// Every tenant with limits of its own, by name.
     async fn list_tenants(&self) -> Result<Vec<(String, TenantLimits)>> {
-        let sql = "SELECT tenant, max_running_turns, max_streams, tokens_per_day, retention_s \
-                   FROM tenants ORDER BY tenant";
-        type Row = (String, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+        let sql = "SELECT tenant, max_running_turns, max_streams, tokens_per_day, retention_s, \
+                   reasoning FROM tenants ORDER BY tenant";
+        type Row = (
+            String,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<String>,
+        );
         let rows: Vec<Row> = self.reader().rows(sql, args![]).await?;
         Ok(rows
             .into_iter()
-            .map(|(tenant, running, streams, tokens, retention)| {
-                (tenant, limits_of((running, streams, tokens, retention)))
+            .map(|(tenant, running, streams, tokens, retention, reasoning)| {
+                (
+                    tenant,
+                    limits_of((running, streams, tokens, retention, reasoning)),
+                )
             })
             .collect())
     }
@@ -156,17 +188,19 @@ pub trait Tenants: Reads + Send + Sync + 'static {
     /// included).
     async fn usage(&self, tenant: &str, first: NaiveDate, last: NaiveDate) -> Result<UsageTotals> {
         let sql = "SELECT CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
-                   CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), SUM(cost_usd) \
+                   CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
+                   CAST(COALESCE(SUM(reasoning_tokens), 0) AS BIGINT), SUM(cost_usd) \
                    FROM tenant_usage WHERE tenant = $1 AND day >= $2 AND day <= $3";
         let (first, last) = (day_key(first), day_key(last));
-        let row: Option<(i64, i64, Option<f64>)> = self
+        let row: Option<(i64, i64, i64, Option<f64>)> = self
             .reader()
             .row(sql, args![tenant, first.as_str(), last.as_str()])
             .await?;
-        let (input, output, cost_usd) = row.unwrap_or((0, 0, None));
+        let (input, output, reasoning, cost_usd) = row.unwrap_or((0, 0, 0, None));
         Ok(UsageTotals {
             input_tokens: count(input),
             output_tokens: count(output),
+            reasoning_tokens: count(reasoning),
             cost_usd,
         })
     }

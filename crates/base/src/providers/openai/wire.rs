@@ -167,7 +167,10 @@ impl Serialize for Part<'_> {
                 map.serialize_entry(
                     "image_url",
                     &ImageUrl {
-                        url: DataUrl::of::<S::Error>(attachment)?,
+                        url: match &attachment.url {
+                            Some(url) => Url::Given(url),
+                            None => Url::Data(DataUrl::of::<S::Error>(attachment)?),
+                        },
                         detail: attachment.detail.as_deref(),
                     },
                 )?;
@@ -189,7 +192,7 @@ impl Serialize for Part<'_> {
 
 #[derive(Serialize)]
 struct ImageUrl<'a> {
-    url: DataUrl<'a>,
+    url: Url<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     detail: Option<&'a str>,
 }
@@ -198,6 +201,15 @@ struct ImageUrl<'a> {
 struct FileData<'a> {
     filename: &'a str,
     file_data: DataUrl<'a>,
+}
+
+/// An image's URL: the one it came from (`HARNESS_FILE_URLS=pass`), or
+/// its bytes.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Url<'a> {
+    Given(&'a str),
+    Data(DataUrl<'a>),
 }
 
 /// `data:{media type};base64,{bytes}`, written as it is serialized.

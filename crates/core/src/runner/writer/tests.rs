@@ -173,6 +173,7 @@ async fn text_that_may_wait_shares_the_commit_of_the_next_urgent_event() {
         output_tokens: 4,
         cache_read_tokens: 0,
         cache_creation_tokens: 0,
+        reasoning_tokens: 0,
         cost_usd: None,
     };
     rig.append(6, usage, Flush::Now).await;

@@ -294,6 +294,7 @@ async fn attached(
             filename,
             detail: None,
             at: message.len(),
+            url: None,
         });
     }
     Ok(attachments)

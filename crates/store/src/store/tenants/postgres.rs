@@ -16,8 +16,9 @@ impl Tenants for PostgresStore {
         at: DateTime<Utc>,
     ) -> Result<()> {
         let sql = "INSERT INTO tenants (tenant, max_running_turns, max_streams, tokens_per_day, \
-                   retention_s, updated_at) VALUES ($1, $2, $3, $4, $6, $5) \
+                   retention_s, updated_at, reasoning) VALUES ($1, $2, $3, $4, $6, $5, $7) \
                    ON CONFLICT (tenant) DO UPDATE SET \
+                   reasoning = excluded.reasoning, \
                    max_running_turns = excluded.max_running_turns, \
                    max_streams = excluded.max_streams, \
                    tokens_per_day = excluded.tokens_per_day, \
@@ -29,7 +30,8 @@ impl Tenants for PostgresStore {
             limits.max_streams.map(i64::from),
             super::signed(limits.tokens_per_day),
             at,
-            super::signed(limits.retention_s)
+            super::signed(limits.retention_s),
+            super::reasoning_column(limits.show_reasoning)
         ];
         self.execute(sql, args).await?;
         Ok(())
@@ -52,11 +54,12 @@ impl Tenants for PostgresStore {
     }
 
     async fn add_usage(&self, tenant: &str, day: NaiveDate, used: &UsageTotals) -> Result<()> {
-        let sql = "INSERT INTO tenant_usage (tenant, day, input_tokens, output_tokens, cost_usd) \
-                   VALUES ($1, $2, $3, $4, $5) \
+        let sql = "INSERT INTO tenant_usage (tenant, day, input_tokens, output_tokens, cost_usd, \
+                   reasoning_tokens) VALUES ($1, $2, $3, $4, $5, $6) \
                    ON CONFLICT (tenant, day) DO UPDATE SET \
                    input_tokens = tenant_usage.input_tokens + excluded.input_tokens, \
                    output_tokens = tenant_usage.output_tokens + excluded.output_tokens, \
+                   reasoning_tokens = tenant_usage.reasoning_tokens + excluded.reasoning_tokens, \
                    cost_usd = COALESCE(tenant_usage.cost_usd + excluded.cost_usd, \
                    tenant_usage.cost_usd, excluded.cost_usd)";
         let day = day_key(day);
@@ -65,7 +68,8 @@ impl Tenants for PostgresStore {
             day.as_str(),
             super::signed(Some(used.input_tokens)),
             super::signed(Some(used.output_tokens)),
-            used.cost_usd
+            used.cost_usd,
+            super::signed(Some(used.reasoning_tokens))
         ];
         self.execute(sql, args).await?;
         Ok(())
