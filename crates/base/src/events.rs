@@ -222,11 +222,16 @@ pub enum TurnEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
-    /// Older messages were summarised to fit the context window.
+    /// Older messages were summarised, or the images and PDFs of older
+    /// messages left out (oldest first, before any text), to fit the
+    /// context window.
     #[serde(rename = "context.compacted")]
     ContextCompacted {
         step: u32,
         removed_messages: u32,
+        /// Images and PDFs of earlier messages no longer sent.
+        #[serde(default)]
+        removed_attachments: u32,
         tokens_before: u64,
         tokens_after: u64,
     },

@@ -494,6 +494,65 @@ async fn a_part_that_cannot_be_read_is_refused_before_any_call(backend: Backend)
     assert_eq!(file_rows(&app).await[..2], [1, 1]);
 }
 
+/// Earlier images count a stated number of tokens: when they alone make
+/// the prompt too large for the model's window, the oldest are left out
+/// before any text (said in `context.compacted` and in their message),
+/// and the turn's own image always goes.
+#[tokio::test]
+async fn the_oldest_earlier_images_are_left_out_to_fit_the_window() {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    // Room for the prompt's text and two images, not three.
+    settings.providers.models = r#"{"gpt-4o-mini": {"context_window": 5000}}"#.parse().unwrap();
+    let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+    let mut ids = Vec::new();
+    for (n, size) in [1000, 1100, 1200].into_iter().enumerate() {
+        let (_, uploaded) = app.upload("shot.png", "image/png", &png_of(size)).await;
+        let id = uploaded["id"].as_str().unwrap().to_owned();
+        app.provider
+            .enqueue([crate::fake_provider::Reply::sse("openai/text.sse")]);
+        let message = serde_json::json!([
+            {"type": "text", "text": format!("Look {n}.")},
+            {"type": "image", "file_id": id}
+        ]);
+        let mut stream = app
+            .post_turn_sse("s-window", serde_json::json!({"message": message}))
+            .await;
+        let events = stream.read_to_end().await;
+        assert_eq!(events.last().unwrap().event, "turn.completed", "{events:?}");
+        let compacted: Vec<Value> = events
+            .iter()
+            .filter(|e| e.event == "context.compacted")
+            .map(|e| e.json())
+            .collect();
+        if n < 2 {
+            assert!(compacted.is_empty(), "turn {n}: {compacted:?}");
+        } else {
+            assert_eq!(compacted.len(), 1, "{compacted:?}");
+            assert_eq!(compacted[0]["removed_attachments"], 1);
+            assert_eq!(compacted[0]["removed_messages"], 0, "no text went");
+            let before = compacted[0]["tokens_before"].as_u64().unwrap();
+            let after = compacted[0]["tokens_after"].as_u64().unwrap();
+            assert!(before >= 4500 && after < 4500, "{before} -> {after}");
+        }
+        ids.push(id);
+    }
+    let last = &app.provider.requests()[2].body["messages"];
+    let sent = last.to_string();
+    assert_eq!(sent.matches(r#""type":"image_url""#).count(), 2, "{sent}");
+    let users: Vec<&Value> = last
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .collect();
+    let first = users[users.len() - 3].to_string();
+    assert!(first.contains("Look 0.") && !first.contains("image_url"), "{first}");
+    assert!(first.contains("left out to fit the context window"), "{first}");
+    assert!(users[users.len() - 2].to_string().contains("image_url"));
+    assert!(users[users.len() - 1].to_string().contains("image_url"), "its own");
+}
+
 on_both_backends!(later_turns_show_the_earlier_images_again);
 
 async fn later_turns_show_the_earlier_images_again(backend: Backend) {

@@ -14,11 +14,32 @@
 use std::time::Duration;
 
 use super::{budget::TurnBudget, prepare::untrusted_block, thinking::SideCall};
-use crate::providers::{ChatMessage, LlmProvider, Role, Usage, collect_text};
+use crate::providers::{Attachment, ChatMessage, LlmProvider, Role, Usage, collect_text};
+
+/// Tokens an image counts in the estimate (about what OpenAI's `high`
+/// detail tiles and Anthropic's 1.15-megapixel cap cost).
+pub const IMAGE_TOKENS: u64 = 1_600;
+
+/// Tokens an image with `detail: low` counts (OpenAI's fixed price).
+pub const IMAGE_LOW_TOKENS: u64 = 85;
+
+/// Tokens a PDF counts (a few pages' worth: providers read each page as
+/// its text and its picture).
+pub const PDF_TOKENS: u64 = 4_800;
+
+/// Tokens an image or a PDF counts in the estimate.
+pub fn attachment_tokens(attachment: &Attachment) -> u64 {
+    match (attachment.is_image(), attachment.detail.as_deref()) {
+        (true, Some("low")) => IMAGE_LOW_TOKENS,
+        (true, _) => IMAGE_TOKENS,
+        (false, _) => PDF_TOKENS,
+    }
+}
 
 /// Estimated tokens of a prompt: about four characters a token, plus a
-/// small overhead per message. Providers report exact counts afterwards;
-/// this only has to be close enough to act before the window overflows.
+/// small overhead per message, plus each image's and PDF's stated count.
+/// Providers report exact counts afterwards; this only has to be close
+/// enough to act before the window overflows.
 pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
     messages
         .iter()
@@ -28,9 +49,47 @@ pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
                     .iter()
                     .map(|c| c.name.len() + c.arguments.raw().chars().count())
                     .sum::<usize>();
-            (chars as u64).div_ceil(4) + 4
+            let attached: u64 = m.attachments.iter().map(attachment_tokens).sum();
+            (chars as u64).div_ceil(4) + 4 + attached
         })
         .sum()
+}
+
+/// Whether a message before `question_at` carries an image or a PDF.
+pub fn has_earlier_attachments(messages: &[ChatMessage], question_at: usize) -> bool {
+    messages
+        .iter()
+        .take(question_at)
+        .any(|m| !m.attachments.is_empty())
+}
+
+/// Takes the images and PDFs of the messages before `question_at` out,
+/// oldest first, until `fits` the prompt's estimate; a message that lost
+/// some says so in its text. How many were taken. The turn's own
+/// message keeps its own: they are what it asks about.
+pub fn drop_oldest_attachments(
+    messages: &mut [ChatMessage],
+    question_at: usize,
+    fits: impl Fn(u64) -> bool,
+) -> u32 {
+    let mut dropped = 0u32;
+    for at in 0..question_at.min(messages.len()) {
+        if fits(estimate_tokens(messages)) {
+            break;
+        }
+        let mut taken = 0;
+        while !messages[at].attachments.is_empty() && !fits(estimate_tokens(messages)) {
+            messages[at].attachments.remove(0);
+            taken += 1;
+        }
+        if taken > 0 {
+            messages[at].content.push_str(&format!(
+                "\n[{taken} file(s) the user attached here were left out to fit the context window]"
+            ));
+            dropped += taken;
+        }
+    }
+    dropped
 }
 
 /// How full the context window is.
@@ -98,6 +157,8 @@ impl ContextWarningTracker {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Compaction {
     pub removed_messages: u32,
+    /// The images and PDFs the removed messages carried.
+    pub removed_attachments: u32,
     pub tokens_before: u64,
     pub tokens_after: u64,
     /// Where the turn's user message is now.
@@ -141,6 +202,7 @@ pub async fn compact(
         return None;
     }
     let middle: Vec<ChatMessage> = removable.iter().map(|&i| messages[i].clone()).collect();
+    let removed_attachments = middle.iter().map(|m| m.attachments.len()).sum::<usize>();
     let (summary, usage) = match summarise(provider, target, &middle, budget).await {
         (Some(text), usage) => (text, usage),
         (None, usage) => (fallback_summary(&middle), usage),
@@ -163,6 +225,7 @@ pub async fn compact(
     messages.splice(head..tail_start, replacement);
     Some(Compaction {
         removed_messages: u32::try_from(removable.len()).unwrap_or(u32::MAX),
+        removed_attachments: u32::try_from(removed_attachments).unwrap_or(u32::MAX),
         tokens_before,
         tokens_after: estimate_tokens(messages),
         question_at,
@@ -222,6 +285,46 @@ mod tests {
         assert_eq!(tracker.level("any", 100), ContextLevel::Ok);
         assert_eq!(tracker.level("any", 760), ContextLevel::Warning);
         assert_eq!(tracker.level("any", 900), ContextLevel::Critical);
+    }
+
+    #[test]
+    fn images_count_their_stated_tokens_and_go_oldest_first() {
+        let image = |detail: Option<&str>| Attachment {
+            file_id: "file-1".into(),
+            media_type: "image/png".into(),
+            filename: String::new(),
+            detail: detail.map(str::to_owned),
+            at: 0,
+            url: None,
+            data: None,
+        };
+        let with = |text: &str, attachments: Vec<Attachment>| ChatMessage {
+            attachments,
+            ..ChatMessage::user(text)
+        };
+        let mut messages = vec![
+            with("old", vec![image(None), image(Some("low"))]),
+            with("newer", vec![image(None)]),
+            with("now", vec![image(None)]),
+        ];
+        let text_only = 3 * 4 + 1 + 2 + 1;
+        assert_eq!(
+            estimate_tokens(&messages),
+            text_only + 3 * IMAGE_TOKENS + IMAGE_LOW_TOKENS
+        );
+        assert!(has_earlier_attachments(&messages, 2));
+        // Room for two full images and a little: the oldest goes first.
+        let room = text_only + 2 * IMAGE_TOKENS + IMAGE_LOW_TOKENS + 40;
+        let dropped = drop_oldest_attachments(&mut messages, 2, |t| t <= room);
+        assert_eq!(dropped, 1);
+        assert_eq!(messages[0].attachments.len(), 1);
+        assert!(messages[0].content.contains("1 file(s)"), "{}", messages[0].content);
+        assert_eq!(messages[1].attachments.len(), 1);
+        // Never the turn's own, however little room there is.
+        let dropped = drop_oldest_attachments(&mut messages, 2, |_| false);
+        assert_eq!(dropped, 2);
+        assert_eq!(messages[2].attachments.len(), 1, "the question keeps its image");
+        assert!(!has_earlier_attachments(&messages, 2));
     }
 
     #[test]

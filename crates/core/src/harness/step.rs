@@ -97,6 +97,11 @@ impl Turn<'_> {
         }
         let step = state.budget.steps_used();
 
+        // Earlier images and PDFs that alone make the prompt too large
+        // are left out before the call (text is compacted after a step).
+        if compaction::has_earlier_attachments(&conversation.messages, conversation.question_at) {
+            self.compact_if_critical(step, conversation, false).await?;
+        }
         // 4c: generation, streamed.
         let Some(mut output) = self.call_model(step, &conversation.messages).await? else {
             state.set_timed_out();
@@ -215,7 +220,7 @@ impl Turn<'_> {
             self.reflect(step, &mut conversation.messages).await?;
         }
         // 4i: compaction at the critical level.
-        self.compact_if_critical(step, conversation).await?;
+        self.compact_if_critical(step, conversation, true).await?;
         self.record(conversation, step, StepPhase::Finished, false)
             .await?;
         Ok(())
@@ -426,11 +431,14 @@ impl Turn<'_> {
         Ok(())
     }
 
-    /// 4i: compaction when the prompt reaches the critical level.
+    /// 4i: compaction when the prompt reaches the critical level: the
+    /// images and PDFs of earlier messages first, oldest first, then (when
+    /// `summarise`) the older messages' text.
     async fn compact_if_critical(
         &self,
         step: u32,
         conversation: &mut Conversation,
+        summarise: bool,
     ) -> Result<(), TurnError> {
         let harness = self.harness;
         if !harness.options.auto_compact {
@@ -442,39 +450,65 @@ impl Turn<'_> {
         let tokens = compaction::estimate_tokens(&conversation.messages);
         match tracker.level(self.model, tokens) {
             ContextLevel::Critical => {
-                if let Some(done) = compaction::compact(
-                    harness.provider.as_ref(),
-                    self.side_call(),
+                let fits = |tokens| tracker.level(self.model, tokens) < ContextLevel::Critical;
+                let dropped = compaction::drop_oldest_attachments(
                     &mut conversation.messages,
                     conversation.question_at,
-                    &self.state.budget,
-                )
-                .await
-                {
-                    conversation.question_at = done.question_at;
-                    // Rewritten: the next record holds it whole.
-                    conversation.recorded.messages = 0;
-                    let cost = |usage: &Usage| self.cost(usage);
-                    account(self.state, self.sink.as_ref(), step, &done.usage, &cost).await?;
-                    self.state.set_context_compacted();
-                    self.sink
-                        .emit(TurnEvent::ContextCompacted {
-                            step,
-                            removed_messages: done.removed_messages,
-                            tokens_before: done.tokens_before,
-                            tokens_after: done.tokens_after,
-                        })
-                        .await?;
+                    fits,
+                );
+                let mut done = compaction::Compaction {
+                    removed_messages: 0,
+                    removed_attachments: dropped,
+                    tokens_before: tokens,
+                    tokens_after: compaction::estimate_tokens(&conversation.messages),
+                    question_at: conversation.question_at,
+                    usage: Usage::default(),
+                };
+                if summarise && !fits(done.tokens_after) {
+                    if let Some(summarised) = compaction::compact(
+                        harness.provider.as_ref(),
+                        self.side_call(),
+                        &mut conversation.messages,
+                        conversation.question_at,
+                        &self.state.budget,
+                    )
+                    .await
+                    {
+                        let cost = |usage: &Usage| self.cost(usage);
+                        account(self.state, self.sink.as_ref(), step, &summarised.usage, &cost)
+                            .await?;
+                        done = compaction::Compaction {
+                            removed_attachments: dropped + summarised.removed_attachments,
+                            tokens_before: tokens,
+                            ..summarised
+                        };
+                    }
                 }
+                if done.removed_messages == 0 && done.removed_attachments == 0 {
+                    return Ok(());
+                }
+                conversation.question_at = done.question_at;
+                // Rewritten: the next record holds it whole.
+                conversation.recorded.messages = 0;
+                self.state.set_context_compacted();
+                self.sink
+                    .emit(TurnEvent::ContextCompacted {
+                        step,
+                        removed_messages: done.removed_messages,
+                        removed_attachments: done.removed_attachments,
+                        tokens_before: done.tokens_before,
+                        tokens_after: done.tokens_after,
+                    })
+                    .await?;
             }
-            ContextLevel::Warning => {
+            ContextLevel::Warning if summarise => {
                 tracing::info!(
                     tokens,
                     window = tracker.window(self.model),
                     "context window filling up"
                 );
             }
-            ContextLevel::Ok => {}
+            ContextLevel::Warning | ContextLevel::Ok => {}
         }
         Ok(())
     }
