@@ -270,6 +270,10 @@ pub fn build_worker(
         redact: settings.telemetry.redact_logs,
         concurrency: settings.memory.job_concurrency as usize,
         backlog_max: settings.memory.job_backlog_max,
+        images: crate::background::images::JobImages {
+            memory: settings.memory.images,
+            judges: settings.judges.images,
+        },
     };
     BackgroundWorker::new(
         store,

@@ -9,6 +9,7 @@
 //! touches the turn.
 
 mod answers;
+pub mod images;
 pub mod jobs;
 pub mod judges;
 pub mod learner;

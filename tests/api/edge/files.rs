@@ -547,10 +547,19 @@ async fn the_oldest_earlier_images_are_left_out_to_fit_the_window() {
         .filter(|m| m["role"] == "user")
         .collect();
     let first = users[users.len() - 3].to_string();
-    assert!(first.contains("Look 0.") && !first.contains("image_url"), "{first}");
-    assert!(first.contains("left out to fit the context window"), "{first}");
+    assert!(
+        first.contains("Look 0.") && !first.contains("image_url"),
+        "{first}"
+    );
+    assert!(
+        first.contains("left out to fit the context window"),
+        "{first}"
+    );
     assert!(users[users.len() - 2].to_string().contains("image_url"));
-    assert!(users[users.len() - 1].to_string().contains("image_url"), "its own");
+    assert!(
+        users[users.len() - 1].to_string().contains("image_url"),
+        "its own"
+    );
 }
 
 on_both_backends!(later_turns_show_the_earlier_images_again);

@@ -335,7 +335,10 @@ async fn anthropic_thinking_is_shown_as_reasoning_and_redacted_blocks_go_back() 
         Reply::sse("anthropic/text.sse"),
     ]);
     let events = app
-        .post_turn_sse("c-redacted", json!({"message": "What about my Paris trip?"}))
+        .post_turn_sse(
+            "c-redacted",
+            json!({"message": "What about my Paris trip?"}),
+        )
         .await
         .read_to_end()
         .await;
@@ -374,7 +377,10 @@ async fn anthropic_thinking_is_shown_as_reasoning_and_redacted_blocks_go_back() 
     assert_eq!(kinds, ["redacted_thinking", "thinking", "tool_use"]);
     let sent = crate::fake_provider::fixture("anthropic/redacted_thinking_tool_use.sse");
     let data = blocks[0]["data"].as_str().unwrap();
-    assert!(data.starts_with("EmwKAhgB") && sent.contains(data), "byte for byte");
+    assert!(
+        data.starts_with("EmwKAhgB") && sent.contains(data),
+        "byte for byte"
+    );
     assert_eq!(blocks[1]["thinking"], thought);
 }
 

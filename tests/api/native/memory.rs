@@ -476,3 +476,52 @@ async fn a_backlog_the_worker_cannot_follow_stays_bounded() {
     assert_eq!(waiting.len(), 3, "{listed}");
     never.cancel();
 }
+
+/// Memory extraction and the judges read a turn's text alone, unless the
+/// operator lets them see its images (`HARNESS_MEMORY_IMAGES`,
+/// `HARNESS_JUDGES_IMAGES`): then their calls carry the turn's image as
+/// the turn's own call did.
+#[tokio::test]
+async fn background_jobs_see_a_turns_images_only_when_the_operator_says_so() {
+    use base64::Engine as _;
+    let png = crate::helpers::png_of(600);
+    let data_url = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(&png)
+    );
+    for images in [false, true] {
+        let app = app(Backend::Sqlite, |s| {
+            s.memory.images = images;
+            s.judges.images = images;
+            s.harness.prompt_id = Some("support".into());
+            s.judges.list = Some(
+                json!([{"name": "relevance", "criteria": "The answer fits."}])
+                    .to_string()
+                    .parse()
+                    .unwrap(),
+            );
+        })
+        .await;
+        app.provider.enqueue([
+            Reply::sse("openai/text.sse"),
+            Reply::openai_text(EXTRACTED),
+            Reply::openai_text(r#"{"score": 0.9, "rationale": "Fine."}"#),
+        ]);
+        let message = json!([
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image", "data": base64::engine::general_purpose::STANDARD.encode(&png), "media_type": "image/png"}
+        ]);
+        turn(&app, "s-seen", json!({"message": message})).await;
+        // Both ran (in either order: which reply each got is not the point).
+        jobs_done(&app, "s-seen", 2).await;
+        let requests = app.provider.requests();
+        assert_eq!(requests.len(), 3);
+        let image_in = |body: &Value| body.to_string().contains(&data_url);
+        assert!(image_in(&requests[0].body), "the turn's own call");
+        for job_call in &requests[1..] {
+            let body = &job_call.body;
+            assert!(body.to_string().contains("What is in this picture?"));
+            assert_eq!(image_in(body), images, "images {images}: {body}");
+        }
+    }
+}

@@ -69,12 +69,16 @@ pub struct WorkerConfig {
     /// Waiting jobs past which the oldest memory extractions are given up
     /// (`HARNESS_JOB_BACKLOG_MAX`).
     pub backlog_max: u64,
+    /// Which jobs see the images and PDFs of the turn they read.
+    pub images: super::images::JobImages,
 }
 
 /// The background worker.
 pub struct BackgroundWorker {
     /// Where jobs, memories and judgements are kept.
     jobs: Arc<dyn Jobs>,
+    /// Where a turn's images are read from (for the jobs that see them).
+    store: Arc<dyn Store>,
     /// Where a judgement is announced to the session's stream.
     log: Arc<dyn EventLog>,
     provider: Arc<dyn LlmProvider>,
@@ -126,7 +130,8 @@ impl BackgroundWorker {
     ) -> Self {
         Self {
             jobs: store.clone(),
-            log: store,
+            log: store.clone(),
+            store,
             provider,
             pricing,
             embedder,
@@ -291,7 +296,7 @@ impl BackgroundWorker {
         job: &JobRecord,
         spent: &mut Spent,
         (provider, model): (&str, &str),
-        (system, user): (&str, String),
+        (system, user): (&str, ChatMessage),
         limits: SideCallLimits,
     ) -> Step<T> {
         let (answer, usage) = self.ask(provider, model, system, user, limits).await;
@@ -315,17 +320,14 @@ impl BackgroundWorker {
         provider: &str,
         model: &str,
         system: &str,
-        user: String,
+        user: ChatMessage,
         limits: SideCallLimits,
     ) -> (Result<String, String>, Usage) {
         let request = ChatRequest {
             provider: Some(provider.to_owned()),
             ..ChatRequest::new(
                 model,
-                vec![
-                    ChatMessage::new(Role::System, system.to_owned()),
-                    ChatMessage::new(Role::User, user),
-                ],
+                vec![ChatMessage::new(Role::System, system.to_owned()), user],
                 limits.timeout,
             )
         }
@@ -354,6 +356,23 @@ impl BackgroundWorker {
             Some(e) => (Err(e.to_string()), collected.usage),
             None => (Ok(collected.text), collected.usage),
         }
+    }
+
+    /// A job's prompt, with the images and PDFs of the turn it reads when
+    /// the operator lets it see them (`images`).
+    async fn shown(&self, job: &JobRecord, images: bool, text: String) -> Step<ChatMessage> {
+        let mut message = ChatMessage::new(Role::User, text);
+        if images {
+            let at = message.content.len();
+            message.attachments =
+                super::images::of_turn(self.store.as_ref(), &job.session_id, &job.turn_id)
+                    .await
+                    .map_err(|e| retry(job, e.to_string()))?
+                    .into_iter()
+                    .map(|a| crate::providers::Attachment { at, ..a })
+                    .collect();
+        }
+        Ok(message)
     }
 
     /// Counts a model call of a run: it is paid for, whatever comes of it.
@@ -391,6 +410,7 @@ impl BackgroundWorker {
             cut(&task.user_message, SHOWN_CHARS),
             cut(&task.assistant_message, SHOWN_CHARS),
         );
+        let user = self.shown(job, self.config.images.memory, user).await?;
         let model = (task.provider.as_str(), task.model.as_str());
         let extracted: Extracted = self
             .ask_for(job, spent, model, (EXTRACTION_PROMPT, user), limits)
@@ -492,6 +512,7 @@ impl BackgroundWorker {
             cut(&task.messages_text, SHOWN_CHARS),
             cut(&task.response, SHOWN_CHARS / 2),
         );
+        let user = self.shown(job, self.config.images.judges, user).await?;
         let model = (task.provider.as_str(), task.model.as_str());
         let verdict: Verdict = self
             .ask_for(job, spent, model, (&system, user), limits)

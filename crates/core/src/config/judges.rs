@@ -11,6 +11,11 @@ pub struct JudgeSettings {
     /// Schedule the declared judges after turns (with HARNESS_PROMPT_ID).
     #[arg(id = "judges.enabled", long = "judges-enabled", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub enabled: bool,
+    /// Let the judges see the images and PDFs of the turn they score
+    /// (sent to the judge's model with the conversation's text); off, they
+    /// read the text alone.
+    #[arg(id = "judges.images", long = "judges-images", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub images: bool,
     /// The judges: a JSON list of {name, criteria, prompt_ids, threshold,
     /// model} (a `[[judges.list]]` table each in the file) [default: none].
     #[arg(id = "judges.list", long = "judges")]

@@ -16,6 +16,11 @@ pub struct MemorySettings {
     /// turn.
     #[arg(id = "memory.extraction", long = "memory-extraction", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub extraction: bool,
+    /// Let memory extraction see the images and PDFs of the turn it reads
+    /// (sent to the turn's model with the exchange's text); off, it reads
+    /// the text alone.
+    #[arg(id = "memory.images", long = "memory-images", default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub images: bool,
     /// Background jobs (memory extraction, judges) run at once.
     #[arg(
         id = "memory.job_concurrency",

@@ -318,12 +318,20 @@ mod tests {
         let dropped = drop_oldest_attachments(&mut messages, 2, |t| t <= room);
         assert_eq!(dropped, 1);
         assert_eq!(messages[0].attachments.len(), 1);
-        assert!(messages[0].content.contains("1 file(s)"), "{}", messages[0].content);
+        assert!(
+            messages[0].content.contains("1 file(s)"),
+            "{}",
+            messages[0].content
+        );
         assert_eq!(messages[1].attachments.len(), 1);
         // Never the turn's own, however little room there is.
         let dropped = drop_oldest_attachments(&mut messages, 2, |_| false);
         assert_eq!(dropped, 2);
-        assert_eq!(messages[2].attachments.len(), 1, "the question keeps its image");
+        assert_eq!(
+            messages[2].attachments.len(),
+            1,
+            "the question keeps its image"
+        );
         assert!(!has_earlier_attachments(&messages, 2));
     }
 

@@ -475,8 +475,14 @@ impl Turn<'_> {
                     .await
                     {
                         let cost = |usage: &Usage| self.cost(usage);
-                        account(self.state, self.sink.as_ref(), step, &summarised.usage, &cost)
-                            .await?;
+                        account(
+                            self.state,
+                            self.sink.as_ref(),
+                            step,
+                            &summarised.usage,
+                            &cost,
+                        )
+                        .await?;
                         done = compaction::Compaction {
                             removed_attachments: dropped + summarised.removed_attachments,
                             tokens_before: tokens,
