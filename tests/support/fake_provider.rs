@@ -78,6 +78,17 @@ impl Reply {
         Self::openai_deltas(&[&text[..half], &text[half..]])
     }
 
+    /// An Anthropic text answer in the recorded shape of
+    /// `anthropic/text.sse` (the same events, this text in its first delta).
+    pub fn anthropic_text(text: &str) -> Self {
+        let text = serde_json::to_string(text).unwrap();
+        let body = fixture("anthropic/text.sse")
+            .replace(r#""text":"Hello""#, &format!(r#""text":{text}"#))
+            .replace(r#""text":"! How can I""#, r#""text":"""#)
+            .replace(r#""text":" help you today?""#, r#""text":"""#);
+        Self::raw_sse(&body)
+    }
+
     /// An OpenAI text answer in the recorded shape of `openai/text.sse`,
     /// one content delta per piece.
     pub fn openai_deltas(pieces: &[&str]) -> Self {

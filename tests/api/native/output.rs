@@ -241,3 +241,47 @@ async fn a2a_and_mcp_ask_for_json_in_their_own_shape() {
     .await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
 }
+
+/// Anthropic holds the answer to a strict schema itself (its structured
+/// output, `output_config.format`, on Claude 4.5 and later); a schema
+/// that is not strict is asked for in the prompt alone. The service
+/// checks the answer either way.
+#[tokio::test]
+async fn anthropic_is_given_a_strict_schema_as_its_output_format() {
+    let provider = crate::fake_provider::FakeProvider::start().await;
+    let mut settings = crate::helpers::test_settings(&provider);
+    settings.providers.chain = Some("anthropic:claude-sonnet-4-6".parse().unwrap());
+    settings.providers.anthropic_base_url = provider.root.parse().unwrap();
+    settings.providers.anthropic_api_key = Some("sk-ant-test".into());
+    let app = crate::helpers::spawn_app_with(
+        crate::support::TestDb::new(Backend::Sqlite).await,
+        provider,
+        settings,
+    )
+    .await;
+    for strict in [true, false] {
+        app.provider
+            .enqueue([Reply::anthropic_text(r#"{"city": "Paris"}"#)]);
+        let asked = json!({"name": "city", "schema": city_schema(), "strict": strict});
+        let (status, result) = turn(
+            &app,
+            &format!("s-claude-{strict}"),
+            json!({"message": "Where is the Louvre?", "output_schema": asked}),
+        )
+        .await;
+        assert_eq!(status, 200, "{result}");
+        assert_eq!(result["output"], json!({"city": "Paris"}), "{result}");
+        let sent = app.provider.requests().last().unwrap().body.clone();
+        if strict {
+            assert_eq!(
+                sent["output_config"],
+                json!({"format": {"type": "json_schema", "schema": city_schema()}}),
+                "{sent}"
+            );
+        } else {
+            assert!(sent.get("output_config").is_none(), "{sent}");
+        }
+        // The prompt says so either way.
+        assert!(sent.to_string().contains("must be JSON"), "{sent}");
+    }
+}

@@ -23,6 +23,9 @@ pub(super) struct Body<'a> {
     tools: Tools<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking: Option<Thinking>,
+    /// Anthropic's structured output: the answer held to a JSON schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_config: Option<OutputConfig<'a>>,
 }
 
 impl<'a> Body<'a> {
@@ -50,8 +53,55 @@ impl<'a> Body<'a> {
                 kind: "enabled",
                 budget_tokens,
             }),
+            output_config: request
+                .output
+                .as_ref()
+                .filter(|format| format.strict && takes_output_format(model))
+                .and_then(|format| format.schema.as_ref())
+                .map(|schema| OutputConfig {
+                    format: OutputSchema {
+                        kind: "json_schema",
+                        schema,
+                    },
+                }),
         }
     }
+}
+
+#[derive(Serialize)]
+struct OutputConfig<'a> {
+    format: OutputSchema<'a>,
+}
+
+#[derive(Serialize)]
+struct OutputSchema<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    schema: &'a Value,
+}
+
+/// Whether `model` holds an answer to a JSON schema (`output_config`):
+/// Claude 4.5 and later (`claude-{family}-{major}-{minor}`; a model of 4
+/// named with a date after its major, `claude-sonnet-4-20250514`, is 4.0;
+/// Claude 3's names start with their version).
+pub(super) fn takes_output_format(model: &str) -> bool {
+    let Some(rest) = model.strip_prefix("claude-") else {
+        return false;
+    };
+    let mut parts = rest.split('-');
+    let family = parts.next().unwrap_or_default();
+    if family.is_empty() || family.chars().all(|c| c.is_ascii_digit()) {
+        return false;
+    }
+    let number = |part: Option<&str>| {
+        part.filter(|p| (1..=2).contains(&p.len()))
+            .and_then(|p| p.parse::<u32>().ok())
+    };
+    let Some(major) = number(parts.next()) else {
+        return false;
+    };
+    let minor = number(parts.next()).unwrap_or(0);
+    (major, minor) >= (4, 5)
 }
 
 #[derive(Serialize)]
@@ -258,6 +308,26 @@ mod tests {
         ChatMessage, ChatRequest, ToolCall,
         anthropic::{AnthropicConfig, AnthropicProvider},
     };
+
+    #[test]
+    fn claude_4_5_and_later_take_an_output_format() {
+        for (model, takes) in [
+            ("claude-sonnet-4-5", true),
+            ("claude-sonnet-4-5-20250929", true),
+            ("claude-haiku-4-5", true),
+            ("claude-opus-4-6", true),
+            ("claude-sonnet-4-6", true),
+            ("claude-opus-5", true),
+            ("claude-opus-4-1-20250805", false),
+            ("claude-sonnet-4-20250514", false),
+            ("claude-3-5-sonnet-20241022", false),
+            ("claude-3-7-sonnet-latest", false),
+            ("gpt-4o", false),
+            ("claude-", false),
+        ] {
+            assert_eq!(super::takes_output_format(model), takes, "{model}");
+        }
+    }
 
     /// The parts no recorded exchange has: an answer's length under the
     /// adapter's, results of two calls merged into one user message, and
