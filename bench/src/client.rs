@@ -23,6 +23,9 @@ pub enum Target {
     Katan { base: String },
     /// agent-harness, which calls the fake provider.
     Harness { base: String },
+    /// agent-harness, each turn's message naming this file (an image) by
+    /// its id after its text.
+    HarnessImage { base: String, file_id: Arc<str> },
     /// Several agent-harness replicas, a request to each in turn (as a
     /// gateway spreads them).
     Gateway {
@@ -68,7 +71,7 @@ fn markers(target: &Target) -> (&'static [u8], &'static [u8]) {
     match target {
         Target::Direct { .. } => (b"\"content\":\"tok", b"data: [DONE]"),
         Target::Katan { .. } => (b"\"delta\": {\"content\": \"", b"data: [DONE]"),
-        Target::Harness { .. } | Target::Gateway { .. } => {
+        Target::Harness { .. } | Target::HarnessImage { .. } | Target::Gateway { .. } => {
             (b"event: message.delta", b"event: turn.completed")
         }
     }
@@ -83,13 +86,26 @@ fn count(haystack: &[u8], needle: &[u8]) -> usize {
 
 /// A streamed turn of a new session.
 fn turn(client: &reqwest::Client, base: &str, model: &str) -> reqwest::RequestBuilder {
+    turn_saying(
+        client,
+        base,
+        json!({"message": "Hi", "runtime_model": model}),
+    )
+}
+
+/// A streamed turn of a new session, with this body.
+fn turn_saying(
+    client: &reqwest::Client,
+    base: &str,
+    body: serde_json::Value,
+) -> reqwest::RequestBuilder {
     client
         .post(format!(
             "{base}/sessions/bench-{}/turns",
             uuid::Uuid::now_v7().simple()
         ))
         .header("accept", "text/event-stream")
-        .json(&json!({"message": "Hi", "runtime_model": model}))
+        .json(&body)
 }
 
 /// Sends one request and times it.
@@ -127,6 +143,14 @@ pub async fn request(client: &reqwest::Client, target: &Target, model: &str) -> 
             .bearer_auth("sk-bench")
             .json(&json!({"model": model, "messages": [{"role": "user", "content": "Hi"}], "stream": true})),
         Target::Harness { base } => turn(client, base, model),
+        Target::HarnessImage { base, file_id } => turn_saying(
+            client,
+            base,
+            json!({"message": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image", "file_id": &**file_id}
+            ], "runtime_model": model}),
+        ),
         Target::Gateway { bases, next } => {
             let i = next.fetch_add(1, Ordering::Relaxed) % bases.len().max(1);
             match bases.get(i) {

@@ -20,6 +20,7 @@
 mod client;
 mod compare;
 mod fake;
+mod images;
 mod procs;
 mod relay;
 mod scale;

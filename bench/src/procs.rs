@@ -479,7 +479,9 @@ pub async fn serve_harness(
     settings.providers.max_attempts = 1;
     settings.harness.turn_timeout_s = turn_timeout_s;
     for model in crate::fake::offered_models() {
-        settings.providers.models.0.entry(model).or_default();
+        // The fake reads images and PDFs (it answers whatever it is sent).
+        settings.providers.models.0.entry(model).or_default().inputs =
+            Some(harness_base::providers::catalogue::Inputs::ALL);
     }
     // Everything else is the service's default (memory extraction is off
     // by default; `bench run` prints what it changes).

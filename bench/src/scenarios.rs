@@ -31,9 +31,9 @@ impl Drop for ScratchDir {
     }
 }
 
-const ALL: [&str; 11] = [
-    "startup", "overhead", "ttft", "tools", "streams", "held", "eventlog", "replicas", "takeover",
-    "tenants", "scale",
+const ALL: [&str; 12] = [
+    "startup", "overhead", "ttft", "tools", "images", "streams", "held", "eventlog", "replicas",
+    "takeover", "tenants", "scale",
 ];
 
 pub async fn run(
@@ -79,7 +79,7 @@ pub async fn run(
     if wanted("startup") {
         startup(&fake, &sqlite, postgres.as_deref()).await?;
     }
-    if wanted("overhead") || wanted("ttft") || wanted("tools") {
+    if wanted("overhead") || wanted("ttft") || wanted("tools") || wanted("images") {
         let (harness, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
         if wanted("overhead") {
             overhead(&fake, &harness, "sqlite", scale).await;
@@ -93,6 +93,9 @@ pub async fn run(
         }
         if wanted("tools") {
             tools(&harness, scale).await;
+        }
+        if wanted("images") {
+            crate::images::run(&harness, scale).await?;
         }
     }
     if wanted("streams") {

@@ -183,6 +183,7 @@ async fn store(backend: Backend) -> (TestDb, Arc<dyn Store>) {
 }
 
 mod event_log;
+mod files;
 mod log_model;
 mod memory;
 mod migrations;

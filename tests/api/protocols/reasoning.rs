@@ -206,7 +206,7 @@ async fn a_tenant_may_hide_or_show_reasoning_against_the_operators_default() {
             .await
             .read_to_end()
             .await;
-        let shown = types(&events).iter().any(|t| *t == "reasoning.delta");
+        let shown = types(&events).contains(&"reasoning.delta");
         assert_eq!(shown, tenant_shows, "operator {operator:?}");
         let result = &events.last().unwrap().json()["result"];
         assert_eq!(result["reasoning_tokens"], 17, "operator {operator:?}");

@@ -464,8 +464,9 @@ impl Turn<'_> {
                     question_at: conversation.question_at,
                     usage: Usage::default(),
                 };
-                if summarise && !fits(done.tokens_after) {
-                    if let Some(summarised) = compaction::compact(
+                if summarise
+                    && !fits(done.tokens_after)
+                    && let Some(summarised) = compaction::compact(
                         harness.provider.as_ref(),
                         self.side_call(),
                         &mut conversation.messages,
@@ -473,22 +474,21 @@ impl Turn<'_> {
                         &self.state.budget,
                     )
                     .await
-                    {
-                        let cost = |usage: &Usage| self.cost(usage);
-                        account(
-                            self.state,
-                            self.sink.as_ref(),
-                            step,
-                            &summarised.usage,
-                            &cost,
-                        )
-                        .await?;
-                        done = compaction::Compaction {
-                            removed_attachments: dropped + summarised.removed_attachments,
-                            tokens_before: tokens,
-                            ..summarised
-                        };
-                    }
+                {
+                    let cost = |usage: &Usage| self.cost(usage);
+                    account(
+                        self.state,
+                        self.sink.as_ref(),
+                        step,
+                        &summarised.usage,
+                        &cost,
+                    )
+                    .await?;
+                    done = compaction::Compaction {
+                        removed_attachments: dropped + summarised.removed_attachments,
+                        tokens_before: tokens,
+                        ..summarised
+                    };
                 }
                 if done.removed_messages == 0 && done.removed_attachments == 0 {
                     return Ok(());

@@ -66,6 +66,15 @@ impl TurnRunner {
         {
             return Ok(0);
         }
+        // Uploads that never finished (their process died) leave bytes
+        // that no file names: gone an hour after they began.
+        let swept = inner
+            .store
+            .sweep_unfinished_files(now - chrono::Duration::hours(1))
+            .await?;
+        if swept > 0 {
+            tracing::info!(swept, "retention: unfinished uploads removed");
+        }
         let mut scopes: Vec<(Option<String>, Duration)> = Vec::new();
         if let Some(kept) = retention.default {
             scopes.push((None, kept));

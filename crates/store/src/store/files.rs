@@ -124,6 +124,16 @@ pub(crate) const DELETE_USER: [&str; 3] = delete_files!(
 pub(crate) const DELETE_SESSION: [&str; 3] =
     delete_files!("f.session_id = $1", "h.session_id = $1");
 
+/// Removes the blobs (and their chunks) that no file names, begun before
+/// `$1`: uploads that never finished.
+pub(crate) const SWEEP_UNFINISHED: [&str; 2] = [
+    "DELETE FROM file_chunks WHERE (tenant, sha256) IN (SELECT b.tenant, b.sha256 \
+     FROM file_blobs b WHERE b.created_at < $1 AND NOT EXISTS (SELECT 1 FROM files f \
+     WHERE f.tenant = b.tenant AND f.sha256 = b.sha256))",
+    "DELETE FROM file_blobs WHERE created_at < $1 AND NOT EXISTS (SELECT 1 FROM files f \
+     WHERE f.tenant = file_blobs.tenant AND f.sha256 = file_blobs.sha256)",
+];
+
 /// Deletes every file of a tenant (`$1`).
 pub(crate) const DELETE_TENANT: [&str; 3] = [
     "DELETE FROM file_chunks WHERE tenant = $1",
@@ -146,6 +156,11 @@ pub trait Files: Reads + Send + Sync {
 
     /// Deletes the files `user` uploaded in `tenant`; how many.
     async fn erase_user_files(&self, tenant: &str, user: &str) -> Result<u64>;
+
+    /// Removes the bytes of uploads that never finished (a process that
+    /// died while it wrote them: a blob that no file names), begun before
+    /// `before`; how many blobs went.
+    async fn sweep_unfinished_files(&self, before: DateTime<Utc>) -> Result<u64>;
 
     /// One of a tenant's files.
     async fn file(&self, tenant: &str, id: &str) -> Result<Option<FileRecord>> {

@@ -8,7 +8,8 @@ use sqlx::{Postgres, Transaction};
 use tokio::io::AsyncReadExt;
 
 use super::{
-    CHUNK_BYTES, DELETE_ONE, DELETE_USER, FilePut, FileRecord, Files, lock_key, spooled_error,
+    CHUNK_BYTES, DELETE_ONE, DELETE_USER, FilePut, FileRecord, Files, SWEEP_UNFINISHED, lock_key,
+    spooled_error,
 };
 use crate::store::{Result, postgres::PostgresStore};
 
@@ -30,14 +31,18 @@ impl Files for PostgresStore {
         self.bounded(async {
             let mut tx = self.begin_write().await?;
             lock_files(&mut tx, &file.tenant).await?;
-            let held: Option<(i64,)> =
-                sqlx::query_as("SELECT bytes FROM file_blobs WHERE tenant = $1 AND sha256 = $2")
-                    .bind(&file.tenant)
-                    .bind(&file.sha256)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            let new_bytes = held.is_none();
-            if new_bytes {
+            // Held when a file names them; a blob that none names is an
+            // upload that never finished (its chunks written again).
+            let held: Option<(bool,)> = sqlx::query_as(
+                "SELECT EXISTS (SELECT 1 FROM files f WHERE f.tenant = b.tenant \
+                 AND f.sha256 = b.sha256) FROM file_blobs b WHERE b.tenant = $1 AND b.sha256 = $2",
+            )
+            .bind(&file.tenant)
+            .bind(&file.sha256)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let new_bytes = held != Some((true,));
+            if held.is_none() {
                 let (used,): (i64,) = sqlx::query_as(
                     "SELECT COALESCE(SUM(bytes), 0)::BIGINT FROM file_blobs WHERE tenant = $1",
                 )
@@ -58,6 +63,8 @@ impl Files for PostgresStore {
                 .bind(file.created_at)
                 .execute(&mut *tx)
                 .await?;
+            }
+            if new_bytes {
                 write_chunks(&mut tx, file, content).await?;
             }
             sqlx::query(
@@ -79,6 +86,23 @@ impl Files for PostgresStore {
             .await?;
             tx.commit().await?;
             Ok(FilePut::Stored { new_bytes })
+        })
+        .await
+    }
+
+    async fn sweep_unfinished_files(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+        self.bounded(async {
+            let mut tx = self.begin_write().await?;
+            let mut swept = 0;
+            for sql in SWEEP_UNFINISHED {
+                swept = sqlx::query(sql)
+                    .bind(before)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            }
+            tx.commit().await?;
+            Ok(swept)
         })
         .await
     }
@@ -148,13 +172,16 @@ async fn write_chunks(
         if filled == 0 {
             break;
         }
-        sqlx::query("INSERT INTO file_chunks (tenant, sha256, idx, data) VALUES ($1, $2, $3, $4)")
-            .bind(&file.tenant)
-            .bind(&file.sha256)
-            .bind(index)
-            .bind(&chunk[..filled])
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO file_chunks (tenant, sha256, idx, data) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&file.tenant)
+        .bind(&file.sha256)
+        .bind(index)
+        .bind(&chunk[..filled])
+        .execute(&mut **tx)
+        .await?;
         index += 1;
         total += filled as i64;
     }
