@@ -397,6 +397,43 @@ fn keys_are_made_listed_and_revoked_and_only_their_hash_is_kept() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
 
+/// A tenant's own limits, its choice of shown reasoning among them, are
+/// set, listed, and cleared by a `set` that leaves them out.
+#[test]
+fn a_tenants_limits_and_reasoning_are_set_and_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/h.db", dir.path().display());
+    let env = [("DATABASE_URL", db.as_str())];
+    let out = harness(
+        &[
+            "tenants",
+            "set",
+            "acme",
+            "--max-running-turns",
+            "8",
+            "--reasoning",
+            "hidden",
+        ],
+        &env,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let listed = String::from_utf8(harness(&["tenants", "list"], &env).stdout).unwrap();
+    assert_eq!(
+        listed.trim(),
+        "acme max_running_turns=8 max_streams=default tokens_per_day=default \
+         retention_s=default reasoning=hidden"
+    );
+    let out = harness(&["tenants", "set", "acme", "--reasoning", "show"], &env);
+    assert!(out.status.success(), "{out:?}");
+    let listed = String::from_utf8(harness(&["tenants", "list"], &env).stdout).unwrap();
+    assert!(
+        listed.contains("max_running_turns=default") && listed.contains("reasoning=show"),
+        "{listed}"
+    );
+    let out = harness(&["tenants", "set", "acme", "--reasoning", "loud"], &env);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
 #[test]
 fn an_admin_key_is_made_and_the_audit_trail_printed() {
     let dir = tempfile::tempdir().unwrap();
