@@ -396,6 +396,24 @@ pub async fn read_all(store: &dyn Store, file: &FileRecord) -> Result<Vec<u8>, S
     Ok(bytes)
 }
 
+/// A message's image or file as a call sends it: `file`'s `bytes`, as
+/// `asked` named it.
+pub fn attachment(
+    asked: &crate::turn::Asked,
+    file: FileRecord,
+    bytes: Vec<u8>,
+) -> crate::providers::Attachment {
+    crate::providers::Attachment {
+        file_id: file.id,
+        media_type: file.media_type,
+        filename: asked.filename.clone().unwrap_or(file.filename),
+        detail: asked.detail.clone(),
+        at: asked.at,
+        url: asked.url.clone(),
+        data: Some(std::sync::Arc::from(bytes)),
+    }
+}
+
 /// Whether a file of `media_type` reaches a model as text.
 pub fn is_text(media_type: &str) -> bool {
     kind_of(media_type) == Some(Kind::Text)

@@ -2,8 +2,6 @@
 //! memory extraction or the judges see them (`HARNESS_MEMORY_IMAGES`,
 //! `HARNESS_JUDGES_IMAGES`); otherwise a job reads the text alone.
 
-use std::sync::Arc;
-
 use uuid::Uuid;
 
 use crate::{
@@ -54,15 +52,7 @@ pub async fn of_turn(
             continue;
         }
         let bytes = files::read_all(store, &file).await?;
-        loaded.push(Attachment {
-            file_id: file.id,
-            media_type: file.media_type,
-            filename: asked.filename.clone().unwrap_or(file.filename),
-            detail: asked.detail.clone(),
-            at: 0,
-            url: asked.url.clone(),
-            data: Some(Arc::from(bytes)),
-        });
+        loaded.push(files::attachment(asked, file, bytes));
     }
     Ok(loaded)
 }

@@ -3,8 +3,6 @@
 //! once), checked against what its model reads, and loaded for its calls.
 //! The request the turn keeps names files, never bytes.
 
-use std::sync::Arc;
-
 use base64::Engine as _;
 
 use super::{StartError, TurnRunner};
@@ -222,15 +220,7 @@ impl TurnRunner {
                 .await?
                 .ok_or_else(|| StoreError::Corrupt(format!("the turn's file {id} is gone")))?;
             let bytes = files::read_all(store, &file).await?;
-            loaded.push(Attachment {
-                file_id: file.id,
-                media_type: file.media_type,
-                filename: asked.filename.clone().unwrap_or(file.filename),
-                detail: asked.detail.clone(),
-                at: asked.at,
-                url: asked.url.clone(),
-                data: Some(Arc::from(bytes)),
-            });
+            loaded.push(files::attachment(asked, file, bytes));
         }
         Ok(loaded)
     }
@@ -284,15 +274,7 @@ impl TurnRunner {
                     continue;
                 }
                 let bytes = files::read_all(store, &file).await?;
-                let attachment = Attachment {
-                    file_id: file.id,
-                    media_type: file.media_type,
-                    filename: asked.filename.clone().unwrap_or(file.filename),
-                    detail: asked.detail.clone(),
-                    at: asked.at,
-                    url: asked.url.clone(),
-                    data: Some(Arc::from(bytes)),
-                };
+                let attachment = files::attachment(&asked, file, bytes);
                 loaded.push(attachment.clone());
                 message.attachments.insert(0, attachment);
             }

@@ -230,6 +230,27 @@ pub(crate) fn fill(
     Ok(filled)
 }
 
+/// Reads the next chunk of an upload's spooled copy into `chunk` (at
+/// most [`CHUNK_BYTES`]); how much it read (0 at its end).
+pub(crate) async fn next_chunk(
+    source: &mut tokio::fs::File,
+    chunk: &mut [u8],
+) -> crate::store::Result<usize> {
+    use tokio::io::AsyncReadExt as _;
+    let mut filled = 0;
+    while filled < chunk.len() {
+        let read = source
+            .read(&mut chunk[filled..])
+            .await
+            .map_err(spooled_error)?;
+        if read == 0 {
+            break;
+        }
+        filled += read;
+    }
+    Ok(filled)
+}
+
 /// The spooled copy of an upload could not be read back.
 pub(crate) fn spooled_error(e: std::io::Error) -> crate::store::StoreError {
     crate::store::StoreError::Corrupt(format!("an upload's spooled copy: {e}"))

@@ -5,7 +5,6 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use sqlx::{Postgres, Transaction};
-use tokio::io::AsyncReadExt;
 
 use super::{
     CHUNK_BYTES, DELETE_ONE, DELETE_USER, FilePut, FileRecord, Files, SWEEP_UNFINISHED, lock_key,
@@ -158,17 +157,7 @@ async fn write_chunks(
     let mut chunk = vec![0; CHUNK_BYTES];
     let (mut index, mut total) = (0i32, 0i64);
     loop {
-        let mut filled = 0;
-        while filled < chunk.len() {
-            let read = source
-                .read(&mut chunk[filled..])
-                .await
-                .map_err(spooled_error)?;
-            if read == 0 {
-                break;
-            }
-            filled += read;
-        }
+        let filled = super::next_chunk(&mut source, &mut chunk).await?;
         if filled == 0 {
             break;
         }

@@ -230,7 +230,6 @@ impl SqliteStore {
     /// A put's chunks, read from the spooled copy [`CHUNKS_PER_JOB`] at a
     /// time, each batch one writer job.
     async fn write_chunks(&self, file: &FileRecord, content: &Path) -> Result<()> {
-        use tokio::io::AsyncReadExt as _;
         let mut source = tokio::fs::File::open(content)
             .await
             .map_err(spooled_error)?;
@@ -239,17 +238,7 @@ impl SqliteStore {
             let mut batch = Vec::with_capacity(CHUNKS_PER_JOB);
             while batch.len() < CHUNKS_PER_JOB {
                 let mut chunk = vec![0; CHUNK_BYTES];
-                let mut filled = 0;
-                while filled < CHUNK_BYTES {
-                    let read = source
-                        .read(&mut chunk[filled..])
-                        .await
-                        .map_err(spooled_error)?;
-                    if read == 0 {
-                        break;
-                    }
-                    filled += read;
-                }
+                let filled = super::next_chunk(&mut source, &mut chunk).await?;
                 if filled == 0 {
                     break;
                 }
