@@ -243,6 +243,14 @@ try {
     throw new Error(`no frontend tool call: ${opened.map((e) => e.type).join(' ')}`);
   }
   if (opened.some((e) => e.type === 'TOOL_CALL_RESULT')) throw new Error('the service ran the frontend tool');
+  const ended = opened.at(-1);
+  if (ended.outcome?.type !== 'success' || ended.outcome.pendingToolCallIds?.join() !== start.toolCallId) {
+    throw new Error(`the run did not name its pending call: ${JSON.stringify(ended.outcome)}`);
+  }
+  const runUsage = ended.usage?.[0];
+  if (!(runUsage?.inputTokens > 0) || runUsage.totalTokens !== runUsage.inputTokens + runUsage.outputTokens) {
+    throw new Error(`RUN_FINISHED without its usage: ${JSON.stringify(ended)}`);
+  }
   const next = {
     ...input,
     runId: 'run-2',
@@ -330,6 +338,35 @@ try {
   }
   const thinkingText = thinking.newMessages.filter((m) => m.role === 'assistant').map((m) => m.content ?? '').join('');
   if (!thinkingText.startsWith('Echo: think first')) throw new Error(`HttpAgent after the reasoning: ${thinkingText}`);
+  passed++;
+
+  // A run cancelled while it streams did not fail: it finishes with AG-UI
+  // 1.0's cancelled outcome, through HttpAgent (which verifies each event
+  // as it applies it), not RUN_ERROR.
+  const stopped = new HttpAgent({
+    url: `http://127.0.0.1:${port}/v1/agui`,
+    threadId: 'agui-cancelled',
+    initialMessages: [{ id: 'cu1', role: 'user', content: 'answer slowly, then be cancelled' }],
+  });
+  const stoppedEvents = [];
+  const stopping = stopped.runAgent({ runId: 'cancelled-run' }, {
+    onEvent: ({ event }) => { stoppedEvents.push(event); },
+  });
+  let stoppedTurn;
+  for (let i = 0; i < 100 && !stoppedTurn; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    const session = await fetch(`http://127.0.0.1:${port}/sessions/agui-cancelled`);
+    if (session.ok) stoppedTurn = (await session.json()).running_turn_id;
+  }
+  if (!stoppedTurn) throw new Error('the slow AG-UI run never began');
+  const cancelled = await post(`/sessions/agui-cancelled/turns/${stoppedTurn}/cancel`, {});
+  if (!cancelled.ok) throw new Error(`the cancel was refused: ${cancelled.status}`);
+  await stopping;
+  const stoppedLast = stoppedEvents.at(-1);
+  if (stoppedEvents.some((e) => e.type === 'RUN_ERROR') || stoppedLast?.type !== 'RUN_FINISHED'
+      || stoppedLast.outcome?.type !== 'cancelled') {
+    throw new Error(`a cancelled run: ${JSON.stringify(stoppedEvents.map((e) => [e.type, e.outcome]))}`);
+  }
   passed++;
 
   // The same through AG-UI's own client (HttpAgent, which verifies the

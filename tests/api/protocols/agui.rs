@@ -133,6 +133,21 @@ async fn a_frontend_tool_ends_the_run_and_the_next_run_answers_it(backend: Backe
         "{types:?}"
     );
     assert!(!types.contains(&"TOOL_CALL_RESULT"), "{types:?}");
+    // A completed run that leaves the client's call to answer names it,
+    // and says what its provider call used.
+    let finished = first.last().unwrap();
+    assert_eq!(
+        finished["outcome"],
+        json!({"type": "success", "pendingToolCallIds": ["call_a1"]}),
+        "{finished}"
+    );
+    let usage = &finished["usage"][0];
+    let (input, output) = (
+        usage["inputTokens"].as_u64().unwrap(),
+        usage["outputTokens"].as_u64().unwrap(),
+    );
+    assert!(input > 0 && output > 0, "{finished}");
+    assert_eq!(usage["totalTokens"], input + output);
     let start = &first[types.len() - 4];
     assert_eq!(
         (&start["toolCallId"], &start["toolCallName"]),
@@ -174,9 +189,73 @@ async fn a_frontend_tool_ends_the_run_and_the_next_run_answers_it(backend: Backe
             .iter()
             .any(|e| e["type"].as_str().unwrap().starts_with("TOOL_CALL"))
     );
-    assert_eq!(second.last().unwrap()["type"], "RUN_FINISHED");
+    let finished = second.last().unwrap();
+    assert_eq!(finished["type"], "RUN_FINISHED");
+    assert!(finished["outcome"].is_null(), "{finished}");
+    // The second run counts its own call only (the fake's text answer:
+    // 120 in, 40 out), not the first run's.
+    assert_eq!(
+        (
+            &finished["usage"][0]["inputTokens"],
+            &finished["usage"][0]["outputTokens"]
+        ),
+        (&json!(120), &json!(40)),
+        "{finished}"
+    );
     let sent = app.provider.requests()[1].body["messages"].to_string();
     assert!(sent.contains("Paris"), "{sent}");
+}
+
+/// A run stopped before it completed (cancelled, or interrupted by a
+/// newer message) ends with `RUN_FINISHED` and AG-UI 1.0's cancelled
+/// outcome, not `RUN_ERROR`: it did not fail.
+#[tokio::test]
+async fn a_cancelled_run_finishes_with_the_cancelled_outcome() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let never = tokio_util::sync::CancellationToken::new();
+    app.provider
+        .enqueue([Reply::sse("openai/text.sse").hold_after(3, &never)]);
+    let mut response = app
+        .client
+        .post(app.url("/v1/agui"))
+        .json(&json!({"threadId": "thread-stop", "runId": "run-stop",
+            "messages": [{"id": "u1", "role": "user", "content": "Hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let mut body = String::new();
+    while !body.contains("TEXT_MESSAGE_CONTENT") {
+        let chunk = response.chunk().await.unwrap().expect("the run's events");
+        body.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let (_, session) = app.get_json("/sessions/thread-stop").await;
+    let turn_id = session["running_turn_id"].as_str().unwrap().to_owned();
+    let (status, _) = app
+        .post_json(&format!("/sessions/thread-stop/turns/{turn_id}/cancel"))
+        .await;
+    assert!(status == 200 || status == 202, "{status}");
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        body.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let events: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert!(!types.contains(&"RUN_ERROR"), "{types:?}");
+    assert_eq!(
+        types[types.len() - 3..],
+        ["TEXT_MESSAGE_END", "STEP_FINISHED", "RUN_FINISHED"],
+        "{types:?}"
+    );
+    let finished = events.last().unwrap();
+    assert_eq!(
+        finished["outcome"],
+        json!({"type": "cancelled"}),
+        "{finished}"
+    );
+    assert_eq!(finished["runId"], "run-stop");
 }
 
 on_both_backends!(

@@ -207,6 +207,8 @@ struct Encoder {
     said: StepText,
     /// The open reasoning message, if any.
     reasoning: Option<String>,
+    /// What this run's provider calls used (their `usage` events).
+    used: events::TokenUsage,
 }
 
 impl Encoder {
@@ -329,13 +331,46 @@ impl Encoder {
         ]);
     }
 
-    /// `RUN_FINISHED`, with the turn's answer or the interrupt it waits on.
+    /// `RUN_FINISHED`, with the turn's answer or the interrupt it waits on,
+    /// and what the run's provider calls used.
     fn finished(&self, result: Option<RunResult>, outcome: Option<Outcome>) -> Event {
+        let used = self.used;
         Event::RunFinished {
             thread_id: self.thread_id.clone(),
             run_id: self.run_id.clone(),
             result,
             outcome,
+            usage: if used == events::TokenUsage::default() {
+                Vec::new()
+            } else {
+                vec![events::TokenUsage {
+                    total_tokens: used.input_tokens.saturating_add(used.output_tokens),
+                    ..used
+                }]
+            },
+        }
+    }
+
+    /// Adds a provider call's `usage` to the run's.
+    fn count(&mut self, event: &TurnEvent) {
+        if let TurnEvent::Usage {
+            step: Some(_),
+            input_tokens,
+            output_tokens,
+            cache_read_tokens,
+            cache_creation_tokens,
+            reasoning_tokens,
+            ..
+        } = event
+        {
+            let used = &mut self.used;
+            used.input_tokens = used.input_tokens.saturating_add(*input_tokens);
+            used.output_tokens = used.output_tokens.saturating_add(*output_tokens);
+            used.cached_input_tokens = used.cached_input_tokens.saturating_add(*cache_read_tokens);
+            used.cache_write_input_tokens = used
+                .cache_write_input_tokens
+                .saturating_add(*cache_creation_tokens);
+            used.reasoning_tokens = used.reasoning_tokens.saturating_add(*reasoning_tokens);
         }
     }
 }
@@ -367,7 +402,10 @@ impl EndsAtClientCall for Encoder {
         self.close_message(&mut out);
         Self::tool_call(call_id, tool, arguments, &mut out);
         self.leave_step(&mut out);
-        out.push(self.finished(None, None));
+        let outcome = Outcome::Success {
+            pending_tool_call_ids: vec![call_id.to_owned()],
+        };
+        out.push(self.finished(None, Some(outcome)));
         out
     }
 
@@ -389,7 +427,7 @@ impl EndsAtClientCall for Encoder {
                 arguments: arguments.clone(),
             },
         };
-        let outcome = Outcome {
+        let outcome = Outcome::Interrupt {
             interrupts: vec![interrupt],
         };
         out.push(self.finished(None, Some(outcome)));
@@ -403,6 +441,7 @@ impl EndsAtClientCall for Encoder {
             let said = self.said.other();
             self.say(said, &mut out);
         }
+        self.count(event);
         match event {
             TurnEvent::ReasoningDelta { step, text } => {
                 self.enter_step(*step, &mut out);
@@ -458,12 +497,10 @@ impl EndsAtClientCall for Encoder {
                 });
                 return (out, true);
             }
-            TurnEvent::TurnCancelled { reason } | TurnEvent::TurnInterrupted { reason } => {
+            // Stopped, not failed: AG-UI 1.0's cancelled outcome.
+            TurnEvent::TurnCancelled { .. } | TurnEvent::TurnInterrupted { .. } => {
                 self.leave_step(&mut out);
-                out.push(Event::RunError {
-                    message: reason.clone(),
-                    code: "turn_ended".to_owned(),
-                });
+                out.push(self.finished(None, Some(Outcome::Cancelled)));
                 return (out, true);
             }
             _ => {}
@@ -547,6 +584,7 @@ async fn agui_run(
         step: None,
         said: StepText::default(),
         reasoning: None,
+        used: events::TokenUsage::default(),
     };
     let format = SegmentStream::new(turn_id, after, encoder);
     Ok(stream_for(&app, format, events))

@@ -22,6 +22,10 @@ pub(super) enum Event {
         result: Option<RunResult>,
         #[serde(skip_serializing_if = "Option::is_none")]
         outcome: Option<Outcome>,
+        /// The run's own provider calls (AG-UI 1.0 `usage`: one entry per
+        /// provider and model; this service's run is one entry).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        usage: Vec<TokenUsage>,
     },
     RunError {
         message: String,
@@ -108,11 +112,33 @@ pub(super) struct RunResult {
     pub web_citations: Vec<crate::turn::WebCitation>,
 }
 
-/// A run that ends waiting: AG-UI's interrupt outcome.
+/// How a run that did not fail ended (AG-UI 1.0's `outcome`; absent:
+/// it completed).
 #[derive(Debug, Serialize)]
-#[serde(tag = "type", rename = "interrupt")]
-pub(super) struct Outcome {
-    pub interrupts: Vec<Interrupt>,
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum Outcome {
+    /// It completed, leaving calls of the client's tools for the client
+    /// to answer in its next run.
+    #[serde(rename_all = "camelCase")]
+    Success { pending_tool_call_ids: Vec<String> },
+    /// It waits for the person's decision.
+    Interrupt { interrupts: Vec<Interrupt> },
+    /// It was stopped (cancelled, or interrupted by a newer message) and
+    /// did not fail.
+    Cancelled,
+}
+
+/// Token counts of a run, in AG-UI 1.0's accounting: `inputTokens` and
+/// `outputTokens` are totals, the others parts of them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct TokenUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub cache_write_input_tokens: u64,
 }
 
 #[derive(Debug, Serialize)]
