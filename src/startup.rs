@@ -292,7 +292,7 @@ fn runner_config(
             client_tools_max_bytes: settings.harness.client_tools_max_bytes,
             tenant_defaults: settings.server.tenant_defaults(),
             files: settings.server.file_limits(),
-            allow_private: settings.server.outbound_allow_private,
+            outbound: outbound_trust(settings),
             pass_urls: settings.server.file_urls == crate::files::FileUrls::Pass,
         },
         retention: crate::runner::Retention {
@@ -386,16 +386,31 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Whom the service's own requests may reach and trust (the settings
+/// were validated: a CA file that could not be read then stopped the
+/// start; one gone since leaves the system's roots alone).
+fn outbound_trust(settings: &Settings) -> crate::outbox::Trust {
+    settings.server.outbound_trust().unwrap_or_else(|why| {
+        tracing::error!(why, "HARNESS_OUTBOUND_CA_FILE: the system's roots alone");
+        crate::outbox::Trust {
+            allow_private: settings.server.outbound_allow_private,
+            roots: Vec::new(),
+        }
+    })
+}
+
 /// The outbox's two users on `background`: A2A pushes, webhooks (the
 /// operator's endpoint saved first).
 async fn spawn_outbox(app: &AppState, background: &TaskTracker, shutdown: &CancellationToken) {
     let server = &app.settings.server;
-    let (instance, allow_private) = (server.instance_id.clone(), server.outbound_allow_private);
+    let instance = server.instance_id.clone();
+    let trust = outbound_trust(&app.settings);
     let (store, stop) = (app.store.clone(), shutdown.clone());
     let wake = app.protocols.pushes_due.clone();
     let pushes = Arc::new(crate::protocols::a2a::push::fold::A2aPushes);
+    let pushing = trust.clone();
     background.spawn(async move {
-        let who = (instance.as_str(), allow_private);
+        let who = (instance.as_str(), &pushing);
         crate::outbox::pushes::deliver(store, pushes, who, wake, stop).await;
     });
     if let Err(e) = http::webhooks::put_operator(app).await {
@@ -407,6 +422,6 @@ async fn spawn_outbox(app: &AppState, background: &TaskTracker, shutdown: &Cance
         shutdown.clone(),
     );
     background.spawn(async move {
-        crate::outbox::webhooks::deliver(store, &instance, allow_private, stop).await;
+        crate::outbox::webhooks::deliver(store, &instance, &trust, stop).await;
     });
 }

@@ -83,6 +83,19 @@ fn a_bad_setting_stops_the_binary_with_exit_code_2_naming_it() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("--think-level: "), "{stderr}");
+    // A CA file that is not there, or holds no certificate.
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    for file in [dir.path().join("missing.pem"), empty] {
+        let out = harness(
+            &["migrate"],
+            &[("HARNESS_OUTBOUND_CA_FILE", file.to_str().unwrap())],
+        );
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains("HARNESS_OUTBOUND_CA_FILE: "), "{stderr}");
+    }
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 pub mod capture;
 pub mod fake_provider;
+pub mod https;
 pub mod listening;
 pub mod reply;
 

@@ -102,6 +102,22 @@ pub struct Asked {
     /// OpenAI-compatible provider is to be sent it (`HARNESS_FILE_URLS=pass`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Where the client's request gave it (`message[1]`,
+    /// `messages[-1].content[2]`…), for an error that names it; not kept.
+    #[serde(skip)]
+    pub field: String,
+}
+
+impl Asked {
+    /// Where the client's request gave it, else its place among the
+    /// message's images and files.
+    pub fn field_or(&self, at: usize) -> String {
+        if self.field.is_empty() {
+            format!("attachments[{at}]")
+        } else {
+            self.field.clone()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,6 +159,7 @@ impl Joined {
     /// Adds an image or a file where the text so far ends.
     pub fn attach(
         &mut self,
+        field: &str,
         kind: AskedKind,
         source: Source,
         filename: Option<String>,
@@ -155,6 +172,7 @@ impl Joined {
             detail,
             at: self.text.len(),
             url: None,
+            field: field.to_owned(),
         });
     }
 }

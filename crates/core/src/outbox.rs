@@ -239,12 +239,50 @@ pub struct Outbound {
     guard: Option<Arc<NetGuard>>,
 }
 
+/// Whom the outbox's requests may reach, and whose certificates they
+/// trust besides the system's.
+#[derive(Debug, Clone, Default)]
+pub struct Trust {
+    /// Private addresses too (`HARNESS_OUTBOUND_ALLOW_PRIVATE`).
+    pub allow_private: bool,
+    /// Certificates trusted as roots besides the system's
+    /// (`HARNESS_OUTBOUND_CA_FILE`: a private CA's).
+    pub roots: Vec<reqwest::Certificate>,
+}
+
+impl Trust {
+    /// `allow_private`, and the certificates of the PEM file `ca_file`;
+    /// why it cannot be read.
+    pub fn load(allow_private: bool, ca_file: Option<&std::path::Path>) -> Result<Self, String> {
+        let roots = match ca_file {
+            None => Vec::new(),
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let roots = reqwest::Certificate::from_pem_bundle(&pem)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                if roots.is_empty() {
+                    return Err(format!("{}: no PEM certificate in it", path.display()));
+                }
+                roots
+            }
+        };
+        Ok(Self {
+            allow_private,
+            roots,
+        })
+    }
+}
+
 impl Outbound {
-    /// `allow_private`: the operator lets deliveries reach private
-    /// addresses (`HARNESS_OUTBOUND_ALLOW_PRIVATE`).
-    pub fn new(allow_private: bool) -> Result<Self, reqwest::Error> {
-        let guard = (!allow_private).then(|| Arc::new(NetGuard::default()));
-        let client = reqwest::Client::builder()
+    /// A client that reaches what `trust` allows.
+    pub fn new(trust: &Trust) -> Result<Self, reqwest::Error> {
+        let guard = (!trust.allow_private).then(|| Arc::new(NetGuard::default()));
+        let client = trust
+            .roots
+            .iter()
+            .fold(reqwest::Client::builder(), |client, root| {
+                client.add_root_certificate(root.clone())
+            })
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(SEND_TIMEOUT)

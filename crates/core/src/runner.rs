@@ -139,15 +139,16 @@ pub enum StartError {
     FileNotFound(String),
     /// A part's file cannot be stored (too large, of no allowed type, over
     /// the tenant's quota).
-    #[error("message[{at}]: {error}")]
+    #[error("{field}: {error}")]
     Attachment {
-        at: usize,
+        /// The part, as the client's request names it (`message[1]`).
+        field: String,
         error: crate::files::FileError,
     },
     /// A part is not what it says (an image that is a PDF, data that is
     /// not base64, a URL that cannot be fetched).
-    #[error("message[{at}]: {detail}")]
-    InvalidAttachment { at: usize, detail: String },
+    #[error("{field}: {detail}")]
+    InvalidAttachment { field: String, detail: String },
     /// The turn's model does not read what a part is.
     #[error("the model {model} does not read {what}; use a model that does, or send text")]
     UnsupportedContent { model: String, what: &'static str },
@@ -252,7 +253,7 @@ impl TurnRunner {
             writer_stop.clone(),
             lease_clock.clone(),
         );
-        let outbound = match crate::outbox::Outbound::new(config.policy.allow_private) {
+        let outbound = match crate::outbox::Outbound::new(&config.policy.outbound) {
             Ok(outbound) => Some(outbound),
             Err(e) => {
                 tracing::error!(error = %e, "no client to fetch attachments by URL");

@@ -619,3 +619,80 @@ async fn later_turns_show_the_earlier_images_again(backend: Backend) {
     assert!(!sent.contains("image_url"), "{sent}");
     assert!(sent.contains("not shown again"), "{sent}");
 }
+
+/// An image given by its `https` URL is fetched through the outbound
+/// guard (here a private address the operator allows, under a CA the
+/// operator trusts with `HARNESS_OUTBOUND_CA_FILE`), checked and stored
+/// as a file of the session; an OpenAI-compatible provider gets a data
+/// URL of those bytes, or, with `HARNESS_FILE_URLS=pass`, the URL itself.
+/// Without the CA the fetch is refused: no turn, no file.
+#[tokio::test]
+async fn an_image_by_url_is_fetched_under_the_operators_trust_and_sent_inline_or_passed() {
+    use base64::Engine as _;
+    let png = png_of(5000);
+    let server = crate::support::https::HttpsFile::start(png.clone(), "image/png").await;
+    let url = format!("{}/shots/a.png?size=2", server.root);
+    let data_url = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(&png)
+    );
+    let message = serde_json::json!([
+        {"type": "text", "text": "What is this?"},
+        {"type": "image", "url": url}
+    ]);
+    for (pass, trusted, sent) in [
+        (false, true, Some(data_url.as_str())),
+        (true, true, Some(url.as_str())),
+        (false, false, None),
+    ] {
+        let provider = FakeProvider::start().await;
+        let mut settings = test_settings(&provider);
+        settings.server.outbound_allow_private = true;
+        if trusted {
+            settings.server.outbound_ca_file = Some(crate::support::https::ca_file());
+        }
+        if pass {
+            settings.server.file_urls = harness_core::files::FileUrls::Pass;
+        }
+        let app = spawn_app_with(TestDb::new(Backend::Sqlite).await, provider, settings).await;
+        app.provider
+            .enqueue([crate::fake_provider::Reply::sse("openai/text.sse")]);
+        let before = server.served();
+        let response = app
+            .post_turn("s-by-url", serde_json::json!({"message": message}))
+            .await;
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap();
+        match sent {
+            Some(sent) => {
+                assert_eq!(status, 200, "{body}");
+                assert_eq!(server.served(), before + 1, "fetched once");
+                let request = &app.provider.requests()[0].body;
+                let image = request["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .rev()
+                    .find(|m| m["role"] == "user")
+                    .unwrap()["content"][1]
+                    .clone();
+                assert_eq!(image["image_url"]["url"], sent, "pass {pass}");
+                // Stored as a file of the session either way.
+                assert_eq!(file_rows(&app).await[0], 1, "pass {pass}");
+            }
+            None => {
+                assert_eq!(status, 422, "{body}");
+                assert_eq!(body["field"], "message[1]", "{body}");
+                assert!(
+                    body["detail"]
+                        .as_str()
+                        .unwrap()
+                        .contains("could not be fetched"),
+                    "{body}"
+                );
+                assert!(app.provider.requests().is_empty());
+                assert_eq!(file_rows(&app).await[0], 0);
+            }
+        }
+    }
+}

@@ -225,6 +225,11 @@ pub struct ServerSettings {
     /// only public addresses are pushed to.
     #[arg(id = "server.outbound_allow_private", long = "outbound-allow-private", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub outbound_allow_private: bool,
+    /// A PEM file of certificates the service's own requests (webhooks,
+    /// A2A pushes, images fetched by URL) trust as roots besides the
+    /// system's: a private CA's [default: the system's alone].
+    #[arg(id = "server.outbound_ca_file", long = "outbound-ca-file")]
+    pub outbound_ca_file: Option<std::path::PathBuf>,
     /// The operator's webhook endpoint: every tenant's turn and response
     /// events are POSTed to it, signed with HARNESS_WEBHOOK_SECRET
     /// (Standard Webhooks) [default: none].
@@ -286,6 +291,15 @@ impl ServerSettings {
             // `HARNESS_REASONING`, which the harness holds.
             show_reasoning: None,
         }
+    }
+
+    /// Whom the service's own requests may reach and trust; why the CA
+    /// file cannot be read.
+    pub fn outbound_trust(&self) -> Result<crate::outbox::Trust, String> {
+        crate::outbox::Trust::load(
+            self.outbound_allow_private,
+            self.outbound_ca_file.as_deref(),
+        )
     }
 
     /// What a file may be.
@@ -354,6 +368,9 @@ impl ServerSettings {
                 "HARNESS_INSTANCE_ID",
                 "must be 1 to 128 characters",
             ));
+        }
+        if let Err(why) = self.outbound_trust() {
+            return Err(invalid("HARNESS_OUTBOUND_CA_FILE", why));
         }
         Ok(())
     }

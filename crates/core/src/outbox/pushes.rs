@@ -62,11 +62,11 @@ pub struct Said {
 pub async fn deliver(
     store: Arc<dyn Store>,
     pushes: Arc<dyn TaskPushes>,
-    (instance, allow_private): (&str, bool),
+    (instance, trust): (&str, &crate::outbox::Trust),
     wake: Arc<tokio::sync::Notify>,
     stop: CancellationToken,
 ) {
-    let outbound = match Outbound::new(allow_private) {
+    let outbound = match Outbound::new(trust) {
         Ok(outbound) => outbound,
         Err(e) => {
             tracing::error!(error = %e, "push notifications cannot be sent: no HTTP client");

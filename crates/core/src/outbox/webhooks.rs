@@ -19,14 +19,14 @@ use crate::{
 };
 
 /// Delivers webhook messages until `stop`: this replica's part.
-/// `allow_private`: deliveries may reach private addresses.
+/// `trust`: which addresses deliveries may reach, which roots they trust.
 pub async fn deliver(
     store: Arc<dyn Store>,
     instance: &str,
-    allow_private: bool,
+    trust: &crate::outbox::Trust,
     stop: CancellationToken,
 ) {
-    let outbound = match Outbound::new(allow_private) {
+    let outbound = match Outbound::new(trust) {
         Ok(outbound) => outbound,
         Err(e) => {
             tracing::error!(error = %e, "webhooks cannot be sent: no HTTP client");

@@ -34,11 +34,12 @@ impl TurnRunner {
         let mut attachments = std::mem::take(&mut spec.attachments);
         let resolved = async {
             for (at, asked) in attachments.iter_mut().enumerate() {
-                let file = self.file_of(session, at, asked, &mut made).await?;
+                let field = asked.field_or(at);
+                let file = self.file_of(session, &field, asked, &mut made).await?;
                 let kind = files::kind_of(&file.media_type);
                 if asked.kind == AskedKind::Image && kind != Some(Kind::Image) {
                     return Err(StartError::InvalidAttachment {
-                        at,
+                        field,
                         detail: format!("an image part names a file of {}", file.media_type),
                     });
                 }
@@ -91,7 +92,7 @@ impl TurnRunner {
     async fn file_of(
         &self,
         session: &SessionKey,
-        at: usize,
+        at: &str,
         asked: &crate::turn::Asked,
         made: &mut Made,
     ) -> Result<FileRecord, StartError> {
@@ -140,9 +141,9 @@ impl TurnRunner {
     }
 
     /// Inline base64 data, spooled.
-    async fn decoded(&self, at: usize, data: &str) -> Result<files::Spooled, StartError> {
+    async fn decoded(&self, at: &str, data: &str) -> Result<files::Spooled, StartError> {
         let invalid = |detail: &str| StartError::InvalidAttachment {
-            at,
+            field: at.to_owned(),
             detail: detail.to_owned(),
         };
         let bytes = base64::engine::general_purpose::STANDARD
@@ -159,9 +160,12 @@ impl TurnRunner {
 
     /// An `https` URL's bytes, fetched through the outbound guard within
     /// the file limit.
-    async fn fetched(&self, at: usize, url: &str) -> Result<files::Spooled, StartError> {
+    async fn fetched(&self, at: &str, url: &str) -> Result<files::Spooled, StartError> {
         use futures::StreamExt as _;
-        let invalid = |detail: String| StartError::InvalidAttachment { at, detail };
+        let invalid = |detail: String| StartError::InvalidAttachment {
+            field: at.to_owned(),
+            detail,
+        };
         let Some(outbound) = &self.inner.outbound else {
             return Err(invalid(
                 "URLs cannot be fetched here: send the bytes".into(),
@@ -290,9 +294,12 @@ impl TurnRunner {
     }
 }
 
-fn attachment_error(at: usize, error: FileError) -> StartError {
+fn attachment_error(at: &str, error: FileError) -> StartError {
     match error {
         FileError::Store(e) => StartError::Store(e),
-        error => StartError::Attachment { at, error },
+        error => StartError::Attachment {
+            field: at.to_owned(),
+            error,
+        },
     }
 }

@@ -17,9 +17,9 @@ pub struct StartPolicy {
     pub tenant_defaults: TenantLimits,
     /// What a message's images and files may be.
     pub files: crate::files::FileLimits,
-    /// An image's URL may name a private address
-    /// (`HARNESS_OUTBOUND_ALLOW_PRIVATE`).
-    pub allow_private: bool,
+    /// Which addresses an image's URL may name
+    /// (`HARNESS_OUTBOUND_ALLOW_PRIVATE`), and the roots its fetch trusts.
+    pub outbound: crate::outbox::Trust,
     /// An image given by URL reaches an OpenAI-compatible provider by its
     /// URL (`HARNESS_FILE_URLS=pass`).
     pub pass_urls: bool,

@@ -58,17 +58,11 @@ impl From<StartError> for ApiError {
                 detail,
             },
             StartError::FileNotFound(_) => Self::FileNotFound,
-            StartError::Attachment { at, error } => match Self::from(error) {
-                Self::InvalidField { detail, .. } => Self::InvalidField {
-                    field: format!("message[{at}]"),
-                    detail,
-                },
+            StartError::Attachment { field, error } => match Self::from(error) {
+                Self::InvalidField { detail, .. } => Self::InvalidField { field, detail },
                 other => other,
             },
-            StartError::InvalidAttachment { at, detail } => Self::InvalidField {
-                field: format!("message[{at}]"),
-                detail,
-            },
+            StartError::InvalidAttachment { field, detail } => Self::InvalidField { field, detail },
             e @ StartError::UnsupportedContent { .. } => Self::UnsupportedContent(e.to_string()),
             StartError::Store(e) => e.into(),
         }

@@ -245,7 +245,7 @@ fn add_part(
                     return Err(invalid(&field, "an `image_url` part needs its `image_url`"));
                 }
             };
-            joined.attach(Image, from_url(&field, url, None)?, None, detail);
+            joined.attach(&field, Image, from_url(&field, url, None)?, None, detail);
         }
         "file" => {
             let Some(file) = &part.file else {
@@ -253,7 +253,7 @@ fn add_part(
             };
             let data = file.file_data.clone().map(|data| file_data(&field, data));
             let source = source(&field, file.file_id.clone(), data, None)?;
-            joined.attach(File, source, file.filename.clone(), None);
+            joined.attach(&field, File, source, file.filename.clone(), None);
         }
         kind @ ("image" | "document") => {
             let Some(given) = &part.source else {
@@ -273,7 +273,7 @@ fn add_part(
                 _ => return Err(invalid(&field, "a `source` is of type `data` or `url`")),
             };
             let kind = if kind == "image" { Image } else { File };
-            joined.attach(kind, source, filename, detail);
+            joined.attach(&field, kind, source, filename, detail);
         }
         "binary" => {
             let data = part.data.clone().map(|d| (d, part.mime_type.clone()));
@@ -282,7 +282,7 @@ fn add_part(
                 Some(t) if t.starts_with("image/") => Image,
                 _ => File,
             };
-            joined.attach(kind, source, filename, detail);
+            joined.attach(&field, kind, source, filename, detail);
         }
         other => {
             return Err(ApiError::UnsupportedContent(format!(

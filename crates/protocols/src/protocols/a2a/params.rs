@@ -186,7 +186,7 @@ pub(super) fn message_content(message: &MessageIn) -> Result<crate::turn::Joined
                         .unwrap_or_else(|| "application/octet-stream".to_owned()),
                     data: raw.clone(),
                 };
-                joined.attach(kind(media_type), source, filename.clone(), None);
+                joined.attach(&field, kind(media_type), source, filename.clone(), None);
             }
             PartIn::Url {
                 url,
@@ -195,7 +195,7 @@ pub(super) fn message_content(message: &MessageIn) -> Result<crate::turn::Joined
             } => {
                 let source =
                     crate::protocols::parts::from_url(&field, url.clone(), media_type.as_deref())?;
-                joined.attach(kind(media_type), source, filename.clone(), None);
+                joined.attach(&field, kind(media_type), source, filename.clone(), None);
             }
             PartIn::Data { .. } | PartIn::Other(_) => {
                 return Err(RpcError::new(

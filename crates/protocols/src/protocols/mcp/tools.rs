@@ -295,6 +295,7 @@ async fn attached(
             detail: None,
             at: message.len(),
             url: None,
+            field: format!("attachments[{i}]"),
         });
     }
     Ok(attachments)

@@ -221,7 +221,7 @@ fn joined(parts: Vec<PartIn>) -> Result<crate::turn::Joined, ApiError> {
                 detail,
             } => {
                 let source = source(&field, file_id, data.map(|d| (d, media_type)), url)?;
-                joined.attach(AskedKind::Image, source, None, detail);
+                joined.attach(&field, AskedKind::Image, source, None, detail);
             }
             PartIn::File {
                 file_id,
@@ -231,7 +231,7 @@ fn joined(parts: Vec<PartIn>) -> Result<crate::turn::Joined, ApiError> {
                 filename,
             } => {
                 let source = source(&field, file_id, data.map(|d| (d, media_type)), url)?;
-                joined.attach(AskedKind::File, source, filename, None);
+                joined.attach(&field, AskedKind::File, source, filename, None);
             }
         }
     }

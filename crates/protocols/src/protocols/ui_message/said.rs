@@ -80,7 +80,7 @@ impl UiMessage {
                         Some(t) if t.starts_with("image/") => crate::turn::AskedKind::Image,
                         _ => crate::turn::AskedKind::File,
                     };
-                    joined.attach(kind, source, part.filename.clone(), None);
+                    joined.attach(&field, kind, source, part.filename.clone(), None);
                 }
                 _ => {}
             }

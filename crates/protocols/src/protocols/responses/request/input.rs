@@ -48,13 +48,13 @@ pub(super) fn input_message(
                                 ));
                             }
                         };
-                        joined.attach(AskedKind::Image, source, None, part.detail.clone());
+                        joined.attach(&field, AskedKind::Image, source, None, part.detail.clone());
                     }
                     (Some("input_file"), _) => {
                         let data = part.file_data.clone().map(|data| file_data(&field, data));
                         let source =
                             source(&field, part.file_id.clone(), data, part.file_url.clone())?;
-                        joined.attach(AskedKind::File, source, part.filename.clone(), None);
+                        joined.attach(&field, AskedKind::File, source, part.filename.clone(), None);
                     }
                     (kind, _) => {
                         return Err(ApiError::UnsupportedContent(format!(
