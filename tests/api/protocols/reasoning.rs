@@ -5,21 +5,9 @@ use serde_json::{Value, json};
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    helpers::{TestApp, spawn_app, spawn_app_with, test_settings, types},
+    helpers::{spawn_app, spawn_app_with, test_settings, types},
     support::{Backend, TestDb},
 };
-
-async fn body_of(app: &TestApp, path: &str, body: Value) -> String {
-    let response = app
-        .client
-        .post(app.url(path))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    response.text().await.unwrap()
-}
 
 /// The JSON of each `data:` line of an SSE body.
 fn data_lines(body: &str) -> Vec<Value> {
@@ -63,13 +51,20 @@ async fn reasoning_is_shown_in_every_protocols_shape() {
 
     // Chat completions: `reasoning_content` deltas.
     app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
-    let body = body_of(
-        &app,
-        "/v1/chat/completions",
-        json!({"stream": true, "messages": [{"role": "user", "content": "Hi"}]}),
-    )
-    .await;
-    let said: String = data_lines(&body)
+    let body = app
+        .post_text(
+            "/v1/chat/completions",
+            json!({"stream": true, "stream_options": {"include_usage": true},
+               "messages": [{"role": "user", "content": "Hi"}]}),
+        )
+        .await;
+    let chunks = data_lines(&body);
+    let usage = chunks
+        .iter()
+        .find_map(|c| c.get("usage").filter(|u| !u.is_null()))
+        .expect("the usage chunk");
+    assert_eq!(usage["completion_tokens_details"]["reasoning_tokens"], 17);
+    let said: String = chunks
         .iter()
         .filter_map(|c| {
             c["choices"][0]["delta"]["reasoning_content"]
@@ -81,13 +76,13 @@ async fn reasoning_is_shown_in_every_protocols_shape() {
 
     // The AI SDK: a reasoning part before the text part.
     app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
-    let body = body_of(
-        &app,
-        "/v1/ui/chat",
-        json!({"id": "ui-reason", "messages": [{"id": "m1", "role": "user",
+    let body = app
+        .post_text(
+            "/v1/ui/chat",
+            json!({"id": "ui-reason", "messages": [{"id": "m1", "role": "user",
                "parts": [{"type": "text", "text": "Hi"}]}]}),
-    )
-    .await;
+        )
+        .await;
     let chunks = data_lines(&body);
     let kinds: Vec<&str> = chunks.iter().filter_map(|c| c["type"].as_str()).collect();
     let at = |kind: &str| kinds.iter().position(|k| *k == kind).unwrap();
@@ -102,13 +97,13 @@ async fn reasoning_is_shown_in_every_protocols_shape() {
 
     // AG-UI: a reasoning span with its message.
     app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
-    let body = body_of(
-        &app,
-        "/v1/agui",
-        json!({"threadId": "agui-reason", "runId": "r1",
+    let body = app
+        .post_text(
+            "/v1/agui",
+            json!({"threadId": "agui-reason", "runId": "r1",
                "messages": [{"id": "m1", "role": "user", "content": "Hi"}]}),
-    )
-    .await;
+        )
+        .await;
     let events = data_lines(&body);
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
     let at = |kind: &str| kinds.iter().position(|k| *k == kind).unwrap();
@@ -130,12 +125,9 @@ async fn reasoning_is_shown_in_every_protocols_shape() {
 
     // Responses: a `reasoning` item, its `reasoning_text` streamed.
     app.provider.enqueue([Reply::sse("openai/reasoning.sse")]);
-    let body = body_of(
-        &app,
-        "/v1/responses",
-        json!({"input": "Hi", "stream": true}),
-    )
-    .await;
+    let body = app
+        .post_text("/v1/responses", json!({"input": "Hi", "stream": true}))
+        .await;
     let events = data_lines(&body);
     let said: String = events
         .iter()
@@ -148,6 +140,10 @@ async fn reasoning_is_shown_in_every_protocols_shape() {
     let output = &done["response"]["output"];
     assert_eq!(output[0]["type"], "reasoning", "{output}");
     assert_eq!(output[0]["content"][0]["text"], reasoning, "{output}");
+    assert_eq!(
+        done["response"]["usage"]["output_tokens_details"]["reasoning_tokens"],
+        17
+    );
     assert_eq!(output[1]["type"], "message", "{output}");
 }
 

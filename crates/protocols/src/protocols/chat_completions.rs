@@ -197,11 +197,18 @@ struct Usage {
     completion_tokens: u64,
     total_tokens: u64,
     prompt_tokens_details: PromptDetails,
+    completion_tokens_details: CompletionDetails,
 }
 
 #[derive(Debug, Serialize)]
 struct PromptDetails {
     cached_tokens: u64,
+}
+
+/// The part of `completion_tokens` spent on reasoning.
+#[derive(Debug, Serialize)]
+struct CompletionDetails {
+    reasoning_tokens: u64,
 }
 
 /// A stream's error.
@@ -353,6 +360,9 @@ fn usage_of(result: &TurnResult) -> Usage {
         total_tokens: result.input_tokens + result.output_tokens,
         prompt_tokens_details: PromptDetails {
             cached_tokens: result.cache_read_tokens,
+        },
+        completion_tokens_details: CompletionDetails {
+            reasoning_tokens: result.reasoning_tokens,
         },
     }
 }

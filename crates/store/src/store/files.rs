@@ -124,15 +124,17 @@ pub(crate) const DELETE_USER: [&str; 3] = delete_files!(
 pub(crate) const DELETE_SESSION: [&str; 3] =
     delete_files!("f.session_id = $1", "h.session_id = $1");
 
-/// Removes the blobs (and their chunks) that no file names, begun before
-/// `$1`: uploads that never finished.
-pub(crate) const SWEEP_UNFINISHED: [&str; 2] = [
-    "DELETE FROM file_chunks WHERE (tenant, sha256) IN (SELECT b.tenant, b.sha256 \
-     FROM file_blobs b WHERE b.created_at < $1 AND NOT EXISTS (SELECT 1 FROM files f \
-     WHERE f.tenant = b.tenant AND f.sha256 = b.sha256))",
-    "DELETE FROM file_blobs WHERE created_at < $1 AND NOT EXISTS (SELECT 1 FROM files f \
-     WHERE f.tenant = file_blobs.tenant AND f.sha256 = file_blobs.sha256)",
+/// Removes a tenant's blob (`$1`, `$2`: the tenant, its SHA-256) and its
+/// chunks when no file names it: an upload that never finished.
+pub(crate) const DROP_UNNAMED: [&str; 2] = [
+    "DELETE FROM file_chunks WHERE tenant = $1 AND sha256 = $2 \
+     AND NOT EXISTS (SELECT 1 FROM files WHERE tenant = $1 AND sha256 = $2)",
+    "DELETE FROM file_blobs WHERE tenant = $1 AND sha256 = $2 \
+     AND NOT EXISTS (SELECT 1 FROM files WHERE tenant = $1 AND sha256 = $2)",
 ];
+
+/// Unfinished uploads one sweep removes at most (the next goes on).
+const UNFINISHED_PER_SWEEP: i64 = 100;
 
 /// Deletes every file of a tenant (`$1`).
 pub(crate) const DELETE_TENANT: [&str; 3] = [
@@ -157,10 +159,27 @@ pub trait Files: Reads + Send + Sync {
     /// Deletes the files `user` uploaded in `tenant`; how many.
     async fn erase_user_files(&self, tenant: &str, user: &str) -> Result<u64>;
 
+    /// Removes a blob and its chunks when no file names it (an upload
+    /// that failed, or never finished).
+    async fn drop_unnamed_blob(&self, tenant: &str, sha256: &str) -> Result<()>;
+
     /// Removes the bytes of uploads that never finished (a process that
     /// died while it wrote them: a blob that no file names), begun before
-    /// `before`; how many blobs went.
-    async fn sweep_unfinished_files(&self, before: DateTime<Utc>) -> Result<u64>;
+    /// `before`, at most [`UNFINISHED_PER_SWEEP`]; how many blobs went.
+    /// They are found by a read, so that SQLite's writer only deletes.
+    async fn sweep_unfinished_files(&self, before: DateTime<Utc>) -> Result<u64> {
+        let sql = "SELECT b.tenant, b.sha256 FROM file_blobs b WHERE b.created_at < $1 \
+                   AND NOT EXISTS (SELECT 1 FROM files f WHERE f.tenant = b.tenant \
+                   AND f.sha256 = b.sha256) LIMIT $2";
+        let found: Vec<(String, String)> = self
+            .reader()
+            .rows(sql, args![before, UNFINISHED_PER_SWEEP])
+            .await?;
+        for (tenant, sha256) in &found {
+            self.drop_unnamed_blob(tenant, sha256).await?;
+        }
+        Ok(found.len() as u64)
+    }
 
     /// One of a tenant's files.
     async fn file(&self, tenant: &str, id: &str) -> Result<Option<FileRecord>> {

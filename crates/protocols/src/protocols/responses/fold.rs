@@ -585,7 +585,7 @@ pub fn usage_of(result: &TurnResult) -> Usage {
         },
         output_tokens: result.output_tokens,
         output_tokens_details: OutputDetails {
-            reasoning_tokens: 0,
+            reasoning_tokens: result.reasoning_tokens,
         },
         total_tokens: result.input_tokens + result.output_tokens,
     }

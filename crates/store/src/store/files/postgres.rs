@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use sqlx::{Postgres, Transaction};
 
 use super::{
-    CHUNK_BYTES, DELETE_ONE, DELETE_USER, FilePut, FileRecord, Files, SWEEP_UNFINISHED, lock_key,
+    CHUNK_BYTES, DELETE_ONE, DELETE_USER, DROP_UNNAMED, FilePut, FileRecord, Files, lock_key,
     spooled_error,
 };
 use crate::store::{Result, postgres::PostgresStore};
@@ -89,49 +89,39 @@ impl Files for PostgresStore {
         .await
     }
 
-    async fn sweep_unfinished_files(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
-        self.bounded(async {
-            let mut tx = self.begin_write().await?;
-            let mut swept = 0;
-            for sql in SWEEP_UNFINISHED {
-                swept = sqlx::query(sql)
-                    .bind(before)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-            }
-            tx.commit().await?;
-            Ok(swept)
-        })
-        .await
+    async fn drop_unnamed_blob(&self, tenant: &str, sha256: &str) -> Result<()> {
+        self.delete_files(tenant, sha256, &DROP_UNNAMED)
+            .await
+            .map(drop)
     }
 
     async fn delete_file(&self, tenant: &str, id: &str) -> Result<bool> {
-        self.delete_files(tenant, id, DELETE_ONE)
+        self.delete_files(tenant, id, &DELETE_ONE)
             .await
             .map(|n| n > 0)
     }
 
     async fn erase_user_files(&self, tenant: &str, user: &str) -> Result<u64> {
-        self.delete_files(tenant, user, DELETE_USER).await
+        self.delete_files(tenant, user, &DELETE_USER).await
     }
 }
 
 impl PostgresStore {
-    /// Runs a [`super::delete_files`] statement set, `$1` the tenant;
+    /// Runs a statement set of [`super`] (`$1` the tenant), under the
+    /// tenant's file lock;
     /// how many files went.
     async fn delete_files(
         &self,
         tenant: &str,
         second: &str,
-        statements: [&'static str; 3],
+        statements: &[&'static str],
     ) -> Result<u64> {
         self.bounded(async {
             let mut tx = self.begin_write().await?;
             lock_files(&mut tx, tenant).await?;
             let mut deleted = 0;
             for sql in statements {
-                deleted = sqlx::query(sqlx::AssertSqlSafe(sql))
+                deleted = sqlx::query(*sql)
                     .bind(tenant)
                     .bind(second)
                     .execute(&mut *tx)

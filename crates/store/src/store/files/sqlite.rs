@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{
-    CHUNK_BYTES, DELETE_ONE, DELETE_USER, FilePut, FileRecord, Files, SWEEP_UNFINISHED, fill,
+    CHUNK_BYTES, DELETE_ONE, DELETE_USER, DROP_UNNAMED, FilePut, FileRecord, Files, fill,
     spooled_error,
 };
 use crate::store::{
@@ -41,11 +41,7 @@ impl Files for SqliteStore {
                     .await
             }
             Err(e) => {
-                let (tenant, sha256) = (file.tenant.clone(), file.sha256.clone());
-                let cleaned = self
-                    .writes
-                    .run(move |tx| drop_unnamed(tx, &tenant, &sha256))
-                    .await;
+                let cleaned = self.drop_unnamed_blob(&file.tenant, &file.sha256).await;
                 if let Err(left) = cleaned {
                     tracing::warn!(error = %left, "an unfinished upload's bytes were left");
                 }
@@ -54,15 +50,10 @@ impl Files for SqliteStore {
         }
     }
 
-    async fn sweep_unfinished_files(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+    async fn drop_unnamed_blob(&self, tenant: &str, sha256: &str) -> Result<()> {
+        let (tenant, sha256) = (tenant.to_owned(), sha256.to_owned());
         self.writes
-            .run(move |tx| {
-                let mut swept = 0;
-                for sql in SWEEP_UNFINISHED {
-                    swept = tx.prepare_cached(sql)?.execute(params![ts(before)])?;
-                }
-                Ok(swept as u64)
-            })
+            .run(move |tx| drop_unnamed(tx, &tenant, &sha256))
             .await
     }
 
@@ -215,12 +206,7 @@ fn finish_put(tx: &Connection, file: &FileRecord, content: &Path) -> Result<File
 /// Removes a blob no file names, and its chunks (an upload that failed
 /// half-way).
 fn drop_unnamed(tx: &Connection, tenant: &str, sha256: &str) -> Result<()> {
-    for sql in [
-        "DELETE FROM file_chunks WHERE tenant = ?1 AND sha256 = ?2 \
-         AND NOT EXISTS (SELECT 1 FROM files WHERE tenant = ?1 AND sha256 = ?2)",
-        "DELETE FROM file_blobs WHERE tenant = ?1 AND sha256 = ?2 \
-         AND NOT EXISTS (SELECT 1 FROM files WHERE tenant = ?1 AND sha256 = ?2)",
-    ] {
+    for sql in DROP_UNNAMED {
         tx.prepare_cached(sql)?.execute(params![tenant, sha256])?;
     }
     Ok(())
