@@ -65,13 +65,43 @@ async fn get_session(
 /// A page of a session's history.
 pub type MessagePage = Page<MessageRecord, i64>;
 
+/// Query of `GET /sessions/{session_id}/messages`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct MessageQuery {
+    /// Return messages after this message id.
+    #[param(minimum = 0)]
+    after: Option<i64>,
+    /// Messages per page, 1-1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The branch that ends at this turn of the session (its messages and
+    /// its ancestors'); default: the current branch, the newest turn's.
+    turn_id: Option<Uuid>,
+}
+
 session_list! {
-    /// The session's history (what later turns see), oldest first.
-    list_messages: "/sessions/{session_id}/messages", PageQuery => MessagePage,
+    /// A branch of the session's history (what a turn after its last turn
+    /// sees), oldest first: the current branch (the newest turn's and its
+    /// ancestors'), or the one that ends at `turn_id`. A session never
+    /// branched is one branch.
+    list_messages: "/sessions/{session_id}/messages", MessageQuery => MessagePage,
     |app, session_id, query| {
-        let (after, limit) = query.parse()?;
-        super::known_session(&app.protocols, &session_id).await?;
-        let messages = app.store.list_messages(&session_id, after, limit).await?;
+        let (after, limit) = PageQuery { after: query.after, limit: query.limit }.parse()?;
+        let session = super::known_session(&app.protocols, &session_id).await?;
+        let head = match query.turn_id {
+            Some(turn_id) => match app.store.get_turn(&session_id, turn_id).await? {
+                Some(turn) => Some(turn.id),
+                None => return Err(ApiError::TurnNotFound),
+            },
+            None if session.branched => app.store.newest_turn(&session_id).await?,
+            None => None,
+        };
+        let messages = match head {
+            Some(head) => app.store.list_branch_messages(head, after, limit).await?,
+            None => app.store.list_messages(&session_id, after, limit).await?,
+        };
         Ok(Page::of(messages, limit, |m| m.id))
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod output;
 pub(crate) mod stops;
 pub(crate) mod tool_turn;
 pub(crate) mod tools;
+pub(crate) mod tree;
 pub(crate) mod turns;
 pub(crate) mod vault;
 pub(crate) mod web;

@@ -190,5 +190,6 @@ mod migrations;
 mod outbox;
 mod records;
 mod takeover;
+mod tree;
 mod turns;
 mod vault;

@@ -104,6 +104,7 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 include_str!("../../migrations/sqlite/0026_webhooks.sql"),
                 include_str!("../../migrations/sqlite/0036_outbox_in_rust.sql"),
                 include_str!("../../migrations/sqlite/0038_message_attachments.sql"),
+                include_str!("../../migrations/sqlite/0040_turn_tree.sql"),
             ] {
                 db.execute_sqlite(outbox).await;
             }
@@ -138,6 +139,7 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 include_str!("../../migrations/postgres/0029_webhooks.sql"),
                 include_str!("../../migrations/postgres/0037_outbox_in_rust.sql"),
                 include_str!("../../migrations/postgres/0039_message_attachments.sql"),
+                include_str!("../../migrations/postgres/0041_turn_tree.sql"),
             ] {
                 db.execute_postgres(outbox).await;
             }
@@ -154,7 +156,9 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  ALTER TABLE events DROP COLUMN seq_end; DROP TABLE event_journal; \
                  DROP TABLE event_journal_packs; DROP TABLE webhook_deliveries; \
                  DROP TABLE webhooks; DROP TABLE push_configs; \
-                 ALTER TABLE messages DROP COLUMN attachments;",
+                 ALTER TABLE messages DROP COLUMN attachments; DROP INDEX messages_turn; \
+                 ALTER TABLE turns DROP COLUMN parent_turn_id; \
+                 ALTER TABLE turns DROP COLUMN run_id; ALTER TABLE sessions DROP COLUMN branched;",
             )
             .await;
         }
@@ -167,7 +171,9 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  ALTER TABLE events DROP COLUMN seq_end; ALTER TABLE turns DROP COLUMN tenant; \
                  DROP FUNCTION harness_lease_lost(BIGINT); DROP TABLE webhook_deliveries; \
                  DROP TABLE webhooks; DROP TABLE push_configs; \
-                 ALTER TABLE messages DROP COLUMN attachments;",
+                 ALTER TABLE messages DROP COLUMN attachments; DROP INDEX messages_turn; \
+                 ALTER TABLE turns DROP COLUMN parent_turn_id, DROP COLUMN run_id; \
+                 ALTER TABLE sessions DROP COLUMN branched;",
             )
             .await;
         }
@@ -409,7 +415,58 @@ async fn sqlite_wal_stays_bounded_under_sustained_writes() {
     assert_eq!(last.len(), 1);
 }
 
+/// Turns became a tree: a session made before is one straight branch,
+/// each turn continuing the one before it, and reads as it did.
+async fn turns_made_before_the_tree_each_continue_the_one_before(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    db.migrate_to(match backend {
+        Backend::Sqlite => 39,
+        Backend::Postgres => 40,
+    })
+    .await;
+    let ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+    let mut sql = String::from(
+        "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
+         VALUES ('s1', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z', 3, 6, 'default');",
+    );
+    for (n, id) in ids.iter().enumerate() {
+        let request = serde_json::to_string(&TurnRequest::new(format!("q{n}"))).unwrap();
+        let at = format!("2026-01-01T00:00:0{n}Z");
+        sql.push_str(&format!(
+            "INSERT INTO turns (id, session_id, status, request, owner_instance, owner_process, \
+             heartbeat_at, first_seq, created_at, tenant) VALUES ('{id}', 's1', 'completed', \
+             '{request}', 'i', 'p', '{at}', {seq}, '{at}', 'default'); \
+             INSERT INTO messages (session_id, turn_id, role, content, created_at) VALUES \
+             ('s1', '{id}', 'user', 'q{n}', '{at}'), ('s1', '{id}', 'assistant', 'a{n}', '{at}');",
+            seq = 2 * n + 1
+        ));
+    }
+    match backend {
+        Backend::Sqlite => db.execute_sqlite(&sql).await,
+        Backend::Postgres => db.execute_postgres(&sql).await,
+    }
+    let store = db.open().await;
+    let session = store.get_session(&key("s1")).await.unwrap().unwrap();
+    assert!(!session.branched);
+    let mut parents = Vec::new();
+    for id in &ids {
+        let turn = store.get_turn(&key("s1"), *id).await.unwrap().unwrap();
+        parents.push(turn.parent_turn_id);
+    }
+    assert_eq!(parents, [None, Some(ids[0]), Some(ids[1])]);
+    // Read along its links, the last turn's branch is the whole session.
+    let branch: Vec<String> = store
+        .history(&key("s1"), ids[2], true, 50)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(branch, ["q0", "a0", "q1", "a1", "q2", "a2"]);
+}
+
 crate::on_both_backends!(
+    turns_made_before_the_tree_each_continue_the_one_before,
     sessions_of_every_tenant_survive_the_move_to_per_tenant_ids,
     a_turn_running_across_the_tenant_column_migration_still_counts,
 );

@@ -180,7 +180,7 @@ async fn a_turn_reads_back_its_request_and_result_as_they_were_given(backend: Ba
         think_level: Some(harness_base::providers::ThinkLevel::High),
         max_output_tokens: Some(300),
         metadata: [("ticket".to_owned(), "T-1".to_owned())].into(),
-        follows: Some(Uuid::now_v7()),
+        follows: Some(Uuid::nil()),
         background: true,
         ..TurnRequest::new("now?")
     };

@@ -49,10 +49,17 @@ pub struct TurnRequest {
     /// The caller's labels, kept with the turn and shown back.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
-    /// The turn of the same session this one was asked to follow
-    /// (a Responses `previous_response_id`).
+    /// The turn of the same session this one continues (its parent in
+    /// the session's tree: a `parent_turn_id`, a Responses
+    /// `previous_response_id`, an AG-UI `parentRunId`); the nil id: none,
+    /// it starts a new root (an edit of the first message). `None`: the
+    /// session's newest turn. See [`Self::parent`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follows: Option<uuid::Uuid>,
+    /// The client's own name for this turn (an AG-UI `runId`), by which a
+    /// later request may name it as a parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
     /// The caller did not wait for the answer: it reads it later (a
     /// Responses `background` request).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -319,6 +326,18 @@ impl ClientTool {
     }
 }
 
+/// Which turn of its session a turn continues: the turns of a session
+/// form a tree, and a turn's history is its own branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parent {
+    /// The session's newest turn (the usual next turn).
+    Newest,
+    /// None: a new root (an edit of the session's first message).
+    Root,
+    /// This turn of the session.
+    Turn(uuid::Uuid),
+}
+
 /// The vault facts a turn retrieves when its request names no number.
 pub const DEFAULT_TOP_K: u32 = 8;
 
@@ -339,10 +358,20 @@ impl TurnRequest {
             max_output_tokens: None,
             metadata: BTreeMap::new(),
             follows: None,
+            run_id: None,
             background: false,
             client_tools: Vec::new(),
             attachments: Vec::new(),
             output: None,
+        }
+    }
+
+    /// Which turn this one continues ([`Self::follows`]).
+    pub fn parent(&self) -> Parent {
+        match self.follows {
+            None => Parent::Newest,
+            Some(id) if id.is_nil() => Parent::Root,
+            Some(id) => Parent::Turn(id),
         }
     }
 

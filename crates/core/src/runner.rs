@@ -110,6 +110,9 @@ pub enum StartError {
     /// The session belongs to another tenant.
     #[error("no such session")]
     SessionNotFound,
+    /// The turn the request continues is not one of the session's.
+    #[error("turn {0} is not a turn of this session")]
+    ParentNotFound(Uuid),
     /// The request names a model the operator did not configure.
     #[error("the model {model:?} is not offered here; allowed: {}", allowed.join(", "))]
     ModelNotAllowed { model: String, allowed: Vec<String> },
@@ -560,6 +563,9 @@ fn not_begun(
             }
         }
         BeginTurnError::SessionNotFound => Err(StartError::SessionNotFound),
+        BeginTurnError::ParentNotFound => Err(StartError::ParentNotFound(
+            new_turn.request.follows.unwrap_or_default(),
+        )),
         BeginTurnError::TenantBusy => Err(StartError::TenantBusy(
             limits.max_running_turns.unwrap_or_default(),
         )),

@@ -180,6 +180,28 @@ impl TurnService {
             .await
     }
 
+    /// The turns that continue the same turn as `turn` (itself among
+    /// them), oldest first.
+    pub async fn sibling_turns(&self, turn: &TurnRecord, limit: u32) -> Result<Vec<TurnRecord>> {
+        self.store.sibling_turns(turn, limit).await
+    }
+
+    /// The last `limit` messages of the branch that ends at `turn_id` (its
+    /// own and its ancestors'), oldest first.
+    pub async fn branch_history(
+        &self,
+        session_id: &SessionKey,
+        turn_id: Uuid,
+        limit: u32,
+    ) -> Result<Vec<MessageRecord>> {
+        self.store.history(session_id, turn_id, true, limit).await
+    }
+
+    /// The newest turn of a session its client named `run_id`.
+    pub async fn turn_of_run(&self, session_id: &SessionKey, run_id: &str) -> Result<Option<Uuid>> {
+        self.store.turn_of_run(session_id, run_id).await
+    }
+
     pub async fn get_session(&self, session_id: &SessionKey) -> Result<Option<SessionRecord>> {
         self.store.get_session(session_id).await
     }

@@ -131,6 +131,9 @@ pub struct BeganTurn {
     pub session_cost_before: Option<f64>,
     /// What the begin read for the turn ([`NewTurn::reads`]).
     pub context: TurnContext,
+    /// The session is more than one branch: the turn's history is read
+    /// along its own ([`Turns::history`]).
+    pub branched: bool,
 }
 
 /// Why a turn could not begin.
@@ -146,6 +149,10 @@ pub enum BeginTurnError {
     /// exist. Nothing was written.
     #[error("no such session")]
     SessionNotFound,
+    /// The turn the request names as its parent is not one of the
+    /// session's. Nothing was written.
+    #[error("no such turn to continue")]
+    ParentNotFound,
     /// The tenant runs as many turns as it may (`NewTurn::max_running`).
     /// Nothing was written.
     #[error("the tenant runs as many turns as it may")]

@@ -155,6 +155,9 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
         ("POST", "/sessions/{session_id}/turns") => {
             with_body(Expect::OwnSession, json!({"message": user_message}))
         }
+        ("POST", "/sessions/{session_id}/turns/{turn_id}/regenerate") => {
+            with_body(Expect::Missing("session_not_found"), json!({}))
+        }
         ("POST", "/sessions/{session_id}/turns/{turn_id}/approvals/{call_id}") => with_body(
             Expect::Missing("session_not_found"),
             json!({"approve": true}),
@@ -175,7 +178,8 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
             | "/sessions/{session_id}/observations"
             | "/sessions/{session_id}/turns/{turn_id}"
             | "/sessions/{session_id}/turns/{turn_id}/events"
-            | "/sessions/{session_id}/turns/{turn_id}/judgements",
+            | "/sessions/{session_id}/turns/{turn_id}/judgements"
+            | "/sessions/{session_id}/turns/{turn_id}/siblings",
         )
         | ("POST", "/sessions/{session_id}/turns/{turn_id}/cancel")
         | ("DELETE", "/sessions/{session_id}") => simple(Expect::Missing("session_not_found")),
@@ -618,6 +622,42 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
         (404, Some("response_not_found")),
         "{body}"
     );
+
+    // Nor go on from, regenerate or read the branch of Acme's turn in a
+    // session of its own of the same id: not a turn of that session.
+    for (method, path, body) in [
+        (
+            "POST",
+            format!("/sessions/{session}/turns"),
+            Some(json!({"message": "go on", "parent_turn_id": known.turn})),
+        ),
+        (
+            "GET",
+            format!("/sessions/{session}/messages?turn_id={}", known.turn),
+            None,
+        ),
+        (
+            "POST",
+            "/v1/ui/chat".to_owned(),
+            Some(json!({"id": session, "trigger": "regenerate-message",
+                   "messageId": known.turn, "messages": [
+                {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "again"}]}
+            ]})),
+        ),
+    ] {
+        let attempt = Attempt {
+            expect: Expect::Missing("turn_not_found"),
+            body,
+            headers: Vec::new(),
+            upload: false,
+        };
+        let (status, body) = send(&other, &app, method, &path, &attempt).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (404, Some("turn_not_found")),
+            "{method} {path}: {body}"
+        );
+    }
 
     // Nor cancel, answer or follow Acme's task over A2A.
     for (method, params) in [

@@ -243,8 +243,14 @@ impl TurnRunner {
         let (history, earlier) = match &turn.request.history {
             Some(history) => (history.clone(), Vec::new()),
             None => {
+                let branched = session.as_ref().is_some_and(|s| s.branched);
                 let records = store
-                    .recent_messages(&turn.session_id, inner.config.history_max_messages)
+                    .history(
+                        &turn.session_id,
+                        turn.id,
+                        branched,
+                        inner.config.history_max_messages,
+                    )
                     .await
                     .map_err(TurnFailure::History)?;
                 self.history_of(&turn.session_id, records)

@@ -176,6 +176,7 @@ impl TurnRunner {
             turn_number,
             session_cost_before,
             context,
+            branched,
             ..
         } = began;
         let records = match (&spec.history, context.history) {
@@ -187,7 +188,12 @@ impl TurnRunner {
             (None, None) => Some(
                 self.inner
                     .store
-                    .recent_messages(&live.session_id, self.inner.config.history_max_messages)
+                    .history(
+                        &live.session_id,
+                        live.turn_id,
+                        branched,
+                        self.inner.config.history_max_messages,
+                    )
                     .await
                     .map_err(TurnFailure::History)?,
             ),

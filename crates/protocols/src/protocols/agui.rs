@@ -18,21 +18,19 @@
 //! the decision.
 
 mod events;
+mod input;
 
 use axum::{Extension, extract::State, response::Response};
 use events::{Custom, Event, Interrupt, InterruptTool, Outcome, RESPONSE_SCHEMA, RunResult};
-use serde::Deserialize;
+pub use input::{AguiMessage, ResumeEntry, ResumePayload, ResumeStatus};
+use input::{RunAgentInput, decisions, tool_results};
 use serde_json::Value;
-use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    ConversationTurn, ToolDeclaration,
-    approvals::ClientDecision,
-    client_calls::{
-        ClientAnswer, EndsAtClientCall, Replies, SegmentEncoder, SegmentStream, client_name,
-    },
-    parts::Content,
+    ConversationTurn,
+    client_calls::{EndsAtClientCall, Replies, SegmentEncoder, SegmentStream, client_name},
+    endpoint::Placement,
     retraction::{Say, StepText, ends_text},
     stream_for,
 };
@@ -54,140 +52,6 @@ where
     OpenApiRouter::new().routes(routes!(agui_run))
 }
 
-/// AG-UI's `RunAgentInput` (the fields read; `state`, `context` and
-/// `forwardedProps` are accepted and ignored).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RunAgentInput {
-    /// The thread: the service's session.
-    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
-    thread_id: String,
-    /// The client's id for this run (echoed in the run's events).
-    run_id: Option<String>,
-    #[schema(min_items = 1, max_items = 1000)]
-    messages: Vec<AguiMessage>,
-    /// Frontend tools: tools the client runs itself (at most 32).
-    #[serde(default)]
-    tools: Vec<ToolDeclaration>,
-    /// Answers to the interrupts that ended the thread's previous run.
-    #[serde(default)]
-    #[schema(max_items = 100)]
-    resume: Vec<ResumeEntry>,
-}
-
-/// An answer to one interrupt (a call that waits for approval).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ResumeEntry {
-    /// The interrupt's `id`: the call's `toolCallId`.
-    interrupt_id: String,
-    status: ResumeStatus,
-    /// The decision: `{"approved": true|false, "reason"?: "…"}`.
-    #[schema(value_type = Option<Value>)]
-    payload: Option<ResumePayload>,
-}
-
-/// A `resume` entry's payload: the decision, or (as some clients send it)
-/// the bare approval.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum ResumePayload {
-    Decision {
-        approved: Option<bool>,
-        reason: Option<String>,
-    },
-    Approved(bool),
-    Other(serde::de::IgnoredAny),
-}
-
-/// Whether the interrupt was answered, or abandoned (a denial).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ResumeStatus {
-    Resolved,
-    Cancelled,
-}
-
-/// Interrupts one `resume` answers at most.
-const RESUME_MAX: usize = 100;
-
-/// The decisions `resume` brings.
-fn decisions(resume: &[ResumeEntry]) -> Result<Vec<ClientDecision>, ApiError> {
-    if resume.len() > RESUME_MAX {
-        return Err(ApiError::InvalidField {
-            field: "resume".into(),
-            detail: format!("`resume` answers at most {RESUME_MAX} interrupts"),
-        });
-    }
-    resume
-        .iter()
-        .enumerate()
-        .map(|(i, entry)| {
-            let field = format!("resume[{i}].payload");
-            let (approve, reason) = match entry.status {
-                ResumeStatus::Cancelled => {
-                    (false, Some("the person cancelled the approval".to_owned()))
-                }
-                ResumeStatus::Resolved => {
-                    let (approved, reason) = match &entry.payload {
-                        Some(ResumePayload::Decision { approved, reason }) => {
-                            (*approved, reason.clone())
-                        }
-                        Some(ResumePayload::Approved(approved)) => (Some(*approved), None),
-                        Some(ResumePayload::Other(_)) | None => (None, None),
-                    };
-                    let Some(approved) = approved else {
-                        return Err(ApiError::InvalidField {
-                            field: field.clone(),
-                            detail: format!(
-                                "`{field}` must be {{\"approved\": true|false, \"reason\"?: \"…\"}}"
-                            ),
-                        });
-                    };
-                    (approved, reason)
-                }
-            };
-            ClientDecision::new(&entry.interrupt_id, approve, reason, &field)
-        })
-        .collect()
-}
-
-/// An AG-UI message: its text `content` is read, and of a `tool` message
-/// the call it answers.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AguiMessage {
-    #[schema(pattern = "^(developer|system|user|assistant|tool|activity)$")]
-    role: String,
-    #[schema(schema_with = crate::protocols::schemas::text_or_parts)]
-    content: Option<Content>,
-    tool_call_id: Option<String>,
-    /// A `tool` message's error: the call failed.
-    error: Option<String>,
-}
-
-impl AguiMessage {
-    fn text(&self) -> String {
-        crate::protocols::parts::content_text(self.content.as_ref())
-    }
-}
-
-/// The results the `tool` messages at the end of `messages` give.
-fn tool_results(messages: &[AguiMessage]) -> Vec<ClientAnswer> {
-    messages
-        .iter()
-        .rev()
-        .take_while(|m| m.role == "tool")
-        .filter_map(|m| {
-            let call_id = m.tool_call_id.as_deref()?;
-            Some(match &m.error {
-                Some(error) => ClientAnswer::text(call_id, error.clone(), true),
-                None => ClientAnswer::text(call_id, m.text(), false),
-            })
-        })
-        .collect()
-}
-
 /// Turns the turn's events into AG-UI events.
 ///
 /// A message cannot be taken back: a step the turn retracts and says
@@ -198,6 +62,8 @@ fn tool_results(messages: &[AguiMessage]) -> Vec<ClientAnswer> {
 struct Encoder {
     thread_id: String,
     run_id: String,
+    /// The run the request branched from, echoed by `RUN_STARTED`.
+    parent_run_id: Option<String>,
     /// The open text message, if any.
     message: Option<String>,
     /// The newest text message.
@@ -380,6 +246,7 @@ impl SegmentEncoder for Encoder {
         vec![Event::RunStarted {
             thread_id: self.thread_id.clone(),
             run_id: self.run_id.clone(),
+            parent_run_id: self.parent_run_id.clone(),
         }]
     }
 
@@ -547,10 +414,22 @@ async fn agui_run(
     Extension(tenant): Extension<Tenant>,
     ApiJson(body): ApiJson<RunAgentInput>,
 ) -> Result<Response, ApiError> {
-    let run_id = body
-        .run_id
-        .clone()
-        .filter(|r| !r.trim().is_empty() && r.len() <= 128 && !r.chars().any(char::is_control));
+    let named = |id: &Option<String>| {
+        id.clone()
+            .filter(|r| !r.trim().is_empty() && r.len() <= 128 && !r.chars().any(char::is_control))
+    };
+    let run_id = named(&body.run_id);
+    let parent_run_id = named(&body.parent_run_id);
+    let branch_from = match &parent_run_id {
+        Some(parent) => {
+            let session = crate::protocols::paths::parse_session_id(&body.thread_id, &tenant)?;
+            match app.turns.turn_of_run(&session, parent).await? {
+                Some(turn) => Some(turn),
+                None => return Err(ApiError::TurnNotFound),
+            }
+        }
+        None => None,
+    };
     let ConversationTurn {
         session_id,
         turn_id,
@@ -571,13 +450,22 @@ async fn agui_run(
             decisions: decisions(&body.resume)?,
         },
         ("tools", body.tools),
+        Placement {
+            branch_from,
+            run_id: run_id.clone(),
+            ..Placement::default()
+        },
     )
     .await?;
+    // A run that answered an interrupt goes on with its turn: it branched
+    // from nothing.
+    let parent_run_id = parent_run_id.filter(|_| after == 0);
     let session = session_id.id().to_owned();
     let run_id = run_id.unwrap_or_else(|| turn_id.to_string());
     let encoder = Encoder {
         thread_id: session,
         run_id,
+        parent_run_id,
         message: None,
         last_message: None,
         messages: 0,

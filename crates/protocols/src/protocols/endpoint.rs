@@ -32,6 +32,7 @@ impl From<StartError> for ApiError {
             StartError::IdempotencyMismatch(id) => Self::IdempotencyKeyReused(id),
             StartError::ShuttingDown => Self::ShuttingDown,
             StartError::SessionNotFound => Self::SessionNotFound,
+            StartError::ParentNotFound(_) => Self::TurnNotFound,
             StartError::ModelNotAllowed { model, allowed } => {
                 Self::ModelNotAllowed { model, allowed }
             }
@@ -306,6 +307,22 @@ pub struct ConversationTurn {
     pub events: TurnEvents,
 }
 
+/// Where a turn of a conversation format goes in its session's tree.
+#[derive(Debug, Default)]
+pub(crate) struct Placement {
+    /// The turn it continues, when the request names one (an AG-UI
+    /// `parentRunId`, the AI SDK's regenerated message): its history is
+    /// then that turn's branch as stored, not the messages the client
+    /// sent; the nil id: a new root.
+    pub branch_from: Option<Uuid>,
+    /// The turn the client's last answer came from, when it is one of the
+    /// session's: the turn continues it, with the client's messages as
+    /// its history (an edit of an earlier message).
+    pub after_turn: Option<Uuid>,
+    /// The client's name for the turn (an AG-UI `runId`).
+    pub run_id: Option<String>,
+}
+
 impl ConversationTurn {
     pub(crate) async fn start<'m>(
         app: &Shared,
@@ -313,6 +330,7 @@ impl ConversationTurn {
         session: &str,
         (messages, attachments): crate::protocols::parts::Said<'m>,
         client_tools: Vec<crate::turn::ClientTool>,
+        placement: Placement,
     ) -> Result<Self, ApiError> {
         let session_id = parse_session_id(session, tenant)?;
         let mut spec = conversation_turn(
@@ -321,6 +339,15 @@ impl ConversationTurn {
             app.settings.harness.allow_client_system_messages,
         )?;
         spec.client_tools = client_tools;
+        spec.run_id = placement.run_id;
+        if let Some(parent) = placement.branch_from {
+            spec.follows = Some(parent);
+            spec.history = None;
+        } else if let Some(after) = placement.after_turn
+            && app.turns.get_turn(&session_id, after).await?.is_some()
+        {
+            spec.follows = Some(after);
+        }
         let started = Started::start(app, session_id.clone(), spec, None).await?;
         let turn_id = started.turn_id;
         Ok(Self {
@@ -343,13 +370,14 @@ impl ConversationTurn {
         said: crate::protocols::parts::Said<'m>,
         replies: client_calls::Replies,
         tools: (&str, Vec<ToolDeclaration>),
+        placement: Placement,
     ) -> Result<Self, ApiError> {
         if !replies.is_empty() {
             return Self::answered(app, tenant, session, replies).await;
         }
         let (field, tools) = tools;
         let tools = declared_tools(field, tools)?;
-        Self::start(app, tenant, session, said, tools).await
+        Self::start(app, tenant, session, said, tools, placement).await
     }
 
     /// The turn of `session` that waits for `replies`, given them.

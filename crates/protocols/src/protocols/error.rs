@@ -266,6 +266,10 @@ pub enum ApiError {
     /// The session runs a turn (its id given).
     #[error("the session already has a running turn {0}")]
     TurnAlreadyRunning(Uuid),
+    /// A regenerate of a turn whose message can no longer be asked (a
+    /// file it carried was deleted).
+    #[error("turn {0}'s message can no longer be asked again: a file it carried was deleted")]
+    TurnMessageErased(Uuid),
     /// The session's turn did not end in time for
     /// the session to be erased.
     #[error("the session's turn {0} is still running")]
@@ -343,6 +347,7 @@ impl ApiError {
             Self::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed", Never),
             Self::RequestTimeout(_) => (S::REQUEST_TIMEOUT, "request_timeout", Never),
             Self::TurnAlreadyRunning(_) => (S::CONFLICT, "turn_already_running", Never),
+            Self::TurnMessageErased(_) => (S::CONFLICT, "turn_message_erased", Never),
             Self::TurnRunning(_) => (S::CONFLICT, "turn_running", Never),
             Self::TurnNotRunning { .. } => (S::CONFLICT, "turn_not_running", Never),
             Self::ResponseInProgress(_) => (S::CONFLICT, "response_in_progress", Never),
@@ -431,6 +436,7 @@ impl ApiError {
         match self {
             Self::TurnAlreadyRunning(id)
             | Self::TurnRunning(id)
+            | Self::TurnMessageErased(id)
             | Self::IdempotencyKeyReused(id)
             | Self::TurnCancelled(id)
             | Self::TurnInterrupted(id)

@@ -29,6 +29,7 @@ use crate::{
 mod body;
 pub mod stream;
 mod tool_results;
+mod tree;
 mod waiting;
 
 use stream::{self as sse, EventStream};
@@ -51,6 +52,8 @@ where
         .routes(routes!(cancel_turn))
         .routes(routes!(decide_approval))
         .routes(routes!(tool_results::post_tool_result))
+        .routes(routes!(tree::regenerate_turn))
+        .routes(routes!(tree::list_siblings))
 }
 
 /// The JSON answer of a completed turn: its ids and the `TurnResult`.
@@ -81,6 +84,10 @@ pub struct TurnView {
     /// come, the moment it did (until a process takes the turn up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parked_until: Option<DateTime<Utc>>,
+    /// The turn this one continues (its parent in the session's tree);
+    /// `null`: the first turn of a branch from the root.
+    #[serde(default)]
+    pub parent_turn_id: Option<Uuid>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -104,6 +111,7 @@ impl From<TurnRecord> for TurnView {
                 message: r.error_message,
             }),
             parked_until: r.parked_until,
+            parent_turn_id: r.parent_turn_id,
         }
     }
 }
@@ -178,15 +186,28 @@ async fn start_turn(
     headers: HeaderMap,
     ApiJson(body): ApiJson<TurnBody>,
 ) -> Result<Response, ApiError> {
-    let key = idempotency_key(&headers)?;
     let multitask = body.multitask.unwrap_or_default();
     let spec = TurnRequest::try_from(body)?;
+    answer_turn(&app, session_id, &headers, spec, multitask).await
+}
+
+/// Starts the turn `spec` as `multitask` asks, and answers as a turn does:
+/// its event stream, or its result (or the call it waits on) as JSON.
+async fn answer_turn(
+    app: &Shared,
+    session_id: crate::ids::SessionKey,
+    headers: &HeaderMap,
+    spec: TurnRequest,
+    multitask: Multitask,
+) -> Result<Response, ApiError> {
+    let app = app.clone();
+    let key = idempotency_key(headers)?;
     admit(&spec, &app)?;
     let started = start_as_asked(&app, &session_id, spec, key, multitask).await?;
     let started = Started::of(session_id, started);
     let (turn_id, replayed) = (started.turn_id, started.replayed);
     let location = format!("/sessions/{}/turns/{turn_id}", started.session.id());
-    let response = if wants_event_stream(&headers) {
+    let response = if wants_event_stream(headers) {
         let turn = sse::TurnRef {
             session_id: started.session.id().to_owned(),
             turn_id,

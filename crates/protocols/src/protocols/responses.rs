@@ -371,7 +371,8 @@ pub(crate) struct ItemsQuery {
     after: Option<String>,
 }
 
-/// The input items of a response: the messages its turn was asked with.
+/// The input items of a response: the messages its turn read (those of the
+/// responses it follows, along its branch) and those it was asked with.
 #[utoipa::path(
     get,
     path = "/v1/responses/{response_id}/input_items",
@@ -384,6 +385,7 @@ pub(crate) struct ItemsQuery {
     )
 )]
 async fn input_items(
+    State(app): State<Shared>,
     ApiQuery(query): ApiQuery<ItemsQuery>,
     ResponseTurn { record, .. }: ResponseTurn,
 ) -> Result<Response, ApiError> {
@@ -402,7 +404,17 @@ async fn input_items(
             )));
         }
     };
-    let mut items = request::input_items(record.id, &record.request);
+    // What its turn read of its branch (the responses it follows), then
+    // what it was asked.
+    let earlier = match (&record.request.history, record.parent_turn_id) {
+        (None, Some(parent)) => {
+            app.turns
+                .branch_history(&record.session_id, parent, request::EARLIER_ITEMS_MAX)
+                .await?
+        }
+        _ => Vec::new(),
+    };
+    let mut items = request::input_items(record.id, &record.request, &earlier);
     if descending {
         items.reverse();
     }

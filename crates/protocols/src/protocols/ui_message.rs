@@ -18,6 +18,7 @@
 //! approved, reason?}`, as `addToolApprovalResponse` leaves it), and its
 //! stream is the same turn after the decision.
 
+mod placement;
 mod said;
 
 use axum::{
@@ -74,12 +75,22 @@ pub struct UiChatRequest {
     /// `parameters` (a JSON schema).
     #[serde(default, rename = "clientTools")]
     client_tools: Vec<ToolDeclaration>,
+    /// `submit-message` (the default) or `regenerate-message`: a new
+    /// answer in place of the assistant message `messageId` (a sibling of
+    /// its turn; the old answer stays readable).
+    #[schema(pattern = "^(submit-message|regenerate-message)$")]
+    trigger: Option<String>,
+    /// The message a `regenerate-message` replaces.
+    #[serde(rename = "messageId")]
+    message_id: Option<String>,
 }
 
 /// A UI message: its text parts are read, and its tool parts' results
 /// and decisions.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct UiMessage {
+    /// An assistant message's id is its turn's.
+    id: Option<String>,
     #[schema(pattern = "^(system|user|assistant)$")]
     role: String,
     #[serde(default)]
@@ -500,6 +511,7 @@ async fn ui_chat(
         },
         _ => Replies::default(),
     };
+    let placement = body.placement(&app, &tenant).await?;
     let ConversationTurn {
         turn_id,
         after,
@@ -512,6 +524,7 @@ async fn ui_chat(
         said(&body.messages)?,
         replies,
         ("clientTools", body.client_tools),
+        placement,
     )
     .await?;
     let format = SegmentStream::new(turn_id, after, Encoder::default());

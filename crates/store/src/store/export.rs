@@ -24,6 +24,7 @@ mod import;
 mod lines;
 mod postgres;
 mod sqlite;
+mod tree;
 
 pub use lines::lines;
 
@@ -136,6 +137,8 @@ pub const PARTS: &[Part] = &[
             opt("hidden_at", Kind::At),
             col("waited_ms", Kind::Int),
             col("resumes", Kind::Int),
+            opt("parent_turn_id", Kind::Text),
+            opt("run_id", Kind::Text),
         ],
         order: "first_seq, id",
     },

@@ -30,7 +30,7 @@ macro_rules! turn_columns {
     () => {
         "id, session_id, status, request, result, error_code, error_message, \
          owner_instance, attempt, first_seq, created_at, finished_at, traceparent, \
-         parked_until, waited_ms, cancel_requested"
+         parked_until, waited_ms, cancel_requested, parent_turn_id"
     };
 }
 pub(super) use turn_columns;

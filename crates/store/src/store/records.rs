@@ -328,6 +328,9 @@ pub struct TurnRecord {
     pub waited: std::time::Duration,
     /// Someone asked for it to stop.
     pub cancel_requested: bool,
+    /// The turn whose state it continues (its parent in the session's
+    /// tree); `None`: a root.
+    pub parent_turn_id: Option<Uuid>,
 }
 
 // Its `id` as stored is the tenant's key; the API shows the client's id.
@@ -345,6 +348,9 @@ pub struct SessionRecord {
     pub running_turn_id: Option<Uuid>,
     /// Sum of the priced turns' costs, USD.
     pub cost_usd: Option<f64>,
+    /// A turn of the session continues another than the newest turn (a
+    /// regenerate, an edit): its turns are more than one branch.
+    pub branched: bool,
 }
 
 /// One message of a session's history.
@@ -389,6 +395,7 @@ pub(super) mod rows {
         pub parked_until: Option<DateTime<Utc>>,
         pub waited_ms: i64,
         pub cancel_requested: bool,
+        pub parent_turn_id: Option<String>,
     }
 
     #[derive(sqlx::FromRow)]
@@ -435,6 +442,7 @@ pub(super) mod rows {
         pub last_seq: i64,
         pub running_turn_id: Option<String>,
         pub cost_usd: Option<f64>,
+        pub branched: bool,
     }
 }
 
@@ -463,6 +471,7 @@ impl TryFrom<rows::TurnRow> for TurnRecord {
             parked_until: r.parked_until,
             waited: std::time::Duration::from_millis(u64::try_from(r.waited_ms).unwrap_or(0)),
             cancel_requested: r.cancel_requested,
+            parent_turn_id: r.parent_turn_id.as_deref().map(parse_uuid).transpose()?,
         })
     }
 }
@@ -508,6 +517,7 @@ impl TryFrom<rows::SessionRow> for SessionRecord {
             last_seq: r.last_seq,
             running_turn_id: r.running_turn_id.as_deref().map(parse_uuid).transpose()?,
             cost_usd: r.cost_usd,
+            branched: r.branched,
         })
     }
 }

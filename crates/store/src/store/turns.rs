@@ -29,6 +29,39 @@ use crate::store::Result;
 pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, content, created_at, \
      attachments FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2";
 
+/// A branch's last messages, newest first: those of the turn `$1` and of
+/// its ancestors (at most `$2` turns up, so as many messages), at most `$2`.
+pub(super) const BRANCH_MESSAGES: &str = "WITH RECURSIVE branch (id, depth) AS ( \
+       SELECT id, CAST(0 AS BIGINT) FROM turns WHERE id = $1 \
+       UNION ALL \
+       SELECT t.parent_turn_id, b.depth + 1 FROM branch b JOIN turns t ON t.id = b.id \
+       WHERE t.parent_turn_id IS NOT NULL AND b.depth < $2 \
+     ) \
+     SELECT m.id, m.message_id, m.turn_id, m.role, m.content, m.created_at, m.attachments \
+     FROM messages m WHERE m.turn_id IN (SELECT id FROM branch) ORDER BY m.id DESC LIMIT $2";
+
+/// A branch's messages in order, a page at a time: those of the turn `$1`
+/// and its ancestors (at most [`BRANCH_DEPTH_MAX`] turns up) after message
+/// `$2`, at most `$3`.
+const BRANCH_PAGE: &str = "WITH RECURSIVE branch (id, depth) AS ( \
+       SELECT id, CAST(0 AS BIGINT) FROM turns WHERE id = $1 \
+       UNION ALL \
+       SELECT t.parent_turn_id, b.depth + 1 FROM branch b JOIN turns t ON t.id = b.id \
+       WHERE t.parent_turn_id IS NOT NULL AND b.depth < $4 \
+     ) \
+     SELECT m.id, m.message_id, m.turn_id, m.role, m.content, m.created_at \
+     FROM messages m WHERE m.turn_id IN (SELECT id FROM branch) AND m.id > $2 \
+     ORDER BY m.id LIMIT $3";
+
+/// The most turns a branch read walks up: a bound on the walk, far above
+/// any conversation's length.
+pub const BRANCH_DEPTH_MAX: u32 = 100_000;
+
+/// A session's newest turn (`$1` the session): the one a turn continues
+/// unless it names another.
+pub(super) const NEWEST_TURN: &str =
+    "SELECT id FROM turns WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1";
+
 /// How many turns a tenant runs (`?1`): read from the partial index of
 /// running turns by tenant (migration 0032) alone, so a begin's count
 /// grows with the tenant's own running turns, not with every tenant's.
@@ -38,7 +71,7 @@ pub(super) const RUNNING_OF_TENANT: &str = "SELECT count(*) FROM turns \
 /// A [`SessionRecord`]'s columns, from `sessions s`: a `WHERE` follows.
 macro_rules! session_select {
     () => {
-        "SELECT s.id, s.created_at, s.updated_at, s.turn_count, s.cost_usd, \
+        "SELECT s.id, s.created_at, s.updated_at, s.turn_count, s.cost_usd, s.branched, \
          COALESCE((SELECT COALESCE(e.seq_end, e.seq) FROM events e WHERE e.session_id = s.id \
            ORDER BY e.seq DESC LIMIT 1), 0) AS last_seq, \
          (SELECT t.id FROM turns t WHERE t.session_id = s.id AND t.status = 'running') \
@@ -309,6 +342,74 @@ pub trait Turns: Reads + Send + Sync + 'static {
             .rows(RECENT_MESSAGES, args![session_id, limit])
             .await?;
         rows.into_iter().rev().map(TryInto::try_into).collect()
+    }
+
+    /// The history a turn reads: the last `limit` messages of its branch,
+    /// oldest first. A session that was never `branched` is one branch:
+    /// its last messages are the branch's.
+    async fn history(
+        &self,
+        session_id: &SessionKey,
+        turn_id: Uuid,
+        branched: bool,
+        limit: u32,
+    ) -> Result<Vec<MessageRecord>> {
+        if !branched {
+            return self.recent_messages(session_id, limit).await;
+        }
+        let rows: Vec<MessageRow> = self
+            .reader()
+            .rows(BRANCH_MESSAGES, args![turn_id, limit])
+            .await?;
+        rows.into_iter().rev().map(TryInto::try_into).collect()
+    }
+
+    /// The messages of `turn_id`'s branch (its own and its ancestors'), in
+    /// order, after message id `after`; the caller checked the turn is
+    /// the session's.
+    async fn list_branch_messages(
+        &self,
+        turn_id: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<MessageRecord>> {
+        let rows: Vec<MessageRow> = self
+            .reader()
+            .rows(BRANCH_PAGE, args![turn_id, after, limit, BRANCH_DEPTH_MAX])
+            .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    /// A session's newest turn: the head of its current branch.
+    async fn newest_turn(&self, session_id: &SessionKey) -> Result<Option<Uuid>> {
+        let row: Option<(String,)> = self.reader().row(NEWEST_TURN, args![session_id]).await?;
+        row.map(|(id,)| parse_uuid(&id)).transpose()
+    }
+
+    /// The turns of a session that continue the same turn as `turn`
+    /// (itself included), oldest first, at most `limit`.
+    async fn sibling_turns(&self, turn: &TurnRecord, limit: u32) -> Result<Vec<TurnRecord>> {
+        let sql = concat!(
+            "SELECT ",
+            turn_columns!(),
+            " FROM turns WHERE session_id = $1 AND parent_turn_id IS NOT DISTINCT FROM $2 \
+              ORDER BY created_at, id LIMIT $3"
+        );
+        let parent = turn.parent_turn_id.map(|p| p.to_string());
+        let rows: Vec<TurnRow> = self
+            .reader()
+            .rows(sql, args![&turn.session_id, parent.as_deref(), limit])
+            .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    /// The newest turn of a session that its client named `run_id` (an
+    /// AG-UI `runId`).
+    async fn turn_of_run(&self, session_id: &SessionKey, run_id: &str) -> Result<Option<Uuid>> {
+        let sql = "SELECT id FROM turns WHERE session_id = $1 AND run_id = $2 \
+             ORDER BY created_at DESC, id DESC LIMIT 1";
+        let row: Option<(String,)> = self.reader().row(sql, args![session_id, run_id]).await?;
+        row.map(|(id,)| parse_uuid(&id)).transpose()
     }
 
     /// Messages of a session containing any of `terms` (lower-case words),

@@ -13,6 +13,9 @@ pub(super) enum Event {
     RunStarted {
         thread_id: String,
         run_id: String,
+        /// The run this one branches from (its `RunAgentInput.parentRunId`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent_run_id: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
     RunFinished {

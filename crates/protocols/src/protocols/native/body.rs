@@ -52,6 +52,15 @@ pub struct TurnBody {
     /// 1,000 messages).
     #[schema(max_items = 1000)]
     history: Option<Vec<HistoryMessage>>,
+    /// The turn this one continues: a turn of the session (its answer is
+    /// the last this turn's history holds: an edit of a later message
+    /// goes on from there), or `root` (a new first message). Default: the
+    /// session's newest turn. The session's turns form a tree; a turn's
+    /// history is its own branch (docs/conversation-trees.md).
+    #[schema(
+        pattern = r"^(root|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    )]
+    parent_turn_id: Option<String>,
     /// What to do when the session already has a running turn: `reject`
     /// (409, the default), `enqueue` (wait for it to end, then run) or
     /// `interrupt` (cancel it, then run).
@@ -297,8 +306,8 @@ pub enum HistoryRole {
 impl TryFrom<TurnBody> for TurnRequest {
     type Error = ApiError;
 
-    fn try_from(body: TurnBody) -> Result<Self, ApiError> {
-        let (message, attachments) = match body.message {
+    fn try_from(mut body: TurnBody) -> Result<Self, ApiError> {
+        let (message, attachments) = match body.message.take() {
             None => (None, Vec::new()),
             Some(MessageIn::Text(text)) => (Some(text), Vec::new()),
             Some(MessageIn::Parts(parts)) => {
@@ -307,6 +316,67 @@ impl TryFrom<TurnBody> for TurnRequest {
             }
         };
         let (message, attachments) = checked_content(message, attachments)?;
+        let follows = match body.parent_turn_id.take() {
+            None => None,
+            Some(parent) if parent == "root" => Some(uuid::Uuid::nil()),
+            Some(parent) => Some(
+                uuid::Uuid::parse_str(&parent)
+                    .ok()
+                    .filter(|id| !id.is_nil())
+                    .ok_or_else(|| ApiError::InvalidField {
+                        field: "parent_turn_id".into(),
+                        detail: "`parent_turn_id` must be a turn id or `root`".into(),
+                    })?,
+            ),
+        };
+        if follows.is_some() && body.history.is_some() {
+            return Err(ApiError::InvalidField {
+                field: "parent_turn_id".into(),
+                detail: "`history` replaces the session's stored history: give \
+                         `parent_turn_id` or `history`, not both"
+                    .into(),
+            });
+        }
+        Ok(TurnRequest {
+            message,
+            attachments,
+            follows,
+            ..body.options()?
+        })
+    }
+}
+
+impl TurnBody {
+    /// A regenerate of `earlier`: a new answer to its message, with its
+    /// attachments, continuing the turn it continued, with this body's
+    /// options.
+    pub fn repeating(self, earlier: &crate::service::TurnRecord) -> Result<TurnRequest, ApiError> {
+        for (field, given) in [
+            ("message", self.message.is_some()),
+            ("parent_turn_id", self.parent_turn_id.is_some()),
+            ("history", self.history.is_some()),
+        ] {
+            if given {
+                return Err(ApiError::InvalidField {
+                    field: field.into(),
+                    detail: format!(
+                        "a regenerate repeats its turn's message on its turn's branch: `{field}` \
+                         is not taken (to change the message, start a turn with `parent_turn_id`)"
+                    ),
+                });
+            }
+        }
+        Ok(TurnRequest {
+            message: earlier.request.message.clone(),
+            attachments: earlier.request.attachments.clone(),
+            follows: Some(earlier.parent_turn_id.unwrap_or_default()),
+            ..self.options()?
+        })
+    }
+
+    /// The turn's options, all but its message (and where it goes on).
+    fn options(self) -> Result<TurnRequest, ApiError> {
+        let body = self;
         if let Some(skill) = &body.skill_context {
             no_nul("skill_context", skill)?;
         }
@@ -363,7 +433,6 @@ impl TryFrom<TurnBody> for TurnRequest {
         let user_id = checked_user_id(body.user_id)?;
         Ok(TurnRequest {
             user_id,
-            message,
             top_k,
             web_mode: body.web_mode.unwrap_or_default(),
             show_citations: body.show_citations.unwrap_or(false),
@@ -372,7 +441,6 @@ impl TryFrom<TurnBody> for TurnRequest {
             skill_context: body.skill_context.filter(|s| !s.is_empty()),
             history,
             client_tools,
-            attachments,
             output: body
                 .output_schema
                 .map(OutputSchemaBody::checked)

@@ -23,6 +23,7 @@ use crate::{
         parts::{ToolDeclaration, declared_tools},
     },
     providers::{ChatMessage, Role, ThinkLevel},
+    service::MessageRecord,
     turn::{ClientTool, TurnRequest},
 };
 
@@ -507,30 +508,56 @@ pub fn shown_tools(asked: &TurnRequest) -> Vec<FunctionTool> {
         .collect()
 }
 
-/// The input items of a turn, oldest first: its history (when it brought
-/// one) and its message.
-pub fn input_items(turn_id: Uuid, asked: &TurnRequest) -> Vec<InputItem> {
+/// Most messages of a response's branch its input items list.
+pub const EARLIER_ITEMS_MAX: u32 = 1000;
+
+/// The input items of a turn, oldest first: the messages of its branch
+/// before it (`earlier`: those of the responses it follows), its history
+/// (when it brought one) and its message.
+pub fn input_items(
+    turn_id: Uuid,
+    asked: &TurnRequest,
+    earlier: &[MessageRecord],
+) -> Vec<InputItem> {
+    let item = |id: String, role: Role, text: String| {
+        let part = if role == Role::Assistant {
+            ShownPart::OutputText {
+                text,
+                annotations: [],
+            }
+        } else {
+            ShownPart::InputText { text }
+        };
+        InputItem {
+            id,
+            role: role.as_str(),
+            status: "completed",
+            content: [part],
+        }
+    };
+    let branch = earlier.iter().map(|m| {
+        let role = if m.role == "assistant" {
+            Role::Assistant
+        } else {
+            Role::User
+        };
+        let id = match m.message_id {
+            Some(id) => format!("msg_{}", id.simple()),
+            None => format!("msg_{}_h{}", m.turn_id.simple(), m.id),
+        };
+        item(id, role, m.content.clone())
+    });
     let history = asked.history.iter().flatten();
     let last = ChatMessage::new(Role::User, asked.message.clone());
-    history
+    let own = history
         .chain(std::iter::once(&last))
         .enumerate()
         .map(|(i, message)| {
-            let text = message.content.clone();
-            let part = if message.role == Role::Assistant {
-                ShownPart::OutputText {
-                    text,
-                    annotations: [],
-                }
-            } else {
-                ShownPart::InputText { text }
-            };
-            InputItem {
-                id: format!("msg_{}_in{}", turn_id.simple(), i + 1),
-                role: message.role.as_str(),
-                status: "completed",
-                content: [part],
-            }
-        })
-        .collect()
+            item(
+                format!("msg_{}_in{}", turn_id.simple(), i + 1),
+                message.role,
+                message.content.clone(),
+            )
+        });
+    branch.chain(own).collect()
 }

@@ -314,6 +314,17 @@ fn check_turn(
     if let Some(Cell::Text(turn)) = turn_id.map(|i| &row[i]) {
         if part.line == "turn" {
             uuid::Uuid::parse_str(turn).map_err(|_| invalid(n, "`id`: a turn's id is a UUID"))?;
+            // A turn continues one of the session's that began before it
+            // (a line before it): never another session's.
+            let parent = part.columns.iter().position(|c| c.name == "parent_turn_id");
+            if let Some(Cell::Text(parent)) = parent.map(|i| &row[i])
+                && !turns.contains(parent)
+            {
+                return Err(invalid(
+                    n,
+                    format!("`parent_turn_id` {parent} is no earlier turn of the session"),
+                ));
+            }
             turns.insert(turn.clone());
         } else {
             let sessions = part.line == "event" && *turn == SESSION_TURN.to_string();

@@ -61,6 +61,16 @@ impl Export for PostgresStore {
                 .bind(key.as_str())
                 .execute(&mut *tx)
                 .await?;
+            if !super::tree::names_parents(parsed) {
+                sqlx::query(super::tree::LINEAR)
+                    .bind(key.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query(super::tree::BRANCHED)
+                .bind(key.as_str())
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(Imported::Done)
         })

@@ -34,6 +34,7 @@ impl Export for SqliteStore {
     async fn import_session(&self, key: &SessionKey, parsed: &Parsed) -> Result<Imported> {
         let key = key.clone();
         let session: Vec<Value> = parsed.session.iter().map(value).collect();
+        let linear = !super::tree::names_parents(parsed);
         let rows: Vec<(usize, Vec<Value>)> = parsed
             .rows
             .iter()
@@ -52,7 +53,7 @@ impl Export for SqliteStore {
                 }
                 // Its own savepoint: a taken id undoes the import alone.
                 tx.execute_batch("SAVEPOINT import_session")?;
-                let imported = write(tx, &key, &session, &rows);
+                let imported = write(tx, &key, &session, &rows, linear);
                 match &imported {
                     Ok(Imported::Done) => tx.execute_batch("RELEASE import_session")?,
                     _ => tx.execute_batch("ROLLBACK TO import_session; RELEASE import_session")?,
@@ -69,6 +70,7 @@ fn write(
     key: &SessionKey,
     session: &[Value],
     rows: &[(usize, Vec<Value>)],
+    linear: bool,
 ) -> Result<Imported> {
     let mut first = vec![
         Value::Text(key.as_str().to_owned()),
@@ -92,6 +94,12 @@ fn write(
     }
     tx.prepare(super::BLOBS)?.execute(params![key.as_str()])?;
     tx.prepare(super::UNANNOUNCE)?
+        .execute(params![key.as_str()])?;
+    if linear {
+        tx.prepare(super::tree::LINEAR)?
+            .execute(params![key.as_str()])?;
+    }
+    tx.prepare(super::tree::BRANCHED)?
         .execute(params![key.as_str()])?;
     Ok(Imported::Done)
 }

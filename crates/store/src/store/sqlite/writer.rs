@@ -549,7 +549,7 @@ pub struct Held {
 
 mod rows;
 pub(in crate::store) use rows::{
-    answered, insert_job, insert_observation, memories_for_turn, recent_messages,
+    answered, branch_messages, insert_job, insert_observation, memories_for_turn, recent_messages,
 };
 
 #[cfg(test)]

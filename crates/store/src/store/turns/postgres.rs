@@ -7,6 +7,7 @@ use sqlx::Postgres;
 use super::{IDS_PER_UPDATE, ORPHANS_PER_SWEEP, Turns, waited_ms};
 use crate::ids::SessionKey;
 use crate::store::Result;
+use crate::turn::Parent;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
@@ -41,37 +42,67 @@ impl Turns for PostgresStore {
         // turn of the session runs, so `last_seq` is the session's newest
         // event: the turn starts after it. The row that always comes back
         // says why nothing was written; the caller names the conflict.
-        type Began = (Option<i64>, Option<f64>, Option<i64>, bool, bool);
+        type Began = (
+            Option<i64>,
+            Option<f64>,
+            Option<i64>,
+            bool,
+            bool,
+            bool,
+            bool,
+        );
         let request = serde_json::to_string(&turn.request)
             .map_err(|e| StoreError::Corrupt(format!("turn request: {e}")))?;
+        // The turn it continues ($12; NULL: the session's newest, unless
+        // $13 makes it a root), one of the session's.
+        let (named, root) = match turn.request.parent() {
+            Parent::Newest => (None, false),
+            Parent::Root => (None, true),
+            Parent::Turn(id) => (Some(id.to_string()), false),
+        };
         let statement = sqlx::query_as::<_, Began>(
             "WITH busy AS ( \
                SELECT $11::int8 IS NOT NULL AND (SELECT count(*) FROM turns t \
                  WHERE t.tenant = $3 AND t.status = 'running' AND t.parked_until IS NULL) \
                  >= $11::int8 AS at_most \
+             ), newest AS ( \
+               SELECT (SELECT id FROM turns WHERE session_id = $1 \
+                 ORDER BY created_at DESC, id DESC LIMIT 1) AS id \
+             ), parent AS ( \
+               SELECT CASE WHEN $13 THEN NULL ELSE COALESCE($12::text, newest.id) END AS id, \
+                 ($12::text IS NULL OR EXISTS (SELECT 1 FROM turns \
+                   WHERE id = $12::text AND session_id = $1)) AS known, \
+                 (CASE WHEN $13 THEN NULL ELSE COALESCE($12::text, newest.id) END) \
+                   IS DISTINCT FROM newest.id AS branches \
+               FROM newest \
              ), s AS ( \
                INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
                SELECT $1, $2, $2, 1, 1, $3 \
                WHERE NOT EXISTS (SELECT 1 FROM turns WHERE session_id = $1 AND status = 'running') \
                AND NOT (SELECT at_most FROM busy) \
+               AND (SELECT known FROM parent) \
                AND ($6::text IS NULL OR NOT EXISTS \
                  (SELECT 1 FROM turns WHERE session_id = $1 AND idempotency_key = $6)) \
                ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
-               turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+               turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1, \
+               branched = sessions.branched OR (SELECT branches FROM parent) \
                WHERE sessions.tenant = excluded.tenant \
-               RETURNING turn_count, cost_usd, last_seq \
+               RETURNING turn_count, cost_usd, last_seq, branched \
              ), t AS ( \
                INSERT INTO turns (id, session_id, status, request, idempotency_key, \
                owner_instance, owner_process, heartbeat_at, first_seq, created_at, traceparent, \
-               tenant) \
-               SELECT $4, $1, 'running', $5, $6, $7, $8, $2, s.last_seq, $2, $10, $3 FROM s \
+               tenant, parent_turn_id, run_id) \
+               SELECT $4, $1, 'running', $5, $6, $7, $8, $2, s.last_seq, $2, $10, $3, \
+                 (SELECT id FROM parent), $14 FROM s \
              ), e AS ( \
                INSERT INTO events (session_id, seq, turn_id, type, payload, created_at) \
                SELECT $1, s.last_seq, $4, 'turn.started', $9, $2 FROM s \
              ) \
              SELECT s.turn_count, s.cost_usd, s.last_seq, \
                EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND tenant <> $3), \
-               (SELECT at_most FROM busy) \
+               (SELECT at_most FROM busy), \
+               NOT (SELECT known FROM parent), \
+               COALESCE(s.branched, FALSE) \
              FROM (VALUES (1)) AS one LEFT JOIN s ON TRUE",
         )
         .bind(turn.session_id.as_str())
@@ -85,19 +116,24 @@ impl Turns for PostgresStore {
         .bind(&turn.started_payload)
         .bind(&turn.traceparent)
         .bind(turn.max_running.map(i64::from))
+        .bind(named)
+        .bind(root)
+        .bind(&turn.request.run_id)
         .fetch_one(self.writer());
         match self.bounded(async { Ok(statement.await?) }).await {
-            Ok((Some(turn_count), session_cost, Some(seq), _, _)) => Ok(BeganTurn {
+            Ok((Some(turn_count), session_cost, Some(seq), _, _, _, branched)) => Ok(BeganTurn {
                 first_seq: seq,
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
                 session_cost_before: session_cost,
                 // Read by the turn: each read is its own round trip here.
                 context: TurnContext::default(),
+                branched,
             }),
-            Ok((_, _, _, true, _)) => Err(BeginTurnError::SessionNotFound),
+            Ok((_, _, _, true, _, _, _)) => Err(BeginTurnError::SessionNotFound),
+            Ok((_, _, _, _, _, true, _)) => Err(BeginTurnError::ParentNotFound),
             // Counted in the statement's snapshot: turns starting at the
             // same instant on other replicas may pass it together.
-            Ok((_, _, _, _, true)) => Err(BeginTurnError::TenantBusy),
+            Ok((_, _, _, _, true, _, _)) => Err(BeginTurnError::TenantBusy),
             // A running turn or a used idempotency key: nothing was
             // written; the caller finds which.
             Ok(_) => Err(StoreError::Conflict.into()),

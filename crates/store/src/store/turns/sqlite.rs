@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::{ORPHANS_PER_SWEEP, Turns, waited_ms};
 use crate::ids::SessionKey;
 use crate::store::Result;
+use crate::turn::Parent;
 use crate::{
     events::{StoredEvent, TurnEvent},
     store::{
@@ -19,7 +20,8 @@ use crate::{
         sqlite::{
             SqliteStore,
             writer::{
-                answered, is_unique_violation, memories_for_turn, parse_ts, recent_messages, ts,
+                answered, branch_messages, is_unique_violation, memories_for_turn, parse_ts,
+                recent_messages, ts,
             },
         },
     },
@@ -43,6 +45,9 @@ enum BeginTry {
     SessionNotFound,
     /// The tenant runs as many turns as it may (nothing written).
     TenantBusy,
+    /// The turn it names as its parent is not the session's (nothing
+    /// written).
+    ParentNotFound,
 }
 
 #[expect(
@@ -75,29 +80,53 @@ impl Turns for SqliteStore {
                     return Ok(BeginTry::TenantBusy);
                 }
             }
+            // The turn it continues: the newest, unless it names one (of
+            // this session: a session of another tenant has another key).
+            let newest: Option<String> = tx
+                .prepare_cached(super::NEWEST_TURN)?
+                .query_row(params![turn.session_id.as_str()], |row| row.get(0))
+                .optional()?;
+            let parent = match turn.request.parent() {
+                Parent::Newest => newest.clone(),
+                Parent::Root => None,
+                Parent::Turn(id) => {
+                    let id = id.to_string();
+                    let known: Option<i64> = tx
+                        .prepare_cached("SELECT 1 FROM turns WHERE id = ?1 AND session_id = ?2")?
+                        .query_row(params![id, turn.session_id.as_str()], |row| row.get(0))
+                        .optional()?;
+                    if known.is_none() {
+                        return Ok(BeginTry::ParentNotFound);
+                    }
+                    Some(id)
+                }
+            };
+            let branches = parent != newest;
             // A session of another tenant is left as it is (no row comes back).
-            let began: Option<(i64, Option<f64>, i64)> = tx
+            let began: Option<(i64, Option<f64>, i64, bool)> = tx
                 .prepare_cached(
                     "INSERT INTO sessions (id, created_at, updated_at, turn_count, last_seq, tenant) \
                      VALUES (?1, ?2, ?2, 1, 1, ?3) \
                      ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, \
-                     turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1 \
+                     turn_count = sessions.turn_count + 1, last_seq = sessions.last_seq + 1, \
+                     branched = sessions.branched OR ?4 \
                      WHERE sessions.tenant = excluded.tenant \
-                     RETURNING turn_count, cost_usd, last_seq",
+                     RETURNING turn_count, cost_usd, last_seq, branched",
                 )?
-                .query_row(params![turn.session_id.as_str(), created, turn.tenant], |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-                })
+                .query_row(
+                    params![turn.session_id.as_str(), created, turn.tenant, branches],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+                )
                 .optional()?;
-            let Some((turn_count, session_cost, seq)) = began else {
+            let Some((turn_count, session_cost, seq, branched)) = began else {
                 return Ok(BeginTry::SessionNotFound);
             };
             let inserted = tx
                 .prepare_cached(
                     "INSERT INTO turns (id, session_id, status, request, idempotency_key, \
                      owner_instance, owner_process, heartbeat_at, first_seq, created_at, \
-                     traceparent, tenant) \
-                     VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8, ?7, ?9, ?10)",
+                     traceparent, tenant, parent_turn_id, run_id) \
+                     VALUES (?1, ?2, 'running', ?3, ?4, ?5, ?6, ?7, ?8, ?7, ?9, ?10, ?11, ?12)",
                 )?
                 .execute(params![
                     turn.id.to_string(),
@@ -109,7 +138,9 @@ impl Turns for SqliteStore {
                     created,
                     seq,
                     turn.traceparent,
-                    turn.tenant
+                    turn.tenant,
+                    parent,
+                    turn.request.run_id
                 ]);
             match inserted {
                 Ok(_) => {}
@@ -132,8 +163,13 @@ impl Turns for SqliteStore {
             // transaction sees what was committed, and its own rows).
             // A read that fails leaves it to the turn (see `answered`).
             let history = match turn.reads.history {
-                // The first turn of a session has no history to read.
-                Some(_) if turn_count <= 1 => Some(Vec::new()),
+                // The first turn of a session has no history to read,
+                // nor has a new root.
+                Some(_) if turn_count <= 1 || parent.is_none() => Some(Vec::new()),
+                Some(limit) if branched => answered(
+                    "history",
+                    branch_messages(tx, turn.id, limit),
+                ),
                 Some(limit) => answered(
                     "history",
                     recent_messages(tx, &turn.session_id, limit),
@@ -150,6 +186,7 @@ impl Turns for SqliteStore {
                 turn_number: u64::try_from(turn_count).unwrap_or(1),
                 session_cost_before: session_cost,
                 context: TurnContext { history, memories },
+                branched,
             }))
         })
         .await?;
@@ -157,6 +194,7 @@ impl Turns for SqliteStore {
             BeginTry::Began(began) => Ok(began),
             BeginTry::SessionNotFound => Err(BeginTurnError::SessionNotFound),
             BeginTry::TenantBusy => Err(BeginTurnError::TenantBusy),
+            BeginTry::ParentNotFound => Err(BeginTurnError::ParentNotFound),
         }
     }
 

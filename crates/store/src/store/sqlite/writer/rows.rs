@@ -32,8 +32,29 @@ pub(in crate::store) fn recent_messages(
     session_id: &SessionKey,
     limit: u32,
 ) -> Result<Vec<MessageRecord>> {
-    let mut statement = tx.prepare_cached(turns::RECENT_MESSAGES)?;
-    let rows = statement.query_map(params![session_id.as_str(), i64::from(limit)], |row| {
+    newest_messages(tx, turns::RECENT_MESSAGES, session_id.as_str(), limit)
+}
+
+/// [`crate::store::Turns::history`] of a branched session, on the
+/// writer's connection: the last messages of `turn_id`'s branch.
+pub(in crate::store) fn branch_messages(
+    tx: &Connection,
+    turn_id: uuid::Uuid,
+    limit: u32,
+) -> Result<Vec<MessageRecord>> {
+    newest_messages(tx, turns::BRANCH_MESSAGES, &turn_id.to_string(), limit)
+}
+
+/// The messages `sql` reads newest first (`?1` its key, `?2` the limit),
+/// oldest first.
+fn newest_messages(
+    tx: &Connection,
+    sql: &str,
+    key: &str,
+    limit: u32,
+) -> Result<Vec<MessageRecord>> {
+    let mut statement = tx.prepare_cached(sql)?;
+    let rows = statement.query_map(params![key, i64::from(limit)], |row| {
         Ok((
             row.get::<_, i64>(0)?,
             row.get::<_, Option<String>>(1)?,

@@ -1,0 +1,280 @@
+//! A conversation as a tree over the native API: regenerate a turn (a
+//! sibling), go on from an earlier turn (an edit), start a new root; the
+//! model sees its own branch and never a sibling's; siblings and branches
+//! read back; bad parents are refused.
+
+use serde_json::{Value, json};
+
+use crate::{
+    fake_provider::Reply,
+    helpers::{TestApp, png_of, spawn_app},
+    on_both_backends,
+    support::Backend,
+};
+
+/// The user's and the assistant's texts the provider's last request held.
+fn sent_history(app: &TestApp) -> Vec<String> {
+    let requests = app.provider.requests();
+    let body = &requests.last().unwrap().body;
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user" || m["role"] == "assistant")
+        .map(|m| match &m["content"] {
+            Value::String(text) => text.clone(),
+            parts => parts[0]["text"].as_str().unwrap_or_default().to_owned(),
+        })
+        .collect()
+}
+
+/// Posts `body` to `path` with the answer `answer` queued; its JSON.
+async fn turn(app: &TestApp, path: &str, body: Value, answer: &str) -> (u16, Value) {
+    app.provider.enqueue([Reply::openai_text(answer)]);
+    app.post_body(path, body).await
+}
+
+/// The texts of a page of messages.
+fn texts(page: &Value) -> Vec<&str> {
+    page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect()
+}
+
+async fn a_regenerate_is_a_sibling_and_the_next_turn_goes_on_from_it(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let mut ids = Vec::new();
+    for (message, answer) in [("one", "A1"), ("two", "A2"), ("three", "A3")] {
+        let (status, body) = turn(
+            &app,
+            "/sessions/t/turns",
+            json!({ "message": message }),
+            answer,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        ids.push(body["turn_id"].as_str().unwrap().to_owned());
+    }
+    let (_, session) = app.get_json("/sessions/t").await;
+    assert_eq!(session["branched"], false);
+    let (_, second) = app.get_json(&format!("/sessions/t/turns/{}", ids[1])).await;
+    assert_eq!(second["parent_turn_id"], ids[0].as_str());
+
+    // A new answer to "two": the model sees "one" and its answer alone.
+    let (status, again) = turn(
+        &app,
+        &format!("/sessions/t/turns/{}/regenerate", ids[1]),
+        json!({}),
+        "A2b",
+    )
+    .await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["text"], "A2b");
+    assert_eq!(sent_history(&app), ["one", "A1", "two"]);
+    let again_id = again["turn_id"].as_str().unwrap().to_owned();
+    let (_, record) = app.get_json(&format!("/sessions/t/turns/{again_id}")).await;
+    assert_eq!(record["parent_turn_id"], ids[0].as_str());
+    let (_, session) = app.get_json("/sessions/t").await;
+    assert_eq!(session["branched"], true);
+
+    // The two answers are siblings, oldest first, from either of them.
+    for of in [&ids[1], &again_id] {
+        let (status, siblings) = app
+            .get_json(&format!("/sessions/t/turns/{of}/siblings"))
+            .await;
+        assert_eq!(status, 200, "{siblings}");
+        let listed: Vec<&str> = siblings["turns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["turn_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(listed, [ids[1].as_str(), again_id.as_str()]);
+    }
+    // The session's messages are its current branch; the old one is read
+    // by its last turn.
+    let (_, current) = app.get_json("/sessions/t/messages").await;
+    assert_eq!(texts(&current), ["one", "A1", "two", "A2b"]);
+    let (_, old) = app
+        .get_json(&format!("/sessions/t/messages?turn_id={}", ids[2]))
+        .await;
+    assert_eq!(texts(&old), ["one", "A1", "two", "A2", "three", "A3"]);
+    let (_, paged) = app
+        .get_json(&format!("/sessions/t/messages?turn_id={}&limit=2", ids[2]))
+        .await;
+    assert_eq!(texts(&paged), ["one", "A1"]);
+
+    // The next turn goes on from the newest: the regenerated answer.
+    let (status, _) = turn(&app, "/sessions/t/turns", json!({"message": "four"}), "A4").await;
+    assert_eq!(status, 200);
+    assert_eq!(sent_history(&app), ["one", "A1", "two", "A2b", "four"]);
+    // An edit of "three": on from the first turn, whatever is newest.
+    let (status, edited) = turn(
+        &app,
+        "/sessions/t/turns",
+        json!({"message": "deux", "parent_turn_id": ids[0]}),
+        "D",
+    )
+    .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(sent_history(&app), ["one", "A1", "deux"]);
+    // An edit of the first message: a new root, nothing before it.
+    let (status, _) = turn(
+        &app,
+        "/sessions/t/turns",
+        json!({"message": "uno", "parent_turn_id": "root"}),
+        "U",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(sent_history(&app), ["uno"]);
+    let (_, roots) = app
+        .get_json(&format!("/sessions/t/turns/{}/siblings", ids[0]))
+        .await;
+    assert_eq!(roots["turns"].as_array().unwrap().len(), 2);
+    assert_eq!(roots["turns"][1]["parent_turn_id"], Value::Null);
+}
+
+async fn bad_parents_and_regenerates_are_refused_and_write_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let (_, first) = turn(&app, "/sessions/b/turns", json!({"message": "one"}), "A1").await;
+    let first_id = first["turn_id"].as_str().unwrap().to_owned();
+    let (_, elsewhere) = turn(&app, "/sessions/c/turns", json!({"message": "x"}), "X").await;
+    let elsewhere_id = elsewhere["turn_id"].as_str().unwrap().to_owned();
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let cases = [
+        (
+            "/sessions/b/turns".to_owned(),
+            json!({"message": "m", "parent_turn_id": elsewhere_id}),
+            404,
+            "turn_not_found",
+        ),
+        (
+            "/sessions/b/turns".to_owned(),
+            json!({"message": "m", "parent_turn_id": unknown}),
+            404,
+            "turn_not_found",
+        ),
+        (
+            "/sessions/b/turns".to_owned(),
+            json!({"message": "m", "parent_turn_id": "first"}),
+            422,
+            "invalid_field",
+        ),
+        (
+            "/sessions/b/turns".to_owned(),
+            json!({"message": "m", "parent_turn_id": first_id,
+                   "history": [{"role": "user", "content": "h"}]}),
+            422,
+            "invalid_field",
+        ),
+        (
+            format!("/sessions/b/turns/{first_id}/regenerate"),
+            json!({"message": "other"}),
+            422,
+            "invalid_field",
+        ),
+        (
+            format!("/sessions/b/turns/{elsewhere_id}/regenerate"),
+            json!({}),
+            404,
+            "turn_not_found",
+        ),
+        (
+            format!("/sessions/nobody/turns/{first_id}/regenerate"),
+            json!({}),
+            404,
+            "session_not_found",
+        ),
+    ];
+    let requests = app.provider.requests().len();
+    for (path, body, status, code) in cases {
+        let (got, problem) = app.post_body(&path, body.clone()).await;
+        assert_eq!(
+            (got, problem["code"].as_str()),
+            (status, Some(code)),
+            "{path} {body}: {problem}"
+        );
+    }
+    assert_eq!(app.provider.requests().len(), requests, "no turn ran");
+    let (_, session) = app.get_json("/sessions/b").await;
+    assert_eq!(
+        (
+            session["turn_count"].as_i64(),
+            session["branched"].as_bool()
+        ),
+        (Some(1), Some(false))
+    );
+    for path in [
+        format!("/sessions/b/turns/{elsewhere_id}/siblings"),
+        format!("/sessions/b/messages?turn_id={elsewhere_id}"),
+    ] {
+        let (status, problem) = app.get_json(&path).await;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (404, Some("turn_not_found")),
+            "{path}"
+        );
+    }
+    let (status, _) = app
+        .get_json(&format!("/sessions/b/turns/{first_id}/siblings?limit=0"))
+        .await;
+    assert_eq!(status, 400);
+}
+
+/// A regenerate asks the same message with the same images; once a file
+/// it carried is deleted it can no longer be asked (409), and nothing runs.
+async fn a_regenerate_repeats_the_images_until_their_file_is_deleted(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let (_, uploaded) = app.upload("shot.png", "image/png", &png_of(400)).await;
+    let file_id = uploaded["id"].as_str().unwrap().to_owned();
+    let (status, first) = turn(
+        &app,
+        "/sessions/img/turns",
+        json!({"message": [{"type": "text", "text": "What is it?"},
+                           {"type": "image", "file_id": file_id}]}),
+        "A cat.",
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let first_id = first["turn_id"].as_str().unwrap().to_owned();
+    let images = |app: &TestApp| {
+        let requests = app.provider.requests();
+        let body = &requests.last().unwrap().body;
+        body["messages"]
+            .to_string()
+            .matches(r#""type":"image_url""#)
+            .count()
+    };
+    assert_eq!(images(&app), 1);
+    let path = format!("/sessions/img/turns/{first_id}/regenerate");
+    let (status, again) = turn(&app, &path, json!({}), "A dog.").await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(images(&app), 1, "the same image, once");
+    assert_eq!(sent_history(&app), ["What is it?"]);
+
+    let deleted = app
+        .client
+        .delete(app.url(&format!("/files/{file_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success());
+    let requests = app.provider.requests().len();
+    let (status, problem) = app.post_body(&path, json!({})).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("turn_message_erased")),
+        "{problem}"
+    );
+    assert_eq!(app.provider.requests().len(), requests);
+}
+
+on_both_backends!(
+    a_regenerate_is_a_sibling_and_the_next_turn_goes_on_from_it,
+    bad_parents_and_regenerates_are_refused_and_write_nothing,
+    a_regenerate_repeats_the_images_until_their_file_is_deleted,
+);
