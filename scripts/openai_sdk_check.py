@@ -60,8 +60,43 @@ def responses_checks(client: OpenAI) -> int:
     assert second.previous_response_id == first.id, second
     assert second.conversation.id == first.conversation.id, second
     assert second.output_text.startswith("Echo: and again"), second.output_text
+    # Its input items: what it read of the chain, then what it was asked
+    # (newest first).
     items = list(client.responses.input_items.list(second.id))
-    assert [i.content[0].text for i in items] == ["and again"], items
+    assert [i.content[0].text for i in items] == [
+        "and again",
+        first.output_text,
+        "hello responses",
+    ], items
+
+    # A branch: a response that follows the second of four goes on from
+    # there, as OpenAI's chain does: the model is sent the first two
+    # exchanges, never the third or the fourth (the demo says back what it
+    # was sent), and its input items are that branch.
+    chain = []
+    for said in ["alpha", "beta", "gamma", "delta"]:
+        follows = {"previous_response_id": chain[-1].id} if chain else {}
+        chain.append(client.responses.create(model="agent-harness", input=said, **follows))
+    branched = client.responses.create(
+        model="agent-harness", input="what did I say?", previous_response_id=chain[1].id
+    )
+    assert branched.previous_response_id == chain[1].id, branched
+    assert branched.output_text == "You said: alpha | beta (2 answers heard)", branched.output_text
+    items = list(client.responses.input_items.list(branched.id, order="asc"))
+    assert [i.content[0].text for i in items] == [
+        "alpha",
+        chain[0].output_text,
+        "beta",
+        chain[1].output_text,
+        "what did I say?",
+    ], items
+    # The chain's own end is where it was: the fourth goes on from the third.
+    after = client.responses.create(
+        model="agent-harness", input="what did I say?", previous_response_id=chain[3].id
+    )
+    assert (
+        after.output_text == "You said: alpha | beta | gamma | delta (4 answers heard)"
+    ), after.output_text
 
     # Streamed, every event typed; then a tool turn, its call an mcp_call.
     events = typed_events(
@@ -105,7 +140,7 @@ def responses_checks(client: OpenAI) -> int:
         raise AssertionError("a deleted response is still there")
     except openai.NotFoundError:
         pass
-    return 7 + client_tool_checks(client)
+    return 8 + client_tool_checks(client)
 
 
 LOCATION = {

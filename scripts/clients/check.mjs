@@ -14,6 +14,7 @@ import { parseJsonEventStream } from '@ai-sdk/provider-utils';
 import { HttpAgent } from '@ag-ui/client';
 import { EventSchemas, RunAgentInputSchema } from '@ag-ui/core/schemas';
 import {
+  AbstractChat,
   DefaultChatTransport,
   lastAssistantMessageIsCompleteWithApprovalResponses,
   lastAssistantMessageIsCompleteWithToolCalls,
@@ -441,6 +442,80 @@ try {
   const afterApproval = resumedRun.newMessages.map((m) => m.content ?? '').join('');
   if (!afterApproval.includes('The note tool said') || approver.pendingInterrupts.length !== 0) {
     throw new Error(`HttpAgent after the approval: ${JSON.stringify(approver.messages)}`);
+  }
+  passed++;
+
+  // A conversation as a tree. useChat's regenerate() (the SDK's own Chat,
+  // with a plain state) replaces the last answer by a new one; the old
+  // one stays readable as its sibling, and the model was sent no sibling
+  // text (the demo says back what it heard).
+  class Chat extends AbstractChat {
+    constructor(init) {
+      let messages = [];
+      const state = {
+        status: 'ready',
+        error: undefined,
+        get messages() { return messages; },
+        set messages(next) { messages = next; },
+        pushMessage: (message) => { messages = messages.concat(message); },
+        popMessage: () => { messages = messages.slice(0, -1); },
+        replaceMessage: (index, message) => {
+          messages = [...messages.slice(0, index), structuredClone(message), ...messages.slice(index + 1)];
+        },
+        snapshot: (thing) => structuredClone(thing),
+      };
+      super({ ...init, state });
+    }
+  }
+  const chat = new Chat({
+    id: 'chat-tree',
+    transport: new DefaultChatTransport({ api: `http://127.0.0.1:${port}/v1/ui/chat` }),
+  });
+  await chat.sendMessage({ text: 'alpha' });
+  await chat.sendMessage({ text: 'what did I say?' });
+  const replaced = chat.messages.at(-1);
+  if (textOf(replaced) !== 'You said: alpha (1 answers heard)') {
+    throw new Error(`before the regenerate: ${textOf(replaced)}`);
+  }
+  await chat.regenerate();
+  const renewed = chat.messages.at(-1);
+  if (chat.error || chat.messages.length !== 4 || renewed.id === replaced.id || renewed.role !== 'assistant') {
+    throw new Error(`regenerate(): ${chat.error} ${JSON.stringify(chat.messages.map((m) => [m.id, m.role]))}`);
+  }
+  if (textOf(renewed) !== 'You said: alpha (1 answers heard)') {
+    throw new Error(`the regenerated answer heard a sibling: ${textOf(renewed)}`);
+  }
+  const siblings = await (await fetch(`http://127.0.0.1:${port}/sessions/chat-tree/turns/${renewed.id}/siblings`)).json();
+  if (siblings.turns?.map((t) => t.turn_id).join() !== `${replaced.id},${renewed.id}`) {
+    throw new Error(`the old answer is not a sibling: ${JSON.stringify(siblings)}`);
+  }
+  const oldBranch = await (await fetch(`http://127.0.0.1:${port}/sessions/chat-tree/messages?turn_id=${replaced.id}`)).json();
+  if (oldBranch.messages.at(-1)?.content !== textOf(replaced)) {
+    throw new Error(`the old answer is not readable: ${JSON.stringify(oldBranch)}`);
+  }
+  passed++;
+
+  // AG-UI: an HttpAgent run whose RunAgentInput names the second of four
+  // runs as its parentRunId (set by a middleware, the client's own way to
+  // add to its input; the agent still sends every message it holds): the
+  // model is sent runs 1-2 and their answers, and RUN_STARTED echoes it.
+  const brancher = new HttpAgent({ url: `http://127.0.0.1:${port}/v1/agui`, threadId: 'agui-tree' });
+  for (const n of [1, 2, 3, 4]) {
+    brancher.addMessage({ id: `bu${n}`, role: 'user', content: `word${n}` });
+    await brancher.runAgent({ runId: `tree-run-${n}` });
+  }
+  brancher.addMessage({ id: 'bu5', role: 'user', content: 'what did I say?' });
+  brancher.use((input, next) => next.run({ ...RunAgentInputSchema.parse(input), parentRunId: 'tree-run-2' }));
+  let branchStarted;
+  const branched = await brancher.runAgent({ runId: 'tree-run-5' }, {
+    onRunStartedEvent: ({ event }) => { branchStarted = event; },
+  });
+  const branchedText = branched.newMessages.map((m) => m.content ?? '').join('');
+  if (branchedText !== 'You said: word1 | word2 (2 answers heard)') {
+    throw new Error(`HttpAgent's branch: ${branchedText}`);
+  }
+  if (branchStarted?.parentRunId !== 'tree-run-2' || branchStarted.runId !== 'tree-run-5') {
+    throw new Error(`RUN_STARTED did not echo the parent: ${JSON.stringify(branchStarted)}`);
   }
   passed++;
   console.log(`ai-sdk: ${passed} passed, 0 failed`);

@@ -6,6 +6,7 @@ pub(crate) mod a2a_rest;
 pub(crate) mod agui;
 pub(crate) mod approvals;
 pub(crate) mod attachments;
+pub(crate) mod branches;
 pub(crate) mod mcp;
 pub(crate) mod mcp_current;
 pub(crate) mod mcp_server;

@@ -197,6 +197,11 @@ impl TurnService {
         self.store.history(session_id, turn_id, true, limit).await
     }
 
+    /// A session's newest turn: the head of its current branch.
+    pub async fn newest_turn(&self, session_id: &SessionKey) -> Result<Option<Uuid>> {
+        self.store.newest_turn(session_id).await
+    }
+
     /// The newest turn of a session its client named `run_id`.
     pub async fn turn_of_run(&self, session_id: &SessionKey, run_id: &str) -> Result<Option<Uuid>> {
         self.store.turn_of_run(session_id, run_id).await

@@ -16,29 +16,40 @@ impl UiChatRequest {
         app: &Shared,
         tenant: &Tenant,
     ) -> Result<Placement, ApiError> {
-        let turn_of = |id: Option<&str>| id.and_then(|id| uuid::Uuid::parse_str(id).ok());
         match self.trigger.as_deref() {
             None | Some("submit-message") => Ok(Placement {
-                after_turn: turn_of(
-                    self.messages
-                        .iter()
-                        .rev()
-                        .find(|m| m.role == "assistant")
-                        .and_then(|m| m.id.as_deref()),
-                ),
+                after_turn: self.last_answer(),
                 ..Placement::default()
             }),
             Some("regenerate-message") => {
                 let session = crate::protocols::paths::parse_session_id(&self.id, tenant)?;
-                let regenerated = match turn_of(self.message_id.as_deref()) {
-                    Some(turn) => app.turns.get_turn(&session, turn).await?,
-                    None => None,
+                // The answer replaced: the one `messageId` names (an
+                // assistant message's id is its turn's), else the last.
+                let regenerated = match self.message_id.as_deref() {
+                    None => app.turns.newest_turn(&session).await?,
+                    Some(id) => match uuid::Uuid::parse_str(id) {
+                        Ok(turn) => match app.turns.get_turn(&session, turn).await? {
+                            Some(_) => Some(turn),
+                            None => return Err(ApiError::TurnNotFound),
+                        },
+                        // A user message (the client names its own): a new
+                        // answer to it, on the branch the client holds.
+                        Err(_) => None,
+                    },
                 };
-                let Some(regenerated) = regenerated else {
-                    return Err(ApiError::TurnNotFound);
+                let parent = match regenerated {
+                    Some(turn) => app
+                        .turns
+                        .get_turn(&session, turn)
+                        .await?
+                        .and_then(|t| t.parent_turn_id),
+                    None => match self.last_answer() {
+                        Some(turn) => app.turns.get_turn(&session, turn).await?.map(|t| t.id),
+                        None => None,
+                    },
                 };
                 Ok(Placement {
-                    branch_from: Some(regenerated.parent_turn_id.unwrap_or_default()),
+                    branch_from: Some(parent.unwrap_or_default()),
                     ..Placement::default()
                 })
             }
@@ -49,5 +60,16 @@ impl UiChatRequest {
                 ),
             }),
         }
+    }
+
+    /// The turn of the last answer the client holds (an assistant
+    /// message's id is its turn's).
+    fn last_answer(&self) -> Option<uuid::Uuid> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "assistant")
+            .and_then(|m| m.id.as_deref())
+            .and_then(|id| uuid::Uuid::parse_str(id).ok())
     }
 }
