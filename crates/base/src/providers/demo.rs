@@ -103,28 +103,8 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
         })
         .collect();
     let lower = message.to_lowercase();
-    // What it was sent before, said back: a client sees which history
-    // (which branch of its conversation) reached the model.
     if lower.contains("what did i say") {
-        let earlier: Vec<&str> = request
-            .messages
-            .iter()
-            .filter(|m| m.role == Role::User)
-            .map(|m| m.content.as_str())
-            .filter(|text| !text.to_lowercase().contains("what did i say"))
-            .collect();
-        let answers = request
-            .messages
-            .iter()
-            .filter(|m| m.role == Role::Assistant)
-            .count();
-        return (
-            format!(
-                "You said: {} ({answers} answers heard)",
-                earlier.join(" | ")
-            ),
-            Vec::new(),
-        );
+        return (recall(request), Vec::new());
     }
     let searches = lower.contains("search") || lower.contains("notes");
     if searches && request.tools.iter().any(|t| t.name == "local_search") {
@@ -166,6 +146,25 @@ fn answer(request: &ChatRequest) -> (String, Vec<ToolCall>) {
         ),
         Vec::new(),
     )
+}
+
+/// What it was sent before, said back (the user's messages, and how many
+/// answers it heard): a client sees which history, which branch of its
+/// conversation, reached the model.
+fn recall(request: &ChatRequest) -> String {
+    let earlier: Vec<&str> = request
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.content.as_str())
+        .filter(|text| !text.to_lowercase().contains("what did i say"))
+        .collect();
+    let answers = request
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .count();
+    format!("You said: {} ({answers} answers heard)", earlier.join(" | "))
 }
 
 /// The demo's JSON answer: an instance of the schema asked for (or `{}`).
