@@ -6,11 +6,33 @@
 use serde_json::{Value, json};
 
 use crate::{
-    fake_provider::Reply,
-    helpers::{TestApp, png_of, spawn_app},
+    fake_provider::{FakeProvider, Reply},
+    helpers::{TestApp, png_of, spawn_app, spawn_app_with, test_settings},
     on_both_backends,
-    support::Backend,
+    support::{Backend, TestDb},
 };
+
+/// An app whose caller (keys off) may import sessions.
+async fn admin_app(backend: Backend) -> TestApp {
+    let provider = FakeProvider::start().await;
+    let mut settings = test_settings(&provider);
+    settings.server.allow_local_admin = true;
+    spawn_app_with(TestDb::new(backend).await, provider, settings).await
+}
+
+/// Imports `export` into `app`: the status and the answer.
+async fn import(app: &TestApp, export: &str) -> (u16, Value) {
+    let response = app
+        .client
+        .post(app.url("/sessions/import"))
+        .header("content-type", "application/jsonl")
+        .body(export.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
 
 /// The user's and the assistant's texts the provider's last request held.
 fn sent_history(app: &TestApp) -> Vec<String> {
@@ -273,7 +295,113 @@ async fn a_regenerate_repeats_the_images_until_their_file_is_deleted(backend: Ba
     assert_eq!(app.provider.requests().len(), requests);
 }
 
+/// A branched session carried to another deployment: its tree comes
+/// whole (the next turn there goes on from the newest, on its branch); an
+/// export from before trees is one branch; a parent outside the export is
+/// refused.
+async fn a_tree_is_exported_and_imported_whole(backend: Backend) {
+    let app = admin_app(backend).await;
+    let mut ids = Vec::new();
+    for (message, answer) in [("one", "A1"), ("two", "A2"), ("three", "A3")] {
+        let (_, body) = turn(
+            &app,
+            "/sessions/x/turns",
+            json!({ "message": message }),
+            answer,
+        )
+        .await;
+        ids.push(body["turn_id"].as_str().unwrap().to_owned());
+    }
+    let export = |app: &TestApp, session: &'static str| {
+        let request = app
+            .client
+            .get(app.url(&format!("/sessions/{session}/export")));
+        async move { request.send().await.unwrap().text().await.unwrap() }
+    };
+    let linear = export(&app, "x").await;
+    let path = format!("/sessions/x/turns/{}/regenerate", ids[1]);
+    let (status, _) = turn(&app, &path, json!({}), "A2b").await;
+    assert_eq!(status, 200);
+    let branched = export(&app, "x").await;
+    assert!(branched.contains("\"parent_turn_id\""), "{branched}");
+
+    let there = admin_app(backend).await;
+    let (status, made) = import(&there, &branched).await;
+    assert_eq!(status, 201, "{made}");
+    let (_, session) = there.get_json("/sessions/x").await;
+    assert_eq!(session["branched"], true);
+    let (_, current) = there.get_json("/sessions/x/messages").await;
+    assert_eq!(texts(&current), ["one", "A1", "two", "A2b"]);
+    let (_, old) = there
+        .get_json(&format!("/sessions/x/messages?turn_id={}", ids[2]))
+        .await;
+    assert_eq!(texts(&old), ["one", "A1", "two", "A2", "three", "A3"]);
+    let (status, _) = turn(
+        &there,
+        "/sessions/x/turns",
+        json!({"message": "four"}),
+        "A4",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(sent_history(&there), ["one", "A1", "two", "A2b", "four"]);
+
+    // An export from before trees: no parents; each turn continues the
+    // one before, as the migration makes them.
+    let older: Vec<String> = linear
+        .lines()
+        .map(|line| {
+            let mut value: Value = serde_json::from_str(line).unwrap();
+            if value["type"] == "turn" {
+                let fields = value.as_object_mut().unwrap();
+                fields.remove("parent_turn_id");
+                fields.remove("run_id");
+            }
+            value.to_string()
+        })
+        .collect();
+    let elsewhere = admin_app(backend).await;
+    let (status, made) = import(&elsewhere, &older.join("\n")).await;
+    assert_eq!(status, 201, "{made}");
+    let (_, session) = elsewhere.get_json("/sessions/x").await;
+    assert_eq!(session["branched"], false);
+    let (_, third) = elsewhere
+        .get_json(&format!("/sessions/x/turns/{}", ids[2]))
+        .await;
+    assert_eq!(third["parent_turn_id"], ids[1].as_str());
+    let (_, branch) = elsewhere
+        .get_json(&format!("/sessions/x/messages?turn_id={}", ids[2]))
+        .await;
+    assert_eq!(texts(&branch), ["one", "A1", "two", "A2", "three", "A3"]);
+
+    // A parent that is no earlier turn of the export: refused, nothing made.
+    let stranger = uuid::Uuid::now_v7().to_string();
+    let forged = branched.replacen(
+        &format!("\"parent_turn_id\":\"{}\"", ids[0]),
+        &format!("\"parent_turn_id\":\"{stranger}\""),
+        1,
+    );
+    assert_ne!(forged, branched);
+    let fresh = admin_app(backend).await;
+    let (status, problem) = import(&fresh, &forged).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (422, Some("invalid_import")),
+        "{problem}"
+    );
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("parent_turn_id"),
+        "{problem}"
+    );
+    let (status, _) = fresh.get_json("/sessions/x").await;
+    assert_eq!(status, 404);
+}
+
 on_both_backends!(
+    a_tree_is_exported_and_imported_whole,
     a_regenerate_is_a_sibling_and_the_next_turn_goes_on_from_it,
     bad_parents_and_regenerates_are_refused_and_write_nothing,
     a_regenerate_repeats_the_images_until_their_file_is_deleted,

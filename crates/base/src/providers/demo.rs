@@ -164,7 +164,10 @@ fn recall(request: &ChatRequest) -> String {
         .iter()
         .filter(|m| m.role == Role::Assistant)
         .count();
-    format!("You said: {} ({answers} answers heard)", earlier.join(" | "))
+    format!(
+        "You said: {} ({answers} answers heard)",
+        earlier.join(" | ")
+    )
 }
 
 /// The demo's JSON answer: an instance of the schema asked for (or `{}`).
