@@ -215,12 +215,22 @@ impl TurnService {
         self.store.list_sessions(tenant, limit).await
     }
 
-    pub async fn recent_messages(
+    /// The last `limit` messages of `session`'s current branch (its
+    /// newest turn's), oldest first.
+    pub async fn current_messages(
         &self,
         session_id: &SessionKey,
+        session: &SessionRecord,
         limit: u32,
     ) -> Result<Vec<MessageRecord>> {
-        self.store.recent_messages(session_id, limit).await
+        let head = match session.branched {
+            true => self.store.newest_turn(session_id).await?,
+            false => None,
+        };
+        match head {
+            Some(head) => self.store.history(session_id, head, true, limit).await,
+            None => self.store.recent_messages(session_id, limit).await,
+        }
     }
 
     /// A page of a session's log after `after` (of one turn, or all).

@@ -124,6 +124,22 @@ async fn a_regenerate_is_a_sibling_and_the_next_turn_goes_on_from_it(backend: Ba
         .get_json(&format!("/sessions/t/messages?turn_id={}", ids[2]))
         .await;
     assert_eq!(texts(&old), ["one", "A1", "two", "A2", "three", "A3"]);
+    // So is the session an MCP host reads (`get_session`).
+    let (status, got) = app
+        .post_body(
+            "/mcp",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": "get_session", "arguments": {"session_id": "t"}}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{got}");
+    let shown: Vec<&str> = got["result"]["structuredContent"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown, ["one", "A1", "two", "A2b"]);
     let (_, paged) = app
         .get_json(&format!("/sessions/t/messages?turn_id={}&limit=2", ids[2]))
         .await;

@@ -128,10 +128,13 @@ pub(super) async fn read(
     }
     if let Some(id) = uri.strip_prefix(SESSION_SCHEME) {
         let session = parse_session_id(id, tenant).map_err(|_| not_found())?;
-        if app.turns.get_session(&session).await?.is_none() {
+        let Some(record) = app.turns.get_session(&session).await? else {
             return Err(not_found());
-        }
-        let messages = app.turns.recent_messages(&session, TRANSCRIPT_MAX).await?;
+        };
+        let messages = app
+            .turns
+            .current_messages(&session, &record, TRANSCRIPT_MAX)
+            .await?;
         let transcript = Transcript {
             session_id: id,
             messages: messages

@@ -408,7 +408,10 @@ pub(super) async fn get_session(
     let Some(session) = app.turns.get_session(&session_id).await? else {
         return Ok(Ok(text_result("session not found", true)));
     };
-    let messages = app.turns.recent_messages(&session_id, 20).await?;
+    let messages = app
+        .turns
+        .current_messages(&session_id, &session, 20)
+        .await?;
     let view = SessionView {
         session,
         messages: messages
