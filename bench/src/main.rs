@@ -27,6 +27,7 @@ mod scale;
 mod scenarios;
 mod stats;
 mod tenants;
+mod tree;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 

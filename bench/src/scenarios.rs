@@ -31,9 +31,9 @@ impl Drop for ScratchDir {
     }
 }
 
-const ALL: [&str; 12] = [
-    "startup", "overhead", "ttft", "tools", "images", "streams", "held", "eventlog", "replicas",
-    "takeover", "tenants", "scale",
+const ALL: [&str; 13] = [
+    "startup", "overhead", "ttft", "tools", "images", "tree", "streams", "held", "eventlog",
+    "replicas", "takeover", "tenants", "scale",
 ];
 
 pub async fn run(
@@ -96,6 +96,14 @@ pub async fn run(
         }
         if wanted("images") {
             crate::images::run(&harness, scale).await?;
+        }
+    }
+    if wanted("tree") {
+        let (harness, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
+        crate::tree::run(&harness, "sqlite", scale).await?;
+        if let Some(url) = &postgres {
+            let (pg, _) = procs::start_harness(url, &fake.url(), 120).await?;
+            crate::tree::run(&pg, "postgres", scale).await?;
         }
     }
     if wanted("streams") {

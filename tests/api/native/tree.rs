@@ -311,6 +311,49 @@ async fn a_regenerate_repeats_the_images_until_their_file_is_deleted(backend: Ba
     assert_eq!(app.provider.requests().len(), requests);
 }
 
+/// A regenerate asks as its turn was asked: the options the body does
+/// not give (here its output schema and user) are the earlier turn's.
+async fn a_regenerate_asks_as_the_turn_was_asked(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}},
+                        "required": ["n"], "additionalProperties": false});
+    let (status, first) = turn(
+        &app,
+        "/sessions/o/turns",
+        json!({"message": "count", "user_id": "ann",
+               "output_schema": {"name": "count", "schema": schema, "strict": true}}),
+        "{\"n\": 1}",
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let asked = |app: &TestApp| app.provider.requests().last().unwrap().body.clone();
+    let format = asked(&app)["response_format"].clone();
+    assert_eq!(format["json_schema"]["name"], "count", "{format}");
+    let path = format!(
+        "/sessions/o/turns/{}/regenerate",
+        first["turn_id"].as_str().unwrap()
+    );
+    let (status, again) = turn(&app, &path, json!({}), "{\"n\": 2}").await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(asked(&app)["response_format"], format);
+    assert_eq!(again["output"], json!({"n": 2}));
+    let (_, record) = app
+        .get_json(&format!(
+            "/sessions/o/turns/{}",
+            again["turn_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(record["parent_turn_id"], Value::Null);
+    // An option the body gives wins.
+    let other = json!({"name": "other", "schema": schema});
+    let (status, _) = turn(&app, &path, json!({"output_schema": other}), "{\"n\": 3}").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        asked(&app)["response_format"]["json_schema"]["name"],
+        "other"
+    );
+}
+
 /// A branched session carried to another deployment: its tree comes
 /// whole (the next turn there goes on from the newest, on its branch); an
 /// export from before trees is one branch; a parent outside the export is
@@ -417,6 +460,7 @@ async fn a_tree_is_exported_and_imported_whole(backend: Backend) {
 }
 
 on_both_backends!(
+    a_regenerate_asks_as_the_turn_was_asked,
     a_tree_is_exported_and_imported_whole,
     a_regenerate_is_a_sibling_and_the_next_turn_goes_on_from_it,
     bad_parents_and_regenerates_are_refused_and_write_nothing,

@@ -18,6 +18,8 @@ const NAME_MAX: usize = 200;
 /// Most `history` messages in a request.
 const HISTORY_MAX: usize = 1000;
 
+mod repeat;
+
 /// Body of `POST /sessions/{session_id}/turns`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -347,35 +349,8 @@ impl TryFrom<TurnBody> for TurnRequest {
 }
 
 impl TurnBody {
-    /// A regenerate of `earlier`: a new answer to its message, with its
-    /// attachments, continuing the turn it continued, with this body's
-    /// options.
-    pub fn repeating(self, earlier: &crate::service::TurnRecord) -> Result<TurnRequest, ApiError> {
-        for (field, given) in [
-            ("message", self.message.is_some()),
-            ("parent_turn_id", self.parent_turn_id.is_some()),
-            ("history", self.history.is_some()),
-        ] {
-            if given {
-                return Err(ApiError::InvalidField {
-                    field: field.into(),
-                    detail: format!(
-                        "a regenerate repeats its turn's message on its turn's branch: `{field}` \
-                         is not taken (to change the message, start a turn with `parent_turn_id`)"
-                    ),
-                });
-            }
-        }
-        Ok(TurnRequest {
-            message: earlier.request.message.clone(),
-            attachments: earlier.request.attachments.clone(),
-            follows: Some(earlier.parent_turn_id.unwrap_or_default()),
-            ..self.options()?
-        })
-    }
-
     /// The turn's options, all but its message (and where it goes on).
-    fn options(self) -> Result<TurnRequest, ApiError> {
+    pub(super) fn options(self) -> Result<TurnRequest, ApiError> {
         let body = self;
         if let Some(skill) = &body.skill_context {
             no_nul("skill_context", skill)?;

@@ -1,0 +1,101 @@
+//! The `tree` scenario: what a turn of a branched session (its history
+//! read along its parent links) costs beside a turn of a session that
+//! never branched (its last messages read as before), both with a full
+//! history (`HARNESS_HISTORY_MAX_MESSAGES`, 50) to read, in the same
+//! process and run, turns of the two sessions taken in turn.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::{client, fake::Spec, procs::Proc, stats::p50_p99};
+
+/// Turns each session has before the measured ones: more than the history
+/// holds, so every measured turn reads a full one.
+const BEFORE: usize = 40;
+
+/// Posts a JSON turn to `session` (with `extra` fields): its id.
+async fn turn(
+    http: &reqwest::Client,
+    base: &str,
+    session: &str,
+    model: &str,
+    extra: Value,
+) -> Result<String, String> {
+    let mut body = json!({"message": "Tell me more.", "runtime_model": model});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    post(http, &format!("{base}/sessions/{session}/turns"), &body).await
+}
+
+async fn post(http: &reqwest::Client, url: &str, body: &Value) -> Result<String, String> {
+    let response = http
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let text = response.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{url}: {status}: {text}"));
+    }
+    let answer: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    answer["turn_id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{url}: no turn_id in {text}"))
+}
+
+pub(crate) async fn run(harness: &Proc, db: &str, scale: usize) -> Result<(), String> {
+    let spec = Spec::realistic();
+    let model = spec.model();
+    let http = client::http_client();
+    let base = harness.url();
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let (linear, branched) = (format!("tree-l-{run}"), format!("tree-b-{run}"));
+    let mut ids = Vec::new();
+    for _ in 0..BEFORE {
+        turn(&http, &base, &linear, &model, json!({})).await?;
+        ids.push(turn(&http, &base, &branched, &model, json!({})).await?);
+    }
+    // A new answer to the tenth turn, then on from it: the session is
+    // branched, and its newest turn's branch is 11 turns long before the
+    // measured ones add theirs.
+    post(
+        &http,
+        &format!("{base}/sessions/{branched}/turns/{}/regenerate", ids[9]),
+        &json!({"runtime_model": model}),
+    )
+    .await?;
+    println!(
+        "## tree ({db}): a turn of a branched session beside one of a session that never \
+         branched, each with {BEFORE} turns before and a full history of 50 messages to read, \
+         c=1, turns of the two taken in turn\n"
+    );
+    println!("| session | turns | p50 | p99 | server CPU/turn |");
+    println!("|---|---|---|---|---|");
+    let total = 200 / scale;
+    let mut times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    let mut cpu = [Duration::ZERO; 2];
+    for _ in 0..total {
+        for (n, session) in [&linear, &branched].into_iter().enumerate() {
+            let cpu_before = harness.cpu();
+            let started = Instant::now();
+            turn(&http, &base, session, &model, json!({})).await?;
+            times[n].push(started.elapsed());
+            cpu[n] += harness.cpu().saturating_sub(cpu_before);
+        }
+    }
+    for (n, name) in ["never branched", "branched"].iter().enumerate() {
+        let (p50, p99) = p50_p99(&times[n]);
+        println!(
+            "| {name} | {} | {p50:.2} ms | {p99:.2} ms | {:.3} ms |",
+            times[n].len(),
+            cpu[n].as_secs_f64() * 1000.0 / times[n].len().max(1) as f64,
+        );
+    }
+    println!();
+    Ok(())
+}
