@@ -216,6 +216,12 @@ async fn bad_parents_and_regenerates_are_refused_and_write_nothing(backend: Back
             "invalid_field",
         ),
         (
+            format!("/sessions/b/turns/{first_id}/regenerate"),
+            json!({"top_k": 2.5}),
+            422,
+            "invalid_body",
+        ),
+        (
             format!("/sessions/b/turns/{elsewhere_id}/regenerate"),
             json!({}),
             404,
@@ -346,7 +352,9 @@ async fn a_regenerate_asks_as_the_turn_was_asked(backend: Backend) {
     assert_eq!(record["parent_turn_id"], Value::Null);
     // An option the body gives wins.
     let other = json!({"name": "other", "schema": schema});
-    let (status, _) = turn(&app, &path, json!({"output_schema": other}), "{\"n\": 3}").await;
+    // (A count may come as a whole float: JSON Schema's integer.)
+    let body = json!({"output_schema": other, "top_k": 21.0});
+    let (status, _) = turn(&app, &path, body, "{\"n\": 3}").await;
     assert_eq!(status, 200);
     assert_eq!(
         asked(&app)["response_format"]["json_schema"]["name"],

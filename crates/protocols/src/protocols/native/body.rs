@@ -34,6 +34,8 @@ pub struct TurnBody {
     message: Option<MessageIn>,
     /// Number of vault facts to retrieve (1-100, default 8).
     #[schema(minimum = 1, maximum = 100, default = 8)]
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(value_type = Option<u32>)]
     top_k: Option<u32>,
     /// `off` (default) or `on`.
     web_mode: Option<WebMode>,
@@ -151,6 +153,26 @@ impl<'de> Deserialize<'de> for MessageIn {
         }
         deserializer.deserialize_any(Visitor)
     }
+}
+
+/// A count given as a JSON number that is whole: `21` or `21.0` (JSON
+/// Schema's `integer` is both), in `u32`.
+fn whole_number<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u32>, D::Error> {
+    let Some(number) = Option::<serde_json::Number>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    let whole = number.as_u64().or_else(|| {
+        number
+            .as_f64()
+            .filter(|n| n.fract() == 0.0 && *n >= 0.0 && *n <= f64::from(u32::MAX))
+            .map(|n| n as u64)
+    });
+    whole
+        .and_then(|n| u32::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::custom(format!("expected a whole number, not {number}")))
 }
 
 /// What the document says a message is.

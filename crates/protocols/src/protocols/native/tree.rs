@@ -19,6 +19,50 @@ use crate::protocols::{
 /// Most siblings one read lists.
 const SIBLINGS_MAX: u32 = 1000;
 
+/// The fields of a turn's body that a regenerate takes from its turn.
+const TURNS_OWN: [&str; 3] = ["message", "parent_turn_id", "history"];
+
+/// What the document says a regenerate's body is: a turn's body without
+/// the fields that are the turn's own (its message, where it goes on, the
+/// history it brought).
+pub enum RegenerateBody {}
+
+impl utoipa::PartialSchema for RegenerateBody {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::{RefOr, schema::Schema};
+        let mut schema = <TurnBody as utoipa::PartialSchema>::schema();
+        if let RefOr::T(Schema::Object(object)) = &mut schema {
+            for field in TURNS_OWN {
+                object.properties.remove(field);
+            }
+            object
+                .required
+                .retain(|name| !TURNS_OWN.contains(&name.as_str()));
+            object.description = Some(
+                "A turn's options for a regenerate (`{}` is enough): one not given is the \
+                 earlier turn's"
+                    .into(),
+            );
+        }
+        schema
+    }
+}
+
+impl ToSchema for RegenerateBody {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("RegenerateBody")
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <TurnBody as ToSchema>::schemas(schemas);
+    }
+}
+
 /// Regenerate a turn: a new answer to its message.
 ///
 /// Starts a sibling of the turn: it continues the same turn (its history
@@ -35,7 +79,7 @@ const SIBLINGS_MAX: u32 = 1000;
         SessionPath, TurnPath,
         ("Idempotency-Key" = Option<String>, Header, description = "Repeating a request with the same key returns the same turn: 1-255 visible ASCII characters", pattern = r"^[\x21-\x7E]{1,255}$", nullable = false),
     ),
-    request_body(content = TurnBody, description = "The turn's options (`{}` is enough); `message`, `parent_turn_id` and `history` are the turn's own and not taken"),
+    request_body(content = RegenerateBody, description = "The turn's options (`{}` is enough); `message`, `parent_turn_id` and `history` are the turn's own and not taken (422)"),
     responses(
         (status = 200, description = "The new turn's result, or its event stream", content(
             (TurnResponse = "application/json"),
