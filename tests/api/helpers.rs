@@ -460,6 +460,23 @@ pub fn first_event(events: &[SseEvent], event: &str) -> Value {
         .json()
 }
 
+/// The user's and the assistant's texts the provider's last request held
+/// (a conversation's branch, as the model was sent it).
+pub fn sent_history(app: &TestApp) -> Vec<String> {
+    let requests = app.provider.requests();
+    let body = &requests.last().unwrap().body;
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user" || m["role"] == "assistant")
+        .map(|m| match &m["content"] {
+            Value::String(text) => text.clone(),
+            parts => parts[0]["text"].as_str().unwrap_or_default().to_owned(),
+        })
+        .collect()
+}
+
 pub fn types(events: &[SseEvent]) -> Vec<&str> {
     events.iter().map(|e| e.event.as_str()).collect()
 }

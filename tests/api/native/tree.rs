@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    helpers::{TestApp, png_of, spawn_app, spawn_app_with, test_settings},
+    helpers::{TestApp, png_of, sent_history, spawn_app, spawn_app_with, test_settings},
     on_both_backends,
     support::{Backend, TestDb},
 };
@@ -32,22 +32,6 @@ async fn import(app: &TestApp, export: &str) -> (u16, Value) {
         .unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
-}
-
-/// The user's and the assistant's texts the provider's last request held.
-fn sent_history(app: &TestApp) -> Vec<String> {
-    let requests = app.provider.requests();
-    let body = &requests.last().unwrap().body;
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user" || m["role"] == "assistant")
-        .map(|m| match &m["content"] {
-            Value::String(text) => text.clone(),
-            parts => parts[0]["text"].as_str().unwrap_or_default().to_owned(),
-        })
-        .collect()
 }
 
 /// Posts `body` to `path` with the answer `answer` queued; its JSON.

@@ -9,26 +9,10 @@ use serde_json::{Value, json};
 
 use crate::{
     fake_provider::Reply,
-    helpers::{TestApp, spawn_app},
+    helpers::{TestApp, sent_history, spawn_app},
     on_both_backends,
     support::Backend,
 };
-
-/// The user's and the assistant's texts the provider's last request held.
-fn sent_history(app: &TestApp) -> Vec<String> {
-    let requests = app.provider.requests();
-    let body = &requests.last().unwrap().body;
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user" || m["role"] == "assistant")
-        .map(|m| match &m["content"] {
-            Value::String(text) => text.clone(),
-            parts => parts[0]["text"].as_str().unwrap_or_default().to_owned(),
-        })
-        .collect()
-}
 
 /// Posts `body` to `path` with the answer `answer` queued: its status and
 /// body as text.
