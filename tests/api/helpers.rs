@@ -257,6 +257,19 @@ impl TestApp {
         response.send().await.unwrap().text().await.unwrap()
     }
 
+    /// `POST path` with `body` as JSON: the status, and the answer as text
+    /// (an event stream, a problem).
+    pub async fn post_for_text(&self, path: &str, body: &Value) -> (u16, String) {
+        let response = self
+            .client
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
     /// `POST path` with `body` as JSON: the status, and the answer's
     /// JSON (`null` when it has none).
     pub async fn post_body(&self, path: &str, body: Value) -> (u16, Value) {
@@ -474,6 +487,20 @@ pub fn sent_history(app: &TestApp) -> Vec<String> {
             Value::String(text) => text.clone(),
             parts => parts[0]["text"].as_str().unwrap_or_default().to_owned(),
         })
+        .collect()
+}
+
+/// The ids of a turn's siblings (`GET …/siblings`), in the order listed.
+pub async fn sibling_ids(app: &TestApp, session: &str, turn: &str) -> Vec<String> {
+    let (status, siblings) = app
+        .get_json(&format!("/sessions/{session}/turns/{turn}/siblings"))
+        .await;
+    assert_eq!(status, 200, "{siblings}");
+    siblings["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["turn_id"].as_str().unwrap().to_owned())
         .collect()
 }
 

@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 
 use crate::{
     fake_provider::{FakeProvider, Reply},
-    helpers::{TestApp, png_of, sent_history, spawn_app, spawn_app_with, test_settings},
+    helpers::{
+        TestApp, png_of, sent_history, sibling_ids, spawn_app, spawn_app_with, test_settings,
+    },
     on_both_backends,
     support::{Backend, TestDb},
 };
@@ -88,17 +90,10 @@ async fn a_regenerate_is_a_sibling_and_the_next_turn_goes_on_from_it(backend: Ba
 
     // The two answers are siblings, oldest first, from either of them.
     for of in [&ids[1], &again_id] {
-        let (status, siblings) = app
-            .get_json(&format!("/sessions/t/turns/{of}/siblings"))
-            .await;
-        assert_eq!(status, 200, "{siblings}");
-        let listed: Vec<&str> = siblings["turns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["turn_id"].as_str().unwrap())
-            .collect();
-        assert_eq!(listed, [ids[1].as_str(), again_id.as_str()]);
+        assert_eq!(
+            sibling_ids(&app, "t", of).await,
+            [ids[1].as_str(), again_id.as_str()]
+        );
     }
     // The session's messages are its current branch; the old one is read
     // by its last turn.

@@ -53,14 +53,7 @@ fn data_events(body: &str) -> Vec<Value> {
 }
 
 async fn post(app: &TestApp, path: &str, body: &Value) -> (u16, String) {
-    let response = app
-        .client
-        .post(app.url(path))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
+    app.post_for_text(path, body).await
 }
 
 /// The session's running turn, once it is parked: the decision that

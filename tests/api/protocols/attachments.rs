@@ -39,14 +39,7 @@ fn sent_images(app: &TestApp) -> Vec<String> {
 }
 
 async fn post(app: &TestApp, path: &str, body: Value) -> (u16, String) {
-    let response = app
-        .client
-        .post(app.url(path))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
+    app.post_for_text(path, &body).await
 }
 
 #[tokio::test]

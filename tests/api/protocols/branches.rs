@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::{
     fake_provider::Reply,
-    helpers::{TestApp, sent_history, spawn_app},
+    helpers::{TestApp, sent_history, sibling_ids, spawn_app},
     on_both_backends,
     support::Backend,
 };
@@ -18,14 +18,7 @@ use crate::{
 /// body as text.
 async fn post(app: &TestApp, path: &str, body: &Value, answer: &str) -> (u16, String) {
     app.provider.enqueue([Reply::openai_text(answer)]);
-    let response = app
-        .client
-        .post(app.url(path))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
+    app.post_for_text(path, body).await
 }
 
 /// The JSON objects of an SSE body's `data:` lines.
@@ -93,6 +86,8 @@ async fn an_agui_parent_run_is_the_branch_the_model_is_sent(backend: Backend) {
         let body = json!({"threadId": "th", "runId": format!("run-{n}"), "messages": messages});
         let (status, text) = post(&app, "/v1/agui", &body, &format!("a{n}")).await;
         assert_eq!(status, 200, "{text}");
+        // A run that names no parent says none.
+        assert_eq!(data_lines(&text)[0].get("parentRunId"), None, "{text}");
         messages
             .push(json!({"id": format!("a{n}"), "role": "assistant", "content": format!("a{n}")}));
     }
@@ -108,8 +103,7 @@ async fn an_agui_parent_run_is_the_branch_the_model_is_sent(backend: Backend) {
     assert_eq!(events[0]["type"], "RUN_STARTED");
     assert_eq!(events[0]["runId"], "run-5");
     assert_eq!(events[0]["parentRunId"], "run-2");
-    // A run of no parent says none; a parent the thread never ran is not
-    // found (nothing runs).
+    // A parent the thread never ran is not found (nothing runs).
     let requests = app.provider.requests().len();
     let body = json!({"threadId": "th", "runId": "run-6", "parentRunId": "run-x",
                       "messages": [{"id": "u6", "role": "user", "content": "q6"}]});
@@ -158,25 +152,21 @@ async fn the_ai_sdks_regenerate_is_a_sibling_with_no_sibling_text(backend: Backe
     assert_eq!(sent_history(&app), ["one", "A1", "two"]);
     let again = answer_of(&text);
     assert_ne!(again, second);
-    let (_, siblings) = app
-        .get_json(&format!("/sessions/chat/turns/{second}/siblings"))
-        .await;
-    let listed: Vec<&str> = siblings["turns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["turn_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(listed, [second.as_str(), again.as_str()]);
+    assert_eq!(
+        sibling_ids(&app, "chat", &second).await,
+        [second.clone(), again]
+    );
     // With no `messageId`, the last answer is the one replaced.
     let body = json!({"id": "chat", "trigger": "regenerate-message", "messages": messages});
     let (status, text) = post(&app, "/v1/ui/chat", &body, "A2c").await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(sent_history(&app), ["one", "A1", "two"]);
-    let (_, siblings) = app
-        .get_json(&format!("/sessions/chat/turns/{second}/siblings"))
-        .await;
-    assert_eq!(siblings["turns"].as_array().unwrap().len(), 3);
+    assert_eq!(sibling_ids(&app, "chat", &second).await.len(), 3);
+    // A trigger the AI SDK does not send is refused.
+    let body = json!({"id": "chat", "trigger": "resume-everything", "messages": messages});
+    let (status, text) = post(&app, "/v1/ui/chat", &body, "never").await;
+    assert_eq!(status, 422, "{text}");
+    assert!(text.contains("\"field\":\"trigger\""), "{text}");
     // A regenerate naming a turn the chat does not have is refused.
     let body = json!({"id": "chat", "trigger": "regenerate-message",
                       "messageId": uuid::Uuid::now_v7().to_string(), "messages": messages});

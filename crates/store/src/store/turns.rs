@@ -6,6 +6,7 @@
 //! The reads are written once here; each backend's writes stand side by
 //! side in `turns/sqlite.rs` and `turns/postgres.rs`.
 
+mod branch;
 mod postgres;
 mod sqlite;
 
@@ -24,34 +25,12 @@ use super::{
 };
 use crate::ids::SessionKey;
 use crate::store::Result;
+pub(super) use branch::BRANCH_MESSAGES;
+use branch::BRANCH_PAGE;
 
 /// A session's last messages, newest first: `$1` session, `$2` limit.
 pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, content, created_at, \
      attachments FROM messages WHERE session_id = $1 ORDER BY id DESC LIMIT $2";
-
-/// A branch's last messages, newest first: those of the turn `$1` and of
-/// its ancestors (at most `$2` turns up, so as many messages), at most `$2`.
-pub(super) const BRANCH_MESSAGES: &str = "WITH RECURSIVE branch (id, depth) AS ( \
-       SELECT id, CAST(0 AS BIGINT) FROM turns WHERE id = $1 \
-       UNION ALL \
-       SELECT t.parent_turn_id, b.depth + 1 FROM branch b JOIN turns t ON t.id = b.id \
-       WHERE t.parent_turn_id IS NOT NULL AND b.depth < $2 \
-     ) \
-     SELECT m.id, m.message_id, m.turn_id, m.role, m.content, m.created_at, m.attachments \
-     FROM messages m WHERE m.turn_id IN (SELECT id FROM branch) ORDER BY m.id DESC LIMIT $2";
-
-/// A branch's messages in order, a page at a time: those of the turn `$1`
-/// and its ancestors (at most [`BRANCH_DEPTH_MAX`] turns up) after message
-/// `$2`, at most `$3`.
-const BRANCH_PAGE: &str = "WITH RECURSIVE branch (id, depth) AS ( \
-       SELECT id, CAST(0 AS BIGINT) FROM turns WHERE id = $1 \
-       UNION ALL \
-       SELECT t.parent_turn_id, b.depth + 1 FROM branch b JOIN turns t ON t.id = b.id \
-       WHERE t.parent_turn_id IS NOT NULL AND b.depth < $4 \
-     ) \
-     SELECT m.id, m.message_id, m.turn_id, m.role, m.content, m.created_at \
-     FROM messages m WHERE m.turn_id IN (SELECT id FROM branch) AND m.id > $2 \
-     ORDER BY m.id LIMIT $3";
 
 /// The most turns a branch read walks up: a bound on the walk, far above
 /// any conversation's length.

@@ -25,24 +25,17 @@ impl UiChatRequest {
                 let session = crate::protocols::paths::parse_session_id(&self.id, tenant)?;
                 // The answer replaced: the one `messageId` names (an
                 // assistant message's id is its turn's), else the last.
-                let regenerated = match self.message_id.as_deref() {
+                // A user message's id (the client names its own): a new
+                // answer to it, after the last answer the client holds.
+                let replaced = match self.message_id.as_deref() {
                     None => app.turns.newest_turn(&session).await?,
-                    Some(id) => match uuid::Uuid::parse_str(id) {
-                        Ok(turn) => match app.turns.get_turn(&session, turn).await? {
-                            Some(_) => Some(turn),
-                            None => return Err(ApiError::TurnNotFound),
-                        },
-                        // A user message (the client names its own): a new
-                        // answer to it, on the branch the client holds.
-                        Err(_) => None,
-                    },
+                    Some(id) => uuid::Uuid::parse_str(id).ok(),
                 };
-                let parent = match regenerated {
-                    Some(turn) => app
-                        .turns
-                        .get_turn(&session, turn)
-                        .await?
-                        .and_then(|t| t.parent_turn_id),
+                let parent = match replaced {
+                    Some(turn) => match app.turns.get_turn(&session, turn).await? {
+                        Some(turn) => turn.parent_turn_id,
+                        None => return Err(ApiError::TurnNotFound),
+                    },
                     None => match self.last_answer() {
                         Some(turn) => app.turns.get_turn(&session, turn).await?.map(|t| t.id),
                         None => None,

@@ -25,52 +25,21 @@ impl TurnBody {
             }
         }
         // An option the body does not give is the earlier turn's: the
-        // same question, asked as it was.
-        let kept = [
-            self.top_k.is_none(),
-            self.web_mode.is_none(),
-            self.show_citations.is_none(),
-            self.runtime_provider.is_none(),
-            self.runtime_model.is_none(),
-            self.skill_context.is_none(),
-            self.user_id.is_none(),
-            self.client_tools.is_none(),
-            self.output_schema.is_none(),
-        ];
-        let mut request = self.options()?;
+        // same question, asked as it was (and checked again as given).
         let asked = &earlier.request;
-        let [
-            top_k,
-            web_mode,
-            citations,
-            provider,
-            model,
-            skill,
-            user,
-            tools,
-            output,
-        ] = kept;
-        if top_k {
-            request.top_k = asked.top_k;
-        }
-        if web_mode {
-            request.web_mode = asked.web_mode;
-        }
-        if citations {
-            request.show_citations = asked.show_citations;
-        }
-        if provider {
-            request.runtime_provider.clone_from(&asked.runtime_provider);
-        }
-        if model {
-            request.runtime_model.clone_from(&asked.runtime_model);
-        }
-        if skill {
-            request.skill_context.clone_from(&asked.skill_context);
-        }
-        if user {
-            request.user_id.clone_from(&asked.user_id);
-        }
+        let mut body = self;
+        body.top_k = body.top_k.or(Some(asked.top_k));
+        body.web_mode = body.web_mode.or(Some(asked.web_mode));
+        body.show_citations = body.show_citations.or(Some(asked.show_citations));
+        body.runtime_provider = body
+            .runtime_provider
+            .or_else(|| asked.runtime_provider.clone());
+        body.runtime_model = body.runtime_model.or_else(|| asked.runtime_model.clone());
+        body.skill_context = body.skill_context.or_else(|| asked.skill_context.clone());
+        body.user_id = body.user_id.or_else(|| asked.user_id.clone());
+        // These two the body gives in its own shapes.
+        let (tools, output) = (body.client_tools.is_none(), body.output_schema.is_none());
+        let mut request = body.options()?;
         if tools {
             request.client_tools.clone_from(&asked.client_tools);
         }
