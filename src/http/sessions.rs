@@ -24,6 +24,7 @@ use crate::{
 
 pub(crate) mod erase;
 pub mod export;
+pub mod fork;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -34,6 +35,7 @@ pub fn router() -> OpenApiRouter<AppState> {
             export::delete_named_import
         ))
         .routes(routes!(export::export_session))
+        .routes(routes!(fork::fork_session))
         .routes(routes!(list_messages))
         .routes(routes!(list_events))
         .routes(routes!(list_decisions))
@@ -91,6 +93,8 @@ session_list! {
         let (after, limit) = PageQuery { after: query.after, limit: query.limit }.parse()?;
         let session = super::known_session(&app.protocols, &session_id).await?;
         let head = match query.turn_id {
+            // A fork's branch may end where it was forked.
+            Some(turn_id) if session.forked_at == Some(turn_id) => Some(turn_id),
             Some(turn_id) => match app.store.get_turn(&session_id, turn_id).await? {
                 Some(turn) => Some(turn.id),
                 None => return Err(ApiError::TurnNotFound),

@@ -4,6 +4,7 @@ pub(crate) mod approvals;
 pub(crate) mod chain;
 pub(crate) mod client_tools;
 pub(crate) mod decisions;
+pub(crate) mod fork;
 pub(crate) mod http_tools;
 pub(crate) mod lifecycle;
 pub(crate) mod memory;

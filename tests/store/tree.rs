@@ -202,7 +202,110 @@ async fn a_turn_continues_only_a_turn_of_its_own_session(backend: Backend) {
     assert!(store.get_session(&key("fresh")).await.unwrap().is_none());
 }
 
+/// A fork is one row that reads through its source: its first turn's
+/// history is the source's branch up to the turn it was forked at, the
+/// source never sees the fork's turns, and the source is neither erased
+/// nor swept by retention while the fork holds it.
+async fn a_fork_reads_through_its_source_which_it_holds(backend: Backend) {
+    use harness_store::store::{Erased, Forked};
+    let (_db, store) = store(backend).await;
+    let store = store.as_ref();
+    let (one, _) = ask(store, "src", "one", None).await;
+    let (two, _) = ask(store, "src", "two", None).await;
+    ask(store, "src", "three", None).await;
+    let now = Utc::now();
+    assert_eq!(
+        store
+            .fork_session(&key("src"), two.id, &key("fork"), now)
+            .await
+            .unwrap(),
+        Forked::Made
+    );
+    let fork = store.get_session(&key("fork")).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            fork.turn_count,
+            fork.branched,
+            fork.forked_from.as_deref(),
+            fork.forked_at
+        ),
+        (0, true, Some("src"), Some(two.id))
+    );
+    assert_eq!(store.newest_turn(&key("fork")).await.unwrap(), Some(two.id));
+    // Its first turn continues the fork's turn, on either backend's read.
+    let (four, began) = ask(store, "fork", "four", None).await;
+    assert_eq!(began.turn_number, 1);
+    assert_eq!(
+        history(store, &four, &began).await,
+        ["one", "re: one", "two", "re: two"]
+    );
+    // The source goes on without it.
+    let (five, began) = ask(store, "src", "five", None).await;
+    let seen = history(store, &five, &began).await;
+    assert!(!seen.contains(&"four".to_owned()), "{seen:?}");
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    // The fork may go on from the turn it was forked at, not from another
+    // of the source's.
+    let mut again = new_turn("fork", None);
+    again.request.follows = Some(one.id);
+    assert!(matches!(
+        store.begin_turn(&again).await,
+        Err(BeginTurnError::ParentNotFound)
+    ));
+    let (sibling, began) = ask(store, "fork", "four b", Some(two.id)).await;
+    assert_eq!(
+        history(store, &sibling, &began).await,
+        ["one", "re: one", "two", "re: two"]
+    );
+
+    // What a fork cannot be made of: nothing is written.
+    for (source, at, made, found) in [
+        ("src", two.id, "fork", Forked::Exists),
+        ("src", four.id, "f2", Forked::TurnNotFound),
+        ("nowhere", two.id, "f3", Forked::SourceNotFound),
+    ] {
+        let answer = store.fork_session(&key(source), at, &key(made), now).await;
+        assert_eq!(answer.unwrap(), found, "{source} at {at}");
+    }
+    let running = new_turn("src", None);
+    let began = store.begin_turn(&running).await.unwrap();
+    assert_eq!(
+        store
+            .fork_session(&key("src"), running.id, &key("f4"), now)
+            .await
+            .unwrap(),
+        Forked::TurnRunning
+    );
+    for made in ["f2", "f3", "f4"] {
+        assert!(store.get_session(&key(made)).await.unwrap().is_none());
+    }
+    store
+        .write_batch(&[], &[&completed(&running, began.first_seq + 1, "done")])
+        .await
+        .unwrap();
+
+    // The source is held: not erased, not swept.
+    let later = Utc::now() + Duration::days(1);
+    let inactive = store.inactive_sessions(None, later, 100).await.unwrap();
+    assert!(inactive.contains(&"fork".to_owned()), "{inactive:?}");
+    assert!(!inactive.contains(&"src".to_owned()), "{inactive:?}");
+    assert_eq!(
+        store.erase_session(&key("src")).await.unwrap(),
+        Erased::Forked(vec!["fork".to_owned()])
+    );
+    assert!(store.get_turn(&key("src"), two.id).await.unwrap().is_some());
+    assert_eq!(
+        store.erase_session(&key("fork")).await.unwrap(),
+        Erased::Erased
+    );
+    assert_eq!(
+        store.erase_session(&key("src")).await.unwrap(),
+        Erased::Erased
+    );
+}
+
 crate::on_both_backends!(
     a_turn_reads_its_own_branch_and_never_a_siblings,
     a_turn_continues_only_a_turn_of_its_own_session,
+    a_fork_reads_through_its_source_which_it_holds,
 );

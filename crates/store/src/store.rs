@@ -29,6 +29,7 @@ pub mod erase;
 pub mod event_log;
 pub mod export;
 pub mod files;
+pub mod forks;
 pub mod jobs;
 pub mod leases;
 pub mod memories;
@@ -54,6 +55,7 @@ pub use erase::{Erase, Erased};
 pub use event_log::{Batch, EventLog, cursor::TurnLogCursor, step_records_as};
 pub use export::{Export, Imported};
 pub use files::{FilePut, FileRecord, Files};
+pub use forks::{Forked, Forks};
 pub use jobs::Jobs;
 pub use leases::{Claim, Leases, Queue, Share};
 pub use memories::{
@@ -285,6 +287,7 @@ pub trait Store:
     + Audit
     + Export
     + Files
+    + Forks
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

@@ -34,7 +34,8 @@ const TRIES: usize = 3;
 /// client-tool results, background jobs, judgements and observations, its
 /// queue tickets, push configurations and webhook deliveries, and the
 /// memories extracted from it or kept in its own scope. Another tenant's
-/// session, or one erased already, is 404.
+/// session, or one erased already, is 404; one that forks read through is
+/// kept until they are erased (409 `session_forked`).
 #[utoipa::path(
     delete,
     path = "/sessions/{session_id}",
@@ -44,7 +45,7 @@ const TRIES: usize = 3;
         (status = 204, description = "Erased"),
         BadRequest,
         NotFound,
-        (status = 409, description = "The session's turn did not end in time (`turn_running`)"),
+        (status = 409, description = "The session's turn did not end in time (`turn_running`), or forks read through it (`session_forked`, naming them): erase them first"),
     )
 )]
 pub(super) async fn erase_session(
@@ -63,7 +64,8 @@ pub(super) async fn erase_session(
 
 /// Erases the session `key`, its running turn cancelled first; false when
 /// there was no such session. 409 `turn_running` when the turn did not
-/// end in time (nothing of the session is erased then).
+/// end in time, 409 `session_forked` when forks read through it (nothing
+/// of the session is erased then).
 pub(crate) async fn erase(app: &AppState, key: &SessionKey) -> Result<bool, ApiError> {
     // First the requests queued behind its turn (`multitask: enqueue`):
     // none of them begins a turn once its running one is cancelled.
@@ -75,6 +77,7 @@ pub(crate) async fn erase(app: &AppState, key: &SessionKey) -> Result<bool, ApiE
                 return Ok(true);
             }
             Erased::NotFound => return Ok(false),
+            Erased::Forked(forks) => return Err(ApiError::SessionForked(forks)),
             Erased::Running(turn) => {
                 // Ended already, or asked to end (a parked turn ends at
                 // once): either way, wait for its end.
@@ -94,7 +97,42 @@ pub(crate) async fn erase(app: &AppState, key: &SessionKey) -> Result<bool, ApiE
         }
         Erased::NotFound => Ok(false),
         Erased::Running(turn) => Err(ApiError::TurnRunning(turn)),
+        Erased::Forked(forks) => Err(ApiError::SessionForked(forks)),
     }
+}
+
+/// Forks of forks an erase of a user's or a tenant's sessions follows at
+/// most from one session (a bound on the walk).
+const FORKS_FOLLOWED: usize = 1_000;
+
+/// Erases the session `key` and, first, every fork that reads through it
+/// (and their forks): a user's or a tenant's erase leaves nothing of the
+/// session behind, not even as a fork's history. How many sessions it
+/// erased (0: there was no such session).
+async fn erase_with_forks(app: &AppState, key: &SessionKey) -> Result<u64, ApiError> {
+    // Depth first: a session is erased once no fork holds it.
+    let mut stack = vec![key.clone()];
+    let mut erased = 0;
+    for _ in 0..FORKS_FOLLOWED {
+        let Some(top) = stack.last().cloned() else {
+            return Ok(erased);
+        };
+        let forks = app
+            .store
+            .forks_of(&top, crate::store::forks::FORKS_NAMED)
+            .await?;
+        if forks.is_empty() {
+            stack.pop();
+            if erase(app, &top).await? {
+                erased += 1;
+            }
+        } else {
+            stack.extend(forks);
+        }
+    }
+    // Past the bound: the source stays (409 names its forks); the next
+    // request goes on.
+    Ok(erased + u64::from(erase(app, key).await?))
 }
 
 /// Whose sessions a paged erase takes.
@@ -142,9 +180,7 @@ pub(crate) async fn erase_sessions(
             return Ok((erased, false));
         }
         for id in &sessions {
-            if erase(app, &SessionKey::from_stored(id)).await? {
-                erased += 1;
-            }
+            erased += erase_with_forks(app, &SessionKey::from_stored(id)).await?;
         }
     }
     Ok((erased, !page(1).await?.is_empty()))

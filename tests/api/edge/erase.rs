@@ -443,6 +443,104 @@ async fn a_user_is_erased_with_their_sessions_and_memories(backend: Backend) {
     assert_eq!(problem["code"], "invalid_user_id");
 }
 
+/// Forks `source` at its turn `at` into the session `id`.
+async fn fork(app: &TestApp, source: &str, at: &str, id: &str) -> (u16, Value) {
+    let body = json!({"at_turn": at, "session_id": id});
+    app.post_body(&format!("/sessions/{source}/fork"), body)
+        .await
+}
+
+/// A session that forks read through is not erased (409 naming them,
+/// nothing written) until they are; then nothing of either is left in any
+/// table. A user's erase takes the forks of the user's sessions with them
+/// (their history is the user's conversation).
+async fn a_forked_session_is_erased_after_its_forks(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let app = app(backend, vault.path()).await;
+    let turns = a_full_session(&app, DEFAULT_TENANT, "s-src").await;
+    let at = turns.last().unwrap();
+    let (status, made) = fork(&app, "s-src", at, "s-fork").await;
+    assert_eq!(status, 201, "{made}");
+    let response = app
+        .post_turn("s-fork", json!({"message": "Hello.", "user_id": "someone"}))
+        .await;
+    assert_eq!(response.status(), 200);
+    let own: Value = response.json().await.unwrap();
+    let own_turn = own["turn_id"].as_str().unwrap().to_owned();
+
+    let refused = app
+        .client
+        .delete(app.url("/sessions/s-src"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 409);
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(problem["code"], "session_forked", "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("s-fork"),
+        "{problem}"
+    );
+    let mut source = vec!["s-src".to_owned()];
+    source.extend(turns.iter().cloned());
+    let whole = app.db.rows_naming(&source).await;
+    for table in ["sessions", "turns", "events", "messages", "approvals"] {
+        assert!(whole[table] > 0, "{table}: {whole:?}");
+    }
+
+    let delete = |id: &str| {
+        app.client
+            .delete(app.url(&format!("/sessions/{id}")))
+            .send()
+    };
+    assert_eq!(delete("s-fork").await.unwrap().status(), 204);
+    let left = app
+        .db
+        .rows_naming(&["s-fork".to_owned(), own_turn.clone()])
+        .await;
+    assert!(left.values().all(|count| *count == 0), "{left:?}");
+    assert_eq!(delete("s-src").await.unwrap().status(), 204);
+    let left = app.db.rows_naming(&source).await;
+    let left: Vec<_> = left.iter().filter(|(_, count)| **count > 0).collect();
+    assert!(left.is_empty(), "rows left: {left:?}");
+
+    // A user's erase: their session and a fork of it (made by another
+    // user of the tenant), and the fork's fork.
+    let response = app
+        .post_turn(
+            "s-mine",
+            json!({"message": "Hello.", "user_id": "u-forked"}),
+        )
+        .await;
+    let mine: Value = response.json().await.unwrap();
+    let mine_turn = mine["turn_id"].as_str().unwrap().to_owned();
+    assert_eq!(fork(&app, "s-mine", &mine_turn, "s-theirs").await.0, 201);
+    let response = app
+        .post_turn(
+            "s-theirs",
+            json!({"message": "More.", "user_id": "u-other"}),
+        )
+        .await;
+    let theirs: Value = response.json().await.unwrap();
+    let theirs_turn = theirs["turn_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        fork(&app, "s-theirs", &theirs_turn, "s-deeper").await.0,
+        201
+    );
+    let erased = app.client.delete(app.url("/users/u-forked")).send().await;
+    assert_eq!(erased.unwrap().status(), 204);
+    let gone = [
+        "s-mine".to_owned(),
+        "s-theirs".to_owned(),
+        "s-deeper".to_owned(),
+        mine_turn,
+        theirs_turn,
+    ];
+    let left = app.db.rows_naming(&gone).await;
+    let left: Vec<_> = left.iter().filter(|(_, count)| **count > 0).collect();
+    assert!(left.is_empty(), "rows left: {left:?}");
+}
+
 /// Issue 63: U+0000 in any free JSON value of a request (a client tool's
 /// schema here) is refused, 422 naming the field, with nothing written.
 /// And a request stored by an older version with `\u0000` in its JSON
@@ -566,6 +664,7 @@ async fn an_erased_sessions_text_is_not_left_in_the_sqlite_file() {
 }
 
 on_both_backends!(
+    a_forked_session_is_erased_after_its_forks,
     a_nul_in_a_request_is_refused_and_an_old_one_breaks_nothing,
     a_user_is_erased_with_their_sessions_and_memories,
     the_retention_sweep_erases_inactive_sessions_and_keeps_waiting_ones,

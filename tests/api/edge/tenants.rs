@@ -158,6 +158,10 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
         ("POST", "/sessions/{session_id}/turns/{turn_id}/regenerate") => {
             with_body(Expect::Missing("session_not_found"), json!({}))
         }
+        ("POST", "/sessions/{session_id}/fork") => with_body(
+            Expect::Missing("session_not_found"),
+            json!({"at_turn": turn}),
+        ),
         ("POST", "/sessions/{session_id}/turns/{turn_id}/approvals/{call_id}") => with_body(
             Expect::Missing("session_not_found"),
             json!({"approve": true}),
@@ -635,6 +639,11 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
             "GET",
             format!("/sessions/{session}/messages?turn_id={}", known.turn),
             None,
+        ),
+        (
+            "POST",
+            format!("/sessions/{session}/fork"),
+            Some(json!({"at_turn": known.turn, "session_id": "globex-fork"})),
         ),
         (
             "POST",

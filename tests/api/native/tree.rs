@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// An app whose caller (keys off) may import sessions.
-async fn admin_app(backend: Backend) -> TestApp {
+pub(crate) async fn admin_app(backend: Backend) -> TestApp {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     settings.server.allow_local_admin = true;
@@ -23,7 +23,7 @@ async fn admin_app(backend: Backend) -> TestApp {
 }
 
 /// Imports `export` into `app`: the status and the answer.
-async fn import(app: &TestApp, export: &str) -> (u16, Value) {
+pub(crate) async fn import(app: &TestApp, export: &str) -> (u16, Value) {
     let response = app
         .client
         .post(app.url("/sessions/import"))
@@ -37,13 +37,13 @@ async fn import(app: &TestApp, export: &str) -> (u16, Value) {
 }
 
 /// Posts `body` to `path` with the answer `answer` queued; its JSON.
-async fn turn(app: &TestApp, path: &str, body: Value, answer: &str) -> (u16, Value) {
+pub(crate) async fn turn(app: &TestApp, path: &str, body: Value, answer: &str) -> (u16, Value) {
     app.provider.enqueue([Reply::openai_text(answer)]);
     app.post_body(path, body).await
 }
 
 /// The texts of a page of messages.
-fn texts(page: &Value) -> Vec<&str> {
+pub(crate) fn texts(page: &Value) -> Vec<&str> {
     page["messages"]
         .as_array()
         .unwrap()

@@ -181,8 +181,9 @@ impl TurnRunner {
         } = began;
         let records = match (&spec.history, context.history) {
             (Some(_), _) => None,
-            // The first turn of a session has no history to read.
-            (None, _) if turn_number <= 1 => Some(Vec::new()),
+            // The first turn of a session has no history to read (a
+            // fork's has: a fork is branched).
+            (None, _) if turn_number <= 1 && !branched => Some(Vec::new()),
             // Read with the begin.
             (None, Some(read)) => Some(read),
             (None, None) => Some(

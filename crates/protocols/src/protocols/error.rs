@@ -270,6 +270,10 @@ pub enum ApiError {
     /// file it carried was deleted).
     #[error("turn {0}'s message can no longer be asked again: a file it carried was deleted")]
     TurnMessageErased(Uuid),
+    /// Forks read through the session's turns (their ids, the first
+    /// ten): they are erased first.
+    #[error("forks read through this session: {}; erase them first", .0.join(", "))]
+    SessionForked(Vec<String>),
     /// The session's turn did not end in time for
     /// the session to be erased.
     #[error("the session's turn {0} is still running")]
@@ -349,6 +353,7 @@ impl ApiError {
             Self::TurnAlreadyRunning(_) => (S::CONFLICT, "turn_already_running", Never),
             Self::TurnMessageErased(_) => (S::CONFLICT, "turn_message_erased", Never),
             Self::TurnRunning(_) => (S::CONFLICT, "turn_running", Never),
+            Self::SessionForked(_) => (S::CONFLICT, "session_forked", Never),
             Self::TurnNotRunning { .. } => (S::CONFLICT, "turn_not_running", Never),
             Self::ResponseInProgress(_) => (S::CONFLICT, "response_in_progress", Never),
             Self::ToolResultAlreadyPosted => (S::CONFLICT, "tool_result_already_posted", Never),

@@ -30,6 +30,7 @@ pub mod kinds {
     pub const TENANT_ERASED: &str = "tenant.erased";
     pub const SESSION_EXPORTED: &str = "session.exported";
     pub const SESSION_IMPORTED: &str = "session.imported";
+    pub const SESSION_FORKED: &str = "session.forked";
     pub const RETENTION_SWEPT: &str = "retention.swept";
     pub const WEBHOOK_CREATED: &str = "webhook.created";
     pub const WEBHOOK_DELETED: &str = "webhook.deleted";
@@ -48,6 +49,7 @@ pub mod kinds {
         TENANT_ERASED,
         SESSION_EXPORTED,
         SESSION_IMPORTED,
+        SESSION_FORKED,
         RETENTION_SWEPT,
         WEBHOOK_CREATED,
         WEBHOOK_DELETED,

@@ -27,7 +27,7 @@ use crate::{
 };
 
 /// What an erase found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Erased {
     /// The session and all it owned are gone.
     Erased,
@@ -35,6 +35,22 @@ pub enum Erased {
     NotFound,
     /// A turn of the session runs (nothing was written).
     Running(Uuid),
+    /// Forks read through the session's turns (nothing was written): the
+    /// first [`crate::store::forks::FORKS_NAMED`] of them, by the ids
+    /// their tenant knows. Erase them first.
+    Forked(Vec<String>),
+}
+
+/// The forks that hold a session, as an erase names them (read under its
+/// lock; see [`Erased::Forked`]).
+fn forks_named(keys: Vec<String>) -> Option<Erased> {
+    (!keys.is_empty()).then(|| {
+        Erased::Forked(
+            keys.iter()
+                .map(|key| crate::ids::client_session_id(key).to_owned())
+                .collect(),
+        )
+    })
 }
 
 /// Erases sessions.

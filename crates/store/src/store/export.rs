@@ -36,7 +36,8 @@ use sqlx::{ColumnIndex, Decode, Type};
 
 pub use import::{ImportError, Parsed, parse};
 
-use super::reader::{Arg, Reader, Reads, bind_all};
+use super::reader::{Arg, Reader, Reads, args, bind_all};
+use super::records::parse_uuid;
 use crate::{ids::SessionKey, store::Result};
 
 /// The format's name, on the first line.
@@ -298,7 +299,7 @@ pub const PARTS: &[Part] = &[
 ];
 
 /// A session's files' chunks, as a table of the session's rows.
-const FILE_CHUNKS: &str = "(SELECT f.session_id, f.id AS file_id, c.idx, c.data FROM files f \
+pub(super) const FILE_CHUNKS: &str = "(SELECT f.session_id, f.id AS file_id, c.idx, c.data FROM files f \
      JOIN file_chunks c ON c.tenant = f.tenant AND c.sha256 = f.sha256) fc";
 
 /// A value of a column.
@@ -417,9 +418,10 @@ where
 }
 
 /// The select of a part's rows of a session, a page at a time (`$1` the
-/// session's key, `$2` the page's size, `$3` the rows before it). An
-/// integer is read as a `BIGINT` (Postgres keeps some as `INTEGER`).
-fn select(part: &Part) -> String {
+/// session's key, `$2` the page's size, `$3` the rows before it); of a
+/// fork (`forked`), its own rows and its prefix's. An integer is read as
+/// a `BIGINT` (Postgres keeps some as `INTEGER`).
+fn select(part: &Part, forked: bool) -> String {
     let columns: Vec<String> = part
         .columns
         .iter()
@@ -433,8 +435,12 @@ fn select(part: &Part) -> String {
     } else {
         "session_id"
     };
+    let (with, prefix) = match tree::of_prefix(part).filter(|_| forked) {
+        Some(rows) => (tree::PREFIX, format!(" OR {rows}")),
+        None => ("", String::new()),
+    };
     format!(
-        "SELECT {} FROM {} WHERE {key} = $1 ORDER BY {} LIMIT $2 OFFSET $3",
+        "{with}SELECT {} FROM {} WHERE {key} = $1{prefix} ORDER BY {} LIMIT $2 OFFSET $3",
         columns.join(", "),
         part.table,
         part.order
@@ -442,15 +448,15 @@ fn select(part: &Part) -> String {
 }
 
 impl Reader<'_> {
-    /// A page of `part`'s rows of the session `key`.
+    /// A page of `part`'s rows of the session `key` (a fork: `forked`).
     async fn cells(
         self,
         part: &Part,
         key: &str,
-        limit: u32,
-        offset: u64,
+        forked: bool,
+        (limit, offset): (u32, u64),
     ) -> Result<Vec<Vec<Cell>>> {
-        let sql = select(part);
+        let sql = select(part, forked);
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         let args = vec![Arg::Text(key), Arg::Int(i64::from(limit)), Arg::Int(offset)];
         let kinds: Vec<Kind> = part.columns.iter().map(|c| c.kind).collect();
@@ -486,15 +492,30 @@ pub enum Imported {
 /// Sessions exported and imported.
 #[async_trait]
 pub trait Export: Reads + Send + Sync {
-    /// A page of `part`'s rows of the session `key`, in its order.
+    /// A page of `part`'s rows of the session `key`, in its order; of a
+    /// fork (`forked`), its prefix's rows too.
     async fn export_page(
         &self,
         part: &Part,
         key: &SessionKey,
+        forked: bool,
         limit: u32,
         offset: u64,
     ) -> Result<Vec<Vec<Cell>>> {
-        self.reader().cells(part, key.as_str(), limit, offset).await
+        self.reader()
+            .cells(part, key.as_str(), forked, (limit, offset))
+            .await
+    }
+
+    /// The turns a fork reads through, root first: each one's session
+    /// and id (none for a session that is not a fork).
+    async fn prefix_turns(&self, key: &SessionKey) -> Result<Vec<(SessionKey, uuid::Uuid)>> {
+        let rows: Vec<(String, String)> =
+            self.reader().rows(tree::PREFIX_TURNS, args![key]).await?;
+        let turn = |(session, turn): (String, String)| {
+            Ok((SessionKey::stored(session), parse_uuid(&turn)?))
+        };
+        rows.into_iter().map(turn).collect()
     }
 
     /// Makes the session `key` of `parsed`, in one transaction.

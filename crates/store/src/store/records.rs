@@ -11,7 +11,7 @@ use super::StoreError;
 use crate::store::Result;
 use crate::{
     events::StoredEvent,
-    ids::SessionKey,
+    ids::{SessionKey, client_session_id},
     turn::{TurnRequest, TurnResult},
 };
 
@@ -351,6 +351,10 @@ pub struct SessionRecord {
     /// A turn of the session continues another than the newest turn (a
     /// regenerate, an edit): its turns are more than one branch.
     pub branched: bool,
+    /// A fork: the session whose branch its history begins with.
+    pub forked_from: Option<String>,
+    /// A fork: the turn of `forked_from` its first turn continues.
+    pub forked_at: Option<Uuid>,
 }
 
 /// One message of a session's history.
@@ -443,6 +447,8 @@ pub(super) mod rows {
         pub running_turn_id: Option<String>,
         pub cost_usd: Option<f64>,
         pub branched: bool,
+        pub forked_from: Option<String>,
+        pub forked_at: Option<String>,
     }
 }
 
@@ -518,6 +524,11 @@ impl TryFrom<rows::SessionRow> for SessionRecord {
             running_turn_id: r.running_turn_id.as_deref().map(parse_uuid).transpose()?,
             cost_usd: r.cost_usd,
             branched: r.branched,
+            forked_from: r
+                .forked_from
+                .as_deref()
+                .map(|key| client_session_id(key).to_owned()),
+            forked_at: r.forked_at.as_deref().map(parse_uuid).transpose()?,
         })
     }
 }

@@ -162,10 +162,10 @@ pub trait Tenants: Reads + Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<bool>;
 
-    /// Sessions whose last activity is before `before` and whose turns
-    /// have all ended, oldest first, at most `limit`: those of `tenant`
-    /// (`Some`), or (`None`) those of every tenant without a retention of
-    /// its own.
+    /// Sessions whose last activity is before `before`, whose turns
+    /// have all ended and that no fork reads through (a fork is erased
+    /// first), oldest first, at most `limit`: those of `tenant` (`Some`),
+    /// or (`None`) those of every tenant without a retention of its own.
     async fn inactive_sessions(
         &self,
         tenant: Option<&str>,
@@ -176,7 +176,9 @@ pub trait Tenants: Reads + Send + Sync + 'static {
                    THEN s.tenant NOT IN (SELECT tenant FROM tenants WHERE retention_s IS NOT NULL) \
                    ELSE s.tenant = $2 END \
                    AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id \
-                   AND t.status = 'running') ORDER BY s.updated_at, s.id LIMIT $3";
+                   AND t.status = 'running') \
+                   AND NOT EXISTS (SELECT 1 FROM sessions f WHERE f.forked_from = s.id) \
+                   ORDER BY s.updated_at, s.id LIMIT $3";
         let rows: Vec<(String,)> = self
             .reader()
             .rows(sql, args![before, tenant, limit])

@@ -37,9 +37,15 @@ pub(super) const RECENT_MESSAGES: &str = "SELECT id, message_id, turn_id, role, 
 pub const BRANCH_DEPTH_MAX: u32 = 100_000;
 
 /// A session's newest turn (`$1` the session): the one a turn continues
-/// unless it names another.
-pub(super) const NEWEST_TURN: &str =
-    "SELECT id FROM turns WHERE session_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1";
+/// unless it names another. A fork without turns of its own continues
+/// the turn it was forked at. One row, `NULL` when there is neither.
+pub(super) const NEWEST_TURN: &str = "SELECT COALESCE((SELECT id FROM turns WHERE session_id = $1 \
+     ORDER BY created_at DESC, id DESC LIMIT 1), (SELECT forked_at FROM sessions WHERE id = $1))";
+
+/// Whether `$2` is a turn the session `$1` may continue: one of its own,
+/// or the turn it was forked at.
+pub(super) const CONTINUABLE: &str = "SELECT 1 FROM turns WHERE session_id = $1 AND id = $2 \
+     UNION ALL SELECT 1 FROM sessions WHERE id = $1 AND forked_at = $2";
 
 /// How many turns a tenant runs (`?1`): read from the partial index of
 /// running turns by tenant (migration 0032) alone, so a begin's count
@@ -51,6 +57,7 @@ pub(super) const RUNNING_OF_TENANT: &str = "SELECT count(*) FROM turns \
 macro_rules! session_select {
     () => {
         "SELECT s.id, s.created_at, s.updated_at, s.turn_count, s.cost_usd, s.branched, \
+         s.forked_from, s.forked_at, \
          COALESCE((SELECT COALESCE(e.seq_end, e.seq) FROM events e WHERE e.session_id = s.id \
            ORDER BY e.seq DESC LIMIT 1), 0) AS last_seq, \
          (SELECT t.id FROM turns t WHERE t.session_id = s.id AND t.status = 'running') \
@@ -276,7 +283,8 @@ pub trait Turns: Reads + Send + Sync + 'static {
         let sql = concat!(
             session_select!(),
             " WHERE s.tenant = $1 \
-               AND EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.hidden_at IS NULL) \
+               AND (s.forked_at IS NOT NULL OR EXISTS (SELECT 1 FROM turns t \
+                 WHERE t.session_id = s.id AND t.hidden_at IS NULL)) \
              ORDER BY s.updated_at DESC, s.id LIMIT $2"
         );
         self.reader()
@@ -361,8 +369,11 @@ pub trait Turns: Reads + Send + Sync + 'static {
 
     /// A session's newest turn: the head of its current branch.
     async fn newest_turn(&self, session_id: &SessionKey) -> Result<Option<Uuid>> {
-        let row: Option<(String,)> = self.reader().row(NEWEST_TURN, args![session_id]).await?;
-        row.map(|(id,)| parse_uuid(&id)).transpose()
+        let row: Option<(Option<String>,)> =
+            self.reader().row(NEWEST_TURN, args![session_id]).await?;
+        row.and_then(|(id,)| id)
+            .map(|id| parse_uuid(&id))
+            .transpose()
     }
 
     /// The turns of a session that continue the same turn as `turn`

@@ -4,12 +4,14 @@
 use async_trait::async_trait;
 
 use super::{
-    ERASE, Erase, Erased, RUNNING, SESSION, own_scope, sessions_of_user_sql, tenant_statements,
+    ERASE, Erase, Erased, RUNNING, SESSION, forks_named, own_scope, sessions_of_user_sql,
+    tenant_statements,
 };
 use crate::{
     ids::SessionKey,
     store::{
         Result,
+        forks::{FORKS_NAMED, FORKS_OF},
         postgres::PostgresStore,
         reader::{Reads, args},
         records::parse_uuid,
@@ -32,6 +34,16 @@ impl Erase for PostgresStore {
                 .await?;
             if let Some((turn,)) = running {
                 return Ok(Erased::Running(parse_uuid(&turn)?));
+            }
+            // A fork takes the source's row `FOR SHARE`: under this lock,
+            // none is being made.
+            let forks: Vec<(String,)> = sqlx::query_as(FORKS_OF)
+                .bind(key.as_str())
+                .bind(i64::from(FORKS_NAMED))
+                .fetch_all(&mut *tx)
+                .await?;
+            if let Some(forked) = forks_named(forks.into_iter().map(|(k,)| k).collect()) {
+                return Ok(forked);
             }
             crate::store::files::postgres::lock_files(&mut tx, key.tenant()).await?;
             for (sql, with_scope) in ERASE {

@@ -4,12 +4,14 @@ use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
 
 use super::{
-    ERASE, Erase, Erased, RUNNING, SESSION, own_scope, sessions_of_user_sql, tenant_statements,
+    ERASE, Erase, Erased, RUNNING, SESSION, forks_named, own_scope, sessions_of_user_sql,
+    tenant_statements,
 };
 use crate::{
     ids::SessionKey,
     store::{
         Result,
+        forks::{FORKS_NAMED, FORKS_OF},
         reader::{Reads, args},
         records::parse_uuid,
         sqlite::SqliteStore,
@@ -28,6 +30,13 @@ impl Erase for SqliteStore {
                     .optional()?;
                 if let Some(turn) = running {
                     return Ok(Erased::Running(parse_uuid(&turn)?));
+                }
+                let forks = tx
+                    .prepare_cached(FORKS_OF)?
+                    .query_map(params![key, FORKS_NAMED], |row| row.get(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                if let Some(forked) = forks_named(forks) {
+                    return Ok(forked);
                 }
                 // What the erase deletes is overwritten with zeros in the
                 // file (the pages it frees too), not only unlinked; the

@@ -5,10 +5,22 @@ use chrono::{SubsecRound as _, Utc};
 use serde_json::Value;
 
 use super::{Cell, PARTS, Part, SESSION, header, line};
+use uuid::Uuid;
+
 use crate::{events::StoredEvent, ids::SessionKey, store::Result};
 
 /// Rows a page of an export reads.
 const PAGE: u32 = 500;
+
+/// Where an export is.
+enum At {
+    Header,
+    Part(usize, u64),
+    /// A fork's: the events of the `n`th turn of its prefix, after a seq.
+    Prefix(usize, i64),
+    End,
+    Done,
+}
 
 /// The lines of the export of the session `key`, a page of rows a chunk:
 /// the header, the session, each part, and the `end` line that counts the
@@ -19,15 +31,12 @@ pub fn lines(
     key: SessionKey,
     session: crate::store::SessionRecord,
 ) -> impl futures::Stream<Item = Result<String>> + Send {
-    /// Where the export is.
-    enum At {
-        Header,
-        Part(usize, u64),
-        End,
-        Done,
-    }
+    let forked = session.forked_at.is_some();
+    let prefix: std::sync::Arc<std::sync::OnceLock<Vec<(SessionKey, Uuid)>>> =
+        std::sync::Arc::default();
     futures::stream::unfold((At::Header, 0u64), move |(at, written)| {
         let (store, key, session) = (store.clone(), key.clone(), session.clone());
+        let prefix = prefix.clone();
         async move {
             let (chunk, next) = match at {
                 At::Done => return None,
@@ -47,17 +56,31 @@ pub fn lines(
                     let body = line(&SESSION, &cells, &extra);
                     ((format!("{head}\n{body}\n"), 2), At::Part(0, 0))
                 }
+                // A fork's events begin with its prefix's, turn by turn
+                // (read as the source's log reads them).
+                At::Part(index, 0)
+                    if forked && PARTS[index].line == "event" && prefix.get().is_none() =>
+                {
+                    let turns = match store.prefix_turns(&key).await {
+                        Ok(turns) => turns,
+                        Err(e) => return Some((Err(e), (At::Done, written))),
+                    };
+                    let _ = prefix.set(turns);
+                    ((String::new(), 0), At::Prefix(0, 0))
+                }
+                At::Prefix(n, after) => {
+                    let turns = prefix.get().map_or(&[][..], Vec::as_slice);
+                    match prefix_events(store.as_ref(), turns, n, after).await {
+                        Ok(step) => step,
+                        Err(e) => return Some((Err(e), (At::Done, written))),
+                    }
+                }
                 At::Part(index, offset) => {
                     let part = &PARTS[index];
-                    let page = match page(store.as_ref(), part, &key, offset).await {
+                    let page = match page(store.as_ref(), part, &key, forked, offset).await {
                         Ok(page) => page,
                         Err(e) => return Some((Err(e), (At::Done, written))),
                     };
-                    let mut chunk = String::new();
-                    for row in &page {
-                        chunk.push_str(&line(part, row, &[]));
-                        chunk.push('\n');
-                    }
                     let next = if page.len() == PAGE as usize {
                         At::Part(index, next_offset(part, &page, offset))
                     } else if index + 1 < PARTS.len() {
@@ -65,7 +88,8 @@ pub fn lines(
                     } else {
                         At::End
                     };
-                    ((chunk, page.len() as u64), next)
+                    let count = page.len() as u64;
+                    ((lines_of(part, page.into_iter()), count), next)
                 }
                 At::End => {
                     match store.get_session(&key).await {
@@ -96,6 +120,7 @@ async fn page(
     store: &dyn crate::store::Store,
     part: &Part,
     key: &SessionKey,
+    forked: bool,
     offset: u64,
 ) -> Result<Vec<Vec<Cell>>> {
     if part.line == "event" {
@@ -103,8 +128,40 @@ async fn page(
         let events = store.list_events(key, None, after, PAGE).await?;
         Ok(events.iter().map(event_cells).collect())
     } else {
-        store.export_page(part, key, PAGE, offset).await
+        store.export_page(part, key, forked, PAGE, offset).await
     }
+}
+
+/// A page of the events of the `n`th turn of a fork's prefix after the
+/// seq `after` (read as the source's log reads them), and what follows.
+async fn prefix_events(
+    store: &dyn crate::store::Store,
+    turns: &[(SessionKey, Uuid)],
+    n: usize,
+    after: i64,
+) -> Result<((String, u64), At)> {
+    let events = PARTS.iter().position(|p| p.line == "event").unwrap_or(0);
+    let Some((source, turn)) = turns.get(n) else {
+        return Ok(((String::new(), 0), At::Part(events, 0)));
+    };
+    let page = store.list_events(source, Some(*turn), after, PAGE).await?;
+    let next = match page.last() {
+        Some(last) if page.len() == PAGE as usize => At::Prefix(n, last.seq),
+        _ => At::Prefix(n + 1, 0),
+    };
+    let count = page.len() as u64;
+    let chunk = lines_of(&PARTS[events], page.iter().map(event_cells));
+    Ok(((chunk, count), next))
+}
+
+/// Rows of `part` as lines.
+fn lines_of(part: &Part, rows: impl Iterator<Item = Vec<Cell>>) -> String {
+    let mut chunk = String::new();
+    for row in rows {
+        chunk.push_str(&line(part, &row, &[]));
+        chunk.push('\n');
+    }
+    chunk
 }
 
 /// Where the page after the full `page` of `part` starts (see [`page`]).

@@ -66,12 +66,14 @@ impl Turns for PostgresStore {
                  WHERE t.tenant = $3 AND t.status = 'running' AND t.parked_until IS NULL) \
                  >= $11::int8 AS at_most \
              ), newest AS ( \
-               SELECT (SELECT id FROM turns WHERE session_id = $1 \
-                 ORDER BY created_at DESC, id DESC LIMIT 1) AS id \
+               SELECT COALESCE((SELECT id FROM turns WHERE session_id = $1 \
+                 ORDER BY created_at DESC, id DESC LIMIT 1), \
+                 (SELECT forked_at FROM sessions WHERE id = $1)) AS id \
              ), parent AS ( \
                SELECT CASE WHEN $13 THEN NULL ELSE COALESCE($12::text, newest.id) END AS id, \
                  ($12::text IS NULL OR EXISTS (SELECT 1 FROM turns \
-                   WHERE id = $12::text AND session_id = $1)) AS known, \
+                   WHERE id = $12::text AND session_id = $1) OR EXISTS (SELECT 1 FROM sessions \
+                   WHERE id = $1 AND forked_at = $12::text)) AS known, \
                  (CASE WHEN $13 THEN NULL ELSE COALESCE($12::text, newest.id) END) \
                    IS DISTINCT FROM newest.id AS branches \
                FROM newest \

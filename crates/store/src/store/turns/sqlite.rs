@@ -84,16 +84,15 @@ impl Turns for SqliteStore {
             // this session: a session of another tenant has another key).
             let newest: Option<String> = tx
                 .prepare_cached(super::NEWEST_TURN)?
-                .query_row(params![turn.session_id.as_str()], |row| row.get(0))
-                .optional()?;
+                .query_row(params![turn.session_id.as_str()], |row| row.get(0))?;
             let parent = match turn.request.parent() {
                 Parent::Newest => newest.clone(),
                 Parent::Root => None,
                 Parent::Turn(id) => {
                     let id = id.to_string();
                     let known: Option<i64> = tx
-                        .prepare_cached("SELECT 1 FROM turns WHERE id = ?1 AND session_id = ?2")?
-                        .query_row(params![id, turn.session_id.as_str()], |row| row.get(0))
+                        .prepare_cached(super::CONTINUABLE)?
+                        .query_row(params![turn.session_id.as_str(), id], |row| row.get(0))
                         .optional()?;
                     if known.is_none() {
                         return Ok(BeginTry::ParentNotFound);
@@ -164,8 +163,8 @@ impl Turns for SqliteStore {
             // A read that fails leaves it to the turn (see `answered`).
             let history = match turn.reads.history {
                 // The first turn of a session has no history to read,
-                // nor has a new root.
-                Some(_) if turn_count <= 1 || parent.is_none() => Some(Vec::new()),
+                // nor has a new root (a fork's first turn has a parent).
+                Some(_) if parent.is_none() => Some(Vec::new()),
                 Some(limit) if branched => answered(
                     "history",
                     branch_messages(tx, turn.id, limit),
