@@ -49,7 +49,7 @@ struct Cli {
 enum Command {
     /// Run the scenarios and print their figures.
     Run {
-        /// Scenarios to run (default: all but scale): startup, overhead, ttft, tools, images, tree, streams, held, eventlog, replicas, takeover, tenants, scale.
+        /// Scenarios to run (default: all but scale): startup, overhead, ttft, tools, images, tree, fork, streams, held, eventlog, replicas, takeover, tenants, scale.
         #[arg(long, value_delimiter = ',')]
         scenarios: Vec<String>,
         /// Also run the database scenarios on this Postgres URL.

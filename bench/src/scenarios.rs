@@ -31,9 +31,9 @@ impl Drop for ScratchDir {
     }
 }
 
-const ALL: [&str; 13] = [
-    "startup", "overhead", "ttft", "tools", "images", "tree", "streams", "held", "eventlog",
-    "replicas", "takeover", "tenants", "scale",
+const ALL: [&str; 14] = [
+    "startup", "overhead", "ttft", "tools", "images", "tree", "fork", "streams", "held",
+    "eventlog", "replicas", "takeover", "tenants", "scale",
 ];
 
 pub async fn run(
@@ -104,6 +104,14 @@ pub async fn run(
         if let Some(url) = &postgres {
             let (pg, _) = procs::start_harness(url, &fake.url(), 120).await?;
             crate::tree::run(&pg, "postgres", scale).await?;
+        }
+    }
+    if wanted("fork") {
+        let (harness, _) = procs::start_harness(&sqlite, &fake.url(), 120).await?;
+        crate::tree::fork(&harness, &sqlite, "sqlite").await?;
+        if let Some(url) = &postgres {
+            let (pg, _) = procs::start_harness(url, &fake.url(), 120).await?;
+            crate::tree::fork(&pg, url, "postgres").await?;
         }
     }
     if wanted("streams") {
