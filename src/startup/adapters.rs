@@ -58,7 +58,20 @@ impl ApprovalGate for StoreApprovals {
             tokio::pin!(woken);
             woken.as_mut().enable();
             match self.store.get_approval(turn_id, &request.call_id).await {
-                Ok(Some((true, _))) => return ApprovalDecision::Approved,
+                Ok(Some((true, _))) => {
+                    match self.store.approval_terms(turn_id, &request.call_id).await {
+                        Ok(terms) => {
+                            let (edited_arguments, arguments_sha256) = terms.unwrap_or_default();
+                            return ApprovalDecision::Approved {
+                                edited_arguments,
+                                arguments_sha256,
+                            };
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot read an approval; still waiting")
+                        }
+                    }
+                }
                 Ok(Some((false, reason))) => {
                     return ApprovalDecision::Denied {
                         reason: reason.unwrap_or_else(|| "no reason given".into()),

@@ -1,5 +1,6 @@
 //! The native turn API (`/sessions/{id}/turns`) and what a turn does: tools, approvals, client tools, models, memory, the vault.
 
+pub(crate) mod approval_edits;
 pub(crate) mod approvals;
 pub(crate) mod chain;
 pub(crate) mod client_tools;

@@ -176,7 +176,10 @@ impl ApprovalGate for Approve {
         _: std::time::Duration,
         _: &tokio_util::sync::CancellationToken,
     ) -> ApprovalDecision {
-        ApprovalDecision::Approved
+        ApprovalDecision::Approved {
+            edited_arguments: None,
+            arguments_sha256: None,
+        }
     }
 }
 

@@ -136,6 +136,11 @@ pub enum TurnEvent {
         tool: String,
         #[schema(value_type = Object)]
         arguments: serde_json::Value,
+        /// The call starts again with the arguments a person's approval
+        /// edited (after its `approval.resolved`): these run, not the
+        /// ones its first `tool.started` showed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        edited: bool,
     },
     /// A call of a tool the client runs itself: the turn waits for its
     /// result, posted to `POST
@@ -196,6 +201,11 @@ pub enum TurnEvent {
         outcome: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// Approved with these arguments instead of the asked ones (the
+        /// person's edit, checked against the tool's schema).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Object>)]
+        edited_arguments: Option<serde_json::Value>,
     },
     /// The tenant has used more than 80% of its tokens of the UTC day
     /// (`HARNESS_TENANT_TOKENS_PER_DAY`): a turn that would start past all

@@ -197,7 +197,14 @@ pub struct ApprovalRequest {
 /// What became of an approval request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApprovalDecision {
-    Approved,
+    /// Approved: with the arguments to run instead, when the person
+    /// edited them (JSON, checked against the tool's schema), and the
+    /// SHA-256 of the arguments the approval is for (none: a decision
+    /// made before approvals were bound, for the arguments as asked).
+    Approved {
+        edited_arguments: Option<String>,
+        arguments_sha256: Option<String>,
+    },
     Denied {
         reason: String,
     },

@@ -6,6 +6,10 @@
 //! The records a protocol reads are the store's own types, named here so
 //! that a protocol imports them from its door.
 
+mod approvals;
+
+pub use approvals::ApprovalTerms;
+
 use std::{collections::HashMap, sync::Arc};
 
 use chrono::Utc;
@@ -299,10 +303,10 @@ impl TurnService {
         if recorded {
             let entry = AuditEntry::new(approval.session_id.tenant(), kinds::APPROVAL_DECIDED)
                 .subject(format!("{}/{}", approval.turn_id, approval.call_id))
-                .outcome(if approval.approved {
-                    "approved"
-                } else {
-                    "denied"
+                .outcome(match (approval.approved, &approval.edited_arguments) {
+                    (true, Some(_)) => "approved_with_edits",
+                    (true, None) => "approved",
+                    (false, _) => "denied",
                 });
             self.store.record(entry).await;
         }

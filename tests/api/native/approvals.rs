@@ -12,7 +12,7 @@ use crate::{
     support::{Backend, TestDb},
 };
 
-async fn app(backend: Backend, vault: &std::path::Path, timeout_s: u64) -> TestApp {
+pub(crate) async fn app(backend: Backend, vault: &std::path::Path, timeout_s: u64) -> TestApp {
     let provider = FakeProvider::start().await;
     let mut settings = test_settings(&provider);
     settings.vault.dir = vault.to_owned();
@@ -21,7 +21,7 @@ async fn app(backend: Backend, vault: &std::path::Path, timeout_s: u64) -> TestA
     spawn_app_with(TestDb::new(backend).await, provider, settings).await
 }
 
-fn script(app: &TestApp) {
+pub(crate) fn script(app: &TestApp) {
     app.provider.enqueue([
         Reply::openai_tool_call(
             "call_a1",

@@ -167,9 +167,31 @@ impl CallEnv<'_> {
 /// Runs one call through the gates. Never fails.
 pub(super) async fn exec_call(env: &CallEnv<'_>, call: &ToolCall) -> ToolOutcome {
     match admit(env, call).await {
-        Ok((tool, arguments)) => run(env, call, tool, arguments).await,
+        Ok(Admitted {
+            tool,
+            arguments,
+            edited,
+        }) => run(env, edited.as_ref().unwrap_or(call), tool, arguments).await,
         Err(refused) => *refused,
     }
+}
+
+/// A call every gate let through.
+struct Admitted {
+    tool: Arc<dyn Tool>,
+    /// What it runs with.
+    arguments: Value,
+    /// The call as a person's approval edited it (its arguments the
+    /// edit's), when one did.
+    edited: Option<ToolCall>,
+}
+
+/// What a person's approval let through (see [`approved`]).
+struct Approval {
+    /// The arguments to run instead (JSON), when edited.
+    edited: Option<String>,
+    /// The SHA-256 of the arguments it is for.
+    sha256: Option<String>,
 }
 
 /// A gate's refusal: the outcome the model is told.
@@ -183,16 +205,70 @@ fn denied(reason: DenyReason, message: impl Into<String>) -> Refused {
 }
 
 /// The gates, in order: the tool and its arguments when every one lets
-/// the call through.
-async fn admit(env: &CallEnv<'_>, call: &ToolCall) -> Result<(Arc<dyn Tool>, Value), Refused> {
+/// the call through. A call a person approved with other arguments goes
+/// through the host's hook and the validation again with them, and runs
+/// only if they are the arguments the approval was for.
+async fn admit(env: &CallEnv<'_>, call: &ToolCall) -> Result<Admitted, Refused> {
     not_a_replay(env, call)?;
     let tool = permitted(env, call)?;
     pre_hook(env, call).await?;
     let arguments = valid_arguments(env, call, tool.as_ref())?;
     within_budget(env)?;
-    approved(env, call, tool.as_ref(), &arguments).await?;
+    let (arguments, edited) = match approved(env, call, tool.as_ref(), &arguments).await? {
+        None => (arguments, None),
+        Some(Approval {
+            edited: None,
+            sha256,
+        }) => {
+            bound(&arguments, sha256.as_deref())?;
+            (arguments, None)
+        }
+        Some(Approval {
+            edited: Some(text),
+            sha256,
+        }) => {
+            let edited = ToolCall {
+                arguments: crate::providers::Arguments::new(text),
+                ..call.clone()
+            };
+            pre_hook(env, &edited).await?;
+            let arguments = valid_arguments(env, &edited, tool.as_ref())?;
+            bound(&arguments, sha256.as_deref())?;
+            env.state.note_edited(&call.id, edited.arguments.raw());
+            let _ = env
+                .sink
+                .emit(TurnEvent::ToolStarted {
+                    step: env.step,
+                    wave: 0,
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    arguments: arguments.clone(),
+                    edited: true,
+                })
+                .await;
+            (arguments, Some(edited))
+        }
+    };
+    let call = edited.as_ref().unwrap_or(call);
     checkpointed(env, call, tool.as_ref(), &arguments).await?;
-    Ok((tool, arguments))
+    Ok(Admitted {
+        tool,
+        arguments,
+        edited,
+    })
+}
+
+/// Gate 5b: an approval applies to the arguments it was made for alone
+/// (their SHA-256; a decision made before approvals were bound has none,
+/// and was for the arguments as asked).
+fn bound(arguments: &Value, sha256: Option<&str>) -> Result<(), Refused> {
+    match sha256 {
+        Some(expected) if validation::arguments_sha256(arguments) != expected => Err(denied(
+            DenyReason::Approval,
+            "this call's arguments are not the ones the approval was for; ask again",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Gate 1, replay control: the same call twice in a turn runs once.
@@ -303,23 +379,24 @@ fn within_budget(env: &CallEnv<'_>) -> Result<(), Refused> {
 
 /// Gate 5a: a person's approval, for the configured effect classes, until
 /// the wait's deadline (the turn's own stands still meanwhile); a cancel
-/// ends the wait, and a long one parks the turn.
+/// ends the wait, and a long one parks the turn. `None`: the call needs
+/// none.
 async fn approved(
     env: &CallEnv<'_>,
     call: &ToolCall,
     tool: &dyn Tool,
     arguments: &Value,
-) -> Result<(), Refused> {
+) -> Result<Option<Approval>, Refused> {
     let harness = env.harness;
     let Some(gate) = harness.approvals.as_ref() else {
-        return Ok(());
+        return Ok(None);
     };
     if !harness
         .options
         .approval_effects
         .contains(&tool.spec().effect)
     {
-        return Ok(());
+        return Ok(None);
     }
     // Asked already (the turn goes on after a park or a take-over): not
     // asked again, and its wait keeps its deadline.
@@ -354,10 +431,17 @@ async fn approved(
         Wait::Parked(until) => return Err(Box::new(ToolOutcome::Parked { until })),
     };
     let (outcome, reason) = match &decision {
-        ApprovalDecision::Approved => ("approved", None),
+        ApprovalDecision::Approved { .. } => ("approved", None),
         ApprovalDecision::Denied { reason } => ("denied", Some(reason.clone())),
         ApprovalDecision::TimedOut => ("timed_out", None),
         ApprovalDecision::Cancelled => ("cancelled", None),
+    };
+    let edited_arguments = match &decision {
+        ApprovalDecision::Approved {
+            edited_arguments: Some(text),
+            ..
+        } => serde_json::from_str(text).ok(),
+        _ => None,
     };
     let _ = env
         .sink
@@ -365,10 +449,18 @@ async fn approved(
             call_id: call.id.clone(),
             outcome: outcome.to_owned(),
             reason: reason.clone(),
+            edited_arguments,
         })
         .await;
-    if decision == ApprovalDecision::Approved {
-        return Ok(());
+    if let ApprovalDecision::Approved {
+        edited_arguments,
+        arguments_sha256,
+    } = decision
+    {
+        return Ok(Some(Approval {
+            edited: edited_arguments,
+            sha256: arguments_sha256,
+        }));
     }
     Err(denied(
         DenyReason::Approval,

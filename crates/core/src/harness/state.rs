@@ -102,6 +102,10 @@ pub struct TurnRuntimeState {
     /// compaction may take the messages that held them, never these. At
     /// most the turn's tool calls.
     call_ids: Mutex<HashSet<String>>,
+    /// The arguments people's approvals gave calls of the step that runs
+    /// (JSON, by call id), for the model's history: at most the step's
+    /// calls.
+    edited: Mutex<HashMap<String, String>>,
 }
 
 impl TurnRuntimeState {
@@ -137,7 +141,18 @@ impl TurnRuntimeState {
             context_was_compacted: AtomicBool::new(false),
             writes_open: AtomicBool::new(true),
             call_ids: Mutex::default(),
+            edited: Mutex::default(),
         }
+    }
+
+    /// A person's approval runs the call `call_id` with `arguments`.
+    pub fn note_edited(&self, call_id: &str, arguments: &str) {
+        lock(&self.edited).insert(call_id.to_owned(), arguments.to_owned());
+    }
+
+    /// The edits of the step's calls, taken.
+    pub fn take_edited(&self) -> HashMap<String, String> {
+        std::mem::take(&mut *lock(&self.edited))
     }
 
     /// Gives each of `calls` (the model's at `step`) an id that neither

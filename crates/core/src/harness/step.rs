@@ -210,6 +210,23 @@ impl Turn<'_> {
             waves::Waves::Ran(messages, any_error) => (messages, any_error),
             waves::Waves::Parked(parked) => return Err(TurnError::Parked(parked)),
         };
+        // The calls people approved with other arguments are in the
+        // model's history as they ran (the record then holds it whole).
+        let edited = state.take_edited();
+        if !edited.is_empty() {
+            for message in conversation.messages.iter_mut().rev() {
+                if message.tool_calls.is_empty() {
+                    continue;
+                }
+                for call in &mut message.tool_calls {
+                    if let Some(arguments) = edited.get(&call.id) {
+                        call.arguments = crate::providers::Arguments::new(arguments.clone());
+                    }
+                }
+                break;
+            }
+            conversation.recorded.messages = 0;
+        }
         conversation.messages.extend(tool_messages);
 
         // 4h: reflection.

@@ -62,6 +62,57 @@ pub fn validate(
     }
 }
 
+/// The arguments a person's edit makes (see
+/// [`crate::service::ApprovalTerms`]), checked as a model's call is, its
+/// repairs included, outside any turn.
+pub fn check(spec: &ToolSpec, arguments: &Arguments) -> Result<Value, String> {
+    let state = TurnRuntimeState::new(
+        crate::ids::SessionKey::from_stored(""),
+        super::budget::TurnBudget::create(super::budget::BudgetLimits::default()),
+    );
+    validate(&state, "edit", spec, arguments)
+}
+
+/// The SHA-256 of arguments, hex: of their JSON with every object's keys
+/// in order, so that equal arguments hash alike however their keys came.
+pub fn arguments_sha256(arguments: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    fn canonical(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (n, key) in keys.into_iter().enumerate() {
+                    if n > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push(':');
+                    if let Some(item) = map.get(key) {
+                        canonical(item, out);
+                    }
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (n, item) in items.iter().enumerate() {
+                    if n > 0 {
+                        out.push(',');
+                    }
+                    canonical(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut text = String::new();
+    canonical(arguments, &mut text);
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
 fn describe(errors: &[String]) -> String {
     format!(
         "invalid arguments: {}. Fix the arguments to match the tool's schema and call it again.",

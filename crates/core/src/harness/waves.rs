@@ -65,6 +65,7 @@ pub(super) async fn run_waves(
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
                     arguments,
+                    edited: false,
                 })
                 .await?;
         }

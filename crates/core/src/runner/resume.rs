@@ -342,6 +342,7 @@ mod tests {
                 call_id: "call_0".into(),
                 tool: "append_note".into(),
                 arguments: serde_json::json!({}),
+                edited: false,
             },
             TurnEvent::MessageDelta {
                 step: 2,

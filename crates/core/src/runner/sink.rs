@@ -136,6 +136,7 @@ impl TurnSink {
                 call_id,
                 outcome: "cancelled".to_owned(),
                 reason: Some(format!("the turn ended {}", status.as_str())),
+                edited_arguments: None,
             };
             if let Err(e) = self.emit(event).await {
                 tracing::debug!(error = %e, "a waiting call's resolution was not written");

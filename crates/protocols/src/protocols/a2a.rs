@@ -50,7 +50,7 @@ use crate::{
         native::{ClientToolBody, checked_client_tools, checked_content},
     },
     service::CancelError,
-    service::{NewApproval, TurnRecord, TurnStatus},
+    service::{TurnRecord, TurnStatus},
     turn::TurnRequest,
 };
 use params::{client_answers, decisions, history_length, message_content, parse, task_id};
@@ -500,16 +500,17 @@ impl Caller {
             return Ok((record, last_seq));
         }
         for decision in decisions(message, fold.pending())? {
-            self.app
-                .turns
-                .decide_approval(&NewApproval {
-                    session_id: session.clone(),
-                    turn_id,
-                    call_id: decision.call_id,
-                    approved: decision.approve,
-                    reason: decision.reason,
-                })
-                .await?;
+            let approval = crate::protocols::approvals::bound(
+                &self.app,
+                &record,
+                &decision.call_id,
+                (decision.approve, decision.reason),
+                None,
+            )
+            .await?;
+            if let Ok(approval) = approval {
+                self.app.turns.decide_approval(&approval).await?;
+            }
         }
         self.app.turns.answered(turn_id).await;
         Ok((record, last_seq))

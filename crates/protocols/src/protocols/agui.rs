@@ -334,6 +334,9 @@ impl EndsAtClientCall for Encoder {
                     from_step: *from_step,
                 },
             }),
+            // A call a person's approval edited starts again: the client sent
+            // the edit, and its first start stands.
+            TurnEvent::ToolStarted { edited: true, .. } => {}
             TurnEvent::ToolStarted {
                 step,
                 call_id,

@@ -25,6 +25,10 @@ pub struct ClientDecision {
     pub approve: bool,
     /// Why (shown to the model); blank is none.
     pub reason: Option<String>,
+    /// The arguments the person approved instead of the asked ones, and
+    /// the request's field that carried them (named when they fail the
+    /// tool's schema).
+    pub edited: Option<(serde_json::Value, String)>,
 }
 
 impl ClientDecision {
@@ -52,8 +56,59 @@ impl ClientDecision {
             call_id: call_id.to_owned(),
             approve,
             reason,
+            edited: None,
         })
     }
+
+    /// The decision with the person's edit of the call's arguments (in
+    /// the request's `field`): an approval's alone (`invalid_field` on a
+    /// denial).
+    pub fn with_edit(
+        mut self,
+        arguments: Option<serde_json::Value>,
+        field: &str,
+    ) -> Result<Self, ApiError> {
+        let Some(arguments) = arguments else {
+            return Ok(self);
+        };
+        if !self.approve {
+            return Err(ApiError::InvalidField {
+                field: field.to_owned(),
+                detail: format!("`{field}` goes with an approval, not a denial"),
+            });
+        }
+        self.edited = Some((arguments, field.to_owned()));
+        Ok(self)
+    }
+}
+
+/// The approval of `call_id` of `turn` as it is recorded: bound to the
+/// arguments it is for (the asked ones, or `edited` once checked against
+/// the tool's schema; Err: the validator's message).
+pub async fn bound(
+    app: &Shared,
+    turn: &TurnRecord,
+    call_id: &str,
+    (approve, reason): (bool, Option<String>),
+    edited: Option<&serde_json::Value>,
+) -> Result<Result<NewApproval, String>, crate::service::StoreError> {
+    let terms = if approve {
+        match app.turns.approval_terms(turn, call_id, edited).await? {
+            Ok(terms) => terms,
+            Err(why) => return Ok(Err(why)),
+        }
+    } else {
+        crate::service::ApprovalTerms::default()
+    };
+    Ok(Ok(NewApproval {
+        session_id: turn.session_id.clone(),
+        turn_id: turn.id,
+        call_id: call_id.to_owned(),
+        approved: approve,
+        reason,
+        edited_arguments: terms.edited_arguments,
+        arguments_sha256: terms.arguments_sha256,
+    }))
 }
 
 /// Where a call of a turn stands with its approval.
@@ -121,16 +176,21 @@ pub async fn decide(
         Some(ApprovalState::Decided) => return Err(ApiError::ApprovalAlreadyDecided),
         Some(ApprovalState::Ended) | None => return Err(ApiError::CallNotFound),
     }
-    let recorded = app
-        .turns
-        .decide_approval(&NewApproval {
-            session_id: turn.session_id.clone(),
-            turn_id: turn.id,
-            call_id: decision.call_id.clone(),
-            approved: decision.approve,
-            reason: decision.reason.clone(),
-        })
-        .await?;
+    let edited = decision.edited.as_ref();
+    let approval = bound(
+        app,
+        turn,
+        &decision.call_id,
+        (decision.approve, decision.reason.clone()),
+        edited.map(|(arguments, _)| arguments),
+    )
+    .await?
+    // The call stays waiting: nothing was recorded.
+    .map_err(|detail| ApiError::InvalidField {
+        field: edited.map_or_else(|| "edited_arguments".to_owned(), |(_, f)| f.clone()),
+        detail,
+    })?;
+    let recorded = app.turns.decide_approval(&approval).await?;
     if !recorded {
         return Err(ApiError::ApprovalAlreadyDecided);
     }

@@ -529,6 +529,7 @@ mod tests {
             call_id: call.into(),
             tool: "client__get_location".into(),
             arguments: Value::Object(serde_json::Map::new()),
+            edited: false,
         };
         let log = log(vec![
             delta("Let me look."),

@@ -468,6 +468,13 @@ pub struct ApprovalBody {
     /// Why not, shown to the model (at most 1,000 characters).
     #[schema(max_length = 1000)]
     reason: Option<String>,
+    /// With an approval: the arguments to run instead of the asked ones.
+    /// They are checked against the tool's schema now (422
+    /// `invalid_field` with the validator's message, and the call still
+    /// waits), then go through every gate again; the approval holds for
+    /// exactly these arguments.
+    #[schema(value_type = Option<Object>)]
+    edited_arguments: Option<serde_json::Value>,
 }
 
 /// The decision, as recorded.
@@ -475,6 +482,9 @@ pub struct ApprovalBody {
 pub struct ApprovalView {
     pub call_id: String,
     pub approved: bool,
+    /// Whether the call runs with arguments the decision edited.
+    #[serde(default)]
+    pub edited: bool,
 }
 
 /// Approves or denies a tool call that waits for a person (an
@@ -493,6 +503,7 @@ pub struct ApprovalView {
         BadRequest,
         (status = 404, description = "No such session or turn, or the call is not waiting for a decision (`call_not_found`)"),
         (status = 409, description = "The turn is not running (`turn_not_running`) or the call was decided (`approval_already_decided`)"),
+        (status = 422, description = "`edited_arguments` fail the tool's schema, or come with a denial (`invalid_field`): the call still waits"),
     )
 )]
 async fn decide_approval(
@@ -506,7 +517,9 @@ async fn decide_approval(
     if call_id.is_empty() || call_id.len() > 200 || !call_id.bytes().all(id_char) {
         return Err(ApiError::InvalidQuery("`call_id` is not a call id".into()));
     }
-    let decision = ClientDecision::new(&call_id, body.approve, body.reason, "reason")?;
+    let edited = body.edited_arguments.is_some();
+    let decision = ClientDecision::new(&call_id, body.approve, body.reason, "reason")?
+        .with_edit(body.edited_arguments, "edited_arguments")?;
     let Some(turn) = app.turns.get_turn(&session_id, turn_id).await? else {
         return Err(super::endpoint::not_found_in(&app, &session_id, ApiError::TurnNotFound).await);
     };
@@ -519,5 +532,6 @@ async fn decide_approval(
     Ok(axum::Json(ApprovalView {
         call_id,
         approved: body.approve,
+        edited,
     }))
 }

@@ -420,6 +420,9 @@ impl EndsAtClientCall for Encoder {
                 },
                 transient: true,
             }),
+            // A call a person's approval edited starts again: the client sent
+            // the edit, and its first start stands.
+            TurnEvent::ToolStarted { edited: true, .. } => {}
             TurnEvent::ToolStarted {
                 call_id,
                 tool,

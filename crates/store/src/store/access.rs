@@ -116,6 +116,19 @@ pub trait Access: Reads + Send + Sync + 'static {
         self.reader().row(sql, args![turn_id, call_id]).await
     }
 
+    /// What an approval of a call binds: the edited arguments (JSON),
+    /// when the person edited them, and the SHA-256 of the arguments it is
+    /// for (decisions made before approvals were bound have neither).
+    async fn approval_terms(
+        &self,
+        turn_id: Uuid,
+        call_id: &str,
+    ) -> Result<Option<(Option<String>, Option<String>)>> {
+        let sql = "SELECT edited_arguments, arguments_sha256 FROM approvals \
+                   WHERE turn_id = $1 AND call_id = $2";
+        self.reader().row(sql, args![turn_id, call_id]).await
+    }
+
     /// Records what a client posted for a call of its own tool; false when
     /// the call already has an answer (the first stands).
     async fn post_tool_result(&self, result: &NewToolResult) -> Result<bool>;

@@ -195,6 +195,8 @@ pub const PARTS: &[Part] = &[
             col("approved", Kind::Flag),
             opt("reason", Kind::Text),
             col("decided_at", Kind::At),
+            opt("edited_arguments", Kind::Text),
+            opt("arguments_sha256", Kind::Text),
         ],
         order: "decided_at, turn_id, call_id",
     },

@@ -200,8 +200,14 @@ pub struct NewApproval {
     pub turn_id: Uuid,
     pub call_id: String,
     pub approved: bool,
-    /// Why not, when refused.
+    /// Why not, when refused (or, approved, a note the model sees).
     pub reason: Option<String>,
+    /// The arguments to run instead of the asked ones (JSON, checked
+    /// against the tool's schema already), when the person edited them.
+    pub edited_arguments: Option<String>,
+    /// The SHA-256 of the arguments the decision is for (edited, or as
+    /// asked): the call runs only with these.
+    pub arguments_sha256: Option<String>,
 }
 
 /// What a client posted for a call of a tool it runs itself.

@@ -230,6 +230,9 @@ impl TaskFold {
                 self.client_calls.retain(|c| c != call_id);
                 self.unblock(&mut out);
             }
+            // A call a person's approval edited starts again: the client sent
+            // the edit, and its first start stands.
+            TurnEvent::ToolStarted { edited: true, .. } => {}
             TurnEvent::ToolStarted {
                 call_id,
                 tool,

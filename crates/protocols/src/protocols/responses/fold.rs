@@ -178,6 +178,9 @@ impl ResponseFold {
                 self.say(said, *step, &mut out);
             }
             TurnEvent::MessageRetracted { step, reason } => self.said.retracted(*step, reason),
+            // A call a person's approval edited starts again: the client sent
+            // the edit, and its first start stands.
+            TurnEvent::ToolStarted { edited: true, .. } => {}
             TurnEvent::ToolStarted {
                 call_id,
                 tool,

@@ -130,6 +130,7 @@ impl Folding {
                 call_id,
                 tool,
                 arguments,
+                edited: false,
                 ..
             }) = typed(stored)
                 && stored.seq <= self.segment.start()

@@ -101,12 +101,21 @@ impl Access for PostgresStore {
 
     async fn decide_approval(&self, approval: &NewApproval) -> Result<bool> {
         let a = approval;
-        let sql = "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, decided_at) \
-                 VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (turn_id, call_id) DO NOTHING";
+        let sql = "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, \
+                 decided_at, edited_arguments, arguments_sha256) \
+                 VALUES ($1, $2, $3, $4, $5, now(), $6, $7) ON CONFLICT (turn_id, call_id) DO NOTHING";
         let inserted = self
             .execute(
                 sql,
-                args![a.turn_id, &a.call_id, &a.session_id, a.approved, &a.reason],
+                args![
+                    a.turn_id,
+                    &a.call_id,
+                    &a.session_id,
+                    a.approved,
+                    &a.reason,
+                    &a.edited_arguments,
+                    &a.arguments_sha256
+                ],
             )
             .await?;
         Ok(inserted == 1)

@@ -147,7 +147,8 @@ impl Access for SqliteStore {
                 let inserted = connection
                     .prepare_cached(
                         "INSERT INTO approvals (turn_id, call_id, session_id, approved, reason, \
-                     decided_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                     decided_at, edited_arguments, arguments_sha256) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
                      ON CONFLICT (turn_id, call_id) DO NOTHING",
                     )?
                     .execute(params![
@@ -156,7 +157,9 @@ impl Access for SqliteStore {
                         a.session_id.as_str(),
                         a.approved,
                         a.reason,
-                        ts(Utc::now())
+                        ts(Utc::now()),
+                        a.edited_arguments,
+                        a.arguments_sha256
                     ])?;
                 Ok(inserted == 1)
             })

@@ -23,7 +23,7 @@ use crate::{
     events::TurnEvent,
     protocols::Shared,
     protocols::typed,
-    service::{NewApproval, StoreError, TurnRecord},
+    service::{StoreError, TurnRecord},
 };
 
 /// The longest reason a decision may give (as on the native route).
@@ -210,15 +210,17 @@ pub(super) async fn decide(
     decided: Vec<NewDecision>,
 ) -> Result<(), StoreError> {
     for decision in decided {
-        app.turns
-            .decide_approval(&NewApproval {
-                session_id: record.session_id.clone(),
-                turn_id: record.id,
-                call_id: decision.call_id,
-                approved: decision.approve,
-                reason: decision.reason,
-            })
-            .await?;
+        let approval = crate::protocols::approvals::bound(
+            app,
+            record,
+            &decision.call_id,
+            (decision.approve, decision.reason),
+            None,
+        )
+        .await?;
+        if let Ok(approval) = approval {
+            app.turns.decide_approval(&approval).await?;
+        }
     }
     app.turns.answered(record.id).await;
     Ok(())
