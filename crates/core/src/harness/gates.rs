@@ -21,11 +21,13 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+mod approval;
+
 use super::{
     AgentHarness, EventSink, TurnInput,
     durable::{PriorCall, PriorCalls},
     executor::{self, Executed},
-    hooks::{ApprovalDecision, ApprovalRequest, CheckpointRequest, isolate},
+    hooks::{CheckpointRequest, isolate},
     replay::ReplayControl,
     state::TurnRuntimeState,
     validation,
@@ -36,6 +38,7 @@ use crate::{
     providers::ToolCall,
     tools::{EffectClass, Tool, ToolContext, ToolError, ToolErrorKind},
 };
+use approval::{Approval, approved, bound};
 
 /// Why a call was not run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,18 +189,10 @@ struct Admitted {
     edited: Option<ToolCall>,
 }
 
-/// What a person's approval let through (see [`approved`]).
-struct Approval {
-    /// The arguments to run instead (JSON), when edited.
-    edited: Option<String>,
-    /// The SHA-256 of the arguments it is for.
-    sha256: Option<String>,
-}
-
 /// A gate's refusal: the outcome the model is told.
-type Refused = Box<ToolOutcome>;
+pub(super) type Refused = Box<ToolOutcome>;
 
-fn denied(reason: DenyReason, message: impl Into<String>) -> Refused {
+pub(super) fn denied(reason: DenyReason, message: impl Into<String>) -> Refused {
     Box::new(ToolOutcome::Denied {
         reason,
         message: message.into(),
@@ -256,19 +251,6 @@ async fn admit(env: &CallEnv<'_>, call: &ToolCall) -> Result<Admitted, Refused> 
         arguments,
         edited,
     })
-}
-
-/// Gate 5b: an approval applies to the arguments it was made for alone
-/// (their SHA-256; a decision made before approvals were bound has none,
-/// and was for the arguments as asked).
-fn bound(arguments: &Value, sha256: Option<&str>) -> Result<(), Refused> {
-    match sha256 {
-        Some(expected) if validation::arguments_sha256(arguments) != expected => Err(denied(
-            DenyReason::Approval,
-            "this call's arguments are not the ones the approval was for; ask again",
-        )),
-        _ => Ok(()),
-    }
 }
 
 /// Gate 1, replay control: the same call twice in a turn runs once.
@@ -375,100 +357,6 @@ fn within_budget(env: &CallEnv<'_>) -> Result<(), Refused> {
             "the tool-call budget of this turn is used up; answer with what you have",
         ))
     }
-}
-
-/// Gate 5a: a person's approval, for the configured effect classes, until
-/// the wait's deadline (the turn's own stands still meanwhile); a cancel
-/// ends the wait, and a long one parks the turn. `None`: the call needs
-/// none.
-async fn approved(
-    env: &CallEnv<'_>,
-    call: &ToolCall,
-    tool: &dyn Tool,
-    arguments: &Value,
-) -> Result<Option<Approval>, Refused> {
-    let harness = env.harness;
-    let Some(gate) = harness.approvals.as_ref() else {
-        return Ok(None);
-    };
-    if !harness
-        .options
-        .approval_effects
-        .contains(&tool.spec().effect)
-    {
-        return Ok(None);
-    }
-    // Asked already (the turn goes on after a park or a take-over): not
-    // asked again, and its wait keeps its deadline.
-    let until = match env.prior.get(&call.id) {
-        Some(PriorCall::Started {
-            approval: Some(asked),
-            ..
-        }) => waits::deadline_of(*asked, &harness.options),
-        _ => {
-            let until = waits::new_deadline(&harness.options);
-            let _ = env
-                .sink
-                .emit(TurnEvent::ApprovalRequested {
-                    step: env.step,
-                    call_id: call.id.clone(),
-                    tool: call.name.clone(),
-                    arguments: arguments.clone(),
-                    expires_at: Some(until),
-                })
-                .await;
-            until
-        }
-    };
-    let request = ApprovalRequest {
-        session_id: env.request.session_id.clone(),
-        turn_id: env.request.turn_id.to_string(),
-        call_id: call.id.clone(),
-        tool: call.name.clone(),
-    };
-    let decision = match waits::decision(env.waiter(), gate.as_ref(), &request, until).await {
-        Wait::Ended(decision) => decision,
-        Wait::Parked(until) => return Err(Box::new(ToolOutcome::Parked { until })),
-    };
-    let (outcome, reason) = match &decision {
-        ApprovalDecision::Approved { .. } => ("approved", None),
-        ApprovalDecision::Denied { reason } => ("denied", Some(reason.clone())),
-        ApprovalDecision::TimedOut => ("timed_out", None),
-        ApprovalDecision::Cancelled => ("cancelled", None),
-    };
-    let edited_arguments = match &decision {
-        ApprovalDecision::Approved {
-            edited_arguments: Some(text),
-            ..
-        } => serde_json::from_str(text).ok(),
-        _ => None,
-    };
-    let _ = env
-        .sink
-        .emit(TurnEvent::ApprovalResolved {
-            call_id: call.id.clone(),
-            outcome: outcome.to_owned(),
-            reason: reason.clone(),
-            edited_arguments,
-        })
-        .await;
-    if let ApprovalDecision::Approved {
-        edited_arguments,
-        arguments_sha256,
-    } = decision
-    {
-        return Ok(Some(Approval {
-            edited: edited_arguments,
-            sha256: arguments_sha256,
-        }));
-    }
-    Err(denied(
-        DenyReason::Approval,
-        match reason {
-            Some(why) => format!("the user denied this call: {why}"),
-            None => format!("this call was not approved ({outcome})"),
-        },
-    ))
 }
 
 /// Gate 5: a write's checkpoint: what it will change is saved first, and a
