@@ -172,6 +172,83 @@ async fn agui_waits_with_an_interrupt_and_resume_decides(backend: Backend) {
     assert_eq!(std::fs::read_to_string(&note).unwrap(), "# A\n");
 }
 
+/// Approving with edits in each protocol's shape: AG-UI's `editedArgs`,
+/// the AI SDK's tool part `input` (what `addToolApprovalResponse` sends
+/// back, edited by the page), MCP's form field `arguments`. An edit that
+/// fails the tool's schema is refused in the protocol's shape and the
+/// call waits on.
+async fn each_protocol_approves_with_edits(backend: Backend) {
+    let vault = vault_of(&[("notes/a.md", "# A\n")]);
+    let note = vault.path().join("notes/a.md");
+    let app = app(backend, vault.path()).await;
+
+    // AG-UI.
+    script(&app, "call_e1");
+    let input = json!({
+        "threadId": "agui-edit", "runId": "r1",
+        "messages": [{"id": "u1", "role": "user", "content": "Change my note."}],
+    });
+    let (status, body) = post(&app, "/v1/agui", &input).await;
+    assert_eq!(status, 200, "{body}");
+    running_turn(&app, "agui-edit").await;
+    let mut next = input.clone();
+    next["runId"] = "r2".into();
+    next["resume"] = json!([{"interruptId": "call_e1", "status": "resolved",
+        "payload": {"approved": true, "editedArgs": {"path": "notes/a.md", "content": ["no"]}}}]);
+    let (status, body) = post(&app, "/v1/agui", &next).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("resume[0].payload.editedArgs"), "{body}");
+    assert!(running_turn(&app, "agui-edit").await.is_string());
+    next["resume"] = json!([{"interruptId": "call_e1", "status": "resolved",
+        "payload": {"approved": true, "editedArgs": {"path": "notes/a.md", "content": "from AG-UI"}}}]);
+    let (status, body) = post(&app, "/v1/agui", &next).await;
+    assert_eq!(status, 200, "{body}");
+    let starts = data_events(&body)
+        .iter()
+        .filter(|e| e["type"] == "TOOL_CALL_START" && e["toolCallId"] == "call_e1")
+        .count();
+    assert!(starts <= 1, "the edited start is not a second call: {body}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "from AG-UI");
+
+    // The AI SDK: the part's input, edited.
+    script(&app, "call_e2");
+    let user = json!({"id": "u1", "role": "user",
+                      "parts": [{"type": "text", "text": "Change my note."}]});
+    let (status, body) = post(
+        &app,
+        "/v1/ui/chat",
+        &json!({"id": "chat-edit", "messages": [user]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let approval_id = data_events(&body)
+        .into_iter()
+        .find(|c| c["type"] == "tool-approval-request")
+        .unwrap_or_else(|| panic!("{body}"))["approvalId"]
+        .clone();
+    running_turn(&app, "chat-edit").await;
+    let assistant = json!({"id": "a1", "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-write_note", "toolCallId": "call_e2", "state": "approval-responded",
+         "input": {"path": "notes/a.md", "content": "from useChat"},
+         "approval": {"id": approval_id, "approved": true}},
+    ]});
+    let (status, body) = post(
+        &app,
+        "/v1/ui/chat",
+        &json!({"id": "chat-edit", "messages": [user, assistant]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        data_events(&body)
+            .iter()
+            .any(|c| c["type"] == "tool-output-available" && c["toolCallId"] == "call_e2"),
+        "{body}"
+    );
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "from useChat");
+}
+
 async fn use_chat_asks_for_approval_and_the_next_request_decides(backend: Backend) {
     let vault = vault_of(&[("notes/a.md", "# A\n")]);
     let note = vault.path().join("notes/a.md");
@@ -460,6 +537,7 @@ async fn use_chat_sees_a_wait_end_unanswered(backend: Backend) {
 }
 
 on_both_backends!(
+    each_protocol_approves_with_edits,
     use_chat_sees_a_wait_end_unanswered,
     use_chat_resumes_after_the_decided_approval,
     agui_waits_with_an_interrupt_and_resume_decides,

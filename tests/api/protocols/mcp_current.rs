@@ -769,10 +769,28 @@ async fn a_call_waiting_for_approval_is_an_input_required_result(backend: Backen
         !vault.path().join("notes/plan.md").exists(),
         "nothing ran yet"
     );
+    // The form's `arguments` edits the call: text that is not JSON, or
+    // arguments the tool's schema refuses, are invalid params, and the
+    // call waits on.
+    assert!(
+        request["params"]["requestedSchema"]["properties"]["arguments"].is_object(),
+        "{request}"
+    );
+    for bad in [json!("{not json"), json!(r#"{"path": "notes/plan.md"}"#)] {
+        let refused = answer(
+            &app,
+            &state,
+            json!({"call_w1": {"action": "accept",
+                               "content": {"approve": true, "arguments": bad}}}),
+        )
+        .await;
+        assert_eq!(refused["error"]["code"], -32602, "{bad}: {refused}");
+    }
     let done = answer(
         &app,
         &state,
-        json!({"call_w1": {"action": "accept", "content": {"approve": true}}}),
+        json!({"call_w1": {"action": "accept", "content": {"approve": true,
+            "arguments": r##"{"path": "notes/plan.md", "content": "# Edited"}"##}}}),
     )
     .await;
     assert_eq!(done["result"]["resultType"], "complete", "{done}");
@@ -780,7 +798,10 @@ async fn a_call_waiting_for_approval_is_an_input_required_result(backend: Backen
         done["result"]["content"][0]["text"],
         "Hello! How can I help you today?"
     );
-    assert!(vault.path().join("notes/plan.md").exists());
+    assert_eq!(
+        std::fs::read_to_string(vault.path().join("notes/plan.md")).unwrap(),
+        "# Edited"
+    );
 }
 
 /// As a task: `tasks/get` says `input_required` with the requests, and

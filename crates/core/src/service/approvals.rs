@@ -50,10 +50,14 @@ impl TurnService {
         let Some((tool, arguments)) = asked else {
             return Ok(Ok(ApprovalTerms::default()));
         };
-        let Some(edited) = edited else {
+        // An "edit" that is what was asked (a client that sends the
+        // call's input back with every decision) is none.
+        let asked_sha256 = validation::arguments_sha256(&arguments);
+        let Some(edited) = edited.filter(|e| validation::arguments_sha256(e) != asked_sha256)
+        else {
             return Ok(Ok(ApprovalTerms {
                 edited_arguments: None,
-                arguments_sha256: Some(validation::arguments_sha256(&arguments)),
+                arguments_sha256: Some(asked_sha256),
             }));
         };
         let spec = match self.tools().get(&tool) {

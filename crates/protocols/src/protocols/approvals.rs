@@ -157,14 +157,15 @@ pub async fn approvals(
 }
 
 /// Records `decision` for a call of the running `turn` that waits for
-/// one, and wakes the turn. A call that does not wait: `call_not_found`;
-/// one decided already (here or in the store): `approval_already_decided`.
+/// one, and wakes the turn: whether the call runs with edited arguments.
+/// A call that does not wait: `call_not_found`; one decided already (here
+/// or in the store): `approval_already_decided`.
 pub async fn decide(
     app: &Shared,
     turn: &TurnRecord,
     state: Option<ApprovalState>,
     decision: &ClientDecision,
-) -> Result<(), ApiError> {
+) -> Result<bool, ApiError> {
     if turn.status != TurnStatus::Running {
         return Err(ApiError::TurnNotRunning {
             turn_id: turn.id,
@@ -190,10 +191,11 @@ pub async fn decide(
         field: edited.map_or_else(|| "edited_arguments".to_owned(), |(_, f)| f.clone()),
         detail,
     })?;
+    let edited = approval.edited_arguments.is_some();
     let recorded = app.turns.decide_approval(&approval).await?;
     if !recorded {
         return Err(ApiError::ApprovalAlreadyDecided);
     }
     app.turns.answered(turn.id).await;
-    Ok(())
+    Ok(edited)
 }

@@ -517,7 +517,6 @@ async fn decide_approval(
     if call_id.is_empty() || call_id.len() > 200 || !call_id.bytes().all(id_char) {
         return Err(ApiError::InvalidQuery("`call_id` is not a call id".into()));
     }
-    let edited = body.edited_arguments.is_some();
     let decision = ClientDecision::new(&call_id, body.approve, body.reason, "reason")?
         .with_edit(body.edited_arguments, "edited_arguments")?;
     let Some(turn) = app.turns.get_turn(&session_id, turn_id).await? else {
@@ -528,7 +527,7 @@ async fn decide_approval(
     } else {
         None
     };
-    decide(&app, &turn, state, &decision).await?;
+    let edited = decide(&app, &turn, state, &decision).await?;
     Ok(axum::Json(ApprovalView {
         call_id,
         approved: body.approve,

@@ -114,6 +114,10 @@ struct UiPart {
     output: Value,
     #[serde(default)]
     error_text: Value,
+    /// A tool part's input: on an `approval-responded` part, the
+    /// arguments the person approved (edited when they differ from the
+    /// asked ones).
+    input: Option<Value>,
     approval: Option<Approval>,
     /// A `file` part's type, its `url` (`https` or `data:`) and its name.
     media_type: Option<String>,

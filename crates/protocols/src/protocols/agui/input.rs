@@ -43,7 +43,9 @@ pub struct ResumeEntry {
     /// The interrupt's `id`: the call's `toolCallId`.
     pub(super) interrupt_id: String,
     pub(super) status: ResumeStatus,
-    /// The decision: `{"approved": true|false, "reason"?: "…"}`.
+    /// The decision: `{"approved": true|false, "reason"?: "…",
+    /// "editedArgs"?: {…}}` (`editedArgs`: the arguments to run instead,
+    /// with an approval).
     #[schema(value_type = Option<Value>)]
     pub(super) payload: Option<ResumePayload>,
 }
@@ -53,9 +55,11 @@ pub struct ResumeEntry {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum ResumePayload {
+    #[serde(rename_all = "camelCase")]
     Decision {
         approved: Option<bool>,
         reason: Option<String>,
+        edited_args: Option<serde_json::Value>,
     },
     Approved(bool),
     Other(serde::de::IgnoredAny),
@@ -85,17 +89,21 @@ pub(super) fn decisions(resume: &[ResumeEntry]) -> Result<Vec<ClientDecision>, A
         .enumerate()
         .map(|(i, entry)| {
             let field = format!("resume[{i}].payload");
-            let (approve, reason) = match entry.status {
-                ResumeStatus::Cancelled => {
-                    (false, Some("the person cancelled the approval".to_owned()))
-                }
+            let (approve, reason, edited) = match entry.status {
+                ResumeStatus::Cancelled => (
+                    false,
+                    Some("the person cancelled the approval".to_owned()),
+                    None,
+                ),
                 ResumeStatus::Resolved => {
-                    let (approved, reason) = match &entry.payload {
-                        Some(ResumePayload::Decision { approved, reason }) => {
-                            (*approved, reason.clone())
-                        }
-                        Some(ResumePayload::Approved(approved)) => (Some(*approved), None),
-                        Some(ResumePayload::Other(_)) | None => (None, None),
+                    let (approved, reason, edited) = match &entry.payload {
+                        Some(ResumePayload::Decision {
+                            approved,
+                            reason,
+                            edited_args,
+                        }) => (*approved, reason.clone(), edited_args.clone()),
+                        Some(ResumePayload::Approved(approved)) => (Some(*approved), None, None),
+                        Some(ResumePayload::Other(_)) | None => (None, None, None),
                     };
                     let Some(approved) = approved else {
                         return Err(ApiError::InvalidField {
@@ -105,10 +113,11 @@ pub(super) fn decisions(resume: &[ResumeEntry]) -> Result<Vec<ClientDecision>, A
                             ),
                         });
                     };
-                    (approved, reason)
+                    (approved, reason, edited)
                 }
             };
-            ClientDecision::new(&entry.interrupt_id, approve, reason, &field)
+            ClientDecision::new(&entry.interrupt_id, approve, reason, &field)?
+                .with_edit(edited, &format!("{field}.editedArgs"))
         })
         .collect()
 }

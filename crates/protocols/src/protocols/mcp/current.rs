@@ -294,7 +294,8 @@ impl Current {
         if !decided.is_empty() {
             input::decide(&self.app, &record, decided)
                 .await
-                .map_err(internal)?;
+                .map_err(internal)?
+                .map_err(|why| McpError::invalid_params(why, None))?;
         }
         if !undecided.is_empty() {
             return input_required(record.id, &undecided);
@@ -567,7 +568,8 @@ impl ServerHandler for Current {
             .map_err(|why| McpError::invalid_params(why, None))?;
         input::decide(&self.app, &record, decided)
             .await
-            .map_err(internal)
+            .map_err(internal)?
+            .map_err(|why| McpError::invalid_params(why, None))
     }
 
     async fn cancel_task(

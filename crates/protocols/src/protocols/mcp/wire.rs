@@ -136,11 +136,11 @@ pub struct InputRequest {
 }
 
 /// The form of an approval's elicitation.
-const APPROVAL_FORM: &str = r#"{"type":"object","properties":{"approve":{"type":"boolean","title":"Approve","description":"Run the call (true) or refuse it (false)"},"reason":{"type":"string","title":"Reason","maxLength":1000,"description":"Why, for the agent (optional)"}},"required":["approve"]}"#;
+const APPROVAL_FORM: &str = r#"{"type":"object","properties":{"approve":{"type":"boolean","title":"Approve","description":"Run the call (true) or refuse it (false)"},"reason":{"type":"string","title":"Reason","maxLength":1000,"description":"Why, for the agent (optional)"},"arguments":{"type":"string","title":"Arguments","description":"With an approval: the call's arguments to run instead, as a JSON object (optional)"}},"required":["approve"]}"#;
 
 impl Elicitation {
-    /// A form asking a person to approve a call: `approve`, and a
-    /// `reason` of up to 1,000 characters.
+    /// A form asking a person to approve a call: `approve`, a `reason` of
+    /// up to 1,000 characters, and `arguments` (JSON text) to run instead.
     pub fn approval(message: String) -> Self {
         Self {
             mode: "form",
@@ -165,6 +165,25 @@ pub struct ElicitContent {
     pub approve: Value,
     #[serde(default)]
     pub reason: Value,
+    /// The arguments to run instead, as JSON text (a form's fields are
+    /// primitives).
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+impl ElicitContent {
+    /// The edited arguments the form gives: none, or a JSON value (Err:
+    /// text that is not JSON).
+    pub fn edited(&self) -> Result<Option<Value>, String> {
+        match &self.arguments {
+            Value::Null => Ok(None),
+            Value::String(text) if text.trim().is_empty() => Ok(None),
+            Value::String(text) => serde_json::from_str(text)
+                .map(Some)
+                .map_err(|e| format!("`content.arguments` is not JSON: {e}")),
+            _ => Err("`content.arguments` must be the arguments as JSON text".into()),
+        }
+    }
 }
 
 /// `initialize`'s params: the fields read.

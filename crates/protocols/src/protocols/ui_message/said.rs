@@ -15,12 +15,15 @@ impl UiMessage {
                 let call_id = part.tool_call_id.as_deref()?;
                 let approval = part.approval.as_ref();
                 Some(match approval.and_then(|a| a.approved) {
+                    // The part's input is the person's: what was asked,
+                    // or their edit of it (an approval's alone).
                     Some(approved) => ClientDecision::new(
                         call_id,
                         approved,
                         approval.and_then(|a| a.reason.clone()),
                         "approval.reason",
-                    ),
+                    )
+                    .and_then(|d| d.with_edit(part.input.clone().filter(|_| approved), "input")),
                     None => Err(ApiError::InvalidField {
                         field: "approval.approved".into(),
                         detail: "an `approval-responded` tool part's `approval.approved` \

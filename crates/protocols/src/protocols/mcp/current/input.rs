@@ -134,6 +134,7 @@ pub(super) enum Answer {
     Decided {
         approve: bool,
         reason: Option<String>,
+        edited: Option<Value>,
     },
     /// `cancel`: no decision; the call is asked again.
     Undecided,
@@ -147,6 +148,7 @@ pub(super) fn answer(response: &Value) -> Answer {
     match response.action.as_deref() {
         Some("accept") => {
             let content = response.content.unwrap_or_default();
+            let edited = content.edited();
             let Value::Bool(approve) = content.approve else {
                 return Answer::Invalid("`content.approve` must be true or false".into());
             };
@@ -162,11 +164,23 @@ pub(super) fn answer(response: &Value) -> Answer {
                     ));
                 }
             };
-            Answer::Decided { approve, reason }
+            let edited = match edited {
+                Ok(edited) if approve || edited.is_none() => edited,
+                Ok(_) => {
+                    return Answer::Invalid("`content.arguments` goes with an approval".into());
+                }
+                Err(why) => return Answer::Invalid(why),
+            };
+            Answer::Decided {
+                approve,
+                reason,
+                edited,
+            }
         }
         Some("decline") => Answer::Decided {
             approve: false,
             reason: None,
+            edited: None,
         },
         Some("cancel") => Answer::Undecided,
         _ => Answer::Invalid("`action` must be accept, decline or cancel".into()),
@@ -183,10 +197,15 @@ pub(super) fn decisions(
     let mut undecided = Vec::new();
     for call in waiting {
         match responses.get(&call.call_id).map(answer) {
-            Some(Answer::Decided { approve, reason }) => decided.push(NewDecision {
+            Some(Answer::Decided {
+                approve,
+                reason,
+                edited,
+            }) => decided.push(NewDecision {
                 call_id: call.call_id.clone(),
                 approve,
                 reason,
+                edited,
             }),
             Some(Answer::Invalid(why)) => return Err(format!("{}: {why}", call.call_id)),
             Some(Answer::Undecided) | None => undecided.push(call.clone()),
@@ -201,29 +220,43 @@ pub(super) struct NewDecision {
     pub call_id: String,
     pub approve: bool,
     pub reason: Option<String>,
+    /// The arguments to run instead (`content.arguments`).
+    pub edited: Option<Value>,
 }
 
-/// Records the decisions and wakes the turn that waits on them.
+/// Records the decisions and wakes the turn that waits on them. Err: an
+/// edit that fails the tool's schema (the validator's message); none of
+/// the decisions is recorded then, and the calls still wait.
 pub(super) async fn decide(
     app: &Shared,
     record: &TurnRecord,
     decided: Vec<NewDecision>,
-) -> Result<(), StoreError> {
+) -> Result<Result<(), String>, StoreError> {
+    let mut approvals = Vec::with_capacity(decided.len());
     for decision in decided {
         let approval = crate::protocols::approvals::bound(
             app,
             record,
             &decision.call_id,
             (decision.approve, decision.reason),
-            None,
+            decision.edited.as_ref(),
         )
         .await?;
-        if let Ok(approval) = approval {
-            app.turns.decide_approval(&approval).await?;
+        match approval {
+            Ok(approval) => approvals.push(approval),
+            Err(why) => {
+                return Ok(Err(format!(
+                    "{}: content.arguments: {why}",
+                    decision.call_id
+                )));
+            }
         }
     }
+    for approval in &approvals {
+        app.turns.decide_approval(approval).await?;
+    }
     app.turns.answered(record.id).await;
-    Ok(())
+    Ok(Ok(()))
 }
 
 #[cfg(test)]
@@ -262,7 +295,8 @@ mod tests {
             [NewDecision {
                 call_id: "c1".into(),
                 approve: true,
-                reason: Some("fine".into())
+                reason: Some("fine".into()),
+                edited: None,
             }]
         );
         assert_eq!(undecided, [call("c2"), call("c3")]);

@@ -188,8 +188,19 @@ pub(super) async fn elicited(
         Some("decline") => (false, Some("the person declined".to_owned())),
         _ => (false, Some("the client did not ask anyone".to_owned())),
     };
+    // An edit that cannot be read, or fails the tool's schema, is logged
+    // and decides nothing: the call waits on (for its deadline, or a
+    // decision on another route).
+    let edited = content.edited();
     let decision = ClientDecision::new(&call_id, approve, reason, "content.reason")
-        .or_else(|_| ClientDecision::new(&call_id, approve, None, "content.reason"));
+        .or_else(|_| ClientDecision::new(&call_id, approve, None, "content.reason"))
+        .and_then(|d| {
+            let edited = edited.map_err(|detail| ApiError::InvalidField {
+                field: "content.arguments".into(),
+                detail,
+            })?;
+            d.with_edit(edited, "content.arguments")
+        });
     let decided = async {
         let decision = decision?;
         let turn = app
