@@ -445,6 +445,30 @@ try {
   }
   passed++;
 
+  // Approving with edits through HttpAgent: the resume's payload carries
+  // editedArgs; the call runs with them (its log shows the edited start).
+  const editor = new HttpAgent({
+    url: `http://127.0.0.1:${approving.port}/v1/agui`,
+    threadId: 'agui-edit',
+    initialMessages: [{ id: 'u1', role: 'user', content: 'write a note about Nice' }],
+  });
+  await editor.runAgent({ runId: 'edit-run-1' });
+  const [asked] = editor.pendingInterrupts;
+  if (!asked) throw new Error('HttpAgent saw no interrupt to edit');
+  const editedArgs = { path: 'notes/edited.md', content: 'edited in the page' };
+  const editedRun = await editor.runAgent({
+    runId: 'edit-run-2',
+    resume: [{ interruptId: asked.id, status: 'resolved', payload: { approved: true, editedArgs } }],
+  });
+  const afterEdit = editedRun.newMessages.map((m) => m.content ?? '').join('');
+  const log = await (await fetch(`http://127.0.0.1:${approving.port}/sessions/agui-edit/events?limit=1000`)).json();
+  const editedStart = log.events.find((e) => e.type === 'tool.started' && e.edited);
+  if (!afterEdit.includes('The note tool said') || editedStart?.arguments?.path !== editedArgs.path
+    || editedStart?.arguments?.content !== editedArgs.content) {
+    throw new Error(`HttpAgent after an edited approval: ${JSON.stringify(log.events)}`);
+  }
+  passed++;
+
   // A conversation as a tree. useChat's regenerate() (the SDK's own Chat,
   // with a plain state) replaces the last answer by a new one; the old
   // one stays readable as its sibling, and the model was sent no sibling

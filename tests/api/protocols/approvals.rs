@@ -423,7 +423,8 @@ async fn use_chat_resumes_after_the_decided_approval(backend: Backend) {
         .clone();
     let assistant = json!({"id": "a1", "role": "assistant", "parts": [
         {"type": "tool-write_note", "toolCallId": "call_v1", "state": "approval-responded",
-         "input": {}, "approval": {"id": approval_id, "approved": true}},
+         "input": {"path": "notes/a.md", "content": "changed"},
+         "approval": {"id": approval_id, "approved": true}},
     ]});
     // The decision's answer streams while the model is held.
     let going_on = app
