@@ -453,12 +453,12 @@ try {
     initialMessages: [{ id: 'u1', role: 'user', content: 'write a note about Nice' }],
   });
   await editor.runAgent({ runId: 'edit-run-1' });
-  const [asked] = editor.pendingInterrupts;
-  if (!asked) throw new Error('HttpAgent saw no interrupt to edit');
+  const [toEdit] = editor.pendingInterrupts;
+  if (!toEdit) throw new Error('HttpAgent saw no interrupt to edit');
   const editedArgs = { path: 'notes/edited.md', content: 'edited in the page' };
   const editedRun = await editor.runAgent({
     runId: 'edit-run-2',
-    resume: [{ interruptId: asked.id, status: 'resolved', payload: { approved: true, editedArgs } }],
+    resume: [{ interruptId: toEdit.id, status: 'resolved', payload: { approved: true, editedArgs } }],
   });
   const afterEdit = editedRun.newMessages.map((m) => m.content ?? '').join('');
   const log = await (await fetch(`http://127.0.0.1:${approving.port}/sessions/agui-edit/events?limit=1000`)).json();
