@@ -170,6 +170,7 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
         )),
         (status = 202, description = "JSON: a call of the turn waits for an answer (a person's decision, the client's result); the turn goes on once it is answered", body = waiting::TurnWaiting),
         (status = 400, description = "Malformed JSON, bad session id or header"),
+        (status = 404, description = "`parent_turn_id` names no turn the session may continue (`turn_not_found`)"),
         TurnAlreadyRunning,
         (status = 413, description = "Body over the limit"),
         (status = 415, description = "Body is not JSON"),
