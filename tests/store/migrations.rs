@@ -105,6 +105,7 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 include_str!("../../migrations/sqlite/0036_outbox_in_rust.sql"),
                 include_str!("../../migrations/sqlite/0038_message_attachments.sql"),
                 include_str!("../../migrations/sqlite/0040_turn_tree.sql"),
+                include_str!("../../migrations/sqlite/0041_forks.sql"),
             ] {
                 db.execute_sqlite(outbox).await;
             }
@@ -140,6 +141,7 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                 include_str!("../../migrations/postgres/0037_outbox_in_rust.sql"),
                 include_str!("../../migrations/postgres/0039_message_attachments.sql"),
                 include_str!("../../migrations/postgres/0041_turn_tree.sql"),
+                include_str!("../../migrations/postgres/0042_forks.sql"),
             ] {
                 db.execute_postgres(outbox).await;
             }
@@ -158,7 +160,9 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  DROP TABLE webhooks; DROP TABLE push_configs; \
                  ALTER TABLE messages DROP COLUMN attachments; DROP INDEX messages_turn; \
                  ALTER TABLE turns DROP COLUMN parent_turn_id; \
-                 ALTER TABLE turns DROP COLUMN run_id; ALTER TABLE sessions DROP COLUMN branched;",
+                 ALTER TABLE turns DROP COLUMN run_id; ALTER TABLE sessions DROP COLUMN branched; \
+                 DROP INDEX sessions_forked_from; ALTER TABLE sessions DROP COLUMN forked_from; \
+                 ALTER TABLE sessions DROP COLUMN forked_at;",
             )
             .await;
         }
@@ -173,7 +177,8 @@ async fn later_schema(db: &TestDb, backend: Backend, up: bool) {
                  DROP TABLE webhooks; DROP TABLE push_configs; \
                  ALTER TABLE messages DROP COLUMN attachments; DROP INDEX messages_turn; \
                  ALTER TABLE turns DROP COLUMN parent_turn_id, DROP COLUMN run_id; \
-                 ALTER TABLE sessions DROP COLUMN branched;",
+                 ALTER TABLE sessions DROP COLUMN branched; DROP INDEX sessions_forked_from; \
+                 ALTER TABLE sessions DROP COLUMN forked_from, DROP COLUMN forked_at;",
             )
             .await;
         }
