@@ -189,6 +189,7 @@ mod memory;
 mod migrations;
 mod outbox;
 mod records;
+mod steers;
 mod takeover;
 mod tree;
 mod turns;

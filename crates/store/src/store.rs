@@ -38,6 +38,7 @@ pub mod pushes;
 pub mod reader;
 pub mod records;
 pub mod sqlite;
+pub mod steers;
 pub mod tenants;
 pub mod turns;
 pub mod vault;
@@ -69,6 +70,7 @@ pub use records::{
     NewApproval, NewArtifact, NewCheckpoint, NewDecision, NewMessage, NewStep, NewToolResult,
     NewTurn, SessionRecord, TurnContext, TurnFilter, TurnFinish, TurnReads, TurnRecord, TurnStatus,
 };
+pub use steers::{NewSteer, Steer, SteerAdded, Steers};
 pub use tenants::{TenantLimits, Tenants, UsageTotals};
 pub use turns::Turns;
 pub use vault::{IndexedNote, NoteState, VaultChunk, VaultHit, VaultIndex};
@@ -288,6 +290,7 @@ pub trait Store:
     + Export
     + Files
     + Forks
+    + Steers
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

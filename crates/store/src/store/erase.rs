@@ -2,7 +2,7 @@
 //! turns and their records, events, messages, decisions, artifacts,
 //! checkpoints, approvals, client-tool results, background jobs, the
 //! files its messages carried,
-//! judgements, observations, queue tickets, push configurations, webhook
+//! judgements, observations, queue tickets, steers, push configurations, webhook
 //! deliveries, and the memories extracted from it (or kept in its own
 //! scope). Nothing is erased while a turn of the session runs (or waits,
 //! parked).
@@ -153,6 +153,7 @@ const ERASE: &[(&str, bool)] = &[
         true,
     ),
     ("DELETE FROM turn_queue WHERE session_id = $1", false),
+    ("DELETE FROM steers WHERE session_id = $1", false),
     ("DELETE FROM events WHERE session_id = $1", false),
     ("DELETE FROM turns WHERE session_id = $1", false),
 ];
