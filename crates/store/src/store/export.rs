@@ -16,8 +16,8 @@
 //!
 //! Not exported: what belongs to the deployment rather than the session
 //! (webhook deliveries, A2A push configurations, background jobs, queue
-//! tickets, a running turn's step records; the ids messages are numbered
-//! by), and the memories (they are the user's, across sessions: `GET
+//! tickets, steers, a running turn's step records; the ids messages are
+//! numbered by), and the memories (they are the user's, across sessions: `GET
 //! /memories`).
 
 mod import;
