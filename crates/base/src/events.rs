@@ -137,8 +137,8 @@ pub enum TurnEvent {
         #[schema(value_type = Object)]
         arguments: serde_json::Value,
         /// The call starts again with the arguments a person's approval
-        /// edited (after its `approval.resolved`): these run, not the
-        /// ones its first `tool.started` showed.
+        /// edited (after its `approval.resolved`, `wave` 0): these run,
+        /// not the ones its first `tool.started` showed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         edited: bool,
     },

@@ -6,7 +6,7 @@
 //! The reads are written once here; each backend's writes stand side by
 //! side in `turns/sqlite.rs` and `turns/postgres.rs`.
 
-mod branch;
+pub(super) mod branch;
 mod postgres;
 mod sqlite;
 

@@ -38,12 +38,12 @@ pub(super) fn names_parents(parsed: &Parsed) -> bool {
 /// forked at and that turn's ancestors, in whichever sessions they are.
 macro_rules! prefix_cte {
     () => {
-        "WITH RECURSIVE prefix (id, depth) AS ( \
-           SELECT forked_at, CAST(0 AS BIGINT) FROM sessions \
-           WHERE id = $1 AND forked_at IS NOT NULL \
-           UNION ALL \
-           SELECT t.parent_turn_id, p.depth + 1 FROM prefix p JOIN turns t ON t.id = p.id \
-           WHERE t.parent_turn_id IS NOT NULL AND p.depth < 100000 ) "
+        crate::store::turns::branch::walk_up!(
+            "prefix",
+            "SELECT forked_at, CAST(0 AS BIGINT) FROM sessions \
+             WHERE id = $1 AND forked_at IS NOT NULL",
+            "100000"
+        )
     };
 }
 

@@ -1,18 +1,34 @@
 //! The reads of a branch: a turn and its ancestors, along their parent
 //! links, and their messages.
 
+/// A walk up the parent links, as the CTE `$name (id, depth)`: the rows
+/// of `$start` (depth 0), then each one's parent, in whichever session it
+/// is, at most `$depth` turns up (a number, or a parameter's place).
+macro_rules! walk_up {
+    ($name:literal, $start:literal, $depth:literal) => {
+        concat!(
+            "WITH RECURSIVE ",
+            $name,
+            " (id, depth) AS ( ",
+            $start,
+            " UNION ALL SELECT t.parent_turn_id, w.depth + 1 FROM ",
+            $name,
+            " w JOIN turns t ON t.id = w.id WHERE t.parent_turn_id IS NOT NULL AND w.depth < ",
+            $depth,
+            " ) "
+        )
+    };
+}
+pub(in crate::store) use walk_up;
+
 /// The turns of a branch: the turn `$1` and its ancestors, at most `$depth`
 /// turns up (a parameter's place).
 macro_rules! branch_cte {
     ($depth:literal) => {
-        concat!(
-            "WITH RECURSIVE branch (id, depth) AS ( \
-               SELECT id, CAST(0 AS BIGINT) FROM turns WHERE id = $1 \
-               UNION ALL \
-               SELECT t.parent_turn_id, b.depth + 1 FROM branch b JOIN turns t ON t.id = b.id \
-               WHERE t.parent_turn_id IS NOT NULL AND b.depth < ",
-            $depth,
-            " ) "
+        walk_up!(
+            "branch",
+            "SELECT id, CAST(0 AS BIGINT) FROM turns WHERE id = $1",
+            $depth
         )
     };
 }
