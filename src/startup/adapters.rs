@@ -12,6 +12,7 @@ use crate::{
     harness::hooks::{
         AgentCallbacks, ApprovalDecision, ApprovalGate, ApprovalRequest, ArtifactStore,
         CheckpointRequest, CheckpointStore, ClientResult, ClientResults, HookError, LongOutput,
+        Steered, Steering,
     },
     metrics::Metrics,
     store,
@@ -128,6 +129,32 @@ impl ClientResults for StoreClientResults {
                 () = cancel.cancelled() => return ClientResult::Cancelled,
             }
         }
+    }
+}
+
+/// Messages steered into a running turn, from the store: a read first,
+/// so that a step with none (nearly every step) writes nothing.
+pub struct StoreSteering(pub Arc<dyn store::Store>);
+
+#[async_trait]
+impl Steering for StoreSteering {
+    async fn claim(&self, turn_id: Uuid, step: u32, limit: u32) -> Result<Vec<Steered>, HookError> {
+        let fail = |e: store::StoreError| HookError(e.to_string());
+        if !self.0.steers_pending(turn_id, step).await.map_err(fail)? {
+            return Ok(Vec::new());
+        }
+        let claimed = self
+            .0
+            .apply_steers(turn_id, step, limit)
+            .await
+            .map_err(fail)?;
+        Ok(claimed
+            .into_iter()
+            .map(|steer| Steered {
+                id: steer.id,
+                message: steer.message,
+            })
+            .collect())
     }
 }
 

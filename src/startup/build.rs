@@ -5,7 +5,9 @@ use std::{sync::Arc, time::Duration};
 
 use super::{
     StartupError,
-    adapters::{StoreApprovals, StoreArtifacts, StoreClientResults, VaultCheckpoints},
+    adapters::{
+        StoreApprovals, StoreArtifacts, StoreClientResults, StoreSteering, VaultCheckpoints,
+    },
 };
 use crate::{
     background::{
@@ -144,7 +146,8 @@ pub fn build_harness(
         .client_results(Arc::new(StoreClientResults {
             store: store.clone(),
             posted: approvals,
-        }));
+        }))
+        .steering(Arc::new(StoreSteering(store.clone())));
     if let Some(embedder) = vault.embedder() {
         builder = builder.tool_embedder(embedder);
     }

@@ -12,6 +12,7 @@ pub(crate) mod memory;
 pub(crate) mod models;
 pub(crate) mod multitask;
 pub(crate) mod output;
+pub(crate) mod steer;
 pub(crate) mod stops;
 pub(crate) mod tool_turn;
 pub(crate) mod tools;

@@ -207,6 +207,24 @@ pub enum TurnEvent {
         #[schema(value_type = Option<Object>)]
         edited_arguments: Option<serde_json::Value>,
     },
+    /// A message was steered into the running turn (`POST …/steer`, or
+    /// `multitask: "steer"`): kept, to be applied at the turn's next step
+    /// boundary, or to become the session's next turn if this one ends
+    /// first.
+    #[serde(rename = "steer.accepted")]
+    SteerAccepted { steer_id: String },
+    /// A steered message is in the conversation from this step on: the
+    /// step's provider request carries it as a user message after the
+    /// last tool results.
+    #[serde(rename = "steer.applied")]
+    SteerApplied { steer_id: String, step: u32 },
+    /// A message steered into `steered_turn_id`, which ended before it
+    /// took another step: this turn (the event's own) answers it.
+    #[serde(rename = "steer.deferred")]
+    SteerDeferred {
+        steer_id: String,
+        steered_turn_id: String,
+    },
     /// The tenant has used more than 80% of its tokens of the UTC day
     /// (`HARNESS_TENANT_TOKENS_PER_DAY`): a turn that would start past all
     /// of them is refused (429 `quota_exceeded`).
@@ -326,6 +344,9 @@ impl TurnEvent {
             Self::ToolFinished { .. } => "tool.finished",
             Self::ToolLate { .. } => "tool.late",
             Self::QuotaWarning { .. } => "quota.warning",
+            Self::SteerAccepted { .. } => "steer.accepted",
+            Self::SteerApplied { .. } => "steer.applied",
+            Self::SteerDeferred { .. } => "steer.deferred",
             Self::ApprovalRequested { .. } => "approval.requested",
             Self::ApprovalResolved { .. } => "approval.resolved",
             Self::Reflection { .. } => "reflection",

@@ -78,6 +78,18 @@ pub struct TurnRequest {
     /// names one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputFormat>,
+    /// The messages steered into an earlier turn that ended before it
+    /// took them: this turn answers them (its log says `steer.deferred`
+    /// for each, after `turn.started`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steered_from: Option<SteeredFrom>,
+}
+
+/// The turn a deferred steer was made to, and the steers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteeredFrom {
+    pub turn_id: uuid::Uuid,
+    pub steer_ids: Vec<uuid::Uuid>,
 }
 
 pub use crate::providers::{
@@ -363,6 +375,7 @@ impl TurnRequest {
             client_tools: Vec::new(),
             attachments: Vec::new(),
             output: None,
+            steered_from: None,
         }
     }
 

@@ -35,6 +35,7 @@ pub mod replay;
 pub mod scheduler;
 pub mod selector;
 pub mod state;
+mod steering;
 mod step;
 pub mod thinking;
 mod turn_loop;
@@ -324,6 +325,8 @@ pub struct AgentHarness {
     /// Where calls of the clients' own tools get their results (none: a
     /// turn's client tools are not offered).
     client_results: Option<Arc<dyn crate::hooks::ClientResults>>,
+    /// Where a turn finds messages steered into it (none: never steered).
+    steering: Option<Arc<dyn crate::hooks::Steering>>,
     cost_tracker: Option<Arc<dyn CostTracker>>,
     context_tracker: Option<ContextWarningTracker>,
     /// Embeddings of the tools, for semantic selection (none: by words).
@@ -393,6 +396,11 @@ impl AgentHarnessBuilder {
         self
     }
 
+    pub fn steering(mut self, steering: Arc<dyn crate::hooks::Steering>) -> Self {
+        self.harness.steering = Some(steering);
+        self
+    }
+
     pub fn checkpoint_store(mut self, store: Arc<dyn CheckpointStore>) -> Self {
         self.harness.checkpoint_store = Some(store);
         self
@@ -451,6 +459,7 @@ impl AgentHarness {
                 checkpoint_store: None,
                 approvals: None,
                 client_results: None,
+                steering: None,
                 cost_tracker: None,
                 context_tracker: Some(ContextWarningTracker::new(128_000)),
                 models: None,

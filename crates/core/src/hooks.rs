@@ -229,6 +229,29 @@ pub trait ApprovalGate: Send + Sync {
 
 pub use crate::tools::client::{ClientResult, ClientResults};
 
+/// A message steered into a running turn, claimed for one of its steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Steered {
+    pub id: uuid::Uuid,
+    pub message: String,
+}
+
+/// Where a running turn finds the messages steered into it.
+#[async_trait]
+pub trait Steering: Send + Sync {
+    /// Claims for `step` of `turn_id` the messages steered into it and not
+    /// in its conversation before that step, oldest first, at most
+    /// `limit`. A step going again after a take-over claims again what
+    /// its first try claimed (its record never landed), so a message is
+    /// in the conversation once.
+    async fn claim(
+        &self,
+        turn_id: uuid::Uuid,
+        step: u32,
+        limit: u32,
+    ) -> Result<Vec<Steered>, HookError>;
+}
+
 /// Accumulates token cost per session.
 pub trait CostTracker: Send + Sync {
     /// Records a provider call; returns its cost in USD when the model is priced.

@@ -17,6 +17,7 @@ mod resume;
 mod retention;
 mod shutdown;
 mod sink;
+mod steer;
 mod subscribe;
 mod tenancy;
 mod turn;
@@ -42,6 +43,7 @@ use crate::{
 use live::{LiveTurn, LiveTurns};
 pub use policy::StartPolicy;
 pub use queue::QueuedStartError;
+pub use steer::SteerError;
 use writer::EventWriter;
 pub use writer::WriterLimits;
 

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use crate::runner::{
-    CancelError, CancelOutcome, LiveStart, QueuedStartError, StartError, StartedTurn,
+    CancelError, CancelOutcome, LiveStart, QueuedStartError, StartError, StartedTurn, SteerError,
 };
 pub use crate::store::{
     MessageRecord, NewApproval, NewToolResult, NoteState, PushAuth, PushConfig, SessionRecord,
@@ -122,6 +122,16 @@ impl TurnService {
         turn_id: Uuid,
     ) -> Result<CancelOutcome, CancelError> {
         self.runner.cancel(session_id, turn_id).await
+    }
+
+    /// Steers `message` into the running turn (see [`TurnRunner::steer`]).
+    pub async fn steer(
+        &self,
+        session_id: &SessionKey,
+        turn_id: Uuid,
+        message: String,
+    ) -> Result<Uuid, crate::runner::SteerError> {
+        self.runner.steer(session_id, turn_id, message).await
     }
 
     /// Cancelled when the process closes its streams (shutdown).

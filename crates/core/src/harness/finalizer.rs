@@ -118,6 +118,9 @@ pub(super) struct FinalizeInput {
     pub timed_out: bool,
     pub context_was_compacted: bool,
     pub memory_scope: String,
+    /// The messages steered into the turn, in order: the history keeps
+    /// them after its question.
+    pub steered: Vec<String>,
     /// The provider and model that answered.
     pub provider: String,
     pub model: String,
@@ -282,24 +285,32 @@ fn history_messages(
     text: &str,
     assistant_message_id: Uuid,
 ) -> Vec<NewMessage> {
-    vec![
-        NewMessage {
-            id: Uuid::now_v7(),
-            role: "user".into(),
-            content: input.asked.message.clone(),
-            // Its images and files, as the turn's request names them (file
-            // ids, never bytes): later turns send them again.
-            attachments: (!input.asked.attachments.is_empty())
-                .then(|| serde_json::to_string(&input.asked.attachments).ok())
-                .flatten(),
-        },
-        NewMessage {
-            id: assistant_message_id,
-            role: "assistant".into(),
-            content: text.to_owned(),
-            attachments: None,
-        },
-    ]
+    let mut messages = Vec::with_capacity(2 + input.steered.len());
+    messages.push(NewMessage {
+        id: Uuid::now_v7(),
+        role: "user".into(),
+        content: input.asked.message.clone(),
+        // Its images and files, as the turn's request names them (file
+        // ids, never bytes): later turns send them again.
+        attachments: (!input.asked.attachments.is_empty())
+            .then(|| serde_json::to_string(&input.asked.attachments).ok())
+            .flatten(),
+    });
+    // What was steered in, as the user sent it, before the answer that
+    // heard it.
+    messages.extend(input.steered.iter().map(|message| NewMessage {
+        id: Uuid::now_v7(),
+        role: "user".into(),
+        content: message.clone(),
+        attachments: None,
+    }));
+    messages.push(NewMessage {
+        id: assistant_message_id,
+        role: "assistant".into(),
+        content: text.to_owned(),
+        attachments: None,
+    });
+    messages
 }
 
 /// Step 4: memory extraction, when an extractor is configured.

@@ -106,6 +106,10 @@ pub struct TurnRuntimeState {
     /// (JSON, by call id), for the model's history: at most the step's
     /// calls.
     edited: Mutex<HashMap<String, String>>,
+    /// The messages steered into the turn, in the order its steps took
+    /// them (the turn's history keeps them after its question): at most
+    /// a bounded number a step.
+    steered: Mutex<Vec<String>>,
 }
 
 impl TurnRuntimeState {
@@ -142,7 +146,18 @@ impl TurnRuntimeState {
             writes_open: AtomicBool::new(true),
             call_ids: Mutex::default(),
             edited: Mutex::default(),
+            steered: Mutex::default(),
         }
+    }
+
+    /// A message steered into the turn is in its conversation.
+    pub fn note_steered(&self, message: String) {
+        lock(&self.steered).push(message);
+    }
+
+    /// The messages steered into the turn, in order.
+    pub fn steered(&self) -> Vec<String> {
+        lock(&self.steered).clone()
     }
 
     /// A person's approval runs the call `call_id` with `arguments`.
@@ -196,6 +211,7 @@ impl TurnRuntimeState {
         if snapshot.context_compacted {
             state.set_context_compacted();
         }
+        lock(&state.steered).clone_from(&snapshot.steered);
         state
     }
 
@@ -216,6 +232,7 @@ impl TurnRuntimeState {
                 .collect(),
             completed_calls: replay.completed(),
             context_compacted: self.context_was_compacted(),
+            steered: self.steered(),
         }
     }
 
@@ -410,6 +427,9 @@ pub struct StateSnapshot {
     /// arguments, call id)`, sorted.
     pub completed_calls: Vec<(String, String, String)>,
     pub context_compacted: bool,
+    /// The messages steered into the turn so far (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steered: Vec<String>,
 }
 
 #[cfg(test)]

@@ -102,6 +102,8 @@ impl Turn<'_> {
         if compaction::has_earlier_attachments(&conversation.messages, conversation.question_at) {
             self.compact_if_critical(step, conversation, false).await?;
         }
+        // Messages steered in since the last step, after its tool results.
+        self.take_steers(step, conversation).await?;
         // 4c: generation, streamed.
         let Some(mut output) = self.call_model(step, &conversation.messages).await? else {
             state.set_timed_out();

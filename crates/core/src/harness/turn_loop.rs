@@ -267,6 +267,7 @@ async fn go_on(
         timed_out: state.timed_out(),
         context_was_compacted: state.context_was_compacted(),
         memory_scope: request.memory_scope.clone(),
+        steered: state.steered(),
         provider,
         model,
     };

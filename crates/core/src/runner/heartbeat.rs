@@ -32,6 +32,7 @@ pub(super) async fn run(runner: TurnRunner, stop: CancellationToken) {
         }
         if ticks.is_multiple_of(2) {
             beat(&runner).await;
+            runner.sweep_steers().await;
         }
         ticks = (ticks + 1) % SWEEPS_PER_BEAT;
         if let Err(e) = runner.sweep_orphans().await {

@@ -56,6 +56,13 @@ pub struct LiveTurn {
     /// its terminal event): it no longer counts among its tenant's
     /// running turns here.
     pub ending: std::sync::atomic::AtomicBool,
+    /// Set before a message is steered into the turn through this
+    /// process: at its end, what no step took becomes the next turn at
+    /// once (not at a sweep).
+    pub steered: std::sync::atomic::AtomicBool,
+    /// The turn's sink, for an event made outside its task
+    /// (`steer.accepted`).
+    pub(super) sink: std::sync::OnceLock<std::sync::Weak<dyn crate::harness::EventSink>>,
 }
 
 impl LiveTurn {
@@ -157,6 +164,8 @@ impl LiveTurns {
             lost: std::sync::atomic::AtomicBool::new(false),
             first_lost: Mutex::new(None),
             ending: std::sync::atomic::AtomicBool::new(false),
+            steered: std::sync::atomic::AtomicBool::new(false),
+            sink: std::sync::OnceLock::new(),
         });
         self.lock().insert(turn_id, turn.clone());
         turn

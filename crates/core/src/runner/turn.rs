@@ -33,6 +33,17 @@ impl TurnRunner {
             // next event finds the log's trouble.
             let _ = crate::harness::EventSink::emit(sink.as_ref(), warning).await;
         }
+        // A turn made of messages steered into one that ended first says
+        // which, before anything of its own.
+        if let Some(from) = &spec.steered_from {
+            for steer_id in &from.steer_ids {
+                let deferred = TurnEvent::SteerDeferred {
+                    steer_id: steer_id.to_string(),
+                    steered_turn_id: from.turn_id.to_string(),
+                };
+                let _ = crate::harness::EventSink::emit(sink.as_ref(), deferred).await;
+            }
+        }
         let run = self.execute(&live, &spec, began, memory_scope, sink.clone());
         self.conclude(&live, &sink, (started, spec.background), run)
             .await;
@@ -46,7 +57,7 @@ impl TurnRunner {
         began: tokio::time::Instant,
     ) -> Arc<TurnSink> {
         let inner = &self.inner;
-        Arc::new(TurnSink {
+        let sink = Arc::new(TurnSink {
             writer: inner.writer.clone(),
             live: live.clone(),
             metrics: inner.metrics.clone(),
@@ -57,7 +68,11 @@ impl TurnRunner {
             used: std::sync::Mutex::default(),
             next_seq: Mutex::new(Some(next_seq)),
             after_delta: std::sync::atomic::AtomicBool::new(false),
-        })
+        });
+        let shared: Arc<dyn crate::harness::EventSink> = sink.clone();
+        // A turn has one sink: a second is never made for one live turn.
+        let _ = live.sink.set(Arc::downgrade(&shared));
+        sink
     }
 
     /// Runs `run` until it ends or the turn is stopped, and commits the end.
@@ -137,6 +152,12 @@ impl TurnRunner {
         live.closed.cancel();
         inner.live.remove(live.turn_id);
         inner.metrics.turn_finished(status, started.elapsed());
+        // Messages steered in that no step took: the next turn, at once
+        // when this process knows of them (it took one, or took the turn
+        // over); else the heartbeat's sweep finds them.
+        if live.steered.load(std::sync::atomic::Ordering::SeqCst) || live.attempt > 0 {
+            self.defer_steers_later(live.session_id.clone(), live.turn_id);
+        }
     }
 
     /// Adds what this attempt's provider calls used to its tenant's day,

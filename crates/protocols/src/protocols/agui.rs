@@ -456,6 +456,11 @@ async fn agui_run(
         Placement {
             branch_from,
             run_id: run_id.clone(),
+            multitask: body
+                .forwarded_props
+                .as_ref()
+                .and_then(|props| props.multitask)
+                .unwrap_or_default(),
             ..Placement::default()
         },
     )

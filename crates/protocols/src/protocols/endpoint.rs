@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::{
     WireFormat, client_calls,
     error::ApiError,
+    native::{Multitask, steer},
     parts::{ToolDeclaration, declared_tools},
     paths::parse_session_id,
     stream_for,
@@ -321,6 +322,10 @@ pub(crate) struct Placement {
     pub after_turn: Option<Uuid>,
     /// The client's name for the turn (an AG-UI `runId`).
     pub run_id: Option<String>,
+    /// What the request does when the session runs a turn (the AI SDK's
+    /// `body.multitask`, AG-UI's `forwardedProps.multitask`), as on the
+    /// native route.
+    pub multitask: crate::protocols::native::Multitask,
 }
 
 impl ConversationTurn {
@@ -348,13 +353,53 @@ impl ConversationTurn {
         {
             spec.follows = Some(after);
         }
-        let started = Started::start(app, session_id.clone(), spec, None).await?;
+        let started = match placement.multitask {
+            Multitask::Reject => Started::start(app, session_id.clone(), spec, None).await?,
+            Multitask::Steer => match steer::start_or_steer(app, &session_id, spec, None).await? {
+                steer::Begun::Started(turn) => Started::of(session_id.clone(), turn),
+                steer::Begun::Steered { turn_id, .. } => {
+                    return Self::steered(app, session_id, turn_id).await;
+                }
+            },
+            asked => {
+                let turn =
+                    crate::protocols::native::start_as_asked(app, &session_id, spec, None, asked)
+                        .await?;
+                Started::of(session_id.clone(), turn)
+            }
+        };
         let turn_id = started.turn_id;
         Ok(Self {
             session_id,
             turn_id,
             after: 0,
             events: started.events(app),
+        })
+    }
+
+    /// The running turn `turn_id` a request's message was steered into,
+    /// from now on: the answer goes on there (the step that takes the
+    /// message, or the end that makes it the next turn).
+    async fn steered(
+        app: &Shared,
+        session_id: SessionKey,
+        turn_id: Uuid,
+    ) -> Result<Self, ApiError> {
+        let record = app
+            .turns
+            .get_turn(&session_id, turn_id)
+            .await?
+            .ok_or(ApiError::TurnNotFound)?;
+        let after = app
+            .turns
+            .get_session(&session_id)
+            .await?
+            .map_or(0, |session| session.last_seq);
+        Ok(Self {
+            events: follow(app, &record),
+            session_id,
+            turn_id,
+            after,
         })
     }
 

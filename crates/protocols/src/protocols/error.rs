@@ -274,6 +274,9 @@ pub enum ApiError {
     /// ten): they are erased first.
     #[error("forks read through this session: {}; erase them first", .0.join(", "))]
     SessionForked(Vec<String>),
+    /// The turn keeps as many steered messages waiting as it may (1,000).
+    #[error("turn {0} has as many steered messages waiting as it keeps")]
+    SteerLimit(Uuid),
     /// The session's turn did not end in time for
     /// the session to be erased.
     #[error("the session's turn {0} is still running")]
@@ -354,6 +357,7 @@ impl ApiError {
             Self::TurnMessageErased(_) => (S::CONFLICT, "turn_message_erased", Never),
             Self::TurnRunning(_) => (S::CONFLICT, "turn_running", Never),
             Self::SessionForked(_) => (S::CONFLICT, "session_forked", Never),
+            Self::SteerLimit(_) => (S::CONFLICT, "steer_limit_reached", Never),
             Self::TurnNotRunning { .. } => (S::CONFLICT, "turn_not_running", Never),
             Self::ResponseInProgress(_) => (S::CONFLICT, "response_in_progress", Never),
             Self::ToolResultAlreadyPosted => (S::CONFLICT, "tool_result_already_posted", Never),
@@ -442,6 +446,7 @@ impl ApiError {
             Self::TurnAlreadyRunning(id)
             | Self::TurnRunning(id)
             | Self::TurnMessageErased(id)
+            | Self::SteerLimit(id)
             | Self::IdempotencyKeyReused(id)
             | Self::TurnCancelled(id)
             | Self::TurnInterrupted(id)

@@ -27,6 +27,7 @@ use crate::{
 };
 
 mod body;
+pub mod steer;
 pub mod stream;
 mod tool_results;
 mod tree;
@@ -54,6 +55,7 @@ where
         .routes(routes!(tool_results::post_tool_result))
         .routes(routes!(tree::regenerate_turn))
         .routes(routes!(tree::list_siblings))
+        .routes(routes!(steer::steer_turn))
 }
 
 /// The JSON answer of a completed turn: its ids and the `TurnResult`.
@@ -168,7 +170,7 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
             (TurnResponse = "application/json"),
             (EventStream = "text/event-stream"),
         )),
-        (status = 202, description = "JSON: a call of the turn waits for an answer (a person's decision, the client's result); the turn goes on once it is answered", body = waiting::TurnWaiting),
+        (status = 202, description = "JSON: a call of the turn waits for an answer (a person's decision, the client's result), and the turn goes on once it is answered; or, with `multitask: \"steer\"`, the message was steered into the running turn", body = steer::TurnAccepted),
         (status = 400, description = "Malformed JSON, bad session id or header"),
         (status = 404, description = "`parent_turn_id` names no turn the session may continue (`turn_not_found`)"),
         TurnAlreadyRunning,
@@ -204,7 +206,20 @@ async fn answer_turn(
     let app = app.clone();
     let key = idempotency_key(headers)?;
     admit(&spec, &app)?;
-    let started = start_as_asked(&app, &session_id, spec, key, multitask).await?;
+    let started = if multitask == Multitask::Steer {
+        match steer::start_or_steer(&app, &session_id, spec, key).await? {
+            steer::Begun::Started(started) => started,
+            steer::Begun::Steered { turn_id, steer_id } => {
+                return Ok(steer::SteerAccepted::response(
+                    &session_id,
+                    turn_id,
+                    steer_id,
+                ));
+            }
+        }
+    } else {
+        start_as_asked(&app, &session_id, spec, key, multitask).await?
+    };
     let started = Started::of(session_id, started);
     let (turn_id, replayed) = (started.turn_id, started.replayed);
     let location = format!("/sessions/{}/turns/{turn_id}", started.session.id());
@@ -255,7 +270,7 @@ async fn answer_turn(
 /// refused, queued behind it, or after cancelling it. A running turn is
 /// waited for up to the turn deadline and a margin, never longer than
 /// [`MULTITASK_WAIT_MAX`].
-async fn start_as_asked(
+pub(crate) async fn start_as_asked(
     app: &Shared,
     session_id: &crate::ids::SessionKey,
     spec: TurnRequest,

@@ -101,6 +101,12 @@ async fn create_response(
         }
         (Some(previous), None) => {
             let (record, _) = find(&app, &tenant, previous).await?;
+            if record.status == TurnStatus::Running
+                && asked.metadata.get("multitask").map(String::as_str) == Some("steer")
+                && let Some(steered) = steer_response(&app, &body, &record, &asked).await?
+            {
+                return Ok(steered);
+            }
             asked.follows = Some(record.id);
             record.session_id.clone()
         }
@@ -175,6 +181,61 @@ async fn answer_function_calls(
     }
     let response = folding.until_ended(events).await?;
     Ok(with_ids(response, &session, record.id))
+}
+
+/// A request that follows a response in progress with
+/// `metadata.multitask: "steer"`: its message joins that response's turn
+/// (applied at its next step, or its next turn if it ends first), and the
+/// answer is that turn from now on, as a response of its own (its id the
+/// turn's and the seq it starts after): streamed, in progress
+/// (`background`), or once the turn ended. `None`: the turn ended
+/// meanwhile (the request then starts one, as any other).
+async fn steer_response(
+    app: &Shared,
+    body: &CreateResponse,
+    record: &TurnRecord,
+    asked: &crate::turn::TurnRequest,
+) -> Result<Option<Response>, ApiError> {
+    if !asked.attachments.is_empty() {
+        return Err(ApiError::InvalidField {
+            field: "metadata".into(),
+            detail:
+                "a message steered into a response in progress is text: it carries no image or file"
+                    .into(),
+        });
+    }
+    let session = record.session_id.clone();
+    let steered = crate::protocols::native::steer::steer_into(
+        app,
+        &session,
+        record.id,
+        asked.message.clone(),
+    )
+    .await;
+    match steered {
+        Ok(_) => {}
+        Err(ApiError::TurnNotRunning { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let after = app
+        .turns
+        .get_session(&session)
+        .await?
+        .map_or(0, |session| session.last_seq);
+    if body.background && !body.stream {
+        let response = folded(app, record, after).await?;
+        return Ok(Some(with_ids(response, &session, record.id)));
+    }
+    let head = head(record.id, &session, &record.request);
+    let folding = Folding::new(head, record.id, after);
+    let events = crate::protocols::endpoint::follow(app, record);
+    if body.stream {
+        return Ok(Some(streamed(
+            app, folding, None, &session, record.id, events,
+        )));
+    }
+    let response = folding.until_ended(events).await?;
+    Ok(Some(with_ids(response, &session, record.id)))
 }
 
 /// A route's `{response_id}` (for the document; [`ResponseTurn`] reads it).

@@ -38,6 +38,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     ConversationTurn, ToolDeclaration,
     client_calls::{EndsAtClientCall, Replies, SegmentEncoder, SegmentStream, client_name},
+    endpoint::Placement,
     retraction::{Say, StepText, ends_text},
     stream_for,
 };
@@ -83,6 +84,11 @@ pub struct UiChatRequest {
     /// The message a `regenerate-message` replaces.
     #[serde(rename = "messageId")]
     message_id: Option<String>,
+    /// What the message does while the chat's turn runs (`sendMessage`'s
+    /// `body`), as on `POST /sessions/{session_id}/turns`: `reject` (the
+    /// default), `enqueue`, `interrupt`, or `steer` (the message joins
+    /// the running turn, and the answer streams the rest of it).
+    multitask: Option<crate::protocols::native::Multitask>,
 }
 
 /// A UI message: its text parts are read, and its tool parts' results
@@ -518,7 +524,10 @@ async fn ui_chat(
         },
         _ => Replies::default(),
     };
-    let placement = body.placement(&app, &tenant).await?;
+    let placement = Placement {
+        multitask: body.multitask.unwrap_or_default(),
+        ..body.placement(&app, &tenant).await?
+    };
     let ConversationTurn {
         turn_id,
         after,

@@ -93,6 +93,18 @@ const PENDING: &str = "SELECT id, message FROM steers WHERE turn_id = $1 \
      AND deferred_to IS NULL AND (applied_step IS NULL OR applied_step >= $2) \
      ORDER BY id LIMIT $3";
 
+/// Gives back the steers claimed under the token `$1` (their next turn
+/// could not start): a later sweep claims them again.
+const RELEASE: &str = "UPDATE steers SET deferred_to = NULL WHERE deferred_to = $1";
+
+/// Turns that ended with steers no step took and no turn answers, at
+/// most `$1`: their owner died or shut down before it made them the
+/// session's next turn (a parked turn runs: its steers wait for it).
+const LEFT: &str = "SELECT DISTINCT s.session_id, s.turn_id FROM steers s \
+     JOIN turns t ON t.id = s.turn_id \
+     WHERE s.applied_step IS NULL AND s.deferred_to IS NULL AND t.status <> 'running' \
+     LIMIT $1";
+
 /// Steers kept and claimed.
 #[async_trait]
 pub trait Steers: Reads + Send + Sync {
@@ -116,6 +128,18 @@ pub trait Steers: Reads + Send + Sync {
             .rows(PENDING, args![turn_id, i64::from(step), 1i64])
             .await?;
         Ok(!rows.is_empty())
+    }
+
+    /// Gives back what [`Steers::defer_steers`] claimed under `token`.
+    async fn release_steers(&self, token: Uuid) -> Result<()>;
+
+    /// Sessions and turns that ended with steers waiting, at most `limit`
+    /// (for a sweep: see [`LEFT`]).
+    async fn steers_left(&self, limit: u32) -> Result<Vec<(SessionKey, Uuid)>> {
+        let rows: Vec<(String, String)> = self.reader().rows(LEFT, args![i64::from(limit)]).await?;
+        rows.into_iter()
+            .map(|(session, turn)| Ok((SessionKey::stored(session), parse_uuid(&turn)?)))
+            .collect()
     }
 }
 
@@ -205,6 +229,16 @@ impl Steers for SqliteStore {
             .await?;
         claimed(rows)
     }
+
+    async fn release_steers(&self, token: Uuid) -> Result<()> {
+        self.writes
+            .run(move |tx| {
+                tx.prepare_cached(RELEASE)?
+                    .execute(params![token.to_string()])?;
+                Ok(())
+            })
+            .await
+    }
 }
 
 #[async_trait]
@@ -267,6 +301,17 @@ impl Steers for PostgresStore {
             })
             .await?;
         claimed(rows)
+    }
+
+    async fn release_steers(&self, token: Uuid) -> Result<()> {
+        self.bounded(async {
+            sqlx::query(RELEASE)
+                .bind(token.to_string())
+                .execute(self.writer())
+                .await?;
+            Ok(())
+        })
+        .await
     }
 }
 

@@ -10,8 +10,8 @@ use crate::protocols::{
     parts::Content,
 };
 
-/// AG-UI's `RunAgentInput` (the fields read; `state`, `context` and
-/// `forwardedProps` are accepted and ignored).
+/// AG-UI's `RunAgentInput` (the fields read; `state` and `context` are
+/// accepted and ignored, and of `forwardedProps` only `multitask`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAgentInput {
@@ -34,6 +34,19 @@ pub struct RunAgentInput {
     #[serde(default)]
     #[schema(max_items = 100)]
     pub(super) resume: Vec<ResumeEntry>,
+    /// What the host forwards; read: `multitask`.
+    #[serde(default)]
+    pub(super) forwarded_props: Option<ForwardedProps>,
+}
+
+/// The `forwardedProps` read (the others are accepted and ignored).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct ForwardedProps {
+    /// What the run does while the thread's run is live, as on
+    /// `POST /sessions/{session_id}/turns`: `reject` (the default),
+    /// `enqueue`, `interrupt`, or `steer` (its message joins the live run,
+    /// and this run's events are the rest of that one).
+    pub(super) multitask: Option<crate::protocols::native::Multitask>,
 }
 
 /// An answer to one interrupt (a call that waits for approval).

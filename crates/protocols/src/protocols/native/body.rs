@@ -301,6 +301,9 @@ pub enum Multitask {
     Enqueue,
     /// Cancel the running turn, wait for it to end, then run.
     Interrupt,
+    /// Add the message to the running turn (`202`, as
+    /// `POST …/turns/{turn_id}/steer` answers); with none running, run.
+    Steer,
 }
 
 /// Longest an `enqueue`d or `interrupt`ing request waits for the session.

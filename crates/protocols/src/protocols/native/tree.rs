@@ -7,7 +7,7 @@ use axum::{extract::State, http::HeaderMap, response::Response};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{EventStream, TurnBody, TurnResponse, TurnView, answer_turn, waiting::TurnWaiting};
+use super::{EventStream, TurnBody, TurnResponse, TurnView, answer_turn};
 use crate::protocols::{
     Shared,
     endpoint::not_found_in,
@@ -85,7 +85,7 @@ impl ToSchema for RegenerateBody {
             (TurnResponse = "application/json"),
             (EventStream = "text/event-stream"),
         )),
-        (status = 202, description = "JSON: a call of the turn waits for an answer", body = TurnWaiting),
+        (status = 202, description = "JSON: a call of the turn waits for an answer; or, with `multitask: \"steer\"`, the message was steered into the running turn", body = super::steer::TurnAccepted),
         BadRequest,
         NotFound,
         TurnAlreadyRunning,

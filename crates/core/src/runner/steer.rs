@@ -1,0 +1,200 @@
+//! Steering a running turn (issue 66, part 5). A message steered in is
+//! kept in the store before it is answered, then taken by the turn at its
+//! next step boundary (the harness's [`crate::hooks::Steering`]), or, when
+//! the turn ends first, made the session's next turn: at once by the
+//! process that ran the turn when it knows of the steer, else by a
+//! heartbeat's sweep on any replica. Each is claimed once in the store,
+//! so a message is applied once, or answered by one turn.
+
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+
+use chrono::Utc;
+use uuid::Uuid;
+
+use super::{LiveTurn, TurnRunner};
+use crate::{
+    events::TurnEvent,
+    ids::SessionKey,
+    store::{NewSteer, Steer, SteerAdded, StoreError, TurnStatus},
+    turn::{SteeredFrom, TurnRequest},
+};
+
+/// Steers one next turn answers at most (the rest make the one after).
+const DEFERRED_MAX: u32 = 64;
+
+/// Ended turns with steers left that one sweep takes up at most.
+const SWEPT_MAX: u32 = 16;
+
+/// How long a next turn made of steers waits for its session to be free.
+const DEFERRED_WAIT: Duration = Duration::from_secs(300);
+
+/// Why a steer was refused (nothing was kept).
+#[derive(Debug, thiserror::Error)]
+pub enum SteerError {
+    #[error("turn not found")]
+    NotFound,
+    #[error("turn is not running (status {0})")]
+    NotRunning(TurnStatus),
+    /// The turn keeps as many steers waiting as it may.
+    #[error("the turn has as many steered messages waiting as it keeps")]
+    Full,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl TurnRunner {
+    /// Steers `message` into the running turn `turn_id` of `session_id`:
+    /// kept before this returns its id, and `steer.accepted` is in the
+    /// turn's log by then when the turn runs in this process.
+    pub async fn steer(
+        &self,
+        session_id: &SessionKey,
+        turn_id: Uuid,
+        message: String,
+    ) -> Result<Uuid, SteerError> {
+        let inner = &self.inner;
+        let live = inner
+            .live
+            .get(turn_id)
+            .filter(|live| &live.session_id == session_id);
+        // Before the steer is kept: a turn that ends after the steer was
+        // kept sees the flag once its end is committed (the store orders
+        // the end and the steer).
+        if let Some(live) = &live {
+            live.steered.store(true, Ordering::SeqCst);
+        }
+        let steer = NewSteer {
+            id: Uuid::now_v7(),
+            session_id: session_id.clone(),
+            turn_id,
+            message,
+            at: Utc::now(),
+        };
+        match inner.store.add_steer(&steer).await? {
+            SteerAdded::Added => {}
+            SteerAdded::TurnNotFound => return Err(SteerError::NotFound),
+            SteerAdded::Full => return Err(SteerError::Full),
+            SteerAdded::NotRunning => {
+                let status = inner
+                    .store
+                    .get_turn(session_id, turn_id)
+                    .await?
+                    .map_or(TurnStatus::Completed, |record| record.status);
+                return Err(SteerError::NotRunning(status));
+            }
+        }
+        if let Some(live) = live {
+            self.accepted_here(&live, steer.id).await;
+        }
+        Ok(steer.id)
+    }
+
+    /// `steer.accepted` in the log of a turn of this process, committed.
+    /// A turn that ended meanwhile has no room for it: its steer becomes
+    /// the next turn, whose log says so.
+    async fn accepted_here(&self, live: &Arc<LiveTurn>, steer_id: Uuid) {
+        let Some(sink) = live.sink.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let accepted = TurnEvent::SteerAccepted {
+            steer_id: steer_id.to_string(),
+        };
+        if sink.emit(accepted).await.is_ok()
+            && let Err(e) = self.inner.writer.flush(live).await
+        {
+            tracing::warn!(error = %e, "steer.accepted may not be in the log yet");
+        }
+    }
+
+    /// Makes what no step of the ended turn took its session's next turn,
+    /// in a tracked task.
+    pub(super) fn defer_steers_later(&self, session_id: SessionKey, turn_id: Uuid) {
+        let runner = self.clone();
+        self.inner.background.spawn(async move {
+            runner.defer_steers(&session_id, turn_id).await;
+        });
+    }
+
+    /// The heartbeat's sweep: ended turns with steers left (their process
+    /// died or shut down before it made them a turn).
+    pub(super) async fn sweep_steers(&self) {
+        if self.is_draining() {
+            return;
+        }
+        match self.inner.store.steers_left(SWEPT_MAX).await {
+            Ok(left) => {
+                for (session_id, turn_id) in left {
+                    self.defer_steers_later(session_id, turn_id);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "steers left by ended turns could not be read"),
+        }
+    }
+
+    /// Claims the ended turn's steers no step took and starts the
+    /// session's next turn with them; gives the claim back when it cannot
+    /// start (a later sweep tries again).
+    async fn defer_steers(&self, session_id: &SessionKey, turn_id: Uuid) {
+        let store = &self.inner.store;
+        let token = Uuid::now_v7();
+        let steers = match store.defer_steers(turn_id, token, DEFERRED_MAX).await {
+            Ok(steers) if steers.is_empty() => return,
+            Ok(steers) => steers,
+            Err(e) => {
+                tracing::warn!(error = %e, turn.id = %turn_id, "steered messages left by a turn could not be claimed; a sweep will");
+                return;
+            }
+        };
+        match self.start_steered(session_id, turn_id, &steers).await {
+            Ok(next) => {
+                tracing::info!(turn.id = %turn_id, next_turn.id = %next, steers = steers.len(), "steered messages became the next turn");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, turn.id = %turn_id, "steered messages could not start the next turn; a sweep tries again");
+                if let Err(e) = store.release_steers(token).await {
+                    tracing::warn!(error = %e, turn.id = %turn_id, "steered messages stay claimed");
+                }
+            }
+        }
+    }
+
+    /// The next turn of `session_id`, made of `steers` of `turn_id`: the
+    /// steered turn's options, the messages in the order they came.
+    async fn start_steered(
+        &self,
+        session_id: &SessionKey,
+        turn_id: Uuid,
+        steers: &[Steer],
+    ) -> Result<Uuid, Box<dyn std::error::Error + Send + Sync>> {
+        let record = self
+            .inner
+            .store
+            .get_turn(session_id, turn_id)
+            .await?
+            .ok_or("the steered turn is gone")?;
+        let message = steers
+            .iter()
+            .map(|steer| steer.message.as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let spec = TurnRequest {
+            message,
+            history: None,
+            follows: None,
+            run_id: None,
+            background: false,
+            attachments: Vec::new(),
+            steered_from: Some(SteeredFrom {
+                turn_id,
+                steer_ids: steers.iter().map(|steer| steer.id).collect(),
+            }),
+            ..record.request
+        };
+        let deadline = tokio::time::Instant::now() + DEFERRED_WAIT;
+        let started = self.start_queued(session_id, spec, None, deadline).await?;
+        Ok(started.turn_id)
+    }
+}
