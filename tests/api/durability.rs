@@ -3,4 +3,5 @@
 pub(crate) mod faults;
 pub(crate) mod parked;
 pub(crate) mod replicas;
+pub(crate) mod steer;
 pub(crate) mod takeover;

@@ -13,4 +13,5 @@ pub(crate) mod mcp_server;
 pub(crate) mod openai_compat;
 pub(crate) mod reasoning;
 pub(crate) mod responses;
+pub(crate) mod steering;
 pub(crate) mod ui_stream;

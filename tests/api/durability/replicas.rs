@@ -17,10 +17,10 @@ use crate::{
 
 /// Seconds between heartbeats of the replicas (orphans are taken over
 /// within two).
-const HEARTBEAT_S: u64 = 1;
+pub(super) const HEARTBEAT_S: u64 = 1;
 
 /// One service process on the test's Postgres database.
-type Replica = ServiceProcess;
+pub(super) type Replica = ServiceProcess;
 
 async fn start_replica(
     db: &TestDb,
@@ -37,7 +37,7 @@ async fn start_replica(
     ServiceProcess::start(&db.postgres_service_url(), provider, &env, None).await
 }
 
-async fn replicas(count: usize) -> Option<(TestDb, FakeProvider, Vec<Replica>)> {
+pub(super) async fn replicas(count: usize) -> Option<(TestDb, FakeProvider, Vec<Replica>)> {
     replicas_with(count, &[]).await
 }
 
@@ -95,7 +95,7 @@ async fn mid_answer(
     (stream, turn)
 }
 
-async fn follow(
+pub(super) async fn follow(
     client: &reqwest::Client,
     replica: &Replica,
     session: &str,
@@ -123,7 +123,7 @@ fn text(events: &[SseEvent]) -> String {
         .collect()
 }
 
-async fn get_json(client: &reqwest::Client, url: String) -> (u16, Value) {
+pub(super) async fn get_json(client: &reqwest::Client, url: String) -> (u16, Value) {
     let response = client.get(url).send().await.unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))

@@ -1,0 +1,178 @@
+//! Steering across replicas (Postgres): a message steered into a turn
+//! through another replica than the one running it is applied once at the
+//! turn's next step, also when that replica is killed mid-step and another
+//! goes on with the turn; and a message the turn did not take becomes the
+//! session's next turn, found by the heartbeat's sweep.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::replicas::{HEARTBEAT_S, Replica, follow, get_json, replicas};
+use crate::{fake_provider::Reply, helpers::SseStream};
+
+async fn start_sse(
+    client: &reqwest::Client,
+    replica: &Replica,
+    session: &str,
+    message: &str,
+) -> SseStream {
+    let response = client
+        .post(replica.url(&format!("/sessions/{session}/turns")))
+        .header("accept", "text/event-stream")
+        .json(&json!({ "message": message }))
+        .send()
+        .await
+        .unwrap();
+    SseStream::new(response).await
+}
+
+async fn steer(
+    client: &reqwest::Client,
+    replica: &Replica,
+    session: &str,
+    turn: &str,
+    message: &str,
+) -> Value {
+    let response = client
+        .post(replica.url(&format!("/sessions/{session}/turns/{turn}/steer")))
+        .json(&json!({ "message": message }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    response.json().await.unwrap()
+}
+
+/// How often `text` is among the user messages of a provider request.
+fn user_said(body: &Value, text: &str) -> usize {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user" && m["content"] == text)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_is_applied_once_across_a_replica_killed_mid_step() {
+    let Some((_db, provider, mut replicas)) = replicas(2).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let (first, never) = (CancellationToken::new(), CancellationToken::new());
+    provider.enqueue([
+        Reply::sse("openai/tool_call_local_search.sse").hold_after(2, &first),
+        // Step 2 on the replica that is killed: held until the kill.
+        Reply::openai_deltas(&["Paris ", "and"]).hold_after(2, &never),
+        // Step 2 again, on the replica that takes the turn over.
+        Reply::openai_text("Paris and Rome."),
+    ]);
+    let mut stream = start_sse(&client, &replicas[0], "s-steer-kill", "Plan Paris").await;
+    let turn = stream.turn_id();
+    stream.read_until("turn.started").await;
+    // Through the other replica: kept in the store, read by the owner.
+    let steered = steer(&client, &replicas[1], "s-steer-kill", &turn, "Also Rome").await;
+    first.cancel();
+    stream.read_until("message.delta").await;
+    assert_eq!(provider.requests().len(), 2);
+    replicas[0].kill();
+
+    let mut follower = follow(&client, &replicas[1], "s-steer-kill", &turn, None).await;
+    let events = follower.read_to_end().await;
+    assert_eq!(events.last().unwrap().event, "turn.completed");
+    let resumed = events.iter().find(|e| e.event == "turn.resumed").unwrap();
+    assert_eq!(resumed.json()["owner"], "replica-1");
+    // Claimed for step 2 by each attempt at it: the same steer, the same step.
+    let applied: Vec<Value> = events
+        .iter()
+        .filter(|e| e.event == "steer.applied")
+        .map(|e| e.json())
+        .collect();
+    assert_eq!(applied.len(), 2, "{applied:?}");
+    for event in &applied {
+        assert_eq!(
+            (&event["steer_id"], &event["step"]),
+            (&steered["steer_id"], &json!(2))
+        );
+    }
+    // Each request of step 2 carries the message once, after the tool's result.
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(user_said(&requests[0].body, "Also Rome"), 0);
+    for request in &requests[1..] {
+        assert_eq!(user_said(&request.body, "Also Rome"), 1);
+        let messages = request.body["messages"].as_array().unwrap();
+        assert_eq!(messages[messages.len() - 2]["role"], "tool");
+    }
+    // Kept once in the history; no next turn was made of it.
+    let (_, page) = get_json(&client, replicas[1].url("/sessions/s-steer-kill/messages")).await;
+    let said: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, ["Plan Paris", "Also Rome", "Paris and Rome."]);
+    tokio::time::sleep(Duration::from_secs(2 * HEARTBEAT_S)).await;
+    let (_, session) = get_json(&client, replicas[1].url("/sessions/s-steer-kill")).await;
+    assert_eq!(session["turn_count"], 1, "{session}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_through_another_replica_the_turn_did_not_take_becomes_the_next_turn() {
+    let Some((_db, provider, replicas)) = replicas(2).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let gate = CancellationToken::new();
+    provider.enqueue([
+        Reply::openai_deltas(&["About ", "Paris."]).hold_after(2, &gate),
+        Reply::openai_text("About Rome."),
+    ]);
+    let mut stream = start_sse(&client, &replicas[0], "s-steer-swept", "Paris?").await;
+    let turn = stream.turn_id();
+    stream.read_until("message.delta").await;
+    let steered = steer(&client, &replicas[1], "s-steer-swept", &turn, "And Rome?").await;
+    gate.cancel();
+    assert_eq!(
+        stream.read_to_end().await.last().unwrap().event,
+        "turn.completed"
+    );
+
+    // The turn's replica did not take it: a sweep makes it the next turn.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4 * HEARTBEAT_S + 2);
+    let next = loop {
+        let (_, page) = get_json(
+            &client,
+            replicas[1].url("/sessions/s-steer-swept/events?limit=1000"),
+        )
+        .await;
+        let deferred = page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["type"] == "steer.deferred")
+            .cloned();
+        if let Some(deferred) = deferred {
+            assert_eq!(deferred["steer_id"], steered["steer_id"]);
+            assert_eq!(deferred["steered_turn_id"], json!(turn));
+            break deferred["turn_id"].as_str().unwrap().to_owned();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no steer.deferred");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut follower = follow(&client, &replicas[1], "s-steer-swept", &next, None).await;
+    assert_eq!(
+        follower.read_to_end().await.last().unwrap().event,
+        "turn.completed"
+    );
+    // One next turn, whichever replica swept first.
+    tokio::time::sleep(Duration::from_secs(2 * HEARTBEAT_S)).await;
+    let (_, session) = get_json(&client, replicas[0].url("/sessions/s-steer-swept")).await;
+    assert_eq!(session["turn_count"], 2, "{session}");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(user_said(&requests[1].body, "And Rome?"), 1);
+}
