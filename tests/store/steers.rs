@@ -54,18 +54,16 @@ async fn a_steer_is_applied_once_and_the_rest_become_the_next_turn(backend: Back
     assert!(!store.steers_pending(turn.id, 3).await.unwrap());
 
     // One that came after: never applied, so it becomes the next turn,
-    // claimed once.
+    // claimed once. A claim given back (its turn could not start) is
+    // claimed again. A running turn's are no sweep's.
     let late = steer("s1", turn.id, "three");
     assert_eq!(store.add_steer(&late).await.unwrap(), SteerAdded::Added);
     let (first, second) = (Uuid::now_v7(), Uuid::now_v7());
-    let deferred = store.defer_steers(turn.id, first, 10).await.unwrap();
-    assert_eq!(
-        deferred,
-        [harness_store::store::Steer {
-            id: late.id,
-            message: "three".into()
-        }]
-    );
+    let three = [harness_store::store::Steer {
+        id: late.id,
+        message: "three".into(),
+    }];
+    assert_eq!(store.defer_steers(turn.id, first, 10).await.unwrap(), three);
     assert!(
         store
             .defer_steers(turn.id, second, 10)
@@ -73,13 +71,31 @@ async fn a_steer_is_applied_once_and_the_rest_become_the_next_turn(backend: Back
             .unwrap()
             .is_empty()
     );
-    assert!(store.apply_steers(turn.id, 4, 10).await.unwrap().is_empty());
+    store.release_steers(first).await.unwrap();
+    assert!(store.steers_left(10).await.unwrap().is_empty());
 
-    // An ended turn takes none.
+    // Its turn ended with it waiting: a sweep finds the turn, once it
+    // is claimed no more.
     store
         .write_batch(&[], &[&completed(&turn, began.first_seq + 1, "done")])
         .await
         .unwrap();
+    assert_eq!(store.steers_left(10).await.unwrap(), [(key("s1"), turn.id)]);
+    assert_eq!(
+        store.defer_steers(turn.id, second, 10).await.unwrap(),
+        three
+    );
+    assert!(
+        store
+            .defer_steers(turn.id, first, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.steers_left(10).await.unwrap().is_empty());
+    assert!(store.apply_steers(turn.id, 4, 10).await.unwrap().is_empty());
+
+    // An ended turn takes none.
     assert_eq!(
         store
             .add_steer(&steer("s1", turn.id, "too late"))

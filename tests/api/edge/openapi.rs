@@ -112,7 +112,7 @@ fn the_document_states_the_servers_constraints() {
         }
     }
     // Every route under /sessions/{session_id}, and useChat's resume.
-    assert_eq!(session_params, 21);
+    assert_eq!(session_params, 22);
     let schemas = &doc["components"]["schemas"];
     // The schema of each event (what an SSE client, and schemathesis,
     // checks), with its `data`.

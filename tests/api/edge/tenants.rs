@@ -158,6 +158,10 @@ fn attempt(method: &str, path: &str, session: &str, turn: &str, mcp: &str) -> Op
         ("POST", "/sessions/{session_id}/turns/{turn_id}/regenerate") => {
             with_body(Expect::Missing("session_not_found"), json!({}))
         }
+        ("POST", "/sessions/{session_id}/turns/{turn_id}/steer") => with_body(
+            Expect::Missing("session_not_found"),
+            json!({"message": "from another tenant"}),
+        ),
         ("POST", "/sessions/{session_id}/fork") => with_body(
             Expect::Missing("session_not_found"),
             json!({"at_turn": turn}),
@@ -644,6 +648,12 @@ async fn another_tenant_finds_nothing_on_any_route(backend: Backend) {
             "POST",
             format!("/sessions/{session}/fork"),
             Some(json!({"at_turn": known.turn, "session_id": "globex-fork"})),
+        ),
+        // Acme's running turn, steered from Globex's session.
+        (
+            "POST",
+            format!("/sessions/{session}/turns/{second}/steer"),
+            Some(json!({"message": "from another tenant"})),
         ),
         (
             "POST",
