@@ -140,7 +140,28 @@ def responses_checks(client: OpenAI) -> int:
         raise AssertionError("a deleted response is still there")
     except openai.NotFoundError:
         pass
-    return 8 + client_tool_checks(client)
+
+    # Steered: a request that follows the response in progress with
+    # `metadata.multitask: "steer"`. Its message joins that turn (the step
+    # after the search answers it: the demo echoes the last user message
+    # it is sent), and its answer is the rest of the turn, a response of
+    # its own.
+    running = client.responses.create(
+        model="agent-harness", input="search my notes slowly", background=True
+    )
+    steered = client.responses.create(
+        model="agent-harness",
+        input="also say Madrid",
+        previous_response_id=running.id,
+        metadata={"multitask": "steer"},
+    )
+    assert steered.status == "completed", steered
+    assert steered.id.startswith(running.id + "_"), steered.id
+    assert steered.output_text.startswith("Echo: also say Madrid"), steered.output_text
+    whole = client.responses.retrieve(running.id)
+    assert whole.output_text.startswith("Echo: also say Madrid"), whole.output_text
+    assert any(item.type == "mcp_call" for item in whole.output), whole.output
+    return 9 + client_tool_checks(client)
 
 
 LOCATION = {

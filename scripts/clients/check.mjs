@@ -542,6 +542,55 @@ try {
     throw new Error(`RUN_STARTED did not echo the parent: ${JSON.stringify(branchStarted)}`);
   }
   passed++;
+  // Steering: useChat's sendMessage while the chat's turn streams, with
+  // `body: { multitask: 'steer' }` (the SDK's own Chat and transport). The
+  // message joins the running turn: its next step, after the search,
+  // answers it (the demo echoes the last user message it is sent), the
+  // first message holds the whole turn, and the second the rest of it.
+  const steering = new Chat({
+    id: 'chat-steer',
+    transport: new DefaultChatTransport({ api: `http://127.0.0.1:${port}/v1/ui/chat` }),
+  });
+  const steeredFirst = steering.sendMessage({ text: 'search my notes slowly' });
+  await new Promise((r) => setTimeout(r, 500));
+  await steering.sendMessage({ text: 'also say Rome' }, { body: { multitask: 'steer' } });
+  await steeredFirst;
+  const [, whole, , rest] = steering.messages;
+  if (steering.error || steering.messages.length !== 4 || !textOf(rest).startsWith('Echo: also say Rome')) {
+    throw new Error(`steer: ${steering.error} ${JSON.stringify(steering.messages.map((m) => [m.role, textOf(m)]))}`);
+  }
+  if (!textOf(whole).startsWith('Echo: also say Rome') || !whole.parts.some((p) => p.type === 'dynamic-tool' || p.type.startsWith('tool-'))) {
+    throw new Error(`the steered turn: ${JSON.stringify(whole.parts)}`);
+  }
+  const kept = await (await fetch(`http://127.0.0.1:${port}/sessions/chat-steer/messages`)).json();
+  if (kept.messages.map((m) => m.content).slice(0, 2).join('|') !== 'search my notes slowly|also say Rome') {
+    throw new Error(`the steered history: ${JSON.stringify(kept)}`);
+  }
+  passed++;
+
+  // AG-UI: a second HttpAgent's run on the thread whose run is live, with
+  // `forwardedProps: { multitask: 'steer' }`: its events (which HttpAgent
+  // verifies as it applies them) are the rest of the live run.
+  const live = new HttpAgent({
+    url: `http://127.0.0.1:${port}/v1/agui`,
+    threadId: 'agui-steer',
+    initialMessages: [{ id: 'su1', role: 'user', content: 'search my notes slowly' }],
+  });
+  const liveRun = live.runAgent({ runId: 'steer-run-1' });
+  await new Promise((r) => setTimeout(r, 500));
+  const steerer = new HttpAgent({
+    url: `http://127.0.0.1:${port}/v1/agui`,
+    threadId: 'agui-steer',
+    initialMessages: [{ id: 'su2', role: 'user', content: 'also say Lisbon' }],
+  });
+  const steeredRun = await steerer.runAgent({ runId: 'steer-run-2', forwardedProps: { multitask: 'steer' } });
+  const liveDone = await liveRun;
+  const restText = steeredRun.newMessages.map((m) => m.content ?? '').join('');
+  const liveText = liveDone.newMessages.map((m) => m.content ?? '').join('');
+  if (!restText.includes('Echo: also say Lisbon') || !liveText.includes('Echo: also say Lisbon')) {
+    throw new Error(`HttpAgent's steer: ${restText} / ${liveText}`);
+  }
+  passed++;
   console.log(`ai-sdk: ${passed} passed, 0 failed`);
 } finally {
   service.kill();

@@ -107,8 +107,10 @@ async fn each_protocol_steers_a_running_turn(backend: Backend) {
     gate.cancel();
     let (status, text) = steering.await.unwrap();
     assert_eq!(status, 200, "{text}");
-    // The rest of the running turn: its answer, and its end.
+    // The rest of the running turn, as a message of its own (the turn's
+    // is the first request's): its answer, and its end.
     let chunks = data_lines(&text);
+    assert_eq!(chunks[0], json!({"type": "start"}));
     let answered: String = chunks
         .iter()
         .filter(|c| c["type"] == "text-delta")

@@ -28,7 +28,8 @@ use super::{
 /// Pause between streamed words, so that streaming shows.
 const WORD_DELAY: Duration = Duration::from_millis(25);
 
-/// The wait before the first word of a message that asks for `slowly`.
+/// The wait before the first word (or call) of a message that asks for
+/// `slowly`.
 const SLOW_PAUSE: Duration = Duration::from_millis(2500);
 
 /// The note a message asking to write one writes.
@@ -300,6 +301,12 @@ impl LlmProvider for DemoProvider {
             .map(|m| m.content.split_whitespace().count() as u64)
             .sum();
         let words: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+        // An answer that is calls alone waits before its first call.
+        let call_pause = if words.is_empty() {
+            pause
+        } else {
+            Duration::ZERO
+        };
         let output_tokens = words.len() as u64;
         let finish = if calls.is_empty() {
             FinishReason::Stop
@@ -337,19 +344,22 @@ impl LlmProvider for DemoProvider {
                     Ok(ProviderEvent::TextDelta(word))
                 },
             ))
-            .chain(futures::stream::iter(
-                calls
-                    .into_iter()
-                    .map(|call| Ok(ProviderEvent::ToolCall(call)))
-                    .chain([
-                        Ok(ProviderEvent::Usage(Usage {
-                            input_tokens,
-                            output_tokens,
-                            ..Usage::default()
-                        })),
-                        Ok(ProviderEvent::Finished(finish)),
-                    ]),
-            ));
+            .chain(futures::stream::iter(calls.into_iter().enumerate()).then(
+                move |(i, call)| async move {
+                    if i == 0 {
+                        tokio::time::sleep(call_pause).await;
+                    }
+                    Ok(ProviderEvent::ToolCall(call))
+                },
+            ))
+            .chain(futures::stream::iter([
+                Ok(ProviderEvent::Usage(Usage {
+                    input_tokens,
+                    output_tokens,
+                    ..Usage::default()
+                })),
+                Ok(ProviderEvent::Finished(finish)),
+            ]));
         Ok(stream.boxed())
     }
 }

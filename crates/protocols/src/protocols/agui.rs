@@ -438,6 +438,7 @@ async fn agui_run(
         turn_id,
         after,
         events,
+        ..
     } = ConversationTurn::open(
         &app,
         &tenant,

@@ -306,6 +306,9 @@ pub struct ConversationTurn {
     /// The seq the answer's stream goes on after (0: the turn's start).
     pub after: i64,
     pub events: TurnEvents,
+    /// The request's message was steered into this running turn: the
+    /// answer is the rest of a turn another request began.
+    pub steered: bool,
 }
 
 /// Where a turn of a conversation format goes in its session's tree.
@@ -374,6 +377,7 @@ impl ConversationTurn {
             turn_id,
             after: 0,
             events: started.events(app),
+            steered: false,
         })
     }
 
@@ -400,6 +404,7 @@ impl ConversationTurn {
             session_id,
             turn_id,
             after,
+            steered: true,
         })
     }
 
@@ -440,6 +445,7 @@ impl ConversationTurn {
             turn_id: turn.id,
             after: answered.after,
             events,
+            steered: false,
         })
     }
 }

@@ -144,7 +144,8 @@ struct Approval {
 enum Chunk {
     #[serde(rename_all = "camelCase")]
     Start {
-        message_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
     },
     StartStep,
     TextStart {
@@ -270,6 +271,10 @@ struct Encoder {
     said: StepText,
     /// The id of the reasoning part being streamed, if one is open.
     reasoning: Option<String>,
+    /// The answer is the rest of a turn the request's message was steered
+    /// into: a message of its own (the client names it), not the turn's
+    /// (which the client that began the turn holds).
+    steered: bool,
 }
 
 impl Encoder {
@@ -356,7 +361,7 @@ impl SegmentEncoder for Encoder {
     fn start(&mut self, turn_id: uuid::Uuid) -> Vec<Chunk> {
         vec![
             Chunk::Start {
-                message_id: turn_id.to_string(),
+                message_id: (!self.steered).then(|| turn_id.to_string()),
             },
             Chunk::StartStep,
         ]
@@ -532,6 +537,7 @@ async fn ui_chat(
         turn_id,
         after,
         events,
+        steered,
         ..
     } = ConversationTurn::open(
         &app,
@@ -543,7 +549,11 @@ async fn ui_chat(
         placement,
     )
     .await?;
-    let format = SegmentStream::new(turn_id, after, Encoder::default());
+    let encoder = Encoder {
+        steered,
+        ..Encoder::default()
+    };
+    let format = SegmentStream::new(turn_id, after, encoder);
     Ok(stream_for(&app, format, events))
 }
 
