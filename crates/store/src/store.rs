@@ -253,6 +253,9 @@ pub enum Announcement {
     /// Its owner gave this turn up (shutdown), or it was parked and an
     /// answer woke it: take it over.
     Released(Uuid),
+    /// A message was steered into this turn (`steer`, the steer's id):
+    /// its owner says `steer.accepted` in its log.
+    Steered { turn: Uuid, steer: Uuid },
 }
 
 /// Announcements as they are made.
@@ -264,6 +267,27 @@ pub const CANCEL_CHANNEL: &str = "agent_harness_cancel";
 
 /// The payload prefix of a release on [`CANCEL_CHANNEL`].
 pub const RELEASED_PREFIX: &str = "released:";
+
+/// The payload prefix of a steer on [`CANCEL_CHANNEL`]: then the turn id,
+/// `:` and the steer's id.
+pub const STEERED_PREFIX: &str = "steered:";
+
+impl Announcement {
+    /// The announcement a [`CANCEL_CHANNEL`] payload makes, if any.
+    pub fn parse(payload: &str) -> Option<Self> {
+        if let Some(ids) = payload.strip_prefix(STEERED_PREFIX) {
+            let (turn, steer) = ids.split_once(':')?;
+            return Some(Self::Steered {
+                turn: Uuid::parse_str(turn).ok()?,
+                steer: Uuid::parse_str(steer).ok()?,
+            });
+        }
+        match payload.strip_prefix(RELEASED_PREFIX) {
+            Some(id) => Uuid::parse_str(id).ok().map(Self::Released),
+            None => Uuid::parse_str(payload).ok().map(Self::Cancel),
+        }
+    }
+}
 
 /// Whether the database answers and has every migration applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

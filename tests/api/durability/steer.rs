@@ -1,8 +1,9 @@
 //! Steering across replicas (Postgres): a message steered into a turn
 //! through another replica than the one running it is applied once at the
 //! turn's next step, also when that replica is killed mid-step and another
-//! goes on with the turn; and a message the turn did not take becomes the
-//! session's next turn, found by the heartbeat's sweep.
+//! goes on with the turn; a message the turn did not take becomes the
+//! session's next turn; and one a process that died left is found by the
+//! heartbeat's sweep.
 
 use std::time::Duration;
 
@@ -10,7 +11,12 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::replicas::{HEARTBEAT_S, Replica, follow, get_json, replicas};
-use crate::{fake_provider::Reply, helpers::SseStream};
+use crate::{
+    fake_provider::{FakeProvider, Reply},
+    helpers::{SseStream, spawn_app_with, test_settings},
+    on_both_backends,
+    support::{Backend, TestDb},
+};
 
 async fn start_sse(
     client: &reqwest::Client,
@@ -121,7 +127,10 @@ async fn a_steer_is_applied_once_across_a_replica_killed_mid_step() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_steer_through_another_replica_the_turn_did_not_take_becomes_the_next_turn() {
+async fn a_steer_through_another_replica_is_in_the_turns_log_and_becomes_its_next_turn() {
+    // The replica that runs the turn hears of the steer from the store:
+    // it says so in its log before the other replica answers, and makes
+    // the message the next turn at the turn's end.
     let Some((_db, provider, replicas)) = replicas(2).await else {
         return;
     };
@@ -135,13 +144,27 @@ async fn a_steer_through_another_replica_the_turn_did_not_take_becomes_the_next_
     let turn = stream.turn_id();
     stream.read_until("message.delta").await;
     let steered = steer(&client, &replicas[1], "s-steer-swept", &turn, "And Rome?").await;
+    // In the turn's log by the answer, though another replica runs it.
+    let (_, log) = get_json(
+        &client,
+        replicas[1].url("/sessions/s-steer-swept/events?limit=1000"),
+    )
+    .await;
+    let accepted: Vec<&Value> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "steer.accepted")
+        .collect();
+    assert_eq!(accepted.len(), 1, "{log}");
+    assert_eq!(accepted[0]["steer_id"], steered["steer_id"]);
+    assert_eq!(accepted[0]["turn_id"], json!(turn));
     gate.cancel();
     assert_eq!(
         stream.read_to_end().await.last().unwrap().event,
         "turn.completed"
     );
 
-    // The turn's replica did not take it: a sweep makes it the next turn.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(4 * HEARTBEAT_S + 2);
     let next = loop {
         let (_, page) = get_json(
@@ -176,3 +199,57 @@ async fn a_steer_through_another_replica_the_turn_did_not_take_becomes_the_next_
     assert_eq!(requests.len(), 2);
     assert_eq!(user_said(&requests[1].body, "And Rome?"), 1);
 }
+
+/// What a process that died between a steer and its turn's end (or that
+/// could not start the next turn) leaves: a steer no step took, of a turn
+/// that ended. The heartbeat's sweep makes it the session's next turn.
+async fn a_steer_left_by_a_process_that_died_is_answered_by_the_sweep(backend: Backend) {
+    let provider = FakeProvider::start().await;
+    provider.enqueue([Reply::openai_text("First."), Reply::openai_text("Second.")]);
+    let mut settings = test_settings(&provider);
+    settings.server.heartbeat_interval_s = 1;
+    let app = spawn_app_with(TestDb::new(backend).await, provider, settings).await;
+    let response = app.post_turn("s-left", json!({"message": "one"})).await;
+    assert_eq!(response.status(), 200);
+    let turn = response.json::<Value>().await.unwrap()["turn_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let steer = uuid::Uuid::now_v7();
+    let insert = format!(
+        "INSERT INTO steers (id, session_id, turn_id, message, created_at) \
+         VALUES ('{steer}', 's-left', '{turn}', 'and two', '2026-12-07T00:00:00Z')"
+    );
+    match backend {
+        Backend::Sqlite => app.db.execute_sqlite(&insert).await,
+        Backend::Postgres => app.db.execute_postgres(&insert).await,
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let next = loop {
+        let (_, page) = app.get_json("/sessions/s-left/events?limit=1000").await;
+        let deferred = page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["type"] == "steer.deferred")
+            .cloned();
+        if let Some(deferred) = deferred {
+            assert_eq!(deferred["steer_id"], json!(steer.to_string()));
+            assert_eq!(deferred["steered_turn_id"], json!(turn));
+            break deferred["turn_id"].as_str().unwrap().to_owned();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no steer.deferred");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ended = app.wait_turn_end("s-left", &next).await;
+    assert_eq!(ended["status"], "completed", "{ended}");
+    let requests = app.provider.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(user_said(&requests[1].body, "and two"), 1);
+    // Once: later sweeps find nothing left.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, session) = app.get_json("/sessions/s-left").await;
+    assert_eq!(session["turn_count"], 2, "{session}");
+}
+
+on_both_backends!(a_steer_left_by_a_process_that_died_is_answered_by_the_sweep);

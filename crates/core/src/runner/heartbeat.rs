@@ -76,6 +76,18 @@ pub(super) async fn listen_for_announcements(runner: TurnRunner, stop: Cancellat
                         live.cancel.cancel();
                     }
                 }
+                Some(Ok(Announcement::Steered { turn, steer })) => {
+                    // Said in its log, and made the next turn at its end
+                    // if no step takes it.
+                    if let Some(live) = inner.live.get(turn) {
+                        live.steered
+                            .store(true, std::sync::atomic::Ordering::SeqCst);
+                        let runner = runner.clone();
+                        inner.background.spawn(async move {
+                            runner.accepted_here(&live, steer).await;
+                        });
+                    }
+                }
                 Some(Ok(Announcement::Released(turn_id))) => {
                     tracing::debug!(turn.id = %turn_id, "a turn was released; sweeping");
                     if let Err(e) = runner.sweep_orphans().await {

@@ -63,7 +63,16 @@ pub struct LiveTurn {
     /// The turn's sink, for an event made outside its task
     /// (`steer.accepted`).
     pub(super) sink: std::sync::OnceLock<std::sync::Weak<dyn crate::harness::EventSink>>,
+    /// The steers the turn's log says it accepted (at most
+    /// [`ACCEPTED_KEPT`]): a steer heard twice (its route here, and the
+    /// store's announcement) is said once. Held while one is said.
+    pub(super) accepted: tokio::sync::Mutex<std::collections::HashSet<Uuid>>,
 }
+
+/// Steers a live turn remembers having said it accepted (past them, a
+/// steer heard twice may be said twice; a turn keeps at most 1,000
+/// waiting).
+pub(super) const ACCEPTED_KEPT: usize = 4_096;
 
 impl LiveTurn {
     pub fn subscribe(&self) -> broadcast::Receiver<Committed> {
@@ -166,6 +175,7 @@ impl LiveTurns {
             ending: std::sync::atomic::AtomicBool::new(false),
             steered: std::sync::atomic::AtomicBool::new(false),
             sink: std::sync::OnceLock::new(),
+            accepted: tokio::sync::Mutex::default(),
         });
         self.lock().insert(turn_id, turn.clone());
         turn

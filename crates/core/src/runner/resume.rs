@@ -24,6 +24,7 @@ impl TurnRunner {
     pub(super) async fn drive_resumed(self, live: Arc<LiveTurn>, turn: TurnRecord, next_seq: i64) {
         let started = tokio::time::Instant::now();
         let sink = self.sink(&live, next_seq, started);
+        Self::open_to_steers(&live, &sink);
         let events = self.turn_events(&turn).await;
         if let Ok(events) = &events {
             // An end that comes first resolves them.

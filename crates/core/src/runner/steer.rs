@@ -28,6 +28,14 @@ const DEFERRED_MAX: u32 = 64;
 /// Ended turns with steers left that one sweep takes up at most.
 const SWEPT_MAX: u32 = 16;
 
+/// How long a steer through one replica waits for the replica that runs
+/// its turn to say it accepted it.
+const ACCEPTED_WAIT: Duration = Duration::from_secs(1);
+
+/// Pauses of 5 ms a steer waits at most for a turn just begun to open its
+/// log to it.
+const SINK_WAITS: u32 = 200;
+
 /// How long a next turn made of steers waits for its session to be free.
 const DEFERRED_WAIT: Duration = Duration::from_secs(300);
 
@@ -63,9 +71,19 @@ impl TurnRunner {
         // Before the steer is kept: a turn that ends after the steer was
         // kept sees the flag once its end is committed (the store orders
         // the end and the steer).
-        if let Some(live) = &live {
-            live.steered.store(true, Ordering::SeqCst);
-        }
+        // Where the turn's log stands, to wait for the event from there
+        // when another replica runs the turn.
+        let from = match &live {
+            Some(live) => {
+                live.steered.store(true, Ordering::SeqCst);
+                0
+            }
+            None => inner
+                .store
+                .get_session(session_id)
+                .await?
+                .map_or(0, |session| session.last_seq),
+        };
         let steer = NewSteer {
             id: Uuid::now_v7(),
             session_id: session_id.clone(),
@@ -86,27 +104,79 @@ impl TurnRunner {
                 return Err(SteerError::NotRunning(status));
             }
         }
-        if let Some(live) = live {
-            self.accepted_here(&live, steer.id).await;
+        match live {
+            Some(live) => self.accepted_here(&live, steer.id).await,
+            None => {
+                self.accepted_elsewhere(session_id, turn_id, from, steer.id)
+                    .await;
+            }
         }
         Ok(steer.id)
     }
 
-    /// `steer.accepted` in the log of a turn of this process, committed.
-    /// A turn that ended meanwhile has no room for it: its steer becomes
-    /// the next turn, whose log says so.
-    async fn accepted_here(&self, live: &Arc<LiveTurn>, steer_id: Uuid) {
+    /// `steer.accepted` in the log of a turn of this process, once, and
+    /// committed. A turn that ended meanwhile has no room for it: its
+    /// steer becomes the next turn, whose log says so.
+    pub(super) async fn accepted_here(&self, live: &Arc<LiveTurn>, steer_id: Uuid) {
+        // A turn just begun opens its log to steers after its first
+        // events: a moment's wait, bounded.
+        let mut waits = 0;
+        while live.sink.get().is_none() && waits < SINK_WAITS && !live.closed.is_cancelled() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            waits += 1;
+        }
         let Some(sink) = live.sink.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };
-        let accepted = TurnEvent::SteerAccepted {
-            steer_id: steer_id.to_string(),
-        };
-        if sink.emit(accepted).await.is_ok()
-            && let Err(e) = self.inner.writer.flush(live).await
         {
+            // Said under the lock: whoever finds it said finds it queued.
+            let mut said = live.accepted.lock().await;
+            if !said.contains(&steer_id) {
+                if said.len() < super::live::ACCEPTED_KEPT {
+                    said.insert(steer_id);
+                }
+                let accepted = TurnEvent::SteerAccepted {
+                    steer_id: steer_id.to_string(),
+                };
+                if sink.emit(accepted).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if let Err(e) = self.inner.writer.flush(live).await {
             tracing::warn!(error = %e, "steer.accepted may not be in the log yet");
         }
+    }
+
+    /// Waits, at most [`ACCEPTED_WAIT`], for the replica that runs the
+    /// turn to say it accepted `steer_id` (it hears of it from the store):
+    /// so that an answer given through any replica finds it in the log. A
+    /// parked turn has no such replica: its steer waits in the store.
+    async fn accepted_elsewhere(
+        &self,
+        session_id: &SessionKey,
+        turn_id: Uuid,
+        from: i64,
+        steer_id: Uuid,
+    ) {
+        use futures::StreamExt as _;
+        match self.inner.store.get_turn(session_id, turn_id).await {
+            Ok(Some(record)) if record.parked_until.is_none() => {}
+            _ => return,
+        }
+        let wanted = steer_id.to_string();
+        let events = self.subscribe(session_id.clone(), turn_id, from);
+        let heard = async move {
+            futures::pin_mut!(events);
+            while let Some(Ok(event)) = events.next().await {
+                match event.event() {
+                    Some(TurnEvent::SteerAccepted { steer_id }) if *steer_id == wanted => return,
+                    Some(event) if event.is_terminal() => return,
+                    _ => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(ACCEPTED_WAIT, heard).await;
     }
 
     /// Makes what no step of the ended turn took its session's next turn,

@@ -44,6 +44,7 @@ impl TurnRunner {
                 let _ = crate::harness::EventSink::emit(sink.as_ref(), deferred).await;
             }
         }
+        Self::open_to_steers(&live, &sink);
         let run = self.execute(&live, &spec, began, memory_scope, sink.clone());
         self.conclude(&live, &sink, (started, spec.background), run)
             .await;
@@ -57,7 +58,7 @@ impl TurnRunner {
         began: tokio::time::Instant,
     ) -> Arc<TurnSink> {
         let inner = &self.inner;
-        let sink = Arc::new(TurnSink {
+        Arc::new(TurnSink {
             writer: inner.writer.clone(),
             live: live.clone(),
             metrics: inner.metrics.clone(),
@@ -68,11 +69,15 @@ impl TurnRunner {
             used: std::sync::Mutex::default(),
             next_seq: Mutex::new(Some(next_seq)),
             after_delta: std::sync::atomic::AtomicBool::new(false),
-        });
+        })
+    }
+
+    /// Lets events made outside the turn's task (`steer.accepted`) into
+    /// its log, through `sink`, from now on.
+    pub(super) fn open_to_steers(live: &LiveTurn, sink: &Arc<TurnSink>) {
         let shared: Arc<dyn crate::harness::EventSink> = sink.clone();
         // A turn has one sink: a second is never made for one live turn.
         let _ = live.sink.set(Arc::downgrade(&shared));
-        sink
     }
 
     /// Runs `run` until it ends or the turn is stopped, and commits the end.

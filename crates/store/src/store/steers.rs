@@ -269,6 +269,17 @@ impl Steers for PostgresStore {
                 .bind(steer.at)
                 .execute(&mut *tx)
                 .await?;
+            // Heard on commit by the replica that runs the turn, which
+            // says so in its log at once.
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(crate::store::CANCEL_CHANNEL)
+                .bind(format!(
+                    "{}{turn}:{}",
+                    crate::store::STEERED_PREFIX,
+                    steer.id
+                ))
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(SteerAdded::Added)
         })

@@ -430,17 +430,8 @@ impl Turns for PostgresStore {
                 // `recv` reconnects a lost connection on the next call.
                 match listener.recv().await {
                     Ok(notification) => {
-                        let payload = notification.payload();
-                        let (released, id) = match payload.strip_prefix(RELEASED_PREFIX) {
-                            Some(id) => (true, id),
-                            None => (false, payload),
-                        };
-                        if let Ok(turn_id) = uuid::Uuid::parse_str(id) {
-                            yield Ok(if released {
-                                Announcement::Released(turn_id)
-                            } else {
-                                Announcement::Cancel(turn_id)
-                            });
+                        if let Some(announcement) = Announcement::parse(notification.payload()) {
+                            yield Ok(announcement);
                         }
                     }
                     Err(e) => yield Err(StoreError::from(e)),
