@@ -263,7 +263,45 @@ async fn a_steer_the_turn_did_not_take_becomes_the_next_turn(backend: Backend) {
     assert_eq!(sent.last().unwrap(), "Keep it short");
 }
 
+/// A turn waiting for a person keeps what was steered into it for the
+/// step after the decision.
+async fn a_turn_waiting_for_a_person_keeps_a_steer_for_its_next_step(backend: Backend) {
+    let vault = crate::helpers::vault_of(&[("notes/a.md", "# A\n")]);
+    let app = super::approvals::app(backend, vault.path(), 60).await;
+    super::approvals::script(&app);
+    let mut stream = app
+        .post_turn_sse("s-wait", json!({"message": "Change my note."}))
+        .await;
+    let turn = stream.turn_id();
+    stream.read_until("approval.requested").await;
+    let (status, _) = steer(&app, "s-wait", &turn, "Then say done").await;
+    assert_eq!(status, 202);
+    let (status, _) = app
+        .post_body(
+            &format!("/sessions/s-wait/turns/{turn}/approvals/call_a1"),
+            json!({"approve": true}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let events = stream.read_to_end().await;
+    assert_eq!(events.last().unwrap().event, "turn.completed");
+    let applied: Vec<Value> = events
+        .iter()
+        .filter(|e| e.event == "steer.applied")
+        .map(|e| e.json())
+        .collect();
+    assert_eq!(applied.len(), 1);
+    assert_eq!(applied[0]["step"], 2);
+    let requests = app.provider.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        user_texts(&requests[1].body).last().unwrap(),
+        "Then say done"
+    );
+}
+
 on_both_backends!(
     a_steer_is_applied_once_at_the_next_step,
-    a_steer_the_turn_did_not_take_becomes_the_next_turn
+    a_steer_the_turn_did_not_take_becomes_the_next_turn,
+    a_turn_waiting_for_a_person_keeps_a_steer_for_its_next_step
 );
