@@ -51,6 +51,28 @@ async fn steer(
     response.json().await.unwrap()
 }
 
+/// The turn that answers `steer` of `turn`, once the session's log (at
+/// `url`) says `steer.deferred` (within a few heartbeats).
+async fn deferred_in(client: &reqwest::Client, url: &str, steer: &Value, turn: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4 * HEARTBEAT_S + 2);
+    loop {
+        let (_, page) = get_json(client, url.to_owned()).await;
+        let deferred = page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["type"] == "steer.deferred")
+            .cloned();
+        if let Some(deferred) = deferred {
+            assert_eq!(&deferred["steer_id"], steer);
+            assert_eq!(deferred["steered_turn_id"], json!(turn));
+            return deferred["turn_id"].as_str().unwrap().to_owned();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no steer.deferred");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// How often `text` is among the user messages of a provider request.
 fn user_said(body: &Value, text: &str) -> usize {
     body["messages"]
@@ -165,27 +187,8 @@ async fn a_steer_through_another_replica_is_in_the_turns_log_and_becomes_its_nex
         "turn.completed"
     );
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(4 * HEARTBEAT_S + 2);
-    let next = loop {
-        let (_, page) = get_json(
-            &client,
-            replicas[1].url("/sessions/s-steer-swept/events?limit=1000"),
-        )
-        .await;
-        let deferred = page["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["type"] == "steer.deferred")
-            .cloned();
-        if let Some(deferred) = deferred {
-            assert_eq!(deferred["steer_id"], steered["steer_id"]);
-            assert_eq!(deferred["steered_turn_id"], json!(turn));
-            break deferred["turn_id"].as_str().unwrap().to_owned();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no steer.deferred");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let url = replicas[1].url("/sessions/s-steer-swept/events?limit=1000");
+    let next = deferred_in(&client, &url, &steered["steer_id"], &turn).await;
     let mut follower = follow(&client, &replicas[1], "s-steer-swept", &next, None).await;
     assert_eq!(
         follower.read_to_end().await.last().unwrap().event,
@@ -224,23 +227,8 @@ async fn a_steer_left_by_a_process_that_died_is_answered_by_the_sweep(backend: B
         Backend::Sqlite => app.db.execute_sqlite(&insert).await,
         Backend::Postgres => app.db.execute_postgres(&insert).await,
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let next = loop {
-        let (_, page) = app.get_json("/sessions/s-left/events?limit=1000").await;
-        let deferred = page["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["type"] == "steer.deferred")
-            .cloned();
-        if let Some(deferred) = deferred {
-            assert_eq!(deferred["steer_id"], json!(steer.to_string()));
-            assert_eq!(deferred["steered_turn_id"], json!(turn));
-            break deferred["turn_id"].as_str().unwrap().to_owned();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no steer.deferred");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let url = app.url("/sessions/s-left/events?limit=1000");
+    let next = deferred_in(&app.client, &url, &json!(steer.to_string()), &turn).await;
     let ended = app.wait_turn_end("s-left", &next).await;
     assert_eq!(ended["status"], "completed", "{ended}");
     let requests = app.provider.requests();
