@@ -68,11 +68,10 @@ impl TurnRunner {
             .live
             .get(turn_id)
             .filter(|live| &live.session_id == session_id);
-        // Before the steer is kept: a turn that ends after the steer was
-        // kept sees the flag once its end is committed (the store orders
-        // the end and the steer).
-        // Where the turn's log stands, to wait for the event from there
-        // when another replica runs the turn.
+        // A turn of this process is flagged before the steer is kept: one
+        // that ends after the steer was kept sees the flag once its end is
+        // committed (the store orders the end and the steer). Of another
+        // process: where its log stands, to wait for the event from there.
         let from = match &live {
             Some(live) => {
                 live.steered.store(true, Ordering::SeqCst);
