@@ -35,13 +35,23 @@ fn user_texts(body: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The session's log, every event.
+/// The session's log, every event, page by page.
 async fn log(app: &TestApp, session: &str) -> Vec<Value> {
-    let (status, page) = app
-        .get_json(&format!("/sessions/{session}/events?limit=1000"))
-        .await;
-    assert_eq!(status, 200, "{page}");
-    page["events"].as_array().unwrap().clone()
+    let mut events = Vec::new();
+    let mut after = 0;
+    loop {
+        let (status, page) = app
+            .get_json(&format!(
+                "/sessions/{session}/events?limit=1000&after={after}"
+            ))
+            .await;
+        assert_eq!(status, 200, "{page}");
+        events.extend(page["events"].as_array().unwrap().iter().cloned());
+        match page["next_after"].as_i64() {
+            Some(next) => after = next,
+            None => return events,
+        }
+    }
 }
 
 async fn a_steer_is_applied_once_at_the_next_step(backend: Backend) {
@@ -300,7 +310,81 @@ async fn a_turn_waiting_for_a_person_keeps_a_steer_for_its_next_step(backend: Ba
     );
 }
 
+/// A thousand steers into one turn, sent 32 at a time: each kept and
+/// answered once, in order (their ids'): a step takes 16, the next turn
+/// the rest. One more than a turn keeps waiting is refused, and so is one
+/// too long.
+async fn a_thousand_steers_are_each_answered_once_in_order(backend: Backend) {
+    use futures::StreamExt as _;
+    let app = spawn_app(backend).await;
+    let gate = CancellationToken::new();
+    app.provider.enqueue([
+        Reply::sse("openai/tool_call_local_search.sse").hold_after(2, &gate),
+        Reply::sse("openai/after_local_search.sse"),
+        Reply::openai_text("All heard."),
+    ]);
+    let mut stream = app
+        .post_turn_sse("s-many", json!({"message": "Plan Paris"}))
+        .await;
+    let turn = stream.turn_id();
+    stream.read_until("turn.started").await;
+    let sent: Vec<(String, u16, Value)> = futures::stream::iter(0..1000)
+        .map(|n| {
+            let (app, turn) = (&app, &turn);
+            async move {
+                let message = format!("m{n:04}");
+                let (status, body) = steer(app, "s-many", turn, &message).await;
+                (message, status, body)
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    assert!(sent.iter().all(|(_, status, _)| *status == 202));
+    let (status, problem) = steer(&app, "s-many", &turn, "one too many").await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("steer_limit_reached"))
+    );
+    let (status, problem) = steer(&app, "s-many", &turn, &"x".repeat(32_001)).await;
+    assert_eq!((status, problem["field"].as_str()), (422, Some("message")));
+    gate.cancel();
+    assert_eq!(
+        stream.read_to_end().await.last().unwrap().event,
+        "turn.completed"
+    );
+    turns_ended(&app, "s-many", 2).await;
+
+    // In the order of their ids.
+    let mut by_id: Vec<(String, String)> = sent
+        .into_iter()
+        .map(|(message, _, body)| (body["steer_id"].as_str().unwrap().to_owned(), message))
+        .collect();
+    by_id.sort();
+    let log = log(&app, "s-many").await;
+    let ids = |kind: &str| -> Vec<&str> {
+        log.iter()
+            .filter(|e| e["type"] == kind)
+            .map(|e| e["steer_id"].as_str().unwrap())
+            .collect()
+    };
+    let ordered: Vec<&str> = by_id.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids("steer.accepted").len(), 1000);
+    assert_eq!(ids("steer.applied"), ordered[..16]);
+    assert_eq!(ids("steer.deferred"), ordered[16..]);
+    // The model was sent 16 after the tool's result, and the next turn's
+    // message is the rest: each once, in order.
+    let messages: Vec<&str> = by_id.iter().map(|(_, m)| m.as_str()).collect();
+    let requests = app.provider.requests();
+    assert_eq!(requests.len(), 3);
+    let step_two = user_texts(&requests[1].body);
+    assert_eq!(step_two[step_two.len() - 16..], messages[..16]);
+    let next = user_texts(&requests[2].body);
+    assert_eq!(next.last().unwrap(), &messages[16..].join("\n\n"));
+}
+
 on_both_backends!(
+    a_thousand_steers_are_each_answered_once_in_order,
     a_steer_is_applied_once_at_the_next_step,
     a_steer_the_turn_did_not_take_becomes_the_next_turn,
     a_turn_waiting_for_a_person_keeps_a_steer_for_its_next_step

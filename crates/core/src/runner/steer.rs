@@ -22,8 +22,12 @@ use crate::{
     turn::{SteeredFrom, TurnRequest},
 };
 
-/// Steers one next turn answers at most (the rest make the one after).
-const DEFERRED_MAX: u32 = 64;
+/// Steers one next turn answers at most: all a turn may keep waiting.
+const DEFERRED_MAX: u32 = 1_000;
+
+/// The longest steered message, in characters: a next turn that answers
+/// [`DEFERRED_MAX`] of them stays bounded (32 MB at most).
+pub const STEER_MESSAGE_MAX: usize = 32_000;
 
 /// Ended turns with steers left that one sweep takes up at most.
 const SWEPT_MAX: u32 = 16;
@@ -49,6 +53,9 @@ pub enum SteerError {
     /// The turn keeps as many steers waiting as it may.
     #[error("the turn has as many steered messages waiting as it keeps")]
     Full,
+    /// Longer than [`STEER_MESSAGE_MAX`] characters (nothing was kept).
+    #[error("a steered message is at most {STEER_MESSAGE_MAX} characters")]
+    TooLong,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -63,6 +70,9 @@ impl TurnRunner {
         turn_id: Uuid,
         message: String,
     ) -> Result<Uuid, SteerError> {
+        if message.chars().count() > STEER_MESSAGE_MAX {
+            return Err(SteerError::TooLong);
+        }
         let inner = &self.inner;
         let live = inner
             .live

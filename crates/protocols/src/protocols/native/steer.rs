@@ -27,8 +27,9 @@ use crate::{
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SteerBody {
-    /// The user's message, not blank, without U+0000.
-    #[schema(pattern = r"^[^\u0000]*$")]
+    /// The user's message, not blank, without U+0000, at most 32,000
+    /// characters.
+    #[schema(pattern = r"^[^\u0000]*$", max_length = 32000)]
     message: Option<String>,
 }
 
@@ -73,6 +74,10 @@ pub async fn steer_into(
         }
         Err(SteerError::NotRunning(status)) => Err(ApiError::TurnNotRunning { turn_id, status }),
         Err(SteerError::Full) => Err(ApiError::SteerLimit(turn_id)),
+        Err(e @ SteerError::TooLong) => Err(ApiError::InvalidField {
+            field: "message".into(),
+            detail: e.to_string(),
+        }),
         Err(SteerError::Store(e)) => Err(e.into()),
     }
 }
