@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::{
     WireFormat, client_calls,
     error::ApiError,
-    native::{Multitask, steer},
+    multitask::{self, Multitask},
     parts::{ToolDeclaration, declared_tools},
     paths::parse_session_id,
     stream_for,
@@ -272,27 +272,7 @@ pub(crate) fn conversation_turn(
     })
 }
 
-/// The session, or 404 `session_not_found`.
-pub async fn known_session(
-    app: &Shared,
-    session_id: &SessionKey,
-) -> Result<crate::service::SessionRecord, ApiError> {
-    app.turns
-        .get_session(session_id)
-        .await?
-        .ok_or(ApiError::SessionNotFound)
-}
-
-/// What a route answers when the thing it names is not in the session:
-/// `session_not_found` when the session itself does not exist (looked up
-/// only on this path, so a found turn costs one read), else `missing`.
-pub async fn not_found_in(app: &Shared, session_id: &SessionKey, missing: ApiError) -> ApiError {
-    match app.turns.get_session(session_id).await {
-        Ok(Some(_)) => missing,
-        Ok(None) => ApiError::SessionNotFound,
-        Err(e) => e.into(),
-    }
-}
+pub use super::lookup::{known_session, not_found_in};
 
 /// A turn of the formats that send the whole conversation every time
 /// (`/v1/ui/chat`, `/v1/agui`): started from `messages` (role and text, the
@@ -328,7 +308,7 @@ pub(crate) struct Placement {
     /// What the request does when the session runs a turn (the AI SDK's
     /// `body.multitask`, AG-UI's `forwardedProps.multitask`), as on the
     /// native route.
-    pub multitask: crate::protocols::native::Multitask,
+    pub multitask: Multitask,
 }
 
 impl ConversationTurn {
@@ -358,16 +338,16 @@ impl ConversationTurn {
         }
         let started = match placement.multitask {
             Multitask::Reject => Started::start(app, session_id.clone(), spec, None).await?,
-            Multitask::Steer => match steer::start_or_steer(app, &session_id, spec, None).await? {
-                steer::Begun::Started(turn) => Started::of(session_id.clone(), turn),
-                steer::Begun::Steered { turn_id, .. } => {
-                    return Self::steered(app, session_id, turn_id).await;
+            Multitask::Steer => {
+                match multitask::start_or_steer(app, &session_id, spec, None).await? {
+                    multitask::Begun::Started(turn) => Started::of(session_id.clone(), turn),
+                    multitask::Begun::Steered { turn_id, .. } => {
+                        return Self::steered(app, session_id, turn_id).await;
+                    }
                 }
-            },
+            }
             asked => {
-                let turn =
-                    crate::protocols::native::start_as_asked(app, &session_id, spec, None, asked)
-                        .await?;
+                let turn = multitask::start_as_asked(app, &session_id, spec, None, asked).await?;
                 Started::of(session_id.clone(), turn)
             }
         };

@@ -16,12 +16,13 @@ use super::{
     endpoint::{Started, completed, name_turn},
     error::ApiError,
     json::ApiJson,
+    multitask,
     paths::{ApiQuery, CallPath, SessionPath, TurnPath},
 };
 use crate::{
     protocols::Shared,
     protocols::error::{BadRequest, NotFound, TurnAlreadyRunning},
-    service::{CancelError, CancelOutcome, QueuedStartError, StartError},
+    service::{CancelError, CancelOutcome},
     service::{TurnRecord, TurnStatus},
     turn::{TurnRequest, TurnResult},
 };
@@ -35,11 +36,11 @@ mod waiting;
 
 use stream::{self as sse, EventStream};
 
+use body::admit;
 pub use body::{
     ClientToolBody, HistoryMessage, HistoryRole, Multitask, TurnBody, checked_client_tools,
     checked_content, checked_message, checked_user_id,
 };
-use body::{MULTITASK_WAIT_MAX, admit};
 
 pub fn router<S>() -> OpenApiRouter<S>
 where
@@ -207,9 +208,9 @@ async fn answer_turn(
     let key = idempotency_key(headers)?;
     admit(&spec, &app)?;
     let started = if multitask == Multitask::Steer {
-        match steer::start_or_steer(&app, &session_id, spec, key).await? {
-            steer::Begun::Started(started) => started,
-            steer::Begun::Steered { turn_id, steer_id } => {
+        match multitask::start_or_steer(&app, &session_id, spec, key).await? {
+            multitask::Begun::Started(started) => started,
+            multitask::Begun::Steered { turn_id, steer_id } => {
                 return Ok(steer::SteerAccepted::response(
                     &session_id,
                     turn_id,
@@ -218,7 +219,7 @@ async fn answer_turn(
             }
         }
     } else {
-        start_as_asked(&app, &session_id, spec, key, multitask).await?
+        multitask::start_as_asked(&app, &session_id, spec, key, multitask).await?
     };
     let started = Started::of(session_id, started);
     let (turn_id, replayed) = (started.turn_id, started.replayed);
@@ -264,53 +265,6 @@ async fn answer_turn(
         headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(response)
-}
-
-/// Starts the turn as `multitask` asks when the session already runs one:
-/// refused, queued behind it, or after cancelling it. A running turn is
-/// waited for up to the turn deadline and a margin, never longer than
-/// [`MULTITASK_WAIT_MAX`].
-pub(crate) async fn start_as_asked(
-    app: &Shared,
-    session_id: &crate::ids::SessionKey,
-    spec: TurnRequest,
-    key: Option<String>,
-    multitask: Multitask,
-) -> Result<crate::service::StartedTurn, ApiError> {
-    // Bounded: every wait ends by the deadline.
-    let deadline = tokio::time::Instant::now()
-        + (app.settings.harness.turn_timeout() + std::time::Duration::from_secs(30))
-            .min(MULTITASK_WAIT_MAX);
-    loop {
-        if multitask == Multitask::Enqueue {
-            return match app
-                .turns
-                .start_queued(session_id, spec.clone(), key.clone(), deadline)
-                .await
-            {
-                Ok(started) => Ok(started),
-                Err(QueuedStartError::TimedOut(running)) => {
-                    Err(ApiError::TurnAlreadyRunning(running))
-                }
-                Err(QueuedStartError::Start(e)) => Err(e.into()),
-            };
-        }
-        match app.turns.start(session_id, spec.clone(), key.clone()).await {
-            Err(StartError::AlreadyRunning(running)) if multitask != Multitask::Reject => {
-                if multitask == Multitask::Interrupt {
-                    // Ended already, or asked to end: either way, wait.
-                    let _ = app.turns.cancel(session_id, running).await;
-                }
-                let waited =
-                    tokio::time::timeout_at(deadline, app.turns.wait_for_end(session_id, running))
-                        .await;
-                if waited.is_err() {
-                    return Err(ApiError::TurnAlreadyRunning(running));
-                }
-            }
-            other => return Ok(other?),
-        }
-    }
 }
 
 /// A turn's status and result.

@@ -205,13 +205,9 @@ async fn steer_response(
         });
     }
     let session = record.session_id.clone();
-    let steered = crate::protocols::native::steer::steer_into(
-        app,
-        &session,
-        record.id,
-        asked.message.clone(),
-    )
-    .await;
+    let steered =
+        crate::protocols::multitask::steer_into(app, &session, record.id, asked.message.clone())
+            .await;
     match steered {
         Ok(_) => {}
         Err(ApiError::TurnNotRunning { .. }) => return Ok(None),

@@ -88,7 +88,7 @@ pub struct UiChatRequest {
     /// `body`), as on `POST /sessions/{session_id}/turns`: `reject` (the
     /// default), `enqueue`, `interrupt`, or `steer` (the message joins
     /// the running turn, and the answer streams the rest of it).
-    multitask: Option<crate::protocols::native::Multitask>,
+    multitask: Option<crate::protocols::multitask::Multitask>,
 }
 
 /// A UI message: its text parts are read, and its tool parts' results

@@ -46,7 +46,7 @@ pub struct ForwardedProps {
     /// `POST /sessions/{session_id}/turns`: `reject` (the default),
     /// `enqueue`, `interrupt`, or `steer` (its message joins the live run,
     /// and this run's events are the rest of that one).
-    pub(super) multitask: Option<crate::protocols::native::Multitask>,
+    pub(super) multitask: Option<crate::protocols::multitask::Multitask>,
 }
 
 /// An answer to one interrupt (a call that waits for approval).

@@ -290,24 +290,7 @@ pub struct ClientToolBody {
     effect: Option<crate::tools::EffectClass>,
 }
 
-/// A request's answer to a running turn in its session.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Multitask {
-    /// 409 `turn_already_running`.
-    #[default]
-    Reject,
-    /// Wait for the running turn (and any queued before this one) to end.
-    Enqueue,
-    /// Cancel the running turn, wait for it to end, then run.
-    Interrupt,
-    /// Add the message to the running turn (`202`, as
-    /// `POST …/turns/{turn_id}/steer` answers); with none running, run.
-    Steer,
-}
-
-/// Longest an `enqueue`d or `interrupt`ing request waits for the session.
-pub(super) const MULTITASK_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(600);
+pub use crate::protocols::multitask::Multitask;
 
 /// One history message of a request.
 #[derive(Debug, Deserialize, ToSchema)]
