@@ -148,6 +148,46 @@ async fn a_steer_is_applied_once_across_a_replica_killed_mid_step() {
     assert_eq!(session["turn_count"], 1, "{session}");
 }
 
+/// Killed right after the steer's 202, before any step took it: the
+/// replica that takes the turn over applies it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_answered_just_before_its_replica_is_killed_is_applied_once() {
+    let Some((_db, provider, mut replicas)) = replicas(2).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let never = CancellationToken::new();
+    provider.enqueue([
+        Reply::sse("openai/tool_call_local_search.sse").hold_after(2, &never),
+        // Step 1 again, then step 2, on the replica that takes it over.
+        Reply::sse("openai/tool_call_local_search.sse"),
+        Reply::openai_text("Paris and Rome."),
+    ]);
+    let mut stream = start_sse(&client, &replicas[0], "s-steer-202", "Plan Paris").await;
+    let turn = stream.turn_id();
+    stream.read_until("turn.started").await;
+    let steered = steer(&client, &replicas[0], "s-steer-202", &turn, "Also Rome").await;
+    replicas[0].kill();
+
+    let mut follower = follow(&client, &replicas[1], "s-steer-202", &turn, None).await;
+    let events = follower.read_to_end().await;
+    assert_eq!(events.last().unwrap().event, "turn.completed");
+    let applied: Vec<Value> = events
+        .iter()
+        .filter(|e| e.event == "steer.applied")
+        .map(|e| e.json())
+        .collect();
+    assert_eq!(applied.len(), 1, "{applied:?}");
+    assert_eq!(
+        (&applied[0]["steer_id"], &applied[0]["step"]),
+        (&steered["steer_id"], &json!(2))
+    );
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(user_said(&requests[1].body, "Also Rome"), 0);
+    assert_eq!(user_said(&requests[2].body, "Also Rome"), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steer_through_another_replica_is_in_the_turns_log_and_becomes_its_next_turn() {
     // The replica that runs the turn hears of the steer from the store:
