@@ -83,6 +83,26 @@ impl TurnRunner {
         })
     }
 
+    /// Whether `session_id` runs no turn and no request waits in its
+    /// queue: a turn begun now jumps no one.
+    pub(super) async fn session_is_free(
+        &self,
+        session_id: &SessionKey,
+    ) -> Result<bool, StoreError> {
+        let store = &self.inner.store;
+        if store
+            .queue_head(session_id, now_ms() - QUEUE_TICKET_STALE_MS)
+            .await?
+            .is_some()
+        {
+            return Ok(false);
+        }
+        Ok(store
+            .get_session(session_id)
+            .await?
+            .is_some_and(|session| session.running_turn_id.is_none()))
+    }
+
     /// A start that finds the session busy says which turn runs there.
     async fn try_start(
         &self,

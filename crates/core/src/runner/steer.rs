@@ -40,9 +40,6 @@ const ACCEPTED_WAIT: Duration = Duration::from_secs(1);
 /// log to it.
 const SINK_WAITS: u32 = 200;
 
-/// How long a next turn made of steers waits for its session to be free.
-const DEFERRED_WAIT: Duration = Duration::from_secs(300);
-
 /// Why a steer was refused (nothing was kept).
 #[derive(Debug, thiserror::Error)]
 pub enum SteerError {
@@ -214,10 +211,30 @@ impl TurnRunner {
     }
 
     /// Claims the ended turn's steers no step took and starts the
-    /// session's next turn with them; gives the claim back when it cannot
-    /// start (a later sweep tries again).
+    /// session's next turn with them at once. Claimed only when the
+    /// session is free (no turn runs, no request waits in its queue), so
+    /// that the claim and the begin are a moment apart: a process that
+    /// dies between them is the only way to lose them. A busy session, or
+    /// a next turn that cannot start (the claim is given back), is tried
+    /// again by a later sweep.
     async fn defer_steers(&self, session_id: &SessionKey, turn_id: Uuid) {
         let store = &self.inner.store;
+        match self.session_is_free(session_id).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, turn.id = %turn_id, "steered messages left by a turn wait for a sweep");
+                return;
+            }
+        }
+        let record = match store.get_turn(session_id, turn_id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, turn.id = %turn_id, "steered messages left by a turn wait for a sweep");
+                return;
+            }
+        };
         let token = Uuid::now_v7();
         let steers = match store.defer_steers(turn_id, token, DEFERRED_MAX).await {
             Ok(steers) if steers.is_empty() => return,
@@ -227,9 +244,10 @@ impl TurnRunner {
                 return;
             }
         };
-        match self.start_steered(session_id, turn_id, &steers).await {
+        let spec = steered_turn(record.request, turn_id, &steers);
+        match self.start(session_id, spec, None).await {
             Ok(next) => {
-                tracing::info!(turn.id = %turn_id, next_turn.id = %next, steers = steers.len(), "steered messages became the next turn");
+                tracing::info!(turn.id = %turn_id, next_turn.id = %next.turn_id, steers = steers.len(), "steered messages became the next turn");
             }
             Err(e) => {
                 tracing::warn!(error = %e, turn.id = %turn_id, "steered messages could not start the next turn; a sweep tries again");
@@ -239,41 +257,27 @@ impl TurnRunner {
             }
         }
     }
+}
 
-    /// The next turn of `session_id`, made of `steers` of `turn_id`: the
-    /// steered turn's options, the messages in the order they came.
-    async fn start_steered(
-        &self,
-        session_id: &SessionKey,
-        turn_id: Uuid,
-        steers: &[Steer],
-    ) -> Result<Uuid, Box<dyn std::error::Error + Send + Sync>> {
-        let record = self
-            .inner
-            .store
-            .get_turn(session_id, turn_id)
-            .await?
-            .ok_or("the steered turn is gone")?;
-        let message = steers
-            .iter()
-            .map(|steer| steer.message.as_str())
-            .collect::<Vec<_>>()
-            .join("\n\n");
-        let spec = TurnRequest {
-            message,
-            history: None,
-            follows: None,
-            run_id: None,
-            background: false,
-            attachments: Vec::new(),
-            steered_from: Some(SteeredFrom {
-                turn_id,
-                steer_ids: steers.iter().map(|steer| steer.id).collect(),
-            }),
-            ..record.request
-        };
-        let deadline = tokio::time::Instant::now() + DEFERRED_WAIT;
-        let started = self.start_queued(session_id, spec, None, deadline).await?;
-        Ok(started.turn_id)
+/// The next turn made of `steers` of `turn_id`: the steered turn's
+/// options (`asked`), the messages in the order they came.
+fn steered_turn(asked: TurnRequest, turn_id: Uuid, steers: &[Steer]) -> TurnRequest {
+    let message = steers
+        .iter()
+        .map(|steer| steer.message.as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    TurnRequest {
+        message,
+        history: None,
+        follows: None,
+        run_id: None,
+        background: false,
+        attachments: Vec::new(),
+        steered_from: Some(SteeredFrom {
+            turn_id,
+            steer_ids: steers.iter().map(|steer| steer.id).collect(),
+        }),
+        ..asked
     }
 }
