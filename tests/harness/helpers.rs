@@ -285,6 +285,7 @@ pub fn request(message: &str) -> TurnInput {
         memories: None,
         handover: Default::default(),
         reasoning: None,
+        steered: None,
     }
 }
 

@@ -221,6 +221,10 @@ pub struct TurnInput {
     /// the model (that step is done again by the next owner), with
     /// [`TurnError::HandedOver`].
     pub handover: tokio_util::sync::CancellationToken,
+    /// Whether a message may have been steered into the turn (set by its
+    /// process as it hears of one): a step looks for them only then, so
+    /// a turn never steered reads nothing. `None`: at every step.
+    pub steered: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Whether the model's reasoning is shown to clients.

@@ -22,7 +22,12 @@ impl Turn<'_> {
         let Some(steering) = &self.harness.steering else {
             return Ok(());
         };
-        if step <= 1 {
+        let flagged = self
+            .request
+            .steered
+            .as_ref()
+            .is_none_or(|steered| steered.load(std::sync::atomic::Ordering::SeqCst));
+        if step <= 1 || !flagged {
             return Ok(());
         }
         let steered = match steering

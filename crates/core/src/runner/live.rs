@@ -57,9 +57,11 @@ pub struct LiveTurn {
     /// running turns here.
     pub ending: std::sync::atomic::AtomicBool,
     /// Set before a message is steered into the turn through this
-    /// process: at its end, what no step took becomes the next turn at
-    /// once (not at a sweep).
-    pub steered: std::sync::atomic::AtomicBool,
+    /// process, or when this process hears of one made through another
+    /// (and from the start for a turn taken over or woken, which may have
+    /// some): its steps look for them in the store, and at its end what no
+    /// step took becomes the next turn at once (not at a sweep).
+    pub steered: Arc<std::sync::atomic::AtomicBool>,
     /// The turn's sink, for an event made outside its task
     /// (`steer.accepted`).
     pub(super) sink: std::sync::OnceLock<std::sync::Weak<dyn crate::harness::EventSink>>,
@@ -173,7 +175,7 @@ impl LiveTurns {
             lost: std::sync::atomic::AtomicBool::new(false),
             first_lost: Mutex::new(None),
             ending: std::sync::atomic::AtomicBool::new(false),
-            steered: std::sync::atomic::AtomicBool::new(false),
+            steered: Arc::new(std::sync::atomic::AtomicBool::new(attempt > 0)),
             sink: std::sync::OnceLock::new(),
             accepted: tokio::sync::Mutex::default(),
         });

@@ -177,7 +177,7 @@ impl TurnRunner {
             .await
             .map_err(|e| TurnFailure::Turn(e.into()))?;
         }
-        let request = self.resumed_input(turn).await?;
+        let request = self.resumed_input(turn, live).await?;
         // The deadline and the elapsed time count from the turn's start,
         // less what its parks lasted.
         let age = (Utc::now() - turn.created_at)
@@ -234,7 +234,11 @@ impl TurnRunner {
 
     /// What a turn taken over is asked, as its begin read it: its session's
     /// history (or its own), its number, the session's cost so far.
-    async fn resumed_input(&self, turn: &TurnRecord) -> Result<TurnInput, TurnFailure> {
+    async fn resumed_input(
+        &self,
+        turn: &TurnRecord,
+        live: &LiveTurn,
+    ) -> Result<TurnInput, TurnFailure> {
         let inner = &self.inner;
         let store = &inner.store;
         let session = store
@@ -282,6 +286,7 @@ impl TurnRunner {
             memory_scope: turn.request.memory_scope(&key),
             memories: None,
             handover: inner.handover.child_token(),
+            steered: Some(live.steered.clone()),
         };
         Ok(request)
     }

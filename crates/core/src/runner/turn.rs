@@ -160,7 +160,7 @@ impl TurnRunner {
         // Messages steered in that no step took: the next turn, at once
         // when this process knows of them (it took one, or took the turn
         // over); else the heartbeat's sweep finds them.
-        if live.steered.load(std::sync::atomic::Ordering::SeqCst) || live.attempt > 0 {
+        if live.steered.load(std::sync::atomic::Ordering::SeqCst) {
             self.defer_steers_later(live.session_id.clone(), live.turn_id);
         }
     }
@@ -253,6 +253,7 @@ impl TurnRunner {
             memories: context.memories,
             // The turn's own child: polled as the model streams.
             handover: self.inner.handover.child_token(),
+            steered: Some(live.steered.clone()),
         };
         self.inner
             .harness
