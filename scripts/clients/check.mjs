@@ -551,8 +551,17 @@ try {
     id: 'chat-steer',
     transport: new DefaultChatTransport({ api: `http://127.0.0.1:${port}/v1/ui/chat` }),
   });
+  // Until the session runs the first message's turn.
+  const runningIn = async (session) => {
+    for (let i = 0; i < 200; i++) {
+      const view = await (await fetch(`http://127.0.0.1:${port}/sessions/${session}`)).json().catch(() => ({}));
+      if (view.running_turn_id) return;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(`no turn of ${session} runs`);
+  };
   const steeredFirst = steering.sendMessage({ text: 'search my notes slowly' });
-  await new Promise((r) => setTimeout(r, 500));
+  await runningIn('chat-steer');
   await steering.sendMessage({ text: 'also say Rome' }, { body: { multitask: 'steer' } });
   await steeredFirst;
   const [, whole, , rest] = steering.messages;
@@ -577,7 +586,7 @@ try {
     initialMessages: [{ id: 'su1', role: 'user', content: 'search my notes slowly' }],
   });
   const liveRun = live.runAgent({ runId: 'steer-run-1' });
-  await new Promise((r) => setTimeout(r, 500));
+  await runningIn('agui-steer');
   const steerer = new HttpAgent({
     url: `http://127.0.0.1:${port}/v1/agui`,
     threadId: 'agui-steer',

@@ -167,6 +167,15 @@ async fn a_steer_answered_just_before_its_replica_is_killed_is_applied_once() {
     let turn = stream.turn_id();
     stream.read_until("turn.started").await;
     let steered = steer(&client, &replicas[0], "s-steer-202", &turn, "Also Rome").await;
+    // Its first provider call is made (and held): the survivor's is the
+    // second of the script.
+    for _ in 0..500 {
+        if !provider.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(provider.requests().len(), 1);
     replicas[0].kill();
 
     let mut follower = follow(&client, &replicas[1], "s-steer-202", &turn, None).await;
