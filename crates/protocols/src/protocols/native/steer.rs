@@ -26,9 +26,15 @@ use crate::{
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SteerBody {
-    /// The user's message, not blank, without U+0000, at most 32,000
-    /// characters.
-    #[schema(pattern = r"^[^\u0000]*$", max_length = 32000)]
+    /// The user's message (required): not blank, without U+0000, at most
+    /// 32,000 characters.
+    #[schema(
+        required = true,
+        value_type = String,
+        min_length = 1,
+        max_length = 32000,
+        pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
+    )]
     message: Option<String>,
 }
 
